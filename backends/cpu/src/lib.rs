@@ -1,0 +1,2 @@
+//! The cpu reference backend.
+#![forbid(unsafe_code)]

@@ -1,0 +1,190 @@
+//! The engine file: a header followed by checksummed sections.
+//!
+//! ```text
+//! 0   magic "KILNENG\0"
+//! 8   format version (u32 LE)
+//! 12  header length H (u32 LE)
+//! 16  header (postcard: EngineHeader), then its CRC-32 (u32 LE)
+//! …   sections, each at the offset and with the length and CRC-32 the header lists
+//! ```
+//! Every length and offset is checked before use, so a truncated, corrupted or hostile file
+//! is an error, never a panic or an allocation of a size the file chooses.
+
+use crate::backend::DeviceFingerprint;
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+pub const MAGIC: &[u8; 8] = b"KILNENG\0";
+pub const FORMAT_VERSION: u32 = 1;
+/// The kiln version that wrote an engine; engines load only into the same version (§6.7).
+pub const KILN_VERSION: &str = env!("CARGO_PKG_VERSION");
+/// Upper bound on the header, far above any real one.
+const MAX_HEADER_BYTES: u32 = 1 << 20;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SectionKind {
+    /// The built network and the weights index.
+    Plan,
+    /// Weights blobs, each 64-byte aligned.
+    Weights,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SectionEntry {
+    pub kind: SectionKind,
+    pub offset: u64,
+    pub len: u64,
+    pub crc32: u32,
+}
+
+/// Builder settings recorded in the engine (shown by `kiln inspect`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BuildFlags {
+    pub flags: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EngineHeader {
+    pub kiln_version: String,
+    pub backend: String,
+    pub device: DeviceFingerprint,
+    pub build_flags: BuildFlags,
+    pub sections: Vec<SectionEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum EngineFileError {
+    #[error("not a kiln engine file (bad magic bytes)")]
+    BadMagic,
+    #[error("engine file is truncated: {0}")]
+    Truncated(String),
+    #[error("engine file is corrupted: {0}")]
+    Corrupted(String),
+    #[error("engine format version {found} is not supported: this kiln reads version {supported}")]
+    FormatVersion { found: u32, supported: u32 },
+    #[error("engine was built by kiln {found}; this is kiln {current}: rebuild the engine")]
+    KilnVersion { found: String, current: String },
+}
+
+/// Writes header and sections into one file image.
+pub fn write_file(mut header: EngineHeader, sections: &[(SectionKind, Vec<u8>)]) -> Vec<u8> {
+    // The header's size depends on the offsets it lists: lay out with placeholder offsets,
+    // measure, then fix the offsets (their encoding is fixed-width below).
+    header.sections = sections
+        .iter()
+        .map(|(kind, bytes)| SectionEntry { kind: *kind, offset: 0, len: bytes.len() as u64, crc32: crc32fast::hash(bytes) })
+        .collect();
+    let header_len = postcard_fixed_len(&header);
+    let mut offset = align64(16 + header_len + 4);
+    for (entry, (_, bytes)) in header.sections.iter_mut().zip(sections) {
+        entry.offset = offset as u64;
+        offset = align64(offset + bytes.len());
+    }
+    let header_bytes = encode_header(&header);
+    debug_assert_eq!(header_bytes.len(), header_len);
+    let mut out = Vec::with_capacity(offset);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&(header_bytes.len() as u32).to_le_bytes());
+    out.extend_from_slice(&header_bytes);
+    out.extend_from_slice(&crc32fast::hash(&header_bytes).to_le_bytes());
+    for (entry, (_, bytes)) in header.sections.iter().zip(sections) {
+        out.resize(entry.offset as usize, 0);
+        out.extend_from_slice(bytes);
+    }
+    out
+}
+
+fn align64(n: usize) -> usize {
+    n.div_ceil(64) * 64
+}
+
+/// Offsets are written as fixed 8-byte values so the header length does not depend on them.
+#[derive(Serialize, Deserialize)]
+struct WireHeader {
+    kiln_version: String,
+    backend: String,
+    device: DeviceFingerprint,
+    build_flags: BuildFlags,
+    sections: Vec<(SectionKind, [u8; 8], [u8; 8], u32)>,
+}
+
+fn encode_header(h: &EngineHeader) -> Vec<u8> {
+    let wire = WireHeader {
+        kiln_version: h.kiln_version.clone(),
+        backend: h.backend.clone(),
+        device: h.device.clone(),
+        build_flags: h.build_flags.clone(),
+        sections: h.sections.iter().map(|s| (s.kind, s.offset.to_le_bytes(), s.len.to_le_bytes(), s.crc32)).collect(),
+    };
+    postcard::to_stdvec(&wire).expect("serializing plain data cannot fail")
+}
+
+fn postcard_fixed_len(h: &EngineHeader) -> usize {
+    encode_header(h).len()
+}
+
+fn take<'a>(bytes: &'a [u8], at: usize, len: usize, what: &str) -> Result<&'a [u8], EngineFileError> {
+    at.checked_add(len)
+        .and_then(|end| bytes.get(at..end))
+        .ok_or_else(|| EngineFileError::Truncated(format!("{what} needs bytes {at}..{} of {}", at.saturating_add(len), bytes.len())))
+}
+
+fn read_u32(bytes: &[u8], at: usize, what: &str) -> Result<u32, EngineFileError> {
+    let b = take(bytes, at, 4, what)?;
+    Ok(u32::from_le_bytes(b.try_into().expect("4 bytes")))
+}
+
+/// Parses and checks the header and every section's bounds and checksum; returns the
+/// header and the sections' bytes in header order.
+pub fn read_file(bytes: &[u8]) -> Result<(EngineHeader, Vec<(SectionKind, &[u8])>), EngineFileError> {
+    if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
+        return if bytes.len() < MAGIC.len() && MAGIC.starts_with(bytes) {
+            Err(EngineFileError::Truncated(format!("only {} bytes", bytes.len())))
+        } else {
+            Err(EngineFileError::BadMagic)
+        };
+    }
+    let version = read_u32(bytes, 8, "format version")?;
+    if version != FORMAT_VERSION {
+        return Err(EngineFileError::FormatVersion { found: version, supported: FORMAT_VERSION });
+    }
+    let header_len = read_u32(bytes, 12, "header length")?;
+    if header_len > MAX_HEADER_BYTES {
+        return Err(EngineFileError::Corrupted(format!("header length {header_len} is implausible")));
+    }
+    let header_bytes = take(bytes, 16, header_len as usize, "header")?;
+    let crc = read_u32(bytes, 16 + header_len as usize, "header checksum")?;
+    if crc32fast::hash(header_bytes) != crc {
+        return Err(EngineFileError::Corrupted("header checksum mismatch".into()));
+    }
+    let wire: WireHeader = postcard::from_bytes(header_bytes)
+        .map_err(|e| EngineFileError::Corrupted(format!("header does not decode: {e}")))?;
+    if wire.kiln_version != KILN_VERSION {
+        return Err(EngineFileError::KilnVersion { found: wire.kiln_version, current: KILN_VERSION.to_string() });
+    }
+    let header = EngineHeader {
+        kiln_version: wire.kiln_version,
+        backend: wire.backend,
+        device: wire.device,
+        build_flags: wire.build_flags,
+        sections: wire
+            .sections
+            .into_iter()
+            .map(|(kind, o, l, crc32)| SectionEntry { kind, offset: u64::from_le_bytes(o), len: u64::from_le_bytes(l), crc32 })
+            .collect(),
+    };
+    let mut sections = Vec::with_capacity(header.sections.len());
+    for s in &header.sections {
+        let what = format!("{:?} section", s.kind);
+        let (Ok(offset), Ok(len)) = (usize::try_from(s.offset), usize::try_from(s.len)) else {
+            return Err(EngineFileError::Corrupted(format!("{what} bounds overflow")));
+        };
+        let data = take(bytes, offset, len, &what)?;
+        if crc32fast::hash(data) != s.crc32 {
+            return Err(EngineFileError::Corrupted(format!("{what} checksum mismatch")));
+        }
+        sections.push((s.kind, data));
+    }
+    Ok((header, sections))
+}

@@ -1,0 +1,188 @@
+//! Engines: a built network for one backend and device, serializable to an engine file.
+
+pub mod format;
+
+use crate::backend::DeviceFingerprint;
+use crate::ir::dtype::DataType;
+use crate::ir::infer::{infer_layer, Fact};
+use crate::ir::network::Network;
+use crate::ir::tensor::{HostTensor, TensorData};
+use format::{BuildFlags, EngineFileError, EngineHeader, SectionKind, KILN_VERSION};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// A built engine: the optimized network plus what it was built for.
+#[derive(Clone, Debug)]
+pub struct Engine {
+    network: Network,
+    backend: String,
+    device: DeviceFingerprint,
+    build_flags: BuildFlags,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum EngineLoadError {
+    #[error(transparent)]
+    File(#[from] EngineFileError),
+    #[error("engine was built for backend `{engine}`, not `{requested}`")]
+    BackendMismatch { engine: String, requested: String },
+    #[error("engine was built for {what} {engine}, but this device has {device}")]
+    DeviceMismatch { what: String, engine: String, device: String },
+    #[error("engine plan is invalid: {0}")]
+    InvalidPlan(String),
+}
+
+/// Where one weights blob lies in the weights section.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct WeightsEntry {
+    dtype: DataType,
+    shape: Vec<u64>,
+    offset: u64,
+    len: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct PlanSection {
+    network: Network,
+    weights: Vec<WeightsEntry>,
+}
+
+impl Engine {
+    pub(crate) fn new(network: Network, backend: String, device: DeviceFingerprint, build_flags: BuildFlags) -> Engine {
+        Engine { network, backend, device, build_flags }
+    }
+
+    pub fn network(&self) -> &Network {
+        &self.network
+    }
+
+    pub fn backend(&self) -> &str {
+        &self.backend
+    }
+
+    pub fn device(&self) -> &DeviceFingerprint {
+        &self.device
+    }
+
+    pub fn build_flags(&self) -> &BuildFlags {
+        &self.build_flags
+    }
+
+    /// Total bytes of weights the engine holds.
+    pub fn weights_bytes(&self) -> usize {
+        self.network.weights().iter().map(|w| w.size_bytes()).sum()
+    }
+
+    /// The engine file image.
+    pub fn serialize(&self) -> Vec<u8> {
+        let mut weights_bytes = Vec::new();
+        let mut index = Vec::with_capacity(self.network.weights().len());
+        for w in self.network.weights() {
+            let offset = weights_bytes.len().div_ceil(64) * 64;
+            weights_bytes.resize(offset, 0);
+            let bytes = w.data().to_le_bytes();
+            index.push(WeightsEntry {
+                dtype: w.dtype(),
+                shape: w.shape().iter().map(|&d| d as u64).collect(),
+                offset: offset as u64,
+                len: bytes.len() as u64,
+            });
+            weights_bytes.extend_from_slice(&bytes);
+        }
+        let plan = PlanSection { network: self.network.clone(), weights: index };
+        let plan_bytes = postcard::to_stdvec(&plan).expect("serializing plain data cannot fail");
+        let header = EngineHeader {
+            kiln_version: KILN_VERSION.to_string(),
+            backend: self.backend.clone(),
+            device: self.device.clone(),
+            build_flags: self.build_flags.clone(),
+            sections: vec![],
+        };
+        format::write_file(header, &[(SectionKind::Plan, plan_bytes), (SectionKind::Weights, weights_bytes)])
+    }
+
+    /// Loads an engine file image, checking format, version, checksums and the plan's
+    /// consistency. Device compatibility is checked separately by [`Engine::check_device`].
+    pub fn deserialize(bytes: &[u8]) -> Result<Engine, EngineLoadError> {
+        let (header, sections) = format::read_file(bytes)?;
+        let section = |kind: SectionKind| {
+            let mut found = sections.iter().filter(|(k, _)| *k == kind);
+            match (found.next(), found.next()) {
+                (Some((_, b)), None) => Ok(*b),
+                (None, _) => Err(EngineLoadError::InvalidPlan(format!("the {kind:?} section is missing"))),
+                (Some(_), Some(_)) => Err(EngineLoadError::InvalidPlan(format!("the {kind:?} section appears twice"))),
+            }
+        };
+        let plan: PlanSection = postcard::from_bytes(section(SectionKind::Plan)?)
+            .map_err(|e| EngineLoadError::InvalidPlan(format!("plan does not decode: {e}")))?;
+        let weights_bytes = section(SectionKind::Weights)?;
+        let weights = plan
+            .weights
+            .iter()
+            .enumerate()
+            .map(|(i, e)| read_weights(weights_bytes, e).map_err(|r| EngineLoadError::InvalidPlan(format!("weights #{i}: {r}"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut network = plan.network;
+        network.check_structure().map_err(EngineLoadError::InvalidPlan)?;
+        network.set_weights(weights).map_err(EngineLoadError::InvalidPlan)?;
+        recheck_plan(&network).map_err(EngineLoadError::InvalidPlan)?;
+        Ok(Engine { network, backend: header.backend, device: header.device, build_flags: header.build_flags })
+    }
+
+    /// Refuses a device whose backend or compute capability differs from the engine's;
+    /// returns warnings for differences that only affect performance (seed §6.7).
+    pub fn check_device(&self, device: &DeviceFingerprint) -> Result<Vec<String>, EngineLoadError> {
+        if device.backend != self.backend {
+            return Err(EngineLoadError::BackendMismatch { engine: self.backend.clone(), requested: device.backend.clone() });
+        }
+        if device.compute_capability != self.device.compute_capability {
+            return Err(EngineLoadError::DeviceMismatch {
+                what: "compute capability".into(),
+                engine: self.device.compute_capability.clone(),
+                device: device.compute_capability.clone(),
+            });
+        }
+        Ok(self.device.soft_differences(device))
+    }
+}
+
+fn read_weights(section: &[u8], e: &WeightsEntry) -> Result<HostTensor, String> {
+    let volume = e
+        .shape
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+        .and_then(|v| v.checked_mul(e.dtype.size_bytes() as u64))
+        .ok_or("shape volume overflows")?;
+    if volume != e.len {
+        return Err(format!("{} bytes do not match shape {:?} of {}", e.len, e.shape, e.dtype));
+    }
+    let end = e.offset.checked_add(e.len).ok_or("bounds overflow")?;
+    let bytes = usize::try_from(e.offset)
+        .ok()
+        .zip(usize::try_from(end).ok())
+        .and_then(|(a, b)| section.get(a..b))
+        .ok_or_else(|| format!("bytes {}..{end} lie outside the weights section ({} bytes)", e.offset, section.len()))?;
+    let data = TensorData::from_le_bytes(e.dtype, bytes).ok_or("malformed element bytes")?;
+    let shape = e.shape.iter().map(|&d| d as usize).collect();
+    HostTensor::new(shape, data).map_err(|e| e.to_string())
+}
+
+/// Re-runs inference over a loaded plan: every layer must validate and reproduce the
+/// stored output types and ranks, so backends can trust layer parameters.
+fn recheck_plan(network: &Network) -> Result<(), String> {
+    for l in network.layers() {
+        let facts: Vec<Option<Fact>> = l.inputs.iter().map(|t| t.map(|t| network.fact(t))).collect();
+        let out = infer_layer(&l.kind, &facts, &|w| network.weights_blob(w))
+            .map_err(|e| format!("layer `{}`: {}", l.name, e.rule))?;
+        if out.len() != l.outputs.len() {
+            return Err(format!("layer `{}` has {} outputs, its kind gives {}", l.name, l.outputs.len(), out.len()));
+        }
+        for (o, &t) in out.iter().zip(&l.outputs) {
+            let d = network.tensor(t);
+            if o.dtype != d.dtype || o.shape.rank() != d.shape.rank() {
+                return Err(format!("tensor `{}` is stored as {}{} but its layer gives {}{}", d.name, d.dtype, d.shape, o.dtype, o.shape));
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,24 @@
+//! Error types of the core crate: one enum per operation, composed with `#[from]`.
+
+use thiserror::Error;
+
+/// A network that breaks a rule of the IR.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum NetworkError {
+    #[error("layer `{layer}`{}: {rule}", tensor_clause(.tensor))]
+    Layer { layer: String, tensor: String, rule: String },
+    #[error("tensor name `{name}` is already used in this network")]
+    DuplicateTensorName { name: String },
+    #[error("tensor #{id} does not belong to this network")]
+    UnknownTensor { id: usize },
+    #[error("the network has no outputs: mark at least one tensor with mark_output")]
+    NoOutputs,
+}
+
+fn tensor_clause(tensor: &str) -> String {
+    if tensor.is_empty() {
+        String::new()
+    } else {
+        format!(", tensor `{tensor}`")
+    }
+}

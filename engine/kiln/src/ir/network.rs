@@ -1,0 +1,396 @@
+//! The network: tensors, layers, inputs and outputs, with eager validation.
+
+use super::dtype::DataType;
+use super::format::TensorFormat;
+use super::infer::{infer_layer, Fact, InferError};
+use super::layer::{LayerKind, WeightsId};
+use super::shape::Shape;
+use super::tensor::HostTensor;
+use crate::error::NetworkError;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct TensorId(pub usize);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct LayerId(pub usize);
+
+/// A tensor of the network as known at build time.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TensorDesc {
+    pub name: String,
+    pub dtype: DataType,
+    pub shape: Shape,
+    /// The layer and output slot that produce it; `None` for network inputs.
+    pub producer: Option<(LayerId, usize)>,
+    /// Memory layout at the network boundary (inputs and outputs only).
+    pub format: TensorFormat,
+    /// The value, where it is known at build time (constants, shapes of fixed tensors).
+    #[serde(skip)]
+    pub value: Option<Arc<HostTensor>>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Layer {
+    pub name: String,
+    pub kind: LayerKind,
+    /// Input slots; `None` is an absent optional input.
+    pub inputs: Vec<Option<TensorId>>,
+    pub outputs: Vec<TensorId>,
+}
+
+/// A network definition: the IR every frontend produces and every backend consumes.
+///
+/// Layers are stored in a valid execution order: a layer's inputs exist before it is added.
+/// Every `add_*` call validates at once, so an invalid network cannot be built; the error
+/// names the layer, the tensor and the rule.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Network {
+    pub name: String,
+    tensors: Vec<TensorDesc>,
+    layers: Vec<Layer>,
+    inputs: Vec<TensorId>,
+    outputs: Vec<TensorId>,
+    /// Weights blobs referenced by Constant layers (stored in their own engine section).
+    #[serde(skip)]
+    weights: Vec<Arc<HostTensor>>,
+}
+
+impl Network {
+    pub fn new(name: impl Into<String>) -> Network {
+        Network { name: name.into(), ..Network::default() }
+    }
+
+    pub fn tensors(&self) -> &[TensorDesc] {
+        &self.tensors
+    }
+
+    pub fn tensor(&self, id: TensorId) -> &TensorDesc {
+        &self.tensors[id.0]
+    }
+
+    pub fn layers(&self) -> &[Layer] {
+        &self.layers
+    }
+
+    pub fn layer(&self, id: LayerId) -> &Layer {
+        &self.layers[id.0]
+    }
+
+    pub fn inputs(&self) -> &[TensorId] {
+        &self.inputs
+    }
+
+    pub fn outputs(&self) -> &[TensorId] {
+        &self.outputs
+    }
+
+    pub fn weights(&self) -> &[Arc<HostTensor>] {
+        &self.weights
+    }
+
+    pub fn weights_blob(&self, id: WeightsId) -> Option<&HostTensor> {
+        self.weights.get(id.0).map(|w| w.as_ref())
+    }
+
+    /// Output `index` of `layer`.
+    ///
+    /// # Panics
+    /// If the layer has no such output: a programming error in the caller, since layer
+    /// arity is fixed by its kind.
+    pub fn output(&self, layer: LayerId, index: usize) -> TensorId {
+        self.layers[layer.0].outputs[index]
+    }
+
+    pub fn find_tensor(&self, name: &str) -> Option<TensorId> {
+        self.tensors.iter().position(|t| t.name == name).map(TensorId)
+    }
+
+    /// Adds a network input with a unique name.
+    pub fn add_input(
+        &mut self,
+        name: &str,
+        dtype: DataType,
+        shape: impl Into<Shape>,
+    ) -> Result<TensorId, NetworkError> {
+        if self.find_tensor(name).is_some() {
+            return Err(NetworkError::DuplicateTensorName { name: name.to_string() });
+        }
+        let id = self.push_tensor(TensorDesc {
+            name: name.to_string(),
+            dtype,
+            shape: shape.into(),
+            producer: None,
+            format: TensorFormat::Linear,
+            value: None,
+        });
+        self.inputs.push(id);
+        Ok(id)
+    }
+
+    /// Marks a tensor as a network output. A network input cannot be an output directly.
+    pub fn mark_output(&mut self, tensor: TensorId) -> Result<(), NetworkError> {
+        self.check_tensor(tensor)?;
+        if self.outputs.contains(&tensor) {
+            return Ok(());
+        }
+        self.outputs.push(tensor);
+        Ok(())
+    }
+
+    /// Renames a tensor; names stay unique.
+    pub fn set_tensor_name(&mut self, tensor: TensorId, name: &str) -> Result<(), NetworkError> {
+        self.check_tensor(tensor)?;
+        if let Some(other) = self.find_tensor(name) {
+            if other != tensor {
+                return Err(NetworkError::DuplicateTensorName { name: name.to_string() });
+            }
+        }
+        self.tensors[tensor.0].name = name.to_string();
+        Ok(())
+    }
+
+    pub fn set_layer_name(&mut self, layer: LayerId, name: &str) {
+        self.layers[layer.0].name = name.to_string();
+    }
+
+    /// Sets the boundary format of a network input or output.
+    pub fn set_tensor_format(&mut self, tensor: TensorId, format: TensorFormat) -> Result<(), NetworkError> {
+        self.check_tensor(tensor)?;
+        self.tensors[tensor.0].format = format;
+        Ok(())
+    }
+
+    /// Registers a weights blob (for Constant layers).
+    pub fn add_weights(&mut self, weights: HostTensor) -> WeightsId {
+        self.weights.push(Arc::new(weights));
+        WeightsId(self.weights.len() - 1)
+    }
+
+    /// Adds a layer of any kind after validating it; the general form behind every
+    /// `add_*` helper. `name` may be empty: a unique name is generated.
+    pub fn add_layer(
+        &mut self,
+        name: &str,
+        kind: LayerKind,
+        inputs: Vec<Option<TensorId>>,
+    ) -> Result<LayerId, NetworkError> {
+        let layer_name = if name.is_empty() {
+            format!("({}) [{}]", kind.type_name(), self.layers.len())
+        } else {
+            name.to_string()
+        };
+        for t in inputs.iter().flatten() {
+            self.check_tensor(*t).map_err(|_| NetworkError::Layer {
+                layer: layer_name.clone(),
+                tensor: format!("#{}", t.0),
+                rule: "input tensor does not belong to this network".into(),
+            })?;
+        }
+        if let LayerKind::Constant { weights } = &kind {
+            if weights.0 >= self.weights.len() {
+                return Err(NetworkError::Layer {
+                    layer: layer_name,
+                    tensor: String::new(),
+                    rule: format!("weights blob #{} does not exist", weights.0),
+                });
+            }
+        }
+        let facts: Vec<Option<Fact>> = inputs
+            .iter()
+            .map(|t| t.map(|t| self.fact(t)))
+            .collect();
+        let out = infer_layer(&kind, &facts, &|w| self.weights_blob(w)).map_err(|e: InferError| {
+            NetworkError::Layer {
+                layer: layer_name.clone(),
+                tensor: e
+                    .input
+                    .and_then(|i| inputs.get(i).copied().flatten())
+                    .map(|t| self.tensors[t.0].name.clone())
+                    .unwrap_or_default(),
+                rule: e.rule,
+            }
+        })?;
+        let layer_id = LayerId(self.layers.len());
+        let mut outputs = Vec::with_capacity(out.len());
+        for (i, o) in out.into_iter().enumerate() {
+            let suffix = if i == 0 { "output".to_string() } else { format!("output {i}") };
+            let id = self.push_tensor(TensorDesc {
+                name: self.unique_tensor_name(&format!("{layer_name} {suffix}")),
+                dtype: o.dtype,
+                shape: o.shape,
+                producer: Some((layer_id, i)),
+                format: TensorFormat::Linear,
+                value: o.value.map(Arc::new),
+            });
+            outputs.push(id);
+        }
+        self.layers.push(Layer { name: layer_name, kind, inputs, outputs });
+        Ok(layer_id)
+    }
+
+    /// Re-validates a layer under a new kind and updates its outputs in place.
+    pub(crate) fn reinfer_layer(&mut self, layer: LayerId, kind: LayerKind) -> Result<(), NetworkError> {
+        let l = &self.layers[layer.0];
+        let facts: Vec<Option<Fact>> = l.inputs.iter().map(|t| t.map(|t| self.fact(t))).collect();
+        let out = infer_layer(&kind, &facts, &|w| self.weights_blob(w)).map_err(|e| NetworkError::Layer {
+            layer: l.name.clone(),
+            tensor: String::new(),
+            rule: e.rule,
+        })?;
+        if out.len() != l.outputs.len() {
+            return Err(NetworkError::Layer {
+                layer: l.name.clone(),
+                tensor: String::new(),
+                rule: "the new parameters change the number of outputs".into(),
+            });
+        }
+        for (t, o) in l.outputs.clone().into_iter().zip(out) {
+            let d = &mut self.tensors[t.0];
+            d.dtype = o.dtype;
+            d.shape = o.shape;
+            d.value = o.value.map(Arc::new);
+        }
+        self.layers[layer.0].kind = kind;
+        Ok(())
+    }
+
+    /// The build-time fact (type, shape, known value) of a tensor.
+    pub fn fact(&self, t: TensorId) -> Fact<'_> {
+        let d = &self.tensors[t.0];
+        Fact { dtype: d.dtype, shape: &d.shape, value: d.value.as_deref() }
+    }
+
+    fn push_tensor(&mut self, desc: TensorDesc) -> TensorId {
+        self.tensors.push(desc);
+        TensorId(self.tensors.len() - 1)
+    }
+
+    fn unique_tensor_name(&self, base: &str) -> String {
+        if self.find_tensor(base).is_none() {
+            return base.to_string();
+        }
+        (1..).map(|i| format!("{base} ({i})")).find(|n| self.find_tensor(n).is_none()).expect("unbounded")
+    }
+
+    fn check_tensor(&self, t: TensorId) -> Result<(), NetworkError> {
+        if t.0 < self.tensors.len() {
+            Ok(())
+        } else {
+            Err(NetworkError::UnknownTensor { id: t.0 })
+        }
+    }
+
+    /// Checks the whole network: at least one output, every output produced by a layer,
+    /// names unique.
+    pub fn validate(&self) -> Result<(), NetworkError> {
+        if self.outputs.is_empty() {
+            return Err(NetworkError::NoOutputs);
+        }
+        let mut names = std::collections::HashSet::new();
+        for t in &self.tensors {
+            if !names.insert(t.name.as_str()) {
+                return Err(NetworkError::DuplicateTensorName { name: t.name.clone() });
+            }
+        }
+        Ok(())
+    }
+
+    /// A copy holding only the layers marked in `keep` (which must be closed under
+    /// "inputs of kept layers"), every network input, and the weights still referenced.
+    pub(crate) fn retain_layers(&self, keep: &[bool]) -> Network {
+        let mut out = Network::new(self.name.clone());
+        let mut tensor_map: Vec<Option<TensorId>> = vec![None; self.tensors.len()];
+        let mut weights_map: Vec<Option<WeightsId>> = vec![None; self.weights.len()];
+        for &t in &self.inputs {
+            let id = out.push_tensor(self.tensors[t.0].clone());
+            out.inputs.push(id);
+            tensor_map[t.0] = Some(id);
+        }
+        for (i, l) in self.layers.iter().enumerate().filter(|(i, _)| keep[*i]) {
+            let _ = i;
+            let mut kind = l.kind.clone();
+            if let LayerKind::Constant { weights } = &mut kind {
+                let new = *weights_map[weights.0].get_or_insert_with(|| {
+                    out.weights.push(self.weights[weights.0].clone());
+                    WeightsId(out.weights.len() - 1)
+                });
+                *weights = new;
+            }
+            let layer_id = LayerId(out.layers.len());
+            let inputs = l.inputs.iter().map(|t| t.map(|t| tensor_map[t.0].expect("kept layers read kept tensors"))).collect();
+            let outputs = l
+                .outputs
+                .iter()
+                .enumerate()
+                .map(|(slot, &t)| {
+                    let mut desc = self.tensors[t.0].clone();
+                    desc.producer = Some((layer_id, slot));
+                    let id = out.push_tensor(desc);
+                    tensor_map[t.0] = Some(id);
+                    id
+                })
+                .collect();
+            out.layers.push(Layer { name: l.name.clone(), kind, inputs, outputs });
+        }
+        out.outputs = self.outputs.iter().map(|t| tensor_map[t.0].expect("outputs are live")).collect();
+        out
+    }
+
+    /// Restores the weights table after deserializing a plan (engine loading).
+    pub(crate) fn set_weights(&mut self, weights: Vec<HostTensor>) -> Result<(), String> {
+        self.weights = weights.into_iter().map(Arc::new).collect();
+        for (i, l) in self.layers.iter().enumerate() {
+            if let LayerKind::Constant { weights } = l.kind {
+                if weights.0 >= self.weights.len() {
+                    return Err(format!("layer #{i} refers to missing weights blob #{}", weights.0));
+                }
+            }
+        }
+        for t in &mut self.tensors {
+            if let Some((lid, _)) = t.producer {
+                if let Some(LayerKind::Constant { weights }) = self.layers.get(lid.0).map(|l| &l.kind) {
+                    t.value = Some(self.weights[weights.0].clone());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the structural invariants a deserialized plan must hold, so that a hostile
+    /// file cannot make later stages index out of bounds.
+    pub(crate) fn check_structure(&self) -> Result<(), String> {
+        let nt = self.tensors.len();
+        for (i, l) in self.layers.iter().enumerate() {
+            for t in l.inputs.iter().flatten() {
+                if t.0 >= nt {
+                    return Err(format!("layer #{i} `{}` reads missing tensor #{}", l.name, t.0));
+                }
+                if let Some((p, _)) = self.tensors[t.0].producer {
+                    if p.0 >= i {
+                        return Err(format!("layer #{i} `{}` reads a tensor produced later", l.name));
+                    }
+                }
+            }
+            for (slot, t) in l.outputs.iter().enumerate() {
+                if t.0 >= nt || self.tensors[t.0].producer != Some((LayerId(i), slot)) {
+                    return Err(format!("layer #{i} `{}` has an inconsistent output #{slot}", l.name));
+                }
+            }
+        }
+        for t in self.inputs.iter().chain(&self.outputs) {
+            if t.0 >= nt {
+                return Err(format!("network I/O refers to missing tensor #{}", t.0));
+            }
+        }
+        for t in &self.tensors {
+            if let Some((p, slot)) = t.producer {
+                if self.layers.get(p.0).and_then(|l| l.outputs.get(slot)).is_none() {
+                    return Err(format!("tensor `{}` names a missing producer", t.name));
+                }
+            }
+        }
+        Ok(())
+    }
+}

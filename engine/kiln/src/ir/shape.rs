@@ -1,0 +1,123 @@
+//! Tensor dimensions: fixed, named (symbolic) or unknown until run time.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// One dimension of a tensor shape as known at build time.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Dim {
+    /// A length fixed at build time (0 is legal: empty tensors).
+    Fixed(usize),
+    /// A dynamic length with a name; two dims with the same name are equal at run time.
+    Named(String),
+    /// A dynamic length computed at run time (e.g. from a shape tensor).
+    Unknown,
+}
+
+impl Dim {
+    pub fn fixed(&self) -> Option<usize> {
+        match self {
+            Dim::Fixed(n) => Some(*n),
+            _ => None,
+        }
+    }
+
+    pub fn is_fixed(&self) -> bool {
+        matches!(self, Dim::Fixed(_))
+    }
+
+    /// Whether two dims are provably equal at build time.
+    pub fn same_as(&self, other: &Dim) -> bool {
+        match (self, other) {
+            (Dim::Fixed(a), Dim::Fixed(b)) => a == b,
+            (Dim::Named(a), Dim::Named(b)) => a == b,
+            _ => false,
+        }
+    }
+
+    /// Whether two dims are provably different at build time.
+    pub fn differs_from(&self, other: &Dim) -> bool {
+        matches!((self, other), (Dim::Fixed(a), Dim::Fixed(b)) if a != b)
+    }
+}
+
+impl fmt::Display for Dim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Dim::Fixed(n) => write!(f, "{n}"),
+            Dim::Named(s) => write!(f, "{s}"),
+            Dim::Unknown => write!(f, "?"),
+        }
+    }
+}
+
+impl From<usize> for Dim {
+    fn from(n: usize) -> Dim {
+        Dim::Fixed(n)
+    }
+}
+
+/// A tensor shape: a list of dims (the rank is always known).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct Shape(pub Vec<Dim>);
+
+impl Shape {
+    pub fn fixed(dims: &[usize]) -> Shape {
+        Shape(dims.iter().map(|&d| Dim::Fixed(d)).collect())
+    }
+
+    pub fn rank(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn dims(&self) -> &[Dim] {
+        &self.0
+    }
+
+    /// All dims as numbers when every one is fixed.
+    pub fn as_fixed(&self) -> Option<Vec<usize>> {
+        self.0.iter().map(Dim::fixed).collect()
+    }
+
+    /// Element count when every dim is fixed.
+    pub fn volume(&self) -> Option<usize> {
+        self.as_fixed().map(|d| d.iter().product())
+    }
+
+    /// TensorRT-style text: `[1,3,224,224]`, `[N,3,?,?]`.
+    pub fn text(&self) -> String {
+        let inner: Vec<String> = self.0.iter().map(|d| d.to_string()).collect();
+        format!("[{}]", inner.join(","))
+    }
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text())
+    }
+}
+
+impl From<&[usize]> for Shape {
+    fn from(dims: &[usize]) -> Shape {
+        Shape::fixed(dims)
+    }
+}
+
+impl<const N: usize> From<[usize; N]> for Shape {
+    fn from(dims: [usize; N]) -> Shape {
+        Shape::fixed(&dims)
+    }
+}
+
+impl From<Vec<Dim>> for Shape {
+    fn from(dims: Vec<Dim>) -> Shape {
+        Shape(dims)
+    }
+}
+
+/// Normalizes a possibly negative axis against `rank` (ONNX/TensorRT convention).
+pub fn normalize_axis(axis: i64, rank: usize) -> Option<usize> {
+    let r = rank as i64;
+    let a = if axis < 0 { axis + r } else { axis };
+    (0..r).contains(&a).then_some(a as usize)
+}

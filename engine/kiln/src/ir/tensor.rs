@@ -1,0 +1,299 @@
+//! Host tensors: dense, row-major, typed element storage.
+
+use super::dtype::DataType;
+use half::{bf16, f16};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Typed element storage of a host tensor.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+pub enum TensorData {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+    BF16(Vec<bf16>),
+    F64(Vec<f64>),
+    I8(Vec<i8>),
+    I16(Vec<i16>),
+    I32(Vec<i32>),
+    I64(Vec<i64>),
+    U8(Vec<u8>),
+    U16(Vec<u16>),
+    U32(Vec<u32>),
+    U64(Vec<u64>),
+    Bool(Vec<bool>),
+}
+
+/// Applies `$body` to the typed vector inside a [`TensorData`], binding it as `$v`.
+/// Every arm is monomorphic, so `$body` may use the element type generically.
+#[macro_export]
+macro_rules! dispatch_data {
+    ($data:expr, $v:ident => $body:expr) => {
+        match $data {
+            $crate::TensorData::F32($v) => $body,
+            $crate::TensorData::F16($v) => $body,
+            $crate::TensorData::BF16($v) => $body,
+            $crate::TensorData::F64($v) => $body,
+            $crate::TensorData::I8($v) => $body,
+            $crate::TensorData::I16($v) => $body,
+            $crate::TensorData::I32($v) => $body,
+            $crate::TensorData::I64($v) => $body,
+            $crate::TensorData::U8($v) => $body,
+            $crate::TensorData::U16($v) => $body,
+            $crate::TensorData::U32($v) => $body,
+            $crate::TensorData::U64($v) => $body,
+            $crate::TensorData::Bool($v) => $body,
+        }
+    };
+}
+
+impl TensorData {
+    pub fn dtype(&self) -> DataType {
+        match self {
+            TensorData::F32(_) => DataType::F32,
+            TensorData::F16(_) => DataType::F16,
+            TensorData::BF16(_) => DataType::BF16,
+            TensorData::F64(_) => DataType::F64,
+            TensorData::I8(_) => DataType::I8,
+            TensorData::I16(_) => DataType::I16,
+            TensorData::I32(_) => DataType::I32,
+            TensorData::I64(_) => DataType::I64,
+            TensorData::U8(_) => DataType::U8,
+            TensorData::U16(_) => DataType::U16,
+            TensorData::U32(_) => DataType::U32,
+            TensorData::U64(_) => DataType::U64,
+            TensorData::Bool(_) => DataType::Bool,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        dispatch_data!(self, v => v.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// `len` zero-valued elements of `dtype`.
+    pub fn zeros(dtype: DataType, len: usize) -> TensorData {
+        match dtype {
+            DataType::F32 => TensorData::F32(vec![0.0; len]),
+            DataType::F16 => TensorData::F16(vec![f16::ZERO; len]),
+            DataType::BF16 => TensorData::BF16(vec![bf16::ZERO; len]),
+            DataType::F64 => TensorData::F64(vec![0.0; len]),
+            DataType::I8 => TensorData::I8(vec![0; len]),
+            DataType::I16 => TensorData::I16(vec![0; len]),
+            DataType::I32 => TensorData::I32(vec![0; len]),
+            DataType::I64 => TensorData::I64(vec![0; len]),
+            DataType::U8 => TensorData::U8(vec![0; len]),
+            DataType::U16 => TensorData::U16(vec![0; len]),
+            DataType::U32 => TensorData::U32(vec![0; len]),
+            DataType::U64 => TensorData::U64(vec![0; len]),
+            DataType::Bool => TensorData::Bool(vec![false; len]),
+        }
+    }
+
+    /// Little-endian bytes of the elements (bool as 0/1 bytes).
+    pub fn to_le_bytes(&self) -> Vec<u8> {
+        match self {
+            TensorData::Bool(v) => v.iter().map(|&b| b as u8).collect(),
+            TensorData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            TensorData::F16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            TensorData::BF16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            TensorData::F64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            TensorData::I8(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            TensorData::I16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            TensorData::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            TensorData::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            TensorData::U8(v) => v.clone(),
+            TensorData::U16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            TensorData::U32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            TensorData::U64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        }
+    }
+
+    /// Parses little-endian bytes; `None` when the byte count is not a whole number of
+    /// elements or a bool byte is not 0/1.
+    pub fn from_le_bytes(dtype: DataType, bytes: &[u8]) -> Option<TensorData> {
+        let size = dtype.size_bytes();
+        if bytes.len() % size != 0 {
+            return None;
+        }
+        macro_rules! parse {
+            ($variant:ident, $t:ty) => {
+                TensorData::$variant(
+                    bytes
+                        .chunks_exact(size)
+                        .map(|c| <$t>::from_le_bytes(c.try_into().expect("chunk of element size")))
+                        .collect(),
+                )
+            };
+        }
+        Some(match dtype {
+            DataType::F32 => parse!(F32, f32),
+            DataType::F16 => parse!(F16, f16),
+            DataType::BF16 => parse!(BF16, bf16),
+            DataType::F64 => parse!(F64, f64),
+            DataType::I8 => parse!(I8, i8),
+            DataType::I16 => parse!(I16, i16),
+            DataType::I32 => parse!(I32, i32),
+            DataType::I64 => parse!(I64, i64),
+            DataType::U8 => TensorData::U8(bytes.to_vec()),
+            DataType::U16 => parse!(U16, u16),
+            DataType::U32 => parse!(U32, u32),
+            DataType::U64 => parse!(U64, u64),
+            DataType::Bool => TensorData::Bool(
+                bytes
+                    .iter()
+                    .map(|&b| match b {
+                        0 => Some(false),
+                        1 => Some(true),
+                        _ => None,
+                    })
+                    .collect::<Option<Vec<bool>>>()?,
+            ),
+        })
+    }
+}
+
+/// A dense row-major tensor in host memory.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostTensor {
+    shape: Vec<usize>,
+    data: TensorData,
+}
+
+/// Error building a [`HostTensor`] whose element count disagrees with its shape.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("shape {shape:?} holds {expected} elements but {actual} were given")]
+pub struct ShapeMismatch {
+    pub shape: Vec<usize>,
+    pub expected: usize,
+    pub actual: usize,
+}
+
+impl HostTensor {
+    pub fn new(shape: Vec<usize>, data: TensorData) -> Result<HostTensor, ShapeMismatch> {
+        let expected = shape.iter().product::<usize>();
+        if expected != data.len() {
+            return Err(ShapeMismatch { shape, expected, actual: data.len() });
+        }
+        Ok(HostTensor { shape, data })
+    }
+
+    /// A zero-filled tensor.
+    pub fn zeros(dtype: DataType, shape: Vec<usize>) -> HostTensor {
+        let n = shape.iter().product();
+        HostTensor { shape, data: TensorData::zeros(dtype, n) }
+    }
+
+    pub fn from_f32(shape: Vec<usize>, values: Vec<f32>) -> Result<HostTensor, ShapeMismatch> {
+        HostTensor::new(shape, TensorData::F32(values))
+    }
+
+    pub fn from_i64(shape: Vec<usize>, values: Vec<i64>) -> Result<HostTensor, ShapeMismatch> {
+        HostTensor::new(shape, TensorData::I64(values))
+    }
+
+    /// A 0-D tensor.
+    pub fn scalar(data: TensorData) -> Result<HostTensor, ShapeMismatch> {
+        HostTensor::new(vec![], data)
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    pub fn dtype(&self) -> DataType {
+        self.data.dtype()
+    }
+
+    pub fn data(&self) -> &TensorData {
+        &self.data
+    }
+
+    pub fn into_data(self) -> TensorData {
+        self.data
+    }
+
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    pub fn size_bytes(&self) -> usize {
+        self.len() * self.dtype().size_bytes()
+    }
+
+    /// The same elements under another shape with the same element count.
+    pub fn reshaped(self, shape: Vec<usize>) -> Result<HostTensor, ShapeMismatch> {
+        HostTensor::new(shape, self.data)
+    }
+
+    pub fn as_f32(&self) -> Option<&[f32]> {
+        match &self.data {
+            TensorData::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Elements as i64, for index and shape tensors of any integer type.
+    pub fn to_i64_vec(&self) -> Option<Vec<i64>> {
+        Some(match &self.data {
+            TensorData::I8(v) => v.iter().map(|&x| x as i64).collect(),
+            TensorData::I16(v) => v.iter().map(|&x| x as i64).collect(),
+            TensorData::I32(v) => v.iter().map(|&x| x as i64).collect(),
+            TensorData::I64(v) => v.clone(),
+            TensorData::U8(v) => v.iter().map(|&x| x as i64).collect(),
+            TensorData::U16(v) => v.iter().map(|&x| x as i64).collect(),
+            TensorData::U32(v) => v.iter().map(|&x| x as i64).collect(),
+            TensorData::U64(v) => v.iter().map(|&x| i64::try_from(x).ok()).collect::<Option<_>>()?,
+            _ => return None,
+        })
+    }
+
+    /// Elements widened to f64 (bool as 0/1), for comparisons and summaries.
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        match &self.data {
+            TensorData::F32(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::F16(v) => v.iter().map(|x| x.to_f64()).collect(),
+            TensorData::BF16(v) => v.iter().map(|x| x.to_f64()).collect(),
+            TensorData::F64(v) => v.clone(),
+            TensorData::I8(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::I16(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::I32(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::I64(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::U8(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::U16(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::U32(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::U64(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::Bool(v) => v.iter().map(|&x| x as u8 as f64).collect(),
+        }
+    }
+}
+
+impl fmt::Debug for HostTensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const SHOWN: usize = 8;
+        let values = self.to_f64_vec();
+        write!(f, "HostTensor<{}>{:?} [", self.dtype(), self.shape)?;
+        for (i, v) in values.iter().take(SHOWN).enumerate() {
+            if i > 0 {
+                write!(f, ", ")?;
+            }
+            write!(f, "{v}")?;
+        }
+        if values.len() > SHOWN {
+            write!(f, ", … {} more", values.len() - SHOWN)?;
+        }
+        write!(f, "]")
+    }
+}
+
+impl fmt::Debug for TensorData {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TensorData<{}>(len {})", self.dtype(), self.len())
+    }
+}

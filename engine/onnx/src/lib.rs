@@ -1,0 +1,2 @@
+//! ONNX importer: ONNX protobuf → kiln Network.
+#![forbid(unsafe_code)]
