@@ -7,6 +7,9 @@
 mod spatial;
 mod structural;
 
+pub use spatial::window_output;
+pub use structural::{resolve_reshape, resolve_slice, SliceAxis};
+
 use super::dtype::DataType;
 use super::layer::{ActivationKind, ElementwiseOp, LayerKind, MatrixOp, UnaryOp, WeightsId};
 use super::shape::{Dim, Shape};

@@ -22,7 +22,7 @@ fn positive(name: &str, values: &[usize]) -> InferResult<()> {
 }
 
 /// Output length of a sliding window; `None` when the window does not fit.
-pub(crate) fn window_output(
+pub fn window_output(
     input: usize,
     pre: usize,
     post: usize,
