@@ -135,9 +135,12 @@ fn read_u32(bytes: &[u8], at: usize, what: &str) -> Result<u32, EngineFileError>
     Ok(u32::from_le_bytes(b.try_into().expect("4 bytes")))
 }
 
+/// The sections of a file, in header order, borrowing its bytes.
+pub type Sections<'a> = Vec<(SectionKind, &'a [u8])>;
+
 /// Parses and checks the header and every section's bounds and checksum; returns the
 /// header and the sections' bytes in header order.
-pub fn read_file(bytes: &[u8]) -> Result<(EngineHeader, Vec<(SectionKind, &[u8])>), EngineFileError> {
+pub fn read_file(bytes: &[u8]) -> Result<(EngineHeader, Sections<'_>), EngineFileError> {
     if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
         return if bytes.len() < MAGIC.len() && MAGIC.starts_with(bytes) {
             Err(EngineFileError::Truncated(format!("only {} bytes", bytes.len())))

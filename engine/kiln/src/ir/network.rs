@@ -308,8 +308,7 @@ impl Network {
             out.inputs.push(id);
             tensor_map[t.0] = Some(id);
         }
-        for (i, l) in self.layers.iter().enumerate().filter(|(i, _)| keep[*i]) {
-            let _ = i;
+        for (_, l) in self.layers.iter().enumerate().filter(|(i, _)| keep[*i]) {
             let mut kind = l.kind.clone();
             if let LayerKind::Constant { weights } = &mut kind {
                 let new = *weights_map[weights.0].get_or_insert_with(|| {

@@ -48,26 +48,53 @@ pub fn resolve_reshape(input: &[Dim], dims: &[i64], zero_is_placeholder: bool) -
             d => Dim::Fixed(d as usize),
         });
     }
-    let in_volume: Option<usize> = input.iter().map(Dim::fixed).product();
-    let known: Option<usize> = out
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| Some(*i) != infer_at)
-        .map(|(_, d)| d.fixed())
-        .product();
-    match (infer_at, in_volume, known) {
-        (Some(i), Some(v), Some(k)) => {
-            if k == 0 || v % k != 0 {
-                return Err(format!("cannot infer the -1 in {dims:?}: {v} elements do not split by {k}"));
-            }
-            out[i] = Dim::Fixed(v / k);
-        }
-        (None, Some(v), Some(k)) if v != k => {
+    if let Some(i) = infer_at {
+        out[i] = infer_minus_one(input, &out, i).map_err(|v| format!("cannot infer the -1 in {dims:?}: {v}"))?;
+    } else if let (Some(v), Some(k)) = (Shape(input.to_vec()).volume(), Shape(out.clone()).volume()) {
+        if v != k {
             return Err(format!("cannot reshape {v} elements into {dims:?} ({k} elements)"));
         }
-        _ => {}
     }
     Ok(out)
+}
+
+/// The dim a `-1` stands for: the input's volume divided by the other output dims, with
+/// named dims cancelling by name so `[N,3,4] -> [0,-1]` gives `[N,12]`.
+fn infer_minus_one(input: &[Dim], out: &[Dim], at: usize) -> Result<Dim, String> {
+    let mut names: Vec<&str> = Vec::new();
+    let mut fixed_in = 1usize;
+    for d in input {
+        match d {
+            Dim::Fixed(n) => fixed_in *= n,
+            Dim::Named(s) => names.push(s),
+            Dim::Unknown => return Ok(Dim::Unknown),
+        }
+    }
+    let mut fixed_out = 1usize;
+    for (_, d) in out.iter().enumerate().filter(|(i, _)| *i != at) {
+        match d {
+            Dim::Fixed(n) => fixed_out *= n,
+            Dim::Named(s) => match names.iter().position(|n| n == s) {
+                Some(p) => {
+                    names.swap_remove(p);
+                }
+                None => return Ok(Dim::Unknown),
+            },
+            Dim::Unknown => return Ok(Dim::Unknown),
+        }
+    }
+    if fixed_out == 0 || fixed_in % fixed_out != 0 {
+        if names.is_empty() {
+            return Err(format!("{fixed_in} elements do not split by {fixed_out}"));
+        }
+        return Ok(Dim::Unknown);
+    }
+    let quotient = fixed_in / fixed_out;
+    Ok(match names.as_slice() {
+        [] => Dim::Fixed(quotient),
+        [name] if quotient == 1 => Dim::Named(name.to_string()),
+        _ => Dim::Unknown,
+    })
 }
 
 pub(super) fn shuffle(ins: &Inputs, p: &ShuffleParams) -> InferResult<Vec<OutFact>> {

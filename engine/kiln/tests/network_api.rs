@@ -1,0 +1,165 @@
+//! The network-definition API: shape/type inference and eager validation errors.
+
+use kiln::*;
+
+fn conv_net() -> (Network, TensorId) {
+    let mut net = Network::new("t");
+    let x = net.add_input("x", DataType::F32, [1, 3, 8, 8]).unwrap();
+    (net, x)
+}
+
+#[test]
+fn convolution_and_pooling_shapes_follow_params() {
+    let (mut net, x) = conv_net();
+    let conv = net.add_convolution(x, 4, &[3, 3], TensorData::F32(vec![0.1; 4 * 3 * 9]), None).unwrap();
+    assert_eq!(net.tensor(net.output(conv, 0)).shape, Shape::fixed(&[1, 4, 6, 6]));
+    let params = ConvolutionParams {
+        groups: 1,
+        strides: vec![2, 2],
+        dilations: vec![1, 1],
+        pre_padding: vec![1, 1],
+        post_padding: vec![1, 1],
+    };
+    net.set_convolution_params(conv, params).unwrap();
+    assert_eq!(net.tensor(net.output(conv, 0)).shape, Shape::fixed(&[1, 4, 4, 4]));
+    let pool = net.add_pooling(net.output(conv, 0), PoolingKind::Max, &[2, 2]).unwrap();
+    assert_eq!(net.tensor(net.output(pool, 0)).shape, Shape::fixed(&[1, 4, 3, 3]));
+}
+
+#[test]
+fn params_cannot_change_after_the_output_is_used() {
+    let (mut net, x) = conv_net();
+    let pool = net.add_pooling(x, PoolingKind::Average, &[2, 2]).unwrap();
+    net.add_activation(net.output(pool, 0), ActivationKind::Relu).unwrap();
+    let mut params = match &net.layer(pool).kind {
+        LayerKind::Pooling(p) => p.clone(),
+        _ => unreachable!(),
+    };
+    params.strides = vec![2, 2];
+    let err = net.set_pooling_params(pool, params).unwrap_err().to_string();
+    assert!(err.contains("only before the layer's output is used"), "{err}");
+}
+
+#[test]
+fn channel_mismatch_names_layer_tensor_and_rule() {
+    let mut net = Network::new("t");
+    let x = net.add_input("image", DataType::F32, [1, 3, 8, 8]).unwrap();
+    let w = net.add_constant(&[4, 2, 3, 3], TensorData::F32(vec![0.0; 72])).unwrap();
+    let w = net.output(w, 0);
+    let params = ConvolutionParams {
+        groups: 1,
+        strides: vec![1, 1],
+        dilations: vec![1, 1],
+        pre_padding: vec![0, 0],
+        post_padding: vec![0, 0],
+    };
+    let err = net.add_layer("conv1", LayerKind::Convolution(params), vec![Some(x), Some(w)]).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("layer `conv1`"), "{text}");
+    assert!(text.contains("input has 3 channels but the kernel expects 2"), "{text}");
+    assert!(matches!(err, NetworkError::Layer { .. }));
+}
+
+#[test]
+fn elementwise_broadcasting_and_errors() {
+    let mut net = Network::new("t");
+    let a = net.add_input("a", DataType::F32, [1, 4, 5]).unwrap();
+    let b = net.add_input("b", DataType::F32, [3, 1, 5]).unwrap();
+    let c = net.add_input("c", DataType::F32, [3, 2, 5]).unwrap();
+    let i = net.add_input("i", DataType::I32, [5]).unwrap();
+    let sum = net.add_elementwise(a, b, ElementwiseOp::Sum).unwrap();
+    assert_eq!(net.tensor(net.output(sum, 0)).shape, Shape::fixed(&[3, 4, 5]));
+    let less = net.add_elementwise(a, b, ElementwiseOp::Less).unwrap();
+    assert_eq!(net.tensor(net.output(less, 0)).dtype, DataType::Bool);
+    let err = net.add_elementwise(a, c, ElementwiseOp::Sum).unwrap_err().to_string();
+    assert!(err.contains("do not broadcast"), "{err}");
+    let err = net.add_elementwise(a, i, ElementwiseOp::Prod).unwrap_err().to_string();
+    assert!(err.contains("same type"), "{err}");
+}
+
+#[test]
+fn empty_tensors_follow_the_general_rules() {
+    // Seed §6.10: a zero-length dim behaves like any other length.
+    let mut net = Network::new("t");
+    let a = net.add_input("a", DataType::F32, [2, 0, 3]).unwrap();
+    let b = net.add_input("b", DataType::F32, [2, 4, 3]).unwrap();
+    let cat = net.add_concatenation(&[a, b], 1).unwrap();
+    assert_eq!(net.tensor(net.output(cat, 0)).shape, Shape::fixed(&[2, 4, 3]));
+    let c = net.add_input("c", DataType::F32, [1, 0, 1]).unwrap();
+    let d = net.add_input("d", DataType::F32, [5, 1, 3]).unwrap();
+    let sum = net.add_elementwise(c, d, ElementwiseOp::Sum).unwrap();
+    assert_eq!(net.tensor(net.output(sum, 0)).shape, Shape::fixed(&[5, 0, 3]));
+}
+
+#[test]
+fn matrix_multiply_ops_and_batch_broadcast() {
+    let mut net = Network::new("t");
+    let a = net.add_input("a", DataType::F32, [2, 1, 3, 4]).unwrap();
+    let b = net.add_input("b", DataType::F32, [5, 6, 4]).unwrap();
+    let v = net.add_input("v", DataType::F32, [4]).unwrap();
+    let mm = net.add_matrix_multiply(a, MatrixOp::None, b, MatrixOp::Transpose).unwrap();
+    assert_eq!(net.tensor(net.output(mm, 0)).shape, Shape::fixed(&[2, 5, 3, 6]));
+    let mv = net.add_matrix_multiply(a, MatrixOp::None, v, MatrixOp::Vector).unwrap();
+    assert_eq!(net.tensor(net.output(mv, 0)).shape, Shape::fixed(&[2, 1, 3]));
+    let err = net.add_matrix_multiply(a, MatrixOp::None, b, MatrixOp::None).unwrap_err().to_string();
+    assert!(err.contains("inner dimensions differ"), "{err}");
+}
+
+#[test]
+fn symbolic_dims_propagate_and_reshape_infers() {
+    let mut net = Network::new("t");
+    let x = net.add_input("x", DataType::F32, Shape(vec![Dim::Named("N".into()), Dim::Fixed(3), Dim::Fixed(4)])).unwrap();
+    let r = net.add_reshape(x, &[0, -1]).unwrap();
+    assert_eq!(net.tensor(net.output(r, 0)).shape, Shape(vec![Dim::Named("N".into()), Dim::Fixed(12)]));
+    let shape = net.add_shape(x).unwrap();
+    let s = net.tensor(net.output(shape, 0));
+    assert_eq!((s.dtype, s.shape.clone()), (DataType::I64, Shape::fixed(&[3])));
+    assert!(s.value.is_none(), "the shape of a dynamic tensor is not known at build time");
+    let err = net.add_reshape(x, &[5, -1, -1]).unwrap_err().to_string();
+    assert!(err.contains("more than one -1"), "{err}");
+}
+
+#[test]
+fn constant_shapes_fold_through_shape_layers() {
+    let mut net = Network::new("t");
+    let x = net.add_input("x", DataType::F32, [2, 3]).unwrap();
+    let shape = net.add_shape(x).unwrap();
+    let v = net.tensor(net.output(shape, 0)).value.clone().expect("fixed shape is known");
+    assert_eq!(v.to_i64_vec().unwrap(), vec![2, 3]);
+    let fill = net
+        .add_layer("zeros", LayerKind::Fill { value: HostTensor::scalar(TensorData::F32(vec![0.0])).unwrap() }, vec![Some(net.output(shape, 0))])
+        .unwrap();
+    assert_eq!(net.tensor(net.output(fill, 0)).shape, Shape::fixed(&[2, 3]));
+}
+
+#[test]
+fn slice_follows_onnx_clamping() {
+    let mut net = Network::new("t");
+    let x = net.add_input("x", DataType::F32, [10, 6]).unwrap();
+    let s = net.add_slice(x, &[-3, 100], &[i64::MAX, -100], &[0, 1], &[1, -2]).unwrap();
+    assert_eq!(net.tensor(net.output(s, 0)).shape, Shape::fixed(&[3, 3]));
+}
+
+#[test]
+fn duplicate_names_and_missing_outputs_are_rejected() {
+    let mut net = Network::new("t");
+    net.add_input("x", DataType::F32, [1]).unwrap();
+    assert!(matches!(net.add_input("x", DataType::F32, [1]), Err(NetworkError::DuplicateTensorName { .. })));
+    assert_eq!(net.validate(), Err(NetworkError::NoOutputs));
+}
+
+#[test]
+fn dump_lists_inputs_layers_and_outputs() {
+    let mut net = Network::new("tiny");
+    let x = net.add_input("x", DataType::F16, Shape(vec![Dim::Named("N".into()), Dim::Fixed(4)])).unwrap();
+    let relu = net.add_activation(x, ActivationKind::Relu).unwrap();
+    net.set_layer_name(relu, "relu1");
+    net.set_tensor_name(net.output(relu, 0), "y").unwrap();
+    net.mark_output(net.output(relu, 0)).unwrap();
+    let dump = net.dump();
+    let expected = "network `tiny`: 1 inputs, 1 outputs, 1 layers, 0 weights blobs\n\
+                    input  `x`: f16[N,4] LINEAR\n\
+                    [0] `relu1` Activation {Activation { kind: Relu }} (`x`) -> `y`: f16[N,4]\n\
+                    output `y`: f16[N,4] LINEAR\n";
+    assert_eq!(dump, expected);
+}
