@@ -1,2 +1,109 @@
-//! The cpu reference backend.
+//! The cpu reference backend: interprets a network layer by layer on the host.
+//!
+//! It is the oracle that the GPU backends are checked against, so its kernels favour
+//! clarity and exactness: every output shape comes from kiln's shape inference, float
+//! kernels compute f16/bf16 in f32 (reductions and statistics in f64) and round once, and
+//! integer arithmetic wraps. Matrix products and convolutions go through `matrixmultiply`.
+//! Failures (an index out of range, a failed assertion, an integer division by zero) are
+//! [`BackendError::Execution`] errors naming the layer, never panics.
 #![forbid(unsafe_code)]
+
+mod element;
+mod exec;
+mod kernels;
+mod layout;
+
+use exec::CpuExecutable;
+use kiln::{Backend, BackendError, DataType, DeviceFingerprint, Executable, Layer, LayerKind, Network, ResizeMode};
+
+/// The cpu backend.
+#[derive(Clone, Debug)]
+pub struct CpuBackend {
+    threads: usize,
+}
+
+impl CpuBackend {
+    pub fn new() -> CpuBackend {
+        CpuBackend { threads: std::thread::available_parallelism().map_or(1, usize::from) }
+    }
+}
+
+impl Default for CpuBackend {
+    fn default() -> CpuBackend {
+        CpuBackend::new()
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> &str {
+        "cpu"
+    }
+
+    fn device(&self) -> Result<DeviceFingerprint, BackendError> {
+        let arch = std::env::consts::ARCH;
+        Ok(DeviceFingerprint {
+            backend: "cpu".into(),
+            name: format!("{arch} cpu ({} threads)", self.threads),
+            compute_capability: arch.into(),
+            ..DeviceFingerprint::default()
+        })
+    }
+
+    fn check_support(&self, network: &Network) -> Result<(), BackendError> {
+        for layer in network.layers() {
+            if let Some(reason) = unsupported(network, layer) {
+                return Err(BackendError::Unsupported {
+                    backend: "cpu".into(),
+                    layer: layer.name.clone(),
+                    kind: layer.kind.type_name().into(),
+                    reason,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn prepare(&self, network: &Network) -> Result<Box<dyn Executable>, BackendError> {
+        self.check_support(network)?;
+        Ok(Box::new(CpuExecutable::new(network.clone())))
+    }
+}
+
+/// Why the cpu backend cannot run a layer, if it cannot: kinds it has no kernel for yet,
+/// and type combinations that shape inference admits but that have no meaning here.
+fn unsupported(network: &Network, layer: &Layer) -> Option<String> {
+    use LayerKind as K;
+    let input_type = |slot: usize| layer.inputs.get(slot).copied().flatten().map(|t| network.tensor(t).dtype);
+    match &layer.kind {
+        K::OneHot { .. } | K::Einsum { .. } => Some("this layer kind is not implemented by the cpu backend yet".into()),
+        K::TripLimit { .. }
+        | K::Iterator { .. }
+        | K::Recurrence { .. }
+        | K::LoopOutput { .. }
+        | K::Condition { .. }
+        | K::IfConditionalInput { .. }
+        | K::IfConditionalOutput { .. } => {
+            Some("loops and conditionals are not supported by the cpu backend yet".into())
+        }
+        K::Plugin(p) => Some(format!(
+            "plugin `{}::{}@{}`: plugins are not supported by the cpu backend yet",
+            p.namespace, p.name, p.version
+        )),
+        K::Reduce { op, .. }
+            if input_type(0) == Some(DataType::Bool) && !matches!(op, kiln::ReduceOp::Max | kiln::ReduceOp::Min) =>
+        {
+            Some(format!("Reduce {op:?} is not defined on bool (only Max and Min are)"))
+        }
+        K::CumulativeSum { .. } if input_type(0) == Some(DataType::Bool) => {
+            Some("a running sum is not defined on bool".into())
+        }
+        K::Resize(p) if p.mode != ResizeMode::Nearest && input_type(0) == Some(DataType::Bool) => {
+            Some(format!("{:?} interpolation is not defined on bool", p.mode))
+        }
+        K::Quantize { to, .. } if !to.is_integer() => Some(format!("Quantize produces integers, not {to}")),
+        K::Dequantize { .. } if input_type(0).is_some_and(|t| !t.is_integer()) => {
+            Some(format!("Dequantize reads integers, not {}", input_type(0).map_or(String::new(), |t| t.to_string())))
+        }
+        _ => None,
+    }
+}

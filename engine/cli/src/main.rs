@@ -1,1 +1,90 @@
-fn main() {}
+//! `kiln`: builds, runs and inspects kiln inference engines from the command line.
+//!
+//! Every failure ends as one `error: …` line on stderr and a non-zero exit status; a panic
+//! is a bug and is reported the same way (exit status 101) instead of a backtrace dump.
+#![forbid(unsafe_code)]
+
+mod backends;
+mod commands;
+mod inputs;
+mod model;
+mod npz;
+mod report;
+mod summary;
+
+use backends::BackendChoice;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Parser)]
+#[command(name = "kiln", version, about = "Build, run and inspect kiln inference engines")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run an ONNX model or a kiln engine file once and summarize its inputs and outputs.
+    Run(RunArgs),
+    /// Build an engine file from an ONNX model.
+    Build(BuildArgs),
+    /// Show what an engine file holds: device, inputs, outputs and every layer.
+    Inspect(InspectArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// An `.onnx` model or a kiln engine file (recognized by its magic bytes).
+    pub model: PathBuf,
+    /// The backend to run on; `auto` takes the first available of cuda, wgpu, cpu (for an
+    /// engine file: the backend it was built for).
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    pub backend: BackendChoice,
+    /// An `.npz` file with one array per network input, keyed by input name. Without it the
+    /// inputs are random (ChaCha8, seed 0).
+    #[arg(long, value_name = "IN.npz")]
+    pub inputs: Option<PathBuf>,
+    /// Writes every network output, keyed by output name, to this (uncompressed) `.npz` file.
+    #[arg(long, value_name = "OUT.npz")]
+    pub save_outputs: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct BuildArgs {
+    /// The ONNX model to build.
+    pub model: PathBuf,
+    /// Where to write the engine file.
+    #[arg(short, long, value_name = "ENGINE")]
+    pub output: PathBuf,
+    /// The backend to build for; `auto` takes the first available of cuda, wgpu, cpu.
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    pub backend: BackendChoice,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct InspectArgs {
+    /// The engine file to describe.
+    pub engine: PathBuf,
+    #[arg(long, value_enum, default_value_t = InspectFormat::Text)]
+    pub format: InspectFormat,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum InspectFormat {
+    Text,
+    Json,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(usage) => return report::usage_error(usage),
+    };
+    report::run_reporting_errors(move || match cli.command {
+        Command::Run(args) => commands::run::run(&args),
+        Command::Build(args) => commands::build::build(&args),
+        Command::Inspect(args) => commands::inspect::inspect(&args),
+    })
+}

@@ -123,7 +123,7 @@ pub fn infer_layer(
             for slot in [1, 2] {
                 let s = ins.req(slot)?;
                 ins.same_type(0, slot)?;
-                broadcast_shapes(&[x.shape, s.shape]).map_err(|r| InferError { input: Some(slot), rule: r })?;
+                broadcasts_onto(s.shape, x.shape, slot)?;
             }
             Ok(vec![OutFact::new(x.dtype, x.shape.clone())])
         }
@@ -157,7 +157,7 @@ pub fn infer_layer(
             ins.arity(2, 2)?;
             let x = ins.float(0)?;
             ins.same_type(0, 1)?;
-            broadcast_shapes(&[x.shape, ins.req(1)?.shape]).map_err(|r| InferError { input: Some(1), rule: r })?;
+            broadcasts_onto(ins.req(1)?.shape, x.shape, 1)?;
             Ok(vec![OutFact::new(x.dtype, x.shape.clone())])
         }
         K::Quantize { axis, to } => {
@@ -327,6 +327,16 @@ pub fn broadcast_shapes(shapes: &[&Shape]) -> Result<Shape, String> {
         out.push(acc);
     }
     Ok(Shape(out))
+}
+
+/// Unidirectional broadcasting: `param` must broadcast to `target` without growing it (the
+/// output has the target's shape), as ONNX PRelu's slope and normalization scale/bias.
+fn broadcasts_onto(param: &Shape, target: &Shape, slot: usize) -> InferResult<()> {
+    let b = broadcast_shapes(&[target, param]).map_err(|r| InferError { input: Some(slot), rule: r })?;
+    if b.rank() != target.rank() || b.dims().iter().zip(target.dims()).any(|(bd, td)| bd.differs_from(td)) {
+        return rule(Some(slot), format!("shape {param} must broadcast to {target} without enlarging it"));
+    }
+    Ok(())
 }
 
 fn broadcast_dim(a: &Dim, b: &Dim) -> Option<Dim> {

@@ -136,6 +136,11 @@ pub(super) fn deconvolution(ins: &Inputs, p: &DeconvolutionParams) -> InferResul
     if xd[1].differs_from(&wd[0]) {
         return rule(Some(1), format!("input has {} channels but the kernel has {}", xd[1], wd[0]));
     }
+    if let Some(c) = xd[1].fixed() {
+        if c % p.groups != 0 {
+            return rule(Some(0), format!("{c} input channels do not split into {} groups", p.groups));
+        }
+    }
     let maps = wd[1].fixed().map_or(Dim::Unknown, |k| Dim::Fixed(k * p.groups));
     check_bias(ins, &maps)?;
     let mut out = vec![xd[0].clone(), maps];

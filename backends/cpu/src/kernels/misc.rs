@@ -1,0 +1,248 @@
+//! Element conversions (Cast, Quantize, Dequantize), TopK, NonZero and Assertion.
+
+use super::{tensor, typed};
+use crate::element::{cast as cast_one, float_data, pack, Elem, FloatElem, IntElem, Real, Scalar};
+use crate::layout::{strides, Lanes};
+use half::{bf16, f16};
+use kiln::{dispatch_data, DataType, HostTensor, TensorData};
+use std::cmp::Ordering;
+
+fn cast_slice<S: Elem, D: Elem>(values: &[S]) -> TensorData {
+    pack(values.iter().map(|&x| cast_one::<S, D>(x)).collect::<Vec<D>>())
+}
+
+fn cast_from<S: Elem>(values: &[S], to: DataType) -> TensorData {
+    match to {
+        DataType::F32 => cast_slice::<S, f32>(values),
+        DataType::F16 => cast_slice::<S, f16>(values),
+        DataType::BF16 => cast_slice::<S, bf16>(values),
+        DataType::F64 => cast_slice::<S, f64>(values),
+        DataType::I8 => cast_slice::<S, i8>(values),
+        DataType::I16 => cast_slice::<S, i16>(values),
+        DataType::I32 => cast_slice::<S, i32>(values),
+        DataType::I64 => cast_slice::<S, i64>(values),
+        DataType::U8 => cast_slice::<S, u8>(values),
+        DataType::U16 => cast_slice::<S, u16>(values),
+        DataType::U32 => cast_slice::<S, u32>(values),
+        DataType::U64 => cast_slice::<S, u64>(values),
+        DataType::Bool => cast_slice::<S, bool>(values),
+    }
+}
+
+/// Converts every element to `to` with Cast semantics (see [`Elem::from_scalar`]).
+pub fn cast(x: &HostTensor, to: DataType) -> TensorData {
+    dispatch_data!(x.data(), v => cast_from(v, to))
+}
+
+/// Exact integer values of an integer tensor (u64 included).
+fn exact_ints(t: &HostTensor, what: &str) -> Result<Vec<i128>, String> {
+    fn widen<T: IntElem>(v: &[T]) -> Vec<i128> {
+        v.iter().map(|x| x.to_i128()).collect()
+    }
+    match t.data() {
+        TensorData::I8(v) => Ok(widen(v)),
+        TensorData::I16(v) => Ok(widen(v)),
+        TensorData::I32(v) => Ok(widen(v)),
+        TensorData::I64(v) => Ok(widen(v)),
+        TensorData::U8(v) => Ok(widen(v)),
+        TensorData::U16(v) => Ok(widen(v)),
+        TensorData::U32(v) => Ok(widen(v)),
+        TensorData::U64(v) => Ok(widen(v)),
+        other => Err(format!("{what} must be an integer tensor, not {}", other.dtype())),
+    }
+}
+
+/// Which quantization parameter applies to each element: one for the whole tensor, or
+/// one per index along `axis`.
+struct ParamIndex {
+    per_axis: Option<Lanes>,
+}
+
+impl ParamIndex {
+    fn new(x_shape: &[usize], params: usize, axis: Option<usize>) -> Result<ParamIndex, String> {
+        if params == 1 {
+            return Ok(ParamIndex { per_axis: None });
+        }
+        match axis {
+            Some(a) if a < x_shape.len() && x_shape[a] == params => {
+                Ok(ParamIndex { per_axis: Some(Lanes::around(x_shape, a)) })
+            }
+            _ => Err(format!(
+                "{params} scales need an axis of that length (axis {axis:?} of shape {x_shape:?}); \
+                 per-tensor scales hold one element"
+            )),
+        }
+    }
+
+    #[inline]
+    fn at(&self, i: usize) -> usize {
+        self.per_axis.map_or(0, |l| (i / l.inner) % l.len)
+    }
+}
+
+/// `saturate(round_half_even(x / scale) + zero_point)` into the integer type `to`.
+pub fn quantize(
+    x: &HostTensor,
+    scale: &HostTensor,
+    zero_point: Option<&HostTensor>,
+    axis: Option<usize>,
+    to: DataType,
+) -> Result<TensorData, String> {
+    if scale.shape().len() > 1 {
+        return Err(format!("scale must be 0-D or 1-D, got shape {:?}", scale.shape()));
+    }
+    let index = ParamIndex::new(x.shape(), scale.len(), axis)?;
+    let zp = match zero_point {
+        Some(z) if z.len() != scale.len() => {
+            return Err(format!("zero point has {} elements but scale has {}", z.len(), scale.len()))
+        }
+        Some(z) => exact_ints(z, "the zero point")?,
+        None => vec![0; scale.len()],
+    };
+    let scales = scale.to_f64_vec();
+    fn run<T: FloatElem, Q: IntElem>(x: &[T], scales: &[f64], zp: &[i128], index: &ParamIndex) -> TensorData {
+        let q = x.iter().enumerate().map(|(i, &v)| {
+            let p = index.at(i);
+            let rounded = (v.widen() / T::Acc::of(scales[p])).round_ties_even().to_f64();
+            Q::saturate_f64(rounded + zp[p] as f64)
+        });
+        pack(q.collect::<Vec<Q>>())
+    }
+    macro_rules! to {
+        ($q:ty) => {
+            float_data!(x.data(), "Quantize", v => run::<_, $q>(v, &scales, &zp, &index))
+        };
+    }
+    match to {
+        DataType::I8 => to!(i8),
+        DataType::I16 => to!(i16),
+        DataType::I32 => to!(i32),
+        DataType::I64 => to!(i64),
+        DataType::U8 => to!(u8),
+        DataType::U16 => to!(u16),
+        DataType::U32 => to!(u32),
+        DataType::U64 => to!(u64),
+        other => Err(format!("Quantize produces integers, not {other}")),
+    }
+}
+
+/// `(x - zero_point) * scale` in the scale's type.
+pub fn dequantize(
+    x: &HostTensor,
+    scale: &HostTensor,
+    zero_point: Option<&HostTensor>,
+    axis: Option<usize>,
+) -> Result<TensorData, String> {
+    if scale.shape().len() > 1 {
+        return Err(format!("scale must be 0-D or 1-D, got shape {:?}", scale.shape()));
+    }
+    let index = ParamIndex::new(x.shape(), scale.len(), axis)?;
+    let values = exact_ints(x, "Dequantize's input")?;
+    let zp = match zero_point {
+        Some(z) if z.len() != scale.len() => {
+            return Err(format!("zero point has {} elements but scale has {}", z.len(), scale.len()))
+        }
+        Some(z) if z.dtype() != x.dtype() => {
+            return Err(format!("zero point must be {} like the input, not {}", x.dtype(), z.dtype()))
+        }
+        Some(z) => exact_ints(z, "the zero point")?,
+        None => vec![0; scale.len()],
+    };
+    fn run<T: FloatElem>(values: &[i128], scale: &[T], zp: &[i128], index: &ParamIndex) -> TensorData {
+        let y = values.iter().enumerate().map(|(i, &v)| {
+            let p = index.at(i);
+            T::narrow(T::Acc::of((v - zp[p]) as f64) * scale[p].widen())
+        });
+        pack(y.collect::<Vec<T>>())
+    }
+    float_data!(scale.data(), "Dequantize's scale", s => run(&values, s, &zp, &index))
+}
+
+/// Orders scalars of one tensor; NaN sorts above every number (numpy).
+fn order(a: &Scalar, b: &Scalar) -> Ordering {
+    match (a, b) {
+        (Scalar::Int(x), Scalar::Int(y)) => x.cmp(y),
+        (Scalar::Float(x), Scalar::Float(y)) => match (x.is_nan(), y.is_nan()) {
+            (true, true) => Ordering::Equal,
+            (true, false) => Ordering::Greater,
+            (false, true) => Ordering::Less,
+            (false, false) => x.partial_cmp(y).unwrap_or(Ordering::Equal),
+        },
+        // One tensor holds one type; mixed scalars do not occur.
+        (Scalar::Int(_), Scalar::Float(_)) => Ordering::Less,
+        (Scalar::Float(_), Scalar::Int(_)) => Ordering::Greater,
+    }
+}
+
+/// The `k` largest (or smallest) elements along `axis`, sorted, ties by lower index; the
+/// output is always sorted (a valid order also when the layer does not ask for one).
+pub fn top_k(
+    x: &HostTensor,
+    axis: usize,
+    largest: bool,
+    out_shape: &[usize],
+) -> Result<(TensorData, TensorData), String> {
+    let lanes = Lanes::around(x.shape(), axis);
+    let k = *out_shape.get(axis).ok_or("TopK axis is out of range")?;
+    if k > lanes.len {
+        return Err(format!("k = {k} exceeds the axis length {}", lanes.len));
+    }
+    let out_lanes = Lanes { len: k, ..lanes };
+    let mut picks = vec![0usize; out_lanes.outer * k * out_lanes.inner];
+    let mut order_buf: Vec<usize> = Vec::with_capacity(lanes.len);
+    dispatch_data!(x.data(), v => {
+        for o in 0..lanes.outer {
+            for j in 0..lanes.inner {
+                let keys: Vec<Scalar> = (0..lanes.len).map(|i| v[lanes.at(o, i, j)].to_scalar()).collect();
+                order_buf.clear();
+                order_buf.extend(0..lanes.len);
+                // A stable sort keeps equal keys in index order.
+                if largest {
+                    order_buf.sort_by(|&p, &q| order(&keys[q], &keys[p]));
+                } else {
+                    order_buf.sort_by(|&p, &q| order(&keys[p], &keys[q]));
+                }
+                for (r, &i) in order_buf.iter().take(k).enumerate() {
+                    picks[out_lanes.at(o, r, j)] = i;
+                }
+            }
+        }
+    });
+    let values = dispatch_data!(x.data(), v => {
+        let mut out = Vec::with_capacity(picks.len());
+        for o in 0..out_lanes.outer {
+            for r in 0..k {
+                for j in 0..out_lanes.inner {
+                    out.push(v[lanes.at(o, picks[out_lanes.at(o, r, j)], j)]);
+                }
+            }
+        }
+        pack(out)
+    });
+    Ok((values, TensorData::I64(picks.into_iter().map(|i| i as i64).collect())))
+}
+
+/// Coordinates of the non-zero elements: `[rank, count]` i64, in row-major order.
+pub fn non_zero(x: &HostTensor) -> Result<HostTensor, String> {
+    let positions: Vec<usize> = dispatch_data!(x.data(), v => {
+        v.iter().enumerate().filter(|(_, e)| e.is_nonzero()).map(|(i, _)| i).collect()
+    });
+    let (rank, count) = (x.shape().len(), positions.len());
+    let st = strides(x.shape());
+    let mut out = vec![0i64; rank * count];
+    for (c, &p) in positions.iter().enumerate() {
+        for d in 0..rank {
+            out[d * count + c] = ((p / st[d]) % x.shape()[d]) as i64;
+        }
+    }
+    tensor(vec![rank, count], TensorData::I64(out))
+}
+
+/// Fails with the message when any element of the condition is false.
+pub fn assertion(condition: &HostTensor, message: &str) -> Result<(), String> {
+    let cond: &[bool] = typed(condition, "the assertion condition")?;
+    match cond.iter().position(|&c| !c) {
+        None => Ok(()),
+        Some(i) => Err(format!("assertion failed: {message} (element {i} is false)")),
+    }
+}

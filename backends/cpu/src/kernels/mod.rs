@@ -1,0 +1,128 @@
+//! The kernels, one function per layer kind, and the dispatch from a layer to its kernel.
+//!
+//! A kernel receives its input tensors and the output facts that shape inference computed
+//! for them, and returns the output tensors or a reason for failing.
+
+mod conv;
+mod elementwise;
+mod gather_scatter;
+mod matmul;
+mod misc;
+mod norm;
+mod pool;
+mod reduce;
+mod resize;
+mod shape_ops;
+mod unary;
+
+use crate::element::Elem;
+use kiln::ir::infer::OutFact;
+use kiln::{HostTensor, LayerKind, TensorData};
+
+/// Runs the kernel of `kind` on `inputs` (absent optional slots are `None`).
+pub fn run(kind: &LayerKind, inputs: &[Option<&HostTensor>], outs: &[OutFact]) -> Result<Vec<HostTensor>, String> {
+    use LayerKind as K;
+    let ins = Inputs(inputs);
+    let shape = || first_shape(outs);
+    let one = |data: TensorData| -> Result<Vec<HostTensor>, String> { Ok(vec![tensor(first_shape(outs)?, data)?]) };
+    match kind {
+        K::Constant { .. } => Err("Constant layers are served by the executor from the network's weights".into()),
+        K::Identity => Ok(vec![ins.req(0)?.clone()]),
+        K::Cast { to } => one(misc::cast(ins.req(0)?, *to)),
+        K::Convolution(p) => one(conv::convolution(p, ins.req(0)?, ins.req(1)?, ins.opt(2), &shape()?)?),
+        K::Deconvolution(p) => one(conv::deconvolution(p, ins.req(0)?, ins.req(1)?, ins.opt(2), &shape()?)?),
+        K::Pooling(p) => one(pool::pooling(p, ins.req(0)?, &shape()?)?),
+        K::MatrixMultiply { op_a, op_b } => {
+            one(matmul::matrix_multiply(ins.req(0)?, *op_a, ins.req(1)?, *op_b, &shape()?)?)
+        }
+        K::Elementwise { op } => one(elementwise::elementwise(*op, ins.req(0)?, ins.req(1)?, &shape()?)?),
+        K::Activation { kind } => one(unary::activation(kind, ins.req(0)?)?),
+        K::Unary { op } => one(unary::unary(*op, ins.req(0)?)?),
+        K::SoftMax { axis } => one(norm::softmax(ins.req(0)?, *axis)?),
+        K::Reduce { op, axes, keep_dims: _ } => one(reduce::reduce(*op, ins.req(0)?, axes)?),
+        K::Normalization { axes, epsilon, num_groups } => {
+            one(norm::normalization(ins.req(0)?, ins.req(1)?, ins.req(2)?, axes, *epsilon, *num_groups)?)
+        }
+        K::Shuffle(p) => one(shape_ops::shuffle(p, ins.req(0)?, ins.opt(1))?),
+        K::Concatenation { axis } => {
+            let parts = (0..inputs.len()).map(|i| ins.req(i)).collect::<Result<Vec<_>, _>>()?;
+            one(shape_ops::concatenation(&parts, *axis)?)
+        }
+        K::Slice => one(shape_ops::slice(ins.req(0)?, ins.req(1)?, ins.req(2)?, ins.opt(3), ins.opt(4))?),
+        K::Gather { mode } => one(gather_scatter::gather(*mode, ins.req(0)?, ins.req(1)?, &shape()?)?),
+        K::Scatter { mode, reduction } => {
+            one(gather_scatter::scatter(*mode, *reduction, ins.req(0)?, ins.req(1)?, ins.req(2)?)?)
+        }
+        K::Select => one(elementwise::select(ins.req(0)?, ins.req(1)?, ins.req(2)?, &shape()?)?),
+        K::Shape => one(shape_ops::shape_of(ins.req(0)?)),
+        K::Fill { value } => one(shape_ops::fill(value, &shape()?)?),
+        K::Expand => one(shape_ops::expand(ins.req(0)?, &shape()?)?),
+        K::Resize(p) => one(resize::resize(p, ins.req(0)?, ins.opt(1), ins.opt(2), ins.opt(3), &shape()?)?),
+        K::TopK { largest, axis, sorted: _ } => {
+            let (values, indices) = misc::top_k(ins.req(0)?, *axis, *largest, &shape()?)?;
+            let s = shape()?;
+            Ok(vec![tensor(s.clone(), values)?, tensor(s, indices)?])
+        }
+        K::Padding { mode } => one(shape_ops::padding(*mode, ins.req(0)?, ins.req(1)?, ins.opt(2), &shape()?)?),
+        K::ParametricRelu => one(elementwise::parametric_relu(ins.req(0)?, ins.req(1)?)?),
+        K::Quantize { axis, to } => one(misc::quantize(ins.req(0)?, ins.req(1)?, ins.opt(2), *axis, *to)?),
+        K::Dequantize { axis } => one(misc::dequantize(ins.req(0)?, ins.req(1)?, ins.opt(2), *axis)?),
+        K::Lrn { window, alpha, beta, k } => one(norm::lrn(ins.req(0)?, *window, *alpha, *beta, *k)?),
+        K::NonZero => Ok(vec![misc::non_zero(ins.req(0)?)?]),
+        K::CumulativeSum { exclusive, reverse } => {
+            one(reduce::cumulative_sum(ins.req(0)?, ins.req(1)?, *exclusive, *reverse)?)
+        }
+        K::Assertion { message } => misc::assertion(ins.req(0)?, message).map(|()| vec![]),
+        K::OneHot { .. }
+        | K::Einsum { .. }
+        | K::TripLimit { .. }
+        | K::Iterator { .. }
+        | K::Recurrence { .. }
+        | K::LoopOutput { .. }
+        | K::Condition { .. }
+        | K::IfConditionalInput { .. }
+        | K::IfConditionalOutput { .. }
+        | K::Plugin(_) => Err(format!("{} layers are not supported by the cpu backend", kind.type_name())),
+    }
+}
+
+/// The input slots of a layer.
+struct Inputs<'s, 'a>(&'s [Option<&'a HostTensor>]);
+
+impl<'a> Inputs<'_, 'a> {
+    fn req(&self, i: usize) -> Result<&'a HostTensor, String> {
+        self.opt(i).ok_or_else(|| format!("input {i} is required"))
+    }
+
+    fn opt(&self, i: usize) -> Option<&'a HostTensor> {
+        self.0.get(i).copied().flatten()
+    }
+}
+
+/// The concrete shape of the first output.
+fn first_shape(outs: &[OutFact]) -> Result<Vec<usize>, String> {
+    let fact = outs.first().ok_or("shape inference gave no output")?;
+    fact.shape.as_fixed().ok_or_else(|| format!("output shape {} is not concrete", fact.shape))
+}
+
+fn tensor(shape: Vec<usize>, data: TensorData) -> Result<HostTensor, String> {
+    HostTensor::new(shape, data).map_err(|e| e.to_string())
+}
+
+/// The elements of `t` as `T`, or an error when `t` holds another type.
+fn typed<'a, T: Elem>(t: &'a HostTensor, what: &str) -> Result<&'a [T], String> {
+    T::view(t.data()).ok_or_else(|| format!("{what} must be {}, not {}", T::DTYPE, t.dtype()))
+}
+
+/// The values of an integer parameter tensor (shapes, indices, pads).
+fn int_values(t: &HostTensor, what: &str) -> Result<Vec<i64>, String> {
+    t.to_i64_vec().ok_or_else(|| format!("{what} must be an integer tensor, not {}", t.dtype()))
+}
+
+/// One integer from a 0-D or one-element tensor.
+fn int_scalar(t: &HostTensor, what: &str) -> Result<i64, String> {
+    match int_values(t, what)?.as_slice() {
+        [v] => Ok(*v),
+        other => Err(format!("{what} must hold one element, got {}", other.len())),
+    }
+}

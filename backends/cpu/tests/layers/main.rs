@@ -1,0 +1,18 @@
+//! Layer-by-layer tests of the cpu backend, each run through the network API, the builder
+//! and an execution context, against hand-computed values.
+
+mod backend;
+mod common;
+mod conv;
+mod convert;
+mod elementwise;
+mod gather_scatter;
+mod matmul;
+mod misc;
+mod normalize;
+mod perf;
+mod pool;
+mod reduce;
+mod resize;
+mod shape_ops;
+mod unary;

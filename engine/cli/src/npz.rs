@@ -1,0 +1,199 @@
+//! Reading and writing `.npz` archives of host tensors.
+//!
+//! dtype mapping (numpy ↔ kiln): `<f4` f32, `<f8` f64, `<f2` f16, `i1`..`i8` i8..i64,
+//! `u1`..`u8` u8..u64, `|b1` bool. numpy has no bfloat16, so bf16 travels as `<u2` holding
+//! the raw bits: bf16 outputs are written that way, and [`crate::inputs`] reinterprets a
+//! `<u2` array given for a bf16 input.
+
+use anyhow::{bail, Context};
+use half::{bf16, f16};
+use kiln::{HostTensor, TensorData};
+use npyz::npz::{NpzArchive, NpzWriter};
+use npyz::zip::write::FileOptions;
+use npyz::zip::CompressionMethod;
+use npyz::{AutoSerialize, DType, Deserialize, NpyFile, Order, TypeChar, WriterBuilder};
+use std::io::{Read, Seek, Write};
+use std::path::Path;
+
+/// Every array of an `.npz` file (compressed or not), in archive order.
+pub fn read_npz(path: &Path) -> anyhow::Result<Vec<(String, HostTensor)>> {
+    let mut archive = NpzArchive::open(path).with_context(|| format!("cannot open npz file `{}`", path.display()))?;
+    let names: Vec<String> = archive.array_names().map(str::to_string).collect();
+    let mut arrays = Vec::with_capacity(names.len());
+    for name in names {
+        let context = || format!("cannot read array `{name}` of `{}`", path.display());
+        // Read inside the borrow of the archive, so an error can look at the archive again.
+        let tensor = match archive.by_name(&name).map(|file| file.map(read_array)) {
+            Ok(Some(tensor)) => tensor.with_context(context)?,
+            Ok(None) => bail!("{}: it vanished from the archive", context()),
+            Err(error) => {
+                // npyz rejects dtypes it cannot even parse (e.g. `|O`, pickled objects)
+                // before showing the header: name the dtype from the raw header instead.
+                let error = match raw_descr(&mut archive, &name) {
+                    Some(descr) => anyhow::anyhow!("its dtype `{descr}` is not supported by kiln ({error})"),
+                    None => anyhow::Error::new(error),
+                };
+                return Err(error.context(context()));
+            }
+        };
+        arrays.push((name, tensor));
+    }
+    Ok(arrays)
+}
+
+/// The `descr` entry of an array's npy header, read as plain text.
+fn raw_descr<R: Read + Seek>(archive: &mut NpzArchive<R>, name: &str) -> Option<String> {
+    let entry = archive.zip_archive().by_name(&npyz::npz::file_name_from_array_name(name)).ok()?;
+    let mut head = Vec::new();
+    entry.take(4096).read_to_end(&mut head).ok()?;
+    let head = String::from_utf8_lossy(&head);
+    let rest = &head[head.find("'descr':")? + "'descr':".len()..];
+    let rest = rest.trim_start().strip_prefix('\'')?;
+    Some(rest[..rest.find('\'')?].to_string())
+}
+
+fn read_array<R: Read>(file: NpyFile<R>) -> anyhow::Result<HostTensor> {
+    let DType::Plain(type_str) = file.dtype() else {
+        bail!("it has a structured dtype (`{}`), which kiln does not support", file.dtype().descr());
+    };
+    let shape = file
+        .shape()
+        .iter()
+        .map(|&d| usize::try_from(d))
+        .collect::<Result<Vec<usize>, _>>()
+        .context("its shape does not fit in memory")?;
+    shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)).context("its element count overflows")?;
+    let data = match (type_str.type_char(), type_str.size_field()) {
+        (TypeChar::Float, 4) => TensorData::F32(elements(file, &shape)?),
+        (TypeChar::Float, 8) => TensorData::F64(elements(file, &shape)?),
+        (TypeChar::Float, 2) => TensorData::F16(elements::<f16, R>(file, &shape)?),
+        (TypeChar::Int, 1) => TensorData::I8(elements(file, &shape)?),
+        (TypeChar::Int, 2) => TensorData::I16(elements(file, &shape)?),
+        (TypeChar::Int, 4) => TensorData::I32(elements(file, &shape)?),
+        (TypeChar::Int, 8) => TensorData::I64(elements(file, &shape)?),
+        (TypeChar::Uint, 1) => TensorData::U8(elements(file, &shape)?),
+        (TypeChar::Uint, 2) => TensorData::U16(elements(file, &shape)?),
+        (TypeChar::Uint, 4) => TensorData::U32(elements(file, &shape)?),
+        (TypeChar::Uint, 8) => TensorData::U64(elements(file, &shape)?),
+        (TypeChar::Bool, 1) => TensorData::Bool(elements(file, &shape)?),
+        (kind, _) => bail!("its dtype `{type_str}` ({}) is not supported by kiln", describe(kind)),
+    };
+    Ok(HostTensor::new(shape, data)?)
+}
+
+fn describe(kind: TypeChar) -> &'static str {
+    match kind {
+        TypeChar::Bool => "bool of unusual width",
+        TypeChar::Int | TypeChar::Uint => "integer of unusual width",
+        TypeChar::Float => "float of unsupported width",
+        TypeChar::Complex => "complex",
+        TypeChar::TimeDelta | TypeChar::DateTime => "date/time",
+        TypeChar::ByteStr | TypeChar::UnicodeStr => "string",
+        TypeChar::RawData => "raw bytes",
+        _ => "unknown kind",
+    }
+}
+
+/// The elements in row-major (C) order, whatever order the file stores.
+fn elements<T: Deserialize + Clone, R: Read>(file: NpyFile<R>, shape: &[usize]) -> anyhow::Result<Vec<T>> {
+    let order = file.order();
+    let values: Vec<T> = file.into_vec()?;
+    Ok(match order {
+        Order::C => values,
+        Order::Fortran => fortran_to_c(&values, shape),
+    })
+}
+
+/// Reorders column-major elements into row-major order.
+fn fortran_to_c<T: Clone>(values: &[T], shape: &[usize]) -> Vec<T> {
+    // Column-major strides: the first axis varies fastest.
+    let mut strides = Vec::with_capacity(shape.len());
+    let mut stride = 1;
+    for &d in shape {
+        strides.push(stride);
+        stride *= d;
+    }
+    let mut index = vec![0usize; shape.len()];
+    let mut out = Vec::with_capacity(values.len());
+    for _ in 0..values.len() {
+        let offset: usize = index.iter().zip(&strides).map(|(i, s)| i * s).sum();
+        out.push(values[offset].clone());
+        // Advance the row-major multi-index: the last axis varies fastest.
+        for axis in (0..shape.len()).rev() {
+            index[axis] += 1;
+            if index[axis] < shape[axis] {
+                break;
+            }
+            index[axis] = 0;
+        }
+    }
+    out
+}
+
+/// Writes the tensors to an uncompressed `.npz` file (as `np.savez` does).
+pub fn write_npz<'t>(path: &Path, tensors: impl IntoIterator<Item = (&'t str, &'t HostTensor)>) -> anyhow::Result<()> {
+    let context = || format!("cannot write npz file `{}`", path.display());
+    let mut npz = NpzWriter::create(path).with_context(context)?;
+    for (name, tensor) in tensors {
+        write_tensor(&mut npz, name, tensor)
+            .with_context(|| format!("cannot write array `{name}` to `{}`", path.display()))?;
+    }
+    let mut file = npz.zip_writer().finish().with_context(context)?;
+    file.flush().with_context(context)
+}
+
+fn write_tensor<W: Write + Seek>(npz: &mut NpzWriter<W>, name: &str, tensor: &HostTensor) -> anyhow::Result<()> {
+    let shape: Vec<u64> = tensor.shape().iter().map(|&d| d as u64).collect();
+    match tensor.data() {
+        TensorData::F32(v) => write_array(npz, name, &shape, v),
+        TensorData::F16(v) => write_array(npz, name, &shape, v),
+        TensorData::BF16(v) => write_array(npz, name, &shape, &v.iter().map(|x| x.to_bits()).collect::<Vec<u16>>()),
+        TensorData::F64(v) => write_array(npz, name, &shape, v),
+        TensorData::I8(v) => write_array(npz, name, &shape, v),
+        TensorData::I16(v) => write_array(npz, name, &shape, v),
+        TensorData::I32(v) => write_array(npz, name, &shape, v),
+        TensorData::I64(v) => write_array(npz, name, &shape, v),
+        TensorData::U8(v) => write_array(npz, name, &shape, v),
+        TensorData::U16(v) => write_array(npz, name, &shape, v),
+        TensorData::U32(v) => write_array(npz, name, &shape, v),
+        TensorData::U64(v) => write_array(npz, name, &shape, v),
+        TensorData::Bool(v) => write_array(npz, name, &shape, v),
+    }
+}
+
+fn write_array<T: AutoSerialize + Copy, W: Write + Seek>(
+    npz: &mut NpzWriter<W>,
+    name: &str,
+    shape: &[u64],
+    values: &[T],
+) -> anyhow::Result<()> {
+    // Entries of 4 GiB and more need zip64 records (the margin covers the npy header).
+    let large = std::mem::size_of_val(values) as u64 >= u64::from(u32::MAX) - (1 << 20);
+    let options = FileOptions::default().compression_method(CompressionMethod::Stored).large_file(large);
+    let mut writer = npz.array::<T>(name, options)?.default_dtype().shape(shape).begin_nd()?;
+    writer.extend(values.iter().copied())?;
+    writer.finish()?;
+    Ok(())
+}
+
+/// Reinterprets a `<u2` array as the raw bits of bf16 values (numpy has no bfloat16).
+pub fn reinterpret_u16_as_bf16(tensor: HostTensor) -> anyhow::Result<HostTensor> {
+    let shape = tensor.shape().to_vec();
+    let TensorData::U16(bits) = tensor.into_data() else {
+        bail!("only a u16 array can hold bf16 bits");
+    };
+    Ok(HostTensor::new(shape, TensorData::BF16(bits.into_iter().map(bf16::from_bits).collect()))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fortran_order_becomes_row_major() {
+        // [[1, 2, 3], [4, 5, 6]] stored column-major.
+        assert_eq!(fortran_to_c(&[1, 4, 2, 5, 3, 6], &[2, 3]), vec![1, 2, 3, 4, 5, 6]);
+        assert_eq!(fortran_to_c::<i32>(&[], &[0, 3]), Vec::<i32>::new());
+        assert_eq!(fortran_to_c(&[7], &[]), vec![7]);
+    }
+}

@@ -1,0 +1,95 @@
+//! Turns every way the tool can fail into one `error: …` line on stderr and an exit status.
+
+use std::io::Write;
+use std::panic::{self, AssertUnwindSafe};
+use std::process::ExitCode;
+use std::sync::Mutex;
+
+/// Exit status for a failed command (bad input, unavailable backend, …).
+const EXIT_FAILURE: u8 = 1;
+/// Exit status for a command-line usage error, as clap reports it.
+const EXIT_USAGE: u8 = 2;
+/// Exit status for a panic: a bug in kiln, never the user's fault.
+const EXIT_BUG: u8 = 101;
+
+/// Where the panic hook leaves the panic's message and location for the error line.
+static PANIC_REPORT: Mutex<Option<String>> = Mutex::new(None);
+
+/// Runs a command; an error or a panic becomes one `error:` line on stderr.
+pub fn run_reporting_errors(command: impl FnOnce() -> anyhow::Result<()>) -> ExitCode {
+    // The default hook prints a multi-line message; keep only what the error line needs.
+    panic::set_hook(Box::new(|info| {
+        let location = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+        let message = panic_message(info.payload());
+        if let Ok(mut slot) = PANIC_REPORT.lock() {
+            slot.get_or_insert(format!("{message}{location}"));
+        }
+    }));
+    match panic::catch_unwind(AssertUnwindSafe(command)) {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(error)) => {
+            print_error_line(&format!("{error:#}"));
+            ExitCode::from(EXIT_FAILURE)
+        }
+        Err(payload) => {
+            let report = PANIC_REPORT.lock().ok().and_then(|mut slot| slot.take());
+            let report = report.unwrap_or_else(|| panic_message(payload.as_ref()));
+            print_error_line(&format!("internal error (bug): {report}"));
+            ExitCode::from(EXIT_BUG)
+        }
+    }
+}
+
+/// Help and version go to stdout as usual; a usage error becomes one `error:` line.
+pub fn usage_error(error: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(error.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        let _ = error.print();
+        return ExitCode::SUCCESS;
+    }
+    // clap renders a paragraph (message, hints, usage); keep the message and its hints.
+    let rendered = error.render().to_string();
+    let text: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .collect();
+    let text = text.join(" ");
+    print_error_line(text.strip_prefix("error: ").unwrap_or(&text));
+    ExitCode::from(EXIT_USAGE)
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic with a non-text payload".to_string()
+    }
+}
+
+/// Prints `error: <message>` as exactly one line, whatever the message holds.
+fn print_error_line(message: &str) {
+    let one_line: Vec<&str> = message.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let _ = writeln!(std::io::stderr().lock(), "error: {}", one_line.join(" "));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_is_reported_as_a_bug() {
+        let code = run_reporting_errors(|| panic!("index out of range"));
+        // Restore the default hook for whatever runs next in this test process.
+        let _ = panic::take_hook();
+        assert_eq!(code, ExitCode::from(EXIT_BUG));
+    }
+
+    #[test]
+    fn an_error_is_a_failure() {
+        let code = run_reporting_errors(|| Err(anyhow::anyhow!("first line\nsecond line")));
+        assert_eq!(code, ExitCode::from(EXIT_FAILURE));
+    }
+}

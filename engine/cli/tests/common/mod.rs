@@ -1,0 +1,75 @@
+//! Helpers shared by the CLI's end-to-end tests.
+#![allow(dead_code)] // each test file uses its own subset
+
+use npyz::npz::{NpzArchive, NpzWriter};
+use npyz::{AutoSerialize, WriterBuilder};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A path inside the repository.
+pub fn repo_path(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(relative)
+}
+
+pub fn kiln(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kiln")).args(args).output().expect("start kiln")
+}
+
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+pub fn path_arg(path: &Path) -> &str {
+    path.to_str().expect("utf-8 temp path")
+}
+
+/// Runs kiln expecting success; returns stdout.
+pub fn kiln_ok(args: &[&str]) -> String {
+    let out = kiln(args);
+    assert!(out.status.success(), "kiln {args:?} failed: {}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+/// Runs kiln expecting failure with exactly one `error:` line on stderr that mentions
+/// `keyword`; returns that line.
+pub fn kiln_fails(args: &[&str], keyword: &str) -> String {
+    let out = kiln(args);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "kiln {args:?} succeeded; stdout: {}", text(&out.stdout));
+    assert_ne!(out.status.code(), Some(101), "kiln {args:?} panicked: {stderr}");
+    assert!(!stderr.contains("panicked"), "kiln {args:?} panicked: {stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "kiln {args:?} must print one stderr line, got: {stderr}");
+    assert!(lines[0].starts_with("error: "), "kiln {args:?}: {stderr}");
+    assert!(lines[0].contains(keyword), "kiln {args:?}: `{keyword}` not in: {stderr}");
+    lines[0].to_string()
+}
+
+pub fn write_npz_array<T: AutoSerialize + Copy>(path: &Path, name: &str, shape: &[u64], values: &[T]) {
+    let mut npz = NpzWriter::create(path).expect("create npz");
+    let mut writer = npz
+        .array::<T>(name, Default::default())
+        .expect("start array")
+        .default_dtype()
+        .shape(shape)
+        .begin_nd()
+        .expect("begin array");
+    writer.extend(values.iter().copied()).expect("write array");
+    writer.finish().expect("finish array");
+    npz.zip_writer().finish().expect("finish npz");
+}
+
+/// Reads every f32 array of an npz file as (name, shape, values).
+pub fn read_f32_arrays(path: &Path) -> Vec<(String, Vec<u64>, Vec<f32>)> {
+    let mut npz = NpzArchive::open(path).expect("open npz");
+    let names: Vec<String> = npz.array_names().map(str::to_string).collect();
+    names
+        .into_iter()
+        .map(|name| {
+            let array = npz.by_name(&name).expect("read array").expect("listed array");
+            let shape = array.shape().to_vec();
+            (name, shape, array.into_vec::<f32>().expect("f32 array"))
+        })
+        .collect()
+}
+
