@@ -1,2 +1,51 @@
-//! ONNX importer: ONNX protobuf → kiln Network.
+//! ONNX importer: ONNX protobuf → kiln [`Network`].
+//!
+//! Every ONNX value keeps its name on the kiln tensor that holds it, so graph outputs and
+//! intermediate values can be found by their ONNX names. Graph inputs that an initializer
+//! provides are constants, not network inputs. Ops are imported with the conventions of
+//! the definition in effect at the model's opset (attributes that later became inputs and
+//! so on); run-time parameters stay tensor inputs of the kiln layers.
 #![forbid(unsafe_code)]
+
+mod attributes;
+mod context;
+mod error;
+mod graph;
+mod ops;
+pub mod proto;
+mod tensor;
+
+pub use error::ImportError;
+
+use kiln::Network;
+use prost::Message;
+use std::path::Path;
+
+/// Imports an ONNX model file; external data is resolved next to it.
+pub fn import_file(path: &Path) -> Result<Network, ImportError> {
+    let bytes = std::fs::read(path).map_err(|source| ImportError::Io { path: path.to_path_buf(), source })?;
+    import_bytes(&bytes, path.parent())
+}
+
+/// Imports a serialized ONNX model. `model_dir` is where external data files live; without
+/// it, a model with external data fails with [`ImportError::ExternalData`].
+pub fn import_bytes(bytes: &[u8], model_dir: Option<&Path>) -> Result<Network, ImportError> {
+    let model = proto::ModelProto::decode(bytes).map_err(|e| ImportError::Decode(e.to_string()))?;
+    import_model(&model, model_dir)
+}
+
+/// Imports a decoded ONNX model.
+pub fn import_model(model: &proto::ModelProto, model_dir: Option<&Path>) -> Result<Network, ImportError> {
+    graph::import_model(model, model_dir)
+}
+
+/// Converts an ONNX tensor (typed fields, raw data or external data under `model_dir`),
+/// e.g. the `input_0.pb` files of ONNX test cases.
+pub fn tensor_from_proto(tensor: &proto::TensorProto, model_dir: Option<&Path>) -> Result<kiln::HostTensor, ImportError> {
+    tensor::host_tensor(tensor, "", model_dir)
+}
+
+/// The ONNX op types this importer supports (default domain), sorted.
+pub fn supported_ops() -> Vec<&'static str> {
+    ops::registry().op_types()
+}

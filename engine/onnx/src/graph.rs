@@ -1,0 +1,350 @@
+//! The graph walk: opsets, graph inputs, initializers, nodes in dependency order, outputs.
+
+use crate::attributes::Attributes;
+use crate::context::NodeContext;
+use crate::error::ImportError;
+use crate::ops::{registry, MAX_OPSET};
+use crate::proto::tensor_shape_proto::dimension::Value as DimValue;
+use crate::proto::type_proto::Value as TypeValue;
+use crate::proto::{GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto};
+use crate::tensor::{dtype_from_onnx, host_tensor};
+use kiln::{Dim, LayerKind, Network, Shape, TensorId};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::path::Path;
+
+/// The default ONNX domain, as nodes and opset imports may spell it.
+fn is_default_domain(domain: &str) -> bool {
+    domain.is_empty() || domain == "ai.onnx"
+}
+
+/// Opset version per domain (the default domain under the key "").
+fn opset_versions(model: &ModelProto) -> Result<HashMap<String, i64>, ImportError> {
+    let mut versions = HashMap::new();
+    for import in &model.opset_import {
+        let domain = if is_default_domain(import.domain()) { "" } else { import.domain() };
+        let version = import.version();
+        if version < 1 {
+            return Err(ImportError::graph(format!("opset_import of domain `{domain}` has version {version}")));
+        }
+        let entry = versions.entry(domain.to_string()).or_insert(version);
+        *entry = (*entry).max(version);
+    }
+    if !versions.contains_key("") {
+        // Models before IR version 3 had no opset_import: they mean opset 1.
+        if model.ir_version() >= 3 {
+            return Err(ImportError::graph("the model imports no opset for the default ONNX domain"));
+        }
+        versions.insert(String::new(), 1);
+    }
+    Ok(versions)
+}
+
+pub(crate) fn import_model(model: &ModelProto, model_dir: Option<&Path>) -> Result<Network, ImportError> {
+    let graph = model.graph.as_ref().ok_or_else(|| ImportError::graph("the model has no graph"))?;
+    let opsets = opset_versions(model)?;
+    let name = if graph.name().is_empty() { "onnx" } else { graph.name() };
+    let mut importer = GraphImporter::new(name, graph, model_dir);
+    importer.add_graph_inputs(graph)?;
+    for index in execution_order(&graph.node)? {
+        importer.import_node(index, &graph.node[index], &opsets)?;
+    }
+    importer.mark_outputs(graph)?;
+    Ok(importer.net)
+}
+
+/// Node indices in an order where every node follows the producers of its inputs: the
+/// model's own order when it is already valid, else a stable topological sort.
+fn execution_order(nodes: &[NodeProto]) -> Result<Vec<usize>, ImportError> {
+    let mut producer: HashMap<&str, usize> = HashMap::new();
+    for (i, node) in nodes.iter().enumerate() {
+        for out in node.output.iter().filter(|o| !o.is_empty()) {
+            if producer.insert(out.as_str(), i).is_some() {
+                return Err(ImportError::InvalidModel {
+                    node: node_name(node, i),
+                    reason: format!("value `{out}` is produced by more than one node"),
+                });
+            }
+        }
+    }
+    let producers_of = |node: &NodeProto| -> Vec<usize> {
+        node.input.iter().filter_map(|name| producer.get(name.as_str()).copied()).collect()
+    };
+    let in_order = nodes.iter().enumerate().all(|(i, n)| producers_of(n).iter().all(|&p| p < i));
+    if in_order {
+        return Ok((0..nodes.len()).collect());
+    }
+    let mut waiting: Vec<usize> = vec![0; nodes.len()];
+    let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    for (i, node) in nodes.iter().enumerate() {
+        for p in producers_of(node) {
+            waiting[i] += 1;
+            consumers[p].push(i);
+        }
+    }
+    let mut ready: BinaryHeap<Reverse<usize>> = (0..nodes.len()).filter(|&i| waiting[i] == 0).map(Reverse).collect();
+    let mut order = Vec::with_capacity(nodes.len());
+    while let Some(Reverse(i)) = ready.pop() {
+        order.push(i);
+        for &c in &consumers[i] {
+            waiting[c] -= 1;
+            if waiting[c] == 0 {
+                ready.push(Reverse(c));
+            }
+        }
+    }
+    if let Some(stuck) = (0..nodes.len()).find(|&i| waiting[i] > 0) {
+        return Err(ImportError::InvalidModel {
+            node: node_name(&nodes[stuck], stuck),
+            reason: "the node is part of a cycle".into(),
+        });
+    }
+    Ok(order)
+}
+
+/// The node's name, or `op_type` + index when the model leaves it empty.
+fn node_name(node: &NodeProto, index: usize) -> String {
+    if node.name().is_empty() {
+        format!("{}{index}", node.op_type())
+    } else {
+        node.name().to_string()
+    }
+}
+
+struct GraphImporter<'m> {
+    net: Network,
+    /// Every ONNX value imported so far, by name.
+    values: HashMap<String, TensorId>,
+    /// Initializers not yet turned into Constant layers (they are, on first use).
+    initializers: HashMap<&'m str, &'m TensorProto>,
+    sparse_initializers: HashSet<&'m str>,
+    /// Tensors that carry an ONNX value name.
+    onnx_named: HashSet<TensorId>,
+    model_dir: Option<&'m Path>,
+}
+
+impl<'m> GraphImporter<'m> {
+    fn new(name: &str, graph: &'m GraphProto, model_dir: Option<&'m Path>) -> Self {
+        GraphImporter {
+            net: Network::new(name),
+            values: HashMap::new(),
+            initializers: graph.initializer.iter().map(|t| (t.name(), t)).collect(),
+            sparse_initializers: graph.sparse_initializer.iter().filter_map(|s| s.values.as_ref()).map(|v| v.name()).collect(),
+            onnx_named: HashSet::new(),
+            model_dir,
+        }
+    }
+
+    /// Graph inputs become network inputs, except those an initializer provides (the
+    /// IR < 4 convention of listing every initializer as an input).
+    fn add_graph_inputs(&mut self, graph: &GraphProto) -> Result<(), ImportError> {
+        for input in &graph.input {
+            let name = input.name();
+            if self.initializers.contains_key(name) {
+                continue;
+            }
+            if name.is_empty() {
+                return Err(ImportError::graph("a graph input has no name"));
+            }
+            let (dtype, shape) = tensor_type(input)?;
+            let id = self.net.add_input(name, dtype, shape).map_err(|e| ImportError::graph(format!("graph input `{name}`: {e}")))?;
+            self.values.insert(name.to_string(), id);
+            self.onnx_named.insert(id);
+        }
+        Ok(())
+    }
+
+    /// The tensor of an ONNX value, materializing an initializer on first use.
+    fn lookup(&mut self, name: &str) -> Result<Option<TensorId>, ImportError> {
+        if let Some(&t) = self.values.get(name) {
+            return Ok(Some(t));
+        }
+        if self.sparse_initializers.contains(name) {
+            return Err(ImportError::graph(format!("initializer `{name}` is sparse; sparse tensors are not supported")));
+        }
+        let Some(proto) = self.initializers.remove(name) else {
+            return Ok(None);
+        };
+        let value = host_tensor(proto, "", self.model_dir)?;
+        let weights = self.net.add_weights(value);
+        let layer = self
+            .net
+            .add_layer(name, LayerKind::Constant { weights }, vec![])
+            .map_err(|e| ImportError::graph(format!("initializer `{name}`: {e}")))?;
+        let t = self.net.output(layer, 0);
+        self.claim_name(t, name, name)?;
+        Ok(Some(t))
+    }
+
+    fn import_node(&mut self, index: usize, node: &'m NodeProto, opsets: &HashMap<String, i64>) -> Result<(), ImportError> {
+        let name = node_name(node, index);
+        let op_type = node.op_type();
+        let domain = if is_default_domain(node.domain()) { "" } else { node.domain() };
+        let Some(&opset) = opsets.get(domain) else {
+            return Err(ImportError::InvalidModel {
+                node: name,
+                reason: format!("domain `{domain}` of op `{op_type}` is not declared in the model's opset_import"),
+            });
+        };
+        let unsupported = || ImportError::UnsupportedOp {
+            op_type: op_type.to_string(),
+            domain: if domain.is_empty() { "ai.onnx".to_string() } else { domain.to_string() },
+            opset,
+            node: name.clone(),
+        };
+        if !domain.is_empty() || opset > MAX_OPSET {
+            return Err(unsupported());
+        }
+        let def = registry().get(op_type).ok_or_else(unsupported)?;
+        let version = def.version_at(opset).ok_or_else(unsupported)?;
+        let mut inputs = Vec::with_capacity(node.input.len());
+        for input in &node.input {
+            if input.is_empty() {
+                inputs.push(None);
+                continue;
+            }
+            let t = self.lookup(input)?.ok_or_else(|| ImportError::InvalidModel {
+                node: name.clone(),
+                reason: format!("input `{input}` is not produced by any node, initializer or graph input"),
+            })?;
+            inputs.push(Some(t));
+        }
+        let mut ctx = NodeContext {
+            net: &mut self.net,
+            node,
+            name: &name,
+            opset,
+            version,
+            attrs: Attributes { node: &name, list: &node.attribute },
+            inputs,
+            model_dir: self.model_dir,
+        };
+        let outputs = (def.build)(&mut ctx)?;
+        for (i, out_name) in node.output.iter().enumerate() {
+            if out_name.is_empty() {
+                continue;
+            }
+            let Some(&t) = outputs.get(i) else {
+                return Err(ImportError::UnsupportedFeature {
+                    node: name.clone(),
+                    op_type: op_type.to_string(),
+                    feature: format!("output #{i} (`{out_name}`)"),
+                });
+            };
+            self.bind(t, out_name, &name)?;
+        }
+        Ok(())
+    }
+
+    /// Gives a node output its ONNX name. A tensor that already carries another ONNX name
+    /// (an op that passes its input through) gets an Identity copy first.
+    fn bind(&mut self, t: TensorId, name: &str, node: &str) -> Result<(), ImportError> {
+        if self.values.contains_key(name) || self.initializers.contains_key(name) {
+            return Err(ImportError::InvalidModel {
+                node: node.to_string(),
+                reason: format!("value `{name}` is defined more than once"),
+            });
+        }
+        let t = if self.onnx_named.contains(&t) || self.net.inputs().contains(&t) {
+            let layer = self
+                .net
+                .add_layer(&format!("{node}/copy"), LayerKind::Identity, vec![Some(t)])
+                .map_err(|source| ImportError::Network { node: node.to_string(), source })?;
+            self.net.output(layer, 0)
+        } else {
+            t
+        };
+        self.claim_name(t, name, node)
+    }
+
+    /// Names `t` after an ONNX value, moving a helper tensor that happens to hold the name.
+    fn claim_name(&mut self, t: TensorId, name: &str, node: &str) -> Result<(), ImportError> {
+        if let Some(other) = self.net.find_tensor(name).filter(|&o| o != t) {
+            let free = (1..)
+                .map(|i| format!("{name} ({i})"))
+                .find(|n| self.net.find_tensor(n).is_none())
+                .expect("some suffix is free");
+            self.net.set_tensor_name(other, &free).map_err(|source| ImportError::Network { node: node.to_string(), source })?;
+        }
+        self.net.set_tensor_name(t, name).map_err(|source| ImportError::Network { node: node.to_string(), source })?;
+        self.values.insert(name.to_string(), t);
+        self.onnx_named.insert(t);
+        Ok(())
+    }
+
+    /// Marks graph outputs. Graph inputs and constants pass through an Identity layer so
+    /// that every output is computed by the engine.
+    fn mark_outputs(&mut self, graph: &GraphProto) -> Result<(), ImportError> {
+        if graph.output.is_empty() {
+            return Err(ImportError::graph("the graph has no outputs"));
+        }
+        for output in &graph.output {
+            let name = output.name();
+            let t = self
+                .lookup(name)?
+                .ok_or_else(|| ImportError::graph(format!("graph output `{name}` is not produced by any node, initializer or input")))?;
+            let is_input = self.net.inputs().contains(&t);
+            let is_constant = self
+                .net
+                .tensor(t)
+                .producer
+                .is_some_and(|(layer, _)| matches!(self.net.layer(layer).kind, LayerKind::Constant { .. }));
+            let t = if is_input || is_constant {
+                let layer = self
+                    .net
+                    .add_layer(&format!("{name}/output"), LayerKind::Identity, vec![Some(t)])
+                    .map_err(|source| ImportError::Network { node: format!("{name}/output"), source })?;
+                let copy = self.net.output(layer, 0);
+                if is_input {
+                    // The input keeps its name (callers feed it by name); the copy gets a derived one.
+                    let derived = format!("{name} (output)");
+                    self.claim_output_name(copy, &derived)?;
+                } else {
+                    self.move_name(t, copy, name)?;
+                }
+                copy
+            } else {
+                t
+            };
+            self.net.mark_output(t).map_err(|e| ImportError::graph(format!("graph output `{name}`: {e}")))?;
+        }
+        Ok(())
+    }
+
+    fn claim_output_name(&mut self, t: TensorId, name: &str) -> Result<(), ImportError> {
+        self.net.set_tensor_name(t, name).map_err(|e| ImportError::graph(format!("graph output `{name}`: {e}")))
+    }
+
+    /// Moves an ONNX name from constant `from` to its copy `to`.
+    fn move_name(&mut self, from: TensorId, to: TensorId, name: &str) -> Result<(), ImportError> {
+        let free = (1..)
+            .map(|i| format!("{name} (constant {i})"))
+            .find(|n| self.net.find_tensor(n).is_none())
+            .expect("some suffix is free");
+        self.net.set_tensor_name(from, &free).map_err(|e| ImportError::graph(e.to_string()))?;
+        self.claim_output_name(to, name)
+    }
+}
+
+/// The element type and shape of a graph input.
+fn tensor_type(info: &ValueInfoProto) -> Result<(kiln::DataType, Shape), ImportError> {
+    let name = info.name();
+    let invalid = |reason: String| ImportError::graph(format!("graph input `{name}`: {reason}"));
+    let Some(TypeValue::TensorType(tensor)) = info.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
+        return Err(invalid("only tensor inputs are supported (not sequences, maps or optionals)".into()));
+    };
+    let dtype = dtype_from_onnx(tensor.elem_type()).map_err(invalid)?;
+    let shape = tensor.shape.as_ref().ok_or_else(|| invalid("the shape (at least the rank) must be declared".into()))?;
+    let dims = shape
+        .dim
+        .iter()
+        .map(|d| match &d.value {
+            Some(DimValue::DimValue(v)) => {
+                usize::try_from(*v).map(Dim::Fixed).map_err(|_| invalid(format!("negative dim {v}")))
+            }
+            Some(DimValue::DimParam(p)) if !p.is_empty() => Ok(Dim::Named(p.clone())),
+            _ => Ok(Dim::Unknown),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((dtype, Shape(dims)))
+}

@@ -1,0 +1,90 @@
+//! The op registry: ONNX op type → builder, one module per op family.
+//!
+//! Each op is registered with the `since_version`s of its definitions in the default
+//! domain; a node is built with the newest definition not newer than the model's opset,
+//! and builders branch on that version where conventions changed.
+
+mod activation;
+mod conv;
+mod gather;
+mod math;
+mod misc;
+mod norm;
+mod pool;
+mod reduce;
+mod resize;
+mod shape;
+mod unary;
+
+use crate::context::NodeContext;
+use crate::error::ImportError;
+use kiln::TensorId;
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+/// The newest default-domain opset whose definitions the builders know (ONNX 1.23).
+pub(crate) const MAX_OPSET: i64 = 28;
+
+/// Builds the layers of one node; returns one tensor per ONNX output it supports.
+pub(crate) type BuildFn = fn(&mut NodeContext<'_>) -> Result<Vec<TensorId>, ImportError>;
+
+pub(crate) struct OpDef {
+    /// `since_version` of each definition, ascending.
+    since: &'static [i64],
+    pub build: BuildFn,
+}
+
+impl OpDef {
+    /// The definition in effect at `opset`; `None` before the op existed.
+    pub fn version_at(&self, opset: i64) -> Option<i64> {
+        self.since.iter().rev().copied().find(|&v| v <= opset)
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Registry {
+    ops: HashMap<&'static str, OpDef>,
+}
+
+impl Registry {
+    fn add(&mut self, op_type: &'static str, since: &'static [i64], build: BuildFn) {
+        debug_assert!(since.windows(2).all(|w| w[0] < w[1]), "{op_type}: versions must ascend");
+        let previous = self.ops.insert(op_type, OpDef { since, build });
+        debug_assert!(previous.is_none(), "{op_type} registered twice");
+    }
+
+    pub fn get(&self, op_type: &str) -> Option<&OpDef> {
+        self.ops.get(op_type)
+    }
+
+    /// Every registered op type, sorted.
+    pub fn op_types(&self) -> Vec<&'static str> {
+        let mut ops: Vec<_> = self.ops.keys().copied().collect();
+        ops.sort_unstable();
+        ops
+    }
+}
+
+pub(crate) fn registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        let mut r = Registry::default();
+        activation::register(&mut r);
+        conv::register(&mut r);
+        gather::register(&mut r);
+        math::register(&mut r);
+        misc::register(&mut r);
+        norm::register(&mut r);
+        pool::register(&mut r);
+        reduce::register(&mut r);
+        resize::register(&mut r);
+        shape::register(&mut r);
+        unary::register(&mut r);
+        r
+    })
+}
+
+/// A single-output result.
+fn one(t: TensorId) -> Result<Vec<TensorId>, ImportError> {
+    Ok(vec![t])
+}

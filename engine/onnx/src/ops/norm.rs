@@ -1,0 +1,109 @@
+//! LayerNormalization, BatchNormalization (inference form) and InstanceNormalization.
+
+use super::{one, Registry};
+use crate::context::NodeContext;
+use crate::error::ImportError;
+use crate::tensor;
+use kiln::{ElementwiseOp, LayerKind, TensorId, UnaryOp};
+
+pub(super) fn register(r: &mut Registry) {
+    r.add("LayerNormalization", &[17], layer_norm);
+    r.add("BatchNormalization", &[1, 6, 7, 9, 14, 15], batch_norm);
+    r.add("InstanceNormalization", &[1, 6, 22], instance_norm);
+}
+
+fn layer_norm(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
+    ctx.refuse_output(1, "Mean")?;
+    ctx.refuse_output(2, "InvStdDev")?;
+    let x = ctx.input(0)?;
+    let scale = ctx.input(1)?;
+    let rank = ctx.rank(x);
+    let axis = ctx.axis(ctx.attrs.int("axis", -1)?, rank)?;
+    let epsilon = ctx.attrs.float("epsilon", 1e-5)?;
+    let bias = match ctx.opt_input(2) {
+        Some(b) => b,
+        None => ctx.scalar("zero bias", ctx.dtype(x), 0.0)?,
+    };
+    let kind = LayerKind::Normalization { axes: (axis..rank).collect(), epsilon, num_groups: 1 };
+    one(ctx.add("", kind, &[x, scale, bias])?)
+}
+
+/// `[C]` parameter dims that broadcast along axis 1 of a rank-`rank` input: `[C, 1, …]`.
+fn channel_dims(rank: usize) -> Vec<i64> {
+    let mut dims = vec![-1];
+    dims.extend(std::iter::repeat_n(1, rank.saturating_sub(2)));
+    dims
+}
+
+/// Inference batch norm: `y = x * a + b` with `a = scale / sqrt(var + eps)` and
+/// `b = bias - mean * a`, folded on the host when the parameters are constant.
+fn batch_norm(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
+    if ctx.version >= 14 && ctx.attrs.flag("training_mode", false)? {
+        return Err(ctx.unsupported("training_mode=1"));
+    }
+    for (i, what) in [(1, "running mean"), (2, "running var"), (3, "saved mean"), (4, "saved var")] {
+        ctx.refuse_output(i, what)?;
+    }
+    let x = ctx.input(0)?;
+    let params = [ctx.input(1)?, ctx.input(2)?, ctx.input(3)?, ctx.input(4)?];
+    let epsilon = ctx.attrs.float("epsilon", 1e-5)? as f64;
+    let rank = ctx.rank(x);
+    let dtype = ctx.dtype(x);
+    // Before opset 9, `spatial=0` gave per-activation parameters shaped like x without N.
+    let per_activation = ctx.version < 9 && !ctx.attrs.flag("spatial", true)?;
+    let values: Option<Vec<_>> = params.iter().map(|&p| ctx.value(p)).collect();
+    if let Some(values) = values.filter(|_| dtype.is_float()) {
+        let [scale, bias, mean, var] = [0, 1, 2, 3].map(|i| values[i].to_f64_vec());
+        let n = scale.len();
+        if [&bias, &mean, &var].iter().any(|v| v.len() != n) {
+            return Err(ctx.invalid("scale, B, mean and var must have the same number of elements"));
+        }
+        let a: Vec<f64> = scale.iter().zip(&var).map(|(s, v)| s / (v + epsilon).sqrt()).collect();
+        let b: Vec<f64> = bias.iter().zip(&mean).zip(&a).map(|((b, m), a)| b - m * a).collect();
+        let shape: Vec<usize> = if per_activation {
+            values[0].shape().to_vec()
+        } else {
+            let mut s = vec![n];
+            s.extend(std::iter::repeat_n(1, rank.saturating_sub(2)));
+            s
+        };
+        let a = tensor::from_f64(dtype, shape.clone(), &a).map_err(|e| ctx.invalid(e))?;
+        let b = tensor::from_f64(dtype, shape, &b).map_err(|e| ctx.invalid(e))?;
+        let (a, b) = (ctx.constant("scale", a)?, ctx.constant("shift", b)?);
+        let scaled = ctx.add("multiply", LayerKind::Elementwise { op: ElementwiseOp::Prod }, &[x, a])?;
+        return one(ctx.add("", LayerKind::Elementwise { op: ElementwiseOp::Sum }, &[scaled, b])?);
+    }
+    let names = ["scale", "bias", "mean", "var"];
+    let mut shaped = [params[0]; 4];
+    for (i, &p) in params.iter().enumerate() {
+        let p = ctx.cast(&format!("{} cast", names[i]), p, dtype)?;
+        shaped[i] = if per_activation || rank <= 2 { p } else { ctx.reshape(names[i], p, channel_dims(rank))? };
+    }
+    let [scale, bias, mean, var] = shaped;
+    let eps = ctx.scalar("epsilon", dtype, epsilon)?;
+    let var_eps = ctx.add("var + epsilon", LayerKind::Elementwise { op: ElementwiseOp::Sum }, &[var, eps])?;
+    let std = ctx.add("std", LayerKind::Unary { op: UnaryOp::Sqrt }, &[var_eps])?;
+    let centered = ctx.add("centered", LayerKind::Elementwise { op: ElementwiseOp::Sub }, &[x, mean])?;
+    let normalized = ctx.add("normalized", LayerKind::Elementwise { op: ElementwiseOp::Div }, &[centered, std])?;
+    let scaled = ctx.add("scaled", LayerKind::Elementwise { op: ElementwiseOp::Prod }, &[normalized, scale])?;
+    one(ctx.add("", LayerKind::Elementwise { op: ElementwiseOp::Sum }, &[scaled, bias])?)
+}
+
+/// Instance norm: statistics over the spatial axes per (sample, channel); the `[C]` scale
+/// and bias are reshaped to `[1, C, 1, …]`.
+fn instance_norm(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
+    let x = ctx.input(0)?;
+    let rank = ctx.rank(x);
+    if rank < 3 {
+        return Err(ctx.invalid(format!("InstanceNormalization needs an N×C×spatial input, got rank {rank}")));
+    }
+    let epsilon = ctx.attrs.float("epsilon", 1e-5)?;
+    let mut dims = vec![1, -1];
+    dims.extend(std::iter::repeat_n(1, rank - 2));
+    let scale = ctx.input(1)?;
+    let scale = ctx.reshape("scale", scale, dims.clone())?;
+    let bias = ctx.input(2)?;
+    let bias = ctx.reshape("bias", bias, dims)?;
+    let kind = LayerKind::Normalization { axes: (2..rank).collect(), epsilon, num_groups: 1 };
+    one(ctx.add("", kind, &[x, scale, bias])?)
+}

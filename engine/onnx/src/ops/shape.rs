@@ -1,0 +1,371 @@
+//! Ops that move data without arithmetic: Reshape, Transpose, Flatten, Squeeze,
+//! Unsqueeze, Concat, Split, Slice, Shape, Expand, Tile.
+
+use super::{one, Registry};
+use crate::context::NodeContext;
+use crate::error::ImportError;
+use kiln::{Dim, ElementwiseOp, LayerKind, ReduceOp, ShuffleParams, TensorId};
+
+pub(super) fn register(r: &mut Registry) {
+    r.add("Reshape", &[1, 5, 13, 14, 19, 21, 23, 24, 25], reshape);
+    r.add("Transpose", &[1, 13, 21, 23, 24, 25], transpose);
+    r.add("Flatten", &[1, 9, 11, 13, 21, 23, 24, 25], flatten);
+    r.add("Squeeze", &[1, 11, 13, 21, 23, 24, 25], squeeze);
+    r.add("Unsqueeze", &[1, 11, 13, 21, 23, 24, 25], unsqueeze);
+    r.add("Concat", &[1, 4, 11, 13], concat);
+    r.add("Split", &[1, 2, 11, 13, 18], split);
+    r.add("Slice", &[1, 10, 11, 13], slice);
+    r.add("Shape", &[1, 13, 15, 19, 21, 23, 24, 25], shape);
+    r.add("Expand", &[8, 13], expand);
+    r.add("Tile", &[1, 6, 13], tile);
+}
+
+/// Shuffle parameters whose reshape dims are exact (a 0 is an empty dim).
+fn exact(reshape: Option<Vec<i64>>) -> ShuffleParams {
+    ShuffleParams { reshape, zero_is_placeholder: false, ..Default::default() }
+}
+
+/// Reshape: dims are an attribute in opset 1 and an input after; a 0 copies the input dim
+/// unless `allowzero` (opset 14) makes it a literal 0.
+fn reshape(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
+    let x = ctx.input(0)?;
+    let zero_is_placeholder = !(ctx.version >= 14 && ctx.attrs.flag("allowzero", false)?);
+    if ctx.version < 5 {
+        let dims = ctx.attrs.ints("shape")?.ok_or_else(|| ctx.invalid("attribute `shape` is required"))?.to_vec();
+        return one(ctx.shuffle("", x, ShuffleParams { reshape: Some(dims), zero_is_placeholder, ..Default::default() })?);
+    }
+    let dims = ctx.input(1)?;
+    let params = ShuffleParams { zero_is_placeholder, ..Default::default() };
+    match ctx.const_ints(dims) {
+        Some(d) => one(ctx.shuffle("", x, ShuffleParams { reshape: Some(d), ..params })?),
+        None => one(ctx.add("", LayerKind::Shuffle(params), &[x, dims])?),
+    }
+}
+
+fn transpose(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
+    let x = ctx.input(0)?;
+    let rank = ctx.rank(x);
+    let perm = match ctx.attrs.ints("perm")? {
+        Some(p) => p
+            .iter()
+            .map(|&a| usize::try_from(a).map_err(|_| ctx.invalid(format!("perm {p:?} has a negative entry"))))
+            .collect::<Result<Vec<_>, _>>()?,
+        None => (0..rank).rev().collect(),
+    };
+    one(ctx.shuffle("", x, ShuffleParams { first_transpose: perm, ..Default::default() })?)
+}
+
+/// Flatten to 2-D at `axis`: `[d0 × … × d(axis-1), d(axis) × …]`.
+fn flatten(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
+    let x = ctx.input(0)?;
+    let rank = ctx.rank(x);
+    let raw = ctx.attrs.int("axis", 1)?;
+    let axis = if raw < 0 { raw + rank as i64 } else { raw };
+    let axis = usize::try_from(axis)
+        .ok()
+        .filter(|&a| a <= rank)
+        .ok_or_else(|| ctx.invalid(format!("axis {raw} is out of range for rank {rank}")))?;
+    let dims = ctx.dims(x);
+    let product = |d: &[Dim]| d.iter().map(Dim::fixed).product::<Option<usize>>().map(|p| p as i64);
+    let target = match (product(&dims[..axis]), product(&dims[axis..])) {
+        (Some(lead), _) => Some(vec![lead, -1]),
+        (None, Some(rest)) => Some(vec![-1, rest]),
+        (None, None) if axis == 1 => Some(vec![0, -1]),
+        (None, None) => None,
+    };
+    if let Some(target) = target {
+        return one(ctx.reshape("", x, target)?);
+    }
+    // Dynamic dims on both sides: the leading product comes from the shape at run time.
+    let shape = ctx.add("shape", LayerKind::Shape, &[x])?;
+    let (start, end, axes) = (ctx.const_i64("lead start", &[0])?, ctx.const_i64("lead end", &[axis as i64])?, ctx.const_i64("lead axes", &[0])?);
+    let lead_dims = ctx.add("lead dims", LayerKind::Slice, &[shape, start, end, axes])?;
+    let lead = ctx.add("lead", LayerKind::Reduce { op: ReduceOp::Prod, axes: vec![0], keep_dims: true }, &[lead_dims])?;
+    let rest = ctx.const_i64("rest", &[-1])?;
+    let target = ctx.add("dims", LayerKind::Concatenation { axis: 0 }, &[lead, rest])?;
+    one(ctx.add("", LayerKind::Shuffle(exact(None)), &[x, target])?)
+}
+
+/// Axes of Squeeze/Unsqueeze: an attribute before opset 13, a constant input after.
+fn axes_operand(ctx: &NodeContext) -> Result<Option<Vec<i64>>, ImportError> {
+    if ctx.version < 13 {
+        return Ok(ctx.attrs.ints("axes")?.map(<[i64]>::to_vec));
+    }
+    match ctx.opt_input(1) {
+        Some(_) => Ok(Some(ctx.required_const_ints(1, "axes")?)),
+        None => Ok(None),
+    }
+}
+
+/// Squeeze: the squeezed (size-1) axes are moved last, then a reshape keeps the leading
+/// dims by copying them, so dynamic dims stay as they are.
+fn squeeze(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
+    let x = ctx.input(0)?;
+    let dims = ctx.dims(x);
+    let rank = dims.len();
+    let squeezed = match axes_operand(ctx)? {
+        Some(axes) => {
+            let axes = ctx.axes(&axes, rank)?;
+            if let Some(&a) = axes.iter().find(|&&a| dims[a].fixed().is_some_and(|n| n != 1)) {
+                return Err(ctx.invalid(format!("cannot squeeze axis {a} of length {}", dims[a])));
+            }
+            axes
+        }
+        None => {
+            if dims.iter().any(|d| !d.is_fixed()) {
+                return Err(ctx.unsupported("Squeeze without axes on an input with dynamic dims"));
+            }
+            (0..rank).filter(|&a| dims[a].fixed() == Some(1)).collect()
+        }
+    };
+    let kept: Vec<usize> = (0..rank).filter(|a| !squeezed.contains(a)).collect();
+    let mut perm = kept.clone();
+    perm.extend(squeezed.iter().copied().filter(|a| !kept.contains(a)));
+    let identity = perm.iter().enumerate().all(|(i, &p)| i == p);
+    let params = ShuffleParams {
+        first_transpose: if identity { Vec::new() } else { perm },
+        reshape: Some(vec![0; kept.len()]),
+        zero_is_placeholder: true,
+        ..Default::default()
+    };
+    one(ctx.shuffle("", x, params)?)
+}
+
+/// Unsqueeze: size-1 dims are appended by a reshape that copies the input dims, then a
+/// transpose moves them to their output positions.
+fn unsqueeze(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
+    let x = ctx.input(0)?;
+    let rank = ctx.rank(x);
+    let axes = axes_operand(ctx)?.ok_or_else(|| ctx.invalid("Unsqueeze needs axes"))?;
+    let out_rank = rank + axes.len();
+    let axes = ctx.axes(&axes, out_rank)?;
+    let mut reshape = vec![0; rank];
+    reshape.extend(std::iter::repeat_n(1, axes.len()));
+    let (mut next_input, mut next_new) = (0, rank);
+    let perm: Vec<usize> = (0..out_rank)
+        .map(|p| {
+            let source = if axes.contains(&p) { &mut next_new } else { &mut next_input };
+            *source += 1;
+            *source - 1
+        })
+        .collect();
+    let identity = perm.iter().enumerate().all(|(i, &p)| i == p);
+    let params = ShuffleParams {
+        reshape: Some(reshape),
+        second_transpose: if identity { Vec::new() } else { perm },
+        zero_is_placeholder: true,
+        ..Default::default()
+    };
+    one(ctx.shuffle("", x, params)?)
+}
+
+fn concat(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
+    let inputs = ctx.present_inputs();
+    let first = *inputs.first().ok_or_else(|| ctx.invalid("Concat needs at least one input"))?;
+    let raw = if ctx.version < 4 { ctx.attrs.int("axis", 1)? } else { ctx.attrs.required_int("axis")? };
+    let axis = ctx.axis(raw, ctx.rank(first))?;
+    let slots = inputs.into_iter().map(Some).collect();
+    one(ctx.add_opt("", LayerKind::Concatenation { axis }, slots)?)
+}
+
+/// Split sizes: input 1 in opset 1 and from 13, the `split` attribute in 2–12.
+fn split_sizes(ctx: &NodeContext) -> Result<Option<Vec<i64>>, ImportError> {
+    let from_input = ctx.version == 1 || ctx.version >= 13;
+    if from_input && ctx.opt_input(1).is_some() {
+        return Ok(Some(ctx.required_const_ints(1, "split")?));
+    }
+    if ctx.version < 13 {
+        return Ok(ctx.attrs.ints("split")?.map(<[i64]>::to_vec));
+    }
+    Ok(None)
+}
+
+/// Split, lowered to one Slice per output. Without sizes the axis splits evenly (opset 18:
+/// into `num_outputs` chunks of `ceil(len / n)`, the last one smaller).
+fn split(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
+    let x = ctx.input(0)?;
+    let axis = ctx.axis(ctx.attrs.int("axis", 0)?, ctx.rank(x))?;
+    let outputs = ctx.node.output.len();
+    let length = ctx.dims(x)[axis].fixed();
+    let sizes = split_sizes(ctx)?;
+    let num_outputs = if ctx.version >= 18 { ctx.attrs.opt_int("num_outputs")? } else { None };
+    if sizes.is_some() && num_outputs.is_some() {
+        return Err(ctx.invalid("give either the split input or num_outputs, not both"));
+    }
+    if let Some(n) = num_outputs {
+        if n != outputs as i64 {
+            return Err(ctx.invalid(format!("num_outputs is {n} but the node has {outputs} outputs")));
+        }
+    } else if ctx.version >= 18 && sizes.is_none() {
+        return Err(ctx.invalid("Split-18 needs the split input or num_outputs"));
+    }
+    if outputs == 0 {
+        return Err(ctx.invalid("Split needs at least one output"));
+    }
+    let uneven_allowed = num_outputs.is_some();
+    let n = outputs as i64;
+    let bounds: Option<Vec<(i64, i64)>> = match (sizes, length) {
+        (Some(sizes), _) => {
+            if sizes.len() != outputs || sizes.iter().any(|&s| s < 0) {
+                return Err(ctx.invalid(format!("split {sizes:?} does not give {outputs} non-negative sizes")));
+            }
+            let total = sizes.iter().try_fold(0i64, |acc, &s| acc.checked_add(s));
+            let Some(total) = total else {
+                return Err(ctx.invalid(format!("split {sizes:?} overflows")));
+            };
+            if let Some(len) = length.filter(|&len| total != len as i64) {
+                return Err(ctx.invalid(format!("split {sizes:?} does not add up to the axis length {len}")));
+            }
+            let mut start = 0;
+            Some(sizes.iter().map(|&s| {
+                start += s;
+                (start - s, start)
+            }).collect())
+        }
+        (None, Some(len)) => {
+            let len = len as i64;
+            if !uneven_allowed && len % n != 0 {
+                return Err(ctx.invalid(format!("axis length {len} does not split evenly into {n} outputs")));
+            }
+            let chunk = (len + n - 1) / n;
+            Some((0..n).map(|i| ((i * chunk).min(len), ((i + 1) * chunk).min(len))).collect())
+        }
+        (None, None) => None,
+    };
+    let axes = ctx.const_i64("axes", &[axis as i64])?;
+    let mut results = Vec::with_capacity(outputs);
+    match bounds {
+        Some(bounds) => {
+            for (i, (start, end)) in bounds.into_iter().enumerate() {
+                let starts = ctx.const_i64(&format!("start {i}"), &[start])?;
+                let ends = ctx.const_i64(&format!("end {i}"), &[end])?;
+                results.push(ctx.add(&format!("output {i}"), LayerKind::Slice, &[x, starts, ends, axes])?);
+            }
+        }
+        None => {
+            // Dynamic axis length: chunk = len / n (ceil from opset 18), computed at run time.
+            let len = ctx.dim_of("length", x, axis)?;
+            let dividend = if uneven_allowed {
+                let round_up = ctx.const_i64("n - 1", &[n - 1])?;
+                ctx.add("length + n - 1", LayerKind::Elementwise { op: ElementwiseOp::Sum }, &[len, round_up])?
+            } else {
+                len
+            };
+            let count = ctx.const_i64("n", &[n])?;
+            let chunk = ctx.add("chunk", LayerKind::Elementwise { op: ElementwiseOp::FloorDiv }, &[dividend, count])?;
+            for i in 0..n {
+                let index = ctx.const_i64(&format!("index {i}"), &[i])?;
+                let starts = ctx.add(&format!("start {i}"), LayerKind::Elementwise { op: ElementwiseOp::Prod }, &[chunk, index])?;
+                let ends = if i + 1 == n {
+                    ctx.const_i64(&format!("end {i}"), &[i64::MAX])?
+                } else {
+                    let next = ctx.const_i64(&format!("index {}", i + 1), &[i + 1])?;
+                    ctx.add(&format!("end {i}"), LayerKind::Elementwise { op: ElementwiseOp::Prod }, &[chunk, next])?
+                };
+                results.push(ctx.add(&format!("output {i}"), LayerKind::Slice, &[x, starts, ends, axes])?);
+            }
+        }
+    }
+    Ok(results)
+}
+
+/// Slice: starts/ends/axes are attributes before opset 10, inputs (plus steps) after.
+fn slice(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
+    let x = ctx.input(0)?;
+    if ctx.version >= 10 {
+        let slots = (0..5).map(|i| ctx.opt_input(i)).collect();
+        return one(ctx.add_opt("", LayerKind::Slice, slots)?);
+    }
+    let required = |name: &str| ctx.attrs.ints(name)?.map(<[i64]>::to_vec).ok_or_else(|| ctx.invalid(format!("attribute `{name}` is required")));
+    let (starts, ends) = (required("starts")?, required("ends")?);
+    let axes = ctx.attrs.ints("axes")?.map(<[i64]>::to_vec);
+    let starts = ctx.const_i64("starts", &starts)?;
+    let ends = ctx.const_i64("ends", &ends)?;
+    let axes = axes.map(|a| ctx.const_i64("axes", &a)).transpose()?;
+    one(ctx.add_opt("", LayerKind::Slice, vec![Some(x), Some(starts), Some(ends), axes])?)
+}
+
+/// Shape, with the `start`/`end` window of opset 15 (clamped like Python slices).
+fn shape(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
+    let x = ctx.input(0)?;
+    let rank = ctx.rank(x) as i64;
+    let (start, end) = if ctx.version >= 15 {
+        (ctx.attrs.int("start", 0)?, ctx.attrs.opt_int("end")?.unwrap_or(rank))
+    } else {
+        (0, rank)
+    };
+    let clamp = |v: i64| if v < 0 { v + rank } else { v }.clamp(0, rank);
+    let (start, end) = (clamp(start), clamp(end).max(clamp(start)));
+    if (start, end) == (0, rank) {
+        return one(ctx.add("", LayerKind::Shape, &[x])?);
+    }
+    if let Some(dims) = ctx.fixed_dims(x) {
+        let window: Vec<i64> = dims[start as usize..end as usize].iter().map(|&d| d as i64).collect();
+        return one(ctx.const_i64("", &window)?);
+    }
+    let full = ctx.add("full", LayerKind::Shape, &[x])?;
+    let (starts, ends) = (ctx.const_i64("start", &[start])?, ctx.const_i64("end", &[end])?);
+    one(ctx.add("", LayerKind::Slice, &[full, starts, ends])?)
+}
+
+fn expand(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
+    let x = ctx.input(0)?;
+    let shape = ctx.input(1)?;
+    one(ctx.add("", LayerKind::Expand, &[x, shape])?)
+}
+
+/// Tile as reshape → expand → reshape: `x` viewed as `[1, d0, 1, d1, …]` is broadcast to
+/// `[r0, d0, r1, d1, …]` and merged to `[r0·d0, r1·d1, …]`. Opset 1 took one axis and count.
+fn tile(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
+    let x = ctx.input(0)?;
+    let rank = ctx.rank(x);
+    let repeats = if ctx.version < 6 {
+        let tiles = ctx.required_const_ints(1, "tiles")?;
+        let axis = ctx.required_const_ints(2, "axis")?;
+        let (&[tiles], &[axis]) = (tiles.as_slice(), axis.as_slice()) else {
+            return Err(ctx.invalid("Tile-1 tiles and axis must be scalars"));
+        };
+        let axis = ctx.axis(axis, rank)?;
+        let mut r = vec![1; rank];
+        r[axis] = tiles;
+        ctx.const_i64("repeats", &r)?
+    } else {
+        let r = ctx.input(1)?;
+        ctx.cast("repeats i64", r, kiln::DataType::I64)?
+    };
+    if rank == 0 {
+        return one(x);
+    }
+    let fixed = ctx.fixed_dims(x).zip(ctx.const_ints(repeats));
+    if let Some((dims, reps)) = fixed {
+        if reps.len() != rank || reps.iter().any(|&r| r < 0) {
+            return Err(ctx.invalid(format!("repeats {reps:?} must hold {rank} non-negative counts")));
+        }
+        let view: Vec<i64> = dims.iter().flat_map(|&d| [1, d as i64]).collect();
+        let target: Vec<i64> = dims.iter().zip(&reps).flat_map(|(&d, &r)| [r, d as i64]).collect();
+        let merged = dims
+            .iter()
+            .zip(&reps)
+            .map(|(&d, &r)| r.checked_mul(d as i64))
+            .collect::<Option<Vec<i64>>>()
+            .ok_or_else(|| ctx.invalid(format!("repeats {reps:?} overflow the output size")))?;
+        let viewed = ctx.shuffle("view", x, exact(Some(view)))?;
+        let target = ctx.const_i64("target", &target)?;
+        let expanded = ctx.add("expand", LayerKind::Expand, &[viewed, target])?;
+        return one(ctx.shuffle("", expanded, exact(Some(merged)))?);
+    }
+    let n = rank as i64;
+    let shape = ctx.shape_of("shape", x)?;
+    let shape_column = ctx.reshape("shape column", shape, vec![n, 1])?;
+    let repeats_column = ctx.reshape("repeats column", repeats, vec![n, 1])?;
+    let ones = ctx.constant("ones", kiln::HostTensor::from_i64(vec![rank, 1], vec![1; rank]).expect("length matches"))?;
+    let concat = LayerKind::Concatenation { axis: 1 };
+    let view = ctx.add("view pairs", concat.clone(), &[ones, shape_column])?;
+    let view = ctx.reshape("view dims", view, vec![2 * n])?;
+    let target = ctx.add("target pairs", concat, &[repeats_column, shape_column])?;
+    let target = ctx.reshape("target dims", target, vec![2 * n])?;
+    let merged = ctx.add("merged dims", LayerKind::Elementwise { op: ElementwiseOp::Prod }, &[shape, repeats])?;
+    let viewed = ctx.add("view", LayerKind::Shuffle(exact(None)), &[x, view])?;
+    let expanded = ctx.add("expand", LayerKind::Expand, &[viewed, target])?;
+    one(ctx.add("", LayerKind::Shuffle(exact(None)), &[expanded, merged])?)
+}

@@ -1,0 +1,2 @@
+B
+reciprocalJAvм?Hге?j™¦@YуД?№ЏЛ?TЦ?
