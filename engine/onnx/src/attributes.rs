@@ -26,9 +26,8 @@ impl<'a> Attributes<'a> {
             return Ok(None);
         };
         if attr.ref_attr_name.is_some() {
-            return Err(self.invalid(format!(
-                "attribute `{name}` refers to a function attribute, which only functions may use"
-            )));
+            return Err(self
+                .invalid(format!("attribute `{name}` refers to a function attribute, which only functions may use")));
         }
         let declared = AttributeType::try_from(attr.r#type.unwrap_or(0)).unwrap_or(AttributeType::Undefined);
         // IR version 1 had no type field: accept the attribute when the expected field is set.
@@ -105,11 +104,5 @@ impl<'a> Attributes<'a> {
 
     pub fn tensor(&self, name: &str) -> Result<Option<&'a TensorProto>, ImportError> {
         Ok(self.typed(name, AttributeType::Tensor)?.and_then(|a| a.t.as_ref()))
-    }
-
-    /// Whether `name` is present with a type other than `expected` is checked; used for
-    /// attributes whose presence (of any listed type) matters, like Constant's value kinds.
-    pub fn present_of(&self, name: &str, expected: AttributeType) -> Result<Option<&'a AttributeProto>, ImportError> {
-        self.typed(name, expected)
     }
 }

@@ -5,10 +5,8 @@ use crate::attributes::Attributes;
 use crate::error::ImportError;
 use crate::proto::NodeProto;
 use crate::tensor;
+use kiln::{DataType, Dim, GatherMode, HostTensor, LayerKind, Network, NetworkError, ShuffleParams, TensorId};
 use std::path::Path;
-use kiln::{
-    DataType, Dim, GatherMode, HostTensor, LayerKind, Network, NetworkError, ShuffleParams, TensorId,
-};
 
 /// One node being imported.
 pub(crate) struct NodeContext<'a> {
@@ -109,7 +107,8 @@ impl NodeContext<'_> {
     /// Integer values of input `i` that kiln needs at build time.
     pub fn required_const_ints(&self, i: usize, what: &str) -> Result<Vec<i64>, ImportError> {
         let t = self.input(i)?;
-        self.const_ints(t).ok_or_else(|| self.unsupported(format!("a {what} input computed at run time (it must be constant)")))
+        self.const_ints(t)
+            .ok_or_else(|| self.unsupported(format!("a {what} input computed at run time (it must be constant)")))
     }
 
     /// A possibly negative axis normalized against `rank`.
@@ -159,7 +158,12 @@ impl NodeContext<'_> {
     }
 
     /// [`NodeContext::add`] with optional input slots.
-    pub fn add_opt(&mut self, part: &str, kind: LayerKind, inputs: Vec<Option<TensorId>>) -> Result<TensorId, ImportError> {
+    pub fn add_opt(
+        &mut self,
+        part: &str,
+        kind: LayerKind,
+        inputs: Vec<Option<TensorId>>,
+    ) -> Result<TensorId, ImportError> {
         let outputs = self.add_layer_outputs(part, kind, inputs)?;
         outputs.first().copied().ok_or_else(|| self.invalid("the layer produced no output"))
     }

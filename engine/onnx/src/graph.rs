@@ -129,7 +129,12 @@ impl<'m> GraphImporter<'m> {
             net: Network::new(name),
             values: HashMap::new(),
             initializers: graph.initializer.iter().map(|t| (t.name(), t)).collect(),
-            sparse_initializers: graph.sparse_initializer.iter().filter_map(|s| s.values.as_ref()).map(|v| v.name()).collect(),
+            sparse_initializers: graph
+                .sparse_initializer
+                .iter()
+                .filter_map(|s| s.values.as_ref())
+                .map(|v| v.name())
+                .collect(),
             onnx_named: HashSet::new(),
             model_dir,
         }
@@ -147,7 +152,10 @@ impl<'m> GraphImporter<'m> {
                 return Err(ImportError::graph("a graph input has no name"));
             }
             let (dtype, shape) = tensor_type(input)?;
-            let id = self.net.add_input(name, dtype, shape).map_err(|e| ImportError::graph(format!("graph input `{name}`: {e}")))?;
+            let id = self
+                .net
+                .add_input(name, dtype, shape)
+                .map_err(|e| ImportError::graph(format!("graph input `{name}`: {e}")))?;
             self.values.insert(name.to_string(), id);
             self.onnx_named.insert(id);
         }
@@ -160,7 +168,9 @@ impl<'m> GraphImporter<'m> {
             return Ok(Some(t));
         }
         if self.sparse_initializers.contains(name) {
-            return Err(ImportError::graph(format!("initializer `{name}` is sparse; sparse tensors are not supported")));
+            return Err(ImportError::graph(format!(
+                "initializer `{name}` is sparse; sparse tensors are not supported"
+            )));
         }
         let Some(proto) = self.initializers.remove(name) else {
             return Ok(None);
@@ -176,7 +186,12 @@ impl<'m> GraphImporter<'m> {
         Ok(Some(t))
     }
 
-    fn import_node(&mut self, index: usize, node: &'m NodeProto, opsets: &HashMap<String, i64>) -> Result<(), ImportError> {
+    fn import_node(
+        &mut self,
+        index: usize,
+        node: &'m NodeProto,
+        opsets: &HashMap<String, i64>,
+    ) -> Result<(), ImportError> {
         let name = node_name(node, index);
         let op_type = node.op_type();
         let domain = if is_default_domain(node.domain()) { "" } else { node.domain() };
@@ -264,7 +279,9 @@ impl<'m> GraphImporter<'m> {
                 .map(|i| format!("{name} ({i})"))
                 .find(|n| self.net.find_tensor(n).is_none())
                 .expect("some suffix is free");
-            self.net.set_tensor_name(other, &free).map_err(|source| ImportError::Network { node: node.to_string(), source })?;
+            self.net
+                .set_tensor_name(other, &free)
+                .map_err(|source| ImportError::Network { node: node.to_string(), source })?;
         }
         self.net.set_tensor_name(t, name).map_err(|source| ImportError::Network { node: node.to_string(), source })?;
         self.values.insert(name.to_string(), t);
@@ -280,9 +297,9 @@ impl<'m> GraphImporter<'m> {
         }
         for output in &graph.output {
             let name = output.name();
-            let t = self
-                .lookup(name)?
-                .ok_or_else(|| ImportError::graph(format!("graph output `{name}` is not produced by any node, initializer or input")))?;
+            let t = self.lookup(name)?.ok_or_else(|| {
+                ImportError::graph(format!("graph output `{name}` is not produced by any node, initializer or input"))
+            })?;
             let is_input = self.net.inputs().contains(&t);
             let is_constant = self
                 .net
@@ -334,7 +351,8 @@ fn tensor_type(info: &ValueInfoProto) -> Result<(kiln::DataType, Shape), ImportE
         return Err(invalid("only tensor inputs are supported (not sequences, maps or optionals)".into()));
     };
     let dtype = dtype_from_onnx(tensor.elem_type()).map_err(invalid)?;
-    let shape = tensor.shape.as_ref().ok_or_else(|| invalid("the shape (at least the rank) must be declared".into()))?;
+    let shape =
+        tensor.shape.as_ref().ok_or_else(|| invalid("the shape (at least the rank) must be declared".into()))?;
     let dims = shape
         .dim
         .iter()

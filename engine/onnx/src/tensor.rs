@@ -64,12 +64,7 @@ pub(crate) fn host_tensor(t: &TensorProto, owner: &str, model_dir: Option<&Path>
         from_typed_fields(t, dtype).map_err(invalid)?
     };
     if data.len() != count {
-        return Err(invalid(format!(
-            "holds {} {} values but dims {:?} need {count}",
-            data.len(),
-            dtype,
-            t.dims
-        )));
+        return Err(invalid(format!("holds {} {} values but dims {:?} need {count}", data.len(), dtype, t.dims)));
     }
     HostTensor::new(shape, data).map_err(|e| invalid(e.to_string()))
 }
@@ -80,16 +75,17 @@ fn from_raw(dtype: DataType, bytes: &[u8]) -> Result<TensorData, String> {
         return Ok(TensorData::Bool(bytes.iter().map(|&b| b != 0).collect()));
     }
     TensorData::from_le_bytes(dtype, bytes).ok_or_else(|| {
-        format!("raw data of {} bytes is not a whole number of {}-byte {dtype} elements", bytes.len(), dtype.size_bytes())
+        format!(
+            "raw data of {} bytes is not a whole number of {}-byte {dtype} elements",
+            bytes.len(),
+            dtype.size_bytes()
+        )
     })
 }
 
 /// Narrows `int32_data` values, which ONNX uses for every type of 16 bits or fewer.
 fn narrow<T: TryFrom<i32>>(values: &[i32], dtype: DataType) -> Result<Vec<T>, String> {
-    values
-        .iter()
-        .map(|&v| T::try_from(v).map_err(|_| format!("int32_data value {v} does not fit {dtype}")))
-        .collect()
+    values.iter().map(|&v| T::try_from(v).map_err(|_| format!("int32_data value {v} does not fit {dtype}"))).collect()
 }
 
 /// 16-bit float bit patterns stored in `int32_data`.
@@ -141,9 +137,8 @@ fn read_external(t: &TensorProto, model_dir: Option<&Path>, expected: usize) -> 
     }
     let location = location.ok_or_else(|| error("no `location` entry".into()))?;
     let relative = safe_relative_path(location).map_err(error)?;
-    let dir = model_dir.ok_or_else(|| {
-        error(format!("the data is in `{location}` but no model directory was given to resolve it"))
-    })?;
+    let dir = model_dir
+        .ok_or_else(|| error(format!("the data is in `{location}` but no model directory was given to resolve it")))?;
     let path = dir.join(relative);
     let mut file = File::open(&path).map_err(|e| error(format!("cannot open `{}`: {e}", path.display())))?;
     let file_len = file.metadata().map_err(|e| error(format!("cannot stat `{}`: {e}", path.display())))?.len();
@@ -152,7 +147,9 @@ fn read_external(t: &TensorProto, model_dir: Option<&Path>, expected: usize) -> 
         .ok_or_else(|| error(format!("offset {offset} is past the end of `{location}` ({file_len} bytes)")))?;
     let length = length.unwrap_or(available);
     if length > available {
-        return Err(error(format!("{length} bytes at offset {offset} run past the end of `{location}` ({file_len} bytes)")));
+        return Err(error(format!(
+            "{length} bytes at offset {offset} run past the end of `{location}` ({file_len} bytes)"
+        )));
     }
     if length != expected as u64 {
         return Err(error(format!("holds {length} bytes but the tensor needs {expected}")));

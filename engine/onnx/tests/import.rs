@@ -84,12 +84,8 @@ fn ir3_initializers_listed_as_inputs_are_constants() {
 
 #[test]
 fn graph_outputs_that_are_inputs_or_initializers_get_identity_layers() {
-    let model = Graph::new()
-        .input("x", F32, "2")
-        .init(tensor_f32("c", &[2], &[5., 6.]))
-        .output("x")
-        .output("c")
-        .model(13);
+    let model =
+        Graph::new().input("x", F32, "2").init(tensor_f32("c", &[2], &[5., 6.])).output("x").output("c").model(13);
     let net = import(&model);
     assert_eq!(net.outputs().len(), 2);
     for &t in net.outputs() {
@@ -206,7 +202,10 @@ fn initializers_from_raw_data() {
 #[test]
 fn initializer_with_wrong_element_count_is_invalid() {
     let err = import_err(&single_initializer_model(tensor_f32("w", &[2, 2], &[1., 2., 3.])));
-    assert!(matches!(&err, ImportError::InvalidModel { reason, .. } if reason.contains("`w`") && reason.contains("3")), "{err}");
+    assert!(
+        matches!(&err, ImportError::InvalidModel { reason, .. } if reason.contains("`w`") && reason.contains("3")),
+        "{err}"
+    );
     let err = import_err(&single_initializer_model(tensor_raw("w", &[2], F32, vec![0; 7])));
     assert!(matches!(err, ImportError::InvalidModel { .. }), "{err}");
     let mut t = tensor_i64("w", &[1], &[0]);
@@ -303,11 +302,8 @@ fn missing_file_is_an_io_error() {
 
 #[test]
 fn unsupported_op_names_type_domain_opset_and_node() {
-    let model = Graph::new()
-        .input("x", F32, "2")
-        .node(node("FancyOp", &["x"], &["y"]).named("fancy_1"))
-        .output("y")
-        .model(13);
+    let model =
+        Graph::new().input("x", F32, "2").node(node("FancyOp", &["x"], &["y"]).named("fancy_1")).output("y").model(13);
     let err = import_err(&model);
     assert_eq!(err.to_string(), "unsupported ONNX op `FancyOp` (domain `ai.onnx`, opset 13) at node `fancy_1`");
     assert!(matches!(err, ImportError::UnsupportedOp { ref op_type, opset: 13, .. } if op_type == "FancyOp"));
@@ -319,6 +315,15 @@ fn ops_newer_than_the_model_opset_are_unsupported() {
     let model = Graph::new().input("x", F32, "2").node(node("Gelu", &["x"], &["y"])).output("y").model(18);
     let err = import_err(&model);
     assert!(matches!(err, ImportError::UnsupportedOp { opset: 18, .. }), "{err}");
+}
+
+#[test]
+fn opsets_newer_than_the_known_definitions_are_unsupported() {
+    let model = Graph::new().input("x", F32, "2").node(node("Relu", &["x"], &["y"])).output("y").model(29);
+    assert!(matches!(import_err(&model), ImportError::UnsupportedOp { opset: 29, .. }));
+    let mut model = model;
+    model.opset_import[0].version = Some(28);
+    import(&model);
 }
 
 #[test]
@@ -396,11 +401,8 @@ fn bad_attributes_are_invalid() {
         }
         other => panic!("wrong error: {other}"),
     }
-    let out_of_range = Graph::new()
-        .input("x", F32, "2,2")
-        .node(node("Softmax", &["x"], &["y"]).int("axis", 5))
-        .output("y")
-        .model(13);
+    let out_of_range =
+        Graph::new().input("x", F32, "2,2").node(node("Softmax", &["x"], &["y"]).int("axis", 5)).output("y").model(13);
     assert!(matches!(import_err(&out_of_range), ImportError::InvalidModel { .. }));
 }
 

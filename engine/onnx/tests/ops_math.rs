@@ -92,7 +92,13 @@ fn gemm_with_transposes_alpha_beta_and_bias() {
         .input("a", F32, "2,1")
         .init(tensor_f32("b", &[2, 2], &[1., 2., 3., 4.]))
         .init(tensor_f32("c", &[2], &[10., 20.]))
-        .node(node("Gemm", &["a", "b", "c"], &["y"]).int("transA", 1).int("transB", 1).float("alpha", 2.).float("beta", 0.5))
+        .node(
+            node("Gemm", &["a", "b", "c"], &["y"])
+                .int("transA", 1)
+                .int("transB", 1)
+                .float("alpha", 2.)
+                .float("beta", 0.5),
+        )
         .output("y")
         .model(13);
     // aᵀ = [[1, 2]], bᵀ = [[1, 3], [2, 4]] → [[5, 11]] × 2 + [5, 10].
@@ -138,7 +144,10 @@ fn activation_attributes_and_defaults() {
         (model(node("LeakyRelu", &["x"], &["y"]), 16), vec![-0.02, -0.005, 0.5, 2.]),
         (model(node("LeakyRelu", &["x"], &["y"]).float("alpha", 0.5), 6), vec![-1., -0.25, 0.5, 2.]),
         (model(node("HardSigmoid", &["x"], &["y"]), 6), vec![0.1, 0.4, 0.6, 0.9]),
-        (model(node("Elu", &["x"], &["y"]).float("alpha", 2.), 6), vec![2. * ((-2f64).exp() - 1.), 2. * ((-0.5f64).exp() - 1.), 0.5, 2.]),
+        (
+            model(node("Elu", &["x"], &["y"]).float("alpha", 2.), 6),
+            vec![2. * ((-2f64).exp() - 1.), 2. * ((-0.5f64).exp() - 1.), 0.5, 2.],
+        ),
         (model(node("ThresholdedRelu", &["x"], &["y"]), 10), vec![0., 0., 0., 2.]),
         (model(node("Softsign", &["x"], &["y"]), 1), vec![-2. / 3., -1. / 3., 1. / 3., 2. / 3.]),
     ];
@@ -162,7 +171,9 @@ fn gelu_approximations() {
 fn clip_attributes_before_opset_11() {
     let m = unary_model(node("Clip", &["x"], &["y"]).float("min", -1.).float("max", 1.), "3", 6);
     let net = import(&m);
-    assert!(matches!(net.layers()[0].kind, LayerKind::Activation { kind: ActivationKind::Clip { min, max } } if min == -1. && max == 1.));
+    assert!(
+        matches!(net.layers()[0].kind, LayerKind::Activation { kind: ActivationKind::Clip { min, max } } if min == -1. && max == 1.)
+    );
     let y = run(&m, vec![("x", f32s(&[3], &[-5., 0.5, 5.]))], "y");
     assert_close(&y, &[3], &[-1., 0.5, 1.], 0.0);
 }
@@ -177,7 +188,9 @@ fn clip_inputs_from_opset_11() {
         .output("y")
         .model(13);
     let net = import(&constant);
-    assert!(matches!(net.layers().last().expect("clip").kind, LayerKind::Activation { kind: ActivationKind::Clip { max, .. } } if max == 1.));
+    assert!(
+        matches!(net.layers().last().expect("clip").kind, LayerKind::Activation { kind: ActivationKind::Clip { max, .. } } if max == 1.)
+    );
     let y = run(&constant, vec![("x", f32s(&[3], &[-5., 0.5, 5.]))], "y");
     assert_close(&y, &[3], &[-5., 0.5, 1.], 0.0);
     // Run-time bounds become Max and Min layers.
@@ -189,12 +202,20 @@ fn clip_inputs_from_opset_11() {
         .output("y")
         .model(11);
     let net = import(&dynamic);
-    let ops: Vec<_> = net.layers().iter().filter_map(|l| match l.kind {
-        LayerKind::Elementwise { op } => Some(op),
-        _ => None,
-    }).collect();
+    let ops: Vec<_> = net
+        .layers()
+        .iter()
+        .filter_map(|l| match l.kind {
+            LayerKind::Elementwise { op } => Some(op),
+            _ => None,
+        })
+        .collect();
     assert_eq!(ops, [ElementwiseOp::Max, ElementwiseOp::Min]);
-    let y = run(&dynamic, vec![("x", f32s(&[3], &[-5., 0.5, 5.])), ("lo", f32s(&[], &[0.])), ("hi", f32s(&[], &[2.]))], "y");
+    let y = run(
+        &dynamic,
+        vec![("x", f32s(&[3], &[-5., 0.5, 5.])), ("lo", f32s(&[], &[0.])), ("hi", f32s(&[], &[2.]))],
+        "y",
+    );
     assert_close(&y, &[3], &[0., 0.5, 2.], 0.0);
 }
 

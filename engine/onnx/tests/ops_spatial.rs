@@ -117,7 +117,11 @@ fn conv_transpose_output_padding_extends_the_end() {
     assert_close(&y, &[1, 1, 6], &[1., 1., 3., 2., 2., 0.], 0.0);
 }
 
-fn pool_model(op: &str, configure: impl Fn(kiln_onnx::proto::NodeProto) -> kiln_onnx::proto::NodeProto, opset: i64) -> kiln_onnx::proto::ModelProto {
+fn pool_model(
+    op: &str,
+    configure: impl Fn(kiln_onnx::proto::NodeProto) -> kiln_onnx::proto::NodeProto,
+    opset: i64,
+) -> kiln_onnx::proto::ModelProto {
     Graph::new()
         .input("x", F32, "1,1,4,4")
         .node(configure(node(op, &["x"], &["y"]).ints("kernel_shape", &[2, 2])))
@@ -189,7 +193,9 @@ fn global_pools_reduce_spatial_axes() {
         .output("max")
         .model(1);
     let net = import(&model);
-    assert!(layer_kinds(&net).iter().all(|k| matches!(k, LayerKind::Reduce { axes, keep_dims: true, .. } if axes == &[2, 3])));
+    assert!(layer_kinds(&net)
+        .iter()
+        .all(|k| matches!(k, LayerKind::Reduce { axes, keep_dims: true, .. } if axes == &[2, 3])));
     let out = run_network(&net, vec![("x", iota(&[1, 2, 2, 2]))]);
     assert_close(&out["avg"], &[1, 2, 1, 1], &[1.5, 5.5], 0.0);
     assert_close(&out["max"], &[1, 2, 1, 1], &[3., 7.], 0.0);
@@ -198,22 +204,28 @@ fn global_pools_reduce_spatial_axes() {
 #[test]
 fn pooling_kind_follows_the_op() {
     let net = import(&pool_model("AveragePool", |n| n, 19));
-    assert!(matches!(&net.layers()[0].kind, LayerKind::Pooling(p) if p.kind == PoolingKind::Average && p.average_count_excludes_padding));
+    assert!(
+        matches!(&net.layers()[0].kind, LayerKind::Pooling(p) if p.kind == PoolingKind::Average && p.average_count_excludes_padding)
+    );
 }
 
-fn resize_model(inputs: &[&str], configure: impl Fn(kiln_onnx::proto::NodeProto) -> kiln_onnx::proto::NodeProto) -> Graph {
+fn resize_model(
+    inputs: &[&str],
+    configure: impl Fn(kiln_onnx::proto::NodeProto) -> kiln_onnx::proto::NodeProto,
+) -> Graph {
     Graph::new().input("x", F32, "1,1,2,2").node(configure(node("Resize", inputs, &["y"]))).output("y")
 }
 
 #[test]
 fn resize_10_nearest_uses_floor_of_asymmetric_coordinates() {
-    let model = resize_model(&["x", "s"], |n| n)
-        .init(tensor_f32("s", &[4], &[1., 1., 2., 3.]))
-        .model(10);
+    let model = resize_model(&["x", "s"], |n| n).init(tensor_f32("s", &[4], &[1., 1., 2., 3.])).model(10);
     let y = run(&model, vec![("x", f32s(&[1, 1, 2, 2], &[1., 2., 3., 4.]))], "y");
-    assert_close(&y, &[1, 1, 4, 6], &[
-        1., 1., 1., 2., 2., 2., 1., 1., 1., 2., 2., 2., 3., 3., 3., 4., 4., 4., 3., 3., 3., 4., 4., 4.,
-    ], 0.0);
+    assert_close(
+        &y,
+        &[1, 1, 4, 6],
+        &[1., 1., 1., 2., 2., 2., 1., 1., 1., 2., 2., 2., 3., 3., 3., 4., 4., 4., 3., 3., 3., 4., 4., 4.],
+        0.0,
+    );
 }
 
 #[test]
@@ -234,16 +246,15 @@ fn resize_unsupported_options_are_refused() {
     let base = |opset: i64, configure: fn(kiln_onnx::proto::NodeProto) -> kiln_onnx::proto::NodeProto| {
         resize_model(&["x", "", "s"], configure).init(tensor_f32("s", &[4], &[1., 1., 2., 2.])).model(opset)
     };
-    for model in [
-        base(18, |n| n.int("antialias", 1)),
-        base(18, |n| n.string("keep_aspect_ratio_policy", "not_larger")),
-    ] {
+    for model in [base(18, |n| n.int("antialias", 1)), base(18, |n| n.string("keep_aspect_ratio_policy", "not_larger"))]
+    {
         assert!(matches!(import_err(&model), ImportError::UnsupportedFeature { .. }));
     }
-    let mut tf = resize_model(&["x", "roi", "s"], |n| n.string("coordinate_transformation_mode", "tf_half_pixel_for_nn"))
-        .init(tensor_f32("roi", &[0], &[]))
-        .init(tensor_f32("s", &[4], &[1., 1., 2., 2.]))
-        .model(11);
+    let mut tf =
+        resize_model(&["x", "roi", "s"], |n| n.string("coordinate_transformation_mode", "tf_half_pixel_for_nn"))
+            .init(tensor_f32("roi", &[0], &[]))
+            .init(tensor_f32("s", &[4], &[1., 1., 2., 2.]))
+            .model(11);
     assert!(matches!(import_err(&tf), ImportError::UnsupportedFeature { .. }));
     // The mode disappeared in opset 13.
     tf.opset_import[0].version = Some(13);
@@ -254,9 +265,7 @@ fn resize_unsupported_options_are_refused() {
 
 #[test]
 fn resize_18_axes_are_normalized() {
-    let model = resize_model(&["x", "", "s"], |n| n.ints("axes", &[-1]))
-        .init(tensor_f32("s", &[1], &[2.]))
-        .model(18);
+    let model = resize_model(&["x", "", "s"], |n| n.ints("axes", &[-1])).init(tensor_f32("s", &[1], &[2.])).model(18);
     let net = import(&model);
     let LayerKind::Resize(p) = &net.layers().last().expect("resize").kind else { panic!("not a resize") };
     assert_eq!(p.axes, Some(vec![3]));

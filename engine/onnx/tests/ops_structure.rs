@@ -67,7 +67,10 @@ fn transpose_defaults_to_reversing_axes() {
 #[test]
 fn flatten_with_fixed_and_dynamic_dims() {
     assert_eq!(output_dims(&one_op(node("Flatten", &["x"], &["y"]), "N,3,4", 13)), [named("N"), Dim::Fixed(12)]);
-    assert_eq!(output_dims(&one_op(node("Flatten", &["x"], &["y"]).int("axis", 0), "2,3", 13)), [Dim::Fixed(1), Dim::Fixed(6)]);
+    assert_eq!(
+        output_dims(&one_op(node("Flatten", &["x"], &["y"]).int("axis", 0), "2,3", 13)),
+        [Dim::Fixed(1), Dim::Fixed(6)]
+    );
     let dynamic = one_op(node("Flatten", &["x"], &["y"]).int("axis", 2), "A,B,C", 13);
     let y = run(&dynamic, vec![("x", iota(&[2, 3, 2]))], "y");
     assert_eq!(y.shape(), &[6, 2]);
@@ -90,6 +93,13 @@ fn squeeze_axes_attribute_then_input_keeps_symbolic_dims() {
     assert!(matches!(import_err(&wrong), ImportError::InvalidModel { .. }));
     let all = one_op(node("Squeeze", &["x"], &["y"]), "1,3,1", 13);
     assert_eq!(output_dims(&all), [Dim::Fixed(3)]);
+    let empty_axes = Graph::new()
+        .input("x", F32, "1,3,1")
+        .init(tensor_i64("axes", &[0], &[]))
+        .node(node("Squeeze", &["x", "axes"], &["y"]))
+        .output("y")
+        .model(13);
+    assert_eq!(output_dims(&empty_axes), [Dim::Fixed(3)]);
 }
 
 #[test]
@@ -161,30 +171,18 @@ fn split_attribute_then_input_then_num_outputs() {
     let lens: Vec<usize> = parts.iter().map(|p| p.shape()[0]).collect();
     assert_eq!(lens, [2, 2, 1]);
 
-    let not_even = Graph::new()
-        .input("x", F32, "5")
-        .node(node("Split", &["x"], &["a", "b"]))
-        .output("a")
-        .output("b")
-        .model(13);
+    let not_even =
+        Graph::new().input("x", F32, "5").node(node("Split", &["x"], &["a", "b"])).output("a").output("b").model(13);
     assert!(matches!(import_err(&not_even), ImportError::InvalidModel { .. }));
-    let missing = Graph::new()
-        .input("x", F32, "4")
-        .node(node("Split", &["x"], &["a", "b"]))
-        .output("a")
-        .output("b")
-        .model(18);
+    let missing =
+        Graph::new().input("x", F32, "4").node(node("Split", &["x"], &["a", "b"])).output("a").output("b").model(18);
     assert!(matches!(import_err(&missing), ImportError::InvalidModel { .. }), "opset 18 needs split or num_outputs");
 }
 
 #[test]
 fn split_of_a_dynamic_axis_computes_bounds_at_run_time() {
-    let model = Graph::new()
-        .input("x", F32, "N")
-        .node(node("Split", &["x"], &["a", "b"]))
-        .output("a")
-        .output("b")
-        .model(13);
+    let model =
+        Graph::new().input("x", F32, "N").node(node("Split", &["x"], &["a", "b"])).output("a").output("b").model(13);
     let parts = split_outputs(&model, iota(&[6]));
     assert_close(&parts[0], &[3], &[0., 1., 2.], 0.0);
     assert_close(&parts[1], &[3], &[3., 4., 5.], 0.0);
@@ -192,7 +190,11 @@ fn split_of_a_dynamic_axis_computes_bounds_at_run_time() {
 
 #[test]
 fn slice_attributes_then_inputs() {
-    let attr = one_op(node("Slice", &["x"], &["y"]).ints("starts", &[1]).ints("ends", &[i64::MAX]).ints("axes", &[1]), "2,4", 9);
+    let attr = one_op(
+        node("Slice", &["x"], &["y"]).ints("starts", &[1]).ints("ends", &[i64::MAX]).ints("axes", &[1]),
+        "2,4",
+        9,
+    );
     let y = run(&attr, vec![("x", iota(&[2, 4]))], "y");
     assert_close(&y, &[2, 3], &[1., 2., 3., 5., 6., 7.], 0.0);
     let inputs = Graph::new()
@@ -367,7 +369,8 @@ fn range_folds_constants_and_computes_at_run_time() {
 fn dropout_is_identity_without_mask_or_training() {
     let plain = one_op(node("Dropout", &["x"], &["y"]).float("ratio", 0.5), "2", 7);
     assert_close(&run(&plain, vec![("x", f32s(&[2], &[1., 2.]))], "y"), &[2], &[1., 2.], 0.0);
-    let mask = Graph::new().input("x", F32, "2").node(node("Dropout", &["x"], &["y", "m"])).output("y").output("m").model(13);
+    let mask =
+        Graph::new().input("x", F32, "2").node(node("Dropout", &["x"], &["y", "m"])).output("y").output("m").model(13);
     assert!(matches!(import_err(&mask), ImportError::UnsupportedFeature { feature, .. } if feature.contains("mask")));
     let training = Graph::new()
         .input("x", F32, "2")

@@ -20,7 +20,7 @@ fn read_npz(path: &Path) -> HashMap<String, HostTensor> {
         .map(|name| {
             let npy = archive.by_name(&name).expect("read array").expect("array exists");
             let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
-            let data = match npy.dtype().descr().as_str() {
+            let data = match npy.dtype().descr().trim_matches('\'') {
                 "<f4" => TensorData::F32(npy.into_vec::<f32>().expect("f32 data")),
                 "<i8" => TensorData::I64(npy.into_vec::<i64>().expect("i64 data")),
                 other => panic!("{name}: unexpected dtype {other}"),
@@ -35,8 +35,10 @@ fn check_model(name: &str) {
     let net = kiln_onnx::import_file(&dir.join(format!("{name}.onnx"))).unwrap_or_else(|e| panic!("{name}: {e}"));
     let mut arrays = read_npz(&dir.join(format!("{name}.npz")));
     let input_names: Vec<String> = net.inputs().iter().map(|&t| net.tensor(t).name.clone()).collect();
-    let inputs: HashMap<String, HostTensor> =
-        input_names.iter().map(|n| (n.clone(), arrays.remove(n).unwrap_or_else(|| panic!("{name}: no input {n}")))).collect();
+    let inputs: HashMap<String, HostTensor> = input_names
+        .iter()
+        .map(|n| (n.clone(), arrays.remove(n).unwrap_or_else(|| panic!("{name}: no input {n}"))))
+        .collect();
     let backend = kiln_cpu::CpuBackend::new();
     let engine = kiln::Builder::new(&backend)
         .build(&net, &kiln::BuilderConfig::default())

@@ -39,14 +39,14 @@ fn reference_models() -> Vec<(String, Vec<u8>)> {
 /// Imports, turning a panic into a test failure that names the case.
 fn import_without_panic(what: &str, bytes: &[u8]) {
     let outcome = std::panic::catch_unwind(|| kiln_onnx::import_bytes(bytes, None).map(|_| ()));
-    if outcome.is_err() { eprintln!("PANICKED on {what}"); }
+    assert!(outcome.is_ok(), "import panicked on {what}");
 }
 
 #[test]
 fn corrupted_bytes_never_panic() {
     let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
     for (name, bytes) in reference_models() {
-        for round in 0..40 {
+        for round in 0..200 {
             let mut b = bytes.clone();
             match round % 4 {
                 0 => {
@@ -123,7 +123,7 @@ fn extreme_attribute_and_tensor_values_never_panic() {
     let mut rng = XorShift(0x2545_F491_4F6C_DD1D);
     for (name, bytes) in reference_models() {
         let model = ModelProto::decode(bytes.as_slice()).expect("reference model decodes");
-        for round in 0..30 {
+        for round in 0..200 {
             let mut m = model.clone();
             let graph = m.graph.as_mut().expect("graph");
             match round % 3 {

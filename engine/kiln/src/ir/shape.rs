@@ -79,9 +79,9 @@ impl Shape {
         self.0.iter().map(Dim::fixed).collect()
     }
 
-    /// Element count when every dim is fixed.
+    /// Element count when every dim is fixed (`None` also when the count overflows).
     pub fn volume(&self) -> Option<usize> {
-        self.as_fixed().map(|d| d.iter().product())
+        self.as_fixed().and_then(|d| d.iter().try_fold(1usize, |acc, &n| acc.checked_mul(n)))
     }
 
     /// TensorRT-style text: `[1,3,224,224]`, `[N,3,?,?]`.

@@ -42,10 +42,7 @@ fn activation_kind(ctx: &NodeContext) -> Result<ActivationKind, ImportError> {
         "Softplus" => ActivationKind::Softplus,
         "Softsign" => ActivationKind::Softsign,
         "Elu" => ActivationKind::Elu { alpha: a.float("alpha", 1.0)? },
-        "Selu" => ActivationKind::Selu {
-            alpha: a.float("alpha", 1.673_263_2)?,
-            gamma: a.float("gamma", 1.050_701)?,
-        },
+        "Selu" => ActivationKind::Selu { alpha: a.float("alpha", 1.673_263_2)?, gamma: a.float("gamma", 1.050_701)? },
         "ThresholdedRelu" => ActivationKind::ThresholdedRelu { alpha: a.float("alpha", 1.0)? },
         "Celu" => ActivationKind::Celu { alpha: a.float("alpha", 1.0)? },
         "Mish" => ActivationKind::Mish,
@@ -82,7 +79,9 @@ fn clip(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     if ctx.dtype(x).is_float() {
         let min_value = min.map(|t| constant_bound(ctx, t, "min")).transpose()?;
         let max_value = max.map(|t| constant_bound(ctx, t, "max")).transpose()?;
-        if let (Some(lo), Some(hi)) = (min_value.unwrap_or(Some(f64::NEG_INFINITY)), max_value.unwrap_or(Some(f64::INFINITY))) {
+        if let (Some(lo), Some(hi)) =
+            (min_value.unwrap_or(Some(f64::NEG_INFINITY)), max_value.unwrap_or(Some(f64::INFINITY)))
+        {
             let kind = ActivationKind::Clip { min: lo as f32, max: hi as f32 };
             return one(ctx.add("", LayerKind::Activation { kind }, &[x])?);
         }

@@ -24,7 +24,9 @@ pub(super) fn spatial_list(
         return Ok(vec![default; spatial]);
     };
     if values.len() != spatial {
-        return Err(ctx.invalid(format!("`{name}` has {} entries but the input has {spatial} spatial dims", values.len())));
+        return Err(
+            ctx.invalid(format!("`{name}` has {} entries but the input has {spatial} spatial dims", values.len()))
+        );
     }
     values
         .iter()
@@ -53,10 +55,12 @@ pub(super) fn spatial_rank(ctx: &NodeContext, x: TensorId) -> Result<usize, Impo
 
 /// The kernel's spatial size: from the weights' fixed dims, checked against `kernel_shape`.
 pub(super) fn kernel_size(ctx: &NodeContext, w: TensorId, spatial: usize) -> Result<Vec<usize>, ImportError> {
-    let from_attr = ctx.attrs.has("kernel_shape").then(|| spatial_list(ctx, "kernel_shape", spatial, 1, 1)).transpose()?;
+    let from_attr =
+        ctx.attrs.has("kernel_shape").then(|| spatial_list(ctx, "kernel_shape", spatial, 1, 1)).transpose()?;
     let weight_dims = ctx.dims(w);
     if weight_dims.len() != spatial + 2 {
-        return Err(ctx.invalid(format!("the weights have rank {} but the input has {spatial} spatial dims", weight_dims.len())));
+        return Err(ctx
+            .invalid(format!("the weights have rank {} but the input has {spatial} spatial dims", weight_dims.len())));
     }
     let from_weights: Option<Vec<usize>> = weight_dims.iter().skip(2).map(|d| d.fixed()).collect();
     if from_weights.as_ref().is_some_and(|k| k.contains(&0)) {
@@ -121,7 +125,11 @@ fn spatial_list_pairs(ctx: &NodeContext, name: &str, spatial: usize) -> Result<V
         return Ok(vec![0; 2 * spatial]);
     };
     if values.len() != 2 * spatial {
-        return Err(ctx.invalid(format!("`{name}` has {} entries, expected {} (begins then ends)", values.len(), 2 * spatial)));
+        return Err(ctx.invalid(format!(
+            "`{name}` has {} entries, expected {} (begins then ends)",
+            values.len(),
+            2 * spatial
+        )));
     }
     values
         .iter()
@@ -151,7 +159,10 @@ fn conv(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
 
 fn group_count(ctx: &NodeContext) -> Result<usize, ImportError> {
     let group = ctx.attrs.int("group", 1)?;
-    usize::try_from(group).ok().filter(|&g| g >= 1).ok_or_else(|| ctx.invalid(format!("group must be at least 1, got {group}")))
+    usize::try_from(group)
+        .ok()
+        .filter(|&g| g >= 1)
+        .ok_or_else(|| ctx.invalid(format!("group must be at least 1, got {group}")))
 }
 
 /// ConvTranspose. Padding crops the full output; `output_shape` (or SAME auto_pad, whose
@@ -179,7 +190,9 @@ fn conv_transpose(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
         let (mut pre, mut post) = (Vec::new(), Vec::new());
         for i in 0..spatial {
             let target = match &output_shape {
-                Some(s) => usize::try_from(s[i]).map_err(|_| ctx.invalid(format!("output_shape {s:?} has a negative dim")))?,
+                Some(s) => {
+                    usize::try_from(s[i]).map_err(|_| ctx.invalid(format!("output_shape {s:?} has a negative dim")))?
+                }
                 None => input[i].saturating_mul(strides[i]),
             };
             let full = input[i]

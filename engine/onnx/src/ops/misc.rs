@@ -3,7 +3,6 @@
 use super::{one, Registry};
 use crate::context::NodeContext;
 use crate::error::ImportError;
-use crate::proto::attribute_proto::AttributeType;
 use crate::proto::tensor_proto::DataType as OnnxType;
 use crate::tensor::{self, dtype_from_onnx, host_tensor};
 use kiln::{DataType, ElementwiseOp, GatherMode, HostTensor, LayerKind, PaddingMode, TensorData, TensorId, UnaryOp};
@@ -35,14 +34,14 @@ fn constant(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     if let Some(v) = a.opt_float("value_float")? {
         found.push(HostTensor::scalar(TensorData::F32(vec![v])).expect("scalar"));
     }
-    if let Some(attr) = a.present_of("value_floats", AttributeType::Floats)? {
-        found.push(HostTensor::from_f32(vec![attr.floats.len()], attr.floats.clone()).expect("1-D"));
+    if let Some(v) = a.floats("value_floats")? {
+        found.push(HostTensor::from_f32(vec![v.len()], v.to_vec()).expect("1-D"));
     }
     if let Some(v) = a.opt_int("value_int")? {
         found.push(HostTensor::scalar(TensorData::I64(vec![v])).expect("scalar"));
     }
-    if let Some(attr) = a.present_of("value_ints", AttributeType::Ints)? {
-        found.push(HostTensor::from_i64(vec![attr.ints.len()], attr.ints.clone()).expect("1-D"));
+    if let Some(v) = a.ints("value_ints")? {
+        found.push(HostTensor::from_i64(vec![v.len()], v.to_vec()).expect("1-D"));
     }
     if found.len() != 1 {
         return Err(ctx.invalid(format!("Constant needs exactly one value attribute, got {}", found.len())));
@@ -62,7 +61,8 @@ fn cast(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     let x = ctx.input(0)?;
     let code = if ctx.version < 6 {
         let name = ctx.attrs.opt_string("to")?.ok_or_else(|| ctx.invalid("attribute `to` is required"))?;
-        OnnxType::from_str_name(&name.to_ascii_uppercase()).ok_or_else(|| ctx.invalid(format!("unknown type name `{name}`")))? as i32
+        OnnxType::from_str_name(&name.to_ascii_uppercase())
+            .ok_or_else(|| ctx.invalid(format!("unknown type name `{name}`")))? as i32
     } else {
         let code = ctx.attrs.required_int("to")?;
         i32::try_from(code).map_err(|_| ctx.invalid(format!("unknown type code {code}")))?
@@ -146,7 +146,11 @@ fn range(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
 const MAX_FOLDED_RANGE: usize = 1 << 16;
 
 /// The values of a Range with constant operands, if short enough to fold.
-fn folded_range(ctx: &NodeContext, dtype: DataType, operands: &[HostTensor]) -> Result<Option<HostTensor>, ImportError> {
+fn folded_range(
+    ctx: &NodeContext,
+    dtype: DataType,
+    operands: &[HostTensor],
+) -> Result<Option<HostTensor>, ImportError> {
     if operands.iter().any(|o| o.len() != 1) {
         return Err(ctx.invalid("start, limit and delta must be scalars"));
     }
@@ -209,7 +213,8 @@ fn pad(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     let rank = ctx.rank(x);
     if ctx.version < 11 {
         let name = if ctx.version < 2 { "paddings" } else { "pads" };
-        let pads = ctx.attrs.ints(name)?.ok_or_else(|| ctx.invalid(format!("attribute `{name}` is required")))?.to_vec();
+        let pads =
+            ctx.attrs.ints(name)?.ok_or_else(|| ctx.invalid(format!("attribute `{name}` is required")))?.to_vec();
         let pads = ctx.const_i64("pads", &pads)?;
         let value = ctx.attrs.float("value", 0.0)?;
         let value = if value != 0.0 { Some(ctx.scalar("value", ctx.dtype(x), value as f64)?) } else { None };
@@ -238,7 +243,8 @@ fn pad(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
                 let zero = ctx.const_i64("zero", &[0])?;
                 let extended = ctx.add("pads and zero", LayerKind::Concatenation { axis: 0 }, &[pads_i64, zero])?;
                 let index = ctx.const_i64("pads index", &index)?;
-                pads = ctx.add("pads", LayerKind::Gather { mode: GatherMode::Default { axis: 0 } }, &[extended, index])?;
+                pads =
+                    ctx.add("pads", LayerKind::Gather { mode: GatherMode::Default { axis: 0 } }, &[extended, index])?;
             }
         }
     }

@@ -32,7 +32,11 @@ fn reshape(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     let zero_is_placeholder = !(ctx.version >= 14 && ctx.attrs.flag("allowzero", false)?);
     if ctx.version < 5 {
         let dims = ctx.attrs.ints("shape")?.ok_or_else(|| ctx.invalid("attribute `shape` is required"))?.to_vec();
-        return one(ctx.shuffle("", x, ShuffleParams { reshape: Some(dims), zero_is_placeholder, ..Default::default() })?);
+        return one(ctx.shuffle(
+            "",
+            x,
+            ShuffleParams { reshape: Some(dims), zero_is_placeholder, ..Default::default() },
+        )?);
     }
     let dims = ctx.input(1)?;
     let params = ShuffleParams { zero_is_placeholder, ..Default::default() };
@@ -66,8 +70,7 @@ fn flatten(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
         .filter(|&a| a <= rank)
         .ok_or_else(|| ctx.invalid(format!("axis {raw} is out of range for rank {rank}")))?;
     let dims = ctx.dims(x);
-    let product = |d: &[Dim]| d.iter().map(Dim::fixed).product::<Option<usize>>().map(|p| p as i64);
-    let target = match (product(&dims[..axis]), product(&dims[axis..])) {
+    let target = match (fixed_product(ctx, &dims[..axis])?, fixed_product(ctx, &dims[axis..])?) {
         (Some(lead), _) => Some(vec![lead, -1]),
         (None, Some(rest)) => Some(vec![-1, rest]),
         (None, None) if axis == 1 => Some(vec![0, -1]),
@@ -78,12 +81,29 @@ fn flatten(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     }
     // Dynamic dims on both sides: the leading product comes from the shape at run time.
     let shape = ctx.add("shape", LayerKind::Shape, &[x])?;
-    let (start, end, axes) = (ctx.const_i64("lead start", &[0])?, ctx.const_i64("lead end", &[axis as i64])?, ctx.const_i64("lead axes", &[0])?);
+    let (start, end, axes) = (
+        ctx.const_i64("lead start", &[0])?,
+        ctx.const_i64("lead end", &[axis as i64])?,
+        ctx.const_i64("lead axes", &[0])?,
+    );
     let lead_dims = ctx.add("lead dims", LayerKind::Slice, &[shape, start, end, axes])?;
-    let lead = ctx.add("lead", LayerKind::Reduce { op: ReduceOp::Prod, axes: vec![0], keep_dims: true }, &[lead_dims])?;
+    let lead =
+        ctx.add("lead", LayerKind::Reduce { op: ReduceOp::Prod, axes: vec![0], keep_dims: true }, &[lead_dims])?;
     let rest = ctx.const_i64("rest", &[-1])?;
     let target = ctx.add("dims", LayerKind::Concatenation { axis: 0 }, &[lead, rest])?;
     one(ctx.add("", LayerKind::Shuffle(exact(None)), &[x, target])?)
+}
+
+/// The element count of `dims` when all are fixed.
+fn fixed_product(ctx: &NodeContext, dims: &[Dim]) -> Result<Option<i64>, ImportError> {
+    if dims.iter().any(|d| !d.is_fixed()) {
+        return Ok(None);
+    }
+    kiln::Shape(dims.to_vec())
+        .volume()
+        .and_then(|v| i64::try_from(v).ok())
+        .map(Some)
+        .ok_or_else(|| ctx.invalid(format!("the element count of {} overflows", kiln::Shape(dims.to_vec()))))
 }
 
 /// Axes of Squeeze/Unsqueeze: an attribute before opset 13, a constant input after.
@@ -103,7 +123,8 @@ fn squeeze(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     let x = ctx.input(0)?;
     let dims = ctx.dims(x);
     let rank = dims.len();
-    let squeezed = match axes_operand(ctx)? {
+    // Empty axes squeeze every size-1 dim, as absent ones do (onnxruntime's reading).
+    let squeezed = match axes_operand(ctx)?.filter(|a| !a.is_empty()) {
         Some(axes) => {
             let axes = ctx.axes(&axes, rank)?;
             if let Some(&a) = axes.iter().find(|&&a| dims[a].fixed().is_some_and(|n| n != 1)) {
@@ -120,7 +141,7 @@ fn squeeze(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     };
     let kept: Vec<usize> = (0..rank).filter(|a| !squeezed.contains(a)).collect();
     let mut perm = kept.clone();
-    perm.extend(squeezed.iter().copied().filter(|a| !kept.contains(a)));
+    perm.extend(&squeezed);
     let identity = perm.iter().enumerate().all(|(i, &p)| i == p);
     let params = ShuffleParams {
         first_transpose: if identity { Vec::new() } else { perm },
@@ -217,18 +238,23 @@ fn split(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
                 return Err(ctx.invalid(format!("split {sizes:?} does not add up to the axis length {len}")));
             }
             let mut start = 0;
-            Some(sizes.iter().map(|&s| {
-                start += s;
-                (start - s, start)
-            }).collect())
+            Some(
+                sizes
+                    .iter()
+                    .map(|&s| {
+                        start += s;
+                        (start - s, start)
+                    })
+                    .collect(),
+            )
         }
         (None, Some(len)) => {
             let len = len as i64;
             if !uneven_allowed && len % n != 0 {
                 return Err(ctx.invalid(format!("axis length {len} does not split evenly into {n} outputs")));
             }
-            let chunk = (len + n - 1) / n;
-            Some((0..n).map(|i| ((i * chunk).min(len), ((i + 1) * chunk).min(len))).collect())
+            let chunk = len / n + i64::from(len % n != 0);
+            Some((0..n).map(|i| (i.saturating_mul(chunk).min(len), (i + 1).saturating_mul(chunk).min(len))).collect())
         }
         (None, None) => None,
     };
@@ -255,7 +281,11 @@ fn split(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
             let chunk = ctx.add("chunk", LayerKind::Elementwise { op: ElementwiseOp::FloorDiv }, &[dividend, count])?;
             for i in 0..n {
                 let index = ctx.const_i64(&format!("index {i}"), &[i])?;
-                let starts = ctx.add(&format!("start {i}"), LayerKind::Elementwise { op: ElementwiseOp::Prod }, &[chunk, index])?;
+                let starts = ctx.add(
+                    &format!("start {i}"),
+                    LayerKind::Elementwise { op: ElementwiseOp::Prod },
+                    &[chunk, index],
+                )?;
                 let ends = if i + 1 == n {
                     ctx.const_i64(&format!("end {i}"), &[i64::MAX])?
                 } else {
@@ -276,7 +306,9 @@ fn slice(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
         let slots = (0..5).map(|i| ctx.opt_input(i)).collect();
         return one(ctx.add_opt("", LayerKind::Slice, slots)?);
     }
-    let required = |name: &str| ctx.attrs.ints(name)?.map(<[i64]>::to_vec).ok_or_else(|| ctx.invalid(format!("attribute `{name}` is required")));
+    let required = |name: &str| {
+        ctx.attrs.ints(name)?.map(<[i64]>::to_vec).ok_or_else(|| ctx.invalid(format!("attribute `{name}` is required")))
+    };
     let (starts, ends) = (required("starts")?, required("ends")?);
     let axes = ctx.attrs.ints("axes")?.map(<[i64]>::to_vec);
     let starts = ctx.const_i64("starts", &starts)?;
@@ -358,7 +390,8 @@ fn tile(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     let shape = ctx.shape_of("shape", x)?;
     let shape_column = ctx.reshape("shape column", shape, vec![n, 1])?;
     let repeats_column = ctx.reshape("repeats column", repeats, vec![n, 1])?;
-    let ones = ctx.constant("ones", kiln::HostTensor::from_i64(vec![rank, 1], vec![1; rank]).expect("length matches"))?;
+    let ones =
+        ctx.constant("ones", kiln::HostTensor::from_i64(vec![rank, 1], vec![1; rank]).expect("length matches"))?;
     let concat = LayerKind::Concatenation { axis: 1 };
     let view = ctx.add("view pairs", concat.clone(), &[ones, shape_column])?;
     let view = ctx.reshape("view dims", view, vec![2 * n])?;

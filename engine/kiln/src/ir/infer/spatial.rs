@@ -147,8 +147,15 @@ pub(super) fn deconvolution(ins: &Inputs, p: &DeconvolutionParams) -> InferResul
     for i in 0..spatial {
         out.push(match (xd[2 + i].fixed(), wd[2 + i].fixed()) {
             (Some(n), Some(k)) => {
-                let full = n.saturating_sub(1) * p.strides[i] + p.dilations[i] * (k - 1) + 1 + p.output_padding[i];
-                let crop = p.pre_padding[i] + p.post_padding[i];
+                let full = n
+                    .saturating_sub(1)
+                    .checked_mul(p.strides[i])
+                    .zip(p.dilations[i].checked_mul(k.saturating_sub(1)))
+                    .and_then(|(a, b)| a.checked_add(b)?.checked_add(p.output_padding[i])?.checked_add(1));
+                let crop = p.pre_padding[i].checked_add(p.post_padding[i]);
+                let (Some(full), Some(crop)) = (full, crop) else {
+                    return rule(None, format!("the output length of spatial dim {i} overflows"));
+                };
                 if n == 0 {
                     Dim::Fixed(0)
                 } else if crop > full {

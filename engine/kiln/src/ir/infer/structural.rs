@@ -28,6 +28,16 @@ fn permute(dims: &[Dim], perm: &[usize]) -> Vec<Dim> {
     }
 }
 
+/// `n` unknown dims: the output of a layer whose rank is the length of a shape tensor.
+/// Refuses lengths no tensor's rank can have (a hostile declared dim would exhaust memory).
+fn unknown_dims(n: usize, slot: usize) -> InferResult<Vec<Dim>> {
+    const MAX_RANK: usize = 64;
+    if n > MAX_RANK {
+        return rule(Some(slot), format!("a shape tensor of {n} dims exceeds the maximum rank {MAX_RANK}"));
+    }
+    Ok(vec![Dim::Unknown; n])
+}
+
 /// Resolves reshape dims (`0` placeholders, one `-1`) against an input shape.
 pub fn resolve_reshape(input: &[Dim], dims: &[i64], zero_is_placeholder: bool) -> Result<Vec<Dim>, String> {
     let mut out = Vec::with_capacity(dims.len());
@@ -65,7 +75,7 @@ fn infer_minus_one(input: &[Dim], out: &[Dim], at: usize) -> Result<Dim, String>
     let mut fixed_in = 1usize;
     for d in input {
         match d {
-            Dim::Fixed(n) => fixed_in *= n,
+            Dim::Fixed(n) => fixed_in = fixed_in.checked_mul(*n).ok_or("the input's element count overflows")?,
             Dim::Named(s) => names.push(s),
             Dim::Unknown => return Ok(Dim::Unknown),
         }
@@ -73,7 +83,7 @@ fn infer_minus_one(input: &[Dim], out: &[Dim], at: usize) -> Result<Dim, String>
     let mut fixed_out = 1usize;
     for (_, d) in out.iter().enumerate().filter(|(i, _)| *i != at) {
         match d {
-            Dim::Fixed(n) => fixed_out *= n,
+            Dim::Fixed(n) => fixed_out = fixed_out.checked_mul(*n).ok_or("the output's element count overflows")?,
             Dim::Named(s) => match names.iter().position(|n| n == s) {
                 Some(p) => {
                     names.swap_remove(p);
@@ -109,7 +119,7 @@ pub(super) fn shuffle(ins: &Inputs, p: &ShuffleParams) -> InferResult<Vec<OutFac
                 Some(v) => Some(v),
                 None => match f.shape.dims()[0].fixed() {
                     Some(n) => {
-                        dims = vec![Dim::Unknown; n];
+                        dims = unknown_dims(n, 1)?;
                         None
                     }
                     None => return rule(Some(1), "the reshape dims tensor must have a fixed length"),
@@ -149,7 +159,7 @@ pub(super) fn concatenation(ins: &Inputs, axis: usize) -> InferResult<Vec<OutFac
                 return rule(Some(i), format!("shape {} differs from {} outside axis {axis}", f.shape, first.shape));
             }
         }
-        total = total.zip(f.shape.dims()[axis].fixed()).map(|(t, n)| t + n);
+        total = total.zip(f.shape.dims()[axis].fixed()).and_then(|(t, n)| t.checked_add(n));
     }
     let mut dims = first.shape.dims().to_vec();
     dims[axis] = total.map_or(Dim::Unknown, Dim::Fixed);
@@ -196,7 +206,8 @@ pub fn resolve_slice(
             (fix(starts[i]).clamp(0, (d - 1).max(0)), fix(ends[i]).clamp(-1, d - 1))
         };
         let span = if step > 0 { end - start } else { start - end };
-        let len = if span <= 0 || d == 0 { 0 } else { (span + step.abs() - 1) / step.abs() };
+        // unsigned_abs: i64::MIN is a valid (if extreme) step.
+        let len = if span <= 0 || d == 0 { 0 } else { (span as u64).div_ceil(step.unsigned_abs()) };
         plan[axis] = SliceAxis { start, len: len as usize, step };
     }
     Ok(plan)
@@ -317,7 +328,7 @@ pub(super) fn fill(ins: &Inputs, value: &HostTensor) -> InferResult<Vec<OutFact>
             Shape(d.iter().map(|&v| Dim::Fixed(v as usize)).collect())
         }
         None => match f.shape.dims()[0].fixed() {
-            Some(n) => Shape(vec![Dim::Unknown; n]),
+            Some(n) => Shape(unknown_dims(n, 0)?),
             None => return rule(Some(0), "the fill shape tensor must have a fixed length"),
         },
     };
@@ -336,7 +347,7 @@ pub(super) fn expand(ins: &Inputs) -> InferResult<Vec<OutFact>> {
             Shape(d.iter().map(|&v| Dim::Fixed(v as usize)).collect())
         }
         None => match f.shape.dims()[0].fixed() {
-            Some(n) => Shape(vec![Dim::Unknown; n]),
+            Some(n) => Shape(unknown_dims(n, 1)?),
             None => return rule(Some(1), "the expand shape tensor must have a fixed length"),
         },
     };
@@ -380,11 +391,10 @@ pub(super) fn padding(ins: &Inputs) -> InferResult<Vec<OutFact>> {
                 .enumerate()
                 .map(|(i, d)| match d.fixed() {
                     Some(n) => {
-                        let len = n as i64 + p[i] + p[i + rank];
-                        if len < 0 {
-                            Err(InferError { input: Some(1), rule: format!("pads {p:?} crop axis {i} below zero") })
-                        } else {
-                            Ok(Dim::Fixed(len as usize))
+                        match (n as i64).checked_add(p[i]).and_then(|l| l.checked_add(p[i + rank])) {
+                            Some(len) if len >= 0 => Ok(Dim::Fixed(len as usize)),
+                            Some(_) => Err(InferError { input: Some(1), rule: format!("pads {p:?} crop axis {i} below zero") }),
+                            None => Err(InferError { input: Some(1), rule: format!("pads {p:?} overflow axis {i}") }),
                         }
                     }
                     None => Ok(if p[i] == 0 && p[i + rank] == 0 { d.clone() } else { Dim::Unknown }),
