@@ -9,5 +9,10 @@ if ! command -v cargo >/dev/null; then
   exit 1
 fi
 
-# GPU tests skip with a message where no device exists; nothing else needs installing yet.
+# The ONNX backend test suite (tests/onnx_backend.rs) needs the onnx package's test data:
+# installed from PyPI and written once; without it the conformance run fails, not skips.
+eval "$(scripts/onnx_suite_data.sh)"
+export KILN_CONFORMANCE_REQUIRE_DATA=1
+
+# GPU tests skip with a message where no device exists.
 cargo test --workspace --locked "$@"

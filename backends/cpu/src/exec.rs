@@ -1,6 +1,8 @@
 //! The executable: interprets a network layer by layer in its stored (topological) order.
 
+use crate::control::{top_level_frees, Run};
 use crate::kernels;
+use kiln::ir::control::{self, ControlFlow, DEFAULT_MAX_TRIP_COUNT};
 use kiln::ir::infer::{infer_layer, Fact, OutFact};
 use kiln::{BackendError, Executable, HostTensor, Layer, LayerKind, Network, Shape};
 use std::sync::Arc;
@@ -10,36 +12,34 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub struct CpuExecutable {
     network: Network,
-    /// Per layer, the tensors whose value is no longer needed once it has run.
+    /// The steps to run: the engine's lowered control flow (one block of every layer when
+    /// the network has no loops or conditionals).
+    plan: ControlFlow,
+    /// Per top-level step, the tensors whose value is no longer needed once it has run.
     frees: Vec<Vec<usize>>,
 }
 
 impl CpuExecutable {
-    pub fn new(network: Network) -> CpuExecutable {
-        // The last layer reading each tensor; network outputs are never freed.
-        let mut last_use: Vec<Option<usize>> = vec![None; network.tensors().len()];
-        for (i, layer) in network.layers().iter().enumerate() {
-            for t in layer.inputs.iter().flatten() {
-                last_use[t.0] = Some(i);
-            }
-        }
-        let mut frees = vec![Vec::new(); network.layers().len()];
-        for (i, layer) in network.layers().iter().enumerate() {
-            // Outputs nothing reads (e.g. TopK indices nobody uses) go right away.
-            let produced = layer.outputs.iter().map(|t| (t.0, last_use[t.0].unwrap_or(i)));
-            let read = layer.inputs.iter().flatten().map(|t| (t.0, last_use[t.0].unwrap_or(i)));
-            for (t, last) in produced.chain(read) {
-                if last == i && !network.outputs().iter().any(|o| o.0 == t) && !frees[i].contains(&t) {
-                    frees[i].push(t);
-                }
-            }
-        }
-        CpuExecutable { network, frees }
+    /// Prepares a network; one that did not come through the builder is lowered here.
+    pub fn new(network: Network) -> Result<CpuExecutable, BackendError> {
+        let plan = match network.control_flow() {
+            Some(plan) => plan.clone(),
+            None => control::lower(&network, DEFAULT_MAX_TRIP_COUNT).map_err(|e| BackendError::Execution {
+                layer: "(control flow)".into(),
+                reason: e.to_string(),
+            })?,
+        };
+        let frees = top_level_frees(&network, &plan.body.steps);
+        Ok(CpuExecutable { network, plan, frees })
+    }
+
+    pub(crate) fn network(&self) -> &Network {
+        &self.network
     }
 
     /// Runs one layer: concrete facts from the input values, shape inference for the
     /// expected outputs, the kernel, and a check that the kernel produced what inference said.
-    fn run_layer(&self, layer: &Layer, values: &[Option<Arc<HostTensor>>]) -> Result<Vec<Arc<HostTensor>>, String> {
+    pub(crate) fn run_layer(&self, layer: &Layer, values: &[Option<Arc<HostTensor>>]) -> Result<Vec<Arc<HostTensor>>, String> {
         let net = &self.network;
         if let LayerKind::Constant { weights } = &layer.kind {
             // Weights are shared with the network, never copied.
@@ -125,17 +125,14 @@ impl Executable for CpuExecutable {
             }
             values[t.0] = Some(Arc::new(x.clone()));
         }
-        for (i, layer) in net.layers().iter().enumerate() {
-            let outputs = self
-                .run_layer(layer, &values)
-                .map_err(|reason| BackendError::Execution { layer: layer.name.clone(), reason })?;
-            for (t, v) in layer.outputs.iter().zip(outputs) {
-                values[t.0] = Some(v);
-            }
-            for &t in &self.frees[i] {
-                values[t] = None;
+        let mut run = Run::new(self, values, self.plan.max_trip_count);
+        for (step, frees) in self.plan.body.steps.iter().zip(&self.frees) {
+            run.step(step)?;
+            for &t in frees {
+                run.values[t] = None;
             }
         }
+        let mut values = run.values;
         net.outputs()
             .iter()
             .map(|t| {

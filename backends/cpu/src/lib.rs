@@ -8,6 +8,7 @@
 //! [`BackendError::Execution`] errors naming the layer, never panics.
 #![forbid(unsafe_code)]
 
+mod control;
 mod element;
 mod exec;
 mod kernels;
@@ -65,7 +66,7 @@ impl Backend for CpuBackend {
 
     fn prepare(&self, network: &Network) -> Result<Box<dyn Executable>, BackendError> {
         self.check_support(network)?;
-        Ok(Box::new(CpuExecutable::new(network.clone())))
+        Ok(Box::new(CpuExecutable::new(network.clone())?))
     }
 }
 
@@ -75,16 +76,6 @@ fn unsupported(network: &Network, layer: &Layer) -> Option<String> {
     use LayerKind as K;
     let input_type = |slot: usize| layer.inputs.get(slot).copied().flatten().map(|t| network.tensor(t).dtype);
     match &layer.kind {
-        K::OneHot { .. } | K::Einsum { .. } => Some("this layer kind is not implemented by the cpu backend yet".into()),
-        K::TripLimit { .. }
-        | K::Iterator { .. }
-        | K::Recurrence { .. }
-        | K::LoopOutput { .. }
-        | K::Condition { .. }
-        | K::IfConditionalInput { .. }
-        | K::IfConditionalOutput { .. } => {
-            Some("loops and conditionals are not supported by the cpu backend yet".into())
-        }
         K::Plugin(p) => Some(format!(
             "plugin `{}::{}@{}`: plugins are not supported by the cpu backend yet",
             p.namespace, p.name, p.version

@@ -4,6 +4,7 @@ use crate::backend::{Backend, BackendError};
 use crate::engine::format::BuildFlags;
 use crate::engine::Engine;
 use crate::error::NetworkError;
+use crate::ir::control::{self, DEFAULT_MAX_TRIP_COUNT};
 use crate::ir::network::{LayerId, Network, TensorId};
 use thiserror::Error;
 
@@ -13,6 +14,10 @@ use thiserror::Error;
 pub struct BuilderConfig {
     /// Free-form flags recorded in the engine (shown by `kiln inspect`).
     pub flags: Vec<String>,
+    /// Most iterations one run of a loop may take before execution fails (a runaway WHILE
+    /// loop becomes an error, not a hang); `None`: [`DEFAULT_MAX_TRIP_COUNT`]. Recorded in
+    /// the engine.
+    pub max_trip_count: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -39,19 +44,23 @@ impl<'b> Builder<'b> {
         Builder { backend }
     }
 
-    /// Validates the network, drops layers no output depends on, checks that the backend
-    /// runs every remaining layer, and records the device the engine is for.
+    /// Validates the network, drops layers no output depends on, lowers loops and
+    /// conditionals to regions (checking their rules), checks that the backend runs every
+    /// remaining layer, and records the device the engine is for.
     pub fn build(&self, network: &Network, config: &BuilderConfig) -> Result<Engine, BuildError> {
         network.validate()?;
         let device = self.backend.device()?;
-        let pruned = remove_dead_layers(network);
+        let mut pruned = remove_dead_layers(network);
+        let max_trip_count = config.max_trip_count.unwrap_or(DEFAULT_MAX_TRIP_COUNT);
+        pruned.control = Some(control::lower(&pruned, max_trip_count)?);
         self.backend.check_support(&pruned)?;
         Ok(Engine::new(pruned, self.backend.name().to_string(), device, BuildFlags { flags: config.flags.clone() }))
     }
 }
 
 /// Keeps only the layers that network outputs depend on (and Assertion layers, which
-/// matter for their effect), renumbering tensors, layers and weights.
+/// matter for their effect), renumbering tensors, layers and weights. A live loop keeps its
+/// trip limits and a live conditional its condition; a loop with no live output goes.
 pub fn remove_dead_layers(network: &Network) -> Network {
     let layers = network.layers();
     let mut live = vec![false; layers.len()];
@@ -62,11 +71,20 @@ pub fn remove_dead_layers(network: &Network) -> Network {
             stack.extend(l.inputs.iter().flatten());
         }
     }
-    while let Some(t) = stack.pop() {
-        if let Some((LayerId(p), _)) = network.tensor(t).producer {
-            if !std::mem::replace(&mut live[p], true) {
-                stack.extend(layers[p].inputs.iter().flatten());
+    loop {
+        while let Some(t) = stack.pop() {
+            if let Some((LayerId(p), _)) = network.tensor(t).producer {
+                if !std::mem::replace(&mut live[p], true) {
+                    stack.extend(layers[p].inputs.iter().flatten());
+                }
             }
+        }
+        for i in control::structural_layers(network, &live) {
+            live[i] = true;
+            stack.extend(layers[i].inputs.iter().flatten());
+        }
+        if stack.is_empty() {
+            break;
         }
     }
     if live.iter().all(|&l| l) {

@@ -18,7 +18,7 @@ fn small_engine() -> Engine {
     net.set_tensor_name(net.output(act, 0), "y").unwrap();
     net.mark_output(net.output(act, 0)).unwrap();
     let backend = RecordOnlyBackend::new();
-    Builder::new(&backend).build(&net, &BuilderConfig { flags: vec!["test".into()] }).unwrap()
+    Builder::new(&backend).build(&net, &BuilderConfig { flags: vec!["test".into()], ..BuilderConfig::default() }).unwrap()
 }
 
 #[test]

@@ -2,7 +2,7 @@
 
 use crate::error::ImportError;
 use crate::proto::attribute_proto::AttributeType;
-use crate::proto::{AttributeProto, TensorProto};
+use crate::proto::{AttributeProto, GraphProto, TensorProto};
 
 /// A node's attributes; errors name the node.
 #[derive(Clone, Copy, Debug)]
@@ -104,5 +104,12 @@ impl<'a> Attributes<'a> {
 
     pub fn tensor(&self, name: &str) -> Result<Option<&'a TensorProto>, ImportError> {
         Ok(self.typed(name, AttributeType::Tensor)?.and_then(|a| a.t.as_ref()))
+    }
+
+    /// A graph attribute (a Loop body, an If branch), which must be present.
+    pub fn graph(&self, name: &str) -> Result<&'a GraphProto, ImportError> {
+        self.typed(name, AttributeType::Graph)?
+            .and_then(|a| a.g.as_ref())
+            .ok_or_else(|| self.invalid(format!("the graph attribute `{name}` is required")))
     }
 }

@@ -4,6 +4,7 @@
 use crate::attributes::Attributes;
 use crate::error::ImportError;
 use crate::proto::NodeProto;
+use crate::subgraph::Subgraphs;
 use crate::tensor;
 use kiln::{DataType, Dim, GatherMode, HostTensor, LayerKind, Network, NetworkError, ShuffleParams, TensorId};
 use std::path::Path;
@@ -23,6 +24,8 @@ pub(crate) struct NodeContext<'a> {
     pub inputs: Vec<Option<TensorId>>,
     /// Resolves external data of tensors in attributes.
     pub model_dir: Option<&'a Path>,
+    /// Imports graph attributes (Loop and Scan bodies, If branches) into `net`.
+    pub subgraphs: &'a mut dyn Subgraphs,
 }
 
 impl NodeContext<'_> {

@@ -30,11 +30,9 @@ fn opset_versions(model: &ModelProto) -> Result<HashMap<String, i64>, ImportErro
         let entry = versions.entry(domain.to_string()).or_insert(version);
         *entry = (*entry).max(version);
     }
-    if !versions.contains_key("") {
-        // Models before IR version 3 had no opset_import: they mean opset 1.
-        if model.ir_version() >= 3 {
-            return Err(ImportError::graph("the model imports no opset for the default ONNX domain"));
-        }
+    // Models before IR version 3 had no opset_import: they mean opset 1. Later models may
+    // use other domains only; a default-domain node in them is an error at that node.
+    if !versions.contains_key("") && model.ir_version() < 3 {
         versions.insert(String::new(), 1);
     }
     Ok(versions)
@@ -44,10 +42,10 @@ pub(crate) fn import_model(model: &ModelProto, model_dir: Option<&Path>) -> Resu
     let graph = model.graph.as_ref().ok_or_else(|| ImportError::graph("the model has no graph"))?;
     let opsets = opset_versions(model)?;
     let name = if graph.name().is_empty() { "onnx" } else { graph.name() };
-    let mut importer = GraphImporter::new(name, graph, model_dir);
+    let mut importer = GraphImporter::new(name, graph, model_dir, opsets);
     importer.add_graph_inputs(graph)?;
     for index in execution_order(&graph.node)? {
-        importer.import_node(index, &graph.node[index], &opsets)?;
+        importer.import_node(index, &graph.node[index])?;
     }
     importer.mark_outputs(graph)?;
     Ok(importer.net)
@@ -55,7 +53,7 @@ pub(crate) fn import_model(model: &ModelProto, model_dir: Option<&Path>) -> Resu
 
 /// Node indices in an order where every node follows the producers of its inputs: the
 /// model's own order when it is already valid, else a stable topological sort.
-fn execution_order(nodes: &[NodeProto]) -> Result<Vec<usize>, ImportError> {
+pub(crate) fn execution_order(nodes: &[NodeProto]) -> Result<Vec<usize>, ImportError> {
     let mut producer: HashMap<&str, usize> = HashMap::new();
     for (i, node) in nodes.iter().enumerate() {
         for out in node.output.iter().filter(|o| !o.is_empty()) {
@@ -103,7 +101,7 @@ fn execution_order(nodes: &[NodeProto]) -> Result<Vec<usize>, ImportError> {
 }
 
 /// The node's name, or `op_type` + index when the model leaves it empty.
-fn node_name(node: &NodeProto, index: usize) -> String {
+pub(crate) fn node_name(node: &NodeProto, index: usize) -> String {
     if node.name().is_empty() {
         format!("{}{index}", node.op_type())
     } else {
@@ -111,23 +109,37 @@ fn node_name(node: &NodeProto, index: usize) -> String {
     }
 }
 
-struct GraphImporter<'m> {
-    net: Network,
-    /// Every ONNX value imported so far, by name.
-    values: HashMap<String, TensorId>,
+pub(crate) struct GraphImporter<'m> {
+    /// The network being built. While a node's builder runs, the network lives in its
+    /// `NodeContext` and this holds an empty one (see [`crate::subgraph`]).
+    pub(crate) net: Network,
+    /// Every ONNX value of the graph being imported (the innermost subgraph), by name.
+    pub(crate) values: HashMap<String, TensorId>,
+    /// The enclosing graphs' values while a subgraph imports, outermost first.
+    pub(crate) outer: Vec<crate::subgraph::OuterScope>,
+    /// The conditional whose branch is being imported, when it is one.
+    pub(crate) branch_of: Option<kiln::ConditionalId>,
+    /// IfConditionalInput layers made for outer values read in a branch, by conditional
+    /// and outer tensor.
+    pub(crate) captures: HashMap<(usize, TensorId), TensorId>,
+    opsets: HashMap<String, i64>,
     /// Initializers not yet turned into Constant layers (they are, on first use).
     initializers: HashMap<&'m str, &'m TensorProto>,
     sparse_initializers: HashSet<&'m str>,
     /// Tensors that carry an ONNX value name.
-    onnx_named: HashSet<TensorId>,
-    model_dir: Option<&'m Path>,
+    pub(crate) onnx_named: HashSet<TensorId>,
+    pub(crate) model_dir: Option<&'m Path>,
 }
 
 impl<'m> GraphImporter<'m> {
-    fn new(name: &str, graph: &'m GraphProto, model_dir: Option<&'m Path>) -> Self {
+    fn new(name: &str, graph: &'m GraphProto, model_dir: Option<&'m Path>, opsets: HashMap<String, i64>) -> Self {
         GraphImporter {
             net: Network::new(name),
             values: HashMap::new(),
+            outer: Vec::new(),
+            branch_of: None,
+            captures: HashMap::new(),
+            opsets,
             initializers: graph.initializer.iter().map(|t| (t.name(), t)).collect(),
             sparse_initializers: graph
                 .sparse_initializer
@@ -162,11 +174,20 @@ impl<'m> GraphImporter<'m> {
         Ok(())
     }
 
-    /// The tensor of an ONNX value, materializing an initializer on first use.
-    fn lookup(&mut self, name: &str) -> Result<Option<TensorId>, ImportError> {
+    /// The tensor of an ONNX value, materializing an initializer on first use; in a
+    /// subgraph, enclosing graphs' values are visible too.
+    pub(crate) fn lookup(&mut self, name: &str) -> Result<Option<TensorId>, ImportError> {
         if let Some(&t) = self.values.get(name) {
             return Ok(Some(t));
         }
+        if !self.outer.is_empty() {
+            return self.lookup_outer(name);
+        }
+        self.lookup_initializer(name)
+    }
+
+    /// An initializer of the main graph as a Constant layer (made on first use).
+    pub(crate) fn lookup_initializer(&mut self, name: &str) -> Result<Option<TensorId>, ImportError> {
         if self.sparse_initializers.contains(name) {
             return Err(ImportError::graph(format!(
                 "initializer `{name}` is sparse; sparse tensors are not supported"
@@ -186,16 +207,11 @@ impl<'m> GraphImporter<'m> {
         Ok(Some(t))
     }
 
-    fn import_node(
-        &mut self,
-        index: usize,
-        node: &'m NodeProto,
-        opsets: &HashMap<String, i64>,
-    ) -> Result<(), ImportError> {
-        let name = node_name(node, index);
+    pub(crate) fn import_node(&mut self, index: usize, node: &NodeProto) -> Result<(), ImportError> {
+        let name = self.node_name_in_scope(node, index);
         let op_type = node.op_type();
         let domain = if is_default_domain(node.domain()) { "" } else { node.domain() };
-        let Some(&opset) = opsets.get(domain) else {
+        let Some(&opset) = self.opsets.get(domain) else {
             return Err(ImportError::InvalidModel {
                 node: name,
                 reason: format!("domain `{domain}` of op `{op_type}` is not declared in the model's opset_import"),
@@ -224,17 +240,23 @@ impl<'m> GraphImporter<'m> {
             })?;
             inputs.push(Some(t));
         }
+        let model_dir = self.model_dir;
+        // The network moves into the context; a subgraph import moves it back meanwhile.
+        let mut net = std::mem::take(&mut self.net);
         let mut ctx = NodeContext {
-            net: &mut self.net,
+            net: &mut net,
             node,
             name: &name,
             opset,
             version,
             attrs: Attributes { node: &name, list: &node.attribute },
             inputs,
-            model_dir: self.model_dir,
+            model_dir,
+            subgraphs: self,
         };
-        let outputs = (def.build)(&mut ctx)?;
+        let built = (def.build)(&mut ctx);
+        self.net = net;
+        let outputs = built?;
         for (i, out_name) in node.output.iter().enumerate() {
             if out_name.is_empty() {
                 continue;
@@ -254,6 +276,9 @@ impl<'m> GraphImporter<'m> {
     /// Gives a node output its ONNX name. A tensor that already carries another ONNX name
     /// (an op that passes its input through) gets an Identity copy first.
     fn bind(&mut self, t: TensorId, name: &str, node: &str) -> Result<(), ImportError> {
+        if !self.outer.is_empty() {
+            return self.bind_in_subgraph(t, name, node);
+        }
         if self.values.contains_key(name) || self.initializers.contains_key(name) {
             return Err(ImportError::InvalidModel {
                 node: node.to_string(),

@@ -13,6 +13,7 @@ mod error;
 mod graph;
 mod ops;
 pub mod proto;
+mod subgraph;
 mod tensor;
 
 pub use error::ImportError;

@@ -366,12 +366,13 @@ fn range_folds_constants_and_computes_at_run_time() {
 }
 
 #[test]
-fn dropout_is_identity_without_mask_or_training() {
+fn dropout_is_identity_with_an_all_true_mask_and_no_training() {
     let plain = one_op(node("Dropout", &["x"], &["y"]).float("ratio", 0.5), "2", 7);
     assert_close(&run(&plain, vec![("x", f32s(&[2], &[1., 2.]))], "y"), &[2], &[1., 2.], 0.0);
     let mask =
         Graph::new().input("x", F32, "2").node(node("Dropout", &["x"], &["y", "m"])).output("y").output("m").model(13);
-    assert!(matches!(import_err(&mask), ImportError::UnsupportedFeature { feature, .. } if feature.contains("mask")));
+    let outputs = run_network(&import(&mask), vec![("x", f32s(&[2], &[1., 2.]))]);
+    assert_eq!(outputs["m"].data(), &TensorData::Bool(vec![true, true]));
     let training = Graph::new()
         .input("x", F32, "2")
         .init(tensor_f32("r", &[], &[0.5]))

@@ -4,6 +4,7 @@
 //! for them, and returns the output tensors or a reason for failing.
 
 mod conv;
+mod einsum;
 mod elementwise;
 mod gather_scatter;
 mod matmul;
@@ -39,7 +40,13 @@ pub fn run(kind: &LayerKind, inputs: &[Option<&HostTensor>], outs: &[OutFact]) -
         K::Activation { kind } => one(unary::activation(kind, ins.req(0)?)?),
         K::Unary { op } => one(unary::unary(*op, ins.req(0)?)?),
         K::SoftMax { axis } => one(norm::softmax(ins.req(0)?, *axis)?),
-        K::Reduce { op, axes, keep_dims: _ } => one(reduce::reduce(*op, ins.req(0)?, axes)?),
+        K::Reduce { op, axes, keep_dims: _ } => match ins.opt(1) {
+            None => one(reduce::reduce(*op, ins.req(0)?, axes)?),
+            Some(run_time_axes) => {
+                let x = ins.req(0)?;
+                one(reduce::reduce(*op, x, &reduce::axes_from_tensor(run_time_axes, x.shape().len())?)?)
+            }
+        },
         K::Normalization { axes, epsilon, num_groups } => {
             one(norm::normalization(ins.req(0)?, ins.req(1)?, ins.req(2)?, axes, *epsilon, *num_groups)?)
         }
@@ -73,9 +80,12 @@ pub fn run(kind: &LayerKind, inputs: &[Option<&HostTensor>], outs: &[OutFact]) -
             one(reduce::cumulative_sum(ins.req(0)?, ins.req(1)?, *exclusive, *reverse)?)
         }
         K::Assertion { message } => misc::assertion(ins.req(0)?, message).map(|()| vec![]),
-        K::OneHot { .. }
-        | K::Einsum { .. }
-        | K::TripLimit { .. }
+        K::Einsum { equation } => {
+            let operands = (0..inputs.len()).map(|i| ins.req(i)).collect::<Result<Vec<_>, _>>()?;
+            one(einsum::einsum(equation, &operands, &shape()?)?)
+        }
+        K::OneHot { axis } => one(einsum::one_hot(ins.req(0)?, ins.req(1)?, ins.req(2)?, *axis, &shape()?)?),
+        K::TripLimit { .. }
         | K::Iterator { .. }
         | K::Recurrence { .. }
         | K::LoopOutput { .. }

@@ -3,10 +3,24 @@
 //! Float reductions accumulate in f64 and round once, so the oracle is as exact as a
 //! straightforward sum can be.
 
-use super::int_scalar;
+use super::{int_scalar, int_values};
 use crate::element::{numeric_data, pack, FloatElem, IntElem};
 use crate::layout::{wrap_index, Lanes, Reduction};
 use kiln::{HostTensor, ReduceOp, TensorData};
+
+/// Axes given as a tensor: negative values count from the end, none means every axis.
+pub fn axes_from_tensor(axes: &HostTensor, rank: usize) -> Result<Vec<usize>, String> {
+    let values = int_values(axes, "the axes input")?;
+    if values.is_empty() {
+        return Ok((0..rank).collect());
+    }
+    values
+        .iter()
+        .map(|&a| {
+            kiln::ir::shape::normalize_axis(a, rank).ok_or_else(|| format!("axis {a} is out of range for rank {rank}"))
+        })
+        .collect()
+}
 
 pub fn reduce(op: ReduceOp, x: &HostTensor, axes: &[usize]) -> Result<TensorData, String> {
     let rank = x.shape().len();

@@ -111,3 +111,20 @@ fn cumulative_sum_variants() {
     );
     assert!(reason.contains("out of range"), "{reason}");
 }
+
+#[test]
+fn axes_given_at_run_time_replace_the_parameter() {
+    let kind = |keep_dims| LayerKind::Reduce { op: R::Sum, axes: vec![], keep_dims };
+    let x: Vec<f32> = (0..24).map(|v| v as f32).collect();
+    let x = f32s(&[2, 3, 4], &x);
+    // Negative axes count from the end, as ONNX's do.
+    let y = run1(kind(true), vec![In::Run(x.clone()), In::Run(i64s(&[2], &[0, -1]))]);
+    assert_close(&y, DataType::F32, &[1, 3, 1], &[60.0, 92.0, 124.0], 0.0);
+    let y = run1(kind(false), vec![In::Run(x.clone()), In::Run(i64s(&[1], &[1]))]);
+    assert_close(&y, DataType::F32, &[2, 4], &[12.0, 15.0, 18.0, 21.0, 48.0, 51.0, 54.0, 57.0], 0.0);
+    // An empty axes tensor reduces every axis.
+    let y = run1(kind(false), vec![In::Run(x.clone()), In::Run(i64s(&[0], &[]))]);
+    assert_close(&y, DataType::F32, &[], &[276.0], 0.0);
+    let message = run_err(kind(true), vec![In::Run(x), In::Run(i64s(&[1], &[3]))]);
+    assert!(message.contains("out of range"), "{message}");
+}

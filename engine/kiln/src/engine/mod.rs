@@ -168,8 +168,19 @@ fn read_weights(section: &[u8], e: &WeightsEntry) -> Result<HostTensor, String> 
 }
 
 /// Re-runs inference over a loaded plan: every layer must validate and reproduce the
-/// stored output types and ranks, so backends can trust layer parameters.
+/// stored output types and ranks, so backends can trust layer parameters; the stored
+/// control-flow regions must be the ones the layers define.
 fn recheck_plan(network: &Network) -> Result<(), String> {
+    recheck_layers(network)?;
+    let max_trip_count = network.control_flow().map_or(crate::ir::control::DEFAULT_MAX_TRIP_COUNT, |c| c.max_trip_count);
+    let lowered = crate::ir::control::lower(network, max_trip_count).map_err(|e| e.to_string())?;
+    match network.control_flow() {
+        Some(stored) if *stored != lowered => Err("the stored loop and conditional regions do not match the layers".into()),
+        _ => Ok(()),
+    }
+}
+
+fn recheck_layers(network: &Network) -> Result<(), String> {
     for l in network.layers() {
         let facts: Vec<Option<Fact>> = l.inputs.iter().map(|t| t.map(|t| network.fact(t))).collect();
         let out = infer_layer(&l.kind, &facts, &|w| network.weights_blob(w))

@@ -7,6 +7,7 @@
 //! input slots; `None` in an optional slot means "absent".
 
 use super::dtype::DataType;
+use super::shape::Shape;
 use super::tensor::HostTensor;
 use serde::{Deserialize, Serialize};
 
@@ -47,7 +48,9 @@ pub enum LayerKind {
     Unary { op: UnaryOp },
     /// `[x] -> [y]`: softmax along `axis`.
     SoftMax { axis: usize },
-    /// `[x] -> [y]`: reduces `axes` (an empty list reduces nothing).
+    /// `[x, axes (1-D int)?] -> [y]`: reduces `axes` (an empty list reduces nothing). The
+    /// optional tensor input, for axes known only at run time, replaces `axes`: negative
+    /// values count from the end and an empty tensor reduces every axis (ONNX semantics).
     Reduce { op: ReduceOp, axes: Vec<usize>, keep_dims: bool },
     /// `[x, scale, bias] -> [y]`: `(x - mean) / sqrt(var + epsilon) * scale + bias`, with
     /// mean and variance over `axes`; with `num_groups > 1` the channel axis 1 is split into
@@ -101,16 +104,21 @@ pub enum LayerKind {
     TripLimit { looping: LoopId, kind: TripLimitKind },
     /// Loop boundary: `[t] -> [slice]`, one slice of `t` along `axis` per iteration.
     Iterator { looping: LoopId, axis: usize, reverse: bool },
-    /// Loop boundary: `[initial, next?] -> [current]`.
-    Recurrence { looping: LoopId },
+    /// Loop boundary: `[initial, next?] -> [current]`. `shape`, when set, is the shape of
+    /// every value of the recurrence where it is more general than the initial value's (a
+    /// value that grows from iteration to iteration); `None`: the initial value's shape.
+    Recurrence { looping: LoopId, shape: Option<Shape> },
     /// Loop boundary: `[value, length (0-D int)?] -> [out]`.
     LoopOutput { looping: LoopId, kind: LoopOutputKind, axis: usize },
     /// Conditional boundary: `[cond (0-D bool)] -> []`.
     Condition { conditional: ConditionalId },
     /// Conditional boundary: `[x] -> [x]` inside the branches.
     IfConditionalInput { conditional: ConditionalId },
-    /// Conditional boundary: `[true_value, false_value] -> [out]`.
-    IfConditionalOutput { conditional: ConditionalId },
+    /// Conditional boundary: `[true_value, false_value] -> [out]`. The branches' values
+    /// have the same type and shape (seeds §11.4); `shape`, when set, relaxes that to the
+    /// same rank, the output having that declared shape (ONNX If allows branches of
+    /// different shapes; the network API never sets it).
+    IfConditionalOutput { conditional: ConditionalId, shape: Option<Shape> },
     /// `[cond (bool)] -> []`: fails execution with `message` when any element is false.
     Assertion { message: String },
     /// A third-party layer.

@@ -1,6 +1,8 @@
 //! kiln's intermediate representation: typed tensors, layers, networks.
 
 mod api;
+mod api_control;
+pub mod control;
 pub mod dtype;
 mod dump;
 pub mod format;

@@ -2,9 +2,10 @@
 
 use super::dtype::DataType;
 use super::format::TensorFormat;
+use super::control::ControlFlow;
 use super::infer::{infer_layer, Fact, InferError};
 use super::layer::{LayerKind, WeightsId};
-use super::shape::Shape;
+use super::shape::{Dim, Shape};
 use super::tensor::HostTensor;
 use crate::error::NetworkError;
 use serde::{Deserialize, Serialize};
@@ -55,6 +56,10 @@ pub struct Network {
     /// Weights blobs referenced by Constant layers (stored in their own engine section).
     #[serde(skip)]
     weights: Vec<Arc<HostTensor>>,
+    /// How many loop and conditional ids `add_loop` / `add_if_conditional` handed out.
+    pub(crate) control_ids: (usize, usize),
+    /// The lowered loops and conditionals, set by the builder (see [`crate::ir::control`]).
+    pub(crate) control: Option<ControlFlow>,
 }
 
 impl Network {
@@ -84,6 +89,11 @@ impl Network {
 
     pub fn outputs(&self) -> &[TensorId] {
         &self.outputs
+    }
+
+    /// The lowered loops and conditionals of a built network (engines carry it).
+    pub fn control_flow(&self) -> Option<&ControlFlow> {
+        self.control.as_ref()
     }
 
     pub fn weights(&self) -> &[Arc<HostTensor>] {
@@ -230,6 +240,54 @@ impl Network {
         Ok(layer_id)
     }
 
+    /// Replaces a layer's input slots (TensorRT's `setInput`) and re-validates it. Outputs
+    /// already read keep the type and shape their readers saw: the new inputs may only
+    /// leave them as they are or make them more precise.
+    pub(crate) fn set_layer_inputs(&mut self, layer: LayerId, inputs: Vec<Option<TensorId>>) -> Result<(), NetworkError> {
+        let l = &self.layers[layer.0];
+        let name = l.name.clone();
+        for t in inputs.iter().flatten() {
+            self.check_tensor(*t).map_err(|_| NetworkError::Layer {
+                layer: name.clone(),
+                tensor: format!("#{}", t.0),
+                rule: "input tensor does not belong to this network".into(),
+            })?;
+        }
+        let facts: Vec<Option<Fact>> = inputs.iter().map(|t| t.map(|t| self.fact(t))).collect();
+        let out = infer_layer(&l.kind, &facts, &|w| self.weights_blob(w)).map_err(|e| NetworkError::Layer {
+            layer: name.clone(),
+            tensor: e.input.and_then(|i| inputs.get(i).copied().flatten()).map(|t| self.tensors[t.0].name.clone()).unwrap_or_default(),
+            rule: e.rule,
+        })?;
+        if out.len() != l.outputs.len() {
+            return Err(NetworkError::Layer { layer: name, tensor: String::new(), rule: "the new inputs change the number of outputs".into() });
+        }
+        let consumed = |t: TensorId| self.layers.iter().any(|o| o.inputs.contains(&Some(t))) || self.outputs.contains(&t);
+        let mut updates = Vec::new();
+        for (&t, o) in l.outputs.iter().zip(out) {
+            let d = &self.tensors[t.0];
+            let keeps = o.dtype == d.dtype
+                && o.shape.rank() == d.shape.rank()
+                && d.shape.dims().iter().zip(o.shape.dims()).all(|(old, new)| *old == Dim::Unknown || old.same_as(new));
+            if consumed(t) && !keeps {
+                return Err(NetworkError::Layer {
+                    layer: name,
+                    tensor: d.name.clone(),
+                    rule: format!("the new inputs change the output from {}{} to {}{}, which layers already read", d.dtype, d.shape, o.dtype, o.shape),
+                });
+            }
+            updates.push((t, o));
+        }
+        for (t, o) in updates {
+            let d = &mut self.tensors[t.0];
+            d.dtype = o.dtype;
+            d.shape = o.shape;
+            d.value = o.value.map(Arc::new);
+        }
+        self.layers[layer.0].inputs = inputs;
+        Ok(())
+    }
+
     /// Re-validates a layer under a new kind and updates its outputs in place.
     pub(crate) fn reinfer_layer(&mut self, layer: LayerId, kind: LayerKind) -> Result<(), NetworkError> {
         let l = &self.layers[layer.0];
@@ -301,8 +359,17 @@ impl Network {
     /// "inputs of kept layers"), every network input, and the weights still referenced.
     pub(crate) fn retain_layers(&self, keep: &[bool]) -> Network {
         let mut out = Network::new(self.name.clone());
+        out.control_ids = self.control_ids;
         let mut tensor_map: Vec<Option<TensorId>> = vec![None; self.tensors.len()];
         let mut weights_map: Vec<Option<WeightsId>> = vec![None; self.weights.len()];
+        // Numbered up front: a recurrence's next value is produced after the recurrence.
+        let mut next_id = self.inputs.len();
+        for (_, l) in self.layers.iter().enumerate().filter(|(i, _)| keep[*i]) {
+            for &t in &l.outputs {
+                tensor_map[t.0] = Some(TensorId(next_id));
+                next_id += 1;
+            }
+        }
         for &t in &self.inputs {
             let id = out.push_tensor(self.tensors[t.0].clone());
             out.inputs.push(id);
@@ -327,7 +394,7 @@ impl Network {
                     let mut desc = self.tensors[t.0].clone();
                     desc.producer = Some((layer_id, slot));
                     let id = out.push_tensor(desc);
-                    tensor_map[t.0] = Some(id);
+                    debug_assert_eq!(tensor_map[t.0], Some(id));
                     id
                 })
                 .collect();
@@ -367,7 +434,9 @@ impl Network {
                     return Err(format!("layer #{i} `{}` reads missing tensor #{}", l.name, t.0));
                 }
                 if let Some((p, _)) = self.tensors[t.0].producer {
-                    if p.0 >= i {
+                    // A recurrence's next value (input 1) is the one legal back edge.
+                    let back_edge = matches!(l.kind, LayerKind::Recurrence { .. }) && l.inputs.get(1) == Some(&Some(*t));
+                    if p.0 >= i && !back_edge {
                         return Err(format!("layer #{i} `{}` reads a tensor produced later", l.name));
                     }
                 }

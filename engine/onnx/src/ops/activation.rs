@@ -1,5 +1,6 @@
-//! Activations (Relu family, Clip, Gelu, PRelu, …) and Softmax.
+//! Activations (Relu family, Clip, Gelu, PRelu, Swish, Shrink, …) and Softmax.
 
+use super::build::{binary, with_scalar};
 use super::{one, Registry};
 use crate::context::NodeContext;
 use crate::error::ImportError;
@@ -23,6 +24,34 @@ pub(super) fn register(r: &mut Registry) {
     r.add("Clip", &[1, 6, 11, 12, 13], clip);
     r.add("PRelu", &[1, 6, 7, 9, 16], prelu);
     r.add("Softmax", &[1, 11, 13], softmax);
+    r.add("Swish", &[24], swish);
+    r.add("Shrink", &[9], shrink);
+}
+
+/// `x * sigmoid(alpha * x)`.
+fn swish(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
+    let x = ctx.input(0)?;
+    let alpha = ctx.attrs.float("alpha", 1.0)?;
+    if alpha == 1.0 {
+        return one(ctx.add("", LayerKind::Activation { kind: ActivationKind::Swish }, &[x])?);
+    }
+    let scaled = with_scalar(ctx, "alpha x", ElementwiseOp::Prod, x, alpha as f64)?;
+    let gate = ctx.add("gate", LayerKind::Activation { kind: ActivationKind::Sigmoid }, &[scaled])?;
+    one(binary(ctx, "", ElementwiseOp::Prod, x, gate)?)
+}
+
+/// `x < -lambd ? x + bias : x > lambd ? x - bias : 0`.
+fn shrink(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
+    let x = ctx.input(0)?;
+    let lambd = ctx.attrs.float("lambd", 0.5)? as f64;
+    let bias = ctx.attrs.float("bias", 0.0)? as f64;
+    let below = with_scalar(ctx, "below", ElementwiseOp::Less, x, -lambd)?;
+    let above = with_scalar(ctx, "above", ElementwiseOp::Greater, x, lambd)?;
+    let raised = with_scalar(ctx, "x + bias", ElementwiseOp::Sum, x, bias)?;
+    let lowered = with_scalar(ctx, "x - bias", ElementwiseOp::Sub, x, bias)?;
+    let zero = ctx.scalar("zero", ctx.dtype(x), 0.0)?;
+    let upper = ctx.add("upper", LayerKind::Select, &[above, lowered, zero])?;
+    one(ctx.add("", LayerKind::Select, &[below, raised, upper])?)
 }
 
 fn activation_kind(ctx: &NodeContext) -> Result<ActivationKind, ImportError> {
@@ -58,7 +87,9 @@ fn activation(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
 
 /// The single value of a constant 0-D / 1-element bound.
 fn constant_bound(ctx: &NodeContext, t: TensorId, what: &str) -> Result<Option<f64>, ImportError> {
-    let Some(value) = ctx.value(t) else { return Ok(None) };
+    let Some(value) = ctx.value(t) else {
+        return Ok(None);
+    };
     match value.to_f64_vec().as_slice() {
         [v] => Ok(Some(*v)),
         other => Err(ctx.invalid(format!("Clip {what} must hold one value, got {}", other.len()))),

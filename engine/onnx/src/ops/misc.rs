@@ -1,4 +1,4 @@
-//! Constant, Identity, Cast, Dropout, Where, ConstantOfShape, Range and Pad.
+//! Constant, Identity, Cast, CastLike, Dropout, Where, ConstantOfShape, Range and Pad.
 
 use super::{one, Registry};
 use crate::context::NodeContext;
@@ -11,6 +11,7 @@ pub(super) fn register(r: &mut Registry) {
     r.add("Constant", &[1, 9, 11, 12, 13, 19, 21, 23, 24, 25], constant);
     r.add("Identity", &[1, 13, 14, 16, 19, 21, 23, 24, 25], identity);
     r.add("Cast", &[1, 6, 9, 13, 19, 21, 23, 24, 25, 28], cast);
+    r.add("CastLike", &[15, 19, 21, 23, 24, 25], cast_like);
     r.add("Dropout", &[1, 6, 7, 10, 12, 13, 22], dropout);
     r.add("Where", &[9, 16], select);
     r.add("ConstantOfShape", &[9, 20, 21, 23, 24, 25], constant_of_shape);
@@ -71,19 +72,35 @@ fn cast(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     one(ctx.add("", LayerKind::Cast { to }, &[x])?)
 }
 
-/// Dropout at inference is the identity; the mask output and training mode are refused.
+/// Dropout at inference is the identity and its mask all true (a Fill of the input's
+/// shape). Training mode is accepted only with a constant ratio of 0, which drops nothing.
 fn dropout(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
-    ctx.refuse_output(1, "mask")?;
     if ctx.version >= 12 && ctx.opt_input(2).is_some() {
         let training = ctx.input(2)?;
+        let ratio_is_zero = ctx.opt_input(1).and_then(|r| ctx.value(r)).is_some_and(|r| r.to_f64_vec() == [0.0]);
         match ctx.value(training).map(|v| v.to_f64_vec()) {
-            Some(v) if v.iter().all(|&b| b == 0.0) => {}
-            Some(_) => return Err(ctx.unsupported("training_mode=true")),
+            Some(v) if v.iter().all(|&b| b == 0.0) || ratio_is_zero => {}
+            Some(_) => return Err(ctx.unsupported("training_mode=true with a non-zero ratio (random masks)")),
             None => return Err(ctx.unsupported("a training_mode input computed at run time")),
         }
     }
     let x = ctx.input(0)?;
-    one(ctx.add("", LayerKind::Identity, &[x])?)
+    let y = ctx.add("", LayerKind::Identity, &[x])?;
+    if !ctx.output_wanted(1) {
+        return one(y);
+    }
+    // The mask was of the input's type before opset 10.
+    let mask_type = if ctx.version >= 10 { DataType::Bool } else { ctx.dtype(x) };
+    let shape = ctx.shape_of("mask shape", x)?;
+    let mask = ctx.add("mask", LayerKind::Fill { value: tensor::scalar(mask_type, 1.0) }, &[shape])?;
+    Ok(vec![y, mask])
+}
+
+/// CastLike: Cast to the element type of input 1.
+fn cast_like(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
+    let (x, like) = (ctx.input(0)?, ctx.input(1)?);
+    let to = ctx.dtype(like);
+    one(ctx.add("", LayerKind::Cast { to }, &[x])?)
 }
 
 fn select(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {

@@ -5,12 +5,22 @@
 //! and builders branch on that version where conventions changed.
 
 mod activation;
+mod attention;
+mod bitwise;
+mod build;
+mod control;
 mod conv;
+mod einsum;
 mod gather;
+mod index;
+mod layout;
+mod loss;
 mod math;
 mod misc;
 mod norm;
+mod normalize;
 mod pool;
+mod quantize;
 mod reduce;
 mod resize;
 mod shape;
@@ -70,12 +80,21 @@ pub(crate) fn registry() -> &'static Registry {
     REGISTRY.get_or_init(|| {
         let mut r = Registry::default();
         activation::register(&mut r);
+        attention::register(&mut r);
+        bitwise::register(&mut r);
+        control::register(&mut r);
         conv::register(&mut r);
+        einsum::register(&mut r);
         gather::register(&mut r);
+        index::register(&mut r);
+        layout::register(&mut r);
+        loss::register(&mut r);
         math::register(&mut r);
         misc::register(&mut r);
         norm::register(&mut r);
+        normalize::register(&mut r);
         pool::register(&mut r);
+        quantize::register(&mut r);
         reduce::register(&mut r);
         resize::register(&mut r);
         shape::register(&mut r);

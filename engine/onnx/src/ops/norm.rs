@@ -13,8 +13,9 @@ pub(super) fn register(r: &mut Registry) {
 }
 
 fn layer_norm(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
-    ctx.refuse_output(1, "Mean")?;
-    ctx.refuse_output(2, "InvStdDev")?;
+    if ctx.output_wanted(1) || ctx.output_wanted(2) {
+        return super::normalize::layer_norm_with_statistics(ctx);
+    }
     let x = ctx.input(0)?;
     let scale = ctx.input(1)?;
     let rank = ctx.rank(x);

@@ -1,5 +1,5 @@
 //! Reduce* ops. Axes are an attribute until ReduceSum-13 / the others' opset 18, then an
-//! optional input (which kiln needs constant); empty axes mean all axes unless
+//! optional input (a constant, or a tensor input of the Reduce layer); empty axes mean all axes unless
 //! `noop_with_empty_axes` makes the op an identity.
 
 use super::{one, Registry};
@@ -41,11 +41,19 @@ fn reduce(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     let axes_are_input = ctx.version >= if op == ReduceOp::Sum { 13 } else { 18 };
     let keep_dims = ctx.attrs.flag("keepdims", true)?;
     let (axes, noop_when_empty) = if axes_are_input {
+        let noop_when_empty = ctx.attrs.flag("noop_with_empty_axes", false)?;
         let axes = match ctx.opt_input(1) {
-            Some(_) => ctx.required_const_ints(1, "axes")?,
+            Some(t) => match ctx.const_ints(t) {
+                Some(axes) => axes,
+                None if noop_when_empty => {
+                    return Err(ctx.unsupported("noop_with_empty_axes=1 with an axes input computed at run time"))
+                }
+                // Axes known only at run time: the Reduce layer reads them as an input.
+                None => return one(ctx.add("", LayerKind::Reduce { op, axes: Vec::new(), keep_dims }, &[x, t])?),
+            },
             None => Vec::new(),
         };
-        (axes, ctx.attrs.flag("noop_with_empty_axes", false)?)
+        (axes, noop_when_empty)
     } else {
         (ctx.attrs.ints("axes")?.unwrap_or_default().to_vec(), false)
     };

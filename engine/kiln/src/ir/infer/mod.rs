@@ -4,9 +4,13 @@
 //! Backends call [`infer_layer`] with concrete facts to size their outputs, so the rules
 //! here are the single source of truth for every layer's output shape and type.
 
+mod control;
+mod einsum;
+mod one_hot;
 mod spatial;
 mod structural;
 
+pub use einsum::EinsumSpec;
 pub use spatial::window_output;
 pub use structural::{resolve_reshape, resolve_slice, SliceAxis};
 
@@ -97,9 +101,13 @@ pub fn infer_layer(
             Ok(vec![OutFact::new(x.dtype, x.shape.clone())])
         }
         K::Reduce { op: _, axes, keep_dims } => {
-            ins.arity(1, 1)?;
+            ins.arity(1, 2)?;
             let x = ins.req(0)?;
-            reduce_shape(x, axes, *keep_dims).map(|s| vec![OutFact::new(x.dtype, s)])
+            let shape = match ins.get(1) {
+                None => reduce_shape(x, axes, *keep_dims)?,
+                Some(_) => reduce_shape_with_axes_input(&ins, x, *keep_dims)?,
+            };
+            Ok(vec![OutFact::new(x.dtype, shape)])
         }
         K::Normalization { axes, epsilon: _, num_groups } => {
             ins.arity(3, 3)?;
@@ -196,19 +204,15 @@ pub fn infer_layer(
             let x = ins.req(0)?;
             Ok(vec![OutFact::new(x.dtype, x.shape.clone())])
         }
-        K::OneHot { .. } | K::Einsum { .. } => {
-            rule(None, format!("{} layers are not supported yet", kind.type_name()))
-        }
+        K::OneHot { axis } => one_hot::infer(*axis, &ins),
+        K::Einsum { equation } => einsum::infer(equation, &ins),
         K::TripLimit { .. }
         | K::Iterator { .. }
         | K::Recurrence { .. }
         | K::LoopOutput { .. }
         | K::Condition { .. }
         | K::IfConditionalInput { .. }
-        | K::IfConditionalOutput { .. } => rule(
-            None,
-            format!("{} is a loop/conditional boundary layer; control flow is not supported yet", kind.type_name()),
-        ),
+        | K::IfConditionalOutput { .. } => control::boundary(kind, &ins),
         K::Assertion { .. } => {
             ins.arity(1, 1)?;
             ins.of_type(0, DataType::Bool)?;
@@ -436,6 +440,38 @@ fn unary(ins: &Inputs, op: UnaryOp) -> InferResult<Vec<OutFact>> {
         _ => x.dtype,
     };
     Ok(vec![OutFact::new(dtype, x.shape.clone())])
+}
+
+/// Reduce with an axes tensor input: exact when its value is known; otherwise every dim
+/// that may be reduced is unknown, and without `keep_dims` the rank follows from the
+/// number of axes.
+fn reduce_shape_with_axes_input(ins: &Inputs, x: Fact, keep_dims: bool) -> InferResult<Shape> {
+    let rank = x.shape.rank();
+    let (list, values) = ins.index_list(1)?;
+    if let Some(values) = values {
+        let mut axes = Vec::with_capacity(values.len());
+        for v in values {
+            match super::shape::normalize_axis(v, rank) {
+                Some(a) => axes.push(a),
+                None => return rule(Some(1), format!("axis {v} is out of range for rank {rank}")),
+            }
+        }
+        if axes.is_empty() {
+            axes = (0..rank).collect();
+        }
+        return reduce_shape(x, &axes, keep_dims);
+    }
+    let count = list.shape.dims()[0].fixed();
+    let dims = match (keep_dims, count) {
+        (true, _) => {
+            x.shape.dims().iter().map(|d| if d.fixed() == Some(1) { d.clone() } else { Dim::Unknown }).collect()
+        }
+        (false, Some(0)) => Vec::new(),
+        (false, Some(k)) if k <= rank => vec![Dim::Unknown; rank - k],
+        (false, Some(k)) => return rule(Some(1), format!("{k} axes cannot be reduced from rank {rank}")),
+        (false, None) => return rule(Some(1), "without keep_dims the number of axes must be known"),
+    };
+    Ok(Shape(dims))
 }
 
 fn reduce_shape(x: Fact, axes: &[usize], keep_dims: bool) -> InferResult<Shape> {

@@ -1,0 +1,72 @@
+//! SpaceToDepth and DepthToSpace: a reshape to six dims, a transpose, a reshape back.
+
+use super::{one, Registry};
+use crate::context::NodeContext;
+use crate::error::ImportError;
+use kiln::{ShuffleParams, TensorId};
+
+pub(super) fn register(r: &mut Registry) {
+    r.add("SpaceToDepth", &[1, 13, 28], space_to_depth);
+    r.add("DepthToSpace", &[1, 11, 13], depth_to_space);
+}
+
+/// The block size and the fixed C, H, W of an N×C×H×W input.
+fn block_and_dims(ctx: &NodeContext, x: TensorId) -> Result<(i64, [i64; 3]), ImportError> {
+    let block = ctx.attrs.required_int("blocksize")?;
+    if block < 1 {
+        return Err(ctx.invalid(format!("blocksize must be positive, got {block}")));
+    }
+    let dims = ctx.dims(x);
+    if dims.len() != 4 {
+        return Err(ctx.invalid(format!("{} needs an N×C×H×W input, got rank {}", ctx.op_type(), dims.len())));
+    }
+    let fixed =
+        |i: usize| dims[i].fixed().map(|d| d as i64).ok_or_else(|| ctx.unsupported(format!("a dynamic dim {i}")));
+    Ok((block, [fixed(1)?, fixed(2)?, fixed(3)?]))
+}
+
+/// Reshape to `split`, transpose by `perm`, reshape to `merged` (`0` keeps N).
+fn regroup(
+    ctx: &mut NodeContext,
+    x: TensorId,
+    split: Vec<i64>,
+    perm: Vec<usize>,
+    merged: Vec<i64>,
+) -> Result<Vec<TensorId>, ImportError> {
+    let params =
+        ShuffleParams { reshape: Some(split), second_transpose: perm, zero_is_placeholder: true, ..Default::default() };
+    let moved = ctx.shuffle("regroup", x, params)?;
+    one(ctx.reshape("", moved, merged)?)
+}
+
+fn space_to_depth(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
+    let x = ctx.input(0)?;
+    let (b, [c, h, w]) = block_and_dims(ctx, x)?;
+    if h % b != 0 || w % b != 0 {
+        return Err(ctx.invalid(format!("H={h} and W={w} must be multiples of blocksize {b}")));
+    }
+    let split = vec![0, c, h / b, b, w / b, b];
+    let out = vec![0, c * b * b, h / b, w / b];
+    // Opset 28 added CRD, the inverse of DepthToSpace's CRD (channel-major blocks).
+    let mode = if ctx.version >= 28 { ctx.attrs.string("mode", "DCR")? } else { "DCR" };
+    match mode {
+        "DCR" => regroup(ctx, x, split, vec![0, 3, 5, 1, 2, 4], out),
+        "CRD" => regroup(ctx, x, split, vec![0, 1, 3, 5, 2, 4], out),
+        other => Err(ctx.invalid(format!("mode must be DCR or CRD, got `{other}`"))),
+    }
+}
+
+/// DCR (default) takes the block from the leading channels, CRD from the trailing ones.
+fn depth_to_space(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
+    let x = ctx.input(0)?;
+    let (b, [c, h, w]) = block_and_dims(ctx, x)?;
+    if c % (b * b) != 0 {
+        return Err(ctx.invalid(format!("C={c} must be a multiple of blocksize² = {}", b * b)));
+    }
+    let out = vec![0, c / (b * b), h * b, w * b];
+    match ctx.attrs.string("mode", "DCR")? {
+        "DCR" => regroup(ctx, x, vec![0, b, b, c / (b * b), h, w], vec![0, 3, 4, 1, 5, 2], out),
+        "CRD" => regroup(ctx, x, vec![0, c / (b * b), b, b, h, w], vec![0, 1, 4, 2, 5, 3], out),
+        other => Err(ctx.invalid(format!("mode must be DCR or CRD, got `{other}`"))),
+    }
+}

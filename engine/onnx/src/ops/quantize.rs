@@ -1,0 +1,91 @@
+//! QuantizeLinear, DequantizeLinear and DynamicQuantizeLinear on kiln's Quantize and
+//! Dequantize layers (per-tensor or per-axis; blocked quantization is refused).
+
+use super::build::{binary, reduce, unary, with_scalar};
+use super::{one, Registry};
+use crate::context::NodeContext;
+use crate::error::ImportError;
+use crate::tensor::dtype_from_onnx;
+use kiln::{DataType, ElementwiseOp as E, LayerKind, ReduceOp, TensorId, UnaryOp};
+
+pub(super) fn register(r: &mut Registry) {
+    r.add("QuantizeLinear", &[10, 13, 19, 21, 23, 24, 25], quantize_linear);
+    r.add("DequantizeLinear", &[10, 13, 19, 21, 23, 24, 25], dequantize_linear);
+    r.add("DynamicQuantizeLinear", &[11], dynamic_quantize_linear);
+}
+
+/// `None` for a per-tensor scale (0-D or one element), else the normalized `axis`.
+fn quantization_axis(ctx: &NodeContext, x: TensorId, scale: TensorId) -> Result<Option<usize>, ImportError> {
+    if ctx.version >= 21 && ctx.attrs.int("block_size", 0)? > 0 {
+        return Err(ctx.unsupported("blocked quantization (block_size > 0)"));
+    }
+    let per_tensor = match ctx.rank(scale) {
+        0 => true,
+        1 => ctx.dims(scale)[0].fixed() == Some(1),
+        r => return Err(ctx.unsupported(format!("a rank-{r} scale (blocked quantization)"))),
+    };
+    if per_tensor {
+        return Ok(None);
+    }
+    // Per-axis quantization came with opset 13; axis defaults to 1.
+    Ok(Some(ctx.axis(ctx.attrs.int("axis", 1)?, ctx.rank(x))?))
+}
+
+fn quantize_linear(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
+    let (x, scale) = (ctx.input(0)?, ctx.input(1)?);
+    let zero_point = ctx.opt_input(2);
+    let to = match zero_point {
+        Some(zp) => ctx.dtype(zp),
+        None => match ctx.attrs.opt_int("output_dtype")?.filter(|&c| c != 0 && ctx.version >= 21) {
+            Some(code) => dtype_from_onnx(code as i32).map_err(|e| ctx.unsupported(e))?,
+            None => DataType::U8,
+        },
+    };
+    if !to.is_integer() {
+        return Err(ctx.unsupported(format!("quantizing to {to}")));
+    }
+    let axis = quantization_axis(ctx, x, scale)?;
+    // The scale may be of another float type than x (opset 19+); the kernel divides in x's.
+    let scale = ctx.cast("scale cast", scale, ctx.dtype(x))?;
+    one(ctx.add_opt("", LayerKind::Quantize { axis, to }, vec![Some(x), Some(scale), zero_point])?)
+}
+
+fn dequantize_linear(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
+    let (x, scale) = (ctx.input(0)?, ctx.input(1)?);
+    if !ctx.dtype(x).is_integer() {
+        return Err(ctx.unsupported(format!("dequantizing {}", ctx.dtype(x))));
+    }
+    let axis = quantization_axis(ctx, x, scale)?;
+    let y = ctx.add_opt("", LayerKind::Dequantize { axis }, vec![Some(x), Some(scale), ctx.opt_input(2)])?;
+    match ctx.attrs.opt_int("output_dtype")?.filter(|&c| c != 0 && ctx.version >= 23) {
+        Some(code) => {
+            let to = dtype_from_onnx(code as i32).map_err(|e| ctx.unsupported(e))?;
+            one(ctx.cast("output cast", y, to)?)
+        }
+        None => one(y),
+    }
+}
+
+/// u8 quantization with a scale and zero point that cover `[min(x, 0), max(x, 0)]`.
+fn dynamic_quantize_linear(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
+    let x = ctx.input(0)?;
+    if ctx.dtype(x) != DataType::F32 {
+        return Err(ctx.unsupported(format!("DynamicQuantizeLinear on {}", ctx.dtype(x))));
+    }
+    let all: Vec<usize> = (0..ctx.rank(x)).collect();
+    let low = reduce(ctx, "min", ReduceOp::Min, x, all.clone(), false)?;
+    let low = with_scalar(ctx, "min with 0", E::Min, low, 0.0)?;
+    let high = reduce(ctx, "max", ReduceOp::Max, x, all, false)?;
+    let high = with_scalar(ctx, "max with 0", E::Max, high, 0.0)?;
+    let range = binary(ctx, "range", E::Sub, high, low)?;
+    let scale = with_scalar(ctx, "scale", E::Div, range, 255.0)?;
+    let zero = ctx.scalar("zero", DataType::F32, 0.0)?;
+    let shifted = binary(ctx, "negated min", E::Sub, zero, low)?;
+    let zp = binary(ctx, "zero point real", E::Div, shifted, scale)?;
+    let zp = with_scalar(ctx, "zero point floor", E::Max, zp, 0.0)?;
+    let zp = with_scalar(ctx, "zero point ceil", E::Min, zp, 255.0)?;
+    let zp = unary(ctx, "zero point rounded", UnaryOp::Round, zp)?;
+    let zp = ctx.cast("zero point", zp, DataType::U8)?;
+    let y = ctx.add("", LayerKind::Quantize { axis: None, to: DataType::U8 }, &[x, scale, zp])?;
+    Ok(vec![y, scale, zp])
+}
