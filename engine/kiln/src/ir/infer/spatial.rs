@@ -21,6 +21,30 @@ fn positive(name: &str, values: &[usize]) -> InferResult<()> {
     Ok(())
 }
 
+/// The parameter rules convolution and deconvolution share: one entry per spatial dim,
+/// positive strides and dilations, at least one group.
+fn check_window_params(
+    spatial: usize,
+    groups: usize,
+    strides: &[usize],
+    dilations: &[usize],
+    pre_padding: &[usize],
+    post_padding: &[usize],
+) -> InferResult<()> {
+    check_lens(spatial, &[
+        ("strides", strides.len()),
+        ("dilations", dilations.len()),
+        ("pre_padding", pre_padding.len()),
+        ("post_padding", post_padding.len()),
+    ])?;
+    positive("strides", strides)?;
+    positive("dilations", dilations)?;
+    if groups == 0 {
+        return rule(None, "groups must be at least 1");
+    }
+    Ok(())
+}
+
 /// Output length of a sliding window; `None` when the window does not fit.
 pub fn window_output(
     input: usize,
@@ -58,17 +82,7 @@ pub(super) fn convolution(ins: &Inputs, p: &ConvolutionParams) -> InferResult<Ve
         return rule(Some(1), format!("kernel rank {} differs from input rank {rank}", w.shape.rank()));
     }
     let spatial = rank - 2;
-    check_lens(spatial, &[
-        ("strides", p.strides.len()),
-        ("dilations", p.dilations.len()),
-        ("pre_padding", p.pre_padding.len()),
-        ("post_padding", p.post_padding.len()),
-    ])?;
-    positive("strides", &p.strides)?;
-    positive("dilations", &p.dilations)?;
-    if p.groups == 0 {
-        return rule(None, "groups must be at least 1");
-    }
+    check_window_params(spatial, p.groups, &p.strides, &p.dilations, &p.pre_padding, &p.post_padding)?;
     let (xd, wd) = (x.shape.dims(), w.shape.dims());
     if let (Some(c), Some(cg)) = (xd[1].fixed(), wd[1].fixed()) {
         if c != cg * p.groups {
@@ -120,18 +134,8 @@ pub(super) fn deconvolution(ins: &Inputs, p: &DeconvolutionParams) -> InferResul
         return rule(Some(1), format!("deconvolution needs N×C×spatial input and a kernel of equal rank, got {} and {}", x.shape, w.shape));
     }
     let spatial = rank - 2;
-    check_lens(spatial, &[
-        ("strides", p.strides.len()),
-        ("dilations", p.dilations.len()),
-        ("pre_padding", p.pre_padding.len()),
-        ("post_padding", p.post_padding.len()),
-        ("output_padding", p.output_padding.len()),
-    ])?;
-    positive("strides", &p.strides)?;
-    positive("dilations", &p.dilations)?;
-    if p.groups == 0 {
-        return rule(None, "groups must be at least 1");
-    }
+    check_window_params(spatial, p.groups, &p.strides, &p.dilations, &p.pre_padding, &p.post_padding)?;
+    check_lens(spatial, &[("output_padding", p.output_padding.len())])?;
     let (xd, wd) = (x.shape.dims(), w.shape.dims());
     if xd[1].differs_from(&wd[0]) {
         return rule(Some(1), format!("input has {} channels but the kernel has {}", xd[1], wd[0]));
