@@ -88,6 +88,9 @@ fn unsupported(network: &Network, layer: &Layer) -> Option<String> {
         K::CumulativeSum { .. } if input_type(0) == Some(DataType::Bool) => {
             Some("a running sum is not defined on bool".into())
         }
+        K::CumulativeProduct { .. } if input_type(0) == Some(DataType::Bool) => {
+            Some("a running product is not defined on bool".into())
+        }
         K::Resize(p) if p.mode != ResizeMode::Nearest && input_type(0) == Some(DataType::Bool) => {
             Some(format!("{:?} interpolation is not defined on bool", p.mode))
         }

@@ -79,6 +79,9 @@ pub fn run(kind: &LayerKind, inputs: &[Option<&HostTensor>], outs: &[OutFact]) -
         K::CumulativeSum { exclusive, reverse } => {
             one(reduce::cumulative_sum(ins.req(0)?, ins.req(1)?, *exclusive, *reverse)?)
         }
+        K::CumulativeProduct { exclusive, reverse } => {
+            one(reduce::cumulative_product(ins.req(0)?, ins.req(1)?, *exclusive, *reverse)?)
+        }
         K::Assertion { message } => misc::assertion(ins.req(0)?, message).map(|()| vec![]),
         K::Einsum { equation } => {
             let operands = (0..inputs.len()).map(|i| ins.req(i)).collect::<Result<Vec<_>, _>>()?;

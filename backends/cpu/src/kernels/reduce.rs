@@ -148,6 +148,29 @@ pub fn cumulative_sum(x: &HostTensor, axis: &HostTensor, exclusive: bool, revers
     })
 }
 
+/// Running products along the axis given as a tensor (negative counts from the end).
+pub fn cumulative_product(
+    x: &HostTensor,
+    axis: &HostTensor,
+    exclusive: bool,
+    reverse: bool,
+) -> Result<TensorData, String> {
+    let rank = x.shape().len();
+    let raw = int_scalar(axis, "the axis")?;
+    let axis = wrap_index(raw, rank).ok_or_else(|| format!("axis {raw} is out of range for rank {rank}"))?;
+    let lanes = Lanes::around(x.shape(), axis);
+    numeric_data!(x.data(), "CumulativeProduct", v => float: {
+        let mut out = v.clone();
+        let write = |i: usize, s: f64| out[i] = FloatElem::from_f64(s);
+        running(&lanes, exclusive, reverse, |i| v[i].to_f64(), 1.0, |a, b| a * b, write);
+        pack(out)
+    }, int: {
+        let mut out = v.clone();
+        running(&lanes, exclusive, reverse, |i| v[i], IntElem::wrap_i128(1), IntElem::wrapping_mul, |i, s| out[i] = s);
+        pack(out)
+    })
+}
+
 /// Walks every lane in order (or reversed) writing inclusive or exclusive running sums.
 fn running<S: Copy>(
     lanes: &Lanes,

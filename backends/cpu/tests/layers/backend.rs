@@ -39,6 +39,11 @@ fn check_support_rejects_type_combinations_without_meaning() {
         "Cumulative",
     );
     assert_unsupported(
+        LayerKind::CumulativeProduct { exclusive: false, reverse: false },
+        vec![flags(), In::Const(i64s(&[], &[0]))],
+        "CumulativeProduct",
+    );
+    assert_unsupported(
         LayerKind::Quantize { axis: None, to: DataType::F32 },
         vec![In::Run(f32s(&[2], &[1.0, 2.0])), In::Const(f32s(&[], &[1.0]))],
         "Quantize",

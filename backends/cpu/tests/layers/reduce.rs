@@ -128,3 +128,24 @@ fn axes_given_at_run_time_replace_the_parameter() {
     let message = run_err(kind(true), vec![In::Run(x), In::Run(i64s(&[1], &[3]))]);
     assert!(message.contains("out of range"), "{message}");
 }
+
+fn cumprod(x: HostTensor, axis: i64, exclusive: bool, reverse: bool) -> HostTensor {
+    run1(LayerKind::CumulativeProduct { exclusive, reverse }, vec![In::Run(x), In::Const(i64s(&[], &[axis]))])
+}
+
+#[test]
+fn cumulative_product_variants() {
+    let x = || f32s(&[4], &[1.0, 2.0, 3.0, 4.0]);
+    assert_close(&cumprod(x(), 0, false, false), DataType::F32, &[4], &[1.0, 2.0, 6.0, 24.0], 0.0);
+    assert_close(&cumprod(x(), 0, true, false), DataType::F32, &[4], &[1.0, 1.0, 2.0, 6.0], 0.0);
+    assert_close(&cumprod(x(), 0, false, true), DataType::F32, &[4], &[24.0, 24.0, 12.0, 4.0], 0.0);
+    assert_close(&cumprod(x(), -1, true, true), DataType::F32, &[4], &[24.0, 12.0, 4.0, 1.0], 0.0);
+    let m = i32s(&[2, 3], &[1, 2, 3, 4, 5, 6]);
+    assert_exact(&cumprod(m.clone(), 0, false, false), &i32s(&[2, 3], &[1, 2, 3, 4, 10, 18]));
+    assert_exact(&cumprod(m, 1, false, false), &i32s(&[2, 3], &[1, 2, 6, 4, 20, 120]));
+    let reason = run_err(
+        LayerKind::CumulativeProduct { exclusive: false, reverse: false },
+        vec![In::Run(x()), In::Run(i32s(&[1], &[3]))],
+    );
+    assert!(reason.contains("out of range"), "{reason}");
+}

@@ -123,6 +123,8 @@ pub enum LayerKind {
     Assertion { message: String },
     /// A third-party layer.
     Plugin(PluginParams),
+    /// `[x, axis (0-D int)] -> [y]`: running product (ONNX CumProd).
+    CumulativeProduct { exclusive: bool, reverse: bool },
 }
 
 impl LayerKind {
@@ -162,6 +164,7 @@ impl LayerKind {
             LayerKind::NonZero => "NonZero",
             LayerKind::OneHot { .. } => "OneHot",
             LayerKind::CumulativeSum { .. } => "Cumulative",
+            LayerKind::CumulativeProduct { .. } => "CumulativeProduct",
             LayerKind::TripLimit { .. } => "TripLimit",
             LayerKind::Iterator { .. } => "Iterator",
             LayerKind::Recurrence { .. } => "Recurrence",

@@ -15,6 +15,7 @@ pub(super) fn register(r: &mut Registry) {
     r.add("TopK", &[1, 10, 11, 24], top_k);
     r.add("Trilu", &[14], trilu);
     r.add("CumSum", &[11, 14], cum_sum);
+    r.add("CumProd", &[26], cum_prod);
     r.add("Size", &[1, 13, 19, 21, 23, 24, 25], size);
     r.add("NonZero", &[9, 13], non_zero);
     r.add("EyeLike", &[9, 22], eye_like);
@@ -134,6 +135,13 @@ fn cum_sum(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     let exclusive = ctx.attrs.flag("exclusive", false)?;
     let reverse = ctx.attrs.flag("reverse", false)?;
     one(ctx.add("", LayerKind::CumulativeSum { exclusive, reverse }, &[x, axis])?)
+}
+
+fn cum_prod(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
+    let (x, axis) = (ctx.input(0)?, ctx.input(1)?);
+    let exclusive = ctx.attrs.flag("exclusive", false)?;
+    let reverse = ctx.attrs.flag("reverse", false)?;
+    one(ctx.add("", LayerKind::CumulativeProduct { exclusive, reverse }, &[x, axis])?)
 }
 
 /// The element count as a 0-D i64.

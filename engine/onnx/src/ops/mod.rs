@@ -23,6 +23,7 @@ mod pool;
 mod quantize;
 mod reduce;
 mod resize;
+mod rnn;
 mod shape;
 mod unary;
 
@@ -97,6 +98,7 @@ pub(crate) fn registry() -> &'static Registry {
         quantize::register(&mut r);
         reduce::register(&mut r);
         resize::register(&mut r);
+        rnn::register(&mut r);
         shape::register(&mut r);
         unary::register(&mut r);
         r

@@ -121,6 +121,9 @@ fn axes_operand(ctx: &NodeContext) -> Result<Option<Vec<i64>>, ImportError> {
 /// dims by copying them, so dynamic dims stay as they are.
 fn squeeze(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     let x = ctx.input(0)?;
+    if let Some(axes) = runtime_axes_input(ctx) {
+        return one(squeeze_runtime(ctx, x, axes)?);
+    }
     let dims = ctx.dims(x);
     let rank = dims.len();
     // Empty axes squeeze every size-1 dim, as absent ones do (onnxruntime's reading).
@@ -156,6 +159,9 @@ fn squeeze(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
 /// transpose moves them to their output positions.
 fn unsqueeze(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     let x = ctx.input(0)?;
+    if let Some(axes) = runtime_axes_input(ctx) {
+        return one(unsqueeze_runtime(ctx, x, axes)?);
+    }
     let rank = ctx.rank(x);
     let axes = axes_operand(ctx)?.ok_or_else(|| ctx.invalid("Unsqueeze needs axes"))?;
     let out_rank = rank + axes.len();
@@ -180,6 +186,101 @@ fn unsqueeze(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     one(ctx.shuffle("", x, params)?)
 }
 
+/// The axes input of Squeeze/Unsqueeze (opset 13+) when its values are known only at run time.
+fn runtime_axes_input(ctx: &NodeContext) -> Option<TensorId> {
+    ctx.opt_input(1).filter(|&t| ctx.version >= 13 && ctx.const_ints(t).is_none())
+}
+
+/// Run-time axes normalized against `rank` as a `[1, k]` i64 row, with `k`, the axis count.
+fn axes_row(ctx: &mut NodeContext, axes: TensorId, rank: usize) -> Result<(TensorId, usize), ImportError> {
+    let count = match ctx.dims(axes).as_slice() {
+        [d] => d.fixed(),
+        _ => return Err(ctx.invalid(format!("the axes input of shape {} must be 1-D", ctx.net.tensor(axes).shape))),
+    };
+    let count = count.ok_or_else(|| ctx.unsupported("an axes input computed at run time with a dynamic length"))?;
+    if rank == 0 {
+        return Err(ctx.invalid(format!("{count} axes cannot index a result of rank 0")));
+    }
+    let axes = ctx.cast("axes i64", axes, kiln::DataType::I64)?;
+    let modulus = ctx.const_i64("rank", &[rank as i64])?;
+    let wrapped = ctx.add("axes wrapped", LayerKind::Elementwise { op: ElementwiseOp::Mod }, &[axes, modulus])?;
+    Ok((ctx.reshape("axes row", wrapped, vec![1, count as i64])?, count))
+}
+
+/// For each `v` in `values` (`[n]`): how many entries of `row` (`[1, k]`) compare `op` to it.
+fn count_where(
+    ctx: &mut NodeContext,
+    part: &str,
+    row: TensorId,
+    op: ElementwiseOp,
+    values: &[i64],
+) -> Result<TensorId, ImportError> {
+    let column = ctx.constant(
+        &format!("{part} positions"),
+        kiln::HostTensor::from_i64(vec![values.len(), 1], values.to_vec()).expect("length matches"),
+    )?;
+    let hits = ctx.add(&format!("{part} hits"), LayerKind::Elementwise { op }, &[row, column])?;
+    let hits = ctx.cast(&format!("{part} hits i64"), hits, kiln::DataType::I64)?;
+    ctx.add(part, LayerKind::Reduce { op: ReduceOp::Sum, axes: vec![1], keep_dims: false }, &[hits])
+}
+
+/// Unsqueeze with run-time axes: output dim `p` is 1 where `p` is an axis, otherwise input
+/// dim `p − #{axes ≤ p}`; the dims feed a reshape.
+fn unsqueeze_runtime(ctx: &mut NodeContext, x: TensorId, axes: TensorId) -> Result<TensorId, ImportError> {
+    let rank = ctx.rank(x);
+    let count = match ctx.dims(axes).as_slice() {
+        [d] => d.fixed().unwrap_or(0),
+        _ => 0,
+    };
+    let out_rank = rank + count;
+    let (row, count) = axes_row(ctx, axes, out_rank)?;
+    if rank == 0 {
+        return ctx.shuffle("", x, exact(Some(vec![1; count])));
+    }
+    let positions: Vec<i64> = (0..out_rank as i64).collect();
+    let before = count_where(ctx, "axes before", row, ElementwiseOp::LessOrEqual, &positions)?;
+    let is_axis = count_where(ctx, "is axis", row, ElementwiseOp::Equal, &positions)?;
+    let position = ctx.const_i64("positions", &positions)?;
+    let source = ctx.add("source", LayerKind::Elementwise { op: ElementwiseOp::Sub }, &[position, before])?;
+    let (low, high) = (ctx.const_i64("low", &[0])?, ctx.const_i64("high", &[rank as i64 - 1])?);
+    let source = ctx.add("source low", LayerKind::Elementwise { op: ElementwiseOp::Max }, &[source, low])?;
+    let source = ctx.add("source high", LayerKind::Elementwise { op: ElementwiseOp::Min }, &[source, high])?;
+    let shape = ctx.shape_of("shape", x)?;
+    let gather = LayerKind::Gather { mode: kiln::GatherMode::Default { axis: 0 } };
+    let dims = ctx.add("input dims", gather, &[shape, source])?;
+    // dims · (1 − is_axis) + is_axis
+    let masked = ctx.add("masked", LayerKind::Elementwise { op: ElementwiseOp::Prod }, &[dims, is_axis])?;
+    let kept = ctx.add("kept", LayerKind::Elementwise { op: ElementwiseOp::Sub }, &[dims, masked])?;
+    let target = ctx.add("dims", LayerKind::Elementwise { op: ElementwiseOp::Sum }, &[kept, is_axis])?;
+    ctx.add("", LayerKind::Shuffle(exact(None)), &[x, target])
+}
+
+/// Squeeze with run-time axes: output dim `j` is input dim `#{p : kept(p) ≤ j}`, where
+/// `kept(p) = p + 1 − #{axes ≤ p}` counts the kept dims up to `p`; the dims feed a reshape
+/// (which fails at run time when a squeezed dim is not 1).
+fn squeeze_runtime(ctx: &mut NodeContext, x: TensorId, axes: TensorId) -> Result<TensorId, ImportError> {
+    let rank = ctx.rank(x);
+    let (row, count) = axes_row(ctx, axes, rank)?;
+    let out_rank = rank
+        .checked_sub(count)
+        .ok_or_else(|| ctx.invalid(format!("{count} axes cannot be squeezed from rank {rank}")))?;
+    if out_rank == 0 {
+        return ctx.shuffle("", x, exact(Some(Vec::new())));
+    }
+    let positions: Vec<i64> = (0..rank as i64).collect();
+    let before = count_where(ctx, "axes before", row, ElementwiseOp::LessOrEqual, &positions)?;
+    let next: Vec<i64> = (1..=rank as i64).collect();
+    let next = ctx.const_i64("next positions", &next)?;
+    let kept = ctx.add("kept", LayerKind::Elementwise { op: ElementwiseOp::Sub }, &[next, before])?;
+    let kept_row = ctx.reshape("kept row", kept, vec![1, rank as i64])?;
+    let outputs: Vec<i64> = (0..out_rank as i64).collect();
+    let source = count_where(ctx, "source", kept_row, ElementwiseOp::LessOrEqual, &outputs)?;
+    let shape = ctx.shape_of("shape", x)?;
+    let gather = LayerKind::Gather { mode: kiln::GatherMode::Default { axis: 0 } };
+    let target = ctx.add("dims", gather, &[shape, source])?;
+    ctx.add("", LayerKind::Shuffle(exact(None)), &[x, target])
+}
+
 fn concat(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     let inputs = ctx.present_inputs();
     let first = *inputs.first().ok_or_else(|| ctx.invalid("Concat needs at least one input"))?;
@@ -192,8 +293,8 @@ fn concat(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
 /// Split sizes: input 1 in opset 1 and from 13, the `split` attribute in 2–12.
 fn split_sizes(ctx: &NodeContext) -> Result<Option<Vec<i64>>, ImportError> {
     let from_input = ctx.version == 1 || ctx.version >= 13;
-    if from_input && ctx.opt_input(1).is_some() {
-        return Ok(Some(ctx.required_const_ints(1, "split")?));
+    if let Some(t) = ctx.opt_input(1).filter(|_| from_input) {
+        return Ok(ctx.const_ints(t));
     }
     if ctx.version < 13 {
         return Ok(ctx.attrs.ints("split")?.map(<[i64]>::to_vec));
@@ -209,6 +310,10 @@ fn split(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     let outputs = ctx.node.output.len();
     let length = ctx.dims(x)[axis].fixed();
     let sizes = split_sizes(ctx)?;
+    let from_input = ctx.version == 1 || ctx.version >= 13;
+    if let Some(t) = ctx.opt_input(1).filter(|_| from_input && sizes.is_none()) {
+        return split_runtime(ctx, x, axis, t, outputs);
+    }
     let num_outputs = if ctx.version >= 18 { ctx.attrs.opt_int("num_outputs")? } else { None };
     if sizes.is_some() && num_outputs.is_some() {
         return Err(ctx.invalid("give either the split input or num_outputs, not both"));
@@ -295,6 +400,39 @@ fn split(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
                 results.push(ctx.add(&format!("output {i}"), LayerKind::Slice, &[x, starts, ends, axes])?);
             }
         }
+    }
+    Ok(results)
+}
+
+/// Split with sizes known only at run time: output `i` slices `[Σ sizes[..i], Σ sizes[..=i])`.
+fn split_runtime(
+    ctx: &mut NodeContext,
+    x: TensorId,
+    axis: usize,
+    sizes: TensorId,
+    outputs: usize,
+) -> Result<Vec<TensorId>, ImportError> {
+    if ctx.rank(sizes) != 1 || ctx.dims(sizes)[0].fixed().is_some_and(|n| n != outputs) {
+        return Err(ctx.invalid(format!(
+            "the split input of shape {} must hold one size per output ({outputs})",
+            ctx.net.tensor(sizes).shape
+        )));
+    }
+    if ctx.version >= 18 && ctx.attrs.opt_int("num_outputs")?.is_some() {
+        return Err(ctx.invalid("give either the split input or num_outputs, not both"));
+    }
+    let sizes = ctx.cast("sizes i64", sizes, kiln::DataType::I64)?;
+    let axes = ctx.const_i64("axes", &[axis as i64])?;
+    let zero = ctx.const_i64("zero", &[0])?;
+    let sum = LayerKind::Reduce { op: ReduceOp::Sum, axes: vec![0], keep_dims: true };
+    let mut start = ctx.const_i64("start 0", &[0])?;
+    let mut results = Vec::with_capacity(outputs);
+    for i in 0..outputs {
+        let count = ctx.const_i64(&format!("count {i}"), &[i as i64 + 1])?;
+        let prefix = ctx.add(&format!("prefix {i}"), LayerKind::Slice, &[sizes, zero, count, zero])?;
+        let end = ctx.add(&format!("end {i}"), sum.clone(), &[prefix])?;
+        results.push(ctx.add(&format!("output {i}"), LayerKind::Slice, &[x, start, end, axes])?);
+        start = end;
     }
     Ok(results)
 }

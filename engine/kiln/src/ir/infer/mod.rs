@@ -198,7 +198,7 @@ pub fn infer_layer(
             let x = ins.req(0)?;
             Ok(vec![OutFact::new(DataType::I64, Shape(vec![Dim::Fixed(x.shape.rank()), Dim::Unknown]))])
         }
-        K::CumulativeSum { .. } => {
+        K::CumulativeSum { .. } | K::CumulativeProduct { .. } => {
             ins.arity(2, 2)?;
             ins.index_scalar(1)?;
             let x = ins.req(0)?;
