@@ -209,7 +209,7 @@ fn import(ctx: &mut NodeContext, cell: Cell) -> Result<Vec<TensorId>, ImportErro
     let acts = activations(ctx, cell, dirs.len())?;
     let clip = ctx.attrs.opt_float("clip")?;
     if let Some(c) = clip {
-        if !(c > 0.0) {
+        if c.is_nan() || c <= 0.0 {
             return Err(ctx.invalid(format!("attribute `clip` must be positive, got {c}")));
         }
     }
