@@ -4,7 +4,9 @@
 use crate::attributes::Attributes;
 use crate::error::ImportError;
 use crate::proto::NodeProto;
+use crate::sequence::Sequence;
 use crate::subgraph::Subgraphs;
+use std::collections::HashMap;
 use crate::tensor;
 use kiln::{DataType, Dim, GatherMode, HostTensor, LayerKind, Network, NetworkError, ShuffleParams, TensorId};
 use std::path::Path;
@@ -26,6 +28,10 @@ pub(crate) struct NodeContext<'a> {
     pub model_dir: Option<&'a Path>,
     /// Imports graph attributes (Loop and Scan bodies, If branches) into `net`.
     pub subgraphs: &'a mut dyn Subgraphs,
+    /// The sequences of the graph being imported, by ONNX value name.
+    pub sequences: &'a HashMap<String, Sequence>,
+    /// Sequence outputs the node's builder made, by output index.
+    pub made_sequences: Vec<(usize, Sequence)>,
 }
 
 impl NodeContext<'_> {
@@ -65,6 +71,15 @@ impl NodeContext<'_> {
     /// Every present input, in order (variadic ops).
     pub fn present_inputs(&self) -> Vec<TensorId> {
         self.inputs.iter().flatten().copied().collect()
+    }
+
+    /// Input `i`, which must be a sequence.
+    pub fn sequence(&self, i: usize) -> Result<Sequence, ImportError> {
+        let name = self.node.input.get(i).map_or("", String::as_str);
+        self.sequences
+            .get(name)
+            .cloned()
+            .ok_or_else(|| self.invalid(format!("input #{i} (`{name}`) must be a sequence")))
     }
 
     /// Whether the model consumes output `i` (it lists a non-empty name for it).
@@ -202,6 +217,23 @@ impl NodeContext<'_> {
     /// Reshape to static dims (`0` copies the input dim at the same index, `-1` is inferred).
     pub fn reshape(&mut self, part: &str, t: TensorId, dims: Vec<i64>) -> Result<TensorId, ImportError> {
         let params = ShuffleParams { reshape: Some(dims), zero_is_placeholder: true, ..Default::default() };
+        self.shuffle(part, t, params)
+    }
+
+    /// `t` with a new size-1 axis at `axis` (a reshape that copies every dim and appends the
+    /// 1, then a transpose that moves it into place, so dynamic dims stay as they are).
+    pub fn unsqueeze_axis(&mut self, part: &str, t: TensorId, axis: usize) -> Result<TensorId, ImportError> {
+        let rank = self.rank(t);
+        let mut reshape = vec![0; rank];
+        reshape.push(1);
+        let perm: Vec<usize> = (0..axis).chain(std::iter::once(rank)).chain(axis..rank).collect();
+        let identity = axis == rank;
+        let params = ShuffleParams {
+            reshape: Some(reshape),
+            second_transpose: if identity { Vec::new() } else { perm },
+            zero_is_placeholder: true,
+            ..Default::default()
+        };
         self.shuffle(part, t, params)
     }
 

@@ -4,6 +4,7 @@ use crate::attributes::Attributes;
 use crate::context::NodeContext;
 use crate::error::ImportError;
 use crate::ops::{registry, MAX_OPSET};
+use crate::sequence::Sequence;
 use crate::proto::tensor_shape_proto::dimension::Value as DimValue;
 use crate::proto::type_proto::Value as TypeValue;
 use crate::proto::{GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto};
@@ -122,6 +123,8 @@ pub(crate) struct GraphImporter<'m> {
     /// IfConditionalInput layers made for outer values read in a branch, by conditional
     /// and outer tensor.
     pub(crate) captures: HashMap<(usize, TensorId), TensorId>,
+    /// The sequences of the graph being imported, by ONNX value name.
+    pub(crate) sequences: HashMap<String, Sequence>,
     opsets: HashMap<String, i64>,
     /// Initializers not yet turned into Constant layers (they are, on first use).
     initializers: HashMap<&'m str, &'m TensorProto>,
@@ -139,6 +142,7 @@ impl<'m> GraphImporter<'m> {
             outer: Vec::new(),
             branch_of: None,
             captures: HashMap::new(),
+            sequences: HashMap::new(),
             opsets,
             initializers: graph.initializer.iter().map(|t| (t.name(), t)).collect(),
             sparse_initializers: graph
@@ -228,9 +232,31 @@ impl<'m> GraphImporter<'m> {
         }
         let def = registry().get(op_type).ok_or_else(unsupported)?;
         let version = def.version_at(opset).ok_or_else(unsupported)?;
+        let reads_sequence = node.input.iter().any(|i| self.sequences.contains_key(i));
+        if reads_sequence && op_type == "Loop" {
+            return self.import_loop_with_sequences(index, node, &name);
+        }
+        if reads_sequence && op_type == "Identity" {
+            let copy = self.sequences[&node.input[0]].clone();
+            return self.bind_sequence(node.output.first().map_or("", String::as_str), copy, &name);
+        }
         let mut inputs = Vec::with_capacity(node.input.len());
         for input in &node.input {
             if input.is_empty() {
+                inputs.push(None);
+                continue;
+            }
+            if self.sequences.contains_key(input) {
+                if !crate::ops::takes_sequences(op_type) {
+                    return Err(ImportError::UnsupportedFeature {
+                        node: name.clone(),
+                        op_type: op_type.to_string(),
+                        feature: format!(
+                            "input `{input}`, a sequence (kiln lowers sequences through the Sequence* ops, \
+                             ConcatFromSequence and appending loops only)"
+                        ),
+                    });
+                }
                 inputs.push(None);
                 continue;
             }
@@ -243,6 +269,7 @@ impl<'m> GraphImporter<'m> {
         let model_dir = self.model_dir;
         // The network moves into the context; a subgraph import moves it back meanwhile.
         let mut net = std::mem::take(&mut self.net);
+        let sequences = std::mem::take(&mut self.sequences);
         let mut ctx = NodeContext {
             net: &mut net,
             node,
@@ -253,12 +280,19 @@ impl<'m> GraphImporter<'m> {
             inputs,
             model_dir,
             subgraphs: self,
+            sequences: &sequences,
+            made_sequences: Vec::new(),
         };
         let built = (def.build)(&mut ctx);
+        let made = std::mem::take(&mut ctx.made_sequences);
         self.net = net;
+        self.sequences = sequences;
         let outputs = built?;
+        for (i, seq) in made {
+            self.bind_sequence(node.output.get(i).map_or("", String::as_str), seq, &name)?;
+        }
         for (i, out_name) in node.output.iter().enumerate() {
-            if out_name.is_empty() {
+            if out_name.is_empty() || self.sequences.contains_key(out_name) {
                 continue;
             }
             let Some(&t) = outputs.get(i) else {
@@ -269,6 +303,20 @@ impl<'m> GraphImporter<'m> {
                 });
             };
             self.bind(t, out_name, &name)?;
+        }
+        Ok(())
+    }
+
+    /// Names a sequence value (an unused output, the empty name, is dropped).
+    pub(crate) fn bind_sequence(&mut self, name: &str, seq: Sequence, node: &str) -> Result<(), ImportError> {
+        if name.is_empty() {
+            return Ok(());
+        }
+        if self.values.contains_key(name) || self.sequences.insert(name.to_string(), seq).is_some() {
+            return Err(ImportError::InvalidModel {
+                node: node.to_string(),
+                reason: format!("value `{name}` is defined more than once"),
+            });
         }
         Ok(())
     }
@@ -322,6 +370,11 @@ impl<'m> GraphImporter<'m> {
         }
         for output in &graph.output {
             let name = output.name();
+            if self.sequences.contains_key(name) {
+                return Err(ImportError::graph(format!(
+                    "graph output `{name}` is a sequence; kiln engines have tensor outputs only"
+                )));
+            }
             let t = self.lookup(name)?.ok_or_else(|| {
                 ImportError::graph(format!("graph output `{name}` is not produced by any node, initializer or input"))
             })?;

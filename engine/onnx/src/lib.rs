@@ -13,6 +13,7 @@ mod error;
 mod graph;
 mod ops;
 pub mod proto;
+mod sequence;
 mod subgraph;
 mod tensor;
 

@@ -12,6 +12,7 @@
 use crate::error::ImportError;
 use crate::graph::{execution_order, node_name, GraphImporter};
 use crate::proto::{GraphProto, NodeProto};
+use crate::sequence::Sequence;
 use crate::tensor::host_tensor;
 use kiln::{ConditionalId, LayerKind, Network, TensorId};
 use std::collections::HashMap;
@@ -34,6 +35,7 @@ pub(crate) trait Subgraphs {
 pub(crate) struct OuterScope {
     values: HashMap<String, TensorId>,
     branch_of: Option<ConditionalId>,
+    sequences: HashMap<String, Sequence>,
     /// The node whose attribute is being imported (names the subgraph's layers).
     node: String,
 }
@@ -51,12 +53,14 @@ impl Subgraphs for GraphImporter<'_> {
         self.outer.push(OuterScope {
             values: std::mem::take(&mut self.values),
             branch_of: std::mem::replace(&mut self.branch_of, branch_of),
+            sequences: std::mem::take(&mut self.sequences),
             node: node.to_string(),
         });
         let result = self.import_scope(graph, inputs, node);
         if let Some(scope) = self.outer.pop() {
             self.values = scope.values;
             self.branch_of = scope.branch_of;
+            self.sequences = scope.sequences;
         }
         std::mem::swap(&mut self.net, net);
         result
@@ -95,6 +99,12 @@ impl GraphImporter<'_> {
             .output
             .iter()
             .map(|o| {
+                if self.sequences.contains_key(o.name()) {
+                    return Err(invalid(format!(
+                        "subgraph output `{}` is a sequence (kiln lowers a loop's sequences only when each iteration appends one element)",
+                        o.name()
+                    )));
+                }
                 self.lookup(o.name())?.ok_or_else(|| {
                     invalid(format!("subgraph output `{}` is not produced by any node, input or outer value", o.name()))
                 })

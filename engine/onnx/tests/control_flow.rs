@@ -282,3 +282,74 @@ fn if_with_a_build_time_condition_imports_only_the_taken_branch() {
     assert!(net.layers().iter().all(|l| l.kind.type_name() != "IfConditionalOutput"), "{}", net.dump());
     assert_close(&try_run(&model, vec![("x", f32s(&[3], &[1., 2., 3.]))]).unwrap()["y"], &[3], &[2., 4., 6.], 0.0);
 }
+
+/// A loop appending to a list: `SequenceEmpty` before, `SequenceInsert` in the body and
+/// `ConcatFromSequence` after, as PyTorch exports `outs.append(...)`; two items in the
+/// sequence before the loop come first.
+#[test]
+fn loop_appending_to_a_sequence_stacks_the_appended_values() {
+    let body = Graph::new()
+        .input("i", I64, "")
+        .input("cond", BOOL, "")
+        .input("seq_in", F32, "")
+        .node(node("Cast", &["i"], &["fi"]).int("to", F32 as i64))
+        .node(node("Mul", &["fi", "x"], &["item"]))
+        .node(node("SequenceInsert", &["seq_in", "item"], &["seq_out"]))
+        .node(node("Identity", &["cond"], &["cond_out"]))
+        .output("cond_out")
+        .output("seq_out");
+    let model = Graph::new()
+        .input("M", I64, "")
+        .input("x", F32, "2")
+        .init(tensor_raw("keep_going", &[], BOOL, vec![1]))
+        .node(node("SequenceConstruct", &["x", "x"], &["start"]))
+        .node(node("Loop", &["M", "keep_going", "start"], &["seq"]).attr(graph_attr("body", body)))
+        .node(node("ConcatFromSequence", &["seq"], &["stacked"]).int("axis", 0).int("new_axis", 1))
+        .output("stacked")
+        .model(17);
+    let outs = try_run(&model, vec![("M", i64s(&[], &[3])), ("x", f32s(&[2], &[1., -2.]))]).unwrap();
+    assert_close(&outs["stacked"], &[5, 2], &[1., -2., 1., -2., 0., 0., 1., -2., 2., -4.], 0.0);
+}
+
+#[test]
+fn a_loop_reading_its_carried_sequence_is_refused() {
+    let body = Graph::new()
+        .input("i", I64, "")
+        .input("cond", BOOL, "")
+        .input("seq_in", F32, "")
+        .node(node("SequenceLength", &["seq_in"], &["n"]))
+        .node(node("Cast", &["n"], &["item"]).int("to", F32 as i64))
+        .node(node("SequenceInsert", &["seq_in", "item"], &["seq_out"]))
+        .node(node("Identity", &["cond"], &["cond_out"]))
+        .output("cond_out")
+        .output("seq_out");
+    let model = Graph::new()
+        .input("M", I64, "")
+        .init(tensor_raw("keep_going", &[], BOOL, vec![1]))
+        .node(node("SequenceEmpty", &[], &["start"]))
+        .node(node("Loop", &["M", "keep_going", "start"], &["seq"]).attr(graph_attr("body", body)))
+        .node(node("ConcatFromSequence", &["seq"], &["stacked"]).int("axis", 0))
+        .output("stacked")
+        .model(17);
+    let err = try_run(&model, vec![("M", i64s(&[], &[3]))]).unwrap_err();
+    assert!(err.contains("`seq_in` is read in the body"), "{err}");
+}
+
+#[test]
+fn sequences_cannot_be_graph_outputs_or_tensor_op_inputs() {
+    let model = Graph::new()
+        .input("x", F32, "2")
+        .node(node("SequenceConstruct", &["x", "x"], &["seq"]))
+        .output("seq")
+        .model(17);
+    let err = try_run(&model, vec![("x", f32s(&[2], &[1., 2.]))]).unwrap_err();
+    assert!(err.contains("graph output `seq` is a sequence"), "{err}");
+    let model = Graph::new()
+        .input("x", F32, "2")
+        .node(node("SequenceConstruct", &["x", "x"], &["seq"]))
+        .node(node("Relu", &["seq"], &["y"]))
+        .output("y")
+        .model(17);
+    let err = try_run(&model, vec![("x", f32s(&[2], &[1., 2.]))]).unwrap_err();
+    assert!(err.contains("input `seq`, a sequence"), "{err}");
+}

@@ -1,6 +1,7 @@
 //! The PyTorch-exported reference models in the repository's `tests/data/pytorch/`
 //! (TorchScript and dynamo exporters, opsets 17 and 18) import, build and match
-//! onnxruntime's outputs stored next to them.
+//! onnxruntime's outputs stored next to them; the scripted loops of `export_loops.py` match
+//! PyTorch's own outputs.
 
 use kiln::{HostTensor, TensorData};
 use npyz::npz::NpzArchive;
@@ -79,4 +80,26 @@ fn bert_torchscript() {
 #[test]
 fn bert_dynamo() {
     check_model("bert_dynamo");
+}
+
+// TorchScript-scripted loops (tests/data/pytorch/export_loops.py), checked against PyTorch.
+
+#[test]
+fn loop_with_if_inside() {
+    check_model("loop_sum_even");
+}
+
+#[test]
+fn while_loop() {
+    check_model("loop_while");
+}
+
+#[test]
+fn loop_appending_to_a_list() {
+    check_model("loop_list");
+}
+
+#[test]
+fn nested_loops() {
+    check_model("loop_nested");
 }

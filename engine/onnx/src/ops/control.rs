@@ -178,6 +178,7 @@ fn import_if(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
         .into_iter()
         .zip(else_outs)
         .map(|(t, f)| {
+            let (t, f) = one_element_ranks_agree(ctx, t, f)?;
             // ONNX lets the branches' shapes differ (often in a branch never taken): the
             // output then declares the dims they disagree on dynamic.
             let (ts, fs) = (&ctx.net.tensor(t).shape, &ctx.net.tensor(f).shape);
@@ -190,6 +191,20 @@ fn import_if(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
             Ok(ctx.net.output(layer, 0))
         })
         .collect()
+}
+
+/// Branch outputs that are single elements of different ranks (a scalar in one branch, a
+/// `[1]` in the other, as ONNX function expansions produce) are both given the higher rank,
+/// which broadcasts the same way downstream.
+fn one_element_ranks_agree(ctx: &mut NodeContext, t: TensorId, f: TensorId) -> Result<(TensorId, TensorId), ImportError> {
+    let single = |ctx: &NodeContext, x: TensorId| ctx.fixed_dims(x).is_some_and(|d| d.iter().all(|&n| n == 1));
+    if ctx.rank(t) == ctx.rank(f) || !single(ctx, t) || !single(ctx, f) {
+        return Ok((t, f));
+    }
+    let ones = vec![1; ctx.rank(t).max(ctx.rank(f))];
+    let t = if ctx.rank(t) < ones.len() { ctx.reshape("then output rank", t, ones.clone())? } else { t };
+    let f = if ctx.rank(f) < ones.len() { ctx.reshape("else output rank", f, ones)? } else { f };
+    Ok((t, f))
 }
 
 /// One scanned input: the tensor, the axis it is scanned along, backwards or not.
@@ -235,16 +250,18 @@ fn import_scan(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
         .collect::<Result<Vec<_>, ImportError>>()?;
     let scan_outputs =
         out_axes.iter().zip(&out_dirs).map(|(&axis, &dir)| ScanOutput { axis, reverse: dir == 1 }).collect::<Vec<_>>();
-    scan_loop(ctx, body, &inputs[..states], &scan_inputs, &scan_outputs)
+    scan_loop(ctx, body, &inputs[..states], &scan_inputs, &scan_outputs, None)
 }
 
-/// The scan itself: final states, then scan outputs.
+/// The scan itself: final states, then scan outputs (padded with zeros to `pad_to`
+/// slices when given).
 fn scan_loop(
     ctx: &mut NodeContext,
     body: &GraphProto,
     initial: &[TensorId],
     scan_inputs: &[ScanInput],
     scan_outputs: &[ScanOutput],
+    pad_to: Option<TensorId>,
 ) -> Result<Vec<TensorId>, ImportError> {
     let first = scan_inputs.first().ok_or_else(|| ctx.invalid("a Scan needs at least one scan input"))?;
     let count = ctx.dim_of("sequence length", first.tensor, first.axis)?;
@@ -276,7 +293,11 @@ fn scan_loop(
         for (&value, spec) in outs[initial.len()..].iter().zip(scan_outputs) {
             let axis = ctx.axis(spec.axis, ctx.rank(value) + 1)?;
             let kind = if spec.reverse { LoopOutputKind::Reverse } else { LoopOutputKind::Concatenate };
-            results.push(loop_output(ctx, looping, value, kind, axis)?);
+            let layer = ctx.net.add_loop_output(looping, value, kind, axis).map_err(|e| ctx.network_error(e))?;
+            if let Some(length) = pad_to {
+                ctx.net.set_loop_output_length(layer, length).map_err(|e| ctx.network_error(e))?;
+            }
+            results.push(ctx.net.output(layer, 0));
         }
         return Ok(results);
     }
@@ -284,11 +305,10 @@ fn scan_loop(
 }
 
 /// ONNX Scan 8: every input has a batch axis 0 and a sequence axis 1. An outer loop over the
-/// batch runs the scan on each batch entry and stacks its results.
+/// batch runs the scan on each batch entry and stacks its results. With `sequence_lens`,
+/// entry b scans the first `sequence_lens[b]` steps and its scan outputs are padded with
+/// zeros to the full sequence length.
 fn import_scan_8(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
-    if ctx.opt_input(0).is_some() {
-        return Err(ctx.unsupported("the sequence_lens input of Scan 8"));
-    }
     let body = ctx.attrs.graph("body")?;
     let inputs = (1..ctx.inputs.len()).map(|i| ctx.input(i)).collect::<Result<Vec<_>, _>>()?;
     let scanned = usize::try_from(ctx.attrs.required_int("num_scan_inputs")?)
@@ -308,11 +328,24 @@ fn import_scan_8(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
         let it = ctx.net.add_iterator(outer, t, 0, false).map_err(|e| ctx.network_error(e))?;
         slices.push(ctx.net.output(it, 0));
     }
+    let mut pad_to = None;
+    if let Some(lens) = ctx.opt_input(0) {
+        let it = ctx.net.add_iterator(outer, lens, 0, false).map_err(|e| ctx.network_error(e))?;
+        let len = ctx.net.output(it, 0);
+        let end = ctx.cast("sequence length i64", len, DataType::I64)?;
+        let end = ctx.reshape("sequence end", end, vec![1])?;
+        let (start, axes) = (ctx.const_i64("sequence start", &[0])?, ctx.const_i64("sequence axis", &[0])?);
+        let full = ctx.dim_of("full sequence length", slices[states], 0)?;
+        pad_to = Some(scalar(ctx, "padded length", full)?);
+        for (i, slice) in slices[states..].iter_mut().enumerate() {
+            *slice = ctx.add(&format!("scan input {i} steps"), LayerKind::Slice, &[*slice, start, end, axes])?;
+        }
+    }
     let scan_inputs =
         slices[states..].iter().zip(&directions).map(|(&tensor, &d)| ScanInput { tensor, axis: 0, reverse: d == 1 }).collect::<Vec<_>>();
     let outputs = body.output.len().saturating_sub(states);
     let scan_outputs = (0..outputs).map(|_| ScanOutput { axis: 0, reverse: false }).collect::<Vec<_>>();
-    let per_entry = scan_loop(ctx, body, &slices[..states], &scan_inputs, &scan_outputs)?;
+    let per_entry = scan_loop(ctx, body, &slices[..states], &scan_inputs, &scan_outputs, pad_to)?;
     per_entry.into_iter().map(|t| loop_output(ctx, outer, t, LoopOutputKind::Concatenate, 0)).collect()
 }
 

@@ -24,6 +24,7 @@ mod quantize;
 mod reduce;
 mod resize;
 mod rnn;
+mod sequence;
 mod shape;
 mod unary;
 
@@ -99,10 +100,16 @@ pub(crate) fn registry() -> &'static Registry {
         reduce::register(&mut r);
         resize::register(&mut r);
         rnn::register(&mut r);
+        sequence::register(&mut r);
         shape::register(&mut r);
         unary::register(&mut r);
         r
     })
+}
+
+/// Whether op `op_type` takes sequence inputs (the others take tensors only).
+pub(crate) fn takes_sequences(op_type: &str) -> bool {
+    sequence::SEQUENCE_INPUT_OPS.contains(&op_type)
 }
 
 /// A single-output result.

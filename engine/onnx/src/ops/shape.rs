@@ -136,8 +136,10 @@ fn squeeze(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
             axes
         }
         None => {
-            if dims.iter().any(|d| !d.is_fixed()) {
-                return Err(ctx.unsupported("Squeeze without axes on an input with dynamic dims"));
+            // A dynamic dim stays (the output's rank must be known at build time); the
+            // engine checks at run time that it is not 1, which ONNX would have squeezed.
+            for a in (0..rank).filter(|&a| !dims[a].is_fixed()) {
+                assert_not_one(ctx, x, a)?;
             }
             (0..rank).filter(|&a| dims[a].fixed() == Some(1)).collect()
         }
@@ -153,6 +155,20 @@ fn squeeze(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
         ..Default::default()
     };
     one(ctx.shuffle("", x, params)?)
+}
+
+/// An Assertion that axis `axis` of `x` is not 1 at run time.
+fn assert_not_one(ctx: &mut NodeContext, x: TensorId, axis: usize) -> Result<(), ImportError> {
+    let len = ctx.dim_of(&format!("axis {axis} length"), x, axis)?;
+    let one = ctx.const_i64(&format!("axis {axis} one"), &[1])?;
+    let is_one = ctx.add(&format!("axis {axis} is one"), LayerKind::Elementwise { op: ElementwiseOp::Equal }, &[len, one])?;
+    let not_one = ctx.add(&format!("axis {axis} is not one"), LayerKind::Unary { op: kiln::UnaryOp::Not }, &[is_one])?;
+    let message = format!(
+        "Squeeze without axes: dynamic axis {axis} of `{}` is 1 at run time; kiln keeps dynamic axes (give Squeeze its axes)",
+        ctx.net.tensor(x).name
+    );
+    ctx.add_layer_outputs(&format!("axis {axis} check"), LayerKind::Assertion { message }, vec![Some(not_one)])?;
+    Ok(())
 }
 
 /// Unsqueeze: size-1 dims are appended by a reshape that copies the input dims, then a
@@ -405,7 +421,7 @@ fn split(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
 }
 
 /// Split with sizes known only at run time: output `i` slices `[Σ sizes[..i], Σ sizes[..=i])`.
-fn split_runtime(
+pub(super) fn split_runtime(
     ctx: &mut NodeContext,
     x: TensorId,
     axis: usize,

@@ -373,9 +373,77 @@ case("pad_18_axes_runtime_pads", [N("Pad", ["x", "p", "", "a"], ["y"])], [("x", 
 case("pad_2_attrs", [N("Pad", ["x"], ["y"], pads=[0, 1, 1, 0], value=-3.0)], [("x", rand(2, 2))], 2, reference=True)
 case("pad_negative_crop", [N("Pad", ["x", "p"], ["y"])], [("x", rand(3, 4))], 13, {"p": ints([-1, 1, 0, -2])})
 
+# ---- recurrent ops: every direction, sequence lengths shorter than the sequence, initial states ----
+T, B, I, H = 5, 3, 4, 3
+seq_lens = ints([5, 3, 1], np.int32)
+case("lstm_bidirectional_seq_lens", [N("LSTM", ["x", "w", "r", "b", "l", "h0", "c0"], ["y", "yh", "yc"],
+                                       hidden_size=H, direction="bidirectional")],
+     [("x", rand(T, B, I)), ("l", seq_lens), ("h0", rand(2, B, H)), ("c0", rand(2, B, H))], 14,
+     {"w": rand(2, 4 * H, I, low=-1, high=1), "r": rand(2, 4 * H, H, low=-1, high=1), "b": rand(2, 8 * H, low=-1, high=1)},
+     outputs=("y", "yh", "yc"))
+case("gru_reverse_seq_lens_linear_before_reset",
+     [N("GRU", ["x", "w", "r", "b", "l", "h0"], ["y", "yh"], hidden_size=H, direction="reverse", linear_before_reset=1)],
+     [("x", rand(T, B, I)), ("l", seq_lens), ("h0", rand(1, B, H))], 14,
+     {"w": rand(1, 3 * H, I, low=-1, high=1), "r": rand(1, 3 * H, H, low=-1, high=1), "b": rand(1, 6 * H, low=-1, high=1)},
+     outputs=("y", "yh"))
+case("rnn_bidirectional_activations_seq_lens",
+     [N("RNN", ["x", "w", "r", "b", "l"], ["y", "yh"], hidden_size=H, direction="bidirectional",
+        activations=["Relu", "Sigmoid"])],
+     [("x", rand(T, B, I)), ("l", seq_lens)], 14,
+     {"w": rand(2, H, I, low=-1, high=1), "r": rand(2, H, H, low=-1, high=1), "b": rand(2, 2 * H, low=-1, high=1)},
+     outputs=("y", "yh"))
+
+
+def scan8_body():
+    s_in = helper.make_tensor_value_info("s_in", TensorProto.FLOAT, [2])
+    x_t = helper.make_tensor_value_info("x_t", TensorProto.FLOAT, [2])
+    s_out = helper.make_tensor_value_info("s_out", TensorProto.FLOAT, [2])
+    y_t = helper.make_tensor_value_info("y_t", TensorProto.FLOAT, [2])
+    nodes = [N("Add", ["s_in", "x_t"], ["s_out"]), N("Mul", ["s_out", "x_t"], ["y_t"])]
+    return helper.make_graph(nodes, "scan8_body", [s_in, x_t], [s_out, y_t])
+
+
+case("scan_8_sequence_lens",
+     [N("Scan", ["l", "s0", "x"], ["s_fwd", "y_fwd"], body=scan8_body(), num_scan_inputs=1),
+      N("Scan", ["l", "s0", "x"], ["s_rev", "y_rev"], body=scan8_body(), num_scan_inputs=1, directions=[1])],
+     [("l", ints([3, 1, 4])), ("s0", rand(3, 2)), ("x", rand(3, 4, 2))], 8,
+     outputs=("s_fwd", "y_fwd", "s_rev", "y_rev"))
+
+# ---- sequences: run-time-length sequences lowered onto stacked tensors ----
+case("sequence_ops_dynamic_length",
+     [N("SplitToSequence", ["x"], ["s"], axis=0, keepdims=0),
+      N("SequenceAt", ["s", "pos"], ["at"]),
+      N("SequenceLength", ["s"], ["len"]),
+      N("ConcatFromSequence", ["s"], ["cat1"], axis=1),
+      N("ConcatFromSequence", ["s"], ["stack2"], axis=2, new_axis=1),
+      N("SequenceInsert", ["s", "e"], ["s2"]),
+      N("ConcatFromSequence", ["s2"], ["cat0"], axis=0),
+      N("SequenceErase", ["s2"], ["s3"]),
+      N("ConcatFromSequence", ["s3"], ["stack0"], axis=0, new_axis=1),
+      N("SplitToSequence", ["x"], ["k"], axis=1),
+      N("ConcatFromSequence", ["k"], ["kept"], axis=-1, new_axis=1)],
+     [("x", rand(3, 2, 4)), ("pos", np.array(-1, np.int64)), ("e", rand(2, 4))], 17,
+     outputs=("at", "len", "cat1", "stack2", "cat0", "stack0", "kept"), dims={"x": ["n", 2, 4]})
+case("sequence_ops_static",
+     [N("SequenceConstruct", ["a", "b", "c"], ["s"]),
+      N("SequenceInsert", ["s", "b", "zero"], ["s2"]),
+      N("SequenceErase", ["s2", "minus_one"], ["s3"]),
+      N("SequenceAt", ["s3", "pos"], ["at"]),
+      N("SequenceLength", ["s3"], ["len"]),
+      N("ConcatFromSequence", ["s3"], ["cat"], axis=-1),
+      N("SplitToSequence", ["a", "two"], ["chunks"], axis=1),
+      N("SequenceAt", ["chunks", "one"], ["last_chunk"])],
+     [("a", rand(2, 3)), ("b", rand(2, 3)), ("c", rand(2, 3)), ("pos", np.array(1, np.int64))], 17,
+     {"zero": np.array(0, np.int64), "minus_one": np.array(-1, np.int64), "two": np.array(2, np.int64),
+      "one": np.array(1, np.int64)},
+     outputs=("at", "len", "cat", "last_chunk"))
+
 if __name__ == "__main__":
+    import sys
     names = [c["name"] for c in CASES]
     assert len(names) == len(set(names)), "duplicate case names"
-    for c in CASES:
+    # With arguments, only the named cases are (re)written.
+    chosen = [c for c in CASES if len(sys.argv) == 1 or c["name"] in sys.argv[1:]]
+    for c in chosen:
         write(c)
-    print(f"wrote {len(CASES)} cases")
+    print(f"wrote {len(chosen)} cases")

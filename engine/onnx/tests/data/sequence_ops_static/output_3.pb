@@ -1,0 +1,2 @@
+B
+last_chunkJ¢oâ¾Öm ?
