@@ -62,6 +62,8 @@ pub(super) fn squeeze_axis(
     ctx.shuffle(part, x, params)
 }
 
+const MAX_IOTA: usize = 1 << 24;
+
 /// `0, 1, …, n-1` (i64) laid along `axis` of a rank-`rank` tensor, every other dim 1.
 pub(super) fn iota(
     ctx: &mut NodeContext,
@@ -70,6 +72,11 @@ pub(super) fn iota(
     rank: usize,
     axis: usize,
 ) -> Result<TensorId, ImportError> {
+    // A constant of a declared dim's size: bounded, so a hostile dim is an error, not an
+    // allocation of its size.
+    if n > MAX_IOTA {
+        return Err(ctx.unsupported(format!("an index constant of {n} elements (over {MAX_IOTA})")));
+    }
     let mut shape = vec![1; rank];
     shape[axis] = n;
     let value = HostTensor::from_i64(shape, (0..n as i64).collect()).map_err(|e| ctx.invalid(e.to_string()))?;

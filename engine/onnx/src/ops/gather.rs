@@ -11,6 +11,26 @@ pub(super) fn register(r: &mut Registry) {
     r.add("GatherND", &[11, 12, 13], gather);
     r.add("ScatterElements", &[11, 13, 16, 18], scatter);
     r.add("ScatterND", &[11, 13, 16, 18], scatter);
+    r.add("Compress", &[9, 11], compress);
+}
+
+/// Compress: the slices along `axis` (of the flattened input without one) where the 1-D
+/// condition holds: NonZero of the condition, then a Gather. A condition shorter than the
+/// axis selects among its first entries only.
+fn compress(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
+    let x = ctx.input(0)?;
+    let condition = ctx.input(1)?;
+    if ctx.rank(condition) != 1 {
+        return Err(ctx.invalid(format!("the condition must be 1-D, got {}", ctx.net.tensor(condition).shape)));
+    }
+    let (data, axis) = match ctx.attrs.opt_int("axis")? {
+        Some(a) => (x, ctx.axis(a, ctx.rank(x))?),
+        None => (ctx.reshape("flattened", x, vec![-1])?, 0),
+    };
+    let condition = ctx.cast("condition bool", condition, kiln::DataType::Bool)?;
+    let positions = ctx.add("positions", LayerKind::NonZero, &[condition])?;
+    let positions = ctx.reshape("indices", positions, vec![-1])?;
+    one(ctx.add("", LayerKind::Gather { mode: GatherMode::Default { axis } }, &[data, positions])?)
 }
 
 fn gather(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {

@@ -1,13 +1,45 @@
-//! SpaceToDepth and DepthToSpace: a reshape to six dims, a transpose, a reshape back.
+//! SpaceToDepth and DepthToSpace (a reshape to six dims, a transpose, a reshape back) and
+//! ReverseSequence.
 
+use super::build::{binary, fixed_dim, iota};
 use super::{one, Registry};
 use crate::context::NodeContext;
 use crate::error::ImportError;
-use kiln::{ShuffleParams, TensorId};
+use kiln::{DataType, ElementwiseOp as E, GatherMode, LayerKind, ShuffleParams, TensorId};
 
 pub(super) fn register(r: &mut Registry) {
     r.add("SpaceToDepth", &[1, 13, 28], space_to_depth);
     r.add("DepthToSpace", &[1, 11, 13], depth_to_space);
+    r.add("ReverseSequence", &[10], reverse_sequence);
+}
+
+/// ReverseSequence: a GatherElements along the time axis with index `len[b] - 1 - t` where
+/// `t < len[b]` and `t` elsewhere.
+fn reverse_sequence(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
+    let (x, lens) = (ctx.input(0)?, ctx.input(1)?);
+    let rank = ctx.rank(x);
+    let (batch_axis, time_axis) = (ctx.attrs.int("batch_axis", 1)?, ctx.attrs.int("time_axis", 0)?);
+    let ok = |a: i64| a == 0 || a == 1;
+    if rank < 2 || !ok(batch_axis) || !ok(time_axis) || batch_axis == time_axis {
+        return Err(ctx.invalid(format!(
+            "batch_axis {batch_axis} and time_axis {time_axis} must be 0 and 1 of an input of rank 2 or more"
+        )));
+    }
+    let (batch_axis, time_axis) = (batch_axis as usize, time_axis as usize);
+    let steps = fixed_dim(ctx, x, time_axis, "ReverseSequence")?;
+    let t = iota(ctx, "time", steps, rank, time_axis)?;
+    let mut lens_shape = vec![1; rank];
+    lens_shape[batch_axis] = -1;
+    let lens = ctx.cast("lengths i64", lens, DataType::I64)?;
+    let lens = ctx.reshape("lengths", lens, lens_shape)?;
+    let inside = binary(ctx, "reversed part", E::Less, t, lens)?;
+    let step = ctx.const_i64("one", &[1])?;
+    let last = binary(ctx, "last step", E::Sub, lens, step)?;
+    let mirrored = binary(ctx, "mirrored step", E::Sub, last, t)?;
+    let index = ctx.add("index", LayerKind::Select, &[inside, mirrored, t])?;
+    let shape = ctx.shape_of("shape", x)?;
+    let index = ctx.add("index expanded", LayerKind::Expand, &[index, shape])?;
+    one(ctx.add("", LayerKind::Gather { mode: GatherMode::Elements { axis: time_axis } }, &[x, index])?)
 }
 
 /// The block size and the fixed C, H, W of an N×C×H×W input.

@@ -12,6 +12,29 @@ pub(super) fn register(r: &mut Registry) {
     r.add("QuantizeLinear", &[10, 13, 19, 21, 23, 24, 25], quantize_linear);
     r.add("DequantizeLinear", &[10, 13, 19, 21, 23, 24, 25], dequantize_linear);
     r.add("DynamicQuantizeLinear", &[11], dynamic_quantize_linear);
+    r.add("QLinearMatMul", &[10, 21], qlinear_matmul);
+}
+
+/// QLinearMatMul: both operands dequantized to f32 (a per row, b per column when their
+/// scales are vectors), multiplied, and quantized with the output's scale and zero point.
+fn qlinear_matmul(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
+    let mut dequantized = Vec::with_capacity(2);
+    for (operand, first, matrix_axis) in [("a", 0, 2), ("b", 3, 1)] {
+        let (x, scale, zero_point) = (ctx.input(first)?, ctx.input(first + 1)?, ctx.input(first + 2)?);
+        if !ctx.dtype(x).is_integer() || ctx.rank(x) < 2 {
+            return Err(ctx.invalid(format!("`{operand}` must be an integer matrix, got {}", ctx.net.tensor(x).shape)));
+        }
+        let per_tensor = ctx.rank(scale) == 0 || ctx.dims(scale)[0].fixed() == Some(1);
+        let axis = (!per_tensor).then(|| ctx.rank(x) - matrix_axis);
+        let scale = ctx.cast(&format!("{operand} scale f32"), scale, DataType::F32)?;
+        let kind = LayerKind::Dequantize { axis };
+        dequantized.push(ctx.add(&format!("{operand} dequantized"), kind, &[x, scale, zero_point])?);
+    }
+    let product = ctx.add("product", LayerKind::MatrixMultiply { op_a: kiln::MatrixOp::None, op_b: kiln::MatrixOp::None }, &dequantized)?;
+    let (scale, zero_point) = (ctx.input(6)?, ctx.input(7)?);
+    let scale = ctx.cast("y scale f32", scale, DataType::F32)?;
+    let to = ctx.dtype(zero_point);
+    one(ctx.add("", LayerKind::Quantize { axis: None, to }, &[product, scale, zero_point])?)
 }
 
 /// `None` for a per-tensor scale (0-D or one element), else the normalized `axis`.
