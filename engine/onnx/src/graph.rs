@@ -125,6 +125,8 @@ pub(crate) struct GraphImporter<'m> {
     pub(crate) captures: HashMap<(usize, TensorId), TensorId>,
     /// The sequences of the graph being imported, by ONNX value name.
     pub(crate) sequences: HashMap<String, Sequence>,
+    /// How many function bodies are being inlined one inside the other.
+    pub(crate) inline_depth: usize,
     opsets: HashMap<String, i64>,
     /// Initializers not yet turned into Constant layers (they are, on first use).
     initializers: HashMap<&'m str, &'m TensorProto>,
@@ -143,6 +145,7 @@ impl<'m> GraphImporter<'m> {
             branch_of: None,
             captures: HashMap::new(),
             sequences: HashMap::new(),
+            inline_depth: 0,
             opsets,
             initializers: graph.initializer.iter().map(|t| (t.name(), t)).collect(),
             sparse_initializers: graph
@@ -176,6 +179,12 @@ impl<'m> GraphImporter<'m> {
             self.onnx_named.insert(id);
         }
         Ok(())
+    }
+
+    /// Sets the default domain's opset (function bodies import at their own); returns the
+    /// previous one.
+    pub(crate) fn set_default_opset(&mut self, version: i64) -> i64 {
+        self.opsets.insert(String::new(), version).unwrap_or(version)
     }
 
     /// The tensor of an ONNX value, materializing an initializer on first use; in a
@@ -230,7 +239,13 @@ impl<'m> GraphImporter<'m> {
         if !domain.is_empty() || opset > MAX_OPSET {
             return Err(unsupported());
         }
-        let def = registry().get(op_type).ok_or_else(unsupported)?;
+        let Some(def) = registry().get(op_type) else {
+            // An op the standard defines by a function body: its body is imported instead.
+            return match crate::function::body(op_type, opset) {
+                Some(function) if domain.is_empty() => self.import_function(node, &name, function),
+                _ => Err(unsupported()),
+            };
+        };
         let version = def.version_at(opset).ok_or_else(unsupported)?;
         let reads_sequence = node.input.iter().any(|i| self.sequences.contains_key(i));
         if reads_sequence && op_type == "Loop" {

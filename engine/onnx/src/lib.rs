@@ -10,6 +10,7 @@
 mod attributes;
 mod context;
 mod error;
+mod function;
 mod graph;
 mod ops;
 pub mod proto;

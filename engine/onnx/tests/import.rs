@@ -425,3 +425,19 @@ fn supported_ops_cover_the_required_set() {
         assert!(ops.contains(&op), "{op} missing");
     }
 }
+
+/// HannWindow has no builder of its own: its ONNX function body is inlined, with the
+/// caller's `periodic` attribute or the op's default.
+#[test]
+fn ops_defined_by_a_function_body_are_inlined() {
+    let window = |periodic: Option<i64>| {
+        let mut n = node("HannWindow", &["size"], &["w"]);
+        if let Some(p) = periodic {
+            n = n.int("periodic", p);
+        }
+        let model = Graph::new().input("size", I64, "").node(n).output("w").model(17);
+        run(&model, vec![("size", i64s(&[], &[4]))], "w")
+    };
+    assert_close(&window(None), &[4], &[0.0, 0.5, 1.0, 0.5], 1e-6);
+    assert_close(&window(Some(0)), &[4], &[0.0, 0.75, 0.75, 0.0], 1e-6);
+}
