@@ -6,6 +6,7 @@
 
 mod control;
 mod einsum;
+mod fused;
 mod one_hot;
 mod spatial;
 mod structural;
@@ -219,6 +220,8 @@ pub fn infer_layer(
             Ok(vec![])
         }
         K::Plugin(p) => rule(None, format!("plugin `{}::{}@{}` is not registered", p.namespace, p.name, p.version)),
+        K::Fused(p) => fused::fused(p, &ins, weights),
+        K::Attention(p) => fused::attention(p, &ins, weights),
     }
 }
 
