@@ -84,7 +84,7 @@ fn pytorch(model: &str) -> Network {
 fn fused_convolutions_with_relu(net: &Network) -> usize {
     count(net, |k| match k {
         LayerKind::Fused(p) => {
-            matches!(*p.anchor, LayerKind::Convolution(_))
+            matches!(p.anchor, kiln::FusedAnchor::Convolution(_))
                 && p.epilogue.contains(&kiln::PostOp::Activation(kiln::ActivationKind::Relu))
         }
         _ => false,
@@ -104,7 +104,7 @@ fn check_cnn(model: &str) {
     assert!(fused_convolutions_with_relu(&net) >= 3, "{model}: conv + bias + relu fusions missing\n{}", net.dump());
     // The residual add and the relu after it join the second convolution of the block.
     assert!(
-        count(&net, |k| matches!(k, LayerKind::Fused(p) if p.epilogue.len() >= 2 && matches!(*p.anchor, LayerKind::Convolution(_)))) >= 1,
+        count(&net, |k| matches!(k, LayerKind::Fused(p) if p.epilogue.len() >= 2 && matches!(p.anchor, kiln::FusedAnchor::Convolution(_)))) >= 1,
         "{model}: conv + residual add + relu not fused\n{}",
         net.dump()
     );

@@ -37,7 +37,7 @@ pub fn fused(p: &FusedParams, inputs: &[Option<&HostTensor>]) -> Result<HostTens
     let anchor_inputs = inputs
         .get(..p.anchor_inputs)
         .ok_or("fewer inputs than the anchor takes")?;
-    let mut running = step(&p.anchor, anchor_inputs)?;
+    let mut running = step(&p.anchor.kind(), anchor_inputs)?;
     for post in &p.epilogue {
         running = match *post {
             PostOp::Activation(_) | PostOp::Unary(_) => step(&post.kind(), &[Some(&running)])?,

@@ -168,3 +168,18 @@ fn standard_pipeline_fuses_the_conv_block_into_three_layers_and_a_reshape() {
     let LayerKind::Fused(p) = &fc.kind else { panic!("fc is not fused") };
     assert_eq!(p.epilogue.last(), Some(&PostOp::Activation(ActivationKind::Relu)));
 }
+
+#[test]
+fn optimized_engines_survive_serialization() {
+    let backend = CpuBackend::new();
+    for net in [networks::conv_block(), networks::attention(), networks::pointwise_chain()] {
+        let engine = Builder::new(&backend).build(&net, &BuilderConfig::default()).expect("build");
+        assert!(engine.network().layers().iter().any(|l| matches!(l.kind, LayerKind::Fused(_) | LayerKind::Attention(_))));
+        let inputs = networks::inputs(&net);
+        let loaded = kiln::Engine::deserialize(&engine.serialize()).expect("load");
+        assert_eq!(loaded.network().dump(), engine.network().dump());
+        let want = ExecutionContext::new(engine, &backend).expect("prepare").run(&inputs).expect("run");
+        let got = ExecutionContext::new(loaded, &backend).expect("prepare").run(&inputs).expect("run");
+        assert_eq!(got, want, "{}", net.name);
+    }
+}

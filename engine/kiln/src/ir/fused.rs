@@ -5,7 +5,7 @@
 //! Both are plain data (serde) so an engine stores them like any other layer; a backend
 //! may run them as one kernel (cuda epilogues, flash attention) or step by step (cpu).
 
-use super::layer::{ActivationKind, ElementwiseOp, LayerKind, UnaryOp};
+use super::layer::{ActivationKind, ConvolutionParams, DeconvolutionParams, ElementwiseOp, LayerKind, MatrixOp, UnaryOp};
 use serde::{Deserialize, Serialize};
 
 /// A layer followed by pointwise steps on its output, executed as one layer.
@@ -14,11 +14,50 @@ use serde::{Deserialize, Serialize};
 /// that [`PostOp::Elementwise`] steps read (bias, residual, scale…).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FusedParams {
-    /// Convolution, MatrixMultiply, Deconvolution, or a pointwise layer (Activation,
-    /// Unary, Elementwise) heading an elementwise chain.
-    pub anchor: Box<LayerKind>,
+    /// The layer whose output the epilogue transforms.
+    pub anchor: FusedAnchor,
     pub anchor_inputs: usize,
     pub epilogue: Vec<PostOp>,
+}
+
+/// The layers that can head a fused layer: a closed, non-recursive set, so a hostile
+/// engine file cannot nest fused layers (deserialization stays shallow).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum FusedAnchor {
+    Convolution(ConvolutionParams),
+    Deconvolution(DeconvolutionParams),
+    MatrixMultiply { op_a: MatrixOp, op_b: MatrixOp },
+    /// Pointwise heads of elementwise chains.
+    Activation(ActivationKind),
+    Unary(UnaryOp),
+    Elementwise(ElementwiseOp),
+}
+
+impl FusedAnchor {
+    /// The anchor of `kind`, if it can head a fused layer.
+    pub fn from_kind(kind: &LayerKind) -> Option<FusedAnchor> {
+        Some(match kind {
+            LayerKind::Convolution(p) => FusedAnchor::Convolution(p.clone()),
+            LayerKind::Deconvolution(p) => FusedAnchor::Deconvolution(p.clone()),
+            LayerKind::MatrixMultiply { op_a, op_b } => FusedAnchor::MatrixMultiply { op_a: *op_a, op_b: *op_b },
+            LayerKind::Activation { kind } => FusedAnchor::Activation(*kind),
+            LayerKind::Unary { op } => FusedAnchor::Unary(*op),
+            LayerKind::Elementwise { op } => FusedAnchor::Elementwise(*op),
+            _ => return None,
+        })
+    }
+
+    /// The plain layer kind the anchor runs.
+    pub fn kind(&self) -> LayerKind {
+        match self {
+            FusedAnchor::Convolution(p) => LayerKind::Convolution(p.clone()),
+            FusedAnchor::Deconvolution(p) => LayerKind::Deconvolution(p.clone()),
+            FusedAnchor::MatrixMultiply { op_a, op_b } => LayerKind::MatrixMultiply { op_a: *op_a, op_b: *op_b },
+            FusedAnchor::Activation(kind) => LayerKind::Activation { kind: *kind },
+            FusedAnchor::Unary(op) => LayerKind::Unary { op: *op },
+            FusedAnchor::Elementwise(op) => LayerKind::Elementwise { op: *op },
+        }
+    }
 }
 
 /// One pointwise step applied to the running value.

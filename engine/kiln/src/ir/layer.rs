@@ -7,7 +7,7 @@
 //! input slots; `None` in an optional slot means "absent".
 
 use super::dtype::DataType;
-pub use super::fused::{AttentionParams, FusedParams, PostOp};
+pub use super::fused::{AttentionParams, FusedAnchor, FusedParams, PostOp};
 use super::shape::Shape;
 use super::tensor::HostTensor;
 use serde::{Deserialize, Serialize};

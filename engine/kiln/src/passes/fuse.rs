@@ -10,7 +10,7 @@
 use super::rewrite::{consumers, has_control_flow, known_value, Rebuild};
 use super::{Pass, PassContext, PassError};
 use crate::ir::dtype::DataType;
-use crate::ir::fused::{FusedParams, PostOp};
+use crate::ir::fused::{FusedAnchor, FusedParams, PostOp};
 use crate::ir::layer::{ElementwiseOp, LayerKind, UnaryOp};
 use crate::ir::network::{Network, TensorId};
 use crate::ir::tensor::HostTensor;
@@ -131,8 +131,11 @@ pub(crate) fn fuse_chains(
             let kind = if epilogue.is_empty() {
                 anchor.kind.clone()
             } else {
+                let head = FusedAnchor::from_kind(&anchor.kind).ok_or_else(|| {
+                    PassError::Internal(format!("layer `{}` cannot anchor a fused layer", anchor.name))
+                })?;
                 LayerKind::Fused(FusedParams {
-                    anchor: Box::new(anchor.kind.clone()),
+                    anchor: head,
                     anchor_inputs,
                     epilogue,
                 })

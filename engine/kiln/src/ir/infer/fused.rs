@@ -20,19 +20,7 @@ pub(super) fn fused(
             ),
         );
     }
-    if matches!(
-        *p.anchor,
-        LayerKind::Fused(_) | LayerKind::Attention(_) | LayerKind::Constant { .. }
-    ) {
-        return rule(
-            None,
-            format!(
-                "a {} layer cannot anchor a fused layer",
-                p.anchor.type_name()
-            ),
-        );
-    }
-    let anchor = infer_layer(&p.anchor, &ins.0[..p.anchor_inputs], weights)?;
+    let anchor = infer_layer(&p.anchor.kind(), &ins.0[..p.anchor_inputs], weights)?;
     let [mut running] = <[OutFact; 1]>::try_from(anchor).map_err(|_| super::InferError {
         input: None,
         rule: "a fused layer's anchor must have one output".into(),
