@@ -90,6 +90,7 @@ pub fn run(kind: &LayerKind, inputs: &[Option<&HostTensor>], outs: &[OutFact]) -
         }
         K::Fused(p) => Ok(vec![fused::fused(p, inputs)?]),
         K::Attention(p) => Ok(vec![fused::attention(p, inputs)?]),
+        K::RmsNormalization { axes, epsilon } => Ok(vec![fused::rms_normalization(inputs, axes, *epsilon)?]),
         K::OneHot { axis } => one(einsum::one_hot(ins.req(0)?, ins.req(1)?, ins.req(2)?, *axis, &shape()?)?),
         K::TripLimit { .. }
         | K::Iterator { .. }

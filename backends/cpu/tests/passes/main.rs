@@ -6,7 +6,7 @@ mod networks;
 
 use kiln::passes::{
     AttentionFusion, ConstantFolding, DeadLayerElimination, EpilogueFusion, GeluFusion, NoOpRemoval,
-    NormalizationFusion, Pass, PassContext, Pipeline, PointwiseChainFusion, SoftMaxFusion,
+    NormalizationFusion, Pass, PassContext, Pipeline, PointwiseChainFusion, RmsNormalizationFusion, SoftMaxFusion,
 };
 use kiln::{ActivationKind, Builder, BuilderConfig, ExecutionContext, LayerKind, Network, Optimization, PostOp};
 use kiln_cpu::CpuBackend;
@@ -123,6 +123,15 @@ fn layer_normalization_recognition() {
     let out = check_golden("normalization_fusion", &net, Box::new(NormalizationFusion), None);
     assert_eq!(kinds(&out), ["Normalization"]);
     check_equivalent(&net, 1e-5);
+}
+
+#[test]
+fn rms_normalization_recognition() {
+    let net = networks::rms_norm();
+    let out = check_golden("rms_normalization_fusion", &net, Box::new(RmsNormalizationFusion), None);
+    assert_eq!(kinds(&out), ["RMSNormalization"]);
+    let optimized = check_equivalent(&net, 1e-6);
+    assert_eq!(kinds(&optimized), ["RMSNormalization"]);
 }
 
 #[test]

@@ -210,6 +210,23 @@ pub fn layer_norm() -> Network {
     g.output(y, "y")
 }
 
+/// RMSNorm as HF exports it: `gamma * (x * rsqrt(mean(x²) + eps))`.
+pub fn rms_norm() -> Network {
+    let mut g = G::new("rms_norm");
+    let x = g.fixed_input("x", &[2, 3, 8]);
+    let two = g.scalar("two", 2.0);
+    let sq = g.binary("pow", E::Pow, x, two);
+    let var = g.layer("mean", LayerKind::Reduce { op: ReduceOp::Mean, axes: vec![2], keep_dims: true }, &[sq]);
+    let eps = g.scalar("eps", 1e-6);
+    let ve = g.binary("add eps", E::Sum, var, eps);
+    let root = g.unary("sqrt", UnaryOp::Sqrt, ve);
+    let inv = g.unary("recip", UnaryOp::Recip, root);
+    let n = g.binary("mul", E::Prod, x, inv);
+    let gamma = g.constant("gamma", &[8], 1.0);
+    let y = g.binary("mul gamma", E::Prod, gamma, n);
+    g.output(y, "y")
+}
+
 /// GELU, erf form (`x · 0.5 · (1 + erf(x / √2))`, TorchScript's order) and tanh form.
 pub fn gelu() -> Network {
     let mut g = G::new("gelu");

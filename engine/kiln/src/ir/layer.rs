@@ -132,6 +132,9 @@ pub enum LayerKind {
     /// `[q, k, v, mask?] -> [y]`: scaled-dot-product attention, recognized by the
     /// optimizer (see [`AttentionParams`]).
     Attention(AttentionParams),
+    /// `[x, scale] -> [y]`: `x / sqrt(mean(x²) + epsilon) * scale`, the mean over `axes`
+    /// (RMSNorm, recognized by the optimizer); `scale` broadcasts against `x`.
+    RmsNormalization { axes: Vec<usize>, epsilon: f32 },
 }
 
 impl LayerKind {
@@ -183,6 +186,7 @@ impl LayerKind {
             LayerKind::Plugin(_) => "PluginV3",
             LayerKind::Fused(_) => "Fused",
             LayerKind::Attention(_) => "Attention",
+            LayerKind::RmsNormalization { .. } => "RMSNormalization",
         }
     }
 }

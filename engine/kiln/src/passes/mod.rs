@@ -22,7 +22,7 @@ pub use dead::DeadLayerElimination;
 pub use fold::{ConstantFolding, MAX_FOLDED_ELEMENTS};
 pub use fuse::EpilogueFusion;
 pub use noop::NoOpRemoval;
-pub use patterns::{AttentionFusion, GeluFusion, NormalizationFusion, SoftMaxFusion};
+pub use patterns::{AttentionFusion, GeluFusion, NormalizationFusion, RmsNormalizationFusion, SoftMaxFusion};
 pub use pointwise::PointwiseChainFusion;
 
 use crate::backend::Backend;
@@ -117,6 +117,10 @@ impl Pipeline {
                 Box::new(DeadLayerElimination),
                 Box::new(SoftMaxFusion),
                 Box::new(NormalizationFusion),
+                // Layer normalization is RMS normalization of `x - mean`: drop what the
+                // layer-norm match replaced before looking for RMS norms.
+                Box::new(DeadLayerElimination),
+                Box::new(RmsNormalizationFusion),
                 Box::new(GeluFusion),
                 Box::new(AttentionFusion),
                 Box::new(DeadLayerElimination),

@@ -265,6 +265,96 @@ impl Pass for NormalizationFusion {
     }
 }
 
+/// `x / sqrt(mean(x²) + eps) [* gamma]` (also as `x * recip(sqrt(…))`, HF's
+/// `x * rsqrt(…)` export) → RmsNormalization.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RmsNormalizationFusion;
+
+impl Pass for RmsNormalizationFusion {
+    fn name(&self) -> &'static str {
+        "rms-normalization-fusion"
+    }
+
+    fn run(&self, network: &Network, _: &PassContext<'_>) -> Result<Option<Network>, PassError> {
+        rewrite(network, |v, _, tail| {
+            let (matched, x, axes, epsilon, scale) = match affine_step(v, tail, ElementwiseOp::Prod) {
+                Some((rest, gamma)) => {
+                    let (mut m, x, axes, eps) = rms_core(v, v.inner(rest)?)?;
+                    m.push(tail);
+                    (m, x, axes, eps, Some(gamma))
+                }
+                None => {
+                    let (m, x, axes, eps) = rms_core(v, tail)?;
+                    (m, x, axes, eps, None)
+                }
+            };
+            if v.net.tensor(x).dtype != DataType::F32 {
+                return None;
+            }
+            let scale = match scale {
+                Some(t) => NewInput::Tensor(t),
+                None => NewInput::Constant(HostTensor::from_f32(vec![], vec![1.0]).ok()?),
+            };
+            Some(Replacement {
+                names: names(&matched),
+                kind: LayerKind::RmsNormalization { axes, epsilon },
+                inputs: vec![Some(NewInput::Tensor(x)), Some(scale)],
+            })
+        })
+    }
+}
+
+/// `x / sqrt(mean(x²) + eps)` or `x · recip(sqrt(mean(x²) + eps))` ending at `l`.
+fn rms_core<'n>(v: &View<'n>, l: &'n Layer) -> Option<(Vec<&'n Layer>, TensorId, Vec<usize>, f32)> {
+    let LayerKind::Elementwise { op } = l.kind else { return None };
+    let (a, b) = (l.inputs[0]?, l.inputs[1]?);
+    let mut matched = Vec::new();
+    let (x, sqrt) = match op {
+        ElementwiseOp::Div => (a, v.inner(b)?),
+        ElementwiseOp::Prod => {
+            let reciprocal_of = |t: TensorId| -> Option<(&'n Layer, &'n Layer)> {
+                let r = v.inner(t)?;
+                match r.kind {
+                    LayerKind::Unary { op: UnaryOp::Recip } => Some((r, v.inner(r.inputs[0]?)?)),
+                    LayerKind::Elementwise { op: ElementwiseOp::Div } if v.is_scalar(r.inputs[0]?, 1.0, 0.0) => {
+                        Some((r, v.inner(r.inputs[1]?)?))
+                    }
+                    _ => None,
+                }
+            };
+            let (x, (recip, sqrt)) = match (reciprocal_of(b), reciprocal_of(a)) {
+                (Some(found), _) => (a, found),
+                (None, Some(found)) => (b, found),
+                _ => return None,
+            };
+            matched.push(recip);
+            (x, sqrt)
+        }
+        _ => return None,
+    };
+    let LayerKind::Unary { op: UnaryOp::Sqrt } = sqrt.kind else { return None };
+    let (add_eps, p, q) = v.binary(sqrt.inputs[0]?, ElementwiseOp::Sum)?;
+    let (var, epsilon) = if let Some(e) = v.scalar(q) { (p, e) } else { (q, v.scalar(p)?) };
+    let mean = v.inner(var)?;
+    let LayerKind::Reduce { op: ReduceOp::Mean, ref axes, keep_dims: true } = mean.kind else { return None };
+    if mean.inputs.get(1).copied().flatten().is_some() {
+        return None;
+    }
+    let square = v.inner(mean.inputs[0]?)?;
+    let squares_x = match square.kind {
+        LayerKind::Elementwise { op: ElementwiseOp::Pow } => square.inputs[0]? == x && v.is_scalar(square.inputs[1]?, 2.0, 0.0),
+        LayerKind::Elementwise { op: ElementwiseOp::Prod } => square.inputs[0]? == x && square.inputs[1]? == x,
+        _ => false,
+    };
+    if !squares_x {
+        return None;
+    }
+    let mut all = vec![square, mean, add_eps, sqrt];
+    all.extend(matched);
+    all.push(l);
+    Some((all, x, axes.clone(), epsilon as f32))
+}
+
 /// `rest op c` with a constant `c`: `(rest, c)`.
 fn affine_step(v: &View, l: &Layer, op: ElementwiseOp) -> Option<(TensorId, TensorId)> {
     let LayerKind::Elementwise { op: o } = l.kind else {
