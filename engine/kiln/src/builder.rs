@@ -6,6 +6,7 @@ use crate::engine::Engine;
 use crate::error::NetworkError;
 use crate::ir::control::{self, DEFAULT_MAX_TRIP_COUNT};
 use crate::ir::network::{LayerId, Network, TensorId};
+use crate::passes::{PassContext, PassError, Pipeline};
 use thiserror::Error;
 
 /// Builder settings. Reduced precision, profiles and the timing cache arrive with the
@@ -18,6 +19,19 @@ pub struct BuilderConfig {
     /// loop becomes an error, not a hang); `None`: [`DEFAULT_MAX_TRIP_COUNT`]. Recorded in
     /// the engine.
     pub max_trip_count: Option<u64>,
+    /// Whether the optimization passes run ([`crate::passes::Pipeline::standard`]); off,
+    /// the network is built as given (dead layers aside), e.g. to compare results.
+    pub optimization: Optimization,
+}
+
+/// Whether the builder rewrites the network before building.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Optimization {
+    /// Dead-layer elimination only.
+    None,
+    /// Folding, pattern recognition and fusion.
+    #[default]
+    Full,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -26,11 +40,15 @@ pub enum BuildError {
     Network(#[from] NetworkError),
     #[error(transparent)]
     Backend(#[from] BackendError),
+    #[error(transparent)]
+    Pass(#[from] PassError),
 }
 
 /// Builds engines for one backend.
 pub struct Builder<'b> {
     backend: &'b dyn Backend,
+    /// Evaluates constant subgraphs; the target backend unless set.
+    folding_backend: Option<&'b dyn Backend>,
 }
 
 impl std::fmt::Debug for Builder<'_> {
@@ -41,7 +59,13 @@ impl std::fmt::Debug for Builder<'_> {
 
 impl<'b> Builder<'b> {
     pub fn new(backend: &'b dyn Backend) -> Builder<'b> {
-        Builder { backend }
+        Builder { backend, folding_backend: None }
+    }
+
+    /// Folds constant subgraphs with `backend` instead of the target backend.
+    pub fn with_constant_folding(mut self, backend: &'b dyn Backend) -> Builder<'b> {
+        self.folding_backend = Some(backend);
+        self
     }
 
     /// Validates the network, drops layers no output depends on, lowers loops and
@@ -51,6 +75,10 @@ impl<'b> Builder<'b> {
         network.validate()?;
         let device = self.backend.device()?;
         let mut pruned = remove_dead_layers(network);
+        if config.optimization == Optimization::Full {
+            let context = PassContext { folding_backend: Some(self.folding_backend.unwrap_or(self.backend)) };
+            pruned = Pipeline::standard().run(&pruned, &context)?;
+        }
         let max_trip_count = config.max_trip_count.unwrap_or(DEFAULT_MAX_TRIP_COUNT);
         pruned.control = Some(control::lower(&pruned, max_trip_count)?);
         self.backend.check_support(&pruned)?;

@@ -11,10 +11,11 @@ pub mod builder;
 pub mod engine;
 pub mod error;
 pub mod ir;
+pub mod passes;
 pub mod runtime;
 
 pub use backend::{Backend, BackendError, DeviceFingerprint, Executable};
-pub use builder::{BuildError, Builder, BuilderConfig};
+pub use builder::{BuildError, Builder, BuilderConfig, Optimization};
 pub use engine::{Engine, EngineLoadError};
 pub use error::NetworkError;
 pub use ir::dtype::DataType;

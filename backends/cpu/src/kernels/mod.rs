@@ -6,6 +6,7 @@
 mod conv;
 mod einsum;
 mod elementwise;
+mod fused;
 mod gather_scatter;
 mod matmul;
 mod misc;
@@ -87,6 +88,9 @@ pub fn run(kind: &LayerKind, inputs: &[Option<&HostTensor>], outs: &[OutFact]) -
             let operands = (0..inputs.len()).map(|i| ins.req(i)).collect::<Result<Vec<_>, _>>()?;
             one(einsum::einsum(equation, &operands, &shape()?)?)
         }
+        K::Fused(p) => Ok(vec![fused::fused(p, inputs)?]),
+        K::Attention(p) => Ok(vec![fused::attention(p, inputs)?]),
+        K::RmsNormalization { axes, epsilon } => Ok(vec![fused::rms_normalization(inputs, axes, *epsilon)?]),
         K::OneHot { axis } => one(einsum::one_hot(ins.req(0)?, ins.req(1)?, ins.req(2)?, *axis, &shape()?)?),
         K::TripLimit { .. }
         | K::Iterator { .. }

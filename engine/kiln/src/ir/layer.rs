@@ -7,6 +7,7 @@
 //! input slots; `None` in an optional slot means "absent".
 
 use super::dtype::DataType;
+pub use super::fused::{AttentionParams, FusedAnchor, FusedParams, PostOp};
 use super::shape::Shape;
 use super::tensor::HostTensor;
 use serde::{Deserialize, Serialize};
@@ -125,6 +126,15 @@ pub enum LayerKind {
     Plugin(PluginParams),
     /// `[x, axis (0-D int)] -> [y]`: running product (ONNX CumProd).
     CumulativeProduct { exclusive: bool, reverse: bool },
+    /// `[anchor inputs…, epilogue operands…] -> [y]`: a layer and the pointwise layers
+    /// that followed it, fused by the optimizer (see [`FusedParams`]).
+    Fused(FusedParams),
+    /// `[q, k, v, mask?] -> [y]`: scaled-dot-product attention, recognized by the
+    /// optimizer (see [`AttentionParams`]).
+    Attention(AttentionParams),
+    /// `[x, scale] -> [y]`: `x / sqrt(mean(x²) + epsilon) * scale`, the mean over `axes`
+    /// (RMSNorm, recognized by the optimizer); `scale` broadcasts against `x`.
+    RmsNormalization { axes: Vec<usize>, epsilon: f32 },
 }
 
 impl LayerKind {
@@ -174,6 +184,9 @@ impl LayerKind {
             LayerKind::IfConditionalOutput { .. } => "IfConditionalOutput",
             LayerKind::Assertion { .. } => "Assertion",
             LayerKind::Plugin(_) => "PluginV3",
+            LayerKind::Fused(_) => "Fused",
+            LayerKind::Attention(_) => "Attention",
+            LayerKind::RmsNormalization { .. } => "RMSNormalization",
         }
     }
 }

@@ -6,6 +6,7 @@ pub mod control;
 pub mod dtype;
 mod dump;
 pub mod format;
+pub(crate) mod fused;
 pub mod infer;
 pub mod layer;
 pub mod network;

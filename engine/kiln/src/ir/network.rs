@@ -178,6 +178,12 @@ impl Network {
         WeightsId(self.weights.len() - 1)
     }
 
+    /// Registers a weights blob shared with another network (the optimizer's rewrites).
+    pub(crate) fn add_shared_weights(&mut self, weights: Arc<HostTensor>) -> WeightsId {
+        self.weights.push(weights);
+        WeightsId(self.weights.len() - 1)
+    }
+
     /// Adds a layer of any kind after validating it; the general form behind every
     /// `add_*` helper. `name` may be empty: a unique name is generated.
     pub fn add_layer(
@@ -325,7 +331,7 @@ impl Network {
         TensorId(self.tensors.len() - 1)
     }
 
-    fn unique_tensor_name(&self, base: &str) -> String {
+    pub(crate) fn unique_tensor_name(&self, base: &str) -> String {
         if self.find_tensor(base).is_none() {
             return base.to_string();
         }

@@ -6,6 +6,7 @@
 
 mod control;
 mod einsum;
+mod fused;
 mod one_hot;
 mod spatial;
 mod structural;
@@ -219,6 +220,18 @@ pub fn infer_layer(
             Ok(vec![])
         }
         K::Plugin(p) => rule(None, format!("plugin `{}::{}@{}` is not registered", p.namespace, p.name, p.version)),
+        K::Fused(p) => fused::fused(p, &ins, weights),
+        K::Attention(p) => fused::attention(p, &ins, weights),
+        K::RmsNormalization { axes, epsilon: _ } => {
+            ins.arity(2, 2)?;
+            let x = ins.float(0)?;
+            for &a in axes {
+                check_axis(a, x.shape.rank(), Some(0))?;
+            }
+            ins.same_type(0, 1)?;
+            broadcasts_onto(ins.req(1)?.shape, x.shape, 1)?;
+            Ok(vec![OutFact::new(x.dtype, x.shape.clone())])
+        }
     }
 }
 

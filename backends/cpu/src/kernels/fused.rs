@@ -1,0 +1,144 @@
+//! The optimizer's layer kinds, run as the sequence of plain kernels they stand for. The
+//! cpu backend is the oracle: a fused layer must give exactly what its unfused layers give,
+//! so it reuses their kernels (one rounding per step, as the unfused graph rounds).
+
+use super::{misc, run};
+use kiln::ir::infer::{infer_layer, Fact, OutFact};
+use kiln::{
+    AttentionParams, DataType, ElementwiseOp, FusedParams, HostTensor, LayerKind, MatrixOp, PostOp,
+    Shape,
+};
+
+/// Runs one plain layer on concrete inputs.
+fn step(kind: &LayerKind, inputs: &[Option<&HostTensor>]) -> Result<HostTensor, String> {
+    let shapes: Vec<Option<Shape>> = inputs
+        .iter()
+        .map(|x| x.map(|x| Shape::fixed(x.shape())))
+        .collect();
+    let facts: Vec<Option<Fact>> = inputs
+        .iter()
+        .zip(&shapes)
+        .map(|(x, s)| {
+            x.zip(s.as_ref()).map(|(x, s)| Fact {
+                dtype: x.dtype(),
+                shape: s,
+                value: Some(x),
+            })
+        })
+        .collect();
+    let outs: Vec<OutFact> = infer_layer(kind, &facts, &|_| None).map_err(|e| e.rule)?;
+    run(kind, inputs, &outs)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| format!("{} gave no output", kind.type_name()))
+}
+
+pub fn fused(p: &FusedParams, inputs: &[Option<&HostTensor>]) -> Result<HostTensor, String> {
+    let anchor_inputs = inputs
+        .get(..p.anchor_inputs)
+        .ok_or("fewer inputs than the anchor takes")?;
+    let mut running = step(&p.anchor.kind(), anchor_inputs)?;
+    for post in &p.epilogue {
+        running = match *post {
+            PostOp::Activation(_) | PostOp::Unary(_) => step(&post.kind(), &[Some(&running)])?,
+            PostOp::Elementwise {
+                operand,
+                running_first,
+                ..
+            } => {
+                let other = inputs
+                    .get(operand)
+                    .copied()
+                    .flatten()
+                    .ok_or_else(|| format!("operand {operand} is missing"))?;
+                if running_first {
+                    step(&post.kind(), &[Some(&running), Some(other)])?
+                } else {
+                    step(&post.kind(), &[Some(other), Some(&running)])?
+                }
+            }
+        };
+    }
+    Ok(running)
+}
+
+/// `softmax(Q·Kᵀ ⊙ scale + mask) · V`, step by step as the recognized graph computed it.
+pub fn attention(
+    p: &AttentionParams,
+    inputs: &[Option<&HostTensor>],
+) -> Result<HostTensor, String> {
+    let get = |i: usize| {
+        inputs
+            .get(i)
+            .copied()
+            .flatten()
+            .ok_or_else(|| format!("input {i} is required"))
+    };
+    let (q, k, v) = (get(0)?, get(1)?, get(2)?);
+    let op_b = if p.key_transposed {
+        MatrixOp::None
+    } else {
+        MatrixOp::Transpose
+    };
+    let mut scores = step(
+        &LayerKind::MatrixMultiply {
+            op_a: MatrixOp::None,
+            op_b,
+        },
+        &[Some(q), Some(k)],
+    )?;
+    let scale = scalar(p.scale, scores.dtype())?;
+    let op = if p.scale_multiplies {
+        ElementwiseOp::Prod
+    } else {
+        ElementwiseOp::Div
+    };
+    scores = step(
+        &LayerKind::Elementwise { op },
+        &[Some(&scores), Some(&scale)],
+    )?;
+    if let Some(mask) = inputs.get(3).copied().flatten() {
+        scores = step(
+            &LayerKind::Elementwise {
+                op: ElementwiseOp::Sum,
+            },
+            &[Some(&scores), Some(mask)],
+        )?;
+    }
+    let axis = scores
+        .shape()
+        .len()
+        .checked_sub(1)
+        .ok_or("attention scores have rank 0")?;
+    let probs = step(&LayerKind::SoftMax { axis }, &[Some(&scores)])?;
+    step(
+        &LayerKind::MatrixMultiply {
+            op_a: MatrixOp::None,
+            op_b: MatrixOp::None,
+        },
+        &[Some(&probs), Some(v)],
+    )
+}
+
+/// `x / sqrt(mean(x²) + epsilon) * scale`, step by step as the recognized graph computed it.
+pub fn rms_normalization(inputs: &[Option<&HostTensor>], axes: &[usize], epsilon: f32) -> Result<HostTensor, String> {
+    let get = |i: usize| inputs.get(i).copied().flatten().ok_or_else(|| format!("input {i} is required"));
+    let (x, scale) = (get(0)?, get(1)?);
+    let square = step(&LayerKind::Elementwise { op: ElementwiseOp::Prod }, &[Some(x), Some(x)])?;
+    let mean = LayerKind::Reduce { op: kiln::ReduceOp::Mean, axes: axes.to_vec(), keep_dims: true };
+    let mean = step(&mean, &[Some(&square)])?;
+    let eps = scalar(epsilon, x.dtype())?;
+    let shifted = step(&LayerKind::Elementwise { op: ElementwiseOp::Sum }, &[Some(&mean), Some(&eps)])?;
+    let root = step(&LayerKind::Unary { op: kiln::UnaryOp::Sqrt }, &[Some(&shifted)])?;
+    let normalized = step(&LayerKind::Elementwise { op: ElementwiseOp::Div }, &[Some(x), Some(&root)])?;
+    step(&LayerKind::Elementwise { op: ElementwiseOp::Prod }, &[Some(&normalized), Some(scale)])
+}
+
+/// A 0-D tensor of `dtype` holding `value`.
+fn scalar(value: f32, dtype: DataType) -> Result<HostTensor, String> {
+    let f = HostTensor::from_f32(vec![], vec![value]).map_err(|e| e.to_string())?;
+    if dtype == DataType::F32 {
+        return Ok(f);
+    }
+    HostTensor::new(vec![], misc::cast(&f, dtype)).map_err(|e| e.to_string())
+}

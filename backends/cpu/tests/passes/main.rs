@@ -1,0 +1,194 @@
+//! The optimizer's passes: a golden before/after IR dump per pass (in
+//! `tests/golden/passes/`; `UPDATE_GOLDEN=1` rewrites them after a deliberate change),
+//! and numerical equivalence of optimized and unoptimized engines on the cpu backend.
+
+mod networks;
+
+use kiln::passes::{
+    AttentionFusion, ConstantFolding, DeadLayerElimination, EpilogueFusion, GeluFusion, NoOpRemoval,
+    NormalizationFusion, Pass, PassContext, Pipeline, PointwiseChainFusion, RmsNormalizationFusion, SoftMaxFusion,
+};
+use kiln::{ActivationKind, Builder, BuilderConfig, ExecutionContext, LayerKind, Network, Optimization, PostOp};
+use kiln_cpu::CpuBackend;
+use std::path::PathBuf;
+
+fn golden_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/passes").join(format!("{name}.txt"))
+}
+
+/// Runs `pass` then dead-layer elimination and compares the dumps with the golden file.
+fn check_golden(name: &str, net: &Network, pass: Box<dyn Pass>, backend: Option<&CpuBackend>) -> Network {
+    let pass_name = pass.name();
+    let context = PassContext { folding_backend: backend.map(|b| b as &dyn kiln::Backend) };
+    let (out, traces) = Pipeline::new(vec![pass, Box::new(DeadLayerElimination)]).run_traced(net, &context).expect("passes");
+    assert!(traces[0].changed(), "{name}: {pass_name} changed nothing");
+    let text = format!("pass: {pass_name}\n--- before\n{}--- after\n{}", traces[0].before, out.dump());
+    let path = golden_path(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, &text).expect("write golden");
+    }
+    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 creates it)", path.display()));
+    assert_eq!(text, want, "{name}: the IR after {pass_name} differs from {}", path.display());
+    out
+}
+
+/// Optimized and unoptimized engines give the same outputs; returns the optimized network.
+fn check_equivalent(net: &Network, tolerance: f64) -> Network {
+    let backend = CpuBackend::new();
+    let inputs = networks::inputs(net);
+    let run = |optimization| {
+        let config = BuilderConfig { optimization, ..BuilderConfig::default() };
+        let engine = Builder::new(&backend).build(net, &config).expect("build");
+        let built = engine.network().clone();
+        (built, ExecutionContext::new(engine, &backend).expect("prepare").run(&inputs).expect("run"))
+    };
+    let (_, want) = run(Optimization::None);
+    let (optimized, got) = run(Optimization::Full);
+    for (name, w) in &want {
+        let g = &got[name];
+        assert_eq!(g.shape(), w.shape(), "{name}");
+        let worst = g.to_f64_vec().iter().zip(w.to_f64_vec()).map(|(a, e)| (a - e).abs() / (1.0 + e.abs())).fold(0.0, f64::max);
+        assert!(worst <= tolerance, "{}/{name}: optimized differs by {worst}", net.name);
+    }
+    optimized
+}
+
+fn kinds(net: &Network) -> Vec<&'static str> {
+    net.layers().iter().filter(|l| !matches!(l.kind, LayerKind::Constant { .. })).map(|l| l.kind.type_name()).collect()
+}
+
+#[test]
+fn shape_folding_makes_reshapes_static_without_a_backend() {
+    let net = networks::shape_chain();
+    let out = check_golden("shape_folding", &net, Box::new(ConstantFolding), None);
+    assert!(!out.layers().iter().any(|l| matches!(l.kind, LayerKind::Shape | LayerKind::Gather { .. } | LayerKind::Concatenation { .. })));
+    check_equivalent(&net, 0.0);
+}
+
+#[test]
+fn constant_folding_runs_constant_layers_on_the_backend() {
+    let net = networks::constant_transpose();
+    let backend = CpuBackend::new();
+    let out = check_golden("constant_folding", &net, Box::new(ConstantFolding), Some(&backend));
+    assert_eq!(kinds(&out), ["MatrixMultiply"]);
+    // Without a backend the float transpose stays.
+    let (unfolded, _) = Pipeline::new(vec![Box::new(ConstantFolding)]).run_traced(&net, &PassContext::default()).expect("passes");
+    assert_eq!(kinds(&unfolded), ["Shuffle", "MatrixMultiply"]);
+    check_equivalent(&net, 0.0);
+}
+
+#[test]
+fn no_op_removal() {
+    let net = networks::no_ops();
+    let out = check_golden("no_op_removal", &net, Box::new(NoOpRemoval), None);
+    assert_eq!(kinds(&out), ["Shuffle", "Activation"]);
+    check_equivalent(&net, 0.0);
+}
+
+#[test]
+fn dead_layer_elimination() {
+    let net = networks::dead_branch();
+    let out = check_golden("dead_layer_elimination", &net, Box::new(DeadLayerElimination), None);
+    assert_eq!(kinds(&out), ["Activation"]);
+}
+
+#[test]
+fn epilogue_fusion_folds_batch_norm_and_absorbs_bias_activation_and_residual() {
+    let net = networks::conv_block();
+    let out = check_golden("epilogue_fusion", &net, Box::new(EpilogueFusion), None);
+    let names: Vec<&str> = out.layers().iter().filter(|l| !matches!(l.kind, LayerKind::Constant { .. })).map(|l| l.name.as_str()).collect();
+    assert_eq!(names, ["conv1 + bn mul + bn add + relu1", "conv2 + residual + relu2", "flatten", "fc + fc bias add + fc relu"]);
+    check_equivalent(&net, 1e-6);
+}
+
+#[test]
+fn pointwise_chain_fusion() {
+    let net = networks::pointwise_chain();
+    let out = check_golden("pointwise_chain_fusion", &net, Box::new(PointwiseChainFusion), None);
+    assert_eq!(kinds(&out), ["Fused"]);
+    check_equivalent(&net, 0.0);
+}
+
+#[test]
+fn softmax_recognition() {
+    let net = networks::softmax();
+    let out = check_golden("softmax_fusion", &net, Box::new(SoftMaxFusion), None);
+    assert_eq!(kinds(&out), ["SoftMax"]);
+    check_equivalent(&net, 1e-6);
+}
+
+#[test]
+fn layer_normalization_recognition() {
+    let net = networks::layer_norm();
+    let out = check_golden("normalization_fusion", &net, Box::new(NormalizationFusion), None);
+    assert_eq!(kinds(&out), ["Normalization"]);
+    check_equivalent(&net, 1e-5);
+}
+
+#[test]
+fn rms_normalization_recognition() {
+    let net = networks::rms_norm();
+    let out = check_golden("rms_normalization_fusion", &net, Box::new(RmsNormalizationFusion), None);
+    assert_eq!(kinds(&out), ["RMSNormalization"]);
+    let optimized = check_equivalent(&net, 1e-6);
+    assert_eq!(kinds(&optimized), ["RMSNormalization"]);
+}
+
+#[test]
+fn gelu_recognition_erf_and_tanh_forms() {
+    let net = networks::gelu();
+    let out = check_golden("gelu_fusion", &net, Box::new(GeluFusion), None);
+    let acts: Vec<LayerKind> = out.layers().iter().map(|l| l.kind.clone()).filter(|k| !matches!(k, LayerKind::Constant { .. })).collect();
+    assert_eq!(
+        acts,
+        [LayerKind::Activation { kind: ActivationKind::GeluErf }, LayerKind::Activation { kind: ActivationKind::GeluTanh }]
+    );
+    check_equivalent(&net, 1e-5);
+}
+
+#[test]
+fn attention_recognition() {
+    let net = networks::attention();
+    let out = check_golden("attention_fusion", &net, Box::new(AttentionFusion), None);
+    assert_eq!(kinds(&out), ["Attention"]);
+    let optimized = check_equivalent(&net, 1e-6);
+    assert_eq!(kinds(&optimized), ["Attention"]);
+}
+
+#[test]
+fn fused_layers_only_absorb_single_reader_intermediates() {
+    // The conv output is also a network output: nothing may be fused into it.
+    let mut net = networks::conv_block();
+    let conv1 = net.layers().iter().position(|l| l.name == "conv1").expect("conv1");
+    let t = net.layers()[conv1].outputs[0];
+    net.mark_output(t).expect("output");
+    let (out, _) = Pipeline::new(vec![Box::new(EpilogueFusion)]).run_traced(&net, &PassContext::default()).expect("passes");
+    assert!(out.layers().iter().any(|l| l.name == "conv1" && matches!(l.kind, LayerKind::Convolution(_))));
+    assert!(out.layers().iter().any(|l| l.name == "bn mul + bn add + relu1" || l.name == "bn mul"), "{}", out.dump());
+    check_equivalent(&net, 1e-6);
+}
+
+#[test]
+fn standard_pipeline_fuses_the_conv_block_into_three_layers_and_a_reshape() {
+    let net = networks::conv_block();
+    let optimized = check_equivalent(&net, 1e-6);
+    assert_eq!(kinds(&optimized), ["Fused", "Fused", "Shuffle", "Fused"]);
+    let fc = optimized.layers().iter().find(|l| l.name.starts_with("fc + ")).expect("fc");
+    let LayerKind::Fused(p) = &fc.kind else { panic!("fc is not fused") };
+    assert_eq!(p.epilogue.last(), Some(&PostOp::Activation(ActivationKind::Relu)));
+}
+
+#[test]
+fn optimized_engines_survive_serialization() {
+    let backend = CpuBackend::new();
+    for net in [networks::conv_block(), networks::attention(), networks::pointwise_chain()] {
+        let engine = Builder::new(&backend).build(&net, &BuilderConfig::default()).expect("build");
+        assert!(engine.network().layers().iter().any(|l| matches!(l.kind, LayerKind::Fused(_) | LayerKind::Attention(_))));
+        let inputs = networks::inputs(&net);
+        let loaded = kiln::Engine::deserialize(&engine.serialize()).expect("load");
+        assert_eq!(loaded.network().dump(), engine.network().dump());
+        let want = ExecutionContext::new(engine, &backend).expect("prepare").run(&inputs).expect("run");
+        let got = ExecutionContext::new(loaded, &backend).expect("prepare").run(&inputs).expect("run");
+        assert_eq!(got, want, "{}", net.name);
+    }
+}

@@ -1,0 +1,100 @@
+//! Parameters of the layer kinds that only the optimizer creates: an anchor layer with a
+//! pointwise epilogue ([`FusedParams`]) and scaled-dot-product attention
+//! ([`AttentionParams`]).
+//!
+//! Both are plain data (serde) so an engine stores them like any other layer; a backend
+//! may run them as one kernel (cuda epilogues, flash attention) or step by step (cpu).
+
+use super::layer::{ActivationKind, ConvolutionParams, DeconvolutionParams, ElementwiseOp, LayerKind, MatrixOp, UnaryOp};
+use serde::{Deserialize, Serialize};
+
+/// A layer followed by pointwise steps on its output, executed as one layer.
+///
+/// Inputs: the anchor's inputs first (`anchor_inputs` slots), then the extra operands
+/// that [`PostOp::Elementwise`] steps read (bias, residual, scale…).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FusedParams {
+    /// The layer whose output the epilogue transforms.
+    pub anchor: FusedAnchor,
+    pub anchor_inputs: usize,
+    pub epilogue: Vec<PostOp>,
+}
+
+/// The layers that can head a fused layer: a closed, non-recursive set, so a hostile
+/// engine file cannot nest fused layers (deserialization stays shallow).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum FusedAnchor {
+    Convolution(ConvolutionParams),
+    Deconvolution(DeconvolutionParams),
+    MatrixMultiply { op_a: MatrixOp, op_b: MatrixOp },
+    /// Pointwise heads of elementwise chains.
+    Activation(ActivationKind),
+    Unary(UnaryOp),
+    Elementwise(ElementwiseOp),
+}
+
+impl FusedAnchor {
+    /// The anchor of `kind`, if it can head a fused layer.
+    pub fn from_kind(kind: &LayerKind) -> Option<FusedAnchor> {
+        Some(match kind {
+            LayerKind::Convolution(p) => FusedAnchor::Convolution(p.clone()),
+            LayerKind::Deconvolution(p) => FusedAnchor::Deconvolution(p.clone()),
+            LayerKind::MatrixMultiply { op_a, op_b } => FusedAnchor::MatrixMultiply { op_a: *op_a, op_b: *op_b },
+            LayerKind::Activation { kind } => FusedAnchor::Activation(*kind),
+            LayerKind::Unary { op } => FusedAnchor::Unary(*op),
+            LayerKind::Elementwise { op } => FusedAnchor::Elementwise(*op),
+            _ => return None,
+        })
+    }
+
+    /// The plain layer kind the anchor runs.
+    pub fn kind(&self) -> LayerKind {
+        match self {
+            FusedAnchor::Convolution(p) => LayerKind::Convolution(p.clone()),
+            FusedAnchor::Deconvolution(p) => LayerKind::Deconvolution(p.clone()),
+            FusedAnchor::MatrixMultiply { op_a, op_b } => LayerKind::MatrixMultiply { op_a: *op_a, op_b: *op_b },
+            FusedAnchor::Activation(kind) => LayerKind::Activation { kind: *kind },
+            FusedAnchor::Unary(op) => LayerKind::Unary { op: *op },
+            FusedAnchor::Elementwise(op) => LayerKind::Elementwise { op: *op },
+        }
+    }
+}
+
+/// One pointwise step applied to the running value.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum PostOp {
+    Activation(ActivationKind),
+    Unary(UnaryOp),
+    /// `running op input[operand]`, or `input[operand] op running` when `running_first`
+    /// is false (matters for Sub, Div, Pow…). Broadcasts like Elementwise.
+    Elementwise {
+        op: ElementwiseOp,
+        operand: usize,
+        running_first: bool,
+    },
+}
+
+impl PostOp {
+    /// The plain layer kind this step applies.
+    pub fn kind(&self) -> LayerKind {
+        match *self {
+            PostOp::Activation(kind) => LayerKind::Activation { kind },
+            PostOp::Unary(op) => LayerKind::Unary { op },
+            PostOp::Elementwise { op, .. } => LayerKind::Elementwise { op },
+        }
+    }
+}
+
+/// `softmax(scale · Q·Kᵀ + mask) · V` over the last axis.
+///
+/// Inputs `[q (…, Sq, D), k, v (…, Sk, Dv), mask?]`: `k` is `(…, Sk, D)`, or `(…, D, Sk)`
+/// when `key_transposed` (PyTorch exports often transpose K before the product). Leading
+/// dims broadcast as in MatrixMultiply; the additive mask broadcasts onto `(…, Sq, Sk)`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AttentionParams {
+    pub scale: f32,
+    pub key_transposed: bool,
+    /// Whether the scale multiplies `Q·Kᵀ` (true) or divides it (false: `Q·Kᵀ / scale`),
+    /// as the exported graph did, so results match the unfused graph bit for bit.
+    pub scale_multiplies: bool,
+}

@@ -1,0 +1,213 @@
+//! Constant and shape-tensor folding: a layer whose inputs are all known becomes Constant
+//! layers holding its outputs.
+//!
+//! Values come from three places, cheapest first: shape inference (a `Shape` of a fully
+//! fixed tensor), kiln's own small integer evaluator ([`super::shape_eval`]), and the
+//! folding backend for everything else (float weight transposes, casts, dequantization…).
+//! Results larger than [`MAX_FOLDED_ELEMENTS`] are not folded, so folding never blows up
+//! the engine's weights; a layer the backend fails on is kept (its error, if any, belongs
+//! to run time).
+
+use super::rewrite::{has_control_flow, Rebuild};
+use super::shape_eval;
+use super::{Pass, PassContext, PassError};
+use crate::backend::Backend;
+use crate::ir::infer::{infer_layer, Fact, OutFact};
+use crate::ir::layer::{GatherMode, LayerKind};
+use crate::ir::network::{Layer, Network, TensorId};
+use crate::ir::shape::normalize_axis;
+use crate::ir::tensor::HostTensor;
+use std::sync::Arc;
+
+/// Most elements a folded output may have.
+pub const MAX_FOLDED_ELEMENTS: usize = 1 << 20;
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ConstantFolding;
+
+impl Pass for ConstantFolding {
+    fn name(&self) -> &'static str {
+        "constant-folding"
+    }
+
+    fn run(
+        &self,
+        network: &Network,
+        context: &PassContext<'_>,
+    ) -> Result<Option<Network>, PassError> {
+        if has_control_flow(network) {
+            return Ok(None);
+        }
+        let mut rb = Rebuild::new(network)?;
+        let mut changed = false;
+        for (i, l) in network.layers().iter().enumerate() {
+            if !foldable(&l.kind) {
+                rb.keep(i)?;
+                continue;
+            }
+            let inputs = rb.get_slots(&l.inputs)?;
+            if let Some(dims) = fixed_dims_of_shape(&rb.dst, &l.kind, &inputs) {
+                let weights = rb.dst.add_shared_weights(Arc::new(dims));
+                rb.add(&l.name, LayerKind::Constant { weights }, vec![], &l.outputs)?;
+                changed = true;
+                continue;
+            }
+            let values: Option<Vec<Option<Arc<HostTensor>>>> = inputs
+                .iter()
+                .map(|t| match t {
+                    None => Some(None),
+                    Some(t) => rb.dst.tensor(*t).value.clone().map(Some),
+                })
+                .collect();
+            let Some(values) = values else {
+                rb.keep(i)?;
+                continue;
+            };
+            match evaluate(&rb.dst, l, &inputs, &values, context.folding_backend)? {
+                Some(outputs) => {
+                    for (k, (value, &old)) in outputs.into_iter().zip(&l.outputs).enumerate() {
+                        let name = if k == 0 {
+                            l.name.clone()
+                        } else {
+                            format!("{} [{k}]", l.name)
+                        };
+                        let weights = rb.dst.add_shared_weights(Arc::new(value));
+                        rb.add(&name, LayerKind::Constant { weights }, vec![], &[old])?;
+                    }
+                    changed = true;
+                }
+                None => {
+                    rb.keep(i)?;
+                }
+            }
+        }
+        if !changed {
+            return Ok(None);
+        }
+        Ok(Some(rb.finish()?))
+    }
+}
+
+/// `Gather(Shape(x), indices)` picking only dims of `x` that are fixed: the constant
+/// dims, even while other dims of `x` (the batch) are dynamic.
+fn fixed_dims_of_shape(
+    dst: &Network,
+    kind: &LayerKind,
+    inputs: &[Option<TensorId>],
+) -> Option<HostTensor> {
+    let LayerKind::Gather {
+        mode: GatherMode::Default { axis: 0 },
+    } = kind
+    else {
+        return None;
+    };
+    let (shape, indices) = (
+        inputs.first().copied().flatten()?,
+        inputs.get(1).copied().flatten()?,
+    );
+    let (producer, _) = dst.tensor(shape).producer?;
+    let shape_layer = dst.layer(producer);
+    if !matches!(shape_layer.kind, LayerKind::Shape) {
+        return None;
+    }
+    let dims = dst
+        .tensor(shape_layer.inputs.first().copied().flatten()?)
+        .shape
+        .dims();
+    let picked = dst.tensor(indices).value.as_deref()?.to_i64_vec()?;
+    let values = picked
+        .iter()
+        .map(|&i| {
+            normalize_axis(i, dims.len())
+                .and_then(|i| dims[i].fixed())
+                .and_then(|d| i64::try_from(d).ok())
+        })
+        .collect::<Option<Vec<i64>>>()?;
+    let index_shape = dst.tensor(indices).shape.as_fixed()?;
+    HostTensor::from_i64(index_shape, values).ok()
+}
+
+/// Layer kinds that compute a value from their inputs alone.
+fn foldable(kind: &LayerKind) -> bool {
+    use LayerKind as K;
+    !matches!(
+        kind,
+        K::Constant { .. }
+            | K::Assertion { .. }
+            | K::Plugin(_)
+            | K::TripLimit { .. }
+            | K::Iterator { .. }
+            | K::Recurrence { .. }
+            | K::LoopOutput { .. }
+            | K::Condition { .. }
+            | K::IfConditionalInput { .. }
+            | K::IfConditionalOutput { .. }
+    )
+}
+
+/// The outputs of layer `l` on known inputs, or `None` when it should stay a layer.
+fn evaluate(
+    dst: &Network,
+    l: &Layer,
+    inputs: &[Option<TensorId>],
+    values: &[Option<Arc<HostTensor>>],
+    backend: Option<&dyn Backend>,
+) -> Result<Option<Vec<HostTensor>>, PassError> {
+    if inputs.iter().all(Option::is_none) {
+        return Ok(None);
+    }
+    let facts: Vec<Option<Fact>> = inputs.iter().map(|t| t.map(|t| dst.fact(t))).collect();
+    let Ok(outs) = infer_layer(&l.kind, &facts, &|w| dst.weights_blob(w)) else {
+        return Ok(None);
+    };
+    let small = |o: &OutFact| o.shape.volume().is_some_and(|v| v <= MAX_FOLDED_ELEMENTS);
+    if outs.is_empty() || !outs.iter().all(small) {
+        return Ok(None);
+    }
+    // Inference already knows the value (Shape of a fixed tensor, Identity of a constant).
+    if let Some(known) = outs
+        .iter()
+        .map(|o| o.value.clone())
+        .collect::<Option<Vec<_>>>()
+    {
+        return Ok(Some(known));
+    }
+    let present: Vec<&HostTensor> = values.iter().flatten().map(|v| v.as_ref()).collect();
+    if present.len() == values.len() {
+        if let Some(v) = shape_eval::evaluate(&l.kind, &present, &outs) {
+            return Ok(Some(vec![v]));
+        }
+    }
+    let Some(backend) = backend else {
+        return Ok(None);
+    };
+    Ok(run_on_backend(backend, l, values))
+}
+
+/// Runs one layer on constant inputs through the backend; `None` on any failure.
+fn run_on_backend(
+    backend: &dyn Backend,
+    l: &Layer,
+    values: &[Option<Arc<HostTensor>>],
+) -> Option<Vec<HostTensor>> {
+    let mut net = Network::new("constant folding");
+    let mut inputs = Vec::with_capacity(values.len());
+    for v in values {
+        inputs.push(match v {
+            None => None,
+            Some(v) => {
+                let w = net.add_shared_weights(v.clone());
+                let c = net
+                    .add_layer("", LayerKind::Constant { weights: w }, vec![])
+                    .ok()?;
+                Some(net.output(c, 0))
+            }
+        });
+    }
+    let id = net.add_layer(&l.name, l.kind.clone(), inputs).ok()?;
+    for t in net.layer(id).outputs.clone() {
+        net.mark_output(t).ok()?;
+    }
+    let exe = backend.prepare(&net).ok()?;
+    exe.execute(&[]).ok()
+}

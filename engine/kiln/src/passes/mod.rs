@@ -1,0 +1,184 @@
+//! The optimizer: passes that rewrite a validated network into a faster equivalent one.
+//!
+//! Each pass is a plain value implementing [`Pass`]; a [`Pipeline`] is a `Vec` of them run
+//! in order (tract style). A pass returns `Ok(None)` when it changes nothing, so a
+//! [`Pipeline::run_traced`] caller sees exactly which passes did something, with the IR
+//! dump before and after each (golden tests are built on that).
+//!
+//! Passes rewrite only networks without loops or conditionals (see
+//! [`rewrite::has_control_flow`]); those are kept as they are apart from dead-layer
+//! elimination, which the builder has always done.
+
+mod dead;
+mod fold;
+mod fuse;
+mod noop;
+mod patterns;
+mod pointwise;
+pub(crate) mod rewrite;
+mod shape_eval;
+
+pub use dead::DeadLayerElimination;
+pub use fold::{ConstantFolding, MAX_FOLDED_ELEMENTS};
+pub use fuse::EpilogueFusion;
+pub use noop::NoOpRemoval;
+pub use patterns::{AttentionFusion, GeluFusion, NormalizationFusion, RmsNormalizationFusion, SoftMaxFusion};
+pub use pointwise::PointwiseChainFusion;
+
+use crate::backend::Backend;
+use crate::error::NetworkError;
+use crate::ir::network::Network;
+use thiserror::Error;
+
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum PassError {
+    /// A rewrite produced a layer that does not validate: a bug in the pass, reported with
+    /// the rule broken instead of a wrong engine.
+    #[error("pass produced an invalid network: {0}")]
+    Network(#[from] NetworkError),
+    /// An inconsistency inside a pass.
+    #[error("internal optimizer error: {0}")]
+    Internal(String),
+}
+
+/// What a pass may use besides the network.
+#[derive(Clone, Copy, Default)]
+pub struct PassContext<'b> {
+    /// Evaluates layers whose inputs are all known (constant folding); without one only
+    /// the small integer shape arithmetic kiln evaluates itself is folded.
+    pub folding_backend: Option<&'b dyn Backend>,
+}
+
+impl std::fmt::Debug for PassContext<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PassContext")
+            .field("folding_backend", &self.folding_backend.map(|b| b.name()))
+            .finish()
+    }
+}
+
+/// One rewrite of the network.
+pub trait Pass: Send + Sync {
+    /// A short stable name ("constant-folding"), shown in traces and build summaries.
+    fn name(&self) -> &'static str;
+    /// The rewritten network, or `None` when the pass finds nothing to change.
+    fn run(
+        &self,
+        network: &Network,
+        context: &PassContext<'_>,
+    ) -> Result<Option<Network>, PassError>;
+}
+
+/// What one pass did, for tests and build summaries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PassTrace {
+    pub pass: &'static str,
+    /// Layer count before and after.
+    pub layers: (usize, usize),
+    /// IR dumps before and after; equal when the pass changed nothing.
+    pub before: String,
+    pub after: String,
+}
+
+impl PassTrace {
+    pub fn changed(&self) -> bool {
+        self.before != self.after
+    }
+}
+
+/// Passes run in order.
+pub struct Pipeline {
+    pub passes: Vec<Box<dyn Pass>>,
+}
+
+impl std::fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.passes.iter().map(|p| p.name()))
+            .finish()
+    }
+}
+
+impl Default for Pipeline {
+    fn default() -> Pipeline {
+        Pipeline::standard()
+    }
+}
+
+impl Pipeline {
+    /// The builder's pipeline: fold first (static shapes let the pattern matchers see fixed
+    /// dims), recognize patterns before generic fusion (an attention's MatMul must not be
+    /// swallowed by an epilogue first), fuse, and clean up.
+    pub fn standard() -> Pipeline {
+        Pipeline {
+            passes: vec![
+                Box::new(ConstantFolding),
+                Box::new(NoOpRemoval),
+                Box::new(DeadLayerElimination),
+                Box::new(SoftMaxFusion),
+                Box::new(NormalizationFusion),
+                // Layer normalization is RMS normalization of `x - mean`: drop what the
+                // layer-norm match replaced before looking for RMS norms.
+                Box::new(DeadLayerElimination),
+                Box::new(RmsNormalizationFusion),
+                Box::new(GeluFusion),
+                Box::new(AttentionFusion),
+                Box::new(DeadLayerElimination),
+                Box::new(EpilogueFusion),
+                Box::new(PointwiseChainFusion),
+                Box::new(DeadLayerElimination),
+            ],
+        }
+    }
+
+    pub fn new(passes: Vec<Box<dyn Pass>>) -> Pipeline {
+        Pipeline { passes }
+    }
+
+    /// Runs every pass; networks with loops or conditionals only lose dead layers.
+    pub fn run(&self, network: &Network, context: &PassContext<'_>) -> Result<Network, PassError> {
+        self.run_inner(network, context, None)
+    }
+
+    /// Runs every pass and records, per pass, the layer counts and IR dumps around it.
+    pub fn run_traced(
+        &self,
+        network: &Network,
+        context: &PassContext<'_>,
+    ) -> Result<(Network, Vec<PassTrace>), PassError> {
+        let mut traces = Vec::new();
+        let out = self.run_inner(network, context, Some(&mut traces))?;
+        Ok((out, traces))
+    }
+
+    fn run_inner(
+        &self,
+        network: &Network,
+        context: &PassContext<'_>,
+        mut traces: Option<&mut Vec<PassTrace>>,
+    ) -> Result<Network, PassError> {
+        let mut current = network.clone();
+        for pass in &self.passes {
+            let next = pass.run(&current, context)?;
+            if let Some(traces) = traces.as_deref_mut() {
+                let before = current.dump();
+                let after = next.as_ref().map_or_else(|| before.clone(), Network::dump);
+                let layers = (
+                    current.layers().len(),
+                    next.as_ref()
+                        .map_or(current.layers().len(), |n| n.layers().len()),
+                );
+                traces.push(PassTrace {
+                    pass: pass.name(),
+                    layers,
+                    before,
+                    after,
+                });
+            }
+            if let Some(next) = next {
+                current = next;
+            }
+        }
+        Ok(current)
+    }
+}

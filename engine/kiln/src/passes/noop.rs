@@ -1,0 +1,124 @@
+//! No-op removal: Identity, a Cast to the type the tensor already has, a Shuffle that
+//! changes nothing (identity transposes, a reshape to the same fixed shape), and a reshape
+//! of a reshape (the first one's shape is dropped: only the last one counts).
+
+use super::rewrite::{consumers, has_control_flow, known_value, Rebuild};
+use super::{Pass, PassContext, PassError};
+use crate::ir::layer::{LayerKind, ShuffleParams};
+use crate::ir::network::{Network, TensorId};
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoOpRemoval;
+
+impl Pass for NoOpRemoval {
+    fn name(&self) -> &'static str {
+        "no-op-removal"
+    }
+
+    fn run(&self, network: &Network, _: &PassContext<'_>) -> Result<Option<Network>, PassError> {
+        if has_control_flow(network) {
+            return Ok(None);
+        }
+        let readers = consumers(network);
+        let mut rb = Rebuild::new(network)?;
+        let mut changed = false;
+        for (i, l) in network.layers().iter().enumerate() {
+            let Some(&out) = l.outputs.first() else {
+                rb.keep(i)?;
+                continue;
+            };
+            // A network output keeps its producer: its name and format live on it.
+            let is_output = network.outputs().contains(&out);
+            if !is_output && is_noop(network, &l.kind, &l.inputs, out) {
+                let src = l.inputs[0].ok_or_else(|| {
+                    PassError::Internal(format!("no-op `{}` has no input", l.name))
+                })?;
+                let to = rb.get(src)?;
+                rb.alias(out, to);
+                changed = true;
+                continue;
+            }
+            if let Some((kind, inputs)) = merged_reshape(network, &readers, &l.kind, &l.inputs) {
+                let inputs = rb.get_slots(&inputs)?;
+                rb.add(&l.name, kind, inputs, &l.outputs)?;
+                changed = true;
+                continue;
+            }
+            rb.keep(i)?;
+        }
+        if !changed {
+            return Ok(None);
+        }
+        Ok(Some(rb.finish()?))
+    }
+}
+
+fn is_noop(net: &Network, kind: &LayerKind, inputs: &[Option<TensorId>], out: TensorId) -> bool {
+    let Some(Some(x)) = inputs.first() else {
+        return false;
+    };
+    let (x, y) = (net.tensor(*x), net.tensor(out));
+    let same = x.dtype == y.dtype && x.shape.as_fixed().is_some() && x.shape == y.shape;
+    match kind {
+        LayerKind::Identity => x.dtype == y.dtype && x.shape == y.shape,
+        LayerKind::Cast { to } => *to == x.dtype && x.shape == y.shape,
+        LayerKind::Shuffle(p) => {
+            let identity = |perm: &[usize]| perm.iter().enumerate().all(|(i, &p)| i == p);
+            same && identity(&p.first_transpose) && identity(&p.second_transpose)
+        }
+        _ => false,
+    }
+}
+
+/// A plain reshape reading the output of another plain reshape that nothing else reads:
+/// reshape the first one's input directly.
+fn merged_reshape(
+    net: &Network,
+    readers: &[Vec<(usize, usize)>],
+    kind: &LayerKind,
+    inputs: &[Option<TensorId>],
+) -> Option<(LayerKind, Vec<Option<TensorId>>)> {
+    let LayerKind::Shuffle(outer) = kind else {
+        return None;
+    };
+    if !is_plain_reshape(outer) {
+        return None;
+    }
+    let mid = (*inputs.first()?)?;
+    if readers[mid.0].len() != 1 || net.outputs().contains(&mid) {
+        return None;
+    }
+    let (producer, _) = net.tensor(mid).producer?;
+    let inner = net.layer(producer);
+    let LayerKind::Shuffle(p) = &inner.kind else {
+        return None;
+    };
+    // The first reshape's dims are irrelevant, but a run-time dims input must not be
+    // dropped silently: only merge when it is absent or known.
+    let inner_dims_known = inner
+        .inputs
+        .get(1)
+        .copied()
+        .flatten()
+        .is_none_or(|t| known_value(net, t).is_some());
+    // A `0` placeholder in the outer dims copies a dim of the first reshape's output,
+    // which the merged layer no longer sees.
+    let outer_dims = match inputs.get(1).copied().flatten() {
+        Some(t) => known_value(net, t)?.to_i64_vec()?,
+        None => outer.reshape.clone()?,
+    };
+    if !is_plain_reshape(p)
+        || !inner_dims_known
+        || outer.zero_is_placeholder && outer_dims.contains(&0)
+    {
+        return None;
+    }
+    let mut new_inputs = vec![inner.inputs[0]];
+    new_inputs.extend(inputs.iter().skip(1).copied());
+    Some((kind.clone(), new_inputs))
+}
+
+/// A Shuffle that only reshapes.
+fn is_plain_reshape(p: &ShuffleParams) -> bool {
+    p.first_transpose.is_empty() && p.second_transpose.is_empty()
+}
