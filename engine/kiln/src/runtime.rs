@@ -6,6 +6,7 @@
 
 mod buffer;
 mod context;
+mod fold;
 pub mod shapes;
 mod stream;
 

@@ -59,18 +59,31 @@ pub fn infer_shapes(network: &Network, inputs: &[BoundInput]) -> Result<Vec<Shap
             .collect();
         let outputs = infer_layer(&layer.kind, &facts, &|w| network.weights_blob(w))
             .map_err(|e| ShapeInferenceFailure { layer: layer.name.clone(), rule: e.rule })?;
-        for (out, &t) in outputs.into_iter().zip(&layer.outputs) {
-            let dims = out
-                .shape
-                .0
-                .into_iter()
-                .map(|d| match &d {
-                    Dim::Named(sym) => named.iter().find(|(s, _)| s == sym).map_or(d, |(_, n)| Dim::Fixed(*n)),
-                    _ => d,
-                })
-                .collect();
-            shapes[t.0] = Shape(dims);
-            values[t.0] = out.value.map(Arc::new);
+        let substitute = |shape: Shape| {
+            Shape(
+                shape
+                    .0
+                    .into_iter()
+                    .map(|d| match &d {
+                        Dim::Named(sym) => named.iter().find(|(s, _)| s == sym).map_or(d, |(_, n)| Dim::Fixed(*n)),
+                        _ => d,
+                    })
+                    .collect(),
+            )
+        };
+        let outputs: Vec<(Shape, Option<HostTensor>, crate::DataType)> =
+            outputs.into_iter().map(|o| (substitute(o.shape), o.value, o.dtype)).collect();
+        let folded = match outputs.as_slice() {
+            [(shape, None, dtype)] => {
+                let known: Vec<Option<&HostTensor>> =
+                    layer.inputs.iter().map(|slot| slot.and_then(|t| values[t.0].as_deref())).collect();
+                super::fold::fold(&layer.kind, &known, *dtype, shape)
+            }
+            _ => None,
+        };
+        for ((shape, value, _), &t) in outputs.into_iter().zip(&layer.outputs) {
+            shapes[t.0] = shape;
+            values[t.0] = value.or_else(|| folded.clone()).map(Arc::new);
         }
     }
     Ok(shapes)
