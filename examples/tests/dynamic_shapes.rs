@@ -100,8 +100,11 @@ fn pytorch(file: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/pytorch").join(file)
 }
 
+/// An output's name, shape and values.
+type NamedArray = (String, Vec<usize>, Vec<f32>);
+
 /// The reference inputs (batch 2) and onnxruntime's outputs.
-fn bert_reference() -> (Vec<i64>, Vec<i64>, Vec<(String, Vec<usize>, Vec<f32>)>) {
+fn bert_reference() -> (Vec<i64>, Vec<i64>, Vec<NamedArray>) {
     let mut npz = npyz::npz::NpzArchive::open(pytorch("bert_torchscript.npz")).expect("open npz");
     let mut int = |name: &str| npz.by_name(name).unwrap().unwrap().into_vec::<i64>().unwrap();
     let (ids, mask) = (int("input_ids"), int("attention_mask"));

@@ -31,6 +31,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
             (engine, backend, Origin::Onnx { import_time, build_time: start.elapsed() }, inputs, input_source)
         }
         Model::Engine { engine, load_time } => {
+            let engine = *engine;
             let (inputs, input_source) = make_inputs(args, engine.network(), engine.profiles().first())?;
             let backend = backends::select_for_engine(&engine, args.backend)?;
             (engine, backend, Origin::EngineFile { load_time }, inputs, input_source)
