@@ -7,8 +7,8 @@
 #![forbid(unsafe_code)]
 
 use kiln::{
-    ActivationKind, DataType, ElementwiseOp, MatrixOp, Network, NetworkError, PoolingKind, PoolingParams, TensorData,
-    TensorId,
+    ActivationKind, DataType, Dim, ElementwiseOp, MatrixOp, Network, NetworkError, PoolingKind, PoolingParams, Shape,
+    TensorData, TensorId,
 };
 
 /// Side of the square MNIST input image.
@@ -69,9 +69,20 @@ pub fn mnist_weights() -> MnistWeights {
 /// → matrix multiply by the transposed `[500, 800]` constant → bias add → ReLU
 /// → fully connected to 10 → softmax.
 pub fn mnist_network(batch: usize) -> Result<Network, NetworkError> {
+    mnist_network_for(Dim::Fixed(batch))
+}
+
+/// [`mnist_network`] with a dynamic batch: input `data` f32 `[N, 1, 28, 28]`, output
+/// `prob` f32 `[N, 10]`; build it with an optimization profile for `data`.
+pub fn mnist_network_dynamic_batch() -> Result<Network, NetworkError> {
+    mnist_network_for(Dim::Named("N".into()))
+}
+
+fn mnist_network_for(batch: Dim) -> Result<Network, NetworkError> {
     let w = mnist_weights();
     let mut net = Network::new("mnist_api");
-    let data = net.add_input("data", DataType::F32, [batch, 1, IMAGE_SIDE, IMAGE_SIDE])?;
+    let side = Dim::Fixed(IMAGE_SIDE);
+    let data = net.add_input("data", DataType::F32, Shape(vec![batch, Dim::Fixed(1), side.clone(), side]))?;
 
     let conv1 =
         net.add_convolution(data, 20, &[5, 5], TensorData::F32(w.conv1_kernel), Some(TensorData::F32(w.conv1_bias)))?;
@@ -82,7 +93,8 @@ pub fn mnist_network(batch: usize) -> Result<Network, NetworkError> {
     let conv2 = net.output(conv2, 0);
     let pool2 = max_pool_2x2(&mut net, conv2)?;
 
-    let flat = net.add_reshape(pool2, &[batch as i64, 800])?;
+    // -1 keeps the batch, fixed or dynamic.
+    let flat = net.add_reshape(pool2, &[-1, 800])?;
     let ip1_kernel = net.add_constant(&[500, 800], TensorData::F32(w.ip1_kernel))?;
     let ip1 =
         net.add_matrix_multiply(net.output(flat, 0), MatrixOp::None, net.output(ip1_kernel, 0), MatrixOp::Transpose)?;

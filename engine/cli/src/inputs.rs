@@ -54,13 +54,17 @@ pub fn from_npz(network: &Network, path: &Path) -> anyhow::Result<HashMap<String
 const MAX_RANDOM_ELEMENTS: usize = 1 << 30;
 
 /// Seeded random inputs: floats uniform in [-1, 1), integers in [0, 10), random bools.
-/// Dims that are not fixed (named or unknown) become 1.
-pub fn random(network: &Network) -> anyhow::Result<HashMap<String, HostTensor>> {
+/// An input's dims come from `dims` when it names the input (checked against the network
+/// by the caller); otherwise dims that are not fixed (named or unknown) become 1.
+pub fn random(network: &Network, dims: &crate::shapes::ShapeList) -> anyhow::Result<HashMap<String, HostTensor>> {
     let mut rng = ChaCha8Rng::seed_from_u64(RANDOM_SEED);
     let mut inputs = HashMap::with_capacity(network.inputs().len());
     for &t in network.inputs() {
         let desc = network.tensor(t);
-        let shape: Vec<usize> = desc.shape.dims().iter().map(|d| if let Dim::Fixed(n) = d { *n } else { 1 }).collect();
+        let shape: Vec<usize> = match dims.get(&desc.name) {
+            Some(given) => given.clone(),
+            None => desc.shape.dims().iter().map(|d| if let Dim::Fixed(n) = d { *n } else { 1 }).collect(),
+        };
         let count = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)).filter(|&n| n <= MAX_RANDOM_ELEMENTS);
         let Some(count) = count else {
             bail!("input `{}` of shape {} is too large for random data: pass it with --inputs", desc.name, desc.shape);

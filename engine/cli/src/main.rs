@@ -10,6 +10,7 @@ mod inputs;
 mod model;
 mod npz;
 mod report;
+mod shapes;
 mod summary;
 
 use backends::BackendChoice;
@@ -49,6 +50,10 @@ pub struct RunArgs {
     /// Writes every network output, keyed by output name, to this (uncompressed) `.npz` file.
     #[arg(long, value_name = "OUT.npz")]
     pub save_outputs: Option<PathBuf>,
+    /// Dims of dynamic inputs, `name:1x3x224x224[,name2:…]`: used for random inputs and
+    /// checked against the `--inputs` arrays; an engine checks them against its profile.
+    #[arg(long, value_name = "SHAPES")]
+    pub shapes: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -61,6 +66,16 @@ pub struct BuildArgs {
     /// The backend to build for; `auto` takes the first available of cuda, wgpu, cpu.
     #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
     pub backend: BackendChoice,
+    /// Smallest dims of the dynamic inputs, `name:1x3x224x224[,name2:…]` (an optimization
+    /// profile; needs --max-shapes).
+    #[arg(long, value_name = "SHAPES")]
+    pub min_shapes: Option<String>,
+    /// Dims to tune for; default: the max shapes.
+    #[arg(long, value_name = "SHAPES")]
+    pub opt_shapes: Option<String>,
+    /// Largest dims of the dynamic inputs.
+    #[arg(long, value_name = "SHAPES")]
+    pub max_shapes: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]

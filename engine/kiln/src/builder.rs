@@ -7,6 +7,7 @@ use crate::error::NetworkError;
 use crate::ir::control::{self, DEFAULT_MAX_TRIP_COUNT};
 use crate::ir::network::{LayerId, Network, TensorId};
 use crate::passes::{PassContext, PassError, Pipeline};
+use crate::profile::{validate_profiles, OptimizationProfile, ProfileError};
 use thiserror::Error;
 
 /// Builder settings. Reduced precision, profiles and the timing cache arrive with the
@@ -19,6 +20,13 @@ pub struct BuilderConfig {
     /// loop becomes an error, not a hang); `None`: [`DEFAULT_MAX_TRIP_COUNT`]. Recorded in
     /// the engine.
     pub max_trip_count: Option<u64>,
+    /// Optimization profiles (min / opt / max shapes of the dynamic inputs); an engine can
+    /// hold several and a context picks one. See [`crate::profile`] for a network with
+    /// dynamic inputs and none.
+    pub profiles: Vec<OptimizationProfile>,
+    /// Most bytes the activation arena may take (at any profile's max shapes); `None`: no
+    /// limit. A plan that needs more fails the build.
+    pub workspace_limit_bytes: Option<u64>,
     /// Whether the optimization passes run ([`crate::passes::Pipeline::standard`]); off,
     /// the network is built as given (dead layers aside), e.g. to compare results.
     pub optimization: Optimization,
@@ -42,6 +50,12 @@ pub enum BuildError {
     Backend(#[from] BackendError),
     #[error(transparent)]
     Pass(#[from] PassError),
+    #[error(transparent)]
+    Profile(#[from] ProfileError),
+    #[error("the network does not infer at the profiles' shapes: {0}")]
+    ProfileShapes(String),
+    #[error("activations need {needed} bytes (profile {profile}) but the workspace limit is {limit} bytes")]
+    WorkspaceLimit { needed: u64, limit: u64, profile: usize },
 }
 
 /// Builds engines for one backend.
@@ -73,6 +87,7 @@ impl<'b> Builder<'b> {
     /// remaining layer, and records the device the engine is for.
     pub fn build(&self, network: &Network, config: &BuilderConfig) -> Result<Engine, BuildError> {
         network.validate()?;
+        validate_profiles(network, &config.profiles)?;
         let device = self.backend.device()?;
         let mut pruned = remove_dead_layers(network);
         if config.optimization == Optimization::Full {
@@ -82,7 +97,19 @@ impl<'b> Builder<'b> {
         let max_trip_count = config.max_trip_count.unwrap_or(DEFAULT_MAX_TRIP_COUNT);
         pruned.control = Some(control::lower(&pruned, max_trip_count)?);
         self.backend.check_support(&pruned)?;
-        Ok(Engine::new(pruned, self.backend.name().to_string(), device, BuildFlags { flags: config.flags.clone() }))
+        let engine = Engine::new(pruned, self.backend.name().to_string(), device, BuildFlags { flags: config.flags.clone() })
+            .with_profiles(config.profiles.clone())
+            .map_err(BuildError::ProfileShapes)?;
+        check_workspace_limit(&engine, config.workspace_limit_bytes)?;
+        Ok(engine)
+    }
+}
+
+fn check_workspace_limit(engine: &Engine, limit: Option<u64>) -> Result<(), BuildError> {
+    let Some(limit) = limit else { return Ok(()) };
+    match engine.memory_plans().iter().enumerate().find(|(_, p)| p.peak_bytes > limit) {
+        Some((profile, p)) => Err(BuildError::WorkspaceLimit { needed: p.peak_bytes, limit, profile }),
+        None => Ok(()),
     }
 }
 

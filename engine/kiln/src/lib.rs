@@ -12,6 +12,8 @@ pub mod engine;
 pub mod error;
 pub mod ir;
 pub mod passes;
+pub mod memory_plan;
+pub mod profile;
 pub mod runtime;
 
 pub use backend::{Backend, BackendError, DeviceFingerprint, Executable};
@@ -24,4 +26,6 @@ pub use ir::layer::*;
 pub use ir::network::{Layer, LayerId, Network, TensorDesc, TensorId};
 pub use ir::shape::{Dim, Shape};
 pub use ir::tensor::{HostTensor, ShapeMismatch, TensorData};
-pub use runtime::{ExecutionContext, RunError};
+pub use memory_plan::MemoryPlan;
+pub use profile::{OptimizationProfile, ProfileError};
+pub use runtime::{Buffer, Event, ExecutionContext, PreparedEngine, RunError, Stream};

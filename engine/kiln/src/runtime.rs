@@ -1,10 +1,22 @@
-//! Running engines: execution contexts bind inputs by name and validate them.
+//! Running engines (TensorRT 10 style): an engine is prepared once on a backend
+//! ([`PreparedEngine`], shared through an `Arc`) and run through any number of
+//! [`ExecutionContext`]s, each with its own optimization profile, input shapes and tensor
+//! buffers, usable from different threads. [`ExecutionContext::enqueue`] runs
+//! asynchronously on a [`Stream`]; [`ExecutionContext::run`] is the one-call convenience.
+
+mod buffer;
+mod context;
+mod fold;
+pub mod shapes;
+mod stream;
+
+pub use buffer::Buffer;
+pub use context::ExecutionContext;
+pub use stream::{Event, Stream};
 
 use crate::backend::{Backend, BackendError, Executable};
 use crate::engine::{Engine, EngineLoadError};
-use crate::ir::shape::Dim;
-use crate::ir::tensor::HostTensor;
-use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use thiserror::Error;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -17,32 +29,65 @@ pub enum RunError {
     MissingInput(String),
     #[error("`{name}` is not an input of this engine (inputs: {expected})")]
     UnknownInput { name: String, expected: String },
+    #[error("`{name}` is not an input or output of this engine (inputs and outputs: {expected})")]
+    UnknownTensor { name: String, expected: String },
     #[error("input `{name}` must be {expected}, got {actual}")]
     InputType { name: String, expected: String, actual: String },
     #[error("input `{name}` has shape {actual:?} but the engine expects {expected}: {reason}")]
     InputShape { name: String, expected: String, actual: Vec<usize>, reason: String },
+    #[error("optimization profile {index} does not exist: the engine has {count}")]
+    NoSuchProfile { index: usize, count: usize },
+    #[error("input `{input}` axis {axis} is {value}, outside [{min}, {max}] of optimization profile {profile}")]
+    ShapeOutOfProfile { input: String, axis: usize, value: usize, min: usize, max: usize, profile: usize },
+    #[error(
+        "shape tensor `{input}` value #{index} is {value}, outside [{min}, {max}] of optimization profile {profile}"
+    )]
+    ShapeValueOutOfProfile { input: String, index: usize, value: i64, min: i64, max: i64, profile: usize },
+    #[error("input `{input}` is not a shape tensor (shape tensors are the inputs a profile gives values for)")]
+    NotAShapeTensor { input: String },
+    #[error("shape tensor `{input}` needs {expected} values, got {actual}")]
+    ShapeValueCount { input: String, expected: usize, actual: usize },
+    #[error("the shape of input `{input}` is not set: call set_input_shape first")]
+    ShapeNotSet { input: String },
+    #[error("the values of shape tensor `{input}` are not set: call set_shape_tensor_values first")]
+    ShapeValuesNotSet { input: String },
+    #[error("no buffer is bound to `{tensor}`: call set_tensor_address first")]
+    AddressNotSet { tensor: String },
+    #[error("the buffer of `{tensor}` has {available} bytes, it needs {needed}")]
+    BufferTooSmall { tensor: String, needed: usize, available: usize },
+    #[error("the buffer of `{tensor}` does not hold valid {dtype} elements")]
+    BufferContents { tensor: String, dtype: String },
+    #[error("shape inference fails at layer `{layer}` for the input shapes set: {rule}")]
+    ShapeInference { layer: String, rule: String },
 }
 
-/// An engine prepared on a backend, ready to run; usable from several threads.
-pub struct ExecutionContext {
+/// An engine checked against a backend's device and prepared on it; shared by every
+/// execution context made from it (`Send + Sync`).
+pub struct PreparedEngine {
     engine: Engine,
     executable: Box<dyn Executable>,
     warnings: Vec<String>,
 }
 
-impl std::fmt::Debug for ExecutionContext {
+impl std::fmt::Debug for PreparedEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ExecutionContext").field("backend", &self.engine.backend()).finish()
+        f.debug_struct("PreparedEngine").field("backend", &self.engine.backend()).finish()
     }
 }
 
-impl ExecutionContext {
-    /// Checks the engine against the backend's device and prepares it.
-    pub fn new(engine: Engine, backend: &dyn Backend) -> Result<ExecutionContext, RunError> {
+impl PreparedEngine {
+    /// Refuses a device the engine was not built for (seed §6.7: warnings for differences
+    /// that only cost performance) and prepares the engine for execution.
+    pub fn new(engine: Engine, backend: &dyn Backend) -> Result<Arc<PreparedEngine>, RunError> {
         let device = backend.device()?;
         let warnings = engine.check_device(&device)?;
         let executable = backend.prepare(engine.network())?;
-        Ok(ExecutionContext { engine, executable, warnings })
+        Ok(Arc::new(PreparedEngine { engine, executable, warnings }))
+    }
+
+    /// A new context on this engine, with profile 0 active and no shapes or buffers set.
+    pub fn create_execution_context(self: &Arc<Self>) -> ExecutionContext {
+        ExecutionContext::from_prepared(Arc::clone(self))
     }
 
     pub fn engine(&self) -> &Engine {
@@ -54,53 +99,7 @@ impl ExecutionContext {
         &self.warnings
     }
 
-    /// Runs the engine. Every network input must be given by name, with the declared type,
-    /// rank and fixed dims; dims with the same name must agree. Returns outputs by name.
-    pub fn run(&self, inputs: &HashMap<String, HostTensor>) -> Result<BTreeMap<String, HostTensor>, RunError> {
-        let net = self.engine.network();
-        let names: Vec<&str> = net.inputs().iter().map(|&t| net.tensor(t).name.as_str()).collect();
-        if let Some(extra) = inputs.keys().find(|k| !names.contains(&k.as_str())) {
-            return Err(RunError::UnknownInput { name: extra.clone(), expected: names.join(", ") });
-        }
-        let mut named_dims: HashMap<&str, (usize, &str)> = HashMap::new();
-        let mut ordered = Vec::with_capacity(names.len());
-        for &t in net.inputs() {
-            let desc = net.tensor(t);
-            let value = inputs.get(&desc.name).ok_or_else(|| RunError::MissingInput(desc.name.clone()))?;
-            if value.dtype() != desc.dtype {
-                return Err(RunError::InputType {
-                    name: desc.name.clone(),
-                    expected: desc.dtype.to_string(),
-                    actual: value.dtype().to_string(),
-                });
-            }
-            let shape_error = |reason: String| RunError::InputShape {
-                name: desc.name.clone(),
-                expected: desc.shape.text(),
-                actual: value.shape().to_vec(),
-                reason,
-            };
-            if value.shape().len() != desc.shape.rank() {
-                return Err(shape_error(format!("rank {} instead of {}", value.shape().len(), desc.shape.rank())));
-            }
-            for (axis, (d, &n)) in desc.shape.dims().iter().zip(value.shape()).enumerate() {
-                match d {
-                    Dim::Fixed(f) if *f != n => return Err(shape_error(format!("axis {axis} must be {f}"))),
-                    Dim::Named(sym) => {
-                        if let Some((prev, who)) = named_dims.insert(sym.as_str(), (n, desc.name.as_str())) {
-                            if prev != n {
-                                return Err(shape_error(format!(
-                                    "dim `{sym}` is {n} here but {prev} in input `{who}`"
-                                )));
-                            }
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            ordered.push(value.clone());
-        }
-        let outputs = self.executable.execute(&ordered)?;
-        Ok(net.outputs().iter().map(|&t| net.tensor(t).name.clone()).zip(outputs).collect())
+    pub(crate) fn executable(&self) -> &dyn Executable {
+        self.executable.as_ref()
     }
 }

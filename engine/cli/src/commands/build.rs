@@ -3,6 +3,7 @@
 use crate::backends;
 use crate::commands::run::build_engine;
 use crate::model;
+use crate::shapes;
 use crate::summary::{self, emit};
 use crate::BuildArgs;
 use anyhow::{bail, Context};
@@ -16,24 +17,56 @@ pub fn build(args: &BuildArgs) -> anyhow::Result<()> {
     let start = Instant::now();
     let network = model::import_onnx(&args.model, &bytes)?;
     let import_time = start.elapsed();
+    let profile = shapes::build_profile(
+        &network,
+        args.min_shapes.as_deref(),
+        args.opt_shapes.as_deref(),
+        args.max_shapes.as_deref(),
+    )?;
+    let config = kiln::BuilderConfig { profiles: profile.into_iter().collect(), ..kiln::BuilderConfig::default() };
     let backend = backends::select(args.backend)?;
     let start = Instant::now();
-    let engine = build_engine(&network, &backend)?;
+    let engine = build_engine(&network, &backend, &config)?;
     let build_time = start.elapsed();
     let engine_file = engine.serialize();
     std::fs::write(&args.output, &engine_file)
         .with_context(|| format!("cannot write engine file `{}`", args.output.display()))?;
 
     emit(&format!(
-        "model:    {}\nbackend:  {}\ndevice:   {}\nlayers:   {}\nweights:  {}\nengine:   {} written to `{}`\nimport:   {}\nbuild:    {}\n",
+        "model:    {}\nbackend:  {}\ndevice:   {}\nlayers:   {}\nweights:  {}\nactivations: {} peak{}\nengine:   {} written to `{}`\nimport:   {}\nbuild:    {}\n",
         args.model.display(),
         backend.describe(),
         backend.device.name,
         engine.network().layers().len(),
         summary::byte_size(engine.weights_bytes()),
+        summary::byte_size(engine.peak_activation_bytes() as usize),
+        profiles_text(&engine),
         summary::byte_size(engine_file.len()),
         args.output.display(),
         summary::duration(import_time),
         summary::duration(build_time),
     ))
+}
+
+/// `, 1 profile: x 1x3x8x8..4x3x8x8` or `` (none), for the summary's activations line.
+fn profiles_text(engine: &kiln::Engine) -> String {
+    let unplanned = engine.memory_plans().iter().map(|p| p.unplanned.len()).max().unwrap_or(0);
+    let mut text = String::new();
+    if !engine.profiles().is_empty() {
+        let ranges: Vec<String> = engine
+            .profiles()
+            .iter()
+            .map(|p| {
+                p.dimension_ranges()
+                    .map(|(name, r)| format!("{name} {}..{}", shapes::text(&r.min), shapes::text(&r.max)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .collect();
+        text += &format!(" over {} profile(s): {}", ranges.len(), ranges.join("; "));
+    }
+    if unplanned > 0 {
+        text += &format!(" (+{unplanned} dynamically sized tensors: give --min-shapes/--max-shapes to bound them)");
+    }
+    text
 }

@@ -3,9 +3,10 @@
 use crate::backends::{self, SelectedBackend};
 use crate::model::{self, Model};
 use crate::summary::{self, emit};
-use crate::{inputs, npz, RunArgs};
+use crate::{inputs, npz, shapes, RunArgs};
 use anyhow::Context;
-use kiln::{Builder, BuilderConfig, Engine, ExecutionContext};
+use kiln::{Builder, BuilderConfig, Engine, ExecutionContext, HostTensor, Network};
+use std::collections::HashMap;
 use std::fmt::Write;
 use std::time::{Duration, Instant};
 
@@ -16,21 +17,25 @@ enum Origin {
 }
 
 pub fn run(args: &RunArgs) -> anyhow::Result<()> {
-    let (engine, backend, origin) = match model::load(&args.model)? {
+    let (engine, backend, origin, inputs, input_source) = match model::load(&args.model)? {
         Model::Onnx { network, import_time } => {
+            let (inputs, input_source) = make_inputs(args, &network, None)?;
             let backend = backends::select(args.backend)?;
             let start = Instant::now();
-            let engine = build_engine(&network, &backend)?;
-            (engine, backend, Origin::Onnx { import_time, build_time: start.elapsed() })
+            // Dynamic inputs: a profile fixed at the shapes this run uses.
+            let config = BuilderConfig {
+                profiles: shapes::exact_profile(&network, &inputs).into_iter().collect(),
+                ..BuilderConfig::default()
+            };
+            let engine = build_engine(&network, &backend, &config)?;
+            (engine, backend, Origin::Onnx { import_time, build_time: start.elapsed() }, inputs, input_source)
         }
         Model::Engine { engine, load_time } => {
+            let engine = *engine;
+            let (inputs, input_source) = make_inputs(args, engine.network(), engine.profiles().first())?;
             let backend = backends::select_for_engine(&engine, args.backend)?;
-            (engine, backend, Origin::EngineFile { load_time })
+            (engine, backend, Origin::EngineFile { load_time }, inputs, input_source)
         }
-    };
-    let (inputs, input_source) = match &args.inputs {
-        Some(path) => (inputs::from_npz(engine.network(), path)?, format!("from `{}`", path.display())),
-        None => (inputs::random(engine.network())?, format!("random, ChaCha8 seed {}", inputs::RANDOM_SEED)),
     };
     let context = ExecutionContext::new(engine, backend.backend.as_ref())
         .with_context(|| format!("cannot prepare the engine on `{}`", backend.name()))?;
@@ -82,9 +87,38 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     emit(&text)
 }
 
-/// Builds with the default configuration; shared with `kiln build`.
-pub fn build_engine(network: &kiln::Network, backend: &SelectedBackend) -> anyhow::Result<Engine> {
+/// The run's inputs (from `--inputs` or random) and where they came from. Dynamic dims
+/// come from `--shapes`, else (random inputs of an engine) from its first profile's opt
+/// dims, else 1.
+fn make_inputs(
+    args: &RunArgs,
+    network: &Network,
+    profile: Option<&kiln::OptimizationProfile>,
+) -> anyhow::Result<(HashMap<String, HostTensor>, String)> {
+    let given = match &args.shapes {
+        Some(text) => shapes::parse("--shapes", text)?,
+        None => shapes::ShapeList::new(),
+    };
+    shapes::check_against_network("--shapes", &given, network)?;
+    match &args.inputs {
+        Some(path) => {
+            let inputs = inputs::from_npz(network, path)?;
+            shapes::check_against_inputs(&given, &inputs, &path.display().to_string())?;
+            Ok((inputs, format!("from `{}`", path.display())))
+        }
+        None => {
+            let mut dims = given;
+            for (name, range) in profile.into_iter().flat_map(|p| p.dimension_ranges()) {
+                dims.entry(name.to_string()).or_insert_with(|| range.opt.clone());
+            }
+            Ok((inputs::random(network, &dims)?, format!("random, ChaCha8 seed {}", inputs::RANDOM_SEED)))
+        }
+    }
+}
+
+/// Builds for one backend; shared with `kiln build`.
+pub fn build_engine(network: &Network, backend: &SelectedBackend, config: &BuilderConfig) -> anyhow::Result<Engine> {
     Builder::new(backend.backend.as_ref())
-        .build(network, &BuilderConfig::default())
+        .build(network, config)
         .with_context(|| format!("cannot build an engine for `{}`", backend.name()))
 }

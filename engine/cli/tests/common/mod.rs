@@ -72,4 +72,3 @@ pub fn read_f32_arrays(path: &Path) -> Vec<(String, Vec<u64>, Vec<f32>)> {
         })
         .collect()
 }
-

@@ -7,6 +7,8 @@ use crate::ir::dtype::DataType;
 use crate::ir::infer::{infer_layer, Fact};
 use crate::ir::network::Network;
 use crate::ir::tensor::{HostTensor, TensorData};
+use crate::memory_plan::{plan_profiles, MemoryPlan};
+use crate::profile::{validate_profiles, OptimizationProfile};
 use format::{BuildFlags, EngineFileError, EngineHeader, SectionKind, KILN_VERSION};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -18,6 +20,11 @@ pub struct Engine {
     backend: String,
     device: DeviceFingerprint,
     build_flags: BuildFlags,
+    /// Optimization profiles; empty when every input is fixed (or none was given).
+    profiles: Vec<OptimizationProfile>,
+    /// The activation arena, one plan per profile (one plan when there is no profile);
+    /// recomputed from the plan on load, never trusted from the file.
+    memory_plans: Vec<MemoryPlan>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -45,11 +52,42 @@ struct WeightsEntry {
 struct PlanSection {
     network: Network,
     weights: Vec<WeightsEntry>,
+    profiles: Vec<OptimizationProfile>,
 }
 
 impl Engine {
     pub(crate) fn new(network: Network, backend: String, device: DeviceFingerprint, build_flags: BuildFlags) -> Engine {
-        Engine { network, backend, device, build_flags }
+        let memory_plans = plan_profiles(&network, &[]).unwrap_or_default();
+        Engine { network, backend, device, build_flags, profiles: Vec::new(), memory_plans }
+    }
+
+    /// Attaches validated optimization profiles and plans the arena for each.
+    pub(crate) fn with_profiles(mut self, profiles: Vec<OptimizationProfile>) -> Result<Engine, String> {
+        validate_profiles(&self.network, &profiles).map_err(|e| e.to_string())?;
+        self.memory_plans = plan_profiles(&self.network, &profiles)
+            .map_err(|f| format!("shape inference at a profile's max shapes fails at layer `{}`: {}", f.layer, f.rule))?;
+        self.profiles = profiles;
+        Ok(self)
+    }
+
+    /// The optimization profiles, in the order the builder config listed them.
+    pub fn profiles(&self) -> &[OptimizationProfile] {
+        &self.profiles
+    }
+
+    pub fn num_optimization_profiles(&self) -> usize {
+        self.profiles.len()
+    }
+
+    /// The activation arena of each profile (a single plan when the engine has none).
+    pub fn memory_plans(&self) -> &[MemoryPlan] {
+        &self.memory_plans
+    }
+
+    /// Device memory the activations need: the largest arena over the profiles. Tensors
+    /// whose size no profile bounds are not included (see [`MemoryPlan::unplanned`]).
+    pub fn peak_activation_bytes(&self) -> u64 {
+        self.memory_plans.iter().map(|p| p.peak_bytes).max().unwrap_or(0)
     }
 
     pub fn network(&self) -> &Network {
@@ -89,7 +127,7 @@ impl Engine {
             });
             weights_bytes.extend_from_slice(&bytes);
         }
-        let plan = PlanSection { network: self.network.clone(), weights: index };
+        let plan = PlanSection { network: self.network.clone(), weights: index, profiles: self.profiles.clone() };
         let plan_bytes = postcard::to_stdvec(&plan).expect("serializing plain data cannot fail");
         let header = EngineHeader {
             kiln_version: KILN_VERSION.to_string(),
@@ -126,7 +164,9 @@ impl Engine {
         network.check_structure().map_err(EngineLoadError::InvalidPlan)?;
         network.set_weights(weights).map_err(EngineLoadError::InvalidPlan)?;
         recheck_plan(&network).map_err(EngineLoadError::InvalidPlan)?;
-        Ok(Engine { network, backend: header.backend, device: header.device, build_flags: header.build_flags })
+        Engine::new(network, header.backend, header.device, header.build_flags)
+            .with_profiles(plan.profiles)
+            .map_err(EngineLoadError::InvalidPlan)
     }
 
     /// Refuses a device whose backend or compute capability differs from the engine's;

@@ -150,12 +150,14 @@ impl Network {
         bias: Option<TensorData>,
     ) -> Result<LayerId, NetworkError> {
         let name = self.next_name("FullyConnected");
-        let dims = self.tensor(input).shape.as_fixed().ok_or_else(|| NetworkError::Layer {
+        // The batch (first) dim may be dynamic; the others size the kernel.
+        let shape = &self.tensor(input).shape;
+        let k = shape.dims().iter().skip(1).try_fold(1usize, |acc, d| d.fixed().and_then(|d| acc.checked_mul(d)));
+        let k = k.filter(|_| shape.rank() >= 1).ok_or_else(|| NetworkError::Layer {
             layer: name.clone(),
             tensor: self.tensor(input).name.clone(),
-            rule: "fully connected needs a fixed input shape to size its kernel".into(),
+            rule: "fully connected needs fixed dims after the first to size its kernel".into(),
         })?;
-        let k: usize = dims.iter().skip(1).product();
         let flat = self.add_layer(
             &format!("{name} flatten"),
             LayerKind::Shuffle(ShuffleParams { reshape: Some(vec![0, -1]), zero_is_placeholder: true, ..Default::default() }),

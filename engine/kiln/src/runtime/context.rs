@@ -1,0 +1,408 @@
+//! Execution contexts: per-run state (active profile, input shapes, shape-tensor values,
+//! tensor buffers) over a shared prepared engine.
+
+use super::shapes::{dims_with_wildcards, infer_shapes, BoundInput};
+use super::stream::{Event, Job, Stream};
+use super::{Buffer, PreparedEngine, RunError};
+use crate::backend::Backend;
+use crate::engine::Engine;
+use crate::ir::network::{Network, TensorId};
+use crate::ir::shape::{Dim, Shape};
+use crate::ir::tensor::HostTensor;
+use crate::memory_plan::shape_tensor;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// One line of execution over a prepared engine. `Send`: move it to the thread that runs
+/// it; make one context per thread to run an engine concurrently.
+pub struct ExecutionContext {
+    prepared: Arc<PreparedEngine>,
+    profile: usize,
+    /// Per network input (in input order): the dims set, or the declared ones when fixed.
+    shapes: Vec<Option<Vec<usize>>>,
+    /// Per network input: the values of a shape tensor.
+    shape_values: Vec<Option<Vec<i64>>>,
+    addresses: HashMap<String, Buffer>,
+}
+
+impl std::fmt::Debug for ExecutionContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecutionContext")
+            .field("backend", &self.engine().backend())
+            .field("profile", &self.profile)
+            .field("shapes", &self.shapes)
+            .finish()
+    }
+}
+
+impl ExecutionContext {
+    /// Prepares an engine on a backend and opens one context on it (see [`PreparedEngine`]
+    /// for several contexts sharing one engine).
+    pub fn new(engine: Engine, backend: &dyn Backend) -> Result<ExecutionContext, RunError> {
+        Ok(PreparedEngine::new(engine, backend)?.create_execution_context())
+    }
+
+    pub(crate) fn from_prepared(prepared: Arc<PreparedEngine>) -> ExecutionContext {
+        let net = prepared.engine().network();
+        let shapes = net.inputs().iter().map(|&t| net.tensor(t).shape.as_fixed()).collect();
+        let shape_values = vec![None; net.inputs().len()];
+        ExecutionContext { prepared, profile: 0, shapes, shape_values, addresses: HashMap::new() }
+    }
+
+    pub fn engine(&self) -> &Engine {
+        self.prepared.engine()
+    }
+
+    pub fn prepared_engine(&self) -> &Arc<PreparedEngine> {
+        &self.prepared
+    }
+
+    /// Device differences that may cost performance (seed §6.7).
+    pub fn warnings(&self) -> &[String] {
+        self.prepared.warnings()
+    }
+
+    fn network(&self) -> &Network {
+        self.prepared.engine().network()
+    }
+
+    pub fn optimization_profile(&self) -> usize {
+        self.profile
+    }
+
+    /// Makes profile `index` active. Dynamic input shapes and shape-tensor values set
+    /// before are cleared: they must be set again within the new profile's bounds.
+    pub fn set_optimization_profile(&mut self, index: usize) -> Result<(), RunError> {
+        let count = self.engine().num_optimization_profiles();
+        if index >= count.max(1) {
+            return Err(RunError::NoSuchProfile { index, count });
+        }
+        self.profile = index;
+        let net = self.prepared.engine().network();
+        self.shapes = net.inputs().iter().map(|&t| net.tensor(t).shape.as_fixed()).collect();
+        self.shape_values.iter_mut().for_each(|v| *v = None);
+        Ok(())
+    }
+
+    fn input_index(&self, name: &str) -> Result<usize, RunError> {
+        let net = self.network();
+        net.inputs().iter().position(|&t| net.tensor(t).name == name).ok_or_else(|| RunError::UnknownInput {
+            name: name.to_string(),
+            expected: net.inputs().iter().map(|&t| net.tensor(t).name.as_str()).collect::<Vec<_>>().join(", "),
+        })
+    }
+
+    /// Sets the dims of input `name` for the next runs. They must have the declared rank,
+    /// equal the declared fixed dims and lie within the active profile's min and max.
+    pub fn set_input_shape(&mut self, name: &str, dims: &[usize]) -> Result<(), RunError> {
+        let index = self.input_index(name)?;
+        self.check_input_dims(index, dims)?;
+        self.shapes[index] = Some(dims.to_vec());
+        Ok(())
+    }
+
+    /// Sets the values of shape-tensor input `name` (one the profiles give value ranges
+    /// for); they must lie within the active profile's min and max. Shape tensors take
+    /// their values from here, not from a bound buffer.
+    pub fn set_shape_tensor_values(&mut self, name: &str, values: &[i64]) -> Result<(), RunError> {
+        let index = self.input_index(name)?;
+        self.check_shape_values(index, values)?;
+        self.shape_values[index] = Some(values.to_vec());
+        Ok(())
+    }
+
+    /// Whether every input's shape (and every shape tensor's values) is known.
+    pub fn all_input_shapes_specified(&self) -> bool {
+        self.shapes.iter().all(Option::is_some)
+            && (0..self.shapes.len()).all(|i| !self.is_shape_tensor(i) || self.shape_values[i].is_some())
+    }
+
+    fn is_shape_tensor(&self, index: usize) -> bool {
+        let net = self.network();
+        let name = &net.tensor(net.inputs()[index]).name;
+        self.engine().profiles().first().is_some_and(|p| p.shape_values(name).is_some())
+    }
+
+    fn check_input_dims(&self, index: usize, dims: &[usize]) -> Result<(), RunError> {
+        let net = self.network();
+        let desc = net.tensor(net.inputs()[index]);
+        let shape_error = |reason: String| RunError::InputShape {
+            name: desc.name.clone(),
+            expected: desc.shape.text(),
+            actual: dims.to_vec(),
+            reason,
+        };
+        if dims.len() != desc.shape.rank() {
+            return Err(shape_error(format!("rank {} instead of {}", dims.len(), desc.shape.rank())));
+        }
+        for (axis, (d, &n)) in desc.shape.dims().iter().zip(dims).enumerate() {
+            if let Dim::Fixed(f) = d {
+                if *f != n {
+                    return Err(shape_error(format!("axis {axis} must be {f}")));
+                }
+            }
+        }
+        if let Some(range) = self.engine().profiles().get(self.profile).and_then(|p| p.dimensions(&desc.name)) {
+            for (axis, &n) in dims.iter().enumerate() {
+                let (min, max) = (range.min[axis], range.max[axis]);
+                if n < min || n > max {
+                    return Err(RunError::ShapeOutOfProfile {
+                        input: desc.name.clone(),
+                        axis,
+                        value: n,
+                        min,
+                        max,
+                        profile: self.profile,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn check_shape_values(&self, index: usize, values: &[i64]) -> Result<(), RunError> {
+        let net = self.network();
+        let name = net.tensor(net.inputs()[index]).name.clone();
+        let Some(range) = self.engine().profiles().get(self.profile).and_then(|p| p.shape_values(&name)) else {
+            return Err(RunError::NotAShapeTensor { input: name });
+        };
+        if values.len() != range.min.len() {
+            return Err(RunError::ShapeValueCount { input: name, expected: range.min.len(), actual: values.len() });
+        }
+        for (i, &v) in values.iter().enumerate() {
+            let (min, max) = (range.min[i], range.max[i]);
+            if v < min || v > max {
+                return Err(RunError::ShapeValueOutOfProfile {
+                    input: name,
+                    index: i,
+                    value: v,
+                    min,
+                    max,
+                    profile: self.profile,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Inputs bound so far, for inference; `Err` names the first input not yet set.
+    fn bound_inputs(&self) -> Result<Vec<BoundInput>, RunError> {
+        let net = self.network();
+        let mut bound = Vec::with_capacity(self.shapes.len());
+        for (i, &t) in net.inputs().iter().enumerate() {
+            let desc = net.tensor(t);
+            let dims = self.shapes[i].clone().ok_or_else(|| RunError::ShapeNotSet { input: desc.name.clone() })?;
+            let value = match (self.is_shape_tensor(i), &self.shape_values[i]) {
+                (false, _) => None,
+                (true, None) => return Err(RunError::ShapeValuesNotSet { input: desc.name.clone() }),
+                (true, Some(v)) => {
+                    Some(shape_tensor(desc.dtype, &dims, v).ok_or_else(|| RunError::ShapeValueCount {
+                        input: desc.name.clone(),
+                        expected: dims.iter().product(),
+                        actual: v.len(),
+                    })?)
+                }
+            };
+            bound.push(BoundInput { tensor: t, dims, value });
+        }
+        check_named_dims(net, &bound)?;
+        Ok(bound)
+    }
+
+    /// Every tensor's shape for the inputs set (all must be set).
+    fn inferred_shapes(&self) -> Result<(Vec<BoundInput>, Vec<Shape>), RunError> {
+        let bound = self.bound_inputs()?;
+        let shapes = infer_shapes(self.network(), &bound)
+            .map_err(|f| RunError::ShapeInference { layer: f.layer, rule: f.rule })?;
+        Ok((bound, shapes))
+    }
+
+    /// The dims of an input or output, TensorRT style: -1 for a dim not known yet. Output
+    /// dims come from shape inference once every input shape is set (a dim that depends on
+    /// data stays -1).
+    pub fn tensor_shape(&self, name: &str) -> Result<Vec<i64>, RunError> {
+        let t = self.io_tensor(name)?;
+        let net = self.network();
+        if let Some(i) = net.inputs().iter().position(|&x| x == t) {
+            return Ok(match &self.shapes[i] {
+                Some(d) => d.iter().map(|&n| n as i64).collect(),
+                None => dims_with_wildcards(&net.tensor(t).shape),
+            });
+        }
+        if !self.all_input_shapes_specified() {
+            return Ok(dims_with_wildcards(&net.tensor(t).shape));
+        }
+        let (_, shapes) = self.inferred_shapes()?;
+        Ok(dims_with_wildcards(&shapes[t.0]))
+    }
+
+    fn io_tensor(&self, name: &str) -> Result<TensorId, RunError> {
+        let net = self.network();
+        net.inputs().iter().chain(net.outputs()).copied().find(|&t| net.tensor(t).name == name).ok_or_else(|| {
+            RunError::UnknownTensor {
+                name: name.to_string(),
+                expected: net
+                    .inputs()
+                    .iter()
+                    .chain(net.outputs())
+                    .map(|&t| net.tensor(t).name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            }
+        })
+    }
+
+    /// Binds the buffer an input is read from or an output written to.
+    pub fn set_tensor_address(&mut self, name: &str, buffer: Buffer) -> Result<(), RunError> {
+        self.io_tensor(name)?;
+        self.addresses.insert(name.to_string(), buffer);
+        Ok(())
+    }
+
+    /// The address of the buffer bound to `name`, if any.
+    pub fn tensor_address(&self, name: &str) -> Option<u64> {
+        self.addresses.get(name).map(Buffer::address)
+    }
+
+    /// Runs the engine asynchronously on `stream` with the shapes and buffers set: inputs
+    /// are read from their buffers, outputs written to theirs. `input_consumed` (seed
+    /// §6.11) is reset now and signalled once the inputs have been read; from then on the
+    /// input buffers may be refilled. Errors found now (shapes, buffers, sizes) are
+    /// returned; errors while running come from [`Stream::synchronize`].
+    pub fn enqueue(&self, stream: &Stream, input_consumed: Option<&Event>) -> Result<(), RunError> {
+        let (bound, shapes) = self.inferred_shapes()?;
+        let net = self.network();
+        let mut inputs: Vec<(BoundInput, Option<Buffer>)> = Vec::with_capacity(bound.len());
+        for b in bound {
+            let desc = net.tensor(b.tensor);
+            if b.value.is_some() {
+                inputs.push((b, None));
+                continue;
+            }
+            let buffer = self.buffer(&desc.name)?;
+            let needed = b.dims.iter().product::<usize>() * desc.dtype.size_bytes();
+            if buffer.len() < needed {
+                return Err(RunError::BufferTooSmall { tensor: desc.name.clone(), needed, available: buffer.len() });
+            }
+            inputs.push((b, Some(buffer)));
+        }
+        let mut outputs = Vec::with_capacity(net.outputs().len());
+        for &t in net.outputs() {
+            let desc = net.tensor(t);
+            let buffer = self.buffer(&desc.name)?;
+            if let Some(volume) = shapes[t.0].volume() {
+                let needed = volume * desc.dtype.size_bytes();
+                if buffer.len() < needed {
+                    return Err(RunError::BufferTooSmall {
+                        tensor: desc.name.clone(),
+                        needed,
+                        available: buffer.len(),
+                    });
+                }
+            }
+            outputs.push((desc.name.clone(), buffer));
+        }
+        let prepared = Arc::clone(&self.prepared);
+        let event = input_consumed.cloned();
+        if let Some(e) = &event {
+            e.reset();
+        }
+        let job: Job = Box::new(move || {
+            let read = read_inputs(prepared.engine().network(), inputs);
+            if let Some(e) = &event {
+                e.signal();
+            }
+            let values = prepared.executable().execute(&read?)?;
+            for (value, (name, buffer)) in values.iter().zip(&outputs) {
+                if !buffer.write_tensor(value) {
+                    return Err(RunError::BufferTooSmall {
+                        tensor: name.clone(),
+                        needed: value.size_bytes(),
+                        available: buffer.len(),
+                    });
+                }
+            }
+            Ok(())
+        });
+        stream.submit(job)
+    }
+
+    fn buffer(&self, name: &str) -> Result<Buffer, RunError> {
+        self.addresses.get(name).cloned().ok_or_else(|| RunError::AddressNotSet { tensor: name.to_string() })
+    }
+
+    /// Runs the engine once, synchronously, on host tensors. Every network input must be
+    /// given by name, with the declared type, rank and fixed dims, within the active
+    /// profile; dims with the same name must agree. Returns outputs by name. The context's
+    /// set shapes and buffers are neither used nor changed.
+    pub fn run(&self, inputs: &HashMap<String, HostTensor>) -> Result<BTreeMap<String, HostTensor>, RunError> {
+        let net = self.network();
+        let names: Vec<&str> = net.inputs().iter().map(|&t| net.tensor(t).name.as_str()).collect();
+        if let Some(extra) = inputs.keys().find(|k| !names.contains(&k.as_str())) {
+            return Err(RunError::UnknownInput { name: extra.clone(), expected: names.join(", ") });
+        }
+        let mut ordered = Vec::with_capacity(names.len());
+        let mut bound = Vec::with_capacity(names.len());
+        for (i, &t) in net.inputs().iter().enumerate() {
+            let desc = net.tensor(t);
+            let value = inputs.get(&desc.name).ok_or_else(|| RunError::MissingInput(desc.name.clone()))?;
+            if value.dtype() != desc.dtype {
+                return Err(RunError::InputType {
+                    name: desc.name.clone(),
+                    expected: desc.dtype.to_string(),
+                    actual: value.dtype().to_string(),
+                });
+            }
+            self.check_input_dims(i, value.shape())?;
+            if self.is_shape_tensor(i) {
+                let values = value.to_i64_vec().unwrap_or_default();
+                self.check_shape_values(i, &values)?;
+            }
+            bound.push(BoundInput { tensor: t, dims: value.shape().to_vec(), value: None });
+            ordered.push(value.clone());
+        }
+        check_named_dims(net, &bound)?;
+        let outputs = self.prepared.executable().execute(&ordered)?;
+        Ok(net.outputs().iter().map(|&t| net.tensor(t).name.clone()).zip(outputs).collect())
+    }
+}
+
+/// Inputs that share a named dim must agree on its length.
+fn check_named_dims(net: &Network, bound: &[BoundInput]) -> Result<(), RunError> {
+    let mut named: HashMap<&str, (usize, &str)> = HashMap::new();
+    for b in bound {
+        let desc = net.tensor(b.tensor);
+        for (d, &n) in desc.shape.dims().iter().zip(&b.dims) {
+            if let Dim::Named(sym) = d {
+                if let Some((prev, who)) = named.insert(sym.as_str(), (n, desc.name.as_str())) {
+                    if prev != n {
+                        return Err(RunError::InputShape {
+                            name: desc.name.clone(),
+                            expected: desc.shape.text(),
+                            actual: b.dims.clone(),
+                            reason: format!("dim `{sym}` is {n} here but {prev} in input `{who}`"),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The input values for one run: read from their buffers, or the shape-tensor values.
+fn read_inputs(net: &Network, inputs: Vec<(BoundInput, Option<Buffer>)>) -> Result<Vec<HostTensor>, RunError> {
+    inputs
+        .into_iter()
+        .map(|(b, buffer)| {
+            let desc = net.tensor(b.tensor);
+            match (b.value, buffer) {
+                (Some(v), _) => Ok(v),
+                (None, Some(buffer)) => buffer.read_tensor(desc.dtype, &b.dims).ok_or_else(|| {
+                    RunError::BufferContents { tensor: desc.name.clone(), dtype: desc.dtype.to_string() }
+                }),
+                (None, None) => Err(RunError::AddressNotSet { tensor: desc.name.clone() }),
+            }
+        })
+        .collect()
+}
