@@ -2,7 +2,10 @@
 //! mini-BERT (TorchScript and dynamo exporters). An optimized engine must give the same
 //! outputs as an unoptimized one, and the fusions the models invite must happen.
 
-use kiln::{Builder, BuilderConfig, ExecutionContext, HostTensor, LayerKind, Network, Optimization, TensorData};
+use kiln::{
+    Builder, BuilderConfig, ExecutionContext, HostTensor, LayerKind, Network, Optimization,
+    TensorData,
+};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -17,7 +20,10 @@ fn inputs_for(net: &Network, npz: Option<&Path>) -> HashMap<String, HostTensor> 
     for &t in net.inputs() {
         let d = net.tensor(t);
         if let Some(archive) = archive.as_mut() {
-            let npy = archive.by_name(&d.name).expect("read").expect("input array");
+            let npy = archive
+                .by_name(&d.name)
+                .expect("read")
+                .expect("input array");
             let shape: Vec<usize> = npy.shape().iter().map(|&x| x as usize).collect();
             let data = match npy.dtype().descr().trim_matches('\'') {
                 "<f4" => TensorData::F32(npy.into_vec::<f32>().expect("f32")),
@@ -29,7 +35,10 @@ fn inputs_for(net: &Network, npz: Option<&Path>) -> HashMap<String, HostTensor> 
             let shape = d.shape.as_fixed().expect("fixed input shape");
             let n: usize = shape.iter().product();
             let values = (0..n).map(|i| ((i * 37 % 101) as f32) / 101.0).collect();
-            out.insert(d.name.clone(), HostTensor::from_f32(shape, values).expect("shape"));
+            out.insert(
+                d.name.clone(),
+                HostTensor::from_f32(shape, values).expect("shape"),
+            );
         }
     }
     out
@@ -41,13 +50,27 @@ struct Built {
     outputs: std::collections::BTreeMap<String, HostTensor>,
 }
 
-fn build_and_run(net: &Network, inputs: &HashMap<String, HostTensor>, optimization: Optimization) -> Built {
+fn build_and_run(
+    net: &Network,
+    inputs: &HashMap<String, HostTensor>,
+    optimization: Optimization,
+) -> Built {
     let backend = kiln_cpu::CpuBackend::new();
-    let config = BuilderConfig { optimization, ..BuilderConfig::default() };
+    let config = BuilderConfig {
+        optimization,
+        ..BuilderConfig::default()
+    };
     let engine = Builder::new(&backend).build(net, &config).expect("build");
     let network = engine.network().clone();
-    let outputs = ExecutionContext::new(engine, &backend).expect("prepare").run(inputs).expect("run");
-    Built { layers: network.layers().len(), network, outputs }
+    let outputs = ExecutionContext::new(engine, &backend)
+        .expect("prepare")
+        .run(inputs)
+        .expect("run");
+    Built {
+        layers: network.layers().len(),
+        network,
+        outputs,
+    }
 }
 
 fn count(net: &Network, pred: impl Fn(&LayerKind) -> bool) -> usize {
@@ -70,7 +93,10 @@ fn compare(model: &str, path: &Path, npz: Option<&Path>) -> Network {
         fused.layers,
         computing(&fused.network)
     );
-    assert!(fused.layers < plain.layers, "{model}: optimization removed no layer");
+    assert!(
+        fused.layers < plain.layers,
+        "{model}: optimization removed no layer"
+    );
     for (name, want) in &plain.outputs {
         let got = &fused.outputs[name];
         assert_eq!(got.shape(), want.shape(), "{model}/{name}");
@@ -80,21 +106,29 @@ fn compare(model: &str, path: &Path, npz: Option<&Path>) -> Network {
             .zip(want.to_f64_vec())
             .map(|(a, e)| (a - e).abs() / (1.0 + e.abs()))
             .fold(0.0, f64::max);
-        assert!(worst < 1e-5, "{model}/{name}: optimized differs from unoptimized by {worst}");
+        assert!(
+            worst < 1e-5,
+            "{model}/{name}: optimized differs from unoptimized by {worst}"
+        );
     }
     fused.network
 }
 
 fn pytorch(model: &str) -> Network {
     let dir = repo().join("tests/data/pytorch");
-    compare(model, &dir.join(format!("{model}.onnx")), Some(&dir.join(format!("{model}.npz"))))
+    compare(
+        model,
+        &dir.join(format!("{model}.onnx")),
+        Some(&dir.join(format!("{model}.npz"))),
+    )
 }
 
 fn fused_convolutions_with_relu(net: &Network) -> usize {
     count(net, |k| match k {
         LayerKind::Fused(p) => {
             matches!(p.anchor, kiln::FusedAnchor::Convolution(_))
-                && p.epilogue.contains(&kiln::PostOp::Activation(kiln::ActivationKind::Relu))
+                && p.epilogue
+                    .contains(&kiln::PostOp::Activation(kiln::ActivationKind::Relu))
         }
         _ => false,
     })
@@ -103,17 +137,31 @@ fn fused_convolutions_with_relu(net: &Network) -> usize {
 #[test]
 fn mnist_matches_and_fuses_the_fully_connected_layers() {
     let net = compare("mnist", &repo().join("examples/models/mnist.onnx"), None);
-    let fc = net.layers().iter().find(|l| l.name == "MatMul5 + Add6 + Relu7").expect("fc1 + bias + relu fused");
+    let fc = net
+        .layers()
+        .iter()
+        .find(|l| l.name == "MatMul5 + Add6 + Relu7")
+        .expect("fc1 + bias + relu fused");
     assert!(matches!(&fc.kind, LayerKind::Fused(p) if p.epilogue.len() == 2));
-    assert!(net.layers().iter().any(|l| l.name == "Gemm8/matmul + Gemm8"));
+    assert!(net
+        .layers()
+        .iter()
+        .any(|l| l.name == "Gemm8/matmul + Gemm8"));
 }
 
 fn check_cnn(model: &str) {
     let net = pytorch(model);
-    assert!(fused_convolutions_with_relu(&net) >= 3, "{model}: conv + bias + relu fusions missing\n{}", net.dump());
+    assert!(
+        fused_convolutions_with_relu(&net) >= 3,
+        "{model}: conv + bias + relu fusions missing\n{}",
+        net.dump()
+    );
     // The residual add and the relu after it join the second convolution of the block.
     assert!(
-        count(&net, |k| matches!(k, LayerKind::Fused(p) if p.epilogue.len() >= 2 && matches!(p.anchor, kiln::FusedAnchor::Convolution(_)))) >= 1,
+        count(
+            &net,
+            |k| matches!(k, LayerKind::Fused(p) if p.epilogue.len() >= 2 && matches!(p.anchor, kiln::FusedAnchor::Convolution(_)))
+        ) >= 1,
         "{model}: conv + residual add + relu not fused\n{}",
         net.dump()
     );
@@ -134,13 +182,27 @@ fn check_bert(model: &str) {
     let attention = count(&net, |k| matches!(k, LayerKind::Attention(_)));
     let norms = count(&net, |k| matches!(k, LayerKind::Normalization { .. }));
     let gelu = count(&net, |k| match k {
-        LayerKind::Fused(p) => p.epilogue.contains(&kiln::PostOp::Activation(kiln::ActivationKind::GeluErf)),
+        LayerKind::Fused(p) => p
+            .epilogue
+            .contains(&kiln::PostOp::Activation(kiln::ActivationKind::GeluErf)),
         LayerKind::Activation { kind } => *kind == kiln::ActivationKind::GeluErf,
         _ => false,
     });
     let softmax = count(&net, |k| matches!(k, LayerKind::SoftMax { .. }));
-    let decomposed = count(&net, |k| matches!(k, LayerKind::Unary { op: kiln::UnaryOp::Erf }));
-    assert_eq!((attention, gelu, norms, softmax, decomposed), (2, 2, 5, 0, 0), "{model}:\n{}", net.dump());
+    let decomposed = count(&net, |k| {
+        matches!(
+            k,
+            LayerKind::Unary {
+                op: kiln::UnaryOp::Erf
+            }
+        )
+    });
+    assert_eq!(
+        (attention, gelu, norms, softmax, decomposed),
+        (2, 2, 5, 0, 0),
+        "{model}:\n{}",
+        net.dump()
+    );
 }
 
 #[test]

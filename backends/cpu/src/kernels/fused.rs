@@ -121,17 +121,56 @@ pub fn attention(
 }
 
 /// `x / sqrt(mean(x²) + epsilon) * scale`, step by step as the recognized graph computed it.
-pub fn rms_normalization(inputs: &[Option<&HostTensor>], axes: &[usize], epsilon: f32) -> Result<HostTensor, String> {
-    let get = |i: usize| inputs.get(i).copied().flatten().ok_or_else(|| format!("input {i} is required"));
+pub fn rms_normalization(
+    inputs: &[Option<&HostTensor>],
+    axes: &[usize],
+    epsilon: f32,
+) -> Result<HostTensor, String> {
+    let get = |i: usize| {
+        inputs
+            .get(i)
+            .copied()
+            .flatten()
+            .ok_or_else(|| format!("input {i} is required"))
+    };
     let (x, scale) = (get(0)?, get(1)?);
-    let square = step(&LayerKind::Elementwise { op: ElementwiseOp::Prod }, &[Some(x), Some(x)])?;
-    let mean = LayerKind::Reduce { op: kiln::ReduceOp::Mean, axes: axes.to_vec(), keep_dims: true };
+    let square = step(
+        &LayerKind::Elementwise {
+            op: ElementwiseOp::Prod,
+        },
+        &[Some(x), Some(x)],
+    )?;
+    let mean = LayerKind::Reduce {
+        op: kiln::ReduceOp::Mean,
+        axes: axes.to_vec(),
+        keep_dims: true,
+    };
     let mean = step(&mean, &[Some(&square)])?;
     let eps = scalar(epsilon, x.dtype())?;
-    let shifted = step(&LayerKind::Elementwise { op: ElementwiseOp::Sum }, &[Some(&mean), Some(&eps)])?;
-    let root = step(&LayerKind::Unary { op: kiln::UnaryOp::Sqrt }, &[Some(&shifted)])?;
-    let normalized = step(&LayerKind::Elementwise { op: ElementwiseOp::Div }, &[Some(x), Some(&root)])?;
-    step(&LayerKind::Elementwise { op: ElementwiseOp::Prod }, &[Some(&normalized), Some(scale)])
+    let shifted = step(
+        &LayerKind::Elementwise {
+            op: ElementwiseOp::Sum,
+        },
+        &[Some(&mean), Some(&eps)],
+    )?;
+    let root = step(
+        &LayerKind::Unary {
+            op: kiln::UnaryOp::Sqrt,
+        },
+        &[Some(&shifted)],
+    )?;
+    let normalized = step(
+        &LayerKind::Elementwise {
+            op: ElementwiseOp::Div,
+        },
+        &[Some(x), Some(&root)],
+    )?;
+    step(
+        &LayerKind::Elementwise {
+            op: ElementwiseOp::Prod,
+        },
+        &[Some(&normalized), Some(scale)],
+    )
 }
 
 /// A 0-D tensor of `dtype` holding `value`.

@@ -5,30 +5,55 @@
 mod networks;
 
 use kiln::passes::{
-    AttentionFusion, ConstantFolding, DeadLayerElimination, EpilogueFusion, GeluFusion, NoOpRemoval,
-    NormalizationFusion, Pass, PassContext, Pipeline, PointwiseChainFusion, RmsNormalizationFusion, SoftMaxFusion,
+    AttentionFusion, ConstantFolding, DeadLayerElimination, EpilogueFusion, GeluFusion,
+    NoOpRemoval, NormalizationFusion, Pass, PassContext, Pipeline, PointwiseChainFusion,
+    RmsNormalizationFusion, SoftMaxFusion,
 };
-use kiln::{ActivationKind, Builder, BuilderConfig, ExecutionContext, LayerKind, Network, Optimization, PostOp};
+use kiln::{
+    ActivationKind, Builder, BuilderConfig, ExecutionContext, LayerKind, Network, Optimization,
+    PostOp,
+};
 use kiln_cpu::CpuBackend;
 use std::path::PathBuf;
 
 fn golden_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/passes").join(format!("{name}.txt"))
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden/passes")
+        .join(format!("{name}.txt"))
 }
 
 /// Runs `pass` then dead-layer elimination and compares the dumps with the golden file.
-fn check_golden(name: &str, net: &Network, pass: Box<dyn Pass>, backend: Option<&CpuBackend>) -> Network {
+fn check_golden(
+    name: &str,
+    net: &Network,
+    pass: Box<dyn Pass>,
+    backend: Option<&CpuBackend>,
+) -> Network {
     let pass_name = pass.name();
-    let context = PassContext { folding_backend: backend.map(|b| b as &dyn kiln::Backend) };
-    let (out, traces) = Pipeline::new(vec![pass, Box::new(DeadLayerElimination)]).run_traced(net, &context).expect("passes");
+    let context = PassContext {
+        folding_backend: backend.map(|b| b as &dyn kiln::Backend),
+    };
+    let (out, traces) = Pipeline::new(vec![pass, Box::new(DeadLayerElimination)])
+        .run_traced(net, &context)
+        .expect("passes");
     assert!(traces[0].changed(), "{name}: {pass_name} changed nothing");
-    let text = format!("pass: {pass_name}\n--- before\n{}--- after\n{}", traces[0].before, out.dump());
+    let text = format!(
+        "pass: {pass_name}\n--- before\n{}--- after\n{}",
+        traces[0].before,
+        out.dump()
+    );
     let path = golden_path(name);
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
         std::fs::write(&path, &text).expect("write golden");
     }
-    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 creates it)", path.display()));
-    assert_eq!(text, want, "{name}: the IR after {pass_name} differs from {}", path.display());
+    let want = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 creates it)", path.display()));
+    assert_eq!(
+        text,
+        want,
+        "{name}: the IR after {pass_name} differs from {}",
+        path.display()
+    );
     out
 }
 
@@ -37,31 +62,56 @@ fn check_equivalent(net: &Network, tolerance: f64) -> Network {
     let backend = CpuBackend::new();
     let inputs = networks::inputs(net);
     let run = |optimization| {
-        let config = BuilderConfig { optimization, ..BuilderConfig::default() };
+        let config = BuilderConfig {
+            optimization,
+            ..BuilderConfig::default()
+        };
         let engine = Builder::new(&backend).build(net, &config).expect("build");
         let built = engine.network().clone();
-        (built, ExecutionContext::new(engine, &backend).expect("prepare").run(&inputs).expect("run"))
+        (
+            built,
+            ExecutionContext::new(engine, &backend)
+                .expect("prepare")
+                .run(&inputs)
+                .expect("run"),
+        )
     };
     let (_, want) = run(Optimization::None);
     let (optimized, got) = run(Optimization::Full);
     for (name, w) in &want {
         let g = &got[name];
         assert_eq!(g.shape(), w.shape(), "{name}");
-        let worst = g.to_f64_vec().iter().zip(w.to_f64_vec()).map(|(a, e)| (a - e).abs() / (1.0 + e.abs())).fold(0.0, f64::max);
-        assert!(worst <= tolerance, "{}/{name}: optimized differs by {worst}", net.name);
+        let worst = g
+            .to_f64_vec()
+            .iter()
+            .zip(w.to_f64_vec())
+            .map(|(a, e)| (a - e).abs() / (1.0 + e.abs()))
+            .fold(0.0, f64::max);
+        assert!(
+            worst <= tolerance,
+            "{}/{name}: optimized differs by {worst}",
+            net.name
+        );
     }
     optimized
 }
 
 fn kinds(net: &Network) -> Vec<&'static str> {
-    net.layers().iter().filter(|l| !matches!(l.kind, LayerKind::Constant { .. })).map(|l| l.kind.type_name()).collect()
+    net.layers()
+        .iter()
+        .filter(|l| !matches!(l.kind, LayerKind::Constant { .. }))
+        .map(|l| l.kind.type_name())
+        .collect()
 }
 
 #[test]
 fn shape_folding_makes_reshapes_static_without_a_backend() {
     let net = networks::shape_chain();
     let out = check_golden("shape_folding", &net, Box::new(ConstantFolding), None);
-    assert!(!out.layers().iter().any(|l| matches!(l.kind, LayerKind::Shape | LayerKind::Gather { .. } | LayerKind::Concatenation { .. })));
+    assert!(!out.layers().iter().any(|l| matches!(
+        l.kind,
+        LayerKind::Shape | LayerKind::Gather { .. } | LayerKind::Concatenation { .. }
+    )));
     check_equivalent(&net, 0.0);
 }
 
@@ -69,10 +119,17 @@ fn shape_folding_makes_reshapes_static_without_a_backend() {
 fn constant_folding_runs_constant_layers_on_the_backend() {
     let net = networks::constant_transpose();
     let backend = CpuBackend::new();
-    let out = check_golden("constant_folding", &net, Box::new(ConstantFolding), Some(&backend));
+    let out = check_golden(
+        "constant_folding",
+        &net,
+        Box::new(ConstantFolding),
+        Some(&backend),
+    );
     assert_eq!(kinds(&out), ["MatrixMultiply"]);
     // Without a backend the float transpose stays.
-    let (unfolded, _) = Pipeline::new(vec![Box::new(ConstantFolding)]).run_traced(&net, &PassContext::default()).expect("passes");
+    let (unfolded, _) = Pipeline::new(vec![Box::new(ConstantFolding)])
+        .run_traced(&net, &PassContext::default())
+        .expect("passes");
     assert_eq!(kinds(&unfolded), ["Shuffle", "MatrixMultiply"]);
     check_equivalent(&net, 0.0);
 }
@@ -88,7 +145,12 @@ fn no_op_removal() {
 #[test]
 fn dead_layer_elimination() {
     let net = networks::dead_branch();
-    let out = check_golden("dead_layer_elimination", &net, Box::new(DeadLayerElimination), None);
+    let out = check_golden(
+        "dead_layer_elimination",
+        &net,
+        Box::new(DeadLayerElimination),
+        None,
+    );
     assert_eq!(kinds(&out), ["Activation"]);
 }
 
@@ -96,15 +158,33 @@ fn dead_layer_elimination() {
 fn epilogue_fusion_folds_batch_norm_and_absorbs_bias_activation_and_residual() {
     let net = networks::conv_block();
     let out = check_golden("epilogue_fusion", &net, Box::new(EpilogueFusion), None);
-    let names: Vec<&str> = out.layers().iter().filter(|l| !matches!(l.kind, LayerKind::Constant { .. })).map(|l| l.name.as_str()).collect();
-    assert_eq!(names, ["conv1 + bn mul + bn add + relu1", "conv2 + residual + relu2", "flatten", "fc + fc bias add + fc relu"]);
+    let names: Vec<&str> = out
+        .layers()
+        .iter()
+        .filter(|l| !matches!(l.kind, LayerKind::Constant { .. }))
+        .map(|l| l.name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "conv1 + bn mul + bn add + relu1",
+            "conv2 + residual + relu2",
+            "flatten",
+            "fc + fc bias add + fc relu"
+        ]
+    );
     check_equivalent(&net, 1e-6);
 }
 
 #[test]
 fn pointwise_chain_fusion() {
     let net = networks::pointwise_chain();
-    let out = check_golden("pointwise_chain_fusion", &net, Box::new(PointwiseChainFusion), None);
+    let out = check_golden(
+        "pointwise_chain_fusion",
+        &net,
+        Box::new(PointwiseChainFusion),
+        None,
+    );
     assert_eq!(kinds(&out), ["Fused"]);
     check_equivalent(&net, 0.0);
 }
@@ -120,7 +200,12 @@ fn softmax_recognition() {
 #[test]
 fn layer_normalization_recognition() {
     let net = networks::layer_norm();
-    let out = check_golden("normalization_fusion", &net, Box::new(NormalizationFusion), None);
+    let out = check_golden(
+        "normalization_fusion",
+        &net,
+        Box::new(NormalizationFusion),
+        None,
+    );
     assert_eq!(kinds(&out), ["Normalization"]);
     check_equivalent(&net, 1e-5);
 }
@@ -128,7 +213,12 @@ fn layer_normalization_recognition() {
 #[test]
 fn rms_normalization_recognition() {
     let net = networks::rms_norm();
-    let out = check_golden("rms_normalization_fusion", &net, Box::new(RmsNormalizationFusion), None);
+    let out = check_golden(
+        "rms_normalization_fusion",
+        &net,
+        Box::new(RmsNormalizationFusion),
+        None,
+    );
     assert_eq!(kinds(&out), ["RMSNormalization"]);
     let optimized = check_equivalent(&net, 1e-6);
     assert_eq!(kinds(&optimized), ["RMSNormalization"]);
@@ -138,10 +228,22 @@ fn rms_normalization_recognition() {
 fn gelu_recognition_erf_and_tanh_forms() {
     let net = networks::gelu();
     let out = check_golden("gelu_fusion", &net, Box::new(GeluFusion), None);
-    let acts: Vec<LayerKind> = out.layers().iter().map(|l| l.kind.clone()).filter(|k| !matches!(k, LayerKind::Constant { .. })).collect();
+    let acts: Vec<LayerKind> = out
+        .layers()
+        .iter()
+        .map(|l| l.kind.clone())
+        .filter(|k| !matches!(k, LayerKind::Constant { .. }))
+        .collect();
     assert_eq!(
         acts,
-        [LayerKind::Activation { kind: ActivationKind::GeluErf }, LayerKind::Activation { kind: ActivationKind::GeluTanh }]
+        [
+            LayerKind::Activation {
+                kind: ActivationKind::GeluErf
+            },
+            LayerKind::Activation {
+                kind: ActivationKind::GeluTanh
+            }
+        ]
     );
     check_equivalent(&net, 1e-5);
 }
@@ -159,12 +261,27 @@ fn attention_recognition() {
 fn fused_layers_only_absorb_single_reader_intermediates() {
     // The conv output is also a network output: nothing may be fused into it.
     let mut net = networks::conv_block();
-    let conv1 = net.layers().iter().position(|l| l.name == "conv1").expect("conv1");
+    let conv1 = net
+        .layers()
+        .iter()
+        .position(|l| l.name == "conv1")
+        .expect("conv1");
     let t = net.layers()[conv1].outputs[0];
     net.mark_output(t).expect("output");
-    let (out, _) = Pipeline::new(vec![Box::new(EpilogueFusion)]).run_traced(&net, &PassContext::default()).expect("passes");
-    assert!(out.layers().iter().any(|l| l.name == "conv1" && matches!(l.kind, LayerKind::Convolution(_))));
-    assert!(out.layers().iter().any(|l| l.name == "bn mul + bn add + relu1" || l.name == "bn mul"), "{}", out.dump());
+    let (out, _) = Pipeline::new(vec![Box::new(EpilogueFusion)])
+        .run_traced(&net, &PassContext::default())
+        .expect("passes");
+    assert!(out
+        .layers()
+        .iter()
+        .any(|l| l.name == "conv1" && matches!(l.kind, LayerKind::Convolution(_))));
+    assert!(
+        out.layers()
+            .iter()
+            .any(|l| l.name == "bn mul + bn add + relu1" || l.name == "bn mul"),
+        "{}",
+        out.dump()
+    );
     check_equivalent(&net, 1e-6);
 }
 
@@ -173,22 +290,47 @@ fn standard_pipeline_fuses_the_conv_block_into_three_layers_and_a_reshape() {
     let net = networks::conv_block();
     let optimized = check_equivalent(&net, 1e-6);
     assert_eq!(kinds(&optimized), ["Fused", "Fused", "Shuffle", "Fused"]);
-    let fc = optimized.layers().iter().find(|l| l.name.starts_with("fc + ")).expect("fc");
-    let LayerKind::Fused(p) = &fc.kind else { panic!("fc is not fused") };
-    assert_eq!(p.epilogue.last(), Some(&PostOp::Activation(ActivationKind::Relu)));
+    let fc = optimized
+        .layers()
+        .iter()
+        .find(|l| l.name.starts_with("fc + "))
+        .expect("fc");
+    let LayerKind::Fused(p) = &fc.kind else {
+        panic!("fc is not fused")
+    };
+    assert_eq!(
+        p.epilogue.last(),
+        Some(&PostOp::Activation(ActivationKind::Relu))
+    );
 }
 
 #[test]
 fn optimized_engines_survive_serialization() {
     let backend = CpuBackend::new();
-    for net in [networks::conv_block(), networks::attention(), networks::pointwise_chain()] {
-        let engine = Builder::new(&backend).build(&net, &BuilderConfig::default()).expect("build");
-        assert!(engine.network().layers().iter().any(|l| matches!(l.kind, LayerKind::Fused(_) | LayerKind::Attention(_))));
+    for net in [
+        networks::conv_block(),
+        networks::attention(),
+        networks::pointwise_chain(),
+    ] {
+        let engine = Builder::new(&backend)
+            .build(&net, &BuilderConfig::default())
+            .expect("build");
+        assert!(engine
+            .network()
+            .layers()
+            .iter()
+            .any(|l| matches!(l.kind, LayerKind::Fused(_) | LayerKind::Attention(_))));
         let inputs = networks::inputs(&net);
         let loaded = kiln::Engine::deserialize(&engine.serialize()).expect("load");
         assert_eq!(loaded.network().dump(), engine.network().dump());
-        let want = ExecutionContext::new(engine, &backend).expect("prepare").run(&inputs).expect("run");
-        let got = ExecutionContext::new(loaded, &backend).expect("prepare").run(&inputs).expect("run");
+        let want = ExecutionContext::new(engine, &backend)
+            .expect("prepare")
+            .run(&inputs)
+            .expect("run");
+        let got = ExecutionContext::new(loaded, &backend)
+            .expect("prepare")
+            .run(&inputs)
+            .expect("run");
         assert_eq!(got, want, "{}", net.name);
     }
 }

@@ -1,8 +1,8 @@
 //! Small hand-built networks, one per pass, in the shapes exporters produce.
 
 use kiln::{
-    ActivationKind, ConvolutionParams, DataType, Dim, ElementwiseOp, GatherMode, HostTensor, LayerKind, MatrixOp,
-    Network, ReduceOp, Shape, ShuffleParams, TensorData, TensorId, UnaryOp,
+    ActivationKind, ConvolutionParams, DataType, Dim, ElementwiseOp, GatherMode, HostTensor,
+    LayerKind, MatrixOp, Network, ReduceOp, Shape, ShuffleParams, TensorData, TensorId, UnaryOp,
 };
 
 /// A network under construction with named layers.
@@ -12,40 +12,63 @@ pub struct G {
 
 impl G {
     pub fn new(name: &str) -> G {
-        G { net: Network::new(name) }
+        G {
+            net: Network::new(name),
+        }
     }
 
     pub fn input(&mut self, name: &str, dims: Vec<Dim>) -> TensorId {
-        self.net.add_input(name, DataType::F32, Shape(dims)).expect("input")
+        self.net
+            .add_input(name, DataType::F32, Shape(dims))
+            .expect("input")
     }
 
     pub fn fixed_input(&mut self, name: &str, dims: &[usize]) -> TensorId {
-        self.net.add_input(name, DataType::F32, Shape::fixed(dims)).expect("input")
+        self.net
+            .add_input(name, DataType::F32, Shape::fixed(dims))
+            .expect("input")
     }
 
     fn constant_tensor(&mut self, name: &str, value: HostTensor) -> TensorId {
         let w = self.net.add_weights(value);
-        let id = self.net.add_layer(name, LayerKind::Constant { weights: w }, vec![]).expect("constant");
+        let id = self
+            .net
+            .add_layer(name, LayerKind::Constant { weights: w }, vec![])
+            .expect("constant");
         self.net.output(id, 0)
     }
 
     /// A constant with deterministic, varied values.
     pub fn constant(&mut self, name: &str, dims: &[usize], scale: f32) -> TensorId {
         let n: usize = dims.iter().product();
-        let values = (0..n).map(|i| scale * (((i * 7 + 3) % 11) as f32 - 5.0) / 5.0).collect();
-        self.constant_tensor(name, HostTensor::from_f32(dims.to_vec(), values).expect("shape"))
+        let values = (0..n)
+            .map(|i| scale * (((i * 7 + 3) % 11) as f32 - 5.0) / 5.0)
+            .collect();
+        self.constant_tensor(
+            name,
+            HostTensor::from_f32(dims.to_vec(), values).expect("shape"),
+        )
     }
 
     pub fn scalar(&mut self, name: &str, value: f32) -> TensorId {
-        self.constant_tensor(name, HostTensor::from_f32(vec![], vec![value]).expect("shape"))
+        self.constant_tensor(
+            name,
+            HostTensor::from_f32(vec![], vec![value]).expect("shape"),
+        )
     }
 
     pub fn ints(&mut self, name: &str, values: &[i64]) -> TensorId {
-        self.constant_tensor(name, HostTensor::from_i64(vec![values.len()], values.to_vec()).expect("shape"))
+        self.constant_tensor(
+            name,
+            HostTensor::from_i64(vec![values.len()], values.to_vec()).expect("shape"),
+        )
     }
 
     pub fn layer(&mut self, name: &str, kind: LayerKind, inputs: &[TensorId]) -> TensorId {
-        let id = self.net.add_layer(name, kind, inputs.iter().map(|&t| Some(t)).collect()).expect("layer");
+        let id = self
+            .net
+            .add_layer(name, kind, inputs.iter().map(|&t| Some(t)).collect())
+            .expect("layer");
         self.net.output(id, 0)
     }
 
@@ -75,23 +98,74 @@ use ElementwiseOp as E;
 pub fn shape_chain() -> Network {
     let mut g = G::new("shape_chain");
     let x = g.fixed_input("x", &[2, 3, 4]);
-    let y = g.input("y", vec![Dim::Named("batch".into()), Dim::Fixed(3), Dim::Fixed(4)]);
+    let y = g.input(
+        "y",
+        vec![Dim::Named("batch".into()), Dim::Fixed(3), Dim::Fixed(4)],
+    );
     let shape = g.layer("shape", LayerKind::Shape, &[x]);
     let first = g.ints("first", &[0]);
-    let n = g.layer("gather", LayerKind::Gather { mode: GatherMode::Default { axis: 0 } }, &[shape, first]);
+    let n = g.layer(
+        "gather",
+        LayerKind::Gather {
+            mode: GatherMode::Default { axis: 0 },
+        },
+        &[shape, first],
+    );
     let minus_one = g.ints("minus one", &[-1]);
-    let dims = g.layer("concat", LayerKind::Concatenation { axis: 0 }, &[n, minus_one]);
-    let reshape = LayerKind::Shuffle(ShuffleParams { reshape: None, zero_is_placeholder: true, ..Default::default() });
+    let dims = g.layer(
+        "concat",
+        LayerKind::Concatenation { axis: 0 },
+        &[n, minus_one],
+    );
+    let reshape = LayerKind::Shuffle(ShuffleParams {
+        reshape: None,
+        zero_is_placeholder: true,
+        ..Default::default()
+    });
     let flat = g.layer("reshape", reshape.clone(), &[x, dims]);
     // For y: dim 2 (fixed 4) folds, the batch does not.
     let y_shape = g.layer("y shape", LayerKind::Shape, &[y]);
     let last = g.ints("last", &[2]);
-    let four = g.layer("y gather", LayerKind::Gather { mode: GatherMode::Default { axis: 0 } }, &[y_shape, last]);
-    let y_dims = g.layer("y concat", LayerKind::Concatenation { axis: 0 }, &[minus_one, four]);
+    let four = g.layer(
+        "y gather",
+        LayerKind::Gather {
+            mode: GatherMode::Default { axis: 0 },
+        },
+        &[y_shape, last],
+    );
+    let y_dims = g.layer(
+        "y concat",
+        LayerKind::Concatenation { axis: 0 },
+        &[minus_one, four],
+    );
     let y_flat = g.layer("y reshape", reshape, &[y, y_dims]);
-    let y_sum = g.layer("y sum", LayerKind::Reduce { op: ReduceOp::Sum, axes: vec![0, 1], keep_dims: false }, &[y_flat]);
-    let x_sum = g.layer("x sum", LayerKind::Reduce { op: ReduceOp::Sum, axes: vec![1], keep_dims: false }, &[flat]);
-    let x_total = g.layer("x total", LayerKind::Reduce { op: ReduceOp::Sum, axes: vec![0], keep_dims: false }, &[x_sum]);
+    let y_sum = g.layer(
+        "y sum",
+        LayerKind::Reduce {
+            op: ReduceOp::Sum,
+            axes: vec![0, 1],
+            keep_dims: false,
+        },
+        &[y_flat],
+    );
+    let x_sum = g.layer(
+        "x sum",
+        LayerKind::Reduce {
+            op: ReduceOp::Sum,
+            axes: vec![1],
+            keep_dims: false,
+        },
+        &[flat],
+    );
+    let x_total = g.layer(
+        "x total",
+        LayerKind::Reduce {
+            op: ReduceOp::Sum,
+            axes: vec![0],
+            keep_dims: false,
+        },
+        &[x_sum],
+    );
     let both = g.binary("add", E::Sum, x_total, y_sum);
     g.output(both, "out")
 }
@@ -101,9 +175,19 @@ pub fn constant_transpose() -> Network {
     let mut g = G::new("constant_transpose");
     let x = g.fixed_input("x", &[2, 3]);
     let w = g.constant("w", &[4, 3], 1.0);
-    let transpose = ShuffleParams { first_transpose: vec![1, 0], ..Default::default() };
+    let transpose = ShuffleParams {
+        first_transpose: vec![1, 0],
+        ..Default::default()
+    };
     let wt = g.layer("transpose", LayerKind::Shuffle(transpose), &[w]);
-    let y = g.layer("matmul", LayerKind::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::None }, &[x, wt]);
+    let y = g.layer(
+        "matmul",
+        LayerKind::MatrixMultiply {
+            op_a: MatrixOp::None,
+            op_b: MatrixOp::None,
+        },
+        &[x, wt],
+    );
     g.output(y, "y")
 }
 
@@ -113,11 +197,20 @@ pub fn no_ops() -> Network {
     let x = g.fixed_input("x", &[2, 3, 4]);
     let a = g.layer("identity", LayerKind::Identity, &[x]);
     let b = g.layer("cast", LayerKind::Cast { to: DataType::F32 }, &[a]);
-    let same = ShuffleParams { first_transpose: vec![0, 1, 2], ..Default::default() };
+    let same = ShuffleParams {
+        first_transpose: vec![0, 1, 2],
+        ..Default::default()
+    };
     let c = g.layer("transpose", LayerKind::Shuffle(same), &[b]);
-    let r1 = ShuffleParams { reshape: Some(vec![6, 4]), ..Default::default() };
+    let r1 = ShuffleParams {
+        reshape: Some(vec![6, 4]),
+        ..Default::default()
+    };
     let d = g.layer("reshape 1", LayerKind::Shuffle(r1), &[c]);
-    let r2 = ShuffleParams { reshape: Some(vec![4, 6]), ..Default::default() };
+    let r2 = ShuffleParams {
+        reshape: Some(vec![4, 6]),
+        ..Default::default()
+    };
     let e = g.layer("reshape 2", LayerKind::Shuffle(r2), &[d]);
     let f = g.activation("relu", ActivationKind::Relu, e);
     g.output(f, "y")
@@ -146,7 +239,11 @@ pub fn conv_block() -> Network {
     };
     let w1 = g.constant("conv1 kernel", &[2, 2, 3, 3], 0.5);
     let b1 = g.constant("conv1 bias", &[2], 0.1);
-    let c1 = g.layer("conv1", LayerKind::Convolution(params.clone()), &[x, w1, b1]);
+    let c1 = g.layer(
+        "conv1",
+        LayerKind::Convolution(params.clone()),
+        &[x, w1, b1],
+    );
     let scale = g.constant("bn scale", &[2, 1, 1], 1.5);
     let shift = g.constant("bn shift", &[2, 1, 1], 0.2);
     let s = g.binary("bn mul", E::Prod, c1, scale);
@@ -156,10 +253,24 @@ pub fn conv_block() -> Network {
     let c2 = g.layer("conv2", LayerKind::Convolution(params), &[r1, w2]);
     let res = g.binary("residual", E::Sum, x, c2);
     let r2 = g.activation("relu2", ActivationKind::Relu, res);
-    let flat = g.layer("flatten", LayerKind::Shuffle(ShuffleParams { reshape: Some(vec![1, 50]), ..Default::default() }), &[r2]);
+    let flat = g.layer(
+        "flatten",
+        LayerKind::Shuffle(ShuffleParams {
+            reshape: Some(vec![1, 50]),
+            ..Default::default()
+        }),
+        &[r2],
+    );
     let fc_w = g.constant("fc weights", &[50, 3], 0.2);
     let fc_b = g.constant("fc bias", &[3], 0.1);
-    let mm = g.layer("fc", LayerKind::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::None }, &[flat, fc_w]);
+    let mm = g.layer(
+        "fc",
+        LayerKind::MatrixMultiply {
+            op_a: MatrixOp::None,
+            op_b: MatrixOp::None,
+        },
+        &[flat, fc_w],
+    );
     let biased = g.binary("fc bias add", E::Sum, mm, fc_b);
     let y = g.activation("fc relu", ActivationKind::Relu, biased);
     g.output(y, "y")
@@ -182,10 +293,26 @@ pub fn pointwise_chain() -> Network {
 pub fn softmax() -> Network {
     let mut g = G::new("softmax");
     let x = g.fixed_input("x", &[2, 5]);
-    let max = g.layer("max", LayerKind::Reduce { op: ReduceOp::Max, axes: vec![1], keep_dims: true }, &[x]);
+    let max = g.layer(
+        "max",
+        LayerKind::Reduce {
+            op: ReduceOp::Max,
+            axes: vec![1],
+            keep_dims: true,
+        },
+        &[x],
+    );
     let sub = g.binary("sub", E::Sub, x, max);
     let exp = g.unary("exp", UnaryOp::Exp, sub);
-    let sum = g.layer("sum", LayerKind::Reduce { op: ReduceOp::Sum, axes: vec![1], keep_dims: true }, &[exp]);
+    let sum = g.layer(
+        "sum",
+        LayerKind::Reduce {
+            op: ReduceOp::Sum,
+            axes: vec![1],
+            keep_dims: true,
+        },
+        &[exp],
+    );
     let y = g.binary("div", E::Div, exp, sum);
     g.output(y, "y")
 }
@@ -194,11 +321,27 @@ pub fn softmax() -> Network {
 pub fn layer_norm() -> Network {
     let mut g = G::new("layer_norm");
     let x = g.fixed_input("x", &[2, 3, 8]);
-    let mean = g.layer("mean", LayerKind::Reduce { op: ReduceOp::Mean, axes: vec![2], keep_dims: true }, &[x]);
+    let mean = g.layer(
+        "mean",
+        LayerKind::Reduce {
+            op: ReduceOp::Mean,
+            axes: vec![2],
+            keep_dims: true,
+        },
+        &[x],
+    );
     let d = g.binary("sub", E::Sub, x, mean);
     let two = g.scalar("two", 2.0);
     let sq = g.binary("pow", E::Pow, d, two);
-    let var = g.layer("var", LayerKind::Reduce { op: ReduceOp::Mean, axes: vec![2], keep_dims: true }, &[sq]);
+    let var = g.layer(
+        "var",
+        LayerKind::Reduce {
+            op: ReduceOp::Mean,
+            axes: vec![2],
+            keep_dims: true,
+        },
+        &[sq],
+    );
     let eps = g.scalar("eps", 1e-5);
     let ve = g.binary("add eps", E::Sum, var, eps);
     let std = g.unary("sqrt", UnaryOp::Sqrt, ve);
@@ -216,7 +359,15 @@ pub fn rms_norm() -> Network {
     let x = g.fixed_input("x", &[2, 3, 8]);
     let two = g.scalar("two", 2.0);
     let sq = g.binary("pow", E::Pow, x, two);
-    let var = g.layer("mean", LayerKind::Reduce { op: ReduceOp::Mean, axes: vec![2], keep_dims: true }, &[sq]);
+    let var = g.layer(
+        "mean",
+        LayerKind::Reduce {
+            op: ReduceOp::Mean,
+            axes: vec![2],
+            keep_dims: true,
+        },
+        &[sq],
+    );
     let eps = g.scalar("eps", 1e-6);
     let ve = g.binary("add eps", E::Sum, var, eps);
     let root = g.unary("sqrt", UnaryOp::Sqrt, ve);
@@ -264,9 +415,15 @@ pub fn attention() -> Network {
     let k = g.fixed_input("k", &[1, 2, 4, 8]);
     let v = g.fixed_input("v", &[1, 2, 4, 8]);
     let mask = g.fixed_input("mask", &[1, 1, 1, 4]);
-    let swap = ShuffleParams { first_transpose: vec![0, 1, 3, 2], ..Default::default() };
+    let swap = ShuffleParams {
+        first_transpose: vec![0, 1, 3, 2],
+        ..Default::default()
+    };
     let kt = g.layer("k transpose", LayerKind::Shuffle(swap), &[k]);
-    let mm = LayerKind::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::None };
+    let mm = LayerKind::MatrixMultiply {
+        op_a: MatrixOp::None,
+        op_b: MatrixOp::None,
+    };
     let s = g.layer("qk", mm.clone(), &[q, kt]);
     let sqrt_d = g.scalar("sqrt d", 8f32.sqrt());
     let scaled = g.binary("scale", E::Div, s, sqrt_d);
@@ -283,10 +440,20 @@ pub fn inputs(net: &Network) -> std::collections::HashMap<String, HostTensor> {
         .enumerate()
         .map(|(k, &t)| {
             let d = net.tensor(t);
-            let dims: Vec<usize> = d.shape.dims().iter().map(|d| d.fixed().unwrap_or(3)).collect();
+            let dims: Vec<usize> = d
+                .shape
+                .dims()
+                .iter()
+                .map(|d| d.fixed().unwrap_or(3))
+                .collect();
             let n: usize = dims.iter().product();
-            let values = (0..n).map(|i| (((i * 13 + k * 5) % 17) as f32 - 8.0) / 4.0).collect();
-            (d.name.clone(), HostTensor::new(dims, TensorData::F32(values)).expect("shape"))
+            let values = (0..n)
+                .map(|i| (((i * 13 + k * 5) % 17) as f32 - 8.0) / 4.0)
+                .collect();
+            (
+                d.name.clone(),
+                HostTensor::new(dims, TensorData::F32(values)).expect("shape"),
+            )
         })
         .collect()
 }

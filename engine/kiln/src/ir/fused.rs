@@ -5,7 +5,10 @@
 //! Both are plain data (serde) so an engine stores them like any other layer; a backend
 //! may run them as one kernel (cuda epilogues, flash attention) or step by step (cpu).
 
-use super::layer::{ActivationKind, ConvolutionParams, DeconvolutionParams, ElementwiseOp, LayerKind, MatrixOp, UnaryOp};
+use super::layer::{
+    ActivationKind, ConvolutionParams, DeconvolutionParams, ElementwiseOp, LayerKind, MatrixOp,
+    UnaryOp,
+};
 use serde::{Deserialize, Serialize};
 
 /// A layer followed by pointwise steps on its output, executed as one layer.
@@ -26,7 +29,10 @@ pub struct FusedParams {
 pub enum FusedAnchor {
     Convolution(ConvolutionParams),
     Deconvolution(DeconvolutionParams),
-    MatrixMultiply { op_a: MatrixOp, op_b: MatrixOp },
+    MatrixMultiply {
+        op_a: MatrixOp,
+        op_b: MatrixOp,
+    },
     /// Pointwise heads of elementwise chains.
     Activation(ActivationKind),
     Unary(UnaryOp),
@@ -39,7 +45,10 @@ impl FusedAnchor {
         Some(match kind {
             LayerKind::Convolution(p) => FusedAnchor::Convolution(p.clone()),
             LayerKind::Deconvolution(p) => FusedAnchor::Deconvolution(p.clone()),
-            LayerKind::MatrixMultiply { op_a, op_b } => FusedAnchor::MatrixMultiply { op_a: *op_a, op_b: *op_b },
+            LayerKind::MatrixMultiply { op_a, op_b } => FusedAnchor::MatrixMultiply {
+                op_a: *op_a,
+                op_b: *op_b,
+            },
             LayerKind::Activation { kind } => FusedAnchor::Activation(*kind),
             LayerKind::Unary { op } => FusedAnchor::Unary(*op),
             LayerKind::Elementwise { op } => FusedAnchor::Elementwise(*op),
@@ -52,7 +61,10 @@ impl FusedAnchor {
         match self {
             FusedAnchor::Convolution(p) => LayerKind::Convolution(p.clone()),
             FusedAnchor::Deconvolution(p) => LayerKind::Deconvolution(p.clone()),
-            FusedAnchor::MatrixMultiply { op_a, op_b } => LayerKind::MatrixMultiply { op_a: *op_a, op_b: *op_b },
+            FusedAnchor::MatrixMultiply { op_a, op_b } => LayerKind::MatrixMultiply {
+                op_a: *op_a,
+                op_b: *op_b,
+            },
             FusedAnchor::Activation(kind) => LayerKind::Activation { kind: *kind },
             FusedAnchor::Unary(op) => LayerKind::Unary { op: *op },
             FusedAnchor::Elementwise(op) => LayerKind::Elementwise { op: *op },

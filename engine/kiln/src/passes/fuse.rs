@@ -132,7 +132,10 @@ pub(crate) fn fuse_chains(
                 anchor.kind.clone()
             } else {
                 let head = FusedAnchor::from_kind(&anchor.kind).ok_or_else(|| {
-                    PassError::Internal(format!("layer `{}` cannot anchor a fused layer", anchor.name))
+                    PassError::Internal(format!(
+                        "layer `{}` cannot anchor a fused layer",
+                        anchor.name
+                    ))
                 })?;
                 LayerKind::Fused(FusedParams {
                     anchor: head,

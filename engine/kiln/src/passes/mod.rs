@@ -9,6 +9,7 @@
 //! [`rewrite::has_control_flow`]); those are kept as they are apart from dead-layer
 //! elimination, which the builder has always done.
 
+mod attention;
 mod dead;
 mod fold;
 mod fuse;
@@ -18,11 +19,12 @@ mod pointwise;
 pub(crate) mod rewrite;
 mod shape_eval;
 
+pub use attention::AttentionFusion;
 pub use dead::DeadLayerElimination;
 pub use fold::{ConstantFolding, MAX_FOLDED_ELEMENTS};
 pub use fuse::EpilogueFusion;
 pub use noop::NoOpRemoval;
-pub use patterns::{AttentionFusion, GeluFusion, NormalizationFusion, RmsNormalizationFusion, SoftMaxFusion};
+pub use patterns::{GeluFusion, NormalizationFusion, RmsNormalizationFusion, SoftMaxFusion};
 pub use pointwise::PointwiseChainFusion;
 
 use crate::backend::Backend;

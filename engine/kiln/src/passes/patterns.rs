@@ -1,5 +1,6 @@
 //! Recognition of decomposed operators as PyTorch exports them: softmax, layer
-//! normalization, GELU (erf and tanh forms) and scaled-dot-product attention.
+//! normalization, RMS normalization and GELU (erf and tanh forms); attention is in
+//! [`super::attention`], on the same machinery.
 //!
 //! Each matcher starts at the layer that ends a pattern, walks its inputs back, and
 //! requires every intermediate tensor to have a single reader (so nothing else needs
@@ -9,33 +10,32 @@
 use super::rewrite::{consumers, has_control_flow, known_value, Rebuild};
 use super::{Pass, PassContext, PassError};
 use crate::ir::dtype::DataType;
-use crate::ir::fused::AttentionParams;
-use crate::ir::layer::{ActivationKind, ElementwiseOp, LayerKind, MatrixOp, ReduceOp, UnaryOp};
+use crate::ir::layer::{ActivationKind, ElementwiseOp, LayerKind, ReduceOp, UnaryOp};
 use crate::ir::network::{Layer, Network, TensorId};
 use crate::ir::tensor::HostTensor;
 use std::collections::HashMap;
 
 /// A recognized pattern: the layer that replaces it, added at the position of `tail`.
-struct Replacement {
-    names: Vec<String>,
-    kind: LayerKind,
-    inputs: Vec<Option<NewInput>>,
+pub(super) struct Replacement {
+    pub names: Vec<String>,
+    pub kind: LayerKind,
+    pub inputs: Vec<Option<NewInput>>,
 }
 
-enum NewInput {
+pub(super) enum NewInput {
     Tensor(TensorId),
     Constant(HostTensor),
 }
 
 /// The network as the matchers see it.
-struct View<'n> {
-    net: &'n Network,
-    readers: Vec<Vec<(usize, usize)>>,
+pub(super) struct View<'n> {
+    pub net: &'n Network,
+    pub readers: Vec<Vec<(usize, usize)>>,
 }
 
 impl<'n> View<'n> {
     /// The producer of `t` when `t` is an intermediate only one layer reads.
-    fn inner(&self, t: TensorId) -> Option<&'n Layer> {
+    pub fn inner(&self, t: TensorId) -> Option<&'n Layer> {
         if self.readers[t.0].len() != 1 || self.net.outputs().contains(&t) {
             return None;
         }
@@ -48,7 +48,11 @@ impl<'n> View<'n> {
     }
 
     /// `(a, b)` of an Elementwise `op` producing intermediate `t`.
-    fn binary(&self, t: TensorId, op: ElementwiseOp) -> Option<(&'n Layer, TensorId, TensorId)> {
+    pub fn binary(
+        &self,
+        t: TensorId,
+        op: ElementwiseOp,
+    ) -> Option<(&'n Layer, TensorId, TensorId)> {
         let l = self.inner(t)?;
         match l.kind {
             LayerKind::Elementwise { op: o } if o == op => Some((l, l.inputs[0]?, l.inputs[1]?)),
@@ -57,7 +61,7 @@ impl<'n> View<'n> {
     }
 
     /// The value of a constant whose elements are all equal.
-    fn scalar(&self, t: TensorId) -> Option<f64> {
+    pub fn scalar(&self, t: TensorId) -> Option<f64> {
         let v = known_value(self.net, t)?.to_f64_vec();
         let first = *v.first()?;
         v.iter().all(|&x| x == first).then_some(first)
@@ -85,13 +89,13 @@ impl<'n> View<'n> {
         }
     }
 
-    fn float(&self, t: TensorId) -> bool {
+    pub fn float(&self, t: TensorId) -> bool {
         self.net.tensor(t).dtype.is_float()
     }
 }
 
 /// Runs `matcher` on every layer and rebuilds with the replacements it found.
-fn rewrite(
+pub(super) fn rewrite(
     network: &Network,
     matcher: impl Fn(&View, usize, &Layer) -> Option<Replacement>,
 ) -> Result<Option<Network>, PassError> {
@@ -134,7 +138,7 @@ fn rewrite(
     Ok(Some(rb.finish()?))
 }
 
-fn names(layers: &[&Layer]) -> Vec<String> {
+pub(super) fn names(layers: &[&Layer]) -> Vec<String> {
     layers.iter().map(|l| l.name.clone()).collect()
 }
 
@@ -277,7 +281,8 @@ impl Pass for RmsNormalizationFusion {
 
     fn run(&self, network: &Network, _: &PassContext<'_>) -> Result<Option<Network>, PassError> {
         rewrite(network, |v, _, tail| {
-            let (matched, x, axes, epsilon, scale) = match affine_step(v, tail, ElementwiseOp::Prod) {
+            let (matched, x, axes, epsilon, scale) = match affine_step(v, tail, ElementwiseOp::Prod)
+            {
                 Some((rest, gamma)) => {
                     let (mut m, x, axes, eps) = rms_core(v, v.inner(rest)?)?;
                     m.push(tail);
@@ -306,7 +311,9 @@ impl Pass for RmsNormalizationFusion {
 
 /// `x / sqrt(mean(x²) + eps)` or `x · recip(sqrt(mean(x²) + eps))` ending at `l`.
 fn rms_core<'n>(v: &View<'n>, l: &'n Layer) -> Option<(Vec<&'n Layer>, TensorId, Vec<usize>, f32)> {
-    let LayerKind::Elementwise { op } = l.kind else { return None };
+    let LayerKind::Elementwise { op } = l.kind else {
+        return None;
+    };
     let (a, b) = (l.inputs[0]?, l.inputs[1]?);
     let mut matched = Vec::new();
     let (x, sqrt) = match op {
@@ -316,9 +323,9 @@ fn rms_core<'n>(v: &View<'n>, l: &'n Layer) -> Option<(Vec<&'n Layer>, TensorId,
                 let r = v.inner(t)?;
                 match r.kind {
                     LayerKind::Unary { op: UnaryOp::Recip } => Some((r, v.inner(r.inputs[0]?)?)),
-                    LayerKind::Elementwise { op: ElementwiseOp::Div } if v.is_scalar(r.inputs[0]?, 1.0, 0.0) => {
-                        Some((r, v.inner(r.inputs[1]?)?))
-                    }
+                    LayerKind::Elementwise {
+                        op: ElementwiseOp::Div,
+                    } if v.is_scalar(r.inputs[0]?, 1.0, 0.0) => Some((r, v.inner(r.inputs[1]?)?)),
                     _ => None,
                 }
             };
@@ -332,18 +339,35 @@ fn rms_core<'n>(v: &View<'n>, l: &'n Layer) -> Option<(Vec<&'n Layer>, TensorId,
         }
         _ => return None,
     };
-    let LayerKind::Unary { op: UnaryOp::Sqrt } = sqrt.kind else { return None };
+    let LayerKind::Unary { op: UnaryOp::Sqrt } = sqrt.kind else {
+        return None;
+    };
     let (add_eps, p, q) = v.binary(sqrt.inputs[0]?, ElementwiseOp::Sum)?;
-    let (var, epsilon) = if let Some(e) = v.scalar(q) { (p, e) } else { (q, v.scalar(p)?) };
+    let (var, epsilon) = if let Some(e) = v.scalar(q) {
+        (p, e)
+    } else {
+        (q, v.scalar(p)?)
+    };
     let mean = v.inner(var)?;
-    let LayerKind::Reduce { op: ReduceOp::Mean, ref axes, keep_dims: true } = mean.kind else { return None };
+    let LayerKind::Reduce {
+        op: ReduceOp::Mean,
+        ref axes,
+        keep_dims: true,
+    } = mean.kind
+    else {
+        return None;
+    };
     if mean.inputs.get(1).copied().flatten().is_some() {
         return None;
     }
     let square = v.inner(mean.inputs[0]?)?;
     let squares_x = match square.kind {
-        LayerKind::Elementwise { op: ElementwiseOp::Pow } => square.inputs[0]? == x && v.is_scalar(square.inputs[1]?, 2.0, 0.0),
-        LayerKind::Elementwise { op: ElementwiseOp::Prod } => square.inputs[0]? == x && square.inputs[1]? == x,
+        LayerKind::Elementwise {
+            op: ElementwiseOp::Pow,
+        } => square.inputs[0]? == x && v.is_scalar(square.inputs[1]?, 2.0, 0.0),
+        LayerKind::Elementwise {
+            op: ElementwiseOp::Prod,
+        } => square.inputs[0]? == x && square.inputs[1]? == x,
         _ => false,
     };
     if !squares_x {
@@ -618,145 +642,4 @@ fn tanh_argument<'n>(v: &View<'n>, t: TensorId, x: TensorId) -> Option<Vec<&'n L
     }
     matched.extend([scale, add, outer]);
     Some(matched)
-}
-
-/// `softmax(scale · Q·Kᵀ [+ mask]) · V` → Attention. K may arrive transposed by the
-/// product (`op_b = Transpose`), already transposed, or through a Shuffle that swaps its
-/// last two dims.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct AttentionFusion;
-
-impl Pass for AttentionFusion {
-    fn name(&self) -> &'static str {
-        "attention-fusion"
-    }
-
-    fn run(&self, network: &Network, _: &PassContext<'_>) -> Result<Option<Network>, PassError> {
-        rewrite(network, |v, _, pv| {
-            let LayerKind::MatrixMultiply {
-                op_a: MatrixOp::None,
-                op_b: MatrixOp::None,
-            } = pv.kind
-            else {
-                return None;
-            };
-            let (p, value) = (pv.inputs[0]?, pv.inputs[1]?);
-            let softmax = v.inner(p)?;
-            let LayerKind::SoftMax { axis } = softmax.kind else {
-                return None;
-            };
-            let scores_rank = v.net.tensor(p).shape.rank();
-            if axis + 1 != scores_rank || !v.float(p) {
-                return None;
-            }
-            let mut matched = vec![pv, softmax];
-            let mut s = softmax.inputs[0]?;
-            let mut mask = None;
-            let mut scale = 1.0f64;
-            let mut scale_multiplies = true;
-            if let Some((add, a, b)) = v.binary(s, ElementwiseOp::Sum) {
-                // The mask is whichever side is not the (scaled) score product.
-                let is_scores = |t: TensorId| {
-                    v.inner(t).is_some_and(|l| {
-                        matches!(
-                            l.kind,
-                            LayerKind::MatrixMultiply { .. }
-                                | LayerKind::Elementwise {
-                                    op: ElementwiseOp::Prod | ElementwiseOp::Div
-                                }
-                        )
-                    })
-                };
-                let (scores, m) = if is_scores(a) {
-                    (a, b)
-                } else if is_scores(b) {
-                    (b, a)
-                } else {
-                    return None;
-                };
-                matched.push(add);
-                mask = Some(m);
-                s = scores;
-            }
-            if let Some(l) = v.inner(s) {
-                if let LayerKind::Elementwise {
-                    op: op @ (ElementwiseOp::Prod | ElementwiseOp::Div),
-                } = l.kind
-                {
-                    let (a, b) = (l.inputs[0]?, l.inputs[1]?);
-                    let (scores, c) = match (v.scalar(a), v.scalar(b)) {
-                        (_, Some(c)) => (a, c),
-                        (Some(c), None) if op == ElementwiseOp::Prod => (b, c),
-                        _ => return None,
-                    };
-                    scale = c;
-                    scale_multiplies = op == ElementwiseOp::Prod;
-                    matched.push(l);
-                    s = scores;
-                }
-            }
-            let qk = v.inner(s)?;
-            let LayerKind::MatrixMultiply {
-                op_a: MatrixOp::None,
-                op_b,
-            } = qk.kind
-            else {
-                return None;
-            };
-            let (q, k) = (qk.inputs[0]?, qk.inputs[1]?);
-            matched.push(qk);
-            let (key, key_transposed) = match op_b {
-                MatrixOp::Transpose => (k, false),
-                MatrixOp::None => match v
-                    .inner(k)
-                    .filter(|l| swaps_last_two(l, v.net.tensor(k).shape.rank()))
-                {
-                    Some(t) => {
-                        matched.push(t);
-                        (t.inputs[0]?, false)
-                    }
-                    None => (k, true),
-                },
-                MatrixOp::Vector => return None,
-            };
-            if let Some(m) = mask {
-                if v.net.tensor(m).dtype != v.net.tensor(q).dtype {
-                    return None;
-                }
-            }
-            matched.reverse();
-            let params = AttentionParams {
-                scale: scale as f32,
-                key_transposed,
-                scale_multiplies,
-            };
-            Some(Replacement {
-                names: names(&matched),
-                kind: LayerKind::Attention(params),
-                inputs: vec![
-                    Some(NewInput::Tensor(q)),
-                    Some(NewInput::Tensor(key)),
-                    Some(NewInput::Tensor(value)),
-                    mask.map(NewInput::Tensor),
-                ],
-            })
-        })
-    }
-}
-
-/// A Shuffle that only swaps the last two dims (PyTorch's `k.transpose(-2, -1)`).
-fn swaps_last_two(l: &Layer, rank: usize) -> bool {
-    let LayerKind::Shuffle(p) = &l.kind else {
-        return false;
-    };
-    if rank < 2
-        || p.reshape.is_some()
-        || !p.second_transpose.is_empty()
-        || l.inputs.get(1).copied().flatten().is_some()
-    {
-        return false;
-    }
-    let mut want: Vec<usize> = (0..rank).collect();
-    want.swap(rank - 2, rank - 1);
-    p.first_transpose == want
 }

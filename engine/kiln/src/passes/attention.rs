@@ -1,0 +1,149 @@
+//! Recognition of scaled-dot-product attention as PyTorch exports it (see
+//! [`super::patterns`] for the matching machinery).
+
+use super::patterns::{names, rewrite, NewInput, Replacement};
+use super::{Pass, PassContext, PassError};
+use crate::ir::fused::AttentionParams;
+use crate::ir::layer::{ElementwiseOp, LayerKind, MatrixOp};
+use crate::ir::network::{Layer, Network, TensorId};
+
+/// `softmax(scale · Q·Kᵀ [+ mask]) · V` → Attention. K may arrive transposed by the
+/// product (`op_b = Transpose`), already transposed, or through a Shuffle that swaps its
+/// last two dims.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AttentionFusion;
+
+impl Pass for AttentionFusion {
+    fn name(&self) -> &'static str {
+        "attention-fusion"
+    }
+
+    fn run(&self, network: &Network, _: &PassContext<'_>) -> Result<Option<Network>, PassError> {
+        rewrite(network, |v, _, pv| {
+            let LayerKind::MatrixMultiply {
+                op_a: MatrixOp::None,
+                op_b: MatrixOp::None,
+            } = pv.kind
+            else {
+                return None;
+            };
+            let (p, value) = (pv.inputs[0]?, pv.inputs[1]?);
+            let softmax = v.inner(p)?;
+            let LayerKind::SoftMax { axis } = softmax.kind else {
+                return None;
+            };
+            let scores_rank = v.net.tensor(p).shape.rank();
+            if axis + 1 != scores_rank || !v.float(p) {
+                return None;
+            }
+            let mut matched = vec![pv, softmax];
+            let mut s = softmax.inputs[0]?;
+            let mut mask = None;
+            let mut scale = 1.0f64;
+            let mut scale_multiplies = true;
+            if let Some((add, a, b)) = v.binary(s, ElementwiseOp::Sum) {
+                // The mask is whichever side is not the (scaled) score product.
+                let is_scores = |t: TensorId| {
+                    v.inner(t).is_some_and(|l| {
+                        matches!(
+                            l.kind,
+                            LayerKind::MatrixMultiply { .. }
+                                | LayerKind::Elementwise {
+                                    op: ElementwiseOp::Prod | ElementwiseOp::Div
+                                }
+                        )
+                    })
+                };
+                let (scores, m) = if is_scores(a) {
+                    (a, b)
+                } else if is_scores(b) {
+                    (b, a)
+                } else {
+                    return None;
+                };
+                matched.push(add);
+                mask = Some(m);
+                s = scores;
+            }
+            if let Some(l) = v.inner(s) {
+                if let LayerKind::Elementwise {
+                    op: op @ (ElementwiseOp::Prod | ElementwiseOp::Div),
+                } = l.kind
+                {
+                    let (a, b) = (l.inputs[0]?, l.inputs[1]?);
+                    let (scores, c) = match (v.scalar(a), v.scalar(b)) {
+                        (_, Some(c)) => (a, c),
+                        (Some(c), None) if op == ElementwiseOp::Prod => (b, c),
+                        _ => return None,
+                    };
+                    scale = c;
+                    scale_multiplies = op == ElementwiseOp::Prod;
+                    matched.push(l);
+                    s = scores;
+                }
+            }
+            let qk = v.inner(s)?;
+            let LayerKind::MatrixMultiply {
+                op_a: MatrixOp::None,
+                op_b,
+            } = qk.kind
+            else {
+                return None;
+            };
+            let (q, k) = (qk.inputs[0]?, qk.inputs[1]?);
+            matched.push(qk);
+            let (key, key_transposed) = match op_b {
+                MatrixOp::Transpose => (k, false),
+                MatrixOp::None => match v
+                    .inner(k)
+                    .filter(|l| swaps_last_two(l, v.net.tensor(k).shape.rank()))
+                {
+                    Some(t) => {
+                        matched.push(t);
+                        (t.inputs[0]?, false)
+                    }
+                    None => (k, true),
+                },
+                MatrixOp::Vector => return None,
+            };
+            if let Some(m) = mask {
+                if v.net.tensor(m).dtype != v.net.tensor(q).dtype {
+                    return None;
+                }
+            }
+            matched.reverse();
+            let params = AttentionParams {
+                scale: scale as f32,
+                key_transposed,
+                scale_multiplies,
+            };
+            Some(Replacement {
+                names: names(&matched),
+                kind: LayerKind::Attention(params),
+                inputs: vec![
+                    Some(NewInput::Tensor(q)),
+                    Some(NewInput::Tensor(key)),
+                    Some(NewInput::Tensor(value)),
+                    mask.map(NewInput::Tensor),
+                ],
+            })
+        })
+    }
+}
+
+/// A Shuffle that only swaps the last two dims (PyTorch's `k.transpose(-2, -1)`).
+fn swaps_last_two(l: &Layer, rank: usize) -> bool {
+    let LayerKind::Shuffle(p) = &l.kind else {
+        return false;
+    };
+    if rank < 2
+        || p.reshape.is_some()
+        || !p.second_transpose.is_empty()
+        || l.inputs.get(1).copied().flatten().is_some()
+    {
+        return false;
+    }
+    let mut want: Vec<usize> = (0..rank).collect();
+    want.swap(rank - 2, rank - 1);
+    p.first_transpose == want
+}
