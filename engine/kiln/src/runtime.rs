@@ -6,7 +6,6 @@
 
 mod buffer;
 mod context;
-mod fold;
 pub mod shapes;
 mod stream;
 

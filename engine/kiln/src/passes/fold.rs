@@ -1,15 +1,14 @@
 //! Constant and shape-tensor folding: a layer whose inputs are all known becomes Constant
 //! layers holding its outputs.
 //!
-//! Values come from three places, cheapest first: shape inference (a `Shape` of a fully
-//! fixed tensor), kiln's own small integer evaluator ([`super::shape_eval`]), and the
-//! folding backend for everything else (float weight transposes, casts, dequantization…).
+//! Values come from two places, cheapest first: shape inference (a `Shape` of a fully
+//! fixed tensor and the small integer arithmetic after it), and the folding backend for
+//! everything else (float weight transposes, casts, dequantization…).
 //! Results larger than [`MAX_FOLDED_ELEMENTS`] are not folded, so folding never blows up
 //! the engine's weights; a layer the backend fails on is kept (its error, if any, belongs
 //! to run time).
 
 use super::rewrite::{has_control_flow, Rebuild};
-use super::shape_eval;
 use super::{Pass, PassContext, PassError};
 use crate::backend::Backend;
 use crate::ir::infer::{infer_layer, Fact, OutFact};
@@ -164,19 +163,14 @@ fn evaluate(
     if outs.is_empty() || !outs.iter().all(small) {
         return Ok(None);
     }
-    // Inference already knows the value (Shape of a fixed tensor, Identity of a constant).
+    // Inference already knows the value (Shape of a fixed tensor, Identity of a constant,
+    // small integer shape arithmetic).
     if let Some(known) = outs
         .iter()
         .map(|o| o.value.clone())
         .collect::<Option<Vec<_>>>()
     {
         return Ok(Some(known));
-    }
-    let present: Vec<&HostTensor> = values.iter().flatten().map(|v| v.as_ref()).collect();
-    if present.len() == values.len() {
-        if let Some(v) = shape_eval::evaluate(&l.kind, &present, &outs) {
-            return Ok(Some(vec![v]));
-        }
     }
     let Some(backend) = backend else {
         return Ok(None);

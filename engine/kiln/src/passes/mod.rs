@@ -17,7 +17,6 @@ mod noop;
 mod patterns;
 mod pointwise;
 pub(crate) mod rewrite;
-mod shape_eval;
 
 pub use attention::AttentionFusion;
 pub use dead::DeadLayerElimination;

@@ -77,7 +77,7 @@ pub fn infer_shapes(network: &Network, inputs: &[BoundInput]) -> Result<Vec<Shap
             [(shape, None, dtype)] => {
                 let known: Vec<Option<&HostTensor>> =
                     layer.inputs.iter().map(|slot| slot.and_then(|t| values[t.0].as_deref())).collect();
-                super::fold::fold(&layer.kind, &known, *dtype, shape)
+                crate::ir::infer::values::fold(&layer.kind, &known, *dtype, shape)
             }
             _ => None,
         };

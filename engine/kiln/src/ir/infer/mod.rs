@@ -10,6 +10,7 @@ mod fused;
 mod one_hot;
 mod spatial;
 mod structural;
+pub(crate) mod values;
 
 pub use einsum::EinsumSpec;
 pub use spatial::window_output;
@@ -59,8 +60,21 @@ pub(crate) fn rule<T>(input: Option<usize>, rule: impl Into<String>) -> InferRes
 /// Looks up weights blobs for Constant layers.
 pub type WeightsLookup<'a> = dyn Fn(WeightsId) -> Option<&'a HostTensor> + 'a;
 
-/// Infers the outputs of one layer from what is known of its inputs.
-pub fn infer_layer(
+/// Infers the outputs of one layer from what is known of its inputs; a single output of
+/// small integer shape arithmetic on known inputs gets its value too.
+pub fn infer_layer(kind: &LayerKind, inputs: &[Option<Fact>], weights: &WeightsLookup<'_>) -> InferResult<Vec<OutFact>> {
+    let mut outs = infer_kind(kind, inputs, weights)?;
+    if let [out] = outs.as_mut_slice() {
+        let known: Option<Vec<Option<&HostTensor>>> =
+            inputs.iter().map(|f| f.as_ref().map_or(Some(None), |f| f.value.map(Some))).collect();
+        if let (None, Some(known)) = (&out.value, known) {
+            out.value = values::fold(kind, &known, out.dtype, &out.shape);
+        }
+    }
+    Ok(outs)
+}
+
+fn infer_kind(
     kind: &LayerKind,
     inputs: &[Option<Fact>],
     weights: &WeightsLookup<'_>,

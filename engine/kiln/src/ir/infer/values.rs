@@ -1,13 +1,13 @@
 //! Host evaluation of small integer shape computations (TensorRT's shape tensors).
 //!
-//! Exporters compute shapes at run time — `Shape → Gather → Unsqueeze → Concat → Reshape`,
-//! `Shape → Slice → Mul` — and build-time inference carries values only through Shape,
-//! Constant and Identity. Once input shapes are concrete these small integer tensors are
-//! evaluated here, so run-time shape inference sees through them. Anything else (floats,
-//! large tensors, transposes, layers not listed) is left to the backend.
+//! Exporters compute shapes in the graph — `Shape → Gather → Unsqueeze → Concat → Reshape`,
+//! `Shape → Slice → Mul`. Inference evaluates these small integer tensors whenever their
+//! inputs are known (at import, in the builder's folding and at run time), so reshape dims
+//! and the like become static as soon as the shapes they derive from are. Anything else
+//! (floats, large tensors, transposes, layers not listed) is left to the backend.
 
 use crate::ir::dtype::DataType;
-use crate::ir::infer::resolve_slice;
+use super::resolve_slice;
 use crate::ir::layer::{ElementwiseOp, GatherMode, LayerKind};
 use crate::ir::shape::Shape;
 use crate::ir::tensor::{HostTensor, TensorData};
