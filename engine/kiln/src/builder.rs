@@ -1,11 +1,16 @@
 //! The builder: network + configuration → engine for one backend.
 
 use crate::backend::{Backend, BackendError};
+use crate::build_report::{BuildOutput, BuildSummary};
 use crate::engine::format::BuildFlags;
 use crate::engine::Engine;
 use crate::error::NetworkError;
+use crate::inspector::ProfilingVerbosity;
+use crate::io_format::{self, IoFormatError};
 use crate::ir::control::{self, DEFAULT_MAX_TRIP_COUNT};
 use crate::ir::network::{LayerId, Network, TensorId};
+use crate::precision::{self, BuilderFlag, BuilderFlags, PrecisionError};
+use std::time::Instant;
 use thiserror::Error;
 
 /// Builder settings. Reduced precision, profiles and the timing cache arrive with the
@@ -18,6 +23,11 @@ pub struct BuilderConfig {
     /// loop becomes an error, not a hang); `None`: [`DEFAULT_MAX_TRIP_COUNT`]. Recorded in
     /// the engine.
     pub max_trip_count: Option<u64>,
+    /// Precision, constraint and I/O flags (TF32 on by default); see
+    /// [`BuilderConfig::set_flag`].
+    pub builder_flags: BuilderFlags,
+    /// How much the engine inspector shows (recorded in the engine).
+    pub profiling_verbosity: ProfilingVerbosity,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -26,6 +36,10 @@ pub enum BuildError {
     Network(#[from] NetworkError),
     #[error(transparent)]
     Backend(#[from] BackendError),
+    #[error(transparent)]
+    Precision(#[from] PrecisionError),
+    #[error(transparent)]
+    IoFormat(#[from] IoFormatError),
 }
 
 /// Builds engines for one backend.
@@ -44,17 +58,47 @@ impl<'b> Builder<'b> {
         Builder { backend }
     }
 
-    /// Validates the network, drops layers no output depends on, lowers loops and
+    /// Validates the network, decides layer precisions (inserting casts), picks I/O
+    /// formats (inserting reformats), drops layers no output depends on, lowers loops and
     /// conditionals to regions (checking their rules), checks that the backend runs every
     /// remaining layer, and records the device the engine is for.
     pub fn build(&self, network: &Network, config: &BuilderConfig) -> Result<Engine, BuildError> {
+        Ok(self.build_with_report(network, config)?.engine)
+    }
+
+    /// [`Builder::build`], also returning warnings, log lines and a summary.
+    pub fn build_with_report(&self, network: &Network, config: &BuilderConfig) -> Result<BuildOutput, BuildError> {
+        let mut summary = BuildSummary { layers_before: network.layers().len(), ..BuildSummary::default() };
+        let mut log = Vec::new();
+        let start = Instant::now();
         network.validate()?;
         let device = self.backend.device()?;
-        let mut pruned = remove_dead_layers(network);
+        summary.phase("validate", start);
+
+        let start = Instant::now();
+        let tf32_override = std::env::var("NVIDIA_TF32_OVERRIDE").ok();
+        let (flags, note) = precision::effective_flags(config.builder_flags, tf32_override.as_deref());
+        log.extend(note);
+        let (typed, report) = precision::apply(network, flags, self.backend)?;
+        log.extend(report.changed.iter().map(|(layer, t)| format!("layer `{layer}` computes in {t}")));
+        let formatted = io_format::apply(&typed, self.backend, flags.contains(BuilderFlag::DirectIo))?;
+        let mut pruned = remove_dead_layers(&formatted);
+        summary.phase("passes", start);
+
+        let start = Instant::now();
         let max_trip_count = config.max_trip_count.unwrap_or(DEFAULT_MAX_TRIP_COUNT);
         pruned.control = Some(control::lower(&pruned, max_trip_count)?);
+        summary.phase("lowering", start);
+
+        let start = Instant::now();
         self.backend.check_support(&pruned)?;
-        Ok(Engine::new(pruned, self.backend.name().to_string(), device, BuildFlags { flags: config.flags.clone() }))
+        let kernels = (0..pruned.layers().len()).map(|i| self.backend.kernel_name(&pruned, LayerId(i))).collect();
+        summary.phase("support check", start);
+        summary.layers_after = pruned.layers().len();
+
+        let build_flags = BuildFlags { flags: config.flags.clone(), builder_flags: flags, profiling_verbosity: config.profiling_verbosity };
+        let engine = Engine::new(pruned, self.backend.name().to_string(), device, build_flags).with_kernels(kernels);
+        Ok(BuildOutput { engine, warnings: report.warnings, log, summary })
     }
 }
 

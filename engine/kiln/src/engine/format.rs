@@ -11,6 +11,8 @@
 //! is an error, never a panic or an allocation of a size the file chooses.
 
 use crate::backend::DeviceFingerprint;
+use crate::inspector::ProfilingVerbosity;
+use crate::precision::BuilderFlags;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -41,6 +43,12 @@ pub struct SectionEntry {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BuildFlags {
     pub flags: Vec<String>,
+    /// The builder flags the build used (after `NVIDIA_TF32_OVERRIDE`).
+    #[serde(default)]
+    pub builder_flags: BuilderFlags,
+    /// How much the engine inspector may show (seed §6.12).
+    #[serde(default)]
+    pub profiling_verbosity: ProfilingVerbosity,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -18,6 +18,8 @@ pub struct Engine {
     backend: String,
     device: DeviceFingerprint,
     build_flags: BuildFlags,
+    /// Per layer, the name of the backend kernel that runs it (the inspector's tactic).
+    kernels: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -45,11 +47,24 @@ struct WeightsEntry {
 struct PlanSection {
     network: Network,
     weights: Vec<WeightsEntry>,
+    kernels: Vec<String>,
 }
 
 impl Engine {
     pub(crate) fn new(network: Network, backend: String, device: DeviceFingerprint, build_flags: BuildFlags) -> Engine {
-        Engine { network, backend, device, build_flags }
+        Engine { network, backend, device, build_flags, kernels: Vec::new() }
+    }
+
+    /// Records the kernel that runs each layer (one name per layer).
+    pub(crate) fn with_kernels(mut self, kernels: Vec<String>) -> Engine {
+        debug_assert_eq!(kernels.len(), self.network.layers().len());
+        self.kernels = kernels;
+        self
+    }
+
+    /// The name of the backend kernel that runs layer `index`, when the builder recorded it.
+    pub fn kernel_name(&self, index: usize) -> Option<&str> {
+        self.kernels.get(index).map(String::as_str)
     }
 
     pub fn network(&self) -> &Network {
@@ -89,7 +104,7 @@ impl Engine {
             });
             weights_bytes.extend_from_slice(&bytes);
         }
-        let plan = PlanSection { network: self.network.clone(), weights: index };
+        let plan = PlanSection { network: self.network.clone(), weights: index, kernels: self.kernels.clone() };
         let plan_bytes = postcard::to_stdvec(&plan).expect("serializing plain data cannot fail");
         let header = EngineHeader {
             kiln_version: KILN_VERSION.to_string(),
@@ -126,7 +141,14 @@ impl Engine {
         network.check_structure().map_err(EngineLoadError::InvalidPlan)?;
         network.set_weights(weights).map_err(EngineLoadError::InvalidPlan)?;
         recheck_plan(&network).map_err(EngineLoadError::InvalidPlan)?;
-        Ok(Engine { network, backend: header.backend, device: header.device, build_flags: header.build_flags })
+        if !plan.kernels.is_empty() && plan.kernels.len() != network.layers().len() {
+            return Err(EngineLoadError::InvalidPlan(format!(
+                "{} kernel names for {} layers",
+                plan.kernels.len(),
+                network.layers().len()
+            )));
+        }
+        Ok(Engine { network, backend: header.backend, device: header.device, build_flags: header.build_flags, kernels: plan.kernels })
     }
 
     /// Refuses a device whose backend or compute capability differs from the engine's;

@@ -7,6 +7,7 @@
 //! input slots; `None` in an optional slot means "absent".
 
 use super::dtype::DataType;
+use super::format::TensorFormat;
 use super::shape::Shape;
 use super::tensor::HostTensor;
 use serde::{Deserialize, Serialize};
@@ -125,6 +126,10 @@ pub enum LayerKind {
     Plugin(PluginParams),
     /// `[x, axis (0-D int)] -> [y]`: running product (ONNX CumProd).
     CumulativeProduct { exclusive: bool, reverse: bool },
+    /// `[x] -> [y]`: the same logical tensor of `channels` channels, moved from the
+    /// physical layout of `from` to that of `to` (see [`super::format`]); inserted by the
+    /// builder at network inputs and outputs whose format is not LINEAR.
+    Reformat { from: TensorFormat, to: TensorFormat, channels: usize },
 }
 
 impl LayerKind {
@@ -174,6 +179,7 @@ impl LayerKind {
             LayerKind::IfConditionalOutput { .. } => "IfConditionalOutput",
             LayerKind::Assertion { .. } => "Assertion",
             LayerKind::Plugin(_) => "PluginV3",
+            LayerKind::Reformat { .. } => "Reformat",
         }
     }
 }

@@ -9,5 +9,7 @@ pub mod format;
 pub mod infer;
 pub mod layer;
 pub mod network;
+mod precision_api;
+pub(crate) mod rewrite;
 pub mod shape;
 pub mod tensor;

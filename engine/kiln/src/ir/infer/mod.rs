@@ -219,6 +219,15 @@ pub fn infer_layer(
             Ok(vec![])
         }
         K::Plugin(p) => rule(None, format!("plugin `{}::{}@{}` is not registered", p.namespace, p.name, p.version)),
+        K::Reformat { from, to, channels } => {
+            ins.arity(1, 1)?;
+            let x = ins.req(0)?;
+            let shape = from
+                .logical_shape(x.shape, *channels)
+                .and_then(|logical| to.physical_shape(&logical))
+                .or_else(|e| rule(Some(0), e.to_string()))?;
+            Ok(vec![OutFact::new(x.dtype, shape)])
+        }
     }
 }
 
