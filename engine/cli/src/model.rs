@@ -11,7 +11,7 @@ pub enum Model {
     /// An imported ONNX model, not yet built.
     Onnx { network: Network, import_time: Duration },
     /// A deserialized engine file.
-    Engine { engine: Engine, load_time: Duration },
+    Engine { engine: Box<Engine>, load_time: Duration },
 }
 
 /// Whether the bytes are (or, when very short, begin like) a kiln engine file; a truncated
@@ -33,7 +33,7 @@ pub fn load(path: &Path) -> anyhow::Result<Model> {
     let start = Instant::now();
     if is_engine_file(&bytes) {
         let engine = load_engine(path, &bytes)?;
-        Ok(Model::Engine { engine, load_time: start.elapsed() })
+        Ok(Model::Engine { engine: Box::new(engine), load_time: start.elapsed() })
     } else {
         let network = import_onnx(path, &bytes)?;
         Ok(Model::Onnx { network, import_time: start.elapsed() })

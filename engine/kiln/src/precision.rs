@@ -235,6 +235,9 @@ pub fn apply(network: &Network, flags: BuilderFlags, backend: &dyn Backend) -> R
         check_strongly_typed(network, flags)?;
         return Ok((network.clone(), PrecisionReport::default()));
     }
+    if !needs_rewrite(network, flags, backend) {
+        return Ok((network.clone(), PrecisionReport::default()));
+    }
     let mode = if obey {
         Mode::Obey
     } else if prefer {
@@ -294,6 +297,22 @@ pub fn apply(network: &Network, flags: BuilderFlags, backend: &dyn Backend) -> R
     }
     let Pass { rw, report, .. } = pass;
     Ok((rw.finish(outputs)?, report))
+}
+
+/// Whether any layer could change type: a constraint, an output type to honour, or a
+/// backend that runs some layer faster in an enabled type.
+fn needs_rewrite(network: &Network, flags: BuilderFlags, backend: &dyn Backend) -> bool {
+    let constrained = network.layers().iter().any(|l| l.precision_is_set() || l.output_types.iter().any(Option::is_some));
+    let output_types = network.outputs().iter().any(|&o| {
+        let d = network.tensor(o);
+        d.requested_type.is_some_and(|t| t != d.dtype)
+    });
+    constrained
+        || output_types
+        || (0..network.layers().len()).any(|i| {
+            compute_type(network, LayerId(i)).is_some()
+                && backend.precision_support(network, LayerId(i)).faster.iter().any(|&t| flags.enables(t))
+        })
 }
 
 fn check_strongly_typed(network: &Network, flags: BuilderFlags) -> Result<(), PrecisionError> {
@@ -490,7 +509,7 @@ impl Pass<'_> {
     fn cast_renaming(&mut self, t: TensorId, to: DataType) -> Result<TensorId, PrecisionError> {
         let desc = self.rw.out().tensor(t).clone();
         self.rw.rename(t, &format!("{} ({})", desc.name, desc.dtype));
-        let c = self.rw.add_layer(&format!("cast `{}` to {to}", desc.name), LayerKind::Cast { to }, vec![Some(t)], &[desc.name.clone()])?[0];
+        let c = self.rw.add_layer(&format!("cast `{}` to {to}", desc.name), LayerKind::Cast { to }, vec![Some(t)], std::slice::from_ref(&desc.name))?[0];
         let d = self.rw.tensor_mut(c);
         d.format = desc.format;
         d.allowed_formats = desc.allowed_formats;

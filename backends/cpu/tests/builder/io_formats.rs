@@ -170,3 +170,15 @@ fn vectorized_formats_need_a_fixed_channel_dim() {
     let err = Builder::new(&CpuBackend::new()).build(&net, &config(&[])).unwrap_err();
     assert!(err.to_string().contains("channel dim") && err.to_string().contains("`x`"), "{err}");
 }
+
+#[test]
+fn absurd_channel_counts_are_errors_not_overflows() {
+    // Only a hostile engine file holds such a Reformat; loading must fail cleanly.
+    let huge = Shape::fixed(&[1, usize::MAX, 2, 2]);
+    assert!(TensorFormat::Hwc8.physical_shape(&huge).is_err());
+    assert!(TensorFormat::Chw4.physical_shape(&huge).is_err(), "the padded buffer would not fit either");
+    let physical = Shape::fixed(&[1, 2, 2, 8]);
+    assert!(TensorFormat::Hwc8.logical_shape(&physical, usize::MAX).is_err());
+    let x = HostTensor::zeros(DataType::F16, vec![1, 2, 2, 8]);
+    assert!(reformat(&x, TensorFormat::Hwc8, TensorFormat::Linear, usize::MAX).is_err());
+}

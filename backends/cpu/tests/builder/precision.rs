@@ -277,3 +277,29 @@ fn strongly_typed_networks_follow_their_casts() {
     assert_eq!(layer_types(&out.engine), vec!["Cast", "Constant", "ElementWise", "Cast"], "no cast added or removed");
     assert_eq!(values(&run(out.engine, &[("x", x_input())])["y"]), rounded_f16());
 }
+
+#[test]
+fn a_constrained_layer_inside_a_loop_keeps_the_recurrence_working() {
+    // acc ← acc · 1.0001 three times, the product computed in f16.
+    let mut net = Network::new("loop");
+    let x = net.add_input("x", DataType::F32, [2]).unwrap();
+    let trips = net.add_constant(&[], TensorData::I32(vec![3])).unwrap();
+    let c = net.add_constant(&[2], TensorData::F32(vec![1.0001, 3.0001])).unwrap();
+    let looping = net.add_loop();
+    net.add_trip_limit(looping, net.output(trips, 0), TripLimitKind::Count).unwrap();
+    let rec = net.add_recurrence(looping, x).unwrap();
+    let mul = net.add_elementwise(net.output(rec, 0), net.output(c, 0), ElementwiseOp::Prod).unwrap();
+    net.set_recurrence_next(rec, net.output(mul, 0)).unwrap();
+    let last = net.add_loop_output(looping, net.output(rec, 0), LoopOutputKind::LastValue, 0).unwrap();
+    net.set_tensor_name(net.output(last, 0), "y").unwrap();
+    net.mark_output(net.output(last, 0)).unwrap();
+    net.set_layer_precision(mul, DataType::F16).unwrap();
+    let out = build(&net, &[BuilderFlag::Fp16, BuilderFlag::ObeyPrecisionConstraints]);
+    let input = HostTensor::from_f32(vec![2], vec![0.7, -1.3]).unwrap();
+    let got = values(&run(out.engine, &[("x", input)])["y"]);
+    let expected: Vec<f64> = [(0.7f32, 1.0001f32), (-1.3, 3.0001)]
+        .iter()
+        .map(|&(x, c)| (0..3).fold(x, |acc, _| h(h(acc) * h(c))) as f64)
+        .collect();
+    assert_eq!(got, expected);
+}

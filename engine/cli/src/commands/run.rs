@@ -25,7 +25,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         }
         Model::Engine { engine, load_time } => {
             let backend = backends::select_for_engine(&engine, args.backend)?;
-            (engine, backend, Origin::EngineFile { load_time })
+            (*engine, backend, Origin::EngineFile { load_time })
         }
     };
     let (inputs, input_source) = match &args.inputs {

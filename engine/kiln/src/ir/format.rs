@@ -179,11 +179,12 @@ impl TensorFormat {
         let c_axis = self.channel_axis(rank).ok_or(FormatError::Rank { format: self, rank })?;
         let c = logical.dims()[c_axis].fixed().ok_or(FormatError::DynamicChannels { format: self })?;
         let v = self.vector_size();
+        let padded = padded_channels(self, c)?;
         let mut dims: Vec<Dim> = logical.dims()[..c_axis].to_vec();
         let spatial = &logical.dims()[c_axis + 1..];
         if self.is_channel_last() {
             dims.extend_from_slice(spatial);
-            dims.push(Dim::Fixed(c.div_ceil(v) * v));
+            dims.push(Dim::Fixed(padded));
         } else {
             dims.push(Dim::Fixed(c.div_ceil(v)));
             dims.extend_from_slice(spatial);
@@ -211,7 +212,7 @@ impl TensorFormat {
         } else {
             (&d[lead], &d[lead + 1..rank - 1], Some(&d[rank - 1]))
         };
-        let expected_packed = if self.is_channel_last() { channels.div_ceil(v) * v } else { channels.div_ceil(v) };
+        let expected_packed = if self.is_channel_last() { padded_channels(self, channels)? } else { channels.div_ceil(v) };
         if packed.differs_from(&Dim::Fixed(expected_packed)) || inner.is_some_and(|i| i.differs_from(&Dim::Fixed(v))) {
             return Err(FormatError::PhysicalShape { format: self, shape: physical.text(), channels });
         }
@@ -220,6 +221,13 @@ impl TensorFormat {
         dims.extend_from_slice(spatial);
         Ok(Shape(dims))
     }
+}
+
+/// `channels` rounded up to whole vectors; an error (not an overflow) for absurd counts,
+/// which only a hostile engine file holds.
+fn padded_channels(format: TensorFormat, channels: usize) -> Result<usize, FormatError> {
+    let v = format.vector_size();
+    channels.div_ceil(v).checked_mul(v).ok_or(FormatError::PhysicalShape { format, shape: String::new(), channels })
 }
 
 /// The type names the engine inspector prints (TensorRT's spelling).
