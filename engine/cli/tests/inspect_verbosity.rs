@@ -50,6 +50,10 @@ fn inspect_prints_detailed_json_for_an_engine_built_detailed() {
     assert_eq!(conv["Inputs"][0]["Format/Datatype"], "Row major linear FP32 format");
     assert!(conv["Weights"]["Count"].as_u64().unwrap() > 0);
 
+    let summary: serde_json::Value = serde_json::from_str(&kiln_ok(&["inspect", path_arg(&engine), "--format", "json"])).unwrap();
+    assert_eq!(summary["profiling_verbosity"], "detailed");
+    assert_eq!(summary["builder_flags"], serde_json::json!(["TF32"]));
+
     let names = kiln_ok(&["inspect", path_arg(&engine), "--verbosity", "layer-names-only", "--format", "json"]);
     let names: serde_json::Value = serde_json::from_str(&names).unwrap();
     assert_eq!(names["Layers"].as_array().unwrap().len(), layers.len());
@@ -63,4 +67,20 @@ fn inspect_caps_the_verbosity_at_the_engines() {
     let text = kiln_ok(&["inspect", path_arg(&engine), "--verbosity", "detailed"]);
     assert!(text.ends_with("Bindings: data, prob\n"), "{text}");
     assert!(!text.contains("LayerType"), "a layer-names-only engine shows names only: {text}");
+}
+
+#[test]
+fn nvidia_tf32_override_0_at_build_time_clears_tf32() {
+    let dir = TempDir::new().unwrap();
+    let engine = dir.path().join("mnist.engine");
+    let model = repo_path("examples/models/mnist.onnx");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["build", model.to_str().unwrap(), "-o", path_arg(&engine), "--backend", "cpu"])
+        .env("NVIDIA_TF32_OVERRIDE", "0")
+        .output()
+        .expect("spawn kiln");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("flags:    (none)\n"));
+    let (_, stdout) = build(&dir, &[]);
+    assert!(stdout.contains("flags:    TF32\n"), "without the variable TF32 stays on: {stdout}");
 }

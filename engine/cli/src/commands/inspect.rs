@@ -3,7 +3,8 @@
 //!
 //! JSON structure (stable; shapes are arrays whose dims are numbers, the dim's name for a
 //! named dim, or -1 for an unknown one):
-//! `{"kiln_version", "backend", "device": {…}, "build_flags": [..],
+//! `{"kiln_version", "backend", "device": {…}, "build_flags": [..], "builder_flags": [..],
+//!   "profiling_verbosity",
 //!   "inputs": [{"name", "dtype", "shape"}], "outputs": [..],
 //!   "layers": [{"name", "type", "inputs": [tensor or null], "outputs": [tensor], "parameters"}]}`
 
@@ -88,6 +89,8 @@ fn json_report(engine: &Engine, kiln_version: &str) -> Value {
         "backend": engine.backend(),
         "device": serde_json::to_value(engine.device()).unwrap_or(Value::Null),
         "build_flags": engine.build_flags().flags,
+        "builder_flags": engine.build_flags().builder_flags.flags().iter().map(|f| f.name()).collect::<Vec<_>>(),
+        "profiling_verbosity": engine.build_flags().profiling_verbosity.name(),
         "inputs": net.inputs().iter().map(|&t| tensor(t)).collect::<Vec<_>>(),
         "outputs": net.outputs().iter().map(|&t| tensor(t)).collect::<Vec<_>>(),
         "layers": layers,
@@ -129,6 +132,8 @@ fn text_report(engine: &Engine, kiln_version: &str, file_size: usize) -> String 
         let _ = writeln!(s, "capability:   {}", device.compute_capability);
     }
     let _ = writeln!(s, "build flags:  {}", if flags.is_empty() { "(none)".to_string() } else { flags.join(" ") });
+    let _ = writeln!(s, "builder:      {}", engine.build_flags().builder_flags.names());
+    let _ = writeln!(s, "profiling:    {}", engine.build_flags().profiling_verbosity.name());
     let _ = writeln!(s, "file size:    {}", summary::byte_size(file_size));
     let _ = writeln!(s, "weights:      {}", summary::byte_size(engine.weights_bytes()));
     let _ = writeln!(s, "inputs ({}):", net.inputs().len());
