@@ -15,7 +15,9 @@ mod kernels;
 mod layout;
 
 use exec::CpuExecutable;
-use kiln::{Backend, BackendError, DataType, DeviceFingerprint, Executable, Layer, LayerKind, Network, ResizeMode};
+use kiln::{
+    Backend, BackendError, DataType, DeviceFingerprint, Executable, Layer, LayerId, LayerKind, Network, PrecisionSupport, ResizeMode,
+};
 
 /// The cpu backend.
 #[derive(Clone, Debug)]
@@ -67,6 +69,17 @@ impl Backend for CpuBackend {
     fn prepare(&self, network: &Network) -> Result<Box<dyn Executable>, BackendError> {
         self.check_support(network)?;
         Ok(Box::new(CpuExecutable::new(network.clone())?))
+    }
+
+    /// Float layers run in f32, f16 and bf16 alike (kernels compute in f32 and round once
+    /// per output), never faster in the narrow types: unconstrained layers stay f32.
+    fn precision_support(&self, network: &Network, layer: LayerId) -> PrecisionSupport {
+        let offered = if kiln::precision::is_float_compute(&network.layer(layer).kind) {
+            vec![DataType::F32, DataType::F16, DataType::BF16]
+        } else {
+            vec![DataType::F32]
+        };
+        PrecisionSupport { offered, faster: Vec::new() }
     }
 }
 

@@ -76,6 +76,16 @@ pub struct BuildArgs {
     /// Largest dims of the dynamic inputs.
     #[arg(long, value_name = "SHAPES")]
     pub max_shapes: Option<String>,
+    /// A builder flag to set (repeatable): fp16, bf16, tf32, prefer_precision_constraints,
+    /// obey_precision_constraints, direct_io. TF32 is on unless `--no-tf32`.
+    #[arg(long = "flag", value_name = "FLAG")]
+    pub flags: Vec<String>,
+    /// Clears the TF32 flag.
+    #[arg(long)]
+    pub no_tf32: bool,
+    /// How much `kiln inspect --verbosity` may show of the engine.
+    #[arg(long, value_enum, default_value_t = Verbosity::LayerNamesOnly)]
+    pub profiling_verbosity: Verbosity,
 }
 
 #[derive(Debug, clap::Args)]
@@ -84,6 +94,28 @@ pub struct InspectArgs {
     pub engine: PathBuf,
     #[arg(long, value_enum, default_value_t = InspectFormat::Text)]
     pub format: InspectFormat,
+    /// Prints the engine inspector's information (TensorRT's `getEngineInformation`) at
+    /// this verbosity, capped by the one the engine was built with, instead of the summary.
+    #[arg(long, value_enum)]
+    pub verbosity: Option<Verbosity>,
+}
+
+/// Profiling verbosity (seed §6.12).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Verbosity {
+    None,
+    LayerNamesOnly,
+    Detailed,
+}
+
+impl Verbosity {
+    pub fn kiln(self) -> kiln::ProfilingVerbosity {
+        match self {
+            Verbosity::None => kiln::ProfilingVerbosity::None,
+            Verbosity::LayerNamesOnly => kiln::ProfilingVerbosity::LayerNamesOnly,
+            Verbosity::Detailed => kiln::ProfilingVerbosity::Detailed,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

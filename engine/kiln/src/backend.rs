@@ -1,6 +1,8 @@
 //! The seam between kiln's core and its backends (cpu, wgpu, cuda, plugins).
 
-use crate::ir::network::Network;
+use crate::ir::dtype::DataType;
+use crate::ir::format::TensorFormat;
+use crate::ir::network::{LayerId, Network};
 use crate::ir::tensor::HostTensor;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -75,6 +77,45 @@ pub trait Backend: Send + Sync {
     fn check_support(&self, network: &Network) -> Result<(), BackendError>;
     /// Prepares a built network for execution.
     fn prepare(&self, network: &Network) -> Result<Box<dyn Executable>, BackendError>;
+
+    /// The compute types this backend offers for `layer` of `network`, and which of them
+    /// it runs faster than f32 (a hint until tactics are timed). Default: f32 only.
+    fn precision_support(&self, network: &Network, layer: LayerId) -> PrecisionSupport {
+        let _ = (network, layer);
+        PrecisionSupport::default()
+    }
+
+    /// Whether a network input or output in `format` and `dtype` is read or written by
+    /// the adjacent kernels directly, so the boundary Reformat layer costs nothing (what
+    /// the DIRECT_IO builder flag requires). Default: LINEAR only.
+    fn consumes_io_format(&self, format: TensorFormat, dtype: DataType) -> bool {
+        let _ = dtype;
+        format == TensorFormat::Linear
+    }
+
+    /// The name of the kernel that runs `layer`, as the engine inspector reports it in
+    /// place of a tactic name. Default: `{backend}::{layer type}_{output type}`.
+    fn kernel_name(&self, network: &Network, layer: LayerId) -> String {
+        let l = network.layer(layer);
+        let dtype = l.outputs.first().map_or("none", |&t| network.tensor(t).dtype.name());
+        format!("{}::{}_{dtype}", self.name(), l.kind.type_name().to_ascii_lowercase())
+    }
+}
+
+/// Reduced-precision support of one layer on a backend (see
+/// [`Backend::precision_support`]). f32 is always offered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PrecisionSupport {
+    /// Types the backend can compute the layer in.
+    pub offered: Vec<DataType>,
+    /// Of those, the ones faster than f32, fastest first.
+    pub faster: Vec<DataType>,
+}
+
+impl Default for PrecisionSupport {
+    fn default() -> PrecisionSupport {
+        PrecisionSupport { offered: vec![DataType::F32], faster: Vec::new() }
+    }
 }
 
 /// A network prepared for one backend; callable from several threads.

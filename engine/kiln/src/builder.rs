@@ -1,13 +1,18 @@
 //! The builder: network + configuration → engine for one backend.
 
 use crate::backend::{Backend, BackendError};
+use crate::build_report::{BuildOutput, BuildSummary};
 use crate::engine::format::BuildFlags;
 use crate::engine::Engine;
 use crate::error::NetworkError;
+use crate::inspector::ProfilingVerbosity;
+use crate::io_format::{self, IoFormatError};
 use crate::ir::control::{self, DEFAULT_MAX_TRIP_COUNT};
 use crate::ir::network::{LayerId, Network, TensorId};
 use crate::passes::{PassContext, PassError, Pipeline};
 use crate::profile::{validate_profiles, OptimizationProfile, ProfileError};
+use crate::precision::{self, BuilderFlag, BuilderFlags, PrecisionError};
+use std::time::Instant;
 use thiserror::Error;
 
 /// Builder settings. Reduced precision, profiles and the timing cache arrive with the
@@ -30,6 +35,11 @@ pub struct BuilderConfig {
     /// Whether the optimization passes run ([`crate::passes::Pipeline::standard`]); off,
     /// the network is built as given (dead layers aside), e.g. to compare results.
     pub optimization: Optimization,
+    /// Precision, constraint and I/O flags (TF32 on by default); see
+    /// [`BuilderConfig::set_flag`].
+    pub builder_flags: BuilderFlags,
+    /// How much the engine inspector shows (recorded in the engine).
+    pub profiling_verbosity: ProfilingVerbosity,
 }
 
 /// Whether the builder rewrites the network before building.
@@ -56,6 +66,10 @@ pub enum BuildError {
     ProfileShapes(String),
     #[error("activations need {needed} bytes (profile {profile}) but the workspace limit is {limit} bytes")]
     WorkspaceLimit { needed: u64, limit: u64, profile: usize },
+    #[error(transparent)]
+    Precision(#[from] PrecisionError),
+    #[error(transparent)]
+    IoFormat(#[from] IoFormatError),
 }
 
 /// Builds engines for one backend.
@@ -82,26 +96,56 @@ impl<'b> Builder<'b> {
         self
     }
 
-    /// Validates the network, drops layers no output depends on, lowers loops and
-    /// conditionals to regions (checking their rules), checks that the backend runs every
+    /// Validates the network, decides layer precisions (inserting casts), picks I/O
+    /// formats (inserting reformats), drops layers no output depends on, runs the
+    /// optimization passes (folding, fusion), lowers loops and conditionals to regions (checking their rules), checks that the backend runs every
     /// remaining layer, and records the device the engine is for.
     pub fn build(&self, network: &Network, config: &BuilderConfig) -> Result<Engine, BuildError> {
+        Ok(self.build_with_report(network, config)?.engine)
+    }
+
+    /// [`Builder::build`], also returning warnings, log lines and a summary.
+    pub fn build_with_report(&self, network: &Network, config: &BuilderConfig) -> Result<BuildOutput, BuildError> {
+        let mut summary = BuildSummary { layers_before: network.layers().len(), ..BuildSummary::default() };
+        let mut log = Vec::new();
+        let start = Instant::now();
         network.validate()?;
         validate_profiles(network, &config.profiles)?;
         let device = self.backend.device()?;
-        let mut pruned = remove_dead_layers(network);
+        summary.phase("validate", start);
+
+        let start = Instant::now();
+        let tf32_override = std::env::var("NVIDIA_TF32_OVERRIDE").ok();
+        let (flags, note) = precision::effective_flags(config.builder_flags, tf32_override.as_deref());
+        log.extend(note);
+        let (typed, report) = precision::apply(network, flags, self.backend)?;
+        log.extend(report.changed.iter().map(|(layer, t)| format!("layer `{layer}` computes in {t}")));
+        let formatted = io_format::apply(&typed, self.backend, flags.contains(BuilderFlag::DirectIo))?;
+        let mut pruned = remove_dead_layers(&formatted);
         if config.optimization == Optimization::Full {
             let context = PassContext { folding_backend: Some(self.folding_backend.unwrap_or(self.backend)) };
             pruned = Pipeline::standard().run(&pruned, &context)?;
         }
+        summary.phase("passes", start);
+
+        let start = Instant::now();
         let max_trip_count = config.max_trip_count.unwrap_or(DEFAULT_MAX_TRIP_COUNT);
         pruned.control = Some(control::lower(&pruned, max_trip_count)?);
+        summary.phase("lowering", start);
+
+        let start = Instant::now();
         self.backend.check_support(&pruned)?;
-        let engine = Engine::new(pruned, self.backend.name().to_string(), device, BuildFlags { flags: config.flags.clone() })
+        let kernels = (0..pruned.layers().len()).map(|i| self.backend.kernel_name(&pruned, LayerId(i))).collect();
+        summary.phase("support check", start);
+        summary.layers_after = pruned.layers().len();
+
+        let build_flags = BuildFlags { flags: config.flags.clone(), builder_flags: flags, profiling_verbosity: config.profiling_verbosity };
+        let engine = Engine::new(pruned, self.backend.name().to_string(), device, build_flags)
+            .with_kernels(kernels)
             .with_profiles(config.profiles.clone())
             .map_err(BuildError::ProfileShapes)?;
         check_workspace_limit(&engine, config.workspace_limit_bytes)?;
-        Ok(engine)
+        Ok(BuildOutput { engine, warnings: report.warnings, log, summary })
     }
 }
 

@@ -7,21 +7,29 @@
 #![forbid(unsafe_code)]
 
 pub mod backend;
+pub mod build_report;
 pub mod builder;
 pub mod engine;
 pub mod error;
+pub mod inspector;
+pub mod io_format;
 pub mod ir;
-pub mod passes;
 pub mod memory_plan;
+pub mod passes;
+pub mod precision;
 pub mod profile;
 pub mod runtime;
 
-pub use backend::{Backend, BackendError, DeviceFingerprint, Executable};
+pub use backend::{Backend, BackendError, DeviceFingerprint, Executable, PrecisionSupport};
+pub use build_report::{BuildOutput, BuildSummary};
 pub use builder::{BuildError, Builder, BuilderConfig, Optimization};
+pub use inspector::{EngineInspector, InspectorError, LayerInformationFormat, ProfilingVerbosity};
+pub use io_format::IoFormatError;
+pub use ir::format::{FormatMask, TensorFormat};
+pub use precision::{BuilderFlag, BuilderFlags, PrecisionError};
 pub use engine::{Engine, EngineLoadError};
 pub use error::NetworkError;
 pub use ir::dtype::DataType;
-pub use ir::format::TensorFormat;
 pub use ir::layer::*;
 pub use ir::network::{Layer, LayerId, Network, TensorDesc, TensorId};
 pub use ir::shape::{Dim, Shape};

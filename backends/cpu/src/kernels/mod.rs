@@ -31,6 +31,9 @@ pub fn run(kind: &LayerKind, inputs: &[Option<&HostTensor>], outs: &[OutFact]) -
         K::Constant { .. } => Err("Constant layers are served by the executor from the network's weights".into()),
         K::Identity => Ok(vec![ins.req(0)?.clone()]),
         K::Cast { to } => one(misc::cast(ins.req(0)?, *to)),
+        K::Reformat { from, to, channels } => {
+            Ok(vec![kiln::ir::format::reformat(ins.req(0)?, *from, *to, *channels).map_err(|e| e.to_string())?])
+        }
         K::Convolution(p) => one(conv::convolution(p, ins.req(0)?, ins.req(1)?, ins.opt(2), &shape()?)?),
         K::Deconvolution(p) => one(conv::deconvolution(p, ins.req(0)?, ins.req(1)?, ins.opt(2), &shape()?)?),
         K::Pooling(p) => one(pool::pooling(p, ins.req(0)?, &shape()?)?),

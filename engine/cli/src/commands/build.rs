@@ -1,12 +1,13 @@
 //! `kiln build MODEL.onnx -o ENGINE`: import, build for a backend, write the engine file.
 
 use crate::backends;
-use crate::commands::run::build_engine;
 use crate::model;
 use crate::shapes;
 use crate::summary::{self, emit};
 use crate::BuildArgs;
 use anyhow::{bail, Context};
+use kiln::{BuildSummary, Builder, BuilderConfig, BuilderFlag};
+use std::fmt::Write;
 use std::time::Instant;
 
 pub fn build(args: &BuildArgs) -> anyhow::Result<()> {
@@ -23,28 +24,38 @@ pub fn build(args: &BuildArgs) -> anyhow::Result<()> {
         args.opt_shapes.as_deref(),
         args.max_shapes.as_deref(),
     )?;
-    let config = kiln::BuilderConfig { profiles: profile.into_iter().collect(), ..kiln::BuilderConfig::default() };
     let backend = backends::select(args.backend)?;
+    let config = BuilderConfig { profiles: profile.into_iter().collect(), ..builder_config(args)? };
+    let output = Builder::new(backend.backend.as_ref())
+        .build_with_report(&network, &config)
+        .with_context(|| format!("cannot build an engine for `{}`", backend.name()))?;
+    for warning in &output.warnings {
+        eprintln!("warning: {warning}");
+    }
+    let engine = output.engine;
+    let mut phases = output.summary;
     let start = Instant::now();
-    let engine = build_engine(&network, &backend, &config)?;
-    let build_time = start.elapsed();
     let engine_file = engine.serialize();
+    phases.phase("serialize", start);
     std::fs::write(&args.output, &engine_file)
         .with_context(|| format!("cannot write engine file `{}`", args.output.display()))?;
 
     emit(&format!(
-        "model:    {}\nbackend:  {}\ndevice:   {}\nlayers:   {}\nweights:  {}\nactivations: {} peak{}\nengine:   {} written to `{}`\nimport:   {}\nbuild:    {}\n",
+        "model:    {}\nbackend:  {}\ndevice:   {}\nflags:    {}\nlayers:   {} before passes, {} in the engine\nweights:  {}\nactivations: {} peak{}\nengine:   {} written to `{}`\nimport:   {}\nbuild:    {}\n{}",
         args.model.display(),
         backend.describe(),
         backend.device.name,
-        engine.network().layers().len(),
+        engine.build_flags().builder_flags.names(),
+        phases.layers_before,
+        phases.layers_after,
         summary::byte_size(engine.weights_bytes()),
         summary::byte_size(engine.peak_activation_bytes() as usize),
         profiles_text(&engine),
         summary::byte_size(engine_file.len()),
         args.output.display(),
         summary::duration(import_time),
-        summary::duration(build_time),
+        summary::duration(phases.total()),
+        phase_lines(&phases),
     ))
 }
 
@@ -69,4 +80,28 @@ fn profiles_text(engine: &kiln::Engine) -> String {
         text += &format!(" (+{unplanned} dynamically sized tensors: give --min-shapes/--max-shapes to bound them)");
     }
     text
+}
+
+fn builder_config(args: &BuildArgs) -> anyhow::Result<BuilderConfig> {
+    let mut config = BuilderConfig { profiling_verbosity: args.profiling_verbosity.kiln(), ..BuilderConfig::default() };
+    for name in &args.flags {
+        let Some(flag) = BuilderFlag::from_name(name) else {
+            let known: Vec<&str> = BuilderFlag::ALL.iter().map(|f| f.name()).collect();
+            bail!("unknown builder flag `{name}` (known: {})", known.join(", ").to_lowercase());
+        };
+        config.set_flag(flag);
+    }
+    if args.no_tf32 {
+        config.clear_flag(BuilderFlag::Tf32);
+    }
+    Ok(config)
+}
+
+/// One indented line per build phase.
+fn phase_lines(phases: &BuildSummary) -> String {
+    let mut s = String::new();
+    for (name, time) in &phases.phases {
+        let _ = writeln!(s, "  {:<14}{}", format!("{name}:"), summary::duration(*time));
+    }
+    s
 }

@@ -1,8 +1,10 @@
-//! `kiln inspect ENGINE`: what an engine file holds, as text or as JSON.
+//! `kiln inspect ENGINE`: what an engine file holds, as text or as JSON. With
+//! `--verbosity`, the engine inspector's information instead (seed §6.12).
 //!
 //! JSON structure (stable; shapes are arrays whose dims are numbers, the dim's name for a
 //! named dim, or -1 for an unknown one):
-//! `{"kiln_version", "backend", "device": {…}, "build_flags": [..],
+//! `{"kiln_version", "backend", "device": {…}, "build_flags": [..], "builder_flags": [..],
+//!   "profiling_verbosity",
 //!   "inputs": [{"name", "dtype", "shape"}], "outputs": [..],
 //!   "layers": [{"name", "type", "inputs": [tensor or null], "outputs": [tensor], "parameters"}]}`
 
@@ -11,7 +13,7 @@ use crate::summary::{self, emit};
 use crate::{InspectArgs, InspectFormat};
 use anyhow::{bail, Context};
 use kiln::engine::format::read_file;
-use kiln::{Dim, Engine, LayerKind, Network, TensorId};
+use kiln::{Dim, Engine, EngineInspector, LayerInformationFormat, LayerKind, Network, ProfilingVerbosity, TensorId};
 use serde_json::{json, Value};
 use std::fmt::Write;
 
@@ -27,6 +29,9 @@ pub fn inspect(args: &InspectArgs) -> anyhow::Result<()> {
     // The header was just validated by loading; it carries the writer's kiln version.
     let (header, _) =
         read_file(&bytes).with_context(|| format!("cannot load engine file `{}`", args.engine.display()))?;
+    if let Some(verbosity) = args.verbosity {
+        return emit(&inspector_report(&engine, verbosity.kiln(), args.format));
+    }
     let text = match args.format {
         InspectFormat::Text => text_report(&engine, &header.kiln_version, bytes.len()),
         InspectFormat::Json => {
@@ -36,6 +41,28 @@ pub fn inspect(args: &InspectArgs) -> anyhow::Result<()> {
         }
     };
     emit(&text)
+}
+
+/// The engine inspector's information; a verbosity above the engine's is capped, with a note.
+fn inspector_report(engine: &Engine, verbosity: ProfilingVerbosity, format: InspectFormat) -> String {
+    let mut inspector = EngineInspector::new(engine);
+    if verbosity > inspector.verbosity() {
+        eprintln!(
+            "note: the engine was built with profiling verbosity {}; rebuild with `--profiling-verbosity {}` to see more",
+            inspector.verbosity().name(),
+            verbosity.name().replace('_', "-")
+        );
+    }
+    inspector.limit_verbosity(verbosity);
+    let format = match format {
+        InspectFormat::Text => LayerInformationFormat::Text,
+        InspectFormat::Json => LayerInformationFormat::Json,
+    };
+    let mut text = inspector.get_engine_information(format);
+    if format == LayerInformationFormat::Json {
+        text.push('\n');
+    }
+    text
 }
 
 fn json_report(engine: &Engine, kiln_version: &str) -> Value {
@@ -62,6 +89,8 @@ fn json_report(engine: &Engine, kiln_version: &str) -> Value {
         "backend": engine.backend(),
         "device": serde_json::to_value(engine.device()).unwrap_or(Value::Null),
         "build_flags": engine.build_flags().flags,
+        "builder_flags": engine.build_flags().builder_flags.flags().iter().map(|f| f.name()).collect::<Vec<_>>(),
+        "profiling_verbosity": engine.build_flags().profiling_verbosity.name(),
         "inputs": net.inputs().iter().map(|&t| tensor(t)).collect::<Vec<_>>(),
         "outputs": net.outputs().iter().map(|&t| tensor(t)).collect::<Vec<_>>(),
         "layers": layers,
@@ -103,6 +132,8 @@ fn text_report(engine: &Engine, kiln_version: &str, file_size: usize) -> String 
         let _ = writeln!(s, "capability:   {}", device.compute_capability);
     }
     let _ = writeln!(s, "build flags:  {}", if flags.is_empty() { "(none)".to_string() } else { flags.join(" ") });
+    let _ = writeln!(s, "builder:      {}", engine.build_flags().builder_flags.names());
+    let _ = writeln!(s, "profiling:    {}", engine.build_flags().profiling_verbosity.name());
     let _ = writeln!(s, "file size:    {}", summary::byte_size(file_size));
     let _ = writeln!(s, "weights:      {}", summary::byte_size(engine.weights_bytes()));
     let _ = writeln!(s, "inputs ({}):", net.inputs().len());

@@ -11,11 +11,15 @@
 //! is an error, never a panic or an allocation of a size the file chooses.
 
 use crate::backend::DeviceFingerprint;
+use crate::inspector::ProfilingVerbosity;
+use crate::precision::BuilderFlags;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 pub const MAGIC: &[u8; 8] = b"KILNENG\0";
-/// 2: the plan records optimization profiles.
+/// 2: the plan records optimization profiles, layers carry precision constraints, tensors
+/// allowed formats, the plan kernel names and the header builder flags and profiling
+/// verbosity.
 pub const FORMAT_VERSION: u32 = 2;
 /// The kiln version that wrote an engine; engines load only into the same version (§6.7).
 pub const KILN_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -42,6 +46,12 @@ pub struct SectionEntry {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BuildFlags {
     pub flags: Vec<String>,
+    /// The builder flags the build used (after `NVIDIA_TF32_OVERRIDE`).
+    #[serde(default)]
+    pub builder_flags: BuilderFlags,
+    /// How much the engine inspector may show (seed §6.12).
+    #[serde(default)]
+    pub profiling_verbosity: ProfilingVerbosity,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

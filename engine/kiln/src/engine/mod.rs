@@ -25,6 +25,8 @@ pub struct Engine {
     /// The activation arena, one plan per profile (one plan when there is no profile);
     /// recomputed from the plan on load, never trusted from the file.
     memory_plans: Vec<MemoryPlan>,
+    /// Per layer, the name of the backend kernel that runs it (the inspector's tactic).
+    kernels: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -53,12 +55,13 @@ struct PlanSection {
     network: Network,
     weights: Vec<WeightsEntry>,
     profiles: Vec<OptimizationProfile>,
+    kernels: Vec<String>,
 }
 
 impl Engine {
     pub(crate) fn new(network: Network, backend: String, device: DeviceFingerprint, build_flags: BuildFlags) -> Engine {
         let memory_plans = plan_profiles(&network, &[]).unwrap_or_default();
-        Engine { network, backend, device, build_flags, profiles: Vec::new(), memory_plans }
+        Engine { network, backend, device, build_flags, profiles: Vec::new(), memory_plans, kernels: Vec::new() }
     }
 
     /// Attaches validated optimization profiles and plans the arena for each.
@@ -88,6 +91,18 @@ impl Engine {
     /// whose size no profile bounds are not included (see [`MemoryPlan::unplanned`]).
     pub fn peak_activation_bytes(&self) -> u64 {
         self.memory_plans.iter().map(|p| p.peak_bytes).max().unwrap_or(0)
+    }
+
+    /// Records the kernel that runs each layer (one name per layer).
+    pub(crate) fn with_kernels(mut self, kernels: Vec<String>) -> Engine {
+        debug_assert_eq!(kernels.len(), self.network.layers().len());
+        self.kernels = kernels;
+        self
+    }
+
+    /// The name of the backend kernel that runs layer `index`, when the builder recorded it.
+    pub fn kernel_name(&self, index: usize) -> Option<&str> {
+        self.kernels.get(index).map(String::as_str)
     }
 
     pub fn network(&self) -> &Network {
@@ -127,7 +142,12 @@ impl Engine {
             });
             weights_bytes.extend_from_slice(&bytes);
         }
-        let plan = PlanSection { network: self.network.clone(), weights: index, profiles: self.profiles.clone() };
+        let plan = PlanSection {
+            network: self.network.clone(),
+            weights: index,
+            profiles: self.profiles.clone(),
+            kernels: self.kernels.clone(),
+        };
         let plan_bytes = postcard::to_stdvec(&plan).expect("serializing plain data cannot fail");
         let header = EngineHeader {
             kiln_version: KILN_VERSION.to_string(),
@@ -164,9 +184,17 @@ impl Engine {
         network.check_structure().map_err(EngineLoadError::InvalidPlan)?;
         network.set_weights(weights).map_err(EngineLoadError::InvalidPlan)?;
         recheck_plan(&network).map_err(EngineLoadError::InvalidPlan)?;
-        Engine::new(network, header.backend, header.device, header.build_flags)
+        if !plan.kernels.is_empty() && plan.kernels.len() != network.layers().len() {
+            return Err(EngineLoadError::InvalidPlan(format!(
+                "{} kernel names for {} layers",
+                plan.kernels.len(),
+                network.layers().len()
+            )));
+        }
+        let engine = Engine::new(network, header.backend, header.device, header.build_flags)
             .with_profiles(plan.profiles)
-            .map_err(EngineLoadError::InvalidPlan)
+            .map_err(EngineLoadError::InvalidPlan)?;
+        Ok(Engine { kernels: plan.kernels, ..engine })
     }
 
     /// Refuses a device whose backend or compute capability differs from the engine's;

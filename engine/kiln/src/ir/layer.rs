@@ -8,6 +8,7 @@
 
 use super::dtype::DataType;
 pub use super::fused::{AttentionParams, FusedAnchor, FusedParams, PostOp};
+use super::format::TensorFormat;
 use super::shape::Shape;
 use super::tensor::HostTensor;
 use serde::{Deserialize, Serialize};
@@ -135,6 +136,10 @@ pub enum LayerKind {
     /// `[x, scale] -> [y]`: `x / sqrt(mean(x²) + epsilon) * scale`, the mean over `axes`
     /// (RMSNorm, recognized by the optimizer); `scale` broadcasts against `x`.
     RmsNormalization { axes: Vec<usize>, epsilon: f32 },
+    /// `[x] -> [y]`: the same logical tensor of `channels` channels, moved from the
+    /// physical layout of `from` to that of `to` (see [`super::format`]); inserted by the
+    /// builder at network inputs and outputs whose format is not LINEAR.
+    Reformat { from: TensorFormat, to: TensorFormat, channels: usize },
 }
 
 impl LayerKind {
@@ -187,6 +192,7 @@ impl LayerKind {
             LayerKind::Fused(_) => "Fused",
             LayerKind::Attention(_) => "Attention",
             LayerKind::RmsNormalization { .. } => "RMSNormalization",
+            LayerKind::Reformat { .. } => "Reformat",
         }
     }
 }

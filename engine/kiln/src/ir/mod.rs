@@ -10,5 +10,7 @@ pub(crate) mod fused;
 pub mod infer;
 pub mod layer;
 pub mod network;
+mod precision_api;
+pub(crate) mod rewrite;
 pub mod shape;
 pub mod tensor;

@@ -1,7 +1,7 @@
 //! The network: tensors, layers, inputs and outputs, with eager validation.
 
 use super::dtype::DataType;
-use super::format::TensorFormat;
+use super::format::{FormatMask, TensorFormat};
 use super::control::ControlFlow;
 use super::infer::{infer_layer, Fact, InferError};
 use super::layer::{LayerKind, WeightsId};
@@ -25,8 +25,16 @@ pub struct TensorDesc {
     pub shape: Shape,
     /// The layer and output slot that produce it; `None` for network inputs.
     pub producer: Option<(LayerId, usize)>,
-    /// Memory layout at the network boundary (inputs and outputs only).
+    /// Memory layout at the network boundary (inputs and outputs only); chosen by the
+    /// builder from `allowed_formats`.
     pub format: TensorFormat,
+    /// Layouts the user allows at the network boundary (seed §6.6); LINEAR by default.
+    #[serde(default)]
+    pub allowed_formats: FormatMask,
+    /// For a network output: the type the user receives, when it differs from the type
+    /// its layer produces (the builder inserts a Cast, seed §6.5.2).
+    #[serde(default)]
+    pub requested_type: Option<DataType>,
     /// The value, where it is known at build time (constants, shapes of fixed tensors).
     #[serde(skip)]
     pub value: Option<Arc<HostTensor>>,
@@ -39,6 +47,29 @@ pub struct Layer {
     /// Input slots; `None` is an absent optional input.
     pub inputs: Vec<Option<TensorId>>,
     pub outputs: Vec<TensorId>,
+    /// Precision constraint (seed §6.5.2), see [`Network::set_layer_precision`].
+    #[serde(default)]
+    pub precision: Option<DataType>,
+    /// Output type constraints by output slot; shorter than `outputs` when the last ones
+    /// are unset.
+    #[serde(default)]
+    pub output_types: Vec<Option<DataType>>,
+}
+
+impl Layer {
+    /// A layer without precision constraints.
+    pub fn new(name: String, kind: LayerKind, inputs: Vec<Option<TensorId>>, outputs: Vec<TensorId>) -> Layer {
+        Layer { name, kind, inputs, outputs, precision: None, output_types: Vec::new() }
+    }
+}
+
+/// Mutable access to a network's tables (see [`Network::parts_mut`]).
+pub(crate) struct NetworkParts<'n> {
+    pub tensors: &'n mut Vec<TensorDesc>,
+    pub layers: &'n mut Vec<Layer>,
+    pub inputs: &'n mut Vec<TensorId>,
+    pub outputs: &'n mut Vec<TensorId>,
+    pub weights: &'n mut Vec<Arc<HostTensor>>,
 }
 
 /// A network definition: the IR every frontend produces and every backend consumes.
@@ -60,6 +91,10 @@ pub struct Network {
     pub(crate) control_ids: (usize, usize),
     /// The lowered loops and conditionals, set by the builder (see [`crate::ir::control`]).
     pub(crate) control: Option<ControlFlow>,
+    /// Strongly typed (TensorRT 10's network-creation flag): types follow the inputs and
+    /// explicit casts only; the builder refuses reduced-precision flags and constraints.
+    #[serde(default)]
+    pub(crate) strongly_typed: bool,
 }
 
 impl Network {
@@ -133,6 +168,8 @@ impl Network {
             shape: shape.into(),
             producer: None,
             format: TensorFormat::Linear,
+            allowed_formats: FormatMask::default(),
+            requested_type: None,
             value: None,
         });
         self.inputs.push(id);
@@ -238,11 +275,13 @@ impl Network {
                 shape: o.shape,
                 producer: Some((layer_id, i)),
                 format: TensorFormat::Linear,
+                allowed_formats: FormatMask::default(),
+                requested_type: None,
                 value: o.value.map(Arc::new),
             });
             outputs.push(id);
         }
-        self.layers.push(Layer { name: layer_name, kind, inputs, outputs });
+        self.layers.push(Layer::new(layer_name, kind, inputs, outputs));
         Ok(layer_id)
     }
 
@@ -320,13 +359,25 @@ impl Network {
         Ok(())
     }
 
+    /// The raw tables, for whole-network rewrites ([`crate::ir::rewrite`]), which re-check
+    /// every layer before handing the result on.
+    pub(crate) fn parts_mut(&mut self) -> NetworkParts<'_> {
+        NetworkParts {
+            tensors: &mut self.tensors,
+            layers: &mut self.layers,
+            inputs: &mut self.inputs,
+            outputs: &mut self.outputs,
+            weights: &mut self.weights,
+        }
+    }
+
     /// The build-time fact (type, shape, known value) of a tensor.
     pub fn fact(&self, t: TensorId) -> Fact<'_> {
         let d = &self.tensors[t.0];
         Fact { dtype: d.dtype, shape: &d.shape, value: d.value.as_deref() }
     }
 
-    fn push_tensor(&mut self, desc: TensorDesc) -> TensorId {
+    pub(crate) fn push_tensor(&mut self, desc: TensorDesc) -> TensorId {
         self.tensors.push(desc);
         TensorId(self.tensors.len() - 1)
     }
@@ -366,6 +417,7 @@ impl Network {
     pub(crate) fn retain_layers(&self, keep: &[bool]) -> Network {
         let mut out = Network::new(self.name.clone());
         out.control_ids = self.control_ids;
+        out.strongly_typed = self.strongly_typed;
         let mut tensor_map: Vec<Option<TensorId>> = vec![None; self.tensors.len()];
         let mut weights_map: Vec<Option<WeightsId>> = vec![None; self.weights.len()];
         // Numbered up front: a recurrence's next value is produced after the recurrence.
@@ -404,7 +456,7 @@ impl Network {
                     id
                 })
                 .collect();
-            out.layers.push(Layer { name: l.name.clone(), kind, inputs, outputs });
+            out.layers.push(Layer { name: l.name.clone(), kind, inputs, outputs, ..l.clone() });
         }
         out.outputs = self.outputs.iter().map(|t| tensor_map[t.0].expect("outputs are live")).collect();
         out

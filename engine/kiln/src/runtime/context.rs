@@ -334,7 +334,9 @@ impl ExecutionContext {
     /// Runs the engine once, synchronously, on host tensors. Every network input must be
     /// given by name, with the declared type, rank and fixed dims, within the active
     /// profile; dims with the same name must agree. Returns outputs by name. The context's
-    /// set shapes and buffers are neither used nor changed.
+    /// set shapes and buffers are neither used nor changed. An input or output in a
+    /// vectorized format (see [`crate::ir::format`]) is passed in its physical shape: a CHW4
+    /// input of logical `N×3×H×W` is `N×1×H×W×4`, padding zeroed.
     pub fn run(&self, inputs: &HashMap<String, HostTensor>) -> Result<BTreeMap<String, HostTensor>, RunError> {
         let net = self.network();
         let names: Vec<&str> = net.inputs().iter().map(|&t| net.tensor(t).name.as_str()).collect();

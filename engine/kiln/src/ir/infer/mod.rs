@@ -246,6 +246,15 @@ fn infer_kind(
             broadcasts_onto(ins.req(1)?.shape, x.shape, 1)?;
             Ok(vec![OutFact::new(x.dtype, x.shape.clone())])
         }
+        K::Reformat { from, to, channels } => {
+            ins.arity(1, 1)?;
+            let x = ins.req(0)?;
+            let shape = from
+                .logical_shape(x.shape, *channels)
+                .and_then(|logical| to.physical_shape(&logical))
+                .or_else(|e| rule(Some(0), e.to_string()))?;
+            Ok(vec![OutFact::new(x.dtype, shape)])
+        }
     }
 }
 

@@ -1,0 +1,39 @@
+//! What a build reports besides the engine: warnings, log lines and a summary with the
+//! time each phase took (what `kiln build` prints).
+
+use crate::engine::Engine;
+use std::time::{Duration, Instant};
+
+/// The result of [`crate::Builder::build_with_report`].
+#[derive(Debug)]
+pub struct BuildOutput {
+    pub engine: Engine,
+    /// Things the user may want to fix: unmet PREFER constraints, ignored precision hints.
+    pub warnings: Vec<String>,
+    /// Informational lines (TF32 override, layers whose precision changed).
+    pub log: Vec<String>,
+    pub summary: BuildSummary,
+}
+
+/// Layer counts and phase times of one build.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BuildSummary {
+    /// Layers in the network given to the builder.
+    pub layers_before: usize,
+    /// Layers in the engine.
+    pub layers_after: usize,
+    /// Phases in order: validate, passes, lowering, support check (callers that serialize
+    /// add "serialize").
+    pub phases: Vec<(String, Duration)>,
+}
+
+impl BuildSummary {
+    /// Records a phase that started at `start` and ends now.
+    pub fn phase(&mut self, name: &str, start: Instant) {
+        self.phases.push((name.to_string(), start.elapsed()));
+    }
+
+    pub fn total(&self) -> Duration {
+        self.phases.iter().map(|(_, d)| *d).sum()
+    }
+}

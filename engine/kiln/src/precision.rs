@@ -1,0 +1,526 @@
+//! Reduced precision (seed §6.5): builder flags, and the builder pass that decides every
+//! layer's compute type.
+//!
+//! A layer computes in the type of its float inputs (shape inference makes types follow
+//! inputs). To run a layer in another type the pass converts its float inputs (a Cast
+//! layer, or for constant weights a converted copy of the weights) and casts its outputs
+//! back to the types the rest of the network was validated with, so only that layer
+//! changes. A cast back that the next layer would undo is skipped (f16 → f32 → f16 is exact).
+//!
+//! Choice per layer, with the types the flags enable (f32 always; f16 with [`BuilderFlag::Fp16`],
+//! bf16 with [`BuilderFlag::Bf16`]) and the backend's [`PrecisionSupport`]:
+//! - unconstrained: the fastest enabled type the backend offers, else the layer's own type;
+//! - with a precision or output-type constraint and OBEY_PRECISION_CONSTRAINTS: the
+//!   constraint, or a build error naming the layer when it is not enabled or not offered;
+//! - with PREFER_PRECISION_CONSTRAINTS: the constraint, or a warning and the fastest type;
+//! - with neither: the constraint only where the backend says it is faster, else a warning
+//!   and the fastest type (TensorRT's default).
+//!
+//! Strongly typed networks skip the pass: their types are the ones the network states, and
+//! reduced-precision flags and constraints are refused. INT8 and FP8 are not implemented;
+//! [`BuilderFlag`] is non-exhaustive so they can join.
+
+use crate::backend::{Backend, PrecisionSupport};
+use crate::builder::BuilderConfig;
+use crate::error::NetworkError;
+use crate::ir::dtype::DataType;
+use crate::ir::layer::LayerKind;
+use crate::ir::network::{LayerId, Network, TensorId};
+use crate::ir::rewrite::{convert_float, Rewriter};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use thiserror::Error;
+
+/// A builder flag (TensorRT's `BuilderFlag`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BuilderFlag {
+    /// Layers may compute in f16.
+    Fp16,
+    /// Layers may compute in bf16.
+    Bf16,
+    /// f32 matrix products and convolutions may use TF32 (on by default; the environment
+    /// variable `NVIDIA_TF32_OVERRIDE=0` at build time turns it off).
+    Tf32,
+    /// Honour layer precision constraints where possible; warn and use the fastest
+    /// implementation where not.
+    PreferPrecisionConstraints,
+    /// Honour layer precision constraints or fail the build.
+    ObeyPrecisionConstraints,
+    /// Insert no reformat at the network boundary: fail the build when the backend cannot
+    /// consume a boundary format directly (seed §6.6).
+    DirectIo,
+}
+
+impl BuilderFlag {
+    pub const ALL: [BuilderFlag; 6] = [
+        BuilderFlag::Fp16,
+        BuilderFlag::Bf16,
+        BuilderFlag::Tf32,
+        BuilderFlag::PreferPrecisionConstraints,
+        BuilderFlag::ObeyPrecisionConstraints,
+        BuilderFlag::DirectIo,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BuilderFlag::Fp16 => "FP16",
+            BuilderFlag::Bf16 => "BF16",
+            BuilderFlag::Tf32 => "TF32",
+            BuilderFlag::PreferPrecisionConstraints => "PREFER_PRECISION_CONSTRAINTS",
+            BuilderFlag::ObeyPrecisionConstraints => "OBEY_PRECISION_CONSTRAINTS",
+            BuilderFlag::DirectIo => "DIRECT_IO",
+        }
+    }
+
+    /// Parses a name, case-insensitive (`fp16`, `prefer_precision_constraints`, …).
+    pub fn from_name(name: &str) -> Option<BuilderFlag> {
+        let upper = name.to_ascii_uppercase().replace('-', "_");
+        BuilderFlag::ALL.into_iter().find(|f| f.name() == upper)
+    }
+
+    fn bit(self) -> u32 {
+        1 << (self as u32)
+    }
+}
+
+/// A set of builder flags; the default holds TF32 only, as TensorRT's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct BuilderFlags(u32);
+
+impl Default for BuilderFlags {
+    fn default() -> BuilderFlags {
+        BuilderFlags(BuilderFlag::Tf32.bit())
+    }
+}
+
+impl BuilderFlags {
+    pub fn empty() -> BuilderFlags {
+        BuilderFlags(0)
+    }
+
+    pub fn contains(self, flag: BuilderFlag) -> bool {
+        self.0 & flag.bit() != 0
+    }
+
+    pub fn set(&mut self, flag: BuilderFlag) {
+        self.0 |= flag.bit();
+    }
+
+    pub fn clear(&mut self, flag: BuilderFlag) {
+        self.0 &= !flag.bit();
+    }
+
+    /// The flags held, in [`BuilderFlag::ALL`] order.
+    pub fn flags(self) -> Vec<BuilderFlag> {
+        BuilderFlag::ALL.into_iter().filter(|&f| self.contains(f)).collect()
+    }
+
+    /// Names joined by `|`, `(none)` when empty.
+    pub fn names(self) -> String {
+        let names: Vec<&str> = self.flags().into_iter().map(BuilderFlag::name).collect();
+        if names.is_empty() {
+            "(none)".into()
+        } else {
+            names.join("|")
+        }
+    }
+
+    /// Whether layers may compute in `dtype` (f32 always; f16/bf16 when their flag is set).
+    pub fn enables(self, dtype: DataType) -> bool {
+        match dtype {
+            DataType::F16 => self.contains(BuilderFlag::Fp16),
+            DataType::BF16 => self.contains(BuilderFlag::Bf16),
+            _ => true,
+        }
+    }
+}
+
+impl BuilderConfig {
+    pub fn set_flag(&mut self, flag: BuilderFlag) {
+        self.builder_flags.set(flag);
+    }
+
+    pub fn clear_flag(&mut self, flag: BuilderFlag) {
+        self.builder_flags.clear(flag);
+    }
+
+    pub fn get_flag(&self, flag: BuilderFlag) -> bool {
+        self.builder_flags.contains(flag)
+    }
+}
+
+/// The flags a build uses: the configured ones less TF32 when `NVIDIA_TF32_OVERRIDE` is
+/// `0` (`tf32_override` is that variable's value, read by the builder), with a log line
+/// saying so.
+pub fn effective_flags(configured: BuilderFlags, tf32_override: Option<&str>) -> (BuilderFlags, Option<String>) {
+    let mut flags = configured;
+    if tf32_override == Some("0") && flags.contains(BuilderFlag::Tf32) {
+        flags.clear(BuilderFlag::Tf32);
+        return (flags, Some("TF32 disabled: NVIDIA_TF32_OVERRIDE=0 at build time".into()));
+    }
+    (flags, None)
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum PrecisionError {
+    /// OBEY_PRECISION_CONSTRAINTS and a constraint that cannot be met.
+    #[error("layer `{layer}`: {what} {requested} cannot be obeyed: {reason}")]
+    Unsatisfiable { layer: String, what: String, requested: DataType, reason: String },
+    #[error("PREFER_PRECISION_CONSTRAINTS and OBEY_PRECISION_CONSTRAINTS are both set; choose one")]
+    ConflictingFlags,
+    /// A strongly typed network with a reduced-precision flag or constraint.
+    #[error("network `{network}` is strongly typed: {what} is not allowed (types follow the inputs and Cast layers)")]
+    StronglyTyped { network: String, what: String },
+    #[error(transparent)]
+    Network(#[from] NetworkError),
+}
+
+/// Whether a layer kind computes on float data whose type it may change: every kind but
+/// those that define types (Constant, Cast, Shape, Fill, quantization, NonZero, OneHot),
+/// boundary and control-flow layers, and plugins.
+pub fn is_float_compute(kind: &LayerKind) -> bool {
+    use LayerKind as K;
+    !matches!(
+        kind,
+        K::Constant { .. }
+            | K::Cast { .. }
+            | K::Shape
+            | K::Fill { .. }
+            | K::Quantize { .. }
+            | K::Dequantize { .. }
+            | K::NonZero
+            | K::OneHot { .. }
+            | K::Assertion { .. }
+            | K::Plugin(_)
+            | K::Reformat { .. }
+            | K::TripLimit { .. }
+            | K::Iterator { .. }
+            | K::Recurrence { .. }
+            | K::LoopOutput { .. }
+            | K::Condition { .. }
+            | K::IfConditionalInput { .. }
+            | K::IfConditionalOutput { .. }
+    )
+}
+
+fn is_reducible_float(dtype: DataType) -> bool {
+    matches!(dtype, DataType::F32 | DataType::F16 | DataType::BF16)
+}
+
+/// The input slots whose type follows the layer's precision: every float slot, except
+/// Resize's coordinates and scales.
+fn converted_slot(kind: &LayerKind, slot: usize) -> bool {
+    !matches!(kind, LayerKind::Resize(_)) || slot == 0
+}
+
+/// What the pass decided, for the build log and the inspector.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PrecisionReport {
+    /// Unmet PREFER constraints and ignored hints.
+    pub warnings: Vec<String>,
+    /// Layers whose compute type changed: (layer name, type).
+    pub changed: Vec<(String, DataType)>,
+}
+
+/// Checks a strongly typed network against the flags; decides and applies every layer's
+/// compute type and the network output types.
+pub fn apply(network: &Network, flags: BuilderFlags, backend: &dyn Backend) -> Result<(Network, PrecisionReport), PrecisionError> {
+    let prefer = flags.contains(BuilderFlag::PreferPrecisionConstraints);
+    let obey = flags.contains(BuilderFlag::ObeyPrecisionConstraints);
+    if prefer && obey {
+        return Err(PrecisionError::ConflictingFlags);
+    }
+    if network.is_strongly_typed() {
+        check_strongly_typed(network, flags)?;
+        return Ok((network.clone(), PrecisionReport::default()));
+    }
+    if !needs_rewrite(network, flags, backend) {
+        return Ok((network.clone(), PrecisionReport::default()));
+    }
+    let mode = if obey {
+        Mode::Obey
+    } else if prefer {
+        Mode::Prefer
+    } else {
+        Mode::Hint
+    };
+    let mut pass = Pass { rw: Rewriter::new(network), casts: HashMap::new(), report: PrecisionReport::default() };
+    for (i, layer) in network.layers().iter().enumerate() {
+        let id = LayerId(i);
+        let support = backend.precision_support(network, id);
+        let current = compute_type(network, id);
+        let choice = Choice { flags, mode, support: &support, current, layer: &layer.name };
+        let precision = match layer.precision {
+            Some(requested) => choice.resolve("precision", requested, &mut pass.report)?,
+            None => current.map(|c| choice.fastest(c)),
+        };
+        if let Some(p) = precision.filter(|&p| Some(p) != current) {
+            pass.report.changed.push((layer.name.clone(), p));
+        }
+        // Every input arrives in the type the layer now reads: its precision for converted
+        // float slots, else the type the network was validated with.
+        let mut substitutes = HashMap::new();
+        for (slot, t) in layer.inputs.iter().enumerate() {
+            let Some(t) = t else { continue };
+            let Some(mapped) = pass.rw.mapped(*t) else { continue };
+            let validated = network.tensor(*t).dtype;
+            let target = match precision {
+                Some(p) if is_reducible_float(validated) && converted_slot(&layer.kind, slot) => p,
+                _ => validated,
+            };
+            if pass.rw.out().tensor(mapped).dtype != target {
+                substitutes.insert(slot, pass.cast(mapped, target)?);
+            }
+        }
+        let outputs = pass.rw.copy_layer(id, &substitutes)?;
+        for (slot, (&src_t, &out_t)) in layer.outputs.iter().zip(&outputs).enumerate() {
+            let original = network.tensor(src_t).dtype;
+            let want = match layer.output_types.get(slot).copied().flatten() {
+                Some(requested) => choice.output_type(requested, pass.rw.out().tensor(out_t).dtype, &mut pass.report)?,
+                None => original,
+            };
+            let produced = pass.rw.out().tensor(out_t).dtype;
+            let seen = if want == produced { out_t } else { pass.cast_renaming(out_t, want)? };
+            pass.rw.set_mapped(src_t, seen);
+        }
+    }
+    // A network output has the type the user asked for, else the one it was validated
+    // with (TensorRT: "mandatory, defaults to FP32"), whatever its layer now produces.
+    let mut outputs = Vec::with_capacity(network.outputs().len());
+    for &o in network.outputs() {
+        let t = pass.rw.mapped(o).expect("outputs are produced");
+        let desc = network.tensor(o);
+        let want = desc.requested_type.unwrap_or(desc.dtype);
+        let produced = pass.rw.out().tensor(t).dtype;
+        outputs.push(if want == produced { t } else { pass.cast_renaming(t, want)? });
+    }
+    let Pass { rw, report, .. } = pass;
+    Ok((rw.finish(outputs)?, report))
+}
+
+/// Whether any layer could change type: a constraint, an output type to honour, or a
+/// backend that runs some layer faster in an enabled type.
+fn needs_rewrite(network: &Network, flags: BuilderFlags, backend: &dyn Backend) -> bool {
+    let constrained = network.layers().iter().any(|l| l.precision_is_set() || l.output_types.iter().any(Option::is_some));
+    let output_types = network.outputs().iter().any(|&o| {
+        let d = network.tensor(o);
+        d.requested_type.is_some_and(|t| t != d.dtype)
+    });
+    constrained
+        || output_types
+        || (0..network.layers().len()).any(|i| {
+            compute_type(network, LayerId(i)).is_some()
+                && backend.precision_support(network, LayerId(i)).faster.iter().any(|&t| flags.enables(t))
+        })
+}
+
+fn check_strongly_typed(network: &Network, flags: BuilderFlags) -> Result<(), PrecisionError> {
+    let refuse = |what: String| Err(PrecisionError::StronglyTyped { network: network.name.clone(), what });
+    for flag in [BuilderFlag::Fp16, BuilderFlag::Bf16, BuilderFlag::PreferPrecisionConstraints, BuilderFlag::ObeyPrecisionConstraints] {
+        if flags.contains(flag) {
+            return refuse(format!("builder flag {}", flag.name()));
+        }
+    }
+    for l in network.layers() {
+        if l.precision_is_set() || l.output_types.iter().any(Option::is_some) {
+            return refuse(format!("the precision constraint on layer `{}`", l.name));
+        }
+    }
+    for &o in network.outputs() {
+        let d = network.tensor(o);
+        if d.requested_type.is_some_and(|t| t != d.dtype) {
+            return refuse(format!("output type {} on `{}`, which its layer gives as {}", d.requested_type.unwrap_or(d.dtype), d.name, d.dtype));
+        }
+    }
+    Ok(())
+}
+
+/// The type a layer computes in now: that of its converted float inputs, when they are all
+/// f32, f16 or bf16 and agree; `None` when the layer's precision cannot change.
+fn compute_type(network: &Network, layer: LayerId) -> Option<DataType> {
+    let l = network.layer(layer);
+    if !is_float_compute(&l.kind) {
+        return None;
+    }
+    let mut floats = l
+        .inputs
+        .iter()
+        .enumerate()
+        .filter_map(|(slot, t)| t.map(|t| (slot, network.tensor(t).dtype)))
+        .filter(|&(slot, d)| d.is_float() && converted_slot(&l.kind, slot))
+        .map(|(_, d)| d);
+    let first = floats.next()?;
+    (is_reducible_float(first) && floats.all(|d| d == first)).then_some(first)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Obey,
+    Prefer,
+    /// Neither flag: constraints are hints followed only where faster.
+    Hint,
+}
+
+struct Choice<'a> {
+    flags: BuilderFlags,
+    mode: Mode,
+    support: &'a PrecisionSupport,
+    current: Option<DataType>,
+    layer: &'a str,
+}
+
+impl Choice<'_> {
+    /// The fastest enabled type the backend offers, else `current`.
+    fn fastest(&self, current: DataType) -> DataType {
+        self.support
+            .faster
+            .iter()
+            .copied()
+            .find(|&t| self.flags.enables(t) && self.support.offered.contains(&t) && is_reducible_float(t))
+            .unwrap_or(current)
+    }
+
+    /// Why `requested` cannot be the layer's compute type, if it cannot.
+    fn unmet(&self, requested: DataType) -> Option<String> {
+        let Some(current) = self.current else {
+            return Some("the layer has no float computation whose type could change".into());
+        };
+        if requested == current {
+            return None;
+        }
+        if !is_reducible_float(requested) {
+            return Some(format!("layers compute in f32, f16 or bf16, not {requested}"));
+        }
+        if !self.flags.enables(requested) {
+            let flag = if requested == DataType::F16 { BuilderFlag::Fp16 } else { BuilderFlag::Bf16 };
+            return Some(format!("the {} builder flag is not set", flag.name()));
+        }
+        if !self.support.offered.contains(&requested) {
+            let offered: Vec<&str> = self.support.offered.iter().map(|t| t.name()).collect();
+            return Some(format!("the backend offers {} for this layer", offered.join(", ")));
+        }
+        None
+    }
+
+    fn resolve(&self, what: &str, requested: DataType, report: &mut PrecisionReport) -> Result<Option<DataType>, PrecisionError> {
+        let fallback = self.current.map(|c| self.fastest(c));
+        match (self.unmet(requested), self.mode) {
+            (None, Mode::Obey | Mode::Prefer) => Ok(Some(requested)),
+            (None, Mode::Hint) if self.support.faster.contains(&requested) || Some(requested) == fallback => Ok(Some(requested)),
+            (None, Mode::Hint) => {
+                report.warnings.push(format!(
+                    "layer `{}`: {what} {requested} is not faster on this backend; using {} (set PREFER_PRECISION_CONSTRAINTS or OBEY_PRECISION_CONSTRAINTS to enforce it)",
+                    self.layer,
+                    fallback.map_or("its own types".to_string(), |t| t.to_string())
+                ));
+                Ok(fallback)
+            }
+            (Some(reason), Mode::Obey) => Err(PrecisionError::Unsatisfiable {
+                layer: self.layer.to_string(),
+                what: what.to_string(),
+                requested,
+                reason,
+            }),
+            (Some(reason), Mode::Prefer | Mode::Hint) => {
+                report.warnings.push(format!(
+                    "layer `{}`: {what} {requested} is not available ({reason}); using {}",
+                    self.layer,
+                    fallback.map_or("its own types".to_string(), |t| t.to_string())
+                ));
+                Ok(fallback)
+            }
+        }
+    }
+
+    /// The type output `requested` resolves to, given the type the layer now produces.
+    fn output_type(&self, requested: DataType, produced: DataType, report: &mut PrecisionReport) -> Result<DataType, PrecisionError> {
+        if requested == produced {
+            return Ok(produced);
+        }
+        let unmet = (!self.flags.enables(requested)).then(|| {
+            let flag = if requested == DataType::F16 { BuilderFlag::Fp16 } else { BuilderFlag::Bf16 };
+            format!("the {} builder flag is not set", flag.name())
+        });
+        match (unmet, self.mode) {
+            (None, Mode::Obey | Mode::Prefer) => Ok(requested),
+            (None, Mode::Hint) => {
+                report.warnings.push(format!(
+                    "layer `{}`: output type {requested} is not faster on this backend; the output stays {produced} (set PREFER_PRECISION_CONSTRAINTS or OBEY_PRECISION_CONSTRAINTS to enforce it)",
+                    self.layer
+                ));
+                Ok(produced)
+            }
+            (Some(reason), Mode::Obey) => Err(PrecisionError::Unsatisfiable {
+                layer: self.layer.to_string(),
+                what: "output type".into(),
+                requested,
+                reason,
+            }),
+            (Some(reason), Mode::Prefer | Mode::Hint) => {
+                report.warnings.push(format!("layer `{}`: output type {requested} is not available ({reason}); the output stays {produced}", self.layer));
+                Ok(produced)
+            }
+        }
+    }
+}
+
+struct Pass<'s> {
+    rw: Rewriter<'s>,
+    /// (tensor of the new network, type) → its converted copy.
+    casts: HashMap<(TensorId, DataType), TensorId>,
+    report: PrecisionReport,
+}
+
+impl Pass<'_> {
+    /// `t` converted to `to`: the tensor a cast came from when the round trip is exact,
+    /// converted weights for a constant, else a new Cast layer. Memoized.
+    fn cast(&mut self, t: TensorId, to: DataType) -> Result<TensorId, PrecisionError> {
+        if let Some(&c) = self.casts.get(&(t, to)) {
+            return Ok(c);
+        }
+        let out = self.rw.out();
+        let desc = out.tensor(t);
+        let producer = desc.producer.map(|(l, _)| out.layer(l));
+        let converted = match producer.map(|l| (&l.kind, l)) {
+            Some((LayerKind::Cast { .. }, l)) => l.inputs[0].filter(|&s| out.tensor(s).dtype == to && widens_exactly(to, desc.dtype)),
+            _ => None,
+        };
+        let result = match (converted, producer.map(|l| &l.kind)) {
+            (Some(source), _) => source,
+            (None, Some(LayerKind::Constant { weights })) => {
+                let blob = out.weights_blob(*weights).expect("constants refer to weights");
+                let w = convert_float(blob, to).expect("float weights convert between float types");
+                let layer_name = format!("{} ({to})", producer.map_or("", |l| l.name.as_str()));
+                let tensor_name = format!("{} ({to})", desc.name);
+                self.rw.add_constant(&layer_name, w, &tensor_name)?
+            }
+            _ => {
+                let name = desc.name.clone();
+                self.rw.add_layer(&format!("cast `{name}` to {to}"), LayerKind::Cast { to }, vec![Some(t)], &[format!("{name} ({to})")])?[0]
+            }
+        };
+        self.casts.insert((t, to), result);
+        Ok(result)
+    }
+
+    /// Casts `t` to `to` with the cast's output taking over `t`'s name (consumers and the
+    /// user see the name they gave); `t` is renamed after its type.
+    fn cast_renaming(&mut self, t: TensorId, to: DataType) -> Result<TensorId, PrecisionError> {
+        let desc = self.rw.out().tensor(t).clone();
+        self.rw.rename(t, &format!("{} ({})", desc.name, desc.dtype));
+        let c = self.rw.add_layer(&format!("cast `{}` to {to}", desc.name), LayerKind::Cast { to }, vec![Some(t)], std::slice::from_ref(&desc.name))?[0];
+        let d = self.rw.tensor_mut(c);
+        d.format = desc.format;
+        d.allowed_formats = desc.allowed_formats;
+        d.requested_type = desc.requested_type;
+        self.casts.insert((t, to), c);
+        Ok(c)
+    }
+}
+
+/// Whether every value of `narrow` survives a trip through `wide` unchanged.
+fn widens_exactly(narrow: DataType, wide: DataType) -> bool {
+    use DataType as D;
+    matches!((narrow, wide), (D::F16 | D::BF16, D::F32 | D::F64) | (D::F32, D::F64))
+}

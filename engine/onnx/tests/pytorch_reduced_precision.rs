@@ -1,0 +1,89 @@
+//! The PyTorch-exported reference models (`tests/data/pytorch/`) built with every layer
+//! constrained to f16 or bf16 (PREFER_PRECISION_CONSTRAINTS): the precision pass must keep
+//! real graphs (shape arithmetic, reshapes, gathers, attention) valid, and the results
+//! must stay within reduced-precision tolerance of onnxruntime's f32 outputs while
+//! differing from kiln's own f32 results.
+
+use kiln::{BuilderConfig, BuilderFlag, DataType, HostTensor, LayerId, TensorData};
+use npyz::npz::NpzArchive;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+fn data_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/pytorch")
+}
+
+fn read_npz(path: &Path) -> HashMap<String, HostTensor> {
+    let mut archive = NpzArchive::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    let names: Vec<String> = archive.array_names().map(str::to_string).collect();
+    names
+        .into_iter()
+        .map(|name| {
+            let npy = archive.by_name(&name).expect("read array").expect("array exists");
+            let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
+            let data = match npy.dtype().descr().trim_matches('\'') {
+                "<f4" => TensorData::F32(npy.into_vec::<f32>().expect("f32 data")),
+                "<i8" => TensorData::I64(npy.into_vec::<i64>().expect("i64 data")),
+                other => panic!("{name}: unexpected dtype {other}"),
+            };
+            (name, HostTensor::new(shape, data).expect("shape matches"))
+        })
+        .collect()
+}
+
+/// Worst error relative to `1 + |expected|`.
+fn worst_error(got: &HostTensor, want: &HostTensor) -> f64 {
+    got.to_f64_vec().iter().zip(want.to_f64_vec()).map(|(a, e)| (a - e).abs() / (1.0 + e.abs())).fold(0.0, f64::max)
+}
+
+fn check(name: &str, precision: DataType, tolerance: f64) {
+    let dir = data_dir();
+    let mut net = kiln_onnx::import_file(&dir.join(format!("{name}.onnx"))).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let mut arrays = read_npz(&dir.join(format!("{name}.npz")));
+    let input_names: Vec<String> = net.inputs().iter().map(|&t| net.tensor(t).name.clone()).collect();
+    let inputs: HashMap<String, HostTensor> = input_names.iter().map(|n| (n.clone(), arrays.remove(n).expect("input"))).collect();
+    let backend = kiln_cpu::CpuBackend::new();
+    let run = |engine| kiln::ExecutionContext::new(engine, &backend).expect("prepare").run(&inputs).expect("run");
+    let full = run(kiln::Builder::new(&backend).build(&net, &BuilderConfig::default()).expect("f32 build"));
+
+    for i in 0..net.layers().len() {
+        if kiln::precision::is_float_compute(&net.layers()[i].kind) {
+            net.set_layer_precision(LayerId(i), precision).unwrap();
+        }
+    }
+    let mut config = BuilderConfig::default();
+    config.set_flag(if precision == DataType::F16 { BuilderFlag::Fp16 } else { BuilderFlag::Bf16 });
+    config.set_flag(BuilderFlag::PreferPrecisionConstraints);
+    let out = kiln::Builder::new(&backend).build_with_report(&net, &config).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let reduced_layers = out.log.iter().filter(|l| l.ends_with(&format!("computes in {precision}"))).count();
+    assert!(reduced_layers > 0, "{name}: no layer runs in {precision}: {:?}", out.log);
+    let reduced = run(out.engine);
+    for (output, want) in &arrays {
+        let got = &reduced[output];
+        assert_eq!(got.dtype(), DataType::F32, "{name}/{output}: network outputs keep their type");
+        assert_eq!(got.shape(), want.shape(), "{name}/{output}");
+        let worst = worst_error(got, want);
+        assert!(worst < tolerance, "{name}/{output}: {precision} relative error {worst} ({reduced_layers} layers reduced)");
+        assert!(worst_error(got, &full[output]) > 0.0, "{name}/{output}: identical to f32, nothing was reduced");
+    }
+}
+
+#[test]
+fn cnn_torchscript_in_f16() {
+    check("cnn_torchscript", DataType::F16, 1e-3);
+}
+
+#[test]
+fn cnn_dynamo_in_bf16() {
+    check("cnn_dynamo", DataType::BF16, 1e-2);
+}
+
+#[test]
+fn bert_torchscript_in_f16() {
+    check("bert_torchscript", DataType::F16, 1e-2);
+}
+
+#[test]
+fn bert_dynamo_in_f16() {
+    check("bert_dynamo", DataType::F16, 1e-2);
+}
