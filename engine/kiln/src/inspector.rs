@@ -130,6 +130,12 @@ impl<'e> EngineInspector<'e> {
         Ok(())
     }
 
+    /// Shows the dims of the shapes set on `context` (TensorRT's `setExecutionContext`):
+    /// dynamic dims the context's input shapes resolve appear as numbers.
+    pub fn set_execution_context(&mut self, context: &crate::ExecutionContext) -> Result<(), InspectorError> {
+        self.set_input_shapes(&context.input_shapes())
+    }
+
     /// Information on layer `index` in `format`, at the inspector's verbosity.
     pub fn get_layer_information(&self, index: usize, format: LayerInformationFormat) -> Result<String, InspectorError> {
         let count = self.engine.network().layers().len();

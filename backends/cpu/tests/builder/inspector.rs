@@ -161,3 +161,15 @@ fn fused_layers_keep_the_names_of_what_they_fused() {
     let names: Vec<&str> = info["Layers"].as_array().unwrap().iter().filter_map(|l| l["Name"].as_str()).collect();
     assert!(names.iter().any(|n| n.starts_with("conv1 + ") && n.ends_with("relu1")), "{names:?}");
 }
+
+#[test]
+fn an_attached_execution_context_resolves_dynamic_dims() {
+    let engine = engine(&conv_network(Dim::Named("N".into())), ProfilingVerbosity::Detailed);
+    let conv = engine.network().layers().iter().position(|l| l.name == "conv1").unwrap();
+    let mut context = ExecutionContext::new(engine.clone(), &CpuBackend::new()).unwrap();
+    context.set_input_shape("x", &[3, 2, 4, 4]).unwrap();
+    let mut inspector = EngineInspector::new(&engine);
+    inspector.set_execution_context(&context).unwrap();
+    let info = parse(&inspector.get_layer_information(conv, LayerInformationFormat::Json).unwrap());
+    assert_eq!(info["Outputs"][0]["Dimensions"], json!([3, 3, 2, 2]));
+}

@@ -111,6 +111,16 @@ impl ExecutionContext {
         Ok(())
     }
 
+    /// The input shapes set so far, by input name.
+    pub fn input_shapes(&self) -> HashMap<String, Vec<usize>> {
+        let net = self.network();
+        net.inputs()
+            .iter()
+            .zip(&self.shapes)
+            .filter_map(|(&t, shape)| shape.clone().map(|s| (net.tensor(t).name.clone(), s)))
+            .collect()
+    }
+
     /// Whether every input's shape (and every shape tensor's values) is known.
     pub fn all_input_shapes_specified(&self) -> bool {
         self.shapes.iter().all(Option::is_some)
