@@ -190,6 +190,8 @@ pub fn is_float_compute(kind: &LayerKind) -> bool {
             | K::Quantize { .. }
             | K::Dequantize { .. }
             | K::NonZero
+            | K::BitCast { .. }
+            | K::NonMaxSuppression { .. }
             | K::OneHot { .. }
             | K::Assertion { .. }
             | K::Plugin(_)
@@ -209,9 +211,9 @@ fn is_reducible_float(dtype: DataType) -> bool {
 }
 
 /// The input slots whose type follows the layer's precision: every float slot, except
-/// Resize's coordinates and scales.
+/// Resize's coordinates and scales and GridSample's grid.
 fn converted_slot(kind: &LayerKind, slot: usize) -> bool {
-    !matches!(kind, LayerKind::Resize(_)) || slot == 0
+    !matches!(kind, LayerKind::Resize(_) | LayerKind::GridSample(_)) || slot == 0
 }
 
 /// What the pass decided, for the build log and the inspector.

@@ -14,6 +14,7 @@ mod norm;
 mod pool;
 mod reduce;
 mod resize;
+mod sampling;
 mod shape_ops;
 mod unary;
 
@@ -94,6 +95,16 @@ pub fn run(kind: &LayerKind, inputs: &[Option<&HostTensor>], outs: &[OutFact]) -
         K::Fused(p) => Ok(vec![fused::fused(p, inputs)?]),
         K::Attention(p) => Ok(vec![fused::attention(p, inputs)?]),
         K::RmsNormalization { axes, epsilon } => Ok(vec![fused::rms_normalization(inputs, axes, *epsilon)?]),
+        K::GridSample(p) => one(sampling::grid_sample(p, ins.req(0)?, ins.req(1)?, &shape()?)?),
+        K::BitCast { to } => one(sampling::bit_cast(ins.req(0)?, *to)?),
+        K::NonMaxSuppression { center_point_box } => Ok(vec![sampling::non_max_suppression(
+            ins.req(0)?,
+            ins.req(1)?,
+            ins.opt(2),
+            ins.opt(3),
+            ins.opt(4),
+            *center_point_box,
+        )?]),
         K::OneHot { axis } => one(einsum::one_hot(ins.req(0)?, ins.req(1)?, ins.req(2)?, *axis, &shape()?)?),
         K::TripLimit { .. }
         | K::Iterator { .. }

@@ -140,6 +140,17 @@ pub enum LayerKind {
     /// physical layout of `from` to that of `to` (see [`super::format`]); inserted by the
     /// builder at network inputs and outputs whose format is not LINEAR.
     Reformat { from: TensorFormat, to: TensorFormat, channels: usize },
+    /// `[x (N,C,*spatial), grid (N,*out_spatial,r)] -> [y (N,C,*out_spatial)]`: samples `x`
+    /// at the normalized coordinates of `grid` (ONNX GridSample; the grid's last axis lists
+    /// the innermost spatial axis first).
+    GridSample(GridSampleParams),
+    /// `[x] -> [y]`: the bits of each element reinterpreted as `to`, a type of the same
+    /// width (ONNX BitCast).
+    BitCast { to: DataType },
+    /// `[boxes (B,S,4), scores (B,C,S), max_per_class (0-D int)?, iou_threshold (0-D)?,
+    /// score_threshold (0-D)?] -> [selected (count, 3) i64]`: greedy non-maximum
+    /// suppression per batch and class; rows are `(batch, class, box)`.
+    NonMaxSuppression { center_point_box: bool },
 }
 
 impl LayerKind {
@@ -193,6 +204,9 @@ impl LayerKind {
             LayerKind::Attention(_) => "Attention",
             LayerKind::RmsNormalization { .. } => "RMSNormalization",
             LayerKind::Reformat { .. } => "Reformat",
+            LayerKind::GridSample(_) => "GridSample",
+            LayerKind::BitCast { .. } => "BitCast",
+            LayerKind::NonMaxSuppression { .. } => "NonMaxSuppression",
         }
     }
 }
@@ -451,6 +465,34 @@ pub struct ResizeParams {
     pub extrapolation_value: f32,
     /// Axes that scales/sizes refer to; `None` means all axes.
     pub axes: Option<Vec<usize>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GridSampleMode {
+    /// The nearest cell, ties rounding to even.
+    Nearest,
+    /// n-linear interpolation.
+    Linear,
+    /// n-cubic interpolation (Keys, a = -0.75).
+    Cubic,
+}
+
+/// What a tap outside the input reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GridSamplePadding {
+    Zeros,
+    /// The nearest edge cell.
+    Border,
+    /// The input mirrored at its borders.
+    Reflection,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GridSampleParams {
+    pub mode: GridSampleMode,
+    pub padding: GridSamplePadding,
+    /// -1 and 1 address the centers of the corner cells (else their outer edges).
+    pub align_corners: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -24,6 +24,7 @@ mod quantize;
 mod reduce;
 mod resize;
 mod rnn;
+mod sampling;
 mod sequence;
 mod shape;
 mod unary;
@@ -100,6 +101,7 @@ pub(crate) fn registry() -> &'static Registry {
         reduce::register(&mut r);
         resize::register(&mut r);
         rnn::register(&mut r);
+        sampling::register(&mut r);
         sequence::register(&mut r);
         shape::register(&mut r);
         unary::register(&mut r);

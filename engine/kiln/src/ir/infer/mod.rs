@@ -8,6 +8,7 @@ mod control;
 mod einsum;
 mod fused;
 mod one_hot;
+mod sampling;
 mod spatial;
 mod structural;
 pub(crate) mod values;
@@ -246,6 +247,9 @@ fn infer_kind(
             broadcasts_onto(ins.req(1)?.shape, x.shape, 1)?;
             Ok(vec![OutFact::new(x.dtype, x.shape.clone())])
         }
+        K::GridSample(_) => sampling::grid_sample(&ins),
+        K::BitCast { to } => sampling::bit_cast(&ins, *to),
+        K::NonMaxSuppression { .. } => sampling::non_max_suppression(&ins),
         K::Reformat { from, to, channels } => {
             ins.arity(1, 1)?;
             let x = ins.req(0)?;
