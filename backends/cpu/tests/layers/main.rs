@@ -14,5 +14,6 @@ mod perf;
 mod pool;
 mod reduce;
 mod resize;
+mod sampling;
 mod shape_ops;
 mod unary;
