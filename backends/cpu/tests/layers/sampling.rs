@@ -57,7 +57,8 @@ fn grid_sample_volumetric_nearest() {
 
 #[test]
 fn grid_sample_rejects_a_grid_of_the_wrong_width() {
-    let kind = LayerKind::GridSample(GridSampleParams { mode: Mode::Linear, padding: Pad::Zeros, align_corners: false });
+    let kind =
+        LayerKind::GridSample(GridSampleParams { mode: Mode::Linear, padding: Pad::Zeros, align_corners: false });
     let x = f32s(&[1, 1, 2, 2], &[0.0; 4]);
     let grid = f32s(&[1, 1, 1, 3], &[0.0; 3]);
     let err = format!("{:?}", try_run(kind, vec![In::Run(x), In::Run(grid)]).unwrap_err());

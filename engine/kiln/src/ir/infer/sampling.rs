@@ -33,7 +33,16 @@ pub(super) fn bit_cast(ins: &Inputs, to: DataType) -> InferResult<Vec<OutFact>> 
     ins.arity(1, 1)?;
     let x = ins.req(0)?;
     if x.dtype.size_bytes() != to.size_bytes() {
-        return rule(Some(0), format!("BitCast needs types of one width: {} is {} bytes, {} is {}", x.dtype, x.dtype.size_bytes(), to, to.size_bytes()));
+        return rule(
+            Some(0),
+            format!(
+                "BitCast needs types of one width: {} is {} bytes, {} is {}",
+                x.dtype,
+                x.dtype.size_bytes(),
+                to,
+                to.size_bytes()
+            ),
+        );
     }
     Ok(vec![OutFact::new(to, x.shape.clone())])
 }
@@ -47,7 +56,10 @@ pub(super) fn non_max_suppression(ins: &Inputs) -> InferResult<Vec<OutFact>> {
         return rule(Some(0), format!("NonMaxSuppression boxes must be (batch, boxes, 4), got {}", boxes.shape));
     }
     if scores.shape.rank() != 3 {
-        return rule(Some(1), format!("NonMaxSuppression scores must be (batch, classes, boxes), got {}", scores.shape));
+        return rule(
+            Some(1),
+            format!("NonMaxSuppression scores must be (batch, classes, boxes), got {}", scores.shape),
+        );
     }
     let (b, s) = (boxes.shape.dims(), scores.shape.dims());
     if b[0].differs_from(&s[0]) || b[1].differs_from(&s[2]) {
@@ -60,7 +72,13 @@ pub(super) fn non_max_suppression(ins: &Inputs) -> InferResult<Vec<OutFact>> {
         if let Some(f) = ins.get(slot) {
             let single = f.shape.volume() == Some(1);
             if !f.dtype.is_float() || !single {
-                return rule(Some(slot), format!("NonMaxSuppression threshold input {slot} must be a float scalar, got {} {}", f.dtype, f.shape));
+                return rule(
+                    Some(slot),
+                    format!(
+                        "NonMaxSuppression threshold input {slot} must be a float scalar, got {} {}",
+                        f.dtype, f.shape
+                    ),
+                );
             }
         }
     }
