@@ -192,6 +192,7 @@ pub fn is_float_compute(kind: &LayerKind) -> bool {
             | K::NonZero
             | K::BitCast { .. }
             | K::NonMaxSuppression { .. }
+            | K::Unique { .. }
             | K::OneHot { .. }
             | K::Assertion { .. }
             | K::Plugin(_)

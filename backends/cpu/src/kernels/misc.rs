@@ -159,7 +159,7 @@ pub fn dequantize(
 }
 
 /// Orders scalars of one tensor; NaN sorts above every number (numpy).
-fn order(a: &Scalar, b: &Scalar) -> Ordering {
+pub(super) fn order(a: &Scalar, b: &Scalar) -> Ordering {
     match (a, b) {
         (Scalar::Int(x), Scalar::Int(y)) => x.cmp(y),
         (Scalar::Float(x), Scalar::Float(y)) => match (x.is_nan(), y.is_nan()) {

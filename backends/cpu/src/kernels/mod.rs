@@ -17,6 +17,7 @@ mod resize;
 mod sampling;
 mod shape_ops;
 mod unary;
+mod unique;
 
 use crate::element::Elem;
 use kiln::ir::infer::OutFact;
@@ -105,6 +106,7 @@ pub fn run(kind: &LayerKind, inputs: &[Option<&HostTensor>], outs: &[OutFact]) -
             ins.opt(4),
             *center_point_box,
         )?]),
+        K::Unique { axis, sorted } => unique::unique(ins.req(0)?, *axis, *sorted),
         K::OneHot { axis } => one(einsum::one_hot(ins.req(0)?, ins.req(1)?, ins.req(2)?, *axis, &shape()?)?),
         K::TripLimit { .. }
         | K::Iterator { .. }

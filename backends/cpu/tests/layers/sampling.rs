@@ -111,3 +111,29 @@ fn non_max_suppression_limits_and_thresholds() {
     // No max_output_boxes_per_class selects nothing (its default is 0).
     assert_exact(&nms(false, &CORNERS, None, None), &i64s(&[0, 3], &[]));
 }
+
+#[test]
+fn unique_flattened_sorted_and_in_first_occurrence_order() {
+    let x = || f32s(&[2, 3], &[2.0, 1.0, 1.0, 3.0, 4.0, 3.0]);
+    let out = run(LayerKind::Unique { axis: None, sorted: true }, vec![In::Run(x())]);
+    assert_close(&out[0], DataType::F32, &[4], &[1.0, 2.0, 3.0, 4.0], 0.0);
+    assert_exact(&out[1], &i64s(&[4], &[1, 0, 3, 4]));
+    assert_exact(&out[2], &i64s(&[6], &[1, 0, 0, 2, 3, 2]));
+    assert_exact(&out[3], &i64s(&[4], &[2, 1, 2, 1]));
+    let out = run(LayerKind::Unique { axis: None, sorted: false }, vec![In::Run(x())]);
+    assert_close(&out[0], DataType::F32, &[4], &[2.0, 1.0, 3.0, 4.0], 0.0);
+    assert_exact(&out[1], &i64s(&[4], &[0, 1, 3, 4]));
+    assert_exact(&out[2], &i64s(&[6], &[0, 1, 1, 2, 3, 2]));
+    assert_exact(&out[3], &i64s(&[4], &[1, 2, 2, 1]));
+}
+
+#[test]
+fn unique_slices_along_an_axis() {
+    // Columns (axis 1) of [[1, 0, 1], [2, 5, 2]]: (1,2), (0,5), (1,2).
+    let x = i64s(&[2, 3], &[1, 0, 1, 2, 5, 2]);
+    let out = run(LayerKind::Unique { axis: Some(1), sorted: true }, vec![In::Run(x)]);
+    assert_exact(&out[0], &i64s(&[2, 2], &[0, 1, 5, 2]));
+    assert_exact(&out[1], &i64s(&[2], &[1, 0]));
+    assert_exact(&out[2], &i64s(&[3], &[1, 0, 1]));
+    assert_exact(&out[3], &i64s(&[2], &[1, 2]));
+}

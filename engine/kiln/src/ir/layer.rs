@@ -151,6 +151,10 @@ pub enum LayerKind {
     /// score_threshold (0-D)?] -> [selected (count, 3) i64]`: greedy non-maximum
     /// suppression per batch and class; rows are `(batch, class, box)`.
     NonMaxSuppression { center_point_box: bool },
+    /// `[x] -> [y, indices, inverse_indices, counts (1-D i64)]`: the distinct elements of
+    /// `x` flattened (`axis: None`) or its distinct slices along `axis`, ascending when
+    /// `sorted`, else in order of first occurrence (ONNX Unique).
+    Unique { axis: Option<usize>, sorted: bool },
 }
 
 impl LayerKind {
@@ -207,6 +211,7 @@ impl LayerKind {
             LayerKind::GridSample(_) => "GridSample",
             LayerKind::BitCast { .. } => "BitCast",
             LayerKind::NonMaxSuppression { .. } => "NonMaxSuppression",
+            LayerKind::Unique { .. } => "Unique",
         }
     }
 }

@@ -1,4 +1,4 @@
-//! GridSample, BitCast and NonMaxSuppression: ops with kernels of their own.
+//! GridSample, BitCast, NonMaxSuppression and Unique: ops with kernels of their own.
 
 use super::{one, Registry};
 use crate::context::NodeContext;
@@ -10,6 +10,7 @@ pub(super) fn register(r: &mut Registry) {
     r.add("GridSample", &[16, 20, 22], grid_sample);
     r.add("BitCast", &[26], bit_cast);
     r.add("NonMaxSuppression", &[10, 11], non_max_suppression);
+    r.add("Unique", &[11, 28], unique);
 }
 
 fn grid_sample(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
@@ -47,4 +48,14 @@ fn non_max_suppression(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportErr
     let center_point_box = ctx.attrs.flag("center_point_box", false)?;
     let inputs = (0..5).map(|i| ctx.opt_input(i)).collect();
     one(ctx.add_opt("", LayerKind::NonMaxSuppression { center_point_box }, inputs)?)
+}
+
+fn unique(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
+    let x = ctx.input(0)?;
+    let axis = match ctx.attrs.opt_int("axis")? {
+        Some(a) => Some(ctx.axis(a, ctx.rank(x))?),
+        None => None,
+    };
+    let sorted = ctx.attrs.flag("sorted", true)?;
+    ctx.add_layer_outputs("", LayerKind::Unique { axis, sorted }, vec![Some(x)])
 }

@@ -250,6 +250,7 @@ fn infer_kind(
         K::GridSample(_) => sampling::grid_sample(&ins),
         K::BitCast { to } => sampling::bit_cast(&ins, *to),
         K::NonMaxSuppression { .. } => sampling::non_max_suppression(&ins),
+        K::Unique { axis, sorted: _ } => sampling::unique(&ins, *axis),
         K::Reformat { from, to, channels } => {
             ins.arity(1, 1)?;
             let x = ins.req(0)?;

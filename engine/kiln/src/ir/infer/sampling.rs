@@ -1,4 +1,4 @@
-//! Rules of GridSample, BitCast and NonMaxSuppression.
+//! Rules of GridSample, BitCast, NonMaxSuppression and Unique.
 
 use super::{rule, InferResult, Inputs, OutFact};
 use crate::ir::dtype::DataType;
@@ -83,4 +83,25 @@ pub(super) fn non_max_suppression(ins: &Inputs) -> InferResult<Vec<OutFact>> {
         }
     }
     Ok(vec![OutFact::new(DataType::I64, Shape(vec![Dim::Unknown, Dim::Fixed(3)]))])
+}
+
+/// `y` has an unknown count of elements (or of slices along `axis`); `inverse_indices` has
+/// one entry per element (or slice) of `x`.
+pub(super) fn unique(ins: &Inputs, axis: Option<usize>) -> InferResult<Vec<OutFact>> {
+    ins.arity(1, 1)?;
+    let x = ins.req(0)?;
+    let (y, inverse) = match axis {
+        None => {
+            let count = x.shape.volume().map_or(Dim::Unknown, Dim::Fixed);
+            (Shape(vec![Dim::Unknown]), Shape(vec![count]))
+        }
+        Some(a) => {
+            super::check_axis(a, x.shape.rank(), Some(0))?;
+            let mut dims = x.shape.dims().to_vec();
+            let along = std::mem::replace(&mut dims[a], Dim::Unknown);
+            (Shape(dims), Shape(vec![along]))
+        }
+    };
+    let list = || OutFact::new(DataType::I64, Shape(vec![Dim::Unknown]));
+    Ok(vec![OutFact::new(x.dtype, y), list(), OutFact::new(DataType::I64, inverse), list()])
 }
