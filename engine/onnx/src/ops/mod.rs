@@ -10,6 +10,7 @@ mod bitwise;
 mod build;
 mod control;
 mod conv;
+mod crop;
 mod einsum;
 mod gather;
 mod index;
@@ -87,6 +88,7 @@ pub(crate) fn registry() -> &'static Registry {
         bitwise::register(&mut r);
         control::register(&mut r);
         conv::register(&mut r);
+        crop::register(&mut r);
         einsum::register(&mut r);
         gather::register(&mut r);
         index::register(&mut r);
