@@ -1,60 +1,53 @@
-//! CenterCropPad, decomposed onto Slice (axes to shrink) and Padding (axes to grow).
+//! CenterCropPad, decomposed onto Slice (axes to shrink) and Padding (axes to grow); the
+//! target shape may be computed at run time, so the offsets are integer arithmetic layers
+//! (they fold to constants when the shapes are known).
 
+use super::build::{binary, with_scalar};
 use super::{one, Registry};
 use crate::context::NodeContext;
 use crate::error::ImportError;
-use kiln::{LayerKind, PaddingMode, TensorId};
+use kiln::{DataType, ElementwiseOp as Op, GatherMode, LayerKind, PaddingMode, TensorId};
 
 pub(super) fn register(r: &mut Registry) {
     r.add("CenterCropPad", &[18], center_crop_pad);
 }
 
-/// Each listed axis becomes the target length, centered: a crop drops `⌊d/2⌋` cells before
-/// and the rest after; a pad adds `⌊d/2⌋` zeros before and the rest after (the reference's
-/// split). Needs the target shape as a constant and the affected input dims fixed.
+/// Each listed axis becomes its target length, centered: a crop of `d` cells drops `⌊d/2⌋`
+/// before and the rest after; a pad of `d` adds `⌊d/2⌋` zeros before and the rest after.
 fn center_crop_pad(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     let x = ctx.input(0)?;
     let rank = ctx.rank(x);
-    let shape = ctx.required_const_ints(1, "target shape")?;
     let axes = match ctx.attrs.ints("axes")? {
         Some(a) => ctx.axes(a, rank)?,
         None => (0..rank).collect(),
     };
-    if axes.len() != shape.len() {
-        return Err(ctx.invalid(format!("{} target lengths for {} axes", shape.len(), axes.len())));
+    let axes_i64: Vec<i64> = axes.iter().map(|&a| a as i64).collect();
+    let target = ctx.input(1)?;
+    let target = ctx.cast("target i64", target, DataType::I64)?;
+    let shape = ctx.shape_of("input shape", x)?;
+    let axes_t = ctx.const_i64("axes", &axes_i64)?;
+    let lengths = ctx.add("lengths", LayerKind::Gather { mode: GatherMode::Default { axis: 0 } }, &[shape, axes_t])?;
+    let zero = ctx.const_i64("zero", &[0])?;
+    // Crop: start ⌊max(L − T, 0) / 2⌋, end start + min(L, T).
+    let excess = binary(ctx, "excess", Op::Sub, lengths, target)?;
+    let excess = binary(ctx, "crop", Op::Max, excess, zero)?;
+    let starts = with_scalar(ctx, "crop starts", Op::FloorDiv, excess, 2.0)?;
+    let kept = binary(ctx, "kept", Op::Min, lengths, target)?;
+    let ends = binary(ctx, "crop ends", Op::Sum, starts, kept)?;
+    let cropped = ctx.add("crop", LayerKind::Slice, &[x, starts, ends, axes_t])?;
+    // Pad: before ⌊max(T − L, 0) / 2⌋, after the rest; other axes get 0 (the appended zero).
+    let missing = binary(ctx, "missing", Op::Sub, target, lengths)?;
+    let missing = binary(ctx, "pad", Op::Max, missing, zero)?;
+    let before = with_scalar(ctx, "pads before", Op::FloorDiv, missing, 2.0)?;
+    let after = binary(ctx, "pads after", Op::Sub, missing, before)?;
+    let table = ctx.add("pads table", LayerKind::Concatenation { axis: 0 }, &[before, after, zero])?;
+    let n = axes.len() as i64;
+    let mut index = vec![2 * n; 2 * rank];
+    for (k, &a) in axes.iter().enumerate() {
+        index[a] = k as i64;
+        index[rank + a] = n + k as i64;
     }
-    let (mut crop_axes, mut starts, mut ends) = (Vec::new(), Vec::new(), Vec::new());
-    let mut pads = vec![0i64; 2 * rank];
-    for (&axis, &target) in axes.iter().zip(&shape) {
-        let Ok(target) = usize::try_from(target) else {
-            return Err(ctx.invalid(format!("target length {target} of axis {axis} is negative")));
-        };
-        let dims = ctx.dims(x);
-        let len = dims[axis].fixed().ok_or_else(|| ctx.unsupported(format!("a dynamic length on axis {axis}")))?;
-        if target < len {
-            let start = (len - target) / 2;
-            crop_axes.push(axis as i64);
-            starts.push(start as i64);
-            ends.push((start + target) as i64);
-        } else if target > len {
-            let before = (target - len) / 2;
-            pads[axis] = before as i64;
-            pads[rank + axis] = (target - len - before) as i64;
-        }
-    }
-    let mut y = x;
-    if !crop_axes.is_empty() {
-        let starts = ctx.const_i64("crop starts", &starts)?;
-        let ends = ctx.const_i64("crop ends", &ends)?;
-        let crop_axes = ctx.const_i64("crop axes", &crop_axes)?;
-        y = ctx.add("crop", LayerKind::Slice, &[y, starts, ends, crop_axes])?;
-    }
-    if pads.iter().any(|&p| p != 0) {
-        let pads = ctx.const_i64("pads", &pads)?;
-        y = ctx.add("pad", LayerKind::Padding { mode: PaddingMode::Constant }, &[y, pads])?;
-    }
-    if y == x {
-        y = ctx.add("", LayerKind::Identity, &[x])?;
-    }
-    one(y)
+    let index = ctx.const_i64("pads index", &index)?;
+    let pads = ctx.add("pads", LayerKind::Gather { mode: GatherMode::Default { axis: 0 } }, &[table, index])?;
+    one(ctx.add("", LayerKind::Padding { mode: PaddingMode::Constant }, &[cropped, pads])?)
 }
