@@ -170,7 +170,7 @@ impl<'b> Builder<'b> {
         let start = Instant::now();
         // Builder settings that change implementations are part of every cache key.
         let settings = if flags.contains(BuilderFlag::Tf32) { "tf32" } else { "no-tf32" };
-        let tactics = choose_tactics(self.backend, &device, &pruned, settings, &config.tactics)?;
+        let tactics = choose_tactics(self.backend, &device, &timing_view(&pruned, &config.profiles), settings, &config.tactics)?;
         summary.layers_timed = tactics.layers_timed;
         summary.layers_from_cache = tactics.layers_from_cache;
         summary.phase("tactics", start);
@@ -186,6 +186,21 @@ impl<'b> Builder<'b> {
         check_workspace_limit(&engine, config.workspace_limit_bytes)?;
         Ok(BuildOutput { engine, warnings, log, summary })
     }
+}
+
+/// The network as tactics are timed: dynamic dims resolved at the first profile's opt
+/// shapes (as TensorRT tunes for them); the network itself without profiles, or when
+/// inference at those shapes fails (the layers then keep their first tactic).
+fn timing_view(network: &Network, profiles: &[OptimizationProfile]) -> Network {
+    let mut view = network.clone();
+    let Some(profile) = profiles.first() else { return view };
+    let bound = crate::memory_plan::profile_inputs(network, profile, crate::memory_plan::ProfilePoint::Opt);
+    if let Ok(shapes) = crate::runtime::shapes::infer_shapes(network, &bound) {
+        for (desc, shape) in view.parts_mut().tensors.iter_mut().zip(shapes) {
+            desc.shape = shape;
+        }
+    }
+    view
 }
 
 fn check_workspace_limit(engine: &Engine, limit: Option<u64>) -> Result<(), BuildError> {
