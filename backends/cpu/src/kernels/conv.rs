@@ -107,6 +107,8 @@ pub fn convolution(
             return Err(format!("bias has {} elements for {maps} output maps", b.len()));
         }
     }
+    // The operands, their shapes and the tactic: bundling them would only rename them.
+    #[allow(clippy::too_many_arguments)]
     fn run<T: FloatElem>(
         p: &ConvolutionParams,
         x: &[T],

@@ -81,7 +81,7 @@ pub enum TacticError {
     #[error("backend offers no tactic for layer `{layer}`")]
     NoTactic { layer: String },
     #[error("timing tactic `{tactic}` of layer `{layer}` failed: {source}")]
-    Timing { layer: String, tactic: String, source: BackendError },
+    Timing { layer: String, tactic: String, source: Box<BackendError> },
 }
 
 /// The outcome of tactic selection.
@@ -203,7 +203,7 @@ fn time_candidates(
         let time = backend.time_tactic(network, layer, &c.tactic, repetitions).map_err(|source| TacticError::Timing {
             layer: network.layer(layer).name.clone(),
             tactic: c.tactic.id.to_string(),
-            source,
+            source: Box::new(source),
         })?;
         candidates.push((c.tactic.id.clone(), u64::try_from(time.as_nanos()).unwrap_or(u64::MAX)));
     }
