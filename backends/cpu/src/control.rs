@@ -45,7 +45,7 @@ impl<'e> Run<'e> {
         let layer = self.exe.network().layer(id);
         let outputs = match layer.kind {
             LayerKind::Iterator { looping, axis, reverse } => vec![Arc::new(self.iterate(id, looping, axis, reverse)?)],
-            _ => self.exe.run_layer(layer, &self.values).map_err(|reason| self.fail(id, reason))?,
+            _ => self.exe.run_layer(id, layer, &self.values).map_err(|reason| self.fail(id, reason))?,
         };
         for (t, v) in layer.outputs.iter().zip(outputs) {
             self.values[t.0] = Some(v);

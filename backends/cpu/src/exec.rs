@@ -1,10 +1,10 @@
 //! The executable: interprets a network layer by layer in its stored (topological) order.
 
 use crate::control::{top_level_frees, Run};
-use crate::kernels;
+use crate::kernels::{self, Variant};
 use kiln::ir::control::{self, ControlFlow, DEFAULT_MAX_TRIP_COUNT};
 use kiln::ir::infer::{infer_layer, Fact, OutFact};
-use kiln::{BackendError, Executable, HostTensor, Layer, LayerKind, Network, Shape};
+use kiln::{BackendError, Executable, HostTensor, Layer, LayerId, LayerKind, Network, Shape};
 use std::sync::Arc;
 
 /// A network prepared for the cpu backend. Immutable once built, so it is shared freely
@@ -17,6 +17,8 @@ pub struct CpuExecutable {
     plan: ControlFlow,
     /// Per top-level step, the tensors whose value is no longer needed once it has run.
     frees: Vec<Vec<usize>>,
+    /// Per layer, the implementation its tactic selects (empty: primary everywhere).
+    variants: Vec<Variant>,
 }
 
 impl CpuExecutable {
@@ -30,7 +32,13 @@ impl CpuExecutable {
             })?,
         };
         let frees = top_level_frees(&network, &plan.body.steps);
-        Ok(CpuExecutable { network, plan, frees })
+        Ok(CpuExecutable { network, plan, frees, variants: Vec::new() })
+    }
+
+    /// Runs each layer with the implementation the builder's tactic chose.
+    pub fn with_variants(mut self, variants: Vec<Variant>) -> CpuExecutable {
+        self.variants = variants;
+        self
     }
 
     pub(crate) fn network(&self) -> &Network {
@@ -39,7 +47,7 @@ impl CpuExecutable {
 
     /// Runs one layer: concrete facts from the input values, shape inference for the
     /// expected outputs, the kernel, and a check that the kernel produced what inference said.
-    pub(crate) fn run_layer(&self, layer: &Layer, values: &[Option<Arc<HostTensor>>]) -> Result<Vec<Arc<HostTensor>>, String> {
+    pub(crate) fn run_layer(&self, id: LayerId, layer: &Layer, values: &[Option<Arc<HostTensor>>]) -> Result<Vec<Arc<HostTensor>>, String> {
         let net = &self.network;
         if let LayerKind::Constant { weights } = &layer.kind {
             // Weights are shared with the network, never copied.
@@ -68,7 +76,8 @@ impl CpuExecutable {
             .collect();
         let expected = infer_layer(&layer.kind, &facts, &|w| net.weights_blob(w))
             .map_err(|e| format!("shape inference: {}", e.rule))?;
-        let outputs = kernels::run(&layer.kind, &inputs, &expected)?;
+        let variant = self.variants.get(id.0).copied().unwrap_or_default();
+        let outputs = kernels::run_with(&layer.kind, &inputs, &expected, variant)?;
         if outputs.len() != expected.len() || outputs.len() != layer.outputs.len() {
             return Err(format!(
                 "the kernel produced {} outputs, inference expects {} and the layer has {}",

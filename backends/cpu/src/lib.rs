@@ -13,6 +13,7 @@ mod element;
 mod exec;
 mod kernels;
 mod layout;
+mod tactics;
 
 use exec::CpuExecutable;
 use kiln::{
@@ -69,6 +70,31 @@ impl Backend for CpuBackend {
     fn prepare(&self, network: &Network) -> Result<Box<dyn Executable>, BackendError> {
         self.check_support(network)?;
         Ok(Box::new(CpuExecutable::new(network.clone())?))
+    }
+
+    fn tactics(&self, network: &Network, layer: LayerId) -> Vec<kiln::TacticDesc> {
+        tactics::tactics(network, layer)
+    }
+
+    fn time_tactic(
+        &self,
+        network: &Network,
+        layer: LayerId,
+        tactic: &kiln::TacticDesc,
+        repetitions: usize,
+    ) -> Result<std::time::Duration, BackendError> {
+        tactics::time_tactic(network, layer, tactic, repetitions)
+    }
+
+    fn prepare_with_tactics(
+        &self,
+        network: &Network,
+        chosen: &[Option<kiln::TacticId>],
+    ) -> Result<Box<dyn Executable>, BackendError> {
+        self.check_support(network)?;
+        let variants =
+            (0..network.layers().len()).map(|i| tactics::variant_of(network, LayerId(i), chosen.get(i).and_then(Option::as_ref))).collect();
+        Ok(Box::new(CpuExecutable::new(network.clone())?.with_variants(variants)))
     }
 
     /// Float layers run in f32, f16 and bf16 alike (kernels compute in f32 and round once

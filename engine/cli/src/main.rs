@@ -33,6 +33,30 @@ enum Command {
     Build(BuildArgs),
     /// Show what an engine file holds: device, inputs, outputs and every layer.
     Inspect(InspectArgs),
+    /// Show, merge or edit a timing cache file (`kiln build --timing-cache`).
+    #[command(subcommand)]
+    Cache(CacheCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CacheCommand {
+    /// Every entry: key, chosen tactic and each candidate's median time.
+    Show {
+        file: PathBuf,
+    },
+    /// Combines two caches of one device into a third (A's entries win on shared keys).
+    Merge {
+        a: PathBuf,
+        b: PathBuf,
+        #[arg(short, long, value_name = "OUT")]
+        output: PathBuf,
+    },
+    /// Sets the chosen tactic of one entry (a candidate's full id or name), in place.
+    Edit {
+        file: PathBuf,
+        key: String,
+        tactic: String,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -86,6 +110,15 @@ pub struct BuildArgs {
     /// How much `kiln inspect --verbosity` may show of the engine.
     #[arg(long, value_enum, default_value_t = Verbosity::LayerNamesOnly)]
     pub profiling_verbosity: Verbosity,
+    /// A timing cache file: read if it exists, grown by the build and written back.
+    #[arg(long, value_name = "FILE")]
+    pub timing_cache: Option<PathBuf>,
+    /// Fails the build when a layer is not in the timing cache.
+    #[arg(long)]
+    pub error_on_timing_cache_miss: bool,
+    /// Uses a timing cache made on another device or kiln version (with a warning).
+    #[arg(long)]
+    pub ignore_timing_cache_mismatch: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -133,5 +166,6 @@ fn main() -> ExitCode {
         Command::Run(args) => commands::run::run(&args),
         Command::Build(args) => commands::build::build(&args),
         Command::Inspect(args) => commands::inspect::inspect(&args),
+        Command::Cache(command) => commands::cache::cache(&command),
     })
 }

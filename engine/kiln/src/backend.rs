@@ -5,6 +5,8 @@ use crate::ir::format::TensorFormat;
 use crate::ir::network::{LayerId, Network};
 use crate::ir::tensor::HostTensor;
 use serde::{Deserialize, Serialize};
+use crate::tactics::{TacticDesc, TacticId};
+use std::time::Duration;
 use thiserror::Error;
 
 /// What identifies a device for engine compatibility (seed §6.7). Fields a backend does
@@ -91,6 +93,27 @@ pub trait Backend: Send + Sync {
     fn consumes_io_format(&self, format: TensorFormat, dtype: DataType) -> bool {
         let _ = dtype;
         format == TensorFormat::Linear
+    }
+
+    /// The implementations this backend offers for `layer`, in a stable order (the first
+    /// wins ties). Default: one "default" tactic.
+    fn tactics(&self, network: &Network, layer: LayerId) -> Vec<TacticDesc> {
+        let _ = (network, layer);
+        vec![TacticDesc::default_for(self.name())]
+    }
+
+    /// The median time of `repetitions` runs of `tactic` on `layer` (after a warm-up), on
+    /// inputs of the layer's shapes. Only called for layers offering several tactics.
+    fn time_tactic(&self, network: &Network, layer: LayerId, tactic: &TacticDesc, repetitions: usize) -> Result<Duration, BackendError> {
+        let _ = (network, layer, tactic, repetitions);
+        Ok(Duration::ZERO)
+    }
+
+    /// Prepares a built network running each layer with the tactic the builder chose
+    /// (`tactics` is empty or one entry per layer). Default: ignores the tactics.
+    fn prepare_with_tactics(&self, network: &Network, tactics: &[Option<TacticId>]) -> Result<Box<dyn Executable>, BackendError> {
+        let _ = tactics;
+        self.prepare(network)
     }
 
     /// The name of the kernel that runs `layer`, as the engine inspector reports it in

@@ -22,7 +22,11 @@ pub struct BuildSummary {
     pub layers_before: usize,
     /// Layers in the engine.
     pub layers_after: usize,
-    /// Phases in order: validate, passes, lowering, support check (callers that serialize
+    /// Layer signatures whose tactics this build timed.
+    pub layers_timed: usize,
+    /// Layers with several tactics whose choice the timing cache served.
+    pub layers_from_cache: usize,
+    /// Phases in order: validate, passes, lowering, support check, tactics (callers that serialize
     /// add "serialize").
     pub phases: Vec<(String, Duration)>,
 }

@@ -12,6 +12,8 @@ use crate::ir::network::{LayerId, Network, TensorId};
 use crate::passes::{PassContext, PassError, Pipeline};
 use crate::profile::{validate_profiles, OptimizationProfile, ProfileError};
 use crate::precision::{self, BuilderFlag, BuilderFlags, PrecisionError};
+use crate::tactics::{choose_tactics, AlgorithmSelector, SelectorHandle, TacticError, TacticOptions, TimingCache};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use thiserror::Error;
 
@@ -40,6 +42,30 @@ pub struct BuilderConfig {
     pub builder_flags: BuilderFlags,
     /// How much the engine inspector shows (recorded in the engine).
     pub profiling_verbosity: ProfilingVerbosity,
+    /// Timing cache, algorithm selector and the tactic flags (DISABLE_TIMING_CACHE,
+    /// ERROR_ON_TIMING_CACHE_MISS, REJECT_EMPTY_ALGORITHMS); see [`crate::tactics`].
+    pub tactics: TacticOptions,
+}
+
+impl BuilderConfig {
+    /// Attaches a timing cache (seed §6.1); the build reads and grows it. Returns the
+    /// shared handle, whose cache can be serialized after the build.
+    pub fn set_timing_cache(&mut self, cache: TimingCache, ignore_mismatch: bool) -> Arc<Mutex<TimingCache>> {
+        let shared = Arc::new(Mutex::new(cache));
+        self.tactics.timing_cache = Some(Arc::clone(&shared));
+        self.tactics.ignore_mismatch = ignore_mismatch;
+        shared
+    }
+
+    /// A copy of the attached timing cache, as the last build left it.
+    pub fn timing_cache(&self) -> Option<TimingCache> {
+        self.tactics.timing_cache.as_ref().map(|c| c.lock().unwrap_or_else(|e| e.into_inner()).clone())
+    }
+
+    /// Attaches an algorithm selector (seed §6.3).
+    pub fn set_algorithm_selector(&mut self, selector: Arc<dyn AlgorithmSelector>) {
+        self.tactics.selector = Some(SelectorHandle(selector));
+    }
 }
 
 /// Whether the builder rewrites the network before building.
@@ -70,6 +96,8 @@ pub enum BuildError {
     Precision(#[from] PrecisionError),
     #[error(transparent)]
     IoFormat(#[from] IoFormatError),
+    #[error(transparent)]
+    Tactic(#[from] TacticError),
 }
 
 /// Builds engines for one backend.
@@ -139,14 +167,40 @@ impl<'b> Builder<'b> {
         summary.phase("support check", start);
         summary.layers_after = pruned.layers().len();
 
+        let start = Instant::now();
+        // Builder settings that change implementations are part of every cache key.
+        let settings = if flags.contains(BuilderFlag::Tf32) { "tf32" } else { "no-tf32" };
+        let tactics = choose_tactics(self.backend, &device, &timing_view(&pruned, &config.profiles), settings, &config.tactics)?;
+        summary.layers_timed = tactics.layers_timed;
+        summary.layers_from_cache = tactics.layers_from_cache;
+        summary.phase("tactics", start);
+        let mut warnings = report.warnings;
+        warnings.extend(tactics.warnings);
+
         let build_flags = BuildFlags { flags: config.flags.clone(), builder_flags: flags, profiling_verbosity: config.profiling_verbosity };
         let engine = Engine::new(pruned, self.backend.name().to_string(), device, build_flags)
             .with_kernels(kernels)
+            .with_tactics(tactics.chosen)
             .with_profiles(config.profiles.clone())
             .map_err(BuildError::ProfileShapes)?;
         check_workspace_limit(&engine, config.workspace_limit_bytes)?;
-        Ok(BuildOutput { engine, warnings: report.warnings, log, summary })
+        Ok(BuildOutput { engine, warnings, log, summary })
     }
+}
+
+/// The network as tactics are timed: dynamic dims resolved at the first profile's opt
+/// shapes (as TensorRT tunes for them); the network itself without profiles, or when
+/// inference at those shapes fails (the layers then keep their first tactic).
+fn timing_view(network: &Network, profiles: &[OptimizationProfile]) -> Network {
+    let mut view = network.clone();
+    let Some(profile) = profiles.first() else { return view };
+    let bound = crate::memory_plan::profile_inputs(network, profile, crate::memory_plan::ProfilePoint::Opt);
+    if let Ok(shapes) = crate::runtime::shapes::infer_shapes(network, &bound) {
+        for (desc, shape) in view.parts_mut().tensors.iter_mut().zip(shapes) {
+            desc.shape = shape;
+        }
+    }
+    view
 }
 
 fn check_workspace_limit(engine: &Engine, limit: Option<u64>) -> Result<(), BuildError> {

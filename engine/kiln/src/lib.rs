@@ -19,6 +19,7 @@ pub mod passes;
 pub mod precision;
 pub mod profile;
 pub mod runtime;
+pub mod tactics;
 
 pub use backend::{Backend, BackendError, DeviceFingerprint, Executable, PrecisionSupport};
 pub use build_report::{BuildOutput, BuildSummary};
@@ -36,4 +37,5 @@ pub use ir::shape::{Dim, Shape};
 pub use ir::tensor::{HostTensor, ShapeMismatch, TensorData};
 pub use memory_plan::MemoryPlan;
 pub use profile::{OptimizationProfile, ProfileError};
+pub use tactics::{AlgorithmSelector, TacticDesc, TacticId, TimingCache};
 pub use runtime::{Buffer, Event, ExecutionContext, PreparedEngine, RunError, Stream};

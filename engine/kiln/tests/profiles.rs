@@ -190,6 +190,6 @@ fn engine_files_of_the_previous_format_are_refused() {
         err,
         EngineLoadError::File(EngineFileError::FormatVersion { found: 1, supported: format::FORMAT_VERSION })
     );
-    assert_eq!(format::FORMAT_VERSION, 2);
+    assert_eq!(format::FORMAT_VERSION, 3);
     assert!(err.to_string().contains("version 1 is not supported"), "{err}");
 }

@@ -1,7 +1,7 @@
 //! Convolution as im2col + GEMM and transposed convolution as GEMM + col2im, for any
 //! number of spatial dims, groups, strides, dilations and asymmetric padding.
 
-use super::typed;
+use super::{alt, typed, Variant};
 use crate::element::{float_data, pack, FloatElem, Real};
 use crate::layout::{strides, try_for_each_index, volume};
 use kiln::{ConvolutionParams, DeconvolutionParams, HostTensor, TensorData};
@@ -12,13 +12,13 @@ use kiln_cpu_gemm::MatrixLayout;
 ///
 /// Convolution iterates output coordinates and maps to input ones; transposed convolution
 /// iterates input coordinates and maps to output ones, with the same formula.
-struct AxisTable {
+pub(super) struct AxisTable {
     iter_len: usize,
     map: Vec<Option<usize>>,
 }
 
 impl AxisTable {
-    fn new(iter_len: usize, taps: usize, stride: usize, dilation: usize, pre: usize, mapped: usize) -> AxisTable {
+    pub(super) fn new(iter_len: usize, taps: usize, stride: usize, dilation: usize, pre: usize, mapped: usize) -> AxisTable {
         let mut map = Vec::with_capacity(taps * iter_len);
         for t in 0..taps {
             for i in 0..iter_len {
@@ -37,7 +37,7 @@ impl AxisTable {
 
 /// Calls `f(iter_flat, mapped_offset)` for every position of the iterated grid under
 /// kernel tap `tap` (one index per axis); the offset is `None` where the tap falls outside.
-fn for_each_tap(
+pub(super) fn for_each_tap(
     tables: &[AxisTable],
     tap: &[usize],
     mapped_strides: &[usize],
@@ -64,7 +64,7 @@ fn for_each_tap(
 }
 
 /// Calls `f(tap_flat, tap)` for every kernel tap in row-major order.
-fn for_each_kernel_tap(kernel: &[usize], mut f: impl FnMut(usize, &[usize])) {
+pub(super) fn for_each_kernel_tap(kernel: &[usize], mut f: impl FnMut(usize, &[usize])) {
     let mut flat = 0;
     let _ = try_for_each_index(kernel, |tap| {
         f(flat, tap);
@@ -90,6 +90,7 @@ pub fn convolution(
     w: &HostTensor,
     bias: Option<&HostTensor>,
     out_shape: &[usize],
+    variant: Variant,
 ) -> Result<TensorData, String> {
     let (xs, ws) = (x.shape(), w.shape());
     let rank = xs.len();
@@ -106,6 +107,8 @@ pub fn convolution(
             return Err(format!("bias has {} elements for {maps} output maps", b.len()));
         }
     }
+    // The operands, their shapes and the tactic: bundling them would only rename them.
+    #[allow(clippy::too_many_arguments)]
     fn run<T: FloatElem>(
         p: &ConvolutionParams,
         x: &[T],
@@ -114,13 +117,15 @@ pub fn convolution(
         ws: &[usize],
         bias: Option<&[T]>,
         out_shape: &[usize],
+        variant: Variant,
     ) -> Result<TensorData, String> {
         let bias = bias.map(T::widen_slice);
-        let y = conv_acc(p, &T::widen_slice(x), xs, &T::widen_slice(w), ws, bias.as_deref(), out_shape)?;
+        let acc = if variant == Variant::Alternate { alt::conv_direct_acc } else { conv_acc };
+        let y = acc(p, &T::widen_slice(x), xs, &T::widen_slice(w), ws, bias.as_deref(), out_shape)?;
         Ok(pack(T::narrow_vec(y)))
     }
     float_data!(x.data(), "Convolution", v => {
-        run(p, v, xs, typed(w, "kernel")?, ws, bias.map(|b| typed(b, "bias")).transpose()?, out_shape)?
+        run(p, v, xs, typed(w, "kernel")?, ws, bias.map(|b| typed(b, "bias")).transpose()?, out_shape, variant)?
     })
 }
 

@@ -2,7 +2,7 @@
 //! cpu backend is the oracle: a fused layer must give exactly what its unfused layers give,
 //! so it reuses their kernels (one rounding per step, as the unfused graph rounds).
 
-use super::{misc, run};
+use super::{misc, run_with, Variant};
 use kiln::ir::infer::{infer_layer, Fact, OutFact};
 use kiln::{
     AttentionParams, DataType, ElementwiseOp, FusedParams, HostTensor, LayerKind, MatrixOp, PostOp,
@@ -11,6 +11,11 @@ use kiln::{
 
 /// Runs one plain layer on concrete inputs.
 fn step(kind: &LayerKind, inputs: &[Option<&HostTensor>]) -> Result<HostTensor, String> {
+    step_with(kind, inputs, Variant::Primary)
+}
+
+/// [`step`] with the anchor's implementation `variant`.
+fn step_with(kind: &LayerKind, inputs: &[Option<&HostTensor>], variant: Variant) -> Result<HostTensor, String> {
     let shapes: Vec<Option<Shape>> = inputs
         .iter()
         .map(|x| x.map(|x| Shape::fixed(x.shape())))
@@ -27,17 +32,17 @@ fn step(kind: &LayerKind, inputs: &[Option<&HostTensor>]) -> Result<HostTensor, 
         })
         .collect();
     let outs: Vec<OutFact> = infer_layer(kind, &facts, &|_| None).map_err(|e| e.rule)?;
-    run(kind, inputs, &outs)?
+    run_with(kind, inputs, &outs, variant)?
         .into_iter()
         .next()
         .ok_or_else(|| format!("{} gave no output", kind.type_name()))
 }
 
-pub fn fused(p: &FusedParams, inputs: &[Option<&HostTensor>]) -> Result<HostTensor, String> {
+pub fn fused(p: &FusedParams, inputs: &[Option<&HostTensor>], variant: Variant) -> Result<HostTensor, String> {
     let anchor_inputs = inputs
         .get(..p.anchor_inputs)
         .ok_or("fewer inputs than the anchor takes")?;
-    let mut running = step(&p.anchor.kind(), anchor_inputs)?;
+    let mut running = step_with(&p.anchor.kind(), anchor_inputs, variant)?;
     for post in &p.epilogue {
         running = match *post {
             PostOp::Activation(_) | PostOp::Unary(_) => step(&post.kind(), &[Some(&running)])?,

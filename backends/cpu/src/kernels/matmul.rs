@@ -1,7 +1,7 @@
 //! Batched matrix multiplication with broadcast batch dims: floats through matrixmultiply,
 //! integers with a plain wrapping multiply-add loop.
 
-use super::typed;
+use super::{alt, typed, Variant};
 use crate::element::{numeric_data, pack, FloatElem, IntElem, Real};
 use crate::layout::{volume, Broadcast};
 use kiln::{HostTensor, MatrixOp, TensorData};
@@ -9,10 +9,10 @@ use kiln_cpu_gemm::MatrixLayout;
 
 /// One operand seen as a stack of `rows × cols` matrices.
 #[derive(Debug)]
-struct Operand {
+pub(super) struct Operand {
     batch: Vec<usize>,
-    rows: usize,
-    cols: usize,
+    pub(super) rows: usize,
+    pub(super) cols: usize,
     row_stride: usize,
     col_stride: usize,
 }
@@ -45,18 +45,18 @@ impl Operand {
         self.rows * self.cols
     }
 
-    fn layout(&self, batch_index: usize) -> MatrixLayout {
+    pub(super) fn layout(&self, batch_index: usize) -> MatrixLayout {
         MatrixLayout { offset: batch_index * self.size(), row_stride: self.row_stride, col_stride: self.col_stride }
     }
 }
 
 /// The shared geometry of one product.
-struct Plan {
-    a: Operand,
-    b: Operand,
-    batch: usize,
-    a_batch: Broadcast,
-    b_batch: Broadcast,
+pub(super) struct Plan {
+    pub(super) a: Operand,
+    pub(super) b: Operand,
+    pub(super) batch: usize,
+    pub(super) a_batch: Broadcast,
+    pub(super) b_batch: Broadcast,
 }
 
 impl Plan {
@@ -81,11 +81,11 @@ impl Plan {
         Ok(Plan { batch: volume(batch_shape), a, b, a_batch, b_batch })
     }
 
-    fn rows(&self) -> usize {
+    pub(super) fn rows(&self) -> usize {
         self.a.rows
     }
 
-    fn cols(&self) -> usize {
+    pub(super) fn cols(&self) -> usize {
         self.b.cols
     }
 }
@@ -96,10 +96,15 @@ pub fn matrix_multiply(
     b: &HostTensor,
     op_b: MatrixOp,
     out_shape: &[usize],
+    variant: Variant,
 ) -> Result<TensorData, String> {
     let plan = Plan::new(a.shape(), op_a, b.shape(), op_b, out_shape)?;
     numeric_data!(a.data(), "MatrixMultiply", v =>
-        float: float_matmul(&plan, v, typed(b, "input 1")?)?,
+        float: if variant == Variant::Alternate {
+            alt::float_matmul_blocked(&plan, v, typed(b, "input 1")?)
+        } else {
+            float_matmul(&plan, v, typed(b, "input 1")?)?
+        },
         int: int_matmul(&plan, v, typed(b, "input 1")?))
 }
 

@@ -3,6 +3,7 @@
 //! A kernel receives its input tensors and the output facts that shape inference computed
 //! for them, and returns the output tensors or a reason for failing.
 
+mod alt;
 mod conv;
 mod einsum;
 mod elementwise;
@@ -23,8 +24,23 @@ use crate::element::Elem;
 use kiln::ir::infer::OutFact;
 use kiln::{HostTensor, LayerKind, TensorData};
 
-/// Runs the kernel of `kind` on `inputs` (absent optional slots are `None`).
-pub fn run(kind: &LayerKind, inputs: &[Option<&HostTensor>], outs: &[OutFact]) -> Result<Vec<HostTensor>, String> {
+/// Which implementation of a layer kind with several (a tactic): convolution im2col+GEMM
+/// or direct loops, matrix multiply sgemm or blocked loops. Other kinds have one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Variant {
+    #[default]
+    Primary,
+    Alternate,
+}
+
+/// Runs the kernel of `kind` on `inputs` (absent optional slots are `None`), with the
+/// implementation `variant` where the kind has several.
+pub fn run_with(
+    kind: &LayerKind,
+    inputs: &[Option<&HostTensor>],
+    outs: &[OutFact],
+    variant: Variant,
+) -> Result<Vec<HostTensor>, String> {
     use LayerKind as K;
     let ins = Inputs(inputs);
     let shape = || first_shape(outs);
@@ -36,11 +52,11 @@ pub fn run(kind: &LayerKind, inputs: &[Option<&HostTensor>], outs: &[OutFact]) -
         K::Reformat { from, to, channels } => {
             Ok(vec![kiln::ir::format::reformat(ins.req(0)?, *from, *to, *channels).map_err(|e| e.to_string())?])
         }
-        K::Convolution(p) => one(conv::convolution(p, ins.req(0)?, ins.req(1)?, ins.opt(2), &shape()?)?),
+        K::Convolution(p) => one(conv::convolution(p, ins.req(0)?, ins.req(1)?, ins.opt(2), &shape()?, variant)?),
         K::Deconvolution(p) => one(conv::deconvolution(p, ins.req(0)?, ins.req(1)?, ins.opt(2), &shape()?)?),
         K::Pooling(p) => one(pool::pooling(p, ins.req(0)?, &shape()?)?),
         K::MatrixMultiply { op_a, op_b } => {
-            one(matmul::matrix_multiply(ins.req(0)?, *op_a, ins.req(1)?, *op_b, &shape()?)?)
+            one(matmul::matrix_multiply(ins.req(0)?, *op_a, ins.req(1)?, *op_b, &shape()?, variant)?)
         }
         K::Elementwise { op } => one(elementwise::elementwise(*op, ins.req(0)?, ins.req(1)?, &shape()?)?),
         K::Activation { kind } => one(unary::activation(kind, ins.req(0)?)?),
@@ -93,7 +109,7 @@ pub fn run(kind: &LayerKind, inputs: &[Option<&HostTensor>], outs: &[OutFact]) -
             let operands = (0..inputs.len()).map(|i| ins.req(i)).collect::<Result<Vec<_>, _>>()?;
             one(einsum::einsum(equation, &operands, &shape()?)?)
         }
-        K::Fused(p) => Ok(vec![fused::fused(p, inputs)?]),
+        K::Fused(p) => Ok(vec![fused::fused(p, inputs, variant)?]),
         K::Attention(p) => Ok(vec![fused::attention(p, inputs)?]),
         K::RmsNormalization { axes, epsilon } => Ok(vec![fused::rms_normalization(inputs, axes, *epsilon)?]),
         K::GridSample(p) => one(sampling::grid_sample(p, ins.req(0)?, ins.req(1)?, &shape()?)?),

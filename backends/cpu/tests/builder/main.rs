@@ -5,3 +5,4 @@ mod common;
 mod inspector;
 mod io_formats;
 mod precision;
+mod tactics;

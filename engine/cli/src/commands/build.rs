@@ -1,6 +1,7 @@
 //! `kiln build MODEL.onnx -o ENGINE`: import, build for a backend, write the engine file.
 
 use crate::backends;
+use crate::commands;
 use crate::model;
 use crate::shapes;
 use crate::summary::{self, emit};
@@ -25,12 +26,19 @@ pub fn build(args: &BuildArgs) -> anyhow::Result<()> {
         args.max_shapes.as_deref(),
     )?;
     let backend = backends::select(args.backend)?;
-    let config = BuilderConfig { profiles: profile.into_iter().collect(), ..builder_config(args)? };
+    let mut config = BuilderConfig { profiles: profile.into_iter().collect(), ..builder_config(args)? };
+    if let Some(path) = &args.timing_cache {
+        config.set_timing_cache(commands::cache::read_or_empty(path)?, args.ignore_timing_cache_mismatch);
+    }
+    config.tactics.error_on_timing_cache_miss = args.error_on_timing_cache_miss;
     let output = Builder::new(backend.backend.as_ref())
         .build_with_report(&network, &config)
         .with_context(|| format!("cannot build an engine for `{}`", backend.name()))?;
     for warning in &output.warnings {
         eprintln!("warning: {warning}");
+    }
+    if let (Some(path), Some(cache)) = (&args.timing_cache, config.timing_cache()) {
+        std::fs::write(path, cache.serialize()).with_context(|| format!("cannot write timing cache `{}`", path.display()))?;
     }
     let engine = output.engine;
     let mut phases = output.summary;
@@ -41,13 +49,15 @@ pub fn build(args: &BuildArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot write engine file `{}`", args.output.display()))?;
 
     emit(&format!(
-        "model:    {}\nbackend:  {}\ndevice:   {}\nflags:    {}\nlayers:   {} before passes, {} in the engine\nweights:  {}\nactivations: {} peak{}\nengine:   {} written to `{}`\nimport:   {}\nbuild:    {}\n{}",
+        "model:    {}\nbackend:  {}\ndevice:   {}\nflags:    {}\nlayers:   {} before passes, {} in the engine\ntactics:  {} layer signatures timed, {} layers from the timing cache\nweights:  {}\nactivations: {} peak{}\nengine:   {} written to `{}`\nimport:   {}\nbuild:    {}\n{}",
         args.model.display(),
         backend.describe(),
         backend.device.name,
         engine.build_flags().builder_flags.names(),
         phases.layers_before,
         phases.layers_after,
+        phases.layers_timed,
+        phases.layers_from_cache,
         summary::byte_size(engine.weights_bytes()),
         summary::byte_size(engine.peak_activation_bytes() as usize),
         profiles_text(&engine),

@@ -20,7 +20,7 @@ pub const MAGIC: &[u8; 8] = b"KILNENG\0";
 /// 2: the plan records optimization profiles, layers carry precision constraints, tensors
 /// allowed formats, the plan kernel names and the header builder flags and profiling
 /// verbosity.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 /// The kiln version that wrote an engine; engines load only into the same version (§6.7).
 pub const KILN_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Upper bound on the header, far above any real one.

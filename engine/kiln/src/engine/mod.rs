@@ -9,6 +9,7 @@ use crate::ir::network::Network;
 use crate::ir::tensor::{HostTensor, TensorData};
 use crate::memory_plan::{plan_profiles, MemoryPlan};
 use crate::profile::{validate_profiles, OptimizationProfile};
+use crate::tactics::TacticId;
 use format::{BuildFlags, EngineFileError, EngineHeader, SectionKind, KILN_VERSION};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -27,6 +28,8 @@ pub struct Engine {
     memory_plans: Vec<MemoryPlan>,
     /// Per layer, the name of the backend kernel that runs it (the inspector's tactic).
     kernels: Vec<String>,
+    /// Per layer, the tactic the builder chose (empty when none was chosen).
+    tactics: Vec<Option<TacticId>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -56,12 +59,13 @@ struct PlanSection {
     weights: Vec<WeightsEntry>,
     profiles: Vec<OptimizationProfile>,
     kernels: Vec<String>,
+    tactics: Vec<Option<TacticId>>,
 }
 
 impl Engine {
     pub(crate) fn new(network: Network, backend: String, device: DeviceFingerprint, build_flags: BuildFlags) -> Engine {
         let memory_plans = plan_profiles(&network, &[]).unwrap_or_default();
-        Engine { network, backend, device, build_flags, profiles: Vec::new(), memory_plans, kernels: Vec::new() }
+        Engine { network, backend, device, build_flags, profiles: Vec::new(), memory_plans, kernels: Vec::new(), tactics: Vec::new() }
     }
 
     /// Attaches validated optimization profiles and plans the arena for each.
@@ -98,6 +102,18 @@ impl Engine {
         debug_assert_eq!(kernels.len(), self.network.layers().len());
         self.kernels = kernels;
         self
+    }
+
+    /// Records the tactic chosen for each layer (one entry per layer).
+    pub(crate) fn with_tactics(mut self, tactics: Vec<Option<TacticId>>) -> Engine {
+        debug_assert_eq!(tactics.len(), self.network.layers().len());
+        self.tactics = tactics;
+        self
+    }
+
+    /// Per layer, the tactic the builder chose; empty when the engine records none.
+    pub fn tactics(&self) -> &[Option<TacticId>] {
+        &self.tactics
     }
 
     /// The name of the backend kernel that runs layer `index`, when the builder recorded it.
@@ -147,6 +163,7 @@ impl Engine {
             weights: index,
             profiles: self.profiles.clone(),
             kernels: self.kernels.clone(),
+            tactics: self.tactics.clone(),
         };
         let plan_bytes = postcard::to_stdvec(&plan).expect("serializing plain data cannot fail");
         let header = EngineHeader {
@@ -191,10 +208,17 @@ impl Engine {
                 network.layers().len()
             )));
         }
+        if !plan.tactics.is_empty() && plan.tactics.len() != network.layers().len() {
+            return Err(EngineLoadError::InvalidPlan(format!(
+                "{} tactics for {} layers",
+                plan.tactics.len(),
+                network.layers().len()
+            )));
+        }
         let engine = Engine::new(network, header.backend, header.device, header.build_flags)
             .with_profiles(plan.profiles)
             .map_err(EngineLoadError::InvalidPlan)?;
-        Ok(Engine { kernels: plan.kernels, ..engine })
+        Ok(Engine { kernels: plan.kernels, tactics: plan.tactics, ..engine })
     }
 
     /// Refuses a device whose backend or compute capability differs from the engine's;

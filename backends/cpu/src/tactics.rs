@@ -1,0 +1,125 @@
+//! The cpu backend's tactics: two implementations each of float convolution (im2col +
+//! GEMM, direct loops) and float matrix multiply (matrixmultiply sgemm, blocked loops),
+//! also offered for fused layers headed by them; one default tactic for everything else.
+
+use crate::kernels::{self, Variant};
+use kiln::ir::infer::{infer_layer, Fact};
+use kiln::tactics::{TacticDesc, TacticId};
+use kiln::{BackendError, DataType, FusedAnchor, HostTensor, LayerId, LayerKind, Network, Shape, TensorData, TensorFormat};
+use std::time::{Duration, Instant};
+
+/// Kernel sources hashed into the tactic ids: an edited kernel gets a new id, so a timing
+/// cache never serves a time measured on other code.
+const CONV_SOURCE: &str = include_str!("kernels/conv.rs");
+const MATMUL_SOURCE: &str = include_str!("kernels/matmul.rs");
+const ALT_SOURCE: &str = include_str!("kernels/alt.rs");
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Family {
+    Convolution,
+    MatrixMultiply,
+}
+
+/// (name, variant, source) of each tactic of a family, primary first.
+fn family_tactics(family: Family) -> [(&'static str, Variant, &'static str); 2] {
+    match family {
+        Family::Convolution => {
+            [("conv_im2col_gemm", Variant::Primary, CONV_SOURCE), ("conv_direct", Variant::Alternate, ALT_SOURCE)]
+        }
+        Family::MatrixMultiply => {
+            [("matmul_sgemm", Variant::Primary, MATMUL_SOURCE), ("matmul_blocked", Variant::Alternate, ALT_SOURCE)]
+        }
+    }
+}
+
+fn family_of(network: &Network, layer: LayerId) -> Option<Family> {
+    let l = network.layer(layer);
+    let family = match &l.kind {
+        LayerKind::Convolution(_) | LayerKind::Fused(kiln::FusedParams { anchor: FusedAnchor::Convolution(_), .. }) => {
+            Family::Convolution
+        }
+        LayerKind::MatrixMultiply { .. }
+        | LayerKind::Fused(kiln::FusedParams { anchor: FusedAnchor::MatrixMultiply { .. }, .. }) => Family::MatrixMultiply,
+        _ => return None,
+    };
+    // Integer products have one kernel; a layer of unknown shapes cannot be timed.
+    let first = network.tensor((*l.inputs.first()?)?);
+    let timeable = l.inputs.iter().flatten().all(|&t| network.tensor(t).shape.dims().iter().all(|d| d.fixed().is_some()));
+    (first.dtype.is_float() && timeable).then_some(family)
+}
+
+pub fn tactics(network: &Network, layer: LayerId) -> Vec<TacticDesc> {
+    let Some(family) = family_of(network, layer) else { return vec![TacticDesc::default_for("cpu")] };
+    let dtypes = vec![DataType::F32, DataType::F16, DataType::BF16];
+    family_tactics(family)
+        .into_iter()
+        .map(|(name, _, source)| TacticDesc {
+            id: TacticId::new("cpu", name, source.as_bytes()),
+            workspace_bytes: 0,
+            formats: vec![TensorFormat::Linear],
+            dtypes: dtypes.clone(),
+        })
+        .collect()
+}
+
+/// The implementation a recorded tactic selects; unknown or absent ids run the primary.
+pub fn variant_of(network: &Network, layer: LayerId, tactic: Option<&TacticId>) -> Variant {
+    let (Some(family), Some(tactic)) = (family_of(network, layer), tactic) else { return Variant::Primary };
+    family_tactics(family)
+        .into_iter()
+        .find(|(name, _, source)| TacticId::new("cpu", name, source.as_bytes()) == *tactic)
+        .map_or(Variant::Primary, |(_, v, _)| v)
+}
+
+/// One warm-up run, then the median of `repetitions` runs on random inputs.
+pub fn time_tactic(network: &Network, layer: LayerId, tactic: &TacticDesc, repetitions: usize) -> Result<Duration, BackendError> {
+    let l = network.layer(layer);
+    let fail = |reason: String| BackendError::Execution { layer: l.name.clone(), reason };
+    let variant = variant_of(network, layer, Some(&tactic.id));
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut inputs = Vec::with_capacity(l.inputs.len());
+    for slot in &l.inputs {
+        inputs.push(match slot {
+            None => None,
+            Some(t) => Some(random_tensor(network.tensor(*t).dtype, &network.tensor(*t).shape, &mut seed).map_err(&fail)?),
+        });
+    }
+    let views: Vec<Option<&HostTensor>> = inputs.iter().map(Option::as_ref).collect();
+    let shapes: Vec<Option<Shape>> = views.iter().map(|x| x.map(|x| Shape::fixed(x.shape()))).collect();
+    let facts: Vec<Option<Fact>> = views
+        .iter()
+        .zip(&shapes)
+        .map(|(x, s)| x.zip(s.as_ref()).map(|(x, s)| Fact { dtype: x.dtype(), shape: s, value: None }))
+        .collect();
+    let outs = infer_layer(&l.kind, &facts, &|w| network.weights_blob(w)).map_err(|e| fail(e.rule))?;
+    kernels::run_with(&l.kind, &views, &outs, variant).map_err(&fail)?;
+    let mut times = Vec::with_capacity(repetitions.max(1));
+    for _ in 0..repetitions.max(1) {
+        let start = Instant::now();
+        kernels::run_with(&l.kind, &views, &outs, variant).map_err(&fail)?;
+        times.push(start.elapsed());
+    }
+    times.sort();
+    Ok(times[times.len() / 2])
+}
+
+/// Values in [-1, 1) from a xorshift generator: timing needs realistic data, not zeros.
+fn random_tensor(dtype: DataType, shape: &Shape, seed: &mut u64) -> Result<HostTensor, String> {
+    let dims: Vec<usize> = shape.dims().iter().map(|d| d.fixed().ok_or("a dynamic dim cannot be timed")).collect::<Result<_, _>>()?;
+    let len: usize = dims.iter().product();
+    let mut next = || {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        (*seed >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    };
+    let values: Vec<f32> = (0..len).map(|_| next()).collect();
+    let data = match dtype {
+        DataType::F32 => TensorData::F32(values),
+        DataType::F16 => TensorData::F16(values.into_iter().map(half::f16::from_f32).collect()),
+        DataType::BF16 => TensorData::BF16(values.into_iter().map(half::bf16::from_f32).collect()),
+        DataType::F64 => TensorData::F64(values.into_iter().map(f64::from).collect()),
+        other => return Err(format!("cannot time a layer on {other} inputs")),
+    };
+    HostTensor::new(dims, data).map_err(|e| e.to_string())
+}
