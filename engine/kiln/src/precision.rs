@@ -197,14 +197,7 @@ pub fn is_float_compute(kind: &LayerKind) -> bool {
             | K::Assertion { .. }
             | K::Plugin(_)
             | K::Reformat { .. }
-            | K::TripLimit { .. }
-            | K::Iterator { .. }
-            | K::Recurrence { .. }
-            | K::LoopOutput { .. }
-            | K::Condition { .. }
-            | K::IfConditionalInput { .. }
-            | K::IfConditionalOutput { .. }
-    )
+    ) && !kind.is_control_boundary()
 }
 
 fn is_reducible_float(dtype: DataType) -> bool {

@@ -3,33 +3,11 @@
 //! onnxruntime's outputs stored next to them; the scripted loops of `export_loops.py` match
 //! PyTorch's own outputs.
 
-use kiln::{HostTensor, TensorData};
-use npyz::npz::NpzArchive;
+mod common;
+
+use common::pytorch_data::{data_dir, read_npz};
+use kiln::HostTensor;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-
-fn data_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/pytorch")
-}
-
-/// Every array of an npz file, as host tensors (the models use f32 and i64 only).
-fn read_npz(path: &Path) -> HashMap<String, HostTensor> {
-    let mut archive = NpzArchive::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
-    let names: Vec<String> = archive.array_names().map(str::to_string).collect();
-    names
-        .into_iter()
-        .map(|name| {
-            let npy = archive.by_name(&name).expect("read array").expect("array exists");
-            let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
-            let data = match npy.dtype().descr().trim_matches('\'') {
-                "<f4" => TensorData::F32(npy.into_vec::<f32>().expect("f32 data")),
-                "<i8" => TensorData::I64(npy.into_vec::<i64>().expect("i64 data")),
-                other => panic!("{name}: unexpected dtype {other}"),
-            };
-            (name, HostTensor::new(shape, data).expect("shape matches"))
-        })
-        .collect()
-}
 
 fn check_model(name: &str) {
     let dir = data_dir();

@@ -4,32 +4,11 @@
 //! must stay within reduced-precision tolerance of onnxruntime's f32 outputs while
 //! differing from kiln's own f32 results.
 
-use kiln::{BuilderConfig, BuilderFlag, DataType, HostTensor, LayerId, TensorData};
-use npyz::npz::NpzArchive;
+mod common;
+
+use common::pytorch_data::{data_dir, read_npz};
+use kiln::{BuilderConfig, BuilderFlag, DataType, HostTensor, LayerId};
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-
-fn data_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/pytorch")
-}
-
-fn read_npz(path: &Path) -> HashMap<String, HostTensor> {
-    let mut archive = NpzArchive::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
-    let names: Vec<String> = archive.array_names().map(str::to_string).collect();
-    names
-        .into_iter()
-        .map(|name| {
-            let npy = archive.by_name(&name).expect("read array").expect("array exists");
-            let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
-            let data = match npy.dtype().descr().trim_matches('\'') {
-                "<f4" => TensorData::F32(npy.into_vec::<f32>().expect("f32 data")),
-                "<i8" => TensorData::I64(npy.into_vec::<i64>().expect("i64 data")),
-                other => panic!("{name}: unexpected dtype {other}"),
-            };
-            (name, HostTensor::new(shape, data).expect("shape matches"))
-        })
-        .collect()
-}
 
 /// Worst error relative to `1 + |expected|`.
 fn worst_error(got: &HostTensor, want: &HostTensor) -> f64 {

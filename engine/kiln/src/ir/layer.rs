@@ -158,6 +158,20 @@ pub enum LayerKind {
 }
 
 impl LayerKind {
+    /// A loop or if-conditional boundary layer: lowered into regions, never a kernel.
+    pub fn is_control_boundary(&self) -> bool {
+        matches!(
+            self,
+            LayerKind::TripLimit { .. }
+                | LayerKind::Iterator { .. }
+                | LayerKind::Recurrence { .. }
+                | LayerKind::LoopOutput { .. }
+                | LayerKind::Condition { .. }
+                | LayerKind::IfConditionalInput { .. }
+                | LayerKind::IfConditionalOutput { .. }
+        )
+    }
+
     /// The TensorRT-style layer type name, as the inspector prints it.
     pub fn type_name(&self) -> &'static str {
         match self {

@@ -134,14 +134,7 @@ fn foldable(kind: &LayerKind) -> bool {
         K::Constant { .. }
             | K::Assertion { .. }
             | K::Plugin(_)
-            | K::TripLimit { .. }
-            | K::Iterator { .. }
-            | K::Recurrence { .. }
-            | K::LoopOutput { .. }
-            | K::Condition { .. }
-            | K::IfConditionalInput { .. }
-            | K::IfConditionalOutput { .. }
-    )
+    ) && !kind.is_control_boundary()
 }
 
 /// The outputs of layer `l` on known inputs, or `None` when it should stay a layer.

@@ -2,6 +2,8 @@
 //! backend.
 #![allow(dead_code)]
 
+pub mod pytorch_data;
+
 use kiln::{BuilderConfig, ExecutionContext, HostTensor, Network, TensorData};
 use kiln_onnx::proto::attribute_proto::AttributeType;
 use kiln_onnx::proto::tensor_proto::DataType as OnnxType;

@@ -1,0 +1,29 @@
+//! The PyTorch-exported reference models of `tests/data/pytorch/` and their npz arrays.
+
+use kiln::{HostTensor, TensorData};
+use npyz::npz::NpzArchive;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+pub fn data_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/pytorch")
+}
+
+/// Every array of an npz file, as host tensors (the models use f32 and i64 only).
+pub fn read_npz(path: &Path) -> HashMap<String, HostTensor> {
+    let mut archive = NpzArchive::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    let names: Vec<String> = archive.array_names().map(str::to_string).collect();
+    names
+        .into_iter()
+        .map(|name| {
+            let npy = archive.by_name(&name).expect("read array").expect("array exists");
+            let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
+            let data = match npy.dtype().descr().trim_matches('\'') {
+                "<f4" => TensorData::F32(npy.into_vec::<f32>().expect("f32 data")),
+                "<i8" => TensorData::I64(npy.into_vec::<i64>().expect("i64 data")),
+                other => panic!("{name}: unexpected dtype {other}"),
+            };
+            (name, HostTensor::new(shape, data).expect("shape matches"))
+        })
+        .collect()
+}
