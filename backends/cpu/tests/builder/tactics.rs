@@ -292,3 +292,19 @@ fn the_tactics_survive_serialization() {
     assert_eq!(loaded.tactics(), engine.tactics());
     assert_eq!(loaded.tactics().len(), loaded.network().layers().len());
 }
+
+#[test]
+fn progress_is_reported_for_every_layer_and_at_the_end() {
+    let calls: Arc<Mutex<Vec<(usize, usize, String)>>> = Arc::default();
+    let seen = calls.clone();
+    let mut config = BuilderConfig::default();
+    config.tactics.progress = Some(kiln::tactics::ProgressHandle(Arc::new(move |done, layers, name| {
+        seen.lock().unwrap().push((done, layers, name.to_string()));
+    })));
+    let engine = build(&config).unwrap().engine;
+    let calls = calls.lock().unwrap();
+    let layers = engine.network().layers().len();
+    assert_eq!(calls.len(), layers + 1, "{calls:?}");
+    assert!(calls.iter().enumerate().all(|(i, (done, n, _))| *done == i && *n == layers), "{calls:?}");
+    assert_eq!(calls[0].2, engine.network().layers()[0].name);
+}

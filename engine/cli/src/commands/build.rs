@@ -8,7 +8,9 @@ use crate::summary::{self, emit};
 use crate::BuildArgs;
 use anyhow::{bail, Context};
 use kiln::{BuildSummary, Builder, BuilderConfig, BuilderFlag};
+use indicatif::{ProgressBar, ProgressStyle};
 use std::fmt::Write;
+use std::sync::Arc;
 use std::time::Instant;
 
 pub fn build(args: &BuildArgs) -> anyhow::Result<()> {
@@ -31,9 +33,16 @@ pub fn build(args: &BuildArgs) -> anyhow::Result<()> {
         config.set_timing_cache(commands::cache::read_or_empty(path)?, args.ignore_timing_cache_mismatch);
     }
     config.tactics.error_on_timing_cache_miss = args.error_on_timing_cache_miss;
-    let output = Builder::new(backend.backend.as_ref())
-        .build_with_report(&network, &config)
-        .with_context(|| format!("cannot build an engine for `{}`", backend.name()))?;
+    let bar = tactic_progress_bar();
+    let shown = bar.clone();
+    config.tactics.progress = Some(kiln::tactics::ProgressHandle(Arc::new(move |done, layers, name| {
+        shown.set_length(layers as u64);
+        shown.set_position(done as u64);
+        shown.set_message(name.to_string());
+    })));
+    let output = Builder::new(backend.backend.as_ref()).build_with_report(&network, &config);
+    bar.finish_and_clear();
+    let output = output.with_context(|| format!("cannot build an engine for `{}`", backend.name()))?;
     for warning in &output.warnings {
         eprintln!("warning: {warning}");
     }
@@ -90,6 +99,15 @@ fn profiles_text(engine: &kiln::Engine) -> String {
         text += &format!(" (+{unplanned} dynamically sized tensors: give --min-shapes/--max-shapes to bound them)");
     }
     text
+}
+
+/// A progress bar of the tactic-selection phase on stderr (drawn only on a terminal).
+fn tactic_progress_bar() -> ProgressBar {
+    let bar = ProgressBar::new(0);
+    if let Ok(style) = ProgressStyle::with_template("choosing tactics {bar:30} {pos}/{len} layers  {wide_msg}") {
+        bar.set_style(style);
+    }
+    bar
 }
 
 fn builder_config(args: &BuildArgs) -> anyhow::Result<BuilderConfig> {

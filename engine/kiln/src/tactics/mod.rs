@@ -11,7 +11,8 @@ pub mod select;
 
 pub use cache::{CacheEntry, CacheHeader, TimingCache, TimingCacheError};
 pub use select::{
-    choose_tactics, AlgorithmChoice, AlgorithmContext, AlgorithmSelector, SelectorHandle, TacticError, TacticOptions, TacticPlan,
+    choose_tactics, AlgorithmChoice, AlgorithmContext, AlgorithmSelector, ProgressHandle, SelectorHandle, TacticError, TacticOptions,
+    TacticPlan,
 };
 
 use crate::ir::dtype::DataType;

@@ -50,6 +50,20 @@ impl fmt::Debug for SelectorHandle {
     }
 }
 
+/// Told, before each layer's tactic is chosen, how many layers are done, how many there
+/// are and the layer's name (a progress bar, say); once more at the end.
+#[derive(Clone)]
+pub struct ProgressHandle(pub Arc<ProgressFn>);
+
+/// `(layers done, layers in all, name of the next layer)`.
+pub type ProgressFn = dyn Fn(usize, usize, &str) + Send + Sync;
+
+impl fmt::Debug for ProgressHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Progress")
+    }
+}
+
 /// Tactic-selection settings of a build.
 #[derive(Clone, Debug, Default)]
 pub struct TacticOptions {
@@ -66,6 +80,7 @@ pub struct TacticOptions {
     pub selector: Option<SelectorHandle>,
     /// Timed repetitions per candidate (after one warm-up); 0 means 5.
     pub repetitions: usize,
+    pub progress: Option<ProgressHandle>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -119,7 +134,13 @@ pub fn choose_tactics(
     }
     let repetitions = if options.repetitions == 0 { 5 } else { options.repetitions };
     let mut reported = Vec::new();
+    let report_progress = |done: usize, name: &str| {
+        if let Some(p) = &options.progress {
+            (p.0)(done, network.layers().len(), name);
+        }
+    };
     for (i, layer) in network.layers().iter().enumerate() {
+        report_progress(i, &layer.name);
         let id = LayerId(i);
         let offered = backend.tactics(network, id);
         if offered.is_empty() {
@@ -150,6 +171,7 @@ pub fn choose_tactics(
         reported.push((context, pick.clone()));
         plan.chosen.push(Some(pick));
     }
+    report_progress(network.layers().len(), "");
     if let Some(s) = &options.selector {
         s.0.report_algorithms(&reported);
     }
