@@ -63,9 +63,11 @@ struct PlanSection {
 }
 
 impl Engine {
+    /// An engine without profiles or memory plans yet: every caller goes on with
+    /// [`Engine::with_profiles`], which plans the arena (once).
     pub(crate) fn new(network: Network, backend: String, device: DeviceFingerprint, build_flags: BuildFlags) -> Engine {
-        let memory_plans = plan_profiles(&network, &[]).unwrap_or_default();
-        Engine { network, backend, device, build_flags, profiles: Vec::new(), memory_plans, kernels: Vec::new(), tactics: Vec::new() }
+        let (profiles, memory_plans, kernels, tactics) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        Engine { network, backend, device, build_flags, profiles, memory_plans, kernels, tactics }
     }
 
     /// Attaches validated optimization profiles and plans the arena for each.
