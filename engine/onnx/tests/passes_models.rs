@@ -2,6 +2,9 @@
 //! mini-BERT (TorchScript and dynamo exporters). An optimized engine must give the same
 //! outputs as an unoptimized one, and the fusions the models invite must happen.
 
+mod common;
+
+use common::pytorch_data::worst_error;
 use kiln::{
     Builder, BuilderConfig, ExecutionContext, HostTensor, LayerKind, Network, Optimization,
     TensorData,
@@ -100,12 +103,7 @@ fn compare(model: &str, path: &Path, npz: Option<&Path>) -> Network {
     for (name, want) in &plain.outputs {
         let got = &fused.outputs[name];
         assert_eq!(got.shape(), want.shape(), "{model}/{name}");
-        let worst = got
-            .to_f64_vec()
-            .iter()
-            .zip(want.to_f64_vec())
-            .map(|(a, e)| (a - e).abs() / (1.0 + e.abs()))
-            .fold(0.0, f64::max);
+        let worst = worst_error(got, want);
         assert!(
             worst < 1e-5,
             "{model}/{name}: optimized differs from unoptimized by {worst}"

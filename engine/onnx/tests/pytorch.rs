@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::pytorch_data::{data_dir, read_npz};
+use common::pytorch_data::{data_dir, read_npz, worst_error};
 use kiln::HostTensor;
 use std::collections::HashMap;
 
@@ -30,12 +30,7 @@ fn check_model(name: &str) {
     for (output, want) in arrays {
         let got = outputs.get(&output).unwrap_or_else(|| panic!("{name}: no output `{output}`"));
         assert_eq!(got.shape(), want.shape(), "{name}/{output}");
-        let worst = got
-            .to_f64_vec()
-            .iter()
-            .zip(want.to_f64_vec())
-            .map(|(a, e)| (a - e).abs() / (1.0 + e.abs()))
-            .fold(0.0, f64::max);
+        let worst = worst_error(got, &want);
         assert!(worst < 1e-4, "{name}/{output}: relative error {worst}");
     }
 }

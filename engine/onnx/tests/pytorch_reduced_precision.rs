@@ -6,14 +6,9 @@
 
 mod common;
 
-use common::pytorch_data::{data_dir, read_npz};
+use common::pytorch_data::{data_dir, read_npz, worst_error};
 use kiln::{BuilderConfig, BuilderFlag, DataType, HostTensor, LayerId};
 use std::collections::HashMap;
-
-/// Worst error relative to `1 + |expected|`.
-fn worst_error(got: &HostTensor, want: &HostTensor) -> f64 {
-    got.to_f64_vec().iter().zip(want.to_f64_vec()).map(|(a, e)| (a - e).abs() / (1.0 + e.abs())).fold(0.0, f64::max)
-}
 
 fn check(name: &str, precision: DataType, tolerance: f64) {
     let dir = data_dir();

@@ -2,7 +2,7 @@
 //! tactics next to the GEMM-based ones: different loop orders and memory traffic, the same
 //! results up to float summation order.
 
-use super::conv::{for_each_kernel_tap, for_each_tap, AxisTable};
+use super::conv::{bias_filled, for_each_kernel_tap, for_each_tap, AxisTable};
 use super::matmul::Plan;
 use crate::element::{pack, FloatElem, Real};
 use crate::layout::{strides, volume};
@@ -23,12 +23,7 @@ pub(super) fn conv_direct_acc<R: Real>(
     let (cg, kg) = (channels / groups, maps / groups);
     let (in_sp, kernel, out_sp) = (&xs[2..], &ws[2..], &out_shape[2..]);
     let (in_vol, k_vol, out_vol) = (volume(in_sp), volume(kernel), volume(out_sp));
-    let mut y = vec![R::ZERO; batch * maps * out_vol];
-    if let Some(b) = bias {
-        for (plane, chunk) in y.chunks_mut(out_vol.max(1)).enumerate() {
-            chunk.fill(b[plane % maps]);
-        }
-    }
+    let mut y = bias_filled(batch, maps, out_vol, bias);
     let tables: Vec<AxisTable> = (0..in_sp.len())
         .map(|d| AxisTable::new(out_sp[d], kernel[d], p.strides[d], p.dilations[d], p.pre_padding[d], in_sp[d]))
         .collect();

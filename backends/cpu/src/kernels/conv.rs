@@ -129,6 +129,18 @@ pub fn convolution(
     })
 }
 
+/// The `batch × maps × out_vol` output with each map's bias (zeros without one), which the
+/// convolution kernels accumulate into.
+pub(super) fn bias_filled<R: Real>(batch: usize, maps: usize, out_vol: usize, bias: Option<&[R]>) -> Vec<R> {
+    let mut y = vec![R::ZERO; batch * maps * out_vol];
+    if let Some(b) = bias {
+        for (plane, chunk) in y.chunks_mut(out_vol.max(1)).enumerate() {
+            chunk.fill(b[plane % maps]);
+        }
+    }
+    y
+}
+
 fn conv_acc<R: Real>(
     p: &ConvolutionParams,
     x: &[R],
@@ -143,12 +155,7 @@ fn conv_acc<R: Real>(
     let (in_sp, kernel, out_sp) = (&xs[2..], &ws[2..], &out_shape[2..]);
     let (in_vol, k_vol, out_vol) = (volume(in_sp), volume(kernel), volume(out_sp));
     let rows = cg * k_vol;
-    let mut y = vec![R::ZERO; batch * maps * out_vol];
-    if let Some(b) = bias {
-        for (plane, chunk) in y.chunks_mut(out_vol.max(1)).enumerate() {
-            chunk.fill(b[plane % maps]);
-        }
-    }
+    let mut y = bias_filled(batch, maps, out_vol, bias);
     // A 1×1 kernel with unit stride and no padding reads the input as it lies.
     let direct = kernel.iter().all(|&k| k == 1)
         && p.strides.iter().all(|&s| s == 1)

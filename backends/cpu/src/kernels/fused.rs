@@ -67,18 +67,17 @@ pub fn fused(p: &FusedParams, inputs: &[Option<&HostTensor>], variant: Variant) 
     Ok(running)
 }
 
+/// Input `i`, which the layer kind requires.
+fn required<'t>(inputs: &[Option<&'t HostTensor>], i: usize) -> Result<&'t HostTensor, String> {
+    inputs.get(i).copied().flatten().ok_or_else(|| format!("input {i} is required"))
+}
+
 /// `softmax(Q·Kᵀ ⊙ scale + mask) · V`, step by step as the recognized graph computed it.
 pub fn attention(
     p: &AttentionParams,
     inputs: &[Option<&HostTensor>],
 ) -> Result<HostTensor, String> {
-    let get = |i: usize| {
-        inputs
-            .get(i)
-            .copied()
-            .flatten()
-            .ok_or_else(|| format!("input {i} is required"))
-    };
+    let get = |i: usize| required(inputs, i);
     let (q, k, v) = (get(0)?, get(1)?, get(2)?);
     let op_b = if p.key_transposed {
         MatrixOp::None
@@ -131,13 +130,7 @@ pub fn rms_normalization(
     axes: &[usize],
     epsilon: f32,
 ) -> Result<HostTensor, String> {
-    let get = |i: usize| {
-        inputs
-            .get(i)
-            .copied()
-            .flatten()
-            .ok_or_else(|| format!("input {i} is required"))
-    };
+    let get = |i: usize| required(inputs, i);
     let (x, scale) = (get(0)?, get(1)?);
     let square = step(
         &LayerKind::Elementwise {

@@ -163,18 +163,7 @@ pub(crate) fn consumers(net: &Network) -> Vec<Vec<(usize, usize)>> {
 /// networks alone: a rewrite must not move a layer across a loop or branch boundary, and
 /// a recurrence's back edge cannot be replayed in order.
 pub(crate) fn has_control_flow(net: &Network) -> bool {
-    net.layers().iter().any(|l| {
-        matches!(
-            l.kind,
-            LayerKind::TripLimit { .. }
-                | LayerKind::Iterator { .. }
-                | LayerKind::Recurrence { .. }
-                | LayerKind::LoopOutput { .. }
-                | LayerKind::Condition { .. }
-                | LayerKind::IfConditionalInput { .. }
-                | LayerKind::IfConditionalOutput { .. }
-        )
-    })
+    net.layers().iter().any(|l| l.kind.is_control_boundary())
 }
 
 /// The value of a tensor known at build time (constants and folded shapes).

@@ -27,3 +27,8 @@ pub fn read_npz(path: &Path) -> HashMap<String, HostTensor> {
         })
         .collect()
 }
+
+/// Worst error of `got` against `want`, relative to `1 + |want|`.
+pub fn worst_error(got: &HostTensor, want: &HostTensor) -> f64 {
+    got.to_f64_vec().iter().zip(want.to_f64_vec()).map(|(a, e)| (a - e).abs() / (1.0 + e.abs())).fold(0.0, f64::max)
+}
