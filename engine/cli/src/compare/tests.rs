@@ -1,0 +1,189 @@
+//! `compare` against deliberately broken backends: a cpu backend that adds an error to
+//! chosen tensors, and one that cannot run at all.
+
+use super::stats::{Detail, Tolerances};
+use super::*;
+use kiln::{BackendError, DeviceFingerprint, Executable, TensorData};
+use kiln_cpu::CpuBackend;
+
+/// The cpu backend, except that each named tensor (a network output, or with mark-all
+/// any marked layer output) gets `error` added to its first element.
+struct PerturbedBackend {
+    inner: CpuBackend,
+    errors: Vec<(String, f32)>,
+}
+
+struct PerturbedExecutable {
+    inner: Box<dyn Executable>,
+    /// (output index, error) of the tensors to perturb.
+    errors: Vec<(usize, f32)>,
+}
+
+impl Backend for PerturbedBackend {
+    fn name(&self) -> &str {
+        "perturbed"
+    }
+    fn device(&self) -> Result<DeviceFingerprint, BackendError> {
+        self.inner.device()
+    }
+    fn check_support(&self, network: &Network) -> Result<(), BackendError> {
+        self.inner.check_support(network)
+    }
+    fn prepare(&self, network: &Network) -> Result<Box<dyn Executable>, BackendError> {
+        let errors = self
+            .errors
+            .iter()
+            .filter_map(|(name, error)| {
+                let index = network.outputs().iter().position(|&t| &network.tensor(t).name == name)?;
+                Some((index, *error))
+            })
+            .collect();
+        Ok(Box::new(PerturbedExecutable { inner: self.inner.prepare(network)?, errors }))
+    }
+}
+
+impl Executable for PerturbedExecutable {
+    fn execute(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>, BackendError> {
+        let mut outputs = self.inner.execute(inputs)?;
+        for &(index, error) in &self.errors {
+            let tensor = &mut outputs[index];
+            let shape = tensor.shape().to_vec();
+            let TensorData::F32(mut values) = tensor.clone().into_data() else {
+                panic!("the test perturbs f32 tensors only");
+            };
+            values[0] += error;
+            *tensor = HostTensor::from_f32(shape, values).expect("same shape");
+        }
+        Ok(outputs)
+    }
+}
+
+/// A backend whose device is present but which fails every run.
+struct BrokenBackend;
+
+impl Backend for BrokenBackend {
+    fn name(&self) -> &str {
+        "broken"
+    }
+    fn device(&self) -> Result<DeviceFingerprint, BackendError> {
+        CpuBackend::new().device()
+    }
+    fn check_support(&self, _: &Network) -> Result<(), BackendError> {
+        Ok(())
+    }
+    fn prepare(&self, _: &Network) -> Result<Box<dyn Executable>, BackendError> {
+        Err(BackendError::Execution { layer: "everything".into(), reason: "deliberately broken".into() })
+    }
+}
+
+fn mnist() -> (Network, HashMap<String, HostTensor>) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/models/mnist.onnx");
+    let network = kiln_onnx::import_file(&path).expect("import mnist");
+    let inputs = crate::inputs::random(&network, &Default::default()).expect("random inputs");
+    (network, inputs)
+}
+
+fn options(mark_all: bool) -> CompareOptions {
+    CompareOptions {
+        config: BuilderConfig::default(),
+        tolerances: Tolerances { rtol: 1e-5, atol: 1e-5 },
+        mark_all,
+    }
+}
+
+/// The layer outputs of mnist's marked network, in layer order, with their layers.
+fn marked_layer_outputs(network: &Network) -> Vec<(String, TensorOrigin)> {
+    let (marked, origins) = mark_all_outputs(network).unwrap();
+    marked.outputs().iter().zip(origins).filter_map(|(&t, o)| Some((marked.tensor(t).name.clone(), o?))).collect()
+}
+
+#[test]
+fn identical_backends_pass() {
+    let (network, inputs) = mnist();
+    let (a, b) = (CpuBackend::new(), CpuBackend::new());
+    let result = compare(&network, &[&a, &b], &inputs, &options(false)).unwrap();
+    assert!(result.passed(), "{result:?}");
+    assert_eq!(result.pairs.len(), 1);
+    let (prob, origin) = &result.pairs[0].tensors[0];
+    assert_eq!(prob.name, "prob");
+    assert!(origin.as_ref().unwrap().is_network_output);
+    let Detail::Float(errors) = &prob.detail else { panic!("float output") };
+    assert_eq!(errors.absolute.unwrap().max, 0.0);
+}
+
+#[test]
+fn a_perturbed_output_fails_with_its_error_figures() {
+    let (network, inputs) = mnist();
+    let perturbed = PerturbedBackend { inner: CpuBackend::new(), errors: vec![("prob".into(), 0.25)] };
+    let reference = CpuBackend::new();
+    let result = compare(&network, &[&perturbed, &reference], &inputs, &options(false)).unwrap();
+    assert!(!result.passed());
+    let (prob, _) = &result.pairs[0].tensors[0];
+    assert_eq!(prob.mismatches, 1);
+    let Detail::Float(errors) = &prob.detail else { panic!("float output") };
+    let max = errors.absolute.unwrap().max;
+    assert!((max - 0.25).abs() < 1e-6, "max abs error {max}");
+    assert_eq!(errors.worst.map(|w| w.0), Some(0));
+}
+
+#[test]
+fn an_error_within_tolerance_passes() {
+    let (network, inputs) = mnist();
+    let perturbed = PerturbedBackend { inner: CpuBackend::new(), errors: vec![("prob".into(), 1e-7)] };
+    let reference = CpuBackend::new();
+    let result = compare(&network, &[&perturbed, &reference], &inputs, &options(false)).unwrap();
+    assert!(result.passed(), "{result:?}");
+}
+
+#[test]
+fn mark_all_names_the_first_diverging_layer() {
+    let (network, inputs) = mnist();
+    let layers = marked_layer_outputs(&network);
+    assert!(layers.len() >= 4, "mnist has several layers: {layers:?}");
+    // Perturb a late layer strongly and an earlier one slightly (still out of tolerance):
+    // the earlier one must be named, whatever the sizes of the errors.
+    let (early, early_origin) = layers[1].clone();
+    let (late, _) = layers[layers.len() - 2].clone();
+    let perturbed =
+        PerturbedBackend { inner: CpuBackend::new(), errors: vec![(late.clone(), 5.0), (early.clone(), 1e-2)] };
+    let reference = CpuBackend::new();
+    let result = compare(&network, &[&perturbed, &reference], &inputs, &options(true)).unwrap();
+    assert_eq!(result.optimization, Optimization::None);
+    assert_eq!(result.compared_tensors, layers.len());
+    let pair = &result.pairs[0];
+    assert!(!pair.passed());
+    let (first, origin) = pair.first_divergence().expect("a divergence");
+    assert_eq!(first.name, early);
+    assert_eq!(origin.as_ref(), Some(&early_origin));
+    let failing: Vec<&str> = pair.tensors.iter().filter(|(t, _)| !t.passed()).map(|(t, _)| t.name.as_str()).collect();
+    assert_eq!(failing, vec![early.as_str(), late.as_str()]);
+}
+
+#[test]
+fn mark_all_on_identical_backends_compares_every_layer_and_passes() {
+    let (network, inputs) = mnist();
+    let (a, b) = (CpuBackend::new(), CpuBackend::new());
+    let result = compare(&network, &[&a, &b], &inputs, &options(true)).unwrap();
+    assert!(result.passed(), "{result:?}");
+    assert!(result.pairs[0].first_divergence().is_none());
+    let origins: Vec<usize> =
+        result.pairs[0].tensors.iter().filter_map(|(_, o)| o.as_ref().map(|o| o.layer_index)).collect();
+    assert_eq!(origins.len(), result.compared_tensors);
+}
+
+#[test]
+fn a_backend_that_cannot_run_is_not_a_mismatch() {
+    let (network, inputs) = mnist();
+    let reference = CpuBackend::new();
+    let error = compare(&network, &[&BrokenBackend, &reference], &inputs, &options(false)).unwrap_err();
+    let CompareError::BackendFailed { backend, stage, reason } = &error else { panic!("{error}") };
+    assert_eq!((backend.as_str(), *stage), ("broken", Stage::Prepare));
+    assert!(reason.contains("deliberately broken"), "{reason}");
+}
+
+#[test]
+fn one_backend_is_too_few() {
+    let (network, inputs) = mnist();
+    let only = CpuBackend::new();
+    assert!(matches!(compare(&network, &[&only], &inputs, &options(false)), Err(CompareError::TooFewBackends(1))));
+}
