@@ -24,7 +24,7 @@ impl Backend for PerturbedBackend {
         "perturbed"
     }
     fn device(&self) -> Result<DeviceFingerprint, BackendError> {
-        self.inner.device()
+        Ok(DeviceFingerprint { backend: self.name().into(), ..self.inner.device()? })
     }
     fn check_support(&self, network: &Network) -> Result<(), BackendError> {
         self.inner.check_support(network)
@@ -66,7 +66,7 @@ impl Backend for BrokenBackend {
         "broken"
     }
     fn device(&self) -> Result<DeviceFingerprint, BackendError> {
-        CpuBackend::new().device()
+        Ok(DeviceFingerprint { backend: self.name().into(), ..CpuBackend::new().device()? })
     }
     fn check_support(&self, _: &Network) -> Result<(), BackendError> {
         Ok(())
@@ -107,8 +107,9 @@ fn identical_backends_pass() {
     let (prob, origin) = &result.pairs[0].tensors[0];
     assert_eq!(prob.name, "prob");
     assert!(origin.as_ref().unwrap().is_network_output);
+    // Two builds may pick different cpu tactics (by timing), so not always bit-identical.
     let Detail::Float(errors) = &prob.detail else { panic!("float output") };
-    assert_eq!(errors.absolute.unwrap().max, 0.0);
+    assert!(errors.absolute.unwrap().max < 1e-6, "{errors:?}");
 }
 
 #[test]
