@@ -30,6 +30,7 @@ pub trait Machine {
     /// Reads a value to the host (trip counts, loop and if conditions).
     fn to_host(&self, value: &Self::Value) -> Result<Arc<HostTensor>, String>;
     /// Makes a value from a host tensor (the network inputs).
+    #[allow(clippy::wrong_self_convention)] // uploads through the machine's device
     fn from_host(&self, tensor: Arc<HostTensor>) -> Result<Self::Value, String>;
     /// A loop Iterator's value: the slice at `index` along `axis`, the axis removed.
     fn slice_along(&self, value: &Self::Value, axis: usize, index: usize) -> Result<Self::Value, String>;
