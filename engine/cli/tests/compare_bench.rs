@@ -66,13 +66,31 @@ fn compare_mark_all_compares_every_layer_unoptimized() {
 }
 
 #[test]
+fn compare_mark_all_leaves_loop_interiors_out() {
+    // A loop inside a loop: mark-all marks only the tensors computed once per run.
+    let model = repo_path("tests/data/pytorch/loop_nested.onnx");
+    let stdout = kiln_ok(&["compare", path_arg(&model), "--backends", "cpu,cpu", "--mark-all"]);
+    assert!(stdout.contains("output `acc` f32[1, 2]: PASS"), "{stdout}");
+    assert!(stdout.contains("result: PASS"), "{stdout}");
+}
+
+#[test]
+fn compare_takes_onnx_models_only() {
+    let dir = TempDir::new().unwrap();
+    let engine = dir.path().join("mnist.engine");
+    kiln_ok(&["build", &mnist(), "-o", path_arg(&engine), "--backend", "cpu"]);
+    kiln_fails(&["compare", path_arg(&engine), "--backends", "cpu,cpu"], "takes an ONNX model");
+}
+
+#[test]
 fn compare_refuses_unknown_and_unavailable_backends_clearly() {
     let line = kiln_fails(&["compare", &mnist(), "--backends", "tpu,cpu"], "unknown backend `tpu`");
     assert!(line.contains("known: cuda, wgpu, cpu"), "{line}");
     kiln_fails(&["compare", &mnist(), "--backends", "cpu"], "at least two backends");
     // A registry backend that cannot run here is a backend failure, with its own status.
     // (Skipped once every backend in the registry is available on this machine.)
-    let unavailable = ["cuda", "wgpu"].into_iter().find(|b| !kiln_ok(&["devices"]).contains(&format!("{b}: available")));
+    let unavailable =
+        ["cuda", "wgpu"].into_iter().find(|b| !kiln_ok(&["devices"]).contains(&format!("{b}: available")));
     if let Some(backend) = unavailable {
         let pair = format!("{backend},cpu");
         let out = kiln(&["compare", &mnist(), "--backends", &pair]);

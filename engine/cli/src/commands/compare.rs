@@ -98,7 +98,9 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<()> {
     let options = CompareOptions { config, tolerances, mark_all: args.mark_all };
     let refs: Vec<&dyn Backend> = selected.iter().map(|s| s.backend.as_ref()).collect();
     let result = compare::compare(&network, &refs, &inputs, &options).map_err(|e| match e {
-        CompareError::BackendFailed { .. } => anyhow::Error::new(ExitWith { status: EXIT_BACKEND_FAILED, message: e.to_string() }),
+        CompareError::BackendFailed { .. } => {
+            anyhow::Error::new(ExitWith { status: EXIT_BACKEND_FAILED, message: e.to_string() })
+        }
         other => anyhow::Error::new(other),
     })?;
 
@@ -204,7 +206,8 @@ fn write_tensor(text: &mut String, what: &str, t: &TensorComparison) {
                 let _ = writeln!(text, "  NaN/inf:   {} elements not matched exactly", errors.non_finite_mismatches);
             }
             if let (false, Some((index, got, expected))) = (t.passed(), errors.worst) {
-                let _ = writeln!(text, "  worst:     at {:?}: {got} vs reference {expected}", multi_index(index, &t.shape));
+                let _ =
+                    writeln!(text, "  worst:     at {:?}: {got} vs reference {expected}", multi_index(index, &t.shape));
             }
         }
         Detail::Exact => {}

@@ -11,7 +11,10 @@ pub mod stats;
 mod tests;
 
 use kiln::ir::control::{self, Step, DEFAULT_MAX_TRIP_COUNT};
-use kiln::{Backend, Builder, BuilderConfig, ExecutionContext, HostTensor, LayerKind, Network, NetworkError, Optimization, TensorId};
+use kiln::{
+    Backend, Builder, BuilderConfig, ExecutionContext, HostTensor, LayerKind, Network, NetworkError, Optimization,
+    TensorId,
+};
 use stats::{compare_tensor, TensorComparison, Tolerances};
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -188,7 +191,12 @@ fn run_on(
 fn origin_of(network: &Network, tensor: TensorId, is_network_output: bool) -> Option<TensorOrigin> {
     let (layer, _) = network.tensor(tensor).producer?;
     let l = network.layer(layer);
-    Some(TensorOrigin { layer_index: layer.0, layer_name: l.name.clone(), layer_type: l.kind.type_name(), is_network_output })
+    Some(TensorOrigin {
+        layer_index: layer.0,
+        layer_name: l.name.clone(),
+        layer_type: l.kind.type_name(),
+        is_network_output,
+    })
 }
 
 /// A copy of `network` whose outputs are its own outputs followed by every other tensor a

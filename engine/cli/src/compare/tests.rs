@@ -84,11 +84,7 @@ fn mnist() -> (Network, HashMap<String, HostTensor>) {
 }
 
 fn options(mark_all: bool) -> CompareOptions {
-    CompareOptions {
-        config: BuilderConfig::default(),
-        tolerances: Tolerances { rtol: 1e-5, atol: 1e-5 },
-        mark_all,
-    }
+    CompareOptions { config: BuilderConfig::default(), tolerances: Tolerances { rtol: 1e-5, atol: 1e-5 }, mark_all }
 }
 
 /// The layer outputs of mnist's marked network, in layer order, with their layers.
