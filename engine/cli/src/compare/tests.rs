@@ -184,3 +184,159 @@ fn one_backend_is_too_few() {
     let only = CpuBackend::new();
     assert!(matches!(compare(&network, &[&only], &inputs, &options(false)), Err(CompareError::TooFewBackends(1))));
 }
+
+/// A small backend of its own (f32 Tanh/Sigmoid/Relu and same-shape Sum/Prod) whose
+/// kernel for one layer is wrong by `error`: the error flows into every later layer, as a
+/// real kernel bug's would, through kiln's plan interpreter.
+struct MiniBackend {
+    wrong_layer: usize,
+    error: f32,
+}
+
+struct MiniExecutable {
+    network: Network,
+    plan: kiln::ir::control::ControlFlow,
+    frees: Vec<Vec<usize>>,
+    wrong_layer: usize,
+    error: f32,
+}
+
+impl Backend for MiniBackend {
+    fn name(&self) -> &str {
+        "mini"
+    }
+    fn device(&self) -> Result<DeviceFingerprint, BackendError> {
+        Ok(DeviceFingerprint { backend: "mini".into(), name: "mini".into(), ..DeviceFingerprint::default() })
+    }
+    fn check_support(&self, network: &Network) -> Result<(), BackendError> {
+        match network
+            .layers()
+            .iter()
+            .find(|l| !matches!(l.kind, LayerKind::Activation { .. } | LayerKind::Elementwise { .. }))
+        {
+            Some(l) => Err(BackendError::Unsupported {
+                backend: "mini".into(),
+                layer: l.name.clone(),
+                kind: l.kind.type_name().into(),
+                reason: "not a mini kernel".into(),
+            }),
+            None => Ok(()),
+        }
+    }
+    fn prepare(&self, network: &Network) -> Result<Box<dyn Executable>, BackendError> {
+        self.check_support(network)?;
+        let plan = control::lower(network, DEFAULT_MAX_TRIP_COUNT)
+            .map_err(|e| BackendError::Execution { layer: "(plan)".into(), reason: e.to_string() })?;
+        let frees = kiln::runtime::interp::top_level_frees(network, &plan.body.steps);
+        let (wrong_layer, error) = (self.wrong_layer, self.error);
+        Ok(Box::new(MiniExecutable { network: network.clone(), plan, frees, wrong_layer, error }))
+    }
+}
+
+impl kiln::runtime::interp::Machine for MiniExecutable {
+    type Value = std::sync::Arc<HostTensor>;
+
+    fn network(&self) -> &Network {
+        &self.network
+    }
+    fn meta(&self, value: &Self::Value) -> (kiln::DataType, Vec<usize>) {
+        (value.dtype(), value.shape().to_vec())
+    }
+    fn run_layer(&self, id: kiln::LayerId, inputs: &[Option<Self::Value>]) -> Result<Vec<Self::Value>, String> {
+        use kiln::{ActivationKind, ElementwiseOp};
+        let arg = |i: usize| inputs.get(i).cloned().flatten().ok_or("missing input");
+        let x = arg(0)?;
+        let xs = x.as_f32().ok_or("f32 only")?;
+        let mut out: Vec<f32> = match &self.network.layer(id).kind {
+            LayerKind::Activation { kind: ActivationKind::Tanh } => xs.iter().map(|v| v.tanh()).collect(),
+            LayerKind::Activation { kind: ActivationKind::Sigmoid } => {
+                xs.iter().map(|v| 1.0 / (1.0 + (-v).exp())).collect()
+            }
+            LayerKind::Activation { kind: ActivationKind::Relu } => xs.iter().map(|v| v.max(0.0)).collect(),
+            LayerKind::Elementwise { op } => {
+                let y = arg(1)?;
+                let ys = y.as_f32().filter(|ys| ys.len() == xs.len()).ok_or("same-shape f32 only")?;
+                match op {
+                    ElementwiseOp::Sum => xs.iter().zip(ys).map(|(a, b)| a + b).collect(),
+                    ElementwiseOp::Prod => xs.iter().zip(ys).map(|(a, b)| a * b).collect(),
+                    other => return Err(format!("no mini kernel for {other:?}")),
+                }
+            }
+            other => return Err(format!("no mini kernel for {}", other.type_name())),
+        };
+        if id.0 == self.wrong_layer {
+            out.iter_mut().for_each(|v| *v += self.error);
+        }
+        Ok(vec![std::sync::Arc::new(HostTensor::from_f32(x.shape().to_vec(), out).map_err(|e| e.to_string())?)])
+    }
+    fn to_host(&self, value: &Self::Value) -> Result<std::sync::Arc<HostTensor>, String> {
+        Ok(value.clone())
+    }
+    fn from_host(&self, tensor: std::sync::Arc<HostTensor>) -> Result<Self::Value, String> {
+        Ok(tensor)
+    }
+    fn slice_along(&self, _: &Self::Value, _: usize, _: usize) -> Result<Self::Value, String> {
+        Err("no loops in mini".into())
+    }
+    fn stack_along(
+        &self,
+        _: &[Self::Value],
+        _: usize,
+        _: usize,
+        _: bool,
+        _: kiln::DataType,
+        _: &[usize],
+    ) -> Result<Self::Value, String> {
+        Err("no loops in mini".into())
+    }
+}
+
+impl Executable for MiniExecutable {
+    fn execute(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>, BackendError> {
+        let values = inputs.iter().map(|x| std::sync::Arc::new(x.clone())).collect();
+        let outputs = kiln::runtime::interp::run_plan(self, &self.plan, &self.frees, values)?;
+        Ok(outputs.into_iter().map(|v| (*v).clone()).collect())
+    }
+}
+
+#[test]
+fn mark_all_names_the_layer_whose_error_propagates_downstream() {
+    use kiln::{ActivationKind, DataType, ElementwiseOp};
+    // e = relu(sigmoid(tanh(x) * x) + tanh(x)); the Prod kernel is off by 1e-3.
+    let mut network = Network::new("chain");
+    let x = network.add_input("x", DataType::F32, kiln::Shape::fixed(&[2, 8])).unwrap();
+    let layer = |network: &Network, id: kiln::LayerId| network.output(id, 0);
+    let a = network.add_activation(x, ActivationKind::Tanh).unwrap();
+    let a = layer(&network, a);
+    let prod = network.add_elementwise(a, x, ElementwiseOp::Prod).unwrap();
+    let b = layer(&network, prod);
+    let c = network.add_activation(b, ActivationKind::Sigmoid).unwrap();
+    let c = layer(&network, c);
+    let d = network.add_elementwise(c, a, ElementwiseOp::Sum).unwrap();
+    let d = layer(&network, d);
+    let e = network.add_activation(d, ActivationKind::Relu).unwrap();
+    let e = layer(&network, e);
+    network.mark_output(e).unwrap();
+    let inputs = crate::inputs::random(&network, &Default::default()).unwrap();
+
+    let wrong = MiniBackend { wrong_layer: prod.0, error: 1e-3 };
+    let reference = CpuBackend::new();
+    let result = compare(&network, &[&wrong, &reference], &inputs, &options(true)).unwrap();
+    let pair = &result.pairs[0];
+    let failing: Vec<TensorId> = pair
+        .tensors
+        .iter()
+        .filter(|(t, _)| !t.passed())
+        .map(|(t, _)| network.find_tensor(&t.name).expect("a network tensor"))
+        .collect();
+    // The error reached every later layer (sigmoid damps it, the sum keeps it)...
+    assert!(failing.contains(&b) && failing.contains(&d) && failing.contains(&e), "{pair:?}");
+    assert!(!failing.contains(&a), "tanh is right: {pair:?}");
+    // ...and the Prod layer is named as where it starts.
+    let (_, origin) = pair.first_divergence().expect("a divergence");
+    assert_eq!(origin.as_ref().map(|o| (o.layer_index, o.layer_type)), Some((prod.0, "ElementWise")));
+
+    // The same backend without the error agrees with the cpu backend.
+    let right = MiniBackend { wrong_layer: usize::MAX, error: 0.0 };
+    assert!(compare(&network, &[&right, &reference], &inputs, &options(true)).unwrap().passed());
+}
