@@ -171,6 +171,9 @@ pub struct CompareArgs {
     /// picks the default tolerances.
     #[arg(long = "flag", value_name = "FLAG")]
     pub flags: Vec<String>,
+    /// Also writes every figure (per backend pair and tensor) to this JSON file.
+    #[arg(long, value_name = "OUT")]
+    pub json: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]

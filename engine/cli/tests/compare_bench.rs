@@ -66,6 +66,30 @@ fn compare_mark_all_compares_every_layer_unoptimized() {
 }
 
 #[test]
+fn compare_writes_its_figures_as_json() {
+    let dir = TempDir::new().unwrap();
+    let json = dir.path().join("compare.json");
+    kiln_ok(&["compare", &mnist(), "--backends", "cpu,cpu", "--mark-all", "--json", path_arg(&json)]);
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(
+        (v["passed"].as_bool(), v["tier"].as_str(), v["optimization"].as_str()),
+        (Some(true), Some("fp32"), Some("none"))
+    );
+    let pair = &v["pairs"][0];
+    assert!(pair["first_divergence"].is_null(), "{pair}");
+    let tensors = pair["tensors"].as_array().expect("tensors");
+    assert!(tensors.len() >= 5, "{pair}");
+    let prob = &tensors[0];
+    assert_eq!((prob["name"].as_str(), prob["network_output"].as_bool()), (Some("prob"), Some(true)));
+    let abs = &prob["absolute_error"];
+    assert!(
+        abs["max"].as_f64().unwrap() < 1e-6 && abs["median"].as_f64().unwrap() <= abs["p99"].as_f64().unwrap(),
+        "{abs}"
+    );
+    assert!(tensors.iter().skip(1).all(|t| t["layer"]["index"].is_u64()), "{pair}");
+}
+
+#[test]
 fn compare_mark_all_leaves_loop_interiors_out() {
     // A loop inside a loop: mark-all marks only the tensors computed once per run.
     let model = repo_path("tests/data/pytorch/loop_nested.onnx");

@@ -11,8 +11,9 @@ use crate::shapes;
 use crate::stats::Summary;
 use crate::summary::{self, emit};
 use crate::CompareArgs;
-use anyhow::bail;
+use anyhow::{bail, Context};
 use kiln::{Backend, BuilderConfig, BuilderFlag, Optimization};
+use serde_json::{json, Value};
 use std::fmt::Write;
 
 /// Exit status when a backend's results are outside tolerance.
@@ -134,6 +135,10 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<()> {
         );
     }
     report_pairs(&mut text, &result, args.mark_all);
+    if let Some(path) = &args.json {
+        let json = serde_json::to_string_pretty(&to_json(&result, tier, tolerances))?;
+        std::fs::write(path, json + "\n").with_context(|| format!("cannot write `{}`", path.display()))?;
+    }
     emit(&text)?;
     if result.passed() {
         return Ok(());
@@ -231,4 +236,53 @@ fn write_summary(text: &mut String, label: &str, summary: Option<Summary>) {
             let _ = writeln!(text, "  {label}: none (no finite element pairs)");
         }
     }
+}
+
+/// Every figure of the comparison, for `--json`.
+fn to_json(result: &Comparison, tier: Tier, tolerances: Tolerances) -> Value {
+    let origin_json = |origin: &Option<TensorOrigin>| match origin {
+        Some(o) => json!({ "index": o.layer_index, "name": o.layer_name, "type": o.layer_type }),
+        None => Value::Null,
+    };
+    let tensor_json = |(t, origin): &(TensorComparison, Option<TensorOrigin>)| {
+        let mut v = json!({
+            "name": t.name,
+            "dtype": t.dtype.name(),
+            "shape": t.shape,
+            "elements": t.elements,
+            "mismatches": t.mismatches,
+            "passed": t.passed(),
+            "network_output": origin.as_ref().is_none_or(|o| o.is_network_output),
+            "layer": origin_json(origin),
+        });
+        match &t.detail {
+            Detail::Float(e) => {
+                v["absolute_error"] = e.absolute.map_or(Value::Null, Summary::to_json);
+                v["relative_error"] = e.relative.map_or(Value::Null, Summary::to_json);
+                v["non_finite_mismatches"] = json!(e.non_finite_mismatches);
+            }
+            Detail::Exact => v["exact"] = json!(true),
+            Detail::Incomparable(reason) => v["not_comparable"] = json!(reason),
+        }
+        v
+    };
+    json!({
+        "reference": result.reference,
+        "tier": tier.name(),
+        "rtol": tolerances.rtol,
+        "atol": tolerances.atol,
+        "optimization": format!("{:?}", result.optimization).to_lowercase(),
+        "passed": result.passed(),
+        "runs": result.runs.iter().map(|r| json!({
+            "backend": r.backend,
+            "build_s": r.build_time.as_secs_f64(),
+            "run_s": r.run_time.as_secs_f64(),
+        })).collect::<Vec<_>>(),
+        "pairs": result.pairs.iter().map(|p| json!({
+            "backend": p.backend,
+            "passed": p.passed(),
+            "first_divergence": p.first_divergence().map(|(t, o)| json!({ "tensor": t.name, "layer": origin_json(o) })),
+            "tensors": p.tensors.iter().map(tensor_json).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    })
 }
