@@ -25,6 +25,10 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// A plugin library to load before the command runs (repeatable; the libraries named by
+    /// KILN_PLUGIN_PATH, `:`-separated files or folders, load first).
+    #[arg(long = "plugins", value_name = "LIB", global = true)]
+    plugins: Vec<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -45,6 +49,16 @@ enum Command {
     Bench(BenchArgs),
     /// List the backends, whether each is available here, and their devices.
     Devices,
+    /// Plugin libraries: `kiln plugins list` shows every plugin loaded (with --plugins and
+    /// KILN_PLUGIN_PATH), its library and its fields.
+    #[command(subcommand)]
+    Plugins(PluginsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PluginsCommand {
+    /// Every registered plugin: `namespace::name@version`, where it came from, its fields.
+    List,
 }
 
 const COMPARE_HELP: &str = "\
@@ -259,13 +273,17 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(usage) => return report::usage_error(usage),
     };
-    report::run_reporting_errors(move || match cli.command {
-        Command::Run(args) => commands::run::run(&args),
-        Command::Build(args) => commands::build::build(&args),
-        Command::Inspect(args) => commands::inspect::inspect(&args),
-        Command::Cache(command) => commands::cache::cache(&command),
-        Command::Compare(args) => commands::compare::compare(&args),
-        Command::Bench(args) => commands::bench::bench(&args),
-        Command::Devices => commands::devices::devices(),
+    report::run_reporting_errors(move || {
+        let loaded = commands::plugins::load(&cli.plugins)?;
+        match cli.command {
+            Command::Run(args) => commands::run::run(&args),
+            Command::Build(args) => commands::build::build(&args),
+            Command::Inspect(args) => commands::inspect::inspect(&args),
+            Command::Cache(command) => commands::cache::cache(&command),
+            Command::Compare(args) => commands::compare::compare(&args),
+            Command::Bench(args) => commands::bench::bench(&args),
+            Command::Devices => commands::devices::devices(),
+            Command::Plugins(PluginsCommand::List) => commands::plugins::list(&loaded),
+        }
     })
 }

@@ -4,6 +4,8 @@
 //! `unsafe` lives in `ffi.rs` alone, where the library's entries are called.
 
 mod convert;
+#[cfg(feature = "example-builds")]
+pub mod examples;
 mod ffi;
 
 use kiln::plugin::{registry, PluginError, PluginKey};

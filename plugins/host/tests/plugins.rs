@@ -6,33 +6,22 @@
 use kiln::plugin::{registry, PluginKey};
 use kiln::*;
 use kiln_cpu::CpuBackend;
+use kiln_plugins::examples;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    examples::repo_root()
 }
 
 fn scratch() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
 }
 
-/// Compiles the C example (with extra `-D` flags) into a shared library.
+/// Compiles a C plugin (with extra `-D` flags) into a shared library.
 fn build_c(name: &str, source: &Path, defines: &[&str]) -> PathBuf {
-    let out = scratch().join(format!("lib{name}.{}", std::env::consts::DLL_EXTENSION));
-    let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-        .args(["-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-O2"])
-        .arg(format!("-I{}", repo().join("plugins/abi/include").display()))
-        .args(defines)
-        .arg(source)
-        .arg("-o")
-        .arg(&out)
-        .status()
-        .expect("the C compiler runs");
-    assert!(status.success(), "compiling {} failed", source.display());
-    out
+    examples::build_c_plugin(name, source, &scratch(), defines).unwrap()
 }
 
 fn clip_source() -> PathBuf {
@@ -42,18 +31,7 @@ fn clip_source() -> PathBuf {
 /// The Rust example plugin as a cdylib, built by cargo like any plugin author's crate.
 fn swish_library() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let target = scratch().join("swish-build");
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "-p", "kiln-example-swish", "--target-dir"])
-            .arg(&target)
-            .current_dir(repo())
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "building the Rust example plugin failed");
-        target.join("debug").join(format!("libkiln_example_swish.{}", std::env::consts::DLL_EXTENSION))
-    })
-    .clone()
+    PATH.get_or_init(|| examples::build_swish_example(env!("CARGO"), &scratch().join("swish-build")).unwrap()).clone()
 }
 
 /// Loads both example libraries once for the whole test binary.

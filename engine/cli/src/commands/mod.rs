@@ -6,4 +6,5 @@ pub mod cache;
 pub mod compare;
 pub mod devices;
 pub mod inspect;
+pub mod plugins;
 pub mod run;
