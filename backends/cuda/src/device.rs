@@ -120,11 +120,16 @@ pub struct Gpu {
     modules: HashMap<Source, Arc<CudaModule>>,
     functions: Mutex<HashMap<String, CudaFunction>>,
     pub blas: crate::blas::Blas,
+    /// Held by each execution: one stream, so runs on this device take turns.
+    pub run_lock: Mutex<()>,
 }
 
+/// The CUBIN image of each source.
+type Images = Vec<(Source, Arc<Vec<u8>>)>;
+
 /// CUBIN per architecture and source, compiled once per process.
-fn compiled(arch: &str) -> Result<Vec<(Source, Arc<Vec<u8>>)>, GpuError> {
-    type Cache = Mutex<HashMap<String, Vec<(Source, Arc<Vec<u8>>)>>>;
+fn compiled(arch: &str) -> Result<Images, GpuError> {
+    type Cache = Mutex<HashMap<String, Images>>;
     static CACHE: OnceLock<Cache> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     if let Some(found) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(arch) {
@@ -154,7 +159,7 @@ impl Gpu {
             modules.insert(source, module);
         }
         let blas = crate::blas::Blas::new(stream.clone())?;
-        Ok(Gpu { ctx, stream, arch, modules, functions: Mutex::new(HashMap::new()), blas })
+        Ok(Gpu { ctx, stream, arch, modules, functions: Mutex::new(HashMap::new()), blas, run_lock: Mutex::new(()) })
     }
 
     /// What identifies this device for engine compatibility.
@@ -230,6 +235,24 @@ impl Gpu {
             self.stream.memcpy_dtod(&src.slice(..bytes), &mut dst.slice_mut(..bytes)).map_err(driver("cuMemcpyDtoDAsync"))?;
         }
         Ok(())
+    }
+
+    /// Milliseconds of each of `reps` runs of `f` on this stream, timed with CUDA events
+    /// (after one untimed warm-up run), sorted ascending.
+    pub fn time_ms(&self, reps: usize, mut f: impl FnMut() -> Result<(), String>) -> Result<Vec<f32>, String> {
+        f()?;
+        let mut times = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            let start = self.ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| format!("cuEventCreate: {e:?}"))?;
+            let end = self.ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| format!("cuEventCreate: {e:?}"))?;
+            start.record(&self.stream).map_err(|e| format!("cuEventRecord: {e:?}"))?;
+            f()?;
+            end.record(&self.stream).map_err(|e| format!("cuEventRecord: {e:?}"))?;
+            end.synchronize().map_err(|e| format!("cuEventSynchronize: {e:?}"))?;
+            times.push(start.elapsed_ms(&end).map_err(|e| format!("cuEventElapsedTime: {e:?}"))?);
+        }
+        times.sort_by(f32::total_cmp);
+        Ok(times)
     }
 
     pub fn synchronize(&self) -> Result<(), GpuError> {

@@ -284,7 +284,7 @@ pub fn normalization(
         return Err(format!("normalization axes {axes:?} of rank {r} are not the trailing axes"));
     }
     let len: usize = if num_groups > 1 { x.shape[1..].iter().product::<usize>() / num_groups } else { x.shape[first..].iter().product() };
-    let rows = if len == 0 { 0 } else { x.len() / len };
+    let rows = x.len().checked_div(len).unwrap_or(0);
     let out = cx.gpu.empty(x.dtype, x.shape.clone()).map_err(|e| e.to_string())?;
     let name = if rms { format!("rms_normalize_{suffix}") } else { format!("normalize_{suffix}") };
     launch_rows(cx, &name, rows, &[Arg::I64(rows as i64), Arg::I64(len as i64), Arg::F32(epsilon), cx.arg(x), cx.arg(&out)])?;

@@ -137,7 +137,7 @@ pub fn cast_kernel(from: DataType, to: DataType) -> Option<String> {
     let ok = match (from, to) {
         (D::I64, D::I32) | (D::I32, D::I64) => true,
         (f, t) if floats.contains(&t) || t == D::Bool => floats.contains(&f) || matches!(f, D::I32 | D::I64 | D::I8 | D::U8 | D::Bool),
-        (f, t) if matches!(t, D::I32 | D::I64 | D::I8 | D::U8) => floats.contains(&f) || f == D::Bool,
+        (f, D::I32 | D::I64 | D::I8 | D::U8) => floats.contains(&f) || f == D::Bool,
         _ => false,
     };
     ok.then(|| format!("cast_{}_{}", name(from), name(to)))
