@@ -9,8 +9,9 @@ use cudarc::cublaslt::result as lt;
 use cudarc::cublaslt::sys;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use kiln::DataType;
+use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 const WORKSPACE_BYTES: usize = 32 << 20;
 
@@ -18,12 +19,49 @@ fn blas_err(call: &'static str) -> impl Fn(lt::CublasError) -> GpuError {
     move |e| GpuError::Driver { call, reason: format!("{e:?}") }
 }
 
-/// A cuBLASLt handle with its workspace, bound to one stream.
+/// A cuBLASLt handle with its workspace, bound to one stream, and the descriptors and best
+/// algorithm of every product shape met so far (building them costs more host time than a
+/// small product takes on the device).
 #[derive(Debug)]
 pub struct Blas {
     handle: sys::cublasLtHandle_t,
     workspace: CudaSlice<u8>,
     stream: Arc<CudaStream>,
+    prepared: Mutex<HashMap<Key, Arc<Prepared>>>,
+}
+
+/// A product's shape and types: everything but `alpha`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Key {
+    dtype: DataType,
+    tf32: bool,
+    dims: [u64; 4],
+    trans: [bool; 2],
+    strides: [i64; 3],
+    epilogue: Epilogue,
+}
+
+impl Key {
+    fn of(g: &Gemm) -> Key {
+        Key {
+            dtype: g.dtype,
+            tf32: g.tf32,
+            dims: [g.m, g.n, g.k, g.batch],
+            trans: [g.trans_a, g.trans_b],
+            strides: [g.stride_a, g.stride_b, g.stride_c],
+            epilogue: g.epilogue,
+        }
+    }
+}
+
+/// How many of the heuristic's algorithms a product offers as tactics.
+pub const RANKED_ALGORITHMS: usize = 4;
+
+/// Descriptors of one product shape and the heuristic's algorithms for it, best first.
+#[derive(Debug)]
+struct Prepared {
+    plan: Plan,
+    ranked: Vec<Algo>,
 }
 
 // SAFETY: the handle is only used through `&self` methods that enqueue on `stream`; cuBLASLt
@@ -57,6 +95,17 @@ pub struct Gemm {
     pub stride_b: i64,
     pub stride_c: i64,
     pub alpha: f32,
+    /// What cuBLASLt applies to the product before storing it.
+    pub epilogue: Epilogue,
+}
+
+/// A cuBLASLt epilogue: a bias over the output's columns (one value per `n`), then ReLU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Epilogue {
+    #[default]
+    None,
+    Bias,
+    ReluBias,
 }
 
 /// A cuBLASLt algorithm the heuristic offered (a tactic).
@@ -67,10 +116,17 @@ pub struct Algo {
 }
 
 /// Descriptors of one product, destroyed on drop.
+#[derive(Debug)]
 struct Plan {
     desc: sys::cublasLtMatmulDesc_t,
     layouts: [sys::cublasLtMatrixLayout_t; 3],
 }
+
+// SAFETY: the descriptors are host-side objects that are only read after creation, and every
+// call using them goes through `Blas`, whose products are serialized by the owning executable.
+unsafe impl Send for Plan {}
+// SAFETY: as above.
+unsafe impl Sync for Plan {}
 
 impl Drop for Plan {
     fn drop(&mut self) {
@@ -113,6 +169,12 @@ impl Plan {
         };
         set(sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA, &first_t)?;
         set(sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSB, &second_t)?;
+        if g.epilogue != Epilogue::None {
+            let e = if g.epilogue == Epilogue::Bias { sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS } else { sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU_BIAS };
+            // SAFETY: `desc` is live; `e` is the attribute's type (a 32-bit enum).
+            unsafe { lt::set_matmul_desc_attribute(desc, sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_EPILOGUE, &e as *const _ as *const c_void, std::mem::size_of_val(&e)) }
+                .map_err(blas_err("cublasLtMatmulDescSetAttribute"))?;
+        }
         let (m, n, k) = (g.m, g.n, g.k);
         // Stored (rows, cols, ld) of each column-major operand, before its op.
         let first = if g.trans_b { (k, n, k) } else { (n, k, n) };
@@ -153,12 +215,31 @@ impl Blas {
         // SAFETY: the workspace is scratch space cuBLASLt writes before it reads.
         let workspace = unsafe { stream.alloc::<u8>(WORKSPACE_BYTES) }
             .map_err(|e| GpuError::OutOfMemory { bytes: WORKSPACE_BYTES, reason: format!("cuBLASLt workspace: {e:?}") })?;
-        Ok(Blas { handle, workspace, stream })
+        Ok(Blas { handle, workspace, stream, prepared: Mutex::new(HashMap::new()) })
+    }
+
+    /// The cached descriptors and best algorithm of `g`'s shape.
+    fn prepared(&self, g: &Gemm) -> Result<Arc<Prepared>, GpuError> {
+        let key = Key::of(g);
+        if let Some(p) = self.prepared.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+            return Ok(p.clone());
+        }
+        let plan = Plan::new(g)?;
+        let ranked = self.heuristic(&plan, RANKED_ALGORITHMS)?;
+        if ranked.is_empty() {
+            return Err(GpuError::Driver { call: "cublasLtMatmulAlgoGetHeuristic", reason: format!("no algorithm for {g:?}") });
+        }
+        let p = Arc::new(Prepared { plan, ranked });
+        self.prepared.lock().unwrap_or_else(|p| p.into_inner()).insert(key, p.clone());
+        Ok(p)
     }
 
     /// Up to `count` algorithms cuBLASLt's heuristic ranks for `g`, best first.
     pub fn algorithms(&self, g: &Gemm, count: usize) -> Result<Vec<Algo>, GpuError> {
-        let plan = Plan::new(g)?;
+        self.heuristic(&Plan::new(g)?, count)
+    }
+
+    fn heuristic(&self, plan: &Plan, count: usize) -> Result<Vec<Algo>, GpuError> {
         let pref = lt::create_matmul_pref().map_err(blas_err("cublasLtMatmulPreferenceCreate"))?;
         let ws = WORKSPACE_BYTES as u64;
         let mut results = vec![
@@ -208,20 +289,35 @@ impl Blas {
             .collect())
     }
 
-    /// Enqueues `c = alpha · op(a)·op(b)` with `algo` (the heuristic's first when None).
-    pub fn matmul(&self, g: &Gemm, algo: Option<&Algo>, a: &CudaSlice<u8>, b: &CudaSlice<u8>, c: &CudaSlice<u8>) -> Result<(), GpuError> {
-        let best;
-        let algo = match algo {
-            Some(a) => a,
-            None => {
-                best = self.algorithms(g, 1)?.into_iter().next().ok_or_else(|| GpuError::Driver {
-                    call: "cublasLtMatmulAlgoGetHeuristic",
-                    reason: format!("no algorithm for {g:?}"),
-                })?;
-                &best
+    /// Enqueues `c = alpha · op(a)·op(b)` with the heuristic's algorithm of rank `rank` (0 is
+    /// its best; a rank past the algorithms it offers for this shape runs its last).
+    pub fn matmul(&self, g: &Gemm, rank: usize, a: &CudaSlice<u8>, b: &CudaSlice<u8>, c: &CudaSlice<u8>) -> Result<(), GpuError> {
+        self.matmul_bias(g, rank, a, b, None, c)
+    }
+
+    /// [`Blas::matmul`] with the bias vector (`n` values of the product's type) that `g`'s
+    /// epilogue adds.
+    pub fn matmul_bias(&self, g: &Gemm, rank: usize, a: &CudaSlice<u8>, b: &CudaSlice<u8>, bias: Option<&CudaSlice<u8>>, c: &CudaSlice<u8>) -> Result<(), GpuError> {
+        let prepared = self.prepared(g)?;
+        let plan = &prepared.plan;
+        if (g.epilogue != Epilogue::None) != bias.is_some() {
+            return Err(GpuError::Driver { call: "cublasLtMatmul", reason: "a bias epilogue needs exactly one bias vector".into() });
+        }
+        if let Some(bias) = bias {
+            let (pbias, _g) = bias.device_ptr(&self.stream);
+            // SAFETY: `plan.desc` is live and only used by this serialized call; the attribute is a
+            // device pointer (u64) to `n` values, which the caller checked.
+            unsafe {
+                lt::set_matmul_desc_attribute(
+                    plan.desc,
+                    sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                    &pbias as *const u64 as *const c_void,
+                    8,
+                )
             }
-        };
-        let plan = Plan::new(g)?;
+            .map_err(blas_err("cublasLtMatmulDescSetAttribute"))?;
+        }
+        let algo = &prepared.ranked[rank.min(prepared.ranked.len() - 1)];
         let alpha = g.alpha;
         let beta = 0.0f32;
         let (pa, _ga) = a.device_ptr(&self.stream);

@@ -237,20 +237,22 @@ impl Gpu {
         Ok(())
     }
 
-    /// Milliseconds of each of `reps` runs of `f` on this stream, timed with CUDA events
-    /// (after one untimed warm-up run), sorted ascending.
+    /// Milliseconds of each of `reps` runs of `f` on this stream, between CUDA events recorded
+    /// around each run (after one untimed warm-up run), sorted ascending. Runs are enqueued
+    /// back to back and waited for once at the end, so host work overlaps device work as in a
+    /// serving loop; a run whose host side is slower than its device side shows the gap.
     pub fn time_ms(&self, reps: usize, mut f: impl FnMut() -> Result<(), String>) -> Result<Vec<f32>, String> {
+        let event = || self.ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| format!("cuEventCreate: {e:?}"));
         f()?;
-        let mut times = Vec::with_capacity(reps);
-        for _ in 0..reps {
-            let start = self.ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| format!("cuEventCreate: {e:?}"))?;
-            let end = self.ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| format!("cuEventCreate: {e:?}"))?;
+        self.synchronize().map_err(|e| e.to_string())?;
+        let marks = (0..reps).map(|_| Ok((event()?, event()?))).collect::<Result<Vec<_>, String>>()?;
+        for (start, end) in &marks {
             start.record(&self.stream).map_err(|e| format!("cuEventRecord: {e:?}"))?;
             f()?;
             end.record(&self.stream).map_err(|e| format!("cuEventRecord: {e:?}"))?;
-            end.synchronize().map_err(|e| format!("cuEventSynchronize: {e:?}"))?;
-            times.push(start.elapsed_ms(&end).map_err(|e| format!("cuEventElapsedTime: {e:?}"))?);
         }
+        self.synchronize().map_err(|e| e.to_string())?;
+        let mut times = marks.iter().map(|(s, e)| s.elapsed_ms(e).map_err(|e| format!("cuEventElapsedTime: {e:?}"))).collect::<Result<Vec<f32>, _>>()?;
         times.sort_by(f32::total_cmp);
         Ok(times)
     }

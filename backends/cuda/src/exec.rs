@@ -39,6 +39,8 @@ pub struct CudaExecutable {
     constants: Vec<Option<Value>>,
     gpu: Arc<Gpu>,
     tf32: bool,
+    /// Per layer, the cuBLASLt heuristic rank its tactic chose (empty: rank 0 everywhere).
+    gemm_ranks: Vec<usize>,
 }
 
 /// Which layers run on the host: those whose every input is host-available (small
@@ -98,7 +100,13 @@ impl CudaExecutable {
                 constants[i] = Some(Value { device: Some(device), host });
             }
         }
-        Ok(CudaExecutable { network, plan, frees, placement, constants, gpu, tf32 })
+        Ok(CudaExecutable { network, plan, frees, placement, constants, gpu, tf32, gemm_ranks: Vec::new() })
+    }
+
+    /// Runs each matrix product with the cuBLASLt algorithm its tactic chose.
+    pub fn with_gemm_ranks(mut self, ranks: Vec<usize>) -> CudaExecutable {
+        self.gemm_ranks = ranks;
+        self
     }
 
     /// How many layers run on the host and on the device (for reports and tests).
@@ -185,7 +193,10 @@ impl Machine for Run<'_> {
                 Ok(vec![Value::host(Arc::new(dims))])
             }
             Placement::Host => self.host_layer(&layer.kind, inputs),
-            Placement::Device => self.device_layer(&layer.kind, inputs),
+            Placement::Device => {
+                self.cx.gemm_rank.set(self.exe.gemm_ranks.get(id.0).copied().unwrap_or(0));
+                self.device_layer(&layer.kind, inputs)
+            }
         }
     }
 

@@ -14,6 +14,7 @@ pub mod blas;
 pub mod device;
 mod exec;
 pub mod ops;
+mod tactics;
 
 pub use device::{DeviceTensor, Gpu, GpuError};
 pub use exec::CudaExecutable;
@@ -38,6 +39,11 @@ impl CudaBackend {
     /// Lets f32 matrix products use TF32 tensor cores (TensorRT's default; looser results).
     pub fn with_tf32(tf32: bool) -> CudaBackend {
         CudaBackend { gpu: OnceLock::new(), tf32 }
+    }
+
+    /// Whether f32 products may use TF32.
+    pub fn tf32(&self) -> bool {
+        self.tf32
     }
 
     /// The shared device, opened on first use.
@@ -84,6 +90,27 @@ impl Backend for CudaBackend {
 
     fn prepare(&self, network: &Network) -> Result<Box<dyn Executable>, BackendError> {
         Ok(Box::new(self.prepare_cuda(network)?))
+    }
+
+    fn tactics(&self, network: &Network, layer: kiln::LayerId) -> Vec<kiln::TacticDesc> {
+        tactics::tactics(network, layer)
+    }
+
+    fn time_tactic(
+        &self,
+        network: &Network,
+        layer: kiln::LayerId,
+        tactic: &kiln::TacticDesc,
+        repetitions: usize,
+    ) -> Result<std::time::Duration, BackendError> {
+        tactics::time_tactic(self, network, layer, tactic, repetitions)
+    }
+
+    fn prepare_with_tactics(&self, network: &Network, chosen: &[Option<kiln::TacticId>]) -> Result<Box<dyn Executable>, BackendError> {
+        let ranks = (0..network.layers().len())
+            .map(|i| tactics::rank_of(network, kiln::LayerId(i), chosen.get(i).and_then(Option::as_ref)))
+            .collect();
+        Ok(Box::new(self.prepare_cuda(network)?.with_gemm_ranks(ranks)))
     }
 
     /// Float layers compute in f32, f16 and bf16; matrix products and attention are faster in

@@ -2,12 +2,19 @@
 //! attention.
 
 use super::{broadcast_shape, movement, pointwise, Ctx};
-use crate::blas::Gemm;
+use crate::blas::{Epilogue, Gemm};
 use crate::device::{float_suffix, Arg, DeviceTensor, Window};
 use kiln::{AttentionParams, ConvolutionParams, DataType, ElementwiseOp, MatrixOp, PoolingKind, PoolingParams, ReduceOp};
 
 /// `op_a(a) · op_b(b)` with batch broadcasting, scaled by `alpha`, reshaped to `out_shape`.
-pub fn matmul(
+pub fn matmul(cx: &Ctx, a: &DeviceTensor, op_a: MatrixOp, b: &DeviceTensor, op_b: MatrixOp, alpha: f32, out_shape: &[usize]) -> Result<DeviceTensor, String> {
+    matmul_epilogue(cx, a, op_a, b, op_b, alpha, out_shape, None).map(|(out, _)| out)
+}
+
+/// [`matmul`] that also adds `bias` (`n` values) and applies ReLU when asked, in cuBLASLt's
+/// epilogue where the product's shape allows it; the flag says whether it did.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_epilogue(
     cx: &Ctx,
     a: &DeviceTensor,
     op_a: MatrixOp,
@@ -15,7 +22,8 @@ pub fn matmul(
     op_b: MatrixOp,
     alpha: f32,
     out_shape: &[usize],
-) -> Result<DeviceTensor, String> {
+    bias: Option<(&DeviceTensor, bool)>,
+) -> Result<(DeviceTensor, bool), String> {
     if a.dtype != b.dtype {
         return Err(format!("operands are {} and {}", a.dtype, b.dtype));
     }
@@ -45,10 +53,10 @@ pub fn matmul(
     let batch: usize = batch_shape.iter().product();
     let out = cx.gpu.empty(a.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
     if out.is_empty() {
-        return Ok(out);
+        return Ok((out, false));
     }
     if k == 0 {
-        return super::zeros(cx, out);
+        return Ok((super::zeros(cx, out)?, false));
     }
     // Each operand: broadcast over the batch (stride 0), already full (dense stride), or
     // expanded to the full batch first.
@@ -82,6 +90,7 @@ pub fn matmul(
         stride_b,
         stride_c: (m * n) as i64,
         alpha,
+        epilogue: Epilogue::None,
     };
     // A shared right operand (weights): one tall product instead of a batch.
     if stride_b == 0 && stride_a != 0 && !trans_a && batch > 1 {
@@ -91,8 +100,16 @@ pub fn matmul(
         g.stride_a = stride_a;
         g.stride_c = 0;
     }
-    cx.gpu.blas.matmul(&g, cx.algo.as_ref(), &a_dev.buf, &b_dev.buf, &out.buf).map_err(|e| e.to_string())?;
-    Ok(out)
+    // The epilogue's bias runs along the output's last axis, once per row: one product only.
+    let bias = bias.filter(|(t, _)| g.batch == 1 && t.shape.len() <= out_shape.len() && t.dtype == a.dtype && t.len() == n && t.shape.iter().rev().skip(1).all(|&d| d == 1));
+    if let Some((_, relu)) = bias {
+        g.epilogue = if relu { Epilogue::ReluBias } else { Epilogue::Bias };
+    }
+    cx.gpu
+        .blas
+        .matmul_bias(&g, cx.gemm_rank.get(), &a_dev.buf, &b_dev.buf, bias.map(|(t, _)| &*t.buf), &out.buf)
+        .map_err(|e| e.to_string())?;
+    Ok((out, bias.is_some()))
 }
 
 /// Spatial dims as (h, w) with 1-D as h = 1; parameters likewise.

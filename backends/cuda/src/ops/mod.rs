@@ -5,12 +5,11 @@ pub mod compute;
 pub mod movement;
 pub mod pointwise;
 
-use crate::blas::Algo;
 use crate::device::{Arg, DeviceTensor, Gpu, Layout};
 use kiln::ir::infer::OutFact;
 use kiln::ir::infer::{infer_layer, Fact};
 use kiln::{DataType, GatherMode, HostTensor, LayerKind, PostOp, ResizeMode, Shape};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
 /// A tensor's value during a run: on the device, on the host (small shape tensors and the
@@ -45,14 +44,14 @@ impl Value {
 pub struct Ctx<'a> {
     pub gpu: &'a Gpu,
     pub tf32: bool,
-    /// The cuBLASLt algorithm chosen for the layer being run (None: the heuristic's first).
-    pub algo: Option<Algo>,
+    /// The cuBLASLt heuristic rank the builder chose for the layer being run (0: its best).
+    pub gemm_rank: Cell<usize>,
     pub pending_checks: RefCell<Vec<(DeviceTensor, String)>>,
 }
 
 impl<'a> Ctx<'a> {
     pub fn new(gpu: &'a Gpu, tf32: bool) -> Ctx<'a> {
-        Ctx { gpu, tf32, algo: None, pending_checks: RefCell::new(Vec::new()) }
+        Ctx { gpu, tf32, gemm_rank: Cell::new(0), pending_checks: RefCell::new(Vec::new()) }
     }
 
     pub fn arg(&self, t: &DeviceTensor) -> Arg {
@@ -277,8 +276,19 @@ fn fused(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>], outs: &[OutF
     let anchor_inputs = inputs.get(..p.anchor_inputs).ok_or("fewer inputs than the anchor takes")?;
     let anchor_kind = p.anchor.kind();
     let anchor_outs = infer(&anchor_kind, anchor_inputs)?;
-    let mut running = run(cx, &anchor_kind, anchor_inputs, &anchor_outs)?.into_iter().next().ok_or("the anchor gave no output")?;
-    for post in &p.epilogue {
+    let (mut running, consumed) = match (&p.anchor, p.epilogue.first()) {
+        // A product then `+ bias` (then ReLU): cuBLASLt's epilogue, when the bias is one row.
+        (kiln::FusedAnchor::MatrixMultiply { op_a, op_b }, Some(PostOp::Elementwise { op: kiln::ElementwiseOp::Sum, operand, .. })) => {
+            let relu = matches!(p.epilogue.get(1), Some(PostOp::Activation(kiln::ActivationKind::Relu)));
+            let bias = cx.dev(inputs.get(*operand).and_then(Option::as_ref).ok_or_else(|| format!("operand {operand} is missing"))?)?;
+            let shape = anchor_outs.first().ok_or("no anchor output")?.shape.dims().iter().map(|d| d.fixed()).collect::<Option<Vec<_>>>().ok_or("the product's shape is not concrete")?;
+            let (a, b) = (cx.dev(anchor_inputs.first().and_then(Option::as_ref).ok_or("input 0 is missing")?)?, cx.dev(anchor_inputs.get(1).and_then(Option::as_ref).ok_or("input 1 is missing")?)?);
+            let (out, fused) = compute::matmul_epilogue(cx, &a, *op_a, &b, *op_b, 1.0, &shape, Some((&bias, relu)))?;
+            (out, if !fused { 0 } else if relu { 2 } else { 1 })
+        }
+        _ => (run(cx, &anchor_kind, anchor_inputs, &anchor_outs)?.into_iter().next().ok_or("the anchor gave no output")?, 0),
+    };
+    for post in &p.epilogue[consumed..] {
         running = match *post {
             PostOp::Activation(kind) => pointwise::unary(cx, pointwise::activation_code(kind), &running, Some(&running))?,
             PostOp::Unary(op) => pointwise::unary(cx, pointwise::unary_code(op).ok_or("no kernel")?, &running, Some(&running))?,

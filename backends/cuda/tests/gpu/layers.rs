@@ -240,3 +240,56 @@ fn nearest_resize_matches() {
         0.0,
     );
 }
+
+#[test]
+fn builder_times_cublaslt_algorithms_as_tactics_and_the_engine_still_matches() {
+    let Some(cuda) = crate::common::backend() else { return };
+    let mut r = rng(9);
+    let a = random(&mut r, DataType::F32, &[256, 384]);
+    let b = random(&mut r, DataType::F32, &[384, 128]);
+    let (net, feeds) = crate::common::one_layer(LayerKind::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::None }, vec![In::Run(a), In::Const(b)]);
+    let mut config = BuilderConfig::default();
+    let cache = config.set_timing_cache(TimingCache::new(), false);
+    let engine = Builder::new(cuda).build(&net, &config).expect("build with tactic timing");
+    let cache = cache.lock().unwrap().clone();
+    let entry = cache.entries().map(|(_, e)| e.clone()).find(|e| e.layer_kind == "MatrixMultiply").expect("the product was timed");
+    eprintln!("tactics timed: {:?}", entry.candidates.iter().map(|(id, ns)| format!("{id}: {ns} ns")).collect::<Vec<_>>());
+    assert_eq!(entry.candidates.len(), 4, "four cuBLASLt heuristic ranks are candidates");
+    assert!(entry.candidates.iter().all(|(_, ns)| *ns > 0), "every candidate has a device time");
+    let ctx = ExecutionContext::new(engine, cuda).expect("prepare");
+    let got = ctx.run(&[("in0".to_string(), feeds[0].clone())].into_iter().collect()).expect("run");
+    let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap();
+    let out = got.values().next().expect("one output");
+    assert!(crate::common::worst_error(out, &want[0]) < 1e-5);
+}
+
+#[test]
+fn product_bias_relu_fuses_into_the_cublaslt_epilogue_and_matches() {
+    let Some(cuda) = crate::common::backend() else { return };
+    let mut r = rng(10);
+    let mut net = Network::new("linear");
+    let x = net.add_input("x", DataType::F32, Shape::fixed(&[3, 40, 64])).unwrap();
+    let constant = |net: &mut Network, name: &str, t: HostTensor| {
+        let w = net.add_weights(t);
+        let l = net.add_layer(name, LayerKind::Constant { weights: w }, vec![]).unwrap();
+        net.output(l, 0)
+    };
+    let w = constant(&mut net, "w", random(&mut r, DataType::F32, &[64, 48]));
+    let bias = constant(&mut net, "bias", random(&mut r, DataType::F32, &[48]));
+    let mm = net.add_layer("mm", LayerKind::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::None }, vec![Some(x), Some(w)]).unwrap();
+    let mm = net.output(mm, 0);
+    let add = net.add_layer("add", LayerKind::Elementwise { op: ElementwiseOp::Sum }, vec![Some(mm), Some(bias)]).unwrap();
+    let add = net.output(add, 0);
+    let relu = net.add_layer("relu", LayerKind::Activation { kind: ActivationKind::Relu }, vec![Some(add)]).unwrap();
+    let y = net.output(relu, 0);
+    net.mark_output(y).unwrap();
+    let feeds = vec![random(&mut r, DataType::F32, &[3, 40, 64])];
+    let engine = Builder::new(cuda).build(&net, &BuilderConfig::default()).expect("build");
+    let fused = engine.network().layers().iter().any(|l| matches!(&l.kind, LayerKind::Fused(p) if p.epilogue.len() == 2));
+    assert!(fused, "the builder should fuse product, bias and ReLU into one layer");
+    let ctx = ExecutionContext::new(engine, cuda).expect("prepare");
+    let got = ctx.run(&[("x".to_string(), feeds[0].clone())].into_iter().collect()).expect("run");
+    let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap();
+    let err = crate::common::worst_error(got.values().next().unwrap(), &want[0]);
+    assert!(err < 1e-5, "fused product differs by {err}");
+}
