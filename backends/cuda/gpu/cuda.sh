@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # kiln-cuda on the GPU machine: NVRTC compile test, GPU tests (one thread, so the logs read in
 # order), then the MatrixMultiply benchmark alone on the device. Logs under $OUT.
+# Here: build the test binaries, copy them stripped to .gpu-cuda/bin/test-{gpu,nvrtc_compile}
+# with this script beside them. There (a warm machine keeps the last .gpu, so remove it first):
+#   rm -rf .gpu && mv .gpu-cuda .gpu && bash .gpu/cuda.sh [test filter] [bench|skip]
 set -u
 V=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
 export LD_LIBRARY_PATH="/usr/local/nvidia/lib64:$V/cu13/lib:$V/cudnn/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
