@@ -118,10 +118,11 @@ fn unsupported(network: &Network, layer: &Layer) -> Option<String> {
     use LayerKind as K;
     let input_type = |slot: usize| layer.inputs.get(slot).copied().flatten().map(|t| network.tensor(t).dtype);
     match &layer.kind {
-        K::Plugin(p) => Some(format!(
-            "plugin `{}::{}@{}`: plugins are not supported by the cpu backend yet",
-            p.namespace, p.name, p.version
-        )),
+        K::Plugin(p) => match kiln::plugin::registry().instance(p) {
+            Ok(plugin) if plugin.runs_on("cpu") => None,
+            Ok(_) => Some(format!("plugin `{}` has no cpu implementation", kiln::plugin::PluginKey::of(p))),
+            Err(e) => Some(e.to_string()),
+        },
         K::Reduce { op, .. }
             if input_type(0) == Some(DataType::Bool) && !matches!(op, kiln::ReduceOp::Max | kiln::ReduceOp::Min) =>
         {

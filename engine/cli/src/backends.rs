@@ -123,3 +123,23 @@ pub fn select_for_engine(engine: &Engine, choice: BackendChoice) -> anyhow::Resu
         _ => Ok(open(built_for, Selection::FromEngine)?),
     }
 }
+
+/// Whether the registry has a backend of this name (available or not).
+pub fn is_known(name: &str) -> bool {
+    REGISTRY.iter().any(|e| e.name == name)
+}
+
+/// The registry's names, comma-separated, for error messages.
+pub fn known_names_text() -> String {
+    known_names()
+}
+
+/// Opens a backend named on the command line (`kiln compare --backends`).
+pub fn open_requested(name: &str) -> Result<SelectedBackend, BackendError> {
+    open(name, Selection::Requested)
+}
+
+/// Every registry backend in preference order, with its device or why it has none.
+pub fn probe_all() -> Vec<(&'static str, Result<DeviceFingerprint, BackendError>)> {
+    REGISTRY.iter().map(|entry| (entry.name, (entry.open)().and_then(|backend| backend.device()))).collect()
+}

@@ -6,11 +6,13 @@
 
 mod backends;
 mod commands;
+mod compare;
 mod inputs;
 mod model;
 mod npz;
 mod report;
 mod shapes;
+mod stats;
 mod summary;
 
 use backends::BackendChoice;
@@ -36,7 +38,26 @@ enum Command {
     /// Show, merge or edit a timing cache file (`kiln build --timing-cache`).
     #[command(subcommand)]
     Cache(CacheCommand),
+    /// Run an ONNX model on several backends and compare their outputs (Polygraphy-style).
+    #[command(after_help = COMPARE_HELP)]
+    Compare(CompareArgs),
+    /// Measure latency and throughput of a model or engine (trtexec-style).
+    Bench(BenchArgs),
+    /// List the backends, whether each is available here, and their devices.
+    Devices,
 }
+
+const COMPARE_HELP: &str = "\
+Default tolerances by precision tier, the loosest the builder flags allow:
+  fp32 (no --flag)   rtol 1e-5, atol 1e-5  (TF32 is off in compare unless --flag tf32)
+  tf32 (--flag tf32) rtol 1e-3, atol 1e-3
+  fp16 (--flag fp16) rtol 1e-2, atol 1e-2
+  bf16 (--flag bf16) rtol 2e-2, atol 2e-2
+An element fails only when |a-r| > atol and |a-r| > rtol*|r| (r: the reference, the last
+backend). NaN equals NaN, NaN against a number fails, infinities must match exactly;
+integer and bool outputs compare exactly.
+Exit status: 0 all within tolerance, 3 results differ, 4 a backend could not build or run
+the model (or is not available), 1 any other error.";
 
 #[derive(Debug, Subcommand)]
 pub enum CacheCommand {
@@ -122,6 +143,82 @@ pub struct BuildArgs {
 }
 
 #[derive(Debug, clap::Args)]
+pub struct CompareArgs {
+    /// The ONNX model to compare.
+    pub model: PathBuf,
+    /// Two or more backends, comma-separated; each is compared with the last one (the
+    /// reference), e.g. `wgpu,cpu`.
+    #[arg(long, value_delimiter = ',', required = true, value_name = "A,B")]
+    pub backends: Vec<String>,
+    /// An `.npz` file with one array per network input; without it the inputs are random
+    /// (ChaCha8, seed 0), the same for every backend.
+    #[arg(long, value_name = "IN.npz")]
+    pub inputs: Option<PathBuf>,
+    /// Dims of dynamic inputs, `name:1x3x224x224[,name2:…]`.
+    #[arg(long, value_name = "SHAPES")]
+    pub shapes: Option<String>,
+    /// Relative tolerance; default: the precision tier's (see below).
+    #[arg(long, value_name = "R")]
+    pub rtol: Option<f64>,
+    /// Absolute tolerance; default: the precision tier's (see below).
+    #[arg(long, value_name = "A")]
+    pub atol: Option<f64>,
+    /// Compares every intermediate tensor (built without optimization passes so none is
+    /// fused away) and names the first layer whose output diverges.
+    #[arg(long)]
+    pub mark_all: bool,
+    /// A builder flag for every backend's build (repeatable): fp16, bf16, tf32, …; it also
+    /// picks the default tolerances.
+    #[arg(long = "flag", value_name = "FLAG")]
+    pub flags: Vec<String>,
+    /// Also writes every figure (per backend pair and tensor) to this JSON file.
+    #[arg(long, value_name = "OUT")]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// An `.onnx` model (built first) or a kiln engine file.
+    pub model: PathBuf,
+    /// The backend; `auto` takes the first available of cuda, wgpu, cpu (for an engine
+    /// file: the backend it was built for).
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    pub backend: BackendChoice,
+    /// Builds with the FP16 flag (ONNX models only).
+    #[arg(long)]
+    pub fp16: bool,
+    /// Builds with the BF16 flag (ONNX models only).
+    #[arg(long)]
+    pub bf16: bool,
+    /// Builds with TF32 off (ONNX models only).
+    #[arg(long)]
+    pub no_tf32: bool,
+    /// An `.npz` file with the inputs; without it they are random (ChaCha8, seed 0).
+    #[arg(long, value_name = "IN.npz")]
+    pub inputs: Option<PathBuf>,
+    /// Dims of dynamic inputs, `name:1x3x224x224[,name2:…]`.
+    #[arg(long, value_name = "SHAPES")]
+    pub shapes: Option<String>,
+    /// Warm-up time before measuring, in milliseconds.
+    #[arg(long, default_value_t = 200, value_name = "W")]
+    pub warmup_ms: u64,
+    /// Least time to measure for, in seconds (runs go on until this and --iterations are
+    /// both reached).
+    #[arg(long, default_value_t = 3.0, value_name = "D")]
+    pub duration_s: f64,
+    /// Least number of measured iterations.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub iterations: u64,
+    /// Asks the backend not to capture and replay CUDA graphs (no effect on backends
+    /// without graphs; the output says so).
+    #[arg(long)]
+    pub no_cuda_graph: bool,
+    /// Writes every figure to this JSON file.
+    #[arg(long, value_name = "OUT")]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
 pub struct InspectArgs {
     /// The engine file to describe.
     pub engine: PathBuf,
@@ -167,5 +264,8 @@ fn main() -> ExitCode {
         Command::Build(args) => commands::build::build(&args),
         Command::Inspect(args) => commands::inspect::inspect(&args),
         Command::Cache(command) => commands::cache::cache(&command),
+        Command::Compare(args) => commands::compare::compare(&args),
+        Command::Bench(args) => commands::bench::bench(&args),
+        Command::Devices => commands::devices::devices(),
     })
 }

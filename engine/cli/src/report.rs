@@ -12,6 +12,22 @@ const EXIT_USAGE: u8 = 2;
 /// Exit status for a panic: a bug in kiln, never the user's fault.
 const EXIT_BUG: u8 = 101;
 
+/// A failure with its own exit status (e.g. `kiln compare`: results differ vs a backend
+/// failed), so scripts can tell the outcomes apart; reported as any other error line.
+#[derive(Debug)]
+pub struct ExitWith {
+    pub status: u8,
+    pub message: String,
+}
+
+impl std::fmt::Display for ExitWith {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ExitWith {}
+
 /// Where the panic hook leaves the panic's message and location for the error line.
 static PANIC_REPORT: Mutex<Option<String>> = Mutex::new(None);
 
@@ -29,7 +45,7 @@ pub fn run_reporting_errors(command: impl FnOnce() -> anyhow::Result<()>) -> Exi
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(error)) => {
             print_error_line(&format!("{error:#}"));
-            ExitCode::from(EXIT_FAILURE)
+            ExitCode::from(error.downcast_ref::<ExitWith>().map_or(EXIT_FAILURE, |e| e.status))
         }
         Err(payload) => {
             let report = PANIC_REPORT.lock().ok().and_then(|mut slot| slot.take());
@@ -85,6 +101,12 @@ mod tests {
         // Restore the default hook for whatever runs next in this test process.
         let _ = panic::take_hook();
         assert_eq!(code, ExitCode::from(EXIT_BUG));
+    }
+
+    #[test]
+    fn an_error_may_carry_its_exit_status() {
+        let code = run_reporting_errors(|| Err(ExitWith { status: 3, message: "results differ".into() }.into()));
+        assert_eq!(code, ExitCode::from(3));
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod io_format;
 pub mod ir;
 pub mod memory_plan;
 pub mod passes;
+pub mod plugin;
 pub mod precision;
 pub mod profile;
 pub mod runtime;

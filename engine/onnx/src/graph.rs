@@ -14,6 +14,9 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::path::Path;
 
+/// What turns one node into layers: an op's builder, or a plugin's.
+type NodeBuilder = dyn Fn(&mut NodeContext<'_>) -> Result<Vec<TensorId>, ImportError>;
+
 /// The default ONNX domain, as nodes and opset imports may spell it.
 fn is_default_domain(domain: &str) -> bool {
     domain.is_empty() || domain == "ai.onnx"
@@ -236,17 +239,30 @@ impl<'m> GraphImporter<'m> {
             opset,
             node: name.clone(),
         };
-        if !domain.is_empty() || opset > MAX_OPSET {
-            return Err(unsupported());
-        }
-        let Some(def) = registry().get(op_type) else {
-            // An op the standard defines by a function body: its body is imported instead.
-            return match crate::function::body(op_type, opset) {
-                Some(function) if domain.is_empty() => self.import_function(node, &name, function),
-                _ => Err(unsupported()),
-            };
+        // A custom domain's node runs as the registered plugin of that namespace and name.
+        let plugin = match domain {
+            "" => None,
+            _ => {
+                let plugins = kiln::plugin::registry();
+                plugins.find(domain, op_type, Some(&opset.to_string())).or_else(|| plugins.find(domain, op_type, None))
+            }
         };
-        let version = def.version_at(opset).ok_or_else(unsupported)?;
+        let (build, version): (Box<NodeBuilder>, i64) = match plugin {
+            Some(creator) => (Box::new(move |ctx| crate::ops::plugin::build(ctx, &creator)), opset),
+            None => {
+                if !domain.is_empty() || opset > MAX_OPSET {
+                    return Err(unsupported());
+                }
+                let Some(def) = registry().get(op_type) else {
+                    // An op the standard defines by a function body: its body is imported instead.
+                    return match crate::function::body(op_type, opset) {
+                        Some(function) => self.import_function(node, &name, function),
+                        None => Err(unsupported()),
+                    };
+                };
+                (Box::new(def.build), def.version_at(opset).ok_or_else(unsupported)?)
+            }
+        };
         let reads_sequence = node.input.iter().any(|i| self.sequences.contains_key(i));
         if reads_sequence && op_type == "Loop" {
             return self.import_loop_with_sequences(index, node, &name);
@@ -298,7 +314,7 @@ impl<'m> GraphImporter<'m> {
             sequences: &sequences,
             made_sequences: Vec::new(),
         };
-        let built = (def.build)(&mut ctx);
+        let built = build(&mut ctx);
         let made = std::mem::take(&mut ctx.made_sequences);
         self.net = net;
         self.sequences = sequences;

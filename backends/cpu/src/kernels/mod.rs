@@ -12,6 +12,7 @@ mod gather_scatter;
 mod matmul;
 mod misc;
 mod norm;
+mod plugin;
 mod pool;
 mod reduce;
 mod resize;
@@ -122,6 +123,10 @@ pub fn run_with(
             ins.opt(4),
             *center_point_box,
         )?]),
+        K::Plugin(p) => {
+            let ins = inputs.iter().enumerate().map(|(i, x)| x.ok_or(format!("plugin input {i} is missing"))).collect::<Result<Vec<_>, _>>()?;
+            plugin::plugin(p, &ins, outs)
+        }
         K::Unique { axis, sorted } => unique::unique(ins.req(0)?, *axis, *sorted),
         K::OneHot { axis } => one(einsum::one_hot(ins.req(0)?, ins.req(1)?, ins.req(2)?, *axis, &shape()?)?),
         K::TripLimit { .. }
@@ -130,8 +135,7 @@ pub fn run_with(
         | K::LoopOutput { .. }
         | K::Condition { .. }
         | K::IfConditionalInput { .. }
-        | K::IfConditionalOutput { .. }
-        | K::Plugin(_) => Err(format!("{} layers are not supported by the cpu backend", kind.type_name())),
+        | K::IfConditionalOutput { .. } => Err(format!("{} layers are not supported by the cpu backend", kind.type_name())),
     }
 }
 

@@ -1,6 +1,9 @@
 //! One module per subcommand.
 
+pub mod bench;
 pub mod build;
 pub mod cache;
+pub mod compare;
+pub mod devices;
 pub mod inspect;
 pub mod run;

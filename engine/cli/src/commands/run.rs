@@ -19,7 +19,7 @@ enum Origin {
 pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     let (engine, backend, origin, inputs, input_source) = match model::load(&args.model)? {
         Model::Onnx { network, import_time } => {
-            let (inputs, input_source) = make_inputs(args, &network, None)?;
+            let (inputs, input_source) = make_inputs(&input_args(args), &network, None)?;
             let backend = backends::select(args.backend)?;
             let start = Instant::now();
             // Dynamic inputs: a profile fixed at the shapes this run uses.
@@ -32,7 +32,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         }
         Model::Engine { engine, load_time } => {
             let engine = *engine;
-            let (inputs, input_source) = make_inputs(args, engine.network(), engine.profiles().first())?;
+            let (inputs, input_source) = make_inputs(&input_args(args), engine.network(), engine.profiles().first())?;
             let backend = backends::select_for_engine(&engine, args.backend)?;
             (engine, backend, Origin::EngineFile { load_time }, inputs, input_source)
         }
@@ -87,20 +87,30 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     emit(&text)
 }
 
+/// Where a command's inputs come from: `--inputs IN.npz` and `--shapes`.
+pub struct InputArgs<'a> {
+    pub inputs: Option<&'a std::path::Path>,
+    pub shapes: Option<&'a str>,
+}
+
+fn input_args(args: &RunArgs) -> InputArgs<'_> {
+    InputArgs { inputs: args.inputs.as_deref(), shapes: args.shapes.as_deref() }
+}
+
 /// The run's inputs (from `--inputs` or random) and where they came from. Dynamic dims
 /// come from `--shapes`, else (random inputs of an engine) from its first profile's opt
-/// dims, else 1.
-fn make_inputs(
-    args: &RunArgs,
+/// dims, else 1. Shared by `kiln compare` and `kiln bench`.
+pub fn make_inputs(
+    args: &InputArgs<'_>,
     network: &Network,
     profile: Option<&kiln::OptimizationProfile>,
 ) -> anyhow::Result<(HashMap<String, HostTensor>, String)> {
-    let given = match &args.shapes {
+    let given = match args.shapes {
         Some(text) => shapes::parse("--shapes", text)?,
         None => shapes::ShapeList::new(),
     };
     shapes::check_against_network("--shapes", &given, network)?;
-    match &args.inputs {
+    match args.inputs {
         Some(path) => {
             let inputs = inputs::from_npz(network, path)?;
             shapes::check_against_inputs(&given, &inputs, &path.display().to_string())?;

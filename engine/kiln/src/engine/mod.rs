@@ -42,6 +42,8 @@ pub enum EngineLoadError {
     DeviceMismatch { what: String, engine: String, device: String },
     #[error("engine plan is invalid: {0}")]
     InvalidPlan(String),
+    #[error("the engine needs plugins that are not loaded: {} (load their libraries with --plugins or KILN_PLUGIN_PATH)", .0.join(", "))]
+    MissingPlugins(Vec<String>),
 }
 
 /// Where one weights blob lies in the weights section.
@@ -62,7 +64,25 @@ struct PlanSection {
     tactics: Vec<Option<TacticId>>,
 }
 
+/// The plugins a network's layers use, each once, in key order.
+pub fn plugin_keys(network: &Network) -> Vec<crate::plugin::PluginKey> {
+    let keys: std::collections::BTreeSet<_> = network
+        .layers()
+        .iter()
+        .filter_map(|l| match &l.kind {
+            crate::ir::layer::LayerKind::Plugin(p) => Some(crate::plugin::PluginKey::of(p)),
+            _ => None,
+        })
+        .collect();
+    keys.into_iter().collect()
+}
+
 impl Engine {
+    /// The plugins this engine needs loaded to run (`namespace::name@version`).
+    pub fn plugins(&self) -> Vec<crate::plugin::PluginKey> {
+        plugin_keys(&self.network)
+    }
+
     /// An engine without profiles or memory plans yet: every caller goes on with
     /// [`Engine::with_profiles`], which plans the arena (once).
     pub(crate) fn new(network: Network, backend: String, device: DeviceFingerprint, build_flags: BuildFlags) -> Engine {
@@ -202,6 +222,10 @@ impl Engine {
         let mut network = plan.network;
         network.check_structure().map_err(EngineLoadError::InvalidPlan)?;
         network.set_weights(weights).map_err(EngineLoadError::InvalidPlan)?;
+        let missing = crate::plugin::registry().missing(&plugin_keys(&network));
+        if !missing.is_empty() {
+            return Err(EngineLoadError::MissingPlugins(missing));
+        }
         recheck_plan(&network).map_err(EngineLoadError::InvalidPlan)?;
         if !plan.kernels.is_empty() && plan.kernels.len() != network.layers().len() {
             return Err(EngineLoadError::InvalidPlan(format!(

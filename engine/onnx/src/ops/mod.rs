@@ -20,6 +20,7 @@ mod math;
 mod misc;
 mod norm;
 mod normalize;
+pub(crate) mod plugin;
 mod pool;
 mod quantize;
 mod reduce;

@@ -234,7 +234,7 @@ fn infer_kind(
             ins.of_type(0, DataType::Bool)?;
             Ok(vec![])
         }
-        K::Plugin(p) => rule(None, format!("plugin `{}::{}@{}` is not registered", p.namespace, p.name, p.version)),
+        K::Plugin(p) => crate::plugin::infer_plugin(p, inputs),
         K::Fused(p) => fused::fused(p, &ins, weights),
         K::Attention(p) => fused::attention(p, &ins, weights),
         K::RmsNormalization { axes, epsilon: _ } => {

@@ -1,0 +1,241 @@
+//! `kiln bench MODEL|ENGINE`: latency and throughput in the manner of trtexec.
+//!
+//! Each iteration enqueues one execution on a stream (inputs and outputs in bound
+//! buffers) and waits for it: the latency is enqueue to completion, the enqueue time the
+//! host-side part. A warm-up runs first for `--warmup-ms`; then iterations run until both
+//! `--iterations` and `--duration-s` are reached.
+
+use crate::backends::{self, SelectedBackend};
+use crate::commands::run::{build_engine, make_inputs, InputArgs};
+use crate::model::{self, Model};
+use crate::stats::Summary;
+use crate::summary::{self, emit};
+use crate::{shapes, BenchArgs};
+use anyhow::{bail, Context};
+use kiln::{Buffer, BuilderConfig, BuilderFlag, ExecutionContext, HostTensor, Stream};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::time::{Duration, Instant};
+
+/// Per-iteration host measurements of the timed phase.
+struct Timings {
+    latency: Vec<f64>,
+    enqueue: Vec<f64>,
+    wall: Duration,
+    warmup_iterations: u64,
+}
+
+pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
+    if !(args.duration_s.is_finite() && args.duration_s >= 0.0) {
+        bail!("--duration-s must be a non-negative number of seconds, got {}", args.duration_s);
+    }
+    if args.iterations == 0 {
+        bail!("--iterations must be at least 1");
+    }
+    let input_args = InputArgs { inputs: args.inputs.as_deref(), shapes: args.shapes.as_deref() };
+    let (engine, backend, inputs, input_source, build_time) = match model::load(&args.model)? {
+        Model::Onnx { network, .. } => {
+            let (inputs, source) = make_inputs(&input_args, &network, None)?;
+            let backend = backends::select(args.backend)?;
+            let config = BuilderConfig {
+                profiles: shapes::exact_profile(&network, &inputs).into_iter().collect(),
+                ..builder_config(args)
+            };
+            let start = Instant::now();
+            let engine = build_engine(&network, &backend, &config)?;
+            (engine, backend, inputs, source, Some(start.elapsed()))
+        }
+        Model::Engine { engine, .. } => {
+            if args.fp16 || args.bf16 || args.no_tf32 {
+                bail!(
+                    "--fp16, --bf16 and --no-tf32 apply when building from ONNX; `{}` is an engine built with flags {}",
+                    args.model.display(),
+                    engine.build_flags().builder_flags.names()
+                );
+            }
+            let (inputs, source) = make_inputs(&input_args, engine.network(), engine.profiles().first())?;
+            let backend = backends::select_for_engine(&engine, args.backend)?;
+            (*engine, backend, inputs, source, None)
+        }
+    };
+    let flags = engine.build_flags().builder_flags.names();
+    let mut context = ExecutionContext::new(engine, backend.backend.as_ref())
+        .with_context(|| format!("cannot prepare the engine on `{}`", backend.name()))?;
+    let batch = batch_of(&context, &inputs);
+    bind(&mut context, &inputs)?;
+    let timings = time_iterations(&context, args)?;
+    let report = Report::new(args, &backend, &flags, &input_source, build_time, batch, &timings);
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&report.json)?;
+        std::fs::write(path, text + "\n").with_context(|| format!("cannot write `{}`", path.display()))?;
+    }
+    emit(&report.text)
+}
+
+fn builder_config(args: &BenchArgs) -> BuilderConfig {
+    let mut config = BuilderConfig::default();
+    if args.fp16 {
+        config.set_flag(BuilderFlag::Fp16);
+    }
+    if args.bf16 {
+        config.set_flag(BuilderFlag::Bf16);
+    }
+    if args.no_tf32 {
+        config.clear_flag(BuilderFlag::Tf32);
+    }
+    config
+}
+
+/// The first input's dim 0 when the input has a batch dim to speak of (rank 2 or more).
+fn batch_of(context: &ExecutionContext, inputs: &HashMap<String, HostTensor>) -> Option<(String, usize)> {
+    let network = context.engine().network();
+    let first = network.tensor(*network.inputs().first()?);
+    let shape = inputs.get(&first.name)?.shape();
+    (shape.len() >= 2).then(|| (first.name.clone(), shape[0]))
+}
+
+/// Sets the input shapes and binds a buffer to every input and output. One synchronous
+/// run first checks the inputs and gives the output sizes.
+fn bind(context: &mut ExecutionContext, inputs: &HashMap<String, HostTensor>) -> anyhow::Result<()> {
+    let outputs = context.run(inputs).context("the first run failed")?;
+    let network = context.engine().network().clone();
+    let profile = context.engine().profiles().first().cloned();
+    for &t in network.inputs() {
+        let name = &network.tensor(t).name;
+        let Some(tensor) = inputs.get(name) else { bail!("input `{name}` is missing") };
+        if profile.as_ref().is_some_and(|p| p.shape_values(name).is_some()) {
+            let values = tensor.to_i64_vec().with_context(|| format!("shape tensor `{name}` is not integer"))?;
+            context.set_shape_tensor_values(name, &values)?;
+        }
+        context.set_input_shape(name, tensor.shape())?;
+        context.set_tensor_address(name, Buffer::from_tensor(tensor))?;
+    }
+    for (name, tensor) in &outputs {
+        context.set_tensor_address(name, Buffer::new(tensor.size_bytes()))?;
+    }
+    Ok(())
+}
+
+fn time_iterations(context: &ExecutionContext, args: &BenchArgs) -> anyhow::Result<Timings> {
+    let stream = Stream::new()?;
+    let once = || -> anyhow::Result<(f64, f64)> {
+        let start = Instant::now();
+        context.enqueue(&stream, None)?;
+        let enqueued = start.elapsed();
+        stream.synchronize()?;
+        Ok((start.elapsed().as_secs_f64(), enqueued.as_secs_f64()))
+    };
+    let warmup = Duration::from_millis(args.warmup_ms);
+    let start = Instant::now();
+    let mut warmup_iterations = 0;
+    while start.elapsed() < warmup {
+        once()?;
+        warmup_iterations += 1;
+    }
+    let duration = Duration::from_secs_f64(args.duration_s);
+    let (mut latency, mut enqueue) = (Vec::new(), Vec::new());
+    let start = Instant::now();
+    while (latency.len() as u64) < args.iterations || start.elapsed() < duration {
+        let (l, e) = once()?;
+        latency.push(l);
+        enqueue.push(e);
+    }
+    Ok(Timings { latency, enqueue, wall: start.elapsed(), warmup_iterations })
+}
+
+/// The figures as text and as JSON.
+struct Report {
+    text: String,
+    json: Value,
+}
+
+impl Report {
+    fn new(
+        args: &BenchArgs,
+        backend: &SelectedBackend,
+        flags: &str,
+        input_source: &str,
+        build_time: Option<Duration>,
+        batch: Option<(String, usize)>,
+        t: &Timings,
+    ) -> Report {
+        let ms = |sample: &[f64]| Summary::of(sample.to_vec()).map(|s| s.scaled(1e3));
+        let (latency, enqueue) = (ms(&t.latency), ms(&t.enqueue));
+        let iterations = t.latency.len();
+        let wall = t.wall.as_secs_f64();
+        let throughput = if wall > 0.0 { iterations as f64 / wall } else { 0.0 };
+        let items = batch.as_ref().map(|(_, n)| throughput * *n as f64);
+        // No backend reports device-side times through kiln's Executable yet.
+        let device_note = format!("n/a (backend `{}` reports no device timings)", backend.name());
+        let graph_note = match (backend.name(), args.no_cuda_graph) {
+            ("cuda", true) => "off (--no-cuda-graph)".to_string(),
+            ("cuda", false) => "allowed (the backend decides)".to_string(),
+            (name, true) => format!("n/a: --no-cuda-graph has no effect on backend `{name}` (no graph capture)"),
+            (name, false) => format!("n/a (backend `{name}` has no graph capture)"),
+        };
+
+        let mut text = String::new();
+        let _ = writeln!(text, "model:       {}", args.model.display());
+        let _ = writeln!(text, "backend:     {}", backend.describe());
+        let _ = writeln!(text, "device:      {}", backend.device.name);
+        let _ = writeln!(text, "flags:       {flags}");
+        let _ = writeln!(text, "inputs:      {input_source}");
+        if let Some(b) = build_time {
+            let _ = writeln!(text, "build:       {}", summary::duration(b));
+        }
+        let _ = writeln!(text, "warm-up:     {} ms, {} iterations", args.warmup_ms, t.warmup_iterations);
+        let _ = writeln!(text, "timed:       {iterations} iterations in {:.3} s", wall);
+        write_ms(&mut text, "latency", latency);
+        write_ms(&mut text, "enqueue", enqueue);
+        let _ = writeln!(text, "throughput:  {throughput:.2} inferences/s");
+        if let (Some((name, n)), Some(items)) = (&batch, items) {
+            let _ = writeln!(text, "             {items:.2} items/s (batch {n}: dim 0 of input `{name}`)");
+        }
+        let _ = writeln!(text, "GPU compute: {device_note}");
+        let _ = writeln!(text, "H2D / D2H:   {device_note}");
+        let _ = writeln!(text, "CUDA graph:  {graph_note}");
+
+        let json = json!({
+            "model": args.model.display().to_string(),
+            "backend": backend.name(),
+            "device": backend.device.name,
+            "flags": flags,
+            "inputs": input_source,
+            "build_s": build_time.map(|d| d.as_secs_f64()),
+            "warmup": { "ms": args.warmup_ms, "iterations": t.warmup_iterations },
+            "iterations": iterations,
+            "duration_s": wall,
+            "latency_ms": latency.map(Summary::to_json),
+            "enqueue_ms": enqueue.map(Summary::to_json),
+            "throughput": {
+                "inferences_per_s": throughput,
+                "batch": batch.as_ref().map(|(_, n)| *n),
+                "items_per_s": items,
+            },
+            "gpu_compute_ms": Value::Null,
+            "h2d_ms": Value::Null,
+            "d2h_ms": Value::Null,
+            "device_timings_note": device_note,
+            "cuda_graph": { "requested": !args.no_cuda_graph, "note": graph_note },
+        });
+        Report { text, json }
+    }
+}
+
+fn write_ms(text: &mut String, label: &str, summary: Option<Summary>) {
+    if let Some(s) = summary {
+        let _ = writeln!(
+            text,
+            "{:<12} min {:.4} / mean {:.4} / median {:.4} / p90 {:.4} / p95 {:.4} / p99 {:.4} / max {:.4} ms",
+            format!("{label}:"),
+            s.min,
+            s.mean,
+            s.median,
+            s.p90,
+            s.p95,
+            s.p99,
+            s.max
+        );
+    }
+}
