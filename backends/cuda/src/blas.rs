@@ -1,0 +1,353 @@
+//! cuBLASLt matrix products (FFI module: `unsafe` lives here and in `device`).
+//!
+//! kiln tensors are row-major and cuBLASLt is column-major, so `C = op(A)·op(B)` runs as
+//! `Cᵀ = op(B)ᵀ·op(A)ᵀ`: the operands swap and every row-major matrix is read as its
+//! column-major transpose, with no data movement.
+
+use crate::device::GpuError;
+use cudarc::cublaslt::result as lt;
+use cudarc::cublaslt::sys;
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use kiln::DataType;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex};
+
+const WORKSPACE_BYTES: usize = 32 << 20;
+
+fn blas_err(call: &'static str) -> impl Fn(lt::CublasError) -> GpuError {
+    move |e| GpuError::Driver { call, reason: format!("{e:?}") }
+}
+
+/// A cuBLASLt handle with its workspace, bound to one stream, and the descriptors and best
+/// algorithm of every product shape met so far (building them costs more host time than a
+/// small product takes on the device).
+#[derive(Debug)]
+pub struct Blas {
+    handle: sys::cublasLtHandle_t,
+    workspace: CudaSlice<u8>,
+    stream: Arc<CudaStream>,
+    prepared: Mutex<HashMap<Key, Arc<Prepared>>>,
+}
+
+/// A product's shape and types: everything but `alpha`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Key {
+    dtype: DataType,
+    tf32: bool,
+    dims: [u64; 4],
+    trans: [bool; 2],
+    strides: [i64; 3],
+    epilogue: Epilogue,
+}
+
+impl Key {
+    fn of(g: &Gemm) -> Key {
+        Key {
+            dtype: g.dtype,
+            tf32: g.tf32,
+            dims: [g.m, g.n, g.k, g.batch],
+            trans: [g.trans_a, g.trans_b],
+            strides: [g.stride_a, g.stride_b, g.stride_c],
+            epilogue: g.epilogue,
+        }
+    }
+}
+
+/// How many of the heuristic's algorithms a product offers as tactics.
+pub const RANKED_ALGORITHMS: usize = 4;
+
+/// Descriptors of one product shape and the heuristic's algorithms for it, best first.
+#[derive(Debug)]
+struct Prepared {
+    plan: Plan,
+    ranked: Vec<Algo>,
+}
+
+// SAFETY: the handle is only used through `&self` methods that enqueue on `stream`; cuBLASLt
+// handles may be used from any thread as long as calls are not concurrent, which the owning
+// executable guarantees by serializing runs.
+unsafe impl Send for Blas {}
+// SAFETY: as above.
+unsafe impl Sync for Blas {}
+
+impl Drop for Blas {
+    fn drop(&mut self) {
+        // SAFETY: the handle was created by `Blas::new` and is destroyed once.
+        let _ = unsafe { lt::destroy_handle(self.handle) };
+    }
+}
+
+/// One row-major (batched) product `C[b] = alpha · op(A[b])·op(B[b])`, element strides per batch
+/// (0 broadcasts an operand over the batch).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Gemm {
+    pub dtype: DataType,
+    /// f32 products may use TF32 tensor cores.
+    pub tf32: bool,
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    pub batch: u64,
+    pub trans_a: bool,
+    pub trans_b: bool,
+    pub stride_a: i64,
+    pub stride_b: i64,
+    pub stride_c: i64,
+    pub alpha: f32,
+    /// What cuBLASLt applies to the product before storing it.
+    pub epilogue: Epilogue,
+}
+
+/// A cuBLASLt epilogue: a bias over the output's columns (one value per `n`), then ReLU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Epilogue {
+    #[default]
+    None,
+    Bias,
+    ReluBias,
+}
+
+/// A cuBLASLt algorithm the heuristic offered (a tactic).
+#[derive(Clone, Copy, Debug)]
+pub struct Algo {
+    algo: sys::cublasLtMatmulAlgo_t,
+    pub workspace: usize,
+}
+
+/// Descriptors of one product, destroyed on drop.
+#[derive(Debug)]
+struct Plan {
+    desc: sys::cublasLtMatmulDesc_t,
+    layouts: [sys::cublasLtMatrixLayout_t; 3],
+}
+
+// SAFETY: the descriptors are host-side objects that are only read after creation, and every
+// call using them goes through `Blas`, whose products are serialized by the owning executable.
+unsafe impl Send for Plan {}
+// SAFETY: as above.
+unsafe impl Sync for Plan {}
+
+impl Drop for Plan {
+    fn drop(&mut self) {
+        // SAFETY: created in `Plan::new`, destroyed once.
+        unsafe {
+            let _ = lt::destroy_matmul_desc(self.desc);
+            for l in self.layouts {
+                let _ = lt::destroy_matrix_layout(l);
+            }
+        }
+    }
+}
+
+fn data_type(dtype: DataType) -> Result<sys::cudaDataType, GpuError> {
+    Ok(match dtype {
+        DataType::F32 => sys::cudaDataType::CUDA_R_32F,
+        DataType::F16 => sys::cudaDataType::CUDA_R_16F,
+        DataType::BF16 => sys::cudaDataType::CUDA_R_16BF,
+        other => return Err(GpuError::UnsupportedDtype(other)),
+    })
+}
+
+impl Plan {
+    fn new(g: &Gemm) -> Result<Plan, GpuError> {
+        let ty = data_type(g.dtype)?;
+        let compute = if g.dtype == DataType::F32 && !g.tf32 {
+            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F
+        } else if g.dtype == DataType::F32 {
+            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32
+        } else {
+            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F
+        };
+        let desc = lt::create_matmul_desc(compute, sys::cudaDataType::CUDA_R_32F).map_err(blas_err("cublasLtMatmulDescCreate"))?;
+        // Column-major view: first operand is B, second is A (see the module comment).
+        let (first_t, second_t) = (g.trans_b as i32, g.trans_a as i32);
+        let set = |attr, v: &i32| {
+            // SAFETY: `desc` is live; `v` points to an i32, the attribute's type.
+            unsafe { lt::set_matmul_desc_attribute(desc, attr, v as *const i32 as *const c_void, 4) }
+                .map_err(blas_err("cublasLtMatmulDescSetAttribute"))
+        };
+        set(sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA, &first_t)?;
+        set(sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSB, &second_t)?;
+        if g.epilogue != Epilogue::None {
+            let e = if g.epilogue == Epilogue::Bias { sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS } else { sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU_BIAS };
+            // SAFETY: `desc` is live; `e` is the attribute's type (a 32-bit enum).
+            unsafe { lt::set_matmul_desc_attribute(desc, sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_EPILOGUE, &e as *const _ as *const c_void, std::mem::size_of_val(&e)) }
+                .map_err(blas_err("cublasLtMatmulDescSetAttribute"))?;
+        }
+        let (m, n, k) = (g.m, g.n, g.k);
+        // Stored (rows, cols, ld) of each column-major operand, before its op.
+        let first = if g.trans_b { (k, n, k) } else { (n, k, n) };
+        let second = if g.trans_a { (m, k, m) } else { (k, m, k) };
+        let out = (n, m, n);
+        let mut layouts = [std::ptr::null_mut(); 3];
+        for (i, ((rows, cols, ld), stride)) in [(first, g.stride_b), (second, g.stride_a), (out, g.stride_c)].into_iter().enumerate() {
+            let l = lt::create_matrix_layout(ty, rows, cols, ld as i64).map_err(blas_err("cublasLtMatrixLayoutCreate"))?;
+            layouts[i] = l;
+            if g.batch > 1 {
+                let count = g.batch as i32;
+                // SAFETY: `l` is live; the values have the attributes' types (i32, i64).
+                unsafe {
+                    lt::set_matrix_layout_attribute(
+                        l,
+                        sys::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                        &count as *const i32 as *const c_void,
+                        4,
+                    )
+                    .map_err(blas_err("cublasLtMatrixLayoutSetAttribute"))?;
+                    lt::set_matrix_layout_attribute(
+                        l,
+                        sys::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                        &stride as *const i64 as *const c_void,
+                        8,
+                    )
+                    .map_err(blas_err("cublasLtMatrixLayoutSetAttribute"))?;
+                }
+            }
+        }
+        Ok(Plan { desc, layouts })
+    }
+}
+
+impl Blas {
+    pub fn new(stream: Arc<CudaStream>) -> Result<Blas, GpuError> {
+        let handle = lt::create_handle().map_err(blas_err("cublasLtCreate"))?;
+        // SAFETY: the workspace is scratch space cuBLASLt writes before it reads.
+        let workspace = unsafe { stream.alloc::<u8>(WORKSPACE_BYTES) }
+            .map_err(|e| GpuError::OutOfMemory { bytes: WORKSPACE_BYTES, reason: format!("cuBLASLt workspace: {e:?}") })?;
+        Ok(Blas { handle, workspace, stream, prepared: Mutex::new(HashMap::new()) })
+    }
+
+    /// The cached descriptors and best algorithm of `g`'s shape.
+    fn prepared(&self, g: &Gemm) -> Result<Arc<Prepared>, GpuError> {
+        let key = Key::of(g);
+        if let Some(p) = self.prepared.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+            return Ok(p.clone());
+        }
+        let plan = Plan::new(g)?;
+        let ranked = self.heuristic(&plan, RANKED_ALGORITHMS)?;
+        if ranked.is_empty() {
+            return Err(GpuError::Driver { call: "cublasLtMatmulAlgoGetHeuristic", reason: format!("no algorithm for {g:?}") });
+        }
+        let p = Arc::new(Prepared { plan, ranked });
+        self.prepared.lock().unwrap_or_else(|p| p.into_inner()).insert(key, p.clone());
+        Ok(p)
+    }
+
+    /// Up to `count` algorithms cuBLASLt's heuristic ranks for `g`, best first.
+    pub fn algorithms(&self, g: &Gemm, count: usize) -> Result<Vec<Algo>, GpuError> {
+        self.heuristic(&Plan::new(g)?, count)
+    }
+
+    fn heuristic(&self, plan: &Plan, count: usize) -> Result<Vec<Algo>, GpuError> {
+        let pref = lt::create_matmul_pref().map_err(blas_err("cublasLtMatmulPreferenceCreate"))?;
+        let ws = WORKSPACE_BYTES as u64;
+        let mut results = vec![
+            sys::cublasLtMatmulHeuristicResult_t {
+                algo: sys::cublasLtMatmulAlgo_t { data: [0; 8] },
+                workspaceSize: 0,
+                state: sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS,
+                wavesCount: 0.0,
+                reserved: [0; 4],
+            };
+            count.max(1)
+        ];
+        let mut found = 0i32;
+        // SAFETY: all descriptors are live; `results` has room for `count` entries; `found` is a
+        // valid out-pointer; `pref` is destroyed right after.
+        let status = unsafe {
+            lt::set_matmul_pref_attribute(
+                pref,
+                sys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                &ws as *const u64 as *const c_void,
+                8,
+            )
+            .and_then(|()| {
+                sys::cublasLtMatmulAlgoGetHeuristic(
+                    self.handle,
+                    plan.desc,
+                    plan.layouts[0],
+                    plan.layouts[1],
+                    plan.layouts[2],
+                    plan.layouts[2],
+                    pref,
+                    results.len() as i32,
+                    results.as_mut_ptr(),
+                    &mut found,
+                )
+                .result()
+            })
+        };
+        // SAFETY: created above, destroyed once.
+        let _ = unsafe { lt::destroy_matmul_pref(pref) };
+        status.map_err(blas_err("cublasLtMatmulAlgoGetHeuristic"))?;
+        Ok(results
+            .into_iter()
+            .take(found.max(0) as usize)
+            .filter(|r| r.state == sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS)
+            .map(|r| Algo { algo: r.algo, workspace: r.workspaceSize })
+            .collect())
+    }
+
+    /// Enqueues `c = alpha · op(a)·op(b)` with the heuristic's algorithm of rank `rank` (0 is
+    /// its best; a rank past the algorithms it offers for this shape runs its last).
+    pub fn matmul(&self, g: &Gemm, rank: usize, a: &CudaSlice<u8>, b: &CudaSlice<u8>, c: &CudaSlice<u8>) -> Result<(), GpuError> {
+        self.matmul_bias(g, rank, a, b, None, c)
+    }
+
+    /// [`Blas::matmul`] with the bias vector (`n` values of the product's type) that `g`'s
+    /// epilogue adds.
+    pub fn matmul_bias(&self, g: &Gemm, rank: usize, a: &CudaSlice<u8>, b: &CudaSlice<u8>, bias: Option<&CudaSlice<u8>>, c: &CudaSlice<u8>) -> Result<(), GpuError> {
+        let prepared = self.prepared(g)?;
+        let plan = &prepared.plan;
+        if (g.epilogue != Epilogue::None) != bias.is_some() {
+            return Err(GpuError::Driver { call: "cublasLtMatmul", reason: "a bias epilogue needs exactly one bias vector".into() });
+        }
+        if let Some(bias) = bias {
+            let (pbias, _g) = bias.device_ptr(&self.stream);
+            // SAFETY: `plan.desc` is live and only used by this serialized call; the attribute is a
+            // device pointer (u64) to `n` values, which the caller checked.
+            unsafe {
+                lt::set_matmul_desc_attribute(
+                    plan.desc,
+                    sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                    &pbias as *const u64 as *const c_void,
+                    8,
+                )
+            }
+            .map_err(blas_err("cublasLtMatmulDescSetAttribute"))?;
+        }
+        let algo = &prepared.ranked[rank.min(prepared.ranked.len() - 1)];
+        let alpha = g.alpha;
+        let beta = 0.0f32;
+        let (pa, _ga) = a.device_ptr(&self.stream);
+        let (pb, _gb) = b.device_ptr(&self.stream);
+        let (pc, _gc) = c.device_ptr(&self.stream);
+        let (pw, _gw) = self.workspace.device_ptr(&self.stream);
+        // SAFETY: `c` is written through its raw address only by this enqueued product (no Rust
+        // reference observes it meanwhile); the caller sized `a`, `b`, `c` for the product `g` describes (the ops module
+        // checks shapes against shape inference first); alpha/beta are f32 as the scale type
+        // says; the workspace holds WORKSPACE_BYTES, the preference's limit.
+        unsafe {
+            lt::matmul(
+                self.handle,
+                plan.desc,
+                &alpha as *const f32 as *const c_void,
+                &beta as *const f32 as *const c_void,
+                pb as *const c_void,
+                plan.layouts[0],
+                pa as *const c_void,
+                plan.layouts[1],
+                pc as *const c_void,
+                plan.layouts[2],
+                pc as *mut c_void,
+                plan.layouts[2],
+                &algo.algo,
+                pw as *mut c_void,
+                WORKSPACE_BYTES,
+                self.stream.cu_stream() as sys::cudaStream_t,
+            )
+        }
+        .map_err(blas_err("cublasLtMatmul"))
+    }
+}

@@ -1,0 +1,83 @@
+//! kiln's CUDA sources (`/kernels/*.cu`), embedded in the crate and compiled by NVRTC for the
+//! device's architecture. Kernels are named `{op}_{dtype}` (`binary_f32`, `cast_i64_f32`).
+
+use crate::nvrtc::{compile_cubin, CompileError};
+
+/// Headers every source may include, by the name it includes them as.
+pub const HEADERS: &[(&str, &str)] = &[("common.cuh", include_str!("../../../kernels/common.cuh"))];
+
+/// One translation unit: compiled into one module.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Source {
+    Elementwise,
+    Copy,
+    Reduce,
+    Spatial,
+}
+
+impl Source {
+    pub const ALL: [Source; 4] = [Source::Elementwise, Source::Copy, Source::Reduce, Source::Spatial];
+
+    pub fn file_name(self) -> &'static str {
+        match self {
+            Source::Elementwise => "elementwise.cu",
+            Source::Copy => "copy.cu",
+            Source::Reduce => "reduce.cu",
+            Source::Spatial => "spatial.cu",
+        }
+    }
+
+    pub fn text(self) -> &'static str {
+        match self {
+            Source::Elementwise => include_str!("../../../kernels/elementwise.cu"),
+            Source::Copy => include_str!("../../../kernels/copy.cu"),
+            Source::Reduce => include_str!("../../../kernels/reduce.cu"),
+            Source::Spatial => include_str!("../../../kernels/spatial.cu"),
+        }
+    }
+
+    /// The source holding kernel `name` (by its `{op}_` prefix).
+    pub fn of_kernel(name: &str) -> Option<Source> {
+        let op = name.rsplit_once('_').map_or(name, |(op, _)| op);
+        Some(match op {
+            "binary" | "compare" | "logic" | "unary" => Source::Elementwise,
+            "strided_copy" | "gather" | "resize_nearest" => Source::Copy,
+            _ if name.starts_with("cast_") => Source::Copy,
+            "softmax" | "reduce" | "normalize" | "rms_normalize" => Source::Reduce,
+            "conv2d" | "pool2d" => Source::Spatial,
+            _ => return None,
+        })
+    }
+
+    /// Compiles this source to CUBIN for `arch` ("sm_90").
+    pub fn compile(self, arch: &str) -> Result<Vec<u8>, CompileError> {
+        compile_cubin(self.file_name(), self.text(), HEADERS, arch)
+    }
+}
+
+/// Every kernel name the backend launches, except casts (see [`cast_kernel`]).
+pub fn expected_kernels() -> Vec<String> {
+    const FLOATS: [&str; 3] = ["f32", "f16", "bf16"];
+    let mut names: Vec<String> = Vec::new();
+    for t in FLOATS {
+        for op in ["binary", "compare", "unary", "softmax", "reduce", "normalize", "rms_normalize", "conv2d", "pool2d"] {
+            names.push(format!("{op}_{t}"));
+        }
+    }
+    for t in ["i32", "i64"] {
+        names.push(format!("binary_{t}"));
+        names.push(format!("compare_{t}"));
+    }
+    names.push("logic_bool".into());
+    for w in ["u8", "u16", "u32", "u64"] {
+        for op in ["strided_copy", "gather", "resize_nearest"] {
+            names.push(format!("{op}_{w}"));
+        }
+    }
+    names
+}
+
+/// The cast kernel from one storage type to another (`cast_i64_f32`), by dtype name.
+pub fn cast_kernel(from: &str, to: &str) -> String {
+    format!("cast_{from}_{to}")
+}

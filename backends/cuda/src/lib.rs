@@ -1,0 +1,130 @@
+//! kiln's CUDA backend: NVRTC-compiled kernels (`/kernels/*.cu`) and cuBLASLt on NVIDIA GPUs.
+//!
+//! Nothing of CUDA is needed to build: the driver, NVRTC and cuBLASLt are opened at run time,
+//! and [`probe`] checks for them before any cudarc call (cudarc panics on a missing library),
+//! so a machine without them gets [`BackendError::Unavailable`] naming what is missing.
+//! `unsafe` lives only in the FFI and device-memory modules ([`nvrtc`], `device`, `blas`),
+//! each block with a `// SAFETY:` comment.
+
+pub mod kernels;
+pub mod nvrtc;
+pub mod probe;
+
+pub mod blas;
+pub mod device;
+mod exec;
+pub mod ops;
+mod tactics;
+
+pub use device::{DeviceTensor, Gpu, GpuError};
+pub use exec::CudaExecutable;
+
+use kiln::{Backend, BackendError, DataType, DeviceFingerprint, Executable, Network, PrecisionSupport};
+use std::sync::{Arc, OnceLock};
+
+/// The CUDA backend, on device 0. Cheap to create: the device is opened (and kiln's kernels
+/// compiled for it) on first use, and shared by every executable it prepares.
+#[derive(Debug, Default)]
+pub struct CudaBackend {
+    gpu: OnceLock<Result<Arc<Gpu>, GpuError>>,
+    tf32: bool,
+}
+
+impl CudaBackend {
+    /// Exact f32 matrix products (TF32 off).
+    pub fn new() -> CudaBackend {
+        CudaBackend::default()
+    }
+
+    /// Lets f32 matrix products use TF32 tensor cores (TensorRT's default; looser results).
+    pub fn with_tf32(tf32: bool) -> CudaBackend {
+        CudaBackend { gpu: OnceLock::new(), tf32 }
+    }
+
+    /// Whether f32 products may use TF32.
+    pub fn tf32(&self) -> bool {
+        self.tf32
+    }
+
+    /// The shared device, opened on first use.
+    pub fn gpu(&self) -> Result<Arc<Gpu>, BackendError> {
+        self.gpu.get_or_init(|| Gpu::new(0).map(Arc::new)).clone().map_err(|e| exec::gpu_error("(device)", e))
+    }
+
+    /// Prepares `network` as the concrete executable (for callers that time or inspect it).
+    pub fn prepare_cuda(&self, network: &Network) -> Result<CudaExecutable, BackendError> {
+        self.check_support(network)?;
+        CudaExecutable::new(network.clone(), self.gpu()?, self.tf32)
+    }
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> &str {
+        "cuda"
+    }
+
+    fn device(&self) -> Result<DeviceFingerprint, BackendError> {
+        probe::libraries().runtime_ready().map_err(|reason| BackendError::Unavailable { backend: "cuda".into(), reason })?;
+        self.gpu()?.fingerprint().map_err(|e| exec::gpu_error("(device)", e))
+    }
+
+    fn check_support(&self, network: &Network) -> Result<(), BackendError> {
+        let placement_host = exec::host_layers(network);
+        for (i, layer) in network.layers().iter().enumerate() {
+            if layer.kind.is_control_boundary() || placement_host[i] {
+                continue;
+            }
+            let input_types: Vec<Option<DataType>> = layer.inputs.iter().map(|t| t.map(|t| network.tensor(t).dtype)).collect();
+            let output_types: Vec<DataType> = layer.outputs.iter().map(|&t| network.tensor(t).dtype).collect();
+            if let Some(reason) = ops::unsupported(&layer.kind, &input_types, &output_types) {
+                return Err(BackendError::Unsupported {
+                    backend: "cuda".into(),
+                    layer: layer.name.clone(),
+                    kind: layer.kind.type_name().into(),
+                    reason,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn prepare(&self, network: &Network) -> Result<Box<dyn Executable>, BackendError> {
+        Ok(Box::new(self.prepare_cuda(network)?))
+    }
+
+    fn tactics(&self, network: &Network, layer: kiln::LayerId) -> Vec<kiln::TacticDesc> {
+        tactics::tactics(network, layer)
+    }
+
+    fn time_tactic(
+        &self,
+        network: &Network,
+        layer: kiln::LayerId,
+        tactic: &kiln::TacticDesc,
+        repetitions: usize,
+    ) -> Result<std::time::Duration, BackendError> {
+        tactics::time_tactic(self, network, layer, tactic, repetitions)
+    }
+
+    fn prepare_with_tactics(&self, network: &Network, chosen: &[Option<kiln::TacticId>]) -> Result<Box<dyn Executable>, BackendError> {
+        let ranks = (0..network.layers().len())
+            .map(|i| tactics::rank_of(network, kiln::LayerId(i), chosen.get(i).and_then(Option::as_ref)))
+            .collect();
+        Ok(Box::new(self.prepare_cuda(network)?.with_gemm_ranks(ranks)))
+    }
+
+    /// Float layers compute in f32, f16 and bf16; matrix products and attention are faster in
+    /// the 16-bit types (tensor cores through cuBLASLt).
+    fn precision_support(&self, network: &Network, layer: kiln::LayerId) -> PrecisionSupport {
+        let kind = &network.layer(layer).kind;
+        if !kiln::precision::is_float_compute(kind) {
+            return PrecisionSupport::default();
+        }
+        let gemm = matches!(kind, kiln::LayerKind::MatrixMultiply { .. } | kiln::LayerKind::Attention(_))
+            || matches!(kind, kiln::LayerKind::Fused(p) if matches!(p.anchor, kiln::FusedAnchor::MatrixMultiply { .. }));
+        PrecisionSupport {
+            offered: vec![DataType::F32, DataType::F16, DataType::BF16],
+            faster: if gemm { vec![DataType::F16, DataType::BF16] } else { Vec::new() },
+        }
+    }
+}

@@ -1,0 +1,339 @@
+//! Matrix products (cuBLASLt), convolution and pooling, softmax, reductions, normalization and
+//! attention.
+
+use super::{broadcast_shape, movement, pointwise, Ctx};
+use crate::blas::{Epilogue, Gemm};
+use crate::device::{float_suffix, Arg, DeviceTensor, Window};
+use kiln::{AttentionParams, ConvolutionParams, DataType, ElementwiseOp, MatrixOp, PoolingKind, PoolingParams, ReduceOp};
+
+/// `op_a(a) · op_b(b)` with batch broadcasting, scaled by `alpha`, reshaped to `out_shape`.
+pub fn matmul(cx: &Ctx, a: &DeviceTensor, op_a: MatrixOp, b: &DeviceTensor, op_b: MatrixOp, alpha: f32, out_shape: &[usize]) -> Result<DeviceTensor, String> {
+    matmul_epilogue(cx, a, op_a, b, op_b, alpha, out_shape, None).map(|(out, _)| out)
+}
+
+/// [`matmul`] that also adds `bias` (`n` values) and applies ReLU when asked, in cuBLASLt's
+/// epilogue where the product's shape allows it; the flag says whether it did.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_epilogue(
+    cx: &Ctx,
+    a: &DeviceTensor,
+    op_a: MatrixOp,
+    b: &DeviceTensor,
+    op_b: MatrixOp,
+    alpha: f32,
+    out_shape: &[usize],
+    bias: Option<(&DeviceTensor, bool)>,
+) -> Result<(DeviceTensor, bool), String> {
+    if a.dtype != b.dtype {
+        return Err(format!("operands are {} and {}", a.dtype, b.dtype));
+    }
+    // A vector operand is a one-row (a) or one-column (b) matrix.
+    let mut a_shape = a.shape.clone();
+    let mut b_shape = b.shape.clone();
+    if op_a == MatrixOp::Vector {
+        a_shape.insert(a_shape.len().saturating_sub(1), 1);
+    }
+    if op_b == MatrixOp::Vector {
+        b_shape.push(1);
+    }
+    if a_shape.len() < 2 || b_shape.len() < 2 {
+        return Err(format!("operands {:?} and {:?} are not matrices", a.shape, b.shape));
+    }
+    let (trans_a, trans_b) = (op_a == MatrixOp::Transpose, op_b == MatrixOp::Transpose);
+    let (ra, ca) = (a_shape[a_shape.len() - 2], a_shape[a_shape.len() - 1]);
+    let (rb, cb) = (b_shape[b_shape.len() - 2], b_shape[b_shape.len() - 1]);
+    let (m, k) = if trans_a { (ca, ra) } else { (ra, ca) };
+    let (k2, n) = if trans_b { (cb, rb) } else { (rb, cb) };
+    if k != k2 {
+        return Err(format!("inner dims differ: {:?} · {:?}", a.shape, b.shape));
+    }
+    let batch_a = &a_shape[..a_shape.len() - 2];
+    let batch_b = &b_shape[..b_shape.len() - 2];
+    let batch_shape = broadcast_shape(batch_a, batch_b)?;
+    let batch: usize = batch_shape.iter().product();
+    let out = cx.gpu.empty(a.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    if out.is_empty() {
+        return Ok((out, false));
+    }
+    if k == 0 {
+        return Ok((super::zeros(cx, out)?, false));
+    }
+    // Each operand: broadcast over the batch (stride 0), already full (dense stride), or
+    // expanded to the full batch first.
+    let operand = |x: &DeviceTensor, batch_x: &[usize], rows: usize, cols: usize| -> Result<(DeviceTensor, i64), String> {
+        let own: usize = batch_x.iter().product();
+        if own == 1 {
+            return Ok((x.clone(), 0));
+        }
+        let padded = std::iter::repeat_n(1, batch_shape.len() - batch_x.len()).chain(batch_x.iter().copied()).collect::<Vec<_>>();
+        if padded == batch_shape {
+            return Ok((x.clone(), (rows * cols) as i64));
+        }
+        let mut full = batch_shape.clone();
+        full.extend([rows, cols]);
+        let mut view = batch_x.to_vec();
+        view.extend([rows, cols]);
+        Ok((movement::expand(cx, &x.reshaped(view), &full)?, (rows * cols) as i64))
+    };
+    let (a_dev, mut stride_a) = operand(a, batch_a, ra, ca)?;
+    let (b_dev, stride_b) = operand(b, batch_b, rb, cb)?;
+    let mut g = Gemm {
+        dtype: a.dtype,
+        tf32: cx.tf32,
+        m: m as u64,
+        n: n as u64,
+        k: k as u64,
+        batch: batch as u64,
+        trans_a,
+        trans_b,
+        stride_a,
+        stride_b,
+        stride_c: (m * n) as i64,
+        alpha,
+        epilogue: Epilogue::None,
+    };
+    // A shared right operand (weights): one tall product instead of a batch.
+    if stride_b == 0 && stride_a != 0 && !trans_a && batch > 1 {
+        g.m *= batch as u64;
+        g.batch = 1;
+        stride_a = 0;
+        g.stride_a = stride_a;
+        g.stride_c = 0;
+    }
+    // The epilogue's bias runs along the output's last axis, once per row: one product only.
+    let bias = bias.filter(|(t, _)| g.batch == 1 && t.shape.len() <= out_shape.len() && t.dtype == a.dtype && t.len() == n && t.shape.iter().rev().skip(1).all(|&d| d == 1));
+    if let Some((_, relu)) = bias {
+        g.epilogue = if relu { Epilogue::ReluBias } else { Epilogue::Bias };
+    }
+    cx.gpu
+        .blas
+        .matmul_bias(&g, cx.gemm_rank.get(), &a_dev.buf, &b_dev.buf, bias.map(|(t, _)| &*t.buf), &out.buf)
+        .map_err(|e| e.to_string())?;
+    Ok((out, bias.is_some()))
+}
+
+/// Spatial dims as (h, w) with 1-D as h = 1; parameters likewise.
+fn two_d(v: &[usize], fill: usize) -> Result<(usize, usize), String> {
+    match v {
+        [w] => Ok((fill, *w)),
+        [h, w] => Ok((*h, *w)),
+        _ => Err(format!("only 1-D and 2-D windows run on CUDA, not {}-D", v.len())),
+    }
+}
+
+pub fn convolution(cx: &Ctx, p: &ConvolutionParams, x: &DeviceTensor, w: &DeviceTensor, bias: Option<&DeviceTensor>, out_shape: &[usize]) -> Result<DeviceTensor, String> {
+    let suffix = float_suffix(x.dtype).map_err(|e| e.to_string())?;
+    let r = x.shape.len();
+    if r < 3 || w.shape.len() != r || out_shape.len() != r {
+        return Err(format!("convolution of {:?} by {:?}", x.shape, w.shape));
+    }
+    let (h, wd) = two_d(&x.shape[2..], 1)?;
+    let (kh, kw) = two_d(&w.shape[2..], 1)?;
+    let (oh, ow) = two_d(&out_shape[2..], 1)?;
+    let (sh, sw) = two_d(&p.strides, 1)?;
+    let (dh, dw) = two_d(&p.dilations, 1)?;
+    let (ph, pw) = two_d(&p.pre_padding, 0)?;
+    let win = Window {
+        n: x.shape[0] as i64,
+        c: x.shape[1] as i64,
+        h: h as i64,
+        w: wd as i64,
+        oc: out_shape[1] as i64,
+        oh: oh as i64,
+        ow: ow as i64,
+        kh: kh as i64,
+        kw: kw as i64,
+        sh: sh as i64,
+        sw: sw as i64,
+        dh: dh as i64,
+        dw: dw as i64,
+        ph: ph as i64,
+        pw: pw as i64,
+        groups: p.groups.max(1) as i64,
+        kind: bias.is_some() as i32,
+        ..Window::default()
+    };
+    let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    let bias_arg = bias.map_or(Arg::Ptr(0), |b| cx.arg(b));
+    cx.launch_elements(&format!("conv2d_{suffix}"), out.len(), &[Arg::Window(win), cx.arg(x), cx.arg(w), bias_arg, cx.arg(&out)])?;
+    Ok(out)
+}
+
+pub fn pooling(cx: &Ctx, p: &PoolingParams, x: &DeviceTensor, out_shape: &[usize]) -> Result<DeviceTensor, String> {
+    let suffix = float_suffix(x.dtype).map_err(|e| e.to_string())?;
+    let r = x.shape.len();
+    if r < 3 || out_shape.len() != r {
+        return Err(format!("pooling of {:?}", x.shape));
+    }
+    let (h, wd) = two_d(&x.shape[2..], 1)?;
+    let (kh, kw) = two_d(&p.window, 1)?;
+    let (oh, ow) = two_d(&out_shape[2..], 1)?;
+    let (sh, sw) = two_d(&p.strides, 1)?;
+    let (dh, dw) = if p.dilations.is_empty() { (1, 1) } else { two_d(&p.dilations, 1)? };
+    let (ph, pw) = two_d(&p.pre_padding, 0)?;
+    let (eh, ew) = two_d(&p.post_padding, 0)?;
+    let win = Window {
+        n: x.shape[0] as i64,
+        c: x.shape[1] as i64,
+        h: h as i64,
+        w: wd as i64,
+        oc: x.shape[1] as i64,
+        oh: oh as i64,
+        ow: ow as i64,
+        kh: kh as i64,
+        kw: kw as i64,
+        sh: sh as i64,
+        sw: sw as i64,
+        dh: dh as i64,
+        dw: dw as i64,
+        ph: ph as i64,
+        pw: pw as i64,
+        groups: 1,
+        kind: (p.kind == PoolingKind::Average) as i32,
+        count_excludes_padding: p.average_count_excludes_padding as i32,
+        pad_end_h: eh as i64,
+        pad_end_w: ew as i64,
+    };
+    let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    cx.launch_elements(&format!("pool2d_{suffix}"), out.len(), &[Arg::Window(win), cx.arg(x), cx.arg(&out)])?;
+    Ok(out)
+}
+
+/// One warp per row: `rows` warps in blocks of four.
+fn launch_rows(cx: &Ctx, name: &str, rows: usize, args: &[Arg]) -> Result<(), String> {
+    let grid = rows.div_ceil(4);
+    if grid > i32::MAX as usize {
+        return Err(format!("{rows} rows is too many for one launch"));
+    }
+    cx.gpu.launch(name, grid as u32, 128, args).map_err(|e| e.to_string())
+}
+
+/// `(outer, len, inner)` around `axis`.
+fn around(shape: &[usize], axis: usize) -> (usize, usize, usize) {
+    (shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product())
+}
+
+pub fn softmax(cx: &Ctx, x: &DeviceTensor, axis: usize, scale: f32) -> Result<DeviceTensor, String> {
+    let suffix = float_suffix(x.dtype).map_err(|e| e.to_string())?;
+    if axis >= x.shape.len() {
+        return Err(format!("softmax axis {axis} of rank {}", x.shape.len()));
+    }
+    let (outer, len, inner) = around(&x.shape, axis);
+    let out = cx.gpu.empty(x.dtype, x.shape.clone()).map_err(|e| e.to_string())?;
+    let args = [Arg::I64(outer as i64), Arg::I64(len as i64), Arg::I64(inner as i64), Arg::F32(scale), cx.arg(x), cx.arg(&out)];
+    launch_rows(cx, &format!("softmax_{suffix}"), outer * inner, &args)?;
+    Ok(out)
+}
+
+fn reduce_code(op: ReduceOp) -> i32 {
+    match op {
+        ReduceOp::Sum => 0,
+        ReduceOp::Prod => 1,
+        ReduceOp::Max => 2,
+        ReduceOp::Min => 3,
+        ReduceOp::Mean => 4,
+        ReduceOp::L1 => 5,
+        ReduceOp::L2 => 6,
+        ReduceOp::LogSum => 7,
+        ReduceOp::LogSumExp => 8,
+        ReduceOp::SumSquare => 9,
+    }
+}
+
+pub fn reduce(cx: &Ctx, op: ReduceOp, x: &DeviceTensor, axes: &[usize], out_shape: &[usize]) -> Result<DeviceTensor, String> {
+    let suffix = float_suffix(x.dtype).map_err(|e| e.to_string())?;
+    let r = x.shape.len();
+    let mut axes: Vec<usize> = axes.to_vec();
+    axes.sort_unstable();
+    axes.dedup();
+    if axes.iter().any(|&a| a >= r) {
+        return Err(format!("reduce axes {axes:?} of rank {r}"));
+    }
+    // Reduced axes as one contiguous run [lo, hi); otherwise move them last.
+    let contiguous = axes.windows(2).all(|w| w[1] == w[0] + 1);
+    let (src, lo, hi) = if axes.is_empty() {
+        (x.clone(), r, r)
+    } else if contiguous {
+        (x.clone(), axes[0], axes[axes.len() - 1] + 1)
+    } else {
+        let perm: Vec<usize> = (0..r).filter(|a| !axes.contains(a)).chain(axes.iter().copied()).collect();
+        (movement::transpose(cx, x, &perm)?, r - axes.len(), r)
+    };
+    let outer: usize = src.shape[..lo].iter().product();
+    let len: usize = src.shape[lo..hi].iter().product();
+    let inner: usize = src.shape[hi..].iter().product();
+    let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    let args = [Arg::I32(reduce_code(op)), Arg::I64(outer as i64), Arg::I64(len as i64), Arg::I64(inner as i64), cx.arg(&src), cx.arg(&out)];
+    launch_rows(cx, &format!("reduce_{suffix}"), outer * inner, &args)?;
+    Ok(out)
+}
+
+/// Normalization: statistics per row of the trailing reduced axes (grouped view when
+/// `num_groups > 1`), then `· scale + bias` broadcast.
+#[allow(clippy::too_many_arguments)]
+pub fn normalization(
+    cx: &Ctx,
+    x: &DeviceTensor,
+    scale: Option<&DeviceTensor>,
+    bias: Option<&DeviceTensor>,
+    axes: &[usize],
+    epsilon: f32,
+    num_groups: usize,
+    rms: bool,
+) -> Result<DeviceTensor, String> {
+    let suffix = float_suffix(x.dtype).map_err(|e| e.to_string())?;
+    let r = x.shape.len();
+    let mut reduced = vec![false; r];
+    for &a in axes {
+        *reduced.get_mut(a).ok_or_else(|| format!("normalization axis {a} of rank {r}"))? = true;
+    }
+    let first = if num_groups > 1 {
+        if r < 2 || x.shape[1] % num_groups != 0 || reduced[0] {
+            return Err(format!("shape {:?} does not split into {num_groups} groups", x.shape));
+        }
+        // Grouped: statistics over (channels in group, reduced spatial axes).
+        reduced[1] = true;
+        1
+    } else {
+        reduced.iter().position(|&b| b).unwrap_or(r)
+    };
+    if reduced[first..].iter().any(|&b| !b) {
+        return Err(format!("normalization axes {axes:?} of rank {r} are not the trailing axes"));
+    }
+    let len: usize = if num_groups > 1 { x.shape[1..].iter().product::<usize>() / num_groups } else { x.shape[first..].iter().product() };
+    let rows = x.len().checked_div(len).unwrap_or(0);
+    let out = cx.gpu.empty(x.dtype, x.shape.clone()).map_err(|e| e.to_string())?;
+    let name = if rms { format!("rms_normalize_{suffix}") } else { format!("normalize_{suffix}") };
+    launch_rows(cx, &name, rows, &[Arg::I64(rows as i64), Arg::I64(len as i64), Arg::F32(epsilon), cx.arg(x), cx.arg(&out)])?;
+    let mut y = out;
+    if let Some(s) = scale {
+        y = pointwise::binary(cx, ElementwiseOp::Prod, &y, s, x.dtype, &x.shape)?;
+    }
+    if let Some(b) = bias {
+        y = pointwise::binary(cx, ElementwiseOp::Sum, &y, b, x.dtype, &x.shape)?;
+    }
+    Ok(y)
+}
+
+/// `softmax(scale · Q·Kᵀ + mask) · V` as two cuBLASLt products around a softmax.
+pub fn attention(cx: &Ctx, p: &AttentionParams, q: &DeviceTensor, k: &DeviceTensor, v: &DeviceTensor, mask: Option<&DeviceTensor>, out_shape: &[usize]) -> Result<DeviceTensor, String> {
+    let scale = if p.scale_multiplies { p.scale } else { 1.0 / p.scale };
+    let op_k = if p.key_transposed { MatrixOp::None } else { MatrixOp::Transpose };
+    let qs = &q.shape;
+    let ks = &k.shape;
+    if qs.len() < 2 || ks.len() < 2 {
+        return Err(format!("attention on {qs:?} and {ks:?}"));
+    }
+    let sk = if p.key_transposed { ks[ks.len() - 1] } else { ks[ks.len() - 2] };
+    let mut score_shape = broadcast_shape(&qs[..qs.len() - 2], &ks[..ks.len() - 2])?;
+    score_shape.extend([qs[qs.len() - 2], sk]);
+    let scores = matmul(cx, q, MatrixOp::None, k, op_k, scale, &score_shape)?;
+    let scores = match mask {
+        Some(m) if m.dtype == DataType::Bool => return Err("boolean attention masks are not supported on CUDA yet".into()),
+        Some(m) => pointwise::binary(cx, ElementwiseOp::Sum, &scores, m, scores.dtype, &broadcast_shape(&score_shape, &m.shape)?)?,
+        None => scores,
+    };
+    let last = scores.shape.len() - 1;
+    let probs = softmax(cx, &scores, last, 1.0)?;
+    matmul(cx, &probs, MatrixOp::None, v, MatrixOp::None, 1.0, out_shape)
+}

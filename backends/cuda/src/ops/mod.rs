@@ -1,0 +1,313 @@
+//! One layer on the device: the dispatch from a layer kind to its kernels, and which kinds
+//! and types have kernels at all (what `check_support` asks).
+
+pub mod compute;
+pub mod movement;
+pub mod pointwise;
+
+use crate::device::{Arg, DeviceTensor, Gpu, Layout};
+use kiln::ir::infer::OutFact;
+use kiln::ir::infer::{infer_layer, Fact};
+use kiln::{DataType, GatherMode, HostTensor, LayerKind, PostOp, ResizeMode, Shape};
+use std::cell::{Cell, RefCell};
+use std::sync::Arc;
+
+/// A tensor's value during a run: on the device, on the host (small shape tensors and the
+/// layers computing them run there, as TensorRT's shape tensors do), or both (constants).
+#[derive(Clone, Debug)]
+pub struct Value {
+    pub device: Option<DeviceTensor>,
+    pub host: Option<Arc<HostTensor>>,
+}
+
+impl Value {
+    pub fn device(t: DeviceTensor) -> Value {
+        Value { device: Some(t), host: None }
+    }
+
+    pub fn host(t: Arc<HostTensor>) -> Value {
+        Value { device: None, host: Some(t) }
+    }
+
+    pub fn meta(&self) -> (DataType, Vec<usize>) {
+        match (&self.device, &self.host) {
+            (Some(d), _) => (d.dtype, d.shape.clone()),
+            (None, Some(h)) => (h.dtype(), h.shape().to_vec()),
+            (None, None) => (DataType::F32, Vec::new()),
+        }
+    }
+}
+
+/// What one run's layers share: the device, the builder's choices, and the checks that kernels
+/// flag on the device (read back once at the end of the run instead of after each layer).
+#[derive(Debug)]
+pub struct Ctx<'a> {
+    pub gpu: &'a Gpu,
+    pub tf32: bool,
+    /// The cuBLASLt heuristic rank the builder chose for the layer being run (0: its best).
+    pub gemm_rank: Cell<usize>,
+    pub pending_checks: RefCell<Vec<(DeviceTensor, String)>>,
+}
+
+impl<'a> Ctx<'a> {
+    pub fn new(gpu: &'a Gpu, tf32: bool) -> Ctx<'a> {
+        Ctx { gpu, tf32, gemm_rank: Cell::new(0), pending_checks: RefCell::new(Vec::new()) }
+    }
+
+    pub fn arg(&self, t: &DeviceTensor) -> Arg {
+        Arg::Ptr(self.gpu.ptr(&t.buf))
+    }
+
+    pub fn launch_elements(&self, name: &str, n: usize, args: &[Arg]) -> Result<(), String> {
+        self.gpu.launch_elements(name, n, args).map_err(|e| e.to_string())
+    }
+
+    /// Remembers an i32 flag a kernel sets on bad input; [`Ctx::finish`] reads them all.
+    pub fn defer_check(&self, flag: DeviceTensor, message: String) {
+        self.pending_checks.borrow_mut().push((flag, message));
+    }
+
+    /// Reads back every deferred flag (synchronizes); the first one set is the error.
+    pub fn finish(&self) -> Result<(), String> {
+        for (flag, message) in self.pending_checks.borrow_mut().drain(..) {
+            let host = self.gpu.download(&flag).map_err(|e| e.to_string())?;
+            if host.to_i64_vec().is_some_and(|v| v.iter().any(|&x| x != 0)) {
+                return Err(message);
+            }
+        }
+        Ok(())
+    }
+
+    /// The value on the device (uploading a host value).
+    pub fn dev(&self, v: &Value) -> Result<DeviceTensor, String> {
+        match (&v.device, &v.host) {
+            (Some(d), _) => Ok(d.clone()),
+            (None, Some(h)) => self.gpu.upload(h).map_err(|e| e.to_string()),
+            (None, None) => Err("a value is neither on the device nor on the host".into()),
+        }
+    }
+
+    /// The value on the host (downloading a device value: synchronizes).
+    pub fn host(&self, v: &Value) -> Result<Arc<HostTensor>, String> {
+        match (&v.host, &v.device) {
+            (Some(h), _) => Ok(h.clone()),
+            (None, Some(d)) => self.gpu.download(d).map(Arc::new).map_err(|e| e.to_string()),
+            (None, None) => Err("a value is neither on the device nor on the host".into()),
+        }
+    }
+}
+
+/// Row-major element strides.
+pub fn contiguous_strides(shape: &[usize]) -> Vec<i64> {
+    let mut st = vec![1i64; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        st[d] = st[d + 1] * shape[d + 1] as i64;
+    }
+    st
+}
+
+/// Numpy broadcast of two shapes.
+pub fn broadcast_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
+    let r = a.len().max(b.len());
+    (0..r)
+        .map(|i| {
+            let x = if i + a.len() >= r { a[i + a.len() - r] } else { 1 };
+            let y = if i + b.len() >= r { b[i + b.len() - r] } else { 1 };
+            match (x, y) {
+                (x, y) if x == y => Ok(x),
+                (1, y) => Ok(y),
+                (x, 1) => Ok(x),
+                _ => Err(format!("shapes {a:?} and {b:?} do not broadcast")),
+            }
+        })
+        .collect()
+}
+
+/// Strides reading each operand broadcast onto `out` (0 on broadcast axes).
+pub fn broadcast_layout(out: &[usize], operands: &[&[usize]]) -> Result<Layout, String> {
+    if out.len() > 8 || operands.len() > 3 {
+        return Err(format!("rank {} is over the CUDA kernels' limit of 8", out.len()));
+    }
+    let mut l = Layout { rank: out.len() as i32, ..Layout::default() };
+    for (d, &n) in out.iter().enumerate() {
+        l.shape[d] = n as i64;
+    }
+    for (which, shape) in operands.iter().enumerate() {
+        if shape.len() > out.len() {
+            return Err(format!("{shape:?} does not broadcast onto {out:?}"));
+        }
+        let st = contiguous_strides(shape);
+        let lead = out.len() - shape.len();
+        for (i, &n) in shape.iter().enumerate() {
+            let d = lead + i;
+            l.stride[which][d] = if n == out[d] {
+                st[i]
+            } else if n == 1 {
+                0
+            } else {
+                return Err(format!("{shape:?} does not broadcast onto {out:?}"));
+            };
+        }
+    }
+    Ok(l)
+}
+
+/// Fills `out` with zeros.
+pub fn zeros(cx: &Ctx, out: DeviceTensor) -> Result<DeviceTensor, String> {
+    let bytes = crate::device::storage_size(out.dtype).map_err(|e| e.to_string())? * out.len();
+    let zero = cx.gpu.upload(&HostTensor::new(vec![bytes], kiln::TensorData::U8(vec![0; bytes])).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+    let mut dst = cx.gpu.alloc(bytes).map_err(|e| e.to_string())?;
+    cx.gpu.copy(&zero.buf, &mut dst, bytes).map_err(|e| e.to_string())?;
+    Ok(DeviceTensor { buf: Arc::new(dst), ..out })
+}
+
+/// Why `kind` with inputs of `input_types` has no device implementation, if it has none.
+pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_types: &[DataType]) -> Option<String> {
+    use LayerKind as K;
+    let t0 = input_types.first().copied().flatten();
+    let float_in = t0.is_some_and(|t| matches!(t, DataType::F32 | DataType::F16 | DataType::BF16));
+    let need_float = |what: &str| (!float_in).then(|| format!("{what} runs on f32, f16 and bf16 only, not {t0:?}"));
+    match kind {
+        K::Constant { .. } | K::Identity | K::Shape | K::Shuffle(_) | K::Concatenation { .. } | K::Slice | K::Expand => {
+            t0.and_then(|t| crate::device::storage_size(t).err()).map(|e| e.to_string())
+        }
+        K::Cast { to } => t0.and_then(|t| pointwise::cast_kernel(t, *to).is_none().then(|| format!("no CUDA cast from {t} to {to}"))),
+        K::Elementwise { op } => t0.and_then(|t| pointwise::binary_kernel(*op, t).err()),
+        K::Activation { .. } => need_float("Activation"),
+        K::Unary { op } => pointwise::unary_code(*op).is_none().then(|| format!("Unary {op:?} has no CUDA kernel")).or_else(|| need_float("Unary")),
+        K::MatrixMultiply { .. } | K::SoftMax { .. } | K::Normalization { .. } | K::RmsNormalization { .. } | K::Attention(_) => {
+            need_float(kind.type_name())
+        }
+        K::Reduce { .. } => need_float("Reduce"),
+        K::Convolution(p) if p.strides.len() <= 2 => need_float("Convolution"),
+        K::Pooling(p) if p.window.len() <= 2 => need_float("Pooling"),
+        K::Gather { mode: GatherMode::Default { .. } } => None,
+        K::Resize(p) if p.mode == ResizeMode::Nearest
+            && p.coordinate_transformation == kiln::CoordinateTransformation::Asymmetric
+            && p.nearest_rounding == kiln::NearestRounding::Floor => None,
+        K::Fused(p) => {
+            let anchor = p.anchor.kind();
+            unsupported(&anchor, &input_types[..p.anchor_inputs.min(input_types.len())], output_types).or_else(|| {
+                p.epilogue.iter().find_map(|post| match post {
+                    PostOp::Elementwise { op, .. } => pointwise::binary_kernel(*op, output_types.first().copied().unwrap_or(DataType::F32)).err(),
+                    PostOp::Unary(op) => pointwise::unary_code(*op).is_none().then(|| format!("Unary {op:?} has no CUDA kernel")),
+                    PostOp::Activation(_) => None,
+                })
+            })
+        }
+        other => Some(format!("{} has no CUDA kernel yet", other.type_name())),
+    }
+}
+
+/// Shape inference on concrete values: host values are known, device values only by type
+/// and shape (no device read).
+pub fn infer(kind: &LayerKind, inputs: &[Option<Value>]) -> Result<Vec<OutFact>, String> {
+    let metas: Vec<Option<(DataType, Shape)>> = inputs.iter().map(|v| v.as_ref().map(|v| { let (t, s) = v.meta(); (t, Shape::fixed(&s)) })).collect();
+    let facts: Vec<Option<Fact>> = inputs
+        .iter()
+        .zip(&metas)
+        .map(|(v, m)| v.as_ref().zip(m.as_ref()).map(|(v, (t, s))| Fact { dtype: *t, shape: s, value: v.host.as_deref() }))
+        .collect();
+    infer_layer(kind, &facts, &|_| None).map_err(|e| format!("shape inference: {}", e.rule))
+}
+
+/// Runs one device layer. `inputs` in slot order; `outs` is what shape inference expects.
+pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact]) -> Result<Vec<DeviceTensor>, String> {
+    use LayerKind as K;
+    let out_shape = |i: usize| -> Result<Vec<usize>, String> {
+        let f = outs.get(i).ok_or("shape inference gave no output")?;
+        f.shape.dims().iter().map(|d| d.fixed()).collect::<Option<Vec<usize>>>().ok_or_else(|| format!("output shape {} is not concrete", f.shape))
+    };
+    let dev = |slot: usize| -> Result<DeviceTensor, String> {
+        cx.dev(inputs.get(slot).and_then(Option::as_ref).ok_or_else(|| format!("input {slot} is missing"))?)
+    };
+    let opt_dev = |slot: usize| -> Result<Option<DeviceTensor>, String> { inputs.get(slot).and_then(Option::as_ref).map(|v| cx.dev(v)).transpose() };
+    let host = |slot: usize| -> Result<Option<Arc<HostTensor>>, String> { inputs.get(slot).and_then(Option::as_ref).map(|v| cx.host(v)).transpose() };
+    let out_dtype = |i: usize| outs.get(i).map_or(DataType::F32, |f| f.dtype);
+    let one = |t: DeviceTensor| Ok(vec![t]);
+    match kind {
+        K::Identity => one(dev(0)?),
+        K::Cast { to } => one(pointwise::cast(cx, &dev(0)?, *to)?),
+        K::Elementwise { op } => one(pointwise::binary(cx, *op, &dev(0)?, &dev(1)?, out_dtype(0), &out_shape(0)?)?),
+        K::Activation { kind } => one(pointwise::unary(cx, pointwise::activation_code(*kind), &dev(0)?, None)?),
+        K::Unary { op } => one(pointwise::unary(cx, pointwise::unary_code(*op).ok_or("no kernel")?, &dev(0)?, None)?),
+        K::Shuffle(p) => one(movement::shuffle(cx, p, &dev(0)?, &out_shape(0)?)?),
+        K::Slice => {
+            let b = [host(1)?, host(2)?, host(3)?, host(4)?];
+            one(movement::slice(cx, &dev(0)?, [b[0].as_deref(), b[1].as_deref(), b[2].as_deref(), b[3].as_deref()])?)
+        }
+        K::Expand => one(movement::expand(cx, &dev(0)?, &out_shape(0)?)?),
+        K::Concatenation { axis } => {
+            let parts = (0..inputs.len()).map(dev).collect::<Result<Vec<_>, _>>()?;
+            one(movement::concatenation(cx, &parts.iter().collect::<Vec<_>>(), *axis, &out_shape(0)?)?)
+        }
+        K::Gather { mode: GatherMode::Default { axis } } => one(movement::gather(cx, &dev(0)?, &dev(1)?, *axis, &out_shape(0)?)?),
+        K::Resize(_) => one(movement::resize_nearest(cx, &dev(0)?, &out_shape(0)?)?),
+        K::MatrixMultiply { op_a, op_b } => one(compute::matmul(cx, &dev(0)?, *op_a, &dev(1)?, *op_b, 1.0, &out_shape(0)?)?),
+        K::Convolution(p) => one(compute::convolution(cx, p, &dev(0)?, &dev(1)?, opt_dev(2)?.as_ref(), &out_shape(0)?)?),
+        K::Pooling(p) => one(compute::pooling(cx, p, &dev(0)?, &out_shape(0)?)?),
+        K::SoftMax { axis } => one(compute::softmax(cx, &dev(0)?, *axis, 1.0)?),
+        K::Reduce { op, axes, .. } => {
+            let axes = match host(1)? {
+                Some(t) => {
+                    let rank = dev(0)?.shape.len() as i64;
+                    t.to_i64_vec()
+                        .ok_or("reduce axes must be integers")?
+                        .into_iter()
+                        .map(|a| usize::try_from(if a < 0 { a + rank } else { a }).map_err(|_| format!("reduce axis {a}")))
+                        .collect::<Result<Vec<_>, _>>()?
+                }
+                None => axes.clone(),
+            };
+            one(compute::reduce(cx, *op, &dev(0)?, &axes, &out_shape(0)?)?)
+        }
+        K::Normalization { axes, epsilon, num_groups } => {
+            one(compute::normalization(cx, &dev(0)?, opt_dev(1)?.as_ref(), opt_dev(2)?.as_ref(), axes, *epsilon, *num_groups, false)?)
+        }
+        K::RmsNormalization { axes, epsilon } => one(compute::normalization(cx, &dev(0)?, opt_dev(1)?.as_ref(), None, axes, *epsilon, 1, true)?),
+        K::Attention(p) => one(compute::attention(cx, p, &dev(0)?, &dev(1)?, &dev(2)?, opt_dev(3)?.as_ref(), &out_shape(0)?)?),
+        K::Fused(p) => one(fused(cx, p, inputs, outs)?),
+        other => Err(format!("{} has no CUDA kernel yet", other.type_name())),
+    }
+}
+
+/// The anchor, then each epilogue step on the running value (unary steps in place).
+fn fused(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>], outs: &[OutFact]) -> Result<DeviceTensor, String> {
+    let anchor_inputs = inputs.get(..p.anchor_inputs).ok_or("fewer inputs than the anchor takes")?;
+    let anchor_kind = p.anchor.kind();
+    let anchor_outs = infer(&anchor_kind, anchor_inputs)?;
+    let (mut running, consumed) = match (&p.anchor, p.epilogue.first()) {
+        // A product then `+ bias` (then ReLU): cuBLASLt's epilogue, when the bias is one row.
+        (kiln::FusedAnchor::MatrixMultiply { op_a, op_b }, Some(PostOp::Elementwise { op: kiln::ElementwiseOp::Sum, operand, .. })) => {
+            let relu = matches!(p.epilogue.get(1), Some(PostOp::Activation(kiln::ActivationKind::Relu)));
+            let bias = cx.dev(inputs.get(*operand).and_then(Option::as_ref).ok_or_else(|| format!("operand {operand} is missing"))?)?;
+            let shape = anchor_outs.first().ok_or("no anchor output")?.shape.dims().iter().map(|d| d.fixed()).collect::<Option<Vec<_>>>().ok_or("the product's shape is not concrete")?;
+            let (a, b) = (cx.dev(anchor_inputs.first().and_then(Option::as_ref).ok_or("input 0 is missing")?)?, cx.dev(anchor_inputs.get(1).and_then(Option::as_ref).ok_or("input 1 is missing")?)?);
+            let (out, fused) = compute::matmul_epilogue(cx, &a, *op_a, &b, *op_b, 1.0, &shape, Some((&bias, relu)))?;
+            (out, if !fused { 0 } else if relu { 2 } else { 1 })
+        }
+        _ => (run(cx, &anchor_kind, anchor_inputs, &anchor_outs)?.into_iter().next().ok_or("the anchor gave no output")?, 0),
+    };
+    for post in &p.epilogue[consumed..] {
+        running = match *post {
+            PostOp::Activation(kind) => pointwise::unary(cx, pointwise::activation_code(kind), &running, Some(&running))?,
+            PostOp::Unary(op) => pointwise::unary(cx, pointwise::unary_code(op).ok_or("no kernel")?, &running, Some(&running))?,
+            PostOp::Elementwise { op, operand, running_first } => {
+                let other = cx.dev(inputs.get(operand).and_then(Option::as_ref).ok_or_else(|| format!("operand {operand} is missing"))?)?;
+                let shape = broadcast_shape(&running.shape, &other.shape)?;
+                let dtype = if op.is_comparison() { DataType::Bool } else { running.dtype };
+                if running_first {
+                    pointwise::binary(cx, op, &running, &other, dtype, &shape)?
+                } else {
+                    pointwise::binary(cx, op, &other, &running, dtype, &shape)?
+                }
+            }
+        };
+    }
+    if let Some(f) = outs.first() {
+        if f.dtype != running.dtype || f.shape.rank() != running.shape.len() {
+            return Err(format!("the epilogue produced {}{:?}, inference expects {}{}", running.dtype, running.shape, f.dtype, f.shape));
+        }
+    }
+    Ok(running)
+}

@@ -1,0 +1,161 @@
+//! Data movement: transposes and reshapes (Shuffle), Slice, Expand, Concatenation, Gather and
+//! nearest Resize, all through the strided-copy, gather and resize kernels.
+
+use super::{contiguous_strides, Ctx};
+use crate::device::{width_suffix, Arg, DeviceTensor, Layout};
+use kiln::ir::infer::resolve_slice;
+use kiln::{HostTensor, ShuffleParams};
+
+/// Copies `x` read through `(strides, offset)` (elements) over `shape` into a new contiguous tensor.
+pub fn gather_strided(cx: &Ctx, x: &DeviceTensor, shape: &[usize], strides: &[i64], offset: i64) -> Result<DeviceTensor, String> {
+    let out = cx.gpu.empty(x.dtype, shape.to_vec()).map_err(|e| e.to_string())?;
+    copy_into(cx, x, shape, strides, offset, &out, &contiguous_strides(shape), 0)?;
+    Ok(out)
+}
+
+/// `out[out_offset + Σ i·out_strides] = x[in_offset + Σ i·in_strides]` over `shape`.
+#[allow(clippy::too_many_arguments)]
+pub fn copy_into(
+    cx: &Ctx,
+    x: &DeviceTensor,
+    shape: &[usize],
+    in_strides: &[i64],
+    in_offset: i64,
+    out: &DeviceTensor,
+    out_strides: &[i64],
+    out_offset: i64,
+) -> Result<(), String> {
+    if shape.len() > 8 {
+        return Err(format!("rank {} is over the CUDA kernels' limit of 8", shape.len()));
+    }
+    let mut l = Layout { rank: shape.len() as i32, ..Layout::default() };
+    for (d, &n) in shape.iter().enumerate() {
+        l.shape[d] = n as i64;
+        l.stride[0][d] = in_strides[d];
+        l.stride[1][d] = out_strides[d];
+    }
+    l.offset = [in_offset, out_offset, 0];
+    let n: usize = shape.iter().product();
+    let name = format!("strided_copy_{}", width_suffix(x.dtype).map_err(|e| e.to_string())?);
+    cx.launch_elements(&name, n, &[Arg::I64(n as i64), Arg::Layout(l), cx.arg(x), cx.arg(out)])
+}
+
+/// Permutes `x`'s axes (`out dim i` = `in dim perm[i]`).
+pub fn transpose(cx: &Ctx, x: &DeviceTensor, perm: &[usize]) -> Result<DeviceTensor, String> {
+    if perm.iter().enumerate().all(|(i, &p)| i == p) {
+        return Ok(x.clone());
+    }
+    if perm.len() != x.shape.len() || perm.iter().any(|&p| p >= x.shape.len()) {
+        return Err(format!("permutation {perm:?} does not fit rank {}", x.shape.len()));
+    }
+    let st = contiguous_strides(&x.shape);
+    let shape: Vec<usize> = perm.iter().map(|&p| x.shape[p]).collect();
+    let strides: Vec<i64> = perm.iter().map(|&p| st[p]).collect();
+    gather_strided(cx, x, &shape, &strides, 0)
+}
+
+/// Shuffle: first transpose, reshape (free: the bytes stay), second transpose, ending at
+/// `out_shape` (what shape inference resolved).
+pub fn shuffle(cx: &Ctx, p: &ShuffleParams, x: &DeviceTensor, out_shape: &[usize]) -> Result<DeviceTensor, String> {
+    let first = transpose(cx, x, &p.first_transpose)?;
+    if p.second_transpose.is_empty() {
+        return Ok(first.reshaped(out_shape.to_vec()));
+    }
+    // The shape between reshape and second transpose: out[i] = mid[perm[i]].
+    let perm = &p.second_transpose;
+    if perm.len() != out_shape.len() {
+        return Err(format!("second transpose {perm:?} does not match rank {}", out_shape.len()));
+    }
+    let mut mid = vec![0usize; out_shape.len()];
+    for (i, &q) in perm.iter().enumerate() {
+        mid[q] = out_shape[i];
+    }
+    transpose(cx, &first.reshaped(mid), perm)
+}
+
+/// ONNX Slice with host-side bounds.
+pub fn slice(cx: &Ctx, x: &DeviceTensor, bounds: [Option<&HostTensor>; 4]) -> Result<DeviceTensor, String> {
+    let ints = |t: Option<&HostTensor>, what: &str| -> Result<Option<Vec<i64>>, String> {
+        t.map(|t| t.to_i64_vec().ok_or_else(|| format!("slice {what} must be integers"))).transpose()
+    };
+    let starts = ints(bounds[0], "starts")?.ok_or("slice starts are missing")?;
+    let ends = ints(bounds[1], "ends")?.ok_or("slice ends are missing")?;
+    let axes = ints(bounds[2], "axes")?;
+    let steps = ints(bounds[3], "steps")?;
+    let plan = resolve_slice(&x.shape, &starts, &ends, axes.as_deref(), steps.as_deref())?;
+    let st = contiguous_strides(&x.shape);
+    let shape: Vec<usize> = plan.iter().map(|a| a.len).collect();
+    let strides: Vec<i64> = plan.iter().zip(&st).map(|(a, &s)| a.step * s).collect();
+    let offset = if shape.contains(&0) { 0 } else { plan.iter().zip(&st).map(|(a, &s)| a.start * s).sum() };
+    gather_strided(cx, x, &shape, &strides, offset)
+}
+
+/// Numpy broadcast of `x` onto `out_shape`.
+pub fn expand(cx: &Ctx, x: &DeviceTensor, out_shape: &[usize]) -> Result<DeviceTensor, String> {
+    let l = super::broadcast_layout(out_shape, &[&x.shape])?;
+    gather_strided(cx, x, out_shape, &l.stride[0][..out_shape.len()], 0)
+}
+
+pub fn concatenation(cx: &Ctx, parts: &[&DeviceTensor], axis: usize, out_shape: &[usize]) -> Result<DeviceTensor, String> {
+    let first = parts.first().ok_or("concatenation of nothing")?;
+    let out = cx.gpu.empty(first.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    let out_strides = contiguous_strides(out_shape);
+    let mut at = 0i64;
+    for p in parts {
+        if p.shape.len() != out_shape.len() || axis >= out_shape.len() {
+            return Err(format!("part {:?} does not fit output {out_shape:?} on axis {axis}", p.shape));
+        }
+        copy_into(cx, p, &p.shape, &contiguous_strides(&p.shape), 0, &out, &out_strides, at * out_strides[axis])?;
+        at += p.shape[axis] as i64;
+    }
+    Ok(out)
+}
+
+/// ONNX Gather on `axis`; `indices` are uploaded (as i64) when they live on the host.
+pub fn gather(cx: &Ctx, data: &DeviceTensor, indices: &DeviceTensor, axis: usize, out_shape: &[usize]) -> Result<DeviceTensor, String> {
+    let idx = super::pointwise::cast(cx, indices, kiln::DataType::I64)?;
+    let outer: usize = data.shape[..axis].iter().product();
+    let inner: usize = data.shape[axis + 1..].iter().product();
+    let out = cx.gpu.empty(data.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    let flag = cx.gpu.upload(&HostTensor::new(vec![1], kiln::TensorData::I32(vec![0])).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+    let name = format!("gather_{}", width_suffix(data.dtype).map_err(|e| e.to_string())?);
+    let n = out.len();
+    cx.launch_elements(
+        &name,
+        n,
+        &[
+            Arg::I64(outer as i64),
+            Arg::I64(data.shape[axis] as i64),
+            Arg::I64(idx.len() as i64),
+            Arg::I64(inner as i64),
+            cx.arg(data),
+            cx.arg(&idx),
+            cx.arg(&out),
+            cx.arg(&flag),
+        ],
+    )?;
+    cx.defer_check(flag, format!("a Gather index is out of range for axis {axis} of length {}", data.shape[axis]));
+    Ok(out)
+}
+
+/// Nearest resize (asymmetric coordinates, floor rounding) onto `out_shape`.
+pub fn resize_nearest(cx: &Ctx, x: &DeviceTensor, out_shape: &[usize]) -> Result<DeviceTensor, String> {
+    if x.shape.len() != out_shape.len() || x.shape.len() > 8 {
+        return Err(format!("resize from {:?} to {out_shape:?}", x.shape));
+    }
+    let st = contiguous_strides(&x.shape);
+    let mut l = Layout { rank: out_shape.len() as i32, ..Layout::default() };
+    let mut scales = Vec::new();
+    for d in 0..out_shape.len() {
+        l.shape[d] = out_shape[d] as i64;
+        l.stride[0][d] = st[d];
+        l.stride[1][d] = x.shape[d] as i64;
+        scales.push(if x.shape[d] == 0 { 1.0 } else { out_shape[d] as f32 / x.shape[d] as f32 });
+    }
+    let scales = cx.gpu.upload(&HostTensor::from_f32(vec![scales.len()], scales).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+    let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    let n = out.len();
+    let name = format!("resize_nearest_{}", width_suffix(x.dtype).map_err(|e| e.to_string())?);
+    cx.launch_elements(&name, n, &[Arg::I64(n as i64), Arg::Layout(l), cx.arg(&scales), cx.arg(x), cx.arg(&out)])?;
+    Ok(out)
+}

@@ -1,0 +1,155 @@
+//! Elementwise binary ops (numpy broadcasting), activations, unary ops and casts.
+
+use super::{broadcast_layout, Ctx};
+use crate::device::{float_suffix, Arg, DeviceTensor};
+use kiln::{ActivationKind, DataType, ElementwiseOp, UnaryOp};
+
+/// The op code `binary_*` / `compare_*` / `logic_bool` take (the `OP_*` defines in elementwise.cu).
+fn binary_code(op: ElementwiseOp) -> Option<i32> {
+    use ElementwiseOp as E;
+    Some(match op {
+        E::Sum => 0,
+        E::Sub => 1,
+        E::Prod => 2,
+        E::Div => 3,
+        E::Pow => 4,
+        E::Max => 5,
+        E::Min => 6,
+        E::Equal => 7,
+        E::Greater => 8,
+        E::Less => 9,
+        E::GreaterOrEqual => 10,
+        E::LessOrEqual => 11,
+        E::And => 12,
+        E::Or => 13,
+        E::Xor => 14,
+        E::FloorDiv => 15,
+        E::Mod => 16,
+        E::Fmod => 17,
+        _ => return None,
+    })
+}
+
+/// The kernel for `op` on `dtype` operands, or why there is none.
+pub fn binary_kernel(op: ElementwiseOp, dtype: DataType) -> Result<(String, i32), String> {
+    let code = binary_code(op).ok_or_else(|| format!("{op:?} has no CUDA kernel"))?;
+    let name = if op.is_logical() {
+        (dtype == DataType::Bool).then(|| "logic_bool".to_string())
+    } else if op.is_comparison() {
+        match dtype {
+            DataType::F32 | DataType::F16 | DataType::BF16 | DataType::I32 | DataType::I64 => Some(format!("compare_{}", dtype.name())),
+            _ => None,
+        }
+    } else if dtype.is_float() {
+        float_suffix(dtype).ok().map(|s| format!("binary_{s}"))
+    } else if matches!(dtype, DataType::I32 | DataType::I64) && matches!(op, ElementwiseOp::Sum | ElementwiseOp::Sub | ElementwiseOp::Prod | ElementwiseOp::Max | ElementwiseOp::Min) {
+        Some(format!("binary_{}", dtype.name()))
+    } else {
+        None
+    };
+    name.map(|n| (n, code)).ok_or_else(|| format!("{op:?} on {dtype} has no CUDA kernel"))
+}
+
+/// `out = a op b`, broadcasting both onto `out_shape`; `out_dtype` is bool for comparisons.
+pub fn binary(cx: &Ctx, op: ElementwiseOp, a: &DeviceTensor, b: &DeviceTensor, out_dtype: DataType, out_shape: &[usize]) -> Result<DeviceTensor, String> {
+    let (name, code) = binary_kernel(op, a.dtype)?;
+    let out = cx.gpu.empty(out_dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    let layout = broadcast_layout(out_shape, &[&a.shape, &b.shape])?;
+    let n = out.len();
+    cx.launch_elements(&name, n, &[Arg::I32(code), Arg::I64(n as i64), Arg::Layout(layout), cx.arg(a), cx.arg(b), cx.arg(&out)])?;
+    Ok(out)
+}
+
+/// `(code, alpha, beta)` of an activation for `unary_*`.
+pub fn activation_code(kind: ActivationKind) -> (i32, f32, f32) {
+    use ActivationKind as A;
+    match kind {
+        A::Relu => (0, 0.0, 0.0),
+        A::Sigmoid => (1, 0.0, 0.0),
+        A::Tanh => (2, 0.0, 0.0),
+        A::LeakyRelu { alpha } => (3, alpha, 0.0),
+        A::Elu { alpha } => (4, alpha, 0.0),
+        A::Selu { alpha, gamma } => (5, alpha, gamma),
+        A::Softsign => (6, 0.0, 0.0),
+        A::Softplus => (7, 0.0, 0.0),
+        A::Clip { min, max } => (8, min, max),
+        A::HardSigmoid { alpha, beta } => (9, alpha, beta),
+        A::HardSwish => (10, 0.0, 0.0),
+        A::ScaledTanh { alpha, beta } => (11, alpha, beta),
+        A::ThresholdedRelu { alpha } => (12, alpha, 0.0),
+        A::GeluErf => (13, 0.0, 0.0),
+        A::GeluTanh => (14, 0.0, 0.0),
+        A::Celu { alpha } => (15, alpha, 0.0),
+        A::Mish => (16, 0.0, 0.0),
+        A::Swish => (17, 0.0, 0.0),
+    }
+}
+
+/// `(code, alpha, beta)` of a float unary op for `unary_*`, if it has one.
+pub fn unary_code(op: UnaryOp) -> Option<(i32, f32, f32)> {
+    use UnaryOp as U;
+    let code = match op {
+        U::Exp => 32,
+        U::Log => 33,
+        U::Sqrt => 34,
+        U::Recip => 35,
+        U::Abs => 36,
+        U::Neg => 37,
+        U::Sin => 38,
+        U::Cos => 39,
+        U::Tan => 40,
+        U::Sinh => 41,
+        U::Cosh => 42,
+        U::Asin => 43,
+        U::Acos => 44,
+        U::Atan => 45,
+        U::Asinh => 46,
+        U::Acosh => 47,
+        U::Atanh => 48,
+        U::Ceil => 49,
+        U::Floor => 50,
+        U::Round => 51,
+        U::Erf => 52,
+        U::Sign => 53,
+        U::Not | U::IsNan | U::IsInf { .. } => return None,
+    };
+    Some((code, 0.0, 0.0))
+}
+
+/// A float unary kernel (`code` from [`activation_code`] / [`unary_code`]) into a new tensor,
+/// or in place when `out` is `x` itself (the fused epilogue's running value).
+pub fn unary(cx: &Ctx, (code, alpha, beta): (i32, f32, f32), x: &DeviceTensor, out: Option<&DeviceTensor>) -> Result<DeviceTensor, String> {
+    let suffix = float_suffix(x.dtype).map_err(|e| e.to_string())?;
+    let out = match out {
+        Some(o) => o.clone(),
+        None => cx.gpu.empty(x.dtype, x.shape.clone()).map_err(|e| e.to_string())?,
+    };
+    let n = x.len();
+    cx.launch_elements(&format!("unary_{suffix}"), n, &[Arg::I32(code), Arg::F32(alpha), Arg::F32(beta), Arg::I64(n as i64), cx.arg(x), cx.arg(&out)])?;
+    Ok(out)
+}
+
+/// The cast kernel's name for a pair of types, if kiln has one.
+pub fn cast_kernel(from: DataType, to: DataType) -> Option<String> {
+    use DataType as D;
+    let floats = [D::F32, D::F16, D::BF16];
+    let name = |t: DataType| if t == D::Bool { "bool" } else { t.name() };
+    let ok = match (from, to) {
+        (D::I64, D::I32) | (D::I32, D::I64) => true,
+        (f, t) if floats.contains(&t) || t == D::Bool => floats.contains(&f) || matches!(f, D::I32 | D::I64 | D::I8 | D::U8 | D::Bool),
+        (f, D::I32 | D::I64 | D::I8 | D::U8) => floats.contains(&f) || f == D::Bool,
+        _ => false,
+    };
+    ok.then(|| format!("cast_{}_{}", name(from), name(to)))
+}
+
+pub fn cast(cx: &Ctx, x: &DeviceTensor, to: DataType) -> Result<DeviceTensor, String> {
+    if x.dtype == to {
+        return Ok(x.clone());
+    }
+    let name = cast_kernel(x.dtype, to).ok_or_else(|| format!("no CUDA cast from {} to {to}", x.dtype))?;
+    let out = cx.gpu.empty(to, x.shape.clone()).map_err(|e| e.to_string())?;
+    let n = x.len();
+    cx.launch_elements(&name, n, &[Arg::I64(n as i64), cx.arg(x), cx.arg(&out)])?;
+    Ok(out)
+}

@@ -1,0 +1,110 @@
+//! Tactics: the first few algorithms cuBLASLt's heuristic ranks for a matrix product (plain or
+//! heading a fused layer), timed by the builder on the device; one default tactic elsewhere.
+
+use crate::blas::RANKED_ALGORITHMS;
+use crate::exec::CudaExecutable;
+use kiln::tactics::{TacticDesc, TacticId};
+use kiln::{BackendError, DataType, FusedAnchor, HostTensor, LayerId, LayerKind, Network, Shape, TensorData, TensorFormat};
+use std::time::Duration;
+
+/// What the tactic ids hash besides their names: the product path's source, so an edited
+/// path never reuses a stale timing.
+const GEMM_SOURCE: &str = concat!(include_str!("blas.rs"), include_str!("ops/compute.rs"));
+
+fn tactic_name(rank: usize) -> String {
+    format!("gemm_cublaslt_heuristic{rank}")
+}
+
+/// Whether `layer` is a float matrix product with fixed shapes (what can be timed).
+fn is_gemm(network: &Network, layer: LayerId) -> bool {
+    let l = network.layer(layer);
+    let gemm = matches!(&l.kind, LayerKind::MatrixMultiply { .. })
+        || matches!(&l.kind, LayerKind::Fused(p) if matches!(p.anchor, FusedAnchor::MatrixMultiply { .. }));
+    let float = l.inputs.first().copied().flatten().is_some_and(|t| network.tensor(t).dtype.is_float());
+    let fixed = l.inputs.iter().flatten().all(|&t| network.tensor(t).shape.dims().iter().all(|d| d.fixed().is_some()));
+    gemm && float && fixed
+}
+
+pub fn tactics(network: &Network, layer: LayerId) -> Vec<TacticDesc> {
+    if !is_gemm(network, layer) {
+        return vec![TacticDesc::default_for("cuda")];
+    }
+    (0..RANKED_ALGORITHMS)
+        .map(|rank| TacticDesc {
+            id: TacticId::new("cuda", &tactic_name(rank), GEMM_SOURCE.as_bytes()),
+            workspace_bytes: 32 << 20,
+            formats: vec![TensorFormat::Linear],
+            dtypes: vec![DataType::F32, DataType::F16, DataType::BF16],
+        })
+        .collect()
+}
+
+/// The heuristic rank a recorded tactic selects; unknown or absent ids run rank 0.
+pub fn rank_of(network: &Network, layer: LayerId, tactic: Option<&TacticId>) -> usize {
+    match tactic {
+        Some(t) if is_gemm(network, layer) => {
+            (0..RANKED_ALGORITHMS).find(|&r| TacticId::new("cuda", &tactic_name(r), GEMM_SOURCE.as_bytes()) == *t).unwrap_or(0)
+        }
+        _ => 0,
+    }
+}
+
+/// Values in [-1, 1): timing needs realistic data, not zeros.
+fn random_tensor(dtype: DataType, dims: &[usize], seed: &mut u64) -> Result<HostTensor, String> {
+    let len: usize = dims.iter().product();
+    let mut next = || {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        (*seed >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    };
+    let values: Vec<f32> = (0..len).map(|_| next()).collect();
+    let data = match dtype {
+        DataType::F32 => TensorData::F32(values),
+        DataType::F16 => TensorData::F16(values.into_iter().map(half::f16::from_f32).collect()),
+        DataType::BF16 => TensorData::BF16(values.into_iter().map(half::bf16::from_f32).collect()),
+        other => return Err(format!("cannot time a product on {other} inputs")),
+    };
+    HostTensor::new(dims.to_vec(), data).map_err(|e| e.to_string())
+}
+
+/// The median device time (CUDA events) of `repetitions` runs of `layer` alone with `tactic`,
+/// on random inputs of its shapes, after a warm-up.
+pub fn time_tactic(
+    backend: &crate::CudaBackend,
+    network: &Network,
+    layer: LayerId,
+    tactic: &TacticDesc,
+    repetitions: usize,
+) -> Result<Duration, BackendError> {
+    let l = network.layer(layer);
+    let fail = |reason: String| BackendError::Execution { layer: l.name.clone(), reason };
+    // The layer alone, every input a network input.
+    let mut alone = Network::new("tactic");
+    let mut slots = Vec::new();
+    let mut feeds = Vec::new();
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    for (i, slot) in l.inputs.iter().enumerate() {
+        slots.push(match slot {
+            None => None,
+            Some(t) => {
+                let desc = network.tensor(*t);
+                let dims: Vec<usize> = desc.shape.dims().iter().map(|d| d.fixed().ok_or("a dynamic dim cannot be timed")).collect::<Result<_, _>>().map_err(|e| fail(e.into()))?;
+                feeds.push(random_tensor(desc.dtype, &dims, &mut seed).map_err(&fail)?);
+                Some(alone.add_input(&format!("in{i}"), desc.dtype, Shape::fixed(&dims)).map_err(|e| fail(e.to_string()))?)
+            }
+        });
+    }
+    let id = alone.add_layer(&l.name, l.kind.clone(), slots).map_err(|e| fail(e.to_string()))?;
+    for t in alone.layer(id).outputs.clone() {
+        alone.mark_output(t).map_err(|e| fail(e.to_string()))?;
+    }
+    let rank = rank_of(network, layer, Some(&tactic.id));
+    let exe = CudaExecutable::new(alone, backend.gpu()?, backend.tf32())?.with_gemm_ranks(vec![rank]);
+    let gpu = exe.gpu().clone();
+    let inputs = feeds.iter().map(|t| gpu.upload(t)).collect::<Result<Vec<_>, _>>().map_err(|e| fail(e.to_string()))?;
+    let times = gpu
+        .time_ms(repetitions.max(1), || exe.execute_device(&inputs).map(drop).map_err(|e| e.to_string()))
+        .map_err(&fail)?;
+    Ok(Duration::from_secs_f64(f64::from(times[times.len() / 2]) * 1e-3))
+}

@@ -1,0 +1,9 @@
+//! kiln-cuda against the cpu oracle on a real device. Every test prints "SKIPPED: …" and
+//! returns where no CUDA driver or device exists (CI), and fails instead with
+//! `KILN_REQUIRE_CUDA=1` (the GPU machine).
+
+mod bench;
+mod common;
+mod device;
+mod layers;
+mod models;

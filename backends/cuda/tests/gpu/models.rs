@@ -1,0 +1,132 @@
+//! The PyTorch-exported models of `tests/data/pytorch/` built for cuda (through the builder
+//! and its passes: Fused and Attention layers) against PyTorch's outputs stored beside them.
+
+use crate::common::{backend, worst_error};
+use kiln::HostTensor;
+use npyz::npz::NpzArchive;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// The repository root: `KILN_REPO` on the GPU machine, else this checkout.
+fn repo() -> PathBuf {
+    std::env::var_os("KILN_REPO").map(PathBuf::from).unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
+}
+
+fn read_npz(path: &Path) -> HashMap<String, HostTensor> {
+    let mut archive = NpzArchive::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    let names: Vec<String> = archive.array_names().map(str::to_string).collect();
+    names
+        .into_iter()
+        .map(|name| {
+            let npy = archive.by_name(&name).expect("read array").expect("array exists");
+            let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
+            let data = match npy.dtype().descr().trim_matches('\'') {
+                "<f4" => kiln::TensorData::F32(npy.into_vec::<f32>().expect("f32 data")),
+                "<i8" => kiln::TensorData::I64(npy.into_vec::<i64>().expect("i64 data")),
+                other => panic!("{name}: unexpected dtype {other}"),
+            };
+            (name, HostTensor::new(shape, data).expect("shape matches"))
+        })
+        .collect()
+}
+
+/// The model built with every float layer constrained to `precision` (f16/bf16 kernels and
+/// cuBLASLt's 16-bit tensor-core products): within `tolerance` of PyTorch's f32 outputs, and
+/// not identical to kiln's own f32 run (something was reduced).
+fn check_reduced(name: &str, precision: kiln::DataType, tolerance: f64) {
+    let Some(cuda) = backend() else { return };
+    let dir = repo().join("tests/data/pytorch");
+    let mut net = kiln_onnx::import_file(&dir.join(format!("{name}.onnx"))).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let mut arrays = read_npz(&dir.join(format!("{name}.npz")));
+    let input_names: Vec<String> = net.inputs().iter().map(|&t| net.tensor(t).name.clone()).collect();
+    let inputs: HashMap<String, HostTensor> = input_names.iter().map(|n| (n.clone(), arrays.remove(n).expect("input"))).collect();
+    let run = |engine| kiln::ExecutionContext::new(engine, cuda).expect("prepare").run(&inputs).expect("run");
+    let full = run(kiln::Builder::new(cuda).build(&net, &kiln::BuilderConfig::default()).expect("f32 build"));
+    for i in 0..net.layers().len() {
+        if kiln::precision::is_float_compute(&net.layers()[i].kind) {
+            net.set_layer_precision(kiln::LayerId(i), precision).unwrap();
+        }
+    }
+    let mut config = kiln::BuilderConfig::default();
+    config.set_flag(if precision == kiln::DataType::F16 { kiln::BuilderFlag::Fp16 } else { kiln::BuilderFlag::Bf16 });
+    config.set_flag(kiln::BuilderFlag::PreferPrecisionConstraints);
+    let out = kiln::Builder::new(cuda).build_with_report(&net, &config).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let reduced_layers = out.log.iter().filter(|l| l.ends_with(&format!("computes in {precision}"))).count();
+    assert!(reduced_layers > 0, "{name}: no layer runs in {precision}");
+    let reduced = run(out.engine);
+    for (output, want) in &arrays {
+        let got = &reduced[output];
+        assert_eq!(got.shape(), want.shape(), "{name}/{output}");
+        let worst = worst_error(got, want);
+        eprintln!("{name}/{output} in {precision}: worst relative error vs PyTorch f32 {worst:.2e} ({reduced_layers} layers reduced)");
+        assert!(worst < tolerance, "{name}/{output}: {precision} relative error {worst}");
+        assert!(worst_error(got, &full[output]) > 0.0, "{name}/{output}: identical to f32, nothing was reduced");
+    }
+}
+
+#[test]
+fn cnn_torchscript_in_f16() {
+    check_reduced("cnn_torchscript", kiln::DataType::F16, 1e-3);
+}
+
+#[test]
+fn cnn_dynamo_in_bf16() {
+    check_reduced("cnn_dynamo", kiln::DataType::BF16, 1e-2);
+}
+
+#[test]
+fn bert_torchscript_in_f16() {
+    check_reduced("bert_torchscript", kiln::DataType::F16, 1e-2);
+}
+
+#[test]
+fn bert_dynamo_in_bf16() {
+    check_reduced("bert_dynamo", kiln::DataType::BF16, 3e-2);
+}
+
+fn check_model(name: &str) {
+    let Some(cuda) = backend() else { return };
+    let dir = repo().join("tests/data/pytorch");
+    let net = kiln_onnx::import_file(&dir.join(format!("{name}.onnx"))).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let mut arrays = read_npz(&dir.join(format!("{name}.npz")));
+    let input_names: Vec<String> = net.inputs().iter().map(|&t| net.tensor(t).name.clone()).collect();
+    let inputs: HashMap<String, HostTensor> =
+        input_names.iter().map(|n| (n.clone(), arrays.remove(n).unwrap_or_else(|| panic!("{name}: no input {n}")))).collect();
+    let engine = kiln::Builder::new(cuda).build(&net, &kiln::BuilderConfig::default()).unwrap_or_else(|e| panic!("{name}: build failed: {e}"));
+    let ctx = kiln::ExecutionContext::new(engine, cuda).expect("prepare");
+    let started = std::time::Instant::now();
+    let outputs = ctx.run(&inputs).unwrap_or_else(|e| panic!("{name}: run failed: {e}"));
+    let first = started.elapsed();
+    let started = std::time::Instant::now();
+    let again = ctx.run(&inputs).unwrap_or_else(|e| panic!("{name}: second run failed: {e}"));
+    let second = started.elapsed();
+    assert!(!arrays.is_empty(), "{name}: no expected outputs");
+    for (output, want) in arrays {
+        let got = outputs.get(&output).unwrap_or_else(|| panic!("{name}: no output `{output}`"));
+        assert_eq!(got.shape(), want.shape(), "{name}/{output}");
+        let worst = worst_error(got, &want);
+        eprintln!("{name}/{output}: worst relative error vs PyTorch {worst:.2e}; run {first:?} (first), {second:?} (second, host-timed)");
+        assert!(worst < 1e-4, "{name}/{output}: relative error {worst}");
+        assert_eq!(again.get(&output), Some(got), "{name}/{output}: a second run differs");
+    }
+}
+
+#[test]
+fn cnn_torchscript() {
+    check_model("cnn_torchscript");
+}
+
+#[test]
+fn cnn_dynamo() {
+    check_model("cnn_dynamo");
+}
+
+#[test]
+fn bert_torchscript() {
+    check_model("bert_torchscript");
+}
+
+#[test]
+fn bert_dynamo() {
+    check_model("bert_dynamo");
+}

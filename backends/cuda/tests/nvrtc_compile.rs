@@ -1,0 +1,60 @@
+//! Compiles every kernel source for sm_80 and sm_90 with NVRTC (no GPU needed). Where NVRTC is
+//! missing the test skips with a message, unless `KILN_REQUIRE_NVRTC=1` (CI sets it) makes
+//! that a failure.
+
+use kiln_cuda::kernels::{cast_kernel, expected_kernels, Source};
+use kiln_cuda::probe;
+
+fn nvrtc_or_skip() -> bool {
+    match probe::libraries().nvrtc_ready() {
+        Ok(()) => true,
+        Err(reason) => {
+            if std::env::var("KILN_REQUIRE_NVRTC").as_deref() == Ok("1") {
+                panic!("KILN_REQUIRE_NVRTC=1 but NVRTC is missing: {reason}");
+            }
+            eprintln!("SKIPPED: no NVRTC: {reason}");
+            false
+        }
+    }
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    // A kernel's symbol is NUL-terminated in the CUBIN's string table.
+    let mut n = needle.as_bytes().to_vec();
+    n.push(0);
+    haystack.windows(n.len()).any(|w| w == n.as_slice())
+}
+
+#[test]
+fn every_kernel_compiles_to_cubin_for_sm80_and_sm90() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    for arch in ["sm_80", "sm_90"] {
+        let images: Vec<(Source, Vec<u8>)> = Source::ALL
+            .iter()
+            .map(|&s| (s, s.compile(arch).unwrap_or_else(|e| panic!("{e}"))))
+            .collect();
+        for (_, image) in &images {
+            assert_eq!(&image[..4], b"\x7fELF", "{arch}: NVRTC returned something other than a CUBIN (ELF)");
+        }
+        let mut names = expected_kernels();
+        names.extend([cast_kernel("i64", "f32"), cast_kernel("f32", "f16"), cast_kernel("bf16", "i64"), cast_kernel("bool", "f32")]);
+        for name in names {
+            let source = Source::of_kernel(&name).unwrap_or_else(|| panic!("no source claims kernel `{name}`"));
+            let image = &images.iter().find(|(s, _)| *s == source).expect("compiled above").1;
+            assert!(contains(image, &name), "{arch}: kernel `{name}` is not in {}", source.file_name());
+        }
+    }
+}
+
+#[test]
+fn a_broken_kernel_reports_nvrtc_log() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let err = kiln_cuda::nvrtc::compile_cubin("broken.cu", "extern \"C\" __global__ void k() { undefined_name = 1; }", &[], "sm_90")
+        .expect_err("an undefined identifier must not compile");
+    let text = err.to_string();
+    assert!(text.contains("broken.cu") && text.contains("undefined_name"), "the error should carry NVRTC's log: {text}");
+}

@@ -1,0 +1,44 @@
+// Shared helpers for kiln's NVRTC-compiled kernels: float conversion of the storage types and
+// the strided-index layout every data-movement kernel takes by value.
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+#define KILN_MAX_RANK 8
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+
+typedef long long i64;
+typedef unsigned long long u64;
+
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T> __device__ __forceinline__ T from_f(float x);
+template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// Output shape and, per operand, element strides (0 on broadcast axes); rank <= KILN_MAX_RANK.
+struct Layout {
+    i64 shape[KILN_MAX_RANK];
+    i64 stride[3][KILN_MAX_RANK];
+    i64 offset[3];
+    int rank;
+};
+
+// The element offset of output element `i` in operand `which`.
+__device__ __forceinline__ i64 operand_offset(const Layout& l, int which, i64 i) {
+    i64 off = l.offset[which];
+    for (int d = l.rank - 1; d >= 0; --d) {
+        i64 n = l.shape[d];
+        i64 idx = i % n;
+        i /= n;
+        off += idx * l.stride[which][d];
+    }
+    return off;
+}
+
+#define KILN_GRID_LOOP(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)

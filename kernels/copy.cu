@@ -1,0 +1,96 @@
+// Data movement by element width (u8/u16/u32/u64 = 1/2/4/8 bytes): strided copies (transpose,
+// slice, expand, concatenation), gathers, nearest resize; and dtype casts.
+#include "common.cuh"
+
+// out[layout operand 1 offset of i] = in[layout operand 0 offset of i] for every index i of shape.
+template <typename T>
+__device__ void strided_copy(i64 n, Layout l, const T* in, T* out) {
+    KILN_GRID_LOOP(i, n) { out[operand_offset(l, 1, i)] = in[operand_offset(l, 0, i)]; }
+}
+
+// ONNX Gather on one axis: data viewed as [outer, axis_len, inner], indices (i64, may be
+// negative) of count n_idx; out is [outer, n_idx, inner]. An index out of range writes 0 and
+// raises *error (checked by the host after the layer).
+template <typename T>
+__device__ void gather(i64 outer, i64 axis_len, i64 n_idx, i64 inner, const T* data, const i64* idx, T* out, int* error) {
+    i64 n = outer * n_idx * inner;
+    KILN_GRID_LOOP(i, n) {
+        i64 c = i % inner;
+        i64 j = (i / inner) % n_idx;
+        i64 o = i / (inner * n_idx);
+        i64 k = idx[j];
+        if (k < 0) k += axis_len;
+        if (k < 0 || k >= axis_len) { out[i] = T(0); atomicExch(error, 1); continue; }
+        out[i] = data[(o * axis_len + k) * inner + c];
+    }
+}
+
+// Nearest resize, asymmetric coordinates, floor rounding: in_d = min(floor(out_d / scale_d), in_len_d - 1).
+// Layout: shape = output shape, stride[0] = input strides, stride[1][d] = input dim length.
+template <typename T>
+__device__ void resize_nearest(i64 n, Layout l, const float* scales, const T* in, T* out) {
+    KILN_GRID_LOOP(i, n) {
+        i64 rem = i, off = 0;
+        for (int d = l.rank - 1; d >= 0; --d) {
+            i64 o = rem % l.shape[d];
+            rem /= l.shape[d];
+            i64 s = (i64)floorf((float)o / scales[d]);
+            if (s > l.stride[1][d] - 1) s = l.stride[1][d] - 1;
+            off += s * l.stride[0][d];
+        }
+        out[i] = in[off];
+    }
+}
+
+#define MOVE_KERNELS(suffix, T) \
+    extern "C" __global__ void strided_copy_##suffix(i64 n, Layout l, const T* in, T* out) { strided_copy(n, l, in, out); } \
+    extern "C" __global__ void gather_##suffix(i64 outer, i64 axis_len, i64 n_idx, i64 inner, const T* d, const i64* idx, T* o, int* e) { gather(outer, axis_len, n_idx, inner, d, idx, o, e); } \
+    extern "C" __global__ void resize_nearest_##suffix(i64 n, Layout l, const float* s, const T* in, T* out) { resize_nearest(n, l, s, in, out); }
+
+MOVE_KERNELS(u8, unsigned char)
+MOVE_KERNELS(u16, unsigned short)
+MOVE_KERNELS(u32, unsigned int)
+MOVE_KERNELS(u64, u64)
+
+// Casts go through double for integers (exact for i32, and i64 up to 2^53) and float for floats.
+__device__ __forceinline__ double load_d(float x) { return x; }
+__device__ __forceinline__ double load_d(__half x) { return __half2float(x); }
+__device__ __forceinline__ double load_d(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ double load_d(int x) { return x; }
+__device__ __forceinline__ double load_d(i64 x) { return (double)x; }
+__device__ __forceinline__ double load_d(signed char x) { return x; }
+__device__ __forceinline__ double load_d(unsigned char x) { return x; }
+
+template <typename T> __device__ __forceinline__ T store_d(double x);
+template <> __device__ __forceinline__ float store_d<float>(double x) { return (float)x; }
+template <> __device__ __forceinline__ __half store_d<__half>(double x) { return __float2half_rn((float)x); }
+template <> __device__ __forceinline__ __nv_bfloat16 store_d<__nv_bfloat16>(double x) { return __float2bfloat16_rn((float)x); }
+// Float to integer truncates toward zero and saturates; NaN gives 0.
+template <> __device__ __forceinline__ int store_d<int>(double x) { return x != x ? 0 : x >= 2147483647.0 ? 2147483647 : x <= -2147483648.0 ? (-2147483647 - 1) : (int)x; }
+template <> __device__ __forceinline__ i64 store_d<i64>(double x) { return x != x ? 0 : x >= 9.2233720368547758e18 ? 0x7fffffffffffffffLL : x <= -9.2233720368547758e18 ? (-0x7fffffffffffffffLL - 1) : (i64)x; }
+template <> __device__ __forceinline__ signed char store_d<signed char>(double x) { return x != x ? 0 : x >= 127.0 ? 127 : x <= -128.0 ? -128 : (signed char)x; }
+template <> __device__ __forceinline__ unsigned char store_d<unsigned char>(double x) { return x != x ? 0 : x >= 255.0 ? 255 : x <= 0.0 ? 0 : (unsigned char)x; }
+
+template <typename A, typename B>
+__device__ void cast(i64 n, const A* x, B* y) {
+    KILN_GRID_LOOP(i, n) { y[i] = store_d<B>(load_d(x[i])); }
+}
+// To bool: nonzero is true (NaN too).
+template <typename A>
+__device__ void cast_to_bool(i64 n, const A* x, unsigned char* y) {
+    KILN_GRID_LOOP(i, n) { double v = load_d(x[i]); y[i] = v != 0.0; }
+}
+// i64 to i32 wraps (two's complement), as the cpu oracle does.
+extern "C" __global__ void cast_i64_i32(i64 n, const i64* x, int* y) { KILN_GRID_LOOP(i, n) { y[i] = (int)(unsigned int)(u64)x[i]; } }
+extern "C" __global__ void cast_i32_i64(i64 n, const int* x, i64* y) { KILN_GRID_LOOP(i, n) { y[i] = x[i]; } }
+
+#define CAST(a, A, b, B) extern "C" __global__ void cast_##a##_##b(i64 n, const A* x, B* y) { cast(n, x, y); }
+#define CAST_FROM(a, A) \
+    CAST(a, A, f32, float) CAST(a, A, f16, __half) CAST(a, A, bf16, __nv_bfloat16) \
+    extern "C" __global__ void cast_##a##_bool(i64 n, const A* x, unsigned char* y) { cast_to_bool(n, x, y); }
+#define CAST_TO_INT(a, A) CAST(a, A, i32, int) CAST(a, A, i64, i64) CAST(a, A, i8, signed char) CAST(a, A, u8, unsigned char)
+
+CAST_FROM(f32, float) CAST_FROM(f16, __half) CAST_FROM(bf16, __nv_bfloat16)
+CAST_FROM(i32, int) CAST_FROM(i64, i64) CAST_FROM(i8, signed char) CAST_FROM(u8, unsigned char) CAST_FROM(bool, unsigned char)
+CAST_TO_INT(f32, float) CAST_TO_INT(f16, __half) CAST_TO_INT(bf16, __nv_bfloat16)
+CAST_TO_INT(bool, unsigned char)

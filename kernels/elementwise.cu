@@ -1,0 +1,172 @@
+// Elementwise binary ops with numpy broadcasting, unary ops and activations. The op is a
+// run-time code (kiln-cuda's ops::elementwise numbers them) so one kernel per dtype serves all.
+#include "common.cuh"
+
+// Binary op codes: must match kiln-cuda's BinaryCode.
+#define OP_ADD 0
+#define OP_SUB 1
+#define OP_MUL 2
+#define OP_DIV 3
+#define OP_POW 4
+#define OP_MAX 5
+#define OP_MIN 6
+#define OP_EQ 7
+#define OP_GT 8
+#define OP_LT 9
+#define OP_GE 10
+#define OP_LE 11
+#define OP_AND 12
+#define OP_OR 13
+#define OP_XOR 14
+#define OP_FLOORDIV 15
+#define OP_MOD 16
+#define OP_FMOD 17
+
+__device__ __forceinline__ float binary_float(int op, float a, float b) {
+    switch (op) {
+    case OP_ADD: return a + b;
+    case OP_SUB: return a - b;
+    case OP_MUL: return a * b;
+    case OP_DIV: return a / b;
+    case OP_POW: return powf(a, b);
+    case OP_MAX: return (a != a || b != b) ? __int_as_float(0x7fc00000) : fmaxf(a, b);
+    case OP_MIN: return (a != a || b != b) ? __int_as_float(0x7fc00000) : fminf(a, b);
+    case OP_FLOORDIV: return floorf(a / b);
+    case OP_MOD: { float r = fmodf(a, b); return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r; }
+    case OP_FMOD: return fmodf(a, b);
+    default: return 0.0f;
+    }
+}
+
+__device__ __forceinline__ bool compare_float(int op, float a, float b) {
+    switch (op) {
+    case OP_EQ: return a == b;
+    case OP_GT: return a > b;
+    case OP_LT: return a < b;
+    case OP_GE: return a >= b;
+    case OP_LE: return a <= b;
+    default: return false;
+    }
+}
+
+template <typename T>
+__device__ void binary(int op, i64 n, Layout l, const T* a, const T* b, T* out) {
+    KILN_GRID_LOOP(i, n) {
+        float x = to_f(a[operand_offset(l, 0, i)]);
+        float y = to_f(b[operand_offset(l, 1, i)]);
+        out[i] = from_f<T>(binary_float(op, x, y));
+    }
+}
+
+template <typename T>
+__device__ void compare(int op, i64 n, Layout l, const T* a, const T* b, unsigned char* out) {
+    KILN_GRID_LOOP(i, n) {
+        float x = to_f(a[operand_offset(l, 0, i)]);
+        float y = to_f(b[operand_offset(l, 1, i)]);
+        out[i] = compare_float(op, x, y);
+    }
+}
+
+// Integer arithmetic wraps (two's complement), as kiln's cpu oracle does.
+template <typename T>
+__device__ __forceinline__ T binary_int(int op, T a, T b) {
+    typedef unsigned long long U;
+    switch (op) {
+    case OP_ADD: return (T)((U)a + (U)b);
+    case OP_SUB: return (T)((U)a - (U)b);
+    case OP_MUL: return (T)((U)a * (U)b);
+    case OP_MAX: return a > b ? a : b;
+    case OP_MIN: return a < b ? a : b;
+    default: return 0;
+    }
+}
+
+template <typename T>
+__device__ void binary_integer(int op, i64 n, Layout l, const T* a, const T* b, T* out) {
+    KILN_GRID_LOOP(i, n) {
+        out[i] = binary_int<T>(op, a[operand_offset(l, 0, i)], b[operand_offset(l, 1, i)]);
+    }
+}
+
+template <typename T>
+__device__ void compare_integer(int op, i64 n, Layout l, const T* a, const T* b, unsigned char* out) {
+    KILN_GRID_LOOP(i, n) {
+        T x = a[operand_offset(l, 0, i)], y = b[operand_offset(l, 1, i)];
+        bool r = op == OP_EQ ? x == y : op == OP_GT ? x > y : op == OP_LT ? x < y : op == OP_GE ? x >= y : x <= y;
+        out[i] = r;
+    }
+}
+
+extern "C" __global__ void binary_f32(int op, i64 n, Layout l, const float* a, const float* b, float* o) { binary(op, n, l, a, b, o); }
+extern "C" __global__ void binary_f16(int op, i64 n, Layout l, const __half* a, const __half* b, __half* o) { binary(op, n, l, a, b, o); }
+extern "C" __global__ void binary_bf16(int op, i64 n, Layout l, const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* o) { binary(op, n, l, a, b, o); }
+extern "C" __global__ void binary_i32(int op, i64 n, Layout l, const int* a, const int* b, int* o) { binary_integer(op, n, l, a, b, o); }
+extern "C" __global__ void binary_i64(int op, i64 n, Layout l, const i64* a, const i64* b, i64* o) { binary_integer(op, n, l, a, b, o); }
+extern "C" __global__ void compare_f32(int op, i64 n, Layout l, const float* a, const float* b, unsigned char* o) { compare(op, n, l, a, b, o); }
+extern "C" __global__ void compare_f16(int op, i64 n, Layout l, const __half* a, const __half* b, unsigned char* o) { compare(op, n, l, a, b, o); }
+extern "C" __global__ void compare_bf16(int op, i64 n, Layout l, const __nv_bfloat16* a, const __nv_bfloat16* b, unsigned char* o) { compare(op, n, l, a, b, o); }
+extern "C" __global__ void compare_i32(int op, i64 n, Layout l, const int* a, const int* b, unsigned char* o) { compare_integer(op, n, l, a, b, o); }
+extern "C" __global__ void compare_i64(int op, i64 n, Layout l, const i64* a, const i64* b, unsigned char* o) { compare_integer(op, n, l, a, b, o); }
+
+extern "C" __global__ void logic_bool(int op, i64 n, Layout l, const unsigned char* a, const unsigned char* b, unsigned char* o) {
+    KILN_GRID_LOOP(i, n) {
+        bool x = a[operand_offset(l, 0, i)] != 0, y = b[operand_offset(l, 1, i)] != 0;
+        o[i] = op == OP_AND ? (x && y) : op == OP_OR ? (x || y) : (x != y);
+    }
+}
+
+// Unary op codes: must match kiln-cuda's UnaryCode.
+__device__ __forceinline__ float unary_float(int op, float x, float alpha, float beta) {
+    switch (op) {
+    case 0: return fmaxf(x, 0.0f) + (x != x ? x : 0.0f);           // relu (NaN propagates)
+    case 1: return 1.0f / (1.0f + expf(-x));                       // sigmoid
+    case 2: return tanhf(x);
+    case 3: return x >= 0.0f ? x : alpha * x;                      // leaky relu
+    case 4: return x >= 0.0f ? x : alpha * (expf(x) - 1.0f);       // elu
+    case 5: return x > 0.0f ? beta * x : beta * alpha * (expf(x) - 1.0f);  // selu (alpha, gamma)
+    case 6: return x / (1.0f + fabsf(x));                          // softsign
+    case 7: return x > 20.0f ? x : log1pf(expf(x));                // softplus
+    case 8: return fminf(fmaxf(x, alpha), beta);                   // clip
+    case 9: return fminf(fmaxf(alpha * x + beta, 0.0f), 1.0f);     // hard sigmoid
+    case 10: return x * fminf(fmaxf(x / 6.0f + 0.5f, 0.0f), 1.0f); // hard swish
+    case 11: return alpha * tanhf(beta * x);                       // scaled tanh
+    case 12: return x > alpha ? x : 0.0f;                          // thresholded relu
+    case 13: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));  // gelu (erf)
+    case 14: return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));  // gelu (tanh)
+    case 15: return fmaxf(0.0f, x) + fminf(0.0f, alpha * (expf(x / alpha) - 1.0f));  // celu
+    case 16: return x * tanhf(x > 20.0f ? x : log1pf(expf(x)));   // mish
+    case 17: return x / (1.0f + expf(-x));                         // swish / silu
+    case 32: return expf(x);
+    case 33: return logf(x);
+    case 34: return sqrtf(x);
+    case 35: return 1.0f / x;
+    case 36: return fabsf(x);
+    case 37: return -x;
+    case 38: return sinf(x);
+    case 39: return cosf(x);
+    case 40: return tanf(x);
+    case 41: return sinhf(x);
+    case 42: return coshf(x);
+    case 43: return asinf(x);
+    case 44: return acosf(x);
+    case 45: return atanf(x);
+    case 46: return asinhf(x);
+    case 47: return acoshf(x);
+    case 48: return atanhf(x);
+    case 49: return ceilf(x);
+    case 50: return floorf(x);
+    case 51: return rintf(x);                                      // round half to even
+    case 52: return erff(x);
+    case 53: return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x;        // sign (NaN stays NaN)
+    default: return __int_as_float(0x7fc00000);
+    }
+}
+
+template <typename T>
+__device__ void unary(int op, float alpha, float beta, i64 n, const T* x, T* y) {
+    KILN_GRID_LOOP(i, n) { y[i] = from_f<T>(unary_float(op, to_f(x[i]), alpha, beta)); }
+}
+
+extern "C" __global__ void unary_f32(int op, float a, float b, i64 n, const float* x, float* y) { unary(op, a, b, n, x, y); }
+extern "C" __global__ void unary_f16(int op, float a, float b, i64 n, const __half* x, __half* y) { unary(op, a, b, n, x, y); }
+extern "C" __global__ void unary_bf16(int op, float a, float b, i64 n, const __nv_bfloat16* x, __nv_bfloat16* y) { unary(op, a, b, n, x, y); }

@@ -1,0 +1,107 @@
+// Row reductions: softmax, Reduce, and the statistics step of Normalization. Data is viewed as
+// [outer, len, inner]; one warp handles one (outer, inner) row of `len` elements, stride `inner`.
+#include "common.cuh"
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+#define ROW_SETUP \
+    i64 warp = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32; \
+    int lane = threadIdx.x % 32; \
+    if (warp >= outer * inner) return; \
+    i64 base = (warp / inner) * len * inner + (warp % inner);
+
+// softmax(x * scale) along the row; scale lets attention fold its 1/sqrt(d) in.
+template <typename T>
+__device__ void softmax(i64 outer, i64 len, i64 inner, float scale, const T* x, T* y) {
+    ROW_SETUP
+    float m = -INFINITY;
+    for (i64 k = lane; k < len; k += 32) m = fmaxf(m, to_f(x[base + k * inner]) * scale);
+    m = warp_max(m);
+    float s = 0.0f;
+    for (i64 k = lane; k < len; k += 32) s += expf(to_f(x[base + k * inner]) * scale - m);
+    s = warp_sum(s);
+    float inv = 1.0f / s;
+    for (i64 k = lane; k < len; k += 32) y[base + k * inner] = from_f<T>(expf(to_f(x[base + k * inner]) * scale - m) * inv);
+}
+
+// Reduce op codes: must match kiln-cuda's ReduceCode.
+template <typename T>
+__device__ void reduce(int op, i64 outer, i64 len, i64 inner, const T* x, T* y) {
+    ROW_SETUP
+    float acc;
+    if (op == 2) {  // max
+        acc = -INFINITY;
+        for (i64 k = lane; k < len; k += 32) acc = fmaxf(acc, to_f(x[base + k * inner]));
+        acc = warp_max(acc);
+    } else if (op == 3) {  // min
+        acc = INFINITY;
+        for (i64 k = lane; k < len; k += 32) acc = fminf(acc, to_f(x[base + k * inner]));
+        acc = -warp_max(-acc);
+    } else if (op == 1) {  // prod: shuffle-multiply
+        acc = 1.0f;
+        for (i64 k = lane; k < len; k += 32) acc *= to_f(x[base + k * inner]);
+        for (int o = 16; o > 0; o >>= 1) acc *= __shfl_xor_sync(0xffffffffu, acc, o);
+    } else if (op == 8) {  // log-sum-exp
+        float m = -INFINITY;
+        for (i64 k = lane; k < len; k += 32) m = fmaxf(m, to_f(x[base + k * inner]));
+        m = warp_max(m);
+        acc = 0.0f;
+        for (i64 k = lane; k < len; k += 32) acc += expf(to_f(x[base + k * inner]) - m);
+        acc = warp_sum(acc);
+        acc = (m == -INFINITY) ? m : m + logf(acc);
+    } else {  // sums: 0 sum, 4 mean, 5 L1, 6 L2, 7 log-sum, 9 sum of squares
+        acc = 0.0f;
+        for (i64 k = lane; k < len; k += 32) {
+            float v = to_f(x[base + k * inner]);
+            acc += (op == 5) ? fabsf(v) : (op == 6 || op == 9) ? v * v : v;
+        }
+        acc = warp_sum(acc);
+        if (op == 4) acc /= (float)len;
+        if (op == 6) acc = sqrtf(acc);
+        if (op == 7) acc = logf(acc);
+    }
+    if (lane == 0) y[(warp / inner) * inner + (warp % inner)] = from_f<T>(acc);
+}
+
+// (x - mean) / sqrt(var + eps) per row (inner = 1); scale and bias are applied after, as
+// broadcast elementwise products. Two-pass statistics in float.
+template <typename T>
+__device__ void normalize(i64 outer, i64 len, float eps, const T* x, T* y) {
+    const i64 inner = 1;
+    ROW_SETUP
+    float s = 0.0f;
+    for (i64 k = lane; k < len; k += 32) s += to_f(x[base + k]);
+    float mean = warp_sum(s) / (float)len;
+    float v = 0.0f;
+    for (i64 k = lane; k < len; k += 32) { float d = to_f(x[base + k]) - mean; v += d * d; }
+    float rstd = rsqrtf(warp_sum(v) / (float)len + eps);
+    for (i64 k = lane; k < len; k += 32) y[base + k] = from_f<T>((to_f(x[base + k]) - mean) * rstd);
+}
+
+// RMS normalization: x / sqrt(mean(x^2) + eps) per row.
+template <typename T>
+__device__ void rms_normalize(i64 outer, i64 len, float eps, const T* x, T* y) {
+    const i64 inner = 1;
+    ROW_SETUP
+    float s = 0.0f;
+    for (i64 k = lane; k < len; k += 32) { float a = to_f(x[base + k]); s += a * a; }
+    float r = rsqrtf(warp_sum(s) / (float)len + eps);
+    for (i64 k = lane; k < len; k += 32) y[base + k] = from_f<T>(to_f(x[base + k]) * r);
+}
+
+#define ROW_KERNELS(suffix, T) \
+    extern "C" __global__ void softmax_##suffix(i64 outer, i64 len, i64 inner, float scale, const T* x, T* y) { softmax(outer, len, inner, scale, x, y); } \
+    extern "C" __global__ void reduce_##suffix(int op, i64 outer, i64 len, i64 inner, const T* x, T* y) { reduce(op, outer, len, inner, x, y); } \
+    extern "C" __global__ void normalize_##suffix(i64 outer, i64 len, float eps, const T* x, T* y) { normalize(outer, len, eps, x, y); } \
+    extern "C" __global__ void rms_normalize_##suffix(i64 outer, i64 len, float eps, const T* x, T* y) { rms_normalize(outer, len, eps, x, y); }
+
+ROW_KERNELS(f32, float)
+ROW_KERNELS(f16, __half)
+ROW_KERNELS(bf16, __nv_bfloat16)
