@@ -35,7 +35,7 @@ struct RegistryEntry {
 
 /// Fastest first: `auto` takes the first entry whose device probe succeeds.
 const REGISTRY: [RegistryEntry; 3] = [
-    RegistryEntry { name: "cuda", open: || Err(not_built("cuda")) },
+    RegistryEntry { name: "cuda", open: || Ok(Box::new(kiln_cuda::CudaBackend::new())) },
     RegistryEntry { name: "wgpu", open: || Err(not_built("wgpu")) },
     RegistryEntry { name: "cpu", open: || Ok(Box::new(kiln_cpu::CpuBackend::new())) },
 ];
