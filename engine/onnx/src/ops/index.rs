@@ -6,7 +6,7 @@ use super::{one, Registry};
 use crate::context::NodeContext;
 use crate::error::ImportError;
 use crate::tensor::{self, dtype_from_onnx};
-use kiln::{DataType, ElementwiseOp, LayerKind, ReduceOp, TensorId};
+use kiln::{DataType, ElementwiseOp, HostTensor, LayerKind, ReduceOp, TensorId};
 
 pub(super) fn register(r: &mut Registry) {
     r.add("ArgMax", &[1, 11, 12, 13], arg_extreme);
@@ -174,6 +174,13 @@ fn eye_like(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     let k = ctx.attrs.int("k", 0)?;
     let values: Vec<f64> =
         (0..rows * cols).map(|i| if (i % cols) as i64 - (i / cols) as i64 == k { 1.0 } else { 0.0 }).collect();
+    if !dtype.is_float() {
+        // Integer and bool eyes: an i64 constant cast to the type.
+        let eye = HostTensor::from_i64(vec![rows, cols], values.iter().map(|&v| v as i64).collect())
+            .map_err(|e| ctx.invalid(e.to_string()))?;
+        let eye = ctx.constant("i64", eye)?;
+        return one(ctx.add("", LayerKind::Cast { to: dtype }, &[eye])?);
+    }
     let eye = tensor::from_f64(dtype, vec![rows, cols], &values).map_err(|e| ctx.invalid(e))?;
     one(ctx.constant("", eye)?)
 }
