@@ -7,6 +7,7 @@
 //! resolves attribute references (`ref_attr_name`) against the node's attributes or the
 //! function's defaults, and imports the body's nodes at the function's own opset.
 
+use crate::context_function::{self, Call, InputType};
 use crate::error::ImportError;
 use crate::graph::GraphImporter;
 use crate::proto::{AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto};
@@ -99,6 +100,39 @@ impl Renaming<'_> {
 }
 
 impl GraphImporter<'_> {
+    /// Imports `node` by inlining the body [`crate::context_function`] writes for it from
+    /// its attributes and its inputs' types.
+    pub(crate) fn import_context_function(&mut self, node: &NodeProto, name: &str, domain: &str) -> Result<(), ImportError> {
+        let mut inputs = Vec::with_capacity(node.input.len());
+        for value in &node.input {
+            if value.is_empty() {
+                inputs.push(None);
+                continue;
+            }
+            let t = self.lookup(value)?.ok_or_else(|| ImportError::InvalidModel {
+                node: name.to_string(),
+                reason: format!("input `{value}` is not produced by any node, initializer or graph input"),
+            })?;
+            let tensor = self.net.tensor(t);
+            inputs.push(Some(InputType { dtype: tensor.dtype, dims: tensor.shape.dims().to_vec() }));
+        }
+        // Bodies use default-domain ops; a model that imports only the op's own domain
+        // gets the body's opset.
+        let opset = self.default_opset().unwrap_or(0);
+        let call = Call { node, inputs, opset };
+        let function = context_function::body(domain, &call).map_err(|feature| ImportError::UnsupportedFeature {
+            node: name.to_string(),
+            op_type: node.op_type().to_string(),
+            feature,
+        })?;
+        let previous = self.default_opset();
+        let result = self.import_function(node, name, &function);
+        if previous.is_none() {
+            self.clear_default_opset();
+        }
+        result
+    }
+
     /// Imports `node` by inlining `function`, its op's body.
     pub(crate) fn import_function(&mut self, node: &NodeProto, name: &str, function: &FunctionProto) -> Result<(), ImportError> {
         if self.inline_depth >= MAX_DEPTH {

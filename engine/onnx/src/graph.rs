@@ -184,6 +184,16 @@ impl<'m> GraphImporter<'m> {
         Ok(())
     }
 
+    /// The model's default-domain opset, if it imports that domain.
+    pub(crate) fn default_opset(&self) -> Option<i64> {
+        self.opsets.get("").copied()
+    }
+
+    /// Forgets the default domain's opset (after a body imported into a model without one).
+    pub(crate) fn clear_default_opset(&mut self) {
+        self.opsets.remove("");
+    }
+
     /// Sets the default domain's opset (function bodies import at their own); returns the
     /// previous one.
     pub(crate) fn set_default_opset(&mut self, version: i64) -> i64 {
@@ -239,6 +249,10 @@ impl<'m> GraphImporter<'m> {
             opset,
             node: name.clone(),
         };
+        let has_builder = domain.is_empty() && registry().get(op_type).is_some();
+        if !has_builder && crate::context_function::has_body(domain, op_type, opset) {
+            return self.import_context_function(node, &name, domain);
+        }
         // A custom domain's node runs as the registered plugin of that namespace and name.
         let plugin = match domain {
             "" => None,

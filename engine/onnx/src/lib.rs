@@ -9,6 +9,7 @@
 
 mod attributes;
 mod context;
+mod context_function;
 mod error;
 mod function;
 mod graph;

@@ -16,8 +16,10 @@ mod plugin;
 mod pool;
 mod reduce;
 mod resize;
+mod roi;
 mod sampling;
 mod shape_ops;
+mod signal;
 mod unary;
 mod unique;
 
@@ -128,6 +130,26 @@ pub fn run_with(
             plugin::plugin(p, &ins, outs)
         }
         K::Unique { axis, sorted } => unique::unique(ins.req(0)?, *axis, *sorted),
+        K::Dft { inverse, onesided } => {
+            let axis = int_scalar(ins.req(1)?, "DFT axis")?;
+            let length = ins.opt(2).map(|t| int_scalar(t, "DFT length")).transpose()?;
+            one(signal::dft(ins.req(0)?, length, axis, *inverse, *onesided, &shape()?)?)
+        }
+        K::Col2Im { strides, dilations, pads } => {
+            let block = int_values(ins.req(2)?, "Col2Im block_shape")?;
+            one(signal::col2im(ins.req(0)?, &block, strides, dilations, pads, &shape()?)?)
+        }
+        K::Determinant => one(signal::determinant(ins.req(0)?)?),
+        K::RoiAlign { max, output_size, sampling_ratio, spatial_scale, half_pixel } => {
+            let spec = roi::RoiAlignSpec {
+                max: *max,
+                output_size: *output_size,
+                sampling_ratio: *sampling_ratio,
+                spatial_scale: *spatial_scale,
+                half_pixel: *half_pixel,
+            };
+            one(roi::roi_align(ins.req(0)?, ins.req(1)?, ins.req(2)?, &spec)?)
+        }
         K::OneHot { axis } => one(einsum::one_hot(ins.req(0)?, ins.req(1)?, ins.req(2)?, *axis, &shape()?)?),
         K::TripLimit { .. }
         | K::Iterator { .. }

@@ -155,6 +155,24 @@ pub enum LayerKind {
     /// `x` flattened (`axis: None`) or its distinct slices along `axis`, ascending when
     /// `sorted`, else in order of first occurrence (ONNX Unique).
     Unique { axis: Option<usize>, sorted: bool },
+    /// `[x (…, 1|2), axis (0-D int), length (0-D int)?] -> [y (…, 2), or (…, 1) for an
+    /// inverse onesided transform]`: the discrete Fourier transform along `axis` of the
+    /// real (last dim 1) or complex (last dim 2: re, im) signal, zero-padded or truncated
+    /// to `length` (ONNX DFT). `onesided` keeps the `length / 2 + 1` non-redundant bins of
+    /// a forward transform, or takes them as the input of an inverse real transform.
+    Dft { inverse: bool, onesided: bool },
+    /// `[columns (N, C·∏block, L), image_shape (1-D int), block_shape (1-D int)] -> [y (N, C,
+    /// *image_shape)]`: sums each column back into its block of the image, the inverse of
+    /// im2col (ONNX Col2Im). One `strides` / `dilations` entry and two `pads` entries
+    /// (begins, then ends) per spatial dim.
+    Col2Im { strides: Vec<usize>, dilations: Vec<usize>, pads: Vec<usize> },
+    /// `[x (…, n, n)] -> [y (…)]`: the determinant of each square matrix (ONNX Det).
+    Determinant,
+    /// `[x (N, C, H, W), rois (R, 4: x1, y1, x2, y2), batch_indices (R, int)] -> [y (R, C,
+    /// output_size)]`: each region pooled to a fixed grid from bilinear samples, averaged
+    /// or (`max`) their largest weighted corner (ONNX RoiAlign). `sampling_ratio` 0 samples
+    /// each bin adaptively; `half_pixel` shifts the region by -0.5 pixel.
+    RoiAlign { max: bool, output_size: [usize; 2], sampling_ratio: usize, spatial_scale: f32, half_pixel: bool },
 }
 
 impl LayerKind {
@@ -226,6 +244,10 @@ impl LayerKind {
             LayerKind::BitCast { .. } => "BitCast",
             LayerKind::NonMaxSuppression { .. } => "NonMaxSuppression",
             LayerKind::Unique { .. } => "Unique",
+            LayerKind::Dft { .. } => "DFT",
+            LayerKind::Col2Im { .. } => "Col2Im",
+            LayerKind::Determinant => "Determinant",
+            LayerKind::RoiAlign { .. } => "RoiAlign",
         }
     }
 }

@@ -11,6 +11,8 @@ pub(super) fn register(r: &mut Registry) {
     r.add("GatherND", &[11, 12, 13], gather);
     r.add("ScatterElements", &[11, 13, 16, 18], scatter);
     r.add("ScatterND", &[11, 13, 16, 18], scatter);
+    // Scatter (deprecated at opset 11) is ScatterElements without reductions.
+    r.add("Scatter", &[9, 11], scatter);
     r.add("Compress", &[9, 11], compress);
 }
 
@@ -54,7 +56,7 @@ fn scatter(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     let data = ctx.input(0)?;
     let indices = ctx.input(1)?;
     let updates = ctx.input(2)?;
-    let mode = if ctx.op_type() == "ScatterElements" {
+    let mode = if matches!(ctx.op_type(), "ScatterElements" | "Scatter") {
         ScatterMode::Elements { axis: ctx.axis(ctx.attrs.int("axis", 0)?, ctx.rank(data))? }
     } else {
         ScatterMode::Nd

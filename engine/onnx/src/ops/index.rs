@@ -6,7 +6,7 @@ use super::{one, Registry};
 use crate::context::NodeContext;
 use crate::error::ImportError;
 use crate::tensor::{self, dtype_from_onnx};
-use kiln::{DataType, ElementwiseOp, LayerKind, ReduceOp, TensorId};
+use kiln::{DataType, ElementwiseOp, HostTensor, LayerKind, ReduceOp, TensorId};
 
 pub(super) fn register(r: &mut Registry) {
     r.add("ArgMax", &[1, 11, 12, 13], arg_extreme);
@@ -172,8 +172,20 @@ fn eye_like(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
         None => ctx.dtype(x),
     };
     let k = ctx.attrs.int("k", 0)?;
+    // The eye is a constant: refuse sizes no model means (and that would not fit in memory).
+    const MAX_EYE_ELEMENTS: usize = 1 << 26;
+    let count = rows.checked_mul(cols).filter(|&n| n <= MAX_EYE_ELEMENTS).ok_or_else(|| {
+        ctx.unsupported(format!("a {rows}×{cols} EyeLike (more than {MAX_EYE_ELEMENTS} elements)"))
+    })?;
     let values: Vec<f64> =
-        (0..rows * cols).map(|i| if (i % cols) as i64 - (i / cols) as i64 == k { 1.0 } else { 0.0 }).collect();
+        (0..count).map(|i| if (i % cols) as i64 - (i / cols) as i64 == k { 1.0 } else { 0.0 }).collect();
+    if !dtype.is_float() {
+        // Integer and bool eyes: an i64 constant cast to the type.
+        let eye = HostTensor::from_i64(vec![rows, cols], values.iter().map(|&v| v as i64).collect())
+            .map_err(|e| ctx.invalid(e.to_string()))?;
+        let eye = ctx.constant("i64", eye)?;
+        return one(ctx.add("", LayerKind::Cast { to: dtype }, &[eye])?);
+    }
     let eye = tensor::from_f64(dtype, vec![rows, cols], &values).map_err(|e| ctx.invalid(e))?;
     one(ctx.constant("", eye)?)
 }

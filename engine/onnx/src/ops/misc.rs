@@ -81,7 +81,8 @@ fn dropout(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
         match ctx.value(training).map(|v| v.to_f64_vec()) {
             Some(v) if v.iter().all(|&b| b == 0.0) || ratio_is_zero => {}
             Some(_) => return Err(ctx.unsupported("training_mode=true with a non-zero ratio (random masks)")),
-            None => return Err(ctx.unsupported("a training_mode input computed at run time")),
+            None if ratio_is_zero => {}
+            None => assert_not_training(ctx, training)?,
         }
     }
     let x = ctx.input(0)?;
@@ -94,6 +95,26 @@ fn dropout(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     let shape = ctx.shape_of("mask shape", x)?;
     let mask = ctx.add("mask", LayerKind::Fill { value: tensor::scalar(mask_type, 1.0) }, &[shape])?;
     Ok(vec![y, mask])
+}
+
+/// A training_mode known only at run time: Dropout is the identity unless training with a
+/// non-zero ratio, which needs random masks kiln does not draw; an Assertion fails the run
+/// then instead of returning an unmasked output.
+fn assert_not_training(ctx: &mut NodeContext, training: TensorId) -> Result<(), ImportError> {
+    let elementwise = |op| LayerKind::Elementwise { op };
+    let training = ctx.cast("training bool", training, DataType::Bool)?;
+    let mut allowed = ctx.add("not training", LayerKind::Unary { op: UnaryOp::Not }, &[training])?;
+    if let Some(ratio) = ctx.opt_input(1) {
+        let zero = ctx.scalar("zero ratio", ctx.dtype(ratio), 0.0)?;
+        let ratio_is_zero = ctx.add("ratio is zero", elementwise(ElementwiseOp::Equal), &[ratio, zero])?;
+        allowed = ctx.add("deterministic", elementwise(ElementwiseOp::Or), &[allowed, ratio_is_zero])?;
+    }
+    let message = format!(
+        "Dropout `{}`: training_mode is true with a non-zero ratio, which needs random masks (kiln draws no random numbers)",
+        ctx.name
+    );
+    ctx.add_layer_outputs("training check", LayerKind::Assertion { message }, vec![Some(allowed)])?;
+    Ok(())
 }
 
 /// CastLike: Cast to the element type of input 1.
@@ -240,7 +261,10 @@ fn pad(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     let mut pads = ctx.input(1)?;
     let value = ctx.opt_input(2);
     if let Some(axes_input) = ctx.opt_input(3).filter(|_| ctx.version >= 18) {
-        let axes = ctx.const_ints(axes_input).ok_or_else(|| ctx.unsupported("an axes input computed at run time"))?;
+        let Some(axes) = ctx.const_ints(axes_input) else {
+            pads = run_time_axes_pads(ctx, pads, axes_input, rank)?;
+            return one(ctx.add_opt("", mode, vec![Some(x), Some(pads), value])?);
+        };
         let axes = ctx.axes(&axes, rank)?;
         let n = axes.len();
         // Full-rank pads gather from the given ones, with index 2n reading an appended 0.
@@ -266,4 +290,20 @@ fn pad(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
         }
     }
     one(ctx.add_opt("", mode, vec![Some(x), Some(pads), value])?)
+}
+
+/// Full-rank pads from pads given for `axes` known only at run time: the pads scattered
+/// into zeros at `(axis + rank) mod rank` (begins) and that plus `rank` (ends).
+fn run_time_axes_pads(ctx: &mut NodeContext, pads: TensorId, axes: TensorId, rank: usize) -> Result<TensorId, ImportError> {
+    let elementwise = |op| LayerKind::Elementwise { op };
+    let axes = ctx.cast("axes i64", axes, DataType::I64)?;
+    let pads = ctx.cast("pads i64", pads, DataType::I64)?;
+    let rank_t = ctx.const_i64("rank", &[rank as i64])?;
+    let shifted = ctx.add("axes + rank", elementwise(ElementwiseOp::Sum), &[axes, rank_t])?;
+    let begins = ctx.add("begin index", elementwise(ElementwiseOp::Mod), &[shifted, rank_t])?;
+    let ends = ctx.add("end index", elementwise(ElementwiseOp::Sum), &[begins, rank_t])?;
+    let index = ctx.add("pads index", LayerKind::Concatenation { axis: 0 }, &[begins, ends])?;
+    let zeros = ctx.const_i64("zero pads", &vec![0; 2 * rank])?;
+    let scatter = LayerKind::Scatter { mode: kiln::ScatterMode::Elements { axis: 0 }, reduction: kiln::ScatterReduction::None };
+    ctx.add("pads", scatter, &[zeros, index, pads])
 }

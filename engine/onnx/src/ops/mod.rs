@@ -26,9 +26,11 @@ mod quantize;
 mod reduce;
 mod resize;
 mod rnn;
+mod roi;
 mod sampling;
 mod sequence;
 mod shape;
+mod signal;
 mod unary;
 
 use crate::context::NodeContext;
@@ -104,9 +106,11 @@ pub(crate) fn registry() -> &'static Registry {
         reduce::register(&mut r);
         resize::register(&mut r);
         rnn::register(&mut r);
+        roi::register(&mut r);
         sampling::register(&mut r);
         sequence::register(&mut r);
         shape::register(&mut r);
+        signal::register(&mut r);
         unary::register(&mut r);
         r
     })

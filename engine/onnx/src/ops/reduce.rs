@@ -45,9 +45,16 @@ fn reduce(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
         let axes = match ctx.opt_input(1) {
             Some(t) => match ctx.const_ints(t) {
                 Some(axes) => axes,
-                None if noop_when_empty => {
-                    return Err(ctx.unsupported("noop_with_empty_axes=1 with an axes input computed at run time"))
-                }
+                // Run-time axes whose declared length tells whether they are empty.
+                None if noop_when_empty => match ctx.fixed_dims(t).as_deref() {
+                    Some([0]) => Vec::new(),
+                    Some([_]) => return one(ctx.add("", LayerKind::Reduce { op, axes: Vec::new(), keep_dims }, &[x, t])?),
+                    _ => {
+                        return Err(ctx.unsupported(
+                            "noop_with_empty_axes=1 with a run-time axes input of unknown length",
+                        ))
+                    }
+                },
                 // Axes known only at run time: the Reduce layer reads them as an input.
                 None => return one(ctx.add("", LayerKind::Reduce { op, axes: Vec::new(), keep_dims }, &[x, t])?),
             },

@@ -39,13 +39,16 @@ def ints(values, dtype=np.int64):
     return np.array(values, dtype=dtype)
 
 
-def case(name, nodes, inputs, opset, inits=None, outputs=("y",), dims=None, reference=False, expected=None):
+def case(name, nodes, inputs, opset, inits=None, outputs=("y",), dims=None, reference=False, expected=None,
+         domains=None):
     """`inputs`: list of (name, array); `inits`: dict of initializers; `dims`: optional
     per-input declared dims overriding the array shape (strings are symbolic);
     `reference`: skip onnxruntime; `expected`: numpy function of the feeds for semantics
-    that neither runtime implements any more (pre-opset-7 broadcasting)."""
+    that neither runtime implements any more (pre-opset-7 broadcasting); `domains`: extra
+    opset imports {domain: version}."""
     CASES.append(dict(name=name, nodes=nodes, inputs=inputs, opset=opset, inits=inits or {},
-                      outputs=list(outputs), dims=dims or {}, reference=reference, expected=expected))
+                      outputs=list(outputs), dims=dims or {}, reference=reference, expected=expected,
+                      domains=domains or {}))
 
 
 def build(c):
@@ -57,7 +60,10 @@ def build(c):
     outs = [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in c["outputs"]]
     graph = helper.make_graph(c["nodes"], c["name"], graph_inputs, outs, inits)
     ir = 8 if c["opset"] >= 9 else 3
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", c["opset"])], ir_version=ir)
+    if c["opset"] >= 27:
+        ir = 13
+    imports = [helper.make_opsetid("", c["opset"])] + [helper.make_opsetid(d, v) for d, v in c["domains"].items()]
+    model = helper.make_model(graph, opset_imports=imports, ir_version=ir)
     # Fill in output types so that every runtime accepts the model.
     inferred = onnx.shape_inference.infer_shapes(model)
     known = {v.name: v for v in list(inferred.graph.value_info) + list(inferred.graph.output)}
@@ -437,6 +443,73 @@ case("sequence_ops_static",
      {"zero": np.array(0, np.int64), "minus_one": np.array(-1, np.int64), "two": np.array(2, np.int64),
       "one": np.array(1, np.int64)},
      outputs=("at", "len", "cat", "last_chunk"))
+
+# ---- the long tail: signal ops, context-dependent function bodies, integer convolution ----
+case("dft_20_rfft_runtime_axis_length", [N("DFT", ["x", "n", "axis"], ["y"], onesided=1)],
+     [("x", rand(2, 3, 8, 1)), ("n", np.array(6, np.int64)), ("axis", np.array(2, np.int64))], 20)
+case("dft_17_inverse_complex_padded", [N("DFT", ["x", "n"], ["y"], axis=1, inverse=1)],
+     [("x", rand(1, 7, 3, 2))], 17, {"n": np.array(10, np.int64)})
+case("dft_20_irfft_odd_length", [N("DFT", ["x", "n", "axis"], ["y"], inverse=1, onesided=1)],
+     [("x", rand(2, 4, 2))], 20, {"n": np.array(7, np.int64), "axis": np.array(-2, np.int64)})
+case("stft_window_frame_length", [N("STFT", ["x", "step", "w", "len"], ["y"], onesided=0)],
+     [("x", rand(2, 40, 1)), ("step", np.array(5, np.int64))], 17,
+     {"w": (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(12) / 12)).astype(np.float32), "len": np.array(12, np.int64)})
+case("col2im_strides_pads_dilations", [N("Col2Im", ["x", "image", "block"], ["y"], strides=[2, 1], pads=[1, 0, 0, 1],
+                                         dilations=[1, 2])],
+     [("x", rand(1, 12, 9)), ("image", ints([5, 6]))], 18, {"block": ints([2, 3])})
+case("det_batched", [N("Det", ["x"], ["y"])], [("x", rand(2, 3, 3, 3))], 22)
+case("maxunpool_pads_output_shape", [N("MaxUnpool", ["x", "i", "shape"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                                       pads=[1, 1, 1, 1])],
+     [("x", rand(1, 2, 2, 2)), ("i", ints([[[[0, 2], [7, 8]], [[9, 12], [14, 17]]]]))], 22,
+     {"shape": ints([1, 2, 4, 3])}, reference=True)
+case("tensor_scatter_circular_axis", [N("TensorScatter", ["cache", "update", "at"], ["y"], mode="circular", axis=2)],
+     [("cache", rand(2, 3, 5, 2)), ("update", rand(2, 3, 3, 2)), ("at", ints([3, 1]))], 24, reference=True)
+case("conv_integer_per_channel", [N("ConvInteger", ["x", "w", "xz", "wz"], ["y"], strides=[2, 1], pads=[1, 1, 0, 0])],
+     [("x", RNG.integers(0, 255, size=(1, 2, 5, 4)).astype(np.uint8))], 10,
+     {"w": RNG.integers(0, 255, size=(3, 2, 2, 2)).astype(np.uint8), "xz": np.array(7, np.uint8),
+      "wz": ints([1, 128, 200], np.uint8)})
+case("matmul_integer_per_row", [N("MatMulInteger", ["a", "b", "az", "bz"], ["y"])],
+     [("a", RNG.integers(0, 255, size=(3, 4)).astype(np.uint8))], 10,
+     {"b": RNG.integers(0, 255, size=(4, 2)).astype(np.uint8), "az": ints([3, 100, 250], np.uint8),
+      "bz": ints([9, 17], np.uint8)},
+     # A per-row zero point of A ([M]) is in the spec but neither runtime implements it.
+     expected=lambda f: [(f["a"].astype(np.int32) - f["az"].astype(np.int32)[:, None])
+                         @ (f["b"].astype(np.int32) - f["bz"].astype(np.int32))])
+case("scatter_9_axis", [N("Scatter", ["x", "i", "u"], ["y"], axis=1)],
+     [("x", rand(2, 4)), ("u", rand(2, 2))], 9, {"i": ints([[3, 0], [1, 2]])})
+case("rotary_embedding_3d_interleaved_partial", [N("RotaryEmbedding", ["x", "cos", "sin", "pos"], ["y"], num_heads=2,
+                                                   rotary_embedding_dim=4, interleaved=1)],
+     [("x", rand(2, 3, 16)), ("pos", ints([[0, 4, 2], [1, 1, 3]]))], 23, {"cos": rand(5, 2), "sin": rand(5, 2)})
+case("causal_conv_with_state_silu_bias_past", [N("CausalConvWithState", ["x", "w", "b", "past"], ["y", "state"],
+                                                 activation="silu")],
+     [("x", rand(2, 3, 5)), ("past", rand(2, 3, 2))], 27, {"w": rand(3, 1, 3), "b": rand(3)},
+     outputs=("y", "state"), reference=True)
+case("linear_attention_gated_delta_gqa_past", [N("LinearAttention", ["q", "k", "v", "s", "d", "beta"], ["y", "state"],
+                                                 q_num_heads=4, kv_num_heads=2, scale=0.3)],
+     [("q", rand(2, 3, 16)), ("k", rand(2, 3, 8)), ("v", rand(2, 3, 6)), ("s", rand(2, 2, 4, 3)),
+      ("d", rand(2, 3, 8, low=-1.0, high=0.0)), ("beta", rand(2, 3, 2, low=0.0, high=1.0))], 27,
+     outputs=("y", "state"), reference=True)
+case("flex_attention_gqa_prob_mod", [N("FlexAttention", ["q", "k", "v"], ["y"], domain="ai.onnx.preview", scale=0.5,
+                                       prob_mod=helper.make_graph([N("Mul", ["p", "half"], ["p_out"])], "prob_mod",
+                                                                  [helper.make_tensor_value_info("p", TensorProto.FLOAT, None)],
+                                                                  [helper.make_tensor_value_info("p_out", TensorProto.FLOAT, None)],
+                                                                  [numpy_helper.from_array(np.array(0.5, np.float32), "half")]))],
+     [("q", rand(1, 4, 3, 8)), ("k", rand(1, 2, 5, 8)), ("v", rand(1, 2, 5, 6))], 23, reference=True,
+     domains={"ai.onnx.preview": 1})
+case("dropout_22_runtime_training_off", [N("Dropout", ["x", "r", "t"], ["y", "mask"])],
+     [("x", rand(2, 3)), ("r", np.array(0.5, np.float32)), ("t", np.array(False))], 22, outputs=("y", "mask"))
+case("pad_18_runtime_axes", [N("Pad", ["x", "p", "v", "a"], ["y"])],
+     [("x", rand(2, 3, 2)), ("p", ints([1, 0, 2, 1])), ("a", ints([-1, 1]))], 18, {"v": np.array(0.5, np.float32)})
+case("roi_align_16_max_adaptive", [N("RoiAlign", ["x", "rois", "b"], ["avg"], output_height=3, output_width=2,
+                                     spatial_scale=0.5),
+                                   N("RoiAlign", ["x", "rois", "b"], ["max"], mode="max", output_height=2,
+                                     output_width=2, sampling_ratio=2, coordinate_transformation_mode="output_half_pixel")],
+     [("x", rand(2, 2, 6, 5)), ("rois", np.array([[0.5, 1.0, 7.0, 9.5], [2.0, 0.0, 4.0, 3.0], [-1.0, 2.0, 3.0, 13.0]],
+                                                  np.float32)), ("b", ints([1, 0, 1]))], 16, outputs=("avg", "max"),
+     reference=True)
+case("reduce_sum_13_noop_runtime_empty_axes", [N("ReduceSum", ["x", "axes"], ["y"], noop_with_empty_axes=1)],
+     [("x", rand(2, 3)), ("axes", ints([]))], 13)
+case("eye_like_int_without_dtype", [N("EyeLike", ["x"], ["y"], k=1)], [("x", ints([[1, 2, 3], [4, 5, 6]], np.int32))], 22)
 
 if __name__ == "__main__":
     import sys

@@ -9,11 +9,13 @@ mod einsum;
 mod fused;
 mod one_hot;
 mod sampling;
+mod signal;
 mod spatial;
 mod structural;
 pub(crate) mod values;
 
 pub use einsum::EinsumSpec;
+pub use signal::{col2im_blocks, dft_axis, dft_length, dft_output_len};
 pub use spatial::window_output;
 pub use structural::{resolve_reshape, resolve_slice, SliceAxis};
 
@@ -173,6 +175,19 @@ fn infer_kind(
             Ok(vec![OutFact { dtype: DataType::I64, shape: Shape::fixed(&[x.shape.rank()]), value }])
         }
         K::Fill { value } => structural::fill(&ins, value),
+        K::Dft { inverse, onesided } => signal::dft(&ins, *inverse, *onesided),
+        K::Col2Im { strides, dilations, pads } => signal::col2im(&ins, strides, dilations, pads),
+        K::RoiAlign { output_size, .. } => sampling::roi_align(&ins, *output_size),
+        K::Determinant => {
+            ins.arity(1, 1)?;
+            let x = ins.float(0)?;
+            let dims = x.shape.dims();
+            let rank = dims.len();
+            if rank < 2 || dims[rank - 1].differs_from(&dims[rank - 2]) {
+                return rule(Some(0), format!("Det needs square matrices in the last two dims, got {}", x.shape));
+            }
+            Ok(vec![OutFact::new(x.dtype, Shape(dims[..rank - 2].to_vec()))])
+        }
         K::Expand => structural::expand(&ins),
         K::Resize(p) => spatial::resize(&ins, p),
         K::TopK { largest: _, axis, sorted: _ } => structural::top_k(&ins, *axis),

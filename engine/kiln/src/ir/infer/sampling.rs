@@ -1,4 +1,4 @@
-//! Rules of GridSample, BitCast, NonMaxSuppression and Unique.
+//! Rules of GridSample, BitCast, NonMaxSuppression, Unique and RoiAlign.
 
 use super::{rule, InferResult, Inputs, OutFact};
 use crate::ir::dtype::DataType;
@@ -104,4 +104,26 @@ pub(super) fn unique(ins: &Inputs, axis: Option<usize>) -> InferResult<Vec<OutFa
     };
     let list = || OutFact::new(DataType::I64, Shape(vec![Dim::Unknown]));
     Ok(vec![OutFact::new(x.dtype, y), list(), OutFact::new(DataType::I64, inverse), list()])
+}
+
+/// RoiAlign: `[x (N, C, H, W), rois (R, 4), batch_indices (R)] -> [y (R, C, oh, ow)]`.
+pub(super) fn roi_align(ins: &Inputs, output_size: [usize; 2]) -> InferResult<Vec<OutFact>> {
+    ins.arity(3, 3)?;
+    let x = ins.float(0)?;
+    if x.shape.rank() != 4 {
+        return rule(Some(0), format!("RoiAlign input must be (N, C, H, W), got {}", x.shape));
+    }
+    let rois = ins.float(1)?;
+    ins.same_type(0, 1)?;
+    let rd = rois.shape.dims();
+    if rd.len() != 2 || rd[1].differs_from(&Dim::Fixed(4)) {
+        return rule(Some(1), format!("RoiAlign rois must be (R, 4), got {}", rois.shape));
+    }
+    let indices = ins.req(2)?;
+    if !indices.dtype.is_index() || indices.shape.rank() != 1 || indices.shape.dims()[0].differs_from(&rd[0]) {
+        return rule(Some(2), format!("RoiAlign batch_indices must be (R) i32/i64, got {} {}", indices.dtype, indices.shape));
+    }
+    let [h, w] = output_size;
+    let dims = vec![rd[0].clone(), x.shape.dims()[1].clone(), Dim::Fixed(h), Dim::Fixed(w)];
+    Ok(vec![OutFact::new(x.dtype, Shape(dims))])
 }

@@ -8,7 +8,7 @@
 
 use crate::ir::dtype::DataType;
 use super::resolve_slice;
-use crate::ir::layer::{ElementwiseOp, GatherMode, LayerKind};
+use crate::ir::layer::{ElementwiseOp, GatherMode, LayerKind, UnaryOp};
 use crate::ir::shape::Shape;
 use crate::ir::tensor::{HostTensor, TensorData};
 
@@ -72,6 +72,18 @@ pub(crate) fn fold(
                 .map(|k| data.get(usize::try_from(axis.start + k as i64 * axis.step).ok()?).copied())
                 .collect::<Option<Vec<i64>>>()?
         }
+        LayerKind::Unary { op } => {
+            let x = ints(0)?;
+            match op {
+                UnaryOp::Neg => x.into_iter().map(i64::checked_neg).collect::<Option<Vec<i64>>>()?,
+                UnaryOp::Abs => x.into_iter().map(i64::checked_abs).collect::<Option<Vec<i64>>>()?,
+                UnaryOp::Sign => x.into_iter().map(i64::signum).collect(),
+                _ => return None,
+            }
+        }
+        // ConstantOfShape of a known (small) shape: `Shape → … → ConstantOfShape → Concat`
+        // builds reshape dims, e.g. the LayerNormalization function body's reduced shape.
+        LayerKind::Fill { value } if value.dtype().is_integer() => vec![value.to_i64_vec()?.first().copied()?; out_len],
         LayerKind::Elementwise { op } => {
             let (a, b) = (ints(0)?, ints(1)?);
             let shapes_ok = inputs.iter().flatten().all(|t| t.shape().len() <= 1);
