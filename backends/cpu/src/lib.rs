@@ -10,6 +10,7 @@
 
 mod control;
 mod element;
+mod element_narrow;
 mod exec;
 mod kernels;
 mod layout;

@@ -1,5 +1,6 @@
 //! QuantizeLinear, DequantizeLinear and DynamicQuantizeLinear on kiln's Quantize and
-//! Dequantize layers (per-tensor or per-axis; blocked quantization is refused).
+//! Dequantize layers (per-tensor or per-axis; blocked quantization is refused), to and from
+//! integers of 2 to 32 bits, float8 and float4.
 
 use super::build::{binary, reduce, unary, with_scalar};
 use super::{one, Registry};
@@ -64,8 +65,11 @@ fn quantize_linear(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> 
             None => DataType::U8,
         },
     };
-    if !to.is_integer() {
+    if !(to.is_integer() || to.is_narrow_float()) || to == DataType::F8E8M0 {
         return Err(ctx.unsupported(format!("quantizing to {to}")));
+    }
+    if to.is_narrow_float() && ctx.attrs.int("saturate", 1)? == 0 {
+        return Err(ctx.unsupported(format!("saturate=0 when quantizing to {to}")));
     }
     let axis = quantization_axis(ctx, x, scale)?;
     // The scale may be of another float type than x (opset 19+); the kernel divides in x's.
@@ -75,7 +79,7 @@ fn quantize_linear(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> 
 
 fn dequantize_linear(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     let (x, scale) = (ctx.input(0)?, ctx.input(1)?);
-    if !ctx.dtype(x).is_integer() {
+    if !(ctx.dtype(x).is_integer() || ctx.dtype(x).is_narrow_float()) {
         return Err(ctx.unsupported(format!("dequantizing {}", ctx.dtype(x))));
     }
     let axis = quantization_axis(ctx, x, scale)?;
