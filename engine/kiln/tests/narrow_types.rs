@@ -117,3 +117,36 @@ fn narrow_types_round_trip_through_bytes_and_reject_wide_codes() {
     assert!(DataType::I4.is_integer() && DataType::I4.is_signed_integer() && !DataType::U2.is_signed_integer());
     assert!(!DataType::F8E4M3FN.is_integer() && !DataType::F8E4M3FN.is_float() && DataType::F8E4M3FN.is_narrow_float());
 }
+
+mod common;
+
+/// Narrow-typed weights and I/O survive the engine file: the format stores a tensor's type
+/// by index and its elements one byte each.
+#[test]
+fn narrow_weights_and_io_round_trip_through_an_engine_file() {
+    use kiln::{Builder, BuilderConfig, Engine, LayerKind, Network};
+    let mut net = Network::new("narrow");
+    let x = net.add_input("x", DataType::F8E4M3FN, [4]).unwrap();
+    let w = TensorData::narrow_from_f64(DataType::I4, &[-8.0, -1.0, 0.0, 7.0]).unwrap();
+    let c = net.add_constant(&[4], w.clone()).unwrap();
+    let q = net
+        .add_layer(
+            "cast",
+            LayerKind::CastNarrow { to: DataType::F4E2M1, saturate: false, e8m0_rounding: E8M0Rounding::Down },
+            vec![Some(x)],
+        )
+        .unwrap();
+    for out in [net.output(c, 0), net.output(q, 0)] {
+        net.mark_output(out).unwrap();
+    }
+    let backend = common::RecordOnlyBackend::new();
+    let engine = Builder::new(&backend).build(&net, &BuilderConfig::default()).unwrap();
+    let bytes = engine.serialize();
+    let loaded = Engine::deserialize(&bytes).unwrap();
+    assert_eq!(loaded.serialize(), bytes);
+    assert_eq!(loaded.network().dump(), engine.network().dump());
+    let weights: Vec<&HostTensor> = loaded.network().weights().iter().map(|w| w.as_ref()).collect();
+    assert!(weights.iter().any(|t| t.data() == &w), "int4 weights lost: {weights:?}");
+    let input = loaded.network().inputs()[0];
+    assert_eq!(loaded.network().tensor(input).dtype, DataType::F8E4M3FN);
+}

@@ -75,20 +75,30 @@ fn exact_ints(t: &HostTensor, what: &str) -> Result<Vec<i128>, String> {
     }
 }
 
-/// Which quantization parameter applies to each element: one for the whole tensor, or
-/// one per index along `axis`.
+/// Which quantization parameter applies to each element: one for the whole tensor, one
+/// per index along `axis`, or one per element (scale of x's shape: blocked quantization
+/// that the importer expanded).
 struct ParamIndex {
     per_axis: Option<Lanes>,
+    per_element: bool,
 }
 
 impl ParamIndex {
-    fn new(x_shape: &[usize], params: usize, axis: Option<usize>) -> Result<ParamIndex, String> {
+    fn new(x_shape: &[usize], scale_shape: &[usize], axis: Option<usize>) -> Result<ParamIndex, String> {
+        let params: usize = scale_shape.iter().product();
         if params == 1 {
-            return Ok(ParamIndex { per_axis: None });
+            return Ok(ParamIndex { per_axis: None, per_element: false });
+        }
+        if scale_shape.len() > 1 || (axis.is_none() && scale_shape == x_shape) {
+            return if scale_shape == x_shape {
+                Ok(ParamIndex { per_axis: None, per_element: true })
+            } else {
+                Err(format!("scale must be 0-D, 1-D or of x's shape {x_shape:?}, got shape {scale_shape:?}"))
+            };
         }
         match axis {
             Some(a) if a < x_shape.len() && x_shape[a] == params => {
-                Ok(ParamIndex { per_axis: Some(Lanes::around(x_shape, a)) })
+                Ok(ParamIndex { per_axis: Some(Lanes::around(x_shape, a)), per_element: false })
             }
             _ => Err(format!(
                 "{params} scales need an axis of that length (axis {axis:?} of shape {x_shape:?}); \
@@ -99,6 +109,9 @@ impl ParamIndex {
 
     #[inline]
     fn at(&self, i: usize) -> usize {
+        if self.per_element {
+            return i;
+        }
         self.per_axis.map_or(0, |l| (i / l.inner) % l.len)
     }
 }
@@ -111,10 +124,7 @@ pub fn quantize(
     axis: Option<usize>,
     to: DataType,
 ) -> Result<TensorData, String> {
-    if scale.shape().len() > 1 {
-        return Err(format!("scale must be 0-D or 1-D, got shape {:?}", scale.shape()));
-    }
-    let index = ParamIndex::new(x.shape(), scale.len(), axis)?;
+    let index = ParamIndex::new(x.shape(), scale.shape(), axis)?;
     if zero_point.is_some_and(|z| z.len() != scale.len()) {
         let z = zero_point.map_or(0, |z| z.len());
         return Err(format!("zero point has {z} elements but scale has {}", scale.len()));
@@ -192,10 +202,7 @@ pub fn dequantize(
     zero_point: Option<&HostTensor>,
     axis: Option<usize>,
 ) -> Result<TensorData, String> {
-    if scale.shape().len() > 1 {
-        return Err(format!("scale must be 0-D or 1-D, got shape {:?}", scale.shape()));
-    }
-    let index = ParamIndex::new(x.shape(), scale.len(), axis)?;
+    let index = ParamIndex::new(x.shape(), scale.shape(), axis)?;
     match zero_point {
         Some(z) if z.len() != scale.len() => {
             return Err(format!("zero point has {} elements but scale has {}", z.len(), scale.len()))

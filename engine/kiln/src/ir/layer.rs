@@ -95,7 +95,9 @@ pub enum LayerKind {
     /// `[x0, x1, …] -> [y]`.
     Einsum { equation: String },
     /// `[x (float), scale, zero_point?] -> [y]`: `saturate(round(x / scale) + zp)`; to a
-    /// narrow float type `to`, `x / scale + zp` rounded to nearest even and saturated.
+    /// narrow float type `to`, `x / scale + zp` rounded to nearest even and saturated. The
+    /// scale and zero point hold one element, one per index along `axis`, or (axis `None`)
+    /// one per element of x.
     Quantize { axis: Option<usize>, to: DataType },
     /// `[x (int or narrow float), scale, zero_point?] -> [y]`: `(x - zp) * scale`.
     Dequantize { axis: Option<usize> },
