@@ -5,6 +5,7 @@
 //! subnormals kept, and on overflow either saturate to the largest finite value or produce
 //! the type's infinity/NaN (Cast `saturate=0`). ONNX packs the 4- and 2-bit types into
 //! bytes (low bits first) only in `raw_data`; [`pack_bits`] and [`unpack_bits`] do that.
+//! Each type is a `repr(transparent)` byte (`Pod`), so device code can copy slices as bytes.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -208,7 +209,7 @@ fn e8m0_from_f32(x: f32, saturate: bool, rounding: E8M0Rounding) -> u8 {
 macro_rules! float_type {
     ($(#[$doc:meta])* $name:ident, $format:expr) => {
         $(#[$doc])*
-        #[derive(Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[derive(Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, bytemuck::Pod, bytemuck::Zeroable)]
         #[repr(transparent)]
         pub struct $name(pub u8);
 
@@ -249,7 +250,7 @@ float_type!(
 );
 
 /// float8 e8m0: an unsigned power of two 2^(code-127); 0xFF is NaN; no zero.
-#[derive(Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(transparent)]
 pub struct F8E8M0(pub u8);
 
@@ -270,7 +271,7 @@ impl F8E8M0 {
 macro_rules! int_type {
     ($(#[$doc:meta])* $name:ident, $repr:ty, $bits:expr, $signed:expr) => {
         $(#[$doc])*
-        #[derive(Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[derive(Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, bytemuck::Pod, bytemuck::Zeroable)]
         #[repr(transparent)]
         pub struct $name(pub $repr);
 
