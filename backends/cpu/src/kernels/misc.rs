@@ -163,9 +163,9 @@ pub fn quantize(
     }
 }
 
-/// Quantize to a storage-only type: 4/2-bit integers as `clamp(round_half_even(x / scale)
-/// + zp)`; narrow floats as `x / scale + zp` rounded to nearest even and saturated (the
-/// ONNX reference; float8 zero points are 0 by the spec).
+/// Quantize to a storage-only type: 4/2-bit integers as
+/// `clamp(round_half_even(x / scale) + zp)`; narrow floats as `x / scale + zp` rounded to
+/// nearest even and saturated (the ONNX reference; float8 zero points are 0 by the spec).
 fn quantize_narrow(
     x: &HostTensor,
     scales: &[f64],

@@ -79,7 +79,7 @@ fn cast(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
 fn cast_with_options(ctx: &mut NodeContext, x: TensorId, to: DataType) -> Result<Vec<TensorId>, ImportError> {
     let saturate = ctx.attrs.int("saturate", 1)? != 0;
     let mode = ctx.attrs.opt_string("round_mode")?.unwrap_or("up");
-    let e8m0_rounding = E8M0Rounding::from_onnx(&mode)
+    let e8m0_rounding = E8M0Rounding::from_onnx(mode)
         .ok_or_else(|| ctx.invalid(format!("round_mode `{mode}` is not one of up, down, nearest")))?;
     if to.is_narrow_float() && (!saturate || e8m0_rounding != E8M0Rounding::Up) {
         return one(ctx.add("", LayerKind::CastNarrow { to, saturate, e8m0_rounding }, &[x])?);
