@@ -531,7 +531,7 @@ macro_rules! numeric_data {
             kiln::TensorData::U16($v) => Ok($int),
             kiln::TensorData::U32($v) => Ok($int),
             kiln::TensorData::U64($v) => Ok($int),
-            kiln::TensorData::Bool(_) => Err(format!("{} is not defined on bool", $what)),
+            other => Err(format!("{} is not defined on {}", $what, other.dtype())),
         }
     };
 }

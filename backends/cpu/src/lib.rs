@@ -10,6 +10,7 @@
 
 mod control;
 mod element;
+mod element_narrow;
 mod exec;
 mod kernels;
 mod layout;
@@ -137,10 +138,13 @@ fn unsupported(network: &Network, layer: &Layer) -> Option<String> {
         K::Resize(p) if p.mode != ResizeMode::Nearest && input_type(0) == Some(DataType::Bool) => {
             Some(format!("{:?} interpolation is not defined on bool", p.mode))
         }
-        K::Quantize { to, .. } if !to.is_integer() => Some(format!("Quantize produces integers, not {to}")),
-        K::Dequantize { .. } if input_type(0).is_some_and(|t| !t.is_integer()) => {
-            Some(format!("Dequantize reads integers, not {}", input_type(0).map_or(String::new(), |t| t.to_string())))
+        K::Quantize { to, .. } if !(to.is_integer() || to.is_narrow_float()) || *to == DataType::F8E8M0 => {
+            Some(format!("Quantize produces integers, float8 or float4, not {to}"))
         }
+        K::Dequantize { .. } if input_type(0).is_some_and(|t| !(t.is_integer() || t.is_narrow_float())) => Some(format!(
+            "Dequantize reads integers, float8 or float4, not {}",
+            input_type(0).map_or(String::new(), |t| t.to_string())
+        )),
         _ => None,
     }
 }

@@ -1,7 +1,7 @@
 //! The network inputs of `kiln run`: read from an `.npz` file or generated at random.
 
 use crate::npz;
-use anyhow::bail;
+use anyhow::{bail, Context};
 use half::{bf16, f16};
 use kiln::{DataType, Dim, HostTensor, Network, TensorData};
 use rand::{Rng, SeedableRng};
@@ -42,6 +42,8 @@ pub fn from_npz(network: &Network, path: &Path) -> anyhow::Result<HashMap<String
             (DataType::BF16, actual) => {
                 bail!("input `{}` must be bf16 (stored as <u2 raw bits), got {actual}", desc.name)
             }
+            (narrow, actual) if narrow.is_narrow() && actual != narrow => npz::reinterpret_narrow(array, narrow)
+                .with_context(|| format!("input `{}`", desc.name))?,
             (expected, actual) if expected != actual => bail!("input `{}` must be {expected}, got {actual}", desc.name),
             _ => array,
         };
@@ -100,5 +102,10 @@ fn random_data(rng: &mut ChaCha8Rng, dtype: DataType, count: usize) -> TensorDat
         DataType::U32 => digits!(U32, u32),
         DataType::U64 => digits!(U64, u64),
         DataType::Bool => TensorData::Bool((0..count).map(|_| rng.gen()).collect()),
+        narrow => {
+            // 0 or 1, which every narrow type holds (e8m0 has no zero: 2^-127 stands for it).
+            let values: Vec<f64> = (0..count).map(|_| f64::from(rng.gen_range(0u8..2))).collect();
+            TensorData::narrow_from_f64(narrow, &values).expect("the remaining types are narrow")
+        }
     }
 }

@@ -7,7 +7,7 @@
 
 use anyhow::{bail, Context};
 use half::{bf16, f16};
-use kiln::{HostTensor, TensorData};
+use kiln::{DataType, HostTensor, TensorData, I2, I4, U2, U4};
 use npyz::npz::{NpzArchive, NpzWriter};
 use npyz::zip::write::FileOptions;
 use npyz::zip::CompressionMethod;
@@ -158,6 +158,13 @@ fn write_tensor<W: Write + Seek>(npz: &mut NpzWriter<W>, name: &str, tensor: &Ho
         TensorData::U32(v) => write_array(npz, name, &shape, v),
         TensorData::U64(v) => write_array(npz, name, &shape, v),
         TensorData::Bool(v) => write_array(npz, name, &shape, v),
+        // numpy has no narrow types: float codes as `u1` raw bits, 4- and 2-bit integers one
+        // value per byte (`i1` sign-correct, `u1`), as the ONNX conformance harness reads them.
+        TensorData::I4(v) => write_array(npz, name, &shape, &v.iter().map(|x| x.0).collect::<Vec<i8>>()),
+        TensorData::I2(v) => write_array(npz, name, &shape, &v.iter().map(|x| x.0).collect::<Vec<i8>>()),
+        TensorData::U4(v) => write_array(npz, name, &shape, &v.iter().map(|x| x.0).collect::<Vec<u8>>()),
+        TensorData::U2(v) => write_array(npz, name, &shape, &v.iter().map(|x| x.0).collect::<Vec<u8>>()),
+        other => write_array(npz, name, &shape, &other.to_le_bytes()),
     }
 }
 
@@ -183,6 +190,40 @@ pub fn reinterpret_u16_as_bf16(tensor: HostTensor) -> anyhow::Result<HostTensor>
         bail!("only a u16 array can hold bf16 bits");
     };
     Ok(HostTensor::new(shape, TensorData::BF16(bits.into_iter().map(bf16::from_bits).collect()))?)
+}
+
+/// Reinterprets the numpy container of a narrow-typed input: `u1` raw bits for float8,
+/// e8m0 and float4 (code in the low nibble), one value per byte (`i1` or `u1`) for the 4-
+/// and 2-bit integers.
+pub fn reinterpret_narrow(tensor: HostTensor, dtype: DataType) -> anyhow::Result<HostTensor> {
+    let shape = tensor.shape().to_vec();
+    let actual = tensor.dtype();
+    let data = if dtype.is_narrow_float() {
+        let TensorData::U8(bits) = tensor.into_data() else {
+            bail!("a {dtype} array must be stored as u1 raw bits, not {actual}");
+        };
+        TensorData::from_le_bytes(dtype, &bits).with_context(|| format!("a {dtype} code has bits above its width"))?
+    } else {
+        let values = match tensor.data() {
+            TensorData::I8(_) | TensorData::U8(_) => tensor.to_i64_vec().unwrap_or_default(),
+            _ => bail!("a {dtype} array must be stored one value per byte (i1 or u1), not {actual}"),
+        };
+        let narrow = HostTensor::zeros(dtype, vec![]);
+        let (min, max) = match narrow.data() {
+            TensorData::I4(_) => (I4::MIN, I4::MAX),
+            TensorData::U4(_) => (U4::MIN, U4::MAX),
+            TensorData::I2(_) => (I2::MIN, I2::MAX),
+            TensorData::U2(_) => (U2::MIN, U2::MAX),
+            _ => bail!("{dtype} is not a narrow type"),
+        };
+        if let Some(v) = values.iter().find(|v| !(min..=max).contains(*v)) {
+            bail!("value {v} is outside the range of {dtype} [{min}, {max}]");
+        }
+        // In range, the low bits are the element's code.
+        let codes: Vec<u8> = values.iter().map(|&v| (v as u8) & ((1 << dtype.packed_bits().unwrap_or(8)) - 1)).collect();
+        TensorData::from_le_bytes(dtype, &codes).context("narrow integer codes")?
+    };
+    Ok(HostTensor::new(shape, data)?)
 }
 
 #[cfg(test)]

@@ -32,6 +32,7 @@ pub use precision::{BuilderFlag, BuilderFlags, PrecisionError};
 pub use engine::{Engine, EngineLoadError};
 pub use error::NetworkError;
 pub use ir::dtype::DataType;
+pub use ir::narrow::{E8M0Rounding, F4E2M1, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, F8E8M0, I2, I4, U2, U4};
 pub use ir::layer::*;
 pub use ir::network::{Layer, LayerId, Network, TensorDesc, TensorId};
 pub use ir::shape::{Dim, Shape};

@@ -185,6 +185,7 @@ pub fn is_float_compute(kind: &LayerKind) -> bool {
         kind,
         K::Constant { .. }
             | K::Cast { .. }
+            | K::CastNarrow { .. }
             | K::Shape
             | K::Fill { .. }
             | K::Quantize { .. }

@@ -5,6 +5,7 @@ use crate::error::ImportError;
 use crate::proto::tensor_proto::{DataLocation, DataType as OnnxType};
 use crate::proto::TensorProto;
 use half::{bf16, f16};
+use kiln::ir::narrow::unpack_bits;
 use kiln::{DataType, HostTensor, TensorData};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -27,6 +28,16 @@ pub(crate) fn dtype_from_onnx(code: i32) -> Result<DataType, String> {
         OnnxType::Uint32 => DataType::U32,
         OnnxType::Uint64 => DataType::U64,
         OnnxType::Bool => DataType::Bool,
+        OnnxType::Float8e4m3fn => DataType::F8E4M3FN,
+        OnnxType::Float8e4m3fnuz => DataType::F8E4M3FNUZ,
+        OnnxType::Float8e5m2 => DataType::F8E5M2,
+        OnnxType::Float8e5m2fnuz => DataType::F8E5M2FNUZ,
+        OnnxType::Float8e8m0 => DataType::F8E8M0,
+        OnnxType::Float4e2m1 => DataType::F4E2M1,
+        OnnxType::Int4 => DataType::I4,
+        OnnxType::Uint4 => DataType::U4,
+        OnnxType::Int2 => DataType::I2,
+        OnnxType::Uint2 => DataType::U2,
         other => return Err(format!("element type {} is not supported by kiln", other.as_str_name())),
     })
 }
@@ -53,15 +64,17 @@ pub(crate) fn host_tensor(t: &TensorProto, owner: &str, model_dir: Option<&Path>
         return Err(invalid("segmented tensors are not supported".into()));
     }
     let data = if t.data_location() == DataLocation::External {
-        let expected = count
-            .checked_mul(dtype.size_bytes())
-            .ok_or_else(|| invalid(format!("dims {:?} overflow the byte count", t.dims)))?;
+        let expected = match dtype.packed_bits() {
+            Some(bits) => Some(count.div_ceil((8 / bits) as usize)),
+            None => count.checked_mul(dtype.size_bytes()),
+        }
+        .ok_or_else(|| invalid(format!("dims {:?} overflow the byte count", t.dims)))?;
         let bytes = read_external(t, model_dir, expected)?;
-        from_raw(dtype, &bytes).map_err(invalid)?
+        from_raw(dtype, &bytes, count).map_err(invalid)?
     } else if let Some(raw) = &t.raw_data {
-        from_raw(dtype, raw).map_err(invalid)?
+        from_raw(dtype, raw, count).map_err(invalid)?
     } else {
-        from_typed_fields(t, dtype).map_err(invalid)?
+        from_typed_fields(t, dtype, count).map_err(invalid)?
     };
     if data.len() != count {
         return Err(invalid(format!("holds {} {} values but dims {:?} need {count}", data.len(), dtype, t.dims)));
@@ -69,10 +82,14 @@ pub(crate) fn host_tensor(t: &TensorProto, owner: &str, model_dir: Option<&Path>
     HostTensor::new(shape, data).map_err(|e| invalid(e.to_string()))
 }
 
-/// Little-endian element bytes (bool: one byte each, any nonzero byte is true).
-fn from_raw(dtype: DataType, bytes: &[u8]) -> Result<TensorData, String> {
+/// Little-endian element bytes (bool: one byte each, any nonzero byte is true; 4- and
+/// 2-bit types: packed, first element in the low bits, `count` elements).
+fn from_raw(dtype: DataType, bytes: &[u8], count: usize) -> Result<TensorData, String> {
     if dtype == DataType::Bool {
         return Ok(TensorData::Bool(bytes.iter().map(|&b| b != 0).collect()));
+    }
+    if let Some(bits) = dtype.packed_bits() {
+        return unpacked(dtype, bytes, bits, count);
     }
     TensorData::from_le_bytes(dtype, bytes).ok_or_else(|| {
         format!(
@@ -93,8 +110,29 @@ fn half_bits(values: &[i32], dtype: DataType) -> Result<Vec<u16>, String> {
     narrow::<u16>(values, dtype)
 }
 
-fn from_typed_fields(t: &TensorProto, dtype: DataType) -> Result<TensorData, String> {
+/// `count` elements of a 4- or 2-bit type packed in `bytes`, one per byte in kiln.
+fn unpacked(dtype: DataType, bytes: &[u8], bits: u32, count: usize) -> Result<TensorData, String> {
+    let per_byte = (8 / bits) as usize;
+    if bytes.len() != count.div_ceil(per_byte) {
+        return Err(format!(
+            "{} bytes of packed {dtype} data cannot hold exactly {count} elements ({per_byte} per byte)",
+            bytes.len()
+        ));
+    }
+    let codes = unpack_bits(bytes, bits, count).expect("the byte count was checked");
+    Ok(TensorData::from_le_bytes(dtype, &codes).expect("unpacked codes fit their width"))
+}
+
+fn from_typed_fields(t: &TensorProto, dtype: DataType, count: usize) -> Result<TensorData, String> {
     let ints = &t.int32_data;
+    if dtype.packed_bits().is_some() || dtype.is_narrow_float() {
+        // One byte per int32 value: an 8-bit float code, or packed 4/2-bit elements.
+        let bytes: Vec<u8> = narrow(ints, dtype)?;
+        return match dtype.packed_bits() {
+            Some(bits) => unpacked(dtype, &bytes, bits, count),
+            None => Ok(TensorData::from_le_bytes(dtype, &bytes).expect("one byte per element")),
+        };
+    }
     Ok(match dtype {
         DataType::F32 => TensorData::F32(t.float_data.clone()),
         DataType::F64 => TensorData::F64(t.double_data.clone()),
@@ -114,6 +152,7 @@ fn from_typed_fields(t: &TensorProto, dtype: DataType) -> Result<TensorData, Str
                 .map(|&v| u32::try_from(v).map_err(|_| format!("uint64_data value {v} does not fit u32")))
                 .collect::<Result<_, _>>()?,
         ),
+        other => return Err(format!("no typed storage field holds {other}")),
     })
 }
 
@@ -206,6 +245,7 @@ pub(crate) fn filled(dtype: DataType, shape: Vec<usize>, value: f64) -> HostTens
         DataType::U32 => TensorData::U32(vec![value as u32; n]),
         DataType::U64 => TensorData::U64(vec![value as u64; n]),
         DataType::Bool => TensorData::Bool(vec![value != 0.0; n]),
+        narrow => TensorData::narrow_from_f64(narrow, &vec![value; n]).expect("the remaining types are narrow"),
     };
     HostTensor::new(shape, data).expect("element count matches the shape")
 }

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use kiln::{DataType, Dim, TensorData};
+use kiln::{DataType, Dim, LayerKind, TensorData, F8E4M3FN};
 use kiln_onnx::proto::{AttributeProto, ModelProto, NodeProto};
 use kiln_onnx::ImportError;
 
@@ -283,9 +283,16 @@ fn cast_attribute_forms() {
     let string_to = one_op(node("Cast", &["x"], &["y"]).string("to", "INT32"), "3", 1);
     assert_eq!(run(&string_to, vec![("x", x.clone())], "y").data(), &TensorData::I32(vec![-1, 0, 2]));
     let code_to = one_op(node("Cast", &["x"], &["y"]).int("to", BOOL as i64).int("saturate", 0), "3", 19);
-    assert_eq!(run(&code_to, vec![("x", x)], "y").data(), &TensorData::Bool(vec![true, false, true]));
+    assert_eq!(run(&code_to, vec![("x", x.clone())], "y").data(), &TensorData::Bool(vec![true, false, true]));
+    // FLOAT8E4M3FN (17) saturates by default; saturate=0 imports as CastNarrow.
     let fp8 = one_op(node("Cast", &["x"], &["y"]).int("to", 17), "3", 19);
-    assert!(matches!(import_err(&fp8), ImportError::InvalidModel { reason, .. } if reason.contains("FLOAT8")));
+    let codes = [F8E4M3FN::from_f32(-1.7, true), F8E4M3FN(0), F8E4M3FN::from_f32(2.9, true)];
+    assert_eq!(run(&fp8, vec![("x", x.clone())], "y").data(), &TensorData::F8E4M3FN(codes.to_vec()));
+    let no_saturate = one_op(node("Cast", &["x"], &["y"]).int("to", 17).int("saturate", 0), "3", 19);
+    let net = import(&no_saturate);
+    assert!(net.layers().iter().any(|l| matches!(l.kind, LayerKind::CastNarrow { saturate: false, .. })));
+    let string = one_op(node("Cast", &["x"], &["y"]).int("to", 8), "3", 19);
+    assert!(matches!(import_err(&string), ImportError::InvalidModel { reason, .. } if reason.contains("STRING")));
 }
 
 #[test]

@@ -43,6 +43,7 @@ pub fn elementwise(
         TensorData::U32(v) => run!(int_binary, v),
         TensorData::U64(v) => run!(int_binary, v),
         TensorData::Bool(v) => run!(bool_binary, v),
+        other => Err(undefined(op, other.dtype())),
     }
 }
 

@@ -216,5 +216,6 @@ pub fn scatter(
         TensorData::U32(v) => run!(v, int_combine(reduction)),
         TensorData::U64(v) => run!(v, int_combine(reduction)),
         TensorData::Bool(v) => run!(v, bool_combine(reduction)),
+        other => Err(format!("scatter is not defined on {}", other.dtype())),
     }
 }

@@ -4,7 +4,11 @@ use super::{tensor, typed};
 use crate::element::{cast as cast_one, float_data, pack, Elem, FloatElem, IntElem, Real, Scalar};
 use crate::layout::{strides, Lanes};
 use half::{bf16, f16};
-use kiln::{dispatch_data, DataType, HostTensor, TensorData};
+use crate::element_narrow::cast_narrow_float;
+use kiln::{
+    dispatch_data, DataType, E8M0Rounding, HostTensor, TensorData, F4E2M1, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, F8E8M0,
+    I2, I4, U2, U4,
+};
 use std::cmp::Ordering;
 
 fn cast_slice<S: Elem, D: Elem>(values: &[S]) -> TensorData {
@@ -26,12 +30,28 @@ fn cast_from<S: Elem>(values: &[S], to: DataType) -> TensorData {
         DataType::U32 => cast_slice::<S, u32>(values),
         DataType::U64 => cast_slice::<S, u64>(values),
         DataType::Bool => cast_slice::<S, bool>(values),
+        DataType::F8E4M3FN => cast_slice::<S, F8E4M3FN>(values),
+        DataType::F8E4M3FNUZ => cast_slice::<S, F8E4M3FNUZ>(values),
+        DataType::F8E5M2 => cast_slice::<S, F8E5M2>(values),
+        DataType::F8E5M2FNUZ => cast_slice::<S, F8E5M2FNUZ>(values),
+        DataType::F8E8M0 => cast_slice::<S, F8E8M0>(values),
+        DataType::F4E2M1 => cast_slice::<S, F4E2M1>(values),
+        DataType::I4 => cast_slice::<S, I4>(values),
+        DataType::U4 => cast_slice::<S, U4>(values),
+        DataType::I2 => cast_slice::<S, I2>(values),
+        DataType::U2 => cast_slice::<S, U2>(values),
     }
 }
 
 /// Converts every element to `to` with Cast semantics (see [`Elem::from_scalar`]).
 pub fn cast(x: &HostTensor, to: DataType) -> TensorData {
     dispatch_data!(x.data(), v => cast_from(v, to))
+}
+
+/// Cast to a narrow float type with explicit `saturate` and e8m0 rounding (CastNarrow).
+pub fn cast_narrow(x: &HostTensor, to: DataType, saturate: bool, rounding: E8M0Rounding) -> Result<TensorData, String> {
+    let values: Vec<Scalar> = dispatch_data!(x.data(), v => v.iter().map(|e| e.to_scalar()).collect());
+    cast_narrow_float(&values, to, saturate, rounding).ok_or_else(|| format!("CastNarrow cannot convert to {to}"))
 }
 
 /// Exact integer values of an integer tensor (u64 included).
@@ -48,24 +68,37 @@ fn exact_ints(t: &HostTensor, what: &str) -> Result<Vec<i128>, String> {
         TensorData::U16(v) => Ok(widen(v)),
         TensorData::U32(v) => Ok(widen(v)),
         TensorData::U64(v) => Ok(widen(v)),
+        TensorData::I4(_) | TensorData::U4(_) | TensorData::I2(_) | TensorData::U2(_) => {
+            Ok(t.to_i64_vec().unwrap_or_default().into_iter().map(i128::from).collect())
+        }
         other => Err(format!("{what} must be an integer tensor, not {}", other.dtype())),
     }
 }
 
-/// Which quantization parameter applies to each element: one for the whole tensor, or
-/// one per index along `axis`.
+/// Which quantization parameter applies to each element: one for the whole tensor, one
+/// per index along `axis`, or one per element (scale of x's shape: blocked quantization
+/// that the importer expanded).
 struct ParamIndex {
     per_axis: Option<Lanes>,
+    per_element: bool,
 }
 
 impl ParamIndex {
-    fn new(x_shape: &[usize], params: usize, axis: Option<usize>) -> Result<ParamIndex, String> {
+    fn new(x_shape: &[usize], scale_shape: &[usize], axis: Option<usize>) -> Result<ParamIndex, String> {
+        let params: usize = scale_shape.iter().product();
         if params == 1 {
-            return Ok(ParamIndex { per_axis: None });
+            return Ok(ParamIndex { per_axis: None, per_element: false });
+        }
+        if scale_shape.len() > 1 || (axis.is_none() && scale_shape == x_shape) {
+            return if scale_shape == x_shape {
+                Ok(ParamIndex { per_axis: None, per_element: true })
+            } else {
+                Err(format!("scale must be 0-D, 1-D or of x's shape {x_shape:?}, got shape {scale_shape:?}"))
+            };
         }
         match axis {
             Some(a) if a < x_shape.len() && x_shape[a] == params => {
-                Ok(ParamIndex { per_axis: Some(Lanes::around(x_shape, a)) })
+                Ok(ParamIndex { per_axis: Some(Lanes::around(x_shape, a)), per_element: false })
             }
             _ => Err(format!(
                 "{params} scales need an axis of that length (axis {axis:?} of shape {x_shape:?}); \
@@ -76,6 +109,9 @@ impl ParamIndex {
 
     #[inline]
     fn at(&self, i: usize) -> usize {
+        if self.per_element {
+            return i;
+        }
         self.per_axis.map_or(0, |l| (i / l.inner) % l.len)
     }
 }
@@ -88,18 +124,19 @@ pub fn quantize(
     axis: Option<usize>,
     to: DataType,
 ) -> Result<TensorData, String> {
-    if scale.shape().len() > 1 {
-        return Err(format!("scale must be 0-D or 1-D, got shape {:?}", scale.shape()));
+    let index = ParamIndex::new(x.shape(), scale.shape(), axis)?;
+    if zero_point.is_some_and(|z| z.len() != scale.len()) {
+        let z = zero_point.map_or(0, |z| z.len());
+        return Err(format!("zero point has {z} elements but scale has {}", scale.len()));
     }
-    let index = ParamIndex::new(x.shape(), scale.len(), axis)?;
+    let scales = scale.to_f64_vec();
+    if to.is_narrow() {
+        return quantize_narrow(x, &scales, zero_point, &index, to);
+    }
     let zp = match zero_point {
-        Some(z) if z.len() != scale.len() => {
-            return Err(format!("zero point has {} elements but scale has {}", z.len(), scale.len()))
-        }
         Some(z) => exact_ints(z, "the zero point")?,
         None => vec![0; scale.len()],
     };
-    let scales = scale.to_f64_vec();
     fn run<T: FloatElem, Q: IntElem>(x: &[T], scales: &[f64], zp: &[i128], index: &ParamIndex) -> TensorData {
         let q = x.iter().enumerate().map(|(i, &v)| {
             let p = index.at(i);
@@ -126,6 +163,38 @@ pub fn quantize(
     }
 }
 
+/// Quantize to a storage-only type: 4/2-bit integers as
+/// `clamp(round_half_even(x / scale) + zp)`; narrow floats as `x / scale + zp` rounded to
+/// nearest even and saturated (the ONNX reference; float8 zero points are 0 by the spec).
+fn quantize_narrow(
+    x: &HostTensor,
+    scales: &[f64],
+    zero_point: Option<&HostTensor>,
+    index: &ParamIndex,
+    to: DataType,
+) -> Result<TensorData, String> {
+    fn ratios<T: FloatElem>(x: &[T], scales: &[f64], index: &ParamIndex) -> Vec<f64> {
+        x.iter().enumerate().map(|(i, &v)| (v.widen() / T::Acc::of(scales[index.at(i)])).to_f64()).collect()
+    }
+    let ratios = float_data!(x.data(), "Quantize", v => ratios(v, scales, index))?;
+    let zp = zero_point.map_or_else(|| vec![0.0; scales.len()], HostTensor::to_f64_vec);
+    if to.is_narrow_float() {
+        let values: Vec<Scalar> = ratios.iter().enumerate().map(|(i, &r)| Scalar::Float(r + zp[index.at(i)])).collect();
+        return cast_narrow_float(&values, to, true, E8M0Rounding::Up).ok_or_else(|| format!("cannot quantize to {to}"));
+    }
+    let ints = ratios.iter().enumerate().map(|(i, &r)| {
+        let v = r.round_ties_even() + zp[index.at(i)];
+        if v.is_nan() { 0 } else { v as i128 }
+    });
+    Ok(match to {
+        DataType::I4 => TensorData::I4(ints.map(I4::saturating).collect()),
+        DataType::U4 => TensorData::U4(ints.map(U4::saturating).collect()),
+        DataType::I2 => TensorData::I2(ints.map(I2::saturating).collect()),
+        DataType::U2 => TensorData::U2(ints.map(U2::saturating).collect()),
+        other => return Err(format!("Quantize cannot produce {other}")),
+    })
+}
+
 /// `(x - zero_point) * scale` in the scale's type.
 pub fn dequantize(
     x: &HostTensor,
@@ -133,29 +202,34 @@ pub fn dequantize(
     zero_point: Option<&HostTensor>,
     axis: Option<usize>,
 ) -> Result<TensorData, String> {
-    if scale.shape().len() > 1 {
-        return Err(format!("scale must be 0-D or 1-D, got shape {:?}", scale.shape()));
-    }
-    let index = ParamIndex::new(x.shape(), scale.len(), axis)?;
-    let values = exact_ints(x, "Dequantize's input")?;
-    let zp = match zero_point {
+    let index = ParamIndex::new(x.shape(), scale.shape(), axis)?;
+    match zero_point {
         Some(z) if z.len() != scale.len() => {
             return Err(format!("zero point has {} elements but scale has {}", z.len(), scale.len()))
         }
         Some(z) if z.dtype() != x.dtype() => {
             return Err(format!("zero point must be {} like the input, not {}", x.dtype(), z.dtype()))
         }
-        Some(z) => exact_ints(z, "the zero point")?,
-        None => vec![0; scale.len()],
+        _ => {}
+    }
+    // `x - zp`, exact in f64: integers up to 64 bits go through i128 first, and narrow
+    // floats have at most 4 significand bits.
+    let shifted: Vec<f64> = if x.dtype().is_narrow_float() {
+        let zp = zero_point.map_or_else(|| vec![0.0; scale.len()], HostTensor::to_f64_vec);
+        x.to_f64_vec().iter().enumerate().map(|(i, &v)| v - zp[index.at(i)]).collect()
+    } else {
+        let values = exact_ints(x, "Dequantize's input")?;
+        let zp = match zero_point {
+            Some(z) => exact_ints(z, "the zero point")?,
+            None => vec![0; scale.len()],
+        };
+        values.iter().enumerate().map(|(i, &v)| (v - zp[index.at(i)]) as f64).collect()
     };
-    fn run<T: FloatElem>(values: &[i128], scale: &[T], zp: &[i128], index: &ParamIndex) -> TensorData {
-        let y = values.iter().enumerate().map(|(i, &v)| {
-            let p = index.at(i);
-            T::narrow(T::Acc::of((v - zp[p]) as f64) * scale[p].widen())
-        });
+    fn run<T: FloatElem>(shifted: &[f64], scale: &[T], index: &ParamIndex) -> TensorData {
+        let y = shifted.iter().enumerate().map(|(i, &v)| T::narrow(T::Acc::of(v) * scale[index.at(i)].widen()));
         pack(y.collect::<Vec<T>>())
     }
-    float_data!(scale.data(), "Dequantize's scale", s => run(&values, s, &zp, &index))
+    float_data!(scale.data(), "Dequantize's scale", s => run(&shifted, s, &index))
 }
 
 /// Orders scalars of one tensor; NaN sorts above every number (numpy).

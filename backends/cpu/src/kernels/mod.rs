@@ -52,6 +52,9 @@ pub fn run_with(
         K::Constant { .. } => Err("Constant layers are served by the executor from the network's weights".into()),
         K::Identity => Ok(vec![ins.req(0)?.clone()]),
         K::Cast { to } => one(misc::cast(ins.req(0)?, *to)),
+        K::CastNarrow { to, saturate, e8m0_rounding } => {
+            one(misc::cast_narrow(ins.req(0)?, *to, *saturate, *e8m0_rounding)?)
+        }
         K::Reformat { from, to, channels } => {
             Ok(vec![kiln::ir::format::reformat(ins.req(0)?, *from, *to, *channels).map_err(|e| e.to_string())?])
         }

@@ -9,6 +9,7 @@ mod elementwise;
 mod gather_scatter;
 mod matmul;
 mod misc;
+mod narrow;
 mod normalize;
 mod perf;
 mod pool;

@@ -7,7 +7,10 @@ use std::fmt;
 ///
 /// The core set is the one TensorRT engines use (f32, f16, bf16, i8, u8, i32, i64, bool);
 /// f64 and the remaining integer widths exist so that ONNX models using them import and run
-/// on the cpu backend.
+/// on the cpu backend. The storage-only types after `Bool` (float8, e8m0, float4, 4- and
+/// 2-bit integers; see [`crate::ir::narrow`]) hold one element per byte and support
+/// conversions and data movement, not arithmetic. New variants go last: engine files
+/// encode a variant by its index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum DataType {
     F32,
@@ -23,11 +26,21 @@ pub enum DataType {
     U32,
     U64,
     Bool,
+    F8E4M3FN,
+    F8E4M3FNUZ,
+    F8E5M2,
+    F8E5M2FNUZ,
+    F8E8M0,
+    F4E2M1,
+    I4,
+    U4,
+    I2,
+    U2,
 }
 
 impl DataType {
     /// Every data type, in declaration order.
-    pub const ALL: [DataType; 13] = [
+    pub const ALL: [DataType; 23] = [
         DataType::F32,
         DataType::F16,
         DataType::BF16,
@@ -41,12 +54,32 @@ impl DataType {
         DataType::U32,
         DataType::U64,
         DataType::Bool,
+        DataType::F8E4M3FN,
+        DataType::F8E4M3FNUZ,
+        DataType::F8E5M2,
+        DataType::F8E5M2FNUZ,
+        DataType::F8E8M0,
+        DataType::F4E2M1,
+        DataType::I4,
+        DataType::U4,
+        DataType::I2,
+        DataType::U2,
     ];
 
-    /// Size of one element in bytes (bool is stored as one byte).
+    /// Size of one element in bytes (bool and the sub-byte types are stored as one byte).
     pub fn size_bytes(self) -> usize {
         match self {
             DataType::I8 | DataType::U8 | DataType::Bool => 1,
+            DataType::F8E4M3FN
+            | DataType::F8E4M3FNUZ
+            | DataType::F8E5M2
+            | DataType::F8E5M2FNUZ
+            | DataType::F8E8M0
+            | DataType::F4E2M1
+            | DataType::I4
+            | DataType::U4
+            | DataType::I2
+            | DataType::U2 => 1,
             DataType::F16 | DataType::BF16 | DataType::I16 | DataType::U16 => 2,
             DataType::F32 | DataType::I32 | DataType::U32 => 4,
             DataType::F64 | DataType::I64 | DataType::U64 => 8,
@@ -57,12 +90,56 @@ impl DataType {
         matches!(self, DataType::F32 | DataType::F16 | DataType::BF16 | DataType::F64)
     }
 
+    /// The storage-only types: float8 (four kinds), e8m0, float4, and the 4- and 2-bit
+    /// integers. Kernels convert and move them but do no arithmetic on them.
+    pub fn is_narrow(self) -> bool {
+        self.is_narrow_float() || self.is_narrow_integer()
+    }
+
+    /// float8 (e4m3fn, e4m3fnuz, e5m2, e5m2fnuz), float8 e8m0 and float4 e2m1.
+    pub fn is_narrow_float(self) -> bool {
+        matches!(
+            self,
+            DataType::F8E4M3FN
+                | DataType::F8E4M3FNUZ
+                | DataType::F8E5M2
+                | DataType::F8E5M2FNUZ
+                | DataType::F8E8M0
+                | DataType::F4E2M1
+        )
+    }
+
+    /// int4, uint4, int2, uint2.
+    pub fn is_narrow_integer(self) -> bool {
+        matches!(self, DataType::I4 | DataType::U4 | DataType::I2 | DataType::U2)
+    }
+
+    /// Bits of information per element where fewer than the storage byte (4 or 2), else `None`.
+    pub fn packed_bits(self) -> Option<u32> {
+        match self {
+            DataType::I4 | DataType::U4 | DataType::F4E2M1 => Some(4),
+            DataType::I2 | DataType::U2 => Some(2),
+            _ => None,
+        }
+    }
+
+    /// Every integer type, the 4- and 2-bit ones included.
     pub fn is_integer(self) -> bool {
-        !self.is_float() && self != DataType::Bool
+        matches!(
+            self,
+            DataType::I8
+                | DataType::I16
+                | DataType::I32
+                | DataType::I64
+                | DataType::U8
+                | DataType::U16
+                | DataType::U32
+                | DataType::U64
+        ) || self.is_narrow_integer()
     }
 
     pub fn is_signed_integer(self) -> bool {
-        matches!(self, DataType::I8 | DataType::I16 | DataType::I32 | DataType::I64)
+        matches!(self, DataType::I8 | DataType::I16 | DataType::I32 | DataType::I64 | DataType::I4 | DataType::I2)
     }
 
     /// Types usable as shape tensors and indices.
@@ -86,6 +163,16 @@ impl DataType {
             DataType::U32 => "u32",
             DataType::U64 => "u64",
             DataType::Bool => "bool",
+            DataType::F8E4M3FN => "f8e4m3fn",
+            DataType::F8E4M3FNUZ => "f8e4m3fnuz",
+            DataType::F8E5M2 => "f8e5m2",
+            DataType::F8E5M2FNUZ => "f8e5m2fnuz",
+            DataType::F8E8M0 => "f8e8m0",
+            DataType::F4E2M1 => "f4e2m1",
+            DataType::I4 => "i4",
+            DataType::U4 => "u4",
+            DataType::I2 => "i2",
+            DataType::U2 => "u2",
         }
     }
 

@@ -246,6 +246,16 @@ pub fn inspector_type_name(dtype: DataType) -> &'static str {
         DataType::U32 => "UInt32",
         DataType::U64 => "UInt64",
         DataType::Bool => "Bool",
+        DataType::F8E4M3FN => "FP8",
+        DataType::F8E4M3FNUZ => "FP8E4M3FNUZ",
+        DataType::F8E5M2 => "FP8E5M2",
+        DataType::F8E5M2FNUZ => "FP8E5M2FNUZ",
+        DataType::F8E8M0 => "E8M0",
+        DataType::F4E2M1 => "FP4",
+        DataType::I4 => "Int4",
+        DataType::U4 => "UInt4",
+        DataType::I2 => "Int2",
+        DataType::U2 => "UInt2",
     }
 }
 

@@ -34,6 +34,10 @@ pub enum LayerKind {
     /// `[x] -> [y]`: element conversion (float→int truncates toward zero, saturating;
     /// →bool is `x != 0`).
     Cast { to: DataType },
+    /// `[x] -> [y]`: Cast to a narrow float type (float8, e8m0, float4) with explicit overflow
+    /// and e8m0 rounding: `saturate` false turns out-of-range values into inf/NaN where the
+    /// type has them. Plain [`LayerKind::Cast`] is the ONNX default: saturate, e8m0 rounds up.
+    CastNarrow { to: DataType, saturate: bool, e8m0_rounding: crate::ir::narrow::E8M0Rounding },
     /// `[x (N,C,*spatial), w (K, C/groups, *kernel), bias (K)?] -> [y (N,K,*out)]`.
     Convolution(ConvolutionParams),
     /// `[x (N,C,*spatial), w (C, K/groups, *kernel), bias (K)?] -> [y (N,K,*out)]`.
@@ -90,9 +94,12 @@ pub enum LayerKind {
     ParametricRelu,
     /// `[x0, x1, …] -> [y]`.
     Einsum { equation: String },
-    /// `[x (float), scale, zero_point?] -> [y]`: `saturate(round(x / scale) + zp)`.
+    /// `[x (float), scale, zero_point?] -> [y]`: `saturate(round(x / scale) + zp)`; to a
+    /// narrow float type `to`, `x / scale + zp` rounded to nearest even and saturated. The
+    /// scale and zero point hold one element, one per index along `axis`, or (axis `None`)
+    /// one per element of x.
     Quantize { axis: Option<usize>, to: DataType },
-    /// `[x (int), scale, zero_point?] -> [y]`: `(x - zp) * scale`.
+    /// `[x (int or narrow float), scale, zero_point?] -> [y]`: `(x - zp) * scale`.
     Dequantize { axis: Option<usize> },
     /// `[x] -> [y]`: cross-channel local response normalization.
     Lrn { window: usize, alpha: f32, beta: f32, k: f32 },
@@ -196,6 +203,7 @@ impl LayerKind {
             LayerKind::Constant { .. } => "Constant",
             LayerKind::Identity => "Identity",
             LayerKind::Cast { .. } => "Cast",
+            LayerKind::CastNarrow { .. } => "CastNarrow",
             LayerKind::Convolution(_) => "Convolution",
             LayerKind::Deconvolution(_) => "Deconvolution",
             LayerKind::Pooling(_) => "Pooling",

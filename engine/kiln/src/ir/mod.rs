@@ -9,6 +9,7 @@ pub mod format;
 pub(crate) mod fused;
 pub mod infer;
 pub mod layer;
+pub mod narrow;
 pub mod network;
 mod precision_api;
 pub(crate) mod rewrite;

@@ -1,11 +1,13 @@
 //! Host tensors: dense, row-major, typed element storage.
 
 use super::dtype::DataType;
+use super::narrow::{E8M0Rounding, F4E2M1, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, F8E8M0, I2, I4, U2, U4};
 use half::{bf16, f16};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// Typed element storage of a host tensor.
+/// Typed element storage of a host tensor. The storage-only types (float8, e8m0, float4,
+/// 4- and 2-bit integers) hold one element per byte.
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
 pub enum TensorData {
     F32(Vec<f32>),
@@ -21,6 +23,16 @@ pub enum TensorData {
     U32(Vec<u32>),
     U64(Vec<u64>),
     Bool(Vec<bool>),
+    F8E4M3FN(Vec<F8E4M3FN>),
+    F8E4M3FNUZ(Vec<F8E4M3FNUZ>),
+    F8E5M2(Vec<F8E5M2>),
+    F8E5M2FNUZ(Vec<F8E5M2FNUZ>),
+    F8E8M0(Vec<F8E8M0>),
+    F4E2M1(Vec<F4E2M1>),
+    I4(Vec<I4>),
+    U4(Vec<U4>),
+    I2(Vec<I2>),
+    U2(Vec<U2>),
 }
 
 /// Applies `$body` to the typed vector inside a [`TensorData`], binding it as `$v`.
@@ -42,6 +54,16 @@ macro_rules! dispatch_data {
             $crate::TensorData::U32($v) => $body,
             $crate::TensorData::U64($v) => $body,
             $crate::TensorData::Bool($v) => $body,
+            $crate::TensorData::F8E4M3FN($v) => $body,
+            $crate::TensorData::F8E4M3FNUZ($v) => $body,
+            $crate::TensorData::F8E5M2($v) => $body,
+            $crate::TensorData::F8E5M2FNUZ($v) => $body,
+            $crate::TensorData::F8E8M0($v) => $body,
+            $crate::TensorData::F4E2M1($v) => $body,
+            $crate::TensorData::I4($v) => $body,
+            $crate::TensorData::U4($v) => $body,
+            $crate::TensorData::I2($v) => $body,
+            $crate::TensorData::U2($v) => $body,
         }
     };
 }
@@ -62,6 +84,16 @@ impl TensorData {
             TensorData::U32(_) => DataType::U32,
             TensorData::U64(_) => DataType::U64,
             TensorData::Bool(_) => DataType::Bool,
+            TensorData::F8E4M3FN(_) => DataType::F8E4M3FN,
+            TensorData::F8E4M3FNUZ(_) => DataType::F8E4M3FNUZ,
+            TensorData::F8E5M2(_) => DataType::F8E5M2,
+            TensorData::F8E5M2FNUZ(_) => DataType::F8E5M2FNUZ,
+            TensorData::F8E8M0(_) => DataType::F8E8M0,
+            TensorData::F4E2M1(_) => DataType::F4E2M1,
+            TensorData::I4(_) => DataType::I4,
+            TensorData::U4(_) => DataType::U4,
+            TensorData::I2(_) => DataType::I2,
+            TensorData::U2(_) => DataType::U2,
         }
     }
 
@@ -89,12 +121,54 @@ impl TensorData {
             DataType::U32 => TensorData::U32(vec![0; len]),
             DataType::U64 => TensorData::U64(vec![0; len]),
             DataType::Bool => TensorData::Bool(vec![false; len]),
+            DataType::F8E4M3FN => TensorData::F8E4M3FN(vec![F8E4M3FN::default(); len]),
+            DataType::F8E4M3FNUZ => TensorData::F8E4M3FNUZ(vec![F8E4M3FNUZ::default(); len]),
+            DataType::F8E5M2 => TensorData::F8E5M2(vec![F8E5M2::default(); len]),
+            DataType::F8E5M2FNUZ => TensorData::F8E5M2FNUZ(vec![F8E5M2FNUZ::default(); len]),
+            DataType::F8E8M0 => TensorData::F8E8M0(vec![F8E8M0::default(); len]),
+            DataType::F4E2M1 => TensorData::F4E2M1(vec![F4E2M1::default(); len]),
+            DataType::I4 => TensorData::I4(vec![I4::default(); len]),
+            DataType::U4 => TensorData::U4(vec![U4::default(); len]),
+            DataType::I2 => TensorData::I2(vec![I2::default(); len]),
+            DataType::U2 => TensorData::U2(vec![U2::default(); len]),
         }
     }
 
-    /// Little-endian bytes of the elements (bool as 0/1 bytes).
+    /// Values converted to a storage-only type with Cast's defaults (floats: nearest even,
+    /// saturating, e8m0 rounding up; 4/2-bit integers: truncated, low bits kept, non-finite
+    /// to 0); `None` when `dtype` is not a storage-only type.
+    pub fn narrow_from_f64(dtype: DataType, values: &[f64]) -> Option<TensorData> {
+        let ints = || values.iter().map(|&v| if v.is_finite() { v.trunc() as i128 } else { 0 });
+        let f = values.iter().copied();
+        Some(match dtype {
+            DataType::F8E4M3FN => TensorData::F8E4M3FN(f.map(|v| F8E4M3FN::from_f64(v, true)).collect()),
+            DataType::F8E4M3FNUZ => TensorData::F8E4M3FNUZ(f.map(|v| F8E4M3FNUZ::from_f64(v, true)).collect()),
+            DataType::F8E5M2 => TensorData::F8E5M2(f.map(|v| F8E5M2::from_f64(v, true)).collect()),
+            DataType::F8E5M2FNUZ => TensorData::F8E5M2FNUZ(f.map(|v| F8E5M2FNUZ::from_f64(v, true)).collect()),
+            DataType::F8E8M0 => TensorData::F8E8M0(f.map(|v| F8E8M0::from_f64(v, true, E8M0Rounding::Up)).collect()),
+            DataType::F4E2M1 => TensorData::F4E2M1(f.map(|v| F4E2M1::from_f64(v, true)).collect()),
+            DataType::I4 => TensorData::I4(ints().map(I4::wrapping).collect()),
+            DataType::U4 => TensorData::U4(ints().map(U4::wrapping).collect()),
+            DataType::I2 => TensorData::I2(ints().map(I2::wrapping).collect()),
+            DataType::U2 => TensorData::U2(ints().map(U2::wrapping).collect()),
+            _ => return None,
+        })
+    }
+
+    /// Little-endian bytes of the elements (bool as 0/1 bytes; the storage-only types one
+    /// byte each: float codes as they are, 4- and 2-bit integers as their low bits).
     pub fn to_le_bytes(&self) -> Vec<u8> {
         match self {
+            TensorData::F8E4M3FN(v) => v.iter().map(|x| x.0).collect(),
+            TensorData::F8E4M3FNUZ(v) => v.iter().map(|x| x.0).collect(),
+            TensorData::F8E5M2(v) => v.iter().map(|x| x.0).collect(),
+            TensorData::F8E5M2FNUZ(v) => v.iter().map(|x| x.0).collect(),
+            TensorData::F8E8M0(v) => v.iter().map(|x| x.0).collect(),
+            TensorData::F4E2M1(v) => v.iter().map(|x| x.0 & 0x0F).collect(),
+            TensorData::I4(v) => v.iter().map(|x| x.to_bits()).collect(),
+            TensorData::U4(v) => v.iter().map(|x| x.to_bits()).collect(),
+            TensorData::I2(v) => v.iter().map(|x| x.to_bits()).collect(),
+            TensorData::U2(v) => v.iter().map(|x| x.to_bits()).collect(),
             TensorData::Bool(v) => v.iter().map(|&b| b as u8).collect(),
             TensorData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             TensorData::F16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
@@ -111,8 +185,9 @@ impl TensorData {
         }
     }
 
-    /// Parses little-endian bytes; `None` when the byte count is not a whole number of
-    /// elements or a bool byte is not 0/1.
+    /// Parses little-endian bytes (the layout [`TensorData::to_le_bytes`] writes); `None`
+    /// when the byte count is not a whole number of elements, a bool byte is not 0/1, or a
+    /// 4- or 2-bit element byte has bits above its width.
     pub fn from_le_bytes(dtype: DataType, bytes: &[u8]) -> Option<TensorData> {
         let size = dtype.size_bytes();
         if bytes.len() % size != 0 {
@@ -141,6 +216,16 @@ impl TensorData {
             DataType::U16 => parse!(U16, u16),
             DataType::U32 => parse!(U32, u32),
             DataType::U64 => parse!(U64, u64),
+            DataType::F8E4M3FN => TensorData::F8E4M3FN(bytes.iter().map(|&b| F8E4M3FN(b)).collect()),
+            DataType::F8E4M3FNUZ => TensorData::F8E4M3FNUZ(bytes.iter().map(|&b| F8E4M3FNUZ(b)).collect()),
+            DataType::F8E5M2 => TensorData::F8E5M2(bytes.iter().map(|&b| F8E5M2(b)).collect()),
+            DataType::F8E5M2FNUZ => TensorData::F8E5M2FNUZ(bytes.iter().map(|&b| F8E5M2FNUZ(b)).collect()),
+            DataType::F8E8M0 => TensorData::F8E8M0(bytes.iter().map(|&b| F8E8M0(b)).collect()),
+            DataType::F4E2M1 => TensorData::F4E2M1(sub_byte(bytes, 4, F4E2M1)?),
+            DataType::I4 => TensorData::I4(sub_byte(bytes, 4, I4::from_bits)?),
+            DataType::U4 => TensorData::U4(sub_byte(bytes, 4, U4::from_bits)?),
+            DataType::I2 => TensorData::I2(sub_byte(bytes, 2, I2::from_bits)?),
+            DataType::U2 => TensorData::U2(sub_byte(bytes, 2, U2::from_bits)?),
             DataType::Bool => TensorData::Bool(
                 bytes
                     .iter()
@@ -153,6 +238,11 @@ impl TensorData {
             ),
         })
     }
+}
+
+/// One element per byte of a `bits`-wide type; `None` when a byte has higher bits set.
+fn sub_byte<T>(bytes: &[u8], bits: u32, make: impl Fn(u8) -> T) -> Option<Vec<T>> {
+    bytes.iter().map(|&b| (b >> bits == 0).then(|| make(b))).collect()
 }
 
 /// A dense row-major tensor in host memory.
@@ -250,6 +340,10 @@ impl HostTensor {
             TensorData::U16(v) => v.iter().map(|&x| x as i64).collect(),
             TensorData::U32(v) => v.iter().map(|&x| x as i64).collect(),
             TensorData::U64(v) => v.iter().map(|&x| i64::try_from(x).ok()).collect::<Option<_>>()?,
+            TensorData::I4(v) => v.iter().map(|x| x.value()).collect(),
+            TensorData::U4(v) => v.iter().map(|x| x.value()).collect(),
+            TensorData::I2(v) => v.iter().map(|x| x.value()).collect(),
+            TensorData::U2(v) => v.iter().map(|x| x.value()).collect(),
             _ => return None,
         })
     }
@@ -270,6 +364,16 @@ impl HostTensor {
             TensorData::U32(v) => v.iter().map(|&x| x as f64).collect(),
             TensorData::U64(v) => v.iter().map(|&x| x as f64).collect(),
             TensorData::Bool(v) => v.iter().map(|&x| x as u8 as f64).collect(),
+            TensorData::F8E4M3FN(v) => v.iter().map(|x| x.to_f32() as f64).collect(),
+            TensorData::F8E4M3FNUZ(v) => v.iter().map(|x| x.to_f32() as f64).collect(),
+            TensorData::F8E5M2(v) => v.iter().map(|x| x.to_f32() as f64).collect(),
+            TensorData::F8E5M2FNUZ(v) => v.iter().map(|x| x.to_f32() as f64).collect(),
+            TensorData::F8E8M0(v) => v.iter().map(|x| x.to_f32() as f64).collect(),
+            TensorData::F4E2M1(v) => v.iter().map(|x| x.to_f32() as f64).collect(),
+            TensorData::I4(v) => v.iter().map(|x| x.value() as f64).collect(),
+            TensorData::U4(v) => v.iter().map(|x| x.value() as f64).collect(),
+            TensorData::I2(v) => v.iter().map(|x| x.value() as f64).collect(),
+            TensorData::U2(v) => v.iter().map(|x| x.value() as f64).collect(),
         }
     }
 }

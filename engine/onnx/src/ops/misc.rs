@@ -5,7 +5,9 @@ use crate::context::NodeContext;
 use crate::error::ImportError;
 use crate::proto::tensor_proto::DataType as OnnxType;
 use crate::tensor::{self, dtype_from_onnx, host_tensor};
-use kiln::{DataType, ElementwiseOp, GatherMode, HostTensor, LayerKind, PaddingMode, TensorData, TensorId, UnaryOp};
+use kiln::{
+    DataType, E8M0Rounding, ElementwiseOp, GatherMode, HostTensor, LayerKind, PaddingMode, TensorData, TensorId, UnaryOp,
+};
 
 pub(super) fn register(r: &mut Registry) {
     r.add("Constant", &[1, 9, 11, 12, 13, 19, 21, 23, 24, 25], constant);
@@ -56,8 +58,9 @@ fn identity(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     one(ctx.add("", LayerKind::Identity, &[x])?)
 }
 
-/// Cast: `to` is a type name string in opset 1 and a type code after. `saturate` only
-/// affects float8 targets, which kiln does not have.
+/// Cast: `to` is a type name string in opset 1 and a type code after. `saturate` (opset
+/// 19+) and `round_mode` (opset 25+, e8m0) only affect narrow float targets; their defaults
+/// are plain Cast's semantics.
 fn cast(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     let x = ctx.input(0)?;
     let code = if ctx.version < 6 {
@@ -69,6 +72,18 @@ fn cast(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
         i32::try_from(code).map_err(|_| ctx.invalid(format!("unknown type code {code}")))?
     };
     let to = dtype_from_onnx(code).map_err(|e| ctx.invalid(e))?;
+    cast_with_options(ctx, x, to)
+}
+
+/// A Cast to `to`, or a CastNarrow when `saturate` / `round_mode` differ from the defaults.
+fn cast_with_options(ctx: &mut NodeContext, x: TensorId, to: DataType) -> Result<Vec<TensorId>, ImportError> {
+    let saturate = ctx.attrs.int("saturate", 1)? != 0;
+    let mode = ctx.attrs.opt_string("round_mode")?.unwrap_or("up");
+    let e8m0_rounding = E8M0Rounding::from_onnx(mode)
+        .ok_or_else(|| ctx.invalid(format!("round_mode `{mode}` is not one of up, down, nearest")))?;
+    if to.is_narrow_float() && (!saturate || e8m0_rounding != E8M0Rounding::Up) {
+        return one(ctx.add("", LayerKind::CastNarrow { to, saturate, e8m0_rounding }, &[x])?);
+    }
     one(ctx.add("", LayerKind::Cast { to }, &[x])?)
 }
 
@@ -121,7 +136,7 @@ fn assert_not_training(ctx: &mut NodeContext, training: TensorId) -> Result<(), 
 fn cast_like(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     let (x, like) = (ctx.input(0)?, ctx.input(1)?);
     let to = ctx.dtype(like);
-    one(ctx.add("", LayerKind::Cast { to }, &[x])?)
+    cast_with_options(ctx, x, to)
 }
 
 fn select(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {

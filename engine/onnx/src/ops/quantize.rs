@@ -1,12 +1,13 @@
 //! QuantizeLinear, DequantizeLinear and DynamicQuantizeLinear on kiln's Quantize and
-//! Dequantize layers (per-tensor or per-axis; blocked quantization is refused).
+//! Dequantize layers (per-tensor, per-axis, or blocked expanded to per-element), to and from
+//! integers of 2 to 32 bits, float8 and float4.
 
 use super::build::{binary, reduce, unary, with_scalar};
 use super::{one, Registry};
 use crate::context::NodeContext;
 use crate::error::ImportError;
 use crate::tensor::dtype_from_onnx;
-use kiln::{DataType, ElementwiseOp as E, LayerKind, ReduceOp, TensorId, UnaryOp};
+use kiln::{DataType, ElementwiseOp as E, GatherMode, HostTensor, LayerKind, ReduceOp, TensorId, UnaryOp};
 
 pub(super) fn register(r: &mut Registry) {
     r.add("QuantizeLinear", &[10, 13, 19, 21, 23, 24, 25], quantize_linear);
@@ -37,11 +38,46 @@ fn qlinear_matmul(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     one(ctx.add("", LayerKind::Quantize { axis: None, to }, &[product, scale, zero_point])?)
 }
 
+/// The quantization axis and the scale and zero point the layer takes: `None` for a
+/// per-tensor scale (0-D or one element), else the normalized `axis`. Blocked quantization
+/// (opset 21+) expands scale and zero point to x's shape, each block's parameter repeated
+/// `block_size` times along the axis, with axis `None`.
+fn quantization_params(
+    ctx: &mut NodeContext,
+    x: TensorId,
+    scale: TensorId,
+    zero_point: Option<TensorId>,
+) -> Result<(Option<usize>, TensorId, Option<TensorId>), ImportError> {
+    let block_size = if ctx.version >= 21 { ctx.attrs.int("block_size", 0)? } else { 0 };
+    if block_size < 0 {
+        return Err(ctx.invalid(format!("block_size must not be negative, got {block_size}")));
+    }
+    if block_size == 0 {
+        return Ok((quantization_axis(ctx, x, scale)?, scale, zero_point));
+    }
+    let axis = ctx.axis(ctx.attrs.int("axis", 1)?, ctx.rank(x))?;
+    let length = ctx.dims(x)[axis]
+        .fixed()
+        .ok_or_else(|| ctx.unsupported("blocked quantization along an axis of run-time length"))?;
+    if ctx.rank(scale) != ctx.rank(x) || ctx.dims(scale)[axis].fixed() != Some(length.div_ceil(block_size as usize)) {
+        return Err(ctx.invalid(format!(
+            "a blocked scale must have x's rank and ceil({length} / {block_size}) elements along axis {axis}, got {}",
+            ctx.net.tensor(scale).shape
+        )));
+    }
+    let blocks: Vec<i64> = (0..length as i64).map(|i| i / block_size).collect();
+    let blocks = ctx.constant("block indices", HostTensor::from_i64(vec![length], blocks).expect("1-D"))?;
+    let gather = LayerKind::Gather { mode: GatherMode::Default { axis } };
+    let scale = ctx.add("scale per element", gather.clone(), &[scale, blocks])?;
+    let zero_point = match zero_point {
+        Some(zp) => Some(ctx.add("zero point per element", gather, &[zp, blocks])?),
+        None => None,
+    };
+    Ok((None, scale, zero_point))
+}
+
 /// `None` for a per-tensor scale (0-D or one element), else the normalized `axis`.
 fn quantization_axis(ctx: &NodeContext, x: TensorId, scale: TensorId) -> Result<Option<usize>, ImportError> {
-    if ctx.version >= 21 && ctx.attrs.int("block_size", 0)? > 0 {
-        return Err(ctx.unsupported("blocked quantization (block_size > 0)"));
-    }
     let per_tensor = match ctx.rank(scale) {
         0 => true,
         1 => ctx.dims(scale)[0].fixed() == Some(1),
@@ -64,10 +100,13 @@ fn quantize_linear(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> 
             None => DataType::U8,
         },
     };
-    if !to.is_integer() {
+    if !(to.is_integer() || to.is_narrow_float()) || to == DataType::F8E8M0 {
         return Err(ctx.unsupported(format!("quantizing to {to}")));
     }
-    let axis = quantization_axis(ctx, x, scale)?;
+    if to.is_narrow_float() && ctx.attrs.int("saturate", 1)? == 0 {
+        return Err(ctx.unsupported(format!("saturate=0 when quantizing to {to}")));
+    }
+    let (axis, scale, zero_point) = quantization_params(ctx, x, scale, zero_point)?;
     // The scale may be of another float type than x (opset 19+); the kernel divides in x's.
     let scale = ctx.cast("scale cast", scale, ctx.dtype(x))?;
     one(ctx.add_opt("", LayerKind::Quantize { axis, to }, vec![Some(x), Some(scale), zero_point])?)
@@ -75,11 +114,11 @@ fn quantize_linear(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> 
 
 fn dequantize_linear(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     let (x, scale) = (ctx.input(0)?, ctx.input(1)?);
-    if !ctx.dtype(x).is_integer() {
+    if !(ctx.dtype(x).is_integer() || ctx.dtype(x).is_narrow_float()) {
         return Err(ctx.unsupported(format!("dequantizing {}", ctx.dtype(x))));
     }
-    let axis = quantization_axis(ctx, x, scale)?;
-    let y = ctx.add_opt("", LayerKind::Dequantize { axis }, vec![Some(x), Some(scale), ctx.opt_input(2)])?;
+    let (axis, scale, zero_point) = quantization_params(ctx, x, scale, ctx.opt_input(2))?;
+    let y = ctx.add_opt("", LayerKind::Dequantize { axis }, vec![Some(x), Some(scale), zero_point])?;
     match ctx.attrs.opt_int("output_dtype")?.filter(|&c| c != 0 && ctx.version >= 23) {
         Some(code) => {
             let to = dtype_from_onnx(code as i32).map_err(|e| ctx.unsupported(e))?;

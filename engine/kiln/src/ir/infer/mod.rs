@@ -105,6 +105,13 @@ fn infer_kind(
             ins.arity(1, 1)?;
             Ok(vec![OutFact::new(*to, ins.req(0)?.shape.clone())])
         }
+        K::CastNarrow { to, .. } => {
+            ins.arity(1, 1)?;
+            if !to.is_narrow_float() {
+                return rule(None, format!("CastNarrow converts to a float8/float4 type, not {to}"));
+            }
+            Ok(vec![OutFact::new(*to, ins.req(0)?.shape.clone())])
+        }
         K::Convolution(p) => spatial::convolution(&ins, p),
         K::Deconvolution(p) => spatial::deconvolution(&ins, p),
         K::Pooling(p) => spatial::pooling(&ins, p),
