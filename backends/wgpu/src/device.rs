@@ -54,15 +54,25 @@ pub fn shared() -> Result<&'static Gpu, DeviceError> {
     SHARED.get_or_init(open).as_ref().map_err(Clone::clone)
 }
 
-fn open() -> Result<Gpu, DeviceError> {
-    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
-    let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+/// The first adapter of `backends` (WGPU_BACKEND in the environment overrides them).
+fn request_adapter(backends: wgpu::Backends) -> Result<wgpu::Adapter, DeviceError> {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+    if wgpu::Backends::from_env().is_none() {
+        desc.backends = backends;
+    }
+    let instance = wgpu::Instance::new(desc);
+    pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
         power_preference: wgpu::PowerPreference::HighPerformance,
         force_fallback_adapter: false,
         compatible_surface: None,
         apply_limit_buckets: false,
     }))
-    .map_err(|e| DeviceError::NoAdapter { reason: e.to_string() })?;
+    .map_err(|e| DeviceError::NoAdapter { reason: e.to_string() })
+}
+
+fn open() -> Result<Gpu, DeviceError> {
+    // Vulkan / Metal / DX12 first; GL only where none of them has an adapter.
+    let adapter = request_adapter(wgpu::Backends::PRIMARY).or_else(|_| request_adapter(wgpu::Backends::GL))?;
     let info = adapter.get_info();
     let adapter_limits = adapter.limits();
     // Ask for everything the adapter offers that compute needs: bigger bindings and

@@ -276,11 +276,7 @@ impl<'e> Run<'e> {
                     .collect::<KResult<Vec<_>>>()?;
                 let head = self.device_layer(&anchor, &ins[..p.anchor_inputs], &hosts[..p.anchor_inputs], anchor_facts, &anchor_outs)?;
                 let running = head.into_iter().next().ok_or("the anchor produced no output")?;
-                let operands = ins[p.anchor_inputs..]
-                    .iter()
-                    .map(|t| t.clone().ok_or("an epilogue operand is missing".to_string()))
-                    .collect::<KResult<Vec<_>>>()?;
-                one(pointwise::epilogue(rec, running, &p.epilogue, &operands, &shape, dtype)?)
+                one(pointwise::epilogue(rec, running, &p.epilogue, ins, &shape, dtype)?)
             }
             K::Attention(p) => {
                 one(linalg::attention(rec, p, req(0)?, req(1)?, req(2)?, ins.get(3).and_then(Option::as_ref), &shape, dtype)?)

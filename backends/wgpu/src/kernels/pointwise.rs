@@ -103,15 +103,15 @@ pub fn narrow(rec: &Recorder, t: DeviceTensor) -> KResult<DeviceTensor> {
     Ok(t)
 }
 
-/// Applies a fused layer's epilogue to the anchor's output; `operands` are the fused
-/// layer's inputs (the epilogue's operands follow the anchor's inputs).
-pub fn epilogue(rec: &Recorder, mut running: DeviceTensor, steps: &[PostOp], operands: &[DeviceTensor], shape: &[usize], dtype: DataType) -> KResult<DeviceTensor> {
+/// Applies a fused layer's epilogue to the anchor's output; `inputs` are the fused
+/// layer's inputs, which the steps' operands index.
+pub fn epilogue(rec: &Recorder, mut running: DeviceTensor, steps: &[PostOp], inputs: &[Option<DeviceTensor>], shape: &[usize], dtype: DataType) -> KResult<DeviceTensor> {
     for step in steps {
         running = match *step {
             PostOp::Activation(kind) => activation(rec, &kind, &running)?,
             PostOp::Unary(op) => unary(rec, op, &running, running.dtype)?,
             PostOp::Elementwise { op, operand, running_first } => {
-                let other = operands.get(operand).ok_or_else(|| format!("epilogue operand {operand} is missing"))?;
+                let other = inputs.get(operand).and_then(Option::as_ref).ok_or_else(|| format!("epilogue operand {operand} is missing"))?;
                 let out_shape = kiln_broadcast(&running.shape, &other.shape)?;
                 let out_dtype = if op.is_comparison() { DataType::Bool } else { running.dtype };
                 if running_first {

@@ -110,9 +110,9 @@ fn attention_and_fused() {
         anchor: FusedAnchor::Convolution(conv_params(2)),
         anchor_inputs: 2,
         epilogue: vec![
-            PostOp::Elementwise { op: ElementwiseOp::Sum, operand: 0, running_first: true },
+            PostOp::Elementwise { op: ElementwiseOp::Sum, operand: 2, running_first: true },
             PostOp::Activation(ActivationKind::Relu),
-            PostOp::Elementwise { op: ElementwiseOp::Sub, operand: 1, running_first: false },
+            PostOp::Elementwise { op: ElementwiseOp::Sub, operand: 3, running_first: false },
         ],
     };
     let (x, w) = (rand_f32(&mut r, &[1, 2, 6, 6], -1.0, 1.0), rand_f32(&mut r, &[4, 2, 3, 3], -1.0, 1.0));
