@@ -1,10 +1,11 @@
 //! The executable: interprets a network layer by layer in its stored (topological) order.
 
-use crate::control::{top_level_frees, Run};
+use crate::control::{slice_along, stack_along};
 use crate::kernels::{self, Variant};
 use kiln::ir::control::{self, ControlFlow, DEFAULT_MAX_TRIP_COUNT};
 use kiln::ir::infer::{infer_layer, Fact, OutFact};
-use kiln::{BackendError, Executable, HostTensor, Layer, LayerId, LayerKind, Network, Shape};
+use kiln::runtime::interp::{run_plan, top_level_frees, Machine};
+use kiln::{BackendError, DataType, Executable, HostTensor, LayerId, LayerKind, Network, Shape};
 use std::sync::Arc;
 
 /// A network prepared for the cpu backend. Immutable once built, so it is shared freely
@@ -40,15 +41,24 @@ impl CpuExecutable {
         self.variants = variants;
         self
     }
+}
 
-    pub(crate) fn network(&self) -> &Network {
+impl Machine for CpuExecutable {
+    type Value = Arc<HostTensor>;
+
+    fn network(&self) -> &Network {
         &self.network
+    }
+
+    fn meta(&self, value: &Arc<HostTensor>) -> (DataType, Vec<usize>) {
+        (value.dtype(), value.shape().to_vec())
     }
 
     /// Runs one layer: concrete facts from the input values, shape inference for the
     /// expected outputs, the kernel, and a check that the kernel produced what inference said.
-    pub(crate) fn run_layer(&self, id: LayerId, layer: &Layer, values: &[Option<Arc<HostTensor>>]) -> Result<Vec<Arc<HostTensor>>, String> {
+    fn run_layer(&self, id: LayerId, values: &[Option<Arc<HostTensor>>]) -> Result<Vec<Arc<HostTensor>>, String> {
         let net = &self.network;
+        let layer = net.layer(id);
         if let LayerKind::Constant { weights } = &layer.kind {
             // Weights are shared with the network, never copied.
             let w = net.weights().get(weights.0).ok_or_else(|| format!("weights blob #{} is missing", weights.0))?;
@@ -57,17 +67,7 @@ impl CpuExecutable {
             }
             return Ok(vec![w.clone()]);
         }
-        let inputs = layer
-            .inputs
-            .iter()
-            .map(|slot| match slot {
-                None => Ok(None),
-                Some(t) => values[t.0]
-                    .as_deref()
-                    .map(Some)
-                    .ok_or_else(|| format!("input tensor `{}` has no value", net.tensor(*t).name)),
-            })
-            .collect::<Result<Vec<Option<&HostTensor>>, String>>()?;
+        let inputs: Vec<Option<&HostTensor>> = values.iter().map(|v| v.as_deref()).collect();
         let shapes: Vec<Option<Shape>> = inputs.iter().map(|x| x.map(|x| Shape::fixed(x.shape()))).collect();
         let facts: Vec<Option<Fact>> = inputs
             .iter()
@@ -91,6 +91,30 @@ impl CpuExecutable {
         }
         Ok(outputs.into_iter().map(Arc::new).collect())
     }
+
+    fn to_host(&self, value: &Arc<HostTensor>) -> Result<Arc<HostTensor>, String> {
+        Ok(value.clone())
+    }
+
+    fn from_host(&self, tensor: Arc<HostTensor>) -> Result<Arc<HostTensor>, String> {
+        Ok(tensor)
+    }
+
+    fn slice_along(&self, value: &Arc<HostTensor>, axis: usize, index: usize) -> Result<Arc<HostTensor>, String> {
+        slice_along(value, axis, index).map(Arc::new)
+    }
+
+    fn stack_along(
+        &self,
+        parts: &[Arc<HostTensor>],
+        axis: usize,
+        length: usize,
+        reverse: bool,
+        dtype: DataType,
+        slice_shape: &[usize],
+    ) -> Result<Arc<HostTensor>, String> {
+        stack_along(parts, axis, length, reverse, dtype, slice_shape).map(Arc::new)
+    }
 }
 
 /// The kernel's output must have the inferred type and every inferred fixed dim.
@@ -111,46 +135,8 @@ fn check_output(fact: &OutFact, out: &HostTensor) -> Result<(), String> {
 
 impl Executable for CpuExecutable {
     fn execute(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>, BackendError> {
-        let net = &self.network;
-        let boundary = |reason: String| BackendError::Execution { layer: "(network inputs)".into(), reason };
-        if inputs.len() != net.inputs().len() {
-            return Err(boundary(format!("{} inputs given, the network takes {}", inputs.len(), net.inputs().len())));
-        }
-        let mut values: Vec<Option<Arc<HostTensor>>> = vec![None; net.tensors().len()];
-        for (&t, x) in net.inputs().iter().zip(inputs) {
-            let desc = net.tensor(t);
-            let fits = x.dtype() == desc.dtype
-                && x.shape().len() == desc.shape.rank()
-                && desc.shape.dims().iter().zip(x.shape()).all(|(d, &n)| d.fixed().is_none_or(|f| f == n));
-            if !fits {
-                return Err(boundary(format!(
-                    "input `{}` is {}{:?}, the network declares {}{}",
-                    desc.name,
-                    x.dtype(),
-                    x.shape(),
-                    desc.dtype,
-                    desc.shape
-                )));
-            }
-            values[t.0] = Some(Arc::new(x.clone()));
-        }
-        let mut run = Run::new(self, values, self.plan.max_trip_count);
-        for (step, frees) in self.plan.body.steps.iter().zip(&self.frees) {
-            run.step(step)?;
-            for &t in frees {
-                run.values[t] = None;
-            }
-        }
-        let mut values = run.values;
-        net.outputs()
-            .iter()
-            .map(|t| {
-                let v = values[t.0].take().ok_or_else(|| BackendError::Execution {
-                    layer: "(network outputs)".into(),
-                    reason: format!("output `{}` was not computed", net.tensor(*t).name),
-                })?;
-                Ok(Arc::try_unwrap(v).unwrap_or_else(|shared| (*shared).clone()))
-            })
-            .collect()
+        let values = inputs.iter().map(|x| Arc::new(x.clone())).collect();
+        let outputs = run_plan(self, &self.plan, &self.frees, values)?;
+        Ok(outputs.into_iter().map(|v| Arc::try_unwrap(v).unwrap_or_else(|shared| (*shared).clone())).collect())
     }
 }

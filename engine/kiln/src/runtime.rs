@@ -6,6 +6,7 @@
 
 mod buffer;
 mod context;
+pub mod interp;
 pub mod shapes;
 mod stream;
 
