@@ -5,7 +5,9 @@ use crate::exec::Run;
 use crate::kernels::layout::{copy, gather_view, Copy};
 use crate::kernels::{pointwise, strides};
 use crate::value::{DeviceTensor, Value};
-use kiln::DataType;
+use kiln::runtime::interp::Machine;
+use kiln::{DataType, HostTensor, LayerId, Network};
+use std::sync::Arc;
 
 fn signed(v: &[usize]) -> Vec<i64> {
     v.iter().map(|&x| x as i64).collect()
@@ -50,5 +52,37 @@ impl Run<'_> {
             copy(&self.rec, &t, &out, &c)?;
         }
         Ok(Value::Device(out))
+    }
+}
+
+impl Machine for Run<'_> {
+    type Value = Value;
+
+    fn network(&self) -> &Network {
+        &self.exe.network
+    }
+
+    fn meta(&self, value: &Value) -> (DataType, Vec<usize>) {
+        (value.dtype(), value.shape().to_vec())
+    }
+
+    fn run_layer(&self, id: LayerId, inputs: &[Option<Value>]) -> Result<Vec<Value>, String> {
+        Run::run_layer(self, id, inputs)
+    }
+
+    fn to_host(&self, value: &Value) -> Result<Arc<HostTensor>, String> {
+        Run::to_host(self, value)
+    }
+
+    fn from_host(&self, tensor: Arc<HostTensor>) -> Result<Value, String> {
+        Ok(Value::Device(self.rec.upload(&tensor)?))
+    }
+
+    fn slice_along(&self, value: &Value, axis: usize, index: usize) -> Result<Value, String> {
+        self.slice_value(value, axis, index)
+    }
+
+    fn stack_along(&self, parts: &[Value], axis: usize, length: usize, reverse: bool, dtype: DataType, slice_shape: &[usize]) -> Result<Value, String> {
+        self.stack_values(parts, axis, length, reverse, dtype, slice_shape)
     }
 }

@@ -9,7 +9,9 @@ use crate::device::Gpu;
 use crate::kernels::{layout, linalg, pointwise, reduce, KResult};
 use crate::value::{to_words, DeviceTensor, Recorder, Value};
 use kiln::ir::infer::{infer_layer, resolve_slice, Fact, OutFact};
-use kiln::{DataType, GatherMode, HostTensor, Layer, LayerId, LayerKind, Network, PaddingMode, Shape};
+use kiln::ir::control::{lower, ControlFlow, DEFAULT_MAX_TRIP_COUNT};
+use kiln::runtime::interp::{run_plan, top_level_frees};
+use kiln::{BackendError, Executable, DataType, GatherMode, HostTensor, Layer, LayerId, LayerKind, Network, PaddingMode, Shape};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -22,13 +24,24 @@ const HOST_CONSTANT_ELEMENTS: usize = 1024;
 pub struct WgpuExecutable {
     pub(crate) network: Network,
     pub(crate) gpu: &'static Gpu,
+    /// The steps to run: the engine's lowered control flow.
+    pub(crate) plan: ControlFlow,
+    /// Per top-level step, the tensors no longer needed once it has run.
+    pub(crate) frees: Vec<Vec<usize>>,
     /// Large constants (weights), uploaded on first use and kept for later executions.
     constants: Mutex<HashMap<usize, DeviceTensor>>,
 }
 
 impl WgpuExecutable {
-    pub fn new(network: Network, gpu: &'static Gpu) -> WgpuExecutable {
-        WgpuExecutable { network, gpu, constants: Mutex::new(HashMap::new()) }
+    /// Prepares a network; one that did not come through the builder is lowered here.
+    pub fn new(network: Network, gpu: &'static Gpu) -> Result<WgpuExecutable, BackendError> {
+        let plan = match network.control_flow() {
+            Some(plan) => plan.clone(),
+            None => lower(&network, DEFAULT_MAX_TRIP_COUNT)
+                .map_err(|e| BackendError::Execution { layer: "(control flow)".into(), reason: e.to_string() })?,
+        };
+        let frees = top_level_frees(&network, &plan.body.steps);
+        Ok(WgpuExecutable { network, gpu, plan, frees, constants: Mutex::new(HashMap::new()) })
     }
 }
 
@@ -316,4 +329,25 @@ fn check(fact: &OutFact, dtype: DataType, shape: &[usize]) -> Result<(), String>
         return Err(format!("the kernels produced {dtype}{shape:?} but shape inference expects {}{}", fact.dtype, fact.shape));
     }
     Ok(())
+}
+
+impl Executable for WgpuExecutable {
+    fn execute(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>, BackendError> {
+        let run = Run::new(self);
+        let fail = |layer: &str, reason: String| BackendError::Execution { layer: layer.into(), reason };
+        let values = inputs
+            .iter()
+            .zip(self.network.inputs())
+            .map(|(x, &t)| run.to_device(&Value::Host(Arc::new(x.clone()))).map(Value::Device).map_err(|e| fail(&self.network.tensor(t).name, e)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let outputs = run_plan(&run, &self.plan, &self.frees, values)?;
+        outputs
+            .iter()
+            .zip(self.network.outputs())
+            .map(|(v, &t)| {
+                let h = run.to_host(v).map_err(|e| fail(&self.network.tensor(t).name, e))?;
+                Ok(Arc::try_unwrap(h).unwrap_or_else(|shared| (*shared).clone()))
+            })
+            .collect()
+    }
 }

@@ -22,11 +22,8 @@ pub mod shaders;
 mod value;
 
 pub use device::DeviceError;
-use exec::{Run, WgpuExecutable};
-use kiln::ir::control::{lower, Step, DEFAULT_MAX_TRIP_COUNT};
-use kiln::{Backend, BackendError, DataType, DeviceFingerprint, Executable, GatherMode, HostTensor, Layer, LayerKind, Network, PaddingMode};
-use std::sync::Arc;
-use value::Value;
+use exec::WgpuExecutable;
+use kiln::{Backend, BackendError, DataType, DeviceFingerprint, Executable, GatherMode, Layer, LayerKind, Network, PaddingMode};
 
 const NAME: &str = "wgpu";
 
@@ -80,7 +77,7 @@ impl Backend for WgpuBackend {
     fn prepare(&self, network: &Network) -> Result<Box<dyn Executable>, BackendError> {
         self.check_support(network)?;
         let gpu = self.gpu()?;
-        Ok(Box::new(WgpuExecutable::new(network.clone(), gpu)))
+        Ok(Box::new(WgpuExecutable::new(network.clone(), gpu)?))
     }
 }
 
@@ -132,44 +129,5 @@ fn unsupported(network: &Network, layer: &Layer) -> Option<String> {
             (!float_input()).then(|| format!("the WGSL {} kernel computes floats only", layer.kind.type_name()))
         }
         other => Some(format!("no WGSL kernel for {} yet", other.type_name())),
-    }
-}
-
-impl Executable for WgpuExecutable {
-    fn execute(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>, BackendError> {
-        let net = &self.network;
-        let fail = |layer: &str, reason: String| BackendError::Execution { layer: layer.into(), reason };
-        let plan = match net.control_flow() {
-            Some(plan) => plan.clone(),
-            None => lower(net, DEFAULT_MAX_TRIP_COUNT).map_err(|e| fail("(control flow)", e.to_string()))?,
-        };
-        if inputs.len() != net.inputs().len() {
-            return Err(fail("(network inputs)", format!("{} inputs given, the network takes {}", inputs.len(), net.inputs().len())));
-        }
-        let run = Run::new(self);
-        let mut values: Vec<Option<Value>> = vec![None; net.tensors().len()];
-        for (&t, x) in net.inputs().iter().zip(inputs) {
-            let v = run.to_device(&Value::Host(Arc::new(x.clone()))).map_err(|e| fail(&net.tensor(t).name, e))?;
-            values[t.0] = Some(Value::Device(v));
-        }
-        for step in &plan.body.steps {
-            let &Step::Layer(id) = step else {
-                return Err(fail("(control flow)", "loops and conditionals run through kiln's plan interpreter".into()));
-            };
-            let layer = net.layer(id);
-            let ins: Vec<Option<Value>> = layer.inputs.iter().map(|s| s.and_then(|t| values[t.0].clone())).collect();
-            let outs = run.run_layer(id, &ins).map_err(|e| fail(&layer.name, e))?;
-            for (t, v) in layer.outputs.iter().zip(outs) {
-                values[t.0] = Some(v);
-            }
-        }
-        net.outputs()
-            .iter()
-            .map(|t| {
-                let v = values[t.0].as_ref().ok_or_else(|| fail("(network outputs)", format!("output `{}` was not computed", net.tensor(*t).name)))?;
-                let h = run.to_host(v).map_err(|e| fail(&net.tensor(*t).name, e))?;
-                Ok(Arc::try_unwrap(h).unwrap_or_else(|shared| (*shared).clone()))
-            })
-            .collect()
     }
 }

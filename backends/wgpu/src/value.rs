@@ -29,10 +29,6 @@ impl DeviceTensor {
         self.len() == 0
     }
 
-    pub fn storage(&self) -> Storage {
-        Storage::of(self.dtype).unwrap_or(Storage::F32)
-    }
-
     pub fn reshaped(&self, shape: Vec<usize>) -> DeviceTensor {
         DeviceTensor { buffer: self.buffer.clone(), dtype: self.dtype, shape }
     }

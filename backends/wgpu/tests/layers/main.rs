@@ -2,6 +2,7 @@
 //! Every test skips with a printed SKIPPED line where no wgpu adapter exists.
 
 mod common;
+mod control;
 mod device;
 mod layout;
 mod linalg;
