@@ -14,15 +14,16 @@ pub struct MatmulTiming {
     pub timer: &'static str,
 }
 
-/// Times the f32 matmul kernel on `m×k · k×n` (inputs filled with small values).
-pub fn time_matmul(m: u32, n: u32, k: u32, reps: usize) -> Result<MatmulTiming, DeviceError> {
+/// Times an f32 matmul kernel on `m×k · k×n` (inputs filled with small values): the
+/// 128×128-tile kernel when `wide`, else the 64×64 one.
+pub fn time_matmul(m: u32, n: u32, k: u32, reps: usize, wide: bool) -> Result<MatmulTiming, DeviceError> {
     let gpu = device::shared()?;
     let fill = |len: usize| (0..len).map(|i| ((i % 7) as f32 * 0.25).to_bits()).collect::<Vec<u32>>();
     let a = gpu.storage_init("bench A", &fill(m as usize * k as usize))?;
     let b = gpu.storage_init("bench B", &fill(k as usize * n as usize))?;
     let c = gpu.storage("bench C", u64::from(m) * u64::from(n) * 4)?;
     let params = gpu.storage_init("bench params", &[m, n, k, 1, k, 1, n, 1, 0, 0])?;
-    let kernel = Instance::matmul(Storage::F32);
+    let (kernel, tile) = if wide { (Instance::plain("matmul_wide"), 128) } else { (Instance::matmul(Storage::F32), 64) };
     let pipeline = gpu.pipeline(&kernel.key, || kernel.source())?;
     let layout = pipeline.get_bind_group_layout(0);
     let entries: Vec<wgpu::BindGroupEntry> = [&params, &a, &b, &c]
@@ -31,7 +32,7 @@ pub fn time_matmul(m: u32, n: u32, k: u32, reps: usize) -> Result<MatmulTiming, 
         .map(|(i, buf)| wgpu::BindGroupEntry { binding: i as u32, resource: buf.as_entire_binding() })
         .collect();
     let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &layout, entries: &entries });
-    let groups = [n.div_ceil(64), m.div_ceil(64), 1];
+    let groups = [n.div_ceil(tile), m.div_ceil(tile), 1];
     let timestamps = gpu.features.contains(wgpu::Features::TIMESTAMP_QUERY);
     let query = timestamps.then(|| {
         gpu.device.create_query_set(&wgpu::QuerySetDescriptor { label: None, ty: wgpu::QueryType::Timestamp, count: 2 })

@@ -17,6 +17,7 @@ pub const BODIES: &[(&str, &str)] = &[
     ("fill", include_str!("../../../shaders/fill.wgsl")),
     ("narrow", include_str!("../../../shaders/narrow.wgsl")),
     ("matmul", include_str!("../../../shaders/matmul.wgsl")),
+    ("matmul_wide", include_str!("../../../shaders/matmul_wide.wgsl")),
     ("conv", include_str!("../../../shaders/conv.wgsl")),
     ("deconv", include_str!("../../../shaders/deconv.wgsl")),
     ("pool", include_str!("../../../shaders/pool.wgsl")),
@@ -120,7 +121,7 @@ const REDUCE_OPS: [ReduceOp; 10] = {
 /// Every kernel the backend can compile, for validation.
 pub fn all_instantiations() -> Vec<Instance> {
     let mut all: Vec<Instance> =
-        ["select", "copy", "fill", "narrow", "conv", "deconv", "pool", "softmax", "norm", "gather", "gather_elements"]
+        ["matmul_wide", "select", "copy", "fill", "narrow", "conv", "deconv", "pool", "softmax", "norm", "gather", "gather_elements"]
             .into_iter()
             .map(Instance::plain)
             .collect();

@@ -18,8 +18,10 @@ fn small_matmul_is_timed() {
     if skip() {
         return;
     }
-    let t = time_matmul(128, 96, 64, 3).expect("timing");
-    assert!(t.median_ms > 0.0 && t.tflops.is_finite(), "{t:?}");
+    for wide in [false, true] {
+        let t = time_matmul(128, 96, 64, 3, wide).expect("timing");
+        assert!(t.median_ms > 0.0 && t.tflops.is_finite(), "{t:?}");
+    }
 }
 
 #[test]
@@ -29,9 +31,11 @@ fn matmul_4096_f32() {
         return;
     }
     let gpu = kiln_wgpu::device::shared().unwrap();
-    let t = time_matmul(4096, 4096, 4096, 20).expect("timing");
-    println!(
-        "BENCH wgpu matmul 4096^3 f32 on {} ({:?}): median {:.3} ms = {:.2} TFLOP/s ({})",
-        gpu.info.name, gpu.info.backend, t.median_ms, t.tflops, t.timer
-    );
+    for (wide, name) in [(false, "64x64 tile"), (true, "128x128 tile")] {
+        let t = time_matmul(4096, 4096, 4096, 20, wide).expect("timing");
+        println!(
+            "BENCH wgpu matmul 4096^3 f32, {name}, on {} ({:?}): median {:.3} ms = {:.2} TFLOP/s ({})",
+            gpu.info.name, gpu.info.backend, t.median_ms, t.tflops, t.timer
+        );
+    }
 }

@@ -8,6 +8,9 @@ use crate::shaders::Instance;
 use crate::value::{DeviceTensor, Recorder};
 use kiln::{AttentionParams, ConvolutionParams, DataType, DeconvolutionParams, ElementwiseOp, MatrixOp, PoolingKind, PoolingParams};
 
+/// Both M and N at least this: the f32 product runs on the 128×128-tile kernel.
+pub const WIDE_MIN: usize = 128;
+
 /// One operand of a product seen as a stack of `rows × cols` matrices.
 struct Operand {
     batch: Vec<usize>,
@@ -74,8 +77,14 @@ pub fn matmul(rec: &Recorder, a: &DeviceTensor, op_a: MatrixOp, b: &DeviceTensor
         params.push(count_word(ao * a_mat)?);
         params.push(count_word(bo * b_mat)?);
     }
-    let groups = [n.div_ceil(64) as u32, m.div_ceil(64) as u32, batches as u32];
-    rec.dispatch(&Instance::matmul(storage), &params, &[&a.buffer, &b.buffer, &out.buffer], groups)
+    // Large f32 products take the 128×128-tile kernel (8×8 outputs per invocation).
+    let (kernel, tile) = if storage == Storage::F32 && m >= WIDE_MIN && n >= WIDE_MIN {
+        (Instance::plain("matmul_wide"), 128)
+    } else {
+        (Instance::matmul(storage), 64)
+    };
+    let groups = [n.div_ceil(tile) as u32, m.div_ceil(tile) as u32, batches as u32];
+    rec.dispatch(&kernel, &params, &[&a.buffer, &b.buffer, &out.buffer], groups)
         .map_err(|e| e.to_string())?;
     pointwise::narrow(rec, out)
 }

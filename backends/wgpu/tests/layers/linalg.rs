@@ -16,7 +16,10 @@ fn matrix_multiply_shapes() {
     let Some(gpu) = gpu() else { return };
     let mut r = rng(20);
     use MatrixOp::*;
-    let cases: [(&[usize], MatrixOp, &[usize], MatrixOp); 7] = [
+    let cases: [(&[usize], MatrixOp, &[usize], MatrixOp); 9] = [
+        // M, N >= 128: the 128×128-tile kernel, with ragged edges.
+        (&[200, 70], None, &[70, 130], None),
+        (&[2, 150, 33], None, &[2, 129, 33], Transpose),
         (&[70, 33], None, &[33, 129], None),
         (&[3, 20, 17], None, &[17, 9], None),
         (&[2, 1, 5, 8], None, &[3, 8, 6], None),
