@@ -23,7 +23,8 @@ pub fn time_matmul(m: u32, n: u32, k: u32, reps: usize, wide: bool) -> Result<Ma
     let b = gpu.storage_init("bench B", &fill(k as usize * n as usize))?;
     let c = gpu.storage("bench C", u64::from(m) * u64::from(n) * 4)?;
     let params = gpu.storage_init("bench params", &[m, n, k, 1, k, 1, n, 1, 0, 0])?;
-    let (kernel, tile) = if wide { (Instance::plain("matmul_wide"), 128) } else { (Instance::matmul(Storage::F32), 64) };
+    let (kernel, tile) =
+        if wide { (Instance::plain("matmul_wide"), 128) } else { (Instance::matmul(Storage::F32), 64) };
     let pipeline = gpu.pipeline(&kernel.key, || kernel.source())?;
     let layout = pipeline.get_bind_group_layout(0);
     let entries: Vec<wgpu::BindGroupEntry> = [&params, &a, &b, &c]
@@ -31,7 +32,8 @@ pub fn time_matmul(m: u32, n: u32, k: u32, reps: usize, wide: bool) -> Result<Ma
         .enumerate()
         .map(|(i, buf)| wgpu::BindGroupEntry { binding: i as u32, resource: buf.as_entire_binding() })
         .collect();
-    let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &layout, entries: &entries });
+    let bind_group =
+        gpu.device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &layout, entries: &entries });
     let groups = [n.div_ceil(tile), m.div_ceil(tile), 1];
     let timestamps = gpu.features.contains(wgpu::Features::TIMESTAMP_QUERY);
     let query = timestamps.then(|| {
@@ -80,5 +82,9 @@ pub fn time_matmul(m: u32, n: u32, k: u32, reps: usize, wide: bool) -> Result<Ma
     times.sort_by(f64::total_cmp);
     let median_ms = times.get(times.len() / 2).copied().unwrap_or(f64::NAN);
     let flops = 2.0 * f64::from(m) * f64::from(n) * f64::from(k);
-    Ok(MatmulTiming { median_ms, tflops: flops / (median_ms * 1e-3) / 1e12, timer: if timestamps { "timestamp" } else { "wall-clock" } })
+    Ok(MatmulTiming {
+        median_ms,
+        tflops: flops / (median_ms * 1e-3) / 1e12,
+        timer: if timestamps { "timestamp" } else { "wall-clock" },
+    })
 }

@@ -31,7 +31,15 @@ impl Run<'_> {
 
     /// `parts` stacked along a new axis `axis` of `length` (zeros past the parts), the last
     /// part first when `reverse`.
-    pub fn stack_values(&self, parts: &[Value], axis: usize, length: usize, reverse: bool, dtype: DataType, slice_shape: &[usize]) -> Result<Value, String> {
+    pub fn stack_values(
+        &self,
+        parts: &[Value],
+        axis: usize,
+        length: usize,
+        reverse: bool,
+        dtype: DataType,
+        slice_shape: &[usize],
+    ) -> Result<Value, String> {
         if parts.len() > length || axis > slice_shape.len() {
             return Err(format!("{} parts stacked along axis {axis} of length {length}", parts.len()));
         }
@@ -48,7 +56,13 @@ impl Run<'_> {
                 return Err(format!("loop output part {i} is {:?}, the others {slice_shape:?}", t.shape));
             }
             let at = if reverse { parts.len() - 1 - i } else { i };
-            let c = Copy { shape: slice_shape, src_off: 0, src_strides: &src_strides, dst_off: at as i64 * dst[axis], dst_strides: &dst_strides };
+            let c = Copy {
+                shape: slice_shape,
+                src_off: 0,
+                src_strides: &src_strides,
+                dst_off: at as i64 * dst[axis],
+                dst_strides: &dst_strides,
+            };
             copy(&self.rec, &t, &out, &c)?;
         }
         Ok(Value::Device(out))
@@ -82,7 +96,15 @@ impl Machine for Run<'_> {
         self.slice_value(value, axis, index)
     }
 
-    fn stack_along(&self, parts: &[Value], axis: usize, length: usize, reverse: bool, dtype: DataType, slice_shape: &[usize]) -> Result<Value, String> {
+    fn stack_along(
+        &self,
+        parts: &[Value],
+        axis: usize,
+        length: usize,
+        reverse: bool,
+        dtype: DataType,
+        slice_shape: &[usize],
+    ) -> Result<Value, String> {
         self.stack_values(parts, axis, length, reverse, dtype, slice_shape)
     }
 }

@@ -17,7 +17,9 @@ pub enum DeviceError {
     DeviceLost { reason: String },
     #[error("out of device memory while {what}")]
     OutOfMemory { what: String },
-    #[error("{what} needs {needed} bytes in one binding; the adapter allows {limit} (max_storage_buffer_binding_size)")]
+    #[error(
+        "{what} needs {needed} bytes in one binding; the adapter allows {limit} (max_storage_buffer_binding_size)"
+    )]
     LimitExceeded { what: String, needed: u64, limit: u64 },
     #[error("wgpu validation failed while {what}: {reason}")]
     Validation { what: String, reason: String },
@@ -179,7 +181,11 @@ impl Gpu {
     }
 
     /// The compute pipeline compiled from `source` (entry point `main`), cached by `key`.
-    pub fn pipeline(&self, key: &str, source: impl FnOnce() -> String) -> Result<Arc<wgpu::ComputePipeline>, DeviceError> {
+    pub fn pipeline(
+        &self,
+        key: &str,
+        source: impl FnOnce() -> String,
+    ) -> Result<Arc<wgpu::ComputePipeline>, DeviceError> {
         if let Some(p) = self.pipelines.lock().map_err(|_| poisoned())?.get(key) {
             return Ok(p.clone());
         }
@@ -205,7 +211,12 @@ impl Gpu {
     }
 
     /// Reads `words` 32-bit words of `buffer` back (submits `encoder` first, if any).
-    pub fn read_words(&self, encoder: Option<wgpu::CommandEncoder>, buffer: &wgpu::Buffer, words: usize) -> Result<Vec<u32>, DeviceError> {
+    pub fn read_words(
+        &self,
+        encoder: Option<wgpu::CommandEncoder>,
+        buffer: &wgpu::Buffer,
+        words: usize,
+    ) -> Result<Vec<u32>, DeviceError> {
         let bytes = (words as u64 * 4).max(4);
         let staging = self.scoped("allocating a readback buffer", || {
             self.device.create_buffer(&wgpu::BufferDescriptor {
@@ -238,5 +249,8 @@ impl Gpu {
 }
 
 fn poisoned() -> DeviceError {
-    DeviceError::Validation { what: "locking the pipeline cache".into(), reason: "a thread panicked while holding it".into() }
+    DeviceError::Validation {
+        what: "locking the pipeline cache".into(),
+        reason: "a thread panicked while holding it".into(),
+    }
 }

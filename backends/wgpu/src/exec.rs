@@ -8,10 +8,12 @@
 use crate::device::Gpu;
 use crate::kernels::{layout, linalg, pointwise, reduce, KResult};
 use crate::value::{to_words, DeviceTensor, Recorder, Value};
-use kiln::ir::infer::{infer_layer, resolve_slice, Fact, OutFact};
 use kiln::ir::control::{lower, ControlFlow, DEFAULT_MAX_TRIP_COUNT};
+use kiln::ir::infer::{infer_layer, resolve_slice, Fact, OutFact};
 use kiln::runtime::interp::{run_plan, top_level_frees};
-use kiln::{BackendError, Executable, DataType, GatherMode, HostTensor, Layer, LayerId, LayerKind, Network, PaddingMode, Shape};
+use kiln::{
+    BackendError, DataType, Executable, GatherMode, HostTensor, Layer, LayerId, LayerKind, Network, PaddingMode, Shape,
+};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -84,7 +86,12 @@ impl<'e> Run<'e> {
     }
 
     fn constant(&self, layer: &Layer, weights: kiln::WeightsId) -> Result<Vec<Value>, String> {
-        let w = self.exe.network.weights().get(weights.0).ok_or_else(|| format!("weights blob #{} is missing", weights.0))?;
+        let w = self
+            .exe
+            .network
+            .weights()
+            .get(weights.0)
+            .ok_or_else(|| format!("weights blob #{} is missing", weights.0))?;
         if let Some(&t) = layer.outputs.first() {
             let desc = self.exe.network.tensor(t);
             check(&OutFact::new(desc.dtype, desc.shape.clone()), w.dtype(), w.shape())?;
@@ -141,14 +148,17 @@ impl<'e> Run<'e> {
                 })
             })
             .collect();
-        let expected = infer_layer(&layer.kind, &facts, &|w| net.weights_blob(w)).map_err(|e| format!("shape inference: {}", e.rule))?;
+        let expected = infer_layer(&layer.kind, &facts, &|w| net.weights_blob(w))
+            .map_err(|e| format!("shape inference: {}", e.rule))?;
         // Shape arithmetic that inference evaluated: stays on the host.
         if !expected.is_empty() && expected.iter().all(|o| o.value.is_some()) {
             return Ok(expected.into_iter().filter_map(|o| o.value).map(|t| Value::Host(Arc::new(t))).collect());
         }
         let outs = expected
             .iter()
-            .map(|o| o.shape.as_fixed().map(|s| (o.dtype, s)).ok_or_else(|| format!("inference left {} unresolved", o.shape)))
+            .map(|o| {
+                o.shape.as_fixed().map(|s| (o.dtype, s)).ok_or_else(|| format!("inference left {} unresolved", o.shape))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let host_slots = host_slots(&layer.kind);
         let mut device = Vec::with_capacity(values.len());
@@ -171,7 +181,11 @@ impl<'e> Run<'e> {
         }
         let outputs = self.device_layer(&layer.kind, &device, &hosts, &facts, &outs)?;
         if outputs.len() != expected.len() {
-            return Err(format!("the kernels produced {} outputs, inference expects {}", outputs.len(), expected.len()));
+            return Err(format!(
+                "the kernels produced {} outputs, inference expects {}",
+                outputs.len(),
+                expected.len()
+            ));
         }
         for (fact, out) in expected.iter().zip(&outputs) {
             check(fact, out.dtype, &out.shape)?;
@@ -189,7 +203,8 @@ impl<'e> Run<'e> {
     ) -> KResult<Vec<DeviceTensor>> {
         use LayerKind as K;
         let rec = &self.rec;
-        let req = |slot: usize| ins.get(slot).and_then(Option::as_ref).ok_or_else(|| format!("input {slot} is missing"));
+        let req =
+            |slot: usize| ins.get(slot).and_then(Option::as_ref).ok_or_else(|| format!("input {slot} is missing"));
         let host = |slot: usize| hosts.get(slot).and_then(Option::as_ref);
         let ints = |slot: usize| -> KResult<Option<Vec<i64>>> {
             host(slot).map(|t| t.to_i64_vec().ok_or_else(|| format!("input {slot} must be integer"))).transpose()
@@ -208,7 +223,10 @@ impl<'e> Run<'e> {
             K::BitCast { to } => {
                 let x = req(0)?;
                 if x.dtype.size_bytes() != 4 || to.size_bytes() != 4 {
-                    return Err(format!("BitCast {} -> {to}: only 32-bit types are stored bit-exact on the device", x.dtype));
+                    return Err(format!(
+                        "BitCast {} -> {to}: only 32-bit types are stored bit-exact on the device",
+                        x.dtype
+                    ));
                 }
                 one(DeviceTensor { buffer: x.buffer.clone(), dtype: *to, shape })
             }
@@ -217,8 +235,12 @@ impl<'e> Run<'e> {
             K::Unary { op } => one(pointwise::unary(rec, *op, req(0)?, dtype)?),
             K::ParametricRelu => one(pointwise::parametric_relu(rec, req(0)?, req(1)?, &shape)?),
             K::Select => one(pointwise::select(rec, req(0)?, req(1)?, req(2)?, &shape)?),
-            K::MatrixMultiply { op_a, op_b } => one(linalg::matmul(rec, req(0)?, *op_a, req(1)?, *op_b, &shape, dtype)?),
-            K::Convolution(p) => one(linalg::convolution(rec, p, req(0)?, req(1)?, ins.get(2).and_then(Option::as_ref), &shape)?),
+            K::MatrixMultiply { op_a, op_b } => {
+                one(linalg::matmul(rec, req(0)?, *op_a, req(1)?, *op_b, &shape, dtype)?)
+            }
+            K::Convolution(p) => {
+                one(linalg::convolution(rec, p, req(0)?, req(1)?, ins.get(2).and_then(Option::as_ref), &shape)?)
+            }
             K::Deconvolution(p) => {
                 one(linalg::deconvolution(rec, p, req(0)?, req(1)?, ins.get(2).and_then(Option::as_ref), &shape)?)
             }
@@ -230,7 +252,9 @@ impl<'e> Run<'e> {
                     Some(v) if v.is_empty() => (0..x.shape.len()).collect(),
                     Some(v) => v
                         .iter()
-                        .map(|&a| kiln::ir::shape::normalize_axis(a, x.shape.len()).ok_or(format!("axis {a} is out of range")))
+                        .map(|&a| {
+                            kiln::ir::shape::normalize_axis(a, x.shape.len()).ok_or(format!("axis {a} is out of range"))
+                        })
                         .collect::<Result<_, _>>()?,
                 };
                 one(reduce::reduce(rec, *op, x, &axes, &shape, dtype)?)
@@ -239,7 +263,9 @@ impl<'e> Run<'e> {
             K::Normalization { axes, epsilon, num_groups } => {
                 one(reduce::normalization(rec, req(0)?, req(1)?, Some(req(2)?), axes, *epsilon, *num_groups)?)
             }
-            K::RmsNormalization { axes, epsilon } => one(reduce::normalization(rec, req(0)?, req(1)?, None, axes, *epsilon, 1)?),
+            K::RmsNormalization { axes, epsilon } => {
+                one(reduce::normalization(rec, req(0)?, req(1)?, None, axes, *epsilon, 1)?)
+            }
             K::Shuffle(p) => {
                 let x = req(0)?;
                 let first = layout::transpose(rec, x, &p.first_transpose)?;
@@ -273,7 +299,9 @@ impl<'e> Run<'e> {
                 };
                 one(layout::pad_constant(rec, x, &pads, word, &shape)?)
             }
-            K::Gather { mode: GatherMode::Default { axis } } => one(layout::gather(rec, req(0)?, &indices(req(1)?)?, *axis, &shape)?),
+            K::Gather { mode: GatherMode::Default { axis } } => {
+                one(layout::gather(rec, req(0)?, &indices(req(1)?)?, *axis, &shape)?)
+            }
             K::Gather { mode: GatherMode::Elements { axis } } => {
                 one(layout::gather_elements(rec, req(0)?, &indices(req(1)?)?, *axis)?)
             }
@@ -287,13 +315,24 @@ impl<'e> Run<'e> {
                     .iter()
                     .map(|o| o.shape.as_fixed().map(|s| (o.dtype, s)).ok_or("unresolved anchor shape".to_string()))
                     .collect::<KResult<Vec<_>>>()?;
-                let head = self.device_layer(&anchor, &ins[..p.anchor_inputs], &hosts[..p.anchor_inputs], anchor_facts, &anchor_outs)?;
+                let head = self.device_layer(
+                    &anchor,
+                    &ins[..p.anchor_inputs],
+                    &hosts[..p.anchor_inputs],
+                    anchor_facts,
+                    &anchor_outs,
+                )?;
                 let running = head.into_iter().next().ok_or("the anchor produced no output")?;
                 one(pointwise::epilogue(rec, running, &p.epilogue, ins, &shape, dtype)?)
             }
-            K::Attention(p) => {
-                one(linalg::attention(rec, p, req(0)?, req(1)?, req(2)?, ins.get(3).and_then(Option::as_ref), &shape, dtype)?)
-            }
+            K::Attention(p) => one(linalg::attention(
+                rec,
+                p,
+                [req(0)?, req(1)?, req(2)?],
+                ins.get(3).and_then(Option::as_ref),
+                &shape,
+                dtype,
+            )?),
             other => Err(format!("no WGSL kernel for {} yet", other.type_name())),
         }
     }
@@ -312,7 +351,9 @@ fn scalar_word(value: &HostTensor, dtype: DataType) -> KResult<u32> {
     let v = value.to_f64_vec().first().copied().unwrap_or(0.0);
     let t = match crate::ops::Storage::of(dtype) {
         Some(crate::ops::Storage::F32) => HostTensor::from_f32(vec![], vec![v as f32]),
-        Some(_) if dtype == DataType::Bool => Ok(HostTensor::scalar(kiln::TensorData::Bool(vec![v != 0.0])).map_err(|e| e.to_string())?),
+        Some(_) if dtype == DataType::Bool => {
+            Ok(HostTensor::scalar(kiln::TensorData::Bool(vec![v != 0.0])).map_err(|e| e.to_string())?)
+        }
         Some(crate::ops::Storage::U32) => HostTensor::scalar(kiln::TensorData::U32(vec![v as u32])),
         Some(crate::ops::Storage::I32) => HostTensor::scalar(kiln::TensorData::I32(vec![v as i32])),
         None => return Err(format!("unsupported dtype {dtype} on the wgpu backend")),
@@ -326,7 +367,10 @@ fn check(fact: &OutFact, dtype: DataType, shape: &[usize]) -> Result<(), String>
     let dims_match = fact.shape.rank() == shape.len()
         && fact.shape.dims().iter().zip(shape).all(|(d, &n)| d.fixed().is_none_or(|f| f == n));
     if dtype != fact.dtype || !dims_match {
-        return Err(format!("the kernels produced {dtype}{shape:?} but shape inference expects {}{}", fact.dtype, fact.shape));
+        return Err(format!(
+            "the kernels produced {dtype}{shape:?} but shape inference expects {}{}",
+            fact.dtype, fact.shape
+        ));
     }
     Ok(())
 }
@@ -338,7 +382,11 @@ impl Executable for WgpuExecutable {
         let values = inputs
             .iter()
             .zip(self.network.inputs())
-            .map(|(x, &t)| run.to_device(&Value::Host(Arc::new(x.clone()))).map(Value::Device).map_err(|e| fail(&self.network.tensor(t).name, e)))
+            .map(|(x, &t)| {
+                run.to_device(&Value::Host(Arc::new(x.clone())))
+                    .map(Value::Device)
+                    .map_err(|e| fail(&self.network.tensor(t).name, e))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let outputs = run_plan(&run, &self.plan, &self.frees, values)?;
         outputs

@@ -13,8 +13,8 @@
 #![deny(unsafe_code)]
 
 pub mod bench;
-pub mod device;
 mod control;
+pub mod device;
 mod exec;
 mod kernels;
 pub mod ops;
@@ -23,7 +23,9 @@ mod value;
 
 pub use device::DeviceError;
 use exec::WgpuExecutable;
-use kiln::{Backend, BackendError, DataType, DeviceFingerprint, Executable, GatherMode, Layer, LayerKind, Network, PaddingMode};
+use kiln::{
+    Backend, BackendError, DataType, DeviceFingerprint, Executable, GatherMode, Layer, LayerKind, Network, PaddingMode,
+};
 
 const NAME: &str = "wgpu";
 
@@ -52,7 +54,10 @@ impl Backend for WgpuBackend {
         Ok(DeviceFingerprint {
             backend: NAME.into(),
             name: info.name.clone(),
-            compute_capability: format!("{:?}/{:?}/{:04x}:{:04x}", info.backend, info.device_type, info.vendor, info.device),
+            compute_capability: format!(
+                "{:?}/{:?}/{:04x}:{:04x}",
+                info.backend, info.device_type, info.vendor, info.device
+            ),
             driver_version: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
             shared_memory_per_block: u64::from(gpu.limits.max_compute_workgroup_storage_size),
             integrated: matches!(info.device_type, wgpu::DeviceType::IntegratedGpu | wgpu::DeviceType::Cpu),

@@ -105,10 +105,14 @@ pub fn binary(op: ElementwiseOp, s: Storage) -> Option<(Storage, String)> {
         (E::Div, F32) => same("a / b".into()),
         (E::Div, _) => same("select(a / b, A(0), b == A(0))".into()),
         (E::FloorDiv, F32) => same("floor(a / b)".into()),
-        (E::FloorDiv, I32) => same("select(a / b - select(0, 1, (a % b != 0) && ((a < 0) != (b < 0))), 0, b == 0)".into()),
+        (E::FloorDiv, I32) => {
+            same("select(a / b - select(0, 1, (a % b != 0) && ((a < 0) != (b < 0))), 0, b == 0)".into())
+        }
         (E::FloorDiv, U32) => same("select(a / b, 0u, b == 0u)".into()),
         (E::Mod, F32) => same("select(a % b + b, a % b, (a % b == 0.0) || ((a % b < 0.0) == (b < 0.0)))".into()),
-        (E::Mod, I32) => same("select(select(a % b + b, a % b, (a % b == 0) || ((a % b < 0) == (b < 0))), 0, b == 0)".into()),
+        (E::Mod, I32) => {
+            same("select(select(a % b + b, a % b, (a % b == 0) || ((a % b < 0) == (b < 0))), 0, b == 0)".into())
+        }
         (E::Mod | E::Fmod, U32) => same("select(a % b, 0u, b == 0u)".into()),
         (E::Fmod, F32) => same("a % b".into()),
         (E::Fmod, I32) => same("select(a % b, 0, b == 0)".into()),

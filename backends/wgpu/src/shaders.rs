@@ -88,16 +88,59 @@ impl Instance {
 const ELEMENTWISE_OPS: [ElementwiseOp; 23] = {
     use ElementwiseOp::*;
     [
-        Sum, Sub, Prod, Div, FloorDiv, Mod, Fmod, Pow, Max, Min, Equal, Greater, Less, GreaterOrEqual,
-        LessOrEqual, And, Or, Xor, BitAnd, BitOr, BitXor, ShiftLeft, ShiftRight,
+        Sum,
+        Sub,
+        Prod,
+        Div,
+        FloorDiv,
+        Mod,
+        Fmod,
+        Pow,
+        Max,
+        Min,
+        Equal,
+        Greater,
+        Less,
+        GreaterOrEqual,
+        LessOrEqual,
+        And,
+        Or,
+        Xor,
+        BitAnd,
+        BitOr,
+        BitXor,
+        ShiftLeft,
+        ShiftRight,
     ]
 };
 
 const UNARY_OPS: [UnaryOp; 26] = {
     use UnaryOp::*;
     [
-        Exp, Log, Sqrt, Recip, Abs, Neg, Sin, Cos, Tan, Sinh, Cosh, Asin, Acos, Atan, Asinh, Acosh, Atanh,
-        Ceil, Floor, Round, Erf, Not, Sign, IsNan,
+        Exp,
+        Log,
+        Sqrt,
+        Recip,
+        Abs,
+        Neg,
+        Sin,
+        Cos,
+        Tan,
+        Sinh,
+        Cosh,
+        Asin,
+        Acos,
+        Atan,
+        Asinh,
+        Acosh,
+        Atanh,
+        Ceil,
+        Floor,
+        Round,
+        Erf,
+        Not,
+        Sign,
+        IsNan,
         IsInf { detect_positive: true, detect_negative: false },
         IsInf { detect_positive: false, detect_negative: true },
     ]
@@ -106,10 +149,24 @@ const UNARY_OPS: [UnaryOp; 26] = {
 const ACTIVATIONS: [ActivationKind; 18] = {
     use ActivationKind::*;
     [
-        Relu, Sigmoid, Tanh, LeakyRelu { alpha: 0.1 }, Elu { alpha: 1.0 }, Selu { alpha: 1.6, gamma: 1.0 },
-        Softsign, Softplus, Clip { min: 0.0, max: 6.0 }, HardSigmoid { alpha: 0.2, beta: 0.5 }, HardSwish,
-        ScaledTanh { alpha: 1.0, beta: 1.0 }, ThresholdedRelu { alpha: 1.0 }, GeluErf, GeluTanh,
-        Celu { alpha: 1.0 }, Mish, Swish,
+        Relu,
+        Sigmoid,
+        Tanh,
+        LeakyRelu { alpha: 0.1 },
+        Elu { alpha: 1.0 },
+        Selu { alpha: 1.6, gamma: 1.0 },
+        Softsign,
+        Softplus,
+        Clip { min: 0.0, max: 6.0 },
+        HardSigmoid { alpha: 0.2, beta: 0.5 },
+        HardSwish,
+        ScaledTanh { alpha: 1.0, beta: 1.0 },
+        ThresholdedRelu { alpha: 1.0 },
+        GeluErf,
+        GeluTanh,
+        Celu { alpha: 1.0 },
+        Mish,
+        Swish,
     ]
 };
 
@@ -120,11 +177,23 @@ const REDUCE_OPS: [ReduceOp; 10] = {
 
 /// Every kernel the backend can compile, for validation.
 pub fn all_instantiations() -> Vec<Instance> {
-    let mut all: Vec<Instance> =
-        ["matmul_wide", "select", "copy", "fill", "narrow", "conv", "deconv", "pool", "softmax", "norm", "gather", "gather_elements"]
-            .into_iter()
-            .map(Instance::plain)
-            .collect();
+    let mut all: Vec<Instance> = [
+        "matmul_wide",
+        "select",
+        "copy",
+        "fill",
+        "narrow",
+        "conv",
+        "deconv",
+        "pool",
+        "softmax",
+        "norm",
+        "gather",
+        "gather_elements",
+    ]
+    .into_iter()
+    .map(Instance::plain)
+    .collect();
     for s in Storage::ALL {
         all.push(Instance::matmul(s));
         all.extend(ELEMENTWISE_OPS.iter().filter_map(|&op| Instance::binary(op, s)).map(|(_, i)| i));

@@ -4,7 +4,6 @@
 //! into one command encoder.
 
 use crate::device::{DeviceError, Gpu, WORKGROUP};
-use crate::ops::Storage;
 use crate::shaders::Instance;
 use half::{bf16, f16};
 use kiln::{DataType, HostTensor, TensorData};
@@ -70,16 +69,18 @@ pub fn to_words(t: &HostTensor) -> Result<Vec<u32>, String> {
         TensorData::I64(v) => v
             .iter()
             .map(|&x| {
-                i32::try_from(x).map(|x| x as u32).map_err(|_| {
-                    format!("i64 value {x} does not fit in i32, the widest integer WGSL stores")
-                })
+                i32::try_from(x)
+                    .map(|x| x as u32)
+                    .map_err(|_| format!("i64 value {x} does not fit in i32, the widest integer WGSL stores"))
             })
             .collect::<Result<_, _>>()?,
         TensorData::U8(v) => v.iter().map(|&x| u32::from(x)).collect(),
         TensorData::U16(v) => v.iter().map(|&x| u32::from(x)).collect(),
         TensorData::U32(v) => v.clone(),
         TensorData::Bool(v) => v.iter().map(|&x| u32::from(x)).collect(),
-        other => return Err(format!("unsupported dtype {} on the wgpu backend (WGSL has no 64-bit types)", other.dtype())),
+        other => {
+            return Err(format!("unsupported dtype {} on the wgpu backend (WGSL has no 64-bit types)", other.dtype()))
+        }
     })
 }
 
@@ -147,7 +148,13 @@ impl Recorder {
 
     /// Records `kernel` over `groups` workgroups with `params` at binding 0 and
     /// `buffers` at bindings 1, 2, …
-    pub fn dispatch(&self, kernel: &Instance, params: &[u32], buffers: &[&wgpu::Buffer], groups: [u32; 3]) -> Result<(), DeviceError> {
+    pub fn dispatch(
+        &self,
+        kernel: &Instance,
+        params: &[u32],
+        buffers: &[&wgpu::Buffer],
+        groups: [u32; 3],
+    ) -> Result<(), DeviceError> {
         if groups.contains(&0) {
             return Ok(());
         }
@@ -166,11 +173,19 @@ impl Recorder {
             let layout = pipeline.get_bind_group_layout(0);
             let mut entries = vec![wgpu::BindGroupEntry { binding: 0, resource: params.as_entire_binding() }];
             entries.extend(
-                buffers.iter().enumerate().map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32 + 1, resource: b.as_entire_binding() }),
+                buffers
+                    .iter()
+                    .enumerate()
+                    .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32 + 1, resource: b.as_entire_binding() }),
             );
-            let bind_group = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &layout, entries: &entries });
+            let bind_group = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &layout,
+                entries: &entries,
+            });
             self.with_encoder(|encoder| {
-                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
+                let mut pass =
+                    encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
                 pass.set_pipeline(&pipeline);
                 pass.set_bind_group(0, &bind_group, &[]);
                 pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
@@ -180,7 +195,13 @@ impl Recorder {
 
     /// Records a 1-D kernel over `count` invocations (a 2-D grid when one dimension of
     /// workgroups does not suffice).
-    pub fn dispatch_1d(&self, kernel: &Instance, params: &[u32], buffers: &[&wgpu::Buffer], count: usize) -> Result<(), DeviceError> {
+    pub fn dispatch_1d(
+        &self,
+        kernel: &Instance,
+        params: &[u32],
+        buffers: &[&wgpu::Buffer],
+        count: usize,
+    ) -> Result<(), DeviceError> {
         let groups = count.div_ceil(WORKGROUP as usize) as u64;
         let max = u64::from(self.gpu.limits.max_compute_workgroups_per_dimension);
         let (x, y) = if groups <= max { (groups, 1) } else { (max, groups.div_ceil(max)) };

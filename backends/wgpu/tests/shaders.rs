@@ -42,7 +42,8 @@ fn every_shader_file_is_in_the_table() {
         }
         assert!(BODIES.iter().any(|(n, _)| *n == stem), "shaders/{name} is not in kiln_wgpu::shaders::BODIES");
         assert!(
-            all_instantiations().iter().any(|i| i.key.split('/').next() == Some(stem) || i.key == stem
+            all_instantiations().iter().any(|i| i.key.split('/').next() == Some(stem)
+                || i.key == stem
                 || (stem == "unary" && i.key.starts_with("activation/"))),
             "shaders/{name} is never instantiated"
         );

@@ -32,7 +32,13 @@ fn signed(v: &[usize]) -> Vec<i64> {
 }
 
 /// `x` read through `src_strides` (from `src_off`) into a new contiguous tensor of `shape`.
-pub fn gather_view(rec: &Recorder, x: &DeviceTensor, shape: &[usize], src_off: i64, src_strides: &[i64]) -> KResult<DeviceTensor> {
+pub fn gather_view(
+    rec: &Recorder,
+    x: &DeviceTensor,
+    shape: &[usize],
+    src_off: i64,
+    src_strides: &[i64],
+) -> KResult<DeviceTensor> {
     let out = output(rec, x.dtype, shape)?;
     let dst_strides = signed(&strides(shape));
     copy(rec, x, &out, &Copy { shape, src_off, src_strides, dst_off: 0, dst_strides: &dst_strides })?;
@@ -53,7 +59,7 @@ pub fn transpose(rec: &Recorder, x: &DeviceTensor, perm: &[usize]) -> KResult<De
 pub fn slice(rec: &Recorder, x: &DeviceTensor, plan: &[SliceAxis]) -> KResult<DeviceTensor> {
     let st = strides(&x.shape);
     let shape: Vec<usize> = plan.iter().map(|a| a.len).collect();
-    let src_off: i64 = plan.iter().zip(&st).map(|(a, &s)| a.start as i64 * s as i64).sum();
+    let src_off: i64 = plan.iter().zip(&st).map(|(a, &s)| a.start * s as i64).sum();
     let src: Vec<i64> = plan.iter().zip(&st).map(|(a, &s)| a.step * s as i64).collect();
     gather_view(rec, x, &shape, src_off, &src)
 }
@@ -67,21 +73,38 @@ pub fn expand(rec: &Recorder, x: &DeviceTensor, shape: &[usize]) -> KResult<Devi
     gather_view(rec, x, shape, 0, &src)
 }
 
-pub fn concatenation(rec: &Recorder, parts: &[DeviceTensor], axis: usize, shape: &[usize], dtype: DataType) -> KResult<DeviceTensor> {
+pub fn concatenation(
+    rec: &Recorder,
+    parts: &[DeviceTensor],
+    axis: usize,
+    shape: &[usize],
+    dtype: DataType,
+) -> KResult<DeviceTensor> {
     let out = output(rec, dtype, shape)?;
     let dst_strides = signed(&strides(shape));
     let mut at = 0usize;
     for p in parts {
         let src_strides = signed(&strides(&p.shape));
         let dst_off = at as i64 * dst_strides.get(axis).copied().unwrap_or(0);
-        copy(rec, p, &out, &Copy { shape: &p.shape, src_off: 0, src_strides: &src_strides, dst_off, dst_strides: &dst_strides })?;
+        copy(
+            rec,
+            p,
+            &out,
+            &Copy { shape: &p.shape, src_off: 0, src_strides: &src_strides, dst_off, dst_strides: &dst_strides },
+        )?;
         at += p.shape.get(axis).copied().unwrap_or(0);
     }
     Ok(out)
 }
 
 /// Constant padding: `pads` holds the begins then the ends (negative values crop).
-pub fn pad_constant(rec: &Recorder, x: &DeviceTensor, pads: &[i64], word: u32, shape: &[usize]) -> KResult<DeviceTensor> {
+pub fn pad_constant(
+    rec: &Recorder,
+    x: &DeviceTensor,
+    pads: &[i64],
+    word: u32,
+    shape: &[usize],
+) -> KResult<DeviceTensor> {
     let rank = x.shape.len();
     if pads.len() != 2 * rank {
         return Err(format!("{} pads for rank {rank}", pads.len()));
@@ -105,22 +128,44 @@ pub fn pad_constant(rec: &Recorder, x: &DeviceTensor, pads: &[i64], word: u32, s
 }
 
 /// ONNX Gather along `axis`; `indices` are i32 words.
-pub fn gather(rec: &Recorder, data: &DeviceTensor, indices: &DeviceTensor, axis: usize, shape: &[usize]) -> KResult<DeviceTensor> {
+pub fn gather(
+    rec: &Recorder,
+    data: &DeviceTensor,
+    indices: &DeviceTensor,
+    axis: usize,
+    shape: &[usize],
+) -> KResult<DeviceTensor> {
     let out = output(rec, data.dtype, shape)?;
     let inner: usize = data.shape[axis + 1..].iter().product();
-    let params = [count_word(out.len())?, count_word(inner.max(1))?, count_word(data.shape[axis])?, count_word(indices.len().max(1))?];
+    let params = [
+        count_word(out.len())?,
+        count_word(inner.max(1))?,
+        count_word(data.shape[axis])?,
+        count_word(indices.len().max(1))?,
+    ];
     rec.dispatch_1d(&Instance::plain("gather"), &params, &[&data.buffer, &indices.buffer, &out.buffer], out.len())
         .map_err(|e| e.to_string())?;
     Ok(out)
 }
 
 /// ONNX GatherElements along `axis`.
-pub fn gather_elements(rec: &Recorder, data: &DeviceTensor, indices: &DeviceTensor, axis: usize) -> KResult<DeviceTensor> {
+pub fn gather_elements(
+    rec: &Recorder,
+    data: &DeviceTensor,
+    indices: &DeviceTensor,
+    axis: usize,
+) -> KResult<DeviceTensor> {
     let out = output(rec, data.dtype, &indices.shape)?;
-    let mut params = vec![count_word(out.len())?, indices.shape.len() as u32, axis as u32, count_word(data.shape[axis])?];
+    let mut params =
+        vec![count_word(out.len())?, indices.shape.len() as u32, axis as u32, count_word(data.shape[axis])?];
     params.extend(words8(&indices.shape)?);
     params.extend(words8(&strides(&data.shape))?);
-    rec.dispatch_1d(&Instance::plain("gather_elements"), &params, &[&data.buffer, &indices.buffer, &out.buffer], out.len())
-        .map_err(|e| e.to_string())?;
+    rec.dispatch_1d(
+        &Instance::plain("gather_elements"),
+        &params,
+        &[&data.buffer, &indices.buffer, &out.buffer],
+        out.len(),
+    )
+    .map_err(|e| e.to_string())?;
     Ok(out)
 }

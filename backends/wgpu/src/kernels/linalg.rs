@@ -6,7 +6,10 @@ use crate::kernels::reduce::softmax;
 use crate::ops::Storage;
 use crate::shaders::Instance;
 use crate::value::{DeviceTensor, Recorder};
-use kiln::{AttentionParams, ConvolutionParams, DataType, DeconvolutionParams, ElementwiseOp, MatrixOp, PoolingKind, PoolingParams};
+use kiln::{
+    AttentionParams, ConvolutionParams, DataType, DeconvolutionParams, ElementwiseOp, MatrixOp, PoolingKind,
+    PoolingParams,
+};
 
 /// Both M and N at least this: the f32 product runs on the 128×128-tile kernel.
 pub const WIDE_MIN: usize = 128;
@@ -29,9 +32,13 @@ impl Operand {
         }
         let batch = shape[..r - need].to_vec();
         Ok(match (op, left) {
-            (MatrixOp::Vector, true) => Operand { batch, rows: 1, cols: shape[r - 1], row_stride: shape[r - 1], col_stride: 1 },
+            (MatrixOp::Vector, true) => {
+                Operand { batch, rows: 1, cols: shape[r - 1], row_stride: shape[r - 1], col_stride: 1 }
+            }
             (MatrixOp::Vector, false) => Operand { batch, rows: shape[r - 1], cols: 1, row_stride: 1, col_stride: 1 },
-            (MatrixOp::None, _) => Operand { batch, rows: shape[r - 2], cols: shape[r - 1], row_stride: shape[r - 1], col_stride: 1 },
+            (MatrixOp::None, _) => {
+                Operand { batch, rows: shape[r - 2], cols: shape[r - 1], row_stride: shape[r - 1], col_stride: 1 }
+            }
             (MatrixOp::Transpose, _) => {
                 Operand { batch, rows: shape[r - 1], cols: shape[r - 2], row_stride: 1, col_stride: shape[r - 1] }
             }
@@ -41,7 +48,15 @@ impl Operand {
 
 /// The batched product of `a` and `b` (batch dims broadcast), written contiguous as
 /// (batch…, M, N) into a tensor of the inferred `shape`.
-pub fn matmul(rec: &Recorder, a: &DeviceTensor, op_a: MatrixOp, b: &DeviceTensor, op_b: MatrixOp, shape: &[usize], dtype: DataType) -> KResult<DeviceTensor> {
+pub fn matmul(
+    rec: &Recorder,
+    a: &DeviceTensor,
+    op_a: MatrixOp,
+    b: &DeviceTensor,
+    op_b: MatrixOp,
+    shape: &[usize],
+    dtype: DataType,
+) -> KResult<DeviceTensor> {
     let (pa, pb) = (Operand::new(&a.shape, op_a, true)?, Operand::new(&b.shape, op_b, false)?);
     if pa.cols != pb.rows {
         return Err(format!("inner dims differ: {:?} {op_a:?} · {:?} {op_b:?}", a.shape, b.shape));
@@ -55,7 +70,11 @@ pub fn matmul(rec: &Recorder, a: &DeviceTensor, op_a: MatrixOp, b: &DeviceTensor
     let (m, k, n) = (pa.rows, pa.cols, pb.cols);
     let out = output(rec, dtype, shape)?;
     if out.len() != batches * m * n {
-        return Err(format!("the product has {} elements, the inferred output {shape:?} {}", batches * m * n, out.len()));
+        return Err(format!(
+            "the product has {} elements, the inferred output {shape:?} {}",
+            batches * m * n,
+            out.len()
+        ));
     }
     if out.is_empty() {
         return Ok(out);
@@ -73,7 +92,8 @@ pub fn matmul(rec: &Recorder, a: &DeviceTensor, op_a: MatrixOp, b: &DeviceTensor
     params.extend([pa.row_stride, pa.col_stride, pb.row_stride, pb.col_stride].map(|x| x as u32));
     for i in 0..batches {
         let coords = bst.iter().zip(&batch_shape).map(|(&s, &d)| (i / s) % d);
-        let (ao, bo) = coords.zip(a_st.iter().zip(&b_st)).fold((0, 0), |(ao, bo), (c, (&sa, &sb))| (ao + c * sa, bo + c * sb));
+        let (ao, bo) =
+            coords.zip(a_st.iter().zip(&b_st)).fold((0, 0), |(ao, bo), (c, (&sa, &sb))| (ao + c * sa, bo + c * sb));
         params.push(count_word(ao * a_mat)?);
         params.push(count_word(bo * b_mat)?);
     }
@@ -84,8 +104,7 @@ pub fn matmul(rec: &Recorder, a: &DeviceTensor, op_a: MatrixOp, b: &DeviceTensor
         (Instance::matmul(storage), 64)
     };
     let groups = [n.div_ceil(tile) as u32, m.div_ceil(tile) as u32, batches as u32];
-    rec.dispatch(&kernel, &params, &[&a.buffer, &b.buffer, &out.buffer], groups)
-        .map_err(|e| e.to_string())?;
+    rec.dispatch(&kernel, &params, &[&a.buffer, &b.buffer, &out.buffer], groups).map_err(|e| e.to_string())?;
     pointwise::narrow(rec, out)
 }
 
@@ -108,7 +127,14 @@ struct Window<'a> {
     pre: &'a [usize],
 }
 
-fn conv_params(x: &[usize], k_all: usize, groups: usize, out: &[usize], w: &Window<'_>, has_bias: bool) -> KResult<Vec<u32>> {
+fn conv_params(
+    x: &[usize],
+    k_all: usize,
+    groups: usize,
+    out: &[usize],
+    w: &Window<'_>,
+    has_bias: bool,
+) -> KResult<Vec<u32>> {
     let spatial = x.len().saturating_sub(2);
     if x.len() < 3 || out.len() != x.len() || w.kernel.len() != spatial {
         return Err(format!("convolution of {x:?} into {out:?} with a {:?} kernel", w.kernel));
@@ -124,8 +150,20 @@ fn conv_params(x: &[usize], k_all: usize, groups: usize, out: &[usize], w: &Wind
     Ok(p)
 }
 
-pub fn convolution(rec: &Recorder, p: &ConvolutionParams, x: &DeviceTensor, w: &DeviceTensor, bias: Option<&DeviceTensor>, shape: &[usize]) -> KResult<DeviceTensor> {
-    let window = Window { kernel: &w.shape[2.min(w.shape.len())..], strides: &p.strides, dilations: &p.dilations, pre: &p.pre_padding };
+pub fn convolution(
+    rec: &Recorder,
+    p: &ConvolutionParams,
+    x: &DeviceTensor,
+    w: &DeviceTensor,
+    bias: Option<&DeviceTensor>,
+    shape: &[usize],
+) -> KResult<DeviceTensor> {
+    let window = Window {
+        kernel: &w.shape[2.min(w.shape.len())..],
+        strides: &p.strides,
+        dilations: &p.dilations,
+        pre: &p.pre_padding,
+    };
     let params = conv_params(&x.shape, w.shape[0], p.groups, shape, &window, bias.is_some())?;
     let out = output(rec, x.dtype, shape)?;
     let bias_buffer = bias.map_or(&w.buffer, |b| &b.buffer);
@@ -134,8 +172,20 @@ pub fn convolution(rec: &Recorder, p: &ConvolutionParams, x: &DeviceTensor, w: &
     pointwise::narrow(rec, out)
 }
 
-pub fn deconvolution(rec: &Recorder, p: &DeconvolutionParams, x: &DeviceTensor, w: &DeviceTensor, bias: Option<&DeviceTensor>, shape: &[usize]) -> KResult<DeviceTensor> {
-    let window = Window { kernel: &w.shape[2.min(w.shape.len())..], strides: &p.strides, dilations: &p.dilations, pre: &p.pre_padding };
+pub fn deconvolution(
+    rec: &Recorder,
+    p: &DeconvolutionParams,
+    x: &DeviceTensor,
+    w: &DeviceTensor,
+    bias: Option<&DeviceTensor>,
+    shape: &[usize],
+) -> KResult<DeviceTensor> {
+    let window = Window {
+        kernel: &w.shape[2.min(w.shape.len())..],
+        strides: &p.strides,
+        dilations: &p.dilations,
+        pre: &p.pre_padding,
+    };
     let k_all = w.shape.get(1).copied().unwrap_or(0) * p.groups.max(1);
     let params = conv_params(&x.shape, k_all, p.groups, shape, &window, bias.is_some())?;
     let out = output(rec, x.dtype, shape)?;
@@ -160,12 +210,20 @@ pub fn pooling(rec: &Recorder, p: &PoolingParams, x: &DeviceTensor, shape: &[usi
     params.extend(three(&p.post_padding, 0)?);
     params.push(u32::from(p.kind == PoolingKind::Average));
     params.push(u32::from(p.average_count_excludes_padding));
-    rec.dispatch_1d(&Instance::plain("pool"), &params, &[&x.buffer, &out.buffer], out.len()).map_err(|e| e.to_string())?;
+    rec.dispatch_1d(&Instance::plain("pool"), &params, &[&x.buffer, &out.buffer], out.len())
+        .map_err(|e| e.to_string())?;
     pointwise::narrow(rec, out)
 }
 
 /// `softmax(scale · Q·Kᵀ + mask) · V`, as its parts.
-pub fn attention(rec: &Recorder, p: &AttentionParams, q: &DeviceTensor, k: &DeviceTensor, v: &DeviceTensor, mask: Option<&DeviceTensor>, shape: &[usize], dtype: DataType) -> KResult<DeviceTensor> {
+pub fn attention(
+    rec: &Recorder,
+    p: &AttentionParams,
+    [q, k, v]: [&DeviceTensor; 3],
+    mask: Option<&DeviceTensor>,
+    shape: &[usize],
+    dtype: DataType,
+) -> KResult<DeviceTensor> {
     let op_k = if p.key_transposed { MatrixOp::None } else { MatrixOp::Transpose };
     let (pq, pk) = (Operand::new(&q.shape, MatrixOp::None, true)?, Operand::new(&k.shape, op_k, false)?);
     let mut scores_shape = kiln_broadcast(&pq.batch, &pk.batch)?;

@@ -17,7 +17,14 @@ fn map_err<T>(r: Result<T, crate::device::DeviceError>) -> KResult<T> {
 }
 
 /// `op(a, b)` broadcast to `shape`, producing `dtype`.
-pub fn binary(rec: &Recorder, op: ElementwiseOp, a: &DeviceTensor, b: &DeviceTensor, shape: &[usize], dtype: DataType) -> KResult<DeviceTensor> {
+pub fn binary(
+    rec: &Recorder,
+    op: ElementwiseOp,
+    a: &DeviceTensor,
+    b: &DeviceTensor,
+    shape: &[usize],
+    dtype: DataType,
+) -> KResult<DeviceTensor> {
     let s = storage(a)?;
     let (_, kernel) =
         Instance::binary(op, s).ok_or_else(|| format!("no WGSL kernel for Elementwise {op:?} on {}", a.dtype))?;
@@ -31,7 +38,13 @@ pub fn binary(rec: &Recorder, op: ElementwiseOp, a: &DeviceTensor, b: &DeviceTen
     narrow(rec, out)
 }
 
-fn run_unary(rec: &Recorder, kernel: &Instance, p: [f32; 3], x: &DeviceTensor, dtype: DataType) -> KResult<DeviceTensor> {
+fn run_unary(
+    rec: &Recorder,
+    kernel: &Instance,
+    p: [f32; 3],
+    x: &DeviceTensor,
+    dtype: DataType,
+) -> KResult<DeviceTensor> {
     let out = output(rec, dtype, &x.shape)?;
     let n = out.len();
     let params = [count_word(n)?, p[0].to_bits(), p[1].to_bits(), p[2].to_bits()];
@@ -58,7 +71,13 @@ pub fn cast(rec: &Recorder, x: &DeviceTensor, to: DataType) -> KResult<DeviceTen
 }
 
 /// `cond ? a : b` broadcast to `shape`.
-pub fn select(rec: &Recorder, cond: &DeviceTensor, a: &DeviceTensor, b: &DeviceTensor, shape: &[usize]) -> KResult<DeviceTensor> {
+pub fn select(
+    rec: &Recorder,
+    cond: &DeviceTensor,
+    a: &DeviceTensor,
+    b: &DeviceTensor,
+    shape: &[usize],
+) -> KResult<DeviceTensor> {
     let out = output(rec, a.dtype, shape)?;
     let n = out.len();
     let mut params = vec![count_word(n)?, shape.len() as u32];
@@ -66,12 +85,22 @@ pub fn select(rec: &Recorder, cond: &DeviceTensor, a: &DeviceTensor, b: &DeviceT
     for t in [cond, a, b] {
         params.extend(words8(&broadcast_strides(&t.shape, shape)?)?);
     }
-    map_err(rec.dispatch_1d(&Instance::plain("select"), &params, &[&cond.buffer, &a.buffer, &b.buffer, &out.buffer], n))?;
+    map_err(rec.dispatch_1d(
+        &Instance::plain("select"),
+        &params,
+        &[&cond.buffer, &a.buffer, &b.buffer, &out.buffer],
+        n,
+    ))?;
     Ok(out)
 }
 
 /// `x < 0 ? x * slope : x`, slope broadcast: `select(x < 0, x * slope, x)`.
-pub fn parametric_relu(rec: &Recorder, x: &DeviceTensor, slope: &DeviceTensor, shape: &[usize]) -> KResult<DeviceTensor> {
+pub fn parametric_relu(
+    rec: &Recorder,
+    x: &DeviceTensor,
+    slope: &DeviceTensor,
+    shape: &[usize],
+) -> KResult<DeviceTensor> {
     let scaled = binary(rec, ElementwiseOp::Prod, x, slope, shape, x.dtype)?;
     let zero = fill(rec, x.dtype, &[], 0)?;
     let negative = binary(rec, ElementwiseOp::Less, x, &zero, &x.shape, DataType::Bool)?;
@@ -105,13 +134,23 @@ pub fn narrow(rec: &Recorder, t: DeviceTensor) -> KResult<DeviceTensor> {
 
 /// Applies a fused layer's epilogue to the anchor's output; `inputs` are the fused
 /// layer's inputs, which the steps' operands index.
-pub fn epilogue(rec: &Recorder, mut running: DeviceTensor, steps: &[PostOp], inputs: &[Option<DeviceTensor>], shape: &[usize], dtype: DataType) -> KResult<DeviceTensor> {
+pub fn epilogue(
+    rec: &Recorder,
+    mut running: DeviceTensor,
+    steps: &[PostOp],
+    inputs: &[Option<DeviceTensor>],
+    shape: &[usize],
+    dtype: DataType,
+) -> KResult<DeviceTensor> {
     for step in steps {
         running = match *step {
             PostOp::Activation(kind) => activation(rec, &kind, &running)?,
             PostOp::Unary(op) => unary(rec, op, &running, running.dtype)?,
             PostOp::Elementwise { op, operand, running_first } => {
-                let other = inputs.get(operand).and_then(Option::as_ref).ok_or_else(|| format!("epilogue operand {operand} is missing"))?;
+                let other = inputs
+                    .get(operand)
+                    .and_then(Option::as_ref)
+                    .ok_or_else(|| format!("epilogue operand {operand} is missing"))?;
                 let out_shape = kiln_broadcast(&running.shape, &other.shape)?;
                 let out_dtype = if op.is_comparison() { DataType::Bool } else { running.dtype };
                 if running_first {

@@ -15,9 +15,17 @@ fn split(shape: &[usize], reduced: &[bool]) -> (Vec<usize>, Vec<usize>) {
     (kept, red)
 }
 
-pub fn reduce(rec: &Recorder, op: ReduceOp, x: &DeviceTensor, axes: &[usize], shape: &[usize], dtype: DataType) -> KResult<DeviceTensor> {
+pub fn reduce(
+    rec: &Recorder,
+    op: ReduceOp,
+    x: &DeviceTensor,
+    axes: &[usize],
+    shape: &[usize],
+    dtype: DataType,
+) -> KResult<DeviceTensor> {
     let storage = Storage::of(x.dtype).ok_or_else(|| format!("unsupported dtype {}", x.dtype))?;
-    let kernel = Instance::reduce(op, storage).ok_or_else(|| format!("no WGSL kernel for Reduce {op:?} on {}", x.dtype))?;
+    let kernel =
+        Instance::reduce(op, storage).ok_or_else(|| format!("no WGSL kernel for Reduce {op:?} on {}", x.dtype))?;
     let rank = x.shape.len();
     let mut reduced = vec![false; rank];
     for &a in axes {
@@ -27,7 +35,10 @@ pub fn reduce(rec: &Recorder, op: ReduceOp, x: &DeviceTensor, axes: &[usize], sh
     let out = output(rec, dtype, shape)?;
     let count: usize = kept.iter().product();
     if count != out.len() {
-        return Err(format!("reducing {:?} over {axes:?} gives {count} elements, the inferred output {shape:?}", x.shape));
+        return Err(format!(
+            "reducing {:?} over {axes:?} gives {count} elements, the inferred output {shape:?}",
+            x.shape
+        ));
     }
     let mut params = vec![count_word(count)?, rank as u32, count_word(red.iter().product())?];
     params.extend(words8(&kept)?);
@@ -44,21 +55,33 @@ pub fn softmax(rec: &Recorder, x: &DeviceTensor, axis: usize) -> KResult<DeviceT
     let out = output(rec, x.dtype, &x.shape)?;
     let len = x.shape[axis];
     let inner: usize = x.shape[axis + 1..].iter().product();
-    let rows = if len == 0 { 0 } else { x.len() / len };
+    let rows = x.len().checked_div(len).unwrap_or(0);
     let params = [count_word(rows)?, count_word(len)?, count_word(inner.max(1))?];
-    rec.dispatch_1d(&Instance::plain("softmax"), &params, &[&x.buffer, &out.buffer], rows).map_err(|e| e.to_string())?;
+    rec.dispatch_1d(&Instance::plain("softmax"), &params, &[&x.buffer, &out.buffer], rows)
+        .map_err(|e| e.to_string())?;
     super::pointwise::narrow(rec, out)
 }
 
 /// Normalization (`bias: Some`) or RMS normalization (`bias: None`) over `axes`, with
 /// `num_groups > 1` splitting the channel axis 1 into groups.
-pub fn normalization(rec: &Recorder, x: &DeviceTensor, scale: &DeviceTensor, bias: Option<&DeviceTensor>, axes: &[usize], epsilon: f32, num_groups: usize) -> KResult<DeviceTensor> {
+pub fn normalization(
+    rec: &Recorder,
+    x: &DeviceTensor,
+    scale: &DeviceTensor,
+    bias: Option<&DeviceTensor>,
+    axes: &[usize],
+    epsilon: f32,
+    num_groups: usize,
+) -> KResult<DeviceTensor> {
     let shape = &x.shape;
     let rank = shape.len();
-    let (sc, bs) = (broadcast_strides(&scale.shape, shape)?, match bias {
-        Some(b) => broadcast_strides(&b.shape, shape)?,
-        None => vec![0; rank],
-    });
+    let (sc, bs) = (
+        broadcast_strides(&scale.shape, shape)?,
+        match bias {
+            Some(b) => broadcast_strides(&b.shape, shape)?,
+            None => vec![0; rank],
+        },
+    );
     let xs = strides(shape);
     // The grouped view splits axis 1 into (group, channel in group): a pure reshape, so
     // strides of the view follow from the original ones.
@@ -77,13 +100,20 @@ pub fn normalization(rec: &Recorder, x: &DeviceTensor, scale: &DeviceTensor, bia
         let mut reduced = vec![false; rank + 1];
         reduced[2] = true;
         for &a in axes {
-            reduced[if a >= 2 { a + 1 } else if a == 1 { 2 } else { 0 }] = true;
+            reduced[if a >= 2 {
+                a + 1
+            } else if a == 1 {
+                2
+            } else {
+                0
+            }] = true;
         }
         (view, reduced, widen(&xs), widen(&sc), widen(&bs))
     } else {
         let mut reduced = vec![false; rank];
         for &a in axes {
-            *reduced.get_mut(a).ok_or_else(|| format!("normalization axis {a} is out of range for rank {rank}"))? = true;
+            *reduced.get_mut(a).ok_or_else(|| format!("normalization axis {a} is out of range for rank {rank}"))? =
+                true;
         }
         (shape.clone(), reduced, xs, sc, bs)
     };

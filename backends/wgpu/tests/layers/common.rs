@@ -42,7 +42,8 @@ pub fn one_layer(kind: LayerKind, inputs: Vec<In>) -> (Network, Vec<HostTensor>)
             }
             In::Const(t) => {
                 let w = net.add_weights(t);
-                let layer = net.add_layer(&format!("const{i}"), LayerKind::Constant { weights: w }, vec![]).expect("constant");
+                let layer =
+                    net.add_layer(&format!("const{i}"), LayerKind::Constant { weights: w }, vec![]).expect("constant");
                 Some(net.output(layer, 0))
             }
             In::Absent => None,

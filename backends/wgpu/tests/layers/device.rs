@@ -32,7 +32,10 @@ fn a_buffer_beyond_the_binding_limit_is_refused() {
 #[test]
 fn layers_without_a_kernel_are_refused_by_name() {
     let Some(gpu) = gpu() else { return };
-    let (net, _) = one_layer(LayerKind::Einsum { equation: "ij->ji".into() }, vec![In::Run(rand_f32(&mut rng(40), &[2, 3], 0.0, 1.0))]);
+    let (net, _) = one_layer(
+        LayerKind::Einsum { equation: "ij->ji".into() },
+        vec![In::Run(rand_f32(&mut rng(40), &[2, 3], 0.0, 1.0))],
+    );
     match gpu.check_support(&net) {
         Err(BackendError::Unsupported { kind, reason, .. }) => {
             assert_eq!(kind, "Einsum");
@@ -71,7 +74,8 @@ fn builds_and_runs_through_an_execution_context() {
     net.mark_output(s).unwrap();
     let engine = Builder::new(&gpu).build(&net, &BuilderConfig::default()).expect("build");
     let ctx = ExecutionContext::new(engine, &gpu).expect("context");
-    let feeds: std::collections::HashMap<String, kiln::HostTensor> = [("x".to_string(), rand_f32(&mut r, &[4, 16], -1.0, 1.0))].into();
+    let feeds: std::collections::HashMap<String, kiln::HostTensor> =
+        [("x".to_string(), rand_f32(&mut r, &[4, 16], -1.0, 1.0))].into();
     let got = ctx.run(&feeds).expect("run");
     let cpu = kiln_cpu::CpuBackend::new();
     let engine = Builder::new(&cpu).build(&net, &BuilderConfig::default()).expect("build");

@@ -17,9 +17,15 @@ fn shuffle_transposes_and_reshapes() {
     };
     check(&gpu, LayerKind::Shuffle(p), vec![In::Run(x.clone())], "shuffle");
     // A run-time reshape tensor (host shape arithmetic) and an int tensor.
-    let p = ShuffleParams { first_transpose: vec![], reshape: None, second_transpose: vec![], zero_is_placeholder: true };
+    let p =
+        ShuffleParams { first_transpose: vec![], reshape: None, second_transpose: vec![], zero_is_placeholder: true };
     check(&gpu, LayerKind::Shuffle(p), vec![In::Run(x), In::Const(i64s(&[2], &[6, 20]))], "reshape by tensor");
-    let p = ShuffleParams { first_transpose: vec![1, 0], reshape: None, second_transpose: vec![], zero_is_placeholder: true };
+    let p = ShuffleParams {
+        first_transpose: vec![1, 0],
+        reshape: None,
+        second_transpose: vec![],
+        zero_is_placeholder: true,
+    };
     check(&gpu, LayerKind::Shuffle(p), vec![In::Run(rand_i32(&mut r, &[3, 7], -9, 9))], "transpose i32");
 }
 
@@ -71,14 +77,24 @@ fn gathers() {
     let idx = i64s(&[2, 3], &[0, -1, 3, 2, 2, 1]);
     for axis in 0..3 {
         let idx = if axis == 2 { i64s(&[2], &[2, -3]) } else { idx.clone() };
-        check(&gpu, LayerKind::Gather { mode: GatherMode::Default { axis } }, vec![In::Run(data.clone()), In::Run(idx)], &format!("gather axis {axis}"));
+        check(
+            &gpu,
+            LayerKind::Gather { mode: GatherMode::Default { axis } },
+            vec![In::Run(data.clone()), In::Run(idx)],
+            &format!("gather axis {axis}"),
+        );
     }
     let idx = HostTensor::new(vec![4, 2, 3], TensorData::I32((0..24).map(|i| (i * 7 % 5) - 2).collect())).unwrap();
     let ins = vec![In::Run(data.clone()), In::Run(idx)];
     check(&gpu, LayerKind::Gather { mode: GatherMode::Elements { axis: 1 } }, ins, "gather elements");
     // Integer data, constant indices.
     let words = cast(&data, DataType::I32);
-    check(&gpu, LayerKind::Gather { mode: GatherMode::Default { axis: 1 } }, vec![In::Run(words), In::Const(i64s(&[1], &[3]))], "gather i32");
+    check(
+        &gpu,
+        LayerKind::Gather { mode: GatherMode::Default { axis: 1 } },
+        vec![In::Run(words), In::Const(i64s(&[1], &[3]))],
+        "gather i32",
+    );
 }
 
 #[test]
@@ -97,7 +113,8 @@ fn shape_arithmetic_stays_on_the_host() {
     let minus_one = net.output(minus_one, 0);
     let dims = net.add_concatenation(&[first, minus_one], 0).unwrap();
     let dims = net.output(dims, 0);
-    let p = ShuffleParams { first_transpose: vec![], reshape: None, second_transpose: vec![], zero_is_placeholder: true };
+    let p =
+        ShuffleParams { first_transpose: vec![], reshape: None, second_transpose: vec![], zero_is_placeholder: true };
     let y = net.add_layer("reshape", LayerKind::Shuffle(p), vec![Some(x), Some(dims)]).unwrap();
     let y = net.output(y, 0);
     net.mark_output(y).unwrap();

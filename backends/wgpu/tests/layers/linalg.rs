@@ -3,8 +3,8 @@
 
 use crate::common::*;
 use kiln::{
-    ActivationKind, AttentionParams, ConvolutionParams, DeconvolutionParams, ElementwiseOp, FusedAnchor, FusedParams, LayerKind,
-    MatrixOp, PoolingKind, PoolingParams, PostOp,
+    ActivationKind, AttentionParams, ConvolutionParams, DeconvolutionParams, ElementwiseOp, FusedAnchor, FusedParams,
+    LayerKind, MatrixOp, PoolingKind, PoolingParams, PostOp,
 };
 
 fn mm(op_a: MatrixOp, op_b: MatrixOp) -> LayerKind {
@@ -38,16 +38,37 @@ fn matrix_multiply_shapes() {
 }
 
 fn conv_params(n: usize) -> ConvolutionParams {
-    ConvolutionParams { groups: 1, strides: vec![1; n], dilations: vec![1; n], pre_padding: vec![0; n], post_padding: vec![0; n] }
+    ConvolutionParams {
+        groups: 1,
+        strides: vec![1; n],
+        dilations: vec![1; n],
+        pre_padding: vec![0; n],
+        post_padding: vec![0; n],
+    }
 }
 
 #[test]
 fn convolutions() {
     let Some(gpu) = gpu() else { return };
     let mut r = rng(21);
-    let p = ConvolutionParams { groups: 2, strides: vec![2, 1], dilations: vec![1, 2], pre_padding: vec![1, 2], post_padding: vec![0, 1] };
-    let (x, w, b) = (rand_f32(&mut r, &[2, 4, 9, 8], -1.0, 1.0), rand_f32(&mut r, &[6, 2, 3, 3], -1.0, 1.0), rand_f32(&mut r, &[6], -1.0, 1.0));
-    check(&gpu, LayerKind::Convolution(p), vec![In::Run(x), In::Const(w), In::Const(b)], "conv2d groups/strides/dilation/pads");
+    let p = ConvolutionParams {
+        groups: 2,
+        strides: vec![2, 1],
+        dilations: vec![1, 2],
+        pre_padding: vec![1, 2],
+        post_padding: vec![0, 1],
+    };
+    let (x, w, b) = (
+        rand_f32(&mut r, &[2, 4, 9, 8], -1.0, 1.0),
+        rand_f32(&mut r, &[6, 2, 3, 3], -1.0, 1.0),
+        rand_f32(&mut r, &[6], -1.0, 1.0),
+    );
+    check(
+        &gpu,
+        LayerKind::Convolution(p),
+        vec![In::Run(x), In::Const(w), In::Const(b)],
+        "conv2d groups/strides/dilation/pads",
+    );
     let (x, w) = (rand_f32(&mut r, &[1, 3, 20], -1.0, 1.0), rand_f32(&mut r, &[5, 3, 4], -1.0, 1.0));
     check(&gpu, LayerKind::Convolution(conv_params(1)), vec![In::Run(x), In::Const(w), In::Absent], "conv1d");
     let (x, w) = (rand_f32(&mut r, &[1, 2, 4, 5, 6], -1.0, 1.0), rand_f32(&mut r, &[3, 2, 2, 2, 3], -1.0, 1.0));
@@ -60,7 +81,11 @@ fn convolutions() {
         post_padding: vec![0, 1],
         output_padding: vec![1, 0],
     };
-    let (x, w, b) = (rand_f32(&mut r, &[1, 3, 4, 5], -1.0, 1.0), rand_f32(&mut r, &[3, 2, 3, 3], -1.0, 1.0), rand_f32(&mut r, &[2], -1.0, 1.0));
+    let (x, w, b) = (
+        rand_f32(&mut r, &[1, 3, 4, 5], -1.0, 1.0),
+        rand_f32(&mut r, &[3, 2, 3, 3], -1.0, 1.0),
+        rand_f32(&mut r, &[2], -1.0, 1.0),
+    );
     check(&gpu, LayerKind::Deconvolution(p), vec![In::Run(x), In::Const(w), In::Const(b)], "deconv2d");
 }
 
@@ -101,13 +126,27 @@ fn pooling() {
 fn attention_and_fused() {
     let Some(gpu) = gpu() else { return };
     let mut r = rng(23);
-    let (q, k, v) = (rand_f32(&mut r, &[2, 3, 5, 8], -1.0, 1.0), rand_f32(&mut r, &[2, 3, 7, 8], -1.0, 1.0), rand_f32(&mut r, &[2, 3, 7, 4], -1.0, 1.0));
+    let (q, k, v) = (
+        rand_f32(&mut r, &[2, 3, 5, 8], -1.0, 1.0),
+        rand_f32(&mut r, &[2, 3, 7, 8], -1.0, 1.0),
+        rand_f32(&mut r, &[2, 3, 7, 4], -1.0, 1.0),
+    );
     let mask = rand_f32(&mut r, &[1, 1, 5, 7], -2.0, 0.0);
     let p = AttentionParams { scale: 0.35, key_transposed: false, scale_multiplies: true };
-    check(&gpu, LayerKind::Attention(p), vec![In::Run(q.clone()), In::Run(k), In::Run(v.clone()), In::Run(mask)], "attention");
+    check(
+        &gpu,
+        LayerKind::Attention(p),
+        vec![In::Run(q.clone()), In::Run(k), In::Run(v.clone()), In::Run(mask)],
+        "attention",
+    );
     let kt = rand_f32(&mut r, &[2, 3, 8, 7], -1.0, 1.0);
     let p = AttentionParams { scale: 2.0, key_transposed: true, scale_multiplies: false };
-    check(&gpu, LayerKind::Attention(p), vec![In::Run(q), In::Run(kt), In::Run(v), In::Absent], "attention, K transposed");
+    check(
+        &gpu,
+        LayerKind::Attention(p),
+        vec![In::Run(q), In::Run(kt), In::Run(v), In::Absent],
+        "attention, K transposed",
+    );
     // conv + bias-add + relu + residual.
     let fused = FusedParams {
         anchor: FusedAnchor::Convolution(conv_params(2)),

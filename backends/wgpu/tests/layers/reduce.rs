@@ -18,7 +18,12 @@ fn reduce_every_op() {
     }
     for op in [Sum, Max, Min, Prod] {
         let x = rand_i32(&mut r, &[4, 6], -5, 5);
-        check(&gpu, LayerKind::Reduce { op, axes: vec![1], keep_dims: false }, vec![In::Run(x)], &format!("{op:?} i32"));
+        check(
+            &gpu,
+            LayerKind::Reduce { op, axes: vec![1], keep_dims: false },
+            vec![In::Run(x)],
+            &format!("{op:?} i32"),
+        );
     }
     let x = rand_f32(&mut r, &[3, 4, 5], -1.0, 1.0);
     let kind = LayerKind::Reduce { op: Sum, axes: vec![], keep_dims: true };
@@ -35,7 +40,14 @@ fn softmax_and_normalizations() {
     }
     let (scale, bias) = (rand_f32(&mut r, &[5], 0.5, 1.5), rand_f32(&mut r, &[5], -0.5, 0.5));
     let kind = LayerKind::Normalization { axes: vec![3], epsilon: 1e-5, num_groups: 1 };
-    check_tol(&gpu, kind, vec![In::Run(x.clone()), In::Const(scale.clone()), In::Const(bias)], 1e-5, 1e-5, "layer norm");
+    check_tol(
+        &gpu,
+        kind,
+        vec![In::Run(x.clone()), In::Const(scale.clone()), In::Const(bias)],
+        1e-5,
+        1e-5,
+        "layer norm",
+    );
     let (gs, gb) = (rand_f32(&mut r, &[1, 6, 1, 1], 0.5, 1.5), rand_f32(&mut r, &[1, 6, 1, 1], -0.5, 0.5));
     let y = rand_f32(&mut r, &[2, 6, 3, 4], -2.0, 2.0);
     let kind = LayerKind::Normalization { axes: vec![2, 3], epsilon: 1e-5, num_groups: 3 };
