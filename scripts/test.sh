@@ -18,5 +18,23 @@ export KILN_CONFORMANCE_REQUIRE_DATA=1
 # KILN_REQUIRE_NVRTC=1 a missing NVRTC fails that test instead of skipping it.
 eval "$(scripts/nvrtc_env.sh)"
 
+# The wgpu backend runs on Mesa's lavapipe (Vulkan on the CPU) where no GPU exists.
+if ! dpkg -s mesa-vulkan-drivers >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    (apt-get update -q && apt-get install -y -q mesa-vulkan-drivers libvulkan1) >/dev/null \
+      || echo "warning: installing mesa-vulkan-drivers failed: the wgpu tests will skip" >&2
+  elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+    (sudo apt-get update -q && sudo apt-get install -y -q mesa-vulkan-drivers libvulkan1) >/dev/null \
+      || echo "warning: installing mesa-vulkan-drivers failed: the wgpu tests will skip" >&2
+  else
+    echo "note: mesa-vulkan-drivers (lavapipe) is missing and this user cannot install it (not root, no sudo): the wgpu tests will skip" >&2
+  fi
+fi
+
 # GPU tests skip with a message where no device exists.
 cargo test --workspace --locked "$@"
+
+# The ONNX suite once more, on the wgpu backend (lavapipe in CI), with its own
+# expectations (tests/conformance/expected_failures_wgpu.txt). The `real/` ImageNet models
+# are skipped there: on lavapipe's emulated GPU they take tens of minutes.
+KILN_CONFORMANCE_BACKEND=wgpu cargo test -p kiln-conformance --test onnx_backend --locked -- --skip real/

@@ -1,0 +1,110 @@
+//! Loop values on the device: an Iterator's slice of a tensor, and the stacked
+//! CONCATENATE / REVERSE outputs of a loop.
+
+use crate::exec::Run;
+use crate::kernels::layout::{copy, gather_view, Copy};
+use crate::kernels::{pointwise, strides};
+use crate::value::{DeviceTensor, Value};
+use kiln::runtime::interp::Machine;
+use kiln::{DataType, HostTensor, LayerId, Network};
+use std::sync::Arc;
+
+fn signed(v: &[usize]) -> Vec<i64> {
+    v.iter().map(|&x| x as i64).collect()
+}
+
+impl Run<'_> {
+    /// The slice of `value` at `index` along `axis`, the axis removed.
+    pub fn slice_value(&self, value: &Value, axis: usize, index: usize) -> Result<Value, String> {
+        let t = self.to_device(value)?;
+        if axis >= t.shape.len() || index >= t.shape[axis] {
+            return Err(format!("slice {index} along axis {axis} of a {:?} tensor", t.shape));
+        }
+        let st = strides(&t.shape);
+        let mut shape = t.shape.clone();
+        shape.remove(axis);
+        let mut src = signed(&st);
+        src.remove(axis);
+        let out = gather_view(&self.rec, &t, &shape, (index * st[axis]) as i64, &src)?;
+        Ok(Value::Device(out))
+    }
+
+    /// `parts` stacked along a new axis `axis` of `length` (zeros past the parts), the last
+    /// part first when `reverse`.
+    pub fn stack_values(
+        &self,
+        parts: &[Value],
+        axis: usize,
+        length: usize,
+        reverse: bool,
+        dtype: DataType,
+        slice_shape: &[usize],
+    ) -> Result<Value, String> {
+        if parts.len() > length || axis > slice_shape.len() {
+            return Err(format!("{} parts stacked along axis {axis} of length {length}", parts.len()));
+        }
+        let mut shape = slice_shape.to_vec();
+        shape.insert(axis, length);
+        let out: DeviceTensor = pointwise::fill(&self.rec, dtype, &shape, 0)?;
+        let dst = signed(&strides(&shape));
+        let mut dst_strides = dst.clone();
+        dst_strides.remove(axis);
+        let src_strides = signed(&strides(slice_shape));
+        for (i, part) in parts.iter().enumerate() {
+            let t = self.to_device(part)?;
+            if t.shape != slice_shape {
+                return Err(format!("loop output part {i} is {:?}, the others {slice_shape:?}", t.shape));
+            }
+            let at = if reverse { parts.len() - 1 - i } else { i };
+            let c = Copy {
+                shape: slice_shape,
+                src_off: 0,
+                src_strides: &src_strides,
+                dst_off: at as i64 * dst[axis],
+                dst_strides: &dst_strides,
+            };
+            copy(&self.rec, &t, &out, &c)?;
+        }
+        Ok(Value::Device(out))
+    }
+}
+
+impl Machine for Run<'_> {
+    type Value = Value;
+
+    fn network(&self) -> &Network {
+        &self.exe.network
+    }
+
+    fn meta(&self, value: &Value) -> (DataType, Vec<usize>) {
+        (value.dtype(), value.shape().to_vec())
+    }
+
+    fn run_layer(&self, id: LayerId, inputs: &[Option<Value>]) -> Result<Vec<Value>, String> {
+        Run::run_layer(self, id, inputs)
+    }
+
+    fn to_host(&self, value: &Value) -> Result<Arc<HostTensor>, String> {
+        Run::to_host(self, value)
+    }
+
+    fn from_host(&self, tensor: Arc<HostTensor>) -> Result<Value, String> {
+        Ok(Value::Device(self.rec.upload(&tensor)?))
+    }
+
+    fn slice_along(&self, value: &Value, axis: usize, index: usize) -> Result<Value, String> {
+        self.slice_value(value, axis, index)
+    }
+
+    fn stack_along(
+        &self,
+        parts: &[Value],
+        axis: usize,
+        length: usize,
+        reverse: bool,
+        dtype: DataType,
+        slice_shape: &[usize],
+    ) -> Result<Value, String> {
+        self.stack_values(parts, axis, length, reverse, dtype, slice_shape)
+    }
+}

@@ -1,0 +1,256 @@
+//! The device layer: one shared wgpu device per process, its limits, buffers, pipelines and
+//! the errors a device can raise (no adapter, device lost, out of memory, limit exceeded).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use thiserror::Error;
+use wgpu::util::DeviceExt;
+
+/// Errors of the device layer.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum DeviceError {
+    #[error("no wgpu adapter: {reason}")]
+    NoAdapter { reason: String },
+    #[error("the adapter `{adapter}` refused to open a device: {reason}")]
+    RequestDevice { adapter: String, reason: String },
+    #[error("the device was lost: {reason}")]
+    DeviceLost { reason: String },
+    #[error("out of device memory while {what}")]
+    OutOfMemory { what: String },
+    #[error(
+        "{what} needs {needed} bytes in one binding; the adapter allows {limit} (max_storage_buffer_binding_size)"
+    )]
+    LimitExceeded { what: String, needed: u64, limit: u64 },
+    #[error("wgpu validation failed while {what}: {reason}")]
+    Validation { what: String, reason: String },
+    #[error("reading a buffer back failed: {reason}")]
+    Readback { reason: String },
+}
+
+/// Workgroup size of every 1-D kernel (WGSL `@workgroup_size(256)`); the WebGPU default
+/// limit on invocations per workgroup is 256, so it runs on every adapter.
+pub const WORKGROUP: u32 = 256;
+
+/// The shared device with its queue, limits and pipeline cache.
+pub struct Gpu {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: wgpu::AdapterInfo,
+    pub limits: wgpu::Limits,
+    pub features: wgpu::Features,
+    pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
+    lost: Arc<Mutex<Option<String>>>,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu").field("adapter", &self.info.name).field("backend", &self.info.backend).finish()
+    }
+}
+
+static SHARED: OnceLock<Result<Gpu, DeviceError>> = OnceLock::new();
+
+/// The process-wide device, opened on first use (tests share it rather than opening
+/// hundreds of devices).
+pub fn shared() -> Result<&'static Gpu, DeviceError> {
+    SHARED.get_or_init(open).as_ref().map_err(Clone::clone)
+}
+
+/// The first adapter of `backends` (WGPU_BACKEND in the environment overrides them).
+fn request_adapter(backends: wgpu::Backends) -> Result<wgpu::Adapter, DeviceError> {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+    if wgpu::Backends::from_env().is_none() {
+        desc.backends = backends;
+    }
+    let instance = wgpu::Instance::new(desc);
+    pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+        power_preference: wgpu::PowerPreference::HighPerformance,
+        force_fallback_adapter: false,
+        compatible_surface: None,
+        apply_limit_buckets: false,
+    }))
+    .map_err(|e| DeviceError::NoAdapter { reason: e.to_string() })
+}
+
+fn open() -> Result<Gpu, DeviceError> {
+    // Vulkan / Metal / DX12 first; GL only where none of them has an adapter.
+    let adapter = request_adapter(wgpu::Backends::PRIMARY).or_else(|_| request_adapter(wgpu::Backends::GL))?;
+    let info = adapter.get_info();
+    let adapter_limits = adapter.limits();
+    // Ask for everything the adapter offers that compute needs: bigger bindings and
+    // workgroups than the WebGPU defaults.
+    let limits = wgpu::Limits {
+        max_storage_buffer_binding_size: adapter_limits.max_storage_buffer_binding_size,
+        max_buffer_size: adapter_limits.max_buffer_size,
+        max_storage_buffers_per_shader_stage: adapter_limits.max_storage_buffers_per_shader_stage,
+        max_compute_workgroup_storage_size: adapter_limits.max_compute_workgroup_storage_size,
+        max_compute_invocations_per_workgroup: adapter_limits.max_compute_invocations_per_workgroup,
+        max_compute_workgroup_size_x: adapter_limits.max_compute_workgroup_size_x,
+        max_compute_workgroup_size_y: adapter_limits.max_compute_workgroup_size_y,
+        max_compute_workgroup_size_z: adapter_limits.max_compute_workgroup_size_z,
+        max_compute_workgroups_per_dimension: adapter_limits.max_compute_workgroups_per_dimension,
+        ..wgpu::Limits::downlevel_defaults()
+    };
+    let features = adapter.features() & (wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::SHADER_F16);
+    let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+        label: Some("kiln-wgpu"),
+        required_features: features,
+        required_limits: limits.clone(),
+        experimental_features: wgpu::ExperimentalFeatures::disabled(),
+        memory_hints: wgpu::MemoryHints::Performance,
+        trace: wgpu::Trace::Off,
+    }))
+    .map_err(|e| DeviceError::RequestDevice { adapter: info.name.clone(), reason: e.to_string() })?;
+    let lost = Arc::new(Mutex::new(None));
+    let lost_flag = lost.clone();
+    device.set_device_lost_callback(move |reason, message| {
+        if let Ok(mut slot) = lost_flag.lock() {
+            *slot = Some(format!("{reason:?}: {message}"));
+        }
+    });
+    // Errors are caught by error scopes around each operation; an uncaptured one is
+    // reported at the next check rather than aborting the process.
+    device.on_uncaptured_error(Arc::new(|e: wgpu::Error| eprintln!("kiln-wgpu: uncaptured wgpu error: {e}")));
+    Ok(Gpu { device, queue, info, limits, features, pipelines: Mutex::new(HashMap::new()), lost })
+}
+
+impl Gpu {
+    /// Fails when the device has been lost since it was opened.
+    pub fn check_alive(&self) -> Result<(), DeviceError> {
+        match self.lost.lock().ok().and_then(|l| l.clone()) {
+            Some(reason) => Err(DeviceError::DeviceLost { reason }),
+            None => Ok(()),
+        }
+    }
+
+    pub fn max_binding(&self) -> u64 {
+        self.limits.max_storage_buffer_binding_size.min(self.limits.max_buffer_size)
+    }
+
+    /// Runs `f` inside out-of-memory and validation error scopes and turns a captured
+    /// error into a [`DeviceError`] naming `what`.
+    pub fn scoped<T>(&self, what: &str, f: impl FnOnce() -> T) -> Result<T, DeviceError> {
+        self.check_alive()?;
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let value = f();
+        let validation = pollster::block_on(validation.pop());
+        let oom = pollster::block_on(oom.pop());
+        if oom.is_some() {
+            return Err(DeviceError::OutOfMemory { what: what.to_string() });
+        }
+        if let Some(e) = validation {
+            return Err(DeviceError::Validation { what: what.to_string(), reason: e.to_string() });
+        }
+        Ok(value)
+    }
+
+    fn check_size(&self, what: &str, bytes: u64) -> Result<(), DeviceError> {
+        let limit = self.max_binding();
+        if bytes > limit {
+            return Err(DeviceError::LimitExceeded { what: what.to_string(), needed: bytes, limit });
+        }
+        Ok(())
+    }
+
+    /// A storage buffer of at least `bytes` (never empty: WebGPU refuses empty bindings).
+    pub fn storage(&self, what: &str, bytes: u64) -> Result<wgpu::Buffer, DeviceError> {
+        self.check_size(what, bytes)?;
+        let size = bytes.max(4).next_multiple_of(4);
+        self.scoped(what, || {
+            self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: None,
+                size,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            })
+        })
+    }
+
+    /// A storage buffer holding `words`.
+    pub fn storage_init(&self, what: &str, words: &[u32]) -> Result<wgpu::Buffer, DeviceError> {
+        self.check_size(what, words.len() as u64 * 4)?;
+        let contents: &[u8] = if words.is_empty() { &[0; 4] } else { bytemuck::cast_slice(words) };
+        self.scoped(what, || {
+            self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: None,
+                contents,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            })
+        })
+    }
+
+    /// The compute pipeline compiled from `source` (entry point `main`), cached by `key`.
+    pub fn pipeline(
+        &self,
+        key: &str,
+        source: impl FnOnce() -> String,
+    ) -> Result<Arc<wgpu::ComputePipeline>, DeviceError> {
+        if let Some(p) = self.pipelines.lock().map_err(|_| poisoned())?.get(key) {
+            return Ok(p.clone());
+        }
+        let source = source();
+        let what = format!("compiling shader `{key}`");
+        let pipeline = self.scoped(&what, || {
+            let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(key),
+                source: wgpu::ShaderSource::Wgsl(source.into()),
+            });
+            self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(key),
+                layout: None,
+                module: &module,
+                entry_point: Some("main"),
+                compilation_options: wgpu::PipelineCompilationOptions::default(),
+                cache: None,
+            })
+        })?;
+        let pipeline = Arc::new(pipeline);
+        self.pipelines.lock().map_err(|_| poisoned())?.insert(key.to_string(), pipeline.clone());
+        Ok(pipeline)
+    }
+
+    /// Reads `words` 32-bit words of `buffer` back (submits `encoder` first, if any).
+    pub fn read_words(
+        &self,
+        encoder: Option<wgpu::CommandEncoder>,
+        buffer: &wgpu::Buffer,
+        words: usize,
+    ) -> Result<Vec<u32>, DeviceError> {
+        let bytes = (words as u64 * 4).max(4);
+        let staging = self.scoped("allocating a readback buffer", || {
+            self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("readback"),
+                size: bytes,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            })
+        })?;
+        let mut encoder = encoder.unwrap_or_else(|| self.device.create_command_encoder(&Default::default()));
+        encoder.copy_buffer_to_buffer(buffer, 0, &staging, 0, bytes);
+        self.scoped("submitting work", || self.queue.submit([encoder.finish()]))?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        staging.map_async(wgpu::MapMode::Read, .., move |r| {
+            let _ = tx.send(r);
+        });
+        self.device
+            .poll(wgpu::PollType::Wait { submission_index: None, timeout: None })
+            .map_err(|e| DeviceError::Readback { reason: e.to_string() })?;
+        self.check_alive()?;
+        rx.recv()
+            .map_err(|e| DeviceError::Readback { reason: e.to_string() })?
+            .map_err(|e| DeviceError::Readback { reason: e.to_string() })?;
+        let view = staging.get_mapped_range(..).map_err(|e| DeviceError::Readback { reason: e.to_string() })?;
+        let out: Vec<u32> = bytemuck::cast_slice(&view[..words * 4]).to_vec();
+        drop(view);
+        staging.unmap();
+        Ok(out)
+    }
+}
+
+fn poisoned() -> DeviceError {
+    DeviceError::Validation {
+        what: "locking the pipeline cache".into(),
+        reason: "a thread panicked while holding it".into(),
+    }
+}

@@ -1,0 +1,401 @@
+//! The executable: one execution records every layer's dispatches into one command
+//! encoder, reading values back only where the control flow or a shape needs them.
+//!
+//! Each layer: concrete facts from its input values → kiln's `infer_layer` (which also
+//! evaluates small integer shape arithmetic on the host, TensorRT's shape tensors) → the
+//! layer's kernels → a check that the outputs have the inferred types and shapes.
+
+use crate::device::Gpu;
+use crate::kernels::{layout, linalg, pointwise, reduce, KResult};
+use crate::value::{to_words, DeviceTensor, Recorder, Value};
+use kiln::ir::control::{lower, ControlFlow, DEFAULT_MAX_TRIP_COUNT};
+use kiln::ir::infer::{infer_layer, resolve_slice, Fact, OutFact};
+use kiln::runtime::interp::{run_plan, top_level_frees};
+use kiln::{
+    BackendError, DataType, Executable, GatherMode, HostTensor, Layer, LayerId, LayerKind, Network, PaddingMode, Shape,
+};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Constants up to this many elements stay on the host (shape parameters, scalars) and
+/// are uploaded only where a kernel reads them.
+const HOST_CONSTANT_ELEMENTS: usize = 1024;
+
+/// A network prepared for the wgpu backend.
+#[derive(Debug)]
+pub struct WgpuExecutable {
+    pub(crate) network: Network,
+    pub(crate) gpu: &'static Gpu,
+    /// The steps to run: the engine's lowered control flow.
+    pub(crate) plan: ControlFlow,
+    /// Per top-level step, the tensors no longer needed once it has run.
+    pub(crate) frees: Vec<Vec<usize>>,
+    /// Large constants (weights), uploaded on first use and kept for later executions.
+    constants: Mutex<HashMap<usize, DeviceTensor>>,
+}
+
+impl WgpuExecutable {
+    /// Prepares a network; one that did not come through the builder is lowered here.
+    pub fn new(network: Network, gpu: &'static Gpu) -> Result<WgpuExecutable, BackendError> {
+        let plan = match network.control_flow() {
+            Some(plan) => plan.clone(),
+            None => lower(&network, DEFAULT_MAX_TRIP_COUNT)
+                .map_err(|e| BackendError::Execution { layer: "(control flow)".into(), reason: e.to_string() })?,
+        };
+        let frees = top_level_frees(&network, &plan.body.steps);
+        Ok(WgpuExecutable { network, gpu, plan, frees, constants: Mutex::new(HashMap::new()) })
+    }
+}
+
+/// The input slots a kind reads on the host (shape-like parameters).
+fn host_slots(kind: &LayerKind) -> &'static [usize] {
+    use LayerKind as K;
+    match kind {
+        K::Shuffle(_) | K::Expand | K::Reduce { .. } => &[1],
+        K::Slice => &[1, 2, 3, 4],
+        K::Padding { .. } => &[1, 2],
+        K::Fill { .. } => &[0],
+        _ => &[],
+    }
+}
+
+/// One execution's state.
+#[derive(Debug)]
+pub struct Run<'e> {
+    pub exe: &'e WgpuExecutable,
+    pub rec: Recorder,
+}
+
+impl<'e> Run<'e> {
+    pub fn new(exe: &'e WgpuExecutable) -> Run<'e> {
+        Run { exe, rec: Recorder::new(exe.gpu) }
+    }
+
+    pub fn to_host(&self, v: &Value) -> Result<Arc<HostTensor>, String> {
+        match v {
+            Value::Host(t) => Ok(t.clone()),
+            Value::Device(t) => Ok(Arc::new(self.rec.read(t)?)),
+        }
+    }
+
+    pub fn to_device(&self, v: &Value) -> Result<DeviceTensor, String> {
+        match v {
+            Value::Device(t) => Ok(t.clone()),
+            Value::Host(t) => self.rec.upload(t),
+        }
+    }
+
+    fn constant(&self, layer: &Layer, weights: kiln::WeightsId) -> Result<Vec<Value>, String> {
+        let w = self
+            .exe
+            .network
+            .weights()
+            .get(weights.0)
+            .ok_or_else(|| format!("weights blob #{} is missing", weights.0))?;
+        if let Some(&t) = layer.outputs.first() {
+            let desc = self.exe.network.tensor(t);
+            check(&OutFact::new(desc.dtype, desc.shape.clone()), w.dtype(), w.shape())?;
+        }
+        if w.len() <= HOST_CONSTANT_ELEMENTS {
+            return Ok(vec![Value::Host(w.clone())]);
+        }
+        let mut cache = self.exe.constants.lock().map_err(|_| "the constant cache is poisoned".to_string())?;
+        if let Some(t) = cache.get(&weights.0) {
+            return Ok(vec![Value::Device(t.clone())]);
+        }
+        let t = self.rec.upload(w)?;
+        cache.insert(weights.0, t.clone());
+        Ok(vec![Value::Device(t)])
+    }
+
+    /// Runs one layer (any kind but the control-flow boundaries).
+    pub fn run_layer(&self, id: LayerId, inputs: &[Option<Value>]) -> Result<Vec<Value>, String> {
+        let net = &self.exe.network;
+        let layer = net.layer(id);
+        match &layer.kind {
+            LayerKind::Constant { weights } => return self.constant(layer, *weights),
+            LayerKind::Shape => {
+                let x = inputs.first().cloned().flatten().ok_or("Shape needs an input")?;
+                let dims = x.shape().iter().map(|&d| d as i64).collect::<Vec<_>>();
+                let t = HostTensor::from_i64(vec![dims.len()], dims).map_err(|e| e.to_string())?;
+                return Ok(vec![Value::Host(Arc::new(t))]);
+            }
+            LayerKind::Assertion { message } => {
+                let cond = inputs.first().cloned().flatten().ok_or("Assertion needs an input")?;
+                let cond = self.to_host(&cond)?;
+                if cond.to_i64_vec().is_some_and(|v| v.contains(&0)) {
+                    return Err(format!("assertion failed: {message}"));
+                }
+                return Ok(Vec::new());
+            }
+            _ => {}
+        }
+        let mut values: Vec<Option<Value>> = inputs.to_vec();
+        for &slot in host_slots(&layer.kind) {
+            if let Some(Some(v @ Value::Device(_))) = values.get(slot) {
+                values[slot] = Some(Value::Host(self.to_host(v)?));
+            }
+        }
+        let shapes: Vec<Option<Shape>> = values.iter().map(|v| v.as_ref().map(|v| Shape::fixed(v.shape()))).collect();
+        let facts: Vec<Option<Fact>> = values
+            .iter()
+            .zip(&shapes)
+            .map(|(v, s)| {
+                v.as_ref().zip(s.as_ref()).map(|(v, s)| Fact {
+                    dtype: v.dtype(),
+                    shape: s,
+                    value: if let Value::Host(t) = v { Some(&**t) } else { None },
+                })
+            })
+            .collect();
+        let expected = infer_layer(&layer.kind, &facts, &|w| net.weights_blob(w))
+            .map_err(|e| format!("shape inference: {}", e.rule))?;
+        // Shape arithmetic that inference evaluated: stays on the host.
+        if !expected.is_empty() && expected.iter().all(|o| o.value.is_some()) {
+            return Ok(expected.into_iter().filter_map(|o| o.value).map(|t| Value::Host(Arc::new(t))).collect());
+        }
+        let outs = expected
+            .iter()
+            .map(|o| {
+                o.shape.as_fixed().map(|s| (o.dtype, s)).ok_or_else(|| format!("inference left {} unresolved", o.shape))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let host_slots = host_slots(&layer.kind);
+        let mut device = Vec::with_capacity(values.len());
+        let mut hosts = Vec::with_capacity(values.len());
+        for (slot, v) in values.iter().enumerate() {
+            match v {
+                Some(Value::Host(t)) if host_slots.contains(&slot) => {
+                    device.push(None);
+                    hosts.push(Some(t.clone()));
+                }
+                Some(v) => {
+                    device.push(Some(self.to_device(v)?));
+                    hosts.push(None);
+                }
+                None => {
+                    device.push(None);
+                    hosts.push(None);
+                }
+            }
+        }
+        let outputs = self.device_layer(&layer.kind, &device, &hosts, &facts, &outs)?;
+        if outputs.len() != expected.len() {
+            return Err(format!(
+                "the kernels produced {} outputs, inference expects {}",
+                outputs.len(),
+                expected.len()
+            ));
+        }
+        for (fact, out) in expected.iter().zip(&outputs) {
+            check(fact, out.dtype, &out.shape)?;
+        }
+        Ok(outputs.into_iter().map(Value::Device).collect())
+    }
+
+    fn device_layer(
+        &self,
+        kind: &LayerKind,
+        ins: &[Option<DeviceTensor>],
+        hosts: &[Option<Arc<HostTensor>>],
+        facts: &[Option<Fact>],
+        outs: &[(DataType, Vec<usize>)],
+    ) -> KResult<Vec<DeviceTensor>> {
+        use LayerKind as K;
+        let rec = &self.rec;
+        let req =
+            |slot: usize| ins.get(slot).and_then(Option::as_ref).ok_or_else(|| format!("input {slot} is missing"));
+        let host = |slot: usize| hosts.get(slot).and_then(Option::as_ref);
+        let ints = |slot: usize| -> KResult<Option<Vec<i64>>> {
+            host(slot).map(|t| t.to_i64_vec().ok_or_else(|| format!("input {slot} must be integer"))).transpose()
+        };
+        let (dtype, shape) = outs.first().cloned().ok_or("the layer has no output")?;
+        let one = |t: DeviceTensor| Ok(vec![t]);
+        match kind {
+            K::Identity => one(req(0)?.clone()),
+            K::Cast { to } => {
+                let x = req(0)?;
+                if x.dtype == *to {
+                    return one(x.clone());
+                }
+                one(pointwise::cast(rec, x, *to)?)
+            }
+            K::BitCast { to } => {
+                let x = req(0)?;
+                if x.dtype.size_bytes() != 4 || to.size_bytes() != 4 {
+                    return Err(format!(
+                        "BitCast {} -> {to}: only 32-bit types are stored bit-exact on the device",
+                        x.dtype
+                    ));
+                }
+                one(DeviceTensor { buffer: x.buffer.clone(), dtype: *to, shape })
+            }
+            K::Elementwise { op } => one(pointwise::binary(rec, *op, req(0)?, req(1)?, &shape, dtype)?),
+            K::Activation { kind } => one(pointwise::activation(rec, kind, req(0)?)?),
+            K::Unary { op } => one(pointwise::unary(rec, *op, req(0)?, dtype)?),
+            K::ParametricRelu => one(pointwise::parametric_relu(rec, req(0)?, req(1)?, &shape)?),
+            K::Select => one(pointwise::select(rec, req(0)?, req(1)?, req(2)?, &shape)?),
+            K::MatrixMultiply { op_a, op_b } => {
+                one(linalg::matmul(rec, req(0)?, *op_a, req(1)?, *op_b, &shape, dtype)?)
+            }
+            K::Convolution(p) => {
+                one(linalg::convolution(rec, p, req(0)?, req(1)?, ins.get(2).and_then(Option::as_ref), &shape)?)
+            }
+            K::Deconvolution(p) => {
+                one(linalg::deconvolution(rec, p, req(0)?, req(1)?, ins.get(2).and_then(Option::as_ref), &shape)?)
+            }
+            K::Pooling(p) => one(linalg::pooling(rec, p, req(0)?, &shape)?),
+            K::Reduce { op, axes, .. } => {
+                let x = req(0)?;
+                let axes = match ints(1)? {
+                    None => axes.clone(),
+                    Some(v) if v.is_empty() => (0..x.shape.len()).collect(),
+                    Some(v) => v
+                        .iter()
+                        .map(|&a| {
+                            kiln::ir::shape::normalize_axis(a, x.shape.len()).ok_or(format!("axis {a} is out of range"))
+                        })
+                        .collect::<Result<_, _>>()?,
+                };
+                one(reduce::reduce(rec, *op, x, &axes, &shape, dtype)?)
+            }
+            K::SoftMax { axis } => one(reduce::softmax(rec, req(0)?, *axis)?),
+            K::Normalization { axes, epsilon, num_groups } => {
+                one(reduce::normalization(rec, req(0)?, req(1)?, Some(req(2)?), axes, *epsilon, *num_groups)?)
+            }
+            K::RmsNormalization { axes, epsilon } => {
+                one(reduce::normalization(rec, req(0)?, req(1)?, None, axes, *epsilon, 1)?)
+            }
+            K::Shuffle(p) => {
+                let x = req(0)?;
+                let first = layout::transpose(rec, x, &p.first_transpose)?;
+                if p.second_transpose.is_empty() {
+                    return one(first.reshaped(shape));
+                }
+                // The reshaped value's dims, before the second transpose permutes them.
+                let mut reshaped = vec![0; shape.len()];
+                for (i, &s) in p.second_transpose.iter().enumerate() {
+                    *reshaped.get_mut(s).ok_or("second transpose is not a permutation")? = shape[i];
+                }
+                one(layout::transpose(rec, &first.reshaped(reshaped), &p.second_transpose)?)
+            }
+            K::Concatenation { axis } => {
+                let parts = (0..ins.len()).map(|i| req(i).cloned()).collect::<KResult<Vec<_>>>()?;
+                one(layout::concatenation(rec, &parts, *axis, &shape, dtype)?)
+            }
+            K::Slice => {
+                let x = req(0)?;
+                let (starts, ends) = (ints(1)?.ok_or("starts are missing")?, ints(2)?.ok_or("ends are missing")?);
+                let plan = resolve_slice(&x.shape, &starts, &ends, ints(3)?.as_deref(), ints(4)?.as_deref())?;
+                one(layout::slice(rec, x, &plan)?)
+            }
+            K::Expand => one(layout::expand(rec, req(0)?, &shape)?),
+            K::Padding { mode: PaddingMode::Constant } => {
+                let x = req(0)?;
+                let pads = ints(1)?.ok_or("pads are missing")?;
+                let word = match host(2) {
+                    Some(v) => scalar_word(v, x.dtype)?,
+                    None => 0,
+                };
+                one(layout::pad_constant(rec, x, &pads, word, &shape)?)
+            }
+            K::Gather { mode: GatherMode::Default { axis } } => {
+                one(layout::gather(rec, req(0)?, &indices(req(1)?)?, *axis, &shape)?)
+            }
+            K::Gather { mode: GatherMode::Elements { axis } } => {
+                one(layout::gather_elements(rec, req(0)?, &indices(req(1)?)?, *axis)?)
+            }
+            K::Fill { value } => one(pointwise::fill(rec, dtype, &shape, scalar_word(value, dtype)?)?),
+            K::Fused(p) => {
+                let anchor = p.anchor.kind();
+                let anchor_facts = facts.get(..p.anchor_inputs).ok_or("fused layer inputs are missing")?;
+                let anchor_out = infer_layer(&anchor, anchor_facts, &|w| self.exe.network.weights_blob(w))
+                    .map_err(|e| format!("shape inference of the fused anchor: {}", e.rule))?;
+                let anchor_outs = anchor_out
+                    .iter()
+                    .map(|o| o.shape.as_fixed().map(|s| (o.dtype, s)).ok_or("unresolved anchor shape".to_string()))
+                    .collect::<KResult<Vec<_>>>()?;
+                let head = self.device_layer(
+                    &anchor,
+                    &ins[..p.anchor_inputs],
+                    &hosts[..p.anchor_inputs],
+                    anchor_facts,
+                    &anchor_outs,
+                )?;
+                let running = head.into_iter().next().ok_or("the anchor produced no output")?;
+                one(pointwise::epilogue(rec, running, &p.epilogue, ins, &shape, dtype)?)
+            }
+            K::Attention(p) => one(linalg::attention(
+                rec,
+                p,
+                [req(0)?, req(1)?, req(2)?],
+                ins.get(3).and_then(Option::as_ref),
+                &shape,
+                dtype,
+            )?),
+            other => Err(format!("no WGSL kernel for {} yet", other.type_name())),
+        }
+    }
+}
+
+/// Gather indices as i32 words (i64 indices are stored as i32 already).
+fn indices(t: &DeviceTensor) -> KResult<DeviceTensor> {
+    match t.dtype {
+        DataType::I32 | DataType::I64 | DataType::I16 | DataType::I8 => Ok(t.clone()),
+        other => Err(format!("gather indices must be signed integers, not {other}")),
+    }
+}
+
+/// The device word of a scalar `value` converted to `dtype`.
+fn scalar_word(value: &HostTensor, dtype: DataType) -> KResult<u32> {
+    let v = value.to_f64_vec().first().copied().unwrap_or(0.0);
+    let t = match crate::ops::Storage::of(dtype) {
+        Some(crate::ops::Storage::F32) => HostTensor::from_f32(vec![], vec![v as f32]),
+        Some(_) if dtype == DataType::Bool => {
+            Ok(HostTensor::scalar(kiln::TensorData::Bool(vec![v != 0.0])).map_err(|e| e.to_string())?)
+        }
+        Some(crate::ops::Storage::U32) => HostTensor::scalar(kiln::TensorData::U32(vec![v as u32])),
+        Some(crate::ops::Storage::I32) => HostTensor::scalar(kiln::TensorData::I32(vec![v as i32])),
+        None => return Err(format!("unsupported dtype {dtype} on the wgpu backend")),
+    }
+    .map_err(|e| e.to_string())?;
+    Ok(to_words(&t)?.first().copied().unwrap_or(0))
+}
+
+/// A value must have the inferred type and every inferred fixed dim.
+fn check(fact: &OutFact, dtype: DataType, shape: &[usize]) -> Result<(), String> {
+    let dims_match = fact.shape.rank() == shape.len()
+        && fact.shape.dims().iter().zip(shape).all(|(d, &n)| d.fixed().is_none_or(|f| f == n));
+    if dtype != fact.dtype || !dims_match {
+        return Err(format!(
+            "the kernels produced {dtype}{shape:?} but shape inference expects {}{}",
+            fact.dtype, fact.shape
+        ));
+    }
+    Ok(())
+}
+
+impl Executable for WgpuExecutable {
+    fn execute(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>, BackendError> {
+        let run = Run::new(self);
+        let fail = |layer: &str, reason: String| BackendError::Execution { layer: layer.into(), reason };
+        let values = inputs
+            .iter()
+            .zip(self.network.inputs())
+            .map(|(x, &t)| {
+                run.to_device(&Value::Host(Arc::new(x.clone())))
+                    .map(Value::Device)
+                    .map_err(|e| fail(&self.network.tensor(t).name, e))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let outputs = run_plan(&run, &self.plan, &self.frees, values)?;
+        outputs
+            .iter()
+            .zip(self.network.outputs())
+            .map(|(v, &t)| {
+                let h = run.to_host(v).map_err(|e| fail(&self.network.tensor(t).name, e))?;
+                Ok(Arc::try_unwrap(h).unwrap_or_else(|shared| (*shared).clone()))
+            })
+            .collect()
+    }
+}

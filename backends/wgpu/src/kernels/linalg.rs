@@ -1,0 +1,242 @@
+//! Matrix products, convolutions, pooling and attention (as its matmul / softmax parts).
+
+use super::{broadcast_strides, count_word, output, strides, KResult};
+use crate::kernels::pointwise::{self, kiln_broadcast};
+use crate::kernels::reduce::softmax;
+use crate::ops::Storage;
+use crate::shaders::Instance;
+use crate::value::{DeviceTensor, Recorder};
+use kiln::{
+    AttentionParams, ConvolutionParams, DataType, DeconvolutionParams, ElementwiseOp, MatrixOp, PoolingKind,
+    PoolingParams,
+};
+
+/// Both M and N at least this: the f32 product runs on the 128×128-tile kernel.
+pub const WIDE_MIN: usize = 128;
+
+/// One operand of a product seen as a stack of `rows × cols` matrices.
+struct Operand {
+    batch: Vec<usize>,
+    rows: usize,
+    cols: usize,
+    row_stride: usize,
+    col_stride: usize,
+}
+
+impl Operand {
+    fn new(shape: &[usize], op: MatrixOp, left: bool) -> KResult<Operand> {
+        let r = shape.len();
+        let need = if op == MatrixOp::Vector { 1 } else { 2 };
+        if r < need {
+            return Err(format!("a rank-{r} operand cannot be {op:?}"));
+        }
+        let batch = shape[..r - need].to_vec();
+        Ok(match (op, left) {
+            (MatrixOp::Vector, true) => {
+                Operand { batch, rows: 1, cols: shape[r - 1], row_stride: shape[r - 1], col_stride: 1 }
+            }
+            (MatrixOp::Vector, false) => Operand { batch, rows: shape[r - 1], cols: 1, row_stride: 1, col_stride: 1 },
+            (MatrixOp::None, _) => {
+                Operand { batch, rows: shape[r - 2], cols: shape[r - 1], row_stride: shape[r - 1], col_stride: 1 }
+            }
+            (MatrixOp::Transpose, _) => {
+                Operand { batch, rows: shape[r - 1], cols: shape[r - 2], row_stride: 1, col_stride: shape[r - 1] }
+            }
+        })
+    }
+}
+
+/// The batched product of `a` and `b` (batch dims broadcast), written contiguous as
+/// (batch…, M, N) into a tensor of the inferred `shape`.
+pub fn matmul(
+    rec: &Recorder,
+    a: &DeviceTensor,
+    op_a: MatrixOp,
+    b: &DeviceTensor,
+    op_b: MatrixOp,
+    shape: &[usize],
+    dtype: DataType,
+) -> KResult<DeviceTensor> {
+    let (pa, pb) = (Operand::new(&a.shape, op_a, true)?, Operand::new(&b.shape, op_b, false)?);
+    if pa.cols != pb.rows {
+        return Err(format!("inner dims differ: {:?} {op_a:?} · {:?} {op_b:?}", a.shape, b.shape));
+    }
+    let batch_shape = kiln_broadcast(&pa.batch, &pb.batch)?;
+    let batches: usize = batch_shape.iter().product();
+    let max_z = rec.gpu.limits.max_compute_workgroups_per_dimension as usize;
+    if batches > max_z {
+        return Err(format!("{batches} matrix batches exceed the {max_z} workgroups of one dispatch dimension"));
+    }
+    let (m, k, n) = (pa.rows, pa.cols, pb.cols);
+    let out = output(rec, dtype, shape)?;
+    if out.len() != batches * m * n {
+        return Err(format!(
+            "the product has {} elements, the inferred output {shape:?} {}",
+            batches * m * n,
+            out.len()
+        ));
+    }
+    if out.is_empty() {
+        return Ok(out);
+    }
+    let storage = Storage::of(a.dtype).ok_or_else(|| format!("unsupported dtype {}", a.dtype))?;
+    if k == 0 {
+        return pointwise::fill(rec, dtype, shape, 0);
+    }
+    // Per-batch element offsets of each operand (its batch dims broadcast).
+    let (a_mat, b_mat) = (pa.rows * pa.cols, pb.rows * pb.cols);
+    let a_st = broadcast_strides(&pa.batch, &batch_shape)?;
+    let b_st = broadcast_strides(&pb.batch, &batch_shape)?;
+    let bst = strides(&batch_shape);
+    let mut params = vec![m as u32, n as u32, k as u32, batches as u32];
+    params.extend([pa.row_stride, pa.col_stride, pb.row_stride, pb.col_stride].map(|x| x as u32));
+    for i in 0..batches {
+        let coords = bst.iter().zip(&batch_shape).map(|(&s, &d)| (i / s) % d);
+        let (ao, bo) =
+            coords.zip(a_st.iter().zip(&b_st)).fold((0, 0), |(ao, bo), (c, (&sa, &sb))| (ao + c * sa, bo + c * sb));
+        params.push(count_word(ao * a_mat)?);
+        params.push(count_word(bo * b_mat)?);
+    }
+    // Large f32 products take the 128×128-tile kernel (8×8 outputs per invocation).
+    let (kernel, tile) = if storage == Storage::F32 && m >= WIDE_MIN && n >= WIDE_MIN {
+        (Instance::plain("matmul_wide"), 128)
+    } else {
+        (Instance::matmul(storage), 64)
+    };
+    let groups = [n.div_ceil(tile) as u32, m.div_ceil(tile) as u32, batches as u32];
+    rec.dispatch(&kernel, &params, &[&a.buffer, &b.buffer, &out.buffer], groups).map_err(|e| e.to_string())?;
+    pointwise::narrow(rec, out)
+}
+
+/// Spatial parameters padded to three dims (missing leading dims have size 1).
+fn three(v: &[usize], fill: usize) -> KResult<[u32; 3]> {
+    if v.len() > 3 {
+        return Err(format!("{} spatial dims; the wgpu kernels take at most 3", v.len()));
+    }
+    let mut out = [fill as u32; 3];
+    for (o, &x) in out[3 - v.len()..].iter_mut().zip(v) {
+        *o = count_word(x)?;
+    }
+    Ok(out)
+}
+
+struct Window<'a> {
+    kernel: &'a [usize],
+    strides: &'a [usize],
+    dilations: &'a [usize],
+    pre: &'a [usize],
+}
+
+fn conv_params(
+    x: &[usize],
+    k_all: usize,
+    groups: usize,
+    out: &[usize],
+    w: &Window<'_>,
+    has_bias: bool,
+) -> KResult<Vec<u32>> {
+    let spatial = x.len().saturating_sub(2);
+    if x.len() < 3 || out.len() != x.len() || w.kernel.len() != spatial {
+        return Err(format!("convolution of {x:?} into {out:?} with a {:?} kernel", w.kernel));
+    }
+    let mut p = vec![count_word(out.iter().product())?, x[0] as u32, x[1] as u32, k_all as u32, groups.max(1) as u32];
+    p.extend(three(&x[2..], 1)?);
+    p.extend(three(&out[2..], 1)?);
+    p.extend(three(w.kernel, 1)?);
+    p.extend(three(w.strides, 1)?);
+    p.extend(three(w.dilations, 1)?);
+    p.extend(three(w.pre, 0)?);
+    p.push(u32::from(has_bias));
+    Ok(p)
+}
+
+pub fn convolution(
+    rec: &Recorder,
+    p: &ConvolutionParams,
+    x: &DeviceTensor,
+    w: &DeviceTensor,
+    bias: Option<&DeviceTensor>,
+    shape: &[usize],
+) -> KResult<DeviceTensor> {
+    let window = Window {
+        kernel: &w.shape[2.min(w.shape.len())..],
+        strides: &p.strides,
+        dilations: &p.dilations,
+        pre: &p.pre_padding,
+    };
+    let params = conv_params(&x.shape, w.shape[0], p.groups, shape, &window, bias.is_some())?;
+    let out = output(rec, x.dtype, shape)?;
+    let bias_buffer = bias.map_or(&w.buffer, |b| &b.buffer);
+    rec.dispatch_1d(&Instance::plain("conv"), &params, &[&x.buffer, &w.buffer, bias_buffer, &out.buffer], out.len())
+        .map_err(|e| e.to_string())?;
+    pointwise::narrow(rec, out)
+}
+
+pub fn deconvolution(
+    rec: &Recorder,
+    p: &DeconvolutionParams,
+    x: &DeviceTensor,
+    w: &DeviceTensor,
+    bias: Option<&DeviceTensor>,
+    shape: &[usize],
+) -> KResult<DeviceTensor> {
+    let window = Window {
+        kernel: &w.shape[2.min(w.shape.len())..],
+        strides: &p.strides,
+        dilations: &p.dilations,
+        pre: &p.pre_padding,
+    };
+    let k_all = w.shape.get(1).copied().unwrap_or(0) * p.groups.max(1);
+    let params = conv_params(&x.shape, k_all, p.groups, shape, &window, bias.is_some())?;
+    let out = output(rec, x.dtype, shape)?;
+    let bias_buffer = bias.map_or(&w.buffer, |b| &b.buffer);
+    rec.dispatch_1d(&Instance::plain("deconv"), &params, &[&x.buffer, &w.buffer, bias_buffer, &out.buffer], out.len())
+        .map_err(|e| e.to_string())?;
+    pointwise::narrow(rec, out)
+}
+
+pub fn pooling(rec: &Recorder, p: &PoolingParams, x: &DeviceTensor, shape: &[usize]) -> KResult<DeviceTensor> {
+    if x.shape.len() < 3 || shape.len() != x.shape.len() {
+        return Err(format!("pooling needs N×C×spatial input, got {:?}", x.shape));
+    }
+    let out = output(rec, x.dtype, shape)?;
+    let mut params = vec![count_word(out.len())?, count_word(x.shape[0] * x.shape[1])?];
+    params.extend(three(&x.shape[2..], 1)?);
+    params.extend(three(&shape[2..], 1)?);
+    params.extend(three(&p.window, 1)?);
+    params.extend(three(&p.strides, 1)?);
+    params.extend(three(&p.dilations, 1)?);
+    params.extend(three(&p.pre_padding, 0)?);
+    params.extend(three(&p.post_padding, 0)?);
+    params.push(u32::from(p.kind == PoolingKind::Average));
+    params.push(u32::from(p.average_count_excludes_padding));
+    rec.dispatch_1d(&Instance::plain("pool"), &params, &[&x.buffer, &out.buffer], out.len())
+        .map_err(|e| e.to_string())?;
+    pointwise::narrow(rec, out)
+}
+
+/// `softmax(scale · Q·Kᵀ + mask) · V`, as its parts.
+pub fn attention(
+    rec: &Recorder,
+    p: &AttentionParams,
+    [q, k, v]: [&DeviceTensor; 3],
+    mask: Option<&DeviceTensor>,
+    shape: &[usize],
+    dtype: DataType,
+) -> KResult<DeviceTensor> {
+    let op_k = if p.key_transposed { MatrixOp::None } else { MatrixOp::Transpose };
+    let (pq, pk) = (Operand::new(&q.shape, MatrixOp::None, true)?, Operand::new(&k.shape, op_k, false)?);
+    let mut scores_shape = kiln_broadcast(&pq.batch, &pk.batch)?;
+    scores_shape.extend([pq.rows, pk.cols]);
+    let scores = matmul(rec, q, MatrixOp::None, k, op_k, &scores_shape, q.dtype)?;
+    let scale = pointwise::fill(rec, q.dtype, &[], p.scale.to_bits())?;
+    let op = if p.scale_multiplies { ElementwiseOp::Prod } else { ElementwiseOp::Div };
+    let mut scores = pointwise::binary(rec, op, &scores, &scale, &scores_shape, q.dtype)?;
+    if let Some(mask) = mask {
+        let masked_shape = kiln_broadcast(&scores_shape, &mask.shape)?;
+        scores = pointwise::binary(rec, ElementwiseOp::Sum, &scores, mask, &masked_shape, q.dtype)?;
+    }
+    let last = scores.shape.len() - 1;
+    let probs = softmax(rec, &scores, last)?;
+    matmul(rec, &probs, MatrixOp::None, v, MatrixOp::None, shape, dtype)
+}

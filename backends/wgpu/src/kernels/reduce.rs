@@ -1,0 +1,133 @@
+//! Reductions over any axes, softmax, and (RMS) normalization: one invocation per output
+//! element / statistics group walks the reduced elements.
+
+use super::{broadcast_strides, count_word, output, strides, words8, KResult};
+use crate::ops::Storage;
+use crate::shaders::Instance;
+use crate::value::{DeviceTensor, Recorder};
+use kiln::{DataType, ReduceOp};
+
+/// The kept and reduced views of `shape` over `reduced` axes: the kept shape has 1 at
+/// reduced axes, the reduced shape has 1 at kept ones.
+fn split(shape: &[usize], reduced: &[bool]) -> (Vec<usize>, Vec<usize>) {
+    let kept = shape.iter().zip(reduced).map(|(&d, &r)| if r { 1 } else { d }).collect();
+    let red = shape.iter().zip(reduced).map(|(&d, &r)| if r { d } else { 1 }).collect();
+    (kept, red)
+}
+
+pub fn reduce(
+    rec: &Recorder,
+    op: ReduceOp,
+    x: &DeviceTensor,
+    axes: &[usize],
+    shape: &[usize],
+    dtype: DataType,
+) -> KResult<DeviceTensor> {
+    let storage = Storage::of(x.dtype).ok_or_else(|| format!("unsupported dtype {}", x.dtype))?;
+    let kernel =
+        Instance::reduce(op, storage).ok_or_else(|| format!("no WGSL kernel for Reduce {op:?} on {}", x.dtype))?;
+    let rank = x.shape.len();
+    let mut reduced = vec![false; rank];
+    for &a in axes {
+        *reduced.get_mut(a).ok_or_else(|| format!("reduce axis {a} is out of range for rank {rank}"))? = true;
+    }
+    let (kept, red) = split(&x.shape, &reduced);
+    let out = output(rec, dtype, shape)?;
+    let count: usize = kept.iter().product();
+    if count != out.len() {
+        return Err(format!(
+            "reducing {:?} over {axes:?} gives {count} elements, the inferred output {shape:?}",
+            x.shape
+        ));
+    }
+    let mut params = vec![count_word(count)?, rank as u32, count_word(red.iter().product())?];
+    params.extend(words8(&kept)?);
+    params.extend(words8(&red)?);
+    params.extend(words8(&strides(&x.shape))?);
+    rec.dispatch_1d(&kernel, &params, &[&x.buffer, &out.buffer], count).map_err(|e| e.to_string())?;
+    super::pointwise::narrow(rec, out)
+}
+
+pub fn softmax(rec: &Recorder, x: &DeviceTensor, axis: usize) -> KResult<DeviceTensor> {
+    if axis >= x.shape.len() {
+        return Err(format!("softmax axis {axis} is out of range for {:?}", x.shape));
+    }
+    let out = output(rec, x.dtype, &x.shape)?;
+    let len = x.shape[axis];
+    let inner: usize = x.shape[axis + 1..].iter().product();
+    let rows = x.len().checked_div(len).unwrap_or(0);
+    let params = [count_word(rows)?, count_word(len)?, count_word(inner.max(1))?];
+    rec.dispatch_1d(&Instance::plain("softmax"), &params, &[&x.buffer, &out.buffer], rows)
+        .map_err(|e| e.to_string())?;
+    super::pointwise::narrow(rec, out)
+}
+
+/// Normalization (`bias: Some`) or RMS normalization (`bias: None`) over `axes`, with
+/// `num_groups > 1` splitting the channel axis 1 into groups.
+pub fn normalization(
+    rec: &Recorder,
+    x: &DeviceTensor,
+    scale: &DeviceTensor,
+    bias: Option<&DeviceTensor>,
+    axes: &[usize],
+    epsilon: f32,
+    num_groups: usize,
+) -> KResult<DeviceTensor> {
+    let shape = &x.shape;
+    let rank = shape.len();
+    let (sc, bs) = (
+        broadcast_strides(&scale.shape, shape)?,
+        match bias {
+            Some(b) => broadcast_strides(&b.shape, shape)?,
+            None => vec![0; rank],
+        },
+    );
+    let xs = strides(shape);
+    // The grouped view splits axis 1 into (group, channel in group): a pure reshape, so
+    // strides of the view follow from the original ones.
+    let (view, reduced, xs, sc, bs) = if num_groups > 1 {
+        if rank < 2 || shape[1] % num_groups != 0 {
+            return Err(format!("shape {shape:?} has no channel axis that splits into {num_groups} groups"));
+        }
+        let per = shape[1] / num_groups;
+        let widen = |s: &[usize]| {
+            let mut v = vec![s[0], s[1] * per, s[1]];
+            v.extend_from_slice(&s[2..]);
+            v
+        };
+        let mut view = vec![shape[0], num_groups, per];
+        view.extend_from_slice(&shape[2..]);
+        let mut reduced = vec![false; rank + 1];
+        reduced[2] = true;
+        for &a in axes {
+            reduced[if a >= 2 {
+                a + 1
+            } else if a == 1 {
+                2
+            } else {
+                0
+            }] = true;
+        }
+        (view, reduced, widen(&xs), widen(&sc), widen(&bs))
+    } else {
+        let mut reduced = vec![false; rank];
+        for &a in axes {
+            *reduced.get_mut(a).ok_or_else(|| format!("normalization axis {a} is out of range for rank {rank}"))? =
+                true;
+        }
+        (shape.clone(), reduced, xs, sc, bs)
+    };
+    let (kept, red) = split(&view, &reduced);
+    let groups: usize = kept.iter().product();
+    let out = output(rec, x.dtype, shape)?;
+    let mut params = vec![count_word(groups)?, view.len() as u32, count_word(red.iter().product())?];
+    for v in [&kept, &red, &xs, &sc, &bs] {
+        params.extend(words8(v)?);
+    }
+    params.push(epsilon.to_bits());
+    params.push(u32::from(bias.is_none()));
+    let bias_buffer = bias.map_or(&scale.buffer, |b| &b.buffer);
+    rec.dispatch_1d(&Instance::plain("norm"), &params, &[&x.buffer, &scale.buffer, bias_buffer, &out.buffer], groups)
+        .map_err(|e| e.to_string())?;
+    super::pointwise::narrow(rec, out)
+}

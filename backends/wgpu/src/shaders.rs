@@ -1,0 +1,208 @@
+//! The WGSL sources (embedded from `/shaders`) and every instantiation the backend
+//! compiles: a kernel is `common.wgsl` + an instantiation prelude (type aliases and op
+//! functions from [`crate::ops`]) + the kernel's body. [`all_instantiations`] lists them
+//! all so a test can validate each with naga.
+
+use crate::ops::{self, Storage};
+use kiln::{ActivationKind, DataType, ElementwiseOp, ReduceOp, UnaryOp};
+
+const COMMON: &str = include_str!("../../../shaders/common.wgsl");
+
+/// The kernel bodies, by name.
+pub const BODIES: &[(&str, &str)] = &[
+    ("binary", include_str!("../../../shaders/binary.wgsl")),
+    ("unary", include_str!("../../../shaders/unary.wgsl")),
+    ("select", include_str!("../../../shaders/select.wgsl")),
+    ("copy", include_str!("../../../shaders/copy.wgsl")),
+    ("fill", include_str!("../../../shaders/fill.wgsl")),
+    ("narrow", include_str!("../../../shaders/narrow.wgsl")),
+    ("matmul", include_str!("../../../shaders/matmul.wgsl")),
+    ("matmul_wide", include_str!("../../../shaders/matmul_wide.wgsl")),
+    ("conv", include_str!("../../../shaders/conv.wgsl")),
+    ("deconv", include_str!("../../../shaders/deconv.wgsl")),
+    ("pool", include_str!("../../../shaders/pool.wgsl")),
+    ("reduce", include_str!("../../../shaders/reduce.wgsl")),
+    ("softmax", include_str!("../../../shaders/softmax.wgsl")),
+    ("norm", include_str!("../../../shaders/norm.wgsl")),
+    ("gather", include_str!("../../../shaders/gather.wgsl")),
+    ("gather_elements", include_str!("../../../shaders/gather_elements.wgsl")),
+];
+
+/// One compilable kernel: its cache key and the parts of its source.
+#[derive(Clone, Debug)]
+pub struct Instance {
+    pub key: String,
+    pub body: &'static str,
+    pub prelude: String,
+}
+
+impl Instance {
+    fn new(body: &'static str, key: String, prelude: String) -> Instance {
+        let body = BODIES.iter().find(|(n, _)| *n == body).map(|(_, b)| *b).unwrap_or("");
+        Instance { key, body, prelude }
+    }
+
+    /// A kernel without instantiation parameters (`alias T` only for matmul).
+    pub fn plain(body: &'static str) -> Instance {
+        Instance::new(body, body.to_string(), String::new())
+    }
+
+    pub fn source(&self) -> String {
+        format!("{COMMON}\n{}\n{}", self.prelude, self.body)
+    }
+
+    pub fn binary(op: ElementwiseOp, s: Storage) -> Option<(Storage, Instance)> {
+        let (o, prelude) = ops::binary(op, s)?;
+        Some((o, Instance::new("binary", format!("binary/{op:?}/{}", s.wgsl()), prelude)))
+    }
+
+    pub fn unary(op: UnaryOp, s: Storage) -> Option<(Storage, Instance)> {
+        let (o, prelude) = ops::unary(op, s)?;
+        Some((o, Instance::new("unary", format!("unary/{op:?}/{}", s.wgsl()), prelude)))
+    }
+
+    /// Activation parameters are runtime values (params), so one kernel serves every alpha.
+    pub fn activation(kind: &ActivationKind, s: Storage) -> Option<(Instance, [f32; 3])> {
+        let (prelude, p) = ops::activation(kind, s)?;
+        let name = format!("{kind:?}");
+        let name = name.split([' ', '{']).next().unwrap_or_default();
+        Some((Instance::new("unary", format!("activation/{name}/{}", s.wgsl()), prelude), p))
+    }
+
+    pub fn cast(a: Storage, to: DataType) -> Option<(Storage, Instance, [f32; 3])> {
+        let (o, prelude, p) = ops::cast(a, to)?;
+        let target = if to == DataType::Bool { "bool" } else { o.wgsl() };
+        Some((o, Instance::new("unary", format!("cast/{}/{target}", a.wgsl()), prelude), p))
+    }
+
+    pub fn reduce(op: ReduceOp, s: Storage) -> Option<Instance> {
+        let prelude = ops::reduce(op, s)?;
+        Some(Instance::new("reduce", format!("reduce/{op:?}/{}", s.wgsl()), prelude))
+    }
+
+    pub fn matmul(s: Storage) -> Instance {
+        Instance::new("matmul", format!("matmul/{}", s.wgsl()), format!("alias T = {};\n", s.wgsl()))
+    }
+}
+
+const ELEMENTWISE_OPS: [ElementwiseOp; 23] = {
+    use ElementwiseOp::*;
+    [
+        Sum,
+        Sub,
+        Prod,
+        Div,
+        FloorDiv,
+        Mod,
+        Fmod,
+        Pow,
+        Max,
+        Min,
+        Equal,
+        Greater,
+        Less,
+        GreaterOrEqual,
+        LessOrEqual,
+        And,
+        Or,
+        Xor,
+        BitAnd,
+        BitOr,
+        BitXor,
+        ShiftLeft,
+        ShiftRight,
+    ]
+};
+
+const UNARY_OPS: [UnaryOp; 26] = {
+    use UnaryOp::*;
+    [
+        Exp,
+        Log,
+        Sqrt,
+        Recip,
+        Abs,
+        Neg,
+        Sin,
+        Cos,
+        Tan,
+        Sinh,
+        Cosh,
+        Asin,
+        Acos,
+        Atan,
+        Asinh,
+        Acosh,
+        Atanh,
+        Ceil,
+        Floor,
+        Round,
+        Erf,
+        Not,
+        Sign,
+        IsNan,
+        IsInf { detect_positive: true, detect_negative: false },
+        IsInf { detect_positive: false, detect_negative: true },
+    ]
+};
+
+const ACTIVATIONS: [ActivationKind; 18] = {
+    use ActivationKind::*;
+    [
+        Relu,
+        Sigmoid,
+        Tanh,
+        LeakyRelu { alpha: 0.1 },
+        Elu { alpha: 1.0 },
+        Selu { alpha: 1.6, gamma: 1.0 },
+        Softsign,
+        Softplus,
+        Clip { min: 0.0, max: 6.0 },
+        HardSigmoid { alpha: 0.2, beta: 0.5 },
+        HardSwish,
+        ScaledTanh { alpha: 1.0, beta: 1.0 },
+        ThresholdedRelu { alpha: 1.0 },
+        GeluErf,
+        GeluTanh,
+        Celu { alpha: 1.0 },
+        Mish,
+        Swish,
+    ]
+};
+
+const REDUCE_OPS: [ReduceOp; 10] = {
+    use ReduceOp::*;
+    [Sum, Prod, Max, Min, Mean, L1, L2, LogSum, LogSumExp, SumSquare]
+};
+
+/// Every kernel the backend can compile, for validation.
+pub fn all_instantiations() -> Vec<Instance> {
+    let mut all: Vec<Instance> = [
+        "matmul_wide",
+        "select",
+        "copy",
+        "fill",
+        "narrow",
+        "conv",
+        "deconv",
+        "pool",
+        "softmax",
+        "norm",
+        "gather",
+        "gather_elements",
+    ]
+    .into_iter()
+    .map(Instance::plain)
+    .collect();
+    for s in Storage::ALL {
+        all.push(Instance::matmul(s));
+        all.extend(ELEMENTWISE_OPS.iter().filter_map(|&op| Instance::binary(op, s)).map(|(_, i)| i));
+        all.extend(UNARY_OPS.iter().filter_map(|&op| Instance::unary(op, s)).map(|(_, i)| i));
+        all.extend(ACTIVATIONS.iter().filter_map(|k| Instance::activation(k, s)).map(|(i, _)| i));
+        all.extend(REDUCE_OPS.iter().filter_map(|&op| Instance::reduce(op, s)));
+        for to in DataType::ALL {
+            all.extend(Instance::cast(s, to).map(|(_, i, _)| i));
+        }
+    }
+    all
+}

@@ -1,0 +1,10 @@
+//! Layer-by-layer tests of the wgpu backend against the cpu backend on random inputs.
+//! Every test skips with a printed SKIPPED line where no wgpu adapter exists.
+
+mod common;
+mod control;
+mod device;
+mod layout;
+mod linalg;
+mod pointwise;
+mod reduce;
