@@ -26,7 +26,8 @@ fn backend(name: &str) -> Result<Arc<dyn Backend>, String> {
     match name {
         "cpu" => Ok(Arc::new(kiln_cpu::CpuBackend::new())),
         "wgpu" => Ok(Arc::new(kiln_wgpu::WgpuBackend::new())),
-        other => Err(format!("backend `{other}` is not linked into the conformance runner (available: cpu, wgpu)")),
+        "cuda" => Ok(Arc::new(kiln_cuda::CudaBackend::new())),
+        other => Err(format!("backend `{other}` is not linked into the conformance runner (available: cpu, wgpu, cuda)")),
     }
 }
 
@@ -87,7 +88,11 @@ fn main() -> ExitCode {
         println!("onnx_backend: SKIPPED: no {backend_name} adapter/driver: {e}");
         return ExitCode::SUCCESS;
     }
-    let list_path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    // KILN_REPO: the checkout on a machine the tests were carried to (the GPU machine).
+    let tests_dir = std::env::var_os("KILN_REPO")
+        .map(|r| PathBuf::from(r).join("tests"))
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    let list_path = tests_dir
         .join("conformance")
         .join(format!("expected_failures_{backend_name}.txt"));
     let list_name = format!("conformance/expected_failures_{backend_name}.txt");

@@ -43,6 +43,12 @@ impl WgpuBackend {
     }
 }
 
+/// Whether a wgpu device fingerprint is a software adapter (lavapipe, llvmpipe, WARP): fine
+/// for cross-checking, slower than the cpu backend, so `--backend auto` passes over it.
+pub fn is_software_adapter(device: &DeviceFingerprint) -> bool {
+    device.backend == NAME && device.compute_capability.split('/').nth(1) == Some(&format!("{:?}", wgpu::DeviceType::Cpu))
+}
+
 impl Backend for WgpuBackend {
     fn name(&self) -> &str {
         NAME

@@ -1,15 +1,15 @@
 //! The backends this kiln knows, in `--backend auto` preference order.
 //!
-//! A backend that is not compiled in stays in the registry with an opener that says so,
-//! so `--backend cuda` gives a clear "not available" error and the real backend slots in
-//! by replacing its opener.
+//! Every backend is compiled in; one whose device probe fails (no CUDA driver, no Vulkan
+//! adapter) reports why, so `--backend cuda` on a machine without CUDA is a clear error.
 
 use anyhow::bail;
 use kiln::{Backend, BackendError, DeviceFingerprint, Engine, EngineLoadError};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum BackendChoice {
-    /// The first available of cuda, wgpu, cpu (for an engine: the backend it was built for).
+    /// The first available of cuda, wgpu, cpu, passing over a wgpu software adapter (for an
+    /// engine: the backend it was built for).
     Auto,
     Cpu,
     Wgpu,
@@ -36,16 +36,9 @@ struct RegistryEntry {
 /// Fastest first: `auto` takes the first entry whose device probe succeeds.
 const REGISTRY: [RegistryEntry; 3] = [
     RegistryEntry { name: "cuda", open: || Ok(Box::new(kiln_cuda::CudaBackend::new())) },
-    RegistryEntry { name: "wgpu", open: || Err(not_built("wgpu")) },
+    RegistryEntry { name: "wgpu", open: || Ok(Box::new(kiln_wgpu::WgpuBackend::new())) },
     RegistryEntry { name: "cpu", open: || Ok(Box::new(kiln_cpu::CpuBackend::new())) },
 ];
-
-fn not_built(name: &str) -> BackendError {
-    BackendError::Unavailable {
-        backend: name.to_string(),
-        reason: format!("not built into this kiln (the {name} backend is not implemented yet)"),
-    }
-}
 
 /// How a backend came to be used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,6 +96,9 @@ pub fn select(choice: BackendChoice) -> anyhow::Result<SelectedBackend> {
     let mut reasons = Vec::new();
     for entry in &REGISTRY {
         match open(entry.name, Selection::Auto) {
+            Ok(selected) if kiln_wgpu::is_software_adapter(&selected.device) => {
+                reasons.push(format!("wgpu runs on a software adapter ({}), slower than cpu", selected.device.name))
+            }
             Ok(selected) => return Ok(selected),
             Err(e) => reasons.push(e.to_string()),
         }

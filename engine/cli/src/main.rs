@@ -269,6 +269,11 @@ pub enum InspectFormat {
 }
 
 fn main() -> ExitCode {
+    // Mesa's Vulkan drivers complain on stderr when XDG_RUNTIME_DIR is unset, though kiln
+    // opens no window; set it before any thread exists.
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+        std::env::set_var("XDG_RUNTIME_DIR", std::env::temp_dir());
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(usage) => return report::usage_error(usage),
