@@ -37,4 +37,6 @@ cargo test --workspace --locked "$@"
 # The ONNX suite once more, on the wgpu backend (lavapipe in CI), with its own
 # expectations (tests/conformance/expected_failures_wgpu.txt). The `real/` ImageNet models
 # are skipped there: on lavapipe's emulated GPU they take tens of minutes.
-KILN_CONFORMANCE_BACKEND=wgpu cargo test -p kiln-conformance --test onnx_backend --locked -- --skip real/
+# `--workspace` keeps the workspace's feature set, so the build above is reused (with `-p`,
+# cargo resolves features anew and rebuilds wgpu).
+KILN_CONFORMANCE_BACKEND=wgpu cargo test --workspace --test onnx_backend --locked -- --skip real/

@@ -411,43 +411,6 @@ pub fn host_slice_along(x: &HostTensor, axis: usize, index: usize) -> Result<Hos
     from_bytes(x.dtype(), out_shape, &out)
 }
 
-/// [`Machine::stack_along`] for host tensors of any element type (byte copies).
-pub fn host_stack_along(
-    parts: &[Arc<HostTensor>],
-    axis: usize,
-    length: usize,
-    reverse: bool,
-    dtype: DataType,
-    slice_shape: &[usize],
-) -> Result<HostTensor, String> {
-    if axis > slice_shape.len() || parts.len() > length {
-        return Err(format!(
-            "cannot stack {} rank-{} values along axis {axis} of length {length}",
-            parts.len(),
-            slice_shape.len()
-        ));
-    }
-    let size = dtype.size_bytes();
-    let outer: usize = slice_shape[..axis].iter().product();
-    let inner = slice_shape[axis..].iter().product::<usize>() * size;
-    let mut shape = slice_shape.to_vec();
-    shape.insert(axis, length);
-    let mut out = HostTensor::zeros(dtype, shape.clone()).into_data().to_le_bytes();
-    let n = parts.len();
-    for (j, part) in parts.iter().enumerate() {
-        if part.dtype() != dtype || part.shape() != slice_shape {
-            return Err(format!("a stacked value is {}{:?}, not {dtype}{slice_shape:?}", part.dtype(), part.shape()));
-        }
-        let src = part.data().to_le_bytes();
-        let at = if reverse { n - 1 - j } else { j };
-        for o in 0..outer {
-            let start = (o * length + at) * inner;
-            out[start..start + inner].copy_from_slice(&src[o * inner..(o + 1) * inner]);
-        }
-    }
-    from_bytes(dtype, shape, &out)
-}
-
 fn from_bytes(dtype: DataType, shape: Vec<usize>, bytes: &[u8]) -> Result<HostTensor, String> {
     let data = TensorData::from_le_bytes(dtype, bytes).ok_or_else(|| format!("invalid {dtype} bytes"))?;
     HostTensor::new(shape, data).map_err(|e| e.to_string())
@@ -467,16 +430,5 @@ mod tests {
         assert_eq!(host_slice_along(&x, 1, 2).unwrap(), t(&[2], vec![2, 5]));
         assert_eq!(host_slice_along(&x, 0, 1).unwrap(), t(&[3], vec![3, 4, 5]));
         assert!(host_slice_along(&x, 1, 3).unwrap_err().contains("beyond"));
-    }
-
-    #[test]
-    fn host_stacks_place_parts_in_order_or_reversed_and_pad_with_zeros() {
-        let parts = [Arc::new(t(&[2], vec![1, 2])), Arc::new(t(&[2], vec![3, 4]))];
-        assert_eq!(
-            host_stack_along(&parts, 0, 3, false, DataType::I32, &[2]).unwrap(),
-            t(&[3, 2], vec![1, 2, 3, 4, 0, 0])
-        );
-        assert_eq!(host_stack_along(&parts, 1, 2, true, DataType::I32, &[2]).unwrap(), t(&[2, 2], vec![3, 1, 4, 2]));
-        assert!(host_stack_along(&parts, 0, 1, false, DataType::I32, &[2]).is_err());
     }
 }
