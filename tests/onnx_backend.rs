@@ -159,8 +159,10 @@ fn stale_entries_trial(cases: &[Case], data: &SuiteData, expectations: &Expectat
     })
 }
 
-/// The expectations after a run: failures of the cases that ran (keeping hand-written
-/// reasons of cases that still fail), untouched entries for cases that did not run.
+/// The expectations after a run: failures of the cases that ran, untouched entries for cases
+/// that did not run. A case that still fails for the same category of reason keeps its listed
+/// (possibly hand-written) reason; one that now fails for another category gets the new reason,
+/// so a list never carries a reason that is no longer true.
 fn bless(mut expectations: Expectations, results: &BTreeMap<String, Result<(), CaseError>>) -> Expectations {
     for (id, outcome) in results {
         match outcome {
@@ -168,10 +170,12 @@ fn bless(mut expectations: Expectations, results: &BTreeMap<String, Result<(), C
                 expectations.entries.remove(id);
             }
             Err(error) => {
-                expectations.entries.entry(id.clone()).or_insert_with(|| Expected {
-                    category: categorize(error).to_string(),
-                    reason: short_reason(error),
-                });
+                let category = categorize(error);
+                let listed = expectations.entries.get(id);
+                if listed.is_none_or(|e| e.category != category) {
+                    let fresh = Expected { category: category.to_string(), reason: short_reason(error) };
+                    expectations.entries.insert(id.clone(), fresh);
+                }
             }
         }
     }

@@ -97,7 +97,7 @@ fn unsupported(network: &Network, layer: &Layer) -> Option<String> {
     use LayerKind as K;
     let tensors = layer.inputs.iter().flatten().chain(&layer.outputs);
     if let Some(t) = tensors.map(|&t| network.tensor(t)).find(|t| crate::ops::Storage::of(t.dtype).is_none()) {
-        return Some(format!("tensor `{}` is {}: WGSL has no 64-bit types", t.name, t.dtype));
+        return Some(format!("tensor `{}` is {}: WGSL has no storage for this type yet", t.name, t.dtype));
     }
     let input_type = |slot: usize| layer.inputs.get(slot).copied().flatten().map(|t| network.tensor(t).dtype);
     let float_input = || input_type(0).is_some_and(DataType::is_float);
