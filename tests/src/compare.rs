@@ -18,6 +18,17 @@ pub fn compare_output(out: &HostTensor, reference: &HostTensor, tolerance: Toler
     if out.dtype() != reference.dtype() {
         return Some(format!("dtype {} != expected {}", out.dtype(), reference.dtype()));
     }
+    if let (Some(got), Some(want)) = (out.as_strings(), reference.as_strings()) {
+        // Strings compare exactly, as the ONNX runner does.
+        let mismatched = got.iter().zip(want).filter(|(a, b)| a != b).count();
+        let first = got.iter().zip(want).position(|(a, b)| a != b)?;
+        return Some(format!(
+            "{mismatched} of {} strings differ; first at {first}: {:?} != expected {:?}",
+            got.len(),
+            got[first],
+            want[first]
+        ));
+    }
     let rtol = if out.dtype() == DataType::BF16 { tolerance.rtol.max(2f64.powi(-6)) } else { tolerance.rtol };
     let (got, want) = (out.to_f64_vec(), reference.to_f64_vec());
     let mut mismatched = 0usize;
@@ -100,6 +111,15 @@ mod tests {
         assert!(compare_output(&flat, &column, DEFAULT).unwrap().starts_with("shape"));
         let doubles = HostTensor::new(vec![2], TensorData::F64(vec![1.0, 2.0])).unwrap();
         assert!(compare_output(&doubles, &flat, DEFAULT).unwrap().starts_with("dtype"));
+    }
+
+    #[test]
+    fn strings_compare_exactly() {
+        let strings = |v: &[&str]| HostTensor::from_strings(vec![v.len()], v.iter().map(|s| s.to_string()).collect()).unwrap();
+        let tolerance = Tolerance { rtol: 1e-3, atol: 1e-7 };
+        assert_eq!(compare_output(&strings(&["a", "b"]), &strings(&["a", "b"]), tolerance), None);
+        let message = compare_output(&strings(&["a", "B"]), &strings(&["a", "b"]), tolerance).unwrap();
+        assert!(message.contains("1 of 2 strings differ"), "{message}");
     }
 
     #[test]

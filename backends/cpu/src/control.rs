@@ -20,7 +20,7 @@ pub(crate) fn slice_along(x: &HostTensor, axis: usize, index: usize) -> Result<H
             out.extend_from_slice(&v[start..start + inner]);
         }
         pack(out)
-    });
+    }, string _s => return Err(format!("the cpu `{}` kernels do not take string tensors", module_path!().rsplit("::").next().unwrap_or(""))));
     HostTensor::new(out_shape, data).map_err(|e| e.to_string())
 }
 
@@ -52,7 +52,7 @@ pub(crate) fn stack_along(
     shape.insert(axis, length);
     let mut out = HostTensor::zeros(dtype, shape.clone()).into_data();
     let n = parts.len();
-    dispatch_data!(&mut out, v => place_parts(v, parts, outer, inner, length, reverse, n))?;
+    dispatch_data!(&mut out, v => place_parts(v, parts, outer, inner, length, reverse, n), string _s => return Err(format!("the cpu `{}` kernels do not take string tensors", module_path!().rsplit("::").next().unwrap_or(""))))?;
     HostTensor::new(shape, out).map_err(|e| e.to_string())
 }
 

@@ -222,7 +222,7 @@ impl<'e> Run<'e> {
             }
             K::BitCast { to } => {
                 let x = req(0)?;
-                if x.dtype.size_bytes() != 4 || to.size_bytes() != 4 {
+                if x.dtype.size_bytes() != Some(4) || to.size_bytes() != Some(4) {
                     return Err(format!(
                         "BitCast {} -> {to}: only 32-bit types are stored bit-exact on the device",
                         x.dtype

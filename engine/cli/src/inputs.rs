@@ -102,6 +102,7 @@ fn random_data(rng: &mut ChaCha8Rng, dtype: DataType, count: usize) -> TensorDat
         DataType::U32 => digits!(U32, u32),
         DataType::U64 => digits!(U64, u64),
         DataType::Bool => TensorData::Bool((0..count).map(|_| rng.gen()).collect()),
+        DataType::String => TensorData::String((0..count).map(|_| rng.gen_range(0u8..10).to_string()).collect()),
         narrow => {
             // 0 or 1, which every narrow type holds (e8m0 has no zero: 2^-127 stands for it).
             let values: Vec<f64> = (0..count).map(|_| f64::from(rng.gen_range(0u8..2))).collect();

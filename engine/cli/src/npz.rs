@@ -1,7 +1,7 @@
 //! Reading and writing `.npz` archives of host tensors.
 //!
 //! dtype mapping (numpy ↔ kiln): `<f4` f32, `<f8` f64, `<f2` f16, `i1`..`i8` i8..i64,
-//! `u1`..`u8` u8..u64, `|b1` bool. numpy has no bfloat16, so bf16 travels as `<u2` holding
+//! `u1`..`u8` u8..u64, `|b1` bool, `<U{n}` string (also read from `S{n}` as UTF-8). numpy has no bfloat16, so bf16 travels as `<u2` holding
 //! the raw bits: bf16 outputs are written that way, and [`crate::inputs`] reinterprets a
 //! `<u2` array given for a bf16 input.
 
@@ -76,6 +76,8 @@ fn read_array<R: Read>(file: NpyFile<R>) -> anyhow::Result<HostTensor> {
         (TypeChar::Uint, 4) => TensorData::U32(elements(file, &shape)?),
         (TypeChar::Uint, 8) => TensorData::U64(elements(file, &shape)?),
         (TypeChar::Bool, 1) => TensorData::Bool(elements(file, &shape)?),
+        // numpy `<U` (UTF-32) or `S` (bytes, read as UTF-8) string arrays.
+        (TypeChar::UnicodeStr | TypeChar::ByteStr, _) => TensorData::String(elements(file, &shape)?),
         (kind, _) => bail!("its dtype `{type_str}` ({}) is not supported by kiln", describe(kind)),
     };
     Ok(HostTensor::new(shape, data)?)
@@ -164,8 +166,27 @@ fn write_tensor<W: Write + Seek>(npz: &mut NpzWriter<W>, name: &str, tensor: &Ho
         TensorData::I2(v) => write_array(npz, name, &shape, &v.iter().map(|x| x.0).collect::<Vec<i8>>()),
         TensorData::U4(v) => write_array(npz, name, &shape, &v.iter().map(|x| x.0).collect::<Vec<u8>>()),
         TensorData::U2(v) => write_array(npz, name, &shape, &v.iter().map(|x| x.0).collect::<Vec<u8>>()),
+        TensorData::String(v) => write_strings(npz, name, &shape, v),
         other => write_array(npz, name, &shape, &other.to_le_bytes()),
     }
+}
+
+/// Strings as numpy `<U{n}` (UTF-32, `n` the longest string's char count, at least 1).
+fn write_strings<W: Write + Seek>(
+    npz: &mut NpzWriter<W>,
+    name: &str,
+    shape: &[u64],
+    values: &[String],
+) -> anyhow::Result<()> {
+    let width = values.iter().map(|s| s.chars().count()).max().unwrap_or(0).max(1);
+    let type_str: npyz::TypeStr = format!("<U{width}").parse().context("numpy string dtype")?;
+    let options = FileOptions::default().compression_method(CompressionMethod::Stored);
+    let mut writer = npz.array::<str>(name, options)?.dtype(DType::new_scalar(type_str)).shape(shape).begin_nd()?;
+    for s in values {
+        writer.push(s)?;
+    }
+    writer.finish()?;
+    Ok(())
 }
 
 fn write_array<T: AutoSerialize + Copy, W: Write + Seek>(

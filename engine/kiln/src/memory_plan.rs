@@ -147,7 +147,7 @@ pub fn plan(network: &Network, shapes: &[Shape]) -> MemoryPlan {
             let bytes = shapes
                 .get(t.0)
                 .and_then(Shape::volume)
-                .and_then(|v| (v as u64).checked_mul(desc.dtype.size_bytes() as u64));
+                .and_then(|v| (v as u64).checked_mul(desc.dtype.size_bytes()? as u64));
             let Some(bytes) = bytes else {
                 unplanned.push(desc.name.clone());
                 continue;

@@ -53,6 +53,8 @@ pub enum RunError {
     ShapeValuesNotSet { input: String },
     #[error("no buffer is bound to `{tensor}`: call set_tensor_address first")]
     AddressNotSet { tensor: String },
+    #[error("`{tensor}` holds strings, which have no fixed size and cannot live in a byte buffer: use ExecutionContext::run with host tensors")]
+    StringInBuffer { tensor: String },
     #[error("the buffer of `{tensor}` has {available} bytes, it needs {needed}")]
     BufferTooSmall { tensor: String, needed: usize, available: usize },
     #[error("the buffer of `{tensor}` does not hold valid {dtype} elements")]

@@ -98,6 +98,20 @@ impl<'a> Attributes<'a> {
         }
     }
 
+    /// A list-of-strings attribute, each entry UTF-8.
+    pub fn strings(&self, name: &str) -> Result<Option<Vec<&'a str>>, ImportError> {
+        let Some(attr) = self.typed(name, AttributeType::Strings)? else {
+            return Ok(None);
+        };
+        attr.strings
+            .iter()
+            .map(|s| {
+                std::str::from_utf8(s).map_err(|_| self.invalid(format!("attribute `{name}` holds a string that is not UTF-8")))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
+
     pub fn string(&self, name: &str, default: &'a str) -> Result<&'a str, ImportError> {
         Ok(self.opt_string(name)?.unwrap_or(default))
     }

@@ -49,7 +49,12 @@ pub(crate) fn import_model(model: &ModelProto, model_dir: Option<&Path>) -> Resu
     let mut importer = GraphImporter::new(name, graph, model_dir, opsets);
     importer.add_graph_inputs(graph)?;
     for index in execution_order(&graph.node)? {
-        importer.import_node(index, &graph.node[index])?;
+        let node = &graph.node[index];
+        if crate::gradient::is_gradient(node) {
+            importer.import_gradient(&graph.node, index, node)?;
+            continue;
+        }
+        importer.import_node(index, node)?;
     }
     importer.mark_outputs(graph)?;
     Ok(importer.net)
@@ -368,7 +373,7 @@ impl<'m> GraphImporter<'m> {
 
     /// Gives a node output its ONNX name. A tensor that already carries another ONNX name
     /// (an op that passes its input through) gets an Identity copy first.
-    fn bind(&mut self, t: TensorId, name: &str, node: &str) -> Result<(), ImportError> {
+    pub(crate) fn bind(&mut self, t: TensorId, name: &str, node: &str) -> Result<(), ImportError> {
         if !self.outer.is_empty() {
             return self.bind_in_subgraph(t, name, node);
         }

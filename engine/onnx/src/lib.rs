@@ -12,6 +12,7 @@ mod context;
 mod context_function;
 mod error;
 mod function;
+mod gradient;
 mod graph;
 mod ops;
 pub mod proto;

@@ -38,6 +38,7 @@ pub(crate) fn dtype_from_onnx(code: i32) -> Result<DataType, String> {
         OnnxType::Uint4 => DataType::U4,
         OnnxType::Int2 => DataType::I2,
         OnnxType::Uint2 => DataType::U2,
+        OnnxType::String => DataType::String,
         other => return Err(format!("element type {} is not supported by kiln", other.as_str_name())),
     })
 }
@@ -63,10 +64,18 @@ pub(crate) fn host_tensor(t: &TensorProto, owner: &str, model_dir: Option<&Path>
     if t.segment.is_some() {
         return Err(invalid("segmented tensors are not supported".into()));
     }
-    let data = if t.data_location() == DataLocation::External {
+    let data = if dtype == DataType::String {
+        // Strings live in `string_data` only (never raw or external bytes).
+        let strings = t
+            .string_data
+            .iter()
+            .map(|s| String::from_utf8(s.clone()).map_err(|_| invalid("a string element is not UTF-8".into())))
+            .collect::<Result<Vec<_>, _>>()?;
+        TensorData::String(strings)
+    } else if t.data_location() == DataLocation::External {
         let expected = match dtype.packed_bits() {
             Some(bits) => Some(count.div_ceil((8 / bits) as usize)),
-            None => count.checked_mul(dtype.size_bytes()),
+            None => dtype.size_bytes().and_then(|size| count.checked_mul(size)),
         }
         .ok_or_else(|| invalid(format!("dims {:?} overflow the byte count", t.dims)))?;
         let bytes = read_external(t, model_dir, expected)?;
@@ -95,7 +104,7 @@ fn from_raw(dtype: DataType, bytes: &[u8], count: usize) -> Result<TensorData, S
         format!(
             "raw data of {} bytes is not a whole number of {}-byte {dtype} elements",
             bytes.len(),
-            dtype.size_bytes()
+            dtype.size_bytes().unwrap_or(0)
         )
     })
 }
@@ -245,6 +254,8 @@ pub(crate) fn filled(dtype: DataType, shape: Vec<usize>, value: f64) -> HostTens
         DataType::U32 => TensorData::U32(vec![value as u32; n]),
         DataType::U64 => TensorData::U64(vec![value as u64; n]),
         DataType::Bool => TensorData::Bool(vec![value != 0.0; n]),
+        // Numbers are not strings; a string fill is the number's text (callers fill numbers).
+        DataType::String => TensorData::String(vec![value.to_string(); n]),
         narrow => TensorData::narrow_from_f64(narrow, &vec![value; n]).expect("the remaining types are narrow"),
     };
     HostTensor::new(shape, data).expect("element count matches the shape")

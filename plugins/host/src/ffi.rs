@@ -493,15 +493,19 @@ impl LayerPlugin for PluginAdapter {
             Ok(d) => d,
             Err(e) => return Some(Err(e)),
         };
-        let in_ptrs: Vec<*const c_void> =
-            inputs.iter().map(|t| dispatch_data!(t.data(), v => v.as_ptr().cast())).collect();
+        // String tensors have no ABI code: host_desc refused them above, so no String
+        // storage is ever handed to C.
+        let in_ptrs: Vec<*const c_void> = inputs
+            .iter()
+            .map(|t| dispatch_data!(t.data(), v => v.as_ptr().cast(), string _s => std::ptr::null()))
+            .collect();
         let out_shapes: Vec<Vec<usize>> = outputs.iter().map(|t| t.shape().to_vec()).collect();
         let mut out_data: Vec<kiln::TensorData> = outputs
             .iter_mut()
             .map(|t| std::mem::replace(t, HostTensor::zeros(t.dtype(), vec![0])).into_data())
             .collect();
         let out_ptrs: Vec<*mut c_void> =
-            out_data.iter_mut().map(|d| dispatch_data!(d, v => v.as_mut_ptr().cast())).collect();
+            out_data.iter_mut().map(|d| dispatch_data!(d, v => v.as_mut_ptr().cast(), string _s => std::ptr::null_mut())).collect();
         let mut err = ErrorBuf::new();
         // SAFETY: a valid instance; every input and output buffer holds the elements its
         // descriptor states and lives across the call; outputs are written only through

@@ -66,7 +66,7 @@ pub fn einsum(equation: &str, inputs: &[&HostTensor], out_shape: &[usize]) -> Re
         }
     }
     let out = tensor(out_shape.to_vec(), TensorData::F64(out))?;
-    Ok(misc::cast(&out, dtype))
+    misc::cast(&out, dtype)
 }
 
 /// `[indices, values, depth] -> [y]`: `on` where the (wrapped) index equals the position

@@ -236,7 +236,7 @@ pub fn select(
             .map(|i| if cond[ic.at(i)] { va[ia.at(i)] } else { vb[ib.at(i)] })
             .collect();
         Ok(pack(out))
-    })
+    }, string _s => return Err(format!("the cpu `{}` kernels do not take string tensors", module_path!().rsplit("::").next().unwrap_or(""))))
 }
 
 /// `x < 0 ? x * slope : x` with the slope broadcast to x's shape.

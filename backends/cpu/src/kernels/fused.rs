@@ -177,5 +177,5 @@ fn scalar(value: f32, dtype: DataType) -> Result<HostTensor, String> {
     if dtype == DataType::F32 {
         return Ok(f);
     }
-    HostTensor::new(vec![], misc::cast(&f, dtype)).map_err(|e| e.to_string())
+    HostTensor::new(vec![], misc::cast(&f, dtype)?).map_err(|e| e.to_string())
 }

@@ -97,11 +97,11 @@ pub fn gather(
                     }
                 }
                 pack(out)
-            }))
+            }, string _s => return Err(format!("the cpu `{}` kernels do not take string tensors", module_path!().rsplit("::").next().unwrap_or("")))))
         }
         GatherMode::Elements { axis } => {
             let offsets = element_offsets(shape, indices.shape(), &idx, axis)?;
-            Ok(dispatch_data!(data.data(), v => pack(offsets.iter().map(|&o| v[o]).collect())))
+            Ok(dispatch_data!(data.data(), v => pack(offsets.iter().map(|&o| v[o]).collect()), string _s => return Err(format!("the cpu `{}` kernels do not take string tensors", module_path!().rsplit("::").next().unwrap_or("")))))
         }
         GatherMode::Nd { batch_dims } => {
             let (starts, slice) = nd_offsets(shape, indices.shape(), &idx, batch_dims)?;
@@ -111,7 +111,7 @@ pub fn gather(
                     out.extend_from_slice(&v[s..s + slice]);
                 }
                 pack(out)
-            }))
+            }, string _s => return Err(format!("the cpu `{}` kernels do not take string tensors", module_path!().rsplit("::").next().unwrap_or("")))))
         }
     }
 }

@@ -15,8 +15,8 @@ fn cast_slice<S: Elem, D: Elem>(values: &[S]) -> TensorData {
     pack(values.iter().map(|&x| cast_one::<S, D>(x)).collect::<Vec<D>>())
 }
 
-fn cast_from<S: Elem>(values: &[S], to: DataType) -> TensorData {
-    match to {
+fn cast_from<S: Elem>(values: &[S], to: DataType) -> Result<TensorData, String> {
+    Ok(match to {
         DataType::F32 => cast_slice::<S, f32>(values),
         DataType::F16 => cast_slice::<S, f16>(values),
         DataType::BF16 => cast_slice::<S, bf16>(values),
@@ -40,17 +40,21 @@ fn cast_from<S: Elem>(values: &[S], to: DataType) -> TensorData {
         DataType::U4 => cast_slice::<S, U4>(values),
         DataType::I2 => cast_slice::<S, I2>(values),
         DataType::U2 => cast_slice::<S, U2>(values),
-    }
+        DataType::String => return Err(format!("Cast from {} to string is not supported", S::DTYPE)),
+    })
 }
 
 /// Converts every element to `to` with Cast semantics (see [`Elem::from_scalar`]).
-pub fn cast(x: &HostTensor, to: DataType) -> TensorData {
-    dispatch_data!(x.data(), v => cast_from(v, to))
+pub fn cast(x: &HostTensor, to: DataType) -> Result<TensorData, String> {
+    dispatch_data!(x.data(), v => cast_from(v, to), string s => match to {
+        DataType::String => Ok(TensorData::String(s.clone())),
+        _ => Err(format!("Cast from string to {to} is not supported")),
+    })
 }
 
 /// Cast to a narrow float type with explicit `saturate` and e8m0 rounding (CastNarrow).
 pub fn cast_narrow(x: &HostTensor, to: DataType, saturate: bool, rounding: E8M0Rounding) -> Result<TensorData, String> {
-    let values: Vec<Scalar> = dispatch_data!(x.data(), v => v.iter().map(|e| e.to_scalar()).collect());
+    let values: Vec<Scalar> = dispatch_data!(x.data(), v => v.iter().map(|e| e.to_scalar()).collect(), string _s => return Err(format!("the cpu `{}` kernels do not take string tensors", module_path!().rsplit("::").next().unwrap_or(""))));
     cast_narrow_float(&values, to, saturate, rounding).ok_or_else(|| format!("CastNarrow cannot convert to {to}"))
 }
 
@@ -281,7 +285,7 @@ pub fn top_k(
                 }
             }
         }
-    });
+    }, string _s => return Err(format!("the cpu `{}` kernels do not take string tensors", module_path!().rsplit("::").next().unwrap_or(""))));
     let values = dispatch_data!(x.data(), v => {
         let mut out = Vec::with_capacity(picks.len());
         for o in 0..out_lanes.outer {
@@ -292,7 +296,7 @@ pub fn top_k(
             }
         }
         pack(out)
-    });
+    }, string _s => return Err(format!("the cpu `{}` kernels do not take string tensors", module_path!().rsplit("::").next().unwrap_or(""))));
     Ok((values, TensorData::I64(picks.into_iter().map(|i| i as i64).collect())))
 }
 
@@ -300,7 +304,7 @@ pub fn top_k(
 pub fn non_zero(x: &HostTensor) -> Result<HostTensor, String> {
     let positions: Vec<usize> = dispatch_data!(x.data(), v => {
         v.iter().enumerate().filter(|(_, e)| e.is_nonzero()).map(|(i, _)| i).collect()
-    });
+    }, string _s => return Err(format!("the cpu `{}` kernels do not take string tensors", module_path!().rsplit("::").next().unwrap_or(""))));
     let (rank, count) = (x.shape().len(), positions.len());
     let st = strides(x.shape());
     let mut out = vec![0i64; rank * count];

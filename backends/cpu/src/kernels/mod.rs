@@ -20,6 +20,7 @@ mod roi;
 mod sampling;
 mod shape_ops;
 mod signal;
+mod text;
 mod unary;
 mod unique;
 
@@ -48,10 +49,15 @@ pub fn run_with(
     let ins = Inputs(inputs);
     let shape = || first_shape(outs);
     let one = |data: TensorData| -> Result<Vec<HostTensor>, String> { Ok(vec![tensor(first_shape(outs)?, data)?]) };
+    let reads_strings = inputs.iter().flatten().any(|t| t.dtype().is_string());
+    if reads_strings && !matches!(kind, K::Text(_) | K::Identity) {
+        return text::run_on_string_ids(kind, inputs, outs, variant);
+    }
     match kind {
+        K::Text(op) => text::text(op, &ins, outs),
         K::Constant { .. } => Err("Constant layers are served by the executor from the network's weights".into()),
         K::Identity => Ok(vec![ins.req(0)?.clone()]),
-        K::Cast { to } => one(misc::cast(ins.req(0)?, *to)),
+        K::Cast { to } => one(misc::cast(ins.req(0)?, *to)?),
         K::CastNarrow { to, saturate, e8m0_rounding } => {
             one(misc::cast_narrow(ins.req(0)?, *to, *saturate, *e8m0_rounding)?)
         }

@@ -176,7 +176,7 @@ pub fn resize(
     if p.mode == ResizeMode::Nearest {
         return Ok(dispatch_data!(x.data(), v => {
             nearest(v, x.shape(), &plans, &outside, Elem::from_scalar(extrapolation), out_shape)?
-        }));
+        }, string _s => return Err(format!("the cpu `{}` kernels do not take string tensors", module_path!().rsplit("::").next().unwrap_or("")))));
     }
     let values = separable(x.to_f64_vec(), x.shape(), &plans);
     let values: Vec<f64> =

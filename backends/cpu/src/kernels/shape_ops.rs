@@ -38,7 +38,7 @@ pub fn shuffle(p: &ShuffleParams, x: &HostTensor, reshape_dims: Option<&HostTens
             data = transpose(&data, &shape, &p.second_transpose).0;
         }
         Ok(pack(data))
-    })
+    }, string _s => return Err(format!("the cpu `{}` kernels do not take string tensors", module_path!().rsplit("::").next().unwrap_or(""))))
 }
 
 pub fn concatenation(parts: &[&HostTensor], axis: usize) -> Result<TensorData, String> {
@@ -57,7 +57,7 @@ pub fn concatenation(parts: &[&HostTensor], axis: usize) -> Result<TensorData, S
             }
         }
         Ok(pack(out))
-    })
+    }, string _s => return Err(format!("the cpu `{}` kernels do not take string tensors", module_path!().rsplit("::").next().unwrap_or(""))))
 }
 
 /// ONNX Slice through [`resolve_slice`], so that bounds agree with inference.
@@ -82,7 +82,7 @@ pub fn slice(
     let step: Vec<isize> = plan.iter().zip(&st).map(|(a, &s)| a.step as isize * s as isize).collect();
     // An empty output never reads its base, which may then lie past the end.
     let base: isize = plan.iter().zip(&st).map(|(a, &s)| a.start as isize * s as isize).sum();
-    Ok(dispatch_data!(x.data(), v => pack(gather_strided(v, &out_shape, &step, base))))
+    Ok(dispatch_data!(x.data(), v => pack(gather_strided(v, &out_shape, &step, base)), string _s => return Err(format!("the cpu `{}` kernels do not take string tensors", module_path!().rsplit("::").next().unwrap_or("")))))
 }
 
 pub fn shape_of(x: &HostTensor) -> TensorData {
@@ -94,13 +94,13 @@ pub fn fill(value: &HostTensor, shape: &[usize]) -> Result<TensorData, String> {
     if value.len() != 1 {
         return Err(format!("the fill value must hold one element, got {}", value.len()));
     }
-    Ok(dispatch_data!(value.data(), v => pack(vec![v[0]; volume(shape)])))
+    Ok(dispatch_data!(value.data(), v => pack(vec![v[0]; volume(shape)]), string _s => return Err(format!("the cpu `{}` kernels do not take string tensors", module_path!().rsplit("::").next().unwrap_or("")))))
 }
 
 /// Numpy broadcast of x to the output shape.
 pub fn expand(x: &HostTensor, out_shape: &[usize]) -> Result<TensorData, String> {
     let steps = broadcast_steps(x.shape(), out_shape)?;
-    Ok(dispatch_data!(x.data(), v => pack(gather_strided(v, out_shape, &steps, 0))))
+    Ok(dispatch_data!(x.data(), v => pack(gather_strided(v, out_shape, &steps, 0)), string _s => return Err(format!("the cpu `{}` kernels do not take string tensors", module_path!().rsplit("::").next().unwrap_or("")))))
 }
 
 /// Where output coordinate `o` of one axis reads from: `Some(input coordinate)` or `None`
@@ -184,5 +184,5 @@ pub fn padding(
             Ok::<(), String>(())
         })?;
         Ok(pack(out))
-    })
+    }, string _s => return Err(format!("the cpu `{}` kernels do not take string tensors", module_path!().rsplit("::").next().unwrap_or(""))))
 }

@@ -29,7 +29,7 @@ pub fn unique(x: &HostTensor, axis: Option<usize>, sorted: bool) -> Result<Vec<H
                     .collect()
             })
             .collect()
-    });
+    }, string _s => return Err(format!("the cpu `{}` kernels do not take string tensors", module_path!().rsplit("::").next().unwrap_or(""))));
     // A stable sort puts each group's first occurrence first.
     let mut by_key: Vec<usize> = (0..lanes.len).collect();
     by_key.sort_by(|&a, &b| compare(&keys[a], &keys[b]));
@@ -60,7 +60,7 @@ pub fn unique(x: &HostTensor, axis: Option<usize>, sorted: bool) -> Result<Vec<H
             }
         }
         pack(y)
-    });
+    }, string _s => return Err(format!("the cpu `{}` kernels do not take string tensors", module_path!().rsplit("::").next().unwrap_or(""))));
     let mut y_shape = shape.to_vec();
     y_shape[axis] = picks.len();
     debug_assert_eq!(volume(&y_shape), y.len());

@@ -17,4 +17,5 @@ mod reduce;
 mod resize;
 mod sampling;
 mod shape_ops;
+mod strings;
 mod unary;

@@ -149,7 +149,10 @@ fn compare_floats(values: &[f64], reference: &[f64], tol: Tolerances) -> (usize,
 /// Elements whose bytes differ, for same-typed integer or bool tensors; `None` for a type
 /// without a whole-byte element size.
 fn exact_mismatches(candidate: &HostTensor, reference: &HostTensor) -> Option<usize> {
-    let size = candidate.dtype().size_bytes();
+    if let (Some(a), Some(r)) = (candidate.as_strings(), reference.as_strings()) {
+        return (a.len() == r.len()).then(|| a.iter().zip(r).filter(|(x, y)| x != y).count());
+    }
+    let size = candidate.dtype().size_bytes()?;
     if size == 0 {
         return None;
     }

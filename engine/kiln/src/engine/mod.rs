@@ -265,13 +265,14 @@ impl Engine {
 }
 
 fn read_weights(section: &[u8], e: &WeightsEntry) -> Result<HostTensor, String> {
+    // Strings are length-prefixed: their count is checked against the shape after parsing.
     let volume = e
         .shape
         .iter()
         .try_fold(1u64, |acc, &d| acc.checked_mul(d))
-        .and_then(|v| v.checked_mul(e.dtype.size_bytes() as u64))
+        .and_then(|v| v.checked_mul(e.dtype.size_bytes().unwrap_or(0) as u64))
         .ok_or("shape volume overflows")?;
-    if volume != e.len {
+    if e.dtype.size_bytes().is_some() && volume != e.len {
         return Err(format!("{} bytes do not match shape {:?} of {}", e.len, e.shape, e.dtype));
     }
     let end = e.offset.checked_add(e.len).ok_or("bounds overflow")?;

@@ -36,11 +36,15 @@ pub enum DataType {
     U4,
     I2,
     U2,
+    /// UTF-8 text, one string per element (ONNX STRING). Strings have no fixed byte size:
+    /// they live in host tensors only, and kernels move and compare them but do no
+    /// arithmetic on them.
+    String,
 }
 
 impl DataType {
     /// Every data type, in declaration order.
-    pub const ALL: [DataType; 23] = [
+    pub const ALL: [DataType; 24] = [
         DataType::F32,
         DataType::F16,
         DataType::BF16,
@@ -64,11 +68,13 @@ impl DataType {
         DataType::U4,
         DataType::I2,
         DataType::U2,
+        DataType::String,
     ];
 
-    /// Size of one element in bytes (bool and the sub-byte types are stored as one byte).
-    pub fn size_bytes(self) -> usize {
-        match self {
+    /// Size of one element in bytes (bool and the sub-byte types are stored as one byte);
+    /// `None` for [`DataType::String`], whose elements have no fixed size.
+    pub fn size_bytes(self) -> Option<usize> {
+        Some(match self {
             DataType::I8 | DataType::U8 | DataType::Bool => 1,
             DataType::F8E4M3FN
             | DataType::F8E4M3FNUZ
@@ -83,7 +89,13 @@ impl DataType {
             DataType::F16 | DataType::BF16 | DataType::I16 | DataType::U16 => 2,
             DataType::F32 | DataType::I32 | DataType::U32 => 4,
             DataType::F64 | DataType::I64 | DataType::U64 => 8,
-        }
+            DataType::String => return None,
+        })
+    }
+
+    /// Whether elements are UTF-8 strings.
+    pub fn is_string(self) -> bool {
+        self == DataType::String
     }
 
     pub fn is_float(self) -> bool {
@@ -173,6 +185,7 @@ impl DataType {
             DataType::U4 => "u4",
             DataType::I2 => "i2",
             DataType::U2 => "u2",
+            DataType::String => "string",
         }
     }
 

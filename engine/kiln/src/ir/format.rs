@@ -256,6 +256,7 @@ pub fn inspector_type_name(dtype: DataType) -> &'static str {
         DataType::U4 => "UInt4",
         DataType::I2 => "Int2",
         DataType::U2 => "UInt2",
+        DataType::String => "String",
     }
 }
 

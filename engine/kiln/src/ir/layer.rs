@@ -180,6 +180,34 @@ pub enum LayerKind {
     /// or (`max`) their largest weighted corner (ONNX RoiAlign). `sampling_ratio` 0 samples
     /// each bin adaptively; `half_pixel` shifts the region by -0.5 pixel.
     RoiAlign { max: bool, output_size: [usize; 2], sampling_ratio: usize, spatial_scale: f32, half_pixel: bool },
+    /// An operator on string tensors (see [`TextOp`]).
+    Text(TextOp),
+}
+
+/// How [`TextOp::Normalize`] changes letter case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CaseChange {
+    None,
+    Lower,
+    Upper,
+}
+
+/// Operators on UTF-8 string tensors.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum TextOp {
+    /// `[x (C) or (1, C)] -> [y]`: drops `stopwords` (compared case-insensitively unless
+    /// `case_sensitive`), then changes case (ONNX StringNormalizer). When every element is
+    /// dropped the output holds one empty string: shape (1) or (1, 1).
+    Normalize { case_change: CaseChange, case_sensitive: bool, stopwords: Vec<String> },
+    /// `[a, b] -> [a ++ b]`, broadcast (ONNX StringConcat).
+    Concat,
+    /// `[x] -> [tokens (x.shape, max count), counts (x.shape, i64)]`: each string split at
+    /// `delimiter` (on runs of whitespace when `None`, dropping empty tokens) at most
+    /// `max_split` times, padded with empty strings (ONNX StringSplit).
+    Split { delimiter: Option<String>, max_split: Option<usize> },
+    /// `[x] -> [bool, x.shape]`: whether each string matches `pattern` entirely (ONNX
+    /// RegexFullMatch; RE2 syntax as the Rust `regex` crate reads it).
+    RegexFullMatch { pattern: String },
 }
 
 impl LayerKind {
@@ -256,6 +284,7 @@ impl LayerKind {
             LayerKind::Col2Im { .. } => "Col2Im",
             LayerKind::Determinant => "Determinant",
             LayerKind::RoiAlign { .. } => "RoiAlign",
+            LayerKind::Text(_) => "Text",
         }
     }
 }

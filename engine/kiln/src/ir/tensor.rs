@@ -33,14 +33,23 @@ pub enum TensorData {
     U4(Vec<U4>),
     I2(Vec<I2>),
     U2(Vec<U2>),
+    /// UTF-8 strings.
+    String(Vec<String>),
 }
 
 /// Applies `$body` to the typed vector inside a [`TensorData`], binding it as `$v`.
-/// Every arm is monomorphic, so `$body` may use the element type generically.
+/// Every arm is monomorphic, so `$body` may use the element type generically. The
+/// one-body form runs `$body` on strings too (it must compile for `Vec<String>`); the form
+/// with `string $s => $other` runs `$other` for string data instead, for bodies that need
+/// fixed-size (`Copy`, numeric) elements.
 #[macro_export]
 macro_rules! dispatch_data {
     ($data:expr, $v:ident => $body:expr) => {
+        $crate::dispatch_data!($data, $v => $body, string $v => $body)
+    };
+    ($data:expr, $v:ident => $body:expr, string $s:ident => $other:expr) => {
         match $data {
+            $crate::TensorData::String($s) => $other,
             $crate::TensorData::F32($v) => $body,
             $crate::TensorData::F16($v) => $body,
             $crate::TensorData::BF16($v) => $body,
@@ -94,6 +103,7 @@ impl TensorData {
             TensorData::U4(_) => DataType::U4,
             TensorData::I2(_) => DataType::I2,
             TensorData::U2(_) => DataType::U2,
+            TensorData::String(_) => DataType::String,
         }
     }
 
@@ -105,7 +115,7 @@ impl TensorData {
         self.len() == 0
     }
 
-    /// `len` zero-valued elements of `dtype`.
+    /// `len` zero-valued elements of `dtype` (empty strings for [`DataType::String`]).
     pub fn zeros(dtype: DataType, len: usize) -> TensorData {
         match dtype {
             DataType::F32 => TensorData::F32(vec![0.0; len]),
@@ -131,6 +141,7 @@ impl TensorData {
             DataType::U4 => TensorData::U4(vec![U4::default(); len]),
             DataType::I2 => TensorData::I2(vec![I2::default(); len]),
             DataType::U2 => TensorData::U2(vec![U2::default(); len]),
+            DataType::String => TensorData::String(vec![String::new(); len]),
         }
     }
 
@@ -156,9 +167,18 @@ impl TensorData {
     }
 
     /// Little-endian bytes of the elements (bool as 0/1 bytes; the storage-only types one
-    /// byte each: float codes as they are, 4- and 2-bit integers as their low bits).
+    /// byte each: float codes as they are, 4- and 2-bit integers as their low bits; strings
+    /// as a little-endian u32 byte length followed by the UTF-8 bytes, each).
     pub fn to_le_bytes(&self) -> Vec<u8> {
         match self {
+            TensorData::String(v) => {
+                let mut out = Vec::with_capacity(v.iter().map(|s| 4 + s.len()).sum());
+                for s in v {
+                    out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+                    out.extend_from_slice(s.as_bytes());
+                }
+                out
+            }
             TensorData::F8E4M3FN(v) => v.iter().map(|x| x.0).collect(),
             TensorData::F8E4M3FNUZ(v) => v.iter().map(|x| x.0).collect(),
             TensorData::F8E5M2(v) => v.iter().map(|x| x.0).collect(),
@@ -189,7 +209,7 @@ impl TensorData {
     /// when the byte count is not a whole number of elements, a bool byte is not 0/1, or a
     /// 4- or 2-bit element byte has bits above its width.
     pub fn from_le_bytes(dtype: DataType, bytes: &[u8]) -> Option<TensorData> {
-        let size = dtype.size_bytes();
+        let size = dtype.size_bytes().unwrap_or(1);
         if bytes.len() % size != 0 {
             return None;
         }
@@ -226,6 +246,7 @@ impl TensorData {
             DataType::U4 => TensorData::U4(sub_byte(bytes, 4, U4::from_bits)?),
             DataType::I2 => TensorData::I2(sub_byte(bytes, 2, I2::from_bits)?),
             DataType::U2 => TensorData::U2(sub_byte(bytes, 2, U2::from_bits)?),
+            DataType::String => return strings_from_le_bytes(bytes).map(TensorData::String),
             DataType::Bool => TensorData::Bool(
                 bytes
                     .iter()
@@ -238,6 +259,19 @@ impl TensorData {
             ),
         })
     }
+}
+
+/// Length-prefixed UTF-8 strings (the layout [`TensorData::to_le_bytes`] writes); `None`
+/// when a length runs past the end or a string is not UTF-8.
+fn strings_from_le_bytes(mut bytes: &[u8]) -> Option<Vec<String>> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let len = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as usize;
+        let text = bytes.get(4..4 + len)?;
+        out.push(String::from_utf8(text.to_vec()).ok()?);
+        bytes = &bytes[4 + len..];
+    }
+    Some(out)
 }
 
 /// One element per byte of a `bits`-wide type; `None` when a byte has higher bits set.
@@ -313,8 +347,26 @@ impl HostTensor {
         self.data.is_empty()
     }
 
+    /// Bytes the elements occupy: the element size times the count, or for strings the
+    /// UTF-8 bytes of all of them.
     pub fn size_bytes(&self) -> usize {
-        self.len() * self.dtype().size_bytes()
+        match &self.data {
+            TensorData::String(v) => v.iter().map(String::len).sum(),
+            _ => self.len() * self.dtype().size_bytes().unwrap_or(0),
+        }
+    }
+
+    /// The strings of a string tensor.
+    pub fn as_strings(&self) -> Option<&[String]> {
+        match &self.data {
+            TensorData::String(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// A string tensor.
+    pub fn from_strings(shape: Vec<usize>, values: Vec<String>) -> Result<HostTensor, ShapeMismatch> {
+        HostTensor::new(shape, TensorData::String(values))
     }
 
     /// The same elements under another shape with the same element count.
@@ -348,9 +400,11 @@ impl HostTensor {
         })
     }
 
-    /// Elements widened to f64 (bool as 0/1), for comparisons and summaries.
+    /// Elements widened to f64 (bool as 0/1), for comparisons and summaries; strings,
+    /// which have no numeric value, give NaN.
     pub fn to_f64_vec(&self) -> Vec<f64> {
         match &self.data {
+            TensorData::String(v) => vec![f64::NAN; v.len()],
             TensorData::F32(v) => v.iter().map(|&x| x as f64).collect(),
             TensorData::F16(v) => v.iter().map(|x| x.to_f64()).collect(),
             TensorData::BF16(v) => v.iter().map(|x| x.to_f64()).collect(),
@@ -381,6 +435,10 @@ impl HostTensor {
 impl fmt::Debug for HostTensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         const SHOWN: usize = 8;
+        if let TensorData::String(v) = &self.data {
+            let shown: Vec<&String> = v.iter().take(SHOWN).collect();
+            return write!(f, "HostTensor<string>{:?} {shown:?}{}", self.shape, if v.len() > SHOWN { " …" } else { "" });
+        }
         let values = self.to_f64_vec();
         write!(f, "HostTensor<{}>{:?} [", self.dtype(), self.shape)?;
         for (i, v) in values.iter().take(SHOWN).enumerate() {

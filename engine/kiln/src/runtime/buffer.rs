@@ -74,7 +74,7 @@ impl Buffer {
     /// Reads the first `dims`-volume elements of type `dtype`; `None` when the buffer is too
     /// small or the bytes are not valid elements (a bool other than 0 or 1).
     pub fn read_tensor(&self, dtype: DataType, dims: &[usize]) -> Option<HostTensor> {
-        let bytes = dims.iter().try_fold(dtype.size_bytes(), |acc, &d| acc.checked_mul(d))?;
+        let bytes = dims.iter().try_fold(dtype.size_bytes()?, |acc, &d| acc.checked_mul(d))?;
         let guard = self.lock();
         let data = TensorData::from_le_bytes(dtype, guard.get(..bytes)?)?;
         HostTensor::new(dims.to_vec(), data).ok()

@@ -290,7 +290,8 @@ impl ExecutionContext {
                 continue;
             }
             let buffer = self.buffer(&desc.name)?;
-            let needed = b.dims.iter().product::<usize>() * desc.dtype.size_bytes();
+            let size = desc.dtype.size_bytes().ok_or_else(|| RunError::StringInBuffer { tensor: desc.name.clone() })?;
+            let needed = b.dims.iter().product::<usize>() * size;
             if buffer.len() < needed {
                 return Err(RunError::BufferTooSmall { tensor: desc.name.clone(), needed, available: buffer.len() });
             }
@@ -300,8 +301,9 @@ impl ExecutionContext {
         for &t in net.outputs() {
             let desc = net.tensor(t);
             let buffer = self.buffer(&desc.name)?;
+            let size = desc.dtype.size_bytes().ok_or_else(|| RunError::StringInBuffer { tensor: desc.name.clone() })?;
             if let Some(volume) = shapes[t.0].volume() {
-                let needed = volume * desc.dtype.size_bytes();
+                let needed = volume * size;
                 if buffer.len() < needed {
                     return Err(RunError::BufferTooSmall {
                         tensor: desc.name.clone(),

@@ -397,7 +397,7 @@ pub fn host_slice_along(x: &HostTensor, axis: usize, index: usize) -> Result<Hos
     if index >= len {
         return Err(format!("slice {index} is beyond the {len} slices along axis {axis}"));
     }
-    let size = x.dtype().size_bytes();
+    let size = x.dtype().size_bytes().ok_or_else(|| "string tensors cannot be sliced bytewise".to_string())?;
     let outer: usize = shape[..axis].iter().product();
     let inner = shape[axis + 1..].iter().product::<usize>() * size;
     let bytes = x.data().to_le_bytes();

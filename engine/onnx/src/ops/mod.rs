@@ -31,6 +31,7 @@ mod sampling;
 mod sequence;
 mod shape;
 mod signal;
+mod text;
 mod unary;
 
 use crate::context::NodeContext;
@@ -111,6 +112,7 @@ pub(crate) fn registry() -> &'static Registry {
         sequence::register(&mut r);
         shape::register(&mut r);
         signal::register(&mut r);
+        text::register(&mut r);
         unary::register(&mut r);
         r
     })

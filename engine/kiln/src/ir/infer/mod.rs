@@ -12,6 +12,7 @@ mod sampling;
 mod signal;
 mod spatial;
 mod structural;
+mod text;
 pub(crate) mod values;
 
 pub use einsum::EinsumSpec;
@@ -103,6 +104,10 @@ fn infer_kind(
         }
         K::Cast { to } => {
             ins.arity(1, 1)?;
+            let from = ins.req(0)?.dtype;
+            if (from.is_string() || to.is_string()) && from != *to {
+                return rule(Some(0), format!("Cast between {from} and {to} is not supported"));
+            }
             Ok(vec![OutFact::new(*to, ins.req(0)?.shape.clone())])
         }
         K::CastNarrow { to, .. } => {
@@ -185,6 +190,7 @@ fn infer_kind(
         K::Dft { inverse, onesided } => signal::dft(&ins, *inverse, *onesided),
         K::Col2Im { strides, dilations, pads } => signal::col2im(&ins, strides, dilations, pads),
         K::RoiAlign { output_size, .. } => sampling::roi_align(&ins, *output_size),
+        K::Text(op) => text::infer(op, &ins),
         K::Determinant => {
             ins.arity(1, 1)?;
             let x = ins.float(0)?;
@@ -468,6 +474,9 @@ fn elementwise(ins: &Inputs, op: ElementwiseOp) -> InferResult<Vec<OutFact>> {
     }
     if !op.is_logical() && a.dtype == DataType::Bool && op != ElementwiseOp::Equal {
         return rule(Some(0), format!("{op:?} is not defined on bool"));
+    }
+    if a.dtype.is_string() && op != ElementwiseOp::Equal {
+        return rule(Some(0), format!("{op:?} is not defined on strings"));
     }
     if op.is_bitwise() && !a.dtype.is_integer() {
         return rule(Some(0), format!("{op:?} needs integer inputs, not {}", a.dtype));

@@ -32,16 +32,13 @@ pub(super) fn grid_sample(ins: &Inputs) -> InferResult<Vec<OutFact>> {
 pub(super) fn bit_cast(ins: &Inputs, to: DataType) -> InferResult<Vec<OutFact>> {
     ins.arity(1, 1)?;
     let x = ins.req(0)?;
-    if x.dtype.size_bytes() != to.size_bytes() {
+    let (Some(from_size), Some(to_size)) = (x.dtype.size_bytes(), to.size_bytes()) else {
+        return rule(Some(0), format!("BitCast is not defined on strings ({} to {to})", x.dtype));
+    };
+    if from_size != to_size {
         return rule(
             Some(0),
-            format!(
-                "BitCast needs types of one width: {} is {} bytes, {} is {}",
-                x.dtype,
-                x.dtype.size_bytes(),
-                to,
-                to.size_bytes()
-            ),
+            format!("BitCast needs types of one width: {} is {from_size} bytes, {to} is {to_size}", x.dtype),
         );
     }
     Ok(vec![OutFact::new(to, x.shape.clone())])
