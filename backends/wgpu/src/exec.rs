@@ -6,7 +6,7 @@
 //! layer's kernels → a check that the outputs have the inferred types and shapes.
 
 use crate::device::Gpu;
-use crate::kernels::{layout, linalg, pointwise, reduce, KResult};
+use crate::kernels::{dynamic, einsum, indexing, layout, linalg, pointwise, reduce, scan, scatter, sort, KResult};
 use crate::value::{to_words, DeviceTensor, Recorder, Value};
 use kiln::ir::control::{lower, ControlFlow, DEFAULT_MAX_TRIP_COUNT};
 use kiln::ir::infer::{infer_layer, resolve_slice, Fact, OutFact};
@@ -55,6 +55,8 @@ fn host_slots(kind: &LayerKind) -> &'static [usize] {
         K::Slice => &[1, 2, 3, 4],
         K::Padding { .. } => &[1, 2],
         K::Fill { .. } => &[0],
+        K::TopK { .. } | K::CumulativeSum { .. } | K::CumulativeProduct { .. } => &[1],
+        K::OneHot { .. } => &[2],
         _ => &[],
     }
 }
@@ -128,6 +130,8 @@ impl<'e> Run<'e> {
                 }
                 return Ok(Vec::new());
             }
+            // Data-dependent output shapes: computed on the host (see kernels::dynamic).
+            LayerKind::NonZero | LayerKind::Unique { .. } => return self.data_dependent(&layer.kind, inputs),
             _ => {}
         }
         let mut values: Vec<Option<Value>> = inputs.to_vec();
@@ -333,8 +337,50 @@ impl<'e> Run<'e> {
                 &shape,
                 dtype,
             )?),
+            K::TopK { largest, axis, .. } => sort::top_k(rec, req(0)?, *axis, *largest, &shape),
+            K::CumulativeSum { exclusive, reverse } | K::CumulativeProduct { exclusive, reverse } => {
+                let x = req(0)?;
+                let raw = ints(1)?.and_then(|v| v.first().copied()).ok_or("the axis is missing")?;
+                let axis = kiln::ir::shape::normalize_axis(raw, x.shape.len())
+                    .ok_or_else(|| format!("axis {raw} is out of range for rank {}", x.shape.len()))?;
+                let product = matches!(kind, K::CumulativeProduct { .. });
+                one(scan::cumulative(rec, x, axis, product, *exclusive, *reverse)?)
+            }
+            K::Einsum { equation } => {
+                let operands = (0..ins.len()).map(req).collect::<KResult<Vec<_>>>()?;
+                one(einsum::einsum(rec, equation, &operands, &shape)?)
+            }
+            K::Lrn { window, alpha, beta, k } => one(scan::lrn(rec, req(0)?, *window, *alpha, *beta, *k)?),
+            K::Scatter { mode, reduction } => {
+                one(scatter::scatter(rec, *mode, *reduction, req(0)?, req(1)?, req(2)?)?)
+            }
+            K::Gather { mode: GatherMode::Nd { batch_dims } } => {
+                one(scatter::gather_nd(rec, req(0)?, req(1)?, *batch_dims, &shape)?)
+            }
+            K::OneHot { axis } => {
+                let depth = ints(2)?.and_then(|v| v.first().copied()).ok_or("the depth is missing")?;
+                let axis = kiln::ir::shape::normalize_axis(*axis, shape.len())
+                    .ok_or_else(|| format!("OneHot axis {axis} is out of range for rank {}", shape.len()))?;
+                one(indexing::one_hot(rec, req(0)?, req(1)?, depth, axis, &shape, dtype)?)
+            }
+            K::Padding { mode } => {
+                let pads = ints(1)?.ok_or("pads are missing")?;
+                one(indexing::pad_mode(rec, req(0)?, *mode, &pads, &shape)?)
+            }
             other => Err(format!("no WGSL kernel for {} yet", other.type_name())),
         }
+    }
+
+    /// NonZero / Unique: the input read back, the result computed on the host and uploaded.
+    fn data_dependent(&self, kind: &LayerKind, inputs: &[Option<Value>]) -> Result<Vec<Value>, String> {
+        let x = inputs.first().cloned().flatten().ok_or("the layer needs an input")?;
+        let x = self.to_host(&x)?;
+        let outs = match kind {
+            LayerKind::NonZero => vec![dynamic::non_zero(&x)?],
+            LayerKind::Unique { axis, sorted } => dynamic::unique(&x, *axis, *sorted)?,
+            other => return Err(format!("{} has no data-dependent host path", other.type_name())),
+        };
+        outs.iter().map(|t| self.rec.upload(t).map(Value::Device)).collect()
     }
 }
 

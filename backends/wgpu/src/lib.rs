@@ -139,6 +139,19 @@ fn unsupported(network: &Network, layer: &Layer) -> Option<String> {
         | K::Attention(_) => {
             (!float_input()).then(|| format!("the WGSL {} kernel computes floats only", layer.kind.type_name()))
         }
+        K::TopK { .. }
+        | K::CumulativeSum { .. }
+        | K::CumulativeProduct { .. }
+        | K::Scatter { .. }
+        | K::Gather { mode: GatherMode::Nd { .. } }
+        | K::OneHot { .. }
+        | K::NonZero
+        | K::Unique { .. }
+        | K::Padding { mode: PaddingMode::Reflect | PaddingMode::Edge | PaddingMode::Wrap } => None,
+        K::Einsum { .. } => (layer.inputs.len() > 2
+            || input_type(0).and_then(crate::ops::Storage::of) == Some(crate::ops::Storage::U32))
+        .then(|| "the WGSL Einsum kernel takes one or two float or signed integer operands".to_string()),
+        K::Lrn { .. } => (!float_input()).then(|| "the WGSL LRN kernel computes floats only".to_string()),
         other => Some(format!("no WGSL kernel for {} yet", other.type_name())),
     }
 }

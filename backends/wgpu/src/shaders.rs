@@ -26,6 +26,15 @@ pub const BODIES: &[(&str, &str)] = &[
     ("norm", include_str!("../../../shaders/norm.wgsl")),
     ("gather", include_str!("../../../shaders/gather.wgsl")),
     ("gather_elements", include_str!("../../../shaders/gather_elements.wgsl")),
+    ("topk", include_str!("../../../shaders/topk.wgsl")),
+    ("cumulative", include_str!("../../../shaders/cumulative.wgsl")),
+    ("lrn", include_str!("../../../shaders/lrn.wgsl")),
+    ("scatter_elements", include_str!("../../../shaders/scatter_elements.wgsl")),
+    ("scatter_nd", include_str!("../../../shaders/scatter_nd.wgsl")),
+    ("gather_nd", include_str!("../../../shaders/gather_nd.wgsl")),
+    ("one_hot", include_str!("../../../shaders/one_hot.wgsl")),
+    ("pad_mode", include_str!("../../../shaders/pad_mode.wgsl")),
+    ("einsum", include_str!("../../../shaders/einsum.wgsl")),
 ];
 
 /// One compilable kernel: its cache key and the parts of its source.
@@ -204,5 +213,10 @@ pub fn all_instantiations() -> Vec<Instance> {
             all.extend(Instance::cast(s, to).map(|(_, i, _)| i));
         }
     }
+    all.extend(crate::kernels::sort::instantiations());
+    all.extend(crate::kernels::scan::instantiations());
+    all.extend(crate::kernels::scatter::instantiations());
+    all.extend(crate::kernels::indexing::instantiations());
+    all.extend(crate::kernels::einsum::instantiations());
     all
 }

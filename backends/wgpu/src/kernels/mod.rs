@@ -5,6 +5,12 @@ pub mod layout;
 pub mod linalg;
 pub mod pointwise;
 pub mod reduce;
+pub mod dynamic;
+pub mod einsum;
+pub mod indexing;
+pub mod scan;
+pub mod scatter;
+pub mod sort;
 
 use crate::value::{DeviceTensor, Recorder};
 

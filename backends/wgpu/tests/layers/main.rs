@@ -8,3 +8,6 @@ mod layout;
 mod linalg;
 mod pointwise;
 mod reduce;
+mod dynamic;
+mod scatter;
+mod sort_scan;
