@@ -15,6 +15,23 @@ use std::sync::Arc;
 /// Constants up to this many elements are also kept on the host, for shape arithmetic.
 const HOST_CONSTANT_LIMIT: usize = 4096;
 
+/// Input slots holding small integer tensors (shapes, bounds, counts, axes) whose values
+/// decide a device layer's output shape or its launch parameters.
+fn host_slots(kind: &LayerKind) -> &'static [usize] {
+    use LayerKind as K;
+    match kind {
+        K::Shuffle(_) | K::Expand | K::Reduce { .. } | K::TopK { .. } => &[1],
+        K::CumulativeSum { .. } | K::CumulativeProduct { .. } => &[1],
+        K::Slice => &[1, 2, 3, 4],
+        K::Padding { .. } => &[1, 2],
+        K::Resize(_) => &[1, 2, 3],
+        K::Fill { .. } => &[0],
+        K::OneHot { .. } => &[2],
+        K::Dft { .. } => &[1, 2],
+        _ => &[],
+    }
+}
+
 /// Where each layer runs, decided once from the network.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Placement {
@@ -160,6 +177,17 @@ impl Run<'_> {
     }
 
     fn device_layer(&self, kind: &LayerKind, inputs: &[Option<Value>]) -> Result<Vec<Value>, String> {
+        // Shape-like inputs computed on the device (network inputs, device layers) are read
+        // back once: shape inference needs their values to resolve the output shape.
+        let mut inputs = inputs.to_vec();
+        for &slot in host_slots(kind) {
+            if let Some(Some(v)) = inputs.get_mut(slot) {
+                if v.host.is_none() && v.meta().1.iter().product::<usize>() <= HOST_CONSTANT_LIMIT {
+                    v.host = Some(self.cx.host(v)?);
+                }
+            }
+        }
+        let inputs = &inputs[..];
         let expected = ops::infer(kind, inputs)?;
         let outputs = ops::run(&self.cx, kind, inputs, &expected)?;
         if outputs.len() != expected.len() {

@@ -13,10 +13,27 @@ pub enum Source {
     Copy,
     Reduce,
     Spatial,
+    /// Select (Where) and ParametricReLU: `select.cu`.
+    Select,
+    /// GatherElements / GatherND / ScatterElements / ScatterND: `indexing.cu`.
+    Indexing,
+    /// TopK and running sums/products along one axis: `lanes.cu`.
+    Lanes,
+    /// Resize from host-planned taps: `resize.cu`.
+    Resize,
 }
 
 impl Source {
-    pub const ALL: [Source; 4] = [Source::Elementwise, Source::Copy, Source::Reduce, Source::Spatial];
+    pub const ALL: [Source; 8] = [
+        Source::Elementwise,
+        Source::Copy,
+        Source::Reduce,
+        Source::Spatial,
+        Source::Select,
+        Source::Indexing,
+        Source::Lanes,
+        Source::Resize,
+    ];
 
     pub fn file_name(self) -> &'static str {
         match self {
@@ -24,6 +41,10 @@ impl Source {
             Source::Copy => "copy.cu",
             Source::Reduce => "reduce.cu",
             Source::Spatial => "spatial.cu",
+            Source::Select => "select.cu",
+            Source::Indexing => "indexing.cu",
+            Source::Lanes => "lanes.cu",
+            Source::Resize => "resize.cu",
         }
     }
 
@@ -33,6 +54,10 @@ impl Source {
             Source::Copy => include_str!("../../../kernels/copy.cu"),
             Source::Reduce => include_str!("../../../kernels/reduce.cu"),
             Source::Spatial => include_str!("../../../kernels/spatial.cu"),
+            Source::Select => include_str!("../../../kernels/select.cu"),
+            Source::Indexing => include_str!("../../../kernels/indexing.cu"),
+            Source::Lanes => include_str!("../../../kernels/lanes.cu"),
+            Source::Resize => include_str!("../../../kernels/resize.cu"),
         }
     }
 
@@ -45,6 +70,10 @@ impl Source {
             _ if name.starts_with("cast_") => Source::Copy,
             "softmax" | "reduce" | "normalize" | "rms_normalize" => Source::Reduce,
             "conv2d" | "pool2d" => Source::Spatial,
+            "select" | "prelu" => Source::Select,
+            "gather_elements" | "gather_nd" | "scatter_elements" | "scatter_nd" => Source::Indexing,
+            "topk" | "cumulative" => Source::Lanes,
+            "resize_gather" | "resize_interp" => Source::Resize,
             _ => return None,
         })
     }
@@ -72,6 +101,22 @@ pub fn expected_kernels() -> Vec<String> {
     for w in ["u8", "u16", "u32", "u64"] {
         for op in ["strided_copy", "gather", "resize_nearest"] {
             names.push(format!("{op}_{w}"));
+        }
+    }
+    for w in ["u8", "u16", "u32", "u64"] {
+        for op in ["select", "gather_elements", "gather_nd", "resize_gather"] {
+            names.push(format!("{op}_{w}"));
+        }
+    }
+    for t in FLOATS {
+        names.push(format!("resize_interp_{t}"));
+        names.push(format!("prelu_{t}"));
+    }
+    for t in crate::ops::indexing::TYPED_SUFFIXES {
+        for op in ["scatter_elements", "scatter_nd", "topk", "cumulative"] {
+            if t != "bool" || op.starts_with("scatter") {
+                names.push(format!("{op}_{t}"));
+            }
         }
     }
     names

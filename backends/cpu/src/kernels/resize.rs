@@ -246,3 +246,29 @@ fn separable(mut data: Vec<f64>, x_shape: &[usize], plans: &[Option<AxisPlan>]) 
     }
     data
 }
+
+/// One resized axis as a device backend needs it: per output coordinate, the input taps
+/// `(index, weight)` (zero weights dropped, indices clamped) and whether it lies outside the
+/// tf_crop_and_resize crop (the output there is the extrapolation value).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResizeAxisTaps {
+    pub taps: Vec<Vec<(usize, f64)>>,
+    pub outside: Vec<bool>,
+}
+
+/// The oracle's per-axis Resize plans (`None` for axes left as they are), so that a device
+/// backend interpolates with exactly the same taps and weights.
+pub fn resize_axis_taps(
+    p: &ResizeParams,
+    x_shape: &[usize],
+    roi: Option<&HostTensor>,
+    scales: Option<&HostTensor>,
+    sizes: Option<&HostTensor>,
+    out_shape: &[usize],
+) -> Result<Vec<Option<ResizeAxisTaps>>, String> {
+    let specs = axis_specs(p, x_shape, roi, scales, sizes, out_shape)?;
+    Ok(specs
+        .iter()
+        .map(|s| s.as_ref().map(|s| axis_plan(p, s)).map(|a| ResizeAxisTaps { taps: a.taps, outside: a.outside }))
+        .collect())
+}

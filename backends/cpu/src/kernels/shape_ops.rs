@@ -186,3 +186,29 @@ pub fn padding(
         Ok(pack(out))
     }, string _s => return Err(format!("the cpu `{}` kernels do not take string tensors", module_path!().rsplit("::").next().unwrap_or(""))))
 }
+
+/// Per axis, for each output coordinate of Pad: its input coordinate, or `None` where the
+/// constant goes (what a device backend gathers through).
+pub fn padding_source_maps(
+    mode: PaddingMode,
+    x_shape: &[usize],
+    pads: &[i64],
+    out_shape: &[usize],
+) -> Result<Vec<Vec<Option<usize>>>, String> {
+    let rank = x_shape.len();
+    if pads.len() != 2 * rank || out_shape.len() != rank {
+        return Err(format!("pads {pads:?} do not match rank {rank}"));
+    }
+    (0..rank)
+        .map(|d| {
+            let n = x_shape[d] as i64;
+            let (begin, end) = (pads[d], pads[d + rank]);
+            let lo = (-begin).max(0);
+            let kept = n - lo - (-end).max(0);
+            if kept < 0 {
+                return Err(format!("pads {pads:?} crop more than axis {d} holds"));
+            }
+            (0..out_shape[d]).map(|o| source_coordinate(mode, o, begin, lo as usize, kept as usize)).collect()
+        })
+        .collect()
+}

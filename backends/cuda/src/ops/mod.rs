@@ -2,8 +2,11 @@
 //! and types have kernels at all (what `check_support` asks).
 
 pub mod compute;
+pub mod indexing;
+pub mod lanes;
 pub mod movement;
 pub mod pointwise;
+pub mod resize;
 
 use crate::device::{Arg, DeviceTensor, Gpu, Layout};
 use kiln::ir::infer::OutFact;
@@ -182,9 +185,8 @@ pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_ty
         K::Convolution(p) if p.strides.len() <= 2 => need_float("Convolution"),
         K::Pooling(p) if p.window.len() <= 2 => need_float("Pooling"),
         K::Gather { mode: GatherMode::Default { .. } } => None,
-        K::Resize(p) if p.mode == ResizeMode::Nearest
-            && p.coordinate_transformation == kiln::CoordinateTransformation::Asymmetric
-            && p.nearest_rounding == kiln::NearestRounding::Floor => None,
+        K::Resize(p) if p.mode == ResizeMode::Nearest => t0.and_then(|t| crate::device::storage_size(t).err()).map(|e| e.to_string()),
+        K::Resize(_) => need_float("Linear and cubic Resize"),
         K::Fused(p) => {
             let anchor = p.anchor.kind();
             unsupported(&anchor, &input_types[..p.anchor_inputs.min(input_types.len())], output_types).or_else(|| {
@@ -195,6 +197,19 @@ pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_ty
                 })
             })
         }
+        K::ParametricRelu => need_float("ParametricReLU"),
+        K::Padding { .. } => t0.and_then(|t| crate::device::storage_size(t).err()).map(|e| e.to_string()),
+        K::Select => input_types.get(1).copied().flatten().and_then(|t| crate::device::storage_size(t).err()).map(|e| e.to_string()),
+        K::Fill { value } => crate::device::storage_size(value.dtype()).err().map(|e| e.to_string()),
+        K::Gather { mode: GatherMode::Elements { .. } | GatherMode::Nd { .. } } => {
+            t0.and_then(|t| crate::device::storage_size(t).err()).map(|e| e.to_string())
+        }
+        K::Scatter { .. } => t0.and_then(|t| indexing::typed_suffix(t).err()),
+        K::TopK { .. } | K::CumulativeSum { .. } | K::CumulativeProduct { .. } => t0.and_then(|t| match indexing::typed_suffix(t) {
+            Ok("bool") => Some(format!("{} on bool has no CUDA kernel", kind.type_name())),
+            Ok(_) => None,
+            Err(e) => Some(e),
+        }),
         other => Some(format!("{} has no CUDA kernel yet", other.type_name())),
     }
 }
@@ -242,7 +257,10 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
             one(movement::concatenation(cx, &parts.iter().collect::<Vec<_>>(), *axis, &out_shape(0)?)?)
         }
         K::Gather { mode: GatherMode::Default { axis } } => one(movement::gather(cx, &dev(0)?, &dev(1)?, *axis, &out_shape(0)?)?),
-        K::Resize(_) => one(movement::resize_nearest(cx, &dev(0)?, &out_shape(0)?)?),
+        K::Resize(p) => {
+            let (roi, scales, sizes) = (host(1)?, host(2)?, host(3)?);
+            one(resize::resize(cx, p, &dev(0)?, roi.as_deref(), scales.as_deref(), sizes.as_deref(), &out_shape(0)?)?)
+        }
         K::MatrixMultiply { op_a, op_b } => one(compute::matmul(cx, &dev(0)?, *op_a, &dev(1)?, *op_b, 1.0, &out_shape(0)?)?),
         K::Convolution(p) => one(compute::convolution(cx, p, &dev(0)?, &dev(1)?, opt_dev(2)?.as_ref(), &out_shape(0)?)?),
         K::Pooling(p) => one(compute::pooling(cx, p, &dev(0)?, &out_shape(0)?)?),
@@ -267,6 +285,26 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
         K::RmsNormalization { axes, epsilon } => one(compute::normalization(cx, &dev(0)?, opt_dev(1)?.as_ref(), None, axes, *epsilon, 1, true)?),
         K::Attention(p) => one(compute::attention(cx, p, &dev(0)?, &dev(1)?, &dev(2)?, opt_dev(3)?.as_ref(), &out_shape(0)?)?),
         K::Fused(p) => one(fused(cx, p, inputs, outs)?),
+        K::ParametricRelu => one(indexing::prelu(cx, &dev(0)?, &dev(1)?, &out_shape(0)?)?),
+        K::Padding { mode } => {
+            let pads = host(1)?.ok_or("Padding's pads are missing")?;
+            one(resize::padding(cx, *mode, &dev(0)?, &pads, opt_dev(2)?.as_ref(), &out_shape(0)?)?)
+        }
+        K::Select => one(indexing::select(cx, &dev(0)?, &dev(1)?, &dev(2)?, &out_shape(0)?)?),
+        K::Fill { value } => one(indexing::fill(cx, value, &out_shape(0)?)?),
+        K::Gather { mode: GatherMode::Elements { axis } } => one(indexing::gather_elements(cx, &dev(0)?, &dev(1)?, *axis)?),
+        K::Gather { mode: GatherMode::Nd { batch_dims } } => one(indexing::gather_nd(cx, &dev(0)?, &dev(1)?, *batch_dims, &out_shape(0)?)?),
+        K::Scatter { mode, reduction } => one(indexing::scatter(cx, *mode, *reduction, &dev(0)?, &dev(1)?, &dev(2)?)?),
+        K::TopK { largest, axis, .. } => {
+            let (values, indices) = lanes::top_k(cx, &dev(0)?, *axis, *largest, &out_shape(0)?)?;
+            Ok(vec![values, indices])
+        }
+        K::CumulativeSum { exclusive, reverse } | K::CumulativeProduct { exclusive, reverse } => {
+            let axis = host(1)?.ok_or("the running sum's axis is missing")?;
+            let axis = axis.to_i64_vec().and_then(|v| v.first().copied()).ok_or("the running sum's axis must be one integer")?;
+            let product = matches!(kind, K::CumulativeProduct { .. });
+            one(lanes::cumulative(cx, &dev(0)?, axis, *exclusive, *reverse, product)?)
+        }
         other => Err(format!("{} has no CUDA kernel yet", other.type_name())),
     }
 }

@@ -6,4 +6,5 @@ mod bench;
 mod common;
 mod device;
 mod layers;
+mod layers_a;
 mod models;
