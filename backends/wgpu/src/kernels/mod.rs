@@ -4,7 +4,12 @@
 pub mod layout;
 pub mod linalg;
 pub mod pointwise;
+pub mod quant;
 pub mod reduce;
+pub mod resize;
+pub mod roi;
+pub mod sample;
+pub mod signal;
 
 use crate::value::{DeviceTensor, Recorder};
 

@@ -8,3 +8,5 @@ mod layout;
 mod linalg;
 mod pointwise;
 mod reduce;
+mod sampling;
+mod signal;
