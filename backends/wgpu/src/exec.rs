@@ -6,7 +6,10 @@
 //! layer's kernels → a check that the outputs have the inferred types and shapes.
 
 use crate::device::Gpu;
-use crate::kernels::{dynamic, einsum, indexing, layout, linalg, pointwise, reduce, scan, scatter, sort, KResult};
+use crate::kernels::{
+    dynamic, einsum, indexing, layout, linalg, pointwise, quant, reduce, resize, roi, sample, scan, scatter, signal, sort,
+    KResult,
+};
 use crate::value::{to_words, DeviceTensor, Recorder, Value};
 use kiln::ir::control::{lower, ControlFlow, DEFAULT_MAX_TRIP_COUNT};
 use kiln::ir::infer::{infer_layer, resolve_slice, Fact, OutFact};
@@ -57,6 +60,8 @@ fn host_slots(kind: &LayerKind) -> &'static [usize] {
         K::Fill { .. } => &[0],
         K::TopK { .. } | K::CumulativeSum { .. } | K::CumulativeProduct { .. } => &[1],
         K::OneHot { .. } => &[2],
+        K::Resize(_) => &[1, 2, 3],
+        K::Dft { .. } | K::Col2Im { .. } => &[1, 2],
         _ => &[],
     }
 }
@@ -132,6 +137,23 @@ impl<'e> Run<'e> {
             }
             // Data-dependent output shapes: computed on the host (see kernels::dynamic).
             LayerKind::NonZero | LayerKind::Unique { .. } => return self.data_dependent(&layer.kind, inputs),
+            // A data-dependent output length: computed on the host (one read-back).
+            LayerKind::NonMaxSuppression { center_point_box } => {
+                let host = |slot: usize| -> Result<Option<Arc<HostTensor>>, String> {
+                    inputs.get(slot).cloned().flatten().map(|v| self.to_host(&v)).transpose()
+                };
+                let (boxes, scores) = (host(0)?.ok_or("boxes are missing")?, host(1)?.ok_or("scores are missing")?);
+                let (limit, iou, score) = (host(2)?, host(3)?, host(4)?);
+                let t = roi::non_max_suppression(
+                    &boxes,
+                    &scores,
+                    limit.as_deref(),
+                    iou.as_deref(),
+                    score.as_deref(),
+                    *center_point_box,
+                )?;
+                return Ok(vec![Value::Host(Arc::new(t))]);
+            }
             _ => {}
         }
         let mut values: Vec<Option<Value>> = inputs.to_vec();
@@ -366,6 +388,37 @@ impl<'e> Run<'e> {
             K::Padding { mode } => {
                 let pads = ints(1)?.ok_or("pads are missing")?;
                 one(indexing::pad_mode(rec, req(0)?, *mode, &pads, &shape)?)
+            K::Resize(p) => {
+                let x = req(0)?;
+                let h = |slot: usize| host(slot).map(|t| &**t);
+                one(resize::resize(rec, p, x, h(1), h(2), h(3), &shape)?)
+            }
+            K::GridSample(p) => one(sample::grid_sample(rec, p, req(0)?, req(1)?, &shape)?),
+            K::Quantize { axis, to } => {
+                one(quant::quantize(rec, req(0)?, req(1)?, ins.get(2).and_then(Option::as_ref), *axis, *to)?)
+            }
+            K::Dequantize { axis } => {
+                one(quant::dequantize(rec, req(0)?, req(1)?, ins.get(2).and_then(Option::as_ref), *axis, dtype)?)
+            }
+            K::Dft { inverse, onesided } => {
+                let axis = ints(1)?.and_then(|v| v.first().copied()).ok_or("the DFT axis is missing")?;
+                let length = ints(2)?.and_then(|v| v.first().copied());
+                one(signal::dft(rec, req(0)?, axis, length, *inverse, *onesided, &shape)?)
+            }
+            K::Col2Im { strides, dilations, pads } => {
+                let block = ints(2)?.ok_or("the Col2Im block shape is missing")?;
+                one(signal::col2im(rec, req(0)?, &block, strides, dilations, pads, &shape)?)
+            }
+            K::Determinant => one(signal::determinant(rec, req(0)?)?),
+            K::RoiAlign { max, output_size, sampling_ratio, spatial_scale, half_pixel } => {
+                let spec = roi::RoiAlignSpec {
+                    max: *max,
+                    output_size: *output_size,
+                    sampling_ratio: *sampling_ratio,
+                    spatial_scale: *spatial_scale,
+                    half_pixel: *half_pixel,
+                };
+                one(roi::roi_align(rec, req(0)?, req(1)?, req(2)?, &spec)?)
             }
             other => Err(format!("no WGSL kernel for {} yet", other.type_name())),
         }

@@ -25,6 +25,7 @@ pub use device::DeviceError;
 use exec::WgpuExecutable;
 use kiln::{
     Backend, BackendError, DataType, DeviceFingerprint, Executable, GatherMode, Layer, LayerKind, Network, PaddingMode,
+    ResizeMode,
 };
 
 const NAME: &str = "wgpu";
@@ -152,6 +153,43 @@ fn unsupported(network: &Network, layer: &Layer) -> Option<String> {
             || input_type(0).and_then(crate::ops::Storage::of) == Some(crate::ops::Storage::U32))
         .then(|| "the WGSL Einsum kernel takes one or two float or signed integer operands".to_string()),
         K::Lrn { .. } => (!float_input()).then(|| "the WGSL LRN kernel computes floats only".to_string()),
+        K::Resize(p) => (p.mode != ResizeMode::Nearest && !float_input())
+            .then(|| format!("the WGSL {:?} Resize kernel interpolates floats only", p.mode)),
+        K::GridSample(_) => {
+            let rank = layer.inputs.first().copied().flatten().map_or(0, |t| network.tensor(t).shape.rank());
+            if !float_input() {
+                Some("the WGSL GridSample kernel samples floats only".into())
+            } else {
+                (rank > kernels::sample::MAX_SPATIAL + 2).then(|| {
+                    format!("the WGSL GridSample kernel samples at most {} spatial dims", kernels::sample::MAX_SPATIAL)
+                })
+            }
+        }
+        K::Quantize { to, .. } => (!matches!(
+            to,
+            DataType::I8 | DataType::U8 | DataType::I16 | DataType::U16 | DataType::I32
+        ))
+        .then(|| format!("the WGSL Quantize kernel produces 8/16-bit integers and i32, not {to}")),
+        K::Dequantize { .. } => (!matches!(
+            input_type(0),
+            Some(DataType::I8 | DataType::U8 | DataType::I16 | DataType::U16 | DataType::I32 | DataType::U32)
+        ))
+        .then(|| "the WGSL Dequantize kernel reads 8/16/32-bit integers only".to_string()),
+        // Read back and computed on the host: its output length depends on the data.
+        K::NonMaxSuppression { .. } => None,
+        K::Dft { .. } | K::Determinant | K::RoiAlign { .. } => {
+            (!float_input()).then(|| format!("the WGSL {} kernel computes floats only", layer.kind.type_name()))
+        }
+        K::Col2Im { .. } => {
+            let rank = layer.outputs.first().map_or(0, |&t| network.tensor(t).shape.rank());
+            if !float_input() {
+                Some("the WGSL Col2Im kernel computes floats only".into())
+            } else {
+                (rank > kernels::signal::COL2IM_MAX_SPATIAL + 2).then(|| {
+                    format!("the WGSL Col2Im kernel handles at most {} spatial dims", kernels::signal::COL2IM_MAX_SPATIAL)
+                })
+            }
+        }
         other => Some(format!("no WGSL kernel for {} yet", other.type_name())),
     }
 }

@@ -35,6 +35,15 @@ pub const BODIES: &[(&str, &str)] = &[
     ("one_hot", include_str!("../../../shaders/one_hot.wgsl")),
     ("pad_mode", include_str!("../../../shaders/pad_mode.wgsl")),
     ("einsum", include_str!("../../../shaders/einsum.wgsl")),
+    ("resize_axis", include_str!("../../../shaders/resize_axis.wgsl")),
+    ("resize_mask", include_str!("../../../shaders/resize_mask.wgsl")),
+    ("grid_sample", include_str!("../../../shaders/grid_sample.wgsl")),
+    ("quantize", include_str!("../../../shaders/quantize.wgsl")),
+    ("dequantize", include_str!("../../../shaders/dequantize.wgsl")),
+    ("determinant", include_str!("../../../shaders/determinant.wgsl")),
+    ("col2im", include_str!("../../../shaders/col2im.wgsl")),
+    ("dft", include_str!("../../../shaders/dft.wgsl")),
+    ("roi_align", include_str!("../../../shaders/roi_align.wgsl")),
 ];
 
 /// One compilable kernel: its cache key and the parts of its source.
@@ -199,6 +208,15 @@ pub fn all_instantiations() -> Vec<Instance> {
         "norm",
         "gather",
         "gather_elements",
+        "resize_axis",
+        "resize_mask",
+        "grid_sample",
+        "quantize",
+        "dequantize",
+        "determinant",
+        "col2im",
+        "dft",
+        "roi_align",
     ]
     .into_iter()
     .map(Instance::plain)

@@ -4,6 +4,7 @@
 pub mod layout;
 pub mod linalg;
 pub mod pointwise;
+pub mod quant;
 pub mod reduce;
 pub mod dynamic;
 pub mod einsum;
@@ -11,6 +12,10 @@ pub mod indexing;
 pub mod scan;
 pub mod scatter;
 pub mod sort;
+pub mod resize;
+pub mod roi;
+pub mod sample;
+pub mod signal;
 
 use crate::value::{DeviceTensor, Recorder};
 

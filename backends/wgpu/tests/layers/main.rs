@@ -11,3 +11,5 @@ mod reduce;
 mod dynamic;
 mod scatter;
 mod sort_scan;
+mod sampling;
+mod signal;

@@ -1,0 +1,131 @@
+//! ONNX QuantizeLinear / DequantizeLinear between floats and 8/16/32-bit integers, per
+//! tensor, per axis or per element (blocked scales expanded by the importer). fp8 and
+//! 4/2-bit types have no device storage yet and are refused before they get here.
+
+use super::{count_word, output, KResult};
+use crate::shaders::Instance;
+use crate::value::{DeviceTensor, Recorder};
+use kiln::DataType;
+
+/// How the kernel indexes the scale / zero point: `(i / inner) % len`.
+fn param_index(x_shape: &[usize], scale_shape: &[usize], axis: Option<usize>) -> KResult<(usize, usize)> {
+    let params: usize = scale_shape.iter().product();
+    let count: usize = x_shape.iter().product();
+    if params == 1 {
+        return Ok((1, 1));
+    }
+    if scale_shape.len() > 1 || (axis.is_none() && scale_shape == x_shape) {
+        return if scale_shape == x_shape {
+            Ok((1, count.max(1)))
+        } else {
+            Err(format!("scale must be 0-D, 1-D or of x's shape {x_shape:?}, got shape {scale_shape:?}"))
+        };
+    }
+    match axis {
+        Some(a) if a < x_shape.len() && x_shape[a] == params => {
+            Ok((x_shape[a + 1..].iter().product::<usize>().max(1), params.max(1)))
+        }
+        _ => Err(format!(
+            "{params} scales need an axis of that length (axis {axis:?} of shape {x_shape:?}); \
+             per-tensor scales hold one element"
+        )),
+    }
+}
+
+fn check_zero_point(scale: &DeviceTensor, zero_point: Option<&DeviceTensor>) -> KResult<()> {
+    match zero_point {
+        Some(z) if z.len() != scale.len() => {
+            Err(format!("zero point has {} elements but scale has {}", z.len(), scale.len()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The representable range of a quantized integer type, as i32 words.
+fn range(to: DataType) -> KResult<(i32, i32)> {
+    Ok(match to {
+        DataType::I8 => (i8::MIN.into(), i8::MAX.into()),
+        DataType::U8 => (0, u8::MAX.into()),
+        DataType::I16 => (i16::MIN.into(), i16::MAX.into()),
+        DataType::U16 => (0, u16::MAX.into()),
+        DataType::I32 => (i32::MIN, i32::MAX),
+        other => return Err(format!("Quantize to {other} has no WGSL kernel (8/16-bit integers and i32 only)")),
+    })
+}
+
+/// `saturate(round_half_even(x / scale) + zero_point)` into the integer type `to`.
+pub fn quantize(
+    rec: &Recorder,
+    x: &DeviceTensor,
+    scale: &DeviceTensor,
+    zero_point: Option<&DeviceTensor>,
+    axis: Option<usize>,
+    to: DataType,
+) -> KResult<DeviceTensor> {
+    let (qmin, qmax) = range(to)?;
+    if !x.dtype.is_float() || !scale.dtype.is_float() {
+        return Err(format!("Quantize of {} by a {} scale: both must be floats", x.dtype, scale.dtype));
+    }
+    check_zero_point(scale, zero_point)?;
+    let (inner, len) = param_index(&x.shape, &scale.shape, axis)?;
+    let out = output(rec, to, &x.shape)?;
+    let params = [
+        count_word(out.len())?,
+        count_word(inner)?,
+        count_word(len)?,
+        qmin as u32,
+        qmax as u32,
+        u32::from(zero_point.is_some()),
+    ];
+    // Without a zero point the binding still needs a buffer: the scale stands in, unread.
+    let zp = zero_point.unwrap_or(scale);
+    rec.dispatch_1d(
+        &Instance::plain("quantize"),
+        &params,
+        &[&x.buffer, &scale.buffer, &zp.buffer, &out.buffer],
+        out.len(),
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(out)
+}
+
+/// `(x - zero_point) * scale` in the scale's float type.
+pub fn dequantize(
+    rec: &Recorder,
+    x: &DeviceTensor,
+    scale: &DeviceTensor,
+    zero_point: Option<&DeviceTensor>,
+    axis: Option<usize>,
+    out_dtype: DataType,
+) -> KResult<DeviceTensor> {
+    let unsigned = match x.dtype {
+        DataType::I8 | DataType::I16 | DataType::I32 => false,
+        DataType::U8 | DataType::U16 | DataType::U32 => true,
+        other => return Err(format!("Dequantize of {other} has no WGSL kernel (8/16/32-bit integers only)")),
+    };
+    if !scale.dtype.is_float() {
+        return Err(format!("Dequantize's scale must be a float, not {}", scale.dtype));
+    }
+    if let Some(z) = zero_point.filter(|z| z.dtype != x.dtype) {
+        return Err(format!("zero point must be {} like the input, not {}", x.dtype, z.dtype));
+    }
+    check_zero_point(scale, zero_point)?;
+    let (inner, len) = param_index(&x.shape, &scale.shape, axis)?;
+    let out = output(rec, out_dtype, &x.shape)?;
+    let params = [
+        count_word(out.len())?,
+        count_word(inner)?,
+        count_word(len)?,
+        u32::from(unsigned),
+        u32::from(zero_point.is_some()),
+    ];
+    let zp = zero_point.unwrap_or(scale);
+    rec.dispatch_1d(
+        &Instance::plain("dequantize"),
+        &params,
+        &[&x.buffer, &scale.buffer, &zp.buffer, &out.buffer],
+        out.len(),
+    )
+    .map_err(|e| e.to_string())?;
+    super::pointwise::narrow(rec, out)
+}
