@@ -160,6 +160,7 @@ impl Run<'_> {
     }
 
     fn device_layer(&self, kind: &LayerKind, inputs: &[Option<Value>]) -> Result<Vec<Value>, String> {
+        let inputs = &ops::shape_inputs_on_host(&self.cx, kind, inputs)?;
         let expected = ops::infer(kind, inputs)?;
         let outputs = ops::run(&self.cx, kind, inputs, &expected)?;
         if outputs.len() != expected.len() {

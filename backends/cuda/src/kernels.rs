@@ -13,10 +13,12 @@ pub enum Source {
     Copy,
     Reduce,
     Spatial,
+    /// Conversions between every kiln type, Quantize / Dequantize, and integer / f64 arithmetic.
+    Typed,
 }
 
 impl Source {
-    pub const ALL: [Source; 4] = [Source::Elementwise, Source::Copy, Source::Reduce, Source::Spatial];
+    pub const ALL: [Source; 5] = [Source::Elementwise, Source::Copy, Source::Reduce, Source::Spatial, Source::Typed];
 
     pub fn file_name(self) -> &'static str {
         match self {
@@ -24,6 +26,7 @@ impl Source {
             Source::Copy => "copy.cu",
             Source::Reduce => "reduce.cu",
             Source::Spatial => "spatial.cu",
+            Source::Typed => "typed.cu",
         }
     }
 
@@ -33,11 +36,15 @@ impl Source {
             Source::Copy => include_str!("../../../kernels/copy.cu"),
             Source::Reduce => include_str!("../../../kernels/reduce.cu"),
             Source::Spatial => include_str!("../../../kernels/spatial.cu"),
+            Source::Typed => include_str!("../../../kernels/typed.cu"),
         }
     }
 
     /// The source holding kernel `name` (by its `{op}_` prefix).
     pub fn of_kernel(name: &str) -> Option<Source> {
+        if name.starts_with("typed_") || name.starts_with("quant_") {
+            return Some(Source::Typed);
+        }
         let op = name.rsplit_once('_').map_or(name, |(op, _)| op);
         Some(match op {
             "binary" | "compare" | "logic" | "unary" => Source::Elementwise,
@@ -69,6 +76,7 @@ pub fn expected_kernels() -> Vec<String> {
         names.push(format!("compare_{t}"));
     }
     names.push("logic_bool".into());
+    names.extend(crate::ops::typed::kernel_names());
     for w in ["u8", "u16", "u32", "u64"] {
         for op in ["strided_copy", "gather", "resize_nearest"] {
             names.push(format!("{op}_{w}"));

@@ -5,5 +5,6 @@
 mod bench;
 mod common;
 mod device;
+mod dtypes;
 mod layers;
 mod models;
