@@ -313,6 +313,17 @@ pub fn storage_size(dtype: DataType) -> Result<usize, GpuError> {
         DataType::F16 | DataType::BF16 | DataType::I16 | DataType::U16 => 2,
         DataType::F64 | DataType::I64 | DataType::U64 => 8,
         DataType::I8 | DataType::U8 | DataType::Bool => 1,
+        // Storage-only types: one element per byte, as kiln's host tensors hold them.
+        DataType::F8E4M3FN
+        | DataType::F8E4M3FNUZ
+        | DataType::F8E5M2
+        | DataType::F8E5M2FNUZ
+        | DataType::F8E8M0
+        | DataType::F4E2M1
+        | DataType::I4
+        | DataType::U4
+        | DataType::I2
+        | DataType::U2 => 1,
         #[allow(unreachable_patterns)]
         other => return Err(GpuError::UnsupportedDtype(other)),
     })

@@ -21,10 +21,12 @@ pub enum Source {
     Lanes,
     /// Resize from host-planned taps: `resize.cu`.
     Resize,
+    /// Conversions between every kiln type, Quantize / Dequantize, and integer / f64 arithmetic.
+    Typed,
 }
 
 impl Source {
-    pub const ALL: [Source; 8] = [
+    pub const ALL: [Source; 9] = [
         Source::Elementwise,
         Source::Copy,
         Source::Reduce,
@@ -33,6 +35,7 @@ impl Source {
         Source::Indexing,
         Source::Lanes,
         Source::Resize,
+        Source::Typed,
     ];
 
     pub fn file_name(self) -> &'static str {
@@ -45,6 +48,7 @@ impl Source {
             Source::Indexing => "indexing.cu",
             Source::Lanes => "lanes.cu",
             Source::Resize => "resize.cu",
+            Source::Typed => "typed.cu",
         }
     }
 
@@ -58,11 +62,15 @@ impl Source {
             Source::Indexing => include_str!("../../../kernels/indexing.cu"),
             Source::Lanes => include_str!("../../../kernels/lanes.cu"),
             Source::Resize => include_str!("../../../kernels/resize.cu"),
+            Source::Typed => include_str!("../../../kernels/typed.cu"),
         }
     }
 
     /// The source holding kernel `name` (by its `{op}_` prefix).
     pub fn of_kernel(name: &str) -> Option<Source> {
+        if name.starts_with("typed_") || name.starts_with("quant_") {
+            return Some(Source::Typed);
+        }
         let op = name.rsplit_once('_').map_or(name, |(op, _)| op);
         Some(match op {
             "binary" | "compare" | "logic" | "unary" => Source::Elementwise,
@@ -98,6 +106,7 @@ pub fn expected_kernels() -> Vec<String> {
         names.push(format!("compare_{t}"));
     }
     names.push("logic_bool".into());
+    names.extend(crate::ops::typed::kernel_names());
     for w in ["u8", "u16", "u32", "u64"] {
         for op in ["strided_copy", "gather", "resize_nearest"] {
             names.push(format!("{op}_{w}"));

@@ -241,7 +241,8 @@ fn reduce_code(op: ReduceOp) -> i32 {
 }
 
 pub fn reduce(cx: &Ctx, op: ReduceOp, x: &DeviceTensor, axes: &[usize], out_shape: &[usize]) -> Result<DeviceTensor, String> {
-    let suffix = float_suffix(x.dtype).map_err(|e| e.to_string())?;
+    let typed = super::typed::reduce_supported(x.dtype);
+    let suffix = if typed { "" } else { float_suffix(x.dtype).map_err(|e| e.to_string())? };
     let r = x.shape.len();
     let mut axes: Vec<usize> = axes.to_vec();
     axes.sort_unstable();
@@ -262,6 +263,9 @@ pub fn reduce(cx: &Ctx, op: ReduceOp, x: &DeviceTensor, axes: &[usize], out_shap
     let outer: usize = src.shape[..lo].iter().product();
     let len: usize = src.shape[lo..hi].iter().product();
     let inner: usize = src.shape[hi..].iter().product();
+    if typed {
+        return super::typed::reduce_rows(cx, reduce_code(op), op, &src, (outer, len, inner), out_shape);
+    }
     let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
     let args = [Arg::I32(reduce_code(op)), Arg::I64(outer as i64), Arg::I64(len as i64), Arg::I64(inner as i64), cx.arg(&src), cx.arg(&out)];
     launch_rows(cx, &format!("reduce_{suffix}"), outer * inner, &args)?;

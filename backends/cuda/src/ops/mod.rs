@@ -7,6 +7,7 @@ pub mod lanes;
 pub mod movement;
 pub mod pointwise;
 pub mod resize;
+pub mod typed;
 
 use crate::device::{Arg, DeviceTensor, Gpu, Layout};
 use kiln::ir::infer::OutFact;
@@ -174,13 +175,18 @@ pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_ty
         K::Constant { .. } | K::Identity | K::Shape | K::Shuffle(_) | K::Concatenation { .. } | K::Slice | K::Expand => {
             t0.and_then(|t| crate::device::storage_size(t).err()).map(|e| e.to_string())
         }
-        K::Cast { to } => t0.and_then(|t| pointwise::cast_kernel(t, *to).is_none().then(|| format!("no CUDA cast from {t} to {to}"))),
-        K::Elementwise { op } => t0.and_then(|t| pointwise::binary_kernel(*op, t).err()),
+        K::Cast { to } => t0.and_then(|t| (!typed::stores(t) || !typed::stores(*to)).then(|| format!("no CUDA cast from {t} to {to}"))),
+        K::CastNarrow { to, .. } => t0.and_then(|t| (!typed::stores(t) || !to.is_narrow_float()).then(|| format!("no CUDA CastNarrow from {t} to {to}"))),
+        K::BitCast { to } => t0.and_then(|t| (!typed::stores(t) || !typed::stores(*to)).then(|| format!("no CUDA BitCast from {t} to {to}"))),
+        K::Quantize { .. } | K::Dequantize { .. } => t0.and_then(|t| (!typed::stores(t)).then(|| format!("{} on {t} has no CUDA kernel", kind.type_name()))),
+        K::Elementwise { op } => t0.and_then(|t| if typed::binary_supported(*op, t) { None } else { pointwise::binary_kernel(*op, t).err() }),
         K::Activation { .. } => need_float("Activation"),
+        K::Unary { op } if t0.is_some_and(|t| typed::unary_supported(*op, t)) => None,
         K::Unary { op } => pointwise::unary_code(*op).is_none().then(|| format!("Unary {op:?} has no CUDA kernel")).or_else(|| need_float("Unary")),
         K::MatrixMultiply { .. } | K::SoftMax { .. } | K::Normalization { .. } | K::RmsNormalization { .. } | K::Attention(_) => {
             need_float(kind.type_name())
         }
+        K::Reduce { .. } if t0.is_some_and(typed::reduce_supported) => None,
         K::Reduce { .. } => need_float("Reduce"),
         K::Convolution(p) if p.strides.len() <= 2 => need_float("Convolution"),
         K::Pooling(p) if p.window.len() <= 2 => need_float("Pooling"),
@@ -243,9 +249,20 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
     match kind {
         K::Identity => one(dev(0)?),
         K::Cast { to } => one(pointwise::cast(cx, &dev(0)?, *to)?),
+        K::CastNarrow { to, saturate, e8m0_rounding } => one(typed::cast(cx, &dev(0)?, *to, *saturate, *e8m0_rounding)?),
+        K::BitCast { to } => one(typed::bit_cast(cx, &dev(0)?, *to)?),
+        K::Quantize { axis, to } => one(typed::quantize(cx, &dev(0)?, &dev(1)?, opt_dev(2)?.as_ref(), *axis, *to)?),
+        K::Dequantize { axis } => one(typed::dequantize(cx, &dev(0)?, &dev(1)?, opt_dev(2)?.as_ref(), *axis)?),
         K::Elementwise { op } => one(pointwise::binary(cx, *op, &dev(0)?, &dev(1)?, out_dtype(0), &out_shape(0)?)?),
         K::Activation { kind } => one(pointwise::unary(cx, pointwise::activation_code(*kind), &dev(0)?, None)?),
-        K::Unary { op } => one(pointwise::unary(cx, pointwise::unary_code(*op).ok_or("no kernel")?, &dev(0)?, None)?),
+        K::Unary { op } => {
+            let x = dev(0)?;
+            if typed::unary_supported(*op, x.dtype) {
+                one(typed::unary(cx, *op, &x)?)
+            } else {
+                one(pointwise::unary(cx, pointwise::unary_code(*op).ok_or("no kernel")?, &x, None)?)
+            }
+        }
         K::Shuffle(p) => one(movement::shuffle(cx, p, &dev(0)?, &out_shape(0)?)?),
         K::Slice => {
             let b = [host(1)?, host(2)?, host(3)?, host(4)?];

@@ -52,6 +52,9 @@ pub fn binary_kernel(op: ElementwiseOp, dtype: DataType) -> Result<(String, i32)
 
 /// `out = a op b`, broadcasting both onto `out_shape`; `out_dtype` is bool for comparisons.
 pub fn binary(cx: &Ctx, op: ElementwiseOp, a: &DeviceTensor, b: &DeviceTensor, out_dtype: DataType, out_shape: &[usize]) -> Result<DeviceTensor, String> {
+    if super::typed::binary_supported(op, a.dtype) {
+        return super::typed::binary(cx, op, a, b, out_dtype, out_shape);
+    }
     let (name, code) = binary_kernel(op, a.dtype)?;
     let out = cx.gpu.empty(out_dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
     let layout = broadcast_layout(out_shape, &[&a.shape, &b.shape])?;
@@ -147,7 +150,14 @@ pub fn cast(cx: &Ctx, x: &DeviceTensor, to: DataType) -> Result<DeviceTensor, St
     if x.dtype == to {
         return Ok(x.clone());
     }
-    let name = cast_kernel(x.dtype, to).ok_or_else(|| format!("no CUDA cast from {} to {to}", x.dtype))?;
+    // The dedicated kernels round once only between f32, f16 and bf16 (and i32 <-> i64); every
+    // other pair goes through the exact pivot of `typed_cast_any`, bit-exact with kiln-cpu.
+    let floats = [DataType::F32, DataType::F16, DataType::BF16];
+    let exact = (floats.contains(&x.dtype) && (floats.contains(&to) || to == DataType::Bool)) || matches!((x.dtype, to), (DataType::I32, DataType::I64) | (DataType::I64, DataType::I32));
+    let name = match cast_kernel(x.dtype, to) {
+        Some(name) if exact => name,
+        _ => return super::typed::cast(cx, x, to, true, kiln::E8M0Rounding::Up),
+    };
     let out = cx.gpu.empty(to, x.shape.clone()).map_err(|e| e.to_string())?;
     let n = x.len();
     cx.launch_elements(&name, n, &[Arg::I64(n as i64), cx.arg(x), cx.arg(&out)])?;

@@ -5,6 +5,7 @@
 mod bench;
 mod common;
 mod device;
+mod dtypes;
 mod layers;
 mod layers_a;
 mod models;

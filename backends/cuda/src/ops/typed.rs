@@ -1,0 +1,325 @@
+//! Every kiln element type on the device (`kernels/typed.cu`): Cast / CastNarrow between any two
+//! types, Quantize, Dequantize, BitCast, and Elementwise / Unary / Reduce on the integer types
+//! and f64. Storage-only types (float8, e8m0, float4, 4- and 2-bit integers) live one element
+//! per byte, as kiln's host tensors hold them, so uploads and downloads convert nothing.
+
+use super::{broadcast_layout, Ctx};
+use crate::device::{Arg, DeviceTensor};
+use kiln::{DataType, E8M0Rounding, ElementwiseOp, ReduceOp, UnaryOp};
+use std::sync::Arc;
+
+/// The integer types and f64: the types the `typed_binary_*` family computes on.
+const COMPUTE_TYPES: [DataType; 9] = [
+    DataType::I8,
+    DataType::I16,
+    DataType::I32,
+    DataType::I64,
+    DataType::U8,
+    DataType::U16,
+    DataType::U32,
+    DataType::U64,
+    DataType::F64,
+];
+
+/// The run-time type code of `typed.cu` (`T_*`): the position in [`DataType::ALL`].
+pub fn type_code(dtype: DataType) -> i32 {
+    DataType::ALL.iter().position(|&t| t == dtype).map_or(-1, |p| p as i32)
+}
+
+/// Every kernel of `typed.cu`, for the NVRTC test.
+pub fn kernel_names() -> Vec<String> {
+    let mut names: Vec<String> = ["typed_cast_any", "quant_quantize_any", "quant_dequantize_any", "typed_classify_any", "typed_not_bool"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for t in COMPUTE_TYPES {
+        for op in ["typed_binary", "typed_compare", "typed_unary", "typed_reduce"] {
+            names.push(format!("{op}_{}", t.name()));
+        }
+    }
+    names
+}
+
+fn computes(dtype: DataType) -> bool {
+    COMPUTE_TYPES.contains(&dtype)
+}
+
+/// Whether the device stores `dtype` (every kiln type: the narrow ones one per byte).
+pub fn stores(dtype: DataType) -> bool {
+    type_code(dtype) >= 0 && crate::device::storage_size(dtype).is_ok()
+}
+
+/// Converts with Cast semantics (`saturate` / `rounding` apply to narrow float targets).
+pub fn cast(cx: &Ctx, x: &DeviceTensor, to: DataType, saturate: bool, rounding: E8M0Rounding) -> Result<DeviceTensor, String> {
+    if !stores(x.dtype) || !stores(to) {
+        return Err(format!("no CUDA cast from {} to {to}", x.dtype));
+    }
+    let out = cx.gpu.empty(to, x.shape.clone()).map_err(|e| e.to_string())?;
+    let rounding = match rounding {
+        E8M0Rounding::Up => 0,
+        E8M0Rounding::Down => 1,
+        E8M0Rounding::Nearest => 2,
+    };
+    let n = x.len();
+    let args = [
+        Arg::I32(type_code(x.dtype)),
+        Arg::I32(type_code(to)),
+        Arg::I32(saturate as i32),
+        Arg::I32(rounding),
+        Arg::I64(n as i64),
+        cx.arg(x),
+        cx.arg(&out),
+    ];
+    cx.launch_elements("typed_cast_any", n, &args)?;
+    Ok(out)
+}
+
+/// The same bytes seen as another type of the same width (ONNX BitCast); bool targets are
+/// checked to hold only 0 and 1 by a cast round trip.
+pub fn bit_cast(cx: &Ctx, x: &DeviceTensor, to: DataType) -> Result<DeviceTensor, String> {
+    if x.dtype.size_bytes() != to.size_bytes() || !stores(x.dtype) || !stores(to) {
+        return Err(format!("BitCast from {} to {to} changes the element width", x.dtype));
+    }
+    if to == DataType::Bool && x.dtype != DataType::Bool {
+        // Any byte other than 0/1 is an error on the cpu; re-check on the host (rare path).
+        let host = cx.gpu.download(x).map_err(|e| e.to_string())?;
+        if host.data().to_le_bytes().iter().any(|&b| b > 1) {
+            return Err(format!("BitCast to {to}: a byte is neither 0 nor 1"));
+        }
+    }
+    Ok(DeviceTensor { buf: Arc::clone(&x.buf), dtype: to, shape: x.shape.clone() })
+}
+
+/// `(inner, len)` of the parameter index `(i / inner) % len` (kiln-cpu's ParamIndex): one
+/// parameter, one per index along `axis`, or one per element.
+fn param_index(x_shape: &[usize], scale_shape: &[usize], axis: Option<usize>) -> Result<(usize, usize), String> {
+    let params: usize = scale_shape.iter().product();
+    let n: usize = x_shape.iter().product();
+    if params == 1 {
+        return Ok((1, 1));
+    }
+    if scale_shape.len() > 1 || (axis.is_none() && scale_shape == x_shape) {
+        return if scale_shape == x_shape {
+            Ok((1, n.max(1)))
+        } else {
+            Err(format!("scale must be 0-D, 1-D or of x's shape {x_shape:?}, got shape {scale_shape:?}"))
+        };
+    }
+    match axis {
+        Some(a) if a < x_shape.len() && x_shape[a] == params => Ok((x_shape[a + 1..].iter().product::<usize>().max(1), params)),
+        _ => Err(format!("{params} scales need an axis of that length (axis {axis:?} of shape {x_shape:?})")),
+    }
+}
+
+/// `saturate(round_half_even(x / scale) + zero_point)` into `to`.
+pub fn quantize(
+    cx: &Ctx,
+    x: &DeviceTensor,
+    scale: &DeviceTensor,
+    zero_point: Option<&DeviceTensor>,
+    axis: Option<usize>,
+    to: DataType,
+) -> Result<DeviceTensor, String> {
+    if !matches!(x.dtype, DataType::F32 | DataType::F16 | DataType::BF16 | DataType::F64) {
+        return Err(format!("Quantize takes a float input, not {}", x.dtype));
+    }
+    if !(to.is_narrow() || (to.is_integer() && stores(to))) {
+        return Err(format!("Quantize cannot produce {to}"));
+    }
+    let (inner, len) = param_index(&x.shape, &scale.shape, axis)?;
+    if let Some(z) = zero_point {
+        if z.len() != scale.len() {
+            return Err(format!("zero point has {} elements but scale has {}", z.len(), scale.len()));
+        }
+    }
+    let out = cx.gpu.empty(to, x.shape.clone()).map_err(|e| e.to_string())?;
+    let n = x.len();
+    let args = [
+        Arg::I32(type_code(x.dtype)),
+        Arg::I32(type_code(scale.dtype)),
+        Arg::I32(zero_point.map_or(-1, |z| type_code(z.dtype))),
+        Arg::I32(type_code(to)),
+        Arg::I64(inner as i64),
+        Arg::I64(len as i64),
+        Arg::I64(n as i64),
+        cx.arg(x),
+        cx.arg(scale),
+        zero_point.map_or(Arg::Ptr(0), |z| cx.arg(z)),
+        cx.arg(&out),
+    ];
+    cx.launch_elements("quant_quantize_any", n, &args)?;
+    Ok(out)
+}
+
+/// `(x - zero_point) * scale` in the scale's type.
+pub fn dequantize(
+    cx: &Ctx,
+    x: &DeviceTensor,
+    scale: &DeviceTensor,
+    zero_point: Option<&DeviceTensor>,
+    axis: Option<usize>,
+) -> Result<DeviceTensor, String> {
+    if !stores(x.dtype) || x.dtype.is_float() || x.dtype == DataType::Bool {
+        return Err(format!("Dequantize takes an integer or narrow float input, not {}", x.dtype));
+    }
+    if !matches!(scale.dtype, DataType::F32 | DataType::F16 | DataType::BF16 | DataType::F64) {
+        return Err(format!("Dequantize's scale must be a float type, not {}", scale.dtype));
+    }
+    let (inner, len) = param_index(&x.shape, &scale.shape, axis)?;
+    if let Some(z) = zero_point {
+        if z.len() != scale.len() {
+            return Err(format!("zero point has {} elements but scale has {}", z.len(), scale.len()));
+        }
+        if z.dtype != x.dtype {
+            return Err(format!("zero point must be {} like the input, not {}", x.dtype, z.dtype));
+        }
+    }
+    let out = cx.gpu.empty(scale.dtype, x.shape.clone()).map_err(|e| e.to_string())?;
+    let n = x.len();
+    let args = [
+        Arg::I32(type_code(x.dtype)),
+        Arg::I32(type_code(scale.dtype)),
+        Arg::I32(type_code(scale.dtype)),
+        Arg::I64(inner as i64),
+        Arg::I64(len as i64),
+        Arg::I64(n as i64),
+        cx.arg(x),
+        cx.arg(scale),
+        zero_point.map_or(Arg::Ptr(0), |z| cx.arg(z)),
+        cx.arg(&out),
+    ];
+    cx.launch_elements("quant_dequantize_any", n, &args)?;
+    Ok(out)
+}
+
+/// The `typed.cu` op code of an elementwise op (its `OP_*` defines).
+fn binary_code(op: ElementwiseOp) -> i32 {
+    use ElementwiseOp as E;
+    match op {
+        E::Sum => 0,
+        E::Sub => 1,
+        E::Prod => 2,
+        E::Div => 3,
+        E::Pow => 4,
+        E::Max => 5,
+        E::Min => 6,
+        E::Equal => 7,
+        E::Greater => 8,
+        E::Less => 9,
+        E::GreaterOrEqual => 10,
+        E::LessOrEqual => 11,
+        E::FloorDiv => 15,
+        E::Mod => 16,
+        E::Fmod => 17,
+        E::BitAnd => 18,
+        E::BitOr => 19,
+        E::BitXor => 20,
+        E::ShiftLeft => 21,
+        E::ShiftRight => 22,
+        E::And | E::Or | E::Xor => -1,
+    }
+}
+
+/// Whether `op` on `dtype` runs here (integers: every arithmetic, bitwise and comparison op;
+/// f64: arithmetic and comparisons).
+pub fn binary_supported(op: ElementwiseOp, dtype: DataType) -> bool {
+    if !computes(dtype) || op.is_logical() {
+        return false;
+    }
+    !(dtype == DataType::F64 && op.is_bitwise())
+}
+
+/// `out = a op b` on integers or f64, broadcasting; integer division by zero is an error
+/// (read back at the end of the run, as the cpu backend reports it).
+pub fn binary(cx: &Ctx, op: ElementwiseOp, a: &DeviceTensor, b: &DeviceTensor, out_dtype: DataType, out_shape: &[usize]) -> Result<DeviceTensor, String> {
+    if !binary_supported(op, a.dtype) {
+        return Err(format!("{op:?} on {} has no CUDA kernel", a.dtype));
+    }
+    let out = cx.gpu.empty(out_dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    let layout = broadcast_layout(out_shape, &[&a.shape, &b.shape])?;
+    let n = out.len();
+    let suffix = a.dtype.name();
+    let code = binary_code(op);
+    if op.is_comparison() {
+        let args = [Arg::I32(code), Arg::I64(n as i64), Arg::Layout(layout), cx.arg(a), cx.arg(b), cx.arg(&out)];
+        cx.launch_elements(&format!("typed_compare_{suffix}"), n, &args)?;
+        return Ok(out);
+    }
+    let divides = matches!(op, ElementwiseOp::Div | ElementwiseOp::FloorDiv | ElementwiseOp::Mod | ElementwiseOp::Fmod | ElementwiseOp::Pow);
+    let flag = if divides && a.dtype != DataType::F64 { Some(super::zeros(cx, cx.gpu.empty(DataType::I32, vec![1]).map_err(|e| e.to_string())?)?) } else { None };
+    let args = [
+        Arg::I32(code),
+        Arg::I64(n as i64),
+        Arg::Layout(layout),
+        cx.arg(a),
+        cx.arg(b),
+        cx.arg(&out),
+        flag.as_ref().map_or(Arg::Ptr(0), |f| cx.arg(f)),
+    ];
+    cx.launch_elements(&format!("typed_binary_{suffix}"), n, &args)?;
+    if let Some(flag) = flag {
+        cx.defer_check(flag, "integer division by zero".into());
+    }
+    Ok(out)
+}
+
+/// Whether Unary `op` on `dtype` runs here.
+pub fn unary_supported(op: UnaryOp, dtype: DataType) -> bool {
+    match op {
+        UnaryOp::Not => dtype == DataType::Bool || (dtype.is_integer() && computes(dtype)),
+        UnaryOp::IsNan | UnaryOp::IsInf { .. } => matches!(dtype, DataType::F32 | DataType::F16 | DataType::BF16 | DataType::F64),
+        UnaryOp::Abs | UnaryOp::Neg | UnaryOp::Sign => computes(dtype),
+        _ => dtype == DataType::F64 && super::pointwise::unary_code(op).is_some(),
+    }
+}
+
+/// Unary `op` on integers, f64 or bool (Not), and IsNaN / IsInf on every float type.
+pub fn unary(cx: &Ctx, op: UnaryOp, x: &DeviceTensor) -> Result<DeviceTensor, String> {
+    if !unary_supported(op, x.dtype) {
+        return Err(format!("Unary {op:?} on {} has no CUDA kernel", x.dtype));
+    }
+    let n = x.len();
+    let classify = match op {
+        UnaryOp::IsNan => Some(0),
+        UnaryOp::IsInf { detect_positive: true, detect_negative: true } => Some(1),
+        UnaryOp::IsInf { detect_positive: true, detect_negative: false } => Some(2),
+        UnaryOp::IsInf { detect_positive: false, detect_negative: true } => Some(3),
+        UnaryOp::IsInf { .. } => Some(4),
+        _ => None,
+    };
+    if let Some(code) = classify {
+        let out = cx.gpu.empty(DataType::Bool, x.shape.clone()).map_err(|e| e.to_string())?;
+        let args = [Arg::I32(type_code(x.dtype)), Arg::I32(code), Arg::I64(n as i64), cx.arg(x), cx.arg(&out)];
+        cx.launch_elements("typed_classify_any", n, &args)?;
+        return Ok(out);
+    }
+    let out = cx.gpu.empty(x.dtype, x.shape.clone()).map_err(|e| e.to_string())?;
+    if x.dtype == DataType::Bool {
+        cx.launch_elements("typed_not_bool", n, &[Arg::I64(n as i64), cx.arg(x), cx.arg(&out)])?;
+        return Ok(out);
+    }
+    let code = if op == UnaryOp::Not { 60 } else { super::pointwise::unary_code(op).map_or(-1, |c| c.0) };
+    let args = [Arg::I32(code), Arg::F32(0.0), Arg::F32(0.0), Arg::I64(n as i64), cx.arg(x), cx.arg(&out)];
+    cx.launch_elements(&format!("typed_unary_{}", x.dtype.name()), n, &args)?;
+    Ok(out)
+}
+
+/// Whether Reduce on `dtype` runs here (every op on the integer types and f64).
+pub fn reduce_supported(dtype: DataType) -> bool {
+    computes(dtype)
+}
+
+/// Reduce over the contiguous run `[outer, len, inner]` (the caller moves the axes there).
+pub fn reduce_rows(cx: &Ctx, code: i32, op: ReduceOp, src: &DeviceTensor, (outer, len, inner): (usize, usize, usize), out_shape: &[usize]) -> Result<DeviceTensor, String> {
+    if !reduce_supported(src.dtype) {
+        return Err(format!("Reduce on {} has no CUDA kernel", src.dtype));
+    }
+    if op == ReduceOp::Mean && len == 0 && src.dtype.is_integer() {
+        return Err("integer mean over zero elements divides by zero".into());
+    }
+    let out = cx.gpu.empty(src.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    let rows = outer * inner;
+    let args = [Arg::I32(code), Arg::I64(outer as i64), Arg::I64(len as i64), Arg::I64(inner as i64), cx.arg(src), cx.arg(&out)];
+    cx.launch_elements(&format!("typed_reduce_{}", src.dtype.name()), rows, &args)?;
+    Ok(out)
+}

@@ -1,0 +1,645 @@
+// Every kiln element type on the device: conversions between any two types (Cast, CastNarrow,
+// Quantize, Dequantize) through a run-time type code, and elementwise / unary / reduce kernels
+// on the integer types and f64. Semantics follow kiln-cpu (backends/cpu/src/element*.rs) bit for
+// bit: the pivot of a conversion is an exact f64 or a 64-bit integer, never a rounded value.
+//
+// Storage: one byte per element for the 8-bit floats and the 4-/2-bit types (the low bits of
+// the byte, as kiln's host tensors hold them), so no packing happens on the device.
+#include "common.cuh"
+
+// Type codes: DataType::ALL's order in kiln (kiln-cuda's ops::typed::type_code).
+#define T_F32 0
+#define T_F16 1
+#define T_BF16 2
+#define T_F64 3
+#define T_I8 4
+#define T_I16 5
+#define T_I32 6
+#define T_I64 7
+#define T_U8 8
+#define T_U16 9
+#define T_U32 10
+#define T_U64 11
+#define T_BOOL 12
+#define T_E4M3FN 13
+#define T_E4M3FNUZ 14
+#define T_E5M2 15
+#define T_E5M2FNUZ 16
+#define T_E8M0 17
+#define T_E2M1 18
+#define T_I4 19
+#define T_U4 20
+#define T_I2 21
+#define T_U2 22
+
+typedef unsigned int u32;
+typedef unsigned char u8;
+
+// A widened element: an exact double for float types, the integer's 64-bit two's complement
+// bits (with its signedness) for integer types.
+struct Scalar {
+    bool is_float;
+    bool is_unsigned;
+    double f;
+    u64 bits;
+};
+
+__device__ __forceinline__ Scalar float_scalar(double f) { Scalar s; s.is_float = true; s.is_unsigned = false; s.f = f; s.bits = 0; return s; }
+__device__ __forceinline__ Scalar int_scalar(i64 v) { Scalar s; s.is_float = false; s.is_unsigned = false; s.f = 0.0; s.bits = (u64)v; return s; }
+__device__ __forceinline__ Scalar uint_scalar(u64 v) { Scalar s; s.is_float = false; s.is_unsigned = true; s.f = 0.0; s.bits = v; return s; }
+
+__device__ __forceinline__ double pow2d(int e) { return __longlong_as_double((i64)(e + 1023) << 52); }
+
+// ---- small float formats (engine/kiln/src/ir/narrow.rs) ----
+#define SP_IEEE 0
+#define SP_FINITE 1
+#define SP_FNUZ 2
+#define SP_NONE 3
+
+struct Format { int exp_bits, man_bits, bias, specials, max_code; };
+
+__device__ __forceinline__ Format format_of(int code) {
+    switch (code) {
+    case T_E4M3FN: return Format{4, 3, 7, SP_FINITE, 0x7E};
+    case T_E4M3FNUZ: return Format{4, 3, 8, SP_FNUZ, 0x7F};
+    case T_E5M2: return Format{5, 2, 15, SP_IEEE, 0x7B};
+    case T_E5M2FNUZ: return Format{5, 2, 16, SP_FNUZ, 0x7F};
+    default: return Format{2, 1, 1, SP_NONE, 0x7};  // e2m1
+    }
+}
+
+__device__ u32 fmt_nan(Format f, bool negative) {
+    u32 sign_bit = 1u << (f.exp_bits + f.man_bits);
+    u32 mask = sign_bit - 1;
+    u32 sign = negative ? sign_bit : 0;
+    switch (f.specials) {
+    case SP_IEEE: return sign | (mask - 1);
+    case SP_FINITE: return sign | mask;
+    case SP_FNUZ: return 0x80;
+    default: return negative ? 0 : sign_bit;  // ml_dtypes: NaN becomes the opposite-sign zero
+    }
+}
+
+__device__ float fmt_decode(Format f, u32 bits) {
+    u32 sign_bit = 1u << (f.exp_bits + f.man_bits);
+    bool negative = (bits & sign_bit) != 0;
+    u32 magnitude = bits & (sign_bit - 1);
+    u32 exp_max = (1u << f.exp_bits) - 1;
+    u32 exponent = magnitude >> f.man_bits;
+    u32 mantissa = magnitude & ((1u << f.man_bits) - 1);
+    const float nan = __int_as_float(0x7fc00000);
+    if (f.specials == SP_FNUZ && bits == 0x80) return nan;
+    if (f.specials == SP_FINITE && magnitude == sign_bit - 1) return nan;
+    if (f.specials == SP_IEEE && exponent == exp_max) return mantissa != 0 ? nan : negative ? -INFINITY : INFINITY;
+    double value = exponent == 0 ? (double)mantissa * pow2d(1 - f.bias - f.man_bits)
+                                 : ((double)mantissa / (double)(1u << f.man_bits) + 1.0) * pow2d((int)exponent - f.bias);
+    float v = (float)value;
+    return negative ? -v : v;
+}
+
+__device__ u32 fmt_encode(Format f, double x, bool saturate) {
+    u32 sign_bit = 1u << (f.exp_bits + f.man_bits);
+    bool negative = signbit(x) != 0;
+    u32 sign = negative ? sign_bit : 0;
+    u32 overflow;
+    if (saturate || f.specials == SP_NONE) overflow = sign | (u32)f.max_code;
+    else if (f.specials == SP_IEEE) overflow = sign | (((1u << f.exp_bits) - 1) << f.man_bits);
+    else overflow = fmt_nan(f, negative);
+    if (isnan(x)) return fmt_nan(f, negative);
+    if (isinf(x)) return overflow;
+    u32 zero = f.specials == SP_FNUZ ? 0 : sign;
+    double a = fabs(x);
+    int min_exp = 1 - f.bias;
+    if (a <= pow2d(min_exp - f.man_bits - 1)) return zero;
+    int biased = (int)((__double_as_longlong(a) >> 52) & 0x7FF);
+    int exp = biased == 0 ? -1074 : biased - 1023;
+    if (exp < min_exp) exp = min_exp;
+    double quantum = pow2d(exp - f.man_bits);
+    u32 steps = (u32)rint(a / quantum);  // a / quantum is exact (a power-of-two divisor)
+    u32 implicit = 1u << f.man_bits;
+    if (steps == 2 * implicit) { steps = implicit; exp += 1; }
+    u32 code = steps >= implicit ? ((u32)(exp + f.bias) << f.man_bits) | (steps - implicit) : steps;
+    if (code > (u32)f.max_code) return overflow;
+    if (code == 0) return zero;
+    return sign | code;
+}
+
+// e8m0 from f32, as onnx.numpy_helper.to_float8e8m0 (rounding: 0 up, 1 down, 2 nearest).
+__device__ u32 e8m0_from_f32(float x, bool saturate, int rounding) {
+    u32 bits = __float_as_uint(x);
+    u32 exponent = (bits >> 23) & 0xFF;
+    if (exponent == 0xFF) return 0xFF;
+    bool up;
+    if (rounding == 1) up = false;
+    else if (rounding == 0) up = (bits & 0x7FFFFF) != 0;
+    else up = (bits & 0x400000) != 0 && ((bits & 0x3FFFFF) != 0 || exponent > 0);
+    up = up && !(saturate && exponent == 0xFE);
+    return exponent + (up ? 1 : 0);
+}
+
+// ---- rounding helpers of kiln-cpu's element.rs ----
+// The f32 nearest `v` in round-to-odd, so that rounding once more to f16/bf16 is correct.
+__device__ float f32_round_to_odd(double v) {
+    if (isnan(v) || isinf(v)) return (float)v;
+    float r = __double2float_rz(v);
+    if ((double)r == v) return r;
+    u32 b = __float_as_uint(r);
+    return (b & 1) ? r : __uint_as_float(b + 1);  // one step away from zero, toward v
+}
+
+// Same for an integer of magnitude `m` (sign `neg`): truncate to 24 bits, set the sticky bit.
+__device__ float f32_round_to_odd_int(u64 m, bool neg) {
+    float r;
+    if (m < (1ull << 24)) {
+        r = (float)m;
+    } else {
+        int shift = 64 - __clzll((i64)m) - 24;
+        u64 t = m >> shift;
+        if ((m & ((1ull << shift) - 1)) != 0) t |= 1;
+        r = ldexpf((float)t, shift);
+    }
+    return neg ? -r : r;
+}
+
+__device__ __forceinline__ double scalar_f64(Scalar s) {
+    if (s.is_float) return s.f;
+    return s.is_unsigned ? __ull2double_rn(s.bits) : __ll2double_rn((i64)s.bits);
+}
+
+// Float to integer: truncate toward zero, saturate, NaN gives 0 (Rust's `as`).
+__device__ __forceinline__ i64 sat_signed(double v, double lo, double hi_excl, i64 lo_i, i64 hi_i) {
+    if (v != v) return 0;
+    if (v >= hi_excl) return hi_i;
+    if (v <= lo) return lo_i;
+    return (i64)trunc(v);
+}
+__device__ __forceinline__ u64 sat_unsigned(double v, double hi_excl, u64 hi_i) {
+    if (v != v || v <= 0.0) return 0;
+    if (v >= hi_excl) return hi_i;
+    return (u64)trunc(v);
+}
+
+// The low bits of an integer-valued float (kiln's 4/2-bit `wrapping(trunc as i128)`).
+__device__ __forceinline__ u64 float_low_bits(double v) {
+    if (!isfinite(v)) return 0;
+    double t = trunc(v);
+    if (fabs(t) < 9.2233720368547758e18) return (u64)(i64)t;
+    if (t >= 1.7014118346046923e38) return ~0ull;  // saturates at i128::MAX: all ones
+    return 0;  // a multiple of 2^11 or more (or i128::MIN): low bits are zero
+}
+
+// ---- load / store of any type ----
+__device__ Scalar load_any(int code, const void* p, i64 i) {
+    switch (code) {
+    case T_F32: return float_scalar(((const float*)p)[i]);
+    case T_F16: return float_scalar(__half2float(((const __half*)p)[i]));
+    case T_BF16: return float_scalar(__bfloat162float(((const __nv_bfloat16*)p)[i]));
+    case T_F64: return float_scalar(((const double*)p)[i]);
+    case T_I8: return int_scalar(((const signed char*)p)[i]);
+    case T_I16: return int_scalar(((const short*)p)[i]);
+    case T_I32: return int_scalar(((const int*)p)[i]);
+    case T_I64: return int_scalar(((const i64*)p)[i]);
+    case T_U8: return uint_scalar(((const u8*)p)[i]);
+    case T_U16: return uint_scalar(((const unsigned short*)p)[i]);
+    case T_U32: return uint_scalar(((const u32*)p)[i]);
+    case T_U64: return uint_scalar(((const u64*)p)[i]);
+    case T_BOOL: return uint_scalar(((const u8*)p)[i] != 0);
+    case T_E8M0: { u32 b = ((const u8*)p)[i]; return float_scalar(b == 0xFF ? (double)__int_as_float(0x7fc00000) : (double)(float)pow2d((int)b - 127)); }
+    case T_E4M3FN: case T_E4M3FNUZ: case T_E5M2: case T_E5M2FNUZ: case T_E2M1:
+        return float_scalar(fmt_decode(format_of(code), ((const u8*)p)[i]));
+    case T_I4: { int b = ((const u8*)p)[i] & 0xF; return int_scalar(b >= 8 ? b - 16 : b); }
+    case T_U4: return uint_scalar(((const u8*)p)[i] & 0xF);
+    case T_I2: { int b = ((const u8*)p)[i] & 0x3; return int_scalar(b >= 2 ? b - 4 : b); }
+    case T_U2: return uint_scalar(((const u8*)p)[i] & 0x3);
+    default: return int_scalar(0);
+    }
+}
+
+// Cast semantics of kiln-cpu's `Elem::from_scalar`; `saturate` and `rounding` matter for the
+// narrow float targets only (plain Cast: saturate, e8m0 rounds up).
+__device__ void store_any(int code, void* p, i64 i, Scalar s, bool saturate, int rounding) {
+    const bool neg = !s.is_float && !s.is_unsigned && (i64)s.bits < 0;
+    switch (code) {
+    case T_F32: ((float*)p)[i] = s.is_float ? __double2float_rn(s.f) : s.is_unsigned ? __ull2float_rn(s.bits) : __ll2float_rn((i64)s.bits); return;
+    case T_F64: ((double*)p)[i] = scalar_f64(s); return;
+    case T_F16: case T_BF16: {
+        float r = s.is_float ? f32_round_to_odd(s.f) : f32_round_to_odd_int(neg ? (u64)0 - s.bits : s.bits, neg);
+        if (code == T_F16) ((__half*)p)[i] = __float2half_rn(r); else ((__nv_bfloat16*)p)[i] = __float2bfloat16_rn(r);
+        return;
+    }
+    case T_BOOL: ((u8*)p)[i] = s.is_float ? (s.f != 0.0) : (s.bits != 0); return;
+    case T_E8M0: ((u8*)p)[i] = (u8)e8m0_from_f32((float)scalar_f64(s), saturate, rounding); return;
+    case T_E4M3FN: case T_E4M3FNUZ: case T_E5M2: case T_E5M2FNUZ: case T_E2M1:
+        ((u8*)p)[i] = (u8)fmt_encode(format_of(code), scalar_f64(s), saturate); return;
+    default: break;
+    }
+    // Integer targets: from a float truncate and saturate (narrow 4/2-bit types wrap), from an
+    // integer keep the low bits.
+    if (code == T_I4 || code == T_U4 || code == T_I2 || code == T_U2) {
+        u64 low = s.is_float ? float_low_bits(s.f) : s.bits;
+        ((u8*)p)[i] = (u8)(low & ((code == T_I4 || code == T_U4) ? 0xF : 0x3));
+        return;
+    }
+    if (!s.is_float) {
+        switch (code) {
+        case T_I8: case T_U8: ((u8*)p)[i] = (u8)s.bits; return;
+        case T_I16: case T_U16: ((unsigned short*)p)[i] = (unsigned short)s.bits; return;
+        case T_I32: case T_U32: ((u32*)p)[i] = (u32)s.bits; return;
+        default: ((u64*)p)[i] = s.bits; return;
+        }
+    }
+    double v = s.f;
+    switch (code) {
+    case T_I8: ((signed char*)p)[i] = (signed char)sat_signed(v, -128.0, 127.0, -128, 127); return;
+    case T_I16: ((short*)p)[i] = (short)sat_signed(v, -32768.0, 32767.0, -32768, 32767); return;
+    case T_I32: ((int*)p)[i] = (int)sat_signed(v, -2147483648.0, 2147483647.0, -2147483647LL - 1, 2147483647LL); return;
+    case T_I64: ((i64*)p)[i] = sat_signed(v, -9.2233720368547758e18, 9.2233720368547758e18, (i64)0x8000000000000000ull, 0x7fffffffffffffffLL); return;
+    case T_U8: ((u8*)p)[i] = (u8)sat_unsigned(v, 255.0, 255); return;
+    case T_U16: ((unsigned short*)p)[i] = (unsigned short)sat_unsigned(v, 65535.0, 65535); return;
+    case T_U32: ((u32*)p)[i] = (u32)sat_unsigned(v, 4294967295.0, 4294967295ull); return;
+    case T_U64: ((u64*)p)[i] = sat_unsigned(v, 1.8446744073709552e19, ~0ull); return;
+    default: return;
+    }
+}
+
+// y = x converted from type `from` to type `to` (Cast, CastNarrow).
+extern "C" __global__ void typed_cast_any(int from, int to, int saturate, int rounding, i64 n, const void* x, void* y) {
+    KILN_GRID_LOOP(i, n) { store_any(to, y, i, load_any(from, x, i), saturate != 0, rounding); }
+}
+
+// Copies an i32 flag to 1 when a kernel meets bad input (division by zero).
+__device__ __forceinline__ void raise_flag(int* flag) { if (flag) atomicExch(flag, 1); }
+
+// ---- Quantize / Dequantize ----
+// The parameter index of element i: (i / inner) % len (per tensor: len 1; per element: inner 1).
+// Quantize: saturate(round_half_even(x / scale) + zp) into `to` (narrow floats: x / scale + zp
+// rounded and saturated; 4/2-bit integers clamp). The ratio is computed in the input's compute
+// type (f32 for f32/f16/bf16, f64 for f64), as kiln-cpu does.
+extern "C" __global__ void quant_quantize_any(int x_type, int scale_type, int zp_type, int to, i64 inner, i64 len, i64 n,
+                                              const void* x, const void* scale, const void* zp, void* y) {
+    KILN_GRID_LOOP(i, n) {
+        i64 p = (i / inner) % len;
+        double sc = scalar_f64(load_any(scale_type, scale, p));
+        double xv = scalar_f64(load_any(x_type, x, i));
+        double ratio = x_type == T_F64 ? xv / sc : (double)((float)xv / (float)sc);
+        double z = zp ? scalar_f64(load_any(zp_type, zp, p)) : 0.0;
+        if (to >= T_E4M3FN && to <= T_E2M1) {
+            store_any(to, y, i, float_scalar(ratio + z), true, 0);
+        } else if (to >= T_I4) {
+            double v = rint(ratio) + z;
+            i64 lo = to == T_I4 ? -8 : to == T_I2 ? -2 : 0;
+            i64 hi = to == T_I4 ? 7 : to == T_U4 ? 15 : to == T_I2 ? 1 : 3;
+            i64 q = v != v ? 0 : v <= (double)lo ? lo : v >= (double)hi ? hi : (i64)v;
+            ((u8*)y)[i] = (u8)((u64)q & (to == T_I4 || to == T_U4 ? 0xF : 0x3));
+        } else {
+            // Integer zero points are exact in f64 up to 2^53: kiln-cpu adds them as f64 too.
+            store_any(to, y, i, float_scalar(rint(ratio) + z), true, 0);
+        }
+    }
+}
+
+// Dequantize: (x - zp) * scale in the scale's compute type; x - zp is exact (integers through
+// 64-bit arithmetic, narrow floats in f64).
+extern "C" __global__ void quant_dequantize_any(int x_type, int scale_type, int out_type, i64 inner, i64 len, i64 n,
+                                                const void* x, const void* scale, const void* zp, void* y) {
+    KILN_GRID_LOOP(i, n) {
+        i64 p = (i / inner) % len;
+        Scalar xs = load_any(x_type, x, i);
+        double shifted;
+        if (xs.is_float) {
+            shifted = xs.f - (zp ? scalar_f64(load_any(x_type, zp, p)) : 0.0);
+        } else {
+            Scalar zs = zp ? load_any(x_type, zp, p) : int_scalar(0);
+            // Exact as i128 on the cpu; in 64 bits the difference of two u64 may not fit, so
+            // take the sign apart.
+            if (xs.is_unsigned) shifted = xs.bits >= zs.bits ? __ull2double_rn(xs.bits - zs.bits) : -__ull2double_rn(zs.bits - xs.bits);
+            else {
+                i64 a = (i64)xs.bits, b = (i64)zs.bits;
+                i64 d = (i64)((u64)a - (u64)b);
+                bool overflow = ((a ^ b) & (a ^ d)) < 0;
+                shifted = overflow ? (double)a - (double)b : __ll2double_rn(d);
+            }
+        }
+        double sc = scalar_f64(load_any(scale_type, scale, p));
+        Scalar out = out_type == T_F64 ? float_scalar(shifted * sc) : float_scalar((double)((float)shifted * (float)sc));
+        store_any(out_type, y, i, out, true, 0);
+    }
+}
+
+// ---- elementwise on integer types and f64 ----
+// Op codes: kiln-cuda's pointwise::binary_code (OP_* of elementwise.cu), plus the bitwise ops.
+#define OP_ADD 0
+#define OP_SUB 1
+#define OP_MUL 2
+#define OP_DIV 3
+#define OP_POW 4
+#define OP_MAX 5
+#define OP_MIN 6
+#define OP_EQ 7
+#define OP_GT 8
+#define OP_LT 9
+#define OP_GE 10
+#define OP_LE 11
+#define OP_FLOORDIV 15
+#define OP_MOD 16
+#define OP_FMOD 17
+#define OP_BITAND 18
+#define OP_BITOR 19
+#define OP_BITXOR 20
+#define OP_SHL 21
+#define OP_SHR 22
+
+template <typename T> struct IntTraits;
+#define INT_TRAITS(T, U, BITS, SIGNED) template <> struct IntTraits<T> { typedef U Unsigned; static const int bits = BITS; static const bool is_signed = SIGNED; };
+INT_TRAITS(signed char, unsigned char, 8, true)
+INT_TRAITS(short, unsigned short, 16, true)
+INT_TRAITS(int, unsigned int, 32, true)
+INT_TRAITS(i64, u64, 64, true)
+INT_TRAITS(unsigned char, unsigned char, 8, false)
+INT_TRAITS(unsigned short, unsigned short, 16, false)
+INT_TRAITS(unsigned int, unsigned int, 32, false)
+INT_TRAITS(u64, u64, 64, false)
+
+// `x < 0` that unsigned types answer without a (warned) pointless comparison.
+template <typename T> __device__ __forceinline__ bool negative(T x) { return IntTraits<T>::is_signed && (i64)x < 0; }
+
+// Wrapping arithmetic through the unsigned type; division truncates (C), MIN / -1 wraps.
+template <typename T>
+__device__ T int_op(int op, T a, T b, int* flag) {
+    typedef typename IntTraits<T>::Unsigned U;
+    const int bits = IntTraits<T>::bits;
+    const T zero = 0;
+    switch (op) {
+    case OP_ADD: return (T)(U)((U)a + (U)b);
+    case OP_SUB: return (T)(U)((U)a - (U)b);
+    case OP_MUL: return (T)(U)((u64)(U)a * (u64)(U)b);
+    case OP_MAX: return a > b ? a : b;
+    case OP_MIN: return a < b ? a : b;
+    case OP_BITAND: return a & b;
+    case OP_BITOR: return a | b;
+    case OP_BITXOR: return a ^ b;
+    // Shifts by a negative amount or not below the width: numpy's results.
+    case OP_SHL: return (negative(b) || (u64)b >= (u64)bits) ? zero : (T)(U)((U)a << (int)b);
+    case OP_SHR: return (negative(b) || (u64)b >= (u64)bits) ? (negative(a) ? (T)-1 : zero) : (T)(a >> (int)b);
+    case OP_POW: {
+        if (negative(b)) {
+            if (a == zero) { raise_flag(flag); return zero; }
+            if (a == (T)1) return (T)1;
+            if (IntTraits<T>::is_signed && a == (T)-1) return ((u64)b & 1) ? a : (T)1;
+            return zero;
+        }
+        U result = 1, square = (U)a;
+        for (u64 e = (u64)b; e > 0; e >>= 1) {
+            if (e & 1) result = (U)((u64)result * (u64)square);
+            square = (U)((u64)square * (u64)square);
+        }
+        return (T)result;
+    }
+    default: break;
+    }
+    // Division family: b == 0 is an error; MIN / -1 wraps (MIN), MIN % -1 is 0.
+    if (b == zero) { raise_flag(flag); return zero; }
+    bool min_by_minus_one = IntTraits<T>::is_signed && b == (T)-1 && (U)a == ((U)1 << (bits - 1));
+    T q = min_by_minus_one ? a : a / b;
+    T r = min_by_minus_one ? zero : a % b;
+    bool adjust = r != zero && (negative(r) != negative(b));
+    switch (op) {
+    case OP_DIV: return q;
+    case OP_FLOORDIV: return adjust ? (T)(U)((U)q - (U)1) : q;
+    case OP_MOD: return adjust ? (T)(U)((U)r + (U)b) : r;
+    case OP_FMOD: return r;
+    default: return zero;
+    }
+}
+
+// f64 arithmetic as kiln-cpu (NaN-propagating min/max, Python-style Mod).
+__device__ double f64_op(int op, double a, double b) {
+    switch (op) {
+    case OP_ADD: return a + b;
+    case OP_SUB: return a - b;
+    case OP_MUL: return a * b;
+    case OP_DIV: return a / b;
+    case OP_POW: return pow(a, b);
+    case OP_MAX: return (a != a || b != b) ? __longlong_as_double(0x7ff8000000000000LL) : (b > a ? b : a);
+    case OP_MIN: return (a != a || b != b) ? __longlong_as_double(0x7ff8000000000000LL) : (b < a ? b : a);
+    case OP_FLOORDIV: return floor(a / b);
+    case OP_MOD: { double r = fmod(a, b); return r == 0.0 ? copysign(0.0, b) : ((r < 0.0) != (b < 0.0)) ? r + b : r; }
+    case OP_FMOD: return fmod(a, b);
+    default: return 0.0;
+    }
+}
+
+template <typename T> __device__ __forceinline__ T typed_op(int op, T a, T b, int* flag) { return int_op<T>(op, a, b, flag); }
+template <> __device__ __forceinline__ double typed_op<double>(int op, double a, double b, int*) { return f64_op(op, a, b); }
+
+template <typename T>
+__device__ __forceinline__ bool typed_compare(int op, T x, T y) {
+    return op == OP_EQ ? x == y : op == OP_GT ? x > y : op == OP_LT ? x < y : op == OP_GE ? x >= y : x <= y;
+}
+
+// ---- unary ----
+// Codes: kiln-cuda's pointwise::unary_code / activation_code (unary_float of elementwise.cu),
+// evaluated in double for f64; on integers Abs (36), Neg (37), Sign (53) and Not (60: bitwise).
+__device__ double unary_double(int op, double x, double alpha, double beta) {
+    switch (op) {
+    case 0: return x != x ? x : fmax(x, 0.0);
+    case 1: return 1.0 / (1.0 + exp(-x));
+    case 2: return tanh(x);
+    case 3: return x >= 0.0 ? x : alpha * x;
+    case 4: return x >= 0.0 ? x : alpha * expm1(x);
+    case 5: return x > 0.0 ? beta * x : beta * alpha * expm1(x);
+    case 6: return x / (1.0 + fabs(x));
+    case 7: return x > 20.0 ? x : log1p(exp(x));
+    case 8: return fmin(fmax(x, alpha), beta);
+    case 9: return fmin(fmax(alpha * x + beta, 0.0), 1.0);
+    case 10: return x * fmin(fmax(x / 6.0 + 0.5, 0.0), 1.0);
+    case 11: return alpha * tanh(beta * x);
+    case 12: return x > alpha ? x : 0.0;
+    case 13: return 0.5 * x * (1.0 + erf(x * 0.70710678118654752));
+    case 14: return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+    case 15: return fmax(0.0, x) + fmin(0.0, alpha * expm1(x / alpha));
+    case 16: return x * tanh(x > 20.0 ? x : log1p(exp(x)));
+    case 17: return x / (1.0 + exp(-x));
+    case 32: return exp(x);
+    case 33: return log(x);
+    case 34: return sqrt(x);
+    case 35: return 1.0 / x;
+    case 36: return fabs(x);
+    case 37: return -x;
+    case 38: return sin(x);
+    case 39: return cos(x);
+    case 40: return tan(x);
+    case 41: return sinh(x);
+    case 42: return cosh(x);
+    case 43: return asin(x);
+    case 44: return acos(x);
+    case 45: return atan(x);
+    case 46: return asinh(x);
+    case 47: return acosh(x);
+    case 48: return atanh(x);
+    case 49: return ceil(x);
+    case 50: return floor(x);
+    case 51: return rint(x);
+    case 52: return erf(x);
+    case 53: return x > 0.0 ? 1.0 : x < 0.0 ? -1.0 : x;
+    default: return __longlong_as_double(0x7ff8000000000000LL);
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ T int_unary(int op, T x) {
+    typedef typename IntTraits<T>::Unsigned U;
+    const T zero = 0;
+    switch (op) {
+    case 36: return negative(x) ? (T)(U)((U)0 - (U)x) : x;
+    case 37: return (T)(U)((U)0 - (U)x);
+    case 53: return negative(x) ? (T)-1 : x == zero ? zero : (T)1;
+    case 60: return (T)~x;
+    default: return zero;
+    }
+}
+
+template <typename T> __device__ __forceinline__ T typed_unary_one(int op, T x, double, double) { return int_unary<T>(op, x); }
+template <> __device__ __forceinline__ double typed_unary_one<double>(int op, double x, double a, double b) { return unary_double(op, x, a, b); }
+
+// ---- reductions on integer types and f64 ----
+// The low 64 bits of the 128-bit (hi:lo) / d, truncated toward zero (NVRTC has no __int128
+// without --device-int128).
+__device__ u64 div128_trunc(u64 lo, i64 hi, u64 d) {
+    bool neg = hi < 0;
+    u64 h = (u64)hi;
+    if (neg) { lo = ~lo + 1; h = ~h + (lo == 0 ? 1 : 0); }
+    u64 q = 0, rem = 0;
+    for (int bit = 127; bit >= 0; --bit) {
+        u64 b = bit >= 64 ? (h >> (bit - 64)) & 1 : (lo >> bit) & 1;
+        rem = (rem << 1) | b;
+        q <<= 1;  // only the low 64 quotient bits are kept
+        if (rem >= d) { rem -= d; q |= 1; }
+    }
+    return neg ? (u64)0 - q : q;
+}
+// Codes: kiln-cuda's compute::reduce_code. Data viewed as [outer, len, inner]; one thread per
+// output element, accumulating sequentially in the element type (integers wrap), as kiln-cpu.
+template <typename T>
+__device__ void typed_reduce(int op, i64 outer, i64 len, i64 inner, const T* x, T* y, int out_code) {
+    typedef typename IntTraits<T>::Unsigned U;
+    const bool sgn = IntTraits<T>::is_signed;
+    const int bits = IntTraits<T>::bits;
+    const T tmin = sgn ? (T)((U)1 << (bits - 1)) : (T)0;
+    const T tmax = (T)(sgn ? (U)(((U)1 << (bits - 1)) - 1) : (U)~(U)0);
+    KILN_GRID_LOOP(o, outer * inner) {
+        const T* row = x + (o / inner) * len * inner + (o % inner);
+        if (op == 4) {  // mean: exact 128-bit sum, division truncating toward zero, then wrap
+            u64 lo = 0;
+            i64 hi = 0;
+            for (i64 k = 0; k < len; ++k) {
+                T v = row[k * inner];
+                u64 add = sgn ? (u64)(i64)v : (u64)v;
+                u64 next = lo + add;
+                hi += (negative(v) ? -1 : 0) + (next < lo ? 1 : 0);
+                lo = next;
+            }
+            y[o] = len > 0 ? (T)(U)div128_trunc(lo, hi, (u64)len) : (T)0;
+            continue;
+        }
+        if (op == 6 || op == 7 || op == 8) {  // leave the integers: f64, then Cast semantics
+            double acc;
+            if (op == 8) {
+                double m = -INFINITY;
+                for (i64 k = 0; k < len; ++k) m = fmax(m, (double)row[k * inner]);
+                double s = 0.0;
+                for (i64 k = 0; k < len; ++k) s += exp((double)row[k * inner] - m);
+                acc = isfinite(m) ? m + log(s) : m;
+            } else {
+                acc = 0.0;
+                for (i64 k = 0; k < len; ++k) { double v = (double)row[k * inner]; acc += op == 6 ? v * v : v; }
+                acc = op == 6 ? sqrt(acc) : log(acc);
+            }
+            store_any(out_code, y, o, float_scalar(acc), true, 0);
+            continue;
+        }
+        T acc = op == 1 ? (T)1 : op == 2 ? tmin : op == 3 ? tmax : (T)0;
+        for (i64 k = 0; k < len; ++k) {
+            T v = row[k * inner];
+            switch (op) {
+            case 1: acc = int_op<T>(OP_MUL, acc, v, nullptr); break;
+            case 2: acc = v > acc ? v : acc; break;
+            case 3: acc = v < acc ? v : acc; break;
+            case 5: acc = int_op<T>(OP_ADD, acc, int_unary<T>(36, v), nullptr); break;
+            case 9: acc = int_op<T>(OP_ADD, acc, int_op<T>(OP_MUL, v, v, nullptr), nullptr); break;
+            default: acc = int_op<T>(OP_ADD, acc, v, nullptr); break;
+            }
+        }
+        y[o] = acc;
+    }
+}
+
+// Every Reduce op on f64, in double and in element order, as kiln-cpu folds them.
+__device__ void reduce_double(int op, i64 outer, i64 len, i64 inner, const double* x, double* y) {
+    KILN_GRID_LOOP(o, outer * inner) {
+        const double* row = x + (o / inner) * len * inner + (o % inner);
+        double acc;
+        if (op == 2 || op == 3 || op == 1) {
+            acc = op == 1 ? 1.0 : op == 2 ? -INFINITY : INFINITY;
+            for (i64 k = 0; k < len; ++k) acc = f64_op(op == 2 ? OP_MAX : op == 3 ? OP_MIN : OP_MUL, acc, row[k * inner]);
+        } else if (op == 8) {
+            double m = -INFINITY;
+            for (i64 k = 0; k < len; ++k) m = f64_op(OP_MAX, m, row[k * inner]);
+            double s = 0.0;
+            for (i64 k = 0; k < len; ++k) s += exp(row[k * inner] - m);
+            acc = isfinite(m) ? m + log(s) : m;
+        } else {
+            acc = 0.0;
+            for (i64 k = 0; k < len; ++k) {
+                double v = row[k * inner];
+                acc += op == 5 ? fabs(v) : (op == 6 || op == 9) ? v * v : v;
+            }
+            if (op == 4) acc /= (double)len;
+            if (op == 6) acc = sqrt(acc);
+            if (op == 7) acc = log(acc);
+        }
+        y[o] = acc;
+    }
+}
+
+#define TYPED_KERNELS(suffix, T) \
+    extern "C" __global__ void typed_binary_##suffix(int op, i64 n, Layout l, const T* a, const T* b, T* o, int* flag) { \
+        KILN_GRID_LOOP(i, n) { o[i] = typed_op<T>(op, a[operand_offset(l, 0, i)], b[operand_offset(l, 1, i)], flag); } } \
+    extern "C" __global__ void typed_compare_##suffix(int op, i64 n, Layout l, const T* a, const T* b, unsigned char* o) { \
+        KILN_GRID_LOOP(i, n) { o[i] = typed_compare<T>(op, a[operand_offset(l, 0, i)], b[operand_offset(l, 1, i)]); } } \
+    extern "C" __global__ void typed_unary_##suffix(int op, float alpha, float beta, i64 n, const T* x, T* y) { \
+        KILN_GRID_LOOP(i, n) { y[i] = typed_unary_one<T>(op, x[i], alpha, beta); } }
+
+TYPED_KERNELS(i8, signed char)
+TYPED_KERNELS(i16, short)
+TYPED_KERNELS(i32, int)
+TYPED_KERNELS(i64, i64)
+TYPED_KERNELS(u8, unsigned char)
+TYPED_KERNELS(u16, unsigned short)
+TYPED_KERNELS(u32, unsigned int)
+TYPED_KERNELS(u64, u64)
+TYPED_KERNELS(f64, double)
+
+#define TYPED_REDUCE(suffix, T, CODE) \
+    extern "C" __global__ void typed_reduce_##suffix(int op, i64 outer, i64 len, i64 inner, const T* x, T* y) { typed_reduce<T>(op, outer, len, inner, x, y, CODE); }
+TYPED_REDUCE(i8, signed char, T_I8)
+TYPED_REDUCE(i16, short, T_I16)
+TYPED_REDUCE(i32, int, T_I32)
+TYPED_REDUCE(i64, i64, T_I64)
+TYPED_REDUCE(u8, unsigned char, T_U8)
+TYPED_REDUCE(u16, unsigned short, T_U16)
+TYPED_REDUCE(u32, unsigned int, T_U32)
+TYPED_REDUCE(u64, u64, T_U64)
+extern "C" __global__ void typed_reduce_f64(int op, i64 outer, i64 len, i64 inner, const double* x, double* y) { reduce_double(op, outer, len, inner, x, y); }
+
+// IsNaN / IsInf on any float type `code` (op 0: NaN; 1, 2, 3: infinity of either sign, +, -),
+// and Not on bool.
+extern "C" __global__ void typed_classify_any(int code, int op, i64 n, const void* x, unsigned char* y) {
+    KILN_GRID_LOOP(i, n) {
+        double v = scalar_f64(load_any(code, x, i));
+        y[i] = op == 0 ? (v != v) : isinf(v) && (op == 1 || (op == 2 ? v > 0.0 : v < 0.0));
+    }
+}
+extern "C" __global__ void typed_not_bool(i64 n, const unsigned char* x, unsigned char* y) {
+    KILN_GRID_LOOP(i, n) { y[i] = x[i] == 0; }
+}
