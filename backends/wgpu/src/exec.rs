@@ -333,6 +333,7 @@ impl<'e> Run<'e> {
                 &shape,
                 dtype,
             )?),
+            K::Plugin(p) => crate::plugin::plugin(rec, p, ins, outs),
             other => Err(format!("no WGSL kernel for {} yet", other.type_name())),
         }
     }

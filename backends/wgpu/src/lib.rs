@@ -18,6 +18,7 @@ pub mod device;
 mod exec;
 mod kernels;
 pub mod ops;
+mod plugin;
 pub mod shaders;
 mod value;
 
@@ -139,6 +140,7 @@ fn unsupported(network: &Network, layer: &Layer) -> Option<String> {
         | K::Attention(_) => {
             (!float_input()).then(|| format!("the WGSL {} kernel computes floats only", layer.kind.type_name()))
         }
+        K::Plugin(p) => plugin::unsupported(p),
         other => Some(format!("no WGSL kernel for {} yet", other.type_name())),
     }
 }

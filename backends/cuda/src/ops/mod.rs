@@ -185,6 +185,7 @@ pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_ty
         K::Resize(p) if p.mode == ResizeMode::Nearest
             && p.coordinate_transformation == kiln::CoordinateTransformation::Asymmetric
             && p.nearest_rounding == kiln::NearestRounding::Floor => None,
+        K::Plugin(p) => crate::plugin::unsupported(p),
         K::Fused(p) => {
             let anchor = p.anchor.kind();
             unsupported(&anchor, &input_types[..p.anchor_inputs.min(input_types.len())], output_types).or_else(|| {
@@ -266,6 +267,7 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
         }
         K::RmsNormalization { axes, epsilon } => one(compute::normalization(cx, &dev(0)?, opt_dev(1)?.as_ref(), None, axes, *epsilon, 1, true)?),
         K::Attention(p) => one(compute::attention(cx, p, &dev(0)?, &dev(1)?, &dev(2)?, opt_dev(3)?.as_ref(), &out_shape(0)?)?),
+        K::Plugin(p) => crate::plugin::run(cx, p, inputs, outs),
         K::Fused(p) => one(fused(cx, p, inputs, outs)?),
         other => Err(format!("{} has no CUDA kernel yet", other.type_name())),
     }
