@@ -14,6 +14,7 @@ pub mod blas;
 pub mod device;
 mod exec;
 pub mod ops;
+mod plugin;
 mod tactics;
 
 pub use device::{DeviceTensor, Gpu, GpuError};

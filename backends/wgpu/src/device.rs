@@ -189,25 +189,29 @@ impl Gpu {
         if let Some(p) = self.pipelines.lock().map_err(|_| poisoned())?.get(key) {
             return Ok(p.clone());
         }
-        let source = source();
-        let what = format!("compiling shader `{key}`");
-        let pipeline = self.scoped(&what, || {
+        let pipeline = Arc::new(self.compile(key, "main", source())?);
+        self.pipelines.lock().map_err(|_| poisoned())?.insert(key.to_string(), pipeline.clone());
+        Ok(pipeline)
+    }
+
+    /// Compiles `source` into a compute pipeline at `entry_point` (no caching; a WGSL or
+    /// layout error is a [`DeviceError::Validation`] naming `label`).
+    pub fn compile(&self, label: &str, entry_point: &str, source: String) -> Result<wgpu::ComputePipeline, DeviceError> {
+        let what = format!("compiling shader `{label}`");
+        self.scoped(&what, || {
             let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(key),
+                label: Some(label),
                 source: wgpu::ShaderSource::Wgsl(source.into()),
             });
             self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some(key),
+                label: Some(label),
                 layout: None,
                 module: &module,
-                entry_point: Some("main"),
+                entry_point: Some(entry_point),
                 compilation_options: wgpu::PipelineCompilationOptions::default(),
                 cache: None,
             })
-        })?;
-        let pipeline = Arc::new(pipeline);
-        self.pipelines.lock().map_err(|_| poisoned())?.insert(key.to_string(), pipeline.clone());
-        Ok(pipeline)
+        })
     }
 
     /// Reads `words` 32-bit words of `buffer` back (submits `encoder` first, if any).

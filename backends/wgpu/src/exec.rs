@@ -388,6 +388,7 @@ impl<'e> Run<'e> {
             K::Padding { mode } => {
                 let pads = ints(1)?.ok_or("pads are missing")?;
                 one(indexing::pad_mode(rec, req(0)?, *mode, &pads, &shape)?)
+            }
             K::Resize(p) => {
                 let x = req(0)?;
                 let h = |slot: usize| host(slot).map(|t| &**t);
@@ -420,6 +421,7 @@ impl<'e> Run<'e> {
                 };
                 one(roi::roi_align(rec, req(0)?, req(1)?, req(2)?, &spec)?)
             }
+            K::Plugin(p) => crate::plugin::plugin(rec, p, ins, outs),
             other => Err(format!("no WGSL kernel for {} yet", other.type_name())),
         }
     }

@@ -18,6 +18,7 @@ pub mod device;
 mod exec;
 mod kernels;
 pub mod ops;
+mod plugin;
 pub mod shaders;
 mod value;
 
@@ -190,6 +191,7 @@ fn unsupported(network: &Network, layer: &Layer) -> Option<String> {
                 })
             }
         }
+        K::Plugin(p) => plugin::unsupported(p),
         other => Some(format!("no WGSL kernel for {} yet", other.type_name())),
     }
 }

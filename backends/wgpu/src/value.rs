@@ -193,6 +193,47 @@ impl Recorder {
         })?
     }
 
+    /// Records a pipeline compiled elsewhere (a plugin's kernel) with `buffers` at bindings
+    /// 0, 1, … of group 0, over `groups` workgroups.
+    pub fn dispatch_pipeline(
+        &self,
+        what: &str,
+        pipeline: &wgpu::ComputePipeline,
+        buffers: &[&wgpu::Buffer],
+        groups: [u32; 3],
+    ) -> Result<(), DeviceError> {
+        if groups.contains(&0) {
+            return Ok(());
+        }
+        let max = self.gpu.limits.max_compute_workgroups_per_dimension;
+        if let Some(&g) = groups.iter().find(|&&g| g > max) {
+            return Err(DeviceError::LimitExceeded {
+                what: format!("{what} over {g} workgroups in one dimension"),
+                needed: u64::from(g),
+                limit: u64::from(max),
+            });
+        }
+        self.gpu.scoped(what, || {
+            let entries: Vec<wgpu::BindGroupEntry> = buffers
+                .iter()
+                .enumerate()
+                .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
+                .collect();
+            let bind_group = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &pipeline.get_bind_group_layout(0),
+                entries: &entries,
+            });
+            self.with_encoder(|encoder| {
+                let mut pass =
+                    encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
+                pass.set_pipeline(pipeline);
+                pass.set_bind_group(0, &bind_group, &[]);
+                pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+            })
+        })?
+    }
+
     /// Records a 1-D kernel over `count` invocations (a 2-D grid when one dimension of
     /// workgroups does not suffice).
     pub fn dispatch_1d(

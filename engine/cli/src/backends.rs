@@ -1,19 +1,23 @@
 //! The backends this kiln knows, in `--backend auto` preference order.
 //!
-//! Every backend is compiled in; one whose device probe fails (no CUDA driver, no Vulkan
-//! adapter) reports why, so `--backend cuda` on a machine without CUDA is a clear error.
+//! cpu, wgpu and cuda are compiled in; backend libraries (`libkiln_backend_<name>.so` next
+//! to the binary or on KILN_PLUGIN_PATH) add theirs at start. A built-in backend wins over a
+//! library's of the same name unless KILN_PREFER_PLUGIN_BACKENDS=1. A backend whose device
+//! probe fails (no CUDA driver, no Vulkan adapter) reports why, so `--backend cuda` on a
+//! machine without CUDA is a clear error.
 
 use anyhow::bail;
 use kiln::{Backend, BackendError, DeviceFingerprint, Engine, EngineLoadError};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+/// `--backend`: `auto` or a backend's name (built in, or from a backend library).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BackendChoice {
-    /// The first available of cuda, wgpu, cpu, passing over a wgpu software adapter (for an
-    /// engine: the backend it was built for).
+    /// The first available of cuda, wgpu, cpu (then backend libraries), passing over a wgpu
+    /// software adapter (for an engine: the backend it was built for).
     Auto,
-    Cpu,
-    Wgpu,
-    Cuda,
+    /// A backend by name. `'static` so the choice stays `Copy`: the one name a command line
+    /// gives is leaked once.
+    Named(&'static str),
 }
 
 impl BackendChoice {
@@ -21,10 +25,84 @@ impl BackendChoice {
     fn name(self) -> Option<&'static str> {
         match self {
             BackendChoice::Auto => None,
-            BackendChoice::Cpu => Some("cpu"),
-            BackendChoice::Wgpu => Some("wgpu"),
-            BackendChoice::Cuda => Some("cuda"),
+            BackendChoice::Named(name) => Some(name),
         }
+    }
+}
+
+impl std::str::FromStr for BackendChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<BackendChoice, String> {
+        match s {
+            "" => Err("a backend name is empty".into()),
+            "auto" => Ok(BackendChoice::Auto),
+            name => Ok(BackendChoice::Named(Box::leak(name.to_string().into_boxed_str()))),
+        }
+    }
+}
+
+impl std::fmt::Display for BackendChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name().unwrap_or("auto"))
+    }
+}
+
+/// Set to 1 to use a backend library's backend over the built-in one of the same name.
+pub const PREFER_PLUGIN_BACKENDS_VAR: &str = "KILN_PREFER_PLUGIN_BACKENDS";
+
+/// Backend libraries (`libkiln_backend_*.so` next to the binary or on KILN_PLUGIN_PATH),
+/// loaded once at start by [`load_plugin_backends`].
+static PLUGIN_BACKENDS: std::sync::OnceLock<Vec<kiln_plugins::backend::BackendLibrary>> = std::sync::OnceLock::new();
+
+/// Loads every backend library found; one that fails its handshake fails the command (no
+/// silently partial registry).
+pub fn load_plugin_backends() -> anyhow::Result<()> {
+    let exe_dir = std::env::current_exe().ok().and_then(|p| p.parent().map(std::path::Path::to_path_buf));
+    let libraries = kiln_plugins::backend::backend_library_paths(exe_dir.as_deref())
+        .iter()
+        .map(|path| kiln_plugins::backend::load_backend(path))
+        .collect::<Result<Vec<_>, _>>()?;
+    let _ = PLUGIN_BACKENDS.set(libraries);
+    Ok(())
+}
+
+fn plugin_backends() -> &'static [kiln_plugins::backend::BackendLibrary] {
+    PLUGIN_BACKENDS.get().map_or(&[], Vec::as_slice)
+}
+
+fn prefer_plugins() -> bool {
+    std::env::var(PREFER_PLUGIN_BACKENDS_VAR).is_ok_and(|v| v == "1")
+}
+
+/// Where a backend comes from: compiled in, or a backend library's path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    BuiltIn,
+    Library(std::path::PathBuf),
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::BuiltIn => f.write_str("built in"),
+            Origin::Library(path) => write!(f, "backend library {}", path.display()),
+        }
+    }
+}
+
+/// The backend `name` resolves to: the built-in one unless KILN_PREFER_PLUGIN_BACKENDS=1
+/// and a library provides it too, else the first library of that name.
+fn resolve(name: &str) -> Option<(Origin, Box<dyn Fn() -> Result<Box<dyn Backend>, BackendError>>)> {
+    let library = plugin_backends().iter().find(|l| l.name == name);
+    let builtin = REGISTRY.iter().find(|e| e.name == name);
+    match (builtin, library) {
+        (Some(_), Some(lib)) | (None, Some(lib)) if prefer_plugins() || builtin.is_none() => {
+            let lib = lib.clone();
+            Some((Origin::Library(lib.path.clone()), Box::new(move || lib.open())))
+        }
+        (Some(entry), _) => Some((Origin::BuiltIn, Box::new(entry.open))),
+        _ => None,
     }
 }
 
@@ -75,17 +153,28 @@ impl SelectedBackend {
 
 /// Opens a backend by name and probes its device.
 fn open(name: &str, selection: Selection) -> Result<SelectedBackend, BackendError> {
-    let entry = REGISTRY.iter().find(|e| e.name == name).ok_or_else(|| BackendError::Unavailable {
+    let (_, open) = resolve(name).ok_or_else(|| BackendError::Unavailable {
         backend: name.to_string(),
         reason: format!("kiln has no backend of that name (known: {})", known_names()),
     })?;
-    let backend = (entry.open)()?;
+    let backend = open()?;
     let device = backend.device()?;
     Ok(SelectedBackend { backend, device, selection })
 }
 
+/// Every backend name: built-ins in preference order, then backend libraries' own names.
+fn all_names() -> Vec<String> {
+    let mut names: Vec<String> = REGISTRY.iter().map(|e| e.name.to_string()).collect();
+    for lib in plugin_backends() {
+        if !names.contains(&lib.name) {
+            names.push(lib.name.clone());
+        }
+    }
+    names
+}
+
 fn known_names() -> String {
-    REGISTRY.iter().map(|e| e.name).collect::<Vec<_>>().join(", ")
+    all_names().join(", ")
 }
 
 /// The backend to build on: the one asked for, or for `auto` the first available one.
@@ -94,8 +183,8 @@ pub fn select(choice: BackendChoice) -> anyhow::Result<SelectedBackend> {
         return Ok(open(name, Selection::Requested)?);
     }
     let mut reasons = Vec::new();
-    for entry in &REGISTRY {
-        match open(entry.name, Selection::Auto) {
+    for name in all_names() {
+        match open(&name, Selection::Auto) {
             Ok(selected) if kiln_wgpu::is_software_adapter(&selected.device) => {
                 reasons.push(format!("wgpu runs on a software adapter ({}), slower than cpu", selected.device.name))
             }
@@ -122,7 +211,7 @@ pub fn select_for_engine(engine: &Engine, choice: BackendChoice) -> anyhow::Resu
 
 /// Whether the registry has a backend of this name (available or not).
 pub fn is_known(name: &str) -> bool {
-    REGISTRY.iter().any(|e| e.name == name)
+    resolve(name).is_some()
 }
 
 /// The registry's names, comma-separated, for error messages.
@@ -135,7 +224,34 @@ pub fn open_requested(name: &str) -> Result<SelectedBackend, BackendError> {
     open(name, Selection::Requested)
 }
 
-/// Every registry backend in preference order, with its device or why it has none.
-pub fn probe_all() -> Vec<(&'static str, Result<DeviceFingerprint, BackendError>)> {
-    REGISTRY.iter().map(|entry| (entry.name, (entry.open)().and_then(|backend| backend.device()))).collect()
+/// One line of `kiln devices`: a backend, where it comes from, and its device or why it has none.
+pub struct Probe {
+    pub name: String,
+    pub origin: Origin,
+    /// A library's backend that a built-in one of the same name shadows (not probed).
+    pub shadowed: bool,
+    pub device: Result<DeviceFingerprint, BackendError>,
+}
+
+/// Every backend in preference order (built-ins, then backend libraries), probed.
+pub fn probe_all() -> Vec<Probe> {
+    let mut out = Vec::new();
+    for name in all_names() {
+        if let Some((origin, open)) = resolve(&name) {
+            out.push(Probe { name, origin, shadowed: false, device: open().and_then(|b| b.device()) });
+        }
+    }
+    for lib in plugin_backends() {
+        let used = out.iter().any(|p| p.origin == Origin::Library(lib.path.clone()));
+        if !used {
+            let reason = format!("shadowed by the built-in `{}` (set {PREFER_PLUGIN_BACKENDS_VAR}=1 to use it)", lib.name);
+            out.push(Probe {
+                name: lib.name.clone(),
+                origin: Origin::Library(lib.path.clone()),
+                shadowed: true,
+                device: Err(BackendError::Unavailable { backend: lib.name.clone(), reason }),
+            });
+        }
+    }
+    out
 }

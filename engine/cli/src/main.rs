@@ -100,7 +100,7 @@ pub struct RunArgs {
     pub model: PathBuf,
     /// The backend to run on; `auto` takes the first available of cuda, wgpu, cpu (for an
     /// engine file: the backend it was built for).
-    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    #[arg(long, default_value_t = BackendChoice::Auto)]
     pub backend: BackendChoice,
     /// An `.npz` file with one array per network input, keyed by input name. Without it the
     /// inputs are random (ChaCha8, seed 0).
@@ -123,7 +123,7 @@ pub struct BuildArgs {
     #[arg(short, long, value_name = "ENGINE")]
     pub output: PathBuf,
     /// The backend to build for; `auto` takes the first available of cuda, wgpu, cpu.
-    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    #[arg(long, default_value_t = BackendChoice::Auto)]
     pub backend: BackendChoice,
     /// Smallest dims of the dynamic inputs, `name:1x3x224x224[,name2:…]` (an optimization
     /// profile; needs --max-shapes).
@@ -196,7 +196,7 @@ pub struct BenchArgs {
     pub model: PathBuf,
     /// The backend; `auto` takes the first available of cuda, wgpu, cpu (for an engine
     /// file: the backend it was built for).
-    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    #[arg(long, default_value_t = BackendChoice::Auto)]
     pub backend: BackendChoice,
     /// Builds with the FP16 flag (ONNX models only).
     #[arg(long)]
@@ -280,6 +280,7 @@ fn main() -> ExitCode {
     };
     report::run_reporting_errors(move || {
         let loaded = commands::plugins::load(&cli.plugins)?;
+        backends::load_plugin_backends()?;
         match cli.command {
             Command::Run(args) => commands::run::run(&args),
             Command::Build(args) => commands::build::build(&args),

@@ -85,3 +85,117 @@ fn bad_libraries_are_clear_errors() {
     kiln_fails(&["run", &model(), "--plugins", path_arg(&wrong)], "plugin ABI version 7");
     kiln_fails(&["run", &model()], "ClipC");
 }
+
+fn wgpu_available() -> bool {
+    let devices = kiln_ok(&["devices"]);
+    if !devices.contains("wgpu: available") {
+        eprintln!("SKIPPED: no wgpu adapter/driver (kiln devices: {})", devices.lines().find(|l| l.starts_with("wgpu")).unwrap_or(""));
+        return false;
+    }
+    true
+}
+
+fn assert_close(got: &[f32], want: &[f32], tolerance: f32) {
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((g - w).abs() <= tolerance * w.abs().max(1.0), "element {i}: got {g}, want {w}");
+    }
+}
+
+#[test]
+fn the_custom_domain_model_runs_both_plugins_on_wgpu() {
+    if !wgpu_available() {
+        return;
+    }
+    let (clip, swish) = libraries();
+    let dir = TempDir::new().unwrap();
+    let (input, output) = (dir.path().join("in.npz"), dir.path().join("out.npz"));
+    let x = [-3.0f32, -0.5, 0.25, 1.0, 2.5, 9.0, 0.0, -1.0, 1.5];
+    write_npz_array(&input, "x", &[3, 3], &x);
+    let stdout = kiln_ok(&[
+        "run",
+        &model(),
+        "--backend",
+        "wgpu",
+        "--plugins",
+        path_arg(clip),
+        "--plugins",
+        path_arg(swish),
+        "--inputs",
+        path_arg(&input),
+        "--save-outputs",
+        path_arg(&output),
+    ]);
+    assert!(stdout.contains("wgpu"), "{stdout}");
+    assert_close(&read_f32_arrays(&output)[0].2, &expected(&x), 1e-5);
+}
+
+/// The wgpu backend as a backend library, built into this test's target folder.
+fn wgpu_backend_library() -> PathBuf {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let target = scratch().parent().expect("CARGO_TARGET_TMPDIR is target/tmp").to_path_buf();
+        examples::build_backend_plugin(env!("CARGO"), "wgpu", &target).unwrap()
+    })
+    .clone()
+}
+
+fn kiln_with_env(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> std::process::Output {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"));
+    command.args(args);
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    command.output().unwrap()
+}
+
+#[test]
+fn a_backend_library_on_the_plugin_path_is_listed_and_runs_when_preferred() {
+    let lib = wgpu_backend_library();
+    let path = lib.as_os_str();
+    let listed = kiln_with_env(&["devices"], &[("KILN_PLUGIN_PATH", path)]);
+    assert!(listed.status.success(), "{}", text(&listed.stderr));
+    let listed = text(&listed.stdout);
+    assert!(listed.contains(&format!("from:               backend library {}", lib.display())), "{listed}");
+    assert!(listed.contains("wgpu: not used: shadowed by the built-in `wgpu`"), "{listed}");
+    assert!(listed.contains("cpu: available\n  from:               built in"), "{listed}");
+    let prefer = [("KILN_PLUGIN_PATH", path), ("KILN_PREFER_PLUGIN_BACKENDS", std::ffi::OsStr::new("1"))];
+    let preferred = text(&kiln_with_env(&["devices"], &prefer).stdout);
+    if !preferred.contains("wgpu: available") {
+        eprintln!("SKIPPED: running through the wgpu backend library (no wgpu adapter/driver)");
+        return;
+    }
+    assert!(!preferred.contains("shadowed"), "{preferred}");
+    let dir = TempDir::new().unwrap();
+    let mnist = repo_path("examples/models/mnist.onnx");
+    let (from_library, from_cpu) = (dir.path().join("lib.npz"), dir.path().join("cpu.npz"));
+    let ran = kiln_with_env(
+        &["run", path_arg(&mnist), "--backend", "wgpu", "--save-outputs", path_arg(&from_library)],
+        &prefer,
+    );
+    assert!(ran.status.success(), "{}", text(&ran.stderr));
+    kiln_ok(&["run", path_arg(&mnist), "--backend", "cpu", "--save-outputs", path_arg(&from_cpu)]);
+    assert_close(&read_f32_arrays(&from_library)[0].2, &read_f32_arrays(&from_cpu)[0].2, 1e-3);
+}
+
+#[test]
+fn a_backend_library_from_another_compiler_fails_every_command_clearly() {
+    let dir = TempDir::new().unwrap();
+    let source = dir.path().join("fake.c");
+    let code = format!(
+        "#include <stdint.h>\n#include <stddef.h>\n\
+         typedef struct {{ uint32_t abi_version, struct_size; const char *name, *kiln_version, *rustc_version;\n\
+           void* (*create)(void); }} desc;\n\
+         static void* create(void) {{ return NULL; }}\n\
+         static const desc D = {{ 1u, sizeof(desc), \"fake\", \"{}\", \"rustc 0.0.1 (elsewhere)\", create }};\n\
+         const desc* kiln_backend_entry(void) {{ return &D; }}\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    std::fs::write(&source, code).unwrap();
+    let lib = examples::build_c_plugin("kiln_backend_fake", &source, dir.path(), &[]).unwrap();
+    let out = kiln_with_env(&["devices"], &[("KILN_PLUGIN_PATH", dir.path().as_os_str())]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains(&lib.display().to_string()) && err.contains("rustc 0.0.1 (elsewhere)"), "{err}");
+    assert!(err.contains("rebuild the library"), "{err}");
+}

@@ -117,15 +117,23 @@ typedef struct kiln_shape_exprs {
   int32_t* output_dims;      /* [output_capacity * KILN_MAX_RANK], node indices */
 } kiln_shape_exprs;
 
-/* A WGSL kernel for the wgpu backend: bindings 0.. are the inputs then the outputs. */
+/* A WGSL kernel for the wgpu backend: @group(0) @binding(0..) are the inputs (declare them
+ * var<storage, read>) then the outputs (var<storage, read_write>), every one of them used by
+ * `entry_point`; dispatched over `workgroups`. The wgpu backend stores one 32-bit word per
+ * element, so the kernel sees array<f32> for float tensors (f16/bf16 widened), array<i32> for
+ * signed integers (i64 narrowed) and array<u32> for unsigned integers and bool (0/1); output
+ * buffers arrive zeroed and hold at least one word (arrayLength may exceed an empty output). */
 typedef struct kiln_wgsl_kernel {
   const char* source;
   const char* entry_point;
   uint32_t workgroups[3];
 } kiln_wgsl_kernel;
 
-/* A CUDA kernel for the cuda backend (PTX, CUBIN or CUDA C++ source for NVRTC), launched
- * with the input then output device pointers followed by the element count (uint64). */
+/* A CUDA kernel for the cuda backend (PTX, CUBIN or CUDA C++ source, which kiln compiles with
+ * NVRTC for the device's architecture; it may include the CUDA headers), launched on kiln's
+ * stream with `grid`, `block` and `shared_memory_bytes` and the arguments: one device pointer
+ * per input, then one per output, then the element count of the first output (uint64).
+ * Tensors keep their native element types there (f16 is 2 bytes, i64 8). */
 typedef enum kiln_cuda_image_kind { KILN_CUDA_PTX = 0, KILN_CUDA_CUBIN = 1, KILN_CUDA_SOURCE = 2 } kiln_cuda_image_kind;
 
 typedef struct kiln_cuda_kernel {

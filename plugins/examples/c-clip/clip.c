@@ -4,7 +4,8 @@
  * as CUDA C++ source for NVRTC. Build it with
  *     cc -std=c99 -shared -fPIC -I plugins/abi/include clip.c -o libclip.so
  * Fields: lo, hi (f32, defaults 0 and 6: ReLU6) and fail_enqueue (i32, a test hook: 1
- * makes enqueue_cpu return an error). The KILN_TEST_* macros build the misbehaving
+ * makes enqueue_cpu return an error). The WGSL kernel sees one 32-bit word per element (kiln's
+ * wgpu storage), here f32. The KILN_TEST_* macros build the misbehaving
  * variants kiln's bad-plugin tests need; a plugin author leaves them undefined.
  */
 #include "kiln_plugin.h"
@@ -86,6 +87,9 @@ static kiln_status wgsl_kernel(void* self, const kiln_tensor_desc* io, int32_t n
                                kiln_error* err) {
   clip* c = (clip*)self;
   (void)ni; (void)no; (void)err;
+#ifdef KILN_TEST_BAD_WGSL
+  snprintf(c->wgsl, sizeof c->wgsl, "fn clip( { this is not WGSL }"); /* a test hook: a kernel that fails to compile */
+#else
   snprintf(c->wgsl, sizeof c->wgsl,
            "@group(0) @binding(0) var<storage, read> x: array<f32>;\n"
            "@group(0) @binding(1) var<storage, read_write> y: array<f32>;\n"
@@ -93,6 +97,7 @@ static kiln_status wgsl_kernel(void* self, const kiln_tensor_desc* io, int32_t n
            "fn clip(@builtin(global_invocation_id) id: vec3<u32>) {\n"
            "  if (id.x < arrayLength(&y)) { y[id.x] = clamp(x[id.x], %.9g, %.9g); }\n"
            "}\n", c->lo, c->hi);
+#endif
   out->source = c->wgsl;
   out->entry_point = "clip";
   out->workgroups[0] = (uint32_t)((volume(&io[1]) + 255) / 256);
@@ -155,7 +160,11 @@ static kiln_status create(void* creator, const kiln_field* fields, int32_t n, ki
   out->output_shapes = output_shapes;
   out->serialize = serialize;
   out->enqueue_cpu = enqueue_cpu;
+#ifdef KILN_TEST_NO_WGSL /* a test hook: a plugin without a wgpu implementation */
+  (void)wgsl_kernel;
+#else
   out->wgsl_kernel = wgsl_kernel;
+#endif
   out->cuda_kernel = cuda_kernel;
   out->destroy = destroy;
   return KILN_OK;

@@ -47,3 +47,18 @@ pub fn build_swish_example(cargo: &str, target_dir: &Path) -> Result<PathBuf, St
     }
     Ok(target_dir.join("debug").join(format!("libkiln_example_swish.{}", std::env::consts::DLL_EXTENSION)))
 }
+
+/// A backend plugin crate (`kiln-backend-wgpu`, `kiln-backend-cuda`) built by cargo into
+/// `target_dir`: the path of its `libkiln_backend_<name>` library.
+pub fn build_backend_plugin(cargo: &str, name: &str, target_dir: &Path) -> Result<PathBuf, String> {
+    let output = Command::new(cargo)
+        .args(["build", "--quiet", "-p", &format!("kiln-backend-{name}"), "--target-dir"])
+        .arg(target_dir)
+        .current_dir(repo_root())
+        .output()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !output.status.success() {
+        return Err(format!("building kiln-backend-{name} failed: {}", String::from_utf8_lossy(&output.stderr)));
+    }
+    Ok(target_dir.join("debug").join(format!("libkiln_backend_{name}.{}", std::env::consts::DLL_EXTENSION)))
+}

@@ -3,6 +3,7 @@
 //!
 //! `unsafe` lives in `ffi.rs` alone, where the library's entries are called.
 
+pub mod backend;
 mod convert;
 #[cfg(feature = "example-builds")]
 pub mod examples;
@@ -59,13 +60,14 @@ fn is_shared_library(path: &Path) -> bool {
 
 /// Loads the libraries of `KILN_PLUGIN_PATH` (none when unset). Libraries in a listed
 /// folder that are not kiln plugin libraries (no entry point) are skipped and reported
-/// in the second list; any other failure is an error.
+/// in the second list; backend libraries (`libkiln_backend_*`, see [`backend`]) are left
+/// to the backend loader; any other failure is an error.
 pub fn load_from_env() -> Result<(Vec<LoadedLibrary>, Vec<String>), PluginError> {
     let Some(value) = std::env::var_os(PLUGIN_PATH_VAR) else { return Ok((Vec::new(), Vec::new())) };
     let value = value.to_string_lossy().into_owned();
     let (mut loaded, mut skipped) = (Vec::new(), Vec::new());
     let named_files: Vec<PathBuf> = std::env::split_paths(&value).filter(|p| p.is_file()).collect();
-    for path in plugin_path_libraries(&value)? {
+    for path in plugin_path_libraries(&value)?.into_iter().filter(|p| !backend::is_backend_library(p)) {
         match load_library(&path) {
             Ok(lib) => loaded.push(lib),
             Err(PluginError::Library { message, .. })

@@ -193,6 +193,7 @@ pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_ty
         K::Gather { mode: GatherMode::Default { .. } } => None,
         K::Resize(p) if p.mode == ResizeMode::Nearest => t0.and_then(|t| crate::device::storage_size(t).err()).map(|e| e.to_string()),
         K::Resize(_) => need_float("Linear and cubic Resize"),
+        K::Plugin(p) => crate::plugin::unsupported(p),
         K::Fused(p) => {
             let anchor = p.anchor.kind();
             unsupported(&anchor, &input_types[..p.anchor_inputs.min(input_types.len())], output_types).or_else(|| {
@@ -301,6 +302,7 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
         }
         K::RmsNormalization { axes, epsilon } => one(compute::normalization(cx, &dev(0)?, opt_dev(1)?.as_ref(), None, axes, *epsilon, 1, true)?),
         K::Attention(p) => one(compute::attention(cx, p, &dev(0)?, &dev(1)?, &dev(2)?, opt_dev(3)?.as_ref(), &out_shape(0)?)?),
+        K::Plugin(p) => crate::plugin::run(cx, p, inputs, outs),
         K::Fused(p) => one(fused(cx, p, inputs, outs)?),
         K::ParametricRelu => one(indexing::prelu(cx, &dev(0)?, &dev(1)?, &out_shape(0)?)?),
         K::Padding { mode } => {

@@ -1,4 +1,5 @@
-//! `kiln devices`: every backend kiln knows, whether it can run here, and its device.
+//! `kiln devices`: every backend kiln knows (built in or from a backend library, with its
+//! path), whether it can run here, and its device and capabilities.
 
 use crate::backends;
 use crate::summary::{self, emit};
@@ -7,17 +8,19 @@ use std::fmt::Write;
 
 pub fn devices() -> anyhow::Result<()> {
     let mut text = String::new();
-    for (name, probe) in backends::probe_all() {
-        match probe {
+    for probe in backends::probe_all() {
+        let origin = format!("  from:               {}", probe.origin);
+        match probe.device {
             Ok(device) => {
-                let _ = writeln!(text, "{name}: available");
+                let _ = writeln!(text, "{}: available\n{origin}", probe.name);
                 write_device(&mut text, &device);
             }
             Err(BackendError::Unavailable { reason, .. }) => {
-                let _ = writeln!(text, "{name}: not available: {reason}");
+                let state = if probe.shadowed { "not used" } else { "not available" };
+                let _ = writeln!(text, "{}: {state}: {reason}\n{origin}", probe.name);
             }
             Err(other) => {
-                let _ = writeln!(text, "{name}: not available: {other}");
+                let _ = writeln!(text, "{}: not available: {other}\n{origin}", probe.name);
             }
         }
     }
@@ -34,4 +37,6 @@ fn write_device(text: &mut String, d: &DeviceFingerprint) {
     let _ = writeln!(text, "  multiprocessors:    {}", count(u64::from(d.multiprocessor_count), |n| n.to_string()));
     let _ = writeln!(text, "  L2 cache:           {}", count(d.l2_cache_bytes, bytes));
     let _ = writeln!(text, "  driver:             {}", known(&d.driver_version));
+    let _ = writeln!(text, "  shared memory/block: {}", count(d.shared_memory_per_block, bytes));
+    let _ = writeln!(text, "  integrated:         {}", if d.integrated { "yes" } else { "no" });
 }

@@ -1,0 +1,4 @@
+//! kiln's wgpu backend as a shared library (`libkiln_backend_wgpu.so`): the `kiln` binary loads
+//! it from its own folder or KILN_PLUGIN_PATH (see `kiln_plugins::backend` for the handshake).
+
+kiln_plugins::export_backend!(c"wgpu", kiln_wgpu::WgpuBackend::new());
