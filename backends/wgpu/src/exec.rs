@@ -10,6 +10,7 @@ use crate::kernels::{
     dynamic, einsum, indexing, layout, linalg, pointwise, quant, reduce, resize, roi, sample, scan, scatter, signal, sort,
     KResult,
 };
+use crate::ops::CastMode;
 use crate::value::{to_words, DeviceTensor, Recorder, Value};
 use kiln::ir::control::{lower, ControlFlow, DEFAULT_MAX_TRIP_COUNT};
 use kiln::ir::infer::{infer_layer, resolve_slice, Fact, OutFact};
@@ -241,10 +242,15 @@ impl<'e> Run<'e> {
             K::Identity => one(req(0)?.clone()),
             K::Cast { to } => {
                 let x = req(0)?;
-                if x.dtype == *to {
+                // A same-type Cast is the identity, but for float8 NaN codes (canonicalised).
+                if x.dtype == *to && !to.is_narrow_float() {
                     return one(x.clone());
                 }
-                one(pointwise::cast(rec, x, *to)?)
+                one(pointwise::cast(rec, x, *to, CastMode::default())?)
+            }
+            K::CastNarrow { to, saturate, e8m0_rounding } => {
+                let mode = CastMode { saturate: *saturate, e8m0_rounding: *e8m0_rounding };
+                one(pointwise::cast(rec, req(0)?, *to, mode)?)
             }
             K::BitCast { to } => {
                 let x = req(0)?;
@@ -450,6 +456,10 @@ fn indices(t: &DeviceTensor) -> KResult<DeviceTensor> {
 /// The device word of a scalar `value` converted to `dtype`.
 fn scalar_word(value: &HostTensor, dtype: DataType) -> KResult<u32> {
     let v = value.to_f64_vec().first().copied().unwrap_or(0.0);
+    if let Some(data) = kiln::TensorData::narrow_from_f64(dtype, &[v]) {
+        let t = HostTensor::scalar(data).map_err(|e| e.to_string())?;
+        return Ok(to_words(&t)?.first().copied().unwrap_or(0));
+    }
     let t = match crate::ops::Storage::of(dtype) {
         Some(crate::ops::Storage::F32) => HostTensor::from_f32(vec![], vec![v as f32]),
         Some(_) if dtype == DataType::Bool => {

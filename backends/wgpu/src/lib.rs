@@ -5,9 +5,18 @@
 //!   adapter, device loss, out-of-memory and limit violations are [`DeviceError`]s.
 //! - [`shaders`]: the WGSL sources of `/shaders` and every instantiation compiled.
 //! - Values are device tensors of 32-bit words (f16/bf16 as f32 rounded after every
-//!   layer, 8/16-bit integers widened and wrapped, i64 as i32 when every value fits,
-//!   bool as 0/1), or small host tensors for shape arithmetic that kiln's inference
-//!   evaluates (TensorRT's shape tensors). f64 and u64 are refused.
+//!   layer, 8/16-bit integers widened and wrapped, i64 / u64 as i32 / u32 when every
+//!   value fits (refused on upload otherwise; device results beyond the 32-bit range
+//!   saturate or wrap there), bool as 0/1), or small host tensors for shape arithmetic
+//!   that kiln's inference evaluates (TensorRT's shape tensors).
+//! - **f64 is stored and computed as f32** (WGSL has no f64; TensorRT's ONNX parser does
+//!   the same with DOUBLE): inputs are rounded to f32 on upload, casts to and from f64
+//!   follow f32 rounding, and results match the cpu backend to f32 precision only.
+//! - The storage-only types hold their value in a word: float8 (e4m3fn, e4m3fnuz, e5m2,
+//!   e5m2fnuz, e8m0) and float4 e2m1 as the decoded f32 (casts into them round in WGSL
+//!   bit-exactly as the cpu backend, `shaders/minifloat.wgsl`), the 4- and 2-bit integers
+//!   as i32 / u32 (casts wrap as on cpu). Like the cpu backend, no layer computes on them:
+//!   they are cast, moved, gathered and selected.
 //! - One execution records all dispatches into one command encoder and submits it when
 //!   a value must be read (a loop condition, a shape parameter) and at the end.
 #![deny(unsafe_code)]
@@ -101,12 +110,19 @@ fn unsupported(network: &Network, layer: &Layer) -> Option<String> {
     if let Some(t) = tensors.map(|&t| network.tensor(t)).find(|t| crate::ops::Storage::of(t.dtype).is_none()) {
         return Some(format!("tensor `{}` is {}: WGSL has no storage for this type yet", t.name, t.dtype));
     }
+    if computes(&layer.kind) {
+        let tensors = layer.inputs.iter().flatten().chain(&layer.outputs);
+        if let Some(t) = tensors.map(|&t| network.tensor(t)).find(|t| t.dtype.is_narrow()) {
+            return Some(format!("tensor `{}` is {}: a storage-only type, cast it to compute", t.name, t.dtype));
+        }
+    }
     let input_type = |slot: usize| layer.inputs.get(slot).copied().flatten().map(|t| network.tensor(t).dtype);
     let float_input = || input_type(0).is_some_and(DataType::is_float);
     match &layer.kind {
         K::Constant { .. }
         | K::Identity
         | K::Cast { .. }
+        | K::CastNarrow { .. }
         | K::BitCast { .. }
         | K::Elementwise { .. }
         | K::Activation { .. }
@@ -194,4 +210,26 @@ fn unsupported(network: &Network, layer: &Layer) -> Option<String> {
         K::Plugin(p) => plugin::unsupported(p),
         other => Some(format!("no WGSL kernel for {} yet", other.type_name())),
     }
+}
+
+/// Whether a layer does arithmetic on its values (rather than converting or moving them).
+fn computes(kind: &LayerKind) -> bool {
+    use LayerKind as K;
+    matches!(
+        kind,
+        K::Elementwise { .. }
+            | K::Activation { .. }
+            | K::Unary { .. }
+            | K::ParametricRelu
+            | K::MatrixMultiply { .. }
+            | K::Reduce { .. }
+            | K::Convolution(_)
+            | K::Deconvolution(_)
+            | K::Pooling(_)
+            | K::SoftMax { .. }
+            | K::Normalization { .. }
+            | K::RmsNormalization { .. }
+            | K::Attention(_)
+            | K::Fused(_)
+    )
 }

@@ -2,10 +2,14 @@
 //! `finish` functions and type aliases that instantiate the generic kernels of
 //! `shaders/binary.wgsl`, `unary.wgsl` and `reduce.wgsl`.
 
-use kiln::{ActivationKind, DataType, ElementwiseOp, ReduceOp, UnaryOp};
+use crate::shaders::MINIFLOAT;
+use kiln::{ActivationKind, DataType, E8M0Rounding, ElementwiseOp, ReduceOp, UnaryOp};
 
 /// How a logical type is stored on the device: every element is one 32-bit word (WGSL
-/// has no 64-bit or 8-bit storage types); narrower types are widened, bool is 0 / 1.
+/// has no 64-bit or 8-bit storage types). Narrower types are widened (bool is 0 / 1; the
+/// float8 / float4 types hold their decoded f32 value, see `shaders/minifloat.wgsl`); the
+/// 64-bit types are narrowed: f64 is stored and computed as f32, i64 / u64 as i32 / u32
+/// when every value fits (refused on upload otherwise).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Storage {
     F32,
@@ -14,12 +18,15 @@ pub enum Storage {
 }
 
 impl Storage {
-    /// The storage of `dtype`, or `None` for types the device cannot hold (f64, u64).
+    /// The storage of `dtype`, or `None` for types the device cannot hold (strings).
     pub fn of(dtype: DataType) -> Option<Storage> {
+        use DataType as D;
         match dtype {
-            DataType::F32 | DataType::F16 | DataType::BF16 => Some(Storage::F32),
-            DataType::I8 | DataType::I16 | DataType::I32 | DataType::I64 => Some(Storage::I32),
-            DataType::U8 | DataType::U16 | DataType::U32 | DataType::Bool => Some(Storage::U32),
+            D::F32 | D::F16 | D::BF16 | D::F64 => Some(Storage::F32),
+            D::F8E4M3FN | D::F8E4M3FNUZ | D::F8E5M2 | D::F8E5M2FNUZ | D::F8E8M0 | D::F4E2M1 => Some(Storage::F32),
+            D::I8 | D::I16 | D::I32 | D::I64 | D::I4 | D::I2 => Some(Storage::I32),
+            D::U8 | D::U16 | D::U32 | D::U64 | D::Bool | D::U4 | D::U2 => Some(Storage::U32),
+            #[allow(unreachable_patterns)] // types other helpers may add
             _ => None,
         }
     }
@@ -227,17 +234,57 @@ pub fn activation(kind: &ActivationKind, s: Storage) -> Option<(String, [f32; 3]
     Some((src, p))
 }
 
-/// The conversion `op(x)` of a Cast from storage `a` to logical type `to` (saturating
-/// float→int through the clamp bounds given as params[1..3]), with those bounds.
-pub fn cast(a: Storage, to: DataType) -> Option<(Storage, String, [f32; 3])> {
+/// The overflow and e8m0 rounding modes of a Cast to a float8 / float4 type (ONNX's
+/// `saturate` and `round_mode`); the default is plain Cast's: saturate, round up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CastMode {
+    pub saturate: bool,
+    pub e8m0_rounding: E8M0Rounding,
+}
+
+impl Default for CastMode {
+    fn default() -> CastMode {
+        CastMode { saturate: true, e8m0_rounding: E8M0Rounding::Up }
+    }
+}
+
+/// The conversion `op(x)` of a Cast from `from` to `to` (saturating float→int through the
+/// clamp bounds given as params[1..3], with those bounds), bit-exact with the cpu backend
+/// for every type the words hold exactly; its output storage.
+pub fn cast(from: DataType, to: DataType, mode: CastMode) -> Option<(Storage, String, [f32; 3])> {
     use Storage::*;
-    let o = Storage::of(to)?;
+    let (a, o) = (Storage::of(from)?, Storage::of(to)?);
     let (lo, hi) = int_range(to);
+    // The cpu backend decodes every float8 / float4 NaN code to the positive NaN.
+    let x = if from.is_narrow_float() { "mf_canonical_nan(x)" } else { "x" };
+    let fx = if a == F32 { x.to_string() } else { "f32(x)".to_string() };
     let body = if to == DataType::Bool {
         "select(0u, 1u, x != A(0))".to_string()
+    } else if to == DataType::F8E8M0 {
+        let rounding = match mode.e8m0_rounding {
+            E8M0Rounding::Up => "E8M0_UP",
+            E8M0Rounding::Down => "E8M0_DOWN",
+            E8M0Rounding::Nearest => "E8M0_NEAREST",
+        };
+        format!("round_to_f8e8m0_mode({fx}, {}, {rounding})", mode.saturate)
+    } else if to.is_narrow_float() {
+        format!("round_to_{}_mode({fx}, {})", to.name(), mode.saturate)
+    } else if let Some(bits) = to.packed_bits().filter(|_| to.is_narrow_integer()) {
+        // 4- and 2-bit integers: the low bits of the (truncated) value, as the cpu wraps.
+        let low = match a {
+            F32 => format!("low_bits_of_trunc({x})"),
+            I32 => "bitcast<u32>(x)".into(),
+            U32 => "x".into(),
+        };
+        if to.is_signed_integer() {
+            format!("bitcast<i32>(({low}) << {s}u) >> {s}u", s = 32 - bits)
+        } else {
+            format!("({low}) & {}u", (1u32 << bits) - 1)
+        }
     } else {
         match (a, o) {
-            (F32, F32) | (I32, I32) | (U32, U32) => "x".into(),
+            (F32, F32) => x.into(),
+            (I32, I32) | (U32, U32) => "x".into(),
             (F32, I32) => "select(i32(clamp(x, p0, p1)), 0, k_is_nan(x))".into(),
             (F32, U32) => "select(u32(clamp(x, p0, p1)), 0u, k_is_nan(x))".into(),
             (I32 | U32, F32) => "f32(x)".into(),
@@ -246,7 +293,7 @@ pub fn cast(a: Storage, to: DataType) -> Option<(Storage, String, [f32; 3])> {
         }
     };
     let src = format!(
-        "{}{MATH}\nfn op(x: A) -> O {{ let p0 = param_f(1u); let p1 = param_f(2u); return {body}; }}\n",
+        "{}{MATH}{MINIFLOAT}\nfn op(x: A) -> O {{ let p0 = param_f(1u); let p1 = param_f(2u); return {body}; }}\n",
         aliases(a, o)
     );
     Some((o, src, [lo, hi, 0.0]))
@@ -261,7 +308,8 @@ fn int_range(t: DataType) -> (f32, f32) {
         DataType::I32 | DataType::I64 => (-2147483648.0, 2147483520.0),
         DataType::U8 => (0.0, 255.0),
         DataType::U16 => (0.0, 65535.0),
-        DataType::U32 => (0.0, 4294967040.0),
+        // u64 is stored as u32: results beyond u32 saturate (documented in the README).
+        DataType::U32 | DataType::U64 => (0.0, 4294967040.0),
         _ => (f32::MIN, f32::MAX),
     }
 }

@@ -4,9 +4,14 @@
 //! all so a test can validate each with naga.
 
 use crate::ops::{self, Storage};
-use kiln::{ActivationKind, DataType, ElementwiseOp, ReduceOp, UnaryOp};
+use kiln::{ActivationKind, DataType, E8M0Rounding, ElementwiseOp, ReduceOp, UnaryOp};
 
 const COMMON: &str = include_str!("../../../shaders/common.wgsl");
+
+/// WGSL functions rounding f32 to the float8 / float4 types bit-exactly as the cpu backend
+/// (`round_to_<type>(x: f32) -> f32` per type, `round_to_<type>_mode` with the Cast
+/// modes); a prelude may include it (it needs `common.wgsl`, which every kernel has).
+pub const MINIFLOAT: &str = include_str!("../../../shaders/minifloat.wgsl");
 
 /// The kernel bodies, by name.
 pub const BODIES: &[(&str, &str)] = &[
@@ -87,10 +92,23 @@ impl Instance {
         Some((Instance::new("unary", format!("activation/{name}/{}", s.wgsl()), prelude), p))
     }
 
-    pub fn cast(a: Storage, to: DataType) -> Option<(Storage, Instance, [f32; 3])> {
-        let (o, prelude, p) = ops::cast(a, to)?;
-        let target = if to == DataType::Bool { "bool" } else { o.wgsl() };
-        Some((o, Instance::new("unary", format!("cast/{}/{target}", a.wgsl()), prelude), p))
+    /// A Cast (or CastNarrow with `mode`) from `from` to `to`: one kernel per source
+    /// storage class (float8 / float4 sources canonicalise NaN), target type and mode.
+    pub fn cast(from: DataType, to: DataType, mode: ops::CastMode) -> Option<(Storage, Instance, [f32; 3])> {
+        let mode = if to.is_narrow_float() { mode } else { ops::CastMode::default() };
+        let (o, prelude, p) = ops::cast(from, to, mode)?;
+        let a = Storage::of(from)?.wgsl();
+        let source = if from.is_narrow_float() { "f8" } else { a };
+        let target = match (to.is_narrow(), to) {
+            (true, _) | (_, DataType::Bool) => to.name(),
+            _ => o.wgsl(),
+        };
+        let mode = if mode == ops::CastMode::default() {
+            String::new()
+        } else {
+            format!("/{}/{:?}", if mode.saturate { "sat" } else { "nosat" }, mode.e8m0_rounding)
+        };
+        Some((o, Instance::new("unary", format!("cast/{source}/{target}{mode}"), prelude), p))
     }
 
     pub fn reduce(op: ReduceOp, s: Storage) -> Option<Instance> {
@@ -227,8 +245,17 @@ pub fn all_instantiations() -> Vec<Instance> {
         all.extend(UNARY_OPS.iter().filter_map(|&op| Instance::unary(op, s)).map(|(_, i)| i));
         all.extend(ACTIVATIONS.iter().filter_map(|k| Instance::activation(k, s)).map(|(i, _)| i));
         all.extend(REDUCE_OPS.iter().filter_map(|&op| Instance::reduce(op, s)));
+    }
+    // One source per cast kernel class: each storage, and a float8 source.
+    for from in [DataType::F32, DataType::I32, DataType::U32, DataType::F8E4M3FN] {
         for to in DataType::ALL {
-            all.extend(Instance::cast(s, to).map(|(_, i, _)| i));
+            all.extend(Instance::cast(from, to, ops::CastMode::default()).map(|(_, i, _)| i));
+        }
+    }
+    for to in DataType::ALL.into_iter().filter(|t| t.is_narrow_float()) {
+        for e8m0_rounding in [E8M0Rounding::Up, E8M0Rounding::Down, E8M0Rounding::Nearest] {
+            let mode = ops::CastMode { saturate: false, e8m0_rounding };
+            all.extend(Instance::cast(DataType::F32, to, mode).map(|(_, i, _)| i));
         }
     }
     all.extend(crate::kernels::sort::instantiations());

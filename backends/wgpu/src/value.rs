@@ -1,12 +1,15 @@
 //! Values of one execution: device tensors (one 32-bit word per element, see
-//! [`Storage`]) or small host tensors (shape arithmetic, kept on the host like
+//! [`crate::ops::Storage`]) or small host tensors (shape arithmetic, kept on the host like
 //! TensorRT's shape tensors), and the recorder that collects every dispatch of a run
 //! into one command encoder.
 
 use crate::device::{DeviceError, Gpu, WORKGROUP};
 use crate::shaders::Instance;
 use half::{bf16, f16};
-use kiln::{DataType, HostTensor, TensorData};
+use kiln::{
+    DataType, E8M0Rounding, HostTensor, TensorData, F4E2M1, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, F8E8M0, I2, I4, U2,
+    U4,
+};
 use std::sync::{Arc, Mutex};
 
 /// A tensor in device memory. Its buffer is never written after the kernel that made
@@ -14,7 +17,7 @@ use std::sync::{Arc, Mutex};
 #[derive(Clone, Debug)]
 pub struct DeviceTensor {
     pub buffer: Arc<wgpu::Buffer>,
-    /// The logical type; the words hold its [`Storage`].
+    /// The logical type; the words hold its [`crate::ops::Storage`].
     pub dtype: DataType,
     pub shape: Vec<usize>,
 }
@@ -56,13 +59,23 @@ impl Value {
     }
 }
 
-/// The device words of a host tensor: floats as f32 bits, integers as i32 / u32, bool as
-/// 0 / 1. i64 values must fit in i32.
+/// The device words of a host tensor (see [`crate::ops::Storage`]): floats as f32 bits
+/// (f64 rounded to f32; float8 / float4 decoded, a NaN carrying its code as in
+/// `shaders/minifloat.wgsl`), integers as i32 / u32, bool as 0 / 1. i64 and u64 values
+/// must fit in i32 / u32.
 pub fn to_words(t: &HostTensor) -> Result<Vec<u32>, String> {
+    fn narrow_float(value: f32, code: u8, nan_sign: bool) -> u32 {
+        match value.is_nan() {
+            true => (u32::from(nan_sign) << 31) | 0x7fc0_0000 | u32::from(code),
+            false => value.to_bits(),
+        }
+    }
     Ok(match t.data() {
         TensorData::F32(v) => v.iter().map(|x| x.to_bits()).collect(),
         TensorData::F16(v) => v.iter().map(|x| x.to_f32().to_bits()).collect(),
         TensorData::BF16(v) => v.iter().map(|x| x.to_f32().to_bits()).collect(),
+        // WGSL has no f64: stored and computed as f32 (as TensorRT does with DOUBLE).
+        TensorData::F64(v) => v.iter().map(|&x| (x as f32).to_bits()).collect(),
         TensorData::I8(v) => v.iter().map(|&x| i32::from(x) as u32).collect(),
         TensorData::I16(v) => v.iter().map(|&x| i32::from(x) as u32).collect(),
         TensorData::I32(v) => v.iter().map(|&x| x as u32).collect(),
@@ -77,20 +90,54 @@ pub fn to_words(t: &HostTensor) -> Result<Vec<u32>, String> {
         TensorData::U8(v) => v.iter().map(|&x| u32::from(x)).collect(),
         TensorData::U16(v) => v.iter().map(|&x| u32::from(x)).collect(),
         TensorData::U32(v) => v.clone(),
+        TensorData::U64(v) => v
+            .iter()
+            .map(|&x| {
+                u32::try_from(x)
+                    .map_err(|_| format!("u64 value {x} does not fit in u32, the widest unsigned integer WGSL stores"))
+            })
+            .collect::<Result<_, _>>()?,
         TensorData::Bool(v) => v.iter().map(|&x| u32::from(x)).collect(),
-        other => {
-            return Err(format!("unsupported dtype {} on the wgpu backend (WGSL has no 64-bit types)", other.dtype()))
-        }
+        TensorData::F8E4M3FN(v) => v.iter().map(|x| narrow_float(x.to_f32(), x.0, x.0 & 0x80 != 0)).collect(),
+        TensorData::F8E4M3FNUZ(v) => v.iter().map(|x| narrow_float(x.to_f32(), x.0, false)).collect(),
+        TensorData::F8E5M2(v) => v.iter().map(|x| narrow_float(x.to_f32(), x.0, x.0 & 0x80 != 0)).collect(),
+        TensorData::F8E5M2FNUZ(v) => v.iter().map(|x| narrow_float(x.to_f32(), x.0, false)).collect(),
+        TensorData::F8E8M0(v) => v.iter().map(|x| narrow_float(x.to_f32(), x.0, false)).collect(),
+        TensorData::F4E2M1(v) => v.iter().map(|x| x.to_f32().to_bits()).collect(),
+        TensorData::I4(v) => v.iter().map(|x| x.value() as i32 as u32).collect(),
+        TensorData::I2(v) => v.iter().map(|x| x.value() as i32 as u32).collect(),
+        TensorData::U4(v) => v.iter().map(|x| x.value() as u32).collect(),
+        TensorData::U2(v) => v.iter().map(|x| x.value() as u32).collect(),
+        #[allow(unreachable_patterns)] // types other helpers may add
+        other => return Err(format!("unsupported dtype {} on the wgpu backend", other.dtype())),
     })
+}
+
+/// The float8 code a device word holds: the code a NaN carries where it is one of the
+/// type's NaN codes (so moved tensors read back bit-exact), else the value rounded
+/// (exact for every value a kernel writes).
+fn narrow_float_code<T: Copy>(w: u32, code: fn(u8) -> T, is_nan: fn(T) -> bool, round: fn(f32) -> T) -> T {
+    let carried = code(w as u8);
+    if f32::from_bits(w).is_nan() && w & 0x003f_ff00 == 0 && is_nan(carried) {
+        carried
+    } else {
+        round(f32::from_bits(w))
+    }
 }
 
 /// The host tensor of device words holding `dtype`.
 pub fn from_words(dtype: DataType, shape: Vec<usize>, w: &[u32]) -> Result<HostTensor, String> {
     let f = |x: &u32| f32::from_bits(*x);
+    macro_rules! narrow_float {
+        ($t:ident, $round:expr) => {
+            TensorData::$t(w.iter().map(|&x| narrow_float_code(x, $t, |c| c.to_f32().is_nan(), $round)).collect())
+        };
+    }
     let data = match dtype {
         DataType::F32 => TensorData::F32(w.iter().map(f).collect()),
         DataType::F16 => TensorData::F16(w.iter().map(|x| f16::from_f32(f(x))).collect()),
         DataType::BF16 => TensorData::BF16(w.iter().map(|x| bf16::from_f32(f(x))).collect()),
+        DataType::F64 => TensorData::F64(w.iter().map(|x| f64::from(f(x))).collect()),
         DataType::I8 => TensorData::I8(w.iter().map(|&x| x as i32 as i8).collect()),
         DataType::I16 => TensorData::I16(w.iter().map(|&x| x as i32 as i16).collect()),
         DataType::I32 => TensorData::I32(w.iter().map(|&x| x as i32).collect()),
@@ -98,7 +145,20 @@ pub fn from_words(dtype: DataType, shape: Vec<usize>, w: &[u32]) -> Result<HostT
         DataType::U8 => TensorData::U8(w.iter().map(|&x| x as u8).collect()),
         DataType::U16 => TensorData::U16(w.iter().map(|&x| x as u16).collect()),
         DataType::U32 => TensorData::U32(w.to_vec()),
+        DataType::U64 => TensorData::U64(w.iter().map(|&x| u64::from(x)).collect()),
         DataType::Bool => TensorData::Bool(w.iter().map(|&x| x != 0).collect()),
+        DataType::F8E4M3FN => narrow_float!(F8E4M3FN, |x| F8E4M3FN::from_f32(x, true)),
+        DataType::F8E4M3FNUZ => narrow_float!(F8E4M3FNUZ, |x| F8E4M3FNUZ::from_f32(x, true)),
+        DataType::F8E5M2 => narrow_float!(F8E5M2, |x| F8E5M2::from_f32(x, true)),
+        DataType::F8E5M2FNUZ => narrow_float!(F8E5M2FNUZ, |x| F8E5M2FNUZ::from_f32(x, true)),
+        // Rounding down is exact on powers of two, 2^-127 (an f32 subnormal) included.
+        DataType::F8E8M0 => narrow_float!(F8E8M0, |x| F8E8M0::from_f64(f64::from(x), true, E8M0Rounding::Down)),
+        DataType::F4E2M1 => TensorData::F4E2M1(w.iter().map(|x| F4E2M1::from_f32(f(x), true)).collect()),
+        DataType::I4 => TensorData::I4(w.iter().map(|&x| I4::wrapping(i128::from(x as i32))).collect()),
+        DataType::I2 => TensorData::I2(w.iter().map(|&x| I2::wrapping(i128::from(x as i32))).collect()),
+        DataType::U4 => TensorData::U4(w.iter().map(|&x| U4::wrapping(i128::from(x))).collect()),
+        DataType::U2 => TensorData::U2(w.iter().map(|&x| U2::wrapping(i128::from(x))).collect()),
+        #[allow(unreachable_patterns)] // types other helpers may add
         other => return Err(format!("unsupported dtype {other} on the wgpu backend")),
     };
     HostTensor::new(shape, data).map_err(|e| e.to_string())

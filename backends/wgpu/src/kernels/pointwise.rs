@@ -3,7 +3,7 @@
 //! widened (f16, bf16, 8/16-bit integers).
 
 use super::{broadcast_strides, count_word, output, words8, KResult};
-use crate::ops::Storage;
+use crate::ops::{CastMode, Storage};
 use crate::shaders::Instance;
 use crate::value::{DeviceTensor, Recorder};
 use kiln::{ActivationKind, DataType, ElementwiseOp, PostOp, UnaryOp};
@@ -64,9 +64,10 @@ pub fn activation(rec: &Recorder, kind: &ActivationKind, x: &DeviceTensor) -> KR
     run_unary(rec, &kernel, p, x, x.dtype)
 }
 
-pub fn cast(rec: &Recorder, x: &DeviceTensor, to: DataType) -> KResult<DeviceTensor> {
+/// Cast (CastNarrow with a non-default `mode`) of `x` to `to`.
+pub fn cast(rec: &Recorder, x: &DeviceTensor, to: DataType, mode: CastMode) -> KResult<DeviceTensor> {
     let (_, kernel, p) =
-        Instance::cast(storage(x)?, to).ok_or_else(|| format!("no WGSL kernel for Cast {} -> {to}", x.dtype))?;
+        Instance::cast(x.dtype, to, mode).ok_or_else(|| format!("no WGSL kernel for Cast {} -> {to}", x.dtype))?;
     run_unary(rec, &kernel, p, x, to)
 }
 

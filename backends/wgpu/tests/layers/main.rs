@@ -4,6 +4,7 @@
 mod common;
 mod control;
 mod device;
+mod dtypes;
 mod layout;
 mod linalg;
 mod pointwise;
