@@ -59,7 +59,7 @@ pub fn non_zero(x: &HostTensor) -> KResult<HostTensor> {
 /// `sorted`, else in order of first occurrence.
 pub fn unique(x: &HostTensor, axis: Option<usize>, sorted: bool) -> KResult<Vec<HostTensor>> {
     let order = word_order(storage_of(x.dtype())?);
-    let words = to_words(x)?;
+    let words = &to_words(x)?;
     let flat = [x.len()];
     let (shape, axis) = match axis {
         None => (&flat[..], 0),
