@@ -48,6 +48,14 @@ fn rank_checked(shape: &[usize]) -> Result<(), String> {
     Ok(())
 }
 
+/// Element-wise indices: the data's rank, `axis` inside it, and no longer than the data on
+/// the other axes (the kernels read the data at the indices' own coordinates there).
+fn fits_off_axis(indices: &[usize], data: &[usize], axis: usize) -> bool {
+    indices.len() == data.len()
+        && axis < data.len()
+        && indices.iter().zip(data).enumerate().all(|(d, (i, n))| d == axis || i <= n)
+}
+
 /// `out = cond ? a : b`, all three broadcast onto `out_shape`.
 pub fn select(
     cx: &Ctx,
@@ -105,7 +113,7 @@ pub fn gather_elements(
     axis: usize,
 ) -> Result<DeviceTensor, String> {
     rank_checked(&data.shape)?;
-    if indices.shape.len() != data.shape.len() || axis >= data.shape.len() {
+    if !fits_off_axis(&indices.shape, &data.shape, axis) {
         return Err(format!(
             "GatherElements: indices {:?} against data {:?} on axis {axis}",
             indices.shape, data.shape
@@ -229,7 +237,7 @@ pub fn scatter(
     let op = Arg::I32(reduction_code(reduction));
     match mode {
         ScatterMode::Elements { axis } => {
-            if indices.shape != updates.shape || indices.shape.len() != data.shape.len() || axis >= data.shape.len() {
+            if indices.shape != updates.shape || !fits_off_axis(&indices.shape, &data.shape, axis) {
                 return Err(format!(
                     "ScatterElements: indices {:?}, updates {:?}, data {:?}, axis {axis}",
                     indices.shape, updates.shape, data.shape
