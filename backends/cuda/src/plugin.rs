@@ -43,13 +43,20 @@ fn desc(dtype: DataType, shape: &[usize]) -> PluginTensorDesc {
 
 /// Runs a plugin layer: fresh outputs of the inferred types and shapes, written by the
 /// plugin's kernel on kiln's stream.
-pub fn run(cx: &Ctx, params: &PluginParams, inputs: &[Option<Value>], outs: &[OutFact]) -> Result<Vec<DeviceTensor>, String> {
+pub fn run(
+    cx: &Ctx,
+    params: &PluginParams,
+    inputs: &[Option<Value>],
+    outs: &[OutFact],
+) -> Result<Vec<DeviceTensor>, String> {
     let key = PluginKey::of(params);
     let fail = |m: String| format!("plugin `{key}`: {m}");
     let inputs = inputs
         .iter()
         .enumerate()
-        .map(|(i, v)| cx.dev(v.as_ref().ok_or_else(|| fail(format!("input {i} is missing (plugins take no optional inputs)")))?))
+        .map(|(i, v)| {
+            cx.dev(v.as_ref().ok_or_else(|| fail(format!("input {i} is missing (plugins take no optional inputs)")))?)
+        })
         .collect::<Result<Vec<_>, String>>()?;
     let outputs = outs
         .iter()
@@ -80,7 +87,13 @@ pub fn run(cx: &Ctx, params: &PluginParams, inputs: &[Option<Value>], outs: &[Ou
 }
 
 /// The plugin's kernel for this I/O description on `gpu`, asked for and loaded on first use.
-fn load(gpu: &Gpu, key: &PluginKey, params: &PluginParams, io: &[PluginTensorDesc], num_inputs: usize) -> Result<Arc<Loaded>, String> {
+fn load(
+    gpu: &Gpu,
+    key: &PluginKey,
+    params: &PluginParams,
+    io: &[PluginTensorDesc],
+    num_inputs: usize,
+) -> Result<Arc<Loaded>, String> {
     let cache_key = format!("{:p}|{key}|{:?}|{io:?}", Arc::as_ptr(&gpu.ctx), params.fields);
     if let Some(found) = cache().lock().unwrap_or_else(PoisonError::into_inner).get(&cache_key) {
         return Ok(found.clone());
@@ -96,12 +109,23 @@ fn load(gpu: &Gpu, key: &PluginKey, params: &PluginParams, io: &[PluginTensorDes
         CudaImage::Cubin(bytes) => Ptx::from_binary(bytes),
         CudaImage::Source(source) => {
             let name = format!("{}_{}.cu", key.namespace, key.name);
-            Ptx::from_binary(crate::nvrtc::compile_cubin(&name, &source, &[], &gpu.arch).map_err(|e| fail(e.to_string()))?)
+            Ptx::from_binary(
+                crate::nvrtc::compile_cubin(&name, &source, &[], &gpu.arch).map_err(|e| fail(e.to_string()))?,
+            )
         }
     };
-    let module = gpu.ctx.load_module(ptx).map_err(|e| fail(format!("loading its CUDA module failed (cuModuleLoadData): {e:?}")))?;
-    let function = module.load_function(&entry_point).map_err(|e| fail(format!("its module has no kernel `{entry_point}`: {e:?}")))?;
-    let config = LaunchConfig { grid_dim: (grid[0], grid[1], grid[2]), block_dim: (block[0], block[1], block[2]), shared_mem_bytes: shared_memory_bytes };
+    let module = gpu
+        .ctx
+        .load_module(ptx)
+        .map_err(|e| fail(format!("loading its CUDA module failed (cuModuleLoadData): {e:?}")))?;
+    let function = module
+        .load_function(&entry_point)
+        .map_err(|e| fail(format!("its module has no kernel `{entry_point}`: {e:?}")))?;
+    let config = LaunchConfig {
+        grid_dim: (grid[0], grid[1], grid[2]),
+        block_dim: (block[0], block[1], block[2]),
+        shared_mem_bytes: shared_memory_bytes,
+    };
     let loaded = Arc::new(Loaded { function, config });
     cache().lock().unwrap_or_else(PoisonError::into_inner).insert(cache_key, loaded.clone());
     Ok(loaded)

@@ -57,7 +57,12 @@ fn feed(values: Vec<f32>, dims: Vec<usize>) -> HashMap<String, HostTensor> {
     HashMap::from([("x".to_string(), HostTensor::from_f32(dims, values).unwrap())])
 }
 
-fn round_trip(backend: &CudaBackend, net: &Network, config: &BuilderConfig, inputs: &HashMap<String, HostTensor>) -> Vec<f32> {
+fn round_trip(
+    backend: &CudaBackend,
+    net: &Network,
+    config: &BuilderConfig,
+    inputs: &HashMap<String, HostTensor>,
+) -> Vec<f32> {
     let engine = Builder::new(backend).build(net, config).unwrap();
     assert!(!engine.plugins().is_empty(), "the engine records its plugins");
     let loaded = Engine::deserialize(&engine.serialize()).unwrap();
@@ -87,7 +92,11 @@ fn the_rust_plugin_runs_its_cuda_kernel_with_dynamic_shapes() {
     let Some(backend) = backend() else { return };
     load_examples();
     let key = PluginKey::new("kiln.examples", "Swish", "1");
-    let net = plugin_net(&key, &[("beta".into(), PluginField::F32(vec![1.5]))], Shape(vec![Dim::Named("N".into()), Dim::Fixed(4)]));
+    let net = plugin_net(
+        &key,
+        &[("beta".into(), PluginField::F32(vec![1.5]))],
+        Shape(vec![Dim::Named("N".into()), Dim::Fixed(4)]),
+    );
     let mut profile = OptimizationProfile::new();
     profile.set_dimensions("x", &[1, 4], &[2, 4], &[300, 4]);
     let config = BuilderConfig { profiles: vec![profile], ..BuilderConfig::default() };
@@ -105,7 +114,8 @@ fn the_c_plugin_runs_its_nvrtc_compiled_kernel_through_the_network_api() {
     let key = PluginKey::new("kiln.examples", "ClipC", "1");
     let fields = [("lo".into(), PluginField::F32(vec![-0.5])), ("hi".into(), PluginField::F32(vec![1.0]))];
     let net = plugin_net(&key, &fields, Shape::fixed(&[2, 3]));
-    let y = round_trip(&backend, &net, &BuilderConfig::default(), &feed(vec![-2.0, -0.25, 0.0, 0.5, 1.0, 7.0], vec![2, 3]));
+    let y =
+        round_trip(&backend, &net, &BuilderConfig::default(), &feed(vec![-2.0, -0.25, 0.0, 0.5, 1.0, 7.0], vec![2, 3]));
     assert_eq!(y, vec![-0.5, -0.25, 0.0, 0.5, 1.0, 1.0]);
 }
 

@@ -91,9 +91,12 @@ impl std::fmt::Display for Origin {
     }
 }
 
+/// Makes a backend (a built-in's constructor, or a backend library's `create`).
+type Opener = Box<dyn Fn() -> Result<Box<dyn Backend>, BackendError>>;
+
 /// The backend `name` resolves to: the built-in one unless KILN_PREFER_PLUGIN_BACKENDS=1
 /// and a library provides it too, else the first library of that name.
-fn resolve(name: &str) -> Option<(Origin, Box<dyn Fn() -> Result<Box<dyn Backend>, BackendError>>)> {
+fn resolve(name: &str) -> Option<(Origin, Opener)> {
     let library = plugin_backends().iter().find(|l| l.name == name);
     let builtin = REGISTRY.iter().find(|e| e.name == name);
     match (builtin, library) {

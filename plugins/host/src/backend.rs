@@ -212,7 +212,7 @@ pub fn is_backend_library(path: &Path) -> bool {
 /// `kiln` binary), then those KILN_PLUGIN_PATH names (files by that name, or in folders).
 pub fn backend_library_paths(exe_dir: Option<&Path>) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    let mut folder = |dir: &Path| {
+    let folder = |dir: &Path| {
         let Ok(listing) = std::fs::read_dir(dir) else { return Vec::new() };
         let mut libs: Vec<PathBuf> =
             listing.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_file() && is_backend_library(p)).collect();
