@@ -214,6 +214,45 @@ impl Gpu {
         })
     }
 
+    /// Like [`Gpu::pipeline`], for kernels whose every index is in bounds by construction
+    /// (guarded loads and stores, constant-bounded workgroup arrays): compiled without
+    /// runtime bounds checks and without zero-filling workgroup memory (the kernel writes
+    /// every stage before reading it). Cached in the same table under `key`.
+    pub fn pipeline_trusted(
+        &self,
+        key: &str,
+        source: impl FnOnce() -> String,
+    ) -> Result<Arc<wgpu::ComputePipeline>, DeviceError> {
+        if let Some(p) = self.pipelines.lock().map_err(|_| poisoned())?.get(key) {
+            return Ok(p.clone());
+        }
+        let source = source();
+        let what = format!("compiling shader `{key}`");
+        let pipeline = self.scoped(&what, || {
+            let desc = wgpu::ShaderModuleDescriptor { label: Some(key), source: wgpu::ShaderSource::Wgsl(source.into()) };
+            // SAFETY: only called for kiln's generated matrix kernels (crate::gemm), whose
+            // buffer indices are guarded against M, N, K and whose workgroup-array indices
+            // are bounded by compile-time constants; wgpu still validates the WGSL.
+            #[allow(unsafe_code)]
+            let module =
+                unsafe { self.device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked()) };
+            self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(key),
+                layout: None,
+                module: &module,
+                entry_point: Some("main"),
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    zero_initialize_workgroup_memory: false,
+                    ..Default::default()
+                },
+                cache: None,
+            })
+        })?;
+        let pipeline = Arc::new(pipeline);
+        self.pipelines.lock().map_err(|_| poisoned())?.insert(key.to_string(), pipeline.clone());
+        Ok(pipeline)
+    }
+
     /// Reads `words` 32-bit words of `buffer` back (submits `encoder` first, if any).
     pub fn read_words(
         &self,

@@ -25,10 +25,12 @@ pub mod bench;
 mod control;
 pub mod device;
 mod exec;
+pub mod gemm;
 mod kernels;
 pub mod ops;
 mod plugin;
 pub mod shaders;
+pub mod tactics;
 mod value;
 
 pub use device::DeviceError;
@@ -100,6 +102,30 @@ impl Backend for WgpuBackend {
         self.check_support(network)?;
         let gpu = self.gpu()?;
         Ok(Box::new(WgpuExecutable::new(network.clone(), gpu)?))
+    }
+
+    fn tactics(&self, network: &Network, layer: kiln::LayerId) -> Vec<kiln::tactics::TacticDesc> {
+        tactics::tactics(network, layer)
+    }
+
+    fn time_tactic(
+        &self,
+        network: &Network,
+        layer: kiln::LayerId,
+        tactic: &kiln::tactics::TacticDesc,
+        repetitions: usize,
+    ) -> Result<std::time::Duration, BackendError> {
+        self.gpu()?;
+        tactics::time_tactic(network, layer, tactic, repetitions)
+    }
+
+    fn prepare_with_tactics(
+        &self,
+        network: &Network,
+        tactics: &[Option<kiln::tactics::TacticId>],
+    ) -> Result<Box<dyn Executable>, BackendError> {
+        tactics::adopt(network, tactics);
+        self.prepare(network)
     }
 }
 

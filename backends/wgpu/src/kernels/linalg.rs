@@ -1,6 +1,7 @@
 //! Matrix products, convolutions, pooling and attention (as its matmul / softmax parts).
 
 use super::{broadcast_strides, count_word, output, strides, KResult};
+use crate::gemm::GemmShape;
 use crate::kernels::pointwise::{self, kiln_broadcast};
 use crate::kernels::reduce::softmax;
 use crate::ops::Storage;
@@ -96,6 +97,27 @@ pub fn matmul(
             coords.zip(a_st.iter().zip(&b_st)).fold((0, 0), |(ao, bo), (c, (&sa, &sb))| (ao + c * sa, bo + c * sb));
         params.push(count_word(ao * a_mat)?);
         params.push(count_word(bo * b_mat)?);
+    }
+    // Row-major f32 products with K and N multiples of 4 take the register-tiled vec4
+    // kernel (crate::gemm); the others the scalar tiled kernels.
+    let shape_facts = GemmShape {
+        m,
+        n,
+        k,
+        a_row_stride: pa.row_stride,
+        a_col_stride: pa.col_stride,
+        b_row_stride: pb.row_stride,
+        b_col_stride: pb.col_stride,
+    };
+    if storage == Storage::F32 && shape_facts.fits() {
+        let gemm = crate::tactics::kernel_for(m, n, k);
+        let key = gemm.name();
+        rec.gpu.pipeline_trusted(&key, || gemm.source()).map_err(|e| e.to_string())?;
+        // `dispatch` finds the trusted pipeline cached under the same key.
+        let kernel = Instance { key, body: "", prelude: String::new() };
+        let groups = gemm.groups(m as u32, n as u32, batches as u32);
+        rec.dispatch(&kernel, &params, &[&a.buffer, &b.buffer, &out.buffer], groups).map_err(|e| e.to_string())?;
+        return pointwise::narrow(rec, out);
     }
     // Large f32 products take the 128×128-tile kernel (8×8 outputs per invocation).
     let (kernel, tile) = if storage == Storage::F32 && m >= WIDE_MIN && n >= WIDE_MIN {
