@@ -13,7 +13,7 @@ use rand_chacha::ChaCha8Rng;
 /// Random bytes as a tensor of `dtype` (bool bytes 0/1, 4/2-bit types their low bits).
 fn random_bytes(r: &mut ChaCha8Rng, dtype: DataType, n: usize) -> HostTensor {
     let bits = dtype.packed_bits();
-    let bytes: Vec<u8> = (0..n * dtype.size_bytes())
+    let bytes: Vec<u8> = (0..n * dtype.size_bytes().expect("fixed-size type"))
         .map(|_| {
             let b: u8 = r.gen();
             match (dtype, bits) {
@@ -147,7 +147,7 @@ const INT_TYPES: [DataType; 8] =
 /// `b` for `op`: nonzero divisors, small exponents and shift amounts (with a few out of range).
 fn operand_for(r: &mut ChaCha8Rng, op: ElementwiseOp, dtype: DataType, n: usize) -> HostTensor {
     use ElementwiseOp as E;
-    let bits = dtype.size_bytes() as i64 * 8;
+    let bits = dtype.size_bytes().expect("fixed-size type") as i64 * 8;
     let signed = matches!(dtype, DataType::I8 | DataType::I16 | DataType::I32 | DataType::I64);
     let v: Vec<f64> = match op {
         E::ShiftLeft | E::ShiftRight => (0..n).map(|_| r.gen_range(0..bits + 3) as f64).collect(),
@@ -161,7 +161,7 @@ fn operand_for(r: &mut ChaCha8Rng, op: ElementwiseOp, dtype: DataType, n: usize)
 
 fn small_ints(t: &HostTensor, to: DataType) -> HostTensor {
     let v: Vec<i64> = t.to_f64_vec().iter().map(|&x| x as i64).collect();
-    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()[..to.size_bytes()].to_vec()).collect();
+    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()[..to.size_bytes().expect("fixed-size type")].to_vec()).collect();
     HostTensor::new(t.shape().to_vec(), TensorData::from_le_bytes(to, &bytes).unwrap()).unwrap()
 }
 
@@ -182,7 +182,7 @@ fn integer_and_f64_elementwise_ops_are_bit_exact() {
             if dtype != DataType::F64 && matches!(op, E::Div | E::FloorDiv | E::Mod | E::Fmod) {
                 // No zero divisors here (a separate test checks the error): zero becomes one.
                 let bytes = b.data().to_le_bytes();
-                let w = dtype.size_bytes();
+                let w = dtype.size_bytes().expect("fixed-size type");
                 let fixed: Vec<u8> = bytes.chunks(w).flat_map(|c| if c.iter().all(|&x| x == 0) { let mut o = vec![0u8; w]; o[0] = 1; o } else { c.to_vec() }).collect();
                 b = HostTensor::new(vec![n], TensorData::from_le_bytes(dtype, &fixed).unwrap()).unwrap();
             }

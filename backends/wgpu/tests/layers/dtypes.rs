@@ -3,7 +3,7 @@
 //! storage-only types on edge values (NaN, ±Inf, largest finite, subnormals, ties).
 
 use crate::common::*;
-use kiln::{BackendError, DataType, E8M0Rounding, ElementwiseOp, HostTensor, LayerKind, TensorData};
+use kiln::{Backend, BackendError, DataType, E8M0Rounding, ElementwiseOp, HostTensor, LayerKind, TensorData};
 
 const NARROW_FLOATS: [DataType; 6] = [
     DataType::F8E4M3FN,
