@@ -281,6 +281,18 @@ fn main() -> ExitCode {
     report::run_reporting_errors(move || {
         let loaded = commands::plugins::load(&cli.plugins)?;
         backends::load_plugin_backends()?;
+        let requested = match &cli.command {
+            Command::Run(args) => Some(args.backend),
+            Command::Build(args) => Some(args.backend),
+            Command::Bench(args) => Some(args.backend),
+            _ => None,
+        };
+        // Any name parses (backend libraries add theirs at start): check it before any work.
+        if let Some(BackendChoice::Named(name)) = requested {
+            if !backends::is_known(name) {
+                anyhow::bail!("unknown backend `{name}` (known: {}, auto)", backends::known_names_text());
+            }
+        }
         match cli.command {
             Command::Run(args) => commands::run::run(&args),
             Command::Build(args) => commands::build::build(&args),
