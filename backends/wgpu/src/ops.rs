@@ -288,6 +288,14 @@ pub fn cast(from: DataType, to: DataType, mode: CastMode) -> Option<(Storage, St
         match (a, o) {
             (F32, F32) => x.into(),
             (I32, I32) | (U32, U32) => "x".into(),
+            // The clamp bound of the 32-bit types is the f32 below 2^31 / 2^32: beyond it
+            // (infinity included) the cpu gives the type's maximum.
+            (F32, I32) if matches!(to, DataType::I32 | DataType::I64) => {
+                "select(select(i32(clamp(x, p0, p1)), 0x7fffffff, x > p1), 0, k_is_nan(x))".into()
+            }
+            (F32, U32) if matches!(to, DataType::U32 | DataType::U64) => {
+                "select(select(u32(clamp(x, p0, p1)), 0xffffffffu, x > p1), 0u, k_is_nan(x))".into()
+            }
             (F32, I32) => "select(i32(clamp(x, p0, p1)), 0, k_is_nan(x))".into(),
             (F32, U32) => "select(u32(clamp(x, p0, p1)), 0u, k_is_nan(x))".into(),
             (I32 | U32, F32) => "f32(x)".into(),
