@@ -258,7 +258,10 @@ pub fn cast(from: DataType, to: DataType, mode: CastMode) -> Option<(Storage, St
     // The cpu backend decodes every float8 / float4 NaN code to the positive NaN.
     let x = if from.is_narrow_float() { "mf_canonical_nan(x)" } else { "x" };
     let fx = if a == F32 { x.to_string() } else { "f32(x)".to_string() };
-    let body = if to == DataType::Bool {
+    let body = if to == DataType::Bool && a == F32 {
+        // On the bits: a NaN is nonzero (as on cpu), which a float compare need not say.
+        "select(0u, 1u, (bitcast<u32>(x) & 0x7fffffffu) != 0u)".to_string()
+    } else if to == DataType::Bool {
         "select(0u, 1u, x != A(0))".to_string()
     } else if to == DataType::F8E8M0 {
         let rounding = match mode.e8m0_rounding {
@@ -285,10 +288,20 @@ pub fn cast(from: DataType, to: DataType, mode: CastMode) -> Option<(Storage, St
         match (a, o) {
             (F32, F32) => x.into(),
             (I32, I32) | (U32, U32) => "x".into(),
+            // The clamp bound of the 32-bit types is the f32 below 2^31 / 2^32: beyond it
+            // (infinity included) the cpu gives the type's maximum.
+            (F32, I32) if matches!(to, DataType::I32 | DataType::I64) => {
+                "select(select(i32(clamp(x, p0, p1)), 0x7fffffff, x > p1), 0, k_is_nan(x))".into()
+            }
+            (F32, U32) if matches!(to, DataType::U32 | DataType::U64) => {
+                "select(select(u32(clamp(x, p0, p1)), 0xffffffffu, x > p1), 0u, k_is_nan(x))".into()
+            }
             (F32, I32) => "select(i32(clamp(x, p0, p1)), 0, k_is_nan(x))".into(),
             (F32, U32) => "select(u32(clamp(x, p0, p1)), 0u, k_is_nan(x))".into(),
             (I32 | U32, F32) => "f32(x)".into(),
             (I32, U32) => "bitcast<u32>(x)".into(),
+            // i64 is stored as i32: u32 / u64 values beyond i32 saturate, as f32 -> i64 does.
+            (U32, I32) if to == DataType::I64 => "bitcast<i32>(min(x, 0x7fffffffu))".into(),
             (U32, I32) => "bitcast<i32>(x)".into(),
         }
     };

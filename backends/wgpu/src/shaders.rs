@@ -99,10 +99,9 @@ impl Instance {
         let (o, prelude, p) = ops::cast(from, to, mode)?;
         let a = Storage::of(from)?.wgsl();
         let source = if from.is_narrow_float() { "f8" } else { a };
-        let target = match (to.is_narrow(), to) {
-            (true, _) | (_, DataType::Bool) => to.name(),
-            _ => o.wgsl(),
-        };
+        // The body depends on the target type itself (saturation bounds of the 32- and
+        // 64-bit integers, rounding of the narrow types), not only on its storage.
+        let target = to.name();
         let mode = if mode == ops::CastMode::default() {
             String::new()
         } else {

@@ -149,7 +149,8 @@ pub fn from_words(dtype: DataType, shape: Vec<usize>, w: &[u32]) -> Result<HostT
         DataType::Bool => TensorData::Bool(w.iter().map(|&x| x != 0).collect()),
         DataType::F8E4M3FN => narrow_float!(F8E4M3FN, |x| F8E4M3FN::from_f32(x, true)),
         DataType::F8E4M3FNUZ => narrow_float!(F8E4M3FNUZ, |x| F8E4M3FNUZ::from_f32(x, true)),
-        DataType::F8E5M2 => narrow_float!(F8E5M2, |x| F8E5M2::from_f32(x, true)),
+        // Not saturating: ±infinity is a value of e5m2 and must read back as itself.
+        DataType::F8E5M2 => narrow_float!(F8E5M2, |x| F8E5M2::from_f32(x, false)),
         DataType::F8E5M2FNUZ => narrow_float!(F8E5M2FNUZ, |x| F8E5M2FNUZ::from_f32(x, true)),
         // Rounding down is exact on powers of two, 2^-127 (an f32 subnormal) included.
         DataType::F8E8M0 => narrow_float!(F8E8M0, |x| F8E8M0::from_f64(f64::from(x), true, E8M0Rounding::Down)),
