@@ -97,11 +97,13 @@ fn run_both(inputs: &[HostTensor], layers: &[(LayerKind, Vec<usize>)]) -> Option
 fn casts_between_every_pair_of_types_are_bit_exact() {
     let mut r = rng(71);
     let (ints, uints) = tricky_ints();
-    for from in DataType::ALL {
+    // Strings have no device storage (host-only, refused by every GPU backend).
+    let types: Vec<DataType> = DataType::ALL.into_iter().filter(|t| !t.is_string()).collect();
+    for &from in &types {
         // Random bytes of `from`, and the tricky values converted to `from` (by each backend).
         let inputs = vec![random_bytes(&mut r, from, 512), tricky_f64(), ints.clone(), uints.clone()];
         let mut layers = Vec::new();
-        for to in DataType::ALL {
+        for &to in &types {
             layers.push((LayerKind::Cast { to }, vec![0]));
         }
         for src in 1..4 {
@@ -109,9 +111,9 @@ fn casts_between_every_pair_of_types_are_bit_exact() {
         }
         let Some(outs) = run_both(&inputs, &layers) else { return };
         for (k, (got, want)) in outs.iter().enumerate() {
-            let what = match DataType::ALL.get(k) {
+            let what = match types.get(k) {
                 Some(to) => format!("cast {from} -> {to}"),
-                None => format!("cast {} -> {from}", inputs[k - DataType::ALL.len() + 1].dtype()),
+                None => format!("cast {} -> {from}", inputs[k - types.len() + 1].dtype()),
             };
             assert_same(&what, got, want);
         }
@@ -265,7 +267,8 @@ fn integer_and_f64_reductions_match() {
             let layers: Vec<_> = ops.iter().map(|&op| (LayerKind::Reduce { op, axes: axes.clone(), keep_dims: true }, vec![0])).collect();
             let Some(outs) = run_both(&[x.clone()], &layers) else { return };
             for ((got, want), (kind, _)) in outs.iter().zip(&layers) {
-                if matches!(kind, LayerKind::Reduce { op: ReduceOp::L2, .. }) {
+                // Float sums may associate differently on the device (1 ulp on f64).
+                if dtype.is_float() && !matches!(kind, LayerKind::Reduce { op: ReduceOp::Max | ReduceOp::Min, .. }) {
                     assert_close(&format!("{kind:?} on {dtype}"), got, want, 1e-15);
                 } else {
                     assert_same(&format!("{kind:?} on {dtype}"), got, want);
