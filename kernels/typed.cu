@@ -189,10 +189,19 @@ __device__ __forceinline__ u64 float_low_bits(double v) {
 }
 
 // ---- load / store of any type ----
+// f16 -> f32 keeping a NaN's sign (the hardware conversion gives the positive canonical NaN,
+// and the sign of a NaN decides the fp4 code ml_dtypes and kiln-cpu produce).
+__device__ __forceinline__ float half_to_float_exact(__half h) {
+    unsigned short bits = __half_as_ushort(h);
+    if ((bits & 0x7c00u) == 0x7c00u && (bits & 0x03ffu) != 0u)
+        return __int_as_float((int)(((unsigned)(bits & 0x8000u) << 16) | 0x7fc00000u | ((unsigned)(bits & 0x03ffu) << 13)));
+    return __half2float(h);
+}
+
 __device__ Scalar load_any(int code, const void* p, i64 i) {
     switch (code) {
     case T_F32: return float_scalar(((const float*)p)[i]);
-    case T_F16: return float_scalar(__half2float(((const __half*)p)[i]));
+    case T_F16: return float_scalar(half_to_float_exact(((const __half*)p)[i]));
     case T_BF16: return float_scalar(__bfloat162float(((const __nv_bfloat16*)p)[i]));
     case T_F64: return float_scalar(((const double*)p)[i]);
     case T_I8: return int_scalar(((const signed char*)p)[i]);

@@ -113,7 +113,7 @@ static kiln_status cuda_kernel(void* self, const kiln_tensor_desc* io, int32_t n
   snprintf(c->cuda, sizeof c->cuda,
            "extern \"C\" __global__ void clip(const float* x, float* y, unsigned long long n) {\n"
            "  unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;\n"
-           "  if (i < n) y[i] = fminf(fmaxf(x[i], %.9gf), %.9gf);\n"
+           "  if (i < n) y[i] = fminf(fmaxf(x[i], (float)(%.9g)), (float)(%.9g));\n"
            "}\n", c->lo, c->hi);
   out->image_kind = KILN_CUDA_SOURCE;
   out->image = c->cuda;

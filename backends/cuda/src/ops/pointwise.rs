@@ -147,7 +147,9 @@ pub fn cast_kernel(from: DataType, to: DataType) -> Option<String> {
 }
 
 pub fn cast(cx: &Ctx, x: &DeviceTensor, to: DataType) -> Result<DeviceTensor, String> {
-    if x.dtype == to {
+    // A same-type Cast is a copy, except into a narrow float: it decodes and re-encodes
+    // saturating (an e5m2 infinity becomes the largest finite value, as kiln-cpu and ONNX do).
+    if x.dtype == to && !to.is_narrow_float() {
         return Ok(x.clone());
     }
     // The dedicated kernels round once only between f32, f16 and bf16 (and i32 <-> i64); every
