@@ -30,12 +30,21 @@ struct Layout {
 };
 
 // The element offset of output element `i` in operand `which`.
+// Indices and dims that fit 32 bits divide in 32 bits (64-bit division is emulated: several
+// times slower, and it dominated the broadcasting kernels).
 __device__ __forceinline__ i64 operand_offset(const Layout& l, int which, i64 i) {
     i64 off = l.offset[which];
     for (int d = l.rank - 1; d >= 0; --d) {
         i64 n = l.shape[d];
-        i64 idx = i % n;
-        i /= n;
+        i64 idx;
+        if (i <= 0xffffffffLL && n <= 0xffffffffLL) {
+            unsigned u = (unsigned)i, m = (unsigned)n;
+            idx = u % m;
+            i = u / m;
+        } else {
+            idx = i % n;
+            i /= n;
+        }
         off += idx * l.stride[which][d];
     }
     return off;

@@ -96,7 +96,29 @@ __device__ void rms_normalize(i64 outer, i64 len, float eps, const T* x, T* y) {
     for (i64 k = lane; k < len; k += 32) y[base + k] = from_f<T>(to_f(x[base + k]) * r);
 }
 
+// Normalization with its affine step in the same pass: y = n * scale[k] + bias[k], where n is
+// the normalized value (layer or RMS) and scale / bias (bias may be null) run along the row.
+template <typename T>
+__device__ void normalize_affine(i64 outer, i64 len, float eps, int rms, const T* x, const T* scale, const T* bias, T* y) {
+    const i64 inner = 1;
+    ROW_SETUP
+    float mean = 0.0f;
+    if (!rms) {
+        float s = 0.0f;
+        for (i64 k = lane; k < len; k += 32) s += to_f(x[base + k]);
+        mean = warp_sum(s) / (float)len;
+    }
+    float v = 0.0f;
+    for (i64 k = lane; k < len; k += 32) { float d = to_f(x[base + k]) - mean; v += d * d; }
+    float rstd = rsqrtf(warp_sum(v) / (float)len + eps);
+    for (i64 k = lane; k < len; k += 32) {
+        float n = (to_f(x[base + k]) - mean) * rstd * to_f(scale[k]);
+        y[base + k] = from_f<T>(bias ? n + to_f(bias[k]) : n);
+    }
+}
+
 #define ROW_KERNELS(suffix, T) \
+    extern "C" __global__ void normalize_affine_##suffix(i64 outer, i64 len, float eps, int rms, const T* x, const T* s, const T* b, T* y) { normalize_affine(outer, len, eps, rms, x, s, b, y); } \
     extern "C" __global__ void softmax_##suffix(i64 outer, i64 len, i64 inner, float scale, const T* x, T* y) { softmax(outer, len, inner, scale, x, y); } \
     extern "C" __global__ void reduce_##suffix(int op, i64 outer, i64 len, i64 inner, const T* x, T* y) { reduce(op, outer, len, inner, x, y); } \
     extern "C" __global__ void normalize_##suffix(i64 outer, i64 len, float eps, const T* x, T* y) { normalize(outer, len, eps, x, y); } \

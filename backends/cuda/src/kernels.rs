@@ -23,10 +23,11 @@ pub enum Source {
     Resize,
     /// Conversions between every kiln type, Quantize / Dequantize, and integer / f64 arithmetic.
     Typed,
+    Attention,
 }
 
 impl Source {
-    pub const ALL: [Source; 9] = [
+    pub const ALL: [Source; 10] = [
         Source::Elementwise,
         Source::Copy,
         Source::Reduce,
@@ -36,6 +37,7 @@ impl Source {
         Source::Lanes,
         Source::Resize,
         Source::Typed,
+        Source::Attention,
     ];
 
     pub fn file_name(self) -> &'static str {
@@ -49,6 +51,7 @@ impl Source {
             Source::Lanes => "lanes.cu",
             Source::Resize => "resize.cu",
             Source::Typed => "typed.cu",
+            Source::Attention => "attention.cu",
         }
     }
 
@@ -63,6 +66,7 @@ impl Source {
             Source::Lanes => include_str!("../../../kernels/lanes.cu"),
             Source::Resize => include_str!("../../../kernels/resize.cu"),
             Source::Typed => include_str!("../../../kernels/typed.cu"),
+            Source::Attention => include_str!("../../../kernels/attention.cu"),
         }
     }
 
@@ -76,7 +80,8 @@ impl Source {
             "binary" | "compare" | "logic" | "unary" => Source::Elementwise,
             "strided_copy" | "gather" | "resize_nearest" => Source::Copy,
             _ if name.starts_with("cast_") => Source::Copy,
-            "softmax" | "reduce" | "normalize" | "rms_normalize" => Source::Reduce,
+            "softmax" | "reduce" | "normalize" | "rms_normalize" | "normalize_affine" => Source::Reduce,
+            "flash_attention" => Source::Attention,
             "conv2d" | "pool2d" => Source::Spatial,
             "select" | "prelu" => Source::Select,
             "gather_elements" | "gather_nd" | "scatter_elements" | "scatter_nd" => Source::Indexing,
@@ -97,7 +102,7 @@ pub fn expected_kernels() -> Vec<String> {
     const FLOATS: [&str; 3] = ["f32", "f16", "bf16"];
     let mut names: Vec<String> = Vec::new();
     for t in FLOATS {
-        for op in ["binary", "compare", "unary", "softmax", "reduce", "normalize", "rms_normalize", "conv2d", "pool2d"] {
+        for op in ["binary", "compare", "unary", "softmax", "reduce", "normalize", "rms_normalize", "normalize_affine", "conv2d", "pool2d"] {
             names.push(format!("{op}_{t}"));
         }
     }
@@ -117,6 +122,7 @@ pub fn expected_kernels() -> Vec<String> {
             names.push(format!("{op}_{w}"));
         }
     }
+    names.extend(["flash_attention_f16".to_string(), "flash_attention_bf16".to_string()]);
     for t in FLOATS {
         names.push(format!("resize_interp_{t}"));
         names.push(format!("prelu_{t}"));

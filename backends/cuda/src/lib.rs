@@ -121,11 +121,12 @@ impl Backend for CudaBackend {
         if !kiln::precision::is_float_compute(kind) {
             return PrecisionSupport::default();
         }
-        let gemm = matches!(kind, kiln::LayerKind::MatrixMultiply { .. } | kiln::LayerKind::Attention(_))
-            || matches!(kind, kiln::LayerKind::Fused(p) if matches!(p.anchor, kiln::FusedAnchor::MatrixMultiply { .. }));
+        // Every float layer is faster in 16 bits: products and convolutions on tensor cores, the
+        // rest (memory-bound) moving half the bytes; kernels compute in f32 internally. Keeping
+        // pointwise layers in f32 between 16-bit products cost a cast pair each.
         PrecisionSupport {
             offered: vec![DataType::F32, DataType::F16, DataType::BF16],
-            faster: if gemm { vec![DataType::F16, DataType::BF16] } else { Vec::new() },
+            faster: vec![DataType::F16, DataType::BF16],
         }
     }
 }

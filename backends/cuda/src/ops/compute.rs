@@ -307,6 +307,14 @@ pub fn normalization(
     let len: usize = if num_groups > 1 { x.shape[1..].iter().product::<usize>() / num_groups } else { x.shape[first..].iter().product() };
     let rows = x.len().checked_div(len).unwrap_or(0);
     let out = cx.gpu.empty(x.dtype, x.shape.clone()).map_err(|e| e.to_string())?;
+    // Scale and bias along the row (LayerNormalization's, RMSNorm's): one pass.
+    let along_row = |t: &DeviceTensor| num_groups == 1 && t.dtype == x.dtype && t.len() == len && trailing(&t.shape) == trailing(&x.shape[first..]);
+    if let Some(s) = scale.filter(|s| along_row(s) && bias.is_none_or(along_row)) {
+        let b = bias.map_or(Arg::Ptr(0), |b| cx.arg(b));
+        let args = [Arg::I64(rows as i64), Arg::I64(len as i64), Arg::F32(epsilon), Arg::I32(rms as i32), cx.arg(x), cx.arg(s), b, cx.arg(&out)];
+        launch_rows(cx, &format!("normalize_affine_{suffix}"), rows, &args)?;
+        return Ok(out);
+    }
     let name = if rms { format!("rms_normalize_{suffix}") } else { format!("normalize_{suffix}") };
     launch_rows(cx, &name, rows, &[Arg::I64(rows as i64), Arg::I64(len as i64), Arg::F32(epsilon), cx.arg(x), cx.arg(&out)])?;
     let mut y = out;
@@ -319,8 +327,16 @@ pub fn normalization(
     Ok(y)
 }
 
+/// `shape` without its leading 1s.
+fn trailing(shape: &[usize]) -> &[usize] {
+    &shape[shape.iter().position(|&n| n != 1).unwrap_or(shape.len())..]
+}
+
 /// `softmax(scale · Q·Kᵀ + mask) · V` as two cuBLASLt products around a softmax.
 pub fn attention(cx: &Ctx, p: &AttentionParams, q: &DeviceTensor, k: &DeviceTensor, v: &DeviceTensor, mask: Option<&DeviceTensor>, out_shape: &[usize]) -> Result<DeviceTensor, String> {
+    if let Some(out) = super::flash::attention(cx, p, q, k, v, mask, out_shape)? {
+        return Ok(out);
+    }
     let scale = if p.scale_multiplies { p.scale } else { 1.0 / p.scale };
     let op_k = if p.key_transposed { MatrixOp::None } else { MatrixOp::Transpose };
     let qs = &q.shape;

@@ -2,6 +2,7 @@
 //! and types have kernels at all (what `check_support` asks).
 
 pub mod compute;
+pub mod flash;
 pub mod indexing;
 pub mod lanes;
 pub mod movement;
@@ -127,8 +128,42 @@ pub fn broadcast_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
         .collect()
 }
 
-/// Strides reading each operand broadcast onto `out` (0 on broadcast axes).
+/// The same strided view with fewer dims: size-1 dims dropped and each run of dims that is
+/// contiguous in every one of the first `operands` operands merged into one, so kernels do
+/// fewer divisions per element (a same-shape binary op becomes rank 1, a bias add rank 2).
+pub fn coalesce(l: Layout, operands: usize) -> Layout {
+    let mut out = Layout { offset: l.offset, ..Layout::default() };
+    let mut rank = 0usize;
+    for d in 0..l.rank.max(0) as usize {
+        let n = l.shape[d];
+        if n == 1 {
+            continue;
+        }
+        let mergeable = rank > 0 && (0..operands).all(|w| out.stride[w][rank - 1] == l.stride[w][d] * n);
+        if mergeable {
+            out.shape[rank - 1] *= n;
+            for w in 0..operands {
+                out.stride[w][rank - 1] = l.stride[w][d];
+            }
+        } else {
+            out.shape[rank] = n;
+            for w in 0..operands {
+                out.stride[w][rank] = l.stride[w][d];
+            }
+            rank += 1;
+        }
+    }
+    out.rank = rank as i32;
+    out
+}
+
+/// Strides reading each operand broadcast onto `out` (0 on broadcast axes), coalesced.
 pub fn broadcast_layout(out: &[usize], operands: &[&[usize]]) -> Result<Layout, String> {
+    Ok(coalesce(broadcast_strides(out, operands)?, operands.len()))
+}
+
+/// Strides reading each operand broadcast onto `out` (0 on broadcast axes), one per dim of `out`.
+pub fn broadcast_strides(out: &[usize], operands: &[&[usize]]) -> Result<Layout, String> {
     if out.len() > 8 || operands.len() > 3 {
         return Err(format!("rank {} is over the CUDA kernels' limit of 8", out.len()));
     }
@@ -367,4 +402,59 @@ fn fused(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>], outs: &[OutF
         }
     }
     Ok(running)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{broadcast_layout, broadcast_strides, coalesce};
+    use crate::device::Layout;
+
+    /// `operand_offset` of kernels/common.cuh.
+    fn offset(l: &Layout, which: usize, mut i: i64) -> i64 {
+        let mut off = l.offset[which];
+        for d in (0..l.rank as usize).rev() {
+            off += (i % l.shape[d]) * l.stride[which][d];
+            i /= l.shape[d];
+        }
+        off
+    }
+
+    fn check_same_offsets(full: &Layout, operands: usize) {
+        let merged = coalesce(*full, operands);
+        let n: i64 = full.shape[..full.rank as usize].iter().product();
+        for i in 0..n {
+            for w in 0..operands {
+                assert_eq!(offset(full, w, i), offset(&merged, w, i), "element {i}, operand {w}: {full:?} vs {merged:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn coalescing_keeps_every_offset() {
+        let cases: [(&[usize], &[&[usize]]); 5] = [
+            (&[2, 3, 4, 5], &[&[2, 3, 4, 5], &[2, 3, 4, 5]]),
+            (&[2, 3, 4, 5], &[&[2, 3, 4, 5], &[5]]),
+            (&[2, 3, 1, 5], &[&[2, 1, 1, 5], &[3, 1, 1]]),
+            (&[4, 1, 6], &[&[1], &[4, 1, 6], &[4, 1, 1]]),
+            (&[1, 1], &[&[1], &[1, 1]]),
+        ];
+        for (out, operands) in cases {
+            check_same_offsets(&broadcast_strides(out, operands).unwrap(), operands.len());
+        }
+        // A transposed copy (0, 2, 1, 3) with an offset on each side.
+        let mut l = Layout { rank: 4, offset: [3, 7, 0], ..Layout::default() };
+        let (shape, input, output) = ([2i64, 3, 4, 5], [60i64, 5, 15, 1], [60i64, 20, 5, 1]);
+        l.shape[..4].copy_from_slice(&shape);
+        l.stride[0][..4].copy_from_slice(&input);
+        l.stride[1][..4].copy_from_slice(&output);
+        check_same_offsets(&l, 2);
+    }
+
+    #[test]
+    fn coalescing_merges_what_it_can() {
+        assert_eq!(broadcast_layout(&[2, 3, 4, 5], &[&[2, 3, 4, 5], &[2, 3, 4, 5]]).unwrap().rank, 1);
+        let bias = broadcast_layout(&[8, 128, 768], &[&[8, 128, 768], &[768]]).unwrap();
+        assert_eq!((bias.rank, &bias.shape[..2]), (2, &[1024i64, 768][..]));
+        assert_eq!(broadcast_layout(&[1, 1], &[&[1], &[1, 1]]).unwrap().rank, 0);
+    }
 }

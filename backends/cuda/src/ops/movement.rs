@@ -35,6 +35,7 @@ pub fn copy_into(
         l.stride[1][d] = out_strides[d];
     }
     l.offset = [in_offset, out_offset, 0];
+    let l = super::coalesce(l, 2);
     let n: usize = shape.iter().product();
     let name = format!("strided_copy_{}", width_suffix(x.dtype).map_err(|e| e.to_string())?);
     cx.launch_elements(&name, n, &[Arg::I64(n as i64), Arg::Layout(l), cx.arg(x), cx.arg(out)])
@@ -92,7 +93,7 @@ pub fn slice(cx: &Ctx, x: &DeviceTensor, bounds: [Option<&HostTensor>; 4]) -> Re
 
 /// Numpy broadcast of `x` onto `out_shape`.
 pub fn expand(cx: &Ctx, x: &DeviceTensor, out_shape: &[usize]) -> Result<DeviceTensor, String> {
-    let l = super::broadcast_layout(out_shape, &[&x.shape])?;
+    let l = super::broadcast_strides(out_shape, &[&x.shape])?;
     gather_strided(cx, x, out_shape, &l.stride[0][..out_shape.len()], 0)
 }
 

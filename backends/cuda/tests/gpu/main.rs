@@ -2,6 +2,7 @@
 //! returns where no CUDA driver or device exists (CI), and fails instead with
 //! `KILN_REQUIRE_CUDA=1` (the GPU machine).
 
+mod attention;
 mod bench;
 mod common;
 mod device;
