@@ -25,7 +25,7 @@ __device__ __forceinline__ float fa_warp_max(float v) {
 
 template <typename T>
 __device__ void flash_attention(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_tiles, const Layout& st, float scale,
-                                int has_mask, int key_transposed, const T* q, const T* k, const T* v, const T* mask, T* o) {
+                                int has_mask, int key_transposed, int zero_nan_rows, const T* q, const T* k, const T* v, const T* mask, T* o) {
     __shared__ __align__(32) T qs[FA_BQ][FA_DMAX];
     __shared__ __align__(32) T ks[FA_BK][FA_DMAX];
     __shared__ __align__(32) T vs[FA_BK][FA_DMAX];
@@ -112,14 +112,18 @@ __device__ void flash_attention(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_
     for (int i = lane; i < 16 * dv; i += 32) {
         const int r = i / dv, c = i % dv;
         const i64 qi = q0 + warp * 16 + r;
-        if (qi < sq) ob[qi * dv + c] = from_f<T>(os[warp][r][c] / row_sum[warp * 16 + r]);
+        const float sum = row_sum[warp * 16 + r];
+        // A row with every score masked (sum 0) or a NaN score: NaN, or 0 when the graph zeroed it.
+        const float value = (zero_nan_rows && !(sum > 0.0f)) ? 0.0f : os[warp][r][c] / sum;
+        if (qi < sq) ob[qi * dv + c] = from_f<T>(value);
     }
 }
 
 #define FA_KERNEL(suffix, T) \
     extern "C" __global__ void __launch_bounds__(128) flash_attention_##suffix(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_tiles, \
-        Layout st, float scale, int has_mask, int key_transposed, const T* q, const T* k, const T* v, const T* mask, T* o) { \
-        flash_attention<T>(sq, sk, d, dv, heads, q_tiles, st, scale, has_mask, key_transposed, q, k, v, mask, o); \
+        Layout st, float scale, int has_mask, int key_transposed, int zero_nan_rows, const T* q, const T* k, const T* v, \
+        const T* mask, T* o) { \
+        flash_attention<T>(sq, sk, d, dv, heads, q_tiles, st, scale, has_mask, key_transposed, zero_nan_rows, q, k, v, mask, o); \
     }
 
 FA_KERNEL(f16, __half)

@@ -158,6 +158,7 @@ __device__ __forceinline__ float unary_float(int op, float x, float alpha, float
     case 51: return rintf(x);                                      // round half to even
     case 52: return erff(x);
     case 53: return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x;        // sign (NaN stays NaN)
+    case 54: return x != x ? 0.0f : x;                             // NaN to zero (kiln-internal)
     default: return __int_as_float(0x7fc00000);
     }
 }
@@ -170,3 +171,53 @@ __device__ void unary(int op, float alpha, float beta, i64 n, const T* x, T* y) 
 extern "C" __global__ void unary_f32(int op, float a, float b, i64 n, const float* x, float* y) { unary(op, a, b, n, x, y); }
 extern "C" __global__ void unary_f16(int op, float a, float b, i64 n, const __half* x, __half* y) { unary(op, a, b, n, x, y); }
 extern "C" __global__ void unary_bf16(int op, float a, float b, i64 n, const __nv_bfloat16* x, __nv_bfloat16* y) { unary(op, a, b, n, x, y); }
+
+// A chain of pointwise steps in one pass (the epilogue of kiln's Fused layers): the running value
+// stays in f32 registers between steps. Step kinds (kiln-cuda ops/pointwise.rs `chain`): 0 =
+// unary_float(code, alpha, beta), 1 = running op operand, 2 = operand op running (binary_float
+// codes). Operands are read through two layouts sharing the output's shape: la = (running,
+// operand 0, operand 1), lb = (operand 2, operand 3).
+#define CHAIN_STEPS 8
+struct Chain {
+    int count;
+    int kind[CHAIN_STEPS];
+    int code[CHAIN_STEPS];
+    int operand[CHAIN_STEPS];
+    float alpha[CHAIN_STEPS];
+    float beta[CHAIN_STEPS];
+};
+
+// The program and layouts are copied to shared memory first: the steps index them at run time,
+// and a dynamically indexed kernel parameter would be copied to local memory by every thread.
+template <typename T>
+__device__ __forceinline__ void chain(i64 n, const Layout& la, const Layout& lb, const Chain& c, const T* x, const T* o0,
+                                      const T* o1, const T* o2, const T* o3, T* out) {
+    KILN_GRID_LOOP(i, n) {
+        float v = to_f(x[operand_offset(la, 0, i)]);
+        for (int s = 0; s < c.count; ++s) {
+            if (c.kind[s] == 0) {
+                v = unary_float(c.code[s], v, c.alpha[s], c.beta[s]);
+                continue;
+            }
+            const int w = c.operand[s];
+            const T* p = w == 0 ? o0 : w == 1 ? o1 : w == 2 ? o2 : o3;
+            const float y = to_f(p[w < 2 ? operand_offset(la, w + 1, i) : operand_offset(lb, w - 2, i)]);
+            v = c.kind[s] == 1 ? binary_float(c.code[s], v, y) : binary_float(c.code[s], y, v);
+        }
+        out[i] = from_f<T>(v);
+    }
+}
+
+#define CHAIN_KERNEL(suffix, T) \
+    extern "C" __global__ void chain_##suffix(i64 n, Layout la, Layout lb, Chain c, const T* x, const T* o0, const T* o1, \
+                                              const T* o2, const T* o3, T* out) { \
+        __shared__ Layout shared_la, shared_lb; \
+        __shared__ Chain shared_c; \
+        if (threadIdx.x == 0) { shared_la = la; shared_lb = lb; shared_c = c; } \
+        __syncthreads(); \
+        chain(n, shared_la, shared_lb, shared_c, x, o0, o1, o2, o3, out); \
+    }
+
+CHAIN_KERNEL(f32, float)
+CHAIN_KERNEL(f16, __half)
+CHAIN_KERNEL(bf16, __nv_bfloat16)

@@ -99,6 +99,21 @@ pub struct Window {
 // SAFETY: plain `repr(C)` scalars matching `struct Window` in kernels/spatial.cu field for field.
 unsafe impl DeviceRepr for Window {}
 
+/// Pointwise steps run in one pass (`Chain` in kernels/elementwise.cu; built by `ops::pointwise`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Chain {
+    pub count: i32,
+    pub kind: [i32; 8],
+    pub code: [i32; 8],
+    pub operand: [i32; 8],
+    pub alpha: [f32; 8],
+    pub beta: [f32; 8],
+}
+
+// SAFETY: plain `repr(C)` 32-bit scalars matching `struct Chain` in kernels/elementwise.cu field for field.
+unsafe impl DeviceRepr for Chain {}
+
 /// One kernel argument.
 #[derive(Clone, Copy, Debug)]
 pub enum Arg {
@@ -107,6 +122,7 @@ pub enum Arg {
     F32(f32),
     Layout(Layout),
     Window(Window),
+    Chain(Chain),
     /// A device address (from [`Gpu::ptr`]).
     Ptr(u64),
 }
@@ -287,6 +303,7 @@ impl Gpu {
                 Arg::F32(v) => b.arg(v),
                 Arg::Layout(v) => b.arg(v),
                 Arg::Window(v) => b.arg(v),
+                Arg::Chain(v) => b.arg(v),
                 Arg::Ptr(v) => b.arg(v),
             };
         }

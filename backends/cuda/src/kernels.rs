@@ -77,7 +77,7 @@ impl Source {
         }
         let op = name.rsplit_once('_').map_or(name, |(op, _)| op);
         Some(match op {
-            "binary" | "compare" | "logic" | "unary" => Source::Elementwise,
+            "binary" | "compare" | "logic" | "unary" | "chain" => Source::Elementwise,
             "strided_copy" | "gather" | "resize_nearest" => Source::Copy,
             _ if name.starts_with("cast_") => Source::Copy,
             "softmax" | "reduce" | "normalize" | "rms_normalize" | "normalize_affine" => Source::Reduce,
@@ -102,7 +102,7 @@ pub fn expected_kernels() -> Vec<String> {
     const FLOATS: [&str; 3] = ["f32", "f16", "bf16"];
     let mut names: Vec<String> = Vec::new();
     for t in FLOATS {
-        for op in ["binary", "compare", "unary", "softmax", "reduce", "normalize", "rms_normalize", "normalize_affine", "conv2d", "pool2d"] {
+        for op in ["binary", "compare", "unary", "chain", "softmax", "reduce", "normalize", "rms_normalize", "normalize_affine", "conv2d", "pool2d"] {
             names.push(format!("{op}_{t}"));
         }
     }

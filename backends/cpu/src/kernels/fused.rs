@@ -6,7 +6,7 @@ use super::{misc, run_with, Variant};
 use kiln::ir::infer::{infer_layer, Fact, OutFact};
 use kiln::{
     AttentionParams, DataType, ElementwiseOp, FusedParams, HostTensor, LayerKind, MatrixOp, PostOp,
-    Shape,
+    Shape, UnaryOp,
 };
 
 /// Runs one plain layer on concrete inputs.
@@ -114,7 +114,13 @@ pub fn attention(
         .len()
         .checked_sub(1)
         .ok_or("attention scores have rank 0")?;
-    let probs = step(&LayerKind::SoftMax { axis }, &[Some(&scores)])?;
+    let mut probs = step(&LayerKind::SoftMax { axis }, &[Some(&scores)])?;
+    if p.zero_nan_rows {
+        // Where(IsNaN(p), 0, p), as the recognized graph computed it.
+        let is_nan = step(&LayerKind::Unary { op: UnaryOp::IsNan }, &[Some(&probs)])?;
+        let zero = scalar(0.0, probs.dtype())?;
+        probs = step(&LayerKind::Select, &[Some(&is_nan), Some(&zero), Some(&probs)])?;
+    }
     step(
         &LayerKind::MatrixMultiply {
             op_a: MatrixOp::None,

@@ -258,6 +258,21 @@ fn attention_recognition() {
 }
 
 #[test]
+fn sdpa_export_attention_recognition() {
+    let net = networks::sdpa_attention();
+    let out = check_golden("sdpa_attention_fusion", &net, Box::new(AttentionFusion), None);
+    assert_eq!(kinds(&out), ["Attention"]);
+    let attention = out.layers().iter().find_map(|l| match &l.kind {
+        LayerKind::Attention(p) => Some(*p),
+        _ => None,
+    });
+    let p = attention.expect("an Attention layer");
+    assert!(p.zero_nan_rows && p.scale_multiplies && !p.key_transposed);
+    assert!((p.scale - 8f32.powf(-0.5)).abs() < 1e-6, "scale {}", p.scale);
+    check_equivalent(&net, 1e-5);
+}
+
+#[test]
 fn fused_layers_only_absorb_single_reader_intermediates() {
     // The conv output is also a network output: nothing may be fused into it.
     let mut net = networks::conv_block();

@@ -433,6 +433,37 @@ pub fn attention() -> Network {
     g.output(o, "out")
 }
 
+/// Attention as PyTorch's scaled_dot_product_attention exports it: Q and Kᵀ each scaled by the
+/// square root of the scale, and the probabilities guarded by `Where(IsNaN(p), 0, p)`.
+pub fn sdpa_attention() -> Network {
+    let mut g = G::new("sdpa attention");
+    let q = g.fixed_input("q", &[1, 2, 4, 8]);
+    let k = g.fixed_input("k", &[1, 2, 4, 8]);
+    let v = g.fixed_input("v", &[1, 2, 4, 8]);
+    let mask = g.fixed_input("mask", &[1, 1, 4, 4]);
+    let swap = ShuffleParams {
+        first_transpose: vec![0, 1, 3, 2],
+        ..Default::default()
+    };
+    let kt = g.layer("k transpose", LayerKind::Shuffle(swap), &[k]);
+    let root = g.scalar("root scale", 8f32.powf(-0.25));
+    let qs = g.binary("q scale", E::Prod, q, root);
+    let root_k = g.scalar("root scale k", 8f32.powf(-0.25));
+    let ks = g.binary("k scale", E::Prod, kt, root_k);
+    let mm = LayerKind::MatrixMultiply {
+        op_a: MatrixOp::None,
+        op_b: MatrixOp::None,
+    };
+    let s = g.layer("qk", mm.clone(), &[qs, ks]);
+    let masked = g.binary("mask add", E::Sum, s, mask);
+    let p = g.layer("softmax", LayerKind::SoftMax { axis: 3 }, &[masked]);
+    let is_nan = g.layer("is nan", LayerKind::Unary { op: kiln::UnaryOp::IsNan }, &[p]);
+    let zero = g.scalar("zero", 0.0);
+    let guarded = g.layer("nan guard", LayerKind::Select, &[is_nan, zero, p]);
+    let o = g.layer("pv", mm, &[guarded, v]);
+    g.output(o, "out")
+}
+
 /// Deterministic input values for every network input.
 pub fn inputs(net: &Network) -> std::collections::HashMap<String, HostTensor> {
     net.inputs()

@@ -354,6 +354,9 @@ pub fn attention(cx: &Ctx, p: &AttentionParams, q: &DeviceTensor, k: &DeviceTens
         None => scores,
     };
     let last = scores.shape.len() - 1;
-    let probs = softmax(cx, &scores, last, 1.0)?;
+    let mut probs = softmax(cx, &scores, last, 1.0)?;
+    if p.zero_nan_rows {
+        probs = pointwise::unary(cx, pointwise::NAN_TO_ZERO, &probs, Some(&probs))?;
+    }
     matmul(cx, &probs, MatrixOp::None, v, MatrixOp::None, 1.0, out_shape)
 }

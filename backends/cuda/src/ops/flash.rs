@@ -136,6 +136,7 @@ pub fn attention(
         Arg::F32(scale),
         Arg::I32(mask.is_some() as i32),
         Arg::I32(p.key_transposed as i32),
+        Arg::I32(p.zero_nan_rows as i32),
         cx.arg(q),
         cx.arg(k),
         cx.arg(v),

@@ -132,28 +132,36 @@ pub fn broadcast_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
 /// contiguous in every one of the first `operands` operands merged into one, so kernels do
 /// fewer divisions per element (a same-shape binary op becomes rank 1, a bias add rank 2).
 pub fn coalesce(l: Layout, operands: usize) -> Layout {
-    let mut out = Layout { offset: l.offset, ..Layout::default() };
+    coalesce_joint(&[(l, operands)])[0]
+}
+
+/// [`coalesce`] over several layouts of one shape (that of the first) at once, so they stay
+/// views of the same (merged) index space: each `(layout, operands it uses)`.
+pub fn coalesce_joint(layouts: &[(Layout, usize)]) -> Vec<Layout> {
+    let Some(&(first, _)) = layouts.first() else { return Vec::new() };
+    let mut out: Vec<Layout> = layouts.iter().map(|(l, _)| Layout { offset: l.offset, ..Layout::default() }).collect();
     let mut rank = 0usize;
-    for d in 0..l.rank.max(0) as usize {
-        let n = l.shape[d];
+    for d in 0..first.rank.max(0) as usize {
+        let n = first.shape[d];
         if n == 1 {
             continue;
         }
-        let mergeable = rank > 0 && (0..operands).all(|w| out.stride[w][rank - 1] == l.stride[w][d] * n);
-        if mergeable {
-            out.shape[rank - 1] *= n;
-            for w in 0..operands {
-                out.stride[w][rank - 1] = l.stride[w][d];
+        let mergeable = rank > 0
+            && layouts.iter().zip(&out).all(|((l, used), o)| (0..*used).all(|w| o.stride[w][rank - 1] == l.stride[w][d] * n));
+        for ((l, used), o) in layouts.iter().zip(out.iter_mut()) {
+            let at = if mergeable { rank - 1 } else { rank };
+            o.shape[at] = if mergeable { o.shape[at] * n } else { n };
+            for w in 0..*used {
+                o.stride[w][at] = l.stride[w][d];
             }
-        } else {
-            out.shape[rank] = n;
-            for w in 0..operands {
-                out.stride[w][rank] = l.stride[w][d];
-            }
+        }
+        if !mergeable {
             rank += 1;
         }
     }
-    out.rank = rank as i32;
+    for o in &mut out {
+        o.rank = rank as i32;
+    }
     out
 }
 
@@ -365,6 +373,14 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
 
 /// The anchor, then each epilogue step on the running value (unary steps in place).
 fn fused(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>], outs: &[OutFact]) -> Result<DeviceTensor, String> {
+    // A pointwise anchor is the chain's first step: the whole layer is one pass.
+    if let Some((source, first)) = pointwise_anchor(p, inputs) {
+        let x = cx.dev(inputs.get(source).and_then(Option::as_ref).ok_or("the anchor's input is missing")?)?;
+        let steps: Vec<PostOp> = std::iter::once(first).chain(p.epilogue.iter().copied()).collect();
+        if let Some(out) = fused_chain(cx, &steps, &x, inputs)? {
+            return check_epilogue(out, outs);
+        }
+    }
     let anchor_inputs = inputs.get(..p.anchor_inputs).ok_or("fewer inputs than the anchor takes")?;
     let anchor_kind = p.anchor.kind();
     let anchor_outs = infer(&anchor_kind, anchor_inputs)?;
@@ -380,8 +396,65 @@ fn fused(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>], outs: &[OutF
         }
         _ => (run(cx, &anchor_kind, anchor_inputs, &anchor_outs)?.into_iter().next().ok_or("the anchor gave no output")?, 0),
     };
-    for post in &p.epilogue[consumed..] {
-        running = match *post {
+    if let Some(out) = fused_chain(cx, &p.epilogue[consumed..], &running, inputs)? {
+        running = out;
+    } else {
+        for post in &p.epilogue[consumed..] {
+            running = step(cx, post, running, inputs)?;
+        }
+    }
+    check_epilogue(running, outs)
+}
+
+fn check_epilogue(running: DeviceTensor, outs: &[OutFact]) -> Result<DeviceTensor, String> {
+    if let Some(f) = outs.first() {
+        if f.dtype != running.dtype || f.shape.rank() != running.shape.len() {
+            return Err(format!("the epilogue produced {}{:?}, inference expects {}{}", running.dtype, running.shape, f.dtype, f.shape));
+        }
+    }
+    Ok(running)
+}
+
+/// A pointwise anchor's inputs as the chain's running value and first step.
+fn pointwise_anchor(p: &kiln::FusedParams, inputs: &[Option<Value>]) -> Option<(usize, PostOp)> {
+    let first = match p.anchor {
+        kiln::FusedAnchor::Activation(kind) => PostOp::Activation(kind),
+        kiln::FusedAnchor::Unary(op) => PostOp::Unary(op),
+        kiln::FusedAnchor::Elementwise(op) if p.anchor_inputs == 2 && inputs.get(1).is_some_and(Option::is_some) => {
+            PostOp::Elementwise { op, operand: 1, running_first: true }
+        }
+        _ => return None,
+    };
+    Some((0, first))
+}
+
+/// Two or more pointwise steps as one `chain_*` pass, or `None` where the chain kernel does not
+/// apply (then each step runs on its own).
+fn fused_chain(cx: &Ctx, steps: &[PostOp], running: &DeviceTensor, inputs: &[Option<Value>]) -> Result<Option<DeviceTensor>, String> {
+    if steps.len() < 2 {
+        return Ok(None);
+    }
+    let mut chain = Vec::with_capacity(steps.len());
+    for post in steps {
+        chain.push(match *post {
+            PostOp::Activation(kind) => pointwise::ChainStep::Unary(pointwise::activation_code(kind)),
+            PostOp::Unary(op) => match pointwise::unary_code(op) {
+                Some(code) => pointwise::ChainStep::Unary(code),
+                None => return Ok(None),
+            },
+            PostOp::Elementwise { op, operand, running_first } => {
+                let other = cx.dev(inputs.get(operand).and_then(Option::as_ref).ok_or_else(|| format!("operand {operand} is missing"))?)?;
+                pointwise::ChainStep::Binary { op, operand: other, running_first }
+            }
+        });
+    }
+    pointwise::chain(cx, running, &chain)
+}
+
+/// One epilogue step on its own kernel.
+fn step(cx: &Ctx, post: &PostOp, running: DeviceTensor, inputs: &[Option<Value>]) -> Result<DeviceTensor, String> {
+    Ok({
+        match *post {
             PostOp::Activation(kind) => pointwise::unary(cx, pointwise::activation_code(kind), &running, Some(&running))?,
             PostOp::Unary(op) => pointwise::unary(cx, pointwise::unary_code(op).ok_or("no kernel")?, &running, Some(&running))?,
             PostOp::Elementwise { op, operand, running_first } => {
@@ -394,14 +467,8 @@ fn fused(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>], outs: &[OutF
                     pointwise::binary(cx, op, &other, &running, dtype, &shape)?
                 }
             }
-        };
-    }
-    if let Some(f) = outs.first() {
-        if f.dtype != running.dtype || f.shape.rank() != running.shape.len() {
-            return Err(format!("the epilogue produced {}{:?}, inference expects {}{}", running.dtype, running.shape, f.dtype, f.shape));
         }
-    }
-    Ok(running)
+    })
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Elementwise binary ops (numpy broadcasting), activations, unary ops and casts.
 
-use super::{broadcast_layout, Ctx};
-use crate::device::{float_suffix, Arg, DeviceTensor};
+use super::{broadcast_layout, broadcast_shape, broadcast_strides, coalesce_joint, Ctx};
+use crate::device::{float_suffix, Arg, Chain, DeviceTensor};
 use kiln::{ActivationKind, DataType, ElementwiseOp, UnaryOp};
 
 /// The op code `binary_*` / `compare_*` / `logic_bool` take (the `OP_*` defines in elementwise.cu).
@@ -164,4 +164,74 @@ pub fn cast(cx: &Ctx, x: &DeviceTensor, to: DataType) -> Result<DeviceTensor, St
     let n = x.len();
     cx.launch_elements(&name, n, &[Arg::I64(n as i64), cx.arg(x), cx.arg(&out)])?;
     Ok(out)
+}
+
+/// `unary_*`'s code replacing NaN by zero (no ONNX op; attention's NaN guard).
+pub const NAN_TO_ZERO: (i32, f32, f32) = (54, 0.0, 0.0);
+
+/// One step of a pointwise chain.
+#[derive(Debug)]
+pub enum ChainStep {
+    /// An activation or unary op: `(code, alpha, beta)` of `unary_*`.
+    Unary((i32, f32, f32)),
+    /// `running op operand`, or `operand op running` when not `running_first`.
+    Binary { op: ElementwiseOp, operand: DeviceTensor, running_first: bool },
+}
+
+/// Most steps and operands one `chain_*` launch takes (`Chain` in kernels/elementwise.cu).
+const CHAIN_STEPS: usize = 8;
+const CHAIN_OPERANDS: usize = 4;
+
+/// Runs `steps` on `x` in one pass, the running value in f32 between steps; `None` where the
+/// chain kernel does not apply (a non-float type, a comparison or logical op, mixed operand
+/// types, more than 8 steps or 4 operands).
+pub fn chain(cx: &Ctx, x: &DeviceTensor, steps: &[ChainStep]) -> Result<Option<DeviceTensor>, String> {
+    let Ok(suffix) = float_suffix(x.dtype) else { return Ok(None) };
+    if steps.len() > CHAIN_STEPS {
+        return Ok(None);
+    }
+    let mut c = Chain { count: steps.len() as i32, ..Chain::default() };
+    let mut operands: Vec<&DeviceTensor> = Vec::new();
+    let mut shape = x.shape.clone();
+    for (s, step) in steps.iter().enumerate() {
+        match step {
+            ChainStep::Unary((code, alpha, beta)) => (c.code[s], c.alpha[s], c.beta[s]) = (*code, *alpha, *beta),
+            ChainStep::Binary { op, operand, running_first } => {
+                let code = match binary_code(*op) {
+                    Some(code) if !op.is_comparison() && !op.is_logical() => code,
+                    _ => return Ok(None),
+                };
+                if operand.dtype != x.dtype || operands.len() == CHAIN_OPERANDS {
+                    return Ok(None);
+                }
+                shape = broadcast_shape(&shape, &operand.shape)?;
+                c.kind[s] = if *running_first { 1 } else { 2 };
+                c.code[s] = code;
+                c.operand[s] = operands.len() as i32;
+                operands.push(operand);
+            }
+        }
+    }
+    let shapes: Vec<&[usize]> = std::iter::once(&x.shape[..]).chain(operands.iter().map(|o| &o.shape[..])).collect();
+    let first = broadcast_strides(&shape, &shapes[..shapes.len().min(3)])?;
+    let second = broadcast_strides(&shape, shapes.get(3..).unwrap_or(&[]))?;
+    let (used_first, used_second) = (shapes.len().min(3), shapes.len().saturating_sub(3));
+    let layouts = coalesce_joint(&[(first, used_first), (second, used_second)]);
+    let out = cx.gpu.empty(x.dtype, shape).map_err(|e| e.to_string())?;
+    let n = out.len();
+    let operand = |i: usize| operands.get(i).map_or(Arg::Ptr(0), |o| cx.arg(o));
+    let args = [
+        Arg::I64(n as i64),
+        Arg::Layout(layouts[0]),
+        Arg::Layout(layouts[1]),
+        Arg::Chain(c),
+        cx.arg(x),
+        operand(0),
+        operand(1),
+        operand(2),
+        operand(3),
+        cx.arg(&out),
+    ];
+    cx.launch_elements(&format!("chain_{suffix}"), n, &args)?;
+    Ok(Some(out))
 }

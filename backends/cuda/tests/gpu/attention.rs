@@ -47,6 +47,7 @@ fn run_cases(dtype: DataType, tolerance: f64, label: &str) {
             scale: d.sqrt(),
             key_transposed: c.key_transposed,
             scale_multiplies: false,
+            zero_nan_rows: false,
         });
         check(&format!("attention {label} {dtype} case {i}"), kind, inputs, tolerance);
     }
@@ -64,4 +65,36 @@ fn unfused_attention_matches_cpu_in_16_bits() {
     std::env::set_var("KILN_CUDA_FLASH_ATTENTION", "0");
     run_cases(DataType::F16, 4e-3, "unfused");
     std::env::remove_var("KILN_CUDA_FLASH_ATTENTION");
+}
+
+#[test]
+fn fully_masked_rows_are_nan_or_zero_as_the_graph_says() {
+    // Row 0 of the mask is -inf everywhere: NaN without the guard, zeros with it.
+    let (sq, sk, d) = (40usize, 24usize, 32usize);
+    for (dtype, tolerance) in [(DataType::F16, 4e-3), (DataType::F32, 1e-5)] {
+        for zero_nan_rows in [false, true] {
+            let mut r = rng(50);
+            let mut mask = vec![0.0f32; sq * sk];
+            mask[..sk].fill(f32::NEG_INFINITY);
+            mask[sk + 3] = f32::NEG_INFINITY;
+            let data = match dtype {
+                DataType::F16 => kiln::TensorData::F16(mask.iter().map(|&x| half::f16::from_f32(x)).collect()),
+                _ => kiln::TensorData::F32(mask),
+            };
+            let mask = kiln::HostTensor::new(vec![sq, sk], data).unwrap();
+            let inputs = vec![
+                In::Run(random(&mut r, dtype, &[2, sq, d])),
+                In::Run(random(&mut r, dtype, &[2, sk, d])),
+                In::Run(random(&mut r, dtype, &[2, sk, d])),
+                In::Run(mask),
+            ];
+            let kind = LayerKind::Attention(AttentionParams {
+                scale: 0.2,
+                key_transposed: false,
+                scale_multiplies: true,
+                zero_nan_rows,
+            });
+            check(&format!("masked rows {dtype} zero_nan_rows={zero_nan_rows}"), kind, inputs, tolerance);
+        }
+    }
 }

@@ -4,6 +4,7 @@
 
 mod attention;
 mod bench;
+mod chains;
 mod common;
 mod device;
 mod dtypes;

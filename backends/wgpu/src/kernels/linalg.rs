@@ -259,6 +259,12 @@ pub fn attention(
         scores = pointwise::binary(rec, ElementwiseOp::Sum, &scores, mask, &masked_shape, q.dtype)?;
     }
     let last = scores.shape.len() - 1;
-    let probs = softmax(rec, &scores, last)?;
+    let mut probs = softmax(rec, &scores, last)?;
+    if p.zero_nan_rows {
+        // Where(IsNaN(p), 0, p), as the recognized graph computed it.
+        let is_nan = pointwise::unary(rec, kiln::UnaryOp::IsNan, &probs, DataType::Bool)?;
+        let zero = pointwise::fill(rec, probs.dtype, &[], 0f32.to_bits())?;
+        probs = pointwise::select(rec, &is_nan, &zero, &probs, &probs.shape.clone())?;
+    }
     matmul(rec, &probs, MatrixOp::None, v, MatrixOp::None, shape, dtype)
 }

@@ -132,7 +132,7 @@ fn attention_and_fused() {
         rand_f32(&mut r, &[2, 3, 7, 4], -1.0, 1.0),
     );
     let mask = rand_f32(&mut r, &[1, 1, 5, 7], -2.0, 0.0);
-    let p = AttentionParams { scale: 0.35, key_transposed: false, scale_multiplies: true };
+    let p = AttentionParams { scale: 0.35, key_transposed: false, scale_multiplies: true, zero_nan_rows: false };
     check(
         &gpu,
         LayerKind::Attention(p),
@@ -140,7 +140,7 @@ fn attention_and_fused() {
         "attention",
     );
     let kt = rand_f32(&mut r, &[2, 3, 8, 7], -1.0, 1.0);
-    let p = AttentionParams { scale: 2.0, key_transposed: true, scale_multiplies: false };
+    let p = AttentionParams { scale: 2.0, key_transposed: true, scale_multiplies: false, zero_nan_rows: false };
     check(
         &gpu,
         LayerKind::Attention(p),

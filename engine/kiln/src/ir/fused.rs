@@ -109,4 +109,8 @@ pub struct AttentionParams {
     /// Whether the scale multiplies `Q·Kᵀ` (true) or divides it (false: `Q·Kᵀ / scale`),
     /// as the exported graph did, so results match the unfused graph bit for bit.
     pub scale_multiplies: bool,
+    /// Rows whose softmax is NaN (every score masked to -inf, or a NaN score) give zeros, as
+    /// PyTorch's scaled_dot_product_attention export guards it: `Where(IsNaN(p), 0, p)`.
+    #[serde(default)]
+    pub zero_nan_rows: bool,
 }

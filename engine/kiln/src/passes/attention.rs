@@ -28,7 +28,16 @@ impl Pass for AttentionFusion {
                 return None;
             };
             let (p, value) = (pv.inputs[0]?, pv.inputs[1]?);
-            let softmax = v.inner(p)?;
+            let mut matched = vec![pv];
+            // PyTorch's SDPA export zeroes NaN probabilities: Where(IsNaN(p), 0, p).
+            let (p, zero_nan_rows) = match nan_guard(v, p) {
+                Some((probs, guard)) => {
+                    matched.extend(guard);
+                    (probs, true)
+                }
+                None => (p, false),
+            };
+            let softmax = if zero_nan_rows { v.producer(p)? } else { v.inner(p)? };
             let LayerKind::SoftMax { axis } = softmax.kind else {
                 return None;
             };
@@ -36,7 +45,7 @@ impl Pass for AttentionFusion {
             if axis + 1 != scores_rank || !v.float(p) {
                 return None;
             }
-            let mut matched = vec![pv, softmax];
+            matched.push(softmax);
             let mut s = softmax.inputs[0]?;
             let mut mask = None;
             let mut scale = 1.0f64;
@@ -90,8 +99,27 @@ impl Pass for AttentionFusion {
             else {
                 return None;
             };
-            let (q, k) = (qk.inputs[0]?, qk.inputs[1]?);
+            let (mut q, mut k) = (qk.inputs[0]?, qk.inputs[1]?);
             matched.push(qk);
+            // Q and K each scaled by a constant before the product (SDPA exports scale both by
+            // the square root of the scale): one multiplier.
+            let mut pre_scale = 1.0f64;
+            for x in [&mut q, &mut k] {
+                if let Some((l, a, b)) = v.binary(*x, ElementwiseOp::Prod) {
+                    let (rest, c) = match (v.scalar(a), v.scalar(b)) {
+                        (_, Some(c)) => (a, c),
+                        (Some(c), None) => (b, c),
+                        _ => continue,
+                    };
+                    pre_scale *= c;
+                    matched.push(l);
+                    *x = rest;
+                }
+            }
+            if pre_scale != 1.0 {
+                scale = if scale_multiplies { scale * pre_scale } else { pre_scale / scale };
+                scale_multiplies = true;
+            }
             let (key, key_transposed) = match op_b {
                 MatrixOp::Transpose => (k, false),
                 MatrixOp::None => match v
@@ -116,6 +144,7 @@ impl Pass for AttentionFusion {
                 scale: scale as f32,
                 key_transposed,
                 scale_multiplies,
+                zero_nan_rows,
             };
             Some(Replacement {
                 names: names(&matched),
@@ -128,6 +157,23 @@ impl Pass for AttentionFusion {
                 ],
             })
         })
+    }
+}
+
+/// `(p, [Where, IsNaN])` when `t` is `Where(IsNaN(p), 0, p)` and nothing else reads `p`.
+fn nan_guard<'n>(v: &super::patterns::View<'n>, t: TensorId) -> Option<(TensorId, [&'n Layer; 2])> {
+    let select = v.inner(t)?;
+    let LayerKind::Select = select.kind else {
+        return None;
+    };
+    let (cond, zero, p) = (select.inputs[0]?, select.inputs[1]?, select.inputs.get(2).copied()??);
+    if v.scalar(zero) != Some(0.0) || v.net.outputs().contains(&p) || v.readers[p.0].len() != 2 {
+        return None;
+    }
+    let is_nan = v.inner(cond)?;
+    match is_nan.kind {
+        LayerKind::Unary { op: crate::ir::layer::UnaryOp::IsNan } if is_nan.inputs[0]? == p => Some((p, [select, is_nan])),
+        _ => None,
     }
 }
 

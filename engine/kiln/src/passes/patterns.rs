@@ -42,7 +42,7 @@ impl<'n> View<'n> {
         self.producer(t)
     }
 
-    fn producer(&self, t: TensorId) -> Option<&'n Layer> {
+    pub fn producer(&self, t: TensorId) -> Option<&'n Layer> {
         let (p, _) = self.net.tensor(t).producer?;
         Some(self.net.layer(p))
     }
