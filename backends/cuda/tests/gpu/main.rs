@@ -4,6 +4,8 @@
 
 mod bench;
 mod common;
+mod conv;
+mod conv_bench;
 mod device;
 mod dtypes;
 mod layers;
