@@ -15,7 +15,7 @@ ls "$V/cudnn/lib" | tr '\n' ' '; echo
 timeout 200 .gpu/bin/test-gpu --test-threads=1 --nocapture --skip bench ${1:-} 2>&1 | tee "$out/gpu.log" | grep -E "^test .*(FAILED|ok)$|panicked|result|conv tactics" | grep -vE "^test .* ok$" | cut -c1-600
 grep -cE "^test .* ok$" "$out/gpu.log"
 MODELS=/tmp PYTHONUNBUFFERED=1 timeout 240 /opt/torch/.venv/bin/python .gpu/resnet50_peers.py 2>&1 | tee "$out/peers.log" | grep -E "PEER|exported|Error" | cut -c1-300
-for layout in nhwc nchw; do
+for layout in ${LAYOUTS:-nhwc nchw}; do
   [ $layout = nchw ] && export KILN_CUDA_NCHW=1
   KILN_RESNET50_DIR=/tmp timeout 150 .gpu/bin/test-gpu bench_resnet50 --nocapture 2>&1 | tee "$out/resnet_$layout.log" | grep -E "BENCH|panicked|result" | sed "s/^/$layout /" | cut -c1-300
 done

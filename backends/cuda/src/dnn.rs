@@ -664,3 +664,91 @@ impl Dnn {
 pub fn algorithm_name(code: u32) -> &'static str {
     ALGORITHMS.iter().find(|(c, _)| *c == code).map_or("unknown", |(_, n)| n)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln::{ConvolutionParams, PoolingKind, PoolingParams};
+
+    fn conv(strides: &[usize], pre: &[usize], post: &[usize]) -> ConvolutionParams {
+        ConvolutionParams {
+            groups: 1,
+            strides: strides.to_vec(),
+            dilations: vec![],
+            pre_padding: pre.to_vec(),
+            post_padding: post.to_vec(),
+        }
+    }
+
+    #[test]
+    fn one_d_convolutions_run_as_two_d_with_height_one() {
+        let s = ConvSpec::new(&conv(&[2], &[1], &[1]), DataType::F16, false, &[2, 8, 31], &[12, 8, 3], &[2, 12, 16])
+            .unwrap();
+        assert_eq!((s.x, s.w, s.y), (vec![2, 8, 1, 31], vec![12, 8, 1, 3], vec![2, 12, 1, 16]));
+        assert_eq!((s.pads, s.strides, s.dilations), (vec![0, 1], vec![1, 2], vec![1, 1]));
+    }
+
+    #[test]
+    fn specs_refuse_what_cudnn_cannot_run() {
+        let asymmetric = ConvSpec::new(
+            &conv(&[1, 1], &[0, 1], &[1, 1]),
+            DataType::F32,
+            false,
+            &[1, 2, 5, 5],
+            &[2, 2, 3, 3],
+            &[1, 2, 4, 5],
+        );
+        assert!(asymmetric.unwrap_err().contains("symmetric"));
+        let int = ConvSpec::new(
+            &conv(&[1, 1], &[0, 0], &[0, 0]),
+            DataType::I32,
+            false,
+            &[1, 2, 5, 5],
+            &[2, 2, 3, 3],
+            &[1, 2, 3, 3],
+        );
+        assert!(int.unwrap_err().contains("f32, f16 and bf16"));
+        let four_d = ConvSpec::new(
+            &conv(&[1; 4], &[0; 4], &[0; 4]),
+            DataType::F32,
+            false,
+            &[1, 1, 3, 3, 3, 3],
+            &[1, 1, 1, 1, 1, 1],
+            &[1, 1, 3, 3, 3, 3],
+        );
+        assert!(four_d.is_err());
+    }
+
+    #[test]
+    fn channels_last_strides_put_channels_innermost() {
+        assert_eq!(strides_of(&[2, 3, 4, 5], false), vec![60, 20, 5, 1]);
+        assert_eq!(strides_of(&[2, 3, 4, 5], true), vec![60, 1, 15, 3]);
+        assert_eq!(strides_of(&[2, 3, 4, 5, 6], true), vec![360, 1, 90, 18, 3]);
+    }
+
+    #[test]
+    fn pooling_runs_on_cudnn_only_where_its_output_size_agrees() {
+        let p = |ceil: bool, pre: usize, post: usize| PoolingParams {
+            kind: PoolingKind::Max,
+            window: vec![3, 3],
+            strides: vec![2, 2],
+            dilations: vec![1, 1],
+            pre_padding: vec![pre; 2],
+            post_padding: vec![post; 2],
+            ceil_mode: ceil,
+            average_count_excludes_padding: false,
+        };
+        assert!(PoolSpec::new(&p(false, 1, 1), DataType::F16, &[1, 4, 112, 112], &[1, 4, 56, 56]).is_ok());
+        // Ceil mode gives 57 here where cuDNN's floor gives 56.
+        assert!(PoolSpec::new(&p(true, 1, 1), DataType::F16, &[1, 4, 112, 112], &[1, 4, 57, 57]).is_err());
+        assert!(PoolSpec::new(&p(false, 0, 1), DataType::F16, &[1, 4, 112, 112], &[1, 4, 56, 56]).is_err());
+    }
+
+    #[test]
+    fn algorithm_names_are_stable_tactic_names() {
+        assert_eq!(algorithm_name(1), "implicit_precomp_gemm");
+        assert_eq!(algorithm_name(7), "winograd_nonfused");
+        assert!(ALGORITHMS.iter().all(|&(code, _)| algo_enum(code).is_some()));
+        assert!(algo_enum(8).is_none());
+    }
+}

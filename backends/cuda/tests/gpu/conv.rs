@@ -222,3 +222,16 @@ fn cudnn_pooling_matches() {
         }
     }
 }
+
+#[test]
+fn without_a_device_a_convolution_offers_the_direct_kernel_alone() {
+    if backend().is_some() {
+        eprintln!("SKIPPED: a CUDA device is present (this checks the no-device listing, as in CI)");
+        return;
+    }
+    let mut r = rng(75);
+    let (net, _) = fused_conv(&mut r, DataType::F32, true, true);
+    let names: Vec<String> =
+        CudaBackend::new().tactics(&net, last_layer(&net)).iter().map(|t| t.id.to_string()).collect();
+    assert!(names.len() == 1 && names[0].contains("conv_direct_kernel"), "{names:?}");
+}
