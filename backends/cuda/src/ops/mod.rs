@@ -49,7 +49,9 @@ impl Value {
 pub struct Ctx<'a> {
     pub gpu: &'a Gpu,
     pub tf32: bool,
-    /// The cuBLASLt heuristic rank the builder chose for the layer being run (0: its best).
+    /// The tactic the builder chose for the layer being run: a cuBLASLt heuristic rank for
+    /// products, a convolution choice (`compute::CONV_DIRECT`, `1 + cuDNN algorithm`) for
+    /// convolutions; 0 is the heuristic's best either way.
     pub gemm_rank: Cell<usize>,
     pub pending_checks: RefCell<Vec<(DeviceTensor, String)>>,
 }
