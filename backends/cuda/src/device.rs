@@ -40,9 +40,18 @@ pub struct DeviceTensor {
     pub buf: Arc<CudaSlice<u8>>,
     pub dtype: DataType,
     pub shape: Vec<usize>,
+    /// The bytes are stored channels-last (NHWC) though `shape` stays NCHW: only the layers
+    /// that know the layout (cuDNN convolution and pooling) ever see such a tensor;
+    /// `ops::Ctx::dev` converts it for every other reader.
+    pub channels_last: bool,
 }
 
 impl DeviceTensor {
+    /// A row-major (channels-first) tensor.
+    pub fn new(buf: Arc<CudaSlice<u8>>, dtype: DataType, shape: Vec<usize>) -> DeviceTensor {
+        DeviceTensor { buf, dtype, shape, channels_last: false }
+    }
+
     pub fn len(&self) -> usize {
         self.shape.iter().product()
     }
@@ -53,7 +62,7 @@ impl DeviceTensor {
 
     /// The same bytes under another shape (a reshape costs nothing).
     pub fn reshaped(&self, shape: Vec<usize>) -> DeviceTensor {
-        DeviceTensor { buf: self.buf.clone(), dtype: self.dtype, shape }
+        DeviceTensor::new(self.buf.clone(), self.dtype, shape)
     }
 }
 
@@ -136,6 +145,9 @@ pub struct Gpu {
     modules: HashMap<Source, Arc<CudaModule>>,
     functions: Mutex<HashMap<String, CudaFunction>>,
     pub blas: crate::blas::Blas,
+    /// cuDNN on this stream, opened on first use (Err: absent or failed; convolutions then
+    /// run kiln's direct kernel).
+    pub dnn: OnceLock<Result<crate::dnn::Dnn, String>>,
     /// Held by each execution: one stream, so runs on this device take turns.
     pub run_lock: Mutex<()>,
 }
@@ -175,7 +187,7 @@ impl Gpu {
             modules.insert(source, module);
         }
         let blas = crate::blas::Blas::new(stream.clone())?;
-        Ok(Gpu { ctx, stream, arch, modules, functions: Mutex::new(HashMap::new()), blas, run_lock: Mutex::new(()) })
+        Ok(Gpu { ctx, stream, arch, modules, functions: Mutex::new(HashMap::new()), blas, dnn: OnceLock::new(), run_lock: Mutex::new(()) })
     }
 
     /// What identifies this device for engine compatibility.
@@ -214,7 +226,7 @@ impl Gpu {
 
     pub fn empty(&self, dtype: DataType, shape: Vec<usize>) -> Result<DeviceTensor, GpuError> {
         let bytes = storage_size(dtype)? * shape.iter().product::<usize>();
-        Ok(DeviceTensor { buf: Arc::new(self.alloc(bytes)?), dtype, shape })
+        Ok(DeviceTensor::new(Arc::new(self.alloc(bytes)?), dtype, shape))
     }
 
     pub fn upload(&self, t: &HostTensor) -> Result<DeviceTensor, GpuError> {
@@ -224,7 +236,7 @@ impl Gpu {
         if !bytes.is_empty() {
             self.stream.memcpy_htod(&bytes, &mut buf.slice_mut(..bytes.len())).map_err(driver("cuMemcpyHtoDAsync"))?;
         }
-        Ok(DeviceTensor { buf: Arc::new(buf), dtype: t.dtype(), shape: t.shape().to_vec() })
+        Ok(DeviceTensor::new(Arc::new(buf), t.dtype(), t.shape().to_vec()))
     }
 
     /// Copies back to the host (synchronizes the stream).
@@ -271,6 +283,11 @@ impl Gpu {
         let mut times = marks.iter().map(|(s, e)| s.elapsed_ms(e).map_err(|e| format!("cuEventElapsedTime: {e:?}"))).collect::<Result<Vec<f32>, _>>()?;
         times.sort_by(f32::total_cmp);
         Ok(times)
+    }
+
+    /// cuDNN on this device's stream, or why not.
+    pub fn dnn(&self) -> Result<&crate::dnn::Dnn, String> {
+        self.dnn.get_or_init(|| crate::dnn::Dnn::new(self)).as_ref().map_err(Clone::clone)
     }
 
     pub fn synchronize(&self) -> Result<(), GpuError> {

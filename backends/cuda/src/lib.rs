@@ -3,7 +3,8 @@
 //! Nothing of CUDA is needed to build: the driver, NVRTC and cuBLASLt are opened at run time,
 //! and [`probe`] checks for them before any cudarc call (cudarc panics on a missing library),
 //! so a machine without them gets [`BackendError::Unavailable`] naming what is missing.
-//! `unsafe` lives only in the FFI and device-memory modules ([`nvrtc`], `device`, `blas`),
+//! cuDNN (optional) runs convolutions and pooling where present ([`dnn`]).
+//! `unsafe` lives only in the FFI and device-memory modules ([`nvrtc`], `device`, `blas`, `dnn`),
 //! each block with a `// SAFETY:` comment.
 
 pub mod kernels;
@@ -12,6 +13,7 @@ pub mod probe;
 
 pub mod blas;
 pub mod device;
+pub mod dnn;
 mod exec;
 pub mod ops;
 mod plugin;
@@ -29,6 +31,8 @@ use std::sync::{Arc, OnceLock};
 pub struct CudaBackend {
     gpu: OnceLock<Result<Arc<Gpu>, GpuError>>,
     tf32: bool,
+    /// Convolutions and pooling ignore cuDNN even where it is present (its own device).
+    without_cudnn: bool,
 }
 
 impl CudaBackend {
@@ -39,7 +43,15 @@ impl CudaBackend {
 
     /// Lets f32 matrix products use TF32 tensor cores (TensorRT's default; looser results).
     pub fn with_tf32(tf32: bool) -> CudaBackend {
-        CudaBackend { gpu: OnceLock::new(), tf32 }
+        CudaBackend { gpu: OnceLock::new(), tf32, without_cudnn: false }
+    }
+
+    /// A backend whose convolutions and pooling never use cuDNN (kiln's direct kernels only),
+    /// on a device of its own: for tests of the fallback and for A/B timing. The
+    /// `KILN_CUDA_DISABLE_CUDNN=1` environment variable does the same process-wide.
+    pub fn without_cudnn(mut self) -> CudaBackend {
+        self.without_cudnn = true;
+        self
     }
 
     /// Whether f32 products may use TF32.
@@ -49,13 +61,31 @@ impl CudaBackend {
 
     /// The shared device, opened on first use.
     pub fn gpu(&self) -> Result<Arc<Gpu>, BackendError> {
-        self.gpu.get_or_init(|| Gpu::new(0).map(Arc::new)).clone().map_err(|e| exec::gpu_error("(device)", e))
+        let open = || {
+            let gpu = Gpu::new(0)?;
+            if self.without_cudnn {
+                let _ = gpu.dnn.set(Err("cuDNN is off for this backend (CudaBackend::without_cudnn)".into()));
+            }
+            Ok(Arc::new(gpu))
+        };
+        self.gpu.get_or_init(open).clone().map_err(|e| exec::gpu_error("(device)", e))
     }
 
     /// Prepares `network` as the concrete executable (for callers that time or inspect it).
     pub fn prepare_cuda(&self, network: &Network) -> Result<CudaExecutable, BackendError> {
         self.check_support(network)?;
         CudaExecutable::new(network.clone(), self.gpu()?, self.tf32)
+    }
+}
+
+impl CudaBackend {
+    /// [`CudaBackend::prepare_cuda`] running each layer with the tactic the builder chose
+    /// (`Engine::tactics`): cuBLASLt algorithm, cuDNN algorithm or direct kernel.
+    pub fn prepare_cuda_with_tactics(&self, network: &Network, chosen: &[Option<kiln::TacticId>]) -> Result<CudaExecutable, BackendError> {
+        let ranks = (0..network.layers().len())
+            .map(|i| tactics::rank_of(network, kiln::LayerId(i), chosen.get(i).and_then(Option::as_ref)))
+            .collect();
+        Ok(self.prepare_cuda(network)?.with_gemm_ranks(ranks))
     }
 }
 
@@ -77,7 +107,14 @@ impl Backend for CudaBackend {
             }
             let input_types: Vec<Option<DataType>> = layer.inputs.iter().map(|t| t.map(|t| network.tensor(t).dtype)).collect();
             let output_types: Vec<DataType> = layer.outputs.iter().map(|&t| network.tensor(t).dtype).collect();
-            if let Some(reason) = ops::unsupported(&layer.kind, &input_types, &output_types) {
+            let conv_3d = match &layer.kind {
+                kiln::LayerKind::Convolution(p) => p.strides.len() > 2,
+                kiln::LayerKind::Fused(f) => matches!(&f.anchor, kiln::FusedAnchor::Convolution(p) if p.strides.len() > 2),
+                _ => false,
+            };
+            let no_dnn = conv_3d && self.without_cudnn;
+            let reason = no_dnn.then(|| "3-D convolutions need cuDNN, which this backend does not use".to_string());
+            if let Some(reason) = reason.or_else(|| ops::unsupported(&layer.kind, &input_types, &output_types)) {
                 return Err(BackendError::Unsupported {
                     backend: "cuda".into(),
                     layer: layer.name.clone(),
@@ -94,7 +131,7 @@ impl Backend for CudaBackend {
     }
 
     fn tactics(&self, network: &Network, layer: kiln::LayerId) -> Vec<kiln::TacticDesc> {
-        tactics::tactics(network, layer)
+        tactics::tactics(self, network, layer)
     }
 
     fn time_tactic(
@@ -108,22 +145,18 @@ impl Backend for CudaBackend {
     }
 
     fn prepare_with_tactics(&self, network: &Network, chosen: &[Option<kiln::TacticId>]) -> Result<Box<dyn Executable>, BackendError> {
-        let ranks = (0..network.layers().len())
-            .map(|i| tactics::rank_of(network, kiln::LayerId(i), chosen.get(i).and_then(Option::as_ref)))
-            .collect();
-        Ok(Box::new(self.prepare_cuda(network)?.with_gemm_ranks(ranks)))
+        Ok(Box::new(self.prepare_cuda_with_tactics(network, chosen)?))
     }
 
-    /// Float layers compute in f32, f16 and bf16; matrix products and attention are faster in
-    /// the 16-bit types (tensor cores through cuBLASLt).
+    /// Float layers compute in f32, f16 and bf16, and every one is faster in the 16-bit types:
+    /// products, attention and convolutions on tensor cores (cuBLASLt, cuDNN), the memory-bound
+    /// rest moving half the bytes with f32 arithmetic inside the kernels — so a chain of layers
+    /// stays 16-bit and fuses, with no cast pairs between them.
     fn precision_support(&self, network: &Network, layer: kiln::LayerId) -> PrecisionSupport {
         let kind = &network.layer(layer).kind;
         if !kiln::precision::is_float_compute(kind) {
             return PrecisionSupport::default();
         }
-        // Every float layer is faster in 16 bits: products and convolutions on tensor cores, the
-        // rest (memory-bound) moving half the bytes; kernels compute in f32 internally. Keeping
-        // pointwise layers in f32 between 16-bit products cost a cast pair each.
         PrecisionSupport {
             offered: vec![DataType::F32, DataType::F16, DataType::BF16],
             faster: vec![DataType::F16, DataType::BF16],

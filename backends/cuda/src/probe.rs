@@ -8,6 +8,11 @@ use std::sync::OnceLock;
 pub const DRIVER: &str = "libcuda.so.1";
 pub const NVRTC: &str = "libnvrtc.so.13";
 pub const CUBLASLT: &str = "libcublasLt.so.13";
+/// cuDNN 9: optional. Without it convolutions and pooling run kiln's direct kernels. cudarc
+/// tries `libcudnn.so` first and then versioned names; `.so.9` is among them.
+pub const CUDNN: &str = "libcudnn.so.9";
+/// Set to `1` to run as if cuDNN were absent (tests of the fallback; A/B timing).
+pub const DISABLE_CUDNN_ENV: &str = "KILN_CUDA_DISABLE_CUDNN";
 
 /// Which libraries opened; computed once per process.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -15,6 +20,8 @@ pub struct Libraries {
     pub driver: Result<(), String>,
     pub nvrtc: Result<(), String>,
     pub cublaslt: Result<(), String>,
+    /// Optional (see [`CUDNN`]); not part of [`Libraries::runtime_ready`].
+    pub cudnn: Result<(), String>,
 }
 
 impl Libraries {
@@ -40,7 +47,14 @@ impl Libraries {
 /// Opens each library once (and keeps it open, so cudarc's own open finds it loaded).
 pub fn libraries() -> &'static Libraries {
     static LIBS: OnceLock<Libraries> = OnceLock::new();
-    LIBS.get_or_init(|| Libraries { driver: open(DRIVER), nvrtc: open(NVRTC), cublaslt: open(CUBLASLT) })
+    LIBS.get_or_init(|| Libraries { driver: open(DRIVER), nvrtc: open(NVRTC), cublaslt: open(CUBLASLT), cudnn: open_cudnn() })
+}
+
+fn open_cudnn() -> Result<(), String> {
+    if std::env::var(DISABLE_CUDNN_ENV).as_deref() == Ok("1") {
+        return Err(format!("cuDNN disabled by {DISABLE_CUDNN_ENV}=1"));
+    }
+    open(CUDNN)
 }
 
 fn open(name: &str) -> Result<(), String> {

@@ -1,15 +1,82 @@
 //! Tactics: the first few algorithms cuBLASLt's heuristic ranks for a matrix product (plain or
-//! heading a fused layer), timed by the builder on the device; one default tactic elsewhere.
+//! heading a fused layer), the algorithms cuDNN's heuristic offers for a convolution (plain or
+//! fused) plus kiln's direct kernel, all timed by the builder on the device; one default
+//! tactic elsewhere.
 
 use crate::blas::RANKED_ALGORITHMS;
 use crate::exec::CudaExecutable;
+use crate::ops::compute::CONV_DIRECT;
 use kiln::tactics::{TacticDesc, TacticId};
-use kiln::{BackendError, DataType, FusedAnchor, HostTensor, LayerId, LayerKind, Network, Shape, TensorData, TensorFormat};
+use kiln::{BackendError, ConvolutionParams, DataType, FusedAnchor, HostTensor, LayerId, LayerKind, Network, Shape, TensorData, TensorFormat};
 use std::time::Duration;
 
 /// What the tactic ids hash besides their names: the product path's source, so an edited
 /// path never reuses a stale timing.
 const GEMM_SOURCE: &str = concat!(include_str!("blas.rs"), include_str!("ops/compute.rs"));
+/// Likewise for convolutions: cuDNN's path and the direct kernel.
+const CONV_SOURCE: &str = concat!(include_str!("dnn.rs"), include_str!("ops/compute.rs"), include_str!("../../../kernels/spatial.cu"));
+
+fn conv_tactic_name(choice: usize) -> String {
+    match choice {
+        CONV_DIRECT => "conv_direct_kernel".into(),
+        c => format!("conv_cudnn_{}", crate::dnn::algorithm_name(c.saturating_sub(1) as u32)),
+    }
+}
+
+fn conv_tactic(choice: usize) -> TacticDesc {
+    TacticDesc {
+        id: TacticId::new("cuda", &conv_tactic_name(choice), CONV_SOURCE.as_bytes()),
+        workspace_bytes: 0,
+        formats: vec![TensorFormat::Linear],
+        dtypes: vec![DataType::F32, DataType::F16, DataType::BF16],
+    }
+}
+
+/// The convolution parameters and input / weight / output shapes of a float convolution
+/// layer (plain or heading a fused layer) with fixed shapes.
+fn conv_shapes(network: &Network, layer: LayerId) -> Option<(ConvolutionParams, DataType, [Vec<usize>; 3])> {
+    let l = network.layer(layer);
+    let p = match &l.kind {
+        LayerKind::Convolution(p) => p.clone(),
+        LayerKind::Fused(f) => match &f.anchor {
+            FusedAnchor::Convolution(p) => p.clone(),
+            _ => return None,
+        },
+        _ => return None,
+    };
+    let fixed = |t: kiln::TensorId| network.tensor(t).shape.dims().iter().map(|d| d.fixed()).collect::<Option<Vec<usize>>>();
+    let x = l.inputs.first().copied().flatten()?;
+    let w = l.inputs.get(1).copied().flatten()?;
+    let dtype = network.tensor(x).dtype;
+    dtype.is_float().then_some(())?;
+    // The anchor's output shape: the fused layer's output has it too (the epilogue is pointwise
+    // with operands broadcast onto it).
+    let y = fixed(*l.outputs.first()?)?;
+    Some((p, dtype, [fixed(x)?, fixed(w)?, y]))
+}
+
+/// A convolution's candidates: cuDNN's algorithms for its shape (when cuDNN and the device
+/// are there) and the direct kernel where it applies (1-D and 2-D).
+fn conv_tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId) -> Option<Vec<TacticDesc>> {
+    let (p, dtype, [x, w, y]) = conv_shapes(network, layer)?;
+    let mut out = Vec::new();
+    if let Ok(gpu) = backend.gpu() {
+        if let (Ok(dnn), Ok(spec)) = (gpu.dnn(), crate::dnn::ConvSpec::new(&p, dtype, backend.tf32(), &x, &w, &y)) {
+            // In the layout the convolution will run in (the offered algorithms differ).
+            let spec = spec.with_nhwc(crate::ops::layout::prefers_channels_last(dtype, x.len()));
+            let bind = gpu.ctx.bind_to_thread();
+            if bind.is_ok() {
+                for algo in dnn.algorithms(&spec).unwrap_or_default() {
+                    out.push(conv_tactic(algo as usize + 1));
+                }
+            }
+        }
+    }
+    if p.strides.len() <= 2 {
+        out.push(conv_tactic(CONV_DIRECT));
+    }
+    Some(out).filter(|v| !v.is_empty())
+}
 
 fn tactic_name(rank: usize) -> String {
     format!("gemm_cublaslt_heuristic{rank}")
@@ -25,7 +92,10 @@ fn is_gemm(network: &Network, layer: LayerId) -> bool {
     gemm && float && fixed
 }
 
-pub fn tactics(network: &Network, layer: LayerId) -> Vec<TacticDesc> {
+pub fn tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId) -> Vec<TacticDesc> {
+    if let Some(conv) = conv_tactics(backend, network, layer) {
+        return conv;
+    }
     if !is_gemm(network, layer) {
         return vec![TacticDesc::default_for("cuda")];
     }
@@ -39,8 +109,14 @@ pub fn tactics(network: &Network, layer: LayerId) -> Vec<TacticDesc> {
         .collect()
 }
 
-/// The heuristic rank a recorded tactic selects; unknown or absent ids run rank 0.
+/// What a recorded tactic selects for the layer (carried as `Ctx::gemm_rank`): a cuBLASLt
+/// heuristic rank for products, a convolution choice (`ops::compute::CONV_DIRECT`, `1 + cuDNN
+/// algorithm`) for convolutions; unknown or absent ids run 0 (the heuristic's best).
 pub fn rank_of(network: &Network, layer: LayerId, tactic: Option<&TacticId>) -> usize {
+    if let (Some(t), Some(_)) = (tactic, conv_shapes(network, layer)) {
+        let choices = crate::dnn::ALGORITHMS.iter().map(|&(a, _)| a as usize + 1).chain([CONV_DIRECT]);
+        return choices.into_iter().find(|&c| conv_tactic(c).id == *t).unwrap_or(0);
+    }
     match tactic {
         Some(t) if is_gemm(network, layer) => {
             (0..RANKED_ALGORITHMS).find(|&r| TacticId::new("cuda", &tactic_name(r), GEMM_SOURCE.as_bytes()) == *t).unwrap_or(0)
@@ -102,7 +178,27 @@ pub fn time_tactic(
     let rank = rank_of(network, layer, Some(&tactic.id));
     let exe = CudaExecutable::new(alone, backend.gpu()?, backend.tf32())?.with_gemm_ranks(vec![rank]);
     let gpu = exe.gpu().clone();
-    let inputs = feeds.iter().map(|t| gpu.upload(t)).collect::<Result<Vec<_>, _>>().map_err(|e| fail(e.to_string()))?;
+    let mut inputs = feeds.iter().map(|t| gpu.upload(t)).collect::<Result<Vec<_>, _>>().map_err(|e| fail(e.to_string()))?;
+    // A convolution that runs channels-last receives its input and residual channels-last from
+    // the convolution before it: time it so, not with a conversion per run.
+    if let Some((_, dtype, [x, ..])) = conv_shapes(network, layer) {
+        if crate::ops::layout::prefers_channels_last(dtype, x.len()) {
+            let residual = match &l.kind {
+                LayerKind::Fused(f) => match f.epilogue.first() {
+                    Some(kiln::PostOp::Elementwise { op: kiln::ElementwiseOp::Sum, operand, .. }) => Some(*operand),
+                    _ => None,
+                },
+                _ => None,
+            };
+            let feed_of = |slot: usize| l.inputs.get(slot).copied().flatten().map(|_| l.inputs[..slot].iter().flatten().count());
+            let cx = crate::ops::Ctx::new(&gpu, backend.tf32());
+            for feed in [feed_of(0), residual.and_then(feed_of)].into_iter().flatten() {
+                if inputs[feed].shape.len() == 4 {
+                    inputs[feed] = crate::ops::layout::to_channels_last(&cx, &inputs[feed]).map_err(&fail)?;
+                }
+            }
+        }
+    }
     let times = gpu
         .time_ms(repetitions.max(1), || exe.execute_device(&inputs).map(drop).map_err(|e| e.to_string()))
         .map_err(&fail)?;

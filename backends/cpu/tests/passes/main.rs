@@ -349,3 +349,41 @@ fn optimized_engines_survive_serialization() {
         assert_eq!(got, want, "{}", net.name);
     }
 }
+
+/// With every float layer constrained to f16 (the precision pass runs before fusion), the
+/// batch norm still folds into the convolution, now into its f16 weights and bias.
+#[test]
+fn batch_norm_folds_into_reduced_precision_convolution_weights() {
+    let mut net = networks::conv_block();
+    for i in 0..net.layers().len() {
+        if kiln::precision::is_float_compute(&net.layers()[i].kind) {
+            net.set_layer_precision(kiln::LayerId(i), kiln::DataType::F16).unwrap();
+        }
+    }
+    let mut config = BuilderConfig::default();
+    config.set_flag(kiln::BuilderFlag::Fp16);
+    config.set_flag(kiln::BuilderFlag::ObeyPrecisionConstraints);
+    let backend = CpuBackend::new();
+    let engine = Builder::new(&backend).build(&net, &config).expect("f16 build");
+    let built = engine.network();
+    let conv = built.layers().iter().find(|l| matches!(l.kind, LayerKind::Fused(_)) && l.name.starts_with("conv1")).expect("conv1 is fused");
+    assert_eq!(conv.name, "conv1 + bn mul + bn add + relu1");
+    let LayerKind::Fused(fused) = &conv.kind else { unreachable!() };
+    assert_eq!(fused.epilogue, [kiln::PostOp::Activation(ActivationKind::Relu)], "the batch norm folded (no epilogue step left)");
+    let weights = conv.inputs[1].expect("weights");
+    assert_eq!(built.tensor(weights).dtype, kiln::DataType::F16, "the folded weights stay f16");
+    // Same function as the f32 network, within f16 rounding.
+    let inputs = networks::inputs(&net);
+    let got = ExecutionContext::new(engine, &backend).expect("prepare").run(&inputs).expect("run");
+    let f32_engine = Builder::new(&backend).build(&networks::conv_block(), &BuilderConfig::default()).expect("f32 build");
+    let want = ExecutionContext::new(f32_engine, &backend).expect("prepare").run(&inputs).expect("run");
+    for (name, w) in &want {
+        let worst = got[name]
+            .to_f64_vec()
+            .iter()
+            .zip(w.to_f64_vec())
+            .map(|(a, e)| (a - e).abs() / (1.0 + e.abs()))
+            .fold(0.0, f64::max);
+        assert!(worst <= 2e-2, "{name}: f16 differs from f32 by {worst}");
+    }
+}

@@ -1,7 +1,7 @@
 //! Matrix products (cuBLASLt), convolution and pooling, softmax, reductions, normalization and
 //! attention.
 
-use super::{broadcast_shape, movement, pointwise, Ctx};
+use super::{broadcast_shape, layout, movement, pointwise, Ctx};
 use crate::blas::{Epilogue, Gemm};
 use crate::device::{float_suffix, Arg, DeviceTensor, Window};
 use kiln::{AttentionParams, ConvolutionParams, DataType, ElementwiseOp, MatrixOp, PoolingKind, PoolingParams, ReduceOp};
@@ -121,7 +121,66 @@ fn two_d(v: &[usize], fill: usize) -> Result<(usize, usize), String> {
     }
 }
 
-pub fn convolution(cx: &Ctx, p: &ConvolutionParams, x: &DeviceTensor, w: &DeviceTensor, bias: Option<&DeviceTensor>, out_shape: &[usize]) -> Result<DeviceTensor, String> {
+/// What a convolution's tactic selects (carried in [`Ctx::gemm_rank`], one number per layer):
+/// 0 is cuDNN's heuristic choice (the direct kernel without cuDNN), `1 + a` cuDNN algorithm
+/// `a`, [`CONV_DIRECT`] kiln's direct kernel.
+pub const CONV_DIRECT: usize = 1000;
+
+/// The residual and activation a convolution may take into cuDNN's epilogue.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ConvTail<'t> {
+    pub residual: Option<&'t DeviceTensor>,
+    pub relu: bool,
+}
+
+/// `conv(x, w) + bias`, plus the `tail` when cuDNN runs it: the flag says whether the tail was
+/// applied (the direct kernel leaves it to the caller).
+pub fn convolution(
+    cx: &Ctx,
+    p: &ConvolutionParams,
+    x: &DeviceTensor,
+    w: &DeviceTensor,
+    bias: Option<&DeviceTensor>,
+    tail: ConvTail,
+    out_shape: &[usize],
+) -> Result<(DeviceTensor, bool), String> {
+    let choice = cx.gemm_rank.get();
+    if choice != CONV_DIRECT {
+        if let Ok(dnn) = cx.gpu.dnn() {
+            if let Ok(spec) = crate::dnn::ConvSpec::new(p, x.dtype, cx.tf32, &x.shape, &w.shape, out_shape) {
+                let algo = choice.checked_sub(1).map(|a| a as u32);
+                // 16-bit 2-D convolutions run channels-last (tensor cores); input, filter and
+                // residual are brought to the layout, the output stays in it.
+                let nhwc = layout::prefers_channels_last(x.dtype, x.shape.len());
+                let spec = spec.with_nhwc(nhwc);
+                let x = &layout::in_layout(cx, x, nhwc)?;
+                let w = &if nhwc { dnn.channels_last_filter(cx.gpu, w, |t| layout::to_channels_last(cx, t))? } else { layout::to_channels_first(cx, w)? };
+                let z = tail.residual.map(|z| layout::in_layout(cx, z, nhwc)).transpose()?;
+                let tail = ConvTail { residual: z.as_ref(), relu: tail.relu };
+                let mut out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+                out.channels_last = nhwc;
+                if out.is_empty() {
+                    return Ok((out, true));
+                }
+                let bias_ok = bias.filter(|b| b.dtype == x.dtype && b.len() == out_shape[1]);
+                if bias.is_some() && bias_ok.is_none() {
+                    return Err(format!("bias of {:?} for {} output channels", bias.map(|b| b.shape.clone()), out_shape[1]));
+                }
+                let residual = tail.residual.filter(|z| z.dtype == x.dtype && z.shape == out_shape);
+                let epilogue = crate::dnn::ConvEpilogue { bias: bias_ok, residual, relu: tail.relu && (residual.is_some() || tail.residual.is_none()) };
+                dnn.convolution(cx.gpu, &spec, algo, x, w, epilogue, &out)?;
+                let tail_done = residual.is_some() == tail.residual.is_some();
+                return Ok((out, tail_done));
+            }
+        }
+    }
+    let x = layout::to_channels_first(cx, x)?;
+    let residual_left = tail.residual.is_some() || tail.relu;
+    Ok((direct_convolution(cx, p, &x, w, bias, out_shape)?, !residual_left))
+}
+
+/// kiln's own direct kernel (1-D and 2-D): the correctness baseline and the fallback.
+fn direct_convolution(cx: &Ctx, p: &ConvolutionParams, x: &DeviceTensor, w: &DeviceTensor, bias: Option<&DeviceTensor>, out_shape: &[usize]) -> Result<DeviceTensor, String> {
     let suffix = float_suffix(x.dtype).map_err(|e| e.to_string())?;
     let r = x.shape.len();
     if r < 3 || w.shape.len() != r || out_shape.len() != r {
@@ -160,6 +219,17 @@ pub fn convolution(cx: &Ctx, p: &ConvolutionParams, x: &DeviceTensor, w: &Device
 }
 
 pub fn pooling(cx: &Ctx, p: &PoolingParams, x: &DeviceTensor, out_shape: &[usize]) -> Result<DeviceTensor, String> {
+    if let (Ok(dnn), Ok(spec)) = (cx.gpu.dnn(), crate::dnn::PoolSpec::new(p, x.dtype, &x.shape, out_shape)) {
+        // Pooling keeps the layout it is given (channels-last after a 16-bit convolution).
+        let spec = spec.with_nhwc(x.channels_last);
+        let mut out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+        out.channels_last = x.channels_last;
+        if !out.is_empty() {
+            dnn.pooling(cx.gpu, &spec, x, &out)?;
+        }
+        return Ok(out);
+    }
+    let x = &layout::to_channels_first(cx, x)?;
     let suffix = float_suffix(x.dtype).map_err(|e| e.to_string())?;
     let r = x.shape.len();
     if r < 3 || out_shape.len() != r {

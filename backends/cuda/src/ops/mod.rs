@@ -5,6 +5,7 @@ pub mod compute;
 pub mod flash;
 pub mod indexing;
 pub mod lanes;
+pub mod layout;
 pub mod movement;
 pub mod pointwise;
 pub mod resize;
@@ -49,7 +50,9 @@ impl Value {
 pub struct Ctx<'a> {
     pub gpu: &'a Gpu,
     pub tf32: bool,
-    /// The cuBLASLt heuristic rank the builder chose for the layer being run (0: its best).
+    /// The tactic the builder chose for the layer being run: a cuBLASLt heuristic rank for
+    /// products, a convolution choice (`compute::CONV_DIRECT`, `1 + cuDNN algorithm`) for
+    /// convolutions; 0 is the heuristic's best either way.
     pub gemm_rank: Cell<usize>,
     pub pending_checks: RefCell<Vec<(DeviceTensor, String)>>,
 }
@@ -83,8 +86,14 @@ impl<'a> Ctx<'a> {
         Ok(())
     }
 
-    /// The value on the device (uploading a host value).
+    /// The value on the device, row-major (uploading a host value; converting a channels-last
+    /// one: every kernel but cuDNN's reads row-major).
     pub fn dev(&self, v: &Value) -> Result<DeviceTensor, String> {
+        layout::to_channels_first(self, &self.dev_any_layout(v)?)
+    }
+
+    /// The value on the device as stored, maybe channels-last (for the layers that know it).
+    pub fn dev_any_layout(&self, v: &Value) -> Result<DeviceTensor, String> {
         match (&v.device, &v.host) {
             (Some(d), _) => Ok(d.clone()),
             (None, Some(h)) => self.gpu.upload(h).map_err(|e| e.to_string()),
@@ -96,7 +105,7 @@ impl<'a> Ctx<'a> {
     pub fn host(&self, v: &Value) -> Result<Arc<HostTensor>, String> {
         match (&v.host, &v.device) {
             (Some(h), _) => Ok(h.clone()),
-            (None, Some(d)) => self.gpu.download(d).map(Arc::new).map_err(|e| e.to_string()),
+            (None, Some(d)) => self.gpu.download(&layout::to_channels_first(self, d)?).map(Arc::new).map_err(|e| e.to_string()),
             (None, None) => Err("a value is neither on the device nor on the host".into()),
         }
     }
@@ -208,6 +217,11 @@ pub fn zeros(cx: &Ctx, out: DeviceTensor) -> Result<DeviceTensor, String> {
     Ok(DeviceTensor { buf: Arc::new(dst), ..out })
 }
 
+/// Whether cuDNN is present to run a convolution the direct kernel cannot (3-D).
+fn cudnn_convolves(p: &kiln::ConvolutionParams) -> bool {
+    crate::probe::libraries().cudnn.is_ok() && p.strides.len() == 3 && p.pre_padding == p.post_padding
+}
+
 /// Why `kind` with inputs of `input_types` has no device implementation, if it has none.
 pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_types: &[DataType]) -> Option<String> {
     use LayerKind as K;
@@ -231,7 +245,7 @@ pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_ty
         }
         K::Reduce { .. } if t0.is_some_and(typed::reduce_supported) => None,
         K::Reduce { .. } => need_float("Reduce"),
-        K::Convolution(p) if p.strides.len() <= 2 => need_float("Convolution"),
+        K::Convolution(p) if p.strides.len() <= 2 || cudnn_convolves(p) => need_float("Convolution"),
         K::Pooling(p) if p.window.len() <= 2 => need_float("Pooling"),
         K::Gather { mode: GatherMode::Default { .. } } => None,
         K::Resize(p) if p.mode == ResizeMode::Nearest => t0.and_then(|t| crate::device::storage_size(t).err()).map(|e| e.to_string()),
@@ -286,6 +300,9 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
     let dev = |slot: usize| -> Result<DeviceTensor, String> {
         cx.dev(inputs.get(slot).and_then(Option::as_ref).ok_or_else(|| format!("input {slot} is missing"))?)
     };
+    let raw = |slot: usize| -> Result<DeviceTensor, String> {
+        cx.dev_any_layout(inputs.get(slot).and_then(Option::as_ref).ok_or_else(|| format!("input {slot} is missing"))?)
+    };
     let opt_dev = |slot: usize| -> Result<Option<DeviceTensor>, String> { inputs.get(slot).and_then(Option::as_ref).map(|v| cx.dev(v)).transpose() };
     let host = |slot: usize| -> Result<Option<Arc<HostTensor>>, String> { inputs.get(slot).and_then(Option::as_ref).map(|v| cx.host(v)).transpose() };
     let out_dtype = |i: usize| outs.get(i).map_or(DataType::F32, |f| f.dtype);
@@ -323,8 +340,11 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
             one(resize::resize(cx, p, &dev(0)?, roi.as_deref(), scales.as_deref(), sizes.as_deref(), &out_shape(0)?)?)
         }
         K::MatrixMultiply { op_a, op_b } => one(compute::matmul(cx, &dev(0)?, *op_a, &dev(1)?, *op_b, 1.0, &out_shape(0)?)?),
-        K::Convolution(p) => one(compute::convolution(cx, p, &dev(0)?, &dev(1)?, opt_dev(2)?.as_ref(), &out_shape(0)?)?),
-        K::Pooling(p) => one(compute::pooling(cx, p, &dev(0)?, &out_shape(0)?)?),
+        K::Convolution(p) => {
+            let (out, _) = compute::convolution(cx, p, &raw(0)?, &dev(1)?, opt_dev(2)?.as_ref(), compute::ConvTail::default(), &out_shape(0)?)?;
+            one(out)
+        }
+        K::Pooling(p) => one(compute::pooling(cx, p, &raw(0)?, &out_shape(0)?)?),
         K::SoftMax { axis } => one(compute::softmax(cx, &dev(0)?, *axis, 1.0)?),
         K::Reduce { op, axes, .. } => {
             let axes = match host(1)? {
@@ -393,6 +413,36 @@ fn fused(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>], outs: &[OutF
             let (a, b) = (cx.dev(anchor_inputs.first().and_then(Option::as_ref).ok_or("input 0 is missing")?)?, cx.dev(anchor_inputs.get(1).and_then(Option::as_ref).ok_or("input 1 is missing")?)?);
             let (out, fused) = compute::matmul_epilogue(cx, &a, *op_a, &b, *op_b, 1.0, &shape, Some((&bias, relu)))?;
             (out, if !fused { 0 } else if relu { 2 } else { 1 })
+        }
+        // A convolution (+ bias) then `+ residual` and / or ReLU: cuDNN's epilogue.
+        (kiln::FusedAnchor::Convolution(cp), _) => {
+            let fact = anchor_outs.first().ok_or("no anchor output")?;
+            let out_dtype = fact.dtype;
+            let shape = fact.shape.dims().iter().map(|d| d.fixed()).collect::<Option<Vec<_>>>().ok_or("the convolution's shape is not concrete")?;
+            let slot = |i: usize| anchor_inputs.get(i).and_then(Option::as_ref).ok_or_else(|| format!("input {i} is missing"));
+            let x = cx.dev_any_layout(slot(0)?)?;
+            let w = cx.dev(slot(1)?)?;
+            let bias = anchor_inputs.get(2).and_then(Option::as_ref).map(|v| cx.dev(v)).transpose()?;
+            // Only a residual of the output's own shape (no broadcast) goes into cuDNN; a ReLU
+            // after any other first step stays outside.
+            let is_relu = |i: usize| matches!(p.epilogue.get(i), Some(PostOp::Activation(kiln::ActivationKind::Relu)));
+            let (residual, relu) = match p.epilogue.first() {
+                Some(PostOp::Elementwise { op: kiln::ElementwiseOp::Sum, operand, .. }) => {
+                    let z = cx.dev_any_layout(inputs.get(*operand).and_then(Option::as_ref).ok_or_else(|| format!("operand {operand} is missing"))?)?;
+                    if z.shape == shape && z.dtype == out_dtype {
+                        (Some(z), is_relu(1))
+                    } else {
+                        (None, false)
+                    }
+                }
+                _ => (None, is_relu(0)),
+            };
+            let tail = compute::ConvTail { residual: residual.as_ref(), relu };
+            let (out, done) = compute::convolution(cx, cp, &x, &w, bias.as_ref(), tail, &shape)?;
+            let consumed = if !done { 0 } else { usize::from(residual.is_some()) + usize::from(relu) };
+            // The rest of the epilogue runs kiln's row-major kernels.
+            let out = if consumed < p.epilogue.len() { layout::to_channels_first(cx, &out)? } else { out };
+            (out, consumed)
         }
         _ => (run(cx, &anchor_kind, anchor_inputs, &anchor_outs)?.into_iter().next().ok_or("the anchor gave no output")?, 0),
     };

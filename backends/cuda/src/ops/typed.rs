@@ -87,7 +87,7 @@ pub fn bit_cast(cx: &Ctx, x: &DeviceTensor, to: DataType) -> Result<DeviceTensor
             return Err(format!("BitCast to {to}: a byte is neither 0 nor 1"));
         }
     }
-    Ok(DeviceTensor { buf: Arc::clone(&x.buf), dtype: to, shape: x.shape.clone() })
+    Ok(DeviceTensor::new(Arc::clone(&x.buf), to, x.shape.clone()))
 }
 
 /// `(inner, len)` of the parameter index `(i / inner) % len` (kiln-cpu's ParamIndex): one

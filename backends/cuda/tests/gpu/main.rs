@@ -6,6 +6,8 @@ mod attention;
 mod bench;
 mod chains;
 mod common;
+mod conv;
+mod conv_bench;
 mod device;
 mod dtypes;
 mod layers;

@@ -13,6 +13,7 @@ use crate::ir::dtype::DataType;
 use crate::ir::fused::{FusedAnchor, FusedParams, PostOp};
 use crate::ir::layer::{ElementwiseOp, LayerKind, UnaryOp};
 use crate::ir::network::{Network, TensorId};
+use crate::ir::rewrite::convert_float;
 use crate::ir::tensor::HostTensor;
 use std::collections::HashMap;
 
@@ -204,7 +205,7 @@ fn fusable_binary(op: ElementwiseOp) -> bool {
 }
 
 /// Folds a per-channel constant `Prod` or `Sum` right after a convolution with constant
-/// f32 weights into its weights and bias. Returns whether it did.
+/// float weights into its weights and bias. Returns whether it did.
 fn fold_into_convolution(net: &Network, plan: &mut Plan, step: &ChainStep) -> bool {
     let anchor = &net.layers()[plan.anchor];
     if !matches!(anchor.kind, LayerKind::Convolution(_)) {
@@ -234,19 +235,26 @@ fn fold_into_convolution(net: &Network, plan: &mut Plan, step: &ChainStep) -> bo
         Input::Folded(v, _) => Some(v.clone()),
         Input::Source(None) => None,
     };
-    let Some(weights) =
-        weights.filter(|w| w.dtype() == DataType::F32 && w.shape().first() == Some(&k))
+    // Reduced-precision weights (the precision pass runs first) fold in f32 and are stored
+    // back in their own type.
+    let Some(weight_type) = weights.as_ref().map(HostTensor::dtype).filter(|t| matches!(t, DataType::F32 | DataType::F16 | DataType::BF16)) else {
+        return false;
+    };
+    let Some(weights) = weights
+        .and_then(|w| convert_float(&w, DataType::F32))
+        .filter(|w| w.shape().first() == Some(&k))
     else {
         return false;
     };
+    let f32_values = |v: &HostTensor| convert_float(v, DataType::F32).and_then(|v| v.as_f32().map(<[f32]>::to_vec));
     let bias = match plan.anchor_inputs.get(2) {
         None | Some(Input::Source(None)) => vec![0.0f32; k],
-        Some(Input::Source(Some(t))) => match known_value(net, *t).and_then(HostTensor::as_f32) {
-            Some(b) if b.len() == k => b.to_vec(),
+        Some(Input::Source(Some(t))) => match known_value(net, *t).and_then(f32_values) {
+            Some(b) if b.len() == k => b,
             _ => return false,
         },
-        Some(Input::Folded(v, _)) => match v.as_f32() {
-            Some(b) => b.to_vec(),
+        Some(Input::Folded(v, _)) => match f32_values(v) {
+            Some(b) => b,
             None => return false,
         },
     };
@@ -280,6 +288,9 @@ fn fold_into_convolution(net: &Network, plan: &mut Plan, step: &ChainStep) -> bo
     let Ok(new_bias) = HostTensor::from_f32(vec![k], new_bias) else {
         return false;
     };
+    let (Some(new_weights), Some(new_bias)) = (convert_float(&new_weights, weight_type), convert_float(&new_bias, weight_type)) else {
+        return false;
+    };
     let name = &anchor.name;
     plan.anchor_inputs[1] = Input::Folded(new_weights, format!("{name} folded kernel"));
     let bias_input = Input::Folded(new_bias, format!("{name} folded bias"));
@@ -294,7 +305,8 @@ fn fold_into_convolution(net: &Network, plan: &mut Plan, step: &ChainStep) -> bo
 /// The per-channel values of a constant that broadcasts onto `(N, K, …)` of rank `rank`
 /// along the channel axis only; a single value repeats.
 fn channel_vector(v: &HostTensor, rank: usize, k: usize) -> Option<Vec<f32>> {
-    let values = v.as_f32()?;
+    let converted = convert_float(v, DataType::F32)?;
+    let values = converted.as_f32()?;
     let dims = v.shape();
     if dims.len() > rank || rank < 2 {
         return None;

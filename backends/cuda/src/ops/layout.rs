@@ -1,0 +1,55 @@
+//! Channels-last (NHWC) values: cuDNN's tensor-core convolutions and pooling read and write
+//! them, so a chain convolution → convolution → pooling stays NHWC; any other reader gets the
+//! value converted back by [`super::Ctx::dev`] (TensorRT's reformat layers, placed lazily).
+
+use super::{movement, Ctx};
+use crate::device::DeviceTensor;
+use kiln::DataType;
+use std::sync::OnceLock;
+
+/// Set to `1` to keep every convolution channels-first (NCHW), for A/B timing.
+pub const NCHW_ENV: &str = "KILN_CUDA_NCHW";
+
+/// Whether a cuDNN convolution of `dtype` on rank-`rank` tensors runs channels-last: the 16-bit
+/// types on 2-D images, where cuDNN's tensor-core kernels want NHWC.
+pub fn prefers_channels_last(dtype: DataType, rank: usize) -> bool {
+    static NCHW: OnceLock<bool> = OnceLock::new();
+    let forced_nchw = *NCHW.get_or_init(|| std::env::var(NCHW_ENV).as_deref() == Ok("1"));
+    !forced_nchw && rank == 4 && matches!(dtype, DataType::F16 | DataType::BF16)
+}
+
+/// The same values stored NHWC (a no-op for a tensor already so).
+pub fn to_channels_last(cx: &Ctx, t: &DeviceTensor) -> Result<DeviceTensor, String> {
+    if t.channels_last {
+        return Ok(t.clone());
+    }
+    let r = t.shape.len();
+    if r < 3 {
+        return Err(format!("a rank-{r} tensor has no channels to move last"));
+    }
+    let perm: Vec<usize> = std::iter::once(0).chain(2..r).chain(std::iter::once(1)).collect();
+    let moved = movement::transpose(cx, t, &perm)?;
+    Ok(DeviceTensor { channels_last: true, ..moved.reshaped(t.shape.clone()) })
+}
+
+/// The same values stored row-major NCHW (a no-op for a tensor already so).
+pub fn to_channels_first(cx: &Ctx, t: &DeviceTensor) -> Result<DeviceTensor, String> {
+    if !t.channels_last {
+        return Ok(t.clone());
+    }
+    let r = t.shape.len();
+    // The bytes as the row-major tensor they are: N, spatial…, C.
+    let stored: Vec<usize> =
+        std::iter::once(t.shape[0]).chain(t.shape[2..].iter().copied()).chain(std::iter::once(t.shape[1])).collect();
+    let perm: Vec<usize> = std::iter::once(0).chain(std::iter::once(r - 1)).chain(1..r - 1).collect();
+    movement::transpose(cx, &t.reshaped(stored), &perm)
+}
+
+/// `t` in the layout asked for.
+pub fn in_layout(cx: &Ctx, t: &DeviceTensor, channels_last: bool) -> Result<DeviceTensor, String> {
+    if channels_last {
+        to_channels_last(cx, t)
+    } else {
+        to_channels_first(cx, t)
+    }
+}

@@ -1,0 +1,237 @@
+//! cuDNN convolutions and pooling against the cpu oracle: each configuration, each dtype, each
+//! algorithm cuDNN offers (tactics), the fused bias + residual + ReLU epilogue, and the
+//! fallback to kiln's direct kernel without cuDNN.
+
+use crate::common::{backend, check_network, one_layer, random, rng, worst_error, In};
+use kiln::{
+    ActivationKind, Backend, ConvolutionParams, DataType, ElementwiseOp, FusedAnchor, FusedParams, HostTensor, LayerId,
+    LayerKind, Network, PoolingKind, PoolingParams, PostOp,
+};
+use kiln_cuda::CudaBackend;
+
+/// Worst error allowed per precision tier (values in [-1, 1), sums of up to ~150 products).
+fn tolerance(dtype: DataType) -> f64 {
+    match dtype {
+        DataType::F16 => 1e-2,
+        DataType::BF16 => 5e-2,
+        _ => 1e-5,
+    }
+}
+
+fn conv(groups: usize, strides: &[usize], dilations: &[usize], pads: &[usize]) -> ConvolutionParams {
+    ConvolutionParams {
+        groups,
+        strides: strides.to_vec(),
+        dilations: dilations.to_vec(),
+        pre_padding: pads.to_vec(),
+        post_padding: pads.to_vec(),
+    }
+}
+
+/// (name, params, input dims, weight dims).
+fn configurations() -> Vec<(&'static str, ConvolutionParams, Vec<usize>, Vec<usize>)> {
+    vec![
+        ("3x3 pad 1", conv(1, &[1, 1], &[1, 1], &[1, 1]), vec![2, 16, 12, 12], vec![32, 16, 3, 3]),
+        ("1x1", conv(1, &[1, 1], &[1, 1], &[0, 0]), vec![2, 32, 7, 7], vec![16, 32, 1, 1]),
+        ("7x7 stride 2 pad 3", conv(1, &[2, 2], &[1, 1], &[3, 3]), vec![1, 3, 20, 18], vec![8, 3, 7, 7]),
+        ("groups 4 stride 2", conv(4, &[2, 2], &[1, 1], &[1, 1]), vec![2, 16, 11, 9], vec![8, 4, 3, 3]),
+        ("depthwise", conv(16, &[1, 1], &[1, 1], &[1, 1]), vec![1, 16, 10, 10], vec![16, 1, 3, 3]),
+        ("dilation 2", conv(1, &[1, 1], &[2, 2], &[2, 2]), vec![1, 8, 13, 13], vec![8, 8, 3, 3]),
+        ("1-D", conv(1, &[2], &[1], &[1]), vec![2, 8, 31], vec![12, 8, 3]),
+        ("3-D", conv(1, &[1, 2, 1], &[1, 1, 1], &[1, 1, 1]), vec![1, 4, 6, 8, 7], vec![8, 4, 3, 3, 3]),
+    ]
+}
+
+fn conv_inputs(r: &mut rand_chacha::ChaCha8Rng, dtype: DataType, x: &[usize], w: &[usize], bias: bool) -> Vec<In> {
+    vec![
+        In::Run(random(r, dtype, x)),
+        In::Const(random(r, dtype, w)),
+        if bias { In::Const(random(r, dtype, &[w[0]])) } else { In::Absent },
+    ]
+}
+
+#[test]
+fn cudnn_convolutions_match_in_each_precision() {
+    if backend().is_none() {
+        return;
+    }
+    let mut r = rng(70);
+    for dtype in [DataType::F32, DataType::F16, DataType::BF16] {
+        for (name, p, x, w) in configurations() {
+            let (net, feeds) = one_layer(LayerKind::Convolution(p), conv_inputs(&mut r, dtype, &x, &w, true));
+            check_network(&format!("conv {name} {dtype}"), &net, &feeds, tolerance(dtype));
+        }
+    }
+}
+
+/// conv + bias, then `+ residual`, then ReLU, as the builder's fusion pass leaves them.
+fn fused_conv(
+    r: &mut rand_chacha::ChaCha8Rng,
+    dtype: DataType,
+    residual: bool,
+    relu: bool,
+) -> (Network, Vec<HostTensor>) {
+    let (x, w) = ([2, 16, 10, 10], [16, 16, 3, 3]);
+    let mut epilogue = Vec::new();
+    let mut inputs = conv_inputs(r, dtype, &x, &w, true);
+    if residual {
+        epilogue.push(PostOp::Elementwise { op: ElementwiseOp::Sum, operand: 3, running_first: false });
+        inputs.push(In::Run(random(r, dtype, &[2, 16, 10, 10])));
+    }
+    if relu {
+        epilogue.push(PostOp::Activation(ActivationKind::Relu));
+    }
+    let fused = FusedParams {
+        anchor: FusedAnchor::Convolution(conv(1, &[1, 1], &[1, 1], &[1, 1])),
+        anchor_inputs: 3,
+        epilogue,
+    };
+    one_layer(LayerKind::Fused(fused), inputs)
+}
+
+/// The layer under test is the last one `one_layer` adds.
+fn last_layer(net: &Network) -> LayerId {
+    LayerId(net.layers().len() - 1)
+}
+
+#[test]
+fn every_tactic_of_a_fused_convolution_matches() {
+    let Some(cuda) = backend() else { return };
+    let mut r = rng(71);
+    for dtype in [DataType::F32, DataType::F16, DataType::BF16] {
+        for (residual, relu) in [(false, false), (false, true), (true, false), (true, true)] {
+            let (net, feeds) = fused_conv(&mut r, dtype, residual, relu);
+            let what = format!("fused conv {dtype} residual={residual} relu={relu}");
+            let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap();
+            let layer = last_layer(&net);
+            let tactics = cuda.tactics(&net, layer);
+            let names: Vec<String> = tactics.iter().map(|t| t.id.to_string()).collect();
+            assert!(names.iter().any(|n| n.contains("conv_cudnn_")), "{what}: no cuDNN tactic among {names:?}");
+            assert!(
+                names.iter().any(|n| n.contains("conv_direct_kernel")),
+                "{what}: no direct-kernel tactic among {names:?}"
+            );
+            for t in &tactics {
+                let mut chosen = vec![None; net.layers().len()];
+                chosen[layer.0] = Some(t.id.clone());
+                let got = cuda
+                    .prepare_with_tactics(&net, &chosen)
+                    .unwrap()
+                    .execute(&feeds)
+                    .unwrap_or_else(|e| panic!("{what} {}: {e}", t.id));
+                let err = worst_error(&got[0], &want[0]);
+                // Winograd and FFT transform the operands: exact in algebra, ~1e-5 off in f32.
+                let name = t.id.to_string();
+                let transformed = name.contains("winograd") || name.contains("fft");
+                let allowed = if transformed { tolerance(dtype) * 10.0 } else { tolerance(dtype) };
+                assert!(
+                    err <= allowed,
+                    "{what} with {name}: differs from the cpu oracle by {err} (tolerance {allowed})"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn convolution_tactics_are_timed() {
+    let Some(cuda) = backend() else { return };
+    let mut r = rng(72);
+    let (net, _) = fused_conv(&mut r, DataType::F16, true, true);
+    let layer = last_layer(&net);
+    let tactics = cuda.tactics(&net, layer);
+    assert!(tactics.len() >= 2, "expected cuDNN algorithms and the direct kernel, got {tactics:?}");
+    for t in &tactics {
+        let time = cuda.time_tactic(&net, layer, t, 5).unwrap_or_else(|e| panic!("timing {}: {e}", t.id));
+        assert!(time.as_nanos() > 0, "{}: zero time", t.id);
+        eprintln!("tactic {}: {:?}", t.id, time);
+    }
+    // The builder times them and records every candidate and its choice in the timing cache.
+    let mut config = kiln::BuilderConfig::default();
+    let cache = config.set_timing_cache(kiln::TimingCache::new(), false);
+    kiln::Builder::new(cuda).build(&net, &config).expect("build with timed tactics");
+    let cache = cache.lock().unwrap().clone();
+    let entry = cache
+        .entries()
+        .map(|(_, e)| e.clone())
+        .find(|e| e.layer_kind.contains("Fused"))
+        .expect("the fused convolution was timed");
+    eprintln!(
+        "conv tactics timed: {:?} chosen {}",
+        entry.candidates.iter().map(|(id, ns)| format!("{id}: {ns} ns")).collect::<Vec<_>>(),
+        entry.chosen
+    );
+    assert_eq!(entry.candidates.len(), tactics.len(), "every listed tactic was timed");
+    assert!(entry.candidates.iter().all(|(_, ns)| *ns > 0), "every candidate has a device time");
+}
+
+#[test]
+fn without_cudnn_convolutions_fall_back_to_the_direct_kernel() {
+    if backend().is_none() {
+        return;
+    }
+    let plain = CudaBackend::new().without_cudnn();
+    let mut r = rng(73);
+    let (net, feeds) = fused_conv(&mut r, DataType::F32, true, true);
+    let tactics = plain.tactics(&net, last_layer(&net));
+    let names: Vec<String> = tactics.iter().map(|t| t.id.to_string()).collect();
+    assert!(
+        names.len() == 1 && names[0].contains("conv_direct_kernel"),
+        "without cuDNN only the direct kernel is a tactic: {names:?}"
+    );
+    let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap();
+    let got = plain.prepare(&net).unwrap().execute(&feeds).unwrap();
+    assert!(worst_error(&got[0], &want[0]) <= 1e-5);
+    // 3-D needs cuDNN: a clean error naming why, not a panic.
+    let (name, p, x, w) = configurations().pop().unwrap();
+    let (net3, _) = one_layer(LayerKind::Convolution(p), conv_inputs(&mut r, DataType::F32, &x, &w, false));
+    let err = plain.check_support(&net3).expect_err(name).to_string();
+    assert!(err.contains("cuDNN"), "unexpected error: {err}");
+}
+
+#[test]
+fn cudnn_pooling_matches() {
+    if backend().is_none() {
+        return;
+    }
+    let mut r = rng(74);
+    for dtype in [DataType::F32, DataType::F16, DataType::BF16] {
+        for (kind, excl, window, stride, pad) in [
+            (PoolingKind::Max, false, 3, 2, 1),
+            (PoolingKind::Average, false, 3, 2, 1),
+            (PoolingKind::Average, true, 3, 2, 1),
+            (PoolingKind::Average, false, 7, 1, 0),
+        ] {
+            let p = PoolingParams {
+                kind,
+                window: vec![window, window],
+                strides: vec![stride, stride],
+                dilations: vec![1, 1],
+                pre_padding: vec![pad, pad],
+                post_padding: vec![pad, pad],
+                ceil_mode: false,
+                average_count_excludes_padding: excl,
+            };
+            let (net, feeds) = one_layer(LayerKind::Pooling(p), vec![In::Run(random(&mut r, dtype, &[2, 8, 14, 14]))]);
+            check_network(
+                &format!("pool {kind:?} {window}x{window}/{stride} excl={excl} {dtype}"),
+                &net,
+                &feeds,
+                tolerance(dtype),
+            );
+        }
+    }
+}
+
+#[test]
+fn without_a_device_a_convolution_offers_the_direct_kernel_alone() {
+    if backend().is_some() {
+        eprintln!("SKIPPED: a CUDA device is present (this checks the no-device listing, as in CI)");
+        return;
+    }
+    let mut r = rng(75);
+    let (net, _) = fused_conv(&mut r, DataType::F32, true, true);
+    let names: Vec<String> =
+        CudaBackend::new().tactics(&net, last_layer(&net)).iter().map(|t| t.id.to_string()).collect();
+    assert!(names.len() == 1 && names[0].contains("conv_direct_kernel"), "{names:?}");
+}
