@@ -6,6 +6,7 @@ mod bench;
 mod common;
 mod device;
 mod dtypes;
+mod execution;
 mod layers;
 mod layers_a;
 mod models;
