@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# On the GPU machine, from the checkout root with .gpu/ beside it (.gpu/bin/kiln): batch-1
+# On the GPU machine, from the checkout root with .gpu/ beside it (.gpu/bin/kiln), as
+# `bash measure.sh [all|fixtures|models]`: batch-1
 # `kiln bench` of the PyTorch fixtures and of ResNet-50 / BERT-base with and without CUDA
 # graphs, and PyTorch eager / torch.compile in the same call. Figures under $OUT.
 set -u
@@ -19,9 +20,13 @@ bench() { # name model [fp16]: builds once, then benches the engine with and wit
     grep -E "^(latency|GPU compute|H2D|D2H|CUDA graph)" "$out/$tag.txt" | sed "s/^/$tag  /"
   done
 }
-bench cnn tests/data/pytorch/cnn_torchscript.onnx
-bench bert_mini tests/data/pytorch/bert_torchscript.onnx
-bench cnn_fp16 tests/data/pytorch/cnn_torchscript.onnx fp16
+what=${1:-all}   # all | fixtures | models
+if [ "$what" != models ]; then
+  bench cnn tests/data/pytorch/cnn_torchscript.onnx
+  bench bert_mini tests/data/pytorch/bert_torchscript.onnx
+  bench cnn_fp16 tests/data/pytorch/cnn_torchscript.onnx fp16
+fi
+[ "$what" = fixtures ] && exit 0
 models=/tmp/kiln-models; mkdir -p $models
 /opt/torch/.venv/bin/python backends/cuda/bench/torch_peers.py $models > "$out/torch_peers.log" 2>&1
 cp $models/torch_peers.json "$out/" 2>/dev/null; grep -E "^(exported|resnet50|bert_base)|Error" "$out/torch_peers.log"

@@ -12,7 +12,7 @@ import time
 
 import torch
 import torchvision
-from transformers import BertConfig, BertModel
+from transformers import BertConfig, BertModel  # noqa: E402
 
 out = sys.argv[1]
 torch.manual_seed(0)
@@ -47,13 +47,24 @@ def peers(name, model, inputs):
     return row
 
 
+class Bert(torch.nn.Module):
+    """BERT-base taking (input_ids, attention_mask) positionally, returning a tuple."""
+
+    def __init__(self):
+        super().__init__()
+        self.bert = BertModel(BertConfig()).eval()
+
+    def forward(self, input_ids, attention_mask):
+        out = self.bert(input_ids=input_ids, attention_mask=attention_mask, return_dict=False)
+        return out[0], out[1]
+
+
 results = {}
 resnet = torchvision.models.resnet50(weights=None).eval()
 image = torch.randn(1, 3, 224, 224)
 torch.onnx.export(resnet, (image,), f"{out}/resnet50.onnx", opset_version=17, dynamo=False,
                   input_names=["input"], output_names=["output"])
-config = BertConfig()
-bert = BertModel(config).eval()
+bert = Bert().eval()
 ids = torch.randint(0, 10, (1, 128))
 mask = torch.ones(1, 128, dtype=torch.int64)
 torch.onnx.export(bert, (ids, mask), f"{out}/bert_base.onnx", opset_version=17, dynamo=False,

@@ -35,6 +35,8 @@ pub struct ArenaPlan {
     offsets: Vec<u64>,
     /// The arena size.
     pub bytes: u64,
+    /// What the allocations would take without sharing (each rounded to the alignment).
+    pub unshared_bytes: u64,
 }
 
 impl ArenaPlan {
@@ -52,7 +54,9 @@ impl ArenaPlan {
             }
         }
         let (offsets, bytes) = pack(&lifetimes);
-        ArenaPlan { events, offsets, bytes }
+        let align = kiln::memory_plan::ARENA_ALIGNMENT;
+        let unshared_bytes = lifetimes.iter().map(|l| l.size.div_ceil(align) * align).sum();
+        ArenaPlan { events, offsets, bytes, unshared_bytes }
     }
 
     /// How many allocations the trace serves.
@@ -279,6 +283,7 @@ mod tests {
         let plan = ArenaPlan::place(events);
         assert_eq!(plan.allocations(), 3);
         assert_eq!(plan.bytes, 2048);
+        assert_eq!(plan.unshared_bytes, 3 * 1024);
         assert_ne!(plan.offsets[0], plan.offsets[1]);
         assert_eq!(plan.offsets[0], plan.offsets[2]);
     }

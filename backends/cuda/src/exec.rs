@@ -196,9 +196,10 @@ impl CudaExecutable {
         lock(&self.last_mode).clone()
     }
 
-    /// The activation arena's size for inputs of `signature`'s shapes, once planned.
-    pub fn arena_bytes(&self, inputs: &[HostTensor]) -> Option<usize> {
-        lock(&self.signatures).get_mut(&replay::signature(inputs)).map(|s| s.arena.bytes())
+    /// The activation arena planned for inputs of these shapes (after a first execution with
+    /// them): its size, and what its allocations would take unshared, in bytes.
+    pub fn arena_bytes(&self, inputs: &[HostTensor]) -> Option<(usize, usize)> {
+        lock(&self.signatures).get_mut(&replay::signature(inputs)).map(|s| (s.arena.bytes(), s.arena.plan.unshared_bytes as usize))
     }
 
     /// Runs each matrix product with the cuBLASLt algorithm its tactic chose.
@@ -375,6 +376,9 @@ impl CudaExecutable {
     }
 }
 
+/// An interpreted execution's outputs, its allocation trace and where it left the arena's.
+type Interpreted = (Vec<HostTensor>, Vec<crate::arena::Event>, Option<String>);
+
 /// The outputs' values (kept alive until the trace ends, as in every mode) and where they are.
 type Captured = (crate::device::Graph, Vec<(u64, usize, PinnedHost)>, Vec<Value>);
 
@@ -395,7 +399,7 @@ impl CudaExecutable {
         inputs: &[HostTensor],
         arena: Option<Arc<Arena>>,
         events: Option<&PhaseEvents>,
-    ) -> Result<(Vec<HostTensor>, Vec<crate::arena::Event>, Option<String>), BackendError> {
+    ) -> Result<Interpreted, BackendError> {
         let mark = |i: usize| events.map_or(Ok(()), |e| e.mark(&self.gpu, i)).map_err(|e| gpu_error("(timing)", e));
         let tracer = self.gpu.begin_trace(arena);
         let run = Run { exe: self, cx: Ctx::new(&self.gpu, self.tf32) };
