@@ -28,8 +28,11 @@ pub struct ExecutionContext {
     device_times: Arc<Mutex<Option<DeviceTimes>>>,
     /// The last shape inference and the settings it was made for: enqueues with unchanged
     /// shapes skip it (at batch 1 it costs as much as a replayed BERT-base on the device).
-    inferred: Mutex<Option<(ShapeSettings, Vec<BoundInput>, Vec<Shape>)>>,
+    inferred: Mutex<Option<InferredShapes>>,
 }
+
+/// A shape inference and the settings it was made for.
+type InferredShapes = (ShapeSettings, Vec<BoundInput>, Vec<Shape>);
 
 /// What shape inference depends on: the profile, input dims and shape-tensor values.
 type ShapeSettings = (usize, Vec<Option<Vec<usize>>>, Vec<Option<Vec<i64>>>);
