@@ -9,7 +9,7 @@
 //! recorded trace (a divergence falls back to plain allocations and the caller re-plans).
 //! A fixed arena also fixes every address, which is what CUDA graph capture needs.
 
-use crate::device::GpuError;
+use crate::device::{Gpu, GpuError, Sessions};
 use cudarc::driver::{result, sys, CudaContext, CudaSlice, DevicePtr};
 use kiln::memory_plan::{pack, Lifetime};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -72,22 +72,39 @@ pub struct Arena {
     /// None only in this module's tests (no device there).
     memory: Option<CudaSlice<u8>>,
     base: u64,
+    /// Its free is a stream operation: it waits out another thread's capture.
+    sessions: Option<Arc<Sessions>>,
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        if let (Some(memory), Some(sessions)) = (self.memory.take(), &self.sessions) {
+            let _outside = sessions.access();
+            drop(memory);
+        }
+    }
 }
 
 impl Arena {
-    /// Allocates the arena of `plan` on `stream` (out of memory is [`GpuError::OutOfMemory`]).
-    pub fn new(plan: ArenaPlan, stream: &Arc<cudarc::driver::CudaStream>) -> Result<Arena, GpuError> {
+    /// Allocates the arena of `plan` on `gpu`'s stream (out of memory is
+    /// [`GpuError::OutOfMemory`]).
+    pub fn new(plan: ArenaPlan, gpu: &Gpu) -> Result<Arena, GpuError> {
+        let stream = &gpu.stream;
         let bytes = (plan.bytes as usize).max(1);
         // SAFETY: uninitialized bytes; every allocation served from them is written by its
         // kernel before it is read, as with plain allocations.
-        let memory = unsafe { stream.alloc::<u8>(bytes) }.map_err(|e| match e.0 {
+        let memory = {
+            let _outside = gpu.sessions.access();
+            unsafe { stream.alloc::<u8>(bytes) }
+        }
+        .map_err(|e| match e.0 {
             sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY => {
                 GpuError::OutOfMemory { bytes, reason: format!("activation arena: {e:?}") }
             }
             _ => GpuError::Driver { call: "cuMemAllocAsync", reason: format!("{e:?}") },
         })?;
         let base = memory.device_ptr(stream).0;
-        Ok(Arena { plan, memory: Some(memory), base })
+        Ok(Arena { plan, memory: Some(memory), base, sessions: Some(gpu.sessions.clone()) })
     }
 
     /// The arena's size in bytes.
@@ -296,7 +313,7 @@ mod tests {
 
     /// A plan served at a fake base address (the matching logic needs no device).
     fn served(plan: ArenaPlan) -> Tracer {
-        Tracer::new(Some(Arc::new(Arena { plan, memory: None, base: 1 << 20 })))
+        Tracer::new(Some(Arc::new(Arena { plan, memory: None, base: 1 << 20, sessions: None })))
     }
 
     fn recorded() -> ArenaPlan {

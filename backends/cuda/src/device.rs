@@ -126,7 +126,7 @@ struct Session {
 }
 
 /// How this thread may use the stream now.
-enum Access<'a> {
+pub(crate) enum Access<'a> {
     /// This thread runs the traced execution.
     Traced(Arc<Mutex<Tracer>>),
     /// No execution of this thread is traced; held so no capture begins meanwhile.
@@ -136,7 +136,7 @@ enum Access<'a> {
 impl Sessions {
     /// This thread's tracer, or plain access once no other thread is capturing a graph (a
     /// stream operation enqueued meanwhile would land in that graph instead of running).
-    fn access(&self) -> Access<'_> {
+    pub(crate) fn access(&self) -> Access<'_> {
         loop {
             let current = lock(&self.current);
             match current.as_ref() {

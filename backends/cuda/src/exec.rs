@@ -389,7 +389,7 @@ impl CudaExecutable {
 
     /// Places a recorded trace in a new arena (the arena's allocation failing is out of memory).
     fn arena_for(&self, trace: Vec<crate::arena::Event>) -> Result<Arc<Arena>, BackendError> {
-        Arena::new(ArenaPlan::place(trace), &self.gpu.stream).map(Arc::new).map_err(|e| gpu_error("(activation arena)", e))
+        Arena::new(ArenaPlan::place(trace), &self.gpu).map(Arc::new).map_err(|e| gpu_error("(activation arena)", e))
     }
 
     /// One interpreted execution on host inputs, its allocations traced (and served from

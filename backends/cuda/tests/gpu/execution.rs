@@ -227,7 +227,7 @@ fn an_arena_too_large_is_out_of_memory() {
     let Some(cuda) = backend() else { return };
     let gpu = cuda.gpu().expect("device");
     let plan = ArenaPlan::place(vec![Event::Alloc { bytes: 1 << 45 }]);
-    match Arena::new(plan, &gpu.stream) {
+    match Arena::new(plan, &gpu) {
         Err(GpuError::OutOfMemory { bytes, .. }) => assert_eq!(bytes, 1 << 45),
         other => panic!("a 32 TiB arena: {other:?}"),
     }
