@@ -120,7 +120,7 @@ pub struct Sessions {
 }
 
 #[derive(Debug)]
-struct Session {
+pub(crate) struct Session {
     thread: ThreadId,
     tracer: Arc<Mutex<Tracer>>,
 }
