@@ -486,7 +486,10 @@ impl Gpu {
     /// `arena` when given. The caller holds `sessions.run_lock`.
     pub fn begin_trace(&self, arena: Option<Arc<Arena>>) -> Arc<Mutex<Tracer>> {
         let tracer = Arc::new(Mutex::new(Tracer::new(arena)));
-        *lock(&self.sessions.current) = Some(Session { thread: thread::current().id(), tracer: tracer.clone() });
+        let previous = lock(&self.sessions.current).replace(Session { thread: thread::current().id(), tracer: tracer.clone() });
+        // Dropped outside the lock: a tracer may hold the last reference to an arena, whose
+        // drop takes the lock.
+        drop(previous);
         tracer
     }
 
@@ -494,7 +497,9 @@ impl Gpu {
     pub fn end_trace(&self, tracer: &Arc<Mutex<Tracer>>) -> crate::arena::TraceEnd {
         let mut current = lock(&self.sessions.current);
         let result = lock(tracer).close();
-        *current = None;
+        let ended = current.take();
+        drop(current);
+        drop(ended);
         result
     }
 
