@@ -7,6 +7,7 @@
 use crate::device::GpuError;
 use cudarc::cublaslt::result as lt;
 use cudarc::cublaslt::sys;
+use crate::device::DeviceBuffer;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use kiln::DataType;
 use std::collections::HashMap;
@@ -291,13 +292,13 @@ impl Blas {
 
     /// Enqueues `c = alpha · op(a)·op(b)` with the heuristic's algorithm of rank `rank` (0 is
     /// its best; a rank past the algorithms it offers for this shape runs its last).
-    pub fn matmul(&self, g: &Gemm, rank: usize, a: &CudaSlice<u8>, b: &CudaSlice<u8>, c: &CudaSlice<u8>) -> Result<(), GpuError> {
+    pub fn matmul(&self, g: &Gemm, rank: usize, a: &DeviceBuffer, b: &DeviceBuffer, c: &DeviceBuffer) -> Result<(), GpuError> {
         self.matmul_bias(g, rank, a, b, None, c)
     }
 
     /// [`Blas::matmul`] with the bias vector (`n` values of the product's type) that `g`'s
     /// epilogue adds.
-    pub fn matmul_bias(&self, g: &Gemm, rank: usize, a: &CudaSlice<u8>, b: &CudaSlice<u8>, bias: Option<&CudaSlice<u8>>, c: &CudaSlice<u8>) -> Result<(), GpuError> {
+    pub fn matmul_bias(&self, g: &Gemm, rank: usize, a: &DeviceBuffer, b: &DeviceBuffer, bias: Option<&DeviceBuffer>, c: &DeviceBuffer) -> Result<(), GpuError> {
         let prepared = self.prepared(g)?;
         let plan = &prepared.plan;
         if (g.epilogue != Epilogue::None) != bias.is_some() {

@@ -4,14 +4,16 @@
 //! cuBLASLt handle. Everything above it works with [`DeviceTensor`]s and [`Arg`] lists and never
 //! touches a raw pointer.
 
+use crate::arena::{lock, Arena, PinnedHost, Served, Tracer};
 use crate::kernels::Source;
 use crate::probe;
-use cudarc::driver::{sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, DriverError, LaunchConfig};
-use cudarc::driver::{DevicePtr, PushKernelArg};
+use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, DriverError, LaunchConfig};
+use cudarc::driver::{DevicePtr, DevicePtrMut, DeviceSlice, PushKernelArg, SyncOnDrop};
 use cudarc::nvrtc::Ptx;
 use kiln::{DataType, DeviceFingerprint, HostTensor, TensorData};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::thread::{self, ThreadId};
 use thiserror::Error;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -28,16 +30,132 @@ pub enum GpuError {
     UnknownKernel(String),
     #[error("{0} tensors have no device representation here")]
     UnsupportedDtype(DataType),
+    /// Something a CUDA graph cannot hold was asked for while capturing one.
+    #[error("not capturable as a CUDA graph: {0}")]
+    Capture(String),
 }
 
 fn driver(call: &'static str) -> impl Fn(DriverError) -> GpuError {
     move |e| GpuError::Driver { call, reason: format!("{e:?}") }
 }
 
+/// Device bytes: an allocation of their own, or a range of an execution's arena. Implements
+/// cudarc's `DevicePtr`/`DevicePtrMut`, so cudarc's copies and library wrappers take it.
+#[derive(Debug)]
+pub struct DeviceBuffer {
+    /// The address (arena base + offset for an arena range).
+    ptr: u64,
+    len: usize,
+    /// Plain allocations own their memory; arena ranges keep the arena alive.
+    own: Option<CudaSlice<u8>>,
+    _arena: Option<Arc<Arena>>,
+    /// Which allocation of the execution that made it, for its free event.
+    traced: Option<(Weak<Mutex<Tracer>>, usize)>,
+    stream: Arc<CudaStream>,
+    sessions: Arc<Sessions>,
+}
+
+impl DeviceBuffer {
+    /// Bytes available at [`DeviceBuffer::ptr`].
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The device address.
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// Whether this buffer is a range of an execution's arena.
+    pub fn in_arena(&self) -> bool {
+        self.own.is_none()
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        if let Some(tracer) = self.traced.take().and_then(|(t, k)| t.upgrade().map(|t| (t, k))) {
+            lock(&tracer.0).freed(tracer.1);
+        }
+        if let Some(own) = self.own.take() {
+            // The free is a stream operation: it must not land in another thread's capture.
+            let _outside = self.sessions.access();
+            drop(own);
+        }
+    }
+}
+
+impl DeviceSlice<u8> for DeviceBuffer {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+}
+
+impl DevicePtr<u8> for DeviceBuffer {
+    fn device_ptr<'a>(&'a self, _stream: &'a CudaStream) -> (sys::CUdeviceptr, SyncOnDrop<'a>) {
+        // One stream orders everything (event tracking is off), so there is nothing to sync.
+        (self.ptr, SyncOnDrop::Sync(None))
+    }
+}
+
+impl DevicePtrMut<u8> for DeviceBuffer {
+    fn device_ptr_mut<'a>(&'a mut self, _stream: &'a CudaStream) -> (sys::CUdeviceptr, SyncOnDrop<'a>) {
+        (self.ptr, SyncOnDrop::Sync(None))
+    }
+}
+
+/// The execution (if any) whose allocations are traced, and the lock executions take turns on.
+#[derive(Debug, Default)]
+pub struct Sessions {
+    current: Mutex<Option<Session>>,
+    /// Held by each execution: one stream, so runs on this device take turns.
+    pub run_lock: Mutex<()>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Session {
+    thread: ThreadId,
+    tracer: Arc<Mutex<Tracer>>,
+}
+
+/// How this thread may use the stream now.
+pub(crate) enum Access<'a> {
+    /// This thread runs the traced execution.
+    Traced(Arc<Mutex<Tracer>>),
+    /// No execution of this thread is traced; held so no capture begins meanwhile.
+    Plain(#[allow(dead_code)] MutexGuard<'a, Option<Session>>),
+}
+
+impl Sessions {
+    /// This thread's tracer, or plain access once no other thread is capturing a graph (a
+    /// stream operation enqueued meanwhile would land in that graph instead of running).
+    pub(crate) fn access(&self) -> Access<'_> {
+        loop {
+            let current = lock(&self.current);
+            match current.as_ref() {
+                Some(s) if s.thread == thread::current().id() => return Access::Traced(s.tracer.clone()),
+                Some(s) if lock(&s.tracer).capturing => {
+                    drop(current);
+                    // The capturing execution holds the run lock until it ends.
+                    drop(lock(&self.run_lock));
+                }
+                _ => return Access::Plain(current),
+            }
+        }
+    }
+}
+
 /// A tensor in device memory: packed row-major bytes of `dtype` (bools as one byte each).
 #[derive(Clone, Debug)]
 pub struct DeviceTensor {
-    pub buf: Arc<CudaSlice<u8>>,
+    pub buf: Arc<DeviceBuffer>,
     pub dtype: DataType,
     pub shape: Vec<usize>,
     /// The bytes are stored channels-last (NHWC) though `shape` stays NCHW: only the layers
@@ -48,7 +166,7 @@ pub struct DeviceTensor {
 
 impl DeviceTensor {
     /// A row-major (channels-first) tensor.
-    pub fn new(buf: Arc<CudaSlice<u8>>, dtype: DataType, shape: Vec<usize>) -> DeviceTensor {
+    pub fn new(buf: Arc<DeviceBuffer>, dtype: DataType, shape: Vec<usize>) -> DeviceTensor {
         DeviceTensor { buf, dtype, shape, channels_last: false }
     }
 
@@ -148,8 +266,8 @@ pub struct Gpu {
     /// cuDNN on this stream, opened on first use (Err: absent or failed; convolutions then
     /// run kiln's direct kernel).
     pub dnn: OnceLock<Result<crate::dnn::Dnn, String>>,
-    /// Held by each execution: one stream, so runs on this device take turns.
-    pub run_lock: Mutex<()>,
+    /// The traced execution and the run lock.
+    pub sessions: Arc<Sessions>,
 }
 
 /// The CUBIN image of each source.
@@ -187,7 +305,7 @@ impl Gpu {
             modules.insert(source, module);
         }
         let blas = crate::blas::Blas::new(stream.clone())?;
-        Ok(Gpu { ctx, stream, arch, modules, functions: Mutex::new(HashMap::new()), blas, dnn: OnceLock::new(), run_lock: Mutex::new(()) })
+        Ok(Gpu { ctx, stream, arch, modules, functions: Mutex::new(HashMap::new()), blas, dnn: OnceLock::new(), sessions: Arc::default() })
     }
 
     /// What identifies this device for engine compatibility.
@@ -214,13 +332,53 @@ impl Gpu {
         })
     }
 
-    /// Uninitialized device bytes (at least one, so an empty tensor still has an address).
-    pub fn alloc(&self, bytes: usize) -> Result<CudaSlice<u8>, GpuError> {
+    /// Uninitialized device bytes (at least one, so an empty tensor still has an address):
+    /// from the arena when this thread's execution is served from one, else a plain
+    /// (stream-ordered) allocation.
+    pub fn alloc(&self, bytes: usize) -> Result<DeviceBuffer, GpuError> {
+        let bytes = bytes.max(1);
+        match self.sessions.access() {
+            Access::Traced(tracer) => {
+                let mut t = lock(&tracer);
+                let (k, served) = t.alloc(bytes)?;
+                let traced = Some((Arc::downgrade(&tracer), k));
+                match served {
+                    Served::Arena(arena, ptr) => Ok(DeviceBuffer {
+                        ptr,
+                        len: bytes,
+                        own: None,
+                        _arena: Some(arena),
+                        traced,
+                        stream: self.stream.clone(),
+                        sessions: self.sessions.clone(),
+                    }),
+                    Served::Plain => self.plain_alloc(bytes, traced).inspect_err(|e| {
+                        if let GpuError::OutOfMemory { .. } = e {
+                            t.out_of_memory = Some(e.to_string());
+                        }
+                    }),
+                }
+            }
+            Access::Plain(_guard) => self.plain_alloc(bytes, None),
+        }
+    }
+
+    fn plain_alloc(&self, bytes: usize, traced: Option<(Weak<Mutex<Tracer>>, usize)>) -> Result<DeviceBuffer, GpuError> {
         // SAFETY: the memory is uninitialized; every kernel writing a fresh output covers all
         // of its `bytes` before anything reads them.
-        unsafe { self.stream.alloc::<u8>(bytes.max(1)) }.map_err(|e| match e.0 {
+        let slice = unsafe { self.stream.alloc::<u8>(bytes) }.map_err(|e| match e.0 {
             sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY => GpuError::OutOfMemory { bytes, reason: format!("{e:?}") },
             _ => GpuError::Driver { call: "cuMemAllocAsync", reason: format!("{e:?}") },
+        })?;
+        let ptr = slice.device_ptr(&self.stream).0;
+        Ok(DeviceBuffer {
+            ptr,
+            len: bytes,
+            own: Some(slice),
+            _arena: None,
+            traced,
+            stream: self.stream.clone(),
+            sessions: self.sessions.clone(),
         })
     }
 
@@ -232,37 +390,167 @@ impl Gpu {
     pub fn upload(&self, t: &HostTensor) -> Result<DeviceTensor, GpuError> {
         storage_size(t.dtype())?;
         let bytes = t.data().to_le_bytes();
-        let mut buf = self.alloc(bytes.len())?;
-        if !bytes.is_empty() {
-            self.stream.memcpy_htod(&bytes, &mut buf.slice_mut(..bytes.len())).map_err(driver("cuMemcpyHtoDAsync"))?;
-        }
+        let buf = self.alloc(bytes.len())?;
+        self.write(&buf, &bytes)?;
         Ok(DeviceTensor::new(Arc::new(buf), t.dtype(), t.shape().to_vec()))
     }
 
-    /// Copies back to the host (synchronizes the stream).
+    /// Enqueues a copy of `bytes` to the start of `dst`. While capturing, the bytes are kept in
+    /// pinned memory for the graph's lifetime (a graph cannot copy from pageable memory).
+    pub fn write(&self, dst: &DeviceBuffer, bytes: &[u8]) -> Result<(), GpuError> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        if bytes.len() > dst.len {
+            return Err(GpuError::Driver { call: "cuMemcpyHtoDAsync", reason: format!("{} bytes into a buffer of {}", bytes.len(), dst.len) });
+        }
+        let access = self.sessions.access();
+        if let Access::Traced(tracer) = &access {
+            let mut t = lock(tracer);
+            if t.capturing {
+                let src = t.stage(&self.ctx, bytes)?;
+                // SAFETY: `src` is pinned memory of `bytes.len()` bytes that the tracer keeps
+                // (then the graph) alive as long as the copy can run; `dst` holds at least as many.
+                return unsafe { sys::cuMemcpyHtoDAsync_v2(dst.ptr, src as *const _, bytes.len(), self.stream.cu_stream()) }
+                    .result()
+                    .map_err(driver("cuMemcpyHtoDAsync"));
+            }
+        }
+        // SAFETY: `dst` holds at least `bytes.len()` bytes (checked); a copy from pageable memory
+        // is staged by the driver before the call returns, so `bytes` may go right after.
+        unsafe { result::memcpy_htod_async(dst.ptr, bytes, self.stream.cu_stream()) }.map_err(driver("cuMemcpyHtoDAsync"))
+    }
+
+    /// Enqueues a copy from pinned host memory to `dst` (not allowed while capturing: the
+    /// caller's pinned buffer may be refilled before a replay).
+    pub fn write_pinned(&self, dst: u64, src: &PinnedHost, bytes: usize) -> Result<(), GpuError> {
+        if bytes > src.len() {
+            return Err(GpuError::Driver { call: "cuMemcpyHtoDAsync", reason: format!("{bytes} bytes from a pinned buffer of {}", src.len()) });
+        }
+        if bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: `src` holds `bytes` bytes and outlives the copy (the caller synchronizes before
+        // reusing or dropping it); `dst` is an address of this context holding `bytes` bytes.
+        unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.as_ptr() as *const _, bytes, self.stream.cu_stream()) }
+            .result()
+            .map_err(driver("cuMemcpyHtoDAsync"))
+    }
+
+    /// Enqueues a copy of `bytes` bytes at `src` into pinned host memory.
+    pub fn read_pinned(&self, src: u64, dst: &mut PinnedHost, bytes: usize) -> Result<(), GpuError> {
+        if bytes > dst.len() {
+            return Err(GpuError::Driver { call: "cuMemcpyDtoHAsync", reason: format!("{bytes} bytes into a pinned buffer of {}", dst.len()) });
+        }
+        if bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: `dst` holds `bytes` bytes and is not read until the caller synchronizes; `src`
+        // is an address of this context holding `bytes` bytes.
+        unsafe { sys::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr() as *mut _, src, bytes, self.stream.cu_stream()) }
+            .result()
+            .map_err(driver("cuMemcpyDtoHAsync"))
+    }
+
+    /// Copies back to the host (synchronizes the stream; not possible while capturing).
     pub fn download(&self, t: &DeviceTensor) -> Result<HostTensor, GpuError> {
         let size = storage_size(t.dtype)? * t.len();
+        if size > t.buf.len {
+            return Err(GpuError::Driver { call: "download", reason: format!("{size} bytes from a buffer of {}", t.buf.len) });
+        }
+        let _access = self.outside_capture("a read-back to the host")?;
         let mut bytes = vec![0u8; size];
         if size > 0 {
-            self.stream.memcpy_dtoh(&t.buf.slice(..size), &mut bytes).map_err(driver("cuMemcpyDtoHAsync"))?;
+            // SAFETY: `bytes` holds `size` bytes and lives until the synchronization below.
+            unsafe { result::memcpy_dtoh_async(&mut bytes, t.buf.ptr, self.stream.cu_stream()) }.map_err(driver("cuMemcpyDtoHAsync"))?;
         }
         self.stream.synchronize().map_err(driver("cuStreamSynchronize"))?;
         let data = TensorData::from_le_bytes(t.dtype, &bytes).ok_or(GpuError::UnsupportedDtype(t.dtype))?;
         HostTensor::new(t.shape.clone(), data).map_err(|e| GpuError::Driver { call: "download", reason: e.to_string() })
     }
 
+    /// Access to the stream for `what`, which a capture cannot hold (a synchronization):
+    /// an error while this thread captures; waits out another thread's capture.
+    fn outside_capture(&self, what: &str) -> Result<Access<'_>, GpuError> {
+        let access = self.sessions.access();
+        if let Access::Traced(tracer) = &access {
+            if lock(tracer).capturing {
+                return Err(GpuError::Capture(what.to_string()));
+            }
+        }
+        Ok(access)
+    }
+
     /// A buffer's device address, for [`Arg::Ptr`].
-    pub fn ptr(&self, buf: &CudaSlice<u8>) -> u64 {
-        let (p, _guard) = buf.device_ptr(&self.stream);
-        p
+    pub fn ptr(&self, buf: &DeviceBuffer) -> u64 {
+        buf.ptr
     }
 
     /// Device-to-device copy of `bytes` bytes.
-    pub fn copy(&self, src: &CudaSlice<u8>, dst: &mut CudaSlice<u8>, bytes: usize) -> Result<(), GpuError> {
+    pub fn copy(&self, src: &DeviceBuffer, dst: &DeviceBuffer, bytes: usize) -> Result<(), GpuError> {
+        if bytes > src.len || bytes > dst.len {
+            return Err(GpuError::Driver { call: "cuMemcpyDtoDAsync", reason: format!("{bytes} bytes between buffers of {} and {}", src.len, dst.len) });
+        }
         if bytes > 0 {
-            self.stream.memcpy_dtod(&src.slice(..bytes), &mut dst.slice_mut(..bytes)).map_err(driver("cuMemcpyDtoDAsync"))?;
+            // SAFETY: both addresses hold at least `bytes` bytes (checked) on this context.
+            unsafe { result::memcpy_dtod_async(dst.ptr, src.ptr, bytes, self.stream.cu_stream()) }.map_err(driver("cuMemcpyDtoDAsync"))?;
         }
         Ok(())
+    }
+
+    /// Enqueues zeroing the first `bytes` bytes of `dst`.
+    pub fn zero(&self, dst: &DeviceBuffer, bytes: usize) -> Result<(), GpuError> {
+        if bytes > dst.len {
+            return Err(GpuError::Driver { call: "cuMemsetD8Async", reason: format!("{bytes} bytes of a buffer of {}", dst.len) });
+        }
+        if bytes > 0 {
+            // SAFETY: `dst` holds at least `bytes` bytes (checked) on this context.
+            unsafe { result::memset_d8_async(dst.ptr, 0, bytes, self.stream.cu_stream()) }.map_err(driver("cuMemsetD8Async"))?;
+        }
+        Ok(())
+    }
+
+    /// Starts tracing this thread's execution: allocations are recorded, and served from
+    /// `arena` when given. The caller holds `sessions.run_lock`.
+    pub fn begin_trace(&self, arena: Option<Arc<Arena>>) -> Arc<Mutex<Tracer>> {
+        let tracer = Arc::new(Mutex::new(Tracer::new(arena)));
+        let previous = lock(&self.sessions.current).replace(Session { thread: thread::current().id(), tracer: tracer.clone() });
+        // Dropped outside the lock: a tracer may hold the last reference to an arena, whose
+        // drop takes the lock.
+        drop(previous);
+        tracer
+    }
+
+    /// Stops tracing (the tracer keeps what it recorded; frees from now on are not traced).
+    pub fn end_trace(&self, tracer: &Arc<Mutex<Tracer>>) -> crate::arena::TraceEnd {
+        let mut current = lock(&self.sessions.current);
+        let result = lock(tracer).close();
+        let ended = current.take();
+        drop(current);
+        drop(ended);
+        result
+    }
+
+    /// Begins capturing this thread's traced execution into a graph.
+    pub fn begin_capture(&self, tracer: &Arc<Mutex<Tracer>>) -> Result<(), GpuError> {
+        // Under the session lock, so no other thread's plain stream operation is in flight.
+        let _current = lock(&self.sessions.current);
+        // Relaxed: staging pinned memory (cuMemHostAlloc) is allowed while capturing.
+        self.stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED).map_err(driver("cuStreamBeginCapture"))?;
+        lock(tracer).capturing = true;
+        Ok(())
+    }
+
+    /// Ends the capture: the instantiated graph (None when nothing was captured).
+    pub fn end_capture(&self, tracer: &Arc<Mutex<Tracer>>) -> Result<Option<Graph>, GpuError> {
+        lock(tracer).capturing = false;
+        let flags = sys::CUgraphInstantiate_flags(0);
+        Ok(self.stream.end_capture(flags).map_err(driver("cuStreamEndCapture"))?.map(Graph))
+    }
+
+    /// A CUDA event (for timing phases of an execution).
+    pub fn event(&self) -> Result<cudarc::driver::CudaEvent, GpuError> {
+        self.ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(driver("cuEventCreate"))
     }
 
     /// Milliseconds of each of `reps` runs of `f` on this stream, between CUDA events recorded
@@ -274,10 +562,15 @@ impl Gpu {
         f()?;
         self.synchronize().map_err(|e| e.to_string())?;
         let marks = (0..reps).map(|_| Ok((event()?, event()?))).collect::<Result<Vec<_>, String>>()?;
+        // Each record waits out another thread's graph capture (it would land in the graph).
+        let record = |e: &cudarc::driver::CudaEvent| {
+            let _access = self.sessions.access();
+            e.record(&self.stream).map_err(|e| format!("cuEventRecord: {e:?}"))
+        };
         for (start, end) in &marks {
-            start.record(&self.stream).map_err(|e| format!("cuEventRecord: {e:?}"))?;
+            record(start)?;
             f()?;
-            end.record(&self.stream).map_err(|e| format!("cuEventRecord: {e:?}"))?;
+            record(end)?;
         }
         self.synchronize().map_err(|e| e.to_string())?;
         let mut times = marks.iter().map(|(s, e)| s.elapsed_ms(e).map_err(|e| format!("cuEventElapsedTime: {e:?}"))).collect::<Result<Vec<f32>, _>>()?;
@@ -291,6 +584,7 @@ impl Gpu {
     }
 
     pub fn synchronize(&self) -> Result<(), GpuError> {
+        let _access = self.outside_capture("a stream synchronization")?;
         self.stream.synchronize().map_err(driver("cuStreamSynchronize"))
     }
 
@@ -325,6 +619,8 @@ impl Gpu {
             };
         }
         let cfg = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 };
+        // A launch outside an execution waits out another thread's graph capture.
+        let _access = self.sessions.access();
         // SAFETY: `args` match the kernel's parameters in order and type (each op module builds
         // them beside the kernel's signature); every pointer is to a live buffer of this context
         // that is large enough for the indices the kernel computes from the other arguments.
@@ -337,6 +633,31 @@ impl Gpu {
         let block = 256u32;
         let grid = n.div_ceil(block as usize).min(65_535 * 8) as u32;
         self.launch(name, grid, block, args)
+    }
+}
+
+/// An instantiated CUDA graph of one execution, replayed on the stream it was captured on.
+pub struct Graph(cudarc::driver::CudaGraph);
+
+// SAFETY: CUDA graph objects may be used from any thread as long as calls on one graph are
+// serialized; the executable keeps each graph behind a mutex and replays it under the run lock.
+unsafe impl Send for Graph {}
+
+impl std::fmt::Debug for Graph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Graph")
+    }
+}
+
+impl Graph {
+    /// Enqueues one replay on the stream it was captured on.
+    pub fn launch(&self) -> Result<(), GpuError> {
+        self.0.launch().map_err(driver("cuGraphLaunch"))
+    }
+
+    /// Uploads the graph's resources ahead of its first launch.
+    pub fn upload(&self) -> Result<(), GpuError> {
+        self.0.upload().map_err(driver("cuGraphUpload"))
     }
 }
 

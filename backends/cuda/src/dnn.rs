@@ -8,9 +8,8 @@
 //! Tensors are described either as packed NCHW(D) or, for tensor cores, as NHWC: the dims are
 //! always given in NCHW order and only the strides differ, so one plan type serves both.
 
-use crate::device::{DeviceTensor, Gpu};
+use crate::device::{DeviceBuffer, DeviceTensor, Gpu};
 use cudarc::cudnn::sys;
-use cudarc::driver::CudaSlice;
 use kiln::DataType;
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -409,7 +408,7 @@ impl PoolSpec {
 }
 
 /// Channels-last filter copies by the original's device address (see [`Dnn::channels_last_filter`]).
-type FilterCache = HashMap<u64, (Weak<CudaSlice<u8>>, DeviceTensor)>;
+type FilterCache = HashMap<u64, (Weak<DeviceBuffer>, DeviceTensor)>;
 
 /// A cuDNN handle on one stream and the plans of the shapes met so far.
 #[derive(Debug)]

@@ -4,13 +4,19 @@
 //! the layers computing only from them run on the host with the cpu backend's kernels (as
 //! TensorRT's shape tensors do), so reshapes and slices never wait for the device.
 
+use crate::arena::{lock, Arena, ArenaPlan, PinnedHost, Tracer};
 use crate::device::{Gpu, GpuError};
 use crate::ops::{self, Ctx, Value};
-use kiln::ir::control::{self, ControlFlow, DEFAULT_MAX_TRIP_COUNT};
+use crate::replay::{self, Output, PhaseEvents, Replay, Signatures, State};
+use kiln::ir::control::{self, ControlFlow, Step, DEFAULT_MAX_TRIP_COUNT};
 use kiln::ir::infer::{infer_layer, Fact, OutFact};
 use kiln::runtime::interp::{self, Machine};
-use kiln::{BackendError, DataType, Executable, HostTensor, LayerId, LayerKind, Network, Shape};
-use std::sync::Arc;
+use kiln::{BackendError, DataType, DeviceTimes, Executable, HostTensor, LayerId, LayerKind, Network, Shape};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Set to 0 to turn CUDA graph capture off for every executable of the process.
+pub const CUDA_GRAPHS_VAR: &str = "KILN_CUDA_GRAPHS";
 
 /// Constants up to this many elements are also kept on the host, for shape arithmetic.
 const HOST_CONSTANT_LIMIT: usize = 4096;
@@ -58,11 +64,47 @@ pub struct CudaExecutable {
     tf32: bool,
     /// Per layer, the cuBLASLt heuristic rank its tactic chose (empty: rank 0 everywhere).
     gemm_ranks: Vec<usize>,
+    /// Why executions of this network are never captured as a graph (None: they can be).
+    graph_blocker: Option<String>,
+    graphs_enabled: AtomicBool,
+    /// Per input-shape signature: the activation arena and the captured graph.
+    signatures: Mutex<Signatures>,
+    /// How the latest execution ran, for reports.
+    last_mode: Mutex<String>,
 }
 
 /// Which layers run on the host: those whose every input is host-available (small
 /// constants, Shape outputs, other host layers' outputs).
 fn place(network: &Network) -> Vec<Placement> {
+    place_with_host_tensors(network).0
+}
+
+/// Why a whole execution of `network` cannot be one CUDA graph: control flow (its conditions
+/// and trip counts are read on the host), or a device layer whose shape-deciding input is a
+/// device value (read back to the host during the run).
+fn graph_blocker(network: &Network, plan: &ControlFlow) -> Option<String> {
+    if plan.body.steps.iter().any(|s| !matches!(s, Step::Layer(_))) {
+        return Some("the network has loops or conditionals".into());
+    }
+    let (placement, on_host) = place_with_host_tensors(network);
+    for (layer, p) in network.layers().iter().zip(&placement) {
+        if *p != Placement::Device {
+            continue;
+        }
+        for &slot in host_slots(&layer.kind) {
+            if let Some(Some(t)) = layer.inputs.get(slot) {
+                if !on_host[t.0] {
+                    let name = &network.tensor(*t).name;
+                    return Some(format!("layer `{}` reads its input `{name}` back to the host (it decides the output shape)", layer.name));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// [`place`], and per tensor whether its value is on the host.
+fn place_with_host_tensors(network: &Network) -> (Vec<Placement>, Vec<bool>) {
     let mut on_host = vec![false; network.tensors().len()];
     let mut placement = Vec::with_capacity(network.layers().len());
     for layer in network.layers() {
@@ -87,7 +129,7 @@ fn place(network: &Network) -> Vec<Placement> {
         }
         placement.push(p);
     }
-    placement
+    (placement, on_host)
 }
 
 /// Per layer, whether it runs on the host (Constant, Shape and shape arithmetic): such layers
@@ -117,7 +159,47 @@ impl CudaExecutable {
                 constants[i] = Some(Value { device: Some(device), host });
             }
         }
-        Ok(CudaExecutable { network, plan, frees, placement, constants, gpu, tf32, gemm_ranks: Vec::new() })
+        let graph_blocker = graph_blocker(&network, &plan);
+        let graphs_enabled = AtomicBool::new(std::env::var(CUDA_GRAPHS_VAR).map_or(true, |v| v != "0"));
+        Ok(CudaExecutable {
+            network,
+            plan,
+            frees,
+            placement,
+            constants,
+            gpu,
+            tf32,
+            gemm_ranks: Vec::new(),
+            graph_blocker,
+            graphs_enabled,
+            signatures: Mutex::default(),
+            last_mode: Mutex::new("not run yet".into()),
+        })
+    }
+
+    /// Allows or forbids capturing executions as CUDA graphs (on unless `KILN_CUDA_GRAPHS=0`).
+    pub fn set_cuda_graphs(&self, enabled: bool) {
+        self.graphs_enabled.store(enabled, Ordering::Relaxed);
+        if !enabled {
+            lock(&self.signatures).drop_graphs();
+        }
+    }
+
+    /// Why this network's executions are never captured as a graph (None: they are, from the
+    /// second execution with a given input-shape signature).
+    pub fn graph_blocker(&self) -> Option<&str> {
+        self.graph_blocker.as_deref()
+    }
+
+    /// How the latest execution ran: "recorded …", "arena …", "captured …", "graph replay".
+    pub fn last_mode(&self) -> String {
+        lock(&self.last_mode).clone()
+    }
+
+    /// The activation arena planned for inputs of these shapes (after a first execution with
+    /// them): its size, and what its allocations would take unshared, in bytes.
+    pub fn arena_bytes(&self, inputs: &[HostTensor]) -> Option<(usize, usize)> {
+        lock(&self.signatures).get_mut(&replay::signature(inputs)).map(|s| (s.arena.bytes(), s.arena.plan.unshared_bytes as usize))
     }
 
     /// Runs each matrix product with the cuBLASLt algorithm its tactic chose.
@@ -281,7 +363,7 @@ impl CudaExecutable {
     /// Runs on inputs already on the device and leaves the outputs there (enqueued, not
     /// waited for): what timing with device events measures.
     pub fn execute_device(&self, inputs: &[crate::DeviceTensor]) -> Result<Vec<crate::DeviceTensor>, BackendError> {
-        let _one_run_at_a_time = self.gpu.run_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _one_run_at_a_time = lock(&self.gpu.sessions.run_lock);
         let run = Run { exe: self, cx: Ctx::new(&self.gpu, self.tf32) };
         let values = inputs.iter().cloned().map(Value::device).collect();
         let outputs = interp::run_plan(&run, &self.plan, &self.frees, values)?;
@@ -294,20 +376,239 @@ impl CudaExecutable {
     }
 }
 
-impl Executable for CudaExecutable {
-    fn execute(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>, BackendError> {
-        let _one_run_at_a_time = self.gpu.run_lock.lock().unwrap_or_else(|p| p.into_inner());
+/// An interpreted execution's outputs, its allocation trace and where it left the arena's.
+type Interpreted = (Vec<HostTensor>, Vec<crate::arena::Event>, Option<String>);
+
+/// The outputs' values (kept alive until the trace ends, as in every mode) and where they are.
+type Captured = (crate::device::Graph, Vec<(u64, usize, PinnedHost)>, Vec<Value>);
+
+impl CudaExecutable {
+    fn set_mode(&self, mode: String) {
+        *lock(&self.last_mode) = mode;
+    }
+
+    /// Places a recorded trace in a new arena (the arena's allocation failing is out of memory).
+    fn arena_for(&self, trace: Vec<crate::arena::Event>) -> Result<Arc<Arena>, BackendError> {
+        Arena::new(ArenaPlan::place(trace), &self.gpu).map(Arc::new).map_err(|e| gpu_error("(activation arena)", e))
+    }
+
+    /// One interpreted execution on host inputs, its allocations traced (and served from
+    /// `arena` when given): the outputs, the trace, and where it left the arena's (if it did).
+    fn interpret(
+        &self,
+        inputs: &[HostTensor],
+        arena: Option<Arc<Arena>>,
+        events: Option<&PhaseEvents>,
+    ) -> Result<Interpreted, BackendError> {
+        let mark = |i: usize| events.map_or(Ok(()), |e| e.mark(&self.gpu, i)).map_err(|e| gpu_error("(timing)", e));
+        let tracer = self.gpu.begin_trace(arena);
         let run = Run { exe: self, cx: Ctx::new(&self.gpu, self.tf32) };
-        let boundary = |reason: String| BackendError::Execution { layer: "(network inputs)".into(), reason };
-        let values = inputs
-            .iter()
-            .map(|x| run.from_host(Arc::new(x.clone())))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(boundary)?;
-        let outputs = interp::run_plan(&run, &self.plan, &self.frees, values)?;
+        let outputs = (|| {
+            mark(0)?;
+            let boundary = |reason: String| BackendError::Execution { layer: "(network inputs)".into(), reason };
+            let values = inputs.iter().map(|x| run.from_host(Arc::new(x.clone()))).collect::<Result<Vec<_>, _>>().map_err(boundary)?;
+            mark(1)?;
+            let outputs = interp::run_plan(&run, &self.plan, &self.frees, values)?;
+            mark(2)?;
+            Ok::<_, BackendError>(outputs)
+        })();
+        // Every mode ends the trace here, with the outputs still alive.
+        let end = self.gpu.end_trace(&tracer);
+        let outputs = outputs.map_err(|e| match (e, end.out_of_memory) {
+            (BackendError::Execution { layer, reason }, Some(_)) => {
+                BackendError::OutOfMemory { backend: "cuda".into(), reason: format!("layer `{layer}`: {reason}") }
+            }
+            (e, _) => e,
+        })?;
+        let (trace, diverged) = (end.events, end.diverged);
         let end = |reason: String| BackendError::Execution { layer: "(network outputs)".into(), reason };
         let host = outputs.iter().map(|v| run.cx.host(v).map(|h| (*h).clone())).collect::<Result<Vec<_>, _>>().map_err(end)?;
+        mark(3)?;
         run.cx.finish().map_err(end)?;
-        Ok(host)
+        if events.is_some() {
+            self.gpu.synchronize().map_err(|e| gpu_error("(timing)", e))?;
+        }
+        Ok((host, trace, diverged))
+    }
+
+    /// Captures one execution on `inputs` as a graph over `arena`'s addresses. Err says why it
+    /// cannot be captured (the caller runs it interpreted instead).
+    fn capture(&self, inputs: &[HostTensor], arena: Arc<Arena>) -> Result<Replay, String> {
+        let tracer = self.gpu.begin_trace(Some(arena));
+        let run = Run { exe: self, cx: Ctx::new(&self.gpu, self.tf32) };
+        let captured = self.capture_plan(&run, &tracer, inputs);
+        let end = self.gpu.end_trace(&tracer);
+        let (graph, input_slots, values) = captured?;
+        if let Some(d) = end.diverged {
+            return Err(format!("the execution left the recorded allocation trace: {d}"));
+        }
+        let ctx = &self.gpu.ctx;
+        let mut outputs = Vec::with_capacity(values.len());
+        for v in &values {
+            outputs.push(match (&v.device, &v.host) {
+                (Some(d), _) => {
+                    let bytes = replay::device_bytes(d.dtype, &d.shape).map_err(|e| e.to_string())?;
+                    let staging = PinnedHost::new(ctx, bytes).map_err(|e| e.to_string())?;
+                    Output::Device { address: d.buf.ptr(), dtype: d.dtype, shape: d.shape.clone(), bytes, staging }
+                }
+                (None, Some(h)) => Output::Host((**h).clone()),
+                (None, None) => return Err("an output is neither on the device nor on the host".into()),
+            });
+        }
+        let mut checks = Vec::new();
+        for (flag, message) in run.cx.pending_checks.borrow_mut().drain(..) {
+            checks.push((flag.buf.ptr(), message, PinnedHost::new(ctx, 4).map_err(|e| e.to_string())?));
+        }
+        graph.upload().map_err(|e| e.to_string())?;
+        Ok(Replay { graph, inputs: input_slots, outputs, checks, _staged: end.staged })
+    }
+
+    /// Uploads the inputs (outside the graph: each replay refills them), then runs the plan
+    /// under capture. The capture is always ended.
+    fn capture_plan(&self, run: &Run, tracer: &Arc<Mutex<Tracer>>, inputs: &[HostTensor]) -> Result<Captured, String> {
+        let values = inputs.iter().map(|x| run.from_host(Arc::new(x.clone()))).collect::<Result<Vec<_>, _>>()?;
+        let mut slots = Vec::with_capacity(values.len());
+        for (v, x) in values.iter().zip(inputs) {
+            let d = v.device.as_ref().ok_or("an input is not on the device")?;
+            let bytes = replay::device_bytes(x.dtype(), x.shape()).map_err(|e| e.to_string())?;
+            slots.push((d.buf.ptr(), bytes, PinnedHost::new(&self.gpu.ctx, bytes).map_err(|e| e.to_string())?));
+        }
+        self.gpu.begin_capture(tracer).map_err(|e| e.to_string())?;
+        let result = interp::run_plan(run, &self.plan, &self.frees, values);
+        let graph = self.gpu.end_capture(tracer);
+        let outputs = result.map_err(|e| e.to_string())?;
+        let graph = graph.map_err(|e| e.to_string())?.ok_or("the driver captured no graph")?;
+        Ok((graph, slots, outputs))
+    }
+
+    /// One execution on host inputs: the first with a signature records its allocations, the
+    /// next ones run in its arena, captured as a CUDA graph (second run) and replayed (later
+    /// runs) where the network and the settings allow.
+    fn run_host(&self, inputs: &[HostTensor], timed: bool) -> Result<(Vec<HostTensor>, Option<DeviceTimes>), BackendError> {
+        let _one_run_at_a_time = lock(&self.gpu.sessions.run_lock);
+        let events = if timed { Some(PhaseEvents::new(&self.gpu).map_err(|e| gpu_error("(timing)", e))?) } else { None };
+        let events = events.as_ref();
+        let key = replay::signature(inputs);
+        let mut signatures = lock(&self.signatures);
+        let graphs_on = self.graphs_enabled.load(Ordering::Relaxed);
+        let graphs = graphs_on && self.graph_blocker.is_none();
+        let replay_error = |reason: String| BackendError::Execution { layer: "(graph replay)".into(), reason };
+        let outputs = match signatures.get_mut(&key) {
+            None => {
+                let (outputs, trace, _) = self.interpret(inputs, None, events)?;
+                let arena = self.arena_for(trace)?;
+                self.set_mode(format!("recorded the allocations of these shapes (arena of {} bytes planned)", arena.bytes()));
+                signatures.insert(key, State { arena, replay: None, no_graph: None });
+                outputs
+            }
+            Some(state) => match &mut state.replay {
+                Some(replay) if graphs => {
+                    let outputs = replay.run(&self.gpu, inputs, events).map_err(replay_error)?;
+                    self.set_mode("graph replay".into());
+                    outputs
+                }
+                _ if graphs && state.no_graph.is_none() => match self.capture(inputs, state.arena.clone()) {
+                    Ok(mut replay) => {
+                        let outputs = replay.run(&self.gpu, inputs, events).map_err(replay_error)?;
+                        state.replay = Some(replay);
+                        self.set_mode("captured a CUDA graph".into());
+                        outputs
+                    }
+                    Err(reason) => {
+                        let (outputs, trace, diverged) = self.interpret(inputs, Some(state.arena.clone()), events)?;
+                        if diverged.is_some() {
+                            state.arena = self.arena_for(trace)?;
+                        }
+                        self.set_mode(format!("interpreted in the arena (graph capture failed: {reason})"));
+                        state.no_graph = Some(reason);
+                        outputs
+                    }
+                },
+                _ => {
+                    let (outputs, trace, diverged) = self.interpret(inputs, Some(state.arena.clone()), events)?;
+                    let why = if !graphs_on {
+                        "graph capture is off".to_string()
+                    } else {
+                        self.graph_blocker.clone().or_else(|| state.no_graph.clone()).unwrap_or_default()
+                    };
+                    match diverged {
+                        Some(d) => {
+                            state.arena = self.arena_for(trace)?;
+                            state.replay = None;
+                            self.set_mode(format!("interpreted, re-planned the arena ({d}); no graph: {why}"));
+                        }
+                        None => self.set_mode(format!("interpreted in the arena; no graph: {why}")),
+                    }
+                    outputs
+                }
+            },
+        };
+        drop(signatures);
+        let times = events.map(PhaseEvents::times).transpose().map_err(|e| gpu_error("(timing)", e))?;
+        Ok((outputs, times))
+    }
+}
+
+impl Executable for CudaExecutable {
+    fn execute(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>, BackendError> {
+        Ok(self.run_host(inputs, false)?.0)
+    }
+
+    fn execute_timed(&self, inputs: &[HostTensor]) -> Result<(Vec<HostTensor>, Option<DeviceTimes>), BackendError> {
+        self.run_host(inputs, true)
+    }
+
+    fn set_graph_capture(&self, enabled: bool) -> bool {
+        self.set_cuda_graphs(enabled);
+        true
+    }
+
+    fn execution_mode(&self) -> Option<String> {
+        Some(self.last_mode())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln::{ActivationKind, ShuffleParams};
+
+    fn blocker_of(net: &Network) -> Option<String> {
+        let plan = control::lower(net, DEFAULT_MAX_TRIP_COUNT).expect("lowered");
+        graph_blocker(net, &plan)
+    }
+
+    #[test]
+    fn static_shapes_are_capturable() {
+        let mut net = Network::new("static");
+        let x = net.add_input("x", DataType::F32, Shape::fixed(&[2, 3])).unwrap();
+        let r = net.add_reshape(x, &[3, 2]).unwrap();
+        let a = net.add_activation(net.layer(r).outputs[0], ActivationKind::Relu).unwrap();
+        net.mark_output(net.layer(a).outputs[0]).unwrap();
+        assert_eq!(blocker_of(&net), None);
+    }
+
+    #[test]
+    fn shapes_computed_on_the_host_are_capturable() {
+        // Reshape to Shape(x): the shape is host arithmetic, never read back from the device.
+        let mut net = Network::new("shape");
+        let x = net.add_input("x", DataType::F32, Shape::fixed(&[2, 3])).unwrap();
+        let s = net.add_shape(x).unwrap();
+        let params = ShuffleParams { reshape: Some(Vec::new()), ..Default::default() };
+        let r = net.add_layer("reshape", LayerKind::Shuffle(params), vec![Some(x), Some(net.layer(s).outputs[0])]).unwrap();
+        net.mark_output(net.layer(r).outputs[0]).unwrap();
+        assert_eq!(blocker_of(&net), None);
+    }
+
+    #[test]
+    fn a_shape_from_a_network_input_blocks_capture() {
+        let mut net = Network::new("dynamic");
+        let x = net.add_input("x", DataType::F32, Shape::fixed(&[2, 3])).unwrap();
+        let dims = net.add_input("dims", DataType::I64, Shape::fixed(&[2])).unwrap();
+        let params = ShuffleParams { reshape: Some(Vec::new()), ..Default::default() };
+        let r = net.add_layer("reshape", LayerKind::Shuffle(params), vec![Some(x), Some(dims)]).unwrap();
+        net.mark_output(net.layer(r).outputs[0]).unwrap();
+        let why = blocker_of(&net).expect("blocked");
+        assert!(why.contains("`reshape`") && why.contains("`dims`"), "{why}");
     }
 }

@@ -11,16 +11,18 @@ pub mod kernels;
 pub mod nvrtc;
 pub mod probe;
 
+pub mod arena;
 pub mod blas;
 pub mod device;
 pub mod dnn;
 mod exec;
 pub mod ops;
 mod plugin;
+mod replay;
 mod tactics;
 
-pub use device::{DeviceTensor, Gpu, GpuError};
-pub use exec::CudaExecutable;
+pub use device::{DeviceBuffer, DeviceTensor, Gpu, GpuError};
+pub use exec::{CudaExecutable, CUDA_GRAPHS_VAR};
 
 use kiln::{Backend, BackendError, DataType, DeviceFingerprint, Executable, Network, PrecisionSupport};
 use std::sync::{Arc, OnceLock};

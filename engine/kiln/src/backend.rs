@@ -141,9 +141,41 @@ impl Default for PrecisionSupport {
     }
 }
 
+/// Device time of one execution's phases, measured between device events (what trtexec
+/// reports as H2D, GPU compute and D2H).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceTimes {
+    /// Copying the inputs to the device.
+    pub host_to_device: Duration,
+    /// From the inputs' arrival to the last layer's completion (device idle time while the
+    /// host launches layers one by one included).
+    pub compute: Duration,
+    /// Copying the outputs back.
+    pub device_to_host: Duration,
+}
+
 /// A network prepared for one backend; callable from several threads.
 pub trait Executable: Send + Sync {
     /// Runs the network on inputs given in network-input order (already validated against
     /// the declared types and shapes) and returns the outputs in network-output order.
     fn execute(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>, BackendError>;
+
+    /// [`Executable::execute`], also measuring the execution's phases on the device where
+    /// the backend can. Default: no device times.
+    fn execute_timed(&self, inputs: &[HostTensor]) -> Result<(Vec<HostTensor>, Option<DeviceTimes>), BackendError> {
+        Ok((self.execute(inputs)?, None))
+    }
+
+    /// Allows or forbids replaying captured device graphs of whole executions (CUDA graphs).
+    /// Returns whether the backend captures graphs at all. Default: it does not.
+    fn set_graph_capture(&self, enabled: bool) -> bool {
+        let _ = enabled;
+        false
+    }
+
+    /// How the latest execution ran (e.g. "graph replay" or why it was interpreted), for
+    /// reports. Default: the backend does not say.
+    fn execution_mode(&self) -> Option<String> {
+        None
+    }
 }

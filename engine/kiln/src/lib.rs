@@ -22,7 +22,7 @@ pub mod profile;
 pub mod runtime;
 pub mod tactics;
 
-pub use backend::{Backend, BackendError, DeviceFingerprint, Executable, PrecisionSupport};
+pub use backend::{Backend, BackendError, DeviceFingerprint, DeviceTimes, Executable, PrecisionSupport};
 pub use build_report::{BuildOutput, BuildSummary};
 pub use builder::{BuildError, Builder, BuilderConfig, Optimization};
 pub use inspector::{EngineInspector, InspectorError, LayerInformationFormat, ProfilingVerbosity};

@@ -109,4 +109,11 @@ fn shape_tensor_values_size_the_outputs() {
     ctx.enqueue(&stream, None).unwrap();
     stream.synchronize().unwrap();
     assert_eq!(read_f32(&out, &[3, 7]), vec![1.5; 21]);
+    // Enqueue reuses its shape inference only while nothing changes: new values re-size.
+    ctx.set_shape_tensor_values("dims", &[4, 8]).unwrap();
+    assert!(matches!(ctx.enqueue(&stream, None), Err(RunError::BufferTooSmall { needed: 128, .. })));
+    ctx.set_shape_tensor_values("dims", &[2, 2]).unwrap();
+    ctx.enqueue(&stream, None).unwrap();
+    stream.synchronize().unwrap();
+    assert_eq!(read_f32(&out, &[2, 2]), vec![1.5; 4]);
 }

@@ -211,10 +211,8 @@ pub fn broadcast_strides(out: &[usize], operands: &[&[usize]]) -> Result<Layout,
 /// Fills `out` with zeros.
 pub fn zeros(cx: &Ctx, out: DeviceTensor) -> Result<DeviceTensor, String> {
     let bytes = crate::device::storage_size(out.dtype).map_err(|e| e.to_string())? * out.len();
-    let zero = cx.gpu.upload(&HostTensor::new(vec![bytes], kiln::TensorData::U8(vec![0; bytes])).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
-    let mut dst = cx.gpu.alloc(bytes).map_err(|e| e.to_string())?;
-    cx.gpu.copy(&zero.buf, &mut dst, bytes).map_err(|e| e.to_string())?;
-    Ok(DeviceTensor { buf: Arc::new(dst), ..out })
+    cx.gpu.zero(&out.buf, bytes).map_err(|e| e.to_string())?;
+    Ok(out)
 }
 
 /// Whether cuDNN is present to run a convolution the direct kernel cannot (3-D).

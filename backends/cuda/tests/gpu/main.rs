@@ -10,6 +10,7 @@ mod conv;
 mod conv_bench;
 mod device;
 mod dtypes;
+mod execution;
 mod layers;
 mod layers_a;
 mod models;

@@ -8,11 +8,11 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// The repository root: `KILN_REPO` on the GPU machine, else this checkout.
-fn repo() -> PathBuf {
+pub fn repo() -> PathBuf {
     std::env::var_os("KILN_REPO").map(PathBuf::from).unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
 }
 
-fn read_npz(path: &Path) -> HashMap<String, HostTensor> {
+pub fn read_npz(path: &Path) -> HashMap<String, HostTensor> {
     let mut archive = NpzArchive::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
     let names: Vec<String> = archive.array_names().map(str::to_string).collect();
     names

@@ -3,7 +3,10 @@
 //! Each iteration enqueues one execution on a stream (inputs and outputs in bound
 //! buffers) and waits for it: the latency is enqueue to completion, the enqueue time the
 //! host-side part. A warm-up runs first for `--warmup-ms`; then iterations run until both
-//! `--iterations` and `--duration-s` are reached.
+//! `--iterations` and `--duration-s` are reached. Backends that time executions on the
+//! device (cuda: CUDA events around the input copies, the compute and the output copies)
+//! report GPU compute, H2D and D2H times; `--no-cuda-graph` asks the backend to interpret
+//! every execution instead of replaying a captured graph.
 
 use crate::backends::{self, SelectedBackend};
 use crate::commands::run::{build_engine, make_inputs, InputArgs};
@@ -12,7 +15,7 @@ use crate::stats::Summary;
 use crate::summary::{self, emit};
 use crate::{shapes, BenchArgs};
 use anyhow::{bail, Context};
-use kiln::{Buffer, BuilderConfig, BuilderFlag, ExecutionContext, HostTensor, Stream};
+use kiln::{Buffer, BuilderConfig, BuilderFlag, DeviceTimes, ExecutionContext, HostTensor, Stream};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -22,6 +25,8 @@ use std::time::{Duration, Instant};
 struct Timings {
     latency: Vec<f64>,
     enqueue: Vec<f64>,
+    /// Per timed iteration, the backend's device times (empty where it measures none).
+    device: Vec<DeviceTimes>,
     wall: Duration,
     warmup_iterations: u64,
 }
@@ -63,9 +68,12 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
     let mut context = ExecutionContext::new(engine, backend.backend.as_ref())
         .with_context(|| format!("cannot prepare the engine on `{}`", backend.name()))?;
     let batch = batch_of(&context, &inputs);
+    let captures_graphs = context.set_graph_capture(!args.no_cuda_graph);
+    context.set_device_timing(true);
     bind(&mut context, &inputs)?;
     let timings = time_iterations(&context, args)?;
-    let report = Report::new(args, &backend, &flags, &input_source, build_time, batch, &timings);
+    let execution = Execution { captures_graphs, mode: context.execution_mode() };
+    let report = Report::new(args, &backend, &flags, &input_source, build_time, batch, &timings, &execution);
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&report.json)?;
         std::fs::write(path, text + "\n").with_context(|| format!("cannot write `{}`", path.display()))?;
@@ -119,12 +127,12 @@ fn bind(context: &mut ExecutionContext, inputs: &HashMap<String, HostTensor>) ->
 
 fn time_iterations(context: &ExecutionContext, args: &BenchArgs) -> anyhow::Result<Timings> {
     let stream = Stream::new()?;
-    let once = || -> anyhow::Result<(f64, f64)> {
+    let once = || -> anyhow::Result<(f64, f64, Option<DeviceTimes>)> {
         let start = Instant::now();
         context.enqueue(&stream, None)?;
         let enqueued = start.elapsed();
         stream.synchronize()?;
-        Ok((start.elapsed().as_secs_f64(), enqueued.as_secs_f64()))
+        Ok((start.elapsed().as_secs_f64(), enqueued.as_secs_f64(), context.last_device_times()))
     };
     let warmup = Duration::from_millis(args.warmup_ms);
     let start = Instant::now();
@@ -134,14 +142,29 @@ fn time_iterations(context: &ExecutionContext, args: &BenchArgs) -> anyhow::Resu
         warmup_iterations += 1;
     }
     let duration = Duration::from_secs_f64(args.duration_s);
-    let (mut latency, mut enqueue) = (Vec::new(), Vec::new());
+    let (mut latency, mut enqueue, mut device) = (Vec::new(), Vec::new(), Vec::new());
     let start = Instant::now();
     while (latency.len() as u64) < args.iterations || start.elapsed() < duration {
-        let (l, e) = once()?;
+        let (l, e, d) = once()?;
         latency.push(l);
         enqueue.push(e);
+        device.extend(d);
     }
-    Ok(Timings { latency, enqueue, wall: start.elapsed(), warmup_iterations })
+    Ok(Timings { latency, enqueue, device, wall: start.elapsed(), warmup_iterations })
+}
+
+/// What the backend says about how it ran the engine.
+struct Execution {
+    /// Whether the backend captures graphs at all.
+    captures_graphs: bool,
+    /// How the last timed execution ran (e.g. "graph replay").
+    mode: Option<String>,
+}
+
+/// Summaries (ms) of each device phase over the timed iterations.
+fn device_summaries(device: &[DeviceTimes]) -> [Option<Summary>; 3] {
+    let ms = |f: fn(&DeviceTimes) -> Duration| Summary::of(device.iter().map(|d| f(d).as_secs_f64() * 1e3).collect());
+    [ms(|d| d.compute), ms(|d| d.host_to_device), ms(|d| d.device_to_host)]
 }
 
 /// The figures as text and as JSON.
@@ -151,6 +174,7 @@ struct Report {
 }
 
 impl Report {
+    #[allow(clippy::too_many_arguments)]
     fn new(
         args: &BenchArgs,
         backend: &SelectedBackend,
@@ -159,6 +183,7 @@ impl Report {
         build_time: Option<Duration>,
         batch: Option<(String, usize)>,
         t: &Timings,
+        execution: &Execution,
     ) -> Report {
         let ms = |sample: &[f64]| Summary::of(sample.to_vec()).map(|s| s.scaled(1e3));
         let (latency, enqueue) = (ms(&t.latency), ms(&t.enqueue));
@@ -166,13 +191,18 @@ impl Report {
         let wall = t.wall.as_secs_f64();
         let throughput = if wall > 0.0 { iterations as f64 / wall } else { 0.0 };
         let items = batch.as_ref().map(|(_, n)| throughput * *n as f64);
-        // No backend reports device-side times through kiln's Executable yet.
-        let device_note = format!("n/a (backend `{}` reports no device timings)", backend.name());
-        let graph_note = match (backend.name(), args.no_cuda_graph) {
-            ("cuda", true) => "off (--no-cuda-graph)".to_string(),
-            ("cuda", false) => "allowed (the backend decides)".to_string(),
-            (name, true) => format!("n/a: --no-cuda-graph has no effect on backend `{name}` (no graph capture)"),
-            (name, false) => format!("n/a (backend `{name}` has no graph capture)"),
+        let [compute, h2d, d2h] = device_summaries(&t.device);
+        let device_note = if t.device.is_empty() {
+            format!("n/a (backend `{}` reports no device timings)", backend.name())
+        } else {
+            format!("CUDA events around each phase, {} iterations", t.device.len())
+        };
+        let mode = execution.mode.as_deref().unwrap_or("not reported");
+        let graph_note = match (execution.captures_graphs, args.no_cuda_graph) {
+            (true, true) => format!("off (--no-cuda-graph); last run: {mode}"),
+            (true, false) => format!("on; last run: {mode}"),
+            (false, true) => format!("n/a: --no-cuda-graph has no effect on backend `{}` (no graph capture)", backend.name()),
+            (false, false) => format!("n/a (backend `{}` has no graph capture)", backend.name()),
         };
 
         let mut text = String::new();
@@ -192,8 +222,14 @@ impl Report {
         if let (Some((name, n)), Some(items)) = (&batch, items) {
             let _ = writeln!(text, "             {items:.2} items/s (batch {n}: dim 0 of input `{name}`)");
         }
-        let _ = writeln!(text, "GPU compute: {device_note}");
-        let _ = writeln!(text, "H2D / D2H:   {device_note}");
+        if t.device.is_empty() {
+            let _ = writeln!(text, "GPU compute: {device_note}");
+            let _ = writeln!(text, "H2D / D2H:   {device_note}");
+        } else {
+            write_ms(&mut text, "GPU compute", compute);
+            write_ms(&mut text, "H2D", h2d);
+            write_ms(&mut text, "D2H", d2h);
+        }
         let _ = writeln!(text, "CUDA graph:  {graph_note}");
 
         let json = json!({
@@ -213,11 +249,16 @@ impl Report {
                 "batch": batch.as_ref().map(|(_, n)| *n),
                 "items_per_s": items,
             },
-            "gpu_compute_ms": Value::Null,
-            "h2d_ms": Value::Null,
-            "d2h_ms": Value::Null,
+            "gpu_compute_ms": compute.map(Summary::to_json),
+            "h2d_ms": h2d.map(Summary::to_json),
+            "d2h_ms": d2h.map(Summary::to_json),
             "device_timings_note": device_note,
-            "cuda_graph": { "requested": !args.no_cuda_graph, "note": graph_note },
+            "cuda_graph": {
+                "requested": !args.no_cuda_graph,
+                "supported": execution.captures_graphs,
+                "last_run": execution.mode,
+                "note": graph_note,
+            },
         });
         Report { text, json }
     }

@@ -4,14 +4,14 @@
 use super::shapes::{dims_with_wildcards, infer_shapes, BoundInput};
 use super::stream::{Event, Job, Stream};
 use super::{Buffer, PreparedEngine, RunError};
-use crate::backend::Backend;
+use crate::backend::{Backend, DeviceTimes};
 use crate::engine::Engine;
 use crate::ir::network::{Network, TensorId};
 use crate::ir::shape::{Dim, Shape};
 use crate::ir::tensor::HostTensor;
 use crate::memory_plan::shape_tensor;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// One line of execution over a prepared engine. `Send`: move it to the thread that runs
 /// it; make one context per thread to run an engine concurrently.
@@ -23,7 +23,19 @@ pub struct ExecutionContext {
     /// Per network input: the values of a shape tensor.
     shape_values: Vec<Option<Vec<i64>>>,
     addresses: HashMap<String, Buffer>,
+    /// Whether executions measure their device phases, and the latest measurement.
+    device_timing: bool,
+    device_times: Arc<Mutex<Option<DeviceTimes>>>,
+    /// The last shape inference and the settings it was made for: enqueues with unchanged
+    /// shapes skip it (at batch 1 it costs as much as a replayed BERT-base on the device).
+    inferred: Mutex<Option<InferredShapes>>,
 }
+
+/// A shape inference and the settings it was made for.
+type InferredShapes = (ShapeSettings, Vec<BoundInput>, Vec<Shape>);
+
+/// What shape inference depends on: the profile, input dims and shape-tensor values.
+type ShapeSettings = (usize, Vec<Option<Vec<usize>>>, Vec<Option<Vec<i64>>>);
 
 impl std::fmt::Debug for ExecutionContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -46,7 +58,16 @@ impl ExecutionContext {
         let net = prepared.engine().network();
         let shapes = net.inputs().iter().map(|&t| net.tensor(t).shape.as_fixed()).collect();
         let shape_values = vec![None; net.inputs().len()];
-        ExecutionContext { prepared, profile: 0, shapes, shape_values, addresses: HashMap::new() }
+        ExecutionContext {
+            prepared,
+            profile: 0,
+            shapes,
+            shape_values,
+            addresses: HashMap::new(),
+            device_timing: false,
+            device_times: Arc::default(),
+            inferred: Mutex::default(),
+        }
     }
 
     pub fn engine(&self) -> &Engine {
@@ -55,6 +76,38 @@ impl ExecutionContext {
 
     pub fn prepared_engine(&self) -> &Arc<PreparedEngine> {
         &self.prepared
+    }
+
+    /// Makes later executions measure their phases on the device (host-to-device, compute,
+    /// device-to-host), where the backend can: see [`ExecutionContext::last_device_times`].
+    pub fn set_device_timing(&mut self, enabled: bool) {
+        self.device_timing = enabled;
+    }
+
+    /// The device times of the latest finished execution with device timing on (None where
+    /// the backend measures none).
+    pub fn last_device_times(&self) -> Option<DeviceTimes> {
+        *self.device_times.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Allows or forbids the backend to replay captured device graphs (CUDA graphs) for this
+    /// engine; returns whether the backend captures graphs at all. Shared by every context of
+    /// the prepared engine.
+    pub fn set_graph_capture(&self, enabled: bool) -> bool {
+        self.prepared.executable().set_graph_capture(enabled)
+    }
+
+    /// How the latest execution of this engine ran, where the backend says (e.g. "graph replay").
+    pub fn execution_mode(&self) -> Option<String> {
+        self.prepared.executable().execution_mode()
+    }
+
+    /// Runs the executable, timing it on the device when asked.
+    fn execute(prepared: &PreparedEngine, timing: Option<&Mutex<Option<DeviceTimes>>>, inputs: &[HostTensor]) -> Result<Vec<HostTensor>, RunError> {
+        let Some(slot) = timing else { return Ok(prepared.executable().execute(inputs)?) };
+        let (outputs, times) = prepared.executable().execute_timed(inputs)?;
+        *slot.lock().unwrap_or_else(PoisonError::into_inner) = times;
+        Ok(outputs)
     }
 
     /// Device differences that may cost performance (seed §6.7).
@@ -221,9 +274,17 @@ impl ExecutionContext {
 
     /// Every tensor's shape for the inputs set (all must be set).
     fn inferred_shapes(&self) -> Result<(Vec<BoundInput>, Vec<Shape>), RunError> {
+        let mut cache = self.inferred.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((settings, bound, shapes)) = cache.as_ref() {
+            if settings.0 == self.profile && settings.1 == self.shapes && settings.2 == self.shape_values {
+                return Ok((bound.clone(), shapes.clone()));
+            }
+        }
         let bound = self.bound_inputs()?;
         let shapes = infer_shapes(self.network(), &bound)
             .map_err(|f| RunError::ShapeInference { layer: f.layer, rule: f.rule })?;
+        let settings = (self.profile, self.shapes.clone(), self.shape_values.clone());
+        *cache = Some((settings, bound.clone(), shapes.clone()));
         Ok((bound, shapes))
     }
 
@@ -315,6 +376,7 @@ impl ExecutionContext {
             outputs.push((desc.name.clone(), buffer));
         }
         let prepared = Arc::clone(&self.prepared);
+        let timing = self.device_timing.then(|| Arc::clone(&self.device_times));
         let event = input_consumed.cloned();
         if let Some(e) = &event {
             e.reset();
@@ -324,7 +386,7 @@ impl ExecutionContext {
             if let Some(e) = &event {
                 e.signal();
             }
-            let values = prepared.executable().execute(&read?)?;
+            let values = Self::execute(&prepared, timing.as_deref(), &read?)?;
             for (value, (name, buffer)) in values.iter().zip(&outputs) {
                 if !buffer.write_tensor(value) {
                     return Err(RunError::BufferTooSmall {
@@ -376,7 +438,7 @@ impl ExecutionContext {
             ordered.push(value.clone());
         }
         check_named_dims(net, &bound)?;
-        let outputs = self.prepared.executable().execute(&ordered)?;
+        let outputs = Self::execute(&self.prepared, self.device_timing.then_some(&*self.device_times), &ordered)?;
         Ok(net.outputs().iter().map(|&t| net.tensor(t).name.clone()).zip(outputs).collect())
     }
 }

@@ -1,0 +1,163 @@
+//! Per input-shape signature: the activation arena placed from the first execution's trace,
+//! and the CUDA graph captured from the second (when the engine allows one), replayed after.
+
+use crate::arena::{Arena, PinnedHost};
+use crate::device::{storage_size, Gpu, GpuError, Graph};
+use cudarc::driver::CudaEvent;
+use kiln::{DataType, DeviceTimes, HostTensor, TensorData};
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The dtype and shape of each network input.
+pub type Signature = Vec<(DataType, Vec<usize>)>;
+
+pub fn signature(inputs: &[HostTensor]) -> Signature {
+    inputs.iter().map(|x| (x.dtype(), x.shape().to_vec())).collect()
+}
+
+/// What one signature's executions reuse.
+#[derive(Debug)]
+pub struct State {
+    pub arena: Arc<Arena>,
+    pub replay: Option<Replay>,
+    /// Why this signature is not captured (capture failed once).
+    pub no_graph: Option<String>,
+}
+
+/// The signatures seen most recently, each with its arena (and graph).
+#[derive(Debug, Default)]
+pub struct Signatures {
+    states: HashMap<Signature, State>,
+    order: VecDeque<Signature>,
+}
+
+/// Arenas kept per executable: a new signature beyond this evicts the oldest.
+const KEPT_SIGNATURES: usize = 4;
+
+impl Signatures {
+    pub fn get_mut(&mut self, key: &Signature) -> Option<&mut State> {
+        self.states.get_mut(key)
+    }
+
+    pub fn insert(&mut self, key: Signature, state: State) {
+        if self.states.insert(key.clone(), state).is_none() {
+            self.order.push_back(key);
+        }
+        while self.order.len() > KEPT_SIGNATURES {
+            if let Some(old) = self.order.pop_front() {
+                self.states.remove(&old);
+            }
+        }
+    }
+
+    /// Drops every captured graph (graph capture was turned off).
+    pub fn drop_graphs(&mut self) {
+        for state in self.states.values_mut() {
+            state.replay = None;
+        }
+    }
+}
+
+/// A network output as the replay produces it.
+#[derive(Debug)]
+pub enum Output {
+    /// Read back from the device address (in the arena, or a constant's buffer).
+    Device { address: u64, dtype: DataType, shape: Vec<usize>, bytes: usize, staging: PinnedHost },
+    /// Computed on the host from shapes and constants: the same for every run of the signature.
+    Host(HostTensor),
+}
+
+/// A captured execution: refill the inputs, launch, read the outputs and the kernels' flags.
+#[derive(Debug)]
+pub struct Replay {
+    pub graph: Graph,
+    /// Per network input: its arena address, size and pinned staging.
+    pub inputs: Vec<(u64, usize, PinnedHost)>,
+    pub outputs: Vec<Output>,
+    /// Flags kernels set on bad input (i32), with the error each one means.
+    pub checks: Vec<(u64, String, PinnedHost)>,
+    /// Host data the graph's own copies read: only kept alive with it.
+    pub _staged: Vec<PinnedHost>,
+}
+
+/// Events around an execution's phases.
+pub struct PhaseEvents([CudaEvent; 4]);
+
+impl PhaseEvents {
+    pub fn new(gpu: &Gpu) -> Result<PhaseEvents, GpuError> {
+        Ok(PhaseEvents([gpu.event()?, gpu.event()?, gpu.event()?, gpu.event()?]))
+    }
+
+    /// Marks the end of phase `i` (0: start, 1: inputs copied, 2: computed, 3: outputs copied).
+    pub fn mark(&self, gpu: &Gpu, i: usize) -> Result<(), GpuError> {
+        self.0[i].record(&gpu.stream).map_err(|e| GpuError::Driver { call: "cuEventRecord", reason: format!("{e:?}") })
+    }
+
+    /// The phases' durations (after the last mark has completed).
+    pub fn times(&self) -> Result<DeviceTimes, GpuError> {
+        let span = |a: usize, b: usize| {
+            self.0[a]
+                .elapsed_ms(&self.0[b])
+                .map(|ms| Duration::from_secs_f64(f64::from(ms.max(0.0)) * 1e-3))
+                .map_err(|e| GpuError::Driver { call: "cuEventElapsedTime", reason: format!("{e:?}") })
+        };
+        Ok(DeviceTimes { host_to_device: span(0, 1)?, compute: span(1, 2)?, device_to_host: span(2, 3)? })
+    }
+}
+
+impl Replay {
+    /// Replays the graph on `inputs` (of the captured signature); Err names the kernel check
+    /// that failed or the driver call.
+    pub fn run(&mut self, gpu: &Gpu, inputs: &[HostTensor], events: Option<&PhaseEvents>) -> Result<Vec<HostTensor>, String> {
+        let mark = |i: usize| events.map_or(Ok(()), |e| e.mark(gpu, i)).map_err(|e| e.to_string());
+        if inputs.len() != self.inputs.len() {
+            return Err(format!("{} inputs, the graph was captured with {}", inputs.len(), self.inputs.len()));
+        }
+        // The previous replay was waited for, so the staging buffers are free to refill.
+        for (x, (_, bytes, staging)) in inputs.iter().zip(&mut self.inputs) {
+            let data = x.data().to_le_bytes();
+            if data.len() != *bytes {
+                return Err(format!("an input of {} bytes, the graph was captured with {bytes}", data.len()));
+            }
+            staging.as_mut_slice()[..data.len()].copy_from_slice(&data);
+        }
+        mark(0)?;
+        for (address, bytes, staging) in &self.inputs {
+            gpu.write_pinned(*address, staging, *bytes).map_err(|e| e.to_string())?;
+        }
+        mark(1)?;
+        self.graph.launch().map_err(|e| e.to_string())?;
+        mark(2)?;
+        for out in &mut self.outputs {
+            if let Output::Device { address, bytes, staging, .. } = out {
+                gpu.read_pinned(*address, staging, *bytes).map_err(|e| e.to_string())?;
+            }
+        }
+        for (address, _, staging) in &mut self.checks {
+            gpu.read_pinned(*address, staging, 4).map_err(|e| e.to_string())?;
+        }
+        mark(3)?;
+        gpu.synchronize().map_err(|e| e.to_string())?;
+        for (_, message, staging) in &self.checks {
+            if staging.as_slice()[..4] != [0; 4] {
+                return Err(message.clone());
+            }
+        }
+        self.outputs
+            .iter()
+            .map(|out| match out {
+                Output::Host(t) => Ok(t.clone()),
+                Output::Device { dtype, shape, bytes, staging, .. } => {
+                    let data = TensorData::from_le_bytes(*dtype, &staging.as_slice()[..*bytes]).ok_or(format!("no host form of {dtype}"))?;
+                    HostTensor::new(shape.clone(), data).map_err(|e| e.to_string())
+                }
+            })
+            .collect()
+    }
+}
+
+/// Bytes of a `dtype` tensor of `shape` on the device.
+pub fn device_bytes(dtype: DataType, shape: &[usize]) -> Result<usize, GpuError> {
+    Ok(storage_size(dtype)? * shape.iter().product::<usize>())
+}

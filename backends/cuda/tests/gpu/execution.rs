@@ -1,0 +1,252 @@
+//! Whole executions: the activation arena, CUDA graph capture and replay against interpreted
+//! runs, device phase times, several contexts on one engine at once, out of memory.
+
+use crate::common::{backend, worst_error};
+use crate::models::{read_npz, repo};
+use kiln::{Backend, BackendError, DataType, ExecutionContext, HostTensor, Network, PreparedEngine, TensorData};
+use kiln_cuda::arena::{Arena, ArenaPlan, Event};
+use kiln_cuda::{CudaBackend, GpuError};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+struct Fixture {
+    net: Network,
+    inputs: HashMap<String, HostTensor>,
+    expected: HashMap<String, HostTensor>,
+}
+
+fn fixture(name: &str) -> Fixture {
+    let dir = repo().join("tests/data/pytorch");
+    let net = kiln_onnx::import_file(&dir.join(format!("{name}.onnx"))).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let mut expected = read_npz(&dir.join(format!("{name}.npz")));
+    let inputs = net
+        .inputs()
+        .iter()
+        .map(|&t| {
+            let n = net.tensor(t).name.clone();
+            let x = expected.remove(&n).unwrap_or_else(|| panic!("{name}: no input {n}"));
+            (n, x)
+        })
+        .collect();
+    Fixture { net, inputs, expected }
+}
+
+/// The fixture built in f32 or with every float layer constrained to f16.
+fn prepare(cuda: &CudaBackend, net: &Network, f16: bool) -> Arc<PreparedEngine> {
+    let mut net = net.clone();
+    let mut config = kiln::BuilderConfig::default();
+    if f16 {
+        for i in 0..net.layers().len() {
+            if kiln::precision::is_float_compute(&net.layers()[i].kind) {
+                net.set_layer_precision(kiln::LayerId(i), DataType::F16).unwrap();
+            }
+        }
+        config.set_flag(kiln::BuilderFlag::Fp16);
+        config.set_flag(kiln::BuilderFlag::PreferPrecisionConstraints);
+    }
+    let engine = kiln::Builder::new(cuda).build(&net, &config).expect("build");
+    PreparedEngine::new(engine, cuda).expect("prepare")
+}
+
+/// Inputs of the same shapes, number `k` of a series (0: the given ones): floats scaled by
+/// 1 - 0.3k, integers (token ids, masks) rotated by k places.
+fn changed(inputs: &HashMap<String, HostTensor>, k: usize) -> HashMap<String, HostTensor> {
+    let factor = 1.0 - 0.3 * k as f32;
+    inputs
+        .iter()
+        .map(|(n, x)| {
+            let y = match x.data() {
+                TensorData::F32(v) => HostTensor::from_f32(x.shape().to_vec(), v.iter().map(|a| a * factor).collect()).unwrap(),
+                TensorData::I64(v) => {
+                    let mut v = v.clone();
+                    let len = v.len();
+                    v.rotate_left(k % len.max(1));
+                    HostTensor::from_i64(x.shape().to_vec(), v).unwrap()
+                }
+                other => panic!("{n}: no changed input of {:?}", other.dtype()),
+            };
+            (n.clone(), y)
+        })
+        .collect()
+}
+
+fn run(ctx: &ExecutionContext, inputs: &HashMap<String, HostTensor>) -> BTreeMap<String, HostTensor> {
+    ctx.run(inputs).unwrap_or_else(|e| panic!("run failed: {e}"))
+}
+
+fn mode(ctx: &ExecutionContext) -> String {
+    ctx.execution_mode().expect("cuda reports its execution mode")
+}
+
+/// Graph replays equal interpreted runs in the same arena, follow changed inputs, and stay
+/// within the model's tolerance of PyTorch.
+fn check_replay(name: &str, f16: bool, tolerance: f64) {
+    let Some(cuda) = backend() else { return };
+    let f = fixture(name);
+    let prepared = prepare(cuda, &f.net, f16);
+    let ctx = prepared.create_execution_context();
+    assert!(ctx.set_graph_capture(true), "cuda captures graphs");
+    let first = run(&ctx, &f.inputs);
+    assert!(mode(&ctx).starts_with("recorded"), "{name}: {}", mode(&ctx));
+    let captured = run(&ctx, &f.inputs);
+    assert_eq!(mode(&ctx), "captured a CUDA graph", "{name}");
+    let replayed = run(&ctx, &f.inputs);
+    assert_eq!(mode(&ctx), "graph replay", "{name}");
+    for (output, want) in &f.expected {
+        let worst = worst_error(&first[output], want);
+        eprintln!("{name}/{output} (f16: {f16}): worst relative error vs PyTorch {worst:.2e}");
+        assert!(worst < tolerance, "{name}/{output}: {worst}");
+        assert_eq!(captured[output], first[output], "{name}/{output}: the capture run differs from the first run");
+        assert_eq!(replayed[output], first[output], "{name}/{output}: the replay differs from the first run");
+    }
+    // New inputs of the same shapes: the replay must compute them, not return stale outputs.
+    let other = changed(&f.inputs, 1);
+    let replayed_other = run(&ctx, &other);
+    assert_eq!(mode(&ctx), "graph replay", "{name}");
+    ctx.set_graph_capture(false);
+    let interpreted_other = run(&ctx, &other);
+    assert!(mode(&ctx).starts_with("interpreted in the arena; no graph: graph capture is off"), "{name}: {}", mode(&ctx));
+    for (output, got) in &replayed_other {
+        assert_ne!(got, &first[output], "{name}/{output}: a replay on new inputs returned the old outputs");
+        assert_eq!(got, &interpreted_other[output], "{name}/{output}: replay and interpreted run differ on new inputs");
+    }
+    // And back to the first inputs after turning graphs on again (a fresh capture).
+    ctx.set_graph_capture(true);
+    let again = run(&ctx, &f.inputs);
+    assert_eq!(mode(&ctx), "captured a CUDA graph", "{name}");
+    assert_eq!(again, first, "{name}: outputs after re-capture");
+}
+
+#[test]
+fn cnn_graph_replay_f32() {
+    check_replay("cnn_torchscript", false, 1e-4);
+}
+
+#[test]
+fn cnn_graph_replay_f16() {
+    check_replay("cnn_dynamo", true, 1e-3);
+}
+
+#[test]
+fn bert_graph_replay_f32() {
+    check_replay("bert_torchscript", false, 1e-4);
+}
+
+#[test]
+fn bert_graph_replay_f16() {
+    check_replay("bert_dynamo", true, 1e-2);
+}
+
+#[test]
+fn device_times_are_measured_in_every_mode() {
+    let Some(cuda) = backend() else { return };
+    let f = fixture("cnn_torchscript");
+    let prepared = prepare(cuda, &f.net, false);
+    let mut ctx = prepared.create_execution_context();
+    assert_eq!(ctx.last_device_times(), None);
+    ctx.set_device_timing(true);
+    for graphs in [false, true] {
+        ctx.set_graph_capture(graphs);
+        for _ in 0..3 {
+            run(&ctx, &f.inputs);
+            let t = ctx.last_device_times().expect("cuda measures device times");
+            eprintln!("{} — {t:?}", mode(&ctx));
+            assert!(t.compute.as_nanos() > 0, "{t:?}");
+            assert!(t.host_to_device.as_nanos() > 0 && t.device_to_host.as_nanos() > 0, "{t:?}");
+        }
+    }
+    assert_eq!(mode(&ctx), "graph replay");
+}
+
+#[test]
+fn several_contexts_run_one_engine_at_once() {
+    let Some(cuda) = backend() else { return };
+    let f = fixture("bert_torchscript");
+    let prepared = prepare(cuda, &f.net, false);
+    let feeds: Vec<HashMap<String, HostTensor>> = (0..4).map(|i| changed(&f.inputs, i)).collect();
+    // Expected outputs from interpreted runs (before any graph exists).
+    let reference = prepared.create_execution_context();
+    reference.set_graph_capture(false);
+    let want: Vec<_> = feeds.iter().map(|x| run(&reference, x)).collect();
+    for (i, w) in want.iter().enumerate().skip(1) {
+        assert_ne!(w, &want[0], "feed {i} gives the same outputs as feed 0: the test would not see a mix-up");
+    }
+    reference.set_graph_capture(true);
+    std::thread::scope(|s| {
+        for (feed, want) in feeds.iter().zip(&want) {
+            let prepared = prepared.clone();
+            s.spawn(move || {
+                let ctx = prepared.create_execution_context();
+                for round in 0..6 {
+                    assert_eq!(&run(&ctx, feed), want, "round {round}: a concurrent run differs");
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn a_read_back_of_a_device_shape_keeps_executions_interpreted() {
+    let Some(cuda) = backend() else { return };
+    let mut net = Network::new("dynamic reshape");
+    let x = net.add_input("x", DataType::F32, kiln::Shape::fixed(&[2, 3])).unwrap();
+    let dims = net.add_input("dims", DataType::I64, kiln::Shape::fixed(&[2])).unwrap();
+    let params = kiln::ShuffleParams { reshape: Some(Vec::new()), ..Default::default() };
+    let r = net.add_layer("reshape", kiln::LayerKind::Shuffle(params), vec![Some(x), Some(dims)]).unwrap();
+    let relu = net.add_activation(net.layer(r).outputs[0], kiln::ActivationKind::Relu).unwrap();
+    net.mark_output(net.layer(relu).outputs[0]).unwrap();
+    let exe = cuda.prepare_cuda(&net).expect("prepare");
+    assert!(exe.graph_blocker().is_some_and(|w| w.contains("`dims`")), "{:?}", exe.graph_blocker());
+    let x = HostTensor::from_f32(vec![2, 3], vec![1.0, -2.0, 3.0, -4.0, 5.0, -6.0]).unwrap();
+    for (shape, mode) in [([3i64, 2], "recorded"), ([3, 2], "interpreted in the arena"), ([6, 1], "interpreted in the arena")] {
+        let dims = HostTensor::from_i64(vec![2], shape.to_vec()).unwrap();
+        let out = kiln::Executable::execute(&exe, &[x.clone(), dims]).expect("run");
+        assert_eq!(out[0].shape(), &[shape[0] as usize, shape[1] as usize]);
+        assert_eq!(out[0].to_f64_vec(), vec![1.0, 0.0, 3.0, 0.0, 5.0, 0.0]);
+        assert!(exe.last_mode().starts_with(mode), "{}", exe.last_mode());
+    }
+}
+
+#[test]
+fn the_arena_shares_memory_between_layers() {
+    let Some(cuda) = backend() else { return };
+    let f = fixture("cnn_torchscript");
+    let engine = kiln::Builder::new(cuda).build(&f.net, &kiln::BuilderConfig::default()).expect("build");
+    let exe = cuda.prepare_cuda(engine.network()).expect("prepare");
+    let inputs: Vec<HostTensor> = f.net.inputs().iter().map(|&t| f.inputs[&f.net.tensor(t).name].clone()).collect();
+    assert_eq!(exe.arena_bytes(&inputs), None);
+    kiln::Executable::execute(&exe, &inputs).expect("first run");
+    let (arena, unshared) = exe.arena_bytes(&inputs).expect("an arena after the first run");
+    eprintln!("cnn arena {arena} bytes, its allocations unshared {unshared} bytes");
+    assert!(arena > 0 && arena < unshared, "arena {arena} vs unshared {unshared}");
+    kiln::Executable::execute(&exe, &inputs).expect("second run");
+}
+
+#[test]
+fn an_arena_too_large_is_out_of_memory() {
+    let Some(cuda) = backend() else { return };
+    let gpu = cuda.gpu().expect("device");
+    let plan = ArenaPlan::place(vec![Event::Alloc { bytes: 1 << 45 }]);
+    match Arena::new(plan, &gpu) {
+        Err(GpuError::OutOfMemory { bytes, .. }) => assert_eq!(bytes, 1 << 45),
+        other => panic!("a 32 TiB arena: {other:?}"),
+    }
+}
+
+#[test]
+fn a_layer_too_large_is_out_of_memory() {
+    let Some(cuda) = backend() else { return };
+    let mut net = Network::new("huge");
+    let x = net.add_input("x", DataType::F32, kiln::Shape::fixed(&[1])).unwrap();
+    let shape = net.add_constant(&[2], TensorData::I64(vec![1 << 22, 1 << 21])).unwrap();
+    let e = net.add_layer("expand", kiln::LayerKind::Expand, vec![Some(x), Some(net.layer(shape).outputs[0])]).unwrap();
+    net.mark_output(net.layer(e).outputs[0]).unwrap();
+    let exe = cuda.prepare(&net).expect("prepare");
+    match exe.execute(&[HostTensor::from_f32(vec![1], vec![1.0]).unwrap()]) {
+        Err(BackendError::OutOfMemory { backend, reason }) => {
+            assert_eq!(backend, "cuda");
+            assert!(reason.contains("expand"), "{reason}");
+        }
+        other => panic!("a 32 TiB layer output: {:?}", other.map(|o| o.len())),
+    }
+}
