@@ -140,39 +140,55 @@ impl Plan {
             })
             .collect();
         let (offsets, _peak) = pack(&lifetimes);
-        // Split into chunks of at most one binding: blocks by offset, each in the latest
-        // chunk when it fits there, else opening a chunk at its own offset (chunks may then
-        // cover overlapping ranges of the packed arena: more memory, never aliasing).
         let limit = gpu.max_binding() / ARENA_ALIGNMENT * ARENA_ALIGNMENT;
-        let mut order: Vec<usize> = (0..trace.len()).collect();
-        order.sort_by_key(|&i| (offsets[i], i));
-        let mut bases: Vec<(u64, u64)> = Vec::new(); // (base, end) per chunk
-        let mut slots = vec![Slot { kind: BlockKind::Kernel, bytes: 0, chunk: 0, offset: 0 }; trace.len()];
-        for i in order {
-            let (start, bytes) = (offsets[i], trace[i].bytes);
-            if bytes > limit {
-                return Err(DeviceError::LimitExceeded {
-                    what: "an arena block".into(),
-                    needed: bytes,
-                    limit: gpu.max_binding(),
-                });
-            }
-            let fits = bases.last().is_some_and(|&(base, _)| start + bytes <= base + limit);
-            if !fits {
-                bases.push((start, start));
-            }
-            let chunk = bases.len() - 1;
-            let (base, end) = &mut bases[chunk];
-            *end = (*end).max(start + bytes);
-            slots[i] = Slot { kind: trace[i].kind, bytes, chunk, offset: start - *base };
-        }
-        let chunks = bases
+        let blocks: Vec<(u64, u64)> = offsets.iter().zip(trace).map(|(&o, e)| (o, e.bytes)).collect();
+        let (places, sizes) = split_into_chunks(&blocks, limit).ok_or_else(|| DeviceError::LimitExceeded {
+            what: "an arena block".into(),
+            needed: trace.iter().map(|e| e.bytes).max().unwrap_or(0),
+            limit: gpu.max_binding(),
+        })?;
+        let slots = places
+            .iter()
+            .zip(trace)
+            .map(|(&(chunk, offset), e)| Slot { kind: e.kind, bytes: e.bytes, chunk, offset })
+            .collect();
+        let chunks = sizes
             .iter()
             .enumerate()
-            .map(|(k, &(base, end))| gpu.storage(&format!("allocating arena buffer {k}"), end - base).map(Arc::new))
+            .map(|(k, &size)| gpu.storage(&format!("allocating arena buffer {k}"), size).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Plan { slots, chunks })
     }
+}
+
+/// Each block's (buffer, offset in it) and each buffer's size.
+type Chunked = (Vec<(usize, u64)>, Vec<u64>);
+
+/// Splits packed blocks (offset, size) into buffers of at most `limit` bytes, a block never
+/// straddling two: blocks by offset, each in the latest buffer when it fits there, else
+/// opening one at its own offset (buffers may then cover overlapping ranges of the packed
+/// arena: more memory, never aliasing, as blocks sharing a buffer keep their packed
+/// offsets). Returns each block's (buffer, offset in it) and each buffer's size; `None`
+/// when a block alone exceeds `limit`.
+fn split_into_chunks(blocks: &[(u64, u64)], limit: u64) -> Option<Chunked> {
+    let mut order: Vec<usize> = (0..blocks.len()).collect();
+    order.sort_by_key(|&i| (blocks[i].0, i));
+    let mut chunks: Vec<(u64, u64)> = Vec::new(); // (base, end) in the packed arena
+    let mut places = vec![(0, 0); blocks.len()];
+    for i in order {
+        let (start, bytes) = blocks[i];
+        if bytes > limit {
+            return None;
+        }
+        if chunks.last().is_none_or(|&(base, _)| start + bytes > base + limit) {
+            chunks.push((start, start));
+        }
+        let chunk = chunks.len() - 1;
+        let (base, end) = &mut chunks[chunk];
+        *end = (*end).max(start + bytes);
+        places[i] = (chunk, start - *base);
+    }
+    Some((places, chunks.iter().map(|&(base, end)| end - base).collect()))
 }
 
 /// Per-execution memory kept between executions: the planned tensor buffers, the kernel
@@ -245,11 +261,8 @@ impl RunMemory {
         let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
         let index = log.trace.len();
         let reserved = align(bytes, ARENA_ALIGNMENT);
-        let clock = log.clock;
-        log.trace.push(TraceEntry { kind, bytes: reserved, first: clock, last: None });
-        log.clock += 1;
         let planned = match (&self.plan, log.diverged) {
-            (Some(plan), false) => plan.slots.get(index).filter(|s| {
+            (Some(plan), false) => plan.slots.get(index).copied().filter(|s| {
                 let end = s.offset + s.bytes;
                 s.kind == kind
                     && s.bytes == reserved
@@ -257,22 +270,22 @@ impl RunMemory {
             }),
             _ => None,
         };
-        let lease = Some(Lease { log: self.log.clone(), index });
-        match planned {
-            Some(slot) => {
+        let (buffer, offset) = match (planned, &self.plan) {
+            (Some(slot), Some(plan)) => {
                 log.live.push((index, slot.chunk, slot.offset, slot.offset + slot.bytes));
-                let buffer = self.plan.as_ref().map(|p| p.chunks[slot.chunk].clone()).ok_or_else(|| {
-                    DeviceError::Validation { what: what.into(), reason: "the arena plan vanished".into() }
-                })?;
-                Ok(Block { buffer, offset: slot.offset, size: bytes, _lease: lease })
+                (plan.chunks[slot.chunk].clone(), slot.offset)
             }
-            None => {
+            _ => {
                 log.diverged |= self.plan.is_some();
-                drop(log);
-                let buffer = gpu.storage(what, bytes)?;
-                Ok(Block { buffer: Arc::new(buffer), offset: 0, size: bytes, _lease: lease })
+                // A failed allocation leaves no trace entry: the trace holds only blocks
+                // that existed.
+                (Arc::new(gpu.storage(what, bytes)?), 0)
             }
-        }
+        };
+        let clock = log.clock;
+        log.trace.push(TraceEntry { kind, bytes: reserved, first: clock, last: None });
+        log.clock += 1;
+        Ok(Block { buffer, offset, size: bytes, _lease: Some(Lease { log: self.log.clone(), index }) })
     }
 
     /// Binds `words` as a dispatch's parameters.
@@ -332,24 +345,56 @@ impl RunMemory {
 
     /// The arena to keep for the next execution: re-planned when this run departed from
     /// the plan (or had none), with a parameter buffer that holds this run's parameters.
-    /// Every block of the run must have been dropped.
-    pub fn finish(self, gpu: &Gpu) -> Result<Arena, DeviceError> {
+    /// Every block of the run must have been dropped. `completed`: whether the run
+    /// succeeded (a failed run's partial trace is not planned). Where the device cannot
+    /// hold the new plan, the arena keeps none and the next run allocates as it goes.
+    pub fn finish(self, gpu: &Gpu, completed: bool) -> Arena {
         let log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
         let same_length = self.plan.as_ref().is_some_and(|p| p.slots.len() == log.trace.len());
-        let plan = if !log.diverged && same_length {
+        let plan = if !completed || (!log.diverged && same_length) {
             self.plan.clone()
         } else if log.trace.len() <= MAX_PLANNED_BLOCKS && !log.trace.is_empty() {
-            Some(Arc::new(Plan::from_trace(gpu, &log.trace, log.clock)?))
+            Plan::from_trace(gpu, &log.trace, log.clock).ok().map(Arc::new)
         } else {
             None
         };
         let needed = self.params.lock().unwrap_or_else(PoisonError::into_inner).cursor;
         let params = match self.params_buffer.clone() {
             Some(b) if b.size() >= needed => Some(b),
-            _ if needed == 0 => None,
-            _ => Some(Arc::new(gpu.storage("allocating the kernel parameter buffer", needed)?)),
+            _ if needed == 0 || !completed => self.params_buffer.clone(),
+            _ => gpu.storage("allocating the kernel parameter buffer", needed).ok().map(Arc::new),
         };
         let staging = self.staging.lock().unwrap_or_else(PoisonError::into_inner).take();
-        Ok(Arena { plan, params, staging })
+        Arena { plan, params, staging }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Blocks overlapping in the packed arena must be apart in time; here every pair of
+    /// blocks in one chunk must keep its packed distance, and no chunk exceeds the limit.
+    #[test]
+    fn chunks_respect_the_binding_limit_and_keep_packed_offsets() {
+        let lifetimes: Vec<Lifetime> = (0..40)
+            .map(|i| Lifetime { size: 256 * (1 + (i * 7) % 13) as u64, first: i % 9, last: i % 9 + (i % 4) })
+            .collect();
+        let (offsets, peak) = pack(&lifetimes);
+        let blocks: Vec<(u64, u64)> = offsets.iter().zip(&lifetimes).map(|(&o, l)| (o, l.size)).collect();
+        let limit = 4096;
+        assert!(peak > limit, "the test needs an arena larger than one binding ({peak})");
+        let (places, sizes) = split_into_chunks(&blocks, limit).expect("every block fits");
+        assert!(sizes.len() > 1 && sizes.iter().all(|&s| s <= limit), "{sizes:?}");
+        for (i, &(ci, oi)) in places.iter().enumerate() {
+            assert!(oi + blocks[i].1 <= sizes[ci], "block {i} overflows chunk {ci}");
+            for (j, &(cj, oj)) in places.iter().enumerate().skip(i + 1) {
+                let (a, b) = (&lifetimes[i], &lifetimes[j]);
+                let live_together = a.first <= b.last && b.first <= a.last;
+                let overlap = oi < oj + blocks[j].1 && oj < oi + blocks[i].1;
+                assert!(!(ci == cj && live_together && overlap), "blocks {i} and {j} alias in chunk {ci}");
+            }
+        }
+        assert!(split_into_chunks(&[(0, 8192)], limit).is_none(), "a block beyond the limit is refused");
     }
 }

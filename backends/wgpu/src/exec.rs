@@ -540,11 +540,7 @@ impl Executable for WgpuExecutable {
         let run = Run::new(self, arena);
         // Every value of the run is dropped by the time `run` returns.
         let result = self.run(&run, inputs);
-        let arena = run
-            .rec
-            .finish()
-            .map_err(|e| BackendError::Execution { layer: "(memory)".into(), reason: e.to_string() })?;
-        if let Some(arena) = arena {
+        if let Some(arena) = run.rec.finish(result.is_ok()) {
             self.arenas.lock().map_err(|_| poisoned())?.push(arena);
         }
         result

@@ -191,10 +191,11 @@ impl Recorder {
         Recorder { gpu, encoder: Mutex::new(None), memory: Some(RunMemory::new(arena)) }
     }
 
-    /// The arena back, re-planned from this run's trace where needed; every tensor of the
-    /// run must have been dropped (their memory is the next run's).
-    pub fn finish(self) -> Result<Option<Arena>, DeviceError> {
-        self.memory.map(|m| m.finish(self.gpu)).transpose()
+    /// The arena back, re-planned from this run's trace where needed (`completed`: the
+    /// run succeeded); every tensor of the run must have been dropped (their memory is the
+    /// next run's).
+    pub fn finish(self, completed: bool) -> Option<Arena> {
+        self.memory.map(|m| m.finish(self.gpu, completed))
     }
 
     fn with_encoder<T>(&self, f: impl FnOnce(&mut wgpu::CommandEncoder) -> T) -> Result<T, DeviceError> {
