@@ -14,7 +14,8 @@
 //! - A host upload is written by the queue before the command buffer that reads it runs, so
 //!   an upload must not land on memory an earlier dispatch of the same run still reads: its
 //!   lifetime is taken to start at the run's start, so nothing placed before it shares its
-//!   memory.
+//!   memory. (The cost: uploads never share memory with one another within a run, so a
+//!   loop uploading a host value per iteration grows the arena by each upload.)
 //! - Lifetimes can differ from the trace's (frees happen where values die): every planned
 //!   block is checked against the blocks live now, and an overlap counts as a departure.
 //! - The arena is split into several buffers where it exceeds one binding
@@ -31,7 +32,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 /// Traces longer than this are not planned (placement is quadratic in the blocks); such
 /// runs keep a buffer per tensor.
-const MAX_PLANNED_BLOCKS: usize = 20_000;
+const MAX_PLANNED_BLOCKS: usize = 8192;
 
 /// A range of a device buffer holding one tensor.
 #[derive(Debug)]

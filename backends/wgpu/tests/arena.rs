@@ -29,8 +29,9 @@ fn gpu() -> Option<&'static kiln_wgpu::device::Gpu> {
     }
 }
 
+/// The checkout root (KILN_REPO on the GPU machine, where this build's paths do not exist).
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    std::env::var_os("KILN_REPO").map_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."), PathBuf::from)
 }
 
 /// The network of a model in the repository and inputs for it: the fixture's own arrays
