@@ -17,7 +17,6 @@ use std::time::Duration;
 const NAME: &str = "wgpu";
 
 /// (M, N, K) → the variant an engine's tactic chose.
-/// The kernel chosen per (M, N, K).
 type Chosen = HashMap<(usize, usize, usize), GemmKernel>;
 
 static CHOSEN: OnceLock<Mutex<Chosen>> = OnceLock::new();
