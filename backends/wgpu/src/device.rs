@@ -2,6 +2,7 @@
 //! the errors a device can raise (no adapter, device lost, out of memory, limit exceeded).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use thiserror::Error;
 use wgpu::util::DeviceExt;
@@ -40,6 +41,8 @@ pub struct Gpu {
     pub features: wgpu::Features,
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
     lost: Arc<Mutex<Option<String>>>,
+    /// Buffers created so far (tests check that steady-state executions create none).
+    buffers_created: AtomicU64,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -111,7 +114,16 @@ fn open() -> Result<Gpu, DeviceError> {
     // Errors are caught by error scopes around each operation; an uncaptured one is
     // reported at the next check rather than aborting the process.
     device.on_uncaptured_error(Arc::new(|e: wgpu::Error| eprintln!("kiln-wgpu: uncaptured wgpu error: {e}")));
-    Ok(Gpu { device, queue, info, limits, features, pipelines: Mutex::new(HashMap::new()), lost })
+    Ok(Gpu {
+        device,
+        queue,
+        info,
+        limits,
+        features,
+        pipelines: Mutex::new(HashMap::new()),
+        lost,
+        buffers_created: AtomicU64::new(0),
+    })
 }
 
 impl Gpu {
@@ -121,6 +133,15 @@ impl Gpu {
             Some(reason) => Err(DeviceError::DeviceLost { reason }),
             None => Ok(()),
         }
+    }
+
+    /// How many buffers this device has created (every creation goes through [`Gpu`]).
+    pub fn buffers_created(&self) -> u64 {
+        self.buffers_created.load(Ordering::Relaxed)
+    }
+
+    fn count_buffer(&self) {
+        self.buffers_created.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn max_binding(&self) -> u64 {
@@ -157,6 +178,7 @@ impl Gpu {
     pub fn storage(&self, what: &str, bytes: u64) -> Result<wgpu::Buffer, DeviceError> {
         self.check_size(what, bytes)?;
         let size = bytes.max(4).next_multiple_of(4);
+        self.count_buffer();
         self.scoped(what, || {
             self.device.create_buffer(&wgpu::BufferDescriptor {
                 label: None,
@@ -171,6 +193,7 @@ impl Gpu {
     pub fn storage_init(&self, what: &str, words: &[u32]) -> Result<wgpu::Buffer, DeviceError> {
         self.check_size(what, words.len() as u64 * 4)?;
         let contents: &[u8] = if words.is_empty() { &[0; 4] } else { bytemuck::cast_slice(words) };
+        self.count_buffer();
         self.scoped(what, || {
             self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: None,
@@ -253,6 +276,19 @@ impl Gpu {
         Ok(pipeline)
     }
 
+    /// A mappable buffer of `bytes` to read results back through.
+    pub fn readback_buffer(&self, bytes: u64) -> Result<wgpu::Buffer, DeviceError> {
+        self.count_buffer();
+        self.scoped("allocating a readback buffer", || {
+            self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("readback"),
+                size: bytes.max(4).next_multiple_of(4),
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            })
+        })
+    }
+
     /// Reads `words` 32-bit words of `buffer` back (submits `encoder` first, if any).
     pub fn read_words(
         &self,
@@ -260,20 +296,26 @@ impl Gpu {
         buffer: &wgpu::Buffer,
         words: usize,
     ) -> Result<Vec<u32>, DeviceError> {
-        let bytes = (words as u64 * 4).max(4);
-        let staging = self.scoped("allocating a readback buffer", || {
-            self.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("readback"),
-                size: bytes,
-                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            })
-        })?;
+        let staging = self.readback_buffer(words as u64 * 4)?;
+        self.read_words_via(encoder, buffer, 0, words, &staging)
+    }
+
+    /// Reads `words` 32-bit words of `buffer` from byte `offset` back through `staging`
+    /// (at least that large; left unmapped), submitting `encoder` first, if any.
+    pub fn read_words_via(
+        &self,
+        encoder: Option<wgpu::CommandEncoder>,
+        buffer: &wgpu::Buffer,
+        offset: u64,
+        words: usize,
+        staging: &wgpu::Buffer,
+    ) -> Result<Vec<u32>, DeviceError> {
+        let bytes = (words as u64 * 4).max(4).min(buffer.size() - offset);
         let mut encoder = encoder.unwrap_or_else(|| self.device.create_command_encoder(&Default::default()));
-        encoder.copy_buffer_to_buffer(buffer, 0, &staging, 0, bytes);
+        encoder.copy_buffer_to_buffer(buffer, offset, staging, 0, bytes);
         self.scoped("submitting work", || self.queue.submit([encoder.finish()]))?;
         let (tx, rx) = std::sync::mpsc::channel();
-        staging.map_async(wgpu::MapMode::Read, .., move |r| {
+        staging.map_async(wgpu::MapMode::Read, ..bytes, move |r| {
             let _ = tx.send(r);
         });
         self.device
@@ -283,7 +325,7 @@ impl Gpu {
         rx.recv()
             .map_err(|e| DeviceError::Readback { reason: e.to_string() })?
             .map_err(|e| DeviceError::Readback { reason: e.to_string() })?;
-        let view = staging.get_mapped_range(..).map_err(|e| DeviceError::Readback { reason: e.to_string() })?;
+        let view = staging.get_mapped_range(..bytes).map_err(|e| DeviceError::Readback { reason: e.to_string() })?;
         let out: Vec<u32> = bytemuck::cast_slice(&view[..words * 4]).to_vec();
         drop(view);
         staging.unmap();

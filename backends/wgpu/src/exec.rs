@@ -5,6 +5,7 @@
 //! evaluates small integer shape arithmetic on the host, TensorRT's shape tensors) → the
 //! layer's kernels → a check that the outputs have the inferred types and shapes.
 
+use crate::arena::Arena;
 use crate::device::Gpu;
 use crate::kernels::{
     dynamic, einsum, indexing, layout, linalg, pointwise, quant, reduce, resize, roi, sample, scan, scatter, signal, sort,
@@ -36,18 +37,31 @@ pub struct WgpuExecutable {
     pub(crate) frees: Vec<Vec<usize>>,
     /// Large constants (weights), uploaded on first use and kept for later executions.
     constants: Mutex<HashMap<usize, DeviceTensor>>,
+    /// Idle per-execution memory: an execution checks one arena out and returns it, so
+    /// concurrent executions (several contexts) never share memory.
+    arenas: Mutex<Vec<Arena>>,
+    /// False: a buffer per tensor and dispatch, no arenas (see `WgpuBackend::without_memory_reuse`).
+    reuse_memory: bool,
 }
 
 impl WgpuExecutable {
     /// Prepares a network; one that did not come through the builder is lowered here.
-    pub fn new(network: Network, gpu: &'static Gpu) -> Result<WgpuExecutable, BackendError> {
+    pub fn new(network: Network, gpu: &'static Gpu, reuse_memory: bool) -> Result<WgpuExecutable, BackendError> {
         let plan = match network.control_flow() {
             Some(plan) => plan.clone(),
             None => lower(&network, DEFAULT_MAX_TRIP_COUNT)
                 .map_err(|e| BackendError::Execution { layer: "(control flow)".into(), reason: e.to_string() })?,
         };
         let frees = top_level_frees(&network, &plan.body.steps);
-        Ok(WgpuExecutable { network, gpu, plan, frees, constants: Mutex::new(HashMap::new()) })
+        Ok(WgpuExecutable {
+            network,
+            gpu,
+            plan,
+            frees,
+            constants: Mutex::new(HashMap::new()),
+            arenas: Mutex::new(Vec::new()),
+            reuse_memory,
+        })
     }
 }
 
@@ -75,8 +89,13 @@ pub struct Run<'e> {
 }
 
 impl<'e> Run<'e> {
-    pub fn new(exe: &'e WgpuExecutable) -> Run<'e> {
-        Run { exe, rec: Recorder::new(exe.gpu) }
+    /// A run taking its memory from `arena`, or creating buffers as it goes without one.
+    pub fn new(exe: &'e WgpuExecutable, arena: Option<Arena>) -> Run<'e> {
+        let rec = match arena {
+            Some(arena) => Recorder::with_arena(exe.gpu, arena),
+            None => Recorder::new(exe.gpu),
+        };
+        Run { exe, rec }
     }
 
     pub fn to_host(&self, v: &Value) -> Result<Arc<HostTensor>, String> {
@@ -111,7 +130,7 @@ impl<'e> Run<'e> {
         if let Some(t) = cache.get(&weights.0) {
             return Ok(vec![Value::Device(t.clone())]);
         }
-        let t = self.rec.upload(w)?;
+        let t = self.rec.upload_owned(w)?;
         cache.insert(weights.0, t.clone());
         Ok(vec![Value::Device(t)])
     }
@@ -486,9 +505,8 @@ fn check(fact: &OutFact, dtype: DataType, shape: &[usize]) -> Result<(), String>
     Ok(())
 }
 
-impl Executable for WgpuExecutable {
-    fn execute(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>, BackendError> {
-        let run = Run::new(self);
+impl WgpuExecutable {
+    fn run(&self, run: &Run, inputs: &[HostTensor]) -> Result<Vec<HostTensor>, BackendError> {
         let fail = |layer: &str, reason: String| BackendError::Execution { layer: layer.into(), reason };
         let values = inputs
             .iter()
@@ -499,7 +517,8 @@ impl Executable for WgpuExecutable {
                     .map_err(|e| fail(&self.network.tensor(t).name, e))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let outputs = run_plan(&run, &self.plan, &self.frees, values)?;
+        let outputs = run_plan(run, &self.plan, &self.frees, values)?;
+        // Read back to the host: nothing the caller gets aliases the arena.
         outputs
             .iter()
             .zip(self.network.outputs())
@@ -508,5 +527,22 @@ impl Executable for WgpuExecutable {
                 Ok(Arc::try_unwrap(h).unwrap_or_else(|shared| (*shared).clone()))
             })
             .collect()
+    }
+}
+
+impl Executable for WgpuExecutable {
+    fn execute(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>, BackendError> {
+        let poisoned = || BackendError::Execution { layer: "(memory)".into(), reason: "the arena pool is poisoned".into() };
+        let arena = match self.reuse_memory {
+            true => Some(self.arenas.lock().map_err(|_| poisoned())?.pop().unwrap_or_default()),
+            false => None,
+        };
+        let run = Run::new(self, arena);
+        // Every value of the run is dropped by the time `run` returns.
+        let result = self.run(&run, inputs);
+        if let Some(arena) = run.rec.finish(result.is_ok()) {
+            self.arenas.lock().map_err(|_| poisoned())?.push(arena);
+        }
+        result
     }
 }

@@ -19,8 +19,12 @@
 //!   they are cast, moved, gathered and selected.
 //! - One execution records all dispatches into one command encoder and submits it when
 //!   a value must be read (a loop condition, a shape parameter) and at the end.
+//! - Memory is allocated once per execution context (see `arena`): executions check an
+//!   arena out of the executable's pool, and those repeating an earlier run's shapes take
+//!   every tensor at the offset kiln's placement gave it, creating no buffers.
 #![deny(unsafe_code)]
 
+mod arena;
 pub mod bench;
 mod control;
 pub mod device;
@@ -43,12 +47,27 @@ use kiln::{
 const NAME: &str = "wgpu";
 
 /// The wgpu backend.
-#[derive(Clone, Debug, Default)]
-pub struct WgpuBackend;
+#[derive(Clone, Debug)]
+pub struct WgpuBackend {
+    reuse_memory: bool,
+}
+
+impl Default for WgpuBackend {
+    fn default() -> WgpuBackend {
+        WgpuBackend::new()
+    }
+}
 
 impl WgpuBackend {
     pub fn new() -> WgpuBackend {
-        WgpuBackend
+        WgpuBackend { reuse_memory: true }
+    }
+
+    /// A backend whose executions create a buffer per tensor and per dispatch instead of
+    /// reusing per-context arenas: for measuring what the arenas save, and for ruling them
+    /// out when chasing a wrong result.
+    pub fn without_memory_reuse() -> WgpuBackend {
+        WgpuBackend { reuse_memory: false }
     }
 
     fn gpu(&self) -> Result<&'static device::Gpu, BackendError> {
@@ -101,7 +120,7 @@ impl Backend for WgpuBackend {
     fn prepare(&self, network: &Network) -> Result<Box<dyn Executable>, BackendError> {
         self.check_support(network)?;
         let gpu = self.gpu()?;
-        Ok(Box::new(WgpuExecutable::new(network.clone(), gpu)?))
+        Ok(Box::new(WgpuExecutable::new(network.clone(), gpu, self.reuse_memory)?))
     }
 
     fn tactics(&self, network: &Network, layer: kiln::LayerId) -> Vec<kiln::tactics::TacticDesc> {

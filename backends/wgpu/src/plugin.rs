@@ -65,10 +65,12 @@ pub fn plugin(
     let compiled = compiled(rec, &key, params, plugin.as_ref(), &io, inputs.len())?;
     let outputs = outs
         .iter()
-        .map(|(dtype, shape)| rec.alloc(*dtype, shape))
+        .map(|(dtype, shape)| rec.alloc_standalone(*dtype, shape))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| fail(e.to_string()))?;
-    let buffers: Vec<&wgpu::Buffer> =
+    // Outputs in buffers of their own: the plugin's WGSL binds inputs read-only and
+    // outputs read-write, which wgpu refuses within one (arena) buffer.
+    let buffers: Vec<&crate::arena::Block> =
         inputs.iter().map(|t| &*t.buffer).chain(outputs.iter().map(|t| &*t.buffer)).collect();
     let what = format!("dispatching plugin `{key}`'s WGSL kernel");
     rec.dispatch_pipeline(&what, &compiled.pipeline, &buffers, compiled.workgroups).map_err(|e| fail(e.to_string()))?;

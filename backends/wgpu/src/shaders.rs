@@ -51,6 +51,14 @@ pub const BODIES: &[(&str, &str)] = &[
     ("roi_align", include_str!("../../../shaders/roi_align.wgsl")),
 ];
 
+/// `source` with every read-only storage binding made read-write. Tensors of one execution
+/// share arena buffers (see `crate::arena`), and wgpu refuses a buffer bound read-only and
+/// read-write in the same dispatch; read-write throughout keeps one usage per buffer. (A
+/// kernel never writes what it reads: its inputs' ranges are disjoint from its outputs'.)
+pub fn tensor_bindings_read_write(source: &str) -> String {
+    source.replace("var<storage, read>", "var<storage, read_write>")
+}
+
 /// One compilable kernel: its cache key and the parts of its source.
 #[derive(Clone, Debug)]
 pub struct Instance {
@@ -71,7 +79,7 @@ impl Instance {
     }
 
     pub fn source(&self) -> String {
-        format!("{COMMON}\n{}\n{}", self.prelude, self.body)
+        tensor_bindings_read_write(&format!("{COMMON}\n{}\n{}", self.prelude, self.body))
     }
 
     pub fn binary(op: ElementwiseOp, s: Storage) -> Option<(Storage, Instance)> {

@@ -17,9 +17,11 @@ use std::time::Duration;
 const NAME: &str = "wgpu";
 
 /// (M, N, K) → the variant an engine's tactic chose.
-static CHOSEN: OnceLock<Mutex<HashMap<(usize, usize, usize), GemmKernel>>> = OnceLock::new();
+type Chosen = HashMap<(usize, usize, usize), GemmKernel>;
 
-fn table() -> &'static Mutex<HashMap<(usize, usize, usize), GemmKernel>> {
+static CHOSEN: OnceLock<Mutex<Chosen>> = OnceLock::new();
+
+fn table() -> &'static Mutex<Chosen> {
     CHOSEN.get_or_init(|| Mutex::new(HashMap::new()))
 }
 

@@ -3,6 +3,7 @@
 //! TensorRT's shape tensors), and the recorder that collects every dispatch of a run
 //! into one command encoder.
 
+use crate::arena::{Arena, Block, BlockKind, ParamsBinding, RunMemory};
 use crate::device::{DeviceError, Gpu, WORKGROUP};
 use crate::shaders::Instance;
 use half::{bf16, f16};
@@ -12,11 +13,11 @@ use kiln::{
 };
 use std::sync::{Arc, Mutex};
 
-/// A tensor in device memory. Its buffer is never written after the kernel that made
-/// it, so reshapes share it.
+/// A tensor in device memory. Its block is never written after the kernel that made
+/// it, so reshapes share it; it returns to the run's arena when the last share drops.
 #[derive(Clone, Debug)]
 pub struct DeviceTensor {
-    pub buffer: Arc<wgpu::Buffer>,
+    pub buffer: Arc<Block>,
     /// The logical type; the words hold its [`crate::ops::Storage`].
     pub dtype: DataType,
     pub shape: Vec<usize>,
@@ -166,10 +167,11 @@ pub fn from_words(dtype: DataType, shape: Vec<usize>, w: &[u32]) -> Result<HostT
 }
 
 /// Records the dispatches of one execution into one command encoder, submitted when a
-/// value is read back.
+/// value is read back. Memory comes from the execution's arena where it has one.
 pub struct Recorder {
     pub gpu: &'static Gpu,
     encoder: Mutex<Option<wgpu::CommandEncoder>>,
+    memory: Option<RunMemory>,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -179,8 +181,21 @@ impl std::fmt::Debug for Recorder {
 }
 
 impl Recorder {
+    /// A recorder creating a buffer per tensor and per dispatch's parameters.
     pub fn new(gpu: &'static Gpu) -> Recorder {
-        Recorder { gpu, encoder: Mutex::new(None) }
+        Recorder { gpu, encoder: Mutex::new(None), memory: None }
+    }
+
+    /// A recorder taking its memory from `arena` (see [`crate::arena`]).
+    pub fn with_arena(gpu: &'static Gpu, arena: Arena) -> Recorder {
+        Recorder { gpu, encoder: Mutex::new(None), memory: Some(RunMemory::new(arena)) }
+    }
+
+    /// The arena back, re-planned from this run's trace where needed (`completed`: the
+    /// run succeeded); every tensor of the run must have been dropped (their memory is the
+    /// next run's).
+    pub fn finish(self, completed: bool) -> Option<Arena> {
+        self.memory.map(|m| m.finish(self.gpu, completed))
     }
 
     fn with_encoder<T>(&self, f: impl FnOnce(&mut wgpu::CommandEncoder) -> T) -> Result<T, DeviceError> {
@@ -192,19 +207,64 @@ impl Recorder {
         Ok(f(encoder))
     }
 
+    fn block(&self, what: &str, kind: BlockKind, bytes: u64) -> Result<Block, DeviceError> {
+        let bytes = bytes.max(4).next_multiple_of(4);
+        match &self.memory {
+            Some(memory) => memory.alloc(self.gpu, what, kind, bytes),
+            None => Ok(Block::standalone(self.gpu.storage(what, bytes)?)),
+        }
+    }
+
     /// A new device tensor of `dtype` and `shape` (contents undefined until written).
     pub fn alloc(&self, dtype: DataType, shape: &[usize]) -> Result<DeviceTensor, DeviceError> {
         let len: usize = shape.iter().product();
         let what = format!("allocating a {dtype}{shape:?} tensor");
-        let buffer = self.gpu.storage(&what, len as u64 * 4)?;
-        Ok(DeviceTensor { buffer: Arc::new(buffer), dtype, shape: shape.to_vec() })
+        let block = self.block(&what, BlockKind::Kernel, len as u64 * 4)?;
+        Ok(DeviceTensor { buffer: Arc::new(block), dtype, shape: shape.to_vec() })
     }
 
+    /// A new device tensor in a buffer of its own, outside the arena: for kernels that
+    /// bind their output read-write next to read-only inputs (plugins' WGSL), which wgpu
+    /// refuses within one buffer. Allocated per run.
+    pub fn alloc_standalone(&self, dtype: DataType, shape: &[usize]) -> Result<DeviceTensor, DeviceError> {
+        let len: usize = shape.iter().product();
+        let what = format!("allocating a {dtype}{shape:?} tensor");
+        let buffer = self.gpu.storage(&what, len as u64 * 4)?;
+        Ok(DeviceTensor { buffer: Arc::new(Block::standalone(buffer)), dtype, shape: shape.to_vec() })
+    }
+
+    /// `t` on the device for this run (in the arena where there is one).
     pub fn upload(&self, t: &HostTensor) -> Result<DeviceTensor, String> {
         let words = to_words(t)?;
         let what = format!("uploading a {}{:?} tensor", t.dtype(), t.shape());
+        let block = match &self.memory {
+            Some(memory) => {
+                let block = memory
+                    .alloc(self.gpu, &what, BlockKind::Upload, (words.len() as u64 * 4).max(4))
+                    .map_err(|e| e.to_string())?;
+                if !words.is_empty() {
+                    self.gpu.queue.write_buffer(block.buffer(), block.offset(), bytemuck::cast_slice(&words));
+                }
+                block
+            }
+            None => Block::standalone(self.gpu.storage_init(&what, &words).map_err(|e| e.to_string())?),
+        };
+        Ok(DeviceTensor { buffer: Arc::new(block), dtype: t.dtype(), shape: t.shape().to_vec() })
+    }
+
+    /// `t` in a buffer of its own that outlives the run (constants kept between runs).
+    pub fn upload_owned(&self, t: &HostTensor) -> Result<DeviceTensor, String> {
+        let words = to_words(t)?;
+        let what = format!("uploading a {}{:?} tensor", t.dtype(), t.shape());
         let buffer = self.gpu.storage_init(&what, &words).map_err(|e| e.to_string())?;
-        Ok(DeviceTensor { buffer: Arc::new(buffer), dtype: t.dtype(), shape: t.shape().to_vec() })
+        Ok(DeviceTensor { buffer: Arc::new(Block::standalone(buffer)), dtype: t.dtype(), shape: t.shape().to_vec() })
+    }
+
+    fn params(&self, words: &[u32]) -> Result<ParamsBinding, DeviceError> {
+        match &self.memory {
+            Some(memory) => memory.params(self.gpu, words),
+            None => Ok(ParamsBinding::Own(self.gpu.storage_init("uploading kernel parameters", words)?)),
+        }
     }
 
     /// Records `kernel` over `groups` workgroups with `params` at binding 0 and
@@ -213,7 +273,7 @@ impl Recorder {
         &self,
         kernel: &Instance,
         params: &[u32],
-        buffers: &[&wgpu::Buffer],
+        buffers: &[&Block],
         groups: [u32; 3],
     ) -> Result<(), DeviceError> {
         if groups.contains(&0) {
@@ -228,16 +288,13 @@ impl Recorder {
             });
         }
         let pipeline = self.gpu.pipeline(&kernel.key, || kernel.source())?;
-        let params = self.gpu.storage_init("uploading kernel parameters", params)?;
+        let params = self.params(params)?;
         let what = format!("recording kernel `{}`", kernel.key);
         self.gpu.scoped(&what, || {
             let layout = pipeline.get_bind_group_layout(0);
-            let mut entries = vec![wgpu::BindGroupEntry { binding: 0, resource: params.as_entire_binding() }];
+            let mut entries = vec![wgpu::BindGroupEntry { binding: 0, resource: params.binding() }];
             entries.extend(
-                buffers
-                    .iter()
-                    .enumerate()
-                    .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32 + 1, resource: b.as_entire_binding() }),
+                buffers.iter().enumerate().map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32 + 1, resource: b.binding() }),
             );
             let bind_group = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: None,
@@ -260,7 +317,7 @@ impl Recorder {
         &self,
         what: &str,
         pipeline: &wgpu::ComputePipeline,
-        buffers: &[&wgpu::Buffer],
+        buffers: &[&Block],
         groups: [u32; 3],
     ) -> Result<(), DeviceError> {
         if groups.contains(&0) {
@@ -278,7 +335,7 @@ impl Recorder {
             let entries: Vec<wgpu::BindGroupEntry> = buffers
                 .iter()
                 .enumerate()
-                .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
+                .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.binding() })
                 .collect();
             let bind_group = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: None,
@@ -301,7 +358,7 @@ impl Recorder {
         &self,
         kernel: &Instance,
         params: &[u32],
-        buffers: &[&wgpu::Buffer],
+        buffers: &[&Block],
         count: usize,
     ) -> Result<(), DeviceError> {
         let groups = count.div_ceil(WORKGROUP as usize) as u64;
@@ -313,7 +370,21 @@ impl Recorder {
     /// Submits what was recorded and reads `t` back.
     pub fn read(&self, t: &DeviceTensor) -> Result<HostTensor, String> {
         let encoder = self.encoder.lock().map_err(|_| "a thread panicked while recording".to_string())?.take();
-        let words = self.gpu.read_words(encoder, &t.buffer, t.len()).map_err(|e| e.to_string())?;
+        let block = &t.buffer;
+        let words = match &self.memory {
+            Some(memory) => {
+                memory.flush_params(self.gpu);
+                let staging = memory.take_staging(self.gpu, t.len() as u64 * 4).map_err(|e| e.to_string())?;
+                let words = self.gpu.read_words_via(encoder, block.buffer(), block.offset(), t.len(), &staging);
+                memory.return_staging(staging);
+                words
+            }
+            None => {
+                let staging = self.gpu.readback_buffer(t.len() as u64 * 4).map_err(|e| e.to_string())?;
+                self.gpu.read_words_via(encoder, block.buffer(), block.offset(), t.len(), &staging)
+            }
+        }
+        .map_err(|e| e.to_string())?;
         from_words(t.dtype, t.shape.clone(), &words)
     }
 }

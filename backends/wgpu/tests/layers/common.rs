@@ -56,10 +56,19 @@ pub fn one_layer(kind: LayerKind, inputs: Vec<In>) -> (Network, Vec<HostTensor>)
     (net, feeds)
 }
 
-/// Runs `net` on both backends.
+/// Runs `net` on both backends. wgpu runs it twice: the first execution allocates as it
+/// goes, the second takes its memory from the arena planned from the first (see
+/// kiln_wgpu's arena); both must give the same values.
 pub fn both(gpu: &WgpuBackend, net: &Network, feeds: &[HostTensor]) -> (Vec<HostTensor>, Vec<HostTensor>) {
     let want = CpuBackend::new().prepare(net).expect("cpu prepare").execute(feeds).expect("cpu run");
-    let got = gpu.prepare(net).expect("wgpu prepare").execute(feeds).unwrap_or_else(|e| panic!("wgpu run: {e}"));
+    let exe = gpu.prepare(net).expect("wgpu prepare");
+    let first = exe.execute(feeds).unwrap_or_else(|e| panic!("wgpu run: {e}"));
+    let got = exe.execute(feeds).unwrap_or_else(|e| panic!("wgpu run from the arena: {e}"));
+    assert_eq!(first.len(), got.len(), "output count of the second run");
+    for (a, b) in first.iter().zip(&got) {
+        // Debug text compares NaNs as equal.
+        assert_eq!(format!("{:?}", a.data()), format!("{:?}", b.data()), "the run from the arena differs");
+    }
     (got, want)
 }
 
