@@ -3,9 +3,13 @@
 //! re-plans, and the results match the cpu backend. The buffer counter is process-wide,
 //! so the tests of this file take turns.
 
+#[allow(dead_code)]
+#[path = "../../../engine/onnx/tests/common/pytorch_data.rs"]
+mod pytorch_data;
+
 use kiln::{Backend, BuilderConfig, ExecutionContext, HostTensor, LayerKind, Network, PreparedEngine, Shape};
 use kiln_wgpu::WgpuBackend;
-use npyz::npz::NpzArchive;
+use pytorch_data::read_npz;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::HashMap;
@@ -56,24 +60,6 @@ fn model(path: &str) -> (Network, HashMap<String, HostTensor>) {
         })
         .collect();
     (net, inputs)
-}
-
-fn read_npz(path: &Path) -> HashMap<String, HostTensor> {
-    let mut archive = NpzArchive::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
-    let names: Vec<String> = archive.array_names().map(str::to_string).collect();
-    names
-        .into_iter()
-        .map(|name| {
-            let npy = archive.by_name(&name).expect("read array").expect("array exists");
-            let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
-            let data = match npy.dtype().descr().trim_matches('\'') {
-                "<f4" => kiln::TensorData::F32(npy.into_vec::<f32>().expect("f32 data")),
-                "<i8" => kiln::TensorData::I64(npy.into_vec::<i64>().expect("i64 data")),
-                other => panic!("{name}: unexpected dtype {other}"),
-            };
-            (name, HostTensor::new(shape, data).expect("shape matches"))
-        })
-        .collect()
 }
 
 fn prepared(backend: &dyn Backend, net: &Network) -> Arc<PreparedEngine> {

@@ -2,7 +2,8 @@
 //! runs, device phase times, several contexts on one engine at once, out of memory.
 
 use crate::common::{backend, worst_error};
-use crate::models::{read_npz, repo};
+use crate::models::repo;
+use crate::pytorch_data::read_npz;
 use kiln::{Backend, BackendError, DataType, ExecutionContext, HostTensor, Network, PreparedEngine, TensorData};
 use kiln_cuda::arena::{Arena, ArenaPlan, Event};
 use kiln_cuda::{CudaBackend, GpuError};

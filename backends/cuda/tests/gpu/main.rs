@@ -14,3 +14,6 @@ mod execution;
 mod layers;
 mod layers_a;
 mod models;
+#[allow(dead_code)]
+#[path = "../../../../engine/onnx/tests/common/pytorch_data.rs"]
+mod pytorch_data;

@@ -2,32 +2,14 @@
 //! and its passes: Fused and Attention layers) against PyTorch's outputs stored beside them.
 
 use crate::common::{backend, worst_error};
+use crate::pytorch_data::read_npz;
 use kiln::HostTensor;
-use npyz::npz::NpzArchive;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// The repository root: `KILN_REPO` on the GPU machine, else this checkout.
 pub fn repo() -> PathBuf {
     std::env::var_os("KILN_REPO").map(PathBuf::from).unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
-}
-
-pub fn read_npz(path: &Path) -> HashMap<String, HostTensor> {
-    let mut archive = NpzArchive::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
-    let names: Vec<String> = archive.array_names().map(str::to_string).collect();
-    names
-        .into_iter()
-        .map(|name| {
-            let npy = archive.by_name(&name).expect("read array").expect("array exists");
-            let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
-            let data = match npy.dtype().descr().trim_matches('\'') {
-                "<f4" => kiln::TensorData::F32(npy.into_vec::<f32>().expect("f32 data")),
-                "<i8" => kiln::TensorData::I64(npy.into_vec::<i64>().expect("i64 data")),
-                other => panic!("{name}: unexpected dtype {other}"),
-            };
-            (name, HostTensor::new(shape, data).expect("shape matches"))
-        })
-        .collect()
 }
 
 /// The model built with every float layer constrained to `precision` (f16/bf16 kernels and
