@@ -13,6 +13,10 @@ using namespace nvcuda;
 #define FA_BK 32
 #define FA_DMAX 64
 #define FA_WARPS 4
+// Row strides of the per-warp tiles, padded so the rows of one column fall in different banks.
+#define FA_SS_LD (FA_BK + 4)
+#define FA_PS_LD (FA_BK + 8)
+#define FA_OS_LD (FA_DMAX + 4)
 
 __device__ __forceinline__ float fa_warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -29,9 +33,9 @@ __device__ void flash_attention(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_
     __shared__ __align__(32) T qs[FA_BQ][FA_DMAX];
     __shared__ __align__(32) T ks[FA_BK][FA_DMAX];
     __shared__ __align__(32) T vs[FA_BK][FA_DMAX];
-    __shared__ __align__(32) float ss[FA_WARPS][16][FA_BK];
-    __shared__ __align__(32) T ps[FA_WARPS][16][FA_BK];
-    __shared__ __align__(32) float os[FA_WARPS][16][FA_DMAX];
+    __shared__ __align__(32) float ss[FA_WARPS][16][FA_SS_LD];
+    __shared__ __align__(32) T ps[FA_WARPS][16][FA_PS_LD];
+    __shared__ __align__(32) float os[FA_WARPS][16][FA_OS_LD];
     __shared__ float row_max[FA_BQ], row_sum[FA_BQ];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const i64 tile = blockIdx.x % q_tiles, bh = blockIdx.x / q_tiles;
@@ -48,7 +52,7 @@ __device__ void flash_attention(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_
         int r = i / FA_DMAX, c = i % FA_DMAX;
         qs[r][c] = (q0 + r < sq && c < d) ? qb[(q0 + r) * d + c] : zero;
     }
-    for (int i = threadIdx.x; i < FA_WARPS * 16 * FA_DMAX; i += blockDim.x) (&os[0][0][0])[i] = 0.0f;
+    for (int i = threadIdx.x; i < FA_WARPS * 16 * FA_OS_LD; i += blockDim.x) (&os[0][0][0])[i] = 0.0f;
     for (int i = threadIdx.x; i < FA_BQ; i += blockDim.x) { row_max[i] = -INFINITY; row_sum[i] = 0.0f; }
 
     for (i64 k0 = 0; k0 < sk; k0 += FA_BK) {
@@ -71,41 +75,58 @@ __device__ void flash_attention(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_
                 wmma::load_matrix_sync(b, &ks[j * 16][kk], FA_DMAX);
                 wmma::mma_sync(acc, a, b, acc);
             }
-            wmma::store_matrix_sync(&ss[warp][0][j * 16], acc, FA_BK, wmma::mem_row_major);
+            wmma::store_matrix_sync(&ss[warp][0][j * 16], acc, FA_SS_LD, wmma::mem_row_major);
         }
         __syncwarp();
-        // Online softmax: lane = key column, one row at a time.
-        for (int r = 0; r < 16; ++r) {
-            const int row = warp * 16 + r;
-            const i64 qi = q0 + row, kj = k0 + lane;
-            float s = -INFINITY;
-            if (kj < sk) {
-                s = ss[warp][r][lane] * scale;
-                if (has_mask && qi < sq) s += to_f(mb[qi * st.stride[1][2] + kj * st.stride[1][3]]);
+        // Online softmax, two lanes per row (16 of the 32 keys each): every row at once.
+        {
+            const int r = lane >> 1, half = lane & 1, row = warp * 16 + r;
+            const i64 qi = q0 + row;
+            float s[16];
+            float local_max = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < 16; ++j) {
+                const int c = half * 16 + j;
+                const i64 kj = k0 + c;
+                float x = -INFINITY;
+                if (kj < sk) {
+                    x = ss[warp][r][c] * scale;
+                    if (has_mask && qi < sq) x += to_f(mb[qi * st.stride[1][2] + kj * st.stride[1][3]]);
+                }
+                s[j] = x;
+                local_max = fmaxf(local_max, x);
             }
             const float m_old = row_max[row];
-            const float m_new = fmaxf(m_old, fa_warp_max(s));
-            const float e = (m_new == -INFINITY) ? 0.0f : __expf(s - m_new);
-            const float sum = fa_warp_sum(e);
+            const float m_new = fmaxf(m_old, fmaxf(local_max, __shfl_xor_sync(0xffffffffu, local_max, 1)));
+            float local_sum = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 16; ++j) {
+                const float e = (m_new == -INFINITY) ? 0.0f : __expf(s[j] - m_new);
+                ps[warp][r][half * 16 + j] = from_f<T>(e);
+                local_sum += e;
+            }
+            const float sum = local_sum + __shfl_xor_sync(0xffffffffu, local_sum, 1);
             const float corr = (m_old == -INFINITY) ? 0.0f : __expf(m_old - m_new);
-            ps[warp][r][lane] = from_f<T>(e);
-            for (int c = lane; c < dv16; c += 32) os[warp][r][c] *= corr;
+            for (int c = half; c < dv16; c += 2) os[warp][r][c] *= corr;
             __syncwarp();
-            if (lane == 0) { row_max[row] = m_new; row_sum[row] = row_sum[row] * corr + sum; }
-            __syncwarp();
+            if (half == 0) {
+                row_max[row] = m_new;
+                row_sum[row] = row_sum[row] * corr + sum;
+            }
         }
+        __syncwarp();
         // O (16 x dv per warp) += P · V block.
         for (int j = 0; j < dv16 / 16; ++j) {
             wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-            wmma::load_matrix_sync(acc, &os[warp][0][j * 16], FA_DMAX, wmma::mem_row_major);
+            wmma::load_matrix_sync(acc, &os[warp][0][j * 16], FA_OS_LD, wmma::mem_row_major);
             for (int kk = 0; kk < FA_BK; kk += 16) {
                 wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b;
-                wmma::load_matrix_sync(a, &ps[warp][0][kk], FA_BK);
+                wmma::load_matrix_sync(a, &ps[warp][0][kk], FA_PS_LD);
                 wmma::load_matrix_sync(b, &vs[kk][j * 16], FA_DMAX);
                 wmma::mma_sync(acc, a, b, acc);
             }
-            wmma::store_matrix_sync(&os[warp][0][j * 16], acc, FA_DMAX, wmma::mem_row_major);
+            wmma::store_matrix_sync(&os[warp][0][j * 16], acc, FA_OS_LD, wmma::mem_row_major);
         }
         __syncwarp();
     }

@@ -171,6 +171,7 @@ def bench_one(args, name, batch, work, log):
     result["kiln_latency_median_ms"] = kiln["latency_ms"]["median"]
     result["kiln_gpu_compute_median_ms"] = gpu["median"] if isinstance(gpu, dict) else None
     result["kiln_h2d_median_ms"] = (kiln.get("h2d_ms") or {}).get("median") if isinstance(kiln.get("h2d_ms"), dict) else None
+    result["kiln_cuda_graph"] = kiln.get("cuda_graph")
     if "kiln_no_graph" in timings:
         result["kiln_no_graph_latency_median_ms"] = timings["kiln_no_graph"]["latency_ms"]["median"]
     result["kiln_bench"] = timings

@@ -11,6 +11,7 @@ use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaModule, CudaSli
 use cudarc::driver::{DevicePtr, DevicePtrMut, DeviceSlice, PushKernelArg, SyncOnDrop};
 use cudarc::nvrtc::Ptx;
 use kiln::{DataType, DeviceFingerprint, HostTensor, TensorData};
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::thread::{self, ThreadId};
@@ -117,6 +118,11 @@ pub struct Sessions {
     current: Mutex<Option<Session>>,
     /// Held by each execution: one stream, so runs on this device take turns.
     pub run_lock: Mutex<()>,
+}
+
+thread_local! {
+    /// Set while this thread allocates values that outlive the run (see [`Gpu::persistent`]).
+    static PERSISTENT: Cell<bool> = const { Cell::new(false) };
 }
 
 #[derive(Debug)]
@@ -338,7 +344,7 @@ impl Gpu {
     pub fn alloc(&self, bytes: usize) -> Result<DeviceBuffer, GpuError> {
         let bytes = bytes.max(1);
         match self.sessions.access() {
-            Access::Traced(tracer) => {
+            Access::Traced(tracer) if !PERSISTENT.with(Cell::get) => {
                 let mut t = lock(&tracer);
                 let (k, served) = t.alloc(bytes)?;
                 let traced = Some((Arc::downgrade(&tracer), k));
@@ -359,8 +365,19 @@ impl Gpu {
                     }),
                 }
             }
+            Access::Traced(_) => self.plain_alloc(bytes, None),
             Access::Plain(_guard) => self.plain_alloc(bytes, None),
         }
+    }
+
+    /// Runs `f` with every allocation it makes outside the current run's trace and arena: for
+    /// values cached across runs (cuDNN's channels-last filters), which a later run neither
+    /// allocates again nor may find overwritten by the arena.
+    pub fn persistent<T>(&self, f: impl FnOnce() -> T) -> T {
+        let was = PERSISTENT.with(|p| p.replace(true));
+        let out = f();
+        PERSISTENT.with(|p| p.set(was));
+        out
     }
 
     fn plain_alloc(&self, bytes: usize, traced: Option<(Weak<Mutex<Tracer>>, usize)>) -> Result<DeviceBuffer, GpuError> {

@@ -483,7 +483,8 @@ impl Dnn {
             }
         }
         filters.retain(|_, (original, _)| original.strong_count() > 0);
-        let converted = convert(w)?;
+        // Cached across runs: outside the run's trace and arena.
+        let converted = gpu.persistent(|| convert(w))?;
         filters.insert(key, (Arc::downgrade(&w.buf), converted.clone()));
         Ok(converted)
     }

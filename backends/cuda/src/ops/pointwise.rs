@@ -181,6 +181,8 @@ pub enum ChainStep {
 /// Most steps and operands one `chain_*` launch takes (`Chain` in kernels/elementwise.cu).
 const CHAIN_STEPS: usize = 8;
 const CHAIN_OPERANDS: usize = 4;
+/// Enough blocks of 256 threads to fill an H100/H200-class GPU several times over.
+const CHAIN_MAX_BLOCKS: usize = 2048;
 
 /// Runs `steps` on `x` in one pass, the running value in f32 between steps; `None` where the
 /// chain kernel does not apply (a non-float type, a comparison or logical op, mixed operand
@@ -232,6 +234,9 @@ pub fn chain(cx: &Ctx, x: &DeviceTensor, steps: &[ChainStep]) -> Result<Option<D
         operand(3),
         cx.arg(&out),
     ];
-    cx.launch_elements(&format!("chain_{suffix}"), n, &args)?;
+    // Each block first copies the program to shared memory (one thread): a bounded grid whose
+    // threads stride over many elements pays that once per block, not once per 256 elements.
+    let blocks = n.div_ceil(256).clamp(1, CHAIN_MAX_BLOCKS) as u32;
+    cx.gpu.launch(&format!("chain_{suffix}"), blocks, 256, &args).map_err(|e| e.to_string())?;
     Ok(Some(out))
 }
