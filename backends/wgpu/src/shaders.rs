@@ -21,6 +21,8 @@ pub const BODIES: &[(&str, &str)] = &[
     ("copy", include_str!("../../../shaders/copy.wgsl")),
     ("fill", include_str!("../../../shaders/fill.wgsl")),
     ("narrow", include_str!("../../../shaders/narrow.wgsl")),
+    ("widen_f16", include_str!("../../../shaders/widen_f16.wgsl")),
+    ("narrow_f16", include_str!("../../../shaders/narrow_f16.wgsl")),
     ("matmul", include_str!("../../../shaders/matmul.wgsl")),
     ("matmul_wide", include_str!("../../../shaders/matmul_wide.wgsl")),
     ("conv", include_str!("../../../shaders/conv.wgsl")),
@@ -59,6 +61,10 @@ pub fn tensor_bindings_read_write(source: &str) -> String {
     source.replace("var<storage, read>", "var<storage, read_write>")
 }
 
+/// The directive of kernels that bind `array<f16>` (needs SHADER_F16); a prelude starting
+/// with it has it moved to the head of the module, where WGSL requires directives.
+pub const ENABLE_F16: &str = "enable f16;\n";
+
 /// One compilable kernel: its cache key and the parts of its source.
 #[derive(Clone, Debug)]
 pub struct Instance {
@@ -79,7 +85,22 @@ impl Instance {
     }
 
     pub fn source(&self) -> String {
-        tensor_bindings_read_write(&format!("{COMMON}\n{}\n{}", self.prelude, self.body))
+        let (directive, prelude) = match self.prelude.strip_prefix(ENABLE_F16) {
+            Some(rest) => (ENABLE_F16, rest),
+            None => ("", self.prelude.as_str()),
+        };
+        tensor_bindings_read_write(&format!("{directive}{COMMON}\n{prelude}\n{}", self.body))
+    }
+
+    /// Whether the kernel needs the SHADER_F16 feature (`enable f16;`).
+    pub fn needs_f16(&self) -> bool {
+        self.prelude.starts_with(ENABLE_F16)
+    }
+
+    /// f16 halves → f32 words, or (`to_halves`) f32 words → halves rounded to nearest even.
+    pub fn f16_conversion(to_halves: bool) -> Instance {
+        let body = if to_halves { "narrow_f16" } else { "widen_f16" };
+        Instance::new(body, body.to_string(), ENABLE_F16.to_string())
     }
 
     pub fn binary(op: ElementwiseOp, s: Storage) -> Option<(Storage, Instance)> {
@@ -246,6 +267,7 @@ pub fn all_instantiations() -> Vec<Instance> {
     .into_iter()
     .map(Instance::plain)
     .collect();
+    all.extend([false, true].map(Instance::f16_conversion));
     for s in Storage::ALL {
         all.push(Instance::matmul(s));
         all.extend(ELEMENTWISE_OPS.iter().filter_map(|&op| Instance::binary(op, s)).map(|(_, i)| i));
