@@ -30,3 +30,70 @@ pub fn to_halves(rec: &Recorder, t: DeviceTensor) -> KResult<DeviceTensor> {
         .map_err(|e| e.to_string())?;
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::f16;
+    use kiln::{HostTensor, TensorData};
+
+    /// Odd-length special values: NaNs of both signs, -0, subnormals, infinities, the largest f16.
+    fn special() -> HostTensor {
+        let bits = [0x7e01u16, 0xfe00, 0x8000, 0x0001, 0x83ff, 0x7c00, 0xfc00, 0x7bff, 0x3c00];
+        HostTensor::new(vec![9], TensorData::F16(bits.into_iter().map(f16::from_bits).collect())).expect("shape")
+    }
+
+    fn bits(t: &HostTensor) -> Vec<u16> {
+        match t.data() {
+            TensorData::F16(v) => v.iter().map(|h| h.to_bits()).collect(),
+            other => panic!("not f16: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_f16_tensor_holds_two_bytes_per_element() {
+        let gpu = match crate::device::shared() {
+            Ok(gpu) => gpu,
+            Err(e) => return eprintln!("SKIPPED: no wgpu adapter/driver: {e}"),
+        };
+        if !gpu.features.contains(wgpu::Features::SHADER_F16) {
+            return eprintln!("SKIPPED: the adapter `{}` has no SHADER_F16", gpu.info.name);
+        }
+        let x = special();
+        let rec = Recorder::new(gpu).with_half_storage(true);
+        let halves = rec.upload(&x).expect("upload");
+        assert_eq!(halves.packing, Packing::Half);
+        assert_eq!(halves.buffer.size(), 20, "9 halves: 18 bytes rounded up to 4");
+        assert_eq!(bits(&rec.read(&halves).expect("read")), bits(&x), "upload and download are bit-exact");
+        let words = widen(&rec, &halves).expect("widen");
+        assert_eq!((words.packing, words.buffer.size()), (Packing::Word, 36));
+        let back = to_halves(&rec, words.clone()).expect("narrow");
+        assert_eq!(back.buffer.size(), 20);
+        // Through f32 words and back: exact but for NaN payloads, which may not survive.
+        for (got, want) in bits(&rec.read(&back).expect("read")).iter().zip(bits(&x)) {
+            let (g, w) = (f16::from_bits(*got), f16::from_bits(want));
+            assert!(got == &want || (g.is_nan() && w.is_nan() && got >> 15 == want >> 15), "{want:#06x} -> {got:#06x}");
+        }
+        let off = Recorder::new(gpu).with_half_storage(false).upload(&x).expect("upload");
+        assert_eq!((off.packing, off.buffer.size()), (Packing::Word, 36), "switched off: f32 words");
+    }
+
+    #[test]
+    fn words_are_rounded_to_nearest_even_when_stored_as_halves() {
+        let gpu = match crate::device::shared() {
+            Ok(gpu) => gpu,
+            Err(e) => return eprintln!("SKIPPED: no wgpu adapter/driver: {e}"),
+        };
+        if !gpu.features.contains(wgpu::Features::SHADER_F16) {
+            return eprintln!("SKIPPED: the adapter `{}` has no SHADER_F16", gpu.info.name);
+        }
+        let rec = Recorder::new(gpu).with_half_storage(true);
+        // Ties to even, beyond the range to infinity, f16 subnormals.
+        let values = [1.0 + 2f32.powi(-11), 1.0 + 3.0 * 2f32.powi(-11), 65520.0, -1e6, 3.0 * 2f32.powi(-25), 0.1];
+        let words = rec.upload(&HostTensor::from_f32(vec![values.len()], values.to_vec()).expect("shape")).expect("up");
+        let words = DeviceTensor { dtype: kiln::DataType::F16, ..words };
+        let got = bits(&rec.read(&to_halves(&rec, words).expect("narrow")).expect("read"));
+        let want: Vec<u16> = values.iter().map(|&v| f16::from_f32(v).to_bits()).collect();
+        assert_eq!(got, want);
+    }
+}
