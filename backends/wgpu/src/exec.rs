@@ -238,7 +238,11 @@ impl<'e> Run<'e> {
         // without an f16 instantiation as f32 words (one conversion kernel each), and its
         // f16 outputs, written as words, are stored as halves again (another). So every
         // layer runs with f16 storage; native f16 kernels skip the conversions.
-        let device = self.words(device)?;
+        let native = |t: &Option<DeviceTensor>| t.as_ref().is_none_or(|t| t.packing == crate::value::Packing::Half);
+        let device = match pointwise::has_f16_kernel(&layer.kind) && device.iter().all(native) {
+            true => device,
+            false => self.words(device)?,
+        };
         let outputs = self.device_layer(&layer.kind, &device, &hosts, &facts, &outs)?;
         let outputs = self.stored(outputs)?;
         if outputs.len() != expected.len() {

@@ -97,6 +97,11 @@ impl Instance {
         self.prelude.starts_with(ENABLE_F16)
     }
 
+    /// Whether a pointwise kernel stores its output as f16 halves (see `ops::half_io`).
+    pub fn writes_halves(&self) -> bool {
+        self.needs_f16() && self.prelude.contains("alias OS = f16;")
+    }
+
     /// f16 halves → f32 words, or (`to_halves`) f32 words → halves rounded to nearest even.
     pub fn f16_conversion(to_halves: bool) -> Instance {
         let body = if to_halves { "narrow_f16" } else { "widen_f16" };
@@ -106,6 +111,27 @@ impl Instance {
     pub fn binary(op: ElementwiseOp, s: Storage) -> Option<(Storage, Instance)> {
         let (o, prelude) = ops::binary(op, s)?;
         Some((o, Instance::new("binary", format!("binary/{op:?}/{}", s.wgsl()), prelude)))
+    }
+
+    /// The f16 instantiation of [`Instance::binary`] on f32: halves in, halves out (bool
+    /// words for comparisons), computing in f32.
+    pub fn binary_f16(op: ElementwiseOp) -> Option<(Storage, Instance)> {
+        let (o, prelude) = ops::binary(op, Storage::F32)?;
+        Some((o, Instance::new("binary", format!("binary/{op:?}/f16"), ops::half_io(&prelude, o)?)))
+    }
+
+    /// The f16 instantiation of [`Instance::unary`] on f32 (see [`Instance::binary_f16`]).
+    pub fn unary_f16(op: UnaryOp) -> Option<(Storage, Instance)> {
+        let (o, prelude) = ops::unary(op, Storage::F32)?;
+        Some((o, Instance::new("unary", format!("unary/{op:?}/f16"), ops::half_io(&prelude, o)?)))
+    }
+
+    /// The f16 instantiation of [`Instance::activation`] on f32.
+    pub fn activation_f16(kind: &ActivationKind) -> Option<(Instance, [f32; 3])> {
+        let (f32_kernel, p) = Instance::activation(kind, Storage::F32)?;
+        let prelude = ops::half_io(&f32_kernel.prelude, Storage::F32)?;
+        let key = f32_kernel.key.replace("/f32", "/f16");
+        Some((Instance::new("unary", key, prelude), p))
     }
 
     pub fn unary(op: UnaryOp, s: Storage) -> Option<(Storage, Instance)> {
@@ -268,6 +294,9 @@ pub fn all_instantiations() -> Vec<Instance> {
     .map(Instance::plain)
     .collect();
     all.extend([false, true].map(Instance::f16_conversion));
+    all.extend(ELEMENTWISE_OPS.iter().filter_map(|&op| Instance::binary_f16(op)).map(|(_, i)| i));
+    all.extend(UNARY_OPS.iter().filter_map(|&op| Instance::unary_f16(op)).map(|(_, i)| i));
+    all.extend(ACTIVATIONS.iter().filter_map(Instance::activation_f16).map(|(i, _)| i));
     for s in Storage::ALL {
         all.push(Instance::matmul(s));
         all.extend(ELEMENTWISE_OPS.iter().filter_map(|&op| Instance::binary(op, s)).map(|(_, i)| i));
