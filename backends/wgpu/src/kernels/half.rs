@@ -96,4 +96,35 @@ mod tests {
         let want: Vec<u16> = values.iter().map(|&v| f16::from_f32(v).to_bits()).collect();
         assert_eq!(got, want);
     }
+
+    #[test]
+    fn pointwise_kernels_read_and_write_halves_natively() {
+        let gpu = match crate::device::shared() {
+            Ok(gpu) => gpu,
+            Err(e) => return eprintln!("SKIPPED: no wgpu adapter/driver: {e}"),
+        };
+        if !gpu.features.contains(wgpu::Features::SHADER_F16) {
+            return eprintln!("SKIPPED: the adapter `{}` has no SHADER_F16", gpu.info.name);
+        }
+        use crate::kernels::pointwise;
+        use kiln::{ActivationKind, ElementwiseOp, LayerKind};
+        assert!(pointwise::has_f16_kernel(&LayerKind::Elementwise { op: ElementwiseOp::Sum }));
+        assert!(!pointwise::has_f16_kernel(&LayerKind::SoftMax { axis: 0 }));
+        let rec = Recorder::new(gpu).with_half_storage(true);
+        let a: Vec<f16> = [1.0f32, 2049.0, -3.5, 65504.0, 0.1].into_iter().map(f16::from_f32).collect();
+        let b: Vec<f16> = [2f32.powi(-11), 1.0, 0.25, 65504.0, 0.2].into_iter().map(f16::from_f32).collect();
+        let up = |v: &[f16]| rec.upload(&HostTensor::new(vec![v.len()], TensorData::F16(v.to_vec())).unwrap()).unwrap();
+        let (da, db) = (up(&a), up(&b));
+        let sum = pointwise::binary(&rec, ElementwiseOp::Sum, &da, &db, &[5], kiln::DataType::F16).expect("sum");
+        assert_eq!(sum.packing, Packing::Half, "the f16 kernel stores halves");
+        // Computed in f32, rounded once to nearest even (65504 + 65504 overflows to infinity).
+        let want: Vec<u16> = a.iter().zip(&b).map(|(x, y)| f16::from_f32(x.to_f32() + y.to_f32()).to_bits()).collect();
+        assert_eq!(bits(&rec.read(&sum).expect("read")), want);
+        let less = pointwise::binary(&rec, ElementwiseOp::Less, &da, &db, &[5], kiln::DataType::Bool).expect("less");
+        assert_eq!(less.packing, Packing::Word, "bool stays a word");
+        let relu = pointwise::activation(&rec, &ActivationKind::Relu, &da).expect("relu");
+        assert_eq!(relu.packing, Packing::Half);
+        let want: Vec<u16> = a.iter().map(|x| f16::from_f32(x.to_f32().max(0.0)).to_bits()).collect();
+        assert_eq!(bits(&rec.read(&relu).expect("read")), want);
+    }
 }
