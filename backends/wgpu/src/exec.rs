@@ -239,7 +239,7 @@ impl<'e> Run<'e> {
         // f16 outputs, written as words, are stored as halves again (another). So every
         // layer runs with f16 storage; native f16 kernels skip the conversions.
         let native = |t: &Option<DeviceTensor>| t.as_ref().is_none_or(|t| t.packing == crate::value::Packing::Half);
-        let device = match pointwise::has_f16_kernel(&layer.kind) && device.iter().all(native) {
+        let device = match half::native(&layer.kind) && device.iter().all(native) {
             true => device,
             false => self.words(device)?,
         };

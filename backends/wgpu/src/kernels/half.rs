@@ -6,6 +6,20 @@ use crate::shaders::Instance;
 use crate::value::{DeviceTensor, Packing, Recorder};
 use kiln::DataType;
 
+/// Whether a layer has kernels taking f16 halves natively (the executor then skips its
+/// generic widen/narrow path): the pointwise f16 instantiations, and MatrixMultiply
+/// through the f16 GEMM (which widens operands it cannot take itself).
+pub fn native(kind: &kiln::LayerKind) -> bool {
+    use kiln::LayerKind as K;
+    match kind {
+        K::Elementwise { op } => Instance::binary_f16(*op).is_some(),
+        K::Unary { op } => Instance::unary_f16(*op).is_some(),
+        K::Activation { kind } => Instance::activation_f16(kind).is_some(),
+        K::MatrixMultiply { .. } => true,
+        _ => false,
+    }
+}
+
 /// `t` as f32 words (exact); word tensors come back as they are.
 pub fn widen(rec: &Recorder, t: &DeviceTensor) -> KResult<DeviceTensor> {
     if t.packing == Packing::Word {
@@ -108,8 +122,8 @@ mod tests {
         }
         use crate::kernels::pointwise;
         use kiln::{ActivationKind, ElementwiseOp, LayerKind};
-        assert!(pointwise::has_f16_kernel(&LayerKind::Elementwise { op: ElementwiseOp::Sum }));
-        assert!(!pointwise::has_f16_kernel(&LayerKind::SoftMax { axis: 0 }));
+        assert!(native(&LayerKind::Elementwise { op: ElementwiseOp::Sum }));
+        assert!(!native(&LayerKind::SoftMax { axis: 0 }));
         let rec = Recorder::new(gpu).with_half_storage(true);
         let a: Vec<f16> = [1.0f32, 2049.0, -3.5, 65504.0, 0.1].into_iter().map(f16::from_f32).collect();
         let b: Vec<f16> = [2f32.powi(-11), 1.0, 0.25, 65504.0, 0.2].into_iter().map(f16::from_f32).collect();
@@ -126,5 +140,34 @@ mod tests {
         assert_eq!(relu.packing, Packing::Half);
         let want: Vec<u16> = a.iter().map(|x| f16::from_f32(x.to_f32().max(0.0)).to_bits()).collect();
         assert_eq!(bits(&rec.read(&relu).expect("read")), want);
+    }
+
+    #[test]
+    fn matmul_of_halves_runs_the_f16_gemm() {
+        let gpu = match crate::device::shared() {
+            Ok(gpu) => gpu,
+            Err(e) => return eprintln!("SKIPPED: no wgpu adapter/driver: {e}"),
+        };
+        if !gpu.features.contains(wgpu::Features::SHADER_F16) {
+            return eprintln!("SKIPPED: the adapter `{}` has no SHADER_F16", gpu.info.name);
+        }
+        let rec = Recorder::new(gpu).with_half_storage(true);
+        let (m, k, n) = (5, 8, 12);
+        let av: Vec<f16> = (0..m * k).map(|i| f16::from_f32((i % 7) as f32 * 0.25 - 0.5)).collect();
+        let bv: Vec<f16> = (0..k * n).map(|i| f16::from_f32((i % 5) as f32 * 0.5 - 1.0)).collect();
+        let a = rec.upload(&HostTensor::new(vec![m, k], TensorData::F16(av.clone())).unwrap()).unwrap();
+        let b = rec.upload(&HostTensor::new(vec![k, n], TensorData::F16(bv.clone())).unwrap()).unwrap();
+        let none = kiln::MatrixOp::None;
+        let c = crate::kernels::linalg::matmul(&rec, &a, none, &b, none, &[m, n], kiln::DataType::F16).expect("mm");
+        assert_eq!(c.packing, Packing::Half, "the f16 GEMM writes halves");
+        // Small multiples of 1/4 and 1/2: every product and sum is exact in f32 and f16.
+        let want: Vec<u16> = (0..m * n)
+            .map(|i| {
+                let (r, col) = (i / n, i % n);
+                let dot: f32 = (0..k).map(|j| av[r * k + j].to_f32() * bv[j * n + col].to_f32()).sum();
+                f16::from_f32(dot).to_bits()
+            })
+            .collect();
+        assert_eq!(bits(&rec.read(&c).expect("read")), want);
     }
 }

@@ -66,18 +66,6 @@ fn pointwise_output(rec: &Recorder, halves: bool, dtype: DataType, shape: &[usiz
     }
 }
 
-/// Whether a pointwise layer has an f16 instantiation for inputs stored as halves (the
-/// executor then skips its generic widen/narrow path).
-pub fn has_f16_kernel(kind: &kiln::LayerKind) -> bool {
-    use kiln::LayerKind as K;
-    match kind {
-        K::Elementwise { op } => Instance::binary_f16(*op).is_some(),
-        K::Unary { op } => Instance::unary_f16(*op).is_some(),
-        K::Activation { kind } => Instance::activation_f16(kind).is_some(),
-        _ => false,
-    }
-}
-
 pub fn unary(rec: &Recorder, op: UnaryOp, x: &DeviceTensor, dtype: DataType) -> KResult<DeviceTensor> {
     let kernel = match x.packing {
         Packing::Half => Instance::unary_f16(op),

@@ -64,9 +64,21 @@ fn f16_matmul_and_reductions_match_cpu() {
     let Some(backends) = storages() else { return };
     for (gpu, storage) in &backends {
         let mut r = rng(61);
-        let (a, b) = (f16s(&mut r, &[3, 17, 9], -1.0, 1.0), f16s(&mut r, &[9, 5], -1.0, 1.0));
-        let mm = LayerKind::MatrixMultiply { op_a: kiln::MatrixOp::None, op_b: kiln::MatrixOp::None };
-        check_tol(gpu, mm, vec![In::Run(a), In::Const(b)], RTOL, ATOL, &format!("{storage}: f16 matmul"));
+        use kiln::MatrixOp::{None as N, Transpose as T};
+        // K = 9: widened; then the f16 GEMM (K and N multiples of 4), batched, broadcast
+        // and with a run-time B; a transposed B is widened again.
+        for (a, b, op_b) in [
+            (vec![3, 17, 9], vec![9, 5], N),
+            (vec![2, 70, 12], vec![12, 36], N),
+            (vec![2, 1, 5, 8], vec![3, 8, 4], N),
+            (vec![4, 16], vec![20, 16], T),
+        ] {
+            let (ta, tb) = (f16s(&mut r, &a, -1.0, 1.0), f16s(&mut r, &b, -1.0, 1.0));
+            let mm = LayerKind::MatrixMultiply { op_a: N, op_b };
+            let what = format!("{storage}: f16 matmul {a:?} x {b:?} {op_b:?}");
+            check_tol(gpu, mm.clone(), vec![In::Run(ta.clone()), In::Const(tb.clone())], RTOL, ATOL, &what);
+            check_tol(gpu, mm, vec![In::Run(ta), In::Run(tb)], RTOL, ATOL, &what);
+        }
         let x = f16s(&mut r, &[2, 3, 11], -4.0, 4.0);
         let kind = LayerKind::SoftMax { axis: 2 };
         check_tol(gpu, kind, vec![In::Run(x.clone())], RTOL, ATOL, &format!("{storage}: f16 softmax"));
