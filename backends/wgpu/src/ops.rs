@@ -6,7 +6,9 @@ use crate::shaders::MINIFLOAT;
 use kiln::{ActivationKind, DataType, E8M0Rounding, ElementwiseOp, ReduceOp, UnaryOp};
 
 /// How a logical type is stored on the device: every element is one 32-bit word (WGSL
-/// has no 64-bit or 8-bit storage types). Narrower types are widened (bool is 0 / 1; the
+/// has no 64-bit or 8-bit storage types), except f16 where the adapter has SHADER_F16,
+/// stored as halves (`value::Packing::Half`) and widened to f32 words for kernels without
+/// an f16 instantiation; this is the storage those kernels see. Narrower types are widened (bool is 0 / 1; the
 /// float8 / float4 types hold their decoded f32 value, see `shaders/minifloat.wgsl`); the
 /// 64-bit types are narrowed: f64 is stored and computed as f32, i64 / u64 as i32 / u32
 /// when every value fits (refused on upload otherwise).

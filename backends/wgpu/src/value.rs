@@ -1,5 +1,5 @@
 //! Values of one execution: device tensors (one 32-bit word per element, see
-//! [`crate::ops::Storage`]) or small host tensors (shape arithmetic, kept on the host like
+//! [`crate::ops::Storage`], or f16 halves, see [`Packing`]) or small host tensors (shape arithmetic, kept on the host like
 //! TensorRT's shape tensors), and the recorder that collects every dispatch of a run
 //! into one command encoder.
 
