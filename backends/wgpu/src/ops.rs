@@ -47,7 +47,7 @@ impl Storage {
 /// The type aliases of an instantiation computing on `a` into `o`, and how the pointwise
 /// kernels (`binary.wgsl`, `unary.wgsl`) load and store their tensors: `AS` / `OS` are the
 /// element types of the bindings, `load_a` / `store_o` convert (identities on words).
-fn aliases(a: Storage, o: Storage) -> String {
+pub fn aliases(a: Storage, o: Storage) -> String {
     io_aliases(a, o, false, false)
 }
 

@@ -97,6 +97,15 @@ impl Instance {
         self.prelude.starts_with(ENABLE_F16)
     }
 
+    /// Softmax on f32 words, or (`halves`) on f16 halves computing in f32.
+    pub fn softmax(halves: bool) -> Instance {
+        let words = ops::aliases(Storage::F32, Storage::F32);
+        match halves.then(|| ops::half_io(&words, Storage::F32)).flatten() {
+            Some(prelude) => Instance::new("softmax", "softmax/f16".into(), prelude),
+            None => Instance::new("softmax", "softmax".into(), words),
+        }
+    }
+
     /// Whether a pointwise kernel stores its output as f16 halves (see `ops::half_io`).
     pub fn writes_halves(&self) -> bool {
         self.needs_f16() && self.prelude.contains("alias OS = f16;")
@@ -276,7 +285,6 @@ pub fn all_instantiations() -> Vec<Instance> {
         "conv",
         "deconv",
         "pool",
-        "softmax",
         "norm",
         "gather",
         "gather_elements",
@@ -294,6 +302,7 @@ pub fn all_instantiations() -> Vec<Instance> {
     .map(Instance::plain)
     .collect();
     all.extend([false, true].map(Instance::f16_conversion));
+    all.extend([false, true].map(Instance::softmax));
     all.extend(ELEMENTWISE_OPS.iter().filter_map(|&op| Instance::binary_f16(op)).map(|(_, i)| i));
     all.extend(UNARY_OPS.iter().filter_map(|&op| Instance::unary_f16(op)).map(|(_, i)| i));
     all.extend(ACTIVATIONS.iter().filter_map(Instance::activation_f16).map(|(i, _)| i));

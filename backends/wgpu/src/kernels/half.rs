@@ -7,7 +7,7 @@ use crate::value::{DeviceTensor, Packing, Recorder};
 use kiln::DataType;
 
 /// Whether a layer has kernels taking f16 halves natively (the executor then skips its
-/// generic widen/narrow path): the pointwise f16 instantiations, and MatrixMultiply
+/// generic widen/narrow path): the pointwise and SoftMax f16 instantiations, and MatrixMultiply
 /// through the f16 GEMM (which widens operands it cannot take itself).
 pub fn native(kind: &kiln::LayerKind) -> bool {
     use kiln::LayerKind as K;
@@ -15,7 +15,7 @@ pub fn native(kind: &kiln::LayerKind) -> bool {
         K::Elementwise { op } => Instance::binary_f16(*op).is_some(),
         K::Unary { op } => Instance::unary_f16(*op).is_some(),
         K::Activation { kind } => Instance::activation_f16(kind).is_some(),
-        K::MatrixMultiply { .. } => true,
+        K::MatrixMultiply { .. } | K::SoftMax { .. } => true,
         _ => false,
     }
 }
@@ -123,7 +123,7 @@ mod tests {
         use crate::kernels::pointwise;
         use kiln::{ActivationKind, ElementwiseOp, LayerKind};
         assert!(native(&LayerKind::Elementwise { op: ElementwiseOp::Sum }));
-        assert!(!native(&LayerKind::SoftMax { axis: 0 }));
+        assert!(!native(&LayerKind::Normalization { axes: vec![0], epsilon: 1e-5, num_groups: 1 }));
         let rec = Recorder::new(gpu).with_half_storage(true);
         let a: Vec<f16> = [1.0f32, 2049.0, -3.5, 65504.0, 0.1].into_iter().map(f16::from_f32).collect();
         let b: Vec<f16> = [2f32.powi(-11), 1.0, 0.25, 65504.0, 0.2].into_iter().map(f16::from_f32).collect();
@@ -140,6 +140,10 @@ mod tests {
         assert_eq!(relu.packing, Packing::Half);
         let want: Vec<u16> = a.iter().map(|x| f16::from_f32(x.to_f32().max(0.0)).to_bits()).collect();
         assert_eq!(bits(&rec.read(&relu).expect("read")), want);
+        let soft = crate::kernels::reduce::softmax(&rec, &relu, 0).expect("softmax");
+        assert_eq!(soft.packing, Packing::Half, "the f16 softmax stores halves");
+        let probs = rec.read(&soft).expect("read").to_f64_vec();
+        assert!((probs.iter().sum::<f64>() - 1.0).abs() < 1e-2 && probs[3] > 0.99, "softmax of halves: {probs:?}");
     }
 
     #[test]

@@ -52,12 +52,16 @@ pub fn softmax(rec: &Recorder, x: &DeviceTensor, axis: usize) -> KResult<DeviceT
     if axis >= x.shape.len() {
         return Err(format!("softmax axis {axis} is out of range for {:?}", x.shape));
     }
-    let out = output(rec, x.dtype, &x.shape)?;
+    let halves = x.packing == crate::value::Packing::Half;
+    let out = match halves {
+        true => rec.alloc_halves(&x.shape).map_err(|e| e.to_string())?,
+        false => output(rec, x.dtype, &x.shape)?,
+    };
     let len = x.shape[axis];
     let inner: usize = x.shape[axis + 1..].iter().product();
     let rows = x.len().checked_div(len).unwrap_or(0);
     let params = [count_word(rows)?, count_word(len)?, count_word(inner.max(1))?];
-    rec.dispatch_1d(&Instance::plain("softmax"), &params, &[&x.buffer, &out.buffer], rows)
+    rec.dispatch_1d(&Instance::softmax(halves), &params, &[&x.buffer, &out.buffer], rows)
         .map_err(|e| e.to_string())?;
     super::pointwise::narrow(rec, out)
 }
