@@ -99,10 +99,20 @@ impl Instance {
 
     /// Softmax on f32 words, or (`halves`) on f16 halves computing in f32.
     pub fn softmax(halves: bool) -> Instance {
+        Instance::float_io("softmax", halves)
+    }
+
+    /// (RMS) normalization on f32 words, or (`halves`) on f16 halves computing in f32.
+    pub fn norm(halves: bool) -> Instance {
+        Instance::float_io("norm", halves)
+    }
+
+    /// A float kernel whose bindings are `AS` / `OS` (see `ops::half_io`).
+    fn float_io(body: &'static str, halves: bool) -> Instance {
         let words = ops::aliases(Storage::F32, Storage::F32);
         match halves.then(|| ops::half_io(&words, Storage::F32)).flatten() {
-            Some(prelude) => Instance::new("softmax", "softmax/f16".into(), prelude),
-            None => Instance::new("softmax", "softmax".into(), words),
+            Some(prelude) => Instance::new(body, format!("{body}/f16"), prelude),
+            None => Instance::new(body, body.to_string(), words),
         }
     }
 
@@ -285,7 +295,6 @@ pub fn all_instantiations() -> Vec<Instance> {
         "conv",
         "deconv",
         "pool",
-        "norm",
         "gather",
         "gather_elements",
         "resize_axis",
@@ -303,6 +312,7 @@ pub fn all_instantiations() -> Vec<Instance> {
     .collect();
     all.extend([false, true].map(Instance::f16_conversion));
     all.extend([false, true].map(Instance::softmax));
+    all.extend([false, true].map(Instance::norm));
     all.extend(ELEMENTWISE_OPS.iter().filter_map(|&op| Instance::binary_f16(op)).map(|(_, i)| i));
     all.extend(UNARY_OPS.iter().filter_map(|&op| Instance::unary_f16(op)).map(|(_, i)| i));
     all.extend(ACTIVATIONS.iter().filter_map(Instance::activation_f16).map(|(i, _)| i));

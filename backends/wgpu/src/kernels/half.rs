@@ -7,15 +7,16 @@ use crate::value::{DeviceTensor, Packing, Recorder};
 use kiln::DataType;
 
 /// Whether a layer has kernels taking f16 halves natively (the executor then skips its
-/// generic widen/narrow path): the pointwise and SoftMax f16 instantiations, and MatrixMultiply
-/// through the f16 GEMM (which widens operands it cannot take itself).
+/// generic widen/narrow path): the pointwise, SoftMax and (RMS) normalization f16
+/// instantiations, and MatrixMultiply through the f16 GEMM; the last two widen operands
+/// they cannot take themselves.
 pub fn native(kind: &kiln::LayerKind) -> bool {
     use kiln::LayerKind as K;
     match kind {
         K::Elementwise { op } => Instance::binary_f16(*op).is_some(),
         K::Unary { op } => Instance::unary_f16(*op).is_some(),
         K::Activation { kind } => Instance::activation_f16(kind).is_some(),
-        K::MatrixMultiply { .. } | K::SoftMax { .. } => true,
+        K::MatrixMultiply { .. } | K::SoftMax { .. } | K::Normalization { .. } | K::RmsNormalization { .. } => true,
         _ => false,
     }
 }
@@ -123,7 +124,7 @@ mod tests {
         use crate::kernels::pointwise;
         use kiln::{ActivationKind, ElementwiseOp, LayerKind};
         assert!(native(&LayerKind::Elementwise { op: ElementwiseOp::Sum }));
-        assert!(!native(&LayerKind::Normalization { axes: vec![0], epsilon: 1e-5, num_groups: 1 }));
+        assert!(!native(&LayerKind::Reduce { op: kiln::ReduceOp::Sum, axes: vec![0], keep_dims: true }));
         let rec = Recorder::new(gpu).with_half_storage(true);
         let a: Vec<f16> = [1.0f32, 2049.0, -3.5, 65504.0, 0.1].into_iter().map(f16::from_f32).collect();
         let b: Vec<f16> = [2f32.powi(-11), 1.0, 0.25, 65504.0, 0.2].into_iter().map(f16::from_f32).collect();

@@ -5,8 +5,8 @@
 
 use crate::common::*;
 use kiln::{
-    ActivationKind, DataType, ElementwiseOp, GatherMode, HostTensor, LayerKind, LoopOutputKind, Network,
-    ShuffleParams, Shape, TensorData, TripLimitKind, UnaryOp,
+    ActivationKind, DataType, ElementwiseOp, GatherMode, HostTensor, LayerKind, LoopOutputKind, Network, Shape,
+    ShuffleParams, TensorData, TripLimitKind, UnaryOp,
 };
 use kiln_wgpu::WgpuBackend;
 
@@ -86,6 +86,9 @@ fn f16_matmul_and_reductions_match_cpu() {
         let (scale, bias) = (f16s(&mut r, &[1, 1, 11], 0.5, 1.5), f16s(&mut r, &[1, 1, 11], -0.5, 0.5));
         let ins = vec![In::Run(x.clone()), In::Const(scale), In::Const(bias)];
         check_tol(gpu, kind, ins, RTOL, 1e-2, &format!("{storage}: f16 layer norm"));
+        let kind = LayerKind::RmsNormalization { axes: vec![2], epsilon: 1e-6 };
+        let ins = vec![In::Run(x.clone()), In::Run(f16s(&mut r, &[11], 0.5, 1.5))];
+        check_tol(gpu, kind, ins, RTOL, 1e-2, &format!("{storage}: f16 rms norm"));
         let kind = LayerKind::Reduce { op: kiln::ReduceOp::Sum, axes: vec![1], keep_dims: true };
         check_tol(gpu, kind, vec![In::Run(x)], RTOL, ATOL, &format!("{storage}: f16 reduce sum"));
     }
@@ -108,7 +111,8 @@ fn f16_layout_layers_and_special_values_match_cpu() {
             panic!("{storage}: Identity changed the type")
         };
         for (g, w) in got.iter().zip(want) {
-            let same = g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan() && g.is_sign_negative() == w.is_sign_negative());
+            let same = g.to_bits() == w.to_bits()
+                || (g.is_nan() && w.is_nan() && g.is_sign_negative() == w.is_sign_negative());
             assert!(same, "{storage}: {w:?} ({:#06x}) came back as {g:?} ({:#06x})", w.to_bits(), g.to_bits());
         }
         let x = f16s(&mut r, &[2, 3, 5], -1.0, 1.0);
