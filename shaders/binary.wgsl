@@ -1,9 +1,11 @@
 // out = op(a, b) with numpy broadcasting (a zero stride repeats an element).
 // params: [count, rank, shape[8], a_strides[8], b_strides[8]]
-// Instantiated with `alias A` (input storage type), `alias O` (output) and `fn op(A, A) -> O`.
-@group(0) @binding(1) var<storage, read> a: array<A>;
-@group(0) @binding(2) var<storage, read> b: array<A>;
-@group(0) @binding(3) var<storage, read_write> out: array<O>;
+// Instantiated with `alias A` (input storage type), `alias O` (output) and `fn op(A, A) -> O`,
+// and the bindings' element types `AS` / `OS` with `load_a` / `store_o` (f16 halves
+// computing in f32; identities otherwise).
+@group(0) @binding(1) var<storage, read> a: array<AS>;
+@group(0) @binding(2) var<storage, read> b: array<AS>;
+@group(0) @binding(3) var<storage, read_write> out: array<OS>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -24,5 +26,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         ao += c * params[10u + k];
         bo += c * params[18u + k];
     }
-    out[i] = op(a[ao], b[bo]);
+    out[i] = store_o(op(load_a(a[ao]), load_a(b[bo])));
 }

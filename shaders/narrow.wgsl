@@ -1,28 +1,7 @@
 // Rounds or wraps values stored widened to 32 bits into their logical type, in place:
 // kind 0: f16 (round to nearest even), 1: bf16, 2: i8, 3: i16, 4: u8, 5: u16.
-// params: [count, kind]
+// params: [count, kind]. (round_f16 is in common.wgsl.)
 @group(0) @binding(1) var<storage, read_write> x: array<u32>;
-
-// f32 bits rounded to the nearest f16 value (ties to even), still as f32 bits. Bit
-// arithmetic rather than pack2x16float, which is undefined out of the f16 range and needs
-// an extra capability.
-fn round_f16(v: u32) -> u32 {
-    let sign = v & 0x80000000u;
-    let a = v & 0x7fffffffu;
-    if (a > F32_INF) {
-        return v;
-    }
-    if (a >= 0x477ff000u) {
-        return sign | F32_INF; // 65520 and above round to infinity
-    }
-    if (a < 0x38800000u) {
-        // Below 2^-14: f16 subnormals, multiples of 2^-24 (exact in f32).
-        let q = round(bitcast<f32>(a) * 16777216.0) / 16777216.0;
-        return sign | bitcast<u32>(q);
-    }
-    let r = (a + 0xfffu + ((a >> 13u) & 1u)) & 0xffffe000u;
-    return sign | r;
-}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

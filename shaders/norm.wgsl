@@ -3,10 +3,12 @@
 // statistics group, walking its `rcount` elements.
 // params: [count, rank, rcount, kept[8], reduced[8], x_strides[8], scale_strides[8],
 //          bias_strides[8], epsilon, mode]
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> scale: array<f32>;
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+// Instantiated with the bindings' element types `AS` / `OS` and `load_a` / `store_o` (f32
+// words, or f16 halves computing in f32; see binary.wgsl).
+@group(0) @binding(1) var<storage, read> x: array<AS>;
+@group(0) @binding(2) var<storage, read> scale: array<AS>;
+@group(0) @binding(3) var<storage, read> bias: array<AS>;
+@group(0) @binding(4) var<storage, read_write> out: array<OS>;
 
 struct Offsets {
     x: u32,
@@ -45,22 +47,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (!rms) {
         var sum = 0.0;
         for (var j = 0u; j < rcount; j++) {
-            sum += x[base.x + offsets(j, 11u, rank).x];
+            sum += load_a(x[base.x + offsets(j, 11u, rank).x]);
         }
         mean = sum / f32(rcount);
     }
     var sq = 0.0;
     for (var j = 0u; j < rcount; j++) {
-        let v = x[base.x + offsets(j, 11u, rank).x] - mean;
+        let v = load_a(x[base.x + offsets(j, 11u, rank).x]) - mean;
         sq += v * v;
     }
     let inv = 1.0 / sqrt(sq / f32(rcount) + eps);
     for (var j = 0u; j < rcount; j++) {
         let o = offsets(j, 11u, rank);
-        var y = (x[base.x + o.x] - mean) * inv * scale[base.s + o.s];
+        var y = (load_a(x[base.x + o.x]) - mean) * inv * load_a(scale[base.s + o.s]);
         if (!rms) {
-            y += bias[base.b + o.b];
+            y += load_a(bias[base.b + o.b]);
         }
-        out[base.x + o.x] = y;
+        out[base.x + o.x] = store_o(y);
     }
 }

@@ -1,7 +1,9 @@
 // Softmax along one axis: one invocation per row (outer, inner).
 // params: [rows, axis_len, inner]
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+// Instantiated with the bindings' element types `AS` / `OS` and `load_a` / `store_o` (f32
+// words, or f16 halves computing in f32; see binary.wgsl).
+@group(0) @binding(1) var<storage, read> x: array<AS>;
+@group(0) @binding(2) var<storage, read_write> out: array<OS>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -15,13 +17,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let base = (row / inner) * len * inner + row % inner;
     var m = neg_inf();
     for (var j = 0u; j < len; j++) {
-        m = max(m, x[base + j * inner]);
+        m = max(m, load_a(x[base + j * inner]));
     }
     var sum = 0.0;
     for (var j = 0u; j < len; j++) {
-        sum += exp(x[base + j * inner] - m);
+        sum += exp(load_a(x[base + j * inner]) - m);
     }
     for (var j = 0u; j < len; j++) {
-        out[base + j * inner] = exp(x[base + j * inner] - m) / sum;
+        out[base + j * inner] = store_o(exp(load_a(x[base + j * inner]) - m) / sum);
     }
 }

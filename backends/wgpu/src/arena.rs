@@ -58,6 +58,12 @@ impl Block {
         self.offset
     }
 
+    /// Bytes bound for the tensor (its elements' bytes rounded up to 4).
+    #[cfg(test)]
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
     pub fn binding(&self) -> wgpu::BindingResource<'_> {
         wgpu::BindingResource::Buffer(wgpu::BufferBinding {
             buffer: &self.buffer,

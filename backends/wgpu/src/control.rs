@@ -3,7 +3,7 @@
 
 use crate::exec::Run;
 use crate::kernels::layout::{copy, gather_view, Copy};
-use crate::kernels::{pointwise, strides};
+use crate::kernels::{half, pointwise, strides};
 use crate::value::{DeviceTensor, Value};
 use kiln::runtime::interp::Machine;
 use kiln::{DataType, HostTensor, LayerId, Network};
@@ -16,7 +16,8 @@ fn signed(v: &[usize]) -> Vec<i64> {
 impl Run<'_> {
     /// The slice of `value` at `index` along `axis`, the axis removed.
     pub fn slice_value(&self, value: &Value, axis: usize, index: usize) -> Result<Value, String> {
-        let t = self.to_device(value)?;
+        // The copy kernels move words: f16 halves take the widen/narrow path (see run_layer).
+        let t = half::widen(&self.rec, &self.to_device(value)?)?;
         if axis >= t.shape.len() || index >= t.shape[axis] {
             return Err(format!("slice {index} along axis {axis} of a {:?} tensor", t.shape));
         }
@@ -26,7 +27,7 @@ impl Run<'_> {
         let mut src = signed(&st);
         src.remove(axis);
         let out = gather_view(&self.rec, &t, &shape, (index * st[axis]) as i64, &src)?;
-        Ok(Value::Device(out))
+        Ok(Value::Device(half::to_halves(&self.rec, out)?))
     }
 
     /// `parts` stacked along a new axis `axis` of `length` (zeros past the parts), the last
@@ -51,7 +52,7 @@ impl Run<'_> {
         dst_strides.remove(axis);
         let src_strides = signed(&strides(slice_shape));
         for (i, part) in parts.iter().enumerate() {
-            let t = self.to_device(part)?;
+            let t = half::widen(&self.rec, &self.to_device(part)?)?;
             if t.shape != slice_shape {
                 return Err(format!("loop output part {i} is {:?}, the others {slice_shape:?}", t.shape));
             }
@@ -65,7 +66,7 @@ impl Run<'_> {
             };
             copy(&self.rec, &t, &out, &c)?;
         }
-        Ok(Value::Device(out))
+        Ok(Value::Device(self.stored(vec![out])?.remove(0)))
     }
 }
 

@@ -8,7 +8,7 @@
 use crate::arena::Arena;
 use crate::device::Gpu;
 use crate::kernels::{
-    dynamic, einsum, indexing, layout, linalg, pointwise, quant, reduce, resize, roi, sample, scan, scatter, signal, sort,
+    dynamic, einsum, half, indexing, layout, linalg, pointwise, quant, reduce, resize, roi, sample, scan, scatter, signal, sort,
     KResult,
 };
 use crate::ops::CastMode;
@@ -42,11 +42,19 @@ pub struct WgpuExecutable {
     arenas: Mutex<Vec<Arena>>,
     /// False: a buffer per tensor and dispatch, no arenas (see `WgpuBackend::without_memory_reuse`).
     reuse_memory: bool,
+    /// f16 tensors stored as halves where the device has SHADER_F16 (see
+    /// `WgpuBackend::without_f16_storage`).
+    half_storage: bool,
 }
 
 impl WgpuExecutable {
     /// Prepares a network; one that did not come through the builder is lowered here.
-    pub fn new(network: Network, gpu: &'static Gpu, reuse_memory: bool) -> Result<WgpuExecutable, BackendError> {
+    pub fn new(
+        network: Network,
+        gpu: &'static Gpu,
+        reuse_memory: bool,
+        half_storage: bool,
+    ) -> Result<WgpuExecutable, BackendError> {
         let plan = match network.control_flow() {
             Some(plan) => plan.clone(),
             None => lower(&network, DEFAULT_MAX_TRIP_COUNT)
@@ -61,6 +69,7 @@ impl WgpuExecutable {
             constants: Mutex::new(HashMap::new()),
             arenas: Mutex::new(Vec::new()),
             reuse_memory,
+            half_storage,
         })
     }
 }
@@ -95,7 +104,7 @@ impl<'e> Run<'e> {
             Some(arena) => Recorder::with_arena(exe.gpu, arena),
             None => Recorder::new(exe.gpu),
         };
-        Run { exe, rec }
+        Run { exe, rec: rec.with_half_storage(exe.half_storage) }
     }
 
     pub fn to_host(&self, v: &Value) -> Result<Arc<HostTensor>, String> {
@@ -225,7 +234,17 @@ impl<'e> Run<'e> {
                 }
             }
         }
+        // The generic widen/narrow path: f16 tensors stored as halves reach a kernel
+        // without an f16 instantiation as f32 words (one conversion kernel each), and its
+        // f16 outputs, written as words, are stored as halves again (another). So every
+        // layer runs with f16 storage; native f16 kernels skip the conversions.
+        let native = |t: &Option<DeviceTensor>| t.as_ref().is_none_or(|t| t.packing == crate::value::Packing::Half);
+        let device = match half::native(&layer.kind) && device.iter().all(native) {
+            true => device,
+            false => self.words(device)?,
+        };
         let outputs = self.device_layer(&layer.kind, &device, &hosts, &facts, &outs)?;
+        let outputs = self.stored(outputs)?;
         if outputs.len() != expected.len() {
             return Err(format!(
                 "the kernels produced {} outputs, inference expects {}",
@@ -237,6 +256,19 @@ impl<'e> Run<'e> {
             check(fact, out.dtype, &out.shape)?;
         }
         Ok(outputs.into_iter().map(Value::Device).collect())
+    }
+
+    /// Device inputs as the word kernels read them (f16 halves widened).
+    fn words(&self, device: Vec<Option<DeviceTensor>>) -> Result<Vec<Option<DeviceTensor>>, String> {
+        device.into_iter().map(|t| t.map(|t| half::widen(&self.rec, &t)).transpose()).collect()
+    }
+
+    /// Layer outputs as this run stores them (f16 words as halves where the run does).
+    pub(crate) fn stored(&self, outputs: Vec<DeviceTensor>) -> Result<Vec<DeviceTensor>, String> {
+        match self.rec.half_storage() {
+            true => outputs.into_iter().map(|t| half::to_halves(&self.rec, t)).collect(),
+            false => Ok(outputs),
+        }
     }
 
     fn device_layer(
@@ -279,7 +311,7 @@ impl<'e> Run<'e> {
                         x.dtype
                     ));
                 }
-                one(DeviceTensor { buffer: x.buffer.clone(), dtype: *to, shape })
+                one(DeviceTensor { buffer: x.buffer.clone(), dtype: *to, shape, packing: x.packing })
             }
             K::Elementwise { op } => one(pointwise::binary(rec, *op, req(0)?, req(1)?, &shape, dtype)?),
             K::Activation { kind } => one(pointwise::activation(rec, kind, req(0)?)?),

@@ -4,8 +4,9 @@
 //! - [`device`]: one shared device per process; adapter limits read and respected; no
 //!   adapter, device loss, out-of-memory and limit violations are [`DeviceError`]s.
 //! - [`shaders`]: the WGSL sources of `/shaders` and every instantiation compiled.
-//! - Values are device tensors of 32-bit words (f16/bf16 as f32 rounded after every
-//!   layer, 8/16-bit integers widened and wrapped, i64 / u64 as i32 / u32 when every
+//! - Values are device tensors of 32-bit words (f16 as halves, 2 bytes per element, where
+//!   the adapter has SHADER_F16, widened to words for kernels without an f16
+//!   instantiation; else f16 and bf16 as f32 rounded after every layer, 8/16-bit integers widened and wrapped, i64 / u64 as i32 / u32 when every
 //!   value fits (refused on upload otherwise; device results beyond the 32-bit range
 //!   saturate or wrap there), bool as 0/1), or small host tensors for shape arithmetic
 //!   that kiln's inference evaluates (TensorRT's shape tensors).
@@ -50,6 +51,7 @@ const NAME: &str = "wgpu";
 #[derive(Clone, Debug)]
 pub struct WgpuBackend {
     reuse_memory: bool,
+    half_storage: bool,
 }
 
 impl Default for WgpuBackend {
@@ -60,14 +62,27 @@ impl Default for WgpuBackend {
 
 impl WgpuBackend {
     pub fn new() -> WgpuBackend {
-        WgpuBackend { reuse_memory: true }
+        WgpuBackend { reuse_memory: true, half_storage: true }
     }
 
     /// A backend whose executions create a buffer per tensor and per dispatch instead of
     /// reusing per-context arenas: for measuring what the arenas save, and for ruling them
     /// out when chasing a wrong result.
     pub fn without_memory_reuse() -> WgpuBackend {
-        WgpuBackend { reuse_memory: false }
+        WgpuBackend { reuse_memory: false, half_storage: true }
+    }
+
+    /// A backend storing f16 tensors as f32 words (what adapters without SHADER_F16
+    /// get): for comparing against the halves, and ruling them out when chasing a wrong
+    /// result. By default f16 tensors are halves where the adapter has SHADER_F16.
+    pub fn without_f16_storage() -> WgpuBackend {
+        WgpuBackend { reuse_memory: true, half_storage: false }
+    }
+
+    /// Whether this backend's executions store f16 tensors as halves, 2 bytes per element
+    /// (the adapter has SHADER_F16 and the storage is not switched off).
+    pub fn stores_f16_as_halves(&self) -> Result<bool, BackendError> {
+        Ok(self.half_storage && self.gpu()?.features.contains(wgpu::Features::SHADER_F16))
     }
 
     fn gpu(&self) -> Result<&'static device::Gpu, BackendError> {
@@ -120,7 +135,7 @@ impl Backend for WgpuBackend {
     fn prepare(&self, network: &Network) -> Result<Box<dyn Executable>, BackendError> {
         self.check_support(network)?;
         let gpu = self.gpu()?;
-        Ok(Box::new(WgpuExecutable::new(network.clone(), gpu, self.reuse_memory)?))
+        Ok(Box::new(WgpuExecutable::new(network.clone(), gpu, self.reuse_memory, self.half_storage)?))
     }
 
     fn tactics(&self, network: &Network, layer: kiln::LayerId) -> Vec<kiln::tactics::TacticDesc> {

@@ -6,7 +6,9 @@ use crate::shaders::MINIFLOAT;
 use kiln::{ActivationKind, DataType, E8M0Rounding, ElementwiseOp, ReduceOp, UnaryOp};
 
 /// How a logical type is stored on the device: every element is one 32-bit word (WGSL
-/// has no 64-bit or 8-bit storage types). Narrower types are widened (bool is 0 / 1; the
+/// has no 64-bit or 8-bit storage types), except f16 where the adapter has SHADER_F16,
+/// stored as halves (`value::Packing::Half`) and widened to f32 words for kernels without
+/// an f16 instantiation; this is the storage those kernels see. Narrower types are widened (bool is 0 / 1; the
 /// float8 / float4 types hold their decoded f32 value, see `shaders/minifloat.wgsl`); the
 /// 64-bit types are narrowed: f64 is stored and computed as f32, i64 / u64 as i32 / u32
 /// when every value fits (refused on upload otherwise).
@@ -42,8 +44,32 @@ impl Storage {
     pub const ALL: [Storage; 3] = [Storage::F32, Storage::I32, Storage::U32];
 }
 
-fn aliases(a: Storage, o: Storage) -> String {
-    format!("alias A = {};\nalias O = {};\n", a.wgsl(), o.wgsl())
+/// The type aliases of an instantiation computing on `a` into `o`, and how the pointwise
+/// kernels (`binary.wgsl`, `unary.wgsl`) load and store their tensors: `AS` / `OS` are the
+/// element types of the bindings, `load_a` / `store_o` convert (identities on words).
+pub fn aliases(a: Storage, o: Storage) -> String {
+    io_aliases(a, o, false, false)
+}
+
+fn io_aliases(a: Storage, o: Storage, half_in: bool, half_out: bool) -> String {
+    let (a, o) = (a.wgsl(), o.wgsl());
+    let (a_stored, load) = if half_in { ("f16", "f32(v)") } else { (a, "v") };
+    // Rounded to nearest even on the bits first: exact whatever rounding the driver's
+    // f32 -> f16 conversion does (round_f16 is in common.wgsl).
+    let (o_stored, store) = if half_out { ("f16", "f16(bitcast<f32>(round_f16(bitcast<u32>(v))))") } else { (o, "v") };
+    format!(
+        "alias A = {a};\nalias O = {o};\nalias AS = {a_stored};\nalias OS = {o_stored};\n\
+         fn load_a(v: AS) -> A {{ return {load}; }}\nfn store_o(v: O) -> OS {{ return {store}; }}\n"
+    )
+}
+
+/// The f16 instantiation of a pointwise prelude made for f32 inputs and `o` outputs: its
+/// tensors bound as `array<f16>` (f32 outputs as f16 too), computing in f32 inside.
+/// `None` for a prelude of other storages.
+pub fn half_io(prelude: &str, o: Storage) -> Option<String> {
+    let rest = prelude.strip_prefix(&aliases(Storage::F32, o))?;
+    let head = io_aliases(Storage::F32, o, true, o == Storage::F32);
+    Some(format!("{}{head}{rest}", crate::shaders::ENABLE_F16))
 }
 
 /// Shared helpers some snippets call: sign-correct pow, erf, stable tanh.

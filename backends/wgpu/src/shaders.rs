@@ -21,6 +21,8 @@ pub const BODIES: &[(&str, &str)] = &[
     ("copy", include_str!("../../../shaders/copy.wgsl")),
     ("fill", include_str!("../../../shaders/fill.wgsl")),
     ("narrow", include_str!("../../../shaders/narrow.wgsl")),
+    ("widen_f16", include_str!("../../../shaders/widen_f16.wgsl")),
+    ("narrow_f16", include_str!("../../../shaders/narrow_f16.wgsl")),
     ("matmul", include_str!("../../../shaders/matmul.wgsl")),
     ("matmul_wide", include_str!("../../../shaders/matmul_wide.wgsl")),
     ("conv", include_str!("../../../shaders/conv.wgsl")),
@@ -59,6 +61,10 @@ pub fn tensor_bindings_read_write(source: &str) -> String {
     source.replace("var<storage, read>", "var<storage, read_write>")
 }
 
+/// The directive of kernels that bind `array<f16>` (needs SHADER_F16); a prelude starting
+/// with it has it moved to the head of the module, where WGSL requires directives.
+pub const ENABLE_F16: &str = "enable f16;\n";
+
 /// One compilable kernel: its cache key and the parts of its source.
 #[derive(Clone, Debug)]
 pub struct Instance {
@@ -79,12 +85,72 @@ impl Instance {
     }
 
     pub fn source(&self) -> String {
-        tensor_bindings_read_write(&format!("{COMMON}\n{}\n{}", self.prelude, self.body))
+        let (directive, prelude) = match self.prelude.strip_prefix(ENABLE_F16) {
+            Some(rest) => (ENABLE_F16, rest),
+            None => ("", self.prelude.as_str()),
+        };
+        tensor_bindings_read_write(&format!("{directive}{COMMON}\n{prelude}\n{}", self.body))
+    }
+
+    /// Whether the kernel needs the SHADER_F16 feature (`enable f16;`).
+    pub fn needs_f16(&self) -> bool {
+        self.prelude.starts_with(ENABLE_F16)
+    }
+
+    /// Softmax on f32 words, or (`halves`) on f16 halves computing in f32.
+    pub fn softmax(halves: bool) -> Instance {
+        Instance::float_io("softmax", halves)
+    }
+
+    /// (RMS) normalization on f32 words, or (`halves`) on f16 halves computing in f32.
+    pub fn norm(halves: bool) -> Instance {
+        Instance::float_io("norm", halves)
+    }
+
+    /// A float kernel whose bindings are `AS` / `OS` (see `ops::half_io`).
+    fn float_io(body: &'static str, halves: bool) -> Instance {
+        let words = ops::aliases(Storage::F32, Storage::F32);
+        match halves.then(|| ops::half_io(&words, Storage::F32)).flatten() {
+            Some(prelude) => Instance::new(body, format!("{body}/f16"), prelude),
+            None => Instance::new(body, body.to_string(), words),
+        }
+    }
+
+    /// Whether a pointwise kernel stores its output as f16 halves (see `ops::half_io`).
+    pub fn writes_halves(&self) -> bool {
+        self.needs_f16() && self.prelude.contains("alias OS = f16;")
+    }
+
+    /// f16 halves → f32 words, or (`to_halves`) f32 words → halves rounded to nearest even.
+    pub fn f16_conversion(to_halves: bool) -> Instance {
+        let body = if to_halves { "narrow_f16" } else { "widen_f16" };
+        Instance::new(body, body.to_string(), ENABLE_F16.to_string())
     }
 
     pub fn binary(op: ElementwiseOp, s: Storage) -> Option<(Storage, Instance)> {
         let (o, prelude) = ops::binary(op, s)?;
         Some((o, Instance::new("binary", format!("binary/{op:?}/{}", s.wgsl()), prelude)))
+    }
+
+    /// The f16 instantiation of [`Instance::binary`] on f32: halves in, halves out (bool
+    /// words for comparisons), computing in f32.
+    pub fn binary_f16(op: ElementwiseOp) -> Option<(Storage, Instance)> {
+        let (o, prelude) = ops::binary(op, Storage::F32)?;
+        Some((o, Instance::new("binary", format!("binary/{op:?}/f16"), ops::half_io(&prelude, o)?)))
+    }
+
+    /// The f16 instantiation of [`Instance::unary`] on f32 (see [`Instance::binary_f16`]).
+    pub fn unary_f16(op: UnaryOp) -> Option<(Storage, Instance)> {
+        let (o, prelude) = ops::unary(op, Storage::F32)?;
+        Some((o, Instance::new("unary", format!("unary/{op:?}/f16"), ops::half_io(&prelude, o)?)))
+    }
+
+    /// The f16 instantiation of [`Instance::activation`] on f32.
+    pub fn activation_f16(kind: &ActivationKind) -> Option<(Instance, [f32; 3])> {
+        let (f32_kernel, p) = Instance::activation(kind, Storage::F32)?;
+        let prelude = ops::half_io(&f32_kernel.prelude, Storage::F32)?;
+        let key = f32_kernel.key.replace("/f32", "/f16");
+        Some((Instance::new("unary", key, prelude), p))
     }
 
     pub fn unary(op: UnaryOp, s: Storage) -> Option<(Storage, Instance)> {
@@ -229,8 +295,6 @@ pub fn all_instantiations() -> Vec<Instance> {
         "conv",
         "deconv",
         "pool",
-        "softmax",
-        "norm",
         "gather",
         "gather_elements",
         "resize_axis",
@@ -246,6 +310,12 @@ pub fn all_instantiations() -> Vec<Instance> {
     .into_iter()
     .map(Instance::plain)
     .collect();
+    all.extend([false, true].map(Instance::f16_conversion));
+    all.extend([false, true].map(Instance::softmax));
+    all.extend([false, true].map(Instance::norm));
+    all.extend(ELEMENTWISE_OPS.iter().filter_map(|&op| Instance::binary_f16(op)).map(|(_, i)| i));
+    all.extend(UNARY_OPS.iter().filter_map(|&op| Instance::unary_f16(op)).map(|(_, i)| i));
+    all.extend(ACTIVATIONS.iter().filter_map(Instance::activation_f16).map(|(i, _)| i));
     for s in Storage::ALL {
         all.push(Instance::matmul(s));
         all.extend(ELEMENTWISE_OPS.iter().filter_map(|&op| Instance::binary(op, s)).map(|(_, i)| i));

@@ -1,5 +1,5 @@
 //! Values of one execution: device tensors (one 32-bit word per element, see
-//! [`crate::ops::Storage`]) or small host tensors (shape arithmetic, kept on the host like
+//! [`crate::ops::Storage`], or f16 halves, see [`Packing`]) or small host tensors (shape arithmetic, kept on the host like
 //! TensorRT's shape tensors), and the recorder that collects every dispatch of a run
 //! into one command encoder.
 
@@ -13,14 +13,26 @@ use kiln::{
 };
 use std::sync::{Arc, Mutex};
 
+/// How a device tensor's elements lie in its buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Packing {
+    /// One 32-bit word per element holding its [`crate::ops::Storage`] (every kernel's input).
+    Word,
+    /// f16 only, where the adapter has SHADER_F16: IEEE halves, 2 bytes per element (the
+    /// buffer rounded up to 4 bytes), bound as `array<f16>`. Kernels without an f16
+    /// instantiation read them widened to words (see `Run::widen_inputs`).
+    Half,
+}
+
 /// A tensor in device memory. Its block is never written after the kernel that made
 /// it, so reshapes share it; it returns to the run's arena when the last share drops.
 #[derive(Clone, Debug)]
 pub struct DeviceTensor {
     pub buffer: Arc<Block>,
-    /// The logical type; the words hold its [`crate::ops::Storage`].
+    /// The logical type; the words hold its [`crate::ops::Storage`] (see `packing`).
     pub dtype: DataType,
     pub shape: Vec<usize>,
+    pub packing: Packing,
 }
 
 impl DeviceTensor {
@@ -33,7 +45,7 @@ impl DeviceTensor {
     }
 
     pub fn reshaped(&self, shape: Vec<usize>) -> DeviceTensor {
-        DeviceTensor { buffer: self.buffer.clone(), dtype: self.dtype, shape }
+        DeviceTensor { buffer: self.buffer.clone(), dtype: self.dtype, shape, packing: self.packing }
     }
 }
 
@@ -114,6 +126,19 @@ pub fn to_words(t: &HostTensor) -> Result<Vec<u32>, String> {
     })
 }
 
+/// f16 values as halves, two per little-endian word (the last word's high half zero).
+/// Bit-exact: NaN signs and payloads and subnormals are kept.
+pub fn pack_halves(v: &[f16]) -> Vec<u32> {
+    v.chunks(2)
+        .map(|pair| u32::from(pair[0].to_bits()) | (u32::from(pair.get(1).map_or(0, |h| h.to_bits())) << 16))
+        .collect()
+}
+
+/// The first `len` halves of words packed by [`pack_halves`].
+pub fn unpack_halves(words: &[u32], len: usize) -> Vec<f16> {
+    words.iter().flat_map(|&w| [f16::from_bits(w as u16), f16::from_bits((w >> 16) as u16)]).take(len).collect()
+}
+
 /// The float8 code a device word holds: the code a NaN carries where it is one of the
 /// type's NaN codes (so moved tensors read back bit-exact), else the value rounded
 /// (exact for every value a kernel writes).
@@ -172,6 +197,8 @@ pub struct Recorder {
     pub gpu: &'static Gpu,
     encoder: Mutex<Option<wgpu::CommandEncoder>>,
     memory: Option<RunMemory>,
+    /// f16 tensors uploaded as halves ([`Packing::Half`]); off by default.
+    half_storage: bool,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -183,12 +210,18 @@ impl std::fmt::Debug for Recorder {
 impl Recorder {
     /// A recorder creating a buffer per tensor and per dispatch's parameters.
     pub fn new(gpu: &'static Gpu) -> Recorder {
-        Recorder { gpu, encoder: Mutex::new(None), memory: None }
+        Recorder { gpu, encoder: Mutex::new(None), memory: None, half_storage: false }
     }
 
     /// A recorder taking its memory from `arena` (see [`crate::arena`]).
     pub fn with_arena(gpu: &'static Gpu, arena: Arena) -> Recorder {
-        Recorder { gpu, encoder: Mutex::new(None), memory: Some(RunMemory::new(arena)) }
+        Recorder { gpu, encoder: Mutex::new(None), memory: Some(RunMemory::new(arena)), half_storage: false }
+    }
+
+    /// This recorder storing f16 uploads as halves where `on` and the device has SHADER_F16.
+    pub fn with_half_storage(mut self, on: bool) -> Recorder {
+        self.half_storage = on && self.gpu.features.contains(wgpu::Features::SHADER_F16);
+        self
     }
 
     /// The arena back, re-planned from this run's trace where needed (`completed`: the
@@ -220,7 +253,28 @@ impl Recorder {
         let len: usize = shape.iter().product();
         let what = format!("allocating a {dtype}{shape:?} tensor");
         let block = self.block(&what, BlockKind::Kernel, len as u64 * 4)?;
-        Ok(DeviceTensor { buffer: Arc::new(block), dtype, shape: shape.to_vec() })
+        Ok(DeviceTensor { buffer: Arc::new(block), dtype, shape: shape.to_vec(), packing: Packing::Word })
+    }
+
+    /// Whether this run stores f16 tensors as halves ([`Packing::Half`]).
+    pub fn half_storage(&self) -> bool {
+        self.half_storage
+    }
+
+    /// A new f16 tensor of `shape` stored as halves (contents undefined until written).
+    pub fn alloc_halves(&self, shape: &[usize]) -> Result<DeviceTensor, DeviceError> {
+        let len: usize = shape.iter().product();
+        let what = format!("allocating an f16{shape:?} tensor of halves");
+        let block = self.block(&what, BlockKind::Kernel, len as u64 * 2)?;
+        Ok(DeviceTensor { buffer: Arc::new(block), dtype: DataType::F16, shape: shape.to_vec(), packing: Packing::Half })
+    }
+
+    /// How this run stores a host tensor of `dtype`, and its device words.
+    fn device_words(&self, t: &HostTensor) -> Result<(Packing, Vec<u32>), String> {
+        match t.data() {
+            TensorData::F16(v) if self.half_storage => Ok((Packing::Half, pack_halves(v))),
+            _ => Ok((Packing::Word, to_words(t)?)),
+        }
     }
 
     /// A new device tensor in a buffer of its own, outside the arena: for kernels that
@@ -230,12 +284,17 @@ impl Recorder {
         let len: usize = shape.iter().product();
         let what = format!("allocating a {dtype}{shape:?} tensor");
         let buffer = self.gpu.storage(&what, len as u64 * 4)?;
-        Ok(DeviceTensor { buffer: Arc::new(Block::standalone(buffer)), dtype, shape: shape.to_vec() })
+        Ok(DeviceTensor {
+            buffer: Arc::new(Block::standalone(buffer)),
+            dtype,
+            shape: shape.to_vec(),
+            packing: Packing::Word,
+        })
     }
 
     /// `t` on the device for this run (in the arena where there is one).
     pub fn upload(&self, t: &HostTensor) -> Result<DeviceTensor, String> {
-        let words = to_words(t)?;
+        let (packing, words) = self.device_words(t)?;
         let what = format!("uploading a {}{:?} tensor", t.dtype(), t.shape());
         let block = match &self.memory {
             Some(memory) => {
@@ -249,15 +308,20 @@ impl Recorder {
             }
             None => Block::standalone(self.gpu.storage_init(&what, &words).map_err(|e| e.to_string())?),
         };
-        Ok(DeviceTensor { buffer: Arc::new(block), dtype: t.dtype(), shape: t.shape().to_vec() })
+        Ok(DeviceTensor { buffer: Arc::new(block), dtype: t.dtype(), shape: t.shape().to_vec(), packing })
     }
 
     /// `t` in a buffer of its own that outlives the run (constants kept between runs).
     pub fn upload_owned(&self, t: &HostTensor) -> Result<DeviceTensor, String> {
-        let words = to_words(t)?;
+        let (packing, words) = self.device_words(t)?;
         let what = format!("uploading a {}{:?} tensor", t.dtype(), t.shape());
         let buffer = self.gpu.storage_init(&what, &words).map_err(|e| e.to_string())?;
-        Ok(DeviceTensor { buffer: Arc::new(Block::standalone(buffer)), dtype: t.dtype(), shape: t.shape().to_vec() })
+        Ok(DeviceTensor {
+            buffer: Arc::new(Block::standalone(buffer)),
+            dtype: t.dtype(),
+            shape: t.shape().to_vec(),
+            packing,
+        })
     }
 
     fn params(&self, words: &[u32]) -> Result<ParamsBinding, DeviceError> {
@@ -371,20 +435,28 @@ impl Recorder {
     pub fn read(&self, t: &DeviceTensor) -> Result<HostTensor, String> {
         let encoder = self.encoder.lock().map_err(|_| "a thread panicked while recording".to_string())?.take();
         let block = &t.buffer;
+        let count = match t.packing {
+            Packing::Word => t.len(),
+            Packing::Half => t.len().div_ceil(2),
+        };
         let words = match &self.memory {
             Some(memory) => {
                 memory.flush_params(self.gpu);
-                let staging = memory.take_staging(self.gpu, t.len() as u64 * 4).map_err(|e| e.to_string())?;
-                let words = self.gpu.read_words_via(encoder, block.buffer(), block.offset(), t.len(), &staging);
+                let staging = memory.take_staging(self.gpu, count as u64 * 4).map_err(|e| e.to_string())?;
+                let words = self.gpu.read_words_via(encoder, block.buffer(), block.offset(), count, &staging);
                 memory.return_staging(staging);
                 words
             }
             None => {
-                let staging = self.gpu.readback_buffer(t.len() as u64 * 4).map_err(|e| e.to_string())?;
-                self.gpu.read_words_via(encoder, block.buffer(), block.offset(), t.len(), &staging)
+                let staging = self.gpu.readback_buffer(count as u64 * 4).map_err(|e| e.to_string())?;
+                self.gpu.read_words_via(encoder, block.buffer(), block.offset(), count, &staging)
             }
         }
         .map_err(|e| e.to_string())?;
-        from_words(t.dtype, t.shape.clone(), &words)
+        match t.packing {
+            Packing::Word => from_words(t.dtype, t.shape.clone(), &words),
+            Packing::Half => HostTensor::new(t.shape.clone(), TensorData::F16(unpack_halves(&words, t.len())))
+                .map_err(|e| e.to_string()),
+        }
     }
 }

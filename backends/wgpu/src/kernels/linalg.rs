@@ -1,12 +1,12 @@
 //! Matrix products, convolutions, pooling and attention (as its matmul / softmax parts).
 
 use super::{broadcast_strides, count_word, output, strides, KResult};
-use crate::gemm::GemmShape;
+use crate::gemm::{Accumulate, GemmKernel, GemmShape};
 use crate::kernels::pointwise::{self, kiln_broadcast};
 use crate::kernels::reduce::softmax;
 use crate::ops::Storage;
 use crate::shaders::Instance;
-use crate::value::{DeviceTensor, Recorder};
+use crate::value::{DeviceTensor, Packing, Recorder};
 use kiln::{
     AttentionParams, ConvolutionParams, DataType, DeconvolutionParams, ElementwiseOp, MatrixOp, PoolingKind,
     PoolingParams,
@@ -58,6 +58,13 @@ pub fn matmul(
     shape: &[usize],
     dtype: DataType,
 ) -> KResult<DeviceTensor> {
+    let halves = a.packing == Packing::Half && b.packing == Packing::Half && dtype == DataType::F16;
+    let (a, b) = match halves {
+        true => (a.clone(), b.clone()),
+        // The generic path for operands the f16 GEMM cannot take (see below).
+        false => (super::half::widen(rec, a)?, super::half::widen(rec, b)?),
+    };
+    let (a, b) = (&a, &b);
     let (pa, pb) = (Operand::new(&a.shape, op_a, true)?, Operand::new(&b.shape, op_b, false)?);
     if pa.cols != pb.rows {
         return Err(format!("inner dims differ: {:?} {op_a:?} · {:?} {op_b:?}", a.shape, b.shape));
@@ -69,7 +76,24 @@ pub fn matmul(
         return Err(format!("{batches} matrix batches exceed the {max_z} workgroups of one dispatch dimension"));
     }
     let (m, k, n) = (pa.rows, pa.cols, pb.cols);
-    let out = output(rec, dtype, shape)?;
+    let shape_facts = GemmShape {
+        m,
+        n,
+        k,
+        a_row_stride: pa.row_stride,
+        a_col_stride: pa.col_stride,
+        b_row_stride: pb.row_stride,
+        b_col_stride: pb.col_stride,
+    };
+    // f16 halves the register-tiled GEMM cannot take (transposed, K or N not a multiple
+    // of 4, empty) are widened: the executor stores the f32-word product as halves again.
+    if halves && !(shape_facts.fits() && k > 0 && batches * m * n > 0) {
+        return matmul(rec, &super::half::widen(rec, a)?, op_a, &super::half::widen(rec, b)?, op_b, shape, dtype);
+    }
+    let out = match halves {
+        true => rec.alloc_halves(shape).map_err(|e| e.to_string())?,
+        false => output(rec, dtype, shape)?,
+    };
     if out.len() != batches * m * n {
         return Err(format!(
             "the product has {} elements, the inferred output {shape:?} {}",
@@ -99,18 +123,14 @@ pub fn matmul(
         params.push(count_word(bo * b_mat)?);
     }
     // Row-major f32 products with K and N multiples of 4 take the register-tiled vec4
-    // kernel (crate::gemm); the others the scalar tiled kernels.
-    let shape_facts = GemmShape {
-        m,
-        n,
-        k,
-        a_row_stride: pa.row_stride,
-        a_col_stride: pa.col_stride,
-        b_row_stride: pb.row_stride,
-        b_col_stride: pb.col_stride,
-    };
+    // kernel (crate::gemm); the others the scalar tiled kernels. f16 halves take its f16
+    // instantiation: halves in and out, summed in f32 (the chosen f32 tile shape).
     if storage == Storage::F32 && shape_facts.fits() {
-        let gemm = crate::tactics::kernel_for(m, n, k);
+        let tile = crate::tactics::kernel_for(m, n, k);
+        let gemm = match halves {
+            true => GemmKernel::f16(tile.thread_m, tile.thread_n, tile.depth, Accumulate::F32),
+            false => tile,
+        };
         let key = gemm.name();
         rec.gpu.pipeline_trusted(&key, || gemm.source()).map_err(|e| e.to_string())?;
         // `dispatch` finds the trusted pipeline cached under the same key.

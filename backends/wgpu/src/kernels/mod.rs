@@ -1,6 +1,7 @@
 //! Kernel launchers: each turns a layer's device inputs and inferred output shape into
 //! parameter words and dispatches of the WGSL kernels in `/shaders`.
 
+pub mod half;
 pub mod layout;
 pub mod linalg;
 pub mod pointwise;

@@ -5,7 +5,7 @@
 use super::{broadcast_strides, count_word, output, words8, KResult};
 use crate::ops::{CastMode, Storage};
 use crate::shaders::Instance;
-use crate::value::{DeviceTensor, Recorder};
+use crate::value::{DeviceTensor, Packing, Recorder};
 use kiln::{ActivationKind, DataType, ElementwiseOp, PostOp, UnaryOp};
 
 fn storage(t: &DeviceTensor) -> KResult<Storage> {
@@ -26,9 +26,13 @@ pub fn binary(
     dtype: DataType,
 ) -> KResult<DeviceTensor> {
     let s = storage(a)?;
-    let (_, kernel) =
-        Instance::binary(op, s).ok_or_else(|| format!("no WGSL kernel for Elementwise {op:?} on {}", a.dtype))?;
-    let out = output(rec, dtype, shape)?;
+    let halves = a.packing == Packing::Half;
+    if b.packing != a.packing {
+        return Err(format!("Elementwise {op:?}: one operand is stored as f16 halves, the other as words"));
+    }
+    let kernel = if halves { Instance::binary_f16(op) } else { Instance::binary(op, s) };
+    let (o, kernel) = kernel.ok_or_else(|| format!("no WGSL kernel for Elementwise {op:?} on {}", a.dtype))?;
+    let out = pointwise_output(rec, halves && o == Storage::F32, dtype, shape)?;
     let n = out.len();
     let mut params = vec![count_word(n)?, shape.len() as u32];
     params.extend(words8(shape)?);
@@ -45,22 +49,38 @@ fn run_unary(
     x: &DeviceTensor,
     dtype: DataType,
 ) -> KResult<DeviceTensor> {
-    let out = output(rec, dtype, &x.shape)?;
+    let halves_out = x.packing == Packing::Half && kernel.writes_halves();
+    let out = pointwise_output(rec, halves_out, dtype, &x.shape)?;
     let n = out.len();
     let params = [count_word(n)?, p[0].to_bits(), p[1].to_bits(), p[2].to_bits()];
     map_err(rec.dispatch_1d(kernel, &params, &[&x.buffer, &out.buffer], n))?;
     narrow(rec, out)
 }
 
+/// The output of a pointwise kernel: f16 halves where its f16 instantiation writes them.
+fn pointwise_output(rec: &Recorder, halves: bool, dtype: DataType, shape: &[usize]) -> KResult<DeviceTensor> {
+    match halves {
+        true if dtype == DataType::F16 => rec.alloc_halves(shape).map_err(|e| e.to_string()),
+        true => Err(format!("an f16 kernel writes halves, but the output is {dtype}")),
+        false => output(rec, dtype, shape),
+    }
+}
+
 pub fn unary(rec: &Recorder, op: UnaryOp, x: &DeviceTensor, dtype: DataType) -> KResult<DeviceTensor> {
-    let (_, kernel) =
-        Instance::unary(op, storage(x)?).ok_or_else(|| format!("no WGSL kernel for Unary {op:?} on {}", x.dtype))?;
+    let kernel = match x.packing {
+        Packing::Half => Instance::unary_f16(op),
+        Packing::Word => Instance::unary(op, storage(x)?),
+    };
+    let (_, kernel) = kernel.ok_or_else(|| format!("no WGSL kernel for Unary {op:?} on {}", x.dtype))?;
     run_unary(rec, &kernel, [0.0; 3], x, dtype)
 }
 
 pub fn activation(rec: &Recorder, kind: &ActivationKind, x: &DeviceTensor) -> KResult<DeviceTensor> {
-    let (kernel, p) = Instance::activation(kind, storage(x)?)
-        .ok_or_else(|| format!("no WGSL kernel for Activation {kind:?} on {}", x.dtype))?;
+    let kernel = match x.packing {
+        Packing::Half => Instance::activation_f16(kind),
+        Packing::Word => Instance::activation(kind, storage(x)?),
+    };
+    let (kernel, p) = kernel.ok_or_else(|| format!("no WGSL kernel for Activation {kind:?} on {}", x.dtype))?;
     run_unary(rec, &kernel, p, x, x.dtype)
 }
 
@@ -119,6 +139,9 @@ pub fn fill(rec: &Recorder, dtype: DataType, shape: &[usize], word: u32) -> KRes
 /// Rounds (f16, bf16) or wraps (8/16-bit integers) a freshly written tensor in place, so
 /// every layer output holds exactly its logical type's values, as on the cpu backend.
 pub fn narrow(rec: &Recorder, t: DeviceTensor) -> KResult<DeviceTensor> {
+    if t.packing == Packing::Half {
+        return Ok(t); // f16 kernels round as they store
+    }
     let kind = match t.dtype {
         DataType::F16 => 0,
         DataType::BF16 => 1,

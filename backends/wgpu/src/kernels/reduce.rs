@@ -1,6 +1,7 @@
 //! Reductions over any axes, softmax, and (RMS) normalization: one invocation per output
 //! element / statistics group walks the reduced elements.
 
+use super::half::widen;
 use super::{broadcast_strides, count_word, output, strides, words8, KResult};
 use crate::ops::Storage;
 use crate::shaders::Instance;
@@ -52,12 +53,16 @@ pub fn softmax(rec: &Recorder, x: &DeviceTensor, axis: usize) -> KResult<DeviceT
     if axis >= x.shape.len() {
         return Err(format!("softmax axis {axis} is out of range for {:?}", x.shape));
     }
-    let out = output(rec, x.dtype, &x.shape)?;
+    let halves = x.packing == crate::value::Packing::Half;
+    let out = match halves {
+        true => rec.alloc_halves(&x.shape).map_err(|e| e.to_string())?,
+        false => output(rec, x.dtype, &x.shape)?,
+    };
     let len = x.shape[axis];
     let inner: usize = x.shape[axis + 1..].iter().product();
     let rows = x.len().checked_div(len).unwrap_or(0);
     let params = [count_word(rows)?, count_word(len)?, count_word(inner.max(1))?];
-    rec.dispatch_1d(&Instance::plain("softmax"), &params, &[&x.buffer, &out.buffer], rows)
+    rec.dispatch_1d(&Instance::softmax(halves), &params, &[&x.buffer, &out.buffer], rows)
         .map_err(|e| e.to_string())?;
     super::pointwise::narrow(rec, out)
 }
@@ -119,15 +124,25 @@ pub fn normalization(
     };
     let (kept, red) = split(&view, &reduced);
     let groups: usize = kept.iter().product();
-    let out = output(rec, x.dtype, shape)?;
+    let half = |t: &DeviceTensor| t.packing == crate::value::Packing::Half;
+    let halves = half(x) && half(scale) && bias.is_none_or(half);
+    let (x, scale, bias) = match halves {
+        true => (x.clone(), scale.clone(), bias.cloned()),
+        // Words (f16 storage off, or f32): widening is a no-op for them.
+        false => (widen(rec, x)?, widen(rec, scale)?, bias.map(|b| widen(rec, b)).transpose()?),
+    };
+    let out = match halves {
+        true => rec.alloc_halves(shape).map_err(|e| e.to_string())?,
+        false => output(rec, x.dtype, shape)?,
+    };
     let mut params = vec![count_word(groups)?, view.len() as u32, count_word(red.iter().product())?];
     for v in [&kept, &red, &xs, &sc, &bs] {
         params.extend(words8(v)?);
     }
     params.push(epsilon.to_bits());
     params.push(u32::from(bias.is_none()));
-    let bias_buffer = bias.map_or(&scale.buffer, |b| &b.buffer);
-    rec.dispatch_1d(&Instance::plain("norm"), &params, &[&x.buffer, &scale.buffer, bias_buffer, &out.buffer], groups)
+    let bias_buffer = bias.as_ref().map_or(&scale.buffer, |b| &b.buffer);
+    rec.dispatch_1d(&Instance::norm(halves), &params, &[&x.buffer, &scale.buffer, bias_buffer, &out.buffer], groups)
         .map_err(|e| e.to_string())?;
     super::pointwise::narrow(rec, out)
 }

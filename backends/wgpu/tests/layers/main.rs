@@ -5,6 +5,7 @@ mod common;
 mod control;
 mod device;
 mod dtypes;
+mod half;
 mod layout;
 mod linalg;
 mod pointwise;
