@@ -2,7 +2,10 @@
 //! applies: f16 / bf16 operands, head dims up to 64, at most two leading dims (outer, heads) that
 //! every operand has or broadcasts, an additive mask of the same type. Elsewhere attention runs
 //! as two cuBLASLt products around a softmax (`compute::attention`).
-//! `KILN_CUDA_FLASH_ATTENTION=0` turns the fused kernel off (to compare the two paths).
+//!
+//! Opt-in (`KILN_CUDA_FLASH_ATTENTION=1`): on the H200, BERT-base fp16 at batch 32 and sequence
+//! 128 ran 10.81 ms of GPU time unfused against 11.21 ms with this kernel, so the measured
+//! faster path is the default until the choice is a timed tactic.
 
 use super::Ctx;
 use crate::device::{Arg, DeviceTensor, Layout};
@@ -43,7 +46,7 @@ fn two_level(strides: &[i64]) -> (i64, i64) {
 }
 
 pub fn enabled() -> bool {
-    std::env::var("KILN_CUDA_FLASH_ATTENTION").as_deref() != Ok("0")
+    std::env::var("KILN_CUDA_FLASH_ATTENTION").as_deref() == Ok("1")
 }
 
 /// The fused kernel's output, or `None` where it does not apply.
