@@ -9,11 +9,10 @@ mod pytorch_data;
 
 use kiln::{Backend, BuilderConfig, ExecutionContext, HostTensor, LayerKind, Network, PreparedEngine, Shape};
 use kiln_wgpu::WgpuBackend;
-use pytorch_data::read_npz;
+use pytorch_data::{read_npz, repo};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -31,11 +30,6 @@ fn gpu() -> Option<&'static kiln_wgpu::device::Gpu> {
             None
         }
     }
-}
-
-/// The checkout root (KILN_REPO on the GPU machine, where this build's paths do not exist).
-fn repo() -> PathBuf {
-    std::env::var_os("KILN_REPO").map_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."), PathBuf::from)
 }
 
 /// The network of a model in the repository and inputs for it: the fixture's own arrays

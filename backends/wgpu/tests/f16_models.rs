@@ -3,35 +3,15 @@
 //! tensors stored as halves and as f32 words, against the cpu backend built the same way:
 //! within the fp16 tier. Prints each model's time per execution in both storages.
 
+#[allow(dead_code)]
+#[path = "../../../engine/onnx/tests/common/pytorch_data.rs"]
+mod pytorch_data;
+
 use kiln::{Backend, BuilderConfig, BuilderFlag, DataType, ExecutionContext, HostTensor, LayerId, Network};
 use kiln_wgpu::WgpuBackend;
-use npyz::npz::NpzArchive;
+use pytorch_data::{read_npz, repo};
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
 use std::time::Instant;
-
-/// The checkout root (KILN_REPO on the GPU machine, where this build's paths do not exist).
-fn repo() -> PathBuf {
-    std::env::var_os("KILN_REPO").map_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."), PathBuf::from)
-}
-
-fn read_npz(path: &Path) -> HashMap<String, HostTensor> {
-    let mut archive = NpzArchive::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
-    let names: Vec<String> = archive.array_names().map(str::to_string).collect();
-    names
-        .into_iter()
-        .map(|name| {
-            let npy = archive.by_name(&name).expect("read array").expect("array exists");
-            let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
-            let data = match npy.dtype().descr().trim_matches('\'') {
-                "<f4" => kiln::TensorData::F32(npy.into_vec::<f32>().expect("f32 data")),
-                "<i8" => kiln::TensorData::I64(npy.into_vec::<i64>().expect("i64 data")),
-                other => panic!("{name}: unexpected dtype {other}"),
-            };
-            (name, HostTensor::new(shape, data).expect("shape matches"))
-        })
-        .collect()
-}
 
 /// The model with every float-computing layer constrained to f16, and its inputs.
 fn f16_model(name: &str) -> (Network, HashMap<String, HostTensor>) {

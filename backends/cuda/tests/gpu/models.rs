@@ -5,12 +5,8 @@ use crate::common::{backend, worst_error};
 use crate::pytorch_data::read_npz;
 use kiln::HostTensor;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 
-/// The repository root: `KILN_REPO` on the GPU machine, else this checkout.
-pub fn repo() -> PathBuf {
-    std::env::var_os("KILN_REPO").map(PathBuf::from).unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
-}
+pub use crate::pytorch_data::repo;
 
 /// The model built with every float layer constrained to `precision` (f16/bf16 kernels and
 /// cuBLASLt's 16-bit tensor-core products): within `tolerance` of PyTorch's f32 outputs, and

@@ -52,6 +52,22 @@ mod tests {
     use half::f16;
     use kiln::{HostTensor, TensorData};
 
+    /// The shared adapter when it has SHADER_F16; otherwise None, saying why.
+    fn f16_gpu() -> Option<&'static crate::device::Gpu> {
+        let gpu = match crate::device::shared() {
+            Ok(gpu) => gpu,
+            Err(e) => {
+                eprintln!("SKIPPED: no wgpu adapter/driver: {e}");
+                return None;
+            }
+        };
+        if !gpu.features.contains(wgpu::Features::SHADER_F16) {
+            eprintln!("SKIPPED: the adapter `{}` has no SHADER_F16", gpu.info.name);
+            return None;
+        }
+        Some(gpu)
+    }
+
     /// Odd-length special values: NaNs of both signs, -0, subnormals, infinities, the largest f16.
     fn special() -> HostTensor {
         let bits = [0x7e01u16, 0xfe00, 0x8000, 0x0001, 0x83ff, 0x7c00, 0xfc00, 0x7bff, 0x3c00];
@@ -67,13 +83,7 @@ mod tests {
 
     #[test]
     fn an_f16_tensor_holds_two_bytes_per_element() {
-        let gpu = match crate::device::shared() {
-            Ok(gpu) => gpu,
-            Err(e) => return eprintln!("SKIPPED: no wgpu adapter/driver: {e}"),
-        };
-        if !gpu.features.contains(wgpu::Features::SHADER_F16) {
-            return eprintln!("SKIPPED: the adapter `{}` has no SHADER_F16", gpu.info.name);
-        }
+        let Some(gpu) = f16_gpu() else { return };
         let x = special();
         let rec = Recorder::new(gpu).with_half_storage(true);
         let halves = rec.upload(&x).expect("upload");
@@ -95,13 +105,7 @@ mod tests {
 
     #[test]
     fn words_are_rounded_to_nearest_even_when_stored_as_halves() {
-        let gpu = match crate::device::shared() {
-            Ok(gpu) => gpu,
-            Err(e) => return eprintln!("SKIPPED: no wgpu adapter/driver: {e}"),
-        };
-        if !gpu.features.contains(wgpu::Features::SHADER_F16) {
-            return eprintln!("SKIPPED: the adapter `{}` has no SHADER_F16", gpu.info.name);
-        }
+        let Some(gpu) = f16_gpu() else { return };
         let rec = Recorder::new(gpu).with_half_storage(true);
         // Ties to even, beyond the range to infinity, f16 subnormals.
         let values = [1.0 + 2f32.powi(-11), 1.0 + 3.0 * 2f32.powi(-11), 65520.0, -1e6, 3.0 * 2f32.powi(-25), 0.1];
@@ -114,13 +118,7 @@ mod tests {
 
     #[test]
     fn pointwise_kernels_read_and_write_halves_natively() {
-        let gpu = match crate::device::shared() {
-            Ok(gpu) => gpu,
-            Err(e) => return eprintln!("SKIPPED: no wgpu adapter/driver: {e}"),
-        };
-        if !gpu.features.contains(wgpu::Features::SHADER_F16) {
-            return eprintln!("SKIPPED: the adapter `{}` has no SHADER_F16", gpu.info.name);
-        }
+        let Some(gpu) = f16_gpu() else { return };
         use crate::kernels::pointwise;
         use kiln::{ActivationKind, ElementwiseOp, LayerKind};
         assert!(native(&LayerKind::Elementwise { op: ElementwiseOp::Sum }));
@@ -149,13 +147,7 @@ mod tests {
 
     #[test]
     fn matmul_of_halves_runs_the_f16_gemm() {
-        let gpu = match crate::device::shared() {
-            Ok(gpu) => gpu,
-            Err(e) => return eprintln!("SKIPPED: no wgpu adapter/driver: {e}"),
-        };
-        if !gpu.features.contains(wgpu::Features::SHADER_F16) {
-            return eprintln!("SKIPPED: the adapter `{}` has no SHADER_F16", gpu.info.name);
-        }
+        let Some(gpu) = f16_gpu() else { return };
         let rec = Recorder::new(gpu).with_half_storage(true);
         let (m, k, n) = (5, 8, 12);
         let av: Vec<f16> = (0..m * k).map(|i| f16::from_f32((i % 7) as f32 * 0.25 - 0.5)).collect();

@@ -5,6 +5,12 @@ use npyz::npz::NpzArchive;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+/// The checkout root: `KILN_REPO` on the GPU machine (where this build's paths do not exist),
+/// else this checkout.
+pub fn repo() -> PathBuf {
+    std::env::var_os("KILN_REPO").map_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."), PathBuf::from)
+}
+
 pub fn data_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/pytorch")
 }
