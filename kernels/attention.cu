@@ -18,15 +18,6 @@ using namespace nvcuda;
 #define FA_PS_LD (FA_BK + 8)
 #define FA_OS_LD (FA_DMAX + 4)
 
-__device__ __forceinline__ float fa_warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-__device__ __forceinline__ float fa_warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
 template <typename T>
 __device__ void flash_attention(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_tiles, const Layout& st, float scale,
                                 int has_mask, int key_transposed, int zero_nan_rows, const T* q, const T* k, const T* v, const T* mask, T* o) {

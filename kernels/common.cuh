@@ -32,8 +32,8 @@ struct Layout {
 // The element offset of output element `i` in operand `which`.
 // Indices and dims that fit 32 bits divide in 32 bits (64-bit division is emulated: several
 // times slower, and it dominated the broadcasting kernels). The loop is unrolled over the
-// maximum rank so every field index is a constant: a dynamically indexed kernel parameter is
-// copied to local memory by every thread.
+// maximum rank so every field index is a constant (a dynamically indexed kernel parameter may
+// be copied to local memory by every thread).
 __device__ __forceinline__ i64 operand_offset(const Layout& l, int which, i64 i) {
     i64 off = l.offset[which];
 #pragma unroll

@@ -188,7 +188,7 @@ struct Chain {
 };
 
 // The program and layouts are copied to shared memory first: the steps index them at run time,
-// and a dynamically indexed kernel parameter would be copied to local memory by every thread.
+// and a dynamically indexed kernel parameter may be copied to local memory by every thread.
 template <typename T>
 __device__ __forceinline__ void chain(i64 n, const Layout& la, const Layout& lb, const Chain& c, const T* x, const T* o0,
                                       const T* o1, const T* o2, const T* o3, T* out) {

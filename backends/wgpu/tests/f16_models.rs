@@ -9,7 +9,7 @@ mod pytorch_data;
 
 use kiln::{Backend, BuilderConfig, BuilderFlag, DataType, ExecutionContext, HostTensor, LayerId, Network};
 use kiln_wgpu::WgpuBackend;
-use pytorch_data::{read_npz, repo};
+use pytorch_data::{read_npz, repo, worst_error};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
@@ -66,12 +66,7 @@ fn check(name: &str, tolerance: f64) {
         for (output, w) in &want {
             let g = &got[output];
             assert_eq!((g.dtype(), g.shape()), (w.dtype(), w.shape()), "{name}/{output} ({storage})");
-            let worst = g
-                .to_f64_vec()
-                .iter()
-                .zip(w.to_f64_vec())
-                .map(|(a, e)| (a - e).abs() / (1.0 + e.abs()))
-                .fold(0.0, f64::max);
+            let worst = worst_error(g, w);
             assert!(worst < tolerance, "{name}/{output} ({storage}): relative error {worst} against cpu in f16");
         }
     }

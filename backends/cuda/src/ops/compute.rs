@@ -407,7 +407,7 @@ pub fn attention(cx: &Ctx, p: &AttentionParams, q: &DeviceTensor, k: &DeviceTens
     if let Some(out) = super::flash::attention(cx, p, q, k, v, mask, out_shape)? {
         return Ok(out);
     }
-    let scale = if p.scale_multiplies { p.scale } else { 1.0 / p.scale };
+    let scale = p.multiplier();
     let op_k = if p.key_transposed { MatrixOp::None } else { MatrixOp::Transpose };
     let qs = &q.shape;
     let ks = &k.shape;

@@ -126,7 +126,7 @@ pub fn attention(
     let out = cx.gpu.empty(dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
     let blocks =
         u32::try_from(blocks).map_err(|_| format!("attention over {blocks} blocks is too many for one launch"))?;
-    let scale = if p.scale_multiplies { p.scale } else { 1.0 / p.scale };
+    let scale = p.multiplier();
     let mask_arg = mask.map_or(Arg::Ptr(0), |m| cx.arg(m));
     let args = [
         Arg::I64(sq as i64),

@@ -392,8 +392,8 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
 /// The anchor, then each epilogue step on the running value (unary steps in place).
 fn fused(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>], outs: &[OutFact]) -> Result<DeviceTensor, String> {
     // A pointwise anchor is the chain's first step: the whole layer is one pass.
-    if let Some((source, first)) = pointwise_anchor(p, inputs) {
-        let x = cx.dev(inputs.get(source).and_then(Option::as_ref).ok_or("the anchor's input is missing")?)?;
+    if let Some(first) = pointwise_anchor(p, inputs) {
+        let x = cx.dev(inputs.first().and_then(Option::as_ref).ok_or("the anchor's input is missing")?)?;
         let steps: Vec<PostOp> = std::iter::once(first).chain(p.epilogue.iter().copied()).collect();
         if let Some(out) = fused_chain(cx, &steps, &x, inputs)? {
             return check_epilogue(out, outs);
@@ -463,8 +463,8 @@ fn check_epilogue(running: DeviceTensor, outs: &[OutFact]) -> Result<DeviceTenso
     Ok(running)
 }
 
-/// A pointwise anchor's inputs as the chain's running value and first step.
-fn pointwise_anchor(p: &kiln::FusedParams, inputs: &[Option<Value>]) -> Option<(usize, PostOp)> {
+/// A pointwise anchor as the chain's first step (its input 0 is the running value).
+fn pointwise_anchor(p: &kiln::FusedParams, inputs: &[Option<Value>]) -> Option<PostOp> {
     let first = match p.anchor {
         kiln::FusedAnchor::Activation(kind) => PostOp::Activation(kind),
         kiln::FusedAnchor::Unary(op) => PostOp::Unary(op),
@@ -473,7 +473,7 @@ fn pointwise_anchor(p: &kiln::FusedParams, inputs: &[Option<Value>]) -> Option<(
         }
         _ => return None,
     };
-    Some((0, first))
+    Some(first)
 }
 
 /// Two or more pointwise steps as one `chain_*` pass, or `None` where the chain kernel does not

@@ -284,7 +284,7 @@ pub fn attention(
         // Where(IsNaN(p), 0, p), as the recognized graph computed it.
         let is_nan = pointwise::unary(rec, kiln::UnaryOp::IsNan, &probs, DataType::Bool)?;
         let zero = pointwise::fill(rec, probs.dtype, &[], 0f32.to_bits())?;
-        probs = pointwise::select(rec, &is_nan, &zero, &probs, &probs.shape.clone())?;
+        probs = pointwise::select(rec, &is_nan, &zero, &probs, &probs.shape)?;
     }
     matmul(rec, &probs, MatrixOp::None, v, MatrixOp::None, shape, dtype)
 }

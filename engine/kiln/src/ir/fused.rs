@@ -114,3 +114,14 @@ pub struct AttentionParams {
     #[serde(default)]
     pub zero_nan_rows: bool,
 }
+
+impl AttentionParams {
+    /// The factor the scores are multiplied by (`scale`, or `1 / scale` when it divides).
+    pub fn multiplier(&self) -> f32 {
+        if self.scale_multiplies {
+            self.scale
+        } else {
+            1.0 / self.scale
+        }
+    }
+}
