@@ -51,6 +51,8 @@ MOVE_KERNELS(u8, unsigned char)
 MOVE_KERNELS(u16, unsigned short)
 MOVE_KERNELS(u32, unsigned int)
 MOVE_KERNELS(u64, u64)
+// 16-byte units: the host widens copies whose innermost dim is contiguous on both sides.
+extern "C" __global__ void strided_copy_u128(i64 n, Layout l, const uint4* in, uint4* out) { strided_copy(n, l, in, out); }
 
 // Casts go through double for integers (exact for i32, and i64 up to 2^53) and float for floats.
 __device__ __forceinline__ double load_d(float x) { return x; }

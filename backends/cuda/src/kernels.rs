@@ -117,6 +117,7 @@ pub fn expected_kernels() -> Vec<String> {
             names.push(format!("{op}_{w}"));
         }
     }
+    names.push("strided_copy_u128".into());
     for w in ["u8", "u16", "u32", "u64"] {
         for op in ["select", "gather_elements", "gather_nd", "resize_gather"] {
             names.push(format!("{op}_{w}"));

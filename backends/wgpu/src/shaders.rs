@@ -124,7 +124,7 @@ impl Instance {
     /// f16 halves → f32 words, or (`to_halves`) f32 words → halves rounded to nearest even.
     pub fn f16_conversion(to_halves: bool) -> Instance {
         let body = if to_halves { "narrow_f16" } else { "widen_f16" };
-        Instance::new(body, body.to_string(), ENABLE_F16.to_string())
+        Instance::new(body, body.to_string(), String::new())
     }
 
     pub fn binary(op: ElementwiseOp, s: Storage) -> Option<(Storage, Instance)> {

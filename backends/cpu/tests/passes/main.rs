@@ -248,6 +248,19 @@ fn gelu_recognition_erf_and_tanh_forms() {
     check_equivalent(&net, 1e-5);
 }
 
+/// The builder lowers precision before the passes: GELU is still recognized when its constants
+/// are rounded to 16 bits.
+#[test]
+fn gelu_recognition_with_16_bit_constants() {
+    for dtype in [kiln::DataType::F16, kiln::DataType::BF16] {
+        let net = networks::gelu_in(dtype);
+        let out = Pipeline::new(vec![Box::new(GeluFusion), Box::new(DeadLayerElimination)])
+            .run(&net, &PassContext::default())
+            .expect("passes");
+        assert_eq!(kinds(&out), ["Activation", "Activation"], "{dtype}: {}", out.dump());
+    }
+}
+
 #[test]
 fn attention_recognition() {
     let net = networks::attention();

@@ -380,8 +380,18 @@ pub fn rms_norm() -> Network {
 
 /// GELU, erf form (`x · 0.5 · (1 + erf(x / √2))`, TorchScript's order) and tanh form.
 pub fn gelu() -> Network {
+    gelu_in(DataType::F32)
+}
+
+/// [`gelu`] with its input and constants in `dtype` (as the builder leaves them after lowering
+/// precision, before the passes run: fp16's √2 is 1.4140625).
+pub fn gelu_in(dtype: DataType) -> Network {
     let mut g = G::new("gelu");
-    let x = g.fixed_input("x", &[2, 6]);
+    let x = g
+        .net
+        .add_input("x", dtype, Shape::fixed(&[2, 6]))
+        .expect("input");
+    let mut g = Typed(g, dtype);
     let sqrt2 = g.scalar("sqrt2", std::f32::consts::SQRT_2);
     let div = g.binary("div", E::Div, x, sqrt2);
     let erf = g.unary("erf", UnaryOp::Erf, div);
@@ -405,7 +415,35 @@ pub fn gelu() -> Network {
     let half_t = g.scalar("t half", 0.5);
     let hy = g.binary("t mul half", E::Prod, half_t, y);
     let out = g.binary("t mul", E::Prod, hy, onep);
-    g.output(out, "out")
+    g.0.output(out, "out")
+}
+
+/// A [`G`] whose scalars are of one float type.
+struct Typed(G, DataType);
+
+impl Typed {
+    fn scalar(&mut self, name: &str, value: f32) -> TensorId {
+        let data = match self.1 {
+            DataType::F16 => TensorData::F16(vec![half::f16::from_f32(value)]),
+            DataType::BF16 => TensorData::BF16(vec![half::bf16::from_f32(value)]),
+            _ => TensorData::F32(vec![value]),
+        };
+        self.0
+            .constant_tensor(name, HostTensor::new(vec![], data).expect("shape"))
+    }
+}
+
+impl std::ops::Deref for Typed {
+    type Target = G;
+    fn deref(&self) -> &G {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Typed {
+    fn deref_mut(&mut self) -> &mut G {
+        &mut self.0
+    }
 }
 
 /// `softmax(Q·Kᵀ / √d + mask) · V` with K transposed by a Shuffle.

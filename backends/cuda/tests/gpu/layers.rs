@@ -125,6 +125,38 @@ fn data_movement_matches() {
     }
 }
 
+/// Copies whose innermost run is contiguous move 16-, 8- or 4-byte units; offsets or lengths
+/// that are not multiples of the unit fall back to narrower ones.
+#[test]
+fn widened_copies_match() {
+    let mut r = rng(14);
+    // BERT's head split: [b, s, h, d] -> [b, h, s, d] (d = 64 halves: 16-byte units).
+    let heads = ShuffleParams { first_transpose: vec![0, 2, 1, 3], reshape: None, second_transpose: vec![], zero_is_placeholder: true };
+    for (dtype, d) in [(DataType::F16, 64), (DataType::F16, 12), (DataType::F16, 3), (DataType::F32, 8), (DataType::BF16, 6)] {
+        check(&format!("head split {dtype} d={d}"), LayerKind::Shuffle(heads.clone()), vec![In::Run(random(&mut r, dtype, &[2, 5, 3, d]))], 0.0);
+    }
+    // Slices starting at 8, 4, 2 and 1 halves into the innermost dim, and their concatenation.
+    for start in [8i64, 4, 2, 1] {
+        check(
+            &format!("slice from {start}"),
+            LayerKind::Slice,
+            vec![
+                In::Run(random(&mut r, DataType::F16, &[3, 4, 40])),
+                In::Const(i64s(&[1], vec![start])),
+                In::Const(i64s(&[1], vec![start + 16])),
+                In::Const(i64s(&[1], vec![2])),
+            ],
+            0.0,
+        );
+    }
+    check(
+        "concatenation of 8 and 7 halves",
+        LayerKind::Concatenation { axis: 2 },
+        vec![In::Run(random(&mut r, DataType::F16, &[4, 3, 8])), In::Run(random(&mut r, DataType::F16, &[4, 3, 7]))],
+        0.0,
+    );
+}
+
 #[test]
 fn gather_out_of_range_is_an_error_not_garbage() {
     let Some(cuda) = crate::common::backend() else { return };

@@ -41,7 +41,8 @@ pub fn to_halves(rec: &Recorder, t: DeviceTensor) -> KResult<DeviceTensor> {
     }
     let out = rec.alloc_halves(&t.shape).map_err(|e| e.to_string())?;
     let n = t.len();
-    rec.dispatch_1d(&Instance::f16_conversion(true), &[count_word(n)?], &[&t.buffer, &out.buffer], n)
+    // One invocation per pair of halves (one u32 written).
+    rec.dispatch_1d(&Instance::f16_conversion(true), &[count_word(n)?], &[&t.buffer, &out.buffer], n.div_ceil(2))
         .map_err(|e| e.to_string())?;
     Ok(out)
 }
