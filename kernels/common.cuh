@@ -55,3 +55,35 @@ __device__ __forceinline__ i64 operand_offset(const Layout& l, int which, i64 i)
 }
 
 #define KILN_GRID_LOOP(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
+
+// 16-byte vectors of a storage type, for kernels whose host side checked alignment: VEC<T>
+// elements per load and store, converted to and from f32 lanes.
+template <typename T> struct Vec16 { static const int N = 16 / sizeof(T); };
+template <typename T>
+__device__ __forceinline__ void load16(const T* p, float* f) {
+    uint4 u = *reinterpret_cast<const uint4*>(p);
+    const T* e = reinterpret_cast<const T*>(&u);
+#pragma unroll
+    for (int k = 0; k < Vec16<T>::N; ++k) f[k] = to_f(e[k]);
+}
+template <typename T>
+__device__ __forceinline__ void store16(T* p, const float* f) {
+    uint4 u;
+    T* e = reinterpret_cast<T*>(&u);
+#pragma unroll
+    for (int k = 0; k < Vec16<T>::N; ++k) e[k] = from_f<T>(f[k]);
+    *reinterpret_cast<uint4*>(p) = u;
+}
+// One vector of an operand read through a layout: a 16-byte load where its innermost stride is
+// 1, the one element broadcast where it is 0 (the host allows no other stride).
+template <typename T>
+__device__ __forceinline__ void load_operand16(const Layout& l, int which, i64 i, const T* p, float* f) {
+    const i64 off = operand_offset(l, which, i);
+    if (l.rank > 0 && l.stride[which][l.rank - 1] == 1) {
+        load16(p + off, f);
+    } else {
+        const float v = to_f(p[off]);
+#pragma unroll
+        for (int k = 0; k < Vec16<T>::N; ++k) f[k] = v;
+    }
+}

@@ -8,6 +8,32 @@ __device__ void strided_copy(i64 n, Layout l, const T* in, T* out) {
     KILN_GRID_LOOP(i, n) { out[operand_offset(l, 1, i)] = in[operand_offset(l, 0, i)]; }
 }
 
+// A batched 2-D transpose through shared memory: dim a (contiguous in the output) and dim b
+// (contiguous in the input) in 32 x 32 tiles, so both the reads and the writes of a warp are
+// contiguous. l holds the other (batch) dims: operand 0 the input, 1 the output.
+template <typename T>
+__device__ void transpose_tiled(i64 batch, Layout l, int len_a, int len_b, i64 in_stride_a, i64 out_stride_b, const T* in, T* out) {
+    __shared__ T tile[32][33];
+    const int tiles_a = (len_a + 31) / 32, tiles = tiles_a * ((len_b + 31) / 32);
+    const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+    for (i64 w = blockIdx.x; w < batch * tiles; w += gridDim.x) {
+        const int t = (int)(w % tiles);
+        const i64 z = w / tiles;
+        const int a0 = (t % tiles_a) * 32, b0 = (t / tiles_a) * 32;
+        const i64 in_base = operand_offset(l, 0, z), out_base = operand_offset(l, 1, z);
+        for (int j = ty; j < 32; j += blockDim.x / 32) {
+            const int a = a0 + j, b = b0 + tx;
+            if (a < len_a && b < len_b) tile[j][tx] = in[in_base + (i64)a * in_stride_a + b];
+        }
+        __syncthreads();
+        for (int j = ty; j < 32; j += blockDim.x / 32) {
+            const int b = b0 + j, a = a0 + tx;
+            if (a < len_a && b < len_b) out[out_base + (i64)b * out_stride_b + a] = tile[tx][j];
+        }
+        __syncthreads();
+    }
+}
+
 // ONNX Gather on one axis: data viewed as [outer, axis_len, inner], indices (i64, may be
 // negative) of count n_idx; out is [outer, n_idx, inner]. An index out of range writes 0 and
 // raises *error (checked by the host after the layer).
@@ -43,6 +69,7 @@ __device__ void resize_nearest(i64 n, Layout l, const float* scales, const T* in
 }
 
 #define MOVE_KERNELS(suffix, T) \
+    extern "C" __global__ void transpose_tiled_##suffix(i64 batch, Layout l, int la, int lb, i64 sa, i64 sb, const T* in, T* out) { transpose_tiled(batch, l, la, lb, sa, sb, in, out); } \
     extern "C" __global__ void strided_copy_##suffix(i64 n, Layout l, const T* in, T* out) { strided_copy(n, l, in, out); } \
     extern "C" __global__ void gather_##suffix(i64 outer, i64 axis_len, i64 n_idx, i64 inner, const T* d, const i64* idx, T* o, int* e) { gather(outer, axis_len, n_idx, inner, d, idx, o, e); } \
     extern "C" __global__ void resize_nearest_##suffix(i64 n, Layout l, const float* s, const T* in, T* out) { resize_nearest(n, l, s, in, out); }

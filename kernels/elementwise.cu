@@ -58,6 +58,20 @@ __device__ void binary(int op, i64 n, Layout l, const T* a, const T* b, T* out) 
     }
 }
 
+// `binary` on 16-byte vectors: n_vec vectors of Vec16<T>::N elements (see load_operand16).
+template <typename T>
+__device__ void binary_vec(int op, i64 n_vec, Layout l, const T* a, const T* b, T* out) {
+    const int N = Vec16<T>::N;
+    KILN_GRID_LOOP(v, n_vec) {
+        float x[N], y[N];
+        load_operand16(l, 0, v * N, a, x);
+        load_operand16(l, 1, v * N, b, y);
+#pragma unroll
+        for (int k = 0; k < N; ++k) x[k] = binary_float(op, x[k], y[k]);
+        store16(out + v * N, x);
+    }
+}
+
 template <typename T>
 __device__ void compare(int op, i64 n, Layout l, const T* a, const T* b, unsigned char* out) {
     KILN_GRID_LOOP(i, n) {
@@ -100,6 +114,9 @@ __device__ void compare_integer(int op, i64 n, Layout l, const T* a, const T* b,
 extern "C" __global__ void binary_f32(int op, i64 n, Layout l, const float* a, const float* b, float* o) { binary(op, n, l, a, b, o); }
 extern "C" __global__ void binary_f16(int op, i64 n, Layout l, const __half* a, const __half* b, __half* o) { binary(op, n, l, a, b, o); }
 extern "C" __global__ void binary_bf16(int op, i64 n, Layout l, const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* o) { binary(op, n, l, a, b, o); }
+extern "C" __global__ void binary_vec_f32(int op, i64 n, Layout l, const float* a, const float* b, float* o) { binary_vec(op, n, l, a, b, o); }
+extern "C" __global__ void binary_vec_f16(int op, i64 n, Layout l, const __half* a, const __half* b, __half* o) { binary_vec(op, n, l, a, b, o); }
+extern "C" __global__ void binary_vec_bf16(int op, i64 n, Layout l, const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* o) { binary_vec(op, n, l, a, b, o); }
 extern "C" __global__ void binary_i32(int op, i64 n, Layout l, const int* a, const int* b, int* o) { binary_integer(op, n, l, a, b, o); }
 extern "C" __global__ void binary_i64(int op, i64 n, Layout l, const i64* a, const i64* b, i64* o) { binary_integer(op, n, l, a, b, o); }
 extern "C" __global__ void compare_f32(int op, i64 n, Layout l, const float* a, const float* b, unsigned char* o) { compare(op, n, l, a, b, o); }
@@ -168,6 +185,22 @@ __device__ void unary(int op, float alpha, float beta, i64 n, const T* x, T* y) 
     KILN_GRID_LOOP(i, n) { y[i] = from_f<T>(unary_float(op, to_f(x[i]), alpha, beta)); }
 }
 
+// `unary` on 16-byte vectors (n_vec of them; both tensors dense and 16-byte aligned).
+template <typename T>
+__device__ void unary_vec(int op, float alpha, float beta, i64 n_vec, const T* x, T* y) {
+    const int N = Vec16<T>::N;
+    KILN_GRID_LOOP(v, n_vec) {
+        float f[N];
+        load16(x + v * N, f);
+#pragma unroll
+        for (int k = 0; k < N; ++k) f[k] = unary_float(op, f[k], alpha, beta);
+        store16(y + v * N, f);
+    }
+}
+
+extern "C" __global__ void unary_vec_f32(int op, float a, float b, i64 n, const float* x, float* y) { unary_vec(op, a, b, n, x, y); }
+extern "C" __global__ void unary_vec_f16(int op, float a, float b, i64 n, const __half* x, __half* y) { unary_vec(op, a, b, n, x, y); }
+extern "C" __global__ void unary_vec_bf16(int op, float a, float b, i64 n, const __nv_bfloat16* x, __nv_bfloat16* y) { unary_vec(op, a, b, n, x, y); }
 extern "C" __global__ void unary_f32(int op, float a, float b, i64 n, const float* x, float* y) { unary(op, a, b, n, x, y); }
 extern "C" __global__ void unary_f16(int op, float a, float b, i64 n, const __half* x, __half* y) { unary(op, a, b, n, x, y); }
 extern "C" __global__ void unary_bf16(int op, float a, float b, i64 n, const __nv_bfloat16* x, __nv_bfloat16* y) { unary(op, a, b, n, x, y); }
@@ -208,6 +241,36 @@ __device__ __forceinline__ void chain(i64 n, const Layout& la, const Layout& lb,
     }
 }
 
+// `chain` on 16-byte vectors (see load_operand16): each operand load moves a vector or
+// broadcasts one element, so a step costs one wide load instead of N narrow ones.
+template <typename T>
+__device__ __forceinline__ void chain_vec(i64 n_vec, const Layout& la, const Layout& lb, const Chain& c, const T* x,
+                                          const T* o0, const T* o1, const T* o2, const T* o3, T* out) {
+    const int N = Vec16<T>::N;
+    KILN_GRID_LOOP(v, n_vec) {
+        float f[N], y[N];
+        load_operand16(la, 0, v * N, x, f);
+        for (int s = 0; s < c.count; ++s) {
+            if (c.kind[s] == 0) {
+#pragma unroll
+                for (int k = 0; k < N; ++k) f[k] = unary_float(c.code[s], f[k], c.alpha[s], c.beta[s]);
+                continue;
+            }
+            const int w = c.operand[s];
+            const T* p = w == 0 ? o0 : w == 1 ? o1 : w == 2 ? o2 : o3;
+            if (w < 2) {
+                load_operand16(la, w + 1, v * N, p, y);
+            } else {
+                load_operand16(lb, w - 2, v * N, p, y);
+            }
+            const bool running_first = c.kind[s] == 1;
+#pragma unroll
+            for (int k = 0; k < N; ++k) f[k] = running_first ? binary_float(c.code[s], f[k], y[k]) : binary_float(c.code[s], y[k], f[k]);
+        }
+        store16(out + v * N, f);
+    }
+}
+
 #define CHAIN_KERNEL(suffix, T) \
     extern "C" __global__ void chain_##suffix(i64 n, Layout la, Layout lb, Chain c, const T* x, const T* o0, const T* o1, \
                                               const T* o2, const T* o3, T* out) { \
@@ -216,6 +279,14 @@ __device__ __forceinline__ void chain(i64 n, const Layout& la, const Layout& lb,
         if (threadIdx.x == 0) { shared_la = la; shared_lb = lb; shared_c = c; } \
         __syncthreads(); \
         chain(n, shared_la, shared_lb, shared_c, x, o0, o1, o2, o3, out); \
+    } \
+    extern "C" __global__ void chain_vec_##suffix(i64 n, Layout la, Layout lb, Chain c, const T* x, const T* o0, const T* o1, \
+                                                  const T* o2, const T* o3, T* out) { \
+        __shared__ Layout shared_la, shared_lb; \
+        __shared__ Chain shared_c; \
+        if (threadIdx.x == 0) { shared_la = la; shared_lb = lb; shared_c = c; } \
+        __syncthreads(); \
+        chain_vec(n, shared_la, shared_lb, shared_c, x, o0, o1, o2, o3, out); \
     }
 
 CHAIN_KERNEL(f32, float)

@@ -77,8 +77,8 @@ impl Source {
         }
         let op = name.rsplit_once('_').map_or(name, |(op, _)| op);
         Some(match op {
-            "binary" | "compare" | "logic" | "unary" | "chain" => Source::Elementwise,
-            "strided_copy" | "gather" | "resize_nearest" => Source::Copy,
+            "binary" | "binary_vec" | "compare" | "logic" | "unary" | "unary_vec" | "chain" | "chain_vec" => Source::Elementwise,
+            "strided_copy" | "transpose_tiled" | "gather" | "resize_nearest" => Source::Copy,
             _ if name.starts_with("cast_") => Source::Copy,
             "softmax" | "reduce" | "normalize" | "rms_normalize" | "normalize_affine" => Source::Reduce,
             "flash_attention" => Source::Attention,
@@ -102,7 +102,7 @@ pub fn expected_kernels() -> Vec<String> {
     const FLOATS: [&str; 3] = ["f32", "f16", "bf16"];
     let mut names: Vec<String> = Vec::new();
     for t in FLOATS {
-        for op in ["binary", "compare", "unary", "chain", "softmax", "reduce", "normalize", "rms_normalize", "normalize_affine", "conv2d", "pool2d"] {
+        for op in ["binary", "binary_vec", "compare", "unary", "unary_vec", "chain", "chain_vec", "softmax", "reduce", "normalize", "rms_normalize", "normalize_affine", "conv2d", "pool2d"] {
             names.push(format!("{op}_{t}"));
         }
     }
@@ -113,7 +113,7 @@ pub fn expected_kernels() -> Vec<String> {
     names.push("logic_bool".into());
     names.extend(crate::ops::typed::kernel_names());
     for w in ["u8", "u16", "u32", "u64"] {
-        for op in ["strided_copy", "gather", "resize_nearest"] {
+        for op in ["strided_copy", "transpose_tiled", "gather", "resize_nearest"] {
             names.push(format!("{op}_{w}"));
         }
     }

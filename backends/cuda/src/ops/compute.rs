@@ -310,7 +310,21 @@ fn reduce_code(op: ReduceOp) -> i32 {
     }
 }
 
+/// ONNX Reduce over `axes` of `x`, which may be stored channels-last.
 pub fn reduce(cx: &Ctx, op: ReduceOp, x: &DeviceTensor, axes: &[usize], out_shape: &[usize]) -> Result<DeviceTensor, String> {
+    if x.channels_last {
+        // Over every spatial axis (global pooling): the stored [n, spatial…, c] bytes reduced
+        // over their middle axes give the same row-major [n, c] without moving channels first.
+        let r = x.shape.len();
+        let mut sorted = axes.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        if r >= 3 && sorted == (2..r).collect::<Vec<_>>() {
+            let stored: Vec<usize> = std::iter::once(x.shape[0]).chain(x.shape[2..].iter().copied()).chain(std::iter::once(x.shape[1])).collect();
+            return reduce(cx, op, &x.reshaped(stored), &(1..r - 1).collect::<Vec<_>>(), out_shape);
+        }
+        return reduce(cx, op, &super::layout::to_channels_first(cx, x)?, axes, out_shape);
+    }
     let typed = super::typed::reduce_supported(x.dtype);
     let suffix = if typed { "" } else { float_suffix(x.dtype).map_err(|e| e.to_string())? };
     let r = x.shape.len();

@@ -347,7 +347,7 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
         K::Reduce { op, axes, .. } => {
             let axes = match host(1)? {
                 Some(t) => {
-                    let rank = dev(0)?.shape.len() as i64;
+                    let rank = raw(0)?.shape.len() as i64;
                     t.to_i64_vec()
                         .ok_or("reduce axes must be integers")?
                         .into_iter()
@@ -356,7 +356,7 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
                 }
                 None => axes.clone(),
             };
-            one(compute::reduce(cx, *op, &dev(0)?, &axes, &out_shape(0)?)?)
+            one(compute::reduce(cx, *op, &raw(0)?, &axes, &out_shape(0)?)?)
         }
         K::Normalization { axes, epsilon, num_groups } => {
             one(compute::normalization(cx, &dev(0)?, opt_dev(1)?.as_ref(), opt_dev(2)?.as_ref(), axes, *epsilon, *num_groups, false)?)

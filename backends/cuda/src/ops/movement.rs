@@ -37,6 +37,13 @@ pub fn copy_into(
     l.offset = [in_offset, out_offset, 0];
     let l = super::coalesce(l, 2);
     let (src, dst) = (cx.arg(x), cx.arg(out));
+    if let Some((batch, tiles, args)) = tiled_transpose(&l) {
+        let name = format!("transpose_tiled_{}", width_suffix(x.dtype).map_err(|e| e.to_string())?);
+        let blocks = (batch * tiles).clamp(1, 65_535 * 8) as u32;
+        let mut args = args.to_vec();
+        args.extend([src, dst]);
+        return cx.gpu.launch(&name, blocks, 256, &args).map_err(|e| e.to_string());
+    }
     let element = crate::device::storage_size(x.dtype).map_err(|e| e.to_string())?;
     let addresses = match (&src, &dst) {
         (Arg::Ptr(a), Arg::Ptr(b)) => [*a, *b],
@@ -58,6 +65,31 @@ pub fn copy_into(
         _ => "u128",
     };
     cx.launch_elements(&format!("strided_copy_{suffix}"), n, &[Arg::I64(n as i64), Arg::Layout(l), src, dst])
+}
+
+/// A true transpose (the input's contiguous dim is not the output's, both at least 16 long):
+/// `(batch, tiles per batch item, kernel arguments before the two pointers)` of
+/// `transpose_tiled_*`, or `None` for copies the strided kernel moves well.
+fn tiled_transpose(l: &Layout) -> Option<(usize, usize, [Arg; 6])> {
+    let rank = l.rank as usize;
+    let a = (0..rank).find(|&d| l.stride[1][d] == 1)?;
+    let b = (0..rank).find(|&d| l.stride[0][d] == 1)?;
+    let (len_a, len_b) = (l.shape[a], l.shape[b]);
+    if a == b || len_a < 16 || len_b < 16 || len_a > i32::MAX as i64 || len_b > i32::MAX as i64 {
+        return None;
+    }
+    let mut batch = Layout { offset: l.offset, ..Layout::default() };
+    for d in (0..rank).filter(|&d| d != a && d != b) {
+        let at = batch.rank as usize;
+        batch.shape[at] = l.shape[d];
+        batch.stride[0][at] = l.stride[0][d];
+        batch.stride[1][at] = l.stride[1][d];
+        batch.rank += 1;
+    }
+    let items: i64 = (0..batch.rank as usize).map(|d| batch.shape[d]).product();
+    let tiles = (len_a as usize).div_ceil(32) * (len_b as usize).div_ceil(32);
+    let args = [Arg::I64(items), Arg::Layout(batch), Arg::I32(len_a as i32), Arg::I32(len_b as i32), Arg::I64(l.stride[0][a]), Arg::I64(l.stride[1][b])];
+    Some((items as usize, tiles, args))
 }
 
 /// `l` (two operands) in units of `k` elements, where the innermost dim is contiguous in both

@@ -59,8 +59,34 @@ pub fn binary(cx: &Ctx, op: ElementwiseOp, a: &DeviceTensor, b: &DeviceTensor, o
     let out = cx.gpu.empty(out_dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
     let layout = broadcast_layout(out_shape, &[&a.shape, &b.shape])?;
     let n = out.len();
-    cx.launch_elements(&name, n, &[Arg::I32(code), Arg::I64(n as i64), Arg::Layout(layout), cx.arg(a), cx.arg(b), cx.arg(&out)])?;
+    let args = [cx.arg(a), cx.arg(b), cx.arg(&out)];
+    let vector = (name.starts_with("binary_f") || name.starts_with("binary_bf")).then(|| vector_elements(a.dtype, &[(layout, 2)], &args)).flatten();
+    let (name, count) = match vector {
+        Some(k) => (name.replacen("binary_", "binary_vec_", 1), n / k),
+        None => (name, n),
+    };
+    let [pa, pb, po] = args;
+    cx.launch_elements(&name, count, &[Arg::I32(code), Arg::I64(count as i64), Arg::Layout(layout), pa, pb, po])?;
     Ok(out)
+}
+
+/// Elements per 16-byte vector where a float kernel may run on vectors (`*_vec_*`): every
+/// operand a layout uses is read with innermost stride 1 (at vector-aligned offsets) or 0
+/// (broadcast), the innermost length is a whole number of vectors, and every address in `args`
+/// is 16-byte aligned. The output is dense.
+pub fn vector_elements(dtype: DataType, layouts: &[(crate::device::Layout, usize)], args: &[Arg]) -> Option<usize> {
+    let k = 16 / crate::device::storage_size(dtype).ok()?;
+    let aligned = args.iter().all(|a| matches!(a, Arg::Ptr(p) if p % 16 == 0 || *p == 0));
+    let fits = layouts.iter().all(|(l, used)| {
+        let Some(inner) = (l.rank as usize).checked_sub(1) else { return false };
+        l.shape[inner] % k as i64 == 0
+            && (0..*used).all(|w| match l.stride[w][inner] {
+                0 => true,
+                1 => l.offset[w] % k as i64 == 0 && (0..inner).all(|d| l.stride[w][d] % k as i64 == 0),
+                _ => false,
+            })
+    });
+    (aligned && fits).then_some(k)
 }
 
 /// `(code, alpha, beta)` of an activation for `unary_*`.
@@ -128,7 +154,13 @@ pub fn unary(cx: &Ctx, (code, alpha, beta): (i32, f32, f32), x: &DeviceTensor, o
         None => cx.gpu.empty(x.dtype, x.shape.clone()).map_err(|e| e.to_string())?,
     };
     let n = x.len();
-    cx.launch_elements(&format!("unary_{suffix}"), n, &[Arg::I32(code), Arg::F32(alpha), Arg::F32(beta), Arg::I64(n as i64), cx.arg(x), cx.arg(&out)])?;
+    let (src, dst) = (cx.arg(x), cx.arg(&out));
+    let dense = crate::device::Layout { rank: 1, shape: [n as i64, 0, 0, 0, 0, 0, 0, 0], ..Default::default() };
+    let (name, count) = match vector_elements(x.dtype, &[(dense, 0)], &[src, dst]) {
+        Some(k) => (format!("unary_vec_{suffix}"), n / k),
+        None => (format!("unary_{suffix}"), n),
+    };
+    cx.launch_elements(&name, count, &[Arg::I32(code), Arg::F32(alpha), Arg::F32(beta), Arg::I64(count as i64), src, dst])?;
     Ok(out)
 }
 
@@ -222,21 +254,17 @@ pub fn chain(cx: &Ctx, x: &DeviceTensor, steps: &[ChainStep]) -> Result<Option<D
     let out = cx.gpu.empty(x.dtype, shape).map_err(|e| e.to_string())?;
     let n = out.len();
     let operand = |i: usize| operands.get(i).map_or(Arg::Ptr(0), |o| cx.arg(o));
-    let args = [
-        Arg::I64(n as i64),
-        Arg::Layout(layouts[0]),
-        Arg::Layout(layouts[1]),
-        Arg::Chain(c),
-        cx.arg(x),
-        operand(0),
-        operand(1),
-        operand(2),
-        operand(3),
-        cx.arg(&out),
-    ];
+    let pointers = [cx.arg(x), operand(0), operand(1), operand(2), operand(3), cx.arg(&out)];
+    let vector = vector_elements(x.dtype, &[(layouts[0], used_first), (layouts[1], used_second)], &pointers);
+    let (name, count) = match vector {
+        Some(k) => (format!("chain_vec_{suffix}"), n / k),
+        None => (format!("chain_{suffix}"), n),
+    };
+    let mut args = vec![Arg::I64(count as i64), Arg::Layout(layouts[0]), Arg::Layout(layouts[1]), Arg::Chain(c)];
+    args.extend(pointers);
     // Each block first copies the program to shared memory (one thread): a bounded grid whose
     // threads stride over many elements pays that once per block, not once per 256 elements.
-    let blocks = n.div_ceil(256).clamp(1, CHAIN_MAX_BLOCKS) as u32;
-    cx.gpu.launch(&format!("chain_{suffix}"), blocks, 256, &args).map_err(|e| e.to_string())?;
+    let blocks = count.div_ceil(256).clamp(1, CHAIN_MAX_BLOCKS) as u32;
+    cx.gpu.launch(&name, blocks, 256, &args).map_err(|e| e.to_string())?;
     Ok(Some(out))
 }

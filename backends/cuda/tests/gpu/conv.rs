@@ -235,3 +235,28 @@ fn without_a_device_a_convolution_offers_the_direct_kernel_alone() {
         CudaBackend::new().tactics(&net, last_layer(&net)).iter().map(|t| t.id.to_string()).collect();
     assert!(names.len() == 1 && names[0].contains("conv_direct_kernel"), "{names:?}");
 }
+
+/// A 16-bit convolution's channels-last output reduced over every spatial axis (global
+/// average pooling) is read in place; other axes convert to channels-first first.
+#[test]
+fn a_channels_last_value_reduced_over_space_matches() {
+    if backend().is_none() {
+        return;
+    }
+    let mut r = rng(75);
+    for (axes, keep_dims) in [(vec![2, 3], true), (vec![3, 2], false), (vec![1], true), (vec![2], false)] {
+        let what = format!("conv then mean over {axes:?} keep_dims={keep_dims}");
+        let mut net = Network::new("conv-reduce");
+        let x = net.add_input("x", DataType::F16, kiln::Shape::fixed(&[2, 3, 9, 9])).unwrap();
+        let weights = net.add_weights(random(&mut r, DataType::F16, &[16, 3, 3, 3]));
+        let constant = net.add_layer("w", LayerKind::Constant { weights }, vec![]).unwrap();
+        let w = net.output(constant, 0);
+        let convolution = LayerKind::Convolution(conv(1, &[1, 1], &[1, 1], &[1, 1]));
+        let c = net.add_layer("conv", convolution, vec![Some(x), Some(w)]).unwrap();
+        let y = net.output(c, 0);
+        let mean = LayerKind::Reduce { op: kiln::ReduceOp::Mean, axes, keep_dims };
+        let m = net.add_layer("mean", mean, vec![Some(y)]).unwrap();
+        net.mark_output(net.output(m, 0)).unwrap();
+        check_network(&what, &net, &[random(&mut r, DataType::F16, &[2, 3, 9, 9])], tolerance(DataType::F16));
+    }
+}

@@ -16,6 +16,17 @@ fn elementwise_binary_broadcasts_like_the_oracle() {
     let a = random(&mut r, DataType::F16, &[5, 1, 7]);
     let b = random(&mut r, DataType::F16, &[1, 6, 7]);
     check("f16 sum", LayerKind::Elementwise { op: ElementwiseOp::Sum }, vec![In::Run(a), In::Run(b)], 1e-3);
+    // 16-byte vectors (`binary_vec_*`): a bias, an attention-mask broadcast, a scalar; an
+    // innermost length of 12 halves is not whole vectors and runs element by element.
+    for (a, b) in [(vec![4, 6, 16], vec![16]), (vec![2, 3, 4, 8], vec![2, 1, 1, 8]), (vec![3, 8], vec![]), (vec![4, 6, 12], vec![12]), (vec![2, 8, 1], vec![2, 1, 8])] {
+        for dtype in [DataType::F16, DataType::BF16, DataType::F32] {
+            let tolerance = if dtype == DataType::F32 { F32_TOL } else { 1e-2 };
+            let (x, y) = (random(&mut r, dtype, &a), random(&mut r, dtype, &b));
+            check(&format!("{dtype} {a:?} - {b:?}"), LayerKind::Elementwise { op: ElementwiseOp::Sub }, vec![In::Run(x), In::Run(y)], tolerance);
+        }
+        let x = random(&mut r, DataType::F16, &a);
+        check(&format!("f16 gelu {a:?}"), LayerKind::Activation { kind: ActivationKind::GeluErf }, vec![In::Run(x)], 2e-3);
+    }
     let a = random(&mut r, DataType::I64, &[4, 3]);
     let b = random(&mut r, DataType::I64, &[3]);
     check("i64 prod", LayerKind::Elementwise { op: ElementwiseOp::Prod }, vec![In::Run(a), In::Run(b)], 0.0);
@@ -134,6 +145,12 @@ fn widened_copies_match() {
     let heads = ShuffleParams { first_transpose: vec![0, 2, 1, 3], reshape: None, second_transpose: vec![], zero_is_placeholder: true };
     for (dtype, d) in [(DataType::F16, 64), (DataType::F16, 12), (DataType::F16, 3), (DataType::F32, 8), (DataType::BF16, 6)] {
         check(&format!("head split {dtype} d={d}"), LayerKind::Shuffle(heads.clone()), vec![In::Run(random(&mut r, dtype, &[2, 5, 3, d]))], 0.0);
+    }
+    // True transposes through 32 x 32 shared-memory tiles: K's [b, s, h, d] -> [b, h, d, s], an
+    // NCHW -> NHWC move with ragged tiles, in every element width.
+    let to_last = ShuffleParams { first_transpose: vec![0, 2, 3, 1], reshape: None, second_transpose: vec![], zero_is_placeholder: true };
+    for (dtype, shape) in [(DataType::F16, [2, 40, 3, 64]), (DataType::F32, [2, 24, 5, 20]), (DataType::I64, [1, 17, 3, 33]), (DataType::Bool, [2, 16, 2, 48])] {
+        check(&format!("tiled transpose {dtype} {shape:?}"), LayerKind::Shuffle(to_last.clone()), vec![In::Run(random(&mut r, dtype, &shape))], 0.0);
     }
     // Slices starting at 8, 4, 2 and 1 halves into the innermost dim, and their concatenation.
     for start in [8i64, 4, 2, 1] {
