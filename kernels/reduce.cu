@@ -31,6 +31,31 @@ __device__ void softmax(i64 outer, i64 len, i64 inner, float scale, const T* x, 
     for (i64 k = lane; k < len; k += 32) y[base + k * inner] = from_f<T>(expf(to_f(x[base + k * inner]) * scale - m) * inv);
 }
 
+// Attention's softmax over the last axis of dense scores [rows, len], with the additive mask
+// (broadcast: row r's mask starts at ml's operand-0 offset of r, stride mask_stride along the
+// row) and, when zero_nan is set, NaN probabilities (fully masked rows) written as 0: one pass
+// instead of a mask add, a softmax and a NaN guard.
+template <typename T>
+__device__ void softmax_masked(i64 rows, i64 len, Layout ml, i64 mask_stride, int zero_nan, const T* x, const T* mask, T* y) {
+    const i64 row = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    const i64 base = row * len;
+    const i64 mbase = operand_offset(ml, 0, row);
+    float m = -INFINITY;
+    for (i64 k = lane; k < len; k += 32) m = fmaxf(m, to_f(x[base + k]) + to_f(mask[mbase + k * mask_stride]));
+    m = warp_max(m);
+    float s = 0.0f;
+    for (i64 k = lane; k < len; k += 32) s += expf(to_f(x[base + k]) + to_f(mask[mbase + k * mask_stride]) - m);
+    s = warp_sum(s);
+    const float inv = 1.0f / s;
+    for (i64 k = lane; k < len; k += 32) {
+        float p = expf(to_f(x[base + k]) + to_f(mask[mbase + k * mask_stride]) - m) * inv;
+        if (zero_nan && p != p) p = 0.0f;
+        y[base + k] = from_f<T>(p);
+    }
+}
+
 // Reduce op codes: must match kiln-cuda's ReduceCode.
 template <typename T>
 __device__ void reduce(int op, i64 outer, i64 len, i64 inner, const T* x, T* y) {
@@ -119,6 +144,7 @@ __device__ void normalize_affine(i64 outer, i64 len, float eps, int rms, const T
 
 #define ROW_KERNELS(suffix, T) \
     extern "C" __global__ void normalize_affine_##suffix(i64 outer, i64 len, float eps, int rms, const T* x, const T* s, const T* b, T* y) { normalize_affine(outer, len, eps, rms, x, s, b, y); } \
+    extern "C" __global__ void softmax_masked_##suffix(i64 rows, i64 len, Layout ml, i64 ms, int zn, const T* x, const T* m, T* y) { softmax_masked(rows, len, ml, ms, zn, x, m, y); } \
     extern "C" __global__ void softmax_##suffix(i64 outer, i64 len, i64 inner, float scale, const T* x, T* y) { softmax(outer, len, inner, scale, x, y); } \
     extern "C" __global__ void reduce_##suffix(int op, i64 outer, i64 len, i64 inner, const T* x, T* y) { reduce(op, outer, len, inner, x, y); } \
     extern "C" __global__ void normalize_##suffix(i64 outer, i64 len, float eps, const T* x, T* y) { normalize(outer, len, eps, x, y); } \

@@ -293,12 +293,23 @@ impl Blas {
     /// Enqueues `c = alpha · op(a)·op(b)` with the heuristic's algorithm of rank `rank` (0 is
     /// its best; a rank past the algorithms it offers for this shape runs its last).
     pub fn matmul(&self, g: &Gemm, rank: usize, a: &DeviceBuffer, b: &DeviceBuffer, c: &DeviceBuffer) -> Result<(), GpuError> {
-        self.matmul_bias(g, rank, a, b, None, c)
+        self.matmul_bias(g, rank, a, b, None, None, c)
     }
 
     /// [`Blas::matmul`] with the bias vector (`n` values of the product's type) that `g`'s
-    /// epilogue adds.
-    pub fn matmul_bias(&self, g: &Gemm, rank: usize, a: &DeviceBuffer, b: &DeviceBuffer, bias: Option<&DeviceBuffer>, c: &DeviceBuffer) -> Result<(), GpuError> {
+    /// epilogue adds, and a `residual` of the output's layout added to the product first
+    /// (cuBLASLt's `C` with beta = 1; the result still goes to `c`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul_bias(
+        &self,
+        g: &Gemm,
+        rank: usize,
+        a: &DeviceBuffer,
+        b: &DeviceBuffer,
+        bias: Option<&DeviceBuffer>,
+        residual: Option<&DeviceBuffer>,
+        c: &DeviceBuffer,
+    ) -> Result<(), GpuError> {
         let prepared = self.prepared(g)?;
         let plan = &prepared.plan;
         if (g.epilogue != Epilogue::None) != bias.is_some() {
@@ -320,13 +331,15 @@ impl Blas {
         }
         let algo = &prepared.ranked[rank.min(prepared.ranked.len() - 1)];
         let alpha = g.alpha;
-        let beta = 0.0f32;
+        let beta = if residual.is_some() { 1.0f32 } else { 0.0 };
         let (pa, _ga) = a.device_ptr(&self.stream);
         let (pb, _gb) = b.device_ptr(&self.stream);
         let (pc, _gc) = c.device_ptr(&self.stream);
+        let (pz, _gz) = residual.unwrap_or(c).device_ptr(&self.stream);
         let (pw, _gw) = self.workspace.device_ptr(&self.stream);
         // SAFETY: `c` is written through its raw address only by this enqueued product (no Rust
-        // reference observes it meanwhile); the caller sized `a`, `b`, `c` for the product `g` describes (the ops module
+        // reference observes it meanwhile); the caller sized `a`, `b`, `c` (and the residual,
+        // read as C in `c`'s layout) for the product `g` describes (the ops module
         // checks shapes against shape inference first); alpha/beta are f32 as the scale type
         // says; the workspace holds WORKSPACE_BYTES, the preference's limit.
         unsafe {
@@ -339,7 +352,7 @@ impl Blas {
                 plan.layouts[0],
                 pa as *const c_void,
                 plan.layouts[1],
-                pc as *const c_void,
+                pz as *const c_void,
                 plan.layouts[2],
                 pc as *mut c_void,
                 plan.layouts[2],

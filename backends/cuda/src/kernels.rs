@@ -80,7 +80,7 @@ impl Source {
             "binary" | "binary_vec" | "compare" | "logic" | "unary" | "unary_vec" | "chain" | "chain_vec" => Source::Elementwise,
             "strided_copy" | "transpose_tiled" | "gather" | "resize_nearest" => Source::Copy,
             _ if name.starts_with("cast_") => Source::Copy,
-            "softmax" | "reduce" | "normalize" | "rms_normalize" | "normalize_affine" => Source::Reduce,
+            "softmax" | "softmax_masked" | "reduce" | "normalize" | "rms_normalize" | "normalize_affine" => Source::Reduce,
             "flash_attention" => Source::Attention,
             "conv2d" | "pool2d" => Source::Spatial,
             "select" | "prelu" => Source::Select,
@@ -102,7 +102,7 @@ pub fn expected_kernels() -> Vec<String> {
     const FLOATS: [&str; 3] = ["f32", "f16", "bf16"];
     let mut names: Vec<String> = Vec::new();
     for t in FLOATS {
-        for op in ["binary", "binary_vec", "compare", "unary", "unary_vec", "chain", "chain_vec", "softmax", "reduce", "normalize", "rms_normalize", "normalize_affine", "conv2d", "pool2d"] {
+        for op in ["binary", "binary_vec", "compare", "unary", "unary_vec", "chain", "chain_vec", "softmax", "softmax_masked", "reduce", "normalize", "rms_normalize", "normalize_affine", "conv2d", "pool2d"] {
             names.push(format!("{op}_{t}"));
         }
     }

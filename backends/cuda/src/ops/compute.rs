@@ -3,12 +3,12 @@
 
 use super::{broadcast_shape, layout, movement, pointwise, Ctx};
 use crate::blas::{Epilogue, Gemm};
-use crate::device::{float_suffix, Arg, DeviceTensor, Window};
+use crate::device::{float_suffix, Arg, DeviceTensor, Layout, Window};
 use kiln::{AttentionParams, ConvolutionParams, DataType, ElementwiseOp, MatrixOp, PoolingKind, PoolingParams, ReduceOp};
 
 /// `op_a(a) · op_b(b)` with batch broadcasting, scaled by `alpha`, reshaped to `out_shape`.
 pub fn matmul(cx: &Ctx, a: &DeviceTensor, op_a: MatrixOp, b: &DeviceTensor, op_b: MatrixOp, alpha: f32, out_shape: &[usize]) -> Result<DeviceTensor, String> {
-    matmul_epilogue(cx, a, op_a, b, op_b, alpha, out_shape, None).map(|(out, _)| out)
+    matmul_epilogue(cx, a, op_a, b, op_b, alpha, out_shape, None, None).map(|(out, _)| out)
 }
 
 /// [`matmul`] that also adds `bias` (`n` values) and applies ReLU when asked, in cuBLASLt's
@@ -23,6 +23,7 @@ pub fn matmul_epilogue(
     alpha: f32,
     out_shape: &[usize],
     bias: Option<(&DeviceTensor, bool)>,
+    residual: Option<&DeviceTensor>,
 ) -> Result<(DeviceTensor, bool), String> {
     if a.dtype != b.dtype {
         return Err(format!("operands are {} and {}", a.dtype, b.dtype));
@@ -105,9 +106,15 @@ pub fn matmul_epilogue(
     if let Some((_, relu)) = bias {
         g.epilogue = if relu { Epilogue::ReluBias } else { Epilogue::Bias };
     }
+    // A residual of the output's own shape and type joins the bias epilogue as cuBLASLt's C
+    // (applied exactly when the bias is: the flag returned covers both).
+    if residual.is_some_and(|z| z.shape != out_shape || z.dtype != a.dtype || z.channels_last) {
+        return Err(format!("a residual must be a row-major {}{out_shape:?}", a.dtype));
+    }
+    let residual = residual.filter(|_| bias.is_some());
     cx.gpu
         .blas
-        .matmul_bias(&g, cx.gemm_rank.get(), &a_dev.buf, &b_dev.buf, bias.map(|(t, _)| &*t.buf), &out.buf)
+        .matmul_bias(&g, cx.gemm_rank.get(), &a_dev.buf, &b_dev.buf, bias.map(|(t, _)| &*t.buf), residual.map(|z| &*z.buf), &out.buf)
         .map_err(|e| e.to_string())?;
     Ok((out, bias.is_some()))
 }
@@ -278,6 +285,36 @@ fn launch_rows(cx: &Ctx, name: &str, rows: usize, args: &[Arg]) -> Result<(), St
     cx.gpu.launch(name, grid as u32, 128, args).map_err(|e| e.to_string())
 }
 
+/// Softmax over the last axis of `scores + mask` (the mask broadcast onto the scores), NaN
+/// probabilities zeroed when `zero_nan`.
+fn masked_softmax(cx: &Ctx, scores: &DeviceTensor, mask: &DeviceTensor, zero_nan: bool) -> Result<DeviceTensor, String> {
+    let suffix = float_suffix(scores.dtype).map_err(|e| e.to_string())?;
+    let (rank, len) = (scores.shape.len(), *scores.shape.last().ok_or("scores of rank 0")?);
+    let strides = super::broadcast_strides(&scores.shape, &[&mask.shape])?;
+    let mask_stride = strides.stride[0][rank - 1];
+    // The row dims (all but the last), each with the mask's stride.
+    let mut rows_layout = Layout { rank: rank as i32 - 1, ..Layout::default() };
+    for d in 0..rank - 1 {
+        rows_layout.shape[d] = strides.shape[d];
+        rows_layout.stride[0][d] = strides.stride[0][d];
+    }
+    let rows_layout = super::coalesce(rows_layout, 1);
+    let rows: usize = scores.shape[..rank - 1].iter().product();
+    let out = cx.gpu.empty(scores.dtype, scores.shape.clone()).map_err(|e| e.to_string())?;
+    let args = [
+        Arg::I64(rows as i64),
+        Arg::I64(len as i64),
+        Arg::Layout(rows_layout),
+        Arg::I64(mask_stride),
+        Arg::I32(i32::from(zero_nan)),
+        cx.arg(scores),
+        cx.arg(mask),
+        cx.arg(&out),
+    ];
+    launch_rows(cx, &format!("softmax_masked_{suffix}"), rows, &args)?;
+    Ok(out)
+}
+
 /// `(outer, len, inner)` around `axis`.
 fn around(shape: &[usize], axis: usize) -> (usize, usize, usize) {
     (shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product())
@@ -432,8 +469,17 @@ pub fn attention(cx: &Ctx, p: &AttentionParams, q: &DeviceTensor, k: &DeviceTens
     let mut score_shape = broadcast_shape(&qs[..qs.len() - 2], &ks[..ks.len() - 2])?;
     score_shape.extend([qs[qs.len() - 2], sk]);
     let scores = matmul(cx, q, MatrixOp::None, k, op_k, scale, &score_shape)?;
+    if let Some(m) = mask {
+        if m.dtype == DataType::Bool {
+            return Err("boolean attention masks are not supported on CUDA yet".into());
+        }
+        // A mask that broadcasts onto the scores: one masked softmax pass.
+        if m.dtype == scores.dtype && broadcast_shape(&score_shape, &m.shape)? == score_shape {
+            let probs = masked_softmax(cx, &scores, m, p.zero_nan_rows)?;
+            return matmul(cx, &probs, MatrixOp::None, v, MatrixOp::None, 1.0, out_shape);
+        }
+    }
     let scores = match mask {
-        Some(m) if m.dtype == DataType::Bool => return Err("boolean attention masks are not supported on CUDA yet".into()),
         Some(m) => pointwise::binary(cx, ElementwiseOp::Sum, &scores, m, scores.dtype, &broadcast_shape(&score_shape, &m.shape)?)?,
         None => scores,
     };

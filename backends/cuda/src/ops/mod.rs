@@ -404,13 +404,20 @@ fn fused(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>], outs: &[OutF
     let anchor_outs = infer(&anchor_kind, anchor_inputs)?;
     let (mut running, consumed) = match (&p.anchor, p.epilogue.first()) {
         // A product then `+ bias` (then ReLU): cuBLASLt's epilogue, when the bias is one row.
+        // A residual of the product's shape next joins it as cuBLASLt's C (beta = 1).
         (kiln::FusedAnchor::MatrixMultiply { op_a, op_b }, Some(PostOp::Elementwise { op: kiln::ElementwiseOp::Sum, operand, .. })) => {
-            let relu = matches!(p.epilogue.get(1), Some(PostOp::Activation(kiln::ActivationKind::Relu)));
-            let bias = cx.dev(inputs.get(*operand).and_then(Option::as_ref).ok_or_else(|| format!("operand {operand} is missing"))?)?;
+            let operand_value = |o: usize| cx.dev(inputs.get(o).and_then(Option::as_ref).ok_or_else(|| format!("operand {o} is missing"))?);
+            let bias = operand_value(*operand)?;
             let shape = anchor_outs.first().ok_or("no anchor output")?.shape.dims().iter().map(|d| d.fixed()).collect::<Option<Vec<_>>>().ok_or("the product's shape is not concrete")?;
             let (a, b) = (cx.dev(anchor_inputs.first().and_then(Option::as_ref).ok_or("input 0 is missing")?)?, cx.dev(anchor_inputs.get(1).and_then(Option::as_ref).ok_or("input 1 is missing")?)?);
-            let (out, fused) = compute::matmul_epilogue(cx, &a, *op_a, &b, *op_b, 1.0, &shape, Some((&bias, relu)))?;
-            (out, if !fused { 0 } else if relu { 2 } else { 1 })
+            let residual = match p.epilogue.get(1) {
+                Some(PostOp::Elementwise { op: kiln::ElementwiseOp::Sum, operand, .. }) => Some(operand_value(*operand)?).filter(|z| z.shape == shape && z.dtype == a.dtype),
+                _ => None,
+            };
+            let next = 1 + usize::from(residual.is_some());
+            let relu = matches!(p.epilogue.get(next), Some(PostOp::Activation(kiln::ActivationKind::Relu)));
+            let (out, fused) = compute::matmul_epilogue(cx, &a, *op_a, &b, *op_b, 1.0, &shape, Some((&bias, relu)), residual.as_ref())?;
+            (out, if fused { next + usize::from(relu) } else { 0 })
         }
         // A convolution (+ bias) then `+ residual` and / or ReLU: cuDNN's epilogue.
         (kiln::FusedAnchor::Convolution(cp), _) => {
