@@ -261,6 +261,16 @@ pub fn apply(network: &Network, flags: BuilderFlags, backend: &dyn Backend) -> R
         for (slot, t) in layer.inputs.iter().enumerate() {
             let Some(t) = t else { continue };
             let Some(mapped) = pass.rw.mapped(*t) else { continue };
+            // Shape reads dims only: it takes a cast's source as it is (BERT's per-layer Shape
+            // of the hidden state would otherwise keep a cast of it to f32 alive every layer).
+            if matches!(layer.kind, LayerKind::Shape) {
+                let out = pass.rw.out();
+                let producer = out.tensor(mapped).producer.map(|(l, _)| out.layer(l));
+                if let Some(source) = producer.filter(|l| matches!(l.kind, LayerKind::Cast { .. })).and_then(|l| l.inputs[0]) {
+                    substitutes.insert(slot, source);
+                }
+                continue;
+            }
             let validated = network.tensor(*t).dtype;
             let target = match precision {
                 Some(p) if is_reducible_float(validated) && converted_slot(&layer.kind, slot) => p,

@@ -303,3 +303,21 @@ fn a_constrained_layer_inside_a_loop_keeps_the_recurrence_working() {
         .collect();
     assert_eq!(got, expected);
 }
+
+/// Shape reads dims only: an f16 tensor reaches it as it is, with no cast back to f32.
+#[test]
+fn a_shape_layer_reads_an_f16_tensor_without_a_cast() {
+    let (mut net, mul, _) = mul_relu();
+    net.set_layer_precision(mul, DataType::F16).unwrap();
+    let shape = net.add_layer("shape", LayerKind::Shape, vec![Some(net.output(mul, 0))]).unwrap();
+    net.mark_output(net.output(shape, 0)).unwrap();
+    let mut flags = precision::BuilderFlags::empty();
+    flags.set(BuilderFlag::Fp16);
+    flags.set(BuilderFlag::ObeyPrecisionConstraints);
+    let (typed, _) = precision::apply(&net, flags, &CpuBackend::new()).unwrap();
+    let shape_layer = typed.layers().iter().find(|l| l.name == "shape").unwrap();
+    assert_eq!(typed.tensor(shape_layer.inputs[0].unwrap()).dtype, DataType::F16, "{}", typed.dump());
+    let got = kiln_cpu::CpuBackend::new().prepare(&typed).unwrap().execute(&[x_input()]).unwrap();
+    let dims = got.iter().find(|t| t.dtype() == DataType::I64).expect("the shape output");
+    assert_eq!(dims.to_i64_vec(), Some(vec![1, 4]));
+}
