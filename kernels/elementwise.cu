@@ -185,16 +185,32 @@ __device__ void unary(int op, float alpha, float beta, i64 n, const T* x, T* y) 
     KILN_GRID_LOOP(i, n) { y[i] = from_f<T>(unary_float(op, to_f(x[i]), alpha, beta)); }
 }
 
-// `unary` on 16-byte vectors (n_vec of them; both tensors dense and 16-byte aligned).
-template <typename T>
-__device__ void unary_vec(int op, float alpha, float beta, i64 n_vec, const T* x, T* y) {
+// `unary` on 16-byte vectors (n_vec of them; both tensors dense and 16-byte aligned). OP < 0
+// reads the op at run time; the common activations are instantiated with OP fixed, so the op's
+// switch folds away instead of running per element.
+template <typename T, int OP>
+__device__ void unary_vec_loop(int op, float alpha, float beta, i64 n_vec, const T* x, T* y) {
     const int N = Vec16<T>::N;
+    const int code = OP < 0 ? op : OP;
     KILN_GRID_LOOP(v, n_vec) {
         float f[N];
         load16(x + v * N, f);
 #pragma unroll
-        for (int k = 0; k < N; ++k) f[k] = unary_float(op, f[k], alpha, beta);
+        for (int k = 0; k < N; ++k) f[k] = unary_float(code, f[k], alpha, beta);
         store16(y + v * N, f);
+    }
+}
+
+template <typename T>
+__device__ void unary_vec(int op, float alpha, float beta, i64 n_vec, const T* x, T* y) {
+    switch (op) {
+    case 0: unary_vec_loop<T, 0>(op, alpha, beta, n_vec, x, y); return;    // relu
+    case 1: unary_vec_loop<T, 1>(op, alpha, beta, n_vec, x, y); return;    // sigmoid
+    case 2: unary_vec_loop<T, 2>(op, alpha, beta, n_vec, x, y); return;    // tanh
+    case 13: unary_vec_loop<T, 13>(op, alpha, beta, n_vec, x, y); return;  // gelu (erf)
+    case 14: unary_vec_loop<T, 14>(op, alpha, beta, n_vec, x, y); return;  // gelu (tanh)
+    case 17: unary_vec_loop<T, 17>(op, alpha, beta, n_vec, x, y); return;  // swish
+    default: unary_vec_loop<T, -1>(op, alpha, beta, n_vec, x, y); return;
     }
 }
 

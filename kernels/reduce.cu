@@ -35,6 +35,7 @@ __device__ void softmax(i64 outer, i64 len, i64 inner, float scale, const T* x, 
 // (broadcast: row r's mask starts at ml's operand-0 offset of r, stride mask_stride along the
 // row) and, when zero_nan is set, NaN probabilities (fully masked rows) written as 0: one pass
 // instead of a mask add, a softmax and a NaN guard.
+#define SOFTMAX_REGS 8
 template <typename T>
 __device__ void softmax_masked(i64 rows, i64 len, Layout ml, i64 mask_stride, int zero_nan, const T* x, const T* mask, T* y) {
     const i64 row = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32;
@@ -42,6 +43,33 @@ __device__ void softmax_masked(i64 rows, i64 len, Layout ml, i64 mask_stride, in
     if (row >= rows) return;
     const i64 base = row * len;
     const i64 mbase = operand_offset(ml, 0, row);
+    if (len <= 32 * SOFTMAX_REGS) {
+        // Short rows (attention's usual case) stay in registers: one read of x and the mask.
+        float v[SOFTMAX_REGS];
+        float m = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < SOFTMAX_REGS; ++j) {
+            const i64 k = lane + 32 * j;
+            v[j] = k < len ? to_f(x[base + k]) + to_f(mask[mbase + k * mask_stride]) : -INFINITY;
+            m = fmaxf(m, v[j]);
+        }
+        m = warp_max(m);
+        float s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < SOFTMAX_REGS; ++j) {
+            v[j] = lane + 32 * j < len ? expf(v[j] - m) : 0.0f;
+            s += v[j];
+        }
+        const float inv = 1.0f / warp_sum(s);
+#pragma unroll
+        for (int j = 0; j < SOFTMAX_REGS; ++j) {
+            const i64 k = lane + 32 * j;
+            float p = v[j] * inv;
+            if (zero_nan && p != p) p = 0.0f;
+            if (k < len) y[base + k] = from_f<T>(p);
+        }
+        return;
+    }
     float m = -INFINITY;
     for (i64 k = lane; k < len; k += 32) m = fmaxf(m, to_f(x[base + k]) + to_f(mask[mbase + k * mask_stride]));
     m = warp_max(m);
