@@ -87,3 +87,19 @@ __device__ __forceinline__ void load_operand16(const Layout& l, int which, i64 i
         for (int k = 0; k < Vec16<T>::N; ++k) f[k] = v;
     }
 }
+
+// Runs of 4 elements (8 bytes of halves, 16 of floats) at 4-element-aligned addresses.
+template <typename T> struct alignas(4 * sizeof(T)) Quad { T v[4]; };
+template <typename T>
+__device__ __forceinline__ void load4(const T* p, float* f) {
+    const Quad<T> q = *reinterpret_cast<const Quad<T>*>(p);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) f[e] = to_f(q.v[e]);
+}
+template <typename T>
+__device__ __forceinline__ void store4(T* p, const float* f) {
+    Quad<T> q;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) q.v[e] = from_f<T>(f[e]);
+    *reinterpret_cast<Quad<T>*>(p) = q;
+}

@@ -287,23 +287,17 @@ __device__ __forceinline__ void chain_vec(i64 n_vec, const Layout& la, const Lay
     }
 }
 
-#define CHAIN_KERNEL(suffix, T) \
-    extern "C" __global__ void chain_##suffix(i64 n, Layout la, Layout lb, Chain c, const T* x, const T* o0, const T* o1, \
-                                              const T* o2, const T* o3, T* out) { \
+// One entry point per chain body: the program and layouts go to shared memory first.
+#define CHAIN_ENTRY(name, body, T) \
+    extern "C" __global__ void name(i64 n, Layout la, Layout lb, Chain c, const T* x, const T* o0, const T* o1, const T* o2, \
+                                    const T* o3, T* out) { \
         __shared__ Layout shared_la, shared_lb; \
         __shared__ Chain shared_c; \
         if (threadIdx.x == 0) { shared_la = la; shared_lb = lb; shared_c = c; } \
         __syncthreads(); \
-        chain(n, shared_la, shared_lb, shared_c, x, o0, o1, o2, o3, out); \
-    } \
-    extern "C" __global__ void chain_vec_##suffix(i64 n, Layout la, Layout lb, Chain c, const T* x, const T* o0, const T* o1, \
-                                                  const T* o2, const T* o3, T* out) { \
-        __shared__ Layout shared_la, shared_lb; \
-        __shared__ Chain shared_c; \
-        if (threadIdx.x == 0) { shared_la = la; shared_lb = lb; shared_c = c; } \
-        __syncthreads(); \
-        chain_vec(n, shared_la, shared_lb, shared_c, x, o0, o1, o2, o3, out); \
+        body(n, shared_la, shared_lb, shared_c, x, o0, o1, o2, o3, out); \
     }
+#define CHAIN_KERNEL(suffix, T) CHAIN_ENTRY(chain_##suffix, chain, T) CHAIN_ENTRY(chain_vec_##suffix, chain_vec, T)
 
 CHAIN_KERNEL(f32, float)
 CHAIN_KERNEL(f16, __half)

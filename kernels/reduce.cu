@@ -43,6 +43,50 @@ __device__ void softmax_masked(i64 rows, i64 len, Layout ml, i64 mask_stride, in
     if (row >= rows) return;
     const i64 base = row * len;
     const i64 mbase = operand_offset(ml, 0, row);
+    const unsigned long long addresses = (unsigned long long)x | (unsigned long long)y | (mask_stride ? (unsigned long long)mask : 0ull);
+    if (len <= 32 * SOFTMAX_REGS && len % 4 == 0 && (mask_stride == 0 || mbase % 4 == 0) && addresses % sizeof(Quad<T>) == 0) {
+        // The same in runs of 4 per lane: one 8- or 16-byte load each instead of 4 narrow ones.
+        float v[SOFTMAX_REGS];
+        float m = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < SOFTMAX_REGS / 4; ++j) {
+            const i64 k = 4 * (lane + 32 * j);
+            float xs[4], ms[4];
+            if (k < len) {
+                load4(x + base + k, xs);
+                if (mask_stride == 0) {
+                    ms[0] = ms[1] = ms[2] = ms[3] = to_f(mask[mbase]);
+                } else {
+                    load4(mask + mbase + k, ms);
+                }
+            }
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                v[4 * j + e] = k < len ? xs[e] + ms[e] : -INFINITY;
+                m = fmaxf(m, v[4 * j + e]);
+            }
+        }
+        m = warp_max(m);
+        float s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < SOFTMAX_REGS; ++j) {
+            v[j] = 4 * (lane + 32 * (j / 4)) < len ? expf(v[j] - m) : 0.0f;
+            s += v[j];
+        }
+        const float inv = 1.0f / warp_sum(s);
+#pragma unroll
+        for (int j = 0; j < SOFTMAX_REGS / 4; ++j) {
+            const i64 k = 4 * (lane + 32 * j);
+            float p[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                p[e] = v[4 * j + e] * inv;
+                if (zero_nan && p[e] != p[e]) p[e] = 0.0f;
+            }
+            if (k < len) store4(y + base + k, p);
+        }
+        return;
+    }
     if (len <= 32 * SOFTMAX_REGS) {
         // Short rows (attention's usual case) stay in registers: one read of x and the mask.
         float v[SOFTMAX_REGS];

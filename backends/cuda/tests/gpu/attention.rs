@@ -12,7 +12,7 @@ struct Case {
     key_transposed: bool,
 }
 
-const CASES: [Case; 6] = [
+const CASES: [Case; 7] = [
     // BERT-base's heads: 12 × 64, 128 tokens.
     Case { q: &[2, 12, 128, 64], k: &[2, 12, 128, 64], v: &[2, 12, 128, 64], mask: None, key_transposed: false },
     // A padding mask per batch over the keys, K transposed, rows and keys not multiples of the tiles.
@@ -29,6 +29,8 @@ const CASES: [Case; 6] = [
     Case { q: &[5, 33, 16], k: &[1, 17, 16], v: &[1, 17, 16], mask: None, key_transposed: false },
     // No leading dims at all.
     Case { q: &[9, 8], k: &[65, 8], v: &[65, 8], mask: Some(&[9, 65]), key_transposed: false },
+    // A mask broadcast along the keys (one value per query row).
+    Case { q: &[1, 2, 20, 16], k: &[1, 2, 64, 16], v: &[1, 2, 64, 16], mask: Some(&[1, 1, 20, 1]), key_transposed: false },
     // Rows longer than the masked softmax keeps in registers (256).
     Case { q: &[1, 2, 20, 16], k: &[1, 2, 300, 16], v: &[1, 2, 300, 16], mask: Some(&[1, 1, 1, 300]), key_transposed: false },
 ];
