@@ -245,28 +245,36 @@ fn resnet18_end_to_end_bench() {
     let fc = net.add_matrix_multiply(flat, MatrixOp::None, fc_w, MatrixOp::None).unwrap();
     let logits = net.output(fc, 0);
     net.mark_output(logits).unwrap();
-    let wgpu = kiln_wgpu::WgpuBackend::new();
-    let engine = Builder::new(&wgpu).build(&net, &BuilderConfig::default()).expect("build");
-    let layers = engine.network().layers().len();
-    let ctx = ExecutionContext::new(engine, &wgpu).expect("prepare");
     let feed = HostTensor::new(vec![batch, 3, side, side], values(batch * 3 * side * side, 1.0)).unwrap();
     let inputs: std::collections::HashMap<String, HostTensor> = [("x".to_string(), feed)].into_iter().collect();
-    let out = ctx.run(&inputs).expect("warm-up run");
-    let logits = out.values().next().unwrap().to_f64_vec();
-    assert!(logits.iter().all(|v| v.is_finite()), "non-finite logits");
-    let mut times: Vec<f64> = (0..5)
-        .map(|_| {
-            let start = std::time::Instant::now();
-            ctx.run(&inputs).expect("run");
-            start.elapsed().as_secs_f64() * 1e3
-        })
-        .collect();
-    times.sort_by(f64::total_cmp);
-    let ms = times[times.len() / 2];
-    let flops = 2.0 * 1.814e9 * batch as f64;
-    println!(
-        "BENCH resnet18 b{batch} {side}x{side} f32 end-to-end: median {ms:.2} ms ({:.2} TFLOP/s), {layers} layers, {:.1} us per layer",
-        flops / (ms * 1e-3) / 1e12,
-        ms * 1e3 / layers as f64
-    );
+    // With the per-context arena (the default) and with a buffer per tensor, so a change in
+    // either shows which side it is on; buffers created per timed run say whether the arena held.
+    for (mode, wgpu) in [("arena", kiln_wgpu::WgpuBackend::new()), ("no arena", kiln_wgpu::WgpuBackend::without_memory_reuse())] {
+        let engine = Builder::new(&wgpu).build(&net, &BuilderConfig::default()).expect("build");
+        let layers = engine.network().layers().len();
+        let ctx = ExecutionContext::new(engine, &wgpu).expect("prepare");
+        for _ in 0..2 {
+            let out = ctx.run(&inputs).expect("warm-up run");
+            let logits = out.values().next().unwrap().to_f64_vec();
+            assert!(logits.iter().all(|v| v.is_finite()), "non-finite logits");
+        }
+        let created_before = kiln_wgpu::device::shared().map(|g| g.buffers_created()).unwrap_or(0);
+        let mut times: Vec<f64> = (0..5)
+            .map(|_| {
+                let start = std::time::Instant::now();
+                ctx.run(&inputs).expect("run");
+                start.elapsed().as_secs_f64() * 1e3
+            })
+            .collect();
+        let created = kiln_wgpu::device::shared().map(|g| g.buffers_created()).unwrap_or(0) - created_before;
+        times.sort_by(f64::total_cmp);
+        let ms = times[times.len() / 2];
+        let flops = 2.0 * 1.814e9 * batch as f64;
+        println!(
+            "BENCH resnet18 b{batch} {side}x{side} f32 end-to-end ({mode}): median {ms:.2} ms ({:.2} TFLOP/s), {layers} layers, {:.1} us per layer, {:.0} buffers created per run",
+            flops / (ms * 1e-3) / 1e12,
+            ms * 1e3 / layers as f64,
+            created as f64 / 5.0
+        );
+    }
 }
