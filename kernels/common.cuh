@@ -56,24 +56,29 @@ __device__ __forceinline__ i64 operand_offset(const Layout& l, int which, i64 i)
 
 #define KILN_GRID_LOOP(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
 
-// 16-byte vectors of a storage type, for kernels whose host side checked alignment: VEC<T>
-// elements per load and store, converted to and from f32 lanes.
+// Runs of N elements of a storage type at N-element-aligned addresses (the host or the kernel
+// checked), loaded and stored in one access and converted to and from f32 lanes.
+template <typename T, int N> struct alignas(N * sizeof(T)) Run { T v[N]; };
+template <int N, typename T>
+__device__ __forceinline__ void load_run(const T* p, float* f) {
+    const Run<T, N> r = *reinterpret_cast<const Run<T, N>*>(p);
+#pragma unroll
+    for (int e = 0; e < N; ++e) f[e] = to_f(r.v[e]);
+}
+template <int N, typename T>
+__device__ __forceinline__ void store_run(T* p, const float* f) {
+    Run<T, N> r;
+#pragma unroll
+    for (int e = 0; e < N; ++e) r.v[e] = from_f<T>(f[e]);
+    *reinterpret_cast<Run<T, N>*>(p) = r;
+}
+
+// 16-byte vectors: VEC<T>::N elements per load and store.
 template <typename T> struct Vec16 { static const int N = 16 / sizeof(T); };
 template <typename T>
-__device__ __forceinline__ void load16(const T* p, float* f) {
-    uint4 u = *reinterpret_cast<const uint4*>(p);
-    const T* e = reinterpret_cast<const T*>(&u);
-#pragma unroll
-    for (int k = 0; k < Vec16<T>::N; ++k) f[k] = to_f(e[k]);
-}
+__device__ __forceinline__ void load16(const T* p, float* f) { load_run<Vec16<T>::N>(p, f); }
 template <typename T>
-__device__ __forceinline__ void store16(T* p, const float* f) {
-    uint4 u;
-    T* e = reinterpret_cast<T*>(&u);
-#pragma unroll
-    for (int k = 0; k < Vec16<T>::N; ++k) e[k] = from_f<T>(f[k]);
-    *reinterpret_cast<uint4*>(p) = u;
-}
+__device__ __forceinline__ void store16(T* p, const float* f) { store_run<Vec16<T>::N>(p, f); }
 // One vector of an operand read through a layout: a 16-byte load where its innermost stride is
 // 1, the one element broadcast where it is 0 (the host allows no other stride).
 template <typename T>
@@ -86,20 +91,4 @@ __device__ __forceinline__ void load_operand16(const Layout& l, int which, i64 i
 #pragma unroll
         for (int k = 0; k < Vec16<T>::N; ++k) f[k] = v;
     }
-}
-
-// Runs of 4 elements (8 bytes of halves, 16 of floats) at 4-element-aligned addresses.
-template <typename T> struct alignas(4 * sizeof(T)) Quad { T v[4]; };
-template <typename T>
-__device__ __forceinline__ void load4(const T* p, float* f) {
-    const Quad<T> q = *reinterpret_cast<const Quad<T>*>(p);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) f[e] = to_f(q.v[e]);
-}
-template <typename T>
-__device__ __forceinline__ void store4(T* p, const float* f) {
-    Quad<T> q;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) q.v[e] = from_f<T>(f[e]);
-    *reinterpret_cast<Quad<T>*>(p) = q;
 }

@@ -31,11 +31,59 @@ __device__ void softmax(i64 outer, i64 len, i64 inner, float scale, const T* x, 
     for (i64 k = lane; k < len; k += 32) y[base + k * inner] = from_f<T>(expf(to_f(x[base + k * inner]) * scale - m) * inv);
 }
 
+// One row of attention's masked softmax held in registers (len <= 32 * SOFTMAX_REGS), read and
+// written in runs of RUN elements per lane: x, the mask (mask_stride 1, or 0 broadcasting one
+// value along the row) and y at RUN-aligned offsets when RUN > 1.
+#define SOFTMAX_REGS 8
+template <typename T, int RUN>
+__device__ __forceinline__ void softmax_masked_row(i64 base, i64 mbase, i64 len, int lane, i64 mask_stride, int zero_nan,
+                                                   const T* x, const T* mask, T* y) {
+    float v[SOFTMAX_REGS];
+    float m = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < SOFTMAX_REGS / RUN; ++j) {
+        const i64 k = RUN * (lane + 32 * j);
+        float xs[RUN], ms[RUN];
+        if (k < len) {
+            load_run<RUN>(x + base + k, xs);
+            if (mask_stride == 0) {
+#pragma unroll
+                for (int e = 0; e < RUN; ++e) ms[e] = to_f(mask[mbase]);
+            } else {
+                load_run<RUN>(mask + mbase + k, ms);
+            }
+        }
+#pragma unroll
+        for (int e = 0; e < RUN; ++e) {
+            v[RUN * j + e] = k < len ? xs[e] + ms[e] : -INFINITY;
+            m = fmaxf(m, v[RUN * j + e]);
+        }
+    }
+    m = warp_max(m);
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < SOFTMAX_REGS; ++j) {
+        v[j] = RUN * (lane + 32 * (j / RUN)) < len ? expf(v[j] - m) : 0.0f;
+        s += v[j];
+    }
+    const float inv = 1.0f / warp_sum(s);
+#pragma unroll
+    for (int j = 0; j < SOFTMAX_REGS / RUN; ++j) {
+        const i64 k = RUN * (lane + 32 * j);
+        float p[RUN];
+#pragma unroll
+        for (int e = 0; e < RUN; ++e) {
+            p[e] = v[RUN * j + e] * inv;
+            if (zero_nan && p[e] != p[e]) p[e] = 0.0f;
+        }
+        if (k < len) store_run<RUN>(y + base + k, p);
+    }
+}
+
 // Attention's softmax over the last axis of dense scores [rows, len], with the additive mask
 // (broadcast: row r's mask starts at ml's operand-0 offset of r, stride mask_stride along the
 // row) and, when zero_nan is set, NaN probabilities (fully masked rows) written as 0: one pass
 // instead of a mask add, a softmax and a NaN guard.
-#define SOFTMAX_REGS 8
 template <typename T>
 __device__ void softmax_masked(i64 rows, i64 len, Layout ml, i64 mask_stride, int zero_nan, const T* x, const T* mask, T* y) {
     const i64 row = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32;
@@ -43,74 +91,14 @@ __device__ void softmax_masked(i64 rows, i64 len, Layout ml, i64 mask_stride, in
     if (row >= rows) return;
     const i64 base = row * len;
     const i64 mbase = operand_offset(ml, 0, row);
-    const unsigned long long addresses = (unsigned long long)x | (unsigned long long)y | (mask_stride ? (unsigned long long)mask : 0ull);
-    if (len <= 32 * SOFTMAX_REGS && len % 4 == 0 && (mask_stride == 0 || mbase % 4 == 0) && addresses % sizeof(Quad<T>) == 0) {
-        // The same in runs of 4 per lane: one 8- or 16-byte load each instead of 4 narrow ones.
-        float v[SOFTMAX_REGS];
-        float m = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < SOFTMAX_REGS / 4; ++j) {
-            const i64 k = 4 * (lane + 32 * j);
-            float xs[4], ms[4];
-            if (k < len) {
-                load4(x + base + k, xs);
-                if (mask_stride == 0) {
-                    ms[0] = ms[1] = ms[2] = ms[3] = to_f(mask[mbase]);
-                } else {
-                    load4(mask + mbase + k, ms);
-                }
-            }
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                v[4 * j + e] = k < len ? xs[e] + ms[e] : -INFINITY;
-                m = fmaxf(m, v[4 * j + e]);
-            }
-        }
-        m = warp_max(m);
-        float s = 0.0f;
-#pragma unroll
-        for (int j = 0; j < SOFTMAX_REGS; ++j) {
-            v[j] = 4 * (lane + 32 * (j / 4)) < len ? expf(v[j] - m) : 0.0f;
-            s += v[j];
-        }
-        const float inv = 1.0f / warp_sum(s);
-#pragma unroll
-        for (int j = 0; j < SOFTMAX_REGS / 4; ++j) {
-            const i64 k = 4 * (lane + 32 * j);
-            float p[4];
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                p[e] = v[4 * j + e] * inv;
-                if (zero_nan && p[e] != p[e]) p[e] = 0.0f;
-            }
-            if (k < len) store4(y + base + k, p);
-        }
-        return;
-    }
     if (len <= 32 * SOFTMAX_REGS) {
-        // Short rows (attention's usual case) stay in registers: one read of x and the mask.
-        float v[SOFTMAX_REGS];
-        float m = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < SOFTMAX_REGS; ++j) {
-            const i64 k = lane + 32 * j;
-            v[j] = k < len ? to_f(x[base + k]) + to_f(mask[mbase + k * mask_stride]) : -INFINITY;
-            m = fmaxf(m, v[j]);
-        }
-        m = warp_max(m);
-        float s = 0.0f;
-#pragma unroll
-        for (int j = 0; j < SOFTMAX_REGS; ++j) {
-            v[j] = lane + 32 * j < len ? expf(v[j] - m) : 0.0f;
-            s += v[j];
-        }
-        const float inv = 1.0f / warp_sum(s);
-#pragma unroll
-        for (int j = 0; j < SOFTMAX_REGS; ++j) {
-            const i64 k = lane + 32 * j;
-            float p = v[j] * inv;
-            if (zero_nan && p != p) p = 0.0f;
-            if (k < len) y[base + k] = from_f<T>(p);
+        // Short rows (attention's usual case) stay in registers: one read of x and the mask, in
+        // runs of 4 (8- or 16-byte accesses) where rows, mask and addresses align.
+        const unsigned long long addresses = (unsigned long long)x | (unsigned long long)y | (mask_stride ? (unsigned long long)mask : 0ull);
+        if (len % 4 == 0 && (mask_stride == 0 || mbase % 4 == 0) && addresses % sizeof(Run<T, 4>) == 0) {
+            softmax_masked_row<T, 4>(base, mbase, len, lane, mask_stride, zero_nan, x, mask, y);
+        } else {
+            softmax_masked_row<T, 1>(base, mbase, len, lane, mask_stride, zero_nan, x, mask, y);
         }
         return;
     }

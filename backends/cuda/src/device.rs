@@ -713,10 +713,16 @@ pub fn float_suffix(dtype: DataType) -> Result<&'static str, GpuError> {
 
 /// Kernel-name suffix of a data-movement kernel by element width (`u8` … `u64`).
 pub fn width_suffix(dtype: DataType) -> Result<&'static str, GpuError> {
-    Ok(match storage_size(dtype)? {
+    Ok(unit_suffix(storage_size(dtype)?))
+}
+
+/// Kernel-name suffix of a data-movement kernel moving `bytes`-wide units (`u8` … `u128`).
+pub fn unit_suffix(bytes: usize) -> &'static str {
+    match bytes {
         1 => "u8",
         2 => "u16",
         4 => "u32",
-        _ => "u64",
-    })
+        8 => "u64",
+        _ => "u128",
+    }
 }

@@ -406,12 +406,11 @@ fn fused(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>], outs: &[OutF
         // A product then `+ bias` (then ReLU): cuBLASLt's epilogue, when the bias is one row.
         // A residual of the product's shape next joins it as cuBLASLt's C (beta = 1).
         (kiln::FusedAnchor::MatrixMultiply { op_a, op_b }, Some(PostOp::Elementwise { op: kiln::ElementwiseOp::Sum, operand, .. })) => {
-            let operand_value = |o: usize| cx.dev(inputs.get(o).and_then(Option::as_ref).ok_or_else(|| format!("operand {o} is missing"))?);
-            let bias = operand_value(*operand)?;
+            let bias = cx.dev(operand_value(inputs, *operand)?)?;
             let shape = anchor_outs.first().ok_or("no anchor output")?.shape.dims().iter().map(|d| d.fixed()).collect::<Option<Vec<_>>>().ok_or("the product's shape is not concrete")?;
             let (a, b) = (cx.dev(anchor_inputs.first().and_then(Option::as_ref).ok_or("input 0 is missing")?)?, cx.dev(anchor_inputs.get(1).and_then(Option::as_ref).ok_or("input 1 is missing")?)?);
             let residual = match p.epilogue.get(1) {
-                Some(PostOp::Elementwise { op: kiln::ElementwiseOp::Sum, operand, .. }) => Some(operand_value(*operand)?).filter(|z| z.shape == shape && z.dtype == a.dtype),
+                Some(PostOp::Elementwise { op: kiln::ElementwiseOp::Sum, operand, .. }) => Some(cx.dev(operand_value(inputs, *operand)?)?).filter(|z| z.shape == shape && z.dtype == a.dtype),
                 _ => None,
             };
             let next = 1 + usize::from(residual.is_some());
@@ -433,7 +432,7 @@ fn fused(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>], outs: &[OutF
             let is_relu = |i: usize| matches!(p.epilogue.get(i), Some(PostOp::Activation(kiln::ActivationKind::Relu)));
             let (residual, relu) = match p.epilogue.first() {
                 Some(PostOp::Elementwise { op: kiln::ElementwiseOp::Sum, operand, .. }) => {
-                    let z = cx.dev_any_layout(inputs.get(*operand).and_then(Option::as_ref).ok_or_else(|| format!("operand {operand} is missing"))?)?;
+                    let z = cx.dev_any_layout(operand_value(inputs, *operand)?)?;
                     if z.shape == shape && z.dtype == out_dtype {
                         (Some(z), is_relu(1))
                     } else {
@@ -470,6 +469,11 @@ fn check_epilogue(running: DeviceTensor, outs: &[OutFact]) -> Result<DeviceTenso
     Ok(running)
 }
 
+/// The value of a Fused layer's input `operand` (an epilogue step's operand).
+fn operand_value(inputs: &[Option<Value>], operand: usize) -> Result<&Value, String> {
+    inputs.get(operand).and_then(Option::as_ref).ok_or_else(|| format!("operand {operand} is missing"))
+}
+
 /// A pointwise anchor as the chain's first step (its input 0 is the running value).
 fn pointwise_anchor(p: &kiln::FusedParams, inputs: &[Option<Value>]) -> Option<PostOp> {
     let first = match p.anchor {
@@ -498,7 +502,7 @@ fn fused_chain(cx: &Ctx, steps: &[PostOp], running: &DeviceTensor, inputs: &[Opt
                 None => return Ok(None),
             },
             PostOp::Elementwise { op, operand, running_first } => {
-                let other = cx.dev(inputs.get(operand).and_then(Option::as_ref).ok_or_else(|| format!("operand {operand} is missing"))?)?;
+                let other = cx.dev(operand_value(inputs, operand)?)?;
                 pointwise::ChainStep::Binary { op, operand: other, running_first }
             }
         });
@@ -513,7 +517,7 @@ fn step(cx: &Ctx, post: &PostOp, running: DeviceTensor, inputs: &[Option<Value>]
             PostOp::Activation(kind) => pointwise::unary(cx, pointwise::activation_code(kind), &running, Some(&running))?,
             PostOp::Unary(op) => pointwise::unary(cx, pointwise::unary_code(op).ok_or("no kernel")?, &running, Some(&running))?,
             PostOp::Elementwise { op, operand, running_first } => {
-                let other = cx.dev(inputs.get(operand).and_then(Option::as_ref).ok_or_else(|| format!("operand {operand} is missing"))?)?;
+                let other = cx.dev(operand_value(inputs, operand)?)?;
                 let shape = broadcast_shape(&running.shape, &other.shape)?;
                 let dtype = if op.is_comparison() { DataType::Bool } else { running.dtype };
                 if running_first {

@@ -45,10 +45,7 @@ pub fn copy_into(
         return cx.gpu.launch(&name, blocks, 256, &args).map_err(|e| e.to_string());
     }
     let element = crate::device::storage_size(x.dtype).map_err(|e| e.to_string())?;
-    let addresses = match (&src, &dst) {
-        (Arg::Ptr(a), Arg::Ptr(b)) => [*a, *b],
-        _ => [1, 1],
-    };
+    let addresses = [cx.gpu.ptr(&x.buf), cx.gpu.ptr(&out.buf)];
     // Copy in the widest unit (up to 16 bytes) the layout and both addresses allow: one thread's
     // index arithmetic then moves up to 8 halves instead of one.
     let (l, width) = [16usize, 8, 4]
@@ -57,14 +54,8 @@ pub fn copy_into(
         .find_map(|w| widened(&l, (w / element) as i64).map(|wide| (wide, w)))
         .unwrap_or((l, element));
     let n: usize = (0..l.rank as usize).map(|d| l.shape[d] as usize).product();
-    let suffix = match width {
-        1 => "u8",
-        2 => "u16",
-        4 => "u32",
-        8 => "u64",
-        _ => "u128",
-    };
-    cx.launch_elements(&format!("strided_copy_{suffix}"), n, &[Arg::I64(n as i64), Arg::Layout(l), src, dst])
+    let name = format!("strided_copy_{}", crate::device::unit_suffix(width));
+    cx.launch_elements(&name, n, &[Arg::I64(n as i64), Arg::Layout(l), src, dst])
 }
 
 /// A true transpose (the input's contiguous dim is not the output's, both at least 16 long):

@@ -60,7 +60,8 @@ pub fn binary(cx: &Ctx, op: ElementwiseOp, a: &DeviceTensor, b: &DeviceTensor, o
     let layout = broadcast_layout(out_shape, &[&a.shape, &b.shape])?;
     let n = out.len();
     let args = [cx.arg(a), cx.arg(b), cx.arg(&out)];
-    let vector = (name.starts_with("binary_f") || name.starts_with("binary_bf")).then(|| vector_elements(a.dtype, &[(layout, 2)], &args)).flatten();
+    // Float arithmetic has `binary_vec_*` kernels (comparisons and integers do not).
+    let vector = (name.starts_with("binary_") && float_suffix(a.dtype).is_ok()).then(|| vector_elements(a.dtype, &[(layout, 2)], &args)).flatten();
     let (name, count) = match vector {
         Some(k) => (name.replacen("binary_", "binary_vec_", 1), n / k),
         None => (name, n),
