@@ -1,141 +1,228 @@
-// Fused scaled-dot-product attention, flash-attention style: softmax(scale · Q·Kᵀ + mask) · V
+// Fused scaled-dot-product attention, flash-attention 2 style: softmax(scale · Q·Kᵀ + mask) · V
 // without writing the scores to memory. One block of four warps takes 64 query rows of one
-// (outer, head) pair and walks the keys 32 at a time: Q·Kᵀ and P·V on tensor cores (wmma, 16-bit
-// inputs, f32 accumulation), an online softmax (running max and sum per row) in f32 between them.
-// Head dims up to 64. The host (kiln-cuda ops/attention.rs) passes the element strides in a
-// Layout (common.cuh) used as a parameter block: stride[0] = q, k, v, o per outer index and per
-// head (0 where an operand broadcasts), stride[1][0..4) = the mask's outer, head, row, column.
+// (outer, head) pair; each warp owns 16 rows and walks the keys 64 at a time. Q·Kᵀ and P·V run
+// on tensor cores (mma.sync m16n8k16, 16-bit inputs, f32 accumulation) with operands loaded by
+// ldmatrix; the scores stay in registers, where an online softmax (running max and sum per row)
+// turns them into P, whose accumulator layout is already P·V's A operand.
+//
+// Head dims up to 64 (Q and K zero-padded to 64 in shared memory, V likewise). The host
+// (kiln-cuda ops/flash.rs) passes element strides in a Layout (common.cuh) used as a parameter
+// block, so Q, K, V and O may be views into [batch, sequence, heads, dim] projections:
+//   stride[0][0..8) = q, k, v, o per outer index and per head (0 where an operand broadcasts),
+//   stride[1][0..4) = the mask's outer, head, row, column,
+//   stride[2][0..4) = the row (sequence) stride of q, k, v and o; the innermost stride is 1.
 #include "common.cuh"
-#include <mma.h>
-using namespace nvcuda;
 
 #define FA_BQ 64
-#define FA_BK 32
-#define FA_DMAX 64
-#define FA_WARPS 4
-// Row strides of the per-warp tiles, padded so the rows of one column fall in different banks.
-#define FA_SS_LD (FA_BK + 4)
-#define FA_PS_LD (FA_BK + 8)
-#define FA_OS_LD (FA_DMAX + 4)
+#define FA_BK 64
+#define FA_D 64
+#define FA_LD (FA_D + 8)  // 144-byte rows: the 8 rows one ldmatrix reads fall in different banks
+#define FA_HAS_MASK 1
+#define FA_ZERO_NAN_ROWS 2
+#define FA_VECTOR_LOADS 4
+static_assert(FA_BQ == FA_BK, "load_tile fills tiles of one height");
+
+template <typename T> struct Mma;
+template <> struct Mma<__half> {
+    static __device__ __forceinline__ void run(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    static __device__ __forceinline__ unsigned pack(float lo, float hi) {
+        __half2 h = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<unsigned*>(&h);
+    }
+};
+template <> struct Mma<__nv_bfloat16> {
+    static __device__ __forceinline__ void run(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    static __device__ __forceinline__ unsigned pack(float lo, float hi) {
+        __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<unsigned*>(&h);
+    }
+};
+
+__device__ __forceinline__ void ldmatrix_x4(const void* p, unsigned* r) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(const void* p, unsigned* r) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
+// `rows` rows of `cols` elements (row stride `ld`) into a [FA_BQ or FA_BK][FA_LD] tile, zero
+// beyond them: 16-byte copies where the host found every row aligned, elements elsewhere.
+template <typename T>
+__device__ __forceinline__ void load_tile(T (*tile)[FA_LD], const T* src, i64 ld, i64 rows, int cols, bool vector) {
+    if (vector) {
+        for (int i = threadIdx.x; i < FA_BK * (FA_D / 8); i += blockDim.x) {
+            const int r = i / (FA_D / 8), c = (i % (FA_D / 8)) * 8;
+            uint4 v = make_uint4(0, 0, 0, 0);
+            if (r < rows && c < cols) v = *reinterpret_cast<const uint4*>(src + r * ld + c);
+            *reinterpret_cast<uint4*>(&tile[r][c]) = v;
+        }
+    } else {
+        const T zero = from_f<T>(0.0f);
+        for (int i = threadIdx.x; i < FA_BK * FA_D; i += blockDim.x) {
+            const int r = i / FA_D, c = i % FA_D;
+            tile[r][c] = (r < rows && c < cols) ? src[r * ld + c] : zero;
+        }
+    }
+}
 
 template <typename T>
-__device__ void flash_attention(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_tiles, const Layout& st, float scale,
-                                int has_mask, int key_transposed, int zero_nan_rows, const T* q, const T* k, const T* v, const T* mask, T* o) {
-    __shared__ __align__(32) T qs[FA_BQ][FA_DMAX];
-    __shared__ __align__(32) T ks[FA_BK][FA_DMAX];
-    __shared__ __align__(32) T vs[FA_BK][FA_DMAX];
-    __shared__ __align__(32) float ss[FA_WARPS][16][FA_SS_LD];
-    __shared__ __align__(32) T ps[FA_WARPS][16][FA_PS_LD];
-    __shared__ __align__(32) float os[FA_WARPS][16][FA_OS_LD];
-    __shared__ float row_max[FA_BQ], row_sum[FA_BQ];
+__device__ void flash_attention(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_tiles, const Layout& st, float scale, int flags,
+                                const T* q, const T* k, const T* v, const T* mask, T* o) {
+    __shared__ __align__(16) T qs[FA_BQ][FA_LD];
+    __shared__ __align__(16) T ks[FA_BK][FA_LD];
+    __shared__ __align__(16) T vs[FA_BK][FA_LD];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, t4 = lane % 4;  // a thread's row in an 8-row group, its column pair
     const i64 tile = blockIdx.x % q_tiles, bh = blockIdx.x / q_tiles;
     const i64 outer = bh / heads, head = bh % heads, q0 = tile * FA_BQ;
-    const int d16 = (d + 15) / 16 * 16, dv16 = (dv + 15) / 16 * 16;
     const T* qb = q + outer * st.stride[0][0] + head * st.stride[0][1];
     const T* kb = k + outer * st.stride[0][2] + head * st.stride[0][3];
     const T* vb = v + outer * st.stride[0][4] + head * st.stride[0][5];
     T* ob = o + outer * st.stride[0][6] + head * st.stride[0][7];
+    const i64 qrs = st.stride[2][0], krs = st.stride[2][1], vrs = st.stride[2][2], ors = st.stride[2][3];
+    const bool has_mask = flags & FA_HAS_MASK, vector = flags & FA_VECTOR_LOADS;
     const T* mb = has_mask ? mask + outer * st.stride[1][0] + head * st.stride[1][1] : mask;
-    const T zero = from_f<T>(0.0f);
+    const i64 mrs = st.stride[1][2], mcs = st.stride[1][3];
+    const int d_chunks = (d + 15) / 16, dv_chunks = (dv + 15) / 16;
+    const float log2e = 1.4426950408889634f;
 
-    for (int i = threadIdx.x; i < FA_BQ * FA_DMAX; i += blockDim.x) {
-        int r = i / FA_DMAX, c = i % FA_DMAX;
-        qs[r][c] = (q0 + r < sq && c < d) ? qb[(q0 + r) * d + c] : zero;
-    }
-    for (int i = threadIdx.x; i < FA_WARPS * 16 * FA_OS_LD; i += blockDim.x) (&os[0][0][0])[i] = 0.0f;
-    for (int i = threadIdx.x; i < FA_BQ; i += blockDim.x) { row_max[i] = -INFINITY; row_sum[i] = 0.0f; }
+    load_tile(qs, qb + q0 * qrs, qrs, sq - q0, d, vector);
+    __syncthreads();
+    // This warp's 16 query rows as mma A fragments, one per 16 columns of the head dim.
+    unsigned qf[FA_D / 16][4];
+#pragma unroll
+    for (int c = 0; c < FA_D / 16; ++c) ldmatrix_x4(&qs[warp * 16 + (lane % 16)][c * 16 + (lane / 16) * 8], qf[c]);
+
+    float acc[FA_D / 8][4];  // O: 16 rows x 64 columns, 8 column tiles of the mma accumulator
+#pragma unroll
+    for (int j = 0; j < FA_D / 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};  // rows g and g + 8
+    const i64 qi[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
 
     for (i64 k0 = 0; k0 < sk; k0 += FA_BK) {
-        __syncthreads();  // the previous step is done with ks / vs (and the first step sees qs)
-        for (int i = threadIdx.x; i < FA_BK * FA_DMAX; i += blockDim.x) {
-            int r = i / FA_DMAX, c = i % FA_DMAX;
-            bool in = k0 + r < sk;
-            ks[r][c] = (in && c < d) ? (key_transposed ? kb[(i64)c * sk + k0 + r] : kb[(k0 + r) * d + c]) : zero;
-            vs[r][c] = (in && c < dv) ? vb[(k0 + r) * dv + c] : zero;
-        }
+        __syncthreads();  // every warp is done with the previous keys
+        load_tile(ks, kb + k0 * krs, krs, sk - k0, d, vector);
+        load_tile(vs, vb + k0 * vrs, vrs, sk - k0, dv, vector);
         __syncthreads();
-        // S (16 x 32 per warp) = Q rows of this warp · K block ᵀ.
-        for (int j = 0; j < FA_BK / 16; ++j) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-            wmma::fill_fragment(acc, 0.0f);
-            for (int kk = 0; kk < d16; kk += 16) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b;
-                wmma::load_matrix_sync(a, &qs[warp * 16][kk], FA_DMAX);
-                wmma::load_matrix_sync(b, &ks[j * 16][kk], FA_DMAX);
-                wmma::mma_sync(acc, a, b, acc);
-            }
-            wmma::store_matrix_sync(&ss[warp][0][j * 16], acc, FA_SS_LD, wmma::mem_row_major);
-        }
-        __syncwarp();
-        // Online softmax, two lanes per row (16 of the 32 keys each): every row at once.
-        {
-            const int r = lane >> 1, half = lane & 1, row = warp * 16 + r;
-            const i64 qi = q0 + row;
-            float s[16];
-            float local_max = -INFINITY;
+        // S = Q·Kᵀ: 16 rows x 64 keys, 8 key tiles.
+        float s[FA_BK / 8][4];
 #pragma unroll
-            for (int j = 0; j < 16; ++j) {
-                const int c = half * 16 + j;
-                const i64 kj = k0 + c;
+        for (int j = 0; j < FA_BK / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < FA_D / 16; ++c) {
+            if (c >= d_chunks) break;
+#pragma unroll
+            for (int j = 0; j < FA_BK / 16; ++j) {
+                unsigned b[4];
+                ldmatrix_x4(&ks[j * 16 + (lane % 8) + (lane / 16) * 8][c * 16 + ((lane / 8) % 2) * 8], b);
+                Mma<T>::run(s[2 * j], qf[c], b[0], b[1]);
+                Mma<T>::run(s[2 * j + 1], qf[c], b[2], b[3]);
+            }
+        }
+        // Scale, mask and the online softmax, in log2 units; a quad of lanes shares each row.
+        float step_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < FA_BK / 8; ++j) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int half = e / 2;
+                const i64 key = k0 + j * 8 + 2 * t4 + (e & 1);
                 float x = -INFINITY;
-                if (kj < sk) {
-                    x = ss[warp][r][c] * scale;
-                    if (has_mask && qi < sq) x += to_f(mb[qi * st.stride[1][2] + kj * st.stride[1][3]]);
+                if (key < sk) {
+                    x = s[j][e] * scale;
+                    if (has_mask && qi[half] < sq) x += to_f(mb[qi[half] * mrs + key * mcs]);
+                    x *= log2e;
                 }
-                s[j] = x;
-                local_max = fmaxf(local_max, x);
+                s[j][e] = x;
+                step_max[half] = fmaxf(step_max[half], x);
             }
-            const float m_old = row_max[row];
-            const float m_new = fmaxf(m_old, fmaxf(local_max, __shfl_xor_sync(0xffffffffu, local_max, 1)));
-            float local_sum = 0.0f;
+        }
+        float corr[2];
 #pragma unroll
-            for (int j = 0; j < 16; ++j) {
-                const float e = (m_new == -INFINITY) ? 0.0f : __expf(s[j] - m_new);
-                ps[warp][r][half * 16 + j] = from_f<T>(e);
-                local_sum += e;
+        for (int h = 0; h < 2; ++h) {
+            step_max[h] = fmaxf(step_max[h], __shfl_xor_sync(0xffffffffu, step_max[h], 1));
+            step_max[h] = fmaxf(step_max[h], __shfl_xor_sync(0xffffffffu, step_max[h], 2));
+            const float m_new = fmaxf(row_max[h], step_max[h]);
+            corr[h] = row_max[h] == -INFINITY ? 0.0f : exp2f(row_max[h] - m_new);
+            row_max[h] = m_new;
+            row_sum[h] *= corr[h];
+        }
+        // P (as 16-bit A fragments of P·V, 16 keys each) and the running sums.
+        unsigned pf[FA_BK / 16][4];
+#pragma unroll
+        for (int j = 0; j < FA_BK / 8; ++j) {
+            float p[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int half = e / 2;
+                p[e] = row_max[half] == -INFINITY ? 0.0f : exp2f(s[j][e] - row_max[half]);
+                row_sum[half] += p[e];
             }
-            const float sum = local_sum + __shfl_xor_sync(0xffffffffu, local_sum, 1);
-            const float corr = (m_old == -INFINITY) ? 0.0f : __expf(m_old - m_new);
-            for (int c = half; c < dv16; c += 2) os[warp][r][c] *= corr;
-            __syncwarp();
-            if (half == 0) {
-                row_max[row] = m_new;
-                row_sum[row] = row_sum[row] * corr + sum;
+            pf[j / 2][(j % 2) * 2] = Mma<T>::pack(p[0], p[1]);
+            pf[j / 2][(j % 2) * 2 + 1] = Mma<T>::pack(p[2], p[3]);
+        }
+#pragma unroll
+        for (int j = 0; j < FA_D / 8; ++j) {
+            acc[j][0] *= corr[0];
+            acc[j][1] *= corr[0];
+            acc[j][2] *= corr[1];
+            acc[j][3] *= corr[1];
+        }
+        // O += P·V: V's rows are keys, read transposed into B fragments, 16 columns at a time.
+#pragma unroll
+        for (int c = 0; c < FA_BK / 16; ++c) {
+#pragma unroll
+            for (int j = 0; j < FA_D / 16; ++j) {
+                if (j >= dv_chunks) break;
+                unsigned b[4];
+                ldmatrix_x4_trans(&vs[c * 16 + (lane % 8) + ((lane / 8) % 2) * 8][j * 16 + (lane / 16) * 8], b);
+                Mma<T>::run(acc[2 * j], pf[c], b[0], b[1]);
+                Mma<T>::run(acc[2 * j + 1], pf[c], b[2], b[3]);
             }
         }
-        __syncwarp();
-        // O (16 x dv per warp) += P · V block.
-        for (int j = 0; j < dv16 / 16; ++j) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-            wmma::load_matrix_sync(acc, &os[warp][0][j * 16], FA_OS_LD, wmma::mem_row_major);
-            for (int kk = 0; kk < FA_BK; kk += 16) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b;
-                wmma::load_matrix_sync(a, &ps[warp][0][kk], FA_PS_LD);
-                wmma::load_matrix_sync(b, &vs[kk][j * 16], FA_DMAX);
-                wmma::mma_sync(acc, a, b, acc);
-            }
-            wmma::store_matrix_sync(&os[warp][0][j * 16], acc, FA_OS_LD, wmma::mem_row_major);
-        }
-        __syncwarp();
     }
-    for (int i = lane; i < 16 * dv; i += 32) {
-        const int r = i / dv, c = i % dv;
-        const i64 qi = q0 + warp * 16 + r;
-        const float sum = row_sum[warp * 16 + r];
-        // A row with every score masked (sum 0) or a NaN score: NaN, or 0 when the graph zeroed it.
-        const float value = (zero_nan_rows && !(sum > 0.0f)) ? 0.0f : os[warp][r][c] / sum;
-        if (qi < sq) ob[qi * dv + c] = from_f<T>(value);
+    // Each row's sum is spread over its quad. A row with every score masked (sum 0) or a NaN
+    // score gives NaN, or 0 where the graph zeroed such rows.
+    float inv[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float sum = row_sum[h];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        inv[h] = ((flags & FA_ZERO_NAN_ROWS) && !(sum > 0.0f)) ? 0.0f : 1.0f / sum;
+    }
+#pragma unroll
+    for (int j = 0; j < FA_D / 8; ++j) {
+        const int col = j * 8 + 2 * t4;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            if (qi[h] >= sq || col >= dv) continue;
+            T* dst = ob + qi[h] * ors + col;
+            const float x0 = acc[j][2 * h] * inv[h], x1 = acc[j][2 * h + 1] * inv[h];
+            if (vector) {
+                *reinterpret_cast<unsigned*>(dst) = Mma<T>::pack(x0, x1);
+            } else {
+                dst[0] = from_f<T>(x0);
+                if (col + 1 < dv) dst[1] = from_f<T>(x1);
+            }
+        }
     }
 }
 
 #define FA_KERNEL(suffix, T) \
     extern "C" __global__ void __launch_bounds__(128) flash_attention_##suffix(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_tiles, \
-        Layout st, float scale, int has_mask, int key_transposed, int zero_nan_rows, const T* q, const T* k, const T* v, \
-        const T* mask, T* o) { \
-        flash_attention<T>(sq, sk, d, dv, heads, q_tiles, st, scale, has_mask, key_transposed, zero_nan_rows, q, k, v, mask, o); \
+        Layout st, float scale, int flags, const T* q, const T* k, const T* v, const T* mask, T* o) { \
+        flash_attention<T>(sq, sk, d, dv, heads, q_tiles, st, scale, flags, q, k, v, mask, o); \
     }
 
 FA_KERNEL(f16, __half)

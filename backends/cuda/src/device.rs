@@ -158,22 +158,25 @@ impl Sessions {
     }
 }
 
-/// A tensor in device memory: packed row-major bytes of `dtype` (bools as one byte each).
+/// A tensor in device memory: packed bytes of `dtype` (bools as one byte each), row-major
+/// unless `stored_order` says otherwise.
 #[derive(Clone, Debug)]
 pub struct DeviceTensor {
     pub buf: Arc<DeviceBuffer>,
     pub dtype: DataType,
     pub shape: Vec<usize>,
-    /// The bytes are stored channels-last (NHWC) though `shape` stays NCHW: only the layers
-    /// that know the layout (cuDNN convolution and pooling) ever see such a tensor;
+    /// `Some(order)`: the bytes are the row-major tensor of shape `[shape[order[0]], …]`, a
+    /// transpose not yet carried out. Channels-last (NHWC) values of cuDNN's convolutions and
+    /// attention's inputs and outputs in their projections' [batch, sequence, heads, dim]
+    /// order are such tensors. Only the layers that know the layout ever see one;
     /// `ops::Ctx::dev` converts it for every other reader.
-    pub channels_last: bool,
+    pub stored_order: Option<Vec<usize>>,
 }
 
 impl DeviceTensor {
-    /// A row-major (channels-first) tensor.
+    /// A row-major tensor.
     pub fn new(buf: Arc<DeviceBuffer>, dtype: DataType, shape: Vec<usize>) -> DeviceTensor {
-        DeviceTensor { buf, dtype, shape, channels_last: false }
+        DeviceTensor { buf, dtype, shape, stored_order: None }
     }
 
     pub fn len(&self) -> usize {
@@ -184,10 +187,45 @@ impl DeviceTensor {
         self.len() == 0
     }
 
-    /// The same bytes under another shape (a reshape costs nothing).
+    /// The same bytes read row-major under another shape (a reshape costs nothing).
     pub fn reshaped(&self, shape: Vec<usize>) -> DeviceTensor {
         DeviceTensor::new(self.buf.clone(), self.dtype, shape)
     }
+
+    /// The stored order of an NCHW tensor kept NHWC: `[0, 2, …, rank - 1, 1]`.
+    pub fn channels_last_order(rank: usize) -> Vec<usize> {
+        std::iter::once(0).chain(2..rank).chain((rank > 1).then_some(1)).collect()
+    }
+
+    /// Whether the bytes are stored channels-last.
+    pub fn channels_last(&self) -> bool {
+        self.shape.len() >= 3 && self.stored_order.as_deref() == Some(&Self::channels_last_order(self.shape.len())[..])
+    }
+
+    /// The shape the bytes have row-major.
+    pub fn stored_shape(&self) -> Vec<usize> {
+        match &self.stored_order {
+            Some(order) => order.iter().map(|&d| self.shape[d]).collect(),
+            None => self.shape.clone(),
+        }
+    }
+
+    /// Per axis of `shape`, its element stride in the stored bytes.
+    pub fn element_strides(&self) -> Vec<i64> {
+        element_strides(&self.shape, self.stored_order.as_deref())
+    }
+}
+
+/// Per axis of `shape`, its element stride in bytes stored in `order` (None: row-major).
+pub fn element_strides(shape: &[usize], order: Option<&[usize]>) -> Vec<i64> {
+    let mut strides = vec![0i64; shape.len()];
+    let mut step = 1i64;
+    for s in (0..shape.len()).rev() {
+        let axis = order.map_or(s, |o| o[s]);
+        strides[axis] = step;
+        step *= shape[axis] as i64;
+    }
+    strides
 }
 
 /// The strided view every data-movement and broadcasting kernel takes (`Layout` in common.cuh).

@@ -469,7 +469,7 @@ impl Dnn {
         w: &DeviceTensor,
         convert: impl FnOnce(&DeviceTensor) -> Result<DeviceTensor, String>,
     ) -> Result<DeviceTensor, String> {
-        if w.channels_last {
+        if w.channels_last() {
             return Ok(w.clone());
         }
         let key = gpu.ptr(&w.buf);

@@ -64,6 +64,8 @@ pub struct CudaExecutable {
     tf32: bool,
     /// Per layer, the cuBLASLt heuristic rank its tactic chose (empty: rank 0 everywhere).
     gemm_ranks: Vec<usize>,
+    /// Per layer, whether its output may keep a transpose pending (see [`pending_transposes`]).
+    pending_transpose: Vec<bool>,
     /// Why executions of this network are never captured as a graph (None: they can be).
     graph_blocker: Option<String>,
     graphs_enabled: AtomicBool,
@@ -71,6 +73,34 @@ pub struct CudaExecutable {
     signatures: Mutex<Signatures>,
     /// How the latest execution ran, for reports.
     last_mode: Mutex<String>,
+}
+
+/// Per layer, whether its output may stay in its input's byte order with the transpose pending
+/// ([`crate::DeviceTensor::stored_order`]): a Shuffle or an attention whose every reader is a
+/// Shuffle (which composes the transposes, often into none) or an attention reading Q, K or V
+/// through strides. BERT's head split and merge then move no bytes. A network output never
+/// waits.
+fn pending_transposes(network: &Network) -> Vec<bool> {
+    let mut readers_ok = vec![true; network.tensors().len()];
+    for t in network.outputs() {
+        readers_ok[t.0] = false;
+    }
+    for layer in network.layers() {
+        for (slot, t) in layer.inputs.iter().enumerate() {
+            let Some(t) = t else { continue };
+            let ok = match layer.kind {
+                LayerKind::Shuffle(_) => slot == 0,
+                LayerKind::Attention(_) => slot < 3,
+                _ => false,
+            };
+            readers_ok[t.0] &= ok;
+        }
+    }
+    network
+        .layers()
+        .iter()
+        .map(|l| matches!(l.kind, LayerKind::Shuffle(_) | LayerKind::Attention(_)) && l.outputs.iter().all(|t| readers_ok[t.0]))
+        .collect()
 }
 
 /// Which layers run on the host: those whose every input is host-available (small
@@ -160,6 +190,7 @@ impl CudaExecutable {
             }
         }
         let graph_blocker = graph_blocker(&network, &plan);
+        let pending_transpose = pending_transposes(&network);
         let graphs_enabled = AtomicBool::new(std::env::var(CUDA_GRAPHS_VAR).map_or(true, |v| v != "0"));
         Ok(CudaExecutable {
             network,
@@ -170,6 +201,7 @@ impl CudaExecutable {
             gpu,
             tf32,
             gemm_ranks: Vec::new(),
+            pending_transpose,
             graph_blocker,
             graphs_enabled,
             signatures: Mutex::default(),
@@ -305,6 +337,7 @@ impl Machine for Run<'_> {
             Placement::Host => self.host_layer(&layer.kind, inputs),
             Placement::Device => {
                 self.cx.gemm_rank.set(self.exe.gemm_ranks.get(id.0).copied().unwrap_or(0));
+                self.cx.pending_transpose.set(self.exe.pending_transpose.get(id.0).copied().unwrap_or(false));
                 self.device_layer(&layer.kind, inputs)
             }
         }
@@ -474,9 +507,13 @@ impl CudaExecutable {
             slots.push((d.buf.ptr(), bytes, PinnedHost::new(&self.gpu.ctx, bytes).map_err(|e| e.to_string())?));
         }
         self.gpu.begin_capture(tracer).map_err(|e| e.to_string())?;
-        let result = interp::run_plan(run, &self.plan, &self.frees, values);
+        // Outputs kept in another order (channels-last) are made row-major inside the graph:
+        // replays copy the bytes out as they are.
+        let result = interp::run_plan(run, &self.plan, &self.frees, values).map_err(|e| e.to_string()).and_then(|outputs| {
+            outputs.iter().map(|v| Ok(if v.device.is_some() { Value::device(run.cx.dev(v)?) } else { v.clone() })).collect::<Result<Vec<_>, String>>()
+        });
         let graph = self.gpu.end_capture(tracer);
-        let outputs = result.map_err(|e| e.to_string())?;
+        let outputs = result?;
         let graph = graph.map_err(|e| e.to_string())?.ok_or("the driver captured no graph")?;
         Ok((graph, slots, outputs))
     }

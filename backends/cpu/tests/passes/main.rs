@@ -5,7 +5,7 @@
 mod networks;
 
 use kiln::passes::{
-    AttentionFusion, ConstantFolding, DeadLayerElimination, EpilogueFusion, GeluFusion,
+    AttentionFusion, CommonSubexpressionElimination, ConstantFolding, DeadLayerElimination, EpilogueFusion, GeluFusion,
     NoOpRemoval, NormalizationFusion, Pass, PassContext, Pipeline, PointwiseChainFusion,
     RmsNormalizationFusion, SoftMaxFusion,
 };
@@ -131,6 +131,22 @@ fn constant_folding_runs_constant_layers_on_the_backend() {
         .run_traced(&net, &PassContext::default())
         .expect("passes");
     assert_eq!(kinds(&unfolded), ["Shuffle", "MatrixMultiply"]);
+    check_equivalent(&net, 0.0);
+}
+
+#[test]
+fn common_subexpression_elimination() {
+    let net = networks::repeated_mask();
+    let out = check_golden(
+        "common_subexpression_elimination",
+        &net,
+        Box::new(CommonSubexpressionElimination),
+        None,
+    );
+    // Layer 1's constant and mask are layer 0's; layer 2's differ.
+    assert_eq!(kinds(&out), ["ElementWise"; 5]);
+    let constants = out.layers().iter().filter(|l| matches!(l.kind, LayerKind::Constant { .. }));
+    assert_eq!(constants.count(), 2);
     check_equivalent(&net, 0.0);
 }
 

@@ -216,6 +216,22 @@ pub fn no_ops() -> Network {
     g.output(f, "y")
 }
 
+/// Two "layers" each rebuilding the same mask from the same input with their own (equal)
+/// constants, as exported transformers do, plus one computation that only looks alike (a
+/// different constant).
+pub fn repeated_mask() -> Network {
+    let mut g = G::new("repeated_mask");
+    let mask = g.fixed_input("mask", &[2, 4]);
+    let x = g.fixed_input("x", &[2, 4]);
+    let mut y = x;
+    for (i, bias) in [(0, -1e4), (1, -1e4), (2, -2e4)] {
+        let c = g.scalar(&format!("layer {i} bias"), bias);
+        let m = g.binary(&format!("layer {i} mask"), E::Prod, mask, c);
+        y = g.binary(&format!("layer {i} add"), E::Sum, y, m);
+    }
+    g.output(y, "y")
+}
+
 /// A layer no output needs.
 pub fn dead_branch() -> Network {
     let mut g = G::new("dead_branch");

@@ -108,7 +108,7 @@ pub fn matmul_epilogue(
     }
     // A residual of the output's own shape and type joins the bias epilogue as cuBLASLt's C
     // (applied exactly when the bias is: the flag returned covers both).
-    if residual.is_some_and(|z| z.shape != out_shape || z.dtype != a.dtype || z.channels_last) {
+    if residual.is_some_and(|z| z.shape != out_shape || z.dtype != a.dtype || z.stored_order.is_some()) {
         return Err(format!("a residual must be a row-major {}{out_shape:?}", a.dtype));
     }
     let residual = residual.filter(|_| bias.is_some());
@@ -161,11 +161,11 @@ pub fn convolution(
                 let nhwc = layout::prefers_channels_last(x.dtype, x.shape.len());
                 let spec = spec.with_nhwc(nhwc);
                 let x = &layout::in_layout(cx, x, nhwc)?;
-                let w = &if nhwc { dnn.channels_last_filter(cx.gpu, w, |t| layout::to_channels_last(cx, t))? } else { layout::to_channels_first(cx, w)? };
+                let w = &if nhwc { dnn.channels_last_filter(cx.gpu, w, |t| layout::to_channels_last(cx, t))? } else { layout::to_row_major(cx, w)? };
                 let z = tail.residual.map(|z| layout::in_layout(cx, z, nhwc)).transpose()?;
                 let tail = ConvTail { residual: z.as_ref(), relu: tail.relu };
                 let mut out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
-                out.channels_last = nhwc;
+                out.stored_order = nhwc.then(|| DeviceTensor::channels_last_order(out_shape.len()));
                 if out.is_empty() {
                     return Ok((out, true));
                 }
@@ -181,7 +181,7 @@ pub fn convolution(
             }
         }
     }
-    let x = layout::to_channels_first(cx, x)?;
+    let x = layout::to_row_major(cx, x)?;
     let residual_left = tail.residual.is_some() || tail.relu;
     Ok((direct_convolution(cx, p, &x, w, bias, out_shape)?, !residual_left))
 }
@@ -228,15 +228,16 @@ fn direct_convolution(cx: &Ctx, p: &ConvolutionParams, x: &DeviceTensor, w: &Dev
 pub fn pooling(cx: &Ctx, p: &PoolingParams, x: &DeviceTensor, out_shape: &[usize]) -> Result<DeviceTensor, String> {
     if let (Ok(dnn), Ok(spec)) = (cx.gpu.dnn(), crate::dnn::PoolSpec::new(p, x.dtype, &x.shape, out_shape)) {
         // Pooling keeps the layout it is given (channels-last after a 16-bit convolution).
-        let spec = spec.with_nhwc(x.channels_last);
+        let x = &if x.channels_last() { x.clone() } else { layout::to_row_major(cx, x)? };
+        let spec = spec.with_nhwc(x.channels_last());
         let mut out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
-        out.channels_last = x.channels_last;
+        out.stored_order = x.stored_order.clone();
         if !out.is_empty() {
             dnn.pooling(cx.gpu, &spec, x, &out)?;
         }
         return Ok(out);
     }
-    let x = &layout::to_channels_first(cx, x)?;
+    let x = &layout::to_row_major(cx, x)?;
     let suffix = float_suffix(x.dtype).map_err(|e| e.to_string())?;
     let r = x.shape.len();
     if r < 3 || out_shape.len() != r {
@@ -347,20 +348,21 @@ fn reduce_code(op: ReduceOp) -> i32 {
     }
 }
 
-/// ONNX Reduce over `axes` of `x`, which may be stored channels-last.
+/// ONNX Reduce over `axes` of `x`, which may be stored in another order.
 pub fn reduce(cx: &Ctx, op: ReduceOp, x: &DeviceTensor, axes: &[usize], out_shape: &[usize]) -> Result<DeviceTensor, String> {
-    if x.channels_last {
-        // Over every spatial axis (global pooling): the stored [n, spatial…, c] bytes reduced
-        // over their middle axes give the same row-major [n, c] without moving channels first.
+    if x.stored_order.is_some() {
+        // Channels-last over every spatial axis (global pooling): the stored [n, spatial…, c]
+        // bytes reduced over their middle axes give the same row-major [n, c] without moving
+        // channels first.
         let r = x.shape.len();
         let mut sorted = axes.to_vec();
         sorted.sort_unstable();
         sorted.dedup();
-        if r >= 3 && sorted == (2..r).collect::<Vec<_>>() {
+        if x.channels_last() && sorted == (2..r).collect::<Vec<_>>() {
             let stored: Vec<usize> = std::iter::once(x.shape[0]).chain(x.shape[2..].iter().copied()).chain(std::iter::once(x.shape[1])).collect();
             return reduce(cx, op, &x.reshaped(stored), &(1..r - 1).collect::<Vec<_>>(), out_shape);
         }
-        return reduce(cx, op, &super::layout::to_channels_first(cx, x)?, axes, out_shape);
+        return reduce(cx, op, &super::layout::to_row_major(cx, x)?, axes, out_shape);
     }
     let typed = super::typed::reduce_supported(x.dtype);
     let suffix = if typed { "" } else { float_suffix(x.dtype).map_err(|e| e.to_string())? };
@@ -453,11 +455,13 @@ fn trailing(shape: &[usize]) -> &[usize] {
     &shape[shape.iter().position(|&n| n != 1).unwrap_or(shape.len())..]
 }
 
-/// `softmax(scale · Q·Kᵀ + mask) · V` as two cuBLASLt products around a softmax.
+/// `softmax(scale · Q·Kᵀ + mask) · V`: the fused kernel, or two cuBLASLt products around a
+/// softmax. Q, K and V may have transposes pending.
 pub fn attention(cx: &Ctx, p: &AttentionParams, q: &DeviceTensor, k: &DeviceTensor, v: &DeviceTensor, mask: Option<&DeviceTensor>, out_shape: &[usize]) -> Result<DeviceTensor, String> {
     if let Some(out) = super::flash::attention(cx, p, q, k, v, mask, out_shape)? {
         return Ok(out);
     }
+    let (q, k, v) = (&layout::to_row_major(cx, q)?, &layout::to_row_major(cx, k)?, &layout::to_row_major(cx, v)?);
     let scale = p.multiplier();
     let op_k = if p.key_transposed { MatrixOp::None } else { MatrixOp::Transpose };
     let qs = &q.shape;

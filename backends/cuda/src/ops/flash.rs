@@ -1,38 +1,41 @@
-//! Fused scaled-dot-product attention (`kernels/attention.cu`, flash-attention style) where it
+//! Fused scaled-dot-product attention (`kernels/attention.cu`, flash-attention 2 style) where it
 //! applies: f16 / bf16 operands, head dims up to 64, at most two leading dims (outer, heads) that
-//! every operand has or broadcasts, an additive mask of the same type. Elsewhere attention runs
-//! as two cuBLASLt products around a softmax (`compute::attention`).
+//! every operand has or broadcasts, an additive mask of the same type. Q, K, V may be views with
+//! a pending transpose (`DeviceTensor::stored_order`): the kernel reads their rows through
+//! strides, so BERT's head split costs no copy, and it writes its output in the [outer,
+//! sequence, heads, dim] order the head merge wants when the executor allows. Elsewhere
+//! attention runs as two cuBLASLt products around a softmax (`compute::attention`).
 //!
-//! Opt-in (`KILN_CUDA_FLASH_ATTENTION=1`): on the H200, BERT-base fp16 at batch 32 and sequence
-//! 128 ran 10.81 ms of GPU time unfused against 11.21 ms with this kernel, so the measured
-//! faster path is the default until the choice is a timed tactic.
+//! On by default; `KILN_CUDA_FLASH_ATTENTION=0` turns it off, for A/B timing.
 
-use super::Ctx;
+use super::{layout, movement, Ctx};
 use crate::device::{Arg, DeviceTensor, Layout};
 use kiln::{AttentionParams, DataType};
 
 const MAX_HEAD_DIM: usize = 64;
 const QUERY_ROWS_PER_BLOCK: usize = 64;
+const HAS_MASK: i32 = 1;
+const ZERO_NAN_ROWS: i32 = 2;
+const VECTOR_LOADS: i32 = 4;
 
-/// Per leading dim (padded on the left to `lead.len()`), the operand's element stride: its
-/// contiguous stride, or 0 where it broadcasts. `None` when it does not broadcast onto `lead`.
-fn lead_strides(shape: &[usize], lead: &[usize]) -> Option<Vec<i64>> {
+/// Per leading dim (`shape` padded on the left to `lead.len()`), the operand's element stride
+/// (`strides` are its own, one per axis): 0 where it broadcasts. `None` when it does not
+/// broadcast onto `lead`.
+fn lead_strides(shape: &[usize], strides: &[i64], lead: &[usize]) -> Option<Vec<i64>> {
     let own = shape.len().checked_sub(2)?;
     if own > lead.len() {
         return None;
     }
-    let mut strides = vec![0i64; lead.len()];
-    let mut step: i64 = shape[own..].iter().product::<usize>() as i64;
-    for d in (0..own).rev() {
+    let mut out = vec![0i64; lead.len()];
+    for d in 0..own {
         let at = d + lead.len() - own;
-        strides[at] = match shape[d] {
-            n if n == lead[at] && n != 1 => step,
+        out[at] = match shape[d] {
+            n if n == lead[at] && n != 1 => strides[d],
             1 => 0,
             _ => return None,
         };
-        step *= shape[d] as i64;
     }
-    Some(strides)
+    Some(out)
 }
 
 /// `(outer, head)` strides from strides over at most two leading dims.
@@ -46,7 +49,39 @@ fn two_level(strides: &[i64]) -> (i64, i64) {
 }
 
 pub fn enabled() -> bool {
-    std::env::var("KILN_CUDA_FLASH_ATTENTION").as_deref() == Ok("1")
+    std::env::var("KILN_CUDA_FLASH_ATTENTION").as_deref() != Ok("0")
+}
+
+/// `t` with its last axis contiguous (row-major bytes unless it already is).
+fn with_unit_inner(cx: &Ctx, t: &DeviceTensor) -> Result<DeviceTensor, String> {
+    if t.element_strides().last() == Some(&1) {
+        return Ok(t.clone());
+    }
+    layout::to_row_major(cx, t)
+}
+
+/// K with its head dim contiguous, and whether it is still given as Kᵀ: a Kᵀ whose head dim is
+/// not contiguous (row-major [lead…, d, sk]) is transposed into [lead…, sk, d] bytes.
+fn key_with_unit_inner(cx: &Ctx, k: &DeviceTensor, transposed: bool) -> Result<(DeviceTensor, bool), String> {
+    let r = k.shape.len();
+    if !transposed {
+        return Ok((with_unit_inner(cx, k)?, false));
+    }
+    if k.element_strides()[r - 2] == 1 {
+        return Ok((k.clone(), true));
+    }
+    let mut perm: Vec<usize> = (0..r).collect();
+    perm.swap(r - 2, r - 1);
+    Ok((movement::transpose(cx, &layout::to_row_major(cx, k)?, &perm)?, false))
+}
+
+/// The stored order the output takes when its head merge waits: [outer, sequence, heads, dim].
+fn merged_heads_order(rank: usize) -> Option<Vec<usize>> {
+    match rank {
+        4 => Some(vec![0, 2, 1, 3]),
+        3 => Some(vec![1, 0, 2]),
+        _ => None,
+    }
 }
 
 /// The fused kernel's output, or `None` where it does not apply.
@@ -83,35 +118,20 @@ pub fn attention(
         || d > MAX_HEAD_DIM
         || dv == 0
         || dv > MAX_HEAD_DIM
+        || lead.len() > 2
         || out_shape[out_shape.len() - 2..] != [sq, dv]
     {
         return Ok(None);
     }
-    let (Some(q_st), Some(k_st), Some(v_st)) = (lead_strides(qs, lead), lead_strides(ks, lead), lead_strides(vs, lead))
+    let (q, v) = (with_unit_inner(cx, q)?, with_unit_inner(cx, v)?);
+    let (k, key_transposed) = key_with_unit_inner(cx, k, p.key_transposed)?;
+    let (q_st, k_st, v_st) = (q.element_strides(), k.element_strides(), v.element_strides());
+    let k_row = if key_transposed { k_st[k_st.len() - 1] } else { k_st[k_st.len() - 2] };
+    let (Some(q_lead), Some(k_lead), Some(v_lead)) =
+        (lead_strides(&q.shape, &q_st, lead), lead_strides(&k.shape, &k_st, lead), lead_strides(&v.shape, &v_st, lead))
     else {
         return Ok(None);
     };
-    let mut l = Layout::default();
-    let o_st = lead_strides(out_shape, lead).ok_or("the output does not fit its own shape")?;
-    for (i, st) in [&q_st, &k_st, &v_st, &o_st].into_iter().enumerate() {
-        (l.stride[0][2 * i], l.stride[0][2 * i + 1]) = two_level(st);
-    }
-    if let Some(m) = mask {
-        // The mask broadcasts onto (lead…, sq, sk): its own row / column strides may be 0 too.
-        if m.shape.len() > lead.len() + 2 {
-            return Ok(None);
-        }
-        let mut full = vec![1usize; lead.len() + 2 - m.shape.len()];
-        full.extend(&m.shape);
-        let (mr, mc) = (full[full.len() - 2], full[full.len() - 1]);
-        if (mr != sq && mr != 1) || (mc != sk && mc != 1) {
-            return Ok(None);
-        }
-        let Some(m_st) = lead_strides(&full, lead) else { return Ok(None) };
-        (l.stride[1][0], l.stride[1][1]) = two_level(&m_st);
-        l.stride[1][2] = if mr == 1 { 0 } else { mc as i64 };
-        l.stride[1][3] = if mc == 1 { 0 } else { 1 };
-    }
     let (outer, heads) = match lead {
         [] => (1, 1),
         [h] => (1, *h),
@@ -123,10 +143,48 @@ pub fn attention(
     if blocks == 0 || sk == 0 {
         return Ok(None);
     }
-    let out = cx.gpu.empty(dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    let mut out = cx.gpu.empty(dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    if cx.pending_transpose.get() {
+        out.stored_order = merged_heads_order(out_shape.len());
+    }
+    let o_st = out.element_strides();
+    let o_lead = lead_strides(out_shape, &o_st, lead).ok_or("the output does not fit its own shape")?;
+    let mut l = Layout::default();
+    for (i, st) in [&q_lead, &k_lead, &v_lead, &o_lead].into_iter().enumerate() {
+        (l.stride[0][2 * i], l.stride[0][2 * i + 1]) = two_level(st);
+    }
+    let rows = [q_st[q_st.len() - 2], k_row, v_st[v_st.len() - 2], o_st[o_st.len() - 2]];
+    l.stride[2][..4].copy_from_slice(&rows);
+    let mut flags = if p.zero_nan_rows { ZERO_NAN_ROWS } else { 0 };
+    if let Some(m) = mask {
+        // The mask broadcasts onto (lead…, sq, sk): its own row / column strides may be 0 too.
+        if m.shape.len() > lead.len() + 2 {
+            return Ok(None);
+        }
+        let mut full = vec![1usize; lead.len() + 2 - m.shape.len()];
+        full.extend(&m.shape);
+        let (mr, mc) = (full[full.len() - 2], full[full.len() - 1]);
+        if (mr != sq && mr != 1) || (mc != sk && mc != 1) {
+            return Ok(None);
+        }
+        let m_st = super::contiguous_strides(&full);
+        let Some(m_lead) = lead_strides(&full, &m_st, lead) else { return Ok(None) };
+        (l.stride[1][0], l.stride[1][1]) = two_level(&m_lead);
+        l.stride[1][2] = if mr == 1 { 0 } else { mc as i64 };
+        l.stride[1][3] = if mc == 1 { 0 } else { 1 };
+        flags |= HAS_MASK;
+    }
+    // 16-byte row loads need every row start 16-byte aligned: 8-element multiples of 16-bit
+    // elements from aligned buffers.
+    let aligned = [&q, &k, &v, &out].iter().all(|t| cx.gpu.ptr(&t.buf) % 16 == 0)
+        && d % 8 == 0
+        && dv % 8 == 0
+        && rows.iter().chain(&l.stride[0][..8]).all(|s| s % 8 == 0);
+    if aligned {
+        flags |= VECTOR_LOADS;
+    }
     let blocks =
         u32::try_from(blocks).map_err(|_| format!("attention over {blocks} blocks is too many for one launch"))?;
-    let scale = p.multiplier();
     let mask_arg = mask.map_or(Arg::Ptr(0), |m| cx.arg(m));
     let args = [
         Arg::I64(sq as i64),
@@ -136,13 +194,11 @@ pub fn attention(
         Arg::I64(heads as i64),
         Arg::I64(q_tiles as i64),
         Arg::Layout(l),
-        Arg::F32(scale),
-        Arg::I32(mask.is_some() as i32),
-        Arg::I32(p.key_transposed as i32),
-        Arg::I32(p.zero_nan_rows as i32),
-        cx.arg(q),
-        cx.arg(k),
-        cx.arg(v),
+        Arg::F32(p.multiplier()),
+        Arg::I32(flags),
+        cx.arg(&q),
+        cx.arg(&k),
+        cx.arg(&v),
         mask_arg,
         cx.arg(&out),
     ];
@@ -156,10 +212,18 @@ mod tests {
 
     #[test]
     fn leading_strides_broadcast_or_refuse() {
-        assert_eq!(lead_strides(&[2, 12, 128, 64], &[2, 12]), Some(vec![12 * 128 * 64, 128 * 64]));
-        assert_eq!(lead_strides(&[12, 128, 64], &[2, 12]), Some(vec![0, 128 * 64]));
-        assert_eq!(lead_strides(&[2, 1, 1, 128], &[2, 12]), Some(vec![128, 0]));
-        assert_eq!(lead_strides(&[3, 128, 64], &[2, 12]), None);
-        assert_eq!(lead_strides(&[1, 2, 12, 8, 8], &[2, 12]), None);
+        let row_major = |s: &[usize]| super::super::contiguous_strides(s);
+        let lead = [2, 12];
+        for (shape, expected) in [
+            (vec![2, 12, 128, 64], Some(vec![12 * 128 * 64, 128 * 64])),
+            (vec![12, 128, 64], Some(vec![0, 128 * 64])),
+            (vec![2, 1, 1, 128], Some(vec![128, 0])),
+            (vec![3, 128, 64], None),
+            (vec![1, 2, 12, 8, 8], None),
+        ] {
+            assert_eq!(lead_strides(&shape, &row_major(&shape), &lead), expected, "{shape:?}");
+        }
+        // A [2, 128, 12, 64] projection viewed as [2, 12, 128, 64]: heads 64 apart.
+        assert_eq!(lead_strides(&[2, 12, 128, 64], &[128 * 768, 64, 768, 1], &lead), Some(vec![128 * 768, 64]));
     }
 }

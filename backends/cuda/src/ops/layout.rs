@@ -20,36 +20,35 @@ pub fn prefers_channels_last(dtype: DataType, rank: usize) -> bool {
 
 /// The same values stored NHWC (a no-op for a tensor already so).
 pub fn to_channels_last(cx: &Ctx, t: &DeviceTensor) -> Result<DeviceTensor, String> {
-    if t.channels_last {
+    if t.channels_last() {
         return Ok(t.clone());
     }
     let r = t.shape.len();
     if r < 3 {
         return Err(format!("a rank-{r} tensor has no channels to move last"));
     }
-    let perm: Vec<usize> = std::iter::once(0).chain(2..r).chain(std::iter::once(1)).collect();
-    let moved = movement::transpose(cx, t, &perm)?;
-    Ok(DeviceTensor { channels_last: true, ..moved.reshaped(t.shape.clone()) })
+    let order = DeviceTensor::channels_last_order(r);
+    let moved = movement::transpose(cx, &to_row_major(cx, t)?, &order)?;
+    Ok(DeviceTensor { stored_order: Some(order), ..moved.reshaped(t.shape.clone()) })
 }
 
-/// The same values stored row-major NCHW (a no-op for a tensor already so).
-pub fn to_channels_first(cx: &Ctx, t: &DeviceTensor) -> Result<DeviceTensor, String> {
-    if !t.channels_last {
-        return Ok(t.clone());
+/// The same values stored row-major (a no-op for a tensor already so): one transpose of the
+/// stored bytes.
+pub fn to_row_major(cx: &Ctx, t: &DeviceTensor) -> Result<DeviceTensor, String> {
+    let Some(order) = &t.stored_order else { return Ok(t.clone()) };
+    // Logical axis `a` is stored axis `position of a in order`.
+    let mut back = vec![0usize; order.len()];
+    for (stored, &axis) in order.iter().enumerate() {
+        back[axis] = stored;
     }
-    let r = t.shape.len();
-    // The bytes as the row-major tensor they are: N, spatial…, C.
-    let stored: Vec<usize> =
-        std::iter::once(t.shape[0]).chain(t.shape[2..].iter().copied()).chain(std::iter::once(t.shape[1])).collect();
-    let perm: Vec<usize> = std::iter::once(0).chain(std::iter::once(r - 1)).chain(1..r - 1).collect();
-    movement::transpose(cx, &t.reshaped(stored), &perm)
+    movement::transpose(cx, &t.reshaped(t.stored_shape()), &back)
 }
 
-/// `t` in the layout asked for.
+/// `t` in the layout asked for: channels-last or row-major.
 pub fn in_layout(cx: &Ctx, t: &DeviceTensor, channels_last: bool) -> Result<DeviceTensor, String> {
     if channels_last {
         to_channels_last(cx, t)
     } else {
-        to_channels_first(cx, t)
+        to_row_major(cx, t)
     }
 }

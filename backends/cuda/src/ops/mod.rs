@@ -54,12 +54,15 @@ pub struct Ctx<'a> {
     /// products, a convolution choice (`compute::CONV_DIRECT`, `1 + cuDNN algorithm`) for
     /// convolutions; 0 is the heuristic's best either way.
     pub gemm_rank: Cell<usize>,
+    /// Whether the layer being run may leave its output's transpose pending (its readers
+    /// take the stored order): see `exec::pending_transposes`.
+    pub pending_transpose: Cell<bool>,
     pub pending_checks: RefCell<Vec<(DeviceTensor, String)>>,
 }
 
 impl<'a> Ctx<'a> {
     pub fn new(gpu: &'a Gpu, tf32: bool) -> Ctx<'a> {
-        Ctx { gpu, tf32, gemm_rank: Cell::new(0), pending_checks: RefCell::new(Vec::new()) }
+        Ctx { gpu, tf32, gemm_rank: Cell::new(0), pending_transpose: Cell::new(false), pending_checks: RefCell::new(Vec::new()) }
     }
 
     pub fn arg(&self, t: &DeviceTensor) -> Arg {
@@ -89,7 +92,7 @@ impl<'a> Ctx<'a> {
     /// The value on the device, row-major (uploading a host value; converting a channels-last
     /// one: every kernel but cuDNN's reads row-major).
     pub fn dev(&self, v: &Value) -> Result<DeviceTensor, String> {
-        layout::to_channels_first(self, &self.dev_any_layout(v)?)
+        layout::to_row_major(self, &self.dev_any_layout(v)?)
     }
 
     /// The value on the device as stored, maybe channels-last (for the layers that know it).
@@ -105,7 +108,7 @@ impl<'a> Ctx<'a> {
     pub fn host(&self, v: &Value) -> Result<Arc<HostTensor>, String> {
         match (&v.host, &v.device) {
             (Some(h), _) => Ok(h.clone()),
-            (None, Some(d)) => self.gpu.download(&layout::to_channels_first(self, d)?).map(Arc::new).map_err(|e| e.to_string()),
+            (None, Some(d)) => self.gpu.download(&layout::to_row_major(self, d)?).map(Arc::new).map_err(|e| e.to_string()),
             (None, None) => Err("a value is neither on the device nor on the host".into()),
         }
     }
@@ -322,7 +325,7 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
                 one(pointwise::unary(cx, pointwise::unary_code(*op).ok_or("no kernel")?, &x, None)?)
             }
         }
-        K::Shuffle(p) => one(movement::shuffle(cx, p, &dev(0)?, &out_shape(0)?)?),
+        K::Shuffle(p) => one(movement::shuffle(cx, p, &raw(0)?, &out_shape(0)?)?),
         K::Slice => {
             let b = [host(1)?, host(2)?, host(3)?, host(4)?];
             one(movement::slice(cx, &dev(0)?, [b[0].as_deref(), b[1].as_deref(), b[2].as_deref(), b[3].as_deref()])?)
@@ -362,7 +365,7 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
             one(compute::normalization(cx, &dev(0)?, opt_dev(1)?.as_ref(), opt_dev(2)?.as_ref(), axes, *epsilon, *num_groups, false)?)
         }
         K::RmsNormalization { axes, epsilon } => one(compute::normalization(cx, &dev(0)?, opt_dev(1)?.as_ref(), None, axes, *epsilon, 1, true)?),
-        K::Attention(p) => one(compute::attention(cx, p, &dev(0)?, &dev(1)?, &dev(2)?, opt_dev(3)?.as_ref(), &out_shape(0)?)?),
+        K::Attention(p) => one(compute::attention(cx, p, &raw(0)?, &raw(1)?, &raw(2)?, opt_dev(3)?.as_ref(), &out_shape(0)?)?),
         K::Plugin(p) => crate::plugin::run(cx, p, inputs, outs),
         K::Fused(p) => one(fused(cx, p, inputs, outs)?),
         K::ParametricRelu => one(indexing::prelu(cx, &dev(0)?, &dev(1)?, &out_shape(0)?)?),
@@ -445,7 +448,7 @@ fn fused(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>], outs: &[OutF
             let (out, done) = compute::convolution(cx, cp, &x, &w, bias.as_ref(), tail, &shape)?;
             let consumed = if !done { 0 } else { usize::from(residual.is_some()) + usize::from(relu) };
             // The rest of the epilogue runs kiln's row-major kernels.
-            let out = if consumed < p.epilogue.len() { layout::to_channels_first(cx, &out)? } else { out };
+            let out = if consumed < p.epilogue.len() { layout::to_row_major(cx, &out)? } else { out };
             (out, consumed)
         }
         _ => (run(cx, &anchor_kind, anchor_inputs, &anchor_outs)?.into_iter().next().ok_or("the anchor gave no output")?, 0),

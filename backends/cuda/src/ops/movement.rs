@@ -122,23 +122,68 @@ pub fn transpose(cx: &Ctx, x: &DeviceTensor, perm: &[usize]) -> Result<DeviceTen
     gather_strided(cx, x, &shape, &strides, 0)
 }
 
-/// Shuffle: first transpose, reshape (free: the bytes stay), second transpose, ending at
-/// `out_shape` (what shape inference resolved).
+/// `x` with its axes permuted (`out dim i` = `in dim perm[i]`) and no bytes moved: the transpose
+/// joins the pending one in `stored_order` (none left when they cancel or move only size-1
+/// axes).
+pub fn permuted(x: &DeviceTensor, perm: &[usize]) -> Result<DeviceTensor, String> {
+    let (shape, stored_order) = permuted_order(&x.shape, x.stored_order.as_deref(), perm)?;
+    Ok(DeviceTensor { buf: x.buf.clone(), dtype: x.dtype, shape, stored_order })
+}
+
+/// The shape and stored order of a tensor of `shape` stored in `order` (None: row-major) after
+/// permuting its axes by `perm`.
+fn permuted_order(shape: &[usize], order: Option<&[usize]>, perm: &[usize]) -> Result<(Vec<usize>, Option<Vec<usize>>), String> {
+    let r = shape.len();
+    let mut seen = vec![false; r];
+    if perm.len() != r || perm.iter().any(|&p| p >= r || std::mem::replace(&mut seen[p], true)) {
+        return Err(format!("{perm:?} is not a permutation of rank {r}"));
+    }
+    let mut back = vec![0usize; r];
+    for (i, &p) in perm.iter().enumerate() {
+        back[p] = i;
+    }
+    let out: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    // Stored axis `s` holds input axis `order[s]`, which is output axis `back[order[s]]`.
+    let stored: Vec<usize> = (0..r).map(|s| back[order.map_or(s, |o| o[s])]).collect();
+    let in_place = stored.iter().filter(|&&a| out[a] != 1).collect::<Vec<_>>().windows(2).all(|w| w[0] < w[1]);
+    Ok((out, (!in_place).then_some(stored)))
+}
+
+/// `x` (row-major or with a transpose pending) read under `shape`: free when the bytes are
+/// row-major or the shape stays; otherwise the pending transpose is carried out first.
+fn reshape(cx: &Ctx, x: DeviceTensor, shape: &[usize]) -> Result<DeviceTensor, String> {
+    if x.shape == shape {
+        return Ok(x);
+    }
+    Ok(super::layout::to_row_major(cx, &x)?.reshaped(shape.to_vec()))
+}
+
+/// Shuffle: first transpose, reshape, second transpose, ending at `out_shape` (what shape
+/// inference resolved). The transposes stay pending where the executor allows
+/// ([`Ctx::pending_transpose`]); otherwise the result is made row-major in one copy from the
+/// stored bytes. `x` may itself have a transpose pending.
 pub fn shuffle(cx: &Ctx, p: &ShuffleParams, x: &DeviceTensor, out_shape: &[usize]) -> Result<DeviceTensor, String> {
-    let first = transpose(cx, x, &p.first_transpose)?;
-    if p.second_transpose.is_empty() {
-        return Ok(first.reshaped(out_shape.to_vec()));
+    let identity = |perm: &[usize]| perm.iter().enumerate().all(|(i, &q)| i == q);
+    let first = if identity(&p.first_transpose) { x.clone() } else { permuted(x, &p.first_transpose)? };
+    let out = if p.second_transpose.is_empty() {
+        reshape(cx, first, out_shape)?
+    } else {
+        // The shape between reshape and second transpose: out[i] = mid[perm[i]].
+        let perm = &p.second_transpose;
+        if perm.len() != out_shape.len() || perm.iter().any(|&q| q >= out_shape.len()) {
+            return Err(format!("second transpose {perm:?} does not match rank {}", out_shape.len()));
+        }
+        let mut mid = vec![0usize; out_shape.len()];
+        for (i, &q) in perm.iter().enumerate() {
+            mid[q] = out_shape[i];
+        }
+        permuted(&reshape(cx, first, &mid)?, perm)?
+    };
+    if cx.pending_transpose.get() {
+        Ok(out)
+    } else {
+        super::layout::to_row_major(cx, &out)
     }
-    // The shape between reshape and second transpose: out[i] = mid[perm[i]].
-    let perm = &p.second_transpose;
-    if perm.len() != out_shape.len() {
-        return Err(format!("second transpose {perm:?} does not match rank {}", out_shape.len()));
-    }
-    let mut mid = vec![0usize; out_shape.len()];
-    for (i, &q) in perm.iter().enumerate() {
-        mid[q] = out_shape[i];
-    }
-    transpose(cx, &first.reshaped(mid), perm)
 }
 
 /// ONNX Slice with host-side bounds.
@@ -226,4 +271,28 @@ pub fn resize_nearest(cx: &Ctx, x: &DeviceTensor, out_shape: &[usize]) -> Result
     let name = format!("resize_nearest_{}", width_suffix(x.dtype).map_err(|e| e.to_string())?);
     cx.launch_elements(&name, n, &[Arg::I64(n as i64), Arg::Layout(l), cx.arg(&scales), cx.arg(x), cx.arg(&out)])?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::permuted_order;
+    use crate::device::element_strides;
+
+    #[test]
+    fn pending_transposes_compose_and_cancel() {
+        // BERT's head split: [b, s, h, d] → [b, h, s, d], heads `d` apart, rows `h·d` apart.
+        let (shape, order) = permuted_order(&[2, 128, 12, 64], None, &[0, 2, 1, 3]).unwrap();
+        assert_eq!((shape.clone(), order.clone()), (vec![2, 12, 128, 64], Some(vec![0, 2, 1, 3])));
+        assert_eq!(element_strides(&shape, order.as_deref()), vec![128 * 768, 64, 768, 1]);
+        // The head merge transposes it back: row-major again, no copy.
+        assert_eq!(permuted_order(&shape, order.as_deref(), &[0, 2, 1, 3]).unwrap(), (vec![2, 128, 12, 64], None));
+        // K given as Kᵀ: [b, h, d, s] with the head dim contiguous.
+        let (shape, order) = permuted_order(&[2, 128, 12, 64], None, &[0, 2, 3, 1]).unwrap();
+        assert_eq!(shape, vec![2, 12, 64, 128]);
+        assert_eq!(element_strides(&shape, order.as_deref()), vec![128 * 768, 64, 1, 768]);
+        // Moving only size-1 axes leaves the bytes row-major.
+        assert_eq!(permuted_order(&[4, 1, 1, 8], None, &[0, 3, 1, 2]).unwrap(), (vec![4, 8, 1, 1], None));
+        assert!(permuted_order(&[2, 3], None, &[0, 0]).is_err());
+        assert!(permuted_order(&[2, 3], None, &[1]).is_err());
+    }
 }

@@ -1,8 +1,9 @@
-//! The fused attention kernel (kernels/attention.cu, opt-in: `KILN_CUDA_FLASH_ATTENTION=1`) and the
-//! unfused path against the cpu oracle on the same cases.
+//! The fused attention kernel (kernels/attention.cu, on unless `KILN_CUDA_FLASH_ATTENTION=0`) and
+//! the unfused path against the cpu oracle on the same cases; BERT's head split and merge around
+//! it (transposes left pending, read through strides).
 
-use crate::common::{check, random, rng, In};
-use kiln::{AttentionParams, DataType, LayerKind};
+use crate::common::{backend, check, random, rng, worst_error, In};
+use kiln::{AttentionParams, Backend, DataType, LayerKind, Network, Shape, ShuffleParams};
 
 struct Case {
     q: &'static [usize],
@@ -97,6 +98,62 @@ fn fully_masked_rows_are_nan_or_zero_as_the_graph_says() {
                 zero_nan_rows,
             });
             check(&format!("masked rows {dtype} zero_nan_rows={zero_nan_rows}"), kind, inputs, tolerance);
+        }
+    }
+}
+
+/// Adds `reshape` then `transpose` Shuffles after `x` (BERT's head split / merge), returning the
+/// output tensor.
+fn reshape_transpose(net: &mut Network, x: kiln::TensorId, name: &str, dims: &[i64], perm: &[usize]) -> kiln::TensorId {
+    let reshape = ShuffleParams { reshape: Some(dims.to_vec()), ..Default::default() };
+    let r = net.add_layer(&format!("{name} reshape"), LayerKind::Shuffle(reshape), vec![Some(x)]).unwrap();
+    let t = ShuffleParams { first_transpose: perm.to_vec(), ..Default::default() };
+    let t = net.add_layer(&format!("{name} transpose"), LayerKind::Shuffle(t), vec![Some(net.output(r, 0))]).unwrap();
+    net.output(t, 0)
+}
+
+#[test]
+fn head_split_and_merge_around_attention_match_cpu_across_replays() {
+    let Some(cuda) = backend() else { return };
+    // (batch, sequence, heads, head dim): BERT's, rows not a multiple of the tiles, and a head
+    // dim that is not a multiple of 8 (element loads through the strided views).
+    for (dtype, tolerance, (b, s, h, d)) in [
+        (DataType::F16, 4e-3, (2usize, 128usize, 12usize, 64usize)),
+        (DataType::F16, 4e-3, (3, 77, 4, 32)),
+        (DataType::BF16, 3e-2, (2, 70, 3, 36)),
+    ] {
+        let what = format!("head split/merge {dtype} b{b} s{s} h{h} d{d}");
+        let mut net = Network::new("heads");
+        let hidden = (h * d) as i64;
+        let mut feeds = Vec::new();
+        let mut r = rng(60);
+        let mut input = |net: &mut Network, name: &str, shape: &[usize]| {
+            let t = random(&mut r, dtype, shape);
+            let id = net.add_input(name, dtype, Shape::fixed(shape)).unwrap();
+            feeds.push(t);
+            id
+        };
+        let (q, k, v) = (input(&mut net, "q", &[b, s, h * d]), input(&mut net, "k", &[b, s, h * d]), input(&mut net, "v", &[b, s, h * d]));
+        let mask = input(&mut net, "mask", &[b, 1, 1, s]);
+        let split = [b as i64, s as i64, h as i64, d as i64];
+        let q = reshape_transpose(&mut net, q, "q", &split, &[0, 2, 1, 3]);
+        let k = reshape_transpose(&mut net, k, "k", &split, &[0, 2, 3, 1]);
+        let v = reshape_transpose(&mut net, v, "v", &split, &[0, 2, 1, 3]);
+        let params = AttentionParams { scale: 1.0 / (d as f32).sqrt(), key_transposed: true, scale_multiplies: true, zero_nan_rows: true };
+        let a = net.add_layer("attention", LayerKind::Attention(params), vec![Some(q), Some(k), Some(v), Some(mask)]).unwrap();
+        let merged = ShuffleParams { first_transpose: vec![0, 2, 1, 3], ..Default::default() };
+        let m = net.add_layer("merge transpose", LayerKind::Shuffle(merged), vec![Some(net.output(a, 0))]).unwrap();
+        let flat = ShuffleParams { reshape: Some(vec![b as i64, s as i64, hidden]), ..Default::default() };
+        let out = net.add_layer("merge reshape", LayerKind::Shuffle(flat), vec![Some(net.output(m, 0))]).unwrap();
+        net.mark_output(net.output(out, 0)).unwrap();
+        let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap();
+        let exe = cuda.prepare(&net).unwrap_or_else(|e| panic!("{what}: cuda prepare: {e}"));
+        // Recorded, arena (captured), replayed: every mode reads the views the same way.
+        for run in 0..3 {
+            let got = exe.execute(&feeds).unwrap_or_else(|e| panic!("{what}: run {run}: {e}"));
+            assert_eq!(got[0].shape(), want[0].shape(), "{what}");
+            let err = worst_error(&got[0], &want[0]);
+            assert!(err <= tolerance, "{what}: run {run} differs from the cpu oracle by {err} (tolerance {tolerance})");
         }
     }
 }

@@ -56,6 +56,7 @@ pub fn i64s(shape: &[usize], v: Vec<i64>) -> HostTensor {
 }
 
 /// One input slot of the layer under test.
+#[derive(Clone)]
 pub enum In {
     /// A network input.
     Run(HostTensor),

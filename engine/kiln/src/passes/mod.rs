@@ -10,6 +10,7 @@
 //! elimination, which the builder has always done.
 
 mod attention;
+mod cse;
 mod dead;
 mod fold;
 mod fuse;
@@ -19,6 +20,7 @@ mod pointwise;
 pub(crate) mod rewrite;
 
 pub use attention::AttentionFusion;
+pub use cse::CommonSubexpressionElimination;
 pub use dead::DeadLayerElimination;
 pub use fold::{ConstantFolding, MAX_FOLDED_ELEMENTS};
 pub use fuse::EpilogueFusion;
@@ -109,7 +111,7 @@ impl Default for Pipeline {
 impl Pipeline {
     /// The builder's pipeline: fold first (static shapes let the pattern matchers see fixed
     /// dims), recognize patterns before generic fusion (an attention's MatMul must not be
-    /// swallowed by an epilogue first), fuse, and clean up.
+    /// swallowed by an epilogue first), fuse, merge what is computed twice, and clean up.
     pub fn standard() -> Pipeline {
         Pipeline {
             passes: vec![
@@ -127,6 +129,8 @@ impl Pipeline {
                 Box::new(DeadLayerElimination),
                 Box::new(EpilogueFusion),
                 Box::new(PointwiseChainFusion),
+                // Last, so no pattern above sees a value shared that the graph computed twice.
+                Box::new(CommonSubexpressionElimination),
                 Box::new(DeadLayerElimination),
             ],
         }
