@@ -3,7 +3,8 @@
 // (outer, head) pair; each warp owns 16 rows and walks the keys 64 at a time. Q·Kᵀ and P·V run
 // on tensor cores (mma.sync m16n8k16, 16-bit inputs, f32 accumulation) with operands loaded by
 // ldmatrix; the scores stay in registers, where an online softmax (running max and sum per row)
-// turns them into P, whose accumulator layout is already P·V's A operand.
+// turns them into P, whose accumulator layout is already P·V's A operand. The mask's tile is
+// staged in shared memory beside K and V.
 //
 // Head dims up to 64 (Q and K zero-padded to 64 in shared memory, V likewise). The host
 // (kiln-cuda ops/flash.rs) passes element strides in a Layout (common.cuh) used as a parameter
@@ -20,6 +21,7 @@
 #define FA_HAS_MASK 1
 #define FA_ZERO_NAN_ROWS 2
 #define FA_VECTOR_LOADS 4
+#define FA_VECTOR_MASK 8
 static_assert(FA_BQ == FA_BK, "load_tile fills tiles of one height");
 
 template <typename T> struct Mma;
@@ -75,12 +77,28 @@ __device__ __forceinline__ void load_tile(T (*tile)[FA_LD], const T* src, i64 ld
     }
 }
 
+// The mask's [FA_BQ][FA_BK] tile at (q0, k0) (row and column strides `rs`, `cs`; 0 where it
+// broadcasts), zero beyond `rows` x `cols`: 16-byte copies where the host found them aligned.
+template <typename T>
+__device__ __forceinline__ void load_mask_tile(T (*tile)[FA_LD], const T* src, i64 rs, i64 cs, i64 rows, i64 cols, bool vector) {
+    if (vector) {
+        load_tile(tile, src, rs, rows, (int)min(cols, (i64)FA_BK), true);
+        return;
+    }
+    const T zero = from_f<T>(0.0f);
+    for (int i = threadIdx.x; i < FA_BQ * FA_BK; i += blockDim.x) {
+        const int r = i / FA_BK, c = i % FA_BK;
+        tile[r][c] = (r < rows && c < cols) ? src[r * rs + c * cs] : zero;
+    }
+}
+
 template <typename T>
 __device__ void flash_attention(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_tiles, const Layout& st, float scale, int flags,
                                 const T* q, const T* k, const T* v, const T* mask, T* o) {
     __shared__ __align__(16) T qs[FA_BQ][FA_LD];
     __shared__ __align__(16) T ks[FA_BK][FA_LD];
     __shared__ __align__(16) T vs[FA_BK][FA_LD];
+    __shared__ __align__(16) T ms[FA_BQ][FA_LD];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t4 = lane % 4;  // a thread's row in an 8-row group, its column pair
     const i64 tile = blockIdx.x % q_tiles, bh = blockIdx.x / q_tiles;
@@ -90,11 +108,11 @@ __device__ void flash_attention(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_
     const T* vb = v + outer * st.stride[0][4] + head * st.stride[0][5];
     T* ob = o + outer * st.stride[0][6] + head * st.stride[0][7];
     const i64 qrs = st.stride[2][0], krs = st.stride[2][1], vrs = st.stride[2][2], ors = st.stride[2][3];
-    const bool has_mask = flags & FA_HAS_MASK, vector = flags & FA_VECTOR_LOADS;
+    const bool has_mask = flags & FA_HAS_MASK, vector = flags & FA_VECTOR_LOADS, vector_mask = flags & FA_VECTOR_MASK;
     const T* mb = has_mask ? mask + outer * st.stride[1][0] + head * st.stride[1][1] : mask;
     const i64 mrs = st.stride[1][2], mcs = st.stride[1][3];
     const int d_chunks = (d + 15) / 16, dv_chunks = (dv + 15) / 16;
-    const float log2e = 1.4426950408889634f;
+    const float log2e = 1.4426950408889634f, scale2 = scale * log2e;
 
     load_tile(qs, qb + q0 * qrs, qrs, sq - q0, d, vector);
     __syncthreads();
@@ -113,6 +131,7 @@ __device__ void flash_attention(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_
         __syncthreads();  // every warp is done with the previous keys
         load_tile(ks, kb + k0 * krs, krs, sk - k0, d, vector);
         load_tile(vs, vb + k0 * vrs, vrs, sk - k0, dv, vector);
+        if (has_mask) load_mask_tile(ms, mb + q0 * mrs + k0 * mcs, mrs, mcs, sq - q0, sk - k0, vector_mask);
         __syncthreads();
         // S = Q·Kᵀ: 16 rows x 64 keys, 8 key tiles.
         float s[FA_BK / 8][4];
@@ -131,18 +150,15 @@ __device__ void flash_attention(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_
         }
         // Scale, mask and the online softmax, in log2 units; a quad of lanes shares each row.
         float step_max[2] = {-INFINITY, -INFINITY};
+        const int keys = (int)min(sk - k0, (i64)FA_BK);
 #pragma unroll
         for (int j = 0; j < FA_BK / 8; ++j) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int half = e / 2;
-                const i64 key = k0 + j * 8 + 2 * t4 + (e & 1);
-                float x = -INFINITY;
-                if (key < sk) {
-                    x = s[j][e] * scale;
-                    if (has_mask && qi[half] < sq) x += to_f(mb[qi[half] * mrs + key * mcs]);
-                    x *= log2e;
-                }
+                const int half = e / 2, col = j * 8 + 2 * t4 + (e & 1);
+                float x = s[j][e] * scale2;
+                if (has_mask) x += to_f(ms[warp * 16 + g + half * 8][col]) * log2e;
+                if (col >= keys) x = -INFINITY;
                 s[j][e] = x;
                 step_max[half] = fmaxf(step_max[half], x);
             }

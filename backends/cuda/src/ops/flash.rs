@@ -17,6 +17,7 @@ const QUERY_ROWS_PER_BLOCK: usize = 64;
 const HAS_MASK: i32 = 1;
 const ZERO_NAN_ROWS: i32 = 2;
 const VECTOR_LOADS: i32 = 4;
+const VECTOR_MASK: i32 = 8;
 
 /// Per leading dim (`shape` padded on the left to `lead.len()`), the operand's element stride
 /// (`strides` are its own, one per axis): 0 where it broadcasts. `None` when it does not
@@ -173,6 +174,10 @@ pub fn attention(
         l.stride[1][2] = if mr == 1 { 0 } else { mc as i64 };
         l.stride[1][3] = if mc == 1 { 0 } else { 1 };
         flags |= HAS_MASK;
+        // The mask's tile in 16-byte rows: keys contiguous, every row start aligned.
+        if l.stride[1][3] == 1 && sk % 8 == 0 && cx.gpu.ptr(&m.buf) % 16 == 0 && l.stride[1][..3].iter().all(|s| s % 8 == 0) {
+            flags |= VECTOR_MASK;
+        }
     }
     // 16-byte row loads need every row start 16-byte aligned: 8-element multiples of 16-bit
     // elements from aligned buffers.
