@@ -4,7 +4,10 @@
 use crate::nvrtc::{compile_cubin, CompileError};
 
 /// Headers every source may include, by the name it includes them as.
-pub const HEADERS: &[(&str, &str)] = &[("common.cuh", include_str!("../../../kernels/common.cuh"))];
+pub const HEADERS: &[(&str, &str)] = &[
+    ("common.cuh", include_str!("../../../kernels/common.cuh")),
+    ("exact.cuh", include_str!("../../../kernels/exact.cuh")),
+];
 
 /// One translation unit: compiled into one module.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -24,10 +27,12 @@ pub enum Source {
     /// Conversions between every kiln type, Quantize / Dequantize, and integer / f64 arithmetic.
     Typed,
     Attention,
+    /// GridSample in double, as kiln-cpu samples: `grid_sample.cu`.
+    GridSample,
 }
 
 impl Source {
-    pub const ALL: [Source; 10] = [
+    pub const ALL: [Source; 11] = [
         Source::Elementwise,
         Source::Copy,
         Source::Reduce,
@@ -38,6 +43,7 @@ impl Source {
         Source::Resize,
         Source::Typed,
         Source::Attention,
+        Source::GridSample,
     ];
 
     pub fn file_name(self) -> &'static str {
@@ -52,6 +58,7 @@ impl Source {
             Source::Resize => "resize.cu",
             Source::Typed => "typed.cu",
             Source::Attention => "attention.cu",
+            Source::GridSample => "grid_sample.cu",
         }
     }
 
@@ -67,6 +74,7 @@ impl Source {
             Source::Resize => include_str!("../../../kernels/resize.cu"),
             Source::Typed => include_str!("../../../kernels/typed.cu"),
             Source::Attention => include_str!("../../../kernels/attention.cu"),
+            Source::GridSample => include_str!("../../../kernels/grid_sample.cu"),
         }
     }
 
@@ -83,6 +91,7 @@ impl Source {
             "softmax" | "softmax_masked" | "reduce" | "normalize" | "rms_normalize" | "normalize_affine" => Source::Reduce,
             "flash_attention" => Source::Attention,
             "conv2d" | "pool2d" => Source::Spatial,
+            "grid_sample" => Source::GridSample,
             "select" | "prelu" => Source::Select,
             "gather_elements" | "gather_nd" | "scatter_elements" | "scatter_nd" => Source::Indexing,
             "topk" | "cumulative" => Source::Lanes,
@@ -135,6 +144,7 @@ pub fn expected_kernels() -> Vec<String> {
             }
         }
     }
+    names.extend(crate::ops::grid_sample::SUFFIXES.iter().map(|t| format!("grid_sample_{t}")));
     names
 }
 

@@ -3,6 +3,7 @@
 
 pub mod compute;
 pub mod flash;
+pub mod grid_sample;
 pub mod indexing;
 pub mod lanes;
 pub mod layout;
@@ -248,6 +249,10 @@ pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_ty
         K::Reduce { .. } => need_float("Reduce"),
         K::Convolution(p) if p.strides.len() <= 2 || cudnn_convolves(p) => need_float("Convolution"),
         K::Pooling(p) if p.window.len() <= 2 => need_float("Pooling"),
+        K::GridSample(_) => {
+            let grid = input_types.get(1).copied().flatten();
+            t0.and_then(|t| grid_sample::suffix(t).err()).or_else(|| grid.and_then(|t| grid_sample::suffix(t).err()))
+        }
         K::Gather { mode: GatherMode::Default { .. } } => None,
         K::Resize(p) if p.mode == ResizeMode::Nearest => t0.and_then(|t| crate::device::storage_size(t).err()).map(|e| e.to_string()),
         K::Resize(_) => need_float("Linear and cubic Resize"),
@@ -346,6 +351,7 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
             one(out)
         }
         K::Pooling(p) => one(compute::pooling(cx, p, &raw(0)?, &out_shape(0)?)?),
+        K::GridSample(p) => one(grid_sample::grid_sample(cx, p, &dev(0)?, &dev(1)?, &out_shape(0)?)?),
         K::SoftMax { axis } => one(compute::softmax(cx, &dev(0)?, *axis, 1.0)?),
         K::Reduce { op, axes, .. } => {
             let axes = match host(1)? {
