@@ -29,10 +29,12 @@ pub enum Source {
     Attention,
     /// GridSample in double, as kiln-cpu samples: `grid_sample.cu`.
     GridSample,
+    /// Max / average pooling over any number of spatial axes, any numeric type: `pool.cu`.
+    Pool,
 }
 
 impl Source {
-    pub const ALL: [Source; 11] = [
+    pub const ALL: [Source; 12] = [
         Source::Elementwise,
         Source::Copy,
         Source::Reduce,
@@ -44,6 +46,7 @@ impl Source {
         Source::Typed,
         Source::Attention,
         Source::GridSample,
+        Source::Pool,
     ];
 
     pub fn file_name(self) -> &'static str {
@@ -59,6 +62,7 @@ impl Source {
             Source::Typed => "typed.cu",
             Source::Attention => "attention.cu",
             Source::GridSample => "grid_sample.cu",
+            Source::Pool => "pool.cu",
         }
     }
 
@@ -75,6 +79,7 @@ impl Source {
             Source::Typed => include_str!("../../../kernels/typed.cu"),
             Source::Attention => include_str!("../../../kernels/attention.cu"),
             Source::GridSample => include_str!("../../../kernels/grid_sample.cu"),
+            Source::Pool => include_str!("../../../kernels/pool.cu"),
         }
     }
 
@@ -90,8 +95,9 @@ impl Source {
             _ if name.starts_with("cast_") => Source::Copy,
             "softmax" | "softmax_masked" | "reduce" | "normalize" | "rms_normalize" | "normalize_affine" => Source::Reduce,
             "flash_attention" => Source::Attention,
-            "conv2d" | "pool2d" => Source::Spatial,
+            "conv2d" => Source::Spatial,
             "grid_sample" => Source::GridSample,
+            "pool" => Source::Pool,
             "select" | "prelu" => Source::Select,
             "gather_elements" | "gather_nd" | "scatter_elements" | "scatter_nd" => Source::Indexing,
             "topk" | "cumulative" => Source::Lanes,
@@ -111,7 +117,7 @@ pub fn expected_kernels() -> Vec<String> {
     const FLOATS: [&str; 3] = ["f32", "f16", "bf16"];
     let mut names: Vec<String> = Vec::new();
     for t in FLOATS {
-        for op in ["binary", "binary_vec", "compare", "unary", "unary_vec", "chain", "chain_vec", "softmax", "softmax_masked", "reduce", "normalize", "rms_normalize", "normalize_affine", "conv2d", "pool2d"] {
+        for op in ["binary", "binary_vec", "compare", "unary", "unary_vec", "chain", "chain_vec", "softmax", "softmax_masked", "reduce", "normalize", "rms_normalize", "normalize_affine", "conv2d"] {
             names.push(format!("{op}_{t}"));
         }
     }
@@ -145,6 +151,7 @@ pub fn expected_kernels() -> Vec<String> {
         }
     }
     names.extend(crate::ops::grid_sample::SUFFIXES.iter().map(|t| format!("grid_sample_{t}")));
+    names.extend(crate::ops::pool::SUFFIXES.iter().map(|t| format!("pool_{t}")));
     names
 }
 

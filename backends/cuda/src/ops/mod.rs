@@ -9,6 +9,7 @@ pub mod lanes;
 pub mod layout;
 pub mod movement;
 pub mod pointwise;
+pub mod pool;
 pub mod resize;
 pub mod typed;
 
@@ -248,7 +249,8 @@ pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_ty
         K::Reduce { .. } if t0.is_some_and(typed::reduce_supported) => None,
         K::Reduce { .. } => need_float("Reduce"),
         K::Convolution(p) if p.strides.len() <= 2 || cudnn_convolves(p) => need_float("Convolution"),
-        K::Pooling(p) if p.window.len() <= 2 => need_float("Pooling"),
+        K::Pooling(p) if p.window.len() > 8 => Some(format!("{}-D pooling has no CUDA kernel", p.window.len())),
+        K::Pooling(p) => t0.and_then(|t| pool::suffix(p.kind, t).err()),
         K::GridSample(_) => {
             let grid = input_types.get(1).copied().flatten();
             t0.and_then(|t| grid_sample::suffix(t).err()).or_else(|| grid.and_then(|t| grid_sample::suffix(t).err()))
