@@ -31,10 +31,12 @@ pub enum Source {
     GridSample,
     /// Max / average pooling over any number of spatial axes, any numeric type: `pool.cu`.
     Pool,
+    /// Einsum from host-resolved index spaces: `einsum.cu`.
+    Einsum,
 }
 
 impl Source {
-    pub const ALL: [Source; 12] = [
+    pub const ALL: [Source; 13] = [
         Source::Elementwise,
         Source::Copy,
         Source::Reduce,
@@ -47,6 +49,7 @@ impl Source {
         Source::Attention,
         Source::GridSample,
         Source::Pool,
+        Source::Einsum,
     ];
 
     pub fn file_name(self) -> &'static str {
@@ -63,6 +66,7 @@ impl Source {
             Source::Attention => "attention.cu",
             Source::GridSample => "grid_sample.cu",
             Source::Pool => "pool.cu",
+            Source::Einsum => "einsum.cu",
         }
     }
 
@@ -80,6 +84,7 @@ impl Source {
             Source::Attention => include_str!("../../../kernels/attention.cu"),
             Source::GridSample => include_str!("../../../kernels/grid_sample.cu"),
             Source::Pool => include_str!("../../../kernels/pool.cu"),
+            Source::Einsum => include_str!("../../../kernels/einsum.cu"),
         }
     }
 
@@ -98,6 +103,7 @@ impl Source {
             "conv2d" => Source::Spatial,
             "grid_sample" => Source::GridSample,
             "pool" => Source::Pool,
+            "einsum" => Source::Einsum,
             "select" | "prelu" => Source::Select,
             "gather_elements" | "gather_nd" | "scatter_elements" | "scatter_nd" => Source::Indexing,
             "topk" | "cumulative" => Source::Lanes,
@@ -152,6 +158,7 @@ pub fn expected_kernels() -> Vec<String> {
     }
     names.extend(crate::ops::grid_sample::SUFFIXES.iter().map(|t| format!("grid_sample_{t}")));
     names.extend(crate::ops::pool::SUFFIXES.iter().map(|t| format!("pool_{t}")));
+    names.extend(crate::ops::einsum::SUFFIXES.iter().map(|t| format!("einsum_{t}")));
     names
 }
 
