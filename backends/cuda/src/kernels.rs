@@ -33,10 +33,12 @@ pub enum Source {
     Pool,
     /// Einsum from host-resolved index spaces: `einsum.cu`.
     Einsum,
+    /// Transposed convolution, direct: `deconv.cu`.
+    Deconvolution,
 }
 
 impl Source {
-    pub const ALL: [Source; 13] = [
+    pub const ALL: [Source; 14] = [
         Source::Elementwise,
         Source::Copy,
         Source::Reduce,
@@ -50,6 +52,7 @@ impl Source {
         Source::GridSample,
         Source::Pool,
         Source::Einsum,
+        Source::Deconvolution,
     ];
 
     pub fn file_name(self) -> &'static str {
@@ -67,6 +70,7 @@ impl Source {
             Source::GridSample => "grid_sample.cu",
             Source::Pool => "pool.cu",
             Source::Einsum => "einsum.cu",
+            Source::Deconvolution => "deconv.cu",
         }
     }
 
@@ -85,6 +89,7 @@ impl Source {
             Source::GridSample => include_str!("../../../kernels/grid_sample.cu"),
             Source::Pool => include_str!("../../../kernels/pool.cu"),
             Source::Einsum => include_str!("../../../kernels/einsum.cu"),
+            Source::Deconvolution => include_str!("../../../kernels/deconv.cu"),
         }
     }
 
@@ -104,6 +109,7 @@ impl Source {
             "grid_sample" => Source::GridSample,
             "pool" => Source::Pool,
             "einsum" => Source::Einsum,
+            "deconv" => Source::Deconvolution,
             "select" | "prelu" => Source::Select,
             "gather_elements" | "gather_nd" | "scatter_elements" | "scatter_nd" => Source::Indexing,
             "topk" | "cumulative" => Source::Lanes,
@@ -159,6 +165,7 @@ pub fn expected_kernels() -> Vec<String> {
     names.extend(crate::ops::grid_sample::SUFFIXES.iter().map(|t| format!("grid_sample_{t}")));
     names.extend(crate::ops::pool::SUFFIXES.iter().map(|t| format!("pool_{t}")));
     names.extend(crate::ops::einsum::SUFFIXES.iter().map(|t| format!("einsum_{t}")));
+    names.extend(crate::ops::deconv::SUFFIXES.iter().map(|t| format!("deconv_{t}")));
     names
 }
 

@@ -2,6 +2,7 @@
 //! and types have kernels at all (what `check_support` asks).
 
 pub mod compute;
+pub mod deconv;
 pub mod einsum;
 pub mod flash;
 pub mod grid_sample;
@@ -252,6 +253,7 @@ pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_ty
         K::Convolution(p) if p.strides.len() <= 2 || cudnn_convolves(p) => need_float("Convolution"),
         K::Pooling(p) if p.window.len() > 8 => Some(format!("{}-D pooling has no CUDA kernel", p.window.len())),
         K::Pooling(p) => t0.and_then(|t| pool::suffix(p.kind, t).err()),
+        K::Deconvolution(_) => t0.and_then(|t| deconv::suffix(t).err()),
         K::Einsum { .. } if input_types.len() > einsum::MAX_OPERANDS => {
             Some(format!("Einsum of {} operands has no CUDA kernel (it takes up to {})", input_types.len(), einsum::MAX_OPERANDS))
         }
@@ -359,6 +361,7 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
         }
         K::Pooling(p) => one(compute::pooling(cx, p, &raw(0)?, &out_shape(0)?)?),
         K::GridSample(p) => one(grid_sample::grid_sample(cx, p, &dev(0)?, &dev(1)?, &out_shape(0)?)?),
+        K::Deconvolution(p) => one(deconv::deconvolution(cx, p, &dev(0)?, &dev(1)?, opt_dev(2)?.as_ref(), &out_shape(0)?)?),
         K::Einsum { equation } => {
             let operands = (0..inputs.len()).map(dev).collect::<Result<Vec<_>, _>>()?;
             one(einsum::einsum(cx, equation, &operands, &out_shape(0)?)?)
