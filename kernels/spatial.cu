@@ -1,4 +1,5 @@
-// 2-D convolution and pooling on NCHW (1-D runs as H = 1): one thread per output element.
+// 2-D convolution on NCHW (1-D runs as H = 1): one thread per output element (pooling is
+// kernels/pool.cu's, over any number of axes).
 // Plain direct loops in float: the correct baseline that GEMM/cuDNN tactics are checked against.
 #include "common.cuh"
 
@@ -39,36 +40,8 @@ __device__ void conv2d(Window p, const T* x, const T* w, const T* bias, T* y) {
     }
 }
 
-template <typename T>
-__device__ void pool2d(Window p, const T* x, T* y) {
-    i64 n = p.n * p.c * p.oh * p.ow;
-    KILN_GRID_LOOP(i, n) {
-        i64 ox = i % p.ow, oy = (i / p.ow) % p.oh, bc = i / (p.ow * p.oh);
-        const T* xc = x + bc * p.h * p.w;
-        float acc = p.kind == 0 ? -INFINITY : 0.0f;
-        i64 count = 0, padded = 0;
-        for (i64 ky = 0; ky < p.kh; ++ky) {
-            i64 iy = oy * p.sh - p.ph + ky * p.dh;
-            for (i64 kx = 0; kx < p.kw; ++kx) {
-                i64 ix = ox * p.sw - p.pw + kx * p.dw;
-                bool inside = iy >= 0 && iy < p.h && ix >= 0 && ix < p.w;
-                // Cells in the declared padding count for average pooling that includes padding;
-                // cells past it (ceil mode's overhang) never do.
-                if (iy < p.h + p.pad_end_h && ix < p.w + p.pad_end_w) ++padded;
-                if (!inside) continue;
-                float v = to_f(xc[iy * p.w + ix]);
-                if (p.kind == 0) acc = (v > acc || v != v) ? v : acc; else acc += v;
-                ++count;
-            }
-        }
-        if (p.kind == 1) acc /= (float)(p.count_excludes_padding ? count : padded);
-        y[i] = from_f<T>(acc);
-    }
-}
-
 #define SPATIAL_KERNELS(suffix, T) \
-    extern "C" __global__ void conv2d_##suffix(Window p, const T* x, const T* w, const T* b, T* y) { conv2d(p, x, w, b, y); } \
-    extern "C" __global__ void pool2d_##suffix(Window p, const T* x, T* y) { pool2d(p, x, y); }
+    extern "C" __global__ void conv2d_##suffix(Window p, const T* x, const T* w, const T* b, T* y) { conv2d(p, x, w, b, y); }
 
 SPATIAL_KERNELS(f32, float)
 SPATIAL_KERNELS(f16, __half)

@@ -4,7 +4,10 @@
 use crate::nvrtc::{compile_cubin, CompileError};
 
 /// Headers every source may include, by the name it includes them as.
-pub const HEADERS: &[(&str, &str)] = &[("common.cuh", include_str!("../../../kernels/common.cuh"))];
+pub const HEADERS: &[(&str, &str)] = &[
+    ("common.cuh", include_str!("../../../kernels/common.cuh")),
+    ("exact.cuh", include_str!("../../../kernels/exact.cuh")),
+];
 
 /// One translation unit: compiled into one module.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -24,10 +27,18 @@ pub enum Source {
     /// Conversions between every kiln type, Quantize / Dequantize, and integer / f64 arithmetic.
     Typed,
     Attention,
+    /// GridSample in double, as kiln-cpu samples: `grid_sample.cu`.
+    GridSample,
+    /// Max / average pooling over any number of spatial axes, any numeric type: `pool.cu`.
+    Pool,
+    /// Einsum from host-resolved index spaces: `einsum.cu`.
+    Einsum,
+    /// Transposed convolution, direct: `deconv.cu`.
+    Deconvolution,
 }
 
 impl Source {
-    pub const ALL: [Source; 10] = [
+    pub const ALL: [Source; 14] = [
         Source::Elementwise,
         Source::Copy,
         Source::Reduce,
@@ -38,6 +49,10 @@ impl Source {
         Source::Resize,
         Source::Typed,
         Source::Attention,
+        Source::GridSample,
+        Source::Pool,
+        Source::Einsum,
+        Source::Deconvolution,
     ];
 
     pub fn file_name(self) -> &'static str {
@@ -52,6 +67,10 @@ impl Source {
             Source::Resize => "resize.cu",
             Source::Typed => "typed.cu",
             Source::Attention => "attention.cu",
+            Source::GridSample => "grid_sample.cu",
+            Source::Pool => "pool.cu",
+            Source::Einsum => "einsum.cu",
+            Source::Deconvolution => "deconv.cu",
         }
     }
 
@@ -67,6 +86,10 @@ impl Source {
             Source::Resize => include_str!("../../../kernels/resize.cu"),
             Source::Typed => include_str!("../../../kernels/typed.cu"),
             Source::Attention => include_str!("../../../kernels/attention.cu"),
+            Source::GridSample => include_str!("../../../kernels/grid_sample.cu"),
+            Source::Pool => include_str!("../../../kernels/pool.cu"),
+            Source::Einsum => include_str!("../../../kernels/einsum.cu"),
+            Source::Deconvolution => include_str!("../../../kernels/deconv.cu"),
         }
     }
 
@@ -82,7 +105,11 @@ impl Source {
             _ if name.starts_with("cast_") => Source::Copy,
             "softmax" | "softmax_masked" | "reduce" | "normalize" | "rms_normalize" | "normalize_affine" => Source::Reduce,
             "flash_attention" => Source::Attention,
-            "conv2d" | "pool2d" => Source::Spatial,
+            "conv2d" => Source::Spatial,
+            "grid_sample" => Source::GridSample,
+            "pool" => Source::Pool,
+            "einsum" => Source::Einsum,
+            "deconv" => Source::Deconvolution,
             "select" | "prelu" => Source::Select,
             "gather_elements" | "gather_nd" | "scatter_elements" | "scatter_nd" => Source::Indexing,
             "topk" | "cumulative" => Source::Lanes,
@@ -102,7 +129,7 @@ pub fn expected_kernels() -> Vec<String> {
     const FLOATS: [&str; 3] = ["f32", "f16", "bf16"];
     let mut names: Vec<String> = Vec::new();
     for t in FLOATS {
-        for op in ["binary", "binary_vec", "compare", "unary", "unary_vec", "chain", "chain_vec", "softmax", "softmax_masked", "reduce", "normalize", "rms_normalize", "normalize_affine", "conv2d", "pool2d"] {
+        for op in ["binary", "binary_vec", "compare", "unary", "unary_vec", "chain", "chain_vec", "softmax", "softmax_masked", "reduce", "normalize", "rms_normalize", "normalize_affine", "conv2d"] {
             names.push(format!("{op}_{t}"));
         }
     }
@@ -135,6 +162,10 @@ pub fn expected_kernels() -> Vec<String> {
             }
         }
     }
+    names.extend(crate::ops::grid_sample::SUFFIXES.iter().map(|t| format!("grid_sample_{t}")));
+    names.extend(crate::ops::pool::SUFFIXES.iter().map(|t| format!("pool_{t}")));
+    names.extend(crate::ops::einsum::SUFFIXES.iter().map(|t| format!("einsum_{t}")));
+    names.extend(crate::ops::deconv::SUFFIXES.iter().map(|t| format!("deconv_{t}")));
     names
 }
 

@@ -4,7 +4,7 @@
 use super::{broadcast_shape, layout, movement, pointwise, Ctx};
 use crate::blas::{Epilogue, Gemm};
 use crate::device::{float_suffix, Arg, DeviceTensor, Layout, Window};
-use kiln::{AttentionParams, ConvolutionParams, DataType, ElementwiseOp, MatrixOp, PoolingKind, PoolingParams, ReduceOp};
+use kiln::{AttentionParams, ConvolutionParams, DataType, ElementwiseOp, MatrixOp, PoolingParams, ReduceOp};
 
 /// `op_a(a) · op_b(b)` with batch broadcasting, scaled by `alpha`, reshaped to `out_shape`.
 pub fn matmul(cx: &Ctx, a: &DeviceTensor, op_a: MatrixOp, b: &DeviceTensor, op_b: MatrixOp, alpha: f32, out_shape: &[usize]) -> Result<DeviceTensor, String> {
@@ -237,44 +237,8 @@ pub fn pooling(cx: &Ctx, p: &PoolingParams, x: &DeviceTensor, out_shape: &[usize
         }
         return Ok(out);
     }
-    let x = &layout::to_row_major(cx, x)?;
-    let suffix = float_suffix(x.dtype).map_err(|e| e.to_string())?;
-    let r = x.shape.len();
-    if r < 3 || out_shape.len() != r {
-        return Err(format!("pooling of {:?}", x.shape));
-    }
-    let (h, wd) = two_d(&x.shape[2..], 1)?;
-    let (kh, kw) = two_d(&p.window, 1)?;
-    let (oh, ow) = two_d(&out_shape[2..], 1)?;
-    let (sh, sw) = two_d(&p.strides, 1)?;
-    let (dh, dw) = if p.dilations.is_empty() { (1, 1) } else { two_d(&p.dilations, 1)? };
-    let (ph, pw) = two_d(&p.pre_padding, 0)?;
-    let (eh, ew) = two_d(&p.post_padding, 0)?;
-    let win = Window {
-        n: x.shape[0] as i64,
-        c: x.shape[1] as i64,
-        h: h as i64,
-        w: wd as i64,
-        oc: x.shape[1] as i64,
-        oh: oh as i64,
-        ow: ow as i64,
-        kh: kh as i64,
-        kw: kw as i64,
-        sh: sh as i64,
-        sw: sw as i64,
-        dh: dh as i64,
-        dw: dw as i64,
-        ph: ph as i64,
-        pw: pw as i64,
-        groups: 1,
-        kind: (p.kind == PoolingKind::Average) as i32,
-        count_excludes_padding: p.average_count_excludes_padding as i32,
-        pad_end_h: eh as i64,
-        pad_end_w: ew as i64,
-    };
-    let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
-    cx.launch_elements(&format!("pool2d_{suffix}"), out.len(), &[Arg::Window(win), cx.arg(x), cx.arg(&out)])?;
-    Ok(out)
+    // Every other case (1-D, 3-D, dilations, ceil mode, integers): kiln's N-D kernel.
+    super::pool::pooling(cx, p, &layout::to_row_major(cx, x)?, out_shape)
 }
 
 /// One warp per row: `rows` warps in blocks of four.

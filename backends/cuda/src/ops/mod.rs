@@ -2,12 +2,16 @@
 //! and types have kernels at all (what `check_support` asks).
 
 pub mod compute;
+pub mod deconv;
+pub mod einsum;
 pub mod flash;
+pub mod grid_sample;
 pub mod indexing;
 pub mod lanes;
 pub mod layout;
 pub mod movement;
 pub mod pointwise;
+pub mod pool;
 pub mod resize;
 pub mod typed;
 
@@ -247,7 +251,17 @@ pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_ty
         K::Reduce { .. } if t0.is_some_and(typed::reduce_supported) => None,
         K::Reduce { .. } => need_float("Reduce"),
         K::Convolution(p) if p.strides.len() <= 2 || cudnn_convolves(p) => need_float("Convolution"),
-        K::Pooling(p) if p.window.len() <= 2 => need_float("Pooling"),
+        K::Pooling(p) if p.window.len() > 8 => Some(format!("{}-D pooling has no CUDA kernel", p.window.len())),
+        K::Pooling(p) => t0.and_then(|t| pool::suffix(p.kind, t).err()),
+        K::Deconvolution(_) => t0.and_then(|t| deconv::suffix(t).err()),
+        K::Einsum { .. } if input_types.len() > einsum::MAX_OPERANDS => {
+            Some(format!("Einsum of {} operands has no CUDA kernel (it takes up to {})", input_types.len(), einsum::MAX_OPERANDS))
+        }
+        K::Einsum { .. } => t0.and_then(|t| einsum::suffix(t).err()),
+        K::GridSample(_) => {
+            let grid = input_types.get(1).copied().flatten();
+            t0.and_then(|t| grid_sample::suffix(t).err()).or_else(|| grid.and_then(|t| grid_sample::suffix(t).err()))
+        }
         K::Gather { mode: GatherMode::Default { .. } } => None,
         K::Resize(p) if p.mode == ResizeMode::Nearest => t0.and_then(|t| crate::device::storage_size(t).err()).map(|e| e.to_string()),
         K::Resize(_) => need_float("Linear and cubic Resize"),
@@ -346,6 +360,12 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
             one(out)
         }
         K::Pooling(p) => one(compute::pooling(cx, p, &raw(0)?, &out_shape(0)?)?),
+        K::GridSample(p) => one(grid_sample::grid_sample(cx, p, &dev(0)?, &dev(1)?, &out_shape(0)?)?),
+        K::Deconvolution(p) => one(deconv::deconvolution(cx, p, &dev(0)?, &dev(1)?, opt_dev(2)?.as_ref(), &out_shape(0)?)?),
+        K::Einsum { equation } => {
+            let operands = (0..inputs.len()).map(dev).collect::<Result<Vec<_>, _>>()?;
+            one(einsum::einsum(cx, equation, &operands, &out_shape(0)?)?)
+        }
         K::SoftMax { axis } => one(compute::softmax(cx, &dev(0)?, *axis, 1.0)?),
         K::Reduce { op, axes, .. } => {
             let axes = match host(1)? {

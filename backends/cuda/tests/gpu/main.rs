@@ -13,6 +13,7 @@ mod dtypes;
 mod execution;
 mod layers;
 mod layers_a;
+mod layers_tail;
 mod models;
 #[allow(dead_code)]
 #[path = "../../../../engine/onnx/tests/common/pytorch_data.rs"]
