@@ -17,6 +17,7 @@
 #define FA_BQ 64
 #define FA_BK 64
 #define FA_D 64
+#define FA_THREADS 128
 #define FA_LD (FA_D + 8)  // 144-byte rows: the 8 rows one ldmatrix reads fall in different banks
 #define FA_HAS_MASK 1
 #define FA_ZERO_NAN_ROWS 2
@@ -57,20 +58,32 @@ __device__ __forceinline__ void ldmatrix_x4_trans(const void* p, unsigned* r) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
 
+// A 16-byte copy from global to shared memory that does not pass through registers
+// (cp.async), zeros where `valid` is false; the tile is ready after cp_async_wait().
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+}
+
 // `rows` rows of `cols` elements (row stride `ld`) into a [FA_BQ or FA_BK][FA_LD] tile, zero
-// beyond them: 16-byte copies where the host found every row aligned, elements elsewhere.
+// beyond them: 16-byte asynchronous copies where the host found every row aligned (all of a
+// thread's copies in flight at once), elements elsewhere.
 template <typename T>
 __device__ __forceinline__ void load_tile(T (*tile)[FA_LD], const T* src, i64 ld, i64 rows, int cols, bool vector) {
     if (vector) {
-        for (int i = threadIdx.x; i < FA_BK * (FA_D / 8); i += blockDim.x) {
+        // Not unrolled: an asynchronous copy holds no register, so the loop issues them all.
+#pragma unroll 1
+        for (int i = threadIdx.x; i < FA_BK * (FA_D / 8); i += FA_THREADS) {
             const int r = i / (FA_D / 8), c = (i % (FA_D / 8)) * 8;
-            uint4 v = make_uint4(0, 0, 0, 0);
-            if (r < rows && c < cols) v = *reinterpret_cast<const uint4*>(src + r * ld + c);
-            *reinterpret_cast<uint4*>(&tile[r][c]) = v;
+            const bool in = r < rows && c < cols;
+            cp_async16(&tile[r][c], in ? src + r * ld + c : src, in);
         }
     } else {
         const T zero = from_f<T>(0.0f);
-        for (int i = threadIdx.x; i < FA_BK * FA_D; i += blockDim.x) {
+        for (int i = threadIdx.x; i < FA_BK * FA_D; i += FA_THREADS) {
             const int r = i / FA_D, c = i % FA_D;
             tile[r][c] = (r < rows && c < cols) ? src[r * ld + c] : zero;
         }
@@ -86,7 +99,7 @@ __device__ __forceinline__ void load_mask_tile(T (*tile)[FA_LD], const T* src, i
         return;
     }
     const T zero = from_f<T>(0.0f);
-    for (int i = threadIdx.x; i < FA_BQ * FA_BK; i += blockDim.x) {
+    for (int i = threadIdx.x; i < FA_BQ * FA_BK; i += FA_THREADS) {
         const int r = i / FA_BK, c = i % FA_BK;
         tile[r][c] = (r < rows && c < cols) ? src[r * rs + c * cs] : zero;
     }
@@ -115,6 +128,7 @@ __device__ void flash_attention(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_
     const float log2e = 1.4426950408889634f, scale2 = scale * log2e;
 
     load_tile(qs, qb + q0 * qrs, qrs, sq - q0, d, vector);
+    cp_async_wait();
     __syncthreads();
     // This warp's 16 query rows as mma A fragments, one per 16 columns of the head dim.
     unsigned qf[FA_D / 16][4];
@@ -132,6 +146,7 @@ __device__ void flash_attention(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_
         load_tile(ks, kb + k0 * krs, krs, sk - k0, d, vector);
         load_tile(vs, vb + k0 * vrs, vrs, sk - k0, dv, vector);
         if (has_mask) load_mask_tile(ms, mb + q0 * mrs + k0 * mcs, mrs, mcs, sq - q0, sk - k0, vector_mask);
+        cp_async_wait();
         __syncthreads();
         // S = Q·Kᵀ: 16 rows x 64 keys, 8 key tiles.
         float s[FA_BK / 8][4];
@@ -236,7 +251,7 @@ __device__ void flash_attention(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_
 }
 
 #define FA_KERNEL(suffix, T) \
-    extern "C" __global__ void __launch_bounds__(128) flash_attention_##suffix(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_tiles, \
+    extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_attention_##suffix(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_tiles, \
         Layout st, float scale, int flags, const T* q, const T* k, const T* v, const T* mask, T* o) { \
         flash_attention<T>(sq, sk, d, dv, heads, q_tiles, st, scale, flags, q, k, v, mask, o); \
     }

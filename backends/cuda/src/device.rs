@@ -444,7 +444,7 @@ impl Gpu {
 
     pub fn upload(&self, t: &HostTensor) -> Result<DeviceTensor, GpuError> {
         storage_size(t.dtype())?;
-        let bytes = t.data().to_le_bytes();
+        let bytes = t.data().le_bytes();
         let buf = self.alloc(bytes.len())?;
         self.write(&buf, &bytes)?;
         Ok(DeviceTensor::new(Arc::new(buf), t.dtype(), t.shape().to_vec()))

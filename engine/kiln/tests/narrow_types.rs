@@ -150,3 +150,20 @@ fn narrow_weights_and_io_round_trip_through_an_engine_file() {
     let input = loaded.network().inputs()[0];
     assert_eq!(loaded.network().tensor(input).dtype, DataType::F8E4M3FN);
 }
+
+#[test]
+fn numeric_types_write_little_endian_bytes_and_read_them_back() {
+    let cases = [
+        (TensorData::F32(vec![1.5, -0.0, f32::INFINITY]), vec![0, 0, 0xC0, 0x3F, 0, 0, 0, 0x80, 0, 0, 0x80, 0x7F]),
+        (TensorData::I16(vec![-2, 0x0102]), vec![0xFE, 0xFF, 0x02, 0x01]),
+        (TensorData::U64(vec![0x0102030405060708]), vec![8, 7, 6, 5, 4, 3, 2, 1]),
+        (TensorData::F16(vec![half::f16::from_f32(1.0)]), vec![0x00, 0x3C]),
+    ];
+    for (data, want) in cases {
+        let dtype = data.dtype();
+        assert_eq!(data.to_le_bytes(), want, "{dtype}");
+        assert_eq!(&*data.le_bytes(), &want[..], "{dtype}");
+        assert_eq!(TensorData::from_le_bytes(dtype, &want), Some(data), "{dtype}");
+        assert_eq!(TensorData::from_le_bytes(dtype, &want[1..]), None, "{dtype}: a partial element");
+    }
+}

@@ -170,6 +170,9 @@ impl TensorData {
     /// byte each: float codes as they are, 4- and 2-bit integers as their low bits; strings
     /// as a little-endian u32 byte length followed by the UTF-8 bytes, each).
     pub fn to_le_bytes(&self) -> Vec<u8> {
+        if let Some(bytes) = self.as_le_bytes() {
+            return bytes.to_vec();
+        }
         match self {
             TensorData::String(v) => {
                 let mut out = Vec::with_capacity(v.iter().map(|s| 4 + s.len()).sum());
@@ -205,6 +208,38 @@ impl TensorData {
         }
     }
 
+    /// The elements' memory as [`TensorData::to_le_bytes`] would write it, without a copy:
+    /// the numeric types whose memory already is that layout (all of them on a little-endian
+    /// host). Host↔device transfers of large tensors copy straight from and to it.
+    pub fn as_le_bytes(&self) -> Option<&[u8]> {
+        if cfg!(target_endian = "big") {
+            return None;
+        }
+        Some(match self {
+            TensorData::F32(v) => bytemuck::cast_slice(v),
+            TensorData::F16(v) => bytemuck::cast_slice(v),
+            TensorData::BF16(v) => bytemuck::cast_slice(v),
+            TensorData::F64(v) => bytemuck::cast_slice(v),
+            TensorData::I8(v) => bytemuck::cast_slice(v),
+            TensorData::I16(v) => bytemuck::cast_slice(v),
+            TensorData::I32(v) => bytemuck::cast_slice(v),
+            TensorData::I64(v) => bytemuck::cast_slice(v),
+            TensorData::U8(v) => v,
+            TensorData::U16(v) => bytemuck::cast_slice(v),
+            TensorData::U32(v) => bytemuck::cast_slice(v),
+            TensorData::U64(v) => bytemuck::cast_slice(v),
+            _ => return None,
+        })
+    }
+
+    /// [`TensorData::to_le_bytes`], borrowed where the memory already is that layout.
+    pub fn le_bytes(&self) -> std::borrow::Cow<'_, [u8]> {
+        match self.as_le_bytes() {
+            Some(b) => std::borrow::Cow::Borrowed(b),
+            None => std::borrow::Cow::Owned(self.to_le_bytes()),
+        }
+    }
+
     /// Parses little-endian bytes (the layout [`TensorData::to_le_bytes`] writes); `None`
     /// when the byte count is not a whole number of elements, a bool byte is not 0/1, or a
     /// 4- or 2-bit element byte has bits above its width.
@@ -213,14 +248,20 @@ impl TensorData {
         if bytes.len() % size != 0 {
             return None;
         }
+        // One copy on a little-endian host (the bytes are the elements' memory), element by
+        // element elsewhere.
         macro_rules! parse {
             ($variant:ident, $t:ty) => {
-                TensorData::$variant(
+                TensorData::$variant(if cfg!(target_endian = "little") {
+                    let mut v: Vec<$t> = vec![<$t as bytemuck::Zeroable>::zeroed(); bytes.len() / size];
+                    bytemuck::cast_slice_mut::<$t, u8>(&mut v).copy_from_slice(bytes);
+                    v
+                } else {
                     bytes
                         .chunks_exact(size)
                         .map(|c| <$t>::from_le_bytes(c.try_into().expect("chunk of element size")))
-                        .collect(),
-                )
+                        .collect()
+                })
             };
         }
         Some(match dtype {
