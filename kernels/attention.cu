@@ -59,14 +59,14 @@ __device__ __forceinline__ void ldmatrix_x4_trans(const void* p, unsigned* r) {
 }
 
 // A 16-byte copy from global to shared memory that does not pass through registers
-// (cp.async), zeros where `valid` is false; the tile is ready after cp_async_wait().
+// (cp.async), zeros where `valid` is false; the tile is ready once its group is waited for.
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
 }
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
-}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits for every committed group but the `N` most recent.
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 // `rows` rows of `cols` elements (row stride `ld`) into a [FA_BQ or FA_BK][FA_LD] tile, zero
 // beyond them: 16-byte asynchronous copies where the host found every row aligned (all of a
@@ -108,9 +108,10 @@ __device__ __forceinline__ void load_mask_tile(T (*tile)[FA_LD], const T* src, i
 template <typename T>
 __device__ void flash_attention(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_tiles, const Layout& st, float scale, int flags,
                                 const T* q, const T* k, const T* v, const T* mask, T* o) {
-    __shared__ __align__(16) T qs[FA_BQ][FA_LD];
-    __shared__ __align__(16) T ks[FA_BK][FA_LD];
-    __shared__ __align__(16) T vs[FA_BK][FA_LD];
+    // K and V double-buffered: the next keys load while these are used. Q passes through the
+    // second K buffer on its way into registers (46 KB in all, under the 48 KB static limit).
+    __shared__ __align__(16) T ks[2][FA_BK][FA_LD];
+    __shared__ __align__(16) T vs[2][FA_BK][FA_LD];
     __shared__ __align__(16) T ms[FA_BQ][FA_LD];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t4 = lane % 4;  // a thread's row in an 8-row group, its column pair
@@ -127,13 +128,16 @@ __device__ void flash_attention(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_
     const int d_chunks = (d + 15) / 16, dv_chunks = (dv + 15) / 16;
     const float log2e = 1.4426950408889634f, scale2 = scale * log2e;
 
-    load_tile(qs, qb + q0 * qrs, qrs, sq - q0, d, vector);
-    cp_async_wait();
+    load_tile(ks[1], qb + q0 * qrs, qrs, sq - q0, d, vector);
+    load_tile(ks[0], kb, krs, sk, d, vector);
+    load_tile(vs[0], vb, vrs, sk, dv, vector);
+    cp_async_commit();
+    cp_async_wait<0>();
     __syncthreads();
     // This warp's 16 query rows as mma A fragments, one per 16 columns of the head dim.
     unsigned qf[FA_D / 16][4];
 #pragma unroll
-    for (int c = 0; c < FA_D / 16; ++c) ldmatrix_x4(&qs[warp * 16 + (lane % 16)][c * 16 + (lane / 16) * 8], qf[c]);
+    for (int c = 0; c < FA_D / 16; ++c) ldmatrix_x4(&ks[1][warp * 16 + (lane % 16)][c * 16 + (lane / 16) * 8], qf[c]);
 
     float acc[FA_D / 8][4];  // O: 16 rows x 64 columns, 8 column tiles of the mma accumulator
 #pragma unroll
@@ -141,12 +145,20 @@ __device__ void flash_attention(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_
     float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};  // rows g and g + 8
     const i64 qi[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
 
-    for (i64 k0 = 0; k0 < sk; k0 += FA_BK) {
-        __syncthreads();  // every warp is done with the previous keys
-        load_tile(ks, kb + k0 * krs, krs, sk - k0, d, vector);
-        load_tile(vs, vb + k0 * vrs, vrs, sk - k0, dv, vector);
+    for (i64 k0 = 0, step = 0; k0 < sk; k0 += FA_BK, ++step) {
+        const int cur = step & 1;
+        __syncthreads();  // every warp is done with the previous keys (and with Q in ks[1])
+        // Groups: this step's mask, then the next step's K and V; waiting for all but the
+        // newest leaves only the prefetch in flight.
         if (has_mask) load_mask_tile(ms, mb + q0 * mrs + k0 * mcs, mrs, mcs, sq - q0, sk - k0, vector_mask);
-        cp_async_wait();
+        cp_async_commit();
+        const i64 k1 = k0 + FA_BK;
+        if (k1 < sk) {
+            load_tile(ks[cur ^ 1], kb + k1 * krs, krs, sk - k1, d, vector);
+            load_tile(vs[cur ^ 1], vb + k1 * vrs, vrs, sk - k1, dv, vector);
+        }
+        cp_async_commit();
+        cp_async_wait<1>();
         __syncthreads();
         // S = Q·Kᵀ: 16 rows x 64 keys, 8 key tiles.
         float s[FA_BK / 8][4];
@@ -158,7 +170,7 @@ __device__ void flash_attention(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_
 #pragma unroll
             for (int j = 0; j < FA_BK / 16; ++j) {
                 unsigned b[4];
-                ldmatrix_x4(&ks[j * 16 + (lane % 8) + (lane / 16) * 8][c * 16 + ((lane / 8) % 2) * 8], b);
+                ldmatrix_x4(&ks[cur][j * 16 + (lane % 8) + (lane / 16) * 8][c * 16 + ((lane / 8) % 2) * 8], b);
                 Mma<T>::run(s[2 * j], qf[c], b[0], b[1]);
                 Mma<T>::run(s[2 * j + 1], qf[c], b[2], b[3]);
             }
@@ -216,7 +228,7 @@ __device__ void flash_attention(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_
             for (int j = 0; j < FA_D / 16; ++j) {
                 if (j >= dv_chunks) break;
                 unsigned b[4];
-                ldmatrix_x4_trans(&vs[c * 16 + (lane % 8) + ((lane / 8) % 2) * 8][j * 16 + (lane / 16) * 8], b);
+                ldmatrix_x4_trans(&vs[cur][c * 16 + (lane % 8) + ((lane / 8) % 2) * 8][j * 16 + (lane / 16) * 8], b);
                 Mma<T>::run(acc[2 * j], pf[c], b[0], b[1]);
                 Mma<T>::run(acc[2 * j + 1], pf[c], b[2], b[3]);
             }

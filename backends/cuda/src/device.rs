@@ -50,6 +50,8 @@ pub struct DeviceBuffer {
     /// Plain allocations own their memory; arena ranges keep the arena alive.
     own: Option<CudaSlice<u8>>,
     _arena: Option<Arc<Arena>>,
+    /// A range of another buffer keeps it alive (a view read in place).
+    _parent: Option<Arc<DeviceBuffer>>,
     /// Which allocation of the execution that made it, for its free event.
     traced: Option<(Weak<Mutex<Tracer>>, usize)>,
     stream: Arc<CudaStream>,
@@ -71,9 +73,19 @@ impl DeviceBuffer {
         self.ptr
     }
 
-    /// Whether this buffer is a range of an execution's arena.
-    pub fn in_arena(&self) -> bool {
-        self.own.is_none()
+    /// Bytes `offset..` of `parent`, which the range keeps alive: a view's start inside a
+    /// wider tensor.
+    pub fn range(parent: &Arc<DeviceBuffer>, offset: usize) -> Option<DeviceBuffer> {
+        (offset <= parent.len).then(|| DeviceBuffer {
+            ptr: parent.ptr + offset as u64,
+            len: parent.len - offset,
+            own: None,
+            _arena: None,
+            _parent: Some(parent.clone()),
+            traced: None,
+            stream: parent.stream.clone(),
+            sessions: parent.sessions.clone(),
+        })
     }
 }
 
@@ -158,25 +170,25 @@ impl Sessions {
     }
 }
 
-/// A tensor in device memory: packed bytes of `dtype` (bools as one byte each), row-major
-/// unless `stored_order` says otherwise.
+/// A tensor in device memory: bytes of `dtype` (bools as one byte each), packed row-major
+/// unless `strides` says otherwise.
 #[derive(Clone, Debug)]
 pub struct DeviceTensor {
     pub buf: Arc<DeviceBuffer>,
     pub dtype: DataType,
     pub shape: Vec<usize>,
-    /// `Some(order)`: the bytes are the row-major tensor of shape `[shape[order[0]], …]`, a
-    /// transpose not yet carried out. Channels-last (NHWC) values of cuDNN's convolutions and
-    /// attention's inputs and outputs in their projections' [batch, sequence, heads, dim]
-    /// order are such tensors. Only the layers that know the layout ever see one;
-    /// `ops::Ctx::dev` converts it for every other reader.
-    pub stored_order: Option<Vec<usize>>,
+    /// `Some`: a view, element `i` at `Σ i[d]·strides[d]` from the buffer's start: a transpose
+    /// not yet carried out, or a slice of a wider tensor read in place. Channels-last (NHWC)
+    /// values of cuDNN's convolutions, and attention's inputs and outputs in their
+    /// projections' [batch, sequence, heads, dim] order, are such tensors. Only the layers that
+    /// know views ever see one; `ops::Ctx::dev` makes it row-major for every other reader.
+    pub strides: Option<Vec<i64>>,
 }
 
 impl DeviceTensor {
     /// A row-major tensor.
     pub fn new(buf: Arc<DeviceBuffer>, dtype: DataType, shape: Vec<usize>) -> DeviceTensor {
-        DeviceTensor { buf, dtype, shape, stored_order: None }
+        DeviceTensor { buf, dtype, shape, strides: None }
     }
 
     pub fn len(&self) -> usize {
@@ -192,36 +204,29 @@ impl DeviceTensor {
         DeviceTensor::new(self.buf.clone(), self.dtype, shape)
     }
 
-    /// The stored order of an NCHW tensor kept NHWC: `[0, 2, …, rank - 1, 1]`.
-    pub fn channels_last_order(rank: usize) -> Vec<usize> {
-        std::iter::once(0).chain(2..rank).chain((rank > 1).then_some(1)).collect()
+    /// The strides of an NCHW `shape` stored NHWC (order `[0, 2, …, rank - 1, 1]`).
+    pub fn channels_last_strides(shape: &[usize]) -> Vec<i64> {
+        let r = shape.len();
+        let order: Vec<usize> = std::iter::once(0).chain(2..r).chain((r > 1).then_some(1)).collect();
+        strides_in_order(shape, &order)
     }
 
-    /// Whether the bytes are stored channels-last.
+    /// Whether the bytes are `shape` stored channels-last, packed.
     pub fn channels_last(&self) -> bool {
-        self.shape.len() >= 3 && self.stored_order.as_deref() == Some(&Self::channels_last_order(self.shape.len())[..])
+        self.shape.len() >= 3 && self.strides.as_deref() == Some(&Self::channels_last_strides(&self.shape)[..])
     }
 
-    /// The shape the bytes have row-major.
-    pub fn stored_shape(&self) -> Vec<usize> {
-        match &self.stored_order {
-            Some(order) => order.iter().map(|&d| self.shape[d]).collect(),
-            None => self.shape.clone(),
-        }
-    }
-
-    /// Per axis of `shape`, its element stride in the stored bytes.
+    /// Per axis, its element stride.
     pub fn element_strides(&self) -> Vec<i64> {
-        element_strides(&self.shape, self.stored_order.as_deref())
+        self.strides.clone().unwrap_or_else(|| strides_in_order(&self.shape, &(0..self.shape.len()).collect::<Vec<_>>()))
     }
 }
 
-/// Per axis of `shape`, its element stride in bytes stored in `order` (None: row-major).
-pub fn element_strides(shape: &[usize], order: Option<&[usize]>) -> Vec<i64> {
+/// Per axis of `shape`, its element stride when the axes are packed in `order` (outermost first).
+pub fn strides_in_order(shape: &[usize], order: &[usize]) -> Vec<i64> {
     let mut strides = vec![0i64; shape.len()];
     let mut step = 1i64;
-    for s in (0..shape.len()).rev() {
-        let axis = order.map_or(s, |o| o[s]);
+    for &axis in order.iter().rev() {
         strides[axis] = step;
         step *= shape[axis] as i64;
     }
@@ -392,6 +397,7 @@ impl Gpu {
                         len: bytes,
                         own: None,
                         _arena: Some(arena),
+                        _parent: None,
                         traced,
                         stream: self.stream.clone(),
                         sessions: self.sessions.clone(),
@@ -431,6 +437,7 @@ impl Gpu {
             len: bytes,
             own: Some(slice),
             _arena: None,
+            _parent: None,
             traced,
             stream: self.stream.clone(),
             sessions: self.sessions.clone(),

@@ -64,8 +64,8 @@ pub struct CudaExecutable {
     tf32: bool,
     /// Per layer, the cuBLASLt heuristic rank its tactic chose (empty: rank 0 everywhere).
     gemm_ranks: Vec<usize>,
-    /// Per layer, whether its output may keep a transpose pending (see [`pending_transposes`]).
-    pending_transpose: Vec<bool>,
+    /// Per layer, whether its output may be a view (see [`view_outputs`]).
+    view_output: Vec<bool>,
     /// Why executions of this network are never captured as a graph (None: they can be).
     graph_blocker: Option<String>,
     graphs_enabled: AtomicBool,
@@ -75,12 +75,12 @@ pub struct CudaExecutable {
     last_mode: Mutex<String>,
 }
 
-/// Per layer, whether its output may stay in its input's byte order with the transpose pending
-/// ([`crate::DeviceTensor::stored_order`]): a Shuffle or an attention whose every reader is a
-/// Shuffle (which composes the transposes, often into none) or an attention reading Q, K or V
-/// through strides. BERT's head split and merge then move no bytes. A network output never
-/// waits.
-fn pending_transposes(network: &Network) -> Vec<bool> {
+/// Per layer, whether its output may be a view ([`crate::DeviceTensor::strides`]): a Shuffle,
+/// Slice or attention whose every reader is a Shuffle (which composes views, often back into
+/// a packed tensor) or an attention reading Q, K or V through strides. BERT's head split and
+/// merge then move no bytes, nor the slices of a fused QKV projection. A network output is
+/// never a view.
+fn view_outputs(network: &Network) -> Vec<bool> {
     let mut readers_ok = vec![true; network.tensors().len()];
     for t in network.outputs() {
         readers_ok[t.0] = false;
@@ -99,7 +99,7 @@ fn pending_transposes(network: &Network) -> Vec<bool> {
     network
         .layers()
         .iter()
-        .map(|l| matches!(l.kind, LayerKind::Shuffle(_) | LayerKind::Attention(_)) && l.outputs.iter().all(|t| readers_ok[t.0]))
+        .map(|l| matches!(l.kind, LayerKind::Shuffle(_) | LayerKind::Slice | LayerKind::Attention(_)) && l.outputs.iter().all(|t| readers_ok[t.0]))
         .collect()
 }
 
@@ -190,7 +190,7 @@ impl CudaExecutable {
             }
         }
         let graph_blocker = graph_blocker(&network, &plan);
-        let pending_transpose = pending_transposes(&network);
+        let view_output = view_outputs(&network);
         let graphs_enabled = AtomicBool::new(std::env::var(CUDA_GRAPHS_VAR).map_or(true, |v| v != "0"));
         Ok(CudaExecutable {
             network,
@@ -201,7 +201,7 @@ impl CudaExecutable {
             gpu,
             tf32,
             gemm_ranks: Vec::new(),
-            pending_transpose,
+            view_output,
             graph_blocker,
             graphs_enabled,
             signatures: Mutex::default(),
@@ -337,7 +337,7 @@ impl Machine for Run<'_> {
             Placement::Host => self.host_layer(&layer.kind, inputs),
             Placement::Device => {
                 self.cx.gemm_rank.set(self.exe.gemm_ranks.get(id.0).copied().unwrap_or(0));
-                self.cx.pending_transpose.set(self.exe.pending_transpose.get(id.0).copied().unwrap_or(false));
+                self.cx.view_output.set(self.exe.view_output.get(id.0).copied().unwrap_or(false));
                 self.device_layer(&layer.kind, inputs)
             }
         }

@@ -5,9 +5,9 @@
 mod networks;
 
 use kiln::passes::{
-    AttentionFusion, CommonSubexpressionElimination, ConstantFolding, DeadLayerElimination, EpilogueFusion, GeluFusion,
-    NoOpRemoval, NormalizationFusion, Pass, PassContext, Pipeline, PointwiseChainFusion,
-    RmsNormalizationFusion, SoftMaxFusion,
+    AttentionFusion, CommonSubexpressionElimination, ConstantFolding, DeadLayerElimination,
+    EpilogueFusion, GeluFusion, HorizontalMatMulFusion, NoOpRemoval, NormalizationFusion, Pass,
+    PassContext, Pipeline, PointwiseChainFusion, RmsNormalizationFusion, SoftMaxFusion,
 };
 use kiln::{
     ActivationKind, Builder, BuilderConfig, ExecutionContext, LayerKind, Network, Optimization,
@@ -188,6 +188,26 @@ fn epilogue_fusion_folds_batch_norm_and_absorbs_bias_activation_and_residual() {
             "flatten",
             "fc + fc bias add + fc relu"
         ]
+    );
+    check_equivalent(&net, 1e-6);
+}
+
+#[test]
+fn horizontal_matmul_fusion_runs_sibling_projections_as_one_product() {
+    let net = networks::sibling_projections();
+    let fused = Pipeline::new(vec![Box::new(EpilogueFusion)])
+        .run(&net, &PassContext::default())
+        .expect("epilogue fusion");
+    let out = check_golden(
+        "horizontal_matmul_fusion",
+        &fused,
+        Box::new(HorizontalMatMulFusion),
+        None,
+    );
+    // q, k and v read `x`: one product and three slices; o reads `other` and stays.
+    assert_eq!(
+        kinds(&out),
+        ["Fused", "Slice", "Slice", "Slice", "Shuffle", "Shuffle", "Shuffle", "Fused", "Shuffle"]
     );
     check_equivalent(&net, 1e-6);
 }

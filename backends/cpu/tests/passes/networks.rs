@@ -232,6 +232,35 @@ pub fn repeated_mask() -> Network {
     g.output(y, "y")
 }
 
+/// A transformer's query, key and value projections of one hidden state (matmul + bias each,
+/// then a transpose), and a fourth projection of another input that must stay apart.
+pub fn sibling_projections() -> Network {
+    let mut g = G::new("sibling_projections");
+    let x = g.fixed_input("x", &[2, 3, 8]);
+    let other = g.fixed_input("other", &[2, 3, 8]);
+    let mm = LayerKind::MatrixMultiply {
+        op_a: MatrixOp::None,
+        op_b: MatrixOp::None,
+    };
+    let mut outs = Vec::new();
+    for (i, (name, input, n)) in [("q", x, 4), ("k", x, 4), ("v", x, 6), ("o", other, 4)].into_iter().enumerate() {
+        let w = g.constant(&format!("{name} weights"), &[8, n], 0.3 + i as f32 * 0.1);
+        let b = g.constant(&format!("{name} bias"), &[n], 0.5);
+        let y = g.layer(&format!("{name} proj"), mm.clone(), &[input, w]);
+        let y = g.binary(&format!("{name} bias add"), E::Sum, y, b);
+        let t = ShuffleParams {
+            first_transpose: vec![0, 2, 1],
+            ..Default::default()
+        };
+        outs.push((name, g.layer(&format!("{name} transpose"), LayerKind::Shuffle(t), &[y])));
+    }
+    for (name, t) in outs {
+        g.net.set_tensor_name(t, name).expect("name");
+        g.net.mark_output(t).expect("output");
+    }
+    g.net
+}
+
 /// A layer no output needs.
 pub fn dead_branch() -> Network {
     let mut g = G::new("dead_branch");

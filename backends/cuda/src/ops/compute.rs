@@ -108,7 +108,7 @@ pub fn matmul_epilogue(
     }
     // A residual of the output's own shape and type joins the bias epilogue as cuBLASLt's C
     // (applied exactly when the bias is: the flag returned covers both).
-    if residual.is_some_and(|z| z.shape != out_shape || z.dtype != a.dtype || z.stored_order.is_some()) {
+    if residual.is_some_and(|z| z.shape != out_shape || z.dtype != a.dtype || z.strides.is_some()) {
         return Err(format!("a residual must be a row-major {}{out_shape:?}", a.dtype));
     }
     let residual = residual.filter(|_| bias.is_some());
@@ -165,7 +165,7 @@ pub fn convolution(
                 let z = tail.residual.map(|z| layout::in_layout(cx, z, nhwc)).transpose()?;
                 let tail = ConvTail { residual: z.as_ref(), relu: tail.relu };
                 let mut out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
-                out.stored_order = nhwc.then(|| DeviceTensor::channels_last_order(out_shape.len()));
+                out.strides = nhwc.then(|| DeviceTensor::channels_last_strides(out_shape));
                 if out.is_empty() {
                     return Ok((out, true));
                 }
@@ -231,7 +231,7 @@ pub fn pooling(cx: &Ctx, p: &PoolingParams, x: &DeviceTensor, out_shape: &[usize
         let x = &if x.channels_last() { x.clone() } else { layout::to_row_major(cx, x)? };
         let spec = spec.with_nhwc(x.channels_last());
         let mut out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
-        out.stored_order = x.stored_order.clone();
+        out.strides = x.channels_last().then(|| DeviceTensor::channels_last_strides(out_shape));
         if !out.is_empty() {
             dnn.pooling(cx.gpu, &spec, x, &out)?;
         }
@@ -314,7 +314,7 @@ fn reduce_code(op: ReduceOp) -> i32 {
 
 /// ONNX Reduce over `axes` of `x`, which may be stored in another order.
 pub fn reduce(cx: &Ctx, op: ReduceOp, x: &DeviceTensor, axes: &[usize], out_shape: &[usize]) -> Result<DeviceTensor, String> {
-    if x.stored_order.is_some() {
+    if x.strides.is_some() {
         // Channels-last over every spatial axis (global pooling): the stored [n, spatial…, c]
         // bytes reduced over their middle axes give the same row-major [n, c] without moving
         // channels first.

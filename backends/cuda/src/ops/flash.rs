@@ -1,7 +1,7 @@
 //! Fused scaled-dot-product attention (`kernels/attention.cu`, flash-attention 2 style) where it
 //! applies: f16 / bf16 operands, head dims up to 64, at most two leading dims (outer, heads) that
-//! every operand has or broadcasts, an additive mask of the same type. Q, K, V may be views with
-//! a pending transpose (`DeviceTensor::stored_order`): the kernel reads their rows through
+//! every operand has or broadcasts, an additive mask of the same type. Q, K, V may be views (a
+//! pending transpose or a slice, `DeviceTensor::strides`): the kernel reads their rows through
 //! strides, so BERT's head split costs no copy, and it writes its output in the [outer,
 //! sequence, heads, dim] order the head merge wants when the executor allows. Elsewhere
 //! attention runs as two cuBLASLt products around a softmax (`compute::attention`).
@@ -76,11 +76,11 @@ fn key_with_unit_inner(cx: &Ctx, k: &DeviceTensor, transposed: bool) -> Result<(
     Ok((movement::transpose(cx, &layout::to_row_major(cx, k)?, &perm)?, false))
 }
 
-/// The stored order the output takes when its head merge waits: [outer, sequence, heads, dim].
-fn merged_heads_order(rank: usize) -> Option<Vec<usize>> {
-    match rank {
-        4 => Some(vec![0, 2, 1, 3]),
-        3 => Some(vec![1, 0, 2]),
+/// The output's strides when its head merge waits: packed [outer, sequence, heads, dim].
+fn merged_heads_strides(shape: &[usize]) -> Option<Vec<i64>> {
+    match shape.len() {
+        4 => Some(crate::device::strides_in_order(shape, &[0, 2, 1, 3])),
+        3 => Some(crate::device::strides_in_order(shape, &[1, 0, 2])),
         _ => None,
     }
 }
@@ -145,8 +145,8 @@ pub fn attention(
         return Ok(None);
     }
     let mut out = cx.gpu.empty(dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
-    if cx.pending_transpose.get() {
-        out.stored_order = merged_heads_order(out_shape.len());
+    if cx.view_output.get() {
+        out.strides = merged_heads_strides(out_shape);
     }
     let o_st = out.element_strides();
     let o_lead = lead_strides(out_shape, &o_st, lead).ok_or("the output does not fit its own shape")?;

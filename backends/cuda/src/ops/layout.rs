@@ -27,21 +27,17 @@ pub fn to_channels_last(cx: &Ctx, t: &DeviceTensor) -> Result<DeviceTensor, Stri
     if r < 3 {
         return Err(format!("a rank-{r} tensor has no channels to move last"));
     }
-    let order = DeviceTensor::channels_last_order(r);
+    let order: Vec<usize> = std::iter::once(0).chain(2..r).chain(std::iter::once(1)).collect();
     let moved = movement::transpose(cx, &to_row_major(cx, t)?, &order)?;
-    Ok(DeviceTensor { stored_order: Some(order), ..moved.reshaped(t.shape.clone()) })
+    Ok(DeviceTensor { strides: Some(DeviceTensor::channels_last_strides(&t.shape)), ..moved.reshaped(t.shape.clone()) })
 }
 
-/// The same values stored row-major (a no-op for a tensor already so): one transpose of the
-/// stored bytes.
+/// The same values packed row-major (a no-op for a tensor already so): one strided copy.
 pub fn to_row_major(cx: &Ctx, t: &DeviceTensor) -> Result<DeviceTensor, String> {
-    let Some(order) = &t.stored_order else { return Ok(t.clone()) };
-    // Logical axis `a` is stored axis `position of a in order`.
-    let mut back = vec![0usize; order.len()];
-    for (stored, &axis) in order.iter().enumerate() {
-        back[axis] = stored;
+    match &t.strides {
+        None => Ok(t.clone()),
+        Some(strides) => movement::gather_strided(cx, t, &t.shape, strides, 0),
     }
-    movement::transpose(cx, &t.reshaped(t.stored_shape()), &back)
 }
 
 /// `t` in the layout asked for: channels-last or row-major.

@@ -58,15 +58,15 @@ pub struct Ctx<'a> {
     /// products, a convolution choice (`compute::CONV_DIRECT`, `1 + cuDNN algorithm`) for
     /// convolutions; 0 is the heuristic's best either way.
     pub gemm_rank: Cell<usize>,
-    /// Whether the layer being run may leave its output's transpose pending (its readers
-    /// take the stored order): see `exec::pending_transposes`.
-    pub pending_transpose: Cell<bool>,
+    /// Whether the layer being run may return a view (a transpose or slice not carried out:
+    /// its readers take strides): see `exec::view_outputs`.
+    pub view_output: Cell<bool>,
     pub pending_checks: RefCell<Vec<(DeviceTensor, String)>>,
 }
 
 impl<'a> Ctx<'a> {
     pub fn new(gpu: &'a Gpu, tf32: bool) -> Ctx<'a> {
-        Ctx { gpu, tf32, gemm_rank: Cell::new(0), pending_transpose: Cell::new(false), pending_checks: RefCell::new(Vec::new()) }
+        Ctx { gpu, tf32, gemm_rank: Cell::new(0), view_output: Cell::new(false), pending_checks: RefCell::new(Vec::new()) }
     }
 
     pub fn arg(&self, t: &DeviceTensor) -> Arg {
@@ -342,7 +342,7 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
         K::Shuffle(p) => one(movement::shuffle(cx, p, &raw(0)?, &out_shape(0)?)?),
         K::Slice => {
             let b = [host(1)?, host(2)?, host(3)?, host(4)?];
-            one(movement::slice(cx, &dev(0)?, [b[0].as_deref(), b[1].as_deref(), b[2].as_deref(), b[3].as_deref()])?)
+            one(movement::slice(cx, &raw(0)?, [b[0].as_deref(), b[1].as_deref(), b[2].as_deref(), b[3].as_deref()])?)
         }
         K::Expand => one(movement::expand(cx, &dev(0)?, &out_shape(0)?)?),
         K::Concatenation { axis } => {

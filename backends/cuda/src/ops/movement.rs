@@ -5,6 +5,7 @@ use super::{contiguous_strides, Ctx};
 use crate::device::{width_suffix, Arg, DeviceTensor, Layout};
 use kiln::ir::infer::resolve_slice;
 use kiln::{HostTensor, ShuffleParams};
+use std::sync::Arc;
 
 /// Copies `x` read through `(strides, offset)` (elements) over `shape` into a new contiguous tensor.
 pub fn gather_strided(cx: &Ctx, x: &DeviceTensor, shape: &[usize], strides: &[i64], offset: i64) -> Result<DeviceTensor, String> {
@@ -122,46 +123,84 @@ pub fn transpose(cx: &Ctx, x: &DeviceTensor, perm: &[usize]) -> Result<DeviceTen
     gather_strided(cx, x, &shape, &strides, 0)
 }
 
-/// `x` with its axes permuted (`out dim i` = `in dim perm[i]`) and no bytes moved: the transpose
-/// joins the pending one in `stored_order` (none left when they cancel or move only size-1
-/// axes).
+/// `x` with its axes permuted (`out dim i` = `in dim perm[i]`) and no bytes moved: a view
+/// (none left when the strides come out packed row-major).
 pub fn permuted(x: &DeviceTensor, perm: &[usize]) -> Result<DeviceTensor, String> {
-    let (shape, stored_order) = permuted_order(&x.shape, x.stored_order.as_deref(), perm)?;
-    Ok(DeviceTensor { buf: x.buf.clone(), dtype: x.dtype, shape, stored_order })
+    let (shape, strides) = permuted_strides(&x.shape, &x.element_strides(), perm)?;
+    Ok(DeviceTensor { buf: x.buf.clone(), dtype: x.dtype, strides: view_strides(&shape, strides), shape })
 }
 
-/// The shape and stored order of a tensor of `shape` stored in `order` (None: row-major) after
-/// permuting its axes by `perm`.
-fn permuted_order(shape: &[usize], order: Option<&[usize]>, perm: &[usize]) -> Result<(Vec<usize>, Option<Vec<usize>>), String> {
+/// The shape and strides after permuting the axes by `perm`.
+fn permuted_strides(shape: &[usize], strides: &[i64], perm: &[usize]) -> Result<(Vec<usize>, Vec<i64>), String> {
     let r = shape.len();
     let mut seen = vec![false; r];
     if perm.len() != r || perm.iter().any(|&p| p >= r || std::mem::replace(&mut seen[p], true)) {
         return Err(format!("{perm:?} is not a permutation of rank {r}"));
     }
-    let mut back = vec![0usize; r];
-    for (i, &p) in perm.iter().enumerate() {
-        back[p] = i;
-    }
-    let out: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
-    // Stored axis `s` holds input axis `order[s]`, which is output axis `back[order[s]]`.
-    let stored: Vec<usize> = (0..r).map(|s| back[order.map_or(s, |o| o[s])]).collect();
-    let in_place = stored.iter().filter(|&&a| out[a] != 1).collect::<Vec<_>>().windows(2).all(|w| w[0] < w[1]);
-    Ok((out, (!in_place).then_some(stored)))
+    Ok((perm.iter().map(|&p| shape[p]).collect(), perm.iter().map(|&p| strides[p]).collect()))
 }
 
-/// `x` (row-major or with a transpose pending) read under `shape`: free when the bytes are
-/// row-major or the shape stays; otherwise the pending transpose is carried out first.
+/// `strides` as a view's: `None` where they are `shape`'s packed row-major strides (size-1 axes'
+/// strides never matter).
+fn view_strides(shape: &[usize], strides: Vec<i64>) -> Option<Vec<i64>> {
+    let packed = contiguous_strides(shape);
+    let row_major = shape.iter().zip(strides.iter().zip(&packed)).all(|(&n, (s, p))| n == 1 || s == p);
+    (!row_major).then_some(strides)
+}
+
+/// The strides of `new_shape` reading the same elements as `(shape, strides)` in row-major
+/// order, where a view can (PyTorch's `view` rule: only dims that are contiguous with each
+/// other merge or split).
+fn reshaped_strides(shape: &[usize], strides: &[i64], new_shape: &[usize]) -> Option<Vec<i64>> {
+    if shape.iter().product::<usize>() != new_shape.iter().product::<usize>() {
+        return None;
+    }
+    if shape.contains(&0) || shape.is_empty() {
+        return Some(contiguous_strides(new_shape));
+    }
+    let mut out = vec![0i64; new_shape.len()];
+    let mut view_d = new_shape.len() as isize - 1;
+    let mut chunk_base = *strides.last()?;
+    let (mut tensor_numel, mut view_numel) = (1i64, 1i64);
+    for d in (0..shape.len()).rev() {
+        tensor_numel *= shape[d] as i64;
+        let chunk_ends = d == 0 || (shape[d - 1] != 1 && strides[d - 1] != tensor_numel * chunk_base);
+        if chunk_ends {
+            while view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d as usize] == 1) {
+                out[view_d as usize] = view_numel * chunk_base;
+                view_numel *= new_shape[view_d as usize] as i64;
+                view_d -= 1;
+            }
+            if view_numel != tensor_numel {
+                return None;
+            }
+            if d > 0 {
+                chunk_base = strides[d - 1];
+                tensor_numel = 1;
+                view_numel = 1;
+            }
+        }
+    }
+    (view_d == -1).then_some(out)
+}
+
+/// `x` (packed or a view) read under `shape`: a view where the strides allow, otherwise packed
+/// row-major first.
 fn reshape(cx: &Ctx, x: DeviceTensor, shape: &[usize]) -> Result<DeviceTensor, String> {
+    let Some(strides) = &x.strides else { return Ok(x.reshaped(shape.to_vec())) };
     if x.shape == shape {
         return Ok(x);
+    }
+    if let Some(st) = reshaped_strides(&x.shape, strides, shape) {
+        return Ok(DeviceTensor { strides: view_strides(shape, st), shape: shape.to_vec(), ..x });
     }
     Ok(super::layout::to_row_major(cx, &x)?.reshaped(shape.to_vec()))
 }
 
 /// Shuffle: first transpose, reshape, second transpose, ending at `out_shape` (what shape
-/// inference resolved). The transposes stay pending where the executor allows
-/// ([`Ctx::pending_transpose`]); otherwise the result is made row-major in one copy from the
-/// stored bytes. `x` may itself have a transpose pending.
+/// inference resolved). The result stays a view where the executor allows
+/// ([`Ctx::view_output`]); otherwise it is packed row-major in one copy. `x` may itself
+/// be a view.
 pub fn shuffle(cx: &Ctx, p: &ShuffleParams, x: &DeviceTensor, out_shape: &[usize]) -> Result<DeviceTensor, String> {
     let identity = |perm: &[usize]| perm.iter().enumerate().all(|(i, &q)| i == q);
     let first = if identity(&p.first_transpose) { x.clone() } else { permuted(x, &p.first_transpose)? };
@@ -179,7 +218,7 @@ pub fn shuffle(cx: &Ctx, p: &ShuffleParams, x: &DeviceTensor, out_shape: &[usize
         }
         permuted(&reshape(cx, first, &mid)?, perm)?
     };
-    if cx.pending_transpose.get() {
+    if cx.view_output.get() {
         Ok(out)
     } else {
         super::layout::to_row_major(cx, &out)
@@ -196,10 +235,17 @@ pub fn slice(cx: &Ctx, x: &DeviceTensor, bounds: [Option<&HostTensor>; 4]) -> Re
     let axes = ints(bounds[2], "axes")?;
     let steps = ints(bounds[3], "steps")?;
     let plan = resolve_slice(&x.shape, &starts, &ends, axes.as_deref(), steps.as_deref())?;
-    let st = contiguous_strides(&x.shape);
+    let st = x.element_strides();
     let shape: Vec<usize> = plan.iter().map(|a| a.len).collect();
     let strides: Vec<i64> = plan.iter().zip(&st).map(|(a, &s)| a.step * s).collect();
     let offset = if shape.contains(&0) { 0 } else { plan.iter().zip(&st).map(|(a, &s)| a.start * s).sum() };
+    // Read in place where the executor allows: a range of the buffer with the slice's strides.
+    if cx.view_output.get() && offset >= 0 && strides.iter().all(|&s| s >= 0) {
+        let size = crate::device::storage_size(x.dtype).map_err(|e| e.to_string())?;
+        if let Some(buf) = crate::device::DeviceBuffer::range(&x.buf, offset as usize * size) {
+            return Ok(DeviceTensor { buf: Arc::new(buf), dtype: x.dtype, strides: view_strides(&shape, strides), shape });
+        }
+    }
     gather_strided(cx, x, &shape, &strides, offset)
 }
 
@@ -275,24 +321,39 @@ pub fn resize_nearest(cx: &Ctx, x: &DeviceTensor, out_shape: &[usize]) -> Result
 
 #[cfg(test)]
 mod tests {
-    use super::permuted_order;
-    use crate::device::element_strides;
+    use super::{permuted_strides, reshaped_strides, view_strides};
+    use crate::ops::contiguous_strides;
 
     #[test]
-    fn pending_transposes_compose_and_cancel() {
+    fn views_compose_and_cancel() {
+        let packed = |s: &[usize]| contiguous_strides(s);
         // BERT's head split: [b, s, h, d] → [b, h, s, d], heads `d` apart, rows `h·d` apart.
-        let (shape, order) = permuted_order(&[2, 128, 12, 64], None, &[0, 2, 1, 3]).unwrap();
-        assert_eq!((shape.clone(), order.clone()), (vec![2, 12, 128, 64], Some(vec![0, 2, 1, 3])));
-        assert_eq!(element_strides(&shape, order.as_deref()), vec![128 * 768, 64, 768, 1]);
-        // The head merge transposes it back: row-major again, no copy.
-        assert_eq!(permuted_order(&shape, order.as_deref(), &[0, 2, 1, 3]).unwrap(), (vec![2, 128, 12, 64], None));
+        let (shape, st) = permuted_strides(&[2, 128, 12, 64], &packed(&[2, 128, 12, 64]), &[0, 2, 1, 3]).unwrap();
+        assert_eq!((shape.clone(), st.clone()), (vec![2, 12, 128, 64], vec![128 * 768, 64, 768, 1]));
+        // The head merge transposes it back: packed again, no copy.
+        let (back, back_st) = permuted_strides(&shape, &st, &[0, 2, 1, 3]).unwrap();
+        assert_eq!(view_strides(&back, back_st), None);
         // K given as Kᵀ: [b, h, d, s] with the head dim contiguous.
-        let (shape, order) = permuted_order(&[2, 128, 12, 64], None, &[0, 2, 3, 1]).unwrap();
-        assert_eq!(shape, vec![2, 12, 64, 128]);
-        assert_eq!(element_strides(&shape, order.as_deref()), vec![128 * 768, 64, 1, 768]);
-        // Moving only size-1 axes leaves the bytes row-major.
-        assert_eq!(permuted_order(&[4, 1, 1, 8], None, &[0, 3, 1, 2]).unwrap(), (vec![4, 8, 1, 1], None));
-        assert!(permuted_order(&[2, 3], None, &[0, 0]).is_err());
-        assert!(permuted_order(&[2, 3], None, &[1]).is_err());
+        let (_, st) = permuted_strides(&[2, 128, 12, 64], &packed(&[2, 128, 12, 64]), &[0, 2, 3, 1]).unwrap();
+        assert_eq!(st, vec![128 * 768, 64, 1, 768]);
+        // Moving only size-1 axes leaves the bytes packed.
+        let (shape, st) = permuted_strides(&[4, 1, 1, 8], &packed(&[4, 1, 1, 8]), &[0, 3, 1, 2]).unwrap();
+        assert_eq!(view_strides(&shape, st), None);
+        assert!(permuted_strides(&[2, 3], &[3, 1], &[0, 0]).is_err());
+        assert!(permuted_strides(&[2, 3], &[3, 1], &[1]).is_err());
+    }
+
+    #[test]
+    fn sliced_columns_split_into_heads_as_a_view() {
+        // Q = columns 0..768 of a [2, 128, 2304] projection, split into 12 heads of 64.
+        let q = [2304 * 128, 2304, 1];
+        assert_eq!(reshaped_strides(&[2, 128, 768], &q, &[2, 128, 12, 64]), Some(vec![2304 * 128, 2304, 64, 1]));
+        // Merging the sequence into the batch is fine; merging columns across rows is not.
+        assert_eq!(reshaped_strides(&[2, 128, 768], &q, &[256, 768]), Some(vec![2304, 1]));
+        assert_eq!(reshaped_strides(&[2, 128, 768], &q, &[2, 128 * 768]), None);
+        // A transposed view cannot flatten its swapped axes.
+        assert_eq!(reshaped_strides(&[3, 4], &[1, 3], &[12]), None);
+        assert_eq!(reshaped_strides(&[3, 4], &[4, 1], &[2, 6]), Some(vec![6, 1]));
+        assert_eq!(reshaped_strides(&[3, 4], &[4, 1], &[5, 2]), None);
     }
 }

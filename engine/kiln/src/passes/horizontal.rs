@@ -113,9 +113,10 @@ fn side_by_side(parts: &[&HostTensor]) -> Result<HostTensor, PassError> {
     let data: Vec<&[u8]> = parts.iter().map(|p| p.data().as_le_bytes().unwrap_or_default()).collect();
     for r in 0..rows {
         for (d, &c) in data.iter().zip(&cols) {
-            bytes.extend_from_slice(d.get(r * c * size..(r + 1) * c * size).ok_or_else(|| {
-                PassError::Internal("weights shorter than their shape".into())
-            })?);
+            bytes.extend_from_slice(
+                d.get(r * c * size..(r + 1) * c * size)
+                    .ok_or_else(|| PassError::Internal("weights shorter than their shape".into()))?,
+            );
         }
     }
     let shape = if parts[0].shape().len() == 2 { vec![rows, total] } else { vec![total] };
@@ -134,8 +135,10 @@ fn merge(net: &Network, rb: &mut Rebuild<'_>, group: &[Product]) -> Result<(), P
     let mut inputs = vec![Some(rb.get(group[0].input)?), Some(w)];
     let first = &net.layers()[group[0].layer];
     if group[0].bias.is_some() {
-        let biases: Vec<&HostTensor> =
-            group.iter().map(|p| p.bias.map_or(Err(PassError::Internal("bias".into())), |(b, _)| value(b))).collect::<Result<_, _>>()?;
+        let biases: Vec<&HostTensor> = group
+            .iter()
+            .map(|p| p.bias.map_or(Err(PassError::Internal("bias".into())), |(b, _)| value(b)))
+            .collect::<Result<_, _>>()?;
         inputs.push(Some(rb.constant(&format!("{name} bias"), side_by_side(&biases)?)?));
     }
     let wide = rb.dst.add_layer(&name, first.kind.clone(), inputs)?;
@@ -151,7 +154,12 @@ fn merge(net: &Network, rb: &mut Rebuild<'_>, group: &[Product]) -> Result<(), P
         let starts = ints(rb, &format!("{} columns from", l.name), at)?;
         let ends = ints(rb, &format!("{} columns to", l.name), at + n)?;
         let axes = ints(rb, &format!("{} columns axis", l.name), rank as i64 - 1)?;
-        rb.add(&format!("{} columns", l.name), LayerKind::Slice, vec![Some(wide), Some(starts), Some(ends), Some(axes)], &l.outputs)?;
+        rb.add(
+            &format!("{} columns", l.name),
+            LayerKind::Slice,
+            vec![Some(wide), Some(starts), Some(ends), Some(axes)],
+            &l.outputs,
+        )?;
         at += n;
     }
     Ok(())

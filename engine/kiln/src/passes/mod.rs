@@ -14,6 +14,7 @@ mod cse;
 mod dead;
 mod fold;
 mod fuse;
+mod horizontal;
 mod noop;
 mod patterns;
 mod pointwise;
@@ -24,6 +25,7 @@ pub use cse::CommonSubexpressionElimination;
 pub use dead::DeadLayerElimination;
 pub use fold::{ConstantFolding, MAX_FOLDED_ELEMENTS};
 pub use fuse::EpilogueFusion;
+pub use horizontal::HorizontalMatMulFusion;
 pub use noop::NoOpRemoval;
 pub use patterns::{GeluFusion, NormalizationFusion, RmsNormalizationFusion, SoftMaxFusion};
 pub use pointwise::PointwiseChainFusion;
@@ -128,6 +130,7 @@ impl Pipeline {
                 Box::new(AttentionFusion),
                 Box::new(DeadLayerElimination),
                 Box::new(EpilogueFusion),
+                Box::new(HorizontalMatMulFusion),
                 Box::new(PointwiseChainFusion),
                 // Last, so no pattern above sees a value shared that the graph computed twice.
                 Box::new(CommonSubexpressionElimination),
