@@ -652,3 +652,14 @@ extern "C" __global__ void typed_classify_any(int code, int op, i64 n, const voi
 extern "C" __global__ void typed_not_bool(i64 n, const unsigned char* x, unsigned char* y) {
     KILN_GRID_LOOP(i, n) { y[i] = x[i] == 0; }
 }
+// ReduceMax / ReduceMin on bool (codes 2 and 3): "any" and "all", so an empty Min is true
+// (kiln-cpu's bool_reduce); the host refuses every other op.
+extern "C" __global__ void typed_reduce_bool(int op, i64 outer, i64 len, i64 inner, const unsigned char* x, unsigned char* y) {
+    KILN_GRID_LOOP(o, outer * inner) {
+        const unsigned char* row = x + (o / inner) * len * inner + (o % inner);
+        const bool any = op == 2;
+        bool acc = !any;
+        for (i64 k = 0; k < len && acc != any; ++k) acc = row[k * inner] != 0;
+        y[o] = acc;
+    }
+}

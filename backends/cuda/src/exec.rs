@@ -34,6 +34,7 @@ fn host_slots(kind: &LayerKind) -> &'static [usize] {
         K::Fill { .. } => &[0],
         K::OneHot { .. } => &[2],
         K::Dft { .. } => &[1, 2],
+        K::Col2Im { .. } => &[1, 2],
         _ => &[],
     }
 }
@@ -120,6 +121,9 @@ fn graph_blocker(network: &Network, plan: &ControlFlow) -> Option<String> {
     for (layer, p) in network.layers().iter().zip(&placement) {
         if *p != Placement::Device {
             continue;
+        }
+        if ops::data_dependent::reads_back(&layer.kind) {
+            return Some(format!("layer `{}` reads a count back to the host (it decides the output shape)", layer.name));
         }
         for &slot in host_slots(&layer.kind) {
             if let Some(Some(t)) = layer.inputs.get(slot) {

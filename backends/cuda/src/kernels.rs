@@ -35,10 +35,20 @@ pub enum Source {
     Einsum,
     /// Transposed convolution, direct: `deconv.cu`.
     Deconvolution,
+    /// DFT, Col2Im and Determinant in double, as kiln-cpu: `signal.cu`.
+    Signal,
+    /// OneHot on raw element bytes: `one_hot.cu`.
+    OneHot,
+    /// Local response normalization across channels: `lrn.cu`.
+    Lrn,
+    /// RoiAlign (average and max): `roi_align.cu`.
+    RoiAlign,
+    /// NonZero's count and fill passes: `nonzero.cu`.
+    NonZero,
 }
 
 impl Source {
-    pub const ALL: [Source; 14] = [
+    pub const ALL: [Source; 19] = [
         Source::Elementwise,
         Source::Copy,
         Source::Reduce,
@@ -53,6 +63,11 @@ impl Source {
         Source::Pool,
         Source::Einsum,
         Source::Deconvolution,
+        Source::Signal,
+        Source::OneHot,
+        Source::Lrn,
+        Source::RoiAlign,
+        Source::NonZero,
     ];
 
     pub fn file_name(self) -> &'static str {
@@ -71,6 +86,11 @@ impl Source {
             Source::Pool => "pool.cu",
             Source::Einsum => "einsum.cu",
             Source::Deconvolution => "deconv.cu",
+            Source::Signal => "signal.cu",
+            Source::OneHot => "one_hot.cu",
+            Source::Lrn => "lrn.cu",
+            Source::RoiAlign => "roi_align.cu",
+            Source::NonZero => "nonzero.cu",
         }
     }
 
@@ -90,6 +110,11 @@ impl Source {
             Source::Pool => include_str!("../../../kernels/pool.cu"),
             Source::Einsum => include_str!("../../../kernels/einsum.cu"),
             Source::Deconvolution => include_str!("../../../kernels/deconv.cu"),
+            Source::Signal => include_str!("../../../kernels/signal.cu"),
+            Source::OneHot => include_str!("../../../kernels/one_hot.cu"),
+            Source::Lrn => include_str!("../../../kernels/lrn.cu"),
+            Source::RoiAlign => include_str!("../../../kernels/roi_align.cu"),
+            Source::NonZero => include_str!("../../../kernels/nonzero.cu"),
         }
     }
 
@@ -110,6 +135,11 @@ impl Source {
             "pool" => Source::Pool,
             "einsum" => Source::Einsum,
             "deconv" => Source::Deconvolution,
+            "dft" | "col2im" | "det" => Source::Signal,
+            "one_hot" => Source::OneHot,
+            "lrn" => Source::Lrn,
+            "roi_align" => Source::RoiAlign,
+            "nonzero_count" | "nonzero_fill" => Source::NonZero,
             "select" | "prelu" => Source::Select,
             "gather_elements" | "gather_nd" | "scatter_elements" | "scatter_nd" => Source::Indexing,
             "topk" | "cumulative" => Source::Lanes,
@@ -166,6 +196,16 @@ pub fn expected_kernels() -> Vec<String> {
     names.extend(crate::ops::pool::SUFFIXES.iter().map(|t| format!("pool_{t}")));
     names.extend(crate::ops::einsum::SUFFIXES.iter().map(|t| format!("einsum_{t}")));
     names.extend(crate::ops::deconv::SUFFIXES.iter().map(|t| format!("deconv_{t}")));
+    for t in crate::ops::signal::SUFFIXES {
+        for op in ["dft", "col2im", "det", "lrn", "roi_align"] {
+            names.push(format!("{op}_{t}"));
+        }
+    }
+    names.extend(crate::ops::one_hot::WIDTHS.iter().map(|w| format!("one_hot_{w}")));
+    for w in crate::ops::data_dependent::WIDTHS {
+        names.push(format!("nonzero_count_{w}"));
+        names.push(format!("nonzero_fill_{w}"));
+    }
     names
 }
 

@@ -2,6 +2,7 @@
 //! and types have kernels at all (what `check_support` asks).
 
 pub mod compute;
+pub mod data_dependent;
 pub mod deconv;
 pub mod einsum;
 pub mod flash;
@@ -10,9 +11,12 @@ pub mod indexing;
 pub mod lanes;
 pub mod layout;
 pub mod movement;
+pub mod one_hot;
 pub mod pointwise;
 pub mod pool;
 pub mod resize;
+pub mod roi_align;
+pub mod signal;
 pub mod typed;
 
 use crate::device::{Arg, DeviceTensor, Gpu, Layout};
@@ -248,6 +252,9 @@ pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_ty
         K::MatrixMultiply { .. } | K::SoftMax { .. } | K::Normalization { .. } | K::RmsNormalization { .. } | K::Attention(_) => {
             need_float(kind.type_name())
         }
+        K::Reduce { op, .. } if t0 == Some(DataType::Bool) && !matches!(op, kiln::ReduceOp::Max | kiln::ReduceOp::Min) => {
+            Some(format!("Reduce {op:?} is not defined on bool"))
+        }
         K::Reduce { .. } if t0.is_some_and(typed::reduce_supported) => None,
         K::Reduce { .. } => need_float("Reduce"),
         K::Convolution(p) if p.strides.len() <= 2 || cudnn_convolves(p) => need_float("Convolution"),
@@ -263,6 +270,11 @@ pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_ty
             t0.and_then(|t| grid_sample::suffix(t).err()).or_else(|| grid.and_then(|t| grid_sample::suffix(t).err()))
         }
         K::Gather { mode: GatherMode::Default { .. } } => None,
+        K::NonZero => t0.and_then(|t| data_dependent::nonzero_bits(t).err()),
+        K::OneHot { .. } => one_hot::unsupported(t0, input_types.get(1).copied().flatten()),
+        K::Lrn { .. } | K::Col2Im { .. } | K::Determinant | K::RoiAlign { .. } | K::Dft { .. } => {
+            t0.and_then(|t| signal::suffix(t, kind.type_name()).err())
+        }
         K::Resize(p) if p.mode == ResizeMode::Nearest => t0.and_then(|t| crate::device::storage_size(t).err()).map(|e| e.to_string()),
         K::Resize(_) => need_float("Linear and cubic Resize"),
         K::Plugin(p) => crate::plugin::unsupported(p),
@@ -361,6 +373,29 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
         }
         K::Pooling(p) => one(compute::pooling(cx, p, &raw(0)?, &out_shape(0)?)?),
         K::GridSample(p) => one(grid_sample::grid_sample(cx, p, &dev(0)?, &dev(1)?, &out_shape(0)?)?),
+        K::OneHot { axis } => {
+            let depth = host(2)?.ok_or("OneHot's depth is missing")?;
+            one(one_hot::one_hot(cx, &dev(0)?, &dev(1)?, &depth, *axis, &out_shape(0)?)?)
+        }
+        K::Lrn { window, alpha, beta, k } => one(one_hot::lrn(cx, &dev(0)?, *window, *alpha, *beta, *k)?),
+        K::Col2Im { strides, dilations, pads } => {
+            let block = host(2)?.ok_or("Col2Im's block_shape is missing")?;
+            one(signal::col2im(cx, &dev(0)?, &block, strides, dilations, pads, &out_shape(0)?)?)
+        }
+        K::Determinant => one(signal::determinant(cx, &dev(0)?)?),
+        K::NonZero => one(data_dependent::nonzero(cx, &dev(0)?)?),
+        K::RoiAlign { max, output_size, sampling_ratio, spatial_scale, half_pixel } => {
+            one(roi_align::roi_align(cx, &dev(0)?, &dev(1)?, &dev(2)?, *max, *output_size, *sampling_ratio, *spatial_scale, *half_pixel)?)
+        }
+        K::Dft { inverse, onesided } => {
+            let scalar = |t: Arc<HostTensor>, what: &str| match t.to_i64_vec().as_deref() {
+                Some([v]) => Ok(*v),
+                _ => Err(format!("the DFT {what} must be one integer")),
+            };
+            let axis = scalar(host(1)?.ok_or("the DFT axis is missing")?, "axis")?;
+            let length = host(2)?.map(|t| scalar(t, "length")).transpose()?;
+            one(signal::dft(cx, &dev(0)?, length, axis, *inverse, *onesided, &out_shape(0)?)?)
+        }
         K::Deconvolution(p) => one(deconv::deconvolution(cx, p, &dev(0)?, &dev(1)?, opt_dev(2)?.as_ref(), &out_shape(0)?)?),
         K::Einsum { equation } => {
             let operands = (0..inputs.len()).map(dev).collect::<Result<Vec<_>, _>>()?;

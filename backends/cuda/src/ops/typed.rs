@@ -28,7 +28,7 @@ pub fn type_code(dtype: DataType) -> i32 {
 
 /// Every kernel of `typed.cu`, for the NVRTC test.
 pub fn kernel_names() -> Vec<String> {
-    let mut names: Vec<String> = ["typed_cast_any", "quant_quantize_any", "quant_dequantize_any", "typed_classify_any", "typed_not_bool"]
+    let mut names: Vec<String> = ["typed_cast_any", "quant_quantize_any", "quant_dequantize_any", "typed_classify_any", "typed_not_bool", "typed_reduce_bool"]
         .iter()
         .map(|s| s.to_string())
         .collect();
@@ -304,15 +304,19 @@ pub fn unary(cx: &Ctx, op: UnaryOp, x: &DeviceTensor) -> Result<DeviceTensor, St
     Ok(out)
 }
 
-/// Whether Reduce on `dtype` runs here (every op on the integer types and f64).
+/// Whether Reduce on `dtype` runs here (every op on the integer types and f64; Max and Min,
+/// "any" and "all", on bool).
 pub fn reduce_supported(dtype: DataType) -> bool {
-    computes(dtype)
+    computes(dtype) || dtype == DataType::Bool
 }
 
 /// Reduce over the contiguous run `[outer, len, inner]` (the caller moves the axes there).
 pub fn reduce_rows(cx: &Ctx, code: i32, op: ReduceOp, src: &DeviceTensor, (outer, len, inner): (usize, usize, usize), out_shape: &[usize]) -> Result<DeviceTensor, String> {
     if !reduce_supported(src.dtype) {
         return Err(format!("Reduce on {} has no CUDA kernel", src.dtype));
+    }
+    if src.dtype == DataType::Bool && !matches!(op, ReduceOp::Max | ReduceOp::Min) {
+        return Err(format!("Reduce {op:?} is not defined on bool"));
     }
     if op == ReduceOp::Mean && len == 0 && src.dtype.is_integer() {
         return Err("integer mean over zero elements divides by zero".into());

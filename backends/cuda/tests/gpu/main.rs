@@ -14,6 +14,7 @@ mod execution;
 mod layers;
 mod layers_a;
 mod layers_tail;
+mod layers_tail2;
 mod models;
 #[allow(dead_code)]
 #[path = "../../../../engine/onnx/tests/common/pytorch_data.rs"]
