@@ -4,21 +4,7 @@
 
 use super::Ctx;
 use crate::device::{Arg, DeviceTensor};
-use kiln::{DataType, DeconvolutionParams, HostTensor, TensorData};
-
-/// Kernel-name suffixes of `deconv_*`.
-pub const SUFFIXES: [&str; 4] = ["f32", "f16", "bf16", "f64"];
-
-/// The suffix of the kernel for `dtype`, or why none runs it.
-pub fn suffix(dtype: DataType) -> Result<&'static str, String> {
-    match dtype {
-        DataType::F32 => Ok("f32"),
-        DataType::F16 => Ok("f16"),
-        DataType::BF16 => Ok("bf16"),
-        DataType::F64 => Ok("f64"),
-        other => Err(format!("Deconvolution on {other} has no CUDA kernel")),
-    }
-}
+use kiln::{DeconvolutionParams, HostTensor, TensorData};
 
 /// What the kernel is told: per spatial axis input, output and kernel length, stride, dilation
 /// and leading crop (`DeconvAxis` in kernels/deconv.cu, flattened), input channels, output
@@ -90,7 +76,7 @@ pub fn deconvolution(
     bias: Option<&DeviceTensor>,
     out_shape: &[usize],
 ) -> Result<DeviceTensor, String> {
-    let suffix = suffix(x.dtype)?;
+    let suffix = super::float64_suffix(x.dtype, "Deconvolution")?;
     if let Some(t) = std::iter::once(w).chain(bias).find(|t| t.dtype != x.dtype) {
         return Err(format!("deconvolution of {} by {} operands", x.dtype, t.dtype));
     }

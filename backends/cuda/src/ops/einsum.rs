@@ -135,16 +135,7 @@ pub fn einsum(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// `operand_offset` of kernels/common.cuh.
-    fn offset(l: &Layout, which: usize, mut i: i64) -> i64 {
-        let mut off = l.offset[which];
-        for d in (0..l.rank as usize).rev() {
-            off += (i % l.shape[d]) * l.stride[which][d];
-            i /= l.shape[d];
-        }
-        off
-    }
+    use crate::ops::tests::offset;
 
     /// The kernel's arithmetic on the host, in f64.
     fn evaluate(equation: &str, operands: &[(&[usize], Vec<f64>)], out_shape: &[usize]) -> Vec<f64> {

@@ -5,20 +5,6 @@ use super::{pointwise, Ctx};
 use crate::device::{Arg, DeviceTensor, Layout};
 use kiln::{DataType, GridSampleMode, GridSamplePadding, GridSampleParams};
 
-/// Kernel-name suffixes of `grid_sample_*`.
-pub const SUFFIXES: [&str; 4] = ["f32", "f16", "bf16", "f64"];
-
-/// The suffix of the kernel sampling `dtype`, or why none does.
-pub fn suffix(dtype: DataType) -> Result<&'static str, String> {
-    match dtype {
-        DataType::F32 => Ok("f32"),
-        DataType::F16 => Ok("f16"),
-        DataType::BF16 => Ok("bf16"),
-        DataType::F64 => Ok("f64"),
-        other => Err(format!("GridSample runs on f32, f16, bf16 and f64, not {other}")),
-    }
-}
-
 /// What the kernel is told about one sampling: (batch·channels·points elements, channels,
 /// points per batch, the spatial lengths as a layout).
 #[derive(Debug, PartialEq)]
@@ -71,8 +57,8 @@ pub fn grid_sample(
     grid: &DeviceTensor,
     out_shape: &[usize],
 ) -> Result<DeviceTensor, String> {
-    suffix(grid.dtype).map_err(|_| format!("a GridSample grid of {} has no CUDA kernel", grid.dtype))?;
-    let suffix = suffix(x.dtype)?;
+    super::float64_suffix(grid.dtype, "GridSample").map_err(|_| format!("a GridSample grid of {} has no CUDA kernel", grid.dtype))?;
+    let suffix = super::float64_suffix(x.dtype, "GridSample")?;
     let plan = plan(&x.shape, &grid.shape, out_shape)?;
     let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
     if plan.elements == 0 {

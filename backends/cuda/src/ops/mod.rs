@@ -122,6 +122,20 @@ impl<'a> Ctx<'a> {
     }
 }
 
+/// Kernel-name suffixes of the kernels that run every float type, f64 included.
+pub const FLOAT64_SUFFIXES: [&str; 4] = ["f32", "f16", "bf16", "f64"];
+
+/// The suffix of such a kernel for `dtype`, or why none runs `what` on it.
+pub fn float64_suffix(dtype: DataType, what: &str) -> Result<&'static str, String> {
+    match dtype {
+        DataType::F32 => Ok("f32"),
+        DataType::F16 => Ok("f16"),
+        DataType::BF16 => Ok("bf16"),
+        DataType::F64 => Ok("f64"),
+        other => Err(format!("{what} on {other} has no CUDA kernel")),
+    }
+}
+
 /// Row-major element strides.
 pub fn contiguous_strides(shape: &[usize]) -> Vec<i64> {
     let mut st = vec![1i64; shape.len()];
@@ -260,20 +274,20 @@ pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_ty
         K::Convolution(p) if p.strides.len() <= 2 || cudnn_convolves(p) => need_float("Convolution"),
         K::Pooling(p) if p.window.len() > 8 => Some(format!("{}-D pooling has no CUDA kernel", p.window.len())),
         K::Pooling(p) => t0.and_then(|t| pool::suffix(p.kind, t).err()),
-        K::Deconvolution(_) => t0.and_then(|t| deconv::suffix(t).err()),
+        K::Deconvolution(_) => t0.and_then(|t| float64_suffix(t, "Deconvolution").err()),
         K::Einsum { .. } if input_types.len() > einsum::MAX_OPERANDS => {
             Some(format!("Einsum of {} operands has no CUDA kernel (it takes up to {})", input_types.len(), einsum::MAX_OPERANDS))
         }
         K::Einsum { .. } => t0.and_then(|t| einsum::suffix(t).err()),
         K::GridSample(_) => {
             let grid = input_types.get(1).copied().flatten();
-            t0.and_then(|t| grid_sample::suffix(t).err()).or_else(|| grid.and_then(|t| grid_sample::suffix(t).err()))
+            t0.and_then(|t| float64_suffix(t, "GridSample").err()).or_else(|| grid.and_then(|t| float64_suffix(t, "GridSample").err()))
         }
         K::Gather { mode: GatherMode::Default { .. } } => None,
         K::NonZero => t0.and_then(|t| data_dependent::nonzero_bits(t).err()),
         K::OneHot { .. } => one_hot::unsupported(t0, input_types.get(1).copied().flatten()),
         K::Lrn { .. } | K::Col2Im { .. } | K::Determinant | K::RoiAlign { .. } | K::Dft { .. } => {
-            t0.and_then(|t| signal::suffix(t, kind.type_name()).err())
+            t0.and_then(|t| float64_suffix(t, kind.type_name()).err())
         }
         K::Resize(p) if p.mode == ResizeMode::Nearest => t0.and_then(|t| crate::device::storage_size(t).err()).map(|e| e.to_string()),
         K::Resize(_) => need_float("Linear and cubic Resize"),
@@ -589,12 +603,12 @@ fn step(cx: &Ctx, post: &PostOp, running: DeviceTensor, inputs: &[Option<Value>]
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::{broadcast_layout, broadcast_strides, coalesce};
     use crate::device::Layout;
 
     /// `operand_offset` of kernels/common.cuh.
-    fn offset(l: &Layout, which: usize, mut i: i64) -> i64 {
+    pub(crate) fn offset(l: &Layout, which: usize, mut i: i64) -> i64 {
         let mut off = l.offset[which];
         for d in (0..l.rank as usize).rev() {
             off += (i % l.shape[d]) * l.stride[which][d];

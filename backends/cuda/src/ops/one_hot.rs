@@ -84,7 +84,7 @@ pub fn one_hot(
 
 /// LRN across the channels (axis 1) with a window of `size`.
 pub fn lrn(cx: &Ctx, x: &DeviceTensor, size: usize, alpha: f32, beta: f32, k: f32) -> Result<DeviceTensor, String> {
-    let suffix = super::signal::suffix(x.dtype, "LRN")?;
+    let suffix = super::float64_suffix(x.dtype, "LRN")?;
     if x.shape.len() < 2 || size == 0 {
         return Err("LRN needs a channel axis 1 and a window of at least 1".into());
     }

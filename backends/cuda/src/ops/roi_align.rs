@@ -18,7 +18,7 @@ pub fn roi_align(
     spatial_scale: f32,
     half_pixel: bool,
 ) -> Result<DeviceTensor, String> {
-    let suffix = super::signal::suffix(x.dtype, "RoiAlign")?;
+    let suffix = super::float64_suffix(x.dtype, "RoiAlign")?;
     let [batch, channels, height, width] = x.shape[..] else {
         return Err(format!("RoiAlign input must be (N, C, H, W), got {:?}", x.shape));
     };

@@ -7,20 +7,6 @@ use kiln::ir::infer::{col2im_blocks, dft_axis, dft_length};
 use kiln::{DataType, HostTensor, TensorData};
 use std::f64::consts::TAU;
 
-/// Kernel-name suffixes of `dft_*`, `col2im_*`, `det_*` (and of LRN and RoiAlign's kernels).
-pub const SUFFIXES: [&str; 4] = ["f32", "f16", "bf16", "f64"];
-
-/// The suffix of the float kernel for `dtype`, or why none runs `what` on it.
-pub fn suffix(dtype: DataType, what: &str) -> Result<&'static str, String> {
-    match dtype {
-        DataType::F32 => Ok("f32"),
-        DataType::F16 => Ok("f16"),
-        DataType::BF16 => Ok("bf16"),
-        DataType::F64 => Ok("f64"),
-        other => Err(format!("{what} on {other} has no CUDA kernel")),
-    }
-}
-
 fn upload_f64(cx: &Ctx, v: Vec<f64>) -> Result<DeviceTensor, String> {
     let t = HostTensor::new(vec![v.len()], TensorData::F64(v)).map_err(|e| e.to_string())?;
     cx.gpu.upload(&t).map_err(|e| e.to_string())
@@ -92,7 +78,7 @@ pub fn dft(
     onesided: bool,
     out_shape: &[usize],
 ) -> Result<DeviceTensor, String> {
-    let suffix = suffix(x.dtype, "DFT")?;
+    let suffix = super::float64_suffix(x.dtype, "DFT")?;
     let p = dft_plan(&x.shape, length, axis, inverse, onesided, out_shape)?;
     let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
     let total = p.outer * p.out_len * p.inner;
@@ -178,7 +164,7 @@ pub fn col2im(
     pads: &[usize],
     out_shape: &[usize],
 ) -> Result<DeviceTensor, String> {
-    let suffix = suffix(x.dtype, "Col2Im")?;
+    let suffix = super::float64_suffix(x.dtype, "Col2Im")?;
     let block = block.to_i64_vec().ok_or("Col2Im block_shape must be integers")?;
     let plan = col2im_plan(&x.shape, &block, strides, dilations, pads, out_shape)?;
     let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
@@ -205,7 +191,7 @@ pub fn col2im(
 /// The determinant of each square matrix in the last two dims (LU with partial pivoting in
 /// f64, one thread per matrix in a scratch copy).
 pub fn determinant(cx: &Ctx, x: &DeviceTensor) -> Result<DeviceTensor, String> {
-    let suffix = suffix(x.dtype, "Det")?;
+    let suffix = super::float64_suffix(x.dtype, "Det")?;
     let rank = x.shape.len();
     if rank < 2 || x.shape[rank - 1] != x.shape[rank - 2] {
         return Err(format!("Det needs square matrices in the last two dims, got {:?}", x.shape));
