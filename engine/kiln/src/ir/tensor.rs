@@ -232,6 +232,32 @@ impl TensorData {
         })
     }
 
+    /// Overwrites the elements with little-endian `bytes` in place (no allocation); `false`
+    /// where the byte count differs or the type's memory is not that layout (then nothing
+    /// changed).
+    pub fn overwrite_le_bytes(&mut self, bytes: &[u8]) -> bool {
+        if self.as_le_bytes().map(<[u8]>::len) != Some(bytes.len()) {
+            return false;
+        }
+        let dst: &mut [u8] = match self {
+            TensorData::F32(v) => bytemuck::cast_slice_mut(v),
+            TensorData::F16(v) => bytemuck::cast_slice_mut(v),
+            TensorData::BF16(v) => bytemuck::cast_slice_mut(v),
+            TensorData::F64(v) => bytemuck::cast_slice_mut(v),
+            TensorData::I8(v) => bytemuck::cast_slice_mut(v),
+            TensorData::I16(v) => bytemuck::cast_slice_mut(v),
+            TensorData::I32(v) => bytemuck::cast_slice_mut(v),
+            TensorData::I64(v) => bytemuck::cast_slice_mut(v),
+            TensorData::U8(v) => v,
+            TensorData::U16(v) => bytemuck::cast_slice_mut(v),
+            TensorData::U32(v) => bytemuck::cast_slice_mut(v),
+            TensorData::U64(v) => bytemuck::cast_slice_mut(v),
+            _ => return false,
+        };
+        dst.copy_from_slice(bytes);
+        true
+    }
+
     /// [`TensorData::to_le_bytes`], borrowed where the memory already is that layout.
     pub fn le_bytes(&self) -> std::borrow::Cow<'_, [u8]> {
         match self.as_le_bytes() {
@@ -374,6 +400,12 @@ impl HostTensor {
 
     pub fn data(&self) -> &TensorData {
         &self.data
+    }
+
+    /// Overwrites the elements in place from little-endian `bytes` (see
+    /// [`TensorData::overwrite_le_bytes`]); the shape stays.
+    pub fn overwrite_le_bytes(&mut self, bytes: &[u8]) -> bool {
+        self.data.overwrite_le_bytes(bytes)
     }
 
     pub fn into_data(self) -> TensorData {

@@ -80,9 +80,16 @@ impl Buffer {
         HostTensor::new(dims.to_vec(), data).ok()
     }
 
+    /// Reads the first elements into `tensor` in place (its type and shape say how many);
+    /// `false` when they do not fit or the type cannot be overwritten in place.
+    pub fn read_into(&self, tensor: &mut HostTensor) -> bool {
+        let guard = self.lock();
+        guard.get(..tensor.size_bytes()).is_some_and(|bytes| tensor.overwrite_le_bytes(bytes))
+    }
+
     /// Writes a tensor's elements at the start; `false` when it does not fit.
     pub fn write_tensor(&self, tensor: &HostTensor) -> bool {
-        self.write_bytes(&tensor.data().to_le_bytes())
+        self.write_bytes(&tensor.data().le_bytes())
     }
 
     fn lock(&self) -> MutexGuard<'_, Vec<u8>> {
