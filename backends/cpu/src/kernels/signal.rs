@@ -2,9 +2,8 @@
 //! angles (`j·k mod n`), which matches numpy's FFT to rounding at the sizes models use.
 
 use crate::element::{float_data, pack, FloatElem};
-use kiln::ir::infer::{col2im_blocks, dft_axis, dft_length};
+use kiln::ir::infer::{col2im_blocks, dft_signal, dft_twiddles, DftSignal};
 use kiln::{HostTensor, TensorData};
-use std::f64::consts::TAU;
 
 pub fn dft(
     x: &HostTensor,
@@ -16,22 +15,13 @@ pub fn dft(
 ) -> Result<TensorData, String> {
     let xs = x.shape();
     let rank = xs.len();
-    let axis = dft_axis(axis, rank)?;
-    let parts = xs[rank - 1];
-    if parts != 1 && parts != 2 {
-        return Err(format!("the last axis of a DFT signal must be 1 or 2, got {parts}"));
-    }
-    let in_len = xs[axis];
-    let n = dft_length(in_len, length, inverse, onesided)?;
+    let DftSignal { axis, parts, in_len, n, used } = dft_signal(xs, axis, length, inverse, onesided)?;
     let out_len = out_shape[axis];
     let out_parts = out_shape[rank - 1];
     let outer: usize = xs[..axis].iter().product();
     let inner: usize = xs[axis + 1..rank - 1].iter().product();
     let xv = x.to_f64_vec();
-    let (cos, sin): (Vec<f64>, Vec<f64>) =
-        (0..n).map(|m| (TAU * m as f64 / n as f64).sin_cos()).map(|(s, c)| (c, s)).unzip();
-    // The input samples that take part (the rest are the zero padding).
-    let used = if inverse && onesided { in_len.min(n / 2 + 1) } else { in_len.min(n) };
+    let (cos, sin) = dft_twiddles(n);
     let sign = if inverse { 1.0 } else { -1.0 };
     let scale = if inverse { 1.0 / n as f64 } else { 1.0 };
     let mut out = vec![0f64; outer * out_len * inner * out_parts];

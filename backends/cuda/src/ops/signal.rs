@@ -3,9 +3,8 @@
 
 use super::Ctx;
 use crate::device::{Arg, DeviceTensor};
-use kiln::ir::infer::{col2im_blocks, dft_axis, dft_length};
+use kiln::ir::infer::{col2im_blocks, dft_signal, dft_twiddles, DftSignal};
 use kiln::{DataType, HostTensor, TensorData};
-use std::f64::consts::TAU;
 
 fn upload_f64(cx: &Ctx, v: Vec<f64>) -> Result<DeviceTensor, String> {
     let t = HostTensor::new(vec![v.len()], TensorData::F64(v)).map_err(|e| e.to_string())?;
@@ -42,18 +41,11 @@ pub fn dft_plan(
     out_shape: &[usize],
 ) -> Result<DftPlan, String> {
     let rank = x.len();
-    let axis = dft_axis(axis, rank)?;
-    let parts = x[rank - 1];
-    if parts != 1 && parts != 2 {
-        return Err(format!("the last axis of a DFT signal must be 1 or 2, got {parts}"));
-    }
-    let in_len = x[axis];
-    let n = dft_length(in_len, length, inverse, onesided)?;
+    let DftSignal { axis, parts, in_len, n, used } = dft_signal(x, axis, length, inverse, onesided)?;
     if out_shape.len() != rank || !matches!(out_shape[rank - 1], 1 | 2) {
         return Err(format!("DFT output shape {out_shape:?} does not fit the signal {x:?}"));
     }
     let hermitian = inverse && onesided;
-    let used = if hermitian { in_len.min(n / 2 + 1) } else { in_len.min(n) };
     Ok(DftPlan {
         outer: x[..axis].iter().product(),
         in_len,
@@ -85,9 +77,8 @@ pub fn dft(
     if total == 0 {
         return Ok(out);
     }
-    // The twiddles as kiln-cpu computes them (exact angle m / n, Rust's sin_cos).
-    let (cos, sin): (Vec<f64>, Vec<f64>) =
-        (0..p.n).map(|m| (TAU * m as f64 / p.n as f64).sin_cos()).map(|(s, c)| (c, s)).unzip();
+    // The twiddles as kiln-cpu computes them.
+    let (cos, sin) = dft_twiddles(p.n);
     let (cos, sin) = (upload_f64(cx, cos)?, upload_f64(cx, sin)?);
     let scale = if inverse { 1.0 / p.n as f64 } else { 1.0 };
     let args = [

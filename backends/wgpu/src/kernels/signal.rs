@@ -4,7 +4,7 @@
 use super::{count_word, output, KResult};
 use crate::shaders::Instance;
 use crate::value::{DeviceTensor, Recorder};
-use kiln::ir::infer::{col2im_blocks, dft_axis, dft_length};
+use kiln::ir::infer::{col2im_blocks, dft_signal, DftSignal};
 
 /// The most spatial dims the Col2Im kernel indexes.
 pub const COL2IM_MAX_SPATIAL: usize = 3;
@@ -30,19 +30,12 @@ pub fn dft(
     floats("DFT", x)?;
     let xs = &x.shape;
     let rank = xs.len();
-    let axis = dft_axis(axis, rank)?;
-    let parts = xs[rank - 1];
-    if parts != 1 && parts != 2 {
-        return Err(format!("the last axis of a DFT signal must be 1 or 2, got {parts}"));
-    }
-    let in_len = xs[axis];
-    let n = dft_length(in_len, length, inverse, onesided)?;
+    let DftSignal { axis, parts, in_len, n, used } = dft_signal(xs, axis, length, inverse, onesided)?;
     if out_shape.len() != rank {
         return Err(format!("DFT output {out_shape:?} does not have the input's rank {rank}"));
     }
     let (out_len, out_parts) = (out_shape[axis], out_shape[rank - 1]);
     let inner: usize = xs[axis + 1..rank - 1].iter().product();
-    let used = if inverse && onesided { in_len.min(n / 2 + 1) } else { in_len.min(n) };
     let out = output(rec, x.dtype, out_shape)?;
     let bins = out.len() / out_parts.max(1);
     let params = [
