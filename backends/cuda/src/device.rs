@@ -204,11 +204,14 @@ impl DeviceTensor {
         DeviceTensor::new(self.buf.clone(), self.dtype, shape)
     }
 
-    /// The strides of an NCHW `shape` stored NHWC (order `[0, 2, …, rank - 1, 1]`).
+    /// The axes of an NCHW tensor of rank `rank` in NHWC order: `[0, 2, …, rank - 1, 1]`.
+    pub fn channels_last_order(rank: usize) -> Vec<usize> {
+        std::iter::once(0).chain(2..rank).chain((rank > 1).then_some(1)).collect()
+    }
+
+    /// The strides of an NCHW `shape` stored NHWC.
     pub fn channels_last_strides(shape: &[usize]) -> Vec<i64> {
-        let r = shape.len();
-        let order: Vec<usize> = std::iter::once(0).chain(2..r).chain((r > 1).then_some(1)).collect();
-        strides_in_order(shape, &order)
+        strides_in_order(shape, &Self::channels_last_order(shape.len()))
     }
 
     /// Whether the bytes are `shape` stored channels-last, packed.

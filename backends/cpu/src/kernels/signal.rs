@@ -2,7 +2,7 @@
 //! angles (`j·k mod n`), which matches numpy's FFT to rounding at the sizes models use.
 
 use crate::element::{float_data, pack, FloatElem};
-use kiln::ir::infer::{col2im_blocks, dft_signal, dft_twiddles, DftSignal};
+use kiln::ir::infer::{col2im_block_dims, col2im_blocks, dft_signal, dft_twiddles, DftSignal};
 use kiln::{HostTensor, TensorData};
 
 pub fn dft(
@@ -75,10 +75,7 @@ pub fn col2im(
 ) -> Result<TensorData, String> {
     let spatial = out_shape.len().saturating_sub(2);
     let image = &out_shape[2..];
-    let block: Vec<usize> = block
-        .iter()
-        .map(|&b| usize::try_from(b).map_err(|_| format!("Col2Im block dim {b} is negative")))
-        .collect::<Result<_, _>>()?;
+    let block = col2im_block_dims(block)?;
     let grid = col2im_blocks(image, &block, strides, dilations, pads)?;
     let xs = x.shape();
     let (batch, channels) = (out_shape[0], out_shape[1]);

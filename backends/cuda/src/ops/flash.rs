@@ -73,7 +73,7 @@ fn key_with_unit_inner(cx: &Ctx, k: &DeviceTensor, transposed: bool) -> Result<(
     }
     let mut perm: Vec<usize> = (0..r).collect();
     perm.swap(r - 2, r - 1);
-    Ok((movement::transpose(cx, &layout::to_row_major(cx, k)?, &perm)?, false))
+    Ok((movement::transpose(cx, k, &perm)?, false))
 }
 
 /// The output's strides when its head merge waits: packed [outer, sequence, heads, dim].

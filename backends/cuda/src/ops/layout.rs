@@ -27,8 +27,7 @@ pub fn to_channels_last(cx: &Ctx, t: &DeviceTensor) -> Result<DeviceTensor, Stri
     if r < 3 {
         return Err(format!("a rank-{r} tensor has no channels to move last"));
     }
-    let order: Vec<usize> = std::iter::once(0).chain(2..r).chain(std::iter::once(1)).collect();
-    let moved = movement::transpose(cx, &to_row_major(cx, t)?, &order)?;
+    let moved = movement::transpose(cx, t, &DeviceTensor::channels_last_order(r))?;
     Ok(DeviceTensor { strides: Some(DeviceTensor::channels_last_strides(&t.shape)), ..moved.reshaped(t.shape.clone()) })
 }
 

@@ -104,23 +104,10 @@ fn widened(l: &Layout, k: i64) -> Option<Layout> {
     Some(wide)
 }
 
-/// Permutes `x`'s axes (`out dim i` = `in dim perm[i]`).
+/// Permutes `x`'s axes (`out dim i` = `in dim perm[i]`) into packed row-major bytes: one copy
+/// from wherever `x` (maybe a view) keeps them, none when only size-1 axes move.
 pub fn transpose(cx: &Ctx, x: &DeviceTensor, perm: &[usize]) -> Result<DeviceTensor, String> {
-    if perm.iter().enumerate().all(|(i, &p)| i == p) {
-        return Ok(x.clone());
-    }
-    if perm.len() != x.shape.len() || perm.iter().any(|&p| p >= x.shape.len()) {
-        return Err(format!("permutation {perm:?} does not fit rank {}", x.shape.len()));
-    }
-    let shape: Vec<usize> = perm.iter().map(|&p| x.shape[p]).collect();
-    // Moving only size-1 axes keeps the bytes in place (an NHWC [n, 1, 1, c] is its NCHW self).
-    let moved: Vec<usize> = perm.iter().copied().filter(|&p| x.shape[p] != 1).collect();
-    if moved.windows(2).all(|w| w[0] < w[1]) {
-        return Ok(x.reshaped(shape));
-    }
-    let st = contiguous_strides(&x.shape);
-    let strides: Vec<i64> = perm.iter().map(|&p| st[p]).collect();
-    gather_strided(cx, x, &shape, &strides, 0)
+    super::layout::to_row_major(cx, &permuted(x, perm)?)
 }
 
 /// `x` with its axes permuted (`out dim i` = `in dim perm[i]`) and no bytes moved: a view

@@ -3,7 +3,7 @@
 
 use super::Ctx;
 use crate::device::{Arg, DeviceTensor};
-use kiln::ir::infer::{col2im_blocks, dft_signal, dft_twiddles, DftSignal};
+use kiln::ir::infer::{col2im_block_dims, col2im_blocks, dft_signal, dft_twiddles, DftSignal};
 use kiln::{DataType, HostTensor, TensorData};
 
 fn upload_f64(cx: &Ctx, v: Vec<f64>) -> Result<DeviceTensor, String> {
@@ -123,10 +123,7 @@ pub fn col2im_plan(
         return Err(format!("Col2Im of {x:?} into {out_shape:?}: needs (N, C·∏block, L) into 1 to 8 spatial axes"));
     }
     let image = &out_shape[2..];
-    let block: Vec<usize> = block
-        .iter()
-        .map(|&b| usize::try_from(b).map_err(|_| format!("Col2Im block dim {b} is negative")))
-        .collect::<Result<_, _>>()?;
+    let block = col2im_block_dims(block)?;
     let grid = col2im_blocks(image, &block, strides, dilations, pads)?;
     let product = |v: &[usize]| v.iter().try_fold(1usize, |p, &d| p.checked_mul(d));
     let (Some(per_channel), Some(columns)) = (product(&block), product(&grid)) else {

@@ -4,7 +4,7 @@
 use super::{count_word, output, KResult};
 use crate::shaders::Instance;
 use crate::value::{DeviceTensor, Recorder};
-use kiln::ir::infer::{col2im_blocks, dft_signal, DftSignal};
+use kiln::ir::infer::{col2im_block_dims, col2im_blocks, dft_signal, DftSignal};
 
 /// The most spatial dims the Col2Im kernel indexes.
 pub const COL2IM_MAX_SPATIAL: usize = 3;
@@ -74,10 +74,7 @@ pub fn col2im(
         return Err(format!("Col2Im over {spatial} spatial dims: the WGSL kernel handles 1 to {COL2IM_MAX_SPATIAL}"));
     }
     let image = &out_shape[2..];
-    let block: Vec<usize> = block
-        .iter()
-        .map(|&b| usize::try_from(b).map_err(|_| format!("Col2Im block dim {b} is negative")))
-        .collect::<Result<_, _>>()?;
+    let block = col2im_block_dims(block)?;
     let grid = col2im_blocks(image, &block, strides, dilations, pads)?;
     let (batch, channels) = (out_shape[0], out_shape[1]);
     let per_channel: usize = block.iter().product();

@@ -116,6 +116,11 @@ pub(super) fn dft(ins: &Inputs, inverse: bool, onesided: bool) -> InferResult<Ve
     Ok(vec![OutFact::new(x.dtype, Shape(dims))])
 }
 
+/// A Col2Im block shape given as the layer's i64 input, as sizes.
+pub fn col2im_block_dims(block: &[i64]) -> Result<Vec<usize>, String> {
+    block.iter().map(|&b| usize::try_from(b).map_err(|_| format!("Col2Im block dim {b} is negative"))).collect()
+}
+
 /// The number of block positions along each spatial dim of a Col2Im image (im2col's grid).
 pub fn col2im_blocks(
     image: &[usize],
