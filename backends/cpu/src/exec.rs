@@ -72,7 +72,7 @@ impl Machine for CpuExecutable {
         let facts: Vec<Option<Fact>> = inputs
             .iter()
             .zip(&shapes)
-            .map(|(x, s)| x.zip(s.as_ref()).map(|(x, s)| Fact { dtype: x.dtype(), shape: s, value: Some(x) }))
+            .map(|(x, s)| x.zip(s.as_ref()).map(|(x, s)| Fact::new(x.dtype(), s, Some(x))))
             .collect();
         let expected = infer_layer(&layer.kind, &facts, &|w| net.weights_blob(w))
             .map_err(|e| format!("shape inference: {}", e.rule))?;

@@ -89,7 +89,7 @@ pub fn time_tactic(network: &Network, layer: LayerId, tactic: &TacticDesc, repet
     let facts: Vec<Option<Fact>> = views
         .iter()
         .zip(&shapes)
-        .map(|(x, s)| x.zip(s.as_ref()).map(|(x, s)| Fact { dtype: x.dtype(), shape: s, value: None }))
+        .map(|(x, s)| x.zip(s.as_ref()).map(|(x, s)| Fact::new(x.dtype(), s, None)))
         .collect();
     let outs = infer_layer(&l.kind, &facts, &|w| network.weights_blob(w)).map_err(|e| fail(e.rule))?;
     kernels::run_with(&l.kind, &views, &outs, variant).map_err(&fail)?;

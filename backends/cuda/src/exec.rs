@@ -282,7 +282,7 @@ impl Run<'_> {
         let facts: Vec<Option<Fact>> = host
             .iter()
             .zip(&shapes)
-            .map(|(x, s)| x.as_deref().zip(s.as_ref()).map(|(x, s)| Fact { dtype: x.dtype(), shape: s, value: Some(x) }))
+            .map(|(x, s)| x.as_deref().zip(s.as_ref()).map(|(x, s)| Fact::new(x.dtype(), s, Some(x))))
             .collect();
         let net = &self.exe.network;
         let expected = infer_layer(kind, &facts, &|w| net.weights_blob(w)).map_err(|e| format!("shape inference: {}", e.rule))?;

@@ -196,10 +196,8 @@ impl<'e> Run<'e> {
             .iter()
             .zip(&shapes)
             .map(|(v, s)| {
-                v.as_ref().zip(s.as_ref()).map(|(v, s)| Fact {
-                    dtype: v.dtype(),
-                    shape: s,
-                    value: if let Value::Host(t) = v { Some(&**t) } else { None },
+                v.as_ref().zip(s.as_ref()).map(|(v, s)| {
+                    Fact::new(v.dtype(), s, if let Value::Host(t) = v { Some(&**t) } else { None })
                 })
             })
             .collect();

@@ -44,6 +44,9 @@ pub fn load_engine(path: &Path, bytes: &[u8]) -> anyhow::Result<Engine> {
     Engine::deserialize(bytes).with_context(|| format!("cannot load engine file `{}`", path.display()))
 }
 
+/// Imports the bytes of the ONNX model at `path`; external data resolves against the
+/// model's folder (the ONNX rule), whatever the working directory.
 pub fn import_onnx(path: &Path, bytes: &[u8]) -> anyhow::Result<Network> {
-    kiln_onnx::import_bytes(bytes, Some(path)).with_context(|| format!("cannot import ONNX model `{}`", path.display()))
+    kiln_onnx::import_bytes(bytes, Some(kiln_onnx::model_dir(path)))
+        .with_context(|| format!("cannot import ONNX model `{}`", path.display()))
 }

@@ -115,7 +115,7 @@ impl<'e> EngineInspector<'e> {
                 .iter()
                 .map(|t| {
                     t.map(|t| match &known[t.0] {
-                        Some((dtype, shape, value)) => Fact { dtype: *dtype, shape, value: value.as_ref() },
+                        Some((dtype, shape, value)) => Fact::new(*dtype, shape, value.as_ref()),
                         None => net.fact(t),
                     })
                 })

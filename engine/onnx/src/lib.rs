@@ -29,7 +29,16 @@ use std::path::Path;
 /// Imports an ONNX model file; external data is resolved next to it.
 pub fn import_file(path: &Path) -> Result<Network, ImportError> {
     let bytes = std::fs::read(path).map_err(|source| ImportError::Io { path: path.to_path_buf(), source })?;
-    import_bytes(&bytes, path.parent())
+    import_bytes(&bytes, Some(model_dir(path)))
+}
+
+/// The folder whose files a model file's external data locations are relative to (the
+/// ONNX rule): the model file's parent, `.` for a bare file name.
+pub fn model_dir(model_path: &Path) -> &Path {
+    match model_path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    }
 }
 
 /// Imports a serialized ONNX model. `model_dir` is where external data files live; without

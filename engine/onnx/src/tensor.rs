@@ -78,8 +78,10 @@ pub(crate) fn host_tensor(t: &TensorProto, owner: &str, model_dir: Option<&Path>
             None => dtype.size_bytes().and_then(|size| count.checked_mul(size)),
         }
         .ok_or_else(|| invalid(format!("dims {:?} overflow the byte count", t.dims)))?;
-        let bytes = read_external(t, model_dir, expected)?;
-        from_raw(dtype, &bytes, count).map_err(invalid)?
+        read_external(t, model_dir, dtype, count, expected).map_err(|e| match e {
+            External::Import(e) => e,
+            External::Elements(reason) => invalid(reason),
+        })?
     } else if let Some(raw) = &t.raw_data {
         from_raw(dtype, raw, count).map_err(invalid)?
     } else {
@@ -165,9 +167,29 @@ fn from_typed_fields(t: &TensorProto, dtype: DataType, count: usize) -> Result<T
     })
 }
 
-/// Reads `expected` bytes of external data, refusing paths that leave the model directory.
-fn read_external(t: &TensorProto, model_dir: Option<&Path>, expected: usize) -> Result<Vec<u8>, ImportError> {
-    let error = |reason: String| ImportError::ExternalData { tensor: t.name().to_string(), reason };
+/// Why external data could not become elements.
+enum External {
+    Import(ImportError),
+    Elements(String),
+}
+
+impl From<ImportError> for External {
+    fn from(e: ImportError) -> External {
+        External::Import(e)
+    }
+}
+
+/// Reads `count` elements (`expected` bytes) of external data, refusing paths that leave the
+/// model directory. Plain numeric types are read straight into their storage, so a large
+/// weight is never held twice.
+fn read_external(
+    t: &TensorProto,
+    model_dir: Option<&Path>,
+    dtype: DataType,
+    count: usize,
+    expected: usize,
+) -> Result<TensorData, External> {
+    let error = |reason: String| External::Import(ImportError::ExternalData { tensor: t.name().to_string(), reason });
     let mut location = None;
     let mut offset = 0u64;
     let mut length = None;
@@ -202,11 +224,16 @@ fn read_external(t: &TensorProto, model_dir: Option<&Path>, expected: usize) -> 
     if length != expected as u64 {
         return Err(error(format!("holds {length} bytes but the tensor needs {expected}")));
     }
-    let mut bytes = vec![0u8; expected];
-    file.seek(SeekFrom::Start(offset))
-        .and_then(|_| file.read_exact(&mut bytes))
-        .map_err(|e| error(format!("cannot read `{}`: {e}", path.display())))?;
-    Ok(bytes)
+    let read_error = |e: std::io::Error| error(format!("cannot read `{}`: {e}", path.display()));
+    file.seek(SeekFrom::Start(offset)).map_err(read_error)?;
+    let mut reader = file.take(length);
+    if dtype == DataType::Bool || dtype.packed_bits().is_some() {
+        // ONNX's byte conventions for these differ from kiln's element bytes.
+        let mut bytes = vec![0u8; expected];
+        reader.read_exact(&mut bytes).map_err(read_error)?;
+        return from_raw(dtype, &bytes, count).map_err(External::Elements);
+    }
+    TensorData::read_le(dtype, count, &mut reader).map_err(read_error)
 }
 
 /// A relative path with no `..`, root or drive component.

@@ -263,6 +263,23 @@ fn branch_outputs_of_different_shapes_make_a_dynamic_output() {
     assert_close(&try_run(&model, vec![("c", bool_scalar(false))]).unwrap()["y"], &[3], &[1., 2., 3.], 0.0);
 }
 
+/// torchvision's batched NMS as the legacy exporter writes it: one branch returns a fixed
+/// empty `[0]` tensor, the other one sized by the data; neither fixes the output.
+#[test]
+fn a_fixed_empty_branch_and_a_dynamic_branch_make_a_dynamic_output() {
+    let then_branch = Graph::new().init(tensor_i64("none", &[0], &[])).node(node("Identity", &["none"], &["empty"])).output("empty");
+    let else_branch = Graph::new().node(node("Identity", &["x"], &["kept"])).output("kept");
+    let model = Graph::new()
+        .input("c", BOOL, "")
+        .input("x", I64, "N")
+        .node(node("If", &["c"], &["y"]).attr(graph_attr("then_branch", then_branch)).attr(graph_attr("else_branch", else_branch)))
+        .output("y")
+        .model(13);
+    let x = i64s(&[3], &[4, 5, 6]);
+    assert_i64(&try_run(&model, vec![("c", bool_scalar(false)), ("x", x.clone())]).unwrap()["y"], &[3], &[4, 5, 6]);
+    assert_eq!(try_run(&model, vec![("c", bool_scalar(true)), ("x", x)]).unwrap()["y"].shape(), [0]);
+}
+
 /// A condition known at build time selects its branch during import; the other branch,
 /// invalid for these shapes (a Reshape of 3 elements to 2), is never imported.
 #[test]

@@ -24,11 +24,7 @@ fn step_with(kind: &LayerKind, inputs: &[Option<&HostTensor>], variant: Variant)
         .iter()
         .zip(&shapes)
         .map(|(x, s)| {
-            x.zip(s.as_ref()).map(|(x, s)| Fact {
-                dtype: x.dtype(),
-                shape: s,
-                value: Some(x),
-            })
+            x.zip(s.as_ref()).map(|(x, s)| Fact::new(x.dtype(), s, Some(x)))
         })
         .collect();
     let outs: Vec<OutFact> = infer_layer(kind, &facts, &|_| None).map_err(|e| e.rule)?;

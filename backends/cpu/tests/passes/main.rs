@@ -7,11 +7,12 @@ mod networks;
 use kiln::passes::{
     AttentionFusion, CommonSubexpressionElimination, ConstantFolding, DeadLayerElimination,
     EpilogueFusion, GeluFusion, HorizontalMatMulFusion, NoOpRemoval, NormalizationFusion, Pass,
-    PassContext, Pipeline, PointwiseChainFusion, RmsNormalizationFusion, SoftMaxFusion,
+    PassContext, Pipeline, PointwiseChainFusion, RmsNormalizationFusion, ShapeTensorResolution,
+    SoftMaxFusion,
 };
 use kiln::{
-    ActivationKind, Builder, BuilderConfig, ExecutionContext, LayerKind, Network, Optimization,
-    PostOp,
+    ActivationKind, Builder, BuilderConfig, Dim, ExecutionContext, LayerKind, Network,
+    Optimization, PostOp,
 };
 use kiln_cpu::CpuBackend;
 use std::path::PathBuf;
@@ -112,6 +113,17 @@ fn shape_folding_makes_reshapes_static_without_a_backend() {
         l.kind,
         LayerKind::Shape | LayerKind::Gather { .. } | LayerKind::Concatenation { .. }
     )));
+    check_equivalent(&net, 0.0);
+}
+
+#[test]
+fn shape_tensor_resolution_makes_dynamic_batch_reshapes_static() {
+    let net = networks::dynamic_batch_views();
+    let out = check_golden("shape_tensor_resolution", &net, Box::new(ShapeTensorResolution), None);
+    // Both reshapes are static ([0, 3, -1] and [-1, 12]); the shape arithmetic is gone.
+    assert_eq!(kinds(&out), ["Shuffle", "Shuffle"]);
+    let flat = out.tensor(out.outputs()[0]);
+    assert_eq!(flat.shape.dims(), [Dim::Named("batch".into()), Dim::Fixed(12)]);
     check_equivalent(&net, 0.0);
 }
 

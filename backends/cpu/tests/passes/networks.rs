@@ -95,6 +95,60 @@ use ElementwiseOp as E;
 
 /// `Shape → Gather → Concat → Reshape`, as PyTorch exports `x.view(x.size(0), -1)`, on
 /// a fixed input and on one with a dynamic batch (only fixed dims fold there).
+/// The legacy exporter's `x.view(x.size(0), x.size(1), -1)` and `transpose(1, 2).reshape(
+/// N, -1)` on an input with a dynamic batch: reshape dims computed from `Shape` at run time.
+pub fn dynamic_batch_views() -> Network {
+    let mut g = G::new("dynamic_batch_views");
+    let x = g.input(
+        "x",
+        vec![Dim::Named("batch".into()), Dim::Fixed(3), Dim::Fixed(2), Dim::Fixed(2)],
+    );
+    let shape = g.layer("shape", LayerKind::Shape, &[x]);
+    let first_two = g.ints("first two", &[0, 1]);
+    let kept = g.layer(
+        "gather",
+        LayerKind::Gather {
+            mode: GatherMode::Default { axis: 0 },
+        },
+        &[shape, first_two],
+    );
+    let minus_one = g.ints("minus one", &[-1]);
+    let dims = g.layer(
+        "concat",
+        LayerKind::Concatenation { axis: 0 },
+        &[kept, minus_one],
+    );
+    let reshape = LayerKind::Shuffle(ShuffleParams {
+        reshape: None,
+        zero_is_placeholder: true,
+        ..Default::default()
+    });
+    let view = g.layer("view", reshape, &[x, dims]);
+    // Transposed to [3, batch, 4], the batch is no longer in place: it becomes the `-1`.
+    let transposed_reshape = LayerKind::Shuffle(ShuffleParams {
+        first_transpose: vec![1, 0, 2],
+        reshape: None,
+        zero_is_placeholder: true,
+        ..Default::default()
+    });
+    let batch_index = g.ints("batch index", &[0]);
+    let batch = g.layer(
+        "batch",
+        LayerKind::Gather {
+            mode: GatherMode::Default { axis: 0 },
+        },
+        &[shape, batch_index],
+    );
+    let twelve = g.ints("twelve", &[12]);
+    let flat_dims = g.layer(
+        "flat dims",
+        LayerKind::Concatenation { axis: 0 },
+        &[batch, twelve],
+    );
+    let flat = g.layer("flat", transposed_reshape, &[view, flat_dims]);
+    g.output(flat, "out")
+}
+
 pub fn shape_chain() -> Network {
     let mut g = G::new("shape_chain");
     let x = g.fixed_input("x", &[2, 3, 4]);

@@ -326,7 +326,7 @@ pub fn infer(kind: &LayerKind, inputs: &[Option<Value>]) -> Result<Vec<OutFact>,
     let facts: Vec<Option<Fact>> = inputs
         .iter()
         .zip(&metas)
-        .map(|(v, m)| v.as_ref().zip(m.as_ref()).map(|(v, (t, s))| Fact { dtype: *t, shape: s, value: v.host.as_deref() }))
+        .map(|(v, m)| v.as_ref().zip(m.as_ref()).map(|(v, (t, s))| Fact::new(*t, s, v.host.as_deref())))
         .collect();
     infer_layer(kind, &facts, &|_| None).map_err(|e| format!("shape inference: {}", e.rule))
 }

@@ -5,7 +5,7 @@ use super::format::{FormatMask, TensorFormat};
 use super::control::ControlFlow;
 use super::infer::{infer_layer, Fact, InferError};
 use super::layer::{LayerKind, WeightsId};
-use super::shape::{Dim, Shape};
+use super::shape::{Dim, Shape, SymInt};
 use super::tensor::HostTensor;
 use crate::error::NetworkError;
 use serde::{Deserialize, Serialize};
@@ -38,6 +38,10 @@ pub struct TensorDesc {
     /// The value, where it is known at build time (constants, shapes of fixed tensors).
     #[serde(skip)]
     pub value: Option<Arc<HostTensor>>,
+    /// A small integer tensor's elements where its value is only partly known (shapes of
+    /// tensors with dynamic dims).
+    #[serde(skip)]
+    pub symbolic: Option<Vec<SymInt>>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -171,6 +175,7 @@ impl Network {
             allowed_formats: FormatMask::default(),
             requested_type: None,
             value: None,
+            symbolic: None,
         });
         self.inputs.push(id);
         Ok(id)
@@ -278,6 +283,7 @@ impl Network {
                 allowed_formats: FormatMask::default(),
                 requested_type: None,
                 value: o.value.map(Arc::new),
+                symbolic: o.symbolic,
             });
             outputs.push(id);
         }
@@ -328,6 +334,7 @@ impl Network {
             d.dtype = o.dtype;
             d.shape = o.shape;
             d.value = o.value.map(Arc::new);
+            d.symbolic = o.symbolic;
         }
         self.layers[layer.0].inputs = inputs;
         Ok(())
@@ -354,6 +361,7 @@ impl Network {
             d.dtype = o.dtype;
             d.shape = o.shape;
             d.value = o.value.map(Arc::new);
+            d.symbolic = o.symbolic;
         }
         self.layers[layer.0].kind = kind;
         Ok(())
@@ -374,7 +382,7 @@ impl Network {
     /// The build-time fact (type, shape, known value) of a tensor.
     pub fn fact(&self, t: TensorId) -> Fact<'_> {
         let d = &self.tensors[t.0];
-        Fact { dtype: d.dtype, shape: &d.shape, value: d.value.as_deref() }
+        Fact { dtype: d.dtype, shape: &d.shape, value: d.value.as_deref(), symbolic: d.symbolic.as_deref() }
     }
 
     pub(crate) fn push_tensor(&mut self, desc: TensorDesc) -> TensorId {

@@ -130,6 +130,7 @@ impl<'s> Rewriter<'s> {
                 allowed_formats: Default::default(),
                 requested_type: None,
                 value: o.value.map(Arc::new),
+                symbolic: o.symbolic,
             }));
         }
         layer.outputs = outputs.clone();

@@ -121,3 +121,60 @@ pub fn normalize_axis(axis: i64, rank: usize) -> Option<usize> {
     let a = if axis < 0 { axis + r } else { axis };
     (0..r).contains(&a).then_some(a as usize)
 }
+
+/// One element of a small integer tensor (a shape tensor) as known at build time, when not
+/// every element is a number: exporters compute reshape dims from `Shape` of tensors with
+/// dynamic dims (`Shape → Gather → Concat → Reshape`), and the dims that are fixed stay
+/// known through that arithmetic (TensorRT's shape tensors keep their length likewise).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum SymInt {
+    Known(i64),
+    /// The run-time length of the dynamic dim of that name.
+    Named(String),
+    /// Computed at run time.
+    Unknown,
+}
+
+impl SymInt {
+    /// The element a dim of a tensor's shape gives (`Shape`'s output).
+    pub fn of_dim(dim: &Dim) -> SymInt {
+        match dim {
+            Dim::Fixed(n) => i64::try_from(*n).map_or(SymInt::Unknown, SymInt::Known),
+            Dim::Named(name) => SymInt::Named(name.clone()),
+            Dim::Unknown => SymInt::Unknown,
+        }
+    }
+
+    pub fn known(&self) -> Option<i64> {
+        match self {
+            SymInt::Known(v) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// The dim this element describes when it is used as a length (a negative number is
+    /// no length: `None`).
+    pub fn as_dim(&self) -> Option<Dim> {
+        Some(match self {
+            SymInt::Known(v) => Dim::Fixed(usize::try_from(*v).ok()?),
+            SymInt::Named(name) => Dim::Named(name.clone()),
+            SymInt::Unknown => Dim::Unknown,
+        })
+    }
+}
+
+impl fmt::Display for SymInt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SymInt::Known(v) => write!(f, "{v}"),
+            SymInt::Named(name) => f.write_str(name),
+            SymInt::Unknown => f.write_str("?"),
+        }
+    }
+}
+
+/// Shape-tensor elements as `[a, b, c]`, as `{:?}` prints a list of numbers.
+pub fn sym_list(elements: &[SymInt]) -> String {
+    let parts: Vec<String> = elements.iter().map(SymInt::to_string).collect();
+    format!("[{}]", parts.join(", "))
+}

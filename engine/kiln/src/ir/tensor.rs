@@ -239,7 +239,43 @@ impl TensorData {
         if self.as_le_bytes().map(<[u8]>::len) != Some(bytes.len()) {
             return false;
         }
-        let dst: &mut [u8] = match self {
+        let Some(dst) = self.le_memory_mut() else { return false };
+        dst.copy_from_slice(bytes);
+        true
+    }
+
+    /// [`TensorData::to_le_bytes`], borrowed where the memory already is that layout.
+    pub fn le_bytes(&self) -> std::borrow::Cow<'_, [u8]> {
+        match self.as_le_bytes() {
+            Some(b) => std::borrow::Cow::Borrowed(b),
+            None => std::borrow::Cow::Owned(self.to_le_bytes()),
+        }
+    }
+
+    /// Reads `count` elements of `dtype` as little-endian bytes from `reader` straight into
+    /// the typed storage: large weights (external data) are never held twice in memory.
+    /// Types whose memory is not that layout (bool, 8/4/2-bit, strings) go through bytes.
+    pub fn read_le(dtype: DataType, count: usize, reader: &mut impl std::io::Read) -> std::io::Result<TensorData> {
+        let invalid = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
+        let size = dtype.size_bytes().ok_or_else(|| invalid("the element type has no fixed byte size"))?;
+        let bytes_len = count.checked_mul(size).ok_or_else(|| invalid("the byte count overflows"))?;
+        let mut data = TensorData::zeros(dtype, count);
+        if let Some(memory) = data.le_memory_mut() {
+            reader.read_exact(memory)?;
+            return Ok(data);
+        }
+        let mut bytes = vec![0u8; bytes_len];
+        reader.read_exact(&mut bytes)?;
+        TensorData::from_le_bytes(dtype, &bytes).ok_or_else(|| invalid("the bytes are not valid elements"))
+    }
+
+    /// The elements' memory as bytes, for the types whose memory is little-endian elements
+    /// (none on a big-endian host).
+    fn le_memory_mut(&mut self) -> Option<&mut [u8]> {
+        if cfg!(target_endian = "big") {
+            return None;
+        }
+        Some(match self {
             TensorData::F32(v) => bytemuck::cast_slice_mut(v),
             TensorData::F16(v) => bytemuck::cast_slice_mut(v),
             TensorData::BF16(v) => bytemuck::cast_slice_mut(v),
@@ -252,18 +288,8 @@ impl TensorData {
             TensorData::U16(v) => bytemuck::cast_slice_mut(v),
             TensorData::U32(v) => bytemuck::cast_slice_mut(v),
             TensorData::U64(v) => bytemuck::cast_slice_mut(v),
-            _ => return false,
-        };
-        dst.copy_from_slice(bytes);
-        true
-    }
-
-    /// [`TensorData::to_le_bytes`], borrowed where the memory already is that layout.
-    pub fn le_bytes(&self) -> std::borrow::Cow<'_, [u8]> {
-        match self.as_le_bytes() {
-            Some(b) => std::borrow::Cow::Borrowed(b),
-            None => std::borrow::Cow::Owned(self.to_le_bytes()),
-        }
+            _ => return None,
+        })
     }
 
     /// Parses little-endian bytes (the layout [`TensorData::to_le_bytes`] writes); `None`

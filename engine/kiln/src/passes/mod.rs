@@ -18,6 +18,7 @@ mod horizontal;
 mod noop;
 mod patterns;
 mod pointwise;
+mod shape_tensors;
 pub(crate) mod rewrite;
 
 pub use attention::AttentionFusion;
@@ -29,6 +30,7 @@ pub use horizontal::HorizontalMatMulFusion;
 pub use noop::NoOpRemoval;
 pub use patterns::{GeluFusion, NormalizationFusion, RmsNormalizationFusion, SoftMaxFusion};
 pub use pointwise::PointwiseChainFusion;
+pub use shape_tensors::ShapeTensorResolution;
 
 use crate::backend::Backend;
 use crate::error::NetworkError;
@@ -118,6 +120,7 @@ impl Pipeline {
         Pipeline {
             passes: vec![
                 Box::new(ConstantFolding),
+                Box::new(ShapeTensorResolution),
                 Box::new(NoOpRemoval),
                 Box::new(DeadLayerElimination),
                 Box::new(SoftMaxFusion),

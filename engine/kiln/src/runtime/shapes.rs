@@ -50,11 +50,7 @@ pub fn infer_shapes(network: &Network, inputs: &[BoundInput]) -> Result<Vec<Shap
             .inputs
             .iter()
             .map(|slot| {
-                slot.map(|t| Fact {
-                    dtype: network.tensor(t).dtype,
-                    shape: &shapes[t.0],
-                    value: values[t.0].as_deref(),
-                })
+                slot.map(|t| Fact::new(network.tensor(t).dtype, &shapes[t.0], values[t.0].as_deref()))
             })
             .collect();
         let outputs = infer_layer(&layer.kind, &facts, &|w| network.weights_blob(w))

@@ -40,7 +40,7 @@ pub(super) fn boundary(kind: &LayerKind, ins: &Inputs) -> InferResult<Vec<OutFac
             ins.arity(1, 2)?;
             let initial = ins.req(0)?;
             let declared = shape.as_ref().unwrap_or(initial.shape);
-            let as_declared = Fact { dtype: initial.dtype, shape: declared, value: None };
+            let as_declared = Fact::new(initial.dtype, declared, None);
             if shape.is_some() {
                 same_type_and_shape(as_declared, initial, 0, "the initial value of a recurrence", "its declared shape")?;
             }
@@ -89,11 +89,11 @@ pub(super) fn boundary(kind: &LayerKind, ins: &Inputs) -> InferResult<Vec<OutFac
         K::IfConditionalInput { .. } => {
             ins.arity(1, 1)?;
             let x = ins.req(0)?;
-            Ok(vec![OutFact { dtype: x.dtype, shape: x.shape.clone(), value: x.value.cloned() }])
+            Ok(vec![OutFact::with_value(x.dtype, x.shape.clone(), x.value.cloned())])
         }
         K::IfConditionalOutput { shape: Some(declared), .. } => {
             ins.arity(2, 2)?;
-            let as_declared = Fact { dtype: ins.req(0)?.dtype, shape: declared, value: None };
+            let as_declared = Fact::new(ins.req(0)?.dtype, declared, None);
             same_type_and_shape(as_declared, ins.req(0)?, 0, "the true-branch output (input 0)", "the declared output")?;
             same_type_and_shape(as_declared, ins.req(1)?, 1, "the false-branch output (input 1)", "the declared output")?;
             Ok(vec![OutFact::new(as_declared.dtype, declared.clone())])
@@ -102,18 +102,15 @@ pub(super) fn boundary(kind: &LayerKind, ins: &Inputs) -> InferResult<Vec<OutFac
             ins.arity(2, 2)?;
             let (t, f) = (ins.req(0)?, ins.req(1)?);
             same_type_and_shape(t, f, 1, "the false-branch output (input 1)", "the true-branch output (input 0)")?;
-            // Where one branch fixes a dim the other leaves dynamic, the fixed length must hold.
+            // A dim the branches do not provably share is known only once a branch has run
+            // (ONNX lets branches differ: torchvision's box ops return an empty [0] tensor
+            // from one branch and [N] from the other).
             let dims = t
                 .shape
                 .dims()
                 .iter()
                 .zip(f.shape.dims())
-                .map(|(a, b)| match (a, b) {
-                    _ if a.same_as(b) => a.clone(),
-                    (Dim::Fixed(_), _) => a.clone(),
-                    (_, Dim::Fixed(_)) => b.clone(),
-                    _ => Dim::Unknown,
-                })
+                .map(|(a, b)| if a.same_as(b) { a.clone() } else { Dim::Unknown })
                 .collect();
             Ok(vec![OutFact::new(t.dtype, Shape(dims))])
         }

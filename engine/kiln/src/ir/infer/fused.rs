@@ -26,11 +26,7 @@ pub(super) fn fused(
         rule: "a fused layer's anchor must have one output".into(),
     })?;
     for (i, step) in p.epilogue.iter().enumerate() {
-        let current = Fact {
-            dtype: running.dtype,
-            shape: &running.shape,
-            value: None,
-        };
+        let current = Fact::new(running.dtype, &running.shape, None);
         let facts: Vec<Option<Fact>> = match *step {
             PostOp::Activation(_) | PostOp::Unary(_) => vec![Some(current)],
             PostOp::Elementwise {
@@ -90,11 +86,7 @@ pub(super) fn attention(
         None => scores,
         Some(mask) => {
             ins.same_type(0, 3)?;
-            let s = Fact {
-                dtype: scores.dtype,
-                shape: &scores.shape,
-                value: None,
-            };
+            let s = Fact::new(scores.dtype, &scores.shape, None);
             infer_layer(
                 &LayerKind::Elementwise {
                     op: ElementwiseOp::Sum,
@@ -105,11 +97,7 @@ pub(super) fn attention(
             .remove(0)
         }
     };
-    let s = Fact {
-        dtype: scores.dtype,
-        shape: &scores.shape,
-        value: None,
-    };
+    let s = Fact::new(scores.dtype, &scores.shape, None);
     let pv = LayerKind::MatrixMultiply {
         op_a: MatrixOp::None,
         op_b: MatrixOp::None,

@@ -18,11 +18,11 @@ pub(crate) mod values;
 pub use einsum::EinsumSpec;
 pub use signal::{col2im_block_dims, col2im_blocks, dft_axis, dft_length, dft_output_len, dft_signal, dft_twiddles, DftSignal};
 pub use spatial::window_output;
-pub use structural::{resolve_reshape, resolve_slice, SliceAxis};
+pub use structural::{resolve_reshape, resolve_slice, static_reshape, SliceAxis};
 
 use super::dtype::DataType;
 use super::layer::{ActivationKind, ElementwiseOp, LayerKind, MatrixOp, UnaryOp, WeightsId};
-use super::shape::{Dim, Shape};
+use super::shape::{Dim, Shape, SymInt};
 use super::tensor::HostTensor;
 
 /// What is known about an input tensor.
@@ -31,6 +31,29 @@ pub struct Fact<'a> {
     pub dtype: DataType,
     pub shape: &'a Shape,
     pub value: Option<&'a HostTensor>,
+    /// Element by element, for a small integer tensor whose value is not wholly known.
+    pub symbolic: Option<&'a [SymInt]>,
+}
+
+impl<'a> Fact<'a> {
+    pub fn new(dtype: DataType, shape: &'a Shape, value: Option<&'a HostTensor>) -> Fact<'a> {
+        Fact { dtype, shape, value, symbolic: None }
+    }
+
+    /// The elements of a small 0-D or 1-D integer (or bool, as 0/1) tensor, numbers where
+    /// known: from its value, else from its symbolic elements.
+    pub fn elements(&self) -> Option<Vec<SymInt>> {
+        if !(self.dtype.is_integer() || self.dtype == DataType::Bool) || self.shape.rank() > 1 {
+            return None;
+        }
+        match (self.value, self.symbolic) {
+            (Some(v), _) if v.len() <= values::MAX_ELEMENTS => {
+                Some(values::small_integers(v)?.into_iter().map(SymInt::Known).collect())
+            }
+            (None, Some(s)) => Some(s.to_vec()),
+            _ => None,
+        }
+    }
 }
 
 /// What is known about an output tensor.
@@ -40,11 +63,18 @@ pub struct OutFact {
     pub shape: Shape,
     /// The value when it is computable from known inputs without running a kernel.
     pub value: Option<HostTensor>,
+    /// The elements of a small integer tensor whose value is not wholly known (see
+    /// [`SymInt`]); `None` where `value` is known or nothing is.
+    pub symbolic: Option<Vec<SymInt>>,
 }
 
 impl OutFact {
     pub fn new(dtype: DataType, shape: Shape) -> OutFact {
-        OutFact { dtype, shape, value: None }
+        OutFact { dtype, shape, value: None, symbolic: None }
+    }
+
+    pub fn with_value(dtype: DataType, shape: Shape, value: Option<HostTensor>) -> OutFact {
+        OutFact { dtype, shape, value, symbolic: None }
     }
 }
 
@@ -74,6 +104,14 @@ pub fn infer_layer(kind: &LayerKind, inputs: &[Option<Fact>], weights: &WeightsL
         if let (None, Some(known)) = (&out.value, known) {
             out.value = values::fold(kind, &known, out.dtype, &out.shape);
         }
+        if out.value.is_none() && out.symbolic.is_none() {
+            out.symbolic = values::fold_symbolic(kind, inputs, out.dtype, &out.shape);
+        }
+        // Elements that all turned out to be numbers are the value.
+        if let Some(numbers) = out.symbolic.as_ref().and_then(|s| s.iter().map(SymInt::known).collect::<Option<Vec<i64>>>()) {
+            out.value = values::integer_tensor(out.dtype, &out.shape, numbers);
+            out.symbolic = None;
+        }
     }
     Ok(outs)
 }
@@ -91,16 +129,12 @@ fn infer_kind(
             let Some(w) = weights(*id) else {
                 return rule(None, format!("weights blob #{} does not exist", id.0));
             };
-            Ok(vec![OutFact {
-                dtype: w.dtype(),
-                shape: Shape::fixed(w.shape()),
-                value: Some(w.clone()),
-            }])
+            Ok(vec![OutFact::with_value(w.dtype(), Shape::fixed(w.shape()), Some(w.clone()))])
         }
         K::Identity => {
             ins.arity(1, 1)?;
             let x = ins.req(0)?;
-            Ok(vec![OutFact { dtype: x.dtype, shape: x.shape.clone(), value: x.value.cloned() }])
+            Ok(vec![OutFact { dtype: x.dtype, shape: x.shape.clone(), value: x.value.cloned(), symbolic: x.symbolic.map(<[SymInt]>::to_vec) }])
         }
         K::Cast { to } => {
             ins.arity(1, 1)?;
@@ -184,7 +218,8 @@ fn infer_kind(
                 HostTensor::from_i64(vec![d.len()], d.iter().map(|&v| v as i64).collect())
                     .expect("length matches")
             });
-            Ok(vec![OutFact { dtype: DataType::I64, shape: Shape::fixed(&[x.shape.rank()]), value }])
+            let symbolic = value.is_none().then(|| x.shape.dims().iter().map(SymInt::of_dim).collect());
+            Ok(vec![OutFact { dtype: DataType::I64, shape: Shape::fixed(&[x.shape.rank()]), value, symbolic }])
         }
         K::Fill { value } => structural::fill(&ins, value),
         K::Dft { inverse, onesided } => signal::dft(&ins, *inverse, *onesided),

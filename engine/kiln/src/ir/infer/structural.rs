@@ -5,7 +5,7 @@
 use super::{broadcast_shapes, check_axis, rule, InferError, InferResult, Inputs, OutFact};
 use crate::ir::dtype::DataType;
 use crate::ir::layer::{GatherMode, ScatterMode, ShuffleParams};
-use crate::ir::shape::{normalize_axis, Dim, Shape};
+use crate::ir::shape::{normalize_axis, sym_list, Dim, Shape, SymInt};
 use crate::ir::tensor::HostTensor;
 
 fn check_permutation(perm: &[usize], rank: usize, what: &str) -> InferResult<()> {
@@ -40,32 +40,70 @@ fn unknown_dims(n: usize, slot: usize) -> InferResult<Vec<Dim>> {
 
 /// Resolves reshape dims (`0` placeholders, one `-1`) against an input shape.
 pub fn resolve_reshape(input: &[Dim], dims: &[i64], zero_is_placeholder: bool) -> Result<Vec<Dim>, String> {
+    let elements: Vec<SymInt> = dims.iter().map(|&d| SymInt::Known(d)).collect();
+    resolve_reshape_symbolic(input, &elements, zero_is_placeholder)
+}
+
+/// [`resolve_reshape`] for dims known only in part (a shape tensor computed from dynamic
+/// dims): a named element gives that dim, an unknown one an unknown dim.
+fn resolve_reshape_symbolic(input: &[Dim], dims: &[SymInt], zero_is_placeholder: bool) -> Result<Vec<Dim>, String> {
     let mut out = Vec::with_capacity(dims.len());
     let mut infer_at = None;
-    for (i, &d) in dims.iter().enumerate() {
+    let shown = || sym_list(dims);
+    for (i, d) in dims.iter().enumerate() {
         out.push(match d {
-            -1 => {
+            SymInt::Known(-1) => {
                 if infer_at.replace(i).is_some() {
-                    return Err(format!("reshape dims {dims:?} have more than one -1"));
+                    return Err(format!("reshape dims {} have more than one -1", shown()));
                 }
                 Dim::Unknown
             }
-            0 if zero_is_placeholder => match input.get(i) {
+            SymInt::Known(0) if zero_is_placeholder => match input.get(i) {
                 Some(d) => d.clone(),
                 None => return Err(format!("reshape dim {i} copies an input dim that does not exist")),
             },
-            d if d < 0 => return Err(format!("reshape dim {d} is negative")),
-            d => Dim::Fixed(d as usize),
+            SymInt::Known(d) if *d < 0 => return Err(format!("reshape dim {d} is negative")),
+            SymInt::Known(d) => Dim::Fixed(*d as usize),
+            // A named dim that is 0 at run time would copy input dim `i` instead: only the
+            // same name there makes both readings agree.
+            SymInt::Named(name) if !zero_is_placeholder || input.get(i).is_none_or(|d| *d == Dim::Named(name.clone())) => {
+                Dim::Named(name.clone())
+            }
+            SymInt::Named(_) | SymInt::Unknown => Dim::Unknown,
         });
     }
+    let dims = shown();
     if let Some(i) = infer_at {
-        out[i] = infer_minus_one(input, &out, i).map_err(|v| format!("cannot infer the -1 in {dims:?}: {v}"))?;
+        out[i] = infer_minus_one(input, &out, i).map_err(|v| format!("cannot infer the -1 in {dims}: {v}"))?;
     } else if let (Some(v), Some(k)) = (Shape(input.to_vec()).volume(), Shape(out.clone()).volume()) {
         if v != k {
-            return Err(format!("cannot reshape {v} elements into {dims:?} ({k} elements)"));
+            return Err(format!("cannot reshape {v} elements into {dims} ({k} elements)"));
         }
     }
     Ok(out)
+}
+
+/// Static reshape dims that do what partly known ones do, where they exist: numbers stay,
+/// a named dim in the same position of the input becomes a `0` placeholder (when zeros are
+/// placeholders), and one named or unknown element becomes the `-1` (its run-time value is
+/// what `-1` infers; a reshape of zero elements, where `-1` is ambiguous, is the exception).
+pub fn static_reshape(input: &[Dim], elements: &[SymInt], zero_is_placeholder: bool) -> Option<Vec<i64>> {
+    let mut free = elements.contains(&SymInt::Known(-1));
+    elements
+        .iter()
+        .enumerate()
+        .map(|(i, e)| match e {
+            SymInt::Known(k) => Some(*k),
+            SymInt::Named(name) if zero_is_placeholder && input.get(i).is_some_and(|d| *d == Dim::Named(name.clone())) => {
+                Some(0)
+            }
+            SymInt::Named(_) | SymInt::Unknown if !free => {
+                free = true;
+                Some(-1)
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// The dim a `-1` stands for: the input's volume divided by the other output dims, with
@@ -112,11 +150,11 @@ pub(super) fn shuffle(ins: &Inputs, p: &ShuffleParams) -> InferResult<Vec<OutFac
     let x = ins.req(0)?;
     check_permutation(&p.first_transpose, x.shape.rank(), "first transpose")?;
     let mut dims = permute(x.shape.dims(), &p.first_transpose);
-    let reshape = match ins.get(1) {
+    let reshape: Option<Vec<SymInt>> = match ins.get(1) {
         Some(_) => {
-            let (f, value) = ins.index_list(1)?;
-            match value {
-                Some(v) => Some(v),
+            let (f, _) = ins.index_list(1)?;
+            match f.elements() {
+                Some(elements) => Some(elements),
                 None => match f.shape.dims()[0].fixed() {
                     Some(n) => {
                         dims = unknown_dims(n, 1)?;
@@ -126,10 +164,11 @@ pub(super) fn shuffle(ins: &Inputs, p: &ShuffleParams) -> InferResult<Vec<OutFac
                 },
             }
         }
-        None => p.reshape.clone(),
+        None => p.reshape.as_ref().map(|r| r.iter().map(|&d| SymInt::Known(d)).collect()),
     };
     if let Some(r) = reshape {
-        dims = resolve_reshape(&dims, &r, p.zero_is_placeholder).map_err(|e| InferError { input: Some(0), rule: e })?;
+        dims = resolve_reshape_symbolic(&dims, &r, p.zero_is_placeholder)
+            .map_err(|e| InferError { input: Some(0), rule: e })?;
     }
     check_permutation(&p.second_transpose, dims.len(), "second transpose")?;
     let dims = permute(&dims, &p.second_transpose);
@@ -137,7 +176,7 @@ pub(super) fn shuffle(ins: &Inputs, p: &ShuffleParams) -> InferResult<Vec<OutFac
         (Some(v), true) => Shape(dims.clone()).as_fixed().and_then(|d| v.clone().reshaped(d).ok()),
         _ => None,
     };
-    Ok(vec![OutFact { dtype: x.dtype, shape: Shape(dims), value }])
+    Ok(vec![OutFact::with_value(x.dtype, Shape(dims), value)])
 }
 
 pub(super) fn concatenation(ins: &Inputs, axis: usize) -> InferResult<Vec<OutFact>> {
@@ -319,40 +358,33 @@ pub(super) fn fill(ins: &Inputs, value: &HostTensor) -> InferResult<Vec<OutFact>
     if value.len() != 1 {
         return rule(None, format!("the fill value must hold one element, got {}", value.len()));
     }
-    let (f, dims) = ins.index_list(0)?;
-    let shape = match dims {
-        Some(d) => {
-            if d.iter().any(|&v| v < 0) {
-                return rule(Some(0), format!("fill shape {d:?} has a negative dim"));
-            }
-            Shape(d.iter().map(|&v| Dim::Fixed(v as usize)).collect())
-        }
-        None => match f.shape.dims()[0].fixed() {
-            Some(n) => Shape(unknown_dims(n, 0)?),
-            None => return rule(Some(0), "the fill shape tensor must have a fixed length"),
-        },
-    };
+    let shape = shape_operand(ins, 0, "fill")?;
     Ok(vec![OutFact::new(value.dtype(), shape)])
 }
 
 pub(super) fn expand(ins: &Inputs) -> InferResult<Vec<OutFact>> {
     ins.arity(2, 2)?;
     let x = ins.req(0)?;
-    let (f, dims) = ins.index_list(1)?;
-    let target = match dims {
-        Some(d) => {
-            if d.iter().any(|&v| v < 0) {
-                return rule(Some(1), format!("expand shape {d:?} has a negative dim"));
-            }
-            Shape(d.iter().map(|&v| Dim::Fixed(v as usize)).collect())
-        }
-        None => match f.shape.dims()[0].fixed() {
-            Some(n) => Shape(unknown_dims(n, 1)?),
-            None => return rule(Some(1), "the expand shape tensor must have a fixed length"),
-        },
-    };
+    let target = shape_operand(ins, 1, "expand")?;
     let shape = broadcast_shapes(&[x.shape, &target]).map_err(|r| InferError { input: Some(1), rule: r })?;
     Ok(vec![OutFact::new(x.dtype, shape)])
+}
+
+/// The shape a 1-D shape tensor operand describes, as far as it is known: its numbers, named
+/// dims where it holds dynamic dims, unknown dims where only its length is known.
+fn shape_operand(ins: &Inputs, slot: usize, what: &str) -> InferResult<Shape> {
+    let (f, _) = ins.index_list(slot)?;
+    match f.elements() {
+        Some(elements) => elements
+            .iter()
+            .map(|e| e.as_dim().ok_or_else(|| InferError { input: Some(slot), rule: format!("{what} shape {} has a negative dim", sym_list(&elements)) }))
+            .collect::<InferResult<Vec<Dim>>>()
+            .map(Shape),
+        None => match f.shape.dims()[0].fixed() {
+            Some(n) => Ok(Shape(unknown_dims(n, slot)?)),
+            None => rule(Some(slot), format!("the {what} shape tensor must have a fixed length")),
+        },
+    }
 }
 
 pub(super) fn top_k(ins: &Inputs, axis: usize) -> InferResult<Vec<OutFact>> {

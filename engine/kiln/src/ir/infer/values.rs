@@ -6,14 +6,14 @@
 //! and the like become static as soon as the shapes they derive from are. Anything else
 //! (floats, large tensors, transposes, layers not listed) is left to the backend.
 
+use super::{resolve_slice, Fact};
 use crate::ir::dtype::DataType;
-use super::resolve_slice;
 use crate::ir::layer::{ElementwiseOp, GatherMode, LayerKind, UnaryOp};
-use crate::ir::shape::Shape;
+use crate::ir::shape::{Shape, SymInt};
 use crate::ir::tensor::{HostTensor, TensorData};
 
 /// Larger tensors are not shapes: leave them to the backend.
-const MAX_ELEMENTS: usize = 1024;
+pub(crate) const MAX_ELEMENTS: usize = 1024;
 
 /// The value of a single-output layer whose inputs are known small integer tensors, when
 /// it is one of the shape-arithmetic kinds; `None` otherwise.
@@ -25,10 +25,9 @@ pub(crate) fn fold(
 ) -> Option<HostTensor> {
     let out_dims = out_shape.as_fixed()?;
     let out_len = out_shape.volume().filter(|&n| n <= MAX_ELEMENTS)?;
-    let ints = |slot: usize| -> Option<Vec<i64>> {
-        let t = inputs.get(slot).copied().flatten()?;
-        (t.dtype().is_integer() && t.len() <= MAX_ELEMENTS).then(|| t.to_i64_vec()).flatten()
-    };
+    let ints = |slot: usize| small_integers(inputs.get(slot).copied().flatten()?);
+    let small_vectors = || inputs.iter().flatten().all(|t| t.shape().len() <= 1);
+    let pick = |v: &[i64], i: usize| if v.len() == 1 { Some(v[0]) } else { v.get(i).copied() };
     let values: Vec<i64> = match kind {
         LayerKind::Shuffle(p) if is_identity(&p.first_transpose) && is_identity(&p.second_transpose) => ints(0)?,
         LayerKind::Cast { .. } => ints(0)?,
@@ -72,6 +71,9 @@ pub(crate) fn fold(
                 .map(|k| data.get(usize::try_from(axis.start + k as i64 * axis.step).ok()?).copied())
                 .collect::<Option<Vec<i64>>>()?
         }
+        LayerKind::Unary { op: UnaryOp::Not } if out_dtype == DataType::Bool => {
+            ints(0)?.into_iter().map(|v| i64::from(v == 0)).collect()
+        }
         LayerKind::Unary { op } => {
             let x = ints(0)?;
             match op {
@@ -86,26 +88,156 @@ pub(crate) fn fold(
         LayerKind::Fill { value } if value.dtype().is_integer() => vec![value.to_i64_vec()?.first().copied()?; out_len],
         LayerKind::Elementwise { op } => {
             let (a, b) = (ints(0)?, ints(1)?);
-            let shapes_ok = inputs.iter().flatten().all(|t| t.shape().len() <= 1);
-            if !shapes_ok || a.is_empty() || b.is_empty() {
+            if !small_vectors() || a.is_empty() || b.is_empty() {
                 return None;
             }
-            let pick = |v: &[i64], i: usize| if v.len() == 1 { Some(v[0]) } else { v.get(i).copied() };
             (0..out_len).map(|i| elementwise(*op, pick(&a, i)?, pick(&b, i)?)).collect::<Option<Vec<i64>>>()?
+        }
+        // `Where(Equal(shape, -1), ones, shape)`: how exporters spell `expand(-1, …)`.
+        LayerKind::Select => {
+            let (c, a, b) = (ints(0)?, ints(1)?, ints(2)?);
+            if !small_vectors() || c.is_empty() || a.is_empty() || b.is_empty() {
+                return None;
+            }
+            (0..out_len)
+                .map(|i| if pick(&c, i)? != 0 { pick(&a, i) } else { pick(&b, i) })
+                .collect::<Option<Vec<i64>>>()?
         }
         _ => return None,
     };
     if values.len() != out_len {
         return None;
     }
-    let data = match out_dtype {
+    integer_tensor(out_dtype, &Shape::fixed(&out_dims), values)
+}
+
+/// The elements of a small integer tensor, and of a bool one as 0/1 (the masks exporters
+/// compute beside shapes).
+pub(crate) fn small_integers(t: &HostTensor) -> Option<Vec<i64>> {
+    if t.len() > MAX_ELEMENTS {
+        return None;
+    }
+    match t.data() {
+        TensorData::Bool(v) => Some(v.iter().map(|&b| i64::from(b)).collect()),
+        _ if t.dtype().is_integer() => t.to_i64_vec(),
+        _ => None,
+    }
+}
+
+/// An i64, i32 or bool tensor of a fixed shape holding `values` (`None` for other types,
+/// values that do not fit, or a count that does not match).
+pub(crate) fn integer_tensor(dtype: DataType, shape: &Shape, values: Vec<i64>) -> Option<HostTensor> {
+    let dims = shape.as_fixed()?;
+    let data = match dtype {
         DataType::I64 => TensorData::I64(values),
+        DataType::Bool => TensorData::Bool(values.into_iter().map(|v| v != 0).collect()),
         DataType::I32 => {
             TensorData::I32(values.into_iter().map(|v| i32::try_from(v).ok()).collect::<Option<Vec<i32>>>()?)
         }
         _ => return None,
     };
-    HostTensor::new(out_dims, data).ok()
+    HostTensor::new(dims, data).ok()
+}
+
+/// The elements of a small integer output whose inputs are partly known shape values
+/// ([`SymInt`]): the same kinds as [`fold`], element by element, so that
+/// `Shape(x[N,197,768]) → Slice[1:] → Concat([-1], …)` is `[-1, 197, 768]` and a Reshape
+/// by it has a known rank and the known dims. `None` when the output is not such a tensor.
+pub(crate) fn fold_symbolic(
+    kind: &LayerKind,
+    inputs: &[Option<Fact>],
+    out_dtype: DataType,
+    out_shape: &Shape,
+) -> Option<Vec<SymInt>> {
+    if !(out_dtype.is_integer() || out_dtype == DataType::Bool) || out_shape.rank() > 1 {
+        return None;
+    }
+    let out_len = out_shape.volume().filter(|&n| n <= MAX_ELEMENTS)?;
+    let elements = |slot: usize| inputs.get(slot).copied().flatten().and_then(|f| f.elements());
+    let numbers = |slot: usize| elements(slot)?.iter().map(SymInt::known).collect::<Option<Vec<i64>>>();
+    let values: Vec<SymInt> = match kind {
+        LayerKind::Identity => elements(0)?,
+        LayerKind::Shuffle(p) if is_identity(&p.first_transpose) && is_identity(&p.second_transpose) => elements(0)?,
+        LayerKind::Cast { to } if to.is_integer() => elements(0)?,
+        LayerKind::Concatenation { .. } => {
+            let mut all = Vec::new();
+            for slot in 0..inputs.len() {
+                all.extend(elements(slot)?);
+            }
+            all
+        }
+        LayerKind::Gather { mode: GatherMode::Default { axis: 0 } } => {
+            let data = elements(0)?;
+            if inputs.first().copied().flatten()?.shape.rank() != 1 {
+                return None;
+            }
+            let n = data.len() as i64;
+            numbers(1)?
+                .into_iter()
+                .map(|i| {
+                    let i = if i < 0 { i + n } else { i };
+                    usize::try_from(i).ok().and_then(|i| data.get(i).cloned())
+                })
+                .collect::<Option<Vec<SymInt>>>()?
+        }
+        LayerKind::Slice => {
+            let data = elements(0)?;
+            if inputs.first().copied().flatten()?.shape.rank() != 1 {
+                return None;
+            }
+            let optional = |slot: usize| match inputs.get(slot).copied().flatten() {
+                None => Some(None),
+                Some(_) => numbers(slot).map(Some),
+            };
+            let (axes, steps) = (optional(3)?, optional(4)?);
+            let plan = resolve_slice(&[data.len()], &numbers(1)?, &numbers(2)?, axes.as_deref(), steps.as_deref()).ok()?;
+            let axis = plan.first()?;
+            (0..axis.len)
+                .map(|k| data.get(usize::try_from(axis.start + k as i64 * axis.step).ok()?).cloned())
+                .collect::<Option<Vec<SymInt>>>()?
+        }
+        LayerKind::Elementwise { op } => {
+            let (a, b) = (elements(0)?, elements(1)?);
+            if a.is_empty() || b.is_empty() {
+                return None;
+            }
+            let pick = |v: &[SymInt], i: usize| if v.len() == 1 { v.first().cloned() } else { v.get(i).cloned() };
+            (0..out_len).map(|i| Some(symbolic_elementwise(*op, pick(&a, i)?, pick(&b, i)?))).collect::<Option<Vec<SymInt>>>()?
+        }
+        LayerKind::Select => {
+            let (c, a, b) = (elements(0)?, elements(1)?, elements(2)?);
+            if c.is_empty() || a.is_empty() || b.is_empty() {
+                return None;
+            }
+            let pick = |v: &[SymInt], i: usize| if v.len() == 1 { v.first().cloned() } else { v.get(i).cloned() };
+            (0..out_len)
+                .map(|i| match pick(&c, i)? {
+                    SymInt::Known(0) => pick(&b, i),
+                    SymInt::Known(_) => pick(&a, i),
+                    _ => Some(SymInt::Unknown),
+                })
+                .collect::<Option<Vec<SymInt>>>()?
+        }
+        _ => return None,
+    };
+    (values.len() == out_len).then_some(values)
+}
+
+/// `a op b` on shape elements: numbers fold; a named dim survives the identities (`N * 1`,
+/// `N + 0`, `max(N, N)`); anything else is known only at run time.
+fn symbolic_elementwise(op: ElementwiseOp, a: SymInt, b: SymInt) -> SymInt {
+    use ElementwiseOp as E;
+    use SymInt::{Known, Named};
+    match (op, a, b) {
+        (op, Known(x), Known(y)) => elementwise(op, x, y).map_or(SymInt::Unknown, Known),
+        // A dim is never negative: comparing one with a negative number (`-1` marks a free
+        // dim in `expand` and `reshape` arguments) is known.
+        (E::Equal, Named(_), Known(k)) | (E::Equal, Known(k), Named(_)) if k < 0 => Known(0),
+        (E::Prod | E::Div | E::FloorDiv, n @ Named(_), Known(1)) | (E::Prod, Known(1), n @ Named(_)) => n,
+        (E::Sum | E::Sub, n @ Named(_), Known(0)) | (E::Sum, Known(0), n @ Named(_)) => n,
+        (E::Max | E::Min, Named(x), Named(y)) if x == y => Named(x),
+        _ => SymInt::Unknown,
+    }
 }
 
 fn is_identity(perm: &[usize]) -> bool {
@@ -126,6 +258,17 @@ fn elementwise(op: ElementwiseOp, a: i64, b: i64) -> Option<i64> {
         }
         E::Max => Some(a.max(b)),
         E::Min => Some(a.min(b)),
+        E::Equal => Some(i64::from(a == b)),
+        E::Greater => Some(i64::from(a > b)),
+        E::Less => Some(i64::from(a < b)),
+        E::GreaterOrEqual => Some(i64::from(a >= b)),
+        E::LessOrEqual => Some(i64::from(a <= b)),
+        E::And => Some(i64::from(a != 0 && b != 0)),
+        E::Or => Some(i64::from(a != 0 || b != 0)),
+        E::Xor => Some(i64::from((a != 0) != (b != 0))),
+        // The sign of the divisor (Python's %, ONNX Mod fmod=0).
+        E::Mod => a.checked_rem_euclid(b).map(|r| if r != 0 && b < 0 { r + b } else { r }),
+        E::Fmod => a.checked_rem(b),
         _ => None,
     }
 }
