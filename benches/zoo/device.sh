@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# One self-contained zoo pass on the GPU machine (a lease's /tmp does not outlive it):
+# export the cases matching $1, run kiln (cpu, cuda fp32/fp16) and onnxruntime on them, and
+# leave the report and every case's small result files in $OUT.
+#   bash benches/zoo/device.sh REGEX [export-budget-s] [run-budget-s]
+set -u
+filter=$1; export_budget=${2:-230}; run_budget=${3:-250}
+py=/opt/torch/.venv/bin/python; [ -x "$py" ] || py=python3
+export PYTHONUNBUFFERED=1
+out=${OUT:-/tmp/zoo-out}; mkdir -p "$out"; root=/tmp/zoo
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+"$py" benches/zoo/zoo.py export --out "$root" --filter "$filter" --jobs 16 --timeout 180 --budget "$export_budget" > "$out/export.log" 2>&1
+tail -n 3 "$out/export.log"
+"$py" benches/zoo/zoo.py run --dir "$root" --filter "$filter" --kiln .gpu/bin/kiln --backends cpu,cuda --jobs 12 --timeout 180 --budget "$run_budget" > "$out/run.log" 2>&1
+tail -n 3 "$out/run.log"
+"$py" benches/zoo/zoo.py report --dir "$root" --out "$out/RESULTS.md" --device "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+tar czf "$out/results.tgz" -C "$root" --exclude='*.onnx' --exclude='*.data' --exclude='*.npz' --exclude='*.engine' .
+head -n 30 "$out/RESULTS.md"
