@@ -1,8 +1,9 @@
 """One export case, in its own process: build the model, compute PyTorch's answers, export to ONNX.
 
 Writes into DIR/<case>/: model.onnx (+ model.onnx.data for the dynamo exporter), inputs.npz and
-expected.npz keyed by the ONNX graph's own input and output names, torch_fp16.npz (PyTorch's fp16
-outputs on CUDA, where there is CUDA) and meta.json, last: a case is done when meta.json exists.
+expected.npz keyed by the ONNX graph's own input and output names, expected_fp64.npz (PyTorch in
+float64, the reference for the pass rule), torch_fp16.npz (PyTorch's fp16 outputs on CUDA, where
+there is CUDA) and meta.json, last: a case is done when meta.json exists.
 """
 
 import copy
@@ -31,6 +32,24 @@ def _flatten(out):
     for o in out:
         flat.extend(_flatten(o))
     return flat
+
+
+def reference_fp64(module, inputs):
+    """PyTorch's outputs in float64 (a deep copy; float inputs cast, integer ones as they are). Deep
+    models with random weights can be ill-conditioned: PyTorch fp32 itself is then far from the exact
+    answer, so kiln is judged against this and against PyTorch fp32's own error. Tensors created in
+    forward without a dtype are float64 meanwhile, so that they do not clash with the weights."""
+    import torch
+
+    m64 = copy.deepcopy(module).double()
+    x64 = [x.double() if x.is_floating_point() else x for x in inputs]
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        with torch.no_grad():
+            return [o.detach().numpy() for o in _flatten(m64(*x64))]
+    finally:
+        torch.set_default_dtype(default)
 
 
 def redraw(module, seed=1):
@@ -93,6 +112,22 @@ def calibrate_batchnorm(module, inputs, seed=2):
             m.momentum = mom
         module.eval()
     return how
+
+
+def _record_fp32_error(meta, ref, ref64):
+    """meta's torch_fp32_error: per output, PyTorch fp32's own error vs float64 (rel L2; for integer
+    outputs the fraction of differing elements): the scale of the fp32 tolerance. None where they
+    cannot be compared (e.g. a detection model keeps another number of boxes), with the reason."""
+    own = {}
+    for name, r64 in ref64.items():
+        c = common.compare(ref[name], r64)
+        own[name] = common.output_error(c)
+        if "error" in c:
+            meta.setdefault("torch_fp32_vs_fp64_problems", {})[name] = c["error"]
+    meta["torch_fp32_error"] = own
+    lost = [n for n, r in ref64.items() if r.dtype.kind == "f" and r.dtype != np.float64]
+    if lost:  # some op kept float32 (a hard-coded dtype): that output's reference is not fully fp64
+        meta["fp64_outputs_not_float64"] = lost
 
 
 def count_params(spec):
@@ -255,6 +290,18 @@ def export_one(out_root, case_name, max_params, threads=1):
     meta["min_ref_rms"] = min(float_rms) if float_rms else None
     meta["rms_ok"] = bool(float_rms) and min(float_rms) > 1e-6
 
+    ref64 = None
+    try:
+        t = time.perf_counter()
+        ref64 = reference_fp64(module, case.inputs)
+        meta["torch_fp64_seconds"] = time.perf_counter() - t
+        if len(ref64) != len(ref):
+            raise ValueError(f"{len(ref64)} outputs in float64, {len(ref)} in float32")
+    except Exception as e:  # the case still runs, judged against fp32 by the old rule
+        traceback.print_exc()
+        meta["torch_fp64_failed"] = _one_line(e)
+        ref64 = None
+
     fp16 = None
     if torch.cuda.is_available():
         try:
@@ -268,7 +315,7 @@ def export_one(out_root, case_name, max_params, threads=1):
             meta["torch_fp16_rel_l2"] = max(common.compare(a, r).get("rel_l2", float("inf"))
                                             for a, r in zip(fp16, ref) if r.dtype.kind == "f")
         except Exception as e:
-            meta["torch_fp16_error"] = _one_line(e)
+            meta["torch_fp16_failed"] = _one_line(e)
             fp16 = None
 
     path = os.path.join(case_dir, "model.onnx")
@@ -308,8 +355,12 @@ def export_one(out_root, case_name, max_params, threads=1):
     if len(onnx_outputs) != len(ref):
         return finish("export_failed", error=f"ONNX graph has {len(onnx_outputs)} outputs, PyTorch returned {len(ref)}")
     meta["ref_rms"] = dict(zip(onnx_outputs, rms.values()))
+    meta["integer_outputs"] = [n for n, r in zip(onnx_outputs, ref) if common.is_integer(r)]
     np.savez(os.path.join(case_dir, "inputs.npz"), **feed)
     np.savez(os.path.join(case_dir, "expected.npz"), **dict(zip(onnx_outputs, ref)))
+    if ref64 is not None:
+        np.savez(os.path.join(case_dir, "expected_fp64.npz"), **dict(zip(onnx_outputs, ref64)))
+        _record_fp32_error(meta, dict(zip(onnx_outputs, ref)), dict(zip(onnx_outputs, ref64)))
     if fp16 is not None and len(fp16) == len(ref):
         np.savez(os.path.join(case_dir, "torch_fp16.npz"), **dict(zip(onnx_outputs, fp16)))
     meta["batch_symbolic"] = any(isinstance(i["dims"][0], str) for i in meta["onnx_inputs"] if i["dims"])

@@ -72,21 +72,62 @@ def _layers(stdout):
     return (int(m.group(1)), int(m.group(2))) if m else (None, None)
 
 
-def fp16_tolerances(case_dir, expected):
-    """Per output: max(3 x PyTorch fp16's own rel L2, 1e-3) where torch_fp16.npz exists, else 1e-2."""
+def _fp64(case_dir):
+    path = os.path.join(case_dir, "expected_fp64.npz")
+    return common.load_npz(path) if os.path.exists(path) else None
+
+
+def fp32_plan(case_dir, meta, exp32):
+    """{output: (reference, label, tolerance)} for an fp32 job (kiln or onnxruntime), the rule's
+    name, and the fp64 reference (None without one). With expected_fp64.npz: vs fp64, tolerance
+    max(floor, 3 x PyTorch fp32's own error vs fp64), the floor being 1e-4 or the registry's
+    fp32_tol; else (or for an output PyTorch fp32 and fp64 cannot be compared on) vs fp32 ≤ floor."""
+    floor = meta.get("fp32_tol") or common.FP32_TOL
+    exp64, own = _fp64(case_dir), meta.get("torch_fp32_error")
+    plan = {}
+    for k, r in exp32.items():
+        if exp64 is not None and own is not None and own.get(k) is not None and k in exp64:
+            plan[k] = (exp64[k], "fp64", common.tolerance(exp64[k], own[k], floor, floor))
+        else:
+            plan[k] = (r, "fp32", common.tolerance(r, None, floor, floor))
+    uses_fp64 = any(label == "fp64" for _, label, _ in plan.values())
+    source = "3x torch fp32 vs fp64" if uses_fp64 else "fp32 1e-4"
+    if floor != common.FP32_TOL:
+        source += f" (model floor {floor:g})"
+    return plan, source, exp64
+
+
+def fp16_plan(case_dir, exp32):
+    """As fp32_plan for fp16 jobs: vs fp64 where it exists (else fp32), tolerance max(1e-3, 3 x
+    PyTorch fp16's own error vs that same reference) from torch_fp16.npz; 1e-2 without PyTorch fp16
+    (no CUDA at export) or where it overflowed. Also returns PyTorch fp16's own errors."""
+    exp64 = _fp64(case_dir)
+    ref, label = (exp64, "fp64") if exp64 is not None else (exp32, "fp32")
     path = os.path.join(case_dir, "torch_fp16.npz")
-    if not os.path.exists(path):
-        return {k: common.FP16_NO_REFERENCE_TOL for k in expected.files}, False
-    with np.load(path) as t16:
-        tol = {}
-        for k in expected.files:
-            c = common.compare(t16[k], expected[k]) if k in t16.files else {}
-            own = c.get("rel_l2")
-            if own is None or not np.isfinite(own):  # PyTorch fp16 overflowed: no usable reference
-                tol[k] = common.FP16_NO_REFERENCE_TOL
-            else:
-                tol[k] = max(3 * own, common.FP16_FLOOR)
-        return tol, True
+    t16 = common.load_npz(path) if os.path.exists(path) else None
+    own = {k: common.output_error(common.compare(t16[k], r)) if k in t16 else None
+           for k, r in ref.items()} if t16 is not None else {}
+    plan = {k: (r, label, common.tolerance(r, own.get(k), common.FP16_FLOOR, common.FP16_NO_REFERENCE_TOL))
+            for k, r in ref.items()}
+    source = f"3x torch fp16 vs {label}" if t16 is not None else "no torch fp16 reference: 1e-2"
+    return plan, source, exp64, own
+
+
+def judge_outputs(case_dir, meta, precision, actual):
+    """The result fields of one job's outputs: vs PyTorch fp32 as always (rel_l2, max_abs, outputs),
+    vs fp64 where it exists (vs_fp64), and the verdict of the rule (judged, worst, pass, tolerance)."""
+    exp32 = common.load_npz(os.path.join(case_dir, "expected.npz"))
+    res = common.compare_all(actual, exp32)
+    if precision != "fp32":
+        plan, source, exp64, own16 = fp16_plan(case_dir, exp32)
+        res["torch_fp16_error"] = own16
+    else:
+        plan, source, exp64 = fp32_plan(case_dir, meta, exp32)
+    if exp64 is not None:
+        res["vs_fp64"] = common.compare_all(actual, exp64)
+    res.update(common.judge(actual, plan), tolerance={k: t for k, (_, _, t) in plan.items()},
+               tolerance_source=source)
+    return res
 
 
 def kiln_job(root, case, backend, precision, kiln, timeout):
@@ -125,22 +166,10 @@ def kiln_job(root, case, backend, precision, kiln, timeout):
         res = _kiln_failed(res, code, err, timeout, start)
     else:
         res["import_ok"] = True
-        with np.load(os.path.join(root, out_npz)) as actual, np.load(os.path.join(case_dir, "expected.npz")) as exp:
-            cmp = common.compare_all(actual, exp)
-            if precision == "fp32":
-                tol = {k: meta.get("fp32_tol", common.FP32_TOL) for k in exp.files}
-                res["tolerance_source"] = "fp32"
-            else:
-                tol, has_ref = fp16_tolerances(case_dir, exp)
-                res["tolerance_source"] = "3x torch fp16" if has_ref else "no torch fp16 reference: 1e-2"
-        res.update(cmp)
-        res["tolerance"] = max(tol.values()) if tol else None
-        over = [k for k, c in cmp["outputs"].items() if c.get("rel_l2", float("inf")) > tol[k]]
-        ok = cmp["compare_error"] is None and not over
-        res["status"] = "pass" if ok else "fail"
-        if not ok:
-            res["error"] = cmp["compare_error"] or (
-                f"rel L2 {cmp['rel_l2']:.4g} > tolerance {max(tol[k] for k in over):.4g} ({', '.join(over[:3])})")
+        res.update(judge_outputs(case_dir, meta, precision, common.load_npz(os.path.join(root, out_npz))))
+        res["status"] = "pass" if res["pass"] else "fail"
+        if not res["pass"]:
+            res["error"] = res["judge_error"]
     res["seconds"] = time.perf_counter() - start
     return res
 
@@ -166,7 +195,8 @@ def _remove(path):
 
 
 def ort_one(root, case):
-    """onnxruntime (CPU) on one case, in its own process: tells kiln's mismatches from the export's."""
+    """onnxruntime (CPU) on one case, in its own process: tells kiln's mismatches from the export's.
+    status: ok (ran, every output comparable) / mismatch / error; pass: the fp32 rule, as for kiln."""
     import onnxruntime as ort
 
     case_dir = os.path.join(root, case)
@@ -181,12 +211,11 @@ def ort_one(root, case):
             feed = {k: f[k] for k in f.files}
         names = [o.name for o in sess.get_outputs()]
         outs = dict(zip(names, sess.run(None, feed)))
-        with np.load(os.path.join(case_dir, "expected.npz")) as exp:
-            cmp = common.compare_all(outs, exp)
-        res.update(cmp)
-        res["status"] = "ok" if cmp["compare_error"] is None else "mismatch"
-        if cmp["compare_error"]:
-            res["error"] = cmp["compare_error"]
+        meta = common.read_json(os.path.join(case_dir, "meta.json"), {})
+        res.update(judge_outputs(case_dir, meta, "fp32", outs))  # the rule kiln's fp32 jobs meet
+        res["status"] = "ok" if res["compare_error"] is None else "mismatch"
+        if not res["pass"]:
+            res["error"] = res["compare_error"] or res["judge_error"]
     except Exception as e:
         lines = [ln for ln in str(e).splitlines() if ln.strip()]
         res.update(status="error", error=f"{type(e).__name__}: {lines[0] if lines else ''}"[:300])

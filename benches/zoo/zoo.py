@@ -180,14 +180,13 @@ def cmd_run(args):
                 res = {"case": name, "status": "error", "seconds": secs,
                        "error": f"timeout after {left:.0f} s" if code is None else common.first_error_line(err, code)}
                 common.write_json(os.path.join(root, name, "ort.json"), res)
-            return f"{res['status']:8s} rel-L2 {res.get('rel_l2', float('nan')):.2e}  {res.get('error', '')[:90]}"
+            judged = "pass" if res.get("pass") else "fail"
+            return f"{res['status']:8s} {judged} {common.verdict(res) or ''}  {res.get('error', '')[:90]}"
         res = run_case.kiln_job(root, name, backend, precision, kiln, left)
         if res.get("status") == "timeout" and left < args.timeout:
             return "deferred"
         common.write_json(os.path.join(root, name, f"result_{backend}_{precision}.json"), res)
-        rel = res.get("rel_l2")
-        figure = f"rel-L2 {rel:.2e}" if isinstance(rel, float) else ""
-        return f"{res['status']:8s} {res['seconds']:6.1f} s {figure}  {res.get('error', '')[:90]}"
+        return f"{res['status']:8s} {res['seconds']:6.1f} s {common.verdict(res) or ''}  {res.get('error', '')[:90]}"
 
     counts = {}
     for job, result in pool(args.jobs, jobs, one):
