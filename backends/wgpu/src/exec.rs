@@ -173,7 +173,7 @@ impl<'e> Run<'e> {
                 };
                 let (boxes, scores) = (host(0)?.ok_or("boxes are missing")?, host(1)?.ok_or("scores are missing")?);
                 let (limit, iou, score) = (host(2)?, host(3)?, host(4)?);
-                let t = roi::non_max_suppression(
+                let t = kiln::host_ops::non_max_suppression(
                     &boxes,
                     &scores,
                     limit.as_deref(),

@@ -11,6 +11,7 @@ pub mod build_report;
 pub mod builder;
 pub mod engine;
 pub mod error;
+pub mod host_ops;
 pub mod inspector;
 pub mod io_format;
 pub mod ir;

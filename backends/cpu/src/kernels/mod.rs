@@ -128,7 +128,7 @@ pub fn run_with(
         K::RmsNormalization { axes, epsilon } => Ok(vec![fused::rms_normalization(inputs, axes, *epsilon)?]),
         K::GridSample(p) => one(sampling::grid_sample(p, ins.req(0)?, ins.req(1)?, &shape()?)?),
         K::BitCast { to } => one(sampling::bit_cast(ins.req(0)?, *to)?),
-        K::NonMaxSuppression { center_point_box } => Ok(vec![sampling::non_max_suppression(
+        K::NonMaxSuppression { center_point_box } => Ok(vec![kiln::host_ops::non_max_suppression(
             ins.req(0)?,
             ins.req(1)?,
             ins.opt(2),

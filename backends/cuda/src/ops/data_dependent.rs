@@ -8,9 +8,9 @@ use crate::device::{Arg, DeviceTensor};
 use kiln::DataType;
 
 /// Whether a device layer of `kind` reads a count back to size its output (which a CUDA graph
-/// capture cannot do).
+/// capture cannot do): NonZero, and NonMaxSuppression, which runs on host copies.
 pub fn reads_back(kind: &kiln::LayerKind) -> bool {
-    matches!(kind, kiln::LayerKind::NonZero)
+    matches!(kind, kiln::LayerKind::NonZero | kiln::LayerKind::NonMaxSuppression { .. })
 }
 
 /// Element widths of `nonzero_count_*` / `nonzero_fill_*`.

@@ -285,6 +285,8 @@ pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_ty
         }
         K::Gather { mode: GatherMode::Default { .. } } => None,
         K::NonZero => t0.and_then(|t| data_dependent::nonzero_bits(t).err()),
+        // On host copies of its inputs (kiln core's host_ops), any float type.
+        K::NonMaxSuppression { .. } => need_float("NonMaxSuppression"),
         K::OneHot { .. } => one_hot::unsupported(t0, input_types.get(1).copied().flatten()),
         K::Lrn { .. } | K::Col2Im { .. } | K::Determinant | K::RoiAlign { .. } | K::Dft { .. } => {
             t0.and_then(|t| float64_suffix(t, kind.type_name()).err())
@@ -398,6 +400,19 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
         }
         K::Determinant => one(signal::determinant(cx, &dev(0)?)?),
         K::NonZero => one(data_dependent::nonzero(cx, &dev(0)?)?),
+        K::NonMaxSuppression { center_point_box } => {
+            let (boxes, scores) = (host(0)?.ok_or("boxes are missing")?, host(1)?.ok_or("scores are missing")?);
+            let (limit, iou, score) = (host(2)?, host(3)?, host(4)?);
+            let selected = kiln::host_ops::non_max_suppression(
+                &boxes,
+                &scores,
+                limit.as_deref(),
+                iou.as_deref(),
+                score.as_deref(),
+                *center_point_box,
+            )?;
+            one(cx.gpu.upload(&selected).map_err(|e| e.to_string())?)
+        }
         K::RoiAlign { max, output_size, sampling_ratio, spatial_scale, half_pixel } => {
             one(roi_align::roi_align(cx, &dev(0)?, &dev(1)?, &dev(2)?, *max, *output_size, *sampling_ratio, *spatial_scale, *half_pixel)?)
         }

@@ -1,4 +1,5 @@
-//! Reduce on bool, OneHot, LRN, Col2Im, RoiAlign, Determinant, DFT and NonZero against the
+//! Reduce on bool, OneHot, LRN, Col2Im, RoiAlign, Determinant, DFT, NonZero and
+//! NonMaxSuppression against the
 //! cpu oracle. The float layers compute as kiln-cpu does (in double, in its order, rounded
 //! once), so their tolerances only allow a last-place difference (libm's sin / pow may differ
 //! from CUDA's by an ulp of a double).
@@ -227,5 +228,30 @@ fn nonzero_counts_change_between_executions() {
         let (got, want) = (exe.execute(&feeds).unwrap(), cpu.execute(&feeds).unwrap());
         assert_eq!(got[0].shape(), want[0].shape(), "step {step}");
         assert_eq!(worst_error(&got[0], &want[0]), 0.0, "step {step}");
+    }
+}
+
+#[test]
+fn non_max_suppression_matches_with_limits_and_thresholds() {
+    let mut r = rng(208);
+    for center_point_box in [false, true] {
+        for dtype in FLOATS {
+            // Two batches, three classes, 40 boxes around a few clusters so that many overlap.
+            let boxes: Vec<f64> = (0..2 * 40)
+                .flat_map(|i| {
+                    let (x, y) = ((i % 5) as f64 * 0.2 + r.gen_range(0.0..0.05), (i % 3) as f64 * 0.3 + r.gen_range(0.0..0.05));
+                    [x, y, x + r.gen_range(0.1..0.4), y + r.gen_range(0.1..0.4)]
+                })
+                .collect();
+            let scores: Vec<f64> = (0..2 * 3 * 40).map(|_| r.gen_range(0.0..1.0)).collect();
+            let inputs = vec![
+                In::Run(as_float(&f64s(&[2, 40, 4], boxes), dtype)),
+                In::Run(as_float(&f64s(&[2, 3, 40], scores), dtype)),
+                In::Const(i64s(&[1], vec![7])),
+                In::Const(as_float(&f64s(&[1], vec![0.5]), DataType::F32)),
+                In::Const(as_float(&f64s(&[1], vec![0.25]), DataType::F32)),
+            ];
+            check(&format!("nms {dtype} center {center_point_box}"), LayerKind::NonMaxSuppression { center_point_box }, inputs, 0.0);
+        }
     }
 }
