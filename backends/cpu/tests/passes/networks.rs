@@ -267,7 +267,18 @@ pub fn no_ops() -> Network {
     };
     let e = g.layer("reshape 2", LayerKind::Shuffle(r2), &[d]);
     let f = g.activation("relu", ActivationKind::Relu, e);
-    g.output(f, "y")
+    // Every element of axis 1 in order, as a [2, 3] index grid: a reshape to [4, 2, 3].
+    let iota = g.ints("iota", &[0, 1, 2, 3, 4, 5]);
+    let grid = ShuffleParams {
+        reshape: Some(vec![2, 3]),
+        ..Default::default()
+    };
+    let grid = g.layer("iota grid", LayerKind::Shuffle(grid), &[iota]);
+    let gather = LayerKind::Gather {
+        mode: GatherMode::Default { axis: 1 },
+    };
+    let y = g.layer("as strided", gather, &[f, grid]);
+    g.output(y, "y")
 }
 
 /// Two "layers" each rebuilding the same mask from the same input with their own (equal)

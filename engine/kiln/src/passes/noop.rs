@@ -1,10 +1,12 @@
 //! No-op removal: Identity, a Cast to the type the tensor already has, a Shuffle that
-//! changes nothing (identity transposes, a reshape to the same fixed shape), and a reshape
-//! of a reshape (the first one's shape is dropped: only the last one counts).
+//! changes nothing (identity transposes, a reshape to the same fixed shape), a reshape of a
+//! reshape (the first one's shape is dropped: only the last one counts), and a Gather that
+//! takes every element of its axis in order, which is a reshape (the dynamo exporter writes
+//! `as_strided` views that way).
 
 use super::rewrite::{consumers, has_control_flow, known_value, Rebuild};
 use super::{Pass, PassContext, PassError};
-use crate::ir::layer::{LayerKind, ShuffleParams};
+use crate::ir::layer::{GatherMode, LayerKind, ShuffleParams};
 use crate::ir::network::{Network, TensorId};
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -35,6 +37,12 @@ impl Pass for NoOpRemoval {
                 })?;
                 let to = rb.get(src)?;
                 rb.alias(out, to);
+                changed = true;
+                continue;
+            }
+            if let Some(params) = gather_as_reshape(network, &l.kind, &l.inputs) {
+                let inputs = rb.get_slots(&l.inputs[..1])?;
+                rb.add(&l.name, LayerKind::Shuffle(params), inputs, &l.outputs)?;
                 changed = true;
                 continue;
             }
@@ -116,6 +124,29 @@ fn merged_reshape(
     let mut new_inputs = vec![inner.inputs[0]];
     new_inputs.extend(inputs.iter().skip(1).copied());
     Some((kind.clone(), new_inputs))
+}
+
+/// The reshape a Gather is when its constant indices are `0, 1, …, n-1` in row-major order
+/// over the whole gathered axis: the axis is replaced by the indices' shape.
+fn gather_as_reshape(net: &Network, kind: &LayerKind, inputs: &[Option<TensorId>]) -> Option<ShuffleParams> {
+    let LayerKind::Gather { mode: GatherMode::Default { axis } } = kind else {
+        return None;
+    };
+    let (data, indices) = ((*inputs.first()?)?, (*inputs.get(1)?)?);
+    let dims = net.tensor(data).shape.dims();
+    let n = dims.get(*axis)?.fixed()?;
+    let values = known_value(net, indices)?;
+    let in_order = values.len() == n && n > 0 && values.to_i64_vec()?.iter().enumerate().all(|(i, &v)| v == i as i64 || v == i as i64 - n as i64);
+    if !in_order || values.shape().contains(&0) {
+        return None;
+    }
+    // Dims before the axis are copied (`0`); the ones after it must be fixed.
+    let mut reshape = vec![0i64; *axis];
+    reshape.extend(values.shape().iter().map(|&d| d as i64));
+    for d in &dims[axis + 1..] {
+        reshape.push(i64::try_from(d.fixed()?).ok()?);
+    }
+    Some(ShuffleParams { reshape: Some(reshape), zero_is_placeholder: true, ..Default::default() })
 }
 
 /// A Shuffle that only reshapes.
