@@ -9,9 +9,11 @@ py=/opt/torch/.venv/bin/python; [ -x "$py" ] || py=python3
 export PYTHONUNBUFFERED=1
 out=${OUT:-/tmp/zoo-out}; mkdir -p "$out"; root=/tmp/zoo
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-"$py" benches/zoo/zoo.py export --out "$root" --filter "$filter" --jobs 16 --timeout 180 --budget "$export_budget" > "$out/export.log" 2>&1
+# Hard limits a little past the budgets: a device command must end inside its 10 minutes
+# with the report written (unfinished jobs stay unrecorded).
+timeout $((export_budget + 60)) "$py" benches/zoo/zoo.py export --out "$root" --filter "$filter" --jobs 16 --timeout 150 --budget "$export_budget" > "$out/export.log" 2>&1
 tail -n 3 "$out/export.log"
-"$py" benches/zoo/zoo.py run --dir "$root" --filter "$filter" --kiln .gpu/bin/kiln --backends cpu,cuda --jobs 12 --timeout 180 --budget "$run_budget" > "$out/run.log" 2>&1
+timeout $((run_budget + 60)) "$py" benches/zoo/zoo.py run --dir "$root" --filter "$filter" --kiln .gpu/bin/kiln --backends cpu,cuda --jobs 14 --timeout 120 --budget "$run_budget" > "$out/run.log" 2>&1
 tail -n 3 "$out/run.log"
 "$py" benches/zoo/zoo.py report --dir "$root" --out "$out/RESULTS.md" --device "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 tar czf "$out/results.tgz" -C "$root" --exclude='*.onnx' --exclude='*.data' --exclude='*.npz' --exclude='*.engine' .
