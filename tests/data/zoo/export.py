@@ -26,11 +26,28 @@ def tiny_vit():
     return model.eval(), (torch.randn(2, 3, 32, 32),)
 
 
+class ScaledStdConv(torch.nn.Conv2d):
+    """timm's NF-Net convolution: the weight is standardized per output channel by a
+    training-mode batch norm over it, which the legacy exporter writes as
+    BatchNormalization(training_mode=1)."""
+
+    def forward(self, x):
+        w = torch.nn.functional.batch_norm(
+            self.weight.reshape(1, self.out_channels, -1), None, None, training=True, momentum=0.0, eps=1e-6)
+        return torch.nn.functional.conv2d(x, w.reshape_as(self.weight), self.bias, self.stride, self.padding)
+
+
+def tiny_nfnet():
+    model = torch.nn.Sequential(ScaledStdConv(3, 8, 3, padding=1), torch.nn.GELU(), ScaledStdConv(8, 4, 3, stride=2))
+    return model.eval(), (torch.randn(2, 3, 16, 16),)
+
+
 FIXTURES = [
     # name, model factory, exporter, dynamic batch
     ("vit_legacy_static", tiny_vit, "legacy", False),
     ("vit_legacy_dynamic", tiny_vit, "legacy", True),
     ("vit_dynamo_dynamic", tiny_vit, "dynamo", True),
+    ("nfnet_legacy_static", tiny_nfnet, "legacy", False),
 ]
 
 

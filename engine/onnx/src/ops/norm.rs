@@ -1,10 +1,12 @@
-//! LayerNormalization, BatchNormalization (inference form) and InstanceNormalization.
+//! LayerNormalization, BatchNormalization (inference and training form) and
+//! InstanceNormalization.
 
 use super::{one, Registry};
 use crate::context::NodeContext;
 use crate::error::ImportError;
 use crate::tensor;
-use kiln::{ElementwiseOp, LayerKind, TensorId, UnaryOp};
+use super::build;
+use kiln::{ElementwiseOp, LayerKind, ReduceOp, TensorId, UnaryOp};
 
 pub(super) fn register(r: &mut Registry) {
     r.add("LayerNormalization", &[17], layer_norm);
@@ -40,7 +42,7 @@ fn channel_dims(rank: usize) -> Vec<i64> {
 /// `b = bias - mean * a`, folded on the host when the parameters are constant.
 fn batch_norm(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     if ctx.version >= 14 && ctx.attrs.flag("training_mode", false)? {
-        return Err(ctx.unsupported("training_mode=1"));
+        return batch_norm_training(ctx);
     }
     for (i, what) in [(1, "running mean"), (2, "running var"), (3, "saved mean"), (4, "saved var")] {
         ctx.refuse_output(i, what)?;
@@ -88,6 +90,46 @@ fn batch_norm(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     let normalized = ctx.add("normalized", LayerKind::Elementwise { op: ElementwiseOp::Div }, &[centered, std])?;
     let scaled = ctx.add("scaled", LayerKind::Elementwise { op: ElementwiseOp::Prod }, &[normalized, scale])?;
     one(ctx.add("", LayerKind::Elementwise { op: ElementwiseOp::Sum }, &[scaled, bias])?)
+}
+
+/// Training-mode batch norm (opset 14+): the statistics are the input's own, per channel over
+/// every other axis (NF-Nets' weight standardization exports this way), and the running
+/// statistics outputs blend them with the given ones by `momentum`, as the ONNX reference
+/// does (population variance).
+fn batch_norm_training(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
+    use ElementwiseOp as E;
+    let x = ctx.input(0)?;
+    let rank = ctx.rank(x);
+    if rank < 2 {
+        return Err(ctx.invalid(format!("BatchNormalization needs an N×C… input, got rank {rank}")));
+    }
+    let epsilon = ctx.attrs.float("epsilon", 1e-5)? as f64;
+    let momentum = ctx.attrs.float("momentum", 0.9)? as f64;
+    let axes: Vec<usize> = std::iter::once(0).chain(2..rank).collect();
+    let mean = build::reduce(ctx, "batch mean", ReduceOp::Mean, x, axes.clone(), true)?;
+    let centered = build::binary(ctx, "centered", E::Sub, x, mean)?;
+    let squares = build::binary(ctx, "squares", E::Prod, centered, centered)?;
+    let var = build::reduce(ctx, "batch var", ReduceOp::Mean, squares, axes, true)?;
+    let var_eps = build::with_scalar(ctx, "var + epsilon", E::Sum, var, epsilon)?;
+    let std = build::unary(ctx, "std", UnaryOp::Sqrt, var_eps)?;
+    let normalized = build::binary(ctx, "normalized", E::Div, centered, std)?;
+    let (scale, bias) = (ctx.input(1)?, ctx.input(2)?);
+    let scale = ctx.reshape("scale", scale, channel_dims(rank))?;
+    let bias = ctx.reshape("bias", bias, channel_dims(rank))?;
+    let scaled = build::binary(ctx, "scaled", E::Prod, normalized, scale)?;
+    let mut outputs = vec![ctx.add("", LayerKind::Elementwise { op: E::Sum }, &[scaled, bias])?];
+    for (slot, current, what) in [(1, mean, "running mean"), (2, var, "running var")] {
+        if !ctx.output_wanted(slot) {
+            break;
+        }
+        // running = given * momentum + current * (1 - momentum), as [C].
+        let given = ctx.input(slot + 2)?;
+        let current = ctx.reshape(&format!("{what} current"), current, vec![-1])?;
+        let kept = build::with_scalar(ctx, &format!("{what} kept"), E::Prod, given, momentum)?;
+        let new = build::with_scalar(ctx, &format!("{what} new"), E::Prod, current, 1.0 - momentum)?;
+        outputs.push(build::binary(ctx, what, E::Sum, kept, new)?);
+    }
+    Ok(outputs)
 }
 
 /// Instance norm: statistics over the spatial axes per (sample, channel); the `[C]` scale
