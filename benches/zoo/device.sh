@@ -11,9 +11,9 @@ out=${OUT:-/tmp/zoo-out}; mkdir -p "$out"; root=/tmp/zoo
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 # Hard limits a little past the budgets: a device command must end inside its 10 minutes
 # with the report written (unfinished jobs stay unrecorded).
-timeout $((export_budget + 60)) "$py" benches/zoo/zoo.py export --out "$root" --filter "$filter" --jobs 16 --timeout 150 --budget "$export_budget" > "$out/export.log" 2>&1
+timeout $((export_budget + 40)) "$py" benches/zoo/zoo.py export --out "$root" --filter "$filter" --jobs 16 --timeout 150 --budget "$export_budget" > "$out/export.log" 2>&1
 tail -n 3 "$out/export.log"
-timeout $((run_budget + 60)) "$py" benches/zoo/zoo.py run --dir "$root" --filter "$filter" --kiln .gpu/bin/kiln --backends cpu,cuda --jobs 14 --timeout 120 --budget "$run_budget" > "$out/run.log" 2>&1
+timeout $((run_budget + 40)) "$py" benches/zoo/zoo.py run --dir "$root" --filter "$filter" --kiln .gpu/bin/kiln --backends cpu,cuda --jobs 14 --timeout 120 --budget "$run_budget" > "$out/run.log" 2>&1
 tail -n 3 "$out/run.log"
 "$py" benches/zoo/zoo.py report --dir "$root" --out "$out/RESULTS.md" --device "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 tar czf "$out/results.tgz" -C "$root" --exclude='*.onnx' --exclude='*.data' --exclude='*.npz' --exclude='*.engine' .

@@ -1,6 +1,7 @@
 """The report step: one Markdown file from DIR/<case>/{meta,result_*,ort}.json."""
 
 import datetime
+import math
 import os
 import re
 
@@ -101,6 +102,12 @@ def passes_ort(o):
     return o.get("status") == "ok" and o.get("rel_l2", 1) <= common.FP32_TOL
 
 
+def torch_fp16_non_finite(case):
+    """Whether PyTorch's own fp16 run of the case gave non-finite outputs (its error is inf)."""
+    own = case["meta"].get("torch_fp16_rel_l2")
+    return own is not None and not math.isfinite(own)
+
+
 def render(root, device=None):
     cases = _load(root)
     combos = sorted({k for c in cases for k in c["results"]}, key=lambda k: _order(*k))
@@ -123,8 +130,17 @@ def render(root, device=None):
         passed = sum(1 for r in ran if r.get("status") == "pass")
         imported = sum(1 for r in ran if r.get("import_ok"))
         pct = 100.0 * passed / len(exported) if exported else 0.0
-        L.append(f"- **{b} {p}**: {passed}/{len(exported)} pass ({pct:.0f}% of exported; {len(ran)} ran, "
-                 f"{imported} imported)")
+        line = (f"- **{b} {p}**: {passed}/{len(exported)} pass ({pct:.1f}% of exported; {len(ran)} ran, "
+                f"{imported} imported)")
+        if p == "fp16":
+            # PyTorch's own fp16 run overflows to inf/NaN on these: no finite answer to be within 3× of.
+            moot = [c for c in exported if torch_fp16_non_finite(c) and c["results"].get((b, p), {}).get("status") != "pass"]
+            judged = len(exported) - len(moot)
+            if moot:
+                line += (f"; {passed}/{judged} ({100.0 * passed / max(judged, 1):.1f}%) of the cases where PyTorch's "
+                         f"own fp16 answer is finite — on {len(moot)} ({', '.join(sorted({c['meta'].get('model', c['name']) for c in moot}))}) "
+                         f"PyTorch fp16 itself gives inf/NaN, as kiln does")
+        L.append(line)
     ort = [c["ort"] for c in exported if c["ort"]]
     ort_ok = sum(1 for o in ort if passes_ort(o))
     L.append(f"- onnxruntime (CPU) passes the fp32 rule: {ort_ok}/{len(ort)} ran")

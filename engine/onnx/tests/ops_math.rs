@@ -354,13 +354,46 @@ fn batch_normalization_folds_constant_parameters() {
     assert_eq!(constants, 6, "4 parameters + the folded scale and shift");
     let y = run(&model, vec![("x", f32s(&[1, 2, 1, 2], &[1., 3., 10., 12.]))], "y");
     assert_close(&y, &[1, 2, 1, 2], &[1., 3., 0., 2.], 1e-6);
-    let training = Graph::new()
-        .input("x", F32, "1,2")
-        .input("p", F32, "2")
-        .node(node("BatchNormalization", &["x", "p", "p", "p", "p"], &["y"]).int("training_mode", 1))
-        .output("y")
-        .model(15);
-    assert!(matches!(import_err(&training), ImportError::UnsupportedFeature { .. }));
+}
+
+/// Training mode normalizes by the batch's own statistics (per channel over N and the
+/// spatial axes, population variance) and blends the running statistics by momentum.
+#[test]
+fn batch_normalization_in_training_mode_uses_the_batch_statistics() {
+    let training = |outputs: &[&str]| {
+        let mut g = Graph::new()
+            .input("x", F32, "2,2,2")
+            .init(tensor_f32("scale", &[2], &[1., 2.]))
+            .init(tensor_f32("bias", &[2], &[0., 1.]))
+            .init(tensor_f32("mean", &[2], &[10., 20.]))
+            .init(tensor_f32("var", &[2], &[1., 1.]))
+            .node(
+                node("BatchNormalization", &["x", "scale", "bias", "mean", "var"], outputs)
+                    .int("training_mode", 1)
+                    .float("epsilon", 0.0)
+                    .float("momentum", 0.5),
+            );
+        for o in outputs {
+            g = g.output(o);
+        }
+        g.model(15)
+    };
+    // Channel 0 holds 1, 3, 5, 7 (mean 4, variance 5); channel 1 holds 2, 2, 6, 6 (mean 4, variance 4).
+    let x = f32s(&[2, 2, 2], &[1., 3., 2., 2., 5., 7., 6., 6.]);
+    let outs = run_network(&import(&training(&["y", "running_mean", "running_var"])), vec![("x", x)]);
+    let s5 = 5f64.sqrt();
+    assert_close(&outs["y"], &[2, 2, 2], &[-3. / s5, -1. / s5, -1., -1., 1. / s5, 3. / s5, 3., 3.], 1e-6);
+    assert_close(&outs["running_mean"], &[2], &[7., 12.], 1e-6);
+    assert_close(&outs["running_var"], &[2], &[3., 2.5], 1e-6);
+    // Statistics over N and the spatial axes are not a row normalization: the optimizer
+    // must not fuse them into one (the cuda kernels normalize trailing axes only).
+    let backend = kiln_cpu::CpuBackend::new();
+    let engine = kiln::Builder::new(&backend).build(&import(&training(&["y"])), &kiln::BuilderConfig::default()).expect("build");
+    let fused = engine.network().layers().iter().find_map(|l| match &l.kind {
+        LayerKind::Normalization { axes, .. } => Some(axes.clone()),
+        _ => None,
+    });
+    assert_eq!(fused, None, "the batch statistics were fused into a Normalization layer");
 }
 
 #[test]

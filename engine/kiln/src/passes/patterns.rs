@@ -381,10 +381,21 @@ fn rms_core<'n>(v: &View<'n>, l: &'n Layer) -> Option<(Vec<&'n Layer>, TensorId,
     if !squares_x {
         return None;
     }
+    if !trailing(v.net, x, axes) {
+        return None;
+    }
     let mut all = vec![square, mean, add_eps, sqrt];
     all.extend(matched);
     all.push(l);
     Some((all, x, axes.clone(), epsilon as f32))
+}
+
+/// Whether `axes` are the last axes of `x` in order: the normalization layers' kernels
+/// normalize rows (statistics over other axes, e.g. a batch norm's over N and H·W, stay
+/// the reductions they are).
+fn trailing(net: &Network, x: TensorId, axes: &[usize]) -> bool {
+    let rank = net.tensor(x).shape.rank();
+    !axes.is_empty() && axes.iter().enumerate().all(|(i, &a)| a == rank - axes.len() + i)
 }
 
 /// `rest op c` with a constant `c`: `(rest, c)`.
@@ -482,6 +493,9 @@ fn layer_norm_core<'n>(
             .iter()
             .any(|r| r.inputs.get(1).copied().flatten().is_some())
     {
+        return None;
+    }
+    if !trailing(v.net, x, axes) {
         return None;
     }
     let matched = vec![mean_layer, sub, square, var_mean, add_eps, sqrt, div];
