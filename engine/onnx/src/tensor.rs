@@ -78,10 +78,7 @@ pub(crate) fn host_tensor(t: &TensorProto, owner: &str, model_dir: Option<&Path>
             None => dtype.size_bytes().and_then(|size| count.checked_mul(size)),
         }
         .ok_or_else(|| invalid(format!("dims {:?} overflow the byte count", t.dims)))?;
-        read_external(t, model_dir, dtype, count, expected).map_err(|e| match e {
-            External::Import(e) => e,
-            External::Elements(reason) => invalid(reason),
-        })?
+        read_external(t, model_dir, dtype, count, expected, &invalid)?
     } else if let Some(raw) = &t.raw_data {
         from_raw(dtype, raw, count).map_err(invalid)?
     } else {
@@ -167,29 +164,18 @@ fn from_typed_fields(t: &TensorProto, dtype: DataType, count: usize) -> Result<T
     })
 }
 
-/// Why external data could not become elements.
-enum External {
-    Import(ImportError),
-    Elements(String),
-}
-
-impl From<ImportError> for External {
-    fn from(e: ImportError) -> External {
-        External::Import(e)
-    }
-}
-
 /// Reads `count` elements (`expected` bytes) of external data, refusing paths that leave the
 /// model directory. Plain numeric types are read straight into their storage, so a large
-/// weight is never held twice.
+/// weight is never held twice. `invalid` reports bytes that are not valid elements.
 fn read_external(
     t: &TensorProto,
     model_dir: Option<&Path>,
     dtype: DataType,
     count: usize,
     expected: usize,
-) -> Result<TensorData, External> {
-    let error = |reason: String| External::Import(ImportError::ExternalData { tensor: t.name().to_string(), reason });
+    invalid: &dyn Fn(String) -> ImportError,
+) -> Result<TensorData, ImportError> {
+    let error = |reason: String| ImportError::ExternalData { tensor: t.name().to_string(), reason };
     let mut location = None;
     let mut offset = 0u64;
     let mut length = None;
@@ -231,7 +217,7 @@ fn read_external(
         // ONNX's byte conventions for these differ from kiln's element bytes.
         let mut bytes = vec![0u8; expected];
         reader.read_exact(&mut bytes).map_err(read_error)?;
-        return from_raw(dtype, &bytes, count).map_err(External::Elements);
+        return from_raw(dtype, &bytes, count).map_err(invalid);
     }
     TensorData::read_le(dtype, count, &mut reader).map_err(read_error)
 }

@@ -108,8 +108,9 @@ pub fn infer_layer(kind: &LayerKind, inputs: &[Option<Fact>], weights: &WeightsL
             out.symbolic = values::fold_symbolic(kind, inputs, out.dtype, &out.shape);
         }
         // Elements that all turned out to be numbers are the value.
-        if let Some(numbers) = out.symbolic.as_ref().and_then(|s| s.iter().map(SymInt::known).collect::<Option<Vec<i64>>>()) {
-            out.value = values::integer_tensor(out.dtype, &out.shape, numbers);
+        let numbers = out.symbolic.as_ref().and_then(|s| s.iter().map(SymInt::known).collect::<Option<Vec<i64>>>());
+        if let Some(value) = numbers.and_then(|n| values::integer_tensor(out.dtype, &out.shape, n)) {
+            out.value = Some(value);
             out.symbolic = None;
         }
     }

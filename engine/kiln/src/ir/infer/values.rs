@@ -27,7 +27,7 @@ pub(crate) fn fold(
     let out_len = out_shape.volume().filter(|&n| n <= MAX_ELEMENTS)?;
     let ints = |slot: usize| small_integers(inputs.get(slot).copied().flatten()?);
     let small_vectors = || inputs.iter().flatten().all(|t| t.shape().len() <= 1);
-    let pick = |v: &[i64], i: usize| if v.len() == 1 { Some(v[0]) } else { v.get(i).copied() };
+    let pick = broadcast_at::<i64>;
     let values: Vec<i64> = match kind {
         LayerKind::Shuffle(p) if is_identity(&p.first_transpose) && is_identity(&p.second_transpose) => ints(0)?,
         LayerKind::Cast { .. } => ints(0)?,
@@ -42,34 +42,21 @@ pub(crate) fn fold(
             all
         }
         LayerKind::Gather { mode: GatherMode::Default { axis: 0 } } => {
-            let data = ints(0)?;
             if inputs.first().copied().flatten()?.shape().len() != 1 {
                 return None;
             }
-            let n = data.len() as i64;
-            ints(1)?
-                .into_iter()
-                .map(|i| {
-                    let i = if i < 0 { i + n } else { i };
-                    usize::try_from(i).ok().and_then(|i| data.get(i).copied())
-                })
-                .collect::<Option<Vec<i64>>>()?
+            gather_1d(&ints(0)?, &ints(1)?)?
         }
         LayerKind::Slice => {
-            let x = inputs.first().copied().flatten()?;
-            if x.shape().len() != 1 {
+            if inputs.first().copied().flatten()?.shape().len() != 1 {
                 return None;
             }
-            let data = ints(0)?;
-            let (axes, steps) =
-                (inputs.get(3).copied().flatten().map(|_| ints(3)), inputs.get(4).copied().flatten().map(|_| ints(4)));
-            let axes = axes.map_or(Some(None), |a| a.map(Some))?;
-            let steps = steps.map_or(Some(None), |s| s.map(Some))?;
-            let plan = resolve_slice(x.shape(), &ints(1)?, &ints(2)?, axes.as_deref(), steps.as_deref()).ok()?;
-            let axis = plan.first()?;
-            (0..axis.len)
-                .map(|k| data.get(usize::try_from(axis.start + k as i64 * axis.step).ok()?).copied())
-                .collect::<Option<Vec<i64>>>()?
+            let optional = |slot: usize| match inputs.get(slot).copied().flatten() {
+                None => Some(None),
+                Some(_) => ints(slot).map(Some),
+            };
+            let (axes, steps) = (optional(3)?, optional(4)?);
+            slice_1d(&ints(0)?, &ints(1)?, &ints(2)?, axes.as_deref(), steps.as_deref())?
         }
         LayerKind::Unary { op: UnaryOp::Not } if out_dtype == DataType::Bool => {
             ints(0)?.into_iter().map(|v| i64::from(v == 0)).collect()
@@ -167,21 +154,12 @@ pub(crate) fn fold_symbolic(
             all
         }
         LayerKind::Gather { mode: GatherMode::Default { axis: 0 } } => {
-            let data = elements(0)?;
             if inputs.first().copied().flatten()?.shape.rank() != 1 {
                 return None;
             }
-            let n = data.len() as i64;
-            numbers(1)?
-                .into_iter()
-                .map(|i| {
-                    let i = if i < 0 { i + n } else { i };
-                    usize::try_from(i).ok().and_then(|i| data.get(i).cloned())
-                })
-                .collect::<Option<Vec<SymInt>>>()?
+            gather_1d(&elements(0)?, &numbers(1)?)?
         }
         LayerKind::Slice => {
-            let data = elements(0)?;
             if inputs.first().copied().flatten()?.shape.rank() != 1 {
                 return None;
             }
@@ -190,18 +168,14 @@ pub(crate) fn fold_symbolic(
                 Some(_) => numbers(slot).map(Some),
             };
             let (axes, steps) = (optional(3)?, optional(4)?);
-            let plan = resolve_slice(&[data.len()], &numbers(1)?, &numbers(2)?, axes.as_deref(), steps.as_deref()).ok()?;
-            let axis = plan.first()?;
-            (0..axis.len)
-                .map(|k| data.get(usize::try_from(axis.start + k as i64 * axis.step).ok()?).cloned())
-                .collect::<Option<Vec<SymInt>>>()?
+            slice_1d(&elements(0)?, &numbers(1)?, &numbers(2)?, axes.as_deref(), steps.as_deref())?
         }
         LayerKind::Elementwise { op } => {
             let (a, b) = (elements(0)?, elements(1)?);
             if a.is_empty() || b.is_empty() {
                 return None;
             }
-            let pick = |v: &[SymInt], i: usize| if v.len() == 1 { v.first().cloned() } else { v.get(i).cloned() };
+            let pick = broadcast_at::<SymInt>;
             (0..out_len).map(|i| Some(symbolic_elementwise(*op, pick(&a, i)?, pick(&b, i)?))).collect::<Option<Vec<SymInt>>>()?
         }
         LayerKind::Select => {
@@ -209,7 +183,7 @@ pub(crate) fn fold_symbolic(
             if c.is_empty() || a.is_empty() || b.is_empty() {
                 return None;
             }
-            let pick = |v: &[SymInt], i: usize| if v.len() == 1 { v.first().cloned() } else { v.get(i).cloned() };
+            let pick = broadcast_at::<SymInt>;
             (0..out_len)
                 .map(|i| match pick(&c, i)? {
                     SymInt::Known(0) => pick(&b, i),
@@ -238,6 +212,27 @@ fn symbolic_elementwise(op: ElementwiseOp, a: SymInt, b: SymInt) -> SymInt {
         (E::Max | E::Min, Named(x), Named(y)) if x == y => Named(x),
         _ => SymInt::Unknown,
     }
+}
+
+/// Element `i` of an operand of a 1-D elementwise op: a single element stands for all.
+fn broadcast_at<T: Clone>(v: &[T], i: usize) -> Option<T> {
+    if v.len() == 1 { v.first().cloned() } else { v.get(i).cloned() }
+}
+
+/// `data[indices]` of a 1-D list (negative indices count from the end), as ONNX Gather on axis 0.
+fn gather_1d<T: Clone>(data: &[T], indices: &[i64]) -> Option<Vec<T>> {
+    let n = data.len() as i64;
+    indices
+        .iter()
+        .map(|&i| usize::try_from(if i < 0 { i + n } else { i }).ok().and_then(|i| data.get(i).cloned()))
+        .collect()
+}
+
+/// A 1-D list sliced as ONNX Slice does.
+fn slice_1d<T: Clone>(data: &[T], starts: &[i64], ends: &[i64], axes: Option<&[i64]>, steps: Option<&[i64]>) -> Option<Vec<T>> {
+    let plan = resolve_slice(&[data.len()], starts, ends, axes, steps).ok()?;
+    let axis = plan.first()?;
+    (0..axis.len).map(|k| data.get(usize::try_from(axis.start + k as i64 * axis.step).ok()?).cloned()).collect()
 }
 
 fn is_identity(perm: &[usize]) -> bool {
