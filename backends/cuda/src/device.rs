@@ -774,3 +774,13 @@ pub fn unit_suffix(bytes: usize) -> &'static str {
         _ => "u128",
     }
 }
+
+impl From<GpuError> for kiln::KernelError {
+    fn from(e: GpuError) -> kiln::KernelError {
+        match e {
+            GpuError::OutOfMemory { .. } => kiln::KernelError::OutOfMemory(e.to_string()),
+            GpuError::UnsupportedDtype(_) => kiln::KernelError::Unsupported(e.to_string()),
+            other => kiln::KernelError::Invalid(other.to_string()),
+        }
+    }
+}

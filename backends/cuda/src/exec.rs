@@ -4,14 +4,17 @@
 //! the layers computing only from them run on the host with the cpu backend's kernels (as
 //! TensorRT's shape tensors do), so reshapes and slices never wait for the device.
 
+use kiln::{invalid, KernelError};
+use crate::ops::KResult;
 use crate::arena::{lock, Arena, ArenaPlan, PinnedHost, Tracer};
 use crate::device::{Gpu, GpuError};
 use crate::ops::{self, Ctx, Value};
 use crate::replay::{self, Output, PhaseEvents, Replay, Signatures, State};
 use kiln::ir::control::{self, ControlFlow, Step, DEFAULT_MAX_TRIP_COUNT};
-use kiln::ir::infer::{infer_layer, Fact, OutFact};
-use kiln::runtime::interp::{self, Machine};
-use kiln::{BackendError, DataType, DeviceTimes, Executable, HostTensor, LayerId, LayerKind, Network, Shape};
+use kiln::ir::infer::{Fact, OutFact};
+use kiln::runtime::interp;
+use kiln::runtime::machine::Machine;
+use kiln::{BackendError, DataType, DeviceTimes, Executable, HostTensor, LayerId, LayerKind, Network};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -20,24 +23,6 @@ pub const CUDA_GRAPHS_VAR: &str = "KILN_CUDA_GRAPHS";
 
 /// Constants up to this many elements are also kept on the host, for shape arithmetic.
 const HOST_CONSTANT_LIMIT: usize = 4096;
-
-/// Input slots holding small integer tensors (shapes, bounds, counts, axes) whose values
-/// decide a device layer's output shape or its launch parameters.
-fn host_slots(kind: &LayerKind) -> &'static [usize] {
-    use LayerKind as K;
-    match kind {
-        K::Shuffle(_) | K::Expand | K::Reduce { .. } | K::TopK { .. } => &[1],
-        K::CumulativeSum { .. } | K::CumulativeProduct { .. } => &[1],
-        K::Slice => &[1, 2, 3, 4],
-        K::Padding { .. } => &[1, 2],
-        K::Resize(_) => &[1, 2, 3],
-        K::Fill { .. } => &[0],
-        K::OneHot { .. } => &[2],
-        K::Dft { .. } => &[1, 2],
-        K::Col2Im { .. } => &[1, 2],
-        _ => &[],
-    }
-}
 
 /// Where each layer runs, decided once from the network.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,7 +110,7 @@ fn graph_blocker(network: &Network, plan: &ControlFlow) -> Option<String> {
         if ops::data_dependent::reads_back(&layer.kind) {
             return Some(format!("layer `{}` reads a count back to the host (it decides the output shape)", layer.name));
         }
-        for &slot in host_slots(&layer.kind) {
+        for &slot in layer.kind.host_slots() {
             if let Some(Some(t)) = layer.inputs.get(slot) {
                 if !on_host[t.0] {
                     let name = &network.tensor(*t).name;
@@ -266,55 +251,13 @@ struct Run<'e> {
     cx: Ctx<'e>,
 }
 
-/// The output must have the inferred type and every inferred fixed dim.
-fn check_output(fact: &OutFact, dtype: DataType, shape: &[usize]) -> Result<(), String> {
-    let dims_match = fact.shape.rank() == shape.len() && fact.shape.dims().iter().zip(shape).all(|(d, &n)| d.fixed().is_none_or(|f| f == n));
-    if dtype != fact.dtype || !dims_match {
-        return Err(format!("the kernel produced {dtype}{shape:?} but shape inference expects {}{}", fact.dtype, fact.shape));
-    }
-    Ok(())
-}
-
 impl Run<'_> {
-    fn host_layer(&self, kind: &LayerKind, inputs: &[Option<Value>]) -> Result<Vec<Value>, String> {
-        let host: Vec<Option<Arc<HostTensor>>> = inputs.iter().map(|v| v.as_ref().map(|v| self.cx.host(v)).transpose()).collect::<Result<_, _>>()?;
-        let shapes: Vec<Option<Shape>> = host.iter().map(|x| x.as_ref().map(|x| Shape::fixed(x.shape()))).collect();
-        let facts: Vec<Option<Fact>> = host
-            .iter()
-            .zip(&shapes)
-            .map(|(x, s)| x.as_deref().zip(s.as_ref()).map(|(x, s)| Fact::new(x.dtype(), s, Some(x))))
-            .collect();
-        let net = &self.exe.network;
-        let expected = infer_layer(kind, &facts, &|w| net.weights_blob(w)).map_err(|e| format!("shape inference: {}", e.rule))?;
+    /// Shape arithmetic on host values, with the cpu backend's kernels.
+    fn host_layer(&self, kind: &LayerKind, inputs: &[Option<Value>], expected: &[OutFact]) -> KResult<Vec<Value>> {
+        let host: Vec<Option<Arc<HostTensor>>> = inputs.iter().map(|v| v.as_ref().map(|v| self.cx.host(v)).transpose()).collect::<KResult<_>>()?;
         let refs: Vec<Option<&HostTensor>> = host.iter().map(|x| x.as_deref()).collect();
-        let outputs = kiln_cpu::run_layer_kernel(kind, &refs, &expected, kiln_cpu::Variant::Primary)?;
-        for (fact, out) in expected.iter().zip(&outputs) {
-            check_output(fact, out.dtype(), out.shape())?;
-        }
+        let outputs = kiln_cpu::run_layer_kernel(kind, &refs, expected, kiln_cpu::Variant::Primary)?;
         Ok(outputs.into_iter().map(|t| Value::host(Arc::new(t))).collect())
-    }
-
-    fn device_layer(&self, kind: &LayerKind, inputs: &[Option<Value>]) -> Result<Vec<Value>, String> {
-        // Shape-like inputs computed on the device (network inputs, device layers) are read
-        // back once: shape inference needs their values to resolve the output shape.
-        let mut inputs = inputs.to_vec();
-        for &slot in host_slots(kind) {
-            if let Some(Some(v)) = inputs.get_mut(slot) {
-                if v.host.is_none() && v.meta().1.iter().product::<usize>() <= HOST_CONSTANT_LIMIT {
-                    v.host = Some(self.cx.host(v)?);
-                }
-            }
-        }
-        let inputs = &inputs[..];
-        let expected = ops::infer(kind, inputs)?;
-        let outputs = ops::run(&self.cx, kind, inputs, &expected)?;
-        if outputs.len() != expected.len() {
-            return Err(format!("the kernels produced {} outputs, inference expects {}", outputs.len(), expected.len()));
-        }
-        for (fact, out) in expected.iter().zip(&outputs) {
-            check_output(fact, out.dtype, &out.shape)?;
-        }
-        Ok(outputs.into_iter().map(Value::device).collect())
     }
 }
 
@@ -325,44 +268,62 @@ impl Machine for Run<'_> {
         &self.exe.network
     }
 
+    fn backend_name(&self) -> &str {
+        "cuda"
+    }
+
     fn meta(&self, value: &Value) -> (DataType, Vec<usize>) {
         value.meta()
     }
 
-    fn run_layer(&self, id: LayerId, inputs: &[Option<Value>]) -> Result<Vec<Value>, String> {
-        let layer = self.exe.network.layer(id);
+    fn host_copy(&self, value: &Value) -> Option<Arc<HostTensor>> {
+        value.host.clone()
+    }
+
+    fn host_value(&self, tensor: Arc<HostTensor>) -> Value {
+        Value::host(tensor)
+    }
+
+    /// Keeps the device copy: the kernels read it, shape inference reads the host one.
+    fn with_host_copy(&self, value: &Value) -> KResult<Value> {
+        let mut v = value.clone();
+        v.host = Some(self.cx.host(value)?);
+        Ok(v)
+    }
+
+    /// Served from the values uploaded at prepare time.
+    fn constant(&self, id: LayerId, _weights: &Arc<HostTensor>) -> KResult<Value> {
+        Ok(self.exe.constants.get(id.0).cloned().flatten().ok_or("the constant was not uploaded")?)
+    }
+
+    fn run_kernel(&self, id: LayerId, inputs: &[Option<Value>], _facts: &[Option<Fact>], expected: &[OutFact]) -> KResult<Vec<Value>> {
+        let kind = &self.exe.network.layer(id).kind;
         match self.exe.placement.get(id.0).copied().unwrap_or(Placement::Device) {
-            Placement::Constant => Ok(vec![self.exe.constants[id.0].clone().ok_or("the constant was not uploaded")?]),
-            Placement::Shape => {
-                let (_, shape) = inputs.first().and_then(Option::as_ref).ok_or("Shape has no input")?.meta();
-                let dims = HostTensor::from_i64(vec![shape.len()], shape.iter().map(|&d| d as i64).collect()).map_err(|e| e.to_string())?;
-                Ok(vec![Value::host(Arc::new(dims))])
-            }
-            Placement::Host => self.host_layer(&layer.kind, inputs),
+            Placement::Constant | Placement::Shape | Placement::Host => self.host_layer(kind, inputs, expected),
             Placement::Device => {
                 self.cx.gemm_rank.set(self.exe.gemm_ranks.get(id.0).copied().unwrap_or(0));
                 self.cx.view_output.set(self.exe.view_output.get(id.0).copied().unwrap_or(false));
-                self.device_layer(&layer.kind, inputs)
+                Ok(ops::run(&self.cx, kind, inputs, expected)?.into_iter().map(Value::device).collect())
             }
         }
     }
 
-    fn to_host(&self, value: &Value) -> Result<Arc<HostTensor>, String> {
+    fn to_host(&self, value: &Value) -> KResult<Arc<HostTensor>> {
         self.cx.host(value)
     }
 
-    fn from_host(&self, tensor: Arc<HostTensor>) -> Result<Value, String> {
-        Ok(Value::device(self.exe.gpu.upload(&tensor).map_err(|e| e.to_string())?))
+    fn from_host(&self, tensor: Arc<HostTensor>) -> KResult<Value> {
+        Ok(Value::device(self.exe.gpu.upload(&tensor).map_err(KernelError::from)?))
     }
 
-    fn slice_along(&self, value: &Value, axis: usize, index: usize) -> Result<Value, String> {
+    fn slice_along(&self, value: &Value, axis: usize, index: usize) -> KResult<Value> {
         if let (None, Some(h)) = (&value.device, &value.host) {
             return Ok(Value::host(Arc::new(interp::host_slice_along(h, axis, index)?)));
         }
         let x = self.cx.dev(value)?;
         let mut bounds_shape = x.shape.clone();
         if axis >= bounds_shape.len() || index >= bounds_shape[axis] {
-            return Err(format!("slice {index} along axis {axis} of {:?}", x.shape));
+            return Err(invalid!("slice {index} along axis {axis} of {:?}", x.shape));
         }
         let st = ops::contiguous_strides(&x.shape);
         bounds_shape[axis] = 1;
@@ -371,13 +332,13 @@ impl Machine for Run<'_> {
         Ok(Value::device(part.reshaped(bounds_shape)))
     }
 
-    fn stack_along(&self, parts: &[Value], axis: usize, length: usize, reverse: bool, dtype: DataType, slice_shape: &[usize]) -> Result<Value, String> {
+    fn stack_along(&self, parts: &[Value], axis: usize, length: usize, reverse: bool, dtype: DataType, slice_shape: &[usize]) -> KResult<Value> {
         let mut shape = slice_shape.to_vec();
         if axis > shape.len() {
-            return Err(format!("stack axis {axis} of rank {}", shape.len()));
+            return Err(invalid!("stack axis {axis} of rank {}", shape.len()));
         }
         shape.insert(axis, length);
-        let out = ops::zeros(&self.cx, self.exe.gpu.empty(dtype, shape.clone()).map_err(|e| e.to_string())?)?;
+        let out = ops::zeros(&self.cx, self.exe.gpu.empty(dtype, shape.clone()).map_err(KernelError::from)?)?;
         let out_strides = ops::contiguous_strides(&shape);
         for (i, part) in parts.iter().enumerate() {
             let at = if reverse { parts.len() - 1 - i } else { i };
@@ -404,7 +365,7 @@ impl CudaExecutable {
         let run = Run { exe: self, cx: Ctx::new(&self.gpu, self.tf32) };
         let values = inputs.iter().cloned().map(Value::device).collect();
         let outputs = interp::run_plan(&run, &self.plan, &self.frees, values)?;
-        let end = |reason: String| BackendError::Execution { layer: "(network outputs)".into(), reason };
+        let end = |e: KernelError| e.at_layer("cuda", "(network outputs)", "");
         let device = outputs.iter().map(|v| run.cx.dev(v)).collect::<Result<Vec<_>, _>>().map_err(end)?;
         if !run.cx.pending_checks.borrow().is_empty() {
             run.cx.finish().map_err(end)?;
@@ -442,7 +403,7 @@ impl CudaExecutable {
         let run = Run { exe: self, cx: Ctx::new(&self.gpu, self.tf32) };
         let outputs = (|| {
             mark(0)?;
-            let boundary = |reason: String| BackendError::Execution { layer: "(network inputs)".into(), reason };
+            let boundary = |e: KernelError| e.at_layer("cuda", "(network inputs)", "");
             let values = inputs.iter().map(|x| run.from_host(Arc::new(x.clone()))).collect::<Result<Vec<_>, _>>().map_err(boundary)?;
             mark(1)?;
             let outputs = interp::run_plan(&run, &self.plan, &self.frees, values)?;
@@ -458,7 +419,7 @@ impl CudaExecutable {
             (e, _) => e,
         })?;
         let (trace, diverged) = (end.events, end.diverged);
-        let end = |reason: String| BackendError::Execution { layer: "(network outputs)".into(), reason };
+        let end = |e: KernelError| e.at_layer("cuda", "(network outputs)", "");
         let host = outputs.iter().map(|v| run.cx.host(v).map(|h| (*h).clone())).collect::<Result<Vec<_>, _>>().map_err(end)?;
         mark(3)?;
         run.cx.finish().map_err(end)?;
@@ -470,22 +431,22 @@ impl CudaExecutable {
 
     /// Captures one execution on `inputs` as a graph over `arena`'s addresses. Err says why it
     /// cannot be captured (the caller runs it interpreted instead).
-    fn capture(&self, inputs: &[HostTensor], arena: Arc<Arena>) -> Result<Replay, String> {
+    fn capture(&self, inputs: &[HostTensor], arena: Arc<Arena>) -> KResult<Replay> {
         let tracer = self.gpu.begin_trace(Some(arena));
         let run = Run { exe: self, cx: Ctx::new(&self.gpu, self.tf32) };
         let captured = self.capture_plan(&run, &tracer, inputs);
         let end = self.gpu.end_trace(&tracer);
         let (graph, input_slots, values) = captured?;
         if let Some(d) = end.diverged {
-            return Err(format!("the execution left the recorded allocation trace: {d}"));
+            return Err(invalid!("the execution left the recorded allocation trace: {d}"));
         }
         let ctx = &self.gpu.ctx;
         let mut outputs = Vec::with_capacity(values.len());
         for v in &values {
             outputs.push(match (&v.device, &v.host) {
                 (Some(d), _) => {
-                    let bytes = replay::device_bytes(d.dtype, &d.shape).map_err(|e| e.to_string())?;
-                    let staging = PinnedHost::new(ctx, bytes).map_err(|e| e.to_string())?;
+                    let bytes = replay::device_bytes(d.dtype, &d.shape).map_err(KernelError::from)?;
+                    let staging = PinnedHost::new(ctx, bytes).map_err(KernelError::from)?;
                     Output::Device { address: d.buf.ptr(), dtype: d.dtype, shape: d.shape.clone(), bytes, staging }
                 }
                 (None, Some(h)) => Output::Host((**h).clone()),
@@ -494,31 +455,31 @@ impl CudaExecutable {
         }
         let mut checks = Vec::new();
         for (flag, message) in run.cx.pending_checks.borrow_mut().drain(..) {
-            checks.push((flag.buf.ptr(), message, PinnedHost::new(ctx, 4).map_err(|e| e.to_string())?));
+            checks.push((flag.buf.ptr(), message, PinnedHost::new(ctx, 4).map_err(KernelError::from)?));
         }
-        graph.upload().map_err(|e| e.to_string())?;
+        graph.upload().map_err(KernelError::from)?;
         Ok(Replay { graph, inputs: input_slots, outputs, checks, _staged: end.staged })
     }
 
     /// Uploads the inputs (outside the graph: each replay refills them), then runs the plan
     /// under capture. The capture is always ended.
-    fn capture_plan(&self, run: &Run, tracer: &Arc<Mutex<Tracer>>, inputs: &[HostTensor]) -> Result<Captured, String> {
+    fn capture_plan(&self, run: &Run, tracer: &Arc<Mutex<Tracer>>, inputs: &[HostTensor]) -> KResult<Captured> {
         let values = inputs.iter().map(|x| run.from_host(Arc::new(x.clone()))).collect::<Result<Vec<_>, _>>()?;
         let mut slots = Vec::with_capacity(values.len());
         for (v, x) in values.iter().zip(inputs) {
             let d = v.device.as_ref().ok_or("an input is not on the device")?;
-            let bytes = replay::device_bytes(x.dtype(), x.shape()).map_err(|e| e.to_string())?;
-            slots.push((d.buf.ptr(), bytes, PinnedHost::new(&self.gpu.ctx, bytes).map_err(|e| e.to_string())?));
+            let bytes = replay::device_bytes(x.dtype(), x.shape()).map_err(KernelError::from)?;
+            slots.push((d.buf.ptr(), bytes, PinnedHost::new(&self.gpu.ctx, bytes).map_err(KernelError::from)?));
         }
-        self.gpu.begin_capture(tracer).map_err(|e| e.to_string())?;
+        self.gpu.begin_capture(tracer).map_err(KernelError::from)?;
         // Outputs kept in another order (channels-last) are made row-major inside the graph:
         // replays copy the bytes out as they are.
-        let result = interp::run_plan(run, &self.plan, &self.frees, values).map_err(|e| e.to_string()).and_then(|outputs| {
-            outputs.iter().map(|v| Ok(if v.device.is_some() { Value::device(run.cx.dev(v)?) } else { v.clone() })).collect::<Result<Vec<_>, String>>()
+        let result = interp::run_plan(run, &self.plan, &self.frees, values).map_err(|e| invalid!("{e}")).and_then(|outputs| {
+            outputs.iter().map(|v| Ok(if v.device.is_some() { Value::device(run.cx.dev(v)?) } else { v.clone() })).collect::<KResult<Vec<_>>>()
         });
         let graph = self.gpu.end_capture(tracer);
         let outputs = result?;
-        let graph = graph.map_err(|e| e.to_string())?.ok_or("the driver captured no graph")?;
+        let graph = graph.map_err(KernelError::from)?.ok_or("the driver captured no graph")?;
         Ok((graph, slots, outputs))
     }
 
@@ -533,7 +494,7 @@ impl CudaExecutable {
         let mut signatures = lock(&self.signatures);
         let graphs_on = self.graphs_enabled.load(Ordering::Relaxed);
         let graphs = graphs_on && self.graph_blocker.is_none();
-        let replay_error = |reason: String| BackendError::Execution { layer: "(graph replay)".into(), reason };
+        let replay_error = |e: KernelError| e.at_layer("cuda", "(graph replay)", "");
         let outputs = match signatures.get_mut(&key) {
             None => {
                 let (outputs, trace, _) = self.interpret(inputs, None, events)?;
@@ -561,7 +522,7 @@ impl CudaExecutable {
                             state.arena = self.arena_for(trace)?;
                         }
                         self.set_mode(format!("interpreted in the arena (graph capture failed: {reason})"));
-                        state.no_graph = Some(reason);
+                        state.no_graph = Some(reason.to_string());
                         outputs
                     }
                 },
@@ -612,7 +573,7 @@ impl Executable for CudaExecutable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kiln::{ActivationKind, ShuffleParams};
+    use kiln::{ActivationKind, Shape, ShuffleParams};
 
     fn blocker_of(net: &Network) -> Option<String> {
         let plan = control::lower(net, DEFAULT_MAX_TRIP_COUNT).expect("lowered");

@@ -6,6 +6,8 @@
 //!
 //! Tensors keep their native element types on this backend (f16 is 2 bytes, i64 8 bytes).
 
+use kiln::{invalid, KernelError};
+use crate::ops::KResult;
 use crate::device::{DeviceTensor, Gpu};
 use crate::ops::{Ctx, Value};
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
@@ -48,23 +50,23 @@ pub fn run(
     params: &PluginParams,
     inputs: &[Option<Value>],
     outs: &[OutFact],
-) -> Result<Vec<DeviceTensor>, String> {
+) -> KResult<Vec<DeviceTensor>> {
     let key = PluginKey::of(params);
-    let fail = |m: String| format!("plugin `{key}`: {m}");
+    let fail = |m: String| invalid!("plugin `{key}`: {m}");
     let inputs = inputs
         .iter()
         .enumerate()
         .map(|(i, v)| {
             cx.dev(v.as_ref().ok_or_else(|| fail(format!("input {i} is missing (plugins take no optional inputs)")))?)
         })
-        .collect::<Result<Vec<_>, String>>()?;
+        .collect::<KResult<Vec<_>>>()?;
     let outputs = outs
         .iter()
         .map(|o| {
             let shape = o.shape.as_fixed().ok_or_else(|| fail(format!("output shape {} is not known", o.shape)))?;
-            cx.gpu.empty(o.dtype, shape).map_err(|e| fail(e.to_string()))
+            cx.gpu.empty(o.dtype, shape).map_err(KernelError::from)
         })
-        .collect::<Result<Vec<_>, String>>()?;
+        .collect::<KResult<Vec<_>>>()?;
     let io: Vec<PluginTensorDesc> = inputs.iter().chain(&outputs).map(|t| desc(t.dtype, &t.shape)).collect();
     let loaded = load(cx.gpu, &key, params, &io, inputs.len())?;
     let pointers: Vec<u64> = inputs.iter().chain(&outputs).map(|t| cx.gpu.ptr(&t.buf)).collect();
@@ -93,15 +95,15 @@ fn load(
     params: &PluginParams,
     io: &[PluginTensorDesc],
     num_inputs: usize,
-) -> Result<Arc<Loaded>, String> {
+) -> KResult<Arc<Loaded>> {
     let cache_key = format!("{:p}|{key}|{:?}|{io:?}", Arc::as_ptr(&gpu.ctx), params.fields);
     if let Some(found) = cache().lock().unwrap_or_else(PoisonError::into_inner).get(&cache_key) {
         return Ok(found.clone());
     }
-    let fail = |m: String| format!("plugin `{key}`: {m}");
-    let plugin = registry().instance(params).map_err(|e| e.to_string())?;
+    let fail = |m: String| invalid!("plugin `{key}`: {m}");
+    let plugin = registry().instance(params).map_err(|e| invalid!("{e}"))?;
     let CudaKernel { image, entry_point, grid, block, shared_memory_bytes } = match plugin.cuda_kernel(io, num_inputs) {
-        Some(result) => result.map_err(|e| e.to_string())?,
+        Some(result) => result.map_err(|e| invalid!("{e}"))?,
         None => return Err(fail("has no CUDA kernel (cuda_kernel is NULL)".into())),
     };
     let ptx = match image {

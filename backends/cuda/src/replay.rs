@@ -1,6 +1,8 @@
 //! Per input-shape signature: the activation arena placed from the first execution's trace,
 //! and the CUDA graph captured from the second (when the engine allows one), replayed after.
 
+use kiln::{invalid, KernelError};
+use crate::ops::KResult;
 use crate::arena::{Arena, PinnedHost};
 use crate::device::{storage_size, Gpu, GpuError, Graph};
 use cudarc::driver::CudaEvent;
@@ -109,39 +111,39 @@ impl PhaseEvents {
 impl Replay {
     /// Replays the graph on `inputs` (of the captured signature); Err names the kernel check
     /// that failed or the driver call.
-    pub fn run(&mut self, gpu: &Gpu, inputs: &[HostTensor], events: Option<&PhaseEvents>) -> Result<Vec<HostTensor>, String> {
-        let mark = |i: usize| events.map_or(Ok(()), |e| e.mark(gpu, i)).map_err(|e| e.to_string());
+    pub fn run(&mut self, gpu: &Gpu, inputs: &[HostTensor], events: Option<&PhaseEvents>) -> KResult<Vec<HostTensor>> {
+        let mark = |i: usize| events.map_or(Ok(()), |e| e.mark(gpu, i)).map_err(KernelError::from);
         if inputs.len() != self.inputs.len() {
-            return Err(format!("{} inputs, the graph was captured with {}", inputs.len(), self.inputs.len()));
+            return Err(invalid!("{} inputs, the graph was captured with {}", inputs.len(), self.inputs.len()));
         }
         // The previous replay was waited for, so the staging buffers are free to refill.
         for (x, (_, bytes, staging)) in inputs.iter().zip(&mut self.inputs) {
             let data = x.data().le_bytes();
             if data.len() != *bytes {
-                return Err(format!("an input of {} bytes, the graph was captured with {bytes}", data.len()));
+                return Err(invalid!("an input of {} bytes, the graph was captured with {bytes}", data.len()));
             }
             copy_in_parallel(&mut staging.as_mut_slice()[..data.len()], &data);
         }
         mark(0)?;
         for (address, bytes, staging) in &self.inputs {
-            gpu.write_pinned(*address, staging, *bytes).map_err(|e| e.to_string())?;
+            gpu.write_pinned(*address, staging, *bytes).map_err(KernelError::from)?;
         }
         mark(1)?;
-        self.graph.launch().map_err(|e| e.to_string())?;
+        self.graph.launch().map_err(KernelError::from)?;
         mark(2)?;
         for out in &mut self.outputs {
             if let Output::Device { address, bytes, staging, .. } = out {
-                gpu.read_pinned(*address, staging, *bytes).map_err(|e| e.to_string())?;
+                gpu.read_pinned(*address, staging, *bytes).map_err(KernelError::from)?;
             }
         }
         for (address, _, staging) in &mut self.checks {
-            gpu.read_pinned(*address, staging, 4).map_err(|e| e.to_string())?;
+            gpu.read_pinned(*address, staging, 4).map_err(KernelError::from)?;
         }
         mark(3)?;
-        gpu.synchronize().map_err(|e| e.to_string())?;
+        gpu.synchronize().map_err(KernelError::from)?;
         for (_, message, staging) in &self.checks {
             if staging.as_slice()[..4] != [0; 4] {
-                return Err(message.clone());
+                return Err(KernelError::Invalid(message.clone()));
             }
         }
         self.outputs
@@ -150,7 +152,7 @@ impl Replay {
                 Output::Host(t) => Ok(t.clone()),
                 Output::Device { dtype, shape, bytes, staging, .. } => {
                     let data = TensorData::from_le_bytes(*dtype, &staging.as_slice()[..*bytes]).ok_or(format!("no host form of {dtype}"))?;
-                    HostTensor::new(shape.clone(), data).map_err(|e| e.to_string())
+                    HostTensor::new(shape.clone(), data).map_err(KernelError::from)
                 }
             })
             .collect()

@@ -194,7 +194,7 @@ pub fn time_tactic(
             let cx = crate::ops::Ctx::new(&gpu, backend.tf32());
             for feed in [feed_of(0), residual.and_then(feed_of)].into_iter().flatten() {
                 if inputs[feed].shape.len() == 4 {
-                    inputs[feed] = crate::ops::layout::to_channels_last(&cx, &inputs[feed]).map_err(&fail)?;
+                    inputs[feed] = crate::ops::layout::to_channels_last(&cx, &inputs[feed]).map_err(|e| fail(e.to_string()))?;
                 }
             }
         }

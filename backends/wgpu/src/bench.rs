@@ -319,7 +319,7 @@ pub fn dispatch_overhead(count: usize) -> Result<DispatchOverhead, DeviceError> 
             rec.dispatch(&kernel, &[1], &[], [1, 1, 1])?;
         }
         let probe = rec.alloc(kiln::DataType::F32, &[1])?;
-        rec.read(&probe).map_err(|reason| DeviceError::Readback { reason })?;
+        rec.read(&probe).map_err(|e| DeviceError::Readback { reason: e.to_string() })?;
         let recorded = start.elapsed().as_secs_f64() * 1e6 / count as f64;
         if round > 0 {
             raw.push(wall);

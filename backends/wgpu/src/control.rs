@@ -3,10 +3,11 @@
 
 use crate::exec::Run;
 use crate::kernels::layout::{copy, gather_view, Copy};
-use crate::kernels::{half, pointwise, strides};
+use crate::kernels::{half, pointwise, strides, KResult};
 use crate::value::{DeviceTensor, Value};
-use kiln::runtime::interp::Machine;
-use kiln::{DataType, HostTensor, LayerId, Network};
+use kiln::ir::infer::{Fact, OutFact};
+use kiln::runtime::machine::Machine;
+use kiln::{invalid, DataType, HostTensor, KernelError, LayerId, Network};
 use std::sync::Arc;
 
 fn signed(v: &[usize]) -> Vec<i64> {
@@ -15,11 +16,11 @@ fn signed(v: &[usize]) -> Vec<i64> {
 
 impl Run<'_> {
     /// The slice of `value` at `index` along `axis`, the axis removed.
-    pub fn slice_value(&self, value: &Value, axis: usize, index: usize) -> Result<Value, String> {
+    pub fn slice_value(&self, value: &Value, axis: usize, index: usize) -> KResult<Value> {
         // The copy kernels move words: f16 halves take the widen/narrow path (see run_layer).
         let t = half::widen(&self.rec, &self.to_device(value)?)?;
         if axis >= t.shape.len() || index >= t.shape[axis] {
-            return Err(format!("slice {index} along axis {axis} of a {:?} tensor", t.shape));
+            return Err(invalid!("slice {index} along axis {axis} of a {:?} tensor", t.shape));
         }
         let st = strides(&t.shape);
         let mut shape = t.shape.clone();
@@ -40,9 +41,9 @@ impl Run<'_> {
         reverse: bool,
         dtype: DataType,
         slice_shape: &[usize],
-    ) -> Result<Value, String> {
+    ) -> KResult<Value> {
         if parts.len() > length || axis > slice_shape.len() {
-            return Err(format!("{} parts stacked along axis {axis} of length {length}", parts.len()));
+            return Err(invalid!("{} parts stacked along axis {axis} of length {length}", parts.len()));
         }
         let mut shape = slice_shape.to_vec();
         shape.insert(axis, length);
@@ -54,7 +55,7 @@ impl Run<'_> {
         for (i, part) in parts.iter().enumerate() {
             let t = half::widen(&self.rec, &self.to_device(part)?)?;
             if t.shape != slice_shape {
-                return Err(format!("loop output part {i} is {:?}, the others {slice_shape:?}", t.shape));
+                return Err(invalid!("loop output part {i} is {:?}, the others {slice_shape:?}", t.shape));
             }
             let at = if reverse { parts.len() - 1 - i } else { i };
             let c = Copy {
@@ -77,23 +78,48 @@ impl Machine for Run<'_> {
         &self.exe.network
     }
 
+    fn backend_name(&self) -> &str {
+        crate::NAME
+    }
+
     fn meta(&self, value: &Value) -> (DataType, Vec<usize>) {
         (value.dtype(), value.shape().to_vec())
     }
 
-    fn run_layer(&self, id: LayerId, inputs: &[Option<Value>]) -> Result<Vec<Value>, String> {
-        Run::run_layer(self, id, inputs)
+    fn host_copy(&self, value: &Value) -> Option<Arc<HostTensor>> {
+        match value {
+            Value::Host(t) => Some(t.clone()),
+            Value::Device(_) => None,
+        }
     }
 
-    fn to_host(&self, value: &Value) -> Result<Arc<HostTensor>, String> {
+    fn host_value(&self, tensor: Arc<HostTensor>) -> Value {
+        Value::Host(tensor)
+    }
+
+    fn to_host(&self, value: &Value) -> Result<Arc<HostTensor>, KernelError> {
         Run::to_host(self, value)
     }
 
-    fn from_host(&self, tensor: Arc<HostTensor>) -> Result<Value, String> {
+    fn from_host(&self, tensor: Arc<HostTensor>) -> Result<Value, KernelError> {
         Ok(Value::Device(self.rec.upload(&tensor)?))
     }
 
-    fn slice_along(&self, value: &Value, axis: usize, index: usize) -> Result<Value, String> {
+    fn constant(&self, id: LayerId, weights: &Arc<HostTensor>) -> Result<Value, KernelError> {
+        Run::constant(self, id, weights)
+    }
+
+    fn run_kernel(
+        &self,
+        id: LayerId,
+        inputs: &[Option<Value>],
+        facts: &[Option<Fact>],
+        expected: &[OutFact],
+    ) -> Result<Vec<Value>, KernelError> {
+        Run::run_kernel(self, id, inputs, facts, expected)
+    }
+
+    fn slice_along(&self, value: &Value, axis: usize, index: usize) -> Result<Value, KernelError> {
         self.slice_value(value, axis, index)
     }
 
@@ -105,7 +131,7 @@ impl Machine for Run<'_> {
         reverse: bool,
         dtype: DataType,
         slice_shape: &[usize],
-    ) -> Result<Value, String> {
+    ) -> Result<Value, KernelError> {
         self.stack_values(parts, axis, length, reverse, dtype, slice_shape)
     }
 }

@@ -339,3 +339,13 @@ fn poisoned() -> DeviceError {
         reason: "a thread panicked while holding it".into(),
     }
 }
+
+impl From<DeviceError> for kiln::KernelError {
+    fn from(e: DeviceError) -> kiln::KernelError {
+        match e {
+            DeviceError::OutOfMemory { .. } => kiln::KernelError::OutOfMemory(e.to_string()),
+            DeviceError::DeviceLost { .. } => kiln::KernelError::DeviceLost(e.to_string()),
+            other => kiln::KernelError::Invalid(other.to_string()),
+        }
+    }
+}

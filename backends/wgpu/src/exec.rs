@@ -14,11 +14,10 @@ use crate::kernels::{
 use crate::ops::CastMode;
 use crate::value::{to_words, DeviceTensor, Recorder, Value};
 use kiln::ir::control::{lower, ControlFlow, DEFAULT_MAX_TRIP_COUNT};
+use kiln::{invalid, KernelError};
 use kiln::ir::infer::{infer_layer, resolve_slice, Fact, OutFact};
 use kiln::runtime::interp::{run_plan, top_level_frees};
-use kiln::{
-    BackendError, DataType, Executable, GatherMode, HostTensor, Layer, LayerId, LayerKind, Network, PaddingMode, Shape,
-};
+use kiln::{BackendError, DataType, Executable, GatherMode, HostTensor, LayerId, LayerKind, Network, PaddingMode};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -45,6 +44,8 @@ pub struct WgpuExecutable {
     /// f16 tensors stored as halves where the device has SHADER_F16 (see
     /// `WgpuBackend::without_f16_storage`).
     half_storage: bool,
+    /// The matrix-kernel variants this engine's tactics chose.
+    gemm_choices: Arc<crate::tactics::GemmChoices>,
 }
 
 impl WgpuExecutable {
@@ -70,23 +71,14 @@ impl WgpuExecutable {
             arenas: Mutex::new(Vec::new()),
             reuse_memory,
             half_storage,
+            gemm_choices: Arc::default(),
         })
     }
-}
 
-/// The input slots a kind reads on the host (shape-like parameters).
-fn host_slots(kind: &LayerKind) -> &'static [usize] {
-    use LayerKind as K;
-    match kind {
-        K::Shuffle(_) | K::Expand | K::Reduce { .. } => &[1],
-        K::Slice => &[1, 2, 3, 4],
-        K::Padding { .. } => &[1, 2],
-        K::Fill { .. } => &[0],
-        K::TopK { .. } | K::CumulativeSum { .. } | K::CumulativeProduct { .. } => &[1],
-        K::OneHot { .. } => &[2],
-        K::Resize(_) => &[1, 2, 3],
-        K::Dft { .. } | K::Col2Im { .. } => &[1, 2],
-        _ => &[],
+    /// Runs each product with the matrix-kernel variant its tactic chose.
+    pub fn with_gemm_choices(mut self, choices: crate::tactics::GemmChoices) -> WgpuExecutable {
+        self.gemm_choices = Arc::new(choices);
+        self
     }
 }
 
@@ -104,72 +96,67 @@ impl<'e> Run<'e> {
             Some(arena) => Recorder::with_arena(exe.gpu, arena),
             None => Recorder::new(exe.gpu),
         };
-        Run { exe, rec: rec.with_half_storage(exe.half_storage) }
+        Run { exe, rec: rec.with_half_storage(exe.half_storage).with_gemm_choices(exe.gemm_choices.clone()) }
     }
 
-    pub fn to_host(&self, v: &Value) -> Result<Arc<HostTensor>, String> {
+    pub fn to_host(&self, v: &Value) -> KResult<Arc<HostTensor>> {
         match v {
             Value::Host(t) => Ok(t.clone()),
             Value::Device(t) => Ok(Arc::new(self.rec.read(t)?)),
         }
     }
 
-    pub fn to_device(&self, v: &Value) -> Result<DeviceTensor, String> {
+    pub fn to_device(&self, v: &Value) -> KResult<DeviceTensor> {
         match v {
             Value::Device(t) => Ok(t.clone()),
             Value::Host(t) => self.rec.upload(t),
         }
     }
 
-    fn constant(&self, layer: &Layer, weights: kiln::WeightsId) -> Result<Vec<Value>, String> {
-        let w = self
-            .exe
-            .network
-            .weights()
-            .get(weights.0)
-            .ok_or_else(|| format!("weights blob #{} is missing", weights.0))?;
-        if let Some(&t) = layer.outputs.first() {
-            let desc = self.exe.network.tensor(t);
-            check(&OutFact::new(desc.dtype, desc.shape.clone()), w.dtype(), w.shape())?;
-        }
+    /// A Constant's value: small ones stay on the host, large ones are uploaded once and
+    /// kept for later executions.
+    pub(crate) fn constant(&self, id: LayerId, w: &Arc<HostTensor>) -> KResult<Value> {
         if w.len() <= HOST_CONSTANT_ELEMENTS {
-            return Ok(vec![Value::Host(w.clone())]);
+            return Ok(Value::Host(w.clone()));
         }
-        let mut cache = self.exe.constants.lock().map_err(|_| "the constant cache is poisoned".to_string())?;
-        if let Some(t) = cache.get(&weights.0) {
-            return Ok(vec![Value::Device(t.clone())]);
+        // Keyed by weights blob: Constant layers sharing a blob share the upload.
+        let key = match &self.exe.network.layer(id).kind {
+            LayerKind::Constant { weights } => weights.0,
+            _ => return Err(invalid!("layer #{} is not a Constant", id.0)),
+        };
+        let mut cache = self.exe.constants.lock().map_err(|_| "the constant cache is poisoned")?;
+        if let Some(t) = cache.get(&key) {
+            return Ok(Value::Device(t.clone()));
         }
         let t = self.rec.upload_owned(w)?;
-        cache.insert(weights.0, t.clone());
-        Ok(vec![Value::Device(t)])
+        cache.insert(key, t.clone());
+        Ok(Value::Device(t))
     }
 
-    /// Runs one layer (any kind but the control-flow boundaries).
-    pub fn run_layer(&self, id: LayerId, inputs: &[Option<Value>]) -> Result<Vec<Value>, String> {
-        let net = &self.exe.network;
-        let layer = net.layer(id);
-        match &layer.kind {
-            LayerKind::Constant { weights } => return self.constant(layer, *weights),
-            LayerKind::Shape => {
-                let x = inputs.first().cloned().flatten().ok_or("Shape needs an input")?;
-                let dims = x.shape().iter().map(|&d| d as i64).collect::<Vec<_>>();
-                let t = HostTensor::from_i64(vec![dims.len()], dims).map_err(|e| e.to_string())?;
-                return Ok(vec![Value::Host(Arc::new(t))]);
-            }
+    /// Runs the kernels of one layer (see [`kiln::runtime::machine::Machine::run_kernel`]).
+    pub(crate) fn run_kernel(
+        &self,
+        id: LayerId,
+        values: &[Option<Value>],
+        facts: &[Option<Fact>],
+        expected: &[OutFact],
+    ) -> KResult<Vec<Value>> {
+        let kind = &self.exe.network.layer(id).kind;
+        match kind {
             LayerKind::Assertion { message } => {
-                let cond = inputs.first().cloned().flatten().ok_or("Assertion needs an input")?;
+                let cond = values.first().cloned().flatten().ok_or("Assertion needs an input")?;
                 let cond = self.to_host(&cond)?;
                 if cond.to_i64_vec().is_some_and(|v| v.contains(&0)) {
-                    return Err(format!("assertion failed: {message}"));
+                    return Err(invalid!("assertion failed: {message}"));
                 }
                 return Ok(Vec::new());
             }
             // Data-dependent output shapes: computed on the host (see kernels::dynamic).
-            LayerKind::NonZero | LayerKind::Unique { .. } => return self.data_dependent(&layer.kind, inputs),
+            LayerKind::NonZero | LayerKind::Unique { .. } => return self.data_dependent(kind, values),
             // A data-dependent output length: computed on the host (one read-back).
             LayerKind::NonMaxSuppression { center_point_box } => {
-                let host = |slot: usize| -> Result<Option<Arc<HostTensor>>, String> {
-                    inputs.get(slot).cloned().flatten().map(|v| self.to_host(&v)).transpose()
+                let host = |slot: usize| -> KResult<Option<Arc<HostTensor>>> {
+                    values.get(slot).cloned().flatten().map(|v| self.to_host(&v)).transpose()
                 };
                 let (boxes, scores) = (host(0)?.ok_or("boxes are missing")?, host(1)?.ok_or("scores are missing")?);
                 let (limit, iou, score) = (host(2)?, host(3)?, host(4)?);
@@ -185,35 +172,15 @@ impl<'e> Run<'e> {
             }
             _ => {}
         }
-        let mut values: Vec<Option<Value>> = inputs.to_vec();
-        for &slot in host_slots(&layer.kind) {
-            if let Some(Some(v @ Value::Device(_))) = values.get(slot) {
-                values[slot] = Some(Value::Host(self.to_host(v)?));
-            }
-        }
-        let shapes: Vec<Option<Shape>> = values.iter().map(|v| v.as_ref().map(|v| Shape::fixed(v.shape()))).collect();
-        let facts: Vec<Option<Fact>> = values
-            .iter()
-            .zip(&shapes)
-            .map(|(v, s)| {
-                v.as_ref().zip(s.as_ref()).map(|(v, s)| {
-                    Fact::new(v.dtype(), s, if let Value::Host(t) = v { Some(&**t) } else { None })
-                })
-            })
-            .collect();
-        let expected = infer_layer(&layer.kind, &facts, &|w| net.weights_blob(w))
-            .map_err(|e| format!("shape inference: {}", e.rule))?;
         // Shape arithmetic that inference evaluated: stays on the host.
         if !expected.is_empty() && expected.iter().all(|o| o.value.is_some()) {
-            return Ok(expected.into_iter().filter_map(|o| o.value).map(|t| Value::Host(Arc::new(t))).collect());
+            return Ok(expected.iter().filter_map(|o| o.value.clone()).map(|t| Value::Host(Arc::new(t))).collect());
         }
         let outs = expected
             .iter()
-            .map(|o| {
-                o.shape.as_fixed().map(|s| (o.dtype, s)).ok_or_else(|| format!("inference left {} unresolved", o.shape))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let host_slots = host_slots(&layer.kind);
+            .map(|o| o.shape.as_fixed().map(|s| (o.dtype, s)).ok_or_else(|| invalid!("inference left {} unresolved", o.shape)))
+            .collect::<KResult<Vec<_>>>()?;
+        let host_slots = kind.host_slots();
         let mut device = Vec::with_capacity(values.len());
         let mut hosts = Vec::with_capacity(values.len());
         for (slot, v) in values.iter().enumerate() {
@@ -237,32 +204,21 @@ impl<'e> Run<'e> {
         // f16 outputs, written as words, are stored as halves again (another). So every
         // layer runs with f16 storage; native f16 kernels skip the conversions.
         let native = |t: &Option<DeviceTensor>| t.as_ref().is_none_or(|t| t.packing == crate::value::Packing::Half);
-        let device = match half::native(&layer.kind) && device.iter().all(native) {
+        let device = match half::native(kind) && device.iter().all(native) {
             true => device,
             false => self.words(device)?,
         };
-        let outputs = self.device_layer(&layer.kind, &device, &hosts, &facts, &outs)?;
-        let outputs = self.stored(outputs)?;
-        if outputs.len() != expected.len() {
-            return Err(format!(
-                "the kernels produced {} outputs, inference expects {}",
-                outputs.len(),
-                expected.len()
-            ));
-        }
-        for (fact, out) in expected.iter().zip(&outputs) {
-            check(fact, out.dtype, &out.shape)?;
-        }
-        Ok(outputs.into_iter().map(Value::Device).collect())
+        let outputs = self.device_layer(kind, &device, &hosts, facts, &outs)?;
+        Ok(self.stored(outputs)?.into_iter().map(Value::Device).collect())
     }
 
     /// Device inputs as the word kernels read them (f16 halves widened).
-    fn words(&self, device: Vec<Option<DeviceTensor>>) -> Result<Vec<Option<DeviceTensor>>, String> {
+    fn words(&self, device: Vec<Option<DeviceTensor>>) -> KResult<Vec<Option<DeviceTensor>>> {
         device.into_iter().map(|t| t.map(|t| half::widen(&self.rec, &t)).transpose()).collect()
     }
 
     /// Layer outputs as this run stores them (f16 words as halves where the run does).
-    pub(crate) fn stored(&self, outputs: Vec<DeviceTensor>) -> Result<Vec<DeviceTensor>, String> {
+    pub(crate) fn stored(&self, outputs: Vec<DeviceTensor>) -> KResult<Vec<DeviceTensor>> {
         match self.rec.half_storage() {
             true => outputs.into_iter().map(|t| half::to_halves(&self.rec, t)).collect(),
             false => Ok(outputs),
@@ -280,10 +236,10 @@ impl<'e> Run<'e> {
         use LayerKind as K;
         let rec = &self.rec;
         let req =
-            |slot: usize| ins.get(slot).and_then(Option::as_ref).ok_or_else(|| format!("input {slot} is missing"));
+            |slot: usize| ins.get(slot).and_then(Option::as_ref).ok_or_else(|| kiln::invalid!("input {slot} is missing"));
         let host = |slot: usize| hosts.get(slot).and_then(Option::as_ref);
         let ints = |slot: usize| -> KResult<Option<Vec<i64>>> {
-            host(slot).map(|t| t.to_i64_vec().ok_or_else(|| format!("input {slot} must be integer"))).transpose()
+            host(slot).map(|t| t.to_i64_vec().ok_or_else(|| kiln::invalid!("input {slot} must be integer"))).transpose()
         };
         let (dtype, shape) = outs.first().cloned().ok_or("the layer has no output")?;
         let one = |t: DeviceTensor| Ok(vec![t]);
@@ -304,7 +260,7 @@ impl<'e> Run<'e> {
             K::BitCast { to } => {
                 let x = req(0)?;
                 if x.dtype.size_bytes() != Some(4) || to.size_bytes() != Some(4) {
-                    return Err(format!(
+                    return Err(invalid!(
                         "BitCast {} -> {to}: only 32-bit types are stored bit-exact on the device",
                         x.dtype
                     ));
@@ -394,7 +350,7 @@ impl<'e> Run<'e> {
                     .map_err(|e| format!("shape inference of the fused anchor: {}", e.rule))?;
                 let anchor_outs = anchor_out
                     .iter()
-                    .map(|o| o.shape.as_fixed().map(|s| (o.dtype, s)).ok_or("unresolved anchor shape".to_string()))
+                    .map(|o| o.shape.as_fixed().map(|s| (o.dtype, s)).ok_or(invalid!("unresolved anchor shape")))
                     .collect::<KResult<Vec<_>>>()?;
                 let head = self.device_layer(
                     &anchor,
@@ -419,7 +375,7 @@ impl<'e> Run<'e> {
                 let x = req(0)?;
                 let raw = ints(1)?.and_then(|v| v.first().copied()).ok_or("the axis is missing")?;
                 let axis = kiln::ir::shape::normalize_axis(raw, x.shape.len())
-                    .ok_or_else(|| format!("axis {raw} is out of range for rank {}", x.shape.len()))?;
+                    .ok_or_else(|| kiln::invalid!("axis {raw} is out of range for rank {}", x.shape.len()))?;
                 let product = matches!(kind, K::CumulativeProduct { .. });
                 one(scan::cumulative(rec, x, axis, product, *exclusive, *reverse)?)
             }
@@ -437,7 +393,7 @@ impl<'e> Run<'e> {
             K::OneHot { axis } => {
                 let depth = ints(2)?.and_then(|v| v.first().copied()).ok_or("the depth is missing")?;
                 let axis = kiln::ir::shape::normalize_axis(*axis, shape.len())
-                    .ok_or_else(|| format!("OneHot axis {axis} is out of range for rank {}", shape.len()))?;
+                    .ok_or_else(|| kiln::invalid!("OneHot axis {axis} is out of range for rank {}", shape.len()))?;
                 one(indexing::one_hot(rec, req(0)?, req(1)?, depth, axis, &shape, dtype)?)
             }
             K::Padding { mode } => {
@@ -477,18 +433,36 @@ impl<'e> Run<'e> {
                 one(roi::roi_align(rec, req(0)?, req(1)?, req(2)?, &spec)?)
             }
             K::Plugin(p) => crate::plugin::plugin(rec, p, ins, outs),
-            other => Err(format!("no WGSL kernel for {} yet", other.type_name())),
+            // The layer driver and `run_kernel` run these before any device kernel.
+            K::Constant { .. }
+            | K::Shape
+            | K::Assertion { .. }
+            | K::NonZero
+            | K::Unique { .. }
+            | K::NonMaxSuppression { .. }
+            | K::TripLimit { .. }
+            | K::Iterator { .. }
+            | K::Recurrence { .. }
+            | K::LoopOutput { .. }
+            | K::Condition { .. }
+            | K::IfConditionalInput { .. }
+            | K::IfConditionalOutput { .. } => {
+                Err(invalid!("{} has no device kernel: the layer driver runs it", kind.type_name()))
+            }
+            K::Reformat { .. } | K::Text(_) => {
+                Err(KernelError::Unsupported(format!("no WGSL kernel for {} yet", kind.type_name())))
+            }
         }
     }
 
     /// NonZero / Unique: the input read back, the result computed on the host and uploaded.
-    fn data_dependent(&self, kind: &LayerKind, inputs: &[Option<Value>]) -> Result<Vec<Value>, String> {
+    fn data_dependent(&self, kind: &LayerKind, inputs: &[Option<Value>]) -> KResult<Vec<Value>> {
         let x = inputs.first().cloned().flatten().ok_or("the layer needs an input")?;
         let x = self.to_host(&x)?;
         let outs = match kind {
             LayerKind::NonZero => vec![dynamic::non_zero(&x)?],
             LayerKind::Unique { axis, sorted } => dynamic::unique(&x, *axis, *sorted)?,
-            other => return Err(format!("{} has no data-dependent host path", other.type_name())),
+            other => return Err(invalid!("{} has no data-dependent host path", other.type_name())),
         };
         outs.iter().map(|t| self.rec.upload(t).map(Value::Device)).collect()
     }
@@ -498,7 +472,7 @@ impl<'e> Run<'e> {
 fn indices(t: &DeviceTensor) -> KResult<DeviceTensor> {
     match t.dtype {
         DataType::I32 | DataType::I64 | DataType::I16 | DataType::I8 => Ok(t.clone()),
-        other => Err(format!("gather indices must be signed integers, not {other}")),
+        other => Err(invalid!("gather indices must be signed integers, not {other}")),
     }
 }
 
@@ -506,38 +480,25 @@ fn indices(t: &DeviceTensor) -> KResult<DeviceTensor> {
 fn scalar_word(value: &HostTensor, dtype: DataType) -> KResult<u32> {
     let v = value.to_f64_vec().first().copied().unwrap_or(0.0);
     if let Some(data) = kiln::TensorData::narrow_from_f64(dtype, &[v]) {
-        let t = HostTensor::scalar(data).map_err(|e| e.to_string())?;
+        let t = HostTensor::scalar(data).map_err(kiln::KernelError::from)?;
         return Ok(to_words(&t)?.first().copied().unwrap_or(0));
     }
     let t = match crate::ops::Storage::of(dtype) {
         Some(crate::ops::Storage::F32) => HostTensor::from_f32(vec![], vec![v as f32]),
         Some(_) if dtype == DataType::Bool => {
-            Ok(HostTensor::scalar(kiln::TensorData::Bool(vec![v != 0.0])).map_err(|e| e.to_string())?)
+            Ok(HostTensor::scalar(kiln::TensorData::Bool(vec![v != 0.0])).map_err(kiln::KernelError::from)?)
         }
         Some(crate::ops::Storage::U32) => HostTensor::scalar(kiln::TensorData::U32(vec![v as u32])),
         Some(crate::ops::Storage::I32) => HostTensor::scalar(kiln::TensorData::I32(vec![v as i32])),
-        None => return Err(format!("unsupported dtype {dtype} on the wgpu backend")),
+        None => return Err(invalid!("unsupported dtype {dtype} on the wgpu backend")),
     }
-    .map_err(|e| e.to_string())?;
+    .map_err(kiln::KernelError::from)?;
     Ok(to_words(&t)?.first().copied().unwrap_or(0))
-}
-
-/// A value must have the inferred type and every inferred fixed dim.
-fn check(fact: &OutFact, dtype: DataType, shape: &[usize]) -> Result<(), String> {
-    let dims_match = fact.shape.rank() == shape.len()
-        && fact.shape.dims().iter().zip(shape).all(|(d, &n)| d.fixed().is_none_or(|f| f == n));
-    if dtype != fact.dtype || !dims_match {
-        return Err(format!(
-            "the kernels produced {dtype}{shape:?} but shape inference expects {}{}",
-            fact.dtype, fact.shape
-        ));
-    }
-    Ok(())
 }
 
 impl WgpuExecutable {
     fn run(&self, run: &Run, inputs: &[HostTensor]) -> Result<Vec<HostTensor>, BackendError> {
-        let fail = |layer: &str, reason: String| BackendError::Execution { layer: layer.into(), reason };
+        let fail = |tensor: &str, e: KernelError| e.at_layer(crate::NAME, tensor, "");
         let values = inputs
             .iter()
             .zip(self.network.inputs())

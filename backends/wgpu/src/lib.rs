@@ -45,7 +45,7 @@ use kiln::{
     ResizeMode,
 };
 
-const NAME: &str = "wgpu";
+pub(crate) const NAME: &str = "wgpu";
 
 /// The wgpu backend.
 #[derive(Clone, Debug)]
@@ -158,8 +158,10 @@ impl Backend for WgpuBackend {
         network: &Network,
         tactics: &[Option<kiln::tactics::TacticId>],
     ) -> Result<Box<dyn Executable>, BackendError> {
-        tactics::adopt(network, tactics);
-        self.prepare(network)
+        self.check_support(network)?;
+        let gpu = self.gpu()?;
+        let exe = WgpuExecutable::new(network.clone(), gpu, self.reuse_memory, self.half_storage)?;
+        Ok(Box::new(exe.with_gemm_choices(tactics::adopt(network, tactics))))
     }
 }
 
@@ -268,7 +270,7 @@ fn unsupported(network: &Network, layer: &Layer) -> Option<String> {
             }
         }
         K::Plugin(p) => plugin::unsupported(p),
-        other => Some(format!("no WGSL kernel for {} yet", other.type_name())),
+        K::Reformat { .. } | K::Text(_) => Some(format!("no WGSL kernel for {} yet", layer.kind.type_name())),
     }
 }
 

@@ -53,8 +53,8 @@ pub fn plugin(
     outs: &[(DataType, Vec<usize>)],
 ) -> KResult<Vec<DeviceTensor>> {
     let key = PluginKey::of(params);
-    let fail = |m: String| format!("plugin `{key}`: {m}");
-    let plugin = registry().instance(params).map_err(|e| e.to_string())?;
+    let fail = |m: String| kiln::invalid!("plugin `{key}`: {m}");
+    let plugin = registry().instance(params).map_err(|e| kiln::invalid!("{e}"))?;
     let inputs = ins
         .iter()
         .enumerate()
@@ -91,8 +91,8 @@ fn compiled(
         return Ok(found.clone());
     }
     let WgslKernel { source, entry_point, workgroups } = match plugin.wgsl_kernel(io, num_inputs) {
-        Some(result) => result.map_err(|e| e.to_string())?,
-        None => return Err(format!("plugin `{key}` has no WGSL kernel (wgsl_kernel is NULL)")),
+        Some(result) => result.map_err(|e| kiln::invalid!("{e}"))?,
+        None => return Err(kiln::invalid!("plugin `{key}` has no WGSL kernel (wgsl_kernel is NULL)")),
     };
     let source_key = (entry_point.clone(), source.clone());
     let known = cache().lock().unwrap_or_else(PoisonError::into_inner).pipelines.get(&source_key).cloned();

@@ -3,32 +3,21 @@
 //! builder with GPU timestamps and kept in kiln's shared timing cache. One default tactic
 //! elsewhere.
 //!
-//! The chosen variant is recorded per product shape (M, N, K) in a process-wide table
-//! (the device is process-wide too) that the matmul launcher consults; a product no
-//! engine chose for takes [`crate::gemm::default_kernel`].
+//! The chosen variants are kept per executable, by product shape (M, N, K), and handed to
+//! each execution's recorder for the matmul launcher; a product its engine did not choose
+//! for takes [`crate::gemm::default_kernel`]. Two engines in one process never see each
+//! other's choices.
 
 use crate::gemm::{self, GemmKernel, GemmShape, F32_TACTICS};
 use kiln::tactics::{TacticDesc, TacticId};
 use kiln::{BackendError, DataType, FusedAnchor, LayerId, LayerKind, MatrixOp, Network, TensorFormat};
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 const NAME: &str = "wgpu";
 
 /// (M, N, K) → the variant an engine's tactic chose.
-type Chosen = HashMap<(usize, usize, usize), GemmKernel>;
-
-static CHOSEN: OnceLock<Mutex<Chosen>> = OnceLock::new();
-
-fn table() -> &'static Mutex<Chosen> {
-    CHOSEN.get_or_init(|| Mutex::new(HashMap::new()))
-}
-
-/// The variant chosen for an `m×k · k×n` product, if an engine recorded one.
-pub fn chosen(m: usize, n: usize, k: usize) -> Option<GemmKernel> {
-    table().lock().ok().and_then(|t| t.get(&(m, n, k)).copied())
-}
+pub type GemmChoices = HashMap<(usize, usize, usize), GemmKernel>;
 
 /// The tactic id of a variant: its name and generated source (an edited generator never
 /// reuses a stale timing).
@@ -113,9 +102,9 @@ pub fn time_tactic(
     Ok(Duration::from_secs_f64(t.median_ms * 1e-3))
 }
 
-/// Records the variant each timed product chose, for the launcher.
-pub fn adopt(network: &Network, tactics: &[Option<TacticId>]) {
-    let Ok(mut table) = table().lock() else { return };
+/// The variant each timed product chose, for the launcher.
+pub fn adopt(network: &Network, tactics: &[Option<TacticId>]) -> GemmChoices {
+    let mut table = GemmChoices::new();
     for (i, tactic) in tactics.iter().enumerate() {
         let Some(tactic) = tactic else { continue };
         let layer = LayerId(i);
@@ -123,9 +112,10 @@ pub fn adopt(network: &Network, tactics: &[Option<TacticId>]) {
             table.insert((p.m, p.n, p.k), kernel);
         }
     }
+    table
 }
 
 /// The variant the launcher runs for an `m×k · k×n` product.
-pub fn kernel_for(m: usize, n: usize, k: usize) -> GemmKernel {
-    chosen(m, n, k).unwrap_or_else(|| gemm::default_kernel(m, n))
+pub fn kernel_for(choices: &GemmChoices, m: usize, n: usize, k: usize) -> GemmKernel {
+    choices.get(&(m, n, k)).copied().unwrap_or_else(|| gemm::default_kernel(m, n))
 }

@@ -6,6 +6,7 @@
 use crate::arena::{Arena, Block, BlockKind, ParamsBinding, RunMemory};
 use crate::device::{DeviceError, Gpu, WORKGROUP};
 use crate::shaders::Instance;
+use crate::tactics::GemmChoices;
 use half::{bf16, f16};
 use kiln::{
     DataType, E8M0Rounding, HostTensor, TensorData, F4E2M1, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, F8E8M0, I2, I4, U2,
@@ -76,7 +77,7 @@ impl Value {
 /// (f64 rounded to f32; float8 / float4 decoded, a NaN carrying its code as in
 /// `shaders/minifloat.wgsl`), integers as i32 / u32, bool as 0 / 1. i64 and u64 values
 /// must fit in i32 / u32.
-pub fn to_words(t: &HostTensor) -> Result<Vec<u32>, String> {
+pub fn to_words(t: &HostTensor) -> crate::kernels::KResult<Vec<u32>> {
     fn narrow_float(value: f32, code: u8, nan_sign: bool) -> u32 {
         match value.is_nan() {
             true => (u32::from(nan_sign) << 31) | 0x7fc0_0000 | u32::from(code),
@@ -97,7 +98,7 @@ pub fn to_words(t: &HostTensor) -> Result<Vec<u32>, String> {
             .map(|&x| {
                 i32::try_from(x)
                     .map(|x| x as u32)
-                    .map_err(|_| format!("i64 value {x} does not fit in i32, the widest integer WGSL stores"))
+                    .map_err(|_| kiln::invalid!("i64 value {x} does not fit in i32, the widest integer WGSL stores"))
             })
             .collect::<Result<_, _>>()?,
         TensorData::U8(v) => v.iter().map(|&x| u32::from(x)).collect(),
@@ -107,7 +108,7 @@ pub fn to_words(t: &HostTensor) -> Result<Vec<u32>, String> {
             .iter()
             .map(|&x| {
                 u32::try_from(x)
-                    .map_err(|_| format!("u64 value {x} does not fit in u32, the widest unsigned integer WGSL stores"))
+                    .map_err(|_| kiln::invalid!("u64 value {x} does not fit in u32, the widest unsigned integer WGSL stores"))
             })
             .collect::<Result<_, _>>()?,
         TensorData::Bool(v) => v.iter().map(|&x| u32::from(x)).collect(),
@@ -122,7 +123,7 @@ pub fn to_words(t: &HostTensor) -> Result<Vec<u32>, String> {
         TensorData::U4(v) => v.iter().map(|x| x.value() as u32).collect(),
         TensorData::U2(v) => v.iter().map(|x| x.value() as u32).collect(),
         #[allow(unreachable_patterns)] // types other helpers may add
-        other => return Err(format!("unsupported dtype {} on the wgpu backend", other.dtype())),
+        other => return Err(kiln::invalid!("unsupported dtype {} on the wgpu backend", other.dtype())),
     })
 }
 
@@ -152,7 +153,7 @@ fn narrow_float_code<T: Copy>(w: u32, code: fn(u8) -> T, is_nan: fn(T) -> bool, 
 }
 
 /// The host tensor of device words holding `dtype`.
-pub fn from_words(dtype: DataType, shape: Vec<usize>, w: &[u32]) -> Result<HostTensor, String> {
+pub fn from_words(dtype: DataType, shape: Vec<usize>, w: &[u32]) -> crate::kernels::KResult<HostTensor> {
     let f = |x: &u32| f32::from_bits(*x);
     macro_rules! narrow_float {
         ($t:ident, $round:expr) => {
@@ -186,9 +187,9 @@ pub fn from_words(dtype: DataType, shape: Vec<usize>, w: &[u32]) -> Result<HostT
         DataType::U4 => TensorData::U4(w.iter().map(|&x| U4::wrapping(i128::from(x))).collect()),
         DataType::U2 => TensorData::U2(w.iter().map(|&x| U2::wrapping(i128::from(x))).collect()),
         #[allow(unreachable_patterns)] // types other helpers may add
-        other => return Err(format!("unsupported dtype {other} on the wgpu backend")),
+        other => return Err(kiln::invalid!("unsupported dtype {other} on the wgpu backend")),
     };
-    HostTensor::new(shape, data).map_err(|e| e.to_string())
+    HostTensor::new(shape, data).map_err(kiln::KernelError::from)
 }
 
 /// Records the dispatches of one execution into one command encoder, submitted when a
@@ -199,6 +200,8 @@ pub struct Recorder {
     memory: Option<RunMemory>,
     /// f16 tensors uploaded as halves ([`Packing::Half`]); off by default.
     half_storage: bool,
+    /// The matrix-kernel variants the executable's tactics chose (empty: defaults).
+    gemm_choices: Arc<GemmChoices>,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -210,12 +213,28 @@ impl std::fmt::Debug for Recorder {
 impl Recorder {
     /// A recorder creating a buffer per tensor and per dispatch's parameters.
     pub fn new(gpu: &'static Gpu) -> Recorder {
-        Recorder { gpu, encoder: Mutex::new(None), memory: None, half_storage: false }
+        Recorder { gpu, encoder: Mutex::new(None), memory: None, half_storage: false, gemm_choices: Arc::default() }
     }
 
     /// A recorder taking its memory from `arena` (see [`crate::arena`]).
     pub fn with_arena(gpu: &'static Gpu, arena: Arena) -> Recorder {
-        Recorder { gpu, encoder: Mutex::new(None), memory: Some(RunMemory::new(arena)), half_storage: false }
+        Recorder {
+            gpu,
+            encoder: Mutex::new(None),
+            memory: Some(RunMemory::new(arena)),
+            half_storage: false,
+            gemm_choices: Arc::default(),
+        }
+    }
+
+    /// This recorder running products with the variants `choices` names.
+    pub fn with_gemm_choices(mut self, choices: Arc<GemmChoices>) -> Recorder {
+        self.gemm_choices = choices;
+        self
+    }
+
+    pub fn gemm_choices(&self) -> &GemmChoices {
+        &self.gemm_choices
     }
 
     /// This recorder storing f16 uploads as halves where `on` and the device has SHADER_F16.
@@ -270,7 +289,7 @@ impl Recorder {
     }
 
     /// How this run stores a host tensor of `dtype`, and its device words.
-    fn device_words(&self, t: &HostTensor) -> Result<(Packing, Vec<u32>), String> {
+    fn device_words(&self, t: &HostTensor) -> crate::kernels::KResult<(Packing, Vec<u32>)> {
         match t.data() {
             TensorData::F16(v) if self.half_storage => Ok((Packing::Half, pack_halves(v))),
             _ => Ok((Packing::Word, to_words(t)?)),
@@ -293,29 +312,29 @@ impl Recorder {
     }
 
     /// `t` on the device for this run (in the arena where there is one).
-    pub fn upload(&self, t: &HostTensor) -> Result<DeviceTensor, String> {
+    pub fn upload(&self, t: &HostTensor) -> crate::kernels::KResult<DeviceTensor> {
         let (packing, words) = self.device_words(t)?;
         let what = format!("uploading a {}{:?} tensor", t.dtype(), t.shape());
         let block = match &self.memory {
             Some(memory) => {
                 let block = memory
                     .alloc(self.gpu, &what, BlockKind::Upload, (words.len() as u64 * 4).max(4))
-                    .map_err(|e| e.to_string())?;
+                    .map_err(kiln::KernelError::from)?;
                 if !words.is_empty() {
                     self.gpu.queue.write_buffer(block.buffer(), block.offset(), bytemuck::cast_slice(&words));
                 }
                 block
             }
-            None => Block::standalone(self.gpu.storage_init(&what, &words).map_err(|e| e.to_string())?),
+            None => Block::standalone(self.gpu.storage_init(&what, &words).map_err(kiln::KernelError::from)?),
         };
         Ok(DeviceTensor { buffer: Arc::new(block), dtype: t.dtype(), shape: t.shape().to_vec(), packing })
     }
 
     /// `t` in a buffer of its own that outlives the run (constants kept between runs).
-    pub fn upload_owned(&self, t: &HostTensor) -> Result<DeviceTensor, String> {
+    pub fn upload_owned(&self, t: &HostTensor) -> crate::kernels::KResult<DeviceTensor> {
         let (packing, words) = self.device_words(t)?;
         let what = format!("uploading a {}{:?} tensor", t.dtype(), t.shape());
-        let buffer = self.gpu.storage_init(&what, &words).map_err(|e| e.to_string())?;
+        let buffer = self.gpu.storage_init(&what, &words).map_err(kiln::KernelError::from)?;
         Ok(DeviceTensor {
             buffer: Arc::new(Block::standalone(buffer)),
             dtype: t.dtype(),
@@ -432,7 +451,7 @@ impl Recorder {
     }
 
     /// Submits what was recorded and reads `t` back.
-    pub fn read(&self, t: &DeviceTensor) -> Result<HostTensor, String> {
+    pub fn read(&self, t: &DeviceTensor) -> crate::kernels::KResult<HostTensor> {
         let encoder = self.encoder.lock().map_err(|_| "a thread panicked while recording".to_string())?.take();
         let block = &t.buffer;
         let count = match t.packing {
@@ -442,21 +461,21 @@ impl Recorder {
         let words = match &self.memory {
             Some(memory) => {
                 memory.flush_params(self.gpu);
-                let staging = memory.take_staging(self.gpu, count as u64 * 4).map_err(|e| e.to_string())?;
+                let staging = memory.take_staging(self.gpu, count as u64 * 4).map_err(kiln::KernelError::from)?;
                 let words = self.gpu.read_words_via(encoder, block.buffer(), block.offset(), count, &staging);
                 memory.return_staging(staging);
                 words
             }
             None => {
-                let staging = self.gpu.readback_buffer(count as u64 * 4).map_err(|e| e.to_string())?;
+                let staging = self.gpu.readback_buffer(count as u64 * 4).map_err(kiln::KernelError::from)?;
                 self.gpu.read_words_via(encoder, block.buffer(), block.offset(), count, &staging)
             }
         }
-        .map_err(|e| e.to_string())?;
+        .map_err(kiln::KernelError::from)?;
         match t.packing {
             Packing::Word => from_words(t.dtype, t.shape.clone(), &words),
             Packing::Half => HostTensor::new(t.shape.clone(), TensorData::F16(unpack_halves(&words, t.len())))
-                .map_err(|e| e.to_string()),
+                .map_err(kiln::KernelError::from),
         }
     }
 }

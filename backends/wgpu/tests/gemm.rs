@@ -155,8 +155,14 @@ fn builder_times_tile_variants_as_tactics_and_the_engine_matches() {
     assert!(entry.candidates.iter().all(|(_, ns)| *ns > 0), "every candidate has a device time");
     let chosen = kiln_wgpu::tactics::kernel_of(&entry.chosen).expect("the chosen tactic names a variant");
     let feed = HostTensor::new(vec![256, 192], TensorData::F32(values(256 * 192))).unwrap();
+    let choices = kiln_wgpu::tactics::adopt(engine.network(), engine.tactics());
+    assert_eq!(choices.get(&(256, 160, 192)).copied(), Some(chosen), "the launcher runs the chosen variant");
+    assert_eq!(kiln_wgpu::tactics::kernel_for(&choices, 256, 160, 192), chosen);
+    let other = F32_TACTICS.iter().copied().find(|k| *k != chosen).expect("two variants");
+    let others = [((256, 160, 192), other)].into_iter().collect();
+    assert_eq!(kiln_wgpu::tactics::kernel_for(&others, 256, 160, 192), other, "choices are per engine, not per process");
+    assert_eq!(kiln_wgpu::tactics::kernel_for(&choices, 256, 160, 192), chosen, "another engine's choices change nothing");
     let ctx = ExecutionContext::new(engine, &wgpu).expect("prepare");
-    assert_eq!(kiln_wgpu::tactics::chosen(256, 160, 192), Some(chosen), "the launcher runs the chosen variant");
     let got = ctx.run(&[("a".to_string(), feed.clone())].into_iter().collect()).expect("run");
     let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&[feed]).unwrap();
     let (got, want) = (got.values().next().unwrap().to_f64_vec(), want[0].to_f64_vec());

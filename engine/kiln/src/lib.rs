@@ -24,6 +24,7 @@ pub mod runtime;
 pub mod tactics;
 
 pub use backend::{Backend, BackendError, DeviceFingerprint, DeviceTimes, Executable, PrecisionSupport};
+pub use runtime::machine::KernelError;
 pub use build_report::{BuildOutput, BuildSummary};
 pub use builder::{BuildError, Builder, BuilderConfig, Optimization};
 pub use inspector::{EngineInspector, InspectorError, LayerInformationFormat, ProfilingVerbosity};

@@ -7,6 +7,7 @@
 mod buffer;
 mod context;
 pub mod interp;
+pub mod machine;
 pub mod shapes;
 mod stream;
 

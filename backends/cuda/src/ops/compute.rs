@@ -1,13 +1,15 @@
 //! Matrix products (cuBLASLt), convolution and pooling, softmax, reductions, normalization and
 //! attention.
 
+use kiln::{invalid, KernelError};
+use crate::ops::KResult;
 use super::{broadcast_shape, layout, movement, pointwise, Ctx};
 use crate::blas::{Epilogue, Gemm};
 use crate::device::{float_suffix, Arg, DeviceTensor, Layout, Window};
 use kiln::{AttentionParams, ConvolutionParams, DataType, ElementwiseOp, MatrixOp, PoolingParams, ReduceOp};
 
 /// `op_a(a) · op_b(b)` with batch broadcasting, scaled by `alpha`, reshaped to `out_shape`.
-pub fn matmul(cx: &Ctx, a: &DeviceTensor, op_a: MatrixOp, b: &DeviceTensor, op_b: MatrixOp, alpha: f32, out_shape: &[usize]) -> Result<DeviceTensor, String> {
+pub fn matmul(cx: &Ctx, a: &DeviceTensor, op_a: MatrixOp, b: &DeviceTensor, op_b: MatrixOp, alpha: f32, out_shape: &[usize]) -> KResult<DeviceTensor> {
     matmul_epilogue(cx, a, op_a, b, op_b, alpha, out_shape, None, None).map(|(out, _)| out)
 }
 
@@ -24,9 +26,9 @@ pub fn matmul_epilogue(
     out_shape: &[usize],
     bias: Option<(&DeviceTensor, bool)>,
     residual: Option<&DeviceTensor>,
-) -> Result<(DeviceTensor, bool), String> {
+) -> KResult<(DeviceTensor, bool)> {
     if a.dtype != b.dtype {
-        return Err(format!("operands are {} and {}", a.dtype, b.dtype));
+        return Err(invalid!("operands are {} and {}", a.dtype, b.dtype));
     }
     // A vector operand is a one-row (a) or one-column (b) matrix.
     let mut a_shape = a.shape.clone();
@@ -38,7 +40,7 @@ pub fn matmul_epilogue(
         b_shape.push(1);
     }
     if a_shape.len() < 2 || b_shape.len() < 2 {
-        return Err(format!("operands {:?} and {:?} are not matrices", a.shape, b.shape));
+        return Err(invalid!("operands {:?} and {:?} are not matrices", a.shape, b.shape));
     }
     let (trans_a, trans_b) = (op_a == MatrixOp::Transpose, op_b == MatrixOp::Transpose);
     let (ra, ca) = (a_shape[a_shape.len() - 2], a_shape[a_shape.len() - 1]);
@@ -46,13 +48,13 @@ pub fn matmul_epilogue(
     let (m, k) = if trans_a { (ca, ra) } else { (ra, ca) };
     let (k2, n) = if trans_b { (cb, rb) } else { (rb, cb) };
     if k != k2 {
-        return Err(format!("inner dims differ: {:?} · {:?}", a.shape, b.shape));
+        return Err(invalid!("inner dims differ: {:?} · {:?}", a.shape, b.shape));
     }
     let batch_a = &a_shape[..a_shape.len() - 2];
     let batch_b = &b_shape[..b_shape.len() - 2];
     let batch_shape = broadcast_shape(batch_a, batch_b)?;
     let batch: usize = batch_shape.iter().product();
-    let out = cx.gpu.empty(a.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    let out = cx.gpu.empty(a.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
     if out.is_empty() {
         return Ok((out, false));
     }
@@ -61,7 +63,7 @@ pub fn matmul_epilogue(
     }
     // Each operand: broadcast over the batch (stride 0), already full (dense stride), or
     // expanded to the full batch first.
-    let operand = |x: &DeviceTensor, batch_x: &[usize], rows: usize, cols: usize| -> Result<(DeviceTensor, i64), String> {
+    let operand = |x: &DeviceTensor, batch_x: &[usize], rows: usize, cols: usize| -> KResult<(DeviceTensor, i64)> {
         let own: usize = batch_x.iter().product();
         if own == 1 {
             return Ok((x.clone(), 0));
@@ -109,22 +111,22 @@ pub fn matmul_epilogue(
     // A residual of the output's own shape and type joins the bias epilogue as cuBLASLt's C
     // (applied exactly when the bias is: the flag returned covers both).
     if residual.is_some_and(|z| z.shape != out_shape || z.dtype != a.dtype || z.strides.is_some()) {
-        return Err(format!("a residual must be a row-major {}{out_shape:?}", a.dtype));
+        return Err(invalid!("a residual must be a row-major {}{out_shape:?}", a.dtype));
     }
     let residual = residual.filter(|_| bias.is_some());
     cx.gpu
         .blas
         .matmul_bias(&g, cx.gemm_rank.get(), &a_dev.buf, &b_dev.buf, bias.map(|(t, _)| &*t.buf), residual.map(|z| &*z.buf), &out.buf)
-        .map_err(|e| e.to_string())?;
+        .map_err(KernelError::from)?;
     Ok((out, bias.is_some()))
 }
 
 /// Spatial dims as (h, w) with 1-D as h = 1; parameters likewise.
-fn two_d(v: &[usize], fill: usize) -> Result<(usize, usize), String> {
+fn two_d(v: &[usize], fill: usize) -> KResult<(usize, usize)> {
     match v {
         [w] => Ok((fill, *w)),
         [h, w] => Ok((*h, *w)),
-        _ => Err(format!("only 1-D and 2-D windows run on CUDA, not {}-D", v.len())),
+        _ => Err(invalid!("only 1-D and 2-D windows run on CUDA, not {}-D", v.len())),
     }
 }
 
@@ -150,7 +152,7 @@ pub fn convolution(
     bias: Option<&DeviceTensor>,
     tail: ConvTail,
     out_shape: &[usize],
-) -> Result<(DeviceTensor, bool), String> {
+) -> KResult<(DeviceTensor, bool)> {
     let choice = cx.gemm_rank.get();
     if choice != CONV_DIRECT {
         if let Ok(dnn) = cx.gpu.dnn() {
@@ -161,17 +163,17 @@ pub fn convolution(
                 let nhwc = layout::prefers_channels_last(x.dtype, x.shape.len());
                 let spec = spec.with_nhwc(nhwc);
                 let x = &layout::in_layout(cx, x, nhwc)?;
-                let w = &if nhwc { dnn.channels_last_filter(cx.gpu, w, |t| layout::to_channels_last(cx, t))? } else { layout::to_row_major(cx, w)? };
+                let w = &if nhwc { dnn.channels_last_filter(cx.gpu, w, |t| layout::to_channels_last(cx, t).map_err(|e| e.to_string()))? } else { layout::to_row_major(cx, w)? };
                 let z = tail.residual.map(|z| layout::in_layout(cx, z, nhwc)).transpose()?;
                 let tail = ConvTail { residual: z.as_ref(), relu: tail.relu };
-                let mut out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+                let mut out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
                 out.strides = nhwc.then(|| DeviceTensor::channels_last_strides(out_shape));
                 if out.is_empty() {
                     return Ok((out, true));
                 }
                 let bias_ok = bias.filter(|b| b.dtype == x.dtype && b.len() == out_shape[1]);
                 if bias.is_some() && bias_ok.is_none() {
-                    return Err(format!("bias of {:?} for {} output channels", bias.map(|b| b.shape.clone()), out_shape[1]));
+                    return Err(invalid!("bias of {:?} for {} output channels", bias.map(|b| b.shape.clone()), out_shape[1]));
                 }
                 let residual = tail.residual.filter(|z| z.dtype == x.dtype && z.shape == out_shape);
                 let epilogue = crate::dnn::ConvEpilogue { bias: bias_ok, residual, relu: tail.relu && (residual.is_some() || tail.residual.is_none()) };
@@ -187,11 +189,11 @@ pub fn convolution(
 }
 
 /// kiln's own direct kernel (1-D and 2-D): the correctness baseline and the fallback.
-fn direct_convolution(cx: &Ctx, p: &ConvolutionParams, x: &DeviceTensor, w: &DeviceTensor, bias: Option<&DeviceTensor>, out_shape: &[usize]) -> Result<DeviceTensor, String> {
-    let suffix = float_suffix(x.dtype).map_err(|e| e.to_string())?;
+fn direct_convolution(cx: &Ctx, p: &ConvolutionParams, x: &DeviceTensor, w: &DeviceTensor, bias: Option<&DeviceTensor>, out_shape: &[usize]) -> KResult<DeviceTensor> {
+    let suffix = float_suffix(x.dtype).map_err(KernelError::from)?;
     let r = x.shape.len();
     if r < 3 || w.shape.len() != r || out_shape.len() != r {
-        return Err(format!("convolution of {:?} by {:?}", x.shape, w.shape));
+        return Err(invalid!("convolution of {:?} by {:?}", x.shape, w.shape));
     }
     let (h, wd) = two_d(&x.shape[2..], 1)?;
     let (kh, kw) = two_d(&w.shape[2..], 1)?;
@@ -219,18 +221,18 @@ fn direct_convolution(cx: &Ctx, p: &ConvolutionParams, x: &DeviceTensor, w: &Dev
         kind: bias.is_some() as i32,
         ..Window::default()
     };
-    let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
     let bias_arg = bias.map_or(Arg::Ptr(0), |b| cx.arg(b));
     cx.launch_elements(&format!("conv2d_{suffix}"), out.len(), &[Arg::Window(win), cx.arg(x), cx.arg(w), bias_arg, cx.arg(&out)])?;
     Ok(out)
 }
 
-pub fn pooling(cx: &Ctx, p: &PoolingParams, x: &DeviceTensor, out_shape: &[usize]) -> Result<DeviceTensor, String> {
+pub fn pooling(cx: &Ctx, p: &PoolingParams, x: &DeviceTensor, out_shape: &[usize]) -> KResult<DeviceTensor> {
     if let (Ok(dnn), Ok(spec)) = (cx.gpu.dnn(), crate::dnn::PoolSpec::new(p, x.dtype, &x.shape, out_shape)) {
         // Pooling keeps the layout it is given (channels-last after a 16-bit convolution).
         let x = &if x.channels_last() { x.clone() } else { layout::to_row_major(cx, x)? };
         let spec = spec.with_nhwc(x.channels_last());
-        let mut out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+        let mut out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
         out.strides = x.channels_last().then(|| DeviceTensor::channels_last_strides(out_shape));
         if !out.is_empty() {
             dnn.pooling(cx.gpu, &spec, x, &out)?;
@@ -242,18 +244,18 @@ pub fn pooling(cx: &Ctx, p: &PoolingParams, x: &DeviceTensor, out_shape: &[usize
 }
 
 /// One warp per row: `rows` warps in blocks of four.
-fn launch_rows(cx: &Ctx, name: &str, rows: usize, args: &[Arg]) -> Result<(), String> {
+fn launch_rows(cx: &Ctx, name: &str, rows: usize, args: &[Arg]) -> KResult<()> {
     let grid = rows.div_ceil(4);
     if grid > i32::MAX as usize {
-        return Err(format!("{rows} rows is too many for one launch"));
+        return Err(invalid!("{rows} rows is too many for one launch"));
     }
-    cx.gpu.launch(name, grid as u32, 128, args).map_err(|e| e.to_string())
+    cx.gpu.launch(name, grid as u32, 128, args).map_err(KernelError::from)
 }
 
 /// Softmax over the last axis of `scores + mask` (the mask broadcast onto the scores), NaN
 /// probabilities zeroed when `zero_nan`.
-fn masked_softmax(cx: &Ctx, scores: &DeviceTensor, mask: &DeviceTensor, zero_nan: bool) -> Result<DeviceTensor, String> {
-    let suffix = float_suffix(scores.dtype).map_err(|e| e.to_string())?;
+fn masked_softmax(cx: &Ctx, scores: &DeviceTensor, mask: &DeviceTensor, zero_nan: bool) -> KResult<DeviceTensor> {
+    let suffix = float_suffix(scores.dtype).map_err(KernelError::from)?;
     let (rank, len) = (scores.shape.len(), *scores.shape.last().ok_or("scores of rank 0")?);
     let strides = super::broadcast_strides(&scores.shape, &[&mask.shape])?;
     let mask_stride = strides.stride[0][rank - 1];
@@ -265,7 +267,7 @@ fn masked_softmax(cx: &Ctx, scores: &DeviceTensor, mask: &DeviceTensor, zero_nan
     }
     let rows_layout = super::coalesce(rows_layout, 1);
     let rows: usize = scores.shape[..rank - 1].iter().product();
-    let out = cx.gpu.empty(scores.dtype, scores.shape.clone()).map_err(|e| e.to_string())?;
+    let out = cx.gpu.empty(scores.dtype, scores.shape.clone()).map_err(KernelError::from)?;
     let args = [
         Arg::I64(rows as i64),
         Arg::I64(len as i64),
@@ -285,13 +287,13 @@ fn around(shape: &[usize], axis: usize) -> (usize, usize, usize) {
     (shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product())
 }
 
-pub fn softmax(cx: &Ctx, x: &DeviceTensor, axis: usize, scale: f32) -> Result<DeviceTensor, String> {
-    let suffix = float_suffix(x.dtype).map_err(|e| e.to_string())?;
+pub fn softmax(cx: &Ctx, x: &DeviceTensor, axis: usize, scale: f32) -> KResult<DeviceTensor> {
+    let suffix = float_suffix(x.dtype).map_err(KernelError::from)?;
     if axis >= x.shape.len() {
-        return Err(format!("softmax axis {axis} of rank {}", x.shape.len()));
+        return Err(invalid!("softmax axis {axis} of rank {}", x.shape.len()));
     }
     let (outer, len, inner) = around(&x.shape, axis);
-    let out = cx.gpu.empty(x.dtype, x.shape.clone()).map_err(|e| e.to_string())?;
+    let out = cx.gpu.empty(x.dtype, x.shape.clone()).map_err(KernelError::from)?;
     let args = [Arg::I64(outer as i64), Arg::I64(len as i64), Arg::I64(inner as i64), Arg::F32(scale), cx.arg(x), cx.arg(&out)];
     launch_rows(cx, &format!("softmax_{suffix}"), outer * inner, &args)?;
     Ok(out)
@@ -313,7 +315,7 @@ fn reduce_code(op: ReduceOp) -> i32 {
 }
 
 /// ONNX Reduce over `axes` of `x`, which may be stored in another order.
-pub fn reduce(cx: &Ctx, op: ReduceOp, x: &DeviceTensor, axes: &[usize], out_shape: &[usize]) -> Result<DeviceTensor, String> {
+pub fn reduce(cx: &Ctx, op: ReduceOp, x: &DeviceTensor, axes: &[usize], out_shape: &[usize]) -> KResult<DeviceTensor> {
     if x.strides.is_some() {
         // Channels-last over every spatial axis (global pooling): the stored [n, spatial…, c]
         // bytes reduced over their middle axes give the same row-major [n, c] without moving
@@ -329,13 +331,13 @@ pub fn reduce(cx: &Ctx, op: ReduceOp, x: &DeviceTensor, axes: &[usize], out_shap
         return reduce(cx, op, &super::layout::to_row_major(cx, x)?, axes, out_shape);
     }
     let typed = super::typed::reduce_supported(x.dtype);
-    let suffix = if typed { "" } else { float_suffix(x.dtype).map_err(|e| e.to_string())? };
+    let suffix = if typed { "" } else { float_suffix(x.dtype).map_err(KernelError::from)? };
     let r = x.shape.len();
     let mut axes: Vec<usize> = axes.to_vec();
     axes.sort_unstable();
     axes.dedup();
     if axes.iter().any(|&a| a >= r) {
-        return Err(format!("reduce axes {axes:?} of rank {r}"));
+        return Err(invalid!("reduce axes {axes:?} of rank {r}"));
     }
     // Reduced axes as one contiguous run [lo, hi); otherwise move them last.
     let contiguous = axes.windows(2).all(|w| w[1] == w[0] + 1);
@@ -353,7 +355,7 @@ pub fn reduce(cx: &Ctx, op: ReduceOp, x: &DeviceTensor, axes: &[usize], out_shap
     if typed {
         return super::typed::reduce_rows(cx, reduce_code(op), op, &src, (outer, len, inner), out_shape);
     }
-    let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
     let args = [Arg::I32(reduce_code(op)), Arg::I64(outer as i64), Arg::I64(len as i64), Arg::I64(inner as i64), cx.arg(&src), cx.arg(&out)];
     launch_rows(cx, &format!("reduce_{suffix}"), outer * inner, &args)?;
     Ok(out)
@@ -371,16 +373,16 @@ pub fn normalization(
     epsilon: f32,
     num_groups: usize,
     rms: bool,
-) -> Result<DeviceTensor, String> {
-    let suffix = float_suffix(x.dtype).map_err(|e| e.to_string())?;
+) -> KResult<DeviceTensor> {
+    let suffix = float_suffix(x.dtype).map_err(KernelError::from)?;
     let r = x.shape.len();
     let mut reduced = vec![false; r];
     for &a in axes {
-        *reduced.get_mut(a).ok_or_else(|| format!("normalization axis {a} of rank {r}"))? = true;
+        *reduced.get_mut(a).ok_or_else(|| invalid!("normalization axis {a} of rank {r}"))? = true;
     }
     let first = if num_groups > 1 {
         if r < 2 || x.shape[1] % num_groups != 0 || reduced[0] {
-            return Err(format!("shape {:?} does not split into {num_groups} groups", x.shape));
+            return Err(invalid!("shape {:?} does not split into {num_groups} groups", x.shape));
         }
         // Grouped: statistics over (channels in group, reduced spatial axes).
         reduced[1] = true;
@@ -389,11 +391,11 @@ pub fn normalization(
         reduced.iter().position(|&b| b).unwrap_or(r)
     };
     if reduced[first..].iter().any(|&b| !b) {
-        return Err(format!("normalization axes {axes:?} of rank {r} are not the trailing axes"));
+        return Err(invalid!("normalization axes {axes:?} of rank {r} are not the trailing axes"));
     }
     let len: usize = if num_groups > 1 { x.shape[1..].iter().product::<usize>() / num_groups } else { x.shape[first..].iter().product() };
     let rows = x.len().checked_div(len).unwrap_or(0);
-    let out = cx.gpu.empty(x.dtype, x.shape.clone()).map_err(|e| e.to_string())?;
+    let out = cx.gpu.empty(x.dtype, x.shape.clone()).map_err(KernelError::from)?;
     // Scale and bias along the row (LayerNormalization's, RMSNorm's): one pass.
     let along_row = |t: &DeviceTensor| num_groups == 1 && t.dtype == x.dtype && t.len() == len && trailing(&t.shape) == trailing(&x.shape[first..]);
     if let Some(s) = scale.filter(|s| along_row(s) && bias.is_none_or(along_row)) {
@@ -421,7 +423,7 @@ fn trailing(shape: &[usize]) -> &[usize] {
 
 /// `softmax(scale · Q·Kᵀ + mask) · V`: the fused kernel, or two cuBLASLt products around a
 /// softmax. Q, K and V may have transposes pending.
-pub fn attention(cx: &Ctx, p: &AttentionParams, q: &DeviceTensor, k: &DeviceTensor, v: &DeviceTensor, mask: Option<&DeviceTensor>, out_shape: &[usize]) -> Result<DeviceTensor, String> {
+pub fn attention(cx: &Ctx, p: &AttentionParams, q: &DeviceTensor, k: &DeviceTensor, v: &DeviceTensor, mask: Option<&DeviceTensor>, out_shape: &[usize]) -> KResult<DeviceTensor> {
     if let Some(out) = super::flash::attention(cx, p, q, k, v, mask, out_shape)? {
         return Ok(out);
     }
@@ -431,7 +433,7 @@ pub fn attention(cx: &Ctx, p: &AttentionParams, q: &DeviceTensor, k: &DeviceTens
     let qs = &q.shape;
     let ks = &k.shape;
     if qs.len() < 2 || ks.len() < 2 {
-        return Err(format!("attention on {qs:?} and {ks:?}"));
+        return Err(invalid!("attention on {qs:?} and {ks:?}"));
     }
     let sk = if p.key_transposed { ks[ks.len() - 1] } else { ks[ks.len() - 2] };
     let mut score_shape = broadcast_shape(&qs[..qs.len() - 2], &ks[..ks.len() - 2])?;

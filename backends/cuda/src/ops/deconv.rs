@@ -2,6 +2,8 @@
 //! (`kernels/deconv.cu`): a direct kernel over 1, 2, 3 or more spatial axes with groups,
 //! strides, dilations, pads, output padding and an optional bias.
 
+use kiln::{invalid, KernelError};
+use crate::ops::KResult;
 use super::Ctx;
 use crate::device::{Arg, DeviceTensor};
 use kiln::{DeconvolutionParams, HostTensor, TensorData};
@@ -26,20 +28,20 @@ pub fn plan(
     w: &[usize],
     bias: Option<usize>,
     out_shape: &[usize],
-) -> Result<Plan, String> {
+) -> KResult<Plan> {
     let rank = x.len();
     if rank < 3 || w.len() != rank || out_shape.len() != rank {
-        return Err(format!("deconvolution needs N×C×spatial input and kernel of one rank, got {x:?} and {w:?}"));
+        return Err(invalid!("deconvolution needs N×C×spatial input and kernel of one rank, got {x:?} and {w:?}"));
     }
     let spatial = rank - 2;
     if spatial > 8 {
-        return Err(format!("deconvolution over {spatial} spatial axes is over the CUDA kernel's limit of 8"));
+        return Err(invalid!("deconvolution over {spatial} spatial axes is over the CUDA kernel's limit of 8"));
     }
-    let list = |v: &[usize], default: usize, what: &str| -> Result<Vec<usize>, String> {
+    let list = |v: &[usize], default: usize, what: &str| -> KResult<Vec<usize>> {
         match v.len() {
             0 => Ok(vec![default; spatial]),
             n if n == spatial => Ok(v.to_vec()),
-            n => Err(format!("deconvolution {what} has {n} values for {spatial} spatial axes")),
+            n => Err(invalid!("deconvolution {what} has {n} values for {spatial} spatial axes")),
         }
     };
     let strides = list(&p.strides, 1, "strides")?;
@@ -51,17 +53,17 @@ pub fn plan(
     let groups = p.groups;
     let maps = w[1] * groups;
     if groups == 0 || x[1] != w[0] || x[1] % groups != 0 || out_shape[..2] != [x[0], maps] {
-        return Err(format!("input {x:?}, kernel {w:?} and {groups} groups do not fit together"));
+        return Err(invalid!("input {x:?}, kernel {w:?} and {groups} groups do not fit together"));
     }
     if let Some(len) = bias {
         if len != maps {
-            return Err(format!("bias has {len} elements for {maps} output maps"));
+            return Err(invalid!("bias has {len} elements for {maps} output maps"));
         }
     }
     let mut axes = Vec::with_capacity(6 * spatial);
     for d in 0..spatial {
         for v in [x[2 + d], out_shape[2 + d], w[2 + d], strides[d], dilations[d], pre[d]] {
-            axes.push(i64::try_from(v).map_err(|_| format!("deconvolution parameter {v} is too large"))?);
+            axes.push(i64::try_from(v).map_err(|_| invalid!("deconvolution parameter {v} is too large"))?);
         }
     }
     Ok(Plan { axes, channels: x[1], maps, groups })
@@ -75,20 +77,20 @@ pub fn deconvolution(
     w: &DeviceTensor,
     bias: Option<&DeviceTensor>,
     out_shape: &[usize],
-) -> Result<DeviceTensor, String> {
+) -> KResult<DeviceTensor> {
     let suffix = super::float64_suffix(x.dtype, "Deconvolution")?;
     if let Some(t) = std::iter::once(w).chain(bias).find(|t| t.dtype != x.dtype) {
-        return Err(format!("deconvolution of {} by {} operands", x.dtype, t.dtype));
+        return Err(invalid!("deconvolution of {} by {} operands", x.dtype, t.dtype));
     }
     let plan = plan(p, &x.shape, &w.shape, bias.map(|b| b.len()), out_shape)?;
-    let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
     let n = out.len();
     if n == 0 {
         return Ok(out);
     }
     let spatial = plan.axes.len() / 6;
-    let table = HostTensor::new(vec![plan.axes.len()], TensorData::I64(plan.axes)).map_err(|e| e.to_string())?;
-    let table = cx.gpu.upload(&table).map_err(|e| e.to_string())?;
+    let table = HostTensor::new(vec![plan.axes.len()], TensorData::I64(plan.axes)).map_err(KernelError::from)?;
+    let table = cx.gpu.upload(&table).map_err(KernelError::from)?;
     let args = [
         Arg::I64(n as i64),
         Arg::I32(spatial as i32),

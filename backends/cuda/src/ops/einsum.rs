@@ -2,6 +2,8 @@
 //! kiln's own parser ([`EinsumSpec`]) into strided index spaces, and one thread per output
 //! element sums the operands' product over the contracted labels in double, in kiln-cpu's order.
 
+use kiln::{invalid, KernelError};
+use crate::ops::KResult;
 use super::{coalesce, contiguous_strides, Ctx};
 use crate::device::{Arg, DeviceTensor, Layout};
 use kiln::ir::infer::EinsumSpec;
@@ -14,7 +16,7 @@ pub const SUFFIXES: [&str; 6] = ["f32", "f16", "bf16", "f64", "i32", "i64"];
 pub const MAX_OPERANDS: usize = 3;
 
 /// The suffix of the kernel for `dtype`, or why none runs it.
-pub fn suffix(dtype: DataType) -> Result<&'static str, String> {
+pub fn suffix(dtype: DataType) -> KResult<&'static str> {
     match dtype {
         DataType::F32 => Ok("f32"),
         DataType::F16 => Ok("f16"),
@@ -22,7 +24,7 @@ pub fn suffix(dtype: DataType) -> Result<&'static str, String> {
         DataType::F64 => Ok("f64"),
         DataType::I32 => Ok("i32"),
         DataType::I64 => Ok("i64"),
-        other => Err(format!("Einsum on {other} has no CUDA kernel")),
+        other => Err(invalid!("Einsum on {other} has no CUDA kernel")),
     }
 }
 
@@ -36,9 +38,9 @@ pub struct Plan {
 }
 
 /// A layout over `dims` (length, stride of each operand), or an error past the kernel's rank.
-fn layout_of(dims: &[(usize, Vec<i64>)], what: &str) -> Result<Layout, String> {
+fn layout_of(dims: &[(usize, Vec<i64>)], what: &str) -> KResult<Layout> {
     if dims.len() > 8 {
-        return Err(format!("Einsum with {} {what} is over the CUDA kernel's limit of 8", dims.len()));
+        return Err(invalid!("Einsum with {} {what} is over the CUDA kernel's limit of 8", dims.len()));
     }
     let mut l = Layout { rank: dims.len() as i32, ..Layout::default() };
     for (d, (len, strides)) in dims.iter().enumerate() {
@@ -52,9 +54,9 @@ fn layout_of(dims: &[(usize, Vec<i64>)], what: &str) -> Result<Layout, String> {
 
 /// Resolves `equation` over operands of `shapes` into the kernel's index spaces, checking
 /// the output shape inference gave.
-pub fn plan(equation: &str, shapes: &[&[usize]], out_shape: &[usize]) -> Result<Plan, String> {
+pub fn plan(equation: &str, shapes: &[&[usize]], out_shape: &[usize]) -> KResult<Plan> {
     if shapes.is_empty() || shapes.len() > MAX_OPERANDS {
-        return Err(format!("Einsum of {} operands: the CUDA kernel takes 1 to {MAX_OPERANDS}", shapes.len()));
+        return Err(invalid!("Einsum of {} operands: the CUDA kernel takes 1 to {MAX_OPERANDS}", shapes.len()));
     }
     let ranks: Vec<usize> = shapes.iter().map(|s| s.len()).collect();
     let spec = EinsumSpec::parse(equation, &ranks)?;
@@ -63,17 +65,17 @@ pub fn plan(equation: &str, shapes: &[&[usize]], out_shape: &[usize]) -> Result<
     for (labels, shape) in spec.operands.iter().zip(shapes) {
         for (&l, &d) in labels.iter().zip(shape.iter()) {
             if d != 1 && sizes[l] != 1 && sizes[l] != d {
-                return Err(format!("Einsum `{equation}`: a label has lengths {} and {d}", sizes[l]));
+                return Err(invalid!("Einsum `{equation}`: a label has lengths {} and {d}", sizes[l]));
             }
             sizes[l] = sizes[l].max(d);
         }
     }
     let expected: Vec<usize> = spec.output.iter().map(|&l| sizes[l]).collect();
     if expected != out_shape {
-        return Err(format!("Einsum `{equation}`: output shape {expected:?} differs from {out_shape:?}"));
+        return Err(invalid!("Einsum `{equation}`: output shape {expected:?} differs from {out_shape:?}"));
     }
     if (1..spec.output.len()).any(|i| spec.output[..i].contains(&spec.output[i])) {
-        return Err(format!("Einsum `{equation}` repeats an output label"));
+        return Err(invalid!("Einsum `{equation}` repeats an output label"));
     }
     // Per label, each operand's element stride: 0 along broadcast dims, summed over repeats.
     let mut strides = vec![vec![0i64; shapes.len()]; spec.num_labels];
@@ -103,15 +105,15 @@ pub fn einsum(
     equation: &str,
     operands: &[DeviceTensor],
     out_shape: &[usize],
-) -> Result<DeviceTensor, String> {
+) -> KResult<DeviceTensor> {
     let dtype = operands.first().ok_or("Einsum needs at least one operand")?.dtype;
     if let Some(other) = operands.iter().find(|t| t.dtype != dtype) {
-        return Err(format!("Einsum operands are {dtype} and {}", other.dtype));
+        return Err(invalid!("Einsum operands are {dtype} and {}", other.dtype));
     }
     let suffix = suffix(dtype)?;
     let shapes: Vec<&[usize]> = operands.iter().map(|t| t.shape.as_slice()).collect();
     let plan = plan(equation, &shapes, out_shape)?;
-    let out = cx.gpu.empty(dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    let out = cx.gpu.empty(dtype, out_shape.to_vec()).map_err(KernelError::from)?;
     let n = out.len();
     if n == 0 {
         return Ok(out);

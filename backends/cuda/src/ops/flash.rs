@@ -8,6 +8,8 @@
 //!
 //! On by default; `KILN_CUDA_FLASH_ATTENTION=0` turns it off, for A/B timing.
 
+use kiln::{invalid, KernelError};
+use crate::ops::KResult;
 use super::{layout, movement, Ctx};
 use crate::device::{Arg, DeviceTensor, Layout};
 use kiln::{AttentionParams, DataType};
@@ -54,7 +56,7 @@ pub fn enabled() -> bool {
 }
 
 /// `t` with its last axis contiguous (row-major bytes unless it already is).
-fn with_unit_inner(cx: &Ctx, t: &DeviceTensor) -> Result<DeviceTensor, String> {
+fn with_unit_inner(cx: &Ctx, t: &DeviceTensor) -> KResult<DeviceTensor> {
     if t.element_strides().last() == Some(&1) {
         return Ok(t.clone());
     }
@@ -63,7 +65,7 @@ fn with_unit_inner(cx: &Ctx, t: &DeviceTensor) -> Result<DeviceTensor, String> {
 
 /// K with its head dim contiguous, and whether it is still given as Kᵀ: a Kᵀ whose head dim is
 /// not contiguous (row-major [lead…, d, sk]) is transposed into [lead…, sk, d] bytes.
-fn key_with_unit_inner(cx: &Ctx, k: &DeviceTensor, transposed: bool) -> Result<(DeviceTensor, bool), String> {
+fn key_with_unit_inner(cx: &Ctx, k: &DeviceTensor, transposed: bool) -> KResult<(DeviceTensor, bool)> {
     let r = k.shape.len();
     if !transposed {
         return Ok((with_unit_inner(cx, k)?, false));
@@ -94,7 +96,7 @@ pub fn attention(
     v: &DeviceTensor,
     mask: Option<&DeviceTensor>,
     out_shape: &[usize],
-) -> Result<Option<DeviceTensor>, String> {
+) -> KResult<Option<DeviceTensor>> {
     let dtype = q.dtype;
     let suffix = match dtype {
         DataType::F16 => "f16",
@@ -144,7 +146,7 @@ pub fn attention(
     if blocks == 0 || sk == 0 {
         return Ok(None);
     }
-    let mut out = cx.gpu.empty(dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    let mut out = cx.gpu.empty(dtype, out_shape.to_vec()).map_err(KernelError::from)?;
     if cx.view_output.get() {
         out.strides = merged_heads_strides(out_shape);
     }
@@ -189,7 +191,7 @@ pub fn attention(
         flags |= VECTOR_LOADS;
     }
     let blocks =
-        u32::try_from(blocks).map_err(|_| format!("attention over {blocks} blocks is too many for one launch"))?;
+        u32::try_from(blocks).map_err(|_| invalid!("attention over {blocks} blocks is too many for one launch"))?;
     let mask_arg = mask.map_or(Arg::Ptr(0), |m| cx.arg(m));
     let args = [
         Arg::I64(sq as i64),
@@ -207,7 +209,7 @@ pub fn attention(
         mask_arg,
         cx.arg(&out),
     ];
-    cx.gpu.launch(&format!("flash_attention_{suffix}"), blocks, 128, &args).map_err(|e| e.to_string())?;
+    cx.gpu.launch(&format!("flash_attention_{suffix}"), blocks, 128, &args).map_err(KernelError::from)?;
     Ok(Some(out))
 }
 

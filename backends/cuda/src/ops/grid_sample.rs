@@ -1,6 +1,8 @@
 //! ONNX GridSample on the device (`kernels/grid_sample.cu`): every mode, padding mode and
 //! `align_corners`, any number of spatial axes, computed in double as kiln-cpu computes it.
 
+use kiln::{invalid, KernelError};
+use crate::ops::KResult;
 use super::{pointwise, Ctx};
 use crate::device::{Arg, DeviceTensor, Layout};
 use kiln::{DataType, GridSampleMode, GridSamplePadding, GridSampleParams};
@@ -17,17 +19,17 @@ pub struct Plan {
 
 /// Checks `x` (N, C, spatial…) against `grid` (N, points…, spatial count) and the inferred
 /// output shape (N, C, points…).
-pub fn plan(x: &[usize], grid: &[usize], out_shape: &[usize]) -> Result<Plan, String> {
+pub fn plan(x: &[usize], grid: &[usize], out_shape: &[usize]) -> KResult<Plan> {
     let rank = x.len();
     if rank < 3 || grid.len() != rank || grid[0] != x[0] || grid[rank - 1] != rank - 2 {
-        return Err(format!("GridSample grid {grid:?} does not fit input {x:?}"));
+        return Err(invalid!("GridSample grid {grid:?} does not fit input {x:?}"));
     }
     if rank - 2 > 8 {
-        return Err(format!("GridSample over {} spatial axes is over the CUDA kernel's limit of 8", rank - 2));
+        return Err(invalid!("GridSample over {} spatial axes is over the CUDA kernel's limit of 8", rank - 2));
     }
     let expected: Vec<usize> = x[..2].iter().chain(&grid[1..rank - 1]).copied().collect();
     if out_shape != expected {
-        return Err(format!("GridSample output {out_shape:?} differs from {expected:?}"));
+        return Err(invalid!("GridSample output {out_shape:?} differs from {expected:?}"));
     }
     let points = grid[1..rank - 1].iter().product();
     Ok(Plan { elements: out_shape.iter().product(), channels: x[1], points, spatial: x[2..].to_vec() })
@@ -56,11 +58,11 @@ pub fn grid_sample(
     x: &DeviceTensor,
     grid: &DeviceTensor,
     out_shape: &[usize],
-) -> Result<DeviceTensor, String> {
-    super::float64_suffix(grid.dtype, "GridSample").map_err(|_| format!("a GridSample grid of {} has no CUDA kernel", grid.dtype))?;
+) -> KResult<DeviceTensor> {
+    super::float64_suffix(grid.dtype, "GridSample").map_err(|_| invalid!("a GridSample grid of {} has no CUDA kernel", grid.dtype))?;
     let suffix = super::float64_suffix(x.dtype, "GridSample")?;
     let plan = plan(&x.shape, &grid.shape, out_shape)?;
-    let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
     if plan.elements == 0 {
         return Ok(out);
     }

@@ -1,6 +1,8 @@
 //! Select (Where), ParametricReLU, Fill, GatherElements, GatherND, ScatterElements and ScatterND on the device
 //! (`kernels/select.cu`, `kernels/indexing.cu`).
 
+use kiln::{invalid, KernelError};
+use crate::ops::KResult;
 use super::{broadcast_layout, contiguous_strides, movement, pointwise, Ctx};
 use crate::device::{width_suffix, Arg, DeviceTensor, Layout};
 use kiln::{DataType, HostTensor, ScatterMode, ScatterReduction, TensorData};
@@ -10,7 +12,7 @@ pub const TYPED_SUFFIXES: [&str; 13] =
     ["f32", "f16", "bf16", "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "bool"];
 
 /// The suffix of `dtype` among [`TYPED_SUFFIXES`].
-pub fn typed_suffix(dtype: DataType) -> Result<&'static str, String> {
+pub fn typed_suffix(dtype: DataType) -> KResult<&'static str> {
     use DataType as D;
     Ok(match dtype {
         D::F32 => "f32",
@@ -27,23 +29,23 @@ pub fn typed_suffix(dtype: DataType) -> Result<&'static str, String> {
         D::U64 => "u64",
         D::Bool => "bool",
         #[allow(unreachable_patterns)]
-        other => return Err(format!("unsupported dtype {other} for the CUDA indexing kernels")),
+        other => return Err(invalid!("unsupported dtype {other} for the CUDA indexing kernels")),
     })
 }
 
-fn width(dtype: DataType) -> Result<&'static str, String> {
-    width_suffix(dtype).map_err(|e| e.to_string())
+fn width(dtype: DataType) -> KResult<&'static str> {
+    width_suffix(dtype).map_err(KernelError::from)
 }
 
 /// A zeroed i32 flag that kernels set on an out-of-range index.
-fn error_flag(cx: &Ctx) -> Result<DeviceTensor, String> {
-    let zero = HostTensor::new(vec![1], TensorData::I32(vec![0])).map_err(|e| e.to_string())?;
-    cx.gpu.upload(&zero).map_err(|e| e.to_string())
+fn error_flag(cx: &Ctx) -> KResult<DeviceTensor> {
+    let zero = HostTensor::new(vec![1], TensorData::I32(vec![0])).map_err(KernelError::from)?;
+    cx.gpu.upload(&zero).map_err(KernelError::from)
 }
 
-fn rank_checked(shape: &[usize]) -> Result<(), String> {
+fn rank_checked(shape: &[usize]) -> KResult<()> {
     if shape.len() > 8 {
-        return Err(format!("rank {} is over the CUDA kernels' limit of 8", shape.len()));
+        return Err(invalid!("rank {} is over the CUDA kernels' limit of 8", shape.len()));
     }
     Ok(())
 }
@@ -63,15 +65,15 @@ pub fn select(
     a: &DeviceTensor,
     b: &DeviceTensor,
     out_shape: &[usize],
-) -> Result<DeviceTensor, String> {
+) -> KResult<DeviceTensor> {
     if cond.dtype != DataType::Bool {
-        return Err(format!("Select's condition is {}, not bool", cond.dtype));
+        return Err(invalid!("Select's condition is {}, not bool", cond.dtype));
     }
     if a.dtype != b.dtype {
-        return Err(format!("Select's branches differ in type: {} and {}", a.dtype, b.dtype));
+        return Err(invalid!("Select's branches differ in type: {} and {}", a.dtype, b.dtype));
     }
     let layout = broadcast_layout(out_shape, &[&cond.shape, &a.shape, &b.shape])?;
-    let out = cx.gpu.empty(a.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    let out = cx.gpu.empty(a.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
     let n = out.len();
     let name = format!("select_{}", width(a.dtype)?);
     cx.launch_elements(
@@ -83,13 +85,13 @@ pub fn select(
 }
 
 /// ParametricReLU: `x < 0 ? x * slope : x`, `slope` broadcast onto `x`.
-pub fn prelu(cx: &Ctx, x: &DeviceTensor, slope: &DeviceTensor, out_shape: &[usize]) -> Result<DeviceTensor, String> {
+pub fn prelu(cx: &Ctx, x: &DeviceTensor, slope: &DeviceTensor, out_shape: &[usize]) -> KResult<DeviceTensor> {
     if slope.dtype != x.dtype {
-        return Err(format!("ParametricReLU's slope is {}, the input {}", slope.dtype, x.dtype));
+        return Err(invalid!("ParametricReLU's slope is {}, the input {}", slope.dtype, x.dtype));
     }
-    let suffix = crate::device::float_suffix(x.dtype).map_err(|e| e.to_string())?;
+    let suffix = crate::device::float_suffix(x.dtype).map_err(KernelError::from)?;
     let layout = broadcast_layout(out_shape, &[&x.shape, &slope.shape])?;
-    let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
     let n = out.len();
     let args = [Arg::I64(n as i64), Arg::Layout(layout), cx.arg(x), cx.arg(slope), cx.arg(&out)];
     cx.launch_elements(&format!("prelu_{suffix}"), n, &args)?;
@@ -97,11 +99,11 @@ pub fn prelu(cx: &Ctx, x: &DeviceTensor, slope: &DeviceTensor, out_shape: &[usiz
 }
 
 /// A tensor of `out_shape` holding `value` (0-D, of the output type) everywhere.
-pub fn fill(cx: &Ctx, value: &HostTensor, out_shape: &[usize]) -> Result<DeviceTensor, String> {
+pub fn fill(cx: &Ctx, value: &HostTensor, out_shape: &[usize]) -> KResult<DeviceTensor> {
     if value.len() != 1 {
-        return Err(format!("Fill's value has {} elements, not 1", value.len()));
+        return Err(invalid!("Fill's value has {} elements, not 1", value.len()));
     }
-    let one = cx.gpu.upload(value).map_err(|e| e.to_string())?.reshaped(Vec::new());
+    let one = cx.gpu.upload(value).map_err(KernelError::from)?.reshaped(Vec::new());
     movement::expand(cx, &one, out_shape)
 }
 
@@ -111,10 +113,10 @@ pub fn gather_elements(
     data: &DeviceTensor,
     indices: &DeviceTensor,
     axis: usize,
-) -> Result<DeviceTensor, String> {
+) -> KResult<DeviceTensor> {
     rank_checked(&data.shape)?;
     if !fits_off_axis(&indices.shape, &data.shape, axis) {
-        return Err(format!(
+        return Err(invalid!(
             "GatherElements: indices {:?} against data {:?} on axis {axis}",
             indices.shape, data.shape
         ));
@@ -125,7 +127,7 @@ pub fn gather_elements(
         l.shape[d] = n as i64;
         l.stride[0][d] = s;
     }
-    let out = cx.gpu.empty(data.dtype, indices.shape.clone()).map_err(|e| e.to_string())?;
+    let out = cx.gpu.empty(data.dtype, indices.shape.clone()).map_err(KernelError::from)?;
     let flag = error_flag(cx)?;
     let n = out.len();
     let name = format!("gather_elements_{}", width(data.dtype)?);
@@ -149,9 +151,9 @@ pub fn gather_elements(
 
 /// The dims and strides of the `tuple` data axes after `batch_dims` that index tuples address,
 /// and the contiguous slice each tuple selects.
-fn tuple_layout(data: &[usize], batch_dims: usize, tuple: usize) -> Result<(Layout, usize), String> {
+fn tuple_layout(data: &[usize], batch_dims: usize, tuple: usize) -> KResult<(Layout, usize)> {
     if tuple == 0 || batch_dims + tuple > data.len() || tuple > 8 {
-        return Err(format!(
+        return Err(invalid!(
             "index tuples of {tuple} coordinates after {batch_dims} batch dims do not fit data {data:?}"
         ));
     }
@@ -171,10 +173,10 @@ pub fn gather_nd(
     indices: &DeviceTensor,
     batch_dims: usize,
     out_shape: &[usize],
-) -> Result<DeviceTensor, String> {
+) -> KResult<DeviceTensor> {
     let q = indices.shape.len();
     if q == 0 || batch_dims >= q || data.shape.get(..batch_dims) != indices.shape.get(..batch_dims) {
-        return Err(format!(
+        return Err(invalid!(
             "GatherND: indices {:?} against data {:?} with {batch_dims} batch dims",
             indices.shape, data.shape
         ));
@@ -184,9 +186,9 @@ pub fn gather_nd(
     let tuples: usize = indices.shape[batch_dims..q - 1].iter().product();
     let batch_stride: usize = data.shape[batch_dims..].iter().product();
     let idx = pointwise::cast(cx, indices, DataType::I64)?;
-    let out = cx.gpu.empty(data.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    let out = cx.gpu.empty(data.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
     if out.len() != batches * tuples * slice {
-        return Err(format!("GatherND: output {out_shape:?} does not hold {batches}×{tuples}×{slice} elements"));
+        return Err(invalid!("GatherND: output {out_shape:?} does not hold {batches}×{tuples}×{slice} elements"));
     }
     let flag = error_flag(cx)?;
     let name = format!("gather_nd_{}", width(data.dtype)?);
@@ -225,10 +227,10 @@ pub fn scatter(
     data: &DeviceTensor,
     indices: &DeviceTensor,
     updates: &DeviceTensor,
-) -> Result<DeviceTensor, String> {
+) -> KResult<DeviceTensor> {
     rank_checked(&data.shape)?;
     if updates.dtype != data.dtype {
-        return Err(format!("Scatter's updates are {}, the data {}", updates.dtype, data.dtype));
+        return Err(invalid!("Scatter's updates are {}, the data {}", updates.dtype, data.dtype));
     }
     let suffix = typed_suffix(data.dtype)?;
     let out = movement::gather_strided(cx, data, &data.shape, &contiguous_strides(&data.shape), 0)?;
@@ -238,7 +240,7 @@ pub fn scatter(
     match mode {
         ScatterMode::Elements { axis } => {
             if indices.shape != updates.shape || !fits_off_axis(&indices.shape, &data.shape, axis) {
-                return Err(format!(
+                return Err(invalid!(
                     "ScatterElements: indices {:?}, updates {:?}, data {:?}, axis {axis}",
                     indices.shape, updates.shape, data.shape
                 ));
@@ -270,7 +272,7 @@ pub fn scatter(
             let (l, slice) = tuple_layout(&data.shape, 0, tuple)?;
             let tuples: usize = indices.shape[..q - 1].iter().product();
             if updates.len() != tuples * slice {
-                return Err(format!("ScatterND: {} updates for {tuples} tuples of {slice} elements", updates.len()));
+                return Err(invalid!("ScatterND: {} updates for {tuples} tuples of {slice} elements", updates.len()));
             }
             let args = [
                 Arg::I64(tuples as i64),

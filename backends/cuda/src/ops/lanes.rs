@@ -1,13 +1,15 @@
 //! TopK and running sums / products along one axis (`kernels/lanes.cu`).
 
+use kiln::{invalid, KernelError};
+use crate::ops::KResult;
 use super::indexing::typed_suffix;
 use super::Ctx;
 use crate::device::{Arg, DeviceTensor};
 use kiln::DataType;
 
 /// `(outer, len, inner)`: `shape` viewed around `axis`.
-fn lanes(shape: &[usize], axis: usize) -> Result<(usize, usize, usize), String> {
-    let len = *shape.get(axis).ok_or_else(|| format!("axis {axis} is out of range for rank {}", shape.len()))?;
+fn lanes(shape: &[usize], axis: usize) -> KResult<(usize, usize, usize)> {
+    let len = *shape.get(axis).ok_or_else(|| invalid!("axis {axis} is out of range for rank {}", shape.len()))?;
     Ok((shape[..axis].iter().product(), len, shape[axis + 1..].iter().product()))
 }
 
@@ -19,17 +21,17 @@ pub fn top_k(
     axis: usize,
     largest: bool,
     out_shape: &[usize],
-) -> Result<(DeviceTensor, DeviceTensor), String> {
+) -> KResult<(DeviceTensor, DeviceTensor)> {
     if typed_suffix(x.dtype)? == "bool" {
         return Err("TopK on bool has no CUDA kernel".into());
     }
     let (outer, len, inner) = lanes(&x.shape, axis)?;
     let k = *out_shape.get(axis).ok_or("TopK's output has no such axis")?;
     if k > len {
-        return Err(format!("k = {k} exceeds the axis length {len}"));
+        return Err(invalid!("k = {k} exceeds the axis length {len}"));
     }
-    let values = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
-    let indices = cx.gpu.empty(DataType::I64, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    let values = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
+    let indices = cx.gpu.empty(DataType::I64, out_shape.to_vec()).map_err(KernelError::from)?;
     let args = [
         Arg::I64(outer as i64),
         Arg::I64(len as i64),
@@ -52,19 +54,19 @@ pub fn cumulative(
     exclusive: bool,
     reverse: bool,
     product: bool,
-) -> Result<DeviceTensor, String> {
+) -> KResult<DeviceTensor> {
     let rank = x.shape.len() as i64;
     let wrapped = if axis < 0 { axis + rank } else { axis };
     let axis = usize::try_from(wrapped)
         .ok()
         .filter(|&a| (a as i64) < rank)
-        .ok_or_else(|| format!("axis {axis} is out of range for rank {rank}"))?;
+        .ok_or_else(|| invalid!("axis {axis} is out of range for rank {rank}"))?;
     let suffix = typed_suffix(x.dtype)?;
     if suffix == "bool" {
         return Err("running sums of bool have no CUDA kernel".into());
     }
     let (outer, len, inner) = lanes(&x.shape, axis)?;
-    let out = cx.gpu.empty(x.dtype, x.shape.clone()).map_err(|e| e.to_string())?;
+    let out = cx.gpu.empty(x.dtype, x.shape.clone()).map_err(KernelError::from)?;
     let args = [
         Arg::I64(outer as i64),
         Arg::I64(len as i64),

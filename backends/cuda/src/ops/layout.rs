@@ -2,6 +2,8 @@
 //! them, so a chain convolution → convolution → pooling stays NHWC; any other reader gets the
 //! value converted back by [`super::Ctx::dev`] (TensorRT's reformat layers, placed lazily).
 
+use kiln::invalid;
+use crate::ops::KResult;
 use super::{movement, Ctx};
 use crate::device::DeviceTensor;
 use kiln::DataType;
@@ -19,20 +21,20 @@ pub fn prefers_channels_last(dtype: DataType, rank: usize) -> bool {
 }
 
 /// The same values stored NHWC (a no-op for a tensor already so).
-pub fn to_channels_last(cx: &Ctx, t: &DeviceTensor) -> Result<DeviceTensor, String> {
+pub fn to_channels_last(cx: &Ctx, t: &DeviceTensor) -> KResult<DeviceTensor> {
     if t.channels_last() {
         return Ok(t.clone());
     }
     let r = t.shape.len();
     if r < 3 {
-        return Err(format!("a rank-{r} tensor has no channels to move last"));
+        return Err(invalid!("a rank-{r} tensor has no channels to move last"));
     }
     let moved = movement::transpose(cx, t, &DeviceTensor::channels_last_order(r))?;
     Ok(DeviceTensor { strides: Some(DeviceTensor::channels_last_strides(&t.shape)), ..moved.reshaped(t.shape.clone()) })
 }
 
 /// The same values packed row-major (a no-op for a tensor already so): one strided copy.
-pub fn to_row_major(cx: &Ctx, t: &DeviceTensor) -> Result<DeviceTensor, String> {
+pub fn to_row_major(cx: &Ctx, t: &DeviceTensor) -> KResult<DeviceTensor> {
     match &t.strides {
         None => Ok(t.clone()),
         Some(strides) => movement::gather_strided(cx, t, &t.shape, strides, 0),
@@ -40,7 +42,7 @@ pub fn to_row_major(cx: &Ctx, t: &DeviceTensor) -> Result<DeviceTensor, String> 
 }
 
 /// `t` in the layout asked for: channels-last or row-major.
-pub fn in_layout(cx: &Ctx, t: &DeviceTensor, channels_last: bool) -> Result<DeviceTensor, String> {
+pub fn in_layout(cx: &Ctx, t: &DeviceTensor, channels_last: bool) -> KResult<DeviceTensor> {
     if channels_last {
         to_channels_last(cx, t)
     } else {

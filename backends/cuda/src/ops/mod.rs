@@ -1,6 +1,10 @@
 //! One layer on the device: the dispatch from a layer kind to its kernels, and which kinds
 //! and types have kernels at all (what `check_support` asks).
 
+use kiln::{invalid, KernelError};
+
+/// What every op returns: device errors keep their kind (out of memory).
+pub type KResult<T> = Result<T, KernelError>;
 pub mod compute;
 pub mod data_dependent;
 pub mod deconv;
@@ -77,8 +81,8 @@ impl<'a> Ctx<'a> {
         Arg::Ptr(self.gpu.ptr(&t.buf))
     }
 
-    pub fn launch_elements(&self, name: &str, n: usize, args: &[Arg]) -> Result<(), String> {
-        self.gpu.launch_elements(name, n, args).map_err(|e| e.to_string())
+    pub fn launch_elements(&self, name: &str, n: usize, args: &[Arg]) -> KResult<()> {
+        self.gpu.launch_elements(name, n, args).map_err(KernelError::from)
     }
 
     /// Remembers an i32 flag a kernel sets on bad input; [`Ctx::finish`] reads them all.
@@ -87,11 +91,11 @@ impl<'a> Ctx<'a> {
     }
 
     /// Reads back every deferred flag (synchronizes); the first one set is the error.
-    pub fn finish(&self) -> Result<(), String> {
+    pub fn finish(&self) -> KResult<()> {
         for (flag, message) in self.pending_checks.borrow_mut().drain(..) {
-            let host = self.gpu.download(&flag).map_err(|e| e.to_string())?;
+            let host = self.gpu.download(&flag).map_err(KernelError::from)?;
             if host.to_i64_vec().is_some_and(|v| v.iter().any(|&x| x != 0)) {
-                return Err(message);
+                return Err(KernelError::Invalid(message));
             }
         }
         Ok(())
@@ -99,24 +103,24 @@ impl<'a> Ctx<'a> {
 
     /// The value on the device, row-major (uploading a host value; converting a channels-last
     /// one: every kernel but cuDNN's reads row-major).
-    pub fn dev(&self, v: &Value) -> Result<DeviceTensor, String> {
+    pub fn dev(&self, v: &Value) -> KResult<DeviceTensor> {
         layout::to_row_major(self, &self.dev_any_layout(v)?)
     }
 
     /// The value on the device as stored, maybe channels-last (for the layers that know it).
-    pub fn dev_any_layout(&self, v: &Value) -> Result<DeviceTensor, String> {
+    pub fn dev_any_layout(&self, v: &Value) -> KResult<DeviceTensor> {
         match (&v.device, &v.host) {
             (Some(d), _) => Ok(d.clone()),
-            (None, Some(h)) => self.gpu.upload(h).map_err(|e| e.to_string()),
+            (None, Some(h)) => self.gpu.upload(h).map_err(KernelError::from),
             (None, None) => Err("a value is neither on the device nor on the host".into()),
         }
     }
 
     /// The value on the host (downloading a device value: synchronizes).
-    pub fn host(&self, v: &Value) -> Result<Arc<HostTensor>, String> {
+    pub fn host(&self, v: &Value) -> KResult<Arc<HostTensor>> {
         match (&v.host, &v.device) {
             (Some(h), _) => Ok(h.clone()),
-            (None, Some(d)) => self.gpu.download(&layout::to_row_major(self, d)?).map(Arc::new).map_err(|e| e.to_string()),
+            (None, Some(d)) => self.gpu.download(&layout::to_row_major(self, d)?).map(Arc::new).map_err(KernelError::from),
             (None, None) => Err("a value is neither on the device nor on the host".into()),
         }
     }
@@ -126,13 +130,13 @@ impl<'a> Ctx<'a> {
 pub const FLOAT64_SUFFIXES: [&str; 4] = ["f32", "f16", "bf16", "f64"];
 
 /// The suffix of such a kernel for `dtype`, or why none runs `what` on it.
-pub fn float64_suffix(dtype: DataType, what: &str) -> Result<&'static str, String> {
+pub fn float64_suffix(dtype: DataType, what: &str) -> KResult<&'static str> {
     match dtype {
         DataType::F32 => Ok("f32"),
         DataType::F16 => Ok("f16"),
         DataType::BF16 => Ok("bf16"),
         DataType::F64 => Ok("f64"),
-        other => Err(format!("{what} on {other} has no CUDA kernel")),
+        other => Err(invalid!("{what} on {other} has no CUDA kernel")),
     }
 }
 
@@ -146,7 +150,7 @@ pub fn contiguous_strides(shape: &[usize]) -> Vec<i64> {
 }
 
 /// Numpy broadcast of two shapes.
-pub fn broadcast_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
+pub fn broadcast_shape(a: &[usize], b: &[usize]) -> KResult<Vec<usize>> {
     let r = a.len().max(b.len());
     (0..r)
         .map(|i| {
@@ -156,7 +160,7 @@ pub fn broadcast_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
                 (x, y) if x == y => Ok(x),
                 (1, y) => Ok(y),
                 (x, 1) => Ok(x),
-                _ => Err(format!("shapes {a:?} and {b:?} do not broadcast")),
+                _ => Err(invalid!("shapes {a:?} and {b:?} do not broadcast")),
             }
         })
         .collect()
@@ -200,14 +204,14 @@ pub fn coalesce_joint(layouts: &[(Layout, usize)]) -> Vec<Layout> {
 }
 
 /// Strides reading each operand broadcast onto `out` (0 on broadcast axes), coalesced.
-pub fn broadcast_layout(out: &[usize], operands: &[&[usize]]) -> Result<Layout, String> {
+pub fn broadcast_layout(out: &[usize], operands: &[&[usize]]) -> KResult<Layout> {
     Ok(coalesce(broadcast_strides(out, operands)?, operands.len()))
 }
 
 /// Strides reading each operand broadcast onto `out` (0 on broadcast axes), one per dim of `out`.
-pub fn broadcast_strides(out: &[usize], operands: &[&[usize]]) -> Result<Layout, String> {
+pub fn broadcast_strides(out: &[usize], operands: &[&[usize]]) -> KResult<Layout> {
     if out.len() > 8 || operands.len() > 3 {
-        return Err(format!("rank {} is over the CUDA kernels' limit of 8", out.len()));
+        return Err(invalid!("rank {} is over the CUDA kernels' limit of 8", out.len()));
     }
     let mut l = Layout { rank: out.len() as i32, ..Layout::default() };
     for (d, &n) in out.iter().enumerate() {
@@ -215,7 +219,7 @@ pub fn broadcast_strides(out: &[usize], operands: &[&[usize]]) -> Result<Layout,
     }
     for (which, shape) in operands.iter().enumerate() {
         if shape.len() > out.len() {
-            return Err(format!("{shape:?} does not broadcast onto {out:?}"));
+            return Err(invalid!("{shape:?} does not broadcast onto {out:?}"));
         }
         let st = contiguous_strides(shape);
         let lead = out.len() - shape.len();
@@ -226,7 +230,7 @@ pub fn broadcast_strides(out: &[usize], operands: &[&[usize]]) -> Result<Layout,
             } else if n == 1 {
                 0
             } else {
-                return Err(format!("{shape:?} does not broadcast onto {out:?}"));
+                return Err(invalid!("{shape:?} does not broadcast onto {out:?}"));
             };
         }
     }
@@ -234,9 +238,9 @@ pub fn broadcast_strides(out: &[usize], operands: &[&[usize]]) -> Result<Layout,
 }
 
 /// Fills `out` with zeros.
-pub fn zeros(cx: &Ctx, out: DeviceTensor) -> Result<DeviceTensor, String> {
-    let bytes = crate::device::storage_size(out.dtype).map_err(|e| e.to_string())? * out.len();
-    cx.gpu.zero(&out.buf, bytes).map_err(|e| e.to_string())?;
+pub fn zeros(cx: &Ctx, out: DeviceTensor) -> KResult<DeviceTensor> {
+    let bytes = crate::device::storage_size(out.dtype).map_err(KernelError::from)? * out.len();
+    cx.gpu.zero(&out.buf, bytes).map_err(KernelError::from)?;
     Ok(out)
 }
 
@@ -253,13 +257,13 @@ pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_ty
     let need_float = |what: &str| (!float_in).then(|| format!("{what} runs on f32, f16 and bf16 only, not {t0:?}"));
     match kind {
         K::Constant { .. } | K::Identity | K::Shape | K::Shuffle(_) | K::Concatenation { .. } | K::Slice | K::Expand => {
-            t0.and_then(|t| crate::device::storage_size(t).err()).map(|e| e.to_string())
+            t0.and_then(|t| crate::device::storage_size(t).err().map(|e| e.to_string())).map(|e| e.to_string())
         }
         K::Cast { to } => t0.and_then(|t| (!typed::stores(t) || !typed::stores(*to)).then(|| format!("no CUDA cast from {t} to {to}"))),
         K::CastNarrow { to, .. } => t0.and_then(|t| (!typed::stores(t) || !to.is_narrow_float()).then(|| format!("no CUDA CastNarrow from {t} to {to}"))),
         K::BitCast { to } => t0.and_then(|t| (!typed::stores(t) || !typed::stores(*to)).then(|| format!("no CUDA BitCast from {t} to {to}"))),
         K::Quantize { .. } | K::Dequantize { .. } => t0.and_then(|t| (!typed::stores(t)).then(|| format!("{} on {t} has no CUDA kernel", kind.type_name()))),
-        K::Elementwise { op } => t0.and_then(|t| if typed::binary_supported(*op, t) { None } else { pointwise::binary_kernel(*op, t).err() }),
+        K::Elementwise { op } => t0.and_then(|t| if typed::binary_supported(*op, t) { None } else { pointwise::binary_kernel(*op, t).err().map(|e| e.to_string()) }),
         K::Activation { .. } => need_float("Activation"),
         K::Unary { op } if t0.is_some_and(|t| typed::unary_supported(*op, t)) => None,
         K::Unary { op } => pointwise::unary_code(*op).is_none().then(|| format!("Unary {op:?} has no CUDA kernel")).or_else(|| need_float("Unary")),
@@ -272,82 +276,91 @@ pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_ty
         K::Reduce { .. } if t0.is_some_and(typed::reduce_supported) => None,
         K::Reduce { .. } => need_float("Reduce"),
         K::Convolution(p) if p.strides.len() <= 2 || cudnn_convolves(p) => need_float("Convolution"),
+        K::Convolution(p) => Some(format!("a {}-D convolution runs only through cuDNN (3-D, symmetric padding): no CUDA kernel for this one", p.strides.len())),
         K::Pooling(p) if p.window.len() > 8 => Some(format!("{}-D pooling has no CUDA kernel", p.window.len())),
-        K::Pooling(p) => t0.and_then(|t| pool::suffix(p.kind, t).err()),
-        K::Deconvolution(_) => t0.and_then(|t| float64_suffix(t, "Deconvolution").err()),
+        K::Pooling(p) => t0.and_then(|t| pool::suffix(p.kind, t).err().map(|e| e.to_string())),
+        K::Deconvolution(_) => t0.and_then(|t| float64_suffix(t, "Deconvolution").err().map(|e| e.to_string())),
         K::Einsum { .. } if input_types.len() > einsum::MAX_OPERANDS => {
             Some(format!("Einsum of {} operands has no CUDA kernel (it takes up to {})", input_types.len(), einsum::MAX_OPERANDS))
         }
-        K::Einsum { .. } => t0.and_then(|t| einsum::suffix(t).err()),
+        K::Einsum { .. } => t0.and_then(|t| einsum::suffix(t).err().map(|e| e.to_string())),
         K::GridSample(_) => {
             let grid = input_types.get(1).copied().flatten();
-            t0.and_then(|t| float64_suffix(t, "GridSample").err()).or_else(|| grid.and_then(|t| float64_suffix(t, "GridSample").err()))
+            t0.and_then(|t| float64_suffix(t, "GridSample").err().map(|e| e.to_string())).or_else(|| grid.and_then(|t| float64_suffix(t, "GridSample").err().map(|e| e.to_string())))
         }
         K::Gather { mode: GatherMode::Default { .. } } => None,
-        K::NonZero => t0.and_then(|t| data_dependent::nonzero_bits(t).err()),
+        K::NonZero => t0.and_then(|t| data_dependent::nonzero_bits(t).err().map(|e| e.to_string())),
         // On host copies of its inputs (kiln core's host_ops), any float type.
         K::NonMaxSuppression { .. } => need_float("NonMaxSuppression"),
         K::OneHot { .. } => one_hot::unsupported(t0, input_types.get(1).copied().flatten()),
         K::Lrn { .. } | K::Col2Im { .. } | K::Determinant | K::RoiAlign { .. } | K::Dft { .. } => {
-            t0.and_then(|t| float64_suffix(t, kind.type_name()).err())
+            t0.and_then(|t| float64_suffix(t, kind.type_name()).err().map(|e| e.to_string()))
         }
-        K::Resize(p) if p.mode == ResizeMode::Nearest => t0.and_then(|t| crate::device::storage_size(t).err()).map(|e| e.to_string()),
+        K::Resize(p) if p.mode == ResizeMode::Nearest => t0.and_then(|t| crate::device::storage_size(t).err().map(|e| e.to_string())).map(|e| e.to_string()),
         K::Resize(_) => need_float("Linear and cubic Resize"),
         K::Plugin(p) => crate::plugin::unsupported(p),
         K::Fused(p) => {
             let anchor = p.anchor.kind();
             unsupported(&anchor, &input_types[..p.anchor_inputs.min(input_types.len())], output_types).or_else(|| {
                 p.epilogue.iter().find_map(|post| match post {
-                    PostOp::Elementwise { op, .. } => pointwise::binary_kernel(*op, output_types.first().copied().unwrap_or(DataType::F32)).err(),
+                    PostOp::Elementwise { op, .. } => pointwise::binary_kernel(*op, output_types.first().copied().unwrap_or(DataType::F32)).err().map(|e| e.to_string()),
                     PostOp::Unary(op) => pointwise::unary_code(*op).is_none().then(|| format!("Unary {op:?} has no CUDA kernel")),
                     PostOp::Activation(_) => None,
                 })
             })
         }
         K::ParametricRelu => need_float("ParametricReLU"),
-        K::Padding { .. } => t0.and_then(|t| crate::device::storage_size(t).err()).map(|e| e.to_string()),
-        K::Select => input_types.get(1).copied().flatten().and_then(|t| crate::device::storage_size(t).err()).map(|e| e.to_string()),
-        K::Fill { value } => crate::device::storage_size(value.dtype()).err().map(|e| e.to_string()),
+        K::Padding { .. } => t0.and_then(|t| crate::device::storage_size(t).err().map(|e| e.to_string())).map(|e| e.to_string()),
+        K::Select => input_types.get(1).copied().flatten().and_then(|t| crate::device::storage_size(t).err().map(|e| e.to_string())).map(|e| e.to_string()),
+        K::Fill { value } => crate::device::storage_size(value.dtype()).err().map(|e| e.to_string()).map(|e| e.to_string()),
         K::Gather { mode: GatherMode::Elements { .. } | GatherMode::Nd { .. } } => {
-            t0.and_then(|t| crate::device::storage_size(t).err()).map(|e| e.to_string())
+            t0.and_then(|t| crate::device::storage_size(t).err().map(|e| e.to_string())).map(|e| e.to_string())
         }
-        K::Scatter { .. } => t0.and_then(|t| indexing::typed_suffix(t).err()),
+        K::Scatter { .. } => t0.and_then(|t| indexing::typed_suffix(t).err().map(|e| e.to_string())),
         K::TopK { .. } | K::CumulativeSum { .. } | K::CumulativeProduct { .. } => t0.and_then(|t| match indexing::typed_suffix(t) {
             Ok("bool") => Some(format!("{} on bool has no CUDA kernel", kind.type_name())),
             Ok(_) => None,
-            Err(e) => Some(e),
+            Err(e) => Some(e.to_string()),
         }),
-        other => Some(format!("{} has no CUDA kernel yet", other.type_name())),
+        // The interpreter runs loop and conditional boundaries (check_support skips them).
+        K::TripLimit { .. }
+        | K::Iterator { .. }
+        | K::Recurrence { .. }
+        | K::LoopOutput { .. }
+        | K::Condition { .. }
+        | K::IfConditionalInput { .. }
+        | K::IfConditionalOutput { .. } => None,
+        K::Assertion { .. } | K::Reformat { .. } | K::Unique { .. } | K::Text(_) => Some(format!("{} has no CUDA kernel yet", kind.type_name())),
     }
 }
 
-/// Shape inference on concrete values: host values are known, device values only by type
-/// and shape (no device read).
-pub fn infer(kind: &LayerKind, inputs: &[Option<Value>]) -> Result<Vec<OutFact>, String> {
+/// Shape inference of a fused layer's anchor on concrete values: host values are known,
+/// device values only by type and shape (no device read).
+fn infer(kind: &LayerKind, inputs: &[Option<Value>]) -> KResult<Vec<OutFact>> {
     let metas: Vec<Option<(DataType, Shape)>> = inputs.iter().map(|v| v.as_ref().map(|v| { let (t, s) = v.meta(); (t, Shape::fixed(&s)) })).collect();
     let facts: Vec<Option<Fact>> = inputs
         .iter()
         .zip(&metas)
         .map(|(v, m)| v.as_ref().zip(m.as_ref()).map(|(v, (t, s))| Fact::new(*t, s, v.host.as_deref())))
         .collect();
-    infer_layer(kind, &facts, &|_| None).map_err(|e| format!("shape inference: {}", e.rule))
+    Ok(infer_layer(kind, &facts, &|_| None).map_err(|e| invalid!("shape inference: {}", e.rule))?)
 }
 
 /// Runs one device layer. `inputs` in slot order; `outs` is what shape inference expects.
-pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact]) -> Result<Vec<DeviceTensor>, String> {
+pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact]) -> KResult<Vec<DeviceTensor>> {
     use LayerKind as K;
-    let out_shape = |i: usize| -> Result<Vec<usize>, String> {
+    let out_shape = |i: usize| -> KResult<Vec<usize>> {
         let f = outs.get(i).ok_or("shape inference gave no output")?;
-        f.shape.dims().iter().map(|d| d.fixed()).collect::<Option<Vec<usize>>>().ok_or_else(|| format!("output shape {} is not concrete", f.shape))
+        f.shape.dims().iter().map(|d| d.fixed()).collect::<Option<Vec<usize>>>().ok_or_else(|| invalid!("output shape {} is not concrete", f.shape))
     };
-    let dev = |slot: usize| -> Result<DeviceTensor, String> {
-        cx.dev(inputs.get(slot).and_then(Option::as_ref).ok_or_else(|| format!("input {slot} is missing"))?)
+    let dev = |slot: usize| -> KResult<DeviceTensor> {
+        cx.dev(inputs.get(slot).and_then(Option::as_ref).ok_or_else(|| invalid!("input {slot} is missing"))?)
     };
-    let raw = |slot: usize| -> Result<DeviceTensor, String> {
-        cx.dev_any_layout(inputs.get(slot).and_then(Option::as_ref).ok_or_else(|| format!("input {slot} is missing"))?)
+    let raw = |slot: usize| -> KResult<DeviceTensor> {
+        cx.dev_any_layout(inputs.get(slot).and_then(Option::as_ref).ok_or_else(|| invalid!("input {slot} is missing"))?)
     };
-    let opt_dev = |slot: usize| -> Result<Option<DeviceTensor>, String> { inputs.get(slot).and_then(Option::as_ref).map(|v| cx.dev(v)).transpose() };
-    let host = |slot: usize| -> Result<Option<Arc<HostTensor>>, String> { inputs.get(slot).and_then(Option::as_ref).map(|v| cx.host(v)).transpose() };
+    let opt_dev = |slot: usize| -> KResult<Option<DeviceTensor>> { inputs.get(slot).and_then(Option::as_ref).map(|v| cx.dev(v)).transpose() };
+    let host = |slot: usize| -> KResult<Option<Arc<HostTensor>>> { inputs.get(slot).and_then(Option::as_ref).map(|v| cx.host(v)).transpose() };
     let out_dtype = |i: usize| outs.get(i).map_or(DataType::F32, |f| f.dtype);
     let one = |t: DeviceTensor| Ok(vec![t]);
     match kind {
@@ -411,7 +424,7 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
                 score.as_deref(),
                 *center_point_box,
             )?;
-            one(cx.gpu.upload(&selected).map_err(|e| e.to_string())?)
+            one(cx.gpu.upload(&selected).map_err(KernelError::from)?)
         }
         K::RoiAlign { max, output_size, sampling_ratio, spatial_scale, half_pixel } => {
             one(roi_align::roi_align(cx, &dev(0)?, &dev(1)?, &dev(2)?, *max, *output_size, *sampling_ratio, *spatial_scale, *half_pixel)?)
@@ -419,7 +432,7 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
         K::Dft { inverse, onesided } => {
             let scalar = |t: Arc<HostTensor>, what: &str| match t.to_i64_vec().as_deref() {
                 Some([v]) => Ok(*v),
-                _ => Err(format!("the DFT {what} must be one integer")),
+                _ => Err(invalid!("the DFT {what} must be one integer")),
             };
             let axis = scalar(host(1)?.ok_or("the DFT axis is missing")?, "axis")?;
             let length = host(2)?.map(|t| scalar(t, "length")).transpose()?;
@@ -438,7 +451,7 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
                     t.to_i64_vec()
                         .ok_or("reduce axes must be integers")?
                         .into_iter()
-                        .map(|a| usize::try_from(if a < 0 { a + rank } else { a }).map_err(|_| format!("reduce axis {a}")))
+                        .map(|a| usize::try_from(if a < 0 { a + rank } else { a }).map_err(|_| invalid!("reduce axis {a}")))
                         .collect::<Result<Vec<_>, _>>()?
                 }
                 None => axes.clone(),
@@ -472,12 +485,24 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
             let product = matches!(kind, K::CumulativeProduct { .. });
             one(lanes::cumulative(cx, &dev(0)?, axis, *exclusive, *reverse, product)?)
         }
-        other => Err(format!("{} has no CUDA kernel yet", other.type_name())),
+        // The layer driver serves constants and shapes; the interpreter runs the boundaries.
+        K::Constant { .. }
+        | K::Shape
+        | K::TripLimit { .. }
+        | K::Iterator { .. }
+        | K::Recurrence { .. }
+        | K::LoopOutput { .. }
+        | K::Condition { .. }
+        | K::IfConditionalInput { .. }
+        | K::IfConditionalOutput { .. } => Err(invalid!("{} has no device kernel: the layer driver runs it", kind.type_name())),
+        K::Assertion { .. } | K::Reformat { .. } | K::Unique { .. } | K::Text(_) => {
+            Err(KernelError::Unsupported(format!("{} has no CUDA kernel yet", kind.type_name())))
+        }
     }
 }
 
 /// The anchor, then each epilogue step on the running value (unary steps in place).
-fn fused(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>], outs: &[OutFact]) -> Result<DeviceTensor, String> {
+fn fused(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>], outs: &[OutFact]) -> KResult<DeviceTensor> {
     // A pointwise anchor is the chain's first step: the whole layer is one pass.
     if let Some(first) = pointwise_anchor(p, inputs) {
         let x = cx.dev(inputs.first().and_then(Option::as_ref).ok_or("the anchor's input is missing")?)?;
@@ -510,7 +535,7 @@ fn fused(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>], outs: &[OutF
             let fact = anchor_outs.first().ok_or("no anchor output")?;
             let out_dtype = fact.dtype;
             let shape = fact.shape.dims().iter().map(|d| d.fixed()).collect::<Option<Vec<_>>>().ok_or("the convolution's shape is not concrete")?;
-            let slot = |i: usize| anchor_inputs.get(i).and_then(Option::as_ref).ok_or_else(|| format!("input {i} is missing"));
+            let slot = |i: usize| anchor_inputs.get(i).and_then(Option::as_ref).ok_or_else(|| invalid!("input {i} is missing"));
             let x = cx.dev_any_layout(slot(0)?)?;
             let w = cx.dev(slot(1)?)?;
             let bias = anchor_inputs.get(2).and_then(Option::as_ref).map(|v| cx.dev(v)).transpose()?;
@@ -547,18 +572,18 @@ fn fused(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>], outs: &[OutF
     check_epilogue(running, outs)
 }
 
-fn check_epilogue(running: DeviceTensor, outs: &[OutFact]) -> Result<DeviceTensor, String> {
+fn check_epilogue(running: DeviceTensor, outs: &[OutFact]) -> KResult<DeviceTensor> {
     if let Some(f) = outs.first() {
         if f.dtype != running.dtype || f.shape.rank() != running.shape.len() {
-            return Err(format!("the epilogue produced {}{:?}, inference expects {}{}", running.dtype, running.shape, f.dtype, f.shape));
+            return Err(invalid!("the epilogue produced {}{:?}, inference expects {}{}", running.dtype, running.shape, f.dtype, f.shape));
         }
     }
     Ok(running)
 }
 
 /// The value of a Fused layer's input `operand` (an epilogue step's operand).
-fn operand_value(inputs: &[Option<Value>], operand: usize) -> Result<&Value, String> {
-    inputs.get(operand).and_then(Option::as_ref).ok_or_else(|| format!("operand {operand} is missing"))
+fn operand_value(inputs: &[Option<Value>], operand: usize) -> KResult<&Value> {
+    inputs.get(operand).and_then(Option::as_ref).ok_or_else(|| invalid!("operand {operand} is missing"))
 }
 
 /// A pointwise anchor as the chain's first step (its input 0 is the running value).
@@ -576,7 +601,7 @@ fn pointwise_anchor(p: &kiln::FusedParams, inputs: &[Option<Value>]) -> Option<P
 
 /// Two or more pointwise steps as one `chain_*` pass, or `None` where the chain kernel does not
 /// apply (then each step runs on its own).
-fn fused_chain(cx: &Ctx, steps: &[PostOp], running: &DeviceTensor, inputs: &[Option<Value>]) -> Result<Option<DeviceTensor>, String> {
+fn fused_chain(cx: &Ctx, steps: &[PostOp], running: &DeviceTensor, inputs: &[Option<Value>]) -> KResult<Option<DeviceTensor>> {
     if steps.len() < 2 {
         return Ok(None);
     }
@@ -598,7 +623,7 @@ fn fused_chain(cx: &Ctx, steps: &[PostOp], running: &DeviceTensor, inputs: &[Opt
 }
 
 /// One epilogue step on its own kernel.
-fn step(cx: &Ctx, post: &PostOp, running: DeviceTensor, inputs: &[Option<Value>]) -> Result<DeviceTensor, String> {
+fn step(cx: &Ctx, post: &PostOp, running: DeviceTensor, inputs: &[Option<Value>]) -> KResult<DeviceTensor> {
     Ok({
         match *post {
             PostOp::Activation(kind) => pointwise::unary(cx, pointwise::activation_code(kind), &running, Some(&running))?,

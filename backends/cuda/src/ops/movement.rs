@@ -1,6 +1,8 @@
 //! Data movement: transposes and reshapes (Shuffle), Slice, Expand, Concatenation, Gather and
 //! nearest Resize, all through the strided-copy, gather and resize kernels.
 
+use kiln::{invalid, KernelError};
+use crate::ops::KResult;
 use super::{contiguous_strides, Ctx};
 use crate::device::{width_suffix, Arg, DeviceTensor, Layout};
 use kiln::ir::infer::resolve_slice;
@@ -8,8 +10,8 @@ use kiln::{HostTensor, ShuffleParams};
 use std::sync::Arc;
 
 /// Copies `x` read through `(strides, offset)` (elements) over `shape` into a new contiguous tensor.
-pub fn gather_strided(cx: &Ctx, x: &DeviceTensor, shape: &[usize], strides: &[i64], offset: i64) -> Result<DeviceTensor, String> {
-    let out = cx.gpu.empty(x.dtype, shape.to_vec()).map_err(|e| e.to_string())?;
+pub fn gather_strided(cx: &Ctx, x: &DeviceTensor, shape: &[usize], strides: &[i64], offset: i64) -> KResult<DeviceTensor> {
+    let out = cx.gpu.empty(x.dtype, shape.to_vec()).map_err(KernelError::from)?;
     copy_into(cx, x, shape, strides, offset, &out, &contiguous_strides(shape), 0)?;
     Ok(out)
 }
@@ -25,9 +27,9 @@ pub fn copy_into(
     out: &DeviceTensor,
     out_strides: &[i64],
     out_offset: i64,
-) -> Result<(), String> {
+) -> KResult<()> {
     if shape.len() > 8 {
-        return Err(format!("rank {} is over the CUDA kernels' limit of 8", shape.len()));
+        return Err(invalid!("rank {} is over the CUDA kernels' limit of 8", shape.len()));
     }
     let mut l = Layout { rank: shape.len() as i32, ..Layout::default() };
     for (d, &n) in shape.iter().enumerate() {
@@ -39,13 +41,13 @@ pub fn copy_into(
     let l = super::coalesce(l, 2);
     let (src, dst) = (cx.arg(x), cx.arg(out));
     if let Some((batch, tiles, args)) = tiled_transpose(&l) {
-        let name = format!("transpose_tiled_{}", width_suffix(x.dtype).map_err(|e| e.to_string())?);
+        let name = format!("transpose_tiled_{}", width_suffix(x.dtype).map_err(KernelError::from)?);
         let blocks = (batch * tiles).clamp(1, 65_535 * 8) as u32;
         let mut args = args.to_vec();
         args.extend([src, dst]);
-        return cx.gpu.launch(&name, blocks, 256, &args).map_err(|e| e.to_string());
+        return cx.gpu.launch(&name, blocks, 256, &args).map_err(KernelError::from);
     }
-    let element = crate::device::storage_size(x.dtype).map_err(|e| e.to_string())?;
+    let element = crate::device::storage_size(x.dtype).map_err(KernelError::from)?;
     let addresses = [cx.gpu.ptr(&x.buf), cx.gpu.ptr(&out.buf)];
     // Copy in the widest unit (up to 16 bytes) the layout and both addresses allow: one thread's
     // index arithmetic then moves up to 8 halves instead of one.
@@ -106,23 +108,23 @@ fn widened(l: &Layout, k: i64) -> Option<Layout> {
 
 /// Permutes `x`'s axes (`out dim i` = `in dim perm[i]`) into packed row-major bytes: one copy
 /// from wherever `x` (maybe a view) keeps them, none when only size-1 axes move.
-pub fn transpose(cx: &Ctx, x: &DeviceTensor, perm: &[usize]) -> Result<DeviceTensor, String> {
+pub fn transpose(cx: &Ctx, x: &DeviceTensor, perm: &[usize]) -> KResult<DeviceTensor> {
     super::layout::to_row_major(cx, &permuted(x, perm)?)
 }
 
 /// `x` with its axes permuted (`out dim i` = `in dim perm[i]`) and no bytes moved: a view
 /// (none left when the strides come out packed row-major).
-pub fn permuted(x: &DeviceTensor, perm: &[usize]) -> Result<DeviceTensor, String> {
+pub fn permuted(x: &DeviceTensor, perm: &[usize]) -> KResult<DeviceTensor> {
     let (shape, strides) = permuted_strides(&x.shape, &x.element_strides(), perm)?;
     Ok(DeviceTensor { buf: x.buf.clone(), dtype: x.dtype, strides: view_strides(&shape, strides), shape })
 }
 
 /// The shape and strides after permuting the axes by `perm`.
-fn permuted_strides(shape: &[usize], strides: &[i64], perm: &[usize]) -> Result<(Vec<usize>, Vec<i64>), String> {
+fn permuted_strides(shape: &[usize], strides: &[i64], perm: &[usize]) -> KResult<(Vec<usize>, Vec<i64>)> {
     let r = shape.len();
     let mut seen = vec![false; r];
     if perm.len() != r || perm.iter().any(|&p| p >= r || std::mem::replace(&mut seen[p], true)) {
-        return Err(format!("{perm:?} is not a permutation of rank {r}"));
+        return Err(invalid!("{perm:?} is not a permutation of rank {r}"));
     }
     Ok((perm.iter().map(|&p| shape[p]).collect(), perm.iter().map(|&p| strides[p]).collect()))
 }
@@ -173,7 +175,7 @@ fn reshaped_strides(shape: &[usize], strides: &[i64], new_shape: &[usize]) -> Op
 
 /// `x` (packed or a view) read under `shape`: a view where the strides allow, otherwise packed
 /// row-major first.
-fn reshape(cx: &Ctx, x: DeviceTensor, shape: &[usize]) -> Result<DeviceTensor, String> {
+fn reshape(cx: &Ctx, x: DeviceTensor, shape: &[usize]) -> KResult<DeviceTensor> {
     let Some(strides) = &x.strides else { return Ok(x.reshaped(shape.to_vec())) };
     if x.shape == shape {
         return Ok(x);
@@ -188,7 +190,7 @@ fn reshape(cx: &Ctx, x: DeviceTensor, shape: &[usize]) -> Result<DeviceTensor, S
 /// inference resolved). The result stays a view where the executor allows
 /// ([`Ctx::view_output`]); otherwise it is packed row-major in one copy. `x` may itself
 /// be a view.
-pub fn shuffle(cx: &Ctx, p: &ShuffleParams, x: &DeviceTensor, out_shape: &[usize]) -> Result<DeviceTensor, String> {
+pub fn shuffle(cx: &Ctx, p: &ShuffleParams, x: &DeviceTensor, out_shape: &[usize]) -> KResult<DeviceTensor> {
     let identity = |perm: &[usize]| perm.iter().enumerate().all(|(i, &q)| i == q);
     let first = if identity(&p.first_transpose) { x.clone() } else { permuted(x, &p.first_transpose)? };
     let out = if p.second_transpose.is_empty() {
@@ -197,7 +199,7 @@ pub fn shuffle(cx: &Ctx, p: &ShuffleParams, x: &DeviceTensor, out_shape: &[usize
         // The shape between reshape and second transpose: out[i] = mid[perm[i]].
         let perm = &p.second_transpose;
         if perm.len() != out_shape.len() || perm.iter().any(|&q| q >= out_shape.len()) {
-            return Err(format!("second transpose {perm:?} does not match rank {}", out_shape.len()));
+            return Err(invalid!("second transpose {perm:?} does not match rank {}", out_shape.len()));
         }
         let mut mid = vec![0usize; out_shape.len()];
         for (i, &q) in perm.iter().enumerate() {
@@ -213,9 +215,9 @@ pub fn shuffle(cx: &Ctx, p: &ShuffleParams, x: &DeviceTensor, out_shape: &[usize
 }
 
 /// ONNX Slice with host-side bounds.
-pub fn slice(cx: &Ctx, x: &DeviceTensor, bounds: [Option<&HostTensor>; 4]) -> Result<DeviceTensor, String> {
-    let ints = |t: Option<&HostTensor>, what: &str| -> Result<Option<Vec<i64>>, String> {
-        t.map(|t| t.to_i64_vec().ok_or_else(|| format!("slice {what} must be integers"))).transpose()
+pub fn slice(cx: &Ctx, x: &DeviceTensor, bounds: [Option<&HostTensor>; 4]) -> KResult<DeviceTensor> {
+    let ints = |t: Option<&HostTensor>, what: &str| -> KResult<Option<Vec<i64>>> {
+        t.map(|t| t.to_i64_vec().ok_or_else(|| invalid!("slice {what} must be integers"))).transpose()
     };
     let starts = ints(bounds[0], "starts")?.ok_or("slice starts are missing")?;
     let ends = ints(bounds[1], "ends")?.ok_or("slice ends are missing")?;
@@ -228,7 +230,7 @@ pub fn slice(cx: &Ctx, x: &DeviceTensor, bounds: [Option<&HostTensor>; 4]) -> Re
     let offset = if shape.contains(&0) { 0 } else { plan.iter().zip(&st).map(|(a, &s)| a.start * s).sum() };
     // Read in place where the executor allows: a range of the buffer with the slice's strides.
     if cx.view_output.get() && offset >= 0 && strides.iter().all(|&s| s >= 0) {
-        let size = crate::device::storage_size(x.dtype).map_err(|e| e.to_string())?;
+        let size = crate::device::storage_size(x.dtype).map_err(KernelError::from)?;
         if let Some(buf) = crate::device::DeviceBuffer::range(&x.buf, offset as usize * size) {
             return Ok(DeviceTensor { buf: Arc::new(buf), dtype: x.dtype, strides: view_strides(&shape, strides), shape });
         }
@@ -237,19 +239,19 @@ pub fn slice(cx: &Ctx, x: &DeviceTensor, bounds: [Option<&HostTensor>; 4]) -> Re
 }
 
 /// Numpy broadcast of `x` onto `out_shape`.
-pub fn expand(cx: &Ctx, x: &DeviceTensor, out_shape: &[usize]) -> Result<DeviceTensor, String> {
+pub fn expand(cx: &Ctx, x: &DeviceTensor, out_shape: &[usize]) -> KResult<DeviceTensor> {
     let l = super::broadcast_strides(out_shape, &[&x.shape])?;
     gather_strided(cx, x, out_shape, &l.stride[0][..out_shape.len()], 0)
 }
 
-pub fn concatenation(cx: &Ctx, parts: &[&DeviceTensor], axis: usize, out_shape: &[usize]) -> Result<DeviceTensor, String> {
+pub fn concatenation(cx: &Ctx, parts: &[&DeviceTensor], axis: usize, out_shape: &[usize]) -> KResult<DeviceTensor> {
     let first = parts.first().ok_or("concatenation of nothing")?;
-    let out = cx.gpu.empty(first.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    let out = cx.gpu.empty(first.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
     let out_strides = contiguous_strides(out_shape);
     let mut at = 0i64;
     for p in parts {
         if p.shape.len() != out_shape.len() || axis >= out_shape.len() {
-            return Err(format!("part {:?} does not fit output {out_shape:?} on axis {axis}", p.shape));
+            return Err(invalid!("part {:?} does not fit output {out_shape:?} on axis {axis}", p.shape));
         }
         copy_into(cx, p, &p.shape, &contiguous_strides(&p.shape), 0, &out, &out_strides, at * out_strides[axis])?;
         at += p.shape[axis] as i64;
@@ -258,13 +260,13 @@ pub fn concatenation(cx: &Ctx, parts: &[&DeviceTensor], axis: usize, out_shape: 
 }
 
 /// ONNX Gather on `axis`; `indices` are uploaded (as i64) when they live on the host.
-pub fn gather(cx: &Ctx, data: &DeviceTensor, indices: &DeviceTensor, axis: usize, out_shape: &[usize]) -> Result<DeviceTensor, String> {
+pub fn gather(cx: &Ctx, data: &DeviceTensor, indices: &DeviceTensor, axis: usize, out_shape: &[usize]) -> KResult<DeviceTensor> {
     let idx = super::pointwise::cast(cx, indices, kiln::DataType::I64)?;
     let outer: usize = data.shape[..axis].iter().product();
     let inner: usize = data.shape[axis + 1..].iter().product();
-    let out = cx.gpu.empty(data.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
-    let flag = cx.gpu.upload(&HostTensor::new(vec![1], kiln::TensorData::I32(vec![0])).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
-    let name = format!("gather_{}", width_suffix(data.dtype).map_err(|e| e.to_string())?);
+    let out = cx.gpu.empty(data.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
+    let flag = cx.gpu.upload(&HostTensor::new(vec![1], kiln::TensorData::I32(vec![0])).map_err(KernelError::from)?).map_err(KernelError::from)?;
+    let name = format!("gather_{}", width_suffix(data.dtype).map_err(KernelError::from)?);
     let n = out.len();
     cx.launch_elements(
         &name,
@@ -285,9 +287,9 @@ pub fn gather(cx: &Ctx, data: &DeviceTensor, indices: &DeviceTensor, axis: usize
 }
 
 /// Nearest resize (asymmetric coordinates, floor rounding) onto `out_shape`.
-pub fn resize_nearest(cx: &Ctx, x: &DeviceTensor, out_shape: &[usize]) -> Result<DeviceTensor, String> {
+pub fn resize_nearest(cx: &Ctx, x: &DeviceTensor, out_shape: &[usize]) -> KResult<DeviceTensor> {
     if x.shape.len() != out_shape.len() || x.shape.len() > 8 {
-        return Err(format!("resize from {:?} to {out_shape:?}", x.shape));
+        return Err(invalid!("resize from {:?} to {out_shape:?}", x.shape));
     }
     let st = contiguous_strides(&x.shape);
     let mut l = Layout { rank: out_shape.len() as i32, ..Layout::default() };
@@ -298,10 +300,10 @@ pub fn resize_nearest(cx: &Ctx, x: &DeviceTensor, out_shape: &[usize]) -> Result
         l.stride[1][d] = x.shape[d] as i64;
         scales.push(if x.shape[d] == 0 { 1.0 } else { out_shape[d] as f32 / x.shape[d] as f32 });
     }
-    let scales = cx.gpu.upload(&HostTensor::from_f32(vec![scales.len()], scales).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
-    let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    let scales = cx.gpu.upload(&HostTensor::from_f32(vec![scales.len()], scales).map_err(KernelError::from)?).map_err(KernelError::from)?;
+    let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
     let n = out.len();
-    let name = format!("resize_nearest_{}", width_suffix(x.dtype).map_err(|e| e.to_string())?);
+    let name = format!("resize_nearest_{}", width_suffix(x.dtype).map_err(KernelError::from)?);
     cx.launch_elements(&name, n, &[Arg::I64(n as i64), Arg::Layout(l), cx.arg(&scales), cx.arg(x), cx.arg(&out)])?;
     Ok(out)
 }

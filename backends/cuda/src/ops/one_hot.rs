@@ -1,6 +1,8 @@
 //! OneHot and LRN on the device (`kernels/one_hot.cu`, `kernels/lrn.cu`), as kiln-cpu's
 //! `einsum::one_hot` and `norm::lrn`.
 
+use kiln::{invalid, KernelError};
+use crate::ops::KResult;
 use super::Ctx;
 use crate::device::{Arg, DeviceTensor};
 use kiln::{DataType, HostTensor};
@@ -8,13 +10,13 @@ use kiln::{DataType, HostTensor};
 /// Element widths of `one_hot_*` (the values are copied as raw bytes).
 pub const WIDTHS: [&str; 4] = ["u8", "u16", "u32", "u64"];
 
-fn width(dtype: DataType) -> Result<&'static str, String> {
-    match crate::device::storage_size(dtype).map_err(|e| e.to_string())? {
+fn width(dtype: DataType) -> KResult<&'static str> {
+    match crate::device::storage_size(dtype).map_err(KernelError::from)? {
         1 => Ok("u8"),
         2 => Ok("u16"),
         4 => Ok("u32"),
         8 => Ok("u64"),
-        other => Err(format!("OneHot on {other}-byte elements has no CUDA kernel")),
+        other => Err(invalid!("OneHot on {other}-byte elements has no CUDA kernel")),
     }
 }
 
@@ -23,17 +25,17 @@ pub fn unsupported(indices: Option<DataType>, values: Option<DataType>) -> Optio
     if let Some(t) = indices.filter(|t| !t.is_integer() || !super::typed::stores(*t)) {
         return Some(format!("OneHot indices must be integers, not {t}"));
     }
-    values.and_then(|t| width(t).err())
+    values.and_then(|t| width(t).err().map(|e| e.to_string()))
 }
 
 /// `(outer, depth_len, inner)` of the output [indices' leading dims, depth, trailing dims]
 /// with the depth axis at `axis` (negative counts from the end of the output).
-pub fn one_hot_plan(indices: &[usize], axis: i64, out_shape: &[usize]) -> Result<(usize, usize, usize), String> {
+pub fn one_hot_plan(indices: &[usize], axis: i64, out_shape: &[usize]) -> KResult<(usize, usize, usize)> {
     let rank = out_shape.len();
     let axis = kiln::ir::shape::normalize_axis(axis, rank)
-        .ok_or_else(|| format!("OneHot axis {axis} is out of range for an output of rank {rank}"))?;
+        .ok_or_else(|| invalid!("OneHot axis {axis} is out of range for an output of rank {rank}"))?;
     if out_shape[..axis].iter().chain(&out_shape[axis + 1..]).ne(indices.iter()) {
-        return Err(format!("OneHot output shape {out_shape:?} does not fit indices {indices:?}"));
+        return Err(invalid!("OneHot output shape {out_shape:?} does not fit indices {indices:?}"));
     }
     Ok((out_shape[..axis].iter().product(), out_shape[axis], out_shape[axis + 1..].iter().product()))
 }
@@ -47,12 +49,12 @@ pub fn one_hot(
     depth: &HostTensor,
     axis: i64,
     out_shape: &[usize],
-) -> Result<DeviceTensor, String> {
+) -> KResult<DeviceTensor> {
     if let Some(why) = unsupported(Some(indices.dtype), Some(values.dtype)) {
-        return Err(why);
+        return Err(KernelError::Unsupported(why));
     }
     if values.len() != 2 {
-        return Err(format!("OneHot values must hold [off, on], got {} elements", values.len()));
+        return Err(invalid!("OneHot values must hold [off, on], got {} elements", values.len()));
     }
     let depth = match depth.to_i64_vec().as_deref() {
         Some([d]) => *d,
@@ -64,7 +66,7 @@ pub fn one_hot(
     } else {
         super::typed::cast(cx, indices, DataType::I64, true, kiln::E8M0Rounding::Up)?
     };
-    let out = cx.gpu.empty(values.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    let out = cx.gpu.empty(values.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
     let n = out.len();
     if n == 0 {
         return Ok(out);
@@ -83,12 +85,12 @@ pub fn one_hot(
 }
 
 /// LRN across the channels (axis 1) with a window of `size`.
-pub fn lrn(cx: &Ctx, x: &DeviceTensor, size: usize, alpha: f32, beta: f32, k: f32) -> Result<DeviceTensor, String> {
+pub fn lrn(cx: &Ctx, x: &DeviceTensor, size: usize, alpha: f32, beta: f32, k: f32) -> KResult<DeviceTensor> {
     let suffix = super::float64_suffix(x.dtype, "LRN")?;
     if x.shape.len() < 2 || size == 0 {
         return Err("LRN needs a channel axis 1 and a window of at least 1".into());
     }
-    let out = cx.gpu.empty(x.dtype, x.shape.clone()).map_err(|e| e.to_string())?;
+    let out = cx.gpu.empty(x.dtype, x.shape.clone()).map_err(KernelError::from)?;
     let n = out.len();
     if n == 0 {
         return Ok(out);

@@ -1,5 +1,7 @@
 //! Elementwise binary ops (numpy broadcasting), activations, unary ops and casts.
 
+use kiln::{invalid, KernelError};
+use crate::ops::KResult;
 use super::{broadcast_layout, broadcast_shape, broadcast_strides, coalesce_joint, Ctx};
 use crate::device::{float_suffix, Arg, Chain, DeviceTensor};
 use kiln::{ActivationKind, DataType, ElementwiseOp, UnaryOp};
@@ -31,8 +33,8 @@ fn binary_code(op: ElementwiseOp) -> Option<i32> {
 }
 
 /// The kernel for `op` on `dtype` operands, or why there is none.
-pub fn binary_kernel(op: ElementwiseOp, dtype: DataType) -> Result<(String, i32), String> {
-    let code = binary_code(op).ok_or_else(|| format!("{op:?} has no CUDA kernel"))?;
+pub fn binary_kernel(op: ElementwiseOp, dtype: DataType) -> KResult<(String, i32)> {
+    let code = binary_code(op).ok_or_else(|| invalid!("{op:?} has no CUDA kernel"))?;
     let name = if op.is_logical() {
         (dtype == DataType::Bool).then(|| "logic_bool".to_string())
     } else if op.is_comparison() {
@@ -47,16 +49,16 @@ pub fn binary_kernel(op: ElementwiseOp, dtype: DataType) -> Result<(String, i32)
     } else {
         None
     };
-    name.map(|n| (n, code)).ok_or_else(|| format!("{op:?} on {dtype} has no CUDA kernel"))
+    name.map(|n| (n, code)).ok_or_else(|| invalid!("{op:?} on {dtype} has no CUDA kernel"))
 }
 
 /// `out = a op b`, broadcasting both onto `out_shape`; `out_dtype` is bool for comparisons.
-pub fn binary(cx: &Ctx, op: ElementwiseOp, a: &DeviceTensor, b: &DeviceTensor, out_dtype: DataType, out_shape: &[usize]) -> Result<DeviceTensor, String> {
+pub fn binary(cx: &Ctx, op: ElementwiseOp, a: &DeviceTensor, b: &DeviceTensor, out_dtype: DataType, out_shape: &[usize]) -> KResult<DeviceTensor> {
     if super::typed::binary_supported(op, a.dtype) {
         return super::typed::binary(cx, op, a, b, out_dtype, out_shape);
     }
     let (name, code) = binary_kernel(op, a.dtype)?;
-    let out = cx.gpu.empty(out_dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    let out = cx.gpu.empty(out_dtype, out_shape.to_vec()).map_err(KernelError::from)?;
     let layout = broadcast_layout(out_shape, &[&a.shape, &b.shape])?;
     let n = out.len();
     let args = [cx.arg(a), cx.arg(b), cx.arg(&out)];
@@ -148,11 +150,11 @@ pub fn unary_code(op: UnaryOp) -> Option<(i32, f32, f32)> {
 
 /// A float unary kernel (`code` from [`activation_code`] / [`unary_code`]) into a new tensor,
 /// or in place when `out` is `x` itself (the fused epilogue's running value).
-pub fn unary(cx: &Ctx, (code, alpha, beta): (i32, f32, f32), x: &DeviceTensor, out: Option<&DeviceTensor>) -> Result<DeviceTensor, String> {
-    let suffix = float_suffix(x.dtype).map_err(|e| e.to_string())?;
+pub fn unary(cx: &Ctx, (code, alpha, beta): (i32, f32, f32), x: &DeviceTensor, out: Option<&DeviceTensor>) -> KResult<DeviceTensor> {
+    let suffix = float_suffix(x.dtype).map_err(KernelError::from)?;
     let out = match out {
         Some(o) => o.clone(),
-        None => cx.gpu.empty(x.dtype, x.shape.clone()).map_err(|e| e.to_string())?,
+        None => cx.gpu.empty(x.dtype, x.shape.clone()).map_err(KernelError::from)?,
     };
     let n = x.len();
     let (src, dst) = (cx.arg(x), cx.arg(&out));
@@ -179,7 +181,7 @@ pub fn cast_kernel(from: DataType, to: DataType) -> Option<String> {
     ok.then(|| format!("cast_{}_{}", name(from), name(to)))
 }
 
-pub fn cast(cx: &Ctx, x: &DeviceTensor, to: DataType) -> Result<DeviceTensor, String> {
+pub fn cast(cx: &Ctx, x: &DeviceTensor, to: DataType) -> KResult<DeviceTensor> {
     // A same-type Cast is a copy, except into a narrow float: it decodes and re-encodes
     // saturating (an e5m2 infinity becomes the largest finite value, as kiln-cpu and ONNX do).
     if x.dtype == to && !to.is_narrow_float() {
@@ -193,7 +195,7 @@ pub fn cast(cx: &Ctx, x: &DeviceTensor, to: DataType) -> Result<DeviceTensor, St
         Some(name) if exact => name,
         _ => return super::typed::cast(cx, x, to, true, kiln::E8M0Rounding::Up),
     };
-    let out = cx.gpu.empty(to, x.shape.clone()).map_err(|e| e.to_string())?;
+    let out = cx.gpu.empty(to, x.shape.clone()).map_err(KernelError::from)?;
     let n = x.len();
     cx.launch_elements(&name, n, &[Arg::I64(n as i64), cx.arg(x), cx.arg(&out)])?;
     Ok(out)
@@ -220,7 +222,7 @@ const CHAIN_MAX_BLOCKS: usize = 2048;
 /// Runs `steps` on `x` in one pass, the running value in f32 between steps; `None` where the
 /// chain kernel does not apply (a non-float type, a comparison or logical op, mixed operand
 /// types, more than 8 steps or 4 operands).
-pub fn chain(cx: &Ctx, x: &DeviceTensor, steps: &[ChainStep]) -> Result<Option<DeviceTensor>, String> {
+pub fn chain(cx: &Ctx, x: &DeviceTensor, steps: &[ChainStep]) -> KResult<Option<DeviceTensor>> {
     let Ok(suffix) = float_suffix(x.dtype) else { return Ok(None) };
     if steps.len() > CHAIN_STEPS {
         return Ok(None);
@@ -252,7 +254,7 @@ pub fn chain(cx: &Ctx, x: &DeviceTensor, steps: &[ChainStep]) -> Result<Option<D
     let second = broadcast_strides(&shape, shapes.get(3..).unwrap_or(&[]))?;
     let (used_first, used_second) = (shapes.len().min(3), shapes.len().saturating_sub(3));
     let layouts = coalesce_joint(&[(first, used_first), (second, used_second)]);
-    let out = cx.gpu.empty(x.dtype, shape).map_err(|e| e.to_string())?;
+    let out = cx.gpu.empty(x.dtype, shape).map_err(KernelError::from)?;
     let n = out.len();
     let operand = |i: usize| operands.get(i).map_or(Arg::Ptr(0), |o| cx.arg(o));
     let pointers = [cx.arg(x), operand(0), operand(1), operand(2), operand(3), cx.arg(&out)];
@@ -266,6 +268,6 @@ pub fn chain(cx: &Ctx, x: &DeviceTensor, steps: &[ChainStep]) -> Result<Option<D
     // Each block first copies the program to shared memory (one thread): a bounded grid whose
     // threads stride over many elements pays that once per block, not once per 256 elements.
     let blocks = count.div_ceil(256).clamp(1, CHAIN_MAX_BLOCKS) as u32;
-    cx.gpu.launch(&name, blocks, 256, &args).map_err(|e| e.to_string())?;
+    cx.gpu.launch(&name, blocks, 256, &args).map_err(KernelError::from)?;
     Ok(Some(out))
 }

@@ -3,6 +3,8 @@
 //! (average summed in double, as kiln-cpu does) and max pooling on integer types. cuDNN runs
 //! the 2-D float cases it can (`compute::pooling`); everything else comes here.
 
+use kiln::{invalid, KernelError};
+use crate::ops::KResult;
 use super::Ctx;
 use crate::device::{Arg, DeviceTensor};
 use kiln::{DataType, HostTensor, PoolingKind, PoolingParams, TensorData};
@@ -11,12 +13,12 @@ use kiln::{DataType, HostTensor, PoolingKind, PoolingParams, TensorData};
 pub const SUFFIXES: [&str; 12] = ["f32", "f16", "bf16", "f64", "i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64"];
 
 /// The suffix of the pooling kernel for `kind` on `dtype`, or why none runs it.
-pub fn suffix(kind: PoolingKind, dtype: DataType) -> Result<&'static str, String> {
+pub fn suffix(kind: PoolingKind, dtype: DataType) -> KResult<&'static str> {
     use DataType as D;
     let float = |s| Ok(s);
     let int = |s| match kind {
         PoolingKind::Max => Ok(s),
-        PoolingKind::Average => Err(format!("average pooling on {dtype} has no CUDA kernel")),
+        PoolingKind::Average => Err(invalid!("average pooling on {dtype} has no CUDA kernel")),
     };
     match dtype {
         D::F32 => float("f32"),
@@ -31,30 +33,30 @@ pub fn suffix(kind: PoolingKind, dtype: DataType) -> Result<&'static str, String
         D::U32 => int("u32"),
         D::I64 => int("i64"),
         D::U64 => int("u64"),
-        other => Err(format!("pooling on {other} has no CUDA kernel")),
+        other => Err(invalid!("pooling on {other} has no CUDA kernel")),
     }
 }
 
 /// Per spatial axis: input and output length, window, stride, dilation, leading and trailing
 /// padding (`PoolAxis` in kernels/pool.cu), flattened.
-pub fn axes(p: &PoolingParams, x: &[usize], out_shape: &[usize]) -> Result<Vec<i64>, String> {
+pub fn axes(p: &PoolingParams, x: &[usize], out_shape: &[usize]) -> KResult<Vec<i64>> {
     if x.len() < 3 || out_shape.len() != x.len() || out_shape[..2] != x[..2] {
-        return Err(format!("pooling of {x:?} onto {out_shape:?}"));
+        return Err(invalid!("pooling of {x:?} onto {out_shape:?}"));
     }
     let spatial = x.len() - 2;
     if spatial > 8 {
-        return Err(format!("pooling over {spatial} spatial axes is over the CUDA kernel's limit of 8"));
+        return Err(invalid!("pooling over {spatial} spatial axes is over the CUDA kernel's limit of 8"));
     }
     // An empty list is the default (stride and dilation 1, no padding).
-    let list = |v: &[usize], default: usize, what: &str| -> Result<Vec<usize>, String> {
+    let list = |v: &[usize], default: usize, what: &str| -> KResult<Vec<usize>> {
         match v.len() {
             0 => Ok(vec![default; spatial]),
             n if n == spatial => Ok(v.to_vec()),
-            n => Err(format!("pooling {what} has {n} values for {spatial} spatial axes")),
+            n => Err(invalid!("pooling {what} has {n} values for {spatial} spatial axes")),
         }
     };
     if p.window.len() != spatial || p.window.contains(&0) {
-        return Err(format!("pooling window {:?} for {spatial} spatial axes", p.window));
+        return Err(invalid!("pooling window {:?} for {spatial} spatial axes", p.window));
     }
     let strides = list(&p.strides, 1, "strides")?;
     let dilations = list(&p.dilations, 1, "dilations")?;
@@ -67,24 +69,24 @@ pub fn axes(p: &PoolingParams, x: &[usize], out_shape: &[usize]) -> Result<Vec<i
     for d in 0..spatial {
         let axis = [x[2 + d], out_shape[2 + d], p.window[d], strides[d], dilations[d], pre[d], post[d]];
         for v in axis {
-            out.push(i64::try_from(v).map_err(|_| format!("pooling parameter {v} is too large"))?);
+            out.push(i64::try_from(v).map_err(|_| invalid!("pooling parameter {v} is too large"))?);
         }
     }
     Ok(out)
 }
 
 /// Pools row-major `x` onto `out_shape` with kiln's kernel.
-pub fn pooling(cx: &Ctx, p: &PoolingParams, x: &DeviceTensor, out_shape: &[usize]) -> Result<DeviceTensor, String> {
+pub fn pooling(cx: &Ctx, p: &PoolingParams, x: &DeviceTensor, out_shape: &[usize]) -> KResult<DeviceTensor> {
     let suffix = suffix(p.kind, x.dtype)?;
     let axes = axes(p, &x.shape, out_shape)?;
-    let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
     let n = out.len();
     if n == 0 {
         return Ok(out);
     }
     let spatial = axes.len() / 7;
-    let table = HostTensor::new(vec![axes.len()], TensorData::I64(axes)).map_err(|e| e.to_string())?;
-    let table = cx.gpu.upload(&table).map_err(|e| e.to_string())?;
+    let table = HostTensor::new(vec![axes.len()], TensorData::I64(axes)).map_err(KernelError::from)?;
+    let table = cx.gpu.upload(&table).map_err(KernelError::from)?;
     let args = [
         Arg::I64(n as i64),
         Arg::I32(spatial as i32),

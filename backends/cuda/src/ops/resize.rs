@@ -3,6 +3,8 @@
 //! every Pad mode), the kernel gathers (nearest, Pad: any type) or interpolates (linear /
 //! cubic, float types).
 
+use kiln::{invalid, KernelError};
+use crate::ops::KResult;
 use super::{contiguous_strides, pointwise, Ctx};
 use crate::device::{float_suffix, width_suffix, Arg, DeviceTensor, Layout};
 use kiln::{DataType, HostTensor, PaddingMode, ResizeMode, ResizeParams, TensorData};
@@ -16,10 +18,10 @@ pub fn resize(
     scales: Option<&HostTensor>,
     sizes: Option<&HostTensor>,
     out_shape: &[usize],
-) -> Result<DeviceTensor, String> {
+) -> KResult<DeviceTensor> {
     let rank = x.shape.len();
     if rank > 8 || out_shape.len() != rank {
-        return Err(format!("resize from {:?} to {out_shape:?}", x.shape));
+        return Err(invalid!("resize from {:?} to {out_shape:?}", x.shape));
     }
     let plans = kiln_cpu::resize_axis_taps(p, &x.shape, roi, scales, sizes, out_shape)?;
     let interpolate = p.mode != ResizeMode::Nearest;
@@ -43,14 +45,14 @@ pub fn resize(
             }
         }
     }
-    let upload = |t: HostTensor| cx.gpu.upload(&t).map_err(|e| e.to_string());
-    let tap_index = upload(HostTensor::from_i64(vec![index.len()], index).map_err(|e| e.to_string())?)?;
-    let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    let upload = |t: HostTensor| cx.gpu.upload(&t).map_err(KernelError::from);
+    let tap_index = upload(HostTensor::from_i64(vec![index.len()], index).map_err(KernelError::from)?)?;
+    let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
     let n = out.len();
     if interpolate {
-        let suffix = float_suffix(x.dtype).map_err(|e| e.to_string())?;
+        let suffix = float_suffix(x.dtype).map_err(KernelError::from)?;
         let tap_weight =
-            upload(HostTensor::new(vec![weight.len()], TensorData::F64(weight)).map_err(|e| e.to_string())?)?;
+            upload(HostTensor::new(vec![weight.len()], TensorData::F64(weight)).map_err(KernelError::from)?)?;
         let args = [
             Arg::I64(n as i64),
             Arg::Layout(l),
@@ -63,16 +65,16 @@ pub fn resize(
         cx.launch_elements(&format!("resize_interp_{suffix}"), n, &args)?;
     } else {
         let extrapolation =
-            upload(HostTensor::from_f32(vec![], vec![p.extrapolation_value]).map_err(|e| e.to_string())?)?;
+            upload(HostTensor::from_f32(vec![], vec![p.extrapolation_value]).map_err(KernelError::from)?)?;
         let extrapolation = match x.dtype {
             DataType::F32 => extrapolation,
             other if pointwise::cast_kernel(DataType::F32, other).is_some() => {
                 pointwise::cast(cx, &extrapolation, other)?
             }
             // Only tf_crop_and_resize reads it; other types get zero bytes there.
-            other => super::zeros(cx, cx.gpu.empty(other, vec![]).map_err(|e| e.to_string())?)?,
+            other => super::zeros(cx, cx.gpu.empty(other, vec![]).map_err(KernelError::from)?)?,
         };
-        let suffix = width_suffix(x.dtype).map_err(|e| e.to_string())?;
+        let suffix = width_suffix(x.dtype).map_err(KernelError::from)?;
         let args =
             [Arg::I64(n as i64), Arg::Layout(l), cx.arg(&tap_index), cx.arg(&extrapolation), cx.arg(x), cx.arg(&out)];
         cx.launch_elements(&format!("resize_gather_{suffix}"), n, &args)?;
@@ -88,10 +90,10 @@ fn gather_through_maps(
     maps: &[Vec<Option<usize>>],
     fill: &DeviceTensor,
     out_shape: &[usize],
-) -> Result<DeviceTensor, String> {
+) -> KResult<DeviceTensor> {
     let rank = x.shape.len();
     if rank > 8 || maps.len() != rank || out_shape.len() != rank {
-        return Err(format!("gather from {:?} onto {out_shape:?}", x.shape));
+        return Err(invalid!("gather from {:?} onto {out_shape:?}", x.shape));
     }
     let mut l = Layout { rank: rank as i32, ..Layout::default() };
     let mut index = Vec::<i64>::new();
@@ -104,11 +106,11 @@ fn gather_through_maps(
     }
     let tap_index = cx
         .gpu
-        .upload(&HostTensor::from_i64(vec![index.len()], index).map_err(|e| e.to_string())?)
-        .map_err(|e| e.to_string())?;
-    let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+        .upload(&HostTensor::from_i64(vec![index.len()], index).map_err(KernelError::from)?)
+        .map_err(KernelError::from)?;
+    let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
     let n = out.len();
-    let suffix = width_suffix(x.dtype).map_err(|e| e.to_string())?;
+    let suffix = width_suffix(x.dtype).map_err(KernelError::from)?;
     let args = [Arg::I64(n as i64), Arg::Layout(l), cx.arg(&tap_index), cx.arg(fill), cx.arg(x), cx.arg(&out)];
     cx.launch_elements(&format!("resize_gather_{suffix}"), n, &args)?;
     Ok(out)
@@ -123,14 +125,14 @@ pub fn padding(
     pads: &HostTensor,
     constant: Option<&DeviceTensor>,
     out_shape: &[usize],
-) -> Result<DeviceTensor, String> {
+) -> KResult<DeviceTensor> {
     let pads = pads.to_i64_vec().ok_or("pads must be integers")?;
     let maps = kiln_cpu::padding_source_maps(mode, &x.shape, &pads, out_shape)?;
     let fill = match constant {
-        Some(c) if c.len() != 1 => return Err(format!("the pad value must hold one element, got {}", c.len())),
-        Some(c) if c.dtype != x.dtype => return Err(format!("the pad value is {}, the data {}", c.dtype, x.dtype)),
+        Some(c) if c.len() != 1 => return Err(invalid!("the pad value must hold one element, got {}", c.len())),
+        Some(c) if c.dtype != x.dtype => return Err(invalid!("the pad value is {}, the data {}", c.dtype, x.dtype)),
         Some(c) => c.clone(),
-        None => super::zeros(cx, cx.gpu.empty(x.dtype, vec![]).map_err(|e| e.to_string())?)?,
+        None => super::zeros(cx, cx.gpu.empty(x.dtype, vec![]).map_err(KernelError::from)?)?,
     };
     gather_through_maps(cx, x, &maps, &fill, out_shape)
 }

@@ -1,5 +1,7 @@
 //! RoiAlign on the device (`kernels/roi_align.cu`), as kiln-cpu's `roi.rs`.
 
+use kiln::{invalid, KernelError};
+use crate::ops::KResult;
 use super::Ctx;
 use crate::device::{Arg, DeviceTensor};
 use kiln::DataType;
@@ -17,26 +19,26 @@ pub fn roi_align(
     sampling_ratio: usize,
     spatial_scale: f32,
     half_pixel: bool,
-) -> Result<DeviceTensor, String> {
+) -> KResult<DeviceTensor> {
     let suffix = super::float64_suffix(x.dtype, "RoiAlign")?;
     let [batch, channels, height, width] = x.shape[..] else {
-        return Err(format!("RoiAlign input must be (N, C, H, W), got {:?}", x.shape));
+        return Err(invalid!("RoiAlign input must be (N, C, H, W), got {:?}", x.shape));
     };
     if height == 0 || width == 0 {
-        return Err(format!("RoiAlign input {:?} has an empty image", x.shape));
+        return Err(invalid!("RoiAlign input {:?} has an empty image", x.shape));
     }
     if !rois.dtype.is_float() || !batch_indices.dtype.is_integer() {
-        return Err(format!(
+        return Err(invalid!(
             "RoiAlign takes float rois and integer batch indices, not {} and {}",
             rois.dtype, batch_indices.dtype
         ));
     }
     let count = batch_indices.len();
     if rois.len() != 4 * count {
-        return Err(format!("RoiAlign: {} rois but {count} batch indices", rois.len() / 4));
+        return Err(invalid!("RoiAlign: {} rois but {count} batch indices", rois.len() / 4));
     }
     let [out_h, out_w] = output_size;
-    let out = cx.gpu.empty(x.dtype, vec![count, channels, out_h, out_w]).map_err(|e| e.to_string())?;
+    let out = cx.gpu.empty(x.dtype, vec![count, channels, out_h, out_w]).map_err(KernelError::from)?;
     let total = out.len();
     if total == 0 {
         return Ok(out);
@@ -48,7 +50,7 @@ pub fn roi_align(
     } else {
         super::typed::cast(cx, batch_indices, DataType::I64, true, kiln::E8M0Rounding::Up)?
     };
-    let flag = super::zeros(cx, cx.gpu.empty(DataType::I32, vec![1]).map_err(|e| e.to_string())?)?;
+    let flag = super::zeros(cx, cx.gpu.empty(DataType::I32, vec![1]).map_err(KernelError::from)?)?;
     let args = [
         Arg::I64(total as i64),
         Arg::I64(batch as i64),

@@ -1,19 +1,21 @@
 //! DFT, Col2Im and Determinant on the device (`kernels/signal.cu`), bit for bit as kiln-cpu's
 //! `signal.rs` computes them: in f64, summed in the cpu's order, rounded once.
 
+use kiln::{invalid, KernelError};
+use crate::ops::KResult;
 use super::Ctx;
 use crate::device::{Arg, DeviceTensor};
 use kiln::ir::infer::{col2im_block_dims, col2im_blocks, dft_signal, dft_twiddles, DftSignal};
 use kiln::{DataType, HostTensor, TensorData};
 
-fn upload_f64(cx: &Ctx, v: Vec<f64>) -> Result<DeviceTensor, String> {
-    let t = HostTensor::new(vec![v.len()], TensorData::F64(v)).map_err(|e| e.to_string())?;
-    cx.gpu.upload(&t).map_err(|e| e.to_string())
+fn upload_f64(cx: &Ctx, v: Vec<f64>) -> KResult<DeviceTensor> {
+    let t = HostTensor::new(vec![v.len()], TensorData::F64(v)).map_err(KernelError::from)?;
+    cx.gpu.upload(&t).map_err(KernelError::from)
 }
 
-pub(crate) fn upload_i64(cx: &Ctx, v: Vec<i64>) -> Result<DeviceTensor, String> {
-    let t = HostTensor::new(vec![v.len()], TensorData::I64(v)).map_err(|e| e.to_string())?;
-    cx.gpu.upload(&t).map_err(|e| e.to_string())
+pub(crate) fn upload_i64(cx: &Ctx, v: Vec<i64>) -> KResult<DeviceTensor> {
+    let t = HostTensor::new(vec![v.len()], TensorData::I64(v)).map_err(KernelError::from)?;
+    cx.gpu.upload(&t).map_err(KernelError::from)
 }
 
 /// How a DFT runs: the signal seen as [outer, in_len, inner, parts], the transform length `n`,
@@ -39,11 +41,11 @@ pub fn dft_plan(
     inverse: bool,
     onesided: bool,
     out_shape: &[usize],
-) -> Result<DftPlan, String> {
+) -> KResult<DftPlan> {
     let rank = x.len();
     let DftSignal { axis, parts, in_len, n, used } = dft_signal(x, axis, length, inverse, onesided)?;
     if out_shape.len() != rank || !matches!(out_shape[rank - 1], 1 | 2) {
-        return Err(format!("DFT output shape {out_shape:?} does not fit the signal {x:?}"));
+        return Err(invalid!("DFT output shape {out_shape:?} does not fit the signal {x:?}"));
     }
     let hermitian = inverse && onesided;
     Ok(DftPlan {
@@ -69,10 +71,10 @@ pub fn dft(
     inverse: bool,
     onesided: bool,
     out_shape: &[usize],
-) -> Result<DeviceTensor, String> {
+) -> KResult<DeviceTensor> {
     let suffix = super::float64_suffix(x.dtype, "DFT")?;
     let p = dft_plan(&x.shape, length, axis, inverse, onesided, out_shape)?;
-    let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
     let total = p.outer * p.out_len * p.inner;
     if total == 0 {
         return Ok(out);
@@ -118,25 +120,25 @@ pub fn col2im_plan(
     dilations: &[usize],
     pads: &[usize],
     out_shape: &[usize],
-) -> Result<Col2ImPlan, String> {
+) -> KResult<Col2ImPlan> {
     if out_shape.len() < 3 || out_shape.len() > 2 + 8 || x.len() != 3 {
-        return Err(format!("Col2Im of {x:?} into {out_shape:?}: needs (N, C·∏block, L) into 1 to 8 spatial axes"));
+        return Err(invalid!("Col2Im of {x:?} into {out_shape:?}: needs (N, C·∏block, L) into 1 to 8 spatial axes"));
     }
     let image = &out_shape[2..];
     let block = col2im_block_dims(block)?;
     let grid = col2im_blocks(image, &block, strides, dilations, pads)?;
     let product = |v: &[usize]| v.iter().try_fold(1usize, |p, &d| p.checked_mul(d));
     let (Some(per_channel), Some(columns)) = (product(&block), product(&grid)) else {
-        return Err(format!("Col2Im block {block:?} or its grid {grid:?} overflows"));
+        return Err(invalid!("Col2Im block {block:?} or its grid {grid:?} overflows"));
     };
     let (batch, channels) = (out_shape[0], out_shape[1]);
     if channels.checked_mul(per_channel).is_none_or(|rows| x != [batch, rows, columns]) {
-        return Err(format!("Col2Im input {x:?} does not hold {channels}×{per_channel} rows of {columns} blocks"));
+        return Err(invalid!("Col2Im input {x:?} does not hold {channels}×{per_channel} rows of {columns} blocks"));
     }
     let mut axes = Vec::with_capacity(6 * image.len());
     for d in 0..image.len() {
         for v in [image[d], block[d], grid[d], strides[d], dilations[d], pads[d]] {
-            axes.push(i64::try_from(v).map_err(|_| format!("Col2Im parameter {v} is too large"))?);
+            axes.push(i64::try_from(v).map_err(|_| invalid!("Col2Im parameter {v} is too large"))?);
         }
     }
     Ok(Col2ImPlan { axes, per_channel, columns })
@@ -151,11 +153,11 @@ pub fn col2im(
     dilations: &[usize],
     pads: &[usize],
     out_shape: &[usize],
-) -> Result<DeviceTensor, String> {
+) -> KResult<DeviceTensor> {
     let suffix = super::float64_suffix(x.dtype, "Col2Im")?;
     let block = block.to_i64_vec().ok_or("Col2Im block_shape must be integers")?;
     let plan = col2im_plan(&x.shape, &block, strides, dilations, pads, out_shape)?;
-    let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
     let total = out.len();
     if total == 0 {
         return Ok(out);
@@ -178,20 +180,20 @@ pub fn col2im(
 
 /// The determinant of each square matrix in the last two dims (LU with partial pivoting in
 /// f64, one thread per matrix in a scratch copy).
-pub fn determinant(cx: &Ctx, x: &DeviceTensor) -> Result<DeviceTensor, String> {
+pub fn determinant(cx: &Ctx, x: &DeviceTensor) -> KResult<DeviceTensor> {
     let suffix = super::float64_suffix(x.dtype, "Det")?;
     let rank = x.shape.len();
     if rank < 2 || x.shape[rank - 1] != x.shape[rank - 2] {
-        return Err(format!("Det needs square matrices in the last two dims, got {:?}", x.shape));
+        return Err(invalid!("Det needs square matrices in the last two dims, got {:?}", x.shape));
     }
     let n = x.shape[rank - 1];
     let count: usize = x.shape[..rank - 2].iter().product();
-    let out = cx.gpu.empty(x.dtype, x.shape[..rank - 2].to_vec()).map_err(|e| e.to_string())?;
+    let out = cx.gpu.empty(x.dtype, x.shape[..rank - 2].to_vec()).map_err(KernelError::from)?;
     if count == 0 {
         return Ok(out);
     }
     let cells = count.checked_mul(n * n).ok_or("Det's scratch size overflows")?;
-    let scratch = cx.gpu.empty(DataType::F64, vec![cells.max(1)]).map_err(|e| e.to_string())?;
+    let scratch = cx.gpu.empty(DataType::F64, vec![cells.max(1)]).map_err(KernelError::from)?;
     let args = [Arg::I64(count as i64), Arg::I64(n as i64), cx.arg(x), cx.arg(&scratch), cx.arg(&out)];
     cx.launch_elements(&format!("det_{suffix}"), count, &args)?;
     Ok(out)

@@ -3,6 +3,8 @@
 //! and f64. Storage-only types (float8, e8m0, float4, 4- and 2-bit integers) live one element
 //! per byte, as kiln's host tensors hold them, so uploads and downloads convert nothing.
 
+use kiln::{invalid, KernelError};
+use crate::ops::KResult;
 use super::{broadcast_layout, Ctx};
 use crate::device::{Arg, DeviceTensor};
 use kiln::{DataType, E8M0Rounding, ElementwiseOp, ReduceOp, UnaryOp};
@@ -50,11 +52,11 @@ pub fn stores(dtype: DataType) -> bool {
 }
 
 /// Converts with Cast semantics (`saturate` / `rounding` apply to narrow float targets).
-pub fn cast(cx: &Ctx, x: &DeviceTensor, to: DataType, saturate: bool, rounding: E8M0Rounding) -> Result<DeviceTensor, String> {
+pub fn cast(cx: &Ctx, x: &DeviceTensor, to: DataType, saturate: bool, rounding: E8M0Rounding) -> KResult<DeviceTensor> {
     if !stores(x.dtype) || !stores(to) {
-        return Err(format!("no CUDA cast from {} to {to}", x.dtype));
+        return Err(invalid!("no CUDA cast from {} to {to}", x.dtype));
     }
-    let out = cx.gpu.empty(to, x.shape.clone()).map_err(|e| e.to_string())?;
+    let out = cx.gpu.empty(to, x.shape.clone()).map_err(KernelError::from)?;
     let rounding = match rounding {
         E8M0Rounding::Up => 0,
         E8M0Rounding::Down => 1,
@@ -76,15 +78,15 @@ pub fn cast(cx: &Ctx, x: &DeviceTensor, to: DataType, saturate: bool, rounding: 
 
 /// The same bytes seen as another type of the same width (ONNX BitCast); bool targets are
 /// checked to hold only 0 and 1 by a cast round trip.
-pub fn bit_cast(cx: &Ctx, x: &DeviceTensor, to: DataType) -> Result<DeviceTensor, String> {
+pub fn bit_cast(cx: &Ctx, x: &DeviceTensor, to: DataType) -> KResult<DeviceTensor> {
     if x.dtype.size_bytes() != to.size_bytes() || !stores(x.dtype) || !stores(to) {
-        return Err(format!("BitCast from {} to {to} changes the element width", x.dtype));
+        return Err(invalid!("BitCast from {} to {to} changes the element width", x.dtype));
     }
     if to == DataType::Bool && x.dtype != DataType::Bool {
         // Any byte other than 0/1 is an error on the cpu; re-check on the host (rare path).
-        let host = cx.gpu.download(x).map_err(|e| e.to_string())?;
+        let host = cx.gpu.download(x).map_err(KernelError::from)?;
         if host.data().to_le_bytes().iter().any(|&b| b > 1) {
-            return Err(format!("BitCast to {to}: a byte is neither 0 nor 1"));
+            return Err(invalid!("BitCast to {to}: a byte is neither 0 nor 1"));
         }
     }
     Ok(DeviceTensor::new(Arc::clone(&x.buf), to, x.shape.clone()))
@@ -92,7 +94,7 @@ pub fn bit_cast(cx: &Ctx, x: &DeviceTensor, to: DataType) -> Result<DeviceTensor
 
 /// `(inner, len)` of the parameter index `(i / inner) % len` (kiln-cpu's ParamIndex): one
 /// parameter, one per index along `axis`, or one per element.
-fn param_index(x_shape: &[usize], scale_shape: &[usize], axis: Option<usize>) -> Result<(usize, usize), String> {
+fn param_index(x_shape: &[usize], scale_shape: &[usize], axis: Option<usize>) -> KResult<(usize, usize)> {
     let params: usize = scale_shape.iter().product();
     let n: usize = x_shape.iter().product();
     if params == 1 {
@@ -102,12 +104,12 @@ fn param_index(x_shape: &[usize], scale_shape: &[usize], axis: Option<usize>) ->
         return if scale_shape == x_shape {
             Ok((1, n.max(1)))
         } else {
-            Err(format!("scale must be 0-D, 1-D or of x's shape {x_shape:?}, got shape {scale_shape:?}"))
+            Err(invalid!("scale must be 0-D, 1-D or of x's shape {x_shape:?}, got shape {scale_shape:?}"))
         };
     }
     match axis {
         Some(a) if a < x_shape.len() && x_shape[a] == params => Ok((x_shape[a + 1..].iter().product::<usize>().max(1), params)),
-        _ => Err(format!("{params} scales need an axis of that length (axis {axis:?} of shape {x_shape:?})")),
+        _ => Err(invalid!("{params} scales need an axis of that length (axis {axis:?} of shape {x_shape:?})")),
     }
 }
 
@@ -119,20 +121,20 @@ pub fn quantize(
     zero_point: Option<&DeviceTensor>,
     axis: Option<usize>,
     to: DataType,
-) -> Result<DeviceTensor, String> {
+) -> KResult<DeviceTensor> {
     if !matches!(x.dtype, DataType::F32 | DataType::F16 | DataType::BF16 | DataType::F64) {
-        return Err(format!("Quantize takes a float input, not {}", x.dtype));
+        return Err(invalid!("Quantize takes a float input, not {}", x.dtype));
     }
     if !(to.is_narrow() || (to.is_integer() && stores(to))) {
-        return Err(format!("Quantize cannot produce {to}"));
+        return Err(invalid!("Quantize cannot produce {to}"));
     }
     let (inner, len) = param_index(&x.shape, &scale.shape, axis)?;
     if let Some(z) = zero_point {
         if z.len() != scale.len() {
-            return Err(format!("zero point has {} elements but scale has {}", z.len(), scale.len()));
+            return Err(invalid!("zero point has {} elements but scale has {}", z.len(), scale.len()));
         }
     }
-    let out = cx.gpu.empty(to, x.shape.clone()).map_err(|e| e.to_string())?;
+    let out = cx.gpu.empty(to, x.shape.clone()).map_err(KernelError::from)?;
     let n = x.len();
     let args = [
         Arg::I32(type_code(x.dtype)),
@@ -158,23 +160,23 @@ pub fn dequantize(
     scale: &DeviceTensor,
     zero_point: Option<&DeviceTensor>,
     axis: Option<usize>,
-) -> Result<DeviceTensor, String> {
+) -> KResult<DeviceTensor> {
     if !stores(x.dtype) || x.dtype.is_float() || x.dtype == DataType::Bool {
-        return Err(format!("Dequantize takes an integer or narrow float input, not {}", x.dtype));
+        return Err(invalid!("Dequantize takes an integer or narrow float input, not {}", x.dtype));
     }
     if !matches!(scale.dtype, DataType::F32 | DataType::F16 | DataType::BF16 | DataType::F64) {
-        return Err(format!("Dequantize's scale must be a float type, not {}", scale.dtype));
+        return Err(invalid!("Dequantize's scale must be a float type, not {}", scale.dtype));
     }
     let (inner, len) = param_index(&x.shape, &scale.shape, axis)?;
     if let Some(z) = zero_point {
         if z.len() != scale.len() {
-            return Err(format!("zero point has {} elements but scale has {}", z.len(), scale.len()));
+            return Err(invalid!("zero point has {} elements but scale has {}", z.len(), scale.len()));
         }
         if z.dtype != x.dtype {
-            return Err(format!("zero point must be {} like the input, not {}", x.dtype, z.dtype));
+            return Err(invalid!("zero point must be {} like the input, not {}", x.dtype, z.dtype));
         }
     }
-    let out = cx.gpu.empty(scale.dtype, x.shape.clone()).map_err(|e| e.to_string())?;
+    let out = cx.gpu.empty(scale.dtype, x.shape.clone()).map_err(KernelError::from)?;
     let n = x.len();
     let args = [
         Arg::I32(type_code(x.dtype)),
@@ -231,11 +233,11 @@ pub fn binary_supported(op: ElementwiseOp, dtype: DataType) -> bool {
 
 /// `out = a op b` on integers or f64, broadcasting; integer division by zero is an error
 /// (read back at the end of the run, as the cpu backend reports it).
-pub fn binary(cx: &Ctx, op: ElementwiseOp, a: &DeviceTensor, b: &DeviceTensor, out_dtype: DataType, out_shape: &[usize]) -> Result<DeviceTensor, String> {
+pub fn binary(cx: &Ctx, op: ElementwiseOp, a: &DeviceTensor, b: &DeviceTensor, out_dtype: DataType, out_shape: &[usize]) -> KResult<DeviceTensor> {
     if !binary_supported(op, a.dtype) {
-        return Err(format!("{op:?} on {} has no CUDA kernel", a.dtype));
+        return Err(invalid!("{op:?} on {} has no CUDA kernel", a.dtype));
     }
-    let out = cx.gpu.empty(out_dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    let out = cx.gpu.empty(out_dtype, out_shape.to_vec()).map_err(KernelError::from)?;
     let layout = broadcast_layout(out_shape, &[&a.shape, &b.shape])?;
     let n = out.len();
     let suffix = a.dtype.name();
@@ -246,7 +248,7 @@ pub fn binary(cx: &Ctx, op: ElementwiseOp, a: &DeviceTensor, b: &DeviceTensor, o
         return Ok(out);
     }
     let divides = matches!(op, ElementwiseOp::Div | ElementwiseOp::FloorDiv | ElementwiseOp::Mod | ElementwiseOp::Fmod | ElementwiseOp::Pow);
-    let flag = if divides && a.dtype != DataType::F64 { Some(super::zeros(cx, cx.gpu.empty(DataType::I32, vec![1]).map_err(|e| e.to_string())?)?) } else { None };
+    let flag = if divides && a.dtype != DataType::F64 { Some(super::zeros(cx, cx.gpu.empty(DataType::I32, vec![1]).map_err(KernelError::from)?)?) } else { None };
     let args = [
         Arg::I32(code),
         Arg::I64(n as i64),
@@ -274,9 +276,9 @@ pub fn unary_supported(op: UnaryOp, dtype: DataType) -> bool {
 }
 
 /// Unary `op` on integers, f64 or bool (Not), and IsNaN / IsInf on every float type.
-pub fn unary(cx: &Ctx, op: UnaryOp, x: &DeviceTensor) -> Result<DeviceTensor, String> {
+pub fn unary(cx: &Ctx, op: UnaryOp, x: &DeviceTensor) -> KResult<DeviceTensor> {
     if !unary_supported(op, x.dtype) {
-        return Err(format!("Unary {op:?} on {} has no CUDA kernel", x.dtype));
+        return Err(invalid!("Unary {op:?} on {} has no CUDA kernel", x.dtype));
     }
     let n = x.len();
     let classify = match op {
@@ -288,12 +290,12 @@ pub fn unary(cx: &Ctx, op: UnaryOp, x: &DeviceTensor) -> Result<DeviceTensor, St
         _ => None,
     };
     if let Some(code) = classify {
-        let out = cx.gpu.empty(DataType::Bool, x.shape.clone()).map_err(|e| e.to_string())?;
+        let out = cx.gpu.empty(DataType::Bool, x.shape.clone()).map_err(KernelError::from)?;
         let args = [Arg::I32(type_code(x.dtype)), Arg::I32(code), Arg::I64(n as i64), cx.arg(x), cx.arg(&out)];
         cx.launch_elements("typed_classify_any", n, &args)?;
         return Ok(out);
     }
-    let out = cx.gpu.empty(x.dtype, x.shape.clone()).map_err(|e| e.to_string())?;
+    let out = cx.gpu.empty(x.dtype, x.shape.clone()).map_err(KernelError::from)?;
     if x.dtype == DataType::Bool {
         cx.launch_elements("typed_not_bool", n, &[Arg::I64(n as i64), cx.arg(x), cx.arg(&out)])?;
         return Ok(out);
@@ -311,17 +313,17 @@ pub fn reduce_supported(dtype: DataType) -> bool {
 }
 
 /// Reduce over the contiguous run `[outer, len, inner]` (the caller moves the axes there).
-pub fn reduce_rows(cx: &Ctx, code: i32, op: ReduceOp, src: &DeviceTensor, (outer, len, inner): (usize, usize, usize), out_shape: &[usize]) -> Result<DeviceTensor, String> {
+pub fn reduce_rows(cx: &Ctx, code: i32, op: ReduceOp, src: &DeviceTensor, (outer, len, inner): (usize, usize, usize), out_shape: &[usize]) -> KResult<DeviceTensor> {
     if !reduce_supported(src.dtype) {
-        return Err(format!("Reduce on {} has no CUDA kernel", src.dtype));
+        return Err(invalid!("Reduce on {} has no CUDA kernel", src.dtype));
     }
     if src.dtype == DataType::Bool && !matches!(op, ReduceOp::Max | ReduceOp::Min) {
-        return Err(format!("Reduce {op:?} is not defined on bool"));
+        return Err(invalid!("Reduce {op:?} is not defined on bool"));
     }
     if op == ReduceOp::Mean && len == 0 && src.dtype.is_integer() {
         return Err("integer mean over zero elements divides by zero".into());
     }
-    let out = cx.gpu.empty(src.dtype, out_shape.to_vec()).map_err(|e| e.to_string())?;
+    let out = cx.gpu.empty(src.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
     let rows = outer * inner;
     let args = [Arg::I32(code), Arg::I64(outer as i64), Arg::I64(len as i64), Arg::I64(inner as i64), cx.arg(src), cx.arg(&out)];
     cx.launch_elements(&format!("typed_reduce_{}", src.dtype.name()), rows, &args)?;

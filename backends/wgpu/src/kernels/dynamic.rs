@@ -30,11 +30,11 @@ fn word_order(storage: Storage) -> impl Fn(u32, u32) -> Ordering {
 }
 
 fn storage_of(dtype: DataType) -> KResult<Storage> {
-    Storage::of(dtype).ok_or_else(|| format!("unsupported dtype {dtype} on the wgpu backend"))
+    Storage::of(dtype).ok_or_else(|| kiln::invalid!("unsupported dtype {dtype} on the wgpu backend"))
 }
 
 fn i64_list(v: Vec<i64>) -> KResult<HostTensor> {
-    HostTensor::from_i64(vec![v.len()], v).map_err(|e| e.to_string())
+    HostTensor::from_i64(vec![v.len()], v).map_err(kiln::KernelError::from)
 }
 
 /// Coordinates of the non-zero elements of `x`: `[rank, count]` i64, row-major order.
@@ -51,7 +51,7 @@ pub fn non_zero(x: &HostTensor) -> KResult<HostTensor> {
             out[d * count + c] = ((p / st[d]) % x.shape()[d]) as i64;
         }
     }
-    HostTensor::from_i64(vec![rank, count], out).map_err(|e| e.to_string())
+    HostTensor::from_i64(vec![rank, count], out).map_err(kiln::KernelError::from)
 }
 
 /// ONNX Unique: `[y, indices, inverse_indices, counts]` of the distinct elements of `x`
@@ -64,7 +64,7 @@ pub fn unique(x: &HostTensor, axis: Option<usize>, sorted: bool) -> KResult<Vec<
     let (shape, axis) = match axis {
         None => (&flat[..], 0),
         Some(a) if a < x.shape().len() => (x.shape(), a),
-        Some(a) => return Err(format!("Unique axis {a} is out of range for rank {}", x.shape().len())),
+        Some(a) => return Err(kiln::invalid!("Unique axis {a} is out of range for rank {}", x.shape().len())),
     };
     let (outer, len) = (shape[..axis].iter().product::<usize>(), shape[axis]);
     let inner: usize = shape[axis + 1..].iter().product();

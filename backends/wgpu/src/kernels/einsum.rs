@@ -16,11 +16,11 @@ pub fn einsum_instance(s: Storage) -> Instance {
 pub fn einsum(rec: &Recorder, equation: &str, ins: &[&DeviceTensor], shape: &[usize]) -> KResult<DeviceTensor> {
     let first = *ins.first().ok_or("Einsum needs at least one operand")?;
     if ins.len() > 2 {
-        return Err(format!("the WGSL Einsum kernel takes one or two operands, not {}", ins.len()));
+        return Err(kiln::invalid!("the WGSL Einsum kernel takes one or two operands, not {}", ins.len()));
     }
     let storage = match Storage::of(first.dtype) {
         Some(s @ (Storage::F32 | Storage::I32)) if first.dtype != kiln::DataType::Bool => s,
-        _ => return Err(format!("the WGSL Einsum kernel computes floats and signed integers, not {}", first.dtype)),
+        _ => return Err(kiln::invalid!("the WGSL Einsum kernel computes floats and signed integers, not {}", first.dtype)),
     };
     let ranks: Vec<usize> = ins.iter().map(|t| t.shape.len()).collect();
     let spec = EinsumSpec::parse(equation, &ranks)?;
@@ -30,7 +30,7 @@ pub fn einsum(rec: &Recorder, equation: &str, ins: &[&DeviceTensor], shape: &[us
     for (k, (labels, t)) in spec.operands.iter().zip(ins).enumerate() {
         for ((&l, &d), s) in labels.iter().zip(&t.shape).zip(strides(&t.shape)) {
             if d != 1 && sizes[l] != 1 && sizes[l] != d {
-                return Err(format!("Einsum `{equation}`: a label has lengths {} and {d}", sizes[l]));
+                return Err(kiln::invalid!("Einsum `{equation}`: a label has lengths {} and {d}", sizes[l]));
             }
             sizes[l] = sizes[l].max(d);
             if d != 1 {
@@ -40,7 +40,7 @@ pub fn einsum(rec: &Recorder, equation: &str, ins: &[&DeviceTensor], shape: &[us
     }
     let out_sizes: Vec<usize> = spec.output.iter().map(|&l| sizes[l]).collect();
     if out_sizes != shape {
-        return Err(format!("Einsum `{equation}`: output shape {out_sizes:?} differs from {shape:?}"));
+        return Err(kiln::invalid!("Einsum `{equation}`: output shape {out_sizes:?} differs from {shape:?}"));
     }
     let summed: Vec<usize> = (0..spec.num_labels)
         .filter(|l| !spec.output.contains(l) && spec.operands.iter().any(|o| o.contains(l)))
@@ -60,7 +60,7 @@ pub fn einsum(rec: &Recorder, equation: &str, ins: &[&DeviceTensor], shape: &[us
     }
     let b = ins.get(1).unwrap_or(&first);
     rec.dispatch_1d(&einsum_instance(storage), &params, &[&first.buffer, &b.buffer, &out.buffer], out.len())
-        .map_err(|e| e.to_string())?;
+        .map_err(kiln::KernelError::from)?;
     super::pointwise::narrow(rec, out)
 }
 

@@ -26,10 +26,10 @@ pub fn widen(rec: &Recorder, t: &DeviceTensor) -> KResult<DeviceTensor> {
     if t.packing == Packing::Word {
         return Ok(t.clone());
     }
-    let out = rec.alloc(DataType::F16, &t.shape).map_err(|e| e.to_string())?;
+    let out = rec.alloc(DataType::F16, &t.shape).map_err(kiln::KernelError::from)?;
     let n = t.len();
     rec.dispatch_1d(&Instance::f16_conversion(false), &[count_word(n)?], &[&t.buffer, &out.buffer], n)
-        .map_err(|e| e.to_string())?;
+        .map_err(kiln::KernelError::from)?;
     Ok(out)
 }
 
@@ -39,11 +39,11 @@ pub fn to_halves(rec: &Recorder, t: DeviceTensor) -> KResult<DeviceTensor> {
     if t.dtype != DataType::F16 || t.packing == Packing::Half {
         return Ok(t);
     }
-    let out = rec.alloc_halves(&t.shape).map_err(|e| e.to_string())?;
+    let out = rec.alloc_halves(&t.shape).map_err(kiln::KernelError::from)?;
     let n = t.len();
     // One invocation per pair of halves (one u32 written).
     rec.dispatch_1d(&Instance::f16_conversion(true), &[count_word(n)?], &[&t.buffer, &out.buffer], n.div_ceil(2))
-        .map_err(|e| e.to_string())?;
+        .map_err(kiln::KernelError::from)?;
     Ok(out)
 }
 

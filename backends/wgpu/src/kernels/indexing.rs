@@ -17,18 +17,18 @@ pub fn one_hot(
     dtype: kiln::DataType,
 ) -> KResult<DeviceTensor> {
     if !matches!(indices.dtype, kiln::DataType::I32 | kiln::DataType::I64) {
-        return Err(format!("OneHot indices must be i32/i64, not {}", indices.dtype));
+        return Err(kiln::invalid!("OneHot indices must be i32/i64, not {}", indices.dtype));
     }
     if values.len() != 2 {
-        return Err(format!("OneHot values must hold [off, on], got {} elements", values.len()));
+        return Err(kiln::invalid!("OneHot values must hold [off, on], got {} elements", values.len()));
     }
-    let depth_len = *shape.get(axis).ok_or_else(|| format!("OneHot axis {axis} is out of range for {shape:?}"))?;
-    let depth = i32::try_from(depth).map_err(|_| format!("OneHot depth {depth} exceeds 32 bits"))?;
+    let depth_len = *shape.get(axis).ok_or_else(|| kiln::invalid!("OneHot axis {axis} is out of range for {shape:?}"))?;
+    let depth = i32::try_from(depth).map_err(|_| kiln::invalid!("OneHot depth {depth} exceeds 32 bits"))?;
     let inner: usize = shape[axis + 1..].iter().product();
     let out = output(rec, dtype, shape)?;
     let params = [count_word(out.len())?, count_word(depth_len.max(1))?, count_word(inner.max(1))?, depth as u32];
     rec.dispatch_1d(&Instance::plain("one_hot"), &params, &[&indices.buffer, &values.buffer, &out.buffer], out.len())
-        .map_err(|e| e.to_string())?;
+        .map_err(kiln::KernelError::from)?;
     Ok(out)
 }
 
@@ -43,7 +43,7 @@ pub fn pad_mode(
 ) -> KResult<DeviceTensor> {
     let rank = x.shape.len();
     if pads.len() != 2 * rank || shape.len() != rank {
-        return Err(format!("pads {pads:?} do not match rank {rank}"));
+        return Err(kiln::invalid!("pads {pads:?} do not match rank {rank}"));
     }
     let mode_word = match mode {
         PaddingMode::Reflect => 0,
@@ -58,10 +58,10 @@ pub fn pad_mode(
         let first = (-b).max(0);
         let k = n - first - (-e).max(0);
         if k < 0 {
-            return Err(format!("pads {pads:?} crop more than axis {d} holds"));
+            return Err(kiln::invalid!("pads {pads:?} crop more than axis {d} holds"));
         }
         if k == 0 && shape[d] > 0 {
-            return Err(format!("{mode:?} padding needs a non-empty axis {d}"));
+            return Err(kiln::invalid!("{mode:?} padding needs a non-empty axis {d}"));
         }
         begin.push(b.max(0) as usize);
         lo.push(first as usize);
@@ -73,7 +73,7 @@ pub fn pad_mode(
         params.extend(words8(v)?);
     }
     rec.dispatch_1d(&Instance::plain("pad_mode"), &params, &[&x.buffer, &out.buffer], out.len())
-        .map_err(|e| e.to_string())?;
+        .map_err(kiln::KernelError::from)?;
     Ok(out)
 }
 

@@ -19,12 +19,12 @@ pub struct Copy<'a> {
 
 pub fn copy(rec: &Recorder, src: &DeviceTensor, dst: &DeviceTensor, c: &Copy<'_>) -> KResult<()> {
     let n: usize = c.shape.iter().product();
-    let off = |v: i64| i32::try_from(v).map(|v| v as u32).map_err(|_| format!("offset {v} exceeds 32 bits"));
+    let off = |v: i64| i32::try_from(v).map(|v| v as u32).map_err(|_| kiln::invalid!("offset {v} exceeds 32 bits"));
     let mut params = vec![count_word(n)?, c.shape.len() as u32, off(c.src_off)?, off(c.dst_off)?];
     params.extend(words8(c.shape)?);
     params.extend(iwords8(c.src_strides)?);
     params.extend(iwords8(c.dst_strides)?);
-    rec.dispatch_1d(&Instance::plain("copy"), &params, &[&src.buffer, &dst.buffer], n).map_err(|e| e.to_string())
+    rec.dispatch_1d(&Instance::plain("copy"), &params, &[&src.buffer, &dst.buffer], n).map_err(kiln::KernelError::from)
 }
 
 fn signed(v: &[usize]) -> Vec<i64> {
@@ -107,7 +107,7 @@ pub fn pad_constant(
 ) -> KResult<DeviceTensor> {
     let rank = x.shape.len();
     if pads.len() != 2 * rank {
-        return Err(format!("{} pads for rank {rank}", pads.len()));
+        return Err(kiln::invalid!("{} pads for rank {rank}", pads.len()));
     }
     let out = super::pointwise::fill(rec, x.dtype, shape, word)?;
     let (src_st, dst_st) = (strides(&x.shape), strides(shape));
@@ -144,7 +144,7 @@ pub fn gather(
         count_word(indices.len().max(1))?,
     ];
     rec.dispatch_1d(&Instance::plain("gather"), &params, &[&data.buffer, &indices.buffer, &out.buffer], out.len())
-        .map_err(|e| e.to_string())?;
+        .map_err(kiln::KernelError::from)?;
     Ok(out)
 }
 
@@ -166,6 +166,6 @@ pub fn gather_elements(
         &[&data.buffer, &indices.buffer, &out.buffer],
         out.len(),
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(kiln::KernelError::from)?;
     Ok(out)
 }

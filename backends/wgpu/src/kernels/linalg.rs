@@ -29,7 +29,7 @@ impl Operand {
         let r = shape.len();
         let need = if op == MatrixOp::Vector { 1 } else { 2 };
         if r < need {
-            return Err(format!("a rank-{r} operand cannot be {op:?}"));
+            return Err(kiln::invalid!("a rank-{r} operand cannot be {op:?}"));
         }
         let batch = shape[..r - need].to_vec();
         Ok(match (op, left) {
@@ -67,13 +67,13 @@ pub fn matmul(
     let (a, b) = (&a, &b);
     let (pa, pb) = (Operand::new(&a.shape, op_a, true)?, Operand::new(&b.shape, op_b, false)?);
     if pa.cols != pb.rows {
-        return Err(format!("inner dims differ: {:?} {op_a:?} · {:?} {op_b:?}", a.shape, b.shape));
+        return Err(kiln::invalid!("inner dims differ: {:?} {op_a:?} · {:?} {op_b:?}", a.shape, b.shape));
     }
     let batch_shape = kiln_broadcast(&pa.batch, &pb.batch)?;
     let batches: usize = batch_shape.iter().product();
     let max_z = rec.gpu.limits.max_compute_workgroups_per_dimension as usize;
     if batches > max_z {
-        return Err(format!("{batches} matrix batches exceed the {max_z} workgroups of one dispatch dimension"));
+        return Err(kiln::invalid!("{batches} matrix batches exceed the {max_z} workgroups of one dispatch dimension"));
     }
     let (m, k, n) = (pa.rows, pa.cols, pb.cols);
     let shape_facts = GemmShape {
@@ -91,11 +91,11 @@ pub fn matmul(
         return matmul(rec, &super::half::widen(rec, a)?, op_a, &super::half::widen(rec, b)?, op_b, shape, dtype);
     }
     let out = match halves {
-        true => rec.alloc_halves(shape).map_err(|e| e.to_string())?,
+        true => rec.alloc_halves(shape).map_err(kiln::KernelError::from)?,
         false => output(rec, dtype, shape)?,
     };
     if out.len() != batches * m * n {
-        return Err(format!(
+        return Err(kiln::invalid!(
             "the product has {} elements, the inferred output {shape:?} {}",
             batches * m * n,
             out.len()
@@ -104,7 +104,7 @@ pub fn matmul(
     if out.is_empty() {
         return Ok(out);
     }
-    let storage = Storage::of(a.dtype).ok_or_else(|| format!("unsupported dtype {}", a.dtype))?;
+    let storage = Storage::of(a.dtype).ok_or_else(|| kiln::invalid!("unsupported dtype {}", a.dtype))?;
     if k == 0 {
         return pointwise::fill(rec, dtype, shape, 0);
     }
@@ -126,17 +126,17 @@ pub fn matmul(
     // kernel (crate::gemm); the others the scalar tiled kernels. f16 halves take its f16
     // instantiation: halves in and out, summed in f32 (the chosen f32 tile shape).
     if storage == Storage::F32 && shape_facts.fits() {
-        let tile = crate::tactics::kernel_for(m, n, k);
+        let tile = crate::tactics::kernel_for(rec.gemm_choices(), m, n, k);
         let gemm = match halves {
             true => GemmKernel::f16(tile.thread_m, tile.thread_n, tile.depth, Accumulate::F32),
             false => tile,
         };
         let key = gemm.name();
-        rec.gpu.pipeline_trusted(&key, || gemm.source()).map_err(|e| e.to_string())?;
+        rec.gpu.pipeline_trusted(&key, || gemm.source()).map_err(kiln::KernelError::from)?;
         // `dispatch` finds the trusted pipeline cached under the same key.
         let kernel = Instance { key, body: "", prelude: String::new() };
         let groups = gemm.groups(m as u32, n as u32, batches as u32);
-        rec.dispatch(&kernel, &params, &[&a.buffer, &b.buffer, &out.buffer], groups).map_err(|e| e.to_string())?;
+        rec.dispatch(&kernel, &params, &[&a.buffer, &b.buffer, &out.buffer], groups).map_err(kiln::KernelError::from)?;
         return pointwise::narrow(rec, out);
     }
     // Large f32 products take the 128×128-tile kernel (8×8 outputs per invocation).
@@ -146,14 +146,14 @@ pub fn matmul(
         (Instance::matmul(storage), 64)
     };
     let groups = [n.div_ceil(tile) as u32, m.div_ceil(tile) as u32, batches as u32];
-    rec.dispatch(&kernel, &params, &[&a.buffer, &b.buffer, &out.buffer], groups).map_err(|e| e.to_string())?;
+    rec.dispatch(&kernel, &params, &[&a.buffer, &b.buffer, &out.buffer], groups).map_err(kiln::KernelError::from)?;
     pointwise::narrow(rec, out)
 }
 
 /// Spatial parameters padded to three dims (missing leading dims have size 1).
 fn three(v: &[usize], fill: usize) -> KResult<[u32; 3]> {
     if v.len() > 3 {
-        return Err(format!("{} spatial dims; the wgpu kernels take at most 3", v.len()));
+        return Err(kiln::invalid!("{} spatial dims; the wgpu kernels take at most 3", v.len()));
     }
     let mut out = [fill as u32; 3];
     for (o, &x) in out[3 - v.len()..].iter_mut().zip(v) {
@@ -179,7 +179,7 @@ fn conv_params(
 ) -> KResult<Vec<u32>> {
     let spatial = x.len().saturating_sub(2);
     if x.len() < 3 || out.len() != x.len() || w.kernel.len() != spatial {
-        return Err(format!("convolution of {x:?} into {out:?} with a {:?} kernel", w.kernel));
+        return Err(kiln::invalid!("convolution of {x:?} into {out:?} with a {:?} kernel", w.kernel));
     }
     let mut p = vec![count_word(out.iter().product())?, x[0] as u32, x[1] as u32, k_all as u32, groups.max(1) as u32];
     p.extend(three(&x[2..], 1)?);
@@ -210,7 +210,7 @@ pub fn convolution(
     let out = output(rec, x.dtype, shape)?;
     let bias_buffer = bias.map_or(&w.buffer, |b| &b.buffer);
     rec.dispatch_1d(&Instance::plain("conv"), &params, &[&x.buffer, &w.buffer, bias_buffer, &out.buffer], out.len())
-        .map_err(|e| e.to_string())?;
+        .map_err(kiln::KernelError::from)?;
     pointwise::narrow(rec, out)
 }
 
@@ -233,13 +233,13 @@ pub fn deconvolution(
     let out = output(rec, x.dtype, shape)?;
     let bias_buffer = bias.map_or(&w.buffer, |b| &b.buffer);
     rec.dispatch_1d(&Instance::plain("deconv"), &params, &[&x.buffer, &w.buffer, bias_buffer, &out.buffer], out.len())
-        .map_err(|e| e.to_string())?;
+        .map_err(kiln::KernelError::from)?;
     pointwise::narrow(rec, out)
 }
 
 pub fn pooling(rec: &Recorder, p: &PoolingParams, x: &DeviceTensor, shape: &[usize]) -> KResult<DeviceTensor> {
     if x.shape.len() < 3 || shape.len() != x.shape.len() {
-        return Err(format!("pooling needs N×C×spatial input, got {:?}", x.shape));
+        return Err(kiln::invalid!("pooling needs N×C×spatial input, got {:?}", x.shape));
     }
     let out = output(rec, x.dtype, shape)?;
     let mut params = vec![count_word(out.len())?, count_word(x.shape[0] * x.shape[1])?];
@@ -253,7 +253,7 @@ pub fn pooling(rec: &Recorder, p: &PoolingParams, x: &DeviceTensor, shape: &[usi
     params.push(u32::from(p.kind == PoolingKind::Average));
     params.push(u32::from(p.average_count_excludes_padding));
     rec.dispatch_1d(&Instance::plain("pool"), &params, &[&x.buffer, &out.buffer], out.len())
-        .map_err(|e| e.to_string())?;
+        .map_err(kiln::KernelError::from)?;
     pointwise::narrow(rec, out)
 }
 

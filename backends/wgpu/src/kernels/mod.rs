@@ -23,7 +23,8 @@ use crate::value::{DeviceTensor, Recorder};
 /// The largest rank the strided kernels index (their params hold 8 dims).
 pub const MAX_RANK: usize = 8;
 
-pub type KResult<T> = Result<T, String>;
+/// What every launcher returns: device errors keep their kind (out of memory, device lost).
+pub type KResult<T> = Result<T, kiln::KernelError>;
 
 /// Row-major strides of `shape`, in elements.
 pub fn strides(shape: &[usize]) -> Vec<usize> {
@@ -38,7 +39,7 @@ pub fn strides(shape: &[usize]) -> Vec<usize> {
 /// 0 along broadcast dims.
 pub fn broadcast_strides(from: &[usize], to: &[usize]) -> KResult<Vec<usize>> {
     if from.len() > to.len() {
-        return Err(format!("cannot broadcast {from:?} to {to:?}"));
+        return Err(kiln::invalid!("cannot broadcast {from:?} to {to:?}"));
     }
     let lead = to.len() - from.len();
     let st = strides(from);
@@ -53,7 +54,7 @@ pub fn broadcast_strides(from: &[usize], to: &[usize]) -> KResult<Vec<usize>> {
             } else if d == 1 {
                 Ok(0)
             } else {
-                Err(format!("cannot broadcast {from:?} to {to:?}"))
+                Err(kiln::invalid!("cannot broadcast {from:?} to {to:?}"))
             }
         })
         .collect()
@@ -62,11 +63,11 @@ pub fn broadcast_strides(from: &[usize], to: &[usize]) -> KResult<Vec<usize>> {
 /// `v` as 8 words (zero-padded); fails beyond [`MAX_RANK`].
 pub fn words8(v: &[usize]) -> KResult<[u32; 8]> {
     if v.len() > MAX_RANK {
-        return Err(format!("rank {} exceeds the {MAX_RANK} dims the wgpu kernels index", v.len()));
+        return Err(kiln::invalid!("rank {} exceeds the {MAX_RANK} dims the wgpu kernels index", v.len()));
     }
     let mut out = [0u32; 8];
     for (o, &x) in out.iter_mut().zip(v) {
-        *o = u32::try_from(x).map_err(|_| format!("dimension or stride {x} exceeds 32 bits"))?;
+        *o = u32::try_from(x).map_err(|_| kiln::invalid!("dimension or stride {x} exceeds 32 bits"))?;
     }
     Ok(out)
 }
@@ -74,20 +75,20 @@ pub fn words8(v: &[usize]) -> KResult<[u32; 8]> {
 /// `v` (signed) as 8 words of i32 bits.
 pub fn iwords8(v: &[i64]) -> KResult<[u32; 8]> {
     if v.len() > MAX_RANK {
-        return Err(format!("rank {} exceeds the {MAX_RANK} dims the wgpu kernels index", v.len()));
+        return Err(kiln::invalid!("rank {} exceeds the {MAX_RANK} dims the wgpu kernels index", v.len()));
     }
     let mut out = [0u32; 8];
     for (o, &x) in out.iter_mut().zip(v) {
-        *o = i32::try_from(x).map_err(|_| format!("stride {x} exceeds 32 bits"))? as u32;
+        *o = i32::try_from(x).map_err(|_| kiln::invalid!("stride {x} exceeds 32 bits"))? as u32;
     }
     Ok(out)
 }
 
 pub fn count_word(n: usize) -> KResult<u32> {
-    u32::try_from(n).map_err(|_| format!("{n} elements exceed the 2^32 a kernel indexes"))
+    u32::try_from(n).map_err(|_| kiln::invalid!("{n} elements exceed the 2^32 a kernel indexes"))
 }
 
 /// The output tensor of a kernel, with a readable error.
 pub fn output(rec: &Recorder, dtype: kiln::DataType, shape: &[usize]) -> KResult<DeviceTensor> {
-    rec.alloc(dtype, shape).map_err(|e| e.to_string())
+    rec.alloc(dtype, shape).map_err(kiln::KernelError::from)
 }

@@ -9,11 +9,11 @@ use crate::value::{DeviceTensor, Packing, Recorder};
 use kiln::{ActivationKind, DataType, ElementwiseOp, PostOp, UnaryOp};
 
 fn storage(t: &DeviceTensor) -> KResult<Storage> {
-    Storage::of(t.dtype).ok_or_else(|| format!("unsupported dtype {} on the wgpu backend", t.dtype))
+    Storage::of(t.dtype).ok_or_else(|| kiln::invalid!("unsupported dtype {} on the wgpu backend", t.dtype))
 }
 
 fn map_err<T>(r: Result<T, crate::device::DeviceError>) -> KResult<T> {
-    r.map_err(|e| e.to_string())
+    r.map_err(kiln::KernelError::from)
 }
 
 /// `op(a, b)` broadcast to `shape`, producing `dtype`.
@@ -28,10 +28,10 @@ pub fn binary(
     let s = storage(a)?;
     let halves = a.packing == Packing::Half;
     if b.packing != a.packing {
-        return Err(format!("Elementwise {op:?}: one operand is stored as f16 halves, the other as words"));
+        return Err(kiln::invalid!("Elementwise {op:?}: one operand is stored as f16 halves, the other as words"));
     }
     let kernel = if halves { Instance::binary_f16(op) } else { Instance::binary(op, s) };
-    let (o, kernel) = kernel.ok_or_else(|| format!("no WGSL kernel for Elementwise {op:?} on {}", a.dtype))?;
+    let (o, kernel) = kernel.ok_or_else(|| kiln::invalid!("no WGSL kernel for Elementwise {op:?} on {}", a.dtype))?;
     let out = pointwise_output(rec, halves && o == Storage::F32, dtype, shape)?;
     let n = out.len();
     let mut params = vec![count_word(n)?, shape.len() as u32];
@@ -60,8 +60,8 @@ fn run_unary(
 /// The output of a pointwise kernel: f16 halves where its f16 instantiation writes them.
 fn pointwise_output(rec: &Recorder, halves: bool, dtype: DataType, shape: &[usize]) -> KResult<DeviceTensor> {
     match halves {
-        true if dtype == DataType::F16 => rec.alloc_halves(shape).map_err(|e| e.to_string()),
-        true => Err(format!("an f16 kernel writes halves, but the output is {dtype}")),
+        true if dtype == DataType::F16 => rec.alloc_halves(shape).map_err(kiln::KernelError::from),
+        true => Err(kiln::invalid!("an f16 kernel writes halves, but the output is {dtype}")),
         false => output(rec, dtype, shape),
     }
 }
@@ -71,7 +71,7 @@ pub fn unary(rec: &Recorder, op: UnaryOp, x: &DeviceTensor, dtype: DataType) -> 
         Packing::Half => Instance::unary_f16(op),
         Packing::Word => Instance::unary(op, storage(x)?),
     };
-    let (_, kernel) = kernel.ok_or_else(|| format!("no WGSL kernel for Unary {op:?} on {}", x.dtype))?;
+    let (_, kernel) = kernel.ok_or_else(|| kiln::invalid!("no WGSL kernel for Unary {op:?} on {}", x.dtype))?;
     run_unary(rec, &kernel, [0.0; 3], x, dtype)
 }
 
@@ -80,14 +80,14 @@ pub fn activation(rec: &Recorder, kind: &ActivationKind, x: &DeviceTensor) -> KR
         Packing::Half => Instance::activation_f16(kind),
         Packing::Word => Instance::activation(kind, storage(x)?),
     };
-    let (kernel, p) = kernel.ok_or_else(|| format!("no WGSL kernel for Activation {kind:?} on {}", x.dtype))?;
+    let (kernel, p) = kernel.ok_or_else(|| kiln::invalid!("no WGSL kernel for Activation {kind:?} on {}", x.dtype))?;
     run_unary(rec, &kernel, p, x, x.dtype)
 }
 
 /// Cast (CastNarrow with a non-default `mode`) of `x` to `to`.
 pub fn cast(rec: &Recorder, x: &DeviceTensor, to: DataType, mode: CastMode) -> KResult<DeviceTensor> {
     let (_, kernel, p) =
-        Instance::cast(x.dtype, to, mode).ok_or_else(|| format!("no WGSL kernel for Cast {} -> {to}", x.dtype))?;
+        Instance::cast(x.dtype, to, mode).ok_or_else(|| kiln::invalid!("no WGSL kernel for Cast {} -> {to}", x.dtype))?;
     run_unary(rec, &kernel, p, x, to)
 }
 
@@ -174,7 +174,7 @@ pub fn epilogue(
                 let other = inputs
                     .get(operand)
                     .and_then(Option::as_ref)
-                    .ok_or_else(|| format!("epilogue operand {operand} is missing"))?;
+                    .ok_or_else(|| kiln::invalid!("epilogue operand {operand} is missing"))?;
                 let out_shape = kiln_broadcast(&running.shape, &other.shape)?;
                 let out_dtype = if op.is_comparison() { DataType::Bool } else { running.dtype };
                 if running_first {
@@ -186,7 +186,7 @@ pub fn epilogue(
         };
     }
     if running.shape != shape || running.dtype != dtype {
-        return Err(format!(
+        return Err(kiln::invalid!(
             "the epilogue produced {}{:?}, inference expects {dtype}{shape:?}",
             running.dtype, running.shape
         ));
@@ -205,7 +205,7 @@ pub fn kiln_broadcast(a: &[usize], b: &[usize]) -> KResult<Vec<usize>> {
                 (x, y) if x == y => Ok(x),
                 (1, y) => Ok(y),
                 (x, 1) => Ok(x),
-                _ => Err(format!("shapes {a:?} and {b:?} do not broadcast")),
+                _ => Err(kiln::invalid!("shapes {a:?} and {b:?} do not broadcast")),
             }
         })
         .collect()

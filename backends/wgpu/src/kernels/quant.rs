@@ -18,14 +18,14 @@ fn param_index(x_shape: &[usize], scale_shape: &[usize], axis: Option<usize>) ->
         return if scale_shape == x_shape {
             Ok((1, count.max(1)))
         } else {
-            Err(format!("scale must be 0-D, 1-D or of x's shape {x_shape:?}, got shape {scale_shape:?}"))
+            Err(kiln::invalid!("scale must be 0-D, 1-D or of x's shape {x_shape:?}, got shape {scale_shape:?}"))
         };
     }
     match axis {
         Some(a) if a < x_shape.len() && x_shape[a] == params => {
             Ok((x_shape[a + 1..].iter().product::<usize>().max(1), params.max(1)))
         }
-        _ => Err(format!(
+        _ => Err(kiln::invalid!(
             "{params} scales need an axis of that length (axis {axis:?} of shape {x_shape:?}); \
              per-tensor scales hold one element"
         )),
@@ -35,7 +35,7 @@ fn param_index(x_shape: &[usize], scale_shape: &[usize], axis: Option<usize>) ->
 fn check_zero_point(scale: &DeviceTensor, zero_point: Option<&DeviceTensor>) -> KResult<()> {
     match zero_point {
         Some(z) if z.len() != scale.len() => {
-            Err(format!("zero point has {} elements but scale has {}", z.len(), scale.len()))
+            Err(kiln::invalid!("zero point has {} elements but scale has {}", z.len(), scale.len()))
         }
         _ => Ok(()),
     }
@@ -49,7 +49,7 @@ fn range(to: DataType) -> KResult<(i32, i32)> {
         DataType::I16 => (i16::MIN.into(), i16::MAX.into()),
         DataType::U16 => (0, u16::MAX.into()),
         DataType::I32 => (i32::MIN, i32::MAX),
-        other => return Err(format!("Quantize to {other} has no WGSL kernel (8/16-bit integers and i32 only)")),
+        other => return Err(kiln::invalid!("Quantize to {other} has no WGSL kernel (8/16-bit integers and i32 only)")),
     })
 }
 
@@ -64,7 +64,7 @@ pub fn quantize(
 ) -> KResult<DeviceTensor> {
     let (qmin, qmax) = range(to)?;
     if !x.dtype.is_float() || !scale.dtype.is_float() {
-        return Err(format!("Quantize of {} by a {} scale: both must be floats", x.dtype, scale.dtype));
+        return Err(kiln::invalid!("Quantize of {} by a {} scale: both must be floats", x.dtype, scale.dtype));
     }
     check_zero_point(scale, zero_point)?;
     let (inner, len) = param_index(&x.shape, &scale.shape, axis)?;
@@ -85,7 +85,7 @@ pub fn quantize(
         &[&x.buffer, &scale.buffer, &zp.buffer, &out.buffer],
         out.len(),
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(kiln::KernelError::from)?;
     Ok(out)
 }
 
@@ -101,13 +101,13 @@ pub fn dequantize(
     let unsigned = match x.dtype {
         DataType::I8 | DataType::I16 | DataType::I32 => false,
         DataType::U8 | DataType::U16 | DataType::U32 => true,
-        other => return Err(format!("Dequantize of {other} has no WGSL kernel (8/16/32-bit integers only)")),
+        other => return Err(kiln::invalid!("Dequantize of {other} has no WGSL kernel (8/16/32-bit integers only)")),
     };
     if !scale.dtype.is_float() {
-        return Err(format!("Dequantize's scale must be a float, not {}", scale.dtype));
+        return Err(kiln::invalid!("Dequantize's scale must be a float, not {}", scale.dtype));
     }
     if let Some(z) = zero_point.filter(|z| z.dtype != x.dtype) {
-        return Err(format!("zero point must be {} like the input, not {}", x.dtype, z.dtype));
+        return Err(kiln::invalid!("zero point must be {} like the input, not {}", x.dtype, z.dtype));
     }
     check_zero_point(scale, zero_point)?;
     let (inner, len) = param_index(&x.shape, &scale.shape, axis)?;
@@ -126,6 +126,6 @@ pub fn dequantize(
         &[&x.buffer, &scale.buffer, &zp.buffer, &out.buffer],
         out.len(),
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(kiln::KernelError::from)?;
     super::pointwise::narrow(rec, out)
 }

@@ -24,19 +24,19 @@ pub fn reduce(
     shape: &[usize],
     dtype: DataType,
 ) -> KResult<DeviceTensor> {
-    let storage = Storage::of(x.dtype).ok_or_else(|| format!("unsupported dtype {}", x.dtype))?;
+    let storage = Storage::of(x.dtype).ok_or_else(|| kiln::invalid!("unsupported dtype {}", x.dtype))?;
     let kernel =
-        Instance::reduce(op, storage).ok_or_else(|| format!("no WGSL kernel for Reduce {op:?} on {}", x.dtype))?;
+        Instance::reduce(op, storage).ok_or_else(|| kiln::invalid!("no WGSL kernel for Reduce {op:?} on {}", x.dtype))?;
     let rank = x.shape.len();
     let mut reduced = vec![false; rank];
     for &a in axes {
-        *reduced.get_mut(a).ok_or_else(|| format!("reduce axis {a} is out of range for rank {rank}"))? = true;
+        *reduced.get_mut(a).ok_or_else(|| kiln::invalid!("reduce axis {a} is out of range for rank {rank}"))? = true;
     }
     let (kept, red) = split(&x.shape, &reduced);
     let out = output(rec, dtype, shape)?;
     let count: usize = kept.iter().product();
     if count != out.len() {
-        return Err(format!(
+        return Err(kiln::invalid!(
             "reducing {:?} over {axes:?} gives {count} elements, the inferred output {shape:?}",
             x.shape
         ));
@@ -45,17 +45,17 @@ pub fn reduce(
     params.extend(words8(&kept)?);
     params.extend(words8(&red)?);
     params.extend(words8(&strides(&x.shape))?);
-    rec.dispatch_1d(&kernel, &params, &[&x.buffer, &out.buffer], count).map_err(|e| e.to_string())?;
+    rec.dispatch_1d(&kernel, &params, &[&x.buffer, &out.buffer], count).map_err(kiln::KernelError::from)?;
     super::pointwise::narrow(rec, out)
 }
 
 pub fn softmax(rec: &Recorder, x: &DeviceTensor, axis: usize) -> KResult<DeviceTensor> {
     if axis >= x.shape.len() {
-        return Err(format!("softmax axis {axis} is out of range for {:?}", x.shape));
+        return Err(kiln::invalid!("softmax axis {axis} is out of range for {:?}", x.shape));
     }
     let halves = x.packing == crate::value::Packing::Half;
     let out = match halves {
-        true => rec.alloc_halves(&x.shape).map_err(|e| e.to_string())?,
+        true => rec.alloc_halves(&x.shape).map_err(kiln::KernelError::from)?,
         false => output(rec, x.dtype, &x.shape)?,
     };
     let len = x.shape[axis];
@@ -63,7 +63,7 @@ pub fn softmax(rec: &Recorder, x: &DeviceTensor, axis: usize) -> KResult<DeviceT
     let rows = x.len().checked_div(len).unwrap_or(0);
     let params = [count_word(rows)?, count_word(len)?, count_word(inner.max(1))?];
     rec.dispatch_1d(&Instance::softmax(halves), &params, &[&x.buffer, &out.buffer], rows)
-        .map_err(|e| e.to_string())?;
+        .map_err(kiln::KernelError::from)?;
     super::pointwise::narrow(rec, out)
 }
 
@@ -92,7 +92,7 @@ pub fn normalization(
     // strides of the view follow from the original ones.
     let (view, reduced, xs, sc, bs) = if num_groups > 1 {
         if rank < 2 || shape[1] % num_groups != 0 {
-            return Err(format!("shape {shape:?} has no channel axis that splits into {num_groups} groups"));
+            return Err(kiln::invalid!("shape {shape:?} has no channel axis that splits into {num_groups} groups"));
         }
         let per = shape[1] / num_groups;
         let widen = |s: &[usize]| {
@@ -117,7 +117,7 @@ pub fn normalization(
     } else {
         let mut reduced = vec![false; rank];
         for &a in axes {
-            *reduced.get_mut(a).ok_or_else(|| format!("normalization axis {a} is out of range for rank {rank}"))? =
+            *reduced.get_mut(a).ok_or_else(|| kiln::invalid!("normalization axis {a} is out of range for rank {rank}"))? =
                 true;
         }
         (shape.clone(), reduced, xs, sc, bs)
@@ -132,7 +132,7 @@ pub fn normalization(
         false => (widen(rec, x)?, widen(rec, scale)?, bias.map(|b| widen(rec, b)).transpose()?),
     };
     let out = match halves {
-        true => rec.alloc_halves(shape).map_err(|e| e.to_string())?,
+        true => rec.alloc_halves(shape).map_err(kiln::KernelError::from)?,
         false => output(rec, x.dtype, shape)?,
     };
     let mut params = vec![count_word(groups)?, view.len() as u32, count_word(red.iter().product())?];
@@ -143,6 +143,6 @@ pub fn normalization(
     params.push(u32::from(bias.is_none()));
     let bias_buffer = bias.as_ref().map_or(&scale.buffer, |b| &b.buffer);
     rec.dispatch_1d(&Instance::norm(halves), &params, &[&x.buffer, &scale.buffer, bias_buffer, &out.buffer], groups)
-        .map_err(|e| e.to_string())?;
+        .map_err(kiln::KernelError::from)?;
     super::pointwise::narrow(rec, out)
 }

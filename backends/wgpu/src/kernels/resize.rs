@@ -135,13 +135,13 @@ fn axis_specs(
     let rank = x_shape.len();
     let axes: Vec<usize> = p.axes.clone().unwrap_or_else(|| (0..rank).collect());
     if axes.iter().any(|&a| a >= rank) || out_shape.len() != rank {
-        return Err(format!("resize axes {axes:?} do not fit rank {rank}"));
+        return Err(kiln::invalid!("resize axes {axes:?} do not fit rank {rank}"));
     }
     let scales = scales.filter(|s| !s.is_empty()).map(HostTensor::to_f64_vec);
     let roi = roi.filter(|r| !r.is_empty()).map(HostTensor::to_f64_vec);
     if let Some(r) = &roi {
         if r.len() != 2 * axes.len() {
-            return Err(format!("roi has {} values for {} axes", r.len(), axes.len()));
+            return Err(kiln::invalid!("roi has {} values for {} axes", r.len(), axes.len()));
         }
     }
     match (&scales, sizes.filter(|s| !s.is_empty())) {
@@ -160,7 +160,7 @@ fn axis_specs(
         let identity =
             input == output && scale == 1.0 && p.coordinate_transformation != CoordinateTransformation::TfCropAndResize;
         if output > 0 && input == 0 {
-            return Err(format!("cannot resize an empty axis {a} to length {output}"));
+            return Err(kiln::invalid!("cannot resize an empty axis {a} to length {output}"));
         }
         if !identity {
             specs[a] = Some(AxisSpec { input, output, scale, width, roi });
@@ -170,7 +170,7 @@ fn axis_specs(
 }
 
 fn upload(rec: &Recorder, shape: Vec<usize>, data: TensorData) -> KResult<DeviceTensor> {
-    rec.upload(&HostTensor::new(shape, data).map_err(|e| e.to_string())?)
+    rec.upload(&HostTensor::new(shape, data).map_err(kiln::KernelError::from)?)
 }
 
 /// One interpolating pass along `axis` (f32 words).
@@ -195,7 +195,7 @@ fn interpolate_axis(rec: &Recorder, x: &DeviceTensor, axis: usize, plan: &AxisPl
         &[&x.buffer, &index.buffer, &weight.buffer, &out.buffer],
         out.len(),
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(kiln::KernelError::from)?;
     Ok(out)
 }
 
@@ -213,7 +213,7 @@ fn mask_outside(rec: &Recorder, t: &DeviceTensor, plans: &[Option<AxisPlan>], ex
         return Ok(());
     }
     let word = {
-        let v = HostTensor::from_f32(vec![], vec![extrapolation]).map_err(|e| e.to_string())?;
+        let v = HostTensor::from_f32(vec![], vec![extrapolation]).map_err(kiln::KernelError::from)?;
         let v = if t.dtype.is_float() { v } else { cast_scalar(extrapolation, t.dtype)? };
         to_words(&v)?.first().copied().unwrap_or(0)
     };
@@ -224,7 +224,7 @@ fn mask_outside(rec: &Recorder, t: &DeviceTensor, plans: &[Option<AxisPlan>], ex
     offs[..offsets.len()].copy_from_slice(&offsets);
     params.extend(offs);
     rec.dispatch_1d(&Instance::plain("resize_mask"), &params, &[&flags.buffer, &t.buffer], t.len())
-        .map_err(|e| e.to_string())
+        .map_err(kiln::KernelError::from)
 }
 
 /// The extrapolation value in an integer tensor's type (nearest resize of integers).
@@ -234,9 +234,9 @@ fn cast_scalar(v: f32, dtype: DataType) -> KResult<HostTensor> {
         DataType::I8 | DataType::I16 | DataType::I32 | DataType::I64 => TensorData::I32(vec![v as i32]),
         DataType::U8 | DataType::U16 | DataType::U32 => TensorData::U32(vec![v as u32]),
         DataType::Bool => TensorData::Bool(vec![v != 0.0]),
-        other => return Err(format!("Resize extrapolation into {other} is not supported on the wgpu backend")),
+        other => return Err(kiln::invalid!("Resize extrapolation into {other} is not supported on the wgpu backend")),
     };
-    HostTensor::new(vec![], data).map_err(|e| e.to_string())
+    HostTensor::new(vec![], data).map_err(kiln::KernelError::from)
 }
 
 /// ONNX Resize of `x` to `out_shape`; `roi`, `scales` and `sizes` are host values.
@@ -250,7 +250,7 @@ pub fn resize(
     out_shape: &[usize],
 ) -> KResult<DeviceTensor> {
     if p.mode != ResizeMode::Nearest && !x.dtype.is_float() {
-        return Err(format!(
+        return Err(kiln::invalid!(
             "{:?} Resize of {} on the wgpu backend: interpolation computes floats only",
             p.mode, x.dtype
         ));
@@ -270,7 +270,7 @@ pub fn resize(
         };
     }
     if cur.shape != out_shape {
-        return Err(format!("Resize planned {:?} but the output is {out_shape:?}", cur.shape));
+        return Err(kiln::invalid!("Resize planned {:?} but the output is {out_shape:?}", cur.shape));
     }
     // Every axis of a crop is planned, so `cur` is a new buffer whenever a flag is set.
     mask_outside(rec, &cur, &plans, p.extrapolation_value)?;

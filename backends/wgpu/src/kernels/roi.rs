@@ -24,20 +24,20 @@ pub fn roi_align(
     spec: &RoiAlignSpec,
 ) -> KResult<DeviceTensor> {
     let [batch, channels, height, width] = x.shape[..] else {
-        return Err(format!("RoiAlign input must be (N, C, H, W), got {:?}", x.shape));
+        return Err(kiln::invalid!("RoiAlign input must be (N, C, H, W), got {:?}", x.shape));
     };
     if height == 0 || width == 0 {
-        return Err(format!("RoiAlign input {:?} has an empty image", x.shape));
+        return Err(kiln::invalid!("RoiAlign input {:?} has an empty image", x.shape));
     }
     if !x.dtype.is_float() || !rois.dtype.is_float() {
-        return Err(format!("the WGSL RoiAlign kernel pools floats only, not {} at {} rois", x.dtype, rois.dtype));
+        return Err(kiln::invalid!("the WGSL RoiAlign kernel pools floats only, not {} at {} rois", x.dtype, rois.dtype));
     }
     if !matches!(batch_indices.dtype, DataType::I32 | DataType::I64) {
-        return Err(format!("RoiAlign batch_indices must be i32 or i64, not {}", batch_indices.dtype));
+        return Err(kiln::invalid!("RoiAlign batch_indices must be i32 or i64, not {}", batch_indices.dtype));
     }
     let count = batch_indices.len();
     if rois.len() != 4 * count {
-        return Err(format!("RoiAlign: {} rois but {count} batch indices", rois.len() / 4));
+        return Err(kiln::invalid!("RoiAlign: {} rois but {count} batch indices", rois.len() / 4));
     }
     let [out_h, out_w] = spec.output_size;
     let out = output(rec, x.dtype, &[count, channels, out_h, out_w])?;
@@ -60,7 +60,7 @@ pub fn roi_align(
         &[&x.buffer, &rois.buffer, &batch_indices.buffer, &out.buffer],
         out.len(),
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(kiln::KernelError::from)?;
     super::pointwise::narrow(rec, out)
 }
 

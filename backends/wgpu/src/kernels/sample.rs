@@ -20,14 +20,14 @@ pub fn grid_sample(
     let (xs, gs) = (&x.shape, &grid.shape);
     let rank = xs.len();
     if rank < 3 || gs.len() != rank || gs[0] != xs[0] || gs[rank - 1] != rank - 2 {
-        return Err(format!("GridSample grid {gs:?} does not fit input {xs:?}"));
+        return Err(kiln::invalid!("GridSample grid {gs:?} does not fit input {xs:?}"));
     }
     let spatial = rank - 2;
     if spatial > MAX_SPATIAL {
-        return Err(format!("GridSample over {spatial} spatial dims: the WGSL kernel samples at most {MAX_SPATIAL}"));
+        return Err(kiln::invalid!("GridSample over {spatial} spatial dims: the WGSL kernel samples at most {MAX_SPATIAL}"));
     }
     if !x.dtype.is_float() || !grid.dtype.is_float() {
-        return Err(format!("GridSample of {} at a {} grid: the WGSL kernel samples floats only", x.dtype, grid.dtype));
+        return Err(kiln::invalid!("GridSample of {} at a {} grid: the WGSL kernel samples floats only", x.dtype, grid.dtype));
     }
     let out = output(rec, x.dtype, out_shape)?;
     let points: usize = gs[1..rank - 1].iter().product();
@@ -58,6 +58,6 @@ pub fn grid_sample(
     }
     params.extend(lens);
     rec.dispatch_1d(&Instance::plain("grid_sample"), &params, &[&x.buffer, &grid.buffer, &out.buffer], out.len())
-        .map_err(|e| e.to_string())?;
+        .map_err(kiln::KernelError::from)?;
     super::pointwise::narrow(rec, out)
 }

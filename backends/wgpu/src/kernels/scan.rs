@@ -27,25 +27,25 @@ pub fn cumulative(
     exclusive: bool,
     reverse: bool,
 ) -> KResult<DeviceTensor> {
-    let storage = Storage::of(x.dtype).ok_or_else(|| format!("unsupported dtype {} for a running sum", x.dtype))?;
+    let storage = Storage::of(x.dtype).ok_or_else(|| kiln::invalid!("unsupported dtype {} for a running sum", x.dtype))?;
     if x.dtype == DataType::Bool {
         return Err("running sums and products are not defined on bool".into());
     }
-    let len = *x.shape.get(axis).ok_or_else(|| format!("axis {axis} is out of range for {:?}", x.shape))?;
+    let len = *x.shape.get(axis).ok_or_else(|| kiln::invalid!("axis {axis} is out of range for {:?}", x.shape))?;
     let inner: usize = x.shape[axis + 1..].iter().product();
     let lanes = x.len().checked_div(len).unwrap_or(0);
     let out = output(rec, x.dtype, &x.shape)?;
     let params =
         [count_word(lanes)?, count_word(len)?, count_word(inner.max(1))?, u32::from(exclusive), u32::from(reverse)];
     rec.dispatch_1d(&cumulative_instance(storage, product), &params, &[&x.buffer, &out.buffer], lanes)
-        .map_err(|e| e.to_string())?;
+        .map_err(kiln::KernelError::from)?;
     super::pointwise::narrow(rec, out)
 }
 
 /// ONNX LRN over the channel axis 1 (floats).
 pub fn lrn(rec: &Recorder, x: &DeviceTensor, window: usize, alpha: f32, beta: f32, k: f32) -> KResult<DeviceTensor> {
     if Storage::of(x.dtype) != Some(Storage::F32) {
-        return Err(format!("the WGSL LRN kernel computes floats only, not {}", x.dtype));
+        return Err(kiln::invalid!("the WGSL LRN kernel computes floats only, not {}", x.dtype));
     }
     if x.shape.len() < 2 || window == 0 {
         return Err("LRN needs a channel axis 1 and a window of at least 1".into());
@@ -64,7 +64,7 @@ pub fn lrn(rec: &Recorder, x: &DeviceTensor, window: usize, alpha: f32, beta: f3
         beta.to_bits(),
         k.to_bits(),
     ];
-    rec.dispatch_1d(&Instance::plain("lrn"), &params, &[&x.buffer, &out.buffer], x.len()).map_err(|e| e.to_string())?;
+    rec.dispatch_1d(&Instance::plain("lrn"), &params, &[&x.buffer, &out.buffer], x.len()).map_err(kiln::KernelError::from)?;
     super::pointwise::narrow(rec, out)
 }
 

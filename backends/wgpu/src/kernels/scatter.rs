@@ -44,7 +44,7 @@ pub fn scatter_instance(body: &'static str, reduction: ScatterReduction, s: Stor
 fn index_words(t: &DeviceTensor) -> KResult<&DeviceTensor> {
     match t.dtype {
         DataType::I32 | DataType::I64 | DataType::I16 | DataType::I8 => Ok(t),
-        other => Err(format!("indices must be signed integers, not {other}")),
+        other => Err(kiln::invalid!("indices must be signed integers, not {other}")),
     }
 }
 
@@ -56,10 +56,10 @@ pub fn scatter(
     indices: &DeviceTensor,
     updates: &DeviceTensor,
 ) -> KResult<DeviceTensor> {
-    let storage = Storage::of(data.dtype).ok_or_else(|| format!("unsupported dtype {} for Scatter", data.dtype))?;
+    let storage = Storage::of(data.dtype).ok_or_else(|| kiln::invalid!("unsupported dtype {} for Scatter", data.dtype))?;
     let indices = index_words(indices)?;
     if updates.dtype != data.dtype {
-        return Err(format!("updates are {}, data {}", updates.dtype, data.dtype));
+        return Err(kiln::invalid!("updates are {}, data {}", updates.dtype, data.dtype));
     }
     let boolean = data.dtype == DataType::Bool;
     let dense = strides(&data.shape);
@@ -69,19 +69,19 @@ pub fn scatter(
         ScatterMode::Elements { axis } => {
             let rank = data.shape.len();
             if indices.shape.len() != rank || updates.shape != indices.shape {
-                return Err(format!(
+                return Err(kiln::invalid!(
                     "ScatterElements needs indices and updates of one shape and the data's rank: data {:?}, \
                      indices {:?}, updates {:?}",
                     data.shape, indices.shape, updates.shape
                 ));
             }
             if let Some(d) = (0..rank).find(|&d| d != axis && indices.shape[d] > data.shape[d]) {
-                return Err(format!(
+                return Err(kiln::invalid!(
                     "indices shape {:?} exceeds data shape {:?} on axis {d}",
                     indices.shape, data.shape
                 ));
             }
-            let along = *indices.shape.get(axis).ok_or_else(|| format!("axis {axis} is out of range"))?;
+            let along = *indices.shape.get(axis).ok_or_else(|| kiln::invalid!("axis {axis} is out of range"))?;
             let lines = indices.len().checked_div(along).unwrap_or(0);
             let mut params = vec![count_word(lines)?, rank as u32, axis as u32, count_word(data.shape[axis])?];
             params.extend(words8(&indices.shape)?);
@@ -93,12 +93,12 @@ pub fn scatter(
             let q = indices.shape.len();
             let tuple = *indices.shape.last().ok_or("ScatterND indices must have rank at least 1")?;
             if tuple > data.shape.len() {
-                return Err(format!("{tuple} index components exceed data rank {}", data.shape.len()));
+                return Err(kiln::invalid!("{tuple} index components exceed data rank {}", data.shape.len()));
             }
             let mut expected = indices.shape[..q - 1].to_vec();
             expected.extend_from_slice(&data.shape[tuple..]);
             if updates.shape != expected {
-                return Err(format!("updates shape {:?} should be {expected:?}", updates.shape));
+                return Err(kiln::invalid!("updates shape {:?} should be {expected:?}", updates.shape));
             }
             let slice: usize = data.shape[tuple..].iter().product();
             let tuples: usize = indices.shape[..q - 1].iter().product();
@@ -110,7 +110,7 @@ pub fn scatter(
     };
     let kernel = scatter_instance(body, reduction, storage, boolean);
     rec.dispatch_1d(&kernel, &params, &[&indices.buffer, &updates.buffer, &out.buffer], count)
-        .map_err(|e| e.to_string())?;
+        .map_err(kiln::KernelError::from)?;
     super::pointwise::narrow(rec, out)
 }
 
@@ -126,7 +126,7 @@ pub fn gather_nd(
     let q = indices.shape.len();
     let tuple = *indices.shape.last().ok_or("GatherND indices must have rank at least 1")?;
     if batch_dims >= q || batch_dims + tuple > data.shape.len() {
-        return Err(format!(
+        return Err(kiln::invalid!(
             "{tuple} index components after {batch_dims} batch dims exceed data rank {}",
             data.shape.len()
         ));
@@ -146,7 +146,7 @@ pub fn gather_nd(
     params.extend(words8(&data.shape[batch_dims..batch_dims + tuple])?);
     params.extend(words8(&st[batch_dims..batch_dims + tuple])?);
     rec.dispatch_1d(&Instance::plain("gather_nd"), &params, &[&data.buffer, &indices.buffer, &out.buffer], out.len())
-        .map_err(|e| e.to_string())?;
+        .map_err(kiln::KernelError::from)?;
     Ok(out)
 }
 

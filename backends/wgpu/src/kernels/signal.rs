@@ -13,7 +13,7 @@ fn floats(what: &str, t: &DeviceTensor) -> KResult<()> {
     if t.dtype.is_float() {
         Ok(())
     } else {
-        Err(format!("the WGSL {what} kernel computes floats only, not {}", t.dtype))
+        Err(kiln::invalid!("the WGSL {what} kernel computes floats only, not {}", t.dtype))
     }
 }
 
@@ -32,7 +32,7 @@ pub fn dft(
     let rank = xs.len();
     let DftSignal { axis, parts, in_len, n, used } = dft_signal(xs, axis, length, inverse, onesided)?;
     if out_shape.len() != rank {
-        return Err(format!("DFT output {out_shape:?} does not have the input's rank {rank}"));
+        return Err(kiln::invalid!("DFT output {out_shape:?} does not have the input's rank {rank}"));
     }
     let (out_len, out_parts) = (out_shape[axis], out_shape[rank - 1]);
     let inner: usize = xs[axis + 1..rank - 1].iter().product();
@@ -52,9 +52,9 @@ pub fn dft(
     ];
     // (j·k) mod n is computed in u32.
     if (n as u64).pow(2) > u64::from(u32::MAX) {
-        return Err(format!("a DFT of length {n} exceeds the 65535 the WGSL kernel indexes"));
+        return Err(kiln::invalid!("a DFT of length {n} exceeds the 65535 the WGSL kernel indexes"));
     }
-    rec.dispatch_1d(&Instance::plain("dft"), &params, &[&x.buffer, &out.buffer], bins).map_err(|e| e.to_string())?;
+    rec.dispatch_1d(&Instance::plain("dft"), &params, &[&x.buffer, &out.buffer], bins).map_err(kiln::KernelError::from)?;
     super::pointwise::narrow(rec, out)
 }
 
@@ -71,7 +71,7 @@ pub fn col2im(
     floats("Col2Im", x)?;
     let spatial = out_shape.len().saturating_sub(2);
     if spatial == 0 || spatial > COL2IM_MAX_SPATIAL {
-        return Err(format!("Col2Im over {spatial} spatial dims: the WGSL kernel handles 1 to {COL2IM_MAX_SPATIAL}"));
+        return Err(kiln::invalid!("Col2Im over {spatial} spatial dims: the WGSL kernel handles 1 to {COL2IM_MAX_SPATIAL}"));
     }
     let image = &out_shape[2..];
     let block = col2im_block_dims(block)?;
@@ -80,7 +80,7 @@ pub fn col2im(
     let per_channel: usize = block.iter().product();
     let columns: usize = grid.iter().product();
     if x.shape != [batch, channels * per_channel, columns] {
-        return Err(format!(
+        return Err(kiln::invalid!(
             "Col2Im input {:?} does not hold {channels}×{per_channel} rows of {columns} blocks",
             x.shape
         ));
@@ -101,7 +101,7 @@ pub fn col2im(
         params.extend(words);
     }
     rec.dispatch_1d(&Instance::plain("col2im"), &params, &[&x.buffer, &out.buffer], out.len())
-        .map_err(|e| e.to_string())?;
+        .map_err(kiln::KernelError::from)?;
     super::pointwise::narrow(rec, out)
 }
 
@@ -111,13 +111,13 @@ pub fn determinant(rec: &Recorder, x: &DeviceTensor) -> KResult<DeviceTensor> {
     let xs = &x.shape;
     let rank = xs.len();
     if rank < 2 || xs[rank - 1] != xs[rank - 2] {
-        return Err(format!("Det needs square matrices in the last two dims, got {xs:?}"));
+        return Err(kiln::invalid!("Det needs square matrices in the last two dims, got {xs:?}"));
     }
     let n = xs[rank - 1];
     let out = output(rec, x.dtype, &xs[..rank - 2])?;
     let scratch = output(rec, x.dtype, &[x.len().max(1)])?;
     let params = [count_word(out.len())?, count_word(n)?];
     rec.dispatch_1d(&Instance::plain("determinant"), &params, &[&x.buffer, &scratch.buffer, &out.buffer], out.len())
-        .map_err(|e| e.to_string())?;
+        .map_err(kiln::KernelError::from)?;
     super::pointwise::narrow(rec, out)
 }

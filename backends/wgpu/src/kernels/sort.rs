@@ -40,18 +40,18 @@ pub fn top_k(
     largest: bool,
     out_shape: &[usize],
 ) -> KResult<Vec<DeviceTensor>> {
-    let storage = Storage::of(x.dtype).ok_or_else(|| format!("unsupported dtype {} for TopK", x.dtype))?;
-    let len = *x.shape.get(axis).ok_or_else(|| format!("TopK axis {axis} is out of range for {:?}", x.shape))?;
+    let storage = Storage::of(x.dtype).ok_or_else(|| kiln::invalid!("unsupported dtype {} for TopK", x.dtype))?;
+    let len = *x.shape.get(axis).ok_or_else(|| kiln::invalid!("TopK axis {axis} is out of range for {:?}", x.shape))?;
     let k = *out_shape.get(axis).ok_or("TopK output rank differs from the input's")?;
     if k > len {
-        return Err(format!("k = {k} exceeds the axis length {len}"));
+        return Err(kiln::invalid!("k = {k} exceeds the axis length {len}"));
     }
     let values = output(rec, x.dtype, out_shape)?;
     let indices = output(rec, DataType::I64, out_shape)?;
     let inner: usize = x.shape[axis + 1..].iter().product();
     let params = [count_word(x.len())?, count_word(len)?, count_word(inner.max(1))?, count_word(k)?];
     rec.dispatch_1d(&top_k_instance(storage, largest), &params, &[&x.buffer, &values.buffer, &indices.buffer], x.len())
-        .map_err(|e| e.to_string())?;
+        .map_err(kiln::KernelError::from)?;
     Ok(vec![values, indices])
 }
 

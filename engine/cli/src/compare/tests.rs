@@ -3,7 +3,7 @@
 
 use super::stats::{Detail, Tolerances};
 use super::*;
-use kiln::{BackendError, DeviceFingerprint, Executable, TensorData};
+use kiln::{BackendError, DeviceFingerprint, Executable, KernelError, TensorData};
 use kiln_cpu::CpuBackend;
 
 /// The cpu backend, except that each named tensor (a network output, or with mark-all
@@ -233,16 +233,31 @@ impl Backend for MiniBackend {
     }
 }
 
-impl kiln::runtime::interp::Machine for MiniExecutable {
+impl kiln::runtime::machine::Machine for MiniExecutable {
     type Value = std::sync::Arc<HostTensor>;
 
     fn network(&self) -> &Network {
         &self.network
     }
+    fn backend_name(&self) -> &str {
+        "mini"
+    }
     fn meta(&self, value: &Self::Value) -> (kiln::DataType, Vec<usize>) {
         (value.dtype(), value.shape().to_vec())
     }
-    fn run_layer(&self, id: kiln::LayerId, inputs: &[Option<Self::Value>]) -> Result<Vec<Self::Value>, String> {
+    fn host_copy(&self, value: &Self::Value) -> Option<std::sync::Arc<HostTensor>> {
+        Some(value.clone())
+    }
+    fn host_value(&self, tensor: std::sync::Arc<HostTensor>) -> Self::Value {
+        tensor
+    }
+    fn run_kernel(
+        &self,
+        id: kiln::LayerId,
+        inputs: &[Option<Self::Value>],
+        _: &[Option<kiln::ir::infer::Fact>],
+        _: &[kiln::ir::infer::OutFact],
+    ) -> Result<Vec<Self::Value>, KernelError> {
         use kiln::{ActivationKind, ElementwiseOp};
         let arg = |i: usize| inputs.get(i).cloned().flatten().ok_or("missing input");
         let x = arg(0)?;
@@ -259,23 +274,23 @@ impl kiln::runtime::interp::Machine for MiniExecutable {
                 match op {
                     ElementwiseOp::Sum => xs.iter().zip(ys).map(|(a, b)| a + b).collect(),
                     ElementwiseOp::Prod => xs.iter().zip(ys).map(|(a, b)| a * b).collect(),
-                    other => return Err(format!("no mini kernel for {other:?}")),
+                    other => return Err(KernelError::Unsupported(format!("no mini kernel for {other:?}"))),
                 }
             }
-            other => return Err(format!("no mini kernel for {}", other.type_name())),
+            other => return Err(KernelError::Unsupported(format!("no mini kernel for {}", other.type_name()))),
         };
         if id.0 == self.wrong_layer {
             out.iter_mut().for_each(|v| *v += self.error);
         }
         Ok(vec![std::sync::Arc::new(HostTensor::from_f32(x.shape().to_vec(), out).map_err(|e| e.to_string())?)])
     }
-    fn to_host(&self, value: &Self::Value) -> Result<std::sync::Arc<HostTensor>, String> {
+    fn to_host(&self, value: &Self::Value) -> Result<std::sync::Arc<HostTensor>, KernelError> {
         Ok(value.clone())
     }
-    fn from_host(&self, tensor: std::sync::Arc<HostTensor>) -> Result<Self::Value, String> {
+    fn from_host(&self, tensor: std::sync::Arc<HostTensor>) -> Result<Self::Value, KernelError> {
         Ok(tensor)
     }
-    fn slice_along(&self, _: &Self::Value, _: usize, _: usize) -> Result<Self::Value, String> {
+    fn slice_along(&self, _: &Self::Value, _: usize, _: usize) -> Result<Self::Value, KernelError> {
         Err("no loops in mini".into())
     }
     fn stack_along(
@@ -286,7 +301,7 @@ impl kiln::runtime::interp::Machine for MiniExecutable {
         _: bool,
         _: kiln::DataType,
         _: &[usize],
-    ) -> Result<Self::Value, String> {
+    ) -> Result<Self::Value, KernelError> {
         Err("no loops in mini".into())
     }
 }

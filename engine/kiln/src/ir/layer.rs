@@ -225,6 +225,23 @@ impl LayerKind {
         )
     }
 
+    /// The input slots holding small integer tensors (shapes, bounds, counts, axes) whose
+    /// values decide the output shape or the launch parameters: a device backend reads
+    /// them to the host before running the layer (TensorRT's shape tensors).
+    pub fn host_slots(&self) -> &'static [usize] {
+        use LayerKind as K;
+        match self {
+            K::Shuffle(_) | K::Expand | K::Reduce { .. } | K::TopK { .. } => &[1],
+            K::CumulativeSum { .. } | K::CumulativeProduct { .. } => &[1],
+            K::Slice => &[1, 2, 3, 4],
+            K::Padding { .. } | K::Dft { .. } | K::Col2Im { .. } => &[1, 2],
+            K::Resize(_) => &[1, 2, 3],
+            K::Fill { .. } => &[0],
+            K::OneHot { .. } => &[2],
+            _ => &[],
+        }
+    }
+
     /// The TensorRT-style layer type name, as the inspector prints it.
     pub fn type_name(&self) -> &'static str {
         match self {

@@ -12,41 +12,9 @@ use crate::ir::dtype::DataType;
 use crate::ir::layer::{LayerKind, LoopId, LoopOutputKind};
 use crate::ir::network::{LayerId, Network, TensorId};
 use crate::ir::tensor::{HostTensor, TensorData};
+use super::machine::{KernelError, Machine};
 use std::collections::HashSet;
 use std::sync::Arc;
-
-/// A backend's values and kernels, as the interpreter drives them.
-pub trait Machine {
-    /// A tensor value; cloning must be cheap (an `Arc` or a buffer handle).
-    type Value: Clone;
-
-    fn network(&self) -> &Network;
-    /// The element type and dims of a value, known without waiting for the device.
-    fn meta(&self, value: &Self::Value) -> (DataType, Vec<usize>);
-    /// Runs one layer: any kind except the loop and conditional boundary layers
-    /// (TripLimit, Iterator, Recurrence, LoopOutput, Condition, IfConditionalInput/Output),
-    /// which the interpreter handles. Inputs in slot order, `None` for an omitted input.
-    fn run_layer(&self, id: LayerId, inputs: &[Option<Self::Value>]) -> Result<Vec<Self::Value>, String>;
-    /// Reads a value to the host (trip counts, loop and if conditions).
-    fn to_host(&self, value: &Self::Value) -> Result<Arc<HostTensor>, String>;
-    /// Makes a value from a host tensor (the network inputs).
-    #[allow(clippy::wrong_self_convention)] // uploads through the machine's device
-    fn from_host(&self, tensor: Arc<HostTensor>) -> Result<Self::Value, String>;
-    /// A loop Iterator's value: the slice at `index` along `axis`, the axis removed.
-    fn slice_along(&self, value: &Self::Value, axis: usize, index: usize) -> Result<Self::Value, String>;
-    /// A CONCATENATE/REVERSE loop output: `parts` stacked along a new axis `axis` of
-    /// `length` (at least `parts.len()`; zeros past the parts), last part first when
-    /// `reverse`. Every part is `dtype` with dims `slice_shape` (checked by the caller).
-    fn stack_along(
-        &self,
-        parts: &[Self::Value],
-        axis: usize,
-        length: usize,
-        reverse: bool,
-        dtype: DataType,
-        slice_shape: &[usize],
-    ) -> Result<Self::Value, String>;
-}
 
 /// Runs `plan` on `inputs` (network-input order), freeing after each top-level step the
 /// tensors `frees` names (see [`top_level_frees`]); returns the outputs in network-output
@@ -132,6 +100,11 @@ impl<'m, M: Machine> Interpreter<'m, M> {
         BackendError::Execution { layer: self.net().layer(layer).name.clone(), reason }
     }
 
+    fn kernel_fail(&self, layer: LayerId, e: KernelError) -> BackendError {
+        let l = self.net().layer(layer);
+        e.at_layer(self.machine.backend_name(), &l.name, l.kind.type_name())
+    }
+
     fn layer(&mut self, id: LayerId) -> Result<(), BackendError> {
         let layer = self.net().layer(id);
         let outputs = match layer.kind {
@@ -147,7 +120,7 @@ impl<'m, M: Machine> Interpreter<'m, M> {
                         }),
                     })
                     .collect::<Result<_, _>>()?;
-                let outputs = self.machine.run_layer(id, &inputs).map_err(|r| self.fail(id, r))?;
+                let outputs = self.machine.run_layer(id, &inputs).map_err(|e| self.kernel_fail(id, e))?;
                 if outputs.len() != layer.outputs.len() {
                     return Err(self.fail(
                         id,
@@ -203,7 +176,7 @@ impl<'m, M: Machine> Interpreter<'m, M> {
             ));
         }
         let index = if reverse { len - 1 - i } else { i };
-        self.machine.slice_along(&x, axis, index).map_err(|r| self.fail(id, r))
+        self.machine.slice_along(&x, axis, index).map_err(|e| self.kernel_fail(id, e))
     }
 
     fn run_loop(&mut self, r: &LoopRegion) -> Result<(), BackendError> {
@@ -320,7 +293,7 @@ impl<'m, M: Machine> Interpreter<'m, M> {
         let reverse = kind == LoopOutputKind::Reverse;
         self.machine
             .stack_along(stack, axis, length as usize, reverse, dtype, &slice_shape)
-            .map_err(|r| self.fail(o, r))
+            .map_err(|e| self.kernel_fail(o, e))
     }
 
     fn run_conditional(&mut self, r: &ConditionalRegion) -> Result<(), BackendError> {
@@ -339,7 +312,7 @@ impl<'m, M: Machine> Interpreter<'m, M> {
 
     fn host_input(&self, layer: LayerId, slot: usize) -> Result<Arc<HostTensor>, BackendError> {
         let v = self.input(layer, slot)?;
-        self.machine.to_host(&v).map_err(|r| self.fail(layer, r))
+        self.machine.to_host(&v).map_err(|e| self.kernel_fail(layer, e))
     }
 
     fn int_scalar(&self, layer: LayerId, slot: usize) -> Result<i64, BackendError> {
