@@ -3,71 +3,11 @@
 use crate::ir::dtype::DataType;
 use crate::ir::format::TensorFormat;
 use crate::ir::network::{LayerId, Network};
+use crate::device::DeviceFingerprint;
+use crate::error::BackendError;
 use crate::ir::tensor::HostTensor;
-use serde::{Deserialize, Serialize};
 use crate::tactics::{TacticDesc, TacticId};
 use std::time::Duration;
-use thiserror::Error;
-
-/// What identifies a device for engine compatibility (seed §6.7). Fields a backend does
-/// not know stay at their defaults.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeviceFingerprint {
-    /// "cpu", "wgpu", "cuda" or a plugin backend's name.
-    pub backend: String,
-    /// Human-readable device name, e.g. "NVIDIA H200" or "x86_64 (2 threads)".
-    pub name: String,
-    /// Compute capability ("9.0"), adapter id or CPU architecture: must match to load.
-    pub compute_capability: String,
-    pub driver_version: String,
-    pub memory_bytes: u64,
-    pub memory_bus_width_bits: u32,
-    pub l2_cache_bytes: u64,
-    pub shared_memory_per_block: u64,
-    pub shared_memory_per_multiprocessor: u64,
-    pub texture_alignment: u64,
-    pub multiprocessor_count: u32,
-    pub integrated: bool,
-}
-
-impl DeviceFingerprint {
-    /// Differences that only cost performance (seed §6.7): reported as warnings.
-    pub fn soft_differences(&self, other: &DeviceFingerprint) -> Vec<String> {
-        let mut out = Vec::new();
-        let mut check = |what: &str, a: String, b: String| {
-            if a != b {
-                out.push(format!("{what}: engine built with {a}, this device has {b}"));
-            }
-        };
-        check("memory bus width", self.memory_bus_width_bits.to_string(), other.memory_bus_width_bits.to_string());
-        check("L2 cache size", self.l2_cache_bytes.to_string(), other.l2_cache_bytes.to_string());
-        check("shared memory per block", self.shared_memory_per_block.to_string(), other.shared_memory_per_block.to_string());
-        check(
-            "shared memory per multiprocessor",
-            self.shared_memory_per_multiprocessor.to_string(),
-            other.shared_memory_per_multiprocessor.to_string(),
-        );
-        check("texture alignment", self.texture_alignment.to_string(), other.texture_alignment.to_string());
-        check("multiprocessor count", self.multiprocessor_count.to_string(), other.multiprocessor_count.to_string());
-        check("integrated GPU", self.integrated.to_string(), other.integrated.to_string());
-        out
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum BackendError {
-    /// The backend cannot run here (no device, no driver, not compiled in).
-    #[error("backend `{backend}` is not available: {reason}")]
-    Unavailable { backend: String, reason: String },
-    /// A layer kind or type the backend has no implementation for.
-    #[error("backend `{backend}` cannot run layer `{layer}` ({kind}): {reason}")]
-    Unsupported { backend: String, layer: String, kind: String, reason: String },
-    /// A failure while executing a layer.
-    #[error("layer `{layer}` failed: {reason}")]
-    Execution { layer: String, reason: String },
-    #[error("out of memory on `{backend}`: {reason}")]
-    OutOfMemory { backend: String, reason: String },
-}
 
 /// A backend: probes its device, checks which layers it runs and prepares executables.
 pub trait Backend: Send + Sync {

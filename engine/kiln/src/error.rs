@@ -22,3 +22,19 @@ fn tensor_clause(tensor: &str) -> String {
         format!(", tensor `{tensor}`")
     }
 }
+
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum BackendError {
+    /// The backend cannot run here (no device, no driver, not compiled in).
+    #[error("backend `{backend}` is not available: {reason}")]
+    Unavailable { backend: String, reason: String },
+    /// A layer kind or type the backend has no implementation for.
+    #[error("backend `{backend}` cannot run layer `{layer}` ({kind}): {reason}")]
+    Unsupported { backend: String, layer: String, kind: String, reason: String },
+    /// A failure while executing a layer.
+    #[error("layer `{layer}` failed: {reason}")]
+    Execution { layer: String, reason: String },
+    #[error("out of memory on `{backend}`: {reason}")]
+    OutOfMemory { backend: String, reason: String },
+}
+

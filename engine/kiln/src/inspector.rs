@@ -12,6 +12,7 @@
 //! `setExecutionContext`), in which case shapes are inferred for those inputs. Boundary
 //! tensors in vectorized formats show their logical dims, as TensorRT's do.
 
+use crate::config::ProfilingVerbosity;
 use crate::engine::Engine;
 use crate::ir::dtype::DataType;
 use crate::ir::format::TensorFormat;
@@ -20,34 +21,10 @@ use crate::ir::layer::LayerKind;
 use crate::ir::network::{Network, TensorId};
 use crate::ir::shape::{Dim, Shape};
 use crate::ir::tensor::HostTensor;
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 use std::fmt::Write;
 use thiserror::Error;
-
-/// How much the inspector may show (TensorRT's `ProfilingVerbosity`), set in the builder
-/// config and recorded in the engine.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum ProfilingVerbosity {
-    /// Nothing.
-    None,
-    /// Layer names only (the default).
-    #[default]
-    LayerNamesOnly,
-    /// Everything: types, shapes, formats, parameters, kernels.
-    Detailed,
-}
-
-impl ProfilingVerbosity {
-    pub fn name(self) -> &'static str {
-        match self {
-            ProfilingVerbosity::None => "none",
-            ProfilingVerbosity::LayerNamesOnly => "layer_names_only",
-            ProfilingVerbosity::Detailed => "detailed",
-        }
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LayerInformationFormat {

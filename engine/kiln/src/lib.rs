@@ -6,9 +6,15 @@
 //! [`ExecutionContext`].
 #![forbid(unsafe_code)]
 
+/// The kiln version that wrote an engine or a timing cache; engines load only into the
+/// same version (§6.7).
+pub const KILN_VERSION: &str = env!("CARGO_PKG_VERSION");
+
 pub mod backend;
 pub mod build_report;
 pub mod builder;
+pub mod config;
+pub mod device;
 pub mod engine;
 pub mod error;
 pub mod host_ops;
@@ -23,16 +29,18 @@ pub mod profile;
 pub mod runtime;
 pub mod tactics;
 
-pub use backend::{Backend, BackendError, DeviceFingerprint, DeviceTimes, Executable, PrecisionSupport};
+pub use backend::{Backend, DeviceTimes, Executable, PrecisionSupport};
+pub use device::DeviceFingerprint;
+pub use error::{BackendError, NetworkError};
 pub use runtime::machine::KernelError;
 pub use build_report::{BuildOutput, BuildSummary};
-pub use builder::{BuildError, Builder, BuilderConfig, Optimization};
-pub use inspector::{EngineInspector, InspectorError, LayerInformationFormat, ProfilingVerbosity};
+pub use builder::{BuildError, Builder};
+pub use config::{BuilderConfig, BuilderFlag, BuilderFlags, Optimization, ProfilingVerbosity};
+pub use inspector::{EngineInspector, InspectorError, LayerInformationFormat};
 pub use io_format::IoFormatError;
 pub use ir::format::{FormatMask, TensorFormat};
-pub use precision::{BuilderFlag, BuilderFlags, PrecisionError};
+pub use precision::PrecisionError;
 pub use engine::{Engine, EngineLoadError};
-pub use error::NetworkError;
 pub use ir::dtype::DataType;
 pub use ir::narrow::{E8M0Rounding, F4E2M1, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, F8E8M0, I2, I4, U2, U4};
 pub use ir::layer::*;

@@ -14,7 +14,7 @@ use crate::ir::layer::LayerKind;
 use crate::ir::network::{Network, TensorId};
 use crate::ir::shape::Shape;
 use crate::profile::{OptimizationProfile, Range};
-use crate::runtime::shapes::{infer_shapes, BoundInput, ShapeInferenceFailure};
+use crate::ir::infer::network_shapes::{infer_shapes, BoundInput, ShapeInferenceFailure};
 use serde::{Deserialize, Serialize};
 
 /// Every offset and size in the arena is a multiple of this.

@@ -21,146 +21,14 @@
 //! [`BuilderFlag`] is non-exhaustive so they can join.
 
 use crate::backend::{Backend, PrecisionSupport};
-use crate::builder::BuilderConfig;
+use crate::config::{BuilderFlag, BuilderFlags};
 use crate::error::NetworkError;
 use crate::ir::dtype::DataType;
 use crate::ir::layer::LayerKind;
 use crate::ir::network::{LayerId, Network, TensorId};
 use crate::ir::rewrite::{convert_float, Rewriter};
-use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use thiserror::Error;
-
-/// A builder flag (TensorRT's `BuilderFlag`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum BuilderFlag {
-    /// Layers may compute in f16.
-    Fp16,
-    /// Layers may compute in bf16.
-    Bf16,
-    /// f32 matrix products and convolutions may use TF32 (on by default; the environment
-    /// variable `NVIDIA_TF32_OVERRIDE=0` at build time turns it off).
-    Tf32,
-    /// Honour layer precision constraints where possible; warn and use the fastest
-    /// implementation where not.
-    PreferPrecisionConstraints,
-    /// Honour layer precision constraints or fail the build.
-    ObeyPrecisionConstraints,
-    /// Insert no reformat at the network boundary: fail the build when the backend cannot
-    /// consume a boundary format directly (seed §6.6).
-    DirectIo,
-}
-
-impl BuilderFlag {
-    pub const ALL: [BuilderFlag; 6] = [
-        BuilderFlag::Fp16,
-        BuilderFlag::Bf16,
-        BuilderFlag::Tf32,
-        BuilderFlag::PreferPrecisionConstraints,
-        BuilderFlag::ObeyPrecisionConstraints,
-        BuilderFlag::DirectIo,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            BuilderFlag::Fp16 => "FP16",
-            BuilderFlag::Bf16 => "BF16",
-            BuilderFlag::Tf32 => "TF32",
-            BuilderFlag::PreferPrecisionConstraints => "PREFER_PRECISION_CONSTRAINTS",
-            BuilderFlag::ObeyPrecisionConstraints => "OBEY_PRECISION_CONSTRAINTS",
-            BuilderFlag::DirectIo => "DIRECT_IO",
-        }
-    }
-
-    /// Parses a name, case-insensitive (`fp16`, `prefer_precision_constraints`, …).
-    pub fn from_name(name: &str) -> Option<BuilderFlag> {
-        let upper = name.to_ascii_uppercase().replace('-', "_");
-        BuilderFlag::ALL.into_iter().find(|f| f.name() == upper)
-    }
-
-    fn bit(self) -> u32 {
-        1 << (self as u32)
-    }
-}
-
-/// A set of builder flags; the default holds TF32 only, as TensorRT's.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct BuilderFlags(u32);
-
-impl Default for BuilderFlags {
-    fn default() -> BuilderFlags {
-        BuilderFlags(BuilderFlag::Tf32.bit())
-    }
-}
-
-impl BuilderFlags {
-    pub fn empty() -> BuilderFlags {
-        BuilderFlags(0)
-    }
-
-    pub fn contains(self, flag: BuilderFlag) -> bool {
-        self.0 & flag.bit() != 0
-    }
-
-    pub fn set(&mut self, flag: BuilderFlag) {
-        self.0 |= flag.bit();
-    }
-
-    pub fn clear(&mut self, flag: BuilderFlag) {
-        self.0 &= !flag.bit();
-    }
-
-    /// The flags held, in [`BuilderFlag::ALL`] order.
-    pub fn flags(self) -> Vec<BuilderFlag> {
-        BuilderFlag::ALL.into_iter().filter(|&f| self.contains(f)).collect()
-    }
-
-    /// Names joined by `|`, `(none)` when empty.
-    pub fn names(self) -> String {
-        let names: Vec<&str> = self.flags().into_iter().map(BuilderFlag::name).collect();
-        if names.is_empty() {
-            "(none)".into()
-        } else {
-            names.join("|")
-        }
-    }
-
-    /// Whether layers may compute in `dtype` (f32 always; f16/bf16 when their flag is set).
-    pub fn enables(self, dtype: DataType) -> bool {
-        match dtype {
-            DataType::F16 => self.contains(BuilderFlag::Fp16),
-            DataType::BF16 => self.contains(BuilderFlag::Bf16),
-            _ => true,
-        }
-    }
-}
-
-impl BuilderConfig {
-    pub fn set_flag(&mut self, flag: BuilderFlag) {
-        self.builder_flags.set(flag);
-    }
-
-    pub fn clear_flag(&mut self, flag: BuilderFlag) {
-        self.builder_flags.clear(flag);
-    }
-
-    pub fn get_flag(&self, flag: BuilderFlag) -> bool {
-        self.builder_flags.contains(flag)
-    }
-}
-
-/// The flags a build uses: the configured ones less TF32 when `NVIDIA_TF32_OVERRIDE` is
-/// `0` (`tf32_override` is that variable's value, read by the builder), with a log line
-/// saying so.
-pub fn effective_flags(configured: BuilderFlags, tf32_override: Option<&str>) -> (BuilderFlags, Option<String>) {
-    let mut flags = configured;
-    if tf32_override == Some("0") && flags.contains(BuilderFlag::Tf32) {
-        flags.clear(BuilderFlag::Tf32);
-        return (flags, Some("TF32 disabled: NVIDIA_TF32_OVERRIDE=0 at build time".into()));
-    }
-    (flags, None)
-}
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum PrecisionError {

@@ -8,14 +8,14 @@ mod buffer;
 mod context;
 pub mod interp;
 pub mod machine;
-pub mod shapes;
 mod stream;
 
 pub use buffer::Buffer;
 pub use context::ExecutionContext;
 pub use stream::{Event, Stream};
 
-use crate::backend::{Backend, BackendError, Executable};
+use crate::backend::{Backend, Executable};
+use crate::error::BackendError;
 use crate::engine::{Engine, EngineLoadError};
 use std::sync::Arc;
 use thiserror::Error;

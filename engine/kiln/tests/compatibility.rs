@@ -3,7 +3,8 @@
 mod common;
 
 use common::RecordOnlyBackend;
-use kiln::engine::format::{self, EngineFileError, KILN_VERSION};
+use kiln::engine::format::{self, EngineFileError};
+use kiln::KILN_VERSION;
 use kiln::*;
 
 fn engine() -> Engine {

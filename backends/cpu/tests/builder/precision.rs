@@ -3,7 +3,7 @@
 
 use crate::common::{build, config, layer_types, run, PlainCpu};
 use half::{bf16, f16};
-use kiln::precision::effective_flags;
+use kiln::config::effective_flags;
 use kiln::*;
 use kiln_cpu::CpuBackend;
 
@@ -311,7 +311,7 @@ fn a_shape_layer_reads_an_f16_tensor_without_a_cast() {
     net.set_layer_precision(mul, DataType::F16).unwrap();
     let shape = net.add_layer("shape", LayerKind::Shape, vec![Some(net.output(mul, 0))]).unwrap();
     net.mark_output(net.output(shape, 0)).unwrap();
-    let mut flags = precision::BuilderFlags::empty();
+    let mut flags = BuilderFlags::empty();
     flags.set(BuilderFlag::Fp16);
     flags.set(BuilderFlag::ObeyPrecisionConstraints);
     let (typed, _) = precision::apply(&net, flags, &CpuBackend::new()).unwrap();

@@ -10,19 +10,17 @@
 //! Every length and offset is checked before use, so a truncated, corrupted or hostile file
 //! is an error, never a panic or an allocation of a size the file chooses.
 
-use crate::backend::DeviceFingerprint;
-use crate::inspector::ProfilingVerbosity;
-use crate::precision::BuilderFlags;
+use crate::config::{BuilderFlags, ProfilingVerbosity};
+use crate::KILN_VERSION;
+use crate::device::DeviceFingerprint;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 pub const MAGIC: &[u8; 8] = b"KILNENG\0";
-/// 2: the plan records optimization profiles, layers carry precision constraints, tensors
-/// allowed formats, the plan kernel names and the header builder flags and profiling
-/// verbosity.
+/// The layout version. 2: the plan records optimization profiles, layers carry precision
+/// constraints, tensors allowed formats, the plan kernel names and the header builder flags
+/// and profiling verbosity; 3: the current layout.
 pub const FORMAT_VERSION: u32 = 3;
-/// The kiln version that wrote an engine; engines load only into the same version (§6.7).
-pub const KILN_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Upper bound on the header, far above any real one.
 const MAX_HEADER_BYTES: u32 = 1 << 20;
 

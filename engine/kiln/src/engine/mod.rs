@@ -2,7 +2,7 @@
 
 pub mod format;
 
-use crate::backend::DeviceFingerprint;
+use crate::device::DeviceFingerprint;
 use crate::ir::dtype::DataType;
 use crate::ir::infer::{infer_layer, Fact};
 use crate::ir::network::Network;
@@ -10,7 +10,8 @@ use crate::ir::tensor::{HostTensor, TensorData};
 use crate::memory_plan::{plan_profiles, MemoryPlan};
 use crate::profile::{validate_profiles, OptimizationProfile};
 use crate::tactics::TacticId;
-use format::{BuildFlags, EngineFileError, EngineHeader, SectionKind, KILN_VERSION};
+use format::{BuildFlags, EngineFileError, EngineHeader, SectionKind};
+use crate::KILN_VERSION;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 

@@ -1,7 +1,8 @@
 //! Dead-layer elimination: layers no network output depends on go (Assertions stay).
 
 use super::{Pass, PassContext, PassError};
-use crate::builder::remove_dead_layers;
+use crate::ir::control;
+use crate::ir::network::{LayerId, TensorId};
 use crate::ir::network::Network;
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -16,4 +17,39 @@ impl Pass for DeadLayerElimination {
         let pruned = remove_dead_layers(network);
         Ok((pruned.layers().len() != network.layers().len()).then_some(pruned))
     }
+}
+
+/// Keeps only the layers that network outputs depend on (and Assertion layers, which
+/// matter for their effect), renumbering tensors, layers and weights. A live loop keeps its
+/// trip limits and a live conditional its condition; a loop with no live output goes.
+pub fn remove_dead_layers(network: &Network) -> Network {
+    let layers = network.layers();
+    let mut live = vec![false; layers.len()];
+    let mut stack: Vec<TensorId> = network.outputs().to_vec();
+    for (i, l) in layers.iter().enumerate() {
+        if matches!(l.kind, crate::ir::layer::LayerKind::Assertion { .. }) {
+            live[i] = true;
+            stack.extend(l.inputs.iter().flatten());
+        }
+    }
+    loop {
+        while let Some(t) = stack.pop() {
+            if let Some((LayerId(p), _)) = network.tensor(t).producer {
+                if !std::mem::replace(&mut live[p], true) {
+                    stack.extend(layers[p].inputs.iter().flatten());
+                }
+            }
+        }
+        for i in control::structural_layers(network, &live) {
+            live[i] = true;
+            stack.extend(layers[i].inputs.iter().flatten());
+        }
+        if stack.is_empty() {
+            break;
+        }
+    }
+    if live.iter().all(|&l| l) {
+        return network.clone();
+    }
+    network.retain_layers(&live)
 }

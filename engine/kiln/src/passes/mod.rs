@@ -23,7 +23,7 @@ pub(crate) mod rewrite;
 
 pub use attention::AttentionFusion;
 pub use cse::CommonSubexpressionElimination;
-pub use dead::DeadLayerElimination;
+pub use dead::{remove_dead_layers, DeadLayerElimination};
 pub use fold::{ConstantFolding, MAX_FOLDED_ELEMENTS};
 pub use fuse::EpilogueFusion;
 pub use horizontal::HorizontalMatMulFusion;

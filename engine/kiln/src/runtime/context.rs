@@ -1,7 +1,7 @@
 //! Execution contexts: per-run state (active profile, input shapes, shape-tensor values,
 //! tensor buffers) over a shared prepared engine.
 
-use super::shapes::{dims_with_wildcards, infer_shapes, BoundInput};
+use crate::ir::infer::network_shapes::{dims_with_wildcards, infer_shapes, BoundInput};
 use super::stream::{Event, Job, Stream};
 use super::{Buffer, PreparedEngine, RunError};
 use crate::backend::{Backend, DeviceTimes};

@@ -6,7 +6,7 @@
 //! conditionals running only the taken branch. Only trip counts and conditions are read
 //! back to the host, so a GPU backend synchronises nowhere else.
 
-use crate::backend::BackendError;
+use crate::error::BackendError;
 use crate::ir::control::{Block, ConditionalRegion, ControlFlow, LoopRegion, Step};
 use crate::ir::dtype::DataType;
 use crate::ir::layer::{LayerKind, LoopId, LoopOutputKind};

@@ -6,7 +6,7 @@
 //! inference, the backend's kernel, and a check that the kernel made what inference said.
 //! A backend implements only [`Machine::run_kernel`] and its value transfers.
 
-use crate::backend::BackendError;
+use crate::error::BackendError;
 use crate::ir::dtype::DataType;
 use crate::ir::infer::{infer_layer, Fact, OutFact};
 use crate::ir::layer::LayerKind;
@@ -214,5 +214,97 @@ macro_rules! invalid {
 impl From<crate::ir::tensor::ShapeMismatch> for KernelError {
     fn from(e: crate::ir::tensor::ShapeMismatch) -> KernelError {
         KernelError::Invalid(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    /// Values "on a device" unless made on the host; counts read-backs.
+    struct Device {
+        net: Network,
+        reads: Cell<usize>,
+        /// The dims the kernel makes (None: what inference expects).
+        wrong_dims: Option<Vec<usize>>,
+    }
+
+    #[derive(Clone, Debug)]
+    struct V {
+        t: Arc<HostTensor>,
+        on_host: bool,
+    }
+
+    impl Machine for Device {
+        type Value = V;
+        fn network(&self) -> &Network {
+            &self.net
+        }
+        fn backend_name(&self) -> &str {
+            "test"
+        }
+        fn meta(&self, v: &V) -> (DataType, Vec<usize>) {
+            (v.t.dtype(), v.t.shape().to_vec())
+        }
+        fn host_copy(&self, v: &V) -> Option<Arc<HostTensor>> {
+            v.on_host.then(|| v.t.clone())
+        }
+        fn host_value(&self, t: Arc<HostTensor>) -> V {
+            V { t, on_host: true }
+        }
+        fn to_host(&self, v: &V) -> Result<Arc<HostTensor>, KernelError> {
+            self.reads.set(self.reads.get() + 1);
+            Ok(v.t.clone())
+        }
+        fn from_host(&self, t: Arc<HostTensor>) -> Result<V, KernelError> {
+            Ok(V { t, on_host: false })
+        }
+        fn run_kernel(&self, _: LayerId, inputs: &[Option<V>], facts: &[Option<Fact>], expected: &[OutFact]) -> Result<Vec<V>, KernelError> {
+            assert!(inputs[1].as_ref().is_some_and(|v| v.on_host), "the shape input was read to the host");
+            assert!(facts[1].as_ref().is_some_and(|f| f.value.is_some()), "inference saw the shape's value");
+            let dims = self.wrong_dims.clone().unwrap_or_else(|| expected[0].shape.as_fixed().expect("inference resolved the shape"));
+            Ok(vec![V { t: Arc::new(HostTensor::zeros(DataType::F32, dims)), on_host: false }])
+        }
+        fn slice_along(&self, v: &V, _: usize, _: usize) -> Result<V, KernelError> {
+            Ok(v.clone())
+        }
+        fn stack_along(&self, p: &[V], _: usize, _: usize, _: bool, _: DataType, _: &[usize]) -> Result<V, KernelError> {
+            Ok(p[0].clone())
+        }
+    }
+
+    fn expand(wrong_dims: Option<Vec<usize>>) -> (Device, LayerId, Vec<Option<V>>) {
+        let mut net = Network::new("expand");
+        let x = net.add_input("x", DataType::F32, Shape::fixed(&[1, 3])).unwrap();
+        let s = net.add_input("s", DataType::I64, Shape::fixed(&[2])).unwrap();
+        let id = net.add_layer("expand", LayerKind::Expand, vec![Some(x), Some(s)]).unwrap();
+        let device = |t: HostTensor| Some(V { t: Arc::new(t), on_host: false });
+        let inputs = vec![device(HostTensor::zeros(DataType::F32, vec![1, 3])), device(HostTensor::from_i64(vec![2], vec![4, 3]).unwrap())];
+        (Device { net, reads: Cell::new(0), wrong_dims }, id, inputs)
+    }
+
+    #[test]
+    fn the_driver_reads_shape_inputs_back_once_and_checks_the_kernel() {
+        let (m, id, inputs) = expand(None);
+        let out = m.run_layer(id, &inputs).expect("runs");
+        assert_eq!(out[0].t.shape(), &[4, 3]);
+        assert_eq!(m.reads.get(), 1, "only the shape input is read back");
+    }
+
+    #[test]
+    fn a_kernel_output_inference_does_not_expect_is_an_error() {
+        let (m, id, inputs) = expand(Some(vec![4, 4]));
+        let e = m.run_layer(id, &inputs).unwrap_err();
+        assert!(matches!(&e, KernelError::Invalid(r) if r.contains("shape inference expects")), "{e:?}");
+    }
+
+    #[test]
+    fn kernel_errors_keep_their_kind_at_the_runtime() {
+        let at = |e: KernelError| e.at_layer("cuda", "conv1", "Convolution");
+        assert!(matches!(at(KernelError::OutOfMemory("4 GiB".into())), BackendError::OutOfMemory { backend, reason } if backend == "cuda" && reason.contains("conv1")));
+        assert!(matches!(at(KernelError::DeviceLost("reset".into())), BackendError::Unavailable { .. }));
+        assert!(matches!(at(KernelError::Unsupported("f64".into())), BackendError::Unsupported { kind, .. } if kind == "Convolution"));
+        assert!(matches!(at("bad axis".into()), BackendError::Execution { layer, reason } if layer == "conv1" && reason == "bad axis"));
     }
 }

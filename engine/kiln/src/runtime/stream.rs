@@ -7,7 +7,7 @@
 //! after which the caller may refill its input buffers while the engine still runs.
 
 use super::RunError;
-use crate::backend::BackendError;
+use crate::error::BackendError;
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;

@@ -7,8 +7,8 @@
 //! the bytes never depend on hash-map order.
 
 use super::TacticId;
-use crate::backend::DeviceFingerprint;
-use crate::engine::format::KILN_VERSION;
+use crate::device::DeviceFingerprint;
+use crate::KILN_VERSION;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use thiserror::Error;

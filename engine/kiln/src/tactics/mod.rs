@@ -11,7 +11,7 @@ pub mod select;
 
 pub use cache::{CacheEntry, CacheHeader, TimingCache, TimingCacheError};
 pub use select::{
-    choose_tactics, AlgorithmChoice, AlgorithmContext, AlgorithmSelector, ProgressHandle, SelectorHandle, TacticError, TacticOptions,
+    AlgorithmChoice, AlgorithmContext, AlgorithmSelector, ProgressHandle, SelectorHandle, TacticError, TacticOptions,
     TacticPlan,
 };
 

@@ -5,6 +5,7 @@
 //! here are the single source of truth for every layer's output shape and type.
 
 mod control;
+pub mod network_shapes;
 mod einsum;
 mod fused;
 mod one_hot;
