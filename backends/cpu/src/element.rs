@@ -25,7 +25,6 @@ pub trait Elem: Copy + Send + Sync + PartialEq + Debug + 'static {
     /// Cast semantics: float→int truncates toward zero and saturates (NaN→0), int→int
     /// wraps, →bool is `x != 0`, →float rounds to nearest even once.
     fn from_scalar(value: Scalar) -> Self;
-    fn is_nonzero(self) -> bool;
     fn zero() -> Self;
 }
 
@@ -91,9 +90,6 @@ macro_rules! float_elem {
                     Scalar::Float(v) => <Self as FloatElem>::from_f64(v),
                     Scalar::Int($i) => $from_int,
                 }
-            }
-            fn is_nonzero(self) -> bool {
-                self.widen() != 0.0
             }
             fn zero() -> Self {
                 <Self as FloatElem>::from_f64(0.0)
@@ -382,9 +378,6 @@ macro_rules! int_elem {
                     Scalar::Int(i) => i as $t,
                 }
             }
-            fn is_nonzero(self) -> bool {
-                self != 0
-            }
             fn zero() -> Self {
                 0
             }
@@ -492,9 +485,6 @@ impl Elem for bool {
             Scalar::Float(v) => v != 0.0,
             Scalar::Int(i) => i != 0,
         }
-    }
-    fn is_nonzero(self) -> bool {
-        self
     }
     fn zero() -> Self {
         false

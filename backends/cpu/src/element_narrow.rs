@@ -42,9 +42,6 @@ macro_rules! narrow_float_elem {
             fn from_scalar(value: Scalar) -> Self {
                 $t::from_f64(scalar_to_f64(value), true)
             }
-            fn is_nonzero(self) -> bool {
-                self.to_f32() != 0.0
-            }
             fn zero() -> Self {
                 $t::from_f64(0.0, true)
             }
@@ -60,10 +57,6 @@ impl Elem for F8E8M0 {
     }
     fn from_scalar(value: Scalar) -> Self {
         F8E8M0::from_f64(scalar_to_f64(value), true, E8M0Rounding::Up)
-    }
-    fn is_nonzero(self) -> bool {
-        // e8m0 has no zero: every code is a power of two or NaN.
-        true
     }
     /// The smallest power, 2^-127 (the code a Cast of 0 gives).
     fn zero() -> Self {
@@ -84,9 +77,6 @@ macro_rules! narrow_int_elem {
                     Scalar::Float(v) => $t::wrapping(v.trunc() as i128),
                     Scalar::Int(i) => $t::wrapping(i),
                 }
-            }
-            fn is_nonzero(self) -> bool {
-                self.value() != 0
             }
             fn zero() -> Self {
                 $t::default()

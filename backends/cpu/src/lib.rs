@@ -19,7 +19,7 @@ mod tactics;
 use exec::CpuExecutable;
 /// One layer's kernel on host tensors (inputs in slot order, outputs as shape inference
 /// expects): what the GPU backends run shape-tensor arithmetic with.
-pub use kernels::{padding_source_maps, resize_axis_taps, run_with as run_layer_kernel, ResizeAxisTaps, Variant};
+pub use kernels::{run_with as run_layer_kernel, Variant};
 use kiln::{
     Backend, BackendError, DataType, DeviceFingerprint, Executable, Layer, LayerId, LayerKind, Network, PrecisionSupport, ResizeMode,
 };

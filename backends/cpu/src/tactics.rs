@@ -5,7 +5,7 @@
 use crate::kernels::{self, Variant};
 use kiln::ir::infer::{infer_layer, Fact};
 use kiln::tactics::{TacticDesc, TacticId};
-use kiln::{BackendError, DataType, FusedAnchor, HostTensor, LayerId, LayerKind, Network, Shape, TensorData, TensorFormat};
+use kiln::{BackendError, DataType, FusedAnchor, HostTensor, LayerId, LayerKind, Network, Shape, TensorFormat};
 use std::time::{Duration, Instant};
 
 /// Kernel sources hashed into the tactic ids: an edited kernel gets a new id, so a timing
@@ -103,23 +103,8 @@ pub fn time_tactic(network: &Network, layer: LayerId, tactic: &TacticDesc, repet
     Ok(times[times.len() / 2])
 }
 
-/// Values in [-1, 1) from a xorshift generator: timing needs realistic data, not zeros.
+/// [`kiln::plan::timing::random_tensor`] of a layer input's fixed shape.
 fn random_tensor(dtype: DataType, shape: &Shape, seed: &mut u64) -> Result<HostTensor, String> {
     let dims: Vec<usize> = shape.dims().iter().map(|d| d.fixed().ok_or("a dynamic dim cannot be timed")).collect::<Result<_, _>>()?;
-    let len: usize = dims.iter().product();
-    let mut next = || {
-        *seed ^= *seed << 13;
-        *seed ^= *seed >> 7;
-        *seed ^= *seed << 17;
-        (*seed >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    };
-    let values: Vec<f32> = (0..len).map(|_| next()).collect();
-    let data = match dtype {
-        DataType::F32 => TensorData::F32(values),
-        DataType::F16 => TensorData::F16(values.into_iter().map(half::f16::from_f32).collect()),
-        DataType::BF16 => TensorData::BF16(values.into_iter().map(half::bf16::from_f32).collect()),
-        DataType::F64 => TensorData::F64(values.into_iter().map(f64::from).collect()),
-        other => return Err(format!("cannot time a layer on {other} inputs")),
-    };
-    HostTensor::new(dims, data).map_err(|e| e.to_string())
+    kiln::plan::timing::random_tensor(dtype, &dims, seed)
 }

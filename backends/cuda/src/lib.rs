@@ -4,19 +4,29 @@
 //! and [`probe`] checks for them before any cudarc call (cudarc panics on a missing library),
 //! so a machine without them gets [`BackendError::Unavailable`] naming what is missing.
 //! cuDNN (optional) runs convolutions and pooling where present ([`dnn`]).
-//! `unsafe` lives only in the FFI and device-memory modules ([`nvrtc`], `device`, `blas`, `dnn`),
-//! each block with a `// SAFETY:` comment.
+//! `unsafe` lives only in the FFI and device-memory modules, the ones allowed it below
+//! (`nvrtc`, `probe`, `arena`, `blas`, `device`, `dnn`, `plugin`), each block with a
+//! `// SAFETY:` comment.
+
+#![deny(unsafe_code)]
 
 pub mod kernels;
+#[allow(unsafe_code)] // FFI / device memory
 pub mod nvrtc;
+#[allow(unsafe_code)] // FFI / device memory
 pub mod probe;
 
+#[allow(unsafe_code)] // FFI / device memory
 pub mod arena;
+#[allow(unsafe_code)] // FFI / device memory
 pub mod blas;
+#[allow(unsafe_code)] // FFI / device memory
 pub mod device;
+#[allow(unsafe_code)] // FFI / device memory
 pub mod dnn;
 mod exec;
 pub mod ops;
+#[allow(unsafe_code)] // launches plugin kernels through the driver
 mod plugin;
 mod replay;
 mod tactics;

@@ -7,7 +7,7 @@ use crate::blas::RANKED_ALGORITHMS;
 use crate::exec::CudaExecutable;
 use crate::ops::compute::CONV_DIRECT;
 use kiln::tactics::{TacticDesc, TacticId};
-use kiln::{BackendError, ConvolutionParams, DataType, FusedAnchor, HostTensor, LayerId, LayerKind, Network, Shape, TensorData, TensorFormat};
+use kiln::{BackendError, ConvolutionParams, DataType, FusedAnchor, LayerId, LayerKind, Network, Shape, TensorFormat};
 use std::time::Duration;
 
 /// What the tactic ids hash besides their names: the product path's source, so an edited
@@ -125,24 +125,6 @@ pub fn rank_of(network: &Network, layer: LayerId, tactic: Option<&TacticId>) -> 
     }
 }
 
-/// Values in [-1, 1): timing needs realistic data, not zeros.
-fn random_tensor(dtype: DataType, dims: &[usize], seed: &mut u64) -> Result<HostTensor, String> {
-    let len: usize = dims.iter().product();
-    let mut next = || {
-        *seed ^= *seed << 13;
-        *seed ^= *seed >> 7;
-        *seed ^= *seed << 17;
-        (*seed >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    };
-    let values: Vec<f32> = (0..len).map(|_| next()).collect();
-    let data = match dtype {
-        DataType::F32 => TensorData::F32(values),
-        DataType::F16 => TensorData::F16(values.into_iter().map(half::f16::from_f32).collect()),
-        DataType::BF16 => TensorData::BF16(values.into_iter().map(half::bf16::from_f32).collect()),
-        other => return Err(format!("cannot time a product on {other} inputs")),
-    };
-    HostTensor::new(dims.to_vec(), data).map_err(|e| e.to_string())
-}
 
 /// The median device time (CUDA events) of `repetitions` runs of `layer` alone with `tactic`,
 /// on random inputs of its shapes, after a warm-up.
@@ -166,7 +148,7 @@ pub fn time_tactic(
             Some(t) => {
                 let desc = network.tensor(*t);
                 let dims: Vec<usize> = desc.shape.dims().iter().map(|d| d.fixed().ok_or("a dynamic dim cannot be timed")).collect::<Result<_, _>>().map_err(|e| fail(e.into()))?;
-                feeds.push(random_tensor(desc.dtype, &dims, &mut seed).map_err(&fail)?);
+                feeds.push(kiln::plan::timing::random_tensor(desc.dtype, &dims, &mut seed).map_err(&fail)?);
                 Some(alone.add_input(&format!("in{i}"), desc.dtype, Shape::fixed(&dims)).map_err(|e| fail(e.to_string()))?)
             }
         });

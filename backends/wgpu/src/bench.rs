@@ -131,17 +131,9 @@ pub struct GemmRun {
     pub checked: usize,
 }
 
-/// Values in [-1, 1) from a xorshift stream: timing needs realistic data, not zeros.
+/// [`kiln::plan::timing::uniform`] values from `seed`.
 fn random_values(len: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
+    kiln::plan::timing::uniform(len, &mut (seed | 1))
 }
 
 /// Device words of `values` in `storage` (f16: two halves per word, low half first), and

@@ -8,7 +8,7 @@
 use crate::arena::Arena;
 use crate::device::Gpu;
 use crate::kernels::{
-    dynamic, einsum, half, indexing, layout, linalg, pointwise, quant, reduce, resize, roi, sample, scan, scatter, signal, sort,
+    einsum, half, indexing, layout, linalg, pointwise, quant, reduce, resize, roi, sample, scan, scatter, signal, sort,
     KResult,
 };
 use crate::ops::CastMode;
@@ -146,9 +146,7 @@ impl<'e> Run<'e> {
             LayerKind::Assertion { message } => {
                 let cond = values.first().cloned().flatten().ok_or("Assertion needs an input")?;
                 let cond = self.to_host(&cond)?;
-                if cond.to_i64_vec().is_some_and(|v| v.contains(&0)) {
-                    return Err(invalid!("assertion failed: {message}"));
-                }
+                kiln::plan::dynamic::assertion(&cond, message)?;
                 return Ok(Vec::new());
             }
             // Data-dependent output shapes: computed on the host (see kernels::dynamic).
@@ -160,7 +158,7 @@ impl<'e> Run<'e> {
                 };
                 let (boxes, scores) = (host(0)?.ok_or("boxes are missing")?, host(1)?.ok_or("scores are missing")?);
                 let (limit, iou, score) = (host(2)?, host(3)?, host(4)?);
-                let t = kiln::host_ops::non_max_suppression(
+                let t = kiln::plan::nms::non_max_suppression(
                     &boxes,
                     &scores,
                     limit.as_deref(),
@@ -460,8 +458,8 @@ impl<'e> Run<'e> {
         let x = inputs.first().cloned().flatten().ok_or("the layer needs an input")?;
         let x = self.to_host(&x)?;
         let outs = match kind {
-            LayerKind::NonZero => vec![dynamic::non_zero(&x)?],
-            LayerKind::Unique { axis, sorted } => dynamic::unique(&x, *axis, *sorted)?,
+            LayerKind::NonZero => vec![kiln::plan::dynamic::non_zero(&x)?],
+            LayerKind::Unique { axis, sorted } => kiln::plan::dynamic::unique(&x, *axis, *sorted)?,
             other => return Err(invalid!("{} has no data-dependent host path", other.type_name())),
         };
         outs.iter().map(|t| self.rec.upload(t).map(Value::Device)).collect()

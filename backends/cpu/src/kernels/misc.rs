@@ -1,8 +1,8 @@
 //! Element conversions (Cast, Quantize, Dequantize), TopK, NonZero and Assertion.
 
-use super::{tensor, typed};
 use crate::element::{cast as cast_one, float_data, pack, Elem, FloatElem, IntElem, Real, Scalar};
-use crate::layout::{strides, Lanes};
+use crate::layout::Lanes;
+use kiln::plan::quant::{check_zero_point, ParamIndex};
 use half::{bf16, f16};
 use crate::element_narrow::cast_narrow_float;
 use kiln::{
@@ -79,47 +79,6 @@ fn exact_ints(t: &HostTensor, what: &str) -> Result<Vec<i128>, String> {
     }
 }
 
-/// Which quantization parameter applies to each element: one for the whole tensor, one
-/// per index along `axis`, or one per element (scale of x's shape: blocked quantization
-/// that the importer expanded).
-struct ParamIndex {
-    per_axis: Option<Lanes>,
-    per_element: bool,
-}
-
-impl ParamIndex {
-    fn new(x_shape: &[usize], scale_shape: &[usize], axis: Option<usize>) -> Result<ParamIndex, String> {
-        let params: usize = scale_shape.iter().product();
-        if params == 1 {
-            return Ok(ParamIndex { per_axis: None, per_element: false });
-        }
-        if scale_shape.len() > 1 || (axis.is_none() && scale_shape == x_shape) {
-            return if scale_shape == x_shape {
-                Ok(ParamIndex { per_axis: None, per_element: true })
-            } else {
-                Err(format!("scale must be 0-D, 1-D or of x's shape {x_shape:?}, got shape {scale_shape:?}"))
-            };
-        }
-        match axis {
-            Some(a) if a < x_shape.len() && x_shape[a] == params => {
-                Ok(ParamIndex { per_axis: Some(Lanes::around(x_shape, a)), per_element: false })
-            }
-            _ => Err(format!(
-                "{params} scales need an axis of that length (axis {axis:?} of shape {x_shape:?}); \
-                 per-tensor scales hold one element"
-            )),
-        }
-    }
-
-    #[inline]
-    fn at(&self, i: usize) -> usize {
-        if self.per_element {
-            return i;
-        }
-        self.per_axis.map_or(0, |l| (i / l.inner) % l.len)
-    }
-}
-
 /// `saturate(round_half_even(x / scale) + zero_point)` into the integer type `to`.
 pub fn quantize(
     x: &HostTensor,
@@ -129,10 +88,7 @@ pub fn quantize(
     to: DataType,
 ) -> Result<TensorData, String> {
     let index = ParamIndex::new(x.shape(), scale.shape(), axis)?;
-    if zero_point.is_some_and(|z| z.len() != scale.len()) {
-        let z = zero_point.map_or(0, |z| z.len());
-        return Err(format!("zero point has {z} elements but scale has {}", scale.len()));
-    }
+    check_zero_point(scale.len(), zero_point.map(HostTensor::len))?;
     let scales = scale.to_f64_vec();
     if to.is_narrow() {
         return quantize_narrow(x, &scales, zero_point, &index, to);
@@ -207,10 +163,8 @@ pub fn dequantize(
     axis: Option<usize>,
 ) -> Result<TensorData, String> {
     let index = ParamIndex::new(x.shape(), scale.shape(), axis)?;
+    check_zero_point(scale.len(), zero_point.map(HostTensor::len))?;
     match zero_point {
-        Some(z) if z.len() != scale.len() => {
-            return Err(format!("zero point has {} elements but scale has {}", z.len(), scale.len()))
-        }
         Some(z) if z.dtype() != x.dtype() => {
             return Err(format!("zero point must be {} like the input, not {}", x.dtype(), z.dtype()))
         }
@@ -300,27 +254,3 @@ pub fn top_k(
     Ok((values, TensorData::I64(picks.into_iter().map(|i| i as i64).collect())))
 }
 
-/// Coordinates of the non-zero elements: `[rank, count]` i64, in row-major order.
-pub fn non_zero(x: &HostTensor) -> Result<HostTensor, String> {
-    let positions: Vec<usize> = dispatch_data!(x.data(), v => {
-        v.iter().enumerate().filter(|(_, e)| e.is_nonzero()).map(|(i, _)| i).collect()
-    }, string _s => return Err(format!("the cpu `{}` kernels do not take string tensors", module_path!().rsplit("::").next().unwrap_or(""))));
-    let (rank, count) = (x.shape().len(), positions.len());
-    let st = strides(x.shape());
-    let mut out = vec![0i64; rank * count];
-    for (c, &p) in positions.iter().enumerate() {
-        for d in 0..rank {
-            out[d * count + c] = ((p / st[d]) % x.shape()[d]) as i64;
-        }
-    }
-    tensor(vec![rank, count], TensorData::I64(out))
-}
-
-/// Fails with the message when any element of the condition is false.
-pub fn assertion(condition: &HostTensor, message: &str) -> Result<(), String> {
-    let cond: &[bool] = typed(condition, "the assertion condition")?;
-    match cond.iter().position(|&c| !c) {
-        None => Ok(()),
-        Some(i) => Err(format!("assertion failed: {message} (element {i} is false)")),
-    }
-}

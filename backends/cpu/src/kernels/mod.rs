@@ -16,15 +16,12 @@ mod plugin;
 mod pool;
 mod reduce;
 mod resize;
-pub use resize::{resize_axis_taps, ResizeAxisTaps};
 mod roi;
 mod sampling;
 mod shape_ops;
-pub use shape_ops::padding_source_maps;
 mod signal;
 mod text;
 mod unary;
-mod unique;
 
 use crate::element::Elem;
 use kiln::ir::infer::OutFact;
@@ -111,14 +108,14 @@ pub fn run_with(
         K::Quantize { axis, to } => one(misc::quantize(ins.req(0)?, ins.req(1)?, ins.opt(2), *axis, *to)?),
         K::Dequantize { axis } => one(misc::dequantize(ins.req(0)?, ins.req(1)?, ins.opt(2), *axis)?),
         K::Lrn { window, alpha, beta, k } => one(norm::lrn(ins.req(0)?, *window, *alpha, *beta, *k)?),
-        K::NonZero => Ok(vec![misc::non_zero(ins.req(0)?)?]),
+        K::NonZero => Ok(vec![kiln::plan::dynamic::non_zero(ins.req(0)?)?]),
         K::CumulativeSum { exclusive, reverse } => {
             one(reduce::cumulative_sum(ins.req(0)?, ins.req(1)?, *exclusive, *reverse)?)
         }
         K::CumulativeProduct { exclusive, reverse } => {
             one(reduce::cumulative_product(ins.req(0)?, ins.req(1)?, *exclusive, *reverse)?)
         }
-        K::Assertion { message } => misc::assertion(ins.req(0)?, message).map(|()| vec![]),
+        K::Assertion { message } => kiln::plan::dynamic::assertion(ins.req(0)?, message).map(|()| vec![]),
         K::Einsum { equation } => {
             let operands = (0..inputs.len()).map(|i| ins.req(i)).collect::<Result<Vec<_>, _>>()?;
             one(einsum::einsum(equation, &operands, &shape()?)?)
@@ -128,7 +125,7 @@ pub fn run_with(
         K::RmsNormalization { axes, epsilon } => Ok(vec![fused::rms_normalization(inputs, axes, *epsilon)?]),
         K::GridSample(p) => one(sampling::grid_sample(p, ins.req(0)?, ins.req(1)?, &shape()?)?),
         K::BitCast { to } => one(sampling::bit_cast(ins.req(0)?, *to)?),
-        K::NonMaxSuppression { center_point_box } => Ok(vec![kiln::host_ops::non_max_suppression(
+        K::NonMaxSuppression { center_point_box } => Ok(vec![kiln::plan::nms::non_max_suppression(
             ins.req(0)?,
             ins.req(1)?,
             ins.opt(2),
@@ -140,7 +137,7 @@ pub fn run_with(
             let ins = inputs.iter().enumerate().map(|(i, x)| x.ok_or(format!("plugin input {i} is missing"))).collect::<Result<Vec<_>, _>>()?;
             plugin::plugin(p, &ins, outs)
         }
-        K::Unique { axis, sorted } => unique::unique(ins.req(0)?, *axis, *sorted),
+        K::Unique { axis, sorted } => Ok(kiln::plan::dynamic::unique(ins.req(0)?, *axis, *sorted)?),
         K::Dft { inverse, onesided } => {
             let axis = int_scalar(ins.req(1)?, "DFT axis")?;
             let length = ins.opt(2).map(|t| int_scalar(t, "DFT length")).transpose()?;

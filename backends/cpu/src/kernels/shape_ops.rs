@@ -103,43 +103,6 @@ pub fn expand(x: &HostTensor, out_shape: &[usize]) -> Result<TensorData, String>
     Ok(dispatch_data!(x.data(), v => pack(gather_strided(v, out_shape, &steps, 0)), string _s => return Err(format!("the cpu `{}` kernels do not take string tensors", module_path!().rsplit("::").next().unwrap_or("")))))
 }
 
-/// Where output coordinate `o` of one axis reads from: `Some(input coordinate)` or `None`
-/// for the constant. Negative pads crop first; positive pads then extend the cropped range.
-fn source_coordinate(mode: PaddingMode, o: usize, begin: i64, lo: usize, kept: usize) -> Result<Option<usize>, String> {
-    let pad_begin = begin.max(0);
-    let j = o as i64 - pad_begin;
-    let n = kept as i64;
-    if (0..n).contains(&j) {
-        return Ok(Some(lo + j as usize));
-    }
-    if mode == PaddingMode::Constant {
-        return Ok(None);
-    }
-    if n == 0 {
-        return Err(format!("{mode:?} padding needs a non-empty axis"));
-    }
-    let k = match mode {
-        PaddingMode::Edge => j.clamp(0, n - 1),
-        PaddingMode::Wrap => j.rem_euclid(n),
-        // Mirror without repeating the edge, as often as the pad needs (numpy "reflect").
-        PaddingMode::Reflect => {
-            if n == 1 {
-                0
-            } else {
-                let period = 2 * (n - 1);
-                let r = j.rem_euclid(period);
-                if r < n {
-                    r
-                } else {
-                    period - r
-                }
-            }
-        }
-        PaddingMode::Constant => unreachable!("handled above"),
-    };
-    Ok(Some(lo + k as usize))
-}
-
 pub fn padding(
     mode: PaddingMode,
     x: &HostTensor,
@@ -148,25 +111,8 @@ pub fn padding(
     out_shape: &[usize],
 ) -> Result<TensorData, String> {
     let pads = int_values(pads, "pads")?;
-    let rank = x.shape().len();
-    if pads.len() != 2 * rank || out_shape.len() != rank {
-        return Err(format!("pads {pads:?} do not match rank {rank}"));
-    }
     // Per axis, for each output coordinate: its input coordinate, or None for the constant.
-    let mut maps: Vec<Vec<Option<usize>>> = Vec::with_capacity(rank);
-    for d in 0..rank {
-        let n = x.shape()[d] as i64;
-        let (begin, end) = (pads[d], pads[d + rank]);
-        let lo = (-begin).max(0);
-        let kept = n - lo - (-end).max(0);
-        if kept < 0 {
-            return Err(format!("pads {pads:?} crop more than axis {d} holds"));
-        }
-        let map = (0..out_shape[d])
-            .map(|o| source_coordinate(mode, o, begin, lo as usize, kept as usize))
-            .collect::<Result<Vec<_>, _>>()?;
-        maps.push(map);
-    }
+    let maps = kiln::plan::pad::source_maps(mode, x.shape(), &pads, out_shape)?;
     let st = strides(x.shape());
     dispatch_data!(x.data(), v => {
         let fill = match constant {
@@ -187,28 +133,3 @@ pub fn padding(
     }, string _s => return Err(format!("the cpu `{}` kernels do not take string tensors", module_path!().rsplit("::").next().unwrap_or(""))))
 }
 
-/// Per axis, for each output coordinate of Pad: its input coordinate, or `None` where the
-/// constant goes (what a device backend gathers through).
-pub fn padding_source_maps(
-    mode: PaddingMode,
-    x_shape: &[usize],
-    pads: &[i64],
-    out_shape: &[usize],
-) -> Result<Vec<Vec<Option<usize>>>, String> {
-    let rank = x_shape.len();
-    if pads.len() != 2 * rank || out_shape.len() != rank {
-        return Err(format!("pads {pads:?} do not match rank {rank}"));
-    }
-    (0..rank)
-        .map(|d| {
-            let n = x_shape[d] as i64;
-            let (begin, end) = (pads[d], pads[d + rank]);
-            let lo = (-begin).max(0);
-            let kept = n - lo - (-end).max(0);
-            if kept < 0 {
-                return Err(format!("pads {pads:?} crop more than axis {d} holds"));
-            }
-            (0..out_shape[d]).map(|o| source_coordinate(mode, o, begin, lo as usize, kept as usize)).collect()
-        })
-        .collect()
-}

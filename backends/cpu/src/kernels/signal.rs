@@ -2,7 +2,8 @@
 //! angles (`j·k mod n`), which matches numpy's FFT to rounding at the sizes models use.
 
 use crate::element::{float_data, pack, FloatElem};
-use kiln::ir::infer::{col2im_block_dims, col2im_blocks, dft_signal, dft_twiddles, DftSignal};
+use kiln::ir::infer::col2im_blocks;
+use kiln::plan::signal::{col2im_block_dims, dft_signal, dft_twiddles, DftSignal};
 use kiln::{HostTensor, TensorData};
 
 pub fn dft(

@@ -290,7 +290,7 @@ pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_ty
         }
         K::Gather { mode: GatherMode::Default { .. } } => None,
         K::NonZero => t0.and_then(|t| data_dependent::nonzero_bits(t).err().map(|e| e.to_string())),
-        // On host copies of its inputs (kiln core's host_ops), any float type.
+        // On host copies of its inputs (kiln core's plan::nms), any float type.
         K::NonMaxSuppression { .. } => need_float("NonMaxSuppression"),
         K::OneHot { .. } => one_hot::unsupported(t0, input_types.get(1).copied().flatten()),
         K::Lrn { .. } | K::Col2Im { .. } | K::Determinant | K::RoiAlign { .. } | K::Dft { .. } => {
@@ -416,7 +416,7 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
         K::NonMaxSuppression { center_point_box } => {
             let (boxes, scores) = (host(0)?.ok_or("boxes are missing")?, host(1)?.ok_or("scores are missing")?);
             let (limit, iou, score) = (host(2)?, host(3)?, host(4)?);
-            let selected = kiln::host_ops::non_max_suppression(
+            let selected = kiln::plan::nms::non_max_suppression(
                 &boxes,
                 &scores,
                 limit.as_deref(),

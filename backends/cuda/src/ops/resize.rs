@@ -23,7 +23,7 @@ pub fn resize(
     if rank > 8 || out_shape.len() != rank {
         return Err(invalid!("resize from {:?} to {out_shape:?}", x.shape));
     }
-    let plans = kiln_cpu::resize_axis_taps(p, &x.shape, roi, scales, sizes, out_shape)?;
+    let plans = kiln::plan::resize::axis_taps(p, &x.shape, roi, scales, sizes, out_shape)?;
     let interpolate = p.mode != ResizeMode::Nearest;
     let mut l = Layout { rank: rank as i32, ..Layout::default() };
     let (mut index, mut weight) = (Vec::<i64>::new(), Vec::<f64>::new());
@@ -127,7 +127,7 @@ pub fn padding(
     out_shape: &[usize],
 ) -> KResult<DeviceTensor> {
     let pads = pads.to_i64_vec().ok_or("pads must be integers")?;
-    let maps = kiln_cpu::padding_source_maps(mode, &x.shape, &pads, out_shape)?;
+    let maps = kiln::plan::pad::source_maps(mode, &x.shape, &pads, out_shape)?;
     let fill = match constant {
         Some(c) if c.len() != 1 => return Err(invalid!("the pad value must hold one element, got {}", c.len())),
         Some(c) if c.dtype != x.dtype => return Err(invalid!("the pad value is {}, the data {}", c.dtype, x.dtype)),

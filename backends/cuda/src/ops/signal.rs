@@ -5,7 +5,8 @@ use kiln::{invalid, KernelError};
 use crate::ops::KResult;
 use super::Ctx;
 use crate::device::{Arg, DeviceTensor};
-use kiln::ir::infer::{col2im_block_dims, col2im_blocks, dft_signal, dft_twiddles, DftSignal};
+use kiln::ir::infer::col2im_blocks;
+use kiln::plan::signal::{col2im_block_dims, dft_signal, dft_twiddles, DftSignal};
 use kiln::{DataType, HostTensor, TensorData};
 
 fn upload_f64(cx: &Ctx, v: Vec<f64>) -> KResult<DeviceTensor> {

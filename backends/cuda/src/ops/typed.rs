@@ -92,25 +92,10 @@ pub fn bit_cast(cx: &Ctx, x: &DeviceTensor, to: DataType) -> KResult<DeviceTenso
     Ok(DeviceTensor::new(Arc::clone(&x.buf), to, x.shape.clone()))
 }
 
-/// `(inner, len)` of the parameter index `(i / inner) % len` (kiln-cpu's ParamIndex): one
-/// parameter, one per index along `axis`, or one per element.
+/// `(inner, len)` of the parameter index `(i / inner) % len` ([`kiln::plan::quant::ParamIndex`]).
 fn param_index(x_shape: &[usize], scale_shape: &[usize], axis: Option<usize>) -> KResult<(usize, usize)> {
-    let params: usize = scale_shape.iter().product();
-    let n: usize = x_shape.iter().product();
-    if params == 1 {
-        return Ok((1, 1));
-    }
-    if scale_shape.len() > 1 || (axis.is_none() && scale_shape == x_shape) {
-        return if scale_shape == x_shape {
-            Ok((1, n.max(1)))
-        } else {
-            Err(invalid!("scale must be 0-D, 1-D or of x's shape {x_shape:?}, got shape {scale_shape:?}"))
-        };
-    }
-    match axis {
-        Some(a) if a < x_shape.len() && x_shape[a] == params => Ok((x_shape[a + 1..].iter().product::<usize>().max(1), params)),
-        _ => Err(invalid!("{params} scales need an axis of that length (axis {axis:?} of shape {x_shape:?})")),
-    }
+    let index = kiln::plan::quant::ParamIndex::new(x_shape, scale_shape, axis)?;
+    Ok((index.inner, index.len))
 }
 
 /// `saturate(round_half_even(x / scale) + zero_point)` into `to`.
@@ -129,11 +114,7 @@ pub fn quantize(
         return Err(invalid!("Quantize cannot produce {to}"));
     }
     let (inner, len) = param_index(&x.shape, &scale.shape, axis)?;
-    if let Some(z) = zero_point {
-        if z.len() != scale.len() {
-            return Err(invalid!("zero point has {} elements but scale has {}", z.len(), scale.len()));
-        }
-    }
+    kiln::plan::quant::check_zero_point(scale.len(), zero_point.map(DeviceTensor::len))?;
     let out = cx.gpu.empty(to, x.shape.clone()).map_err(KernelError::from)?;
     let n = x.len();
     let args = [
@@ -168,10 +149,8 @@ pub fn dequantize(
         return Err(invalid!("Dequantize's scale must be a float type, not {}", scale.dtype));
     }
     let (inner, len) = param_index(&x.shape, &scale.shape, axis)?;
+    kiln::plan::quant::check_zero_point(scale.len(), zero_point.map(DeviceTensor::len))?;
     if let Some(z) = zero_point {
-        if z.len() != scale.len() {
-            return Err(invalid!("zero point has {} elements but scale has {}", z.len(), scale.len()));
-        }
         if z.dtype != x.dtype {
             return Err(invalid!("zero point must be {} like the input, not {}", x.dtype, z.dtype));
         }

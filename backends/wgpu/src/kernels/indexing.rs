@@ -42,31 +42,19 @@ pub fn pad_mode(
     shape: &[usize],
 ) -> KResult<DeviceTensor> {
     let rank = x.shape.len();
-    if pads.len() != 2 * rank || shape.len() != rank {
-        return Err(kiln::invalid!("pads {pads:?} do not match rank {rank}"));
-    }
     let mode_word = match mode {
         PaddingMode::Reflect => 0,
         PaddingMode::Edge => 1,
         PaddingMode::Wrap => 2,
         PaddingMode::Constant => return Err("constant padding has its own kernel".into()),
     };
-    let (mut begin, mut lo, mut kept) = (Vec::new(), Vec::new(), Vec::new());
-    for d in 0..rank {
-        let n = x.shape[d] as i64;
-        let (b, e) = (pads[d], pads[d + rank]);
-        let first = (-b).max(0);
-        let k = n - first - (-e).max(0);
-        if k < 0 {
-            return Err(kiln::invalid!("pads {pads:?} crop more than axis {d} holds"));
-        }
-        if k == 0 && shape[d] > 0 {
-            return Err(kiln::invalid!("{mode:?} padding needs a non-empty axis {d}"));
-        }
-        begin.push(b.max(0) as usize);
-        lo.push(first as usize);
-        kept.push(k as usize);
+    let axes = kiln::plan::pad::axes(&x.shape, pads, shape)?;
+    if let Some(d) = (0..rank).find(|&d| axes[d].kept == 0 && shape[d] > 0) {
+        return Err(kiln::invalid!("{mode:?} padding needs a non-empty axis {d}"));
     }
+    let begin: Vec<usize> = axes.iter().map(|a| a.begin).collect();
+    let lo: Vec<usize> = axes.iter().map(|a| a.lo).collect();
+    let kept: Vec<usize> = axes.iter().map(|a| a.kept).collect();
     let out = output(rec, x.dtype, shape)?;
     let mut params = vec![count_word(out.len())?, rank as u32, mode_word];
     for v in [shape, begin.as_slice(), lo.as_slice(), kept.as_slice(), strides(&x.shape).as_slice()] {

@@ -7,7 +7,6 @@ pub mod linalg;
 pub mod pointwise;
 pub mod quant;
 pub mod reduce;
-pub mod dynamic;
 pub mod einsum;
 pub mod indexing;
 pub mod scan;

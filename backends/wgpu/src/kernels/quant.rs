@@ -9,36 +9,12 @@ use kiln::DataType;
 
 /// How the kernel indexes the scale / zero point: `(i / inner) % len`.
 fn param_index(x_shape: &[usize], scale_shape: &[usize], axis: Option<usize>) -> KResult<(usize, usize)> {
-    let params: usize = scale_shape.iter().product();
-    let count: usize = x_shape.iter().product();
-    if params == 1 {
-        return Ok((1, 1));
-    }
-    if scale_shape.len() > 1 || (axis.is_none() && scale_shape == x_shape) {
-        return if scale_shape == x_shape {
-            Ok((1, count.max(1)))
-        } else {
-            Err(kiln::invalid!("scale must be 0-D, 1-D or of x's shape {x_shape:?}, got shape {scale_shape:?}"))
-        };
-    }
-    match axis {
-        Some(a) if a < x_shape.len() && x_shape[a] == params => {
-            Ok((x_shape[a + 1..].iter().product::<usize>().max(1), params.max(1)))
-        }
-        _ => Err(kiln::invalid!(
-            "{params} scales need an axis of that length (axis {axis:?} of shape {x_shape:?}); \
-             per-tensor scales hold one element"
-        )),
-    }
+    let index = kiln::plan::quant::ParamIndex::new(x_shape, scale_shape, axis)?;
+    Ok((index.inner, index.len))
 }
 
 fn check_zero_point(scale: &DeviceTensor, zero_point: Option<&DeviceTensor>) -> KResult<()> {
-    match zero_point {
-        Some(z) if z.len() != scale.len() => {
-            Err(kiln::invalid!("zero point has {} elements but scale has {}", z.len(), scale.len()))
-        }
-        _ => Ok(()),
-    }
+    Ok(kiln::plan::quant::check_zero_point(scale.len(), zero_point.map(DeviceTensor::len))?)
 }
 
 /// The representable range of a quantized integer type, as i32 words.

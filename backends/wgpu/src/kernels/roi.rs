@@ -1,5 +1,5 @@
 //! ONNX RoiAlign on the device. (NonMaxSuppression's output length depends on the data: it
-//! runs on host copies of its inputs, in kiln core's `host_ops`.)
+//! runs on host copies of its inputs, in kiln core's `plan::nms`.)
 
 use super::{count_word, output, KResult};
 use crate::shaders::Instance;

@@ -4,7 +4,8 @@
 use super::{count_word, output, KResult};
 use crate::shaders::Instance;
 use crate::value::{DeviceTensor, Recorder};
-use kiln::ir::infer::{col2im_block_dims, col2im_blocks, dft_signal, DftSignal};
+use kiln::ir::infer::col2im_blocks;
+use kiln::plan::signal::{col2im_block_dims, dft_signal, DftSignal};
 
 /// The most spatial dims the Col2Im kernel indexes.
 pub const COL2IM_MAX_SPATIAL: usize = 3;

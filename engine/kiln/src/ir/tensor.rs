@@ -78,6 +78,21 @@ macro_rules! dispatch_data {
 }
 
 impl TensorData {
+    /// The elements at `indices`, in that order, of the same type (indices in range).
+    pub fn gather(&self, indices: &[usize]) -> TensorData {
+        macro_rules! pick {
+            ($($variant:ident),*) => {
+                match self {
+                    $(TensorData::$variant(v) => TensorData::$variant(indices.iter().map(|&i| v[i].clone()).collect()),)*
+                }
+            };
+        }
+        pick!(
+            F32, F16, BF16, F64, I8, I16, I32, I64, U8, U16, U32, U64, Bool, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ,
+            F8E8M0, F4E2M1, I4, U4, I2, U2, String
+        )
+    }
+
     pub fn dtype(&self) -> DataType {
         match self {
             TensorData::F32(_) => DataType::F32,

@@ -17,7 +17,7 @@ mod text;
 pub(crate) mod values;
 
 pub use einsum::EinsumSpec;
-pub use signal::{col2im_block_dims, col2im_blocks, dft_axis, dft_length, dft_output_len, dft_signal, dft_twiddles, DftSignal};
+pub use signal::{col2im_blocks, dft_axis, dft_length, dft_output_len};
 pub use spatial::window_output;
 pub use structural::{resolve_reshape, resolve_slice, static_reshape, SliceAxis};
 

@@ -1,0 +1,12 @@
+//! Kernel planning every backend shares: what a kernel computes, worked out on the host
+//! from shapes, attributes and small parameter tensors (taps, index maps, parameter
+//! indexing), so the cpu oracle and the device backends agree by construction. Depends
+//! only on the IR.
+
+pub mod dynamic;
+pub mod nms;
+pub mod pad;
+pub mod quant;
+pub mod resize;
+pub mod signal;
+pub mod timing;
