@@ -5,7 +5,7 @@
 //! touches a raw pointer.
 
 use crate::arena::{lock, Arena, PinnedHost, Served, Tracer};
-use crate::kernels::Source;
+use crate::sources::Source;
 use crate::probe;
 use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, DriverError, LaunchConfig};
 use cudarc::driver::{DevicePtr, DevicePtrMut, DeviceSlice, PushKernelArg, SyncOnDrop};

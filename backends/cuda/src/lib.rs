@@ -10,7 +10,7 @@
 
 #![deny(unsafe_code)]
 
-pub mod kernels;
+pub mod sources;
 #[allow(unsafe_code)] // FFI / device memory
 pub mod nvrtc;
 #[allow(unsafe_code)] // FFI / device memory

@@ -2,7 +2,7 @@
 //! dispatch where the adapter has TIMESTAMP_QUERY, wall-clock per submission otherwise.
 
 use crate::device::{self, DeviceError};
-use crate::ops::Storage;
+use crate::wgsl::Storage;
 use crate::gemm::{Accumulate, GemmKernel, GemmStorage};
 use crate::shaders::Instance;
 use crate::value::Recorder;

@@ -2,8 +2,8 @@
 //! CONCATENATE / REVERSE outputs of a loop.
 
 use crate::exec::Run;
-use crate::kernels::layout::{copy, gather_view, Copy};
-use crate::kernels::{half, pointwise, strides, KResult};
+use crate::ops::layout::{copy, gather_view, Copy};
+use crate::ops::{half, pointwise, strides, KResult};
 use crate::value::{DeviceTensor, Value};
 use kiln::ir::infer::{Fact, OutFact};
 use kiln::runtime::machine::Machine;

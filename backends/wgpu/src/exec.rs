@@ -7,11 +7,11 @@
 
 use crate::arena::Arena;
 use crate::device::Gpu;
-use crate::kernels::{
-    einsum, half, indexing, layout, linalg, pointwise, quant, reduce, resize, roi, sample, scan, scatter, signal, sort,
+use crate::ops::{
+    einsum, half, indexing, layout, linalg, lrn, pointwise, quant, reduce, resize, roi, sample, scan, scatter, signal, sort,
     KResult,
 };
-use crate::ops::CastMode;
+use crate::wgsl::CastMode;
 use crate::value::{to_words, DeviceTensor, Recorder, Value};
 use kiln::ir::control::{lower, ControlFlow, DEFAULT_MAX_TRIP_COUNT};
 use kiln::{invalid, KernelError};
@@ -149,7 +149,7 @@ impl<'e> Run<'e> {
                 kiln::plan::dynamic::assertion(&cond, message)?;
                 return Ok(Vec::new());
             }
-            // Data-dependent output shapes: computed on the host (see kernels::dynamic).
+            // Data-dependent output shapes: computed on the host (kiln::plan::dynamic).
             LayerKind::NonZero | LayerKind::Unique { .. } => return self.data_dependent(kind, values),
             // A data-dependent output length: computed on the host (one read-back).
             LayerKind::NonMaxSuppression { center_point_box } => {
@@ -381,7 +381,7 @@ impl<'e> Run<'e> {
                 let operands = (0..ins.len()).map(req).collect::<KResult<Vec<_>>>()?;
                 one(einsum::einsum(rec, equation, &operands, &shape)?)
             }
-            K::Lrn { window, alpha, beta, k } => one(scan::lrn(rec, req(0)?, *window, *alpha, *beta, *k)?),
+            K::Lrn { window, alpha, beta, k } => one(lrn::lrn(rec, req(0)?, *window, *alpha, *beta, *k)?),
             K::Scatter { mode, reduction } => {
                 one(scatter::scatter(rec, *mode, *reduction, req(0)?, req(1)?, req(2)?)?)
             }
@@ -481,13 +481,13 @@ fn scalar_word(value: &HostTensor, dtype: DataType) -> KResult<u32> {
         let t = HostTensor::scalar(data).map_err(kiln::KernelError::from)?;
         return Ok(to_words(&t)?.first().copied().unwrap_or(0));
     }
-    let t = match crate::ops::Storage::of(dtype) {
-        Some(crate::ops::Storage::F32) => HostTensor::from_f32(vec![], vec![v as f32]),
+    let t = match crate::wgsl::Storage::of(dtype) {
+        Some(crate::wgsl::Storage::F32) => HostTensor::from_f32(vec![], vec![v as f32]),
         Some(_) if dtype == DataType::Bool => {
             Ok(HostTensor::scalar(kiln::TensorData::Bool(vec![v != 0.0])).map_err(kiln::KernelError::from)?)
         }
-        Some(crate::ops::Storage::U32) => HostTensor::scalar(kiln::TensorData::U32(vec![v as u32])),
-        Some(crate::ops::Storage::I32) => HostTensor::scalar(kiln::TensorData::I32(vec![v as i32])),
+        Some(crate::wgsl::Storage::U32) => HostTensor::scalar(kiln::TensorData::U32(vec![v as u32])),
+        Some(crate::wgsl::Storage::I32) => HostTensor::scalar(kiln::TensorData::I32(vec![v as i32])),
         None => return Err(invalid!("unsupported dtype {dtype} on the wgpu backend")),
     }
     .map_err(kiln::KernelError::from)?;

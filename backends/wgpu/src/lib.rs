@@ -31,12 +31,12 @@ mod control;
 pub mod device;
 mod exec;
 pub mod gemm;
-mod kernels;
-pub mod ops;
+mod ops;
 mod plugin;
 pub mod shaders;
 pub mod tactics;
 mod value;
+pub mod wgsl;
 
 pub use device::DeviceError;
 use exec::WgpuExecutable;
@@ -169,7 +169,7 @@ impl Backend for WgpuBackend {
 fn unsupported(network: &Network, layer: &Layer) -> Option<String> {
     use LayerKind as K;
     let tensors = layer.inputs.iter().flatten().chain(&layer.outputs);
-    if let Some(t) = tensors.map(|&t| network.tensor(t)).find(|t| crate::ops::Storage::of(t.dtype).is_none()) {
+    if let Some(t) = tensors.map(|&t| network.tensor(t)).find(|t| crate::wgsl::Storage::of(t.dtype).is_none()) {
         return Some(format!("tensor `{}` is {}: WGSL has no storage for this type yet", t.name, t.dtype));
     }
     if computes(&layer.kind) {
@@ -229,7 +229,7 @@ fn unsupported(network: &Network, layer: &Layer) -> Option<String> {
         | K::Unique { .. }
         | K::Padding { mode: PaddingMode::Reflect | PaddingMode::Edge | PaddingMode::Wrap } => None,
         K::Einsum { .. } => (layer.inputs.len() > 2
-            || input_type(0).and_then(crate::ops::Storage::of) == Some(crate::ops::Storage::U32))
+            || input_type(0).and_then(crate::wgsl::Storage::of) == Some(crate::wgsl::Storage::U32))
         .then(|| "the WGSL Einsum kernel takes one or two float or signed integer operands".to_string()),
         K::Lrn { .. } => (!float_input()).then(|| "the WGSL LRN kernel computes floats only".to_string()),
         K::Resize(p) => (p.mode != ResizeMode::Nearest && !float_input())
@@ -239,8 +239,8 @@ fn unsupported(network: &Network, layer: &Layer) -> Option<String> {
             if !float_input() {
                 Some("the WGSL GridSample kernel samples floats only".into())
             } else {
-                (rank > kernels::sample::MAX_SPATIAL + 2).then(|| {
-                    format!("the WGSL GridSample kernel samples at most {} spatial dims", kernels::sample::MAX_SPATIAL)
+                (rank > ops::sample::MAX_SPATIAL + 2).then(|| {
+                    format!("the WGSL GridSample kernel samples at most {} spatial dims", ops::sample::MAX_SPATIAL)
                 })
             }
         }
@@ -264,8 +264,8 @@ fn unsupported(network: &Network, layer: &Layer) -> Option<String> {
             if !float_input() {
                 Some("the WGSL Col2Im kernel computes floats only".into())
             } else {
-                (rank > kernels::signal::COL2IM_MAX_SPATIAL + 2).then(|| {
-                    format!("the WGSL Col2Im kernel handles at most {} spatial dims", kernels::signal::COL2IM_MAX_SPATIAL)
+                (rank > ops::signal::COL2IM_MAX_SPATIAL + 2).then(|| {
+                    format!("the WGSL Col2Im kernel handles at most {} spatial dims", ops::signal::COL2IM_MAX_SPATIAL)
                 })
             }
         }

@@ -6,7 +6,7 @@
 //! `f32` for float types (f16/bf16 widened), `i32` for signed integers (i64 narrowed),
 //! `u32` for unsigned integers and bool (0/1).
 
-use crate::kernels::KResult;
+use crate::ops::KResult;
 use crate::value::{DeviceTensor, Recorder};
 use kiln::plugin::{registry, LayerPlugin, PluginKey, PluginTensorDesc, WgslKernel};
 use kiln::{DataType, PluginParams, TensorFormat};

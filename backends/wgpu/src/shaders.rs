@@ -1,9 +1,9 @@
 //! The WGSL sources (embedded from `/shaders`) and every instantiation the backend
 //! compiles: a kernel is `common.wgsl` + an instantiation prelude (type aliases and op
-//! functions from [`crate::ops`]) + the kernel's body. [`all_instantiations`] lists them
+//! functions from [`crate::wgsl`]) + the kernel's body. [`all_instantiations`] lists them
 //! all so a test can validate each with naga.
 
-use crate::ops::{self, Storage};
+use crate::wgsl::{self, Storage};
 use kiln::{ActivationKind, DataType, E8M0Rounding, ElementwiseOp, ReduceOp, UnaryOp};
 
 const COMMON: &str = include_str!("../../../shaders/common.wgsl");
@@ -107,16 +107,16 @@ impl Instance {
         Instance::float_io("norm", halves)
     }
 
-    /// A float kernel whose bindings are `AS` / `OS` (see `ops::half_io`).
+    /// A float kernel whose bindings are `AS` / `OS` (see `wgsl::half_io`).
     fn float_io(body: &'static str, halves: bool) -> Instance {
-        let words = ops::aliases(Storage::F32, Storage::F32);
-        match halves.then(|| ops::half_io(&words, Storage::F32)).flatten() {
+        let words = wgsl::aliases(Storage::F32, Storage::F32);
+        match halves.then(|| wgsl::half_io(&words, Storage::F32)).flatten() {
             Some(prelude) => Instance::new(body, format!("{body}/f16"), prelude),
             None => Instance::new(body, body.to_string(), words),
         }
     }
 
-    /// Whether a pointwise kernel stores its output as f16 halves (see `ops::half_io`).
+    /// Whether a pointwise kernel stores its output as f16 halves (see `wgsl::half_io`).
     pub fn writes_halves(&self) -> bool {
         self.needs_f16() && self.prelude.contains("alias OS = f16;")
     }
@@ -128,39 +128,39 @@ impl Instance {
     }
 
     pub fn binary(op: ElementwiseOp, s: Storage) -> Option<(Storage, Instance)> {
-        let (o, prelude) = ops::binary(op, s)?;
+        let (o, prelude) = wgsl::binary(op, s)?;
         Some((o, Instance::new("binary", format!("binary/{op:?}/{}", s.wgsl()), prelude)))
     }
 
     /// The f16 instantiation of [`Instance::binary`] on f32: halves in, halves out (bool
     /// words for comparisons), computing in f32.
     pub fn binary_f16(op: ElementwiseOp) -> Option<(Storage, Instance)> {
-        let (o, prelude) = ops::binary(op, Storage::F32)?;
-        Some((o, Instance::new("binary", format!("binary/{op:?}/f16"), ops::half_io(&prelude, o)?)))
+        let (o, prelude) = wgsl::binary(op, Storage::F32)?;
+        Some((o, Instance::new("binary", format!("binary/{op:?}/f16"), wgsl::half_io(&prelude, o)?)))
     }
 
     /// The f16 instantiation of [`Instance::unary`] on f32 (see [`Instance::binary_f16`]).
     pub fn unary_f16(op: UnaryOp) -> Option<(Storage, Instance)> {
-        let (o, prelude) = ops::unary(op, Storage::F32)?;
-        Some((o, Instance::new("unary", format!("unary/{op:?}/f16"), ops::half_io(&prelude, o)?)))
+        let (o, prelude) = wgsl::unary(op, Storage::F32)?;
+        Some((o, Instance::new("unary", format!("unary/{op:?}/f16"), wgsl::half_io(&prelude, o)?)))
     }
 
     /// The f16 instantiation of [`Instance::activation`] on f32.
     pub fn activation_f16(kind: &ActivationKind) -> Option<(Instance, [f32; 3])> {
         let (f32_kernel, p) = Instance::activation(kind, Storage::F32)?;
-        let prelude = ops::half_io(&f32_kernel.prelude, Storage::F32)?;
+        let prelude = wgsl::half_io(&f32_kernel.prelude, Storage::F32)?;
         let key = f32_kernel.key.replace("/f32", "/f16");
         Some((Instance::new("unary", key, prelude), p))
     }
 
     pub fn unary(op: UnaryOp, s: Storage) -> Option<(Storage, Instance)> {
-        let (o, prelude) = ops::unary(op, s)?;
+        let (o, prelude) = wgsl::unary(op, s)?;
         Some((o, Instance::new("unary", format!("unary/{op:?}/{}", s.wgsl()), prelude)))
     }
 
     /// Activation parameters are runtime values (params), so one kernel serves every alpha.
     pub fn activation(kind: &ActivationKind, s: Storage) -> Option<(Instance, [f32; 3])> {
-        let (prelude, p) = ops::activation(kind, s)?;
+        let (prelude, p) = wgsl::activation(kind, s)?;
         let name = format!("{kind:?}");
         let name = name.split([' ', '{']).next().unwrap_or_default();
         Some((Instance::new("unary", format!("activation/{name}/{}", s.wgsl()), prelude), p))
@@ -168,15 +168,15 @@ impl Instance {
 
     /// A Cast (or CastNarrow with `mode`) from `from` to `to`: one kernel per source
     /// storage class (float8 / float4 sources canonicalise NaN), target type and mode.
-    pub fn cast(from: DataType, to: DataType, mode: ops::CastMode) -> Option<(Storage, Instance, [f32; 3])> {
-        let mode = if to.is_narrow_float() { mode } else { ops::CastMode::default() };
-        let (o, prelude, p) = ops::cast(from, to, mode)?;
+    pub fn cast(from: DataType, to: DataType, mode: wgsl::CastMode) -> Option<(Storage, Instance, [f32; 3])> {
+        let mode = if to.is_narrow_float() { mode } else { wgsl::CastMode::default() };
+        let (o, prelude, p) = wgsl::cast(from, to, mode)?;
         let a = Storage::of(from)?.wgsl();
         let source = if from.is_narrow_float() { "f8" } else { a };
         // The body depends on the target type itself (saturation bounds of the 32- and
         // 64-bit integers, rounding of the narrow types), not only on its storage.
         let target = to.name();
-        let mode = if mode == ops::CastMode::default() {
+        let mode = if mode == wgsl::CastMode::default() {
             String::new()
         } else {
             format!("/{}/{:?}", if mode.saturate { "sat" } else { "nosat" }, mode.e8m0_rounding)
@@ -185,7 +185,7 @@ impl Instance {
     }
 
     pub fn reduce(op: ReduceOp, s: Storage) -> Option<Instance> {
-        let prelude = ops::reduce(op, s)?;
+        let prelude = wgsl::reduce(op, s)?;
         Some(Instance::new("reduce", format!("reduce/{op:?}/{}", s.wgsl()), prelude))
     }
 
@@ -326,19 +326,20 @@ pub fn all_instantiations() -> Vec<Instance> {
     // One source per cast kernel class: each storage, and a float8 source.
     for from in [DataType::F32, DataType::I32, DataType::U32, DataType::F8E4M3FN] {
         for to in DataType::ALL {
-            all.extend(Instance::cast(from, to, ops::CastMode::default()).map(|(_, i, _)| i));
+            all.extend(Instance::cast(from, to, wgsl::CastMode::default()).map(|(_, i, _)| i));
         }
     }
     for to in DataType::ALL.into_iter().filter(|t| t.is_narrow_float()) {
         for e8m0_rounding in [E8M0Rounding::Up, E8M0Rounding::Down, E8M0Rounding::Nearest] {
-            let mode = ops::CastMode { saturate: false, e8m0_rounding };
+            let mode = wgsl::CastMode { saturate: false, e8m0_rounding };
             all.extend(Instance::cast(DataType::F32, to, mode).map(|(_, i, _)| i));
         }
     }
-    all.extend(crate::kernels::sort::instantiations());
-    all.extend(crate::kernels::scan::instantiations());
-    all.extend(crate::kernels::scatter::instantiations());
-    all.extend(crate::kernels::indexing::instantiations());
-    all.extend(crate::kernels::einsum::instantiations());
+    all.extend(crate::ops::sort::instantiations());
+    all.extend(crate::ops::scan::instantiations());
+    all.extend(crate::ops::lrn::instantiations());
+    all.extend(crate::ops::scatter::instantiations());
+    all.extend(crate::ops::indexing::instantiations());
+    all.extend(crate::ops::einsum::instantiations());
     all
 }

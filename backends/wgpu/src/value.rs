@@ -1,5 +1,5 @@
 //! Values of one execution: device tensors (one 32-bit word per element, see
-//! [`crate::ops::Storage`], or f16 halves, see [`Packing`]) or small host tensors (shape arithmetic, kept on the host like
+//! [`crate::wgsl::Storage`], or f16 halves, see [`Packing`]) or small host tensors (shape arithmetic, kept on the host like
 //! TensorRT's shape tensors), and the recorder that collects every dispatch of a run
 //! into one command encoder.
 
@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 /// How a device tensor's elements lie in its buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Packing {
-    /// One 32-bit word per element holding its [`crate::ops::Storage`] (every kernel's input).
+    /// One 32-bit word per element holding its [`crate::wgsl::Storage`] (every kernel's input).
     Word,
     /// f16 only, where the adapter has SHADER_F16: IEEE halves, 2 bytes per element (the
     /// buffer rounded up to 4 bytes), bound as `array<f16>`. Kernels without an f16
@@ -30,7 +30,7 @@ pub enum Packing {
 #[derive(Clone, Debug)]
 pub struct DeviceTensor {
     pub buffer: Arc<Block>,
-    /// The logical type; the words hold its [`crate::ops::Storage`] (see `packing`).
+    /// The logical type; the words hold its [`crate::wgsl::Storage`] (see `packing`).
     pub dtype: DataType,
     pub shape: Vec<usize>,
     pub packing: Packing,
@@ -73,11 +73,11 @@ impl Value {
     }
 }
 
-/// The device words of a host tensor (see [`crate::ops::Storage`]): floats as f32 bits
+/// The device words of a host tensor (see [`crate::wgsl::Storage`]): floats as f32 bits
 /// (f64 rounded to f32; float8 / float4 decoded, a NaN carrying its code as in
 /// `shaders/minifloat.wgsl`), integers as i32 / u32, bool as 0 / 1. i64 and u64 values
 /// must fit in i32 / u32.
-pub fn to_words(t: &HostTensor) -> crate::kernels::KResult<Vec<u32>> {
+pub fn to_words(t: &HostTensor) -> crate::ops::KResult<Vec<u32>> {
     fn narrow_float(value: f32, code: u8, nan_sign: bool) -> u32 {
         match value.is_nan() {
             true => (u32::from(nan_sign) << 31) | 0x7fc0_0000 | u32::from(code),
@@ -153,7 +153,7 @@ fn narrow_float_code<T: Copy>(w: u32, code: fn(u8) -> T, is_nan: fn(T) -> bool, 
 }
 
 /// The host tensor of device words holding `dtype`.
-pub fn from_words(dtype: DataType, shape: Vec<usize>, w: &[u32]) -> crate::kernels::KResult<HostTensor> {
+pub fn from_words(dtype: DataType, shape: Vec<usize>, w: &[u32]) -> crate::ops::KResult<HostTensor> {
     let f = |x: &u32| f32::from_bits(*x);
     macro_rules! narrow_float {
         ($t:ident, $round:expr) => {
@@ -289,7 +289,7 @@ impl Recorder {
     }
 
     /// How this run stores a host tensor of `dtype`, and its device words.
-    fn device_words(&self, t: &HostTensor) -> crate::kernels::KResult<(Packing, Vec<u32>)> {
+    fn device_words(&self, t: &HostTensor) -> crate::ops::KResult<(Packing, Vec<u32>)> {
         match t.data() {
             TensorData::F16(v) if self.half_storage => Ok((Packing::Half, pack_halves(v))),
             _ => Ok((Packing::Word, to_words(t)?)),
@@ -312,7 +312,7 @@ impl Recorder {
     }
 
     /// `t` on the device for this run (in the arena where there is one).
-    pub fn upload(&self, t: &HostTensor) -> crate::kernels::KResult<DeviceTensor> {
+    pub fn upload(&self, t: &HostTensor) -> crate::ops::KResult<DeviceTensor> {
         let (packing, words) = self.device_words(t)?;
         let what = format!("uploading a {}{:?} tensor", t.dtype(), t.shape());
         let block = match &self.memory {
@@ -331,7 +331,7 @@ impl Recorder {
     }
 
     /// `t` in a buffer of its own that outlives the run (constants kept between runs).
-    pub fn upload_owned(&self, t: &HostTensor) -> crate::kernels::KResult<DeviceTensor> {
+    pub fn upload_owned(&self, t: &HostTensor) -> crate::ops::KResult<DeviceTensor> {
         let (packing, words) = self.device_words(t)?;
         let what = format!("uploading a {}{:?} tensor", t.dtype(), t.shape());
         let buffer = self.gpu.storage_init(&what, &words).map_err(kiln::KernelError::from)?;
@@ -451,7 +451,7 @@ impl Recorder {
     }
 
     /// Submits what was recorded and reads `t` back.
-    pub fn read(&self, t: &DeviceTensor) -> crate::kernels::KResult<HostTensor> {
+    pub fn read(&self, t: &DeviceTensor) -> crate::ops::KResult<HostTensor> {
         let encoder = self.encoder.lock().map_err(|_| "a thread panicked while recording".to_string())?.take();
         let block = &t.buffer;
         let count = match t.packing {

@@ -4,8 +4,8 @@
 //! Fields at DETAILED follow TensorRT's: `Name`, `LayerType`, `Inputs`/`Outputs` (each
 //! `Name`, `Dimensions`, `Format/Datatype`), `ParameterType`, the layer's parameters
 //! (convolutions spelled as TensorRT spells them, with `Weights`/`Bias` type and count; other
-//! kinds under `Parameters`), `TacticName` and `TacticValue`. kiln has no tactics yet: the
-//! tactic name is the backend's kernel name and the value is `0x0000000000000000`.
+//! kinds under `Parameters`), `TacticName` and `TacticValue`. The tactic name is the backend's
+//! kernel name; the value is still always `0x0000000000000000`, whichever tactic was chosen.
 //!
 //! Dynamic dims print as -1 and such tensors carry no `Format/Datatype`, unless input
 //! shapes are set ([`EngineInspector::set_input_shapes`], standing in for TensorRT's

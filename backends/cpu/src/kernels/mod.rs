@@ -12,6 +12,7 @@ mod gather_scatter;
 mod matmul;
 mod misc;
 mod norm;
+mod one_hot;
 mod plugin;
 mod pool;
 mod reduce;
@@ -158,7 +159,7 @@ pub fn run_with(
             };
             one(roi::roi_align(ins.req(0)?, ins.req(1)?, ins.req(2)?, &spec)?)
         }
-        K::OneHot { axis } => one(einsum::one_hot(ins.req(0)?, ins.req(1)?, ins.req(2)?, *axis, &shape()?)?),
+        K::OneHot { axis } => one(one_hot::one_hot(ins.req(0)?, ins.req(1)?, ins.req(2)?, *axis, &shape()?)?),
         K::TripLimit { .. }
         | K::Iterator { .. }
         | K::Recurrence { .. }

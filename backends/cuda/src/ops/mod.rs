@@ -14,6 +14,7 @@ pub mod grid_sample;
 pub mod indexing;
 pub mod lanes;
 pub mod layout;
+pub mod lrn;
 pub mod movement;
 pub mod one_hot;
 pub mod pointwise;
@@ -406,7 +407,7 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
             let depth = host(2)?.ok_or("OneHot's depth is missing")?;
             one(one_hot::one_hot(cx, &dev(0)?, &dev(1)?, &depth, *axis, &out_shape(0)?)?)
         }
-        K::Lrn { window, alpha, beta, k } => one(one_hot::lrn(cx, &dev(0)?, *window, *alpha, *beta, *k)?),
+        K::Lrn { window, alpha, beta, k } => one(lrn::lrn(cx, &dev(0)?, *window, *alpha, *beta, *k)?),
         K::Col2Im { strides, dilations, pads } => {
             let block = host(2)?.ok_or("Col2Im's block_shape is missing")?;
             one(signal::col2im(cx, &dev(0)?, &block, strides, dilations, pads, &out_shape(0)?)?)

@@ -11,11 +11,11 @@ mod conv_bench;
 mod device;
 mod dtypes;
 mod execution;
+mod indexing;
 mod layers;
-mod layers_a;
-mod layers_tail;
-mod layers_tail2;
 mod models;
+mod signal_detection;
+mod spatial;
 #[allow(dead_code)]
 #[path = "../../../../engine/onnx/tests/common/pytorch_data.rs"]
 mod pytorch_data;

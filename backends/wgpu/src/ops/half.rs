@@ -120,7 +120,7 @@ mod tests {
     #[test]
     fn pointwise_kernels_read_and_write_halves_natively() {
         let Some(gpu) = f16_gpu() else { return };
-        use crate::kernels::pointwise;
+        use crate::ops::pointwise;
         use kiln::{ActivationKind, ElementwiseOp, LayerKind};
         assert!(native(&LayerKind::Elementwise { op: ElementwiseOp::Sum }));
         assert!(!native(&LayerKind::Reduce { op: kiln::ReduceOp::Sum, axes: vec![0], keep_dims: true }));
@@ -140,7 +140,7 @@ mod tests {
         assert_eq!(relu.packing, Packing::Half);
         let want: Vec<u16> = a.iter().map(|x| f16::from_f32(x.to_f32().max(0.0)).to_bits()).collect();
         assert_eq!(bits(&rec.read(&relu).expect("read")), want);
-        let soft = crate::kernels::reduce::softmax(&rec, &relu, 0).expect("softmax");
+        let soft = crate::ops::reduce::softmax(&rec, &relu, 0).expect("softmax");
         assert_eq!(soft.packing, Packing::Half, "the f16 softmax stores halves");
         let probs = rec.read(&soft).expect("read").to_f64_vec();
         assert!((probs.iter().sum::<f64>() - 1.0).abs() < 1e-2 && probs[3] > 0.99, "softmax of halves: {probs:?}");
@@ -156,7 +156,7 @@ mod tests {
         let a = rec.upload(&HostTensor::new(vec![m, k], TensorData::F16(av.clone())).unwrap()).unwrap();
         let b = rec.upload(&HostTensor::new(vec![k, n], TensorData::F16(bv.clone())).unwrap()).unwrap();
         let none = kiln::MatrixOp::None;
-        let c = crate::kernels::linalg::matmul(&rec, &a, none, &b, none, &[m, n], kiln::DataType::F16).expect("mm");
+        let c = crate::ops::linalg::matmul(&rec, &a, none, &b, none, &[m, n], kiln::DataType::F16).expect("mm");
         assert_eq!(c.packing, Packing::Half, "the f16 GEMM writes halves");
         // Small multiples of 1/4 and 1/2: every product and sum is exact in f32 and f16.
         let want: Vec<u16> = (0..m * n)

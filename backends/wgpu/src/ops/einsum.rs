@@ -4,7 +4,7 @@
 
 use super::sort::typed_instance;
 use super::{count_word, output, strides, words8, KResult};
-use crate::ops::Storage;
+use crate::wgsl::Storage;
 use crate::shaders::Instance;
 use crate::value::{DeviceTensor, Recorder};
 use kiln::ir::infer::EinsumSpec;

@@ -4,6 +4,7 @@
 pub mod half;
 pub mod layout;
 pub mod linalg;
+pub mod lrn;
 pub mod pointwise;
 pub mod quant;
 pub mod reduce;

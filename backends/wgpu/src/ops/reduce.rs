@@ -3,7 +3,7 @@
 
 use super::half::widen;
 use super::{broadcast_strides, count_word, output, strides, words8, KResult};
-use crate::ops::Storage;
+use crate::wgsl::Storage;
 use crate::shaders::Instance;
 use crate::value::{DeviceTensor, Recorder};
 use kiln::{DataType, ReduceOp};

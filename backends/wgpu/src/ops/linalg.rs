@@ -2,9 +2,9 @@
 
 use super::{broadcast_strides, count_word, output, strides, KResult};
 use crate::gemm::{Accumulate, GemmKernel, GemmShape};
-use crate::kernels::pointwise::{self, kiln_broadcast};
-use crate::kernels::reduce::softmax;
-use crate::ops::Storage;
+use crate::ops::pointwise::{self, kiln_broadcast};
+use crate::ops::reduce::softmax;
+use crate::wgsl::Storage;
 use crate::shaders::Instance;
 use crate::value::{DeviceTensor, Packing, Recorder};
 use kiln::{

@@ -2,7 +2,7 @@
 //! broken by the lower index exactly as the cpu backend's stable sort.
 
 use super::{count_word, output, KResult};
-use crate::ops::Storage;
+use crate::wgsl::Storage;
 use crate::shaders::{Instance, BODIES};
 use crate::value::{DeviceTensor, Recorder};
 use kiln::DataType;

@@ -3,7 +3,7 @@
 //! widened (f16, bf16, 8/16-bit integers).
 
 use super::{broadcast_strides, count_word, output, words8, KResult};
-use crate::ops::{CastMode, Storage};
+use crate::wgsl::{CastMode, Storage};
 use crate::shaders::Instance;
 use crate::value::{DeviceTensor, Packing, Recorder};
 use kiln::{ActivationKind, DataType, ElementwiseOp, PostOp, UnaryOp};
