@@ -9,10 +9,11 @@
 //! recorded trace (a divergence falls back to plain allocations and the caller re-plans).
 //! A fixed arena also fixes every address, which is what CUDA graph capture needs.
 
-use crate::device::{Gpu, GpuError, Sessions};
-use cudarc::driver::{result, sys, CudaContext, CudaSlice, DevicePtr};
+use crate::error::GpuError;
+use cudarc::driver::{result, sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
 use kiln::memory_plan::{pack, Lifetime};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::{self, ThreadId};
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -86,15 +87,14 @@ impl Drop for Arena {
 }
 
 impl Arena {
-    /// Allocates the arena of `plan` on `gpu`'s stream (out of memory is
+    /// Allocates the arena of `plan` on `stream` (out of memory is
     /// [`GpuError::OutOfMemory`]).
-    pub fn new(plan: ArenaPlan, gpu: &Gpu) -> Result<Arena, GpuError> {
-        let stream = &gpu.stream;
+    pub fn new(plan: ArenaPlan, stream: &Arc<CudaStream>, sessions: &Arc<Sessions>) -> Result<Arena, GpuError> {
         let bytes = (plan.bytes as usize).max(1);
         // SAFETY: uninitialized bytes; every allocation served from them is written by its
         // kernel before it is read, as with plain allocations.
         let memory = {
-            let _outside = gpu.sessions.access();
+            let _outside = sessions.access();
             unsafe { stream.alloc::<u8>(bytes) }
         }
         .map_err(|e| match e.0 {
@@ -104,7 +104,7 @@ impl Arena {
             _ => GpuError::Driver { call: "cuMemAllocAsync", reason: format!("{e:?}") },
         })?;
         let base = memory.device_ptr(stream).0;
-        Ok(Arena { plan, memory: Some(memory), base, sessions: Some(gpu.sessions.clone()) })
+        Ok(Arena { plan, memory: Some(memory), base, sessions: Some(sessions.clone()) })
     }
 
     /// The arena's size in bytes.
@@ -278,6 +278,49 @@ impl Tracer {
             diverged: self.diverged.take(),
             staged: std::mem::take(&mut self.staged),
             out_of_memory: self.out_of_memory.take(),
+        }
+    }
+}
+
+
+/// The execution (if any) whose allocations are traced, and the lock executions take turns on.
+#[derive(Debug, Default)]
+pub struct Sessions {
+    pub(crate) current: Mutex<Option<Session>>,
+    /// Held by each execution: one stream, so runs on this device take turns.
+    pub run_lock: Mutex<()>,
+}
+
+
+#[derive(Debug)]
+pub(crate) struct Session {
+    pub(crate) thread: ThreadId,
+    pub(crate) tracer: Arc<Mutex<Tracer>>,
+}
+
+/// How this thread may use the stream now.
+pub(crate) enum Access<'a> {
+    /// This thread runs the traced execution.
+    Traced(Arc<Mutex<Tracer>>),
+    /// No execution of this thread is traced; held so no capture begins meanwhile.
+    Plain(#[allow(dead_code)] MutexGuard<'a, Option<Session>>),
+}
+
+impl Sessions {
+    /// This thread's tracer, or plain access once no other thread is capturing a graph (a
+    /// stream operation enqueued meanwhile would land in that graph instead of running).
+    pub(crate) fn access(&self) -> Access<'_> {
+        loop {
+            let current = lock(&self.current);
+            match current.as_ref() {
+                Some(s) if s.thread == thread::current().id() => return Access::Traced(s.tracer.clone()),
+                Some(s) if lock(&s.tracer).capturing => {
+                    drop(current);
+                    // The capturing execution holds the run lock until it ends.
+                    drop(lock(&self.run_lock));
+                }
+                _ => return Access::Plain(current),
+            }
         }
     }
 }

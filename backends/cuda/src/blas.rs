@@ -4,10 +4,10 @@
 //! `Cᵀ = op(B)ᵀ·op(A)ᵀ`: the operands swap and every row-major matrix is read as its
 //! column-major transpose, with no data movement.
 
-use crate::device::GpuError;
+use crate::error::GpuError;
 use cudarc::cublaslt::result as lt;
 use cudarc::cublaslt::sys;
-use crate::device::DeviceBuffer;
+use crate::buffer::DeviceBuffer;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use kiln::DataType;
 use std::collections::HashMap;

@@ -1,309 +1,25 @@
-//! The device-memory and launch layer (FFI module: `unsafe` lives here and in `blas`).
-//!
-//! A [`Gpu`] is one CUDA context with one stream, kiln's kernels loaded from CUBIN, and a
-//! cuBLASLt handle. Everything above it works with [`DeviceTensor`]s and [`Arg`] lists and never
-//! touches a raw pointer.
+//! The device: a [`Gpu`] is one CUDA context with one stream, kiln's kernels loaded from
+//! CUBIN, cuBLASLt and (on first use) cuDNN; it allocates (from the execution's arena when
+//! one serves it), copies, captures and launches. Everything above it works with
+//! [`DeviceTensor`]s and [`Arg`] lists and never touches a raw pointer.
 
-use crate::arena::{lock, Arena, PinnedHost, Served, Tracer};
-use crate::sources::Source;
+use crate::arena::{lock, Access, Arena, ArenaPlan, PinnedHost, Served, Session, Sessions, Tracer};
+use crate::buffer::{storage_size, Arg, DeviceBuffer, DeviceTensor, Graph};
+use crate::error::{driver, GpuError};
 use crate::probe;
-use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, DriverError, LaunchConfig};
-use cudarc::driver::{DevicePtr, DevicePtrMut, DeviceSlice, PushKernelArg, SyncOnDrop};
+use crate::sources::Source;
+use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig};
+use cudarc::driver::{DevicePtr, PushKernelArg};
 use cudarc::nvrtc::Ptx;
 use kiln::{DataType, DeviceFingerprint, HostTensor, TensorData};
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
-use std::thread::{self, ThreadId};
-use thiserror::Error;
-
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum GpuError {
-    #[error("CUDA is not available: {0}")]
-    Unavailable(String),
-    #[error("out of device memory allocating {bytes} bytes: {reason}")]
-    OutOfMemory { bytes: usize, reason: String },
-    #[error("CUDA driver call {call} failed: {reason}")]
-    Driver { call: &'static str, reason: String },
-    #[error("compiling kernels: {0}")]
-    Compile(#[from] crate::nvrtc::CompileError),
-    #[error("kernel `{0}` is not in kiln's kernel sources")]
-    UnknownKernel(String),
-    #[error("{0} tensors have no device representation here")]
-    UnsupportedDtype(DataType),
-    /// Something a CUDA graph cannot hold was asked for while capturing one.
-    #[error("not capturable as a CUDA graph: {0}")]
-    Capture(String),
-}
-
-fn driver(call: &'static str) -> impl Fn(DriverError) -> GpuError {
-    move |e| GpuError::Driver { call, reason: format!("{e:?}") }
-}
-
-/// Device bytes: an allocation of their own, or a range of an execution's arena. Implements
-/// cudarc's `DevicePtr`/`DevicePtrMut`, so cudarc's copies and library wrappers take it.
-#[derive(Debug)]
-pub struct DeviceBuffer {
-    /// The address (arena base + offset for an arena range).
-    ptr: u64,
-    len: usize,
-    /// Plain allocations own their memory; arena ranges keep the arena alive.
-    own: Option<CudaSlice<u8>>,
-    _arena: Option<Arc<Arena>>,
-    /// A range of another buffer keeps it alive (a view read in place).
-    _parent: Option<Arc<DeviceBuffer>>,
-    /// Which allocation of the execution that made it, for its free event.
-    traced: Option<(Weak<Mutex<Tracer>>, usize)>,
-    stream: Arc<CudaStream>,
-    sessions: Arc<Sessions>,
-}
-
-impl DeviceBuffer {
-    /// Bytes available at [`DeviceBuffer::ptr`].
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The device address.
-    pub fn ptr(&self) -> u64 {
-        self.ptr
-    }
-
-    /// Bytes `offset..` of `parent`, which the range keeps alive: a view's start inside a
-    /// wider tensor.
-    pub fn range(parent: &Arc<DeviceBuffer>, offset: usize) -> Option<DeviceBuffer> {
-        (offset <= parent.len).then(|| DeviceBuffer {
-            ptr: parent.ptr + offset as u64,
-            len: parent.len - offset,
-            own: None,
-            _arena: None,
-            _parent: Some(parent.clone()),
-            traced: None,
-            stream: parent.stream.clone(),
-            sessions: parent.sessions.clone(),
-        })
-    }
-}
-
-impl Drop for DeviceBuffer {
-    fn drop(&mut self) {
-        if let Some(tracer) = self.traced.take().and_then(|(t, k)| t.upgrade().map(|t| (t, k))) {
-            lock(&tracer.0).freed(tracer.1);
-        }
-        if let Some(own) = self.own.take() {
-            // The free is a stream operation: it must not land in another thread's capture.
-            let _outside = self.sessions.access();
-            drop(own);
-        }
-    }
-}
-
-impl DeviceSlice<u8> for DeviceBuffer {
-    fn len(&self) -> usize {
-        self.len
-    }
-    fn stream(&self) -> &Arc<CudaStream> {
-        &self.stream
-    }
-}
-
-impl DevicePtr<u8> for DeviceBuffer {
-    fn device_ptr<'a>(&'a self, _stream: &'a CudaStream) -> (sys::CUdeviceptr, SyncOnDrop<'a>) {
-        // One stream orders everything (event tracking is off), so there is nothing to sync.
-        (self.ptr, SyncOnDrop::Sync(None))
-    }
-}
-
-impl DevicePtrMut<u8> for DeviceBuffer {
-    fn device_ptr_mut<'a>(&'a mut self, _stream: &'a CudaStream) -> (sys::CUdeviceptr, SyncOnDrop<'a>) {
-        (self.ptr, SyncOnDrop::Sync(None))
-    }
-}
-
-/// The execution (if any) whose allocations are traced, and the lock executions take turns on.
-#[derive(Debug, Default)]
-pub struct Sessions {
-    current: Mutex<Option<Session>>,
-    /// Held by each execution: one stream, so runs on this device take turns.
-    pub run_lock: Mutex<()>,
-}
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::thread;
 
 thread_local! {
     /// Set while this thread allocates values that outlive the run (see [`Gpu::persistent`]).
     static PERSISTENT: Cell<bool> = const { Cell::new(false) };
-}
-
-#[derive(Debug)]
-pub(crate) struct Session {
-    thread: ThreadId,
-    tracer: Arc<Mutex<Tracer>>,
-}
-
-/// How this thread may use the stream now.
-pub(crate) enum Access<'a> {
-    /// This thread runs the traced execution.
-    Traced(Arc<Mutex<Tracer>>),
-    /// No execution of this thread is traced; held so no capture begins meanwhile.
-    Plain(#[allow(dead_code)] MutexGuard<'a, Option<Session>>),
-}
-
-impl Sessions {
-    /// This thread's tracer, or plain access once no other thread is capturing a graph (a
-    /// stream operation enqueued meanwhile would land in that graph instead of running).
-    pub(crate) fn access(&self) -> Access<'_> {
-        loop {
-            let current = lock(&self.current);
-            match current.as_ref() {
-                Some(s) if s.thread == thread::current().id() => return Access::Traced(s.tracer.clone()),
-                Some(s) if lock(&s.tracer).capturing => {
-                    drop(current);
-                    // The capturing execution holds the run lock until it ends.
-                    drop(lock(&self.run_lock));
-                }
-                _ => return Access::Plain(current),
-            }
-        }
-    }
-}
-
-/// A tensor in device memory: bytes of `dtype` (bools as one byte each), packed row-major
-/// unless `strides` says otherwise.
-#[derive(Clone, Debug)]
-pub struct DeviceTensor {
-    pub buf: Arc<DeviceBuffer>,
-    pub dtype: DataType,
-    pub shape: Vec<usize>,
-    /// `Some`: a view, element `i` at `Σ i[d]·strides[d]` from the buffer's start: a transpose
-    /// not yet carried out, or a slice of a wider tensor read in place. Channels-last (NHWC)
-    /// values of cuDNN's convolutions, and attention's inputs and outputs in their
-    /// projections' [batch, sequence, heads, dim] order, are such tensors. Only the layers that
-    /// know views ever see one; `ops::Ctx::dev` makes it row-major for every other reader.
-    pub strides: Option<Vec<i64>>,
-}
-
-impl DeviceTensor {
-    /// A row-major tensor.
-    pub fn new(buf: Arc<DeviceBuffer>, dtype: DataType, shape: Vec<usize>) -> DeviceTensor {
-        DeviceTensor { buf, dtype, shape, strides: None }
-    }
-
-    pub fn len(&self) -> usize {
-        self.shape.iter().product()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The same bytes read row-major under another shape (a reshape costs nothing).
-    pub fn reshaped(&self, shape: Vec<usize>) -> DeviceTensor {
-        DeviceTensor::new(self.buf.clone(), self.dtype, shape)
-    }
-
-    /// The axes of an NCHW tensor of rank `rank` in NHWC order: `[0, 2, …, rank - 1, 1]`.
-    pub fn channels_last_order(rank: usize) -> Vec<usize> {
-        std::iter::once(0).chain(2..rank).chain((rank > 1).then_some(1)).collect()
-    }
-
-    /// The strides of an NCHW `shape` stored NHWC.
-    pub fn channels_last_strides(shape: &[usize]) -> Vec<i64> {
-        strides_in_order(shape, &Self::channels_last_order(shape.len()))
-    }
-
-    /// Whether the bytes are `shape` stored channels-last, packed.
-    pub fn channels_last(&self) -> bool {
-        self.shape.len() >= 3 && self.strides.as_deref() == Some(&Self::channels_last_strides(&self.shape)[..])
-    }
-
-    /// Per axis, its element stride.
-    pub fn element_strides(&self) -> Vec<i64> {
-        self.strides.clone().unwrap_or_else(|| strides_in_order(&self.shape, &(0..self.shape.len()).collect::<Vec<_>>()))
-    }
-}
-
-/// Per axis of `shape`, its element stride when the axes are packed in `order` (outermost first).
-pub fn strides_in_order(shape: &[usize], order: &[usize]) -> Vec<i64> {
-    let mut strides = vec![0i64; shape.len()];
-    let mut step = 1i64;
-    for &axis in order.iter().rev() {
-        strides[axis] = step;
-        step *= shape[axis] as i64;
-    }
-    strides
-}
-
-/// The strided view every data-movement and broadcasting kernel takes (`Layout` in common.cuh).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Layout {
-    pub shape: [i64; 8],
-    pub stride: [[i64; 8]; 3],
-    pub offset: [i64; 3],
-    pub rank: i32,
-}
-
-// SAFETY: plain `repr(C)` integers matching `struct Layout` in kernels/common.cuh field for field.
-unsafe impl DeviceRepr for Layout {}
-
-/// A convolution or pooling window (`Window` in kernels/spatial.cu).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Window {
-    pub n: i64,
-    pub c: i64,
-    pub h: i64,
-    pub w: i64,
-    pub oc: i64,
-    pub oh: i64,
-    pub ow: i64,
-    pub kh: i64,
-    pub kw: i64,
-    pub sh: i64,
-    pub sw: i64,
-    pub dh: i64,
-    pub dw: i64,
-    pub ph: i64,
-    pub pw: i64,
-    pub groups: i64,
-    pub kind: i32,
-    pub count_excludes_padding: i32,
-    pub pad_end_h: i64,
-    pub pad_end_w: i64,
-}
-
-// SAFETY: plain `repr(C)` scalars matching `struct Window` in kernels/spatial.cu field for field.
-unsafe impl DeviceRepr for Window {}
-
-/// Pointwise steps run in one pass (`Chain` in kernels/elementwise.cu; built by `ops::pointwise`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Chain {
-    pub count: i32,
-    pub kind: [i32; 8],
-    pub code: [i32; 8],
-    pub operand: [i32; 8],
-    pub alpha: [f32; 8],
-    pub beta: [f32; 8],
-}
-
-// SAFETY: plain `repr(C)` 32-bit scalars matching `struct Chain` in kernels/elementwise.cu field for field.
-unsafe impl DeviceRepr for Chain {}
-
-/// One kernel argument.
-#[derive(Clone, Copy, Debug)]
-pub enum Arg {
-    I32(i32),
-    I64(i64),
-    F32(f32),
-    Layout(Layout),
-    Window(Window),
-    Chain(Chain),
-    /// A device address (from [`Gpu::ptr`]).
-    Ptr(u64),
 }
 
 /// One context, stream, kernel set and cuBLASLt handle.
@@ -575,6 +291,11 @@ impl Gpu {
         Ok(())
     }
 
+    /// The activation arena of `plan` on this device's stream.
+    pub fn new_arena(&self, plan: ArenaPlan) -> Result<Arena, GpuError> {
+        Arena::new(plan, &self.stream, &self.sessions)
+    }
+
     /// Starts tracing this thread's execution: allocations are recorded, and served from
     /// `arena` when given. The caller holds `sessions.run_lock`.
     pub fn begin_trace(&self, arena: Option<Arc<Arena>>) -> Arc<Mutex<Tracer>> {
@@ -701,86 +422,20 @@ impl Gpu {
     }
 }
 
-/// An instantiated CUDA graph of one execution, replayed on the stream it was captured on.
-pub struct Graph(cudarc::driver::CudaGraph);
-
-// SAFETY: CUDA graph objects may be used from any thread as long as calls on one graph are
-// serialized; the executable keeps each graph behind a mutex and replays it under the run lock.
-unsafe impl Send for Graph {}
-
-impl std::fmt::Debug for Graph {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Graph")
-    }
-}
-
-impl Graph {
-    /// Enqueues one replay on the stream it was captured on.
-    pub fn launch(&self) -> Result<(), GpuError> {
-        self.0.launch().map_err(driver("cuGraphLaunch"))
+impl crate::dnn::DnnDevice for Gpu {
+    fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
     }
 
-    /// Uploads the graph's resources ahead of its first launch.
-    pub fn upload(&self) -> Result<(), GpuError> {
-        self.0.upload().map_err(driver("cuGraphUpload"))
+    fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
     }
-}
 
-/// Bytes per element on the device; the types kiln's kernels handle.
-pub fn storage_size(dtype: DataType) -> Result<usize, GpuError> {
-    Ok(match dtype {
-        DataType::F32 | DataType::I32 | DataType::U32 => 4,
-        DataType::F16 | DataType::BF16 | DataType::I16 | DataType::U16 => 2,
-        DataType::F64 | DataType::I64 | DataType::U64 => 8,
-        DataType::I8 | DataType::U8 | DataType::Bool => 1,
-        // Storage-only types: one element per byte, as kiln's host tensors hold them.
-        DataType::F8E4M3FN
-        | DataType::F8E4M3FNUZ
-        | DataType::F8E5M2
-        | DataType::F8E5M2FNUZ
-        | DataType::F8E8M0
-        | DataType::F4E2M1
-        | DataType::I4
-        | DataType::U4
-        | DataType::I2
-        | DataType::U2 => 1,
-        #[allow(unreachable_patterns)]
-        other => return Err(GpuError::UnsupportedDtype(other)),
-    })
-}
-
-/// Kernel-name suffix of a float type (`f32`, `f16`, `bf16`).
-pub fn float_suffix(dtype: DataType) -> Result<&'static str, GpuError> {
-    match dtype {
-        DataType::F32 => Ok("f32"),
-        DataType::F16 => Ok("f16"),
-        DataType::BF16 => Ok("bf16"),
-        other => Err(GpuError::UnsupportedDtype(other)),
+    fn alloc(&self, bytes: usize) -> Result<DeviceBuffer, GpuError> {
+        Gpu::alloc(self, bytes)
     }
-}
 
-/// Kernel-name suffix of a data-movement kernel by element width (`u8` … `u64`).
-pub fn width_suffix(dtype: DataType) -> Result<&'static str, GpuError> {
-    Ok(unit_suffix(storage_size(dtype)?))
-}
-
-/// Kernel-name suffix of a data-movement kernel moving `bytes`-wide units (`u8` … `u128`).
-pub fn unit_suffix(bytes: usize) -> &'static str {
-    match bytes {
-        1 => "u8",
-        2 => "u16",
-        4 => "u32",
-        8 => "u64",
-        _ => "u128",
-    }
-}
-
-impl From<GpuError> for kiln::KernelError {
-    fn from(e: GpuError) -> kiln::KernelError {
-        match e {
-            GpuError::OutOfMemory { .. } => kiln::KernelError::OutOfMemory(e.to_string()),
-            GpuError::UnsupportedDtype(_) => kiln::KernelError::Unsupported(e.to_string()),
-            other => kiln::KernelError::Invalid(other.to_string()),
-        }
+    fn persistent<T>(&self, f: impl FnOnce() -> T) -> T {
+        Gpu::persistent(self, f)
     }
 }

@@ -1,19 +1,32 @@
 //! cuDNN convolutions and pooling (FFI module: `unsafe` lives here, in `device` and in `blas`).
 //!
-//! One cuDNN handle per [`Gpu`], bound to its stream. Descriptors and the heuristic's algorithm
+//! One cuDNN handle per device ([`DnnDevice`], the `Gpu`), bound to its stream. Descriptors and the heuristic's algorithm
 //! list are built once per convolution shape and cached (a run builds nothing); workspaces come
-//! from [`Gpu::alloc`] (stream-ordered, so the context's arena and graph capture cover them)
+//! from [`DnnDevice::alloc`] (stream-ordered, so the context's arena and graph capture cover them)
 //! and nothing here synchronizes the host.
 //!
 //! Tensors are described either as packed NCHW(D) or, for tensor cores, as NHWC: the dims are
 //! always given in NCHW order and only the strides differ, so one plan type serves both.
 
-use crate::device::{DeviceBuffer, DeviceTensor, Gpu};
+use crate::buffer::{DeviceBuffer, DeviceTensor};
+use crate::error::GpuError;
 use cudarc::cudnn::sys;
+use cudarc::driver::{CudaContext, CudaStream};
 use kiln::DataType;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, Weak};
+
+/// What cuDNN needs of the device it runs on; `Gpu` implements it, so this library sits
+/// below the device rather than beside it.
+pub trait DnnDevice {
+    fn context(&self) -> &Arc<CudaContext>;
+    fn stream(&self) -> &Arc<CudaStream>;
+    /// Device bytes, stream-ordered (from the execution's arena when one serves it).
+    fn alloc(&self, bytes: usize) -> Result<DeviceBuffer, GpuError>;
+    /// Runs `f` with its allocations outside the current run's trace and arena.
+    fn persistent<T>(&self, f: impl FnOnce() -> T) -> T;
+}
 
 /// The forward algorithms cuDNN's legacy API names, by their enum value (stable tactic ids).
 pub const ALGORITHMS: [(u32, &str); 8] = [
@@ -439,16 +452,16 @@ impl Drop for Dnn {
 
 impl Dnn {
     /// A handle on `gpu`'s stream; Err (never a panic) where cuDNN is absent or disabled.
-    pub fn new(gpu: &Gpu) -> Result<Dnn, String> {
+    pub fn new(gpu: &impl DnnDevice) -> Result<Dnn, String> {
         crate::probe::libraries().cudnn.clone()?;
-        gpu.ctx.bind_to_thread().map_err(|e| format!("cuCtxSetCurrent: {e:?}"))?;
+        gpu.context().bind_to_thread().map_err(|e| format!("cuCtxSetCurrent: {e:?}"))?;
         let mut handle = std::ptr::null_mut();
         // SAFETY: `handle` is a valid out-pointer; the library is loaded (probed above) and the
         // Gpu's context is current on this thread (cudarc binds it on creation).
         check("cudnnCreate", unsafe { sys::cudnnCreate(&mut handle) })?;
         let dnn = Dnn { handle, convs: Mutex::default(), pools: Mutex::default(), filters: Mutex::default() };
         // SAFETY: both handles are live; the stream outlives the Gpu that owns this Dnn.
-        check("cudnnSetStream", unsafe { sys::cudnnSetStream(handle, gpu.stream.cu_stream() as sys::cudaStream_t) })?;
+        check("cudnnSetStream", unsafe { sys::cudnnSetStream(handle, gpu.stream().cu_stream() as sys::cudaStream_t) })?;
         Ok(dnn)
     }
 
@@ -465,14 +478,14 @@ impl Dnn {
     /// `w` stored channels-last (KRSC), converted by `convert` on first use and cached.
     pub fn channels_last_filter(
         &self,
-        gpu: &Gpu,
+        gpu: &impl DnnDevice,
         w: &DeviceTensor,
         convert: impl FnOnce(&DeviceTensor) -> Result<DeviceTensor, String>,
     ) -> Result<DeviceTensor, String> {
         if w.channels_last() {
             return Ok(w.clone());
         }
-        let key = gpu.ptr(&w.buf);
+        let key = w.buf.ptr();
         let mut filters = self.filters.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((original, converted)) = filters.get(&key) {
             if original.upgrade().is_some_and(|o| Arc::ptr_eq(&o, &w.buf))
@@ -498,7 +511,7 @@ impl Dnn {
     #[allow(clippy::too_many_arguments)]
     pub fn convolution(
         &self,
-        gpu: &Gpu,
+        gpu: &impl DnnDevice,
         spec: &ConvSpec,
         algo: Option<u32>,
         x: &DeviceTensor,
@@ -506,7 +519,7 @@ impl Dnn {
         epilogue: ConvEpilogue,
         y: &DeviceTensor,
     ) -> Result<(), String> {
-        gpu.ctx.bind_to_thread().map_err(|e| format!("cuCtxSetCurrent: {e:?}"))?;
+        gpu.context().bind_to_thread().map_err(|e| format!("cuCtxSetCurrent: {e:?}"))?;
         let plan = self.conv_plan(spec)?;
         // An algorithm the heuristic does not offer for this shape (an engine built elsewhere)
         // runs as the heuristic's first: the result is the same function.
@@ -514,13 +527,13 @@ impl Dnn {
             algo.and_then(|c| plan.ranked.iter().find(|&&(r, _)| r == c).copied()).unwrap_or(plan.ranked[0]);
         let algo_e = algo_enum(code).ok_or_else(|| format!("no cuDNN algorithm {code}"))?;
         let workspace = gpu.alloc(ws_bytes).map_err(|e| e.to_string())?;
-        let (px, pw, py, pws) = (gpu.ptr(&x.buf), gpu.ptr(&w.buf), gpu.ptr(&y.buf), gpu.ptr(&workspace));
+        let (px, pw, py, pws) = (x.buf.ptr(), w.buf.ptr(), y.buf.ptr(), workspace.ptr());
         let (one, zero) = (1.0f32, 0.0f32);
         let fused_call = epilogue.bias.is_some() && (epilogue.relu || code == PRECOMP_GEMM);
         if let (true, Some(bias)) = (fused_call, epilogue.bias) {
-            let pb = gpu.ptr(&bias.buf);
+            let pb = bias.buf.ptr();
             // z = y with alpha2 = 0 when there is no residual (cuDNN allows z to alias y).
-            let (pz, alpha2) = epilogue.residual.map_or((py, 0.0f32), |z| (gpu.ptr(&z.buf), 1.0));
+            let (pz, alpha2) = epilogue.residual.map_or((py, 0.0f32), |z| (z.buf.ptr(), 1.0));
             let act = if epilogue.relu { &plan.relu } else { &plan.identity };
             // SAFETY: every descriptor is live and matches its buffer's dims, type and layout
             // (the spec was built from these tensors); the workspace has the size cuDNN asked
@@ -574,7 +587,7 @@ impl Dnn {
                     self.handle,
                     &one as *const f32 as *const c_void,
                     desc.0,
-                    gpu.ptr(&t.buf) as *const c_void,
+                    t.buf.ptr() as *const c_void,
                     &one as *const f32 as *const c_void,
                     plan.y.0,
                     py as *mut c_void,
@@ -639,8 +652,8 @@ impl Dnn {
         Ok(plan)
     }
 
-    pub fn pooling(&self, gpu: &Gpu, spec: &PoolSpec, x: &DeviceTensor, y: &DeviceTensor) -> Result<(), String> {
-        gpu.ctx.bind_to_thread().map_err(|e| format!("cuCtxSetCurrent: {e:?}"))?;
+    pub fn pooling(&self, gpu: &impl DnnDevice, spec: &PoolSpec, x: &DeviceTensor, y: &DeviceTensor) -> Result<(), String> {
+        gpu.context().bind_to_thread().map_err(|e| format!("cuCtxSetCurrent: {e:?}"))?;
         let plan = self.pool_plan(spec)?;
         let (one, zero) = (1.0f32, 0.0f32);
         // SAFETY: the descriptors describe x and y (built from their dims, type and layout);
@@ -651,10 +664,10 @@ impl Dnn {
                 plan.pool.0,
                 &one as *const f32 as *const c_void,
                 plan.x.0,
-                gpu.ptr(&x.buf) as *const c_void,
+                x.buf.ptr() as *const c_void,
                 &zero as *const f32 as *const c_void,
                 plan.y.0,
-                gpu.ptr(&y.buf) as *mut c_void,
+                y.buf.ptr() as *mut c_void,
             )
         })
     }

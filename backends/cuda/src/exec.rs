@@ -7,7 +7,8 @@
 use kiln::{invalid, KernelError};
 use crate::ops::KResult;
 use crate::arena::{lock, Arena, ArenaPlan, PinnedHost, Tracer};
-use crate::device::{Gpu, GpuError};
+use crate::device::Gpu;
+use crate::error::GpuError;
 use crate::ops::{self, Ctx, Value};
 use crate::replay::{self, Output, PhaseEvents, Replay, Signatures, State};
 use kiln::ir::control::{self, ControlFlow, Step, DEFAULT_MAX_TRIP_COUNT};
@@ -378,7 +379,7 @@ impl CudaExecutable {
 type Interpreted = (Vec<HostTensor>, Vec<crate::arena::Event>, Option<String>);
 
 /// The outputs' values (kept alive until the trace ends, as in every mode) and where they are.
-type Captured = (crate::device::Graph, Vec<(u64, usize, PinnedHost)>, Vec<Value>);
+type Captured = (crate::buffer::Graph, Vec<(u64, usize, PinnedHost)>, Vec<Value>);
 
 impl CudaExecutable {
     fn set_mode(&self, mode: String) {
@@ -387,7 +388,7 @@ impl CudaExecutable {
 
     /// Places a recorded trace in a new arena (the arena's allocation failing is out of memory).
     fn arena_for(&self, trace: Vec<crate::arena::Event>) -> Result<Arc<Arena>, BackendError> {
-        Arena::new(ArenaPlan::place(trace), &self.gpu).map(Arc::new).map_err(|e| gpu_error("(activation arena)", e))
+        self.gpu.new_arena(ArenaPlan::place(trace)).map(Arc::new).map_err(|e| gpu_error("(activation arena)", e))
     }
 
     /// One interpreted execution on host inputs, its allocations traced (and served from

@@ -5,7 +5,7 @@
 //! so a machine without them gets [`BackendError::Unavailable`] naming what is missing.
 //! cuDNN (optional) runs convolutions and pooling where present ([`dnn`]).
 //! `unsafe` lives only in the FFI and device-memory modules, the ones allowed it below
-//! (`nvrtc`, `probe`, `arena`, `blas`, `device`, `dnn`, `plugin`), each block with a
+//! (`nvrtc`, `probe`, `arena`, `buffer`, `blas`, `device`, `dnn`, `ops::plugin`), each block with a
 //! `// SAFETY:` comment.
 
 #![deny(unsafe_code)]
@@ -21,17 +21,20 @@ pub mod arena;
 #[allow(unsafe_code)] // FFI / device memory
 pub mod blas;
 #[allow(unsafe_code)] // FFI / device memory
+pub mod buffer;
+#[allow(unsafe_code)] // FFI / device memory
 pub mod device;
 #[allow(unsafe_code)] // FFI / device memory
 pub mod dnn;
+pub mod error;
 mod exec;
 pub mod ops;
-#[allow(unsafe_code)] // launches plugin kernels through the driver
-mod plugin;
 mod replay;
 mod tactics;
 
-pub use device::{DeviceBuffer, DeviceTensor, Gpu, GpuError};
+pub use buffer::{DeviceBuffer, DeviceTensor};
+pub use device::Gpu;
+pub use error::GpuError;
 pub use exec::{CudaExecutable, CUDA_GRAPHS_VAR};
 
 use kiln::{Backend, BackendError, DataType, DeviceFingerprint, Executable, Network, PrecisionSupport};

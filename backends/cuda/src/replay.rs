@@ -4,7 +4,9 @@
 use kiln::{invalid, KernelError};
 use crate::ops::KResult;
 use crate::arena::{Arena, PinnedHost};
-use crate::device::{storage_size, Gpu, GpuError, Graph};
+use crate::buffer::{storage_size, Graph};
+use crate::device::Gpu;
+use crate::error::GpuError;
 use cudarc::driver::CudaEvent;
 use kiln::{DataType, DeviceTimes, HostTensor, TensorData};
 use std::collections::{HashMap, VecDeque};

@@ -2,7 +2,8 @@
 //! missing the test skips with a message, unless `KILN_REQUIRE_NVRTC=1` (CI sets it) makes
 //! that a failure.
 
-use kiln_cuda::sources::{cast_kernel, expected_kernels, Source};
+use kiln_cuda::ops::kernel_names::{cast_kernel, expected_kernels};
+use kiln_cuda::sources::Source;
 use kiln_cuda::probe;
 
 fn nvrtc_or_skip() -> bool {

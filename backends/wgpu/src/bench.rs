@@ -331,7 +331,7 @@ pub fn dispatch_overhead(count: usize) -> Result<DispatchOverhead, DeviceError> 
 }
 
 /// Times `kernel` on `p` (all batches, random inputs, no check): a tactic's timing.
-pub fn time_gemm_batched(p: crate::tactics::Product, reps: usize, kernel: GemmKernel) -> Result<MatmulTiming, BenchError> {
+pub fn time_gemm_batched(p: crate::gemm::Product, reps: usize, kernel: GemmKernel) -> Result<MatmulTiming, BenchError> {
     let gpu = device::shared()?;
     let too_big = |x: usize| u32::try_from(x).map_err(|_| BenchError::BadShape { m: u32::MAX, n: 0, k: 0 });
     let (m, n, k, batches) = (too_big(p.m)?, too_big(p.n)?, too_big(p.k)?, too_big(p.batches)?);

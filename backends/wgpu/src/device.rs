@@ -7,6 +7,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use thiserror::Error;
 use wgpu::util::DeviceExt;
 
+/// What every launcher returns: device errors keep their kind (out of memory, device lost).
+pub type KResult<T> = Result<T, kiln::KernelError>;
+
 /// Errors of the device layer.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum DeviceError {

@@ -45,7 +45,7 @@ pub struct WgpuExecutable {
     /// `WgpuBackend::without_f16_storage`).
     half_storage: bool,
     /// The matrix-kernel variants this engine's tactics chose.
-    gemm_choices: Arc<crate::tactics::GemmChoices>,
+    gemm_choices: Arc<crate::gemm::GemmChoices>,
 }
 
 impl WgpuExecutable {
@@ -76,7 +76,7 @@ impl WgpuExecutable {
     }
 
     /// Runs each product with the matrix-kernel variant its tactic chose.
-    pub fn with_gemm_choices(mut self, choices: crate::tactics::GemmChoices) -> WgpuExecutable {
+    pub fn with_gemm_choices(mut self, choices: crate::gemm::GemmChoices) -> WgpuExecutable {
         self.gemm_choices = Arc::new(choices);
         self
     }

@@ -20,6 +20,7 @@
 //! `[M, N, K, batches, a_rs, a_cs, b_rs, b_cs, then (a_off, b_off) per batch]`.
 
 use std::fmt::Write;
+use std::collections::HashMap;
 
 /// Element type of A, B and C in device memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -324,4 +325,16 @@ pub fn default_kernel(m: usize, n: usize) -> GemmKernel {
     } else {
         F32_TACTICS[3]
     }
+}
+
+/// (M, N, K) → the variant an engine's tactic chose.
+pub type GemmChoices = HashMap<(usize, usize, usize), GemmKernel>;
+
+/// A product the gemm kernel can run: fixed shapes, float, both operands row-major.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Product {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub batches: usize,
 }

@@ -31,7 +31,7 @@ mod control;
 pub mod device;
 mod exec;
 pub mod gemm;
-mod ops;
+pub mod ops;
 mod plugin;
 pub mod shaders;
 pub mod tactics;

@@ -1,17 +1,14 @@
 //! The WGSL sources (embedded from `/shaders`) and every instantiation the backend
 //! compiles: a kernel is `common.wgsl` + an instantiation prelude (type aliases and op
-//! functions from [`crate::wgsl`]) + the kernel's body. [`all_instantiations`] lists them
-//! all so a test can validate each with naga.
+//! functions from [`crate::wgsl`]) + the kernel's body. [`generic_instantiations`] lists the
+//! instantiations of the generic kernels; `ops::all_instantiations` adds each launcher's own,
+//! so a test can validate every one with naga.
 
-use crate::wgsl::{self, Storage};
+use crate::wgsl::{self, Storage, ENABLE_F16};
 use kiln::{ActivationKind, DataType, E8M0Rounding, ElementwiseOp, ReduceOp, UnaryOp};
 
 const COMMON: &str = include_str!("../../../shaders/common.wgsl");
 
-/// WGSL functions rounding f32 to the float8 / float4 types bit-exactly as the cpu backend
-/// (`round_to_<type>(x: f32) -> f32` per type, `round_to_<type>_mode` with the Cast
-/// modes); a prelude may include it (it needs `common.wgsl`, which every kernel has).
-pub const MINIFLOAT: &str = include_str!("../../../shaders/minifloat.wgsl");
 
 /// The kernel bodies, by name.
 pub const BODIES: &[(&str, &str)] = &[
@@ -61,9 +58,6 @@ pub fn tensor_bindings_read_write(source: &str) -> String {
     source.replace("var<storage, read>", "var<storage, read_write>")
 }
 
-/// The directive of kernels that bind `array<f16>` (needs SHADER_F16); a prelude starting
-/// with it has it moved to the head of the module, where WGSL requires directives.
-pub const ENABLE_F16: &str = "enable f16;\n";
 
 /// One compilable kernel: its cache key and the parts of its source.
 #[derive(Clone, Debug)]
@@ -284,8 +278,9 @@ const REDUCE_OPS: [ReduceOp; 10] = {
     [Sum, Prod, Max, Min, Mean, L1, L2, LogSum, LogSumExp, SumSquare]
 };
 
-/// Every kernel the backend can compile, for validation.
-pub fn all_instantiations() -> Vec<Instance> {
+/// Every instantiation of the generic kernels (pointwise, reductions, casts, products, and
+/// the kernels with a single instantiation), for validation.
+pub fn generic_instantiations() -> Vec<Instance> {
     let mut all: Vec<Instance> = [
         "matmul_wide",
         "select",
@@ -335,11 +330,5 @@ pub fn all_instantiations() -> Vec<Instance> {
             all.extend(Instance::cast(DataType::F32, to, mode).map(|(_, i, _)| i));
         }
     }
-    all.extend(crate::ops::sort::instantiations());
-    all.extend(crate::ops::scan::instantiations());
-    all.extend(crate::ops::lrn::instantiations());
-    all.extend(crate::ops::scatter::instantiations());
-    all.extend(crate::ops::indexing::instantiations());
-    all.extend(crate::ops::einsum::instantiations());
     all
 }

@@ -8,16 +8,13 @@
 //! for takes [`crate::gemm::default_kernel`]. Two engines in one process never see each
 //! other's choices.
 
-use crate::gemm::{self, GemmKernel, GemmShape, F32_TACTICS};
+use crate::gemm::{self, GemmChoices, GemmKernel, GemmShape, Product, F32_TACTICS};
 use kiln::tactics::{TacticDesc, TacticId};
 use kiln::{BackendError, DataType, FusedAnchor, LayerId, LayerKind, MatrixOp, Network, TensorFormat};
-use std::collections::HashMap;
 use std::time::Duration;
 
 const NAME: &str = "wgpu";
 
-/// (M, N, K) → the variant an engine's tactic chose.
-pub type GemmChoices = HashMap<(usize, usize, usize), GemmKernel>;
 
 /// The tactic id of a variant: its name and generated source (an edited generator never
 /// reuses a stale timing).
@@ -25,14 +22,6 @@ pub fn tactic_id(kernel: &GemmKernel) -> TacticId {
     TacticId::new(NAME, &kernel.name(), kernel.source().as_bytes())
 }
 
-/// A product the gemm kernel can run: fixed shapes, float, both operands row-major.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Product {
-    pub m: usize,
-    pub n: usize,
-    pub k: usize,
-    pub batches: usize,
-}
 
 /// The product `layer` computes, when the gemm kernel fits it.
 pub fn product(network: &Network, layer: LayerId) -> Option<Product> {

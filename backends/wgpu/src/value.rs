@@ -6,7 +6,7 @@
 use crate::arena::{Arena, Block, BlockKind, ParamsBinding, RunMemory};
 use crate::device::{DeviceError, Gpu, WORKGROUP};
 use crate::shaders::Instance;
-use crate::tactics::GemmChoices;
+use crate::gemm::GemmChoices;
 use half::{bf16, f16};
 use kiln::{
     DataType, E8M0Rounding, HostTensor, TensorData, F4E2M1, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, F8E8M0, I2, I4, U2,
@@ -77,7 +77,7 @@ impl Value {
 /// (f64 rounded to f32; float8 / float4 decoded, a NaN carrying its code as in
 /// `shaders/minifloat.wgsl`), integers as i32 / u32, bool as 0 / 1. i64 and u64 values
 /// must fit in i32 / u32.
-pub fn to_words(t: &HostTensor) -> crate::ops::KResult<Vec<u32>> {
+pub fn to_words(t: &HostTensor) -> crate::device::KResult<Vec<u32>> {
     fn narrow_float(value: f32, code: u8, nan_sign: bool) -> u32 {
         match value.is_nan() {
             true => (u32::from(nan_sign) << 31) | 0x7fc0_0000 | u32::from(code),
@@ -153,7 +153,7 @@ fn narrow_float_code<T: Copy>(w: u32, code: fn(u8) -> T, is_nan: fn(T) -> bool, 
 }
 
 /// The host tensor of device words holding `dtype`.
-pub fn from_words(dtype: DataType, shape: Vec<usize>, w: &[u32]) -> crate::ops::KResult<HostTensor> {
+pub fn from_words(dtype: DataType, shape: Vec<usize>, w: &[u32]) -> crate::device::KResult<HostTensor> {
     let f = |x: &u32| f32::from_bits(*x);
     macro_rules! narrow_float {
         ($t:ident, $round:expr) => {
@@ -289,7 +289,7 @@ impl Recorder {
     }
 
     /// How this run stores a host tensor of `dtype`, and its device words.
-    fn device_words(&self, t: &HostTensor) -> crate::ops::KResult<(Packing, Vec<u32>)> {
+    fn device_words(&self, t: &HostTensor) -> crate::device::KResult<(Packing, Vec<u32>)> {
         match t.data() {
             TensorData::F16(v) if self.half_storage => Ok((Packing::Half, pack_halves(v))),
             _ => Ok((Packing::Word, to_words(t)?)),
@@ -312,7 +312,7 @@ impl Recorder {
     }
 
     /// `t` on the device for this run (in the arena where there is one).
-    pub fn upload(&self, t: &HostTensor) -> crate::ops::KResult<DeviceTensor> {
+    pub fn upload(&self, t: &HostTensor) -> crate::device::KResult<DeviceTensor> {
         let (packing, words) = self.device_words(t)?;
         let what = format!("uploading a {}{:?} tensor", t.dtype(), t.shape());
         let block = match &self.memory {
@@ -331,7 +331,7 @@ impl Recorder {
     }
 
     /// `t` in a buffer of its own that outlives the run (constants kept between runs).
-    pub fn upload_owned(&self, t: &HostTensor) -> crate::ops::KResult<DeviceTensor> {
+    pub fn upload_owned(&self, t: &HostTensor) -> crate::device::KResult<DeviceTensor> {
         let (packing, words) = self.device_words(t)?;
         let what = format!("uploading a {}{:?} tensor", t.dtype(), t.shape());
         let buffer = self.gpu.storage_init(&what, &words).map_err(kiln::KernelError::from)?;
@@ -451,7 +451,7 @@ impl Recorder {
     }
 
     /// Submits what was recorded and reads `t` back.
-    pub fn read(&self, t: &DeviceTensor) -> crate::ops::KResult<HostTensor> {
+    pub fn read(&self, t: &DeviceTensor) -> crate::device::KResult<HostTensor> {
         let encoder = self.encoder.lock().map_err(|_| "a thread panicked while recording".to_string())?.take();
         let block = &t.buffer;
         let count = match t.packing {

@@ -2,8 +2,16 @@
 //! `finish` functions and type aliases that instantiate the generic kernels of
 //! `shaders/binary.wgsl`, `unary.wgsl` and `reduce.wgsl`.
 
-use crate::shaders::MINIFLOAT;
 use kiln::{ActivationKind, DataType, E8M0Rounding, ElementwiseOp, ReduceOp, UnaryOp};
+
+/// WGSL functions rounding f32 to the float8 / float4 types bit-exactly as the cpu backend
+/// (`round_to_<type>(x: f32) -> f32` per type, `round_to_<type>_mode` with the Cast
+/// modes); a prelude may include it (it needs `common.wgsl`, which every kernel has).
+pub const MINIFLOAT: &str = include_str!("../../../shaders/minifloat.wgsl");
+
+/// The directive of kernels that bind `array<f16>` (needs SHADER_F16); a prelude starting
+/// with it has it moved to the head of the module, where WGSL requires directives.
+pub const ENABLE_F16: &str = "enable f16;\n";
 
 /// How a logical type is stored on the device: every element is one 32-bit word (WGSL
 /// has no 64-bit or 8-bit storage types), except f16 where the adapter has SHADER_F16,
@@ -69,7 +77,7 @@ fn io_aliases(a: Storage, o: Storage, half_in: bool, half_out: bool) -> String {
 pub fn half_io(prelude: &str, o: Storage) -> Option<String> {
     let rest = prelude.strip_prefix(&aliases(Storage::F32, o))?;
     let head = io_aliases(Storage::F32, o, true, o == Storage::F32);
-    Some(format!("{}{head}{rest}", crate::shaders::ENABLE_F16))
+    Some(format!("{}{head}{rest}", ENABLE_F16))
 }
 
 /// Shared helpers some snippets call: sign-correct pow, erf, stable tanh.

@@ -1,7 +1,8 @@
 //! Every WGSL kernel the backend can compile parses and validates with naga, and every
 //! file of /shaders is used by the backend's table.
 
-use kiln_wgpu::shaders::{all_instantiations, BODIES};
+use kiln_wgpu::ops::all_instantiations;
+use kiln_wgpu::shaders::BODIES;
 
 #[test]
 fn every_instantiation_validates_with_naga() {

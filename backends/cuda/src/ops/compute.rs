@@ -5,7 +5,7 @@ use kiln::{invalid, KernelError};
 use crate::ops::KResult;
 use super::{broadcast_shape, layout, movement, pointwise, Ctx};
 use crate::blas::{Epilogue, Gemm};
-use crate::device::{float_suffix, Arg, DeviceTensor, Layout, Window};
+use crate::buffer::{float_suffix, Arg, DeviceTensor, Layout, Window};
 use kiln::{AttentionParams, ConvolutionParams, DataType, ElementwiseOp, MatrixOp, PoolingParams, ReduceOp};
 
 /// `op_a(a) · op_b(b)` with batch broadcasting, scaled by `alpha`, reshaped to `out_shape`.

@@ -6,7 +6,7 @@
 use kiln::{invalid, KernelError};
 use crate::ops::KResult;
 use super::Ctx;
-use crate::device::{Arg, DeviceTensor};
+use crate::buffer::{Arg, DeviceTensor};
 use kiln::DataType;
 
 /// Whether a device layer of `kind` reads a count back to size its output (which a CUDA graph

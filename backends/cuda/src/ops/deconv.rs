@@ -5,7 +5,7 @@
 use kiln::{invalid, KernelError};
 use crate::ops::KResult;
 use super::Ctx;
-use crate::device::{Arg, DeviceTensor};
+use crate::buffer::{Arg, DeviceTensor};
 use kiln::{DeconvolutionParams, HostTensor, TensorData};
 
 /// What the kernel is told: per spatial axis input, output and kernel length, stride, dilation

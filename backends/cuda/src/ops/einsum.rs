@@ -5,7 +5,7 @@
 use kiln::{invalid, KernelError};
 use crate::ops::KResult;
 use super::{coalesce, contiguous_strides, Ctx};
-use crate::device::{Arg, DeviceTensor, Layout};
+use crate::buffer::{Arg, DeviceTensor, Layout};
 use kiln::ir::infer::EinsumSpec;
 use kiln::DataType;
 

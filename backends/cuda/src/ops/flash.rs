@@ -11,7 +11,7 @@
 use kiln::{invalid, KernelError};
 use crate::ops::KResult;
 use super::{layout, movement, Ctx};
-use crate::device::{Arg, DeviceTensor, Layout};
+use crate::buffer::{Arg, DeviceTensor, Layout};
 use kiln::{AttentionParams, DataType};
 
 const MAX_HEAD_DIM: usize = 64;
@@ -81,8 +81,8 @@ fn key_with_unit_inner(cx: &Ctx, k: &DeviceTensor, transposed: bool) -> KResult<
 /// The output's strides when its head merge waits: packed [outer, sequence, heads, dim].
 fn merged_heads_strides(shape: &[usize]) -> Option<Vec<i64>> {
     match shape.len() {
-        4 => Some(crate::device::strides_in_order(shape, &[0, 2, 1, 3])),
-        3 => Some(crate::device::strides_in_order(shape, &[1, 0, 2])),
+        4 => Some(crate::buffer::strides_in_order(shape, &[0, 2, 1, 3])),
+        3 => Some(crate::buffer::strides_in_order(shape, &[1, 0, 2])),
         _ => None,
     }
 }

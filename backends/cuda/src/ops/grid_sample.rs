@@ -4,7 +4,7 @@
 use kiln::{invalid, KernelError};
 use crate::ops::KResult;
 use super::{pointwise, Ctx};
-use crate::device::{Arg, DeviceTensor, Layout};
+use crate::buffer::{Arg, DeviceTensor, Layout};
 use kiln::{DataType, GridSampleMode, GridSamplePadding, GridSampleParams};
 
 /// What the kernel is told about one sampling: (batch·channels·points elements, channels,

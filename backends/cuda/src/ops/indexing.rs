@@ -4,7 +4,7 @@
 use kiln::{invalid, KernelError};
 use crate::ops::KResult;
 use super::{broadcast_layout, contiguous_strides, movement, pointwise, Ctx};
-use crate::device::{width_suffix, Arg, DeviceTensor, Layout};
+use crate::buffer::{width_suffix, Arg, DeviceTensor, Layout};
 use kiln::{DataType, HostTensor, ScatterMode, ScatterReduction, TensorData};
 
 /// Kernel-name suffixes of the kernels instantiated per element type (scatter, TopK, running sums).
@@ -89,7 +89,7 @@ pub fn prelu(cx: &Ctx, x: &DeviceTensor, slope: &DeviceTensor, out_shape: &[usiz
     if slope.dtype != x.dtype {
         return Err(invalid!("ParametricReLU's slope is {}, the input {}", slope.dtype, x.dtype));
     }
-    let suffix = crate::device::float_suffix(x.dtype).map_err(KernelError::from)?;
+    let suffix = crate::buffer::float_suffix(x.dtype).map_err(KernelError::from)?;
     let layout = broadcast_layout(out_shape, &[&x.shape, &slope.shape])?;
     let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
     let n = out.len();

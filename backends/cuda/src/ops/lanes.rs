@@ -4,7 +4,7 @@ use kiln::{invalid, KernelError};
 use crate::ops::KResult;
 use super::indexing::typed_suffix;
 use super::Ctx;
-use crate::device::{Arg, DeviceTensor};
+use crate::buffer::{Arg, DeviceTensor};
 use kiln::DataType;
 
 /// `(outer, len, inner)`: `shape` viewed around `axis`.

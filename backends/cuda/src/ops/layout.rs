@@ -5,7 +5,7 @@
 use kiln::invalid;
 use crate::ops::KResult;
 use super::{movement, Ctx};
-use crate::device::DeviceTensor;
+use crate::buffer::DeviceTensor;
 use kiln::DataType;
 use std::sync::OnceLock;
 

@@ -1,7 +1,7 @@
 //! LRN on the device (`kernels/lrn.cu`), as kiln-cpu's `norm::lrn`.
 
 use super::{Ctx, KResult};
-use crate::device::{Arg, DeviceTensor};
+use crate::buffer::{Arg, DeviceTensor};
 use kiln::KernelError;
 
 /// LRN across the channels (axis 1) with a window of `size`.

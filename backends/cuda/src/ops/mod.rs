@@ -12,11 +12,14 @@ pub mod einsum;
 pub mod flash;
 pub mod grid_sample;
 pub mod indexing;
+pub mod kernel_names;
 pub mod lanes;
 pub mod layout;
 pub mod lrn;
 pub mod movement;
 pub mod one_hot;
+#[allow(unsafe_code)] // launches plugin kernels through the driver
+pub mod plugin;
 pub mod pointwise;
 pub mod pool;
 pub mod resize;
@@ -24,7 +27,8 @@ pub mod roi_align;
 pub mod signal;
 pub mod typed;
 
-use crate::device::{Arg, DeviceTensor, Gpu, Layout};
+use crate::buffer::{Arg, DeviceTensor, Layout};
+use crate::device::Gpu;
 use kiln::ir::infer::OutFact;
 use kiln::ir::infer::{infer_layer, Fact};
 use kiln::{DataType, GatherMode, HostTensor, LayerKind, PostOp, ResizeMode, Shape};
@@ -240,7 +244,7 @@ pub fn broadcast_strides(out: &[usize], operands: &[&[usize]]) -> KResult<Layout
 
 /// Fills `out` with zeros.
 pub fn zeros(cx: &Ctx, out: DeviceTensor) -> KResult<DeviceTensor> {
-    let bytes = crate::device::storage_size(out.dtype).map_err(KernelError::from)? * out.len();
+    let bytes = crate::buffer::storage_size(out.dtype).map_err(KernelError::from)? * out.len();
     cx.gpu.zero(&out.buf, bytes).map_err(KernelError::from)?;
     Ok(out)
 }
@@ -258,7 +262,7 @@ pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_ty
     let need_float = |what: &str| (!float_in).then(|| format!("{what} runs on f32, f16 and bf16 only, not {t0:?}"));
     match kind {
         K::Constant { .. } | K::Identity | K::Shape | K::Shuffle(_) | K::Concatenation { .. } | K::Slice | K::Expand => {
-            t0.and_then(|t| crate::device::storage_size(t).err().map(|e| e.to_string())).map(|e| e.to_string())
+            t0.and_then(|t| crate::buffer::storage_size(t).err().map(|e| e.to_string())).map(|e| e.to_string())
         }
         K::Cast { to } => t0.and_then(|t| (!typed::stores(t) || !typed::stores(*to)).then(|| format!("no CUDA cast from {t} to {to}"))),
         K::CastNarrow { to, .. } => t0.and_then(|t| (!typed::stores(t) || !to.is_narrow_float()).then(|| format!("no CUDA CastNarrow from {t} to {to}"))),
@@ -297,9 +301,9 @@ pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_ty
         K::Lrn { .. } | K::Col2Im { .. } | K::Determinant | K::RoiAlign { .. } | K::Dft { .. } => {
             t0.and_then(|t| float64_suffix(t, kind.type_name()).err().map(|e| e.to_string()))
         }
-        K::Resize(p) if p.mode == ResizeMode::Nearest => t0.and_then(|t| crate::device::storage_size(t).err().map(|e| e.to_string())).map(|e| e.to_string()),
+        K::Resize(p) if p.mode == ResizeMode::Nearest => t0.and_then(|t| crate::buffer::storage_size(t).err().map(|e| e.to_string())).map(|e| e.to_string()),
         K::Resize(_) => need_float("Linear and cubic Resize"),
-        K::Plugin(p) => crate::plugin::unsupported(p),
+        K::Plugin(p) => crate::ops::plugin::unsupported(p),
         K::Fused(p) => {
             let anchor = p.anchor.kind();
             unsupported(&anchor, &input_types[..p.anchor_inputs.min(input_types.len())], output_types).or_else(|| {
@@ -311,11 +315,11 @@ pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_ty
             })
         }
         K::ParametricRelu => need_float("ParametricReLU"),
-        K::Padding { .. } => t0.and_then(|t| crate::device::storage_size(t).err().map(|e| e.to_string())).map(|e| e.to_string()),
-        K::Select => input_types.get(1).copied().flatten().and_then(|t| crate::device::storage_size(t).err().map(|e| e.to_string())).map(|e| e.to_string()),
-        K::Fill { value } => crate::device::storage_size(value.dtype()).err().map(|e| e.to_string()).map(|e| e.to_string()),
+        K::Padding { .. } => t0.and_then(|t| crate::buffer::storage_size(t).err().map(|e| e.to_string())).map(|e| e.to_string()),
+        K::Select => input_types.get(1).copied().flatten().and_then(|t| crate::buffer::storage_size(t).err().map(|e| e.to_string())).map(|e| e.to_string()),
+        K::Fill { value } => crate::buffer::storage_size(value.dtype()).err().map(|e| e.to_string()).map(|e| e.to_string()),
         K::Gather { mode: GatherMode::Elements { .. } | GatherMode::Nd { .. } } => {
-            t0.and_then(|t| crate::device::storage_size(t).err().map(|e| e.to_string())).map(|e| e.to_string())
+            t0.and_then(|t| crate::buffer::storage_size(t).err().map(|e| e.to_string())).map(|e| e.to_string())
         }
         K::Scatter { .. } => t0.and_then(|t| indexing::typed_suffix(t).err().map(|e| e.to_string())),
         K::TopK { .. } | K::CumulativeSum { .. } | K::CumulativeProduct { .. } => t0.and_then(|t| match indexing::typed_suffix(t) {
@@ -464,7 +468,7 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
         }
         K::RmsNormalization { axes, epsilon } => one(compute::normalization(cx, &dev(0)?, opt_dev(1)?.as_ref(), None, axes, *epsilon, 1, true)?),
         K::Attention(p) => one(compute::attention(cx, p, &raw(0)?, &raw(1)?, &raw(2)?, opt_dev(3)?.as_ref(), &out_shape(0)?)?),
-        K::Plugin(p) => crate::plugin::run(cx, p, inputs, outs),
+        K::Plugin(p) => crate::ops::plugin::run(cx, p, inputs, outs),
         K::Fused(p) => one(fused(cx, p, inputs, outs)?),
         K::ParametricRelu => one(indexing::prelu(cx, &dev(0)?, &dev(1)?, &out_shape(0)?)?),
         K::Padding { mode } => {
@@ -646,7 +650,7 @@ fn step(cx: &Ctx, post: &PostOp, running: DeviceTensor, inputs: &[Option<Value>]
 #[cfg(test)]
 pub(crate) mod tests {
     use super::{broadcast_layout, broadcast_strides, coalesce};
-    use crate::device::Layout;
+    use crate::buffer::Layout;
 
     /// `operand_offset` of kernels/common.cuh.
     pub(crate) fn offset(l: &Layout, which: usize, mut i: i64) -> i64 {

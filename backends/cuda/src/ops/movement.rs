@@ -4,7 +4,7 @@
 use kiln::{invalid, KernelError};
 use crate::ops::KResult;
 use super::{contiguous_strides, Ctx};
-use crate::device::{width_suffix, Arg, DeviceTensor, Layout};
+use crate::buffer::{width_suffix, Arg, DeviceTensor, Layout};
 use kiln::ir::infer::resolve_slice;
 use kiln::{HostTensor, ShuffleParams};
 use std::sync::Arc;
@@ -47,7 +47,7 @@ pub fn copy_into(
         args.extend([src, dst]);
         return cx.gpu.launch(&name, blocks, 256, &args).map_err(KernelError::from);
     }
-    let element = crate::device::storage_size(x.dtype).map_err(KernelError::from)?;
+    let element = crate::buffer::storage_size(x.dtype).map_err(KernelError::from)?;
     let addresses = [cx.gpu.ptr(&x.buf), cx.gpu.ptr(&out.buf)];
     // Copy in the widest unit (up to 16 bytes) the layout and both addresses allow: one thread's
     // index arithmetic then moves up to 8 halves instead of one.
@@ -57,7 +57,7 @@ pub fn copy_into(
         .find_map(|w| widened(&l, (w / element) as i64).map(|wide| (wide, w)))
         .unwrap_or((l, element));
     let n: usize = (0..l.rank as usize).map(|d| l.shape[d] as usize).product();
-    let name = format!("strided_copy_{}", crate::device::unit_suffix(width));
+    let name = format!("strided_copy_{}", crate::buffer::unit_suffix(width));
     cx.launch_elements(&name, n, &[Arg::I64(n as i64), Arg::Layout(l), src, dst])
 }
 
@@ -230,8 +230,8 @@ pub fn slice(cx: &Ctx, x: &DeviceTensor, bounds: [Option<&HostTensor>; 4]) -> KR
     let offset = if shape.contains(&0) { 0 } else { plan.iter().zip(&st).map(|(a, &s)| a.start * s).sum() };
     // Read in place where the executor allows: a range of the buffer with the slice's strides.
     if cx.view_output.get() && offset >= 0 && strides.iter().all(|&s| s >= 0) {
-        let size = crate::device::storage_size(x.dtype).map_err(KernelError::from)?;
-        if let Some(buf) = crate::device::DeviceBuffer::range(&x.buf, offset as usize * size) {
+        let size = crate::buffer::storage_size(x.dtype).map_err(KernelError::from)?;
+        if let Some(buf) = crate::buffer::DeviceBuffer::range(&x.buf, offset as usize * size) {
             return Ok(DeviceTensor { buf: Arc::new(buf), dtype: x.dtype, strides: view_strides(&shape, strides), shape });
         }
     }

@@ -3,14 +3,14 @@
 use kiln::{invalid, KernelError};
 use crate::ops::KResult;
 use super::Ctx;
-use crate::device::{Arg, DeviceTensor};
+use crate::buffer::{Arg, DeviceTensor};
 use kiln::{DataType, HostTensor};
 
 /// Element widths of `one_hot_*` (the values are copied as raw bytes).
 pub const WIDTHS: [&str; 4] = ["u8", "u16", "u32", "u64"];
 
 fn width(dtype: DataType) -> KResult<&'static str> {
-    match crate::device::storage_size(dtype).map_err(KernelError::from)? {
+    match crate::buffer::storage_size(dtype).map_err(KernelError::from)? {
         1 => Ok("u8"),
         2 => Ok("u16"),
         4 => Ok("u32"),

@@ -3,7 +3,7 @@
 use kiln::{invalid, KernelError};
 use crate::ops::KResult;
 use super::{broadcast_layout, broadcast_shape, broadcast_strides, coalesce_joint, Ctx};
-use crate::device::{float_suffix, Arg, Chain, DeviceTensor};
+use crate::buffer::{float_suffix, Arg, Chain, DeviceTensor};
 use kiln::{ActivationKind, DataType, ElementwiseOp, UnaryOp};
 
 /// The op code `binary_*` / `compare_*` / `logic_bool` take (the `OP_*` defines in elementwise.cu).
@@ -77,8 +77,8 @@ pub fn binary(cx: &Ctx, op: ElementwiseOp, a: &DeviceTensor, b: &DeviceTensor, o
 /// operand a layout uses is read with innermost stride 1 (at vector-aligned offsets) or 0
 /// (broadcast), the innermost length is a whole number of vectors, and every address in `args`
 /// is 16-byte aligned. The output is dense.
-pub fn vector_elements(dtype: DataType, layouts: &[(crate::device::Layout, usize)], args: &[Arg]) -> Option<usize> {
-    let k = 16 / crate::device::storage_size(dtype).ok()?;
+pub fn vector_elements(dtype: DataType, layouts: &[(crate::buffer::Layout, usize)], args: &[Arg]) -> Option<usize> {
+    let k = 16 / crate::buffer::storage_size(dtype).ok()?;
     let aligned = args.iter().all(|a| matches!(a, Arg::Ptr(p) if p % 16 == 0 || *p == 0));
     let fits = layouts.iter().all(|(l, used)| {
         let Some(inner) = (l.rank as usize).checked_sub(1) else { return false };
@@ -158,7 +158,7 @@ pub fn unary(cx: &Ctx, (code, alpha, beta): (i32, f32, f32), x: &DeviceTensor, o
     };
     let n = x.len();
     let (src, dst) = (cx.arg(x), cx.arg(&out));
-    let dense = crate::device::Layout { rank: 1, shape: [n as i64, 0, 0, 0, 0, 0, 0, 0], ..Default::default() };
+    let dense = crate::buffer::Layout { rank: 1, shape: [n as i64, 0, 0, 0, 0, 0, 0, 0], ..Default::default() };
     let (name, count) = match vector_elements(x.dtype, &[(dense, 0)], &[src, dst]) {
         Some(k) => (format!("unary_vec_{suffix}"), n / k),
         None => (format!("unary_{suffix}"), n),

@@ -6,7 +6,7 @@
 use kiln::{invalid, KernelError};
 use crate::ops::KResult;
 use super::Ctx;
-use crate::device::{Arg, DeviceTensor};
+use crate::buffer::{Arg, DeviceTensor};
 use kiln::{DataType, HostTensor, PoolingKind, PoolingParams, TensorData};
 
 /// Kernel-name suffixes of `pool_*`.

@@ -6,7 +6,7 @@
 use kiln::{invalid, KernelError};
 use crate::ops::KResult;
 use super::{contiguous_strides, pointwise, Ctx};
-use crate::device::{float_suffix, width_suffix, Arg, DeviceTensor, Layout};
+use crate::buffer::{float_suffix, width_suffix, Arg, DeviceTensor, Layout};
 use kiln::{DataType, HostTensor, PaddingMode, ResizeMode, ResizeParams, TensorData};
 
 /// Runs Resize of `x` onto `out_shape`; `roi`, `scales` and `sizes` are the layer's host inputs.

@@ -3,7 +3,7 @@
 use kiln::{invalid, KernelError};
 use crate::ops::KResult;
 use super::Ctx;
-use crate::device::{Arg, DeviceTensor};
+use crate::buffer::{Arg, DeviceTensor};
 use kiln::DataType;
 
 /// RoiAlign of `x` (N, C, H, W) over `rois` (R, 4) of images `batch_indices` (R):

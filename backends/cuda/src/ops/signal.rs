@@ -4,7 +4,7 @@
 use kiln::{invalid, KernelError};
 use crate::ops::KResult;
 use super::Ctx;
-use crate::device::{Arg, DeviceTensor};
+use crate::buffer::{Arg, DeviceTensor};
 use kiln::ir::infer::col2im_blocks;
 use kiln::plan::signal::{col2im_block_dims, dft_signal, dft_twiddles, DftSignal};
 use kiln::{DataType, HostTensor, TensorData};

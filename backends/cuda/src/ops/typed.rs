@@ -6,7 +6,7 @@
 use kiln::{invalid, KernelError};
 use crate::ops::KResult;
 use super::{broadcast_layout, Ctx};
-use crate::device::{Arg, DeviceTensor};
+use crate::buffer::{Arg, DeviceTensor};
 use kiln::{DataType, E8M0Rounding, ElementwiseOp, ReduceOp, UnaryOp};
 use std::sync::Arc;
 
@@ -48,7 +48,7 @@ fn computes(dtype: DataType) -> bool {
 
 /// Whether the device stores `dtype` (every kiln type: the narrow ones one per byte).
 pub fn stores(dtype: DataType) -> bool {
-    type_code(dtype) >= 0 && crate::device::storage_size(dtype).is_ok()
+    type_code(dtype) >= 0 && crate::buffer::storage_size(dtype).is_ok()
 }
 
 /// Converts with Cast semantics (`saturate` / `rounding` apply to narrow float targets).

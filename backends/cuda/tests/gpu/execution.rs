@@ -5,7 +5,7 @@ use crate::common::{backend, worst_error};
 use crate::models::repo;
 use crate::pytorch_data::read_npz;
 use kiln::{Backend, BackendError, DataType, ExecutionContext, HostTensor, Network, PreparedEngine, TensorData};
-use kiln_cuda::arena::{Arena, ArenaPlan, Event};
+use kiln_cuda::arena::{ArenaPlan, Event};
 use kiln_cuda::{CudaBackend, GpuError};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -228,7 +228,7 @@ fn an_arena_too_large_is_out_of_memory() {
     let Some(cuda) = backend() else { return };
     let gpu = cuda.gpu().expect("device");
     let plan = ArenaPlan::place(vec![Event::Alloc { bytes: 1 << 45 }]);
-    match Arena::new(plan, &gpu) {
+    match gpu.new_arena(plan) {
         Err(GpuError::OutOfMemory { bytes, .. }) => assert_eq!(bytes, 1 << 45),
         other => panic!("a 32 TiB arena: {other:?}"),
     }

@@ -9,6 +9,7 @@ use kiln::DataType;
 
 /// One strided copy: for each coordinate `c` of `shape`,
 /// `dst[dst_off + c·dst_strides] = src[src_off + c·src_strides]`.
+#[derive(Debug)]
 pub struct Copy<'a> {
     pub shape: &'a [usize],
     pub src_off: i64,

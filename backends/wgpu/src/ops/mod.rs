@@ -23,8 +23,7 @@ use crate::value::{DeviceTensor, Recorder};
 /// The largest rank the strided kernels index (their params hold 8 dims).
 pub const MAX_RANK: usize = 8;
 
-/// What every launcher returns: device errors keep their kind (out of memory, device lost).
-pub type KResult<T> = Result<T, kiln::KernelError>;
+pub use crate::device::KResult;
 
 /// Row-major strides of `shape`, in elements.
 pub fn strides(shape: &[usize]) -> Vec<usize> {
@@ -91,4 +90,17 @@ pub fn count_word(n: usize) -> KResult<u32> {
 /// The output tensor of a kernel, with a readable error.
 pub fn output(rec: &Recorder, dtype: kiln::DataType, shape: &[usize]) -> KResult<DeviceTensor> {
     rec.alloc(dtype, shape).map_err(kiln::KernelError::from)
+}
+
+/// Every kernel the backend can compile (the generic instantiations and each launcher's
+/// own), for validation.
+pub fn all_instantiations() -> Vec<crate::shaders::Instance> {
+    let mut all = crate::shaders::generic_instantiations();
+    all.extend(sort::instantiations());
+    all.extend(scan::instantiations());
+    all.extend(lrn::instantiations());
+    all.extend(scatter::instantiations());
+    all.extend(indexing::instantiations());
+    all.extend(einsum::instantiations());
+    all
 }

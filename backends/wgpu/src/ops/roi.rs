@@ -7,6 +7,7 @@ use crate::value::{DeviceTensor, Recorder};
 use kiln::DataType;
 
 /// The attributes of a RoiAlign layer.
+#[derive(Debug)]
 pub struct RoiAlignSpec {
     pub max: bool,
     pub output_size: [usize; 2],

@@ -8,7 +8,8 @@
 
 use kiln::{invalid, KernelError};
 use crate::ops::KResult;
-use crate::device::{DeviceTensor, Gpu};
+use crate::buffer::DeviceTensor;
+use crate::device::Gpu;
 use crate::ops::{Ctx, Value};
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
