@@ -438,13 +438,7 @@ impl<'e> Run<'e> {
             | K::NonZero
             | K::Unique { .. }
             | K::NonMaxSuppression { .. }
-            | K::TripLimit { .. }
-            | K::Iterator { .. }
-            | K::Recurrence { .. }
-            | K::LoopOutput { .. }
-            | K::Condition { .. }
-            | K::IfConditionalInput { .. }
-            | K::IfConditionalOutput { .. } => {
+            | kiln::control_boundary!() => {
                 Err(invalid!("{} has no device kernel: the layer driver runs it", kind.type_name()))
             }
             K::Reformat { .. } | K::Text(_) => {

@@ -202,14 +202,9 @@ fn unsupported(network: &Network, layer: &Layer) -> Option<String> {
         | K::Fill { .. }
         | K::Shape
         | K::Assertion { .. }
-        | K::Fused(_)
-        | K::TripLimit { .. }
-        | K::Iterator { .. }
-        | K::Recurrence { .. }
-        | K::LoopOutput { .. }
-        | K::Condition { .. }
-        | K::IfConditionalInput { .. }
-        | K::IfConditionalOutput { .. } => None,
+        | K::Fused(_) => None,
+        // The interpreter runs loop and conditional boundaries.
+        kiln::control_boundary!() => None,
         K::Convolution(_)
         | K::Deconvolution(_)
         | K::Pooling(_)

@@ -328,13 +328,7 @@ pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_ty
             Err(e) => Some(e.to_string()),
         }),
         // The interpreter runs loop and conditional boundaries (check_support skips them).
-        K::TripLimit { .. }
-        | K::Iterator { .. }
-        | K::Recurrence { .. }
-        | K::LoopOutput { .. }
-        | K::Condition { .. }
-        | K::IfConditionalInput { .. }
-        | K::IfConditionalOutput { .. } => None,
+        kiln::control_boundary!() => None,
         K::Assertion { .. } | K::Reformat { .. } | K::Unique { .. } | K::Text(_) => Some(format!("{} has no CUDA kernel yet", kind.type_name())),
     }
 }
@@ -493,13 +487,7 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
         // The layer driver serves constants and shapes; the interpreter runs the boundaries.
         K::Constant { .. }
         | K::Shape
-        | K::TripLimit { .. }
-        | K::Iterator { .. }
-        | K::Recurrence { .. }
-        | K::LoopOutput { .. }
-        | K::Condition { .. }
-        | K::IfConditionalInput { .. }
-        | K::IfConditionalOutput { .. } => Err(invalid!("{} has no device kernel: the layer driver runs it", kind.type_name())),
+        | kiln::control_boundary!() => Err(invalid!("{} has no device kernel: the layer driver runs it", kind.type_name())),
         K::Assertion { .. } | K::Reformat { .. } | K::Unique { .. } | K::Text(_) => {
             Err(KernelError::Unsupported(format!("{} has no CUDA kernel yet", kind.type_name())))
         }

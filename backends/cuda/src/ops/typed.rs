@@ -92,12 +92,6 @@ pub fn bit_cast(cx: &Ctx, x: &DeviceTensor, to: DataType) -> KResult<DeviceTenso
     Ok(DeviceTensor::new(Arc::clone(&x.buf), to, x.shape.clone()))
 }
 
-/// `(inner, len)` of the parameter index `(i / inner) % len` ([`kiln::plan::quant::ParamIndex`]).
-fn param_index(x_shape: &[usize], scale_shape: &[usize], axis: Option<usize>) -> KResult<(usize, usize)> {
-    let index = kiln::plan::quant::ParamIndex::new(x_shape, scale_shape, axis)?;
-    Ok((index.inner, index.len))
-}
-
 /// `saturate(round_half_even(x / scale) + zero_point)` into `to`.
 pub fn quantize(
     cx: &Ctx,
@@ -113,7 +107,7 @@ pub fn quantize(
     if !(to.is_narrow() || (to.is_integer() && stores(to))) {
         return Err(invalid!("Quantize cannot produce {to}"));
     }
-    let (inner, len) = param_index(&x.shape, &scale.shape, axis)?;
+    let kiln::plan::quant::ParamIndex { inner, len } = kiln::plan::quant::ParamIndex::new(&x.shape, &scale.shape, axis)?;
     kiln::plan::quant::check_zero_point(scale.len(), zero_point.map(DeviceTensor::len))?;
     let out = cx.gpu.empty(to, x.shape.clone()).map_err(KernelError::from)?;
     let n = x.len();
@@ -148,7 +142,7 @@ pub fn dequantize(
     if !matches!(scale.dtype, DataType::F32 | DataType::F16 | DataType::BF16 | DataType::F64) {
         return Err(invalid!("Dequantize's scale must be a float type, not {}", scale.dtype));
     }
-    let (inner, len) = param_index(&x.shape, &scale.shape, axis)?;
+    let kiln::plan::quant::ParamIndex { inner, len } = kiln::plan::quant::ParamIndex::new(&x.shape, &scale.shape, axis)?;
     kiln::plan::quant::check_zero_point(scale.len(), zero_point.map(DeviceTensor::len))?;
     if let Some(z) = zero_point {
         if z.dtype != x.dtype {

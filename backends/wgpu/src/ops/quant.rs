@@ -7,12 +7,6 @@ use crate::shaders::Instance;
 use crate::value::{DeviceTensor, Recorder};
 use kiln::DataType;
 
-/// How the kernel indexes the scale / zero point: `(i / inner) % len`.
-fn param_index(x_shape: &[usize], scale_shape: &[usize], axis: Option<usize>) -> KResult<(usize, usize)> {
-    let index = kiln::plan::quant::ParamIndex::new(x_shape, scale_shape, axis)?;
-    Ok((index.inner, index.len))
-}
-
 fn check_zero_point(scale: &DeviceTensor, zero_point: Option<&DeviceTensor>) -> KResult<()> {
     Ok(kiln::plan::quant::check_zero_point(scale.len(), zero_point.map(DeviceTensor::len))?)
 }
@@ -43,7 +37,7 @@ pub fn quantize(
         return Err(kiln::invalid!("Quantize of {} by a {} scale: both must be floats", x.dtype, scale.dtype));
     }
     check_zero_point(scale, zero_point)?;
-    let (inner, len) = param_index(&x.shape, &scale.shape, axis)?;
+    let kiln::plan::quant::ParamIndex { inner, len } = kiln::plan::quant::ParamIndex::new(&x.shape, &scale.shape, axis)?;
     let out = output(rec, to, &x.shape)?;
     let params = [
         count_word(out.len())?,
@@ -86,7 +80,7 @@ pub fn dequantize(
         return Err(kiln::invalid!("zero point must be {} like the input, not {}", x.dtype, z.dtype));
     }
     check_zero_point(scale, zero_point)?;
-    let (inner, len) = param_index(&x.shape, &scale.shape, axis)?;
+    let kiln::plan::quant::ParamIndex { inner, len } = kiln::plan::quant::ParamIndex::new(&x.shape, &scale.shape, axis)?;
     let out = output(rec, out_dtype, &x.shape)?;
     let params = [
         count_word(out.len())?,

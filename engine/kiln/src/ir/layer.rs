@@ -213,16 +213,7 @@ pub enum TextOp {
 impl LayerKind {
     /// A loop or if-conditional boundary layer: lowered into regions, never a kernel.
     pub fn is_control_boundary(&self) -> bool {
-        matches!(
-            self,
-            LayerKind::TripLimit { .. }
-                | LayerKind::Iterator { .. }
-                | LayerKind::Recurrence { .. }
-                | LayerKind::LoopOutput { .. }
-                | LayerKind::Condition { .. }
-                | LayerKind::IfConditionalInput { .. }
-                | LayerKind::IfConditionalOutput { .. }
-        )
+        matches!(self, crate::control_boundary!())
     }
 
     /// The input slots holding small integer tensors (shapes, bounds, counts, axes) whose
@@ -629,4 +620,20 @@ pub struct PluginParams {
     pub version: String,
     pub fields: Vec<(String, PluginField)>,
     pub num_outputs: usize,
+}
+
+/// The pattern matching every loop and if-conditional boundary kind (see
+/// [`LayerKind::is_control_boundary`]), for exhaustive matches that decide them together:
+/// `match kind { kiln::control_boundary!() => …, … }`.
+#[macro_export]
+macro_rules! control_boundary {
+    () => {
+        $crate::LayerKind::TripLimit { .. }
+            | $crate::LayerKind::Iterator { .. }
+            | $crate::LayerKind::Recurrence { .. }
+            | $crate::LayerKind::LoopOutput { .. }
+            | $crate::LayerKind::Condition { .. }
+            | $crate::LayerKind::IfConditionalInput { .. }
+            | $crate::LayerKind::IfConditionalOutput { .. }
+    };
 }
