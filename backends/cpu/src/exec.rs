@@ -1,6 +1,6 @@
 //! The executable: interprets a network layer by layer in its stored (topological) order.
 
-use crate::control::{slice_along, stack_along};
+use kiln::plan::loops::{slice_along, stack_along};
 use crate::kernels::{self, Variant};
 use kiln::ir::control::{self, ControlFlow, DEFAULT_MAX_TRIP_COUNT};
 use kiln::ir::infer::{Fact, OutFact};

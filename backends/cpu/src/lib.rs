@@ -8,7 +8,6 @@
 //! [`BackendError::Execution`] errors naming the layer, never panics.
 #![forbid(unsafe_code)]
 
-mod control;
 mod element;
 mod element_narrow;
 mod exec;

@@ -92,11 +92,11 @@ pub fn time_tactic(network: &Network, layer: LayerId, tactic: &TacticDesc, repet
         .map(|(x, s)| x.zip(s.as_ref()).map(|(x, s)| Fact::new(x.dtype(), s, None)))
         .collect();
     let outs = infer_layer(&l.kind, &facts, &|w| network.weights_blob(w)).map_err(|e| fail(e.rule))?;
-    kernels::run_with(&l.kind, &views, &outs, variant).map_err(&fail)?;
+    kernels::run(&l.kind, &views, &outs, variant).map_err(&fail)?;
     let mut times = Vec::with_capacity(repetitions.max(1));
     for _ in 0..repetitions.max(1) {
         let start = Instant::now();
-        kernels::run_with(&l.kind, &views, &outs, variant).map_err(&fail)?;
+        kernels::run(&l.kind, &views, &outs, variant).map_err(&fail)?;
         times.push(start.elapsed());
     }
     times.sort();

@@ -319,7 +319,7 @@ impl Machine for Run<'_> {
 
     fn slice_along(&self, value: &Value, axis: usize, index: usize) -> KResult<Value> {
         if let (None, Some(h)) = (&value.device, &value.host) {
-            return Ok(Value::host(Arc::new(interp::host_slice_along(h, axis, index)?)));
+            return Ok(Value::host(Arc::new(kiln::plan::loops::slice_along(h, axis, index)?)));
         }
         let x = self.cx.dev(value)?;
         let mut bounds_shape = x.shape.clone();

@@ -2,7 +2,7 @@
 //! cpu backend is the oracle: a fused layer must give exactly what its unfused layers give,
 //! so it reuses their kernels (one rounding per step, as the unfused graph rounds).
 
-use super::{misc, run_with, Variant};
+use super::{misc, run, Variant};
 use kiln::ir::infer::{infer_layer, Fact, OutFact};
 use kiln::{
     AttentionParams, DataType, ElementwiseOp, FusedParams, HostTensor, LayerKind, MatrixOp, PostOp,
@@ -28,7 +28,7 @@ fn step_with(kind: &LayerKind, inputs: &[Option<&HostTensor>], variant: Variant)
         })
         .collect();
     let outs: Vec<OutFact> = infer_layer(kind, &facts, &|_| None).map_err(|e| e.rule)?;
-    run_with(kind, inputs, &outs, variant)?
+    run(kind, inputs, &outs, variant)?
         .into_iter()
         .next()
         .ok_or_else(|| format!("{} gave no output", kind.type_name()))

@@ -44,6 +44,16 @@ pub fn run_with(
     inputs: &[Option<&HostTensor>],
     outs: &[OutFact],
     variant: Variant,
+) -> Result<Vec<HostTensor>, kiln::KernelError> {
+    Ok(run(kind, inputs, outs, variant)?)
+}
+
+/// [`run_with`] with the kernels' own messages, for kernels built from other kernels.
+pub(crate) fn run(
+    kind: &LayerKind,
+    inputs: &[Option<&HostTensor>],
+    outs: &[OutFact],
+    variant: Variant,
 ) -> Result<Vec<HostTensor>, String> {
     use LayerKind as K;
     let ins = Inputs(inputs);

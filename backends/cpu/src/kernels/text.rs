@@ -5,7 +5,7 @@
 //! strings and Equal can compare ids), and the ids are mapped back afterwards.
 
 use super::{Inputs, Variant};
-use crate::kernels::run_with;
+use crate::kernels::run;
 use kiln::ir::infer::OutFact;
 use kiln::{CaseChange, DataType, ElementwiseOp, HostTensor, LayerKind, TensorData, TextOp};
 use std::collections::HashMap;
@@ -68,7 +68,7 @@ pub(super) fn run_on_string_ids(
         .iter()
         .map(|o| OutFact { dtype: if o.dtype.is_string() { DataType::I64 } else { o.dtype }, ..o.clone() })
         .collect();
-    let results = run_with(kind, &id_inputs, &id_outs, variant)?;
+    let results = run(kind, &id_inputs, &id_outs, variant)?;
     results
         .into_iter()
         .zip(outs)

@@ -78,6 +78,29 @@ macro_rules! dispatch_data {
 }
 
 impl TensorData {
+    /// The elements of `parts` one after the other; `None` when their types differ.
+    pub fn concat(parts: &[&TensorData]) -> Option<TensorData> {
+        let first = parts.first()?;
+        macro_rules! join {
+            ($($variant:ident),*) => {
+                match first {
+                    $(TensorData::$variant(_) => {
+                        let mut out = Vec::new();
+                        for part in parts {
+                            let TensorData::$variant(v) = part else { return None };
+                            out.extend(v.iter().cloned());
+                        }
+                        TensorData::$variant(out)
+                    })*
+                }
+            };
+        }
+        Some(join!(
+            F32, F16, BF16, F64, I8, I16, I32, I64, U8, U16, U32, U64, Bool, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ,
+            F8E8M0, F4E2M1, I4, U4, I2, U2, String
+        ))
+    }
+
     /// The elements at `indices`, in that order, of the same type (indices in range).
     pub fn gather(&self, indices: &[usize]) -> TensorData {
         macro_rules! pick {

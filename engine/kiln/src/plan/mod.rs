@@ -4,6 +4,7 @@
 //! only on the IR.
 
 pub mod dynamic;
+pub mod loops;
 pub mod nms;
 pub mod pad;
 pub mod quant;
