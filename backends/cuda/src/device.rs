@@ -33,7 +33,7 @@ pub struct Gpu {
     pub blas: crate::blas::Blas,
     /// cuDNN on this stream, opened on first use (Err: absent or failed; convolutions then
     /// run kiln's direct kernel).
-    pub dnn: OnceLock<Result<crate::dnn::Dnn, String>>,
+    pub dnn: OnceLock<Result<crate::dnn::Dnn, GpuError>>,
     /// The traced execution and the run lock.
     pub sessions: Arc<Sessions>,
 }
@@ -365,7 +365,7 @@ impl Gpu {
     }
 
     /// cuDNN on this device's stream, or why not.
-    pub fn dnn(&self) -> Result<&crate::dnn::Dnn, String> {
+    pub fn dnn(&self) -> Result<&crate::dnn::Dnn, GpuError> {
         self.dnn.get_or_init(|| crate::dnn::Dnn::new(self)).as_ref().map_err(Clone::clone)
     }
 

@@ -9,7 +9,7 @@
 //! always given in NCHW order and only the strides differ, so one plan type serves both.
 
 use crate::buffer::{DeviceBuffer, DeviceTensor};
-use crate::error::GpuError;
+use crate::error::{driver, GpuError};
 use cudarc::cudnn::sys;
 use cudarc::driver::{CudaContext, CudaStream};
 use kiln::DataType;
@@ -59,17 +59,17 @@ fn algo_enum(code: u32) -> Option<sys::cudnnConvolutionFwdAlgo_t> {
     })
 }
 
-fn check(call: &'static str, status: sys::cudnnStatus_t) -> Result<(), String> {
-    status.result().map_err(|e| format!("{call}: {e:?}"))
+fn check(call: &'static str, status: sys::cudnnStatus_t) -> Result<(), GpuError> {
+    status.result().map_err(|e| GpuError::Library { call, reason: format!("{e:?}") })
 }
 
-fn data_type(dtype: DataType) -> Result<sys::cudnnDataType_t, String> {
+fn data_type(dtype: DataType) -> Result<sys::cudnnDataType_t, GpuError> {
     use sys::cudnnDataType_t as T;
     match dtype {
         DataType::F32 => Ok(T::CUDNN_DATA_FLOAT),
         DataType::F16 => Ok(T::CUDNN_DATA_HALF),
         DataType::BF16 => Ok(T::CUDNN_DATA_BFLOAT16),
-        other => Err(format!("cuDNN convolutions take f32, f16 and bf16, not {other}")),
+        other => Err(GpuError::Unsupported(format!("cuDNN convolutions take f32, f16 and bf16, not {other}"))),
     }
 }
 
@@ -104,21 +104,21 @@ impl ConvSpec {
         x: &[usize],
         w: &[usize],
         y: &[usize],
-    ) -> Result<ConvSpec, String> {
+    ) -> Result<ConvSpec, GpuError> {
         data_type(dtype)?;
         let spatial =
             x.len().checked_sub(2).filter(|s| (1..=3).contains(s)).ok_or("cuDNN convolves 1-D, 2-D and 3-D")?;
         if w.len() != x.len() || y.len() != x.len() {
-            return Err(format!("convolution of {x:?} by {w:?} into {y:?}"));
+            return Err(GpuError::Unsupported(format!("convolution of {x:?} by {w:?} into {y:?}")));
         }
         if p.pre_padding != p.post_padding {
-            return Err(format!("cuDNN pads symmetrically; {:?} before, {:?} after", p.pre_padding, p.post_padding));
+            return Err(GpuError::Unsupported(format!("cuDNN pads symmetrically; {:?} before, {:?} after", p.pre_padding, p.post_padding)));
         }
-        let per_axis = |v: &[usize], fill: usize, what: &str| -> Result<Vec<usize>, String> {
+        let per_axis = |v: &[usize], fill: usize, what: &str| -> Result<Vec<usize>, GpuError> {
             match v.len() {
                 0 => Ok(vec![fill; spatial]),
                 n if n == spatial => Ok(v.to_vec()),
-                n => Err(format!("{n} {what} for {spatial} spatial dims")),
+                n => Err(GpuError::Unsupported(format!("{n} {what} for {spatial} spatial dims"))),
             }
         };
         let mut pads = per_axis(&p.pre_padding, 0, "pads")?;
@@ -179,7 +179,7 @@ macro_rules! descriptor {
         #[derive(Debug)]
         struct $name($raw);
         impl $name {
-            fn new() -> Result<$name, String> {
+            fn new() -> Result<$name, GpuError> {
                 let mut raw = std::ptr::null_mut();
                 // SAFETY: `raw` is a valid out-pointer; cuDNN is loaded (probed before any Dnn).
                 check(stringify!($create), unsafe { sys::$create(&mut raw) })?;
@@ -216,7 +216,7 @@ descriptor!(
 );
 descriptor!(PoolDesc, sys::cudnnPoolingDescriptor_t, cudnnCreatePoolingDescriptor, cudnnDestroyPoolingDescriptor);
 
-fn tensor_desc(dtype: DataType, dims: &[usize], nhwc: bool) -> Result<TensorDesc, String> {
+fn tensor_desc(dtype: DataType, dims: &[usize], nhwc: bool) -> Result<TensorDesc, GpuError> {
     let d = TensorDesc::new()?;
     let (dims_i, st) = (ints(dims), strides_of(dims, nhwc));
     // SAFETY: `dims_i` and `st` hold `dims.len()` entries each and outlive the call.
@@ -242,7 +242,7 @@ struct ConvPlan {
 }
 
 impl ConvPlan {
-    fn new(handle: sys::cudnnHandle_t, s: &ConvSpec) -> Result<ConvPlan, String> {
+    fn new(handle: sys::cudnnHandle_t, s: &ConvSpec) -> Result<ConvPlan, GpuError> {
         use sys::cudnnMathType_t as M;
         let dt = data_type(s.dtype)?;
         let x = tensor_desc(s.dtype, &s.x, s.nhwc)?;
@@ -284,7 +284,7 @@ impl ConvPlan {
         };
         // SAFETY: `conv` is a live descriptor.
         check("cudnnSetConvolutionMathType", unsafe { sys::cudnnSetConvolutionMathType(conv.0, math) })?;
-        let act = |mode| -> Result<ActDesc, String> {
+        let act = |mode| -> Result<ActDesc, GpuError> {
             let a = ActDesc::new()?;
             // SAFETY: `a` is a live descriptor.
             check("cudnnSetActivationDescriptor", unsafe {
@@ -301,7 +301,7 @@ impl ConvPlan {
 
     /// The heuristic's algorithms that support this shape, each once, with their workspace
     /// sizes. (The math type that runs is the descriptor's, whatever math a result names.)
-    fn rank(&self, handle: sys::cudnnHandle_t) -> Result<Vec<(u32, usize)>, String> {
+    fn rank(&self, handle: sys::cudnnHandle_t) -> Result<Vec<(u32, usize)>, GpuError> {
         const MAX: usize = 16;
         // SAFETY: the perf structs are plain data that cuDNN overwrites; zeroed is a valid value.
         let mut perf: [sys::cudnnConvolutionFwdAlgoPerf_t; MAX] = unsafe { std::mem::zeroed() };
@@ -333,7 +333,7 @@ impl ConvPlan {
         Ok(ranked)
     }
 
-    fn workspace(&self, handle: sys::cudnnHandle_t, code: u32) -> Result<usize, String> {
+    fn workspace(&self, handle: sys::cudnnHandle_t, code: u32) -> Result<usize, GpuError> {
         let algo = algo_enum(code).ok_or_else(|| format!("no cuDNN algorithm {code}"))?;
         let mut bytes = 0usize;
         // SAFETY: every descriptor is live; `bytes` is a valid out-pointer.
@@ -384,7 +384,7 @@ pub struct PoolSpec {
 
 impl PoolSpec {
     /// The spec of a kiln pooling layer, or why cuDNN does not run it.
-    pub fn new(p: &kiln::PoolingParams, dtype: DataType, x: &[usize], y: &[usize]) -> Result<PoolSpec, String> {
+    pub fn new(p: &kiln::PoolingParams, dtype: DataType, x: &[usize], y: &[usize]) -> Result<PoolSpec, GpuError> {
         data_type(dtype)?;
         if x.len() != 4 || y.len() != 4 || p.window.len() != 2 {
             return Err("cuDNN pooling here is 2-D only".into());
@@ -452,9 +452,9 @@ impl Drop for Dnn {
 
 impl Dnn {
     /// A handle on `gpu`'s stream; Err (never a panic) where cuDNN is absent or disabled.
-    pub fn new(gpu: &impl DnnDevice) -> Result<Dnn, String> {
+    pub fn new(gpu: &impl DnnDevice) -> Result<Dnn, GpuError> {
         crate::probe::libraries().cudnn.clone()?;
-        gpu.context().bind_to_thread().map_err(|e| format!("cuCtxSetCurrent: {e:?}"))?;
+        gpu.context().bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
         let mut handle = std::ptr::null_mut();
         // SAFETY: `handle` is a valid out-pointer; the library is loaded (probed above) and the
         // Gpu's context is current on this thread (cudarc binds it on creation).
@@ -465,7 +465,7 @@ impl Dnn {
         Ok(dnn)
     }
 
-    fn conv_plan(&self, spec: &ConvSpec) -> Result<Arc<ConvPlan>, String> {
+    fn conv_plan(&self, spec: &ConvSpec) -> Result<Arc<ConvPlan>, GpuError> {
         let mut convs = self.convs.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(p) = convs.get(spec) {
             return Ok(p.clone());
@@ -476,12 +476,12 @@ impl Dnn {
     }
 
     /// `w` stored channels-last (KRSC), converted by `convert` on first use and cached.
-    pub fn channels_last_filter(
+    pub fn channels_last_filter<E>(
         &self,
         gpu: &impl DnnDevice,
         w: &DeviceTensor,
-        convert: impl FnOnce(&DeviceTensor) -> Result<DeviceTensor, String>,
-    ) -> Result<DeviceTensor, String> {
+        convert: impl FnOnce(&DeviceTensor) -> Result<DeviceTensor, E>,
+    ) -> Result<DeviceTensor, E> {
         if w.channels_last() {
             return Ok(w.clone());
         }
@@ -503,7 +503,7 @@ impl Dnn {
     }
 
     /// The algorithms cuDNN's heuristic offers for `spec`, best first (tactic candidates).
-    pub fn algorithms(&self, spec: &ConvSpec) -> Result<Vec<u32>, String> {
+    pub fn algorithms(&self, spec: &ConvSpec) -> Result<Vec<u32>, GpuError> {
         Ok(self.conv_plan(spec)?.ranked.iter().map(|&(c, _)| c).collect())
     }
 
@@ -518,15 +518,15 @@ impl Dnn {
         w: &DeviceTensor,
         epilogue: ConvEpilogue,
         y: &DeviceTensor,
-    ) -> Result<(), String> {
-        gpu.context().bind_to_thread().map_err(|e| format!("cuCtxSetCurrent: {e:?}"))?;
+    ) -> Result<(), GpuError> {
+        gpu.context().bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
         let plan = self.conv_plan(spec)?;
         // An algorithm the heuristic does not offer for this shape (an engine built elsewhere)
         // runs as the heuristic's first: the result is the same function.
         let (code, ws_bytes) =
             algo.and_then(|c| plan.ranked.iter().find(|&&(r, _)| r == c).copied()).unwrap_or(plan.ranked[0]);
         let algo_e = algo_enum(code).ok_or_else(|| format!("no cuDNN algorithm {code}"))?;
-        let workspace = gpu.alloc(ws_bytes).map_err(|e| e.to_string())?;
+        let workspace = gpu.alloc(ws_bytes)?;
         let (px, pw, py, pws) = (x.buf.ptr(), w.buf.ptr(), y.buf.ptr(), workspace.ptr());
         let (one, zero) = (1.0f32, 0.0f32);
         let fused_call = epilogue.bias.is_some() && (epilogue.relu || code == PRECOMP_GEMM);
@@ -618,7 +618,7 @@ impl Dnn {
         Ok(())
     }
 
-    fn pool_plan(&self, spec: &PoolSpec) -> Result<Arc<PoolPlan>, String> {
+    fn pool_plan(&self, spec: &PoolSpec) -> Result<Arc<PoolPlan>, GpuError> {
         use sys::cudnnPoolingMode_t as P;
         let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(p) = pools.get(spec) {
@@ -652,8 +652,8 @@ impl Dnn {
         Ok(plan)
     }
 
-    pub fn pooling(&self, gpu: &impl DnnDevice, spec: &PoolSpec, x: &DeviceTensor, y: &DeviceTensor) -> Result<(), String> {
-        gpu.context().bind_to_thread().map_err(|e| format!("cuCtxSetCurrent: {e:?}"))?;
+    pub fn pooling(&self, gpu: &impl DnnDevice, spec: &PoolSpec, x: &DeviceTensor, y: &DeviceTensor) -> Result<(), GpuError> {
+        gpu.context().bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
         let plan = self.pool_plan(spec)?;
         let (one, zero) = (1.0f32, 0.0f32);
         // SAFETY: the descriptors describe x and y (built from their dims, type and layout);
@@ -711,7 +711,7 @@ mod tests {
             &[2, 2, 3, 3],
             &[1, 2, 4, 5],
         );
-        assert!(asymmetric.unwrap_err().contains("symmetric"));
+        assert!(asymmetric.unwrap_err().to_string().contains("symmetric"));
         let int = ConvSpec::new(
             &conv(&[1, 1], &[0, 0], &[0, 0]),
             DataType::I32,
@@ -720,7 +720,7 @@ mod tests {
             &[2, 2, 3, 3],
             &[1, 2, 3, 3],
         );
-        assert!(int.unwrap_err().contains("f32, f16 and bf16"));
+        assert!(int.unwrap_err().to_string().contains("f32, f16 and bf16"));
         let four_d = ConvSpec::new(
             &conv(&[1; 4], &[0; 4], &[0; 4]),
             DataType::F32,

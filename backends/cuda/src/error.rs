@@ -17,6 +17,12 @@ pub enum GpuError {
     Compile(#[from] crate::nvrtc::CompileError),
     #[error("kernel `{0}` is not in kiln's kernel sources")]
     UnknownKernel(String),
+    /// A cuDNN or cuBLASLt call failed.
+    #[error("{call} failed: {reason}")]
+    Library { call: &'static str, reason: String },
+    /// A case a library or kernel does not handle (a layout, a window, a type).
+    #[error("{0}")]
+    Unsupported(String),
     #[error("{0} tensors have no device representation here")]
     UnsupportedDtype(DataType),
     /// Something a CUDA graph cannot hold was asked for while capturing one.
@@ -31,8 +37,21 @@ impl From<GpuError> for kiln::KernelError {
     fn from(e: GpuError) -> kiln::KernelError {
         match e {
             GpuError::OutOfMemory { .. } => kiln::KernelError::OutOfMemory(e.to_string()),
-            GpuError::UnsupportedDtype(_) => kiln::KernelError::Unsupported(e.to_string()),
+            GpuError::UnsupportedDtype(_) | GpuError::Unsupported(_) => kiln::KernelError::Unsupported(e.to_string()),
             other => kiln::KernelError::Invalid(other.to_string()),
         }
+    }
+}
+
+/// A message from a library or kernel planner: a case it does not handle.
+impl From<String> for GpuError {
+    fn from(reason: String) -> GpuError {
+        GpuError::Unsupported(reason)
+    }
+}
+
+impl From<&str> for GpuError {
+    fn from(reason: &str) -> GpuError {
+        GpuError::Unsupported(reason.to_string())
     }
 }

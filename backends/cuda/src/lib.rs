@@ -79,7 +79,7 @@ impl CudaBackend {
         let open = || {
             let gpu = Gpu::new(0)?;
             if self.without_cudnn {
-                let _ = gpu.dnn.set(Err("cuDNN is off for this backend (CudaBackend::without_cudnn)".into()));
+                let _ = gpu.dnn.set(Err(GpuError::Unavailable("cuDNN is off for this backend (CudaBackend::without_cudnn)".into())));
             }
             Ok(Arc::new(gpu))
         };

@@ -163,7 +163,7 @@ pub fn convolution(
                 let nhwc = layout::prefers_channels_last(x.dtype, x.shape.len());
                 let spec = spec.with_nhwc(nhwc);
                 let x = &layout::in_layout(cx, x, nhwc)?;
-                let w = &if nhwc { dnn.channels_last_filter(cx.gpu, w, |t| layout::to_channels_last(cx, t).map_err(|e| e.to_string()))? } else { layout::to_row_major(cx, w)? };
+                let w = &if nhwc { dnn.channels_last_filter(cx.gpu, w, |t| layout::to_channels_last(cx, t))? } else { layout::to_row_major(cx, w)? };
                 let z = tail.residual.map(|z| layout::in_layout(cx, z, nhwc)).transpose()?;
                 let tail = ConvTail { residual: z.as_ref(), relu: tail.relu };
                 let mut out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
