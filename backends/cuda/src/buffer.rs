@@ -253,25 +253,8 @@ impl Graph {
 
 /// Bytes per element on the device; the types kiln's kernels handle.
 pub fn storage_size(dtype: DataType) -> Result<usize, GpuError> {
-    Ok(match dtype {
-        DataType::F32 | DataType::I32 | DataType::U32 => 4,
-        DataType::F16 | DataType::BF16 | DataType::I16 | DataType::U16 => 2,
-        DataType::F64 | DataType::I64 | DataType::U64 => 8,
-        DataType::I8 | DataType::U8 | DataType::Bool => 1,
-        // Storage-only types: one element per byte, as kiln's host tensors hold them.
-        DataType::F8E4M3FN
-        | DataType::F8E4M3FNUZ
-        | DataType::F8E5M2
-        | DataType::F8E5M2FNUZ
-        | DataType::F8E8M0
-        | DataType::F4E2M1
-        | DataType::I4
-        | DataType::U4
-        | DataType::I2
-        | DataType::U2 => 1,
-        #[allow(unreachable_patterns)]
-        other => return Err(GpuError::UnsupportedDtype(other)),
-    })
+    // Storage-only types hold one element per byte, as kiln's host tensors hold them.
+    dtype.size_bytes().ok_or(GpuError::UnsupportedDtype(dtype))
 }
 
 /// Kernel-name suffix of a float type (`f32`, `f16`, `bf16`).
