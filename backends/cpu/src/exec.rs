@@ -2,7 +2,7 @@
 
 use kiln::plan::loops::{slice_along, stack_along};
 use crate::kernels::{self, Variant};
-use kiln::ir::control::{self, ControlFlow, DEFAULT_MAX_TRIP_COUNT};
+use kiln::ir::control::ControlFlow;
 use kiln::ir::infer::{Fact, OutFact};
 use kiln::runtime::interp::{run_plan, top_level_frees};
 use kiln::runtime::machine::{KernelError, Machine};
@@ -24,17 +24,10 @@ pub struct CpuExecutable {
 }
 
 impl CpuExecutable {
-    /// Prepares a network; one that did not come through the builder is lowered here.
-    pub fn new(network: Network) -> Result<CpuExecutable, BackendError> {
-        let plan = match network.control_flow() {
-            Some(plan) => plan.clone(),
-            None => control::lower(&network, DEFAULT_MAX_TRIP_COUNT).map_err(|e| BackendError::Execution {
-                layer: "(control flow)".into(),
-                reason: e.to_string(),
-            })?,
-        };
+    /// Prepares a network to run its lowered control flow `plan`.
+    pub fn new(network: Network, plan: ControlFlow) -> CpuExecutable {
         let frees = top_level_frees(&network, &plan.body.steps);
-        Ok(CpuExecutable { network, plan, frees, variants: Vec::new() })
+        CpuExecutable { network, plan, frees, variants: Vec::new() }
     }
 
     /// Runs each layer with the implementation the builder's tactic chose.

@@ -70,11 +70,6 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn prepare(&self, network: &Network) -> Result<Box<dyn Executable>, BackendError> {
-        self.check_support(network)?;
-        Ok(Box::new(CpuExecutable::new(network.clone())?))
-    }
-
     fn tactics(&self, network: &Network, layer: LayerId) -> Vec<kiln::TacticDesc> {
         tactics::tactics(network, layer)
     }
@@ -89,15 +84,16 @@ impl Backend for CpuBackend {
         tactics::time_tactic(network, layer, tactic, repetitions)
     }
 
-    fn prepare_with_tactics(
+    fn prepare_plan(
         &self,
         network: &Network,
+        control: &kiln::ir::control::ControlFlow,
         chosen: &[Option<kiln::TacticId>],
     ) -> Result<Box<dyn Executable>, BackendError> {
         self.check_support(network)?;
         let variants =
             (0..network.layers().len()).map(|i| tactics::variant_of(network, LayerId(i), chosen.get(i).and_then(Option::as_ref))).collect();
-        Ok(Box::new(CpuExecutable::new(network.clone())?.with_variants(variants)))
+        Ok(Box::new(CpuExecutable::new(network.clone(), control.clone()).with_variants(variants)))
     }
 
     /// Float layers run in f32, f16 and bf16 alike (kernels compute in f32 and round once

@@ -11,7 +11,7 @@ use crate::device::Gpu;
 use crate::error::GpuError;
 use crate::ops::{self, Ctx, Value};
 use crate::replay::{self, Output, PhaseEvents, Replay, Signatures, State};
-use kiln::ir::control::{self, ControlFlow, Step, DEFAULT_MAX_TRIP_COUNT};
+use kiln::ir::control::{ControlFlow, Step};
 use kiln::ir::infer::{Fact, OutFact};
 use kiln::runtime::interp;
 use kiln::runtime::machine::Machine;
@@ -159,12 +159,9 @@ pub(crate) fn host_layers(network: &Network) -> Vec<bool> {
 }
 
 impl CudaExecutable {
-    pub fn new(network: Network, gpu: Arc<Gpu>, tf32: bool) -> Result<CudaExecutable, BackendError> {
-        let plan = match network.control_flow() {
-            Some(plan) => plan.clone(),
-            None => control::lower(&network, DEFAULT_MAX_TRIP_COUNT)
-                .map_err(|e| BackendError::Execution { layer: "(control flow)".into(), reason: e.to_string() })?,
-        };
+    /// Prepares a network to run its lowered control flow `plan` on `gpu` (its constants are
+    /// uploaded here).
+    pub fn new(network: Network, plan: ControlFlow, gpu: Arc<Gpu>, tf32: bool) -> Result<CudaExecutable, BackendError> {
         let frees = interp::top_level_frees(&network, &plan.body.steps);
         let placement = place(&network);
         let mut constants = vec![None; network.layers().len()];
@@ -577,7 +574,7 @@ mod tests {
     use kiln::{ActivationKind, Shape, ShuffleParams};
 
     fn blocker_of(net: &Network) -> Option<String> {
-        let plan = control::lower(net, DEFAULT_MAX_TRIP_COUNT).expect("lowered");
+        let plan = kiln::ir::control::lower(net, kiln::ir::control::DEFAULT_MAX_TRIP_COUNT).expect("lowered");
         graph_blocker(net, &plan)
     }
 

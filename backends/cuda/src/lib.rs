@@ -86,21 +86,30 @@ impl CudaBackend {
         self.gpu.get_or_init(open).clone().map_err(|e| exec::gpu_error("(device)", e))
     }
 
-    /// Prepares `network` as the concrete executable (for callers that time or inspect it).
+    /// Prepares `network` as the concrete executable (for callers that time or inspect it);
+    /// its control flow is lowered here, as [`Backend::prepare`] does.
     pub fn prepare_cuda(&self, network: &Network) -> Result<CudaExecutable, BackendError> {
-        self.check_support(network)?;
-        CudaExecutable::new(network.clone(), self.gpu()?, self.tf32)
+        let control = kiln::ir::control::lower(network, kiln::ir::control::DEFAULT_MAX_TRIP_COUNT)
+            .map_err(|e| BackendError::Execution { layer: "(control flow)".into(), reason: e.to_string() })?;
+        self.prepare_cuda_plan(network, &control, &[])
     }
 }
 
 impl CudaBackend {
-    /// [`CudaBackend::prepare_cuda`] running each layer with the tactic the builder chose
-    /// (`Engine::tactics`): cuBLASLt algorithm, cuDNN algorithm or direct kernel.
-    pub fn prepare_cuda_with_tactics(&self, network: &Network, chosen: &[Option<kiln::TacticId>]) -> Result<CudaExecutable, BackendError> {
+    /// The concrete executable of an engine's network, control flow and tactics
+    /// (`Engine::control_flow`, `Engine::tactics`): cuBLASLt algorithm, cuDNN algorithm or
+    /// direct kernel per layer.
+    pub fn prepare_cuda_plan(
+        &self,
+        network: &Network,
+        control: &kiln::ir::control::ControlFlow,
+        chosen: &[Option<kiln::TacticId>],
+    ) -> Result<CudaExecutable, BackendError> {
+        self.check_support(network)?;
         let ranks = (0..network.layers().len())
             .map(|i| tactics::rank_of(network, kiln::LayerId(i), chosen.get(i).and_then(Option::as_ref)))
             .collect();
-        Ok(self.prepare_cuda(network)?.with_gemm_ranks(ranks))
+        Ok(CudaExecutable::new(network.clone(), control.clone(), self.gpu()?, self.tf32)?.with_gemm_ranks(ranks))
     }
 }
 
@@ -141,10 +150,6 @@ impl Backend for CudaBackend {
         Ok(())
     }
 
-    fn prepare(&self, network: &Network) -> Result<Box<dyn Executable>, BackendError> {
-        Ok(Box::new(self.prepare_cuda(network)?))
-    }
-
     fn tactics(&self, network: &Network, layer: kiln::LayerId) -> Vec<kiln::TacticDesc> {
         tactics::tactics(self, network, layer)
     }
@@ -159,8 +164,13 @@ impl Backend for CudaBackend {
         tactics::time_tactic(self, network, layer, tactic, repetitions)
     }
 
-    fn prepare_with_tactics(&self, network: &Network, chosen: &[Option<kiln::TacticId>]) -> Result<Box<dyn Executable>, BackendError> {
-        Ok(Box::new(self.prepare_cuda_with_tactics(network, chosen)?))
+    fn prepare_plan(
+        &self,
+        network: &Network,
+        control: &kiln::ir::control::ControlFlow,
+        chosen: &[Option<kiln::TacticId>],
+    ) -> Result<Box<dyn Executable>, BackendError> {
+        Ok(Box::new(self.prepare_cuda_plan(network, control, chosen)?))
     }
 
     /// Float layers compute in f32, f16 and bf16, and every one is faster in the 16-bit types:

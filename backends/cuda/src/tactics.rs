@@ -158,7 +158,8 @@ pub fn time_tactic(
         alone.mark_output(t).map_err(|e| fail(e.to_string()))?;
     }
     let rank = rank_of(network, layer, Some(&tactic.id));
-    let exe = CudaExecutable::new(alone, backend.gpu()?, backend.tf32())?.with_gemm_ranks(vec![rank]);
+    let control = kiln::ir::control::lower(&alone, kiln::ir::control::DEFAULT_MAX_TRIP_COUNT).map_err(|e| fail(e.to_string()))?;
+    let exe = CudaExecutable::new(alone, control, backend.gpu()?, backend.tf32())?.with_gemm_ranks(vec![rank]);
     let gpu = exe.gpu().clone();
     let mut inputs = feeds.iter().map(|t| gpu.upload(t)).collect::<Result<Vec<_>, _>>().map_err(|e| fail(e.to_string()))?;
     // A convolution that runs channels-last receives its input and residual channels-last from

@@ -13,7 +13,7 @@ use crate::ops::{
 };
 use crate::wgsl::CastMode;
 use crate::value::{to_words, DeviceTensor, Recorder, Value};
-use kiln::ir::control::{lower, ControlFlow, DEFAULT_MAX_TRIP_COUNT};
+use kiln::ir::control::ControlFlow;
 use kiln::{invalid, KernelError};
 use kiln::ir::infer::{infer_layer, resolve_slice, Fact, OutFact};
 use kiln::runtime::interp::{run_plan, top_level_frees};
@@ -49,20 +49,10 @@ pub struct WgpuExecutable {
 }
 
 impl WgpuExecutable {
-    /// Prepares a network; one that did not come through the builder is lowered here.
-    pub fn new(
-        network: Network,
-        gpu: &'static Gpu,
-        reuse_memory: bool,
-        half_storage: bool,
-    ) -> Result<WgpuExecutable, BackendError> {
-        let plan = match network.control_flow() {
-            Some(plan) => plan.clone(),
-            None => lower(&network, DEFAULT_MAX_TRIP_COUNT)
-                .map_err(|e| BackendError::Execution { layer: "(control flow)".into(), reason: e.to_string() })?,
-        };
+    /// Prepares a network to run its lowered control flow `plan`.
+    pub fn new(network: Network, plan: ControlFlow, gpu: &'static Gpu, reuse_memory: bool, half_storage: bool) -> WgpuExecutable {
         let frees = top_level_frees(&network, &plan.body.steps);
-        Ok(WgpuExecutable {
+        WgpuExecutable {
             network,
             gpu,
             plan,
@@ -72,7 +62,7 @@ impl WgpuExecutable {
             reuse_memory,
             half_storage,
             gemm_choices: Arc::default(),
-        })
+        }
     }
 
     /// Runs each product with the matrix-kernel variant its tactic chose.

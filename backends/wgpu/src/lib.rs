@@ -132,12 +132,6 @@ impl Backend for WgpuBackend {
         Ok(())
     }
 
-    fn prepare(&self, network: &Network) -> Result<Box<dyn Executable>, BackendError> {
-        self.check_support(network)?;
-        let gpu = self.gpu()?;
-        Ok(Box::new(WgpuExecutable::new(network.clone(), gpu, self.reuse_memory, self.half_storage)?))
-    }
-
     fn tactics(&self, network: &Network, layer: kiln::LayerId) -> Vec<kiln::tactics::TacticDesc> {
         tactics::tactics(network, layer)
     }
@@ -153,14 +147,15 @@ impl Backend for WgpuBackend {
         tactics::time_tactic(network, layer, tactic, repetitions)
     }
 
-    fn prepare_with_tactics(
+    fn prepare_plan(
         &self,
         network: &Network,
+        control: &kiln::ir::control::ControlFlow,
         tactics: &[Option<kiln::tactics::TacticId>],
     ) -> Result<Box<dyn Executable>, BackendError> {
         self.check_support(network)?;
         let gpu = self.gpu()?;
-        let exe = WgpuExecutable::new(network.clone(), gpu, self.reuse_memory, self.half_storage)?;
+        let exe = WgpuExecutable::new(network.clone(), control.clone(), gpu, self.reuse_memory, self.half_storage);
         Ok(Box::new(exe.with_gemm_choices(tactics::adopt(network, tactics))))
     }
 }

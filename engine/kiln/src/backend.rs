@@ -4,6 +4,7 @@ use crate::ir::dtype::DataType;
 use crate::ir::format::TensorFormat;
 use crate::ir::network::{LayerId, Network};
 use crate::device::DeviceFingerprint;
+use crate::ir::control::{lower, ControlFlow, DEFAULT_MAX_TRIP_COUNT};
 use crate::error::BackendError;
 use crate::ir::tensor::HostTensor;
 use crate::tactics::{TacticDesc, TacticId};
@@ -17,8 +18,23 @@ pub trait Backend: Send + Sync {
     fn device(&self) -> Result<DeviceFingerprint, BackendError>;
     /// Checks that every layer of a network can run here.
     fn check_support(&self, network: &Network) -> Result<(), BackendError>;
-    /// Prepares a built network for execution.
-    fn prepare(&self, network: &Network) -> Result<Box<dyn Executable>, BackendError>;
+    /// Prepares `network` to run the lowered control flow `control`, each layer with the
+    /// tactic the builder chose (`tactics` is empty or one entry per layer): what an engine
+    /// runs through ([`crate::runtime::PreparedEngine`]).
+    fn prepare_plan(
+        &self,
+        network: &Network,
+        control: &ControlFlow,
+        tactics: &[Option<TacticId>],
+    ) -> Result<Box<dyn Executable>, BackendError>;
+
+    /// Prepares a network that did not come through the builder: its control flow is
+    /// lowered here (with the default trip guard) and every layer runs its first tactic.
+    fn prepare(&self, network: &Network) -> Result<Box<dyn Executable>, BackendError> {
+        let control = lower(network, DEFAULT_MAX_TRIP_COUNT)
+            .map_err(|e| BackendError::Execution { layer: "(control flow)".into(), reason: e.to_string() })?;
+        self.prepare_plan(network, &control, &[])
+    }
 
     /// The compute types this backend offers for `layer` of `network`, and which of them
     /// it runs faster than f32 (a hint until tactics are timed). Default: f32 only.
@@ -47,13 +63,6 @@ pub trait Backend: Send + Sync {
     fn time_tactic(&self, network: &Network, layer: LayerId, tactic: &TacticDesc, repetitions: usize) -> Result<Duration, BackendError> {
         let _ = (network, layer, tactic, repetitions);
         Ok(Duration::ZERO)
-    }
-
-    /// Prepares a built network running each layer with the tactic the builder chose
-    /// (`tactics` is empty or one entry per layer). Default: ignores the tactics.
-    fn prepare_with_tactics(&self, network: &Network, tactics: &[Option<TacticId>]) -> Result<Box<dyn Executable>, BackendError> {
-        let _ = tactics;
-        self.prepare(network)
     }
 
     /// The name of the kernel that runs `layer`, as the engine inspector reports it in

@@ -9,7 +9,7 @@
 //! dynamic dim without a profile, a data-dependent shape) are listed as unplanned: they
 //! are allocated per run.
 
-use crate::ir::control::Step;
+use crate::ir::control::{ControlFlow, Step};
 use crate::ir::layer::LayerKind;
 use crate::ir::network::{Network, TensorId};
 use crate::ir::shape::Shape;
@@ -104,18 +104,16 @@ pub fn pack(blocks: &[Lifetime]) -> (Vec<u64>, u64) {
 }
 
 /// The top-level step that runs each layer (a region's layers all map to its step).
-fn layer_steps(network: &Network) -> Vec<usize> {
+fn layer_steps(network: &Network, control: &ControlFlow) -> Vec<usize> {
     let mut steps: Vec<usize> = (0..network.layers().len()).collect();
-    if let Some(flow) = network.control_flow() {
-        for (i, step) in flow.body.steps.iter().enumerate() {
-            let layers = match step {
-                Step::Layer(l) => vec![*l],
-                region => crate::ir::control::Block { steps: vec![region.clone()] }.layers(),
-            };
-            for l in layers {
-                if let Some(s) = steps.get_mut(l.0) {
-                    *s = i;
-                }
+    for (i, step) in control.body.steps.iter().enumerate() {
+        let layers = match step {
+            Step::Layer(l) => vec![*l],
+            region => crate::ir::control::Block { steps: vec![region.clone()] }.layers(),
+        };
+        for l in layers {
+            if let Some(s) = steps.get_mut(l.0) {
+                *s = i;
             }
         }
     }
@@ -124,8 +122,8 @@ fn layer_steps(network: &Network) -> Vec<usize> {
 
 /// Plans the arena for the given tensor shapes (one per tensor, e.g. from run-time shape
 /// inference at a profile's max shapes).
-pub fn plan(network: &Network, shapes: &[Shape]) -> MemoryPlan {
-    let steps = layer_steps(network);
+pub fn plan(network: &Network, control: &ControlFlow, shapes: &[Shape]) -> MemoryPlan {
+    let steps = layer_steps(network, control);
     let mut last_use: Vec<Option<usize>> = vec![None; network.tensors().len()];
     for (l, layer) in network.layers().iter().enumerate() {
         for t in layer.inputs.iter().flatten() {
@@ -226,15 +224,16 @@ pub fn shape_tensor(dtype: crate::DataType, dims: &[usize], values: &[i64]) -> O
 /// One plan per profile at its max shapes; without profiles, one plan at the declared shapes.
 pub fn plan_profiles(
     network: &Network,
+    control: &ControlFlow,
     profiles: &[OptimizationProfile],
 ) -> Result<Vec<MemoryPlan>, ShapeInferenceFailure> {
     if profiles.is_empty() {
         let shapes: Vec<Shape> = network.tensors().iter().map(|d| d.shape.clone()).collect();
-        return Ok(vec![plan(network, &shapes)]);
+        return Ok(vec![plan(network, control, &shapes)]);
     }
     profiles
         .iter()
-        .map(|p| Ok(plan(network, &infer_shapes(network, &profile_inputs(network, p, ProfilePoint::Max))?)))
+        .map(|p| Ok(plan(network, control, &infer_shapes(network, &profile_inputs(network, p, ProfilePoint::Max))?)))
         .collect()
 }
 

@@ -84,7 +84,7 @@ impl PreparedEngine {
     pub fn new(engine: Engine, backend: &dyn Backend) -> Result<Arc<PreparedEngine>, RunError> {
         let device = backend.device()?;
         let warnings = engine.check_device(&device)?;
-        let executable = backend.prepare_with_tactics(engine.network(), engine.tactics())?;
+        let executable = backend.prepare_plan(engine.network(), engine.control_flow(), engine.tactics())?;
         Ok(Arc::new(PreparedEngine { engine, executable, warnings }))
     }
 

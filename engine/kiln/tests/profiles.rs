@@ -184,12 +184,14 @@ fn profiles_survive_the_engine_file() {
 #[test]
 fn engine_files_of_the_previous_format_are_refused() {
     let mut bytes = build_with(&chain_net(), vec![profile(1, 8, 64)]).unwrap().serialize();
-    bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
-    let err = Engine::deserialize(&bytes).unwrap_err();
-    assert_eq!(
-        err,
-        EngineLoadError::File(EngineFileError::FormatVersion { found: 1, supported: format::FORMAT_VERSION })
-    );
-    assert_eq!(format::FORMAT_VERSION, 3);
-    assert!(err.to_string().contains("version 1 is not supported"), "{err}");
+    assert_eq!(format::FORMAT_VERSION, 4);
+    for previous in [1u32, 3] {
+        bytes[8..12].copy_from_slice(&previous.to_le_bytes());
+        let err = Engine::deserialize(&bytes).unwrap_err();
+        assert_eq!(
+            err,
+            EngineLoadError::File(EngineFileError::FormatVersion { found: previous, supported: format::FORMAT_VERSION })
+        );
+        assert!(err.to_string().contains(&format!("version {previous} is not supported")), "{err}");
+    }
 }

@@ -43,7 +43,12 @@ impl Backend for PlainCpu {
     fn check_support(&self, network: &Network) -> Result<(), BackendError> {
         self.0.check_support(network)
     }
-    fn prepare(&self, network: &Network) -> Result<Box<dyn Executable>, BackendError> {
-        self.0.prepare(network)
+    fn prepare_plan(
+        &self,
+        network: &Network,
+        control: &kiln::ir::control::ControlFlow,
+        tactics: &[Option<kiln::TacticId>],
+    ) -> Result<Box<dyn Executable>, BackendError> {
+        self.0.prepare_plan(network, control, tactics)
     }
 }

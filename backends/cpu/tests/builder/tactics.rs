@@ -149,8 +149,13 @@ impl Backend for OtherDevice {
     fn check_support(&self, network: &Network) -> Result<(), BackendError> {
         self.0.check_support(network)
     }
-    fn prepare(&self, network: &Network) -> Result<Box<dyn Executable>, BackendError> {
-        self.0.prepare(network)
+    fn prepare_plan(
+        &self,
+        network: &Network,
+        control: &kiln::ir::control::ControlFlow,
+        tactics: &[Option<kiln::TacticId>],
+    ) -> Result<Box<dyn Executable>, BackendError> {
+        self.0.prepare_plan(network, control, tactics)
     }
     fn tactics(&self, network: &Network, layer: LayerId) -> Vec<TacticDesc> {
         self.0.tactics(network, layer)

@@ -153,7 +153,7 @@ fn loop_in_if(cond: bool) -> Vec<f64> {
     n.mark_output(out).unwrap();
     // The loop sits inside the then branch of the lowered plan.
     let engine = build(&n).unwrap();
-    let plan = format!("{:?}", engine.network().control_flow().unwrap());
+    let plan = format!("{:?}", engine.control_flow());
     assert!(plan.contains("then_branch: Block { steps: [Loop("), "{plan}");
     values(&run_one(&n, &[("x", f32s(&[3], &[1., 2., 3.])), ("c", bool_scalar(cond))], out))
 }

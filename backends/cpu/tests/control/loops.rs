@@ -260,7 +260,7 @@ fn a_runaway_while_loop_is_an_error_not_a_hang() {
     n.mark_output(n.output(last, 0)).unwrap();
     let config = BuilderConfig { max_trip_count: Some(50), ..BuilderConfig::default() };
     let engine = build_with(&n, &config).unwrap();
-    assert_eq!(engine.network().control_flow().map(|c| c.max_trip_count), Some(50));
+    assert_eq!(engine.control_flow().max_trip_count, 50);
     let err = run_engine(engine, &[]).unwrap_err().to_string();
     assert!(err.contains("exceeds the maximum trip count of 50"), "{err}");
 }

@@ -115,7 +115,7 @@ fn every_tactic_of_a_fused_convolution_matches() {
                 let mut chosen = vec![None; net.layers().len()];
                 chosen[layer.0] = Some(t.id.clone());
                 let got = cuda
-                    .prepare_with_tactics(&net, &chosen)
+                    .prepare_plan(&net, &kiln::ir::control::lower(&net, kiln::ir::control::DEFAULT_MAX_TRIP_COUNT).unwrap(), &chosen)
                     .unwrap()
                     .execute(&feeds)
                     .unwrap_or_else(|e| panic!("{what} {}: {e}", t.id));

@@ -3,6 +3,7 @@
 
 use super::stats::{Detail, Tolerances};
 use super::*;
+use kiln::ir::control::ControlFlow;
 use kiln::{BackendError, DeviceFingerprint, Executable, KernelError, TensorData};
 use kiln_cpu::CpuBackend;
 
@@ -29,7 +30,12 @@ impl Backend for PerturbedBackend {
     fn check_support(&self, network: &Network) -> Result<(), BackendError> {
         self.inner.check_support(network)
     }
-    fn prepare(&self, network: &Network) -> Result<Box<dyn Executable>, BackendError> {
+    fn prepare_plan(
+        &self,
+        network: &Network,
+        control: &ControlFlow,
+        tactics: &[Option<kiln::tactics::TacticId>],
+    ) -> Result<Box<dyn Executable>, BackendError> {
         let errors = self
             .errors
             .iter()
@@ -38,7 +44,7 @@ impl Backend for PerturbedBackend {
                 Some((index, *error))
             })
             .collect();
-        Ok(Box::new(PerturbedExecutable { inner: self.inner.prepare(network)?, errors }))
+        Ok(Box::new(PerturbedExecutable { inner: self.inner.prepare_plan(network, control, tactics)?, errors }))
     }
 }
 
@@ -71,7 +77,12 @@ impl Backend for BrokenBackend {
     fn check_support(&self, _: &Network) -> Result<(), BackendError> {
         Ok(())
     }
-    fn prepare(&self, _: &Network) -> Result<Box<dyn Executable>, BackendError> {
+    fn prepare_plan(
+        &self,
+        _: &Network,
+        _: &ControlFlow,
+        _: &[Option<kiln::tactics::TacticId>],
+    ) -> Result<Box<dyn Executable>, BackendError> {
         Err(BackendError::Execution { layer: "everything".into(), reason: "deliberately broken".into() })
     }
 }
@@ -223,10 +234,14 @@ impl Backend for MiniBackend {
             None => Ok(()),
         }
     }
-    fn prepare(&self, network: &Network) -> Result<Box<dyn Executable>, BackendError> {
+    fn prepare_plan(
+        &self,
+        network: &Network,
+        control: &ControlFlow,
+        _: &[Option<kiln::tactics::TacticId>],
+    ) -> Result<Box<dyn Executable>, BackendError> {
         self.check_support(network)?;
-        let plan = control::lower(network, DEFAULT_MAX_TRIP_COUNT)
-            .map_err(|e| BackendError::Execution { layer: "(plan)".into(), reason: e.to_string() })?;
+        let plan = control.clone();
         let frees = kiln::runtime::interp::top_level_frees(network, &plan.body.steps);
         let (wrong_layer, error) = (self.wrong_layer, self.error);
         Ok(Box::new(MiniExecutable { network: network.clone(), plan, frees, wrong_layer, error }))

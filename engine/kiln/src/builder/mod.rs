@@ -100,7 +100,7 @@ impl<'b> Builder<'b> {
 
         let start = Instant::now();
         let max_trip_count = config.max_trip_count.unwrap_or(DEFAULT_MAX_TRIP_COUNT);
-        pruned.control = Some(control::lower(&pruned, max_trip_count)?);
+        let control = control::lower(&pruned, max_trip_count)?;
         summary.phase("lowering", start);
 
         let start = Instant::now();
@@ -120,7 +120,7 @@ impl<'b> Builder<'b> {
         warnings.extend(tactics.warnings);
 
         let build_flags = BuildFlags { flags: config.flags.clone(), builder_flags: flags, profiling_verbosity: config.profiling_verbosity };
-        let engine = Engine::new(pruned, self.backend.name().to_string(), device, build_flags)
+        let engine = Engine::new(pruned, control, self.backend.name().to_string(), device, build_flags)
             .with_kernels(kernels)
             .with_tactics(tactics.chosen)
             .with_profiles(config.profiles.clone())

@@ -3,6 +3,7 @@
 pub mod format;
 
 use crate::device::DeviceFingerprint;
+use crate::ir::control::ControlFlow;
 use crate::ir::dtype::DataType;
 use crate::ir::infer::{infer_layer, Fact};
 use crate::ir::network::Network;
@@ -19,6 +20,9 @@ use thiserror::Error;
 #[derive(Clone, Debug)]
 pub struct Engine {
     network: Network,
+    /// The network's loops and conditionals, lowered by the builder; checked against the
+    /// layers on load.
+    control: ControlFlow,
     backend: String,
     device: DeviceFingerprint,
     build_flags: BuildFlags,
@@ -59,6 +63,7 @@ struct WeightsEntry {
 #[derive(Serialize, Deserialize)]
 struct PlanSection {
     network: Network,
+    control: ControlFlow,
     weights: Vec<WeightsEntry>,
     profiles: Vec<OptimizationProfile>,
     kernels: Vec<String>,
@@ -86,15 +91,27 @@ impl Engine {
 
     /// An engine without profiles or memory plans yet: every caller goes on with
     /// [`Engine::with_profiles`], which plans the arena (once).
-    pub(crate) fn new(network: Network, backend: String, device: DeviceFingerprint, build_flags: BuildFlags) -> Engine {
+    pub(crate) fn new(
+        network: Network,
+        control: ControlFlow,
+        backend: String,
+        device: DeviceFingerprint,
+        build_flags: BuildFlags,
+    ) -> Engine {
         let (profiles, memory_plans, kernels, tactics) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        Engine { network, backend, device, build_flags, profiles, memory_plans, kernels, tactics }
+        Engine { network, control, backend, device, build_flags, profiles, memory_plans, kernels, tactics }
+    }
+
+    /// The lowered loops and conditionals every backend runs (one block of every layer when
+    /// the network has none).
+    pub fn control_flow(&self) -> &ControlFlow {
+        &self.control
     }
 
     /// Attaches validated optimization profiles and plans the arena for each.
     pub(crate) fn with_profiles(mut self, profiles: Vec<OptimizationProfile>) -> Result<Engine, String> {
         validate_profiles(&self.network, &profiles).map_err(|e| e.to_string())?;
-        self.memory_plans = plan_profiles(&self.network, &profiles)
+        self.memory_plans = plan_profiles(&self.network, &self.control, &profiles)
             .map_err(|f| format!("shape inference at a profile's max shapes fails at layer `{}`: {}", f.layer, f.rule))?;
         self.profiles = profiles;
         Ok(self)
@@ -183,6 +200,7 @@ impl Engine {
         }
         let plan = PlanSection {
             network: self.network.clone(),
+            control: self.control.clone(),
             weights: index,
             profiles: self.profiles.clone(),
             kernels: self.kernels.clone(),
@@ -227,7 +245,7 @@ impl Engine {
         if !missing.is_empty() {
             return Err(EngineLoadError::MissingPlugins(missing));
         }
-        recheck_plan(&network).map_err(EngineLoadError::InvalidPlan)?;
+        recheck_plan(&network, &plan.control).map_err(EngineLoadError::InvalidPlan)?;
         if !plan.kernels.is_empty() && plan.kernels.len() != network.layers().len() {
             return Err(EngineLoadError::InvalidPlan(format!(
                 "{} kernel names for {} layers",
@@ -242,7 +260,7 @@ impl Engine {
                 network.layers().len()
             )));
         }
-        let engine = Engine::new(network, header.backend, header.device, header.build_flags)
+        let engine = Engine::new(network, plan.control, header.backend, header.device, header.build_flags)
             .with_profiles(plan.profiles)
             .map_err(EngineLoadError::InvalidPlan)?;
         Ok(Engine { kernels: plan.kernels, tactics: plan.tactics, ..engine })
@@ -290,14 +308,13 @@ fn read_weights(section: &[u8], e: &WeightsEntry) -> Result<HostTensor, String> 
 /// Re-runs inference over a loaded plan: every layer must validate and reproduce the
 /// stored output types and ranks, so backends can trust layer parameters; the stored
 /// control-flow regions must be the ones the layers define.
-fn recheck_plan(network: &Network) -> Result<(), String> {
+fn recheck_plan(network: &Network, stored: &ControlFlow) -> Result<(), String> {
     recheck_layers(network)?;
-    let max_trip_count = network.control_flow().map_or(crate::ir::control::DEFAULT_MAX_TRIP_COUNT, |c| c.max_trip_count);
-    let lowered = crate::ir::control::lower(network, max_trip_count).map_err(|e| e.to_string())?;
-    match network.control_flow() {
-        Some(stored) if *stored != lowered => Err("the stored loop and conditional regions do not match the layers".into()),
-        _ => Ok(()),
+    let lowered = crate::ir::control::lower(network, stored.max_trip_count).map_err(|e| e.to_string())?;
+    if *stored != lowered {
+        return Err("the stored loop and conditional regions do not match the layers".into());
     }
+    Ok(())
 }
 
 fn recheck_layers(network: &Network) -> Result<(), String> {

@@ -2,7 +2,6 @@
 
 use super::dtype::DataType;
 use super::format::{FormatMask, TensorFormat};
-use super::control::ControlFlow;
 use super::infer::{infer_layer, Fact, InferError};
 use super::layer::{LayerKind, WeightsId};
 use super::shape::{Dim, Shape, SymInt};
@@ -93,8 +92,6 @@ pub struct Network {
     weights: Vec<Arc<HostTensor>>,
     /// How many loop and conditional ids `add_loop` / `add_if_conditional` handed out.
     pub(crate) control_ids: (usize, usize),
-    /// The lowered loops and conditionals, set by the builder (see [`crate::ir::control`]).
-    pub(crate) control: Option<ControlFlow>,
     /// Strongly typed (TensorRT 10's network-creation flag): types follow the inputs and
     /// explicit casts only; the builder refuses reduced-precision flags and constraints.
     #[serde(default)]
@@ -128,11 +125,6 @@ impl Network {
 
     pub fn outputs(&self) -> &[TensorId] {
         &self.outputs
-    }
-
-    /// The lowered loops and conditionals of a built network (engines carry it).
-    pub fn control_flow(&self) -> Option<&ControlFlow> {
-        self.control.as_ref()
     }
 
     pub fn weights(&self) -> &[Arc<HostTensor>] {

@@ -32,7 +32,12 @@ impl Backend for RecordOnlyBackend {
     fn check_support(&self, _: &Network) -> Result<(), BackendError> {
         Ok(())
     }
-    fn prepare(&self, _: &Network) -> Result<Box<dyn Executable>, BackendError> {
+    fn prepare_plan(
+        &self,
+        _: &Network,
+        _: &kiln::ir::control::ControlFlow,
+        _: &[Option<kiln::tactics::TacticId>],
+    ) -> Result<Box<dyn Executable>, BackendError> {
         Err(BackendError::Unavailable { backend: "record-only".into(), reason: "executes nothing".into() })
     }
 }
