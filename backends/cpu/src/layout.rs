@@ -107,28 +107,10 @@ impl Broadcast {
     }
 }
 
-/// Source steps that broadcast `in_shape` (right-aligned) over `out_shape`.
+/// Source steps that broadcast `in_shape` (right-aligned) over `out_shape`
+/// ([`kiln::plan::broadcast::strides`]).
 pub fn broadcast_steps(in_shape: &[usize], out_shape: &[usize]) -> Result<Vec<isize>, String> {
-    if in_shape.len() > out_shape.len() {
-        return Err(format!("shape {in_shape:?} does not broadcast to {out_shape:?}"));
-    }
-    let offset = out_shape.len() - in_shape.len();
-    let in_strides = strides(in_shape);
-    (0..out_shape.len())
-        .map(|d| {
-            if d < offset {
-                return Ok(0);
-            }
-            let n = in_shape[d - offset];
-            if n == out_shape[d] {
-                Ok(in_strides[d - offset] as isize)
-            } else if n == 1 {
-                Ok(0)
-            } else {
-                Err(format!("shape {in_shape:?} does not broadcast to {out_shape:?}"))
-            }
-        })
-        .collect()
+    Ok(kiln::plan::broadcast::strides(in_shape, out_shape)?.into_iter().map(|s| s as isize).collect())
 }
 
 /// A tensor seen as `outer × len × inner` around one axis.

@@ -223,20 +223,8 @@ pub fn broadcast_strides(out: &[usize], operands: &[&[usize]]) -> KResult<Layout
         l.shape[d] = n as i64;
     }
     for (which, shape) in operands.iter().enumerate() {
-        if shape.len() > out.len() {
-            return Err(invalid!("{shape:?} does not broadcast onto {out:?}"));
-        }
-        let st = contiguous_strides(shape);
-        let lead = out.len() - shape.len();
-        for (i, &n) in shape.iter().enumerate() {
-            let d = lead + i;
-            l.stride[which][d] = if n == out[d] {
-                st[i]
-            } else if n == 1 {
-                0
-            } else {
-                return Err(invalid!("{shape:?} does not broadcast onto {out:?}"));
-            };
+        for (d, stride) in kiln::plan::broadcast::strides(shape, out)?.into_iter().enumerate() {
+            l.stride[which][d] = stride as i64;
         }
     }
     Ok(l)

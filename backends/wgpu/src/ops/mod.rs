@@ -35,28 +35,9 @@ pub fn strides(shape: &[usize]) -> Vec<usize> {
 }
 
 /// Strides reading `from` (numpy-broadcast, right-aligned) at the coordinates of `to`:
-/// 0 along broadcast dims.
+/// 0 along broadcast dims ([`kiln::plan::broadcast::strides`]).
 pub fn broadcast_strides(from: &[usize], to: &[usize]) -> KResult<Vec<usize>> {
-    if from.len() > to.len() {
-        return Err(kiln::invalid!("cannot broadcast {from:?} to {to:?}"));
-    }
-    let lead = to.len() - from.len();
-    let st = strides(from);
-    (0..to.len())
-        .map(|i| {
-            if i < lead {
-                return Ok(0);
-            }
-            let d = from[i - lead];
-            if d == to[i] {
-                Ok(if d == 1 { 0 } else { st[i - lead] })
-            } else if d == 1 {
-                Ok(0)
-            } else {
-                Err(kiln::invalid!("cannot broadcast {from:?} to {to:?}"))
-            }
-        })
-        .collect()
+    Ok(kiln::plan::broadcast::strides(from, to)?)
 }
 
 /// `v` as 8 words (zero-padded); fails beyond [`MAX_RANK`].

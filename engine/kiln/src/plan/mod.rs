@@ -3,6 +3,7 @@
 //! indexing), so the cpu oracle and the device backends agree by construction. Depends
 //! only on the IR.
 
+pub mod broadcast;
 pub mod dynamic;
 pub mod loops;
 pub mod nms;
