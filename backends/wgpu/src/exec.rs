@@ -274,13 +274,7 @@ impl<'e> Run<'e> {
                 let x = req(0)?;
                 let axes = match ints(1)? {
                     None => axes.clone(),
-                    Some(v) if v.is_empty() => (0..x.shape.len()).collect(),
-                    Some(v) => v
-                        .iter()
-                        .map(|&a| {
-                            kiln::ir::shape::normalize_axis(a, x.shape.len()).ok_or(format!("axis {a} is out of range"))
-                        })
-                        .collect::<Result<_, _>>()?,
+                    Some(v) => kiln::plan::reduce::run_time_axes(&v, x.shape.len())?,
                 };
                 one(reduce::reduce(rec, *op, x, &axes, &shape, dtype)?)
             }

@@ -10,16 +10,7 @@ use kiln::{HostTensor, ReduceOp, TensorData};
 
 /// Axes given as a tensor: negative values count from the end, none means every axis.
 pub fn axes_from_tensor(axes: &HostTensor, rank: usize) -> Result<Vec<usize>, String> {
-    let values = int_values(axes, "the axes input")?;
-    if values.is_empty() {
-        return Ok((0..rank).collect());
-    }
-    values
-        .iter()
-        .map(|&a| {
-            kiln::ir::shape::normalize_axis(a, rank).ok_or_else(|| format!("axis {a} is out of range for rank {rank}"))
-        })
-        .collect()
+    kiln::plan::reduce::run_time_axes(&int_values(axes, "the axes input")?, rank)
 }
 
 pub fn reduce(op: ReduceOp, x: &HostTensor, axes: &[usize]) -> Result<TensorData, String> {

@@ -352,6 +352,10 @@ pub fn reduce(cx: &Ctx, op: ReduceOp, x: &DeviceTensor, axes: &[usize], out_shap
     let outer: usize = src.shape[..lo].iter().product();
     let len: usize = src.shape[lo..hi].iter().product();
     let inner: usize = src.shape[hi..].iter().product();
+    // The kernel writes `outer · inner` results: the output must hold exactly that many.
+    if outer * inner != out_shape.iter().product::<usize>() {
+        return Err(invalid!("reducing {:?} over axes {axes:?} gives {} values, not the {out_shape:?} inference expects", x.shape, outer * inner));
+    }
     if typed {
         return super::typed::reduce_rows(cx, reduce_code(op), op, &src, (outer, len, inner), out_shape);
     }

@@ -433,14 +433,7 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
         K::SoftMax { axis } => one(compute::softmax(cx, &dev(0)?, *axis, 1.0)?),
         K::Reduce { op, axes, .. } => {
             let axes = match host(1)? {
-                Some(t) => {
-                    let rank = raw(0)?.shape.len() as i64;
-                    t.to_i64_vec()
-                        .ok_or("reduce axes must be integers")?
-                        .into_iter()
-                        .map(|a| usize::try_from(if a < 0 { a + rank } else { a }).map_err(|_| invalid!("reduce axis {a}")))
-                        .collect::<Result<Vec<_>, _>>()?
-                }
+                Some(t) => kiln::plan::reduce::run_time_axes(&t.to_i64_vec().ok_or("reduce axes must be integers")?, raw(0)?.shape.len())?,
                 None => axes.clone(),
             };
             one(compute::reduce(cx, *op, &raw(0)?, &axes, &out_shape(0)?)?)

@@ -239,6 +239,27 @@ fn convolution_and_pooling_match() {
     }
 }
 
+/// Run-time axes given as an empty list reduce every axis (ONNX's default, as inference reads
+/// it); the device kernel once read them as "no axes" and wrote past its output.
+#[test]
+fn reduce_with_empty_run_time_axes_reduces_every_axis() {
+    let mut r = rng(31);
+    for (dtype, keep_dims) in [(DataType::F32, false), (DataType::F32, true), (DataType::I64, false)] {
+        check(
+            &format!("reduce sum {dtype}, empty axes, keep_dims {keep_dims}"),
+            LayerKind::Reduce { op: ReduceOp::Sum, axes: vec![], keep_dims },
+            vec![In::Run(random(&mut r, dtype, &[2, 3, 4])), In::Run(i64s(&[0], vec![]))],
+            1e-5,
+        );
+    }
+    check(
+        "reduce max, axes [-1, 0]",
+        LayerKind::Reduce { op: ReduceOp::Max, axes: vec![], keep_dims: true },
+        vec![In::Run(random(&mut r, DataType::F32, &[2, 3, 4])), In::Run(i64s(&[2], vec![-1, 0]))],
+        0.0,
+    );
+}
+
 #[test]
 fn softmax_reduce_and_normalization_match() {
     let mut r = rng(7);

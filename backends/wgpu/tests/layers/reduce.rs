@@ -28,6 +28,10 @@ fn reduce_every_op() {
     let x = rand_f32(&mut r, &[3, 4, 5], -1.0, 1.0);
     let kind = LayerKind::Reduce { op: Sum, axes: vec![], keep_dims: true };
     check(&gpu, kind, vec![In::Run(x), In::Const(i64s(&[1], &[-1]))], "run-time axes");
+    // An empty run-time axes list reduces every axis, as inference reads it.
+    let x = rand_f32(&mut r, &[2, 3, 4], -1.0, 1.0);
+    let kind = LayerKind::Reduce { op: Sum, axes: vec![], keep_dims: false };
+    check(&gpu, kind, vec![In::Run(x), In::Run(i64s(&[0], &[]))], "empty run-time axes");
 }
 
 #[test]

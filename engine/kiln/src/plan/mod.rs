@@ -9,6 +9,7 @@ pub mod loops;
 pub mod nms;
 pub mod pad;
 pub mod quant;
+pub mod reduce;
 pub mod resize;
 pub mod signal;
 pub mod timing;
