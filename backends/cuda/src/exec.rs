@@ -4,7 +4,7 @@
 //! the layers computing only from them run on the host with the cpu backend's kernels (as
 //! TensorRT's shape tensors do), so reshapes and slices never wait for the device.
 
-use kiln::{invalid, KernelError};
+use kiln::{invalid, BackendError, DataType, DeviceTimes, Executable, HostTensor, KernelError, LayerId, LayerKind, Network};
 use crate::ops::KResult;
 use crate::arena::{lock, Arena, ArenaPlan, PinnedHost, Tracer};
 use crate::device::Gpu;
@@ -15,7 +15,6 @@ use kiln::ir::control::{ControlFlow, Step};
 use kiln::ir::infer::{Fact, OutFact};
 use kiln::runtime::interp;
 use kiln::runtime::machine::Machine;
-use kiln::{BackendError, DataType, DeviceTimes, Executable, HostTensor, LayerId, LayerKind, Network};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 

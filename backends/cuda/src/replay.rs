@@ -1,14 +1,13 @@
 //! Per input-shape signature: the activation arena placed from the first execution's trace,
 //! and the CUDA graph captured from the second (when the engine allows one), replayed after.
 
-use kiln::{invalid, KernelError};
+use kiln::{invalid, DataType, DeviceTimes, HostTensor, KernelError, TensorData};
 use crate::ops::KResult;
 use crate::arena::{Arena, PinnedHost};
 use crate::buffer::{storage_size, Graph};
 use crate::device::Gpu;
 use crate::error::GpuError;
 use cudarc::driver::CudaEvent;
-use kiln::{DataType, DeviceTimes, HostTensor, TensorData};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,12 +1,11 @@
 //! Matrix products (cuBLASLt), convolution and pooling, softmax, reductions, normalization and
 //! attention.
 
-use kiln::{invalid, KernelError};
+use kiln::{invalid, AttentionParams, ConvolutionParams, DataType, ElementwiseOp, KernelError, MatrixOp, PoolingParams, ReduceOp};
 use crate::ops::KResult;
 use super::{broadcast_shape, layout, movement, pointwise, Ctx};
 use crate::blas::{Epilogue, Gemm};
 use crate::buffer::{float_suffix, Arg, DeviceTensor, Layout, Window};
-use kiln::{AttentionParams, ConvolutionParams, DataType, ElementwiseOp, MatrixOp, PoolingParams, ReduceOp};
 
 /// `op_a(a) · op_b(b)` with batch broadcasting, scaled by `alpha`, reshaped to `out_shape`.
 pub fn matmul(cx: &Ctx, a: &DeviceTensor, op_a: MatrixOp, b: &DeviceTensor, op_b: MatrixOp, alpha: f32, out_shape: &[usize]) -> KResult<DeviceTensor> {

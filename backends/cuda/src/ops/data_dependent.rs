@@ -3,11 +3,10 @@
 //! never captured as CUDA graphs: see `exec::graph_blocker`), then the output is allocated and
 //! a second pass fills it.
 
-use kiln::{invalid, KernelError};
+use kiln::{invalid, DataType, KernelError};
 use crate::ops::KResult;
 use super::Ctx;
 use crate::buffer::{Arg, DeviceTensor};
-use kiln::DataType;
 
 /// Whether a device layer of `kind` reads a count back to size its output (which a CUDA graph
 /// capture cannot do): NonZero, and NonMaxSuppression, which runs on host copies.

@@ -2,11 +2,10 @@
 //! (`kernels/deconv.cu`): a direct kernel over 1, 2, 3 or more spatial axes with groups,
 //! strides, dilations, pads, output padding and an optional bias.
 
-use kiln::{invalid, KernelError};
+use kiln::{invalid, DeconvolutionParams, HostTensor, KernelError, TensorData};
 use crate::ops::KResult;
 use super::Ctx;
 use crate::buffer::{Arg, DeviceTensor};
-use kiln::{DeconvolutionParams, HostTensor, TensorData};
 
 /// What the kernel is told: per spatial axis input, output and kernel length, stride, dilation
 /// and leading crop (`DeconvAxis` in kernels/deconv.cu, flattened), input channels, output

@@ -2,12 +2,11 @@
 //! kiln's own parser ([`EinsumSpec`]) into strided index spaces, and one thread per output
 //! element sums the operands' product over the contracted labels in double, in kiln-cpu's order.
 
-use kiln::{invalid, KernelError};
+use kiln::{invalid, DataType, KernelError};
 use crate::ops::KResult;
 use super::{coalesce, contiguous_strides, Ctx};
 use crate::buffer::{Arg, DeviceTensor, Layout};
 use kiln::ir::infer::EinsumSpec;
-use kiln::DataType;
 
 /// Kernel-name suffixes of `einsum_*`.
 pub const SUFFIXES: [&str; 6] = ["f32", "f16", "bf16", "f64", "i32", "i64"];

@@ -8,11 +8,10 @@
 //!
 //! On by default; `KILN_CUDA_FLASH_ATTENTION=0` turns it off, for A/B timing.
 
-use kiln::{invalid, KernelError};
+use kiln::{invalid, AttentionParams, DataType, KernelError};
 use crate::ops::KResult;
 use super::{layout, movement, Ctx};
 use crate::buffer::{Arg, DeviceTensor, Layout};
-use kiln::{AttentionParams, DataType};
 
 const MAX_HEAD_DIM: usize = 64;
 const QUERY_ROWS_PER_BLOCK: usize = 64;

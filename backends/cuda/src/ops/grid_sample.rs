@@ -1,11 +1,10 @@
 //! ONNX GridSample on the device (`kernels/grid_sample.cu`): every mode, padding mode and
 //! `align_corners`, any number of spatial axes, computed in double as kiln-cpu computes it.
 
-use kiln::{invalid, KernelError};
+use kiln::{invalid, DataType, GridSampleMode, GridSamplePadding, GridSampleParams, KernelError};
 use crate::ops::KResult;
 use super::{pointwise, Ctx};
 use crate::buffer::{Arg, DeviceTensor, Layout};
-use kiln::{DataType, GridSampleMode, GridSamplePadding, GridSampleParams};
 
 /// What the kernel is told about one sampling: (batch·channels·points elements, channels,
 /// points per batch, the spatial lengths as a layout).

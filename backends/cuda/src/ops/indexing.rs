@@ -1,11 +1,10 @@
 //! Select (Where), ParametricReLU, Fill, GatherElements, GatherND, ScatterElements and ScatterND on the device
 //! (`kernels/select.cu`, `kernels/indexing.cu`).
 
-use kiln::{invalid, KernelError};
+use kiln::{invalid, DataType, HostTensor, KernelError, ScatterMode, ScatterReduction, TensorData};
 use crate::ops::KResult;
 use super::{broadcast_layout, contiguous_strides, movement, pointwise, Ctx};
 use crate::buffer::{width_suffix, Arg, DeviceTensor, Layout};
-use kiln::{DataType, HostTensor, ScatterMode, ScatterReduction, TensorData};
 
 /// Kernel-name suffixes of the kernels instantiated per element type (scatter, TopK, running sums).
 pub const TYPED_SUFFIXES: [&str; 13] =

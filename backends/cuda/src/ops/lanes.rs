@@ -1,11 +1,10 @@
 //! TopK and running sums / products along one axis (`kernels/lanes.cu`).
 
-use kiln::{invalid, KernelError};
+use kiln::{invalid, DataType, KernelError};
 use crate::ops::KResult;
 use super::indexing::typed_suffix;
 use super::Ctx;
 use crate::buffer::{Arg, DeviceTensor};
-use kiln::DataType;
 
 /// `(outer, len, inner)`: `shape` viewed around `axis`.
 fn lanes(shape: &[usize], axis: usize) -> KResult<(usize, usize, usize)> {

@@ -2,11 +2,10 @@
 //! them, so a chain convolution → convolution → pooling stays NHWC; any other reader gets the
 //! value converted back by [`super::Ctx::dev`] (TensorRT's reformat layers, placed lazily).
 
-use kiln::invalid;
+use kiln::{invalid, DataType};
 use crate::ops::KResult;
 use super::{movement, Ctx};
 use crate::buffer::DeviceTensor;
-use kiln::DataType;
 use std::sync::OnceLock;
 
 /// Set to `1` to keep every convolution channels-first (NCHW), for A/B timing.

@@ -1,7 +1,7 @@
 //! One layer on the device: the dispatch from a layer kind to its kernels, and which kinds
 //! and types have kernels at all (what `check_support` asks).
 
-use kiln::{invalid, KernelError};
+use kiln::{invalid, DataType, GatherMode, HostTensor, KernelError, LayerKind, PostOp, ResizeMode, Shape};
 
 /// What every op returns: device errors keep their kind (out of memory).
 pub type KResult<T> = Result<T, KernelError>;
@@ -31,7 +31,6 @@ use crate::buffer::{Arg, DeviceTensor, Layout};
 use crate::device::Gpu;
 use kiln::ir::infer::OutFact;
 use kiln::ir::infer::{infer_layer, Fact};
-use kiln::{DataType, GatherMode, HostTensor, LayerKind, PostOp, ResizeMode, Shape};
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 

@@ -1,12 +1,11 @@
 //! Data movement: transposes and reshapes (Shuffle), Slice, Expand, Concatenation, Gather and
 //! nearest Resize, all through the strided-copy, gather and resize kernels.
 
-use kiln::{invalid, KernelError};
+use kiln::{invalid, HostTensor, KernelError, ShuffleParams};
 use crate::ops::KResult;
 use super::{contiguous_strides, Ctx};
 use crate::buffer::{width_suffix, Arg, DeviceTensor, Layout};
 use kiln::ir::infer::resolve_slice;
-use kiln::{HostTensor, ShuffleParams};
 use std::sync::Arc;
 
 /// Copies `x` read through `(strides, offset)` (elements) over `shape` into a new contiguous tensor.

@@ -1,10 +1,9 @@
 //! OneHot on the device (`kernels/one_hot.cu`), as kiln-cpu's `one_hot::one_hot`.
 
-use kiln::{invalid, KernelError};
+use kiln::{invalid, DataType, HostTensor, KernelError};
 use crate::ops::KResult;
 use super::Ctx;
 use crate::buffer::{Arg, DeviceTensor};
-use kiln::{DataType, HostTensor};
 
 /// Element widths of `one_hot_*` (the values are copied as raw bytes).
 pub const WIDTHS: [&str; 4] = ["u8", "u16", "u32", "u64"];

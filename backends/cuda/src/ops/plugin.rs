@@ -6,7 +6,7 @@
 //!
 //! Tensors keep their native element types on this backend (f16 is 2 bytes, i64 8 bytes).
 
-use kiln::{invalid, KernelError};
+use kiln::{invalid, DataType, KernelError, PluginParams, TensorFormat};
 use crate::ops::KResult;
 use crate::buffer::DeviceTensor;
 use crate::device::Gpu;
@@ -15,7 +15,6 @@ use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
 use kiln::ir::infer::OutFact;
 use kiln::plugin::{registry, CudaImage, CudaKernel, PluginKey, PluginTensorDesc};
-use kiln::{DataType, PluginParams, TensorFormat};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 

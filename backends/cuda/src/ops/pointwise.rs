@@ -1,10 +1,9 @@
 //! Elementwise binary ops (numpy broadcasting), activations, unary ops and casts.
 
-use kiln::{invalid, KernelError};
+use kiln::{invalid, ActivationKind, DataType, ElementwiseOp, KernelError, UnaryOp};
 use crate::ops::KResult;
 use super::{broadcast_layout, broadcast_shape, broadcast_strides, coalesce_joint, Ctx};
 use crate::buffer::{float_suffix, Arg, Chain, DeviceTensor};
-use kiln::{ActivationKind, DataType, ElementwiseOp, UnaryOp};
 
 /// The op code `binary_*` / `compare_*` / `logic_bool` take (the `OP_*` defines in elementwise.cu).
 fn binary_code(op: ElementwiseOp) -> Option<i32> {

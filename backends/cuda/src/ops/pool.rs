@@ -3,11 +3,10 @@
 //! (average summed in double, as kiln-cpu does) and max pooling on integer types. cuDNN runs
 //! the 2-D float cases it can (`compute::pooling`); everything else comes here.
 
-use kiln::{invalid, KernelError};
+use kiln::{invalid, DataType, HostTensor, KernelError, PoolingKind, PoolingParams, TensorData};
 use crate::ops::KResult;
 use super::Ctx;
 use crate::buffer::{Arg, DeviceTensor};
-use kiln::{DataType, HostTensor, PoolingKind, PoolingParams, TensorData};
 
 /// Kernel-name suffixes of `pool_*`.
 pub const SUFFIXES: [&str; 12] = ["f32", "f16", "bf16", "f64", "i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64"];

@@ -1,13 +1,12 @@
 //! ONNX Resize and Pad on the device (`kernels/resize.cu`): the host plans each axis's taps
-//! with kiln-cpu's arithmetic (every Resize mode, rounding and coordinate transformation;
-//! every Pad mode), the kernel gathers (nearest, Pad: any type) or interpolates (linear /
-//! cubic, float types).
+//! with the planning the cpu oracle uses (`kiln::plan::resize`, `kiln::plan::pad`: every
+//! Resize mode, rounding and coordinate transformation; every Pad mode), the kernel gathers
+//! (nearest, Pad: any type) or interpolates (linear / cubic, float types).
 
-use kiln::{invalid, KernelError};
+use kiln::{invalid, DataType, HostTensor, KernelError, PaddingMode, ResizeMode, ResizeParams, TensorData};
 use crate::ops::KResult;
 use super::{contiguous_strides, pointwise, Ctx};
 use crate::buffer::{float_suffix, width_suffix, Arg, DeviceTensor, Layout};
-use kiln::{DataType, HostTensor, PaddingMode, ResizeMode, ResizeParams, TensorData};
 
 /// Runs Resize of `x` onto `out_shape`; `roi`, `scales` and `sizes` are the layer's host inputs.
 pub fn resize(

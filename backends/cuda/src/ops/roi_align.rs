@@ -1,10 +1,9 @@
 //! RoiAlign on the device (`kernels/roi_align.cu`), as kiln-cpu's `roi.rs`.
 
-use kiln::{invalid, KernelError};
+use kiln::{invalid, DataType, KernelError};
 use crate::ops::KResult;
 use super::Ctx;
 use crate::buffer::{Arg, DeviceTensor};
-use kiln::DataType;
 
 /// RoiAlign of `x` (N, C, H, W) over `rois` (R, 4) of images `batch_indices` (R):
 /// (R, C, out_h, out_w). A batch index out of range is an error (read back at the end of the run).

@@ -1,13 +1,12 @@
 //! DFT, Col2Im and Determinant on the device (`kernels/signal.cu`), bit for bit as kiln-cpu's
 //! `signal.rs` computes them: in f64, summed in the cpu's order, rounded once.
 
-use kiln::{invalid, KernelError};
+use kiln::{invalid, DataType, HostTensor, KernelError, TensorData};
 use crate::ops::KResult;
 use super::Ctx;
 use crate::buffer::{Arg, DeviceTensor};
 use kiln::ir::infer::col2im_blocks;
 use kiln::plan::signal::{col2im_block_dims, dft_signal, dft_twiddles, DftSignal};
-use kiln::{DataType, HostTensor, TensorData};
 
 fn upload_f64(cx: &Ctx, v: Vec<f64>) -> KResult<DeviceTensor> {
     let t = HostTensor::new(vec![v.len()], TensorData::F64(v)).map_err(KernelError::from)?;

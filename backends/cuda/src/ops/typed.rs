@@ -3,11 +3,10 @@
 //! and f64. Storage-only types (float8, e8m0, float4, 4- and 2-bit integers) live one element
 //! per byte, as kiln's host tensors hold them, so uploads and downloads convert nothing.
 
-use kiln::{invalid, KernelError};
+use kiln::{invalid, DataType, E8M0Rounding, ElementwiseOp, KernelError, ReduceOp, UnaryOp};
 use crate::ops::KResult;
 use super::{broadcast_layout, Ctx};
 use crate::buffer::{Arg, DeviceTensor};
-use kiln::{DataType, E8M0Rounding, ElementwiseOp, ReduceOp, UnaryOp};
 use std::sync::Arc;
 
 /// The integer types and f64: the types the `typed_binary_*` family computes on.
