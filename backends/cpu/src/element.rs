@@ -38,20 +38,8 @@ pub fn cast<S: Elem, D: Elem>(x: S) -> D {
     D::from_scalar(x.to_scalar())
 }
 
-/// The f32 nearest to `v` in round-to-odd: rounding that once more to a type with at least
-/// two fewer significand bits (f16, bf16) gives the correctly rounded result, which
-/// rounding f64→f32→f16 with round-to-nearest twice would not.
-fn f32_round_to_odd(v: f64) -> f32 {
-    let r = v as f32;
-    if !r.is_finite() || r as f64 == v || r.to_bits() & 1 == 1 {
-        return r;
-    }
-    let bits = r.to_bits();
-    // r is inexact and even: the odd neighbour on v's side is the round-to-odd result.
-    f32::from_bits(if v.abs() > (r as f64).abs() { bits + 1 } else { bits - 1 })
-}
-
-/// Same as [`f32_round_to_odd`] for integers (wider than f64's 53-bit significand).
+/// The f32 nearest to `v` in round-to-odd, for integers wider than f64's 53-bit
+/// significand (as `kiln::f16_from_f64` does for floats).
 fn f32_round_to_odd_int(v: i128) -> f32 {
     let r = v as f32;
     let back = r as i128;
@@ -126,10 +114,10 @@ float_elem!(f32, F32, F32, f32, widen: |x| x, narrow: |a| a, from_f64: |v| v as 
 float_elem!(f64, F64, F64, f64, widen: |x| x, narrow: |a| a, from_f64: |v| v, from_int: |i| i as f64,
     same: true);
 float_elem!(f16, F16, F16, f32, widen: |x| x.to_f32(), narrow: |a| f16::from_f32(a),
-    from_f64: |v| f16::from_f32(f32_round_to_odd(v)),
+    from_f64: |v| kiln::f16_from_f64(v),
     from_int: |i| f16::from_f32(f32_round_to_odd_int(i)), same: false);
 float_elem!(bf16, BF16, BF16, f32, widen: |x| x.to_f32(), narrow: |a| bf16::from_f32(a),
-    from_f64: |v| bf16::from_f32(f32_round_to_odd(v)),
+    from_f64: |v| kiln::bf16_from_f64(v),
     from_int: |i| bf16::from_f32(f32_round_to_odd_int(i)), same: false);
 
 /// A float element type and the type its arithmetic runs in (f32 for f32/f16/bf16, f64 for

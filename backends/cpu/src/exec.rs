@@ -48,6 +48,11 @@ impl Machine for CpuExecutable {
         "cpu"
     }
 
+    /// The reference computes every layer with its own kernels.
+    fn skips_inferred_layers(&self) -> bool {
+        false
+    }
+
     fn meta(&self, value: &Arc<HostTensor>) -> (DataType, Vec<usize>) {
         (value.dtype(), value.shape().to_vec())
     }

@@ -138,7 +138,7 @@ fn place_with_host_tensors(network: &Network) -> (Vec<Placement>, Vec<bool>) {
             }
             LayerKind::Shape => Placement::Shape,
             k if k.is_control_boundary() => Placement::Device,
-            _ if layer.inputs.iter().flatten().all(|t| on_host[t.0]) => Placement::Host,
+            _ if layer.inputs.iter().flatten().all(|t| on_host[t.0]) && evaluated_on_host(network, layer) => Placement::Host,
             _ => Placement::Device,
         };
         if p != Placement::Device {
@@ -149,6 +149,19 @@ fn place_with_host_tensors(network: &Network) -> (Vec<Placement>, Vec<bool>) {
         placement.push(p);
     }
     (placement, on_host)
+}
+
+/// Whether the layer driver computes `layer` on the host once its inputs are there: an
+/// Assertion, or shape arithmetic that inference evaluates (`kiln::ir::infer::evaluates_on_host`).
+fn evaluated_on_host(network: &Network, layer: &kiln::Layer) -> bool {
+    if matches!(layer.kind, LayerKind::Assertion { .. }) {
+        return true;
+    }
+    let [out] = layer.outputs[..] else { return false };
+    let inputs: Vec<Option<(DataType, usize)>> =
+        layer.inputs.iter().map(|t| t.map(|t| (network.tensor(t).dtype, network.tensor(t).shape.rank()))).collect();
+    let out = network.tensor(out);
+    kiln::ir::infer::evaluates_on_host(&layer.kind, &inputs, out.dtype, out.shape.volume())
 }
 
 /// Per layer, whether it runs on the host (Constant, Shape and shape arithmetic): such layers
@@ -248,16 +261,6 @@ struct Run<'e> {
     cx: Ctx<'e>,
 }
 
-impl Run<'_> {
-    /// Shape arithmetic on host values, with the cpu backend's kernels.
-    fn host_layer(&self, kind: &LayerKind, inputs: &[Option<Value>], expected: &[OutFact]) -> KResult<Vec<Value>> {
-        let host: Vec<Option<Arc<HostTensor>>> = inputs.iter().map(|v| v.as_ref().map(|v| self.cx.host(v)).transpose()).collect::<KResult<_>>()?;
-        let refs: Vec<Option<&HostTensor>> = host.iter().map(|x| x.as_deref()).collect();
-        let outputs = kiln_cpu::run_layer_kernel(kind, &refs, expected, kiln_cpu::Variant::Primary)?;
-        Ok(outputs.into_iter().map(|t| Value::host(Arc::new(t))).collect())
-    }
-}
-
 impl Machine for Run<'_> {
     type Value = Value;
 
@@ -295,14 +298,11 @@ impl Machine for Run<'_> {
 
     fn run_kernel(&self, id: LayerId, inputs: &[Option<Value>], _facts: &[Option<Fact>], expected: &[OutFact]) -> KResult<Vec<Value>> {
         let kind = &self.exe.network.layer(id).kind;
-        match self.exe.placement.get(id.0).copied().unwrap_or(Placement::Device) {
-            Placement::Constant | Placement::Shape | Placement::Host => self.host_layer(kind, inputs, expected),
-            Placement::Device => {
-                self.cx.gemm_rank.set(self.exe.gemm_ranks.get(id.0).copied().unwrap_or(0));
-                self.cx.view_output.set(self.exe.view_output.get(id.0).copied().unwrap_or(false));
-                Ok(ops::run(&self.cx, kind, inputs, expected)?.into_iter().map(Value::device).collect())
-            }
-        }
+        // A host layer reaches here only when inference declined a value at run time (an
+        // overflow, a division by zero): its device kernel decides.
+        self.cx.gemm_rank.set(self.exe.gemm_ranks.get(id.0).copied().unwrap_or(0));
+        self.cx.view_output.set(self.exe.view_output.get(id.0).copied().unwrap_or(false));
+        Ok(ops::run(&self.cx, kind, inputs, expected)?.into_iter().map(Value::device).collect())
     }
 
     fn to_host(&self, value: &Value) -> KResult<Arc<HostTensor>> {

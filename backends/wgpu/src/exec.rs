@@ -133,12 +133,6 @@ impl<'e> Run<'e> {
     ) -> KResult<Vec<Value>> {
         let kind = &self.exe.network.layer(id).kind;
         match kind {
-            LayerKind::Assertion { message } => {
-                let cond = values.first().cloned().flatten().ok_or("Assertion needs an input")?;
-                let cond = self.to_host(&cond)?;
-                kiln::plan::dynamic::assertion(&cond, message)?;
-                return Ok(Vec::new());
-            }
             // Data-dependent output shapes: computed on the host (kiln::plan::dynamic).
             LayerKind::NonZero | LayerKind::Unique { .. } => return self.data_dependent(kind, values),
             // A data-dependent output length: computed on the host (one read-back).
@@ -159,10 +153,6 @@ impl<'e> Run<'e> {
                 return Ok(vec![Value::Host(Arc::new(t))]);
             }
             _ => {}
-        }
-        // Shape arithmetic that inference evaluated: stays on the host.
-        if !expected.is_empty() && expected.iter().all(|o| o.value.is_some()) {
-            return Ok(expected.iter().filter_map(|o| o.value.clone()).map(|t| Value::Host(Arc::new(t))).collect());
         }
         let outs = expected
             .iter()

@@ -42,7 +42,7 @@ pub use ir::format::{FormatMask, TensorFormat};
 pub use precision::PrecisionError;
 pub use engine::{Engine, EngineLoadError};
 pub use ir::dtype::DataType;
-pub use ir::narrow::{E8M0Rounding, F4E2M1, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, F8E8M0, I2, I4, U2, U4};
+pub use ir::narrow::{bf16_from_f64, f16_from_f64, E8M0Rounding, F4E2M1, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, F8E8M0, I2, I4, U2, U4};
 pub use ir::layer::*;
 pub use ir::network::{Layer, LayerId, Network, TensorDesc, TensorId};
 pub use ir::shape::{Dim, Shape};

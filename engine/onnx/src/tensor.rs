@@ -255,8 +255,8 @@ pub(crate) fn filled(dtype: DataType, shape: Vec<usize>, value: f64) -> HostTens
     let n: usize = shape.iter().product();
     let data = match dtype {
         DataType::F32 => TensorData::F32(vec![value as f32; n]),
-        DataType::F16 => TensorData::F16(vec![f16::from_f64(value); n]),
-        DataType::BF16 => TensorData::BF16(vec![bf16::from_f64(value); n]),
+        DataType::F16 => TensorData::F16(vec![kiln::f16_from_f64(value); n]),
+        DataType::BF16 => TensorData::BF16(vec![kiln::bf16_from_f64(value); n]),
         DataType::F64 => TensorData::F64(vec![value; n]),
         DataType::I8 => TensorData::I8(vec![value as i8; n]),
         DataType::I16 => TensorData::I16(vec![value as i16; n]),
@@ -279,8 +279,8 @@ pub(crate) fn filled(dtype: DataType, shape: Vec<usize>, value: f64) -> HostTens
 pub(crate) fn from_f64(dtype: DataType, shape: Vec<usize>, values: &[f64]) -> Result<HostTensor, String> {
     let data = match dtype {
         DataType::F32 => TensorData::F32(values.iter().map(|&v| v as f32).collect()),
-        DataType::F16 => TensorData::F16(values.iter().map(|&v| f16::from_f64(v)).collect()),
-        DataType::BF16 => TensorData::BF16(values.iter().map(|&v| bf16::from_f64(v)).collect()),
+        DataType::F16 => TensorData::F16(values.iter().map(|&v| kiln::f16_from_f64(v)).collect()),
+        DataType::BF16 => TensorData::BF16(values.iter().map(|&v| kiln::bf16_from_f64(v)).collect()),
         DataType::F64 => TensorData::F64(values.to_vec()),
         other => return Err(format!("expected a floating-point type, got {other}")),
     };

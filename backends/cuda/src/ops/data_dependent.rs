@@ -9,9 +9,10 @@ use super::Ctx;
 use crate::buffer::{Arg, DeviceTensor};
 
 /// Whether a device layer of `kind` reads a count back to size its output (which a CUDA graph
-/// capture cannot do): NonZero, and NonMaxSuppression, which runs on host copies.
+/// capture cannot do): NonZero; NonMaxSuppression, which runs on host copies; and an
+/// Assertion on a device value, which the layer driver checks on the host.
 pub fn reads_back(kind: &kiln::LayerKind) -> bool {
-    matches!(kind, kiln::LayerKind::NonZero | kiln::LayerKind::NonMaxSuppression { .. })
+    matches!(kind, kiln::LayerKind::NonZero | kiln::LayerKind::NonMaxSuppression { .. } | kiln::LayerKind::Assertion { .. })
 }
 
 /// Element widths of `nonzero_count_*` / `nonzero_fill_*`.

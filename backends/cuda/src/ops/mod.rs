@@ -316,7 +316,9 @@ pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_ty
         }),
         // The interpreter runs loop and conditional boundaries (check_support skips them).
         kiln::control_boundary!() => None,
-        K::Assertion { .. } | K::Reformat { .. } | K::Unique { .. } | K::Text(_) => Some(format!("{} has no CUDA kernel yet", kind.type_name())),
+        // The layer driver checks assertions on the host.
+        K::Assertion { .. } => None,
+        K::Reformat { .. } | K::Unique { .. } | K::Text(_) => Some(format!("{} has no CUDA kernel yet", kind.type_name())),
     }
 }
 
@@ -464,11 +466,13 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
             let product = matches!(kind, K::CumulativeProduct { .. });
             one(lanes::cumulative(cx, &dev(0)?, axis, *exclusive, *reverse, product)?)
         }
-        // The layer driver serves constants and shapes; the interpreter runs the boundaries.
+        // The layer driver serves constants, shapes and assertions; the interpreter runs the
+        // boundaries.
         K::Constant { .. }
         | K::Shape
+        | K::Assertion { .. }
         | kiln::control_boundary!() => Err(invalid!("{} has no device kernel: the layer driver runs it", kind.type_name())),
-        K::Assertion { .. } | K::Reformat { .. } | K::Unique { .. } | K::Text(_) => {
+        K::Reformat { .. } | K::Unique { .. } | K::Text(_) => {
             Err(KernelError::Unsupported(format!("{} has no CUDA kernel yet", kind.type_name())))
         }
     }

@@ -372,3 +372,27 @@ pub fn unpack_bits(bytes: &[u8], bits: u32, count: usize) -> Option<Vec<u8>> {
     let mask = (1u8 << bits) - 1;
     Some((0..count).map(|i| (bytes[i / per_byte] >> ((i % per_byte) as u32 * bits)) & mask).collect())
 }
+
+/// `v` rounded once to the nearest f16 (ties to even). `half`'s own f64 conversion goes
+/// through f32 and rounds twice, which misplaces values just off a tie.
+pub fn f16_from_f64(v: f64) -> half::f16 {
+    half::f16::from_f32(f32_round_to_odd(v))
+}
+
+/// `v` rounded once to the nearest bf16 (ties to even); see [`f16_from_f64`].
+pub fn bf16_from_f64(v: f64) -> half::bf16 {
+    half::bf16::from_f32(f32_round_to_odd(v))
+}
+
+/// The f32 nearest to `v` in round-to-odd: rounding that once more to a type with at least
+/// two fewer significand bits (f16, bf16) gives the correctly rounded result, which
+/// rounding f64→f32→f16 with round-to-nearest twice would not.
+fn f32_round_to_odd(v: f64) -> f32 {
+    let r = v as f32;
+    if !r.is_finite() || r as f64 == v || r.to_bits() & 1 == 1 {
+        return r;
+    }
+    let bits = r.to_bits();
+    // r is inexact and even: the odd neighbour on v's side is the round-to-odd result.
+    f32::from_bits(if v.abs() > (r as f64).abs() { bits + 1 } else { bits - 1 })
+}

@@ -179,15 +179,14 @@ fn recheck(net: &Network) -> Result<(), NetworkError> {
 /// types.
 pub(crate) fn convert_float(w: &HostTensor, to: DataType) -> Option<HostTensor> {
     use super::tensor::TensorData as T;
-    use half::{bf16, f16};
     if !w.dtype().is_float() || !to.is_float() {
         return None;
     }
     let values = w.to_f64_vec();
     let data = match to {
         DataType::F32 => T::F32(values.iter().map(|&v| v as f32).collect()),
-        DataType::F16 => T::F16(values.iter().map(|&v| f16::from_f64(v)).collect()),
-        DataType::BF16 => T::BF16(values.iter().map(|&v| bf16::from_f64(v)).collect()),
+        DataType::F16 => T::F16(values.iter().map(|&v| crate::ir::narrow::f16_from_f64(v)).collect()),
+        DataType::BF16 => T::BF16(values.iter().map(|&v| crate::ir::narrow::bf16_from_f64(v)).collect()),
         DataType::F64 => T::F64(values),
         _ => return None,
     };

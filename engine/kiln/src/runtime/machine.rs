@@ -1,9 +1,10 @@
 //! The seam between the shared interpreter and a backend's kernels: [`Machine`], its
 //! provided per-layer driver, and the typed [`KernelError`] every kernel returns.
 //!
-//! The driver is written once for every backend: Constant and Shape layers, reading the
-//! shape-deciding inputs ([`LayerKind::host_slots`]) to the host, concrete facts, shape
-//! inference, the backend's kernel, and a check that the kernel made what inference said.
+//! The driver is written once for every backend: Constant, Shape and Assertion layers,
+//! reading the shape-deciding inputs ([`LayerKind::host_slots`]) to the host, concrete
+//! facts, shape inference (whose values of shape arithmetic stand for a kernel), the
+//! backend's kernel, and a check that the kernel made what inference said.
 //! A backend implements only [`Machine::run_kernel`] and its value transfers.
 
 use crate::error::BackendError;
@@ -101,7 +102,14 @@ pub trait Machine {
         let _ = id;
         Ok(self.host_value(weights.clone()))
     }
-    /// Runs the kernel of layer `id` (never Constant, Shape or a control boundary).
+    /// Whether a layer whose outputs shape inference computed (small shape arithmetic on
+    /// host values) skips the kernel: true for device backends, which then need neither a
+    /// kernel nor a transfer for it; the cpu reference runs its own kernels on everything.
+    fn skips_inferred_layers(&self) -> bool {
+        true
+    }
+    /// Runs the kernel of layer `id` (never Constant, Shape, Assertion, a control boundary
+    /// or, see [`Machine::skips_inferred_layers`], a layer whose outputs inference computed).
     /// `inputs` in slot order with the host slots read back, `facts` their concrete facts,
     /// `expected` what shape inference says the outputs are.
     fn run_kernel(
@@ -154,6 +162,16 @@ fn drive_layer<M: Machine + ?Sized>(m: &M, id: LayerId, inputs: &[Option<M::Valu
             let t = HostTensor::from_i64(vec![dims.len()], dims).map_err(|e| e.to_string())?;
             return Ok(vec![m.host_value(Arc::new(t))]);
         }
+        // A check of shapes or values: read to the host wherever its input lives.
+        LayerKind::Assertion { message } => {
+            let cond = inputs.first().and_then(Option::as_ref).ok_or("Assertion has no input")?;
+            let cond = match m.host_copy(cond) {
+                Some(t) => t,
+                None => m.to_host(cond)?,
+            };
+            crate::plan::dynamic::assertion(&cond, message)?;
+            return Ok(Vec::new());
+        }
         _ => {}
     }
     let mut values = inputs.to_vec();
@@ -176,6 +194,10 @@ fn drive_layer<M: Machine + ?Sized>(m: &M, id: LayerId, inputs: &[Option<M::Valu
         metas.iter().map(|x| x.as_ref().map(|(dtype, shape, host)| Fact::new(*dtype, shape, host.as_deref()))).collect();
     let expected =
         infer_layer(&layer.kind, &facts, &|w| net.weights_blob(w)).map_err(|e| format!("shape inference: {}", e.rule))?;
+    // Shape arithmetic inference evaluated (see `ir::infer::evaluates_on_host`): no kernel.
+    if m.skips_inferred_layers() && !expected.is_empty() && expected.iter().all(|o| o.value.is_some()) {
+        return Ok(expected.into_iter().filter_map(|o| o.value).map(|t| m.host_value(Arc::new(t))).collect());
+    }
     let outputs = m.run_kernel(id, &values, &facts, &expected)?;
     if outputs.len() != expected.len() || outputs.len() != layer.outputs.len() {
         return Err(KernelError::Invalid(format!(

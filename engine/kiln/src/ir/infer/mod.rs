@@ -14,9 +14,10 @@ mod signal;
 mod spatial;
 mod structural;
 mod text;
-pub(crate) mod values;
+mod values;
 
 pub use einsum::EinsumSpec;
+pub use values::evaluates as evaluates_on_host;
 pub use signal::{col2im_blocks, dft_axis, dft_length, dft_output_len};
 pub use spatial::window_output;
 pub use structural::{resolve_reshape, resolve_slice, static_reshape, SliceAxis};
