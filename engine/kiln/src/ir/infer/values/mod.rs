@@ -121,7 +121,7 @@ pub(crate) fn fold(
 pub fn evaluates(kind: &LayerKind, inputs: &[Option<(DataType, usize)>], out_dtype: DataType, out_len: Option<usize>) -> bool {
     let numeric = |t: DataType| (t.is_integer() && !t.is_narrow()) || t == DataType::Bool || t.is_float();
     let present = || inputs.iter().flatten();
-    if !out_len.is_some_and(|n| n <= MAX_ELEMENTS) || !numeric(out_dtype) || !present().all(|(t, _)| numeric(*t)) {
+    if out_len.is_none_or(|n| n > MAX_ELEMENTS) || !numeric(out_dtype) || !present().all(|(t, _)| numeric(*t)) {
         return false;
     }
     let rank_at_most_1 = || present().all(|&(_, rank)| rank <= 1);
