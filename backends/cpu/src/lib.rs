@@ -114,7 +114,7 @@ fn unsupported(network: &Network, layer: &Layer) -> Option<String> {
     use LayerKind as K;
     let input_type = |slot: usize| layer.inputs.get(slot).copied().flatten().map(|t| network.tensor(t).dtype);
     match &layer.kind {
-        K::Plugin(p) => match kiln::plugin::registry().instance(p) {
+        K::Plugin(p) => match p.plugin() {
             Ok(plugin) if plugin.runs_on("cpu") => None,
             Ok(_) => Some(format!("plugin `{}` has no cpu implementation", kiln::plugin::PluginKey::of(p))),
             Err(e) => Some(e.to_string()),

@@ -75,7 +75,7 @@ fn plugin_net(key: &PluginKey, fields: &[(String, PluginField)], dims: Shape) ->
     let plugin = registry().creator(key).expect("registered").create(fields).expect("created");
     let mut net = Network::new("plugin");
     let x = net.add_input("x", DataType::F32, dims).unwrap();
-    let layer = net.add_plugin_v3(&[x], plugin.as_ref()).unwrap();
+    let layer = net.add_plugin_v3(&[x], plugin.clone()).unwrap();
     net.mark_output(net.output(layer, 0)).unwrap();
     net
 }

@@ -8,7 +8,7 @@
 
 use crate::ops::KResult;
 use crate::value::{DeviceTensor, Recorder};
-use kiln::plugin::{registry, LayerPlugin, PluginKey, PluginTensorDesc, WgslKernel};
+use kiln::plugin::{LayerPlugin, PluginKey, PluginTensorDesc, WgslKernel};
 use kiln::{DataType, PluginParams, TensorFormat};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -34,7 +34,7 @@ fn cache() -> &'static Mutex<Cache> {
 
 /// Why the wgpu backend cannot run a plugin layer, if it cannot.
 pub fn unsupported(params: &PluginParams) -> Option<String> {
-    match registry().instance(params) {
+    match params.plugin() {
         Ok(plugin) if plugin.runs_on("wgpu") => None,
         Ok(_) => Some(format!("plugin `{}` has no WGSL kernel (wgsl_kernel is NULL)", PluginKey::of(params))),
         Err(e) => Some(e.to_string()),
@@ -54,7 +54,7 @@ pub fn plugin(
 ) -> KResult<Vec<DeviceTensor>> {
     let key = PluginKey::of(params);
     let fail = |m: String| kiln::invalid!("plugin `{key}`: {m}");
-    let plugin = registry().instance(params).map_err(|e| kiln::invalid!("{e}"))?;
+    let plugin = params.plugin().map_err(|e| kiln::invalid!("{e}"))?;
     let inputs = ins
         .iter()
         .enumerate()

@@ -71,6 +71,34 @@ fn the_wgpu_backend_plugin_loads_and_runs_a_model_like_the_cpu_backend() {
     }
 }
 
+/// The backend library has its own copy of kiln's statics, so its plugin registry is empty:
+/// the Plugin layer's instance travels with the network (and is made anew from this
+/// process's registry when the engine is loaded).
+#[test]
+fn a_plugin_this_process_loaded_runs_on_a_backend_library() {
+    let lib = examples::build_backend_plugin(env!("CARGO"), "wgpu", &target_dir()).unwrap();
+    let backend = load_backend(&lib).expect("the handshake succeeds").open().unwrap();
+    if let Err(e) = backend.device() {
+        eprintln!("SKIPPED: no wgpu adapter/driver: {e}");
+        return;
+    }
+    let clip = examples::build_clip_example("clip_for_backend_library", &scratch(), &["-DKILN_TEST_NAMESPACE=\"kiln.backend_lib\""]).unwrap();
+    kiln_plugins::load_library(&clip).expect("the C example loads");
+    let key = kiln::plugin::PluginKey::new("kiln.backend_lib", "ClipC", "1");
+    let fields = [("lo".into(), PluginField::F32(vec![-0.5])), ("hi".into(), PluginField::F32(vec![1.0]))];
+    let plugin = kiln::plugin::registry().creator(&key).expect("registered").create(&fields).unwrap();
+    let mut net = Network::new("plugin");
+    let x = net.add_input("x", DataType::F32, Shape::fixed(&[2, 3])).unwrap();
+    let layer = net.add_plugin_v3(&[x], plugin).unwrap();
+    net.mark_output(net.output(layer, 0)).unwrap();
+    let engine = Builder::new(backend.as_ref()).build(&net, &BuilderConfig::default()).expect("builds on the library");
+    let engine = Engine::deserialize(&engine.serialize()).unwrap();
+    let ctx = ExecutionContext::new(engine, backend.as_ref()).unwrap();
+    let feed = HashMap::from([("x".to_string(), HostTensor::from_f32(vec![2, 3], vec![-2.0, -0.25, 0.0, 0.5, 1.0, 7.0]).unwrap())]);
+    let out = ctx.run(&feed).expect("runs on the library");
+    assert_eq!(out.values().next().unwrap().as_f32().unwrap(), &[-0.5, -0.25, 0.0, 0.5, 1.0, 1.0]);
+}
+
 #[test]
 fn a_library_without_the_backend_entry_point_is_refused() {
     let source = scratch().join("not_a_backend.c");

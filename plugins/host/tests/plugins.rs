@@ -68,7 +68,7 @@ fn plugin_net(key: &PluginKey, fields: &[(String, PluginField)], dims: Shape) ->
     let plugin = registry().creator(key).expect("registered").create(fields).expect("created");
     let mut net = Network::new("plugin");
     let x = net.add_input("x", DataType::F32, dims).unwrap();
-    let layer = net.add_plugin_v3(&[x], plugin.as_ref()).unwrap();
+    let layer = net.add_plugin_v3(&[x], plugin.clone()).unwrap();
     net.mark_output(net.output(layer, 0)).unwrap();
     net
 }
@@ -206,7 +206,7 @@ fn a_plugin_reporting_inconsistent_shapes_is_refused_at_build() {
     let plugin = registry().creator(&key).unwrap().create(&[]).unwrap();
     let mut net = Network::new("bad");
     let x = net.add_input("x", DataType::F32, Shape::fixed(&[2])).unwrap();
-    let err = match net.add_plugin_v3(&[x], plugin.as_ref()) {
+    let err = match net.add_plugin_v3(&[x], plugin.clone()) {
         Err(e) => e.to_string(),
         Ok(layer) => {
             net.mark_output(net.output(layer, 0)).unwrap();

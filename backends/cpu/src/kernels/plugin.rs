@@ -2,12 +2,12 @@
 //! outputs of the inferred shapes and a zeroed workspace of the size it asked for.
 
 use kiln::ir::infer::OutFact;
-use kiln::plugin::{registry, PluginKey, PluginTensorDesc};
+use kiln::plugin::{PluginKey, PluginTensorDesc};
 use kiln::{HostTensor, PluginParams, TensorFormat};
 
 pub fn plugin(params: &PluginParams, inputs: &[&HostTensor], outs: &[OutFact]) -> Result<Vec<HostTensor>, String> {
     let key = PluginKey::of(params);
-    let plugin = registry().instance(params).map_err(|e| e.to_string())?;
+    let plugin = params.plugin().map_err(|e| e.to_string())?;
     let mut outputs = outs
         .iter()
         .map(|o| {

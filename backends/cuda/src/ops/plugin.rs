@@ -14,7 +14,7 @@ use crate::ops::{Ctx, Value};
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
 use kiln::ir::infer::OutFact;
-use kiln::plugin::{registry, CudaImage, CudaKernel, PluginKey, PluginTensorDesc};
+use kiln::plugin::{CudaImage, CudaKernel, PluginKey, PluginTensorDesc};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
@@ -32,7 +32,7 @@ fn cache() -> &'static Mutex<HashMap<String, Arc<Loaded>>> {
 
 /// Why the cuda backend cannot run a plugin layer, if it cannot.
 pub fn unsupported(params: &PluginParams) -> Option<String> {
-    match registry().instance(params) {
+    match params.plugin() {
         Ok(plugin) if plugin.runs_on("cuda") => None,
         Ok(_) => Some(format!("plugin `{}` has no CUDA implementation (cuda_kernel is NULL)", PluginKey::of(params))),
         Err(e) => Some(e.to_string()),
@@ -101,7 +101,7 @@ fn load(
         return Ok(found.clone());
     }
     let fail = |m: String| invalid!("plugin `{key}`: {m}");
-    let plugin = registry().instance(params).map_err(|e| invalid!("{e}"))?;
+    let plugin = params.plugin().map_err(|e| invalid!("{e}"))?;
     let CudaKernel { image, entry_point, grid, block, shared_memory_bytes } = match plugin.cuda_kernel(io, num_inputs) {
         Some(result) => result.map_err(|e| invalid!("{e}"))?,
         None => return Err(fail("has no CUDA kernel (cuda_kernel is NULL)".into())),

@@ -245,6 +245,7 @@ impl Engine {
         if !missing.is_empty() {
             return Err(EngineLoadError::MissingPlugins(missing));
         }
+        crate::plugin::resolve(&mut network).map_err(|e| EngineLoadError::InvalidPlan(e.to_string()))?;
         recheck_plan(&network, &plan.control).map_err(EngineLoadError::InvalidPlan)?;
         if !plan.kernels.is_empty() && plan.kernels.len() != network.layers().len() {
             return Err(EngineLoadError::InvalidPlan(format!(

@@ -15,21 +15,13 @@ impl Network {
         NetworkError::Layer { layer: layer.to_string(), tensor: String::new(), rule }
     }
 
-    /// Adds a Constant layer holding `data` with shape `dims`.
-    /// Adds a custom layer (TensorRT's addPluginV3): the instance's key and fields are
-    /// stored in the layer, so the engine can recreate it from the registry when loaded.
-    pub fn add_plugin_v3(&mut self, inputs: &[TensorId], plugin: &dyn crate::plugin::LayerPlugin) -> Result<LayerId, NetworkError> {
-        let key = plugin.key();
-        let params = PluginParams {
-            namespace: key.namespace,
-            name: key.name,
-            version: key.version,
-            fields: plugin.fields(),
-            num_outputs: plugin.num_outputs(),
-        };
-        self.add_layer("", LayerKind::Plugin(params), inputs.iter().map(|&t| Some(t)).collect())
+    /// Adds a custom layer (TensorRT's addPluginV3) running `plugin`; its key and fields
+    /// are stored in engines, so loading one recreates the instance from the registry.
+    pub fn add_plugin_v3(&mut self, inputs: &[TensorId], plugin: std::sync::Arc<dyn super::plugin::LayerPlugin>) -> Result<LayerId, NetworkError> {
+        self.add_layer("", LayerKind::Plugin(PluginParams::new(plugin)), inputs.iter().map(|&t| Some(t)).collect())
     }
 
+    /// Adds a Constant layer holding `data` with shape `dims`.
     pub fn add_constant(&mut self, dims: &[usize], data: TensorData) -> Result<LayerId, NetworkError> {
         let weights = HostTensor::new(dims.to_vec(), data)
             .map_err(|e| Self::weights_error("(Constant)", e.to_string()))?;

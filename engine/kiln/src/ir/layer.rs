@@ -8,6 +8,7 @@
 
 use super::dtype::DataType;
 pub use super::fused::{AttentionParams, FusedAnchor, FusedParams, PostOp};
+pub use super::plugin::{PluginField, PluginParams};
 use super::format::TensorFormat;
 use super::shape::Shape;
 use super::tensor::HostTensor;
@@ -600,26 +601,6 @@ pub enum LoopOutputKind {
     LastValue,
     Concatenate,
     Reverse,
-}
-
-/// A plugin field, as TensorRT's PluginField.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum PluginField {
-    F32(Vec<f32>),
-    F64(Vec<f64>),
-    I32(Vec<i32>),
-    I64(Vec<i64>),
-    Bytes(Vec<u8>),
-    Text(String),
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PluginParams {
-    pub namespace: String,
-    pub name: String,
-    pub version: String,
-    pub fields: Vec<(String, PluginField)>,
-    pub num_outputs: usize,
 }
 
 /// The pattern matching every loop and if-conditional boundary kind (see

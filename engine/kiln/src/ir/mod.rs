@@ -11,6 +11,7 @@ pub mod infer;
 pub mod layer;
 pub mod narrow;
 pub mod network;
+pub mod plugin;
 mod precision_api;
 pub(crate) mod rewrite;
 pub mod shape;

@@ -21,14 +21,7 @@ pub(crate) fn build(ctx: &mut NodeContext<'_>, creator: &Arc<dyn PluginCreator>)
         .collect::<Result<Vec<_>, _>>()?;
     let plugin = creator.create(&fields).map_err(|e| ctx.invalid(e.to_string()))?;
     let inputs = (0..ctx.inputs.len()).map(|i| ctx.input(i).map(Some)).collect::<Result<Vec<_>, _>>()?;
-    let params = PluginParams {
-        namespace: key.namespace,
-        name: key.name,
-        version: key.version,
-        fields: plugin.fields(),
-        num_outputs: plugin.num_outputs(),
-    };
-    ctx.add_layer_outputs("", LayerKind::Plugin(params), inputs)
+    ctx.add_layer_outputs("", LayerKind::Plugin(PluginParams::new(plugin)), inputs)
 }
 
 /// An attribute as a field, converted to the type the creator declares for its name.

@@ -300,7 +300,7 @@ fn infer_kind(
             ins.of_type(0, DataType::Bool)?;
             Ok(vec![])
         }
-        K::Plugin(p) => crate::plugin::infer_plugin(p, inputs),
+        K::Plugin(p) => crate::ir::plugin::infer_plugin(p, inputs),
         K::Fused(p) => fused::fused(p, &ins, weights),
         K::Attention(p) => fused::attention(p, &ins, weights),
         K::RmsNormalization { axes, epsilon: _ } => {

@@ -1,6 +1,6 @@
 //! Shape and type inference of Plugin layers, from what the registered plugin reports.
 
-use super::{registry, PluginKey};
+use super::PluginKey;
 use crate::ir::infer::{Fact, InferError, OutFact};
 use crate::ir::layer::PluginParams;
 use crate::ir::shape::Shape;
@@ -11,7 +11,7 @@ fn fail(rule: String) -> InferError {
 
 pub(crate) fn infer_plugin(params: &PluginParams, inputs: &[Option<Fact>]) -> Result<Vec<OutFact>, InferError> {
     let key = PluginKey::of(params);
-    let plugin = registry().instance(params).map_err(|e| fail(e.to_string()))?;
+    let plugin = params.plugin().map_err(|e| fail(e.to_string()))?;
     let facts = inputs
         .iter()
         .enumerate()
