@@ -72,7 +72,6 @@ pub(crate) struct NetworkParts<'n> {
     pub layers: &'n mut Vec<Layer>,
     pub inputs: &'n mut Vec<TensorId>,
     pub outputs: &'n mut Vec<TensorId>,
-    pub weights: &'n mut Vec<Arc<HostTensor>>,
 }
 
 /// A network definition: the IR every frontend produces and every backend consumes.
@@ -367,7 +366,6 @@ impl Network {
             layers: &mut self.layers,
             inputs: &mut self.inputs,
             outputs: &mut self.outputs,
-            weights: &mut self.weights,
         }
     }
 

@@ -3,7 +3,8 @@
 //! of equal value count as the same input. Exported transformers rebuild the attention mask
 //! from the same inputs in every layer; afterwards it is computed once.
 
-use super::rewrite::{has_control_flow, Rebuild};
+use super::graph::{has_control_flow};
+use crate::ir::rewrite::Rewriter;
 use super::{Pass, PassContext, PassError};
 use crate::ir::layer::LayerKind;
 use crate::ir::network::{Network, TensorId};
@@ -25,7 +26,7 @@ impl Pass for CommonSubexpressionElimination {
         if has_control_flow(network) {
             return Ok(None);
         }
-        let mut rb = Rebuild::new(network)?;
+        let mut rb = Rewriter::new(network);
         let mut seen: HashMap<String, Vec<TensorId>> = HashMap::new();
         let mut changed = false;
         for (i, l) in network.layers().iter().enumerate() {
@@ -49,7 +50,7 @@ impl Pass for CommonSubexpressionElimination {
                 }
             }
         }
-        Ok(if changed { Some(rb.finish()?) } else { None })
+        Ok(if changed { Some(rb.finish_as_source()?) } else { None })
     }
 }
 
@@ -58,7 +59,7 @@ impl Pass for CommonSubexpressionElimination {
 /// with effects or opaque state (assertions, plugins).
 fn key(
     net: &Network,
-    rb: &Rebuild<'_>,
+    rb: &Rewriter<'_>,
     kind: &LayerKind,
     inputs: &[Option<TensorId>],
     outputs: &[TensorId],

@@ -8,7 +8,8 @@
 //! the engine's weights; a layer the backend fails on is kept (its error, if any, belongs
 //! to run time).
 
-use super::rewrite::{has_control_flow, Rebuild};
+use super::graph::{has_control_flow};
+use crate::ir::rewrite::Rewriter;
 use super::{Pass, PassContext, PassError};
 use crate::backend::Backend;
 use crate::ir::infer::{infer_layer, Fact, OutFact};
@@ -37,7 +38,7 @@ impl Pass for ConstantFolding {
         if has_control_flow(network) {
             return Ok(None);
         }
-        let mut rb = Rebuild::new(network)?;
+        let mut rb = Rewriter::new(network);
         let mut changed = false;
         for (i, l) in network.layers().iter().enumerate() {
             if !foldable(&l.kind) {
@@ -45,8 +46,8 @@ impl Pass for ConstantFolding {
                 continue;
             }
             let inputs = rb.get_slots(&l.inputs)?;
-            if let Some(dims) = fixed_dims_of_shape(&rb.dst, &l.kind, &inputs) {
-                let weights = rb.dst.add_shared_weights(Arc::new(dims));
+            if let Some(dims) = fixed_dims_of_shape(rb.out(), &l.kind, &inputs) {
+                let weights = rb.out_mut().add_shared_weights(Arc::new(dims));
                 rb.add(&l.name, LayerKind::Constant { weights }, vec![], &l.outputs)?;
                 changed = true;
                 continue;
@@ -55,14 +56,14 @@ impl Pass for ConstantFolding {
                 .iter()
                 .map(|t| match t {
                     None => Some(None),
-                    Some(t) => rb.dst.tensor(*t).value.clone().map(Some),
+                    Some(t) => rb.out().tensor(*t).value.clone().map(Some),
                 })
                 .collect();
             let Some(values) = values else {
                 rb.keep(i)?;
                 continue;
             };
-            match evaluate(&rb.dst, l, &inputs, &values, context.folding_backend)? {
+            match evaluate(rb.out(), l, &inputs, &values, context.folding_backend)? {
                 Some(outputs) => {
                     for (k, (value, &old)) in outputs.into_iter().zip(&l.outputs).enumerate() {
                         let name = if k == 0 {
@@ -70,7 +71,7 @@ impl Pass for ConstantFolding {
                         } else {
                             format!("{} [{k}]", l.name)
                         };
-                        let weights = rb.dst.add_shared_weights(Arc::new(value));
+                        let weights = rb.out_mut().add_shared_weights(Arc::new(value));
                         rb.add(&name, LayerKind::Constant { weights }, vec![], &[old])?;
                     }
                     changed = true;
@@ -83,7 +84,7 @@ impl Pass for ConstantFolding {
         if !changed {
             return Ok(None);
         }
-        Ok(Some(rb.finish()?))
+        Ok(Some(rb.finish_as_source()?))
     }
 }
 

@@ -7,7 +7,8 @@
 //! becoming an epilogue step. A layer is absorbed only when the tensor between it and the
 //! chain has a single reader and is not a network output.
 
-use super::rewrite::{consumers, has_control_flow, known_value, Rebuild};
+use super::graph::{consumers, has_control_flow, known_value};
+use crate::ir::rewrite::Rewriter;
 use super::{Pass, PassContext, PassError};
 use crate::ir::dtype::DataType;
 use crate::ir::fused::{FusedAnchor, FusedParams, PostOp};
@@ -108,7 +109,7 @@ pub(crate) fn fuse_chains(
     if plans.is_empty() {
         return Ok(None);
     }
-    let mut rb = Rebuild::new(network)?;
+    let mut rb = Rewriter::new(network);
     for (i, l) in network.layers().iter().enumerate() {
         if let Some(plan) = plans.remove(&i) {
             let anchor = &network.layers()[plan.anchor];
@@ -149,7 +150,7 @@ pub(crate) fn fuse_chains(
             rb.keep(i)?;
         }
     }
-    Ok(Some(rb.finish()?))
+    Ok(Some(rb.finish_as_source()?))
 }
 
 /// The pointwise layer reading `running`, if it is the only reader and can join a chain.

@@ -5,7 +5,8 @@
 //! the same way): fewer, fuller launches. Each slice reads the wide output in place where the
 //! backend allows (cuda keeps it a strided view).
 
-use super::rewrite::{has_control_flow, known_value, Rebuild};
+use super::graph::{has_control_flow, known_value};
+use crate::ir::rewrite::Rewriter;
 use super::{Pass, PassContext, PassError};
 use crate::ir::fused::{FusedAnchor, FusedParams, PostOp};
 use crate::ir::layer::{ElementwiseOp, LayerKind, MatrixOp};
@@ -55,7 +56,7 @@ impl Pass for HorizontalMatMulFusion {
                 merged[m.layer] = true;
             }
         }
-        let mut rb = Rebuild::new(network)?;
+        let mut rb = Rewriter::new(network);
         for i in 0..network.layers().len() {
             if let Some(&g) = first_of.get(&i) {
                 merge(network, &mut rb, &groups[g])?;
@@ -63,7 +64,7 @@ impl Pass for HorizontalMatMulFusion {
                 rb.keep(i)?;
             }
         }
-        Ok(Some(rb.finish()?))
+        Ok(Some(rb.finish_as_source()?))
     }
 }
 
@@ -126,7 +127,7 @@ fn side_by_side(parts: &[&HostTensor]) -> Result<HostTensor, PassError> {
 
 /// One product over the group's weights side by side, then a Slice per member carrying its
 /// output.
-fn merge(net: &Network, rb: &mut Rebuild<'_>, group: &[Product]) -> Result<(), PassError> {
+fn merge(net: &Network, rb: &mut Rewriter<'_>, group: &[Product]) -> Result<(), PassError> {
     let value = |t: TensorId| known_value(net, t).ok_or_else(|| PassError::Internal("weights are not constant".into()));
     let weights: Vec<&HostTensor> = group.iter().map(|p| value(p.weights)).collect::<Result<_, _>>()?;
     let names: Vec<&str> = group.iter().map(|p| net.layers()[p.layer].name.as_str()).collect();
@@ -141,11 +142,11 @@ fn merge(net: &Network, rb: &mut Rebuild<'_>, group: &[Product]) -> Result<(), P
             .collect::<Result<_, _>>()?;
         inputs.push(Some(rb.constant(&format!("{name} bias"), side_by_side(&biases)?)?));
     }
-    let wide = rb.dst.add_layer(&name, first.kind.clone(), inputs)?;
-    let wide = rb.dst.output(wide, 0);
+    let wide = rb.out_mut().add_layer(&name, first.kind.clone(), inputs)?;
+    let wide = rb.out().output(wide, 0);
     let rank = net.tensor(first.outputs[0]).shape.rank();
-    let ints = |rb: &mut Rebuild<'_>, what: &str, v: i64| {
-        rb.constant(what, HostTensor::from_i64(vec![1], vec![v]).map_err(|e| PassError::Internal(e.to_string()))?)
+    let ints = |rb: &mut Rewriter<'_>, what: &str, v: i64| -> Result<TensorId, PassError> {
+        Ok(rb.constant(what, HostTensor::from_i64(vec![1], vec![v]).map_err(|e| PassError::Internal(e.to_string()))?)?)
     };
     let mut at = 0i64;
     for (p, w) in group.iter().zip(&weights) {

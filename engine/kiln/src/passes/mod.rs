@@ -6,7 +6,7 @@
 //! dump before and after each (golden tests are built on that).
 //!
 //! Passes rewrite only networks without loops or conditionals (see
-//! [`rewrite::has_control_flow`]); those are kept as they are apart from dead-layer
+//! [`graph::has_control_flow`]); those are kept as they are apart from dead-layer
 //! elimination, which the builder has always done.
 
 mod attention;
@@ -19,7 +19,7 @@ mod noop;
 mod patterns;
 mod pointwise;
 mod shape_tensors;
-pub(crate) mod rewrite;
+pub(crate) mod graph;
 
 pub use attention::AttentionFusion;
 pub use cse::CommonSubexpressionElimination;

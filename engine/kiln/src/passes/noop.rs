@@ -4,7 +4,8 @@
 //! takes every element of its axis in order, which is a reshape (the dynamo exporter writes
 //! `as_strided` views that way).
 
-use super::rewrite::{consumers, has_control_flow, known_value, Rebuild};
+use super::graph::{consumers, has_control_flow, known_value};
+use crate::ir::rewrite::Rewriter;
 use super::{Pass, PassContext, PassError};
 use crate::ir::layer::{GatherMode, LayerKind, ShuffleParams};
 use crate::ir::network::{Network, TensorId};
@@ -22,7 +23,7 @@ impl Pass for NoOpRemoval {
             return Ok(None);
         }
         let readers = consumers(network);
-        let mut rb = Rebuild::new(network)?;
+        let mut rb = Rewriter::new(network);
         let mut changed = false;
         for (i, l) in network.layers().iter().enumerate() {
             let Some(&out) = l.outputs.first() else {
@@ -57,7 +58,7 @@ impl Pass for NoOpRemoval {
         if !changed {
             return Ok(None);
         }
-        Ok(Some(rb.finish()?))
+        Ok(Some(rb.finish_as_source()?))
     }
 }
 

@@ -7,7 +7,8 @@
 //! it). The fused layer is added where the pattern ended; the layers it replaces become
 //! dead and dead-layer elimination removes them.
 
-use super::rewrite::{consumers, has_control_flow, known_value, Rebuild};
+use super::graph::{consumers, has_control_flow, known_value};
+use crate::ir::rewrite::Rewriter;
 use super::{Pass, PassContext, PassError};
 use crate::ir::dtype::DataType;
 use crate::ir::layer::{ActivationKind, ElementwiseOp, LayerKind, ReduceOp, UnaryOp};
@@ -124,7 +125,7 @@ pub(super) fn rewrite(
     if found.is_empty() {
         return Ok(None);
     }
-    let mut rb = Rebuild::new(network)?;
+    let mut rb = Rewriter::new(network);
     for (i, l) in network.layers().iter().enumerate() {
         let Some(r) = found.get(&i) else {
             rb.keep(i)?;
@@ -143,7 +144,7 @@ pub(super) fn rewrite(
         }
         rb.add(&name, r.kind.clone(), inputs, &l.outputs)?;
     }
-    Ok(Some(rb.finish()?))
+    Ok(Some(rb.finish_as_source()?))
 }
 
 pub(super) fn names(layers: &[&Layer]) -> Vec<String> {

@@ -5,7 +5,8 @@
 //! element is the `-1`. The shape arithmetic feeding it is then dead. Static and dynamic
 //! exports of one model end with the same layers, and backends see static reshapes.
 
-use super::rewrite::{has_control_flow, Rebuild};
+use super::graph::{has_control_flow};
+use crate::ir::rewrite::Rewriter;
 use super::{Pass, PassContext, PassError};
 use crate::ir::infer::static_reshape;
 use crate::ir::layer::{LayerKind, ShuffleParams};
@@ -24,7 +25,7 @@ impl Pass for ShapeTensorResolution {
         if has_control_flow(network) {
             return Ok(None);
         }
-        let mut rb = Rebuild::new(network)?;
+        let mut rb = Rewriter::new(network);
         let mut changed = false;
         for (i, l) in network.layers().iter().enumerate() {
             match static_params(network, l) {
@@ -38,7 +39,7 @@ impl Pass for ShapeTensorResolution {
                 }
             }
         }
-        Ok(changed.then(|| rb.finish()).transpose()?)
+        Ok(changed.then(|| rb.finish_as_source()).transpose()?)
     }
 }
 

@@ -1,0 +1,33 @@
+//! Questions passes ask of a network: who reads a tensor, whether it has control flow, a
+//! tensor's value known at build time. (Passes rewrite networks with
+//! [`crate::ir::rewrite::Rewriter`]: every layer added is re-validated and re-inferred, so a
+//! folded shape makes the reshapes after it static, and tensors keep their names, which
+//! run time and golden dumps rely on.)
+
+use crate::ir::network::{Network, TensorId};
+use crate::ir::tensor::HostTensor;
+
+/// Per tensor, the (layer, slot) pairs that read it.
+pub(crate) fn consumers(net: &Network) -> Vec<Vec<(usize, usize)>> {
+    let mut out = vec![Vec::new(); net.tensors().len()];
+    for (i, l) in net.layers().iter().enumerate() {
+        for (slot, t) in l.inputs.iter().enumerate() {
+            if let Some(t) = t {
+                out[t.0].push((i, slot));
+            }
+        }
+    }
+    out
+}
+
+/// Whether the network has loops or conditionals. The rewriting passes leave such
+/// networks alone: a rewrite must not move a layer across a loop or branch boundary, and
+/// a recurrence's back edge cannot be replayed in order.
+pub(crate) fn has_control_flow(net: &Network) -> bool {
+    net.layers().iter().any(|l| l.kind.is_control_boundary())
+}
+
+/// The value of a tensor known at build time (constants and folded shapes).
+pub(crate) fn known_value(net: &Network, t: TensorId) -> Option<&HostTensor> {
+    net.tensor(t).value.as_deref()
+}
