@@ -223,8 +223,44 @@ pub enum Arg {
     Layout(Layout),
     Window(Window),
     Chain(Chain),
-    /// A device address (from [`Gpu::ptr`]).
-    Ptr(u64),
+    /// The address of a live device buffer, or null for an absent optional input.
+    Ptr(KernelPtr),
+}
+
+impl Arg {
+    /// A null pointer: an optional input the kernel checks for.
+    pub const NULL: Arg = Arg::Ptr(KernelPtr(0));
+
+    /// `buf`'s address (the op keeps `buf` alive until the launch is ordered before its reuse).
+    pub fn buffer(buf: &DeviceBuffer) -> Arg {
+        Arg::Ptr(KernelPtr(buf.ptr))
+    }
+
+    /// Bytes the argument takes in the kernel's parameter buffer.
+    pub fn size(&self) -> usize {
+        match self {
+            Arg::I32(_) | Arg::F32(_) => 4,
+            Arg::I64(_) | Arg::Ptr(_) => 8,
+            Arg::Layout(_) => std::mem::size_of::<Layout>(),
+            Arg::Window(_) => std::mem::size_of::<Window>(),
+            Arg::Chain(_) => std::mem::size_of::<Chain>(),
+        }
+    }
+}
+
+/// A device address a kernel may dereference: made only from a [`DeviceBuffer`] (or null),
+/// never from an integer, so a launch cannot be handed an arbitrary address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(transparent)]
+pub struct KernelPtr(u64);
+
+// SAFETY: a `repr(transparent)` u64, passed as the kernel's pointer parameter (8 bytes).
+unsafe impl DeviceRepr for KernelPtr {}
+
+impl KernelPtr {
+    pub fn address(self) -> u64 {
+        self.0
+    }
 }
 /// An instantiated CUDA graph of one execution, replayed on the stream it was captured on.
 pub struct Graph(pub(crate) cudarc::driver::CudaGraph);

@@ -7,7 +7,7 @@ use crate::arena::{lock, Access, Arena, ArenaPlan, PinnedHost, Served, Session, 
 use crate::buffer::{storage_size, Arg, DeviceBuffer, DeviceTensor, Graph};
 use crate::error::{driver, GpuError};
 use crate::probe;
-use crate::sources::Source;
+use crate::sources::{Kernel, Source};
 use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig};
 use cudarc::driver::{DevicePtr, PushKernelArg};
 use cudarc::nvrtc::Ptx;
@@ -29,7 +29,7 @@ pub struct Gpu {
     pub stream: Arc<CudaStream>,
     pub arch: String,
     modules: HashMap<Source, Arc<CudaModule>>,
-    functions: Mutex<HashMap<String, CudaFunction>>,
+    functions: Mutex<HashMap<Kernel, (CudaFunction, Arc<[usize]>)>>,
     pub blas: crate::blas::Blas,
     /// cuDNN on this stream, opened on first use (Err: absent or failed; convolutions then
     /// run kiln's direct kernel).
@@ -374,24 +374,35 @@ impl Gpu {
         self.stream.synchronize().map_err(driver("cuStreamSynchronize"))
     }
 
-    fn function(&self, name: &str) -> Result<CudaFunction, GpuError> {
+    /// The loaded kernel and the byte size of each of its parameters, as compiled.
+    fn function(&self, kernel: &Kernel) -> Result<(CudaFunction, Arc<[usize]>), GpuError> {
         let mut functions = self.functions.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(f) = functions.get(name) {
+        if let Some(f) = functions.get(kernel) {
             return Ok(f.clone());
         }
-        let source = Source::of_kernel(name).ok_or_else(|| GpuError::UnknownKernel(name.into()))?;
-        let module = self.modules.get(&source).ok_or_else(|| GpuError::UnknownKernel(name.into()))?;
-        let f = module.load_function(name).map_err(|_| GpuError::UnknownKernel(name.into()))?;
-        functions.insert(name.to_string(), f.clone());
-        Ok(f)
+        let unknown = || GpuError::UnknownKernel(format!("{} (in {})", kernel.name, kernel.source.file_name()));
+        let module = self.modules.get(&kernel.source).ok_or_else(unknown)?;
+        let f = module.load_function(&kernel.name).map_err(|_| unknown())?;
+        let params: Arc<[usize]> = parameter_sizes(&f)?.into();
+        functions.insert(kernel.clone(), (f.clone(), params.clone()));
+        Ok((f, params))
     }
 
-    /// Launches `name` over `grid` x `block` threads with `args` in the kernel's parameter order.
-    pub fn launch(&self, name: &str, grid: u32, block: u32, args: &[Arg]) -> Result<(), GpuError> {
+    /// Launches `kernel` over `grid` x `block` threads with `args` in its parameter order.
+    /// The arguments are checked against the compiled kernel's parameters (count and byte
+    /// size of each), so a launcher out of step with its kernel is an error, not a launch.
+    pub fn launch(&self, kernel: &Kernel, grid: u32, block: u32, args: &[Arg]) -> Result<(), GpuError> {
         if grid == 0 {
             return Ok(());
         }
-        let f = self.function(name)?;
+        let (f, params) = self.function(kernel)?;
+        let passed: Vec<usize> = args.iter().map(Arg::size).collect();
+        if passed[..] != params[..] {
+            return Err(GpuError::Launch(format!(
+                "kernel `{}` takes parameters of {:?} bytes, its launcher passed {passed:?}",
+                kernel.name, &params[..]
+            )));
+        }
         let mut b = self.stream.launch_builder(&f);
         for a in args {
             match a {
@@ -407,18 +418,35 @@ impl Gpu {
         let cfg = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 };
         // A launch outside an execution waits out another thread's graph capture.
         let _access = self.sessions.access();
-        // SAFETY: `args` match the kernel's parameters in order and type (each op module builds
-        // them beside the kernel's signature); every pointer is to a live buffer of this context
-        // that is large enough for the indices the kernel computes from the other arguments.
+        // SAFETY: `args` match the compiled kernel's parameters in number and size (checked
+        // above); every pointer is a live buffer of this context (`KernelPtr` is made only
+        // from a `DeviceBuffer`) that the op sized for the indices the kernel computes from
+        // the other arguments: the contract each op keeps with its kernel.
         unsafe { b.launch(cfg) }.map_err(driver("cuLaunchKernel"))?;
         Ok(())
     }
 
     /// A one-thread-per-element launch over `n` elements (grid-stride loops cap the grid).
-    pub fn launch_elements(&self, name: &str, n: usize, args: &[Arg]) -> Result<(), GpuError> {
+    pub fn launch_elements(&self, kernel: &Kernel, n: usize, args: &[Arg]) -> Result<(), GpuError> {
         let block = 256u32;
         let grid = n.div_ceil(block as usize).min(65_535 * 8) as u32;
-        self.launch(name, grid, block, args)
+        self.launch(kernel, grid, block, args)
+    }
+}
+
+/// The byte size of each parameter of a loaded kernel (`cuFuncGetParamInfo`).
+fn parameter_sizes(f: &CudaFunction) -> Result<Vec<usize>, GpuError> {
+    let mut sizes = Vec::new();
+    loop {
+        let (mut offset, mut size) = (0usize, 0usize);
+        // SAFETY: `f` is a live function of a loaded module; the out-pointers are locals.
+        let status = unsafe { sys::cuFuncGetParamInfo(f.cu_function(), sizes.len(), &mut offset, &mut size) };
+        match status {
+            sys::CUresult::CUDA_SUCCESS => sizes.push(size),
+            // Past the last parameter.
+            sys::CUresult::CUDA_ERROR_INVALID_VALUE => return Ok(sizes),
+            other => return Err(GpuError::Driver { call: "cuFuncGetParamInfo", reason: format!("{other:?}") }),
+        }
     }
 }
 

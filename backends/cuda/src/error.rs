@@ -17,6 +17,9 @@ pub enum GpuError {
     Compile(#[from] crate::nvrtc::CompileError),
     #[error("kernel `{0}` is not in kiln's kernel sources")]
     UnknownKernel(String),
+    /// A launch whose arguments do not match the kernel's parameters.
+    #[error("{0}")]
+    Launch(String),
     /// A cuDNN or cuBLASLt call failed.
     #[error("{call} failed: {reason}")]
     Library { call: &'static str, reason: String },

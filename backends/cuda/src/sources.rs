@@ -9,6 +9,13 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("exact.cuh", include_str!("../../../kernels/exact.cuh")),
 ];
 
+/// A kernel as its launcher names it: the source that defines it, and its symbol.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Kernel {
+    pub source: Source,
+    pub name: String,
+}
+
 /// One translation unit: compiled into one module.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Source {
@@ -118,34 +125,9 @@ impl Source {
         }
     }
 
-    /// The source holding kernel `name` (by its `{op}_` prefix).
-    pub fn of_kernel(name: &str) -> Option<Source> {
-        if name.starts_with("typed_") || name.starts_with("quant_") {
-            return Some(Source::Typed);
-        }
-        let op = name.rsplit_once('_').map_or(name, |(op, _)| op);
-        Some(match op {
-            "binary" | "binary_vec" | "compare" | "logic" | "unary" | "unary_vec" | "chain" | "chain_vec" => Source::Elementwise,
-            "strided_copy" | "transpose_tiled" | "gather" | "resize_nearest" => Source::Copy,
-            _ if name.starts_with("cast_") => Source::Copy,
-            "softmax" | "softmax_masked" | "reduce" | "normalize" | "rms_normalize" | "normalize_affine" => Source::Reduce,
-            "flash_attention" => Source::Attention,
-            "conv2d" => Source::Spatial,
-            "grid_sample" => Source::GridSample,
-            "pool" => Source::Pool,
-            "einsum" => Source::Einsum,
-            "deconv" => Source::Deconvolution,
-            "dft" | "col2im" | "det" => Source::Signal,
-            "one_hot" => Source::OneHot,
-            "lrn" => Source::Lrn,
-            "roi_align" => Source::RoiAlign,
-            "nonzero_count" | "nonzero_fill" => Source::NonZero,
-            "select" | "prelu" => Source::Select,
-            "gather_elements" | "gather_nd" | "scatter_elements" | "scatter_nd" => Source::Indexing,
-            "topk" | "cumulative" => Source::Lanes,
-            "resize_gather" | "resize_interp" => Source::Resize,
-            _ => return None,
-        })
+    /// Kernel `name` of this source.
+    pub fn kernel(self, name: impl Into<String>) -> Kernel {
+        Kernel { source: self, name: name.into() }
     }
 
     /// Compiles this source to CUBIN for `arch` ("sm_90").

@@ -6,6 +6,7 @@ use crate::ops::KResult;
 use super::{broadcast_shape, layout, movement, pointwise, Ctx};
 use crate::blas::{Epilogue, Gemm};
 use crate::buffer::{float_suffix, Arg, DeviceTensor, Layout, Window};
+use crate::sources::{Kernel, Source};
 
 /// `op_a(a) · op_b(b)` with batch broadcasting, scaled by `alpha`, reshaped to `out_shape`.
 pub fn matmul(cx: &Ctx, a: &DeviceTensor, op_a: MatrixOp, b: &DeviceTensor, op_b: MatrixOp, alpha: f32, out_shape: &[usize]) -> KResult<DeviceTensor> {
@@ -221,8 +222,8 @@ fn direct_convolution(cx: &Ctx, p: &ConvolutionParams, x: &DeviceTensor, w: &Dev
         ..Window::default()
     };
     let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
-    let bias_arg = bias.map_or(Arg::Ptr(0), |b| cx.arg(b));
-    cx.launch_elements(&format!("conv2d_{suffix}"), out.len(), &[Arg::Window(win), cx.arg(x), cx.arg(w), bias_arg, cx.arg(&out)])?;
+    let bias_arg = bias.map_or(Arg::NULL, |b| cx.arg(b));
+    cx.launch_elements(Source::Spatial.kernel(format!("conv2d_{suffix}")), out.len(), &[Arg::Window(win), cx.arg(x), cx.arg(w), bias_arg, cx.arg(&out)])?;
     Ok(out)
 }
 
@@ -243,12 +244,12 @@ pub fn pooling(cx: &Ctx, p: &PoolingParams, x: &DeviceTensor, out_shape: &[usize
 }
 
 /// One warp per row: `rows` warps in blocks of four.
-fn launch_rows(cx: &Ctx, name: &str, rows: usize, args: &[Arg]) -> KResult<()> {
+fn launch_rows(cx: &Ctx, kernel: Kernel, rows: usize, args: &[Arg]) -> KResult<()> {
     let grid = rows.div_ceil(4);
     if grid > i32::MAX as usize {
         return Err(invalid!("{rows} rows is too many for one launch"));
     }
-    cx.gpu.launch(name, grid as u32, 128, args).map_err(KernelError::from)
+    cx.gpu.launch(&kernel, grid as u32, 128, args).map_err(KernelError::from)
 }
 
 /// Softmax over the last axis of `scores + mask` (the mask broadcast onto the scores), NaN
@@ -277,7 +278,7 @@ fn masked_softmax(cx: &Ctx, scores: &DeviceTensor, mask: &DeviceTensor, zero_nan
         cx.arg(mask),
         cx.arg(&out),
     ];
-    launch_rows(cx, &format!("softmax_masked_{suffix}"), rows, &args)?;
+    launch_rows(cx, Source::Reduce.kernel(format!("softmax_masked_{suffix}")), rows, &args)?;
     Ok(out)
 }
 
@@ -294,7 +295,7 @@ pub fn softmax(cx: &Ctx, x: &DeviceTensor, axis: usize, scale: f32) -> KResult<D
     let (outer, len, inner) = around(&x.shape, axis);
     let out = cx.gpu.empty(x.dtype, x.shape.clone()).map_err(KernelError::from)?;
     let args = [Arg::I64(outer as i64), Arg::I64(len as i64), Arg::I64(inner as i64), Arg::F32(scale), cx.arg(x), cx.arg(&out)];
-    launch_rows(cx, &format!("softmax_{suffix}"), outer * inner, &args)?;
+    launch_rows(cx, Source::Reduce.kernel(format!("softmax_{suffix}")), outer * inner, &args)?;
     Ok(out)
 }
 
@@ -360,7 +361,7 @@ pub fn reduce(cx: &Ctx, op: ReduceOp, x: &DeviceTensor, axes: &[usize], out_shap
     }
     let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
     let args = [Arg::I32(reduce_code(op)), Arg::I64(outer as i64), Arg::I64(len as i64), Arg::I64(inner as i64), cx.arg(&src), cx.arg(&out)];
-    launch_rows(cx, &format!("reduce_{suffix}"), outer * inner, &args)?;
+    launch_rows(cx, Source::Reduce.kernel(format!("reduce_{suffix}")), outer * inner, &args)?;
     Ok(out)
 }
 
@@ -402,13 +403,13 @@ pub fn normalization(
     // Scale and bias along the row (LayerNormalization's, RMSNorm's): one pass.
     let along_row = |t: &DeviceTensor| num_groups == 1 && t.dtype == x.dtype && t.len() == len && trailing(&t.shape) == trailing(&x.shape[first..]);
     if let Some(s) = scale.filter(|s| along_row(s) && bias.is_none_or(along_row)) {
-        let b = bias.map_or(Arg::Ptr(0), |b| cx.arg(b));
+        let b = bias.map_or(Arg::NULL, |b| cx.arg(b));
         let args = [Arg::I64(rows as i64), Arg::I64(len as i64), Arg::F32(epsilon), Arg::I32(rms as i32), cx.arg(x), cx.arg(s), b, cx.arg(&out)];
-        launch_rows(cx, &format!("normalize_affine_{suffix}"), rows, &args)?;
+        launch_rows(cx, Source::Reduce.kernel(format!("normalize_affine_{suffix}")), rows, &args)?;
         return Ok(out);
     }
     let name = if rms { format!("rms_normalize_{suffix}") } else { format!("normalize_{suffix}") };
-    launch_rows(cx, &name, rows, &[Arg::I64(rows as i64), Arg::I64(len as i64), Arg::F32(epsilon), cx.arg(x), cx.arg(&out)])?;
+    launch_rows(cx, Source::Reduce.kernel(name), rows, &[Arg::I64(rows as i64), Arg::I64(len as i64), Arg::F32(epsilon), cx.arg(x), cx.arg(&out)])?;
     let mut y = out;
     if let Some(s) = scale {
         y = pointwise::binary(cx, ElementwiseOp::Prod, &y, s, x.dtype, &x.shape)?;

@@ -7,6 +7,7 @@ use kiln::{invalid, DataType, KernelError};
 use crate::ops::KResult;
 use super::Ctx;
 use crate::buffer::{Arg, DeviceTensor};
+use crate::sources::Source;
 
 /// Whether a device layer of `kind` reads a count back to size its output (which a CUDA graph
 /// capture cannot do): NonZero; NonMaxSuppression, which runs on host copies; and an
@@ -44,7 +45,7 @@ pub fn nonzero(cx: &Ctx, x: &DeviceTensor) -> KResult<DeviceTensor> {
     let rank = x.shape.len();
     let offsets = cx.gpu.empty(DataType::I64, vec![THREADS + 1]).map_err(KernelError::from)?;
     let count_args = [Arg::I64(n as i64), Arg::I64(mask as i64), cx.arg(x), cx.arg(&offsets)];
-    cx.gpu.launch(&format!("nonzero_count_{width}"), 1, THREADS as u32, &count_args).map_err(KernelError::from)?;
+    cx.gpu.launch(&Source::NonZero.kernel(format!("nonzero_count_{width}")), 1, THREADS as u32, &count_args).map_err(KernelError::from)?;
     // The one read-back: the total decides the output's shape.
     let host = cx.gpu.download(&offsets).map_err(KernelError::from)?;
     let total = host.to_i64_vec().and_then(|v| v.last().copied()).ok_or("NonZero's count did not come back")?;
@@ -64,6 +65,6 @@ pub fn nonzero(cx: &Ctx, x: &DeviceTensor) -> KResult<DeviceTensor> {
         cx.arg(&offsets),
         cx.arg(&out),
     ];
-    cx.gpu.launch(&format!("nonzero_fill_{width}"), 1, THREADS as u32, &fill_args).map_err(KernelError::from)?;
+    cx.gpu.launch(&Source::NonZero.kernel(format!("nonzero_fill_{width}")), 1, THREADS as u32, &fill_args).map_err(KernelError::from)?;
     Ok(out)
 }

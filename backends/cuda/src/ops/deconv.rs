@@ -6,6 +6,7 @@ use kiln::{invalid, DeconvolutionParams, HostTensor, KernelError, TensorData};
 use crate::ops::KResult;
 use super::Ctx;
 use crate::buffer::{Arg, DeviceTensor};
+use crate::sources::Source;
 
 /// What the kernel is told: per spatial axis input, output and kernel length, stride, dilation
 /// and leading crop (`DeconvAxis` in kernels/deconv.cu, flattened), input channels, output
@@ -99,10 +100,10 @@ pub fn deconvolution(
         Arg::I64(plan.groups as i64),
         cx.arg(x),
         cx.arg(w),
-        bias.map_or(Arg::Ptr(0), |b| cx.arg(b)),
+        bias.map_or(Arg::NULL, |b| cx.arg(b)),
         cx.arg(&out),
     ];
-    cx.launch_elements(&format!("deconv_{suffix}"), n, &args)?;
+    cx.launch_elements(Source::Deconvolution.kernel(format!("deconv_{suffix}")), n, &args)?;
     Ok(out)
 }
 

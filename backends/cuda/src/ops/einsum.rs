@@ -7,6 +7,7 @@ use crate::ops::KResult;
 use super::{coalesce, contiguous_strides, Ctx};
 use crate::buffer::{Arg, DeviceTensor, Layout};
 use kiln::ir::infer::EinsumSpec;
+use crate::sources::Source;
 
 /// Kernel-name suffixes of `einsum_*`.
 pub const SUFFIXES: [&str; 6] = ["f32", "f16", "bf16", "f64", "i32", "i64"];
@@ -117,7 +118,7 @@ pub fn einsum(
     if n == 0 {
         return Ok(out);
     }
-    let operand = |k: usize| operands.get(k).map_or(Arg::Ptr(0), |t| cx.arg(t));
+    let operand = |k: usize| operands.get(k).map_or(Arg::NULL, |t| cx.arg(t));
     let args = [
         Arg::I64(n as i64),
         Arg::I64(plan.terms as i64),
@@ -129,7 +130,7 @@ pub fn einsum(
         operand(2),
         cx.arg(&out),
     ];
-    cx.launch_elements(&format!("einsum_{suffix}"), n, &args)?;
+    cx.launch_elements(Source::Einsum.kernel(format!("einsum_{suffix}")), n, &args)?;
     Ok(out)
 }
 

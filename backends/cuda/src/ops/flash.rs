@@ -12,6 +12,7 @@ use kiln::{invalid, AttentionParams, DataType, KernelError};
 use crate::ops::KResult;
 use super::{layout, movement, Ctx};
 use crate::buffer::{Arg, DeviceTensor, Layout};
+use crate::sources::Source;
 
 const MAX_HEAD_DIM: usize = 64;
 const QUERY_ROWS_PER_BLOCK: usize = 64;
@@ -191,7 +192,7 @@ pub fn attention(
     }
     let blocks =
         u32::try_from(blocks).map_err(|_| invalid!("attention over {blocks} blocks is too many for one launch"))?;
-    let mask_arg = mask.map_or(Arg::Ptr(0), |m| cx.arg(m));
+    let mask_arg = mask.map_or(Arg::NULL, |m| cx.arg(m));
     let args = [
         Arg::I64(sq as i64),
         Arg::I64(sk as i64),
@@ -208,7 +209,7 @@ pub fn attention(
         mask_arg,
         cx.arg(&out),
     ];
-    cx.gpu.launch(&format!("flash_attention_{suffix}"), blocks, 128, &args).map_err(KernelError::from)?;
+    cx.gpu.launch(&Source::Attention.kernel(format!("flash_attention_{suffix}")), blocks, 128, &args).map_err(KernelError::from)?;
     Ok(Some(out))
 }
 

@@ -5,6 +5,7 @@ use kiln::{invalid, DataType, GridSampleMode, GridSamplePadding, GridSampleParam
 use crate::ops::KResult;
 use super::{pointwise, Ctx};
 use crate::buffer::{Arg, DeviceTensor, Layout};
+use crate::sources::Source;
 
 /// What the kernel is told about one sampling: (batch·channels·points elements, channels,
 /// points per batch, the spatial lengths as a layout).
@@ -83,7 +84,7 @@ pub fn grid_sample(
         cx.arg(x),
         cx.arg(&out),
     ];
-    cx.launch_elements(&format!("grid_sample_{suffix}"), plan.elements, &args)?;
+    cx.launch_elements(Source::GridSample.kernel(format!("grid_sample_{suffix}")), plan.elements, &args)?;
     Ok(out)
 }
 

@@ -5,6 +5,7 @@ use kiln::{invalid, DataType, HostTensor, KernelError, ScatterMode, ScatterReduc
 use crate::ops::KResult;
 use super::{broadcast_layout, contiguous_strides, movement, pointwise, Ctx};
 use crate::buffer::{width_suffix, Arg, DeviceTensor, Layout};
+use crate::sources::Source;
 
 /// Kernel-name suffixes of the kernels instantiated per element type (scatter, TopK, running sums).
 pub const TYPED_SUFFIXES: [&str; 13] =
@@ -76,7 +77,7 @@ pub fn select(
     let n = out.len();
     let name = format!("select_{}", width(a.dtype)?);
     cx.launch_elements(
-        &name,
+        Source::Select.kernel(name),
         n,
         &[Arg::I64(n as i64), Arg::Layout(layout), cx.arg(cond), cx.arg(a), cx.arg(b), cx.arg(&out)],
     )?;
@@ -93,7 +94,7 @@ pub fn prelu(cx: &Ctx, x: &DeviceTensor, slope: &DeviceTensor, out_shape: &[usiz
     let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
     let n = out.len();
     let args = [Arg::I64(n as i64), Arg::Layout(layout), cx.arg(x), cx.arg(slope), cx.arg(&out)];
-    cx.launch_elements(&format!("prelu_{suffix}"), n, &args)?;
+    cx.launch_elements(Source::Select.kernel(format!("prelu_{suffix}")), n, &args)?;
     Ok(out)
 }
 
@@ -140,7 +141,7 @@ pub fn gather_elements(
         cx.arg(&out),
         cx.arg(&flag),
     ];
-    cx.launch_elements(&name, n, &args)?;
+    cx.launch_elements(Source::Indexing.kernel(name), n, &args)?;
     cx.defer_check(
         flag,
         format!("a GatherElements index is out of range for axis {axis} of length {}", data.shape[axis]),
@@ -202,7 +203,7 @@ pub fn gather_nd(
         cx.arg(&out),
         cx.arg(&flag),
     ];
-    cx.launch_elements(&name, out.len(), &args)?;
+    cx.launch_elements(Source::Indexing.kernel(name), out.len(), &args)?;
     cx.defer_check(flag, format!("a GatherND index is out of range for data {:?}", data.shape));
     Ok(out)
 }
@@ -263,7 +264,7 @@ pub fn scatter(
                 cx.arg(&out),
                 cx.arg(&flag),
             ];
-            cx.launch_elements(&format!("scatter_elements_{suffix}"), lines, &args)?;
+            cx.launch_elements(Source::Indexing.kernel(format!("scatter_elements_{suffix}")), lines, &args)?;
         }
         ScatterMode::Nd => {
             let q = indices.shape.len();
@@ -283,7 +284,7 @@ pub fn scatter(
                 cx.arg(&out),
                 cx.arg(&flag),
             ];
-            cx.launch_elements(&format!("scatter_nd_{suffix}"), slice, &args)?;
+            cx.launch_elements(Source::Indexing.kernel(format!("scatter_nd_{suffix}")), slice, &args)?;
         }
     }
     cx.defer_check(flag, format!("a Scatter index is out of range for data {:?}", data.shape));

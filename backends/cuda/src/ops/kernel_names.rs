@@ -1,62 +1,50 @@
-//! Every kernel name the launchers use, for the test that compiles each source and finds
-//! every kernel in it (`tests/nvrtc_compile.rs`).
+//! Every kernel the launchers use, each with the source its launcher names, for the test that
+//! compiles each source and finds every kernel in it (`tests/nvrtc_compile.rs`).
 
-/// Every kernel name the backend launches, except casts (see [`cast_kernel`]).
-pub fn expected_kernels() -> Vec<String> {
+use crate::sources::{Kernel, Source};
+
+/// Every kernel the backend launches, except casts (see [`cast_kernel`]).
+pub fn expected_kernels() -> Vec<Kernel> {
     const FLOATS: [&str; 3] = ["f32", "f16", "bf16"];
-    let mut names: Vec<String> = Vec::new();
-    for t in FLOATS {
-        for op in ["binary", "binary_vec", "compare", "unary", "unary_vec", "chain", "chain_vec", "softmax", "softmax_masked", "reduce", "normalize", "rms_normalize", "normalize_affine", "conv2d"] {
-            names.push(format!("{op}_{t}"));
-        }
-    }
-    for t in ["i32", "i64"] {
-        names.push(format!("binary_{t}"));
-        names.push(format!("compare_{t}"));
-    }
-    names.push("logic_bool".into());
-    names.extend(super::typed::kernel_names());
-    for w in ["u8", "u16", "u32", "u64"] {
-        for op in ["strided_copy", "transpose_tiled", "gather", "resize_nearest"] {
-            names.push(format!("{op}_{w}"));
-        }
-    }
-    names.push("strided_copy_u128".into());
-    for w in ["u8", "u16", "u32", "u64"] {
-        for op in ["select", "gather_elements", "gather_nd", "resize_gather"] {
-            names.push(format!("{op}_{w}"));
-        }
-    }
-    names.extend(["flash_attention_f16".to_string(), "flash_attention_bf16".to_string()]);
-    for t in FLOATS {
-        names.push(format!("resize_interp_{t}"));
-        names.push(format!("prelu_{t}"));
-    }
+    const WIDTHS: [&str; 4] = ["u8", "u16", "u32", "u64"];
+    let mut kernels: Vec<Kernel> = Vec::new();
+    let mut add = |source: Source, names: &mut dyn Iterator<Item = String>| kernels.extend(names.map(|n| source.kernel(n)));
+    let each = |ops: &'static [&'static str], types: &'static [&'static str]| {
+        ops.iter().flat_map(move |op| types.iter().map(move |t| format!("{op}_{t}")))
+    };
+    add(Source::Elementwise, &mut each(&["binary", "binary_vec", "compare", "unary", "unary_vec", "chain", "chain_vec"], &FLOATS));
+    add(Source::Elementwise, &mut each(&["binary", "compare"], &["i32", "i64"]));
+    add(Source::Elementwise, &mut ["logic_bool".to_string()].into_iter());
+    add(Source::Reduce, &mut each(&["softmax", "softmax_masked", "reduce", "normalize", "rms_normalize", "normalize_affine"], &FLOATS));
+    add(Source::Spatial, &mut each(&["conv2d"], &FLOATS));
+    add(Source::Typed, &mut super::typed::kernel_names().into_iter());
+    add(Source::Copy, &mut each(&["strided_copy", "transpose_tiled", "gather", "resize_nearest"], &WIDTHS));
+    add(Source::Copy, &mut ["strided_copy_u128".to_string()].into_iter());
+    add(Source::Select, &mut each(&["select"], &WIDTHS));
+    add(Source::Select, &mut each(&["prelu"], &FLOATS));
+    add(Source::Indexing, &mut each(&["gather_elements", "gather_nd"], &WIDTHS));
+    add(Source::Resize, &mut each(&["resize_gather"], &WIDTHS));
+    add(Source::Resize, &mut each(&["resize_interp"], &FLOATS));
+    add(Source::Attention, &mut each(&["flash_attention"], &["f16", "bf16"]));
     for t in super::indexing::TYPED_SUFFIXES {
-        for op in ["scatter_elements", "scatter_nd", "topk", "cumulative"] {
-            if t != "bool" || op.starts_with("scatter") {
-                names.push(format!("{op}_{t}"));
-            }
+        add(Source::Indexing, &mut ["scatter_elements", "scatter_nd"].iter().map(|op| format!("{op}_{t}")));
+        if t != "bool" {
+            add(Source::Lanes, &mut ["topk", "cumulative"].iter().map(|op| format!("{op}_{t}")));
         }
     }
-    names.extend(super::FLOAT64_SUFFIXES.iter().map(|t| format!("grid_sample_{t}")));
-    names.extend(super::pool::SUFFIXES.iter().map(|t| format!("pool_{t}")));
-    names.extend(super::einsum::SUFFIXES.iter().map(|t| format!("einsum_{t}")));
-    names.extend(super::FLOAT64_SUFFIXES.iter().map(|t| format!("deconv_{t}")));
-    for t in super::FLOAT64_SUFFIXES {
-        for op in ["dft", "col2im", "det", "lrn", "roi_align"] {
-            names.push(format!("{op}_{t}"));
-        }
-    }
-    names.extend(super::one_hot::WIDTHS.iter().map(|w| format!("one_hot_{w}")));
-    for w in super::data_dependent::WIDTHS {
-        names.push(format!("nonzero_count_{w}"));
-        names.push(format!("nonzero_fill_{w}"));
-    }
-    names
+    add(Source::GridSample, &mut each(&["grid_sample"], &super::FLOAT64_SUFFIXES));
+    add(Source::Pool, &mut each(&["pool"], &super::pool::SUFFIXES));
+    add(Source::Einsum, &mut each(&["einsum"], &super::einsum::SUFFIXES));
+    add(Source::Deconvolution, &mut each(&["deconv"], &super::FLOAT64_SUFFIXES));
+    add(Source::Signal, &mut each(&["dft", "col2im", "det"], &super::FLOAT64_SUFFIXES));
+    add(Source::Lrn, &mut each(&["lrn"], &super::FLOAT64_SUFFIXES));
+    add(Source::RoiAlign, &mut each(&["roi_align"], &super::FLOAT64_SUFFIXES));
+    add(Source::OneHot, &mut each(&["one_hot"], &super::one_hot::WIDTHS));
+    add(Source::NonZero, &mut each(&["nonzero_count", "nonzero_fill"], &super::data_dependent::WIDTHS));
+    kernels
 }
 
 /// The cast kernel from one storage type to another (`cast_i64_f32`), by dtype name.
-pub fn cast_kernel(from: &str, to: &str) -> String {
-    format!("cast_{from}_{to}")
+pub fn cast_kernel(from: &str, to: &str) -> Kernel {
+    Source::Copy.kernel(format!("cast_{from}_{to}"))
 }

@@ -5,6 +5,7 @@ use crate::ops::KResult;
 use super::indexing::typed_suffix;
 use super::Ctx;
 use crate::buffer::{Arg, DeviceTensor};
+use crate::sources::Source;
 
 /// `(outer, len, inner)`: `shape` viewed around `axis`.
 fn lanes(shape: &[usize], axis: usize) -> KResult<(usize, usize, usize)> {
@@ -41,7 +42,7 @@ pub fn top_k(
         cx.arg(&values),
         cx.arg(&indices),
     ];
-    cx.launch_elements(&format!("topk_{}", typed_suffix(x.dtype)?), x.len(), &args)?;
+    cx.launch_elements(Source::Lanes.kernel(format!("topk_{}", typed_suffix(x.dtype)?)), x.len(), &args)?;
     Ok((values, indices))
 }
 
@@ -76,6 +77,6 @@ pub fn cumulative(
         cx.arg(x),
         cx.arg(&out),
     ];
-    cx.launch_elements(&format!("cumulative_{suffix}"), outer * inner, &args)?;
+    cx.launch_elements(Source::Lanes.kernel(format!("cumulative_{suffix}")), outer * inner, &args)?;
     Ok(out)
 }

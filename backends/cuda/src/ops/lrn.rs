@@ -3,6 +3,7 @@
 use super::{Ctx, KResult};
 use crate::buffer::{Arg, DeviceTensor};
 use kiln::KernelError;
+use crate::sources::Source;
 
 /// LRN across the channels (axis 1) with a window of `size`.
 pub fn lrn(cx: &Ctx, x: &DeviceTensor, size: usize, alpha: f32, beta: f32, k: f32) -> KResult<DeviceTensor> {
@@ -31,6 +32,6 @@ pub fn lrn(cx: &Ctx, x: &DeviceTensor, size: usize, alpha: f32, beta: f32, k: f3
         cx.arg(x),
         cx.arg(&out),
     ];
-    cx.launch_elements(&format!("lrn_{suffix}"), n, &args)?;
+    cx.launch_elements(Source::Lrn.kernel(format!("lrn_{suffix}")), n, &args)?;
     Ok(out)
 }

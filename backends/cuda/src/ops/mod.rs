@@ -29,6 +29,7 @@ pub mod typed;
 
 use crate::buffer::{Arg, DeviceTensor, Layout};
 use crate::device::Gpu;
+use crate::sources::Kernel;
 use kiln::ir::infer::OutFact;
 use kiln::ir::infer::{infer_layer, Fact};
 use std::cell::{Cell, RefCell};
@@ -82,11 +83,11 @@ impl<'a> Ctx<'a> {
     }
 
     pub fn arg(&self, t: &DeviceTensor) -> Arg {
-        Arg::Ptr(self.gpu.ptr(&t.buf))
+        Arg::buffer(&t.buf)
     }
 
-    pub fn launch_elements(&self, name: &str, n: usize, args: &[Arg]) -> KResult<()> {
-        self.gpu.launch_elements(name, n, args).map_err(KernelError::from)
+    pub fn launch_elements(&self, kernel: Kernel, n: usize, args: &[Arg]) -> KResult<()> {
+        self.gpu.launch_elements(&kernel, n, args).map_err(KernelError::from)
     }
 
     /// Remembers an i32 flag a kernel sets on bad input; [`Ctx::finish`] reads them all.

@@ -7,6 +7,7 @@ use super::{contiguous_strides, Ctx};
 use crate::buffer::{width_suffix, Arg, DeviceTensor, Layout};
 use kiln::ir::infer::resolve_slice;
 use std::sync::Arc;
+use crate::sources::Source;
 
 /// Copies `x` read through `(strides, offset)` (elements) over `shape` into a new contiguous tensor.
 pub fn gather_strided(cx: &Ctx, x: &DeviceTensor, shape: &[usize], strides: &[i64], offset: i64) -> KResult<DeviceTensor> {
@@ -44,7 +45,7 @@ pub fn copy_into(
         let blocks = (batch * tiles).clamp(1, 65_535 * 8) as u32;
         let mut args = args.to_vec();
         args.extend([src, dst]);
-        return cx.gpu.launch(&name, blocks, 256, &args).map_err(KernelError::from);
+        return cx.gpu.launch(&Source::Copy.kernel(name), blocks, 256, &args).map_err(KernelError::from);
     }
     let element = crate::buffer::storage_size(x.dtype).map_err(KernelError::from)?;
     let addresses = [cx.gpu.ptr(&x.buf), cx.gpu.ptr(&out.buf)];
@@ -57,7 +58,7 @@ pub fn copy_into(
         .unwrap_or((l, element));
     let n: usize = (0..l.rank as usize).map(|d| l.shape[d] as usize).product();
     let name = format!("strided_copy_{}", crate::buffer::unit_suffix(width));
-    cx.launch_elements(&name, n, &[Arg::I64(n as i64), Arg::Layout(l), src, dst])
+    cx.launch_elements(Source::Copy.kernel(name), n, &[Arg::I64(n as i64), Arg::Layout(l), src, dst])
 }
 
 /// A true transpose (the input's contiguous dim is not the output's, both at least 16 long):
@@ -268,7 +269,7 @@ pub fn gather(cx: &Ctx, data: &DeviceTensor, indices: &DeviceTensor, axis: usize
     let name = format!("gather_{}", width_suffix(data.dtype).map_err(KernelError::from)?);
     let n = out.len();
     cx.launch_elements(
-        &name,
+        Source::Copy.kernel(name),
         n,
         &[
             Arg::I64(outer as i64),
@@ -303,7 +304,7 @@ pub fn resize_nearest(cx: &Ctx, x: &DeviceTensor, out_shape: &[usize]) -> KResul
     let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
     let n = out.len();
     let name = format!("resize_nearest_{}", width_suffix(x.dtype).map_err(KernelError::from)?);
-    cx.launch_elements(&name, n, &[Arg::I64(n as i64), Arg::Layout(l), cx.arg(&scales), cx.arg(x), cx.arg(&out)])?;
+    cx.launch_elements(Source::Copy.kernel(name), n, &[Arg::I64(n as i64), Arg::Layout(l), cx.arg(&scales), cx.arg(x), cx.arg(&out)])?;
     Ok(out)
 }
 

@@ -4,6 +4,7 @@ use kiln::{invalid, DataType, HostTensor, KernelError};
 use crate::ops::KResult;
 use super::Ctx;
 use crate::buffer::{Arg, DeviceTensor};
+use crate::sources::Source;
 
 /// Element widths of `one_hot_*` (the values are copied as raw bytes).
 pub const WIDTHS: [&str; 4] = ["u8", "u16", "u32", "u64"];
@@ -78,7 +79,7 @@ pub fn one_hot(
         cx.arg(values),
         cx.arg(&out),
     ];
-    cx.launch_elements(&format!("one_hot_{}", width(values.dtype)?), n, &args)?;
+    cx.launch_elements(Source::OneHot.kernel(format!("one_hot_{}", width(values.dtype)?)), n, &args)?;
     Ok(out)
 }
 

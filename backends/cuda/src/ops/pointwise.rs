@@ -4,6 +4,7 @@ use kiln::{invalid, ActivationKind, DataType, ElementwiseOp, KernelError, UnaryO
 use crate::ops::KResult;
 use super::{broadcast_layout, broadcast_shape, broadcast_strides, coalesce_joint, Ctx};
 use crate::buffer::{float_suffix, Arg, Chain, DeviceTensor};
+use crate::sources::Source;
 
 /// The op code `binary_*` / `compare_*` / `logic_bool` take (the `OP_*` defines in elementwise.cu).
 fn binary_code(op: ElementwiseOp) -> Option<i32> {
@@ -68,7 +69,7 @@ pub fn binary(cx: &Ctx, op: ElementwiseOp, a: &DeviceTensor, b: &DeviceTensor, o
         None => (name, n),
     };
     let [pa, pb, po] = args;
-    cx.launch_elements(&name, count, &[Arg::I32(code), Arg::I64(count as i64), Arg::Layout(layout), pa, pb, po])?;
+    cx.launch_elements(Source::Elementwise.kernel(name), count, &[Arg::I32(code), Arg::I64(count as i64), Arg::Layout(layout), pa, pb, po])?;
     Ok(out)
 }
 
@@ -78,7 +79,7 @@ pub fn binary(cx: &Ctx, op: ElementwiseOp, a: &DeviceTensor, b: &DeviceTensor, o
 /// is 16-byte aligned. The output is dense.
 pub fn vector_elements(dtype: DataType, layouts: &[(crate::buffer::Layout, usize)], args: &[Arg]) -> Option<usize> {
     let k = 16 / crate::buffer::storage_size(dtype).ok()?;
-    let aligned = args.iter().all(|a| matches!(a, Arg::Ptr(p) if p % 16 == 0 || *p == 0));
+    let aligned = args.iter().all(|a| matches!(a, Arg::Ptr(p) if p.address() % 16 == 0));
     let fits = layouts.iter().all(|(l, used)| {
         let Some(inner) = (l.rank as usize).checked_sub(1) else { return false };
         l.shape[inner] % k as i64 == 0
@@ -162,7 +163,7 @@ pub fn unary(cx: &Ctx, (code, alpha, beta): (i32, f32, f32), x: &DeviceTensor, o
         Some(k) => (format!("unary_vec_{suffix}"), n / k),
         None => (format!("unary_{suffix}"), n),
     };
-    cx.launch_elements(&name, count, &[Arg::I32(code), Arg::F32(alpha), Arg::F32(beta), Arg::I64(count as i64), src, dst])?;
+    cx.launch_elements(Source::Elementwise.kernel(name), count, &[Arg::I32(code), Arg::F32(alpha), Arg::F32(beta), Arg::I64(count as i64), src, dst])?;
     Ok(out)
 }
 
@@ -196,7 +197,7 @@ pub fn cast(cx: &Ctx, x: &DeviceTensor, to: DataType) -> KResult<DeviceTensor> {
     };
     let out = cx.gpu.empty(to, x.shape.clone()).map_err(KernelError::from)?;
     let n = x.len();
-    cx.launch_elements(&name, n, &[Arg::I64(n as i64), cx.arg(x), cx.arg(&out)])?;
+    cx.launch_elements(Source::Copy.kernel(name), n, &[Arg::I64(n as i64), cx.arg(x), cx.arg(&out)])?;
     Ok(out)
 }
 
@@ -255,7 +256,7 @@ pub fn chain(cx: &Ctx, x: &DeviceTensor, steps: &[ChainStep]) -> KResult<Option<
     let layouts = coalesce_joint(&[(first, used_first), (second, used_second)]);
     let out = cx.gpu.empty(x.dtype, shape).map_err(KernelError::from)?;
     let n = out.len();
-    let operand = |i: usize| operands.get(i).map_or(Arg::Ptr(0), |o| cx.arg(o));
+    let operand = |i: usize| operands.get(i).map_or(Arg::NULL, |o| cx.arg(o));
     let pointers = [cx.arg(x), operand(0), operand(1), operand(2), operand(3), cx.arg(&out)];
     let vector = vector_elements(x.dtype, &[(layouts[0], used_first), (layouts[1], used_second)], &pointers);
     let (name, count) = match vector {
@@ -267,6 +268,6 @@ pub fn chain(cx: &Ctx, x: &DeviceTensor, steps: &[ChainStep]) -> KResult<Option<
     // Each block first copies the program to shared memory (one thread): a bounded grid whose
     // threads stride over many elements pays that once per block, not once per 256 elements.
     let blocks = count.div_ceil(256).clamp(1, CHAIN_MAX_BLOCKS) as u32;
-    cx.gpu.launch(&name, blocks, 256, &args).map_err(KernelError::from)?;
+    cx.gpu.launch(&Source::Elementwise.kernel(name), blocks, 256, &args).map_err(KernelError::from)?;
     Ok(Some(out))
 }

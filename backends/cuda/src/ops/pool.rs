@@ -7,6 +7,7 @@ use kiln::{invalid, DataType, HostTensor, KernelError, PoolingKind, PoolingParam
 use crate::ops::KResult;
 use super::Ctx;
 use crate::buffer::{Arg, DeviceTensor};
+use crate::sources::Source;
 
 /// Kernel-name suffixes of `pool_*`.
 pub const SUFFIXES: [&str; 12] = ["f32", "f16", "bf16", "f64", "i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64"];
@@ -95,7 +96,7 @@ pub fn pooling(cx: &Ctx, p: &PoolingParams, x: &DeviceTensor, out_shape: &[usize
         cx.arg(x),
         cx.arg(&out),
     ];
-    cx.launch_elements(&format!("pool_{suffix}"), n, &args)?;
+    cx.launch_elements(Source::Pool.kernel(format!("pool_{suffix}")), n, &args)?;
     Ok(out)
 }
 

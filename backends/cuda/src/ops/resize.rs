@@ -7,6 +7,7 @@ use kiln::{invalid, DataType, HostTensor, KernelError, PaddingMode, ResizeMode, 
 use crate::ops::KResult;
 use super::{contiguous_strides, pointwise, Ctx};
 use crate::buffer::{float_suffix, width_suffix, Arg, DeviceTensor, Layout};
+use crate::sources::Source;
 
 /// Runs Resize of `x` onto `out_shape`; `roi`, `scales` and `sizes` are the layer's host inputs.
 pub fn resize(
@@ -61,7 +62,7 @@ pub fn resize(
             cx.arg(x),
             cx.arg(&out),
         ];
-        cx.launch_elements(&format!("resize_interp_{suffix}"), n, &args)?;
+        cx.launch_elements(Source::Resize.kernel(format!("resize_interp_{suffix}")), n, &args)?;
     } else {
         let extrapolation =
             upload(HostTensor::from_f32(vec![], vec![p.extrapolation_value]).map_err(KernelError::from)?)?;
@@ -76,7 +77,7 @@ pub fn resize(
         let suffix = width_suffix(x.dtype).map_err(KernelError::from)?;
         let args =
             [Arg::I64(n as i64), Arg::Layout(l), cx.arg(&tap_index), cx.arg(&extrapolation), cx.arg(x), cx.arg(&out)];
-        cx.launch_elements(&format!("resize_gather_{suffix}"), n, &args)?;
+        cx.launch_elements(Source::Resize.kernel(format!("resize_gather_{suffix}")), n, &args)?;
     }
     Ok(out)
 }
@@ -111,7 +112,7 @@ fn gather_through_maps(
     let n = out.len();
     let suffix = width_suffix(x.dtype).map_err(KernelError::from)?;
     let args = [Arg::I64(n as i64), Arg::Layout(l), cx.arg(&tap_index), cx.arg(fill), cx.arg(x), cx.arg(&out)];
-    cx.launch_elements(&format!("resize_gather_{suffix}"), n, &args)?;
+    cx.launch_elements(Source::Resize.kernel(format!("resize_gather_{suffix}")), n, &args)?;
     Ok(out)
 }
 

@@ -4,6 +4,7 @@ use kiln::{invalid, DataType, KernelError};
 use crate::ops::KResult;
 use super::Ctx;
 use crate::buffer::{Arg, DeviceTensor};
+use crate::sources::Source;
 
 /// RoiAlign of `x` (N, C, H, W) over `rois` (R, 4) of images `batch_indices` (R):
 /// (R, C, out_h, out_w). A batch index out of range is an error (read back at the end of the run).
@@ -68,7 +69,7 @@ pub fn roi_align(
         cx.arg(&out),
         cx.arg(&flag),
     ];
-    cx.launch_elements(&format!("roi_align_{suffix}"), total, &args)?;
+    cx.launch_elements(Source::RoiAlign.kernel(format!("roi_align_{suffix}")), total, &args)?;
     cx.defer_check(flag, "RoiAlign batch index is out of range".into());
     Ok(out)
 }

@@ -7,6 +7,7 @@ use super::Ctx;
 use crate::buffer::{Arg, DeviceTensor};
 use kiln::ir::infer::col2im_blocks;
 use kiln::plan::signal::{col2im_block_dims, dft_signal, dft_twiddles, DftSignal};
+use crate::sources::Source;
 
 fn upload_f64(cx: &Ctx, v: Vec<f64>) -> KResult<DeviceTensor> {
     let t = HostTensor::new(vec![v.len()], TensorData::F64(v)).map_err(KernelError::from)?;
@@ -100,7 +101,7 @@ pub fn dft(
         cx.arg(x),
         cx.arg(&out),
     ];
-    cx.launch_elements(&format!("dft_{suffix}"), total, &args)?;
+    cx.launch_elements(Source::Signal.kernel(format!("dft_{suffix}")), total, &args)?;
     Ok(out)
 }
 
@@ -174,7 +175,7 @@ pub fn col2im(
         cx.arg(x),
         cx.arg(&out),
     ];
-    cx.launch_elements(&format!("col2im_{suffix}"), total, &args)?;
+    cx.launch_elements(Source::Signal.kernel(format!("col2im_{suffix}")), total, &args)?;
     Ok(out)
 }
 
@@ -195,7 +196,7 @@ pub fn determinant(cx: &Ctx, x: &DeviceTensor) -> KResult<DeviceTensor> {
     let cells = count.checked_mul(n * n).ok_or("Det's scratch size overflows")?;
     let scratch = cx.gpu.empty(DataType::F64, vec![cells.max(1)]).map_err(KernelError::from)?;
     let args = [Arg::I64(count as i64), Arg::I64(n as i64), cx.arg(x), cx.arg(&scratch), cx.arg(&out)];
-    cx.launch_elements(&format!("det_{suffix}"), count, &args)?;
+    cx.launch_elements(Source::Signal.kernel(format!("det_{suffix}")), count, &args)?;
     Ok(out)
 }
 

@@ -8,6 +8,7 @@ use crate::ops::KResult;
 use super::{broadcast_layout, Ctx};
 use crate::buffer::{Arg, DeviceTensor};
 use std::sync::Arc;
+use crate::sources::Source;
 
 /// The integer types and f64: the types the `typed_binary_*` family computes on.
 const COMPUTE_TYPES: [DataType; 9] = [
@@ -71,7 +72,7 @@ pub fn cast(cx: &Ctx, x: &DeviceTensor, to: DataType, saturate: bool, rounding: 
         cx.arg(x),
         cx.arg(&out),
     ];
-    cx.launch_elements("typed_cast_any", n, &args)?;
+    cx.launch_elements(Source::Typed.kernel("typed_cast_any"), n, &args)?;
     Ok(out)
 }
 
@@ -120,10 +121,10 @@ pub fn quantize(
         Arg::I64(n as i64),
         cx.arg(x),
         cx.arg(scale),
-        zero_point.map_or(Arg::Ptr(0), |z| cx.arg(z)),
+        zero_point.map_or(Arg::NULL, |z| cx.arg(z)),
         cx.arg(&out),
     ];
-    cx.launch_elements("quant_quantize_any", n, &args)?;
+    cx.launch_elements(Source::Typed.kernel("quant_quantize_any"), n, &args)?;
     Ok(out)
 }
 
@@ -159,10 +160,10 @@ pub fn dequantize(
         Arg::I64(n as i64),
         cx.arg(x),
         cx.arg(scale),
-        zero_point.map_or(Arg::Ptr(0), |z| cx.arg(z)),
+        zero_point.map_or(Arg::NULL, |z| cx.arg(z)),
         cx.arg(&out),
     ];
-    cx.launch_elements("quant_dequantize_any", n, &args)?;
+    cx.launch_elements(Source::Typed.kernel("quant_dequantize_any"), n, &args)?;
     Ok(out)
 }
 
@@ -216,7 +217,7 @@ pub fn binary(cx: &Ctx, op: ElementwiseOp, a: &DeviceTensor, b: &DeviceTensor, o
     let code = binary_code(op);
     if op.is_comparison() {
         let args = [Arg::I32(code), Arg::I64(n as i64), Arg::Layout(layout), cx.arg(a), cx.arg(b), cx.arg(&out)];
-        cx.launch_elements(&format!("typed_compare_{suffix}"), n, &args)?;
+        cx.launch_elements(Source::Typed.kernel(format!("typed_compare_{suffix}")), n, &args)?;
         return Ok(out);
     }
     let divides = matches!(op, ElementwiseOp::Div | ElementwiseOp::FloorDiv | ElementwiseOp::Mod | ElementwiseOp::Fmod | ElementwiseOp::Pow);
@@ -228,9 +229,9 @@ pub fn binary(cx: &Ctx, op: ElementwiseOp, a: &DeviceTensor, b: &DeviceTensor, o
         cx.arg(a),
         cx.arg(b),
         cx.arg(&out),
-        flag.as_ref().map_or(Arg::Ptr(0), |f| cx.arg(f)),
+        flag.as_ref().map_or(Arg::NULL, |f| cx.arg(f)),
     ];
-    cx.launch_elements(&format!("typed_binary_{suffix}"), n, &args)?;
+    cx.launch_elements(Source::Typed.kernel(format!("typed_binary_{suffix}")), n, &args)?;
     if let Some(flag) = flag {
         cx.defer_check(flag, "integer division by zero".into());
     }
@@ -264,17 +265,17 @@ pub fn unary(cx: &Ctx, op: UnaryOp, x: &DeviceTensor) -> KResult<DeviceTensor> {
     if let Some(code) = classify {
         let out = cx.gpu.empty(DataType::Bool, x.shape.clone()).map_err(KernelError::from)?;
         let args = [Arg::I32(type_code(x.dtype)), Arg::I32(code), Arg::I64(n as i64), cx.arg(x), cx.arg(&out)];
-        cx.launch_elements("typed_classify_any", n, &args)?;
+        cx.launch_elements(Source::Typed.kernel("typed_classify_any"), n, &args)?;
         return Ok(out);
     }
     let out = cx.gpu.empty(x.dtype, x.shape.clone()).map_err(KernelError::from)?;
     if x.dtype == DataType::Bool {
-        cx.launch_elements("typed_not_bool", n, &[Arg::I64(n as i64), cx.arg(x), cx.arg(&out)])?;
+        cx.launch_elements(Source::Typed.kernel("typed_not_bool"), n, &[Arg::I64(n as i64), cx.arg(x), cx.arg(&out)])?;
         return Ok(out);
     }
     let code = if op == UnaryOp::Not { 60 } else { super::pointwise::unary_code(op).map_or(-1, |c| c.0) };
     let args = [Arg::I32(code), Arg::F32(0.0), Arg::F32(0.0), Arg::I64(n as i64), cx.arg(x), cx.arg(&out)];
-    cx.launch_elements(&format!("typed_unary_{}", x.dtype.name()), n, &args)?;
+    cx.launch_elements(Source::Typed.kernel(format!("typed_unary_{}", x.dtype.name())), n, &args)?;
     Ok(out)
 }
 
@@ -298,6 +299,6 @@ pub fn reduce_rows(cx: &Ctx, code: i32, op: ReduceOp, src: &DeviceTensor, (outer
     let out = cx.gpu.empty(src.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
     let rows = outer * inner;
     let args = [Arg::I32(code), Arg::I64(outer as i64), Arg::I64(len as i64), Arg::I64(inner as i64), cx.arg(src), cx.arg(&out)];
-    cx.launch_elements(&format!("typed_reduce_{}", src.dtype.name()), rows, &args)?;
+    cx.launch_elements(Source::Typed.kernel(format!("typed_reduce_{}", src.dtype.name())), rows, &args)?;
     Ok(out)
 }
