@@ -6,6 +6,7 @@
 pub mod broadcast;
 pub mod dynamic;
 pub mod loops;
+pub mod matmul;
 pub mod nms;
 pub mod pad;
 pub mod quant;
