@@ -8,6 +8,7 @@ pub mod dynamic;
 pub mod loops;
 pub mod matmul;
 pub mod nms;
+pub mod norm;
 pub mod pad;
 pub mod quant;
 pub mod reduce;
