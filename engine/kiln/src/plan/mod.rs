@@ -13,5 +13,6 @@ pub mod pad;
 pub mod quant;
 pub mod reduce;
 pub mod resize;
+pub mod roi;
 pub mod signal;
 pub mod timing;
