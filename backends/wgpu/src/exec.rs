@@ -394,14 +394,8 @@ impl<'e> Run<'e> {
                 one(signal::col2im(rec, req(0)?, &block, strides, dilations, pads, &shape)?)
             }
             K::Determinant => one(signal::determinant(rec, req(0)?)?),
-            K::RoiAlign { max, output_size, sampling_ratio, spatial_scale, half_pixel } => {
-                let spec = roi::RoiAlignSpec {
-                    max: *max,
-                    output_size: *output_size,
-                    sampling_ratio: *sampling_ratio,
-                    spatial_scale: *spatial_scale,
-                    half_pixel: *half_pixel,
-                };
+            K::RoiAlign { .. } => {
+                let spec = kiln::plan::roi::RoiAlignSpec::of(kind)?;
                 one(roi::roi_align(rec, req(0)?, req(1)?, req(2)?, &spec)?)
             }
             K::Plugin(p) => crate::plugin::plugin(rec, p, ins, outs),

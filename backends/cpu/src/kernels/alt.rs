@@ -63,7 +63,7 @@ pub(super) fn float_matmul_blocked<T: FloatElem>(plan: &Plan, a: &[T], b: &[T]) 
     let (m, k, n) = (plan.rows(), plan.a.cols, plan.cols());
     let mut c = vec![T::Acc::ZERO; plan.batch * m * n];
     for bi in 0..plan.batch {
-        let (la, lb) = (plan.a.layout(plan.a_batch.at(bi)), plan.b.layout(plan.b_batch.at(bi)));
+        let (la, lb) = plan.layouts(bi);
         let base = bi * m * n;
         for i0 in (0..m).step_by(BLOCK) {
             for p0 in (0..k).step_by(BLOCK) {

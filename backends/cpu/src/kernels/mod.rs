@@ -159,14 +159,8 @@ pub(crate) fn run(
             one(signal::col2im(ins.req(0)?, &block, strides, dilations, pads, &shape()?)?)
         }
         K::Determinant => one(signal::determinant(ins.req(0)?)?),
-        K::RoiAlign { max, output_size, sampling_ratio, spatial_scale, half_pixel } => {
-            let spec = roi::RoiAlignSpec {
-                max: *max,
-                output_size: *output_size,
-                sampling_ratio: *sampling_ratio,
-                spatial_scale: *spatial_scale,
-                half_pixel: *half_pixel,
-            };
+        K::RoiAlign { .. } => {
+            let spec = kiln::plan::roi::RoiAlignSpec::of(kind)?;
             one(roi::roi_align(ins.req(0)?, ins.req(1)?, ins.req(2)?, &spec)?)
         }
         K::OneHot { axis } => one(one_hot::one_hot(ins.req(0)?, ins.req(1)?, ins.req(2)?, *axis, &shape()?)?),

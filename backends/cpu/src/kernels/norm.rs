@@ -4,6 +4,7 @@
 use super::typed;
 use crate::element::{float_data, pack, FloatElem};
 use crate::layout::{Broadcast, Lanes, Reduction};
+use kiln::plan::norm::NormView;
 use kiln::{HostTensor, TensorData};
 
 /// `exp(x - max) / sum(exp(x - max))` along `axis`; subtracting the max keeps exp finite.
@@ -45,37 +46,9 @@ pub fn normalization(
     num_groups: usize,
 ) -> Result<TensorData, String> {
     let shape = x.shape();
-    let rank = shape.len();
-    if let Some(&a) = axes.iter().find(|&&a| a >= rank) {
-        return Err(format!("axis {a} is out of range for rank {rank}"));
-    }
-    // The grouped view splits axis 1 into (group, channel in group): a pure reshape.
-    let (view, reduced) = if num_groups > 1 {
-        if rank < 2 || shape[1] % num_groups != 0 {
-            return Err(format!("shape {shape:?} has no channel axis that splits into {num_groups} groups"));
-        }
-        let mut view = vec![shape[0], num_groups, shape[1] / num_groups];
-        view.extend_from_slice(&shape[2..]);
-        let mut reduced = vec![false; rank + 1];
-        reduced[2] = true;
-        for &a in axes {
-            reduced[if a >= 2 {
-                a + 1
-            } else if a == 1 {
-                2
-            } else {
-                0
-            }] = true;
-        }
-        (view, reduced)
-    } else {
-        let mut reduced = vec![false; rank];
-        for &a in axes {
-            reduced[a] = true;
-        }
-        (shape.to_vec(), reduced)
-    };
-    let plan = Reduction::new(&view, &reduced);
+    // The grouped view is a pure reshape: contiguous offsets into it are offsets into `x`.
+    let norm = NormView::new(shape, axes, num_groups)?;
+    let plan = Reduction::new(&norm.view, &norm.reduced);
     let (scale_at, bias_at) = (Broadcast::new(scale.shape(), shape)?, Broadcast::new(bias.shape(), shape)?);
     let eps = epsilon as f64;
     fn run<T: FloatElem>(

@@ -2,6 +2,7 @@
 //! grid in each output bin; samples more than a pixel outside the image count as zero).
 
 use crate::element::{float_data, pack, FloatElem};
+use kiln::plan::roi::{image, RoiAlignSpec};
 use kiln::{HostTensor, TensorData};
 
 /// One bilinear sample: the four corner offsets within a channel plane and their weights.
@@ -32,15 +33,6 @@ fn sample(y: f64, x: f64, height: usize, width: usize) -> Sample {
     }
 }
 
-/// The attributes of a RoiAlign layer.
-pub struct RoiAlignSpec {
-    pub max: bool,
-    pub output_size: [usize; 2],
-    pub sampling_ratio: usize,
-    pub spatial_scale: f32,
-    pub half_pixel: bool,
-}
-
 pub fn roi_align(
     x: &HostTensor,
     rois: &HostTensor,
@@ -48,19 +40,10 @@ pub fn roi_align(
     spec: &RoiAlignSpec,
 ) -> Result<TensorData, String> {
     let RoiAlignSpec { max, output_size, sampling_ratio, spatial_scale, half_pixel } = *spec;
-    let xs = x.shape();
-    let [batch, channels, height, width] = xs[..] else {
-        return Err(format!("RoiAlign input must be (N, C, H, W), got {xs:?}"));
-    };
-    if height == 0 || width == 0 {
-        return Err(format!("RoiAlign input {xs:?} has an empty image"));
-    }
+    let [batch, channels, height, width] = image(x.shape(), rois.len(), batch_indices.len())?;
     let [out_h, out_w] = output_size;
     let boxes = rois.to_f64_vec();
     let indices = batch_indices.to_i64_vec().ok_or("RoiAlign batch_indices must be integers")?;
-    if boxes.len() != 4 * indices.len() {
-        return Err(format!("RoiAlign: {} rois but {} batch indices", boxes.len() / 4, indices.len()));
-    }
     let xv = x.to_f64_vec();
     let plane = height * width;
     let scale = spatial_scale as f64;

@@ -1,12 +1,13 @@
 //! Matrix products, convolutions, pooling and attention (as its matmul / softmax parts).
 
-use super::{broadcast_strides, count_word, output, strides, KResult};
+use super::{count_word, output, KResult};
 use crate::gemm::{Accumulate, GemmKernel, GemmShape};
 use crate::ops::pointwise::{self, kiln_broadcast};
 use crate::ops::reduce::softmax;
 use crate::wgsl::Storage;
 use crate::shaders::Instance;
 use crate::value::{DeviceTensor, Packing, Recorder};
+use kiln::plan::matmul::{operands, MatrixOperand};
 use kiln::{
     AttentionParams, ConvolutionParams, DataType, DeconvolutionParams, ElementwiseOp, MatrixOp, PoolingKind,
     PoolingParams,
@@ -14,38 +15,6 @@ use kiln::{
 
 /// Both M and N at least this: the f32 product runs on the 128×128-tile kernel.
 pub const WIDE_MIN: usize = 128;
-
-/// One operand of a product seen as a stack of `rows × cols` matrices.
-struct Operand {
-    batch: Vec<usize>,
-    rows: usize,
-    cols: usize,
-    row_stride: usize,
-    col_stride: usize,
-}
-
-impl Operand {
-    fn new(shape: &[usize], op: MatrixOp, left: bool) -> KResult<Operand> {
-        let r = shape.len();
-        let need = if op == MatrixOp::Vector { 1 } else { 2 };
-        if r < need {
-            return Err(kiln::invalid!("a rank-{r} operand cannot be {op:?}"));
-        }
-        let batch = shape[..r - need].to_vec();
-        Ok(match (op, left) {
-            (MatrixOp::Vector, true) => {
-                Operand { batch, rows: 1, cols: shape[r - 1], row_stride: shape[r - 1], col_stride: 1 }
-            }
-            (MatrixOp::Vector, false) => Operand { batch, rows: shape[r - 1], cols: 1, row_stride: 1, col_stride: 1 },
-            (MatrixOp::None, _) => {
-                Operand { batch, rows: shape[r - 2], cols: shape[r - 1], row_stride: shape[r - 1], col_stride: 1 }
-            }
-            (MatrixOp::Transpose, _) => {
-                Operand { batch, rows: shape[r - 1], cols: shape[r - 2], row_stride: 1, col_stride: shape[r - 1] }
-            }
-        })
-    }
-}
 
 /// The batched product of `a` and `b` (batch dims broadcast), written contiguous as
 /// (batch…, M, N) into a tensor of the inferred `shape`.
@@ -65,10 +34,7 @@ pub fn matmul(
         false => (super::half::widen(rec, a)?, super::half::widen(rec, b)?),
     };
     let (a, b) = (&a, &b);
-    let (pa, pb) = (Operand::new(&a.shape, op_a, true)?, Operand::new(&b.shape, op_b, false)?);
-    if pa.cols != pb.rows {
-        return Err(kiln::invalid!("inner dims differ: {:?} {op_a:?} · {:?} {op_b:?}", a.shape, b.shape));
-    }
+    let (pa, pb) = operands(&a.shape, op_a, &b.shape, op_b)?;
     let batch_shape = kiln_broadcast(&pa.batch, &pb.batch)?;
     let batches: usize = batch_shape.iter().product();
     let max_z = rec.gpu.limits.max_compute_workgroups_per_dimension as usize;
@@ -109,18 +75,12 @@ pub fn matmul(
         return pointwise::fill(rec, dtype, shape, 0);
     }
     // Per-batch element offsets of each operand (its batch dims broadcast).
-    let (a_mat, b_mat) = (pa.rows * pa.cols, pb.rows * pb.cols);
-    let a_st = broadcast_strides(&pa.batch, &batch_shape)?;
-    let b_st = broadcast_strides(&pb.batch, &batch_shape)?;
-    let bst = strides(&batch_shape);
+    let (a_offsets, b_offsets) = (pa.batch_offsets(&batch_shape)?, pb.batch_offsets(&batch_shape)?);
     let mut params = vec![m as u32, n as u32, k as u32, batches as u32];
     params.extend([pa.row_stride, pa.col_stride, pb.row_stride, pb.col_stride].map(|x| x as u32));
-    for i in 0..batches {
-        let coords = bst.iter().zip(&batch_shape).map(|(&s, &d)| (i / s) % d);
-        let (ao, bo) =
-            coords.zip(a_st.iter().zip(&b_st)).fold((0, 0), |(ao, bo), (c, (&sa, &sb))| (ao + c * sa, bo + c * sb));
-        params.push(count_word(ao * a_mat)?);
-        params.push(count_word(bo * b_mat)?);
+    for (ao, bo) in a_offsets.into_iter().zip(b_offsets) {
+        params.push(count_word(ao)?);
+        params.push(count_word(bo)?);
     }
     // Row-major f32 products with K and N multiples of 4 take the register-tiled vec4
     // kernel (crate::gemm); the others the scalar tiled kernels. f16 halves take its f16
@@ -267,7 +227,7 @@ pub fn attention(
     dtype: DataType,
 ) -> KResult<DeviceTensor> {
     let op_k = if p.key_transposed { MatrixOp::None } else { MatrixOp::Transpose };
-    let (pq, pk) = (Operand::new(&q.shape, MatrixOp::None, true)?, Operand::new(&k.shape, op_k, false)?);
+    let (pq, pk) = (MatrixOperand::new(&q.shape, MatrixOp::None, true)?, MatrixOperand::new(&k.shape, op_k, false)?);
     let mut scores_shape = kiln_broadcast(&pq.batch, &pk.batch)?;
     scores_shape.extend([pq.rows, pk.cols]);
     let scores = matmul(rec, q, MatrixOp::None, k, op_k, &scores_shape, q.dtype)?;

@@ -6,6 +6,7 @@ use super::{broadcast_strides, count_word, output, strides, words8, KResult};
 use crate::wgsl::Storage;
 use crate::shaders::Instance;
 use crate::value::{DeviceTensor, Recorder};
+use kiln::plan::norm::NormView;
 use kiln::{DataType, ReduceOp};
 
 /// The kept and reduced views of `shape` over `reduced` axes: the kept shape has 1 at
@@ -87,42 +88,10 @@ pub fn normalization(
             None => vec![0; rank],
         },
     );
-    let xs = strides(shape);
-    // The grouped view splits axis 1 into (group, channel in group): a pure reshape, so
-    // strides of the view follow from the original ones.
-    let (view, reduced, xs, sc, bs) = if num_groups > 1 {
-        if rank < 2 || shape[1] % num_groups != 0 {
-            return Err(kiln::invalid!("shape {shape:?} has no channel axis that splits into {num_groups} groups"));
-        }
-        let per = shape[1] / num_groups;
-        let widen = |s: &[usize]| {
-            let mut v = vec![s[0], s[1] * per, s[1]];
-            v.extend_from_slice(&s[2..]);
-            v
-        };
-        let mut view = vec![shape[0], num_groups, per];
-        view.extend_from_slice(&shape[2..]);
-        let mut reduced = vec![false; rank + 1];
-        reduced[2] = true;
-        for &a in axes {
-            reduced[if a >= 2 {
-                a + 1
-            } else if a == 1 {
-                2
-            } else {
-                0
-            }] = true;
-        }
-        (view, reduced, widen(&xs), widen(&sc), widen(&bs))
-    } else {
-        let mut reduced = vec![false; rank];
-        for &a in axes {
-            *reduced.get_mut(a).ok_or_else(|| kiln::invalid!("normalization axis {a} is out of range for rank {rank}"))? =
-                true;
-        }
-        (shape.clone(), reduced, xs, sc, bs)
-    };
-    let (kept, red) = split(&view, &reduced);
+    // The grouped view is a pure reshape, so its strides follow from the original ones.
+    let norm = NormView::new(shape, axes, num_groups)?;
+    let (xs, sc, bs) = (norm.strides(&strides(shape)), norm.strides(&sc), norm.strides(&bs));
+    let (kept, red) = split(&norm.view, &norm.reduced);
     let groups: usize = kept.iter().product();
     let half = |t: &DeviceTensor| t.packing == crate::value::Packing::Half;
     let halves = half(x) && half(scale) && bias.is_none_or(half);
@@ -135,7 +104,7 @@ pub fn normalization(
         true => rec.alloc_halves(shape).map_err(kiln::KernelError::from)?,
         false => output(rec, x.dtype, shape)?,
     };
-    let mut params = vec![count_word(groups)?, view.len() as u32, count_word(red.iter().product())?];
+    let mut params = vec![count_word(groups)?, norm.view.len() as u32, count_word(red.iter().product())?];
     for v in [&kept, &red, &xs, &sc, &bs] {
         params.extend(words8(v)?);
     }

@@ -4,17 +4,8 @@
 use super::{count_word, output, KResult};
 use crate::shaders::Instance;
 use crate::value::{DeviceTensor, Recorder};
+use kiln::plan::roi::{image, RoiAlignSpec};
 use kiln::DataType;
-
-/// The attributes of a RoiAlign layer.
-#[derive(Debug)]
-pub struct RoiAlignSpec {
-    pub max: bool,
-    pub output_size: [usize; 2],
-    pub sampling_ratio: usize,
-    pub spatial_scale: f32,
-    pub half_pixel: bool,
-}
 
 /// Pools each region of `x` `(N, C, H, W)` named by `rois` `(R, 4)` and `batch_indices` `(R)`.
 pub fn roi_align(
@@ -24,21 +15,13 @@ pub fn roi_align(
     batch_indices: &DeviceTensor,
     spec: &RoiAlignSpec,
 ) -> KResult<DeviceTensor> {
-    let [batch, channels, height, width] = x.shape[..] else {
-        return Err(kiln::invalid!("RoiAlign input must be (N, C, H, W), got {:?}", x.shape));
-    };
-    if height == 0 || width == 0 {
-        return Err(kiln::invalid!("RoiAlign input {:?} has an empty image", x.shape));
-    }
+    let count = batch_indices.len();
+    let [batch, channels, height, width] = image(&x.shape, rois.len(), count)?;
     if !x.dtype.is_float() || !rois.dtype.is_float() {
         return Err(kiln::invalid!("the WGSL RoiAlign kernel pools floats only, not {} at {} rois", x.dtype, rois.dtype));
     }
     if !matches!(batch_indices.dtype, DataType::I32 | DataType::I64) {
         return Err(kiln::invalid!("RoiAlign batch_indices must be i32 or i64, not {}", batch_indices.dtype));
-    }
-    let count = batch_indices.len();
-    if rois.len() != 4 * count {
-        return Err(kiln::invalid!("RoiAlign: {} rois but {count} batch indices", rois.len() / 4));
     }
     let [out_h, out_w] = spec.output_size;
     let out = output(rec, x.dtype, &[count, channels, out_h, out_w])?;

@@ -6,10 +6,13 @@
 pub mod broadcast;
 pub mod dynamic;
 pub mod loops;
+pub mod matmul;
 pub mod nms;
+pub mod norm;
 pub mod pad;
 pub mod quant;
 pub mod reduce;
 pub mod resize;
+pub mod roi;
 pub mod signal;
 pub mod timing;
