@@ -257,6 +257,11 @@ impl kiln::runtime::machine::Machine for MiniExecutable {
     fn backend_name(&self) -> &str {
         "mini"
     }
+    /// A host backend like the cpu reference: its (deliberately wrong) kernel runs on every
+    /// layer, including the small ones inference could evaluate.
+    fn skips_inferred_layers(&self) -> bool {
+        false
+    }
     fn meta(&self, value: &Self::Value) -> (kiln::DataType, Vec<usize>) {
         (value.dtype(), value.shape().to_vec())
     }

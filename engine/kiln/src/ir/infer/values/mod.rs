@@ -33,6 +33,12 @@ pub(crate) fn fold(
     let nums = |slot: usize| Numbers::of(input(slot)?);
     let ints = |slot: usize| small_integers(input(slot)?);
     let rank_at_most_1 = || inputs.iter().flatten().all(|t| t.shape().len() <= 1);
+    let out_dims = out_shape.as_fixed()?;
+    // Input `slot` broadcast to the output's dims.
+    let broadcast = |slot: usize| {
+        let t = input(slot)?;
+        Numbers::of(t)?.pick(&broadcast_positions(t.shape(), &out_dims)?)
+    };
     let values: Numbers = match kind {
         LayerKind::Identity => nums(0)?,
         LayerKind::Shuffle(p) if is_identity(&p.first_transpose) && is_identity(&p.second_transpose) => nums(0)?,
@@ -77,33 +83,32 @@ pub(crate) fn fold(
             Numbers::Int(v) => Numbers::Int(vec![*v.first()?; out_len]),
             Numbers::Float(v) => Numbers::Float(vec![*v.first()?; out_len]),
         },
-        LayerKind::Elementwise { op } => {
-            if !rank_at_most_1() {
-                return None;
+        // Any rank, numpy broadcasting: the masks exporters build from shapes
+        // (`Range → Unsqueeze → Less → Where`) are small 2-D and 4-D tensors.
+        LayerKind::Elementwise { op } => match (broadcast(0)?, broadcast(1)?) {
+            (Numbers::Int(a), Numbers::Int(b)) => Numbers::Int(zip(&a, &b, |x, y| elementwise(*op, x, y))?),
+            (Numbers::Float(a), Numbers::Float(b)) if op.is_comparison() => {
+                Numbers::Int(zip(&a, &b, |x, y| numbers::float_comparison(*op, x, y).map(i64::from))?)
             }
-            match (nums(0)?, nums(1)?) {
-                (Numbers::Int(a), Numbers::Int(b)) => Numbers::Int(zip_broadcast(&a, &b, out_len, |x, y| elementwise(*op, x, y))?),
-                (Numbers::Float(a), Numbers::Float(b)) if op.is_comparison() => Numbers::Int(zip_broadcast(&a, &b, out_len, |x, y| {
-                    numbers::float_comparison(*op, x, y).map(i64::from)
-                })?),
-                (Numbers::Float(a), Numbers::Float(b)) => {
-                    Numbers::Float(zip_broadcast(&a, &b, out_len, |x, y| numbers::float_arithmetic(*op, x, y))?)
-                }
+            (Numbers::Float(a), Numbers::Float(b)) => Numbers::Float(zip(&a, &b, |x, y| numbers::float_arithmetic(*op, x, y))?),
+            _ => return None,
+        },
+        // `Where(Equal(shape, -1), ones, shape)`: how exporters spell `expand(-1, …)`.
+        LayerKind::Select => {
+            let Numbers::Int(c) = broadcast(0)? else { return None };
+            match (broadcast(1)?, broadcast(2)?) {
+                (Numbers::Int(a), Numbers::Int(b)) => Numbers::Int(select(&c, a, b)),
+                (Numbers::Float(a), Numbers::Float(b)) => Numbers::Float(select(&c, a, b)),
                 _ => return None,
             }
         }
-        // `Where(Equal(shape, -1), ones, shape)`: how exporters spell `expand(-1, …)`.
-        LayerKind::Select => {
-            if !rank_at_most_1() {
-                return None;
-            }
-            let c = ints(0)?;
-            let choose = |i: usize| Some(pick_at(&c, i)? != 0);
-            match (nums(1)?, nums(2)?) {
-                (Numbers::Int(a), Numbers::Int(b)) => Numbers::Int(select(&a, &b, out_len, choose)?),
-                (Numbers::Float(a), Numbers::Float(b)) => Numbers::Float(select(&a, &b, out_len, choose)?),
-                _ => return None,
-            }
+        LayerKind::Expand => broadcast(0)?,
+        // Integer running sums (exact in any order): how Range is lowered.
+        LayerKind::CumulativeSum { exclusive, reverse } => {
+            let Numbers::Int(x) = nums(0)? else { return None };
+            let dims = input(0)?.shape();
+            let axis = crate::ir::shape::normalize_axis(*ints(1)?.first()?, dims.len())?;
+            Numbers::Int(cumulative_sum(&x, dims, axis, *exclusive, *reverse)?)
         }
         _ => return None,
     };
@@ -114,14 +119,16 @@ pub(crate) fn fold(
 }
 
 /// Whether [`fold`] evaluates a layer of `kind` whose inputs have these types and ranks and
-/// whose output has `out_len` elements (`None`: not known before run time), given known
-/// inputs. Backends place such layers on the host: the run-time inference computes them,
+/// whose output has `out_len` elements (`None`: not known before run time; evaluated when
+/// small then), given known inputs. Backends place such layers on the host: the run-time inference computes them,
 /// and no device kernel is needed. (A value [`fold`] still declines at run time, such as
 /// an integer overflow, goes to the backend's kernel.)
 pub fn evaluates(kind: &LayerKind, inputs: &[Option<(DataType, usize)>], out_dtype: DataType, out_len: Option<usize>) -> bool {
     let numeric = |t: DataType| (t.is_integer() && !t.is_narrow()) || t == DataType::Bool || t.is_float();
     let present = || inputs.iter().flatten();
-    if out_len.is_none_or(|n| n > MAX_ELEMENTS) || !numeric(out_dtype) || !present().all(|(t, _)| numeric(*t)) {
+    // A size known only at run time may still be small (a mask over a dynamic sequence):
+    // inference decides then, and a larger one goes to the backend's kernel.
+    if out_len.is_some_and(|n| n > MAX_ELEMENTS) || !numeric(out_dtype) || !present().all(|(t, _)| numeric(*t)) {
         return false;
     }
     let rank_at_most_1 = || present().all(|&(_, rank)| rank <= 1);
@@ -130,34 +137,85 @@ pub fn evaluates(kind: &LayerKind, inputs: &[Option<(DataType, usize)>], out_dty
     match kind {
         LayerKind::Identity | LayerKind::Cast { .. } => true,
         LayerKind::Shuffle(p) => is_identity(&p.first_transpose) && is_identity(&p.second_transpose),
-        LayerKind::Concatenation { .. } | LayerKind::Select => rank_at_most_1(),
+        LayerKind::Concatenation { .. } => rank_at_most_1(),
+        LayerKind::Select | LayerKind::Expand => true,
+        LayerKind::CumulativeSum { .. } => data.is_some_and(|(t, _)| t.is_integer()),
         LayerKind::Gather { mode: GatherMode::Default { axis: 0 } } | LayerKind::Slice => data.is_some_and(|(_, rank)| rank == 1),
         LayerKind::Unary { op: UnaryOp::Not } => out_dtype == DataType::Bool,
         LayerKind::Unary { op } if data_float => numbers::float_unary(*op, 1.0).is_some(),
         LayerKind::Unary { op } => numbers::int_unary(*op, 1).is_some(),
         LayerKind::Fill { value } => numeric(value.dtype()),
-        LayerKind::Elementwise { op } if data_float => {
-            rank_at_most_1() && (numbers::float_arithmetic(*op, 1.0, 1.0).is_some() || op.is_comparison())
-        }
-        LayerKind::Elementwise { op } => rank_at_most_1() && elementwise(*op, 1, 1).is_some(),
+        LayerKind::Elementwise { op } if data_float => numbers::float_arithmetic(*op, 1.0, 1.0).is_some() || op.is_comparison(),
+        LayerKind::Elementwise { op } => elementwise(*op, 1, 1).is_some(),
         _ => false,
     }
 }
 
-/// `f` over the broadcast pairs of two 0-D or 1-D operands (`None` if `f` declines one).
-fn zip_broadcast<T: Clone, R>(a: &[T], b: &[T], len: usize, f: impl Fn(T, T) -> Option<R>) -> Option<Vec<R>> {
-    if a.is_empty() || b.is_empty() {
-        return None;
-    }
-    (0..len).map(|i| f(pick_at(a, i)?, pick_at(b, i)?)).collect()
+/// `f` over the pairs of two operands of one shape (`None` if `f` declines one).
+fn zip<T: Copy, R>(a: &[T], b: &[T], f: impl Fn(T, T) -> Option<R>) -> Option<Vec<R>> {
+    a.iter().zip(b).map(|(&x, &y)| f(x, y)).collect()
 }
 
-/// `c ? a : b` element by element over broadcast 0-D or 1-D operands.
-fn select<T: Clone>(a: &[T], b: &[T], len: usize, choose: impl Fn(usize) -> Option<bool>) -> Option<Vec<T>> {
-    if a.is_empty() || b.is_empty() {
-        return None;
+/// `c ? a : b` element by element over operands of one shape.
+fn select<T>(c: &[i64], a: Vec<T>, b: Vec<T>) -> Vec<T> {
+    c.iter().zip(a.into_iter().zip(b)).map(|(&c, (a, b))| if c != 0 { a } else { b }).collect()
+}
+
+/// For each element of a `to`-shaped tensor, the position in a `from`-shaped one that numpy
+/// broadcasting reads (`None` when `from` does not broadcast to `to`).
+fn broadcast_positions(from: &[usize], to: &[usize]) -> Option<Vec<usize>> {
+    let pad = to.len().checked_sub(from.len())?;
+    let mut strides = vec![0usize; to.len()];
+    let mut stride = 1;
+    for (d, &n) in from.iter().enumerate().rev() {
+        match n {
+            1 => {}
+            n if n == to[d + pad] => strides[d + pad] = stride,
+            _ => return None,
+        }
+        stride *= n;
     }
-    (0..len).map(|i| if choose(i)? { pick_at(a, i) } else { pick_at(b, i) }).collect()
+    let len: usize = to.iter().product();
+    let mut positions = Vec::with_capacity(len);
+    let mut index = vec![0usize; to.len()];
+    for _ in 0..len {
+        positions.push(index.iter().zip(&strides).map(|(i, s)| i * s).sum());
+        for d in (0..to.len()).rev() {
+            index[d] += 1;
+            if index[d] < to[d] {
+                break;
+            }
+            index[d] = 0;
+        }
+    }
+    Some(positions)
+}
+
+/// A running sum along `axis` (exclusive: each position leaves itself out; reverse: from
+/// the end), checked for overflow.
+fn cumulative_sum(x: &[i64], dims: &[usize], axis: usize, exclusive: bool, reverse: bool) -> Option<Vec<i64>> {
+    let len = *dims.get(axis)?;
+    let inner: usize = dims[axis + 1..].iter().product();
+    let outer: usize = dims[..axis].iter().product();
+    let mut out = vec![0i64; x.len()];
+    for o in 0..outer {
+        for i in 0..inner {
+            let mut sum = 0i64;
+            for k in 0..len {
+                let k = if reverse { len - 1 - k } else { k };
+                let at = (o * len + k) * inner + i;
+                let value = *x.get(at)?;
+                if exclusive {
+                    out[at] = sum;
+                    sum = sum.checked_add(value)?;
+                } else {
+                    sum = sum.checked_add(value)?;
+                    out[at] = sum;
+                }
+            }
+        }
+    }
+    Some(out)
 }
 
 /// The elements of a small integer tensor, and of a bool one as 0/1 (the masks exporters
@@ -417,6 +475,29 @@ mod tests {
         assert_eq!(pow, None);
     }
 
+    /// A causal mask from shapes: `Range` (lowered to a running sum) → `Less` over [3,1] and
+    /// [1,3] → `Where(-inf, 0)` → `Expand` to the batch.
+    #[test]
+    fn masks_built_from_shapes_fold_with_broadcasting() {
+        let ones = i64s(&[3], &[1, 1, 1]);
+        let axis = i64s(&[], &[0]);
+        let cumsum = |exclusive, reverse| LayerKind::CumulativeSum { exclusive, reverse };
+        let positions = fold(&cumsum(true, false), &[Some(&ones), Some(&axis)], DataType::I64, &Shape::fixed(&[3])).unwrap();
+        assert_eq!(positions, i64s(&[3], &[0, 1, 2]));
+        let reversed = fold(&cumsum(false, true), &[Some(&ones), Some(&axis)], DataType::I64, &Shape::fixed(&[3])).unwrap();
+        assert_eq!(reversed, i64s(&[3], &[3, 2, 1]));
+        let (rows, cols) = (positions.clone().reshaped(vec![3, 1]).unwrap(), positions.reshaped(vec![1, 3]).unwrap());
+        let less = fold(&LayerKind::Elementwise { op: ElementwiseOp::Less }, &[Some(&rows), Some(&cols)], DataType::Bool, &Shape::fixed(&[3, 3])).unwrap();
+        assert_eq!(less.data(), &TensorData::Bool(vec![false, true, true, false, false, true, false, false, false]));
+        let (neg_inf, zero) = (HostTensor::from_f32(vec![], vec![f32::NEG_INFINITY]).unwrap(), HostTensor::from_f32(vec![], vec![0.0]).unwrap());
+        let mask = fold(&LayerKind::Select, &[Some(&less), Some(&neg_inf), Some(&zero)], DataType::F32, &Shape::fixed(&[3, 3])).unwrap();
+        assert_eq!(mask.as_f32().unwrap()[..3], [0.0, f32::NEG_INFINITY, f32::NEG_INFINITY]);
+        let batch = i64s(&[3], &[2, 3, 3]);
+        let expanded = fold(&LayerKind::Expand, &[Some(&mask), Some(&batch)], DataType::F32, &Shape::fixed(&[2, 3, 3])).unwrap();
+        assert_eq!(expanded.as_f32().unwrap()[9..12], [0.0, f32::NEG_INFINITY, f32::NEG_INFINITY]);
+        assert_eq!(broadcast_positions(&[2], &[3]), None, "2 does not broadcast to 3");
+    }
+
     /// What `evaluates` promises, `fold` does on known inputs of those types and ranks.
     #[test]
     fn evaluates_agrees_with_fold() {
@@ -439,7 +520,9 @@ mod tests {
             assert!(fold(&kind, &known, out_dtype, &Shape::fixed(&[out_len])).is_some(), "{kind:?}");
         }
         let unknown_len = evaluates(&LayerKind::Identity, &[Some((DataType::I64, 1))], DataType::I64, None);
-        assert!(!unknown_len, "an output whose size is known only at run time is no shape");
+        assert!(unknown_len, "a size known only at run time is decided then");
+        let large = evaluates(&LayerKind::Identity, &[Some((DataType::I64, 1))], DataType::I64, Some(MAX_ELEMENTS + 1));
+        assert!(!large, "a tensor known to be large is no shape");
         assert!(!evaluates(&LayerKind::Elementwise { op: ElementwiseOp::Pow }, &[Some((DataType::F32, 1)); 2], DataType::F32, Some(1)));
     }
 }
