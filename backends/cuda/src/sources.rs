@@ -27,8 +27,8 @@ pub enum Source {
     Select,
     /// GatherElements / GatherND / ScatterElements / ScatterND: `indexing.cu`.
     Indexing,
-    /// TopK and running sums/products along one axis: `lanes.cu`.
-    Lanes,
+    /// TopK and running sums/products along one axis: `scan.cu`.
+    Scan,
     /// Resize from host-planned taps: `resize.cu`.
     Resize,
     /// Conversions between every kiln type, Quantize / Dequantize, and integer / f64 arithmetic.
@@ -62,7 +62,7 @@ impl Source {
         Source::Spatial,
         Source::Select,
         Source::Indexing,
-        Source::Lanes,
+        Source::Scan,
         Source::Resize,
         Source::Typed,
         Source::Attention,
@@ -85,7 +85,7 @@ impl Source {
             Source::Spatial => "spatial.cu",
             Source::Select => "select.cu",
             Source::Indexing => "indexing.cu",
-            Source::Lanes => "lanes.cu",
+            Source::Scan => "scan.cu",
             Source::Resize => "resize.cu",
             Source::Typed => "typed.cu",
             Source::Attention => "attention.cu",
@@ -109,7 +109,7 @@ impl Source {
             Source::Spatial => include_str!("../../../kernels/spatial.cu"),
             Source::Select => include_str!("../../../kernels/select.cu"),
             Source::Indexing => include_str!("../../../kernels/indexing.cu"),
-            Source::Lanes => include_str!("../../../kernels/lanes.cu"),
+            Source::Scan => include_str!("../../../kernels/scan.cu"),
             Source::Resize => include_str!("../../../kernels/resize.cu"),
             Source::Typed => include_str!("../../../kernels/typed.cu"),
             Source::Attention => include_str!("../../../kernels/attention.cu"),

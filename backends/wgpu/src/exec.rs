@@ -8,7 +8,7 @@
 use crate::arena::Arena;
 use crate::device::Gpu;
 use crate::ops::{
-    einsum, half, indexing, layout, linalg, lrn, pointwise, quant, reduce, resize, roi, sample, scan, scatter, signal, sort,
+    einsum, half, indexing, layout, linalg, lrn, pointwise, quant, reduce, resize, roi, sampling, scan, scatter, signal, sort,
     KResult,
 };
 use crate::wgsl::CastMode;
@@ -377,7 +377,7 @@ impl<'e> Run<'e> {
                 let h = |slot: usize| host(slot).map(|t| &**t);
                 one(resize::resize(rec, p, x, h(1), h(2), h(3), &shape)?)
             }
-            K::GridSample(p) => one(sample::grid_sample(rec, p, req(0)?, req(1)?, &shape)?),
+            K::GridSample(p) => one(sampling::grid_sample(rec, p, req(0)?, req(1)?, &shape)?),
             K::Quantize { axis, to } => {
                 one(quant::quantize(rec, req(0)?, req(1)?, ins.get(2).and_then(Option::as_ref), *axis, *to)?)
             }

@@ -229,8 +229,8 @@ fn unsupported(network: &Network, layer: &Layer) -> Option<String> {
             if !float_input() {
                 Some("the WGSL GridSample kernel samples floats only".into())
             } else {
-                (rank > ops::sample::MAX_SPATIAL + 2).then(|| {
-                    format!("the WGSL GridSample kernel samples at most {} spatial dims", ops::sample::MAX_SPATIAL)
+                (rank > ops::sampling::MAX_SPATIAL + 2).then(|| {
+                    format!("the WGSL GridSample kernel samples at most {} spatial dims", ops::sampling::MAX_SPATIAL)
                 })
             }
         }

@@ -8,7 +8,7 @@ mod conv;
 mod einsum;
 mod elementwise;
 mod fused;
-mod gather_scatter;
+mod indexing;
 mod matmul;
 mod misc;
 mod norm;
@@ -19,7 +19,7 @@ mod reduce;
 mod resize;
 mod roi;
 mod sampling;
-mod shape_ops;
+mod movement;
 mod signal;
 mod text;
 mod unary;
@@ -94,27 +94,27 @@ pub(crate) fn run(
         K::Normalization { axes, epsilon, num_groups } => {
             one(norm::normalization(ins.req(0)?, ins.req(1)?, ins.req(2)?, axes, *epsilon, *num_groups)?)
         }
-        K::Shuffle(p) => one(shape_ops::shuffle(p, ins.req(0)?, ins.opt(1))?),
+        K::Shuffle(p) => one(movement::shuffle(p, ins.req(0)?, ins.opt(1))?),
         K::Concatenation { axis } => {
             let parts = (0..inputs.len()).map(|i| ins.req(i)).collect::<Result<Vec<_>, _>>()?;
-            one(shape_ops::concatenation(&parts, *axis)?)
+            one(movement::concatenation(&parts, *axis)?)
         }
-        K::Slice => one(shape_ops::slice(ins.req(0)?, ins.req(1)?, ins.req(2)?, ins.opt(3), ins.opt(4))?),
-        K::Gather { mode } => one(gather_scatter::gather(*mode, ins.req(0)?, ins.req(1)?, &shape()?)?),
+        K::Slice => one(movement::slice(ins.req(0)?, ins.req(1)?, ins.req(2)?, ins.opt(3), ins.opt(4))?),
+        K::Gather { mode } => one(indexing::gather(*mode, ins.req(0)?, ins.req(1)?, &shape()?)?),
         K::Scatter { mode, reduction } => {
-            one(gather_scatter::scatter(*mode, *reduction, ins.req(0)?, ins.req(1)?, ins.req(2)?)?)
+            one(indexing::scatter(*mode, *reduction, ins.req(0)?, ins.req(1)?, ins.req(2)?)?)
         }
         K::Select => one(elementwise::select(ins.req(0)?, ins.req(1)?, ins.req(2)?, &shape()?)?),
-        K::Shape => one(shape_ops::shape_of(ins.req(0)?)),
-        K::Fill { value } => one(shape_ops::fill(value, &shape()?)?),
-        K::Expand => one(shape_ops::expand(ins.req(0)?, &shape()?)?),
+        K::Shape => one(movement::shape_of(ins.req(0)?)),
+        K::Fill { value } => one(movement::fill(value, &shape()?)?),
+        K::Expand => one(movement::expand(ins.req(0)?, &shape()?)?),
         K::Resize(p) => one(resize::resize(p, ins.req(0)?, ins.opt(1), ins.opt(2), ins.opt(3), &shape()?)?),
         K::TopK { largest, axis, sorted: _ } => {
             let (values, indices) = misc::top_k(ins.req(0)?, *axis, *largest, &shape()?)?;
             let s = shape()?;
             Ok(vec![tensor(s.clone(), values)?, tensor(s, indices)?])
         }
-        K::Padding { mode } => one(shape_ops::padding(*mode, ins.req(0)?, ins.req(1)?, ins.opt(2), &shape()?)?),
+        K::Padding { mode } => one(movement::padding(*mode, ins.req(0)?, ins.req(1)?, ins.opt(2), &shape()?)?),
         K::ParametricRelu => one(elementwise::parametric_relu(ins.req(0)?, ins.req(1)?)?),
         K::Quantize { axis, to } => one(misc::quantize(ins.req(0)?, ins.req(1)?, ins.opt(2), *axis, *to)?),
         K::Dequantize { axis } => one(misc::dequantize(ins.req(0)?, ins.req(1)?, ins.opt(2), *axis)?),

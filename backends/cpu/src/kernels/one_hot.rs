@@ -1,6 +1,6 @@
 //! OneHot: a gather of `[off, on]`, so every value type is copied exactly.
 
-use super::{gather_scatter, int_scalar, int_values, tensor};
+use super::{indexing, int_scalar, int_values, tensor};
 use kiln::{GatherMode, HostTensor, TensorData};
 
 /// `[indices, values, depth] -> [y]`: `on` where the (wrapped) index equals the position
@@ -38,7 +38,7 @@ pub fn one_hot(
     }
     let pick = tensor(out_shape.to_vec(), TensorData::I64(pick))?;
     let flat_values = values.clone().reshaped(vec![2]).map_err(|e| e.to_string())?;
-    gather_scatter::gather(GatherMode::Default { axis: 0 }, &flat_values, &pick, out_shape)
+    indexing::gather(GatherMode::Default { axis: 0 }, &flat_values, &pick, out_shape)
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@ pub fn expected_kernels() -> Vec<Kernel> {
     for t in super::indexing::TYPED_SUFFIXES {
         add(Source::Indexing, &mut ["scatter_elements", "scatter_nd"].iter().map(|op| format!("{op}_{t}")));
         if t != "bool" {
-            add(Source::Lanes, &mut ["topk", "cumulative"].iter().map(|op| format!("{op}_{t}")));
+            add(Source::Scan, &mut ["topk", "cumulative"].iter().map(|op| format!("{op}_{t}")));
         }
     }
     add(Source::GridSample, &mut each(&["grid_sample"], &super::FLOAT64_SUFFIXES));

@@ -10,10 +10,10 @@ pub mod data_dependent;
 pub mod deconv;
 pub mod einsum;
 pub mod flash;
-pub mod grid_sample;
+pub mod sampling;
 pub mod indexing;
 pub mod kernel_names;
-pub mod lanes;
+pub mod scan;
 pub mod layout;
 pub mod lrn;
 pub mod movement;
@@ -23,7 +23,7 @@ pub mod plugin;
 pub mod pointwise;
 pub mod pool;
 pub mod resize;
-pub mod roi_align;
+pub mod roi;
 pub mod signal;
 pub mod typed;
 
@@ -390,7 +390,7 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
             one(out)
         }
         K::Pooling(p) => one(compute::pooling(cx, p, &raw(0)?, &out_shape(0)?)?),
-        K::GridSample(p) => one(grid_sample::grid_sample(cx, p, &dev(0)?, &dev(1)?, &out_shape(0)?)?),
+        K::GridSample(p) => one(sampling::grid_sample(cx, p, &dev(0)?, &dev(1)?, &out_shape(0)?)?),
         K::OneHot { axis } => {
             let depth = host(2)?.ok_or("OneHot's depth is missing")?;
             one(one_hot::one_hot(cx, &dev(0)?, &dev(1)?, &depth, *axis, &out_shape(0)?)?)
@@ -416,7 +416,7 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
             one(cx.gpu.upload(&selected).map_err(KernelError::from)?)
         }
         K::RoiAlign { max, output_size, sampling_ratio, spatial_scale, half_pixel } => {
-            one(roi_align::roi_align(cx, &dev(0)?, &dev(1)?, &dev(2)?, *max, *output_size, *sampling_ratio, *spatial_scale, *half_pixel)?)
+            one(roi::roi_align(cx, &dev(0)?, &dev(1)?, &dev(2)?, *max, *output_size, *sampling_ratio, *spatial_scale, *half_pixel)?)
         }
         K::Dft { inverse, onesided } => {
             let scalar = |t: Arc<HostTensor>, what: &str| match t.to_i64_vec().as_deref() {
@@ -458,14 +458,14 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
         K::Gather { mode: GatherMode::Nd { batch_dims } } => one(indexing::gather_nd(cx, &dev(0)?, &dev(1)?, *batch_dims, &out_shape(0)?)?),
         K::Scatter { mode, reduction } => one(indexing::scatter(cx, *mode, *reduction, &dev(0)?, &dev(1)?, &dev(2)?)?),
         K::TopK { largest, axis, .. } => {
-            let (values, indices) = lanes::top_k(cx, &dev(0)?, *axis, *largest, &out_shape(0)?)?;
+            let (values, indices) = scan::top_k(cx, &dev(0)?, *axis, *largest, &out_shape(0)?)?;
             Ok(vec![values, indices])
         }
         K::CumulativeSum { exclusive, reverse } | K::CumulativeProduct { exclusive, reverse } => {
             let axis = host(1)?.ok_or("the running sum's axis is missing")?;
             let axis = axis.to_i64_vec().and_then(|v| v.first().copied()).ok_or("the running sum's axis must be one integer")?;
             let product = matches!(kind, K::CumulativeProduct { .. });
-            one(lanes::cumulative(cx, &dev(0)?, axis, *exclusive, *reverse, product)?)
+            one(scan::cumulative(cx, &dev(0)?, axis, *exclusive, *reverse, product)?)
         }
         // The layer driver serves constants, shapes and assertions; the interpreter runs the
         // boundaries.

@@ -15,7 +15,7 @@ pub mod scatter;
 pub mod sort;
 pub mod resize;
 pub mod roi;
-pub mod sample;
+pub mod sampling;
 pub mod signal;
 
 use crate::value::{DeviceTensor, Recorder};

@@ -22,7 +22,7 @@ mod norm;
 mod normalize;
 pub(crate) mod plugin;
 mod pool;
-mod quantize;
+mod quant;
 mod reduce;
 mod resize;
 mod rnn;
@@ -103,7 +103,7 @@ pub(crate) fn registry() -> &'static Registry {
         norm::register(&mut r);
         normalize::register(&mut r);
         pool::register(&mut r);
-        quantize::register(&mut r);
+        quant::register(&mut r);
         reduce::register(&mut r);
         resize::register(&mut r);
         rnn::register(&mut r);

@@ -12,7 +12,7 @@ mod one_hot;
 mod sampling;
 mod signal;
 mod spatial;
-mod structural;
+mod movement;
 mod text;
 mod values;
 
@@ -20,7 +20,7 @@ pub use einsum::EinsumSpec;
 pub use values::evaluates as evaluates_on_host;
 pub use signal::{col2im_blocks, dft_axis, dft_length, dft_output_len};
 pub use spatial::window_output;
-pub use structural::{resolve_reshape, resolve_slice, static_reshape, SliceAxis};
+pub use movement::{resolve_reshape, resolve_slice, static_reshape, SliceAxis};
 
 use super::dtype::DataType;
 use super::layer::{ActivationKind, ElementwiseOp, LayerKind, MatrixOp, UnaryOp, WeightsId};
@@ -202,11 +202,11 @@ fn infer_kind(
             }
             Ok(vec![OutFact::new(x.dtype, x.shape.clone())])
         }
-        K::Shuffle(p) => structural::shuffle(&ins, p),
-        K::Concatenation { axis } => structural::concatenation(&ins, *axis),
-        K::Slice => structural::slice(&ins),
-        K::Gather { mode } => structural::gather(&ins, *mode),
-        K::Scatter { mode, reduction: _ } => structural::scatter(&ins, *mode),
+        K::Shuffle(p) => movement::shuffle(&ins, p),
+        K::Concatenation { axis } => movement::concatenation(&ins, *axis),
+        K::Slice => movement::slice(&ins),
+        K::Gather { mode } => movement::gather(&ins, *mode),
+        K::Scatter { mode, reduction: _ } => movement::scatter(&ins, *mode),
         K::Select => {
             ins.arity(3, 3)?;
             ins.of_type(0, DataType::Bool)?;
@@ -224,7 +224,7 @@ fn infer_kind(
             let symbolic = value.is_none().then(|| x.shape.dims().iter().map(SymInt::of_dim).collect());
             Ok(vec![OutFact { dtype: DataType::I64, shape: Shape::fixed(&[x.shape.rank()]), value, symbolic }])
         }
-        K::Fill { value } => structural::fill(&ins, value),
+        K::Fill { value } => movement::fill(&ins, value),
         K::Dft { inverse, onesided } => signal::dft(&ins, *inverse, *onesided),
         K::Col2Im { strides, dilations, pads } => signal::col2im(&ins, strides, dilations, pads),
         K::RoiAlign { output_size, .. } => sampling::roi_align(&ins, *output_size),
@@ -239,10 +239,10 @@ fn infer_kind(
             }
             Ok(vec![OutFact::new(x.dtype, Shape(dims[..rank - 2].to_vec()))])
         }
-        K::Expand => structural::expand(&ins),
+        K::Expand => movement::expand(&ins),
         K::Resize(p) => spatial::resize(&ins, p),
-        K::TopK { largest: _, axis, sorted: _ } => structural::top_k(&ins, *axis),
-        K::Padding { mode: _ } => structural::padding(&ins),
+        K::TopK { largest: _, axis, sorted: _ } => movement::top_k(&ins, *axis),
+        K::Padding { mode: _ } => movement::padding(&ins),
         K::ParametricRelu => {
             ins.arity(2, 2)?;
             let x = ins.float(0)?;

@@ -1,4 +1,4 @@
-//! TopK and running sums / products along one axis (`kernels/lanes.cu`).
+//! TopK and running sums / products along one axis (`kernels/scan.cu`).
 
 use kiln::{invalid, DataType, KernelError};
 use crate::ops::KResult;
@@ -42,7 +42,7 @@ pub fn top_k(
         cx.arg(&values),
         cx.arg(&indices),
     ];
-    cx.launch_elements(Source::Lanes.kernel(format!("topk_{}", typed_suffix(x.dtype)?)), x.len(), &args)?;
+    cx.launch_elements(Source::Scan.kernel(format!("topk_{}", typed_suffix(x.dtype)?)), x.len(), &args)?;
     Ok((values, indices))
 }
 
@@ -77,6 +77,6 @@ pub fn cumulative(
         cx.arg(x),
         cx.arg(&out),
     ];
-    cx.launch_elements(Source::Lanes.kernel(format!("cumulative_{suffix}")), outer * inner, &args)?;
+    cx.launch_elements(Source::Scan.kernel(format!("cumulative_{suffix}")), outer * inner, &args)?;
     Ok(out)
 }
