@@ -415,9 +415,7 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
             )?;
             one(cx.gpu.upload(&selected).map_err(KernelError::from)?)
         }
-        K::RoiAlign { max, output_size, sampling_ratio, spatial_scale, half_pixel } => {
-            one(roi::roi_align(cx, &dev(0)?, &dev(1)?, &dev(2)?, *max, *output_size, *sampling_ratio, *spatial_scale, *half_pixel)?)
-        }
+        K::RoiAlign { .. } => one(roi::roi_align(cx, &dev(0)?, &dev(1)?, &dev(2)?, &kiln::plan::roi::RoiAlignSpec::of(kind)?)?),
         K::Dft { inverse, onesided } => {
             let scalar = |t: Arc<HostTensor>, what: &str| match t.to_i64_vec().as_deref() {
                 Some([v]) => Ok(*v),

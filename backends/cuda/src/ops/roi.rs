@@ -1,5 +1,7 @@
-//! RoiAlign on the device (`kernels/roi_align.cu`), as kiln-cpu's `roi.rs`.
+//! RoiAlign on the device (`kernels/roi_align.cu`), as kiln-cpu's `roi.rs`; the spec and the
+//! input checks are `kiln::plan::roi`'s.
 
+use kiln::plan::roi::RoiAlignSpec;
 use kiln::{invalid, DataType, KernelError};
 use crate::ops::KResult;
 use super::Ctx;
@@ -8,25 +10,8 @@ use crate::sources::Source;
 
 /// RoiAlign of `x` (N, C, H, W) over `rois` (R, 4) of images `batch_indices` (R):
 /// (R, C, out_h, out_w). A batch index out of range is an error (read back at the end of the run).
-#[allow(clippy::too_many_arguments)]
-pub fn roi_align(
-    cx: &Ctx,
-    x: &DeviceTensor,
-    rois: &DeviceTensor,
-    batch_indices: &DeviceTensor,
-    max: bool,
-    output_size: [usize; 2],
-    sampling_ratio: usize,
-    spatial_scale: f32,
-    half_pixel: bool,
-) -> KResult<DeviceTensor> {
+pub fn roi_align(cx: &Ctx, x: &DeviceTensor, rois: &DeviceTensor, batch_indices: &DeviceTensor, spec: &RoiAlignSpec) -> KResult<DeviceTensor> {
     let suffix = super::float64_suffix(x.dtype, "RoiAlign")?;
-    let [batch, channels, height, width] = x.shape[..] else {
-        return Err(invalid!("RoiAlign input must be (N, C, H, W), got {:?}", x.shape));
-    };
-    if height == 0 || width == 0 {
-        return Err(invalid!("RoiAlign input {:?} has an empty image", x.shape));
-    }
     if !rois.dtype.is_float() || !batch_indices.dtype.is_integer() {
         return Err(invalid!(
             "RoiAlign takes float rois and integer batch indices, not {} and {}",
@@ -34,9 +19,8 @@ pub fn roi_align(
         ));
     }
     let count = batch_indices.len();
-    if rois.len() != 4 * count {
-        return Err(invalid!("RoiAlign: {} rois but {count} batch indices", rois.len() / 4));
-    }
+    let [batch, channels, height, width] = kiln::plan::roi::image(&x.shape, rois.len(), count)?;
+    let RoiAlignSpec { max, output_size, sampling_ratio, spatial_scale, half_pixel } = *spec;
     let [out_h, out_w] = output_size;
     let out = cx.gpu.empty(x.dtype, vec![count, channels, out_h, out_w]).map_err(KernelError::from)?;
     let total = out.len();
