@@ -108,9 +108,9 @@ impl Broadcast {
 }
 
 /// Source steps that broadcast `in_shape` (right-aligned) over `out_shape`
-/// ([`kiln::plan::broadcast::strides`]).
+/// ([`kiln::ir::broadcast::strides`]).
 pub fn broadcast_steps(in_shape: &[usize], out_shape: &[usize]) -> Result<Vec<isize>, String> {
-    Ok(kiln::plan::broadcast::strides(in_shape, out_shape)?.into_iter().map(|s| s as isize).collect())
+    Ok(kiln::ir::broadcast::strides(in_shape, out_shape)?.into_iter().map(|s| s as isize).collect())
 }
 
 /// A tensor seen as `outer × len × inner` around one axis.

@@ -223,7 +223,7 @@ pub fn broadcast_strides(out: &[usize], operands: &[&[usize]]) -> KResult<Layout
         l.shape[d] = n as i64;
     }
     for (which, shape) in operands.iter().enumerate() {
-        for (d, stride) in kiln::plan::broadcast::strides(shape, out)?.into_iter().enumerate() {
+        for (d, stride) in kiln::ir::broadcast::strides(shape, out)?.into_iter().enumerate() {
             l.stride[which][d] = stride as i64;
         }
     }

@@ -35,9 +35,9 @@ pub fn strides(shape: &[usize]) -> Vec<usize> {
 }
 
 /// Strides reading `from` (numpy-broadcast, right-aligned) at the coordinates of `to`:
-/// 0 along broadcast dims ([`kiln::plan::broadcast::strides`]).
+/// 0 along broadcast dims ([`kiln::ir::broadcast::strides`]).
 pub fn broadcast_strides(from: &[usize], to: &[usize]) -> KResult<Vec<usize>> {
-    Ok(kiln::plan::broadcast::strides(from, to)?)
+    Ok(kiln::ir::broadcast::strides(from, to)?)
 }
 
 /// `v` as 8 words (zero-padded); fails beyond [`MAX_RANK`].

@@ -2,6 +2,7 @@
 
 mod api;
 mod api_control;
+pub mod broadcast;
 pub mod control;
 pub mod dtype;
 mod dump;

@@ -3,7 +3,7 @@
 //! batch's matrix starts once the operands' batch dims broadcast.
 
 use crate::ir::layer::MatrixOp;
-use crate::plan::broadcast;
+use crate::ir::broadcast;
 
 /// One operand seen as a stack of `rows × cols` matrices: element `(i, j)` of batch matrix
 /// `b` is at `offset(b) + i·row_stride + j·col_stride`.
@@ -50,17 +50,7 @@ impl MatrixOperand {
     /// The element offset of this operand's matrix for each batch of `batch_shape`, in
     /// row-major order, its own batch dims broadcast to it.
     pub fn batch_offsets(&self, batch_shape: &[usize]) -> Result<Vec<usize>, String> {
-        let steps = broadcast::strides(&self.batch, batch_shape)?;
-        let count: usize = batch_shape.iter().product();
-        let offset = |i: usize| {
-            let (mut rest, mut at) = (i, 0);
-            for (&d, &step) in batch_shape.iter().zip(&steps).rev() {
-                at += rest % d * step;
-                rest /= d;
-            }
-            at * self.size()
-        };
-        Ok((0..count).map(offset).collect())
+        Ok(broadcast::positions(&self.batch, batch_shape)?.into_iter().map(|at| at * self.size()).collect())
     }
 }
 

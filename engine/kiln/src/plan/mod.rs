@@ -3,7 +3,6 @@
 //! indexing), so the cpu oracle and the device backends agree by construction. Depends
 //! only on the IR.
 
-pub mod broadcast;
 pub mod dynamic;
 pub mod loops;
 pub mod matmul;

@@ -37,7 +37,7 @@ pub(crate) fn fold(
     // Input `slot` broadcast to the output's dims.
     let broadcast = |slot: usize| {
         let t = input(slot)?;
-        Numbers::of(t)?.pick(&broadcast_positions(t.shape(), &out_dims)?)
+        Numbers::of(t)?.pick(&crate::ir::broadcast::positions(t.shape(), &out_dims).ok()?)
     };
     let values: Numbers = match kind {
         LayerKind::Identity => nums(0)?,
@@ -159,36 +159,6 @@ fn zip<T: Copy, R>(a: &[T], b: &[T], f: impl Fn(T, T) -> Option<R>) -> Option<Ve
 /// `c ? a : b` element by element over operands of one shape.
 fn select<T>(c: &[i64], a: Vec<T>, b: Vec<T>) -> Vec<T> {
     c.iter().zip(a.into_iter().zip(b)).map(|(&c, (a, b))| if c != 0 { a } else { b }).collect()
-}
-
-/// For each element of a `to`-shaped tensor, the position in a `from`-shaped one that numpy
-/// broadcasting reads (`None` when `from` does not broadcast to `to`).
-fn broadcast_positions(from: &[usize], to: &[usize]) -> Option<Vec<usize>> {
-    let pad = to.len().checked_sub(from.len())?;
-    let mut strides = vec![0usize; to.len()];
-    let mut stride = 1;
-    for (d, &n) in from.iter().enumerate().rev() {
-        match n {
-            1 => {}
-            n if n == to[d + pad] => strides[d + pad] = stride,
-            _ => return None,
-        }
-        stride *= n;
-    }
-    let len: usize = to.iter().product();
-    let mut positions = Vec::with_capacity(len);
-    let mut index = vec![0usize; to.len()];
-    for _ in 0..len {
-        positions.push(index.iter().zip(&strides).map(|(i, s)| i * s).sum());
-        for d in (0..to.len()).rev() {
-            index[d] += 1;
-            if index[d] < to[d] {
-                break;
-            }
-            index[d] = 0;
-        }
-    }
-    Some(positions)
 }
 
 /// A running sum along `axis` (exclusive: each position leaves itself out; reverse: from
@@ -495,7 +465,6 @@ mod tests {
         let batch = i64s(&[3], &[2, 3, 3]);
         let expanded = fold(&LayerKind::Expand, &[Some(&mask), Some(&batch)], DataType::F32, &Shape::fixed(&[2, 3, 3])).unwrap();
         assert_eq!(expanded.as_f32().unwrap()[9..12], [0.0, f32::NEG_INFINITY, f32::NEG_INFINITY]);
-        assert_eq!(broadcast_positions(&[2], &[3]), None, "2 does not broadcast to 3");
     }
 
     /// What `evaluates` promises, `fold` does on known inputs of those types and ranks.

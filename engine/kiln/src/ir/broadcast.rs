@@ -1,5 +1,6 @@
-//! Numpy broadcasting as the kernels read it: the strides that walk an input at the
-//! coordinates of the output it broadcasts to.
+//! Numpy broadcasting as kernels and host evaluation read it: the strides that walk an input
+//! at the coordinates of the output it broadcasts to, and the input position each output
+//! element reads.
 
 /// Row-major element strides of `from` (right-aligned) read at the coordinates of `to`: 0
 /// along the leading dims `from` lacks and along every size-1 dim (whose index is always 0).
@@ -25,9 +26,32 @@ pub fn strides(from: &[usize], to: &[usize]) -> Result<Vec<usize>, String> {
         .collect()
 }
 
+/// For each element of a `to`-shaped tensor in row-major order, the position in a
+/// `from`-shaped one that broadcasting reads.
+pub fn positions(from: &[usize], to: &[usize]) -> Result<Vec<usize>, String> {
+    let steps = strides(from, to)?;
+    let count: usize = to.iter().product();
+    let position = |i: usize| {
+        let (mut rest, mut at) = (i, 0);
+        for (&d, &step) in to.iter().zip(&steps).rev() {
+            at += rest % d * step;
+            rest /= d;
+        }
+        at
+    };
+    Ok((0..count).map(position).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn positions_repeat_the_broadcast_axes() {
+        assert_eq!(positions(&[3, 1], &[2, 3, 2]).unwrap(), vec![0, 0, 1, 1, 2, 2, 0, 0, 1, 1, 2, 2]);
+        assert_eq!(positions(&[], &[2]).unwrap(), vec![0, 0]);
+        assert!(positions(&[2], &[3]).is_err());
+    }
 
     #[test]
     fn broadcast_axes_read_with_stride_zero() {
