@@ -396,8 +396,9 @@ impl Gpu {
             return Ok(());
         }
         let (f, params) = self.function(kernel)?;
-        let passed: Vec<usize> = args.iter().map(Arg::size).collect();
-        if passed[..] != params[..] {
+        // Compared without allocating: this runs on every launch.
+        if args.len() != params.len() || args.iter().zip(params.iter()).any(|(a, &size)| a.size() != size) {
+            let passed: Vec<usize> = args.iter().map(Arg::size).collect();
             return Err(GpuError::Launch(format!(
                 "kernel `{}` takes parameters of {:?} bytes, its launcher passed {passed:?}",
                 kernel.name, &params[..]

@@ -1,8 +1,9 @@
 //! The executable: kiln's shared control-flow interpreter driving device kernels.
 //!
 //! Values live on the device, except small shape tensors: Shape outputs, small constants and
-//! the layers computing only from them run on the host with the cpu backend's kernels (as
-//! TensorRT's shape tensors do), so reshapes and slices never wait for the device.
+//! the shape arithmetic computed only from them stay on the host, evaluated by shape
+//! inference (as TensorRT's shape tensors are), so reshapes and slices never wait for the
+//! device.
 
 use kiln::{invalid, BackendError, DataType, DeviceTimes, Executable, HostTensor, KernelError, LayerId, LayerKind, Network};
 use crate::ops::KResult;
@@ -90,7 +91,7 @@ fn view_outputs(network: &Network) -> Vec<bool> {
 }
 
 /// Which layers run on the host: those whose every input is host-available (small
-/// constants, Shape outputs, other host layers' outputs).
+/// constants, Shape outputs, other host layers' outputs) and that inference evaluates.
 fn place(network: &Network) -> Vec<Placement> {
     place_with_host_tensors(network).0
 }
