@@ -9,7 +9,7 @@
 
 use crate::error::BackendError;
 use crate::ir::dtype::DataType;
-use crate::ir::infer::{infer_layer, Fact, OutFact};
+use crate::ir::infer::{infer_layer, infer_layer_types, Fact, OutFact};
 use crate::ir::layer::LayerKind;
 use crate::ir::network::{LayerId, Network};
 use crate::ir::shape::Shape;
@@ -192,8 +192,9 @@ fn drive_layer<M: Machine + ?Sized>(m: &M, id: LayerId, inputs: &[Option<M::Valu
         .collect();
     let facts: Vec<Option<Fact>> =
         metas.iter().map(|x| x.as_ref().map(|(dtype, shape, host)| Fact::new(*dtype, shape, host.as_deref()))).collect();
-    let expected =
-        infer_layer(&layer.kind, &facts, &|w| net.weights_blob(w)).map_err(|e| format!("shape inference: {}", e.rule))?;
+    // A machine that runs every kernel itself has no use for inference's values.
+    let infer = if m.skips_inferred_layers() { infer_layer } else { infer_layer_types };
+    let expected = infer(&layer.kind, &facts, &|w| net.weights_blob(w)).map_err(|e| format!("shape inference: {}", e.rule))?;
     // Shape arithmetic inference evaluated (see `ir::infer::evaluates_on_host`): no kernel.
     if m.skips_inferred_layers() && !expected.is_empty() && expected.iter().all(|o| o.value.is_some()) {
         return Ok(expected.into_iter().filter_map(|o| o.value).map(|t| m.host_value(Arc::new(t))).collect());

@@ -119,6 +119,12 @@ pub fn infer_layer(kind: &LayerKind, inputs: &[Option<Fact>], weights: &WeightsL
     Ok(outs)
 }
 
+/// [`infer_layer`] without evaluating values: the output types and shapes only, for a caller
+/// that computes every layer with its own kernel (the cpu reference) and would discard them.
+pub fn infer_layer_types(kind: &LayerKind, inputs: &[Option<Fact>], weights: &WeightsLookup<'_>) -> InferResult<Vec<OutFact>> {
+    infer_kind(kind, inputs, weights)
+}
+
 fn infer_kind(
     kind: &LayerKind,
     inputs: &[Option<Fact>],
