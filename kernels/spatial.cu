@@ -1,7 +1,8 @@
 // 2-D convolution on NCHW (1-D runs as H = 1): one thread per output element (pooling is
-// kernels/pool.cu's, over any number of axes).
+// kernels/pool.cu's, over any number of axes); depthwise convolution on NHWC with its epilogue.
 // Plain direct loops in float: the correct baseline that GEMM/cuDNN tactics are checked against.
 #include "common.cuh"
+#include "unary.cuh"
 
 struct Window {
     i64 n, c, h, w;        // input
@@ -40,8 +41,70 @@ __device__ void conv2d(Window p, const T* x, const T* w, const T* bias, T* y) {
     }
 }
 
+// Depthwise convolution (groups = input = output channels) on NHWC tensors. Each thread makes
+// one output pixel's run of V channels: with V = one 16-byte vector, neighbouring threads
+// read neighbouring vectors, and the filter, re-laid [kh][kw][C] (kiln-cuda's
+// `depthwise_rsc`), loads its taps as vectors too. Accumulated in f32, then the epilogue in
+// one store: bias (p.kind), activation `act1`, residual `z` (NHWC, the output's shape), and
+// activation `act2`, each optional (a code < 0 is none, a null pointer no residual).
+// (Four pixels of a row per thread, sharing each tap's load, measured 2x slower on H100.)
+template <typename T, int V>
+__device__ void depthwise_nhwc(Window p, int act1, float alpha1, float beta1, int act2, float alpha2, float beta2,
+                               const T* x, const T* w, const T* bias, const T* z, T* y) {
+    const i64 runs = p.c / V;
+    const i64 n = p.n * p.oh * p.ow * runs;
+    KILN_GRID_LOOP(i, n) {
+        const i64 c0 = (i % runs) * V, pixel = i / runs;
+        const i64 ox = pixel % p.ow, oy = (pixel / p.ow) % p.oh, b = pixel / (p.ow * p.oh);
+        float acc[V];
+        if (p.kind) {
+            load_run<V>(bias + c0, acc);
+        } else {
+#pragma unroll
+            for (int k = 0; k < V; ++k) acc[k] = 0.0f;
+        }
+        for (i64 ky = 0; ky < p.kh; ++ky) {
+            const i64 iy = oy * p.sh - p.ph + ky * p.dh;
+            if (iy < 0 || iy >= p.h) continue;
+            for (i64 kx = 0; kx < p.kw; ++kx) {
+                const i64 ix = ox * p.sw - p.pw + kx * p.dw;
+                if (ix < 0 || ix >= p.w) continue;
+                float xv[V], wv[V];
+                load_run<V>(x + ((b * p.h + iy) * p.w + ix) * p.c + c0, xv);
+                load_run<V>(w + (ky * p.kw + kx) * p.c + c0, wv);
+#pragma unroll
+                for (int k = 0; k < V; ++k) acc[k] = fmaf(xv[k], wv[k], acc[k]);
+            }
+        }
+        const i64 at = pixel * p.c + c0;
+        if (act1 >= 0) {
+#pragma unroll
+            for (int k = 0; k < V; ++k) acc[k] = unary_float(act1, acc[k], alpha1, beta1);
+        }
+        if (z) {
+            float zv[V];
+            load_run<V>(z + at, zv);
+#pragma unroll
+            for (int k = 0; k < V; ++k) acc[k] += zv[k];
+        }
+        if (act2 >= 0) {
+#pragma unroll
+            for (int k = 0; k < V; ++k) acc[k] = unary_float(act2, acc[k], alpha2, beta2);
+        }
+        store_run<V>(y + at, acc);
+    }
+}
+
 #define SPATIAL_KERNELS(suffix, T) \
-    extern "C" __global__ void conv2d_##suffix(Window p, const T* x, const T* w, const T* b, T* y) { conv2d(p, x, w, b, y); }
+    extern "C" __global__ void conv2d_##suffix(Window p, const T* x, const T* w, const T* b, T* y) { conv2d(p, x, w, b, y); } \
+    extern "C" __global__ void depthwise_nhwc_##suffix(Window p, int a1, float x1, float y1, int a2, float x2, float y2, \
+                                                      const T* x, const T* w, const T* b, const T* z, T* y) { \
+        depthwise_nhwc<T, Vec16<T>::N>(p, a1, x1, y1, a2, x2, y2, x, w, b, z, y); \
+    } \
+    extern "C" __global__ void depthwise_nhwc1_##suffix(Window p, int a1, float x1, float y1, int a2, float x2, float y2, \
+                                                       const T* x, const T* w, const T* b, const T* z, T* y) { \
+        depthwise_nhwc<T, 1>(p, a1, x1, y1, a2, x2, y2, x, w, b, z, y); \
+    }
 
 SPATIAL_KERNELS(f32, float)
 SPATIAL_KERNELS(f16, __half)

@@ -5,8 +5,9 @@ use crate::kernels::{self, Variant};
 use kiln::ir::control::ControlFlow;
 use kiln::ir::infer::{Fact, OutFact};
 use kiln::runtime::interp::{run_plan, top_level_frees};
+use kiln::runtime::layer_profile::{HostClock, LayerProfiler};
 use kiln::runtime::machine::{KernelError, Machine};
-use kiln::{BackendError, DataType, Executable, HostTensor, LayerId, Network};
+use kiln::{BackendError, DataType, Executable, HostTensor, LayerId, LayerTimes, Network};
 use std::sync::Arc;
 
 /// A network prepared for the cpu backend. Immutable once built, so it is shared freely
@@ -37,11 +38,26 @@ impl CpuExecutable {
     }
 }
 
-impl Machine for CpuExecutable {
+/// One execution of a [`CpuExecutable`]: the interpreter's machine.
+struct CpuRun<'e> {
+    exe: &'e CpuExecutable,
+    /// Times each layer in a profile run.
+    clock: Option<HostClock>,
+}
+
+impl CpuRun<'_> {
+    fn execute(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>, BackendError> {
+        let values = inputs.iter().map(|x| Arc::new(x.clone())).collect();
+        let outputs = run_plan(self, &self.exe.plan, &self.exe.frees, values)?;
+        Ok(outputs.into_iter().map(|v| Arc::try_unwrap(v).unwrap_or_else(|shared| (*shared).clone())).collect())
+    }
+}
+
+impl Machine for CpuRun<'_> {
     type Value = Arc<HostTensor>;
 
     fn network(&self) -> &Network {
-        &self.network
+        &self.exe.network
     }
 
     fn backend_name(&self) -> &str {
@@ -51,6 +67,10 @@ impl Machine for CpuExecutable {
     /// The reference computes every layer with its own kernels.
     fn skips_inferred_layers(&self) -> bool {
         false
+    }
+
+    fn profiler(&self) -> Option<&dyn LayerProfiler> {
+        self.clock.as_ref().map(|c| c as &dyn LayerProfiler)
     }
 
     fn meta(&self, value: &Arc<HostTensor>) -> (DataType, Vec<usize>) {
@@ -74,8 +94,8 @@ impl Machine for CpuExecutable {
         expected: &[OutFact],
     ) -> Result<Vec<Arc<HostTensor>>, KernelError> {
         let inputs: Vec<Option<&HostTensor>> = values.iter().map(|v| v.as_deref()).collect();
-        let variant = self.variants.get(id.0).copied().unwrap_or_default();
-        let outputs = kernels::run_with(&self.network.layer(id).kind, &inputs, expected, variant)?;
+        let variant = self.exe.variants.get(id.0).copied().unwrap_or_default();
+        let outputs = kernels::run_with(&self.exe.network.layer(id).kind, &inputs, expected, variant)?;
         Ok(outputs.into_iter().map(Arc::new).collect())
     }
 
@@ -106,8 +126,13 @@ impl Machine for CpuExecutable {
 
 impl Executable for CpuExecutable {
     fn execute(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>, BackendError> {
-        let values = inputs.iter().map(|x| Arc::new(x.clone())).collect();
-        let outputs = run_plan(self, &self.plan, &self.frees, values)?;
-        Ok(outputs.into_iter().map(|v| Arc::try_unwrap(v).unwrap_or_else(|shared| (*shared).clone())).collect())
+        CpuRun { exe: self, clock: None }.execute(inputs)
+    }
+
+    /// Each layer timed on the host clock.
+    fn execute_profiled(&self, inputs: &[HostTensor]) -> Result<(Vec<HostTensor>, Option<LayerTimes>), BackendError> {
+        let run = CpuRun { exe: self, clock: Some(HostClock::new(self.network.layers().len())) };
+        let outputs = run.execute(inputs)?;
+        Ok((outputs, run.clock.map(HostClock::into_times)))
     }
 }

@@ -36,6 +36,19 @@ pub struct Gpu {
     pub dnn: OnceLock<Result<crate::dnn::Dnn, GpuError>>,
     /// The traced execution and the run lock.
     pub sessions: Arc<Sessions>,
+    /// Weights converted once for a kernel (see [`Gpu::converted_weights`]).
+    converted: Mutex<HashMap<(u64, &'static str), Converted>>,
+}
+
+/// One converted copy of constant weights, and what it was made from. The original is held
+/// weakly: while it lives its address names it (an address is not reused while it lives);
+/// once it is dropped the entry is too.
+#[derive(Debug)]
+struct Converted {
+    original: Weak<DeviceBuffer>,
+    dtype: DataType,
+    shape: Vec<usize>,
+    copy: DeviceTensor,
 }
 
 /// The CUBIN image of each source.
@@ -73,7 +86,8 @@ impl Gpu {
             modules.insert(source, module);
         }
         let blas = crate::blas::Blas::new(stream.clone())?;
-        Ok(Gpu { ctx, stream, arch, modules, functions: Mutex::new(HashMap::new()), blas, dnn: OnceLock::new(), sessions: Arc::default() })
+        let functions = Mutex::new(HashMap::new());
+        Ok(Gpu { ctx, stream, arch, modules, functions, blas, dnn: OnceLock::new(), sessions: Arc::default(), converted: Mutex::default() })
     }
 
     /// What identifies this device for engine compatibility.
@@ -141,6 +155,28 @@ impl Gpu {
         let out = f();
         PERSISTENT.with(|p| p.set(was));
         out
+    }
+
+    /// `w` (constant weights) as `convert` lays it out for a kernel (`conversion` names the
+    /// layout: "krsc", "depthwise_rsc"), converted on first use and cached across runs,
+    /// outside every run's trace and arena.
+    pub fn converted_weights<E>(
+        &self,
+        w: &DeviceTensor,
+        conversion: &'static str,
+        convert: impl FnOnce(&DeviceTensor) -> Result<DeviceTensor, E>,
+    ) -> Result<DeviceTensor, E> {
+        let key = (w.buf.ptr(), conversion);
+        let mut cache = self.converted.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = cache.get(&key) {
+            if c.original.upgrade().is_some_and(|o| Arc::ptr_eq(&o, &w.buf)) && c.shape == w.shape && c.dtype == w.dtype {
+                return Ok(c.copy.clone());
+            }
+        }
+        cache.retain(|_, c| c.original.strong_count() > 0);
+        let copy = self.persistent(|| convert(w))?;
+        cache.insert(key, Converted { original: Arc::downgrade(&w.buf), dtype: w.dtype, shape: w.shape.clone(), copy: copy.clone() });
+        Ok(copy)
     }
 
     fn plain_alloc(&self, bytes: usize, traced: Option<(Weak<Mutex<Tracer>>, usize)>) -> Result<DeviceBuffer, GpuError> {
@@ -343,16 +379,51 @@ impl Gpu {
     /// around each run (after one untimed warm-up run), sorted ascending. Runs are enqueued
     /// back to back and waited for once at the end, so host work overlaps device work as in a
     /// serving loop; a run whose host side is slower than its device side shows the gap.
-    pub fn time_ms(&self, reps: usize, mut f: impl FnMut() -> Result<(), String>) -> Result<Vec<f32>, String> {
-        let event = || self.ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| format!("cuEventCreate: {e:?}"));
+    pub fn time_ms(&self, reps: usize, f: impl FnMut() -> Result<(), String>) -> Result<Vec<f32>, String> {
+        self.timed_runs(reps, false, f)
+    }
+
+    /// [`Gpu::time_ms`] of the device alone, as a replayed CUDA graph would see it: the runs
+    /// are enqueued behind a device-side wait longer than enqueueing them takes (measured on a
+    /// second warm-up run), so they execute back to back however slow their host side is and
+    /// the events between them time kernels, not launches. Tactics are chosen so: at batch 1
+    /// a layer's kernels take less time than their launches.
+    pub fn device_time_ms(&self, reps: usize, f: impl FnMut() -> Result<(), String>) -> Result<Vec<f32>, String> {
+        self.timed_runs(reps, true, f)
+    }
+
+    /// Enqueues a kernel that keeps the stream busy for at least `time` (cycles at the
+    /// device's highest clock: longer at a lower one).
+    pub fn spin(&self, time: std::time::Duration) -> Result<(), GpuError> {
+        let khz = self.ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CLOCK_RATE).map_err(driver("cuDeviceGetAttribute"))?;
+        let cycles = (time.as_nanos() * u128::from(khz.max(1) as u32) / 1_000_000).min(i64::MAX as u128) as i64;
+        self.launch(&Source::Timing.kernel("spin_cycles"), 1, 1, &[Arg::I64(cycles)])
+    }
+
+    fn timed_runs(&self, reps: usize, behind_wait: bool, mut f: impl FnMut() -> Result<(), String>) -> Result<Vec<f32>, String> {
+        const MAX_WAIT_NS: u128 = 1_000_000_000;
         f()?;
         self.synchronize().map_err(|e| e.to_string())?;
+        let wait_ns = if behind_wait {
+            let start = std::time::Instant::now();
+            f()?;
+            let enqueue = start.elapsed();
+            self.synchronize().map_err(|e| e.to_string())?;
+            // Twice the measured enqueue time per run, plus the events' own: ample, and bounded.
+            Some((enqueue.as_nanos() * 2 * (reps as u128 + 1) + 50_000).min(MAX_WAIT_NS))
+        } else {
+            None
+        };
+        let event = || self.ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| format!("cuEventCreate: {e:?}"));
         let marks = (0..reps).map(|_| Ok((event()?, event()?))).collect::<Result<Vec<_>, String>>()?;
         // Each record waits out another thread's graph capture (it would land in the graph).
         let record = |e: &cudarc::driver::CudaEvent| {
             let _access = self.sessions.access();
             e.record(&self.stream).map_err(|e| format!("cuEventRecord: {e:?}"))
         };
+        if let Some(ns) = wait_ns {
+            self.spin(std::time::Duration::from_nanos(ns as u64)).map_err(|e| e.to_string())?;
+        }
         for (start, end) in &marks {
             record(start)?;
             f()?;

@@ -15,7 +15,7 @@ use cudarc::driver::{CudaContext, CudaStream};
 use kiln::DataType;
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 
 /// What cuDNN needs of the device it runs on; `Gpu` implements it, so this library sits
 /// below the device rather than beside it.
@@ -420,19 +420,12 @@ impl PoolSpec {
     }
 }
 
-/// Channels-last filter copies by the original's device address (see [`Dnn::channels_last_filter`]).
-type FilterCache = HashMap<u64, (Weak<DeviceBuffer>, DeviceTensor)>;
-
 /// A cuDNN handle on one stream and the plans of the shapes met so far.
 #[derive(Debug)]
 pub struct Dnn {
     handle: sys::cudnnHandle_t,
     convs: Mutex<HashMap<ConvSpec, Arc<ConvPlan>>>,
     pools: Mutex<HashMap<PoolSpec, Arc<PoolPlan>>>,
-    /// Channels-last copies of filters, by the device address of the original, which is held
-    /// weakly: a live original is the same buffer (an address is not reused while it lives),
-    /// a dead one's entry is dropped. Filters are constants, converted on first use only.
-    filters: Mutex<FilterCache>,
 }
 
 // SAFETY: the handle is used only through `&self` methods that enqueue on the Gpu's one
@@ -459,7 +452,7 @@ impl Dnn {
         // SAFETY: `handle` is a valid out-pointer; the library is loaded (probed above) and the
         // Gpu's context is current on this thread (cudarc binds it on creation).
         check("cudnnCreate", unsafe { sys::cudnnCreate(&mut handle) })?;
-        let dnn = Dnn { handle, convs: Mutex::default(), pools: Mutex::default(), filters: Mutex::default() };
+        let dnn = Dnn { handle, convs: Mutex::default(), pools: Mutex::default() };
         // SAFETY: both handles are live; the stream outlives the Gpu that owns this Dnn.
         check("cudnnSetStream", unsafe { sys::cudnnSetStream(handle, gpu.stream().cu_stream() as sys::cudaStream_t) })?;
         Ok(dnn)
@@ -473,33 +466,6 @@ impl Dnn {
         let plan = Arc::new(ConvPlan::new(self.handle, spec)?);
         convs.insert(spec.clone(), plan.clone());
         Ok(plan)
-    }
-
-    /// `w` stored channels-last (KRSC), converted by `convert` on first use and cached.
-    pub fn channels_last_filter<E>(
-        &self,
-        gpu: &impl DnnDevice,
-        w: &DeviceTensor,
-        convert: impl FnOnce(&DeviceTensor) -> Result<DeviceTensor, E>,
-    ) -> Result<DeviceTensor, E> {
-        if w.channels_last() {
-            return Ok(w.clone());
-        }
-        let key = w.buf.ptr();
-        let mut filters = self.filters.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((original, converted)) = filters.get(&key) {
-            if original.upgrade().is_some_and(|o| Arc::ptr_eq(&o, &w.buf))
-                && converted.shape == w.shape
-                && converted.dtype == w.dtype
-            {
-                return Ok(converted.clone());
-            }
-        }
-        filters.retain(|_, (original, _)| original.strong_count() > 0);
-        // Cached across runs: outside the run's trace and arena.
-        let converted = gpu.persistent(|| convert(w))?;
-        filters.insert(key, (Arc::downgrade(&w.buf), converted.clone()));
-        Ok(converted)
     }
 
     /// The algorithms cuDNN's heuristic offers for `spec`, best first (tactic candidates).

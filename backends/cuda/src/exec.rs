@@ -5,7 +5,7 @@
 //! inference (as TensorRT's shape tensors are), so reshapes and slices never wait for the
 //! device.
 
-use kiln::{invalid, BackendError, DataType, DeviceTimes, Executable, HostTensor, KernelError, LayerId, LayerKind, Network};
+use kiln::{invalid, BackendError, DataType, DeviceTimes, Executable, HostTensor, KernelError, LayerId, LayerKind, LayerTimes, Network};
 use crate::ops::KResult;
 use crate::arena::{lock, Arena, ArenaPlan, PinnedHost, Tracer};
 use crate::device::Gpu;
@@ -15,7 +15,9 @@ use crate::replay::{self, Output, PhaseEvents, Replay, Signatures, State};
 use kiln::ir::control::{ControlFlow, Step};
 use kiln::ir::infer::{Fact, OutFact};
 use kiln::runtime::interp;
+use kiln::runtime::layer_profile::LayerProfiler;
 use kiln::runtime::machine::Machine;
+use crate::layer_events::LayerEvents;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -260,6 +262,8 @@ pub(crate) fn gpu_error(layer: &str, e: GpuError) -> BackendError {
 struct Run<'e> {
     exe: &'e CudaExecutable,
     cx: Ctx<'e>,
+    /// Brackets each layer with events in a profile run.
+    events: Option<&'e LayerEvents<'e>>,
 }
 
 impl Machine for Run<'_> {
@@ -295,6 +299,10 @@ impl Machine for Run<'_> {
     /// Served from the values uploaded at prepare time.
     fn constant(&self, id: LayerId, _weights: &Arc<HostTensor>) -> KResult<Value> {
         Ok(self.exe.constants.get(id.0).cloned().flatten().ok_or("the constant was not uploaded")?)
+    }
+
+    fn profiler(&self) -> Option<&dyn LayerProfiler> {
+        self.events.map(|e| e as &dyn LayerProfiler)
     }
 
     fn run_kernel(&self, id: LayerId, inputs: &[Option<Value>], _facts: &[Option<Fact>], expected: &[OutFact]) -> KResult<Vec<Value>> {
@@ -360,7 +368,7 @@ impl CudaExecutable {
     /// waited for): what timing with device events measures.
     pub fn execute_device(&self, inputs: &[crate::DeviceTensor]) -> Result<Vec<crate::DeviceTensor>, BackendError> {
         let _one_run_at_a_time = lock(&self.gpu.sessions.run_lock);
-        let run = Run { exe: self, cx: Ctx::new(&self.gpu, self.tf32) };
+        let run = Run { exe: self, cx: Ctx::new(&self.gpu, self.tf32), events: None };
         let values = inputs.iter().cloned().map(Value::device).collect();
         let outputs = interp::run_plan(&run, &self.plan, &self.frees, values)?;
         let end = |e: KernelError| e.at_layer("cuda", "(network outputs)", "");
@@ -396,9 +404,20 @@ impl CudaExecutable {
         arena: Option<Arc<Arena>>,
         events: Option<&PhaseEvents>,
     ) -> Result<Interpreted, BackendError> {
+        self.interpret_profiled(inputs, arena, events, None)
+    }
+
+    /// [`CudaExecutable::interpret`], each layer bracketed by `layers` when given.
+    fn interpret_profiled(
+        &self,
+        inputs: &[HostTensor],
+        arena: Option<Arc<Arena>>,
+        events: Option<&PhaseEvents>,
+        layers: Option<&LayerEvents>,
+    ) -> Result<Interpreted, BackendError> {
         let mark = |i: usize| events.map_or(Ok(()), |e| e.mark(&self.gpu, i)).map_err(|e| gpu_error("(timing)", e));
         let tracer = self.gpu.begin_trace(arena);
-        let run = Run { exe: self, cx: Ctx::new(&self.gpu, self.tf32) };
+        let run = Run { exe: self, cx: Ctx::new(&self.gpu, self.tf32), events: layers };
         let outputs = (|| {
             mark(0)?;
             let boundary = |e: KernelError| e.at_layer("cuda", "(network inputs)", "");
@@ -431,7 +450,7 @@ impl CudaExecutable {
     /// cannot be captured (the caller runs it interpreted instead).
     fn capture(&self, inputs: &[HostTensor], arena: Arc<Arena>) -> KResult<Replay> {
         let tracer = self.gpu.begin_trace(Some(arena));
-        let run = Run { exe: self, cx: Ctx::new(&self.gpu, self.tf32) };
+        let run = Run { exe: self, cx: Ctx::new(&self.gpu, self.tf32), events: None };
         let captured = self.capture_plan(&run, &tracer, inputs);
         let end = self.gpu.end_trace(&tracer);
         let (graph, input_slots, values) = captured?;
@@ -556,6 +575,18 @@ impl Executable for CudaExecutable {
 
     fn execute_timed(&self, inputs: &[HostTensor]) -> Result<(Vec<HostTensor>, Option<DeviceTimes>), BackendError> {
         self.run_host(inputs, true)
+    }
+
+    /// Interpreted (never a graph replay), in the arena of earlier runs with these shapes
+    /// when there is one; each layer between CUDA events.
+    fn execute_profiled(&self, inputs: &[HostTensor]) -> Result<(Vec<HostTensor>, Option<LayerTimes>), BackendError> {
+        let _one_run_at_a_time = lock(&self.gpu.sessions.run_lock);
+        let arena = lock(&self.signatures).get_mut(&replay::signature(inputs)).map(|s| s.arena.clone());
+        let layers = LayerEvents::new(&self.gpu);
+        let (outputs, _, _) = self.interpret_profiled(inputs, arena, None, Some(&layers))?;
+        let times = layers.times(self.network.layers().len()).map_err(|e| gpu_error("(profiling)", e))?;
+        self.set_mode("interpreted for a per-layer profile".into());
+        Ok((outputs, Some(times)))
     }
 
     fn set_graph_capture(&self, enabled: bool) -> bool {

@@ -28,6 +28,7 @@ pub mod device;
 pub mod dnn;
 pub mod error;
 mod exec;
+mod layer_events;
 pub mod ops;
 mod replay;
 mod tactics;

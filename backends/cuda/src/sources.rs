@@ -7,6 +7,7 @@ use crate::nvrtc::{compile_cubin, CompileError};
 pub const HEADERS: &[(&str, &str)] = &[
     ("common.cuh", include_str!("../../../kernels/common.cuh")),
     ("exact.cuh", include_str!("../../../kernels/exact.cuh")),
+    ("unary.cuh", include_str!("../../../kernels/unary.cuh")),
 ];
 
 /// A kernel as its launcher names it: the source that defines it, and its symbol.
@@ -52,10 +53,12 @@ pub enum Source {
     RoiAlign,
     /// NonZero's count and fill passes: `nonzero.cu`.
     NonZero,
+    /// A device-side wait for timing measurements: `timing.cu`.
+    Timing,
 }
 
 impl Source {
-    pub const ALL: [Source; 19] = [
+    pub const ALL: [Source; 20] = [
         Source::Elementwise,
         Source::Copy,
         Source::Reduce,
@@ -75,6 +78,7 @@ impl Source {
         Source::Lrn,
         Source::RoiAlign,
         Source::NonZero,
+        Source::Timing,
     ];
 
     pub fn file_name(self) -> &'static str {
@@ -98,6 +102,7 @@ impl Source {
             Source::Lrn => "lrn.cu",
             Source::RoiAlign => "roi_align.cu",
             Source::NonZero => "nonzero.cu",
+            Source::Timing => "timing.cu",
         }
     }
 
@@ -122,6 +127,7 @@ impl Source {
             Source::Lrn => include_str!("../../../kernels/lrn.cu"),
             Source::RoiAlign => include_str!("../../../kernels/roi_align.cu"),
             Source::NonZero => include_str!("../../../kernels/nonzero.cu"),
+            Source::Timing => include_str!("../../../kernels/timing.cu"),
         }
     }
 

@@ -5,7 +5,7 @@
 
 use crate::blas::RANKED_ALGORITHMS;
 use crate::exec::CudaExecutable;
-use crate::ops::compute::CONV_DIRECT;
+use crate::ops::conv::{is_depthwise, CONV_DEPTHWISE, CONV_DIRECT};
 use kiln::tactics::{TacticDesc, TacticId};
 use kiln::{BackendError, ConvolutionParams, DataType, FusedAnchor, LayerId, LayerKind, Network, Shape, TensorFormat};
 use std::time::Duration;
@@ -14,11 +14,12 @@ use std::time::Duration;
 /// path never reuses a stale timing.
 const GEMM_SOURCE: &str = concat!(include_str!("blas.rs"), include_str!("ops/compute.rs"));
 /// Likewise for convolutions: cuDNN's path and the direct kernel.
-const CONV_SOURCE: &str = concat!(include_str!("dnn.rs"), include_str!("ops/compute.rs"), include_str!("../../../kernels/spatial.cu"));
+const CONV_SOURCE: &str = concat!(include_str!("dnn.rs"), include_str!("ops/conv.rs"), include_str!("../../../kernels/spatial.cu"));
 
 fn conv_tactic_name(choice: usize) -> String {
     match choice {
         CONV_DIRECT => "conv_direct_kernel".into(),
+        CONV_DEPTHWISE => "conv_depthwise_nhwc".into(),
         c => format!("conv_cudnn_{}", crate::dnn::algorithm_name(c.saturating_sub(1) as u32)),
     }
 }
@@ -32,9 +33,9 @@ fn conv_tactic(choice: usize) -> TacticDesc {
     }
 }
 
-/// The convolution parameters and input / weight / output shapes of a float convolution
-/// layer (plain or heading a fused layer) with fixed shapes.
-fn conv_shapes(network: &Network, layer: LayerId) -> Option<(ConvolutionParams, DataType, [Vec<usize>; 3])> {
+/// The parameters and compute type of a float convolution layer (plain or heading a fused
+/// layer), whatever its shapes.
+fn float_conv(network: &Network, layer: LayerId) -> Option<(ConvolutionParams, DataType)> {
     let l = network.layer(layer);
     let p = match &l.kind {
         LayerKind::Convolution(p) => p.clone(),
@@ -44,11 +45,18 @@ fn conv_shapes(network: &Network, layer: LayerId) -> Option<(ConvolutionParams, 
         },
         _ => return None,
     };
+    let dtype = network.tensor(l.inputs.first().copied().flatten()?).dtype;
+    dtype.is_float().then_some((p, dtype))
+}
+
+/// The convolution parameters and input / weight / output shapes of a float convolution
+/// layer (plain or heading a fused layer) with fixed shapes.
+fn conv_shapes(network: &Network, layer: LayerId) -> Option<(ConvolutionParams, DataType, [Vec<usize>; 3])> {
+    let (p, dtype) = float_conv(network, layer)?;
+    let l = network.layer(layer);
     let fixed = |t: kiln::TensorId| network.tensor(t).shape.dims().iter().map(|d| d.fixed()).collect::<Option<Vec<usize>>>();
     let x = l.inputs.first().copied().flatten()?;
     let w = l.inputs.get(1).copied().flatten()?;
-    let dtype = network.tensor(x).dtype;
-    dtype.is_float().then_some(())?;
     // The anchor's output shape: the fused layer's output has it too (the epilogue is pointwise
     // with operands broadcast onto it).
     let y = fixed(*l.outputs.first()?)?;
@@ -56,7 +64,8 @@ fn conv_shapes(network: &Network, layer: LayerId) -> Option<(ConvolutionParams, 
 }
 
 /// A convolution's candidates: cuDNN's algorithms for its shape (when cuDNN and the device
-/// are there) and the direct kernel where it applies (1-D and 2-D).
+/// are there), kiln's NHWC depthwise kernel for a depthwise one, and the direct kernel where
+/// it applies (1-D and 2-D).
 fn conv_tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId) -> Option<Vec<TacticDesc>> {
     let (p, dtype, [x, w, y]) = conv_shapes(network, layer)?;
     let mut out = Vec::new();
@@ -72,6 +81,9 @@ fn conv_tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId)
             }
         }
     }
+    if is_depthwise(&p, &x, &w) {
+        out.push(conv_tactic(CONV_DEPTHWISE));
+    }
     if p.strides.len() <= 2 {
         out.push(conv_tactic(CONV_DIRECT));
     }
@@ -82,14 +94,18 @@ fn tactic_name(rank: usize) -> String {
     format!("gemm_cublaslt_heuristic{rank}")
 }
 
-/// Whether `layer` is a float matrix product with fixed shapes (what can be timed).
-fn is_gemm(network: &Network, layer: LayerId) -> bool {
+/// Whether `layer` is a float matrix product (plain or heading a fused layer).
+fn is_float_gemm(network: &Network, layer: LayerId) -> bool {
     let l = network.layer(layer);
     let gemm = matches!(&l.kind, LayerKind::MatrixMultiply { .. })
         || matches!(&l.kind, LayerKind::Fused(p) if matches!(p.anchor, FusedAnchor::MatrixMultiply { .. }));
-    let float = l.inputs.first().copied().flatten().is_some_and(|t| network.tensor(t).dtype.is_float());
-    let fixed = l.inputs.iter().flatten().all(|&t| network.tensor(t).shape.dims().iter().all(|d| d.fixed().is_some()));
-    gemm && float && fixed
+    gemm && l.inputs.first().copied().flatten().is_some_and(|t| network.tensor(t).dtype.is_float())
+}
+
+/// Whether `layer` is a float matrix product with fixed shapes (what can be timed).
+fn is_gemm(network: &Network, layer: LayerId) -> bool {
+    let fixed = network.layer(layer).inputs.iter().flatten().all(|&t| network.tensor(t).shape.dims().iter().all(|d| d.fixed().is_some()));
+    is_float_gemm(network, layer) && fixed
 }
 
 pub fn tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId) -> Vec<TacticDesc> {
@@ -111,14 +127,15 @@ pub fn tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId) 
 
 /// What a recorded tactic selects for the layer (carried as `Ctx::gemm_rank`): a cuBLASLt
 /// heuristic rank for products, a convolution choice (`ops::compute::CONV_DIRECT`, `1 + cuDNN
-/// algorithm`) for convolutions; unknown or absent ids run 0 (the heuristic's best).
+/// algorithm`) for convolutions; unknown or absent ids run 0 (the heuristic's best). Layers
+/// with dynamic dims run the tactic timed at the profile's opt shapes, as TensorRT's do.
 pub fn rank_of(network: &Network, layer: LayerId, tactic: Option<&TacticId>) -> usize {
-    if let (Some(t), Some(_)) = (tactic, conv_shapes(network, layer)) {
-        let choices = crate::dnn::ALGORITHMS.iter().map(|&(a, _)| a as usize + 1).chain([CONV_DIRECT]);
+    if let (Some(t), Some(_)) = (tactic, float_conv(network, layer)) {
+        let choices = crate::dnn::ALGORITHMS.iter().map(|&(a, _)| a as usize + 1).chain([CONV_DIRECT, CONV_DEPTHWISE]);
         return choices.into_iter().find(|&c| conv_tactic(c).id == *t).unwrap_or(0);
     }
     match tactic {
-        Some(t) if is_gemm(network, layer) => {
+        Some(t) if is_float_gemm(network, layer) => {
             (0..RANKED_ALGORITHMS).find(|&r| TacticId::new("cuda", &tactic_name(r), GEMM_SOURCE.as_bytes()) == *t).unwrap_or(0)
         }
         _ => 0,
@@ -127,7 +144,8 @@ pub fn rank_of(network: &Network, layer: LayerId, tactic: Option<&TacticId>) -> 
 
 
 /// The median device time (CUDA events) of `repetitions` runs of `layer` alone with `tactic`,
-/// on random inputs of its shapes, after a warm-up.
+/// on random inputs of its shapes, after a warm-up; the runs queued behind a device-side wait
+/// so that launch overhead, which a replayed graph does not pay, decides nothing.
 pub fn time_tactic(
     backend: &crate::CudaBackend,
     network: &Network,
@@ -166,11 +184,12 @@ pub fn time_tactic(
     // the convolution before it: time it so, not with a conversion per run.
     if let Some((_, dtype, [x, ..])) = conv_shapes(network, layer) {
         if crate::ops::layout::prefers_channels_last(dtype, x.len()) {
+            // A residual right after the convolution, or after its first activation.
             let residual = match &l.kind {
-                LayerKind::Fused(f) => match f.epilogue.first() {
-                    Some(kiln::PostOp::Elementwise { op: kiln::ElementwiseOp::Sum, operand, .. }) => Some(*operand),
+                LayerKind::Fused(f) => f.epilogue.iter().take(2).find_map(|step| match step {
+                    kiln::PostOp::Elementwise { op: kiln::ElementwiseOp::Sum, operand, .. } => Some(*operand),
                     _ => None,
-                },
+                }),
                 _ => None,
             };
             let feed_of = |slot: usize| l.inputs.get(slot).copied().flatten().map(|_| l.inputs[..slot].iter().flatten().count());
@@ -183,7 +202,7 @@ pub fn time_tactic(
         }
     }
     let times = gpu
-        .time_ms(repetitions.max(1), || exe.execute_device(&inputs).map(drop).map_err(|e| e.to_string()))
+        .device_time_ms(repetitions.max(1), || exe.execute_device(&inputs).map(drop).map_err(|e| e.to_string()))
         .map_err(&fail)?;
     Ok(Duration::from_secs_f64(f64::from(times[times.len() / 2]) * 1e-3))
 }

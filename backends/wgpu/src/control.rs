@@ -6,6 +6,7 @@ use crate::ops::layout::{copy, gather_view, Copy};
 use crate::ops::{half, pointwise, strides, KResult};
 use crate::value::{DeviceTensor, Value};
 use kiln::ir::infer::{Fact, OutFact};
+use kiln::runtime::layer_profile::LayerProfiler;
 use kiln::runtime::machine::Machine;
 use kiln::{invalid, DataType, HostTensor, KernelError, LayerId, Network};
 use std::sync::Arc;
@@ -107,6 +108,10 @@ impl Machine for Run<'_> {
 
     fn constant(&self, id: LayerId, weights: &Arc<HostTensor>) -> Result<Value, KernelError> {
         Run::constant(self, id, weights)
+    }
+
+    fn profiler(&self) -> Option<&dyn LayerProfiler> {
+        self.clock.is_some().then_some(self as &dyn LayerProfiler)
     }
 
     fn run_kernel(

@@ -17,7 +17,8 @@ use kiln::ir::control::ControlFlow;
 use kiln::{invalid, KernelError};
 use kiln::ir::infer::{infer_layer, resolve_slice, Fact, OutFact};
 use kiln::runtime::interp::{run_plan, top_level_frees};
-use kiln::{BackendError, DataType, Executable, GatherMode, HostTensor, LayerId, LayerKind, Network, PaddingMode};
+use kiln::runtime::layer_profile::{HostClock, LayerProfiler};
+use kiln::{BackendError, DataType, Executable, GatherMode, HostTensor, LayerId, LayerKind, LayerTimes, Network, PaddingMode};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -77,6 +78,8 @@ impl WgpuExecutable {
 pub struct Run<'e> {
     pub exe: &'e WgpuExecutable,
     pub rec: Recorder,
+    /// Times each layer in a profile run (see [`Run::profiled`]).
+    pub clock: Option<HostClock>,
 }
 
 impl<'e> Run<'e> {
@@ -86,7 +89,14 @@ impl<'e> Run<'e> {
             Some(arena) => Recorder::with_arena(exe.gpu, arena),
             None => Recorder::new(exe.gpu),
         };
-        Run { exe, rec: rec.with_half_storage(exe.half_storage).with_gemm_choices(exe.gemm_choices.clone()) }
+        let rec = rec.with_half_storage(exe.half_storage).with_gemm_choices(exe.gemm_choices.clone());
+        Run { exe, rec, clock: None }
+    }
+
+    /// This run timing each layer: on the host clock, between waits for the device.
+    pub fn profiled(mut self) -> Run<'e> {
+        self.clock = Some(HostClock::new(self.exe.network.layers().len()));
+        self
     }
 
     pub fn to_host(&self, v: &Value) -> KResult<Arc<HostTensor>> {
@@ -481,19 +491,47 @@ impl WgpuExecutable {
     }
 }
 
-impl Executable for WgpuExecutable {
-    fn execute(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>, BackendError> {
+/// A profile run waits for the device before and after each layer's dispatches, so the host
+/// clock between the two measures that layer alone (with one submission's overhead).
+impl LayerProfiler for Run<'_> {
+    fn begin(&self, layer: LayerId) -> Result<(), KernelError> {
+        self.rec.submit_and_wait()?;
+        self.clock.as_ref().map_or(Ok(()), |c| c.begin(layer))
+    }
+
+    fn end(&self, layer: LayerId) -> Result<(), KernelError> {
+        self.rec.submit_and_wait()?;
+        self.clock.as_ref().map_or(Ok(()), |c| c.end(layer))
+    }
+}
+
+impl WgpuExecutable {
+    /// One execution in a pooled arena (when memory is reused), and the run's layer times
+    /// when `profiled`.
+    fn execute_run(&self, inputs: &[HostTensor], profiled: bool) -> Result<(Vec<HostTensor>, Option<LayerTimes>), BackendError> {
         let poisoned = || BackendError::Execution { layer: "(memory)".into(), reason: "the arena pool is poisoned".into() };
         let arena = match self.reuse_memory {
             true => Some(self.arenas.lock().map_err(|_| poisoned())?.pop().unwrap_or_default()),
             false => None,
         };
         let run = Run::new(self, arena);
+        let mut run = if profiled { run.profiled() } else { run };
         // Every value of the run is dropped by the time `run` returns.
         let result = self.run(&run, inputs);
+        let times = run.clock.take().map(HostClock::into_times);
         if let Some(arena) = run.rec.finish(result.is_ok()) {
             self.arenas.lock().map_err(|_| poisoned())?.push(arena);
         }
-        result
+        Ok((result?, times))
+    }
+}
+
+impl Executable for WgpuExecutable {
+    fn execute_profiled(&self, inputs: &[HostTensor]) -> Result<(Vec<HostTensor>, Option<LayerTimes>), BackendError> {
+        self.execute_run(inputs, true)
+    }
+
+    fn execute(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>, BackendError> {
+        Ok(self.execute_run(inputs, false)?.0)
     }
 }

@@ -450,6 +450,26 @@ impl Recorder {
         self.dispatch(kernel, params, buffers, [x as u32, y as u32, 1])
     }
 
+    /// Submits what was recorded and waits until the device has run it (profile runs time
+    /// each layer so).
+    pub fn submit_and_wait(&self) -> Result<(), DeviceError> {
+        let encoder = self.encoder.lock().map_err(|_| DeviceError::Validation {
+            what: "recording".into(),
+            reason: "a thread panicked while recording".into(),
+        })?.take();
+        if let Some(memory) = &self.memory {
+            memory.flush_params(self.gpu);
+        }
+        if let Some(encoder) = encoder {
+            self.gpu.scoped("submitting work", || self.gpu.queue.submit([encoder.finish()]))?;
+        }
+        self.gpu
+            .device
+            .poll(wgpu::PollType::Wait { submission_index: None, timeout: None })
+            .map_err(|e| DeviceError::Readback { reason: e.to_string() })?;
+        self.gpu.check_alive()
+    }
+
     /// Submits what was recorded and reads `t` back.
     pub fn read(&self, t: &DeviceTensor) -> crate::device::KResult<HostTensor> {
         let encoder = self.encoder.lock().map_err(|_| "a thread panicked while recording".to_string())?.take();

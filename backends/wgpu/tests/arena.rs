@@ -110,6 +110,26 @@ fn a_second_execution_creates_no_buffers() {
 }
 
 #[test]
+fn a_profile_run_times_the_layers_and_returns_its_arena() {
+    let _turn = turn();
+    let Some(gpu) = gpu() else { return };
+    for path in ["tests/data/pytorch/cnn_torchscript.onnx", "tests/data/pytorch/loop_nested.onnx"] {
+        let (net, inputs) = model(path);
+        let want = cpu_outputs(&net, &inputs);
+        let context = prepared(&WgpuBackend::new(), &net).create_execution_context();
+        assert_matches(&context.run(&inputs).expect("first run"), &want, path);
+        let times = context.profile_layers(&inputs).expect("profile run").expect("wgpu times layers");
+        let timed = times.0.iter().flatten().count();
+        assert!(timed > 0 && times.0.iter().flatten().all(|t| !t.is_zero()), "{path}: {times:?}");
+        let profile = kiln::runtime::layer_profile::LayerProfile::summarize(context.engine(), &[times]);
+        assert_eq!(profile.layers.len(), timed, "{path}");
+        let before = gpu.buffers_created();
+        assert_matches(&context.run(&inputs).expect("run after the profile"), &want, path);
+        assert_eq!(gpu.buffers_created(), before, "{path}: the profile run's arena went back to the pool");
+    }
+}
+
+#[test]
 fn contexts_on_threads_keep_their_own_memory() {
     let _turn = turn();
     if gpu().is_none() {

@@ -154,6 +154,10 @@ pub struct BuildArgs {
     /// Uses a timing cache made on another device or kiln version (with a warning).
     #[arg(long)]
     pub ignore_timing_cache_mismatch: bool,
+    /// Also prints what the builder decided: layer precisions, and per engine layer (fused
+    /// layers named after what they replaced) its tactic and the candidates timed for it.
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -230,6 +234,16 @@ pub struct BenchArgs {
     /// Writes every figure to this JSON file.
     #[arg(long, value_name = "OUT")]
     pub json: Option<PathBuf>,
+    /// After the timed runs, profiles every layer in separate runs (interpreted, each layer
+    /// timed on the device) and prints the per-layer medians; also in `--json`.
+    #[arg(long)]
+    pub dump_profile: bool,
+    /// Writes the per-layer profile as JSON to this file (implies the profile runs).
+    #[arg(long, value_name = "OUT")]
+    pub export_profile: Option<PathBuf>,
+    /// Number of profile runs (the per-layer figures are their medians).
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub profile_runs: usize,
 }
 
 #[derive(Debug, clap::Args)]

@@ -84,6 +84,24 @@ fn build_mnist_engine(dir: &TempDir) -> PathBuf {
 }
 
 #[test]
+fn a_verbose_build_lists_each_layers_tactic_and_the_candidates_timed() {
+    let dir = TempDir::new().unwrap();
+    let engine = dir.path().join("mnist.engine");
+    let stdout = kiln_ok(&["build", mnist_onnx().to_str().unwrap(), "-o", path_arg(&engine), "--backend", "cpu", "--verbose"]);
+    let conv: Vec<&str> = stdout.lines().skip_while(|l| !l.starts_with("layer `Conv0` [Convolution]: conv_")).take(3).collect();
+    assert_eq!(conv.len(), 3, "{stdout}");
+    let timed: Vec<&str> = conv[1..].iter().map(|l| l.trim_start()).collect();
+    assert!(timed.iter().all(|l| l.starts_with("timed cpu/conv_") && l.contains(" ms")), "{stdout}");
+    assert_eq!(timed.iter().filter(|l| l.ends_with("(fastest)")).count(), 1, "{stdout}");
+    // `conv_im2col_gemm (0x…)` chosen, `timed cpu/conv_im2col_gemm@…: 0.1 ms (fastest)` listed.
+    let (name, value) = conv[0].rsplit(": ").next().unwrap().split_once(" (0x").unwrap();
+    let chosen = format!("timed cpu/{name}@{}:", value.trim_end_matches(')'));
+    assert!(timed.iter().any(|l| l.starts_with(&chosen) && l.ends_with("(fastest)")), "the fastest was chosen: {stdout}");
+    assert!(stdout.contains("layer `MatMul5 + Add6 + Relu7` [Fused]: matmul_"), "fusions show in the names: {stdout}");
+    assert!(stdout.contains("engine:"), "the summary follows: {stdout}");
+}
+
+#[test]
 fn inspects_engines_as_text_and_json() {
     let dir = TempDir::new().unwrap();
     let engine = build_mnist_engine(&dir);

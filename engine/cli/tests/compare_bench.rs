@@ -192,6 +192,32 @@ fn bench_runs_an_engine_file_and_notes_cuda_graph_off() {
 }
 
 #[test]
+fn bench_dumps_a_per_layer_profile_as_text_and_json() {
+    let dir = TempDir::new().unwrap();
+    let export = dir.path().join("profile.json");
+    let model = mnist();
+    let (stdout, v) =
+        bench_json(&[&model, "--iterations", "3", "--backend", "cpu", "--dump-profile", "--profile-runs", "4", "--export-profile", path_arg(&export)]);
+    let exported: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&export).expect("profile written")).expect("json");
+    assert_eq!(v["profile"], exported, "--json carries the exported profile");
+    assert_eq!(exported["runs"], 4);
+    let layers = exported["layers"].as_array().expect("layers");
+    // mnist's two convolutions, two pools, its reshape, the two fused products and the softmax.
+    assert_eq!(layers.len(), 8, "{exported}");
+    let names: Vec<&str> = layers.iter().map(|l| l["name"].as_str().expect("name")).collect();
+    assert_eq!(names[0], "Conv0");
+    assert!(names.contains(&"MatMul5 + Add6 + Relu7"), "fused layers list what they replaced: {names:?}");
+    let percent: f64 = layers.iter().map(|l| l["percent"].as_f64().expect("percent")).sum();
+    assert!((percent - 100.0).abs() < 1e-6, "{exported}");
+    let total: f64 = layers.iter().map(|l| l["median_ms"].as_f64().expect("median")).sum();
+    assert!((total - exported["total_ms"].as_f64().expect("total")).abs() < 1e-9 && total > 0.0, "{exported}");
+    assert!(layers.iter().all(|l| l["tactic"].as_str().is_some_and(|t| !t.is_empty())), "{exported}");
+    assert!(stdout.contains("=== Per-layer profile (4 runs, medians) ==="), "{stdout}");
+    assert!(stdout.contains("MatMul5 + Add6 + Relu7 [Fused(MatrixMultiply)]"), "{stdout}");
+    kiln_fails(&["bench", &model, "--backend", "cpu", "--dump-profile", "--profile-runs", "0"], "--profile-runs");
+}
+
+#[test]
 fn bench_refuses_zero_iterations() {
     kiln_fails(&["bench", &mnist(), "--iterations", "0"], "--iterations");
 }

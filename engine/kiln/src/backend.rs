@@ -103,6 +103,24 @@ pub struct DeviceTimes {
     pub device_to_host: Duration,
 }
 
+/// The per-layer times of one profiled execution, by layer index: None for a layer that ran
+/// no kernel (constants, shape arithmetic); a layer run several times (in a loop) is summed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LayerTimes(pub Vec<Option<Duration>>);
+
+impl LayerTimes {
+    pub fn new(layers: usize) -> LayerTimes {
+        LayerTimes(vec![None; layers])
+    }
+
+    /// Adds `time` to layer `layer` (ignored past the end: a layer the network does not have).
+    pub fn add(&mut self, layer: LayerId, time: Duration) {
+        if let Some(slot) = self.0.get_mut(layer.0) {
+            *slot = Some(slot.unwrap_or_default() + time);
+        }
+    }
+}
+
 /// A network prepared for one backend; callable from several threads.
 pub trait Executable: Send + Sync {
     /// Runs the network on inputs given in network-input order (already validated against
@@ -112,6 +130,13 @@ pub trait Executable: Send + Sync {
     /// [`Executable::execute`], also measuring the execution's phases on the device where
     /// the backend can. Default: no device times.
     fn execute_timed(&self, inputs: &[HostTensor]) -> Result<(Vec<HostTensor>, Option<DeviceTimes>), BackendError> {
+        Ok((self.execute(inputs)?, None))
+    }
+
+    /// [`Executable::execute`] with the time of every layer measured (a profile run,
+    /// interpreted layer by layer; see [`crate::runtime::layer_profile`]). Default: the
+    /// backend times no layers (None).
+    fn execute_profiled(&self, inputs: &[HostTensor]) -> Result<(Vec<HostTensor>, Option<LayerTimes>), BackendError> {
         Ok((self.execute(inputs)?, None))
     }
 

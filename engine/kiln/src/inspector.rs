@@ -4,8 +4,9 @@
 //! Fields at DETAILED follow TensorRT's: `Name`, `LayerType`, `Inputs`/`Outputs` (each
 //! `Name`, `Dimensions`, `Format/Datatype`), `ParameterType`, the layer's parameters
 //! (convolutions spelled as TensorRT spells them, with `Weights`/`Bias` type and count; other
-//! kinds under `Parameters`), `TacticName` and `TacticValue`. The tactic name is the backend's
-//! kernel name; the value is still always `0x0000000000000000`, whichever tactic was chosen.
+//! kinds under `Parameters`), `TacticName` and `TacticValue`: the chosen tactic's name (the
+//! backend's kernel name where it has a single default tactic) and its id's hash. A layer
+//! whose candidates the builder timed also lists them, with their times, as `TimedTactics`.
 //!
 //! Dynamic dims print as -1 and such tensors carry no `Format/Datatype`, unless input
 //! shapes are set ([`EngineInspector::set_input_shapes`], standing in for TensorRT's
@@ -168,8 +169,15 @@ impl<'e> EngineInspector<'e> {
                 m.insert("Outputs".into(), Value::Array(l.outputs.iter().map(|&t| self.tensor_value(t)).collect()));
                 m.insert("ParameterType".into(), json!(l.kind.type_name()));
                 parameters(net, index, &mut m);
-                m.insert("TacticName".into(), json!(self.engine.kernel_name(index).unwrap_or("")));
-                m.insert("TacticValue".into(), json!("0x0000000000000000"));
+                let tactic = self.engine.tactics().get(index).cloned().flatten();
+                m.insert("TacticName".into(), json!(self.engine.tactic_name(index)));
+                m.insert("TacticValue".into(), json!(format!("0x{:016x}", tactic.map_or(0, |t| t.hash))));
+                let timed = self.engine.tactic_times(index);
+                if !timed.is_empty() {
+                    let timed: Vec<Value> =
+                        timed.iter().map(|(t, ns)| json!({ "Tactic": t.to_string(), "TimeMs": *ns as f64 * 1e-6 })).collect();
+                    m.insert("TimedTactics".into(), Value::Array(timed));
+                }
                 Value::Object(m)
             }
         }
@@ -297,6 +305,14 @@ fn layer_text(v: &Value) -> String {
                                     let _ = writeln!(s, "  {name} {dims}");
                                 }
                             }
+                        }
+                    }
+                    Value::Array(items) if k == "TimedTactics" => {
+                        let _ = writeln!(s, "{k}:");
+                        for item in items {
+                            let tactic = item.get("Tactic").and_then(Value::as_str).unwrap_or("");
+                            let ms = item.get("TimeMs").and_then(Value::as_f64).unwrap_or(f64::NAN);
+                            let _ = writeln!(s, "  {tactic} {ms:.4} ms");
                         }
                     }
                     Value::String(text) => {

@@ -29,7 +29,7 @@ pub mod profile;
 pub mod runtime;
 pub mod tactics;
 
-pub use backend::{Backend, DeviceTimes, Executable, PrecisionSupport};
+pub use backend::{Backend, DeviceTimes, Executable, LayerTimes, PrecisionSupport};
 pub use device::DeviceFingerprint;
 pub use error::{BackendError, NetworkError};
 pub use runtime::machine::KernelError;

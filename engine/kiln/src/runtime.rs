@@ -7,6 +7,7 @@
 mod buffer;
 mod context;
 pub mod interp;
+pub mod layer_profile;
 pub mod machine;
 mod stream;
 

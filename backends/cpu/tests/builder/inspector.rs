@@ -68,6 +68,17 @@ fn detailed_shows_the_seeds_fields() {
     let kernel = engine.network().layers()[conv].inputs[1].map(|t| engine.network().tensor(t).name.clone()).unwrap();
     let bias = engine.network().layers()[conv].inputs[2].map(|t| engine.network().tensor(t).name.clone()).unwrap();
     let linear = "Row major linear FP32 format";
+    // The tactic the builder timed fastest (cpu offers two for a convolution), named and
+    // valued by its id, and both candidates with their times.
+    let chosen = engine.tactics()[conv].clone().expect("a tactic was chosen");
+    let mut info = info;
+    let timed = info.as_object_mut().unwrap().remove("TimedTactics").expect("the timed candidates are listed");
+    let timed: Vec<(String, f64)> =
+        timed.as_array().unwrap().iter().map(|t| (t["Tactic"].as_str().unwrap().to_string(), t["TimeMs"].as_f64().unwrap())).collect();
+    assert_eq!(timed.len(), 2, "{timed:?}");
+    assert!(timed.iter().all(|(_, ms)| *ms > 0.0), "{timed:?}");
+    let fastest = timed.iter().min_by(|a, b| a.1.total_cmp(&b.1)).unwrap();
+    assert_eq!(fastest.0, chosen.to_string(), "the fastest candidate was chosen");
     assert_eq!(
         info,
         json!({
@@ -94,17 +105,19 @@ fn detailed_shows_the_seeds_fields() {
             "AllowSparse": 0,
             "Activation": "NONE",
             "HasReLU": 0,
-            "TacticName": "cpu::convolution_f32",
-            "TacticValue": "0x0000000000000000",
+            "TacticName": chosen.name,
+            "TacticValue": format!("0x{:016x}", chosen.hash),
         })
     );
     let relu = parse(&inspector.get_layer_information(conv + 1, LayerInformationFormat::Json).unwrap());
     assert_eq!(relu["Parameters"], json!({ "kind": "Relu" }));
     let all = parse(&inspector.get_engine_information(LayerInformationFormat::Json));
     assert_eq!(all["Layers"].as_array().unwrap().len(), engine.network().layers().len());
-    assert_eq!(all["Layers"][conv], info);
+    assert_eq!(all["Layers"][conv]["TacticValue"], info["TacticValue"]);
+    assert_eq!(all["Layers"][conv]["TimedTactics"].as_array().map(Vec::len), Some(2));
     let text = inspector.get_layer_information(conv, LayerInformationFormat::Text).unwrap();
     assert!(text.contains("Name: conv1\n") && text.contains("  x [1,2,4,4] Row major linear FP32 format\n"), "{text}");
+    assert!(text.contains(&format!("TimedTactics:\n  {}", timed[0].0)), "{text}");
 }
 
 #[test]

@@ -8,7 +8,7 @@ use kiln::passes::{
     AttentionFusion, CommonSubexpressionElimination, ConstantFolding, DeadLayerElimination,
     EpilogueFusion, GeluFusion, HorizontalMatMulFusion, NoOpRemoval, NormalizationFusion, Pass,
     PassContext, Pipeline, PointwiseChainFusion, RmsNormalizationFusion, ShapeTensorResolution,
-    SoftMaxFusion,
+    SoftMaxFusion, SwishFusion,
 };
 use kiln::{
     ActivationKind, Builder, BuilderConfig, Dim, ExecutionContext, LayerKind, Network,
@@ -294,6 +294,44 @@ fn gelu_recognition_erf_and_tanh_forms() {
         ]
     );
     check_equivalent(&net, 1e-5);
+}
+
+/// `conv → x · sigmoid(x)` (and `sigmoid(x) · x`) becomes Swish, which the convolution then
+/// takes into its epilogue; `x · sigmoid(y)` is not SiLU and stays.
+#[test]
+fn silu_becomes_swish_and_joins_the_convolutions_epilogue() {
+    use kiln::{DataType, ElementwiseOp, Shape, TensorData};
+    let mut net = Network::new("silu");
+    let x = net.add_input("x", DataType::F32, Shape::fixed(&[1, 2, 5, 5])).unwrap();
+    let conv = net.add_convolution(x, 3, &[3, 3], TensorData::F32((0..54).map(|i| (i as f32 * 0.37).sin()).collect()), None).unwrap();
+    let y = net.output(conv, 0);
+    let gate = net.add_activation(y, ActivationKind::Sigmoid).unwrap();
+    let silu = net.add_elementwise(net.output(gate, 0), y, ElementwiseOp::Prod).unwrap();
+    let z = net.output(silu, 0);
+    let gate2 = net.add_activation(z, ActivationKind::Sigmoid).unwrap();
+    let silu2 = net.add_elementwise(z, net.output(gate2, 0), ElementwiseOp::Prod).unwrap();
+    let other = net.add_activation(x, ActivationKind::Sigmoid).unwrap();
+    let input_silu = net.add_elementwise(x, net.output(other, 0), ElementwiseOp::Prod).unwrap();
+    let unrelated = net.add_activation(net.output(silu2, 0), ActivationKind::Sigmoid).unwrap();
+    let crossed = net.add_elementwise(z, net.output(unrelated, 0), ElementwiseOp::Prod).unwrap();
+    for l in [input_silu, crossed] {
+        net.mark_output(net.output(l, 0)).unwrap();
+    }
+    let out = Pipeline::new(vec![Box::new(SwishFusion), Box::new(DeadLayerElimination)]).run(&net, &PassContext::default()).expect("passes");
+    let swishes = out.layers().iter().filter(|l| l.kind == LayerKind::Activation { kind: ActivationKind::Swish }).count();
+    assert_eq!(swishes, 3, "the three SiLUs, and only they: {}", out.dump());
+    assert_eq!(kinds(&out).iter().filter(|k| **k == "ElementWise").count(), 1, "z · sigmoid(silu(z)) stays: {}", out.dump());
+    let optimized = check_equivalent(&net, 1e-5);
+    let fused = optimized.layers().iter().find_map(|l| match &l.kind {
+        LayerKind::Fused(p) => Some(p.epilogue.clone()),
+        _ => None,
+    });
+    assert_eq!(
+        fused.expect("a fused convolution").first(),
+        Some(&PostOp::Activation(ActivationKind::Swish)),
+        "{}",
+        optimized.dump()
+    );
 }
 
 /// The builder lowers precision before the passes: GELU is still recognized when its constants

@@ -4,6 +4,7 @@
 
 mod api;
 mod dynamic;
+mod profile;
 
 use kiln::*;
 use kiln_cpu::CpuBackend;

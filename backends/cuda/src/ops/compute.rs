@@ -1,11 +1,11 @@
-//! Matrix products (cuBLASLt), convolution and pooling, softmax, reductions, normalization and
-//! attention.
+//! Matrix products (cuBLASLt), pooling, softmax, reductions, normalization and attention
+//! (convolutions are `conv`'s).
 
-use kiln::{invalid, AttentionParams, ConvolutionParams, DataType, ElementwiseOp, KernelError, MatrixOp, PoolingParams, ReduceOp};
+use kiln::{invalid, AttentionParams, DataType, ElementwiseOp, KernelError, MatrixOp, PoolingParams, ReduceOp};
 use crate::ops::KResult;
 use super::{broadcast_shape, layout, movement, pointwise, Ctx};
 use crate::blas::{Epilogue, Gemm};
-use crate::buffer::{float_suffix, Arg, DeviceTensor, Layout, Window};
+use crate::buffer::{float_suffix, Arg, DeviceTensor, Layout};
 use crate::sources::{Kernel, Source};
 
 /// `op_a(a) · op_b(b)` with batch broadcasting, scaled by `alpha`, reshaped to `out_shape`.
@@ -119,112 +119,6 @@ pub fn matmul_epilogue(
         .matmul_bias(&g, cx.gemm_rank.get(), &a_dev.buf, &b_dev.buf, bias.map(|(t, _)| &*t.buf), residual.map(|z| &*z.buf), &out.buf)
         .map_err(KernelError::from)?;
     Ok((out, bias.is_some()))
-}
-
-/// Spatial dims as (h, w) with 1-D as h = 1; parameters likewise.
-fn two_d(v: &[usize], fill: usize) -> KResult<(usize, usize)> {
-    match v {
-        [w] => Ok((fill, *w)),
-        [h, w] => Ok((*h, *w)),
-        _ => Err(invalid!("only 1-D and 2-D windows run on CUDA, not {}-D", v.len())),
-    }
-}
-
-/// What a convolution's tactic selects (carried in [`Ctx::gemm_rank`], one number per layer):
-/// 0 is cuDNN's heuristic choice (the direct kernel without cuDNN), `1 + a` cuDNN algorithm
-/// `a`, [`CONV_DIRECT`] kiln's direct kernel.
-pub const CONV_DIRECT: usize = 1000;
-
-/// The residual and activation a convolution may take into cuDNN's epilogue.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ConvTail<'t> {
-    pub residual: Option<&'t DeviceTensor>,
-    pub relu: bool,
-}
-
-/// `conv(x, w) + bias`, plus the `tail` when cuDNN runs it: the flag says whether the tail was
-/// applied (the direct kernel leaves it to the caller).
-pub fn convolution(
-    cx: &Ctx,
-    p: &ConvolutionParams,
-    x: &DeviceTensor,
-    w: &DeviceTensor,
-    bias: Option<&DeviceTensor>,
-    tail: ConvTail,
-    out_shape: &[usize],
-) -> KResult<(DeviceTensor, bool)> {
-    let choice = cx.gemm_rank.get();
-    if choice != CONV_DIRECT {
-        if let Ok(dnn) = cx.gpu.dnn() {
-            if let Ok(spec) = crate::dnn::ConvSpec::new(p, x.dtype, cx.tf32, &x.shape, &w.shape, out_shape) {
-                let algo = choice.checked_sub(1).map(|a| a as u32);
-                // 16-bit 2-D convolutions run channels-last (tensor cores); input, filter and
-                // residual are brought to the layout, the output stays in it.
-                let nhwc = layout::prefers_channels_last(x.dtype, x.shape.len());
-                let spec = spec.with_nhwc(nhwc);
-                let x = &layout::in_layout(cx, x, nhwc)?;
-                let w = &if nhwc { dnn.channels_last_filter(cx.gpu, w, |t| layout::to_channels_last(cx, t))? } else { layout::to_row_major(cx, w)? };
-                let z = tail.residual.map(|z| layout::in_layout(cx, z, nhwc)).transpose()?;
-                let tail = ConvTail { residual: z.as_ref(), relu: tail.relu };
-                let mut out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
-                out.strides = nhwc.then(|| DeviceTensor::channels_last_strides(out_shape));
-                if out.is_empty() {
-                    return Ok((out, true));
-                }
-                let bias_ok = bias.filter(|b| b.dtype == x.dtype && b.len() == out_shape[1]);
-                if bias.is_some() && bias_ok.is_none() {
-                    return Err(invalid!("bias of {:?} for {} output channels", bias.map(|b| b.shape.clone()), out_shape[1]));
-                }
-                let residual = tail.residual.filter(|z| z.dtype == x.dtype && z.shape == out_shape);
-                let epilogue = crate::dnn::ConvEpilogue { bias: bias_ok, residual, relu: tail.relu && (residual.is_some() || tail.residual.is_none()) };
-                dnn.convolution(cx.gpu, &spec, algo, x, w, epilogue, &out)?;
-                let tail_done = residual.is_some() == tail.residual.is_some();
-                return Ok((out, tail_done));
-            }
-        }
-    }
-    let x = layout::to_row_major(cx, x)?;
-    let residual_left = tail.residual.is_some() || tail.relu;
-    Ok((direct_convolution(cx, p, &x, w, bias, out_shape)?, !residual_left))
-}
-
-/// kiln's own direct kernel (1-D and 2-D): the correctness baseline and the fallback.
-fn direct_convolution(cx: &Ctx, p: &ConvolutionParams, x: &DeviceTensor, w: &DeviceTensor, bias: Option<&DeviceTensor>, out_shape: &[usize]) -> KResult<DeviceTensor> {
-    let suffix = float_suffix(x.dtype).map_err(KernelError::from)?;
-    let r = x.shape.len();
-    if r < 3 || w.shape.len() != r || out_shape.len() != r {
-        return Err(invalid!("convolution of {:?} by {:?}", x.shape, w.shape));
-    }
-    let (h, wd) = two_d(&x.shape[2..], 1)?;
-    let (kh, kw) = two_d(&w.shape[2..], 1)?;
-    let (oh, ow) = two_d(&out_shape[2..], 1)?;
-    let (sh, sw) = two_d(&p.strides, 1)?;
-    let (dh, dw) = two_d(&p.dilations, 1)?;
-    let (ph, pw) = two_d(&p.pre_padding, 0)?;
-    let win = Window {
-        n: x.shape[0] as i64,
-        c: x.shape[1] as i64,
-        h: h as i64,
-        w: wd as i64,
-        oc: out_shape[1] as i64,
-        oh: oh as i64,
-        ow: ow as i64,
-        kh: kh as i64,
-        kw: kw as i64,
-        sh: sh as i64,
-        sw: sw as i64,
-        dh: dh as i64,
-        dw: dw as i64,
-        ph: ph as i64,
-        pw: pw as i64,
-        groups: p.groups.max(1) as i64,
-        kind: bias.is_some() as i32,
-        ..Window::default()
-    };
-    let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
-    let bias_arg = bias.map_or(Arg::NULL, |b| cx.arg(b));
-    cx.launch_elements(Source::Spatial.kernel(format!("conv2d_{suffix}")), out.len(), &[Arg::Window(win), cx.arg(x), cx.arg(w), bias_arg, cx.arg(&out)])?;
-    Ok(out)
 }
 
 pub fn pooling(cx: &Ctx, p: &PoolingParams, x: &DeviceTensor, out_shape: &[usize]) -> KResult<DeviceTensor> {

@@ -16,7 +16,7 @@ pub fn expected_kernels() -> Vec<Kernel> {
     add(Source::Elementwise, &mut each(&["binary", "compare"], &["i32", "i64"]));
     add(Source::Elementwise, &mut ["logic_bool".to_string()].into_iter());
     add(Source::Reduce, &mut each(&["softmax", "softmax_masked", "reduce", "normalize", "rms_normalize", "normalize_affine"], &FLOATS));
-    add(Source::Spatial, &mut each(&["conv2d"], &FLOATS));
+    add(Source::Spatial, &mut each(&["conv2d", "depthwise_nhwc", "depthwise_nhwc1"], &FLOATS));
     add(Source::Typed, &mut super::typed::kernel_names().into_iter());
     add(Source::Copy, &mut each(&["strided_copy", "transpose_tiled", "gather", "resize_nearest"], &WIDTHS));
     add(Source::Copy, &mut ["strided_copy_u128".to_string()].into_iter());
@@ -41,6 +41,7 @@ pub fn expected_kernels() -> Vec<Kernel> {
     add(Source::RoiAlign, &mut each(&["roi_align"], &super::FLOAT64_SUFFIXES));
     add(Source::OneHot, &mut each(&["one_hot"], &super::one_hot::WIDTHS));
     add(Source::NonZero, &mut each(&["nonzero_count", "nonzero_fill"], &super::data_dependent::WIDTHS));
+    add(Source::Timing, &mut ["spin_cycles".to_string()].into_iter());
     kernels
 }
 

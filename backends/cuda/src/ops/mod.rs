@@ -6,6 +6,7 @@ use kiln::{invalid, DataType, GatherMode, HostTensor, KernelError, LayerKind, Po
 /// What every op returns: device errors keep their kind (out of memory).
 pub type KResult<T> = Result<T, KernelError>;
 pub mod compute;
+pub mod conv;
 pub mod data_dependent;
 pub mod deconv;
 pub mod einsum;
@@ -230,6 +231,53 @@ pub fn broadcast_strides(out: &[usize], operands: &[&[usize]]) -> KResult<Layout
     Ok(l)
 }
 
+/// Strides reading each operand, through its own strides (row-major, channels-last or any
+/// view), broadcast onto `out` (0 on broadcast axes; dims align right), with the dims visited
+/// in `order` (the output's memory order, e.g. channels-last; None: row-major). Not coalesced.
+pub fn strided_layout(out: &[usize], operands: &[&DeviceTensor], order: Option<&[usize]>) -> KResult<Layout> {
+    let strides: Vec<Vec<i64>> = operands.iter().map(|t| t.element_strides()).collect();
+    let stored: Vec<(&[usize], &[i64])> = operands.iter().zip(&strides).map(|(t, s)| (&t.shape[..], &s[..])).collect();
+    strided_walk(out, &stored, order)
+}
+
+/// [`strided_layout`] of operands given as (shape, element strides).
+fn strided_walk(out: &[usize], operands: &[(&[usize], &[i64])], order: Option<&[usize]>) -> KResult<Layout> {
+    if out.len() > 8 || operands.len() > 3 {
+        return Err(invalid!("rank {} is over the CUDA kernels' limit of 8", out.len()));
+    }
+    let dims: Vec<usize> = order.map_or_else(|| (0..out.len()).collect(), <[usize]>::to_vec);
+    let mut l = Layout { rank: out.len() as i32, ..Layout::default() };
+    for (at, &d) in dims.iter().enumerate() {
+        l.shape[at] = out[d] as i64;
+    }
+    for (which, &(shape, strides)) in operands.iter().enumerate() {
+        let lead = out.len().checked_sub(shape.len()).ok_or_else(|| invalid!("{shape:?} does not broadcast to {out:?}"))?;
+        for (at, &d) in dims.iter().enumerate() {
+            l.stride[which][at] = match d.checked_sub(lead) {
+                None => 0,
+                Some(k) if shape[k] == out[d] => strides[k],
+                Some(k) if shape[k] == 1 => 0,
+                Some(_) => return Err(invalid!("{shape:?} does not broadcast to {out:?}")),
+            };
+        }
+    }
+    Ok(l)
+}
+
+/// Whether a pointwise op over `operands` writes its output of `out_shape` channels-last:
+/// where an operand of that very shape is so (a squeeze-excitation scale [N,C,1,1] times an
+/// NHWC activation stays NHWC), so an NHWC chain stays NHWC.
+pub fn keeps_channels_last(operands: &[&DeviceTensor], out_shape: &[usize]) -> bool {
+    operands.iter().any(|x| x.channels_last() && x.shape == out_shape)
+}
+
+/// A new tensor of `dtype` and `shape`, stored channels-last where asked.
+pub fn empty_in_layout(cx: &Ctx, dtype: DataType, shape: &[usize], channels_last: bool) -> KResult<DeviceTensor> {
+    let mut out = cx.gpu.empty(dtype, shape.to_vec()).map_err(KernelError::from)?;
+    out.strides = channels_last.then(|| DeviceTensor::channels_last_strides(shape));
+    Ok(out)
+}
+
 /// Fills `out` with zeros.
 pub fn zeros(cx: &Ctx, out: DeviceTensor) -> KResult<DeviceTensor> {
     let bytes = crate::buffer::storage_size(out.dtype).map_err(KernelError::from)? * out.len();
@@ -359,12 +407,13 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
         K::BitCast { to } => one(typed::bit_cast(cx, &dev(0)?, *to)?),
         K::Quantize { axis, to } => one(typed::quantize(cx, &dev(0)?, &dev(1)?, opt_dev(2)?.as_ref(), *axis, *to)?),
         K::Dequantize { axis } => one(typed::dequantize(cx, &dev(0)?, &dev(1)?, opt_dev(2)?.as_ref(), *axis)?),
-        K::Elementwise { op } => one(pointwise::binary(cx, *op, &dev(0)?, &dev(1)?, out_dtype(0), &out_shape(0)?)?),
-        K::Activation { kind } => one(pointwise::unary(cx, pointwise::activation_code(*kind), &dev(0)?, None)?),
+        // Pointwise layers read any layout and write NHWC where an input of the output's shape is so (`keeps_channels_last`).
+        K::Elementwise { op } => one(pointwise::binary(cx, *op, &raw(0)?, &raw(1)?, out_dtype(0), &out_shape(0)?)?),
+        K::Activation { kind } => one(pointwise::unary(cx, pointwise::activation_code(*kind), &raw(0)?, None)?),
         K::Unary { op } => {
-            let x = dev(0)?;
+            let x = raw(0)?;
             if typed::unary_supported(*op, x.dtype) {
-                one(typed::unary(cx, *op, &x)?)
+                one(typed::unary(cx, *op, &layout::to_row_major(cx, &x)?)?)
             } else {
                 one(pointwise::unary(cx, pointwise::unary_code(*op).ok_or("no kernel")?, &x, None)?)
             }
@@ -386,7 +435,7 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
         }
         K::MatrixMultiply { op_a, op_b } => one(compute::matmul(cx, &dev(0)?, *op_a, &dev(1)?, *op_b, 1.0, &out_shape(0)?)?),
         K::Convolution(p) => {
-            let (out, _) = compute::convolution(cx, p, &raw(0)?, &dev(1)?, opt_dev(2)?.as_ref(), compute::ConvTail::default(), &out_shape(0)?)?;
+            let (out, _) = conv::convolution(cx, p, &raw(0)?, &dev(1)?, opt_dev(2)?.as_ref(), conv::ConvTail::default(), &out_shape(0)?)?;
             one(out)
         }
         K::Pooling(p) => one(compute::pooling(cx, p, &raw(0)?, &out_shape(0)?)?),
@@ -481,7 +530,7 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
 fn fused(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>], outs: &[OutFact]) -> KResult<DeviceTensor> {
     // A pointwise anchor is the chain's first step: the whole layer is one pass.
     if let Some(first) = pointwise_anchor(p, inputs) {
-        let x = cx.dev(inputs.first().and_then(Option::as_ref).ok_or("the anchor's input is missing")?)?;
+        let x = cx.dev_any_layout(inputs.first().and_then(Option::as_ref).ok_or("the anchor's input is missing")?)?;
         let steps: Vec<PostOp> = std::iter::once(first).chain(p.epilogue.iter().copied()).collect();
         if let Some(out) = fused_chain(cx, &steps, &x, inputs)? {
             return check_epilogue(out, outs);
@@ -506,34 +555,18 @@ fn fused(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>], outs: &[OutF
             let (out, fused) = compute::matmul_epilogue(cx, &a, *op_a, &b, *op_b, 1.0, &shape, Some((&bias, relu)), residual.as_ref())?;
             (out, if fused { next + usize::from(relu) } else { 0 })
         }
-        // A convolution (+ bias) then `+ residual` and / or ReLU: cuDNN's epilogue.
+        // A convolution (+ bias) then as much of the epilogue as its kernel takes in.
         (kiln::FusedAnchor::Convolution(cp), _) => {
             let fact = anchor_outs.first().ok_or("no anchor output")?;
-            let out_dtype = fact.dtype;
             let shape = fact.shape.dims().iter().map(|d| d.fixed()).collect::<Option<Vec<_>>>().ok_or("the convolution's shape is not concrete")?;
             let slot = |i: usize| anchor_inputs.get(i).and_then(Option::as_ref).ok_or_else(|| invalid!("input {i} is missing"));
             let x = cx.dev_any_layout(slot(0)?)?;
             let w = cx.dev(slot(1)?)?;
             let bias = anchor_inputs.get(2).and_then(Option::as_ref).map(|v| cx.dev(v)).transpose()?;
-            // Only a residual of the output's own shape (no broadcast) goes into cuDNN; a ReLU
-            // after any other first step stays outside.
-            let is_relu = |i: usize| matches!(p.epilogue.get(i), Some(PostOp::Activation(kiln::ActivationKind::Relu)));
-            let (residual, relu) = match p.epilogue.first() {
-                Some(PostOp::Elementwise { op: kiln::ElementwiseOp::Sum, operand, .. }) => {
-                    let z = cx.dev_any_layout(operand_value(inputs, *operand)?)?;
-                    if z.shape == shape && z.dtype == out_dtype {
-                        (Some(z), is_relu(1))
-                    } else {
-                        (None, false)
-                    }
-                }
-                _ => (None, is_relu(0)),
-            };
-            let tail = compute::ConvTail { residual: residual.as_ref(), relu };
-            let (out, done) = compute::convolution(cx, cp, &x, &w, bias.as_ref(), tail, &shape)?;
-            let consumed = if !done { 0 } else { usize::from(residual.is_some()) + usize::from(relu) };
-            // The rest of the epilogue runs kiln's row-major kernels.
-            let out = if consumed < p.epilogue.len() { layout::to_row_major(cx, &out)? } else { out };
+            let (tail_steps, residual) = conv_tail_steps(cx, &p.epilogue, inputs, &shape, fact.dtype)?;
+            let tail = conv::ConvTail { before: tail_steps[0], residual: residual.as_ref(), after: tail_steps[1] };
+            let (out, consumed) = conv::convolution(cx, cp, &x, &w, bias.as_ref(), tail, &shape)?;
+            // The rest of the epilogue runs kiln's pointwise kernels, in the output's layout.
             (out, consumed)
         }
         _ => (run(cx, &anchor_kind, anchor_inputs, &anchor_outs)?.into_iter().next().ok_or("the anchor gave no output")?, 0),
@@ -546,6 +579,32 @@ fn fused(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>], outs: &[OutF
         }
     }
     check_epilogue(running, outs)
+}
+
+/// The leading epilogue steps a convolution kernel may take in (see `conv::ConvTail`): an
+/// activation, a residual of the output's own shape and type, and an activation after that
+/// residual; each `None` where the epilogue does not start so.
+fn conv_tail_steps(
+    cx: &Ctx,
+    epilogue: &[PostOp],
+    inputs: &[Option<Value>],
+    shape: &[usize],
+    dtype: DataType,
+) -> KResult<([Option<kiln::ActivationKind>; 2], Option<DeviceTensor>)> {
+    let activation = |i: usize| match epilogue.get(i) {
+        Some(PostOp::Activation(kind)) => Some(*kind),
+        _ => None,
+    };
+    let before = activation(0);
+    let at = usize::from(before.is_some());
+    let residual = match epilogue.get(at) {
+        Some(PostOp::Elementwise { op: kiln::ElementwiseOp::Sum, operand, .. }) => {
+            Some(cx.dev_any_layout(operand_value(inputs, *operand)?)?).filter(|z| z.shape == shape && z.dtype == dtype)
+        }
+        _ => None,
+    };
+    let after = residual.as_ref().and_then(|_| activation(at + 1));
+    Ok(([before, after], residual))
 }
 
 fn check_epilogue(running: DeviceTensor, outs: &[OutFact]) -> KResult<DeviceTensor> {
@@ -590,7 +649,7 @@ fn fused_chain(cx: &Ctx, steps: &[PostOp], running: &DeviceTensor, inputs: &[Opt
                 None => return Ok(None),
             },
             PostOp::Elementwise { op, operand, running_first } => {
-                let other = cx.dev(operand_value(inputs, operand)?)?;
+                let other = cx.dev_any_layout(operand_value(inputs, operand)?)?;
                 pointwise::ChainStep::Binary { op, operand: other, running_first }
             }
         });
@@ -605,7 +664,7 @@ fn step(cx: &Ctx, post: &PostOp, running: DeviceTensor, inputs: &[Option<Value>]
             PostOp::Activation(kind) => pointwise::unary(cx, pointwise::activation_code(kind), &running, Some(&running))?,
             PostOp::Unary(op) => pointwise::unary(cx, pointwise::unary_code(op).ok_or("no kernel")?, &running, Some(&running))?,
             PostOp::Elementwise { op, operand, running_first } => {
-                let other = cx.dev(operand_value(inputs, operand)?)?;
+                let other = cx.dev_any_layout(operand_value(inputs, operand)?)?;
                 let shape = broadcast_shape(&running.shape, &other.shape)?;
                 let dtype = if op.is_comparison() { DataType::Bool } else { running.dtype };
                 if running_first {
@@ -641,6 +700,25 @@ pub(crate) mod tests {
                 assert_eq!(offset(full, w, i), offset(&merged, w, i), "element {i}, operand {w}: {full:?} vs {merged:?}");
             }
         }
+    }
+
+    #[test]
+    fn a_channels_last_walk_reads_every_operand_through_its_strides() {
+        use super::{coalesce, contiguous_strides, strided_walk};
+        use crate::buffer::DeviceTensor;
+        let out = [2usize, 3, 4, 5];
+        let (a, b, c) = (DeviceTensor::channels_last_strides(&out), contiguous_strides(&[3, 1, 1]), contiguous_strides(&out));
+        let order = DeviceTensor::channels_last_order(4);
+        let operands: [(&[usize], &[i64]); 3] = [(&out, &a), (&[3, 1, 1], &b), (&out, &c)];
+        let l = coalesce(strided_walk(&out, &operands, Some(&order)).unwrap(), 3);
+        // Walking the output in NHWC order: element i is (n, h, w, ch) packed.
+        for i in 0..(2 * 3 * 4 * 5) as i64 {
+            let (ch, w, h, n) = (i % 3, (i / 3) % 5, (i / 15) % 4, i / 60);
+            assert_eq!(offset(&l, 0, i), i, "a is stored as walked");
+            assert_eq!(offset(&l, 1, i), ch, "b broadcasts per channel");
+            assert_eq!(offset(&l, 2, i), ((n * 3 + ch) * 4 + h) * 5 + w, "c is row-major");
+        }
+        assert_eq!(l.stride[0][l.rank as usize - 1], 1, "a's innermost stride lets it load vectors");
     }
 
     #[test]

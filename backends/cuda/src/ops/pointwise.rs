@@ -2,7 +2,8 @@
 
 use kiln::{invalid, ActivationKind, DataType, ElementwiseOp, KernelError, UnaryOp};
 use crate::ops::KResult;
-use super::{broadcast_layout, broadcast_shape, broadcast_strides, coalesce_joint, Ctx};
+use super::layout::to_row_major;
+use super::{broadcast_shape, coalesce, coalesce_joint, empty_in_layout, keeps_channels_last, strided_layout, Ctx};
 use crate::buffer::{float_suffix, Arg, Chain, DeviceTensor};
 use crate::sources::Source;
 
@@ -53,13 +54,18 @@ pub fn binary_kernel(op: ElementwiseOp, dtype: DataType) -> KResult<(String, i32
 }
 
 /// `out = a op b`, broadcasting both onto `out_shape`; `out_dtype` is bool for comparisons.
+/// Either may be stored in any layout; the output is channels-last where an operand of its
+/// shape is (see [`keeps_channels_last`]).
 pub fn binary(cx: &Ctx, op: ElementwiseOp, a: &DeviceTensor, b: &DeviceTensor, out_dtype: DataType, out_shape: &[usize]) -> KResult<DeviceTensor> {
     if super::typed::binary_supported(op, a.dtype) {
-        return super::typed::binary(cx, op, a, b, out_dtype, out_shape);
+        let (a, b) = (to_row_major(cx, a)?, to_row_major(cx, b)?);
+        return super::typed::binary(cx, op, &a, &b, out_dtype, out_shape);
     }
     let (name, code) = binary_kernel(op, a.dtype)?;
-    let out = cx.gpu.empty(out_dtype, out_shape.to_vec()).map_err(KernelError::from)?;
-    let layout = broadcast_layout(out_shape, &[&a.shape, &b.shape])?;
+    let nhwc = keeps_channels_last(&[a, b], out_shape);
+    let out = empty_in_layout(cx, out_dtype, out_shape, nhwc)?;
+    let order = nhwc.then(|| DeviceTensor::channels_last_order(out_shape.len()));
+    let layout = coalesce(strided_layout(out_shape, &[a, b], order.as_deref())?, 2);
     let n = out.len();
     let args = [cx.arg(a), cx.arg(b), cx.arg(&out)];
     // Float arithmetic has `binary_vec_*` kernels (comparisons and integers do not).
@@ -149,12 +155,21 @@ pub fn unary_code(op: UnaryOp) -> Option<(i32, f32, f32)> {
 }
 
 /// A float unary kernel (`code` from [`activation_code`] / [`unary_code`]) into a new tensor,
-/// or in place when `out` is `x` itself (the fused epilogue's running value).
+/// or in place when `out` is `x` itself (the fused epilogue's running value). A row-major or
+/// channels-last `x` keeps its layout (the kernel runs over the packed bytes); another view is
+/// packed row-major first.
 pub fn unary(cx: &Ctx, (code, alpha, beta): (i32, f32, f32), x: &DeviceTensor, out: Option<&DeviceTensor>) -> KResult<DeviceTensor> {
     let suffix = float_suffix(x.dtype).map_err(KernelError::from)?;
+    let packed;
+    let x = if x.strides.is_none() || x.channels_last() {
+        x
+    } else {
+        packed = to_row_major(cx, x)?;
+        &packed
+    };
     let out = match out {
-        Some(o) => o.clone(),
-        None => cx.gpu.empty(x.dtype, x.shape.clone()).map_err(KernelError::from)?,
+        Some(o) if o.strides == x.strides => o.clone(),
+        _ => empty_in_layout(cx, x.dtype, &x.shape, x.channels_last())?,
     };
     let n = x.len();
     let (src, dst) = (cx.arg(x), cx.arg(&out));
@@ -249,12 +264,15 @@ pub fn chain(cx: &Ctx, x: &DeviceTensor, steps: &[ChainStep]) -> KResult<Option<
             }
         }
     }
-    let shapes: Vec<&[usize]> = std::iter::once(&x.shape[..]).chain(operands.iter().map(|o| &o.shape[..])).collect();
-    let first = broadcast_strides(&shape, &shapes[..shapes.len().min(3)])?;
-    let second = broadcast_strides(&shape, shapes.get(3..).unwrap_or(&[]))?;
-    let (used_first, used_second) = (shapes.len().min(3), shapes.len().saturating_sub(3));
+    // Every operand read through its own strides, the output channels-last where one is.
+    let all: Vec<&DeviceTensor> = std::iter::once(x).chain(operands.iter().copied()).collect();
+    let nhwc = keeps_channels_last(&all, &shape);
+    let order = nhwc.then(|| DeviceTensor::channels_last_order(shape.len()));
+    let first = strided_layout(&shape, &all[..all.len().min(3)], order.as_deref())?;
+    let second = strided_layout(&shape, all.get(3..).unwrap_or(&[]), order.as_deref())?;
+    let (used_first, used_second) = (all.len().min(3), all.len().saturating_sub(3));
     let layouts = coalesce_joint(&[(first, used_first), (second, used_second)]);
-    let out = cx.gpu.empty(x.dtype, shape).map_err(KernelError::from)?;
+    let out = empty_in_layout(cx, x.dtype, &shape, nhwc)?;
     let n = out.len();
     let operand = |i: usize| operands.get(i).map_or(Arg::NULL, |o| cx.arg(o));
     let pointers = [cx.arg(x), operand(0), operand(1), operand(2), operand(3), cx.arg(&out)];

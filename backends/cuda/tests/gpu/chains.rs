@@ -75,3 +75,32 @@ fn a_chain_that_broadcasts_the_running_value() {
     ];
     check("broadcast running value", kind, inputs, 1e-6);
 }
+
+#[test]
+fn pointwise_layers_after_an_nhwc_convolution_keep_its_layout() {
+    // f16 convolutions write channels-last; SiLU, a broadcast bias, a squeeze-excitation scale
+    // (global mean → [N,C,1,1] → sigmoid → ·), an abs and a residual of a row-major input then
+    // run on it in place of converting back: all against the cpu oracle.
+    use kiln::{Network, ReduceOp, Shape};
+    let mut r = rng(11);
+    let (n, c, k, hw) = (2, 8, 16, 9);
+    let mut net = Network::new("nhwc pointwise");
+    let x = net.add_input("x", DataType::F16, Shape::fixed(&[n, c, hw, hw])).unwrap();
+    let skip = net.add_input("skip", DataType::F16, Shape::fixed(&[n, k, hw - 2, hw - 2])).unwrap();
+    let w = random(&mut r, DataType::F16, &[k, c, 3, 3]).data().clone();
+    let b = random(&mut r, DataType::F16, &[k]).data().clone();
+    let conv = net.add_convolution(x, k, &[3, 3], w, Some(b)).unwrap();
+    let y = net.output(conv, 0);
+    let gate = net.add_activation(y, ActivationKind::Sigmoid).unwrap();
+    let silu = net.add_elementwise(y, net.output(gate, 0), ElementwiseOp::Prod).unwrap();
+    let bias = net.add_constant(&[k, 1, 1], random(&mut r, DataType::F16, &[k, 1, 1]).data().clone()).unwrap();
+    let biased = net.add_elementwise(net.output(silu, 0), net.output(bias, 0), ElementwiseOp::Sum).unwrap();
+    let mean = net.add_reduce(net.output(biased, 0), ReduceOp::Mean, &[2, 3], true).unwrap();
+    let scale = net.add_activation(net.output(mean, 0), ActivationKind::Sigmoid).unwrap();
+    let excited = net.add_elementwise(net.output(biased, 0), net.output(scale, 0), ElementwiseOp::Prod).unwrap();
+    let abs = net.add_unary(net.output(excited, 0), UnaryOp::Abs).unwrap();
+    let out = net.add_elementwise(net.output(abs, 0), skip, ElementwiseOp::Sub).unwrap();
+    net.mark_output(net.output(out, 0)).unwrap();
+    let feeds = [random(&mut r, DataType::F16, &[n, c, hw, hw]), random(&mut r, DataType::F16, &[n, k, hw - 2, hw - 2])];
+    crate::common::check_network("nhwc pointwise", &net, &feeds, 2e-2);
+}

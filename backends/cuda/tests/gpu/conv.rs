@@ -133,6 +133,60 @@ fn every_tactic_of_a_fused_convolution_matches() {
     }
 }
 
+/// A depthwise convolution (`c` channels, `k`×`k`, stride `s`, padding k/2) with `epilogue`
+/// (operand 3 is a residual of the output's shape).
+fn depthwise(r: &mut rand_chacha::ChaCha8Rng, dtype: DataType, c: usize, k: usize, s: usize, epilogue: Vec<PostOp>) -> (Network, Vec<HostTensor>) {
+    let (h, w) = (13, 11);
+    let (oh, ow) = ((h + 2 * (k / 2) - k) / s + 1, (w + 2 * (k / 2) - k) / s + 1);
+    let mut inputs = conv_inputs(r, dtype, &[2, c, h, w], &[c, 1, k, k], true);
+    if epilogue.iter().any(|p| matches!(p, PostOp::Elementwise { .. })) {
+        inputs.push(In::Run(random(r, dtype, &[2, c, oh, ow])));
+    }
+    let anchor = FusedAnchor::Convolution(conv(c, &[s, s], &[1, 1], &[k / 2, k / 2]));
+    if epilogue.is_empty() {
+        return one_layer(LayerKind::Convolution(conv(c, &[s, s], &[1, 1], &[k / 2, k / 2])), inputs);
+    }
+    one_layer(LayerKind::Fused(FusedParams { anchor, anchor_inputs: 3, epilogue }), inputs)
+}
+
+#[test]
+fn every_tactic_of_a_depthwise_convolution_matches() {
+    let Some(cuda) = backend() else { return };
+    let mut r = rng(73);
+    let residual = PostOp::Elementwise { op: ElementwiseOp::Sum, operand: 3, running_first: false };
+    let epilogues = [
+        vec![],
+        vec![PostOp::Activation(ActivationKind::Clip { min: 0.0, max: 6.0 })],
+        vec![PostOp::Activation(ActivationKind::Swish), residual],
+        vec![residual, PostOp::Activation(ActivationKind::HardSwish)],
+        vec![PostOp::Activation(ActivationKind::GeluErf), residual, PostOp::Activation(ActivationKind::Relu)],
+    ];
+    let lowered = |net: &Network| kiln::ir::control::lower(net, kiln::ir::control::DEFAULT_MAX_TRIP_COUNT).unwrap();
+    for dtype in [DataType::F32, DataType::F16, DataType::BF16] {
+        // 32 channels run 16-byte vectors; 12 run one channel per thread in f16 and bf16.
+        for (c, k, s, e) in [(32, 3, 1, 0), (32, 3, 2, 1), (12, 5, 1, 2), (32, 7, 1, 3), (12, 7, 2, 4), (32, 5, 2, 2)] {
+            let (net, feeds) = depthwise(&mut r, dtype, c, k, s, epilogues[e].clone());
+            let what = format!("depthwise {dtype} c{c} {k}x{k} stride {s} epilogue {:?}", epilogues[e]);
+            let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap();
+            let layer = last_layer(&net);
+            let tactics = cuda.tactics(&net, layer);
+            assert!(tactics.iter().any(|t| t.id.name == "conv_depthwise_nhwc"), "{what}: no depthwise tactic among {tactics:?}");
+            for t in &tactics {
+                let mut chosen = vec![None; net.layers().len()];
+                chosen[layer.0] = Some(t.id.clone());
+                let got = cuda.prepare_plan(&net, &lowered(&net), &chosen).unwrap().execute(&feeds);
+                let got = got.unwrap_or_else(|e| panic!("{what} {}: {e}", t.id));
+                let err = worst_error(&got[0], &want[0]);
+                // cuDNN's Winograd and FFT transform the operands, in TF32 where f32 allows it
+                // (the backend's default math): the TF32 tier, 1e-2.
+                let transformed = t.id.name.contains("fft") || t.id.name.contains("winograd");
+                let allowed = if transformed { (tolerance(dtype) * 10.0).max(1e-2) } else { tolerance(dtype) };
+                assert!(err <= allowed, "{what} with {}: differs from the cpu oracle by {err} (tolerance {allowed})", t.id);
+            }
+        }
+    }
+}
+
 #[test]
 fn convolution_tactics_are_timed() {
     let Some(cuda) = backend() else { return };

@@ -160,6 +160,34 @@ fn device_times_are_measured_in_every_mode() {
 }
 
 #[test]
+fn a_profile_run_times_each_layer_between_graph_replays() {
+    let Some(cuda) = backend() else { return };
+    let f = fixture("bert_torchscript");
+    let prepared = prepare(cuda, &f.net, true);
+    let mut ctx = prepared.create_execution_context();
+    ctx.set_device_timing(true);
+    let first = run(&ctx, &f.inputs);
+    run(&ctx, &f.inputs);
+    run(&ctx, &f.inputs);
+    assert_eq!(mode(&ctx), "graph replay");
+    let compute = ctx.last_device_times().expect("device times").compute;
+    let times = ctx.profile_layers(&f.inputs).expect("profile run").expect("cuda times layers");
+    assert_eq!(mode(&ctx), "interpreted for a per-layer profile");
+    let net = ctx.engine().network();
+    let timed: Vec<_> = times.0.iter().enumerate().filter_map(|(i, t)| t.map(|t| (i, t))).collect();
+    assert!(!timed.is_empty() && timed.iter().all(|(_, t)| !t.is_zero()), "{times:?}");
+    assert!(timed.iter().all(|&(i, _)| !matches!(net.layers()[i].kind, kiln::LayerKind::Constant { .. } | kiln::LayerKind::Shape)));
+    let total: std::time::Duration = timed.iter().map(|(_, t)| *t).sum();
+    eprintln!("profiled layers: {} of {}, their sum {total:?}, a replayed execution {compute:?}", timed.len(), net.layers().len());
+    // Every kernel of the execution lies between some layer's events: together they cannot
+    // take much less than the replayed execution's compute.
+    assert!(total.as_secs_f64() > 0.5 * compute.as_secs_f64(), "{total:?} vs {compute:?}");
+    // The graph is replayed again afterwards, with the same results.
+    assert_eq!(run(&ctx, &f.inputs), first);
+    assert_eq!(mode(&ctx), "graph replay");
+}
+
+#[test]
 fn several_contexts_run_one_engine_at_once() {
     let Some(cuda) = backend() else { return };
     let f = fixture("bert_torchscript");

@@ -6,7 +6,9 @@
 //! `--iterations` and `--duration-s` are reached. Backends that time executions on the
 //! device (cuda: CUDA events around the input copies, the compute and the output copies)
 //! report GPU compute, H2D and D2H times; `--no-cuda-graph` asks the backend to interpret
-//! every execution instead of replaying a captured graph.
+//! every execution instead of replaying a captured graph. `--dump-profile` and
+//! `--export-profile` then time every layer in separate profile runs (see
+//! `kiln::runtime::layer_profile`) and report each layer's median and share.
 
 use crate::backends::{self, SelectedBackend};
 use crate::commands::run::{build_engine, make_inputs, InputArgs};
@@ -15,6 +17,7 @@ use crate::stats::Summary;
 use crate::summary::{self, emit};
 use crate::{shapes, BenchArgs};
 use anyhow::{bail, Context};
+use kiln::runtime::layer_profile::LayerProfile;
 use kiln::{Buffer, BuilderConfig, BuilderFlag, DeviceTimes, ExecutionContext, HostTensor, Stream};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -73,7 +76,20 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
     bind(&mut context, &inputs)?;
     let timings = time_iterations(&context, args)?;
     let execution = Execution { captures_graphs, mode: context.execution_mode() };
-    let report = Report::new(args, &backend, &flags, &input_source, build_time, batch, &timings, &execution);
+    let mut report = Report::new(args, &backend, &flags, &input_source, build_time, batch, &timings, &execution);
+    if args.dump_profile || args.export_profile.is_some() {
+        let profile = profile_layers(&context, &inputs, args.profile_runs)
+            .with_context(|| format!("cannot profile the layers on `{}`", backend.name()))?;
+        if args.dump_profile {
+            report.text.push('\n');
+            report.text.push_str(&profile.to_text());
+        }
+        report.json["profile"] = profile.to_json();
+        if let Some(path) = &args.export_profile {
+            let text = serde_json::to_string_pretty(&profile.to_json())?;
+            std::fs::write(path, text + "\n").with_context(|| format!("cannot write `{}`", path.display()))?;
+        }
+    }
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&report.json)?;
         std::fs::write(path, text + "\n").with_context(|| format!("cannot write `{}`", path.display()))?;
@@ -151,6 +167,24 @@ fn time_iterations(context: &ExecutionContext, args: &BenchArgs) -> anyhow::Resu
         device.extend(d);
     }
     Ok(Timings { latency, enqueue, device, wall: start.elapsed(), warmup_iterations })
+}
+
+/// The per-layer profile over `runs` profile runs (after one untimed one), kept apart from
+/// the timed iterations as trtexec's `--separateProfileRun` keeps them.
+fn profile_layers(context: &ExecutionContext, inputs: &HashMap<String, HostTensor>, runs: usize) -> anyhow::Result<LayerProfile> {
+    if runs == 0 {
+        bail!("--profile-runs must be at least 1");
+    }
+    let mut times = Vec::with_capacity(runs);
+    for i in 0..=runs {
+        let Some(t) = context.profile_layers(inputs)? else {
+            bail!("the backend does not time individual layers");
+        };
+        if i > 0 {
+            times.push(t);
+        }
+    }
+    Ok(LayerProfile::summarize(context.engine(), &times))
 }
 
 /// What the backend says about how it ran the engine.

@@ -50,6 +50,9 @@ pub fn build(args: &BuildArgs) -> anyhow::Result<()> {
         std::fs::write(path, cache.serialize()).with_context(|| format!("cannot write timing cache `{}`", path.display()))?;
     }
     let engine = output.engine;
+    if args.verbose {
+        emit(&decisions(&engine, &output.log))?;
+    }
     let mut phases = output.summary;
     let start = Instant::now();
     let engine_file = engine.serialize();
@@ -76,6 +79,27 @@ pub fn build(args: &BuildArgs) -> anyhow::Result<()> {
         summary::duration(phases.total()),
         phase_lines(&phases),
     ))
+}
+
+/// What the builder decided, for `--verbose`: its log (precisions), then one line per engine
+/// layer with its tactic, and one per candidate timed for it.
+fn decisions(engine: &kiln::Engine, log: &[String]) -> String {
+    let mut s = String::new();
+    for line in log {
+        let _ = writeln!(s, "builder: {line}");
+    }
+    let net = engine.network();
+    for (i, layer) in net.layers().iter().enumerate() {
+        let value = engine.tactics().get(i).cloned().flatten().map_or(0, |t| t.hash);
+        let _ = writeln!(s, "layer `{}` [{}]: {} (0x{value:016x})", layer.name, layer.kind.type_name(), engine.tactic_name(i));
+        let timed = engine.tactic_times(i);
+        let fastest = timed.iter().map(|(_, ns)| *ns).min();
+        for (candidate, ns) in timed {
+            let mark = if Some(*ns) == fastest { " (fastest)" } else { "" };
+            let _ = writeln!(s, "  timed {candidate}: {:.4} ms{mark}", *ns as f64 * 1e-6);
+        }
+    }
+    s
 }
 
 /// `, 1 profile: x 1x3x8x8..4x3x8x8` or `` (none), for the summary's activations line.

@@ -123,6 +123,7 @@ impl<'b> Builder<'b> {
         let engine = Engine::new(pruned, control, self.backend.name().to_string(), device, build_flags)
             .with_kernels(kernels)
             .with_tactics(tactics.chosen)
+            .with_tactic_times(tactics.timed)
             .with_profiles(config.profiles.clone())
             .map_err(BuildError::ProfileShapes)?;
         check_workspace_limit(&engine, config.workspace_limit_bytes)?;

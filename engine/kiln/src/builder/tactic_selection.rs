@@ -53,20 +53,23 @@ pub fn choose_tactics(
             offered.iter().map(|t| AlgorithmChoice { tactic: t.clone(), time_ns: time_of(&t.id) }).collect();
         let context = context_of(network, id);
         let allowed = select(options, &context, &choices)?;
-        let pick = if allowed.len() == 1 {
-            allowed[0].tactic.id.clone()
+        let (pick, timed) = if allowed.len() == 1 {
+            (allowed[0].tactic.id.clone(), Vec::new())
         } else if let Some(hit) = cached.as_ref().and_then(|e| pick_from_cache(e, &allowed)) {
             plan.layers_from_cache += 1;
-            hit
+            (hit, timed_of(cached.as_ref(), &allowed))
         } else if options.error_on_timing_cache_miss {
             return Err(TacticError::CacheMiss { layer: layer.name.clone(), signature: key });
         } else {
             let entry = time_candidates(backend, network, id, &signature.kind, &allowed, repetitions)?;
             plan.layers_timed += 1;
             let chosen = entry.chosen.clone();
-            cache.insert(key, merge_entry(cached, entry));
-            chosen
+            let entry = merge_entry(cached, entry);
+            let timed = timed_of(Some(&entry), &allowed);
+            cache.insert(key, entry);
+            (chosen, timed)
         };
+        plan.timed.push(timed);
         reported.push((context, pick.clone()));
         plan.chosen.push(Some(pick));
     }
@@ -98,6 +101,15 @@ fn select<'c>(options: &TacticOptions, context: &AlgorithmContext, choices: &'c 
         }
     }
     Ok(out)
+}
+
+/// The times `entry` holds for the allowed candidates, in their order.
+fn timed_of(entry: Option<&CacheEntry>, allowed: &[&AlgorithmChoice]) -> Vec<(TacticId, u64)> {
+    let Some(entry) = entry else { return Vec::new() };
+    allowed
+        .iter()
+        .filter_map(|c| entry.candidates.iter().find(|(id, _)| *id == c.tactic.id).cloned())
+        .collect()
 }
 
 /// The cached choice when allowed, else the fastest allowed candidate when the cache

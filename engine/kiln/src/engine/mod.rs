@@ -35,6 +35,9 @@ pub struct Engine {
     kernels: Vec<String>,
     /// Per layer, the tactic the builder chose (empty when none was chosen).
     tactics: Vec<Option<TacticId>>,
+    /// Per layer, the candidates the builder timed and their times in nanoseconds (empty
+    /// when it recorded none).
+    tactic_times: Vec<Vec<(TacticId, u64)>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -68,6 +71,7 @@ struct PlanSection {
     profiles: Vec<OptimizationProfile>,
     kernels: Vec<String>,
     tactics: Vec<Option<TacticId>>,
+    tactic_times: Vec<Vec<(TacticId, u64)>>,
 }
 
 /// The plugins a network's layers use, each once, in key order.
@@ -99,7 +103,7 @@ impl Engine {
         build_flags: BuildFlags,
     ) -> Engine {
         let (profiles, memory_plans, kernels, tactics) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        Engine { network, control, backend, device, build_flags, profiles, memory_plans, kernels, tactics }
+        Engine { network, control, backend, device, build_flags, profiles, memory_plans, kernels, tactics, tactic_times: Vec::new() }
     }
 
     /// The lowered loops and conditionals every backend runs (one block of every layer when
@@ -156,6 +160,28 @@ impl Engine {
         &self.tactics
     }
 
+    /// What runs layer `index`, for people: the chosen tactic's name, or the backend's kernel
+    /// name where the backend has a single "default" tactic (or none was recorded).
+    pub fn tactic_name(&self, index: usize) -> String {
+        match self.tactics.get(index).cloned().flatten() {
+            Some(t) if t.name != "default" => t.name,
+            _ => self.kernel_name(index).unwrap_or("").to_string(),
+        }
+    }
+
+    /// Records the candidates timed for each layer (one entry per layer).
+    pub(crate) fn with_tactic_times(mut self, times: Vec<Vec<(TacticId, u64)>>) -> Engine {
+        debug_assert_eq!(times.len(), self.network.layers().len());
+        self.tactic_times = times;
+        self
+    }
+
+    /// The candidates the builder timed for layer `index`, with their times in nanoseconds
+    /// (empty for a layer with one candidate, or an engine that records none).
+    pub fn tactic_times(&self, index: usize) -> &[(TacticId, u64)] {
+        self.tactic_times.get(index).map_or(&[], Vec::as_slice)
+    }
+
     /// The name of the backend kernel that runs layer `index`, when the builder recorded it.
     pub fn kernel_name(&self, index: usize) -> Option<&str> {
         self.kernels.get(index).map(String::as_str)
@@ -205,6 +231,7 @@ impl Engine {
             profiles: self.profiles.clone(),
             kernels: self.kernels.clone(),
             tactics: self.tactics.clone(),
+            tactic_times: self.tactic_times.clone(),
         };
         let plan_bytes = postcard::to_stdvec(&plan).expect("serializing plain data cannot fail");
         let header = EngineHeader {
@@ -261,10 +288,17 @@ impl Engine {
                 network.layers().len()
             )));
         }
+        if !plan.tactic_times.is_empty() && plan.tactic_times.len() != network.layers().len() {
+            return Err(EngineLoadError::InvalidPlan(format!(
+                "{} tactic timings for {} layers",
+                plan.tactic_times.len(),
+                network.layers().len()
+            )));
+        }
         let engine = Engine::new(network, plan.control, header.backend, header.device, header.build_flags)
             .with_profiles(plan.profiles)
             .map_err(EngineLoadError::InvalidPlan)?;
-        Ok(Engine { kernels: plan.kernels, tactics: plan.tactics, ..engine })
+        Ok(Engine { kernels: plan.kernels, tactics: plan.tactics, tactic_times: plan.tactic_times, ..engine })
     }
 
     /// Refuses a device whose backend or compute capability differs from the engine's;

@@ -28,7 +28,7 @@ pub use fold::{ConstantFolding, MAX_FOLDED_ELEMENTS};
 pub use fuse::EpilogueFusion;
 pub use horizontal::HorizontalMatMulFusion;
 pub use noop::NoOpRemoval;
-pub use patterns::{GeluFusion, NormalizationFusion, RmsNormalizationFusion, SoftMaxFusion};
+pub use patterns::{GeluFusion, NormalizationFusion, RmsNormalizationFusion, SoftMaxFusion, SwishFusion};
 pub use pointwise::PointwiseChainFusion;
 pub use shape_tensors::ShapeTensorResolution;
 
@@ -130,6 +130,7 @@ impl Pipeline {
                 Box::new(DeadLayerElimination),
                 Box::new(RmsNormalizationFusion),
                 Box::new(GeluFusion),
+                Box::new(SwishFusion),
                 Box::new(AttentionFusion),
                 Box::new(DeadLayerElimination),
                 Box::new(EpilogueFusion),

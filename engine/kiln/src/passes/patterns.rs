@@ -578,6 +578,43 @@ impl Pass for GeluFusion {
     }
 }
 
+/// SiLU as exporters write it, `x · sigmoid(x)` in either order → Activation Swish, so a
+/// convolution or product before it takes it into its epilogue (the sigmoid's second reader,
+/// the product, otherwise ends the chain there).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SwishFusion;
+
+impl Pass for SwishFusion {
+    fn name(&self) -> &'static str {
+        "swish-fusion"
+    }
+
+    fn run(&self, network: &Network, _: &PassContext<'_>) -> Result<Option<Network>, PassError> {
+        rewrite(network, |v, _, tail| {
+            let LayerKind::Elementwise { op: ElementwiseOp::Prod } = tail.kind else { return None };
+            let (a, b) = (tail.inputs.first().copied().flatten()?, tail.inputs.get(1).copied().flatten()?);
+            let sigmoid_of = |t: TensorId| {
+                let l = v.inner(t)?;
+                if !matches!(l.kind, LayerKind::Activation { kind: ActivationKind::Sigmoid }) {
+                    return None;
+                }
+                Some((l, l.inputs.first().copied().flatten()?))
+            };
+            let (sigmoid, x) = match (sigmoid_of(b), sigmoid_of(a)) {
+                (Some((l, x)), _) if x == a => (l, x),
+                (_, Some((l, x))) if x == b => (l, x),
+                _ => return None,
+            };
+            let same = v.net.tensor(x).shape == v.net.tensor(tail.outputs[0]).shape;
+            (v.float(x) && same).then(|| Replacement {
+                names: names(&[sigmoid, tail]),
+                kind: LayerKind::Activation { kind: ActivationKind::Swish },
+                inputs: vec![Some(NewInput::Tensor(x))],
+            })
+        })
+    }
+}
+
 /// The leaves of a product tree rooted at `l` (depth-limited), recording the Mul layers.
 fn collect_factors<'n>(
     v: &View<'n>,

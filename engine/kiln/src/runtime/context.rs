@@ -4,7 +4,7 @@
 use crate::ir::infer::network_shapes::{dims_with_wildcards, infer_shapes, BoundInput};
 use super::stream::{Event, Job, Stream};
 use super::{Buffer, PreparedEngine, RunError};
-use crate::backend::{Backend, DeviceTimes};
+use crate::backend::{Backend, DeviceTimes, LayerTimes};
 use crate::engine::Engine;
 use crate::ir::network::{Network, TensorId};
 use crate::ir::shape::{Dim, Shape};
@@ -421,6 +421,22 @@ impl ExecutionContext {
     /// vectorized format (see [`crate::ir::format`]) is passed in its physical shape: a CHW4
     /// input of logical `N×3×H×W` is `N×1×H×W×4`, padding zeroed.
     pub fn run(&self, inputs: &HashMap<String, HostTensor>) -> Result<BTreeMap<String, HostTensor>, RunError> {
+        let ordered = self.checked_inputs(inputs)?;
+        let outputs = Self::execute(&self.prepared, self.device_timing.then_some(&*self.device_times), &ordered)?;
+        let net = self.network();
+        Ok(net.outputs().iter().map(|&t| net.tensor(t).name.clone()).zip(outputs).collect())
+    }
+
+    /// One profile run on `inputs` (as [`ExecutionContext::run`] takes them): the time of
+    /// every layer, measured as [`crate::runtime::layer_profile`] says; None where the
+    /// backend times no layers.
+    pub fn profile_layers(&self, inputs: &HashMap<String, HostTensor>) -> Result<Option<LayerTimes>, RunError> {
+        let ordered = self.checked_inputs(inputs)?;
+        Ok(self.prepared.executable().execute_profiled(&ordered)?.1)
+    }
+
+    /// `inputs` checked against the engine and the profile, in network-input order.
+    fn checked_inputs(&self, inputs: &HashMap<String, HostTensor>) -> Result<Vec<HostTensor>, RunError> {
         let net = self.network();
         let names: Vec<&str> = net.inputs().iter().map(|&t| net.tensor(t).name.as_str()).collect();
         if let Some(extra) = inputs.keys().find(|k| !names.contains(&k.as_str())) {
@@ -447,8 +463,7 @@ impl ExecutionContext {
             ordered.push(value.clone());
         }
         check_named_dims(net, &bound)?;
-        let outputs = Self::execute(&self.prepared, self.device_timing.then_some(&*self.device_times), &ordered)?;
-        Ok(net.outputs().iter().map(|&t| net.tensor(t).name.clone()).zip(outputs).collect())
+        Ok(ordered)
     }
 }
 

@@ -14,6 +14,7 @@ use crate::ir::layer::LayerKind;
 use crate::ir::network::{LayerId, Network};
 use crate::ir::shape::Shape;
 use crate::ir::tensor::HostTensor;
+use super::layer_profile::LayerProfiler;
 use std::sync::Arc;
 use thiserror::Error;
 
@@ -108,6 +109,11 @@ pub trait Machine {
     fn skips_inferred_layers(&self) -> bool {
         true
     }
+    /// This execution's per-layer profiler, when it is a profiled one (see
+    /// [`crate::runtime::layer_profile`]): the driver brackets every kernel with it.
+    fn profiler(&self) -> Option<&dyn LayerProfiler> {
+        None
+    }
     /// Runs the kernel of layer `id` (never Constant, Shape, Assertion, a control boundary
     /// or, see [`Machine::skips_inferred_layers`], a layer whose outputs inference computed).
     /// `inputs` in slot order with the host slots read back, `facts` their concrete facts,
@@ -199,7 +205,14 @@ fn drive_layer<M: Machine + ?Sized>(m: &M, id: LayerId, inputs: &[Option<M::Valu
     if m.skips_inferred_layers() && !expected.is_empty() && expected.iter().all(|o| o.value.is_some()) {
         return Ok(expected.into_iter().filter_map(|o| o.value).map(|t| m.host_value(Arc::new(t))).collect());
     }
+    let profiler = m.profiler();
+    if let Some(p) = profiler {
+        p.begin(id)?;
+    }
     let outputs = m.run_kernel(id, &values, &facts, &expected)?;
+    if let Some(p) = profiler {
+        p.end(id)?;
+    }
     if outputs.len() != expected.len() || outputs.len() != layer.outputs.len() {
         return Err(KernelError::Invalid(format!(
             "the kernel produced {} outputs, inference expects {} and the layer has {}",

@@ -102,6 +102,9 @@ pub enum TacticError {
 pub struct TacticPlan {
     /// Per layer, the chosen tactic.
     pub chosen: Vec<Option<TacticId>>,
+    /// Per layer, the candidates timed for it (in this build or an earlier one, from the
+    /// cache) with their times in nanoseconds; empty where there was one candidate.
+    pub timed: Vec<Vec<(TacticId, u64)>>,
     /// Layer signatures timed in this build.
     pub layers_timed: usize,
     /// Layers with a choice whose timing came from the cache.

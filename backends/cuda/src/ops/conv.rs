@@ -1,0 +1,219 @@
+//! Convolutions: cuDNN's algorithms, kiln's NHWC depthwise kernel and its direct kernel, each a
+//! tactic, with as much of the layer's epilogue as the chosen one takes in.
+
+use kiln::{invalid, ActivationKind, ConvolutionParams, KernelError};
+use crate::ops::KResult;
+use super::{empty_in_layout, layout, movement, pointwise, Ctx};
+use crate::buffer::{float_suffix, storage_size, Arg, DeviceTensor, Window};
+use crate::sources::Source;
+
+/// Spatial dims as (h, w) with 1-D as h = 1; parameters likewise.
+fn two_d(v: &[usize], fill: usize) -> KResult<(usize, usize)> {
+    match v {
+        [w] => Ok((fill, *w)),
+        [h, w] => Ok((*h, *w)),
+        _ => Err(invalid!("only 1-D and 2-D windows run on CUDA, not {}-D", v.len())),
+    }
+}
+
+/// What a convolution's tactic selects (carried in [`Ctx::gemm_rank`], one number per layer):
+/// 0 is cuDNN's heuristic choice (the direct kernel without cuDNN), `1 + a` cuDNN algorithm
+/// `a`, [`CONV_DIRECT`] kiln's direct kernel, [`CONV_DEPTHWISE`] kiln's NHWC depthwise kernel.
+pub const CONV_DIRECT: usize = 1000;
+pub const CONV_DEPTHWISE: usize = 1001;
+
+/// The epilogue steps after `conv + bias` a convolution kernel may take in, in this order,
+/// each optional: an activation, a residual of the output's shape, an activation after it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ConvTail<'t> {
+    pub before: Option<ActivationKind>,
+    pub residual: Option<&'t DeviceTensor>,
+    pub after: Option<ActivationKind>,
+}
+
+/// Whether kiln's depthwise kernel runs this convolution: 2-D, one filter per input channel
+/// (groups = input channels = output channels), a float type.
+pub fn is_depthwise(p: &ConvolutionParams, x_shape: &[usize], w_shape: &[usize]) -> bool {
+    x_shape.len() == 4 && w_shape.len() == 4 && p.strides.len() == 2 && p.groups > 1 && p.groups == x_shape[1] && w_shape[0] == x_shape[1] && w_shape[1] == 1
+}
+
+/// `conv(x, w) + bias`, then as many of the `tail`'s steps (in order) as the tactic's kernel
+/// takes in: the count says how many, the caller runs the rest.
+pub fn convolution(
+    cx: &Ctx,
+    p: &ConvolutionParams,
+    x: &DeviceTensor,
+    w: &DeviceTensor,
+    bias: Option<&DeviceTensor>,
+    tail: ConvTail,
+    out_shape: &[usize],
+) -> KResult<(DeviceTensor, usize)> {
+    let choice = cx.gemm_rank.get();
+    if choice == CONV_DEPTHWISE && is_depthwise(p, &x.shape, &w.shape) && float_suffix(x.dtype).is_ok() {
+        return depthwise_convolution(cx, p, x, w, bias, tail, out_shape);
+    }
+    if choice != CONV_DIRECT {
+        if let Ok(dnn) = cx.gpu.dnn() {
+            if let Ok(spec) = crate::dnn::ConvSpec::new(p, x.dtype, cx.tf32, &x.shape, &w.shape, out_shape) {
+                return cudnn_convolution(cx, dnn, spec, choice, x, w, bias, tail, out_shape);
+            }
+        }
+    }
+    let x = layout::to_row_major(cx, x)?;
+    Ok((direct_convolution(cx, p, &x, w, bias, out_shape)?, 0))
+}
+
+/// cuDNN's algorithm `choice - 1` (0: its heuristic's first), with cuDNN's epilogue: bias,
+/// then a residual and ReLU, or ReLU alone.
+#[allow(clippy::too_many_arguments)]
+fn cudnn_convolution(
+    cx: &Ctx,
+    dnn: &crate::dnn::Dnn,
+    spec: crate::dnn::ConvSpec,
+    choice: usize,
+    x: &DeviceTensor,
+    w: &DeviceTensor,
+    bias: Option<&DeviceTensor>,
+    tail: ConvTail,
+    out_shape: &[usize],
+) -> KResult<(DeviceTensor, usize)> {
+    let algo = choice.checked_sub(1).map(|a| a as u32);
+    // 16-bit 2-D convolutions run channels-last (tensor cores); input, filter and residual are
+    // brought to the layout, the output stays in it.
+    let nhwc = layout::prefers_channels_last(x.dtype, x.shape.len());
+    let spec = spec.with_nhwc(nhwc);
+    let x = &layout::in_layout(cx, x, nhwc)?;
+    let w = &if nhwc { cx.gpu.converted_weights(w, "krsc", |t| layout::to_channels_last(cx, t))? } else { layout::to_row_major(cx, w)? };
+    let out = empty_in_layout(cx, x.dtype, out_shape, nhwc)?;
+    let bias_ok = bias.filter(|b| b.dtype == x.dtype && b.len() == out_shape[1]);
+    if bias.is_some() && bias_ok.is_none() {
+        return Err(invalid!("bias of {:?} for {} output channels", bias.map(|b| b.shape.clone()), out_shape[1]));
+    }
+    let relu = |a: Option<ActivationKind>| a == Some(ActivationKind::Relu);
+    let usable = tail.residual.filter(|z| z.dtype == x.dtype && z.shape == out_shape);
+    // What cuDNN's epilogue computes: ReLU right after the bias (no residual), or a residual
+    // then maybe ReLU; anything else is left to the caller.
+    let (residual, relu_last, consumed) = match (tail.before, usable) {
+        (Some(a), _) if relu(Some(a)) => (None, true, 1),
+        (Some(_), _) => (None, false, 0),
+        (None, Some(z)) => (Some(layout::in_layout(cx, z, nhwc)?), relu(tail.after), 1 + usize::from(relu(tail.after))),
+        (None, None) => (None, false, 0),
+    };
+    if out.is_empty() {
+        return Ok((out, consumed));
+    }
+    let epilogue = crate::dnn::ConvEpilogue { bias: bias_ok, residual: residual.as_ref(), relu: relu_last };
+    dnn.convolution(cx.gpu, &spec, algo, x, w, epilogue, &out)?;
+    Ok((out, consumed))
+}
+
+/// kiln's depthwise kernel on NHWC (kernels/spatial.cu), taking in the whole `tail`: the
+/// output is channels-last.
+fn depthwise_convolution(
+    cx: &Ctx,
+    p: &ConvolutionParams,
+    x: &DeviceTensor,
+    w: &DeviceTensor,
+    bias: Option<&DeviceTensor>,
+    tail: ConvTail,
+    out_shape: &[usize],
+) -> KResult<(DeviceTensor, usize)> {
+    let suffix = float_suffix(x.dtype).map_err(KernelError::from)?;
+    let channels = x.shape[1];
+    if bias.is_some_and(|b| b.dtype != x.dtype || b.len() != channels) || w.dtype != x.dtype || out_shape.len() != 4 || out_shape[1] != channels {
+        return Err(invalid!("a depthwise convolution of {:?} by {:?} into {out_shape:?}", x.shape, w.shape));
+    }
+    let x = layout::to_channels_last(cx, x)?;
+    // [C, 1, kh, kw] → [1, kh, kw, C]: each tap's channels contiguous.
+    let w = cx.gpu.converted_weights(w, "depthwise_rsc", |t| movement::transpose(cx, t, &[1, 2, 3, 0]))?;
+    let z = tail.residual.map(|z| layout::to_channels_last(cx, z)).transpose()?;
+    if z.as_ref().is_some_and(|z| z.dtype != x.dtype || z.shape != out_shape) {
+        return Err(invalid!("a residual of {:?} for a depthwise output of {out_shape:?}", tail.residual.map(|z| z.shape.clone())));
+    }
+    let out = empty_in_layout(cx, x.dtype, out_shape, true)?;
+    let vector = 16 / storage_size(x.dtype).map_err(KernelError::from)?;
+    let (name, runs) = if channels % vector == 0 { ("depthwise_nhwc", channels / vector) } else { ("depthwise_nhwc1", channels) };
+    let (sh, sw) = two_d(&p.strides, 1)?;
+    let (dh, dw) = two_d(&p.dilations, 1)?;
+    let (ph, pw) = two_d(&p.pre_padding, 0)?;
+    let win = Window {
+        n: x.shape[0] as i64,
+        c: channels as i64,
+        h: x.shape[2] as i64,
+        w: x.shape[3] as i64,
+        oc: channels as i64,
+        oh: out_shape[2] as i64,
+        ow: out_shape[3] as i64,
+        kh: w.shape[1] as i64,
+        kw: w.shape[2] as i64,
+        sh: sh as i64,
+        sw: sw as i64,
+        dh: dh as i64,
+        dw: dw as i64,
+        ph: ph as i64,
+        pw: pw as i64,
+        groups: channels as i64,
+        kind: bias.is_some() as i32,
+        ..Window::default()
+    };
+    let code = |a: Option<ActivationKind>| a.map_or((-1, 0.0, 0.0), pointwise::activation_code);
+    let ((c1, a1, b1), (c2, a2, b2)) = (code(tail.before), code(tail.after));
+    let pixels = out_shape[0] * out_shape[2] * out_shape[3];
+    let args = [
+        Arg::Window(win),
+        Arg::I32(c1),
+        Arg::F32(a1),
+        Arg::F32(b1),
+        Arg::I32(c2),
+        Arg::F32(a2),
+        Arg::F32(b2),
+        cx.arg(&x),
+        cx.arg(&w),
+        bias.map_or(Arg::NULL, |b| cx.arg(b)),
+        z.as_ref().map_or(Arg::NULL, |z| cx.arg(z)),
+        cx.arg(&out),
+    ];
+    cx.launch_elements(Source::Spatial.kernel(format!("{name}_{suffix}")), pixels * runs, &args)?;
+    let consumed = usize::from(tail.before.is_some()) + usize::from(tail.residual.is_some()) + usize::from(tail.after.is_some());
+    Ok((out, consumed))
+}
+
+/// kiln's own direct kernel (1-D and 2-D): the correctness baseline and the fallback.
+fn direct_convolution(cx: &Ctx, p: &ConvolutionParams, x: &DeviceTensor, w: &DeviceTensor, bias: Option<&DeviceTensor>, out_shape: &[usize]) -> KResult<DeviceTensor> {
+    let suffix = float_suffix(x.dtype).map_err(KernelError::from)?;
+    let r = x.shape.len();
+    if r < 3 || w.shape.len() != r || out_shape.len() != r {
+        return Err(invalid!("convolution of {:?} by {:?}", x.shape, w.shape));
+    }
+    let (h, wd) = two_d(&x.shape[2..], 1)?;
+    let (kh, kw) = two_d(&w.shape[2..], 1)?;
+    let (oh, ow) = two_d(&out_shape[2..], 1)?;
+    let (sh, sw) = two_d(&p.strides, 1)?;
+    let (dh, dw) = two_d(&p.dilations, 1)?;
+    let (ph, pw) = two_d(&p.pre_padding, 0)?;
+    let win = Window {
+        n: x.shape[0] as i64,
+        c: x.shape[1] as i64,
+        h: h as i64,
+        w: wd as i64,
+        oc: out_shape[1] as i64,
+        oh: oh as i64,
+        ow: ow as i64,
+        kh: kh as i64,
+        kw: kw as i64,
+        sh: sh as i64,
+        sw: sw as i64,
+        dh: dh as i64,
+        dw: dw as i64,
+        ph: ph as i64,
+        pw: pw as i64,
+        groups: p.groups.max(1) as i64,
+        kind: bias.is_some() as i32,
+        ..Window::default()
+    };
+    let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
+    let bias_arg = bias.map_or(Arg::NULL, |b| cx.arg(b));
+    cx.launch_elements(Source::Spatial.kernel(format!("conv2d_{suffix}")), out.len(), &[Arg::Window(win), cx.arg(x), cx.arg(w), bias_arg, cx.arg(&out)])?;
+    Ok(out)
+}
+
