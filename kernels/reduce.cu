@@ -155,6 +155,39 @@ __device__ void reduce(int op, i64 outer, i64 len, i64 inner, const T* x, T* y) 
     if (lane == 0) y[(warp / inner) * inner + (warp % inner)] = from_f<T>(acc);
 }
 
+// `reduce` over a middle axis with a wide inner extent (an NHWC global pooling: [n, h·w, c]
+// over h·w): a block of 32 columns × COLUMN_ROWS row-strided partial sums, so each warp reads
+// 32 neighbouring elements (a row-per-warp walk would read one element per sector), then the
+// partials meet in shared memory. Grid: (ceil(inner / 32), outer). The sum family, max, min.
+#define COLUMN_ROWS 32
+template <typename T>
+__device__ void reduce_columns(int op, i64 outer, i64 len, i64 inner, const T* x, T* y) {
+    __shared__ float part[COLUMN_ROWS][33];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const i64 c = (i64)blockIdx.x * 32 + tx, o = blockIdx.y;
+    const bool live = c < inner && o < outer;
+    const float start = op == 2 ? -INFINITY : op == 3 ? INFINITY : 0.0f;
+    float acc = start;
+    if (live) {
+        const T* col = x + o * len * inner + c;
+        for (i64 k = ty; k < len; k += COLUMN_ROWS) {
+            const float v = to_f(col[k * inner]);
+            acc = op == 2 ? fmaxf(acc, v) : op == 3 ? fminf(acc, v) : acc + ((op == 5) ? fabsf(v) : (op == 6 || op == 9) ? v * v : v);
+        }
+    }
+    part[ty][tx] = acc;
+    __syncthreads();
+    if (ty != 0 || !live) return;
+    for (int r = 1; r < COLUMN_ROWS; ++r) {
+        const float v = part[r][tx];
+        acc = op == 2 ? fmaxf(acc, v) : op == 3 ? fminf(acc, v) : acc + v;
+    }
+    if (op == 4) acc /= (float)len;
+    if (op == 6) acc = sqrtf(acc);
+    if (op == 7) acc = logf(acc);
+    y[o * inner + c] = from_f<T>(acc);
+}
+
 // (x - mean) / sqrt(var + eps) per row (inner = 1); scale and bias are applied after, as
 // broadcast elementwise products. Two-pass statistics in float.
 template <typename T>
@@ -247,6 +280,7 @@ __device__ void normalize_affine(i64 outer, i64 len, float eps, int rms, const T
     extern "C" __global__ void softmax_masked_##suffix(i64 rows, i64 len, Layout ml, i64 ms, int zn, const T* x, const T* m, T* y) { softmax_masked(rows, len, ml, ms, zn, x, m, y); } \
     extern "C" __global__ void softmax_##suffix(i64 outer, i64 len, i64 inner, float scale, const T* x, T* y) { softmax(outer, len, inner, scale, x, y); } \
     extern "C" __global__ void reduce_##suffix(int op, i64 outer, i64 len, i64 inner, const T* x, T* y) { reduce(op, outer, len, inner, x, y); } \
+    extern "C" __global__ void reduce_columns_##suffix(int op, i64 outer, i64 len, i64 inner, const T* x, T* y) { reduce_columns(op, outer, len, inner, x, y); } \
     extern "C" __global__ void normalize_##suffix(i64 outer, i64 len, float eps, const T* x, T* y) { normalize(outer, len, eps, x, y); } \
     extern "C" __global__ void rms_normalize_##suffix(i64 outer, i64 len, float eps, const T* x, T* y) { rms_normalize(outer, len, eps, x, y); }
 

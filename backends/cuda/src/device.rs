@@ -463,7 +463,12 @@ impl Gpu {
     /// The arguments are checked against the compiled kernel's parameters (count and byte
     /// size of each), so a launcher out of step with its kernel is an error, not a launch.
     pub fn launch(&self, kernel: &Kernel, grid: u32, block: u32, args: &[Arg]) -> Result<(), GpuError> {
-        if grid == 0 {
+        self.launch_grid(kernel, (grid, 1, 1), (block, 1, 1), args)
+    }
+
+    /// [`Gpu::launch`] over a 3-D grid of 3-D blocks.
+    pub fn launch_grid(&self, kernel: &Kernel, grid: (u32, u32, u32), block: (u32, u32, u32), args: &[Arg]) -> Result<(), GpuError> {
+        if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
             return Ok(());
         }
         let (f, params) = self.function(kernel)?;
@@ -487,7 +492,7 @@ impl Gpu {
                 Arg::Ptr(v) => b.arg(v),
             };
         }
-        let cfg = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 };
+        let cfg = LaunchConfig { grid_dim: grid, block_dim: block, shared_mem_bytes: 0 };
         // A launch outside an execution waits out another thread's graph capture.
         let _access = self.sessions.access();
         // SAFETY: `args` match the compiled kernel's parameters in number and size (checked

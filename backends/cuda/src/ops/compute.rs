@@ -208,6 +208,11 @@ fn reduce_code(op: ReduceOp) -> i32 {
     }
 }
 
+/// The inner extent from which a reduction runs column-wise (`reduce_columns_*`).
+const COLUMNS_FROM: usize = 32;
+/// The most blocks a grid's second dimension takes.
+const MAX_GRID_Y: usize = 65_535;
+
 /// ONNX Reduce over `axes` of `x`, which may be stored in another order.
 pub fn reduce(cx: &Ctx, op: ReduceOp, x: &DeviceTensor, axes: &[usize], out_shape: &[usize]) -> KResult<DeviceTensor> {
     if x.strides.is_some() {
@@ -255,6 +260,14 @@ pub fn reduce(cx: &Ctx, op: ReduceOp, x: &DeviceTensor, axes: &[usize], out_shap
     }
     let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
     let args = [Arg::I32(reduce_code(op)), Arg::I64(outer as i64), Arg::I64(len as i64), Arg::I64(inner as i64), cx.arg(&src), cx.arg(&out)];
+    // A wide inner extent reads along rows in columns (`reduce_columns_*`): a warp per output
+    // would read one element per memory sector.
+    let columns = inner >= COLUMNS_FROM && outer <= MAX_GRID_Y && !matches!(op, ReduceOp::Prod | ReduceOp::LogSumExp);
+    if columns {
+        let grid = (inner.div_ceil(32) as u32, outer as u32, 1);
+        cx.gpu.launch_grid(&Source::Reduce.kernel(format!("reduce_columns_{suffix}")), grid, (32, 32, 1), &args).map_err(KernelError::from)?;
+        return Ok(out);
+    }
     launch_rows(cx, Source::Reduce.kernel(format!("reduce_{suffix}")), outer * inner, &args)?;
     Ok(out)
 }

@@ -15,7 +15,7 @@ pub fn expected_kernels() -> Vec<Kernel> {
     add(Source::Elementwise, &mut each(&["binary", "binary_vec", "compare", "unary", "unary_vec", "chain", "chain_vec"], &FLOATS));
     add(Source::Elementwise, &mut each(&["binary", "compare"], &["i32", "i64"]));
     add(Source::Elementwise, &mut ["logic_bool".to_string()].into_iter());
-    add(Source::Reduce, &mut each(&["softmax", "softmax_masked", "reduce", "normalize", "rms_normalize", "normalize_affine"], &FLOATS));
+    add(Source::Reduce, &mut each(&["softmax", "softmax_masked", "reduce", "reduce_columns", "normalize", "rms_normalize", "normalize_affine"], &FLOATS));
     add(Source::Spatial, &mut each(&["conv2d", "depthwise_nhwc", "depthwise_nhwc1"], &FLOATS));
     add(Source::Typed, &mut super::typed::kernel_names().into_iter());
     add(Source::Copy, &mut each(&["strided_copy", "transpose_tiled", "gather", "resize_nearest"], &WIDTHS));

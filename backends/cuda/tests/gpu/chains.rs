@@ -104,3 +104,19 @@ fn pointwise_layers_after_an_nhwc_convolution_keep_its_layout() {
     let feeds = [random(&mut r, DataType::F16, &[n, c, hw, hw]), random(&mut r, DataType::F16, &[n, k, hw - 2, hw - 2])];
     crate::common::check_network("nhwc pointwise", &net, &feeds, 2e-2);
 }
+
+#[test]
+fn reductions_over_a_middle_axis_with_wide_rows_match() {
+    // [outer, len, inner] with inner ≥ 32 runs column-wise (`reduce_columns_*`): a global
+    // pooling of an NHWC activation, and a ragged last block of columns (inner 70).
+    use kiln::ReduceOp;
+    for (dtype, tolerance) in [(DataType::F32, 1e-5), (DataType::F16, 4e-3), (DataType::BF16, 3e-2)] {
+        let mut r = rng(13);
+        let x = random(&mut r, dtype, &[3, 61, 70]);
+        for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min, ReduceOp::L1, ReduceOp::L2, ReduceOp::SumSquare] {
+            let x = x.clone();
+            let kind = LayerKind::Reduce { op, axes: vec![1], keep_dims: false };
+            check(&format!("{op:?} over a middle axis in {dtype}"), kind, vec![In::Run(x)], tolerance);
+        }
+    }
+}
