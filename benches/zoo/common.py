@@ -1,12 +1,13 @@
 """Helpers shared by the zoo's steps: case names, JSON files, error comparison, subprocesses."""
 
-import json
 import os
 import signal
 import subprocess
 import time
 
 import numpy as np
+
+from jsonio import read_json, write_json  # noqa: F401  (re-exported: the zoo's scripts call common.*)
 
 # The exporters and shape kinds a case combines; see cases_for().
 EXPORTERS = ("dynamo", "legacy")
@@ -48,31 +49,6 @@ def load_npz(path):
     """{name: array} of an .npz file, read whole (the file is closed again)."""
     with np.load(path) as f:
         return {k: f[k] for k in f.files}
-
-
-def read_json(path, default=None):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return default
-
-
-def write_json(path, obj):
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1, sort_keys=True, default=_jsonable)
-    os.replace(tmp, path)
-
-
-def _jsonable(x):
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, (np.floating,)):
-        return float(x)
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    return str(x)
 
 
 def is_integer(array):

@@ -29,7 +29,6 @@ import argparse
 import contextlib
 import datetime
 import gc
-import json
 import math
 import os
 import re
@@ -39,6 +38,9 @@ import time
 import traceback
 from dataclasses import dataclass
 from typing import Callable
+
+import jsonio
+from jsonio import read_json
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -231,20 +233,9 @@ def result_path(work, model, exporter, batch):
     return os.path.join(case_dir(work, model, exporter), f"result_b{batch}.json")
 
 
-def read_json(path, default=None):
-    """Also used by `report`, which must not need numpy (common.read_json's module imports it)."""
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return default
-
-
 def write_json(path, obj):
-    import common
-
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    common.write_json(path, obj)
+    jsonio.write_json(path, obj)
 
 
 def say(*args):
