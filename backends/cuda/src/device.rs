@@ -375,6 +375,11 @@ impl Gpu {
         self.ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(driver("cuEventCreate"))
     }
 
+    /// Records `event` on this device's stream now.
+    pub fn record(&self, event: &cudarc::driver::CudaEvent) -> Result<(), GpuError> {
+        event.record(&self.stream).map_err(driver("cuEventRecord"))
+    }
+
     /// Milliseconds of each of `reps` runs of `f` on this stream, between CUDA events recorded
     /// around each run (after one untimed warm-up run), sorted ascending. Runs are enqueued
     /// back to back and waited for once at the end, so host work overlaps device work as in a
@@ -509,6 +514,12 @@ impl Gpu {
         let grid = n.div_ceil(block as usize).min(65_535 * 8) as u32;
         self.launch(kernel, grid, block, args)
     }
+}
+
+/// The device time from `start` to `end`, two recorded events (once `end` has completed).
+pub fn event_span(start: &cudarc::driver::CudaEvent, end: &cudarc::driver::CudaEvent) -> Result<std::time::Duration, GpuError> {
+    let ms = start.elapsed_ms(end).map_err(driver("cuEventElapsedTime"))?;
+    Ok(std::time::Duration::from_secs_f64(f64::from(ms.max(0.0)) * 1e-3))
 }
 
 /// The byte size of each parameter of a loaded kernel (`cuFuncGetParamInfo`).

@@ -5,12 +5,11 @@ use kiln::{invalid, DataType, DeviceTimes, HostTensor, KernelError, TensorData};
 use crate::ops::KResult;
 use crate::arena::{Arena, PinnedHost};
 use crate::buffer::{storage_size, Graph};
-use crate::device::Gpu;
+use crate::device::{event_span, Gpu};
 use crate::error::GpuError;
 use cudarc::driver::CudaEvent;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// The dtype and shape of each network input.
 pub type Signature = Vec<(DataType, Vec<usize>)>;
@@ -94,17 +93,12 @@ impl PhaseEvents {
 
     /// Marks the end of phase `i` (0: start, 1: inputs copied, 2: computed, 3: outputs copied).
     pub fn mark(&self, gpu: &Gpu, i: usize) -> Result<(), GpuError> {
-        self.0[i].record(&gpu.stream).map_err(|e| GpuError::Driver { call: "cuEventRecord", reason: format!("{e:?}") })
+        gpu.record(&self.0[i])
     }
 
     /// The phases' durations (after the last mark has completed).
     pub fn times(&self) -> Result<DeviceTimes, GpuError> {
-        let span = |a: usize, b: usize| {
-            self.0[a]
-                .elapsed_ms(&self.0[b])
-                .map(|ms| Duration::from_secs_f64(f64::from(ms.max(0.0)) * 1e-3))
-                .map_err(|e| GpuError::Driver { call: "cuEventElapsedTime", reason: format!("{e:?}") })
-        };
+        let span = |a: usize, b: usize| event_span(&self.0[a], &self.0[b]);
         Ok(DeviceTimes { host_to_device: span(0, 1)?, compute: span(1, 2)?, device_to_host: span(2, 3)? })
     }
 }

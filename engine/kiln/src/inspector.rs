@@ -169,9 +169,8 @@ impl<'e> EngineInspector<'e> {
                 m.insert("Outputs".into(), Value::Array(l.outputs.iter().map(|&t| self.tensor_value(t)).collect()));
                 m.insert("ParameterType".into(), json!(l.kind.type_name()));
                 parameters(net, index, &mut m);
-                let tactic = self.engine.tactics().get(index).cloned().flatten();
                 m.insert("TacticName".into(), json!(self.engine.tactic_name(index)));
-                m.insert("TacticValue".into(), json!(format!("0x{:016x}", tactic.map_or(0, |t| t.hash))));
+                m.insert("TacticValue".into(), json!(format!("0x{:016x}", self.engine.tactic_value(index))));
                 let timed = self.engine.tactic_times(index);
                 if !timed.is_empty() {
                     let timed: Vec<Value> =

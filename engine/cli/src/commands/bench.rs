@@ -84,11 +84,12 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
             report.text.push('\n');
             report.text.push_str(&profile.to_text());
         }
-        report.json["profile"] = profile.to_json();
+        let json = profile.to_json();
         if let Some(path) = &args.export_profile {
-            let text = serde_json::to_string_pretty(&profile.to_json())?;
+            let text = serde_json::to_string_pretty(&json)?;
             std::fs::write(path, text + "\n").with_context(|| format!("cannot write `{}`", path.display()))?;
         }
+        report.json["profile"] = json;
     }
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&report.json)?;

@@ -90,8 +90,7 @@ fn decisions(engine: &kiln::Engine, log: &[String]) -> String {
     }
     let net = engine.network();
     for (i, layer) in net.layers().iter().enumerate() {
-        let value = engine.tactics().get(i).cloned().flatten().map_or(0, |t| t.hash);
-        let _ = writeln!(s, "layer `{}` [{}]: {} (0x{value:016x})", layer.name, layer.kind.type_name(), engine.tactic_name(i));
+        let _ = writeln!(s, "layer `{}` [{}]: {} (0x{:016x})", layer.name, layer.kind.type_name(), engine.tactic_name(i), engine.tactic_value(i));
         let timed = engine.tactic_times(i);
         let fastest = timed.iter().map(|(_, ns)| *ns).min();
         for (candidate, ns) in timed {

@@ -169,6 +169,12 @@ impl Engine {
         }
     }
 
+    /// The chosen tactic's id hash for layer `index` (TensorRT's tactic value); 0 where none
+    /// was recorded.
+    pub fn tactic_value(&self, index: usize) -> u64 {
+        self.tactics.get(index).and_then(Option::as_ref).map_or(0, |t| t.hash)
+    }
+
     /// Records the candidates timed for each layer (one entry per layer).
     pub(crate) fn with_tactic_times(mut self, times: Vec<Vec<(TacticId, u64)>>) -> Engine {
         debug_assert_eq!(times.len(), self.network.layers().len());

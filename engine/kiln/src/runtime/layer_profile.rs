@@ -26,17 +26,42 @@ pub trait LayerProfiler {
     fn end(&self, layer: LayerId) -> Result<(), KernelError>;
 }
 
+/// The layer a profiler has begun and its start mark: the driver runs one layer's kernels at
+/// a time, so a profiler pairs each `end` with the `begin` before it.
+#[derive(Debug)]
+pub struct OpenLayer<M>(RefCell<Option<(LayerId, M)>>);
+
+impl<M> Default for OpenLayer<M> {
+    fn default() -> Self {
+        OpenLayer(RefCell::new(None))
+    }
+}
+
+impl<M> OpenLayer<M> {
+    pub fn begin(&self, layer: LayerId, mark: M) {
+        *self.0.borrow_mut() = Some((layer, mark));
+    }
+
+    /// The start mark of `layer`, or an error where `layer` is not the one begun.
+    pub fn end(&self, layer: LayerId) -> Result<M, KernelError> {
+        match self.0.borrow_mut().take() {
+            Some((begun, mark)) if begun == layer => Ok(mark),
+            _ => Err(KernelError::Invalid(format!("profiler: layer #{} ended without beginning", layer.0))),
+        }
+    }
+}
+
 /// A [`LayerProfiler`] on the host clock, for backends whose kernels have finished when
 /// `end` is called (cpu, or a backend that waits for its device around each layer).
 #[derive(Debug)]
 pub struct HostClock {
-    started: RefCell<Option<(LayerId, Instant)>>,
+    started: OpenLayer<Instant>,
     times: RefCell<LayerTimes>,
 }
 
 impl HostClock {
     pub fn new(layers: usize) -> HostClock {
-        HostClock { started: RefCell::new(None), times: RefCell::new(LayerTimes::new(layers)) }
+        HostClock { started: OpenLayer::default(), times: RefCell::new(LayerTimes::new(layers)) }
     }
 
     /// What was measured.
@@ -47,18 +72,14 @@ impl HostClock {
 
 impl LayerProfiler for HostClock {
     fn begin(&self, layer: LayerId) -> Result<(), KernelError> {
-        *self.started.borrow_mut() = Some((layer, Instant::now()));
+        self.started.begin(layer, Instant::now());
         Ok(())
     }
 
     fn end(&self, layer: LayerId) -> Result<(), KernelError> {
-        match self.started.borrow_mut().take() {
-            Some((begun, at)) if begun == layer => {
-                self.times.borrow_mut().add(layer, at.elapsed());
-                Ok(())
-            }
-            _ => Err(KernelError::Invalid(format!("profiler: layer #{} ended without beginning", layer.0))),
-        }
+        let at = self.started.end(layer)?;
+        self.times.borrow_mut().add(layer, at.elapsed());
+        Ok(())
     }
 }
 
