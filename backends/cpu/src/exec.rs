@@ -73,6 +73,10 @@ impl Machine for CpuRun<'_> {
         self.clock.as_ref().map(|c| c as &dyn LayerProfiler)
     }
 
+    fn memory_capacity(&self) -> u64 {
+        kiln::limits::host_memory_bytes()
+    }
+
     fn meta(&self, value: &Arc<HostTensor>) -> (DataType, Vec<usize>) {
         (value.dtype(), value.shape().to_vec())
     }
@@ -93,6 +97,7 @@ impl Machine for CpuRun<'_> {
         _facts: &[Option<Fact>],
         expected: &[OutFact],
     ) -> Result<Vec<Arc<HostTensor>>, KernelError> {
+        reserve_outputs(expected)?;
         let inputs: Vec<Option<&HostTensor>> = values.iter().map(|v| v.as_deref()).collect();
         let variant = self.exe.variants.get(id.0).copied().unwrap_or_default();
         let outputs = kernels::run_with(&self.exe.network.layer(id).kind, &inputs, expected, variant)?;
@@ -122,6 +127,25 @@ impl Machine for CpuRun<'_> {
     ) -> Result<Arc<HostTensor>, KernelError> {
         Ok(Arc::new(stack_along(parts, axis, length, reverse, dtype, slice_shape)?))
     }
+}
+
+/// Outputs from this size up are reserved before their kernel runs.
+const RESERVED_OUTPUT_BYTES: u64 = 64 << 20;
+
+/// The host may have less memory free than the budget allows: reserving large outputs
+/// first (and giving the reservation straight back) turns an allocation the host refuses
+/// into an error naming the layer, where the kernel's own allocation would abort.
+fn reserve_outputs(expected: &[OutFact]) -> Result<(), KernelError> {
+    let bytes = expected
+        .iter()
+        .filter_map(|o| kiln::limits::tensor_bytes(o.dtype, &o.shape.as_fixed()?))
+        .fold(0u64, u64::saturating_add);
+    if bytes < RESERVED_OUTPUT_BYTES {
+        return Ok(());
+    }
+    let mut reservation: Vec<u8> = Vec::new();
+    let refused = |_| KernelError::OutOfMemory(format!("the host cannot allocate {} for the outputs", kiln::limits::format_bytes(bytes)));
+    reservation.try_reserve_exact(usize::try_from(bytes).map_err(|_| refused(()))?).map_err(|_| refused(()))
 }
 
 impl Executable for CpuExecutable {

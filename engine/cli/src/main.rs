@@ -113,6 +113,11 @@ pub struct RunArgs {
     /// checked against the `--inputs` arrays; an engine checks them against its profile.
     #[arg(long, value_name = "SHAPES")]
     pub shapes: Option<String>,
+    /// Most memory one tensor may take, e.g. `8G` or `512M` (default: the device's memory;
+    /// the host's for cpu). A tensor the model would make beyond it is an error naming the
+    /// layer and its size, not a crash. Recorded in a built engine.
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory_size)]
+    pub max_memory: Option<u64>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -158,6 +163,11 @@ pub struct BuildArgs {
     /// layers named after what they replaced) its tactic and the candidates timed for it.
     #[arg(long, short = 'v')]
     pub verbose: bool,
+    /// Most memory one tensor may take, e.g. `8G` or `512M` (default: the device's memory;
+    /// the host's for cpu). A tensor the model would make beyond it is an error naming the
+    /// layer and its size, not a crash. Recorded in a built engine.
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory_size)]
+    pub max_memory: Option<u64>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -192,6 +202,11 @@ pub struct CompareArgs {
     /// Also writes every figure (per backend pair and tensor) to this JSON file.
     #[arg(long, value_name = "OUT")]
     pub json: Option<PathBuf>,
+    /// Most memory one tensor may take, e.g. `8G` or `512M` (default: the device's memory;
+    /// the host's for cpu). A tensor the model would make beyond it is an error naming the
+    /// layer and its size, not a crash. Recorded in a built engine.
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory_size)]
+    pub max_memory: Option<u64>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -244,6 +259,11 @@ pub struct BenchArgs {
     /// Number of profile runs (the per-layer figures are their medians).
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub profile_runs: usize,
+    /// Most memory one tensor may take, e.g. `8G` or `512M` (default: the device's memory;
+    /// the host's for cpu). A tensor the model would make beyond it is an error naming the
+    /// layer and its size, not a crash. Recorded in a built engine.
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory_size)]
+    pub max_memory: Option<u64>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -280,6 +300,11 @@ impl Verbosity {
 pub enum InspectFormat {
     Text,
     Json,
+}
+
+/// `--max-memory`: bytes, or a number with K, M, G or T.
+fn parse_memory_size(text: &str) -> Result<u64, String> {
+    kiln::limits::parse_bytes(text)
 }
 
 fn main() -> ExitCode {

@@ -46,7 +46,12 @@ pub fn load_engine(path: &Path, bytes: &[u8]) -> anyhow::Result<Engine> {
 
 /// Imports the bytes of the ONNX model at `path`; external data resolves against the
 /// model's folder (the ONNX rule), whatever the working directory.
+/// What the model declares that kiln does not follow is a warning on stderr.
 pub fn import_onnx(path: &Path, bytes: &[u8]) -> anyhow::Result<Network> {
-    kiln_onnx::import_bytes(bytes, Some(kiln_onnx::model_dir(path)))
-        .with_context(|| format!("cannot import ONNX model `{}`", path.display()))
+    let (network, warnings) = kiln_onnx::import_bytes_with_warnings(bytes, Some(kiln_onnx::model_dir(path)))
+        .with_context(|| format!("cannot import ONNX model `{}`", path.display()))?;
+    for warning in warnings {
+        eprintln!("warning: {warning}");
+    }
+    Ok(network)
 }

@@ -17,21 +17,38 @@ use std::path::Path;
 
 /// Every array of an `.npz` file (compressed or not), in archive order.
 pub fn read_npz(path: &Path) -> anyhow::Result<Vec<(String, HostTensor)>> {
-    let mut archive = NpzArchive::open(path).with_context(|| format!("cannot open npz file `{}`", path.display()))?;
+    let archive = NpzArchive::open(path).with_context(|| format!("cannot open npz file `{}`", path.display()))?;
+    read_archive(archive, &format!("`{}`", path.display()))
+}
+
+/// [`read_npz`] of an archive in memory (the fuzz target's entry).
+#[allow(dead_code)] // used by fuzz/fuzz_targets/npz_read.rs, which includes this file
+pub fn read_npz_bytes(bytes: &[u8]) -> anyhow::Result<Vec<(String, HostTensor)>> {
+    let archive = NpzArchive::new(std::io::Cursor::new(bytes)).context("cannot open the npz archive")?;
+    read_archive(archive, "the archive")
+}
+
+/// Every array of `archive`; `label` names it in errors.
+fn read_archive<R: Read + Seek>(mut archive: NpzArchive<R>, label: &str) -> anyhow::Result<Vec<(String, HostTensor)>> {
     let names: Vec<String> = archive.array_names().map(str::to_string).collect();
     let mut arrays = Vec::with_capacity(names.len());
     for name in names {
-        let context = || format!("cannot read array `{name}` of `{}`", path.display());
+        let context = || format!("cannot read array `{name}` of {label}");
+        // What the archive holds for the array bounds what its header may claim.
+        let stored = archive.zip_archive().by_name(&npyz::npz::file_name_from_array_name(&name)).map(|e| e.size()).ok();
         // Read inside the borrow of the archive, so an error can look at the archive again.
-        let tensor = match archive.by_name(&name).map(|file| file.map(read_array)) {
+        let tensor = match archive.by_name(&name).map(|file| file.map(|f| read_array(f, stored))) {
             Ok(Some(tensor)) => tensor.with_context(context)?,
             Ok(None) => bail!("{}: it vanished from the archive", context()),
             Err(error) => {
                 // npyz rejects dtypes it cannot even parse (e.g. `|O`, pickled objects)
-                // before showing the header: name the dtype from the raw header instead.
+                // before showing the header: name the dtype from the raw header when that
+                // is what failed, and the header otherwise.
                 let error = match raw_descr(&mut archive, &name) {
-                    Some(descr) => anyhow::anyhow!("its dtype `{descr}` is not supported by kiln ({error})"),
-                    None => anyhow::Error::new(error),
+                    Some(descr) if descr.parse::<npyz::TypeStr>().is_err() => {
+                        anyhow::anyhow!("its dtype `{descr}` is not supported by kiln ({error})")
+                    }
+                    _ => anyhow::anyhow!("its npy header is malformed ({error})"),
                 };
                 return Err(error.context(context()));
             }
@@ -52,7 +69,8 @@ fn raw_descr<R: Read + Seek>(archive: &mut NpzArchive<R>, name: &str) -> Option<
     Some(rest[..rest.find('\'')?].to_string())
 }
 
-fn read_array<R: Read>(file: NpyFile<R>) -> anyhow::Result<HostTensor> {
+/// One array; `stored` is how many bytes the archive holds for it (header included).
+fn read_array<R: Read>(file: NpyFile<R>, stored: Option<u64>) -> anyhow::Result<HostTensor> {
     let DType::Plain(type_str) = file.dtype() else {
         bail!("it has a structured dtype (`{}`), which kiln does not support", file.dtype().descr());
     };
@@ -62,7 +80,13 @@ fn read_array<R: Read>(file: NpyFile<R>) -> anyhow::Result<HostTensor> {
         .map(|&d| usize::try_from(d))
         .collect::<Result<Vec<usize>, _>>()
         .context("its shape does not fit in memory")?;
-    shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)).context("its element count overflows")?;
+    let count = kiln::limits::element_count(&shape).context("its element count overflows")?;
+    // A header may claim any shape: refuse one the stored bytes cannot fill before
+    // anything is allocated for it.
+    let claimed = (count as u64).saturating_mul(type_str.size_field() as u64);
+    if let Some(stored) = stored.filter(|&stored| claimed > stored) {
+        bail!("its header declares {type_str}{shape:?} ({claimed} bytes) but the archive holds {stored} bytes for it");
+    }
     let data = match (type_str.type_char(), type_str.size_field()) {
         (TypeChar::Float, 4) => TensorData::F32(elements(file, &shape)?),
         (TypeChar::Float, 8) => TensorData::F64(elements(file, &shape)?),

@@ -37,8 +37,13 @@ pub fn run_reporting_errors(command: impl FnOnce() -> anyhow::Result<()>) -> Exi
     panic::set_hook(Box::new(|info| {
         let location = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
         let message = panic_message(info.payload());
+        // Asked for, the backtrace follows the error line's text (for a bug report).
+        let backtrace = match std::backtrace::Backtrace::capture() {
+            b if b.status() == std::backtrace::BacktraceStatus::Captured => format!("\n{b}"),
+            _ => String::new(),
+        };
         if let Ok(mut slot) = PANIC_REPORT.lock() {
-            slot.get_or_insert(format!("{message}{location}"));
+            slot.get_or_insert(format!("{message}{location}{backtrace}"));
         }
     }));
     match panic::catch_unwind(AssertUnwindSafe(command)) {

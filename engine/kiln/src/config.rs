@@ -25,6 +25,11 @@ pub struct BuilderConfig {
     /// Most bytes the activation arena may take (at any profile's max shapes); `None`: no
     /// limit. A plan that needs more fails the build.
     pub workspace_limit_bytes: Option<u64>,
+    /// Most bytes one tensor may take, at build time (static shapes and every profile's
+    /// max shapes) and when the engine runs (shapes decided by values); `None`: what the
+    /// machine has ([`crate::limits`]). Recorded in the engine. A tensor over it is an
+    /// error naming the layer, not an allocation that aborts the process.
+    pub max_memory_bytes: Option<u64>,
     /// Whether the optimization passes run ([`crate::passes::Pipeline::standard`]); off,
     /// the network is built as given (dead layers aside), e.g. to compare results.
     pub optimization: Optimization,

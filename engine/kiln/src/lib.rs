@@ -20,6 +20,7 @@ pub mod error;
 pub mod inspector;
 pub mod io_format;
 pub mod ir;
+pub mod limits;
 pub mod memory_plan;
 pub mod passes;
 pub mod plan;

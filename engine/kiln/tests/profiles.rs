@@ -184,8 +184,8 @@ fn profiles_survive_the_engine_file() {
 #[test]
 fn engine_files_of_the_previous_format_are_refused() {
     let mut bytes = build_with(&chain_net(), vec![profile(1, 8, 64)]).unwrap().serialize();
-    assert_eq!(format::FORMAT_VERSION, 5);
-    for previous in [1u32, 3, 4] {
+    assert_eq!(format::FORMAT_VERSION, 6);
+    for previous in [1u32, 3, 4, 5] {
         bytes[8..12].copy_from_slice(&previous.to_le_bytes());
         let err = Engine::deserialize(&bytes).unwrap_err();
         assert_eq!(

@@ -32,6 +32,9 @@ pub(crate) struct NodeContext<'a> {
     pub sequences: &'a HashMap<String, Sequence>,
     /// Sequence outputs the node's builder made, by output index.
     pub made_sequences: Vec<(usize, Sequence)>,
+    /// How many leading inputs the builder looked at: a present input after them is one
+    /// the op does not take (a Relu given three inputs), an error rather than ignored.
+    pub inputs_read: std::cell::Cell<usize>,
 }
 
 impl NodeContext<'_> {
@@ -65,16 +68,30 @@ impl NodeContext<'_> {
     }
 
     pub fn opt_input(&self, i: usize) -> Option<TensorId> {
+        self.read_inputs(i + 1);
         self.inputs.get(i).copied().flatten()
     }
 
     /// Every present input, in order (variadic ops).
     pub fn present_inputs(&self) -> Vec<TensorId> {
+        self.read_inputs(self.node.input.len());
         self.inputs.iter().flatten().copied().collect()
+    }
+
+    /// Notes that the builder looked at the first `count` inputs.
+    pub fn read_inputs(&self, count: usize) {
+        self.inputs_read.set(self.inputs_read.get().max(count));
+    }
+
+    /// The first present input the builder never looked at, with its index: one too many.
+    pub fn unread_input(&self) -> Option<(usize, &str)> {
+        let read = self.inputs_read.get();
+        self.node.input.iter().enumerate().skip(read).find(|(_, name)| !name.is_empty()).map(|(i, n)| (i, n.as_str()))
     }
 
     /// Input `i`, which must be a sequence.
     pub fn sequence(&self, i: usize) -> Result<Sequence, ImportError> {
+        self.read_inputs(i + 1);
         let name = self.node.input.get(i).map_or("", String::as_str);
         self.sequences
             .get(name)

@@ -42,7 +42,8 @@ fn opset_versions(model: &ModelProto) -> Result<HashMap<String, i64>, ImportErro
     Ok(versions)
 }
 
-pub(crate) fn import_model(model: &ModelProto, model_dir: Option<&Path>) -> Result<Network, ImportError> {
+/// The network, and warnings about what the model declares that kiln does not follow.
+pub(crate) fn import_model(model: &ModelProto, model_dir: Option<&Path>) -> Result<(Network, Vec<String>), ImportError> {
     let graph = model.graph.as_ref().ok_or_else(|| ImportError::graph("the model has no graph"))?;
     let opsets = opset_versions(model)?;
     let name = if graph.name().is_empty() { "onnx" } else { graph.name() };
@@ -57,7 +58,8 @@ pub(crate) fn import_model(model: &ModelProto, model_dir: Option<&Path>) -> Resu
         importer.import_node(index, node)?;
     }
     importer.mark_outputs(graph)?;
-    Ok(importer.net)
+    let warnings = crate::declared::check_outputs(graph, &importer.net)?;
+    Ok((importer.net, warnings))
 }
 
 /// Node indices in an order where every node follows the producers of its inputs: the
@@ -332,8 +334,17 @@ impl<'m> GraphImporter<'m> {
             subgraphs: self,
             sequences: &sequences,
             made_sequences: Vec::new(),
+            inputs_read: std::cell::Cell::new(0),
         };
-        let built = build(&mut ctx);
+        let mut built = build(&mut ctx);
+        if let (Ok(_), Some((i, extra))) = (&built, ctx.unread_input()) {
+            let read = ctx.inputs_read.get();
+            built = Err(ctx.invalid(format!(
+                "{} takes {read} input{} here, but input #{i} (`{extra}`) is given too",
+                node.op_type(),
+                if read == 1 { "" } else { "s" }
+            )));
+        }
         let made = std::mem::take(&mut ctx.made_sequences);
         self.net = net;
         self.sequences = sequences;

@@ -10,6 +10,7 @@
 mod attributes;
 mod context;
 mod context_function;
+mod declared;
 mod error;
 mod function;
 mod gradient;
@@ -44,13 +45,19 @@ pub fn model_dir(model_path: &Path) -> &Path {
 /// Imports a serialized ONNX model. `model_dir` is where external data files live; without
 /// it, a model with external data fails with [`ImportError::ExternalData`].
 pub fn import_bytes(bytes: &[u8], model_dir: Option<&Path>) -> Result<Network, ImportError> {
+    Ok(import_bytes_with_warnings(bytes, model_dir)?.0)
+}
+
+/// [`import_bytes`], also returning what the model declares that kiln does not follow
+/// (graph output shapes that differ from the inferred ones), one line each.
+pub fn import_bytes_with_warnings(bytes: &[u8], model_dir: Option<&Path>) -> Result<(Network, Vec<String>), ImportError> {
     let model = proto::ModelProto::decode(bytes).map_err(|e| ImportError::Decode(e.to_string()))?;
-    import_model(&model, model_dir)
+    graph::import_model(&model, model_dir)
 }
 
 /// Imports a decoded ONNX model.
 pub fn import_model(model: &proto::ModelProto, model_dir: Option<&Path>) -> Result<Network, ImportError> {
-    graph::import_model(model, model_dir)
+    Ok(graph::import_model(model, model_dir)?.0)
 }
 
 /// Converts an ONNX tensor (typed fields, raw data or external data under `model_dir`),

@@ -441,3 +441,44 @@ fn ops_defined_by_a_function_body_are_inlined() {
     assert_close(&window(None), &[4], &[0.0, 0.5, 1.0, 0.5], 1e-6);
     assert_close(&window(Some(0)), &[4], &[0.0, 0.75, 0.75, 0.0], 1e-6);
 }
+
+/// An input the op does not take is an error, not ignored: a Relu of three inputs would
+/// otherwise run as a Relu of the first.
+#[test]
+fn an_input_the_op_does_not_take_is_an_error() {
+    let model = Graph::new().input("x", F32, "4").node(node("Relu", &["x", "x", "x"], &["y"])).output("y").model(17);
+    let e = import_err(&model).to_string();
+    assert!(e.contains("Relu takes 1 input here, but input #1 (`x`) is given too"), "{e}");
+    // Omitted optional inputs (empty names) at the end are not inputs given.
+    let clip = Graph::new().input("x", F32, "4").node(node("Clip", &["x", "", ""], &["y"])).output("y").model(13);
+    import(&clip);
+}
+
+#[test]
+fn a_declared_output_type_that_differs_is_an_error_and_a_shape_a_warning() {
+    let declared = |elem_type: i32, dims: &str| {
+        let mut model = Graph::new().input("x", F32, "4").node(node("Relu", &["x"], &["y"])).model(17);
+        model.graph.as_mut().unwrap().output.push(value_info("y", elem_type, dims));
+        model.encode_to_vec()
+    };
+    let e = kiln_onnx::import_bytes(&declared(I64, "4"), None).unwrap_err().to_string();
+    assert!(e.contains("graph output `y` is declared i64 but the graph computes f32"), "{e}");
+    let (net, warnings) = kiln_onnx::import_bytes_with_warnings(&declared(F32, "7"), None).unwrap();
+    assert_eq!(warnings, ["graph output `y` is declared [7] but kiln infers [4]; the inferred shape is used"]);
+    assert_eq!(net.tensor(net.outputs()[0]).shape.as_fixed(), Some(vec![4]));
+    let (_, warnings) = kiln_onnx::import_bytes_with_warnings(&declared(F32, "N"), None).unwrap();
+    assert!(warnings.is_empty(), "a symbolic dim agrees with any size: {warnings:?}");
+}
+
+#[test]
+fn block_sizes_past_i32_are_refused_before_any_arithmetic() {
+    for op in ["DepthToSpace", "SpaceToDepth"] {
+        let model = Graph::new()
+            .input("x", F32, "1,4,2,2")
+            .node(node(op, &["x"], &["y"]).int("blocksize", i64::MAX))
+            .output("y")
+            .model(13);
+        let e = import_err(&model).to_string();
+        assert!(e.contains("blocksize must be in 1..=2147483647"), "{op}: {e}");
+    }
+}

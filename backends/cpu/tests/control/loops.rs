@@ -264,3 +264,38 @@ fn a_runaway_while_loop_is_an_error_not_a_hang() {
     let err = run_engine(engine, &[]).unwrap_err().to_string();
     assert!(err.contains("exceeds the maximum trip count of 50"), "{err}");
 }
+
+/// Two nested COUNT loops of 40 trips: `x` goes up by one per inner trip.
+fn nested_counting_loops() -> (Network, kiln::TensorId) {
+    let mut n = Network::new("nested");
+    let zero = constant(&mut n, &[], TensorData::I32(vec![0]));
+    let one = constant(&mut n, &[], TensorData::I32(vec![1]));
+    let forty = constant(&mut n, &[], TensorData::I32(vec![40]));
+    let outer = n.add_loop();
+    let x = n.add_recurrence(outer, zero).unwrap();
+    n.add_trip_limit(outer, forty, TripLimitKind::Count).unwrap();
+    let inner = n.add_loop();
+    let y = n.add_recurrence(inner, n.output(x, 0)).unwrap();
+    let step = n.add_elementwise(n.output(y, 0), one, ElementwiseOp::Sum).unwrap();
+    n.set_recurrence_next(y, n.output(step, 0)).unwrap();
+    n.add_trip_limit(inner, forty, TripLimitKind::Count).unwrap();
+    let y_last = n.add_loop_output(inner, n.output(y, 0), LoopOutputKind::LastValue, 0).unwrap();
+    n.set_recurrence_next(x, n.output(y_last, 0)).unwrap();
+    let x_last = n.add_loop_output(outer, n.output(x, 0), LoopOutputKind::LastValue, 0).unwrap();
+    let out = n.output(x_last, 0);
+    n.mark_output(out).unwrap();
+    (n, out)
+}
+
+/// The trip guard is per loop; nested loops each under it could still run its square.
+/// All the loops of one run share a budget of 16 times the guard.
+#[test]
+fn nested_loops_share_one_iteration_budget_per_run() {
+    let (n, out) = nested_counting_loops();
+    let within = BuilderConfig { max_trip_count: Some(200), ..BuilderConfig::default() };
+    let outs = run_engine(build_with(&n, &within).unwrap(), &[]).unwrap();
+    assert_eq!(outs[&n.tensor(out).name].data(), &TensorData::I32(vec![1600]), "40 + 40 x 40 trips fit 16 x 200");
+    let over = BuilderConfig { max_trip_count: Some(50), ..BuilderConfig::default() };
+    let err = run_engine(build_with(&n, &over).unwrap(), &[]).unwrap_err().to_string();
+    assert!(err.contains("the loops of this run exceed 800 iterations together"), "{err}");
+}

@@ -4,6 +4,7 @@
 
 mod api;
 mod dynamic;
+mod memory;
 mod profile;
 
 use kiln::*;

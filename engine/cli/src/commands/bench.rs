@@ -35,8 +35,8 @@ struct Timings {
 }
 
 pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
-    if !(args.duration_s.is_finite() && args.duration_s >= 0.0) {
-        bail!("--duration-s must be a non-negative number of seconds, got {}", args.duration_s);
+    if Duration::try_from_secs_f64(args.duration_s).is_err() {
+        bail!("--duration-s must be a non-negative number of seconds that a clock can count, got {}", args.duration_s);
     }
     if args.iterations == 0 {
         bail!("--iterations must be at least 1");
@@ -64,7 +64,11 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
             }
             let (inputs, source) = make_inputs(&input_args, engine.network(), engine.profiles().first())?;
             let backend = backends::select_for_engine(&engine, args.backend)?;
-            (*engine, backend, inputs, source, None)
+            let mut engine = *engine;
+            if args.max_memory.is_some() {
+                engine.set_max_memory_bytes(args.max_memory);
+            }
+            (engine, backend, inputs, source, None)
         }
     };
     let flags = engine.build_flags().builder_flags.names();
@@ -99,7 +103,7 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
 }
 
 fn builder_config(args: &BenchArgs) -> BuilderConfig {
-    let mut config = BuilderConfig::default();
+    let mut config = BuilderConfig { max_memory_bytes: args.max_memory, ..BuilderConfig::default() };
     if args.fp16 {
         config.set_flag(BuilderFlag::Fp16);
     }
@@ -158,7 +162,8 @@ fn time_iterations(context: &ExecutionContext, args: &BenchArgs) -> anyhow::Resu
         once()?;
         warmup_iterations += 1;
     }
-    let duration = Duration::from_secs_f64(args.duration_s);
+    // Checked in `bench`; a value that cannot convert would have been refused there.
+    let duration = Duration::try_from_secs_f64(args.duration_s).unwrap_or(Duration::MAX);
     let (mut latency, mut enqueue, mut device) = (Vec::new(), Vec::new(), Vec::new());
     let start = Instant::now();
     while (latency.len() as u64) < args.iterations || start.elapsed() < duration {

@@ -134,7 +134,11 @@ fn tactic_progress_bar() -> ProgressBar {
 }
 
 fn builder_config(args: &BuildArgs) -> anyhow::Result<BuilderConfig> {
-    let mut config = BuilderConfig { profiling_verbosity: args.profiling_verbosity.kiln(), ..BuilderConfig::default() };
+    let mut config = BuilderConfig {
+        profiling_verbosity: args.profiling_verbosity.kiln(),
+        max_memory_bytes: args.max_memory,
+        ..BuilderConfig::default()
+    };
     for name in &args.flags {
         let Some(flag) = BuilderFlag::from_name(name) else {
             let known: Vec<&str> = BuilderFlag::ALL.iter().map(|f| f.name()).collect();

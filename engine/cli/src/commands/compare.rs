@@ -153,7 +153,7 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<()> {
 }
 
 fn builder_config(args: &CompareArgs) -> anyhow::Result<BuilderConfig> {
-    let mut config = BuilderConfig::default();
+    let mut config = BuilderConfig { max_memory_bytes: args.max_memory, ..BuilderConfig::default() };
     // TF32 changes f32 results: off unless asked for, so the default tier is fp32.
     config.clear_flag(BuilderFlag::Tf32);
     for name in &args.flags {

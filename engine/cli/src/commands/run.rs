@@ -25,13 +25,17 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
             // Dynamic inputs: a profile fixed at the shapes this run uses.
             let config = BuilderConfig {
                 profiles: shapes::exact_profile(&network, &inputs).into_iter().collect(),
+                max_memory_bytes: args.max_memory,
                 ..BuilderConfig::default()
             };
             let engine = build_engine(&network, &backend, &config)?;
             (engine, backend, Origin::Onnx { import_time, build_time: start.elapsed() }, inputs, input_source)
         }
         Model::Engine { engine, load_time } => {
-            let engine = *engine;
+            let mut engine = *engine;
+            if args.max_memory.is_some() {
+                engine.set_max_memory_bytes(args.max_memory);
+            }
             let (inputs, input_source) = make_inputs(&input_args(args), engine.network(), engine.profiles().first())?;
             let backend = backends::select_for_engine(&engine, args.backend)?;
             (engine, backend, Origin::EngineFile { load_time }, inputs, input_source)

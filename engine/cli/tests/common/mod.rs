@@ -37,6 +37,7 @@ pub fn kiln_fails(args: &[&str], keyword: &str) -> String {
     let stderr = text(&out.stderr);
     assert!(!out.status.success(), "kiln {args:?} succeeded; stdout: {}", text(&out.stdout));
     assert_ne!(out.status.code(), Some(101), "kiln {args:?} panicked: {stderr}");
+    assert!(out.status.code().is_some(), "kiln {args:?} was killed by a signal ({:?}): {stderr}", out.status);
     assert!(!stderr.contains("panicked"), "kiln {args:?} panicked: {stderr}");
     let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(lines.len(), 1, "kiln {args:?} must print one stderr line, got: {stderr}");

@@ -1,6 +1,7 @@
 //! The builder: network + configuration → engine for one backend.
 
 mod tactic_selection;
+mod tensor_sizes;
 
 use crate::backend::Backend;
 use crate::error::BackendError;
@@ -40,6 +41,9 @@ pub enum BuildError {
     IoFormat(#[from] IoFormatError),
     #[error(transparent)]
     Tactic(#[from] TacticError),
+    /// A tensor the engine would compute does not fit the memory budget.
+    #[error("{0}")]
+    TensorTooLarge(String),
 }
 
 /// Builds engines for one backend.
@@ -98,9 +102,14 @@ impl<'b> Builder<'b> {
         }
         summary.phase("passes", start);
 
+        // Before anything allocates a tensor: tactic timing and the arena plan.
+        let budget = tensor_sizes::build_budget(config.max_memory_bytes, &device);
+        tensor_sizes::check_tensor_sizes(&pruned, &config.profiles, budget)?;
+
         let start = Instant::now();
         let max_trip_count = config.max_trip_count.unwrap_or(DEFAULT_MAX_TRIP_COUNT);
-        let control = control::lower(&pruned, max_trip_count)?;
+        let mut control = control::lower(&pruned, max_trip_count)?;
+        control.max_memory_bytes = config.max_memory_bytes;
         summary.phase("lowering", start);
 
         let start = Instant::now();

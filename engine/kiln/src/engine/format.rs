@@ -20,8 +20,9 @@ pub const MAGIC: &[u8; 8] = b"KILNENG\0";
 /// The layout version. 2: the plan records optimization profiles, layers carry precision
 /// constraints, tensors allowed formats, the plan kernel names and the header builder flags
 /// and profiling verbosity; 3: the current layout; 4: the lowered control flow is the plan's,
-/// beside the network, not inside it; 5: the plan records the tactic candidates timed per layer.
-pub const FORMAT_VERSION: u32 = 5;
+/// beside the network, not inside it; 5: the plan records the tactic candidates timed per layer; 6: the control flow
+/// records the memory budget (`BuilderConfig::max_memory_bytes`).
+pub const FORMAT_VERSION: u32 = 6;
 /// Upper bound on the header, far above any real one.
 const MAX_HEADER_BYTES: u32 = 1 << 20;
 

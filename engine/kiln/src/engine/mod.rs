@@ -106,6 +106,13 @@ impl Engine {
         Engine { network, control, backend, device, build_flags, profiles, memory_plans, kernels, tactics, tactic_times: Vec::new() }
     }
 
+    /// Most bytes one tensor may take when this engine runs (recorded from
+    /// [`crate::BuilderConfig::max_memory_bytes`]; `None`: what the machine has). A runner
+    /// may change it before creating an execution context.
+    pub fn set_max_memory_bytes(&mut self, bytes: Option<u64>) {
+        self.control.max_memory_bytes = bytes;
+    }
+
     /// The lowered loops and conditionals every backend runs (one block of every layer when
     /// the network has none).
     pub fn control_flow(&self) -> &ControlFlow {
@@ -351,7 +358,8 @@ fn read_weights(section: &[u8], e: &WeightsEntry) -> Result<HostTensor, String> 
 /// control-flow regions must be the ones the layers define.
 fn recheck_plan(network: &Network, stored: &ControlFlow) -> Result<(), String> {
     recheck_layers(network)?;
-    let lowered = crate::ir::control::lower(network, stored.max_trip_count).map_err(|e| e.to_string())?;
+    let mut lowered = crate::ir::control::lower(network, stored.max_trip_count).map_err(|e| e.to_string())?;
+    lowered.max_memory_bytes = stored.max_memory_bytes;
     if *stored != lowered {
         return Err("the stored loop and conditional regions do not match the layers".into());
     }

@@ -35,6 +35,9 @@ pub fn run_plan<M: Machine>(
         values: vec![None; net.tensors().len()],
         iterations: Vec::new(),
         max_trip_count: plan.max_trip_count,
+        run_trips: 0,
+        max_run_trips: plan.max_run_trips(),
+        memory_budget: plan.max_memory_bytes.unwrap_or(u64::MAX).min(machine.memory_capacity()),
     };
     for (&t, x) in net.inputs().iter().zip(inputs) {
         let (dtype, shape) = machine.meta(&x);
@@ -77,6 +80,11 @@ struct Interpreter<'m, M: Machine> {
     /// The current iteration of each loop being run, innermost last.
     iterations: Vec<(LoopId, usize)>,
     max_trip_count: u64,
+    /// Iterations run so far by all loops together, and the most they may run.
+    run_trips: u64,
+    max_run_trips: u64,
+    /// Most bytes one tensor may take.
+    memory_budget: u64,
 }
 
 impl<'m, M: Machine> Interpreter<'m, M> {
@@ -120,7 +128,8 @@ impl<'m, M: Machine> Interpreter<'m, M> {
                         }),
                     })
                     .collect::<Result<_, _>>()?;
-                let outputs = self.machine.run_layer(id, &inputs).map_err(|e| self.kernel_fail(id, e))?;
+                let outputs =
+                    self.machine.run_layer(id, &inputs, self.memory_budget).map_err(|e| self.kernel_fail(id, e))?;
                 if outputs.len() != layer.outputs.len() {
                     return Err(self.fail(
                         id,
@@ -214,6 +223,17 @@ impl<'m, M: Machine> Interpreter<'m, M> {
                     ),
                 ));
             }
+            if let Some(limit_layer) = limit_layer.filter(|_| self.run_trips >= self.max_run_trips) {
+                return Err(self.fail(
+                    limit_layer,
+                    format!(
+                        "the loops of this run exceed {} iterations together ({} times the maximum trip count of one loop, set when the engine was built)",
+                        self.max_run_trips,
+                        crate::ir::control::RUN_TRIPS_PER_LOOP_TRIPS
+                    ),
+                ));
+            }
+            self.run_trips += 1;
             if let Some(last) = self.iterations.last_mut() {
                 last.1 = trips as usize;
             }
@@ -290,6 +310,10 @@ impl<'m, M: Machine> Interpreter<'m, M> {
                 ));
             }
         }
+        let mut stacked_shape = slice_shape.clone();
+        stacked_shape.insert(axis, length as usize);
+        crate::limits::check_tensor(dtype, &stacked_shape, self.memory_budget)
+            .map_err(|reason| self.kernel_fail(o, KernelError::OutOfMemory(reason)))?;
         let reverse = kind == LoopOutputKind::Reverse;
         self.machine
             .stack_along(stack, axis, length as usize, reverse, dtype, &slice_shape)

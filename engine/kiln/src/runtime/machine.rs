@@ -141,16 +141,29 @@ pub trait Machine {
         slice_shape: &[usize],
     ) -> Result<Self::Value, KernelError>;
 
+    /// Most bytes this machine can hold in one tensor (host memory on the cpu); an output
+    /// inference says is larger fails before the kernel allocates it. Device backends
+    /// report their own allocation failures, so the default is no limit.
+    fn memory_capacity(&self) -> u64 {
+        u64::MAX
+    }
+
     /// Runs one layer: any kind except the loop and conditional boundary layers
     /// (TripLimit, Iterator, Recurrence, LoopOutput, Condition, IfConditionalInput/Output),
-    /// which the interpreter handles. Inputs in slot order, `None` for an omitted input.
-    fn run_layer(&self, id: LayerId, inputs: &[Option<Self::Value>]) -> Result<Vec<Self::Value>, KernelError> {
-        drive_layer(self, id, inputs)
+    /// which the interpreter handles. Inputs in slot order, `None` for an omitted input;
+    /// no output may take more than `memory_budget` bytes.
+    fn run_layer(&self, id: LayerId, inputs: &[Option<Self::Value>], memory_budget: u64) -> Result<Vec<Self::Value>, KernelError> {
+        drive_layer(self, id, inputs, memory_budget)
     }
 }
 
 /// The per-layer driver every backend shares (see the module doc).
-fn drive_layer<M: Machine + ?Sized>(m: &M, id: LayerId, inputs: &[Option<M::Value>]) -> Result<Vec<M::Value>, KernelError> {
+fn drive_layer<M: Machine + ?Sized>(
+    m: &M,
+    id: LayerId,
+    inputs: &[Option<M::Value>],
+    memory_budget: u64,
+) -> Result<Vec<M::Value>, KernelError> {
     let net = m.network();
     let layer = net.layer(id);
     match &layer.kind {
@@ -201,6 +214,11 @@ fn drive_layer<M: Machine + ?Sized>(m: &M, id: LayerId, inputs: &[Option<M::Valu
     // A machine that runs every kernel itself has no use for inference's values.
     let infer = if m.skips_inferred_layers() { infer_layer } else { infer_layer_types };
     let expected = infer(&layer.kind, &facts, &|w| net.weights_blob(w)).map_err(|e| format!("shape inference: {}", e.rule))?;
+    for out in &expected {
+        if let Some(dims) = out.shape.as_fixed() {
+            crate::limits::check_tensor(out.dtype, &dims, memory_budget).map_err(KernelError::OutOfMemory)?;
+        }
+    }
     // Shape arithmetic inference evaluated (see `ir::infer::evaluates_on_host`): no kernel.
     if m.skips_inferred_layers() && !expected.is_empty() && expected.iter().all(|o| o.value.is_some()) {
         return Ok(expected.into_iter().filter_map(|o| o.value).map(|t| m.host_value(Arc::new(t))).collect());
@@ -323,7 +341,7 @@ mod tests {
     #[test]
     fn the_driver_reads_shape_inputs_back_once_and_checks_the_kernel() {
         let (m, id, inputs) = expand(None);
-        let out = m.run_layer(id, &inputs).expect("runs");
+        let out = m.run_layer(id, &inputs, u64::MAX).expect("runs");
         assert_eq!(out[0].t.shape(), &[4, 3]);
         assert_eq!(m.reads.get(), 1, "only the shape input is read back");
     }
@@ -331,8 +349,17 @@ mod tests {
     #[test]
     fn a_kernel_output_inference_does_not_expect_is_an_error() {
         let (m, id, inputs) = expand(Some(vec![4, 4]));
-        let e = m.run_layer(id, &inputs).unwrap_err();
+        let e = m.run_layer(id, &inputs, u64::MAX).unwrap_err();
         assert!(matches!(&e, KernelError::Invalid(r) if r.contains("shape inference expects")), "{e:?}");
+    }
+
+    #[test]
+    fn an_output_over_the_memory_budget_fails_before_the_kernel_runs() {
+        let (m, id, inputs) = expand(Some(vec![4, 4]));
+        let e = m.run_layer(id, &inputs, 47).unwrap_err();
+        let KernelError::OutOfMemory(reason) = &e else { panic!("{e:?}") };
+        assert!(reason.contains("f32[4, 3] needs 48 B, over the memory budget of 47 B"), "{reason}");
+        assert!(m.run_layer(id, &inputs, 48).is_err_and(|e| matches!(e, KernelError::Invalid(_))), "48 bytes fit: the kernel ran");
     }
 
     #[test]

@@ -148,8 +148,11 @@ fn cum_prod(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
 fn size(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     let x = ctx.input(0)?;
     if let Some(dims) = ctx.fixed_dims(x) {
-        let count = dims.iter().product::<usize>();
-        return one(ctx.scalar("", DataType::I64, count as f64)?);
+        let count = kiln::limits::element_count(&dims)
+            .and_then(|n| i64::try_from(n).ok())
+            .ok_or_else(|| ctx.invalid(format!("its input {dims:?} has more elements than an int64 can count")))?;
+        let value = kiln::HostTensor::from_i64(vec![], vec![count]).map_err(|e| ctx.invalid(e.to_string()))?;
+        return one(ctx.constant("", value)?);
     }
     let shape = ctx.add("shape", LayerKind::Shape, &[x])?;
     one(ctx.add("", LayerKind::Reduce { op: ReduceOp::Prod, axes: vec![0], keep_dims: false }, &[shape])?)

@@ -45,8 +45,8 @@ fn reverse_sequence(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError>
 /// The block size and the fixed C, H, W of an N×C×H×W input.
 fn block_and_dims(ctx: &NodeContext, x: TensorId) -> Result<(i64, [i64; 3]), ImportError> {
     let block = ctx.attrs.required_int("blocksize")?;
-    if block < 1 {
-        return Err(ctx.invalid(format!("blocksize must be positive, got {block}")));
+    if !(1..=i64::from(i32::MAX)).contains(&block) {
+        return Err(ctx.invalid(format!("blocksize must be in 1..={}, got {block}", i32::MAX)));
     }
     let dims = ctx.dims(x);
     if dims.len() != 4 {
@@ -78,7 +78,8 @@ fn space_to_depth(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
         return Err(ctx.invalid(format!("H={h} and W={w} must be multiples of blocksize {b}")));
     }
     let split = vec![0, c, h / b, b, w / b, b];
-    let out = vec![0, c * b * b, h / b, w / b];
+    let deeper = c.checked_mul(b * b).ok_or_else(|| ctx.invalid(format!("C={c} × blocksize² overflows")))?;
+    let out = vec![0, deeper, h / b, w / b];
     // Opset 28 added CRD, the inverse of DepthToSpace's CRD (channel-major blocks).
     let mode = if ctx.version >= 28 { ctx.attrs.string("mode", "DCR")? } else { "DCR" };
     match mode {
@@ -95,7 +96,8 @@ fn depth_to_space(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     if c % (b * b) != 0 {
         return Err(ctx.invalid(format!("C={c} must be a multiple of blocksize² = {}", b * b)));
     }
-    let out = vec![0, c / (b * b), h * b, w * b];
+    let grown = |d: i64| d.checked_mul(b).ok_or_else(|| ctx.invalid(format!("{d} × blocksize {b} overflows")));
+    let out = vec![0, c / (b * b), grown(h)?, grown(w)?];
     match ctx.attrs.string("mode", "DCR")? {
         "DCR" => regroup(ctx, x, vec![0, b, b, c / (b * b), h, w], vec![0, 3, 4, 1, 5, 2], out),
         "CRD" => regroup(ctx, x, vec![0, c / (b * b), b, b, h, w], vec![0, 1, 4, 2, 5, 3], out),

@@ -118,6 +118,8 @@ fn batch_norm_training(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportErr
     let bias = ctx.reshape("bias", bias, channel_dims(rank))?;
     let scaled = build::binary(ctx, "scaled", E::Prod, normalized, scale)?;
     let mut outputs = vec![ctx.add("", LayerKind::Elementwise { op: E::Sum }, &[scaled, bias])?];
+    // The given running mean and var (inputs 3 and 4) only feed the running outputs.
+    ctx.read_inputs(5);
     for (slot, current, what) in [(1, mean, "running mean"), (2, var, "running var")] {
         if !ctx.output_wanted(slot) {
             break;

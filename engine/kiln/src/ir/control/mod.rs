@@ -27,12 +27,27 @@ use serde::{Deserialize, Serialize};
 /// run-time error instead of a hang. [`crate::BuilderConfig::max_trip_count`] changes it.
 pub const DEFAULT_MAX_TRIP_COUNT: u64 = 1 << 20;
 
-/// How a network executes: the top-level block and the limits that apply to its loops.
+/// How many times [`ControlFlow::max_trip_count`] all the loops of one execution may
+/// iterate together: nested loops, each under the per-loop guard, cannot multiply into
+/// a hang (two nested loops at the default guard would run 2^40 iterations).
+pub const RUN_TRIPS_PER_LOOP_TRIPS: u64 = 16;
+
+/// How a network executes: the top-level block and the limits that apply while it runs.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ControlFlow {
     /// Most iterations one execution of any loop may run; one more is a run-time error.
     pub max_trip_count: u64,
+    /// Most bytes one tensor may take ([`crate::BuilderConfig::max_memory_bytes`]);
+    /// `None`: what the machine running the engine has.
+    pub max_memory_bytes: Option<u64>,
     pub body: Block,
+}
+
+impl ControlFlow {
+    /// Most iterations all loops of one execution may run together.
+    pub fn max_run_trips(&self) -> u64 {
+        self.max_trip_count.saturating_mul(RUN_TRIPS_PER_LOOP_TRIPS)
+    }
 }
 
 /// Steps run in order.
@@ -94,7 +109,7 @@ pub fn lower(network: &Network, max_trip_count: u64) -> Result<ControlFlow, Netw
     let scopes = scopes::Scopes::infer(network)?;
     rules::check(&scopes)?;
     let body = blocks::build(&scopes)?;
-    Ok(ControlFlow { max_trip_count, body })
+    Ok(ControlFlow { max_trip_count, max_memory_bytes: None, body })
 }
 
 impl Block {
