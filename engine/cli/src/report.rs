@@ -49,7 +49,7 @@ pub fn run_reporting_errors(command: impl FnOnce() -> anyhow::Result<()>) -> Exi
     match panic::catch_unwind(AssertUnwindSafe(command)) {
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(error)) => {
-            print_error_line(&format!("{error:#}"));
+            print_error_line(&chain_text(&error));
             ExitCode::from(error.downcast_ref::<ExitWith>().map_or(EXIT_FAILURE, |e| e.status))
         }
         Err(payload) => {
@@ -91,6 +91,22 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// Prints `error: <message>` as exactly one line, whatever the message holds.
+/// The error and its causes, `outer: cause: …`, each cause once: many errors already
+/// quote their source in their own text, which `{:#}` would print a second time.
+fn chain_text(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let part = cause.to_string();
+        if !text.contains(&part) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&part);
+        }
+    }
+    text
+}
+
 fn print_error_line(message: &str) {
     let one_line: Vec<&str> = message.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
     let _ = writeln!(std::io::stderr().lock(), "error: {}", one_line.join(" "));
@@ -99,6 +115,18 @@ fn print_error_line(message: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cause_the_error_already_quotes_is_not_repeated() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("node `n`: {0}")]
+        struct Quoting(#[source] std::io::Error);
+        let inner = std::io::Error::other("shapes [4] and [3] do not broadcast");
+        let error = anyhow::Error::new(Quoting(inner)).context("cannot import `m.onnx`");
+        assert_eq!(chain_text(&error), "cannot import `m.onnx`: node `n`: shapes [4] and [3] do not broadcast");
+        let plain = anyhow::anyhow!("cannot read").context("cannot run");
+        assert_eq!(chain_text(&plain), "cannot run: cannot read");
+    }
 
     #[test]
     fn a_panic_is_reported_as_a_bug() {
