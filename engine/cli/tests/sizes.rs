@@ -90,6 +90,11 @@ fn a_tensor_over_the_memory_budget_is_an_error_naming_layer_and_size() {
     let line = kiln_fails(&["run", "--backend", "cpu", "--max-memory", "128K", path_arg(&small)], "Expand");
     assert!(line.contains("f32[64, 1024] needs 256.0 KiB, over the memory budget of 128.0 KiB (set with --max-memory)"), "{line}");
     kiln_ok(&["run", "--backend", "cpu", "--max-memory", "256K", path_arg(&small)]);
+    // A built engine records the budget, shows it, and runs within it.
+    let engine = dir.path().join("small.engine");
+    kiln_ok(&["build", "--backend", "cpu", "--max-memory", "256K", path_arg(&small), "-o", path_arg(&engine)]);
+    assert!(kiln_ok(&["inspect", path_arg(&engine)]).contains("limits:       256.0 KiB per tensor"));
+    kiln_ok(&["run", path_arg(&engine)]);
 }
 
 /// `ulimit -v` lowers the budget below the machine's memory: the tensor is refused

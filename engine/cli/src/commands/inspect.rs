@@ -4,7 +4,7 @@
 //! JSON structure (stable; shapes are arrays whose dims are numbers, the dim's name for a
 //! named dim, or -1 for an unknown one):
 //! `{"kiln_version", "backend", "device": {…}, "build_flags": [..], "builder_flags": [..],
-//!   "profiling_verbosity",
+//!   "profiling_verbosity", "limits": {"max_trip_count", "max_memory_bytes" (null: the machine's)},
 //!   "inputs": [{"name", "dtype", "shape"}], "outputs": [..],
 //!   "layers": [{"name", "type", "inputs": [tensor or null], "outputs": [tensor], "parameters"}]}`
 
@@ -91,6 +91,10 @@ fn json_report(engine: &Engine, kiln_version: &str) -> Value {
         "build_flags": engine.build_flags().flags,
         "builder_flags": engine.build_flags().builder_flags.flags().iter().map(|f| f.name()).collect::<Vec<_>>(),
         "profiling_verbosity": engine.build_flags().profiling_verbosity.name(),
+        "limits": {
+            "max_trip_count": engine.control_flow().max_trip_count,
+            "max_memory_bytes": engine.control_flow().max_memory_bytes,
+        },
         "inputs": net.inputs().iter().map(|&t| tensor(t)).collect::<Vec<_>>(),
         "outputs": net.outputs().iter().map(|&t| tensor(t)).collect::<Vec<_>>(),
         "layers": layers,
@@ -134,6 +138,9 @@ fn text_report(engine: &Engine, kiln_version: &str, file_size: usize) -> String 
     let _ = writeln!(s, "build flags:  {}", if flags.is_empty() { "(none)".to_string() } else { flags.join(" ") });
     let _ = writeln!(s, "builder:      {}", engine.build_flags().builder_flags.names());
     let _ = writeln!(s, "profiling:    {}", engine.build_flags().profiling_verbosity.name());
+    let control = engine.control_flow();
+    let memory = control.max_memory_bytes.map_or("the machine's memory".to_string(), kiln::limits::format_bytes);
+    let _ = writeln!(s, "limits:       {memory} per tensor, {} trips per loop", control.max_trip_count);
     let _ = writeln!(s, "file size:    {}", summary::byte_size(file_size));
     let _ = writeln!(s, "weights:      {}", summary::byte_size(engine.weights_bytes()));
     let _ = writeln!(s, "inputs ({}):", net.inputs().len());
