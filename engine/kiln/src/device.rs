@@ -24,27 +24,47 @@ pub struct DeviceFingerprint {
     pub integrated: bool,
 }
 
+/// The fields that only cost performance when they differ (seed §6.7).
+const SOFT_FIELDS: [&str; 7] = [
+    "memory bus width",
+    "L2 cache size",
+    "shared memory per block",
+    "shared memory per multiprocessor",
+    "texture alignment",
+    "multiprocessor count",
+    "integrated GPU",
+];
+
 impl DeviceFingerprint {
+    /// Every field as (readable name, value).
+    fn fields(&self) -> [(&'static str, String); 12] {
+        [
+            ("backend", self.backend.clone()),
+            ("device", self.name.clone()),
+            ("compute capability", self.compute_capability.clone()),
+            ("driver version", self.driver_version.clone()),
+            ("memory", self.memory_bytes.to_string()),
+            ("memory bus width", self.memory_bus_width_bits.to_string()),
+            ("L2 cache size", self.l2_cache_bytes.to_string()),
+            ("shared memory per block", self.shared_memory_per_block.to_string()),
+            ("shared memory per multiprocessor", self.shared_memory_per_multiprocessor.to_string()),
+            ("texture alignment", self.texture_alignment.to_string()),
+            ("multiprocessor count", self.multiprocessor_count.to_string()),
+            ("integrated GPU", self.integrated.to_string()),
+        ]
+    }
+
+    /// The fields that differ, as (readable name, this value, the other's value).
+    pub fn differences(&self, other: &DeviceFingerprint) -> Vec<(&'static str, String, String)> {
+        self.fields().into_iter().zip(other.fields()).filter(|((_, a), (_, b))| a != b).map(|((what, a), (_, b))| (what, a, b)).collect()
+    }
+
     /// Differences that only cost performance (seed §6.7): reported as warnings.
     pub fn soft_differences(&self, other: &DeviceFingerprint) -> Vec<String> {
-        let mut out = Vec::new();
-        let mut check = |what: &str, a: String, b: String| {
-            if a != b {
-                out.push(format!("{what}: engine built with {a}, this device has {b}"));
-            }
-        };
-        check("memory bus width", self.memory_bus_width_bits.to_string(), other.memory_bus_width_bits.to_string());
-        check("L2 cache size", self.l2_cache_bytes.to_string(), other.l2_cache_bytes.to_string());
-        check("shared memory per block", self.shared_memory_per_block.to_string(), other.shared_memory_per_block.to_string());
-        check(
-            "shared memory per multiprocessor",
-            self.shared_memory_per_multiprocessor.to_string(),
-            other.shared_memory_per_multiprocessor.to_string(),
-        );
-        check("texture alignment", self.texture_alignment.to_string(), other.texture_alignment.to_string());
-        check("multiprocessor count", self.multiprocessor_count.to_string(), other.multiprocessor_count.to_string());
-        check("integrated GPU", self.integrated.to_string(), other.integrated.to_string());
-        out
+        self.differences(other)
+            .into_iter()
+            .filter(|(what, _, _)| SOFT_FIELDS.contains(what))
+            .map(|(what, a, b)| format!("{what}: engine built with {a}, this device has {b}"))
+            .collect()
     }
 }
-
