@@ -3,6 +3,7 @@
 use crate::backends;
 use crate::commands;
 use crate::model;
+use crate::output_file;
 use crate::shapes;
 use crate::summary::{self, emit};
 use crate::BuildArgs;
@@ -47,7 +48,8 @@ pub fn build(args: &BuildArgs) -> anyhow::Result<()> {
         eprintln!("warning: {warning}");
     }
     if let (Some(path), Some(cache)) = (&args.timing_cache, config.timing_cache()) {
-        std::fs::write(path, cache.serialize()).with_context(|| format!("cannot write timing cache `{}`", path.display()))?;
+        output_file::write_bytes(path, &cache.serialize())
+            .with_context(|| format!("cannot write timing cache `{}`", path.display()))?;
     }
     let engine = output.engine;
     if args.verbose {
@@ -57,7 +59,7 @@ pub fn build(args: &BuildArgs) -> anyhow::Result<()> {
     let start = Instant::now();
     let engine_file = engine.serialize();
     phases.phase("serialize", start);
-    std::fs::write(&args.output, &engine_file)
+    output_file::write_bytes(&args.output, &engine_file)
         .with_context(|| format!("cannot write engine file `{}`", args.output.display()))?;
 
     emit(&format!(

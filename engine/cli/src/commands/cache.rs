@@ -1,5 +1,6 @@
 //! `kiln cache show|merge|edit`: the timing cache files `kiln build --timing-cache` keeps.
 
+use crate::output_file;
 use crate::summary::emit;
 use crate::CacheCommand;
 use anyhow::Context;
@@ -39,7 +40,7 @@ fn read(path: &Path) -> anyhow::Result<TimingCache> {
 }
 
 fn write(path: &Path, cache: &TimingCache) -> anyhow::Result<()> {
-    std::fs::write(path, cache.serialize()).with_context(|| format!("cannot write timing cache `{}`", path.display()))
+    output_file::write_bytes(path, &cache.serialize()).with_context(|| format!("cannot write timing cache `{}`", path.display()))
 }
 
 fn show(cache: &TimingCache) -> String {
