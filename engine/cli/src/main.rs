@@ -147,15 +147,22 @@ pub struct BuildArgs {
     /// How much `kiln inspect --verbosity` may show of the engine.
     #[arg(long, value_enum, default_value_t = Verbosity::LayerNamesOnly)]
     pub profiling_verbosity: Verbosity,
-    /// A timing cache file: read if it exists, grown by the build and written back.
+    /// A timing cache file: read if it exists, grown by the build and written back (merged,
+    /// under a lock on FILE.lock, with what other builds wrote meanwhile). A cache that
+    /// cannot be written is a warning; the engine is still written.
     #[arg(long, value_name = "FILE")]
     pub timing_cache: Option<PathBuf>,
     /// Fails the build when a layer is not in the timing cache.
     #[arg(long)]
     pub error_on_timing_cache_miss: bool,
-    /// Uses a timing cache made on another device or kiln version (with a warning).
+    /// Uses a timing cache made on another device or kiln version (with a warning), read
+    /// only: the file stays as it is unless --overwrite-timing-cache.
     #[arg(long)]
     pub ignore_timing_cache_mismatch: bool,
+    /// With --ignore-timing-cache-mismatch: replaces the other device's cache file with
+    /// this build's (its entries relabelled as this device's).
+    #[arg(long, requires = "ignore_timing_cache_mismatch")]
+    pub overwrite_timing_cache: bool,
     /// Also prints what the builder decided: layer precisions, and per engine layer (fused
     /// layers named after what they replaced) its tactic and the candidates timed for it.
     #[arg(long, short = 'v')]
