@@ -24,47 +24,44 @@ pub struct DeviceFingerprint {
     pub integrated: bool,
 }
 
-/// The fields that only cost performance when they differ (seed §6.7).
-const SOFT_FIELDS: [&str; 7] = [
-    "memory bus width",
-    "L2 cache size",
-    "shared memory per block",
-    "shared memory per multiprocessor",
-    "texture alignment",
-    "multiprocessor count",
-    "integrated GPU",
-];
-
 impl DeviceFingerprint {
-    /// Every field as (readable name, value).
-    fn fields(&self) -> [(&'static str, String); 12] {
+    /// Every field as (readable name, value, whether a difference only costs performance
+    /// (seed §6.7)).
+    fn fields(&self) -> [(&'static str, String, bool); 12] {
         [
-            ("backend", self.backend.clone()),
-            ("device", self.name.clone()),
-            ("compute capability", self.compute_capability.clone()),
-            ("driver version", self.driver_version.clone()),
-            ("memory", self.memory_bytes.to_string()),
-            ("memory bus width", self.memory_bus_width_bits.to_string()),
-            ("L2 cache size", self.l2_cache_bytes.to_string()),
-            ("shared memory per block", self.shared_memory_per_block.to_string()),
-            ("shared memory per multiprocessor", self.shared_memory_per_multiprocessor.to_string()),
-            ("texture alignment", self.texture_alignment.to_string()),
-            ("multiprocessor count", self.multiprocessor_count.to_string()),
-            ("integrated GPU", self.integrated.to_string()),
+            ("backend", self.backend.clone(), false),
+            ("device", self.name.clone(), false),
+            ("compute capability", self.compute_capability.clone(), false),
+            ("driver version", self.driver_version.clone(), false),
+            ("memory", self.memory_bytes.to_string(), false),
+            ("memory bus width", self.memory_bus_width_bits.to_string(), true),
+            ("L2 cache size", self.l2_cache_bytes.to_string(), true),
+            ("shared memory per block", self.shared_memory_per_block.to_string(), true),
+            ("shared memory per multiprocessor", self.shared_memory_per_multiprocessor.to_string(), true),
+            ("texture alignment", self.texture_alignment.to_string(), true),
+            ("multiprocessor count", self.multiprocessor_count.to_string(), true),
+            ("integrated GPU", self.integrated.to_string(), true),
         ]
     }
 
     /// The fields that differ, as (readable name, this value, the other's value).
     pub fn differences(&self, other: &DeviceFingerprint) -> Vec<(&'static str, String, String)> {
-        self.fields().into_iter().zip(other.fields()).filter(|((_, a), (_, b))| a != b).map(|((what, a), (_, b))| (what, a, b)).collect()
+        self.differing(other).map(|(what, a, b, _)| (what, a, b)).collect()
+    }
+
+    fn differing(&self, other: &DeviceFingerprint) -> impl Iterator<Item = (&'static str, String, String, bool)> {
+        self.fields()
+            .into_iter()
+            .zip(other.fields())
+            .filter(|((_, a, _), (_, b, _))| a != b)
+            .map(|((what, a, soft), (_, b, _))| (what, a, b, soft))
     }
 
     /// Differences that only cost performance (seed §6.7): reported as warnings.
     pub fn soft_differences(&self, other: &DeviceFingerprint) -> Vec<String> {
-        self.differences(other)
-            .into_iter()
-            .filter(|(what, _, _)| SOFT_FIELDS.contains(what))
-            .map(|(what, a, b)| format!("{what}: engine built with {a}, this device has {b}"))
+        self.differing(other)
+            .filter(|(_, _, _, soft)| *soft)
+            .map(|(what, a, b, _)| format!("{what}: engine built with {a}, this device has {b}"))
             .collect()
     }
 }
