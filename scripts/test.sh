@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if ! command -v cargo >/dev/null; then
-  echo "error: cargo is not installed (kiln needs a Rust toolchain, 1.85 or newer)" >&2
+  echo "error: cargo is not installed (kiln needs a Rust toolchain, 1.89 or newer)" >&2
   exit 1
 fi
 

@@ -10,6 +10,7 @@ mod compare;
 mod inputs;
 mod model;
 mod npz;
+mod output_file;
 mod report;
 mod shapes;
 mod stats;
@@ -17,6 +18,7 @@ mod summary;
 
 use backends::BackendChoice;
 use clap::{Parser, Subcommand};
+use output_file::NamedFile;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -150,15 +152,22 @@ pub struct BuildArgs {
     /// How much `kiln inspect --verbosity` may show of the engine.
     #[arg(long, value_enum, default_value_t = Verbosity::LayerNamesOnly)]
     pub profiling_verbosity: Verbosity,
-    /// A timing cache file: read if it exists, grown by the build and written back.
+    /// A timing cache file: read if it exists, grown by the build and written back (merged,
+    /// under a lock on FILE.lock, with what other builds wrote meanwhile). A cache that
+    /// cannot be written is a warning; the engine is still written.
     #[arg(long, value_name = "FILE")]
     pub timing_cache: Option<PathBuf>,
     /// Fails the build when a layer is not in the timing cache.
     #[arg(long)]
     pub error_on_timing_cache_miss: bool,
-    /// Uses a timing cache made on another device or kiln version (with a warning).
+    /// Uses a timing cache made on another device or kiln version (with a warning), read
+    /// only: the file stays as it is unless --overwrite-timing-cache.
     #[arg(long)]
     pub ignore_timing_cache_mismatch: bool,
+    /// With --ignore-timing-cache-mismatch: replaces the other device's cache file with
+    /// this build's (its entries relabelled as this device's).
+    #[arg(long, requires = "ignore_timing_cache_mismatch")]
+    pub overwrite_timing_cache: bool,
     /// Also prints what the builder decided: layer precisions, and per engine layer (fused
     /// layers named after what they replaced) its tactic and the candidates timed for it.
     #[arg(long, short = 'v')]
@@ -307,6 +316,42 @@ fn parse_memory_size(text: &str) -> Result<u64, String> {
     kiln::limits::parse_bytes(text)
 }
 
+/// Every file the command reads or writes, for [`output_file::check_distinct`].
+fn named_files<'a>(command: &'a Command, loaded: &'a commands::plugins::Loaded) -> Vec<NamedFile<'a>> {
+    let mut files: Vec<NamedFile> =
+        loaded.libraries.iter().map(|l| NamedFile::reads("the plugin library", &l.path)).collect();
+    let inputs = |model: &'a PathBuf, inputs: &'a Option<PathBuf>| {
+        std::iter::once(NamedFile::reads("the model", model)).chain(inputs.iter().map(|p| NamedFile::reads("--inputs", p)))
+    };
+    match command {
+        Command::Run(args) => {
+            files.extend(inputs(&args.model, &args.inputs));
+            files.extend(args.save_outputs.iter().map(|p| NamedFile::writes("--save-outputs", p)));
+        }
+        Command::Build(args) => {
+            files.push(NamedFile::reads("the model", &args.model));
+            files.extend(args.timing_cache.iter().map(|p| NamedFile::updates("--timing-cache", p)));
+            files.push(NamedFile::writes("--output", &args.output));
+        }
+        Command::Compare(args) => {
+            files.extend(inputs(&args.model, &args.inputs));
+            files.extend(args.json.iter().map(|p| NamedFile::writes("--json", p)));
+        }
+        Command::Bench(args) => {
+            files.extend(inputs(&args.model, &args.inputs));
+            files.extend(args.json.iter().map(|p| NamedFile::writes("--json", p)));
+            files.extend(args.export_profile.iter().map(|p| NamedFile::writes("--export-profile", p)));
+        }
+        Command::Cache(CacheCommand::Merge { a, b, output }) => {
+            files.extend([NamedFile::reads("cache A", a), NamedFile::reads("cache B", b)]);
+            files.push(NamedFile::writes("--output", output));
+        }
+        Command::Cache(CacheCommand::Edit { file, .. }) => files.push(NamedFile::updates("the cache", file)),
+        Command::Cache(CacheCommand::Show { .. }) | Command::Inspect(_) | Command::Devices | Command::Plugins(_) => {}
+    }
+    files
+}
+
 fn main() -> ExitCode {
     // Mesa's Vulkan drivers complain on stderr when XDG_RUNTIME_DIR is unset, though kiln
     // opens no window; set it before any thread exists.
@@ -319,6 +364,7 @@ fn main() -> ExitCode {
     };
     report::run_reporting_errors(move || {
         let loaded = commands::plugins::load(&cli.plugins)?;
+        output_file::check_distinct(&named_files(&cli.command, &loaded))?;
         backends::load_plugin_backends()?;
         let requested = match &cli.command {
             Command::Run(args) => Some(args.backend),

@@ -12,7 +12,8 @@ use npyz::npz::{NpzArchive, NpzWriter};
 use npyz::zip::write::FileOptions;
 use npyz::zip::CompressionMethod;
 use npyz::{AutoSerialize, DType, Deserialize, NpyFile, Order, TypeChar, WriterBuilder};
-use std::io::{Read, Seek, Write};
+use crate::output_file;
+use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 /// Every array of an `.npz` file (compressed or not), in archive order.
@@ -156,16 +157,96 @@ fn fortran_to_c<T: Clone>(values: &[T], shape: &[usize]) -> Vec<T> {
     out
 }
 
-/// Writes the tensors to an uncompressed `.npz` file (as `np.savez` does).
+/// Writes the tensors to an uncompressed `.npz` file (as `np.savez` does), through
+/// [`output_file::write_with`]; a failed write is one error, never a message on stderr.
 pub fn write_npz<'t>(path: &Path, tensors: impl IntoIterator<Item = (&'t str, &'t HostTensor)>) -> anyhow::Result<()> {
     let context = || format!("cannot write npz file `{}`", path.display());
-    let mut npz = NpzWriter::create(path).with_context(context)?;
-    for (name, tensor) in tensors {
-        write_tensor(&mut npz, name, tensor)
-            .with_context(|| format!("cannot write array `{name}` to `{}`", path.display()))?;
+    output_file::write_with(path, |file| {
+        let mut first = None;
+        let mut npz = NpzWriter::new(FirstError::new(BufWriter::new(file), &mut first));
+        let written = (|| -> anyhow::Result<()> {
+            for (name, tensor) in tensors {
+                write_tensor(&mut npz, name, tensor).with_context(|| format!("cannot write array `{name}`"))?;
+            }
+            npz.zip_writer().finish()?.flush()?;
+            Ok(())
+        })();
+        // The zip writer retries finishing when dropped and prints its failure: after the
+        // first error it only reaches `FirstError`, which discards it.
+        drop(npz);
+        match (written, first) {
+            (Err(_), Some(io)) => Err(io.into()),
+            (written, _) => written,
+        }
+    })
+    .with_context(context)
+}
+
+/// A writer that fails once, with the first error of its inner writer, and after that
+/// pretends to succeed without touching it (keeping a position for seeks).
+struct FirstError<'e, W> {
+    inner: W,
+    error: &'e mut Option<std::io::Error>,
+    failed: bool,
+    position: u64,
+    end: u64,
+}
+
+impl<'e, W: Write + Seek> FirstError<'e, W> {
+    fn new(inner: W, error: &'e mut Option<std::io::Error>) -> Self {
+        FirstError { inner, error, failed: false, position: 0, end: 0 }
     }
-    let mut file = npz.zip_writer().finish().with_context(context)?;
-    file.flush().with_context(context)
+
+    fn fail<T>(&mut self, error: std::io::Error) -> std::io::Result<T> {
+        let reported = std::io::Error::new(error.kind(), error.to_string());
+        *self.error = Some(error);
+        self.failed = true;
+        Err(reported)
+    }
+}
+
+impl<W: Write + Seek> Write for FirstError<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let written = if self.failed { Ok(buf.len()) } else { self.inner.write(buf) };
+        match written {
+            Ok(n) => {
+                self.position += n as u64;
+                self.end = self.end.max(self.position);
+                Ok(n)
+            }
+            Err(e) => self.fail(e),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.failed {
+            return Ok(());
+        }
+        match self.inner.flush() {
+            Ok(()) => Ok(()),
+            Err(e) => self.fail(e),
+        }
+    }
+}
+
+impl<W: Write + Seek> Seek for FirstError<'_, W> {
+    fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
+        if !self.failed {
+            return match self.inner.seek(to) {
+                Ok(at) => {
+                    (self.position, self.end) = (at, self.end.max(at));
+                    Ok(at)
+                }
+                Err(e) => self.fail(e),
+            };
+        }
+        self.position = match to {
+            SeekFrom::Start(at) => at,
+            SeekFrom::Current(delta) => self.position.saturating_add_signed(delta),
+            SeekFrom::End(delta) => self.end.saturating_add_signed(delta),
+        };
+        Ok(self.position)
+    }
 }
 
 fn write_tensor<W: Write + Seek>(npz: &mut NpzWriter<W>, name: &str, tensor: &HostTensor) -> anyhow::Result<()> {

@@ -81,9 +81,85 @@ fn bad_libraries_are_clear_errors() {
     std::fs::write(&source, "int kiln_not_a_plugin(void) { return 0; }\n").unwrap();
     let lib = examples::build_c_plugin("empty", &source, dir.path(), &[]).unwrap();
     kiln_fails(&["plugins", "list", "--plugins", path_arg(&lib)], "does not export `kiln_plugin_library_v1`");
+    // The entry point's name on data: calling it would crash.
+    std::fs::write(&source, "const char kiln_plugin_library_v1[64] = {1};\n").unwrap();
+    let data = examples::build_c_plugin("data_entry", &source, dir.path(), &[]).unwrap();
+    kiln_fails(&["plugins", "list", "--plugins", path_arg(&data)], "exports `kiln_plugin_library_v1` as data");
     let wrong = examples::build_clip_example("clip_v7", dir.path(), &["-DKILN_TEST_ABI_VERSION=7"]).unwrap();
     kiln_fails(&["run", &model(), "--plugins", path_arg(&wrong)], "plugin ABI version 7");
     kiln_fails(&["run", &model()], "ClipC");
+}
+
+/// Runs kiln in `dir` with `KILN_PLUGIN_PATH` set as given (or unset).
+fn kiln_in(dir: &std::path::Path, args: &[&str], plugin_path: Option<&std::path::Path>) -> std::process::Output {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"));
+    command.args(args).current_dir(dir).env_remove("KILN_PLUGIN_PATH");
+    if let Some(path) = plugin_path {
+        command.env("KILN_PLUGIN_PATH", path);
+    }
+    command.output().unwrap()
+}
+
+#[test]
+fn a_truncated_library_is_refused_before_it_is_loaded() {
+    let (clip, _) = libraries();
+    let dir = TempDir::new().unwrap();
+    let whole = std::fs::read(clip).unwrap();
+    // Cut inside the contents (a segment past the end) and inside the headers.
+    for keep in [whole.len() / 2, 100, 10] {
+        let cut = dir.path().join(format!("libcut{keep}.so"));
+        std::fs::write(&cut, &whole[..keep]).unwrap();
+        let out = kiln_in(dir.path(), &["plugins", "list", "--plugins", path_arg(&cut)], None);
+        let line = one_error_line(&out, &format!("--plugins with {keep} bytes"));
+        assert!(line.contains("is truncated") || line.contains("too short"), "{line}");
+        assert!(line.contains(&format!("libcut{keep}.so")), "{line}");
+        let out = kiln_in(dir.path(), &["plugins", "list"], Some(&cut));
+        let line = one_error_line(&out, &format!("KILN_PLUGIN_PATH with {keep} bytes"));
+        assert!(line.contains("KILN_PLUGIN_PATH") && line.contains(&format!("libcut{keep}.so")), "{line}");
+    }
+}
+
+#[test]
+fn a_bare_file_name_is_the_file_in_the_current_folder_only() {
+    let (clip, _) = libraries();
+    let dir = TempDir::new().unwrap();
+    std::fs::copy(clip, dir.path().join("libclip_local.so")).unwrap();
+    let out = kiln_in(dir.path(), &["plugins", "list", "--plugins", "libclip_local.so"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("kiln.examples::ClipC@1  (from ./libclip_local.so)"), "{}", text(&out.stdout));
+    // A system library's name is not looked up in the system's folders.
+    let out = kiln_in(dir.path(), &["plugins", "list", "--plugins", "libm.so.6"], None);
+    let line = one_error_line(&out, "--plugins libm.so.6");
+    assert!(line.contains("`./libm.so.6`") && line.contains("cannot be opened"), "{line}");
+}
+
+/// `clip_swish.onnx` with its Swish node asked to panic when it runs.
+fn panicking_model(dir: &std::path::Path) -> PathBuf {
+    use kiln_onnx::proto::{attribute_proto::AttributeType, AttributeProto, ModelProto};
+    use prost::Message;
+    let mut model = ModelProto::decode(std::fs::read(model()).unwrap().as_slice()).unwrap();
+    let graph = model.graph.as_mut().unwrap();
+    let swish = graph.node.iter_mut().find(|n| n.op_type.as_deref() == Some("Swish")).unwrap();
+    swish.attribute.push(AttributeProto {
+        name: Some("panic_on_enqueue".into()),
+        r#type: Some(AttributeType::Int as i32),
+        i: Some(1),
+        ..Default::default()
+    });
+    let path = dir.join("panics.onnx");
+    std::fs::write(&path, model.encode_to_vec()).unwrap();
+    path
+}
+
+#[test]
+fn a_panicking_plugin_is_reported_once_as_the_error() {
+    let (clip, swish) = libraries();
+    let dir = TempDir::new().unwrap();
+    let model = panicking_model(dir.path());
+    let args = ["run", path_arg(&model), "--backend", "cpu", "--plugins", path_arg(clip), "--plugins", path_arg(swish)];
+    let out = kiln_in(dir.path(), &args, None);
+    let line = one_error_line(&out, "a panicking plugin");
+    assert!(line.contains("the plugin panicked: Swish was asked to panic"), "{line}");
 }
 
 fn wgpu_available() -> bool {

@@ -25,26 +25,43 @@ pub struct DeviceFingerprint {
 }
 
 impl DeviceFingerprint {
+    /// Every field as (readable name, value, whether a difference only costs performance
+    /// (seed §6.7)).
+    fn fields(&self) -> [(&'static str, String, bool); 12] {
+        [
+            ("backend", self.backend.clone(), false),
+            ("device", self.name.clone(), false),
+            ("compute capability", self.compute_capability.clone(), false),
+            ("driver version", self.driver_version.clone(), false),
+            ("memory", self.memory_bytes.to_string(), false),
+            ("memory bus width", self.memory_bus_width_bits.to_string(), true),
+            ("L2 cache size", self.l2_cache_bytes.to_string(), true),
+            ("shared memory per block", self.shared_memory_per_block.to_string(), true),
+            ("shared memory per multiprocessor", self.shared_memory_per_multiprocessor.to_string(), true),
+            ("texture alignment", self.texture_alignment.to_string(), true),
+            ("multiprocessor count", self.multiprocessor_count.to_string(), true),
+            ("integrated GPU", self.integrated.to_string(), true),
+        ]
+    }
+
+    /// The fields that differ, as (readable name, this value, the other's value).
+    pub fn differences(&self, other: &DeviceFingerprint) -> Vec<(&'static str, String, String)> {
+        self.differing(other).map(|(what, a, b, _)| (what, a, b)).collect()
+    }
+
+    fn differing(&self, other: &DeviceFingerprint) -> impl Iterator<Item = (&'static str, String, String, bool)> {
+        self.fields()
+            .into_iter()
+            .zip(other.fields())
+            .filter(|((_, a, _), (_, b, _))| a != b)
+            .map(|((what, a, soft), (_, b, _))| (what, a, b, soft))
+    }
+
     /// Differences that only cost performance (seed §6.7): reported as warnings.
     pub fn soft_differences(&self, other: &DeviceFingerprint) -> Vec<String> {
-        let mut out = Vec::new();
-        let mut check = |what: &str, a: String, b: String| {
-            if a != b {
-                out.push(format!("{what}: engine built with {a}, this device has {b}"));
-            }
-        };
-        check("memory bus width", self.memory_bus_width_bits.to_string(), other.memory_bus_width_bits.to_string());
-        check("L2 cache size", self.l2_cache_bytes.to_string(), other.l2_cache_bytes.to_string());
-        check("shared memory per block", self.shared_memory_per_block.to_string(), other.shared_memory_per_block.to_string());
-        check(
-            "shared memory per multiprocessor",
-            self.shared_memory_per_multiprocessor.to_string(),
-            other.shared_memory_per_multiprocessor.to_string(),
-        );
-        check("texture alignment", self.texture_alignment.to_string(), other.texture_alignment.to_string());
-        check("multiprocessor count", self.multiprocessor_count.to_string(), other.multiprocessor_count.to_string());
-        check("integrated GPU", self.integrated.to_string(), other.integrated.to_string());
-        out
+        self.differing(other)
+            .filter(|(_, _, _, soft)| *soft)
+            .map(|(what, a, b, _)| format!("{what}: engine built with {a}, this device has {b}"))
+            .collect()
     }
 }
-

@@ -10,7 +10,7 @@
 //! backend, executable and error value they create).
 
 use kiln::{Backend, BackendError};
-use libloading::Library;
+use crate::ffi::OpenError;
 use std::ffi::{c_char, c_void, CStr};
 use std::path::{Path, PathBuf};
 use thiserror::Error;
@@ -154,13 +154,15 @@ fn text(ptr: *const c_char, what: &str, library: &str) -> Result<String, Backend
 
 /// Loads a backend library and checks its handshake; the library then stays loaded.
 pub fn load_backend(path: &Path) -> Result<BackendLibrary, BackendLoadError> {
+    let path = &crate::file_path(path);
     let library = path.display().to_string();
-    // SAFETY: loading runs the library's initialisers; the user named this library (a file
-    // next to kiln or on KILN_PLUGIN_PATH).
-    let lib = unsafe { Library::new(path) }
-        .map_err(|e| BackendLoadError::CannotLoad { library: library.clone(), reason: e.to_string() })?;
+    let lib = crate::ffi::open_library(path, KILN_BACKEND_ENTRY_POINT).map_err(|e| match e {
+        OpenError::NoEntryPoint => BackendLoadError::NoEntryPoint { library: library.clone() },
+        OpenError::Refused(reason) => BackendLoadError::CannotLoad { library: library.clone(), reason },
+    })?;
     type Entry = extern "C" fn() -> *const kiln_backend_descriptor;
-    // SAFETY: the symbol's type is the documented entry point's.
+    // SAFETY: the symbol exists (checked when opening) and its type is the documented
+    // entry point's.
     let entry = *unsafe { lib.get::<Entry>(KILN_BACKEND_ENTRY_POINT.as_bytes()) }
         .map_err(|_| BackendLoadError::NoEntryPoint { library: library.clone() })?;
     let desc = entry();

@@ -86,17 +86,51 @@ fn read_field(f: &abi::kiln_field) -> Result<(String, PluginField), String> {
     Ok((name, value))
 }
 
+/// Why [`open_library`] refused a library.
+#[derive(Debug)]
+pub enum OpenError {
+    /// The library does not define the entry point.
+    NoEntryPoint,
+    /// Anything else, as a message (`is truncated …`, `cannot be loaded: …`).
+    Refused(String),
+}
+
+/// Loads a shared library whose function `entry` kiln will call, once its file passed the
+/// checks of [`crate::elf`] (complete, for this process, `entry` a function), so a broken
+/// file is an error rather than a crash inside `dlopen` or at the call.
+pub fn open_library(path: &Path, entry: &str) -> Result<Library, OpenError> {
+    #[cfg(all(unix, not(target_vendor = "apple")))]
+    crate::elf::check_library(path, entry).map_err(|m| {
+        if m.starts_with("does not export") {
+            OpenError::NoEntryPoint
+        } else {
+            OpenError::Refused(m)
+        }
+    })?;
+    // SAFETY: loading runs the library's initialisers; loading a library is what the
+    // user asked for by naming it, and its file was checked to be a complete library.
+    let lib = unsafe { Library::new(path) }.map_err(|e| OpenError::Refused(format!("cannot be loaded: {e}")))?;
+    // SAFETY: only the symbol's address is read (as a pointer), nothing is called.
+    unsafe { lib.get::<*const c_void>(entry.as_bytes()) }.map_err(|_| OpenError::NoEntryPoint)?;
+    Ok(lib)
+}
+
 /// Loads a plugin library and wraps its creators (registering is the caller's step).
 pub fn load_creators(path: &Path) -> Result<Vec<Arc<dyn PluginCreator>>, PluginError> {
     let library_error = |message: String| PluginError::Library { library: path.display().to_string(), message };
-    // SAFETY: loading runs the library's initialisers; loading a library is what the
-    // user asked for by naming it, and kiln's entry point is looked up before any use.
-    let lib = unsafe { Library::new(path) }.map_err(|e| library_error(format!("cannot be loaded: {e}")))?;
-    let lib = Arc::new(lib);
-    // SAFETY: the symbol's type is the header's kiln_plugin_library_fn.
-    let entry = unsafe { lib.get::<abi::kiln_plugin_library_fn>(abi::KILN_ENTRY_POINT.as_bytes()) }.map_err(|_| {
-        library_error(format!("does not export `{}`: it is not a kiln plugin library", abi::KILN_ENTRY_POINT))
+    let lib = open_library(path, abi::KILN_ENTRY_POINT).map_err(|e| {
+        library_error(match e {
+            OpenError::NoEntryPoint => {
+                format!("does not export `{}`: it is not a kiln plugin library", abi::KILN_ENTRY_POINT)
+            }
+            OpenError::Refused(message) => message,
+        })
     })?;
+    let lib = Arc::new(lib);
+    // SAFETY: the symbol exists (checked when opening) and its type is the header's
+    // kiln_plugin_library_fn.
+    let entry = unsafe { lib.get::<abi::kiln_plugin_library_fn>(abi::KILN_ENTRY_POINT.as_bytes()) }
+        .map_err(|e| library_error(format!("lost `{}`: {e}", abi::KILN_ENTRY_POINT)))?;
     // SAFETY: calling the library's entry point, which takes no arguments; a panic cannot
     // cross a C ABI function (the header requires the library to catch its own).
     let description = unsafe { entry() };

@@ -1,10 +1,17 @@
 //! kiln's plugin host: loads plugin libraries through the C ABI (`kiln_plugin.h`) and
 //! registers their creators in kiln's process-wide registry, all or nothing.
 //!
-//! `unsafe` lives in `ffi.rs` alone, where the library's entries are called.
+//! `unsafe` lives in `ffi.rs` (and `backend.rs`, whose libraries cross as Rust), where
+//! the libraries' entries are called; `elf.rs` checks a library's file before it is loaded.
+//!
+//! A library named by a path with a folder (`./libx.so`, `/opt/libx.so`) is that file; a
+//! bare file name (`libx.so`) is the file of that name in the current directory. kiln never
+//! lets the system's library search (`LD_LIBRARY_PATH`, `/usr/lib`) pick a plugin.
 
 pub mod backend;
 mod convert;
+#[cfg(all(unix, not(target_vendor = "apple")))]
+mod elf;
 #[cfg(feature = "example-builds")]
 pub mod examples;
 mod ffi;
@@ -25,6 +32,7 @@ pub struct LoadedLibrary {
 /// Loads a plugin library and registers every creator it lists. Nothing is registered
 /// when any creator is malformed or already registered.
 pub fn load_library(path: &Path) -> Result<LoadedLibrary, PluginError> {
+    let path = &file_path(path);
     let creators = ffi::load_creators(path)?;
     let plugins = creators.iter().map(|c| c.key()).collect();
     registry()
@@ -52,6 +60,16 @@ pub fn plugin_path_libraries(value: &str) -> Result<Vec<PathBuf>, PluginError> {
         }
     }
     Ok(out)
+}
+
+/// The file a library name means (see the crate docs): a bare file name becomes
+/// `./name`, so `dlopen` opens that file instead of searching the system's folders.
+pub(crate) fn file_path(path: &Path) -> PathBuf {
+    let mut components = path.components();
+    match (components.next(), components.next()) {
+        (Some(std::path::Component::Normal(_)), None) => Path::new(".").join(path),
+        _ => path.to_path_buf(),
+    }
 }
 
 fn is_shared_library(path: &Path) -> bool {

@@ -5,7 +5,9 @@
 use crate::{CpuTensor, CpuTensorMut, Creator, CudaImage, DimExpr, ElementType, Field, Fields, Plugin, TensorDesc};
 use kiln_plugin_abi as abi;
 use std::ffi::{c_char, c_void, CStr, CString};
+use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Once;
 
 /// Owns everything `kiln_plugin_library` points to.
 #[derive(Debug)]
@@ -93,9 +95,33 @@ impl CreatorEntry {
     }
 }
 
+thread_local! {
+    /// Whether this thread is inside a [`guarded`] call, whose panics become errors.
+    static GUARDED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Makes the panic hook of this library's copy of std quiet for panics that [`guarded`]
+/// turns into errors (kiln reports them once, as the error), and leaves every other panic
+/// to the hook that was installed before.
+fn quiet_guarded_panics() {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !GUARDED.with(Cell::get) {
+                previous(info);
+            }
+        }));
+    });
+}
+
 /// Runs `body`, turning an `Err` or a panic into a status and a message.
 fn guarded(err: *mut abi::kiln_error, body: impl FnOnce() -> Result<(), String>) -> abi::kiln_status {
-    let message = match catch_unwind(AssertUnwindSafe(body)) {
+    quiet_guarded_panics();
+    let outer = GUARDED.with(|g| g.replace(true));
+    let result = catch_unwind(AssertUnwindSafe(body));
+    GUARDED.with(|g| g.set(outer));
+    let message = match result {
         Ok(Ok(())) => return abi::KILN_OK,
         Ok(Err(m)) => m,
         Err(panic) => {

@@ -14,6 +14,7 @@ use crate::backends::{self, SelectedBackend};
 use crate::commands::run::{build_engine, make_inputs, InputArgs};
 use crate::model::{self, Model};
 use crate::stats::Summary;
+use crate::output_file;
 use crate::summary::{self, emit};
 use crate::{shapes, BenchArgs};
 use anyhow::{bail, Context};
@@ -91,13 +92,13 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
         let json = profile.to_json();
         if let Some(path) = &args.export_profile {
             let text = serde_json::to_string_pretty(&json)?;
-            std::fs::write(path, text + "\n").with_context(|| format!("cannot write `{}`", path.display()))?;
+            output_file::write_bytes(path, (text + "\n").as_bytes()).with_context(|| format!("cannot write `{}`", path.display()))?;
         }
         report.json["profile"] = json;
     }
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&report.json)?;
-        std::fs::write(path, text + "\n").with_context(|| format!("cannot write `{}`", path.display()))?;
+        output_file::write_bytes(path, (text + "\n").as_bytes()).with_context(|| format!("cannot write `{}`", path.display()))?;
     }
     emit(&report.text)
 }

@@ -1,15 +1,18 @@
 //! `kiln build MODEL.onnx -o ENGINE`: import, build for a backend, write the engine file.
 
-use crate::backends;
+use crate::backends::{self, SelectedBackend};
 use crate::commands;
 use crate::model;
+use crate::output_file;
 use crate::shapes;
 use crate::summary::{self, emit};
 use crate::BuildArgs;
 use anyhow::{bail, Context};
+use kiln::tactics::cache::current_header;
 use kiln::{BuildSummary, Builder, BuilderConfig, BuilderFlag};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::fmt::Write;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -29,9 +32,10 @@ pub fn build(args: &BuildArgs) -> anyhow::Result<()> {
     )?;
     let backend = backends::select(args.backend)?;
     let mut config = BuilderConfig { profiles: profile.into_iter().collect(), ..builder_config(args)? };
-    if let Some(path) = &args.timing_cache {
-        config.set_timing_cache(commands::cache::read_or_empty(path)?, args.ignore_timing_cache_mismatch);
-    }
+    let foreign_cache = match &args.timing_cache {
+        Some(path) => attach_timing_cache(&mut config, path, &backend, args)?,
+        None => false,
+    };
     config.tactics.error_on_timing_cache_miss = args.error_on_timing_cache_miss;
     let bar = tactic_progress_bar();
     let shown = bar.clone();
@@ -46,9 +50,6 @@ pub fn build(args: &BuildArgs) -> anyhow::Result<()> {
     for warning in &output.warnings {
         eprintln!("warning: {warning}");
     }
-    if let (Some(path), Some(cache)) = (&args.timing_cache, config.timing_cache()) {
-        std::fs::write(path, cache.serialize()).with_context(|| format!("cannot write timing cache `{}`", path.display()))?;
-    }
     let engine = output.engine;
     if args.verbose {
         emit(&decisions(&engine, &output.log))?;
@@ -57,8 +58,11 @@ pub fn build(args: &BuildArgs) -> anyhow::Result<()> {
     let start = Instant::now();
     let engine_file = engine.serialize();
     phases.phase("serialize", start);
-    std::fs::write(&args.output, &engine_file)
+    output_file::write_bytes(&args.output, &engine_file)
         .with_context(|| format!("cannot write engine file `{}`", args.output.display()))?;
+    if let (Some(path), Some(cache)) = (&args.timing_cache, config.timing_cache()) {
+        save_timing_cache(path, cache, foreign_cache, args.overwrite_timing_cache);
+    }
 
     emit(&format!(
         "model:    {}\nbackend:  {}\ndevice:   {}\nflags:    {}\nlayers:   {} before passes, {} in the engine\ntactics:  {} layer signatures timed, {} layers from the timing cache\nweights:  {}\nactivations: {} peak{}\nengine:   {} written to `{}`\nimport:   {}\nbuild:    {}\n{}",
@@ -79,6 +83,46 @@ pub fn build(args: &BuildArgs) -> anyhow::Result<()> {
         summary::duration(phases.total()),
         phase_lines(&phases),
     ))
+}
+
+/// Reads the `--timing-cache` file into `config`. A cache of another device or kiln
+/// version is refused unless `--ignore-timing-cache-mismatch`; returns whether it is one.
+fn attach_timing_cache(
+    config: &mut BuilderConfig,
+    path: &Path,
+    backend: &SelectedBackend,
+    args: &BuildArgs,
+) -> anyhow::Result<bool> {
+    let cache = commands::cache::read_or_empty(path)?;
+    let differences = cache.differences(&current_header(backend.name(), &backend.device));
+    if !differences.is_empty() && !args.ignore_timing_cache_mismatch {
+        bail!(
+            "timing cache `{}` was made for another device or kiln version ({}); --ignore-timing-cache-mismatch uses it anyway, read only",
+            path.display(),
+            differences.join("; ")
+        );
+    }
+    config.set_timing_cache(cache, args.ignore_timing_cache_mismatch);
+    Ok(!differences.is_empty())
+}
+
+/// Writes the grown cache back (see [`commands::cache`]); another device's cache only
+/// with `--overwrite-timing-cache`. A failure is a warning: the engine is written.
+fn save_timing_cache(path: &Path, cache: kiln::TimingCache, foreign: bool, overwrite: bool) {
+    let saved = match (foreign, overwrite) {
+        (false, _) => commands::cache::save_merged(path, cache),
+        (true, true) => commands::cache::replace(path, &cache),
+        (true, false) => {
+            eprintln!(
+                "warning: timing cache `{}` left as it was (another device's); --overwrite-timing-cache replaces it with this build's",
+                path.display()
+            );
+            return;
+        }
+    };
+    if let Err(error) = saved {
+        eprintln!("warning: timing cache not saved: {error:#}");
+    }
 }
 
 /// What the builder decided, for `--verbose`: its log (precisions), then one line per engine

@@ -9,6 +9,7 @@ use crate::model::{self, Model};
 use crate::report::ExitWith;
 use crate::shapes;
 use crate::stats::Summary;
+use crate::output_file;
 use crate::summary::{self, emit};
 use crate::CompareArgs;
 use anyhow::{bail, Context};
@@ -137,7 +138,7 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<()> {
     report_pairs(&mut text, &result, args.mark_all);
     if let Some(path) = &args.json {
         let json = serde_json::to_string_pretty(&to_json(&result, tier, tolerances))?;
-        std::fs::write(path, json + "\n").with_context(|| format!("cannot write `{}`", path.display()))?;
+        output_file::write_bytes(path, (json + "\n").as_bytes()).with_context(|| format!("cannot write `{}`", path.display()))?;
     }
     emit(&text)?;
     if result.passed() {

@@ -34,15 +34,22 @@ pub fn kiln_ok(args: &[&str]) -> String {
 /// `keyword`; returns that line.
 pub fn kiln_fails(args: &[&str], keyword: &str) -> String {
     let out = kiln(args);
+    let line = one_error_line(&out, &format!("kiln {args:?}"));
+    assert!(!line.contains("panicked"), "kiln {args:?} panicked: {line}");
+    assert!(line.contains(keyword), "kiln {args:?}: `{keyword}` not in: {line}");
+    line
+}
+
+/// Checks a failed run: an exit status other than 0 and 101 (not a signal), and exactly one
+/// stderr line, an `error:` one; returns it.
+pub fn one_error_line(out: &Output, what: &str) -> String {
     let stderr = text(&out.stderr);
-    assert!(!out.status.success(), "kiln {args:?} succeeded; stdout: {}", text(&out.stdout));
-    assert_ne!(out.status.code(), Some(101), "kiln {args:?} panicked: {stderr}");
-    assert!(out.status.code().is_some(), "kiln {args:?} was killed by a signal ({:?}): {stderr}", out.status);
-    assert!(!stderr.contains("panicked"), "kiln {args:?} panicked: {stderr}");
+    assert!(!out.status.success(), "{what} succeeded; stdout: {}", text(&out.stdout));
+    assert!(out.status.code().is_some(), "{what} was killed by a signal ({:?}): {stderr}", out.status);
+    assert_ne!(out.status.code(), Some(101), "{what} panicked: {stderr}");
     let lines: Vec<&str> = stderr.lines().collect();
-    assert_eq!(lines.len(), 1, "kiln {args:?} must print one stderr line, got: {stderr}");
-    assert!(lines[0].starts_with("error: "), "kiln {args:?}: {stderr}");
-    assert!(lines[0].contains(keyword), "kiln {args:?}: `{keyword}` not in: {stderr}");
+    assert_eq!(lines.len(), 1, "{what} must print one stderr line, got: {stderr}");
+    assert!(lines[0].starts_with("error: "), "{what}: {stderr}");
     lines[0].to_string()
 }
 

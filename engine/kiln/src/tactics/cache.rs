@@ -30,8 +30,9 @@ pub enum TimingCacheError {
     Checksum,
     #[error("timing cache payload does not decode: {0}")]
     Decode(String),
-    #[error("timing cache was made for {what} `{cache}`, not `{current}` (set ignore_mismatch to use it anyway)")]
-    Mismatch { what: String, cache: String, current: String },
+    /// The differences, one `what: A (cache) vs B (this machine)` each, `; `-separated.
+    #[error("timing cache was made for another device or kiln version: {0}")]
+    Mismatch(String),
     #[error("timing cache has no entry `{0}`")]
     NoSuchKey(String),
     #[error("tactic `{tactic}` is not a candidate of entry `{key}` (candidates: {candidates})")]
@@ -132,11 +133,18 @@ impl TimingCache {
         self.entries.insert(key, entry);
     }
 
+    /// How this cache's header differs from `current`, one readable line per field
+    /// (`device: NVIDIA H100 (cache) vs NVIDIA H200 (this machine)`); empty when it matches
+    /// or the cache is fresh.
+    pub fn differences(&self, current: &CacheHeader) -> Vec<String> {
+        self.header.as_ref().map_or_else(Vec::new, |h| differences(h, current, "cache", "this machine"))
+    }
+
     /// Checks the cache against the backend and device of a build. A fresh cache adopts
     /// them. A mismatch is an error, or with `ignore_mismatch` a warning (returned) and the
     /// cache is re-labelled for the current device.
     pub fn check_and_adopt(&mut self, current: &CacheHeader, ignore_mismatch: bool) -> Result<Option<String>, TimingCacheError> {
-        let Some(mismatch) = self.header.as_ref().and_then(|h| mismatch(h, current)) else {
+        let Some(mismatch) = mismatch(&self.differences(current)) else {
             self.header = Some(current.clone());
             return Ok(None);
         };
@@ -152,7 +160,7 @@ impl TimingCache {
     pub fn merge(&mut self, other: &TimingCache) -> Result<(), TimingCacheError> {
         match (&self.header, &other.header) {
             (Some(a), Some(b)) => {
-                if let Some(e) = mismatch(a, b) {
+                if let Some(e) = mismatch(&differences(a, b, "this cache", "the other")) {
                     return Err(e);
                 }
             }
@@ -184,16 +192,20 @@ pub fn current_header(backend: &str, device: &DeviceFingerprint) -> CacheHeader 
     CacheHeader { backend: backend.to_string(), device: device.clone(), kiln_version: KILN_VERSION.to_string() }
 }
 
-fn mismatch(cache: &CacheHeader, current: &CacheHeader) -> Option<TimingCacheError> {
-    let err = |what: &str, a: &str, b: &str| Some(TimingCacheError::Mismatch { what: what.into(), cache: a.into(), current: b.into() });
-    if cache.backend != current.backend {
-        return err("backend", &cache.backend, &current.backend);
+/// One `what: A (a_label) vs B (b_label)` line per differing header field.
+fn differences(a: &CacheHeader, b: &CacheHeader, a_label: &str, b_label: &str) -> Vec<String> {
+    let mut fields = Vec::new();
+    if a.backend != b.backend {
+        fields.push(("backend", a.backend.clone(), b.backend.clone()));
     }
-    if cache.kiln_version != current.kiln_version {
-        return err("kiln version", &cache.kiln_version, &current.kiln_version);
+    if a.kiln_version != b.kiln_version {
+        fields.push(("kiln version", a.kiln_version.clone(), b.kiln_version.clone()));
     }
-    if cache.device != current.device {
-        return err("device", &format!("{:?}", cache.device), &format!("{:?}", current.device));
-    }
-    None
+    // The backend shows once even when the fingerprints carry it too.
+    fields.extend(a.device.differences(&b.device).into_iter().filter(|(what, _, _)| *what != "backend" || a.backend == b.backend));
+    fields.into_iter().map(|(what, x, y)| format!("{what}: {x} ({a_label}) vs {y} ({b_label})")).collect()
+}
+
+fn mismatch(differences: &[String]) -> Option<TimingCacheError> {
+    (!differences.is_empty()).then(|| TimingCacheError::Mismatch(differences.join("; ")))
 }
