@@ -9,6 +9,9 @@
 //! trace (same sizes in the same order) take their blocks at the planned offsets: they create
 //! no buffers. A run that departs from the trace (other shapes, another trip count) falls
 //! back to a buffer per tensor from that point on and the arena is re-planned from its trace.
+//! Buffers of unplanned tensors return to a [`Pool`] when the tensors die and serve the
+//! next tensors of their size, so an unplanned run (a loop of many trips, whose trace is too
+//! long to plan) holds what its live tensors need, not a buffer per tensor it ever made.
 //!
 //! Hazards the plan keeps away:
 //! - A host upload is written by the queue before the command buffer that reads it runs, so
@@ -27,12 +30,18 @@
 
 use crate::device::{DeviceError, Gpu};
 use kiln::memory_plan::{pack, Lifetime, ARENA_ALIGNMENT};
+use std::collections::{HashMap, VecDeque};
 use std::num::NonZeroU64;
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// Traces longer than this are not planned (placement is quadratic in the blocks); such
 /// runs keep a buffer per tensor.
 const MAX_PLANNED_BLOCKS: usize = 8192;
+
+/// The parameter buffer of a run that has none from an earlier one: room for a
+/// submission's parameters (see `Recorder`'s DISPATCHES_PER_SUBMISSION) at 256-byte
+/// offsets.
+const FIRST_PARAMS_BYTES: u64 = 64 << 10;
 
 /// A range of a device buffer holding one tensor.
 #[derive(Debug)]
@@ -73,17 +82,62 @@ impl Block {
     }
 }
 
-/// Ties a block to the run's trace: dropping it records the free.
+/// Ties a block to the run's trace: dropping it records the free, and returns a buffer of
+/// its own to the run's pool.
 #[derive(Debug)]
 struct Lease {
     log: Arc<Mutex<RunLog>>,
     index: usize,
+    pooled: Option<Arc<wgpu::Buffer>>,
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
         let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
         log.free(self.index);
+        if let Some(buffer) = self.pooled.take() {
+            let epoch = log.epoch;
+            log.pool.put(buffer, epoch);
+        }
+    }
+}
+
+/// Buffers of blocks that were not planned (a first run, a departure from the plan, a
+/// trace too long to plan: a many-trip loop), kept by size once their tensor dies and
+/// taken again for the next block of that size, so such runs stop creating buffers once
+/// their live set is covered and memory follows the live tensors, not the trip count.
+///
+/// Each buffer remembers the submission epoch it was freed in: a kernel's output may
+/// reuse it at once (the dispatches still reading it were recorded earlier in the same
+/// stream), but an upload (written by the queue before the next submission's commands)
+/// only once every command that used it has been submitted.
+#[derive(Debug, Default)]
+pub struct Pool {
+    free: HashMap<u64, VecDeque<(u64, Arc<wgpu::Buffer>)>>,
+}
+
+impl Pool {
+    fn put(&mut self, buffer: Arc<wgpu::Buffer>, epoch: u64) {
+        self.free.entry(buffer.size()).or_default().push_back((epoch, buffer));
+    }
+
+    /// A free buffer of `size` bytes that a block of `kind` may take in `epoch`.
+    fn take(&mut self, size: u64, kind: BlockKind, epoch: u64) -> Option<Arc<wgpu::Buffer>> {
+        let free = self.free.get_mut(&size)?;
+        match kind {
+            BlockKind::Kernel => free.pop_back().map(|(_, b)| b),
+            // Freed in order, so the oldest is the one most likely submitted.
+            BlockKind::Upload => match free.front() {
+                Some(&(freed, _)) if freed < epoch => free.pop_front().map(|(_, b)| b),
+                _ => None,
+            },
+        }
+    }
+
+    /// The pool at the start of a run: every buffer free for any block.
+    fn settled(mut self) -> Pool {
+        self.free.values_mut().flat_map(|v| v.iter_mut()).for_each(|(epoch, _)| *epoch = 0);
+        self
     }
 }
 
@@ -105,13 +159,37 @@ struct TraceEntry {
 #[derive(Debug, Default)]
 struct RunLog {
     clock: usize,
+    /// Every block so far, until there are more than [`MAX_PLANNED_BLOCKS`] (then empty).
     trace: Vec<TraceEntry>,
+    /// The trace outgrew [`MAX_PLANNED_BLOCKS`]: this run will not be planned.
+    untraced: bool,
     /// Planned blocks alive now: (trace index, chunk, start, end).
     live: Vec<(usize, usize, u64, u64)>,
     diverged: bool,
+    /// Submissions so far (see [`Pool`]).
+    epoch: u64,
+    pool: Pool,
 }
 
 impl RunLog {
+    /// Records a new block of `kind` and `bytes`; its trace index.
+    fn record(&mut self, kind: BlockKind, bytes: u64) -> usize {
+        if self.trace.len() == MAX_PLANNED_BLOCKS {
+            // No plan will come of it: keep memory from growing with the blocks.
+            self.untraced = true;
+            self.trace = Vec::new();
+        }
+        let index = match self.untraced {
+            true => usize::MAX,
+            false => {
+                self.trace.push(TraceEntry { kind, bytes, first: self.clock, last: None });
+                self.trace.len() - 1
+            }
+        };
+        self.clock += 1;
+        index
+    }
+
     fn free(&mut self, index: usize) {
         if let Some(entry) = self.trace.get_mut(index) {
             entry.last = Some(self.clock);
@@ -199,12 +277,14 @@ fn split_into_chunks(blocks: &[(u64, u64)], limit: u64) -> Option<Chunked> {
 }
 
 /// Per-execution memory kept between executions: the planned tensor buffers, the kernel
-/// parameter buffer and the read-back staging buffer.
+/// parameter buffer, the read-back staging buffer, and the pool of buffers of an
+/// unplanned run.
 #[derive(Debug, Default)]
 pub struct Arena {
     plan: Option<Arc<Plan>>,
     params: Option<Arc<wgpu::Buffer>>,
     staging: Option<wgpu::Buffer>,
+    pool: Pool,
 }
 
 /// Where one dispatch's parameters are bound.
@@ -230,8 +310,11 @@ impl ParamsBinding {
 
 #[derive(Debug, Default)]
 struct ParamsState {
-    /// Next free byte of the parameter buffer.
+    /// Next free byte of the parameter buffer; back to 0 after each submission, whose
+    /// commands have read what they need by the time the queue writes the next ones.
     cursor: u64,
+    /// The furthest `cursor` came: what the next run's parameter buffer needs.
+    peak: u64,
     /// Bytes from `pending_base` to `cursor`, not yet written to the device.
     pending: Vec<u8>,
     pending_base: u64,
@@ -252,24 +335,31 @@ fn align(n: u64, to: u64) -> u64 {
 }
 
 impl RunMemory {
-    pub fn new(arena: Arena) -> RunMemory {
+    pub fn new(gpu: &Gpu, arena: Arena) -> RunMemory {
+        // The earlier run's buffers were all submitted: any block may take them (epoch 0).
+        let log = RunLog { epoch: 1, pool: arena.pool.settled(), ..RunLog::default() };
         RunMemory {
             plan: arena.plan,
-            log: Arc::new(Mutex::new(RunLog::default())),
-            params_buffer: arena.params,
+            log: Arc::new(Mutex::new(log)),
+            // A first run's parameters share a buffer too, rather than one per dispatch
+            // (a buffer too small falls back to those, and grows for the next run).
+            params_buffer: arena.params.or_else(|| {
+                gpu.storage("allocating the kernel parameter buffer", FIRST_PARAMS_BYTES).ok().map(Arc::new)
+            }),
             params: Mutex::new(ParamsState::default()),
             staging: Mutex::new(arena.staging),
         }
     }
 
     /// A block of at least `bytes` (a multiple of 4, at least 4): the planned one where the
-    /// run still follows the trace, else a buffer of its own.
+    /// run still follows the trace, else a buffer of its own (from the pool where it has
+    /// one of the size).
     pub fn alloc(&self, gpu: &Gpu, what: &str, kind: BlockKind, bytes: u64) -> Result<Block, DeviceError> {
         let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
-        let index = log.trace.len();
+        let next = if log.untraced { usize::MAX } else { log.trace.len() };
         let reserved = align(bytes, ARENA_ALIGNMENT);
         let planned = match (&self.plan, log.diverged) {
-            (Some(plan), false) => plan.slots.get(index).copied().filter(|s| {
+            (Some(plan), false) => plan.slots.get(next).copied().filter(|s| {
                 let end = s.offset + s.bytes;
                 s.kind == kind
                     && s.bytes == reserved
@@ -277,22 +367,26 @@ impl RunMemory {
             }),
             _ => None,
         };
-        let (buffer, offset) = match (planned, &self.plan) {
-            (Some(slot), Some(plan)) => {
-                log.live.push((index, slot.chunk, slot.offset, slot.offset + slot.bytes));
-                (plan.chunks[slot.chunk].clone(), slot.offset)
-            }
+        let (buffer, offset, pooled) = match (planned, &self.plan) {
+            (Some(slot), Some(plan)) => (plan.chunks[slot.chunk].clone(), slot.offset, None),
             _ => {
                 log.diverged |= self.plan.is_some();
-                // A failed allocation leaves no trace entry: the trace holds only blocks
-                // that existed.
-                (Arc::new(gpu.storage(what, bytes)?), 0)
+                let epoch = log.epoch;
+                let buffer = match log.pool.take(bytes, kind, epoch) {
+                    Some(buffer) => buffer,
+                    // A failed allocation leaves no trace entry: the trace holds only
+                    // blocks that existed.
+                    None => Arc::new(gpu.storage(what, bytes)?),
+                };
+                (buffer.clone(), 0, Some(buffer))
             }
         };
-        let clock = log.clock;
-        log.trace.push(TraceEntry { kind, bytes: reserved, first: clock, last: None });
-        log.clock += 1;
-        Ok(Block { buffer, offset, size: bytes, _lease: Some(Lease { log: self.log.clone(), index }) })
+        let index = log.record(kind, reserved);
+        if let Some(slot) = planned {
+            log.live.push((index, slot.chunk, slot.offset, slot.offset + slot.bytes));
+        }
+        let lease = Lease { log: self.log.clone(), index, pooled };
+        Ok(Block { buffer, offset, size: bytes, _lease: Some(lease) })
     }
 
     /// Binds `words` as a dispatch's parameters.
@@ -337,6 +431,18 @@ impl RunMemory {
         state.pending_base = state.cursor;
     }
 
+    /// Notes that what was recorded has been submitted (call after [`Self::flush_params`]
+    /// and the submission): parameters start again at the front of their buffer, and
+    /// buffers freed so far may take uploads.
+    pub fn submitted(&self) {
+        let mut state = self.params.lock().unwrap_or_else(PoisonError::into_inner);
+        state.peak = state.peak.max(state.cursor);
+        state.cursor = 0;
+        state.pending.clear();
+        state.pending_base = 0;
+        self.log.lock().unwrap_or_else(PoisonError::into_inner).epoch += 1;
+    }
+
     /// The staging buffer for reading back `bytes` (grown when too small).
     pub fn take_staging(&self, gpu: &Gpu, bytes: u64) -> Result<wgpu::Buffer, DeviceError> {
         let mut slot = self.staging.lock().unwrap_or_else(PoisonError::into_inner);
@@ -356,7 +462,7 @@ impl RunMemory {
     /// succeeded (a failed run's partial trace is not planned). Where the device cannot
     /// hold the new plan, the arena keeps none and the next run allocates as it goes.
     pub fn finish(self, gpu: &Gpu, completed: bool) -> Arena {
-        let log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
         let same_length = self.plan.as_ref().is_some_and(|p| p.slots.len() == log.trace.len());
         let plan = if !completed || (!log.diverged && same_length) {
             self.plan.clone()
@@ -365,14 +471,19 @@ impl RunMemory {
         } else {
             None
         };
-        let needed = self.params.lock().unwrap_or_else(PoisonError::into_inner).cursor;
+        let needed = {
+            let state = self.params.lock().unwrap_or_else(PoisonError::into_inner);
+            state.peak.max(state.cursor)
+        };
         let params = match self.params_buffer.clone() {
             Some(b) if b.size() >= needed => Some(b),
             _ if needed == 0 || !completed => self.params_buffer.clone(),
             _ => gpu.storage("allocating the kernel parameter buffer", needed).ok().map(Arc::new),
         };
         let staging = self.staging.lock().unwrap_or_else(PoisonError::into_inner).take();
-        Arena { plan, params, staging }
+        // A planned next run takes no buffers of its own: the pool would only hold memory.
+        let pool = if plan.is_some() { Pool::default() } else { std::mem::take(&mut log.pool) };
+        Arena { plan, params, staging, pool }
     }
 }
 

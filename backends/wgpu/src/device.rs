@@ -46,6 +46,8 @@ pub struct Gpu {
     lost: Arc<Mutex<Option<String>>>,
     /// Buffers created so far (tests check that steady-state executions create none).
     buffers_created: AtomicU64,
+    /// Their bytes (tests check that a loop's memory does not grow with its trips).
+    bytes_created: AtomicU64,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -126,6 +128,7 @@ fn open() -> Result<Gpu, DeviceError> {
         pipelines: Mutex::new(HashMap::new()),
         lost,
         buffers_created: AtomicU64::new(0),
+        bytes_created: AtomicU64::new(0),
     })
 }
 
@@ -143,8 +146,14 @@ impl Gpu {
         self.buffers_created.load(Ordering::Relaxed)
     }
 
-    fn count_buffer(&self) {
+    /// How many bytes the buffers this device has created hold, together.
+    pub fn bytes_created(&self) -> u64 {
+        self.bytes_created.load(Ordering::Relaxed)
+    }
+
+    fn count_buffer(&self, bytes: u64) {
         self.buffers_created.fetch_add(1, Ordering::Relaxed);
+        self.bytes_created.fetch_add(bytes, Ordering::Relaxed);
     }
 
     pub fn max_binding(&self) -> u64 {
@@ -181,7 +190,7 @@ impl Gpu {
     pub fn storage(&self, what: &str, bytes: u64) -> Result<wgpu::Buffer, DeviceError> {
         self.check_size(what, bytes)?;
         let size = bytes.max(4).next_multiple_of(4);
-        self.count_buffer();
+        self.count_buffer(size);
         self.scoped(what, || {
             self.device.create_buffer(&wgpu::BufferDescriptor {
                 label: None,
@@ -196,7 +205,7 @@ impl Gpu {
     pub fn storage_init(&self, what: &str, words: &[u32]) -> Result<wgpu::Buffer, DeviceError> {
         self.check_size(what, words.len() as u64 * 4)?;
         let contents: &[u8] = if words.is_empty() { &[0; 4] } else { bytemuck::cast_slice(words) };
-        self.count_buffer();
+        self.count_buffer(contents.len() as u64);
         self.scoped(what, || {
             self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: None,
@@ -281,11 +290,12 @@ impl Gpu {
 
     /// A mappable buffer of `bytes` to read results back through.
     pub fn readback_buffer(&self, bytes: u64) -> Result<wgpu::Buffer, DeviceError> {
-        self.count_buffer();
+        let size = bytes.max(4).next_multiple_of(4);
+        self.count_buffer(size);
         self.scoped("allocating a readback buffer", || {
             self.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("readback"),
-                size: bytes.max(4).next_multiple_of(4),
+                size,
                 usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
                 mapped_at_creation: false,
             })

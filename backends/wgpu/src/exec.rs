@@ -35,8 +35,12 @@ pub struct WgpuExecutable {
     pub(crate) plan: ControlFlow,
     /// Per top-level step, the tensors no longer needed once it has run.
     pub(crate) frees: Vec<Vec<usize>>,
-    /// Large constants (weights), uploaded on first use and kept for later executions.
+    /// Constants on the device by weights blob: large ones uploaded on first use, small
+    /// ones where a kernel reads them; kept for later executions.
     constants: Mutex<HashMap<usize, DeviceTensor>>,
+    /// The weights blob of each host value that is one, by the address of its tensor: a
+    /// small constant a loop body reads is uploaded once, not every trip.
+    weight_blobs: HashMap<usize, usize>,
     /// Idle per-execution memory: an execution checks one arena out and returns it, so
     /// concurrent executions (several contexts) never share memory.
     arenas: Mutex<Vec<Arena>>,
@@ -53,12 +57,14 @@ impl WgpuExecutable {
     /// Prepares a network to run its lowered control flow `plan`.
     pub fn new(network: Network, plan: ControlFlow, gpu: &'static Gpu, reuse_memory: bool, half_storage: bool) -> WgpuExecutable {
         let frees = top_level_frees(&network, &plan.body.steps);
+        let weight_blobs = network.weights().iter().enumerate().map(|(k, w)| (Arc::as_ptr(w) as usize, k)).collect();
         WgpuExecutable {
             network,
             gpu,
             plan,
             frees,
             constants: Mutex::new(HashMap::new()),
+            weight_blobs,
             arenas: Mutex::new(Vec::new()),
             reuse_memory,
             half_storage,
@@ -109,8 +115,22 @@ impl<'e> Run<'e> {
     pub fn to_device(&self, v: &Value) -> KResult<DeviceTensor> {
         match v {
             Value::Device(t) => Ok(t.clone()),
-            Value::Host(t) => self.rec.upload(t),
+            Value::Host(t) => match self.exe.weight_blobs.get(&(Arc::as_ptr(t) as usize)) {
+                Some(&blob) => self.weights_on_device(blob, t),
+                None => self.rec.upload(t),
+            },
         }
+    }
+
+    /// Weights blob `blob` (holding `w`) on the device, uploaded once per executable.
+    fn weights_on_device(&self, blob: usize, w: &HostTensor) -> KResult<DeviceTensor> {
+        let mut cache = self.exe.constants.lock().map_err(|_| "the constant cache is poisoned")?;
+        if let Some(t) = cache.get(&blob) {
+            return Ok(t.clone());
+        }
+        let t = self.rec.upload_owned(w)?;
+        cache.insert(blob, t.clone());
+        Ok(t)
     }
 
     /// A Constant's value: small ones stay on the host, large ones are uploaded once and
@@ -124,13 +144,7 @@ impl<'e> Run<'e> {
             LayerKind::Constant { weights } => weights.0,
             _ => return Err(invalid!("layer #{} is not a Constant", id.0)),
         };
-        let mut cache = self.exe.constants.lock().map_err(|_| "the constant cache is poisoned")?;
-        if let Some(t) = cache.get(&key) {
-            return Ok(Value::Device(t.clone()));
-        }
-        let t = self.rec.upload_owned(w)?;
-        cache.insert(key, t.clone());
-        Ok(Value::Device(t))
+        self.weights_on_device(key, w).map(Value::Device)
     }
 
     /// Runs the kernels of one layer (see [`kiln::runtime::machine::Machine::run_kernel`]).

@@ -18,8 +18,9 @@
 //!   bit-exactly as the cpu backend, `shaders/minifloat.wgsl`), the 4- and 2-bit integers
 //!   as i32 / u32 (casts wrap as on cpu). Like the cpu backend, no layer computes on them:
 //!   they are cast, moved, gathered and selected.
-//! - One execution records all dispatches into one command encoder and submits it when
-//!   a value must be read (a loop condition, a shape parameter) and at the end.
+//! - One execution records its dispatches into a command encoder and submits it when a
+//!   value must be read (a loop condition, a shape parameter), every 128 dispatches (so
+//!   what the device holds for recorded work stays bounded) and at the end.
 //! - Memory is allocated once per execution context (see `arena`): executions check an
 //!   arena out of the executable's pool, and those repeating an earlier run's shapes take
 //!   every tensor at the offset kiln's placement gave it, creating no buffers.

@@ -192,11 +192,27 @@ pub fn from_words(dtype: DataType, shape: Vec<usize>, w: &[u32]) -> crate::devic
     HostTensor::new(shape, data).map_err(kiln::KernelError::from)
 }
 
-/// Records the dispatches of one execution into one command encoder, submitted when a
-/// value is read back. Memory comes from the execution's arena where it has one.
+/// Dispatches recorded before the recorder submits them unasked: wgpu holds every
+/// resource a command buffer uses (buffers of dead tensors, bind groups, parameter
+/// slots) until it has run, so a long stretch without a read-back (a counted loop of
+/// many trips) would otherwise keep all of its iterations' memory.
+const DISPATCHES_PER_SUBMISSION: usize = 128;
+
+/// What has been recorded and not yet submitted, and the submission before.
+#[derive(Default)]
+struct Pending {
+    encoder: Option<wgpu::CommandEncoder>,
+    dispatches: usize,
+    /// The latest unasked submission, not yet waited for.
+    in_flight: Option<wgpu::SubmissionIndex>,
+}
+
+/// Records the dispatches of one execution into a command encoder, submitted when a
+/// value is read back and every [`DISPATCHES_PER_SUBMISSION`] dispatches. Memory comes
+/// from the execution's arena where it has one.
 pub struct Recorder {
     pub gpu: &'static Gpu,
-    encoder: Mutex<Option<wgpu::CommandEncoder>>,
+    pending: Mutex<Pending>,
     memory: Option<RunMemory>,
     /// f16 tensors uploaded as halves ([`Packing::Half`]); off by default.
     half_storage: bool,
@@ -213,15 +229,15 @@ impl std::fmt::Debug for Recorder {
 impl Recorder {
     /// A recorder creating a buffer per tensor and per dispatch's parameters.
     pub fn new(gpu: &'static Gpu) -> Recorder {
-        Recorder { gpu, encoder: Mutex::new(None), memory: None, half_storage: false, gemm_choices: Arc::default() }
+        Recorder { gpu, pending: Mutex::default(), memory: None, half_storage: false, gemm_choices: Arc::default() }
     }
 
     /// A recorder taking its memory from `arena` (see [`crate::arena`]).
     pub fn with_arena(gpu: &'static Gpu, arena: Arena) -> Recorder {
         Recorder {
             gpu,
-            encoder: Mutex::new(None),
-            memory: Some(RunMemory::new(arena)),
+            pending: Mutex::default(),
+            memory: Some(RunMemory::new(gpu, arena)),
             half_storage: false,
             gemm_choices: Arc::default(),
         }
@@ -250,13 +266,58 @@ impl Recorder {
         self.memory.map(|m| m.finish(self.gpu, completed))
     }
 
-    fn with_encoder<T>(&self, f: impl FnOnce(&mut wgpu::CommandEncoder) -> T) -> Result<T, DeviceError> {
-        let mut slot = self.encoder.lock().map_err(|_| DeviceError::Validation {
+    fn pending(&self) -> Result<std::sync::MutexGuard<'_, Pending>, DeviceError> {
+        self.pending.lock().map_err(|_| DeviceError::Validation {
             what: "recording".into(),
             reason: "a thread panicked while recording".into(),
-        })?;
-        let encoder = slot.get_or_insert_with(|| self.gpu.device.create_command_encoder(&Default::default()));
-        Ok(f(encoder))
+        })
+    }
+
+    /// Records one compute pass.
+    fn record_pass(&self, f: impl FnOnce(&mut wgpu::ComputePass<'_>)) -> Result<(), DeviceError> {
+        let mut pending = self.pending()?;
+        let encoder = pending.encoder.get_or_insert_with(|| self.gpu.device.create_command_encoder(&Default::default()));
+        f(&mut encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None }));
+        pending.dispatches += 1;
+        Ok(())
+    }
+
+    /// Submits what was recorded once it is [`DISPATCHES_PER_SUBMISSION`] dispatches,
+    /// then waits for the submission before it: at most two are in flight, so the memory
+    /// they hold stays bounded however long the run records without reading back.
+    fn submit_when_full(&self) -> Result<(), DeviceError> {
+        let mut pending = self.pending()?;
+        if pending.dispatches < DISPATCHES_PER_SUBMISSION {
+            return Ok(());
+        }
+        let encoder = pending.encoder.take();
+        pending.dispatches = 0;
+        if let Some(memory) = &self.memory {
+            memory.flush_params(self.gpu);
+        }
+        let index = self.gpu.scoped("submitting work", || self.gpu.queue.submit(encoder.map(|e| e.finish())))?;
+        if let Some(memory) = &self.memory {
+            memory.submitted();
+        }
+        if let Some(previous) = pending.in_flight.replace(index) {
+            self.gpu
+                .device
+                .poll(wgpu::PollType::Wait { submission_index: Some(previous), timeout: None })
+                .map_err(|e| DeviceError::Readback { reason: e.to_string() })?;
+        }
+        Ok(())
+    }
+
+    /// Takes what was recorded for a submission that waits for the device (so nothing is
+    /// left in flight).
+    fn take_for_waiting_submission(&self) -> Result<Option<wgpu::CommandEncoder>, DeviceError> {
+        let mut pending = self.pending()?;
+        let encoder = pending.encoder.take();
+        *pending = Pending::default();
+        if let Some(memory) = &self.memory {
+            memory.flush_params(self.gpu);
+        }
+        Ok(encoder)
     }
 
     fn block(&self, what: &str, kind: BlockKind, bytes: u64) -> Result<Block, DeviceError> {
@@ -384,14 +445,13 @@ impl Recorder {
                 layout: &layout,
                 entries: &entries,
             });
-            self.with_encoder(|encoder| {
-                let mut pass =
-                    encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
+            self.record_pass(|pass| {
                 pass.set_pipeline(&pipeline);
                 pass.set_bind_group(0, &bind_group, &[]);
                 pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
             })
-        })?
+        })??;
+        self.submit_when_full()
     }
 
     /// Records a pipeline compiled elsewhere (a plugin's kernel) with `buffers` at bindings
@@ -425,14 +485,13 @@ impl Recorder {
                 layout: &pipeline.get_bind_group_layout(0),
                 entries: &entries,
             });
-            self.with_encoder(|encoder| {
-                let mut pass =
-                    encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
+            self.record_pass(|pass| {
                 pass.set_pipeline(pipeline);
                 pass.set_bind_group(0, &bind_group, &[]);
                 pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
             })
-        })?
+        })??;
+        self.submit_when_full()
     }
 
     /// Records a 1-D kernel over `count` invocations (a 2-D grid when one dimension of
@@ -453,15 +512,12 @@ impl Recorder {
     /// Submits what was recorded and waits until the device has run it (profile runs time
     /// each layer so).
     pub fn submit_and_wait(&self) -> Result<(), DeviceError> {
-        let encoder = self.encoder.lock().map_err(|_| DeviceError::Validation {
-            what: "recording".into(),
-            reason: "a thread panicked while recording".into(),
-        })?.take();
-        if let Some(memory) = &self.memory {
-            memory.flush_params(self.gpu);
-        }
+        let encoder = self.take_for_waiting_submission()?;
         if let Some(encoder) = encoder {
             self.gpu.scoped("submitting work", || self.gpu.queue.submit([encoder.finish()]))?;
+        }
+        if let Some(memory) = &self.memory {
+            memory.submitted();
         }
         self.gpu
             .device
@@ -472,7 +528,7 @@ impl Recorder {
 
     /// Submits what was recorded and reads `t` back.
     pub fn read(&self, t: &DeviceTensor) -> crate::device::KResult<HostTensor> {
-        let encoder = self.encoder.lock().map_err(|_| "a thread panicked while recording".to_string())?.take();
+        let encoder = self.take_for_waiting_submission()?;
         let block = &t.buffer;
         let count = match t.packing {
             Packing::Word => t.len(),
@@ -480,9 +536,9 @@ impl Recorder {
         };
         let words = match &self.memory {
             Some(memory) => {
-                memory.flush_params(self.gpu);
                 let staging = memory.take_staging(self.gpu, count as u64 * 4).map_err(kiln::KernelError::from)?;
                 let words = self.gpu.read_words_via(encoder, block.buffer(), block.offset(), count, &staging);
+                memory.submitted();
                 memory.return_staging(staging);
                 words
             }

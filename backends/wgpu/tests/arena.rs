@@ -241,3 +241,90 @@ fn per_run_time_with_and_without_arenas() {
         println!("{line}");
     }
 }
+
+/// `x ← x + 1` over a [4] recurrence from the input `x0` (a device value, so the body runs
+/// kernels rather than host arithmetic), `trips` (an input) times: a counted loop, or a
+/// while loop whose body counts `i` up to `trips` (its condition read back every trip).
+/// Outputs the last `x`, and with `stacked` every trip's `x` too.
+fn counting_loop(kind: kiln::TripLimitKind, stacked: bool) -> Network {
+    use kiln::{DataType, ElementwiseOp, LoopOutputKind, TensorData};
+    let mut n = Network::new("counting");
+    let trips = n.add_input("trips", DataType::I32, Shape::fixed(&[])).unwrap();
+    let constant = |n: &mut Network, dims: &[usize], data: TensorData| {
+        let l = n.add_constant(dims, data).unwrap();
+        n.output(l, 0)
+    };
+    let x0 = n.add_input("x0", DataType::F32, Shape::fixed(&[4])).unwrap();
+    let ones = constant(&mut n, &[4], TensorData::F32(vec![1.0; 4]));
+    let looping = n.add_loop();
+    let x = n.add_recurrence(looping, x0).unwrap();
+    let next = n.add_elementwise(n.output(x, 0), ones, ElementwiseOp::Sum).unwrap();
+    n.set_recurrence_next(x, n.output(next, 0)).unwrap();
+    match kind {
+        kiln::TripLimitKind::Count => {
+            n.add_trip_limit(looping, trips, kind).unwrap();
+        }
+        kiln::TripLimitKind::While => {
+            let zero = constant(&mut n, &[], TensorData::I32(vec![0]));
+            let one = constant(&mut n, &[], TensorData::I32(vec![1]));
+            let i = n.add_recurrence(looping, zero).unwrap();
+            let more = n.add_elementwise(n.output(i, 0), trips, ElementwiseOp::Less).unwrap();
+            n.add_trip_limit(looping, n.output(more, 0), kind).unwrap();
+            let i_next = n.add_elementwise(n.output(i, 0), one, ElementwiseOp::Sum).unwrap();
+            n.set_recurrence_next(i, n.output(i_next, 0)).unwrap();
+        }
+    }
+    let last = n.add_loop_output(looping, n.output(x, 0), LoopOutputKind::LastValue, 0).unwrap();
+    n.mark_output(n.output(last, 0)).unwrap();
+    if stacked {
+        let all = n.add_loop_output(looping, n.output(next, 0), LoopOutputKind::Concatenate, 0).unwrap();
+        n.mark_output(n.output(all, 0)).unwrap();
+    }
+    n
+}
+
+/// Buffers and bytes the first execution of `net` creates for `trips` (a fresh executable:
+/// nothing pooled yet), after checking its results.
+fn first_run_creates(gpu: &kiln_wgpu::device::Gpu, net: &Network, trips: usize) -> (u64, u64) {
+    let exe = WgpuBackend::new().prepare(net).expect("prepare");
+    let feeds = [
+        HostTensor::new(vec![], kiln::TensorData::I32(vec![trips as i32])).unwrap(),
+        HostTensor::from_f32(vec![4], vec![0.0; 4]).unwrap(),
+    ];
+    let (buffers, bytes) = (gpu.buffers_created(), gpu.bytes_created());
+    let got = exe.execute(&feeds).unwrap_or_else(|e| panic!("{trips} trips: {e}"));
+    let created = (gpu.buffers_created() - buffers, gpu.bytes_created() - bytes);
+    assert_eq!(got[0].to_f64_vec(), vec![trips as f64; 4], "{trips} trips: the last value");
+    if let Some(all) = got.get(1) {
+        assert_eq!(all.shape(), &[trips, 4], "{trips} trips: the stacked values");
+        let want: Vec<f64> = (1..=trips).flat_map(|t| [t as f64; 4]).collect();
+        assert_eq!(all.to_f64_vec(), want, "{trips} trips: the stacked values");
+    }
+    created
+}
+
+/// Memory of a loop does not grow with its trips beyond what its stacked output needs:
+/// dead tensors' buffers are reused, parameters and submissions stay bounded.
+#[test]
+fn a_loop_runs_in_memory_bounded_by_its_live_tensors() {
+    let _turn = turn();
+    let Some(gpu) = gpu() else { return };
+    for kind in [kiln::TripLimitKind::Count, kiln::TripLimitKind::While] {
+        for stacked in [false, true] {
+            let net = counting_loop(kind, stacked);
+            let (few_buffers, few_bytes) = first_run_creates(gpu, &net, 1024);
+            let (many_buffers, many_bytes) = first_run_creates(gpu, &net, 8192);
+            // Stacked: every trip's x kept (a buffer each) for the output, which is a buffer
+            // of all of them, and its read-back.
+            let (parts, bytes) = if stacked { (8192 - 1024, 3 * (8192 - 1024) * 16) } else { (0, 0) };
+            let what = format!("{kind:?} loop (stacked: {stacked})");
+            println!("{what}: 1024 trips {few_buffers} buffers {few_bytes} B, 8192 trips {many_buffers} buffers {many_bytes} B");
+            let buffers_bound = few_buffers + parts + 4;
+            assert!(many_buffers <= buffers_bound, "{what}: {few_buffers} buffers for 1024 trips, {many_buffers} for 8192");
+            assert!(
+                many_bytes <= few_bytes + bytes + (64 << 10),
+                "{what}: {few_bytes} bytes for 1024 trips, {many_bytes} for 8192"
+            );
+        }
+    }
+}
