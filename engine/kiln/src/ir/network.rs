@@ -8,7 +8,8 @@ use super::shape::{Dim, Shape, SymInt};
 use super::tensor::HostTensor;
 use crate::error::NetworkError;
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct TensorId(pub usize);
@@ -66,9 +67,11 @@ impl Layer {
     }
 }
 
-/// Mutable access to a network's tables (see [`Network::parts_mut`]).
+/// Mutable access to a network's tables (see [`Network::parts_mut`]). Tensors are added
+/// with [`Network::push_tensor`] and renamed with [`Network::set_tensor_name`] only, which
+/// keep the name index up to date.
 pub(crate) struct NetworkParts<'n> {
-    pub tensors: &'n mut Vec<TensorDesc>,
+    pub tensors: &'n mut [TensorDesc],
     pub layers: &'n mut Vec<Layer>,
     pub inputs: &'n mut Vec<TensorId>,
     pub outputs: &'n mut Vec<TensorId>,
@@ -95,6 +98,74 @@ pub struct Network {
     /// explicit casts only; the builder refuses reduced-precision flags and constraints.
     #[serde(default)]
     pub(crate) strongly_typed: bool,
+    /// Tensor ids by name, so that finding a name is not a scan of every tensor.
+    #[serde(skip)]
+    names: NameIndex,
+}
+
+/// Tensor names → ids, built on the first lookup (a deserialized or cloned network starts
+/// without one) and kept up to date by [`Network::push_tensor`] and
+/// [`Network::set_tensor_name`]. Where names repeat (a network read from a file is checked
+/// by [`Network::validate`] later), a name maps to its first tensor, as a scan in id order
+/// would find it.
+#[derive(Default)]
+struct NameIndex {
+    ids: OnceLock<HashMap<String, TensorId>>,
+    /// Whether some name belongs to more than one tensor: renaming one of those must
+    /// rebuild the index to find the next holder.
+    repeated: bool,
+}
+
+impl NameIndex {
+    fn get(&self, tensors: &[TensorDesc], name: &str) -> Option<TensorId> {
+        self.ids.get_or_init(|| Self::build(tensors)).get(name).copied()
+    }
+
+    fn build(tensors: &[TensorDesc]) -> HashMap<String, TensorId> {
+        let mut ids = HashMap::with_capacity(tensors.len());
+        for (i, t) in tensors.iter().enumerate() {
+            ids.entry(t.name.clone()).or_insert(TensorId(i));
+        }
+        ids
+    }
+
+    /// Records tensor `id` (the newest) under `name`.
+    fn added(&mut self, name: &str, id: TensorId) {
+        if let Some(ids) = self.ids.get_mut() {
+            match ids.entry(name.to_string()) {
+                std::collections::hash_map::Entry::Occupied(_) => self.repeated = true,
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(id);
+                }
+            }
+        }
+    }
+
+    /// Tensor `id` is renamed from `old` to `new` (a name no other tensor has).
+    fn renamed(&mut self, old: &str, new: &str, id: TensorId) {
+        if self.repeated {
+            self.ids = OnceLock::new();
+            return;
+        }
+        let Some(ids) = self.ids.get_mut() else { return };
+        if ids.get(old) == Some(&id) {
+            ids.remove(old);
+        }
+        ids.insert(new.to_string(), id);
+    }
+}
+
+/// A copy rebuilds its index when it first needs one (most copies are read, not searched).
+impl Clone for NameIndex {
+    fn clone(&self) -> NameIndex {
+        NameIndex::default()
+    }
+}
+
+impl std::fmt::Debug for NameIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NameIndex")
+    }
 }
 
 impl Network {
@@ -144,7 +215,7 @@ impl Network {
     }
 
     pub fn find_tensor(&self, name: &str) -> Option<TensorId> {
-        self.tensors.iter().position(|t| t.name == name).map(TensorId)
+        self.names.get(&self.tensors, name)
     }
 
     /// Adds a network input with a unique name.
@@ -190,7 +261,8 @@ impl Network {
                 return Err(NetworkError::DuplicateTensorName { name: name.to_string() });
             }
         }
-        self.tensors[tensor.0].name = name.to_string();
+        let old = std::mem::replace(&mut self.tensors[tensor.0].name, name.to_string());
+        self.names.renamed(&old, name, tensor);
         Ok(())
     }
 
@@ -376,8 +448,10 @@ impl Network {
     }
 
     pub(crate) fn push_tensor(&mut self, desc: TensorDesc) -> TensorId {
+        let id = TensorId(self.tensors.len());
+        self.names.added(&desc.name, id);
         self.tensors.push(desc);
-        TensorId(self.tensors.len() - 1)
+        id
     }
 
     pub(crate) fn unique_tensor_name(&self, base: &str) -> String {
