@@ -109,8 +109,10 @@ pub struct Network {
 /// by [`Network::validate`] later), a name maps to its first tensor, as a scan in id order
 /// would find it.
 #[derive(Default)]
-struct NameIndex {
-    ids: OnceLock<HashMap<String, TensorId>>,
+struct NameIndex(OnceLock<Names>);
+
+struct Names {
+    ids: HashMap<String, TensorId>,
     /// Whether some name belongs to more than one tensor: renaming one of those must
     /// rebuild the index to find the next holder.
     repeated: bool,
@@ -118,40 +120,46 @@ struct NameIndex {
 
 impl NameIndex {
     fn get(&self, tensors: &[TensorDesc], name: &str) -> Option<TensorId> {
-        self.ids.get_or_init(|| Self::build(tensors)).get(name).copied()
+        self.0.get_or_init(|| Self::build(tensors)).ids.get(name).copied()
     }
 
-    fn build(tensors: &[TensorDesc]) -> HashMap<String, TensorId> {
-        let mut ids = HashMap::with_capacity(tensors.len());
+    fn build(tensors: &[TensorDesc]) -> Names {
+        let mut names = Names { ids: HashMap::with_capacity(tensors.len()), repeated: false };
         for (i, t) in tensors.iter().enumerate() {
-            ids.entry(t.name.clone()).or_insert(TensorId(i));
+            names.add(&t.name, TensorId(i));
         }
-        ids
+        names
     }
 
     /// Records tensor `id` (the newest) under `name`.
     fn added(&mut self, name: &str, id: TensorId) {
-        if let Some(ids) = self.ids.get_mut() {
-            match ids.entry(name.to_string()) {
-                std::collections::hash_map::Entry::Occupied(_) => self.repeated = true,
-                std::collections::hash_map::Entry::Vacant(v) => {
-                    v.insert(id);
-                }
-            }
+        if let Some(names) = self.0.get_mut() {
+            names.add(name, id);
         }
     }
 
     /// Tensor `id` is renamed from `old` to `new` (a name no other tensor has).
     fn renamed(&mut self, old: &str, new: &str, id: TensorId) {
-        if self.repeated {
-            self.ids = OnceLock::new();
+        let Some(names) = self.0.get_mut() else { return };
+        if names.repeated {
+            self.0 = OnceLock::new();
             return;
         }
-        let Some(ids) = self.ids.get_mut() else { return };
-        if ids.get(old) == Some(&id) {
-            ids.remove(old);
+        if names.ids.get(old) == Some(&id) {
+            names.ids.remove(old);
         }
-        ids.insert(new.to_string(), id);
+        names.ids.insert(new.to_string(), id);
+    }
+}
+
+impl Names {
+    fn add(&mut self, name: &str, id: TensorId) {
+        match self.ids.entry(name.to_string()) {
+            std::collections::hash_map::Entry::Occupied(_) => self.repeated = true,
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(id);
+            }
+        }
     }
 }
 
@@ -590,5 +598,40 @@ impl Network {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn desc(net: &Network, name: &str) -> TensorDesc {
+        TensorDesc { name: name.to_string(), ..net.tensor(TensorId(0)).clone() }
+    }
+
+    #[test]
+    fn names_are_found_after_renames_copies_and_repeats() {
+        let mut net = Network::new("names");
+        let x = net.add_input("x", DataType::F32, &[2usize][..]).expect("input");
+        let copy = net.add_identity(x).expect("identity");
+        let y = net.output(copy, 0);
+        assert_eq!(net.find_tensor("x"), Some(x));
+        net.set_tensor_name(y, "y").expect("free name");
+        assert_eq!((net.find_tensor("y"), net.find_tensor(&net.tensor(x).name)), (Some(y), Some(x)));
+        assert!(net.set_tensor_name(y, "x").is_err(), "names stay unique");
+
+        // Two tensors sharing a name (added before or after the index is built): the first
+        // is found, then the other once the first is renamed.
+        for index_first in [false, true] {
+            let mut copied = net.clone();
+            if index_first {
+                assert_eq!(copied.find_tensor("x"), Some(x));
+            }
+            let twin = copied.push_tensor(desc(&copied, "y"));
+            assert_eq!(copied.find_tensor("y"), Some(y));
+            copied.set_tensor_name(y, "z").expect("free name");
+            assert_eq!((copied.find_tensor("y"), copied.find_tensor("z")), (Some(twin), Some(y)));
+        }
+        assert_eq!(net.find_tensor("z"), None, "the original keeps its names");
     }
 }
