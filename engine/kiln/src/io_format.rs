@@ -81,7 +81,7 @@ pub fn apply(network: &Network, backend: &dyn Backend, direct_io: bool) -> Resul
         }
         let desc = network.tensor(src).clone();
         let (_, channels) = physical(&desc, format, "output")?;
-        rw.rename(inside, &format!("{} (linear)", desc.name));
+        rw.rename(inside, &format!("{} (linear)", desc.name))?;
         let boundary = rw.add_layer(
             &format!("Reformatting output `{}` to {}", desc.name, format.name()),
             LayerKind::Reformat { from: TensorFormat::Linear, to: format, channels },

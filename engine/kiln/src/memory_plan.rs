@@ -16,6 +16,7 @@ use crate::ir::shape::Shape;
 use crate::profile::{OptimizationProfile, Range};
 use crate::ir::infer::network_shapes::{infer_shapes, BoundInput, ShapeInferenceFailure};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
 
 /// Every offset and size in the arena is a multiple of this.
 pub const ARENA_ALIGNMENT: u64 = 256;
@@ -68,25 +69,20 @@ fn align_up(n: u64) -> u64 {
 /// that are live at the same time) that holds it, or above them all. Returns each block's
 /// offset and the arena size. Sizes are rounded up to [`ARENA_ALIGNMENT`].
 pub fn pack(blocks: &[Lifetime]) -> (Vec<u64>, u64) {
-    let mut order: Vec<usize> = (0..blocks.len()).collect();
-    order.sort_by_key(|&i| (std::cmp::Reverse(blocks[i].size), blocks[i].first, i));
     let mut offsets = vec![0u64; blocks.len()];
-    let mut placed: Vec<usize> = Vec::with_capacity(blocks.len());
+    // Placed blocks by (offset, end), so those live with a new block come in address order
+    // without sorting them for every block.
+    let mut placed: BTreeSet<(u64, u64, usize)> = BTreeSet::new();
     let mut peak = 0u64;
-    for i in order {
+    for i in placement_order(blocks) {
         let size = align_up(blocks[i].size);
         if size == 0 {
             continue;
         }
-        let mut busy: Vec<(u64, u64)> = placed
-            .iter()
-            .filter(|&&j| blocks[j].overlaps(&blocks[i]))
-            .map(|&j| (offsets[j], offsets[j] + align_up(blocks[j].size)))
-            .collect();
-        busy.sort_unstable();
+        let busy = placed.iter().filter(|&&(_, _, j)| blocks[j].overlaps(&blocks[i]));
         let mut best: Option<(u64, u64)> = None; // (gap size, offset)
         let mut cursor = 0u64;
-        for &(start, end) in &busy {
+        for &(start, end, _) in busy {
             if start > cursor {
                 let gap = start - cursor;
                 if gap >= size && best.is_none_or(|(g, _)| gap < g) {
@@ -98,9 +94,16 @@ pub fn pack(blocks: &[Lifetime]) -> (Vec<u64>, u64) {
         let offset = best.map_or(cursor, |(_, o)| o);
         offsets[i] = offset;
         peak = peak.max(offset + size);
-        placed.push(i);
+        placed.insert((offset, offset + size, i));
     }
     (offsets, peak)
+}
+
+/// Largest first; among equal sizes, earliest first.
+fn placement_order(blocks: &[Lifetime]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..blocks.len()).collect();
+    order.sort_by_key(|&i| (std::cmp::Reverse(blocks[i].size), blocks[i].first, i));
+    order
 }
 
 /// The top-level step that runs each layer (a region's layers all map to its step).
@@ -302,6 +305,55 @@ mod tests {
         let (offsets, peak) = pack(&blocks);
         check_no_overlap(&blocks, &offsets, peak);
         assert_eq!(peak, 8192 + 4096, "the late small block reuses the early block's space");
+    }
+
+    /// The packing as first written: every placed block live with the new one, collected
+    /// and sorted by address for each block.
+    fn pack_by_sorting(blocks: &[Lifetime]) -> (Vec<u64>, u64) {
+        let mut offsets = vec![0u64; blocks.len()];
+        let mut placed: Vec<usize> = Vec::new();
+        let mut peak = 0u64;
+        for i in placement_order(blocks) {
+            let size = align_up(blocks[i].size);
+            if size == 0 {
+                continue;
+            }
+            let mut busy: Vec<(u64, u64)> = placed
+                .iter()
+                .filter(|&&j| blocks[j].overlaps(&blocks[i]))
+                .map(|&j| (offsets[j], offsets[j] + align_up(blocks[j].size)))
+                .collect();
+            busy.sort_unstable();
+            let (mut best, mut cursor): (Option<(u64, u64)>, u64) = (None, 0);
+            for &(start, end) in &busy {
+                if start > cursor && start - cursor >= size && best.is_none_or(|(g, _)| start - cursor < g) {
+                    best = Some((start - cursor, cursor));
+                }
+                cursor = cursor.max(end);
+            }
+            offsets[i] = best.map_or(cursor, |(_, o)| o);
+            peak = peak.max(offsets[i] + size);
+            placed.push(i);
+        }
+        (offsets, peak)
+    }
+
+    #[test]
+    fn blocks_go_where_sorting_every_live_set_put_them() {
+        let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+        for case in 0..400 {
+            let n = 1 + rng.next(60) as usize;
+            let steps = 1 + rng.next(50) as usize;
+            let blocks: Vec<Lifetime> = (0..n)
+                .map(|_| {
+                    let first = rng.next(steps as u64) as usize;
+                    let last = first + rng.next(12) as usize;
+                    // Few distinct sizes, so equal gaps and exact fits happen.
+                    Lifetime { size: rng.next(6) * 300, first, last }
+                })
+                .collect();
+            assert_eq!(pack(&blocks), pack_by_sorting(&blocks), "case {case}: {blocks:?}");
+        }
     }
 
     #[test]

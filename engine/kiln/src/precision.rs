@@ -383,7 +383,7 @@ impl Pass<'_> {
     /// user see the name they gave); `t` is renamed after its type.
     fn cast_renaming(&mut self, t: TensorId, to: DataType) -> Result<TensorId, PrecisionError> {
         let desc = self.rw.out().tensor(t).clone();
-        self.rw.rename(t, &format!("{} ({})", desc.name, desc.dtype));
+        self.rw.rename(t, &format!("{} ({})", desc.name, desc.dtype))?;
         let c = self.rw.add_layer(&format!("cast `{}` to {to}", desc.name), LayerKind::Cast { to }, vec![Some(t)], std::slice::from_ref(&desc.name))?[0];
         let d = self.rw.tensor_mut(c);
         d.format = desc.format;

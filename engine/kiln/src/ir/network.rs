@@ -8,7 +8,8 @@ use super::shape::{Dim, Shape, SymInt};
 use super::tensor::HostTensor;
 use crate::error::NetworkError;
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct TensorId(pub usize);
@@ -66,9 +67,11 @@ impl Layer {
     }
 }
 
-/// Mutable access to a network's tables (see [`Network::parts_mut`]).
+/// Mutable access to a network's tables (see [`Network::parts_mut`]). Tensors are added
+/// with [`Network::push_tensor`] and renamed with [`Network::set_tensor_name`] only, which
+/// keep the name index up to date.
 pub(crate) struct NetworkParts<'n> {
-    pub tensors: &'n mut Vec<TensorDesc>,
+    pub tensors: &'n mut [TensorDesc],
     pub layers: &'n mut Vec<Layer>,
     pub inputs: &'n mut Vec<TensorId>,
     pub outputs: &'n mut Vec<TensorId>,
@@ -95,6 +98,82 @@ pub struct Network {
     /// explicit casts only; the builder refuses reduced-precision flags and constraints.
     #[serde(default)]
     pub(crate) strongly_typed: bool,
+    /// Tensor ids by name, so that finding a name is not a scan of every tensor.
+    #[serde(skip)]
+    names: NameIndex,
+}
+
+/// Tensor names → ids, built on the first lookup (a deserialized or cloned network starts
+/// without one) and kept up to date by [`Network::push_tensor`] and
+/// [`Network::set_tensor_name`]. Where names repeat (a network read from a file is checked
+/// by [`Network::validate`] later), a name maps to its first tensor, as a scan in id order
+/// would find it.
+#[derive(Default)]
+struct NameIndex(OnceLock<Names>);
+
+struct Names {
+    ids: HashMap<String, TensorId>,
+    /// Whether some name belongs to more than one tensor: renaming one of those must
+    /// rebuild the index to find the next holder.
+    repeated: bool,
+}
+
+impl NameIndex {
+    fn get(&self, tensors: &[TensorDesc], name: &str) -> Option<TensorId> {
+        self.0.get_or_init(|| Self::build(tensors)).ids.get(name).copied()
+    }
+
+    fn build(tensors: &[TensorDesc]) -> Names {
+        let mut names = Names { ids: HashMap::with_capacity(tensors.len()), repeated: false };
+        for (i, t) in tensors.iter().enumerate() {
+            names.add(&t.name, TensorId(i));
+        }
+        names
+    }
+
+    /// Records tensor `id` (the newest) under `name`.
+    fn added(&mut self, name: &str, id: TensorId) {
+        if let Some(names) = self.0.get_mut() {
+            names.add(name, id);
+        }
+    }
+
+    /// Tensor `id` is renamed from `old` to `new` (a name no other tensor has).
+    fn renamed(&mut self, old: &str, new: &str, id: TensorId) {
+        let Some(names) = self.0.get_mut() else { return };
+        if names.repeated {
+            self.0 = OnceLock::new();
+            return;
+        }
+        if names.ids.get(old) == Some(&id) {
+            names.ids.remove(old);
+        }
+        names.ids.insert(new.to_string(), id);
+    }
+}
+
+impl Names {
+    fn add(&mut self, name: &str, id: TensorId) {
+        match self.ids.entry(name.to_string()) {
+            std::collections::hash_map::Entry::Occupied(_) => self.repeated = true,
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(id);
+            }
+        }
+    }
+}
+
+/// A copy rebuilds its index when it first needs one (most copies are read, not searched).
+impl Clone for NameIndex {
+    fn clone(&self) -> NameIndex {
+        NameIndex::default()
+    }
+}
+
+impl std::fmt::Debug for NameIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NameIndex")
+    }
 }
 
 impl Network {
@@ -144,7 +223,7 @@ impl Network {
     }
 
     pub fn find_tensor(&self, name: &str) -> Option<TensorId> {
-        self.tensors.iter().position(|t| t.name == name).map(TensorId)
+        self.names.get(&self.tensors, name)
     }
 
     /// Adds a network input with a unique name.
@@ -190,7 +269,8 @@ impl Network {
                 return Err(NetworkError::DuplicateTensorName { name: name.to_string() });
             }
         }
-        self.tensors[tensor.0].name = name.to_string();
+        let old = std::mem::replace(&mut self.tensors[tensor.0].name, name.to_string());
+        self.names.renamed(&old, name, tensor);
         Ok(())
     }
 
@@ -376,8 +456,10 @@ impl Network {
     }
 
     pub(crate) fn push_tensor(&mut self, desc: TensorDesc) -> TensorId {
+        let id = TensorId(self.tensors.len());
+        self.names.added(&desc.name, id);
         self.tensors.push(desc);
-        TensorId(self.tensors.len() - 1)
+        id
     }
 
     pub(crate) fn unique_tensor_name(&self, base: &str) -> String {
@@ -516,5 +598,40 @@ impl Network {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn desc(net: &Network, name: &str) -> TensorDesc {
+        TensorDesc { name: name.to_string(), ..net.tensor(TensorId(0)).clone() }
+    }
+
+    #[test]
+    fn names_are_found_after_renames_copies_and_repeats() {
+        let mut net = Network::new("names");
+        let x = net.add_input("x", DataType::F32, &[2usize][..]).expect("input");
+        let copy = net.add_identity(x).expect("identity");
+        let y = net.output(copy, 0);
+        assert_eq!(net.find_tensor("x"), Some(x));
+        net.set_tensor_name(y, "y").expect("free name");
+        assert_eq!((net.find_tensor("y"), net.find_tensor(&net.tensor(x).name)), (Some(y), Some(x)));
+        assert!(net.set_tensor_name(y, "x").is_err(), "names stay unique");
+
+        // Two tensors sharing a name (added before or after the index is built): the first
+        // is found, then the other once the first is renamed.
+        for index_first in [false, true] {
+            let mut copied = net.clone();
+            if index_first {
+                assert_eq!(copied.find_tensor("x"), Some(x));
+            }
+            let twin = copied.push_tensor(desc(&copied, "y"));
+            assert_eq!(copied.find_tensor("y"), Some(y));
+            copied.set_tensor_name(y, "z").expect("free name");
+            assert_eq!((copied.find_tensor("y"), copied.find_tensor("z")), (Some(twin), Some(y)));
+        }
+        assert_eq!(net.find_tensor("z"), None, "the original keeps its names");
     }
 }

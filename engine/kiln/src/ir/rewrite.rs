@@ -87,9 +87,9 @@ impl<'s> Rewriter<'s> {
     }
 
     /// Renames a tensor of the new network to a unique name built from `base`.
-    pub fn rename(&mut self, t: TensorId, base: &str) {
+    pub fn rename(&mut self, t: TensorId, base: &str) -> Result<(), NetworkError> {
         let name = self.out.unique_tensor_name(base);
-        self.tensor_mut(t).name = name;
+        self.out.set_tensor_name(t, &name)
     }
 
     /// Copies source layer `layer`, reading `substitutes` (slot → tensor of the new network)

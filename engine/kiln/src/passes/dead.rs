@@ -14,8 +14,8 @@ impl Pass for DeadLayerElimination {
     }
 
     fn run(&self, network: &Network, _: &PassContext<'_>) -> Result<Option<Network>, PassError> {
-        let pruned = remove_dead_layers(network);
-        Ok((pruned.layers().len() != network.layers().len()).then_some(pruned))
+        let live = live_layers(network);
+        Ok((!live.iter().all(|&l| l)).then(|| network.retain_layers(&live)))
     }
 }
 
@@ -23,6 +23,16 @@ impl Pass for DeadLayerElimination {
 /// matter for their effect), renumbering tensors, layers and weights. A live loop keeps its
 /// trip limits and a live conditional its condition; a loop with no live output goes.
 pub fn remove_dead_layers(network: &Network) -> Network {
+    let live = live_layers(network);
+    if live.iter().all(|&l| l) {
+        return network.clone();
+    }
+    network.retain_layers(&live)
+}
+
+/// Per layer, whether a network output depends on it (or it is an Assertion, or a live
+/// construct needs it).
+fn live_layers(network: &Network) -> Vec<bool> {
     let layers = network.layers();
     let mut live = vec![false; layers.len()];
     let mut stack: Vec<TensorId> = network.outputs().to_vec();
@@ -48,8 +58,5 @@ pub fn remove_dead_layers(network: &Network) -> Network {
             break;
         }
     }
-    if live.iter().all(|&l| l) {
-        return network.clone();
-    }
-    network.retain_layers(&live)
+    live
 }

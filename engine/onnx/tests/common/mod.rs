@@ -2,6 +2,7 @@
 //! backend.
 #![allow(dead_code)]
 
+pub mod large_graphs;
 pub mod pytorch_data;
 
 use kiln::{BuilderConfig, ExecutionContext, HostTensor, Network, TensorData};

@@ -11,7 +11,7 @@
 use crate::error::NetworkError;
 use crate::ir::layer::{ConditionalId, LayerKind, LoopId};
 use crate::ir::network::{Layer, Network, TensorId};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum ConstructId {
@@ -297,12 +297,13 @@ impl<'n> Scopes<'n> {
             Item::Layer(l) => layers[l].inputs.iter().flatten().copied().collect(),
             Item::Construct(y) => {
                 let mut out = Vec::new();
+                let mut seen = HashSet::new();
                 for &l in &self.subtree[y] {
                     for &t in layers[l].inputs.iter().flatten() {
                         let external = self.producer(t).is_none_or(|p| {
                             !self.is_within(p, y) || (self.member_of[p] == Some(y) && is_exit(&layers[p].kind))
                         });
-                        if external && !out.contains(&t) {
+                        if external && seen.insert(t) {
                             out.push(t);
                         }
                     }
@@ -314,15 +315,8 @@ impl<'n> Scopes<'n> {
 
     /// The items that run directly in construct `c` (or at the top level for `None`).
     pub fn items(&self, s: Option<usize>) -> Vec<Item> {
-        let mut out: Vec<Item> = Vec::new();
-        for l in 0..self.net.layers().len() {
-            if let Some(item) = self.item_in(s, l) {
-                if !out.contains(&item) {
-                    out.push(item);
-                }
-            }
-        }
-        out
+        let mut seen: HashSet<Item> = HashSet::new();
+        (0..self.net.layers().len()).filter_map(|l| self.item_in(s, l)).filter(|&item| seen.insert(item)).collect()
     }
 
     pub fn item_branch(&self, item: Item) -> Option<bool> {
