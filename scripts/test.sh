@@ -44,3 +44,10 @@ cargo test --workspace --locked "$@"
 # `--workspace` keeps the workspace's feature set, so the build above is reused (with `-p`,
 # cargo resolves features anew and rebuilds wgpu).
 KILN_CONFORMANCE_BACKEND=wgpu cargo test --workspace --test onnx_backend --locked -- --skip real/
+
+# Every fuzz target briefly (cargo-fuzz, installed from crates.io if missing), on seeds
+# from the repository: a crash fails the run. Longer runs: `scripts/fuzz.sh SECONDS`.
+# With arguments (a test filter), only the cargo tests above run.
+if [ $# -eq 0 ]; then
+  scripts/fuzz.sh 20
+fi

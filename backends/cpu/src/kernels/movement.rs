@@ -79,9 +79,17 @@ pub fn slice(
     )?;
     let st = strides(x.shape());
     let out_shape: Vec<usize> = plan.iter().map(|a| a.len).collect();
-    let step: Vec<isize> = plan.iter().zip(&st).map(|(a, &s)| a.step as isize * s as isize).collect();
-    // An empty output never reads its base, which may then lie past the end.
-    let base: isize = plan.iter().zip(&st).map(|(a, &s)| a.start as isize * s as isize).sum();
+    // A step only moves along an axis that takes two or more elements, and then stays
+    // inside the tensor; one taking fewer may have any step (an overflowing one too).
+    let step: Vec<isize> =
+        plan.iter().zip(&st).map(|(a, &s)| if a.len > 1 { a.step as isize * s as isize } else { 0 }).collect();
+    // An empty output never reads its base, which may then lie past the end (and its
+    // offset overflow): only a non-empty one computes it.
+    let base: isize = if out_shape.contains(&0) {
+        0
+    } else {
+        plan.iter().zip(&st).map(|(a, &s)| a.start as isize * s as isize).sum()
+    };
     Ok(dispatch_data!(x.data(), v => pack(gather_strided(v, &out_shape, &step, base)), string _s => return Err(format!("the cpu `{}` kernels do not take string tensors", module_path!().rsplit("::").next().unwrap_or("")))))
 }
 

@@ -59,8 +59,9 @@ pub fn axes(x_shape: &[usize], pads: &[i64], out_shape: &[usize]) -> Result<Vec<
         .map(|d| {
             let n = x_shape[d] as i64;
             let (begin, end) = (pads[d], pads[d + rank]);
-            let lo = (-begin).max(0);
-            let kept = n - lo - (-end).max(0);
+            // Saturating: pads of i64::MIN crop everything, never wrap.
+            let lo = 0i64.saturating_sub(begin).max(0);
+            let kept = n.saturating_sub(lo).saturating_sub(0i64.saturating_sub(end).max(0));
             if kept < 0 {
                 return Err(format!("pads {pads:?} crop more than axis {d} holds"));
             }
@@ -77,8 +78,13 @@ pub fn source_maps(
     pads: &[i64],
     out_shape: &[usize],
 ) -> Result<Vec<Vec<Option<usize>>>, String> {
-    axes(x_shape, pads, out_shape)?
-        .into_iter()
+    let axes = axes(x_shape, pads, out_shape)?;
+    // An empty output gathers nothing: its other axes may be long, and their maps need
+    // not exist.
+    if out_shape.contains(&0) {
+        return Ok(vec![Vec::new(); out_shape.len()]);
+    }
+    axes.into_iter()
         .zip(out_shape)
         .map(|(axis, &len)| (0..len).map(|o| source_coordinate(mode, o, axis)).collect())
         .collect()

@@ -85,9 +85,11 @@ pub(super) fn convolution(ins: &Inputs, p: &ConvolutionParams) -> InferResult<Ve
     check_window_params(spatial, p.groups, &p.strides, &p.dilations, &p.pre_padding, &p.post_padding)?;
     let (xd, wd) = (x.shape.dims(), w.shape.dims());
     if let (Some(c), Some(cg)) = (xd[1].fixed(), wd[1].fixed()) {
-        if c != cg * p.groups {
+        if cg.checked_mul(p.groups) != Some(c) {
             return rule(Some(1), format!(
-                "input has {c} channels but the kernel expects {cg} × {} groups = {}", p.groups, cg * p.groups
+                "input has {c} channels but the kernel expects {cg} × {} groups = {}",
+                p.groups,
+                cg as u128 * p.groups as u128
             ));
         }
     }
@@ -145,7 +147,11 @@ pub(super) fn deconvolution(ins: &Inputs, p: &DeconvolutionParams) -> InferResul
             return rule(Some(0), format!("{c} input channels do not split into {} groups", p.groups));
         }
     }
-    let maps = wd[1].fixed().map_or(Dim::Unknown, |k| Dim::Fixed(k * p.groups));
+    let maps = match wd[1].fixed().map(|k| k.checked_mul(p.groups)) {
+        Some(Some(maps)) => Dim::Fixed(maps),
+        Some(None) => return rule(Some(1), format!("{} × {} groups output maps overflow", wd[1], p.groups)),
+        None => Dim::Unknown,
+    };
     check_bias(ins, &maps)?;
     let mut out = vec![xd[0].clone(), maps];
     for i in 0..spatial {

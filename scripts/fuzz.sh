@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Runs every cargo-fuzz target for SECONDS each (default 30) on seeds from the repository;
+# a crash fails the script and leaves its input in fuzz/artifacts/TARGET/. CI runs it
+# briefly; the closing note of a change to a parser runs it for an hour per target.
+#   scripts/fuzz.sh [SECONDS] [TARGET…]
+# Installs cargo-fuzz from crates.io when it is missing. The stable toolchain builds the
+# instrumented binaries with RUSTC_BOOTSTRAP=1; no sanitizer (kiln's unsafe code is FFI
+# to GPU drivers, which the fuzzed paths do not reach), so a crash is a panic, an abort,
+# a timeout (-timeout) or running out of the memory limit (-rss_limit_mb).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-30}
+shift || true
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(engine_load onnx_import onnx_attributes timing_cache_load npz_read)
+
+if ! cargo fuzz --version >/dev/null 2>&1; then
+  echo "fuzz: installing cargo-fuzz" >&2
+  cargo install --quiet --locked cargo-fuzz
+fi
+export RUSTC_BOOTSTRAP=1
+
+seed() {
+  local target=$1 dir=fuzz/corpus/$1
+  mkdir -p "$dir"
+  case $target in
+    onnx_import)
+      for m in engine/onnx/tests/data/*/model.onnx; do cp "$m" "$dir/$(basename "$(dirname "$m")").onnx"; done ;;
+    npz_read) for f in $(git ls-files '*.npz'); do cp "$f" "$dir/"; done ;;
+    engine_load | timing_cache_load)
+      # Engines and a timing cache the CLI writes from the repository's small models.
+      cargo build --quiet -p kiln-cli
+      for m in engine/onnx/tests/data/*/model.onnx; do
+        name=$(basename "$(dirname "$m")")
+        if [ "$target" = engine_load ]; then
+          target/debug/kiln build --backend cpu "$m" -o "$dir/$name.engine" >/dev/null 2>&1 || true
+        else
+          target/debug/kiln build --backend cpu "$m" -o "$scratch/engine" --timing-cache "$dir/$name.cache" >/dev/null 2>&1 || true
+        fi
+      done ;;
+    onnx_attributes) head -c 64 /dev/zero > "$dir/zeros" ;;
+  esac
+}
+
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+failed=()
+for target in "${targets[@]}"; do
+  seed "$target"
+  echo "fuzz: $target for ${seconds}s on $(ls "fuzz/corpus/$target" | wc -l) seeds" >&2
+  if ! (cd fuzz && cargo fuzz run --sanitizer none "$target" -- \
+      -max_total_time="$seconds" -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 2>&1 | tail -n 12); then
+    failed+=("$target")
+  fi
+done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "fuzz: crashes in ${failed[*]} (inputs under fuzz/artifacts/)" >&2
+  exit 1
+fi
