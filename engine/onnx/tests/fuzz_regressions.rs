@@ -59,3 +59,18 @@ fn padding_an_empty_tensor_by_a_huge_amount_makes_an_empty_tensor() {
     let e = kiln_onnx::import_bytes(&prost::Message::encode_to_vec(&crop), None).map(|_| ()).unwrap_err().to_string();
     assert!(!e.is_empty());
 }
+
+/// Range whose span is i64::MIN and delta -1: its length divided with overflow.
+#[test]
+fn a_range_whose_length_overflows_is_an_error() {
+    let model = Graph::new()
+        .input("x", F32, "1")
+        .init(tensor_i64("start", &[], &[0]))
+        .init(tensor_i64("limit", &[], &[i64::MIN]))
+        .init(tensor_i64("delta", &[], &[-1]))
+        .node(node("Range", &["start", "limit", "delta"], &["y"]))
+        .output("y")
+        .model(17);
+    let e = kiln_onnx::import_bytes(&prost::Message::encode_to_vec(&model), None).map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("more elements than an int64 can count"), "{e}");
+}

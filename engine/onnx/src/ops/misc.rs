@@ -232,7 +232,11 @@ fn folded_range(
     let span = l.checked_sub(s).ok_or_else(|| ctx.invalid("Range limit - start overflows"))?;
     // ceil(span / d): truncation rounds toward zero, so step up when the exact quotient
     // is positive and inexact.
-    let n = span / d + i64::from(span % d != 0 && (span < 0) == (d < 0));
+    // (i64::MIN / -1 is the one quotient that overflows: a length no tensor can have.)
+    let (Some(quotient), Some(rest)) = (span.checked_div(d), span.checked_rem(d)) else {
+        return Err(ctx.invalid(format!("Range from {s} to {l} by {d} has more elements than an int64 can count")));
+    };
+    let n = quotient + i64::from(rest != 0 && (span < 0) == (d < 0));
     if n > MAX_FOLDED_RANGE as i64 {
         return Ok(None);
     }
