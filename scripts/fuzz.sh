@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs every cargo-fuzz target for SECONDS each (default 30) on seeds from the repository;
-# a crash fails the script and leaves its input in fuzz/artifacts/TARGET/. CI runs it
-# briefly; the closing note of a change to a parser runs it for an hour per target.
+# a crash fails the script and leaves its input in fuzz/artifacts/TARGET/. The closing
+# note of a change to a parser runs it for an hour per target.
 #   scripts/fuzz.sh [SECONDS] [TARGET…]
+# With FUZZ_RUNS=N, each target runs N inputs from a fixed seed instead: the same inputs
+# on every machine, so CI's brief run passes or fails the same way each time.
 # Installs cargo-fuzz from crates.io when it is missing. The stable toolchain builds the
 # instrumented binaries with RUSTC_BOOTSTRAP=1; no sanitizer (kiln's unsafe code is FFI
 # to GPU drivers, which the fuzzed paths do not reach), so a crash is a panic, an abort,
@@ -47,9 +49,15 @@ trap 'rm -rf "$scratch"' EXIT
 failed=()
 for target in "${targets[@]}"; do
   seed "$target"
-  echo "fuzz: $target for ${seconds}s on $(ls "fuzz/corpus/$target" | wc -l) seeds" >&2
+  if [ -n "${FUZZ_RUNS:-}" ]; then
+    budget=(-runs="$FUZZ_RUNS" -seed=1)
+    echo "fuzz: $target, $FUZZ_RUNS inputs (seed 1) from $(ls "fuzz/corpus/$target" | wc -l) seeds" >&2
+  else
+    budget=(-max_total_time="$seconds")
+    echo "fuzz: $target for ${seconds}s on $(ls "fuzz/corpus/$target" | wc -l) seeds" >&2
+  fi
   if ! (cd fuzz && cargo fuzz run --sanitizer none "$target" -- \
-      -max_total_time="$seconds" -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 2>&1 | tail -n 12); then
+      "${budget[@]}" -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 2>&1 | tail -n 12); then
     failed+=("$target")
   fi
 done

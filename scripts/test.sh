@@ -45,9 +45,10 @@ cargo test --workspace --locked "$@"
 # cargo resolves features anew and rebuilds wgpu).
 KILN_CONFORMANCE_BACKEND=wgpu cargo test --workspace --test onnx_backend --locked -- --skip real/
 
-# Every fuzz target briefly (cargo-fuzz, installed from crates.io if missing), on seeds
-# from the repository: a crash fails the run. Longer runs: `scripts/fuzz.sh SECONDS`.
+# Every fuzz target briefly (cargo-fuzz, installed from crates.io if missing): 4,000
+# inputs each from a fixed seed over seeds from the repository, so the run is the same
+# on every machine; a crash fails it. Longer runs: `scripts/fuzz.sh SECONDS`.
 # With arguments (a test filter), only the cargo tests above run.
 if [ $# -eq 0 ]; then
-  scripts/fuzz.sh 20
+  FUZZ_RUNS=4000 scripts/fuzz.sh
 fi
