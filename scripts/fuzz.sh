@@ -31,7 +31,8 @@ seed() {
     npz_read) for f in $(git ls-files '*.npz'); do cp "$f" "$dir/"; done ;;
     engine_load | timing_cache_load)
       # Engines and a timing cache the CLI writes from the repository's small models.
-      cargo build --quiet -p kiln-cli
+      # `--workspace` keeps the test build's features, so CI reuses its kiln binary.
+      cargo build --quiet --workspace
       for m in engine/onnx/tests/data/*/model.onnx; do
         name=$(basename "$(dirname "$m")")
         if [ "$target" = engine_load ]; then
