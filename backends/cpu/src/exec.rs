@@ -144,8 +144,11 @@ fn reserve_outputs(expected: &[OutFact]) -> Result<(), KernelError> {
         return Ok(());
     }
     let mut reservation: Vec<u8> = Vec::new();
-    let refused = |_| KernelError::OutOfMemory(format!("the host cannot allocate {} for the outputs", kiln::limits::format_bytes(bytes)));
-    reservation.try_reserve_exact(usize::try_from(bytes).map_err(|_| refused(()))?).map_err(|_| refused(()))
+    let refused = || {
+        KernelError::OutOfMemory(format!("the host cannot allocate {} for the outputs", kiln::limits::format_bytes(bytes)))
+    };
+    let bytes = usize::try_from(bytes).map_err(|_| refused())?;
+    reservation.try_reserve_exact(bytes).map_err(|_| refused())
 }
 
 impl Executable for CpuExecutable {
