@@ -12,44 +12,55 @@ struct PoolAxis {
 
 #define POOL_MAX_AXES KILN_MAX_RANK
 
-// The output element's window: per axis its first position and the cells the divisor that
-// counts padding includes (positions before the end padding's end; ceil mode's overhang never
-// counts). Returns the plane (n·C + c) the element belongs to.
-__device__ i64 window_of(i64 i, int spatial, const PoolAxis* axes, i64* start, i64* padded) {
+// The window indices k in [0, window) whose position start + k·dilation lies in [lo, hi),
+// as [*first, *end): found by division, so a window of 2^31 cells over a 4-cell axis costs
+// 4 steps (kiln::plan::pool::cells_within; the host checks every extent fits in i64/4).
+__device__ void cells_within(i64 start, i64 window, i64 dilation, i64 lo, i64 hi, i64* first, i64* end) {
+    const i64 f = lo > start ? (lo - start + dilation - 1) / dilation : 0;
+    i64 e = hi > start ? (hi - 1 - start) / dilation + 1 : 0;
+    e = e < window ? e : window;
+    *first = f;
+    *end = e > f ? e : f;
+}
+
+// The output element's window: per axis the window indices inside the input, [first, end),
+// and the product of the cells the divisor that counts padding includes (positions before
+// the end padding's end; ceil mode's overhang never counts). Returns the plane (n·C + c).
+__device__ i64 window_of(i64 i, int spatial, const PoolAxis* axes, i64* start, i64* first, i64* end, double* padded) {
     i64 rem = i;
-    *padded = 1;
+    *padded = 1.0;
     for (int d = spatial - 1; d >= 0; --d) {
         const PoolAxis a = axes[d];
         const i64 o = rem % a.out;
         rem /= a.out;
         start[d] = o * a.stride - a.pre;
-        i64 counted = 0;
-        for (i64 k = 0; k < a.window; ++k) counted += (start[d] + k * a.dilation < a.in + a.post);
-        *padded *= counted;
+        cells_within(start[d], a.window, a.dilation, 0, a.in, &first[d], &end[d]);
+        i64 pf, pe;
+        cells_within(start[d], a.window, a.dilation, start[d], a.in + a.post, &pf, &pe);
+        *padded *= (double)(pe - pf);
     }
     return rem;
 }
 
 // Calls f(offset within the plane) for every window cell inside the input, first axis slowest.
 template <typename F>
-__device__ void for_each_cell(int spatial, const PoolAxis* axes, const i64* start, F f) {
+__device__ void for_each_cell(int spatial, const PoolAxis* axes, const i64* start, const i64* first, const i64* end, F f) {
     i64 k[POOL_MAX_AXES];
-    i64 total = 1;
-    for (int d = 0; d < spatial; ++d) { k[d] = 0; total *= axes[d].window; }
-    for (i64 t = 0; t < total; ++t) {
+    for (int d = 0; d < spatial; ++d) {
+        if (first[d] == end[d]) return;
+        k[d] = first[d];
+    }
+    for (;;) {
         i64 off = 0;
-        bool inside = true;
-        for (int d = 0; d < spatial; ++d) {
-            const i64 pos = start[d] + k[d] * axes[d].dilation;
-            if (pos < 0 || pos >= axes[d].in) { inside = false; break; }
-            off = off * axes[d].in + pos;
-        }
-        if (inside) f(off);
+        for (int d = 0; d < spatial; ++d) off = off * axes[d].in + start[d] + k[d] * axes[d].dilation;
+        f(off);
         // The odometer: the last axis fastest.
-        for (int d = spatial - 1; d >= 0; --d) {
-            if (++k[d] < axes[d].window) break;
-            k[d] = 0;
+        int d = spatial - 1;
+        for (; d >= 0; --d) {
+            if (++k[d] < end[d]) break;
+            k[d] = first[d];
         }
+        if (d < 0) return;
     }
 }
 
@@ -60,17 +71,18 @@ __device__ void pool_float(i64 n, int spatial, const PoolAxis* axes, int average
     i64 plane_len = 1;
     for (int d = 0; d < spatial; ++d) plane_len *= axes[d].in;
     KILN_GRID_LOOP(i, n) {
-        i64 start[POOL_MAX_AXES], padded;
-        const T* plane = x + window_of(i, spatial, axes, start, &padded) * plane_len;
+        i64 start[POOL_MAX_AXES], first[POOL_MAX_AXES], end[POOL_MAX_AXES];
+        double padded;
+        const T* plane = x + window_of(i, spatial, axes, start, first, end, &padded) * plane_len;
         double acc = average ? 0.0 : -INFINITY;
         i64 count = 0;
-        for_each_cell(spatial, axes, start, [&](i64 off) {
+        for_each_cell(spatial, axes, start, first, end, [&](i64 off) {
             const double v = to_d(plane[off]);
             if (average) acc += v;
             else acc = acc != acc ? acc : (v != v || v > acc ? v : acc);
             ++count;
         });
-        if (average) acc /= (double)(count_excludes_padding ? count : padded);
+        if (average) acc /= count_excludes_padding ? (double)count : padded;
         y[i] = from_d<T>(acc);
     }
 }
@@ -92,10 +104,11 @@ __device__ void pool_int(i64 n, int spatial, const PoolAxis* axes, const T* x, T
     i64 plane_len = 1;
     for (int d = 0; d < spatial; ++d) plane_len *= axes[d].in;
     KILN_GRID_LOOP(i, n) {
-        i64 start[POOL_MAX_AXES], padded;
-        const T* plane = x + window_of(i, spatial, axes, start, &padded) * plane_len;
+        i64 start[POOL_MAX_AXES], first[POOL_MAX_AXES], end[POOL_MAX_AXES];
+        double padded;
+        const T* plane = x + window_of(i, spatial, axes, start, first, end, &padded) * plane_len;
         T acc = lowest<T>();
-        for_each_cell(spatial, axes, start, [&](i64 off) { acc = plane[off] > acc ? plane[off] : acc; });
+        for_each_cell(spatial, axes, start, first, end, [&](i64 off) { acc = plane[off] > acc ? plane[off] : acc; });
         y[i] = acc;
     }
 }

@@ -28,7 +28,13 @@ seed() {
   case $target in
     onnx_import)
       for m in engine/onnx/tests/data/*/model.onnx; do cp "$m" "$dir/$(basename "$(dirname "$m")").onnx"; done ;;
-    npz_read) for f in $(git ls-files '*.npz'); do cp "$f" "$dir/"; done ;;
+    npz_read)
+      # The archives, and their first arrays as lone .npy files (--inputs x.npy, --load-inputs).
+      for f in $(git ls-files '*.npz'); do
+        cp "$f" "$dir/"
+        python3 -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); sys.stdout.buffer.write(z.read(z.namelist()[0]))' \
+          "$f" > "$dir/$(basename "$f" .npz).npy"
+      done ;;
     engine_load | timing_cache_load)
       # Engines and a timing cache the CLI writes from the repository's small models.
       # `--workspace` keeps the test build's features, so CI reuses its kiln binary.
@@ -38,9 +44,19 @@ seed() {
         if [ "$target" = engine_load ]; then
           target/debug/kiln build --backend cpu "$m" -o "$dir/$name.engine" >/dev/null 2>&1 || true
         else
-          target/debug/kiln build --backend cpu "$m" -o "$scratch/engine" --timing-cache "$dir/$name.cache" >/dev/null 2>&1 || true
+          # Written in the scratch folder, which also takes the cache's `.lock` file.
+          target/debug/kiln build --backend cpu "$m" -o "$scratch/engine" --timing-cache "$scratch/$name.cache" >/dev/null 2>&1 \
+            && cp "$scratch/$name.cache" "$dir/" || true
         fi
-      done ;;
+      done
+      if [ "$target" = engine_load ]; then
+        # Refittable and weight-stripped engines: their Refit section (format 7).
+        for m in tests/data/pytorch/cnn_dynamo.onnx tests/data/pytorch/bert_torchscript.onnx tests/data/pytorch/loop_list.onnx; do
+          name=$(basename "$m" .onnx)
+          target/debug/kiln build --backend cpu "$m" --flag refit -o "$dir/$name-refit.engine" >/dev/null 2>&1 || true
+          target/debug/kiln build --backend cpu "$m" --flag refit --flag strip_weights -o "$dir/$name-stripped.engine" >/dev/null 2>&1 || true
+        done
+      fi ;;
     onnx_attributes) head -c 64 /dev/zero > "$dir/zeros" ;;
   esac
 }

@@ -9,6 +9,12 @@ if ! command -v cargo >/dev/null; then
   exit 1
 fi
 
+# A clean clone gains nothing from incremental caches, and full debug info makes each of
+# the ~100 test binaries hundreds of MB: together they filled CI's disk (stop 31). Line
+# tables keep file:line in panics and backtraces. Both can be overridden from outside.
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
+export CARGO_PROFILE_DEV_DEBUG=${CARGO_PROFILE_DEV_DEBUG:-line-tables-only}
+
 # The ONNX backend test suite (tests/onnx_backend.rs) needs the onnx package's test data:
 # installed from PyPI and written once; without it the conformance run fails, not skips.
 eval "$(scripts/onnx_suite_data.sh)"
@@ -35,8 +41,16 @@ fi
 # the one cycle left in the core is listed as known until it is cut.
 python3 scripts/module_cycles.py engine/kiln/src backends/cuda/src backends/wgpu/src backends/cpu/src
 
-# GPU tests skip with a message where no device exists.
-cargo test --workspace --locked "$@"
+# The libraries first: the C API's tests (engine/capi) link C programs against libkiln_capi.so,
+# and the Python tests load the extension module, cdylibs that a test build does not make.
+cargo build --workspace --lib --locked
+
+# Doctests first: tests below build crates again with other features into the same target
+# folder (the backend-library tests build `-p kiln-backend-wgpu`), which can leave a rlib
+# built against another kiln; the doctests link those rlibs by path and must see the test
+# build's own. GPU tests skip with a message where no device exists.
+cargo test --workspace --locked --doc "$@"
+cargo test --workspace --locked --lib --bins --tests --examples "$@"
 
 # The ONNX suite once more, on the wgpu backend (lavapipe in CI), with its own
 # expectations (tests/conformance/expected_failures_wgpu.txt). The `real/` ImageNet models
@@ -44,6 +58,11 @@ cargo test --workspace --locked "$@"
 # `--workspace` keeps the workspace's feature set, so the build above is reused (with `-p`,
 # cargo resolves features anew and rebuilds wgpu).
 KILN_CONFORMANCE_BACKEND=wgpu cargo test --workspace --test onnx_backend --locked -- --skip real/
+
+# The Python package's pytest suite, on the extension module the build above made.
+if [ $# -eq 0 ]; then
+  scripts/python_tests.sh
+fi
 
 # Every fuzz target briefly (cargo-fuzz, installed from crates.io if missing): 4,000
 # inputs each from a fixed seed over seeds from the repository, so the run is the same

@@ -26,30 +26,29 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let o1 = rem % osz.x;
     let plane = rem / osz.x;
     let start = vec3<i32>(i32(o1), i32(o2), i32(o3)) * stride - pre;
-    // Cells inside the input, and cells inside the padded input (the divisor when
-    // padding counts).
-    var inside = vec3<u32>(0u);
+    // Per axis, the window indices inside the input [first, end) and the cells inside the
+    // padded input (the divisor when padding counts), found by division so a huge window
+    // costs only its inside cells (the host checks every extent fits in i32/4).
+    var first = vec3<i32>(0);
+    var end = vec3<i32>(0);
     var padded = vec3<u32>(0u);
     for (var t = 0u; t < 3u; t++) {
-        for (var j = 0u; j < win[t]; j++) {
-            let p = start[t] + i32(j) * dil[t];
-            if (p >= 0 && p < size[t]) { inside[t] += 1u; }
-            if (p < size[t] + post[t]) { padded[t] += 1u; }
-        }
+        let w = i32(win[t]);
+        if (start[t] < 0) { first[t] = (dil[t] - 1 - start[t]) / dil[t]; }
+        end[t] = max(first[t], min(w, select(0, (size[t] - 1 - start[t]) / dil[t] + 1, size[t] > start[t])));
+        let hi = size[t] + post[t];
+        padded[t] = u32(min(w, select(0, (hi - 1 - start[t]) / dil[t] + 1, hi > start[t])));
     }
     let base = plane * u32(size.x * size.y * size.z);
     var acc = 0.0;
     var best = neg_inf();
     var nan = false;
-    for (var a = 0u; a < win.x; a++) {
-        let p = start.x + i32(a) * dil.x;
-        if (p < 0 || p >= size.x) { continue; }
-        for (var b = 0u; b < win.y; b++) {
-            let q = start.y + i32(b) * dil.y;
-            if (q < 0 || q >= size.y) { continue; }
-            for (var c = 0u; c < win.z; c++) {
-                let r = start.z + i32(c) * dil.z;
-                if (r < 0 || r >= size.z) { continue; }
+    for (var a = first.x; a < end.x; a++) {
+        let p = start.x + a * dil.x;
+        for (var b = first.y; b < end.y; b++) {
+            let q = start.y + b * dil.y;
+            for (var c = first.z; c < end.z; c++) {
+                let r = start.z + c * dil.z;
                 let v = x[base + u32((p * size.y + q) * size.z + r)];
                 if ((bitcast<u32>(v) & 0x7fffffffu) > F32_INF) { nan = true; }
                 acc += v;
@@ -57,12 +56,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
         }
     }
+    let inside = vec3<f32>(end - first);
     if (average) {
+        // In f32: a product of three padded extents can pass u32.
         var count = inside.x * inside.y * inside.z;
         if (params[24] == 0u) {
-            count = padded.x * padded.y * padded.z;
+            count = f32(padded.x) * f32(padded.y) * f32(padded.z);
         }
-        out[i] = acc / f32(count);
+        out[i] = acc / count;
     } else if (nan) {
         out[i] = bitcast<f32>(0x7fc00000u);
     } else {

@@ -6,6 +6,12 @@
 //! (`models/mnist.onnx`) for comparing kiln's importer and onnxruntime against this API path.
 #![forbid(unsafe_code)]
 
+// The Rust examples of docs/embedding.md run as this crate's doctests
+// (`cargo test --workspace --doc -p kiln-examples`), so the guide cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/embedding.md")]
+mod embedding_guide {}
+
 use kiln::{
     ActivationKind, DataType, Dim, ElementwiseOp, MatrixOp, Network, NetworkError, PoolingKind, PoolingParams, Shape,
     TensorData, TensorId,

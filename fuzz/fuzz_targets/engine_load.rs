@@ -1,52 +1,37 @@
 //! Any byte string given to the engine loader is an error or a valid engine, never a
-//! panic, hang or huge allocation; a loaded engine also prepares on the cpu backend.
+//! panic, hang or huge allocation; a loaded engine also prepares on the cpu backend, and a
+//! refittable one replays its build in a refit.
 //!
 //! Checksums guard the header and every section, so a mutated file would almost never get
 //! past them: each input is also loaded resealed (its sections' checksums recomputed), so
 //! the plan decoder and the load-time checks see the mutations.
 #![no_main]
 
-use kiln::engine::format::{self, BuildFlags, EngineHeader, SectionKind};
-use kiln::DeviceFingerprint;
+use kiln::engine::format::{self, WireHeader};
 use libfuzzer_sys::fuzz_target;
-use serde::Deserialize;
-
-/// The engine header as the file stores it (`format::WireHeader`, private there): offsets
-/// and lengths as fixed 8-byte values.
-#[derive(Deserialize)]
-struct WireHeader {
-    kiln_version: String,
-    backend: String,
-    device: DeviceFingerprint,
-    build_flags: BuildFlags,
-    sections: Vec<(SectionKind, [u8; 8], [u8; 8], u32)>,
-}
 
 /// The file with its header's sections cut out of it and written again with true
 /// checksums; `None` when the header does not decode or a section lies outside.
 fn resealed(data: &[u8]) -> Option<Vec<u8>> {
     let header_len = u32::from_le_bytes(data.get(12..16)?.try_into().ok()?) as usize;
-    let wire: WireHeader = postcard::from_bytes(data.get(16..16usize.checked_add(header_len)?)?).ok()?;
+    let mut header = WireHeader::decode(data.get(16..16usize.checked_add(header_len)?)?).ok()?.into_header();
     let mut sections = Vec::new();
-    for (kind, offset, len, _) in wire.sections {
-        let start = usize::try_from(u64::from_le_bytes(offset)).ok()?;
-        let end = start.checked_add(usize::try_from(u64::from_le_bytes(len)).ok()?)?;
-        sections.push((kind, data.get(start..end)?.to_vec()));
+    for entry in std::mem::take(&mut header.sections) {
+        let start = usize::try_from(entry.offset).ok()?;
+        let end = start.checked_add(usize::try_from(entry.len).ok()?)?;
+        sections.push((entry.kind, data.get(start..end)?.to_vec()));
     }
-    let header = EngineHeader {
-        kiln_version: wire.kiln_version,
-        backend: wire.backend,
-        device: wire.device,
-        build_flags: wire.build_flags,
-        sections: Vec::new(),
-    };
     Some(format::write_file(header, &sections))
 }
 
 fn load_and_prepare(bytes: &[u8]) {
-    if let Ok(engine) = kiln::Engine::deserialize(bytes) {
+    if let Ok(mut engine) = kiln::Engine::deserialize(bytes) {
         let backend = kiln_cpu::CpuBackend::new();
-        let _ = kiln::ExecutionContext::new(engine, &backend);
+        let _ = kiln::ExecutionContext::new(engine.clone(), &backend);
+        // A refittable engine's source network replays the build's rewrites in a refit.
+        if let Ok(mut refitter) = kiln::refit::Refitter::new(&engine) {
+            let _ = refitter.refit_engine(&mut engine, &backend);
+        }
     }
 }
 

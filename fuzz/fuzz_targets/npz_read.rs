@@ -1,5 +1,6 @@
-//! Any byte string given to the CLI's `.npz` reader (`--inputs`) is an error or arrays,
-//! never a panic, hang or an allocation its bytes cannot fill.
+//! Any byte string given to the CLI's `.npz` and `.npy` readers (`--inputs`,
+//! `--load-inputs`) is an error or arrays, never a panic, hang or an allocation its bytes
+//! cannot fill.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -15,4 +16,5 @@ mod output_file;
 
 fuzz_target!(|data: &[u8]| {
     let _ = npz::read_npz_bytes(data);
+    let _ = npz::read_npy_bytes(data);
 });

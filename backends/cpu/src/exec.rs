@@ -162,4 +162,9 @@ impl Executable for CpuExecutable {
         let outputs = run.execute(inputs)?;
         Ok((outputs, run.clock.map(HostClock::into_times)))
     }
+
+    /// Kernels read weights from the network: replacing the blobs is the whole refit.
+    fn refit(&mut self, changes: &[(kiln::WeightsId, std::sync::Arc<HostTensor>)]) -> Result<(), BackendError> {
+        self.network.replace_weights(changes).map_err(|reason| BackendError::Execution { layer: "(refit)".into(), reason })
+    }
 }

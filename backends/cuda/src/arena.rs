@@ -3,7 +3,7 @@
 //! Layer outputs and kernel temporaries are known exactly only at run time (shapes,
 //! workspaces), so the first execution with an input-shape signature runs on plain
 //! allocations and records its allocation trace (sizes in allocation order, and when each
-//! block is freed). kiln's memory planner ([`kiln::memory_plan::pack`], first fit over
+//! block is freed). kiln's memory planner ([`kiln::memory_plan::pack`], best fit over
 //! lifetimes) places the trace in one arena; later executions with the same signature serve
 //! allocation *k* from its offset there, checking event by event that they follow the
 //! recorded trace (a divergence falls back to plain allocations and the caller re-plans).

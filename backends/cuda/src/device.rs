@@ -179,6 +179,21 @@ impl Gpu {
         Ok(copy)
     }
 
+    /// Device memory in use on this GPU, by every process (total less free, cuMemGetInfo):
+    /// how tests see growth across refits or runs.
+    pub fn memory_in_use(&self) -> Result<u64, GpuError> {
+        self.ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
+        let (free, total) = result::mem_get_info().map_err(driver("cuMemGetInfo"))?;
+        Ok(total.saturating_sub(free) as u64)
+    }
+
+    /// Drops the cached layouts of the weights at these device addresses (their values were
+    /// overwritten by a refit): the next use converts them again.
+    pub fn forget_converted(&self, buffers: &[u64]) {
+        let mut cache = self.converted.lock().unwrap_or_else(|p| p.into_inner());
+        cache.retain(|(ptr, _), _| !buffers.contains(ptr));
+    }
+
     fn plain_alloc(&self, bytes: usize, traced: Option<(Weak<Mutex<Tracer>>, usize)>) -> Result<DeviceBuffer, GpuError> {
         // SAFETY: the memory is uninitialized; every kernel writing a fresh output covers all
         // of its `bytes` before anything reads them.

@@ -594,6 +594,29 @@ impl Executable for CudaExecutable {
         true
     }
 
+    /// Overwrites the constants' device buffers in place (same sizes: a refit keeps types
+    /// and dims), forgets the layouts converted from them (cuDNN's channels-last filters) and
+    /// the captured graphs and arenas that read those, then waits for the copies.
+    fn refit(&mut self, changes: &[(kiln::WeightsId, Arc<HostTensor>)]) -> Result<(), BackendError> {
+        self.network.replace_weights(changes).map_err(|reason| BackendError::Execution { layer: "(refit)".into(), reason })?;
+        let mut rewritten = Vec::new();
+        for (i, layer) in self.network.layers().iter().enumerate() {
+            let LayerKind::Constant { weights } = &layer.kind else { continue };
+            let Some((_, new)) = changes.iter().find(|(id, _)| id == weights) else { continue };
+            let Some(Some(value)) = self.constants.get_mut(i) else { continue };
+            if let Some(device) = &value.device {
+                self.gpu.write(&device.buf, &new.data().le_bytes()).map_err(|e| gpu_error(&layer.name, e))?;
+                rewritten.push(device.buf.ptr());
+            }
+            if value.host.is_some() {
+                value.host = Some(new.clone());
+            }
+        }
+        self.gpu.forget_converted(&rewritten);
+        *lock(&self.signatures) = Signatures::default();
+        self.gpu.synchronize().map_err(|e| gpu_error("(refit)", e))
+    }
+
     fn execution_mode(&self) -> Option<String> {
         Some(self.last_mode())
     }

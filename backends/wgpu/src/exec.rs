@@ -548,4 +548,19 @@ impl Executable for WgpuExecutable {
     fn execute(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>, BackendError> {
         Ok(self.execute_run(inputs, false)?.0)
     }
+
+    /// New blobs replace the old in the network; their device copies are dropped (freeing
+    /// them: no execution runs during a refit) and uploaded again on first use.
+    fn refit(&mut self, changes: &[(kiln::WeightsId, Arc<HostTensor>)]) -> Result<(), BackendError> {
+        let fail = |reason: String| BackendError::Execution { layer: "(refit)".into(), reason };
+        let old: Vec<usize> = changes.iter().map(|(id, _)| Arc::as_ptr(&self.network.weights()[id.0]) as usize).collect();
+        self.network.replace_weights(changes).map_err(fail)?;
+        let constants = self.constants.get_mut().map_err(|_| fail("the constant cache is poisoned".into()))?;
+        for ((id, new), old) in changes.iter().zip(old) {
+            constants.remove(&id.0);
+            self.weight_blobs.remove(&old);
+            self.weight_blobs.insert(Arc::as_ptr(new) as usize, id.0);
+        }
+        Ok(())
+    }
 }

@@ -9,26 +9,18 @@ mod pytorch_data;
 
 use kiln::{Backend, BuilderConfig, BuilderFlag, DataType, ExecutionContext, HostTensor, LayerId, Network};
 use kiln_wgpu::WgpuBackend;
-use pytorch_data::{read_npz, repo, worst_error};
+use pytorch_data::{reference_model, worst_error};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
 /// The model with every float-computing layer constrained to f16, and its inputs.
 fn f16_model(name: &str) -> (Network, HashMap<String, HostTensor>) {
-    let dir = repo().join("tests/data/pytorch");
-    let mut net = kiln_onnx::import_file(&dir.join(format!("{name}.onnx"))).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let (mut net, inputs, _) = reference_model(name);
     for i in 0..net.layers().len() {
         if kiln::precision::is_float_compute(&net.layers()[i].kind) {
             net.set_layer_precision(LayerId(i), DataType::F16).expect("precision");
         }
     }
-    let mut arrays = read_npz(&dir.join(format!("{name}.npz")));
-    let inputs = net
-        .inputs()
-        .iter()
-        .map(|&t| net.tensor(t).name.clone())
-        .map(|n| (n.clone(), arrays.remove(&n).expect("input in the npz")))
-        .collect();
     (net, inputs)
 }
 

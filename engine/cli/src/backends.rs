@@ -98,28 +98,19 @@ type Opener = Box<dyn Fn() -> Result<Box<dyn Backend>, BackendError>>;
 /// and a library provides it too, else the first library of that name.
 fn resolve(name: &str) -> Option<(Origin, Opener)> {
     let library = plugin_backends().iter().find(|l| l.name == name);
-    let builtin = REGISTRY.iter().find(|e| e.name == name);
+    let builtin = kiln_builtin_backends::BUILT_IN.iter().find(|e| e.name == name);
     match (builtin, library) {
         (Some(_), Some(lib)) | (None, Some(lib)) if prefer_plugins() || builtin.is_none() => {
             let lib = lib.clone();
             Some((Origin::Library(lib.path.clone()), Box::new(move || lib.open())))
         }
-        (Some(entry), _) => Some((Origin::BuiltIn, Box::new(entry.open))),
+        (Some(entry), _) => {
+            let open = entry.open;
+            Some((Origin::BuiltIn, Box::new(move || Ok(open()))))
+        }
         _ => None,
     }
 }
-
-struct RegistryEntry {
-    name: &'static str,
-    open: fn() -> Result<Box<dyn Backend>, BackendError>,
-}
-
-/// Fastest first: `auto` takes the first entry whose device probe succeeds.
-const REGISTRY: [RegistryEntry; 3] = [
-    RegistryEntry { name: "cuda", open: || Ok(Box::new(kiln_cuda::CudaBackend::new())) },
-    RegistryEntry { name: "wgpu", open: || Ok(Box::new(kiln_wgpu::WgpuBackend::new())) },
-    RegistryEntry { name: "cpu", open: || Ok(Box::new(kiln_cpu::CpuBackend::new())) },
-];
 
 /// How a backend came to be used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -167,7 +158,7 @@ fn open(name: &str, selection: Selection) -> Result<SelectedBackend, BackendErro
 
 /// Every backend name: built-ins in preference order, then backend libraries' own names.
 fn all_names() -> Vec<String> {
-    let mut names: Vec<String> = REGISTRY.iter().map(|e| e.name.to_string()).collect();
+    let mut names: Vec<String> = kiln_builtin_backends::BUILT_IN.iter().map(|e| e.name.to_string()).collect();
     for lib in plugin_backends() {
         if !names.contains(&lib.name) {
             names.push(lib.name.clone());
@@ -188,10 +179,10 @@ pub fn select(choice: BackendChoice) -> anyhow::Result<SelectedBackend> {
     let mut reasons = Vec::new();
     for name in all_names() {
         match open(&name, Selection::Auto) {
-            Ok(selected) if kiln_wgpu::is_software_adapter(&selected.device) => {
-                reasons.push(format!("wgpu runs on a software adapter ({}), slower than cpu", selected.device.name))
-            }
-            Ok(selected) => return Ok(selected),
+            Ok(selected) => match kiln_builtin_backends::passed_over_by_auto(&selected.device) {
+                Some(reason) => reasons.push(reason),
+                None => return Ok(selected),
+            },
             Err(e) => reasons.push(e.to_string()),
         }
     }

@@ -5,12 +5,19 @@
 #![forbid(unsafe_code)]
 
 mod backends;
+#[cfg(test)]
+mod cli_reference;
 mod commands;
 mod compare;
 mod inputs;
+mod logging;
 mod model;
 mod npz;
+mod onnx_summary;
 mod output_file;
+mod precision_options;
+mod progress;
+mod random_inputs;
 mod report;
 mod shapes;
 mod stats;
@@ -31,6 +38,17 @@ struct Cli {
     /// KILN_PLUGIN_PATH, `:`-separated files or folders, load first).
     #[arg(long = "plugins", value_name = "LIB", global = true)]
     plugins: Vec<PathBuf>,
+    /// More log on stderr: -v the build's phases, precisions and memory plans (and `build`
+    /// lists each layer's tactic); -vv every fusion and tactic decision; -vvv everything.
+    /// Without -v or -q, RUST_LOG (e.g. `kiln=debug`) sets the log filter.
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    /// Errors only: no warnings, no progress bars, no build summary.
+    #[arg(short = 'q', long, global = true, conflicts_with = "verbose")]
+    quiet: bool,
+    /// How log lines are written on stderr.
+    #[arg(long, value_enum, default_value_t = logging::LogFormat::Text, global = true)]
+    log_format: logging::LogFormat,
 }
 
 #[derive(Debug, Subcommand)]
@@ -39,7 +57,11 @@ enum Command {
     Run(RunArgs),
     /// Build an engine file from an ONNX model.
     Build(BuildArgs),
-    /// Show what an engine file holds: device, inputs, outputs and every layer.
+    /// Show what an engine file or an ONNX model holds; for a model, every node kiln cannot import.
+    ///
+    /// An engine file: its device, build flags, inputs, outputs and every layer. An ONNX model:
+    /// its inputs, outputs, opsets, op counts and initializers, and a capability report that
+    /// names every node kiln cannot import with the reason (`--plugins LIB` for custom ops).
     Inspect(InspectArgs),
     /// Show, merge or edit a timing cache file (`kiln build --timing-cache`).
     #[command(subcommand)]
@@ -49,8 +71,15 @@ enum Command {
     Compare(CompareArgs),
     /// Measure latency and throughput of a model or engine (trtexec-style).
     Bench(BenchArgs),
+    /// Give an engine built with `--flag refit` new weights, or a `--flag strip_weights`
+    /// engine the weights it left out (no kernel compiled, no tactic timed again).
+    Refit(RefitArgs),
     /// List the backends, whether each is available here, and their devices.
-    Devices,
+    Devices {
+        /// Also writes the list as JSON to this file (`-`: stdout, instead of the text).
+        #[arg(long, value_name = "OUT")]
+        json: Option<PathBuf>,
+    },
     /// Plugin libraries: `kiln plugins list` shows every plugin loaded (with --plugins and
     /// KILN_PLUGIN_PATH), its library and its fields.
     #[command(subcommand)]
@@ -60,7 +89,11 @@ enum Command {
 #[derive(Debug, Subcommand)]
 pub enum PluginsCommand {
     /// Every registered plugin: `namespace::name@version`, where it came from, its fields.
-    List,
+    List {
+        /// Also writes the list as JSON to this file (`-`: stdout, instead of the text).
+        #[arg(long, value_name = "OUT")]
+        json: Option<PathBuf>,
+    },
 }
 
 const COMPARE_HELP: &str = "\
@@ -70,7 +103,8 @@ Default tolerances by precision tier, the loosest the builder flags allow:
   fp16 (--flag fp16) rtol 1e-2, atol 1e-2
   bf16 (--flag bf16) rtol 2e-2, atol 2e-2
 An element fails only when |a-r| > atol and |a-r| > rtol*|r| (r: the reference, the last
-backend). NaN equals NaN, NaN against a number fails, infinities must match exactly;
+backend, or with --load-outputs the loaded outputs). --rtol NAME:R and --atol NAME:A set one
+tensor's tolerance. NaN equals NaN, NaN against a number fails, infinities must match exactly;
 integer and bool outputs compare exactly.
 Exit status: 0 all within tolerance, 3 results differ, 4 a backend could not build or run
 the model (or is not available), 1 any other error.";
@@ -79,19 +113,29 @@ the model (or is not available), 1 any other error.";
 pub enum CacheCommand {
     /// Every entry: key, chosen tactic and each candidate's median time.
     Show {
+        /// The timing cache file.
         file: PathBuf,
+        /// Also writes the cache as JSON to this file (`-`: stdout, instead of the text).
+        #[arg(long, value_name = "OUT")]
+        json: Option<PathBuf>,
     },
     /// Combines two caches of one device into a third (A's entries win on shared keys).
     Merge {
+        /// The first cache; its entries win where both caches time the same layer.
         a: PathBuf,
+        /// The second cache, of the same backend, device and kiln version.
         b: PathBuf,
+        /// Where to write A + B (replaced whole, under its lock).
         #[arg(short, long, value_name = "OUT")]
         output: PathBuf,
     },
     /// Sets the chosen tactic of one entry (a candidate's full id or name), in place.
     Edit {
+        /// The timing cache file, changed in place under its lock.
         file: PathBuf,
+        /// The entry's key, as `kiln cache show` prints it.
         key: String,
+        /// One of the entry's candidates: its full id (`cpu/conv_direct@…`) or its name.
         tactic: String,
     },
 }
@@ -104,22 +148,38 @@ pub struct RunArgs {
     /// engine file: the backend it was built for).
     #[arg(long, default_value_t = BackendChoice::Auto)]
     pub backend: BackendChoice,
-    /// An `.npz` file with one array per network input, keyed by input name. Without it the
-    /// inputs are random (ChaCha8, seed 0).
-    #[arg(long, value_name = "IN.npz")]
-    pub inputs: Option<PathBuf>,
+    #[command(flatten)]
+    pub input: inputs::InputOptions,
+    /// Builder flags, for an ONNX model.
+    #[command(flatten)]
+    pub precision: precision_options::PrecisionOptions,
     /// Writes every network output, keyed by output name, to this (uncompressed) `.npz` file.
     #[arg(long, value_name = "OUT.npz")]
     pub save_outputs: Option<PathBuf>,
-    /// Dims of dynamic inputs, `name:1x3x224x224[,name2:…]`: used for random inputs and
-    /// checked against the `--inputs` arrays; an engine checks them against its profile.
-    #[arg(long, value_name = "SHAPES")]
-    pub shapes: Option<String>,
+    /// Also writes the report as JSON to this file (`-`: stdout, instead of the text).
+    #[arg(long, value_name = "OUT")]
+    pub json: Option<PathBuf>,
     /// Most memory one tensor may take, e.g. `8G` or `512M` (default: the device's memory;
     /// the host's for cpu). A tensor the model would make beyond it is an error naming the
     /// layer and its size, not a crash. Recorded in a built engine.
     #[arg(long, value_name = "SIZE", value_parser = parse_memory_size)]
     pub max_memory: Option<u64>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RefitArgs {
+    /// The engine file to refit (built with `--flag refit`).
+    pub engine: PathBuf,
+    /// The new weights: an ONNX model (its initializers, matched to the engine's weights by
+    /// name) or an `.npz` whose arrays are named after the weights (`kiln inspect` lists them).
+    #[arg(long, value_name = "MODEL.onnx|WEIGHTS.npz")]
+    pub weights: PathBuf,
+    /// Where to write the refitted engine.
+    #[arg(short, long, value_name = "ENGINE")]
+    pub output: PathBuf,
+    /// The backend the refit replays the build's rewrites on: the engine's own (`auto`).
+    #[arg(long, default_value_t = BackendChoice::Auto)]
+    pub backend: BackendChoice,
 }
 
 #[derive(Debug, clap::Args)]
@@ -142,13 +202,9 @@ pub struct BuildArgs {
     /// Largest dims of the dynamic inputs.
     #[arg(long, value_name = "SHAPES")]
     pub max_shapes: Option<String>,
-    /// A builder flag to set (repeatable): fp16, bf16, tf32, prefer_precision_constraints,
-    /// obey_precision_constraints, direct_io. TF32 is on unless `--no-tf32`.
-    #[arg(long = "flag", value_name = "FLAG")]
-    pub flags: Vec<String>,
-    /// Clears the TF32 flag.
-    #[arg(long)]
-    pub no_tf32: bool,
+    /// Builder flags; TF32 is on unless `--no-tf32`.
+    #[command(flatten)]
+    pub precision: precision_options::PrecisionOptions,
     /// How much `kiln inspect --verbosity` may show of the engine.
     #[arg(long, value_enum, default_value_t = Verbosity::LayerNamesOnly)]
     pub profiling_verbosity: Verbosity,
@@ -168,10 +224,9 @@ pub struct BuildArgs {
     /// this build's (its entries relabelled as this device's).
     #[arg(long, requires = "ignore_timing_cache_mismatch")]
     pub overwrite_timing_cache: bool,
-    /// Also prints what the builder decided: layer precisions, and per engine layer (fused
-    /// layers named after what they replaced) its tactic and the candidates timed for it.
-    #[arg(long, short = 'v')]
-    pub verbose: bool,
+    /// Also writes the report as JSON to this file (`-`: stdout, instead of the text).
+    #[arg(long, value_name = "OUT")]
+    pub json: Option<PathBuf>,
     /// Most memory one tensor may take, e.g. `8G` or `512M` (default: the device's memory;
     /// the host's for cpu). A tensor the model would make beyond it is an error naming the
     /// layer and its size, not a crash. Recorded in a built engine.
@@ -181,33 +236,43 @@ pub struct BuildArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct CompareArgs {
-    /// The ONNX model to compare.
+    /// The ONNX model to compare, or a kiln engine file (run on its backend and compared with
+    /// --load-outputs).
+    #[arg(value_name = "MODEL.onnx|ENGINE")]
     pub model: PathBuf,
-    /// Two or more backends, comma-separated; each is compared with the last one (the
-    /// reference), e.g. `wgpu,cpu`.
-    #[arg(long, value_delimiter = ',', required = true, value_name = "A,B")]
+    /// Backends, comma-separated: each is compared with the last one (the reference), e.g.
+    /// `wgpu,cpu`; with --load-outputs, each is compared with the loaded outputs.
+    #[arg(long, value_delimiter = ',', value_name = "A,B")]
     pub backends: Vec<String>,
-    /// An `.npz` file with one array per network input; without it the inputs are random
-    /// (ChaCha8, seed 0), the same for every backend.
-    #[arg(long, value_name = "IN.npz")]
-    pub inputs: Option<PathBuf>,
-    /// Dims of dynamic inputs, `name:1x3x224x224[,name2:…]`.
-    #[arg(long, value_name = "SHAPES")]
-    pub shapes: Option<String>,
-    /// Relative tolerance; default: the precision tier's (see below).
-    #[arg(long, value_name = "R")]
-    pub rtol: Option<f64>,
-    /// Absolute tolerance; default: the precision tier's (see below).
-    #[arg(long, value_name = "A")]
-    pub atol: Option<f64>,
+    /// Reference outputs computed elsewhere (e.g. by PyTorch), an `.npz` keyed by output
+    /// name: every backend is compared with them; outputs the file lacks are not compared.
+    #[arg(long, value_name = "GOLDEN.npz")]
+    pub load_outputs: Option<PathBuf>,
+    /// Writes each backend's outputs to DIR/BACKEND.npz (a repeated backend: BACKEND-2.npz).
+    #[arg(long, value_name = "DIR")]
+    pub save_outputs: Option<PathBuf>,
+    /// With --mark-all: writes every compared tensor of each backend to DIR/BACKEND.npz.
+    #[arg(long, value_name = "DIR", requires = "mark_all")]
+    pub save_intermediates: Option<PathBuf>,
+    /// The inputs, the same for every backend.
+    #[command(flatten)]
+    pub input: inputs::InputOptions,
+    /// Relative tolerance, `R` for every tensor or `NAME:R` for one (repeatable); default:
+    /// the precision tier's (see below).
+    #[arg(long, value_name = "[NAME:]R")]
+    pub rtol: Vec<String>,
+    /// Absolute tolerance, `A` for every tensor or `NAME:A` for one (repeatable); default:
+    /// the precision tier's (see below).
+    #[arg(long, value_name = "[NAME:]A")]
+    pub atol: Vec<String>,
     /// Compares every intermediate tensor (built without optimization passes so none is
     /// fused away) and names the first layer whose output diverges.
     #[arg(long)]
     pub mark_all: bool,
-    /// A builder flag for every backend's build (repeatable): fp16, bf16, tf32, …; it also
-    /// picks the default tolerances.
-    #[arg(long = "flag", value_name = "FLAG")]
-    pub flags: Vec<String>,
+    /// Builder flags for every backend's build; they also pick the default tolerances
+    /// (TF32 is off in compare unless `--flag tf32`).
+    #[command(flatten)]
+    pub precision: precision_options::PrecisionOptions,
     /// Also writes every figure (per backend pair and tensor) to this JSON file.
     #[arg(long, value_name = "OUT")]
     pub json: Option<PathBuf>,
@@ -226,21 +291,11 @@ pub struct BenchArgs {
     /// file: the backend it was built for).
     #[arg(long, default_value_t = BackendChoice::Auto)]
     pub backend: BackendChoice,
-    /// Builds with the FP16 flag (ONNX models only).
-    #[arg(long)]
-    pub fp16: bool,
-    /// Builds with the BF16 flag (ONNX models only).
-    #[arg(long)]
-    pub bf16: bool,
-    /// Builds with TF32 off (ONNX models only).
-    #[arg(long)]
-    pub no_tf32: bool,
-    /// An `.npz` file with the inputs; without it they are random (ChaCha8, seed 0).
-    #[arg(long, value_name = "IN.npz")]
-    pub inputs: Option<PathBuf>,
-    /// Dims of dynamic inputs, `name:1x3x224x224[,name2:…]`.
-    #[arg(long, value_name = "SHAPES")]
-    pub shapes: Option<String>,
+    /// Builder flags (ONNX models only).
+    #[command(flatten)]
+    pub precision: precision_options::PrecisionOptions,
+    #[command(flatten)]
+    pub input: inputs::InputOptions,
     /// Warm-up time before measuring, in milliseconds.
     #[arg(long, default_value_t = 200, value_name = "W")]
     pub warmup_ms: u64,
@@ -251,6 +306,10 @@ pub struct BenchArgs {
     /// Least number of measured iterations.
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub iterations: u64,
+    /// Runs N execution contexts of the engine at once, each on its own stream and thread
+    /// (trtexec's `--streams`): throughput is theirs together, latency each iteration's.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub streams: usize,
     /// Asks the backend not to capture and replay CUDA graphs (no effect on backends
     /// without graphs; the output says so).
     #[arg(long)]
@@ -258,6 +317,10 @@ pub struct BenchArgs {
     /// Writes every figure to this JSON file.
     #[arg(long, value_name = "OUT")]
     pub json: Option<PathBuf>,
+    /// Writes every timed iteration's latency, enqueue and device times to this JSON file
+    /// (trtexec's `--exportTimes`).
+    #[arg(long, value_name = "OUT")]
+    pub export_times: Option<PathBuf>,
     /// After the timed runs, profiles every layer in separate runs (interpreted, each layer
     /// timed on the device) and prints the per-layer medians; also in `--json`.
     #[arg(long)]
@@ -277,14 +340,21 @@ pub struct BenchArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct InspectArgs {
-    /// The engine file to describe.
-    pub engine: PathBuf,
+    /// The engine file or ONNX model to describe (an engine is recognized by its magic bytes).
+    #[arg(value_name = "ENGINE|MODEL.onnx")]
+    pub file: PathBuf,
+    /// Text for people, JSON for programs (`--format json`).
     #[arg(long, value_enum, default_value_t = InspectFormat::Text)]
     pub format: InspectFormat,
-    /// Prints the engine inspector's information (TensorRT's `getEngineInformation`) at
-    /// this verbosity, capped by the one the engine was built with, instead of the summary.
+    /// Engine files: prints the engine inspector's information (TensorRT's
+    /// `getEngineInformation`) at this verbosity, capped by the one the engine was built
+    /// with, instead of the summary.
     #[arg(long, value_enum)]
     pub verbosity: Option<Verbosity>,
+    /// ONNX models: also checks the imported layers against this backend (`auto`: the first
+    /// available). A backend reports the first layer it cannot run, not every one.
+    #[arg(long)]
+    pub backend: Option<BackendChoice>,
 }
 
 /// Profiling verbosity (seed §6.12).
@@ -320,34 +390,47 @@ fn parse_memory_size(text: &str) -> Result<u64, String> {
 fn named_files<'a>(command: &'a Command, loaded: &'a commands::plugins::Loaded) -> Vec<NamedFile<'a>> {
     let mut files: Vec<NamedFile> =
         loaded.libraries.iter().map(|l| NamedFile::reads("the plugin library", &l.path)).collect();
-    let inputs = |model: &'a PathBuf, inputs: &'a Option<PathBuf>| {
-        std::iter::once(NamedFile::reads("the model", model)).chain(inputs.iter().map(|p| NamedFile::reads("--inputs", p)))
+    let inputs = |model: &'a PathBuf, input: &'a inputs::InputOptions| {
+        std::iter::once(NamedFile::reads("the model", model)).chain(input.files().map(|(what, p)| NamedFile::reads(what, p)))
     };
     match command {
         Command::Run(args) => {
-            files.extend(inputs(&args.model, &args.inputs));
+            files.extend(inputs(&args.model, &args.input));
             files.extend(args.save_outputs.iter().map(|p| NamedFile::writes("--save-outputs", p)));
+            files.extend(args.json.iter().map(|p| NamedFile::writes("--json", p)));
         }
         Command::Build(args) => {
             files.push(NamedFile::reads("the model", &args.model));
             files.extend(args.timing_cache.iter().map(|p| NamedFile::updates("--timing-cache", p)));
             files.push(NamedFile::writes("--output", &args.output));
+            files.extend(args.json.iter().map(|p| NamedFile::writes("--json", p)));
         }
         Command::Compare(args) => {
-            files.extend(inputs(&args.model, &args.inputs));
+            files.extend(inputs(&args.model, &args.input));
+            files.extend(args.load_outputs.iter().map(|p| NamedFile::reads("--load-outputs", p)));
             files.extend(args.json.iter().map(|p| NamedFile::writes("--json", p)));
         }
         Command::Bench(args) => {
-            files.extend(inputs(&args.model, &args.inputs));
+            files.extend(inputs(&args.model, &args.input));
             files.extend(args.json.iter().map(|p| NamedFile::writes("--json", p)));
             files.extend(args.export_profile.iter().map(|p| NamedFile::writes("--export-profile", p)));
+            files.extend(args.export_times.iter().map(|p| NamedFile::writes("--export-times", p)));
         }
         Command::Cache(CacheCommand::Merge { a, b, output }) => {
             files.extend([NamedFile::reads("cache A", a), NamedFile::reads("cache B", b)]);
             files.push(NamedFile::writes("--output", output));
         }
         Command::Cache(CacheCommand::Edit { file, .. }) => files.push(NamedFile::updates("the cache", file)),
-        Command::Cache(CacheCommand::Show { .. }) | Command::Inspect(_) | Command::Devices | Command::Plugins(_) => {}
+        Command::Cache(CacheCommand::Show { json, .. }) | Command::Devices { json } => {
+            files.extend(json.iter().map(|p| NamedFile::writes("--json", p)));
+        }
+        Command::Plugins(PluginsCommand::List { json }) => files.extend(json.iter().map(|p| NamedFile::writes("--json", p))),
+        Command::Refit(args) => {
+            files.push(NamedFile::reads("the engine", &args.engine));
+            files.push(NamedFile::reads("--weights", &args.weights));
+            files.push(NamedFile::writes("--output", &args.output));
+        }
+        Command::Inspect(_) => {}
     }
     files
 }
@@ -362,7 +445,10 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(usage) => return report::usage_error(usage),
     };
+    let verbosity = logging::Verbosity::from_flags(cli.quiet, cli.verbose);
+    progress::set_hidden(cli.quiet);
     report::run_reporting_errors(move || {
+        logging::init(verbosity, cli.quiet || cli.verbose > 0, cli.log_format)?;
         let loaded = commands::plugins::load(&cli.plugins)?;
         output_file::check_distinct(&named_files(&cli.command, &loaded))?;
         backends::load_plugin_backends()?;
@@ -370,6 +456,8 @@ fn main() -> ExitCode {
             Command::Run(args) => Some(args.backend),
             Command::Build(args) => Some(args.backend),
             Command::Bench(args) => Some(args.backend),
+            Command::Inspect(args) => args.backend,
+            Command::Refit(args) => Some(args.backend),
             _ => None,
         };
         // Any name parses (backend libraries add theirs at start): check it before any work.
@@ -380,13 +468,14 @@ fn main() -> ExitCode {
         }
         match cli.command {
             Command::Run(args) => commands::run::run(&args),
-            Command::Build(args) => commands::build::build(&args),
+            Command::Build(args) => commands::build::build(&args, verbosity),
             Command::Inspect(args) => commands::inspect::inspect(&args),
             Command::Cache(command) => commands::cache::cache(&command),
             Command::Compare(args) => commands::compare::compare(&args),
             Command::Bench(args) => commands::bench::bench(&args),
-            Command::Devices => commands::devices::devices(),
-            Command::Plugins(PluginsCommand::List) => commands::plugins::list(&loaded),
+            Command::Refit(args) => commands::refit::refit(&args, verbosity),
+            Command::Devices { json } => commands::devices::devices(json.as_deref()),
+            Command::Plugins(PluginsCommand::List { json }) => commands::plugins::list(&loaded, json.as_deref()),
         }
     })
 }

@@ -22,6 +22,28 @@ pub fn read_npz(path: &Path) -> anyhow::Result<Vec<(String, HostTensor)>> {
     read_archive(archive, &format!("`{}`", path.display()))
 }
 
+/// The magic bytes every `.npy` file starts with.
+const NPY_MAGIC: &[u8] = b"\x93NUMPY";
+
+/// Whether the file starts like a `.npy` array (not an `.npz` archive).
+pub fn is_npy_file(path: &Path) -> bool {
+    let mut magic = [0u8; 6];
+    std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut magic)).is_ok() && magic == NPY_MAGIC
+}
+
+/// The array of a `.npy` file.
+pub fn read_npy(path: &Path) -> anyhow::Result<HostTensor> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read npy file `{}`", path.display()))?;
+    read_npy_bytes(&bytes).with_context(|| format!("cannot read npy file `{}`", path.display()))
+}
+
+/// [`read_npy`] of bytes in memory (also the fuzz target's entry).
+pub fn read_npy_bytes(bytes: &[u8]) -> anyhow::Result<HostTensor> {
+    check_npy_header(&bytes[..bytes.len().min(12 + MAX_HEADER_BYTES)])?;
+    let file = NpyFile::new(bytes).map_err(|e| anyhow::anyhow!("its npy header is malformed ({e})"))?;
+    read_array(file, Some(bytes.len() as u64))
+}
+
 /// [`read_npz`] of an archive in memory (the fuzz target's entry).
 #[allow(dead_code)] // used by fuzz/fuzz_targets/npz_read.rs, which includes this file
 pub fn read_npz_bytes(bytes: &[u8]) -> anyhow::Result<Vec<(String, HostTensor)>> {
@@ -37,6 +59,7 @@ fn read_archive<R: Read + Seek>(mut archive: NpzArchive<R>, label: &str) -> anyh
         let context = || format!("cannot read array `{name}` of {label}");
         // What the archive holds for the array bounds what its header may claim.
         let stored = archive.zip_archive().by_name(&npyz::npz::file_name_from_array_name(&name)).map(|e| e.size()).ok();
+        check_header_shape(&mut archive, &name).with_context(context)?;
         // Read inside the borrow of the archive, so an error can look at the archive again.
         let tensor = match archive.by_name(&name).map(|file| file.map(|f| read_array(f, stored))) {
             Ok(Some(tensor)) => tensor.with_context(context)?,
@@ -57,6 +80,44 @@ fn read_archive<R: Read + Seek>(mut archive: NpzArchive<R>, label: &str) -> anyh
         arrays.push((name, tensor));
     }
     Ok(arrays)
+}
+
+/// numpy's own limit on an npy header (`max_header_size`, numpy 1.24 on).
+const MAX_HEADER_BYTES: usize = 10_000;
+/// A plain array's header holds two brackets: the dict and the `shape` tuple (kiln reads no
+/// structured dtypes, whose lists of tuples hold more).
+const MAX_HEADER_BRACKETS: usize = 8;
+
+/// [`check_npy_header`] of an archive's array.
+fn check_header_shape<R: Read + Seek>(archive: &mut NpzArchive<R>, name: &str) -> anyhow::Result<()> {
+    let Ok(entry) = archive.zip_archive().by_name(&npyz::npz::file_name_from_array_name(name)) else {
+        return Ok(());
+    };
+    let mut head = Vec::new();
+    entry.take((12 + MAX_HEADER_BYTES) as u64).read_to_end(&mut head)?;
+    check_npy_header(&head)
+}
+
+/// Refuses a header that is too long or holds many brackets before npyz parses it: its
+/// Python-literal parser backtracks exponentially in nesting depth (14 unclosed `{` take
+/// over a minute). Every bracket counts, quoted or not: quotes and their escapes could hide
+/// brackets from a scanner that the parser then sees. `head` is the start of an npy file.
+fn check_npy_header(head: &[u8]) -> anyhow::Result<()> {
+    // Magic (6 bytes), version (2), header length (u16 in version 1, u32 after).
+    let (len, start) = match head.get(6) {
+        Some(1) if head.len() >= 10 => (u16::from_le_bytes([head[8], head[9]]) as usize, 10),
+        Some(2 | 3) if head.len() >= 12 => (u32::from_le_bytes([head[8], head[9], head[10], head[11]]) as usize, 12),
+        _ => return Ok(()), // not an npy preamble: npyz names what is wrong
+    };
+    if len > MAX_HEADER_BYTES {
+        bail!("its npy header is {len} bytes long; numpy writes and reads at most {MAX_HEADER_BYTES}");
+    }
+    let text = &head[start.min(head.len())..(start + len).min(head.len())];
+    let brackets = text.iter().filter(|b| matches!(b, b'{' | b'(' | b'[')).count();
+    if brackets > MAX_HEADER_BRACKETS {
+        bail!("its npy header holds {brackets} opening brackets; a plain array's holds 2, kiln reads at most {MAX_HEADER_BRACKETS}");
+    }
+    Ok(())
 }
 
 /// The `descr` entry of an array's npy header, read as plain text.
@@ -355,6 +416,36 @@ pub fn reinterpret_narrow(tensor: HostTensor, dtype: DataType) -> anyhow::Result
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An archive holding `x.npy` with this header (version 1) and 16 zero bytes of data.
+    fn npz_with_header(header: &str) -> Vec<u8> {
+        let mut npy = b"\x93NUMPY\x01\x00".to_vec();
+        npy.extend_from_slice(&(header.len() as u16).to_le_bytes());
+        npy.extend_from_slice(header.as_bytes());
+        npy.extend_from_slice(&[0; 16]);
+        let mut zip = npyz::zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+        let options = FileOptions::default().compression_method(CompressionMethod::Stored);
+        zip.start_file("x.npy", options).unwrap();
+        zip.write_all(&npy).unwrap();
+        zip.finish().unwrap().into_inner()
+    }
+
+    fn header(shape: &str) -> String {
+        format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}\n")
+    }
+
+    #[test]
+    fn headers_npyz_would_parse_for_minutes_are_refused() {
+        let read = |h: &str| read_npz_bytes(&npz_with_header(h)).map(|a| a.len()).map_err(|e| format!("{e:#}"));
+        assert_eq!(read(&header("(2, 2)")), Ok(1));
+        let e = read(&header(&"{".repeat(14))).unwrap_err();
+        assert!(e.contains("holds 15 opening brackets"), "{e}");
+        // Brackets behind an escaped quote count too (a fuzz input the parser took 10 s on).
+        let escaped = format!("{{'descr': '<f4', 'for': 'x\\\\\\'<f4':{}(4,), }}\n", "{".repeat(30));
+        assert!(read(&escaped).unwrap_err().contains("opening brackets"));
+        let e = read(&header(&format!("(2, 2){}", " ".repeat(MAX_HEADER_BYTES)))).unwrap_err();
+        assert!(e.contains("numpy writes and reads at most 10000"), "{e}");
+    }
 
     #[test]
     fn fortran_order_becomes_row_major() {

@@ -93,6 +93,12 @@ fn resolved(path: &Path) -> Option<PathBuf> {
     Some(std::fs::canonicalize(parent).ok()?.join(name))
 }
 
+/// Whether `path` is `-`: standard output, for `--json -`.
+pub fn is_stdout(path: &Path) -> bool {
+    path.as_os_str() == "-"
+}
+
+
 /// Writes `bytes` to `path` (see the module docs).
 pub fn write_bytes(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     write_with(path, |file| Ok(file.write_all(bytes)?))

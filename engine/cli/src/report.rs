@@ -68,6 +68,11 @@ pub fn usage_error(error: clap::Error) -> ExitCode {
         let _ = error.print();
         return ExitCode::SUCCESS;
     }
+    // Bare `kiln` (or `kiln cache`): the help itself on stderr, not folded into one line.
+    if error.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        let _ = error.print();
+        return ExitCode::from(EXIT_USAGE);
+    }
     // clap renders a paragraph (message, hints, usage); keep the message and its hints.
     let rendered = error.render().to_string();
     let text: Vec<&str> = rendered

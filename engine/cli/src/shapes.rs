@@ -63,22 +63,6 @@ pub fn check_against_network(option: &str, shapes: &ShapeList, network: &Network
     Ok(())
 }
 
-/// `--shapes` must agree with the arrays read from the inputs file.
-pub fn check_against_inputs(
-    shapes: &ShapeList,
-    inputs: &HashMap<String, HostTensor>,
-    file: &str,
-) -> anyhow::Result<()> {
-    for (name, dims) in shapes {
-        if let Some(tensor) = inputs.get(name) {
-            if tensor.shape() != dims.as_slice() {
-                bail!("--shapes gives input `{name}` dims {} but `{file}` holds {}", text(dims), text(tensor.shape()));
-            }
-        }
-    }
-    Ok(())
-}
-
 pub fn text(dims: &[usize]) -> String {
     dims.iter().map(usize::to_string).collect::<Vec<_>>().join("x")
 }

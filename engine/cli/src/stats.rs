@@ -10,6 +10,8 @@ pub struct Summary {
     pub count: usize,
     pub min: f64,
     pub mean: f64,
+    /// Population standard deviation (the sample is every measured value, not a draw).
+    pub stddev: f64,
     pub median: f64,
     pub p90: f64,
     pub p95: f64,
@@ -27,6 +29,7 @@ impl Summary {
         sample.sort_by(f64::total_cmp);
         let count = sample.len();
         let mean = sample.iter().sum::<f64>() / count as f64;
+        let stddev = (sample.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / count as f64).sqrt();
         let rank = |p: f64| -> f64 {
             // Nearest rank: ceil(p/100 * n), 1-based, clamped to the sample.
             let r = ((p / 100.0) * count as f64).ceil() as usize;
@@ -36,6 +39,7 @@ impl Summary {
             count,
             min: sample[0],
             mean,
+            stddev,
             median: rank(50.0),
             p90: rank(90.0),
             p95: rank(95.0),
@@ -50,6 +54,7 @@ impl Summary {
             count: self.count,
             min: self.min * factor,
             mean: self.mean * factor,
+            stddev: self.stddev * factor.abs(),
             median: self.median * factor,
             p90: self.p90 * factor,
             p95: self.p95 * factor,
@@ -63,6 +68,7 @@ impl Summary {
             "count": self.count,
             "min": finite_or_null(self.min),
             "mean": finite_or_null(self.mean),
+            "stddev": finite_or_null(self.stddev),
             "median": finite_or_null(self.median),
             "p90": finite_or_null(self.p90),
             "p95": finite_or_null(self.p95),
@@ -95,6 +101,9 @@ mod tests {
         let s = Summary::of((1..=100).rev().map(f64::from).collect()).unwrap();
         assert_eq!((s.min, s.median, s.p90, s.p95, s.p99, s.max), (1.0, 50.0, 90.0, 95.0, 99.0, 100.0));
         assert_eq!(s.mean, 50.5);
+        // sqrt((100² - 1) / 12) for 1..=100.
+        assert!((s.stddev - (9999.0f64 / 12.0).sqrt()).abs() < 1e-9, "{}", s.stddev);
+        assert_eq!(Summary::of(vec![2.0, 2.0]).unwrap().stddev, 0.0);
         assert_eq!(s.count, 100);
     }
 

@@ -1,5 +1,8 @@
 //! Small text helpers shared by the commands' reports.
 
+use crate::output_file::is_stdout;
+use anyhow::Context;
+use std::path::Path;
 use kiln::{DataType, HostTensor, Shape};
 use std::io::Write;
 use std::time::Duration;
@@ -14,6 +17,15 @@ pub fn emit(text: &str) -> anyhow::Result<()> {
         }
         _ => Ok(()),
     }
+}
+
+/// Writes `value` as pretty JSON to `path`, or to stdout when `path` is `-`.
+pub fn write_json(path: &Path, value: &serde_json::Value) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(value)? + "\n";
+    if is_stdout(path) {
+        return emit(&text);
+    }
+    crate::output_file::write_bytes(path, text.as_bytes()).with_context(|| format!("cannot write `{}`", path.display()))
 }
 
 /// `f32[1,3,224,224]`.

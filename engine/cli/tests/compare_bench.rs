@@ -99,11 +99,11 @@ fn compare_mark_all_leaves_loop_interiors_out() {
 }
 
 #[test]
-fn compare_takes_onnx_models_only() {
+fn compare_takes_an_engine_only_with_golden_outputs() {
     let dir = TempDir::new().unwrap();
     let engine = dir.path().join("mnist.engine");
     kiln_ok(&["build", &mnist(), "-o", path_arg(&engine), "--backend", "cpu"]);
-    kiln_fails(&["compare", path_arg(&engine), "--backends", "cpu,cpu"], "takes an ONNX model");
+    kiln_fails(&["compare", path_arg(&engine), "--backends", "cpu,cpu"], "compare it with --load-outputs GOLDEN.npz, or give the ONNX model");
 }
 
 #[test]
@@ -151,6 +151,21 @@ fn bench_json(extra: &[&str]) -> (String, serde_json::Value) {
 }
 
 #[test]
+fn bench_exports_every_iterations_times() {
+    let dir = TempDir::new().unwrap();
+    let times = dir.path().join("times.json");
+    let model = mnist();
+    let (_, v) = bench_json(&[&model, "--iterations", "7", "--backend", "cpu", "--export-times", path_arg(&times)]);
+    let exported: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&times).unwrap()).unwrap();
+    let items = exported.as_array().expect("an array");
+    assert_eq!(items.len() as u64, v["iterations"].as_u64().unwrap(), "one object per timed iteration");
+    let latencies: Vec<f64> = items.iter().map(|i| i["latency_ms"].as_f64().unwrap()).collect();
+    let min = latencies.iter().copied().fold(f64::INFINITY, f64::min);
+    assert!((min - v["latency_ms"]["min"].as_f64().unwrap()).abs() < 1e-9, "{exported} {v}");
+    assert!(items.iter().enumerate().all(|(n, i)| i["iteration"] == n && i["enqueue_ms"].as_f64().unwrap() > 0.0));
+}
+
+#[test]
 fn bench_reports_sane_figures_as_json() {
     let model = mnist();
     let (stdout, v) = bench_json(&[&model, "--iterations", "25", "--backend", "cpu"]);
@@ -172,7 +187,11 @@ fn bench_reports_sane_figures_as_json() {
     assert_eq!(v["throughput"]["batch"], 1);
     assert!(v["gpu_compute_ms"].is_null() && v["h2d_ms"].is_null() && v["d2h_ms"].is_null(), "{v}");
     assert!(v["warmup"]["iterations"].as_u64().expect("warm-up count") >= 1, "{v}");
-    for line in ["latency:", "enqueue:", "throughput:", "GPU compute: n/a", "H2D / D2H:   n/a"] {
+    assert!(v["first_run_s"].as_f64().expect("first run") > 0.0, "{v}");
+    assert_eq!(v["input_shapes"]["data"], "f32[1,1,28,28]", "{v}");
+    let sd = f("stddev");
+    assert!(sd >= 0.0 && sd <= f("max") - f("min"), "{latency}");
+    for line in ["first run:", "inputs:      data f32[1,1,28,28] (random, ChaCha8 seed 0)", "latency:", "enqueue:", "throughput:", "GPU compute: n/a", "H2D / D2H:   n/a"] {
         assert!(stdout.contains(line), "`{line}` missing: {stdout}");
     }
 }
@@ -232,4 +251,16 @@ fn devices_lists_every_backend() {
     for field in ["device:", "compute capability:", "memory:", "multiprocessors:", "driver:"] {
         assert!(stdout.contains(field), "`{field}` missing: {stdout}");
     }
+}
+
+#[test]
+fn bench_streams_runs_several_contexts_at_once() {
+    let model = mnist();
+    let (stdout, v) = bench_json(&[&model, "--iterations", "12", "--backend", "cpu", "--streams", "3"]);
+    assert_eq!(v["streams"], 3, "{v}");
+    // Each stream starts an iteration while fewer than 12 are done: at most two more finish.
+    let iterations = v["iterations"].as_u64().unwrap();
+    assert!((12..=14).contains(&iterations), "{v}");
+    assert!(stdout.contains("streams:     3 contexts at once"), "{stdout}");
+    kiln_fails(&["bench", &model, "--backend", "cpu", "--streams", "0"], "--streams must be between 1 and 64, got 0");
 }

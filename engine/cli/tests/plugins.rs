@@ -41,6 +41,11 @@ fn plugins_list_shows_what_the_libraries_register() {
     assert!(stdout.contains("2 libraries loaded"), "{stdout}");
     let none = kiln_ok(&["plugins", "list"]);
     assert!(none.contains("no plugins loaded"), "{none}");
+    let json = kiln_ok(&["plugins", "list", "--plugins", path_arg(clip), "--json", "-"]);
+    let listed: serde_json::Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    assert_eq!(listed["plugins"][0]["plugin"], "kiln.examples::ClipC@1", "{listed}");
+    assert_eq!(listed["plugins"][0]["fields"][0], serde_json::json!({ "name": "lo", "type": "f32" }), "{listed}");
+    assert_eq!(listed["libraries"].as_array().map(Vec::len), Some(1), "{listed}");
 }
 
 #[test]
@@ -156,7 +161,7 @@ fn a_panicking_plugin_is_reported_once_as_the_error() {
     let (clip, swish) = libraries();
     let dir = TempDir::new().unwrap();
     let model = panicking_model(dir.path());
-    let args = ["run", path_arg(&model), "--backend", "cpu", "--plugins", path_arg(clip), "--plugins", path_arg(swish)];
+    let args = ["run", path_arg(&model), "--backend", "cpu", "--shapes", "x:1x3", "--plugins", path_arg(clip), "--plugins", path_arg(swish)];
     let out = kiln_in(dir.path(), &args, None);
     let line = one_error_line(&out, "a panicking plugin");
     assert!(line.contains("the plugin panicked: Swish was asked to panic"), "{line}");
@@ -169,13 +174,6 @@ fn wgpu_available() -> bool {
         return false;
     }
     true
-}
-
-fn assert_close(got: &[f32], want: &[f32], tolerance: f32) {
-    assert_eq!(got.len(), want.len());
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!((g - w).abs() <= tolerance * w.abs().max(1.0), "element {i}: got {g}, want {w}");
-    }
 }
 
 #[test]
@@ -274,4 +272,17 @@ fn a_backend_library_from_another_compiler_fails_every_command_clearly() {
     let err = text(&out.stderr);
     assert!(err.contains(&lib.display().to_string()) && err.contains("rustc 0.0.1 (elsewhere)"), "{err}");
     assert!(err.contains("rebuild the library"), "{err}");
+}
+
+#[test]
+fn inspect_hints_only_at_custom_ops_that_no_loaded_plugin_provides() {
+    let text = kiln_ok(&["inspect", &model()]);
+    assert!(text.contains("import:       2 of 2 nodes kiln cannot import:"), "{text}");
+    assert_eq!(text.matches("load its library with --plugins LIB").count(), 2, "{text}");
+    // With the C example loaded, ClipC imports and only Swish is left.
+    let clip = examples::build_clip_example("clip_inspect", &scratch(), &[]).unwrap();
+    let text = kiln_ok(&["inspect", &model(), "--plugins", path_arg(&clip)]);
+    assert!(text.contains("import:       1 of 2 nodes kiln cannot import:"), "{text}");
+    assert!(text.contains("hint: no loaded plugin provides `kiln.examples::Swish`"), "{text}");
+    assert!(!text.contains("`kiln.examples::ClipC`"), "{text}");
 }

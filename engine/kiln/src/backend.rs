@@ -147,6 +147,19 @@ pub trait Executable: Send + Sync {
         false
     }
 
+    /// Replaces weights blobs of the prepared network in place (a refit, see
+    /// [`crate::refit`]): each new blob has the old one's type and dims; device copies and
+    /// anything derived from them are rewritten, no kernel is compiled. Called only while no
+    /// execution runs. Default: the backend cannot refit.
+    fn refit(&mut self, changes: &[(crate::ir::layer::WeightsId, std::sync::Arc<HostTensor>)]) -> Result<(), BackendError> {
+        let _ = changes;
+        Err(BackendError::NotOffered {
+            backend: "(this backend)".into(),
+            operation: "refit a prepared engine".into(),
+            reason: "refit the engine file (kiln refit) and load it again".into(),
+        })
+    }
+
     /// How the latest execution ran (e.g. "graph replay" or why it was interpreted), for
     /// reports. Default: the backend does not say.
     fn execution_mode(&self) -> Option<String> {

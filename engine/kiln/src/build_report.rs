@@ -34,7 +34,9 @@ pub struct BuildSummary {
 impl BuildSummary {
     /// Records a phase that started at `start` and ends now.
     pub fn phase(&mut self, name: &str, start: Instant) {
-        self.phases.push((name.to_string(), start.elapsed()));
+        let took = start.elapsed();
+        tracing::info!(target: "kiln::builder", "{name}: {:.1} ms", took.as_secs_f64() * 1e3);
+        self.phases.push((name.to_string(), took));
     }
 
     pub fn total(&self) -> Duration {

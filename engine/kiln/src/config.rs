@@ -65,7 +65,7 @@ impl BuilderConfig {
 }
 
 /// Whether the builder rewrites the network before building.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Optimization {
     /// Dead-layer elimination only.
     None,
@@ -93,16 +93,24 @@ pub enum BuilderFlag {
     /// Insert no reformat at the network boundary: fail the build when the backend cannot
     /// consume a boundary format directly (seed §6.6).
     DirectIo,
+    /// The engine keeps what a refit needs: the network as given, so that new weights go
+    /// through the same folding and fusion (seed §6.2, [`crate::refit::Refitter`]).
+    Refit,
+    /// With `Refit`: the engine file leaves out the refittable weights (and the weights
+    /// derived from them); it runs only once refitted (TensorRT's weight-stripped plans).
+    StripWeights,
 }
 
 impl BuilderFlag {
-    pub const ALL: [BuilderFlag; 6] = [
+    pub const ALL: [BuilderFlag; 8] = [
         BuilderFlag::Fp16,
         BuilderFlag::Bf16,
         BuilderFlag::Tf32,
         BuilderFlag::PreferPrecisionConstraints,
         BuilderFlag::ObeyPrecisionConstraints,
         BuilderFlag::DirectIo,
+        BuilderFlag::Refit,
+        BuilderFlag::StripWeights,
     ];
 
     pub fn name(self) -> &'static str {
@@ -113,6 +121,8 @@ impl BuilderFlag {
             BuilderFlag::PreferPrecisionConstraints => "PREFER_PRECISION_CONSTRAINTS",
             BuilderFlag::ObeyPrecisionConstraints => "OBEY_PRECISION_CONSTRAINTS",
             BuilderFlag::DirectIo => "DIRECT_IO",
+            BuilderFlag::Refit => "REFIT",
+            BuilderFlag::StripWeights => "STRIP_WEIGHTS",
         }
     }
 

@@ -36,5 +36,8 @@ pub enum BackendError {
     Execution { layer: String, reason: String },
     #[error("out of memory on `{backend}`: {reason}")]
     OutOfMemory { backend: String, reason: String },
+    /// An operation on a prepared network the backend does not offer (a refit).
+    #[error("backend `{backend}` cannot {operation}: {reason}")]
+    NotOffered { backend: String, operation: String, reason: String },
 }
 

@@ -4,6 +4,10 @@
 //! [`Network`]) is validated as it is built, turned into an [`Engine`] for one backend by
 //! the [`Builder`], serialized to an engine file, loaded back, and run through an
 //! [`ExecutionContext`].
+//!
+//! `docs/embedding.md` in the repository is a guide to these steps, with examples that run
+//! as doctests of the `kiln-examples` crate; `docs/tutorial.md` shows them through the
+//! `kiln` command.
 #![forbid(unsafe_code)]
 
 /// The kiln version that wrote an engine or a timing cache; engines load only into the
@@ -27,6 +31,7 @@ pub mod plan;
 pub mod plugin;
 pub mod precision;
 pub mod profile;
+pub mod refit;
 pub mod runtime;
 pub mod tactics;
 

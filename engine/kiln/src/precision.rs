@@ -211,6 +211,18 @@ fn check_strongly_typed(network: &Network, flags: BuilderFlags) -> Result<(), Pr
     Ok(())
 }
 
+/// How many of the network's layers compute in each float type (layers whose precision
+/// cannot change are not counted), in type order.
+pub fn compute_type_counts(network: &Network) -> Vec<(DataType, usize)> {
+    let mut counts = std::collections::BTreeMap::new();
+    for i in 0..network.layers().len() {
+        if let Some(t) = compute_type(network, LayerId(i)) {
+            *counts.entry(t).or_insert(0) += 1;
+        }
+    }
+    counts.into_iter().collect()
+}
+
 /// The type a layer computes in now: that of its converted float inputs, when they are all
 /// f32, f16 or bf16 and agree; `None` when the layer's precision cannot change.
 fn compute_type(network: &Network, layer: LayerId) -> Option<DataType> {

@@ -61,6 +61,8 @@ pub enum RunError {
     BufferTooSmall { tensor: String, needed: usize, available: usize },
     #[error("the buffer of `{tensor}` does not hold valid {dtype} elements")]
     BufferContents { tensor: String, dtype: String },
+    #[error("the engine was built with STRIP_WEIGHTS and holds no weights yet: refit it first (kiln refit ENGINE --weights MODEL.onnx -o OUT)")]
+    WeightStripped,
     #[error("shape inference fails at layer `{layer}` for the input shapes set: {rule}")]
     ShapeInference { layer: String, rule: String },
 }
@@ -85,6 +87,9 @@ impl PreparedEngine {
     pub fn new(engine: Engine, backend: &dyn Backend) -> Result<Arc<PreparedEngine>, RunError> {
         let device = backend.device()?;
         let warnings = engine.check_device(&device)?;
+        if engine.is_weight_stripped() {
+            return Err(RunError::WeightStripped);
+        }
         let executable = backend.prepare_plan(engine.network(), engine.control_flow(), engine.tactics())?;
         Ok(Arc::new(PreparedEngine { engine, executable, warnings }))
     }
@@ -105,5 +110,10 @@ impl PreparedEngine {
 
     pub(crate) fn executable(&self) -> &dyn Executable {
         self.executable.as_ref()
+    }
+
+    /// The engine and its executable, for a refit (which holds the only reference).
+    pub(crate) fn parts_mut(&mut self) -> (&mut Engine, &mut dyn Executable) {
+        (&mut self.engine, self.executable.as_mut())
     }
 }

@@ -264,7 +264,11 @@ impl NodeContext<'_> {
 
     /// The length of `t` along `axis` as a 1-element i64 tensor.
     pub fn dim_of(&mut self, part: &str, t: TensorId, axis: usize) -> Result<TensorId, ImportError> {
-        if let Some(n) = self.dims(t)[axis].fixed() {
+        let dims = self.dims(t);
+        let Some(dim) = dims.get(axis) else {
+            return Err(self.invalid(format!("{part}: axis {axis} of a rank-{} tensor", dims.len())));
+        };
+        if let Some(n) = dim.fixed() {
             return self.const_i64(part, &[n as i64]);
         }
         let shape = self.add(&format!("{part} shape"), LayerKind::Shape, &[t])?;

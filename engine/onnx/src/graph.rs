@@ -18,12 +18,12 @@ use std::path::Path;
 type NodeBuilder = dyn Fn(&mut NodeContext<'_>) -> Result<Vec<TensorId>, ImportError>;
 
 /// The default ONNX domain, as nodes and opset imports may spell it.
-fn is_default_domain(domain: &str) -> bool {
+pub(crate) fn is_default_domain(domain: &str) -> bool {
     domain.is_empty() || domain == "ai.onnx"
 }
 
 /// Opset version per domain (the default domain under the key "").
-fn opset_versions(model: &ModelProto) -> Result<HashMap<String, i64>, ImportError> {
+pub(crate) fn opset_versions(model: &ModelProto) -> Result<HashMap<String, i64>, ImportError> {
     let mut versions = HashMap::new();
     for import in &model.opset_import {
         let domain = if is_default_domain(import.domain()) { "" } else { import.domain() };
@@ -50,12 +50,7 @@ pub(crate) fn import_model(model: &ModelProto, model_dir: Option<&Path>) -> Resu
     let mut importer = GraphImporter::new(name, graph, model_dir, opsets);
     importer.add_graph_inputs(graph)?;
     for index in execution_order(&graph.node)? {
-        let node = &graph.node[index];
-        if crate::gradient::is_gradient(node) {
-            importer.import_gradient(&graph.node, index, node)?;
-            continue;
-        }
-        importer.import_node(index, node)?;
+        importer.import_graph_node(&graph.node, index)?;
     }
     importer.mark_outputs(graph)?;
     let warnings = crate::declared::check_outputs(graph, &importer.net)?;
@@ -144,10 +139,15 @@ pub(crate) struct GraphImporter<'m> {
     /// Tensors that carry an ONNX value name.
     pub(crate) onnx_named: HashSet<TensorId>,
     pub(crate) model_dir: Option<&'m Path>,
+    /// Capability checks only ([`crate::check`]): initializers whose external data cannot
+    /// be read, with why. Each becomes a network input of its declared type and dims, so a
+    /// missing data file does not hide what the nodes themselves would do. `None` in an
+    /// import, where such an initializer is an error.
+    pub(crate) unreadable_data: Option<Vec<(String, ImportError)>>,
 }
 
 impl<'m> GraphImporter<'m> {
-    fn new(name: &str, graph: &'m GraphProto, model_dir: Option<&'m Path>, opsets: HashMap<String, i64>) -> Self {
+    pub(crate) fn new(name: &str, graph: &'m GraphProto, model_dir: Option<&'m Path>, opsets: HashMap<String, i64>) -> Self {
         GraphImporter {
             net: Network::new(name),
             values: HashMap::new(),
@@ -166,12 +166,13 @@ impl<'m> GraphImporter<'m> {
                 .collect(),
             onnx_named: HashSet::new(),
             model_dir,
+            unreadable_data: None,
         }
     }
 
     /// Graph inputs become network inputs, except those an initializer provides (the
     /// IR < 4 convention of listing every initializer as an input).
-    fn add_graph_inputs(&mut self, graph: &GraphProto) -> Result<(), ImportError> {
+    pub(crate) fn add_graph_inputs(&mut self, graph: &GraphProto) -> Result<(), ImportError> {
         for input in &graph.input {
             let name = input.name();
             if self.initializers.contains_key(name) {
@@ -229,7 +230,13 @@ impl<'m> GraphImporter<'m> {
         let Some(proto) = self.initializers.remove(name) else {
             return Ok(None);
         };
-        let value = host_tensor(proto, "", self.model_dir)?;
+        let value = match host_tensor(proto, "", self.model_dir) {
+            Ok(value) => value,
+            Err(error @ ImportError::ExternalData { .. }) if self.unreadable_data.is_some() => {
+                return self.stand_in_for_unreadable(proto, error).map(Some);
+            }
+            Err(error) => return Err(error),
+        };
         let weights = self.net.add_weights(value);
         let layer = self
             .net
@@ -238,6 +245,46 @@ impl<'m> GraphImporter<'m> {
         let t = self.net.output(layer, 0);
         self.claim_name(t, name, name)?;
         Ok(Some(t))
+    }
+
+    /// A network input standing in for initializer `proto`, whose data cannot be read
+    /// (capability checks only); the error is recorded in `unreadable_data`.
+    fn stand_in_for_unreadable(&mut self, proto: &TensorProto, error: ImportError) -> Result<TensorId, ImportError> {
+        let name = proto.name();
+        let Ok(dtype) = crate::tensor::dtype_from_onnx(proto.data_type()) else { return Err(error) };
+        let Ok(dims) = proto.dims.iter().map(|&d| usize::try_from(d).map(Dim::Fixed)).collect::<Result<Vec<_>, _>>() else {
+            return Err(error);
+        };
+        let t = self.add_stand_in(name, dtype, Shape(dims), name)?;
+        self.unreadable_data.get_or_insert_with(Vec::new).push((name.to_string(), error));
+        Ok(t)
+    }
+
+    /// Defines ONNX value `name` as a network input of `dtype` and `shape`: a stand-in for a
+    /// value that could not be imported, while a capability check goes on past it.
+    pub(crate) fn add_stand_in(&mut self, name: &str, dtype: kiln::DataType, shape: Shape, node: &str) -> Result<TensorId, ImportError> {
+        // A free name first: the value's own name may be held by a helper tensor, which
+        // claim_name moves aside.
+        let free = (0..)
+            .map(|i| format!("{name} (stand-in {i})"))
+            .find(|n| self.net.find_tensor(n).is_none())
+            .expect("some suffix is free");
+        let t = self
+            .net
+            .add_input(&free, dtype, shape)
+            .map_err(|source| ImportError::Network { node: node.to_string(), source })?;
+        self.claim_name(t, name, node)?;
+        Ok(t)
+    }
+
+    /// Imports node `index` of a main graph's `nodes`; a Gradient node differentiates the
+    /// nodes before it.
+    pub(crate) fn import_graph_node(&mut self, nodes: &[NodeProto], index: usize) -> Result<(), ImportError> {
+        let node = &nodes[index];
+        if crate::gradient::is_gradient(node) {
+            return self.import_gradient(nodes, index, node);
+        }
+        self.import_node(index, node)
     }
 
     pub(crate) fn import_node(&mut self, index: usize, node: &NodeProto) -> Result<(), ImportError> {
@@ -407,7 +454,7 @@ impl<'m> GraphImporter<'m> {
     }
 
     /// Names `t` after an ONNX value, moving a helper tensor that happens to hold the name.
-    fn claim_name(&mut self, t: TensorId, name: &str, node: &str) -> Result<(), ImportError> {
+    pub(crate) fn claim_name(&mut self, t: TensorId, name: &str, node: &str) -> Result<(), ImportError> {
         if let Some(other) = self.net.find_tensor(name).filter(|&o| o != t) {
             let free = (1..)
                 .map(|i| format!("{name} ({i})"))
@@ -425,7 +472,7 @@ impl<'m> GraphImporter<'m> {
 
     /// Marks graph outputs. Graph inputs and constants pass through an Identity layer so
     /// that every output is computed by the engine.
-    fn mark_outputs(&mut self, graph: &GraphProto) -> Result<(), ImportError> {
+    pub(crate) fn mark_outputs(&mut self, graph: &GraphProto) -> Result<(), ImportError> {
         if graph.output.is_empty() {
             return Err(ImportError::graph("the graph has no outputs"));
         }
@@ -483,7 +530,7 @@ impl<'m> GraphImporter<'m> {
 }
 
 /// The element type and shape of a graph input.
-fn tensor_type(info: &ValueInfoProto) -> Result<(kiln::DataType, Shape), ImportError> {
+pub(crate) fn tensor_type(info: &ValueInfoProto) -> Result<(kiln::DataType, Shape), ImportError> {
     let name = info.name();
     let invalid = |reason: String| ImportError::graph(format!("graph input `{name}`: {reason}"));
     let Some(TypeValue::TensorType(tensor)) = info.r#type.as_ref().and_then(|t| t.value.as_ref()) else {

@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 mod attributes;
+mod check;
 mod context;
 mod context_function;
 mod declared;
@@ -21,6 +22,7 @@ mod sequence;
 mod subgraph;
 mod tensor;
 
+pub use check::{CheckReport, NodeIssue};
 pub use error::ImportError;
 
 use kiln::Network;
@@ -58,6 +60,23 @@ pub fn import_bytes_with_warnings(bytes: &[u8], model_dir: Option<&Path>) -> Res
 /// Imports a decoded ONNX model.
 pub fn import_model(model: &proto::ModelProto, model_dir: Option<&Path>) -> Result<Network, ImportError> {
     Ok(graph::import_model(model, model_dir)?.0)
+}
+
+/// Decodes a serialized ONNX model without importing it (to describe it).
+pub fn decode_model(bytes: &[u8]) -> Result<proto::ModelProto, ImportError> {
+    proto::ModelProto::decode(bytes).map_err(|e| ImportError::Decode(e.to_string()))
+}
+
+/// Checks which nodes of a serialized ONNX model kiln can import, going on past failures
+/// where [`import_bytes`] stops at the first. Fails only when the bytes are not an ONNX
+/// model or no node can be checked (no graph, bad opset imports or graph inputs, a cycle).
+pub fn check_bytes(bytes: &[u8], model_dir: Option<&Path>) -> Result<CheckReport, ImportError> {
+    check_model(&decode_model(bytes)?, model_dir)
+}
+
+/// [`check_bytes`] for a decoded model.
+pub fn check_model(model: &proto::ModelProto, model_dir: Option<&Path>) -> Result<CheckReport, ImportError> {
+    check::check_model(model, model_dir)
 }
 
 /// Converts an ONNX tensor (typed fields, raw data or external data under `model_dir`),

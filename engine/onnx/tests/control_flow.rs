@@ -248,6 +248,27 @@ fn scan_8_runs_per_batch_entry() {
     assert_close(&outs["ys"], &[2, 3, 1], &[1., 3., 6., 110., 130., 160.], 0.0);
 }
 
+/// Scan 8 whose scanned input has no sequence axis (rank 1: only the batch axis), with
+/// sequence lengths: an import error naming the axis (the fuzzer found it indexed past the
+/// dims).
+#[test]
+fn scan_8_with_a_scanned_input_of_rank_one_is_an_error() {
+    let body = Graph::new()
+        .input("s_in", F32, "1")
+        .input("x_t", F32, "")
+        .node(node("Add", &["s_in", "x_t"], &["s_out"]))
+        .output("s_out");
+    let model = Graph::new()
+        .input("lens", I32, "2")
+        .input("s0", F32, "2,1")
+        .input("x", F32, "2")
+        .node(node("Scan", &["lens", "s0", "x"], &["s"]).int("num_scan_inputs", 1).attr(graph_attr("body", body)))
+        .output("s")
+        .model(8);
+    let e = kiln_onnx::import_bytes(&prost::Message::encode_to_vec(&model), None).map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("full sequence length: axis 0 of a rank-0 tensor"), "{e}");
+}
+
 /// ONNX allows branches of different shapes (the seeds do not): the output's differing
 /// dims become dynamic and each branch gives its own.
 #[test]

@@ -74,3 +74,31 @@ fn a_range_whose_length_overflows_is_an_error() {
     let e = kiln_onnx::import_bytes(&prost::Message::encode_to_vec(&model), None).map(|_| ()).unwrap_err().to_string();
     assert!(e.contains("more elements than an int64 can count"), "{e}");
 }
+
+/// Pooling windows of 2^31 cells, almost all padding: kernels visited every window cell
+/// (hours on cpu); they now visit only the cells inside the input.
+#[test]
+fn a_window_of_two_billion_cells_pools_only_the_cells_inside() {
+    let pool = |op: &str| {
+        Graph::new()
+            .input("x", F32, "1,1,4,4")
+            .node(
+                node(op, &["x"], &["y"])
+                    .ints("kernel_shape", &[7, i32::MAX as i64])
+                    .ints("pads", &[7, i32::MAX as i64, 7, 7]),
+            )
+            .output("y")
+            .model(17)
+    };
+    let x = f32s(&[1, 1, 4, 4], &(1..=16).map(|v| v as f32).collect::<Vec<_>>());
+    let at = |y: &HostTensor, h: usize, w: usize| y.to_f64_vec()[h * 12 + w];
+    let avg = run(&pool("AveragePool"), vec![("x", x.clone())], "y");
+    assert_eq!(avg.shape(), &[1, 1, 12, 12]);
+    // Output (h, w) covers rows h-7..=h-1 and columns ..=w-1 of the input.
+    assert_eq!(at(&avg, 4, 4), 8.5, "every cell");
+    assert_eq!(at(&avg, 1, 1), 1.0, "the corner cell");
+    assert_eq!(at(&avg, 2, 3), 4.0, "rows 0-1, columns 0-2");
+    assert!(at(&avg, 11, 11).is_nan(), "no cell inside: 0/0");
+    let max = run(&pool("MaxPool"), vec![("x", x)], "y");
+    assert_eq!((at(&max, 4, 4), at(&max, 2, 3)), (16.0, 7.0));
+}

@@ -2,6 +2,7 @@
 
 use crate::element::{numeric_data, pack, FloatElem, IntElem};
 use crate::layout::{strides, try_for_each_index, volume};
+use kiln::plan::pool::axis_window;
 use kiln::{HostTensor, PoolingKind, PoolingParams, TensorData};
 
 /// The windows of one spatial axis, per output coordinate.
@@ -14,15 +15,12 @@ struct AxisWindows {
 }
 
 fn axis_windows(p: &PoolingParams, d: usize, input: usize, output: usize) -> AxisWindows {
-    let (window, stride, dilation) = (p.window[d], p.strides[d] as i64, p.dilations[d] as i64);
-    let (pre, post) = (p.pre_padding[d] as i64, p.post_padding[d] as i64);
-    let n = input as i64;
     let mut w = AxisWindows { cells: Vec::with_capacity(output), padded_counts: Vec::with_capacity(output) };
-    for o in 0..output as i64 {
-        let start = o * stride - pre;
-        let positions = (0..window as i64).map(|k| start + k * dilation);
-        w.cells.push(positions.clone().filter(|&x| (0..n).contains(&x)).map(|x| x as usize).collect());
-        w.padded_counts.push(positions.filter(|&x| x < n + post).count());
+    let dilation = p.dilations.get(d).copied().unwrap_or(1).max(1) as i128;
+    for o in 0..output {
+        let window = axis_window(p, d, input, o);
+        w.cells.push(window.inside.map(|k| (window.start + k * dilation) as usize).collect());
+        w.padded_counts.push(window.padded_count as usize);
     }
     w
 }
@@ -49,7 +47,7 @@ fn windows(p: &PoolingParams, in_spatial: &[usize], out_spatial: &[usize]) -> Re
         for (d, &o) in pos.iter().enumerate() {
             let (cells, stride) = (&axes[d].cells[o], st[d]);
             offsets = offsets.iter().flat_map(|&base| cells.iter().map(move |&c| base + c * stride)).collect();
-            padded *= axes[d].padded_counts[o];
+            padded = axes[d].padded_counts[o].saturating_mul(padded);
         }
         out.offsets.push(offsets);
         out.padded_counts.push(padded);

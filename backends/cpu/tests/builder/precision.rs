@@ -66,7 +66,12 @@ fn tf32_is_on_by_default_and_the_override_variable_turns_it_off() {
 fn unconstrained_layers_stay_f32_on_cpu_even_with_fp16_enabled() {
     let (net, _, _) = mul_relu();
     let out = build(&net, &[BuilderFlag::Fp16, BuilderFlag::Bf16]);
-    assert!(out.warnings.is_empty(), "{:?}", out.warnings);
+    // Neither flag changes a layer here, and the build says so, with the layer counts.
+    assert_eq!(out.warnings.len(), 2, "{:?}", out.warnings);
+    for (w, t) in out.warnings.iter().zip(["f16", "bf16"]) {
+        assert!(w.contains(&format!("runs none of the network's layers in {t}; layer precisions: 2 f32")), "{w}");
+    }
+    assert!(out.log.iter().any(|l| l == "layer precisions: 2 f32"), "{:?}", out.log);
     assert!(!layer_types(&out.engine).contains(&"Cast"), "cpu is never faster in f16: {}", out.engine.network().dump());
     let got = run(out.engine, &[("x", x_input())]);
     assert_eq!(values(&got["y"]), exact_f32());
@@ -159,7 +164,8 @@ fn without_prefer_or_obey_a_constraint_is_a_hint_kept_only_where_faster() {
     let (mut net, mul, _) = mul_relu();
     net.set_layer_precision(mul, DataType::F16).unwrap();
     let out = build(&net, &[BuilderFlag::Fp16]);
-    assert!(out.warnings.len() == 1 && out.warnings[0].contains("not faster"), "{:?}", out.warnings);
+    assert!(out.warnings.len() == 2 && out.warnings[0].contains("not faster"), "{:?}", out.warnings);
+    assert!(out.warnings[1].contains("builder flag FP16 is set but backend `cpu` runs none"), "{:?}", out.warnings);
     assert_eq!(values(&run(out.engine, &[("x", x_input())])["y"]), exact_f32());
 }
 

@@ -65,6 +65,8 @@ pub fn axes(p: &PoolingParams, x: &[usize], out_shape: &[usize]) -> KResult<Vec<
     if strides.contains(&0) || dilations.contains(&0) {
         return Err("pooling strides and dilations must be positive".into());
     }
+    // The kernel computes window positions in i64 without overflow checks.
+    kiln::plan::pool::check_extent(p, &x[2..], (i64::MAX / 4) as i128).map_err(|e| invalid!("{e}"))?;
     let mut out = Vec::with_capacity(7 * spatial);
     for d in 0..spatial {
         let axis = [x[2 + d], out_shape[2 + d], p.window[d], strides[d], dilations[d], pre[d], post[d]];

@@ -2,8 +2,7 @@
 //! runs, device phase times, several contexts on one engine at once, out of memory.
 
 use crate::common::{backend, worst_error};
-use crate::models::repo;
-use crate::pytorch_data::read_npz;
+use crate::pytorch_data::reference_model;
 use kiln::{Backend, BackendError, DataType, ExecutionContext, HostTensor, Network, PreparedEngine, TensorData};
 use kiln_cuda::arena::{ArenaPlan, Event};
 use kiln_cuda::{CudaBackend, GpuError};
@@ -17,18 +16,7 @@ struct Fixture {
 }
 
 fn fixture(name: &str) -> Fixture {
-    let dir = repo().join("tests/data/pytorch");
-    let net = kiln_onnx::import_file(&dir.join(format!("{name}.onnx"))).unwrap_or_else(|e| panic!("{name}: {e}"));
-    let mut expected = read_npz(&dir.join(format!("{name}.npz")));
-    let inputs = net
-        .inputs()
-        .iter()
-        .map(|&t| {
-            let n = net.tensor(t).name.clone();
-            let x = expected.remove(&n).unwrap_or_else(|| panic!("{name}: no input {n}"));
-            (n, x)
-        })
-        .collect();
+    let (net, inputs, expected) = reference_model(name);
     Fixture { net, inputs, expected }
 }
 

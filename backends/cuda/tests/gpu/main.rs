@@ -14,8 +14,14 @@ mod execution;
 mod indexing;
 mod layers;
 mod models;
+mod refit;
 mod signal_detection;
 mod spatial;
 #[allow(dead_code)]
 #[path = "../../../../engine/onnx/tests/common/pytorch_data.rs"]
 mod pytorch_data;
+#[allow(dead_code)]
+#[path = "../../../../engine/onnx/tests/common/new_weights.rs"]
+mod new_weights;
+#[path = "../../../../engine/onnx/tests/common/refit_check.rs"]
+mod refit_check;

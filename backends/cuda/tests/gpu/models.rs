@@ -2,22 +2,14 @@
 //! and its passes: Fused and Attention layers) against PyTorch's outputs stored beside them.
 
 use crate::common::{backend, worst_error};
-use crate::pytorch_data::read_npz;
-use kiln::HostTensor;
-use std::collections::HashMap;
-
-pub use crate::pytorch_data::repo;
+use crate::pytorch_data::reference_model;
 
 /// The model built with every float layer constrained to `precision` (f16/bf16 kernels and
 /// cuBLASLt's 16-bit tensor-core products): within `tolerance` of PyTorch's f32 outputs, and
 /// not identical to kiln's own f32 run (something was reduced).
 fn check_reduced(name: &str, precision: kiln::DataType, tolerance: f64) {
     let Some(cuda) = backend() else { return };
-    let dir = repo().join("tests/data/pytorch");
-    let mut net = kiln_onnx::import_file(&dir.join(format!("{name}.onnx"))).unwrap_or_else(|e| panic!("{name}: {e}"));
-    let mut arrays = read_npz(&dir.join(format!("{name}.npz")));
-    let input_names: Vec<String> = net.inputs().iter().map(|&t| net.tensor(t).name.clone()).collect();
-    let inputs: HashMap<String, HostTensor> = input_names.iter().map(|n| (n.clone(), arrays.remove(n).expect("input"))).collect();
+    let (mut net, inputs, arrays) = reference_model(name);
     let run = |engine| kiln::ExecutionContext::new(engine, cuda).expect("prepare").run(&inputs).expect("run");
     let full = run(kiln::Builder::new(cuda).build(&net, &kiln::BuilderConfig::default()).expect("f32 build"));
     for i in 0..net.layers().len() {
@@ -64,12 +56,7 @@ fn bert_dynamo_in_bf16() {
 
 fn check_model(name: &str) {
     let Some(cuda) = backend() else { return };
-    let dir = repo().join("tests/data/pytorch");
-    let net = kiln_onnx::import_file(&dir.join(format!("{name}.onnx"))).unwrap_or_else(|e| panic!("{name}: {e}"));
-    let mut arrays = read_npz(&dir.join(format!("{name}.npz")));
-    let input_names: Vec<String> = net.inputs().iter().map(|&t| net.tensor(t).name.clone()).collect();
-    let inputs: HashMap<String, HostTensor> =
-        input_names.iter().map(|n| (n.clone(), arrays.remove(n).unwrap_or_else(|| panic!("{name}: no input {n}")))).collect();
+    let (net, inputs, arrays) = reference_model(name);
     let engine = kiln::Builder::new(cuda).build(&net, &kiln::BuilderConfig::default()).unwrap_or_else(|e| panic!("{name}: build failed: {e}"));
     let ctx = kiln::ExecutionContext::new(engine, cuda).expect("prepare");
     let started = std::time::Instant::now();

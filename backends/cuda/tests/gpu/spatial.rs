@@ -148,6 +148,18 @@ fn three_d_one_d_and_dilated_pooling_matches() {
                 pool(Average, &[2, 3], &[2, 1], &[2, 2], &[1, 2], &[0, 1], true, true),
                 vec![2, 3, 8, 9],
             ),
+            // Windows mostly over padding: the kernel finds the inside cells by division
+            // (every window keeps a cell inside, as -inf - -inf would not compare).
+            (
+                "2-D wide avg incl pad",
+                pool(Average, &[5, 300], &[1, 2], &[2, 1], &[6, 290], &[3, 5], false, false),
+                vec![1, 2, 9, 10],
+            ),
+            (
+                "2-D wide max",
+                pool(Max, &[5, 1 << 20], &[1, 1], &[2, 1], &[6, (1 << 20) - 1], &[3, 7], false, true),
+                vec![1, 2, 9, 10],
+            ),
         ];
         for (name, p, shape) in cases {
             check(

@@ -201,6 +201,8 @@ pub fn pooling(rec: &Recorder, p: &PoolingParams, x: &DeviceTensor, shape: &[usi
     if x.shape.len() < 3 || shape.len() != x.shape.len() {
         return Err(kiln::invalid!("pooling needs N×C×spatial input, got {:?}", x.shape));
     }
+    // The shader computes window positions in i32 without overflow checks.
+    kiln::plan::pool::check_extent(p, &x.shape[2..], (i32::MAX / 4) as i128).map_err(|e| kiln::invalid!("{e}"))?;
     let out = output(rec, x.dtype, shape)?;
     let mut params = vec![count_word(out.len())?, count_word(x.shape[0] * x.shape[1])?];
     params.extend(three(&x.shape[2..], 1)?);

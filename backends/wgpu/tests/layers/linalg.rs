@@ -107,6 +107,18 @@ fn pooling() {
                 average_count_excludes_padding: excludes,
             };
             check(&gpu, LayerKind::Pooling(p), vec![In::Run(x.clone())], &format!("{kind:?} excludes={excludes}"));
+            // Windows mostly over padding: the shader finds the inside cells by division.
+            let wide = PoolingParams {
+                kind,
+                window: vec![5, 300],
+                strides: vec![1, 2],
+                dilations: vec![2, 1],
+                pre_padding: vec![6, 290],
+                post_padding: vec![3, 5],
+                ceil_mode: false,
+                average_count_excludes_padding: excludes,
+            };
+            check(&gpu, LayerKind::Pooling(wide), vec![In::Run(x.clone())], &format!("wide {kind:?} excludes={excludes}"));
         }
     }
     let global = PoolingParams {

@@ -8,10 +8,14 @@
 //! report GPU compute, H2D and D2H times; `--no-cuda-graph` asks the backend to interpret
 //! every execution instead of replaying a captured graph. `--dump-profile` and
 //! `--export-profile` then time every layer in separate profile runs (see
-//! `kiln::runtime::layer_profile`) and report each layer's median and share.
+//! `kiln::runtime::layer_profile`) and report each layer's median and share. `--streams N`
+//! runs N contexts of the engine at once, each on its own stream and thread: the throughput
+//! is theirs together.
 
 use crate::backends::{self, SelectedBackend};
-use crate::commands::run::{build_engine, make_inputs, InputArgs};
+use crate::commands::run::build_engine;
+use crate::inputs;
+use crate::progress;
 use crate::model::{self, Model};
 use crate::stats::Summary;
 use crate::output_file;
@@ -19,10 +23,12 @@ use crate::summary::{self, emit};
 use crate::{shapes, BenchArgs};
 use anyhow::{bail, Context};
 use kiln::runtime::layer_profile::LayerProfile;
-use kiln::{Buffer, BuilderConfig, BuilderFlag, DeviceTimes, ExecutionContext, HostTensor, Stream};
+use kiln::{Buffer, BuilderConfig, DeviceTimes, ExecutionContext, HostTensor, Stream};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Barrier, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Per-iteration host measurements of the timed phase.
@@ -33,6 +39,8 @@ struct Timings {
     device: Vec<DeviceTimes>,
     wall: Duration,
     warmup_iterations: u64,
+    /// The untimed first run that checks the inputs and sizes the outputs.
+    first_run: Duration,
 }
 
 pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
@@ -42,28 +50,24 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
     if args.iterations == 0 {
         bail!("--iterations must be at least 1");
     }
-    let input_args = InputArgs { inputs: args.inputs.as_deref(), shapes: args.shapes.as_deref() };
+    if !(1..=MAX_STREAMS).contains(&args.streams) {
+        bail!("--streams must be between 1 and {MAX_STREAMS}, got {}", args.streams);
+    }
     let (engine, backend, inputs, input_source, build_time) = match model::load(&args.model)? {
         Model::Onnx { network, .. } => {
-            let (inputs, source) = make_inputs(&input_args, &network, None)?;
+            let (inputs, source) = inputs::make(&args.input, &network, None)?;
             let backend = backends::select(args.backend)?;
             let config = BuilderConfig {
                 profiles: shapes::exact_profile(&network, &inputs).into_iter().collect(),
-                ..builder_config(args)
+                ..builder_config(args)?
             };
             let start = Instant::now();
             let engine = build_engine(&network, &backend, &config)?;
             (engine, backend, inputs, source, Some(start.elapsed()))
         }
         Model::Engine { engine, .. } => {
-            if args.fp16 || args.bf16 || args.no_tf32 {
-                bail!(
-                    "--fp16, --bf16 and --no-tf32 apply when building from ONNX; `{}` is an engine built with flags {}",
-                    args.model.display(),
-                    engine.build_flags().builder_flags.names()
-                );
-            }
-            let (inputs, source) = make_inputs(&input_args, engine.network(), engine.profiles().first())?;
+            args.precision.refuse_for_engine(&args.model, &engine.build_flags().builder_flags.names())?;
+            let (inputs, source) = inputs::make(&args.input, engine.network(), engine.profiles().first())?;
             let backend = backends::select_for_engine(&engine, args.backend)?;
             let mut engine = *engine;
             if args.max_memory.is_some() {
@@ -78,12 +82,25 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
     let batch = batch_of(&context, &inputs);
     let captures_graphs = context.set_graph_capture(!args.no_cuda_graph);
     context.set_device_timing(true);
-    bind(&mut context, &inputs)?;
-    let timings = time_iterations(&context, args)?;
+    let first_run = bind(&mut context, &inputs)?;
+    let mut contexts = vec![context];
+    for _ in 1..args.streams {
+        let mut more = contexts[0].prepared_engine().create_execution_context();
+        more.set_device_timing(true);
+        bind(&mut more, &inputs)?;
+        contexts.push(more);
+    }
+    let mut timings = time_iterations(&contexts, args)?;
+    let context = &contexts[0];
+    timings.first_run = first_run;
     let execution = Execution { captures_graphs, mode: context.execution_mode() };
-    let mut report = Report::new(args, &backend, &flags, &input_source, build_time, batch, &timings, &execution);
+    let shapes = input_shapes(context.engine().network(), &inputs);
+    let mut report = Report::new(args, &backend, &flags, (&input_source, &shapes), build_time, batch, &timings, &execution);
+    if let Some(path) = &args.export_times {
+        crate::summary::write_json(path, &iteration_times(&timings))?;
+    }
     if args.dump_profile || args.export_profile.is_some() {
-        let profile = profile_layers(&context, &inputs, args.profile_runs)
+        let profile = profile_layers(context, &inputs, args.profile_runs)
             .with_context(|| format!("cannot profile the layers on `{}`", backend.name()))?;
         if args.dump_profile {
             report.text.push('\n');
@@ -91,30 +108,56 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
         }
         let json = profile.to_json();
         if let Some(path) = &args.export_profile {
-            let text = serde_json::to_string_pretty(&json)?;
-            output_file::write_bytes(path, (text + "\n").as_bytes()).with_context(|| format!("cannot write `{}`", path.display()))?;
+            crate::summary::write_json(path, &json)?;
         }
         report.json["profile"] = json;
     }
     if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&report.json)?;
-        output_file::write_bytes(path, (text + "\n").as_bytes()).with_context(|| format!("cannot write `{}`", path.display()))?;
+        crate::summary::write_json(path, &report.json)?;
+    }
+    let to_stdout = [&args.json, &args.export_times, &args.export_profile].into_iter().flatten().any(|p| output_file::is_stdout(p));
+    if to_stdout {
+        return Ok(());
     }
     emit(&report.text)
 }
 
-fn builder_config(args: &BenchArgs) -> BuilderConfig {
+/// Each input's name and type (`f32[1,3,224,224]`), in network order.
+fn input_shapes(network: &kiln::Network, inputs: &HashMap<String, HostTensor>) -> Vec<(String, String)> {
+    network
+        .inputs()
+        .iter()
+        .filter_map(|&t| inputs.get_key_value(&network.tensor(t).name))
+        .map(|(name, tensor)| (name.clone(), summary::host_tensor_type(tensor)))
+        .collect()
+}
+
+/// `--export-times`: one object per timed iteration, in order (trtexec's `--exportTimes`).
+fn iteration_times(t: &Timings) -> Value {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let per_iteration: Vec<Value> = t
+        .latency
+        .iter()
+        .zip(&t.enqueue)
+        .enumerate()
+        .map(|(i, (latency, enqueue))| {
+            let mut item = json!({ "iteration": i, "latency_ms": latency * 1e3, "enqueue_ms": enqueue * 1e3 });
+            // Device times exist for every iteration or for none.
+            if let Some(d) = t.device.get(i).filter(|_| t.device.len() == t.latency.len()) {
+                item["gpu_compute_ms"] = json!(ms(d.compute));
+                item["h2d_ms"] = json!(ms(d.host_to_device));
+                item["d2h_ms"] = json!(ms(d.device_to_host));
+            }
+            item
+        })
+        .collect();
+    Value::Array(per_iteration)
+}
+
+fn builder_config(args: &BenchArgs) -> anyhow::Result<BuilderConfig> {
     let mut config = BuilderConfig { max_memory_bytes: args.max_memory, ..BuilderConfig::default() };
-    if args.fp16 {
-        config.set_flag(BuilderFlag::Fp16);
-    }
-    if args.bf16 {
-        config.set_flag(BuilderFlag::Bf16);
-    }
-    if args.no_tf32 {
-        config.clear_flag(BuilderFlag::Tf32);
-    }
-    config
+    args.precision.apply(&mut config)?;
+    Ok(config)
 }
 
 /// The first input's dim 0 when the input has a batch dim to speak of (rank 2 or more).
@@ -126,9 +169,14 @@ fn batch_of(context: &ExecutionContext, inputs: &HashMap<String, HostTensor>) ->
 }
 
 /// Sets the input shapes and binds a buffer to every input and output. One synchronous
-/// run first checks the inputs and gives the output sizes.
-fn bind(context: &mut ExecutionContext, inputs: &HashMap<String, HostTensor>) -> anyhow::Result<()> {
-    let outputs = context.run(inputs).context("the first run failed")?;
+/// run first checks the inputs and gives the output sizes; returns how long it took.
+fn bind(context: &mut ExecutionContext, inputs: &HashMap<String, HostTensor>) -> anyhow::Result<Duration> {
+    let spinner = progress::spinner("first run (untimed: checks the inputs, sizes the outputs)");
+    let start = Instant::now();
+    let outputs = context.run(inputs);
+    let first_run = start.elapsed();
+    spinner.finish_and_clear();
+    let outputs = outputs.context("the first run failed")?;
     let network = context.engine().network().clone();
     let profile = context.engine().profiles().first().cloned();
     for &t in network.inputs() {
@@ -144,36 +192,83 @@ fn bind(context: &mut ExecutionContext, inputs: &HashMap<String, HostTensor>) ->
     for (name, tensor) in &outputs {
         context.set_tensor_address(name, Buffer::new(tensor.size_bytes()))?;
     }
-    Ok(())
+    Ok(first_run)
 }
 
-fn time_iterations(context: &ExecutionContext, args: &BenchArgs) -> anyhow::Result<Timings> {
-    let stream = Stream::new()?;
-    let once = || -> anyhow::Result<(f64, f64, Option<DeviceTimes>)> {
-        let start = Instant::now();
-        context.enqueue(&stream, None)?;
-        let enqueued = start.elapsed();
-        stream.synchronize()?;
-        Ok((start.elapsed().as_secs_f64(), enqueued.as_secs_f64(), context.last_device_times()))
-    };
+/// Most `--streams`: far more than a device overlaps, few enough that a typo is not a
+/// thousand threads.
+const MAX_STREAMS: usize = 64;
+
+/// Warms every context up, then runs them at once, each on its own stream and thread, until
+/// together they reach `--iterations` and `--duration-s` has passed.
+fn time_iterations(contexts: &[ExecutionContext], args: &BenchArgs) -> anyhow::Result<Timings> {
     let warmup = Duration::from_millis(args.warmup_ms);
-    let start = Instant::now();
-    let mut warmup_iterations = 0;
-    while start.elapsed() < warmup {
-        once()?;
-        warmup_iterations += 1;
-    }
     // Checked in `bench`; a value that cannot convert would have been refused there.
     let duration = Duration::try_from_secs_f64(args.duration_s).unwrap_or(Duration::MAX);
-    let (mut latency, mut enqueue, mut device) = (Vec::new(), Vec::new(), Vec::new());
-    let start = Instant::now();
-    while (latency.len() as u64) < args.iterations || start.elapsed() < duration {
-        let (l, e, d) = once()?;
-        latency.push(l);
-        enqueue.push(e);
-        device.extend(d);
+    let spinner = progress::spinner(format!("warming up for {} ms", args.warmup_ms));
+    let done = AtomicU64::new(0);
+    let warmup_iterations = AtomicU64::new(0);
+    let barrier = Barrier::new(contexts.len());
+    let start = OnceLock::new();
+    let per_stream: Vec<anyhow::Result<Timings>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = contexts
+            .iter()
+            .enumerate()
+            .map(|(i, context)| {
+                let (done, warmups, barrier, start, spinner) = (&done, &warmup_iterations, &barrier, &start, &spinner);
+                scope.spawn(move || -> anyhow::Result<Timings> {
+                    let stream = Stream::new()?;
+                    let once = || -> anyhow::Result<(f64, f64, Option<DeviceTimes>)> {
+                        let begin = Instant::now();
+                        context.enqueue(&stream, None)?;
+                        let enqueued = begin.elapsed();
+                        stream.synchronize()?;
+                        Ok((begin.elapsed().as_secs_f64(), enqueued.as_secs_f64(), context.last_device_times()))
+                    };
+                    let warm = Instant::now();
+                    while warm.elapsed() < warmup {
+                        once()?;
+                        warmups.fetch_add(1, Ordering::Relaxed);
+                    }
+                    barrier.wait();
+                    let start = *start.get_or_init(Instant::now);
+                    if i == 0 {
+                        spinner.set_message("timing");
+                    }
+                    let (mut latency, mut enqueue, mut device) = (Vec::new(), Vec::new(), Vec::new());
+                    while done.load(Ordering::Relaxed) < args.iterations || start.elapsed() < duration {
+                        let (l, e, d) = once()?;
+                        latency.push(l);
+                        enqueue.push(e);
+                        device.extend(d);
+                        let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                        if i == 0 && n % 16 == 0 {
+                            spinner.set_message(format!("timing: {n} iterations"));
+                        }
+                    }
+                    Ok(Timings { latency, enqueue, device, wall: start.elapsed(), warmup_iterations: 0, first_run: Duration::ZERO })
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a timing thread panicked")))).collect()
+    });
+    spinner.finish_and_clear();
+    let mut all = Timings {
+        latency: Vec::new(),
+        enqueue: Vec::new(),
+        device: Vec::new(),
+        wall: Duration::ZERO,
+        warmup_iterations: warmup_iterations.load(Ordering::Relaxed),
+        first_run: Duration::ZERO,
+    };
+    for t in per_stream {
+        let t = t?;
+        all.latency.extend(t.latency);
+        all.enqueue.extend(t.enqueue);
+        all.device.extend(t.device);
+        all.wall = all.wall.max(t.wall);
     }
-    Ok(Timings { latency, enqueue, device, wall: start.elapsed(), warmup_iterations })
+    Ok(all)
 }
 
 /// The per-layer profile over `runs` profile runs (after one untimed one), kept apart from
@@ -183,6 +278,7 @@ fn profile_layers(context: &ExecutionContext, inputs: &HashMap<String, HostTenso
         bail!("--profile-runs must be at least 1");
     }
     let mut times = Vec::with_capacity(runs);
+    let bar = progress::counter("profiling layers", runs as u64 + 1, "runs");
     for i in 0..=runs {
         let Some(t) = context.profile_layers(inputs)? else {
             bail!("the backend does not time individual layers");
@@ -190,7 +286,9 @@ fn profile_layers(context: &ExecutionContext, inputs: &HashMap<String, HostTenso
         if i > 0 {
             times.push(t);
         }
+        bar.inc(1);
     }
+    bar.finish_and_clear();
     Ok(LayerProfile::summarize(context.engine(), &times))
 }
 
@@ -220,7 +318,7 @@ impl Report {
         args: &BenchArgs,
         backend: &SelectedBackend,
         flags: &str,
-        input_source: &str,
+        (input_source, input_shapes): (&str, &[(String, String)]),
         build_time: Option<Duration>,
         batch: Option<(String, usize)>,
         t: &Timings,
@@ -251,12 +349,17 @@ impl Report {
         let _ = writeln!(text, "backend:     {}", backend.describe());
         let _ = writeln!(text, "device:      {}", backend.device.name);
         let _ = writeln!(text, "flags:       {flags}");
-        let _ = writeln!(text, "inputs:      {input_source}");
+        let shapes_text: Vec<String> = input_shapes.iter().map(|(name, t)| format!("{name} {t}")).collect();
+        let _ = writeln!(text, "inputs:      {} ({input_source})", shapes_text.join(", "));
         if let Some(b) = build_time {
             let _ = writeln!(text, "build:       {}", summary::duration(b));
         }
+        let _ = writeln!(text, "first run:   {} (untimed: checks the inputs, sizes the outputs)", summary::duration(t.first_run));
         let _ = writeln!(text, "warm-up:     {} ms, {} iterations", args.warmup_ms, t.warmup_iterations);
         let _ = writeln!(text, "timed:       {iterations} iterations in {:.3} s", wall);
+        if args.streams > 1 {
+            let _ = writeln!(text, "streams:     {} contexts at once, each on its own stream and thread (throughput is theirs together)", args.streams);
+        }
         write_ms(&mut text, "latency", latency);
         write_ms(&mut text, "enqueue", enqueue);
         let _ = writeln!(text, "throughput:  {throughput:.2} inferences/s");
@@ -280,8 +383,11 @@ impl Report {
             "flags": flags,
             "inputs": input_source,
             "build_s": build_time.map(|d| d.as_secs_f64()),
+            "first_run_s": t.first_run.as_secs_f64(),
+            "input_shapes": input_shapes.iter().map(|(name, t)| (name.clone(), Value::from(t.as_str()))).collect::<serde_json::Map<_, _>>(),
             "warmup": { "ms": args.warmup_ms, "iterations": t.warmup_iterations },
             "iterations": iterations,
+            "streams": args.streams,
             "duration_s": wall,
             "latency_ms": latency.map(Summary::to_json),
             "enqueue_ms": enqueue.map(Summary::to_json),
@@ -309,10 +415,11 @@ fn write_ms(text: &mut String, label: &str, summary: Option<Summary>) {
     if let Some(s) = summary {
         let _ = writeln!(
             text,
-            "{:<12} min {:.4} / mean {:.4} / median {:.4} / p90 {:.4} / p95 {:.4} / p99 {:.4} / max {:.4} ms",
+            "{:<12} min {:.4} / mean {:.4} (sd {:.4}) / median {:.4} / p90 {:.4} / p95 {:.4} / p99 {:.4} / max {:.4} ms",
             format!("{label}:"),
             s.min,
             s.mean,
+            s.stddev,
             s.median,
             s.p90,
             s.p95,

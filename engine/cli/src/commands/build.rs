@@ -2,6 +2,9 @@
 
 use crate::backends::{self, SelectedBackend};
 use crate::commands;
+use crate::logging::Verbosity;
+use crate::progress;
+use indicatif::ProgressBar;
 use crate::model;
 use crate::output_file;
 use crate::shapes;
@@ -9,14 +12,13 @@ use crate::summary::{self, emit};
 use crate::BuildArgs;
 use anyhow::{bail, Context};
 use kiln::tactics::cache::current_header;
-use kiln::{BuildSummary, Builder, BuilderConfig, BuilderFlag};
-use indicatif::{ProgressBar, ProgressStyle};
+use kiln::{BuildSummary, Builder, BuilderConfig};
 use std::fmt::Write;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-pub fn build(args: &BuildArgs) -> anyhow::Result<()> {
+pub fn build(args: &BuildArgs, verbosity: Verbosity) -> anyhow::Result<()> {
     let bytes = model::read_model_file(&args.model)?;
     if model::is_engine_file(&bytes) {
         bail!("`{}` is already a kiln engine file; `kiln build` takes an ONNX model", args.model.display());
@@ -37,21 +39,9 @@ pub fn build(args: &BuildArgs) -> anyhow::Result<()> {
         None => false,
     };
     config.tactics.error_on_timing_cache_miss = args.error_on_timing_cache_miss;
-    let bar = tactic_progress_bar();
-    let shown = bar.clone();
-    config.tactics.progress = Some(kiln::tactics::ProgressHandle(Arc::new(move |done, layers, name| {
-        shown.set_length(layers as u64);
-        shown.set_position(done as u64);
-        shown.set_message(name.to_string());
-    })));
-    let output = Builder::new(backend.backend.as_ref()).build_with_report(&network, &config);
-    bar.finish_and_clear();
-    let output = output.with_context(|| format!("cannot build an engine for `{}`", backend.name()))?;
-    for warning in &output.warnings {
-        eprintln!("warning: {warning}");
-    }
+    let output = build_with_progress(&backend, &network, config.clone())?;
     let engine = output.engine;
-    if args.verbose {
+    if matches!(verbosity, Verbosity::Verbose(_)) {
         emit(&decisions(&engine, &output.log))?;
     }
     let mut phases = output.summary;
@@ -64,6 +54,15 @@ pub fn build(args: &BuildArgs) -> anyhow::Result<()> {
         save_timing_cache(path, cache, foreign_cache, args.overwrite_timing_cache);
     }
 
+    if let Some(path) = &args.json {
+        crate::summary::write_json(path, &build_json(args, &backend, &engine, &phases, engine_file.len(), import_time))?;
+        if output_file::is_stdout(path) {
+            return Ok(());
+        }
+    }
+    if verbosity == Verbosity::Quiet {
+        return Ok(());
+    }
     emit(&format!(
         "model:    {}\nbackend:  {}\ndevice:   {}\nflags:    {}\nlayers:   {} before passes, {} in the engine\ntactics:  {} layer signatures timed, {} layers from the timing cache\nweights:  {}\nactivations: {} peak{}\nengine:   {} written to `{}`\nimport:   {}\nbuild:    {}\n{}",
         args.model.display(),
@@ -83,6 +82,43 @@ pub fn build(args: &BuildArgs) -> anyhow::Result<()> {
         summary::duration(phases.total()),
         phase_lines(&phases),
     ))
+}
+
+/// The build summary as JSON, with every layer's tactic.
+fn build_json(
+    args: &BuildArgs,
+    backend: &SelectedBackend,
+    engine: &kiln::Engine,
+    phases: &BuildSummary,
+    engine_bytes: usize,
+    import_time: std::time::Duration,
+) -> serde_json::Value {
+    let layers: Vec<serde_json::Value> = engine
+        .network()
+        .layers()
+        .iter()
+        .enumerate()
+        .map(|(i, l)| serde_json::json!({ "name": l.name, "type": l.kind.type_name(), "tactic": engine.tactic_name(i) }))
+        .collect();
+    let phase_times: serde_json::Map<String, serde_json::Value> =
+        phases.phases.iter().map(|(name, d)| (name.clone(), serde_json::json!(d.as_secs_f64()))).collect();
+    serde_json::json!({
+        "model": args.model.display().to_string(),
+        "backend": backend.name(),
+        "device": backend.device.name,
+        "flags": engine.build_flags().builder_flags.names(),
+        "layers_before_passes": phases.layers_before,
+        "layers": layers,
+        "layers_timed": phases.layers_timed,
+        "layers_from_timing_cache": phases.layers_from_cache,
+        "weights_bytes": engine.weights_bytes(),
+        "peak_activation_bytes": engine.peak_activation_bytes(),
+        "engine_bytes": engine_bytes,
+        "engine": args.output.display().to_string(),
+        "import_s": import_time.as_secs_f64(),
+        "build_s": phases.total().as_secs_f64(),
+        "phases_s": phase_times,
+    })
 }
 
 /// Reads the `--timing-cache` file into `config`. A cache of another device or kiln
@@ -113,19 +149,19 @@ fn save_timing_cache(path: &Path, cache: kiln::TimingCache, foreign: bool, overw
         (false, _) => commands::cache::save_merged(path, cache),
         (true, true) => commands::cache::replace(path, &cache),
         (true, false) => {
-            eprintln!(
-                "warning: timing cache `{}` left as it was (another device's); --overwrite-timing-cache replaces it with this build's",
+            tracing::warn!(
+                "timing cache `{}` left as it was (another device's); --overwrite-timing-cache replaces it with this build's",
                 path.display()
             );
             return;
         }
     };
     if let Err(error) = saved {
-        eprintln!("warning: timing cache not saved: {error:#}");
+        tracing::warn!("timing cache not saved: {error:#}");
     }
 }
 
-/// What the builder decided, for `--verbose`: its log (precisions), then one line per engine
+/// What the builder decided, for `-v`: its log (precisions), then one line per engine
 /// layer with its tactic, and one per candidate timed for it.
 fn decisions(engine: &kiln::Engine, log: &[String]) -> String {
     let mut s = String::new();
@@ -168,13 +204,26 @@ fn profiles_text(engine: &kiln::Engine) -> String {
     text
 }
 
-/// A progress bar of the tactic-selection phase on stderr (drawn only on a terminal).
-fn tactic_progress_bar() -> ProgressBar {
-    let bar = ProgressBar::new(0);
-    if let Ok(style) = ProgressStyle::with_template("choosing tactics {bar:30} {pos}/{len} layers  {wide_msg}") {
-        bar.set_style(style);
-    }
-    bar
+/// Builds for `backend` with progress on stderr: a spinner until tactic selection starts,
+/// then a bar over the layers whose tactics are chosen. Warnings are logged by the builder.
+pub fn build_with_progress(
+    backend: &SelectedBackend,
+    network: &kiln::Network,
+    mut config: BuilderConfig,
+) -> anyhow::Result<kiln::BuildOutput> {
+    let spinner = progress::spinner(format!("building for {} (passes)", backend.name()));
+    let bar = progress::counter("choosing tactics", 0, "layers");
+    let (shown, waiting) = (ProgressBar::clone(&bar), ProgressBar::clone(&spinner));
+    config.tactics.progress = Some(kiln::tactics::ProgressHandle(Arc::new(move |done, layers, name| {
+        waiting.finish_and_clear();
+        shown.set_length(layers as u64);
+        shown.set_position(done as u64);
+        shown.set_message(name.to_string());
+    })));
+    let output = Builder::new(backend.backend.as_ref()).build_with_report(network, &config);
+    spinner.finish_and_clear();
+    bar.finish_and_clear();
+    output.with_context(|| format!("cannot build an engine for `{}`", backend.name()))
 }
 
 fn builder_config(args: &BuildArgs) -> anyhow::Result<BuilderConfig> {
@@ -183,16 +232,7 @@ fn builder_config(args: &BuildArgs) -> anyhow::Result<BuilderConfig> {
         max_memory_bytes: args.max_memory,
         ..BuilderConfig::default()
     };
-    for name in &args.flags {
-        let Some(flag) = BuilderFlag::from_name(name) else {
-            let known: Vec<&str> = BuilderFlag::ALL.iter().map(|f| f.name()).collect();
-            bail!("unknown builder flag `{name}` (known: {})", known.join(", ").to_lowercase());
-        };
-        config.set_flag(flag);
-    }
-    if args.no_tf32 {
-        config.clear_flag(BuilderFlag::Tf32);
-    }
+    args.precision.apply(&mut config)?;
     Ok(config)
 }
 

@@ -1,6 +1,6 @@
 //! `kiln cache show|merge|edit`: the timing cache files `kiln build --timing-cache` keeps.
 //!
-//! Writers of a cache file (builds, `kiln cache edit`) hold an exclusive lock on
+//! Writers of a cache file (builds, `kiln cache edit` and `merge`) hold an exclusive lock on
 //! `FILE.lock` beside it while they read what is on disk, combine and write the result
 //! (through a temporary renamed over it), so concurrent builds never lose each other's
 //! entries. Readers need no lock: a rename replaces the file whole.
@@ -16,12 +16,27 @@ use std::path::{Path, PathBuf};
 
 pub fn cache(command: &CacheCommand) -> anyhow::Result<()> {
     match command {
-        CacheCommand::Show { file } => emit(&show(&read(file)?)),
+        CacheCommand::Show { file, json } => {
+            let cache = read(file)?;
+            if let Some(path) = json {
+                crate::summary::write_json(path, &show_json(&cache))?;
+                if output_file::is_stdout(path) {
+                    return Ok(());
+                }
+            }
+            emit(&show(&cache))
+        }
         CacheCommand::Merge { a, b, output } => {
-            let mut merged = read(a)?;
-            merged.merge(&read(b)?).with_context(|| format!("cannot merge `{}` into `{}`", b.display(), a.display()))?;
-            write(output, &merged)?;
-            emit(&format!("{} entries written to `{}`\n", merged.len(), output.display()))
+            // Under the output's lock, like every writer of a cache file: a build saving to it
+            // finishes its read-merge-write first, and one after merges this result in. The
+            // output is replaced with A + B, as before: what it held is not merged in.
+            let written = locked(output, || {
+                let mut merged = read(a)?;
+                merged.merge(&read(b)?).with_context(|| format!("cannot merge `{}` into `{}`", b.display(), a.display()))?;
+                write(output, &merged)?;
+                Ok(merged.len())
+            })?;
+            emit(&format!("{written} entries written to `{}`\n", output.display()))
         }
         CacheCommand::Edit { file, key, tactic } => {
             let chosen = locked(file, || {
@@ -92,6 +107,24 @@ fn read(path: &Path) -> anyhow::Result<TimingCache> {
 
 fn write(path: &Path, cache: &TimingCache) -> anyhow::Result<()> {
     output_file::write_bytes(path, &cache.serialize()).with_context(|| format!("cannot write timing cache `{}`", path.display()))
+}
+
+fn show_json(cache: &TimingCache) -> serde_json::Value {
+    let header = cache.header().map(|h| {
+        serde_json::json!({ "backend": h.backend, "device": h.device.name, "kiln": h.kiln_version })
+    });
+    let entries: Vec<serde_json::Value> = cache
+        .entries()
+        .map(|(key, entry)| {
+            let candidates: Vec<serde_json::Value> = entry
+                .candidates
+                .iter()
+                .map(|(id, ns)| serde_json::json!({ "tactic": id.to_string(), "median_ns": ns }))
+                .collect();
+            serde_json::json!({ "key": key, "layer_kind": entry.layer_kind, "chosen": entry.chosen.to_string(), "candidates": candidates })
+        })
+        .collect();
+    serde_json::json!({ "header": header, "entries": entries })
 }
 
 fn show(cache: &TimingCache) -> String {

@@ -2,9 +2,13 @@
 //! output with the last backend's (the reference); see [`crate::compare`].
 
 use crate::backends::{self, SelectedBackend};
-use crate::commands::run::{make_inputs, InputArgs};
-use crate::compare::stats::{multi_index, Detail, TensorComparison, Tolerances};
-use crate::compare::{self, CompareError, CompareOptions, Comparison, TensorOrigin};
+use crate::compare::stats::{multi_index, Detail, TensorComparison, ToleranceSet, Tolerances};
+use crate::compare::{self, CompareError, CompareOptions, Comparison, Reference, Runner, TensorOrigin};
+use crate::npz;
+use anyhow::Context;
+use kiln::{BuilderFlags, Network};
+use std::collections::HashMap;
+use std::path::Path;
 use crate::model::{self, Model};
 use crate::report::ExitWith;
 use crate::shapes;
@@ -12,8 +16,8 @@ use crate::stats::Summary;
 use crate::output_file;
 use crate::summary::{self, emit};
 use crate::CompareArgs;
-use anyhow::{bail, Context};
-use kiln::{Backend, BuilderConfig, BuilderFlag, Optimization};
+use anyhow::bail;
+use kiln::{BuilderConfig, BuilderFlag, Optimization};
 use serde_json::{json, Value};
 use std::fmt::Write;
 
@@ -32,12 +36,12 @@ pub enum Tier {
 }
 
 impl Tier {
-    pub fn of(config: &BuilderConfig) -> Tier {
-        if config.get_flag(BuilderFlag::Bf16) {
+    pub fn of(flags: &BuilderFlags) -> Tier {
+        if flags.contains(BuilderFlag::Bf16) {
             Tier::Bf16
-        } else if config.get_flag(BuilderFlag::Fp16) {
+        } else if flags.contains(BuilderFlag::Fp16) {
             Tier::Fp16
-        } else if config.get_flag(BuilderFlag::Tf32) {
+        } else if flags.contains(BuilderFlag::Tf32) {
             Tier::Tf32
         } else {
             Tier::Fp32
@@ -68,50 +72,72 @@ impl Tier {
 }
 
 pub fn compare(args: &CompareArgs) -> anyhow::Result<()> {
-    let network = match model::load(&args.model)? {
-        Model::Onnx { network, .. } => network,
-        Model::Engine { .. } => bail!(
-            "`{}` is a kiln engine file, built for one backend; `kiln compare` takes an ONNX model",
-            args.model.display()
-        ),
-    };
-    if args.backends.len() < 2 {
-        bail!("--backends needs at least two backends, comma-separated (the last is the reference), e.g. wgpu,cpu");
-    }
     if let Some(unknown) = args.backends.iter().find(|name| !backends::is_known(name)) {
         bail!("unknown backend `{unknown}` in --backends (known: {})", backends::known_names_text());
     }
+    let golden = match &args.load_outputs {
+        Some(path) => Some(npz::read_npz(path)?.into_iter().collect::<std::collections::BTreeMap<_, _>>()),
+        None => None,
+    };
+    let open = |name: &str| backends::open_requested(name).map_err(|e| ExitWith { status: EXIT_BACKEND_FAILED, message: e.to_string() });
+    let (network, engine, selected): (Network, Option<Box<kiln::Engine>>, Vec<SelectedBackend>) = match model::load(&args.model)? {
+        Model::Onnx { network, .. } => {
+            let needed = if golden.is_some() { 1 } else { 2 };
+            if args.backends.len() < needed {
+                bail!("--backends needs at least two backends, comma-separated (the last is the reference), e.g. wgpu,cpu; or one with --load-outputs");
+            }
+            let selected = args.backends.iter().map(|n| open(n)).collect::<Result<_, _>>()?;
+            (network, None, selected)
+        }
+        Model::Engine { engine, .. } => {
+            if golden.is_none() {
+                bail!("`{}` is a kiln engine file, built for one backend: compare it with --load-outputs GOLDEN.npz, or give the ONNX model", args.model.display());
+            }
+            args.precision.refuse_for_engine(&args.model, &engine.build_flags().builder_flags.names())?;
+            if let Some(other) = args.backends.iter().find(|b| *b != engine.backend()) {
+                bail!("`{}` was built for backend `{}`; it cannot run on `{other}`", args.model.display(), engine.backend());
+            }
+            let selected = vec![open(engine.backend())?];
+            (engine.network().clone(), Some(engine), selected)
+        }
+    };
     let config = builder_config(args)?;
-    let tier = Tier::of(&config);
-    let defaults = tier.tolerances();
-    let tolerances = Tolerances { rtol: args.rtol.unwrap_or(defaults.rtol), atol: args.atol.unwrap_or(defaults.atol) };
-    if !(tolerances.rtol >= 0.0 && tolerances.atol >= 0.0) {
-        bail!("--rtol and --atol must be non-negative numbers");
-    }
-    let selected: Vec<SelectedBackend> = args
-        .backends
-        .iter()
-        .map(|name| backends::open_requested(name))
-        .collect::<Result<_, _>>()
-        .map_err(|e| ExitWith { status: EXIT_BACKEND_FAILED, message: e.to_string() })?;
-    let input_args = InputArgs { inputs: args.inputs.as_deref(), shapes: args.shapes.as_deref() };
-    let (inputs, input_source) = make_inputs(&input_args, &network, None)?;
+    let tier = Tier::of(match &engine {
+        Some(e) => &e.build_flags().builder_flags,
+        None => &config.builder_flags,
+    });
+    let tolerances = tolerance_set(args, tier.tolerances(), &network)?;
+    let (inputs, input_source) = crate::inputs::make(&args.input, &network, engine.as_ref().and_then(|e| e.profiles().first()))?;
     let config = BuilderConfig { profiles: shapes::exact_profile(&network, &inputs).into_iter().collect(), ..config };
-    let options = CompareOptions { config, tolerances, mark_all: args.mark_all };
-    let refs: Vec<&dyn Backend> = selected.iter().map(|s| s.backend.as_ref()).collect();
-    let result = compare::compare(&network, &refs, &inputs, &options).map_err(|e| match e {
+    let options = CompareOptions { config, tolerances: tolerances.clone(), mark_all: args.mark_all };
+    let runners: Vec<Runner> = match engine {
+        Some(engine) => vec![Runner::Engine(engine, selected[0].backend.as_ref())],
+        None => selected.iter().map(|s| Runner::Build(s.backend.as_ref())).collect(),
+    };
+    let reference = match golden {
+        Some(outputs) => Reference::Loaded { label: args.load_outputs.as_deref().unwrap_or(Path::new("")).display().to_string(), outputs },
+        None => Reference::LastRun,
+    };
+    let result = compare::compare_runs(&network, runners, &inputs, &options, reference).map_err(|e| match e {
         CompareError::BackendFailed { .. } => {
             anyhow::Error::new(ExitWith { status: EXIT_BACKEND_FAILED, message: e.to_string() })
         }
         other => anyhow::Error::new(other),
     })?;
+    save_runs(args, &result, &network)?;
+    let tolerances = tolerances.default;
 
     let mut text = String::new();
     let _ = writeln!(text, "model:      {}", args.model.display());
     let names: Vec<String> = selected.iter().map(|s| format!("{} ({})", s.name(), s.device.name)).collect();
     let _ = writeln!(text, "backends:   {} (reference: `{}`)", names.join(", "), result.reference);
     let _ = writeln!(text, "inputs:     {input_source}");
-    let source = if args.rtol.is_some() || args.atol.is_some() { "given" } else { "default" };
+    let per_tensor = options.tolerances.rtol.len() + options.tolerances.atol.len();
+    let source = match (args.rtol.is_empty() && args.atol.is_empty(), per_tensor) {
+        (true, _) => "default".to_string(),
+        (false, 0) => "given".to_string(),
+        (false, n) => format!("given; {n} per-tensor value(s), see --json or each tensor"),
+    };
     let _ = writeln!(
         text,
         "tolerance:  {} tier, rtol {:e}, atol {:e} ({source}); an element fails when outside both",
@@ -137,10 +163,11 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<()> {
     }
     report_pairs(&mut text, &result, args.mark_all);
     if let Some(path) = &args.json {
-        let json = serde_json::to_string_pretty(&to_json(&result, tier, tolerances))?;
-        output_file::write_bytes(path, (json + "\n").as_bytes()).with_context(|| format!("cannot write `{}`", path.display()))?;
+        crate::summary::write_json(path, &to_json(&result, tier, &options.tolerances))?;
     }
-    emit(&text)?;
+    if !args.json.as_deref().is_some_and(output_file::is_stdout) {
+        emit(&text)?;
+    }
     if result.passed() {
         return Ok(());
     }
@@ -153,17 +180,60 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<()> {
     Err(ExitWith { status: EXIT_MISMATCH, message: format!("results differ: {}", failing.join("; ")) }.into())
 }
 
+/// `--rtol`/`--atol`: a bare number replaces the tier's default; `NAME:X` sets one tensor's
+/// (an output, or with --mark-all any compared tensor, named as the model names it).
+fn tolerance_set(args: &CompareArgs, defaults: Tolerances, network: &Network) -> anyhow::Result<ToleranceSet> {
+    let mut set = ToleranceSet::uniform(defaults);
+    for (option, values, default, per_tensor) in
+        [("--rtol", &args.rtol, &mut set.default.rtol, &mut set.rtol), ("--atol", &args.atol, &mut set.default.atol, &mut set.atol)]
+    {
+        for value in values {
+            // A tensor name may contain `:`; the number after the last one is the value.
+            let (name, number) = match value.rsplit_once(':') {
+                Some((name, number)) => (Some(name), number),
+                None => (None, value.as_str()),
+            };
+            let x: f64 = number.trim().parse().ok().filter(|x: &f64| *x >= 0.0).ok_or_else(|| {
+                anyhow::anyhow!("{option} `{value}`: the tolerance must be a non-negative number (`X` or `NAME:X`)")
+            })?;
+            match name {
+                None => *default = x,
+                Some(name) => {
+                    if network.tensors().iter().all(|t| t.name != name) {
+                        bail!("{option} `{value}`: the model has no tensor named `{name}`");
+                    }
+                    per_tensor.insert(name.to_string(), x);
+                }
+            }
+        }
+    }
+    Ok(set)
+}
+
+/// `--save-outputs DIR` and `--save-intermediates DIR`: each run's tensors to
+/// DIR/BACKEND.npz (a repeated backend gets `-2`, `-3`, … in the order given).
+fn save_runs(args: &CompareArgs, result: &Comparison, network: &Network) -> anyhow::Result<()> {
+    let outputs: std::collections::HashSet<&str> = network.outputs().iter().map(|&t| network.tensor(t).name.as_str()).collect();
+    for (dir, only_outputs) in [(&args.save_outputs, true), (&args.save_intermediates, false)] {
+        let Some(dir) = dir else { continue };
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create folder `{}`", dir.display()))?;
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for run in &result.runs {
+            let count = seen.entry(run.backend.as_str()).or_insert(0);
+            *count += 1;
+            let file = if *count == 1 { format!("{}.npz", run.backend) } else { format!("{}-{count}.npz", run.backend) };
+            let tensors = run.outputs.iter().filter(|(name, _)| !only_outputs || outputs.contains(name.as_str()));
+            npz::write_npz(&dir.join(file), tensors.map(|(name, t)| (name.as_str(), t)))?;
+        }
+    }
+    Ok(())
+}
+
 fn builder_config(args: &CompareArgs) -> anyhow::Result<BuilderConfig> {
     let mut config = BuilderConfig { max_memory_bytes: args.max_memory, ..BuilderConfig::default() };
     // TF32 changes f32 results: off unless asked for, so the default tier is fp32.
     config.clear_flag(BuilderFlag::Tf32);
-    for name in &args.flags {
-        let Some(flag) = BuilderFlag::from_name(name) else {
-            let known: Vec<&str> = BuilderFlag::ALL.iter().map(|f| f.name()).collect();
-            bail!("unknown builder flag `{name}` (known: {})", known.join(", ").to_lowercase());
-        };
-        config.set_flag(flag);
-    }
+    args.precision.apply(&mut config)?;
     Ok(config)
 }
 
@@ -240,7 +310,7 @@ fn write_summary(text: &mut String, label: &str, summary: Option<Summary>) {
 }
 
 /// Every figure of the comparison, for `--json`.
-fn to_json(result: &Comparison, tier: Tier, tolerances: Tolerances) -> Value {
+fn to_json(result: &Comparison, tier: Tier, tolerances: &ToleranceSet) -> Value {
     let origin_json = |origin: &Option<TensorOrigin>| match origin {
         Some(o) => json!({ "index": o.layer_index, "name": o.layer_name, "type": o.layer_type }),
         None => Value::Null,
@@ -253,6 +323,8 @@ fn to_json(result: &Comparison, tier: Tier, tolerances: Tolerances) -> Value {
             "elements": t.elements,
             "mismatches": t.mismatches,
             "passed": t.passed(),
+            "rtol": tolerances.of(&t.name).rtol,
+            "atol": tolerances.of(&t.name).atol,
             "network_output": origin.as_ref().is_none_or(|o| o.is_network_output),
             "layer": origin_json(origin),
         });
@@ -270,8 +342,8 @@ fn to_json(result: &Comparison, tier: Tier, tolerances: Tolerances) -> Value {
     json!({
         "reference": result.reference,
         "tier": tier.name(),
-        "rtol": tolerances.rtol,
-        "atol": tolerances.atol,
+        "rtol": tolerances.default.rtol,
+        "atol": tolerances.default.atol,
         "optimization": format!("{:?}", result.optimization).to_lowercase(),
         "passed": result.passed(),
         "runs": result.runs.iter().map(|r| json!({

@@ -2,29 +2,62 @@
 //! path), whether it can run here, and its device and capabilities.
 
 use crate::backends;
+use crate::output_file;
 use crate::summary::{self, emit};
 use kiln::{BackendError, DeviceFingerprint};
+use serde_json::{json, Value};
 use std::fmt::Write;
+use std::path::Path;
 
-pub fn devices() -> anyhow::Result<()> {
+pub fn devices(json_path: Option<&Path>) -> anyhow::Result<()> {
     let mut text = String::new();
+    let mut listed = Vec::new();
     for probe in backends::probe_all() {
         let origin = format!("  from:               {}", probe.origin);
-        match probe.device {
+        let (state, reason, device) = match probe.device {
             Ok(device) => {
                 let _ = writeln!(text, "{}: available\n{origin}", probe.name);
                 write_device(&mut text, &device);
+                ("available", None, Some(device_json(&device)))
             }
             Err(BackendError::Unavailable { reason, .. }) => {
                 let state = if probe.shadowed { "not used" } else { "not available" };
                 let _ = writeln!(text, "{}: {state}: {reason}\n{origin}", probe.name);
+                (state, Some(reason), None)
             }
             Err(other) => {
                 let _ = writeln!(text, "{}: not available: {other}\n{origin}", probe.name);
+                ("not available", Some(other.to_string()), None)
             }
+        };
+        listed.push(json!({
+            "backend": probe.name,
+            "state": state,
+            "reason": reason,
+            "from": probe.origin.to_string(),
+            "device": device,
+        }));
+    }
+    if let Some(path) = json_path {
+        crate::summary::write_json(path, &Value::Array(listed))?;
+        if output_file::is_stdout(path) {
+            return Ok(());
         }
     }
     emit(&text)
+}
+
+fn device_json(d: &DeviceFingerprint) -> Value {
+    json!({
+        "name": d.name,
+        "compute_capability": d.compute_capability,
+        "memory_bytes": d.memory_bytes,
+        "multiprocessors": d.multiprocessor_count,
+        "l2_cache_bytes": d.l2_cache_bytes,
+        "driver": d.driver_version,
+        "shared_memory_per_block": d.shared_memory_per_block,
+        "integrated": d.integrated,
+    })
 }
 
 fn write_device(text: &mut String, d: &DeviceFingerprint) {

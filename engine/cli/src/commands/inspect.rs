@@ -1,5 +1,6 @@
 //! `kiln inspect ENGINE`: what an engine file holds, as text or as JSON. With
-//! `--verbosity`, the engine inspector's information instead (seed §6.12).
+//! `--verbosity`, the engine inspector's information instead (seed §6.12). An ONNX model
+//! is described by [`inspect_onnx`].
 //!
 //! JSON structure (stable; shapes are arrays whose dims are numbers, the dim's name for a
 //! named dim, or -1 for an unknown one):
@@ -8,6 +9,7 @@
 //!   "inputs": [{"name", "dtype", "shape"}], "outputs": [..],
 //!   "layers": [{"name", "type", "inputs": [tensor or null], "outputs": [tensor], "parameters"}]}`
 
+use crate::commands::inspect_onnx;
 use crate::model;
 use crate::summary::{self, emit};
 use crate::{InspectArgs, InspectFormat};
@@ -18,17 +20,26 @@ use serde_json::{json, Value};
 use std::fmt::Write;
 
 pub fn inspect(args: &InspectArgs) -> anyhow::Result<()> {
-    let bytes = model::read_model_file(&args.engine)?;
+    let bytes = model::read_model_file(&args.file)?;
     if !model::is_engine_file(&bytes) {
-        bail!(
-            "`{}` is not a kiln engine file (bad magic bytes); build one with `kiln build MODEL.onnx -o ENGINE`",
-            args.engine.display()
-        );
+        let onnx = model::decode_onnx(&bytes).with_context(|| {
+            format!(
+                "`{}` is neither a kiln engine file (bad magic bytes) nor an ONNX model",
+                args.file.display()
+            )
+        })?;
+        if args.verbosity.is_some() {
+            bail!("--verbosity describes engine files; `{}` is an ONNX model", args.file.display());
+        }
+        return inspect_onnx::inspect(&args.file, &onnx, args.format, args.backend);
     }
-    let engine = model::load_engine(&args.engine, &bytes)?;
+    if args.backend.is_some() {
+        bail!("--backend checks an ONNX model; engine file `{}` records its backend", args.file.display());
+    }
+    let engine = model::load_engine(&args.file, &bytes)?;
     // The header was just validated by loading; it carries the writer's kiln version.
     let (header, _) =
-        read_file(&bytes).with_context(|| format!("cannot load engine file `{}`", args.engine.display()))?;
+        read_file(&bytes).with_context(|| format!("cannot load engine file `{}`", args.file.display()))?;
     if let Some(verbosity) = args.verbosity {
         return emit(&inspector_report(&engine, verbosity.kiln(), args.format));
     }
@@ -98,7 +109,29 @@ fn json_report(engine: &Engine, kiln_version: &str) -> Value {
         "inputs": net.inputs().iter().map(|&t| tensor(t)).collect::<Vec<_>>(),
         "outputs": net.outputs().iter().map(|&t| tensor(t)).collect::<Vec<_>>(),
         "layers": layers,
+        "refit": refit_json(engine),
     })
+}
+
+/// `12 weights (8 stripped: refit before running)`, or why the engine cannot be refitted.
+fn refit_text(engine: &kiln::Engine) -> String {
+    let Ok(refitter) = kiln::refit::Refitter::new(engine) else {
+        return "no (built without --flag refit)".into();
+    };
+    let (all, missing) = (refitter.get_all_weights().len(), refitter.get_missing_weights().len());
+    if missing == 0 {
+        format!("{all} refittable weights")
+    } else {
+        format!("{all} refittable weights, {missing} stripped: `kiln refit` gives them before the engine runs")
+    }
+}
+
+/// `{"weights": [names], "missing": [names]}`, or null for an engine built without REFIT.
+fn refit_json(engine: &kiln::Engine) -> Value {
+    match kiln::refit::Refitter::new(engine) {
+        Ok(r) => json!({"weights": r.get_all_weights(), "missing": r.get_missing_weights()}),
+        Err(_) => Value::Null,
+    }
 }
 
 fn json_dim(dim: &Dim) -> Value {
@@ -143,6 +176,7 @@ fn text_report(engine: &Engine, kiln_version: &str, file_size: usize) -> String 
     let _ = writeln!(s, "limits:       {memory} per tensor, {} trips per loop", control.max_trip_count);
     let _ = writeln!(s, "file size:    {}", summary::byte_size(file_size));
     let _ = writeln!(s, "weights:      {}", summary::byte_size(engine.weights_bytes()));
+    let _ = writeln!(s, "refit:        {}", refit_text(engine));
     let _ = writeln!(s, "inputs ({}):", net.inputs().len());
     for &t in net.inputs() {
         let _ = writeln!(s, "  {} {}", tensor(t), net.tensor(t).format.name());

@@ -6,5 +6,7 @@ pub mod cache;
 pub mod compare;
 pub mod devices;
 pub mod inspect;
+pub mod inspect_onnx;
 pub mod plugins;
+pub mod refit;
 pub mod run;

@@ -26,8 +26,9 @@ pub struct Loaded {
     pub skipped: Vec<String>,
 }
 
-pub fn list(loaded: &Loaded) -> anyhow::Result<()> {
+pub fn list(loaded: &Loaded, json_path: Option<&std::path::Path>) -> anyhow::Result<()> {
     let mut text = String::new();
+    let mut listed = Vec::new();
     let creators = registry().creators();
     if creators.is_empty() {
         let _ = writeln!(
@@ -38,6 +39,7 @@ pub fn list(loaded: &Loaded) -> anyhow::Result<()> {
     }
     for c in creators {
         let _ = writeln!(text, "{}  (from {})", c.key(), c.origin());
+        let mut fields = Vec::new();
         for spec in c.field_specs() {
             let ty = match spec.ty {
                 FieldType::F32 => "f32",
@@ -48,7 +50,9 @@ pub fn list(loaded: &Loaded) -> anyhow::Result<()> {
                 FieldType::Text => "text",
             };
             let _ = writeln!(text, "    field {}: {ty}", spec.name);
+            fields.push(serde_json::json!({ "name": spec.name, "type": ty }));
         }
+        listed.push(serde_json::json!({ "plugin": c.key().to_string(), "from": c.origin().to_string(), "fields": fields }));
     }
     let _ = writeln!(
         text,
@@ -58,6 +62,15 @@ pub fn list(loaded: &Loaded) -> anyhow::Result<()> {
     );
     for s in &loaded.skipped {
         let _ = writeln!(text, "skipped {s}");
+    }
+    if let Some(path) = json_path {
+        let libraries: Vec<String> = loaded.libraries.iter().map(|l| l.path.display().to_string()).collect();
+        let skipped: Vec<String> = loaded.skipped.iter().map(|s| s.to_string()).collect();
+        let report = serde_json::json!({ "plugins": listed, "libraries": libraries, "skipped": skipped });
+        crate::summary::write_json(path, &report)?;
+        if crate::output_file::is_stdout(path) {
+            return Ok(());
+        }
     }
     emit(&text)
 }

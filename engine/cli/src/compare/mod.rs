@@ -1,6 +1,7 @@
 //! Cross-checking backends, in the manner of Polygraphy: build one network for each
-//! backend, run each on the same inputs and compare every output with the reference (the
-//! last backend) element by element.
+//! backend (or take an engine already built), run each on the same inputs and compare every
+//! output with the reference element by element: the last backend, or outputs loaded from a
+//! file (golden outputs).
 //!
 //! With `mark_all`, every top-level tensor a layer computes becomes an output (built
 //! without optimization passes, so that none is fused away), and the first layer in
@@ -15,7 +16,7 @@ use kiln::{
     Backend, Builder, BuilderConfig, ExecutionContext, HostTensor, LayerKind, Network, NetworkError, Optimization,
     TensorId,
 };
-use stats::{compare_tensor, TensorComparison, Tolerances};
+use stats::{compare_tensor, TensorComparison, ToleranceSet};
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 use thiserror::Error;
@@ -26,8 +27,40 @@ pub struct CompareOptions {
     /// Builder settings shared by every backend (flags, profiles). With `mark_all`, the
     /// optimization level is overridden to [`Optimization::None`].
     pub config: BuilderConfig,
-    pub tolerances: Tolerances,
+    pub tolerances: ToleranceSet,
     pub mark_all: bool,
+}
+
+/// What a compared run comes from.
+pub enum Runner<'a> {
+    /// The network, built for this backend.
+    Build(&'a dyn Backend),
+    /// An engine built before, run on this backend (its own).
+    Engine(Box<kiln::Engine>, &'a dyn Backend),
+}
+
+impl<'a> Runner<'a> {
+    fn backend(&self) -> &'a dyn Backend {
+        match self {
+            Runner::Build(b) | Runner::Engine(_, b) => *b,
+        }
+    }
+}
+
+impl std::fmt::Debug for Runner<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = if matches!(self, Runner::Build(_)) { "Build" } else { "Engine" };
+        f.debug_tuple(what).field(&self.backend().name()).finish()
+    }
+}
+
+/// What the runs are compared with.
+#[derive(Debug)]
+pub enum Reference {
+    /// The last runner's results.
+    LastRun,
+    /// Outputs computed elsewhere (`--load-outputs`), named by where they came from.
+    Loaded { label: String, outputs: BTreeMap<String, HostTensor> },
 }
 
 /// Which step of a backend's work failed.
@@ -50,8 +83,10 @@ impl std::fmt::Display for Stage {
 
 #[derive(Debug, Error)]
 pub enum CompareError {
-    #[error("a comparison needs at least two backends (got {0})")]
+    #[error("a comparison needs at least two backends, or one and loaded outputs (got {0} backends)")]
     TooFewBackends(usize),
+    #[error("--mark-all needs the network: an engine's outputs are fixed when it is built")]
+    MarkAllOnEngine,
     /// A backend could not build or run the network: no results to compare.
     #[error("backend `{backend}` could not {stage}: {reason}")]
     BackendFailed { backend: String, stage: Stage, reason: String },
@@ -120,16 +155,34 @@ impl Comparison {
 }
 
 /// Builds `network` for every backend, runs each on `inputs`, and compares each backend's
-/// results with the last backend's.
+/// results with the last backend's (the tests' entry; the command uses [`compare_runs`]).
+#[cfg(test)]
 pub fn compare(
     network: &Network,
     backends: &[&dyn Backend],
     inputs: &HashMap<String, HostTensor>,
     options: &CompareOptions,
 ) -> Result<Comparison, CompareError> {
-    let Some((reference, candidates)) = backends.split_last().filter(|_| backends.len() >= 2) else {
-        return Err(CompareError::TooFewBackends(backends.len()));
-    };
+    let runners: Vec<Runner> = backends.iter().map(|&b| Runner::Build(b)).collect();
+    compare_runs(network, runners, inputs, options, Reference::LastRun)
+}
+
+/// Runs every runner on `inputs` and compares each run's results with the reference: the
+/// last run, or loaded outputs (then every runner is a candidate).
+pub fn compare_runs(
+    network: &Network,
+    runners: Vec<Runner<'_>>,
+    inputs: &HashMap<String, HostTensor>,
+    options: &CompareOptions,
+    reference: Reference,
+) -> Result<Comparison, CompareError> {
+    let needed = if matches!(reference, Reference::LastRun) { 2 } else { 1 };
+    if runners.len() < needed {
+        return Err(CompareError::TooFewBackends(runners.len()));
+    }
+    if options.mark_all && runners.iter().any(|r| matches!(r, Runner::Engine(..))) {
+        return Err(CompareError::MarkAllOnEngine);
+    }
     let mut config = options.config.clone();
     let (network, origins) = if options.mark_all {
         config.optimization = Optimization::None;
@@ -138,23 +191,30 @@ pub fn compare(
         let origins = network.outputs().iter().map(|&t| origin_of(network, t, true)).collect();
         (network.clone(), origins)
     };
-    let runs: Vec<BackendRun> =
-        backends.iter().map(|b| run_on(*b, &network, inputs, &config)).collect::<Result<_, _>>()?;
-    let (reference_run, candidate_runs) = runs.split_last().expect("at least two runs");
-    let pairs = candidates
+    let mut runs = Vec::with_capacity(runners.len());
+    for runner in runners {
+        runs.push(run_on(runner, &network, inputs, &config)?);
+    }
+    let (reference_name, reference_outputs, candidate_count) = match &reference {
+        Reference::LastRun => {
+            let last = runs.last().expect("at least two runs");
+            (last.backend.clone(), &last.outputs, runs.len() - 1)
+        }
+        Reference::Loaded { label, outputs } => (label.clone(), outputs, runs.len()),
+    };
+    let pairs = runs[..candidate_count]
         .iter()
-        .zip(candidate_runs)
-        .map(|(backend, run)| PairComparison {
-            backend: backend.name().to_string(),
+        .map(|run| PairComparison {
+            backend: run.backend.clone(),
             tensors: network
                 .outputs()
                 .iter()
                 .zip(&origins)
                 .filter_map(|(&t, origin)| {
                     let name = &network.tensor(t).name;
-                    let expected = reference_run.outputs.get(name)?;
+                    let expected = reference_outputs.get(name)?;
                     let result = match run.outputs.get(name) {
-                        Some(actual) => compare_tensor(name, actual, expected, options.tolerances),
+                        Some(actual) => compare_tensor(name, actual, expected, options.tolerances.of(name)),
                         None => TensorComparison::missing(name, expected),
                     };
                     Some((result, origin.clone()))
@@ -162,29 +222,37 @@ pub fn compare(
                 .collect(),
         })
         .collect();
+    let compared_tensors = network.outputs().iter().filter(|&&t| reference_outputs.contains_key(&network.tensor(t).name)).count();
     Ok(Comparison {
-        reference: reference.name().to_string(),
+        reference: reference_name,
         optimization: config.optimization,
-        compared_tensors: network.outputs().len(),
+        compared_tensors,
         runs,
         pairs,
     })
 }
 
 fn run_on(
-    backend: &dyn Backend,
+    runner: Runner<'_>,
     network: &Network,
     inputs: &HashMap<String, HostTensor>,
     config: &BuilderConfig,
 ) -> Result<BackendRun, CompareError> {
+    let backend = runner.backend();
     let name = backend.name().to_string();
     let failed = |stage: Stage, reason: String| CompareError::BackendFailed { backend: name.clone(), stage, reason };
+    let spinner = crate::progress::spinner(format!("building for {name}"));
     let start = Instant::now();
-    let engine = Builder::new(backend).build(network, config).map_err(|e| failed(Stage::Build, e.to_string()))?;
+    let engine = match runner {
+        Runner::Build(backend) => Builder::new(backend).build(network, config).map_err(|e| failed(Stage::Build, e.to_string()))?,
+        Runner::Engine(engine, _) => *engine,
+    };
     let build_time = start.elapsed();
+    spinner.set_message(format!("running on {name}"));
     let context = ExecutionContext::new(engine, backend).map_err(|e| failed(Stage::Prepare, e.to_string()))?;
     let start = Instant::now();
     let outputs = context.run(inputs).map_err(|e| failed(Stage::Run, e.to_string()))?;
+    spinner.finish_and_clear();
     Ok(BackendRun { backend: name, outputs, build_time, run_time: start.elapsed() })
 }
 

@@ -14,6 +14,29 @@ pub struct Tolerances {
     pub atol: f64,
 }
 
+/// The tolerances of every compared tensor: a default, and per-tensor rtol or atol
+/// (`--rtol name:x`) that replace the default's for that tensor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToleranceSet {
+    pub default: Tolerances,
+    pub rtol: std::collections::BTreeMap<String, f64>,
+    pub atol: std::collections::BTreeMap<String, f64>,
+}
+
+impl ToleranceSet {
+    pub fn uniform(default: Tolerances) -> ToleranceSet {
+        ToleranceSet { default, rtol: Default::default(), atol: Default::default() }
+    }
+
+    /// The tolerances of tensor `name`.
+    pub fn of(&self, name: &str) -> Tolerances {
+        Tolerances {
+            rtol: self.rtol.get(name).copied().unwrap_or(self.default.rtol),
+            atol: self.atol.get(name).copied().unwrap_or(self.default.atol),
+        }
+    }
+}
+
 /// The outcome for one tensor.
 #[derive(Clone, Debug)]
 pub struct TensorComparison {

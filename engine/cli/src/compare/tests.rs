@@ -1,7 +1,7 @@
 //! `compare` against deliberately broken backends: a cpu backend that adds an error to
 //! chosen tensors, and one that cannot run at all.
 
-use super::stats::{Detail, Tolerances};
+use super::stats::{Detail, ToleranceSet, Tolerances};
 use super::*;
 use kiln::ir::control::ControlFlow;
 use kiln::{BackendError, DeviceFingerprint, Executable, KernelError, TensorData};
@@ -90,12 +90,12 @@ impl Backend for BrokenBackend {
 fn mnist() -> (Network, HashMap<String, HostTensor>) {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/models/mnist.onnx");
     let network = kiln_onnx::import_file(&path).expect("import mnist");
-    let inputs = crate::inputs::random(&network, &Default::default()).expect("random inputs");
+    let inputs = crate::random_inputs::random(&network, &Default::default(), 0, None).expect("random inputs");
     (network, inputs)
 }
 
 fn options(mark_all: bool) -> CompareOptions {
-    CompareOptions { config: BuilderConfig::default(), tolerances: Tolerances { rtol: 1e-5, atol: 1e-5 }, mark_all }
+    CompareOptions { config: BuilderConfig::default(), tolerances: ToleranceSet::uniform(Tolerances { rtol: 1e-5, atol: 1e-5 }), mark_all }
 }
 
 /// The layer outputs of mnist's marked network, in layer order, with their layers.
@@ -352,7 +352,7 @@ fn mark_all_names_the_layer_whose_error_propagates_downstream() {
     let e = network.add_activation(d, ActivationKind::Relu).unwrap();
     let e = layer(&network, e);
     network.mark_output(e).unwrap();
-    let inputs = crate::inputs::random(&network, &Default::default()).unwrap();
+    let inputs = crate::random_inputs::random(&network, &Default::default(), 0, None).unwrap();
 
     let wrong = MiniBackend { wrong_layer: prod.0, error: 1e-3 };
     let reference = CpuBackend::new();

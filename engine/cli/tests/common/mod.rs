@@ -1,6 +1,8 @@
 //! Helpers shared by the CLI's end-to-end tests.
 #![allow(dead_code)] // each test file uses its own subset
 
+pub mod conv_bn;
+
 use npyz::npz::{NpzArchive, NpzWriter};
 use npyz::{AutoSerialize, WriterBuilder};
 use std::path::{Path, PathBuf};
@@ -11,8 +13,20 @@ pub fn repo_path(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(relative)
 }
 
+/// Runs kiln with the log filter of its flags alone (RUST_LOG from the test's
+/// environment removed).
 pub fn kiln(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kiln")).args(args).output().expect("start kiln")
+    kiln_env(args, &[])
+}
+
+/// Runs kiln with extra environment variables (RUST_LOG only when given).
+pub fn kiln_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kiln"));
+    command.args(args).env_remove("RUST_LOG");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    command.output().expect("start kiln")
 }
 
 pub fn text(bytes: &[u8]) -> String {
@@ -79,4 +93,12 @@ pub fn read_f32_arrays(path: &Path) -> Vec<(String, Vec<u64>, Vec<f32>)> {
             (name, shape, array.into_vec::<f32>().expect("f32 array"))
         })
         .collect()
+}
+
+/// Element-wise closeness, relative above magnitude 1 and absolute below it.
+pub fn assert_close(got: &[f32], want: &[f32], tolerance: f32) {
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((g - w).abs() <= tolerance * w.abs().max(1.0), "element {i}: got {g}, want {w}");
+    }
 }

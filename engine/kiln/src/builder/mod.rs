@@ -16,6 +16,7 @@ use crate::ir::network::{LayerId, Network};
 use crate::passes::{remove_dead_layers, PassContext, PassError, Pipeline};
 use crate::profile::{validate_profiles, OptimizationProfile, ProfileError};
 use crate::precision::{self, PrecisionError};
+use crate::engine::refit_source::RefitSource;
 use crate::tactics::TacticError;
 use tactic_selection::choose_tactics;
 use std::time::Instant;
@@ -44,6 +45,9 @@ pub enum BuildError {
     /// A tensor the engine would compute does not fit the memory budget.
     #[error("{0}")]
     TensorTooLarge(String),
+    /// Builder settings that contradict each other.
+    #[error("{0}")]
+    Config(String),
 }
 
 /// Builds engines for one backend.
@@ -91,15 +95,22 @@ impl<'b> Builder<'b> {
         let start = Instant::now();
         let tf32_override = std::env::var("NVIDIA_TF32_OVERRIDE").ok();
         let (flags, note) = crate::config::effective_flags(config.builder_flags, tf32_override.as_deref());
-        log.extend(note);
-        let (typed, report) = precision::apply(network, flags, self.backend)?;
-        log.extend(report.changed.iter().map(|(layer, t)| format!("layer `{layer}` computes in {t}")));
-        let formatted = io_format::apply(&typed, self.backend, flags.contains(BuilderFlag::DirectIo))?;
-        let mut pruned = remove_dead_layers(&formatted);
-        if config.optimization == Optimization::Full {
-            let context = PassContext { folding_backend: Some(self.folding_backend.unwrap_or(self.backend)) };
-            pruned = Pipeline::standard().run(&pruned, &context)?;
+        if flags.contains(BuilderFlag::StripWeights) && !flags.contains(BuilderFlag::Refit) {
+            return Err(BuildError::Config(
+                "builder flag STRIP_WEIGHTS needs REFIT: a weight-stripped engine runs only once refitted".into(),
+            ));
         }
+        log.extend(note);
+        let (typed, mut report) = precision::apply(network, flags, self.backend)?;
+        for (layer, t) in &report.changed {
+            tracing::debug!(target: "kiln::precision", "layer `{layer}` computes in {t}");
+            log.push(format!("layer `{layer}` computes in {t}"));
+        }
+        let counts = precision::compute_type_counts(&typed);
+        log.push(precision_line(&counts));
+        report.warnings.extend(unhonoured_precisions(&typed, flags, &counts, self.backend.name()));
+        let folding = self.folding_backend.unwrap_or(self.backend);
+        let pruned = optimize_typed(&typed, flags, config.optimization, self.backend, folding)?;
         summary.phase("passes", start);
 
         // Before anything allocates a tensor: tactic timing and the arena plan.
@@ -129,14 +140,88 @@ impl<'b> Builder<'b> {
         warnings.extend(tactics.warnings);
 
         let build_flags = BuildFlags { flags: config.flags.clone(), builder_flags: flags, profiling_verbosity: config.profiling_verbosity };
+        let refit = flags.contains(BuilderFlag::Refit).then(|| RefitSource::new(network.clone(), config.optimization));
         let engine = Engine::new(pruned, control, self.backend.name().to_string(), device, build_flags)
+            .with_refit_source(refit)
             .with_kernels(kernels)
             .with_tactics(tactics.chosen)
             .with_tactic_times(tactics.timed)
             .with_profiles(config.profiles.clone())
             .map_err(BuildError::ProfileShapes)?;
         check_workspace_limit(&engine, config.workspace_limit_bytes)?;
+        log_outcome(&engine, &log, &warnings);
         Ok(BuildOutput { engine, warnings, log, summary })
+    }
+}
+
+/// The network after the precision pass, rewritten as the build runs it: boundary
+/// formats, dead layers dropped, then (with full optimization) the standard passes. A refit
+/// replays it on the network with new weights (`crate::refit`).
+pub(crate) fn optimize_typed(
+    typed: &Network,
+    flags: crate::BuilderFlags,
+    optimization: Optimization,
+    backend: &dyn Backend,
+    folding: &dyn Backend,
+) -> Result<Network, BuildError> {
+    let formatted = io_format::apply(typed, backend, flags.contains(BuilderFlag::DirectIo))?;
+    let mut pruned = remove_dead_layers(&formatted);
+    if optimization == Optimization::Full {
+        let context = PassContext { folding_backend: Some(folding) };
+        pruned = Pipeline::standard().run(&pruned, &context)?;
+    }
+    Ok(pruned)
+}
+
+/// `layer precisions: 40 f16, 2 f32` (layers whose precision the flags can change).
+fn precision_line(counts: &[(crate::DataType, usize)]) -> String {
+    let parts: Vec<String> = counts.iter().map(|(t, n)| format!("{n} {t}")).collect();
+    let text = if parts.is_empty() { "no layer computes in a float type".to_string() } else { parts.join(", ") };
+    format!("layer precisions: {text}")
+}
+
+/// A warning for each reduced-precision flag that changes nothing: no layer computes in its
+/// type and no tensor is stored in it (the backend runs no layer faster in it, as cpu has
+/// no f16 arithmetic), so the user, who asked for it, should know.
+fn unhonoured_precisions(
+    typed: &Network,
+    flags: crate::BuilderFlags,
+    counts: &[(crate::DataType, usize)],
+    backend: &str,
+) -> Vec<String> {
+    let float_layers: usize = counts.iter().map(|(_, n)| n).sum();
+    let unused = |t: crate::DataType| !counts.iter().any(|&(c, _)| c == t) && !typed.tensors().iter().any(|d| d.dtype == t);
+    [(BuilderFlag::Fp16, crate::DataType::F16), (BuilderFlag::Bf16, crate::DataType::BF16)]
+        .into_iter()
+        .filter(|&(flag, t)| flags.contains(flag) && float_layers > 0 && unused(t))
+        .map(|(flag, t)| {
+            format!(
+                "builder flag {} is set but backend `{backend}` runs none of the network's layers in {t}; {}",
+                flag.name(),
+                precision_line(counts)
+            )
+        })
+        .collect()
+}
+
+/// What the build decided, as log events: the log lines (precisions), the warnings and each
+/// profile's memory plan.
+fn log_outcome(engine: &Engine, log: &[String], warnings: &[String]) {
+    for line in log {
+        tracing::info!(target: "kiln::builder", "{line}");
+    }
+    for warning in warnings {
+        tracing::warn!(target: "kiln::builder", "{warning}");
+    }
+    for (i, plan) in engine.memory_plans().iter().enumerate() {
+        tracing::info!(
+            target: "kiln::memory",
+            "memory plan, profile {i}: {} bytes peak for {} tensors ({} bytes unshared), {} sized per run",
+            plan.peak_bytes,
+            plan.tensors.len(),
+            plan.unshared_bytes,
+            plan.unplanned.len()
+        );
     }
 }
 

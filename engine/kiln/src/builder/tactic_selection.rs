@@ -53,11 +53,11 @@ pub fn choose_tactics(
             offered.iter().map(|t| AlgorithmChoice { tactic: t.clone(), time_ns: time_of(&t.id) }).collect();
         let context = context_of(network, id);
         let allowed = select(options, &context, &choices)?;
-        let (pick, timed) = if allowed.len() == 1 {
-            (allowed[0].tactic.id.clone(), Vec::new())
+        let (pick, timed, source) = if allowed.len() == 1 {
+            (allowed[0].tactic.id.clone(), Vec::new(), "the only candidate")
         } else if let Some(hit) = cached.as_ref().and_then(|e| pick_from_cache(e, &allowed)) {
             plan.layers_from_cache += 1;
-            (hit, timed_of(cached.as_ref(), &allowed))
+            (hit, timed_of(cached.as_ref(), &allowed), "from the timing cache")
         } else if options.error_on_timing_cache_miss {
             return Err(TacticError::CacheMiss { layer: layer.name.clone(), signature: key });
         } else {
@@ -67,8 +67,9 @@ pub fn choose_tactics(
             let entry = merge_entry(cached, entry);
             let timed = timed_of(Some(&entry), &allowed);
             cache.insert(key, entry);
-            (chosen, timed)
+            (chosen, timed, "timed")
         };
+        log_choice(&layer.name, &pick, &timed, source);
         plan.timed.push(timed);
         reported.push((context, pick.clone()));
         plan.chosen.push(Some(pick));
@@ -78,6 +79,17 @@ pub fn choose_tactics(
         s.0.report_algorithms(&reported);
     }
     Ok(plan)
+}
+
+/// A debug event per layer: the tactic, why, and every candidate's median time.
+fn log_choice(layer: &str, pick: &TacticId, timed: &[(TacticId, u64)], source: &str) {
+    let times: Vec<String> = timed.iter().map(|(id, ns)| format!("{id} {:.4} ms", *ns as f64 * 1e-6)).collect();
+    let times = if times.is_empty() { String::new() } else { format!(": {}", times.join(", ")) };
+    if timed.is_empty() && source == "the only candidate" {
+        tracing::trace!(target: "kiln::tactics", "layer `{layer}`: {pick} ({source})");
+    } else {
+        tracing::debug!(target: "kiln::tactics", "layer `{layer}`: {pick} ({source}){times}");
+    }
 }
 
 fn select<'c>(options: &TacticOptions, context: &AlgorithmContext, choices: &'c [AlgorithmChoice]) -> Result<Vec<&'c AlgorithmChoice>, TacticError> {

@@ -21,8 +21,12 @@ pub const MAGIC: &[u8; 8] = b"KILNENG\0";
 /// constraints, tensors allowed formats, the plan kernel names and the header builder flags
 /// and profiling verbosity; 3: the current layout; 4: the lowered control flow is the plan's,
 /// beside the network, not inside it; 5: the plan records the tactic candidates timed per layer; 6: the control flow
-/// records the memory budget (`BuilderConfig::max_memory_bytes`).
-pub const FORMAT_VERSION: u32 = 6;
+/// records the memory budget (`BuilderConfig::max_memory_bytes`); 7: a refittable engine's
+/// Refit section (the source network and its weights, some possibly stripped).
+pub const FORMAT_VERSION: u32 = 7;
+/// The oldest layout this kiln still reads: version 6 files are version 7 files without a
+/// Refit section.
+pub const OLDEST_READABLE_VERSION: u32 = 6;
 /// Upper bound on the header, far above any real one.
 const MAX_HEADER_BYTES: u32 = 1 << 20;
 
@@ -32,6 +36,8 @@ pub enum SectionKind {
     Plan,
     /// Weights blobs, each 64-byte aligned.
     Weights,
+    /// A refittable engine's source network and where its weights lie (format 7).
+    Refit,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,7 +77,7 @@ pub enum EngineFileError {
     Truncated(String),
     #[error("engine file is corrupted: {0}")]
     Corrupted(String),
-    #[error("engine format version {found} is not supported: this kiln reads version {supported}")]
+    #[error("engine format version {found} is not supported: this kiln reads versions {} to {supported}", OLDEST_READABLE_VERSION)]
     FormatVersion { found: u32, supported: u32 },
     #[error("engine was built by kiln {found}; this is kiln {current}: rebuild the engine")]
     KilnVersion { found: String, current: String },
@@ -110,14 +116,38 @@ fn align64(n: usize) -> usize {
     n.div_ceil(64) * 64
 }
 
-/// Offsets are written as fixed 8-byte values so the header length does not depend on them.
-#[derive(Serialize, Deserialize)]
-struct WireHeader {
-    kiln_version: String,
-    backend: String,
-    device: DeviceFingerprint,
-    build_flags: BuildFlags,
-    sections: Vec<(SectionKind, [u8; 8], [u8; 8], u32)>,
+/// The header as the file stores it. Offsets are written as fixed 8-byte values so the
+/// header length does not depend on them. Public for tools that rewrite engine files (the
+/// loader fuzz target reseals mutated files with true checksums).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireHeader {
+    pub kiln_version: String,
+    pub backend: String,
+    pub device: DeviceFingerprint,
+    pub build_flags: BuildFlags,
+    /// (kind, offset, length, crc32) per section, offset and length little-endian.
+    pub sections: Vec<(SectionKind, [u8; 8], [u8; 8], u32)>,
+}
+
+impl WireHeader {
+    /// Decodes the postcard header bytes (between the length field and the checksum).
+    pub fn decode(header_bytes: &[u8]) -> Result<Self, EngineFileError> {
+        postcard::from_bytes(header_bytes).map_err(|e| EngineFileError::Corrupted(format!("header does not decode: {e}")))
+    }
+
+    pub fn into_header(self) -> EngineHeader {
+        EngineHeader {
+            kiln_version: self.kiln_version,
+            backend: self.backend,
+            device: self.device,
+            build_flags: self.build_flags,
+            sections: self
+                .sections
+                .into_iter()
+                .map(|(kind, o, l, crc32)| SectionEntry { kind, offset: u64::from_le_bytes(o), len: u64::from_le_bytes(l), crc32 })
+                .collect(),
+        }
+    }
 }
 
 fn encode_header(h: &EngineHeader) -> Vec<u8> {
@@ -160,7 +190,7 @@ pub fn read_file(bytes: &[u8]) -> Result<(EngineHeader, Sections<'_>), EngineFil
         };
     }
     let version = read_u32(bytes, 8, "format version")?;
-    if version != FORMAT_VERSION {
+    if !(OLDEST_READABLE_VERSION..=FORMAT_VERSION).contains(&version) {
         return Err(EngineFileError::FormatVersion { found: version, supported: FORMAT_VERSION });
     }
     let header_len = read_u32(bytes, 12, "header length")?;
@@ -172,22 +202,11 @@ pub fn read_file(bytes: &[u8]) -> Result<(EngineHeader, Sections<'_>), EngineFil
     if crc32fast::hash(header_bytes) != crc {
         return Err(EngineFileError::Corrupted("header checksum mismatch".into()));
     }
-    let wire: WireHeader = postcard::from_bytes(header_bytes)
-        .map_err(|e| EngineFileError::Corrupted(format!("header does not decode: {e}")))?;
+    let wire = WireHeader::decode(header_bytes)?;
     if wire.kiln_version != KILN_VERSION {
         return Err(EngineFileError::KilnVersion { found: wire.kiln_version, current: KILN_VERSION.to_string() });
     }
-    let header = EngineHeader {
-        kiln_version: wire.kiln_version,
-        backend: wire.backend,
-        device: wire.device,
-        build_flags: wire.build_flags,
-        sections: wire
-            .sections
-            .into_iter()
-            .map(|(kind, o, l, crc32)| SectionEntry { kind, offset: u64::from_le_bytes(o), len: u64::from_le_bytes(l), crc32 })
-            .collect(),
-    };
+    let header = wire.into_header();
     let mut sections = Vec::with_capacity(header.sections.len());
     for s in &header.sections {
         let what = format!("{:?} section", s.kind);

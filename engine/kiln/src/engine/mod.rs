@@ -1,6 +1,8 @@
 //! Engines: a built network for one backend and device, serializable to an engine file.
 
 pub mod format;
+pub(crate) mod refit_source;
+mod refit_section;
 
 use crate::device::DeviceFingerprint;
 use crate::ir::control::ControlFlow;
@@ -10,6 +12,7 @@ use crate::ir::network::Network;
 use crate::ir::tensor::{HostTensor, TensorData};
 use crate::memory_plan::{plan_profiles, MemoryPlan};
 use crate::profile::{validate_profiles, OptimizationProfile};
+use refit_source::RefitSource;
 use crate::tactics::TacticId;
 use format::{BuildFlags, EngineFileError, EngineHeader, SectionKind};
 use crate::KILN_VERSION;
@@ -38,6 +41,8 @@ pub struct Engine {
     /// Per layer, the candidates the builder timed and their times in nanoseconds (empty
     /// when it recorded none).
     tactic_times: Vec<Vec<(TacticId, u64)>>,
+    /// What a refit needs (engines built with the REFIT flag).
+    refit: Option<RefitSource>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -103,7 +108,52 @@ impl Engine {
         build_flags: BuildFlags,
     ) -> Engine {
         let (profiles, memory_plans, kernels, tactics) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        Engine { network, control, backend, device, build_flags, profiles, memory_plans, kernels, tactics, tactic_times: Vec::new() }
+        Engine {
+            network,
+            control,
+            backend,
+            device,
+            build_flags,
+            profiles,
+            memory_plans,
+            kernels,
+            tactics,
+            tactic_times: Vec::new(),
+            refit: None,
+        }
+    }
+
+    /// Keeps the source network of a refittable build.
+    pub(crate) fn with_refit_source(mut self, refit: Option<RefitSource>) -> Engine {
+        self.refit = refit;
+        self
+    }
+
+    /// The network the engine was built from, when it was built with the REFIT flag.
+    pub fn refit_source(&self) -> Option<&RefitSource> {
+        self.refit.as_ref()
+    }
+
+    /// Whether the engine lacks its weights (a weight-stripped file not yet refitted): it
+    /// cannot run until a [`crate::refit::Refitter`] supplies them.
+    pub fn is_weight_stripped(&self) -> bool {
+        self.refit.as_ref().is_some_and(RefitSource::is_stripped)
+    }
+
+    /// Takes a refit's outcome: the source network with the new weights and the built
+    /// weights blobs that changed.
+    pub(crate) fn apply_refit(
+        &mut self,
+        source: Network,
+        changes: &[(crate::ir::layer::WeightsId, std::sync::Arc<HostTensor>)],
+    ) -> Result<(), String> {
+        let refit = self.refit.as_mut().ok_or("the engine is not refittable")?;
+        self.network.replace_weights(changes)?;
+        refit.network = source;
+        refit.missing.clear();
+        // The refitted engine holds its weights: its file keeps them.
+        self.build_flags.builder_flags.clear(crate::BuilderFlag::StripWeights);
+        Ok(())
     }
 
     /// Most bytes one tensor may take when this engine runs (recorded from
@@ -221,22 +271,32 @@ impl Engine {
         self.network.weights().iter().map(|w| w.size_bytes()).sum()
     }
 
-    /// The engine file image.
+    /// The engine file image. An engine built with STRIP_WEIGHTS (and REFIT) leaves out its
+    /// large float weights, and so does one whose weights are still missing.
     pub fn serialize(&self) -> Vec<u8> {
+        let strip = self.refit.is_some()
+            && (self.build_flags.builder_flags.contains(crate::BuilderFlag::StripWeights) || self.is_weight_stripped());
+        let stripped = refit_section::stripped_built(&self.network, strip);
         let mut weights_bytes = Vec::new();
-        let mut index = Vec::with_capacity(self.network.weights().len());
-        for w in self.network.weights() {
+        let mut store = |w: &HostTensor| {
             let offset = weights_bytes.len().div_ceil(64) * 64;
             weights_bytes.resize(offset, 0);
             let bytes = w.data().to_le_bytes();
-            index.push(WeightsEntry {
-                dtype: w.dtype(),
-                shape: w.shape().iter().map(|&d| d as u64).collect(),
-                offset: offset as u64,
-                len: bytes.len() as u64,
-            });
             weights_bytes.extend_from_slice(&bytes);
+            WeightsEntry { dtype: w.dtype(), shape: w.shape().iter().map(|&d| d as u64).collect(), offset: offset as u64, len: bytes.len() as u64 }
+        };
+        let mut index = Vec::with_capacity(self.network.weights().len());
+        for (w, &left_out) in self.network.weights().iter().zip(&stripped) {
+            index.push(if left_out {
+                WeightsEntry { dtype: w.dtype(), shape: w.shape().iter().map(|&d| d as u64).collect(), offset: 0, len: 0 }
+            } else {
+                store(w)
+            });
         }
+        let refit = self.refit.as_ref().map(|source| {
+            let section = refit_section::write(source, &self.network, &stripped, strip, &mut store);
+            postcard::to_stdvec(&section).expect("serializing plain data cannot fail")
+        });
         let plan = PlanSection {
             network: self.network.clone(),
             control: self.control.clone(),
@@ -254,7 +314,9 @@ impl Engine {
             build_flags: self.build_flags.clone(),
             sections: vec![],
         };
-        format::write_file(header, &[(SectionKind::Plan, plan_bytes), (SectionKind::Weights, weights_bytes)])
+        let mut sections = vec![(SectionKind::Plan, plan_bytes), (SectionKind::Weights, weights_bytes)];
+        sections.extend(refit.map(|bytes| (SectionKind::Refit, bytes)));
+        format::write_file(header, &sections)
     }
 
     /// Loads an engine file image, checking format, version, checksums and the plan's
@@ -272,11 +334,23 @@ impl Engine {
         let plan: PlanSection = postcard::from_bytes(section(SectionKind::Plan)?)
             .map_err(|e| EngineLoadError::InvalidPlan(format!("plan does not decode: {e}")))?;
         let weights_bytes = section(SectionKind::Weights)?;
+        let refit: Option<refit_section::RefitSection> = match sections.iter().filter(|(k, _)| *k == SectionKind::Refit).count() {
+            0 => None,
+            1 => Some(
+                postcard::from_bytes(section(SectionKind::Refit)?)
+                    .map_err(|e| EngineLoadError::InvalidPlan(format!("the Refit section does not decode: {e}")))?,
+            ),
+            _ => return Err(EngineLoadError::InvalidPlan("the Refit section appears twice".into())),
+        };
+        let stripped = refit.as_ref().map(refit_section::RefitSection::stripped_built_set).unwrap_or_default();
         let weights = plan
             .weights
             .iter()
             .enumerate()
-            .map(|(i, e)| read_weights(weights_bytes, e).map_err(|r| EngineLoadError::InvalidPlan(format!("weights #{i}: {r}"))))
+            .map(|(i, e)| {
+                let w = if stripped.contains(&i) { refit_section::placeholder(e.dtype, &e.shape) } else { read_weights(weights_bytes, e) };
+                w.map_err(|r| EngineLoadError::InvalidPlan(format!("weights #{i}: {r}")))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let mut network = plan.network;
         network.check_structure().map_err(EngineLoadError::InvalidPlan)?;
@@ -308,7 +382,12 @@ impl Engine {
                 network.layers().len()
             )));
         }
+        let refit = refit
+            .map(|r| r.read(&network, weights_bytes))
+            .transpose()
+            .map_err(|e| EngineLoadError::InvalidPlan(format!("refit data: {e}")))?;
         let engine = Engine::new(network, plan.control, header.backend, header.device, header.build_flags)
+            .with_refit_source(refit)
             .with_profiles(plan.profiles)
             .map_err(EngineLoadError::InvalidPlan)?;
         Ok(Engine { kernels: plan.kernels, tactics: plan.tactics, tactic_times: plan.tactic_times, ..engine })

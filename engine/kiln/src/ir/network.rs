@@ -411,6 +411,19 @@ impl Network {
         Ok(())
     }
 
+    /// Infers every layer's outputs again, in order, restoring what a file does not hold:
+    /// the known values and symbolic elements of shape arithmetic, which the optimizer
+    /// folds on (a loaded refit source must rewrite as the original did). Constants keep
+    /// their values, shared with the weights table.
+    pub(crate) fn restore_inferred_facts(&mut self) -> Result<(), NetworkError> {
+        for i in 0..self.layers.len() {
+            if !matches!(self.layers[i].kind, LayerKind::Constant { .. }) {
+                self.reinfer_layer(LayerId(i), self.layers[i].kind.clone())?;
+            }
+        }
+        Ok(())
+    }
+
     /// Re-validates a layer under a new kind and updates its outputs in place.
     pub(crate) fn reinfer_layer(&mut self, layer: LayerId, kind: LayerKind) -> Result<(), NetworkError> {
         let l = &self.layers[layer.0];
@@ -556,6 +569,35 @@ impl Network {
             if let Some((lid, _)) = t.producer {
                 if let Some(LayerKind::Constant { weights }) = self.layers.get(lid.0).map(|l| &l.kind) {
                     t.value = Some(self.weights[weights.0].clone());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Replaces weights blobs in place (a refit): each new blob must have the old one's type
+    /// and dims, so shapes and kernels stay valid; the Constant layers' known values follow.
+    pub fn replace_weights(&mut self, changes: &[(WeightsId, Arc<HostTensor>)]) -> Result<(), String> {
+        for (id, new) in changes {
+            let old = self.weights.get(id.0).ok_or_else(|| format!("weights blob #{} does not exist", id.0))?;
+            if old.dtype() != new.dtype() || old.shape() != new.shape() {
+                return Err(format!(
+                    "weights blob #{} is {}{:?}; its replacement is {}{:?}",
+                    id.0,
+                    old.dtype(),
+                    old.shape(),
+                    new.dtype(),
+                    new.shape()
+                ));
+            }
+        }
+        for (id, new) in changes {
+            self.weights[id.0] = new.clone();
+        }
+        for l in &self.layers {
+            if let (LayerKind::Constant { weights }, Some(&out)) = (&l.kind, l.outputs.first()) {
+                if changes.iter().any(|(id, _)| id == weights) {
+                    self.tensors[out.0].value = Some(self.weights[weights.0].clone());
                 }
             }
         }

@@ -435,6 +435,23 @@ impl HostTensor {
         Ok(HostTensor { shape, data })
     }
 
+    /// A tensor of `dtype` and `shape` from its elements' little-endian bytes in C order (one
+    /// byte per element for bool and the sub-byte types), as a caller's raw buffer holds
+    /// them; the byte count must match exactly. Strings have no fixed size and are refused.
+    pub fn from_le_bytes(dtype: DataType, shape: Vec<usize>, bytes: &[u8]) -> Result<HostTensor, String> {
+        if dtype == DataType::String {
+            return Err("strings have no fixed size: they cannot come as raw bytes".into());
+        }
+        let count = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).ok_or("the element count overflows")?;
+        let expected = count.checked_mul(dtype.size_bytes().unwrap_or(1)).ok_or("the size overflows")?;
+        if bytes.len() != expected {
+            let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
+            return Err(format!("it holds {} bytes but {dtype}[{}] takes {expected}", bytes.len(), dims.join(",")));
+        }
+        let data = TensorData::from_le_bytes(dtype, bytes).ok_or_else(|| format!("the bytes are not valid {dtype} values"))?;
+        HostTensor::new(shape, data).map_err(|e| e.to_string())
+    }
+
     /// A zero-filled tensor.
     pub fn zeros(dtype: DataType, shape: Vec<usize>) -> HostTensor {
         let n = shape.iter().product();

@@ -6,7 +6,7 @@
 //! dump before and after each (golden tests are built on that).
 //!
 //! Passes rewrite only networks without loops or conditionals (see
-//! [`graph::has_control_flow`]); those are kept as they are apart from dead-layer
+//! `graph::has_control_flow`); those are kept as they are apart from dead-layer
 //! elimination, which the builder has always done.
 
 mod attention;
@@ -188,9 +188,31 @@ impl Pipeline {
                 });
             }
             if let Some(next) = next {
+                log_changes(pass.name(), &current, &next);
                 current = next;
             }
         }
         Ok(current)
+    }
+}
+
+/// Debug events naming what a pass made: its layer counts, and each layer whose name is new
+/// (a fused layer is named after what it replaced, so this says what fused into what).
+fn log_changes(pass: &str, before: &Network, after: &Network) {
+    if !tracing::enabled!(target: "kiln::passes", tracing::Level::DEBUG) {
+        return;
+    }
+    let old: std::collections::HashSet<&str> = before.layers().iter().map(|l| l.name.as_str()).collect();
+    tracing::debug!(target: "kiln::passes", "{pass}: {} layers -> {}", before.layers().len(), after.layers().len());
+    for layer in after.layers().iter().filter(|l| !old.contains(l.name.as_str())) {
+        tracing::debug!(target: "kiln::passes", "{pass}: made `{}` [{}]", layer.name, kind_text(&layer.kind));
+    }
+}
+
+/// `Convolution + [Activation(Relu)]` for a fused layer, else the kind's name.
+fn kind_text(kind: &crate::ir::layer::LayerKind) -> String {
+    match kind {
+        crate::ir::layer::LayerKind::Fused(p) => format!("{} + {:?}", p.anchor.kind().type_name(), p.epilogue),
+        other => other.type_name().to_string(),
     }
 }

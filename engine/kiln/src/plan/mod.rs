@@ -9,6 +9,7 @@ pub mod matmul;
 pub mod nms;
 pub mod norm;
 pub mod pad;
+pub mod pool;
 pub mod quant;
 pub mod reduce;
 pub mod resize;

@@ -4,9 +4,8 @@
 use super::{one, Registry};
 use crate::context::NodeContext;
 use crate::error::ImportError;
-use crate::tensor;
 use super::build;
-use kiln::{ElementwiseOp, LayerKind, ReduceOp, TensorId, UnaryOp};
+use kiln::{DataType, ElementwiseOp, LayerKind, ReduceOp, TensorId, UnaryOp};
 
 pub(super) fn register(r: &mut Registry) {
     r.add("LayerNormalization", &[17], layer_norm);
@@ -39,7 +38,9 @@ fn channel_dims(rank: usize) -> Vec<i64> {
 }
 
 /// Inference batch norm: `y = x * a + b` with `a = scale / sqrt(var + eps)` and
-/// `b = bias - mean * a`, folded on the host when the parameters are constant.
+/// `b = bias - mean * a`, computed in f32 (f64 for f64 inputs) by layers: the builder folds
+/// them when the parameters are constant, so the parameters stay the model's own weights
+/// (named after its initializers, as a refit finds them).
 fn batch_norm(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     if ctx.version >= 14 && ctx.attrs.flag("training_mode", false)? {
         return batch_norm_training(ctx);
@@ -52,44 +53,25 @@ fn batch_norm(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
     let epsilon = ctx.attrs.float("epsilon", 1e-5)? as f64;
     let rank = ctx.rank(x);
     let dtype = ctx.dtype(x);
+    let compute = if dtype == DataType::F64 { DataType::F64 } else { DataType::F32 };
     // Before opset 9, `spatial=0` gave per-activation parameters shaped like x without N.
     let per_activation = ctx.version < 9 && !ctx.attrs.flag("spatial", true)?;
-    let values: Option<Vec<_>> = params.iter().map(|&p| ctx.value(p)).collect();
-    if let Some(values) = values.filter(|_| dtype.is_float()) {
-        let [scale, bias, mean, var] = [0, 1, 2, 3].map(|i| values[i].to_f64_vec());
-        let n = scale.len();
-        if [&bias, &mean, &var].iter().any(|v| v.len() != n) {
-            return Err(ctx.invalid("scale, B, mean and var must have the same number of elements"));
-        }
-        let a: Vec<f64> = scale.iter().zip(&var).map(|(s, v)| s / (v + epsilon).sqrt()).collect();
-        let b: Vec<f64> = bias.iter().zip(&mean).zip(&a).map(|((b, m), a)| b - m * a).collect();
-        let shape: Vec<usize> = if per_activation {
-            values[0].shape().to_vec()
-        } else {
-            let mut s = vec![n];
-            s.extend(std::iter::repeat_n(1, rank.saturating_sub(2)));
-            s
-        };
-        let a = tensor::from_f64(dtype, shape.clone(), &a).map_err(|e| ctx.invalid(e))?;
-        let b = tensor::from_f64(dtype, shape, &b).map_err(|e| ctx.invalid(e))?;
-        let (a, b) = (ctx.constant("scale", a)?, ctx.constant("shift", b)?);
-        let scaled = ctx.add("multiply", LayerKind::Elementwise { op: ElementwiseOp::Prod }, &[x, a])?;
-        return one(ctx.add("", LayerKind::Elementwise { op: ElementwiseOp::Sum }, &[scaled, b])?);
-    }
     let names = ["scale", "bias", "mean", "var"];
     let mut shaped = [params[0]; 4];
     for (i, &p) in params.iter().enumerate() {
-        let p = ctx.cast(&format!("{} cast", names[i]), p, dtype)?;
+        let p = ctx.cast(&format!("{} cast", names[i]), p, compute)?;
         shaped[i] = if per_activation || rank <= 2 { p } else { ctx.reshape(names[i], p, channel_dims(rank))? };
     }
     let [scale, bias, mean, var] = shaped;
-    let eps = ctx.scalar("epsilon", dtype, epsilon)?;
+    let eps = ctx.scalar("epsilon", compute, epsilon)?;
     let var_eps = ctx.add("var + epsilon", LayerKind::Elementwise { op: ElementwiseOp::Sum }, &[var, eps])?;
     let std = ctx.add("std", LayerKind::Unary { op: UnaryOp::Sqrt }, &[var_eps])?;
-    let centered = ctx.add("centered", LayerKind::Elementwise { op: ElementwiseOp::Sub }, &[x, mean])?;
-    let normalized = ctx.add("normalized", LayerKind::Elementwise { op: ElementwiseOp::Div }, &[centered, std])?;
-    let scaled = ctx.add("scaled", LayerKind::Elementwise { op: ElementwiseOp::Prod }, &[normalized, scale])?;
-    one(ctx.add("", LayerKind::Elementwise { op: ElementwiseOp::Sum }, &[scaled, bias])?)
+    let a = ctx.add("scale / std", LayerKind::Elementwise { op: ElementwiseOp::Div }, &[scale, std])?;
+    let mean_a = ctx.add("mean * a", LayerKind::Elementwise { op: ElementwiseOp::Prod }, &[mean, a])?;
+    let b = ctx.add("bias - mean * a", LayerKind::Elementwise { op: ElementwiseOp::Sub }, &[bias, mean_a])?;
+    let (a, b) = (ctx.cast("scale", a, dtype)?, ctx.cast("shift", b, dtype)?);
+    let scaled = ctx.add("multiply", LayerKind::Elementwise { op: ElementwiseOp::Prod }, &[x, a])?;
+    one(ctx.add("", LayerKind::Elementwise { op: ElementwiseOp::Sum }, &[scaled, b])?)
 }
 
 /// Training-mode batch norm (opset 14+): the statistics are the input's own, per channel over

@@ -15,6 +15,24 @@ pub fn data_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/pytorch")
 }
 
+/// Reference model `name` of `tests/data/pytorch/` imported, its inputs from the npz beside
+/// it, and the npz's other arrays (PyTorch's outputs) by name.
+pub fn reference_model(name: &str) -> (kiln::Network, HashMap<String, HostTensor>, HashMap<String, HostTensor>) {
+    let dir = repo().join("tests/data/pytorch");
+    let net = kiln_onnx::import_file(&dir.join(format!("{name}.onnx"))).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let mut arrays = read_npz(&dir.join(format!("{name}.npz")));
+    let inputs = net
+        .inputs()
+        .iter()
+        .map(|&t| {
+            let n = net.tensor(t).name.clone();
+            let x = arrays.remove(&n).unwrap_or_else(|| panic!("{name}: no input {n}"));
+            (n, x)
+        })
+        .collect();
+    (net, inputs, arrays)
+}
+
 /// Every array of an npz file, as host tensors (the models use f32 and i64 only).
 pub fn read_npz(path: &Path) -> HashMap<String, HostTensor> {
     let mut archive = NpzArchive::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));

@@ -118,10 +118,10 @@ pub(crate) fn fold(
     values.into_tensor(out_dtype, out_shape)
 }
 
-/// Whether [`fold`] evaluates a layer of `kind` whose inputs have these types and ranks and
-/// whose output has `out_len` elements (`None`: not known before run time; evaluated when
-/// small then), given known inputs. Backends place such layers on the host: the run-time inference computes them,
-/// and no device kernel is needed. (A value [`fold`] still declines at run time, such as
+/// Whether `fold` (the host evaluation of small values) evaluates a layer of `kind` whose
+/// inputs have these types and ranks and whose output has `out_len` elements (`None`: not
+/// known before run time; evaluated when small then), given known inputs. Backends place such layers on the host: the run-time inference computes them,
+/// and no device kernel is needed. (A value `fold` still declines at run time, such as
 /// an integer overflow, goes to the backend's kernel.)
 pub fn evaluates(kind: &LayerKind, inputs: &[Option<(DataType, usize)>], out_dtype: DataType, out_len: Option<usize>) -> bool {
     let numeric = |t: DataType| (t.is_integer() && !t.is_narrow()) || t == DataType::Bool || t.is_float();

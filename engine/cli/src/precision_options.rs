@@ -1,0 +1,64 @@
+//! The builder-flag options every command that builds takes alike: `--fp16`, `--bf16`,
+//! `--no-tf32` and `--flag NAME`.
+
+use anyhow::bail;
+use kiln::{BuilderConfig, BuilderFlag};
+
+#[derive(Debug, clap::Args)]
+pub struct PrecisionOptions {
+    /// Lets layers compute in FP16 where the backend runs them faster (the FP16 builder flag;
+    /// a warning says so when no layer does).
+    #[arg(long)]
+    pub fp16: bool,
+    /// Lets layers compute in BF16 where the backend runs them faster (the BF16 builder flag).
+    #[arg(long)]
+    pub bf16: bool,
+    /// Clears the TF32 builder flag. Today it is recorded in the engine and in timing-cache
+    /// keys only: the cuda backend computes f32 products exactly whatever the flag says.
+    #[arg(long)]
+    pub no_tf32: bool,
+    /// A builder flag to set (repeatable): fp16, bf16, tf32, prefer_precision_constraints,
+    /// obey_precision_constraints, direct_io, refit (the engine can take new weights: `kiln
+    /// refit`), strip_weights (with refit: the engine file leaves the weights out).
+    #[arg(long = "flag", value_name = "FLAG")]
+    pub flags: Vec<String>,
+}
+
+impl PrecisionOptions {
+    /// Whether any option is given (an engine file was built already: they cannot apply).
+    pub fn any(&self) -> bool {
+        self.fp16 || self.bf16 || self.no_tf32 || !self.flags.is_empty()
+    }
+
+    /// Sets the flags on `config`; `--no-tf32` wins over `--flag tf32`.
+    pub fn apply(&self, config: &mut BuilderConfig) -> anyhow::Result<()> {
+        for name in &self.flags {
+            let Some(flag) = BuilderFlag::from_name(name) else {
+                let known: Vec<&str> = BuilderFlag::ALL.iter().map(|f| f.name()).collect();
+                bail!("unknown builder flag `{name}` (known: {})", known.join(", ").to_lowercase());
+            };
+            config.set_flag(flag);
+        }
+        if self.fp16 {
+            config.set_flag(BuilderFlag::Fp16);
+        }
+        if self.bf16 {
+            config.set_flag(BuilderFlag::Bf16);
+        }
+        if self.no_tf32 {
+            config.clear_flag(BuilderFlag::Tf32);
+        }
+        Ok(())
+    }
+
+    /// The error for options given with an engine file.
+    pub fn refuse_for_engine(&self, path: &std::path::Path, built_with: &str) -> anyhow::Result<()> {
+        if self.any() {
+            bail!(
+                "--fp16, --bf16, --no-tf32 and --flag apply when building from ONNX; `{}` is an engine built with flags {built_with}",
+                path.display()
+            );
+        }
+        Ok(())
+    }
+}

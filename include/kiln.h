@@ -1,0 +1,83 @@
+/* kiln's C runtime API: libkiln_capi.so (cargo build -p kiln-capi; target/<profile>/libkiln_capi.so).
+ *
+ * Load an engine file (`kiln build`), create execution contexts on it, set inputs from host
+ * memory, run, and copy the outputs back. Every call that can fail returns NULL or -1 and
+ * leaves a message for kiln_last_error(); none aborts the program.
+ *
+ * Rules: free contexts before their engine; an engine may be shared by threads, a context
+ * is used by one thread at a time. Names are the model's tensor names (UTF-8). Tensor data
+ * is little-endian elements in C (row-major) order.
+ */
+#ifndef KILN_H
+#define KILN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct KilnEngine KilnEngine;
+typedef struct KilnContext KilnContext;
+
+/* Element types (kiln_engine_io_dtype); -1 stands for a type not listed here. */
+typedef enum KilnDataType {
+    KILN_F32 = 0,
+    KILN_F16 = 1,
+    KILN_BF16 = 2,
+    KILN_F64 = 3,
+    KILN_I8 = 4,
+    KILN_I16 = 5,
+    KILN_I32 = 6,
+    KILN_I64 = 7,
+    KILN_U8 = 8,
+    KILN_U16 = 9,
+    KILN_U32 = 10,
+    KILN_U64 = 11,
+    KILN_BOOL = 12 /* one byte per element, 0 or 1 */
+} KilnDataType;
+
+/* kiln's version, e.g. "0.1.0" (static storage). */
+const char *kiln_version(void);
+/* The message of this thread's last failed call; valid until its next failed call. */
+const char *kiln_last_error(void);
+
+/* Loads an engine file and prepares it on the backend it was built for (cpu, wgpu, cuda). */
+KilnEngine *kiln_engine_load(const char *path);
+void kiln_engine_free(KilnEngine *engine);
+/* Inputs and outputs, inputs first: their count, and the name of one (owned by the engine). */
+int kiln_engine_io_count(const KilnEngine *engine);
+const char *kiln_engine_io_name(const KilnEngine *engine, int index);
+/* 1 for an input, 0 for an output, -1 for no such name. */
+int kiln_engine_is_input(const KilnEngine *engine, const char *name);
+/* A KilnDataType, or -1. */
+int kiln_engine_io_dtype(const KilnEngine *engine, const char *name);
+/* Declared dims into dims[0..max_rank) (-1 for a dynamic dim); returns the rank, or -1. */
+int kiln_engine_io_shape(const KilnEngine *engine, const char *name, int64_t *dims, int max_rank);
+
+/* Optimization profiles of the engine (1 for fixed shapes), or -1. */
+int kiln_engine_profile_count(const KilnEngine *engine);
+
+/* A new context, profile 0 active. */
+KilnContext *kiln_context_create(const KilnEngine *engine);
+/* Makes profile `index` the context's (contexts of one engine may use different profiles at
+ * once); inputs set before are dropped. 0, or -1. */
+int kiln_context_set_profile(KilnContext *context, int index);
+void kiln_context_free(KilnContext *context);
+/* Sets an input to a copy of `bytes` bytes at `data`, in dims dims[0..rank). 0, or -1. */
+int kiln_context_set_input(KilnContext *context, const char *name, const int64_t *dims, int rank,
+                           const void *data, size_t bytes);
+/* Runs the engine on the inputs set, synchronously. 0, or -1. */
+int kiln_context_execute(KilnContext *context);
+/* Dims of an output of the last run into dims[0..max_rank); returns the rank, or -1. */
+int kiln_context_output_shape(const KilnContext *context, const char *name, int64_t *dims, int max_rank);
+/* Copies an output of the last run into data (room for `bytes`); returns the bytes copied,
+ * or -1 (also when the output does not fit). */
+int64_t kiln_context_copy_output(const KilnContext *context, const char *name, void *data, size_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_H */
