@@ -287,7 +287,7 @@ impl Tracer {
 #[derive(Debug, Default)]
 pub struct Sessions {
     pub(crate) current: Mutex<Option<Session>>,
-    /// Held by each execution: one stream, so runs on this device take turns.
+    /// Held by each execution: runs on one stream (one lane) take turns.
     pub run_lock: Mutex<()>,
 }
 

@@ -1,6 +1,7 @@
 //! The device: a [`Gpu`] is one CUDA context with one stream, kiln's kernels loaded from
 //! CUBIN, cuBLASLt and (on first use) cuDNN; it allocates (from the execution's arena when
-//! one serves it), copies, captures and launches. Everything above it works with
+//! one serves it), copies, captures and launches. [`Gpu::lane`] makes another on the same
+//! context and kernels with a stream and handles of its own, so executions overlap. Everything above it works with
 //! [`DeviceTensor`]s and [`Arg`] lists and never touches a raw pointer.
 
 use crate::arena::{lock, Access, Arena, ArenaPlan, PinnedHost, Served, Session, Sessions, Tracer};
@@ -22,22 +23,27 @@ thread_local! {
     static PERSISTENT: Cell<bool> = const { Cell::new(false) };
 }
 
+/// Each loaded kernel and the byte size of each of its parameters.
+type Functions = HashMap<Kernel, (CudaFunction, Arc<[usize]>)>;
+
 /// One context, stream, kernel set and cuBLASLt handle.
 #[derive(Debug)]
 pub struct Gpu {
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
     pub arch: String,
-    modules: HashMap<Source, Arc<CudaModule>>,
-    functions: Mutex<HashMap<Kernel, (CudaFunction, Arc<[usize]>)>>,
+    /// Shared by every lane of the context (see [`Gpu::lane`]).
+    modules: Arc<HashMap<Source, Arc<CudaModule>>>,
+    functions: Arc<Mutex<Functions>>,
     pub blas: crate::blas::Blas,
     /// cuDNN on this stream, opened on first use (Err: absent or failed; convolutions then
     /// run kiln's direct kernel).
     pub dnn: OnceLock<Result<crate::dnn::Dnn, GpuError>>,
     /// The traced execution and the run lock.
     pub sessions: Arc<Sessions>,
-    /// Weights converted once for a kernel (see [`Gpu::converted_weights`]).
-    converted: Mutex<HashMap<(u64, &'static str), Converted>>,
+    /// Weights converted once for a kernel (see [`Gpu::converted_weights`]), shared by every
+    /// lane: constants are the context's, whichever stream reads them.
+    converted: Arc<Mutex<HashMap<(u64, &'static str), Converted>>>,
 }
 
 /// One converted copy of constant weights, and what it was made from. The original is held
@@ -86,8 +92,42 @@ impl Gpu {
             modules.insert(source, module);
         }
         let blas = crate::blas::Blas::new(stream.clone())?;
-        let functions = Mutex::new(HashMap::new());
-        Ok(Gpu { ctx, stream, arch, modules, functions, blas, dnn: OnceLock::new(), sessions: Arc::default(), converted: Mutex::default() })
+        Ok(Gpu {
+            ctx,
+            stream,
+            arch,
+            modules: Arc::new(modules),
+            functions: Arc::default(),
+            blas,
+            dnn: OnceLock::new(),
+            sessions: Arc::default(),
+            converted: Arc::default(),
+        })
+    }
+
+    /// Another lane on this context: the same kernels and converted weights, a stream, cuBLASLt
+    /// and cuDNN handles and run lock of its own, so its executions overlap this one's.
+    /// Buffers stay ordered by their own lane's stream (event tracking is off): a value
+    /// crosses lanes only once it is complete (constants are settled before a lane is made,
+    /// converted weights are waited for when lanes exist).
+    pub fn lane(&self) -> Result<Gpu, GpuError> {
+        let stream = self.ctx.new_stream().map_err(driver("cuStreamCreate"))?;
+        Ok(Gpu {
+            ctx: self.ctx.clone(),
+            blas: crate::blas::Blas::new(stream.clone())?,
+            stream,
+            arch: self.arch.clone(),
+            modules: self.modules.clone(),
+            functions: self.functions.clone(),
+            dnn: OnceLock::new(),
+            sessions: Arc::default(),
+            converted: self.converted.clone(),
+        })
+    }
+
+    /// Whether other lanes share this one's context (see [`Gpu::lane`]).
+    fn has_lanes(&self) -> bool {
+        Arc::strong_count(&self.converted) > 1
     }
 
     /// What identifies this device for engine compatibility.
@@ -159,8 +199,9 @@ impl Gpu {
 
     /// `w` (constant weights) as `convert` lays it out for a kernel (`conversion` names the
     /// layout: "krsc", "depthwise_rsc"), converted on first use and cached across runs,
-    /// outside every run's trace and arena.
-    pub fn converted_weights<E>(
+    /// outside every run's trace and arena. Where lanes share the cache, the conversion is
+    /// waited for before another stream can read it.
+    pub fn converted_weights<E: From<GpuError>>(
         &self,
         w: &DeviceTensor,
         conversion: &'static str,
@@ -175,6 +216,9 @@ impl Gpu {
         }
         cache.retain(|_, c| c.original.strong_count() > 0);
         let copy = self.persistent(|| convert(w))?;
+        if self.has_lanes() {
+            self.synchronize()?;
+        }
         cache.insert(key, Converted { original: Arc::downgrade(&w.buf), dtype: w.dtype, shape: w.shape.clone(), copy: copy.clone() });
         Ok(copy)
     }

@@ -19,7 +19,7 @@ use kiln::runtime::layer_profile::LayerProfiler;
 use kiln::runtime::machine::Machine;
 use crate::layer_events::LayerEvents;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 /// Set to 0 to turn CUDA graph capture off for every executable of the process.
 pub const CUDA_GRAPHS_VAR: &str = "KILN_CUDA_GRAPHS";
@@ -58,10 +58,93 @@ pub struct CudaExecutable {
     /// Why executions of this network are never captured as a graph (None: they can be).
     graph_blocker: Option<String>,
     graphs_enabled: AtomicBool,
-    /// Per input-shape signature: the activation arena and the captured graph.
-    signatures: Mutex<Signatures>,
+    /// Where executions run: one lane per execution in flight.
+    lanes: Lanes,
     /// How the latest execution ran, for reports.
     last_mode: Mutex<String>,
+}
+
+/// One stream's execution state: a [`Gpu`] lane (the device's own stream for the first)
+/// with the activation arena and captured graph of each input-shape signature it ran.
+#[derive(Debug)]
+struct Lane {
+    gpu: Arc<Gpu>,
+    signatures: Mutex<Signatures>,
+}
+
+/// Most lanes of one executable: past this many executions in flight, more wait for a lane.
+/// Each costs a stream, cuBLASLt's workspace, a cuDNN handle and its own arenas; the device
+/// schedules few more streams side by side (CUDA_DEVICE_MAX_CONNECTIONS is 8 by default).
+pub const MAX_LANES: usize = 16;
+
+/// The lanes of an executable: executions on several threads at once (contexts of one
+/// engine) each take their own, so they overlap on the device instead of taking turns.
+/// An execution on its own always finds the first lane, the device's stream.
+#[derive(Debug)]
+struct Lanes {
+    all: Mutex<Vec<Arc<Lane>>>,
+    idle: Mutex<Vec<Arc<Lane>>>,
+    returned: Condvar,
+}
+
+impl Lanes {
+    fn new(gpu: Arc<Gpu>) -> Lanes {
+        let first = Arc::new(Lane { gpu, signatures: Mutex::default() });
+        Lanes { all: Mutex::new(vec![first.clone()]), idle: Mutex::new(vec![first]), returned: Condvar::new() }
+    }
+
+    /// An idle lane, a new one while fewer than [`MAX_LANES`] exist, else the next returned.
+    fn take(&self, device: &Arc<Gpu>) -> Result<LaneGuard<'_>, BackendError> {
+        let mut idle = lock(&self.idle);
+        loop {
+            if let Some(lane) = idle.pop() {
+                return Ok(LaneGuard { lanes: self, lane: Some(lane) });
+            }
+            if lock(&self.all).len() < MAX_LANES {
+                break;
+            }
+            idle = self.returned.wait(idle).unwrap_or_else(|p| p.into_inner());
+        }
+        drop(idle);
+        // The constants were uploaded on the device's stream: settled before another reads them.
+        device.synchronize().map_err(|e| gpu_error("(new stream)", e))?;
+        let gpu = Arc::new(device.lane().map_err(|e| gpu_error("(new stream)", e))?);
+        let lane = Arc::new(Lane { gpu, signatures: Mutex::default() });
+        lock(&self.all).push(lane.clone());
+        Ok(LaneGuard { lanes: self, lane: Some(lane) })
+    }
+
+    fn each(&self, mut f: impl FnMut(&Lane)) {
+        for lane in lock(&self.all).iter() {
+            f(lane);
+        }
+    }
+
+    fn count(&self) -> usize {
+        lock(&self.all).len()
+    }
+}
+
+/// A lane taken for one execution, given back when dropped.
+struct LaneGuard<'l> {
+    lanes: &'l Lanes,
+    lane: Option<Arc<Lane>>,
+}
+
+impl std::ops::Deref for LaneGuard<'_> {
+    type Target = Lane;
+    fn deref(&self) -> &Lane {
+        self.lane.as_ref().expect("a lane until dropped")
+    }
+}
+
+impl Drop for LaneGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(lane) = self.lane.take() {
+            lock(&self.lanes.idle).push(lane);
+            self.lanes.returned.notify_one();
+        }
+    }
 }
 
 /// Per layer, whether its output may be a view ([`crate::DeviceTensor::strides`]): a Shuffle,
@@ -200,13 +283,13 @@ impl CudaExecutable {
             frees,
             placement,
             constants,
-            gpu,
             tf32,
             gemm_ranks: Vec::new(),
             view_output,
             graph_blocker,
+            lanes: Lanes::new(gpu.clone()),
+            gpu,
             graphs_enabled,
-            signatures: Mutex::default(),
             last_mode: Mutex::new("not run yet".into()),
         })
     }
@@ -215,7 +298,7 @@ impl CudaExecutable {
     pub fn set_cuda_graphs(&self, enabled: bool) {
         self.graphs_enabled.store(enabled, Ordering::Relaxed);
         if !enabled {
-            lock(&self.signatures).drop_graphs();
+            self.lanes.each(|lane| lock(&lane.signatures).drop_graphs());
         }
     }
 
@@ -233,7 +316,20 @@ impl CudaExecutable {
     /// The activation arena planned for inputs of these shapes (after a first execution with
     /// them): its size, and what its allocations would take unshared, in bytes.
     pub fn arena_bytes(&self, inputs: &[HostTensor]) -> Option<(usize, usize)> {
-        lock(&self.signatures).get_mut(&replay::signature(inputs)).map(|s| (s.arena.bytes(), s.arena.plan.unshared_bytes as usize))
+        let key = replay::signature(inputs);
+        let mut found = None;
+        self.lanes.each(|lane| {
+            if let Some(s) = lock(&lane.signatures).get_mut(&key) {
+                found = found.or(Some((s.arena.bytes(), s.arena.plan.unshared_bytes as usize)));
+            }
+        });
+        found
+    }
+
+    /// How many streams this executable's executions have used so far (one per execution
+    /// that overlapped others, at most [`MAX_LANES`]).
+    pub fn streams_used(&self) -> usize {
+        self.lanes.count()
     }
 
     /// Runs each matrix product with the cuBLASLt algorithm its tactic chose.
@@ -319,7 +415,7 @@ impl Machine for Run<'_> {
     }
 
     fn from_host(&self, tensor: Arc<HostTensor>) -> KResult<Value> {
-        Ok(Value::device(self.exe.gpu.upload(&tensor).map_err(KernelError::from)?))
+        Ok(Value::device(self.cx.gpu.upload(&tensor).map_err(KernelError::from)?))
     }
 
     fn slice_along(&self, value: &Value, axis: usize, index: usize) -> KResult<Value> {
@@ -344,7 +440,7 @@ impl Machine for Run<'_> {
             return Err(invalid!("stack axis {axis} of rank {}", shape.len()));
         }
         shape.insert(axis, length);
-        let out = ops::zeros(&self.cx, self.exe.gpu.empty(dtype, shape.clone()).map_err(KernelError::from)?)?;
+        let out = ops::zeros(&self.cx, self.cx.gpu.empty(dtype, shape.clone()).map_err(KernelError::from)?)?;
         let out_strides = ops::contiguous_strides(&shape);
         for (i, part) in parts.iter().enumerate() {
             let at = if reverse { parts.len() - 1 - i } else { i };
@@ -392,32 +488,34 @@ impl CudaExecutable {
     }
 
     /// Places a recorded trace in a new arena (the arena's allocation failing is out of memory).
-    fn arena_for(&self, trace: Vec<crate::arena::Event>) -> Result<Arc<Arena>, BackendError> {
-        self.gpu.new_arena(ArenaPlan::place(trace)).map(Arc::new).map_err(|e| gpu_error("(activation arena)", e))
+    fn arena_for(&self, lane: &Lane, trace: Vec<crate::arena::Event>) -> Result<Arc<Arena>, BackendError> {
+        lane.gpu.new_arena(ArenaPlan::place(trace)).map(Arc::new).map_err(|e| gpu_error("(activation arena)", e))
     }
 
     /// One interpreted execution on host inputs, its allocations traced (and served from
     /// `arena` when given): the outputs, the trace, and where it left the arena's (if it did).
     fn interpret(
         &self,
+        gpu: &Gpu,
         inputs: &[HostTensor],
         arena: Option<Arc<Arena>>,
         events: Option<&PhaseEvents>,
     ) -> Result<Interpreted, BackendError> {
-        self.interpret_profiled(inputs, arena, events, None)
+        self.interpret_profiled(gpu, inputs, arena, events, None)
     }
 
     /// [`CudaExecutable::interpret`], each layer bracketed by `layers` when given.
     fn interpret_profiled(
         &self,
+        gpu: &Gpu,
         inputs: &[HostTensor],
         arena: Option<Arc<Arena>>,
         events: Option<&PhaseEvents>,
         layers: Option<&LayerEvents>,
     ) -> Result<Interpreted, BackendError> {
-        let mark = |i: usize| events.map_or(Ok(()), |e| e.mark(&self.gpu, i)).map_err(|e| gpu_error("(timing)", e));
-        let tracer = self.gpu.begin_trace(arena);
-        let run = Run { exe: self, cx: Ctx::new(&self.gpu, self.tf32), events: layers };
+        let mark = |i: usize| events.map_or(Ok(()), |e| e.mark(gpu, i)).map_err(|e| gpu_error("(timing)", e));
+        let tracer = gpu.begin_trace(arena);
+        let run = Run { exe: self, cx: Ctx::new(gpu, self.tf32), events: layers };
         let outputs = (|| {
             mark(0)?;
             let boundary = |e: KernelError| e.at_layer("cuda", "(network inputs)", "");
@@ -428,7 +526,7 @@ impl CudaExecutable {
             Ok::<_, BackendError>(outputs)
         })();
         // Every mode ends the trace here, with the outputs still alive.
-        let end = self.gpu.end_trace(&tracer);
+        let end = gpu.end_trace(&tracer);
         let outputs = outputs.map_err(|e| match (e, end.out_of_memory) {
             (BackendError::Execution { layer, reason }, Some(_)) => {
                 BackendError::OutOfMemory { backend: "cuda".into(), reason: format!("layer `{layer}`: {reason}") }
@@ -441,23 +539,23 @@ impl CudaExecutable {
         mark(3)?;
         run.cx.finish().map_err(end)?;
         if events.is_some() {
-            self.gpu.synchronize().map_err(|e| gpu_error("(timing)", e))?;
+            gpu.synchronize().map_err(|e| gpu_error("(timing)", e))?;
         }
         Ok((host, trace, diverged))
     }
 
     /// Captures one execution on `inputs` as a graph over `arena`'s addresses. Err says why it
     /// cannot be captured (the caller runs it interpreted instead).
-    fn capture(&self, inputs: &[HostTensor], arena: Arc<Arena>) -> KResult<Replay> {
-        let tracer = self.gpu.begin_trace(Some(arena));
-        let run = Run { exe: self, cx: Ctx::new(&self.gpu, self.tf32), events: None };
+    fn capture(&self, gpu: &Gpu, inputs: &[HostTensor], arena: Arc<Arena>) -> KResult<Replay> {
+        let tracer = gpu.begin_trace(Some(arena));
+        let run = Run { exe: self, cx: Ctx::new(gpu, self.tf32), events: None };
         let captured = self.capture_plan(&run, &tracer, inputs);
-        let end = self.gpu.end_trace(&tracer);
+        let end = gpu.end_trace(&tracer);
         let (graph, input_slots, values) = captured?;
         if let Some(d) = end.diverged {
             return Err(invalid!("the execution left the recorded allocation trace: {d}"));
         }
-        let ctx = &self.gpu.ctx;
+        let ctx = &gpu.ctx;
         let mut outputs = Vec::with_capacity(values.len());
         for v in &values {
             outputs.push(match (&v.device, &v.host) {
@@ -486,15 +584,15 @@ impl CudaExecutable {
         for (v, x) in values.iter().zip(inputs) {
             let d = v.device.as_ref().ok_or("an input is not on the device")?;
             let bytes = replay::device_bytes(x.dtype(), x.shape()).map_err(KernelError::from)?;
-            slots.push((d.buf.ptr(), bytes, PinnedHost::new(&self.gpu.ctx, bytes).map_err(KernelError::from)?));
+            slots.push((d.buf.ptr(), bytes, PinnedHost::new(&run.cx.gpu.ctx, bytes).map_err(KernelError::from)?));
         }
-        self.gpu.begin_capture(tracer).map_err(KernelError::from)?;
+        run.cx.gpu.begin_capture(tracer).map_err(KernelError::from)?;
         // Outputs kept in another order (channels-last) are made row-major inside the graph:
         // replays copy the bytes out as they are.
         let result = interp::run_plan(run, &self.plan, &self.frees, values).map_err(|e| invalid!("{e}")).and_then(|outputs| {
             outputs.iter().map(|v| Ok(if v.device.is_some() { Value::device(run.cx.dev(v)?) } else { v.clone() })).collect::<KResult<Vec<_>>>()
         });
-        let graph = self.gpu.end_capture(tracer);
+        let graph = run.cx.gpu.end_capture(tracer);
         let outputs = result?;
         let graph = graph.map_err(KernelError::from)?.ok_or("the driver captured no graph")?;
         Ok((graph, slots, outputs))
@@ -504,39 +602,41 @@ impl CudaExecutable {
     /// next ones run in its arena, captured as a CUDA graph (second run) and replayed (later
     /// runs) where the network and the settings allow.
     fn run_host(&self, inputs: &[HostTensor], timed: bool) -> Result<(Vec<HostTensor>, Option<DeviceTimes>), BackendError> {
-        let _one_run_at_a_time = lock(&self.gpu.sessions.run_lock);
-        let events = if timed { Some(PhaseEvents::new(&self.gpu).map_err(|e| gpu_error("(timing)", e))?) } else { None };
+        let lane = self.lanes.take(&self.gpu)?;
+        let gpu = &*lane.gpu;
+        let _one_run_at_a_time = lock(&gpu.sessions.run_lock);
+        let events = if timed { Some(PhaseEvents::new(gpu).map_err(|e| gpu_error("(timing)", e))?) } else { None };
         let events = events.as_ref();
         let key = replay::signature(inputs);
-        let mut signatures = lock(&self.signatures);
+        let mut signatures = lock(&lane.signatures);
         let graphs_on = self.graphs_enabled.load(Ordering::Relaxed);
         let graphs = graphs_on && self.graph_blocker.is_none();
         let replay_error = |e: KernelError| e.at_layer("cuda", "(graph replay)", "");
         let outputs = match signatures.get_mut(&key) {
             None => {
-                let (outputs, trace, _) = self.interpret(inputs, None, events)?;
-                let arena = self.arena_for(trace)?;
+                let (outputs, trace, _) = self.interpret(gpu, inputs, None, events)?;
+                let arena = self.arena_for(&lane, trace)?;
                 self.set_mode(format!("recorded the allocations of these shapes (arena of {} bytes planned)", arena.bytes()));
                 signatures.insert(key, State { arena, replay: None, no_graph: None });
                 outputs
             }
             Some(state) => match &mut state.replay {
                 Some(replay) if graphs => {
-                    let outputs = replay.run(&self.gpu, inputs, events).map_err(replay_error)?;
+                    let outputs = replay.run(gpu, inputs, events).map_err(replay_error)?;
                     self.set_mode("graph replay".into());
                     outputs
                 }
-                _ if graphs && state.no_graph.is_none() => match self.capture(inputs, state.arena.clone()) {
+                _ if graphs && state.no_graph.is_none() => match self.capture(gpu, inputs, state.arena.clone()) {
                     Ok(mut replay) => {
-                        let outputs = replay.run(&self.gpu, inputs, events).map_err(replay_error)?;
+                        let outputs = replay.run(gpu, inputs, events).map_err(replay_error)?;
                         state.replay = Some(replay);
                         self.set_mode("captured a CUDA graph".into());
                         outputs
                     }
                     Err(reason) => {
-                        let (outputs, trace, diverged) = self.interpret(inputs, Some(state.arena.clone()), events)?;
+                        let (outputs, trace, diverged) = self.interpret(gpu, inputs, Some(state.arena.clone()), events)?;
                         if diverged.is_some() {
-                            state.arena = self.arena_for(trace)?;
+                            state.arena = self.arena_for(&lane, trace)?;
                         }
                         self.set_mode(format!("interpreted in the arena (graph capture failed: {reason})"));
                         state.no_graph = Some(reason.to_string());
@@ -544,7 +644,7 @@ impl CudaExecutable {
                     }
                 },
                 _ => {
-                    let (outputs, trace, diverged) = self.interpret(inputs, Some(state.arena.clone()), events)?;
+                    let (outputs, trace, diverged) = self.interpret(gpu, inputs, Some(state.arena.clone()), events)?;
                     let why = if !graphs_on {
                         "graph capture is off".to_string()
                     } else {
@@ -552,7 +652,7 @@ impl CudaExecutable {
                     };
                     match diverged {
                         Some(d) => {
-                            state.arena = self.arena_for(trace)?;
+                            state.arena = self.arena_for(&lane, trace)?;
                             state.replay = None;
                             self.set_mode(format!("interpreted, re-planned the arena ({d}); no graph: {why}"));
                         }
@@ -580,10 +680,12 @@ impl Executable for CudaExecutable {
     /// Interpreted (never a graph replay), in the arena of earlier runs with these shapes
     /// when there is one; each layer between CUDA events.
     fn execute_profiled(&self, inputs: &[HostTensor]) -> Result<(Vec<HostTensor>, Option<LayerTimes>), BackendError> {
-        let _one_run_at_a_time = lock(&self.gpu.sessions.run_lock);
-        let arena = lock(&self.signatures).get_mut(&replay::signature(inputs)).map(|s| s.arena.clone());
-        let layers = LayerEvents::new(&self.gpu);
-        let (outputs, _, _) = self.interpret_profiled(inputs, arena, None, Some(&layers))?;
+        let lane = self.lanes.take(&self.gpu)?;
+        let gpu = &*lane.gpu;
+        let _one_run_at_a_time = lock(&gpu.sessions.run_lock);
+        let arena = lock(&lane.signatures).get_mut(&replay::signature(inputs)).map(|s| s.arena.clone());
+        let layers = LayerEvents::new(gpu);
+        let (outputs, _, _) = self.interpret_profiled(gpu, inputs, arena, None, Some(&layers))?;
         let times = layers.times(self.network.layers().len()).map_err(|e| gpu_error("(profiling)", e))?;
         self.set_mode("interpreted for a per-layer profile".into());
         Ok((outputs, Some(times)))
@@ -613,7 +715,7 @@ impl Executable for CudaExecutable {
             }
         }
         self.gpu.forget_converted(&rewritten);
-        *lock(&self.signatures) = Signatures::default();
+        self.lanes.each(|lane| *lock(&lane.signatures) = Signatures::default());
         self.gpu.synchronize().map_err(|e| gpu_error("(refit)", e))
     }
 

@@ -202,6 +202,46 @@ fn several_contexts_run_one_engine_at_once() {
     });
 }
 
+/// Executions that overlap take streams of their own (lanes) and give the answer a lone
+/// execution gives: BERT (cuBLASLt, attention) in f32 and the CNN in f16 (cuDNN with
+/// channels-last filters converted on the first run, which here is four runs at once).
+#[test]
+fn overlapping_executions_each_take_a_stream() {
+    let Some(cuda) = backend() else { return };
+    for (name, f16) in [("bert_torchscript", false), ("cnn_torchscript", true)] {
+        let f = fixture(name);
+        let engine = prepare(cuda, &f.net, f16);
+        let exe = cuda.prepare_cuda(engine.engine().network()).expect("prepare");
+        let net = engine.engine().network();
+        let inputs: Vec<HostTensor> = net.inputs().iter().map(|&t| f.inputs[&net.tensor(t).name].clone()).collect();
+        const THREADS: usize = 4;
+        let barrier = std::sync::Barrier::new(THREADS);
+        let results: Vec<Vec<Vec<HostTensor>>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..THREADS)
+                .map(|_| {
+                    s.spawn(|| {
+                        barrier.wait();
+                        (0..5).map(|_| kiln::Executable::execute(&exe, &inputs).expect("concurrent run")).collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("thread")).collect()
+        });
+        let streams = exe.streams_used();
+        eprintln!("{name}: {THREADS} threads used {streams} streams");
+        assert!(streams > 1 && streams <= THREADS, "{name}: {streams} streams for {THREADS} threads at once");
+        let alone = kiln::Executable::execute(&exe, &inputs).expect("a lone run");
+        for (thread, runs) in results.iter().enumerate() {
+            for (round, got) in runs.iter().enumerate() {
+                assert_eq!(got, &alone, "{name}: thread {thread}, round {round} differs from a lone run");
+            }
+        }
+        let expected = &f.expected[&net.tensor(net.outputs()[0]).name];
+        let error = worst_error(&alone[0], expected);
+        assert!(error < if f16 { 5e-2 } else { 1e-3 }, "{name}: {error} from PyTorch");
+    }
+}
+
 #[test]
 fn a_read_back_of_a_device_shape_keeps_executions_interpreted() {
     let Some(cuda) = backend() else { return };
