@@ -6,11 +6,7 @@
 # fp16 cuda engine and prints kiln's per-layer profile (`kiln bench --dump-profile`): where
 # the GPU time goes, layer by layer, with what each layer fused.
 set -euo pipefail
-V=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH="/usr/local/nvidia/lib64:$V/cu13/lib:$V/cudnn/lib:$V/cusparselt/lib:/usr/local/cuda/lib64:$PWD/.gpu/lib:${LD_LIBRARY_PATH:-}"
-export KILN_CUDA_INCLUDE=${KILN_CUDA_INCLUDE:-/usr/local/cuda/include}
-kiln="$PWD/.gpu/bin/kiln"
-py=/opt/torch/.venv/bin/python
+source "$(dirname "$0")/env.sh"
 batch=${1:-64}
 shift || true
 models=("$@")

@@ -7,11 +7,7 @@
 # stripped engine's share of the full one, how long `kiln refit` from the ONNX file takes, and
 # how far an engine refitted to the second checkpoint is from one built from it.
 set -euo pipefail
-V=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH="/usr/local/nvidia/lib64:$V/cu13/lib:$V/cudnn/lib:$V/cusparselt/lib:/usr/local/cuda/lib64:$PWD/.gpu/lib:${LD_LIBRARY_PATH:-}"
-export KILN_CUDA_INCLUDE=${KILN_CUDA_INCLUDE:-/usr/local/cuda/include}
-kiln="$PWD/.gpu/bin/kiln"
-py=/opt/torch/.venv/bin/python
+source "$(dirname "$0")/env.sh"
 work=${OUT:-/tmp}/refit_resnet50
 mkdir -p "$work/a" "$work/b"
 "$py" - "$work" <<'PY'

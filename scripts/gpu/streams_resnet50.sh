@@ -6,11 +6,7 @@
 # benches it with 1 and with 4 contexts at once (`--streams`): the aggregate throughput of
 # four contexts over one's.
 set -euo pipefail
-V=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH="/usr/local/nvidia/lib64:$V/cu13/lib:$V/cudnn/lib:$V/cusparselt/lib:/usr/local/cuda/lib64:$PWD/.gpu/lib:${LD_LIBRARY_PATH:-}"
-export KILN_CUDA_INCLUDE=${KILN_CUDA_INCLUDE:-/usr/local/cuda/include}
-kiln="$PWD/.gpu/bin/kiln"
-py=/opt/torch/.venv/bin/python
+source "$(dirname "$0")/env.sh"
 work=${OUT:-/tmp}/streams_resnet50
 mkdir -p "$work"
 "$py" - "$work" <<'PY'
