@@ -148,31 +148,43 @@ impl Drop for LaneGuard<'_> {
 }
 
 /// Per layer, whether its output may be a view ([`crate::DeviceTensor::strides`]): a Shuffle,
-/// Slice or attention whose every reader is a Shuffle (which composes views, often back into
-/// a packed tensor) or an attention reading Q, K or V through strides. BERT's head split and
-/// merge then move no bytes, nor the slices of a fused QKV projection. A network output is
-/// never a view.
+/// Slice or attention whose every reader reads views in place ([`reads_views`]), or that has
+/// one reader, which makes it row-major itself, so the one copy moves there, where it is
+/// often not needed at all (BERT's head split and merge, the slices of a fused QKV
+/// projection, ConvNeXt's permute back to NCHW before a pointwise layer). A network output
+/// and a value crossing into control flow are never views.
 fn view_outputs(network: &Network) -> Vec<bool> {
-    let mut readers_ok = vec![true; network.tensors().len()];
+    let n = network.tensors().len();
+    let (mut in_place, mut reads, mut may_view) = (vec![true; n], vec![0usize; n], vec![true; n]);
     for t in network.outputs() {
-        readers_ok[t.0] = false;
+        may_view[t.0] = false;
     }
     for layer in network.layers() {
         for (slot, t) in layer.inputs.iter().enumerate() {
             let Some(t) = t else { continue };
-            let ok = match layer.kind {
-                LayerKind::Shuffle(_) => slot == 0,
-                LayerKind::Attention(_) => slot < 3,
-                _ => false,
-            };
-            readers_ok[t.0] &= ok;
+            reads[t.0] += 1;
+            in_place[t.0] &= reads_views(&layer.kind, slot);
+            may_view[t.0] &= !layer.kind.is_control_boundary();
         }
     }
     network
         .layers()
         .iter()
-        .map(|l| matches!(l.kind, LayerKind::Shuffle(_) | LayerKind::Slice | LayerKind::Attention(_)) && l.outputs.iter().all(|t| readers_ok[t.0]))
+        .map(|l| {
+            matches!(l.kind, LayerKind::Shuffle(_) | LayerKind::Slice | LayerKind::Attention(_))
+                && l.outputs.iter().all(|t| may_view[t.0] && (in_place[t.0] || reads[t.0] <= 1))
+        })
         .collect()
+}
+
+/// Whether input `slot` of a `kind` layer is read through its strides, with no copy first.
+fn reads_views(kind: &LayerKind, slot: usize) -> bool {
+    match kind {
+        LayerKind::Shuffle(_) | LayerKind::Slice | LayerKind::Activation { .. } | LayerKind::Convolution(_) | LayerKind::Pooling(_) => slot == 0,
+        LayerKind::Attention(_) => slot < 3,
+        LayerKind::Elementwise { .. } => slot < 2,
+        _ => false,
+    }
 }
 
 /// Which layers run on the host: those whose every input is host-available (small

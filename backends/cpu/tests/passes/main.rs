@@ -171,6 +171,15 @@ fn no_op_removal() {
 }
 
 #[test]
+fn a_gather_of_one_index_becomes_a_slice() {
+    let net = networks::one_index_gathers();
+    let out = check_golden("gather_as_slice", &net, Box::new(NoOpRemoval), None);
+    let kinds: Vec<&str> = kinds(&out).into_iter().filter(|k| *k != "Constant").collect();
+    assert_eq!(kinds, ["Slice", "Shuffle", "Slice", "Shuffle", "Slice", "Shuffle", "ElementWise", "ElementWise"]);
+    check_equivalent(&net, 0.0);
+}
+
+#[test]
 fn dead_layer_elimination() {
     let net = networks::dead_branch();
     let out = check_golden(

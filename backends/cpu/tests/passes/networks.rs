@@ -281,6 +281,27 @@ pub fn no_ops() -> Network {
     g.output(y, "y")
 }
 
+/// A stacked q/k/v projection split by one constant index each, as the legacy exporter
+/// writes `nn.MultiheadAttention`: scalar indices 0 and -1 (the axis goes) and the list [1]
+/// (the axis stays), over a dynamic batch dim after the axis.
+pub fn one_index_gathers() -> Network {
+    let mut g = G::new("one_index_gathers");
+    let x = g.input("x", vec![Dim::Fixed(3), Dim::Named("batch".into()), Dim::Fixed(4)]);
+    let gather = || LayerKind::Gather {
+        mode: GatherMode::Default { axis: 0 },
+    };
+    let zero = g.constant_tensor("index 0", HostTensor::from_i64(vec![], vec![0]).expect("scalar"));
+    let last = g.constant_tensor("index -1", HostTensor::from_i64(vec![], vec![-1]).expect("scalar"));
+    let one = g.ints("index [1]", &[1]);
+    let q = g.layer("q", gather(), &[x, zero]);
+    let v = g.layer("v", gather(), &[x, last]);
+    let k = g.layer("k", gather(), &[x, one]);
+    let k = g.layer("k squeezed", LayerKind::Shuffle(ShuffleParams { reshape: Some(vec![-1, 4]), ..Default::default() }), &[k]);
+    let qk = g.binary("q + k", ElementwiseOp::Sum, q, k);
+    let y = g.binary("q + k + v", ElementwiseOp::Prod, qk, v);
+    g.output(y, "y")
+}
+
 /// Two "layers" each rebuilding the same mask from the same input with their own (equal)
 /// constants, as exported transformers do, plus one computation that only looks alike (a
 /// different constant).

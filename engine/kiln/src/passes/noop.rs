@@ -2,13 +2,18 @@
 //! changes nothing (identity transposes, a reshape to the same fixed shape), a reshape of a
 //! reshape (the first one's shape is dropped: only the last one counts), and a Gather that
 //! takes every element of its axis in order, which is a reshape (the dynamo exporter writes
-//! `as_strided` views that way).
+//! `as_strided` views that way). A Gather of one constant index of a float tensor is a Slice
+//! (then a reshape dropping the axis for a scalar index): `nn.MultiheadAttention`'s q/k/v
+//! split and a class-token pick are exported so, and a slice is a view on cuda where a
+//! gather copies.
 
 use super::graph::{consumers, has_control_flow, known_value};
 use crate::ir::rewrite::Rewriter;
 use super::{Pass, PassContext, PassError};
 use crate::ir::layer::{GatherMode, LayerKind, ShuffleParams};
 use crate::ir::network::{Network, TensorId};
+use crate::ir::shape::Dim;
+use crate::ir::tensor::HostTensor;
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NoOpRemoval;
@@ -44,6 +49,11 @@ impl Pass for NoOpRemoval {
             if let Some(params) = gather_as_reshape(network, &l.kind, &l.inputs) {
                 let inputs = rb.get_slots(&l.inputs[..1])?;
                 rb.add(&l.name, LayerKind::Shuffle(params), inputs, &l.outputs)?;
+                changed = true;
+                continue;
+            }
+            if let Some(pick) = gather_as_slice(network, &l.kind, &l.inputs) {
+                add_slice(&mut rb, &l.name, pick, l.inputs[0], out)?;
                 changed = true;
                 continue;
             }
@@ -148,6 +158,75 @@ fn gather_as_reshape(net: &Network, kind: &LayerKind, inputs: &[Option<TensorId>
         reshape.push(i64::try_from(d.fixed()?).ok()?);
     }
     Some(ShuffleParams { reshape: Some(reshape), zero_is_placeholder: true, ..Default::default() })
+}
+
+/// What a Gather of one constant index takes: element `index` of `axis`, and the reshape
+/// dropping the axis afterwards (None: the index was a one-element list, the axis stays).
+struct Pick {
+    axis: usize,
+    index: i64,
+    drop_axis: Option<Vec<i64>>,
+}
+
+/// The slice a Gather is when it reads a float tensor at one constant index of an axis of
+/// fixed length. Only float data: integer gathers are shape arithmetic, which shape
+/// inference evaluates as Gathers.
+fn gather_as_slice(net: &Network, kind: &LayerKind, inputs: &[Option<TensorId>]) -> Option<Pick> {
+    let LayerKind::Gather { mode: GatherMode::Default { axis } } = kind else {
+        return None;
+    };
+    let (data, indices) = ((*inputs.first()?)?, (*inputs.get(1)?)?);
+    let x = net.tensor(data);
+    if !x.dtype.is_float() {
+        return None;
+    }
+    let dims = x.shape.dims();
+    let n = i64::try_from(dims.get(*axis)?.fixed()?).ok()?;
+    let values = known_value(net, indices)?;
+    let [v] = values.to_i64_vec()?[..] else { return None };
+    let index = if v < 0 { v + n } else { v };
+    if !(0..n).contains(&index) || values.shape().len() > 1 {
+        return None;
+    }
+    let drop_axis = if values.shape().is_empty() {
+        // Dims before the axis are copied (`0`); after it, fixed ones are written out and at
+        // most one dynamic dim is inferred (`-1`).
+        let mut reshape = vec![0i64; *axis];
+        let after = &dims[axis + 1..];
+        // A fixed 0 would read as a placeholder.
+        if after.iter().filter(|d| !matches!(d, Dim::Fixed(_))).count() > 1 || after.contains(&Dim::Fixed(0)) {
+            return None;
+        }
+        for d in after {
+            reshape.push(match d.fixed() {
+                Some(f) => i64::try_from(f).ok()?,
+                None => -1,
+            });
+        }
+        Some(reshape)
+    } else {
+        None
+    };
+    Some(Pick { axis: *axis, index, drop_axis })
+}
+
+/// `Slice(x, [index], [index + 1], [axis])`, then the reshape dropping the axis, carrying `out`.
+fn add_slice(rb: &mut Rewriter<'_>, name: &str, pick: Pick, data: Option<TensorId>, out: TensorId) -> Result<(), PassError> {
+    let int = |rb: &mut Rewriter<'_>, what: &str, v: i64| -> Result<Option<TensorId>, PassError> {
+        let value = HostTensor::from_i64(vec![1], vec![v]).map_err(|e| PassError::Internal(e.to_string()))?;
+        Ok(Some(rb.constant(&format!("{name} {what}"), value)?))
+    };
+    let x = rb.get_slots(&[data])?;
+    let inputs = vec![x[0], int(rb, "from", pick.index)?, int(rb, "to", pick.index + 1)?, int(rb, "axis", pick.axis as i64)?];
+    let Some(reshape) = pick.drop_axis else {
+        rb.add(name, LayerKind::Slice, inputs, &[out])?;
+        return Ok(());
+    };
+    let slice = rb.out_mut().add_layer(&format!("{name} (slice)"), LayerKind::Slice, inputs)?;
+    let sliced = rb.out().output(slice, 0);
+    let params = ShuffleParams { reshape: Some(reshape), zero_is_placeholder: true, ..Default::default() };
+    rb.add(name, LayerKind::Shuffle(params), vec![Some(sliced)], &[out])?;
+    Ok(())
 }
 
 /// A Shuffle that only reshapes.
