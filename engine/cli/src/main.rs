@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 mod backends;
+mod calibration;
 #[cfg(test)]
 mod cli_reference;
 mod commands;
@@ -232,6 +233,22 @@ pub struct BuildArgs {
     /// layer and its size, not a crash. Recorded in a built engine.
     #[arg(long, value_name = "SIZE", value_parser = parse_memory_size)]
     pub max_memory: Option<u64>,
+    /// With `--flag int8`: a folder of .npz files, one calibration batch each (arrays named as
+    /// the network's inputs), run in f32 to measure each quantized tensor's range.
+    #[arg(long, value_name = "DIR")]
+    pub calib: Option<PathBuf>,
+    /// With `--flag int8`: the calibration cache; read when it exists (calibration is
+    /// skipped), else written after calibrating over --calib.
+    #[arg(long, value_name = "FILE")]
+    pub calib_cache: Option<PathBuf>,
+    /// How calibration picks each range: entropy (TensorRT's default), minmax, percentile
+    /// (99.99) or percentile=P.
+    #[arg(long, value_name = "METHOD", default_value = "entropy", value_parser = parse_calibration_method)]
+    pub calib_method: kiln::quant::CalibrationMethod,
+}
+
+fn parse_calibration_method(s: &str) -> Result<kiln::quant::CalibrationMethod, String> {
+    s.parse()
 }
 
 #[derive(Debug, clap::Args)]

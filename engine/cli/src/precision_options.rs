@@ -19,7 +19,8 @@ pub struct PrecisionOptions {
     pub no_tf32: bool,
     /// A builder flag to set (repeatable): fp16, bf16, tf32, prefer_precision_constraints,
     /// obey_precision_constraints, direct_io, refit (the engine can take new weights: `kiln
-    /// refit`), strip_weights (with refit: the engine file leaves the weights out).
+    /// refit`), strip_weights (with refit: the engine file leaves the weights out), int8
+    /// (convolutions and products read INT8 inputs where ranges are known: `--calib`).
     #[arg(long = "flag", value_name = "FLAG")]
     pub flags: Vec<String>,
 }

@@ -1,5 +1,5 @@
 //! `--json OUT` on every command that reports (`-`: stdout, instead of the text), the same
-//! precision flags on build, run, bench and compare, and bare `kiln`.
+//! precision flags on build, run, bench and compare, INT8 calibration, and bare `kiln`.
 
 mod common;
 
@@ -93,4 +93,43 @@ fn bare_kiln_prints_the_help_and_exits_2() {
     let stderr = text(&out.stderr);
     assert!(stderr.contains("Usage: kiln [OPTIONS] <COMMAND>") && stderr.contains("Commands:"), "{stderr}");
     assert!(!stderr.starts_with("error:"), "{stderr}");
+}
+
+#[test]
+fn an_int8_build_calibrates_over_a_folder_once_and_then_reads_the_cache() {
+    let dir = TempDir::new().unwrap();
+    let calib = dir.path().join("calib");
+    std::fs::create_dir(&calib).unwrap();
+    for b in 0..3u32 {
+        let values: Vec<f32> = (0..28 * 28).map(|i| ((i * 7 + b as usize * 13) % 17) as f32 / 17.0).collect();
+        write_npz_array(&calib.join(format!("batch{b}.npz")), "data", &[1, 1, 28, 28], &values);
+    }
+    let (cache, engine) = (dir.path().join("mnist.calib"), dir.path().join("mnist.kiln"));
+    let mnist = mnist();
+    let build = |extra: &[&str]| {
+        let mut args = vec!["build", mnist.as_str(), "-o", path_arg(&engine), "--backend", "cpu", "--flag", "int8", "-v"];
+        args.extend_from_slice(extra);
+        let out = kiln(&args);
+        assert!(out.status.success(), "kiln {args:?}: {}", text(&out.stderr));
+        text(&out.stderr)
+    };
+    let log = build(&["--calib", path_arg(&calib), "--calib-cache", path_arg(&cache), "--calib-method", "minmax"]);
+    // The input and what the second convolution and the two products read.
+    assert!(log.contains("calibrated 4 tensors (minmax) over 3 batches"), "{log}");
+    assert!(log.contains("INT8: 4 layers read INT8 inputs"), "{log}");
+    let cached = std::fs::read_to_string(&cache).unwrap();
+    assert!(cached.starts_with("kiln-calibration 1 minmax\n") && cached.lines().count() == 5, "{cached}");
+    let log = build(&["--calib", path_arg(&calib), "--calib-cache", path_arg(&cache)]);
+    assert!(log.contains("calibration skipped") && !log.contains("calibrated"), "{log}");
+    assert!(kiln_ok(&["inspect", path_arg(&engine)]).contains("INT8"));
+    kiln_ok(&["run", path_arg(&engine)]);
+
+    let engine_arg = path_arg(&engine);
+    kiln_fails(&["build", &mnist, "-o", engine_arg, "--backend", "cpu", "--calib", path_arg(&calib)], "add --flag int8");
+    let missing = dir.path().join("missing.calib");
+    kiln_fails(&["build", &mnist, "-o", engine_arg, "--flag", "int8", "--calib-cache", path_arg(&missing)], "does not exist");
+    kiln_fails(&["build", &mnist, "-o", engine_arg, "--flag", "int8", "--calib", path_arg(dir.path())], "holds no .npz files");
+    kiln_fails(&["build", &mnist, "-o", engine_arg, "--flag", "int8", "--calib-method", "kl"], "unknown calibration method");
+    std::fs::write(&cache, "TRT-8601-EntropyCalibration2\n").unwrap();
+    kiln_fails(&["build", &mnist, "-o", engine_arg, "--flag", "int8", "--calib-cache", path_arg(&cache)], "calibration cache line 1");
 }

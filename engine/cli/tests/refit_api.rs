@@ -176,10 +176,11 @@ fn a_prepared_engine_is_refitted_in_place_once_no_context_uses_it() {
     drop(context);
     refitter.refit_prepared(&mut prepared, &cpu).unwrap();
     let got: Vec<Vec<f64>> = prepared.create_execution_context().run(&x).unwrap().values().map(|t| t.to_f64_vec()).collect();
-    assert_eq!(got, want);
+    // The rebuild times its tactics anew and may sum in another order: equal to rounding.
+    assert_close(&got, &want);
     // The host engine follows: its file holds the new weights.
     let reloaded = Engine::deserialize(&prepared.engine().serialize()).unwrap();
-    assert_eq!(run(&reloaded, &cpu, &x), want);
+    assert_close(&run(&reloaded, &cpu, &x), &want);
 }
 
 #[test]
@@ -190,9 +191,11 @@ fn weight_stripped_engines_run_only_once_refitted_and_then_match_the_full_build(
     let stripped_bytes = build(&net, &[BuilderFlag::Refit, BuilderFlag::StripWeights], &cpu).serialize();
     let full_bytes = full.serialize();
     // Every large float weight is gone from the file (the built ones and their sources).
-    let large: usize = full.network().weights().iter().filter(|w| w.len() >= kiln::refit::STRIP_MIN_ELEMENTS).map(|w| w.size_bytes()).sum();
+    let large: Vec<usize> = full.network().weights().iter().filter(|w| w.len() >= kiln::refit::STRIP_MIN_ELEMENTS).map(|w| w.size_bytes()).collect();
+    let (large, count) = (large.iter().sum::<usize>(), large.len());
     assert!(large > 0);
-    assert!(stripped_bytes.len() + large <= full_bytes.len(), "stripped {} + {large} vs full {}", stripped_bytes.len(), full_bytes.len());
+    // Each weight left out is still described (a few bytes of shape and type).
+    assert!(stripped_bytes.len() + large <= full_bytes.len() + 16 * count, "stripped {} + {large} ({count} weights) vs full {}", stripped_bytes.len(), full_bytes.len());
 
     let mut stripped = Engine::deserialize(&stripped_bytes).unwrap();
     assert!(stripped.is_weight_stripped());
@@ -283,4 +286,15 @@ fn weights_that_decide_a_fusion_cannot_be_refitted() {
     });
     let (name, message) = refused.expect("some scalar (GELU's 0.5, the attention scale) decides a fusion");
     assert!(message.contains(&name) && message.contains("cannot be refitted"), "{message}");
+}
+
+/// Equal to f32 rounding over a few sums: relative 1e-5.
+fn assert_close(got: &[Vec<f64>], want: &[Vec<f64>]) {
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(want) {
+        assert_eq!(g.len(), w.len());
+        for (a, b) in g.iter().zip(w) {
+            assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{g:?} vs {w:?}");
+        }
+    }
 }

@@ -41,6 +41,9 @@ pub struct BuilderConfig {
     /// Timing cache, algorithm selector and the tactic flags (DISABLE_TIMING_CACHE,
     /// ERROR_ON_TIMING_CACHE_MISS, REJECT_EMPTY_ALGORITHMS); see [`crate::tactics`].
     pub tactics: TacticOptions,
+    /// With [`BuilderFlag::Int8`]: ranges measured by calibration ([`crate::quant::calibrate`]
+    /// or a calibration cache), by tensor name; ranges set on the network win.
+    pub int8_calibration: Option<Arc<crate::quant::CalibrationTable>>,
 }
 
 impl BuilderConfig {
@@ -99,10 +102,14 @@ pub enum BuilderFlag {
     /// With `Refit`: the engine file leaves out the refittable weights (and the weights
     /// derived from them); it runs only once refitted (TensorRT's weight-stripped plans).
     StripWeights,
+    /// Convolutions and matrix products read INT8 inputs where every activation they read has
+    /// a range (set on the network or from calibration, [`BuilderConfig::int8_calibration`]);
+    /// see [`crate::quant`].
+    Int8,
 }
 
 impl BuilderFlag {
-    pub const ALL: [BuilderFlag; 8] = [
+    pub const ALL: [BuilderFlag; 9] = [
         BuilderFlag::Fp16,
         BuilderFlag::Bf16,
         BuilderFlag::Tf32,
@@ -111,6 +118,7 @@ impl BuilderFlag {
         BuilderFlag::DirectIo,
         BuilderFlag::Refit,
         BuilderFlag::StripWeights,
+        BuilderFlag::Int8,
     ];
 
     pub fn name(self) -> &'static str {
@@ -123,6 +131,7 @@ impl BuilderFlag {
             BuilderFlag::DirectIo => "DIRECT_IO",
             BuilderFlag::Refit => "REFIT",
             BuilderFlag::StripWeights => "STRIP_WEIGHTS",
+            BuilderFlag::Int8 => "INT8",
         }
     }
 

@@ -17,8 +17,8 @@
 //!   and the fastest type (TensorRT's default).
 //!
 //! Strongly typed networks skip the pass: their types are the ones the network states, and
-//! reduced-precision flags and constraints are refused. INT8 and FP8 are not implemented;
-//! [`BuilderFlag`] is non-exhaustive so they can join.
+//! reduced-precision flags and constraints are refused. INT8 is a step before this pass
+//! ([`crate::quant::implicit`]: Q/DQ layers); FP8 is not implemented.
 
 use crate::backend::{Backend, PrecisionSupport};
 use crate::config::{BuilderFlag, BuilderFlags};

@@ -2,13 +2,17 @@
 //! constrained to f16 or bf16 (PREFER_PRECISION_CONSTRAINTS): the precision pass must keep
 //! real graphs (shape arithmetic, reshapes, gathers, attention) valid, and the results
 //! must stay within reduced-precision tolerance of onnxruntime's f32 outputs while
-//! differing from kiln's own f32 results.
+//! differing from kiln's own f32 results. The same models in INT8, calibrated on scaled
+//! copies of their inputs.
 
 mod common;
 
-use common::pytorch_data::{data_dir, read_npz, worst_error};
+use common::pytorch_data::{data_dir, read_npz, reference_model, worst_error};
+use kiln::calibrate;
+use kiln::quant::{CalibrationData, CalibrationMethod, CalibrationTable};
 use kiln::{BuilderConfig, BuilderFlag, DataType, HostTensor, LayerId};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 fn check(name: &str, precision: DataType, tolerance: f64) {
     let dir = data_dir();
@@ -60,4 +64,83 @@ fn bert_torchscript_in_f16() {
 #[test]
 fn bert_dynamo_in_f16() {
     check("bert_dynamo", DataType::F16, 1e-2);
+}
+
+/// A calibration set made of the reference inputs, scaled: batch `i` is `x · (0.6 + 0.2 i)`
+/// (integer inputs such as token ids stay as they are).
+struct ScaledInputs(HashMap<String, HostTensor>);
+
+impl CalibrationData for ScaledInputs {
+    fn len(&self) -> usize {
+        4
+    }
+
+    fn batch(&self, i: usize) -> Result<HashMap<String, HostTensor>, String> {
+        let k = 0.6 + 0.2 * i as f32;
+        Ok(self
+            .0
+            .iter()
+            .map(|(n, x)| {
+                let scaled = x.as_f32().map(|v| HostTensor::from_f32(x.shape().to_vec(), v.iter().map(|e| e * k).collect()).unwrap());
+                (n.clone(), scaled.unwrap_or_else(|| x.clone()))
+            })
+            .collect())
+    }
+}
+
+fn int8_config(table: Option<CalibrationTable>) -> BuilderConfig {
+    let mut config = BuilderConfig::default();
+    config.set_flag(BuilderFlag::Int8);
+    config.int8_calibration = table.map(Arc::new);
+    config
+}
+
+/// Calibrated INT8 (each method) stays near f32 but is not f32; the calibration cache
+/// round-trips; ranges set on the network build the same engine as the same ranges from a
+/// calibration; a layer without a range stays float.
+fn check_int8(name: &str, tolerance: f64) {
+    let (net, inputs, _) = reference_model(name);
+    let cpu = kiln_cpu::CpuBackend::new();
+    let run = |engine| kiln::ExecutionContext::new(engine, &cpu).expect("prepare").run(&inputs).expect("run");
+    let full = run(kiln::Builder::new(&cpu).build(&net, &BuilderConfig::default()).expect("f32 build"));
+    let set = ScaledInputs(inputs.clone());
+    let mut minmax = None;
+    for method in [CalibrationMethod::Entropy, CalibrationMethod::MinMax, CalibrationMethod::Percentile(99.99)] {
+        let table = calibrate(&net, &cpu, &[], &set, method).unwrap_or_else(|e| panic!("{name} {method}: {e}"));
+        assert!(!table.amax.is_empty() && table.amax.values().all(|&a| a > 0.0), "{name} {method}: {table:?}");
+        let cached = CalibrationTable::from_cache_text(&table.to_cache_text().unwrap()).unwrap();
+        assert_eq!(cached, table, "{name} {method}: the cache round trip");
+        let out = kiln::Builder::new(&cpu).build_with_report(&net, &int8_config(Some(cached))).unwrap_or_else(|e| panic!("{name} {method}: {e}"));
+        let summary = out.log.iter().find(|l| l.starts_with("INT8: ")).unwrap_or_else(|| panic!("{name}: no INT8 line in {:?}", out.log));
+        assert!(summary.contains("; 0 stay in float") && !summary.starts_with("INT8: 0 layers"), "{name} {method}: {summary}");
+        let got = run(out.engine);
+        for (output, want) in &full {
+            let err = worst_error(&got[output], want);
+            eprintln!("{name}/{output} {method}: INT8 vs f32 {err:.4}");
+            assert!(err > 0.0 && err < tolerance, "{name}/{output} {method}: INT8 differs from f32 by {err} (tolerance {tolerance})");
+        }
+        if method == CalibrationMethod::MinMax {
+            minmax = Some((table, got));
+        }
+    }
+    let (table, calibrated) = minmax.expect("the min-max run");
+    let mut ranged = net.clone();
+    for (tensor, amax) in &table.amax {
+        let t = ranged.find_tensor(tensor).unwrap_or_else(|| panic!("{name}: no tensor {tensor}"));
+        ranged.set_dynamic_range(t, -amax, *amax).unwrap();
+    }
+    assert_eq!(run(kiln::Builder::new(&cpu).build(&ranged, &int8_config(None)).unwrap()), calibrated, "{name}: ranges set on the network");
+    let out = kiln::Builder::new(&cpu).build_with_report(&net, &int8_config(None)).unwrap();
+    assert!(out.log.iter().any(|l| l.contains("stays in float: tensor")), "{name}: {:?}", out.log);
+    assert_eq!(run(out.engine), full, "{name}: without ranges nothing is quantized");
+}
+
+#[test]
+fn cnn_torchscript_in_int8() {
+    check_int8("cnn_torchscript", 0.05);
+}
+
+#[test]
+fn bert_dynamo_in_int8() {
+    check_int8("bert_dynamo", 0.25);
 }

@@ -1,6 +1,7 @@
 //! `kiln build MODEL.onnx -o ENGINE`: import, build for a backend, write the engine file.
 
 use crate::backends::{self, SelectedBackend};
+use crate::calibration::{self, CalibrationArgs};
 use crate::commands;
 use crate::logging::Verbosity;
 use crate::progress;
@@ -34,6 +35,12 @@ pub fn build(args: &BuildArgs, verbosity: Verbosity) -> anyhow::Result<()> {
     )?;
     let backend = backends::select(args.backend)?;
     let mut config = BuilderConfig { profiles: profile.into_iter().collect(), ..builder_config(args)? };
+    let calibration = CalibrationArgs { data: args.calib.as_deref(), cache: args.calib_cache.as_deref(), method: args.calib_method };
+    if config.builder_flags.contains(kiln::BuilderFlag::Int8) {
+        config.int8_calibration = calibration::table(&calibration, &network, &backend, &config.profiles)?.map(Arc::new);
+    } else if calibration.data.is_some() || calibration.cache.is_some() {
+        bail!("--calib and --calib-cache calibrate an INT8 build: add --flag int8");
+    }
     let foreign_cache = match &args.timing_cache {
         Some(path) => attach_timing_cache(&mut config, path, &backend, args)?,
         None => false,

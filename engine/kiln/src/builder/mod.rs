@@ -1,5 +1,6 @@
 //! The builder: network + configuration → engine for one backend.
 
+mod calibration;
 mod tactic_selection;
 mod tensor_sizes;
 
@@ -18,6 +19,7 @@ use crate::profile::{validate_profiles, OptimizationProfile, ProfileError};
 use crate::precision::{self, PrecisionError};
 use crate::engine::refit_source::RefitSource;
 use crate::tactics::TacticError;
+pub use calibration::calibrate;
 use tactic_selection::choose_tactics;
 use std::time::Instant;
 use thiserror::Error;
@@ -101,6 +103,8 @@ impl<'b> Builder<'b> {
             ));
         }
         log.extend(note);
+        let quantized = int8_step(network, flags, config, &mut log)?;
+        let network = quantized.as_ref().unwrap_or(network);
         let (typed, mut report) = precision::apply(network, flags, self.backend)?;
         for (layer, t) in &report.changed {
             tracing::debug!(target: "kiln::precision", "layer `{layer}` computes in {t}");
@@ -248,3 +252,36 @@ fn check_workspace_limit(engine: &Engine, limit: Option<u64>) -> Result<(), Buil
     }
 }
 
+
+/// The INT8 step ([`crate::quant::implicit`]) when the flag is set: the network with its
+/// convolutions and products reading INT8, and what it did in the log.
+fn int8_step(network: &Network, flags: crate::config::BuilderFlags, config: &BuilderConfig, log: &mut Vec<String>) -> Result<Option<Network>, BuildError> {
+    if !flags.contains(BuilderFlag::Int8) {
+        return Ok(None);
+    }
+    if flags.contains(BuilderFlag::Refit) {
+        return Err(BuildError::Config("builder flags INT8 and REFIT together are not supported yet: a refit replays the network without its ranges".into()));
+    }
+    let table = config.int8_calibration.as_deref();
+    let amax_of = |t: crate::ir::network::TensorId| {
+        network.dynamic_range(t).map(|(lo, hi)| lo.abs().max(hi.abs())).or_else(|| table.and_then(|c| c.amax.get(&network.tensor(t).name).copied()))
+    };
+    let (quantized, report) = crate::quant::implicit::apply(network, &amax_of)?;
+    let mut say = |line: String| {
+        tracing::debug!(target: "kiln::int8", "{line}");
+        log.push(line);
+    };
+    if let Some(why) = &report.skipped {
+        say(format!("INT8: nothing quantized: {why}"));
+    }
+    let source = table.map_or("ranges set on the network".to_string(), |c| format!("calibration ({})", c.method));
+    say(format!("INT8: {} layers read INT8 inputs ({source}); {} stay in float without a range", report.quantized.len(), report.without_range.len()));
+    for (layer, tensor) in &report.without_range {
+        say(format!("layer `{layer}` stays in float: tensor `{tensor}` has no dynamic range"));
+    }
+    for layer in &report.quantized {
+        tracing::debug!(target: "kiln::int8", "layer `{layer}` reads INT8 inputs");
+        log.push(format!("layer `{layer}` reads INT8 inputs"));
+    }
+    Ok(Some(quantized))
+}

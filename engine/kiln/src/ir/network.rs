@@ -101,6 +101,10 @@ pub struct Network {
     /// Tensor ids by name, so that finding a name is not a scan of every tensor.
     #[serde(skip)]
     names: NameIndex,
+    /// Per-tensor dynamic ranges `(min, max)` for INT8 ([`Network::set_dynamic_range`]): the
+    /// builder's INT8 step reads them from the network as given; engines do not store them.
+    #[serde(skip)]
+    dynamic_ranges: std::collections::BTreeMap<usize, (f32, f32)>,
 }
 
 /// Tensor names → ids, built on the first lookup (a deserialized or cloned network starts
@@ -249,6 +253,26 @@ impl Network {
         });
         self.inputs.push(id);
         Ok(id)
+    }
+
+    /// Sets the range a tensor's values take, for INT8 (seed §6.5.3, `ITensor::setDynamicRange`):
+    /// INT8 keeps `[-a, a]` with `a = max(|min|, |max|)`. A range set here wins over calibration.
+    pub fn set_dynamic_range(&mut self, tensor: TensorId, min: f32, max: f32) -> Result<(), NetworkError> {
+        self.check_tensor(tensor)?;
+        if !(min.is_finite() && max.is_finite() && min <= max) {
+            return Err(NetworkError::Layer {
+                layer: "(dynamic range)".into(),
+                tensor: self.tensors[tensor.0].name.clone(),
+                rule: format!("the range [{min}, {max}] is not finite and ordered"),
+            });
+        }
+        self.dynamic_ranges.insert(tensor.0, (min, max));
+        Ok(())
+    }
+
+    /// The range set by [`Network::set_dynamic_range`], if any.
+    pub fn dynamic_range(&self, tensor: TensorId) -> Option<(f32, f32)> {
+        self.dynamic_ranges.get(&tensor.0).copied()
     }
 
     /// Marks a tensor as a network output. A network input cannot be an output directly.
