@@ -18,17 +18,9 @@ fn two_d(v: &[usize], fill: usize) -> KResult<(usize, usize)> {
 
 /// What a convolution's tactic selects (carried in [`Ctx::gemm_rank`], one number per layer):
 /// 0 is cuDNN's heuristic choice (the direct kernel without cuDNN), `1 + a` cuDNN algorithm
-/// `a`, [`CONV_DIRECT`] kiln's direct kernel, [`CONV_DEPTHWISE`] kiln's NHWC depthwise kernel,
-/// [`CONV_DEPTHWISE_ROWS`] its variant with the filter size and stride compiled in.
+/// `a`, [`CONV_DIRECT`] kiln's direct kernel, [`CONV_DEPTHWISE`] kiln's NHWC depthwise kernel.
 pub const CONV_DIRECT: usize = 1000;
 pub const CONV_DEPTHWISE: usize = 1001;
-pub const CONV_DEPTHWISE_ROWS: usize = 1002;
-
-/// The filter sizes and strides kernels/spatial.cu compiles a row kernel for.
-pub(crate) const ROW_KERNEL_SIZES: [usize; 3] = [3, 5, 7];
-pub(crate) const ROW_KERNEL_STRIDES: [usize; 2] = [1, 2];
-/// Output pixels of a row each thread of the row kernel makes (its template's R).
-const ROW_PIXELS: usize = 4;
 
 /// The epilogue steps after `conv + bias` a convolution kernel may take in, in this order,
 /// each optional: an activation, a residual of the output's shape, an activation after it.
@@ -45,16 +37,6 @@ pub fn is_depthwise(p: &ConvolutionParams, x_shape: &[usize], w_shape: &[usize])
     x_shape.len() == 4 && w_shape.len() == 4 && p.strides.len() == 2 && p.groups > 1 && p.groups == x_shape[1] && w_shape[0] == x_shape[1] && w_shape[1] == 1
 }
 
-/// The row kernel's `(K, S)` for a depthwise convolution it covers: a square K×K filter, equal
-/// strides S, dilation 1 and whole 16-byte runs of channels.
-pub fn depthwise_rows(p: &ConvolutionParams, x_shape: &[usize], w_shape: &[usize], element_bytes: usize) -> Option<(usize, usize)> {
-    if !is_depthwise(p, x_shape, w_shape) || p.dilations.iter().any(|&d| d != 1) || element_bytes == 0 || x_shape[1] % (16 / element_bytes) != 0 {
-        return None;
-    }
-    let (k, s) = (w_shape[2], p.strides[0]);
-    (w_shape[3] == k && p.strides[1] == s && ROW_KERNEL_SIZES.contains(&k) && ROW_KERNEL_STRIDES.contains(&s)).then_some((k, s))
-}
-
 /// `conv(x, w) + bias`, then as many of the `tail`'s steps (in order) as the tactic's kernel
 /// takes in: the count says how many, the caller runs the rest.
 pub fn convolution(
@@ -67,8 +49,8 @@ pub fn convolution(
     out_shape: &[usize],
 ) -> KResult<(DeviceTensor, usize)> {
     let choice = cx.gemm_rank.get();
-    if (choice == CONV_DEPTHWISE || choice == CONV_DEPTHWISE_ROWS) && is_depthwise(p, &x.shape, &w.shape) && float_suffix(x.dtype).is_ok() {
-        return depthwise_convolution(cx, p, x, w, bias, tail, out_shape, choice == CONV_DEPTHWISE_ROWS);
+    if choice == CONV_DEPTHWISE && is_depthwise(p, &x.shape, &w.shape) && float_suffix(x.dtype).is_ok() {
+        return depthwise_convolution(cx, p, x, w, bias, tail, out_shape);
     }
     if choice != CONV_DIRECT {
         if let Ok(dnn) = cx.gpu.dnn() {
@@ -126,9 +108,7 @@ fn cudnn_convolution(
 }
 
 /// kiln's depthwise kernel on NHWC (kernels/spatial.cu), taking in the whole `tail`: the
-/// output is channels-last. `rows` asks for the row kernel where [`depthwise_rows`] covers the
-/// layer (the general kernel otherwise).
-#[allow(clippy::too_many_arguments)]
+/// output is channels-last.
 fn depthwise_convolution(
     cx: &Ctx,
     p: &ConvolutionParams,
@@ -137,15 +117,12 @@ fn depthwise_convolution(
     bias: Option<&DeviceTensor>,
     tail: ConvTail,
     out_shape: &[usize],
-    rows: bool,
 ) -> KResult<(DeviceTensor, usize)> {
     let suffix = float_suffix(x.dtype).map_err(KernelError::from)?;
     let channels = x.shape[1];
     if bias.is_some_and(|b| b.dtype != x.dtype || b.len() != channels) || w.dtype != x.dtype || out_shape.len() != 4 || out_shape[1] != channels {
         return Err(invalid!("a depthwise convolution of {:?} by {:?} into {out_shape:?}", x.shape, w.shape));
     }
-    let element_bytes = storage_size(x.dtype).map_err(KernelError::from)?;
-    let row_kernel = depthwise_rows(p, &x.shape, &w.shape, element_bytes).filter(|_| rows);
     let x = layout::to_channels_last(cx, x)?;
     // [C, 1, kh, kw] → [1, kh, kw, C]: each tap's channels contiguous.
     let w = cx.gpu.converted_weights(w, "depthwise_rsc", |t| movement::transpose(cx, t, &[1, 2, 3, 0]))?;
@@ -154,14 +131,8 @@ fn depthwise_convolution(
         return Err(invalid!("a residual of {:?} for a depthwise output of {out_shape:?}", tail.residual.map(|z| z.shape.clone())));
     }
     let out = empty_in_layout(cx, x.dtype, out_shape, true)?;
-    let vector = 16 / element_bytes;
-    let pixels = out_shape[0] * out_shape[2] * out_shape[3];
-    // Threads: one per run of channels and output pixel, or per ROW_PIXELS pixels of a row.
-    let (name, threads) = match row_kernel {
-        Some((k, s)) => (format!("depthwise_nhwc_k{k}s{s}"), out_shape[0] * out_shape[2] * out_shape[3].div_ceil(ROW_PIXELS) * (channels / vector)),
-        None if channels % vector == 0 => ("depthwise_nhwc".into(), pixels * (channels / vector)),
-        None => ("depthwise_nhwc1".into(), pixels * channels),
-    };
+    let vector = 16 / storage_size(x.dtype).map_err(KernelError::from)?;
+    let (name, runs) = if channels % vector == 0 { ("depthwise_nhwc", channels / vector) } else { ("depthwise_nhwc1", channels) };
     let (sh, sw) = two_d(&p.strides, 1)?;
     let (dh, dw) = two_d(&p.dilations, 1)?;
     let (ph, pw) = two_d(&p.pre_padding, 0)?;
@@ -187,6 +158,7 @@ fn depthwise_convolution(
     };
     let code = |a: Option<ActivationKind>| a.map_or((-1, 0.0, 0.0), pointwise::activation_code);
     let ((c1, a1, b1), (c2, a2, b2)) = (code(tail.before), code(tail.after));
+    let pixels = out_shape[0] * out_shape[2] * out_shape[3];
     let args = [
         Arg::Window(win),
         Arg::I32(c1),
@@ -201,7 +173,7 @@ fn depthwise_convolution(
         z.as_ref().map_or(Arg::NULL, |z| cx.arg(z)),
         cx.arg(&out),
     ];
-    cx.launch_elements(Source::Spatial.kernel(format!("{name}_{suffix}")), threads, &args)?;
+    cx.launch_elements(Source::Spatial.kernel(format!("{name}_{suffix}")), pixels * runs, &args)?;
     let consumed = usize::from(tail.before.is_some()) + usize::from(tail.residual.is_some()) + usize::from(tail.after.is_some());
     Ok((out, consumed))
 }
