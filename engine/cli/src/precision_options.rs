@@ -1,5 +1,5 @@
 //! The builder-flag options every command that builds takes alike: `--fp16`, `--bf16`,
-//! `--no-tf32` and `--flag NAME`.
+//! `--int8`, `--no-tf32` and `--flag NAME`.
 
 use anyhow::bail;
 use kiln::{BuilderConfig, BuilderFlag};
@@ -13,6 +13,10 @@ pub struct PrecisionOptions {
     /// Lets layers compute in BF16 where the backend runs them faster (the BF16 builder flag).
     #[arg(long)]
     pub bf16: bool,
+    /// Lets convolutions and matrix products read INT8 inputs where their ranges are known
+    /// (the INT8 builder flag; `kiln build --calib DIR` measures them).
+    #[arg(long)]
+    pub int8: bool,
     /// Clears the TF32 builder flag. Today it is recorded in the engine and in timing-cache
     /// keys only: the cuda backend computes f32 products exactly whatever the flag says.
     #[arg(long)]
@@ -28,7 +32,7 @@ pub struct PrecisionOptions {
 impl PrecisionOptions {
     /// Whether any option is given (an engine file was built already: they cannot apply).
     pub fn any(&self) -> bool {
-        self.fp16 || self.bf16 || self.no_tf32 || !self.flags.is_empty()
+        self.fp16 || self.bf16 || self.int8 || self.no_tf32 || !self.flags.is_empty()
     }
 
     /// Sets the flags on `config`; `--no-tf32` wins over `--flag tf32`.
@@ -46,6 +50,9 @@ impl PrecisionOptions {
         if self.bf16 {
             config.set_flag(BuilderFlag::Bf16);
         }
+        if self.int8 {
+            config.set_flag(BuilderFlag::Int8);
+        }
         if self.no_tf32 {
             config.clear_flag(BuilderFlag::Tf32);
         }
@@ -56,7 +63,7 @@ impl PrecisionOptions {
     pub fn refuse_for_engine(&self, path: &std::path::Path, built_with: &str) -> anyhow::Result<()> {
         if self.any() {
             bail!(
-                "--fp16, --bf16, --no-tf32 and --flag apply when building from ONNX; `{}` is an engine built with flags {built_with}",
+                "--fp16, --bf16, --int8, --no-tf32 and --flag apply when building from ONNX; `{}` is an engine built with flags {built_with}",
                 path.display()
             );
         }

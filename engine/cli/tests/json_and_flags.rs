@@ -119,7 +119,7 @@ fn an_int8_build_calibrates_over_a_folder_once_and_then_reads_the_cache() {
     assert!(log.contains("INT8: 4 layers read INT8 inputs"), "{log}");
     let cached = std::fs::read_to_string(&cache).unwrap();
     assert!(cached.starts_with("kiln-calibration 1 minmax\n") && cached.lines().count() == 5, "{cached}");
-    let log = build(&["--calib", path_arg(&calib), "--calib-cache", path_arg(&cache)]);
+    let log = build(&["--int8", "--calib", path_arg(&calib), "--calib-cache", path_arg(&cache)]);
     assert!(log.contains("calibration skipped") && !log.contains("calibrated"), "{log}");
     assert!(kiln_ok(&["inspect", path_arg(&engine)]).contains("INT8"));
     kiln_ok(&["run", path_arg(&engine)]);
