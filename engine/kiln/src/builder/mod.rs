@@ -252,7 +252,6 @@ fn check_workspace_limit(engine: &Engine, limit: Option<u64>) -> Result<(), Buil
     }
 }
 
-
 /// The INT8 step ([`crate::quant::implicit`]) when the flag is set: the network with its
 /// convolutions and products reading INT8, and what it did in the log.
 fn int8_step(network: &Network, flags: crate::config::BuilderFlags, config: &BuilderConfig, log: &mut Vec<String>) -> Result<Option<Network>, BuildError> {
@@ -280,8 +279,7 @@ fn int8_step(network: &Network, flags: crate::config::BuilderFlags, config: &Bui
         say(format!("layer `{layer}` stays in float: tensor `{tensor}` has no dynamic range"));
     }
     for layer in &report.quantized {
-        tracing::debug!(target: "kiln::int8", "layer `{layer}` reads INT8 inputs");
-        log.push(format!("layer `{layer}` reads INT8 inputs"));
+        say(format!("layer `{layer}` reads INT8 inputs"));
     }
     Ok(Some(quantized))
 }
