@@ -60,7 +60,8 @@ struct Converted {
 /// The CUBIN image of each source.
 type Images = Vec<(Source, Arc<Vec<u8>>)>;
 
-/// CUBIN per architecture and source, compiled once per process.
+/// CUBIN per architecture and source, compiled once per machine (see `kernel_cache`) and read
+/// once per process.
 fn compiled(arch: &str) -> Result<Images, GpuError> {
     type Cache = Mutex<HashMap<String, Images>>;
     static CACHE: OnceLock<Cache> = OnceLock::new();
@@ -68,7 +69,8 @@ fn compiled(arch: &str) -> Result<Images, GpuError> {
     if let Some(found) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(arch) {
         return Ok(found.clone());
     }
-    let images = Source::ALL.iter().map(|&s| Ok((s, Arc::new(s.compile(arch)?)))).collect::<Result<Vec<_>, GpuError>>()?;
+    let folder = crate::kernel_cache::folder();
+    let images: Images = crate::kernel_cache::all(arch, folder.as_deref())?.into_iter().map(|(s, image)| (s, Arc::new(image))).collect();
     cache.lock().unwrap_or_else(|p| p.into_inner()).insert(arch.to_string(), images.clone());
     Ok(images)
 }

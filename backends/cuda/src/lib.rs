@@ -13,6 +13,8 @@
 pub mod sources;
 #[allow(unsafe_code)] // FFI / device memory
 pub mod nvrtc;
+/// Compiled kernels kept on disk between processes.
+pub mod kernel_cache;
 #[allow(unsafe_code)] // FFI / device memory
 pub mod probe;
 

@@ -24,6 +24,20 @@ pub fn include_dir() -> String {
     std::env::var("KILN_CUDA_INCLUDE").unwrap_or_else(|_| "/usr/local/cuda/include".into())
 }
 
+/// The options every kiln source compiles with for `arch`.
+pub fn options(arch: &str) -> Vec<String> {
+    vec![format!("--gpu-architecture={arch}"), format!("--include-path={}", include_dir()), "--std=c++17".to_string(), "-default-device".to_string()]
+}
+
+/// NVRTC's `(major, minor)` version, or `None` where NVRTC is missing.
+pub fn version() -> Option<(i32, i32)> {
+    probe::libraries().nvrtc_ready().ok()?;
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: NVRTC is loaded (checked above); both are valid out-pointers.
+    unsafe { sys::nvrtcVersion(&mut major, &mut minor) }.result().ok()?;
+    Some((major, minor))
+}
+
 /// Compiles one translation unit (`headers` are `(name, text)` pairs it may `#include`) for
 /// `arch` such as "sm_90", returning the CUBIN image.
 pub fn compile_cubin(source_name: &str, source: &str, headers: &[(&str, &str)], arch: &str) -> Result<Vec<u8>, CompileError> {
@@ -54,12 +68,7 @@ pub fn compile_cubin(source_name: &str, source: &str, headers: &[(&str, &str)], 
         .result()
         .map_err(call_err("nvrtcCreateProgram"))?;
     }
-    let options = vec![
-        format!("--gpu-architecture={arch}"),
-        format!("--include-path={}", include_dir()),
-        "--std=c++17".to_string(),
-        "-default-device".to_string(),
-    ];
+    let options = options(arch);
     // SAFETY: `prog` was created above and is destroyed exactly once below.
     let compiled = unsafe { result::compile_program(prog, &options) };
     // SAFETY: `prog` is live.

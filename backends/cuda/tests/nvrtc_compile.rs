@@ -4,7 +4,7 @@
 
 use kiln_cuda::ops::kernel_names::{cast_kernel, expected_kernels};
 use kiln_cuda::sources::Source;
-use kiln_cuda::probe;
+use kiln_cuda::{kernel_cache, probe};
 
 fn nvrtc_or_skip() -> bool {
     match probe::libraries().nvrtc_ready() {
@@ -32,10 +32,8 @@ fn every_kernel_compiles_to_cubin_for_sm80_and_sm90() {
         return;
     }
     for arch in ["sm_80", "sm_90"] {
-        let images: Vec<(Source, Vec<u8>)> = Source::ALL
-            .iter()
-            .map(|&s| (s, s.compile(arch).unwrap_or_else(|e| panic!("{e}"))))
-            .collect();
+        // Every source compiled afresh (no cache folder), in parallel.
+        let images: Vec<(Source, Vec<u8>)> = kernel_cache::all(arch, None).unwrap_or_else(|e| panic!("{e}"));
         for (_, image) in &images {
             assert_eq!(&image[..4], b"\x7fELF", "{arch}: NVRTC returned something other than a CUBIN (ELF)");
         }
@@ -57,4 +55,23 @@ fn a_broken_kernel_reports_nvrtc_log() {
         .expect_err("an undefined identifier must not compile");
     let text = err.to_string();
     assert!(text.contains("broken.cu") && text.contains("undefined_name"), "the error should carry NVRTC's log: {text}");
+}
+
+#[test]
+fn a_compiled_kernel_is_kept_and_a_damaged_one_compiled_again() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let folder = std::env::temp_dir().join(format!("kiln-nvrtc-cache-{}", std::process::id()));
+    let (first, hit) = kernel_cache::cubin(Source::Timing, "sm_90", Some(&folder)).expect("compiled");
+    assert!(!hit, "an empty folder has nothing to reuse");
+    let path = folder.join(kernel_cache::file_name(Source::Timing, "sm_90"));
+    assert_eq!(std::fs::read(&path).expect("kept"), first);
+    let (again, hit) = kernel_cache::cubin(Source::Timing, "sm_90", Some(&folder)).expect("read");
+    assert!(hit && again == first, "the second process reads the kept image");
+    std::fs::write(&path, &first[..first.len() / 2]).expect("damaged");
+    let (fresh, hit) = kernel_cache::cubin(Source::Timing, "sm_90", Some(&folder)).expect("compiled again");
+    assert!(!hit && fresh == first, "a truncated image is compiled again");
+    assert_eq!(std::fs::read(&path).expect("rewritten"), first);
+    std::fs::remove_dir_all(&folder).expect("cleaned up");
 }
