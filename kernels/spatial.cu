@@ -41,13 +41,35 @@ __device__ void conv2d(Window p, const T* x, const T* w, const T* bias, T* y) {
     }
 }
 
+// The epilogue of one NHWC run of V channels at `at`: activation, residual, activation.
+template <typename T, int V>
+__device__ __forceinline__ void depthwise_store(float* acc, i64 at, int act1, float alpha1, float beta1, int act2, float alpha2,
+                                                float beta2, const T* z, T* y) {
+    if (act1 >= 0) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) acc[k] = unary_float(act1, acc[k], alpha1, beta1);
+    }
+    if (z) {
+        float zv[V];
+        load_run<V>(z + at, zv);
+#pragma unroll
+        for (int k = 0; k < V; ++k) acc[k] += zv[k];
+    }
+    if (act2 >= 0) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) acc[k] = unary_float(act2, acc[k], alpha2, beta2);
+    }
+    store_run<V>(y + at, acc);
+}
+
 // Depthwise convolution (groups = input = output channels) on NHWC tensors. Each thread makes
 // one output pixel's run of V channels: with V = one 16-byte vector, neighbouring threads
 // read neighbouring vectors, and the filter, re-laid [kh][kw][C] (kiln-cuda's
 // `depthwise_rsc`), loads its taps as vectors too. Accumulated in f32, then the epilogue in
 // one store: bias (p.kind), activation `act1`, residual `z` (NHWC, the output's shape), and
 // activation `act2`, each optional (a code < 0 is none, a null pointer no residual).
-// (Four pixels of a row per thread, sharing each tap's load, measured 2x slower on H100.)
+// (Four pixels per thread with runtime filter sizes measured 2x slower on H100; the row
+// kernel below fixes the sizes at compile time and is timed as a tactic of its own.)
 template <typename T, int V>
 __device__ void depthwise_nhwc(Window p, int act1, float alpha1, float beta1, int act2, float alpha2, float beta2,
                                const T* x, const T* w, const T* bias, const T* z, T* y) {
@@ -76,24 +98,86 @@ __device__ void depthwise_nhwc(Window p, int act1, float alpha1, float beta1, in
                 for (int k = 0; k < V; ++k) acc[k] = fmaf(xv[k], wv[k], acc[k]);
             }
         }
-        const i64 at = pixel * p.c + c0;
-        if (act1 >= 0) {
-#pragma unroll
-            for (int k = 0; k < V; ++k) acc[k] = unary_float(act1, acc[k], alpha1, beta1);
-        }
-        if (z) {
-            float zv[V];
-            load_run<V>(z + at, zv);
-#pragma unroll
-            for (int k = 0; k < V; ++k) acc[k] += zv[k];
-        }
-        if (act2 >= 0) {
-#pragma unroll
-            for (int k = 0; k < V; ++k) acc[k] = unary_float(act2, acc[k], alpha2, beta2);
-        }
-        store_run<V>(y + at, acc);
+        depthwise_store<T, V>(acc, pixel * p.c + c0, act1, alpha1, beta1, act2, alpha2, beta2, z, y);
     }
 }
+
+// Depthwise NHWC with a square K×K filter, stride S and dilation 1 fixed at compile time:
+// each thread makes R neighbouring output pixels of a row for one 16-byte run of channels, so
+// an input vector loaded once serves every tap that reads it ((R-1)·S + K loads per filter
+// row instead of R·K), and the unrolled loops let the loads of a row issue together. The
+// filter row is converted to f32 once per row. Same layouts and epilogue as depthwise_nhwc.
+template <typename T, int V, int K, int S, int R>
+__device__ void depthwise_nhwc_rows(Window p, int act1, float alpha1, float beta1, int act2, float alpha2, float beta2,
+                                    const T* x, const T* w, const T* bias, const T* z, T* y) {
+    const i64 runs = p.c / V;
+    const i64 strips = (p.ow + R - 1) / R;
+    const i64 n = p.n * p.oh * strips * runs;
+    constexpr int COLUMNS = (R - 1) * S + K;
+    KILN_GRID_LOOP(i, n) {
+        const i64 c0 = (i % runs) * V, rest = i / runs;
+        const i64 ox0 = (rest % strips) * R, row = rest / strips;
+        const i64 oy = row % p.oh, b = row / p.oh;
+        float acc[R][V];
+        float init[V];
+        if (p.kind) {
+            load_run<V>(bias + c0, init);
+        } else {
+#pragma unroll
+            for (int k = 0; k < V; ++k) init[k] = 0.0f;
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+#pragma unroll
+            for (int k = 0; k < V; ++k) acc[r][k] = init[k];
+        }
+        const i64 ix0 = ox0 * S - p.pw;
+#pragma unroll 1
+        for (int ky = 0; ky < K; ++ky) {
+            const i64 iy = oy * S - p.ph + ky;
+            if (iy < 0 || iy >= p.h) continue;
+            float wf[K][V];
+#pragma unroll
+            for (int kx = 0; kx < K; ++kx) load_run<V>(w + (ky * K + kx) * p.c + c0, wf[kx]);
+            const T* xrow = x + (b * p.h + iy) * p.w * p.c + c0;
+#pragma unroll
+            for (int j = 0; j < COLUMNS; ++j) {
+                const i64 ix = ix0 + j;
+                if (ix < 0 || ix >= p.w) continue;
+                float xv[V];
+                load_run<V>(xrow + ix * p.c, xv);
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    const int kx = j - r * S;
+                    if (kx < 0 || kx >= K) continue;
+#pragma unroll
+                    for (int k = 0; k < V; ++k) acc[r][k] = fmaf(xv[k], wf[kx][k], acc[r][k]);
+                }
+            }
+        }
+        // One epilogue for the R pixels, not R inlined copies (its activation switch made NVRTC
+        // ~30x slower): store acc[0], then shift the others down a place.
+#pragma unroll 1
+        for (int r = 0; r < R && ox0 + r < p.ow; ++r) {
+            depthwise_store<T, V>(acc[0], ((row * p.ow) + ox0 + r) * p.c + c0, act1, alpha1, beta1, act2, alpha2, beta2, z, y);
+#pragma unroll
+            for (int q = 0; q + 1 < R; ++q) {
+#pragma unroll
+                for (int k = 0; k < V; ++k) acc[q][k] = acc[q + 1][k];
+            }
+        }
+    }
+}
+
+// The row kernels kiln-cuda launches: `depthwise_nhwc_k{K}s{S}_{suffix}`.
+#define DEPTHWISE_ROWS(suffix, T, K, S) \
+    extern "C" __global__ void depthwise_nhwc_k##K##s##S##_##suffix(Window p, int a1, float x1, float y1, int a2, float x2, float y2, \
+                                                                   const T* x, const T* w, const T* b, const T* z, T* y) { \
+        depthwise_nhwc_rows<T, Vec16<T>::N, K, S, 4>(p, a1, x1, y1, a2, x2, y2, x, w, b, z, y); \
+    }
+#define DEPTHWISE_ROW_KERNELS(suffix, T) \
+    DEPTHWISE_ROWS(suffix, T, 3, 1) DEPTHWISE_ROWS(suffix, T, 3, 2) DEPTHWISE_ROWS(suffix, T, 5, 1) \
+    DEPTHWISE_ROWS(suffix, T, 5, 2) DEPTHWISE_ROWS(suffix, T, 7, 1) DEPTHWISE_ROWS(suffix, T, 7, 2)
 
 #define SPATIAL_KERNELS(suffix, T) \
     extern "C" __global__ void conv2d_##suffix(Window p, const T* x, const T* w, const T* b, T* y) { conv2d(p, x, w, b, y); } \
@@ -104,7 +188,8 @@ __device__ void depthwise_nhwc(Window p, int act1, float alpha1, float beta1, in
     extern "C" __global__ void depthwise_nhwc1_##suffix(Window p, int a1, float x1, float y1, int a2, float x2, float y2, \
                                                        const T* x, const T* w, const T* b, const T* z, T* y) { \
         depthwise_nhwc<T, 1>(p, a1, x1, y1, a2, x2, y2, x, w, b, z, y); \
-    }
+    } \
+    DEPTHWISE_ROW_KERNELS(suffix, T)
 
 SPATIAL_KERNELS(f32, float)
 SPATIAL_KERNELS(f16, __half)

@@ -5,7 +5,7 @@
 //! inference (as TensorRT's shape tensors are), so reshapes and slices never wait for the
 //! device.
 
-use kiln::{invalid, BackendError, DataType, DeviceTimes, Executable, HostTensor, KernelError, LayerId, LayerKind, LayerTimes, Network};
+use kiln::{invalid, BackendError, DataType, DeviceTimes, Executable, FusedAnchor, HostTensor, KernelError, LayerId, LayerKind, LayerTimes, Network};
 use crate::ops::KResult;
 use crate::arena::{lock, Arena, ArenaPlan, PinnedHost, Tracer};
 use crate::device::Gpu;
@@ -183,6 +183,9 @@ fn reads_views(kind: &LayerKind, slot: usize) -> bool {
         LayerKind::Shuffle(_) | LayerKind::Slice | LayerKind::Activation { .. } | LayerKind::Convolution(_) | LayerKind::Pooling(_) => slot == 0,
         LayerKind::Attention(_) => slot < 3,
         LayerKind::Elementwise { .. } => slot < 2,
+        // A pointwise chain reads every operand through its own strides (ops::fused_chain; its
+        // fallbacks pack what they cannot read).
+        LayerKind::Fused(p) => matches!(p.anchor, FusedAnchor::Elementwise(_) | FusedAnchor::Activation(_) | FusedAnchor::Unary(_)),
         _ => false,
     }
 }

@@ -5,7 +5,7 @@
 
 use crate::blas::RANKED_ALGORITHMS;
 use crate::exec::CudaExecutable;
-use crate::ops::conv::{is_depthwise, CONV_DEPTHWISE, CONV_DIRECT};
+use crate::ops::conv::{depthwise_rows, is_depthwise, is_patchify, CONV_DEPTHWISE, CONV_DEPTHWISE_ROWS, CONV_DIRECT, CONV_PATCH_GEMM};
 use kiln::tactics::{TacticDesc, TacticId};
 use kiln::{BackendError, ConvolutionParams, DataType, FusedAnchor, LayerId, LayerKind, Network, Shape, TensorFormat};
 use std::time::Duration;
@@ -14,12 +14,14 @@ use std::time::Duration;
 /// path never reuses a stale timing.
 const GEMM_SOURCE: &str = concat!(include_str!("blas.rs"), include_str!("ops/compute.rs"));
 /// Likewise for convolutions: cuDNN's path and the direct kernel.
-const CONV_SOURCE: &str = concat!(include_str!("dnn.rs"), include_str!("ops/conv.rs"), include_str!("../../../kernels/spatial.cu"));
+const CONV_SOURCE: &str = concat!(include_str!("dnn.rs"), include_str!("ops/conv.rs"), include_str!("blas.rs"), include_str!("../../../kernels/spatial.cu"));
 
 fn conv_tactic_name(choice: usize) -> String {
     match choice {
         CONV_DIRECT => "conv_direct_kernel".into(),
         CONV_DEPTHWISE => "conv_depthwise_nhwc".into(),
+        CONV_DEPTHWISE_ROWS => "conv_depthwise_nhwc_rows".into(),
+        CONV_PATCH_GEMM => "conv_patches_gemm".into(),
         c => format!("conv_cudnn_{}", crate::dnn::algorithm_name(c.saturating_sub(1) as u32)),
     }
 }
@@ -64,7 +66,9 @@ fn conv_shapes(network: &Network, layer: LayerId) -> Option<(ConvolutionParams, 
 }
 
 /// A convolution's candidates: cuDNN's algorithms for its shape (when cuDNN and the device
-/// are there), kiln's NHWC depthwise kernel for a depthwise one, and the direct kernel where
+/// are there), kiln's NHWC depthwise kernels for a depthwise one (the row kernel where its
+/// compiled sizes cover the layer), the patch product for a patch convolution, and the direct
+/// kernel where
 /// it applies (1-D and 2-D).
 fn conv_tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId) -> Option<Vec<TacticDesc>> {
     let (p, dtype, [x, w, y]) = conv_shapes(network, layer)?;
@@ -83,6 +87,12 @@ fn conv_tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId)
     }
     if is_depthwise(&p, &x, &w) {
         out.push(conv_tactic(CONV_DEPTHWISE));
+        if dtype.size_bytes().is_some_and(|b| depthwise_rows(&p, &x, &w, b).is_some()) {
+            out.push(conv_tactic(CONV_DEPTHWISE_ROWS));
+        }
+    }
+    if is_patchify(&p, &x, &w) {
+        out.push(conv_tactic(CONV_PATCH_GEMM));
     }
     if p.strides.len() <= 2 {
         out.push(conv_tactic(CONV_DIRECT));
@@ -131,7 +141,7 @@ pub fn tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId) 
 /// with dynamic dims run the tactic timed at the profile's opt shapes, as TensorRT's do.
 pub fn rank_of(network: &Network, layer: LayerId, tactic: Option<&TacticId>) -> usize {
     if let (Some(t), Some(_)) = (tactic, float_conv(network, layer)) {
-        let choices = crate::dnn::ALGORITHMS.iter().map(|&(a, _)| a as usize + 1).chain([CONV_DIRECT, CONV_DEPTHWISE]);
+        let choices = crate::dnn::ALGORITHMS.iter().map(|&(a, _)| a as usize + 1).chain([CONV_DIRECT, CONV_DEPTHWISE, CONV_DEPTHWISE_ROWS, CONV_PATCH_GEMM]);
         return choices.into_iter().find(|&c| conv_tactic(c).id == *t).unwrap_or(0);
     }
     match tactic {

@@ -18,9 +18,21 @@ fn two_d(v: &[usize], fill: usize) -> KResult<(usize, usize)> {
 
 /// What a convolution's tactic selects (carried in [`Ctx::gemm_rank`], one number per layer):
 /// 0 is cuDNN's heuristic choice (the direct kernel without cuDNN), `1 + a` cuDNN algorithm
-/// `a`, [`CONV_DIRECT`] kiln's direct kernel, [`CONV_DEPTHWISE`] kiln's NHWC depthwise kernel.
+/// `a`, [`CONV_DIRECT`] kiln's direct kernel, [`CONV_DEPTHWISE`] kiln's NHWC depthwise kernel,
+/// [`CONV_DEPTHWISE_ROWS`] its variant with the filter size and stride compiled in,
+/// [`CONV_PATCH_GEMM`] a patch-embedding convolution as a matrix product.
 pub const CONV_DIRECT: usize = 1000;
 pub const CONV_DEPTHWISE: usize = 1001;
+pub const CONV_DEPTHWISE_ROWS: usize = 1002;
+
+/// [`CONV_PATCH_GEMM`]: a convolution over non-overlapping patches as one cuBLASLt product.
+pub const CONV_PATCH_GEMM: usize = 1003;
+
+/// The filter sizes and strides kernels/spatial.cu compiles a row kernel for.
+pub(crate) const ROW_KERNEL_SIZES: [usize; 3] = [3, 5, 7];
+pub(crate) const ROW_KERNEL_STRIDES: [usize; 2] = [1, 2];
+/// Output pixels of a row each thread of the row kernel makes (its template's R).
+const ROW_PIXELS: usize = 4;
 
 /// The epilogue steps after `conv + bias` a convolution kernel may take in, in this order,
 /// each optional: an activation, a residual of the output's shape, an activation after it.
@@ -37,6 +49,30 @@ pub fn is_depthwise(p: &ConvolutionParams, x_shape: &[usize], w_shape: &[usize])
     x_shape.len() == 4 && w_shape.len() == 4 && p.strides.len() == 2 && p.groups > 1 && p.groups == x_shape[1] && w_shape[0] == x_shape[1] && w_shape[1] == 1
 }
 
+/// The row kernel's `(K, S)` for a depthwise convolution it covers: a square K×K filter, equal
+/// strides S, dilation 1 and whole 16-byte runs of channels.
+pub fn depthwise_rows(p: &ConvolutionParams, x_shape: &[usize], w_shape: &[usize], element_bytes: usize) -> Option<(usize, usize)> {
+    if !is_depthwise(p, x_shape, w_shape) || p.dilations.iter().any(|&d| d != 1) || element_bytes == 0 || x_shape[1] % (16 / element_bytes) != 0 {
+        return None;
+    }
+    let (k, s) = (w_shape[2], p.strides[0]);
+    (w_shape[3] == k && p.strides[1] == s && ROW_KERNEL_SIZES.contains(&k) && ROW_KERNEL_STRIDES.contains(&s)).then_some((k, s))
+}
+
+/// Whether a convolution reads non-overlapping patches: 2-D, one group, the stride equal to
+/// the filter, no padding or dilation (ViT's and Swin's patch embeddings, ConvNeXt's stem and
+/// downsampling). Its input regrouped into rows of patches is one matrix product with the
+/// filter as stored, whatever the image size (trailing rows and columns no patch covers are
+/// not read).
+pub fn is_patchify(p: &ConvolutionParams, x_shape: &[usize], w_shape: &[usize]) -> bool {
+    x_shape.len() == 4
+        && w_shape.len() == 4
+        && p.groups <= 1
+        && p.strides == w_shape[2..]
+        && p.dilations.iter().all(|&d| d == 1)
+        && p.pre_padding.iter().chain(&p.post_padding).all(|&q| q == 0)
+}
+
 /// `conv(x, w) + bias`, then as many of the `tail`'s steps (in order) as the tactic's kernel
 /// takes in: the count says how many, the caller runs the rest.
 pub fn convolution(
@@ -49,8 +85,11 @@ pub fn convolution(
     out_shape: &[usize],
 ) -> KResult<(DeviceTensor, usize)> {
     let choice = cx.gemm_rank.get();
-    if choice == CONV_DEPTHWISE && is_depthwise(p, &x.shape, &w.shape) && float_suffix(x.dtype).is_ok() {
-        return depthwise_convolution(cx, p, x, w, bias, tail, out_shape);
+    if (choice == CONV_DEPTHWISE || choice == CONV_DEPTHWISE_ROWS) && is_depthwise(p, &x.shape, &w.shape) && float_suffix(x.dtype).is_ok() {
+        return depthwise_convolution(cx, p, x, w, bias, tail, out_shape, choice == CONV_DEPTHWISE_ROWS);
+    }
+    if choice == CONV_PATCH_GEMM && is_patchify(p, &x.shape, &w.shape) && float_suffix(x.dtype).is_ok() {
+        return patch_convolution(cx, x, w, bias, tail, out_shape);
     }
     if choice != CONV_DIRECT {
         if let Ok(dnn) = cx.gpu.dnn() {
@@ -107,8 +146,60 @@ fn cudnn_convolution(
     Ok((out, consumed))
 }
 
+/// A patch convolution ([`is_patchify`]) as one product: the input copied once into rows of
+/// patches `[n·oh·ow, c·kh·kw]` (the patch in the filter's order: `[c][kh][kw]` for a
+/// row-major input and filter, `[kh][kw][c]` for a channels-last one with the filter re-laid
+/// the same), times the filter's `[oc, c·kh·kw]` transposed, in cuBLASLt with bias, ReLU and
+/// residual in its epilogue. The product's rows are the output's pixels: it is channels-last.
+fn patch_convolution(cx: &Ctx, x: &DeviceTensor, w: &DeviceTensor, bias: Option<&DeviceTensor>, tail: ConvTail, out_shape: &[usize]) -> KResult<(DeviceTensor, usize)> {
+    let (n, c) = (x.shape[0], x.shape[1]);
+    let (oc, kh, kw) = (w.shape[0], w.shape[2], w.shape[3]);
+    if out_shape.len() != 4 || out_shape[0] != n || out_shape[1] != oc || w.shape[1] != c || w.dtype != x.dtype || bias.is_some_and(|b| b.dtype != x.dtype || b.len() != oc) {
+        return Err(invalid!("a patch convolution of {:?} by {:?} into {out_shape:?}", x.shape, w.shape));
+    }
+    let bias = bias.map(|b| b.reshaped(vec![oc]));
+    let bias = bias.as_ref();
+    let (oh, ow) = (out_shape[2], out_shape[3]);
+    let [sn, sc, sh, sw] = <[i64; 4]>::try_from(x.element_strides()).map_err(|_| invalid!("a rank-4 input"))?;
+    let (kh_i, kw_i) = (kh as i64, kw as i64);
+    let channels_last = x.channels_last();
+    let (patch_shape, patch_strides, filter) = if channels_last {
+        let filter = cx.gpu.converted_weights(w, "krsc", |t| layout::to_channels_last(cx, t))?;
+        ([n, oh, ow, kh, kw, c], [sn, kh_i * sh, kw_i * sw, sh, sw, sc], filter)
+    } else {
+        ([n, oh, ow, c, kh, kw], [sn, kh_i * sh, kw_i * sw, sc, sh, sw], layout::to_row_major(cx, w)?)
+    };
+    let rows = n * oh * ow;
+    // Already rows of patches (a 1×1 filter on a channels-last input): read in place.
+    let patches = if patch_strides[..] == super::contiguous_strides(&patch_shape)[..] { x.clone() } else { movement::gather_strided(cx, x, &patch_shape, &patch_strides, 0)? };
+    let patches = patches.reshaped(vec![rows, c * kh * kw]);
+    let filter = filter.reshaped(vec![oc, c * kh * kw]);
+    let relu = |a: Option<ActivationKind>| a == Some(ActivationKind::Relu);
+    // cuBLASLt's epilogue (with a bias): ReLU right after it, or a residual (its C) then maybe
+    // ReLU; anything else is left to the caller.
+    let (residual, relu_last, consumed) = match (bias, tail.before, tail.residual) {
+        (None, _, _) => (None, false, 0),
+        (Some(_), Some(a), _) => (None, relu(Some(a)), usize::from(relu(Some(a)))),
+        (Some(_), None, Some(z)) if z.dtype == x.dtype && z.shape == out_shape => {
+            (Some(layout::to_channels_last(cx, z)?.reshaped(vec![rows, oc])), relu(tail.after), 1 + usize::from(relu(tail.after)))
+        }
+        (Some(_), None, _) => (None, false, 0),
+    };
+    // The layer's tactic number chose this path; the product itself runs cuBLASLt's first-ranked algorithm.
+    let choice = cx.gemm_rank.replace(0);
+    let product = super::compute::matmul_epilogue(cx, &patches, kiln::MatrixOp::None, &filter, kiln::MatrixOp::Transpose, 1.0, &[rows, oc], bias.map(|b| (b, relu_last)), residual.as_ref());
+    cx.gemm_rank.set(choice);
+    let (out, fused) = product?;
+    if bias.is_some() && !fused {
+        return Err(invalid!("cuBLASLt took no bias epilogue for a patch convolution into {out_shape:?}"));
+    }
+    Ok((DeviceTensor { strides: Some(DeviceTensor::channels_last_strides(out_shape)), ..out.reshaped(out_shape.to_vec()) }, consumed))
+}
+
 /// kiln's depthwise kernel on NHWC (kernels/spatial.cu), taking in the whole `tail`: the
-/// output is channels-last.
+/// output is channels-last. `rows` asks for the row kernel where [`depthwise_rows`] covers the
+/// layer (the general kernel otherwise).
+#[allow(clippy::too_many_arguments)]
 fn depthwise_convolution(
     cx: &Ctx,
     p: &ConvolutionParams,
@@ -117,12 +208,15 @@ fn depthwise_convolution(
     bias: Option<&DeviceTensor>,
     tail: ConvTail,
     out_shape: &[usize],
+    rows: bool,
 ) -> KResult<(DeviceTensor, usize)> {
     let suffix = float_suffix(x.dtype).map_err(KernelError::from)?;
     let channels = x.shape[1];
     if bias.is_some_and(|b| b.dtype != x.dtype || b.len() != channels) || w.dtype != x.dtype || out_shape.len() != 4 || out_shape[1] != channels {
         return Err(invalid!("a depthwise convolution of {:?} by {:?} into {out_shape:?}", x.shape, w.shape));
     }
+    let element_bytes = storage_size(x.dtype).map_err(KernelError::from)?;
+    let row_kernel = depthwise_rows(p, &x.shape, &w.shape, element_bytes).filter(|_| rows);
     let x = layout::to_channels_last(cx, x)?;
     // [C, 1, kh, kw] → [1, kh, kw, C]: each tap's channels contiguous.
     let w = cx.gpu.converted_weights(w, "depthwise_rsc", |t| movement::transpose(cx, t, &[1, 2, 3, 0]))?;
@@ -131,8 +225,14 @@ fn depthwise_convolution(
         return Err(invalid!("a residual of {:?} for a depthwise output of {out_shape:?}", tail.residual.map(|z| z.shape.clone())));
     }
     let out = empty_in_layout(cx, x.dtype, out_shape, true)?;
-    let vector = 16 / storage_size(x.dtype).map_err(KernelError::from)?;
-    let (name, runs) = if channels % vector == 0 { ("depthwise_nhwc", channels / vector) } else { ("depthwise_nhwc1", channels) };
+    let vector = 16 / element_bytes;
+    let pixels = out_shape[0] * out_shape[2] * out_shape[3];
+    // Threads: one per run of channels and output pixel, or per ROW_PIXELS pixels of a row.
+    let (name, threads) = match row_kernel {
+        Some((k, s)) => (format!("depthwise_nhwc_k{k}s{s}"), out_shape[0] * out_shape[2] * out_shape[3].div_ceil(ROW_PIXELS) * (channels / vector)),
+        None if channels % vector == 0 => ("depthwise_nhwc".into(), pixels * (channels / vector)),
+        None => ("depthwise_nhwc1".into(), pixels * channels),
+    };
     let (sh, sw) = two_d(&p.strides, 1)?;
     let (dh, dw) = two_d(&p.dilations, 1)?;
     let (ph, pw) = two_d(&p.pre_padding, 0)?;
@@ -158,7 +258,6 @@ fn depthwise_convolution(
     };
     let code = |a: Option<ActivationKind>| a.map_or((-1, 0.0, 0.0), pointwise::activation_code);
     let ((c1, a1, b1), (c2, a2, b2)) = (code(tail.before), code(tail.after));
-    let pixels = out_shape[0] * out_shape[2] * out_shape[3];
     let args = [
         Arg::Window(win),
         Arg::I32(c1),
@@ -173,7 +272,7 @@ fn depthwise_convolution(
         z.as_ref().map_or(Arg::NULL, |z| cx.arg(z)),
         cx.arg(&out),
     ];
-    cx.launch_elements(Source::Spatial.kernel(format!("{name}_{suffix}")), pixels * runs, &args)?;
+    cx.launch_elements(Source::Spatial.kernel(format!("{name}_{suffix}")), threads, &args)?;
     let consumed = usize::from(tail.before.is_some()) + usize::from(tail.residual.is_some()) + usize::from(tail.after.is_some());
     Ok((out, consumed))
 }

@@ -17,6 +17,9 @@ pub fn expected_kernels() -> Vec<Kernel> {
     add(Source::Elementwise, &mut ["logic_bool".to_string()].into_iter());
     add(Source::Reduce, &mut each(&["softmax", "softmax_masked", "reduce", "reduce_columns", "normalize", "rms_normalize", "normalize_affine"], &FLOATS));
     add(Source::Spatial, &mut each(&["conv2d", "depthwise_nhwc", "depthwise_nhwc1"], &FLOATS));
+    for (k, s) in super::conv::ROW_KERNEL_SIZES.iter().flat_map(|k| super::conv::ROW_KERNEL_STRIDES.iter().map(move |s| (k, s))) {
+        add(Source::Spatial, &mut FLOATS.iter().map(|t| format!("depthwise_nhwc_k{k}s{s}_{t}")));
+    }
     add(Source::Typed, &mut super::typed::kernel_names().into_iter());
     add(Source::Copy, &mut each(&["strided_copy", "transpose_tiled", "gather", "resize_nearest"], &WIDTHS));
     add(Source::Copy, &mut ["strided_copy_u128".to_string()].into_iter());

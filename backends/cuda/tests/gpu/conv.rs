@@ -171,6 +171,9 @@ fn every_tactic_of_a_depthwise_convolution_matches() {
             let layer = last_layer(&net);
             let tactics = cuda.tactics(&net, layer);
             assert!(tactics.iter().any(|t| t.id.name == "conv_depthwise_nhwc"), "{what}: no depthwise tactic among {tactics:?}");
+            // The row kernel covers whole 16-byte runs of channels: 32 in every type, 12 in f32.
+            let rows = c == 32 || dtype == DataType::F32;
+            assert_eq!(tactics.iter().any(|t| t.id.name == "conv_depthwise_nhwc_rows"), rows, "{what}: the row kernel among {tactics:?}");
             for t in &tactics {
                 let mut chosen = vec![None; net.layers().len()];
                 chosen[layer.0] = Some(t.id.clone());
@@ -312,5 +315,75 @@ fn a_channels_last_value_reduced_over_space_matches() {
         let m = net.add_layer("mean", mean, vec![Some(y)]).unwrap();
         net.mark_output(net.output(m, 0)).unwrap();
         check_network(&what, &net, &[random(&mut r, DataType::F16, &[2, 3, 9, 9])], tolerance(DataType::F16));
+    }
+}
+
+/// A patch convolution (`w`: `[oc, c, k, k]`, stride k, no padding) of `x`, with `epilogue`
+/// (operand 3 is a residual of the output's shape). With `lead_in`, a 1×1 convolution makes
+/// `x` first, so in 16-bit types the patch convolution reads a channels-last value.
+fn patches(r: &mut rand_chacha::ChaCha8Rng, dtype: DataType, x: &[usize], w: &[usize], lead_in: bool, epilogue: Vec<PostOp>) -> (Network, Vec<HostTensor>) {
+    let k = w[2];
+    let out = [x[0], w[0], x[2] / k, x[3] / k];
+    let mut net = Network::new("patches");
+    let mut feeds = vec![random(r, dtype, x)];
+    let mut value = net.add_input("x", dtype, kiln::Shape::fixed(x)).unwrap();
+    let constant = |net: &mut Network, t: HostTensor| {
+        let id = net.add_weights(t);
+        let layer = net.add_layer(&format!("const{}", net.layers().len()), LayerKind::Constant { weights: id }, vec![]).unwrap();
+        net.output(layer, 0)
+    };
+    if lead_in {
+        let lead_w = constant(&mut net, random(r, dtype, &[x[1], x[1], 1, 1]));
+        let lead = net.add_layer("lead_in", LayerKind::Convolution(conv(1, &[1, 1], &[1, 1], &[0, 0])), vec![Some(value), Some(lead_w), None]).unwrap();
+        value = net.output(lead, 0);
+    }
+    let weights = constant(&mut net, random(r, dtype, w));
+    let bias = constant(&mut net, random(r, dtype, &[w[0]]));
+    let mut slots = vec![Some(value), Some(weights), Some(bias)];
+    if epilogue.iter().any(|p| matches!(p, PostOp::Elementwise { .. })) {
+        feeds.push(random(r, dtype, &out));
+        slots.push(Some(net.add_input("residual", dtype, kiln::Shape::fixed(&out)).unwrap()));
+    }
+    let p = conv(1, &[k, k], &[1, 1], &[0, 0]);
+    let kind = if epilogue.is_empty() { LayerKind::Convolution(p) } else { LayerKind::Fused(FusedParams { anchor: FusedAnchor::Convolution(p), anchor_inputs: 3, epilogue }) };
+    let layer = net.add_layer("patches", kind, slots).unwrap();
+    let y = net.output(layer, 0);
+    net.mark_output(y).unwrap();
+    (net, feeds)
+}
+
+#[test]
+fn every_tactic_of_a_patch_convolution_matches() {
+    let Some(cuda) = backend() else { return };
+    let mut r = rng(74);
+    let residual = PostOp::Elementwise { op: ElementwiseOp::Sum, operand: 3, running_first: false };
+    let relu = PostOp::Activation(ActivationKind::Relu);
+    let cases: [(&str, &[usize], &[usize], bool, Vec<PostOp>); 5] = [
+        ("ViT's 4x4 patches", &[2, 3, 16, 16], &[32, 3, 4, 4], false, vec![]),
+        ("edges no patch covers, + ReLU", &[2, 4, 18, 17], &[16, 4, 4, 4], false, vec![relu]),
+        ("2x2 downsampling after a convolution, + residual + ReLU", &[2, 16, 8, 6], &[24, 16, 2, 2], true, vec![residual, relu]),
+        ("1x1 after a convolution, + GELU", &[2, 16, 5, 5], &[8, 16, 1, 1], true, vec![PostOp::Activation(ActivationKind::GeluErf)]),
+        ("1x1 on the input", &[1, 8, 3, 7], &[16, 8, 1, 1], false, vec![residual]),
+    ];
+    let lowered = |net: &Network| kiln::ir::control::lower(net, kiln::ir::control::DEFAULT_MAX_TRIP_COUNT).unwrap();
+    for dtype in [DataType::F32, DataType::F16, DataType::BF16] {
+        for (name, x, w, lead_in, epilogue) in &cases {
+            let (net, feeds) = patches(&mut r, dtype, x, w, *lead_in, epilogue.clone());
+            let what = format!("{name} in {dtype}");
+            let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap();
+            let layer = last_layer(&net);
+            let tactics = cuda.tactics(&net, layer);
+            assert!(tactics.iter().any(|t| t.id.name == "conv_patches_gemm"), "{what}: no patch product among {tactics:?}");
+            for t in &tactics {
+                let mut chosen = vec![None; net.layers().len()];
+                chosen[layer.0] = Some(t.id.clone());
+                let got = cuda.prepare_plan(&net, &lowered(&net), &chosen).unwrap().execute(&feeds);
+                let got = got.unwrap_or_else(|e| panic!("{what} {}: {e}", t.id));
+                let err = worst_error(&got[0], &want[0]);
+                // f32 runs TF32 (the backend's default math) in cuBLASLt and cuDNN's transforms.
+                let allowed = if dtype == DataType::F32 { 1e-2 } else { tolerance(dtype) * 4.0 };
+                assert!(err <= allowed, "{what} with {}: differs from the cpu oracle by {err} (tolerance {allowed})", t.id);
+            }
+        }
     }
 }
