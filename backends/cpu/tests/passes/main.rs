@@ -180,6 +180,15 @@ fn a_gather_of_one_index_becomes_a_slice() {
 }
 
 #[test]
+fn a_padding_by_nothing_is_removed() {
+    let net = networks::zero_padding();
+    let out = NoOpRemoval.run(&net, &PassContext::default()).expect("pass").expect("changed");
+    let names: Vec<&str> = out.layers().iter().filter(|l| !matches!(l.kind, LayerKind::Constant { .. })).map(|l| l.name.as_str()).collect();
+    assert_eq!(names, ["pad"]);
+    check_equivalent(&net, 0.0);
+}
+
+#[test]
 fn dead_layer_elimination() {
     let net = networks::dead_branch();
     let out = check_golden(

@@ -657,3 +657,16 @@ pub fn inputs(net: &Network) -> std::collections::HashMap<String, HostTensor> {
         })
         .collect()
 }
+
+/// A padding by zero everywhere (a no-op, as Swin's window padding is for 224x224 images) and
+/// one that pads.
+pub fn zero_padding() -> Network {
+    let mut g = G::new("zero_padding");
+    let x = g.input("x", vec![Dim::Named("batch".into()), Dim::Fixed(3), Dim::Fixed(4)]);
+    let pad = || LayerKind::Padding { mode: kiln::PaddingMode::Constant };
+    let nothing = g.ints("pads 0", &[0, 0, 0, 0, 0, 0]);
+    let some = g.ints("pads 1", &[0, 0, 1, 0, 0, 2]);
+    let unchanged = g.layer("pad by nothing", pad(), &[x, nothing]);
+    let padded = g.layer("pad", pad(), &[unchanged, some]);
+    g.output(padded, "y")
+}

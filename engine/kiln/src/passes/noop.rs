@@ -1,5 +1,6 @@
 //! No-op removal: Identity, a Cast to the type the tensor already has, a Shuffle that
-//! changes nothing (identity transposes, a reshape to the same fixed shape), a reshape of a
+//! changes nothing (identity transposes, a reshape to the same fixed shape), a Padding by
+//! zero everywhere, a reshape of a
 //! reshape (the first one's shape is dropped: only the last one counts), and a Gather that
 //! takes every element of its axis in order, which is a reshape (the dynamo exporter writes
 //! `as_strided` views that way). A Gather of one constant index of a float tensor is a Slice
@@ -84,6 +85,12 @@ fn is_noop(net: &Network, kind: &LayerKind, inputs: &[Option<TensorId>], out: Te
         LayerKind::Shuffle(p) => {
             let identity = |perm: &[usize]| perm.iter().enumerate().all(|(i, &p)| i == p);
             same && identity(&p.first_transpose) && identity(&p.second_transpose)
+        }
+        // Padding by nothing (Swin pads its windows to a multiple of the window size: by zero
+        // for 224x224 images), whatever the mode and fill value.
+        LayerKind::Padding { .. } => {
+            let pads = inputs.get(1).copied().flatten().and_then(|p| known_value(net, p)).and_then(HostTensor::to_i64_vec);
+            x.dtype == y.dtype && pads.is_some_and(|p| p.iter().all(|&q| q == 0))
         }
         _ => false,
     }
