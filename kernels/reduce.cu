@@ -216,50 +216,66 @@ __device__ void rms_normalize(i64 outer, i64 len, float eps, const T* x, T* y) {
 
 // Normalization with its affine step in the same pass: y = n * scale[k] + bias[k], where n is
 // the normalized value (layer or RMS) and scale / bias (bias may be null) run along the row.
-#define NORM_RUNS 8
-template <typename T>
-__device__ void normalize_affine(i64 outer, i64 len, float eps, int rms, const T* x, const T* scale, const T* bias, T* y) {
-    const i64 inner = 1;
-    ROW_SETUP
-    const unsigned long long addresses = (unsigned long long)x | (unsigned long long)y | (unsigned long long)scale | (unsigned long long)(bias ? bias : x);
-    if (len <= 32 * 4 * NORM_RUNS && len % 4 == 0 && addresses % (4 * sizeof(T)) == 0) {
-        // Rows of up to 1024 in registers, read once in runs of 4 per lane (BERT's 768).
-        float v[4 * NORM_RUNS];
-        float s = 0.0f;
+// Rows whose runs of 4 fit the lanes' registers are read once: ROWS rows per warp, RUNS runs of
+// 4 per lane and row, every load issued before the first reduction (short rows, as ConvNeXt's
+// and Swin's 96..768 channels, keep more bytes in flight that way). Two-pass statistics in
+// float over the registers.
+template <typename T, int RUNS, int ROWS>
+__device__ __forceinline__ void normalize_affine_registers(i64 row0, i64 outer, i64 len, float eps, int rms, int lane, const T* x,
+                                                           const T* scale, const T* bias, T* y) {
+    float v[ROWS][4 * RUNS];
 #pragma unroll
-        for (int j = 0; j < NORM_RUNS; ++j) {
+    for (int r = 0; r < ROWS; ++r) {
+#pragma unroll
+        for (int j = 0; j < RUNS; ++j) {
             const i64 k = 4 * (lane + 32 * j);
-            if (k < len) load_run<4>(x + base + k, v + 4 * j);
+            if (row0 + r < outer && k < len) {
+                load_run<4>(x + (row0 + r) * len + k, v[r] + 4 * j);
+            } else {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                if (k >= len) v[4 * j + e] = 0.0f;
-                s += v[4 * j + e];
+                for (int e = 0; e < 4; ++e) v[r][4 * j + e] = 0.0f;
             }
         }
-        const float mean = rms ? 0.0f : warp_sum(s) / (float)len;
+    }
+    float mean[ROWS], rstd[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+        float s = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 4 * RUNS; ++e) s += v[r][e];
+        mean[r] = rms ? 0.0f : warp_sum(s) / (float)len;
         float q = 0.0f;
 #pragma unroll
-        for (int j = 0; j < NORM_RUNS; ++j) {
+        for (int j = 0; j < RUNS; ++j) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const float d = 4 * (lane + 32 * j) < len ? v[4 * j + e] - mean : 0.0f;
+                const float d = 4 * (lane + 32 * j) < len ? v[r][4 * j + e] - mean[r] : 0.0f;
                 q += d * d;
             }
         }
-        const float rstd = rsqrtf(warp_sum(q) / (float)len + eps);
-#pragma unroll
-        for (int j = 0; j < NORM_RUNS; ++j) {
-            const i64 k = 4 * (lane + 32 * j);
-            if (k >= len) continue;
-            float g[4], b[4] = {0.0f, 0.0f, 0.0f, 0.0f}, out[4];
-            load_run<4>(scale + k, g);
-            if (bias) load_run<4>(bias + k, b);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) out[e] = (v[4 * j + e] - mean) * rstd * g[e] + b[e];
-            store_run<4>(y + base + k, out);
-        }
-        return;
+        rstd[r] = rsqrtf(warp_sum(q) / (float)len + eps);
     }
+#pragma unroll
+    for (int j = 0; j < RUNS; ++j) {
+        const i64 k = 4 * (lane + 32 * j);
+        if (k >= len) continue;
+        float g[4], b[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        load_run<4>(scale + k, g);
+        if (bias) load_run<4>(bias + k, b);
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            if (row0 + r >= outer) continue;
+            float out[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) out[e] = (v[r][4 * j + e] - mean[r]) * rstd[r] * g[e] + b[e];
+            store_run<4>(y + (row0 + r) * len + k, out);
+        }
+    }
+}
+
+// One row the general way: three passes over memory, any length and alignment.
+template <typename T>
+__device__ void normalize_affine_row(i64 base, i64 len, float eps, int rms, int lane, const T* x, const T* scale, const T* bias, T* y) {
     float mean = 0.0f;
     if (!rms) {
         float s = 0.0f;
@@ -275,8 +291,51 @@ __device__ void normalize_affine(i64 outer, i64 len, float eps, int rms, const T
     }
 }
 
+// Whether every row of `len` starts on a run of 4 (the register paths' vector loads).
+template <typename T>
+__device__ __forceinline__ bool runs_aligned(i64 len, const T* x, const T* scale, const T* bias, const T* y) {
+    const unsigned long long addresses = (unsigned long long)x | (unsigned long long)y | (unsigned long long)scale | (unsigned long long)(bias ? bias : x);
+    return len % 4 == 0 && addresses % (4 * sizeof(T)) == 0;
+}
+
+#define NORM_RUNS 8
+// One warp per row; rows of up to 1024 in registers (BERT's 768).
+template <typename T>
+__device__ void normalize_affine(i64 outer, i64 len, float eps, int rms, const T* x, const T* scale, const T* bias, T* y) {
+    const i64 inner = 1;
+    ROW_SETUP
+    if (len <= 32 * 4 * NORM_RUNS && runs_aligned(len, x, scale, bias, y)) {
+        normalize_affine_registers<T, NORM_RUNS, 1>(warp, outer, len, eps, rms, lane, x, scale, bias, y);
+        return;
+    }
+    normalize_affine_row(base, len, eps, rms, lane, x, scale, bias, y);
+}
+
+// `rows_per_warp` (8, 4 or 2) rows of at most 1024 / rows_per_warp per warp, kiln-cuda's choice
+// for short rows: the same register budget as normalize_affine's, spent on more rows.
+template <typename T>
+__device__ void normalize_affine_short(i64 outer, i64 len, float eps, int rms, int rows_per_warp, const T* x, const T* scale, const T* bias,
+                                       T* y) {
+    const i64 warp = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x % 32;
+    const i64 row0 = warp * rows_per_warp;
+    if (row0 >= outer) return;
+    if (len * rows_per_warp > 32 * 4 * NORM_RUNS || !runs_aligned(len, x, scale, bias, y)) {
+        for (i64 r = row0; r < row0 + rows_per_warp && r < outer; ++r) normalize_affine_row(r * len, len, eps, rms, lane, x, scale, bias, y);
+    } else if (rows_per_warp == 8) {
+        normalize_affine_registers<T, 1, 8>(row0, outer, len, eps, rms, lane, x, scale, bias, y);
+    } else if (rows_per_warp == 4) {
+        normalize_affine_registers<T, 2, 4>(row0, outer, len, eps, rms, lane, x, scale, bias, y);
+    } else {
+        normalize_affine_registers<T, 4, 2>(row0, outer, len, eps, rms, lane, x, scale, bias, y);
+    }
+}
+
 #define ROW_KERNELS(suffix, T) \
     extern "C" __global__ void normalize_affine_##suffix(i64 outer, i64 len, float eps, int rms, const T* x, const T* s, const T* b, T* y) { normalize_affine(outer, len, eps, rms, x, s, b, y); } \
+    extern "C" __global__ void normalize_affine_short_##suffix(i64 outer, i64 len, float eps, int rms, int rpw, const T* x, const T* s, const T* b, T* y) { \
+        normalize_affine_short(outer, len, eps, rms, rpw, x, s, b, y); \
+    } \
     extern "C" __global__ void softmax_masked_##suffix(i64 rows, i64 len, Layout ml, i64 ms, int zn, const T* x, const T* m, T* y) { softmax_masked(rows, len, ml, ms, zn, x, m, y); } \
     extern "C" __global__ void softmax_##suffix(i64 outer, i64 len, i64 inner, float scale, const T* x, T* y) { softmax(outer, len, inner, scale, x, y); } \
     extern "C" __global__ void reduce_##suffix(int op, i64 outer, i64 len, i64 inner, const T* x, T* y) { reduce(op, outer, len, inner, x, y); } \

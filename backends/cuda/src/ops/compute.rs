@@ -311,6 +311,18 @@ pub fn normalization(
     let along_row = |t: &DeviceTensor| num_groups == 1 && t.dtype == x.dtype && t.len() == len && trailing(&t.shape) == trailing(&x.shape[first..]);
     if let Some(s) = scale.filter(|s| along_row(s) && bias.is_none_or(along_row)) {
         let b = bias.map_or(Arg::NULL, |b| cx.arg(b));
+        // Short rows go several to a warp (the kernel's register budget: 1024 values per lane set).
+        let rows_per_warp = match len {
+            0..=128 => 8,
+            129..=256 => 4,
+            257..=512 => 2,
+            _ => 1,
+        };
+        if rows_per_warp > 1 && len % 4 == 0 {
+            let args = [Arg::I64(rows as i64), Arg::I64(len as i64), Arg::F32(epsilon), Arg::I32(rms as i32), Arg::I32(rows_per_warp), cx.arg(x), cx.arg(s), b, cx.arg(&out)];
+            launch_rows(cx, Source::Reduce.kernel(format!("normalize_affine_short_{suffix}")), rows.div_ceil(rows_per_warp as usize), &args)?;
+            return Ok(out);
+        }
         let args = [Arg::I64(rows as i64), Arg::I64(len as i64), Arg::F32(epsilon), Arg::I32(rms as i32), cx.arg(x), cx.arg(s), b, cx.arg(&out)];
         launch_rows(cx, Source::Reduce.kernel(format!("normalize_affine_{suffix}")), rows, &args)?;
         return Ok(out);
