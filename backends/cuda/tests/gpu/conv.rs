@@ -94,6 +94,14 @@ fn last_layer(net: &Network) -> LayerId {
     LayerId(net.layers().len() - 1)
 }
 
+/// The network's outputs with `tactic` chosen for `layer` (the other layers on their defaults).
+fn run_with_tactic(cuda: &CudaBackend, net: &Network, feeds: &[HostTensor], layer: LayerId, tactic: &kiln::TacticId, what: &str) -> Vec<HostTensor> {
+    let mut chosen = vec![None; net.layers().len()];
+    chosen[layer.0] = Some(tactic.clone());
+    let lowered = kiln::ir::control::lower(net, kiln::ir::control::DEFAULT_MAX_TRIP_COUNT).unwrap();
+    cuda.prepare_plan(net, &lowered, &chosen).unwrap().execute(feeds).unwrap_or_else(|e| panic!("{what} {tactic}: {e}"))
+}
+
 #[test]
 fn every_tactic_of_a_fused_convolution_matches() {
     let Some(cuda) = backend() else { return };
@@ -112,13 +120,7 @@ fn every_tactic_of_a_fused_convolution_matches() {
                 "{what}: no direct-kernel tactic among {names:?}"
             );
             for t in &tactics {
-                let mut chosen = vec![None; net.layers().len()];
-                chosen[layer.0] = Some(t.id.clone());
-                let got = cuda
-                    .prepare_plan(&net, &kiln::ir::control::lower(&net, kiln::ir::control::DEFAULT_MAX_TRIP_COUNT).unwrap(), &chosen)
-                    .unwrap()
-                    .execute(&feeds)
-                    .unwrap_or_else(|e| panic!("{what} {}: {e}", t.id));
+                let got = run_with_tactic(cuda, &net, &feeds, layer, &t.id, &what);
                 let err = worst_error(&got[0], &want[0]);
                 // Winograd and FFT transform the operands: exact in algebra, ~1e-5 off in f32.
                 let name = t.id.to_string();
@@ -161,7 +163,6 @@ fn every_tactic_of_a_depthwise_convolution_matches() {
         vec![residual, PostOp::Activation(ActivationKind::HardSwish)],
         vec![PostOp::Activation(ActivationKind::GeluErf), residual, PostOp::Activation(ActivationKind::Relu)],
     ];
-    let lowered = |net: &Network| kiln::ir::control::lower(net, kiln::ir::control::DEFAULT_MAX_TRIP_COUNT).unwrap();
     for dtype in [DataType::F32, DataType::F16, DataType::BF16] {
         // 32 channels run 16-byte vectors; 12 run one channel per thread in f16 and bf16.
         for (c, k, s, e) in [(32, 3, 1, 0), (32, 3, 2, 1), (12, 5, 1, 2), (32, 7, 1, 3), (12, 7, 2, 4), (32, 5, 2, 2)] {
@@ -175,10 +176,7 @@ fn every_tactic_of_a_depthwise_convolution_matches() {
             let rows = c == 32 || dtype == DataType::F32;
             assert_eq!(tactics.iter().any(|t| t.id.name == "conv_depthwise_nhwc_rows"), rows, "{what}: the row kernel among {tactics:?}");
             for t in &tactics {
-                let mut chosen = vec![None; net.layers().len()];
-                chosen[layer.0] = Some(t.id.clone());
-                let got = cuda.prepare_plan(&net, &lowered(&net), &chosen).unwrap().execute(&feeds);
-                let got = got.unwrap_or_else(|e| panic!("{what} {}: {e}", t.id));
+                let got = run_with_tactic(cuda, &net, &feeds, layer, &t.id, &what);
                 let err = worst_error(&got[0], &want[0]);
                 // cuDNN's Winograd and FFT transform the operands, in TF32 where f32 allows it
                 // (the backend's default math): the TF32 tier, 1e-2.
@@ -365,7 +363,6 @@ fn every_tactic_of_a_patch_convolution_matches() {
         ("1x1 after a convolution, + GELU", &[2, 16, 5, 5], &[8, 16, 1, 1], true, vec![PostOp::Activation(ActivationKind::GeluErf)]),
         ("1x1 on the input", &[1, 8, 3, 7], &[16, 8, 1, 1], false, vec![residual]),
     ];
-    let lowered = |net: &Network| kiln::ir::control::lower(net, kiln::ir::control::DEFAULT_MAX_TRIP_COUNT).unwrap();
     for dtype in [DataType::F32, DataType::F16, DataType::BF16] {
         for (name, x, w, lead_in, epilogue) in &cases {
             let (net, feeds) = patches(&mut r, dtype, x, w, *lead_in, epilogue.clone());
@@ -375,10 +372,7 @@ fn every_tactic_of_a_patch_convolution_matches() {
             let tactics = cuda.tactics(&net, layer);
             assert!(tactics.iter().any(|t| t.id.name == "conv_patches_gemm"), "{what}: no patch product among {tactics:?}");
             for t in &tactics {
-                let mut chosen = vec![None; net.layers().len()];
-                chosen[layer.0] = Some(t.id.clone());
-                let got = cuda.prepare_plan(&net, &lowered(&net), &chosen).unwrap().execute(&feeds);
-                let got = got.unwrap_or_else(|e| panic!("{what} {}: {e}", t.id));
+                let got = run_with_tactic(cuda, &net, &feeds, layer, &t.id, &what);
                 let err = worst_error(&got[0], &want[0]);
                 // f32 runs TF32 (the backend's default math) in cuBLASLt and cuDNN's transforms.
                 let allowed = if dtype == DataType::F32 { 1e-2 } else { tolerance(dtype) * 4.0 };
