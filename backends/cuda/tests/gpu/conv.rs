@@ -374,8 +374,10 @@ fn every_tactic_of_a_patch_convolution_matches() {
             for t in &tactics {
                 let got = run_with_tactic(cuda, &net, &feeds, layer, &t.id, &what);
                 let err = worst_error(&got[0], &want[0]);
-                // f32 runs TF32 (the backend's default math) in cuBLASLt and cuDNN's transforms.
-                let allowed = if dtype == DataType::F32 { 1e-2 } else { tolerance(dtype) * 4.0 };
+                // The product and cuDNN's direct algorithms are exact f32 (TF32 is off by
+                // default); Winograd and FFT transform the operands: the TF32 tier, 1e-2.
+                let transformed = t.id.name.contains("fft") || t.id.name.contains("winograd");
+                let allowed = if transformed { (tolerance(dtype) * 10.0).max(1e-2) } else { tolerance(dtype) };
                 assert!(err <= allowed, "{what} with {}: differs from the cpu oracle by {err} (tolerance {allowed})", t.id);
             }
         }
