@@ -155,7 +155,9 @@ fn batch_norm_parameters_refit_the_convolution_they_fold_into() {
         assert!(got.as_ref() == want.as_ref(), "a folded weight differs from the rebuild's");
     }
     let x = inputs(&engine);
-    assert_eq!(run(&engine, &cpu, &x), run(&rebuilt, &cpu, &x), "one tactic per layer here: bit-exact");
+    // The weights are bit-exact (above); the outputs only to rounding: each build times the
+    // cpu convolution's tactics, and under load two builds may pick different summation orders.
+    assert_close(&run(&engine, &cpu, &x), &run(&rebuilt, &cpu, &x));
 }
 
 #[test]
