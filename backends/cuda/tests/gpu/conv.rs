@@ -94,6 +94,18 @@ fn last_layer(net: &Network) -> LayerId {
     LayerId(net.layers().len() - 1)
 }
 
+/// Runs `tactic` for `layer` and checks the first output against the cpu oracle's `want`: the
+/// dtype's tier, or 1e-2 for cuDNN's Winograd and FFT, which transform the operands (the rest,
+/// kiln's kernels and cuBLASLt included, are exact f32: TF32 is off by default).
+#[allow(clippy::too_many_arguments)]
+fn assert_tactic_matches(cuda: &CudaBackend, net: &Network, feeds: &[HostTensor], layer: LayerId, tactic: &kiln::TacticId, dtype: DataType, want: &HostTensor, what: &str) {
+    let got = run_with_tactic(cuda, net, feeds, layer, tactic, what);
+    let err = worst_error(&got[0], want);
+    let transformed = tactic.name.contains("fft") || tactic.name.contains("winograd");
+    let allowed = if transformed { (tolerance(dtype) * 10.0).max(1e-2) } else { tolerance(dtype) };
+    assert!(err <= allowed, "{what} with {tactic}: differs from the cpu oracle by {err} (tolerance {allowed})");
+}
+
 /// The network's outputs with `tactic` chosen for `layer` (the other layers on their defaults).
 fn run_with_tactic(cuda: &CudaBackend, net: &Network, feeds: &[HostTensor], layer: LayerId, tactic: &kiln::TacticId, what: &str) -> Vec<HostTensor> {
     let mut chosen = vec![None; net.layers().len()];
@@ -176,13 +188,7 @@ fn every_tactic_of_a_depthwise_convolution_matches() {
             let rows = c == 32 || dtype == DataType::F32;
             assert_eq!(tactics.iter().any(|t| t.id.name == "conv_depthwise_nhwc_rows"), rows, "{what}: the row kernel among {tactics:?}");
             for t in &tactics {
-                let got = run_with_tactic(cuda, &net, &feeds, layer, &t.id, &what);
-                let err = worst_error(&got[0], &want[0]);
-                // cuDNN's Winograd and FFT transform the operands, in TF32 where f32 allows it
-                // (the backend's default math): the TF32 tier, 1e-2.
-                let transformed = t.id.name.contains("fft") || t.id.name.contains("winograd");
-                let allowed = if transformed { (tolerance(dtype) * 10.0).max(1e-2) } else { tolerance(dtype) };
-                assert!(err <= allowed, "{what} with {}: differs from the cpu oracle by {err} (tolerance {allowed})", t.id);
+                assert_tactic_matches(cuda, &net, &feeds, layer, &t.id, dtype, &want[0], &what);
             }
         }
     }
@@ -372,13 +378,7 @@ fn every_tactic_of_a_patch_convolution_matches() {
             let tactics = cuda.tactics(&net, layer);
             assert!(tactics.iter().any(|t| t.id.name == "conv_patches_gemm"), "{what}: no patch product among {tactics:?}");
             for t in &tactics {
-                let got = run_with_tactic(cuda, &net, &feeds, layer, &t.id, &what);
-                let err = worst_error(&got[0], &want[0]);
-                // The product and cuDNN's direct algorithms are exact f32 (TF32 is off by
-                // default); Winograd and FFT transform the operands: the TF32 tier, 1e-2.
-                let transformed = t.id.name.contains("fft") || t.id.name.contains("winograd");
-                let allowed = if transformed { (tolerance(dtype) * 10.0).max(1e-2) } else { tolerance(dtype) };
-                assert!(err <= allowed, "{what} with {}: differs from the cpu oracle by {err} (tolerance {allowed})", t.id);
+                assert_tactic_matches(cuda, &net, &feeds, layer, &t.id, dtype, &want[0], &what);
             }
         }
     }
