@@ -70,7 +70,8 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn tactics(&self, network: &Network, layer: LayerId) -> Vec<kiln::TacticDesc> {
+    /// f32 is computed exactly here: `math` (TF32) changes nothing.
+    fn tactics(&self, network: &Network, layer: LayerId, _math: kiln::MathMode) -> Vec<kiln::TacticDesc> {
         tactics::tactics(network, layer)
     }
 
@@ -79,6 +80,7 @@ impl Backend for CpuBackend {
         network: &Network,
         layer: LayerId,
         tactic: &kiln::TacticDesc,
+        _math: kiln::MathMode,
         repetitions: usize,
     ) -> Result<std::time::Duration, BackendError> {
         tactics::time_tactic(network, layer, tactic, repetitions)
@@ -89,6 +91,7 @@ impl Backend for CpuBackend {
         network: &Network,
         control: &kiln::ir::control::ControlFlow,
         chosen: &[Option<kiln::TacticId>],
+        _math: kiln::MathMode,
     ) -> Result<Box<dyn Executable>, BackendError> {
         self.check_support(network)?;
         let variants =

@@ -40,7 +40,7 @@ pub use device::Gpu;
 pub use error::GpuError;
 pub use exec::{CudaExecutable, CUDA_GRAPHS_VAR};
 
-use kiln::{Backend, BackendError, DataType, DeviceFingerprint, Executable, Network, PrecisionSupport};
+use kiln::{Backend, BackendError, DataType, DeviceFingerprint, Executable, MathMode, Network, PrecisionSupport};
 use std::sync::{Arc, OnceLock};
 
 /// The CUDA backend, on device 0. Cheap to create: the device is opened (and kiln's kernels
@@ -48,20 +48,15 @@ use std::sync::{Arc, OnceLock};
 #[derive(Debug, Default)]
 pub struct CudaBackend {
     gpu: OnceLock<Result<Arc<Gpu>, GpuError>>,
-    tf32: bool,
     /// Convolutions and pooling ignore cuDNN even where it is present (its own device).
     without_cudnn: bool,
 }
 
 impl CudaBackend {
-    /// Exact f32 matrix products (TF32 off).
+    /// A backend on device 0. Whether f32 products and convolutions use TF32 is each
+    /// plan's [`MathMode`] (the engine's TF32 builder flag).
     pub fn new() -> CudaBackend {
         CudaBackend::default()
-    }
-
-    /// Lets f32 matrix products use TF32 tensor cores (TensorRT's default; looser results).
-    pub fn with_tf32(tf32: bool) -> CudaBackend {
-        CudaBackend { gpu: OnceLock::new(), tf32, without_cudnn: false }
     }
 
     /// A backend whose convolutions and pooling never use cuDNN (kiln's direct kernels only),
@@ -70,11 +65,6 @@ impl CudaBackend {
     pub fn without_cudnn(mut self) -> CudaBackend {
         self.without_cudnn = true;
         self
-    }
-
-    /// Whether f32 products may use TF32.
-    pub fn tf32(&self) -> bool {
-        self.tf32
     }
 
     /// The shared device, opened on first use.
@@ -90,11 +80,11 @@ impl CudaBackend {
     }
 
     /// Prepares `network` as the concrete executable (for callers that time or inspect it);
-    /// its control flow is lowered here, as [`Backend::prepare`] does.
+    /// its control flow is lowered here and f32 is exact, as [`Backend::prepare`] does.
     pub fn prepare_cuda(&self, network: &Network) -> Result<CudaExecutable, BackendError> {
         let control = kiln::ir::control::lower(network, kiln::ir::control::DEFAULT_MAX_TRIP_COUNT)
             .map_err(|e| BackendError::Execution { layer: "(control flow)".into(), reason: e.to_string() })?;
-        self.prepare_cuda_plan(network, &control, &[])
+        self.prepare_cuda_plan(network, &control, &[], MathMode::EXACT)
     }
 }
 
@@ -107,12 +97,13 @@ impl CudaBackend {
         network: &Network,
         control: &kiln::ir::control::ControlFlow,
         chosen: &[Option<kiln::TacticId>],
+        math: MathMode,
     ) -> Result<CudaExecutable, BackendError> {
         self.check_support(network)?;
         let ranks = (0..network.layers().len())
             .map(|i| tactics::rank_of(network, kiln::LayerId(i), chosen.get(i).and_then(Option::as_ref)))
             .collect();
-        Ok(CudaExecutable::new(network.clone(), control.clone(), self.gpu()?, self.tf32)?.with_gemm_ranks(ranks))
+        Ok(CudaExecutable::new(network.clone(), control.clone(), self.gpu()?, math.tf32)?.with_gemm_ranks(ranks))
     }
 }
 
@@ -153,8 +144,8 @@ impl Backend for CudaBackend {
         Ok(())
     }
 
-    fn tactics(&self, network: &Network, layer: kiln::LayerId) -> Vec<kiln::TacticDesc> {
-        tactics::tactics(self, network, layer)
+    fn tactics(&self, network: &Network, layer: kiln::LayerId, math: MathMode) -> Vec<kiln::TacticDesc> {
+        tactics::tactics(self, network, layer, math)
     }
 
     fn time_tactic(
@@ -162,9 +153,10 @@ impl Backend for CudaBackend {
         network: &Network,
         layer: kiln::LayerId,
         tactic: &kiln::TacticDesc,
+        math: MathMode,
         repetitions: usize,
     ) -> Result<std::time::Duration, BackendError> {
-        tactics::time_tactic(self, network, layer, tactic, repetitions)
+        tactics::time_tactic(self, network, layer, tactic, math, repetitions)
     }
 
     fn prepare_plan(
@@ -172,8 +164,9 @@ impl Backend for CudaBackend {
         network: &Network,
         control: &kiln::ir::control::ControlFlow,
         chosen: &[Option<kiln::TacticId>],
+        math: MathMode,
     ) -> Result<Box<dyn Executable>, BackendError> {
-        Ok(Box::new(self.prepare_cuda_plan(network, control, chosen)?))
+        Ok(Box::new(self.prepare_cuda_plan(network, control, chosen, math)?))
     }
 
     /// Float layers compute in f32, f16 and bf16, and every one is faster in the 16-bit types:

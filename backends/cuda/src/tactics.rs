@@ -7,7 +7,7 @@ use crate::blas::RANKED_ALGORITHMS;
 use crate::exec::CudaExecutable;
 use crate::ops::conv::{depthwise_rows, is_depthwise, is_patchify, CONV_DEPTHWISE, CONV_DEPTHWISE_ROWS, CONV_DIRECT, CONV_PATCH_GEMM};
 use kiln::tactics::{TacticDesc, TacticId};
-use kiln::{BackendError, ConvolutionParams, DataType, FusedAnchor, LayerId, LayerKind, Network, Shape, TensorFormat};
+use kiln::{BackendError, ConvolutionParams, DataType, FusedAnchor, LayerId, LayerKind, MathMode, Network, Shape, TensorFormat};
 use std::time::Duration;
 
 /// What the tactic ids hash besides their names: the product path's source, so an edited
@@ -70,11 +70,11 @@ fn conv_shapes(network: &Network, layer: LayerId) -> Option<(ConvolutionParams, 
 /// compiled sizes cover the layer), the patch product for a patch convolution, and the direct
 /// kernel where
 /// it applies (1-D and 2-D).
-fn conv_tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId) -> Option<Vec<TacticDesc>> {
+fn conv_tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId, math: MathMode) -> Option<Vec<TacticDesc>> {
     let (p, dtype, [x, w, y]) = conv_shapes(network, layer)?;
     let mut out = Vec::new();
     if let Ok(gpu) = backend.gpu() {
-        if let (Ok(dnn), Ok(spec)) = (gpu.dnn(), crate::dnn::ConvSpec::new(&p, dtype, backend.tf32(), &x, &w, &y)) {
+        if let (Ok(dnn), Ok(spec)) = (gpu.dnn(), crate::dnn::ConvSpec::new(&p, dtype, math.tf32, &x, &w, &y)) {
             // In the layout the convolution will run in (the offered algorithms differ).
             let spec = spec.with_nhwc(crate::ops::layout::prefers_channels_last(dtype, x.len()));
             let bind = gpu.ctx.bind_to_thread();
@@ -118,8 +118,8 @@ fn is_gemm(network: &Network, layer: LayerId) -> bool {
     is_float_gemm(network, layer) && fixed
 }
 
-pub fn tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId) -> Vec<TacticDesc> {
-    if let Some(conv) = conv_tactics(backend, network, layer) {
+pub fn tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId, math: MathMode) -> Vec<TacticDesc> {
+    if let Some(conv) = conv_tactics(backend, network, layer, math) {
         return conv;
     }
     if !is_gemm(network, layer) {
@@ -161,6 +161,7 @@ pub fn time_tactic(
     network: &Network,
     layer: LayerId,
     tactic: &TacticDesc,
+    math: MathMode,
     repetitions: usize,
 ) -> Result<Duration, BackendError> {
     let l = network.layer(layer);
@@ -187,7 +188,7 @@ pub fn time_tactic(
     }
     let rank = rank_of(network, layer, Some(&tactic.id));
     let control = kiln::ir::control::lower(&alone, kiln::ir::control::DEFAULT_MAX_TRIP_COUNT).map_err(|e| fail(e.to_string()))?;
-    let exe = CudaExecutable::new(alone, control, backend.gpu()?, backend.tf32())?.with_gemm_ranks(vec![rank]);
+    let exe = CudaExecutable::new(alone, control, backend.gpu()?, math.tf32)?.with_gemm_ranks(vec![rank]);
     let gpu = exe.gpu().clone();
     let mut inputs = feeds.iter().map(|t| gpu.upload(t)).collect::<Result<Vec<_>, _>>().map_err(|e| fail(e.to_string()))?;
     // A convolution that runs channels-last receives its input and residual channels-last from
@@ -203,7 +204,7 @@ pub fn time_tactic(
                 _ => None,
             };
             let feed_of = |slot: usize| l.inputs.get(slot).copied().flatten().map(|_| l.inputs[..slot].iter().flatten().count());
-            let cx = crate::ops::Ctx::new(&gpu, backend.tf32());
+            let cx = crate::ops::Ctx::new(&gpu, math.tf32);
             for feed in [feed_of(0), residual.and_then(feed_of)].into_iter().flatten() {
                 if inputs[feed].shape.len() == 4 {
                     inputs[feed] = crate::ops::layout::to_channels_last(&cx, &inputs[feed]).map_err(|e| fail(e.to_string()))?;

@@ -133,7 +133,8 @@ impl Backend for WgpuBackend {
         Ok(())
     }
 
-    fn tactics(&self, network: &Network, layer: kiln::LayerId) -> Vec<kiln::tactics::TacticDesc> {
+    /// f32 is computed exactly here: `math` (TF32) changes nothing.
+    fn tactics(&self, network: &Network, layer: kiln::LayerId, _math: kiln::MathMode) -> Vec<kiln::tactics::TacticDesc> {
         tactics::tactics(network, layer)
     }
 
@@ -142,6 +143,7 @@ impl Backend for WgpuBackend {
         network: &Network,
         layer: kiln::LayerId,
         tactic: &kiln::tactics::TacticDesc,
+        _math: kiln::MathMode,
         repetitions: usize,
     ) -> Result<std::time::Duration, BackendError> {
         self.gpu()?;
@@ -153,6 +155,7 @@ impl Backend for WgpuBackend {
         network: &Network,
         control: &kiln::ir::control::ControlFlow,
         tactics: &[Option<kiln::tactics::TacticId>],
+        _math: kiln::MathMode,
     ) -> Result<Box<dyn Executable>, BackendError> {
         self.check_support(network)?;
         let gpu = self.gpu()?;

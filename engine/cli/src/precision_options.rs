@@ -17,8 +17,9 @@ pub struct PrecisionOptions {
     /// (the INT8 builder flag; `kiln build --calib DIR` measures them).
     #[arg(long)]
     pub int8: bool,
-    /// Clears the TF32 builder flag. Today it is recorded in the engine and in timing-cache
-    /// keys only: the cuda backend computes f32 products exactly whatever the flag says.
+    /// Clears the TF32 builder flag: f32 matrix products and convolutions stay exact f32 on
+    /// cuda (with the flag, the default, they round their inputs to TF32 on tensor cores;
+    /// cpu and wgpu compute f32 exactly either way).
     #[arg(long)]
     pub no_tf32: bool,
     /// A builder flag to set (repeatable): fp16, bf16, tf32, prefer_precision_constraints,

@@ -3,6 +3,7 @@
 use crate::ir::dtype::DataType;
 use crate::ir::format::TensorFormat;
 use crate::ir::network::{LayerId, Network};
+use crate::config::{BuilderFlag, BuilderFlags};
 use crate::device::DeviceFingerprint;
 use crate::ir::control::{lower, ControlFlow, DEFAULT_MAX_TRIP_COUNT};
 use crate::error::BackendError;
@@ -19,21 +20,24 @@ pub trait Backend: Send + Sync {
     /// Checks that every layer of a network can run here.
     fn check_support(&self, network: &Network) -> Result<(), BackendError>;
     /// Prepares `network` to run the lowered control flow `control`, each layer with the
-    /// tactic the builder chose (`tactics` is empty or one entry per layer): what an engine
-    /// runs through ([`crate::runtime::PreparedEngine`]).
+    /// tactic the builder chose (`tactics` is empty or one entry per layer) and f32
+    /// arithmetic as `math` allows: what an engine runs through
+    /// ([`crate::runtime::PreparedEngine`]).
     fn prepare_plan(
         &self,
         network: &Network,
         control: &ControlFlow,
         tactics: &[Option<TacticId>],
+        math: MathMode,
     ) -> Result<Box<dyn Executable>, BackendError>;
 
     /// Prepares a network that did not come through the builder: its control flow is
-    /// lowered here (with the default trip guard) and every layer runs its first tactic.
+    /// lowered here (with the default trip guard), every layer runs its first tactic and f32
+    /// is exact.
     fn prepare(&self, network: &Network) -> Result<Box<dyn Executable>, BackendError> {
         let control = lower(network, DEFAULT_MAX_TRIP_COUNT)
             .map_err(|e| BackendError::Execution { layer: "(control flow)".into(), reason: e.to_string() })?;
-        self.prepare_plan(network, &control, &[])
+        self.prepare_plan(network, &control, &[], MathMode::EXACT)
     }
 
     /// The compute types this backend offers for `layer` of `network`, and which of them
@@ -51,17 +55,25 @@ pub trait Backend: Send + Sync {
         format == TensorFormat::Linear
     }
 
-    /// The implementations this backend offers for `layer`, in a stable order (the first
-    /// wins ties). Default: one "default" tactic.
-    fn tactics(&self, network: &Network, layer: LayerId) -> Vec<TacticDesc> {
-        let _ = (network, layer);
+    /// The implementations this backend offers for `layer` under `math`, in a stable order
+    /// (the first wins ties). Default: one "default" tactic.
+    fn tactics(&self, network: &Network, layer: LayerId, math: MathMode) -> Vec<TacticDesc> {
+        let _ = (network, layer, math);
         vec![TacticDesc::default_for(self.name())]
     }
 
-    /// The median time of `repetitions` runs of `tactic` on `layer` (after a warm-up), on
-    /// inputs of the layer's shapes. Only called for layers offering several tactics.
-    fn time_tactic(&self, network: &Network, layer: LayerId, tactic: &TacticDesc, repetitions: usize) -> Result<Duration, BackendError> {
-        let _ = (network, layer, tactic, repetitions);
+    /// The median time of `repetitions` runs of `tactic` on `layer` under `math` (after a
+    /// warm-up), on inputs of the layer's shapes. Only called for layers offering several
+    /// tactics.
+    fn time_tactic(
+        &self,
+        network: &Network,
+        layer: LayerId,
+        tactic: &TacticDesc,
+        math: MathMode,
+        repetitions: usize,
+    ) -> Result<Duration, BackendError> {
+        let _ = (network, layer, tactic, math, repetitions);
         Ok(Duration::ZERO)
     }
 
@@ -71,6 +83,36 @@ pub trait Backend: Send + Sync {
         let l = network.layer(layer);
         let dtype = l.outputs.first().map_or("none", |&t| network.tensor(t).dtype.name());
         format!("{}::{}_{dtype}", self.name(), l.kind.type_name().to_ascii_lowercase())
+    }
+}
+
+/// How a backend may compute f32 arithmetic: what the engine's builder flags allow. The
+/// builder passes it to tactic listing and timing and the runtime to preparation, so an
+/// engine runs as its tactics were timed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct MathMode {
+    /// f32 matrix products and convolutions may round their operands to TF32 (a 10-bit
+    /// mantissa) on tensor cores ([`BuilderFlag::Tf32`]); backends without TF32 units ignore it.
+    pub tf32: bool,
+}
+
+impl MathMode {
+    /// f32 computed in f32: networks prepared outside the builder, constant folding.
+    pub const EXACT: MathMode = MathMode { tf32: false };
+
+    /// The math an engine built with `flags` runs with.
+    pub fn of(flags: BuilderFlags) -> MathMode {
+        MathMode { tf32: flags.contains(BuilderFlag::Tf32) }
+    }
+
+    /// This mode's part of a timing-cache key: tactics timed under one mode are not reused
+    /// under another.
+    pub fn cache_settings(self) -> &'static str {
+        if self.tf32 {
+            "tf32"
+        } else {
+            "no-tf32"
+        }
     }
 }
 

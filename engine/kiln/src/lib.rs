@@ -36,7 +36,7 @@ pub mod refit;
 pub mod runtime;
 pub mod tactics;
 
-pub use backend::{Backend, DeviceTimes, Executable, LayerTimes, PrecisionSupport};
+pub use backend::{Backend, DeviceTimes, Executable, LayerTimes, MathMode, PrecisionSupport};
 pub use device::DeviceFingerprint;
 pub use error::{BackendError, NetworkError};
 pub use runtime::machine::KernelError;

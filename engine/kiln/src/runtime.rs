@@ -90,7 +90,7 @@ impl PreparedEngine {
         if engine.is_weight_stripped() {
             return Err(RunError::WeightStripped);
         }
-        let executable = backend.prepare_plan(engine.network(), engine.control_flow(), engine.tactics())?;
+        let executable = backend.prepare_plan(engine.network(), engine.control_flow(), engine.tactics(), engine.math())?;
         Ok(Arc::new(PreparedEngine { engine, executable, warnings }))
     }
 

@@ -48,7 +48,8 @@ impl Backend for PlainCpu {
         network: &Network,
         control: &kiln::ir::control::ControlFlow,
         tactics: &[Option<kiln::TacticId>],
+        math: kiln::MathMode,
     ) -> Result<Box<dyn Executable>, BackendError> {
-        self.0.prepare_plan(network, control, tactics)
+        self.0.prepare_plan(network, control, tactics, math)
     }
 }

@@ -3,6 +3,7 @@
 
 mod common;
 mod inspector;
+mod math_mode;
 mod io_formats;
 mod precision;
 mod tactics;

@@ -73,7 +73,7 @@ fn cpu_offers_two_tactics_for_conv_and_matmul() {
     let backend = CpuBackend::new();
     let names = |name: &str| {
         let i = net.layers().iter().position(|l| l.name == name).unwrap();
-        backend.tactics(&net, LayerId(i)).into_iter().map(|t| t.id.name).collect::<Vec<_>>()
+        backend.tactics(&net, LayerId(i), kiln::MathMode::EXACT).into_iter().map(|t| t.id.name).collect::<Vec<_>>()
     };
     assert_eq!(names("conv_a"), ["conv_im2col_gemm", "conv_direct"]);
     assert_eq!(names("project"), ["matmul_sgemm", "matmul_blocked"]);
@@ -154,14 +154,15 @@ impl Backend for OtherDevice {
         network: &Network,
         control: &kiln::ir::control::ControlFlow,
         tactics: &[Option<kiln::TacticId>],
+        math: kiln::MathMode,
     ) -> Result<Box<dyn Executable>, BackendError> {
-        self.0.prepare_plan(network, control, tactics)
+        self.0.prepare_plan(network, control, tactics, math)
     }
-    fn tactics(&self, network: &Network, layer: LayerId) -> Vec<TacticDesc> {
-        self.0.tactics(network, layer)
+    fn tactics(&self, network: &Network, layer: LayerId, math: kiln::MathMode) -> Vec<TacticDesc> {
+        self.0.tactics(network, layer, math)
     }
-    fn time_tactic(&self, n: &Network, l: LayerId, t: &TacticDesc, reps: usize) -> Result<Duration, BackendError> {
-        self.0.time_tactic(n, l, t, reps)
+    fn time_tactic(&self, n: &Network, l: LayerId, t: &TacticDesc, math: kiln::MathMode, reps: usize) -> Result<Duration, BackendError> {
+        self.0.time_tactic(n, l, t, math, reps)
     }
 }
 

@@ -11,14 +11,15 @@ fn median(times: &[f32]) -> f32 {
 }
 
 fn bench(dtype: DataType, tf32: bool, n: usize, reps: usize) -> (f32, f32) {
-    let backend = CudaBackend::with_tf32(tf32);
+    let backend = CudaBackend::new();
     let mut net = Network::new("gemm");
     let a = net.add_input("a", dtype, Shape::fixed(&[n, n])).unwrap();
     let b = net.add_input("b", dtype, Shape::fixed(&[n, n])).unwrap();
     let mm = net.add_layer("mm", LayerKind::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::None }, vec![Some(a), Some(b)]).unwrap();
     let out = net.output(mm, 0);
     net.mark_output(out).unwrap();
-    let exe = backend.prepare_cuda(&net).expect("prepare");
+    let control = kiln::ir::control::lower(&net, kiln::ir::control::DEFAULT_MAX_TRIP_COUNT).expect("lower");
+    let exe = backend.prepare_cuda_plan(&net, &control, &[], kiln::MathMode { tf32 }).expect("prepare");
     let gpu = exe.gpu().clone();
     let mut r = rng(11);
     let da = gpu.upload(&random(&mut r, dtype, &[n, n])).unwrap();

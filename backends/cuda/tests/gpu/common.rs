@@ -27,6 +27,14 @@ pub fn backend() -> Option<&'static CudaBackend> {
     }
 }
 
+/// The default builder configuration less TF32: f32 engines compute exactly, for tests that
+/// compare them with the cpu oracle or PyTorch to f32 rounding.
+pub fn exact_f32_config() -> kiln::BuilderConfig {
+    let mut config = kiln::BuilderConfig::default();
+    config.clear_flag(kiln::BuilderFlag::Tf32);
+    config
+}
+
 pub fn rng(seed: u64) -> ChaCha8Rng {
     ChaCha8Rng::seed_from_u64(seed)
 }

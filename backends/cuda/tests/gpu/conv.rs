@@ -5,7 +5,7 @@
 use crate::common::{backend, check_network, one_layer, random, rng, worst_error, In};
 use kiln::{
     ActivationKind, Backend, ConvolutionParams, DataType, ElementwiseOp, FusedAnchor, FusedParams, HostTensor, LayerId,
-    LayerKind, Network, PoolingKind, PoolingParams, PostOp,
+    LayerKind, MathMode, Network, PoolingKind, PoolingParams, PostOp,
 };
 use kiln_cuda::CudaBackend;
 
@@ -111,7 +111,7 @@ fn run_with_tactic(cuda: &CudaBackend, net: &Network, feeds: &[HostTensor], laye
     let mut chosen = vec![None; net.layers().len()];
     chosen[layer.0] = Some(tactic.clone());
     let lowered = kiln::ir::control::lower(net, kiln::ir::control::DEFAULT_MAX_TRIP_COUNT).unwrap();
-    cuda.prepare_plan(net, &lowered, &chosen).unwrap().execute(feeds).unwrap_or_else(|e| panic!("{what} {tactic}: {e}"))
+    cuda.prepare_plan(net, &lowered, &chosen, MathMode::EXACT).unwrap().execute(feeds).unwrap_or_else(|e| panic!("{what} {tactic}: {e}"))
 }
 
 #[test]
@@ -124,7 +124,7 @@ fn every_tactic_of_a_fused_convolution_matches() {
             let what = format!("fused conv {dtype} residual={residual} relu={relu}");
             let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap();
             let layer = last_layer(&net);
-            let tactics = cuda.tactics(&net, layer);
+            let tactics = cuda.tactics(&net, layer, MathMode::EXACT);
             let names: Vec<String> = tactics.iter().map(|t| t.id.to_string()).collect();
             assert!(names.iter().any(|n| n.contains("conv_cudnn_")), "{what}: no cuDNN tactic among {names:?}");
             assert!(
@@ -182,7 +182,7 @@ fn every_tactic_of_a_depthwise_convolution_matches() {
             let what = format!("depthwise {dtype} c{c} {k}x{k} stride {s} epilogue {:?}", epilogues[e]);
             let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap();
             let layer = last_layer(&net);
-            let tactics = cuda.tactics(&net, layer);
+            let tactics = cuda.tactics(&net, layer, MathMode::EXACT);
             assert!(tactics.iter().any(|t| t.id.name == "conv_depthwise_nhwc"), "{what}: no depthwise tactic among {tactics:?}");
             // The row kernel covers whole 16-byte runs of channels: 32 in every type, 12 in f32.
             let rows = c == 32 || dtype == DataType::F32;
@@ -200,15 +200,15 @@ fn convolution_tactics_are_timed() {
     let mut r = rng(72);
     let (net, _) = fused_conv(&mut r, DataType::F16, true, true);
     let layer = last_layer(&net);
-    let tactics = cuda.tactics(&net, layer);
+    let tactics = cuda.tactics(&net, layer, MathMode::EXACT);
     assert!(tactics.len() >= 2, "expected cuDNN algorithms and the direct kernel, got {tactics:?}");
     for t in &tactics {
-        let time = cuda.time_tactic(&net, layer, t, 5).unwrap_or_else(|e| panic!("timing {}: {e}", t.id));
+        let time = cuda.time_tactic(&net, layer, t, MathMode::EXACT, 5).unwrap_or_else(|e| panic!("timing {}: {e}", t.id));
         assert!(time.as_nanos() > 0, "{}: zero time", t.id);
         eprintln!("tactic {}: {:?}", t.id, time);
     }
     // The builder times them and records every candidate and its choice in the timing cache.
-    let mut config = kiln::BuilderConfig::default();
+    let mut config = crate::common::exact_f32_config();
     let cache = config.set_timing_cache(kiln::TimingCache::new(), false);
     kiln::Builder::new(cuda).build(&net, &config).expect("build with timed tactics");
     let cache = cache.lock().unwrap().clone();
@@ -234,7 +234,7 @@ fn without_cudnn_convolutions_fall_back_to_the_direct_kernel() {
     let plain = CudaBackend::new().without_cudnn();
     let mut r = rng(73);
     let (net, feeds) = fused_conv(&mut r, DataType::F32, true, true);
-    let tactics = plain.tactics(&net, last_layer(&net));
+    let tactics = plain.tactics(&net, last_layer(&net), MathMode::EXACT);
     let names: Vec<String> = tactics.iter().map(|t| t.id.to_string()).collect();
     assert!(
         names.len() == 1 && names[0].contains("conv_direct_kernel"),
@@ -293,7 +293,7 @@ fn without_a_device_a_convolution_offers_the_direct_kernel_alone() {
     let mut r = rng(75);
     let (net, _) = fused_conv(&mut r, DataType::F32, true, true);
     let names: Vec<String> =
-        CudaBackend::new().tactics(&net, last_layer(&net)).iter().map(|t| t.id.to_string()).collect();
+        CudaBackend::new().tactics(&net, last_layer(&net), MathMode::EXACT).iter().map(|t| t.id.to_string()).collect();
     assert!(names.len() == 1 && names[0].contains("conv_direct_kernel"), "{names:?}");
 }
 
@@ -375,7 +375,7 @@ fn every_tactic_of_a_patch_convolution_matches() {
             let what = format!("{name} in {dtype}");
             let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap();
             let layer = last_layer(&net);
-            let tactics = cuda.tactics(&net, layer);
+            let tactics = cuda.tactics(&net, layer, MathMode::EXACT);
             assert!(tactics.iter().any(|t| t.id.name == "conv_patches_gemm"), "{what}: no patch product among {tactics:?}");
             for t in &tactics {
                 assert_tactic_matches(cuda, &net, &feeds, layer, &t.id, dtype, &want[0], &what);

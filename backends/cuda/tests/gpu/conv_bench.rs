@@ -58,7 +58,7 @@ fn bench_resnet50_fp16() {
             chosen_ns as f64 * 1e-6,
             direct_ns as f64 * 1e-6
         );
-        let exe = cuda.prepare_cuda_plan(engine.network(), engine.control_flow(), engine.tactics()).expect("prepare");
+        let exe = cuda.prepare_cuda_plan(engine.network(), engine.control_flow(), engine.tactics(), engine.math()).expect("prepare");
         let gpu = exe.gpu().clone();
         let input = if batch == 1 {
             let mut npz = npyz::npz::NpzArchive::open(dir.join("resnet50_b1.npz")).expect("npz");

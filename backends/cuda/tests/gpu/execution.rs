@@ -1,7 +1,7 @@
 //! Whole executions: the activation arena, CUDA graph capture and replay against interpreted
 //! runs, device phase times, several contexts on one engine at once, out of memory.
 
-use crate::common::{backend, worst_error};
+use crate::common::{backend, exact_f32_config, worst_error};
 use crate::pytorch_data::reference_model;
 use kiln::{Backend, BackendError, DataType, ExecutionContext, HostTensor, Network, PreparedEngine, TensorData};
 use kiln_cuda::arena::{ArenaPlan, Event};
@@ -23,7 +23,7 @@ fn fixture(name: &str) -> Fixture {
 /// The fixture built in f32 or with every float layer constrained to f16.
 fn prepare(cuda: &CudaBackend, net: &Network, f16: bool) -> Arc<PreparedEngine> {
     let mut net = net.clone();
-    let mut config = kiln::BuilderConfig::default();
+    let mut config = exact_f32_config();
     if f16 {
         for i in 0..net.layers().len() {
             if kiln::precision::is_float_compute(&net.layers()[i].kind) {
@@ -268,7 +268,7 @@ fn a_read_back_of_a_device_shape_keeps_executions_interpreted() {
 fn the_arena_shares_memory_between_layers() {
     let Some(cuda) = backend() else { return };
     let f = fixture("cnn_torchscript");
-    let engine = kiln::Builder::new(cuda).build(&f.net, &kiln::BuilderConfig::default()).expect("build");
+    let engine = kiln::Builder::new(cuda).build(&f.net, &exact_f32_config()).expect("build");
     let exe = cuda.prepare_cuda(engine.network()).expect("prepare");
     let inputs: Vec<HostTensor> = f.net.inputs().iter().map(|&t| f.inputs[&f.net.tensor(t).name].clone()).collect();
     assert_eq!(exe.arena_bytes(&inputs), None);

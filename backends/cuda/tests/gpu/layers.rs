@@ -342,7 +342,7 @@ fn builder_times_cublaslt_algorithms_as_tactics_and_the_engine_still_matches() {
     let a = random(&mut r, DataType::F32, &[256, 384]);
     let b = random(&mut r, DataType::F32, &[384, 128]);
     let (net, feeds) = crate::common::one_layer(LayerKind::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::None }, vec![In::Run(a), In::Const(b)]);
-    let mut config = BuilderConfig::default();
+    let mut config = crate::common::exact_f32_config();
     let cache = config.set_timing_cache(TimingCache::new(), false);
     let engine = Builder::new(cuda).build(&net, &config).expect("build with tactic timing");
     let cache = cache.lock().unwrap().clone();
@@ -355,6 +355,48 @@ fn builder_times_cublaslt_algorithms_as_tactics_and_the_engine_still_matches() {
     let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap();
     let out = got.values().next().expect("one output");
     assert!(crate::common::worst_error(out, &want[0]) < 1e-5);
+}
+
+/// An engine's worst error against the cpu oracle, built with and without the TF32 flag.
+fn errors_with_and_without_tf32(cuda: &kiln_cuda::CudaBackend, net: &Network, feeds: &[HostTensor]) -> (f64, f64) {
+    let want = kiln_cpu::CpuBackend::new().prepare(net).unwrap().execute(feeds).unwrap();
+    let names: Vec<String> = net.inputs().iter().map(|&t| net.tensor(t).name.clone()).collect();
+    let inputs: std::collections::HashMap<String, HostTensor> = names.into_iter().zip(feeds.iter().cloned()).collect();
+    let error = |config: &BuilderConfig| {
+        let engine = Builder::new(cuda).build(net, config).expect("build");
+        let got = ExecutionContext::new(engine, cuda).expect("prepare").run(&inputs).expect("run");
+        crate::common::worst_error(got.values().next().expect("one output"), &want[0])
+    };
+    (error(&BuilderConfig::default()), error(&crate::common::exact_f32_config()))
+}
+
+/// The TF32 builder flag (on by default, as TensorRT's) reaches cuBLASLt and cuDNN: with it an
+/// f32 product rounds its inputs to TF32's 10-bit mantissa (errors near 2^-11 relative), without
+/// it the product matches the cpu oracle to f32 rounding; a convolution builds and runs both ways.
+#[test]
+fn the_tf32_flag_decides_whether_f32_products_round_to_tf32() {
+    let Some(cuda) = crate::common::backend() else { return };
+    let mut r = rng(12);
+    let a = random(&mut r, DataType::F32, &[256, 512]);
+    let b = random(&mut r, DataType::F32, &[512, 128]);
+    let (net, feeds) = crate::common::one_layer(LayerKind::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::None }, vec![In::Run(a), In::Const(b)]);
+    let (tf32, exact) = errors_with_and_without_tf32(cuda, &net, &feeds);
+    eprintln!("f32 product 256x512x128: worst error vs cpu {tf32:.2e} with TF32, {exact:.2e} without");
+    assert!(exact < F32_TOL, "without TF32 the product is exact f32: {exact}");
+    assert!(tf32 > 20.0 * exact.max(1e-7) && tf32 < 3e-2, "with TF32 the product rounds its inputs: {tf32} (exact {exact})");
+
+    let mut net = Network::new("conv");
+    let x = net.add_input("x", DataType::F32, Shape::fixed(&[2, 64, 16, 16])).unwrap();
+    let w = random(&mut r, DataType::F32, &[64, 64, 3, 3]).data().clone();
+    let conv = net.add_convolution(x, 64, &[3, 3], w, None).unwrap();
+    let y = net.output(conv, 0);
+    net.mark_output(y).unwrap();
+    let feeds = vec![random(&mut r, DataType::F32, &[2, 64, 16, 16])];
+    let (tf32, exact) = errors_with_and_without_tf32(cuda, &net, &feeds);
+    eprintln!("f32 3x3 convolution, 64 channels: worst error vs cpu {tf32:.2e} with TF32, {exact:.2e} without");
+    // cuDNN's Winograd and FFT algorithms are f32 arithmetic but not f32-exact.
+    assert!(exact < 1e-3, "without TF32 the convolution computes in f32: {exact}");
+    assert!(tf32 < 3e-2, "with TF32 the convolution stays within TF32 rounding: {tf32}");
 }
 
 #[test]
@@ -378,7 +420,7 @@ fn product_bias_relu_fuses_into_the_cublaslt_epilogue_and_matches() {
     let y = net.output(relu, 0);
     net.mark_output(y).unwrap();
     let feeds = vec![random(&mut r, DataType::F32, &[3, 40, 64])];
-    let engine = Builder::new(cuda).build(&net, &BuilderConfig::default()).expect("build");
+    let engine = Builder::new(cuda).build(&net, &crate::common::exact_f32_config()).expect("build");
     let fused = engine.network().layers().iter().any(|l| matches!(&l.kind, LayerKind::Fused(p) if p.epilogue.len() == 2));
     assert!(fused, "the builder should fuse product, bias and ReLU into one layer");
     let ctx = ExecutionContext::new(engine, cuda).expect("prepare");

@@ -1,7 +1,7 @@
 //! The PyTorch-exported models of `tests/data/pytorch/` built for cuda (through the builder
 //! and its passes: Fused and Attention layers) against PyTorch's outputs stored beside them.
 
-use crate::common::{backend, worst_error};
+use crate::common::{backend, exact_f32_config, worst_error};
 use crate::pytorch_data::reference_model;
 
 /// The model built with every float layer constrained to `precision` (f16/bf16 kernels and
@@ -11,7 +11,7 @@ fn check_reduced(name: &str, precision: kiln::DataType, tolerance: f64) {
     let Some(cuda) = backend() else { return };
     let (mut net, inputs, arrays) = reference_model(name);
     let run = |engine| kiln::ExecutionContext::new(engine, cuda).expect("prepare").run(&inputs).expect("run");
-    let full = run(kiln::Builder::new(cuda).build(&net, &kiln::BuilderConfig::default()).expect("f32 build"));
+    let full = run(kiln::Builder::new(cuda).build(&net, &exact_f32_config()).expect("f32 build"));
     for i in 0..net.layers().len() {
         if kiln::precision::is_float_compute(&net.layers()[i].kind) {
             net.set_layer_precision(kiln::LayerId(i), precision).unwrap();
@@ -57,7 +57,7 @@ fn bert_dynamo_in_bf16() {
 fn check_model(name: &str) {
     let Some(cuda) = backend() else { return };
     let (net, inputs, arrays) = reference_model(name);
-    let engine = kiln::Builder::new(cuda).build(&net, &kiln::BuilderConfig::default()).unwrap_or_else(|e| panic!("{name}: build failed: {e}"));
+    let engine = kiln::Builder::new(cuda).build(&net, &exact_f32_config()).unwrap_or_else(|e| panic!("{name}: build failed: {e}"));
     let ctx = kiln::ExecutionContext::new(engine, cuda).expect("prepare");
     let started = std::time::Instant::now();
     let outputs = ctx.run(&inputs).unwrap_or_else(|e| panic!("{name}: run failed: {e}"));

@@ -35,6 +35,7 @@ impl Backend for PerturbedBackend {
         network: &Network,
         control: &ControlFlow,
         tactics: &[Option<kiln::tactics::TacticId>],
+        math: kiln::MathMode,
     ) -> Result<Box<dyn Executable>, BackendError> {
         let errors = self
             .errors
@@ -44,7 +45,7 @@ impl Backend for PerturbedBackend {
                 Some((index, *error))
             })
             .collect();
-        Ok(Box::new(PerturbedExecutable { inner: self.inner.prepare_plan(network, control, tactics)?, errors }))
+        Ok(Box::new(PerturbedExecutable { inner: self.inner.prepare_plan(network, control, tactics, math)?, errors }))
     }
 }
 
@@ -82,6 +83,7 @@ impl Backend for BrokenBackend {
         _: &Network,
         _: &ControlFlow,
         _: &[Option<kiln::tactics::TacticId>],
+        _: kiln::MathMode,
     ) -> Result<Box<dyn Executable>, BackendError> {
         Err(BackendError::Execution { layer: "everything".into(), reason: "deliberately broken".into() })
     }
@@ -239,6 +241,7 @@ impl Backend for MiniBackend {
         network: &Network,
         control: &ControlFlow,
         _: &[Option<kiln::tactics::TacticId>],
+        _math: kiln::MathMode,
     ) -> Result<Box<dyn Executable>, BackendError> {
         self.check_support(network)?;
         let plan = control.clone();

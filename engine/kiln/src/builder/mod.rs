@@ -4,7 +4,7 @@ mod calibration;
 mod tactic_selection;
 mod tensor_sizes;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, MathMode};
 use crate::error::BackendError;
 use crate::build_report::{BuildOutput, BuildSummary};
 use crate::engine::format::BuildFlags;
@@ -13,6 +13,7 @@ use crate::error::NetworkError;
 use crate::config::{BuilderConfig, BuilderFlag, Optimization};
 use crate::io_format::{self, IoFormatError};
 use crate::ir::control::{self, DEFAULT_MAX_TRIP_COUNT};
+use crate::ir::layer::LayerKind;
 use crate::ir::network::{LayerId, Network};
 use crate::passes::{remove_dead_layers, PassContext, PassError, Pipeline};
 use crate::profile::{validate_profiles, OptimizationProfile, ProfileError};
@@ -112,6 +113,7 @@ impl<'b> Builder<'b> {
         }
         let counts = precision::compute_type_counts(&typed);
         log.push(precision_line(&counts));
+        log.extend(tf32_line(&typed, flags));
         report.warnings.extend(unhonoured_precisions(&typed, flags, &counts, self.backend.name()));
         let folding = self.folding_backend.unwrap_or(self.backend);
         let pruned = optimize_typed(&typed, flags, config.optimization, self.backend, folding)?;
@@ -134,9 +136,8 @@ impl<'b> Builder<'b> {
         summary.layers_after = pruned.layers().len();
 
         let start = Instant::now();
-        // Builder settings that change implementations are part of every cache key.
-        let settings = if flags.contains(BuilderFlag::Tf32) { "tf32" } else { "no-tf32" };
-        let tactics = choose_tactics(self.backend, &device, &timing_view(&pruned, &config.profiles), settings, &config.tactics)?;
+        let math = MathMode::of(flags);
+        let tactics = choose_tactics(self.backend, &device, &timing_view(&pruned, &config.profiles), math, &config.tactics)?;
         summary.layers_timed = tactics.layers_timed;
         summary.layers_from_cache = tactics.layers_from_cache;
         summary.phase("tactics", start);
@@ -182,6 +183,23 @@ fn precision_line(counts: &[(crate::DataType, usize)]) -> String {
     let parts: Vec<String> = counts.iter().map(|(t, n)| format!("{n} {t}")).collect();
     let text = if parts.is_empty() { "no layer computes in a float type".to_string() } else { parts.join(", ") };
     format!("layer precisions: {text}")
+}
+
+/// What the TF32 flag lets the backend do, when the network has an f32 product or convolution.
+fn tf32_line(typed: &Network, flags: crate::BuilderFlags) -> Option<String> {
+    let f32_products = typed
+        .layers()
+        .iter()
+        .filter(|l| matches!(l.kind, LayerKind::MatrixMultiply { .. } | LayerKind::Convolution(_) | LayerKind::Deconvolution(_)))
+        .filter(|l| l.outputs.first().is_some_and(|&t| typed.tensor(t).dtype == crate::DataType::F32))
+        .count();
+    (f32_products > 0).then(|| {
+        if flags.contains(BuilderFlag::Tf32) {
+            format!("TF32: {f32_products} f32 products and convolutions may round their inputs to TF32 where the backend has TF32 tensor cores (cuda); --no-tf32 keeps them exact")
+        } else {
+            format!("TF32 off: {f32_products} f32 products and convolutions compute in f32")
+        }
+    })
 }
 
 /// A warning for each reduced-precision flag that changes nothing: no layer computes in its

@@ -2,7 +2,7 @@
 //! algorithm selector filters them (seed §6.3), the timing cache supplies known times and
 //! the backend times the rest (warm-up, median of repetitions).
 
-use crate::backend::Backend;
+use crate::backend::{Backend, MathMode};
 use crate::device::DeviceFingerprint;
 use crate::ir::network::{LayerId, Network};
 use crate::tactics::cache::{current_header, CacheEntry, TimingCache};
@@ -15,7 +15,7 @@ pub fn choose_tactics(
     backend: &dyn Backend,
     device: &DeviceFingerprint,
     network: &Network,
-    settings: &str,
+    math: MathMode,
     options: &TacticOptions,
 ) -> Result<TacticPlan, TacticError> {
     let mut plan = TacticPlan::default();
@@ -41,12 +41,13 @@ pub fn choose_tactics(
     for (i, layer) in network.layers().iter().enumerate() {
         report_progress(i, &layer.name);
         let id = LayerId(i);
-        let offered = backend.tactics(network, id);
+        let offered = backend.tactics(network, id, math);
         if offered.is_empty() {
             return Err(TacticError::NoTactic { layer: layer.name.clone() });
         }
         let signature = LayerSignature::of(network, id);
-        let key = format!("{signature}/{settings}");
+        // Builder settings that change implementations are part of every cache key.
+        let key = format!("{signature}/{}", math.cache_settings());
         let cached = cache.get(&key).cloned();
         let time_of = |t: &TacticId| cached.as_ref().and_then(|e| e.candidates.iter().find(|(c, _)| c == t).map(|(_, ns)| *ns));
         let choices: Vec<AlgorithmChoice> =
@@ -61,7 +62,7 @@ pub fn choose_tactics(
         } else if options.error_on_timing_cache_miss {
             return Err(TacticError::CacheMiss { layer: layer.name.clone(), signature: key });
         } else {
-            let entry = time_candidates(backend, network, id, &signature.kind, &allowed, repetitions)?;
+            let entry = time_candidates(backend, network, id, &signature.kind, &allowed, math, repetitions)?;
             plan.layers_timed += 1;
             let chosen = entry.chosen.clone();
             let entry = merge_entry(cached, entry);
@@ -141,11 +142,12 @@ fn time_candidates(
     layer: LayerId,
     kind: &str,
     allowed: &[&AlgorithmChoice],
+    math: MathMode,
     repetitions: usize,
 ) -> Result<CacheEntry, TacticError> {
     let mut candidates = Vec::with_capacity(allowed.len());
     for c in allowed {
-        let time = backend.time_tactic(network, layer, &c.tactic, repetitions).map_err(|source| TacticError::Timing {
+        let time = backend.time_tactic(network, layer, &c.tactic, math, repetitions).map_err(|source| TacticError::Timing {
             layer: network.layer(layer).name.clone(),
             tactic: c.tactic.id.to_string(),
             source: Box::new(source),

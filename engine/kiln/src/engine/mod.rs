@@ -266,6 +266,11 @@ impl Engine {
         &self.build_flags
     }
 
+    /// How the engine's f32 arithmetic may be computed (its TF32 builder flag).
+    pub fn math(&self) -> crate::backend::MathMode {
+        crate::backend::MathMode::of(self.build_flags.builder_flags)
+    }
+
     /// Total bytes of weights the engine holds.
     pub fn weights_bytes(&self) -> usize {
         self.network.weights().iter().map(|w| w.size_bytes()).sum()

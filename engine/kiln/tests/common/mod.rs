@@ -37,6 +37,7 @@ impl Backend for RecordOnlyBackend {
         _: &Network,
         _: &kiln::ir::control::ControlFlow,
         _: &[Option<kiln::tactics::TacticId>],
+        _: kiln::MathMode,
     ) -> Result<Box<dyn Executable>, BackendError> {
         Err(BackendError::Unavailable { backend: "record-only".into(), reason: "executes nothing".into() })
     }
