@@ -6,6 +6,9 @@
 //! layer, or for constant weights a converted copy of the weights) and casts its outputs
 //! back to the types the rest of the network was validated with, so only that layer
 //! changes. A cast back that the next layer would undo is skipped (f16 → f32 → f16 is exact).
+//! Constants and Clip bounds moved into f16 or bf16 convert as TensorRT converts weights
+//! (`precision/narrowing.rs`): nothing nonzero becomes zero and nothing finite becomes infinite, with a
+//! warning naming what changed.
 //!
 //! Choice per layer, with the types the flags enable (f32 always; f16 with [`BuilderFlag::Fp16`],
 //! bf16 with [`BuilderFlag::Bf16`]) and the backend's [`PrecisionSupport`]:
@@ -26,8 +29,10 @@ use crate::error::NetworkError;
 use crate::ir::dtype::DataType;
 use crate::ir::layer::LayerKind;
 use crate::ir::network::{LayerId, Network, TensorId};
-use crate::ir::rewrite::{convert_float, Rewriter};
+use crate::ir::rewrite::Rewriter;
 use std::collections::HashMap;
+
+mod narrowing;
 use thiserror::Error;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -148,7 +153,15 @@ pub fn apply(network: &Network, flags: BuilderFlags, backend: &dyn Backend) -> R
                 substitutes.insert(slot, pass.cast(mapped, target)?);
             }
         }
+        let copied = LayerId(pass.rw.out().layers().len());
         let outputs = pass.rw.copy_layer(id, &substitutes)?;
+        if let Some((p, guarded)) = precision.and_then(|p| Some((p, narrowing::guarded_clip(&layer.kind, p)?))) {
+            pass.report.warnings.push(format!(
+                "layer `{}` in {p}: a Clip bound below {p}'s smallest subnormal is kept as that subnormal, not flushed to zero",
+                layer.name
+            ));
+            pass.rw.out_mut().parts_mut().layers[copied.0].kind = guarded;
+        }
         for (slot, (&src_t, &out_t)) in layer.outputs.iter().zip(&outputs).enumerate() {
             let original = network.tensor(src_t).dtype;
             let want = match layer.output_types.get(slot).copied().flatten() {
@@ -377,10 +390,11 @@ impl Pass<'_> {
             (Some(source), _) => source,
             (None, Some(LayerKind::Constant { weights })) => {
                 let blob = out.weights_blob(*weights).expect("constants refer to weights");
-                let w = convert_float(blob, to).expect("float weights convert between float types");
+                let w = narrowing::narrow_weights(blob, to).expect("float weights convert between float types");
+                self.report.warnings.extend(w.warning(&format!("constant `{}`", desc.name), to));
                 let layer_name = format!("{} ({to})", producer.map_or("", |l| l.name.as_str()));
                 let tensor_name = format!("{} ({to})", desc.name);
-                self.rw.add_constant(&layer_name, w, &tensor_name)?
+                self.rw.add_constant(&layer_name, w.tensor, &tensor_name)?
             }
             _ => {
                 let name = desc.name.clone();

@@ -327,3 +327,39 @@ fn a_shape_layer_reads_an_f16_tensor_without_a_cast() {
     let dims = got.iter().find(|t| t.dtype() == DataType::I64).expect("the shape output");
     assert_eq!(dims.to_i64_vec(), Some(vec![1, 4]));
 }
+
+/// `F.normalize(x, dim=1)` as exporters write it: `x / guard(‖x‖₂, 1e-12)`, the guard a Max
+/// with a constant or a Clip; every layer constrained to f16. Rows: one zero, one ordinary.
+fn normalize(clip: bool) -> Network {
+    let mut net = Network::new("normalize");
+    let x = net.add_input("x", DataType::F32, [2, 3]).unwrap();
+    let norm = net.add_reduce(x, ReduceOp::L2, &[1], true).unwrap();
+    let norm = net.output(norm, 0);
+    let guard = if clip {
+        net.add_activation(norm, ActivationKind::Clip { min: 1e-12, max: f32::MAX }).unwrap()
+    } else {
+        let eps = net.add_constant(&[1], TensorData::F32(vec![1e-12])).unwrap();
+        net.add_elementwise(norm, net.output(eps, 0), ElementwiseOp::Max).unwrap()
+    };
+    let y = net.add_elementwise(x, net.output(guard, 0), ElementwiseOp::Div).unwrap();
+    net.set_tensor_name(net.output(y, 0), "y").unwrap();
+    net.mark_output(net.output(y, 0)).unwrap();
+    for i in 0..net.layers().len() {
+        if !matches!(net.layers()[i].kind, LayerKind::Constant { .. }) {
+            net.set_layer_precision(LayerId(i), DataType::F16).unwrap();
+        }
+    }
+    net
+}
+
+#[test]
+fn an_epsilon_f16_cannot_hold_still_guards_a_division_in_f16() {
+    for clip in [false, true] {
+        let out = build(&normalize(clip), &[BuilderFlag::Fp16, BuilderFlag::ObeyPrecisionConstraints]);
+        assert!(out.warnings.iter().any(|w| w.contains("smallest subnormal")), "clip {clip}: {:?}", out.warnings);
+        let x = HostTensor::from_f32(vec![2, 3], vec![0.0, 0.0, 0.0, 3.0, 0.0, 4.0]).unwrap();
+        let got = values(&run(out.engine, &[("x", x)])["y"]);
+        // 1e-12 flushed to zero would make the zero row 0/0.
+        assert_eq!(got, vec![0.0, 0.0, 0.0, f64::from(h(0.6)), 0.0, f64::from(h(0.8))], "clip {clip}");
+    }
+}
