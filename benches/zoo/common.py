@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import time
+import zlib
 
 import numpy as np
 
@@ -160,6 +161,17 @@ def verdict(res):
         return f"{w.get('output')}: {w.get('compare_error', 'not comparable')}"
     text = f"{sci(w['error'])} {'≤' if w['pass'] else '>'} {sci(w['tolerance'], short=True)}"
     return text + (" vs fp32" if w.get("reference") == "fp32" else "")
+
+
+def on_one_gpu(key, env=None):
+    """`env` (default: this process's) with CUDA_VISIBLE_DEVICES set to one of ZOO_GPUS devices,
+    chosen by `key` (a case name), so that many jobs spread over a machine's GPUs; unchanged
+    when ZOO_GPUS is unset or 1."""
+    env = dict(os.environ if env is None else env)
+    gpus = int(os.environ.get("ZOO_GPUS", "1") or 1)
+    if gpus > 1:
+        env["CUDA_VISIBLE_DEVICES"] = str(zlib.crc32(key.encode()) % gpus)
+    return env
 
 
 def run_process(cmd, timeout, cwd=None, env=None, log=None):

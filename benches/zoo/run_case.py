@@ -135,7 +135,7 @@ def kiln_job(root, case, backend, precision, kiln, timeout):
     case_dir = os.path.join(root, case)
     meta = common.read_json(os.path.join(case_dir, "meta.json"))
     meta["_dir"] = case_dir
-    env = kiln_env(precision)
+    env = common.on_one_gpu(f"{case}/{backend}/{precision}", kiln_env(precision))
     tag = f"{backend}_{precision}"
     log = os.path.join(case_dir, f"kiln_{tag}.log")
     if os.path.exists(log):

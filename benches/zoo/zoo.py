@@ -91,7 +91,7 @@ def cmd_export(args):
         log = os.path.join(args.out, f"{name}.export.log")
         cmd = [sys.executable, os.path.abspath(__file__), "_export-one", "--out", args.out, "--case", name,
                "--max-params", str(args.max_params), "--threads", str(args.threads)]
-        code, out, err, secs = common.run_process(cmd, left, log=log)
+        code, out, err, secs = common.run_process(cmd, left, env=common.on_one_gpu(name), log=log)
         meta_path = os.path.join(args.out, name, "meta.json")
         meta = common.read_json(meta_path)
         if meta is None:
