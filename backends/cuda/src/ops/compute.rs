@@ -10,14 +10,16 @@ use crate::sources::{Kernel, Source};
 
 /// `op_a(a) · op_b(b)` with batch broadcasting, scaled by `alpha`, reshaped to `out_shape`.
 pub fn matmul(cx: &Ctx, a: &DeviceTensor, op_a: MatrixOp, b: &DeviceTensor, op_b: MatrixOp, alpha: f32, out_shape: &[usize]) -> KResult<DeviceTensor> {
-    matmul_epilogue(cx, a, op_a, b, op_b, alpha, out_shape, None, None).map(|(out, _)| out)
+    matmul_epilogue(cx, cx.gemm_rank.get(), a, op_a, b, op_b, alpha, out_shape, None, None).map(|(out, _)| out)
 }
 
-/// [`matmul`] that also adds `bias` (`n` values) and applies ReLU when asked, in cuBLASLt's
-/// epilogue where the product's shape allows it; the flag says whether it did.
+/// [`matmul`] with cuBLASLt's heuristic algorithm number `rank`, that also adds `bias` (`n`
+/// values) and applies ReLU when asked, in cuBLASLt's epilogue where the product's shape allows
+/// it; the flag says whether it did.
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_epilogue(
     cx: &Ctx,
+    rank: usize,
     a: &DeviceTensor,
     op_a: MatrixOp,
     b: &DeviceTensor,
@@ -116,7 +118,7 @@ pub fn matmul_epilogue(
     let residual = residual.filter(|_| bias.is_some());
     cx.gpu
         .blas
-        .matmul_bias(&g, cx.gemm_rank.get(), &a_dev.buf, &b_dev.buf, bias.map(|(t, _)| &*t.buf), residual.map(|z| &*z.buf), &out.buf)
+        .matmul_bias(&g, rank, &a_dev.buf, &b_dev.buf, bias.map(|(t, _)| &*t.buf), residual.map(|z| &*z.buf), &out.buf)
         .map_err(KernelError::from)?;
     Ok((out, bias.is_some()))
 }

@@ -43,6 +43,20 @@ pub struct ConvTail<'t> {
     pub after: Option<ActivationKind>,
 }
 
+impl<'t> ConvTail<'t> {
+    /// What a library epilogue after the bias (cuDNN's, cuBLASLt's) takes in: ReLU right after
+    /// the bias, or a residual (when `usable`, its type and shape the output's) then maybe
+    /// ReLU; anything else is left to the caller. `(residual, ReLU last, steps taken)`.
+    fn library_epilogue(&self, usable: impl Fn(&DeviceTensor) -> bool) -> (Option<&'t DeviceTensor>, bool, usize) {
+        let relu = |a: Option<ActivationKind>| a == Some(ActivationKind::Relu);
+        match (self.before, self.residual.filter(|z| usable(z))) {
+            (Some(a), _) => (None, relu(Some(a)), usize::from(relu(Some(a)))),
+            (None, Some(z)) => (Some(z), relu(self.after), 1 + usize::from(relu(self.after))),
+            (None, None) => (None, false, 0),
+        }
+    }
+}
+
 /// Whether kiln's depthwise kernel runs this convolution: 2-D, one filter per input channel
 /// (groups = input channels = output channels), a float type.
 pub fn is_depthwise(p: &ConvolutionParams, x_shape: &[usize], w_shape: &[usize]) -> bool {
@@ -128,16 +142,8 @@ fn cudnn_convolution(
     if bias.is_some() && bias_ok.is_none() {
         return Err(invalid!("bias of {:?} for {} output channels", bias.map(|b| b.shape.clone()), out_shape[1]));
     }
-    let relu = |a: Option<ActivationKind>| a == Some(ActivationKind::Relu);
-    let usable = tail.residual.filter(|z| z.dtype == x.dtype && z.shape == out_shape);
-    // What cuDNN's epilogue computes: ReLU right after the bias (no residual), or a residual
-    // then maybe ReLU; anything else is left to the caller.
-    let (residual, relu_last, consumed) = match (tail.before, usable) {
-        (Some(a), _) if relu(Some(a)) => (None, true, 1),
-        (Some(_), _) => (None, false, 0),
-        (None, Some(z)) => (Some(layout::in_layout(cx, z, nhwc)?), relu(tail.after), 1 + usize::from(relu(tail.after))),
-        (None, None) => (None, false, 0),
-    };
+    let (residual, relu_last, consumed) = tail.library_epilogue(|z| z.dtype == x.dtype && z.shape == out_shape);
+    let residual = residual.map(|z| layout::in_layout(cx, z, nhwc)).transpose()?;
     if out.is_empty() {
         return Ok((out, consumed));
     }
@@ -174,22 +180,12 @@ fn patch_convolution(cx: &Ctx, x: &DeviceTensor, w: &DeviceTensor, bias: Option<
     let patches = if patch_strides[..] == super::contiguous_strides(&patch_shape)[..] { x.clone() } else { movement::gather_strided(cx, x, &patch_shape, &patch_strides, 0)? };
     let patches = patches.reshaped(vec![rows, c * kh * kw]);
     let filter = filter.reshaped(vec![oc, c * kh * kw]);
-    let relu = |a: Option<ActivationKind>| a == Some(ActivationKind::Relu);
-    // cuBLASLt's epilogue (with a bias): ReLU right after it, or a residual (its C) then maybe
-    // ReLU; anything else is left to the caller.
-    let (residual, relu_last, consumed) = match (bias, tail.before, tail.residual) {
-        (None, _, _) => (None, false, 0),
-        (Some(_), Some(a), _) => (None, relu(Some(a)), usize::from(relu(Some(a)))),
-        (Some(_), None, Some(z)) if z.dtype == x.dtype && z.shape == out_shape => {
-            (Some(layout::to_channels_last(cx, z)?.reshaped(vec![rows, oc])), relu(tail.after), 1 + usize::from(relu(tail.after)))
-        }
-        (Some(_), None, _) => (None, false, 0),
-    };
+    // cuBLASLt takes the tail only with a bias (its residual is the product's C).
+    let taken = if bias.is_some() { tail.library_epilogue(|z| z.dtype == x.dtype && z.shape == out_shape) } else { (None, false, 0) };
+    let (residual, relu_last, consumed) = taken;
+    let residual = residual.map(|z| Ok::<_, KernelError>(layout::to_channels_last(cx, z)?.reshaped(vec![rows, oc]))).transpose()?;
     // The layer's tactic number chose this path; the product itself runs cuBLASLt's first-ranked algorithm.
-    let choice = cx.gemm_rank.replace(0);
-    let product = super::compute::matmul_epilogue(cx, &patches, kiln::MatrixOp::None, &filter, kiln::MatrixOp::Transpose, 1.0, &[rows, oc], bias.map(|b| (b, relu_last)), residual.as_ref());
-    cx.gemm_rank.set(choice);
-    let (out, fused) = product?;
+    let (out, fused) = super::compute::matmul_epilogue(cx, 0, &patches, kiln::MatrixOp::None, &filter, kiln::MatrixOp::Transpose, 1.0, &[rows, oc], bias.map(|b| (b, relu_last)), residual.as_ref())?;
     if bias.is_some() && !fused {
         return Err(invalid!("cuBLASLt took no bias epilogue for a patch convolution into {out_shape:?}"));
     }

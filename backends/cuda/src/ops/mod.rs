@@ -552,7 +552,7 @@ fn fused(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>], outs: &[OutF
             };
             let next = 1 + usize::from(residual.is_some());
             let relu = matches!(p.epilogue.get(next), Some(PostOp::Activation(kiln::ActivationKind::Relu)));
-            let (out, fused) = compute::matmul_epilogue(cx, &a, *op_a, &b, *op_b, 1.0, &shape, Some((&bias, relu)), residual.as_ref())?;
+            let (out, fused) = compute::matmul_epilogue(cx, cx.gemm_rank.get(), &a, *op_a, &b, *op_b, 1.0, &shape, Some((&bias, relu)), residual.as_ref())?;
             (out, if fused { next + usize::from(relu) } else { 0 })
         }
         // A convolution (+ bias) then as much of the epilogue as its kernel takes in.
