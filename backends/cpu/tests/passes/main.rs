@@ -5,7 +5,7 @@
 mod networks;
 
 use kiln::passes::{
-    AttentionFusion, CommonSubexpressionElimination, ConstantFolding, DeadLayerElimination,
+    AttentionFusion, CommonSubexpressionElimination, ConstantFolding, DeadLayerElimination, EinsumLowering,
     EpilogueFusion, GeluFusion, HorizontalMatMulFusion, NoOpRemoval, NormalizationFusion, Pass,
     PassContext, Pipeline, PointwiseChainFusion, RmsNormalizationFusion, ShapeTensorResolution,
     SoftMaxFusion, SwishFusion,
@@ -186,6 +186,17 @@ fn a_padding_by_nothing_is_removed() {
     let names: Vec<&str> = out.layers().iter().filter(|l| !matches!(l.kind, LayerKind::Constant { .. })).map(|l| l.name.as_str()).collect();
     assert_eq!(names, ["pad"]);
     check_equivalent(&net, 0.0);
+}
+
+#[test]
+fn einsums_that_are_one_product_become_matrix_multiplies() {
+    let net = networks::einsums();
+    let out = check_golden("einsum_lowering", &net, Box::new(EinsumLowering), None);
+    let kinds: Vec<&str> = kinds(&out);
+    // scores and mixed: products as they are; side: its a transposed in, its output
+    // transposed out; project and summed stay Einsums.
+    assert_eq!(kinds, ["MatrixMultiply", "MatrixMultiply", "Einsum", "Shuffle", "MatrixMultiply", "Shuffle", "Einsum"]);
+    check_equivalent(&net, 1e-6);
 }
 
 #[test]

@@ -670,3 +670,27 @@ pub fn zero_padding() -> Network {
     let padded = g.layer("pad", pad(), &[unchanged, some]);
     g.output(padded, "y")
 }
+
+/// Attention written as einsums (MaxViT's `bghid,bghjd->bghij`, then `bghij,bghjd->bghid`), a
+/// product whose batch label comes second (`ibk,bkj->ibj`) and an equation that is not one
+/// product (a label summed in one operand: stays an Einsum).
+pub fn einsums() -> Network {
+    let mut g = G::new("einsums");
+    let batch = Dim::Named("batch".into());
+    let q = g.input("q", vec![batch.clone(), Dim::Fixed(2), Dim::Fixed(5), Dim::Fixed(4)]);
+    let k = g.input("k", vec![batch.clone(), Dim::Fixed(2), Dim::Fixed(6), Dim::Fixed(4)]);
+    let v = g.input("v", vec![batch, Dim::Fixed(2), Dim::Fixed(6), Dim::Fixed(3)]);
+    let einsum = |eq: &str| LayerKind::Einsum { equation: eq.into() };
+    let scores = g.layer("scores", einsum("bhid,bhjd->bhij"), &[q, k]);
+    let mixed = g.layer("mixed", einsum("bhij,bhjd->bhid"), &[scores, v]);
+    let w = g.constant("w", &[5, 3, 7], 0.5);
+    let projected = g.layer("project", einsum("bhid,ide->bhie"), &[mixed, w]);
+    let x = g.constant("x", &[5, 2, 3], 0.25);
+    let y = g.constant("y", &[2, 3, 4], 0.25);
+    let side = g.layer("side", einsum("ibk,bkj->ibj"), &[x, y]);
+    let z = g.constant("z", &[2, 4, 6], 0.25);
+    let summed = g.layer("summed", einsum("ibj,bjk->ib"), &[side, z]);
+    g.net.set_tensor_name(summed, "summed").expect("name");
+    g.net.mark_output(summed).expect("output");
+    g.output(projected, "out")
+}

@@ -12,6 +12,7 @@
 mod attention;
 mod cse;
 mod dead;
+mod einsum;
 mod fold;
 mod fuse;
 mod horizontal;
@@ -24,6 +25,7 @@ pub(crate) mod graph;
 pub use attention::AttentionFusion;
 pub use cse::CommonSubexpressionElimination;
 pub use dead::{remove_dead_layers, DeadLayerElimination};
+pub use einsum::EinsumLowering;
 pub use fold::{ConstantFolding, MAX_FOLDED_ELEMENTS};
 pub use fuse::EpilogueFusion;
 pub use horizontal::HorizontalMatMulFusion;
@@ -122,6 +124,7 @@ impl Pipeline {
                 Box::new(ConstantFolding),
                 Box::new(ShapeTensorResolution),
                 Box::new(NoOpRemoval),
+                Box::new(EinsumLowering),
                 Box::new(DeadLayerElimination),
                 Box::new(SoftMaxFusion),
                 Box::new(NormalizationFusion),
