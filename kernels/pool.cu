@@ -113,6 +113,84 @@ __device__ void pool_int(i64 n, int spatial, const PoolAxis* axes, const T* x, T
     }
 }
 
+// 2-D float pooling on channels-last N×H×W×C, the layout 16-bit convolutions leave: the cases
+// cuDNN does not take (ceil mode's overhang, asymmetric padding, dilation) without converting
+// to N×C×H×W and back. One thread per output pixel and V consecutive channels (the host picks
+// V dividing C, and keeps the thread count in int range), so neighbouring threads read
+// neighbouring channels and each thread's index arithmetic serves V outputs. Window, padding,
+// divisor and results as pool_float: max in float (exact for these types, NaN winning), the
+// average summed in double.
+template <typename T, int V>
+__device__ void pool2d_nhwc(int n, int c, int ih, int iw, int oh, int ow, int kh, int kw, int sh, int sw, int dh, int dw,
+                            int pad_top, int pad_left, int pad_bottom, int pad_right, int average, int count_excludes_padding,
+                            const T* x, T* y) {
+    const int groups = c / V;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        int rem = i;
+        const int group = rem % groups;
+        rem /= groups;
+        const int ox = rem % ow;
+        rem /= ow;
+        const int oy = rem % oh;
+        const int image = rem / oh;
+        const i64 ys = (i64)oy * sh - pad_top, xs = (i64)ox * sw - pad_left;
+        i64 yf, ye, xf, xe;
+        cells_within(ys, kh, dh, 0, ih, &yf, &ye);
+        cells_within(xs, kw, dw, 0, iw, &xf, &xe);
+        const T* plane = x + (i64)image * ih * iw * c + group * V;
+        T* out = y + (i64)i * V;
+        if (average) {
+            double acc[V];
+#pragma unroll
+            for (int v = 0; v < V; ++v) acc[v] = 0.0;
+            for (i64 ky = yf; ky < ye; ++ky) {
+                const T* row = plane + (ys + ky * dh) * iw * c;
+                for (i64 kx = xf; kx < xe; ++kx) {
+                    const T* cell = row + (xs + kx * dw) * c;
+#pragma unroll
+                    for (int v = 0; v < V; ++v) acc[v] += to_d(cell[v]);
+                }
+            }
+            i64 pyf, pye, pxf, pxe;
+            cells_within(ys, kh, dh, ys, ih + pad_bottom, &pyf, &pye);
+            cells_within(xs, kw, dw, xs, iw + pad_right, &pxf, &pxe);
+            const double count = count_excludes_padding ? (double)((ye - yf) * (xe - xf)) : (double)((pye - pyf) * (pxe - pxf));
+#pragma unroll
+            for (int v = 0; v < V; ++v) out[v] = from_d<T>(acc[v] / count);
+        } else {
+            float acc[V];
+#pragma unroll
+            for (int v = 0; v < V; ++v) acc[v] = -INFINITY;
+            for (i64 ky = yf; ky < ye; ++ky) {
+                const T* row = plane + (ys + ky * dh) * iw * c;
+                for (i64 kx = xf; kx < xe; ++kx) {
+                    const T* cell = row + (xs + kx * dw) * c;
+#pragma unroll
+                    for (int v = 0; v < V; ++v) {
+                        const float a = to_f(cell[v]);
+                        acc[v] = acc[v] != acc[v] ? acc[v] : (a != a || a > acc[v] ? a : acc[v]);
+                    }
+                }
+            }
+#pragma unroll
+            for (int v = 0; v < V; ++v) out[v] = from_d<T>((double)acc[v]);
+        }
+    }
+}
+
+#define POOL2D_NHWC(suffix, T, V) \
+    extern "C" __global__ void pool2d_nhwc_##suffix(int n, int c, int ih, int iw, int oh, int ow, int kh, int kw, int sh, int sw, \
+                                                    int dh, int dw, int pt, int pl, int pb, int pr, int average, int excl, const T* x, T* y) { \
+        pool2d_nhwc<T, V>(n, c, ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, average, excl, x, y); \
+    }
+
+POOL2D_NHWC(f32, float, 1)
+POOL2D_NHWC(f16, __half, 1)
+POOL2D_NHWC(bf16, __nv_bfloat16, 1)
+POOL2D_NHWC(f32_x4, float, 4)
+POOL2D_NHWC(f16_x8, __half, 8)
+POOL2D_NHWC(bf16_x8, __nv_bfloat16, 8)
+
 #define POOL_FLOAT(suffix, T) \
     extern "C" __global__ void pool_##suffix(i64 n, int spatial, const PoolAxis* axes, int average, int excl, const T* x, T* y) { \
         pool_float(n, spatial, axes, average, excl, x, y); \

@@ -37,6 +37,7 @@ pub fn expected_kernels() -> Vec<Kernel> {
     }
     add(Source::GridSample, &mut each(&["grid_sample"], &super::FLOAT64_SUFFIXES));
     add(Source::Pool, &mut each(&["pool"], &super::pool::SUFFIXES));
+    add(Source::Pool, &mut each(&["pool2d_nhwc"], &["f32", "f16", "bf16", "f32_x4", "f16_x8", "bf16_x8"]));
     add(Source::Einsum, &mut each(&["einsum"], &super::einsum::SUFFIXES));
     add(Source::Deconvolution, &mut each(&["deconv"], &super::FLOAT64_SUFFIXES));
     add(Source::Signal, &mut each(&["dft", "col2im", "det"], &super::FLOAT64_SUFFIXES));

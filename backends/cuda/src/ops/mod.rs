@@ -425,7 +425,7 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
         }
         K::Expand => one(movement::expand(cx, &dev(0)?, &out_shape(0)?)?),
         K::Concatenation { axis } => {
-            let parts = (0..inputs.len()).map(dev).collect::<Result<Vec<_>, _>>()?;
+            let parts = (0..inputs.len()).map(raw).collect::<Result<Vec<_>, _>>()?;
             one(movement::concatenation(cx, &parts.iter().collect::<Vec<_>>(), *axis, &out_shape(0)?)?)
         }
         K::Gather { mode: GatherMode::Default { axis } } => one(movement::gather(cx, &dev(0)?, &dev(1)?, *axis, &out_shape(0)?)?),

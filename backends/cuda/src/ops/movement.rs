@@ -244,16 +244,30 @@ pub fn expand(cx: &Ctx, x: &DeviceTensor, out_shape: &[usize]) -> KResult<Device
     gather_strided(cx, x, out_shape, &l.stride[0][..out_shape.len()], 0)
 }
 
+/// Each part is read through its own strides (a view, channels-last). When every part is
+/// channels-last (what 16-bit convolutions leave) so is the output, so that an Inception or
+/// DenseNet concatenation and the convolutions and pooling after it convert nothing.
 pub fn concatenation(cx: &Ctx, parts: &[&DeviceTensor], axis: usize, out_shape: &[usize]) -> KResult<DeviceTensor> {
     let first = parts.first().ok_or("concatenation of nothing")?;
-    let out = cx.gpu.empty(first.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
-    let out_strides = contiguous_strides(out_shape);
+    let mut out = cx.gpu.empty(first.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
+    // The copies walk the dims in memory order (channels innermost for channels-last), so each
+    // pixel's channels move as one contiguous run.
+    let order: Vec<usize> = if parts.iter().all(|p| p.channels_last()) {
+        out.strides = Some(DeviceTensor::channels_last_strides(out_shape));
+        DeviceTensor::channels_last_order(out_shape.len())
+    } else {
+        (0..out_shape.len()).collect()
+    };
+    let in_order = |v: &[i64]| order.iter().map(|&d| v[d]).collect::<Vec<i64>>();
+    let out_strides = in_order(&out.element_strides());
     let mut at = 0i64;
     for p in parts {
         if p.shape.len() != out_shape.len() || axis >= out_shape.len() {
             return Err(invalid!("part {:?} does not fit output {out_shape:?} on axis {axis}", p.shape));
         }
-        copy_into(cx, p, &p.shape, &contiguous_strides(&p.shape), 0, &out, &out_strides, at * out_strides[axis])?;
+        let shape: Vec<usize> = order.iter().map(|&d| p.shape[d]).collect();
+        let offset = at * out.element_strides()[axis];
+        copy_into(cx, p, &shape, &in_order(&p.element_strides()), 0, &out, &out_strides, offset)?;
         at += p.shape[axis] as i64;
     }
     Ok(out)

@@ -1,7 +1,8 @@
 //! kiln's own pooling kernel (`kernels/pool.cu`): max and average pooling over 1, 2, 3 or more
 //! spatial axes with strides, dilations, asymmetric padding and ceil mode, on float types
-//! (average summed in double, as kiln-cpu does) and max pooling on integer types. cuDNN runs
-//! the 2-D float cases it can (`compute::pooling`); everything else comes here.
+//! (average summed in double, as kiln-cpu does) and max pooling on integer types; and its 2-D
+//! kernel for channels-last float inputs. cuDNN runs the 2-D float cases it can
+//! (`compute::pooling`); everything else comes here.
 
 use kiln::{invalid, DataType, HostTensor, KernelError, PoolingKind, PoolingParams, TensorData};
 use crate::ops::KResult;
@@ -75,6 +76,41 @@ pub fn axes(p: &PoolingParams, x: &[usize], out_shape: &[usize]) -> KResult<Vec<
         }
     }
     Ok(out)
+}
+
+/// Pools a channels-last 2-D float `x` onto `out_shape` with kiln's NHWC kernel; the output
+/// is channels-last too. None where the kernel does not apply (another layout, rank or type).
+pub fn pooling_channels_last(cx: &Ctx, p: &PoolingParams, x: &DeviceTensor, out_shape: &[usize]) -> KResult<Option<DeviceTensor>> {
+    // The kernel suffix and how many channels one thread takes where they divide C (16 bytes).
+    let (suffix, vector) = match x.dtype {
+        DataType::F32 => ("f32", 4),
+        DataType::F16 => ("f16", 8),
+        DataType::BF16 => ("bf16", 8),
+        _ => return Ok(None),
+    };
+    if !x.channels_last() || x.shape.len() != 4 {
+        return Ok(None);
+    }
+    // [in, out, window, stride, dilation, pre, post] per axis, checked as the general kernel's.
+    let axes = axes(p, &x.shape, out_shape)?;
+    let c = x.shape[1];
+    let vector = if c % vector == 0 { vector } else { 1 };
+    let mut out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
+    out.strides = Some(DeviceTensor::channels_last_strides(out_shape));
+    let threads = out.len() / vector;
+    // The kernel indexes threads and dims in int.
+    let int = |v: i64| i32::try_from(v).ok();
+    let [h, w] = [&axes[..7], &axes[7..]];
+    let dims = [c as i64, h[0], w[0], h[1], w[1], h[2], w[2], h[3], w[3], h[4], w[4], h[5], w[5], h[6], w[6]];
+    let (Some(n), Some(dims)) = (int(threads as i64), dims.iter().map(|&d| int(d)).collect::<Option<Vec<i32>>>()) else { return Ok(None) };
+    if threads == 0 {
+        return Ok(Some(out));
+    }
+    let mut args: Vec<Arg> = std::iter::once(n).chain(dims).map(Arg::I32).collect();
+    args.extend([Arg::I32((p.kind == PoolingKind::Average) as i32), Arg::I32(p.average_count_excludes_padding as i32), cx.arg(x), cx.arg(&out)]);
+    let name = if vector == 1 { format!("pool2d_nhwc_{suffix}") } else { format!("pool2d_nhwc_{suffix}_x{vector}") };
+    cx.launch_elements(Source::Pool.kernel(name), threads, &args)?;
+    Ok(Some(out))
 }
 
 /// Pools row-major `x` onto `out_shape` with kiln's kernel.

@@ -312,3 +312,70 @@ fn deconvolution_matches_in_each_precision() {
         }
     }
 }
+
+/// The channels-last 2-D kernel (what pooling after a 16-bit convolution runs where cuDNN does
+/// not: ceil mode, asymmetric padding, dilation) gives bit for bit what the general kernel gives
+/// on the same values in N×C×H×W, which the tests above hold to the cpu oracle.
+#[test]
+fn channels_last_2d_pooling_equals_the_general_kernel() {
+    use kiln_cuda::ops::{layout, pool, Ctx};
+    use PoolingKind::{Average, Max};
+    let Some(cuda) = crate::common::backend() else { return };
+    let gpu = cuda.gpu().expect("device");
+    let cx = Ctx::new(&gpu, false);
+    let mut r = rng(93);
+    let cases = [
+        ("max 3x3/2 ceil (GoogLeNet)", pool(Max, &[3, 3], &[2, 2], &[1, 1], &[0, 0], &[0, 0], true, false)),
+        ("max dilated, asymmetric pads", pool(Max, &[3, 2], &[1, 2], &[2, 1], &[2, 0], &[1, 1], false, false)),
+        ("avg ceil, padding counted", pool(Average, &[3, 3], &[2, 2], &[1, 1], &[1, 0], &[0, 1], true, false)),
+        ("avg dilated, padding excluded", pool(Average, &[2, 3], &[2, 1], &[2, 2], &[1, 2], &[0, 1], true, true)),
+    ];
+    // 24 channels: a thread takes 8 (16-bit) or 4 (f32); 7: one each.
+    for (dtype, c) in [DataType::F32, DataType::F16, DataType::BF16].into_iter().flat_map(|t| [(t, 24), (t, 7)]) {
+        let (h, w) = (15usize, 17usize);
+        let x = random(&mut r, dtype, &[2, c, h, w]);
+        for (what, p) in &cases {
+            let out_len = |len: usize, d: usize| {
+                let span = len + p.pre_padding[d] + p.post_padding[d] - ((p.window[d] - 1) * p.dilations[d] + 1);
+                if p.ceil_mode { span.div_ceil(p.strides[d]) + 1 } else { span / p.strides[d] + 1 }
+            };
+            let out_shape = [2, c, out_len(h, 0), out_len(w, 1)];
+            let rows = gpu.upload(&x).expect("upload");
+            let general = pool::pooling(&cx, p, &rows, &out_shape).expect("general kernel");
+            let nhwc = layout::to_channels_last(&cx, &rows).expect("to channels-last");
+            let fast = pool::pooling_channels_last(&cx, p, &nhwc, &out_shape).expect("nhwc kernel").expect("the NHWC kernel applies");
+            assert!(fast.channels_last(), "{what}: the output stays channels-last");
+            let fast = layout::to_row_major(&cx, &fast).expect("to row-major");
+            let (want, got) = (gpu.download(&general).unwrap(), gpu.download(&fast).unwrap());
+            assert_eq!(got, want, "{what} {dtype} {c} channels");
+        }
+    }
+}
+
+/// A concatenation of channels-last parts (Inception's and DenseNet's, after 16-bit
+/// convolutions) stays channels-last, on the channel axis and on a spatial one, and holds what
+/// the concatenation of the same values row-major holds; a mix of layouts gives row-major.
+#[test]
+fn concatenation_keeps_channels_last_parts_channels_last() {
+    use kiln_cuda::ops::{layout, movement, Ctx};
+    let Some(cuda) = crate::common::backend() else { return };
+    let gpu = cuda.gpu().expect("device");
+    let cx = Ctx::new(&gpu, false);
+    let mut r = rng(94);
+    for dtype in [DataType::F16, DataType::F32] {
+        let a = gpu.upload(&random(&mut r, dtype, &[2, 8, 5, 6])).unwrap();
+        let b = gpu.upload(&random(&mut r, dtype, &[2, 12, 5, 6])).unwrap();
+        let c = gpu.upload(&random(&mut r, dtype, &[2, 8, 3, 6])).unwrap();
+        let nhwc = |t| layout::to_channels_last(&cx, t).unwrap();
+        for (axis, parts, out_shape) in [(1, [&a, &b], [2, 20, 5, 6]), (2, [&a, &c], [2, 8, 8, 6])] {
+            let want = gpu.download(&movement::concatenation(&cx, &parts, axis, &out_shape).unwrap()).unwrap();
+            let last = [nhwc(parts[0]), nhwc(parts[1])];
+            let got = movement::concatenation(&cx, &[&last[0], &last[1]], axis, &out_shape).unwrap();
+            assert!(got.channels_last(), "{dtype} axis {axis}: channels-last parts give a channels-last output");
+            assert_eq!(gpu.download(&layout::to_row_major(&cx, &got).unwrap()).unwrap(), want, "{dtype} axis {axis}");
+            let mixed = movement::concatenation(&cx, &[&last[0], parts[1]], axis, &out_shape).unwrap();
+            assert!(!mixed.channels_last(), "{dtype} axis {axis}: mixed layouts give row-major");
+            assert_eq!(gpu.download(&mixed).unwrap(), want, "{dtype} axis {axis}, mixed layouts");
+        }
+    }
+}
