@@ -3,7 +3,6 @@
 use crate::ir::dtype::DataType;
 use crate::ir::format::TensorFormat;
 use crate::ir::network::{LayerId, Network};
-use crate::config::{BuilderFlag, BuilderFlags};
 use crate::device::DeviceFingerprint;
 use crate::ir::control::{lower, ControlFlow, DEFAULT_MAX_TRIP_COUNT};
 use crate::error::BackendError;
@@ -92,18 +91,13 @@ pub trait Backend: Send + Sync {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct MathMode {
     /// f32 matrix products and convolutions may round their operands to TF32 (a 10-bit
-    /// mantissa) on tensor cores ([`BuilderFlag::Tf32`]); backends without TF32 units ignore it.
+    /// mantissa) on tensor cores (the TF32 builder flag); backends without TF32 units ignore it.
     pub tf32: bool,
 }
 
 impl MathMode {
     /// f32 computed in f32: networks prepared outside the builder, constant folding.
     pub const EXACT: MathMode = MathMode { tf32: false };
-
-    /// The math an engine built with `flags` runs with.
-    pub fn of(flags: BuilderFlags) -> MathMode {
-        MathMode { tf32: flags.contains(BuilderFlag::Tf32) }
-    }
 
     /// This mode's part of a timing-cache key: tactics timed under one mode are not reused
     /// under another.

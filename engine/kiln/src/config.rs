@@ -173,6 +173,11 @@ impl BuilderFlags {
         self.0 &= !flag.bit();
     }
 
+    /// How an engine built with these flags may compute f32 (its TF32 flag).
+    pub fn math_mode(self) -> crate::backend::MathMode {
+        crate::backend::MathMode { tf32: self.contains(BuilderFlag::Tf32) }
+    }
+
     /// The flags held, in [`BuilderFlag::ALL`] order.
     pub fn flags(self) -> Vec<BuilderFlag> {
         BuilderFlag::ALL.into_iter().filter(|&f| self.contains(f)).collect()

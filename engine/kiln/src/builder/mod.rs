@@ -4,7 +4,7 @@ mod calibration;
 mod tactic_selection;
 mod tensor_sizes;
 
-use crate::backend::{Backend, MathMode};
+use crate::backend::Backend;
 use crate::error::BackendError;
 use crate::build_report::{BuildOutput, BuildSummary};
 use crate::engine::format::BuildFlags;
@@ -136,7 +136,7 @@ impl<'b> Builder<'b> {
         summary.layers_after = pruned.layers().len();
 
         let start = Instant::now();
-        let math = MathMode::of(flags);
+        let math = flags.math_mode();
         let tactics = choose_tactics(self.backend, &device, &timing_view(&pruned, &config.profiles), math, &config.tactics)?;
         summary.layers_timed = tactics.layers_timed;
         summary.layers_from_cache = tactics.layers_from_cache;

@@ -268,7 +268,7 @@ impl Engine {
 
     /// How the engine's f32 arithmetic may be computed (its TF32 builder flag).
     pub fn math(&self) -> crate::backend::MathMode {
-        crate::backend::MathMode::of(self.build_flags.builder_flags)
+        self.build_flags.builder_flags.math_mode()
     }
 
     /// Total bytes of weights the engine holds.
