@@ -113,9 +113,9 @@ __device__ void pool_int(i64 n, int spatial, const PoolAxis* axes, const T* x, T
     }
 }
 
-// 2-D float pooling on channels-last N×H×W×C, the layout 16-bit convolutions leave: the cases
-// cuDNN does not take (ceil mode's overhang, asymmetric padding, dilation) without converting
-// to N×C×H×W and back. One thread per output pixel and V consecutive channels (the host picks
+// 2-D float pooling on channels-last N×H×W×C, the layout 16-bit convolutions leave, with
+// ceil mode's overhang, asymmetric padding and dilation, and no conversion to N×C×H×W and
+// back. One thread per output pixel and V consecutive channels (the host picks
 // V dividing C, and keeps the thread count in int range), so neighbouring threads read
 // neighbouring channels and each thread's index arithmetic serves V outputs. Window, padding,
 // divisor and results as pool_float: max in float (exact for these types, NaN winning), the

@@ -372,7 +372,6 @@ struct PoolPlan {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct PoolSpec {
     pub dtype: DataType,
-    pub nhwc: bool,
     pub max: bool,
     pub exclude_padding: bool,
     pub x: Vec<usize>,
@@ -403,7 +402,6 @@ impl PoolSpec {
         }
         Ok(PoolSpec {
             dtype,
-            nhwc: false,
             max: p.kind == kiln::PoolingKind::Max,
             exclude_padding: p.average_count_excludes_padding,
             x: x.to_vec(),
@@ -412,11 +410,6 @@ impl PoolSpec {
             pads,
             strides,
         })
-    }
-
-    pub fn with_nhwc(mut self, nhwc: bool) -> PoolSpec {
-        self.nhwc = nhwc;
-        self
     }
 }
 
@@ -610,8 +603,9 @@ impl Dnn {
             )
         })?;
         let plan = Arc::new(PoolPlan {
-            x: tensor_desc(spec.dtype, &spec.x, spec.nhwc)?,
-            y: tensor_desc(spec.dtype, &spec.y, spec.nhwc)?,
+            // N×C×H×W: channels-last inputs pool in kiln's NHWC kernel (ops::pool).
+            x: tensor_desc(spec.dtype, &spec.x, false)?,
+            y: tensor_desc(spec.dtype, &spec.y, false)?,
             pool,
         });
         pools.insert(spec.clone(), plan.clone());

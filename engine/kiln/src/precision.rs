@@ -31,9 +31,9 @@ use crate::ir::layer::LayerKind;
 use crate::ir::network::{LayerId, Network, TensorId};
 use crate::ir::rewrite::Rewriter;
 use std::collections::HashMap;
+use thiserror::Error;
 
 mod narrowing;
-use thiserror::Error;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum PrecisionError {

@@ -181,8 +181,8 @@ fn patch_convolution(cx: &Ctx, x: &DeviceTensor, w: &DeviceTensor, bias: Option<
     let patches = patches.reshaped(vec![rows, c * kh * kw]);
     let filter = filter.reshaped(vec![oc, c * kh * kw]);
     // cuBLASLt takes the tail only with a bias (its residual is the product's C).
-    let taken = if bias.is_some() { tail.library_epilogue(|z| z.dtype == x.dtype && z.shape == out_shape) } else { (None, false, 0) };
-    let (residual, relu_last, consumed) = taken;
+    let (residual, relu_last, consumed) =
+        if bias.is_some() { tail.library_epilogue(|z| z.dtype == x.dtype && z.shape == out_shape) } else { (None, false, 0) };
     let residual = residual.map(|z| Ok::<_, KernelError>(layout::to_channels_last(cx, z)?.reshaped(vec![rows, oc]))).transpose()?;
     // The layer's tactic number chose this path; the product itself runs cuBLASLt's first-ranked algorithm.
     let (out, fused) = super::compute::matmul_epilogue(cx, 0, &patches, kiln::MatrixOp::None, &filter, kiln::MatrixOp::Transpose, 1.0, &[rows, oc], bias.map(|b| (b, relu_last)), residual.as_ref())?;

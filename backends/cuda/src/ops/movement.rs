@@ -259,15 +259,15 @@ pub fn concatenation(cx: &Ctx, parts: &[&DeviceTensor], axis: usize, out_shape: 
         (0..out_shape.len()).collect()
     };
     let in_order = |v: &[i64]| order.iter().map(|&d| v[d]).collect::<Vec<i64>>();
-    let out_strides = in_order(&out.element_strides());
+    let logical_out_strides = out.element_strides();
+    let out_strides = in_order(&logical_out_strides);
     let mut at = 0i64;
     for p in parts {
         if p.shape.len() != out_shape.len() || axis >= out_shape.len() {
             return Err(invalid!("part {:?} does not fit output {out_shape:?} on axis {axis}", p.shape));
         }
         let shape: Vec<usize> = order.iter().map(|&d| p.shape[d]).collect();
-        let offset = at * out.element_strides()[axis];
-        copy_into(cx, p, &shape, &in_order(&p.element_strides()), 0, &out, &out_strides, offset)?;
+        copy_into(cx, p, &shape, &in_order(&p.element_strides()), 0, &out, &out_strides, at * logical_out_strides[axis])?;
         at += p.shape[axis] as i64;
     }
     Ok(out)

@@ -1,7 +1,7 @@
 //! kiln's own pooling kernel (`kernels/pool.cu`): max and average pooling over 1, 2, 3 or more
 //! spatial axes with strides, dilations, asymmetric padding and ceil mode, on float types
 //! (average summed in double, as kiln-cpu does) and max pooling on integer types; and its 2-D
-//! kernel for channels-last float inputs. cuDNN runs the 2-D float cases it can
+//! kernel for every channels-last float input. cuDNN runs the row-major 2-D float cases it can
 //! (`compute::pooling`); everything else comes here.
 
 use kiln::{invalid, DataType, HostTensor, KernelError, PoolingKind, PoolingParams, TensorData};

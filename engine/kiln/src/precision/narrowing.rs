@@ -9,7 +9,7 @@ use crate::ir::dtype::DataType;
 use crate::ir::layer::{ActivationKind, LayerKind};
 use crate::ir::narrow::{bf16_from_f64, f16_from_f64};
 use crate::ir::rewrite::convert_float;
-use crate::ir::tensor::HostTensor;
+use crate::ir::tensor::{HostTensor, TensorData};
 
 /// Weights in a narrower float type, with how many values the guarded conversion changed.
 pub(crate) struct Narrowed {
@@ -43,49 +43,50 @@ fn limits(to: DataType) -> Option<(f64, f64)> {
     }
 }
 
-fn round_to(v: f64, to: DataType) -> f64 {
-    match to {
-        DataType::F16 => f16_from_f64(v).to_f64(),
-        DataType::BF16 => bf16_from_f64(v).to_f64(),
-        _ => v,
-    }
+/// `values` as a 16-bit float type `T` under the guarded rule, in one pass; `changed` counts
+/// the values raised to the smallest subnormal `tiny` and those clamped to ±`max`.
+fn guard_each<T: Copy + Into<f64> + std::ops::Neg<Output = T>>(values: &[f64], round: fn(f64) -> T, tiny: T, max: T, changed: &mut (usize, usize)) -> Vec<T> {
+    let signed = |t: T, v: f64| if v < 0.0 { -t } else { t };
+    values
+        .iter()
+        .map(|&v| {
+            let r = round(v);
+            let held: f64 = r.into();
+            if held == 0.0 && v != 0.0 {
+                changed.0 += 1;
+                signed(tiny, v)
+            } else if held.is_infinite() && v.is_finite() {
+                changed.1 += 1;
+                signed(max, v)
+            } else {
+                r
+            }
+        })
+        .collect()
 }
 
-/// `v` as `to` will hold it under the guarded conversion, and whether it was raised or clamped.
-fn guarded(v: f64, to: DataType) -> (f64, bool, bool) {
-    let Some((tiny, max)) = limits(to) else { return (v, false, false) };
-    let r = round_to(v, to);
-    if r == 0.0 && v != 0.0 {
-        (tiny.copysign(v), true, false)
-    } else if r.is_infinite() && v.is_finite() {
-        (max.copysign(v), false, true)
-    } else {
-        (r, false, false)
-    }
+/// Float `values` in `to` under the guarded rule (None for a type other than f16 and bf16),
+/// with how many were raised and clamped.
+fn guarded(values: &[f64], to: DataType) -> Option<(TensorData, (usize, usize))> {
+    use half::{bf16, f16};
+    let mut changed = (0, 0);
+    let data = match to {
+        DataType::F16 => TensorData::F16(guard_each(values, f16_from_f64, f16::from_bits(1), f16::MAX, &mut changed)),
+        DataType::BF16 => TensorData::BF16(guard_each(values, bf16_from_f64, bf16::from_bits(1), bf16::MAX, &mut changed)),
+        _ => return None,
+    };
+    Some((data, changed))
 }
 
 /// Float weights converted to `to`; for f16 and bf16 with the guarded rule of the module docs.
 pub(crate) fn narrow_weights(w: &HostTensor, to: DataType) -> Option<Narrowed> {
-    let plain = convert_float(w, to)?;
-    if limits(to).is_none() {
-        return Some(Narrowed { tensor: plain, raised: 0, clamped: 0 });
+    if !w.dtype().is_float() {
+        return None;
     }
-    let (mut raised, mut clamped) = (0, 0);
-    let values: Vec<f64> = w
-        .to_f64_vec()
-        .into_iter()
-        .map(|v| {
-            let (g, r, c) = guarded(v, to);
-            raised += usize::from(r);
-            clamped += usize::from(c);
-            g
-        })
-        .collect();
-    if raised + clamped == 0 {
-        return Some(Narrowed { tensor: plain, raised, clamped });
-    }
-    let f64s = HostTensor::new(w.shape().to_vec(), crate::ir::tensor::TensorData::F64(values)).ok()?;
-    Some(Narrowed { tensor: convert_float(&f64s, to)?, raised, clamped })
+    let Some((data, (raised, clamped))) = guarded(&w.to_f64_vec(), to) else {
+        return Some(Narrowed { tensor: convert_float(w, to)?, raised: 0, clamped: 0 });
+    };
+    Some(Narrowed { tensor: HostTensor::new(w.shape().to_vec(), data).ok()?, raised, clamped })
 }
 
 /// A Clip computed in `to` whose nonzero minimum or maximum `to` would store as zero, with
@@ -93,13 +94,10 @@ pub(crate) fn narrow_weights(w: &HostTensor, to: DataType) -> Option<Narrowed> {
 /// it); None when nothing changes.
 pub(crate) fn guarded_clip(kind: &LayerKind, to: DataType) -> Option<LayerKind> {
     let LayerKind::Activation { kind: ActivationKind::Clip { min, max } } = kind else { return None };
-    let bound = |b: f32| {
-        let (g, raised, _) = guarded(f64::from(b), to);
-        if raised {
-            g as f32
-        } else {
-            b
-        }
+    let bound = |b: f32| match guarded(&[f64::from(b)], to) {
+        Some((TensorData::F16(v), (1, _))) => v[0].to_f32(),
+        Some((TensorData::BF16(v), (1, _))) => v[0].to_f32(),
+        _ => b,
     };
     let (new_min, new_max) = (bound(*min), bound(*max));
     ((new_min, new_max) != (*min, *max)).then_some(LayerKind::Activation { kind: ActivationKind::Clip { min: new_min, max: new_max } })
