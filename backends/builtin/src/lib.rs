@@ -4,18 +4,42 @@
 
 use kiln::{Backend, BackendError, DeviceFingerprint};
 
-/// A compiled-in backend: its name and constructor (which probes nothing).
+/// Page-locking caller-owned host memory for cuda's device-resident I/O (the C API's
+/// `kiln_register_host_memory`).
+pub use kiln_cuda::caller_memory::{register_host_memory, synchronize_stream, HostRegistration};
+
+/// A compiled-in backend: its name and constructors (which probe nothing).
 #[derive(Debug, Clone, Copy)]
 pub struct BuiltIn {
     pub name: &'static str,
     pub open: fn() -> Box<dyn Backend>,
+    /// On device `N` of several (None: the backend has one device).
+    pub open_on: Option<fn(usize) -> Box<dyn Backend>>,
+}
+
+impl BuiltIn {
+    /// The backend on device `device` (0 is the default one).
+    pub fn open_device(&self, device: usize) -> Result<Box<dyn Backend>, BackendError> {
+        match (self.open_on, device) {
+            (Some(open_on), _) => Ok(open_on(device)),
+            (None, 0) => Ok((self.open)()),
+            (None, _) => Err(BackendError::Unavailable {
+                backend: self.name.into(),
+                reason: format!("it runs on one device, 0; there is no device {device} to choose"),
+            }),
+        }
+    }
 }
 
 /// In `auto` preference order: the first whose device probe succeeds wins.
 pub const BUILT_IN: [BuiltIn; 3] = [
-    BuiltIn { name: "cuda", open: || Box::new(kiln_cuda::CudaBackend::new()) },
-    BuiltIn { name: "wgpu", open: || Box::new(kiln_wgpu::WgpuBackend::new()) },
-    BuiltIn { name: "cpu", open: || Box::new(kiln_cpu::CpuBackend::new()) },
+    BuiltIn {
+        name: "cuda",
+        open: || Box::new(kiln_cuda::CudaBackend::new()),
+        open_on: Some(|device| Box::new(kiln_cuda::CudaBackend::on_device(device))),
+    },
+    BuiltIn { name: "wgpu", open: || Box::new(kiln_wgpu::WgpuBackend::new()), open_on: None },
+    BuiltIn { name: "cpu", open: || Box::new(kiln_cpu::CpuBackend::new()), open_on: None },
 ];
 
 /// The compiled-in backend `name`, if kiln has one (its device not probed).
@@ -30,10 +54,16 @@ pub fn names_text() -> String {
 
 /// Backend `name` with a usable device, or an error saying why there is none.
 pub fn open(name: &str) -> Result<Box<dyn Backend>, BackendError> {
-    let backend = built_in(name).ok_or_else(|| BackendError::Unavailable {
+    open_on_device(name, 0)
+}
+
+/// Backend `name` on device `device` (cuda's ordinal; the other backends have only 0), probed.
+pub fn open_on_device(name: &str, device: usize) -> Result<Box<dyn Backend>, BackendError> {
+    let entry = BUILT_IN.iter().find(|b| b.name == name).ok_or_else(|| BackendError::Unavailable {
         backend: name.to_string(),
         reason: format!("kiln has no backend of that name (it has {})", names_text()),
     })?;
+    let backend = entry.open_device(device)?;
     backend.device()?;
     Ok(backend)
 }

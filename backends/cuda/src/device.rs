@@ -80,6 +80,10 @@ impl Gpu {
     /// loads them.
     pub fn new(ordinal: usize) -> Result<Gpu, GpuError> {
         probe::libraries().runtime_ready().map_err(GpuError::Unavailable)?;
+        let count = CudaContext::device_count().map_err(driver("cuDeviceGetCount"))?;
+        if ordinal >= count.max(0) as usize {
+            return Err(GpuError::Unavailable(format!("there is no CUDA device {ordinal}: this machine shows {count} (ordinals from 0)")));
+        }
         let ctx = CudaContext::new(ordinal).map_err(driver("cuCtxCreate"))?;
         // One stream per Gpu: kernels are ordered by the stream, so cudarc's per-buffer
         // event tracking (meant for several streams) is pure overhead here.

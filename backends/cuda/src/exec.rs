@@ -5,13 +5,14 @@
 //! inference (as TensorRT's shape tensors are), so reshapes and slices never wait for the
 //! device.
 
-use kiln::{invalid, BackendError, DataType, DeviceTimes, Executable, FusedAnchor, HostTensor, KernelError, LayerId, LayerKind, LayerTimes, Network};
+use kiln::{invalid, BackendError, DataType, DeviceAllocation, DeviceInput, DeviceIo, DeviceRun, DeviceTimes, Executable, FusedAnchor, HostTensor, KernelError, LayerId, LayerKind, LayerTimes, Network};
 use crate::ops::KResult;
 use crate::arena::{lock, Arena, ArenaPlan, PinnedHost, Tracer};
 use crate::device::Gpu;
 use crate::error::GpuError;
 use crate::ops::{self, Ctx, Value};
-use crate::replay::{self, Output, PhaseEvents, Replay, Signatures, State};
+use crate::caller_memory::{CallerAllocation, HostAllocation};
+use crate::replay::{self, Delivered, Io, Output, PhaseEvents, Replay, Signatures, State};
 use kiln::ir::control::{ControlFlow, Step};
 use kiln::ir::infer::{Fact, OutFact};
 use kiln::runtime::interp;
@@ -377,6 +378,64 @@ struct Run<'e> {
     events: Option<&'e LayerEvents<'e>>,
 }
 
+impl Run<'_> {
+    /// The network inputs as values on the device: host tensors uploaded, the caller's device
+    /// memory copied into buffers of the execution's own (the arena's, so a graph replays on
+    /// fixed addresses).
+    fn input_values(&self, io: Io<'_>) -> KResult<Vec<Value>> {
+        let device = match io {
+            Io::Host(inputs) => return inputs.iter().map(|x| self.from_host(Arc::new(x.clone()))).collect(),
+            Io::Device(device) => device,
+        };
+        let gpu = self.cx.gpu;
+        device
+            .inputs
+            .iter()
+            .map(|x| match x {
+                DeviceInput::Host(t) => self.from_host(Arc::new(t.clone())),
+                DeviceInput::Device { memory, dtype, dims } => {
+                    let t = gpu.empty(*dtype, dims.clone()).map_err(KernelError::from)?;
+                    let bytes = replay::device_bytes(*dtype, dims).map_err(KernelError::from)?;
+                    gpu.copy_address(memory.address, t.buf.ptr(), bytes).map_err(KernelError::from)?;
+                    Ok(Value::device(t))
+                }
+            })
+            .collect::<KResult<Vec<_>>>()
+            .and_then(|values| {
+                if let Some(event) = device.input_consumed {
+                    gpu.record_caller_event(event).map_err(KernelError::from)?;
+                }
+                Ok(values)
+            })
+    }
+
+    /// The outputs as `io` wants them: read back to the host, or copied (row-major) into the
+    /// caller's device memory.
+    fn deliver(&self, io: Io<'_>, outputs: &[Value]) -> KResult<Delivered> {
+        let device = match io {
+            Io::Host(_) => return Ok(Delivered::Host(outputs.iter().map(|v| self.cx.host(v).map(|h| (*h).clone())).collect::<KResult<_>>()?)),
+            Io::Device(device) => device,
+        };
+        let mut dims = Vec::with_capacity(outputs.len());
+        for (i, (v, dst)) in outputs.iter().zip(device.outputs).enumerate() {
+            match (&v.device, &v.host) {
+                (Some(_), _) => {
+                    let d = self.cx.dev(v)?;
+                    let bytes = replay::device_bytes(d.dtype, &d.shape).map_err(KernelError::from)?;
+                    replay::deliver_device(self.cx.gpu, i, d.buf.ptr(), bytes, dst)?;
+                    dims.push(d.shape.clone());
+                }
+                (None, Some(h)) => {
+                    replay::deliver_host(self.cx.gpu, i, h, dst)?;
+                    dims.push(h.shape().to_vec());
+                }
+                (None, None) => return Err("an output is neither on the device nor on the host".into()),
+            }
+        }
+        Ok(Delivered::Device(dims))
+    }
+}
+
 impl Machine for Run<'_> {
     type Value = Value;
 
@@ -492,7 +551,7 @@ impl CudaExecutable {
 }
 
 /// An interpreted execution's outputs, its allocation trace and where it left the arena's.
-type Interpreted = (Vec<HostTensor>, Vec<crate::arena::Event>, Option<String>);
+type Interpreted = (Delivered, Vec<crate::arena::Event>, Option<String>);
 
 /// The outputs' values (kept alive until the trace ends, as in every mode) and where they are.
 type Captured = (crate::buffer::Graph, Vec<(u64, usize, PinnedHost)>, Vec<Value>);
@@ -507,23 +566,17 @@ impl CudaExecutable {
         lane.gpu.new_arena(ArenaPlan::place(trace)).map(Arc::new).map_err(|e| gpu_error("(activation arena)", e))
     }
 
-    /// One interpreted execution on host inputs, its allocations traced (and served from
-    /// `arena` when given): the outputs, the trace, and where it left the arena's (if it did).
-    fn interpret(
-        &self,
-        gpu: &Gpu,
-        inputs: &[HostTensor],
-        arena: Option<Arc<Arena>>,
-        events: Option<&PhaseEvents>,
-    ) -> Result<Interpreted, BackendError> {
-        self.interpret_profiled(gpu, inputs, arena, events, None)
+    /// One interpreted execution on `io`, its allocations traced (and served from `arena`
+    /// when given): the outputs, the trace, and where it left the arena's (if it did).
+    fn interpret(&self, gpu: &Gpu, io: Io<'_>, arena: Option<Arc<Arena>>, events: Option<&PhaseEvents>) -> Result<Interpreted, BackendError> {
+        self.interpret_profiled(gpu, io, arena, events, None)
     }
 
     /// [`CudaExecutable::interpret`], each layer bracketed by `layers` when given.
     fn interpret_profiled(
         &self,
         gpu: &Gpu,
-        inputs: &[HostTensor],
+        io: Io<'_>,
         arena: Option<Arc<Arena>>,
         events: Option<&PhaseEvents>,
         layers: Option<&LayerEvents>,
@@ -534,7 +587,7 @@ impl CudaExecutable {
         let outputs = (|| {
             mark(0)?;
             let boundary = |e: KernelError| e.at_layer("cuda", "(network inputs)", "");
-            let values = inputs.iter().map(|x| run.from_host(Arc::new(x.clone()))).collect::<Result<Vec<_>, _>>().map_err(boundary)?;
+            let values = run.input_values(io).map_err(boundary)?;
             mark(1)?;
             let outputs = interp::run_plan(&run, &self.plan, &self.frees, values)?;
             mark(2)?;
@@ -550,21 +603,21 @@ impl CudaExecutable {
         })?;
         let (trace, diverged) = (end.events, end.diverged);
         let end = |e: KernelError| e.at_layer("cuda", "(network outputs)", "");
-        let host = outputs.iter().map(|v| run.cx.host(v).map(|h| (*h).clone())).collect::<Result<Vec<_>, _>>().map_err(end)?;
+        let delivered = run.deliver(io, &outputs).map_err(end)?;
         mark(3)?;
         run.cx.finish().map_err(end)?;
         if events.is_some() {
             gpu.synchronize().map_err(|e| gpu_error("(timing)", e))?;
         }
-        Ok((host, trace, diverged))
+        Ok((delivered, trace, diverged))
     }
 
     /// Captures one execution on `inputs` as a graph over `arena`'s addresses. Err says why it
     /// cannot be captured (the caller runs it interpreted instead).
-    fn capture(&self, gpu: &Gpu, inputs: &[HostTensor], arena: Arc<Arena>) -> KResult<Replay> {
+    fn capture(&self, gpu: &Gpu, io: Io<'_>, arena: Arc<Arena>) -> KResult<Replay> {
         let tracer = gpu.begin_trace(Some(arena));
         let run = Run { exe: self, cx: Ctx::new(gpu, self.tf32), events: None };
-        let captured = self.capture_plan(&run, &tracer, inputs);
+        let captured = self.capture_plan(&run, &tracer, io);
         let end = gpu.end_trace(&tracer);
         let (graph, input_slots, values) = captured?;
         if let Some(d) = end.diverged {
@@ -593,12 +646,12 @@ impl CudaExecutable {
 
     /// Uploads the inputs (outside the graph: each replay refills them), then runs the plan
     /// under capture. The capture is always ended.
-    fn capture_plan(&self, run: &Run, tracer: &Arc<Mutex<Tracer>>, inputs: &[HostTensor]) -> KResult<Captured> {
-        let values = inputs.iter().map(|x| run.from_host(Arc::new(x.clone()))).collect::<Result<Vec<_>, _>>()?;
+    fn capture_plan(&self, run: &Run, tracer: &Arc<Mutex<Tracer>>, io: Io<'_>) -> KResult<Captured> {
+        let values = run.input_values(io)?;
         let mut slots = Vec::with_capacity(values.len());
-        for (v, x) in values.iter().zip(inputs) {
+        for (v, (dtype, shape)) in values.iter().zip(io.signature()) {
             let d = v.device.as_ref().ok_or("an input is not on the device")?;
-            let bytes = replay::device_bytes(x.dtype(), x.shape()).map_err(KernelError::from)?;
+            let bytes = replay::device_bytes(dtype, &shape).map_err(KernelError::from)?;
             slots.push((d.buf.ptr(), bytes, PinnedHost::new(&run.cx.gpu.ctx, bytes).map_err(KernelError::from)?));
         }
         run.cx.gpu.begin_capture(tracer).map_err(KernelError::from)?;
@@ -613,23 +666,30 @@ impl CudaExecutable {
         Ok((graph, slots, outputs))
     }
 
-    /// One execution on host inputs: the first with a signature records its allocations, the
-    /// next ones run in its arena, captured as a CUDA graph (second run) and replayed (later
-    /// runs) where the network and the settings allow.
-    fn run_host(&self, inputs: &[HostTensor], timed: bool) -> Result<(Vec<HostTensor>, Option<DeviceTimes>), BackendError> {
+    /// One execution on `io`: the first with a signature records its allocations, the next
+    /// ones run in its arena, captured as a CUDA graph (second run) and replayed (later runs)
+    /// where the network and the settings allow. Device I/O is ordered on the caller's stream.
+    fn run_io(&self, io: Io<'_>, timed: bool) -> Result<(Delivered, Option<DeviceTimes>), BackendError> {
         let lane = self.lanes.take(&self.gpu)?;
         let gpu = &*lane.gpu;
         let _one_run_at_a_time = lock(&gpu.sessions.run_lock);
+        let caller_stream = match io {
+            Io::Device(device) => device.stream,
+            Io::Host(_) => None,
+        };
+        if let Some(stream) = caller_stream {
+            gpu.wait_for_stream(stream).map_err(|e| gpu_error("(caller's stream)", e))?;
+        }
         let events = if timed { Some(PhaseEvents::new(gpu).map_err(|e| gpu_error("(timing)", e))?) } else { None };
         let events = events.as_ref();
-        let key = replay::signature(inputs);
+        let key = io.signature();
         let mut signatures = lock(&lane.signatures);
         let graphs_on = self.graphs_enabled.load(Ordering::Relaxed);
         let graphs = graphs_on && self.graph_blocker.is_none();
         let replay_error = |e: KernelError| e.at_layer("cuda", "(graph replay)", "");
         let outputs = match signatures.get_mut(&key) {
             None => {
-                let (outputs, trace, _) = self.interpret(gpu, inputs, None, events)?;
+                let (outputs, trace, _) = self.interpret(gpu, io, None, events)?;
                 let arena = self.arena_for(&lane, trace)?;
                 self.set_mode(format!("recorded the allocations of these shapes (arena of {} bytes planned)", arena.bytes()));
                 signatures.insert(key, State { arena, replay: None, no_graph: None });
@@ -637,19 +697,19 @@ impl CudaExecutable {
             }
             Some(state) => match &mut state.replay {
                 Some(replay) if graphs => {
-                    let outputs = replay.run(gpu, inputs, events).map_err(replay_error)?;
+                    let outputs = replay.run(gpu, io, events).map_err(replay_error)?;
                     self.set_mode("graph replay".into());
                     outputs
                 }
-                _ if graphs && state.no_graph.is_none() => match self.capture(gpu, inputs, state.arena.clone()) {
+                _ if graphs && state.no_graph.is_none() => match self.capture(gpu, io, state.arena.clone()) {
                     Ok(mut replay) => {
-                        let outputs = replay.run(gpu, inputs, events).map_err(replay_error)?;
+                        let outputs = replay.run(gpu, io, events).map_err(replay_error)?;
                         state.replay = Some(replay);
                         self.set_mode("captured a CUDA graph".into());
                         outputs
                     }
                     Err(reason) => {
-                        let (outputs, trace, diverged) = self.interpret(gpu, inputs, Some(state.arena.clone()), events)?;
+                        let (outputs, trace, diverged) = self.interpret(gpu, io, Some(state.arena.clone()), events)?;
                         if diverged.is_some() {
                             state.arena = self.arena_for(&lane, trace)?;
                         }
@@ -659,7 +719,7 @@ impl CudaExecutable {
                     }
                 },
                 _ => {
-                    let (outputs, trace, diverged) = self.interpret(gpu, inputs, Some(state.arena.clone()), events)?;
+                    let (outputs, trace, diverged) = self.interpret(gpu, io, Some(state.arena.clone()), events)?;
                     let why = if !graphs_on {
                         "graph capture is off".to_string()
                     } else {
@@ -678,8 +738,42 @@ impl CudaExecutable {
             },
         };
         drop(signatures);
+        if let Io::Device(device) = io {
+            match device.stream {
+                Some(stream) => gpu.signal_stream(stream),
+                None => gpu.synchronize(),
+            }
+            .map_err(|e| gpu_error("(caller's stream)", e))?;
+        }
         let times = events.map(PhaseEvents::times).transpose().map_err(|e| gpu_error("(timing)", e))?;
         Ok((outputs, times))
+    }
+
+    /// Host outputs of a host execution.
+    fn run_host(&self, inputs: &[HostTensor], timed: bool) -> Result<(Vec<HostTensor>, Option<DeviceTimes>), BackendError> {
+        match self.run_io(Io::Host(inputs), timed)? {
+            (Delivered::Host(outputs), times) => Ok((outputs, times)),
+            (Delivered::Device(_), _) => Err(BackendError::Execution { layer: "(network outputs)".into(), reason: "a host execution delivered device outputs".into() }),
+        }
+    }
+
+    /// Checks every caller address of `io` before anything is copied through it.
+    fn check_device_io(&self, io: &DeviceIo<'_>) -> Result<(), BackendError> {
+        let net = &self.network;
+        let inputs = net.inputs().iter().zip(io.inputs).filter_map(|(&t, x)| match x {
+            DeviceInput::Device { memory, dtype, dims } => Some((t, *memory, replay::device_bytes(*dtype, dims))),
+            DeviceInput::Host(_) => None,
+        });
+        let outputs = net.outputs().iter().zip(io.outputs).map(|(&t, memory)| (t, *memory, Ok(0)));
+        for (t, memory, bytes) in inputs.chain(outputs) {
+            let name = &net.tensor(t).name;
+            let bytes = bytes.map_err(|e| gpu_error(name, e))?;
+            self.gpu.check_caller_memory(memory.address, bytes.max(memory.bytes)).map_err(|e| BackendError::Execution {
+                layer: format!("(device memory of `{name}`)"),
+                reason: e.to_string(),
+            })?;
+        }
+        Ok(())
     }
 }
 
@@ -700,7 +794,8 @@ impl Executable for CudaExecutable {
         let _one_run_at_a_time = lock(&gpu.sessions.run_lock);
         let arena = lock(&lane.signatures).get_mut(&replay::signature(inputs)).map(|s| s.arena.clone());
         let layers = LayerEvents::new(gpu);
-        let (outputs, _, _) = self.interpret_profiled(gpu, inputs, arena, None, Some(&layers))?;
+        let (outputs, _, _) = self.interpret_profiled(gpu, Io::Host(inputs), arena, None, Some(&layers))?;
+        let Delivered::Host(outputs) = outputs else { unreachable!("host inputs deliver host outputs") };
         let times = layers.times(self.network.layers().len()).map_err(|e| gpu_error("(profiling)", e))?;
         self.set_mode("interpreted for a per-layer profile".into());
         Ok((outputs, Some(times)))
@@ -736,6 +831,28 @@ impl Executable for CudaExecutable {
 
     fn execution_mode(&self) -> Option<String> {
         Some(self.last_mode())
+    }
+
+    fn execute_on_device(&self, io: &DeviceIo<'_>, timed: bool) -> Result<DeviceRun, BackendError> {
+        if io.inputs.len() != self.network.inputs().len() || io.outputs.len() != self.network.outputs().len() {
+            return Err(BackendError::Execution {
+                layer: "(network inputs)".into(),
+                reason: format!("{} inputs and {} outputs given, the network has {} and {}", io.inputs.len(), io.outputs.len(), self.network.inputs().len(), self.network.outputs().len()),
+            });
+        }
+        self.check_device_io(io)?;
+        match self.run_io(Io::Device(io), timed)? {
+            (Delivered::Device(dims), times) => Ok((dims, times)),
+            (Delivered::Host(_), _) => Err(BackendError::Execution { layer: "(network outputs)".into(), reason: "a device execution delivered host outputs".into() }),
+        }
+    }
+
+    fn allocate_device(&self, bytes: usize) -> Result<Box<dyn DeviceAllocation>, BackendError> {
+        Ok(Box::new(CallerAllocation::new(self.gpu.clone(), bytes).map_err(|e| gpu_error("(device memory)", e))?))
+    }
+
+    fn allocate_host(&self, bytes: usize) -> Result<Box<dyn DeviceAllocation>, BackendError> {
+        Ok(Box::new(HostAllocation::new(self.gpu.clone(), bytes).map_err(|e| gpu_error("(host memory)", e))?))
     }
 }
 

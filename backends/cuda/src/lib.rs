@@ -5,7 +5,7 @@
 //! so a machine without them gets [`BackendError::Unavailable`] naming what is missing.
 //! cuDNN (optional) runs convolutions and pooling where present ([`dnn`]).
 //! `unsafe` lives only in the FFI and device-memory modules, the ones allowed it below
-//! (`nvrtc`, `probe`, `arena`, `buffer`, `blas`, `device`, `dnn`, `ops::plugin`), each block with a
+//! (`nvrtc`, `probe`, `arena`, `buffer`, `caller_memory`, `blas`, `device`, `dnn`, `ops::plugin`), each block with a
 //! `// SAFETY:` comment.
 
 #![deny(unsafe_code)]
@@ -25,6 +25,8 @@ pub mod blas;
 #[allow(unsafe_code)] // FFI / device memory
 pub mod buffer;
 #[allow(unsafe_code)] // FFI / device memory
+pub mod caller_memory;
+#[allow(unsafe_code)] // FFI / device memory
 pub mod device;
 #[allow(unsafe_code)] // FFI / device memory
 pub mod dnn;
@@ -43,11 +45,14 @@ pub use exec::{CudaExecutable, CUDA_GRAPHS_VAR};
 use kiln::{Backend, BackendError, DataType, DeviceFingerprint, Executable, MathMode, Network, PrecisionSupport};
 use std::sync::{Arc, OnceLock};
 
-/// The CUDA backend, on device 0. Cheap to create: the device is opened (and kiln's kernels
-/// compiled for it) on first use, and shared by every executable it prepares.
+/// The CUDA backend, on one device (0 unless [`CudaBackend::on_device`]). Cheap to create: the
+/// device is opened (and kiln's kernels compiled for it) on first use, and shared by every
+/// executable it prepares.
 #[derive(Debug, Default)]
 pub struct CudaBackend {
     gpu: OnceLock<Result<Arc<Gpu>, GpuError>>,
+    /// The device's ordinal.
+    ordinal: usize,
     /// Convolutions and pooling ignore cuDNN even where it is present (its own device).
     without_cudnn: bool,
 }
@@ -57,6 +62,12 @@ impl CudaBackend {
     /// plan's [`MathMode`] (the engine's TF32 builder flag).
     pub fn new() -> CudaBackend {
         CudaBackend::default()
+    }
+
+    /// A backend on device `ordinal` (as `CUDA_VISIBLE_DEVICES` numbers them): several engines
+    /// of one process may run on several GPUs, one backend each.
+    pub fn on_device(ordinal: usize) -> CudaBackend {
+        CudaBackend { ordinal, ..CudaBackend::default() }
     }
 
     /// A backend whose convolutions and pooling never use cuDNN (kiln's direct kernels only),
@@ -70,7 +81,7 @@ impl CudaBackend {
     /// The shared device, opened on first use.
     pub fn gpu(&self) -> Result<Arc<Gpu>, BackendError> {
         let open = || {
-            let gpu = Gpu::new(0)?;
+            let gpu = Gpu::new(self.ordinal)?;
             if self.without_cudnn {
                 let _ = gpu.dnn.set(Err(GpuError::Unavailable("cuDNN is off for this backend (CudaBackend::without_cudnn)".into())));
             }

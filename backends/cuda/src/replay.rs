@@ -1,7 +1,7 @@
 //! Per input-shape signature: the activation arena placed from the first execution's trace,
 //! and the CUDA graph captured from the second (when the engine allows one), replayed after.
 
-use kiln::{invalid, DataType, DeviceTimes, HostTensor, KernelError, TensorData};
+use kiln::{invalid, DataType, DeviceInput, DeviceIo, DevicePointer, DeviceTimes, HostTensor, KernelError, TensorData};
 use crate::ops::KResult;
 use crate::arena::{Arena, PinnedHost};
 use crate::buffer::{storage_size, Graph};
@@ -16,6 +16,56 @@ pub type Signature = Vec<(DataType, Vec<usize>)>;
 
 pub fn signature(inputs: &[HostTensor]) -> Signature {
     inputs.iter().map(|x| (x.dtype(), x.shape().to_vec())).collect()
+}
+
+/// Where an execution's inputs come from and its outputs go: host tensors, or the caller's
+/// device memory (device-resident I/O). Both run in the same arenas and graphs: a device
+/// input is copied into the arena address a host input would be uploaded to.
+#[derive(Clone, Copy, Debug)]
+pub enum Io<'a> {
+    Host(&'a [HostTensor]),
+    Device(&'a DeviceIo<'a>),
+}
+
+impl Io<'_> {
+    pub fn signature(&self) -> Signature {
+        match self {
+            Io::Host(inputs) => signature(inputs),
+            Io::Device(io) => io.inputs.iter().map(|x| (x.dtype(), x.dims().to_vec())).collect(),
+        }
+    }
+
+    fn count(&self) -> usize {
+        match self {
+            Io::Host(inputs) => inputs.len(),
+            Io::Device(io) => io.inputs.len(),
+        }
+    }
+}
+
+/// An execution's outputs: host tensors, or the dims of those written to device memory.
+#[derive(Debug)]
+pub enum Delivered {
+    Host(Vec<HostTensor>),
+    Device(Vec<Vec<usize>>),
+}
+
+/// Copies an output of `bytes` bytes at `src` (device) into the caller's `dst`, refusing one
+/// that does not fit.
+pub fn deliver_device(gpu: &Gpu, index: usize, src: u64, bytes: usize, dst: &DevicePointer) -> KResult<()> {
+    if bytes > dst.bytes {
+        return Err(invalid!("output #{index} has {bytes} bytes, the device memory bound to it {}", dst.bytes));
+    }
+    gpu.copy_address(src, dst.address, bytes).map_err(KernelError::from)
+}
+
+/// Copies an output computed on the host into the caller's device memory `dst`.
+pub fn deliver_host(gpu: &Gpu, index: usize, tensor: &HostTensor, dst: &DevicePointer) -> KResult<()> {
+    let bytes = tensor.data().le_bytes();
+    if bytes.len() > dst.bytes {
+        return Err(invalid!("output #{index} has {} bytes, the device memory bound to it {}", bytes.len(), dst.bytes));
+    }
+    gpu.write_address(dst.address, &bytes).map_err(KernelError::from)
 }
 
 /// What one signature's executions reuse.
@@ -104,44 +154,79 @@ impl PhaseEvents {
 }
 
 impl Replay {
-    /// Replays the graph on `inputs` (of the captured signature); Err names the kernel check
-    /// that failed or the driver call.
-    pub fn run(&mut self, gpu: &Gpu, inputs: &[HostTensor], events: Option<&PhaseEvents>) -> KResult<Vec<HostTensor>> {
+    /// Replays the graph on `io`'s inputs (of the captured signature); Err names the kernel
+    /// check that failed or the driver call. Host outputs are waited for; device ones are
+    /// enqueued, waited for only where kernel checks or `events` need it.
+    pub fn run(&mut self, gpu: &Gpu, io: Io<'_>, events: Option<&PhaseEvents>) -> KResult<Delivered> {
         let mark = |i: usize| events.map_or(Ok(()), |e| e.mark(gpu, i)).map_err(KernelError::from);
-        if inputs.len() != self.inputs.len() {
-            return Err(invalid!("{} inputs, the graph was captured with {}", inputs.len(), self.inputs.len()));
+        if io.count() != self.inputs.len() {
+            return Err(invalid!("{} inputs, the graph was captured with {}", io.count(), self.inputs.len()));
         }
-        // The previous replay was waited for, so the staging buffers are free to refill.
-        for (x, (_, bytes, staging)) in inputs.iter().zip(&mut self.inputs) {
-            let data = x.data().le_bytes();
-            if data.len() != *bytes {
-                return Err(invalid!("an input of {} bytes, the graph was captured with {bytes}", data.len()));
+        match io {
+            Io::Host(inputs) => {
+                // The previous replay was waited for, so the staging buffers are free to refill.
+                for (x, (_, bytes, staging)) in inputs.iter().zip(&mut self.inputs) {
+                    let data = x.data().le_bytes();
+                    if data.len() != *bytes {
+                        return Err(invalid!("an input of {} bytes, the graph was captured with {bytes}", data.len()));
+                    }
+                    copy_in_parallel(&mut staging.as_mut_slice()[..data.len()], &data);
+                }
+                mark(0)?;
+                for (address, bytes, staging) in &self.inputs {
+                    gpu.write_pinned(*address, staging, *bytes).map_err(KernelError::from)?;
+                }
             }
-            copy_in_parallel(&mut staging.as_mut_slice()[..data.len()], &data);
-        }
-        mark(0)?;
-        for (address, bytes, staging) in &self.inputs {
-            gpu.write_pinned(*address, staging, *bytes).map_err(KernelError::from)?;
+            Io::Device(device) => {
+                mark(0)?;
+                // A device replay may still be running: the pinned staging is not reused here.
+                for (x, (address, bytes, _)) in device.inputs.iter().zip(&self.inputs) {
+                    match x {
+                        DeviceInput::Device { memory, .. } => gpu.copy_address(memory.address, *address, *bytes),
+                        DeviceInput::Host(t) => gpu.write_address(*address, &t.data().le_bytes()),
+                    }
+                    .map_err(KernelError::from)?;
+                }
+                if let Some(event) = device.input_consumed {
+                    gpu.record_caller_event(event).map_err(KernelError::from)?;
+                }
+            }
         }
         mark(1)?;
         self.graph.launch().map_err(KernelError::from)?;
         mark(2)?;
-        for out in &mut self.outputs {
-            if let Output::Device { address, bytes, staging, .. } = out {
-                gpu.read_pinned(*address, staging, *bytes).map_err(KernelError::from)?;
+        let host = matches!(io, Io::Host(_));
+        if let Io::Device(device) = io {
+            for (i, (out, dst)) in self.outputs.iter().zip(device.outputs).enumerate() {
+                match out {
+                    Output::Device { address, bytes, .. } => deliver_device(gpu, i, *address, *bytes, dst)?,
+                    Output::Host(t) => deliver_host(gpu, i, t, dst)?,
+                }
+            }
+        } else {
+            for out in &mut self.outputs {
+                if let Output::Device { address, bytes, staging, .. } = out {
+                    gpu.read_pinned(*address, staging, *bytes).map_err(KernelError::from)?;
+                }
             }
         }
         for (address, _, staging) in &mut self.checks {
             gpu.read_pinned(*address, staging, 4).map_err(KernelError::from)?;
         }
         mark(3)?;
-        gpu.synchronize().map_err(KernelError::from)?;
+        if host || events.is_some() || !self.checks.is_empty() {
+            gpu.synchronize().map_err(KernelError::from)?;
+        }
         for (_, message, staging) in &self.checks {
             if staging.as_slice()[..4] != [0; 4] {
                 return Err(KernelError::Invalid(message.clone()));
             }
         }
-        self.outputs
+        if !host {
+            return Ok(Delivered::Device(self.outputs.iter().map(|out| out.shape().to_vec()).collect()));
+        }
+        let outputs = self
+            .outputs
             .iter()
             .map(|out| match out {
                 Output::Host(t) => Ok(t.clone()),
@@ -150,7 +235,17 @@ impl Replay {
                     HostTensor::new(shape.clone(), data).map_err(KernelError::from)
                 }
             })
-            .collect()
+            .collect::<KResult<Vec<_>>>()?;
+        Ok(Delivered::Host(outputs))
+    }
+}
+
+impl Output {
+    fn shape(&self) -> &[usize] {
+        match self {
+            Output::Device { shape, .. } => shape,
+            Output::Host(t) => t.shape(),
+        }
     }
 }
 

@@ -4,6 +4,7 @@ use crate::ir::dtype::DataType;
 use crate::ir::format::TensorFormat;
 use crate::ir::network::{LayerId, Network};
 use crate::device::DeviceFingerprint;
+use crate::device_io::{DeviceAllocation, DeviceIo};
 use crate::ir::control::{lower, ControlFlow, DEFAULT_MAX_TRIP_COUNT};
 use crate::error::BackendError;
 use crate::ir::tensor::HostTensor;
@@ -200,5 +201,41 @@ pub trait Executable: Send + Sync {
     /// reports. Default: the backend does not say.
     fn execution_mode(&self) -> Option<String> {
         None
+    }
+
+    /// Runs on inputs in device memory and writes the outputs to device memory (see
+    /// [`crate::device_io`]), inputs validated as for [`Executable::execute`]. Returns each
+    /// output's dims and, when `timed`, the device times of the phases (input copies, compute,
+    /// output copies). Default: the backend runs on host memory only.
+    fn execute_on_device(&self, io: &DeviceIo<'_>, timed: bool) -> Result<DeviceRun, BackendError> {
+        let _ = (io, timed);
+        Err(host_memory_only("run on device memory"))
+    }
+
+    /// Allocates `bytes` of device memory on the executable's device, for callers without an
+    /// allocator of their own. Default: the backend runs on host memory only.
+    fn allocate_device(&self, bytes: usize) -> Result<Box<dyn DeviceAllocation>, BackendError> {
+        let _ = bytes;
+        Err(host_memory_only("allocate device memory"))
+    }
+
+    /// Allocates `bytes` of page-locked host memory the device copies straight from and to,
+    /// bindable for device executions as device memory is (what registered host buffers
+    /// give). Default: the backend runs on host memory only.
+    fn allocate_host(&self, bytes: usize) -> Result<Box<dyn DeviceAllocation>, BackendError> {
+        let _ = bytes;
+        Err(host_memory_only("allocate page-locked host memory"))
+    }
+}
+
+/// What a device execution reports: each output's dims (in network-output order) and, when
+/// timed, its device times.
+pub type DeviceRun = (Vec<Vec<usize>>, Option<DeviceTimes>);
+
+fn host_memory_only(operation: &str) -> BackendError {
+    BackendError::NotOffered {
+        backend: "(this backend)".into(),
+        operation: operation.into(),
+        reason: "it runs on host memory: bind host buffers instead".into(),
     }
 }

@@ -19,6 +19,7 @@ pub mod build_report;
 pub mod builder;
 pub mod config;
 pub mod device;
+pub mod device_io;
 pub mod engine;
 pub mod error;
 pub mod inspector;
@@ -36,7 +37,8 @@ pub mod refit;
 pub mod runtime;
 pub mod tactics;
 
-pub use backend::{Backend, DeviceTimes, Executable, LayerTimes, MathMode, PrecisionSupport};
+pub use backend::{Backend, DeviceRun, DeviceTimes, Executable, LayerTimes, MathMode, PrecisionSupport};
+pub use device_io::{DeviceAllocation, DeviceInput, DeviceIo, DevicePointer};
 pub use device::DeviceFingerprint;
 pub use error::{BackendError, NetworkError};
 pub use runtime::machine::KernelError;

@@ -16,6 +16,7 @@ pub use context::ExecutionContext;
 pub use stream::{Event, Stream};
 
 use crate::backend::{Backend, Executable};
+use crate::device_io::DeviceAllocation;
 use crate::error::BackendError;
 use crate::engine::{Engine, EngineLoadError};
 use std::sync::Arc;
@@ -55,6 +56,8 @@ pub enum RunError {
     ShapeValuesNotSet { input: String },
     #[error("no buffer is bound to `{tensor}`: call set_tensor_address first")]
     AddressNotSet { tensor: String },
+    #[error("no device memory is bound to `{tensor}`: a device execution reads and writes every input and output in device memory (set_device_tensor_address)")]
+    DeviceAddressNotSet { tensor: String },
     #[error("`{tensor}` holds strings, which have no fixed size and cannot live in a byte buffer: use ExecutionContext::run with host tensors")]
     StringInBuffer { tensor: String },
     #[error("the buffer of `{tensor}` has {available} bytes, it needs {needed}")]
@@ -106,6 +109,29 @@ impl PreparedEngine {
     /// Device differences that may cost performance (seed §6.7).
     pub fn warnings(&self) -> &[String] {
         &self.warnings
+    }
+
+    /// Device memory on the engine's device, for callers without an allocator of their own
+    /// (see [`crate::device_io`]); an error on backends that run on host memory.
+    pub fn allocate_device(&self, bytes: usize) -> Result<Box<dyn DeviceAllocation>, RunError> {
+        self.executable.allocate_device(bytes).map_err(|e| self.named(e))
+    }
+
+    /// Page-locked host memory the engine's device copies straight from and to, bindable with
+    /// [`ExecutionContext::set_device_tensor_address`] as device memory is; an error on
+    /// backends that run on host memory.
+    pub fn allocate_host(&self, bytes: usize) -> Result<Box<dyn DeviceAllocation>, RunError> {
+        self.executable.allocate_host(bytes).map_err(|e| self.named(e))
+    }
+
+    /// `e` with the backend's name where the executable's default left it unnamed.
+    pub(crate) fn named(&self, e: BackendError) -> RunError {
+        match e {
+            BackendError::NotOffered { operation, reason, .. } => {
+                RunError::Backend(BackendError::NotOffered { backend: self.engine.backend().to_string(), operation, reason })
+            }
+            e => RunError::Backend(e),
+        }
     }
 
     pub(crate) fn executable(&self) -> &dyn Executable {

@@ -3,6 +3,7 @@
 //! empty tensors, several contexts on several threads.
 
 mod api;
+mod device_io;
 mod dynamic;
 mod memory;
 mod profile;

@@ -9,19 +9,19 @@ use kiln_cuda::{CudaBackend, GpuError};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-struct Fixture {
-    net: Network,
-    inputs: HashMap<String, HostTensor>,
+pub(crate) struct Fixture {
+    pub net: Network,
+    pub inputs: HashMap<String, HostTensor>,
     expected: HashMap<String, HostTensor>,
 }
 
-fn fixture(name: &str) -> Fixture {
+pub(crate) fn fixture(name: &str) -> Fixture {
     let (net, inputs, expected) = reference_model(name);
     Fixture { net, inputs, expected }
 }
 
 /// The fixture built in f32 or with every float layer constrained to f16.
-fn prepare(cuda: &CudaBackend, net: &Network, f16: bool) -> Arc<PreparedEngine> {
+pub(crate) fn prepare(cuda: &CudaBackend, net: &Network, f16: bool) -> Arc<PreparedEngine> {
     let mut net = net.clone();
     let mut config = exact_f32_config();
     if f16 {

@@ -9,6 +9,7 @@ mod common;
 mod conv;
 mod conv_bench;
 mod device;
+mod device_io;
 mod dtypes;
 mod execution;
 mod indexing;

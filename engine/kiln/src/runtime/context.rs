@@ -5,6 +5,7 @@ use crate::ir::infer::network_shapes::{dims_with_wildcards, infer_shapes, BoundI
 use super::stream::{Event, Job, Stream};
 use super::{Buffer, PreparedEngine, RunError};
 use crate::backend::{Backend, DeviceTimes, LayerTimes};
+use crate::device_io::{DeviceInput, DeviceIo, DevicePointer};
 use crate::engine::Engine;
 use crate::ir::network::{Network, TensorId};
 use crate::ir::shape::{Dim, Shape};
@@ -23,6 +24,10 @@ pub struct ExecutionContext {
     /// Per network input: the values of a shape tensor.
     shape_values: Vec<Option<Vec<i64>>>,
     addresses: HashMap<String, Buffer>,
+    /// Tensors bound to device memory instead (a name is in one map or the other).
+    device_addresses: HashMap<String, DevicePointer>,
+    /// The output dims of the latest device execution, in network-output order.
+    device_output_dims: Mutex<Vec<Vec<usize>>>,
     /// Whether executions measure their device phases, and the latest measurement.
     device_timing: bool,
     device_times: Arc<Mutex<Option<DeviceTimes>>>,
@@ -68,6 +73,8 @@ impl ExecutionContext {
             shapes,
             shape_values,
             addresses: HashMap::new(),
+            device_addresses: HashMap::new(),
+            device_output_dims: Mutex::default(),
             device_timing: false,
             device_times: Arc::default(),
             inferred: Mutex::default(),
@@ -331,8 +338,87 @@ impl ExecutionContext {
     /// Binds the buffer an input is read from or an output written to.
     pub fn set_tensor_address(&mut self, name: &str, buffer: Buffer) -> Result<(), RunError> {
         self.io_tensor(name)?;
+        self.device_addresses.remove(name);
         self.addresses.insert(name.to_string(), buffer);
         Ok(())
+    }
+
+    /// Binds device memory an input is read from or an output written to, for
+    /// [`ExecutionContext::enqueue_on_device`] (see [`crate::device_io`]).
+    pub fn set_device_tensor_address(&mut self, name: &str, memory: DevicePointer) -> Result<(), RunError> {
+        self.io_tensor(name)?;
+        self.addresses.remove(name);
+        self.device_addresses.insert(name.to_string(), memory);
+        Ok(())
+    }
+
+    /// The device memory bound to `name`, if any.
+    pub fn device_tensor_address(&self, name: &str) -> Option<DevicePointer> {
+        self.device_addresses.get(name).copied()
+    }
+
+    /// Runs the engine on the device memory bound to every input and output (shape tensors
+    /// take their values from [`ExecutionContext::set_shape_tensor_values`]), ordered on the
+    /// caller's `stream` (see [`DeviceIo::stream`]): no host copy of any tensor. Each output's
+    /// memory must hold its elements; their dims are [`ExecutionContext::device_output_dims`]
+    /// afterwards. With device timing on, the phases are measured (the call then waits for
+    /// the execution). Backends that run on host memory refuse.
+    pub fn enqueue_on_device(&self, stream: Option<u64>) -> Result<(), RunError> {
+        self.enqueue_on_device_with(stream, None)
+    }
+
+    /// [`ExecutionContext::enqueue_on_device`], recording the caller's `input_consumed` event
+    /// (a `CUevent` on cuda) once the inputs have been read.
+    pub fn enqueue_on_device_with(&self, stream: Option<u64>, input_consumed: Option<u64>) -> Result<(), RunError> {
+        let (bound, shapes) = self.inferred_shapes()?;
+        let net = self.network();
+        let element_bytes = |name: &str, dtype: crate::ir::dtype::DataType| {
+            dtype.size_bytes().ok_or_else(|| RunError::StringInBuffer { tensor: name.to_string() })
+        };
+        let mut inputs = Vec::with_capacity(bound.len());
+        for b in bound {
+            let desc = net.tensor(b.tensor);
+            if let Some(values) = b.value {
+                inputs.push(DeviceInput::Host(values));
+                continue;
+            }
+            let memory = self.device_memory(&desc.name)?;
+            let needed = b.dims.iter().product::<usize>() * element_bytes(&desc.name, desc.dtype)?;
+            if memory.bytes < needed {
+                return Err(RunError::BufferTooSmall { tensor: desc.name.clone(), needed, available: memory.bytes });
+            }
+            inputs.push(DeviceInput::Device { memory, dtype: desc.dtype, dims: b.dims });
+        }
+        let mut outputs = Vec::with_capacity(net.outputs().len());
+        for &t in net.outputs() {
+            let desc = net.tensor(t);
+            let memory = self.device_memory(&desc.name)?;
+            if let Some(volume) = shapes[t.0].volume() {
+                let needed = volume * element_bytes(&desc.name, desc.dtype)?;
+                if memory.bytes < needed {
+                    return Err(RunError::BufferTooSmall { tensor: desc.name.clone(), needed, available: memory.bytes });
+                }
+            }
+            outputs.push(memory);
+        }
+        let io = DeviceIo { inputs: &inputs, outputs: &outputs, stream, input_consumed };
+        let (dims, times) = self.prepared.executable().execute_on_device(&io, self.device_timing).map_err(|e| self.prepared.named(e))?;
+        if self.device_timing {
+            *self.device_times.lock().unwrap_or_else(PoisonError::into_inner) = times;
+        }
+        *self.device_output_dims.lock().unwrap_or_else(PoisonError::into_inner) = dims;
+        Ok(())
+    }
+
+    /// The dims of output `name` written by the latest device execution.
+    pub fn device_output_dims(&self, name: &str) -> Option<Vec<usize>> {
+        let net = self.network();
+        let index = net.outputs().iter().position(|&t| net.tensor(t).name == name)?;
+        self.device_output_dims.lock().unwrap_or_else(PoisonError::into_inner).get(index).cloned()
+    }
+
+    fn device_memory(&self, name: &str) -> Result<DevicePointer, RunError> {
+        self.device_addresses.get(name).copied().ok_or_else(|| RunError::DeviceAddressNotSet { tensor: name.to_string() })
     }
 
     /// The address of the buffer bound to `name`, if any.
