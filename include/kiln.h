@@ -45,6 +45,9 @@ const char *kiln_last_error(void);
 
 /* Loads an engine file and prepares it on the backend it was built for (cpu, wgpu, cuda). */
 KilnEngine *kiln_engine_load(const char *path);
+/* kiln_engine_load on device `device` (cuda's ordinal; backends with one device take only 0),
+ * so one process may run engines on several GPUs. */
+KilnEngine *kiln_engine_load_on_device(const char *path, int device);
 void kiln_engine_free(KilnEngine *engine);
 /* Inputs and outputs, inputs first: their count, and the name of one (owned by the engine). */
 int kiln_engine_io_count(const KilnEngine *engine);
@@ -70,11 +73,33 @@ int kiln_context_set_input(KilnContext *context, const char *name, const int64_t
                            const void *data, size_t bytes);
 /* Runs the engine on the inputs set, synchronously. 0, or -1. */
 int kiln_context_execute(KilnContext *context);
-/* Dims of an output of the last run into dims[0..max_rank); returns the rank, or -1. */
+/* Dims of an output of the last run (host or device) into dims[0..max_rank); returns the
+ * rank, or -1. */
 int kiln_context_output_shape(const KilnContext *context, const char *name, int64_t *dims, int max_rank);
 /* Copies an output of the last run into data (room for `bytes`); returns the bytes copied,
  * or -1 (also when the output does not fit). */
 int64_t kiln_context_copy_output(const KilnContext *context, const char *name, void *data, size_t bytes);
+
+/* Device-resident I/O (cuda engines): inputs read from and outputs written to device memory
+ * the caller owns, ordered on the caller's CUDA stream, with no host copy. Engines on a
+ * backend that runs on host memory (cpu, wgpu) refuse with a message. */
+
+/* Sets the dims of input `name` for kiln_context_enqueue. 0, or -1. */
+int kiln_context_set_input_shape(KilnContext *context, const char *name, const int64_t *dims, int rank);
+/* Binds `bytes` bytes of device memory at `address` (a CUdeviceptr on the engine's device) to
+ * input or output `name`. 0, or -1. */
+int kiln_context_set_device_address(KilnContext *context, const char *name, uint64_t address, size_t bytes);
+/* Runs on the bound device memory, ordered on `stream` (a CUstream; NULL: the legacy default
+ * stream); records `input_consumed` (a CUevent, or NULL) once the inputs have been read, after
+ * which they may be refilled. Returns once enqueued; the outputs are ready when the stream
+ * reaches this point. 0, or -1. */
+int kiln_context_enqueue(KilnContext *context, void *stream, void *input_consumed);
+/* Page-locks `bytes` bytes of the caller's host memory at `data` for cuda device `device`:
+ * bound with kiln_context_set_device_address, it is copied straight to and from the device
+ * (one DMA, no staging copy). Keep it alive, and untouched while an execution uses it, until
+ * kiln_unregister_host_memory(data). 0, or -1 (no CUDA, a range the driver refuses). */
+int kiln_register_host_memory(void *data, size_t bytes, int device);
+int kiln_unregister_host_memory(void *data);
 
 #ifdef __cplusplus
 }

@@ -23,17 +23,19 @@ pub struct ContextHandle {
     pub outputs: BTreeMap<String, HostTensor>,
 }
 
-/// The backend an engine names, as the `kiln` command opens it.
-fn backend_for(name: &str) -> Result<Box<dyn Backend>, String> {
-    kiln_builtin_backends::built_in(name).ok_or_else(|| {
+/// The backend an engine names, on `device`, as the `kiln` command opens it.
+fn backend_for(name: &str, device: usize) -> Result<Box<dyn Backend>, String> {
+    let entry = kiln_builtin_backends::BUILT_IN.iter().find(|b| b.name == name).ok_or_else(|| {
         format!("the engine was built for backend `{name}`, which this libkiln does not have (it has {})", kiln_builtin_backends::names_text())
-    })
+    })?;
+    entry.open_device(device).map_err(|e| e.to_string())
 }
 
 impl EngineHandle {
-    pub fn load(bytes: &[u8]) -> Result<EngineHandle, String> {
+    /// Loads an engine file's bytes and prepares it on device `device` of its backend.
+    pub fn load(bytes: &[u8], device: usize) -> Result<EngineHandle, String> {
         let engine = Engine::deserialize(bytes).map_err(|e| format!("cannot load the engine: {e}"))?;
-        let backend = backend_for(engine.backend())?;
+        let backend = backend_for(engine.backend(), device)?;
         let network = engine.network();
         let names: Vec<&str> = network.inputs().iter().chain(network.outputs()).map(|&t| network.tensor(t).name.as_str()).collect();
         let io_names = names
@@ -90,6 +92,21 @@ impl ContextHandle {
     pub fn execute(&mut self) -> Result<(), String> {
         self.outputs = self.context.run(&self.inputs).map_err(|e| e.to_string())?;
         Ok(())
+    }
+
+    /// Runs on the device memory bound to every input and output (device-resident I/O),
+    /// ordered on the caller's stream; the outputs stay in device memory.
+    pub fn enqueue(&mut self, stream: u64, input_consumed: Option<u64>) -> Result<(), String> {
+        self.outputs.clear();
+        self.context.enqueue_on_device_with(Some(stream), input_consumed).map_err(|e| e.to_string())
+    }
+
+    /// The dims of output `name` of the last run, host or device.
+    pub fn output_dims(&self, name: &str) -> Result<Vec<usize>, String> {
+        match self.context.device_output_dims(name).filter(|_| self.outputs.is_empty()) {
+            Some(dims) => Ok(dims),
+            None => Ok(self.output(name)?.shape().to_vec()),
+        }
     }
 
     pub fn output(&self, name: &str) -> Result<&HostTensor, String> {

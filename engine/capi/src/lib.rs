@@ -86,11 +86,23 @@ pub extern "C" fn kiln_last_error() -> *const c_char {
 /// `path` is a NUL-terminated string.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_engine_load(path: *const c_char) -> *mut KilnEngine {
+    // SAFETY: the caller's promise, passed on.
+    unsafe { kiln_engine_load_on_device(path, 0) }
+}
+
+/// `kiln_engine_load` on device `device` (cuda's ordinal; backends with one device take 0):
+/// engines of one process may run on several GPUs. NULL on failure.
+///
+/// # Safety
+/// `path` is a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_engine_load_on_device(path: *const c_char, device: c_int) -> *mut KilnEngine {
     guarded(std::ptr::null_mut(), || {
         // SAFETY: the caller passes a NUL-terminated path.
         let path = unsafe { text(path, "the path") }?;
+        let device = usize::try_from(device).map_err(|_| format!("device {device} is negative"))?;
         let bytes = std::fs::read(path).map_err(|e| format!("cannot read engine file `{path}`: {e}"))?;
-        let handle = EngineHandle::load(&bytes).map_err(|e| format!("`{path}`: {e}"))?;
+        let handle = EngineHandle::load(&bytes, device).map_err(|e| format!("`{path}`: {e}"))?;
         Ok(Box::into_raw(Box::new(KilnEngine(handle))))
     })
 }
@@ -271,14 +283,8 @@ pub unsafe extern "C" fn kiln_context_set_input(
         let engine = unsafe { engine_ref(context.engine) }?;
         // SAFETY: a NUL-terminated name.
         let name = unsafe { text(name, "the name") }?;
-        let rank = usize::try_from(rank).map_err(|_| "rank is negative".to_string())?;
-        let dims: &[i64] = match rank {
-            0 => &[],
-            _ if dims.is_null() => return Err("dims is NULL".into()),
-            // SAFETY: dims holds rank values (the caller's promise).
-            _ => unsafe { std::slice::from_raw_parts(dims, rank) },
-        };
-        let dims: Vec<usize> = dims.iter().map(|&d| usize::try_from(d).map_err(|_| format!("dim {d} is negative"))).collect::<Result<_, _>>()?;
+        // SAFETY: dims holds rank values (the caller's promise).
+        let dims = unsafe { dims_arg(dims, rank) }?;
         let data: &[u8] = match bytes {
             0 => &[],
             _ if data.is_null() => return Err("data is NULL".into()),
@@ -314,7 +320,7 @@ pub unsafe extern "C" fn kiln_context_output_shape(context: *const KilnContext, 
     guarded(-1, || {
         // SAFETY: null or a live context; a NUL-terminated name.
         let (context, name) = unsafe { (context.as_ref().ok_or("the context is NULL")?, text(name, "the name")?) };
-        let shape: Vec<i64> = context.handle.output(name)?.shape().iter().map(|&d| d as i64).collect();
+        let shape: Vec<i64> = context.handle.output_dims(name)?.iter().map(|&d| d as i64).collect();
         // SAFETY: the caller gives room for max_rank values.
         unsafe { write_dims(&shape, dims, max_rank) }
     })
@@ -344,5 +350,122 @@ pub unsafe extern "C" fn kiln_context_copy_output(context: *const KilnContext, n
             unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), data.cast::<u8>(), values.len()) };
         }
         Ok(values.len() as i64)
+    })
+}
+
+/// `dims[0..rank]` as dims, refusing a negative rank or dim and a NULL array.
+///
+/// # Safety
+/// `dims` holds `rank` values when `rank` > 0.
+unsafe fn dims_arg(dims: *const i64, rank: c_int) -> Result<Vec<usize>, String> {
+    let rank = usize::try_from(rank).map_err(|_| "rank is negative".to_string())?;
+    let dims: &[i64] = match rank {
+        0 => &[],
+        _ if dims.is_null() => return Err("dims is NULL".into()),
+        // SAFETY: dims holds rank values (the caller's promise).
+        _ => unsafe { std::slice::from_raw_parts(dims, rank) },
+    };
+    dims.iter().map(|&d| usize::try_from(d).map_err(|_| format!("dim {d} is negative"))).collect()
+}
+
+/// Sets the dims of input `name` for `kiln_context_enqueue` (device-resident I/O; host inputs
+/// take their dims from `kiln_context_set_input`). Returns 0, or -1 on failure.
+///
+/// # Safety
+/// `context` is null or a live context; `name` a NUL-terminated string; `dims` holds `rank`
+/// values.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_context_set_input_shape(context: *mut KilnContext, name: *const c_char, dims: *const i64, rank: c_int) -> c_int {
+    guarded(-1, || {
+        // SAFETY: the caller passes null or a live context used by this thread only.
+        let context = unsafe { context.as_mut() }.ok_or("the context is NULL")?;
+        // SAFETY: a NUL-terminated name; dims holds rank values.
+        let (name, dims) = unsafe { (text(name, "the name")?, dims_arg(dims, rank)?) };
+        context.handle.context.set_input_shape(name, &dims).map_err(|e| e.to_string())?;
+        Ok(0)
+    })
+}
+
+/// Binds `bytes` bytes of device memory at `address` (a `CUdeviceptr` on the engine's device)
+/// to input or output `name`, for `kiln_context_enqueue`. Returns 0, or -1 on failure.
+///
+/// # Safety
+/// `context` is null or a live context; `name` a NUL-terminated string. The address is not
+/// read here; the backend checks it when enqueueing.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_context_set_device_address(context: *mut KilnContext, name: *const c_char, address: u64, bytes: usize) -> c_int {
+    guarded(-1, || {
+        // SAFETY: the caller passes null or a live context used by this thread only.
+        let context = unsafe { context.as_mut() }.ok_or("the context is NULL")?;
+        // SAFETY: a NUL-terminated name.
+        let name = unsafe { text(name, "the name") }?;
+        let memory = kiln_core::DevicePointer { address, bytes };
+        context.handle.context.set_device_tensor_address(name, memory).map_err(|e| e.to_string())?;
+        Ok(0)
+    })
+}
+
+/// Runs the engine on the device memory bound to every input and output, ordered on `stream`
+/// (a `CUstream`; NULL is the legacy default stream), recording `input_consumed` (a `CUevent`,
+/// or NULL) once the inputs have been read. Returns once enqueued: the outputs are ready when
+/// the stream reaches this point. Returns 0, or -1 on failure (also on a backend that runs on
+/// host memory).
+///
+/// # Safety
+/// `context` is null or a live context; `stream` and `input_consumed` are NULL or handles of
+/// the engine device's primary context.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_context_enqueue(context: *mut KilnContext, stream: *mut c_void, input_consumed: *mut c_void) -> c_int {
+    guarded(-1, || {
+        // SAFETY: the caller passes null or a live context used by this thread only.
+        let context = unsafe { context.as_mut() }.ok_or("the context is NULL")?;
+        let event = (!input_consumed.is_null()).then_some(input_consumed as u64);
+        context.handle.enqueue(stream as u64, event)?;
+        Ok(0)
+    })
+}
+
+/// Page-locked registrations by address (`kiln_register_host_memory`).
+fn registrations() -> &'static std::sync::Mutex<std::collections::HashMap<u64, kiln_builtin_backends::HostRegistration>> {
+    static REGISTERED: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<u64, kiln_builtin_backends::HostRegistration>>> =
+        std::sync::OnceLock::new();
+    REGISTERED.get_or_init(Default::default)
+}
+
+/// Page-locks `bytes` bytes of the caller's host memory at `data` for cuda device `device`, so
+/// that bound with `kiln_context_set_device_address` it is copied straight to and from the
+/// device. Returns 0, or -1 (no CUDA, a range the driver refuses, already registered).
+///
+/// # Safety
+/// `data` holds `bytes` bytes the caller owns and keeps alive until
+/// `kiln_unregister_host_memory`; the host does not touch them while an execution uses them.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_register_host_memory(data: *mut c_void, bytes: usize, device: c_int) -> c_int {
+    guarded(-1, || {
+        if data.is_null() || bytes == 0 {
+            return Err("data is NULL or bytes is 0".into());
+        }
+        let device = usize::try_from(device).map_err(|_| format!("device {device} is negative"))?;
+        let mut registered = registrations().lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if registered.contains_key(&(data as u64)) {
+            return Err(format!("{data:p} is registered already"));
+        }
+        // SAFETY: the caller's promise about the range, passed on.
+        let registration = unsafe { kiln_builtin_backends::register_host_memory(device, data as u64, bytes) }.map_err(|e| e.to_string())?;
+        registered.insert(data as u64, registration);
+        Ok(0)
+    })
+}
+
+/// Undoes `kiln_register_host_memory(data, …)` once the device is idle. Returns 0, or -1 when
+/// `data` is not registered.
+///
+/// # Safety
+/// None beyond the C API's rules: `data` is only compared.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_unregister_host_memory(data: *mut c_void) -> c_int {
+    guarded(-1, || {
+        let removed = registrations().lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&(data as u64));
+        removed.map(|_| 0).ok_or_else(|| format!("{data:p} is not registered (kiln_register_host_memory)"))
     })
 }

@@ -67,6 +67,18 @@ pub fn load_plugin_backends() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--device`: the device every backend of this process opens on.
+static DEVICE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
+/// Sets `--device` (once, at start).
+pub fn set_device(device: usize) {
+    let _ = DEVICE.set(device);
+}
+
+fn device() -> usize {
+    DEVICE.get().copied().unwrap_or(0)
+}
+
 fn plugin_backends() -> &'static [kiln_plugins::backend::BackendLibrary] {
     PLUGIN_BACKENDS.get().map_or(&[], Vec::as_slice)
 }
@@ -101,12 +113,19 @@ fn resolve(name: &str) -> Option<(Origin, Opener)> {
     let builtin = kiln_builtin_backends::BUILT_IN.iter().find(|e| e.name == name);
     match (builtin, library) {
         (Some(_), Some(lib)) | (None, Some(lib)) if prefer_plugins() || builtin.is_none() => {
-            let lib = lib.clone();
-            Some((Origin::Library(lib.path.clone()), Box::new(move || lib.open())))
+            let (lib, path) = (lib.clone(), lib.path.clone());
+            let open = move || match device() {
+                0 => lib.open(),
+                n => Err(BackendError::Unavailable {
+                    backend: lib.name.clone(),
+                    reason: format!("a backend library opens its own device; --device {n} applies to built-in backends"),
+                }),
+            };
+            Some((Origin::Library(path), Box::new(open)))
         }
         (Some(entry), _) => {
-            let open = entry.open;
-            Some((Origin::BuiltIn, Box::new(move || Ok(open()))))
+            let entry = *entry;
+            Some((Origin::BuiltIn, Box::new(move || entry.open_device(device()))))
         }
         _ => None,
     }

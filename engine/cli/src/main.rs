@@ -50,6 +50,11 @@ struct Cli {
     /// How log lines are written on stderr.
     #[arg(long, value_enum, default_value_t = logging::LogFormat::Text, global = true)]
     log_format: logging::LogFormat,
+    /// The device to build and run on, for a backend with several: cuda's ordinal, as
+    /// nvidia-smi and CUDA_VISIBLE_DEVICES number them (trtexec's `--device`). Backends with
+    /// one device take only 0.
+    #[arg(long, value_name = "N", default_value_t = 0, global = true)]
+    device: usize,
 }
 
 #[derive(Debug, Subcommand)]
@@ -331,6 +336,16 @@ pub struct BenchArgs {
     /// without graphs; the output says so).
     #[arg(long)]
     pub no_cuda_graph: bool,
+    /// Keeps every input and output in device memory, filled once before timing (trtexec's
+    /// `--noDataTransfers`): iterations time no host copy. Needs a backend that runs on device
+    /// memory (cuda).
+    #[arg(long, conflicts_with = "pinned_host_io")]
+    pub no_data_transfers: bool,
+    /// Keeps every input and output in page-locked host memory, filled once, that the device
+    /// copies straight from and to (what registered host buffers give): iterations time one
+    /// DMA each way and no staging copy. Needs a backend that runs on device memory (cuda).
+    #[arg(long)]
+    pub pinned_host_io: bool,
     /// Writes every figure to this JSON file.
     #[arg(long, value_name = "OUT")]
     pub json: Option<PathBuf>,
@@ -469,6 +484,7 @@ fn main() -> ExitCode {
         let loaded = commands::plugins::load(&cli.plugins)?;
         output_file::check_distinct(&named_files(&cli.command, &loaded))?;
         backends::load_plugin_backends()?;
+        backends::set_device(cli.device);
         let requested = match &cli.command {
             Command::Run(args) => Some(args.backend),
             Command::Build(args) => Some(args.backend),

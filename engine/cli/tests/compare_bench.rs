@@ -264,3 +264,24 @@ fn bench_streams_runs_several_contexts_at_once() {
     assert!(stdout.contains("streams:     3 contexts at once"), "{stdout}");
     kiln_fails(&["bench", &model, "--backend", "cpu", "--streams", "0"], "--streams must be between 1 and 64, got 0");
 }
+
+#[test]
+fn bench_no_data_transfers_needs_device_memory_and_says_which_io_was_timed() {
+    let model = mnist();
+    let (stdout, v) = bench_json(&[&model, "--iterations", "2", "--backend", "cpu"]);
+    assert_eq!(v["no_data_transfers"], false, "{v}");
+    assert!(stdout.contains("I/O:         host buffers"), "{stdout}");
+    kiln_fails(
+        &["bench", &model, "--backend", "cpu", "--no-data-transfers"],
+        "--no-data-transfers keeps the inputs and outputs in device memory (a cuda engine; backend `cpu` was chosen): backend `cpu` cannot allocate device memory",
+    );
+    kiln_fails(
+        &["bench", &model, "--backend", "cpu", "--pinned-host-io"],
+        "--pinned-host-io keeps the inputs and outputs in page-locked host memory (a cuda engine; backend `cpu` was chosen): backend `cpu` cannot allocate page-locked host memory",
+    );
+}
+
+#[test]
+fn device_ordinals_past_a_backends_devices_are_refused_by_name() {
+    kiln_fails(&["run", &mnist(), "--backend", "cpu", "--device", "1"], "backend `cpu` is not available: it runs on one device, 0; there is no device 1");
+}

@@ -12,6 +12,8 @@ int main(int argc, char **argv) {
     check(kiln_engine_load(NULL) == NULL && error_has("the path is NULL"), "a NULL path is an error");
     check(kiln_engine_io_count(NULL) == -1 && error_has("the engine is NULL"), "a NULL engine is an error");
 
+    check(kiln_engine_load_on_device(argv[1], 1) == NULL && error_has("there is no device 1"), "a cpu engine has one device");
+    check(kiln_engine_load_on_device(argv[1], -1) == NULL && error_has("device -1 is negative"), "a negative device");
     KilnEngine *engine = kiln_engine_load(argv[1]);
     check(engine != NULL, "the engine loads");
     if (engine == NULL) return 1;
@@ -45,6 +47,25 @@ int main(int argc, char **argv) {
     check(fabsf(sum - 1.0f) < 1e-5f, "softmax sums to 1");
     int64_t out_dims[2];
     check(kiln_context_output_shape(context, "prob", out_dims, 2) == 2 && out_dims[1] == 10, "the output's dims");
+
+    /* Device-resident I/O on a cpu engine: each call checks what it can, then the cpu backend
+     * refuses to run on device memory, by name. */
+    check(kiln_context_set_input_shape(context, "data", dims, -1) == -1 && error_has("rank is negative"), "a negative rank");
+    check(kiln_context_set_input_shape(context, "data", dims, 4) == 0, "the input's dims for a device run");
+    check(kiln_context_set_device_address(context, "nope", 4096, 16) == -1 && error_has("`nope`"), "device memory for an unknown name");
+    check(kiln_context_enqueue(context, NULL, NULL) == -1 && error_has("no device memory is bound to `data`"), "nothing bound");
+    check(kiln_context_set_device_address(context, "data", 4096, 3136) == 0, "device memory bound to the input");
+    check(kiln_context_set_device_address(context, "prob", 8192, 8) == 0, "device memory bound to the output");
+    check(kiln_context_enqueue(context, NULL, NULL) == -1 && error_has("the buffer of `prob` has 8 bytes, it needs 40"), "a short output");
+    check(kiln_context_set_device_address(context, "prob", 8192, 40) == 0, "room for the output");
+    check(kiln_context_enqueue(context, NULL, NULL) == -1 && error_has("backend `cpu` cannot run on device memory"),
+          "a cpu engine refuses device memory by name");
+    check(kiln_context_enqueue(NULL, NULL, NULL) == -1 && error_has("the context is NULL"), "a NULL context");
+    check(kiln_register_host_memory(NULL, 16, 0) == -1 && error_has("data is NULL"), "registering NULL");
+    int pinned = kiln_register_host_memory(image, sizeof image, 0);
+    check(pinned == 0 ? kiln_unregister_host_memory(image) == 0 : strlen(kiln_last_error()) > 0,
+          "registration works with CUDA and fails with a message without");
+    check(kiln_unregister_host_memory(image) == -1 && error_has("is not registered"), "unregistering what is not registered");
     kiln_context_free(context);
     kiln_engine_free(engine);
     kiln_engine_free(NULL);

@@ -10,7 +10,8 @@
 //! `--export-profile` then time every layer in separate profile runs (see
 //! `kiln::runtime::layer_profile`) and report each layer's median and share. `--streams N`
 //! runs N contexts of the engine at once, each on its own stream and thread: the throughput
-//! is theirs together.
+//! is theirs together. `--no-data-transfers` binds device memory, filled once, to every input
+//! and output, so the iterations copy nothing between host and device.
 
 use crate::backends::{self, SelectedBackend};
 use crate::commands::run::build_engine;
@@ -23,7 +24,7 @@ use crate::summary::{self, emit};
 use crate::{shapes, BenchArgs};
 use anyhow::{bail, Context};
 use kiln::runtime::layer_profile::LayerProfile;
-use kiln::{Buffer, BuilderConfig, DeviceTimes, ExecutionContext, HostTensor, Stream};
+use kiln::{Buffer, BuilderConfig, DeviceAllocation, DeviceTimes, ExecutionContext, HostTensor, Stream};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -82,13 +83,22 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
     let batch = batch_of(&context, &inputs);
     let captures_graphs = context.set_graph_capture(!args.no_cuda_graph);
     context.set_device_timing(true);
-    let first_run = bind(&mut context, &inputs)?;
+    let (first_run, output_bytes) = bind(&mut context, &inputs)?;
     let mut contexts = vec![context];
     for _ in 1..args.streams {
         let mut more = contexts[0].prepared_engine().create_execution_context();
         more.set_device_timing(true);
         bind(&mut more, &inputs)?;
         contexts.push(more);
+    }
+    // Lives as long as the contexts run on it.
+    let mut _device_memory = Vec::new();
+    if let Some(memory) = args.io_memory() {
+        for context in &mut contexts {
+            _device_memory.extend(bind_device(context, &inputs, &output_bytes, memory).with_context(|| {
+                format!("{} keeps the inputs and outputs in {memory} (a cuda engine; backend `{}` was chosen)", args.io_flag(), backend.name())
+            })?);
+        }
     }
     let mut timings = time_iterations(&contexts, args)?;
     let context = &contexts[0];
@@ -169,8 +179,9 @@ fn batch_of(context: &ExecutionContext, inputs: &HashMap<String, HostTensor>) ->
 }
 
 /// Sets the input shapes and binds a buffer to every input and output. One synchronous
-/// run first checks the inputs and gives the output sizes; returns how long it took.
-fn bind(context: &mut ExecutionContext, inputs: &HashMap<String, HostTensor>) -> anyhow::Result<Duration> {
+/// run first checks the inputs and gives the output sizes; returns how long it took and the
+/// outputs' sizes in bytes.
+fn bind(context: &mut ExecutionContext, inputs: &HashMap<String, HostTensor>) -> anyhow::Result<(Duration, Vec<(String, usize)>)> {
     let spinner = progress::spinner("first run (untimed: checks the inputs, sizes the outputs)");
     let start = Instant::now();
     let outputs = context.run(inputs);
@@ -192,7 +203,73 @@ fn bind(context: &mut ExecutionContext, inputs: &HashMap<String, HostTensor>) ->
     for (name, tensor) in &outputs {
         context.set_tensor_address(name, Buffer::new(tensor.size_bytes()))?;
     }
-    Ok(first_run)
+    Ok((first_run, outputs.iter().map(|(name, t)| (name.clone(), t.size_bytes())).collect()))
+}
+
+/// `--no-data-transfers`: binds device memory to every input (filled with its values once)
+/// and output (`output_bytes` each) instead of host buffers; shape tensors keep their values.
+fn bind_device(
+    context: &mut ExecutionContext,
+    inputs: &HashMap<String, HostTensor>,
+    output_bytes: &[(String, usize)],
+    memory_kind: IoMemory,
+) -> anyhow::Result<Vec<Box<dyn DeviceAllocation>>> {
+    let prepared = context.prepared_engine().clone();
+    let allocate = |bytes: usize| match memory_kind {
+        IoMemory::Device => prepared.allocate_device(bytes),
+        IoMemory::PinnedHost => prepared.allocate_host(bytes),
+    };
+    let mut memory = Vec::new();
+    let network = prepared.engine().network();
+    for &t in network.inputs() {
+        let name = &network.tensor(t).name;
+        let Some(tensor) = inputs.get(name) else { bail!("input `{name}` is missing") };
+        let bytes = tensor.data().to_le_bytes();
+        let allocation = allocate(bytes.len())?;
+        allocation.write(&bytes)?;
+        context.set_device_tensor_address(name, allocation.pointer())?;
+        memory.push(allocation);
+    }
+    for (name, bytes) in output_bytes {
+        let allocation = allocate(*bytes)?;
+        context.set_device_tensor_address(name, allocation.pointer())?;
+        memory.push(allocation);
+    }
+    Ok(memory)
+}
+
+/// Where `--no-data-transfers` and `--pinned-host-io` keep the inputs and outputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum IoMemory {
+    Device,
+    PinnedHost,
+}
+
+impl std::fmt::Display for IoMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            IoMemory::Device => "device memory",
+            IoMemory::PinnedHost => "page-locked host memory",
+        })
+    }
+}
+
+impl BenchArgs {
+    fn io_memory(&self) -> Option<IoMemory> {
+        match (self.no_data_transfers, self.pinned_host_io) {
+            (true, _) => Some(IoMemory::Device),
+            (false, true) => Some(IoMemory::PinnedHost),
+            (false, false) => None,
+        }
+    }
+
+    fn io_flag(&self) -> &'static str {
+        if self.no_data_transfers {
+            "--no-data-transfers"
+        } else {
+            "--pinned-host-io"
+        }
+    }
 }
 
 /// Most `--streams`: far more than a device overlaps, few enough that a typo is not a
@@ -220,7 +297,12 @@ fn time_iterations(contexts: &[ExecutionContext], args: &BenchArgs) -> anyhow::R
                     let stream = Stream::new()?;
                     let once = || -> anyhow::Result<(f64, f64, Option<DeviceTimes>)> {
                         let begin = Instant::now();
-                        context.enqueue(&stream, None)?;
+                        if args.io_memory().is_some() {
+                            // Returns once the execution is complete (no caller stream).
+                            context.enqueue_on_device(None)?;
+                        } else {
+                            context.enqueue(&stream, None)?;
+                        }
                         let enqueued = begin.elapsed();
                         stream.synchronize()?;
                         Ok((begin.elapsed().as_secs_f64(), enqueued.as_secs_f64(), context.last_device_times()))
@@ -360,6 +442,12 @@ impl Report {
         if args.streams > 1 {
             let _ = writeln!(text, "streams:     {} contexts at once, each on its own stream and thread (throughput is theirs together)", args.streams);
         }
+        let io_note = match args.io_memory() {
+            Some(IoMemory::Device) => "device memory, filled once (--no-data-transfers): no host copies are timed; H2D / D2H are device-to-device copies",
+            Some(IoMemory::PinnedHost) => "page-locked host memory, filled once (--pinned-host-io): H2D / D2H are one DMA each way, no staging copy",
+            None => "host buffers: every iteration copies inputs to and outputs from the device",
+        };
+        let _ = writeln!(text, "I/O:         {io_note}");
         write_ms(&mut text, "latency", latency);
         write_ms(&mut text, "enqueue", enqueue);
         let _ = writeln!(text, "throughput:  {throughput:.2} inferences/s");
@@ -388,6 +476,9 @@ impl Report {
             "warmup": { "ms": args.warmup_ms, "iterations": t.warmup_iterations },
             "iterations": iterations,
             "streams": args.streams,
+            "no_data_transfers": args.no_data_transfers,
+            "pinned_host_io": args.pinned_host_io,
+            "io_note": io_note,
             "duration_s": wall,
             "latency_ms": latency.map(Summary::to_json),
             "enqueue_ms": enqueue.map(Summary::to_json),
