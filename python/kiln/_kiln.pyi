@@ -1,6 +1,6 @@
 """Type stubs of the extension module kiln._kiln."""
 
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -10,6 +10,43 @@ class KilnError(Exception):
     """A kiln failure; the message says what is wrong."""
 
 TensorInfo = Tuple[str, str, List[Optional[int]]]
+
+# A contiguous CUDA tensor read in place: anything with __dlpack__ and __dlpack_device__
+# (PyTorch, CuPy, JAX, DeviceArray) or __cuda_array_interface__ (Numba).
+CudaTensor = Any
+
+class DeviceArray:
+    """Device memory kiln allocated (device run outputs, Engine.allocate_device, Engine.to_device),
+    shared without a copy through DLPack (torch.from_dlpack) and the CUDA array interface."""
+
+    @property
+    def shape(self) -> Tuple[int, ...]: ...
+    @property
+    def dtype(self) -> str:
+        """The numpy dtype name ("bfloat16" where numpy has none)."""
+    @property
+    def device(self) -> int:
+        """The CUDA device's ordinal."""
+    @property
+    def nbytes(self) -> int: ...
+    def data_ptr(self) -> int:
+        """The device address of the first element."""
+    def numpy(self) -> np.ndarray:
+        """A host copy (waits for a run still writing it; bfloat16 comes back as float32)."""
+    @property
+    def __cuda_array_interface__(self) -> Dict[str, Any]:
+        """Version 3; `stream` is the stream a run may still be writing the values on, else None."""
+    def __dlpack__(
+        self,
+        *,
+        stream: Optional[int] = None,
+        max_version: Optional[Tuple[int, int]] = None,
+        dl_device: Optional[Tuple[int, int]] = None,
+        copy: Optional[bool] = None,
+    ) -> Any:
+        """A "dltensor" capsule sharing the memory; waits for a run on a stream other than `stream`."""
+    def __dlpack_device__(self) -> Tuple[int, int]:
+        """(2, ordinal): kDLCUDA."""
 
 class Engine:
     """A built engine, prepared on its backend for running."""
@@ -36,10 +73,16 @@ class Engine:
     @property
     def weight_stripped(self) -> bool:
         """Whether the engine still lacks its weights (a weight-stripped file not yet refitted)."""
-    def run(self, inputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
-        """Runs the engine once; bf16 outputs come back as float32."""
+    def run(self, inputs: Mapping[str, Union[np.ndarray, CudaTensor]], stream: Optional[int] = None) -> Dict[str, Any]:
+        """Runs the engine once. Numpy inputs give numpy outputs (bf16 as float32). CUDA tensors are
+        read in place and give DeviceArray outputs, ordered on `stream` (a CUstream int) where
+        given, else complete on return; all inputs on the device or all on the host."""
     def create_execution_context(self) -> "ExecutionContext":
         """A new execution context with profile 0 active."""
+    def allocate_device(self, shape: Sequence[int], dtype: Any = "float32") -> DeviceArray:
+        """Uninitialized device memory on the engine's device (KilnError on host backends)."""
+    def to_device(self, array: np.ndarray) -> DeviceArray:
+        """A device copy of `array` on the engine's device (KilnError on host backends)."""
     @property
     def num_optimization_profiles(self) -> int: ...
     @property
@@ -63,11 +106,19 @@ class ExecutionContext:
     def active_optimization_profile(self) -> int: ...
     def set_input_shape(self, name: str, shape: Sequence[int]) -> None: ...
     def get_tensor_shape(self, name: str) -> List[int]:
-        """Dims of `name` for the shapes set (-1 where not known yet)."""
-    def set_tensor_address(self, name: str, array: np.ndarray) -> None:
-        """Binds an array: execute() reads an input's and writes an output's."""
+        """Dims of `name` for the shapes set (-1 where not known yet; for an output sized by the
+        input values, its dims in the latest device execution)."""
+    def set_tensor_address(self, name: str, tensor: Union[np.ndarray, CudaTensor, int]) -> None:
+        """Binds a numpy array (for execute()), a contiguous CUDA tensor of the tensor's dtype (kept
+        alive while bound) or a device address (int; sized from the dims when executing)."""
+    def execute_async_v3(self, stream_handle: int) -> bool:
+        """Runs on the device memory bound to every input and output, ordered on the CUstream
+        `stream_handle` (0: the legacy default stream). Returns True; failures raise KilnError."""
+    def execute_async(self, stream_handle: int) -> bool:
+        """execute_async_v3 under its older name."""
     def execute(self) -> Dict[str, np.ndarray]:
-        """Runs once on the bound inputs; writes the bound outputs and returns every output."""
+        """Runs once, synchronously: on bound numpy arrays, writes the bound outputs and returns every
+        output; on bound device memory, returns {} once the outputs are written there."""
 
 class Network:
     """A network definition, filled by an OnnxParser."""

@@ -1,10 +1,21 @@
 //! `kiln._kiln`, the extension module behind the `kiln` Python package: compile an ONNX
-//! model into an engine, load and save engine files, and run an engine on numpy arrays.
-//! Every failure is a `kiln.KilnError` carrying kiln's message.
+//! model into an engine, load and save engine files, and run an engine on numpy arrays or, with
+//! no host copy, on CUDA device tensors (DLPack, CUDA array interface). Every failure is a
+//! `kiln.KilnError` carrying kiln's message.
+
+// `unsafe` lives in the FFI modules (dlpack.rs, streams.rs) alone, which allow it.
+#![deny(unsafe_code)]
 
 mod convert;
+mod streams;
+mod device_array;
+mod device_run;
+mod device_tensor;
+mod dlpack;
+mod execution_context;
 mod runtime_api;
 
+use device_tensor::PyTensor;
 use kiln::{Backend, Builder, BuilderConfig, BuilderFlag, Engine as KilnEngine, PreparedEngine};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
@@ -40,7 +51,7 @@ struct Engine {
 enum State {
     Prepared(Arc<PreparedEngine>),
     /// A weight-stripped engine before its refit: it cannot be prepared yet.
-    Stripped(KilnEngine),
+    Stripped(Box<KilnEngine>),
 }
 
 impl Engine {
@@ -48,7 +59,7 @@ impl Engine {
         if let Some(requested) = backend.filter(|b| *b != "auto" && *b != engine.backend()) {
             return Err(error(format!("the engine was built for backend `{}`, not `{requested}`", engine.backend())));
         }
-        let state = if engine.is_weight_stripped() { State::Stripped(engine) } else { State::Prepared(prepare_on_own_backend(engine)?) };
+        let state = if engine.is_weight_stripped() { State::Stripped(Box::new(engine)) } else { State::Prepared(prepare_on_own_backend(engine)?) };
         Ok(Engine { state: Mutex::new(state) })
     }
 
@@ -166,15 +177,30 @@ impl Engine {
         self.with_engine(KilnEngine::is_weight_stripped)
     }
 
-    /// Runs the engine once on `{input name: numpy array}` and returns `{output name: array}`.
-    fn run<'py>(&self, py: Python<'py>, inputs: &Bound<'py, PyDict>) -> PyResult<Bound<'py, PyDict>> {
-        let mut tensors = HashMap::with_capacity(inputs.len());
+    /// Runs the engine once on `{input name: array}` and returns `{output name: array}`. Numpy
+    /// arrays give numpy outputs. CUDA tensors (DLPack or `__cuda_array_interface__`: PyTorch,
+    /// CuPy, `kiln.DeviceArray`) are read in place and give `kiln.DeviceArray` outputs in new
+    /// device memory, ordered on `stream` (a `CUstream` int) where given, else complete on
+    /// return; all inputs on the device or all on the host.
+    #[pyo3(signature = (inputs, stream=None))]
+    fn run<'py>(&self, py: Python<'py>, inputs: &Bound<'py, PyDict>, stream: Option<u64>) -> PyResult<Bound<'py, PyDict>> {
+        let prepared = self.prepared()?;
+        let consumer_stream = Some(stream.unwrap_or(streams::LEGACY_STREAM));
+        let mut given = Vec::with_capacity(inputs.len());
         for (key, value) in inputs.iter() {
             let name: String = key.extract().map_err(|_| error("input names must be strings"))?;
-            let tensor = convert::to_tensor(&name, &value).map_err(error)?;
-            tensors.insert(name, tensor);
+            let tensor = device_tensor::read_tensor(&name, &value, consumer_stream).map_err(error)?;
+            given.push((name, tensor));
         }
-        let prepared = self.prepared()?;
+        if given.iter().any(|(_, t)| matches!(t, PyTensor::Device(_))) {
+            return device_run::run(py, &prepared, &given, stream);
+        }
+        let mut tensors = HashMap::with_capacity(given.len());
+        for (name, tensor) in given {
+            if let PyTensor::Host(tensor) = tensor {
+                tensors.insert(name, tensor);
+            }
+        }
         let context = prepared.create_execution_context();
         // The run holds no Python object: other Python threads go on meanwhile.
         let outputs = py.detach(|| context.run(&tensors)).map_err(error)?;
@@ -191,8 +217,24 @@ impl Engine {
 
     /// A new execution context with profile 0 active (TensorRT's
     /// `create_execution_context`).
-    fn create_execution_context(&self) -> PyResult<runtime_api::ExecutionContext> {
-        Ok(runtime_api::ExecutionContext::new(&self.prepared()?))
+    fn create_execution_context(&self) -> PyResult<execution_context::ExecutionContext> {
+        Ok(execution_context::ExecutionContext::new(&self.prepared()?))
+    }
+
+    /// New uninitialized device memory for `shape` elements of `dtype` (a numpy dtype or its
+    /// name; float32 by default) on the engine's device; an error on backends that run on
+    /// host memory.
+    #[pyo3(signature = (shape, dtype=None))]
+    fn allocate_device(&self, shape: Vec<usize>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<device_array::DeviceArray> {
+        let dtype = dtype.map_or(Ok(kiln::DataType::F32), device_run::parse_dtype)?;
+        device_run::allocate(&*self.prepared()?, shape, dtype)
+    }
+
+    /// A device copy of a numpy array on the engine's device; an error on backends that run on
+    /// host memory.
+    fn to_device(&self, py: Python<'_>, array: &Bound<'_, PyAny>) -> PyResult<device_array::DeviceArray> {
+        let tensor = convert::to_tensor("array", array).map_err(error)?;
+        device_run::upload(py, &*self.prepared()?, &tensor)
     }
 
     #[getter]
@@ -313,7 +355,7 @@ impl Refitter {
             State::Prepared(prepared) => self.refitter.refit_prepared(prepared, backend.as_ref()).map_err(error),
             State::Stripped(stripped) => {
                 let changed = self.refitter.refit_engine(stripped, backend.as_ref()).map_err(error)?;
-                let prepared = PreparedEngine::new(stripped.clone(), backend.as_ref()).map_err(error)?;
+                let prepared = PreparedEngine::new((**stripped).clone(), backend.as_ref()).map_err(error)?;
                 *state = State::Prepared(prepared);
                 Ok(changed)
             }
@@ -325,15 +367,7 @@ impl Refitter {
 /// Dynamic input dims are fixed by `shapes` ({name: dims}) when given.
 #[pyfunction]
 #[pyo3(signature = (model, backend="auto", fp16=false, bf16=false, tf32=true, shapes=None, refit=false))]
-fn compile(
-    model: &str,
-    backend: &str,
-    fp16: bool,
-    bf16: bool,
-    tf32: bool,
-    shapes: Option<HashMap<String, Vec<usize>>>,
-    refit: bool,
-) -> PyResult<Engine> {
+fn compile(model: &str, backend: &str, fp16: bool, bf16: bool, tf32: bool, shapes: Option<HashMap<String, Vec<usize>>>, refit: bool) -> PyResult<Engine> {
     let network = kiln_onnx::import_file(Path::new(model)).map_err(|e| error(format!("cannot import ONNX model `{model}`: {e}")))?;
     let target = open_backend(backend)?;
     let mut config = BuilderConfig::default();
@@ -359,10 +393,11 @@ fn compile(
 #[pymodule]
 fn _kiln(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Engine>()?;
+    m.add_class::<device_array::DeviceArray>()?;
     m.add_class::<Refitter>()?;
     m.add_class::<runtime_api::Builder>()?;
     m.add_class::<runtime_api::BuilderConfig>()?;
-    m.add_class::<runtime_api::ExecutionContext>()?;
+    m.add_class::<execution_context::ExecutionContext>()?;
     m.add_class::<runtime_api::Network>()?;
     m.add_class::<runtime_api::OnnxParser>()?;
     m.add_class::<runtime_api::OptimizationProfile>()?;

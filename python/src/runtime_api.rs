@@ -1,16 +1,13 @@
 //! The TensorRT-shaped API: `Builder`, `Network`, `OnnxParser`, `BuilderConfig`,
-//! `OptimizationProfile`, `Runtime` and `ExecutionContext` (with `Engine`'s I/O queries in
-//! lib.rs), so that code written against `tensorrt` ports line by line. Host memory only:
-//! tensors are bound as numpy arrays, read at `execute()` and, for outputs, written back.
+//! `OptimizationProfile` and `Runtime` (with `Engine`'s I/O queries in lib.rs and
+//! `ExecutionContext` in execution_context.rs), so that code written against `tensorrt` ports
+//! line by line.
 
-use crate::{convert, error, open_backend, Engine};
-use kiln::{BuilderFlag, Dim, HostTensor, Network as KilnNetwork, OptimizationProfile as KilnProfile, PreparedEngine};
-use numpy::PyUntypedArrayMethods;
+use crate::{error, open_backend, Engine};
+use kiln::{BuilderFlag, Dim, Network as KilnNetwork, OptimizationProfile as KilnProfile};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
-use std::collections::{BTreeMap, HashMap};
+use pyo3::types::PyBytes;
 use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError};
 
 fn flag(name: &str) -> PyResult<BuilderFlag> {
     BuilderFlag::from_name(name).ok_or_else(|| {
@@ -80,7 +77,7 @@ impl OnnxParser {
     #[pyo3(signature = (model, path=None))]
     fn parse(&mut self, py: Python<'_>, model: &[u8], path: Option<&str>) -> PyResult<bool> {
         let dir = path.map(|p| kiln_onnx::model_dir(Path::new(p)));
-        let result = kiln_onnx::import_bytes(model, dir.as_deref()).map_err(|e| format!("cannot import the ONNX model: {e}"));
+        let result = kiln_onnx::import_bytes(model, dir).map_err(|e| format!("cannot import the ONNX model: {e}"));
         self.take(py, result)
     }
 
@@ -263,100 +260,15 @@ impl Runtime {
     }
 }
 
-/// One execution context: its own profile, input shapes and bound arrays. Contexts of one
-/// engine run at once from several threads.
-#[pyclass(module = "kiln")]
-pub(crate) struct ExecutionContext {
-    context: Mutex<kiln::ExecutionContext>,
-    /// Arrays bound by name: inputs read and outputs written by `execute()`.
-    bound: BTreeMap<String, Py<PyAny>>,
-}
-
-impl ExecutionContext {
-    pub(crate) fn new(prepared: &Arc<PreparedEngine>) -> ExecutionContext {
-        ExecutionContext { context: Mutex::new(prepared.create_execution_context()), bound: BTreeMap::new() }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, kiln::ExecutionContext> {
-        self.context.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-#[pymethods]
-impl ExecutionContext {
-    /// Makes profile `index` active (dynamic input shapes must be set again).
-    fn set_optimization_profile(&mut self, index: usize) -> PyResult<()> {
-        self.lock().set_optimization_profile(index).map_err(error)
-    }
-
-    #[getter]
-    fn active_optimization_profile(&self) -> usize {
-        self.lock().optimization_profile()
-    }
-
-    fn set_input_shape(&mut self, name: &str, shape: Vec<usize>) -> PyResult<()> {
-        self.lock().set_input_shape(name, &shape).map_err(error)
-    }
-
-    /// Dims of `name` for the shapes set (-1 where not known yet).
-    fn get_tensor_shape(&self, name: &str) -> PyResult<Vec<i64>> {
-        self.lock().tensor_shape(name).map_err(error)
-    }
-
-    /// Binds a numpy array to input or output `name`: `execute()` reads an input's array and
-    /// writes an output into its array (which must have the output's dtype and shape).
-    fn set_tensor_address(&mut self, name: &str, array: Py<PyAny>) -> PyResult<()> {
-        let context = self.lock();
-        let net = context.engine().network();
-        if !net.inputs().iter().chain(net.outputs()).any(|&t| net.tensor(t).name == name) {
-            return Err(error(kiln::RunError::UnknownTensor { name: name.into(), expected: crate::io_names(net).join(", ") }));
-        }
-        drop(context);
-        self.bound.insert(name.to_string(), array);
-        Ok(())
-    }
-
-    /// Runs once on the bound inputs (the shapes are the arrays'); writes the bound outputs
-    /// and returns every output by name.
-    fn execute<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let context = self.lock();
-        let net = context.engine().network();
-        let mut inputs = HashMap::new();
-        for &t in net.inputs() {
-            let name = &net.tensor(t).name;
-            let array = self.bound.get(name).ok_or_else(|| error(kiln::RunError::AddressNotSet { tensor: name.clone() }))?;
-            inputs.insert(name.clone(), convert::to_tensor(name, array.bind(py)).map_err(error)?);
-        }
-        let outputs: BTreeMap<String, HostTensor> = py.detach(|| context.run(&inputs)).map_err(error)?;
-        let result = PyDict::new(py);
-        for (name, tensor) in &outputs {
-            if let Some(array) = self.bound.get(name) {
-                write_output(name, array.bind(py), tensor)?;
-            }
-            result.set_item(name, convert::to_array(py, tensor).map_err(error)?)?;
-        }
-        Ok(result)
-    }
-}
-
-/// Copies `tensor` into the bound numpy array, which must have its dtype and shape.
-fn write_output(name: &str, array: &Bound<'_, PyAny>, tensor: &HostTensor) -> PyResult<()> {
-    let dims: Vec<usize> = match array.cast::<numpy::PyUntypedArray>() {
-        Ok(a) => a.shape().to_vec(),
-        Err(_) => return Err(error(format!("output `{name}` is bound to something that is not a numpy array"))),
-    };
-    if dims != tensor.shape() {
-        return Err(error(format!("output `{name}` is {:?} but its bound array has shape {dims:?}", tensor.shape())));
-    }
-    convert::write_into(name, array, tensor).map_err(error)
-}
-
 /// The profile dims of an engine input: `(min, opt, max)` in profile `profile`, the fixed
 /// dims three times for an input without dynamic dims.
 pub(crate) fn profile_shape(engine: &kiln::Engine, name: &str, profile: usize) -> PyResult<(Vec<usize>, Vec<usize>, Vec<usize>)> {
     let net = engine.network();
     let t = net.inputs().iter().copied().find(|&t| net.tensor(t).name == name).ok_or_else(|| {
-        error(kiln::RunError::UnknownInput { name: name.into(), expected: net.inputs().iter().map(|&t| net.tensor(t).name.clone()).collect::<Vec<_>>().join(", ") })
+        error(kiln::RunError::UnknownInput {
+            name: name.into(),
+            expected: net.inputs().iter().map(|&t| net.tensor(t).name.clone()).collect::<Vec<_>>().join(", "),
+        })
     })?;
     if let Some(fixed) = net.tensor(t).shape.as_fixed() {
         return Ok((fixed.clone(), fixed.clone(), fixed));
