@@ -94,6 +94,13 @@ int kiln_context_set_device_address(KilnContext *context, const char *name, uint
  * which they may be refilled. Returns once enqueued; the outputs are ready when the stream
  * reaches this point. 0, or -1. */
 int kiln_context_enqueue(KilnContext *context, void *stream, void *input_consumed);
+/* Gives device memory to an output whose size is known only once computed (data-dependent
+ * shapes): called during kiln_context_enqueue with the output's name, dims and size; returns
+ * a CUdeviceptr with room for `bytes` bytes, or 0 to refuse (the enqueue then fails). */
+typedef uint64_t (*KilnOutputAllocator)(void *user, const char *name, const int64_t *dims, int rank, size_t bytes);
+/* Makes output `name` take its device memory from `allocate` (with `user`) instead of an
+ * address bound before. 0, or -1. */
+int kiln_context_set_output_allocator(KilnContext *context, const char *name, KilnOutputAllocator allocate, void *user);
 /* Page-locks `bytes` bytes of the caller's host memory at `data` for cuda device `device`:
  * bound with kiln_context_set_device_address, it is copied straight to and from the device
  * (one DMA, no staging copy). Keep it alive, and untouched while an execution uses it, until

@@ -5,7 +5,7 @@
 //! inference (as TensorRT's shape tensors are), so reshapes and slices never wait for the
 //! device.
 
-use kiln::{invalid, BackendError, DataType, DeviceAllocation, DeviceInput, DeviceIo, DeviceRun, DeviceTimes, Executable, FusedAnchor, HostTensor, KernelError, LayerId, LayerKind, LayerTimes, Network};
+use kiln::{invalid, BackendError, DataType, DeviceAllocation, DeviceInput, DeviceIo, DeviceOutput, DeviceRun, DeviceTimes, Executable, FusedAnchor, HostTensor, KernelError, LayerId, LayerKind, LayerTimes, Network};
 use crate::ops::KResult;
 use crate::arena::{lock, Arena, ArenaPlan, PinnedHost, Tracer};
 use crate::device::Gpu;
@@ -422,7 +422,7 @@ impl Run<'_> {
                 (Some(_), _) => {
                     let d = self.cx.dev(v)?;
                     let bytes = replay::device_bytes(d.dtype, &d.shape).map_err(KernelError::from)?;
-                    replay::deliver_device(self.cx.gpu, i, d.buf.ptr(), bytes, dst)?;
+                    replay::deliver_device(self.cx.gpu, i, d.buf.ptr(), &d.shape, bytes, dst)?;
                     dims.push(d.shape.clone());
                 }
                 (None, Some(h)) => {
@@ -764,7 +764,11 @@ impl CudaExecutable {
             DeviceInput::Device { memory, dtype, dims } => Some((t, *memory, replay::device_bytes(*dtype, dims))),
             DeviceInput::Host(_) => None,
         });
-        let outputs = net.outputs().iter().zip(io.outputs).map(|(&t, memory)| (t, *memory, Ok(0)));
+        // An allocator's memory is checked when it gives it.
+        let outputs = net.outputs().iter().zip(io.outputs).filter_map(|(&t, output)| match output {
+            DeviceOutput::Memory(memory) => Some((t, *memory, Ok(0))),
+            DeviceOutput::Allocator(..) => None,
+        });
         for (t, memory, bytes) in inputs.chain(outputs) {
             let name = &net.tensor(t).name;
             let bytes = bytes.map_err(|e| gpu_error(name, e))?;

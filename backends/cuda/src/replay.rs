@@ -1,7 +1,7 @@
 //! Per input-shape signature: the activation arena placed from the first execution's trace,
 //! and the CUDA graph captured from the second (when the engine allows one), replayed after.
 
-use kiln::{invalid, DataType, DeviceInput, DeviceIo, DevicePointer, DeviceTimes, HostTensor, KernelError, TensorData};
+use kiln::{invalid, DataType, DeviceInput, DeviceIo, DeviceOutput, DevicePointer, DeviceTimes, HostTensor, KernelError, TensorData};
 use crate::ops::KResult;
 use crate::arena::{Arena, PinnedHost};
 use crate::buffer::{storage_size, Graph};
@@ -50,22 +50,32 @@ pub enum Delivered {
     Device(Vec<Vec<usize>>),
 }
 
-/// Copies an output of `bytes` bytes at `src` (device) into the caller's `dst`, refusing one
-/// that does not fit.
-pub fn deliver_device(gpu: &Gpu, index: usize, src: u64, bytes: usize, dst: &DevicePointer) -> KResult<()> {
-    if bytes > dst.bytes {
-        return Err(invalid!("output #{index} has {bytes} bytes, the device memory bound to it {}", dst.bytes));
+/// The caller's memory for output #`index` of `dims` and `bytes` bytes: the bound memory, or an
+/// output allocator's (checked as bound memory was before the run); refused when too small.
+fn output_memory(gpu: &Gpu, index: usize, dims: &[usize], bytes: usize, dst: &DeviceOutput) -> KResult<DevicePointer> {
+    let memory = dst.memory(dims, bytes).map_err(KernelError::Invalid)?;
+    if let DeviceOutput::Allocator(_, name) = dst {
+        gpu.check_caller_memory(memory.address, memory.bytes.max(bytes))
+            .map_err(|e| invalid!("the output allocator's memory for `{name}`: {e}"))?;
     }
-    gpu.copy_address(src, dst.address, bytes).map_err(KernelError::from)
+    if bytes > memory.bytes {
+        return Err(invalid!("output #{index} has {bytes} bytes, the device memory for it {}", memory.bytes));
+    }
+    Ok(memory)
 }
 
-/// Copies an output computed on the host into the caller's device memory `dst`.
-pub fn deliver_host(gpu: &Gpu, index: usize, tensor: &HostTensor, dst: &DevicePointer) -> KResult<()> {
+/// Copies output #`index` (`bytes` bytes of `dims` at device address `src`) into the caller's
+/// memory.
+pub fn deliver_device(gpu: &Gpu, index: usize, src: u64, dims: &[usize], bytes: usize, dst: &DeviceOutput) -> KResult<()> {
+    let memory = output_memory(gpu, index, dims, bytes, dst)?;
+    gpu.copy_address(src, memory.address, bytes).map_err(KernelError::from)
+}
+
+/// Copies an output computed on the host into the caller's memory.
+pub fn deliver_host(gpu: &Gpu, index: usize, tensor: &HostTensor, dst: &DeviceOutput) -> KResult<()> {
     let bytes = tensor.data().le_bytes();
-    if bytes.len() > dst.bytes {
-        return Err(invalid!("output #{index} has {} bytes, the device memory bound to it {}", bytes.len(), dst.bytes));
-    }
-    gpu.write_address(dst.address, &bytes).map_err(KernelError::from)
+    let memory = output_memory(gpu, index, tensor.shape(), bytes.len(), dst)?;
+    gpu.write_address(memory.address, &bytes).map_err(KernelError::from)
 }
 
 /// What one signature's executions reuse.
@@ -199,7 +209,7 @@ impl Replay {
         if let Io::Device(device) = io {
             for (i, (out, dst)) in self.outputs.iter().zip(device.outputs).enumerate() {
                 match out {
-                    Output::Device { address, bytes, .. } => deliver_device(gpu, i, *address, *bytes, dst)?,
+                    Output::Device { address, bytes, shape, .. } => deliver_device(gpu, i, *address, shape, *bytes, dst)?,
                     Output::Host(t) => deliver_host(gpu, i, t, dst)?,
                 }
             }

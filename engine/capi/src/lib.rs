@@ -469,3 +469,52 @@ pub unsafe extern "C" fn kiln_unregister_host_memory(data: *mut c_void) -> c_int
         removed.map(|_| 0).ok_or_else(|| format!("{data:p} is not registered (kiln_register_host_memory)"))
     })
 }
+
+/// `KilnOutputAllocator` of `include/kiln.h`.
+type OutputAllocatorFn = unsafe extern "C" fn(user: *mut c_void, name: *const c_char, dims: *const i64, rank: c_int, bytes: usize) -> u64;
+
+/// A C output allocator and its user pointer (kept as an address: the caller vouches that the
+/// function may be called from the thread that enqueues, with that pointer).
+struct CallbackAllocator {
+    allocate: OutputAllocatorFn,
+    user: usize,
+}
+
+impl kiln_core::OutputAllocator for CallbackAllocator {
+    fn allocate(&self, name: &str, dims: &[usize], bytes: usize) -> Option<kiln_core::DevicePointer> {
+        let name = std::ffi::CString::new(name).ok()?;
+        let dims: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
+        // SAFETY: the function and user pointer came from kiln_context_set_output_allocator,
+        // whose caller promised they stay valid while the context runs; the name and dims live
+        // for the call.
+        let address = unsafe { (self.allocate)(self.user as *mut c_void, name.as_ptr(), dims.as_ptr(), dims.len() as c_int, bytes) };
+        (address != 0).then_some(kiln_core::DevicePointer { address, bytes })
+    }
+}
+
+/// Makes output `name` of `kiln_context_enqueue` take its device memory from `allocate`,
+/// called during the enqueue once the output's dims are known (outputs whose size depends on
+/// the data): `allocate(user, name, dims, rank, bytes)` returns a `CUdeviceptr` with room for
+/// `bytes` bytes, or 0 to refuse. Returns 0, or -1 on failure.
+///
+/// # Safety
+/// `context` is null or a live context; `name` a NUL-terminated string; `allocate` may be
+/// called with `user` from the thread that enqueues while the context lives.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_context_set_output_allocator(
+    context: *mut KilnContext,
+    name: *const c_char,
+    allocate: Option<OutputAllocatorFn>,
+    user: *mut c_void,
+) -> c_int {
+    guarded(-1, || {
+        // SAFETY: the caller passes null or a live context used by this thread only.
+        let context = unsafe { context.as_mut() }.ok_or("the context is NULL")?;
+        // SAFETY: a NUL-terminated name.
+        let name = unsafe { text(name, "the name") }?;
+        let allocate = allocate.ok_or("the allocator function is NULL")?;
+        let allocator = std::sync::Arc::new(CallbackAllocator { allocate, user: user as usize });
+        context.handle.context.set_output_allocator(name, allocator).map_err(|e| e.to_string())?;
+        Ok(0)
+    })
+}

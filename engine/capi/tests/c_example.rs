@@ -108,3 +108,26 @@ fn contexts_of_one_engine_run_on_different_profiles_from_c() {
     assert_eq!(String::from_utf8_lossy(&ran.stdout), "ok\n");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `examples/c/run_engine_device.cpp` builds everywhere (it opens the CUDA driver itself).
+/// Here, on a cpu engine, it either finds no driver and says so (exit 3), or finds one and
+/// kiln refuses device memory for a cpu engine by name; on the GPU machine it runs cuda
+/// engines (the closing notes of #23 give that run).
+#[test]
+fn the_device_io_example_builds_and_refuses_what_it_cannot_run() {
+    let dir = std::env::temp_dir().join(format!("kiln-capi-device-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (engine_path, _) = mnist_engine(&dir);
+    let source = repo().join("examples/c/run_engine_device.cpp");
+    let exe = compile(&dir, "c++", &["-std=c++17", "-Wall", "-Werror"], &source, "run_engine_device", &["-ldl"]);
+    let ran = Command::new(&exe).arg(&engine_path).output().unwrap();
+    let stderr = String::from_utf8_lossy(&ran.stderr).into_owned();
+    match ran.status.code() {
+        Some(3) => {
+            assert!(stderr.contains("no CUDA driver (libcuda.so.1)"), "{stderr}");
+            eprintln!("SKIPPED the device run: no CUDA driver on this machine");
+        }
+        _ => assert!(!ran.status.success() && stderr.contains("backend `cpu` cannot run on device memory"), "{stderr}"),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -8,6 +8,7 @@
 
 use crate::ir::dtype::DataType;
 use crate::ir::tensor::HostTensor;
+use std::sync::Arc;
 
 /// Device memory by address and size, owned by the caller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,13 +42,53 @@ impl DeviceInput {
     }
 }
 
+/// Gives device memory to an output whose size is known only once the execution has computed
+/// it (data-dependent shapes; TensorRT's `IOutputAllocator`). Called on the thread that
+/// enqueues, with the output's dims.
+pub trait OutputAllocator: Send + Sync {
+    /// Device memory of at least `bytes` bytes for output `name` of `dims`; None refuses (the
+    /// execution fails naming the output).
+    fn allocate(&self, name: &str, dims: &[usize], bytes: usize) -> Option<DevicePointer>;
+}
+
+/// Where one output of a device execution goes.
+#[derive(Clone)]
+pub enum DeviceOutput {
+    /// Memory bound before the execution.
+    Memory(DevicePointer),
+    /// Memory asked of an allocator once the output's dims are known (the output's name).
+    Allocator(Arc<dyn OutputAllocator>, String),
+}
+
+impl std::fmt::Debug for DeviceOutput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceOutput::Memory(p) => write!(f, "Memory({:#x}, {} bytes)", p.address, p.bytes),
+            DeviceOutput::Allocator(_, name) => write!(f, "Allocator(`{name}`)"),
+        }
+    }
+}
+
+impl DeviceOutput {
+    /// The memory for an output of `dims` and `bytes` bytes: the bound memory, or the
+    /// allocator's. Err says why there is none.
+    pub fn memory(&self, dims: &[usize], bytes: usize) -> Result<DevicePointer, String> {
+        match self {
+            DeviceOutput::Memory(p) => Ok(*p),
+            DeviceOutput::Allocator(allocator, name) => allocator
+                .allocate(name, dims, bytes)
+                .ok_or_else(|| format!("the output allocator of `{name}` gave no memory for {bytes} bytes ({dims:?})")),
+        }
+    }
+}
+
 /// What a device execution reads, writes and is ordered after.
 #[derive(Clone, Debug)]
 pub struct DeviceIo<'a> {
     /// In network-input order.
     pub inputs: &'a [DeviceInput],
     /// Where each output goes, in network-output order.
-    pub outputs: &'a [DevicePointer],
+    pub outputs: &'a [DeviceOutput],
     /// The caller's stream (a `CUstream` on cuda): the execution starts after the work
     /// enqueued on it so far, and work the caller enqueues on it later starts after the
     /// execution. None: the execution is complete when the call returns.

@@ -38,7 +38,7 @@ pub mod runtime;
 pub mod tactics;
 
 pub use backend::{Backend, DeviceRun, DeviceTimes, Executable, LayerTimes, MathMode, PrecisionSupport};
-pub use device_io::{DeviceAllocation, DeviceInput, DeviceIo, DevicePointer};
+pub use device_io::{DeviceAllocation, DeviceInput, DeviceIo, DeviceOutput, DevicePointer, OutputAllocator};
 pub use device::DeviceFingerprint;
 pub use error::{BackendError, NetworkError};
 pub use runtime::machine::KernelError;

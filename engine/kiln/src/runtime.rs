@@ -56,6 +56,8 @@ pub enum RunError {
     ShapeValuesNotSet { input: String },
     #[error("no buffer is bound to `{tensor}`: call set_tensor_address first")]
     AddressNotSet { tensor: String },
+    #[error("`{name}` is an input: only outputs take an output allocator")]
+    NotAnOutput { name: String },
     #[error("no device memory is bound to `{tensor}`: a device execution reads and writes every input and output in device memory (set_device_tensor_address)")]
     DeviceAddressNotSet { tensor: String },
     #[error("`{tensor}` holds strings, which have no fixed size and cannot live in a byte buffer: use ExecutionContext::run with host tensors")]

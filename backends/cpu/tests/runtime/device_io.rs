@@ -53,7 +53,8 @@ impl Executable for FakeDevice {
             .collect();
         let outputs = self.inner.execute(&inputs)?;
         for (t, dst) in outputs.iter().zip(io.outputs) {
-            self.memory.put(dst.address, t.data().to_le_bytes());
+            let memory = dst.memory(t.shape(), t.size_bytes()).map_err(|reason| BackendError::Execution { layer: "(outputs)".into(), reason })?;
+            self.memory.put(memory.address, t.data().to_le_bytes());
         }
         Ok((outputs.iter().map(|t| t.shape().to_vec()).collect(), None))
     }
@@ -151,4 +152,39 @@ fn a_host_memory_backend_refuses_device_io_by_name() {
     assert!(no_memory.contains("backend `cpu` cannot allocate device memory"), "{no_memory}");
     let unknown = ctx.set_device_tensor_address("z", DevicePointer { address: 0x3000, bytes: 4 }).unwrap_err();
     assert!(matches!(unknown, RunError::UnknownTensor { .. }), "{unknown:?}");
+}
+
+/// Hands out one address and records what it was asked for.
+struct RecordingAllocator {
+    asked: Mutex<Vec<(String, Vec<usize>, usize)>>,
+    give: Option<u64>,
+}
+
+impl OutputAllocator for RecordingAllocator {
+    fn allocate(&self, name: &str, dims: &[usize], bytes: usize) -> Option<DevicePointer> {
+        self.asked.lock().unwrap().push((name.to_string(), dims.to_vec(), bytes));
+        self.give.map(|address| DevicePointer { address, bytes })
+    }
+}
+
+#[test]
+fn an_output_allocator_is_asked_for_memory_once_the_dims_are_known() {
+    let (mut ctx, memory, _) = fake_device_context();
+    let x = input_values(2 * 16, 1.5);
+    ctx.set_input_shape("x", &[2, 16]).unwrap();
+    ctx.set_device_tensor_address("x", memory.put(0x1000, f32_bytes(&x))).unwrap();
+    let allocator = Arc::new(RecordingAllocator { asked: Mutex::default(), give: Some(0x7000) });
+    ctx.set_output_allocator("y", allocator.clone()).unwrap();
+    assert_eq!(ctx.device_tensor_address("y"), None, "an allocator is not bound memory");
+    ctx.enqueue_on_device(None).unwrap();
+    assert_eq!(*allocator.asked.lock().unwrap(), vec![("y".to_string(), vec![2, 16], 128)]);
+    let y: Vec<f32> = memory.get(0x7000).chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    assert_eq!(y, expected_chain(&x));
+
+    let refusing = Arc::new(RecordingAllocator { asked: Mutex::default(), give: None });
+    ctx.set_output_allocator("y", refusing).unwrap();
+    let refused = ctx.enqueue_on_device(None).unwrap_err().to_string();
+    assert!(refused.contains("the output allocator of `y` gave no memory for 128 bytes"), "{refused}");
+    let input = ctx.set_output_allocator("x", allocator).unwrap_err();
+    assert_eq!(input, RunError::NotAnOutput { name: "x".into() });
 }

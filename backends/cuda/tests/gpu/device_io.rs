@@ -177,3 +177,39 @@ fn page_locked_host_memory_is_copied_straight_to_and_from_the_device() {
     let refused = ctx.enqueue_on_device(None).expect_err("pageable memory").to_string();
     assert!(refused.contains("register it first"), "{refused}");
 }
+
+/// Gives one allocation of kiln's to every request, counting them.
+struct OneAllocation {
+    memory: Box<dyn DeviceAllocation>,
+    asked: std::sync::Mutex<Vec<Vec<usize>>>,
+}
+
+impl kiln::OutputAllocator for OneAllocation {
+    fn allocate(&self, _name: &str, dims: &[usize], bytes: usize) -> Option<DevicePointer> {
+        self.asked.lock().unwrap().push(dims.to_vec());
+        (bytes <= self.memory.pointer().bytes).then(|| self.memory.pointer())
+    }
+}
+
+/// An output allocator's memory receives the output in every execution mode, and an address
+/// it gives is checked as a bound one is.
+#[test]
+fn an_output_allocator_gives_the_memory_once_the_dims_are_known() {
+    let Some(cuda) = backend() else { return };
+    let f = fixture("cnn_torchscript");
+    let prepared = prepare(cuda, &f.net, false);
+    let mut ctx = prepared.create_execution_context();
+    let host = ctx.run(&f.inputs).expect("host run");
+    let bound = bind(&prepared, &mut ctx, &f.inputs, &host);
+    let (out_name, out) = host.iter().next().unwrap();
+    let allocator = Arc::new(OneAllocation { memory: prepared.allocate_device(out.size_bytes()).unwrap(), asked: Default::default() });
+    ctx.set_output_allocator(out_name, allocator.clone()).unwrap();
+    for round in 0..3 {
+        ctx.enqueue_on_device(None).expect("device run with an allocator");
+        let bytes = allocator.memory.read(out.size_bytes()).unwrap();
+        let got = HostTensor::new(out.shape().to_vec(), TensorData::from_le_bytes(out.dtype(), &bytes).unwrap()).unwrap();
+        assert_eq!(&got, out, "round {round} ({:?})", ctx.execution_mode());
+    }
+    assert_eq!(*allocator.asked.lock().unwrap(), vec![out.shape().to_vec(); 3]);
+    drop(bound);
+}

@@ -307,3 +307,50 @@ fn a_layer_too_large_is_out_of_memory() {
         other => panic!("a 32 TiB layer output: {:?}", other.map(|o| o.len())),
     }
 }
+
+/// One engine with two optimization profiles: two contexts, one per profile, run at once on
+/// two threads, each giving what it gives alone.
+#[test]
+fn two_contexts_run_two_profiles_of_one_engine_at_once() {
+    let Some(cuda) = backend() else { return };
+    let f = fixture("cnn_torchscript");
+    let mut config = exact_f32_config();
+    for (low, high) in [(1, 2), (3, 8)] {
+        let mut profile = kiln::OptimizationProfile::new();
+        profile.set_dimensions("image", &[low, 3, 32, 32], &[high, 3, 32, 32], &[high, 3, 32, 32]);
+        config.profiles.push(profile);
+    }
+    let engine = kiln::Builder::new(cuda).build(&f.net, &config).expect("build");
+    let prepared = PreparedEngine::new(engine, cuda).expect("prepare");
+    let image = |n: usize| {
+        let values = (0..n * 3 * 32 * 32).map(|i| (i % 13) as f32 * 0.05).collect();
+        HashMap::from([("image".to_string(), HostTensor::from_f32(vec![n, 3, 32, 32], values).unwrap())])
+    };
+    let (small, large) = (image(2), image(6));
+    let alone: Vec<BTreeMap<String, HostTensor>> = [(0, &small), (1, &large)]
+        .into_iter()
+        .map(|(profile, inputs)| {
+            let mut ctx = prepared.create_execution_context();
+            ctx.set_optimization_profile(profile).unwrap();
+            ctx.run(inputs).expect("a lone run")
+        })
+        .collect();
+    let barrier = std::sync::Barrier::new(2);
+    std::thread::scope(|s| {
+        for (profile, inputs) in [(0, &small), (1, &large)] {
+            let (prepared, barrier, alone) = (&prepared, &barrier, &alone);
+            s.spawn(move || {
+                let mut ctx = prepared.create_execution_context();
+                ctx.set_optimization_profile(profile).unwrap();
+                barrier.wait();
+                for round in 0..10 {
+                    assert_eq!(ctx.run(inputs).expect("concurrent run"), alone[profile], "profile {profile}, round {round}");
+                }
+            });
+        }
+    });
+    // The samples both batches hold get the same probabilities.
+    let (a, b) = (alone[0]["probs"].as_f32().unwrap(), alone[1]["probs"].as_f32().unwrap());
+    let worst = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    assert!(worst < 1e-4, "{worst}");
+}

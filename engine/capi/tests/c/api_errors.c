@@ -5,6 +5,11 @@
 
 #include <math.h>
 
+static uint64_t never_allocate(void *user, const char *name, const int64_t *dims, int rank, size_t bytes) {
+    (void)user, (void)name, (void)dims, (void)rank, (void)bytes;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) return 2;
     check(kiln_engine_load("/nonexistent/kiln.engine") == NULL, "a missing file loads nothing");
@@ -61,6 +66,13 @@ int main(int argc, char **argv) {
     check(kiln_context_enqueue(context, NULL, NULL) == -1 && error_has("backend `cpu` cannot run on device memory"),
           "a cpu engine refuses device memory by name");
     check(kiln_context_enqueue(NULL, NULL, NULL) == -1 && error_has("the context is NULL"), "a NULL context");
+    check(kiln_context_set_output_allocator(context, "data", never_allocate, NULL) == -1 && error_has("`data` is an input"),
+          "inputs take no output allocator");
+    check(kiln_context_set_output_allocator(context, "prob", NULL, NULL) == -1 && error_has("allocator function is NULL"),
+          "a NULL allocator");
+    check(kiln_context_set_output_allocator(context, "prob", never_allocate, NULL) == 0, "an output allocator");
+    check(kiln_context_enqueue(context, NULL, NULL) == -1 && error_has("backend `cpu` cannot run on device memory"),
+          "still refused by the cpu backend");
     check(kiln_register_host_memory(NULL, 16, 0) == -1 && error_has("data is NULL"), "registering NULL");
     int pinned = kiln_register_host_memory(image, sizeof image, 0);
     check(pinned == 0 ? kiln_unregister_host_memory(image) == 0 : strlen(kiln_last_error()) > 0,

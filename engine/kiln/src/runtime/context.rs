@@ -5,7 +5,7 @@ use crate::ir::infer::network_shapes::{dims_with_wildcards, infer_shapes, BoundI
 use super::stream::{Event, Job, Stream};
 use super::{Buffer, PreparedEngine, RunError};
 use crate::backend::{Backend, DeviceTimes, LayerTimes};
-use crate::device_io::{DeviceInput, DeviceIo, DevicePointer};
+use crate::device_io::{DeviceInput, DeviceIo, DeviceOutput, DevicePointer, OutputAllocator};
 use crate::engine::Engine;
 use crate::ir::network::{Network, TensorId};
 use crate::ir::shape::{Dim, Shape};
@@ -24,8 +24,9 @@ pub struct ExecutionContext {
     /// Per network input: the values of a shape tensor.
     shape_values: Vec<Option<Vec<i64>>>,
     addresses: HashMap<String, Buffer>,
-    /// Tensors bound to device memory instead (a name is in one map or the other).
-    device_addresses: HashMap<String, DevicePointer>,
+    /// Tensors bound to device memory instead (a name is in one map or the other), or, for
+    /// outputs, to an allocator.
+    device_addresses: HashMap<String, DeviceOutput>,
     /// The output dims of the latest device execution, in network-output order.
     device_output_dims: Mutex<Vec<Vec<usize>>>,
     /// Whether executions measure their device phases, and the latest measurement.
@@ -348,13 +349,28 @@ impl ExecutionContext {
     pub fn set_device_tensor_address(&mut self, name: &str, memory: DevicePointer) -> Result<(), RunError> {
         self.io_tensor(name)?;
         self.addresses.remove(name);
-        self.device_addresses.insert(name.to_string(), memory);
+        self.device_addresses.insert(name.to_string(), DeviceOutput::Memory(memory));
         Ok(())
     }
 
-    /// The device memory bound to `name`, if any.
+    /// Makes output `name` of device executions take its memory from `allocator`, asked once
+    /// its dims are known (for outputs whose size depends on the data).
+    pub fn set_output_allocator(&mut self, name: &str, allocator: Arc<dyn OutputAllocator>) -> Result<(), RunError> {
+        let t = self.io_tensor(name)?;
+        if self.network().inputs().contains(&t) {
+            return Err(RunError::NotAnOutput { name: name.to_string() });
+        }
+        self.addresses.remove(name);
+        self.device_addresses.insert(name.to_string(), DeviceOutput::Allocator(allocator, name.to_string()));
+        Ok(())
+    }
+
+    /// The device memory bound to `name`, if any (not an allocator's).
     pub fn device_tensor_address(&self, name: &str) -> Option<DevicePointer> {
-        self.device_addresses.get(name).copied()
+        match self.device_addresses.get(name) {
+            Some(DeviceOutput::Memory(p)) => Some(*p),
+            _ => None,
+        }
     }
 
     /// Runs the engine on the device memory bound to every input and output (shape tensors
@@ -382,7 +398,9 @@ impl ExecutionContext {
                 inputs.push(DeviceInput::Host(values));
                 continue;
             }
-            let memory = self.device_memory(&desc.name)?;
+            let Some(memory) = self.device_tensor_address(&desc.name) else {
+                return Err(RunError::DeviceAddressNotSet { tensor: desc.name.clone() });
+            };
             let needed = b.dims.iter().product::<usize>() * element_bytes(&desc.name, desc.dtype)?;
             if memory.bytes < needed {
                 return Err(RunError::BufferTooSmall { tensor: desc.name.clone(), needed, available: memory.bytes });
@@ -392,14 +410,15 @@ impl ExecutionContext {
         let mut outputs = Vec::with_capacity(net.outputs().len());
         for &t in net.outputs() {
             let desc = net.tensor(t);
-            let memory = self.device_memory(&desc.name)?;
-            if let Some(volume) = shapes[t.0].volume() {
+            let output = self.device_addresses.get(&desc.name).cloned();
+            let output = output.ok_or_else(|| RunError::DeviceAddressNotSet { tensor: desc.name.clone() })?;
+            if let (DeviceOutput::Memory(memory), Some(volume)) = (&output, shapes[t.0].volume()) {
                 let needed = volume * element_bytes(&desc.name, desc.dtype)?;
                 if memory.bytes < needed {
                     return Err(RunError::BufferTooSmall { tensor: desc.name.clone(), needed, available: memory.bytes });
                 }
             }
-            outputs.push(memory);
+            outputs.push(output);
         }
         let io = DeviceIo { inputs: &inputs, outputs: &outputs, stream, input_consumed };
         let (dims, times) = self.prepared.executable().execute_on_device(&io, self.device_timing).map_err(|e| self.prepared.named(e))?;
@@ -417,9 +436,6 @@ impl ExecutionContext {
         self.device_output_dims.lock().unwrap_or_else(PoisonError::into_inner).get(index).cloned()
     }
 
-    fn device_memory(&self, name: &str) -> Result<DevicePointer, RunError> {
-        self.device_addresses.get(name).copied().ok_or_else(|| RunError::DeviceAddressNotSet { tensor: name.to_string() })
-    }
 
     /// The address of the buffer bound to `name`, if any.
     pub fn tensor_address(&self, name: &str) -> Option<u64> {
