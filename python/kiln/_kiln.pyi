@@ -52,10 +52,11 @@ class Engine:
     """A built engine, prepared on its backend for running."""
 
     @staticmethod
-    def load(path: str, backend: Optional[str] = None) -> "Engine":
-        """Loads an engine file (`kiln build`) and prepares it on the backend it was built for."""
+    def load(path: str, backend: Optional[str] = None, device: int = 0) -> "Engine":
+        """Loads an engine file (`kiln build`) and prepares it on device `device` (cuda's
+        ordinal; the other backends have only 0) of the backend it was built for."""
     @staticmethod
-    def deserialize(data: bytes, backend: Optional[str] = None) -> "Engine":
+    def deserialize(data: bytes, backend: Optional[str] = None, device: int = 0) -> "Engine":
         """An engine from the bytes of an engine file."""
     def serialize(self) -> bytes:
         """The engine file's bytes."""
@@ -64,6 +65,9 @@ class Engine:
     @property
     def backend(self) -> str:
         """The backend the engine runs on: cpu, wgpu or cuda."""
+    @property
+    def device(self) -> int:
+        """The device the engine runs on (cuda's ordinal; 0 on the other backends)."""
     @property
     def inputs(self) -> List[TensorInfo]:
         """(name, numpy dtype name, dims) of each input; a dynamic dim is None."""
@@ -167,7 +171,7 @@ class BuilderConfig:
 class Builder:
     """Builds engines for one backend ("auto": the first available of cuda, wgpu, cpu)."""
 
-    def __init__(self, backend: str = "auto") -> None: ...
+    def __init__(self, backend: str = "auto", device: int = 0) -> None: ...
     @property
     def backend(self) -> str: ...
     def create_network(self) -> Network: ...
@@ -179,7 +183,7 @@ class Builder:
 class Runtime:
     """Loads engine files' bytes (on the engine's backend, or `backend` when it matches)."""
 
-    def __init__(self, backend: Optional[str] = None) -> None: ...
+    def __init__(self, backend: Optional[str] = None, device: int = 0) -> None: ...
     def deserialize_engine(self, data: bytes) -> Engine: ...
     def deserialize_cuda_engine(self, data: bytes) -> Engine: ...
 
@@ -215,5 +219,7 @@ def compile(
     tf32: bool = True,
     shapes: Optional[Mapping[str, Sequence[int]]] = None,
     refit: bool = False,
+    device: int = 0,
 ) -> Engine:
-    """Imports an ONNX model and builds an engine for `backend` (auto: cuda, wgpu, then cpu)."""
+    """Imports an ONNX model and builds an engine for `backend` (auto: cuda, wgpu, then cpu)
+    on device `device` (cuda's ordinal; the other backends have only 0)."""

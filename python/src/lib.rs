@@ -29,13 +29,14 @@ fn error(message: impl std::fmt::Display) -> PyErr {
     KilnError::new_err(message.to_string())
 }
 
-/// The backend of this name; `auto` takes the first available of cuda, wgpu, cpu (passing
-/// over wgpu on a software adapter, slower than cpu).
-fn open_backend(name: &str) -> PyResult<Box<dyn Backend>> {
+/// The backend of this name on device `device` (cuda's ordinal; the others have only 0);
+/// `auto` takes the first available of cuda, wgpu, cpu (passing over wgpu on a software
+/// adapter, slower than cpu).
+fn open_backend(name: &str, device: usize) -> PyResult<Box<dyn Backend>> {
     if name == "auto" {
-        return kiln_builtin_backends::open_auto().map_err(error);
+        return kiln_builtin_backends::open_auto_on_device(device).map_err(error);
     }
-    kiln_builtin_backends::open(name).map_err(error)
+    kiln_builtin_backends::open_on_device(name, device).map_err(error)
 }
 
 /// One input or output: name, numpy dtype name, and dims (None for a dynamic dim).
@@ -46,6 +47,8 @@ type TensorInfo = (String, String, Vec<Option<usize>>);
 #[pyclass(module = "kiln", frozen)]
 struct Engine {
     state: Mutex<State>,
+    /// The device it runs on (cuda's ordinal).
+    device: usize,
 }
 
 enum State {
@@ -55,12 +58,16 @@ enum State {
 }
 
 impl Engine {
-    fn prepare(engine: KilnEngine, backend: Option<&str>) -> PyResult<Engine> {
+    fn prepare(engine: KilnEngine, backend: Option<&str>, device: usize) -> PyResult<Engine> {
         if let Some(requested) = backend.filter(|b| *b != "auto" && *b != engine.backend()) {
             return Err(error(format!("the engine was built for backend `{}`, not `{requested}`", engine.backend())));
         }
-        let state = if engine.is_weight_stripped() { State::Stripped(Box::new(engine)) } else { State::Prepared(prepare_on_own_backend(engine)?) };
-        Ok(Engine { state: Mutex::new(state) })
+        let state = if engine.is_weight_stripped() {
+            State::Stripped(Box::new(engine))
+        } else {
+            State::Prepared(prepare_on_own_backend(engine, device)?)
+        };
+        Ok(Engine { state: Mutex::new(state), device })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -119,28 +126,35 @@ fn io_names(network: &kiln::Network) -> Vec<String> {
     network.inputs().iter().chain(network.outputs()).map(|&t| network.tensor(t).name.clone()).collect()
 }
 
-/// Prepares `engine` on the backend it was built for.
-fn prepare_on_own_backend(engine: KilnEngine) -> PyResult<Arc<PreparedEngine>> {
-    let backend = open_backend(engine.backend())?;
+/// Prepares `engine` on device `device` of the backend it was built for.
+fn prepare_on_own_backend(engine: KilnEngine, device: usize) -> PyResult<Arc<PreparedEngine>> {
+    let backend = open_backend(engine.backend(), device)?;
     PreparedEngine::new(engine, backend.as_ref()).map_err(error)
 }
 
 #[pymethods]
 impl Engine {
-    /// Loads an engine file (`kiln build`) and prepares it on the backend it was built for.
+    /// Loads an engine file (`kiln build`) and prepares it on device `device` (cuda's
+    /// ordinal) of the backend it was built for.
     #[staticmethod]
-    #[pyo3(signature = (path, backend=None))]
-    fn load(path: &str, backend: Option<&str>) -> PyResult<Engine> {
+    #[pyo3(signature = (path, backend=None, device=0))]
+    fn load(path: &str, backend: Option<&str>, device: usize) -> PyResult<Engine> {
         let bytes = std::fs::read(path).map_err(|e| error(format!("cannot read engine file `{path}`: {e}")))?;
         let engine = KilnEngine::deserialize(&bytes).map_err(|e| error(format!("cannot load engine file `{path}`: {e}")))?;
-        Engine::prepare(engine, backend)
+        Engine::prepare(engine, backend, device)
     }
 
     /// An engine from the bytes of an engine file.
     #[staticmethod]
-    #[pyo3(signature = (data, backend=None))]
-    fn deserialize(data: &[u8], backend: Option<&str>) -> PyResult<Engine> {
-        Engine::prepare(KilnEngine::deserialize(data).map_err(|e| error(format!("cannot load the engine: {e}")))?, backend)
+    #[pyo3(signature = (data, backend=None, device=0))]
+    fn deserialize(data: &[u8], backend: Option<&str>, device: usize) -> PyResult<Engine> {
+        Engine::prepare(KilnEngine::deserialize(data).map_err(|e| error(format!("cannot load the engine: {e}")))?, backend, device)
+    }
+
+    /// The device the engine runs on (cuda's ordinal; 0 on the other backends).
+    #[getter]
+    fn device(&self) -> usize {
+        self.device
     }
 
     /// The engine file's bytes.
@@ -349,7 +363,7 @@ impl Refitter {
     /// of its weights blobs changed. A weight-stripped engine is prepared afterwards.
     fn refit_engine(&mut self) -> PyResult<usize> {
         let engine = self.engine.get();
-        let backend = open_backend(&engine.backend())?;
+        let backend = open_backend(&engine.backend(), engine.device)?;
         let mut state = engine.lock();
         match &mut *state {
             State::Prepared(prepared) => self.refitter.refit_prepared(prepared, backend.as_ref()).map_err(error),
@@ -366,10 +380,20 @@ impl Refitter {
 /// Imports an ONNX model (external data from its folder) and builds an engine for `backend`.
 /// Dynamic input dims are fixed by `shapes` ({name: dims}) when given.
 #[pyfunction]
-#[pyo3(signature = (model, backend="auto", fp16=false, bf16=false, tf32=true, shapes=None, refit=false))]
-fn compile(model: &str, backend: &str, fp16: bool, bf16: bool, tf32: bool, shapes: Option<HashMap<String, Vec<usize>>>, refit: bool) -> PyResult<Engine> {
+#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (model, backend="auto", fp16=false, bf16=false, tf32=true, shapes=None, refit=false, device=0))]
+fn compile(
+    model: &str,
+    backend: &str,
+    fp16: bool,
+    bf16: bool,
+    tf32: bool,
+    shapes: Option<HashMap<String, Vec<usize>>>,
+    refit: bool,
+    device: usize,
+) -> PyResult<Engine> {
     let network = kiln_onnx::import_file(Path::new(model)).map_err(|e| error(format!("cannot import ONNX model `{model}`: {e}")))?;
-    let target = open_backend(backend)?;
+    let target = open_backend(backend, device)?;
     let mut config = BuilderConfig::default();
     for (flag, on) in [(BuilderFlag::Fp16, fp16), (BuilderFlag::Bf16, bf16), (BuilderFlag::Refit, refit)] {
         if on {
@@ -387,7 +411,7 @@ fn compile(model: &str, backend: &str, fp16: bool, bf16: bool, tf32: bool, shape
         config.profiles.push(profile);
     }
     let engine = Builder::new(target.as_ref()).build(&network, &config).map_err(|e| error(format!("cannot build an engine for `{}`: {e}", target.name())))?;
-    Engine::prepare(engine, Some(target.name()))
+    Engine::prepare(engine, Some(target.name()), device)
 }
 
 #[pymodule]

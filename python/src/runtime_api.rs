@@ -189,14 +189,15 @@ impl BuilderConfig {
 #[pyclass(module = "kiln")]
 pub(crate) struct Builder {
     backend: Box<dyn kiln::Backend>,
+    device: usize,
 }
 
 #[pymethods]
 impl Builder {
     #[new]
-    #[pyo3(signature = (backend="auto"))]
-    fn new(backend: &str) -> PyResult<Builder> {
-        Ok(Builder { backend: open_backend(backend)? })
+    #[pyo3(signature = (backend="auto", device=0))]
+    fn new(backend: &str, device: usize) -> PyResult<Builder> {
+        Ok(Builder { backend: open_backend(backend, device)?, device })
     }
 
     #[getter]
@@ -223,7 +224,7 @@ impl Builder {
 
     /// `network` built with `config`, prepared to run.
     fn build_engine(&self, py: Python<'_>, network: &Network, config: &BuilderConfig) -> PyResult<Engine> {
-        Engine::prepare(self.build(py, network, config)?, Some(self.backend.name()))
+        Engine::prepare(self.build(py, network, config)?, Some(self.backend.name()), self.device)
     }
 }
 
@@ -239,19 +240,20 @@ impl Builder {
 #[pyclass(module = "kiln")]
 pub(crate) struct Runtime {
     backend: Option<String>,
+    device: usize,
 }
 
 #[pymethods]
 impl Runtime {
     #[new]
-    #[pyo3(signature = (backend=None))]
-    fn new(backend: Option<String>) -> Runtime {
-        Runtime { backend }
+    #[pyo3(signature = (backend=None, device=0))]
+    fn new(backend: Option<String>, device: usize) -> Runtime {
+        Runtime { backend, device }
     }
 
     fn deserialize_engine(&self, data: &[u8]) -> PyResult<Engine> {
         let engine = kiln::Engine::deserialize(data).map_err(|e| error(format!("cannot load the engine: {e}")))?;
-        Engine::prepare(engine, self.backend.as_deref())
+        Engine::prepare(engine, self.backend.as_deref(), self.device)
     }
 
     /// [`Runtime::deserialize_engine`] under TensorRT's name.

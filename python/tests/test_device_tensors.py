@@ -282,3 +282,14 @@ def test_dynamic_inputs_take_their_device_tensors_dims_unless_set():
     with pytest.raises(kiln.KilnError, match=NOT_ON_CPU):
         context.execute_async_v3(0)
     assert context.get_tensor_shape("image") == [1, 3, 32, 32]
+
+
+def test_a_device_ordinal_past_a_backends_devices_is_refused():
+    with pytest.raises(kiln.KilnError, match="backend `cpu` is not available: it runs on one device, 0; there is no device 1"):
+        kiln.compile(MNIST, backend="cpu", device=1)
+    engine = kiln.compile(MNIST, backend="cpu")
+    assert engine.device == 0
+    with pytest.raises(kiln.KilnError, match="there is no device 2"):
+        kiln.Engine.deserialize(engine.serialize(), device=2)
+    with pytest.raises(kiln.KilnError, match="there is no device 1"):
+        kiln.Builder("cpu", device=1)

@@ -76,9 +76,20 @@ pub fn passed_over_by_auto(device: &DeviceFingerprint) -> Option<String> {
 
 /// The first compiled-in backend with a usable device (`auto`), or every reason there is none.
 pub fn open_auto() -> Result<Box<dyn Backend>, String> {
+    open_auto_on_device(0)
+}
+
+/// `open_auto` among the backends that have device `device` (for 1 and up: cuda's ordinals).
+pub fn open_auto_on_device(device: usize) -> Result<Box<dyn Backend>, String> {
     let mut reasons = Vec::new();
     for b in BUILT_IN {
-        let backend = (b.open)();
+        let backend = match b.open_device(device) {
+            Ok(backend) => backend,
+            Err(e) => {
+                reasons.push(e.to_string());
+                continue;
+            }
+        };
         match backend.device() {
             Ok(device) => match passed_over_by_auto(&device) {
                 Some(reason) => reasons.push(reason),
