@@ -10,15 +10,11 @@
 //   ./run_engine_device model.engine
 // Without a CUDA driver it says so and exits 3.
 
-#include "kiln.h"
+#include "example_io.hpp"
 
 #include <dlfcn.h>
 
-#include <cstdio>
 #include <map>
-#include <memory>
-#include <string>
-#include <vector>
 
 namespace {
 
@@ -70,18 +66,6 @@ uint64_t allocate_output(void *, const char *name, const int64_t *, int, size_t 
     return ptr;
 }
 
-struct EngineFree {
-    void operator()(KilnEngine *e) const { kiln_engine_free(e); }
-};
-struct ContextFree {
-    void operator()(KilnContext *c) const { kiln_context_free(c); }
-};
-
-int fail(const char *what) {
-    std::fprintf(stderr, "error: %s: %s\n", what, kiln_last_error());
-    return 1;
-}
-
 int cuda_fail(const char *what, CUresult r) {
     std::fprintf(stderr, "error: %s failed (CUDA error %d)\n", what, r);
     return 1;
@@ -125,20 +109,10 @@ int main(int argc, char **argv) {
                 return fail("output allocator");
             continue;
         }
-        if (kiln_engine_io_dtype(engine.get(), name.c_str()) != KILN_F32) {
-            std::fprintf(stderr, "error: input %s is not f32\n", name.c_str());
-            return 1;
-        }
         int64_t dims[8];
-        const int rank = kiln_engine_io_shape(engine.get(), name.c_str(), dims, 8);
-        if (rank < 0) return fail("input shape");
-        size_t elements = 1;
-        for (int d = 0; d < rank; ++d) {
-            if (dims[d] < 0) dims[d] = 1;
-            elements *= static_cast<size_t>(dims[d]);
-        }
-        std::vector<float> values(elements);
-        for (size_t k = 0; k < elements; ++k) values[k] = static_cast<float>(k % 7) * 0.125f;
+        int rank = 0;
+        std::vector<float> values;
+        if (!pattern_input(engine.get(), name, dims, rank, values)) return 1;
         const size_t bytes = values.size() * sizeof(float);
         CUdeviceptr ptr = 0;
         if ((r = cuda.mem_alloc(&ptr, bytes)) != 0) return cuda_fail("cuMemAlloc", r);
@@ -152,20 +126,13 @@ int main(int argc, char **argv) {
 
     for (const std::string &name : outputs) {
         int64_t dims[8];
-        const int rank = kiln_context_output_shape(context.get(), name.c_str(), dims, 8);
-        if (rank < 0) return fail("output shape");
-        size_t elements = 1;
-        std::printf("%s:", name.c_str());
-        for (int d = 0; d < rank; ++d) {
-            elements *= static_cast<size_t>(dims[d]);
-            std::printf(" %lld", static_cast<long long>(dims[d]));
-        }
-        std::printf(":");
-        std::vector<float> values(elements);
+        int rank = 0;
+        const long long elements = output_dims(context.get(), name, dims, rank);
+        if (elements < 0) return 1;
+        std::vector<float> values(static_cast<size_t>(elements));
         if ((r = cuda.dtoh(values.data(), allocated[name], values.size() * sizeof(float))) != 0)
             return cuda_fail("cuMemcpyDtoH", r);
-        for (float v : values) std::printf(" %.9g", v);
-        std::printf("\n");
+        print_output(name, dims, rank, values);
     }
     context.reset();
     engine.reset();

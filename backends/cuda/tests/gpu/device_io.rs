@@ -97,14 +97,25 @@ fn device_memory_io_gives_the_host_answer_in_every_execution_mode() {
     }
 }
 
-#[test]
-fn caller_addresses_are_checked_before_any_copy() {
-    let Some(cuda) = backend() else { return };
+/// The PyTorch CNN in f32, its context with device memory bound, and its host outputs.
+fn bound_cnn(cuda: &kiln_cuda::CudaBackend) -> (Arc<PreparedEngine>, ExecutionContext, Bound, BTreeMap<String, HostTensor>) {
     let f = fixture("cnn_torchscript");
     let prepared = prepare(cuda, &f.net, false);
     let mut ctx = prepared.create_execution_context();
     let host = ctx.run(&f.inputs).expect("host run");
     let bound = bind(&prepared, &mut ctx, &f.inputs, &host);
+    (prepared, ctx, bound, host)
+}
+
+/// `bytes` as a tensor of `like`'s type and dims.
+fn tensor_like(like: &HostTensor, bytes: &[u8]) -> HostTensor {
+    HostTensor::new(like.shape().to_vec(), TensorData::from_le_bytes(like.dtype(), bytes).unwrap()).unwrap()
+}
+
+#[test]
+fn caller_addresses_are_checked_before_any_copy() {
+    let Some(cuda) = backend() else { return };
+    let (_prepared, mut ctx, bound, host) = bound_cnn(cuda);
     let (input, memory) = &bound.inputs[0];
     let real = memory.pointer();
     let refused = |ctx: &ExecutionContext| ctx.enqueue_on_device(None).expect_err("refused").to_string();
@@ -150,7 +161,7 @@ fn page_locked_host_memory_is_copied_straight_to_and_from_the_device() {
     ctx.set_device_tensor_address(out_name, out_memory.pointer()).unwrap();
     for round in 0..3 {
         ctx.enqueue_on_device(None).expect("run on pinned memory");
-        let got = HostTensor::new(out.shape().to_vec(), TensorData::from_le_bytes(out.dtype(), &out_memory.read(out.size_bytes()).unwrap()).unwrap()).unwrap();
+        let got = tensor_like(out, &out_memory.read(out.size_bytes()).unwrap());
         assert_eq!(&got, out, "round {round} ({:?})", ctx.execution_mode());
     }
 
@@ -171,7 +182,7 @@ fn page_locked_host_memory_is_copied_straight_to_and_from_the_device() {
     ctx.set_device_tensor_address(out_name, DevicePointer { address: output.as_ptr() as u64, bytes: output.len() }).unwrap();
     ctx.enqueue_on_device(None).expect("run on registered memory");
     drop(registered);
-    let got = HostTensor::new(out.shape().to_vec(), TensorData::from_le_bytes(out.dtype(), &output).unwrap()).unwrap();
+    let got = tensor_like(out, &output);
     assert_eq!(&got, out, "registered host memory");
     // Unregistered, the same vector is refused by name.
     let refused = ctx.enqueue_on_device(None).expect_err("pageable memory").to_string();
@@ -196,18 +207,14 @@ impl kiln::OutputAllocator for OneAllocation {
 #[test]
 fn an_output_allocator_gives_the_memory_once_the_dims_are_known() {
     let Some(cuda) = backend() else { return };
-    let f = fixture("cnn_torchscript");
-    let prepared = prepare(cuda, &f.net, false);
-    let mut ctx = prepared.create_execution_context();
-    let host = ctx.run(&f.inputs).expect("host run");
-    let bound = bind(&prepared, &mut ctx, &f.inputs, &host);
+    let (prepared, mut ctx, bound, host) = bound_cnn(cuda);
     let (out_name, out) = host.iter().next().unwrap();
     let allocator = Arc::new(OneAllocation { memory: prepared.allocate_device(out.size_bytes()).unwrap(), asked: Default::default() });
     ctx.set_output_allocator(out_name, allocator.clone()).unwrap();
     for round in 0..3 {
         ctx.enqueue_on_device(None).expect("device run with an allocator");
         let bytes = allocator.memory.read(out.size_bytes()).unwrap();
-        let got = HostTensor::new(out.shape().to_vec(), TensorData::from_le_bytes(out.dtype(), &bytes).unwrap()).unwrap();
+        let got = tensor_like(out, &bytes);
         assert_eq!(&got, out, "round {round} ({:?})", ctx.execution_mode());
     }
     assert_eq!(*allocator.asked.lock().unwrap(), vec![out.shape().to_vec(); 3]);
