@@ -202,7 +202,7 @@ impl HostAllocation {
 
     /// The memory, once the device is idle (an execution may still read or write it).
     fn idle(&self) -> Result<std::sync::MutexGuard<'_, crate::arena::PinnedHost>, BackendError> {
-        self.gpu.ctx.synchronize().map_err(|e| crate::exec::gpu_error("(host memory)", driver("cuCtxSynchronize")(e)))?;
+        self.gpu.ctx.synchronize().map_err(|e| crate::error::gpu_error("(host memory)", driver("cuCtxSynchronize")(e)))?;
         Ok(self.memory.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 }
@@ -274,7 +274,7 @@ impl DeviceAllocation for CallerAllocation {
         if bytes.len() > self.bytes {
             return Err(too_many(bytes.len(), self.bytes));
         }
-        let error = |e| crate::exec::gpu_error("(device memory)", e);
+        let error = |e| crate::error::gpu_error("(device memory)", e);
         self.gpu.write(self.buffer(), bytes).map_err(error)?;
         self.gpu.synchronize().map_err(error)
     }
@@ -284,7 +284,7 @@ impl DeviceAllocation for CallerAllocation {
             return Err(too_many(len, self.bytes));
         }
         let t = DeviceTensor::new(self.buffer().clone(), DataType::U8, vec![len]);
-        let host = self.gpu.download(&t).map_err(|e| crate::exec::gpu_error("(device memory)", e))?;
+        let host = self.gpu.download(&t).map_err(|e| crate::error::gpu_error("(device memory)", e))?;
         Ok(host.data().le_bytes().into_owned())
     }
 }

@@ -58,3 +58,13 @@ impl From<&str> for GpuError {
         GpuError::Unsupported(reason.to_string())
     }
 }
+
+/// `e` as the runtime sees it, at `layer` (out of memory and a missing CUDA keep their kinds).
+pub(crate) fn gpu_error(layer: &str, e: GpuError) -> kiln::BackendError {
+    use kiln::BackendError;
+    match e {
+        GpuError::OutOfMemory { .. } => BackendError::OutOfMemory { backend: "cuda".into(), reason: format!("layer `{layer}`: {e}") },
+        GpuError::Unavailable(reason) => BackendError::Unavailable { backend: "cuda".into(), reason },
+        other => BackendError::Execution { layer: layer.into(), reason: other.to_string() },
+    }
+}

@@ -9,7 +9,6 @@ use kiln::{invalid, BackendError, DataType, DeviceAllocation, DeviceInput, Devic
 use crate::ops::KResult;
 use crate::arena::{lock, Arena, ArenaPlan, PinnedHost, Tracer};
 use crate::device::Gpu;
-use crate::error::GpuError;
 use crate::ops::{self, Ctx, Value};
 use crate::caller_memory::{CallerAllocation, HostAllocation};
 use crate::replay::{self, Delivered, Io, Output, PhaseEvents, Replay, Signatures, State};
@@ -362,13 +361,7 @@ impl CudaExecutable {
     }
 }
 
-pub(crate) fn gpu_error(layer: &str, e: GpuError) -> BackendError {
-    match e {
-        GpuError::OutOfMemory { .. } => BackendError::OutOfMemory { backend: "cuda".into(), reason: format!("layer `{layer}`: {e}") },
-        GpuError::Unavailable(reason) => BackendError::Unavailable { backend: "cuda".into(), reason },
-        other => BackendError::Execution { layer: layer.into(), reason: other.to_string() },
-    }
-}
+pub(crate) use crate::error::gpu_error;
 
 /// One execution: the interpreter's view of the executable.
 struct Run<'e> {
