@@ -331,7 +331,91 @@ __device__ void normalize_affine_short(i64 outer, i64 len, float eps, int rms, i
     }
 }
 
+// Long rows split over blocks: few rows, each far longer than one warp covers quickly (a
+// GroupNorm of one group at batch 1 has a single row of C·H·W). Block (c, row) works on chunk c
+// of its row. Step 1 writes each chunk's mean and sum of squared deviations (two passes over
+// the chunk, which stays in cache; for RMS: the mean of squares and 0). Step 2 merges a row's
+// partials (Chan's formula, one warp) in every block of the row, then normalizes its chunk.
+__device__ __forceinline__ float block_sum(float v, float* shared) {
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    v = warp_sum(v);
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = warp_sum(lane < (int)(blockDim.x / 32) ? shared[lane] : 0.0f);
+        if (lane == 0) shared[32] = v;
+    }
+    __syncthreads();
+    v = shared[32];
+    __syncthreads();
+    return v;
+}
+
+template <typename T>
+__device__ void row_chunk_stats(i64 len, i64 chunk, int rms, const T* x, float* partial) {
+    __shared__ float shared[33];
+    i64 row = blockIdx.y, begin = (i64)blockIdx.x * chunk, end = min(len, begin + chunk);
+    const T* r = x + row * len;
+    float n = (float)(end - begin), s = 0.0f;
+    for (i64 k = begin + threadIdx.x; k < end; k += blockDim.x) {
+        float a = to_f(r[k]);
+        s += rms ? a * a : a;
+    }
+    float mean = block_sum(s, shared) / n, m2 = 0.0f;
+    if (!rms) {
+        for (i64 k = begin + threadIdx.x; k < end; k += blockDim.x) { float d = to_f(r[k]) - mean; m2 += d * d; }
+        m2 = block_sum(m2, shared);
+    }
+    if (threadIdx.x == 0) {
+        float* out = partial + (row * gridDim.x + blockIdx.x) * 2;
+        out[0] = mean;
+        out[1] = m2;
+    }
+}
+
+// (n, mean, m2) of the union of two parts (Chan et al.).
+__device__ __forceinline__ void merge_stats(float& n, float& mean, float& m2, float nb, float mb, float m2b) {
+    float total = n + nb;
+    if (total == 0.0f) return;
+    float delta = mb - mean;
+    mean += delta * nb / total;
+    m2 += m2b + delta * delta * n * nb / total;
+    n = total;
+}
+
+template <typename T>
+__device__ void normalize_chunks(i64 len, i64 chunk, float eps, int rms, const T* x, const float* partial, T* y) {
+    __shared__ float stats[2];
+    i64 row = blockIdx.y, chunks = gridDim.x;
+    if (threadIdx.x < 32) {
+        float n = 0.0f, mean = 0.0f, m2 = 0.0f;
+        for (i64 c = threadIdx.x; c < chunks; c += 32) {
+            float nb = (float)(min(len, (c + 1) * chunk) - c * chunk);
+            merge_stats(n, mean, m2, nb, partial[(row * chunks + c) * 2], partial[(row * chunks + c) * 2 + 1]);
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            float nb = __shfl_xor_sync(0xffffffffu, n, o), mb = __shfl_xor_sync(0xffffffffu, mean, o), m2b = __shfl_xor_sync(0xffffffffu, m2, o);
+            merge_stats(n, mean, m2, nb, mb, m2b);
+        }
+        if (threadIdx.x == 0) {
+            // RMS: the merged "mean" is the mean of squares.
+            stats[0] = rms ? 0.0f : mean;
+            stats[1] = rsqrtf((rms ? mean : m2 / (float)len) + eps);
+        }
+    }
+    __syncthreads();
+    float mean = stats[0], rstd = stats[1];
+    i64 begin = (i64)blockIdx.x * chunk, end = min(len, begin + chunk);
+    const T* r = x + row * len;
+    T* out = y + row * len;
+    for (i64 k = begin + threadIdx.x; k < end; k += blockDim.x) out[k] = from_f<T>((to_f(r[k]) - mean) * rstd);
+}
+
 #define ROW_KERNELS(suffix, T) \
+    extern "C" __global__ void row_chunk_stats_##suffix(i64 len, i64 chunk, int rms, const T* x, float* p) { row_chunk_stats(len, chunk, rms, x, p); } \
+    extern "C" __global__ void normalize_chunks_##suffix(i64 len, i64 chunk, float eps, int rms, const T* x, const float* p, T* y) { \
+        normalize_chunks(len, chunk, eps, rms, x, p, y); \
+    } \
     extern "C" __global__ void normalize_affine_##suffix(i64 outer, i64 len, float eps, int rms, const T* x, const T* s, const T* b, T* y) { normalize_affine(outer, len, eps, rms, x, s, b, y); } \
     extern "C" __global__ void normalize_affine_short_##suffix(i64 outer, i64 len, float eps, int rms, int rpw, const T* x, const T* s, const T* b, T* y) { \
         normalize_affine_short(outer, len, eps, rms, rpw, x, s, b, y); \

@@ -313,9 +313,10 @@ pub fn normalization(
     let len: usize = if num_groups > 1 { x.shape[1..].iter().product::<usize>() / num_groups } else { x.shape[first..].iter().product() };
     let rows = x.len().checked_div(len).unwrap_or(0);
     let out = cx.gpu.empty(x.dtype, x.shape.clone()).map_err(KernelError::from)?;
+    let split = split_rows(rows, len);
     // Scale and bias along the row (LayerNormalization's, RMSNorm's): one pass.
     let along_row = |t: &DeviceTensor| num_groups == 1 && t.dtype == x.dtype && t.len() == len && trailing(&t.shape) == trailing(&x.shape[first..]);
-    if let Some(s) = scale.filter(|s| along_row(s) && bias.is_none_or(along_row)) {
+    if let Some(s) = scale.filter(|s| split.is_none() && along_row(s) && bias.is_none_or(along_row)) {
         let b = bias.map_or(Arg::NULL, |b| cx.arg(b));
         // Short rows go several to a warp (the kernel's register budget: 1024 values per lane set).
         let rows_per_warp = match len {
@@ -333,8 +334,17 @@ pub fn normalization(
         launch_rows(cx, Source::Reduce.kernel(format!("normalize_affine_{suffix}")), rows, &args)?;
         return Ok(out);
     }
-    let name = if rms { format!("rms_normalize_{suffix}") } else { format!("normalize_{suffix}") };
-    launch_rows(cx, Source::Reduce.kernel(name), rows, &[Arg::I64(rows as i64), Arg::I64(len as i64), Arg::F32(epsilon), cx.arg(x), cx.arg(&out)])?;
+    if let Some((chunks, chunk)) = split {
+        let partial = cx.gpu.empty(DataType::F32, vec![rows, chunks, 2]).map_err(KernelError::from)?;
+        let grid = (chunks as u32, rows as u32, 1);
+        let stats = [Arg::I64(len as i64), Arg::I64(chunk as i64), Arg::I32(rms as i32), cx.arg(x), cx.arg(&partial)];
+        cx.gpu.launch_grid(&Source::Reduce.kernel(format!("row_chunk_stats_{suffix}")), grid, (256, 1, 1), &stats).map_err(KernelError::from)?;
+        let args = [Arg::I64(len as i64), Arg::I64(chunk as i64), Arg::F32(epsilon), Arg::I32(rms as i32), cx.arg(x), cx.arg(&partial), cx.arg(&out)];
+        cx.gpu.launch_grid(&Source::Reduce.kernel(format!("normalize_chunks_{suffix}")), grid, (256, 1, 1), &args).map_err(KernelError::from)?;
+    } else {
+        let name = if rms { format!("rms_normalize_{suffix}") } else { format!("normalize_{suffix}") };
+        launch_rows(cx, Source::Reduce.kernel(name), rows, &[Arg::I64(rows as i64), Arg::I64(len as i64), Arg::F32(epsilon), cx.arg(x), cx.arg(&out)])?;
+    }
     let mut y = out;
     if let Some(s) = scale {
         y = pointwise::binary(cx, ElementwiseOp::Prod, &y, s, x.dtype, &x.shape)?;
@@ -343,6 +353,22 @@ pub fn normalization(
         y = pointwise::binary(cx, ElementwiseOp::Sum, &y, b, x.dtype, &x.shape)?;
     }
     Ok(y)
+}
+
+/// How to split normalization rows over blocks, as (chunks per row, chunk length): for few
+/// long rows (one warp per row would leave the device nearly idle: a GroupNorm of one group at
+/// batch 1 is a single row), enough chunks of at least 2048 elements to give every SM two
+/// blocks. None: one warp per row.
+fn split_rows(rows: usize, len: usize) -> Option<(usize, usize)> {
+    const MIN_LEN: usize = 4096;
+    const MAX_ROWS: usize = 512;
+    const BLOCKS: usize = 264;
+    if rows == 0 || rows > MAX_ROWS || len < MIN_LEN {
+        return None;
+    }
+    let chunks = BLOCKS.div_ceil(rows).min(len.div_ceil(2048)).max(1);
+    let chunk = len.div_ceil(chunks);
+    Some((len.div_ceil(chunk), chunk))
 }
 
 /// `shape` without its leading 1s.

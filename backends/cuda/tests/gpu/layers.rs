@@ -315,6 +315,33 @@ fn softmax_reduce_and_normalization_match() {
     );
 }
 
+/// Few long rows split over blocks (one group at batch 1, a long layer norm, RMS norm, a
+/// GroupNorm of 4 groups at batch 1), lengths no chunk divides, and rows far from zero mean.
+#[test]
+fn normalization_of_few_long_rows_matches() {
+    let mut r = rng(17);
+    let shifted = |r: &mut rand_chacha::ChaCha8Rng, shape: &[usize], by: f32| {
+        let t = random(r, DataType::F32, shape);
+        HostTensor::from_f32(shape.to_vec(), t.as_f32().unwrap().iter().map(|v| v + by).collect()).unwrap()
+    };
+    let norm = |axes: Vec<usize>, num_groups| LayerKind::Normalization { axes, epsilon: 1e-5, num_groups };
+    let x = shifted(&mut r, &[1, 1, 131_077], 100.0);
+    let one = || In::Run(HostTensor::from_f32(vec![1, 1, 1], vec![1.5]).unwrap());
+    check("one row of 131077 off zero", norm(vec![2], 1), vec![In::Run(x), one(), one()], 5e-4);
+    let x = random(&mut r, DataType::F16, &[1, 1, 70_001]);
+    check("one f16 row of 70001", norm(vec![2], 1), vec![In::Run(x), In::Run(random(&mut r, DataType::F16, &[1, 1, 1])), In::Run(random(&mut r, DataType::F16, &[1, 1, 1]))], 4e-3);
+    let len = 20_000;
+    let long_rows = vec![In::Run(random(&mut r, DataType::F32, &[2, 1, len])), In::Run(random(&mut r, DataType::F32, &[len])), In::Run(random(&mut r, DataType::F32, &[len]))];
+    check("two layer-norm rows of 20000", norm(vec![2], 1), long_rows.clone(), 1e-4);
+    check("rms norm rows of 20000", LayerKind::RmsNormalization { axes: vec![2], epsilon: 1e-5 }, long_rows[..2].to_vec(), 1e-4);
+    let groups = vec![
+        In::Run(random(&mut r, DataType::BF16, &[1, 64, 32, 32])),
+        In::Run(random(&mut r, DataType::BF16, &[64, 1, 1])),
+        In::Run(random(&mut r, DataType::BF16, &[64, 1, 1])),
+    ];
+    check("group norm of 4 groups at batch 1", norm(vec![2, 3], 4), groups, 3e-2);
+}
+
 #[test]
 fn nearest_resize_matches() {
     let mut r = rng(8);
