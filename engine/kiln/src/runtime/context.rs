@@ -7,7 +7,7 @@ use super::{Buffer, PreparedEngine, RunError};
 use crate::backend::{Backend, DeviceTimes, LayerTimes};
 use crate::device_io::{DeviceInput, DeviceIo, DeviceOutput, DevicePointer, OutputAllocator};
 use crate::engine::Engine;
-use crate::ir::network::{Network, TensorId};
+use crate::ir::network::{Network, TensorDesc, TensorId};
 use crate::ir::shape::{Dim, Shape};
 use crate::ir::tensor::HostTensor;
 use crate::memory_plan::shape_tensor;
@@ -388,9 +388,6 @@ impl ExecutionContext {
     pub fn enqueue_on_device_with(&self, stream: Option<u64>, input_consumed: Option<u64>) -> Result<(), RunError> {
         let (bound, shapes) = self.inferred_shapes()?;
         let net = self.network();
-        let element_bytes = |name: &str, dtype: crate::ir::dtype::DataType| {
-            dtype.size_bytes().ok_or_else(|| RunError::StringInBuffer { tensor: name.to_string() })
-        };
         let mut inputs = Vec::with_capacity(bound.len());
         for b in bound {
             let desc = net.tensor(b.tensor);
@@ -401,10 +398,7 @@ impl ExecutionContext {
             let Some(memory) = self.device_tensor_address(&desc.name) else {
                 return Err(RunError::DeviceAddressNotSet { tensor: desc.name.clone() });
             };
-            let needed = b.dims.iter().product::<usize>() * element_bytes(&desc.name, desc.dtype)?;
-            if memory.bytes < needed {
-                return Err(RunError::BufferTooSmall { tensor: desc.name.clone(), needed, available: memory.bytes });
-            }
+            check_room(desc, element_size(desc)?, b.dims.iter().product(), memory.bytes)?;
             inputs.push(DeviceInput::Device { memory, dtype: desc.dtype, dims: b.dims });
         }
         let mut outputs = Vec::with_capacity(net.outputs().len());
@@ -413,10 +407,7 @@ impl ExecutionContext {
             let output = self.device_addresses.get(&desc.name).cloned();
             let output = output.ok_or_else(|| RunError::DeviceAddressNotSet { tensor: desc.name.clone() })?;
             if let (DeviceOutput::Memory(memory), Some(volume)) = (&output, shapes[t.0].volume()) {
-                let needed = volume * element_bytes(&desc.name, desc.dtype)?;
-                if memory.bytes < needed {
-                    return Err(RunError::BufferTooSmall { tensor: desc.name.clone(), needed, available: memory.bytes });
-                }
+                check_room(desc, element_size(desc)?, volume, memory.bytes)?;
             }
             outputs.push(output);
         }
@@ -435,7 +426,6 @@ impl ExecutionContext {
         let index = net.outputs().iter().position(|&t| net.tensor(t).name == name)?;
         self.device_output_dims.lock().unwrap_or_else(PoisonError::into_inner).get(index).cloned()
     }
-
 
     /// The address of the buffer bound to `name`, if any.
     pub fn tensor_address(&self, name: &str) -> Option<u64> {
@@ -458,27 +448,16 @@ impl ExecutionContext {
                 continue;
             }
             let buffer = self.buffer(&desc.name)?;
-            let size = desc.dtype.size_bytes().ok_or_else(|| RunError::StringInBuffer { tensor: desc.name.clone() })?;
-            let needed = b.dims.iter().product::<usize>() * size;
-            if buffer.len() < needed {
-                return Err(RunError::BufferTooSmall { tensor: desc.name.clone(), needed, available: buffer.len() });
-            }
+            check_room(desc, element_size(desc)?, b.dims.iter().product(), buffer.len())?;
             inputs.push((b, Some(buffer)));
         }
         let mut outputs = Vec::with_capacity(net.outputs().len());
         for &t in net.outputs() {
             let desc = net.tensor(t);
             let buffer = self.buffer(&desc.name)?;
-            let size = desc.dtype.size_bytes().ok_or_else(|| RunError::StringInBuffer { tensor: desc.name.clone() })?;
+            let size = element_size(desc)?;
             if let Some(volume) = shapes[t.0].volume() {
-                let needed = volume * size;
-                if buffer.len() < needed {
-                    return Err(RunError::BufferTooSmall {
-                        tensor: desc.name.clone(),
-                        needed,
-                        available: buffer.len(),
-                    });
-                }
+                check_room(desc, size, volume, buffer.len())?;
             }
             outputs.push((desc.name.clone(), buffer));
         }
@@ -567,6 +546,21 @@ impl ExecutionContext {
         check_named_dims(net, &bound)?;
         Ok(ordered)
     }
+}
+
+/// Bytes per element of `desc` in a buffer or device memory (strings have no fixed size).
+fn element_size(desc: &TensorDesc) -> Result<usize, RunError> {
+    desc.dtype.size_bytes().ok_or_else(|| RunError::StringInBuffer { tensor: desc.name.clone() })
+}
+
+/// Refuses `available` bytes of memory (a buffer or device memory) for `volume` elements of
+/// `size` bytes of `desc`.
+fn check_room(desc: &TensorDesc, size: usize, volume: usize, available: usize) -> Result<(), RunError> {
+    let needed = volume * size;
+    if available < needed {
+        return Err(RunError::BufferTooSmall { tensor: desc.name.clone(), needed, available });
+    }
+    Ok(())
 }
 
 /// Inputs that share a named dim must agree on its length.
