@@ -199,20 +199,27 @@ pub struct Window {
 // SAFETY: plain `repr(C)` scalars matching `struct Window` in kernels/spatial.cu field for field.
 unsafe impl DeviceRepr for Window {}
 
-/// Pointwise steps run in one pass (`Chain` in kernels/elementwise.cu; built by `ops::pointwise`).
+/// Most steps, operands and dims (after coalescing) one generated chain takes
+/// (ops/chain_source.rs; `CHAIN_OPERANDS` / `CHAIN_RANK` in kernels/chain.cuh).
+pub const CHAIN_STEPS: usize = 16;
+pub const CHAIN_OPERANDS: usize = 8;
+pub const CHAIN_RANK: usize = 4;
+
+/// How a chain reads each slot (the running input, then its operands) over the output's
+/// shape, in 32-bit elements (`ChainLayout` in kernels/chain.cuh).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Chain {
-    pub count: i32,
-    pub kind: [i32; 8],
-    pub code: [i32; 8],
-    pub operand: [i32; 8],
-    pub alpha: [f32; 8],
-    pub beta: [f32; 8],
+pub struct ChainLayout {
+    pub rank: i32,
+    /// Bit `s`: slot `s` is stored as the output (read at the element's own index).
+    pub dense: i32,
+    pub shape: [i32; CHAIN_RANK],
+    pub offset: [i32; CHAIN_OPERANDS + 1],
+    pub stride: [[i32; CHAIN_RANK]; CHAIN_OPERANDS + 1],
 }
 
-// SAFETY: plain `repr(C)` 32-bit scalars matching `struct Chain` in kernels/elementwise.cu field for field.
-unsafe impl DeviceRepr for Chain {}
+// SAFETY: plain `repr(C)` 32-bit integers matching `struct ChainLayout` in kernels/chain.cuh field for field.
+unsafe impl DeviceRepr for ChainLayout {}
 
 /// One kernel argument.
 #[derive(Clone, Copy, Debug)]
@@ -222,7 +229,7 @@ pub enum Arg {
     F32(f32),
     Layout(Layout),
     Window(Window),
-    Chain(Chain),
+    ChainLayout(ChainLayout),
     /// The address of a live device buffer, or null for an absent optional input.
     Ptr(KernelPtr),
 }
@@ -243,7 +250,7 @@ impl Arg {
             Arg::I64(_) | Arg::Ptr(_) => 8,
             Arg::Layout(_) => std::mem::size_of::<Layout>(),
             Arg::Window(_) => std::mem::size_of::<Window>(),
-            Arg::Chain(_) => std::mem::size_of::<Chain>(),
+            Arg::ChainLayout(_) => std::mem::size_of::<ChainLayout>(),
         }
     }
 }

@@ -43,7 +43,7 @@ pub struct Gpu {
     pub sessions: Arc<Sessions>,
     /// Weights converted once for a kernel (see [`Gpu::converted_weights`]), shared by every
     /// lane: constants are the context's, whichever stream reads them.
-    converted: Arc<Mutex<HashMap<(u64, &'static str), Converted>>>,
+    converted: Arc<Mutex<HashMap<(u64, String), Converted>>>,
 }
 
 /// One converted copy of constant weights, and what it was made from. The original is held
@@ -210,10 +210,10 @@ impl Gpu {
     pub fn converted_weights<E: From<GpuError>>(
         &self,
         w: &DeviceTensor,
-        conversion: &'static str,
+        conversion: &str,
         convert: impl FnOnce(&DeviceTensor) -> Result<DeviceTensor, E>,
     ) -> Result<DeviceTensor, E> {
-        let key = (w.buf.ptr(), conversion);
+        let key = (w.buf.ptr(), conversion.to_string());
         let mut cache = self.converted.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(c) = cache.get(&key) {
             if c.original.upgrade().is_some_and(|o| Arc::ptr_eq(&o, &w.buf)) && c.shape == w.shape && c.dtype == w.dtype {
@@ -522,11 +522,27 @@ impl Gpu {
             return Ok(f.clone());
         }
         let unknown = || GpuError::UnknownKernel(format!("{} (in {})", kernel.name, kernel.source.file_name()));
-        let module = self.modules.get(&kernel.source).ok_or_else(unknown)?;
+        let generated;
+        let module = match kernel.source {
+            Source::Generated(_) => {
+                generated = self.generated_module(kernel.source)?;
+                &generated
+            }
+            source => self.modules.get(&source).ok_or_else(unknown)?,
+        };
         let f = module.load_function(&kernel.name).map_err(|_| unknown())?;
         let params: Arc<[usize]> = parameter_sizes(&f)?.into();
         functions.insert(kernel.clone(), (f.clone(), params.clone()));
         Ok((f, params))
+    }
+
+    /// A generated source's module: from the kernel cache, or compiled, then loaded (once per
+    /// context: the functions that come from it are cached by the caller).
+    fn generated_module(&self, source: Source) -> Result<Arc<CudaModule>, GpuError> {
+        let (image, _) = crate::kernel_cache::cubin(source, &self.arch, crate::kernel_cache::folder().as_deref())?;
+        // Loading a module is not a stream operation; it waits out another thread's capture.
+        let _access = self.sessions.access();
+        self.ctx.load_module(Ptx::from_binary(image)).map_err(driver("cuModuleLoadData"))
     }
 
     /// Launches `kernel` over `grid` x `block` threads with `args` in its parameter order.
@@ -558,7 +574,7 @@ impl Gpu {
                 Arg::F32(v) => b.arg(v),
                 Arg::Layout(v) => b.arg(v),
                 Arg::Window(v) => b.arg(v),
-                Arg::Chain(v) => b.arg(v),
+                Arg::ChainLayout(v) => b.arg(v),
                 Arg::Ptr(v) => b.arg(v),
             };
         }

@@ -2,12 +2,17 @@
 //! device's architecture. Kernels are named `{op}_{dtype}` (`binary_f32`, `cast_i64_f32`).
 
 use crate::nvrtc::{compile_cubin, CompileError};
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Headers every source may include, by the name it includes them as.
 pub const HEADERS: &[(&str, &str)] = &[
     ("common.cuh", include_str!("../../../kernels/common.cuh")),
     ("exact.cuh", include_str!("../../../kernels/exact.cuh")),
     ("unary.cuh", include_str!("../../../kernels/unary.cuh")),
+    ("binary.cuh", include_str!("../../../kernels/binary.cuh")),
+    ("chain.cuh", include_str!("../../../kernels/chain.cuh")),
 ];
 
 /// A kernel as its launcher names it: the source that defines it, and its symbol.
@@ -20,6 +25,9 @@ pub struct Kernel {
 /// One translation unit: compiled into one module.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Source {
+    /// A kernel generated at run time ([`Source::generated`]), by its text's hash: compiled
+    /// and loaded on first use.
+    Generated(u64),
     Elementwise,
     Copy,
     Reduce,
@@ -81,8 +89,16 @@ impl Source {
         Source::Timing,
     ];
 
+    /// Registers generated kernel text and names its source (the same text, the same source).
+    pub fn generated(text: String) -> Source {
+        let hash = kiln::tactics::fnv1a64(text.as_bytes());
+        generated_texts().lock().unwrap_or_else(|p| p.into_inner()).entry(hash).or_insert_with(|| text.into());
+        Source::Generated(hash)
+    }
+
     pub fn file_name(self) -> &'static str {
         match self {
+            Source::Generated(_) => "generated.cu",
             Source::Elementwise => "elementwise.cu",
             Source::Copy => "copy.cu",
             Source::Reduce => "reduce.cu",
@@ -106,8 +122,12 @@ impl Source {
         }
     }
 
-    pub fn text(self) -> &'static str {
-        match self {
+    pub fn text(self) -> Cow<'static, str> {
+        let text = match self {
+            Source::Generated(hash) => {
+                let texts = generated_texts().lock().unwrap_or_else(|p| p.into_inner());
+                return Cow::Owned(texts.get(&hash).map_or_else(String::new, |t| t.to_string()));
+            }
             Source::Elementwise => include_str!("../../../kernels/elementwise.cu"),
             Source::Copy => include_str!("../../../kernels/copy.cu"),
             Source::Reduce => include_str!("../../../kernels/reduce.cu"),
@@ -128,7 +148,8 @@ impl Source {
             Source::RoiAlign => include_str!("../../../kernels/roi_align.cu"),
             Source::NonZero => include_str!("../../../kernels/nonzero.cu"),
             Source::Timing => include_str!("../../../kernels/timing.cu"),
-        }
+        };
+        Cow::Borrowed(text)
     }
 
     /// Kernel `name` of this source.
@@ -138,7 +159,14 @@ impl Source {
 
     /// Compiles this source to CUBIN for `arch` ("sm_90").
     pub fn compile(self, arch: &str) -> Result<Vec<u8>, CompileError> {
-        compile_cubin(self.file_name(), self.text(), HEADERS, arch)
+        compile_cubin(self.file_name(), &self.text(), HEADERS, arch)
     }
+}
+
+/// The text of every generated source this process made, by hash (a few kB each, one per
+/// distinct generated kernel).
+fn generated_texts() -> &'static Mutex<HashMap<u64, Arc<str>>> {
+    static TEXTS: OnceLock<Mutex<HashMap<u64, Arc<str>>>> = OnceLock::new();
+    TEXTS.get_or_init(Default::default)
 }
 

@@ -75,3 +75,25 @@ fn a_compiled_kernel_is_kept_and_a_damaged_one_compiled_again() {
     assert_eq!(std::fs::read(&path).expect("rewritten"), first);
     std::fs::remove_dir_all(&folder).expect("cleaned up");
 }
+
+#[test]
+fn generated_chains_compile_with_every_op_for_sm80_and_sm90() {
+    // One program per type running every arithmetic op code and the activations models fuse,
+    // over the most operands a chain takes: what ops/pointwise.rs generates at run time.
+    use kiln_cuda::ops::chain_source::{chain_source, Step};
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let mut steps: Vec<Step> = [0, 1, 2, 3, 4, 5, 6, 15, 16, 17].iter().enumerate().map(|(k, &code)| Step::Binary { code, operand: k % 8, running_first: k % 2 == 0 }).collect();
+    steps.extend([0, 1, 13, 17, 35].map(|code| Step::Unary { code, alpha: 0.5, beta: -1.0 }));
+    for dtype in [kiln::DataType::F32, kiln::DataType::F16, kiln::DataType::BF16] {
+        let text = chain_source(dtype, &steps, 8).expect("a float type");
+        let source = Source::generated(text);
+        for arch in ["sm_80", "sm_90"] {
+            let (image, _) = kernel_cache::cubin(source, arch, None).unwrap_or_else(|e| panic!("{dtype} {arch}: {e}"));
+            for name in ["chain", "chain_vec"] {
+                assert!(contains(&image, name), "{dtype} {arch}: `{name}` is not in the generated image");
+            }
+        }
+    }
+}

@@ -12,7 +12,7 @@ pub fn expected_kernels() -> Vec<Kernel> {
     let each = |ops: &'static [&'static str], types: &'static [&'static str]| {
         ops.iter().flat_map(move |op| types.iter().map(move |t| format!("{op}_{t}")))
     };
-    add(Source::Elementwise, &mut each(&["binary", "binary_vec", "compare", "unary", "unary_vec", "chain", "chain_vec"], &FLOATS));
+    add(Source::Elementwise, &mut each(&["binary", "binary_vec", "compare", "unary", "unary_vec"], &FLOATS));
     add(Source::Elementwise, &mut each(&["binary", "compare"], &["i32", "i64"]));
     add(Source::Elementwise, &mut ["logic_bool".to_string()].into_iter());
     add(Source::Reduce, &mut each(&["softmax", "softmax_masked", "reduce", "reduce_columns", "normalize", "rms_normalize", "normalize_affine", "normalize_affine_short", "row_chunk_stats", "normalize_chunks"], &FLOATS));

@@ -5,6 +5,7 @@ use kiln::{invalid, DataType, GatherMode, HostTensor, KernelError, LayerKind, Po
 
 /// What every op returns: device errors keep their kind (out of memory).
 pub type KResult<T> = Result<T, KernelError>;
+pub mod chain_source;
 pub mod compute;
 pub mod conv;
 pub mod data_dependent;

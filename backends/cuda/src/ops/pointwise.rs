@@ -4,7 +4,8 @@ use kiln::{invalid, ActivationKind, DataType, ElementwiseOp, KernelError, UnaryO
 use crate::ops::KResult;
 use super::layout::to_row_major;
 use super::{broadcast_shape, coalesce, coalesce_joint, empty_in_layout, keeps_channels_last, strided_layout, Ctx};
-use crate::buffer::{float_suffix, Arg, Chain, DeviceTensor};
+use super::chain_source::{chain_source, Step};
+use crate::buffer::{float_suffix, Arg, ChainLayout, DeviceTensor, Layout, CHAIN_OPERANDS, CHAIN_RANK, CHAIN_STEPS};
 use crate::sources::Source;
 
 /// The op code `binary_*` / `compare_*` / `logic_bool` take (the `OP_*` defines in elementwise.cu).
@@ -228,64 +229,114 @@ pub enum ChainStep {
     Binary { op: ElementwiseOp, operand: DeviceTensor, running_first: bool },
 }
 
-/// Most steps and operands one `chain_*` launch takes (`Chain` in kernels/elementwise.cu).
-const CHAIN_STEPS: usize = 8;
-const CHAIN_OPERANDS: usize = 4;
 /// Enough blocks of 256 threads to fill an H100/H200-class GPU several times over.
 const CHAIN_MAX_BLOCKS: usize = 2048;
 
-/// Runs `steps` on `x` in one pass, the running value in f32 between steps; `None` where the
-/// chain kernel does not apply (a non-float type, a comparison or logical op, mixed operand
-/// types, more than 8 steps or 4 operands).
+/// Runs `steps` on `x` in one pass of a kernel generated for the chain (ops/chain_source.rs),
+/// the running value in f32 between steps; `None` where a chain kernel does not apply (a
+/// non-float type, a comparison or logical op, mixed operand types, more than `CHAIN_STEPS`
+/// steps or `CHAIN_OPERANDS` distinct operands, more than `CHAIN_RANK` dims after coalescing
+/// or offsets past 32 bits): the steps then run one by one.
 pub fn chain(cx: &Ctx, x: &DeviceTensor, steps: &[ChainStep]) -> KResult<Option<DeviceTensor>> {
-    let Ok(suffix) = float_suffix(x.dtype) else { return Ok(None) };
-    if steps.len() > CHAIN_STEPS {
+    if float_suffix(x.dtype).is_err() || steps.len() > CHAIN_STEPS {
         return Ok(None);
     }
-    let mut c = Chain { count: steps.len() as i32, ..Chain::default() };
+    let mut program = Vec::with_capacity(steps.len());
+    // Distinct operands: a tensor read by several steps (GRN's `x * nx ... + x`) takes one slot.
     let mut operands: Vec<&DeviceTensor> = Vec::new();
     let mut shape = x.shape.clone();
-    for (s, step) in steps.iter().enumerate() {
+    for step in steps {
         match step {
-            ChainStep::Unary((code, alpha, beta)) => (c.code[s], c.alpha[s], c.beta[s]) = (*code, *alpha, *beta),
+            ChainStep::Unary((code, alpha, beta)) => program.push(Step::Unary { code: *code, alpha: *alpha, beta: *beta }),
             ChainStep::Binary { op, operand, running_first } => {
                 let code = match binary_code(*op) {
                     Some(code) if !op.is_comparison() && !op.is_logical() => code,
                     _ => return Ok(None),
                 };
-                if operand.dtype != x.dtype || operands.len() == CHAIN_OPERANDS {
+                if operand.dtype != x.dtype {
                     return Ok(None);
                 }
+                let slot = match operands.iter().position(|o| same_view(o, operand)) {
+                    Some(slot) => slot,
+                    None if operands.len() == CHAIN_OPERANDS => return Ok(None),
+                    None => {
+                        operands.push(operand);
+                        operands.len() - 1
+                    }
+                };
                 shape = broadcast_shape(&shape, &operand.shape)?;
-                c.kind[s] = if *running_first { 1 } else { 2 };
-                c.code[s] = code;
-                c.operand[s] = operands.len() as i32;
-                operands.push(operand);
+                program.push(Step::Binary { code, operand: slot, running_first: *running_first });
             }
         }
     }
-    // Every operand read through its own strides, the output channels-last where one is.
+    let Some(text) = chain_source(x.dtype, &program, operands.len()) else { return Ok(None) };
+    // Every operand read through its own strides, the output channels-last where one is; slot
+    // k (the running input, then each operand) is layout k / 3's stride row k % 3.
     let all: Vec<&DeviceTensor> = std::iter::once(x).chain(operands.iter().copied()).collect();
     let nhwc = keeps_channels_last(&all, &shape);
     let order = nhwc.then(|| DeviceTensor::channels_last_order(shape.len()));
-    let first = strided_layout(&shape, &all[..all.len().min(3)], order.as_deref())?;
-    let second = strided_layout(&shape, all.get(3..).unwrap_or(&[]), order.as_deref())?;
-    let (used_first, used_second) = (all.len().min(3), all.len().saturating_sub(3));
-    let layouts = coalesce_joint(&[(first, used_first), (second, used_second)]);
+    let mut groups = Vec::with_capacity(3);
+    for k in 0..3 {
+        let group = all.get(3 * k..).map_or(&[][..], |rest| &rest[..rest.len().min(3)]);
+        groups.push((strided_layout(&shape, group, order.as_deref())?, group.len()));
+    }
+    let layouts = coalesce_joint(&groups);
+    let used: Vec<_> = layouts.iter().zip(&groups).map(|(l, (_, used))| (*l, *used)).collect();
+    let Some(compact) = chain_layout(&used) else { return Ok(None) };
     let out = empty_in_layout(cx, x.dtype, &shape, nhwc)?;
     let n = out.len();
-    let operand = |i: usize| operands.get(i).map_or(Arg::NULL, |o| cx.arg(o));
-    let pointers = [cx.arg(x), operand(0), operand(1), operand(2), operand(3), cx.arg(&out)];
-    let vector = vector_elements(x.dtype, &[(layouts[0], used_first), (layouts[1], used_second)], &pointers);
-    let (name, count) = match vector {
-        Some(k) => (format!("chain_vec_{suffix}"), n / k),
-        None => (format!("chain_{suffix}"), n),
+    let mut pointers: Vec<Arg> = all.iter().map(|t| cx.arg(t)).collect();
+    pointers.push(cx.arg(&out));
+    let (name, runs) = match vector_elements(x.dtype, &used, &pointers) {
+        Some(k) => ("chain_vec", n / k),
+        None => ("chain", n),
     };
-    let mut args = vec![Arg::I64(count as i64), Arg::Layout(layouts[0]), Arg::Layout(layouts[1]), Arg::Chain(c)];
+    let mut args = vec![Arg::I32(runs as i32), Arg::ChainLayout(compact)];
     args.extend(pointers);
-    // Each block first copies the program to shared memory (one thread): a bounded grid whose
-    // threads stride over many elements pays that once per block, not once per 256 elements.
-    let blocks = count.div_ceil(256).clamp(1, CHAIN_MAX_BLOCKS) as u32;
-    cx.gpu.launch(&Source::Elementwise.kernel(name), blocks, 256, &args).map_err(KernelError::from)?;
+    let blocks = runs.div_ceil(256).clamp(1, CHAIN_MAX_BLOCKS) as u32;
+    cx.gpu.launch(&Source::generated(text).kernel(name), blocks, 256, &args).map_err(KernelError::from)?;
     Ok(Some(out))
+}
+
+/// The chain kernel's compact layout of the coalesced `layouts` (three slots each, the counts
+/// used): `None` past `CHAIN_RANK` dims or 32-bit offsets (the steps then run one by one).
+fn chain_layout(layouts: &[(Layout, usize)]) -> Option<ChainLayout> {
+    let first = layouts.first()?.0;
+    let rank = usize::try_from(first.rank).ok().filter(|&r| r <= CHAIN_RANK)?;
+    let shape = &first.shape[..rank];
+    let elements: i64 = shape.iter().product();
+    if elements >= i32::MAX as i64 {
+        return None;
+    }
+    let fits = |v: i64| i32::try_from(v).ok();
+    let mut out = ChainLayout { rank: rank.max(1) as i32, ..ChainLayout::default() };
+    for (d, &n) in shape.iter().enumerate() {
+        out.shape[d] = fits(n)?;
+    }
+    if rank == 0 {
+        out.shape[0] = 1;
+    }
+    let dense = crate::buffer::strides_in_order(&shape.iter().map(|&n| n as usize).collect::<Vec<_>>(), &(0..rank).collect::<Vec<_>>());
+    for (k, (l, used)) in layouts.iter().enumerate() {
+        for w in 0..*used {
+            let slot = 3 * k + w;
+            let strides = &l.stride[w][..rank];
+            // The largest offset read must fit too.
+            let last = l.offset[w] + shape.iter().zip(strides).map(|(&n, &st)| (n - 1) * st.abs()).sum::<i64>();
+            fits(last)?;
+            out.offset[slot] = fits(l.offset[w])?;
+            for (to, &from) in out.stride[slot].iter_mut().zip(strides) {
+                *to = fits(from)?;
+            }
+            if l.offset[w] == 0 && strides == &dense[..] {
+                out.dense |= 1 << slot;
+            }
+        }
+    }
+    Some(out)
+}
+
+/// Whether two tensors are the same view of the same memory (one chain operand slot serves both).
+fn same_view(a: &DeviceTensor, b: &DeviceTensor) -> bool {
+    a.buf.ptr == b.buf.ptr && a.dtype == b.dtype && a.shape == b.shape && a.strides == b.strides
 }

@@ -77,6 +77,44 @@ fn a_chain_that_broadcasts_the_running_value() {
 }
 
 #[test]
+fn a_grn_like_chain_of_eight_operands_one_read_twice() {
+    // ConvNeXt-V2's GRN, (mean + eps) → gx · → x · → γ · → + β → + x, then three more
+    // broadcast operands: eight distinct operands (every slot of the three layouts), `x` read
+    // by two steps; a ninth operand leaves the chain kernel for one kernel per step.
+    for (dtype, tolerance, ninth) in [(DataType::F32, 1e-5, false), (DataType::F16, 4e-3, false), (DataType::F32, 1e-5, true)] {
+        let mut r = rng(17);
+        let (n, h, w, c) = (2, 5, 6, 16);
+        let mut epilogue = vec![
+            binary(ElementwiseOp::Prod, 2, false),
+            binary(ElementwiseOp::Prod, 3, false),
+            binary(ElementwiseOp::Prod, 4, false),
+            binary(ElementwiseOp::Sum, 5, true),
+            binary(ElementwiseOp::Sum, 3, true),
+            binary(ElementwiseOp::Prod, 6, true),
+            binary(ElementwiseOp::Sub, 7, true),
+            binary(ElementwiseOp::Max, 8, false),
+        ];
+        let mut inputs = vec![
+            In::Run(random(&mut r, dtype, &[n, 1, 1, 1])),
+            In::Const(random(&mut r, dtype, &[1])),
+            In::Run(random(&mut r, dtype, &[n, 1, 1, c])),
+            In::Run(random(&mut r, dtype, &[n, h, w, c])),
+            In::Const(random(&mut r, dtype, &[1, 1, 1, c])),
+            In::Const(random(&mut r, dtype, &[c])),
+            In::Const(random(&mut r, dtype, &[1, h, 1, 1])),
+            In::Const(random(&mut r, dtype, &[w, 1])),
+            In::Run(random(&mut r, dtype, &[n, 1, w, c])),
+        ];
+        if ninth {
+            epilogue.push(binary(ElementwiseOp::Sum, 9, true));
+            inputs.push(In::Const(random(&mut r, dtype, &[h, w, 1])));
+        }
+        let kind = LayerKind::Fused(FusedParams { anchor: FusedAnchor::Elementwise(ElementwiseOp::Sum), anchor_inputs: 2, epilogue });
+        check(&format!("GRN-like chain {dtype}, ninth operand {ninth}"), kind, inputs, tolerance);
+    }
+}
+
+#[test]
 fn pointwise_layers_after_an_nhwc_convolution_keep_its_layout() {
     // f16 convolutions write channels-last; SiLU, a broadcast bias, a squeeze-excitation scale
     // (global mean → [N,C,1,1] → sigmoid → ·), an abs and a residual of a row-major input then
