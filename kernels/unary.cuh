@@ -58,3 +58,24 @@ __device__ __forceinline__ float unary_float(int op, float x, float alpha, float
     default: return unary_float_rare(op, x, alpha, beta);
     }
 }
+
+// An activation on a run of V lanes: the op's switch taken once per run, with the common ones
+// (ReLU, clip / ReLU6, SiLU, hard swish, GELU, sigmoid) inlined with their code fixed, instead of
+// once per lane.
+template <int V>
+__device__ __forceinline__ void activate_run(int act, float alpha, float beta, float* a) {
+#define KILN_ACTIVATE(code) \
+    for (int k = 0; k < V; ++k) a[k] = unary_float(code, a[k], alpha, beta); \
+    return;
+    switch (act) {
+    case -1: return;
+    case 0: KILN_ACTIVATE(0)
+    case 1: KILN_ACTIVATE(1)
+    case 8: KILN_ACTIVATE(8)
+    case 10: KILN_ACTIVATE(10)
+    case 13: KILN_ACTIVATE(13)
+    case 17: KILN_ACTIVATE(17)
+    default: KILN_ACTIVATE(act)
+    }
+#undef KILN_ACTIVATE
+}

@@ -5,7 +5,7 @@
 
 use crate::blas::RANKED_ALGORITHMS;
 use crate::exec::CudaExecutable;
-use crate::ops::conv::{depthwise_rows, is_depthwise, is_patchify, CONV_DEPTHWISE, CONV_DEPTHWISE_ROWS, CONV_DIRECT, CONV_PATCH_GEMM};
+use crate::ops::conv::{depthwise_rows, is_depthwise, is_patchify, merged_group_counts, CONV_DEPTHWISE, CONV_DEPTHWISE_ROWS, CONV_DIRECT, CONV_MERGED_GROUPS, CONV_PATCH_GEMM};
 use kiln::tactics::{TacticDesc, TacticId};
 use kiln::{BackendError, ConvolutionParams, DataType, FusedAnchor, LayerId, LayerKind, MathMode, Network, Shape, TensorFormat};
 use std::time::Duration;
@@ -22,6 +22,7 @@ fn conv_tactic_name(choice: usize) -> String {
         CONV_DEPTHWISE => "conv_depthwise_nhwc".into(),
         CONV_DEPTHWISE_ROWS => "conv_depthwise_nhwc_rows".into(),
         CONV_PATCH_GEMM => "conv_patches_gemm".into(),
+        c if c > CONV_MERGED_GROUPS => format!("conv_cudnn_merged_to_{}_groups", c - CONV_MERGED_GROUPS),
         c => format!("conv_cudnn_{}", crate::dnn::algorithm_name(c.saturating_sub(1) as u32)),
     }
 }
@@ -94,6 +95,9 @@ fn conv_tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId,
     if is_patchify(&p, &x, &w) {
         out.push(conv_tactic(CONV_PATCH_GEMM));
     }
+    if backend.gpu().is_ok_and(|gpu| gpu.dnn().is_ok()) {
+        out.extend(merged_group_counts(&p, &x, &w).into_iter().map(|g| conv_tactic(CONV_MERGED_GROUPS + g)));
+    }
     if p.strides.len() <= 2 {
         out.push(conv_tactic(CONV_DIRECT));
     }
@@ -140,9 +144,11 @@ pub fn tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId, 
 /// algorithm`) for convolutions; unknown or absent ids run 0 (the heuristic's best). Layers
 /// with dynamic dims run the tactic timed at the profile's opt shapes, as TensorRT's do.
 pub fn rank_of(network: &Network, layer: LayerId, tactic: Option<&TacticId>) -> usize {
-    if let (Some(t), Some(_)) = (tactic, float_conv(network, layer)) {
+    if let (Some(t), Some((p, _))) = (tactic, float_conv(network, layer)) {
         let choices = crate::dnn::ALGORITHMS.iter().map(|&(a, _)| a as usize + 1).chain([CONV_DIRECT, CONV_DEPTHWISE, CONV_DEPTHWISE_ROWS, CONV_PATCH_GEMM]);
-        return choices.into_iter().find(|&c| conv_tactic(c).id == *t).unwrap_or(0);
+        // Any merge of its groups: the shapes may be dynamic here, the group count is not.
+        let merges = (1..p.groups.max(1)).filter(|&g| p.groups.is_multiple_of(g)).map(|g| CONV_MERGED_GROUPS + g);
+        return choices.chain(merges).find(|&c| conv_tactic(c).id == *t).unwrap_or(0);
     }
     match tactic {
         Some(t) if is_float_gemm(network, layer) => {

@@ -28,6 +28,14 @@ pub const CONV_DEPTHWISE_ROWS: usize = 1002;
 /// [`CONV_PATCH_GEMM`]: a convolution over non-overlapping patches as one cuBLASLt product.
 pub const CONV_PATCH_GEMM: usize = 1003;
 
+/// `CONV_MERGED_GROUPS + g`: a grouped convolution run by cuDNN as `g` groups, each merging
+/// `groups / g` of the layer's with a block-diagonal filter (see [`merged_group_counts`]).
+pub const CONV_MERGED_GROUPS: usize = 2000;
+/// The most arithmetic a merge may multiply: narrow groups (RegNet's 8 to 24 channels,
+/// ResNeXt's 4 to 32) use tensor cores poorly, and the same work done densely on more
+/// channels can take less time; the builder's timing decides per layer.
+const MERGE_MAX_FACTOR: usize = 32;
+
 /// The filter sizes and strides kernels/spatial.cu compiles a row kernel for.
 pub(crate) const ROW_KERNEL_SIZES: [usize; 3] = [3, 5, 7];
 pub(crate) const ROW_KERNEL_STRIDES: [usize; 2] = [1, 2];
@@ -64,13 +72,32 @@ pub fn is_depthwise(p: &ConvolutionParams, x_shape: &[usize], w_shape: &[usize])
 }
 
 /// The row kernel's `(K, S)` for a depthwise convolution it covers: a square K×K filter, equal
-/// strides S, dilation 1 and whole 16-byte runs of channels.
+/// strides S, dilation 1, whole 16-byte runs of channels, and an input and output whose
+/// offsets fit its 32-bit indices.
 pub fn depthwise_rows(p: &ConvolutionParams, x_shape: &[usize], w_shape: &[usize], element_bytes: usize) -> Option<(usize, usize)> {
     if !is_depthwise(p, x_shape, w_shape) || p.dilations.iter().any(|&d| d != 1) || element_bytes == 0 || x_shape[1] % (16 / element_bytes) != 0 {
         return None;
     }
+    // The output is no larger than the input plus its padding: bounding both by the padded
+    // input keeps every offset below 2^31.
+    let pad = |v: &[usize], i: usize| v.get(i).copied().unwrap_or(0);
+    let padded: usize = x_shape[2..].iter().enumerate().map(|(i, d)| d + pad(&p.pre_padding, i) + pad(&p.post_padding, i)).product();
+    if x_shape[0].saturating_mul(x_shape[1]).saturating_mul(padded) >= i32::MAX as usize {
+        return None;
+    }
     let (k, s) = (w_shape[2], p.strides[0]);
     (w_shape[3] == k && p.strides[1] == s && ROW_KERNEL_SIZES.contains(&k) && ROW_KERNEL_STRIDES.contains(&s)).then_some((k, s))
+}
+
+/// The group counts `g` a grouped 2-D convolution may run as ([`CONV_MERGED_GROUPS`]): every
+/// divisor of its groups below them that multiplies its arithmetic by at most
+/// `MERGE_MAX_FACTOR` (1 is a dense convolution). Depthwise layers have kernels of their own.
+pub fn merged_group_counts(p: &ConvolutionParams, x_shape: &[usize], w_shape: &[usize]) -> Vec<usize> {
+    let groups = p.groups.max(1);
+    if groups == 1 || x_shape.len() != 4 || w_shape.len() != 4 || is_depthwise(p, x_shape, w_shape) || !w_shape[0].is_multiple_of(groups) {
+        return Vec::new();
+    }
+    (1..groups).filter(|&g| groups.is_multiple_of(g) && groups / g <= MERGE_MAX_FACTOR).collect()
 }
 
 /// Whether a convolution reads non-overlapping patches: 2-D, one group, the stride equal to
@@ -105,6 +132,14 @@ pub fn convolution(
     if choice == CONV_PATCH_GEMM && is_patchify(p, &x.shape, &w.shape) && float_suffix(x.dtype).is_ok() {
         return patch_convolution(cx, x, w, bias, tail, out_shape);
     }
+    if let Some(merged) = choice.checked_sub(CONV_MERGED_GROUPS).filter(|g| merged_group_counts(p, &x.shape, &w.shape).contains(g)) {
+        if let Ok(dnn) = cx.gpu.dnn() {
+            let w = cx.gpu.converted_weights(w, &format!("merged_groups_{merged}"), |t| merge_groups(cx, t, p.groups, merged))?;
+            let p = ConvolutionParams { groups: merged, ..p.clone() };
+            let spec = crate::dnn::ConvSpec::new(&p, x.dtype, cx.tf32, &x.shape, &w.shape, out_shape).map_err(KernelError::from)?;
+            return cudnn_convolution(cx, dnn, spec, 0, x, &w, bias, tail, out_shape);
+        }
+    }
     if choice != CONV_DIRECT {
         if let Ok(dnn) = cx.gpu.dnn() {
             if let Ok(spec) = crate::dnn::ConvSpec::new(p, x.dtype, cx.tf32, &x.shape, &w.shape, out_shape) {
@@ -114,6 +149,24 @@ pub fn convolution(
     }
     let x = layout::to_row_major(cx, x)?;
     Ok((direct_convolution(cx, p, &x, w, bias, out_shape)?, 0))
+}
+
+/// The filter `[K, C / groups, kh, kw]` of a grouped convolution as that of `merged` groups
+/// `[K, C / merged, kh, kw]`: each merged group's filter block-diagonal, the original
+/// group's taps on its own input channels and zeros on the others it now reads.
+fn merge_groups(cx: &Ctx, w: &DeviceTensor, groups: usize, merged: usize) -> KResult<DeviceTensor> {
+    let (k, cin, taps) = (w.shape[0], w.shape[1], w.shape[2] * w.shape[3]);
+    let (factor, k_per_group) = (groups / merged, k / groups);
+    let row = (factor * cin * taps) as i64;
+    let out = super::zeros(cx, cx.gpu.empty(w.dtype, vec![k, factor * cin, w.shape[2], w.shape[3]]).map_err(KernelError::from)?)?;
+    // w as [merged, factor, k_per_group, cin, taps]; group `a` of a merged one writes its
+    // output rows' input slot `a`.
+    let shape = [merged, factor, k_per_group, cin, taps];
+    let (k_i, cin_i, taps_i) = (k_per_group as i64, cin as i64, taps as i64);
+    let source = super::contiguous_strides(&shape);
+    let target = [factor as i64 * k_i * row, k_i * row + cin_i * taps_i, row, taps_i, 1];
+    movement::copy_into(cx, w, &shape, &source, 0, &out, &target, 0)?;
+    Ok(out)
 }
 
 /// cuDNN's algorithm `choice - 1` (0: its heuristic's first), with cuDNN's epilogue: bias,
@@ -214,8 +267,12 @@ fn depthwise_convolution(
     let element_bytes = storage_size(x.dtype).map_err(KernelError::from)?;
     let row_kernel = depthwise_rows(p, &x.shape, &w.shape, element_bytes).filter(|_| rows);
     let x = layout::to_channels_last(cx, x)?;
-    // [C, 1, kh, kw] → [1, kh, kw, C]: each tap's channels contiguous.
-    let w = cx.gpu.converted_weights(w, "depthwise_rsc", |t| movement::transpose(cx, t, &[1, 2, 3, 0]))?;
+    // [C, 1, kh, kw] → [1, kh, kw, C]: each tap's channels contiguous; in f32 for the row
+    // kernel, which would otherwise convert every tap in every thread.
+    let w = match row_kernel {
+        Some(_) => cx.gpu.converted_weights(w, "depthwise_rsc_f32", |t| pointwise::cast(cx, &movement::transpose(cx, t, &[1, 2, 3, 0])?, kiln::DataType::F32))?,
+        None => cx.gpu.converted_weights(w, "depthwise_rsc", |t| movement::transpose(cx, t, &[1, 2, 3, 0]))?,
+    };
     let z = tail.residual.map(|z| layout::to_channels_last(cx, z)).transpose()?;
     if z.as_ref().is_some_and(|z| z.dtype != x.dtype || z.shape != out_shape) {
         return Err(invalid!("a residual of {:?} for a depthwise output of {out_shape:?}", tail.residual.map(|z| z.shape.clone())));

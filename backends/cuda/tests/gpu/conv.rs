@@ -195,6 +195,30 @@ fn every_tactic_of_a_depthwise_convolution_matches() {
 }
 
 #[test]
+fn every_merge_of_a_grouped_convolutions_groups_matches() {
+    // 6 groups of 8 channels (RegNet-like): merged to 3, 2 and 1 (dense) groups, each with a
+    // block-diagonal filter, with bias, ReLU and a residual in cuDNN's epilogue.
+    let Some(cuda) = backend() else { return };
+    let mut r = rng(74);
+    for dtype in [DataType::F32, DataType::F16] {
+        let (x, w) = ([2, 48, 9, 9], [48, 8, 3, 3]);
+        let mut inputs = conv_inputs(&mut r, dtype, &x, &w, true);
+        inputs.push(In::Run(random(&mut r, dtype, &x)));
+        let epilogue = vec![PostOp::Elementwise { op: ElementwiseOp::Sum, operand: 3, running_first: false }, PostOp::Activation(ActivationKind::Relu)];
+        let anchor = FusedAnchor::Convolution(conv(6, &[1, 1], &[1, 1], &[1, 1]));
+        let (net, feeds) = one_layer(LayerKind::Fused(FusedParams { anchor, anchor_inputs: 3, epilogue }), inputs);
+        let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap();
+        let layer = last_layer(&net);
+        let tactics = cuda.tactics(&net, layer, MathMode::EXACT);
+        let merged: Vec<&str> = tactics.iter().map(|t| t.id.name.as_str()).filter(|n| n.contains("merged")).collect();
+        assert_eq!(merged, ["conv_cudnn_merged_to_1_groups", "conv_cudnn_merged_to_2_groups", "conv_cudnn_merged_to_3_groups"], "grouped {dtype}");
+        for t in &tactics {
+            assert_tactic_matches(cuda, &net, &feeds, layer, &t.id, dtype, &want[0], &format!("grouped {dtype}"));
+        }
+    }
+}
+
+#[test]
 fn convolution_tactics_are_timed() {
     let Some(cuda) = backend() else { return };
     let mut r = rng(72);
