@@ -62,6 +62,14 @@ pub fn binary(cx: &Ctx, op: ElementwiseOp, a: &DeviceTensor, b: &DeviceTensor, o
         let (a, b) = (to_row_major(cx, a)?, to_row_major(cx, b)?);
         return super::typed::binary(cx, op, &a, &b, out_dtype, out_shape);
     }
+    // Float arithmetic is a one-step generated chain: the pair's coordinates computed once, in
+    // 32 bits (Swin's rank-5 mask add over 49-wide rows took 10x its memory time here).
+    let arithmetic = !op.is_comparison() && !op.is_logical() && out_dtype == a.dtype && b.dtype == a.dtype;
+    if arithmetic {
+        if let Some(out) = chain(cx, a, &[ChainStep::Binary { op, operand: b.clone(), running_first: true }])?.filter(|o| o.shape == out_shape) {
+            return Ok(out);
+        }
+    }
     let (name, code) = binary_kernel(op, a.dtype)?;
     let nhwc = keeps_channels_last(&[a, b], out_shape);
     let out = empty_in_layout(cx, out_dtype, out_shape, nhwc)?;
