@@ -41,6 +41,16 @@ impl DeviceBuffer {
         self.ptr
     }
 
+    /// Whether kiln allocated these bytes outside every run (constants, converted weights):
+    /// not an arena range, a run's traced allocation or a caller's memory, whose values and
+    /// lifetimes are a run's.
+    pub fn outside_runs(&self) -> bool {
+        match &self._parent {
+            Some(parent) => parent.outside_runs(),
+            None => self.own.is_some() && self.traced.is_none(),
+        }
+    }
+
     /// Bytes `offset..` of `parent`, which the range keeps alive: a view's start inside a
     /// wider tensor.
     pub fn range(parent: &Arc<DeviceBuffer>, offset: usize) -> Option<DeviceBuffer> {

@@ -206,13 +206,19 @@ impl Gpu {
     /// `w` (constant weights) as `convert` lays it out for a kernel (`conversion` names the
     /// layout: "krsc", "depthwise_rsc"), converted on first use and cached across runs,
     /// outside every run's trace and arena. Where lanes share the cache, the conversion is
-    /// waited for before another stream can read it.
+    /// waited for before another stream can read it. Weights a run computes (a Dequantize of
+    /// INT8 weights, a network input) are converted in the run's memory, every run, never
+    /// cached: a cached copy of them was freed under the CUDA graph that read it (Q/DQ
+    /// ResNet-50's graph replay failed with CUDA_ERROR_INVALID_VALUE).
     pub fn converted_weights<E: From<GpuError>>(
         &self,
         w: &DeviceTensor,
         conversion: &str,
         convert: impl FnOnce(&DeviceTensor) -> Result<DeviceTensor, E>,
     ) -> Result<DeviceTensor, E> {
+        if !w.buf.outside_runs() {
+            return convert(w);
+        }
         let key = (w.buf.ptr(), conversion.to_string());
         let mut cache = self.converted.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(c) = cache.get(&key) {
