@@ -1,5 +1,6 @@
-// Float binary ops by op code, in f32: shared by the elementwise kernels (elementwise.cu) and
-// the generated pointwise chains (chain.cuh), which fix the code so the switch folds away.
+// Binary op codes and the float ops by code, in f32: shared by the elementwise kernels
+// (elementwise.cu), the integer and f64 ones (typed.cu, which adds the bitwise codes) and the
+// generated pointwise chains (chain.cuh), which fix the code so the switch folds away.
 #pragma once
 
 // Binary op codes: must match kiln-cuda's BinaryCode.

@@ -6,6 +6,7 @@
 // Storage: one byte per element for the 8-bit floats and the 4-/2-bit types (the low bits of
 // the byte, as kiln's host tensors hold them), so no packing happens on the device.
 #include "common.cuh"
+#include "binary.cuh"
 
 // Type codes: DataType::ALL's order in kiln (kiln-cuda's ops::typed::type_code).
 #define T_F32 0
@@ -336,22 +337,7 @@ extern "C" __global__ void quant_dequantize_any(int x_type, int scale_type, int 
 }
 
 // ---- elementwise on integer types and f64 ----
-// Op codes: kiln-cuda's pointwise::binary_code (OP_* of elementwise.cu), plus the bitwise ops.
-#define OP_ADD 0
-#define OP_SUB 1
-#define OP_MUL 2
-#define OP_DIV 3
-#define OP_POW 4
-#define OP_MAX 5
-#define OP_MIN 6
-#define OP_EQ 7
-#define OP_GT 8
-#define OP_LT 9
-#define OP_GE 10
-#define OP_LE 11
-#define OP_FLOORDIV 15
-#define OP_MOD 16
-#define OP_FMOD 17
+// Op codes: kiln-cuda's pointwise::binary_code (OP_* of binary.cuh), plus the bitwise ops.
 #define OP_BITAND 18
 #define OP_BITOR 19
 #define OP_BITXOR 20
