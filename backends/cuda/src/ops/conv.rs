@@ -369,3 +369,24 @@ fn direct_convolution(cx: &Ctx, p: &ConvolutionParams, x: &DeviceTensor, w: &Dev
     Ok(out)
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::merged_group_counts;
+    use kiln::ConvolutionParams;
+
+    fn grouped(groups: usize) -> ConvolutionParams {
+        ConvolutionParams { groups, strides: vec![1, 1], dilations: vec![1, 1], pre_padding: vec![1, 1], post_padding: vec![1, 1] }
+    }
+
+    #[test]
+    fn grouped_convolutions_offer_each_merge_of_at_most_32x_the_work() {
+        // RegNetY's 14 groups of 24: merged to 7, 2 or 1 group(s).
+        assert_eq!(merged_group_counts(&grouped(14), &[128, 336, 14, 14], &[336, 24, 3, 3]), [1, 2, 7]);
+        // 64 groups: one dense group would be 64x the arithmetic.
+        assert_eq!(merged_group_counts(&grouped(64), &[8, 256, 7, 7], &[256, 4, 3, 3]), [2, 4, 8, 16, 32]);
+        assert!(merged_group_counts(&grouped(32), &[8, 32, 7, 7], &[32, 1, 3, 3]).is_empty(), "depthwise has kernels of its own");
+        assert!(merged_group_counts(&grouped(1), &[8, 32, 7, 7], &[32, 32, 3, 3]).is_empty(), "one group");
+        assert!(merged_group_counts(&grouped(4), &[8, 32, 7], &[32, 8, 3]).is_empty(), "1-D");
+    }
+}

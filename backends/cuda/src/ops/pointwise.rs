@@ -348,3 +348,42 @@ fn chain_layout(layouts: &[(Layout, usize)]) -> Option<ChainLayout> {
 fn same_view(a: &DeviceTensor, b: &DeviceTensor) -> bool {
     a.buf.ptr == b.buf.ptr && a.dtype == b.dtype && a.shape == b.shape && a.strides == b.strides
 }
+
+#[cfg(test)]
+mod tests {
+    use super::chain_layout;
+    use crate::buffer::Layout;
+
+    /// A layout of `shape` whose slots read with `strides` (three a layout, as the chain groups them).
+    fn layouts(shape: &[i64], strides: &[&[i64]]) -> Vec<(Layout, usize)> {
+        strides
+            .chunks(3)
+            .map(|group| {
+                let mut l = Layout { rank: shape.len() as i32, ..Layout::default() };
+                l.shape[..shape.len()].copy_from_slice(shape);
+                for (w, s) in group.iter().enumerate() {
+                    l.stride[w][..s.len()].copy_from_slice(s);
+                }
+                (l, group.len())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_chain_layout_marks_the_slots_stored_as_the_output() {
+        // GRN: the running mean [N,1,1,1], x dense, a per-channel scale, the spatial norm [N,1,C].
+        let l = chain_layout(&layouts(&[64, 3136, 384], &[&[1, 0, 0], &[1_204_224, 384, 1], &[0, 0, 1], &[384, 0, 1]])).expect("fits");
+        assert_eq!((l.rank, &l.shape[..3]), (3, &[64, 3136, 384][..]));
+        assert_eq!(l.dense, 0b0010, "only slot 1 is stored as the output");
+        assert_eq!(l.stride[3][..3], [384, 0, 1]);
+    }
+
+    #[test]
+    fn a_chain_layout_refuses_what_32_bit_offsets_or_four_dims_cannot_hold() {
+        assert!(chain_layout(&layouts(&[1 << 16, 1 << 16], &[&[1 << 16, 1]])).is_none(), "2^32 elements");
+        assert!(chain_layout(&layouts(&[2, 2], &[&[1, 0], &[1 << 31, 1]])).is_none(), "an offset past 2^31");
+        assert!(chain_layout(&layouts(&[2, 3, 4, 5, 6], &[&[360, 120, 30, 6, 1]])).is_none(), "five dims");
+        let scalar = chain_layout(&layouts(&[], &[&[], &[]])).expect("a scalar chain");
+        assert_eq!((scalar.rank, scalar.shape[0], scalar.dense), (1, 1, 0b11), "rank 0 runs as one element");
+    }
+}
