@@ -3,7 +3,7 @@
 //! onnx builds in C++ at model-check time and so cannot ship as a fixed `FunctionProto`
 //! (RotaryEmbedding, CausalConvWithState, LinearAttention, FlexAttention), plus ops without a standard body
 //! that kiln expands the same way into ops it has (STFT, MaxUnpool, TensorScatter,
-//! ConvInteger, MatMulInteger).
+//! ConvInteger, MatMulInteger, QLinearConv).
 //!
 //! kiln writes those bodies here, in Rust (the standard's following the onnx 1.23 builders
 //! node for node), and inlines them like the fixed bodies of [`crate::function`]. A body's
@@ -80,6 +80,7 @@ fn builder(domain: &str, op_type: &str, opset: i64) -> Option<(BodyFn, i64)> {
         ("", "RotaryEmbedding") if opset >= 23 => (sequence_ops::rotary_embedding, 23),
         ("", "ConvInteger") if opset >= 10 => (integer::conv_integer, 10),
         ("", "MatMulInteger") if opset >= 10 => (integer::matmul_integer, 10),
+        ("", "QLinearConv") if opset >= 10 => (integer::qlinear_conv, 13),
         ("", "MaxUnpool") if opset >= 9 => (scatter::max_unpool, 22),
         ("", "TensorScatter") if opset >= 24 => (scatter::tensor_scatter, 24),
         ("", "STFT") if opset >= 17 => (signal::stft, 20),

@@ -171,6 +171,7 @@ cases!(
     pow_float,
     pow_mixed_types,
     prelu_channel_slope,
+    qlinear_conv_int8_per_channel_bias,
     range_constant,
     range_runtime,
     reduce_l1_l2_logsumexp,

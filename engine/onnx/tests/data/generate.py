@@ -511,6 +511,38 @@ case("reduce_sum_13_noop_runtime_empty_axes", [N("ReduceSum", ["x", "axes"], ["y
      [("x", rand(2, 3)), ("axes", ints([]))], 13)
 case("eye_like_int_without_dtype", [N("EyeLike", ["x"], ["y"], k=1)], [("x", ints([[1, 2, 3], [4, 5, 6]], np.int32))], 22)
 
+
+def qlinear_conv_int8_expected(f):
+    """QLinearConv as the standard describes it, per output channel (its reference evaluator
+    broadcasts a per-channel scale along the last axis instead): integer convolution plus the
+    int32 bias, times x_scale * w_scale / y_scale (f32), plus the zero point, saturated, rounded
+    half to even."""
+    x = f["x"].astype(np.int64) - int(f["xz"])
+    w = f["w"].astype(np.int64) - f["wz"].astype(np.int64)[:, None, None, None]
+    n, _, h, wd = x.shape
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    acc = np.zeros((n, w.shape[0], h, wd), np.int64)
+    for ky in range(3):
+        for kx in range(3):
+            acc += np.einsum("nchw,mc->nmhw", padded[:, :, ky:ky + h, kx:kx + wd], w[:, :, ky, kx])
+    acc += f["b"].astype(np.int64)[None, :, None, None]
+    scale = (f["xs"] * f["ws"] / f["ys"]).astype(np.float32).astype(np.float64)
+    r = acc.astype(np.float64) * scale[None, :, None, None] + float(f["yz"])
+    return [np.round(np.clip(r, -128, 127)).astype(np.int8)]
+
+
+# Its own generator, so that the cases above keep their draws.
+_QRNG = np.random.default_rng(4321)
+case("qlinear_conv_int8_per_channel_bias",
+     [N("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"], pads=[1, 1, 1, 1])],
+     [("x", _QRNG.integers(-128, 128, size=(2, 3, 5, 4)).astype(np.int8))], 10,
+     {"xs": np.array(0.05, np.float32), "xz": np.array(3, np.int8),
+      "w": _QRNG.integers(-127, 128, size=(4, 3, 3, 3)).astype(np.int8),
+      "ws": np.array([0.01, 0.002, 0.03, 0.0005], np.float32), "wz": np.zeros(4, np.int8),
+      "ys": np.array(0.4, np.float32), "yz": np.array(-5, np.int8),
+      "b": _QRNG.integers(-2000, 2000, size=4).astype(np.int32)},
+     expected=qlinear_conv_int8_expected)
+
 if __name__ == "__main__":
     import sys
     names = [c["name"] for c in CASES]
