@@ -5,7 +5,7 @@
 
 use crate::blas::RANKED_ALGORITHMS;
 use crate::exec::CudaExecutable;
-use crate::ops::conv::{depthwise_rows, is_depthwise, is_patchify, merged_group_counts, CONV_DEPTHWISE, CONV_DEPTHWISE_ROWS, CONV_DIRECT, CONV_MERGED_GROUPS, CONV_PATCH_GEMM};
+use crate::ops::conv::{depthwise_rows, group_merges, is_depthwise, is_patchify, merged_group_counts, CONV_DEPTHWISE, CONV_DEPTHWISE_ROWS, CONV_DIRECT, CONV_MERGED_GROUPS, CONV_PATCH_GEMM};
 use kiln::tactics::{TacticDesc, TacticId};
 use kiln::{BackendError, ConvolutionParams, DataType, FusedAnchor, LayerId, LayerKind, MathMode, Network, Shape, TensorFormat};
 use std::time::Duration;
@@ -146,8 +146,8 @@ pub fn tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId, 
 pub fn rank_of(network: &Network, layer: LayerId, tactic: Option<&TacticId>) -> usize {
     if let (Some(t), Some((p, _))) = (tactic, float_conv(network, layer)) {
         let choices = crate::dnn::ALGORITHMS.iter().map(|&(a, _)| a as usize + 1).chain([CONV_DIRECT, CONV_DEPTHWISE, CONV_DEPTHWISE_ROWS, CONV_PATCH_GEMM]);
-        // Any merge of its groups: the shapes may be dynamic here, the group count is not.
-        let merges = (1..p.groups.max(1)).filter(|&g| p.groups.is_multiple_of(g)).map(|g| CONV_MERGED_GROUPS + g);
+        // The merges of its groups: the shapes may be dynamic here, the group count is not.
+        let merges = group_merges(p.groups.max(1)).map(|g| CONV_MERGED_GROUPS + g);
         return choices.chain(merges).find(|&c| conv_tactic(c).id == *t).unwrap_or(0);
     }
     match tactic {

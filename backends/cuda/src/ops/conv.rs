@@ -89,15 +89,22 @@ pub fn depthwise_rows(p: &ConvolutionParams, x_shape: &[usize], w_shape: &[usize
     (w_shape[3] == k && p.strides[1] == s && ROW_KERNEL_SIZES.contains(&k) && ROW_KERNEL_STRIDES.contains(&s)).then_some((k, s))
 }
 
-/// The group counts `g` a grouped 2-D convolution may run as ([`CONV_MERGED_GROUPS`]): every
-/// divisor of its groups below them that multiplies its arithmetic by at most
-/// `MERGE_MAX_FACTOR` (1 is a dense convolution). Depthwise layers have kernels of their own.
+/// The group counts `g` a grouped 2-D convolution may run as ([`CONV_MERGED_GROUPS`]): its
+/// [`group_merges`] where the layer is 2-D, not depthwise (those have kernels of their own)
+/// and its filters split evenly over its groups.
 pub fn merged_group_counts(p: &ConvolutionParams, x_shape: &[usize], w_shape: &[usize]) -> Vec<usize> {
     let groups = p.groups.max(1);
-    if groups == 1 || x_shape.len() != 4 || w_shape.len() != 4 || is_depthwise(p, x_shape, w_shape) || !w_shape[0].is_multiple_of(groups) {
+    if x_shape.len() != 4 || w_shape.len() != 4 || is_depthwise(p, x_shape, w_shape) || !w_shape[0].is_multiple_of(groups) {
         return Vec::new();
     }
-    (1..groups).filter(|&g| groups.is_multiple_of(g) && groups / g <= MERGE_MAX_FACTOR).collect()
+    group_merges(groups).collect()
+}
+
+/// Every divisor `g` of `groups` below it that multiplies the arithmetic by at most
+/// `MERGE_MAX_FACTOR` (1 is a dense convolution): what a merge tactic of a layer of `groups`
+/// groups may name, whatever its shapes.
+pub fn group_merges(groups: usize) -> impl Iterator<Item = usize> {
+    (1..groups).filter(move |&g| groups.is_multiple_of(g) && groups / g <= MERGE_MAX_FACTOR)
 }
 
 /// Whether a convolution reads non-overlapping patches: 2-D, one group, the stride equal to
@@ -132,7 +139,7 @@ pub fn convolution(
     if choice == CONV_PATCH_GEMM && is_patchify(p, &x.shape, &w.shape) && float_suffix(x.dtype).is_ok() {
         return patch_convolution(cx, x, w, bias, tail, out_shape);
     }
-    if let Some(merged) = choice.checked_sub(CONV_MERGED_GROUPS).filter(|g| merged_group_counts(p, &x.shape, &w.shape).contains(g)) {
+    if let Some(merged) = choice.checked_sub(CONV_MERGED_GROUPS).filter(|&g| merged_group_counts(p, &x.shape, &w.shape).contains(&g)) {
         if let Ok(dnn) = cx.gpu.dnn() {
             let w = cx.gpu.converted_weights(w, &format!("merged_groups_{merged}"), |t| merge_groups(cx, t, p.groups, merged))?;
             let p = ConvolutionParams { groups: merged, ..p.clone() };
@@ -368,7 +375,6 @@ fn direct_convolution(cx: &Ctx, p: &ConvolutionParams, x: &DeviceTensor, w: &Dev
     cx.launch_elements(Source::Spatial.kernel(format!("conv2d_{suffix}")), out.len(), &[Arg::Window(win), cx.arg(x), cx.arg(w), bias_arg, cx.arg(&out)])?;
     Ok(out)
 }
-
 
 #[cfg(test)]
 mod tests {
