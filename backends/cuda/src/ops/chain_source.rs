@@ -4,8 +4,11 @@
 //! waits on the step before it, and measured 7x its memory time on ConvNeXt-V2's GRN; with the
 //! ops fixed the compiler issues every load up front and folds each op's switch.
 
+use crate::sources::Source;
 use kiln::DataType;
+use std::collections::HashMap;
 use std::fmt::Write;
+use std::sync::{Mutex, OnceLock};
 
 /// One step of a chain on the running value.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -77,6 +80,32 @@ pub fn chain_source(dtype: DataType, steps: &[Step], operands: usize) -> Option<
     Some(s)
 }
 
+/// A step as plain bits, so that a program can key a map (f32 has no `Eq` or `Hash`).
+type StepBits = (bool, i32, u32, u32, usize, bool);
+
+fn step_bits(step: &Step) -> StepBits {
+    match *step {
+        Step::Unary { code, alpha, beta } => (true, code, alpha.to_bits(), beta.to_bits(), 0, false),
+        Step::Binary { code, operand, running_first } => (false, code, 0, 0, operand, running_first),
+    }
+}
+
+/// The generated source of a chain program ([`chain_source`]), written, hashed and registered
+/// once per program and process: an interpreted run launches one chain per fused layer, and
+/// would otherwise write and hash a kernel's text at every launch.
+pub fn chain_kernel(dtype: DataType, steps: &[Step], operands: usize) -> Option<Source> {
+    type Key = (DataType, usize, Vec<StepBits>);
+    static KERNELS: OnceLock<Mutex<HashMap<Key, Source>>> = OnceLock::new();
+    let key: Key = (dtype, operands, steps.iter().map(step_bits).collect());
+    let kernels = KERNELS.get_or_init(Default::default);
+    if let Some(&source) = kernels.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return Some(source);
+    }
+    let source = Source::generated(chain_source(dtype, steps, operands)?);
+    kernels.lock().unwrap_or_else(|p| p.into_inner()).insert(key, source);
+    Some(source)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,5 +125,16 @@ mod tests {
         assert!(text.contains("void __launch_bounds__(256) chain_vec(") && text.contains("body<Vec16<__half>::N>"), "{text}");
         assert_eq!(chain_source(DataType::I32, &steps, 2), None);
         assert_eq!(chain_source(DataType::F16, &steps, 2), Some(text), "the same program, the same text (one cached kernel)");
+    }
+
+    #[test]
+    fn a_program_names_one_kernel_and_any_difference_another() {
+        let steps = [Step::Binary { code: 2, operand: 0, running_first: true }, Step::Unary { code: 8, alpha: 0.0, beta: 6.0 }];
+        let source = chain_kernel(DataType::F32, &steps, 1).expect("f32 chains");
+        assert_eq!(chain_kernel(DataType::F32, &steps, 1), Some(source));
+        let clip5 = [steps[0], Step::Unary { code: 8, alpha: 0.0, beta: 5.0 }];
+        assert_ne!(chain_kernel(DataType::F32, &clip5, 1), Some(source), "another bound");
+        assert_ne!(chain_kernel(DataType::BF16, &steps, 1), Some(source), "another type");
+        assert_eq!(chain_kernel(DataType::I32, &steps, 1), None);
     }
 }

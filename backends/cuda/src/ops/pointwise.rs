@@ -4,7 +4,7 @@ use kiln::{invalid, ActivationKind, DataType, ElementwiseOp, KernelError, UnaryO
 use crate::ops::KResult;
 use super::layout::to_row_major;
 use super::{broadcast_shape, coalesce, coalesce_joint, empty_in_layout, keeps_channels_last, strided_layout, Ctx};
-use super::chain_source::{chain_source, Step};
+use super::chain_source::{chain_kernel, Step};
 use crate::buffer::{float_suffix, Arg, ChainLayout, DeviceTensor, Layout, CHAIN_OPERANDS, CHAIN_RANK, CHAIN_STEPS};
 use crate::sources::Source;
 
@@ -277,7 +277,7 @@ pub fn chain(cx: &Ctx, x: &DeviceTensor, steps: &[ChainStep]) -> KResult<Option<
             }
         }
     }
-    let Some(text) = chain_source(x.dtype, &program, operands.len()) else { return Ok(None) };
+    let Some(source) = chain_kernel(x.dtype, &program, operands.len()) else { return Ok(None) };
     // Every operand read through its own strides, the output channels-last where one is; slot
     // k (the running input, then each operand) is layout k / 3's stride row k % 3.
     let all: Vec<&DeviceTensor> = std::iter::once(x).chain(operands.iter().copied()).collect();
@@ -302,7 +302,7 @@ pub fn chain(cx: &Ctx, x: &DeviceTensor, steps: &[ChainStep]) -> KResult<Option<
     let mut args = vec![Arg::I32(runs as i32), Arg::ChainLayout(compact)];
     args.extend(pointers);
     let blocks = runs.div_ceil(256).clamp(1, CHAIN_MAX_BLOCKS) as u32;
-    cx.gpu.launch(&Source::generated(text).kernel(name), blocks, 256, &args).map_err(KernelError::from)?;
+    cx.gpu.launch(&source.kernel(name), blocks, 256, &args).map_err(KernelError::from)?;
     Ok(Some(out))
 }
 
