@@ -5,6 +5,9 @@
     zoo.py run    --dir DIR --kiln PATH [--backends cpu,cuda] [--precisions fp32,fp16] [--jobs N]
                   [--timeout S] [--filter REGEX]
     zoo.py report --dir DIR --out RESULTS.md [--device "NVIDIA H200"]
+    zoo.py prune  --dir DIR [--backends cpu,cuda]
+    zoo.py left   --dir DIR [--filter REGEX] [--shard K/N] [--backends cpu,cuda]
+    zoo.py resume --dir DIR --tgz RESULTS.tgz [--backends cpu,cuda]
     zoo.py list   [--filter REGEX]
     zoo.py fixture --dir DIR --case CASE --out tests/data/zoo/NAME [--node NODE]
 
@@ -43,13 +46,27 @@ def select_cases(args):
 
     rx = re.compile(args.filter) if args.filter else None
     exporters = [e for e in args.exporters.split(",") if e]
-    cases = []
+    shard, shards = parse_shard(getattr(args, "shard", None))
+    cases, position = [], 0
     for index, spec in enumerate(registry.all_specs()):
         for exporter, kind in common.cases_for(index, spec, exporters):
             name = common.case_name(spec.name, exporter, kind)
-            if rx is None or rx.search(name):
+            # Round-robin over the full list, so each shard gets its share of the large models.
+            mine = position % shards == shard
+            position += 1
+            if mine and (rx is None or rx.search(name)):
                 cases.append((name, spec))
     return cases
+
+
+def parse_shard(text):
+    """'K/N' -> (K, N): this invocation takes every N-th case of the full list, from the K-th."""
+    if not text:
+        return 0, 1
+    m = re.fullmatch(r"(\d+)/(\d+)", text)
+    if not m or int(m.group(2)) < 1 or int(m.group(1)) >= int(m.group(2)):
+        sys.exit(f"zoo: --shard wants K/N with 0 <= K < N, not `{text}`")
+    return int(m.group(1)), int(m.group(2))
 
 
 def pool(jobs, tasks, fn):
@@ -197,6 +214,69 @@ def cmd_run(args):
     say(f"run: {sorted(counts.items())} in {time.perf_counter() - start:.0f} s")
 
 
+def result_files(backends):
+    """The files a finished case holds: onnxruntime's result and one per kiln job."""
+    return ["ort.json"] + [f"result_{b}_{p}.json" for b in backends for p in ("fp32", "fp16")
+                           if not (b == "cpu" and p != "fp32")]
+
+
+def finished(folder, backends):
+    return all(os.path.exists(os.path.join(folder, f)) for f in result_files(backends))
+
+
+def cmd_prune(args):
+    """Deletes the ONNX files of cases whose every job has a result: a long pass on one machine
+    keeps its disk for the cases still to run. The small result files stay for the report."""
+    root = os.path.abspath(args.dir)
+    backends = [b for b in args.backends.split(",") if b]
+    freed = 0
+    for name, _ in exported_cases(root, None):
+        folder = os.path.join(root, name)
+        if finished(folder, backends):
+            for f in ("model.onnx", "model.onnx.data"):
+                path = os.path.join(folder, f)
+                if os.path.exists(path):
+                    freed += os.path.getsize(path)
+                    os.remove(path)
+    say(f"prune: {freed / 1e9:.1f} GB of finished cases' models deleted")
+
+
+def cmd_left(args):
+    """One line saying what the zoo still has to do: cases to export and cases to run."""
+    root = os.path.abspath(args.dir)
+    backends = [b for b in args.backends.split(",") if b]
+    to_export = to_run = 0
+    for name, _ in select_cases(args):
+        meta = common.read_json(os.path.join(root, name, "meta.json"))
+        if meta is None or meta.get("status") not in DONE_EXPORT:
+            to_export += 1
+        elif meta.get("status") == "exported" and not finished(os.path.join(root, name), backends):
+            to_run += 1
+    say(f"left: {to_export} cases to export, {to_run} cases to run")
+
+
+def cmd_resume(args):
+    """Seeds a fresh machine's zoo folder with an earlier machine's results.tgz: finished cases
+    and export failures stay done; a case exported there but not finished is dropped, since its
+    model did not travel, and is exported again."""
+    import tarfile
+
+    root = os.path.abspath(args.dir)
+    os.makedirs(root, exist_ok=True)
+    with tarfile.open(args.tgz) as tar:
+        tar.extractall(root, filter="data")
+    backends = [b for b in args.backends.split(",") if b]
+    dropped = 0
+    for name in sorted(os.listdir(root)):
+        folder = os.path.join(root, name)
+        meta = common.read_json(os.path.join(folder, "meta.json"))
+        if meta and meta.get("status") == "exported" and not finished(folder, backends) \
+                and not os.path.exists(os.path.join(folder, "model.onnx")):
+            shutil.rmtree(folder)
+            dropped += 1
+    say(f"resume: {args.tgz} unpacked into {root}; {dropped} unfinished cases to export again")
+
+
 def cmd_ort(args):
     import run_case
 
@@ -241,11 +321,13 @@ def main():
     e.add_argument("--budget", type=float, default=0, help="seconds for the whole invocation (0: none)")
     e.add_argument("--threads", type=int, default=1, help="torch threads per worker")
     e.add_argument("--retry-failed", action="store_true", help="export again the cases that failed")
+    e.add_argument("--shard", help="K/N: only every N-th case of the full list, from the K-th (one machine's part)")
     e.set_defaults(fn=cmd_export)
 
     l = sub.add_parser("list", help="list the cases")
     l.add_argument("--filter")
     l.add_argument("--exporters", default="dynamo,legacy")
+    l.add_argument("--shard")
     l.set_defaults(fn=cmd_list)
 
     r = sub.add_parser("run", help="run kiln (and onnxruntime) on every exported case")
@@ -266,6 +348,25 @@ def main():
     o.add_argument("--out", required=True)
     o.add_argument("--device", default=None)
     o.set_defaults(fn=cmd_report)
+
+    u = sub.add_parser("prune", help="delete the models of cases whose every job has a result")
+    u.add_argument("--dir", required=True)
+    u.add_argument("--backends", default="cpu,cuda")
+    u.set_defaults(fn=cmd_prune)
+
+    f = sub.add_parser("left", help="how many cases are still to export and to run")
+    f.add_argument("--dir", required=True)
+    f.add_argument("--filter")
+    f.add_argument("--shard")
+    f.add_argument("--exporters", default="dynamo,legacy")
+    f.add_argument("--backends", default="cpu,cuda")
+    f.set_defaults(fn=cmd_left)
+
+    m = sub.add_parser("resume", help="seed a fresh folder with an earlier machine's results.tgz")
+    m.add_argument("--dir", required=True)
+    m.add_argument("--tgz", required=True)
+    m.add_argument("--backends", default="cpu,cuda")
+    m.set_defaults(fn=cmd_resume)
 
     x = sub.add_parser("fixture", help="a small regression fixture (tests/data/zoo layout) from a case")
     x.add_argument("--dir", required=True)
