@@ -41,6 +41,8 @@ done
 wait $exporter
 grep -h '^export:' "$out/export.log" | tail -n 2; grep -h '^run:' "$out/run.log" | tail -n 2; df -h /tmp | tail -n 1
 "$py" benches/zoo/zoo.py report --dir "$root" --out "$out/RESULTS.md" --device "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
-tar czf "$out/results.tgz" -C "$root" --exclude='*.onnx' --exclude='*.data' --exclude='*.npz' --exclude='*.engine' .
+# The small result files only (the logs of 334 cases passed the 16 MB a device call returns).
+tar czf "$out/results.tgz" -C "$root" --exclude='*.onnx' --exclude='*.data' --exclude='*.npz' --exclude='*.engine' --exclude='*.log' .
+ls -l "$out/results.tgz"
 head -n 12 "$out/RESULTS.md"
 "$py" benches/zoo/zoo.py left --dir "$root" --filter "$filter" "${shard[@]}"

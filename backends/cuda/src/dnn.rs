@@ -40,6 +40,9 @@ pub const ALGORITHMS: [(u32, &str); 8] = [
     (7, "winograd_nonfused"),
 ];
 
+/// FFT, FFT tiling, Winograd and nonfused Winograd: they compute in a transformed domain.
+const TRANSFORM_ALGORITHMS: [u32; 4] = [4, 5, 6, 7];
+
 /// The one algorithm that `cudnnConvolutionBiasActivationForward` runs with an identity
 /// activation (cuDNN's documented restriction); with ReLU every algorithm is allowed.
 const PRECOMP_GEMM: u32 = 1;
@@ -295,13 +298,16 @@ impl ConvPlan {
         let relu = act(sys::cudnnActivationMode_t::CUDNN_ACTIVATION_RELU)?;
         let identity = act(sys::cudnnActivationMode_t::CUDNN_ACTIVATION_IDENTITY)?;
         let mut plan = ConvPlan { x, w, y, bias, conv, relu, identity, ranked: Vec::new() };
-        plan.ranked = plan.rank(handle)?;
+        plan.ranked = plan.rank(handle, s.dtype == DataType::F32 && !s.tf32)?;
         Ok(plan)
     }
 
     /// The heuristic's algorithms that support this shape, each once, with their workspace
     /// sizes. (The math type that runs is the descriptor's, whatever math a result names.)
-    fn rank(&self, handle: sys::cudnnHandle_t) -> Result<Vec<(u32, usize)>, GpuError> {
+    /// `exact`: f32 without TF32, where the user asked for f32's accuracy: the FFT and
+    /// Winograd transforms, whose rounding error is several times a direct sum's, are left
+    /// out (on deep random-weight networks they tripled the error against float64).
+    fn rank(&self, handle: sys::cudnnHandle_t, exact: bool) -> Result<Vec<(u32, usize)>, GpuError> {
         const MAX: usize = 16;
         // SAFETY: the perf structs are plain data that cuDNN overwrites; zeroed is a valid value.
         let mut perf: [sys::cudnnConvolutionFwdAlgoPerf_t; MAX] = unsafe { std::mem::zeroed() };
@@ -323,7 +329,7 @@ impl ConvPlan {
         for p in &perf[..(returned.max(0) as usize).min(MAX)] {
             let ok = p.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS;
             let code = p.algo as u32;
-            if ok && !ranked.iter().any(|&(c, _)| c == code) {
+            if ok && !(exact && TRANSFORM_ALGORITHMS.contains(&code)) && !ranked.iter().any(|&(c, _)| c == code) {
                 ranked.push((code, self.workspace(handle, code)?));
             }
         }
