@@ -56,6 +56,12 @@ impl Backend for CpuBackend {
         })
     }
 
+    /// Integer convolutions and products are the reference the GPU backends' INT8 kernels
+    /// are checked against.
+    fn runs_quantized_layers(&self) -> bool {
+        true
+    }
+
     fn check_support(&self, network: &Network) -> Result<(), BackendError> {
         for layer in network.layers() {
             if let Some(reason) = unsupported(network, layer) {

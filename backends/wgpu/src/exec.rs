@@ -433,7 +433,7 @@ impl<'e> Run<'e> {
             | kiln::control_boundary!() => {
                 Err(invalid!("{} has no device kernel: the layer driver runs it", kind.type_name()))
             }
-            K::Reformat { .. } | K::Text(_) => {
+            K::Reformat { .. } | K::Text(_) | K::Quantized(_) => {
                 Err(KernelError::Unsupported(format!("no WGSL kernel for {} yet", kind.type_name())))
             }
         }

@@ -264,7 +264,7 @@ fn unsupported(network: &Network, layer: &Layer) -> Option<String> {
             }
         }
         K::Plugin(p) => plugin::unsupported(p),
-        K::Reformat { .. } | K::Text(_) => Some(format!("no WGSL kernel for {} yet", layer.kind.type_name())),
+        K::Reformat { .. } | K::Text(_) | K::Quantized(_) => Some(format!("no WGSL kernel for {} yet", layer.kind.type_name())),
     }
 }
 

@@ -47,6 +47,12 @@ pub trait Backend: Send + Sync {
         PrecisionSupport::default()
     }
 
+    /// Whether the backend runs [`crate::LayerKind::Quantized`] layers (integer convolutions
+    /// and products that Q/DQ fusion makes); without them a Q/DQ network runs as written.
+    fn runs_quantized_layers(&self) -> bool {
+        false
+    }
+
     /// Whether a network input or output in `format` and `dtype` is read or written by
     /// the adjacent kernels directly, so the boundary Reformat layer costs nothing (what
     /// the DIRECT_IO builder flag requires). Default: LINEAR only.

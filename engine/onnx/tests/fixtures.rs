@@ -171,6 +171,7 @@ cases!(
     pow_float,
     pow_mixed_types,
     prelu_channel_slope,
+    qdq_conv_matmul_u8s8,
     qlinear_conv_int8_per_channel_bias,
     range_constant,
     range_runtime,

@@ -10,7 +10,7 @@ use kiln::{
 };
 
 /// Runs one plain layer on concrete inputs.
-fn step(kind: &LayerKind, inputs: &[Option<&HostTensor>]) -> Result<HostTensor, String> {
+pub(super) fn step(kind: &LayerKind, inputs: &[Option<&HostTensor>]) -> Result<HostTensor, String> {
     step_with(kind, inputs, Variant::Primary)
 }
 

@@ -15,6 +15,7 @@ mod norm;
 mod one_hot;
 mod plugin;
 mod pool;
+mod quantized;
 mod reduce;
 mod resize;
 mod roi;
@@ -132,6 +133,7 @@ pub(crate) fn run(
             one(einsum::einsum(equation, &operands, &shape()?)?)
         }
         K::Fused(p) => Ok(vec![fused::fused(p, inputs, variant)?]),
+        K::Quantized(p) => Ok(vec![quantized::quantized(p, inputs)?]),
         K::Attention(p) => Ok(vec![fused::attention(p, inputs)?]),
         K::RmsNormalization { axes, epsilon } => Ok(vec![fused::rms_normalization(inputs, axes, *epsilon)?]),
         K::GridSample(p) => one(sampling::grid_sample(p, ins.req(0)?, ins.req(1)?, &shape()?)?),

@@ -33,6 +33,7 @@ fn check_golden(
     let pass_name = pass.name();
     let context = PassContext {
         folding_backend: backend.map(|b| b as &dyn kiln::Backend),
+        quantized_layers: true,
     };
     let (out, traces) = Pipeline::new(vec![pass, Box::new(DeadLayerElimination)])
         .run_traced(net, &context)

@@ -369,6 +369,8 @@ pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_ty
         // The layer driver checks assertions on the host.
         K::Assertion { .. } => None,
         K::Reformat { .. } | K::Unique { .. } | K::Text(_) => Some(format!("{} has no CUDA kernel yet", kind.type_name())),
+        // Not offered (`runs_quantized_layers` is false): Q/DQ networks run as written.
+        K::Quantized(_) => Some("integer (Q/DQ-fused) layers have no CUDA kernel yet".into()),
     }
 }
 
@@ -521,7 +523,7 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
         | K::Shape
         | K::Assertion { .. }
         | kiln::control_boundary!() => Err(invalid!("{} has no device kernel: the layer driver runs it", kind.type_name())),
-        K::Reformat { .. } | K::Unique { .. } | K::Text(_) => {
+        K::Reformat { .. } | K::Unique { .. } | K::Text(_) | K::Quantized(_) => {
             Err(KernelError::Unsupported(format!("{} has no CUDA kernel yet", kind.type_name())))
         }
     }

@@ -172,7 +172,7 @@ pub(crate) fn optimize_typed(
     let formatted = io_format::apply(typed, backend, flags.contains(BuilderFlag::DirectIo))?;
     let mut pruned = remove_dead_layers(&formatted);
     if optimization == Optimization::Full {
-        let context = PassContext { folding_backend: Some(folding) };
+        let context = PassContext { folding_backend: Some(folding), quantized_layers: backend.runs_quantized_layers() };
         pruned = Pipeline::standard().run(&pruned, &context)?;
     }
     Ok(pruned)

@@ -175,6 +175,7 @@ fn context_of(network: &Network, id: LayerId) -> AlgorithmContext {
     let io = |t: crate::ir::network::TensorId| (network.tensor(t).dtype, network.tensor(t).shape.clone());
     let anchor = match &l.kind {
         crate::ir::layer::LayerKind::Fused(p) => Some(p.anchor.kind().type_name().to_string()),
+        crate::ir::layer::LayerKind::Quantized(p) => Some(p.anchor.kind().type_name().to_string()),
         _ => None,
     };
     AlgorithmContext {

@@ -9,6 +9,7 @@
 use super::dtype::DataType;
 pub use super::fused::{AttentionParams, FusedAnchor, FusedParams, PostOp};
 pub use super::plugin::{PluginField, PluginParams};
+pub use super::quantized::{QuantizedAnchor, QuantizedParams};
 use super::format::TensorFormat;
 use super::shape::Shape;
 use super::tensor::HostTensor;
@@ -183,6 +184,9 @@ pub enum LayerKind {
     RoiAlign { max: bool, output_size: [usize; 2], sampling_ratio: usize, spatial_scale: f32, half_pixel: bool },
     /// An operator on string tensors (see [`TextOp`]).
     Text(TextOp),
+    /// An integer convolution or matrix product with its requantization, made by the
+    /// optimizer from explicit quantization (see [`QuantizedParams`] for its slots).
+    Quantized(QuantizedParams),
 }
 
 /// How [`TextOp::Normalize`] changes letter case.
@@ -282,6 +286,7 @@ impl LayerKind {
             LayerKind::Assertion { .. } => "Assertion",
             LayerKind::Plugin(_) => "PluginV3",
             LayerKind::Fused(_) => "Fused",
+            LayerKind::Quantized(_) => "Quantized",
             LayerKind::Attention(_) => "Attention",
             LayerKind::RmsNormalization { .. } => "RMSNormalization",
             LayerKind::Reformat { .. } => "Reformat",

@@ -13,6 +13,7 @@ pub mod layer;
 pub mod narrow;
 pub mod network;
 pub mod plugin;
+pub(crate) mod quantized;
 mod precision_api;
 pub(crate) mod rewrite;
 pub mod shape;

@@ -19,6 +19,7 @@ mod horizontal;
 mod noop;
 mod patterns;
 mod pointwise;
+mod quantized;
 mod shape_tensors;
 pub(crate) mod graph;
 
@@ -32,6 +33,7 @@ pub use horizontal::HorizontalMatMulFusion;
 pub use noop::NoOpRemoval;
 pub use patterns::{GeluFusion, NormalizationFusion, RmsNormalizationFusion, SoftMaxFusion, SwishFusion};
 pub use pointwise::PointwiseChainFusion;
+pub use quantized::QuantizedFusion;
 pub use shape_tensors::ShapeTensorResolution;
 
 use crate::backend::Backend;
@@ -56,12 +58,16 @@ pub struct PassContext<'b> {
     /// Evaluates layers whose inputs are all known (constant folding); without one only
     /// the small integer shape arithmetic kiln evaluates itself is folded.
     pub folding_backend: Option<&'b dyn Backend>,
+    /// The target backend runs [`crate::LayerKind::Quantized`] layers, so Q/DQ fusion may
+    /// make them ([`Backend::runs_quantized_layers`]).
+    pub quantized_layers: bool,
 }
 
 impl std::fmt::Debug for PassContext<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PassContext")
             .field("folding_backend", &self.folding_backend.map(|b| b.name()))
+            .field("quantized_layers", &self.quantized_layers)
             .finish()
     }
 }
@@ -121,6 +127,8 @@ impl Pipeline {
     pub fn standard() -> Pipeline {
         Pipeline {
             passes: vec![
+                // Before folding turns the weights' DequantizeLinear into float constants.
+                Box::new(QuantizedFusion),
                 Box::new(ConstantFolding),
                 Box::new(ShapeTensorResolution),
                 Box::new(NoOpRemoval),
@@ -216,6 +224,9 @@ fn log_changes(pass: &str, before: &Network, after: &Network) {
 fn kind_text(kind: &crate::ir::layer::LayerKind) -> String {
     match kind {
         crate::ir::layer::LayerKind::Fused(p) => format!("{} + {:?}", p.anchor.kind().type_name(), p.epilogue),
+        crate::ir::layer::LayerKind::Quantized(p) => {
+            format!("integer {}{} -> {}", p.anchor.kind().type_name(), if p.relu { " + Relu" } else { "" }, p.output)
+        }
         other => other.type_name().to_string(),
     }
 }

@@ -3,8 +3,9 @@
 //! through QuantizeLinear → DequantizeLinear (per tensor); constant weights are quantized
 //! here, once, per output channel, and read through a DequantizeLinear. Layers with an input
 //! that has no range keep their float inputs (TensorRT runs them in float too) and are
-//! reported. The Q/DQ layers are what a backend fuses into an INT8 kernel; until one does,
-//! it computes the same values in float.
+//! reported. The Q/DQ layers are what Q/DQ fusion (`passes::QuantizedFusion`) turns into
+//! integer layers on a backend that runs them (cpu); elsewhere they run as the float
+//! emulation they are written as.
 
 use super::int8_scale;
 use crate::error::NetworkError;

@@ -40,15 +40,16 @@ def ints(values, dtype=np.int64):
 
 
 def case(name, nodes, inputs, opset, inits=None, outputs=("y",), dims=None, reference=False, expected=None,
-         domains=None):
+         domains=None, ort_agrees=False):
     """`inputs`: list of (name, array); `inits`: dict of initializers; `dims`: optional
     per-input declared dims overriding the array shape (strings are symbolic);
     `reference`: skip onnxruntime; `expected`: numpy function of the feeds for semantics
     that neither runtime implements any more (pre-opset-7 broadcasting); `domains`: extra
-    opset imports {domain: version}."""
+    opset imports {domain: version}; `ort_agrees`: onnxruntime must give exactly what
+    `expected` gives (checked here)."""
     CASES.append(dict(name=name, nodes=nodes, inputs=inputs, opset=opset, inits=inits or {},
                       outputs=list(outputs), dims=dims or {}, reference=reference, expected=expected,
-                      domains=domains or {}))
+                      domains=domains or {}, ort_agrees=ort_agrees))
 
 
 def build(c):
@@ -92,6 +93,12 @@ def evaluate(model, c):
 def write(c):
     model = build(c)
     results = evaluate(model, c)
+    if c["ort_agrees"]:
+        import onnxruntime as ort
+        feeds = {name: array for name, array in c["inputs"]}
+        got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(c["outputs"], feeds)
+        for name, a, b in zip(c["outputs"], got, results):
+            assert np.array_equal(a, b), f"{c['name']}/{name}: onnxruntime differs from the reference:\n{a}\n{b}"
     folder = os.path.join(HERE, c["name"])
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
@@ -542,6 +549,74 @@ case("qlinear_conv_int8_per_channel_bias",
       "ys": np.array(0.4, np.float32), "yz": np.array(-5, np.int8),
       "b": _QRNG.integers(-2000, 2000, size=4).astype(np.int32)},
      expected=qlinear_conv_int8_expected)
+
+def _conv3x3_acc(x, w):
+    """The exact integer sum of a 3x3 convolution, pads 1, of int64 arrays."""
+    n, _, h, wd = x.shape
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    acc = np.zeros((n, w.shape[0], h, wd), np.int64)
+    for ky in range(3):
+        for kx in range(3):
+            acc += np.einsum("nchw,mc->nmhw", padded[:, :, ky:ky + h, kx:kx + wd], w[:, :, ky, kx])
+    return acc
+
+
+def _requantize(acc, multiplier, zero, low, high, relu=False):
+    """An integer kernel's requantization: f32(acc) * f32 multiplier, rounded half to even."""
+    v = np.rint(acc.astype(np.float32) * multiplier.astype(np.float32))
+    if relu:
+        v = np.maximum(v, 0)
+    return np.clip(v + zero, low, high)
+
+
+def qdq_conv_matmul_expected(f):
+    """Integer arithmetic, as onnxruntime fuses the Q/DQ pairs into QLinearConv and
+    QLinearMatMul: exact sums, int32 bias, one f32 multiplier x_scale * w_scale / y_scale."""
+    xq = np.clip(np.rint(f["x"] / f["xs"]) + 128, 0, 255)
+    acc = _conv3x3_acc(xq.astype(np.int64) - 128, f["w"].astype(np.int64)) + f["b"].astype(np.int64)[None, :, None, None]
+    m = (f["xs"] * f["ws"] / f["ys"]).astype(np.float32)[None, :, None, None]
+    y1 = _requantize(acc, m, 0, 0, 255, relu=True).astype(np.uint8)
+    flat = y1.astype(np.int64).reshape(y1.shape[0], -1)
+    acc2 = flat @ f["w2"].astype(np.int64) + f["b2"].astype(np.int64)[None, :]
+    m2 = (f["ys"] * f["ws2"] / f["ys2"]).astype(np.float32)[None, :]
+    y2 = _requantize(acc2, m2, 128, 0, 255).astype(np.uint8)
+    return [y1, y2]
+
+
+# Explicit quantization as onnxruntime's quantize_static writes it (uint8 activations, int8
+# per-channel weights, int32 biases): the optimizer fuses the Q/DQ pairs into integer layers.
+# Multipliers x_scale * w_scale / y_scale of about 1/2^k, so that many sums land on a rounding
+# tie, where the Q/DQ graph's float emulation and integer arithmetic part; small weights, as
+# onnxruntime's x86 uint8 x int8 kernels saturate int16 pair sums with full-range ones.
+_QDQ = np.random.default_rng(2468)
+_qdq_xs, _qdq_ws = np.float32(0.1), np.array([0.05, 0.025, 0.1, 0.0125], np.float32)
+_qdq_ys, _qdq_ws2 = np.float32(0.02), np.array([0.05, 0.025, 0.1, 0.0125, 0.2], np.float32)
+case("qdq_conv_matmul_u8s8",
+     [N("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+      N("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+      N("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=0),
+      N("DequantizeLinear", ["b", "bs", "bz"], ["bd"], axis=0),
+      N("Conv", ["xd", "wd", "bd"], ["c"], pads=[1, 1, 1, 1]),
+      N("Relu", ["c"], ["r"]),
+      N("QuantizeLinear", ["r", "ys", "yz"], ["y1"]),
+      N("DequantizeLinear", ["y1", "ys", "yz"], ["y1d"]),
+      N("Flatten", ["y1d"], ["flat"]),
+      N("DequantizeLinear", ["w2", "ws2", "wz2"], ["w2d"], axis=1),
+      N("DequantizeLinear", ["b2", "bs2", "bz2"], ["b2d"], axis=0),
+      N("MatMul", ["flat", "w2d"], ["mm"]),
+      N("Add", ["mm", "b2d"], ["g"]),
+      N("QuantizeLinear", ["g", "ys2", "yz2"], ["y2"])],
+     [("x", _QDQ.uniform(-0.8, 0.8, size=(2, 3, 6, 6)).astype(np.float32))], 13,
+     {"xs": _qdq_xs, "xz": np.uint8(128),
+      "w": _QDQ.integers(-7, 8, size=(4, 3, 3, 3)).astype(np.int8), "ws": _qdq_ws, "wz": np.zeros(4, np.int8),
+      "b": _QDQ.integers(-200, 200, size=4).astype(np.int32), "bs": (_qdq_xs * _qdq_ws).astype(np.float32),
+      "bz": np.zeros(4, np.int32),
+      "ys": _qdq_ys, "yz": np.uint8(0),
+      "w2": _QDQ.integers(-7, 8, size=(144, 5)).astype(np.int8), "ws2": _qdq_ws2, "wz2": np.zeros(5, np.int8),
+      "b2": _QDQ.integers(-2000, 2000, size=5).astype(np.int32), "bs2": (_qdq_ys * _qdq_ws2).astype(np.float32),
+      "bz2": np.zeros(5, np.int32),
+      "ys2": np.float32(0.032), "yz2": np.uint8(128)},
+     outputs=("y1", "y2"), expected=qdq_conv_matmul_expected, ort_agrees=True)
 
 if __name__ == "__main__":
     import sys

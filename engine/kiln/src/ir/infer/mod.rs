@@ -9,6 +9,7 @@ pub mod network_shapes;
 mod einsum;
 mod fused;
 mod one_hot;
+mod quantized;
 mod sampling;
 mod signal;
 mod spatial;
@@ -308,6 +309,7 @@ fn infer_kind(
         }
         K::Plugin(p) => crate::ir::plugin::infer_plugin(p, inputs),
         K::Fused(p) => fused::fused(p, &ins, weights),
+        K::Quantized(p) => quantized::quantized(p, &ins, weights),
         K::Attention(p) => fused::attention(p, &ins, weights),
         K::RmsNormalization { axes, epsilon: _ } => {
             ins.arity(2, 2)?;

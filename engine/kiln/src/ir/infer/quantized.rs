@@ -1,0 +1,92 @@
+//! Inference for the integer layer of explicit quantization ([`QuantizedParams`]): the float
+//! layer it stands for gives the shape; the slots are checked for the types and scale
+//! lengths its arithmetic needs.
+
+use super::{infer_layer, rule, Fact, InferResult, Inputs, OutFact, WeightsLookup};
+use crate::ir::dtype::DataType;
+use crate::ir::quantized::QuantizedParams as Q;
+use crate::ir::shape::Dim;
+
+/// 8-bit integer types the accumulator takes.
+fn eight_bit(t: DataType) -> bool {
+    matches!(t, DataType::I8 | DataType::U8)
+}
+
+pub(super) fn quantized<'a>(p: &Q, ins: &Inputs<'_, 'a>, weights: &WeightsLookup<'_>) -> InferResult<Vec<OutFact>> {
+    ins.arity(2, Q::SLOTS)?;
+    if ins.0.len() != Q::SLOTS {
+        return rule(None, format!("has {} input slots, not {}", ins.0.len(), Q::SLOTS));
+    }
+    let (x, w) = (ins.req(Q::X)?, ins.req(Q::W)?);
+    let as_float = |f: Fact<'a>| Fact::new(DataType::F32, f.shape, None);
+    for (slot, f) in [(Q::X, x), (Q::W, w)] {
+        if !eight_bit(f.dtype) {
+            return rule(Some(slot), format!("input {slot} must be int8 or uint8, not {}", f.dtype));
+        }
+    }
+    // The float layer's rules give the shape (and check the bias against it).
+    let mut facts = vec![Some(as_float(x)), Some(as_float(w))];
+    if let Some(bias) = ins.get(Q::BIAS) {
+        if !(bias.dtype == DataType::I32 || bias.dtype.is_float()) {
+            return rule(Some(Q::BIAS), format!("the bias must be int32 or float, not {}", bias.dtype));
+        }
+        if matches!(p.anchor, crate::ir::quantized::QuantizedAnchor::Convolution(_)) {
+            facts.push(Some(as_float(bias)));
+        }
+    }
+    let anchor = infer_layer(&p.anchor.kind(), &facts, weights)?;
+    let [out] = <[OutFact; 1]>::try_from(anchor)
+        .map_err(|_| super::InferError { input: None, rule: "the anchor must have one output".into() })?;
+    let rank = out.shape.rank();
+    let channels = out.shape.dims().get(p.anchor.output_channel_axis(rank)).cloned();
+    let w_channels = w.shape.dims().get(p.anchor.weight_channel_axis(w.shape.rank())).cloned();
+    per_channel(ins, Q::W_SCALE, w_channels.as_ref(), true)?;
+    per_channel(ins, Q::W_ZERO, w_channels.as_ref(), false)?;
+    per_channel(ins, Q::X_SCALE, None, true)?;
+    per_channel(ins, Q::X_ZERO, None, false)?;
+    if let Some(bias) = ins.get(Q::BIAS) {
+        let len = bias.shape.volume();
+        let fits = bias.shape.rank() <= 1 && (len == Some(1) || channels.as_ref().and_then(Dim::fixed) == len);
+        if !fits {
+            return rule(Some(Q::BIAS), format!("the bias must hold one value or one per output channel, got {}", bias.shape));
+        }
+    }
+    for slot in [Q::X_ZERO, Q::W_ZERO] {
+        let owner = if slot == Q::X_ZERO { x } else { w };
+        if let Some(z) = ins.get(slot) {
+            if z.dtype != owner.dtype {
+                return rule(Some(slot), format!("zero point {slot} must be {}, like its tensor, not {}", owner.dtype, z.dtype));
+            }
+        }
+    }
+    if p.quantized_output() {
+        if !eight_bit(p.output) {
+            return rule(None, format!("a quantized output must be int8 or uint8, not {}", p.output));
+        }
+        per_channel(ins, Q::Y_SCALE, None, true)?;
+        per_channel(ins, Q::Y_ZERO, None, false)?;
+        if ins.get(Q::Y_ZERO).is_some_and(|z| z.dtype != p.output) {
+            return rule(Some(Q::Y_ZERO), format!("the output zero point must be {}", p.output));
+        }
+    } else if p.output != DataType::F32 || ins.get(Q::Y_SCALE).is_some() || ins.get(Q::Y_ZERO).is_some() {
+        return rule(None, "a float output is f32 and has no output scale or zero point");
+    }
+    Ok(vec![OutFact::new(p.output, out.shape)])
+}
+
+/// A scale (float, `required`) or zero point slot: one element, or one per `channels`.
+fn per_channel(ins: &Inputs, slot: usize, channels: Option<&Dim>, required: bool) -> InferResult<()> {
+    let Some(f) = ins.get(slot) else {
+        return if required { rule(Some(slot), format!("input {slot} (a scale) is required")) } else { Ok(()) };
+    };
+    if required && !f.dtype.is_float() {
+        return rule(Some(slot), format!("scale {slot} must be float, not {}", f.dtype));
+    }
+    let len = f.shape.volume();
+    let ok = f.shape.rank() <= 1 && (len == Some(1) || channels.and_then(Dim::fixed).is_some_and(|c| len == Some(c)));
+    if !ok {
+        let what = if channels.is_some() { "one element or one per output channel" } else { "one element" };
+        return rule(Some(slot), format!("input {slot} must hold {what}, got {}", f.shape));
+    }
+    Ok(())
+}

@@ -1,0 +1,237 @@
+//! Q/DQ fusion (explicit quantization, seeds §6.5): `DequantizeLinear → Convolution /
+//! MatrixMultiply (DequantizeLinear weights) → bias → ReLU → QuantizeLinear` becomes one
+//! [`LayerKind::Quantized`] layer that sums the 8-bit products exactly and requantizes once
+//! per output channel, as QLinearConv and INT8 tensor cores do.
+//!
+//! It runs first, before folding turns the weights' DequantizeLinear into float constants,
+//! and only for backends that run quantized layers ([`PassContext::quantized_layers`]):
+//! elsewhere the Q/DQ graph runs as the float emulation it is written as.
+//!
+//! What is absorbed: the two DequantizeLinear reads (their layers stay for other readers and
+//! are dropped when unread), a bias (the convolution's third input, or a per-channel Add
+//! after a matrix product: int32 behind a DequantizeLinear whose scale is `x_scale·w_scale`,
+//! as QLinearConv's, else float), one ReLU, and the QuantizeLinear; without a QuantizeLinear
+//! the layer ends in float. Each tensor absorbed has one reader and is not a network output.
+
+use super::graph::{consumers, has_control_flow, known_value};
+use super::{Pass, PassContext, PassError};
+use crate::ir::dtype::DataType;
+use crate::ir::layer::{ActivationKind, ElementwiseOp, LayerKind, MatrixOp};
+use crate::ir::network::{Network, TensorId};
+use crate::ir::quantized::{QuantizedAnchor, QuantizedParams as Q};
+use crate::ir::rewrite::Rewriter;
+use std::collections::{HashMap, HashSet};
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct QuantizedFusion;
+
+impl Pass for QuantizedFusion {
+    fn name(&self) -> &'static str {
+        "quantized-fusion"
+    }
+
+    fn run(&self, network: &Network, context: &PassContext<'_>) -> Result<Option<Network>, PassError> {
+        if !context.quantized_layers || has_control_flow(network) {
+            return Ok(None);
+        }
+        let readers = consumers(network);
+        let mut plans: HashMap<usize, Plan> = HashMap::new();
+        let mut absorbed: HashSet<usize> = HashSet::new();
+        for i in 0..network.layers().len() {
+            if absorbed.contains(&i) {
+                continue;
+            }
+            if let Some(plan) = find(network, &readers, i) {
+                absorbed.extend(plan.layers.iter().copied());
+                plans.insert(*plan.layers.last().expect("a plan has layers"), plan);
+            }
+        }
+        if plans.is_empty() {
+            return Ok(None);
+        }
+        let mut rb = Rewriter::new(network);
+        for i in 0..network.layers().len() {
+            if let Some(plan) = plans.get(&i) {
+                let mut inputs = rb.get_slots(&plan.inputs)?;
+                if let Some(s) = plan.x_layout {
+                    // The reshape or transpose between x's DequantizeLinear and the anchor,
+                    // applied to the integers instead.
+                    let layout = network.layer(crate::LayerId(s));
+                    let mut slots = rb.get_slots(&layout.inputs)?;
+                    slots[0] = inputs[Q::X];
+                    let id = rb.out_mut().add_layer(&format!("{} (integer)", layout.name), layout.kind.clone(), slots)?;
+                    inputs[Q::X] = Some(rb.out().output(id, 0));
+                }
+                let name = plan.layers.iter().map(|&j| network.layer(crate::LayerId(j)).name.as_str()).collect::<Vec<_>>().join(" + ");
+                rb.add(&name, LayerKind::Quantized(plan.params.clone()), inputs, &[plan.output])?;
+            } else if !absorbed.contains(&i) {
+                rb.keep(i)?;
+            }
+        }
+        Ok(Some(rb.finish_as_source()?))
+    }
+}
+
+/// One fusion: the layers it replaces (anchor first, the layer it is emitted at last), the
+/// new layer's input slots and the tensor its output carries.
+struct Plan {
+    layers: Vec<usize>,
+    /// A reshape or transpose between x's DequantizeLinear and the anchor (kept for any other
+    /// reader; the fused layer reads a copy of it on the integers).
+    x_layout: Option<usize>,
+    inputs: Vec<Option<TensorId>>,
+    params: Q,
+    output: TensorId,
+}
+
+/// A DequantizeLinear's reading: its integer input and known scale and zero point.
+struct Dequantized {
+    q: TensorId,
+    scale: TensorId,
+    zero: Option<TensorId>,
+    scales: Vec<f64>,
+    axis: Option<usize>,
+}
+
+fn dequantized(net: &Network, t: TensorId) -> Option<Dequantized> {
+    let (producer, _) = net.tensor(t).producer?;
+    let l = net.layer(producer);
+    let LayerKind::Dequantize { axis } = l.kind else { return None };
+    let (q, scale) = (l.inputs.first().copied().flatten()?, l.inputs.get(1).copied().flatten()?);
+    let zero = l.inputs.get(2).copied().flatten();
+    if net.tensor(t).dtype != DataType::F32 || zero.is_some_and(|z| known_value(net, z).is_none()) {
+        return None;
+    }
+    let scales = known_value(net, scale)?.to_f64_vec();
+    Some(Dequantized { q, scale, zero, scales, axis })
+}
+
+fn eight_bit(t: DataType) -> bool {
+    matches!(t, DataType::I8 | DataType::U8)
+}
+
+/// The single reader of `t` (a layer index), unless `t` is a network output.
+fn only_reader(net: &Network, readers: &[Vec<(usize, usize)>], t: TensorId) -> Option<usize> {
+    match readers[t.0].as_slice() {
+        [(layer, _)] if !net.outputs().contains(&t) => Some(*layer),
+        _ => None,
+    }
+}
+
+fn find(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan> {
+    let l = net.layer(crate::LayerId(i));
+    let anchor = match &l.kind {
+        LayerKind::Convolution(p) => QuantizedAnchor::Convolution(p.clone()),
+        LayerKind::MatrixMultiply { op_a, op_b }
+            if !matches!(op_a, MatrixOp::Vector) && !matches!(op_b, MatrixOp::Vector) =>
+        {
+            QuantizedAnchor::MatrixMultiply { op_a: *op_a, op_b: *op_b }
+        }
+        _ => return None,
+    };
+    let out = *l.outputs.first()?;
+    if net.tensor(out).dtype != DataType::F32 {
+        return None;
+    }
+    let x_tensor = l.inputs.first().copied().flatten()?;
+    let (x, x_layout) = match dequantized(net, x_tensor) {
+        Some(x) => (x, None),
+        None => through_layout(net, x_tensor)?,
+    };
+    let w = dequantized(net, l.inputs.get(1).copied().flatten()?)?;
+    let (x_type, w_type) = (net.tensor(x.q).dtype, net.tensor(w.q).dtype);
+    let w_rank = net.tensor(w.q).shape.rank();
+    let per_channel_ok = w.scales.len() == 1 || w.axis == Some(anchor.weight_channel_axis(w_rank));
+    if !eight_bit(x_type) || !eight_bit(w_type) || x.scales.len() != 1 || !per_channel_ok {
+        return None;
+    }
+    let mut layers = vec![i];
+    let mut inputs = vec![None; Q::SLOTS];
+    inputs[Q::X] = Some(x.q);
+    inputs[Q::W] = Some(w.q);
+    inputs[Q::X_SCALE] = Some(x.scale);
+    inputs[Q::X_ZERO] = x.zero;
+    inputs[Q::W_SCALE] = Some(w.scale);
+    inputs[Q::W_ZERO] = w.zero;
+    let bias_scale = |k: usize| x.scales[0] as f32 * w.scales[if w.scales.len() == 1 { 0 } else { k }] as f32;
+    let mut running = out;
+    match anchor {
+        QuantizedAnchor::Convolution(_) => {
+            if let Some(b) = l.inputs.get(2).copied().flatten() {
+                inputs[Q::BIAS] = Some(bias_input(net, b, w.scales.len(), &bias_scale));
+            }
+        }
+        QuantizedAnchor::MatrixMultiply { .. } => {
+            // A per-channel Add right after the product (a Gemm's C) is its bias.
+            if let Some(next) = only_reader(net, readers, running) {
+                let add = net.layer(crate::LayerId(next));
+                if let (LayerKind::Elementwise { op: ElementwiseOp::Sum }, [Some(a), Some(b)]) = (&add.kind, add.inputs.as_slice()) {
+                    let bias = if *a == running { *b } else { *a };
+                    let bias_shape = net.tensor(bias).shape.clone();
+                    let n = net.tensor(running).shape.dims().last().and_then(|d| d.fixed());
+                    if bias_shape.rank() == 1 && bias_shape.dims()[0].fixed() == n && net.tensor(bias).dtype == DataType::F32 {
+                        inputs[Q::BIAS] = Some(bias_input(net, bias, w.scales.len(), &bias_scale));
+                        layers.push(next);
+                        running = add.outputs[0];
+                    }
+                }
+            }
+        }
+    }
+    let mut relu = false;
+    if let Some(next) = only_reader(net, readers, running) {
+        let act = net.layer(crate::LayerId(next));
+        if act.kind == (LayerKind::Activation { kind: ActivationKind::Relu }) {
+            relu = true;
+            layers.push(next);
+            running = act.outputs[0];
+        }
+    }
+    let mut output = DataType::F32;
+    if let Some(next) = only_reader(net, readers, running) {
+        let q = net.layer(crate::LayerId(next));
+        if let LayerKind::Quantize { to, .. } = q.kind {
+            let scale = q.inputs.get(1).copied().flatten();
+            let zero = q.inputs.get(2).copied().flatten();
+            let one = |t: Option<TensorId>| t.and_then(|t| known_value(net, t)).is_some_and(|v| v.len() == 1);
+            if eight_bit(to) && one(scale) && (zero.is_none() || one(zero)) {
+                inputs[Q::Y_SCALE] = scale;
+                inputs[Q::Y_ZERO] = zero;
+                output = to;
+                layers.push(next);
+                running = q.outputs[0];
+            }
+        }
+    }
+    Some(Plan { layers, x_layout, inputs, params: Q { anchor, relu, output }, output: running })
+}
+
+/// A per-tensor DequantizeLinear read through a Shuffle (a Flatten before a Gemm): moving the
+/// DequantizeLinear after it is exact, since one scale applies to every element.
+fn through_layout(net: &Network, t: TensorId) -> Option<(Dequantized, Option<usize>)> {
+    let (producer, _) = net.tensor(t).producer?;
+    let layout = net.layer(producer);
+    if !matches!(layout.kind, LayerKind::Shuffle(_)) {
+        return None;
+    }
+    let d = dequantized(net, layout.inputs.first().copied().flatten()?)?;
+    (d.scales.len() == 1 && d.zero.is_none_or(|z| known_value(net, z).is_some_and(|v| v.len() == 1)))
+        .then_some((d, Some(producer.0)))
+}
+
+/// The bias slot's tensor: the int32 behind a DequantizeLinear whose scale is `x_scale·w_scale`
+/// per channel (QLinearConv's bias), else the float bias itself.
+fn bias_input(net: &Network, bias: TensorId, channels: usize, bias_scale: &dyn Fn(usize) -> f32) -> TensorId {
+    let Some(d) = dequantized(net, bias) else { return bias };
+    let zero_free = d.zero.and_then(|z| known_value(net, z)).is_none_or(|z| z.to_f64_vec().iter().all(|&v| v == 0.0));
+    let matches = (0..channels.max(d.scales.len())).all(|k| {
+        let s = d.scales[if d.scales.len() == 1 { 0 } else { k }];
+        let want = bias_scale(k) as f64;
+        (s - want).abs() <= want.abs() * 1e-6
+    });
+    if net.tensor(d.q).dtype == DataType::I32 && zero_free && matches {
+        d.q
+    } else {
+        bias
+    }
+}
