@@ -218,6 +218,31 @@ fn every_merge_of_a_grouped_convolutions_groups_matches() {
     }
 }
 
+/// Exact f32 (TF32 off) is f32's accuracy: cuDNN's FFT and Winograd algorithms, several times
+/// less accurate, are not candidates (the zoo's wide ResNets and RegNets left the fp32 rule with
+/// them on the H200); with TF32 on, or in f16, they stay candidates.
+#[test]
+fn exact_f32_convolutions_offer_no_transform_algorithms() {
+    let Some(cuda) = backend() else { return };
+    let mut r = rng(74);
+    let transformed = |t: &kiln::TacticDesc| t.id.name.contains("fft") || t.id.name.contains("winograd");
+    let (net, _) = fused_conv(&mut r, DataType::F32, false, true);
+    let exact = cuda.tactics(&net, last_layer(&net), MathMode::EXACT);
+    assert!(!exact.is_empty());
+    assert!(!exact.iter().any(transformed), "exact f32 offers a transform algorithm: {exact:?}");
+    let tf32 = cuda.tactics(&net, last_layer(&net), MathMode { tf32: true });
+    let (half, _) = fused_conv(&mut r, DataType::F16, false, true);
+    let f16 = cuda.tactics(&half, last_layer(&half), MathMode::EXACT);
+    eprintln!(
+        "transform algorithms offered: exact f32 0 of {}, tf32 {} of {}, f16 {} of {}",
+        exact.len(),
+        tf32.iter().filter(|t| transformed(t)).count(),
+        tf32.len(),
+        f16.iter().filter(|t| transformed(t)).count(),
+        f16.len()
+    );
+}
+
 #[test]
 fn convolution_tactics_are_timed() {
     let Some(cuda) = backend() else { return };
