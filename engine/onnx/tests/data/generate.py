@@ -519,6 +519,17 @@ case("reduce_sum_13_noop_runtime_empty_axes", [N("ReduceSum", ["x", "axes"], ["y
 case("eye_like_int_without_dtype", [N("EyeLike", ["x"], ["y"], k=1)], [("x", ints([[1, 2, 3], [4, 5, 6]], np.int32))], 22)
 
 
+def _conv3x3_acc(x, w):
+    """The exact integer sum of a 3x3 convolution, pads 1, of int64 arrays."""
+    n, _, h, wd = x.shape
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    acc = np.zeros((n, w.shape[0], h, wd), np.int64)
+    for ky in range(3):
+        for kx in range(3):
+            acc += np.einsum("nchw,mc->nmhw", padded[:, :, ky:ky + h, kx:kx + wd], w[:, :, ky, kx])
+    return acc
+
+
 def qlinear_conv_int8_expected(f):
     """QLinearConv as the standard describes it, per output channel (its reference evaluator
     broadcasts a per-channel scale along the last axis instead): integer convolution plus the
@@ -526,12 +537,7 @@ def qlinear_conv_int8_expected(f):
     half to even."""
     x = f["x"].astype(np.int64) - int(f["xz"])
     w = f["w"].astype(np.int64) - f["wz"].astype(np.int64)[:, None, None, None]
-    n, _, h, wd = x.shape
-    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
-    acc = np.zeros((n, w.shape[0], h, wd), np.int64)
-    for ky in range(3):
-        for kx in range(3):
-            acc += np.einsum("nchw,mc->nmhw", padded[:, :, ky:ky + h, kx:kx + wd], w[:, :, ky, kx])
+    acc = _conv3x3_acc(x, w)
     acc += f["b"].astype(np.int64)[None, :, None, None]
     scale = (f["xs"] * f["ws"] / f["ys"]).astype(np.float32).astype(np.float64)
     r = acc.astype(np.float64) * scale[None, :, None, None] + float(f["yz"])
@@ -549,17 +555,6 @@ case("qlinear_conv_int8_per_channel_bias",
       "ys": np.array(0.4, np.float32), "yz": np.array(-5, np.int8),
       "b": _QRNG.integers(-2000, 2000, size=4).astype(np.int32)},
      expected=qlinear_conv_int8_expected)
-
-def _conv3x3_acc(x, w):
-    """The exact integer sum of a 3x3 convolution, pads 1, of int64 arrays."""
-    n, _, h, wd = x.shape
-    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
-    acc = np.zeros((n, w.shape[0], h, wd), np.int64)
-    for ky in range(3):
-        for kx in range(3):
-            acc += np.einsum("nchw,mc->nmhw", padded[:, :, ky:ky + h, kx:kx + wd], w[:, :, ky, kx])
-    return acc
-
 
 def _requantize(acc, multiplier, zero, low, high, relu=False):
     """An integer kernel's requantization: f32(acc) * f32 multiplier, rounded half to even."""
