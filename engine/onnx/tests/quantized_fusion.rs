@@ -57,3 +57,37 @@ fn without_integer_layers_the_qdq_graph_stays_as_written() {
     assert!(quantized_layers(&out).is_empty());
     assert!(out.layers().iter().any(|l| matches!(l.kind, LayerKind::Dequantize { .. })));
 }
+
+/// A hand-made (or hostile engine file's) integer layer with wrong slot types is refused with
+/// the rule it breaks, never run.
+#[test]
+fn an_integer_layer_with_float_data_or_missing_scales_is_refused() {
+    use kiln::{ConvolutionParams, QuantizedParams as Q};
+    let conv = QuantizedAnchor::Convolution(ConvolutionParams {
+        groups: 1,
+        strides: vec![1, 1],
+        dilations: vec![1, 1],
+        pre_padding: vec![0, 0],
+        post_padding: vec![0, 0],
+    });
+    let params = Q { anchor: conv, relu: false, output: DataType::F32 };
+    let attempt = |x_type: DataType, with_scales: bool| {
+        let mut net = Network::new("hand-made");
+        let x = net.add_input("x", x_type, &[1usize, 2, 4, 4][..]).expect("input");
+        let w = net.add_input("w", DataType::I8, &[3usize, 2, 1, 1][..]).expect("input");
+        let s = net.add_input("s", DataType::F32, &[1usize][..]).expect("input");
+        let mut slots = vec![None; Q::SLOTS];
+        slots[Q::X] = Some(x);
+        slots[Q::W] = Some(w);
+        if with_scales {
+            slots[Q::X_SCALE] = Some(s);
+            slots[Q::W_SCALE] = Some(s);
+        }
+        net.add_layer("q", LayerKind::Quantized(params.clone()), slots).map(|_| ()).map_err(|e| e.to_string())
+    };
+    assert_eq!(attempt(DataType::U8, true), Ok(()));
+    let float = attempt(DataType::F32, true).expect_err("float data");
+    assert!(float.contains("int8 or uint8"), "{float}");
+    let unscaled = attempt(DataType::U8, false).expect_err("no scales");
+    assert!(unscaled.contains("scale"), "{unscaled}");
+}
