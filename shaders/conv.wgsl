@@ -2,10 +2,11 @@
 // one invocation per output element (n, k, od, oh, ow).
 // params: [count, N, C, K, groups, D, H, W, OD, OH, OW, KD, KH, KW,
 //          stride[3], dilation[3], pre_pad[3], has_bias]
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> w: array<f32>;
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+// Instantiated with `alias T` (f32, or i32: the exact sums of integer layers).
+@group(0) @binding(1) var<storage, read> x: array<T>;
+@group(0) @binding(2) var<storage, read> w: array<T>;
+@group(0) @binding(3) var<storage, read> bias: array<T>;
+@group(0) @binding(4) var<storage, read_write> out: array<T>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -29,7 +30,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let cpg = c_all / groups;
     let kpg = k_all / groups;
     let g = ko / kpg;
-    var acc = 0.0;
+    var acc = T(0);
     if (params[23] != 0u) {
         acc = bias[ko];
     }

@@ -159,6 +159,7 @@ impl<'e> Run<'e> {
         match kind {
             // Data-dependent output shapes: computed on the host (kiln::plan::dynamic).
             LayerKind::NonZero | LayerKind::Unique { .. } => return self.data_dependent(kind, values),
+            LayerKind::Quantized(p) => return self.quantized(p, values, expected),
             // A data-dependent output length: computed on the host (one read-back).
             LayerKind::NonMaxSuppression { center_point_box } => {
                 let host = |slot: usize| -> KResult<Option<Arc<HostTensor>>> {
@@ -212,6 +213,35 @@ impl<'e> Run<'e> {
         };
         let outputs = self.device_layer(kind, &device, &hosts, facts, &outs)?;
         Ok(self.stored(outputs)?.into_iter().map(Value::Device).collect())
+    }
+
+    /// An integer layer: its scales and the zero points of x and y read on the host (small
+    /// constants, as a rule), the tensors on the device.
+    fn quantized(&self, p: &kiln::QuantizedParams, values: &[Option<Value>], expected: &[OutFact]) -> KResult<Vec<Value>> {
+        use kiln::QuantizedParams as Q;
+        let host = |slot: usize| -> KResult<Option<Vec<f64>>> {
+            values.get(slot).cloned().flatten().map(|v| self.to_host(&v).map(|t| t.to_f64_vec())).transpose()
+        };
+        let device = |slot: usize| -> KResult<Option<DeviceTensor>> {
+            values.get(slot).cloned().flatten().map(|v| self.to_device(&v)).transpose()
+        };
+        let scalar = |slot: usize| -> KResult<Option<f64>> { Ok(host(slot)?.and_then(|v| v.first().copied())) };
+        let scales = crate::ops::quant::QuantizedScales {
+            x_scale: scalar(Q::X_SCALE)?.ok_or_else(|| invalid!("the integer layer has no x scale"))? as f32,
+            x_zero: scalar(Q::X_ZERO)?.unwrap_or(0.0) as i64,
+            w_scale: host(Q::W_SCALE)?.ok_or_else(|| invalid!("the integer layer has no weight scale"))?.iter().map(|&s| s as f32).collect(),
+            y_scale: scalar(Q::Y_SCALE)?.map(|s| s as f32),
+            y_zero: scalar(Q::Y_ZERO)?.unwrap_or(0.0) as i64,
+        };
+        let inputs = self.words([Q::X, Q::W, Q::BIAS, Q::W_ZERO].iter().map(|&s| device(s)).collect::<KResult<Vec<_>>>()?)?;
+        let [x, w, bias, w_zero] = <[Option<DeviceTensor>; 4]>::try_from(inputs).map_err(|_| invalid!("integer layer inputs"))?;
+        let (x, w) = (x.ok_or_else(|| invalid!("input x is missing"))?, w.ok_or_else(|| invalid!("input w is missing"))?);
+        let shape = expected
+            .first()
+            .and_then(|o| o.shape.as_fixed())
+            .ok_or_else(|| invalid!("the integer layer's output shape is not resolved"))?;
+        let out = crate::ops::quant::quantized(&self.rec, p, &x, &w, bias.as_ref(), w_zero.as_ref(), &scales, &shape)?;
+        Ok(self.stored(vec![out])?.into_iter().map(Value::Device).collect())
     }
 
     /// Device inputs as the word kernels read them (f16 halves widened).

@@ -119,6 +119,11 @@ impl Backend for WgpuBackend {
         })
     }
 
+    /// Integer layers run as exact i32 sums and the cpu backend's requantization.
+    fn runs_quantized_layers(&self) -> bool {
+        true
+    }
+
     fn check_support(&self, network: &Network) -> Result<(), BackendError> {
         for layer in network.layers() {
             if let Some(reason) = unsupported(network, layer) {
@@ -264,7 +269,13 @@ fn unsupported(network: &Network, layer: &Layer) -> Option<String> {
             }
         }
         K::Plugin(p) => plugin::unsupported(p),
-        K::Reformat { .. } | K::Text(_) | K::Quantized(_) => Some(format!("no WGSL kernel for {} yet", layer.kind.type_name())),
+        K::Reformat { .. } | K::Text(_) => Some(format!("no WGSL kernel for {} yet", layer.kind.type_name())),
+        K::Quantized(p) => match &p.anchor {
+            kiln::QuantizedAnchor::Convolution(c) if c.strides.len() > 3 => {
+                Some("integer convolutions run over at most 3 spatial dims".into())
+            }
+            _ => None,
+        },
     }
 }
 

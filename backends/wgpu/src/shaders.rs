@@ -23,6 +23,7 @@ pub const BODIES: &[(&str, &str)] = &[
     ("matmul", include_str!("../../../shaders/matmul.wgsl")),
     ("matmul_wide", include_str!("../../../shaders/matmul_wide.wgsl")),
     ("conv", include_str!("../../../shaders/conv.wgsl")),
+    ("requantize", include_str!("../../../shaders/requantize.wgsl")),
     ("deconv", include_str!("../../../shaders/deconv.wgsl")),
     ("pool", include_str!("../../../shaders/pool.wgsl")),
     ("reduce", include_str!("../../../shaders/reduce.wgsl")),
@@ -186,6 +187,11 @@ impl Instance {
     pub fn matmul(s: Storage) -> Instance {
         Instance::new("matmul", format!("matmul/{}", s.wgsl()), format!("alias T = {};\n", s.wgsl()))
     }
+
+    /// The direct convolution on f32 words, or on i32 (integer layers' exact sums).
+    pub fn conv(s: Storage) -> Instance {
+        Instance::new("conv", format!("conv/{}", s.wgsl()), format!("alias T = {};\n", s.wgsl()))
+    }
 }
 
 const ELEMENTWISE_OPS: [ElementwiseOp; 23] = {
@@ -287,7 +293,7 @@ pub fn generic_instantiations() -> Vec<Instance> {
         "copy",
         "fill",
         "narrow",
-        "conv",
+        "requantize",
         "deconv",
         "pool",
         "gather",
@@ -311,6 +317,7 @@ pub fn generic_instantiations() -> Vec<Instance> {
     all.extend(ELEMENTWISE_OPS.iter().filter_map(|&op| Instance::binary_f16(op)).map(|(_, i)| i));
     all.extend(UNARY_OPS.iter().filter_map(|&op| Instance::unary_f16(op)).map(|(_, i)| i));
     all.extend(ACTIVATIONS.iter().filter_map(Instance::activation_f16).map(|(i, _)| i));
+    all.extend([Storage::F32, Storage::I32].map(Instance::conv));
     for s in Storage::ALL {
         all.push(Instance::matmul(s));
         all.extend(ELEMENTWISE_OPS.iter().filter_map(|&op| Instance::binary(op, s)).map(|(_, i)| i));

@@ -169,7 +169,11 @@ pub fn convolution(
     let params = conv_params(&x.shape, w.shape[0], p.groups, shape, &window, bias.is_some())?;
     let out = output(rec, x.dtype, shape)?;
     let bias_buffer = bias.map_or(&w.buffer, |b| &b.buffer);
-    rec.dispatch_1d(&Instance::plain("conv"), &params, &[&x.buffer, &w.buffer, bias_buffer, &out.buffer], out.len())
+    let storage = match x.dtype {
+        DataType::I32 => Storage::I32,
+        _ => Storage::F32,
+    };
+    rec.dispatch_1d(&Instance::conv(storage), &params, &[&x.buffer, &w.buffer, bias_buffer, &out.buffer], out.len())
         .map_err(kiln::KernelError::from)?;
     pointwise::narrow(rec, out)
 }

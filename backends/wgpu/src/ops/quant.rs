@@ -99,3 +99,100 @@ pub fn dequantize(
     .map_err(kiln::KernelError::from)?;
     super::pointwise::narrow(rec, out)
 }
+
+/// The host-side values of an integer layer (kiln::QuantizedParams): its scales and the
+/// zero points of x and y.
+#[derive(Clone, Debug)]
+pub struct QuantizedScales {
+    pub x_scale: f32,
+    pub x_zero: i64,
+    pub w_scale: Vec<f32>,
+    pub y_scale: Option<f32>,
+    pub y_zero: i64,
+}
+
+/// An integer layer: `x − x_zero` and `w − w_zero` as i32, their exact sum by the i32
+/// convolution or product (an int32 bias added to it), then the f32 requantization of the
+/// cpu backend (kiln's oracle), per output channel.
+pub fn quantized(
+    rec: &Recorder,
+    p: &kiln::QuantizedParams,
+    x: &DeviceTensor,
+    w: &DeviceTensor,
+    bias: Option<&DeviceTensor>,
+    w_zero: Option<&DeviceTensor>,
+    scales: &QuantizedScales,
+    shape: &[usize],
+) -> KResult<DeviceTensor> {
+    use super::pointwise;
+    use crate::wgsl::CastMode;
+    use kiln::{ElementwiseOp, QuantizedAnchor};
+    let as_i32 = |t: &DeviceTensor| pointwise::cast(rec, t, DataType::I32, CastMode::default());
+    let minus = |t: DeviceTensor, zero: DeviceTensor| pointwise::binary(rec, ElementwiseOp::Sub, &t, &zero, &t.shape.clone(), DataType::I32);
+    let mut xi = as_i32(x)?;
+    if scales.x_zero != 0 {
+        let zero = pointwise::fill(rec, DataType::I32, &[1], scales.x_zero as i32 as u32)?;
+        xi = minus(xi, zero)?;
+    }
+    let mut wi = as_i32(w)?;
+    if let Some(z) = w_zero {
+        // One zero point per output channel, broadcast along the weights' channel axis.
+        let axis = p.anchor.weight_channel_axis(w.shape.len());
+        let mut zero = as_i32(z)?;
+        if zero.len() > 1 {
+            zero.shape = (0..w.shape.len()).map(|d| if d == axis { zero.len() } else { 1 }).collect();
+        }
+        wi = minus(wi, zero)?;
+    }
+    let int_bias = bias.filter(|b| b.dtype == DataType::I32);
+    let float_bias = bias.filter(|b| b.dtype != DataType::I32);
+    let acc = match &p.anchor {
+        QuantizedAnchor::Convolution(c) => super::linalg::convolution(rec, c, &xi, &wi, int_bias, shape)?,
+        QuantizedAnchor::MatrixMultiply { op_a, op_b } => {
+            let product = super::linalg::matmul(rec, &xi, *op_a, &wi, *op_b, shape, DataType::I32)?;
+            match int_bias {
+                Some(b) => pointwise::binary(rec, ElementwiseOp::Sum, &product, b, shape, DataType::I32)?,
+                None => product,
+            }
+        }
+    };
+    let channel_axis = p.anchor.output_channel_axis(shape.len());
+    let channels = shape.get(channel_axis).copied().unwrap_or(1).max(1);
+    let inner: usize = shape.get(channel_axis + 1..).map_or(1, |d| d.iter().product());
+    let quantized = p.quantized_output();
+    let folds_y = quantized && float_bias.is_none();
+    // The same f32 operations as the cpu backend: x·w, then / y for the multiplier.
+    let scale: Vec<f32> = scales
+        .w_scale
+        .iter()
+        .map(|&ws| {
+            let s = scales.x_scale * ws;
+            match (folds_y, scales.y_scale) {
+                (true, Some(y)) => s / y,
+                _ => s,
+            }
+        })
+        .collect();
+    let (qmin, qmax) = if quantized { range(p.output)? } else { (0, 0) };
+    let scale_t = rec.upload(&kiln::HostTensor::from_f32(vec![scale.len()], scale.to_vec()).map_err(kiln::KernelError::from)?)?;
+    let float_bias = float_bias.map(|b| pointwise::cast(rec, b, DataType::F32, CastMode::default())).transpose()?;
+    let out = output(rec, p.output, shape)?;
+    let params = [
+        count_word(out.len())?,
+        count_word(inner)?,
+        count_word(channels)?,
+        u32::from(quantized),
+        u32::from(p.relu),
+        u32::from(float_bias.is_some()),
+        scales.y_zero as i32 as u32,
+        qmin as u32,
+        qmax as u32,
+        scales.y_scale.unwrap_or(1.0).to_bits(),
+        u32::from(scale.len() > 1),
+        u32::from(float_bias.as_ref().is_some_and(|b| b.len() > 1)),
+    ];
+    let bias_buffer = float_bias.as_ref().map_or(&scale_t.buffer, |b| &b.buffer);
+    rec.dispatch_1d(&Instance::plain("requantize"), &params, &[&acc.buffer, &scale_t.buffer, bias_buffer, &out.buffer], out.len())
+        .map_err(kiln::KernelError::from)?;
+    Ok(out)
+}

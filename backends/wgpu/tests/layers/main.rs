@@ -9,6 +9,7 @@ mod half;
 mod layout;
 mod linalg;
 mod pointwise;
+mod quantized;
 mod reduce;
 mod dynamic;
 mod scatter;
