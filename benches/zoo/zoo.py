@@ -168,12 +168,9 @@ def cmd_run(args):
         size = meta.get("param_count") or 0
         if not args.no_ort and (args.redo or not os.path.exists(os.path.join(root, name, "ort.json"))):
             jobs.append((size, name, "ort", None))
-        for b in backends:
-            for p in precisions:
-                if p != "fp32" and b == "cpu":
-                    continue  # the cpu reference backend is fp32 only
-                if args.redo or not os.path.exists(os.path.join(root, name, f"result_{b}_{p}.json")):
-                    jobs.append((size, name, b, p))
+        for b, p in kiln_jobs(backends, precisions):
+            if args.redo or not os.path.exists(os.path.join(root, name, f"result_{b}_{p}.json")):
+                jobs.append((size, name, b, p))
     jobs.sort(key=lambda j: -j[0])  # largest models first: the long jobs do not end up last
     code, out, err, _ = common.run_process([kiln, "--version"], 30, env=run_case.kiln_env("fp32"))
     info = common.read_json(os.path.join(root, "run_info.json"), {})
@@ -214,10 +211,14 @@ def cmd_run(args):
     say(f"run: {sorted(counts.items())} in {time.perf_counter() - start:.0f} s")
 
 
+def kiln_jobs(backends, precisions=("fp32", "fp16")):
+    """The (backend, precision) pairs a case runs: the cpu reference backend is fp32 only."""
+    return [(b, p) for b in backends for p in precisions if not (b == "cpu" and p != "fp32")]
+
+
 def result_files(backends):
     """The files a finished case holds: onnxruntime's result and one per kiln job."""
-    return ["ort.json"] + [f"result_{b}_{p}.json" for b in backends for p in ("fp32", "fp16")
-                           if not (b == "cpu" and p != "fp32")]
+    return ["ort.json"] + [f"result_{b}_{p}.json" for b, p in kiln_jobs(backends)]
 
 
 def finished(folder, backends):
