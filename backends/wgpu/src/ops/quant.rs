@@ -160,19 +160,8 @@ pub fn quantized(
     let channels = shape.get(channel_axis).copied().unwrap_or(1).max(1);
     let inner: usize = shape.get(channel_axis + 1..).map_or(1, |d| d.iter().product());
     let quantized = p.quantized_output();
-    let folds_y = quantized && float_bias.is_none();
-    // The same f32 operations as the cpu backend: x·w, then / y for the multiplier.
-    let scale: Vec<f32> = scales
-        .w_scale
-        .iter()
-        .map(|&ws| {
-            let s = scales.x_scale * ws;
-            match (folds_y, scales.y_scale) {
-                (true, Some(y)) => s / y,
-                _ => s,
-            }
-        })
-        .collect();
+    // The same f32 operations as the cpu backend.
+    let scale = p.channel_scales(scales.x_scale, &scales.w_scale, scales.y_scale, float_bias.is_some());
     let (qmin, qmax) = if quantized { range(p.output)? } else { (0, 0) };
     let scale_t = rec.upload(&kiln::HostTensor::from_f32(vec![scale.len()], scale.to_vec()).map_err(kiln::KernelError::from)?)?;
     let float_bias = float_bias.map(|b| pointwise::cast(rec, b, DataType::F32, CastMode::default())).transpose()?;

@@ -54,6 +54,21 @@ impl QuantizedParams {
     pub fn quantized_output(&self) -> bool {
         self.output.is_integer()
     }
+
+    /// The f32 factor each output channel's `f32(acc)` is multiplied by, in the f32
+    /// operations every backend uses: `x_scale·w_scale[k]`, divided by `y_scale` where the
+    /// output is quantized and the bias is not float (the multiplier integer kernels fold; a
+    /// float bias is added before the division instead). One factor per weight scale.
+    pub fn channel_scales(&self, x_scale: f32, w_scale: &[f32], y_scale: Option<f32>, float_bias: bool) -> Vec<f32> {
+        let fold = self.quantized_output() && !float_bias;
+        w_scale
+            .iter()
+            .map(|&w| match (fold, y_scale) {
+                (true, Some(y)) => x_scale * w / y,
+                _ => x_scale * w,
+            })
+            .collect()
+    }
 }
 
 impl QuantizedAnchor {
