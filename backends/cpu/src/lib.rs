@@ -77,8 +77,8 @@ impl Backend for CpuBackend {
     }
 
     /// f32 is computed exactly here: `math` (TF32) changes nothing.
-    fn tactics(&self, network: &Network, layer: LayerId, _math: kiln::MathMode) -> Vec<kiln::TacticDesc> {
-        tactics::tactics(network, layer)
+    fn tactics(&self, network: &Network, layer: LayerId, math: kiln::MathMode) -> Vec<kiln::TacticDesc> {
+        tactics::tactics(network, layer, math)
     }
 
     fn time_tactic(

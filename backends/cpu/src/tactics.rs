@@ -1,11 +1,12 @@
 //! The cpu backend's tactics: two implementations each of float convolution (im2col +
 //! GEMM, direct loops) and float matrix multiply (matrixmultiply sgemm, blocked loops),
-//! also offered for fused layers headed by them; one default tactic for everything else.
+//! also offered for fused layers headed by them, plus the 2:4 sparse product for weights
+//! that qualify in a SPARSE_WEIGHTS build; one default tactic for everything else.
 
 use crate::kernels::{self, Variant};
 use kiln::ir::infer::{infer_layer, Fact};
 use kiln::tactics::{TacticDesc, TacticId};
-use kiln::{BackendError, DataType, FusedAnchor, HostTensor, LayerId, LayerKind, Network, Shape, TensorFormat};
+use kiln::{BackendError, DataType, FusedAnchor, HostTensor, LayerId, LayerKind, MathMode, Network, Shape, TensorFormat};
 use std::time::{Duration, Instant};
 
 /// Kernel sources hashed into the tactic ids: an edited kernel gets a new id, so a timing
@@ -13,6 +14,9 @@ use std::time::{Duration, Instant};
 const CONV_SOURCE: &str = include_str!("kernels/conv.rs");
 const MATMUL_SOURCE: &str = include_str!("kernels/matmul.rs");
 const ALT_SOURCE: &str = include_str!("kernels/alt.rs");
+const SPARSE_SOURCE: &str = include_str!("kernels/sparse.rs");
+/// The 2:4 sparse product ([`kiln::sparsity::TACTIC_PREFIX`] names it sparse).
+const SPARSE_PRODUCT: (&str, Variant, &str) = ("sparse_matmul_2_4", Variant::Sparse, SPARSE_SOURCE);
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Family {
@@ -48,11 +52,13 @@ fn family_of(network: &Network, layer: LayerId) -> Option<Family> {
     (first.dtype.is_float() && timeable).then_some(family)
 }
 
-pub fn tactics(network: &Network, layer: LayerId) -> Vec<TacticDesc> {
+pub fn tactics(network: &Network, layer: LayerId, math: MathMode) -> Vec<TacticDesc> {
     let Some(family) = family_of(network, layer) else { return vec![TacticDesc::default_for("cpu")] };
     let dtypes = vec![DataType::F32, DataType::F16, DataType::BF16];
+    let sparse = family == Family::MatrixMultiply && math.sparse_weights && kiln::sparsity::is_eligible(network, layer);
     family_tactics(family)
         .into_iter()
+        .chain(sparse.then_some(SPARSE_PRODUCT))
         .map(|(name, _, source)| TacticDesc {
             id: TacticId::new("cpu", name, source.as_bytes()),
             workspace_bytes: 0,
@@ -67,6 +73,7 @@ pub fn variant_of(network: &Network, layer: LayerId, tactic: Option<&TacticId>) 
     let (Some(family), Some(tactic)) = (family_of(network, layer), tactic) else { return Variant::Primary };
     family_tactics(family)
         .into_iter()
+        .chain((family == Family::MatrixMultiply).then_some(SPARSE_PRODUCT))
         .find(|(name, _, source)| TacticId::new("cpu", name, source.as_bytes()) == *tactic)
         .map_or(Variant::Primary, |(_, v, _)| v)
 }

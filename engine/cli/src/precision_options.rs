@@ -1,5 +1,5 @@
 //! The builder-flag options every command that builds takes alike: `--fp16`, `--bf16`,
-//! `--int8`, `--no-tf32` and `--flag NAME`.
+//! `--int8`, `--no-tf32`, `--flag NAME` and `--sparsity MODE`.
 
 use anyhow::bail;
 use kiln::{BuilderConfig, BuilderFlag};
@@ -25,15 +25,44 @@ pub struct PrecisionOptions {
     /// A builder flag to set (repeatable): fp16, bf16, tf32, prefer_precision_constraints,
     /// obey_precision_constraints, direct_io, refit (the engine can take new weights: `kiln
     /// refit`), strip_weights (with refit: the engine file leaves the weights out), int8
-    /// (convolutions and products read INT8 inputs where ranges are known: `--calib`).
+    /// (convolutions and products read INT8 inputs where ranges are known: `--calib`),
+    /// sparse_weights (weights with two zeros in every four input channels may run on 2:4
+    /// sparse kernels).
     #[arg(long = "flag", value_name = "FLAG")]
     pub flags: Vec<String>,
+    /// 2:4 structured sparsity, as trtexec's `--sparsity`: `enable` sets the SPARSE_WEIGHTS
+    /// flag; `force` also prunes every convolution's and product's weights to 2:4 first (the
+    /// two largest of every four input channels stay), to measure what sparse kernels gain:
+    /// the pruned model no longer gives the original's answer.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub sparsity: Option<Sparsity>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Sparsity {
+    Disable,
+    Enable,
+    Force,
 }
 
 impl PrecisionOptions {
     /// Whether any option is given (an engine file was built already: they cannot apply).
     pub fn any(&self) -> bool {
-        self.fp16 || self.bf16 || self.int8 || self.no_tf32 || !self.flags.is_empty()
+        self.fp16 || self.bf16 || self.int8 || self.no_tf32 || !self.flags.is_empty() || self.sparsity.is_some()
+    }
+
+    /// The network to build: with `--sparsity force`, its weights pruned to 2:4 (a warning on
+    /// stderr names how many layers changed).
+    pub fn network_to_build(&self, network: kiln::Network) -> anyhow::Result<kiln::Network> {
+        if self.sparsity != Some(Sparsity::Force) {
+            return Ok(network);
+        }
+        let (pruned, layers) = kiln::sparsity::prune_network(&network).map_err(|e| anyhow::anyhow!("--sparsity force: {e}"))?;
+        eprintln!(
+            "warning: --sparsity force pruned the weights of {} layers to 2:4: results differ from the model's",
+            layers.len()
+        );
+        Ok(pruned)
     }
 
     /// Sets the flags on `config`; `--no-tf32` wins over `--flag tf32`.
@@ -57,6 +86,11 @@ impl PrecisionOptions {
         if self.no_tf32 {
             config.clear_flag(BuilderFlag::Tf32);
         }
+        match self.sparsity {
+            Some(Sparsity::Enable | Sparsity::Force) => config.set_flag(BuilderFlag::SparseWeights),
+            Some(Sparsity::Disable) => config.clear_flag(BuilderFlag::SparseWeights),
+            None => {}
+        }
         Ok(())
     }
 
@@ -64,7 +98,7 @@ impl PrecisionOptions {
     pub fn refuse_for_engine(&self, path: &std::path::Path, built_with: &str) -> anyhow::Result<()> {
         if self.any() {
             bail!(
-                "--fp16, --bf16, --int8, --no-tf32 and --flag apply when building from ONNX; `{}` is an engine built with flags {built_with}",
+                "--fp16, --bf16, --int8, --no-tf32, --flag and --sparsity apply when building from ONNX; `{}` is an engine built with flags {built_with}",
                 path.display()
             );
         }

@@ -133,3 +133,26 @@ fn an_int8_build_calibrates_over_a_folder_once_and_then_reads_the_cache() {
     std::fs::write(&cache, "TRT-8601-EntropyCalibration2\n").unwrap();
     kiln_fails(&["build", &mnist, "-o", engine_arg, "--flag", "int8", "--calib-cache", path_arg(&cache)], "calibration cache line 1");
 }
+
+#[test]
+fn sparsity_force_prunes_to_two_four_and_the_build_reports_the_eligible_layers() {
+    let dir = TempDir::new().unwrap();
+    let mnist = mnist();
+    let engine = dir.path().join("sparse.engine");
+    // The model's own weights are dense: the flag alone finds nothing eligible.
+    let plain = json_stdout(&["build", &mnist, "-o", path_arg(&engine), "--backend", "cpu", "--flag", "sparse_weights", "--json", "-"]);
+    assert_eq!(plain["sparsity"]["eligible"], serde_json::json!([]), "{plain}");
+    assert_eq!(plain["flags"], "TF32|SPARSE_WEIGHTS", "{plain}");
+    // Forced: every convolution and product with a reduction length divisible by four
+    // (not the first convolution: one input channel) is pruned and eligible.
+    let out = kiln(&["build", &mnist, "-o", path_arg(&engine), "--backend", "cpu", "--sparsity", "force", "--profiling-verbosity", "detailed"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(stderr.contains("--sparsity force pruned the weights of 3 layers to 2:4"), "{stderr}");
+    assert!(stdout.contains("sparsity: 3 layers eligible for 2:4 sparse math"), "{stdout}");
+    // cpu has a sparse product but no sparse convolution: the build says which run dense.
+    assert!(stderr.contains("no sparse kernel for 1 of 3 eligible layers (Conv2)"), "{stderr}");
+    let inspected = kiln_ok(&["inspect", path_arg(&engine), "--verbosity", "detailed"]);
+    assert_eq!(inspected.matches("AllowSparse: 1").count(), 3, "{inspected}");
+    kiln_fails(&["build", &mnist, "-o", path_arg(&engine), "--sparsity", "sometimes"], "sometimes");
+}

@@ -100,19 +100,23 @@ pub struct MathMode {
     /// f32 matrix products and convolutions may round their operands to TF32 (a 10-bit
     /// mantissa) on tensor cores (the TF32 builder flag); backends without TF32 units ignore it.
     pub tf32: bool,
+    /// Convolutions and products whose weights satisfy 2:4 sparsity may run on sparse
+    /// kernels (the SPARSE_WEIGHTS builder flag, [`crate::sparsity`]).
+    pub sparse_weights: bool,
 }
 
 impl MathMode {
     /// f32 computed in f32: networks prepared outside the builder, constant folding.
-    pub const EXACT: MathMode = MathMode { tf32: false };
+    pub const EXACT: MathMode = MathMode { tf32: false, sparse_weights: false };
 
     /// This mode's part of a timing-cache key: tactics timed under one mode are not reused
     /// under another.
     pub fn cache_settings(self) -> &'static str {
-        if self.tf32 {
-            "tf32"
-        } else {
-            "no-tf32"
+        match (self.tf32, self.sparse_weights) {
+            (true, false) => "tf32",
+            (false, false) => "no-tf32",
+            (true, true) => "tf32+sparse",
+            (false, true) => "no-tf32+sparse",
         }
     }
 }

@@ -29,6 +29,9 @@ pub struct BuildSummary {
     /// Phases in order: validate, passes, lowering, support check, tactics (callers that serialize
     /// add "serialize").
     pub phases: Vec<(String, Duration)>,
+    /// With the SPARSE_WEIGHTS flag: the layers that qualify for 2:4 sparse kernels and those
+    /// that run sparse.
+    pub sparsity: Option<crate::sparsity::SparsityReport>,
 }
 
 impl BuildSummary {

@@ -106,10 +106,14 @@ pub enum BuilderFlag {
     /// a range (set on the network or from calibration, [`BuilderConfig::int8_calibration`]);
     /// see [`crate::quant`].
     Int8,
+    /// Convolutions and matrix products whose constant weights have two zeros in every four
+    /// input channels may run on 2:4 sparse kernels where the backend has them and they are
+    /// faster (seed §6.9, [`crate::sparsity`]).
+    SparseWeights,
 }
 
 impl BuilderFlag {
-    pub const ALL: [BuilderFlag; 9] = [
+    pub const ALL: [BuilderFlag; 10] = [
         BuilderFlag::Fp16,
         BuilderFlag::Bf16,
         BuilderFlag::Tf32,
@@ -119,6 +123,7 @@ impl BuilderFlag {
         BuilderFlag::Refit,
         BuilderFlag::StripWeights,
         BuilderFlag::Int8,
+        BuilderFlag::SparseWeights,
     ];
 
     pub fn name(self) -> &'static str {
@@ -132,6 +137,7 @@ impl BuilderFlag {
             BuilderFlag::Refit => "REFIT",
             BuilderFlag::StripWeights => "STRIP_WEIGHTS",
             BuilderFlag::Int8 => "INT8",
+            BuilderFlag::SparseWeights => "SPARSE_WEIGHTS",
         }
     }
 
@@ -175,7 +181,10 @@ impl BuilderFlags {
 
     /// How an engine built with these flags may compute f32 (its TF32 flag).
     pub fn math_mode(self) -> crate::backend::MathMode {
-        crate::backend::MathMode { tf32: self.contains(BuilderFlag::Tf32) }
+        crate::backend::MathMode {
+            tf32: self.contains(BuilderFlag::Tf32),
+            sparse_weights: self.contains(BuilderFlag::SparseWeights),
+        }
     }
 
     /// The flags held, in [`BuilderFlag::ALL`] order.

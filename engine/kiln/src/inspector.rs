@@ -19,7 +19,7 @@ use crate::ir::dtype::DataType;
 use crate::ir::format::TensorFormat;
 use crate::ir::infer::{infer_layer, Fact};
 use crate::ir::layer::LayerKind;
-use crate::ir::network::{Network, TensorId};
+use crate::ir::network::{LayerId, Network, TensorId};
 use crate::ir::shape::{Dim, Shape};
 use crate::ir::tensor::HostTensor;
 use serde_json::{json, Map, Value};
@@ -169,6 +169,12 @@ impl<'e> EngineInspector<'e> {
                 m.insert("Outputs".into(), Value::Array(l.outputs.iter().map(|&t| self.tensor_value(t)).collect()));
                 m.insert("ParameterType".into(), json!(l.kind.type_name()));
                 parameters(net, index, &mut m);
+                if self.engine.math().sparse_weights && crate::sparsity::is_eligible(net, LayerId(index)) {
+                    // 2:4 weights in a SPARSE_WEIGHTS engine; `Sparse`: whether it runs sparse.
+                    let sparse = self.engine.tactics().get(index).and_then(Option::as_ref).is_some_and(crate::sparsity::is_sparse_tactic);
+                    m.insert("AllowSparse".into(), json!(1));
+                    m.insert("Sparse".into(), json!(sparse as u8));
+                }
                 m.insert("TacticName".into(), json!(self.engine.tactic_name(index)));
                 m.insert("TacticValue".into(), json!(format!("0x{:016x}", self.engine.tactic_value(index))));
                 let timed = self.engine.tactic_times(index);

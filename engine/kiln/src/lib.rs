@@ -35,6 +35,7 @@ pub mod profile;
 pub mod quant;
 pub mod refit;
 pub mod runtime;
+pub mod sparsity;
 pub mod tactics;
 
 pub use backend::{Backend, DeviceRun, DeviceTimes, Executable, LayerTimes, MathMode, PrecisionSupport};

@@ -63,10 +63,10 @@ pub fn matrix_multiply(
 ) -> Result<TensorData, String> {
     let plan = Plan::new(a.shape(), op_a, b.shape(), op_b, out_shape)?;
     numeric_data!(a.data(), "MatrixMultiply", v =>
-        float: if variant == Variant::Alternate {
-            alt::float_matmul_blocked(&plan, v, typed(b, "input 1")?)
-        } else {
-            float_matmul(&plan, v, typed(b, "input 1")?)?
+        float: match variant {
+            Variant::Alternate => alt::float_matmul_blocked(&plan, v, typed(b, "input 1")?),
+            Variant::Sparse => super::sparse::float_matmul_sparse(&plan, v, typed(b, "input 1")?),
+            Variant::Primary => float_matmul(&plan, v, typed(b, "input 1")?)?,
         },
         int: int_matmul(&plan, v, typed(b, "input 1")?))
 }

@@ -22,6 +22,7 @@ mod roi;
 mod sampling;
 mod movement;
 mod signal;
+mod sparse;
 mod text;
 mod unary;
 
@@ -30,12 +31,14 @@ use kiln::ir::infer::OutFact;
 use kiln::{HostTensor, LayerKind, TensorData};
 
 /// Which implementation of a layer kind with several (a tactic): convolution im2col+GEMM
-/// or direct loops, matrix multiply sgemm or blocked loops. Other kinds have one.
+/// or direct loops, matrix multiply sgemm, blocked loops or 2:4 sparse weights. Other kinds
+/// have one.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Variant {
     #[default]
     Primary,
     Alternate,
+    Sparse,
 }
 
 /// Runs the kernel of `kind` on `inputs` (absent optional slots are `None`), with the

@@ -6,4 +6,5 @@ mod inspector;
 mod math_mode;
 mod io_formats;
 mod precision;
+mod sparsity;
 mod tactics;

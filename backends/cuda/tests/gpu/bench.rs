@@ -19,7 +19,7 @@ fn bench(dtype: DataType, tf32: bool, n: usize, reps: usize) -> (f32, f32) {
     let out = net.output(mm, 0);
     net.mark_output(out).unwrap();
     let control = kiln::ir::control::lower(&net, kiln::ir::control::DEFAULT_MAX_TRIP_COUNT).expect("lower");
-    let exe = backend.prepare_cuda_plan(&net, &control, &[], kiln::MathMode { tf32 }).expect("prepare");
+    let exe = backend.prepare_cuda_plan(&net, &control, &[], kiln::MathMode { tf32, ..kiln::MathMode::EXACT }).expect("prepare");
     let gpu = exe.gpu().clone();
     let mut r = rng(11);
     let da = gpu.upload(&random(&mut r, dtype, &[n, n])).unwrap();

@@ -230,7 +230,7 @@ fn exact_f32_convolutions_offer_no_transform_algorithms() {
     let exact = cuda.tactics(&net, last_layer(&net), MathMode::EXACT);
     assert!(!exact.is_empty());
     assert!(!exact.iter().any(transformed), "exact f32 offers a transform algorithm: {exact:?}");
-    let tf32 = cuda.tactics(&net, last_layer(&net), MathMode { tf32: true });
+    let tf32 = cuda.tactics(&net, last_layer(&net), MathMode { tf32: true, ..MathMode::EXACT });
     let (half, _) = fused_conv(&mut r, DataType::F16, false, true);
     let f16 = cuda.tactics(&half, last_layer(&half), MathMode::EXACT);
     eprintln!(

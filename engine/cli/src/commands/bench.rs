@@ -56,6 +56,7 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<()> {
     }
     let (engine, backend, inputs, input_source, build_time) = match model::load(&args.model)? {
         Model::Onnx { network, .. } => {
+            let network = args.precision.network_to_build(network)?;
             let (inputs, source) = inputs::make(&args.input, &network, None)?;
             let backend = backends::select(args.backend)?;
             let config = BuilderConfig {

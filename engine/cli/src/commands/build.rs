@@ -25,7 +25,7 @@ pub fn build(args: &BuildArgs, verbosity: Verbosity) -> anyhow::Result<()> {
         bail!("`{}` is already a kiln engine file; `kiln build` takes an ONNX model", args.model.display());
     }
     let start = Instant::now();
-    let network = model::import_onnx(&args.model, &bytes)?;
+    let network = args.precision.network_to_build(model::import_onnx(&args.model, &bytes)?)?;
     let import_time = start.elapsed();
     let profile = shapes::build_profile(
         &network,
@@ -71,7 +71,7 @@ pub fn build(args: &BuildArgs, verbosity: Verbosity) -> anyhow::Result<()> {
         return Ok(());
     }
     emit(&format!(
-        "model:    {}\nbackend:  {}\ndevice:   {}\nflags:    {}\nlayers:   {} before passes, {} in the engine\ntactics:  {} layer signatures timed, {} layers from the timing cache\nweights:  {}\nactivations: {} peak{}\nengine:   {} written to `{}`\nimport:   {}\nbuild:    {}\n{}",
+        "model:    {}\nbackend:  {}\ndevice:   {}\nflags:    {}\nlayers:   {} before passes, {} in the engine\ntactics:  {} layer signatures timed, {} layers from the timing cache\n{}weights:  {}\nactivations: {} peak{}\nengine:   {} written to `{}`\nimport:   {}\nbuild:    {}\n{}",
         args.model.display(),
         backend.describe(),
         backend.device.name,
@@ -80,6 +80,7 @@ pub fn build(args: &BuildArgs, verbosity: Verbosity) -> anyhow::Result<()> {
         phases.layers_after,
         phases.layers_timed,
         phases.layers_from_cache,
+        sparsity_line(phases.sparsity.as_ref()),
         summary::byte_size(engine.weights_bytes()),
         summary::byte_size(engine.peak_activation_bytes() as usize),
         profiles_text(&engine),
@@ -125,7 +126,16 @@ fn build_json(
         "import_s": import_time.as_secs_f64(),
         "build_s": phases.total().as_secs_f64(),
         "phases_s": phase_times,
+        "sparsity": phases.sparsity.as_ref().map(|r| serde_json::json!({ "eligible": r.eligible, "sparse_kernel_offered": r.offered, "picked": r.picked })),
     })
+}
+
+/// `sparsity: 3 layers eligible for 2:4 sparse math, 1 runs sparse (conv2)` with the
+/// SPARSE_WEIGHTS flag; nothing without it.
+fn sparsity_line(report: Option<&kiln::sparsity::SparsityReport>) -> String {
+    let Some(r) = report else { return String::new() };
+    let picked = if r.picked.is_empty() { String::new() } else { format!(" ({})", r.picked.join(", ")) };
+    format!("sparsity: {} layers eligible for 2:4 sparse math, {} run sparse{picked}\n", r.eligible.len(), r.picked.len())
 }
 
 /// Reads the `--timing-cache` file into `config`. A cache of another device or kiln

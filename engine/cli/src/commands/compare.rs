@@ -87,7 +87,7 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<()> {
                 bail!("--backends needs at least two backends, comma-separated (the last is the reference), e.g. wgpu,cpu; or one with --load-outputs");
             }
             let selected = args.backends.iter().map(|n| open(n)).collect::<Result<_, _>>()?;
-            (network, None, selected)
+            (args.precision.network_to_build(network)?, None, selected)
         }
         Model::Engine { engine, .. } => {
             if golden.is_none() {

@@ -22,6 +22,7 @@ enum Origin {
 pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     let (engine, backend, origin, inputs, input_source) = match model::load(&args.model)? {
         Model::Onnx { network, import_time } => {
+            let network = args.precision.network_to_build(network)?;
             let (inputs, input_source) = inputs::make(&args.input, &network, None)?;
             let backend = backends::select(args.backend)?;
             let start = Instant::now();

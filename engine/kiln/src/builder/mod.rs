@@ -143,6 +143,12 @@ impl<'b> Builder<'b> {
         summary.phase("tactics", start);
         let mut warnings = report.warnings;
         warnings.extend(tactics.warnings);
+        if math.sparse_weights {
+            let sparsity = sparsity_report(self.backend, &pruned, &tactics.chosen, math, &config.profiles);
+            log.extend(sparsity.lines());
+            warnings.extend(sparsity.warning(self.backend.name()));
+            summary.sparsity = Some(sparsity);
+        }
 
         let build_flags = BuildFlags { flags: config.flags.clone(), builder_flags: flags, profiling_verbosity: config.profiling_verbosity };
         let refit = flags.contains(BuilderFlag::Refit).then(|| RefitSource::new(network.clone(), config.optimization));
@@ -157,6 +163,21 @@ impl<'b> Builder<'b> {
         log_outcome(&engine, &log, &warnings);
         Ok(BuildOutput { engine, warnings, log, summary })
     }
+}
+
+/// Which layers qualify for 2:4 sparse kernels, which the backend offers one for (asked on
+/// the network as tactics were timed) and which run sparse.
+fn sparsity_report(
+    backend: &dyn Backend,
+    network: &Network,
+    chosen: &[Option<crate::tactics::TacticId>],
+    math: crate::backend::MathMode,
+    profiles: &[OptimizationProfile],
+) -> crate::sparsity::SparsityReport {
+    let timed = timing_view(network, profiles);
+    crate::sparsity::SparsityReport::of(network, chosen, |layer| {
+        backend.tactics(&timed, layer, math).iter().any(|t| crate::sparsity::is_sparse_tactic(&t.id))
+    })
 }
 
 /// The network after the precision pass, rewritten as the build runs it: boundary
