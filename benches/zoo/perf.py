@@ -578,8 +578,11 @@ def kiln_case(work, entry, exporter, batch, info, args, deadline):
             return failed("check", f"{why}: not timed")
         res["correct"] = True
         report = f"bench_b{batch}.json"
+        # The per-layer profile runs after the timed runs (it does not change the figure) and
+        # lands in the same JSON report, under "profile".
+        layers = ["--dump-profile"] if args.profile else []
         error = run_kiln([args.kiln, "bench", engine, "--inputs", inputs, "--warmup-ms", str(KILN_WARMUP_MS),
-                          "--duration-s", str(args.seconds), "--json", report],
+                          "--duration-s", str(args.seconds), "--json", report, *layers],
                          args.seconds + BENCH_EXTRA_S, folder, log, deadline)
         if error:
             return failed("bench", error)
@@ -884,6 +887,9 @@ def main():
     r.add_argument("--redo", action="store_true", help="time again what has results (exports are kept)")
     r.add_argument("--keep-engines", action="store_true",
                    help="keep DIR/<case>/engine_b<B>.kiln and in_b<B>.npz (for benches/gpu/profile.sh)")
+    r.add_argument("--profile", action="store_true",
+                   help="also profile each timed engine's layers (kiln bench --dump-profile): the per-layer "
+                        "times go into DIR/<case>/bench_b<B>.json and the text into kiln_b<B>.log")
     r.set_defaults(fn=cmd_run)
 
     o = sub.add_parser("report", help="write the Markdown table and print the summary")
