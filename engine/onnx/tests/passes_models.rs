@@ -212,3 +212,41 @@ fn bert_torchscript_matches_and_fuses() {
 fn bert_dynamo_matches_and_fuses() {
     check_bert("bert_dynamo");
 }
+
+/// The layer kinds of `model`'s engine built for `batch` (a profile pinned there when the
+/// export has a dynamic batch), in order, and its outputs.
+fn engine_at(model: &str, batch: usize) -> (Vec<&'static str>, std::collections::BTreeMap<String, HostTensor>, Vec<String>) {
+    let dir = repo().join("tests/data/zoo").join(model);
+    let net = kiln_onnx::import_file(&dir.join("model.onnx")).unwrap_or_else(|e| panic!("{model}: {e}"));
+    let mut config = BuilderConfig::default();
+    let input = net.tensor(net.inputs()[0]);
+    if input.shape.as_fixed().is_none() {
+        let dims = [batch, 3, 32, 32];
+        let mut profile = kiln::OptimizationProfile::new();
+        profile.set_dimensions(&input.name, &dims, &dims, &dims);
+        config.profiles = vec![profile];
+    }
+    let backend = kiln_cpu::CpuBackend::new();
+    let out = Builder::new(&backend).build_with_report(&net, &config).expect("build");
+    let kinds = out.engine.network().layers().iter().map(|l| l.kind.type_name()).filter(|k| *k != "Constant").collect();
+    let values: Vec<f32> = (0..batch * 3 * 32 * 32).map(|i| ((i * 37 % 101) as f32) / 101.0).collect();
+    let inputs = HashMap::from([(input.name.clone(), HostTensor::from_f32(vec![batch, 3, 32, 32], values).unwrap())]);
+    let outputs = ExecutionContext::new(out.engine, &backend).expect("prepare").run(&inputs).expect("run");
+    (kinds, outputs, out.log)
+}
+
+#[test]
+fn a_dynamic_batch_export_built_for_one_batch_is_the_static_export() {
+    let (fixed, want, _) = engine_at("vit_legacy_static", 1);
+    let (pinned, got, log) = engine_at("vit_legacy_dynamic", 1);
+    // The batch arithmetic (Shape, Gather, Equal, Where, Expand of the class token) folds away.
+    assert_eq!(pinned, fixed);
+    assert!(log.iter().any(|l| l == "the only profile pins input 1x3x32x32: the engine is built for that shape"), "{log:?}");
+    for (name, w) in &want {
+        let worst = worst_error(&got[name], w);
+        assert!(worst < 1e-5, "{name}: {worst}");
+    }
+    // The dynamo export at a pinned batch has no shape arithmetic left either.
+    let (dynamo, _, _) = engine_at("vit_dynamo_dynamic", 2);
+    assert!(!dynamo.iter().any(|k| matches!(*k, "Shape" | "Gather" | "Select" | "Expand")), "{dynamo:?}");
+}

@@ -1,6 +1,7 @@
 //! The builder: network + configuration → engine for one backend.
 
 mod calibration;
+mod pinned_shapes;
 mod tactic_selection;
 mod tensor_sizes;
 
@@ -21,6 +22,7 @@ use crate::precision::{self, PrecisionError};
 use crate::engine::refit_source::RefitSource;
 use crate::tactics::TacticError;
 pub use calibration::calibrate;
+use pinned_shapes::pin_single_point;
 use tactic_selection::choose_tactics;
 use std::time::Instant;
 use thiserror::Error;
@@ -104,6 +106,15 @@ impl<'b> Builder<'b> {
             ));
         }
         log.extend(note);
+        // A refit replays the build on the network as given: it stays general there.
+        let pinned = if flags.contains(BuilderFlag::Refit) { None } else { pin_single_point(network, &config.profiles) };
+        let network = match &pinned {
+            Some((pinned, line)) => {
+                log.push(line.clone());
+                pinned
+            }
+            None => network,
+        };
         let quantized = int8_step(network, flags, config, &mut log)?;
         let network = quantized.as_ref().unwrap_or(network);
         let (typed, mut report) = precision::apply(network, flags, self.backend)?;

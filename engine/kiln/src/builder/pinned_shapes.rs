@@ -1,0 +1,41 @@
+//! Specialization to one shape: when the only optimization profile pins every dynamic input
+//! (min = opt = max, as `kiln run`, `kiln bench` and the zoo's benchmarks build from an ONNX
+//! model with a dynamic batch), the engine can only ever run that shape, so the builder fixes
+//! those dims before the passes. The shape arithmetic a dynamic export carries (Shape →
+//! Gather → Concat into a reshape, the batch-sized Expand of a class token) then folds as in
+//! a static export of the same model, and both give the same engine.
+
+use crate::ir::network::Network;
+use crate::profile::OptimizationProfile;
+
+/// The network with its dynamic input dims fixed at the single profile's point, and a log
+/// line naming them; `None` when there are several profiles, a range, a shape-tensor input
+/// or nothing dynamic.
+pub(super) fn pin_single_point(network: &Network, profiles: &[OptimizationProfile]) -> Option<(Network, String)> {
+    let [profile] = profiles else { return None };
+    let mut pinned = Vec::new();
+    for &t in network.inputs() {
+        let desc = network.tensor(t);
+        if desc.shape.as_fixed().is_some() {
+            continue;
+        }
+        let range = profile.dimensions(&desc.name)?;
+        if range.min != range.max || range.opt != range.min || profile.shape_values(&desc.name).is_some() {
+            return None;
+        }
+        let dims: Vec<String> = range.min.iter().map(usize::to_string).collect();
+        pinned.push(format!("{} {}", desc.name, dims.join("x")));
+    }
+    if pinned.is_empty() {
+        return None;
+    }
+    let bound = crate::memory_plan::profile_inputs(network, profile, crate::memory_plan::ProfilePoint::Opt);
+    let shapes = crate::ir::infer::network_shapes::infer_shapes(network, &bound).ok()?;
+    let mut out = network.clone();
+    for (desc, shape) in out.parts_mut().tensors.iter_mut().zip(shapes) {
+        desc.shape = shape;
+    }
+    out.validate().ok()?;
+    let line = format!("the only profile pins {}: the engine is built for that shape", pinned.join(", "));
+    Some((out, line))
+}
