@@ -3,9 +3,9 @@
 
     perf.py run    --kiln .gpu/bin/kiln --work /tmp/perf [--filter REGEX] [--exporters legacy,dynamo]
                    [--batches throughput,1] [--seconds 2] [--budget S] [--modes eager,compile,compile_ro]
-                   [--redo] [--keep-engines]
+                   [--redo] [--keep-engines] [--profile] [--shard K/N]
     perf.py report --work /tmp/perf --out benches/zoo/PERF.md [--device NAME]
-    perf.py list   [--filter REGEX]
+    perf.py list   [--filter REGEX] [--shard K/N]
 
 Per model (random weights, seed 0; torchvision, timm and transformers at the sizes people run
 them) and per exporter (the zoo's two, see export_case.py) and batch:
@@ -204,9 +204,25 @@ def models():
     ]
 
 
-def select(filter_rx):
+def select(filter_rx, shard=None):
+    """The models matching `filter_rx`; with `shard` "K/N", every N-th of them from the K-th (one
+    GPU's part when perf.sh spreads a run over the GPUs of one machine)."""
     rx = re.compile(filter_rx) if filter_rx else None
-    return [e for e in models() if rx is None or rx.search(e.name)]
+    chosen = [e for e in models() if rx is None or rx.search(e.name)]
+    if not shard:
+        return chosen
+    k, n = parse_shard(shard)
+    return chosen[k::n]
+
+
+def parse_shard(text):
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        k, n = -1, 0
+    if not 0 <= k < n:
+        sys.exit(f"perf: --shard wants K/N with 0 <= K < N, not `{text}`")
+    return k, n
 
 
 def batches_of(entry, spec):
@@ -688,7 +704,7 @@ def cmd_run(args):
     info = {"kiln": args.kiln, "kiln_version": (out or err).strip(), "device": torch.cuda.get_device_name(),
             "torch": torch.__version__, "seconds": args.seconds, "date": datetime.datetime.now().isoformat()}
     write_json(os.path.join(work, "run_info.json"), info)
-    entries = select(args.filter)
+    entries = select(args.filter, args.shard)
     say(f"perf: {len(entries)} models, exporters {args.exporters}, batches {args.batches}, "
         f"{info['kiln_version']} on {info['device']} -> {work}")
     start = time.perf_counter()
@@ -867,7 +883,7 @@ def cmd_report(args):
 
 
 def cmd_list(args):
-    for e in select(args.filter):
+    for e in select(args.filter, args.shard):
         say(f"{e.name:32s} {e.kind:6s} throughput batch {e.batch:4d}  {e.describe()}")
 
 
@@ -887,6 +903,7 @@ def main():
     r.add_argument("--redo", action="store_true", help="time again what has results (exports are kept)")
     r.add_argument("--keep-engines", action="store_true",
                    help="keep DIR/<case>/engine_b<B>.kiln and in_b<B>.npz (for benches/gpu/profile.sh)")
+    r.add_argument("--shard", help="K/N: every N-th selected model from the K-th (one GPU's part)")
     r.add_argument("--profile", action="store_true",
                    help="also profile each timed engine's layers (kiln bench --dump-profile): the per-layer "
                         "times go into DIR/<case>/bench_b<B>.json and the text into kiln_b<B>.log")
@@ -900,6 +917,7 @@ def main():
 
     l = sub.add_parser("list", help="the models")
     l.add_argument("--filter")
+    l.add_argument("--shard")
     l.set_defaults(fn=cmd_list)
 
     args = p.parse_args()
