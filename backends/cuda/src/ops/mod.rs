@@ -147,14 +147,7 @@ pub fn float64_suffix(dtype: DataType, what: &str) -> KResult<&'static str> {
     }
 }
 
-/// Row-major element strides.
-pub fn contiguous_strides(shape: &[usize]) -> Vec<i64> {
-    let mut st = vec![1i64; shape.len()];
-    for d in (0..shape.len().saturating_sub(1)).rev() {
-        st[d] = st[d + 1] * shape[d + 1] as i64;
-    }
-    st
-}
+pub use kiln::plan::strides::contiguous as contiguous_strides;
 
 /// Numpy broadcast of two shapes.
 pub fn broadcast_shape(a: &[usize], b: &[usize]) -> KResult<Vec<usize>> {

@@ -4,6 +4,7 @@
 use kiln::{invalid, HostTensor, KernelError, ShuffleParams};
 use crate::ops::KResult;
 use super::{contiguous_strides, Ctx};
+use kiln::plan::strides::reshaped as reshaped_strides;
 use crate::buffer::{width_suffix, Arg, DeviceTensor, Layout};
 use kiln::ir::infer::resolve_slice;
 use std::sync::Arc;
@@ -119,14 +120,9 @@ pub fn permuted(x: &DeviceTensor, perm: &[usize]) -> KResult<DeviceTensor> {
     Ok(DeviceTensor { buf: x.buf.clone(), dtype: x.dtype, strides: view_strides(&shape, strides), shape })
 }
 
-/// The shape and strides after permuting the axes by `perm`.
+/// The shape and strides after permuting the axes by `perm` ([`kiln::plan::strides::permuted`]).
 fn permuted_strides(shape: &[usize], strides: &[i64], perm: &[usize]) -> KResult<(Vec<usize>, Vec<i64>)> {
-    let r = shape.len();
-    let mut seen = vec![false; r];
-    if perm.len() != r || perm.iter().any(|&p| p >= r || std::mem::replace(&mut seen[p], true)) {
-        return Err(invalid!("{perm:?} is not a permutation of rank {r}"));
-    }
-    Ok((perm.iter().map(|&p| shape[p]).collect(), perm.iter().map(|&p| strides[p]).collect()))
+    kiln::plan::strides::permuted(shape, strides, perm).map_err(|e| invalid!("{e}"))
 }
 
 /// `strides` as a view's: `None` where they are `shape`'s packed row-major strides (size-1 axes'
@@ -135,42 +131,6 @@ fn view_strides(shape: &[usize], strides: Vec<i64>) -> Option<Vec<i64>> {
     let packed = contiguous_strides(shape);
     let row_major = shape.iter().zip(strides.iter().zip(&packed)).all(|(&n, (s, p))| n == 1 || s == p);
     (!row_major).then_some(strides)
-}
-
-/// The strides of `new_shape` reading the same elements as `(shape, strides)` in row-major
-/// order, where a view can (PyTorch's `view` rule: only dims that are contiguous with each
-/// other merge or split).
-fn reshaped_strides(shape: &[usize], strides: &[i64], new_shape: &[usize]) -> Option<Vec<i64>> {
-    if shape.iter().product::<usize>() != new_shape.iter().product::<usize>() {
-        return None;
-    }
-    if shape.contains(&0) || shape.is_empty() {
-        return Some(contiguous_strides(new_shape));
-    }
-    let mut out = vec![0i64; new_shape.len()];
-    let mut view_d = new_shape.len() as isize - 1;
-    let mut chunk_base = *strides.last()?;
-    let (mut tensor_numel, mut view_numel) = (1i64, 1i64);
-    for d in (0..shape.len()).rev() {
-        tensor_numel *= shape[d] as i64;
-        let chunk_ends = d == 0 || (shape[d - 1] != 1 && strides[d - 1] != tensor_numel * chunk_base);
-        if chunk_ends {
-            while view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d as usize] == 1) {
-                out[view_d as usize] = view_numel * chunk_base;
-                view_numel *= new_shape[view_d as usize] as i64;
-                view_d -= 1;
-            }
-            if view_numel != tensor_numel {
-                return None;
-            }
-            if d > 0 {
-                chunk_base = strides[d - 1];
-                tensor_numel = 1;
-                view_numel = 1;
-            }
-        }
-    }
-    (view_d == -1).then_some(out)
 }
 
 /// `x` (packed or a view) read under `shape`: a view where the strides allow, otherwise packed
@@ -324,39 +284,19 @@ pub fn resize_nearest(cx: &Ctx, x: &DeviceTensor, out_shape: &[usize]) -> KResul
 
 #[cfg(test)]
 mod tests {
-    use super::{permuted_strides, reshaped_strides, view_strides};
+    use super::{permuted_strides, view_strides};
     use crate::ops::contiguous_strides;
 
     #[test]
     fn views_compose_and_cancel() {
         let packed = |s: &[usize]| contiguous_strides(s);
-        // BERT's head split: [b, s, h, d] → [b, h, s, d], heads `d` apart, rows `h·d` apart.
+        // The head merge transposes BERT's head split back: packed again, no copy.
         let (shape, st) = permuted_strides(&[2, 128, 12, 64], &packed(&[2, 128, 12, 64]), &[0, 2, 1, 3]).unwrap();
-        assert_eq!((shape.clone(), st.clone()), (vec![2, 12, 128, 64], vec![128 * 768, 64, 768, 1]));
-        // The head merge transposes it back: packed again, no copy.
         let (back, back_st) = permuted_strides(&shape, &st, &[0, 2, 1, 3]).unwrap();
         assert_eq!(view_strides(&back, back_st), None);
-        // K given as Kᵀ: [b, h, d, s] with the head dim contiguous.
-        let (_, st) = permuted_strides(&[2, 128, 12, 64], &packed(&[2, 128, 12, 64]), &[0, 2, 3, 1]).unwrap();
-        assert_eq!(st, vec![128 * 768, 64, 1, 768]);
         // Moving only size-1 axes leaves the bytes packed.
         let (shape, st) = permuted_strides(&[4, 1, 1, 8], &packed(&[4, 1, 1, 8]), &[0, 3, 1, 2]).unwrap();
         assert_eq!(view_strides(&shape, st), None);
         assert!(permuted_strides(&[2, 3], &[3, 1], &[0, 0]).is_err());
-        assert!(permuted_strides(&[2, 3], &[3, 1], &[1]).is_err());
-    }
-
-    #[test]
-    fn sliced_columns_split_into_heads_as_a_view() {
-        // Q = columns 0..768 of a [2, 128, 2304] projection, split into 12 heads of 64.
-        let q = [2304 * 128, 2304, 1];
-        assert_eq!(reshaped_strides(&[2, 128, 768], &q, &[2, 128, 12, 64]), Some(vec![2304 * 128, 2304, 64, 1]));
-        // Merging the sequence into the batch is fine; merging columns across rows is not.
-        assert_eq!(reshaped_strides(&[2, 128, 768], &q, &[256, 768]), Some(vec![2304, 1]));
-        assert_eq!(reshaped_strides(&[2, 128, 768], &q, &[2, 128 * 768]), None);
-        // A transposed view cannot flatten its swapped axes.
-        assert_eq!(reshaped_strides(&[3, 4], &[1, 3], &[12]), None);
-        assert_eq!(reshaped_strides(&[3, 4], &[4, 1], &[2, 6]), Some(vec![6, 1]));
-        assert_eq!(reshaped_strides(&[3, 4], &[4, 1], &[5, 2]), None);
     }
 }

@@ -8,8 +8,8 @@ use crate::ir::layer::{ElementwiseOp, LayerKind, MatrixOp};
 use crate::ir::network::{Layer, Network, TensorId};
 
 /// `softmax(scale · Q·Kᵀ [+ mask]) · V` → Attention. K may arrive transposed by the
-/// product (`op_b = Transpose`), already transposed, or through a Shuffle that swaps its
-/// last two dims.
+/// product (`op_b = Transpose`), already transposed, or through Shuffles that together swap
+/// its last two dims (one transpose, or the dynamo exporter's reshape → transpose → reshape).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct AttentionFusion;
 
@@ -122,13 +122,10 @@ impl Pass for AttentionFusion {
             }
             let (key, key_transposed) = match op_b {
                 MatrixOp::Transpose => (k, false),
-                MatrixOp::None => match v
-                    .inner(k)
-                    .filter(|l| swaps_last_two(l, v.net.tensor(k).shape.rank()))
-                {
-                    Some(t) => {
-                        matched.push(t);
-                        (t.inputs[0]?, false)
+                MatrixOp::None => match untransposed_key(v, k) {
+                    Some((source, chain)) => {
+                        matched.extend(chain);
+                        (source, false)
                     }
                     None => (k, true),
                 },
@@ -175,6 +172,62 @@ fn nan_guard<'n>(v: &super::patterns::View<'n>, t: TensorId) -> Option<(TensorId
         LayerKind::Unary { op: crate::ir::layer::UnaryOp::IsNan } if is_nan.inputs[0]? == p => Some((p, [select, is_nan])),
         _ => None,
     }
+}
+
+/// How many Shuffles a key's transpose may be spread over.
+const MAX_KEY_SHUFFLES: usize = 4;
+
+/// The tensor `k` is the last-two-dims transpose of, and the Shuffles (each read only there)
+/// that make it: one Shuffle that swaps them (whatever the shapes), or a chain whose
+/// composite view, worked out on fixed shapes ([`crate::plan::strides`]), is that swap.
+fn untransposed_key<'n>(v: &super::patterns::View<'n>, k: TensorId) -> Option<(TensorId, Vec<&'n Layer>)> {
+    let rank = v.net.tensor(k).shape.rank();
+    let first = v.inner(k)?;
+    if swaps_last_two(first, rank) {
+        return Some((first.inputs[0]?, vec![first]));
+    }
+    let fixed = |t: TensorId| v.net.tensor(t).shape.as_fixed();
+    let target = fixed(k)?;
+    let mut chain: Vec<&Layer> = Vec::new();
+    let mut at = k;
+    while chain.len() < MAX_KEY_SHUFFLES {
+        let layer = v.inner(at)?;
+        let LayerKind::Shuffle(_) = layer.kind else { return None };
+        if layer.inputs.get(1).copied().flatten().is_some() {
+            return None;
+        }
+        chain.push(layer);
+        at = layer.inputs[0]?;
+        let source = fixed(at)?;
+        if source.len() == rank && rank >= 2 && composite_swaps_last_two(v.net, &chain, &source, &target) {
+            return Some((at, chain));
+        }
+    }
+    None
+}
+
+/// Whether `chain` (last layer first), read from a packed `source`, views it as `source` with
+/// its last two dims swapped, shaped `target`.
+fn composite_swaps_last_two(net: &Network, chain: &[&Layer], source: &[usize], target: &[usize]) -> bool {
+    use crate::plan::strides::{contiguous, permuted, shuffled};
+    let mut view = (source.to_vec(), contiguous(source));
+    for layer in chain.iter().rev() {
+        let (LayerKind::Shuffle(p), Some(out)) = (&layer.kind, layer.outputs.first().and_then(|&t| net.tensor(t).shape.as_fixed())) else {
+            return false;
+        };
+        match shuffled(p, &view.0, &view.1, &out) {
+            Some(next) => view = next,
+            None => return false,
+        }
+    }
+    let mut swap: Vec<usize> = (0..source.len()).collect();
+    swap.swap(source.len() - 2, source.len() - 1);
+    let Ok(want) = permuted(source, &contiguous(source), &swap) else { return false };
+    // Strides of size-1 dims never matter.
+    let normal = |(shape, strides): &(Vec<usize>, Vec<i64>)| -> Vec<(usize, i64)> {
+        shape.iter().zip(strides).map(|(&n, &s)| (n, if n == 1 { 0 } else { s })).collect()
+    };
+    view.0 == target && normal(&view) == normal(&want)
 }
 
 /// A Shuffle that only swaps the last two dims (PyTorch's `k.transpose(-2, -1)`).

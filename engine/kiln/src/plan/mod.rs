@@ -15,4 +15,5 @@ pub mod reduce;
 pub mod resize;
 pub mod roi;
 pub mod signal;
+pub mod strides;
 pub mod timing;
