@@ -518,3 +518,23 @@ fn batch_norm_folds_into_reduced_precision_convolution_weights() {
         assert!(worst <= 2e-2, "{name}: f16 differs from f32 by {worst}");
     }
 }
+
+#[test]
+fn transposes_of_size_one_axes_are_reshapes_and_merge() {
+    let net = networks::unsqueezes();
+    let out = NoOpRemoval.run(&net, &PassContext::default()).expect("pass").expect("changed");
+    let out = DeadLayerElimination.run(&out, &PassContext::default()).expect("pass").unwrap_or(out);
+    let shuffles: Vec<(String, kiln::ShuffleParams)> = out
+        .layers()
+        .iter()
+        .filter_map(|l| match &l.kind {
+            LayerKind::Shuffle(p) => Some((l.name.clone(), p.clone())),
+            _ => None,
+        })
+        .collect();
+    // Both unsqueezes are one plain reshape to [2, 1, 1, 16]; the swap of 16 and 1 moves only
+    // a size-1 axis too, so it becomes a reshape (and merges) as well.
+    assert_eq!(shuffles.len(), 1, "{shuffles:?}");
+    assert_eq!(shuffles[0].1, kiln::ShuffleParams { reshape: Some(vec![2, 1, 16, 1]), ..Default::default() });
+    check_equivalent(&net, 0.0);
+}

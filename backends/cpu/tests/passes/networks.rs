@@ -694,3 +694,17 @@ pub fn einsums() -> Network {
     g.net.mark_output(summed).expect("output");
     g.output(projected, "out")
 }
+
+/// PyTorch's `mask.unsqueeze(1).unsqueeze(2)` as the legacy exporter writes it (a reshape
+/// adding a trailing 1, then a transpose moving it), then a real transpose that must stay.
+pub fn unsqueezes() -> Network {
+    let mut g = G::new("unsqueezes");
+    let x = g.fixed_input("x", &[2, 16]);
+    let unsqueeze = |at: Vec<i64>, perm: Vec<usize>| ShuffleParams { reshape: Some(at), second_transpose: perm, zero_is_placeholder: true, ..Default::default() };
+    let a = g.layer("unsqueeze 1", LayerKind::Shuffle(unsqueeze(vec![0, 0, 1], vec![0, 2, 1])), &[x]);
+    let b = g.layer("unsqueeze 2", LayerKind::Shuffle(unsqueeze(vec![0, 0, 0, 1], vec![0, 1, 3, 2])), &[a]);
+    let swap = ShuffleParams { first_transpose: vec![0, 1, 3, 2], ..Default::default() };
+    let c = g.layer("swap", LayerKind::Shuffle(swap), &[b]);
+    let y = g.activation("relu", ActivationKind::Relu, c);
+    g.output(y, "y")
+}

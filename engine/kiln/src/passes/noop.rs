@@ -1,7 +1,7 @@
 //! No-op removal: Identity, a Cast to the type the tensor already has, a Shuffle that
 //! changes nothing (identity transposes, a reshape to the same fixed shape), a Padding by
-//! zero everywhere, a reshape of a
-//! reshape (the first one's shape is dropped: only the last one counts), and a Gather that
+//! zero everywhere, a Shuffle whose transposes only move size-1 axes (a reshape), a reshape
+//! of a reshape (the first one's shape is dropped: only the last one counts), and a Gather that
 //! takes every element of its axis in order, which is a reshape (the dynamo exporter writes
 //! `as_strided` views that way). A Gather of one constant index of a float tensor is a Slice
 //! (then a reshape dropping the axis for a scalar index): `nn.MultiheadAttention`'s q/k/v
@@ -58,9 +58,15 @@ impl Pass for NoOpRemoval {
                 changed = true;
                 continue;
             }
-            if let Some((kind, inputs)) = merged_reshape(network, &readers, &l.kind, &l.inputs) {
+            if let Some((kind, inputs)) = merged_reshape(network, &readers, l) {
                 let inputs = rb.get_slots(&inputs)?;
                 rb.add(&l.name, kind, inputs, &l.outputs)?;
+                changed = true;
+                continue;
+            }
+            if let Some(params) = unit_moves_as_reshape(network, l) {
+                let inputs = rb.get_slots(&l.inputs[..1])?;
+                rb.add(&l.name, LayerKind::Shuffle(params), inputs, &l.outputs)?;
                 changed = true;
                 continue;
             }
@@ -96,52 +102,54 @@ fn is_noop(net: &Network, kind: &LayerKind, inputs: &[Option<TensorId>], out: Te
     }
 }
 
-/// A plain reshape reading the output of another plain reshape that nothing else reads:
-/// reshape the first one's input directly.
+/// A reshape (plain, or moving only size-1 axes) reading the output of other reshapes that
+/// nothing else reads: reshape the first one's input directly.
 fn merged_reshape(
     net: &Network,
     readers: &[Vec<(usize, usize)>],
-    kind: &LayerKind,
-    inputs: &[Option<TensorId>],
+    layer: &crate::ir::network::Layer,
 ) -> Option<(LayerKind, Vec<Option<TensorId>>)> {
-    let LayerKind::Shuffle(outer) = kind else {
+    let inputs = &layer.inputs;
+    let LayerKind::Shuffle(outer) = &layer.kind else {
         return None;
     };
-    if !is_plain_reshape(outer) {
-        return None;
-    }
-    let mid = (*inputs.first()?)?;
-    if readers[mid.0].len() != 1 || net.outputs().contains(&mid) {
-        return None;
-    }
-    let (producer, _) = net.tensor(mid).producer?;
-    let inner = net.layer(producer);
-    let LayerKind::Shuffle(p) = &inner.kind else {
-        return None;
-    };
-    // The first reshape's dims are irrelevant, but a run-time dims input must not be
-    // dropped silently: only merge when it is absent or known.
-    let inner_dims_known = inner
-        .inputs
-        .get(1)
-        .copied()
-        .flatten()
-        .is_none_or(|t| known_value(net, t).is_some());
+    let outer = if is_plain_reshape(outer) { outer.clone() } else { unit_moves_as_reshape(net, layer)? };
     // A `0` placeholder in the outer dims copies a dim of the first reshape's output,
     // which the merged layer no longer sees.
     let outer_dims = match inputs.get(1).copied().flatten() {
         Some(t) => known_value(net, t)?.to_i64_vec()?,
         None => outer.reshape.clone()?,
     };
-    if !is_plain_reshape(p)
-        || !inner_dims_known
-        || outer.zero_is_placeholder && outer_dims.contains(&0)
-    {
+    if outer.zero_is_placeholder && outer_dims.contains(&0) {
         return None;
     }
-    let mut new_inputs = vec![inner.inputs[0]];
+    // Back through every reshape before it that nothing else reads: a chain merges at once.
+    let mut source = (*inputs.first()?)?;
+    let mut merged = 0;
+    while let Some(earlier) = reshape_producer(net, readers, source) {
+        source = earlier;
+        merged += 1;
+    }
+    if merged == 0 {
+        return None;
+    }
+    let mut new_inputs = vec![Some(source)];
     new_inputs.extend(inputs.iter().skip(1).copied());
-    Some((kind.clone(), new_inputs))
+    Some((LayerKind::Shuffle(outer), new_inputs))
+}
+
+/// The input of the plain (or size-1-axes-only) reshape producing `t` when nothing else reads
+/// `t`, and its run-time dims, if any, are known (they must not be dropped silently).
+fn reshape_producer(net: &Network, readers: &[Vec<(usize, usize)>], t: TensorId) -> Option<TensorId> {
+    if readers[t.0].len() != 1 || net.outputs().contains(&t) {
+        return None;
+    }
+    let inner = net.layer(net.tensor(t).producer?.0);
+    let LayerKind::Shuffle(p) = &inner.kind else {
+        return None;
+    };
+    let dims_known = inner.inputs.get(1).copied().flatten().is_none_or(|t| known_value(net, t).is_some());
+    (dims_known && (is_plain_reshape(p) || unit_moves_as_reshape(net, inner).is_some())).then_some(inner.inputs[0]?)
 }
 
 /// The reshape a Gather is when its constant indices are `0, 1, …, n-1` in row-major order
@@ -239,4 +247,22 @@ fn add_slice(rb: &mut Rewriter<'_>, name: &str, pick: Pick, data: Option<TensorI
 /// A Shuffle that only reshapes.
 fn is_plain_reshape(p: &ShuffleParams) -> bool {
     p.first_transpose.is_empty() && p.second_transpose.is_empty()
+}
+
+/// A Shuffle with fixed shapes whose transposes only move size-1 axes (PyTorch's unsqueeze
+/// and squeeze, exported as a reshape and a transpose) as the plain reshape it is: its
+/// elements stay in row-major order ([`crate::plan::strides`]).
+fn unit_moves_as_reshape(net: &Network, layer: &crate::ir::network::Layer) -> Option<ShuffleParams> {
+    use crate::plan::strides::{contiguous, shuffled};
+    let LayerKind::Shuffle(p) = &layer.kind else { return None };
+    if is_plain_reshape(p) || layer.inputs.get(1).copied().flatten().is_some() {
+        return None;
+    }
+    let x = net.tensor((*layer.inputs.first()?)?).shape.as_fixed()?;
+    let y = net.tensor(*layer.outputs.first()?).shape.as_fixed()?;
+    let (shape, strides) = shuffled(p, &x, &contiguous(&x), &y)?;
+    let packed = contiguous(&shape);
+    let in_order = shape.iter().zip(strides.iter().zip(&packed)).all(|(&n, (s, q))| n == 1 || s == q);
+    let dims = y.iter().map(|&d| i64::try_from(d).ok()).collect::<Option<Vec<i64>>>()?;
+    in_order.then(|| ShuffleParams { reshape: Some(dims), ..Default::default() })
 }
