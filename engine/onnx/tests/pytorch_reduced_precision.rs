@@ -88,10 +88,20 @@ impl CalibrationData for ScaledInputs {
     }
 }
 
-fn int8_config(table: Option<CalibrationTable>) -> BuilderConfig {
-    let mut config = BuilderConfig::default();
+fn int8_config(table: Option<CalibrationTable>, cache: &SharedCache) -> BuilderConfig {
+    let mut config = cached(BuilderConfig::default(), cache);
     config.set_flag(BuilderFlag::Int8);
     config.int8_calibration = table.map(Arc::new);
+    config
+}
+
+type SharedCache = Arc<std::sync::Mutex<kiln::TimingCache>>;
+
+/// `config` with the test's one timing cache: the cpu times two float products (sgemm and
+/// blocked loops, which round differently), so builds compared value for value must pick
+/// the same tactic for the same layer.
+fn cached(mut config: BuilderConfig, cache: &SharedCache) -> BuilderConfig {
+    config.tactics.timing_cache = Some(Arc::clone(cache));
     config
 }
 
@@ -102,7 +112,8 @@ fn check_int8(name: &str, tolerance: f64) {
     let (net, inputs, _) = reference_model(name);
     let cpu = kiln_cpu::CpuBackend::new();
     let run = |engine| kiln::ExecutionContext::new(engine, &cpu).expect("prepare").run(&inputs).expect("run");
-    let full = run(kiln::Builder::new(&cpu).build(&net, &BuilderConfig::default()).expect("f32 build"));
+    let cache = SharedCache::default();
+    let full = run(kiln::Builder::new(&cpu).build(&net, &cached(BuilderConfig::default(), &cache)).expect("f32 build"));
     let set = ScaledInputs(inputs.clone());
     let mut minmax = None;
     for method in [CalibrationMethod::Entropy, CalibrationMethod::MinMax, CalibrationMethod::Percentile(99.99)] {
@@ -110,7 +121,7 @@ fn check_int8(name: &str, tolerance: f64) {
         assert!(!table.amax.is_empty() && table.amax.values().all(|&a| a > 0.0), "{name} {method}: {table:?}");
         let cached = CalibrationTable::from_cache_text(&table.to_cache_text().unwrap()).unwrap();
         assert_eq!(cached, table, "{name} {method}: the cache round trip");
-        let out = kiln::Builder::new(&cpu).build_with_report(&net, &int8_config(Some(cached))).unwrap_or_else(|e| panic!("{name} {method}: {e}"));
+        let out = kiln::Builder::new(&cpu).build_with_report(&net, &int8_config(Some(cached), &cache)).unwrap_or_else(|e| panic!("{name} {method}: {e}"));
         let summary = out.log.iter().find(|l| l.starts_with("INT8: ")).unwrap_or_else(|| panic!("{name}: no INT8 line in {:?}", out.log));
         assert!(summary.contains("; 0 stay in float") && !summary.starts_with("INT8: 0 layers"), "{name} {method}: {summary}");
         let got = run(out.engine);
@@ -129,8 +140,8 @@ fn check_int8(name: &str, tolerance: f64) {
         let t = ranged.find_tensor(tensor).unwrap_or_else(|| panic!("{name}: no tensor {tensor}"));
         ranged.set_dynamic_range(t, -amax, *amax).unwrap();
     }
-    assert_eq!(run(kiln::Builder::new(&cpu).build(&ranged, &int8_config(None)).unwrap()), calibrated, "{name}: ranges set on the network");
-    let out = kiln::Builder::new(&cpu).build_with_report(&net, &int8_config(None)).unwrap();
+    assert_eq!(run(kiln::Builder::new(&cpu).build(&ranged, &int8_config(None, &cache)).unwrap()), calibrated, "{name}: ranges set on the network");
+    let out = kiln::Builder::new(&cpu).build_with_report(&net, &int8_config(None, &cache)).unwrap();
     assert!(out.log.iter().any(|l| l.contains("stays in float: tensor")), "{name}: {:?}", out.log);
     assert_eq!(run(out.engine), full, "{name}: without ranges nothing is quantized");
 }
