@@ -215,7 +215,7 @@ fn bert_dynamo_matches_and_fuses() {
 
 /// The layer kinds of `model`'s engine built for `batch` (a profile pinned there when the
 /// export has a dynamic batch), in order, and its outputs.
-fn engine_at(model: &str, batch: usize) -> (Vec<&'static str>, std::collections::BTreeMap<String, HostTensor>, Vec<String>) {
+fn engine_at(model: &str, batch: usize) -> (Vec<&'static str>, std::collections::BTreeMap<String, HostTensor>, Vec<String>, kiln::Shape) {
     let dir = repo().join("tests/data/zoo").join(model);
     let net = kiln_onnx::import_file(&dir.join("model.onnx")).unwrap_or_else(|e| panic!("{model}: {e}"));
     let mut config = BuilderConfig::default();
@@ -229,16 +229,20 @@ fn engine_at(model: &str, batch: usize) -> (Vec<&'static str>, std::collections:
     let backend = kiln_cpu::CpuBackend::new();
     let out = Builder::new(&backend).build_with_report(&net, &config).expect("build");
     let kinds = out.engine.network().layers().iter().map(|l| l.kind.type_name()).filter(|k| *k != "Constant").collect();
+    let engine_net = out.engine.network();
+    let declared = engine_net.tensor(engine_net.inputs()[0]).shape.clone();
     let values: Vec<f32> = (0..batch * 3 * 32 * 32).map(|i| ((i * 37 % 101) as f32) / 101.0).collect();
     let inputs = HashMap::from([(input.name.clone(), HostTensor::from_f32(vec![batch, 3, 32, 32], values).unwrap())]);
     let outputs = ExecutionContext::new(out.engine, &backend).expect("prepare").run(&inputs).expect("run");
-    (kinds, outputs, out.log)
+    (kinds, outputs, out.log, declared)
 }
 
 #[test]
 fn a_dynamic_batch_export_built_for_one_batch_is_the_static_export() {
-    let (fixed, want, _) = engine_at("vit_legacy_static", 1);
-    let (pinned, got, log) = engine_at("vit_legacy_dynamic", 1);
+    let (fixed, want, _, _) = engine_at("vit_legacy_static", 1);
+    let (pinned, got, log, declared) = engine_at("vit_legacy_dynamic", 1);
+    // The engine's interface stays the model's: the batch is still a named dim.
+    assert_eq!(declared.dims()[0], kiln::Dim::Named("batch".into()), "{declared:?}");
     // The batch arithmetic (Shape, Gather, Equal, Where, Expand of the class token) folds away.
     assert_eq!(pinned, fixed);
     assert!(log.iter().any(|l| l == "the only profile pins input 1x3x32x32: the engine is built for that shape"), "{log:?}");
@@ -249,7 +253,7 @@ fn a_dynamic_batch_export_built_for_one_batch_is_the_static_export() {
     // The dynamo export at a pinned batch has no shape arithmetic left either, and its
     // attention absorbs the key's reshape → transpose → reshape as the legacy one absorbs its
     // transpose: the same layers, but for the zero out-projection bias dynamo drops.
-    let (dynamo, _, _) = engine_at("vit_dynamo_dynamic", 1);
+    let (dynamo, _, _, _) = engine_at("vit_dynamo_dynamic", 1);
     assert!(!dynamo.iter().any(|k| matches!(*k, "Shape" | "Gather" | "Select" | "Expand")), "{dynamo:?}");
     let shuffles = |kinds: &[&str]| kinds.iter().filter(|k| **k == "Shuffle").count();
     assert_eq!((dynamo.len(), shuffles(&dynamo)), (fixed.len(), shuffles(&fixed)), "{dynamo:?}\nvs {fixed:?}");

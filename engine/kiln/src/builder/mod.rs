@@ -22,7 +22,7 @@ use crate::precision::{self, PrecisionError};
 use crate::engine::refit_source::RefitSource;
 use crate::tactics::TacticError;
 pub use calibration::calibrate;
-use pinned_shapes::pin_single_point;
+use pinned_shapes::{pin_single_point, restore_declared_dims};
 use tactic_selection::choose_tactics;
 use std::time::Instant;
 use thiserror::Error;
@@ -108,6 +108,7 @@ impl<'b> Builder<'b> {
         log.extend(note);
         // A refit replays the build on the network as given: it stays general there.
         let pinned = if flags.contains(BuilderFlag::Refit) { None } else { pin_single_point(network, &config.profiles) };
+        let declared = network;
         let network = match &pinned {
             Some((pinned, line)) => {
                 log.push(line.clone());
@@ -127,7 +128,10 @@ impl<'b> Builder<'b> {
         log.extend(tf32_line(&typed, flags));
         report.warnings.extend(unhonoured_precisions(&typed, flags, &counts, self.backend.name()));
         let folding = self.folding_backend.unwrap_or(self.backend);
-        let pruned = optimize_typed(&typed, flags, config.optimization, self.backend, folding)?;
+        let mut pruned = optimize_typed(&typed, flags, config.optimization, self.backend, folding)?;
+        if pinned.is_some() {
+            restore_declared_dims(&mut pruned, declared);
+        }
         summary.phase("passes", start);
 
         // Before anything allocates a tensor: tactic timing and the arena plan.
