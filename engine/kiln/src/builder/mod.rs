@@ -152,14 +152,15 @@ impl<'b> Builder<'b> {
 
         let start = Instant::now();
         let math = flags.math_mode();
-        let tactics = choose_tactics(self.backend, &device, &timing_view(&pruned, &config.profiles), math, &config.tactics)?;
+        let timed = timing_view(&pruned, &config.profiles);
+        let tactics = choose_tactics(self.backend, &device, &timed, math, &config.tactics)?;
         summary.layers_timed = tactics.layers_timed;
         summary.layers_from_cache = tactics.layers_from_cache;
         summary.phase("tactics", start);
         let mut warnings = report.warnings;
         warnings.extend(tactics.warnings);
         if math.sparse_weights {
-            let sparsity = sparsity_report(self.backend, &pruned, &tactics.chosen, math, &config.profiles);
+            let sparsity = sparsity_report(self.backend, &pruned, &timed, &tactics.chosen, math);
             log.extend(sparsity.lines());
             warnings.extend(sparsity.warning(self.backend.name()));
             summary.sparsity = Some(sparsity);
@@ -181,17 +182,16 @@ impl<'b> Builder<'b> {
 }
 
 /// Which layers qualify for 2:4 sparse kernels, which the backend offers one for (asked on
-/// the network as tactics were timed) and which run sparse.
+/// `timed`, the network as tactics were timed) and which run sparse.
 fn sparsity_report(
     backend: &dyn Backend,
     network: &Network,
+    timed: &Network,
     chosen: &[Option<crate::tactics::TacticId>],
     math: crate::backend::MathMode,
-    profiles: &[OptimizationProfile],
 ) -> crate::sparsity::SparsityReport {
-    let timed = timing_view(network, profiles);
     crate::sparsity::SparsityReport::of(network, chosen, |layer| {
-        backend.tactics(&timed, layer, math).iter().any(|t| crate::sparsity::is_sparse_tactic(&t.id))
+        backend.tactics(timed, layer, math).iter().any(|t| crate::sparsity::is_sparse_tactic(&t.id))
     })
 }
 
@@ -287,15 +287,19 @@ fn log_outcome(engine: &Engine, log: &[String], warnings: &[String]) {
 /// shapes (as TensorRT tunes for them); the network itself without profiles, or when
 /// inference at those shapes fails (the layers then keep their first tactic).
 fn timing_view(network: &Network, profiles: &[OptimizationProfile]) -> Network {
-    let mut view = network.clone();
-    let Some(profile) = profiles.first() else { return view };
+    profiles.first().and_then(|p| shapes_at_opt(network, p)).unwrap_or_else(|| network.clone())
+}
+
+/// `network` with every tensor's shape inferred at `profile`'s opt shapes; `None` when
+/// inference fails there.
+fn shapes_at_opt(network: &Network, profile: &OptimizationProfile) -> Option<Network> {
     let bound = crate::memory_plan::profile_inputs(network, profile, crate::memory_plan::ProfilePoint::Opt);
-    if let Ok(shapes) = crate::ir::infer::network_shapes::infer_shapes(network, &bound) {
-        for (desc, shape) in view.parts_mut().tensors.iter_mut().zip(shapes) {
-            desc.shape = shape;
-        }
+    let shapes = crate::ir::infer::network_shapes::infer_shapes(network, &bound).ok()?;
+    let mut view = network.clone();
+    for (desc, shape) in view.parts_mut().tensors.iter_mut().zip(shapes) {
+        desc.shape = shape;
     }
-    view
+    Some(view)
 }
 
 fn check_workspace_limit(engine: &Engine, limit: Option<u64>) -> Result<(), BuildError> {

@@ -31,12 +31,8 @@ pub(super) fn pin_single_point(network: &Network, profiles: &[OptimizationProfil
     if pinned.is_empty() {
         return None;
     }
-    let bound = crate::memory_plan::profile_inputs(network, profile, crate::memory_plan::ProfilePoint::Opt);
-    let shapes = crate::ir::infer::network_shapes::infer_shapes(network, &bound).ok()?;
-    let mut out = network.clone();
-    for (desc, shape) in out.parts_mut().tensors.iter_mut().zip(shapes) {
-        desc.shape = shape;
-    }
+    // min = opt = max: the opt shapes are the one shape.
+    let out = super::shapes_at_opt(network, profile)?;
     out.validate().ok()?;
     let line = format!("the only profile pins {}: the engine is built for that shape", pinned.join(", "));
     Some((out, line))
