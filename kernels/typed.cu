@@ -336,6 +336,36 @@ extern "C" __global__ void quant_dequantize_any(int x_type, int scale_type, int 
     }
 }
 
+// ---- the integer layer's epilogue (kiln::QuantizedParams) ----
+// acc: the exact sum of 8-bit products, as i32 (cuBLASLt) or as the f32 that holds it (cuDNN's
+// float-output INT8 convolution, or the float fallback). Per element, with k its output channel
+// ((i / inner) % channels): a = f32(acc + int_bias[k]); v = a * scale[k] (+ float_bias[k]); then
+// either the float output (ReLU clamps at 0) or the level round_half_even(v [/ y_scale]) (ReLU
+// clamps at 0) + y_zero, saturated to [lo, hi]. Every f32 step is rounded on its own (no fused
+// multiply-add), the operations kiln-cpu's oracle performs.
+extern "C" __global__ void quant_requantize(int acc_type, int out_type, i64 inner, i64 channels, i64 n, const void* acc,
+                                            const int* int_bias, const float* scale, i64 scale_len,
+                                            const float* float_bias, i64 float_bias_len, float y_scale, float y_zero,
+                                            float lo, float hi, int relu, void* y) {
+    KILN_GRID_LOOP(i, n) {
+        i64 k = (i / inner) % channels;
+        double exact = acc_type == T_I32 ? (double)((const int*)acc)[i] : (double)((const float*)acc)[i];
+        if (int_bias) exact += (double)int_bias[k];
+        float v = __fmul_rn(__double2float_rn(exact), scale[scale_len == 1 ? 0 : k]);
+        if (float_bias) v = __fadd_rn(v, float_bias[float_bias_len == 1 ? 0 : k]);
+        if (out_type != T_I8 && out_type != T_U8) {
+            store_any(out_type, y, i, float_scalar(relu ? fmaxf(v, 0.0f) : v), false, 0);
+            continue;
+        }
+        if (float_bias) v = __fdiv_rn(v, y_scale);
+        float level = rintf(v);
+        if (relu) level = fmaxf(level, 0.0f);
+        level = fminf(fmaxf(level + y_zero, lo), hi);
+        if (out_type == T_I8) ((signed char*)y)[i] = (signed char)(int)level;
+        else ((u8*)y)[i] = (u8)(int)level;
+    }
+}
+
 // ---- elementwise on integer types and f64 ----
 // Op codes: kiln-cuda's pointwise::binary_code (OP_* of binary.cuh), plus the bitwise ops.
 #define OP_BITAND 18

@@ -146,21 +146,42 @@ fn data_type(dtype: DataType) -> Result<sys::cudaDataType, GpuError> {
         DataType::F32 => sys::cudaDataType::CUDA_R_32F,
         DataType::F16 => sys::cudaDataType::CUDA_R_16F,
         DataType::BF16 => sys::cudaDataType::CUDA_R_16BF,
+        DataType::I8 => sys::cudaDataType::CUDA_R_8I,
         other => return Err(GpuError::UnsupportedDtype(other)),
     })
+}
+
+/// Whether `g` is an INT8 tensor-core (IMMA) product: int8 operands, the exact int32 sum out.
+/// cuBLASLt runs those in its "TN" form only: both operands K-contiguous (row-major `A[m, k]`
+/// and `B` stored `[n, k]`), leading dims multiples of 4, no epilogue, alpha 1.
+fn integer(g: &Gemm) -> Result<bool, GpuError> {
+    if g.dtype != DataType::I8 {
+        return Ok(false);
+    }
+    if g.trans_a || !g.trans_b || !g.k.is_multiple_of(4) || !g.n.is_multiple_of(4) || g.epilogue != Epilogue::None || g.alpha != 1.0 {
+        return Err(GpuError::Unsupported(format!(
+            "an INT8 product needs A [m, k] and B [n, k] with k and n multiples of 4, no epilogue and alpha 1 (got {g:?})"
+        )));
+    }
+    Ok(true)
 }
 
 impl Plan {
     fn new(g: &Gemm) -> Result<Plan, GpuError> {
         let ty = data_type(g.dtype)?;
-        let compute = if g.dtype == DataType::F32 && !g.tf32 {
+        let int8 = integer(g)?;
+        // INT8 products sum exactly in int32 and scale in int32 (alpha 1, beta 0).
+        let (out_ty, scale_ty) = if int8 { (sys::cudaDataType::CUDA_R_32I, sys::cudaDataType::CUDA_R_32I) } else { (ty, sys::cudaDataType::CUDA_R_32F) };
+        let compute = if int8 {
+            sys::cublasComputeType_t::CUBLAS_COMPUTE_32I
+        } else if g.dtype == DataType::F32 && !g.tf32 {
             sys::cublasComputeType_t::CUBLAS_COMPUTE_32F
         } else if g.dtype == DataType::F32 {
             sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32
         } else {
             sys::cublasComputeType_t::CUBLAS_COMPUTE_32F
         };
-        let desc = lt::create_matmul_desc(compute, sys::cudaDataType::CUDA_R_32F).map_err(blas_err("cublasLtMatmulDescCreate"))?;
+        let desc = lt::create_matmul_desc(compute, scale_ty).map_err(blas_err("cublasLtMatmulDescCreate"))?;
         // Column-major view: first operand is B, second is A (see the module comment).
         let (first_t, second_t) = (g.trans_b as i32, g.trans_a as i32);
         let set = |attr, v: &i32| {
@@ -183,7 +204,7 @@ impl Plan {
         let out = (n, m, n);
         let mut layouts = [std::ptr::null_mut(); 3];
         for (i, ((rows, cols, ld), stride)) in [(first, g.stride_b), (second, g.stride_a), (out, g.stride_c)].into_iter().enumerate() {
-            let l = lt::create_matrix_layout(ty, rows, cols, ld as i64).map_err(blas_err("cublasLtMatrixLayoutCreate"))?;
+            let l = lt::create_matrix_layout(if i == 2 { out_ty } else { ty }, rows, cols, ld as i64).map_err(blas_err("cublasLtMatrixLayoutCreate"))?;
             layouts[i] = l;
             if g.batch > 1 {
                 let count = g.batch as i32;
@@ -233,6 +254,11 @@ impl Blas {
         let p = Arc::new(Prepared { plan, ranked });
         self.prepared.lock().unwrap_or_else(|p| p.into_inner()).insert(key, p.clone());
         Ok(p)
+    }
+
+    /// Whether cuBLASLt runs `g` (its descriptors and algorithms are then cached), or why not.
+    pub fn ready(&self, g: &Gemm) -> Result<(), GpuError> {
+        self.prepared(g).map(|_| ())
     }
 
     /// Up to `count` algorithms cuBLASLt's heuristic ranks for `g`, best first.
@@ -330,8 +356,14 @@ impl Blas {
             .map_err(blas_err("cublasLtMatmulDescSetAttribute"))?;
         }
         let algo = &prepared.ranked[rank.min(prepared.ranked.len() - 1)];
-        let alpha = g.alpha;
-        let beta = if residual.is_some() { 1.0f32 } else { 0.0 };
+        // f32 scalars, or the int32 ones (1 and 0) of an INT8 product.
+        let (alpha, beta) = (g.alpha, if residual.is_some() { 1.0f32 } else { 0.0 });
+        let (alpha_i, beta_i) = (1i32, 0i32);
+        let (alpha_p, beta_p): (*const c_void, *const c_void) = if g.dtype == DataType::I8 {
+            (&alpha_i as *const i32 as *const c_void, &beta_i as *const i32 as *const c_void)
+        } else {
+            (&alpha as *const f32 as *const c_void, &beta as *const f32 as *const c_void)
+        };
         let (pa, _ga) = a.device_ptr(&self.stream);
         let (pb, _gb) = b.device_ptr(&self.stream);
         let (pc, _gc) = c.device_ptr(&self.stream);
@@ -340,14 +372,14 @@ impl Blas {
         // SAFETY: `c` is written through its raw address only by this enqueued product (no Rust
         // reference observes it meanwhile); the caller sized `a`, `b`, `c` (and the residual,
         // read as C in `c`'s layout) for the product `g` describes (the ops module
-        // checks shapes against shape inference first); alpha/beta are f32 as the scale type
-        // says; the workspace holds WORKSPACE_BYTES, the preference's limit.
+        // checks shapes against shape inference first); alpha/beta point to locals of the scale
+        // type's kind (i32 for INT8, f32 otherwise) that outlive the call; the workspace holds WORKSPACE_BYTES, the preference's limit.
         unsafe {
             lt::matmul(
                 self.handle,
                 plan.desc,
-                &alpha as *const f32 as *const c_void,
-                &beta as *const f32 as *const c_void,
+                alpha_p,
+                beta_p,
                 pb as *const c_void,
                 plan.layouts[0],
                 pa as *const c_void,

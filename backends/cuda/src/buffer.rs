@@ -145,6 +145,12 @@ impl DeviceTensor {
         strides_in_order(shape, &Self::channels_last_order(shape.len()))
     }
 
+    /// This tensor written in `source`'s layout: an elementwise kernel's output, made in
+    /// memory order from an input that may be channels-last.
+    pub fn with_strides_of(self, source: &DeviceTensor) -> DeviceTensor {
+        DeviceTensor { strides: source.strides.clone(), ..self }
+    }
+
     /// Whether the bytes are `shape` stored channels-last, packed.
     pub fn channels_last(&self) -> bool {
         self.shape.len() >= 3 && self.strides.as_deref() == Some(&Self::channels_last_strides(&self.shape)[..])

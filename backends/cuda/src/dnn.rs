@@ -72,7 +72,9 @@ fn data_type(dtype: DataType) -> Result<sys::cudnnDataType_t, GpuError> {
         DataType::F32 => Ok(T::CUDNN_DATA_FLOAT),
         DataType::F16 => Ok(T::CUDNN_DATA_HALF),
         DataType::BF16 => Ok(T::CUDNN_DATA_BFLOAT16),
-        other => Err(GpuError::Unsupported(format!("cuDNN convolutions take f32, f16 and bf16, not {other}"))),
+        // Only as an INT8 convolution's input and filter (`ConvSpec::integer`).
+        DataType::I8 => Ok(T::CUDNN_DATA_INT8),
+        other => Err(GpuError::Unsupported(format!("cuDNN convolutions take f32, f16, bf16 and int8, not {other}"))),
     }
 }
 
@@ -142,6 +144,20 @@ impl ConvSpec {
             return Err("a tensor of over 2^31 elements".into());
         }
         Ok(ConvSpec { dtype, tf32, nhwc: false, x, w, y, pads, strides, dilations, groups: p.groups.max(1) })
+    }
+
+    /// An INT8 convolution (cuDNN's INT8_EXT_CONFIG): int8 input and filter stored NHWC, the
+    /// exact int32 sum written as f32 NHWC; 2-D, one group, channels in multiples of 4.
+    pub fn integer(p: &kiln::ConvolutionParams, x: &[usize], w: &[usize], y: &[usize]) -> Result<ConvSpec, GpuError> {
+        if x.len() != 4 || p.groups > 1 || !x[1].is_multiple_of(4) || !w[0].is_multiple_of(4) {
+            return Err(GpuError::Unsupported(format!("cuDNN's INT8 convolution takes 2-D, one group, channels in multiples of 4 (got {x:?} by {w:?})")));
+        }
+        Ok(ConvSpec { nhwc: true, ..ConvSpec::new(p, DataType::I8, false, x, w, y)? })
+    }
+
+    /// The type the output is written in: f32 for an INT8 convolution, else the input's.
+    fn output_type(&self) -> DataType {
+        if self.dtype == DataType::I8 { DataType::F32 } else { self.dtype }
     }
 
     pub fn with_nhwc(mut self, nhwc: bool) -> ConvSpec {
@@ -219,6 +235,16 @@ descriptor!(
 );
 descriptor!(PoolDesc, sys::cudnnPoolingDescriptor_t, cudnnCreatePoolingDescriptor, cudnnDestroyPoolingDescriptor);
 
+/// A 4-D NHWC descriptor by its format name, as cuDNN's INT8 configurations want it (they do
+/// not infer the format from strides).
+fn named_nhwc_desc(dtype: sys::cudnnDataType_t, dims: &[usize]) -> Result<TensorDesc, GpuError> {
+    let d = TensorDesc::new()?;
+    let [n, c, h, w] = <[usize; 4]>::try_from(dims).map_err(|_| GpuError::Unsupported(format!("an NHWC descriptor of {dims:?}")))?.map(|v| v as i32);
+    // SAFETY: `d` is a live descriptor; the dims fit i32 (`ConvSpec::new` checks them).
+    check("cudnnSetTensor4dDescriptor", unsafe { sys::cudnnSetTensor4dDescriptor(d.0, sys::cudnnTensorFormat_t::CUDNN_TENSOR_NHWC, dtype, n, c, h, w) })?;
+    Ok(d)
+}
+
 fn tensor_desc(dtype: DataType, dims: &[usize], nhwc: bool) -> Result<TensorDesc, GpuError> {
     let d = TensorDesc::new()?;
     let (dims_i, st) = (ints(dims), strides_of(dims, nhwc));
@@ -248,11 +274,14 @@ impl ConvPlan {
     fn new(handle: sys::cudnnHandle_t, s: &ConvSpec) -> Result<ConvPlan, GpuError> {
         use sys::cudnnMathType_t as M;
         let dt = data_type(s.dtype)?;
-        let x = tensor_desc(s.dtype, &s.x, s.nhwc)?;
-        let y = tensor_desc(s.dtype, &s.y, s.nhwc)?;
+        let (x, y) = if s.dtype == DataType::I8 {
+            (named_nhwc_desc(dt, &s.x)?, named_nhwc_desc(data_type(s.output_type())?, &s.y)?)
+        } else {
+            (tensor_desc(s.dtype, &s.x, s.nhwc)?, tensor_desc(s.output_type(), &s.y, s.nhwc)?)
+        };
         let mut bias_dims = vec![1usize; s.y.len()];
         bias_dims[1] = s.y[1];
-        let bias = tensor_desc(s.dtype, &bias_dims, false)?;
+        let bias = tensor_desc(s.output_type(), &bias_dims, false)?;
         let w = FilterDesc::new()?;
         let wd = ints(&s.w);
         let format = if s.nhwc {
@@ -275,7 +304,7 @@ impl ConvPlan {
                 strides.as_ptr(),
                 dilations.as_ptr(),
                 sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
-                sys::cudnnDataType_t::CUDNN_DATA_FLOAT,
+                if s.dtype == DataType::I8 { sys::cudnnDataType_t::CUDNN_DATA_INT32 } else { sys::cudnnDataType_t::CUDNN_DATA_FLOAT },
             )
         })?;
         // SAFETY: `conv` is a live descriptor.

@@ -155,6 +155,12 @@ impl Backend for CudaBackend {
         Ok(())
     }
 
+    /// Q/DQ fusion's integer layers run on INT8 tensor cores (cuBLASLt IMMA, cuDNN INT8
+    /// convolutions) where they are symmetric int8, and exactly in f32 otherwise.
+    fn runs_quantized_layers(&self) -> bool {
+        true
+    }
+
     fn tactics(&self, network: &Network, layer: kiln::LayerId, math: MathMode) -> Vec<kiln::TacticDesc> {
         tactics::tactics(self, network, layer, math)
     }

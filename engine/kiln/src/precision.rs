@@ -63,6 +63,7 @@ pub fn is_float_compute(kind: &LayerKind) -> bool {
             | K::Fill { .. }
             | K::Quantize { .. }
             | K::Dequantize { .. }
+            | K::Quantized(_)
             | K::NonZero
             | K::BitCast { .. }
             | K::NonMaxSuppression { .. }

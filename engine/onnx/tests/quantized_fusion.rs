@@ -91,3 +91,106 @@ fn an_integer_layer_with_float_data_or_missing_scales_is_refused() {
     let unscaled = attempt(DataType::U8, false).expect_err("no scales");
     assert!(unscaled.contains("scale"), "{unscaled}");
 }
+
+/// An FP16 build narrows the Q/DQ region before fusion runs (the DequantizeLinear outputs and
+/// the product are f16 then): the product still becomes an integer layer, its f32 result
+/// followed by a Cast to f16, and gives the float graph's values to f16 rounding.
+#[test]
+fn a_qdq_product_narrowed_to_f16_still_fuses_and_casts_its_result() {
+    use half::f16;
+    use kiln::{HostTensor, MatrixOp, Shape, TensorData};
+    let (m, k, n) = (3usize, 8usize, 4usize);
+    let halves = |v: Vec<f32>| TensorData::F16(v.into_iter().map(f16::from_f32).collect());
+    let mut net = Network::new("f16 qdq product");
+    let x = net.add_input("x", DataType::F16, Shape::fixed(&[m, k])).expect("input");
+    let constant = |net: &mut Network, name: &str, t: HostTensor| {
+        let w = net.add_weights(t);
+        let layer = net.add_layer(name, LayerKind::Constant { weights: w }, vec![]).expect("constant");
+        net.output(layer, 0)
+    };
+    let x_scale = constant(&mut net, "x_scale", HostTensor::new(vec![], halves(vec![0.0625])).expect("scale"));
+    let w_q = constant(&mut net, "w_q", HostTensor::new(vec![k, n], TensorData::I8((0..k * n).map(|i| (i as i32 * 37 % 255 - 127) as i8).collect())).expect("w"));
+    let w_scale = constant(&mut net, "w_scale", HostTensor::new(vec![n], halves(vec![0.01, 0.02, 0.005, 0.04])).expect("scales"));
+    let q = net.add_layer("q", LayerKind::Quantize { axis: None, to: DataType::I8 }, vec![Some(x), Some(x_scale), None]).expect("q");
+    let q = net.output(q, 0);
+    let dq = net.add_layer("dq", LayerKind::Dequantize { axis: None }, vec![Some(q), Some(x_scale), None]).expect("dq");
+    let dq = net.output(dq, 0);
+    let dw = net.add_layer("dw", LayerKind::Dequantize { axis: Some(1) }, vec![Some(w_q), Some(w_scale), None]).expect("dw");
+    let dw = net.output(dw, 0);
+    let mm = net.add_layer("mm", LayerKind::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::None }, vec![Some(dq), Some(dw)]).expect("mm");
+    net.mark_output(net.output(mm, 0)).expect("output");
+    assert_eq!(net.tensor(dq).dtype, DataType::F16, "the region is f16, as an FP16 build makes it");
+
+    let context = PassContext { folding_backend: None, quantized_layers: true };
+    let fused = Pipeline::standard().run(&net, &context).expect("passes");
+    let integer = quantized_layers(&fused);
+    assert_eq!(integer.len(), 1, "{}", fused.dump());
+    assert_eq!(integer[0].1.output, DataType::F32);
+    let cast = fused.layers().iter().find(|l| matches!(l.kind, LayerKind::Cast { to: DataType::F16 })).expect("a Cast to f16 after the integer layer");
+    assert_eq!(fused.tensor(cast.outputs[0]).dtype, DataType::F16);
+    assert_eq!(fused.outputs().iter().map(|&t| fused.tensor(t).dtype).collect::<Vec<_>>(), vec![DataType::F16]);
+
+    let input = HostTensor::new(vec![m, k], halves((0..m * k).map(|i| (i as f32 * 0.7).sin() * 7.0).collect())).expect("x");
+    let run = |net: &Network| {
+        let backend = kiln_cpu::CpuBackend::new();
+        kiln::Backend::prepare(&backend, net).expect("prepare").execute(std::slice::from_ref(&input)).expect("run").remove(0)
+    };
+    let (got, want) = (run(&fused).to_f64_vec(), run(&net).to_f64_vec());
+    for (g, w) in got.iter().zip(&want) {
+        assert!((g - w).abs() <= 2e-3 * (1.0 + w.abs()), "integer {g} vs float graph {w}");
+    }
+}
+
+/// The cpu backend reporting f16 as its faster type, as cuda does: an FP16 build narrows every
+/// float layer it can.
+#[derive(Debug)]
+struct HalfFirstCpu(kiln_cpu::CpuBackend);
+
+impl kiln::Backend for HalfFirstCpu {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn device(&self) -> Result<kiln::DeviceFingerprint, kiln::BackendError> {
+        self.0.device()
+    }
+    fn check_support(&self, network: &Network) -> Result<(), kiln::BackendError> {
+        self.0.check_support(network)
+    }
+    fn prepare_plan(
+        &self,
+        network: &Network,
+        control: &kiln::ir::control::ControlFlow,
+        tactics: &[Option<kiln::TacticId>],
+        math: kiln::MathMode,
+    ) -> Result<Box<dyn kiln::Executable>, kiln::BackendError> {
+        self.0.prepare_plan(network, control, tactics, math)
+    }
+    fn precision_support(&self, network: &Network, layer: kiln::LayerId) -> kiln::PrecisionSupport {
+        let mut support = self.0.precision_support(network, layer);
+        support.faster = support.offered.iter().copied().filter(|&t| t == DataType::F16).collect();
+        support
+    }
+    fn runs_quantized_layers(&self) -> bool {
+        true
+    }
+}
+
+/// An FP16 build fuses the Q/DQ region before narrowing the float layers: its Casts would
+/// otherwise stand between the DequantizeLinear layers and the convolution (cuda's Q/DQ
+/// ResNet-50 stayed emulated in float that way), and the integer outputs are the same.
+#[test]
+fn an_fp16_build_still_makes_the_integer_layers() {
+    let backend = HalfFirstCpu(kiln_cpu::CpuBackend::new());
+    let mut config = BuilderConfig::default();
+    config.set_flag(kiln::BuilderFlag::Fp16);
+    let half = Builder::new(&backend).build(&fixture(), &config).expect("fp16 build");
+    assert_eq!(quantized_layers(half.network()).len(), 2, "{}", half.network().dump());
+    let plain = Builder::new(&backend).build(&fixture(), &BuilderConfig::default()).expect("build");
+    let x = kiln::HostTensor::from_f32(vec![2, 3, 6, 6], (0..216).map(|i| ((i * 37 % 101) as f32 / 101.0 - 0.5) * 1.6).collect()).expect("x");
+    let feeds = std::collections::HashMap::from([("x".to_string(), x)]);
+    let run = |engine: kiln::Engine| kiln::ExecutionContext::new(engine, &backend).expect("prepare").run(&feeds).expect("run");
+    let (got, want) = (run(half), run(plain));
+    for name in ["y1", "y2"] {
+        assert_eq!(got[name].data(), want[name].data(), "{name}");
+    }
+}

@@ -24,6 +24,7 @@ pub mod one_hot;
 pub mod plugin;
 pub mod pointwise;
 pub mod pool;
+pub mod quantized;
 pub mod resize;
 pub mod roi;
 pub mod signal;
@@ -362,8 +363,11 @@ pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_ty
         // The layer driver checks assertions on the host.
         K::Assertion { .. } => None,
         K::Reformat { .. } | K::Unique { .. } | K::Text(_) => Some(format!("{} has no CUDA kernel yet", kind.type_name())),
-        // Not offered (`runs_quantized_layers` is false): Q/DQ networks run as written.
-        K::Quantized(_) => Some("integer (Q/DQ-fused) layers have no CUDA kernel yet".into()),
+        K::Quantized(_) => input_types[..input_types.len().min(2)]
+            .iter()
+            .flatten()
+            .find(|t| !matches!(t, DataType::I8 | DataType::U8))
+            .map(|t| format!("an integer layer takes int8 or uint8 operands, not {t}")),
     }
 }
 
@@ -401,8 +405,16 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
         K::Cast { to } => one(pointwise::cast(cx, &dev(0)?, *to)?),
         K::CastNarrow { to, saturate, e8m0_rounding } => one(typed::cast(cx, &dev(0)?, *to, *saturate, *e8m0_rounding)?),
         K::BitCast { to } => one(typed::bit_cast(cx, &dev(0)?, *to)?),
-        K::Quantize { axis, to } => one(typed::quantize(cx, &dev(0)?, &dev(1)?, opt_dev(2)?.as_ref(), *axis, *to)?),
-        K::Dequantize { axis } => one(typed::dequantize(cx, &dev(0)?, &dev(1)?, opt_dev(2)?.as_ref(), *axis)?),
+        // Per-tensor Q/DQ is elementwise: a channels-last input (an INT8 convolution's output)
+        // keeps its layout, so the next convolution reads it without a reformat.
+        K::Quantize { axis, to } => {
+            let (x, scale) = (per_tensor_input(cx, &raw(0)?, &dev(1)?)?, dev(1)?);
+            one(typed::quantize(cx, &x, &scale, opt_dev(2)?.as_ref(), *axis, *to)?.with_strides_of(&x))
+        }
+        K::Dequantize { axis } => {
+            let (x, scale) = (per_tensor_input(cx, &raw(0)?, &dev(1)?)?, dev(1)?);
+            one(typed::dequantize(cx, &x, &scale, opt_dev(2)?.as_ref(), *axis)?.with_strides_of(&x))
+        }
         // Pointwise layers read any layout and write NHWC where an input of the output's shape is so (`keeps_channels_last`).
         K::Elementwise { op } => one(pointwise::binary(cx, *op, &raw(0)?, &raw(1)?, out_dtype(0), &out_shape(0)?)?),
         K::Activation { kind } => one(pointwise::unary(cx, pointwise::activation_code(*kind), &raw(0)?, None)?),
@@ -516,9 +528,20 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
         | K::Shape
         | K::Assertion { .. }
         | kiln::control_boundary!() => Err(invalid!("{} has no device kernel: the layer driver runs it", kind.type_name())),
-        K::Reformat { .. } | K::Unique { .. } | K::Text(_) | K::Quantized(_) => {
+        K::Quantized(p) => one(quantized::quantized(cx, p, inputs, &out_shape(0)?, out_dtype(0))?),
+        K::Reformat { .. } | K::Unique { .. } | K::Text(_) => {
             Err(KernelError::Unsupported(format!("{} has no CUDA kernel yet", kind.type_name())))
         }
+    }
+}
+
+/// A Quantize / Dequantize input as its kernel may read it: as stored when packed channels-last
+/// and the scale is one value (the op is then the same on every element in memory order),
+/// row-major otherwise.
+fn per_tensor_input(cx: &Ctx, x: &DeviceTensor, scale: &DeviceTensor) -> KResult<DeviceTensor> {
+    match scale.len() == 1 && x.channels_last() {
+        true => Ok(x.clone()),
+        false => layout::to_row_major(cx, x),
     }
 }
 

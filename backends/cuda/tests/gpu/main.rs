@@ -15,6 +15,7 @@ mod execution;
 mod indexing;
 mod layers;
 mod models;
+mod quantized;
 mod refit;
 mod signal_detection;
 mod spatial;

@@ -118,7 +118,7 @@ impl<'b> Builder<'b> {
         };
         let quantized = int8_step(network, flags, config, &mut log)?;
         let network = quantized.as_ref().unwrap_or(network);
-        let (typed, mut report) = precision::apply(network, flags, self.backend)?;
+        let (typed, mut report) = typed_network(network, flags, config.optimization, self.backend)?;
         for (layer, t) in &report.changed {
             tracing::debug!(target: "kiln::precision", "layer `{layer}` computes in {t}");
             log.push(format!("layer `{layer}` computes in {t}"));
@@ -193,6 +193,25 @@ fn sparsity_report(
     crate::sparsity::SparsityReport::of(network, chosen, |layer| {
         backend.tactics(timed, layer, math).iter().any(|t| crate::sparsity::is_sparse_tactic(&t.id))
     })
+}
+
+/// Q/DQ fusion, then the precision pass. The integer layers are made first, as TensorRT
+/// processes Q/DQ before choosing precisions: the Casts an FP16 build puts around the float
+/// layers of a Q/DQ region would hide its pattern from the fusion.
+pub(crate) fn typed_network(
+    network: &Network,
+    flags: crate::BuilderFlags,
+    optimization: Optimization,
+    backend: &dyn Backend,
+) -> Result<(Network, precision::PrecisionReport), BuildError> {
+    let fused = match optimization == Optimization::Full && backend.runs_quantized_layers() {
+        true => {
+            use crate::passes::Pass;
+            crate::passes::QuantizedFusion.run(network, &PassContext { folding_backend: None, quantized_layers: true })?
+        }
+        false => None,
+    };
+    Ok(precision::apply(fused.as_ref().unwrap_or(network), flags, backend)?)
 }
 
 /// The network after the precision pass, rewritten as the build runs it: boundary

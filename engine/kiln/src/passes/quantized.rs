@@ -63,7 +63,18 @@ impl Pass for QuantizedFusion {
                     inputs[Q::X] = Some(rb.out().output(id, 0));
                 }
                 let name = plan.layers.iter().map(|&j| network.layer(crate::LayerId(j)).name.as_str()).collect::<Vec<_>>().join(" + ");
-                rb.add(&name, LayerKind::Quantized(plan.params.clone()), inputs, &[plan.output])?;
+                match plan.narrowed {
+                    // The integer layer ends in f32; the region's narrower float type (an
+                    // FP16 build) follows as a Cast.
+                    Some(to) => {
+                        let id = rb.out_mut().add_layer(&name, LayerKind::Quantized(plan.params.clone()), inputs)?;
+                        let wide = rb.out().output(id, 0);
+                        rb.add(&format!("{name} (to {to})"), LayerKind::Cast { to }, vec![Some(wide)], &[plan.output])?;
+                    }
+                    None => {
+                        rb.add(&name, LayerKind::Quantized(plan.params.clone()), inputs, &[plan.output])?;
+                    }
+                }
             } else if !absorbed.contains(&i) {
                 rb.keep(i)?;
             }
@@ -82,6 +93,9 @@ struct Plan {
     inputs: Vec<Option<TensorId>>,
     params: Q,
     output: TensorId,
+    /// The float type of `output` when it is narrower than the layer's f32 (FP16 builds
+    /// narrow the Q/DQ region before this pass runs).
+    narrowed: Option<DataType>,
 }
 
 /// A DequantizeLinear's reading: its integer input and known scale and zero point.
@@ -99,11 +113,16 @@ fn dequantized(net: &Network, t: TensorId) -> Option<Dequantized> {
     let LayerKind::Dequantize { axis } = l.kind else { return None };
     let (q, scale) = (l.inputs.first().copied().flatten()?, l.inputs.get(1).copied().flatten()?);
     let zero = l.inputs.get(2).copied().flatten();
-    if net.tensor(t).dtype != DataType::F32 || zero.is_some_and(|z| known_value(net, z).is_none()) {
+    if !float(net.tensor(t).dtype) || zero.is_some_and(|z| known_value(net, z).is_none()) {
         return None;
     }
     let scales = known_value(net, scale)?.to_f64_vec();
     Some(Dequantized { q, scale, zero, scales, axis })
+}
+
+/// The float types a Q/DQ region computes in: f32, or narrower where the build allows it.
+fn float(t: DataType) -> bool {
+    matches!(t, DataType::F32 | DataType::F16 | DataType::BF16)
 }
 
 fn eight_bit(t: DataType) -> bool {
@@ -130,7 +149,7 @@ fn find(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan
         _ => return None,
     };
     let out = *l.outputs.first()?;
-    if net.tensor(out).dtype != DataType::F32 {
+    if !float(net.tensor(out).dtype) {
         return None;
     }
     let x_tensor = l.inputs.first().copied().flatten()?;
@@ -169,7 +188,7 @@ fn find(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan
                     let bias = if *a == running { *b } else { *a };
                     let bias_shape = net.tensor(bias).shape.clone();
                     let n = net.tensor(running).shape.dims().last().and_then(|d| d.fixed());
-                    if bias_shape.rank() == 1 && bias_shape.dims()[0].fixed() == n && net.tensor(bias).dtype == DataType::F32 {
+                    if bias_shape.rank() == 1 && bias_shape.dims()[0].fixed() == n && float(net.tensor(bias).dtype) {
                         inputs[Q::BIAS] = Some(bias_input(net, bias, w.scales.len(), &bias_scale));
                         layers.push(next);
                         running = add.outputs[0];
@@ -203,7 +222,8 @@ fn find(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan
             }
         }
     }
-    Some(Plan { layers, x_layout, inputs, params: Q { anchor, relu, output }, output: running })
+    let narrowed = Some(net.tensor(running).dtype).filter(|&t| output == DataType::F32 && t != DataType::F32);
+    Some(Plan { layers, x_layout, inputs, params: Q { anchor, relu, output }, output: running, narrowed })
 }
 
 /// A per-tensor DequantizeLinear read through a Shuffle (a Flatten before a Gemm): moving the

@@ -1,0 +1,230 @@
+//! The integer layer of explicit quantization ([`kiln::QuantizedParams`]) on CUDA: the exact
+//! sum of 8-bit products on INT8 tensor cores where the layer is in their form, then one
+//! requantizing epilogue per output channel (`quant_requantize` in kernels/typed.cu) in the
+//! f32 operations of kiln-cpu's oracle.
+//!
+//! - **Products** (`A[…, k]` by constant `B`): cuBLASLt IMMA, int8 × int8 → int32. Its "TN"
+//!   form wants `B` stored `[n, k]`: constant weights stored `[k, n]` are transposed once.
+//! - **Convolutions** (2-D, one group, channels in multiples of 4): cuDNN's INT8 NHWC
+//!   convolution, int32 sums written as f32 (INT8_EXT_CONFIG); the output stays NHWC, so a
+//!   chain of INT8 convolutions never changes layout.
+//! - Both want int8 operands with zero points 0 (symmetric quantization, the form TensorRT and
+//!   PyTorch export). Anything else (uint8 activations, weight zero points, grouped or 1-D
+//!   convolutions, odd channel counts) subtracts its zero points in f32 and runs the float
+//!   layer without TF32: exact while partial sums stay below 2^24, as f32 holds integers.
+
+use super::{compute, conv, layout, movement, pointwise, typed, Ctx, Value};
+use crate::buffer::{Arg, DeviceTensor};
+use crate::ops::KResult;
+use crate::sources::Source;
+use kiln::{invalid, DataType, ElementwiseOp, KernelError, MatrixOp, QuantizedAnchor, QuantizedParams as Q};
+
+/// The layer's constants, read on the host (scales and zero points are initializers).
+struct Constants {
+    x_scale: f32,
+    x_zero: f64,
+    w_scale: Vec<f32>,
+    w_zero: Option<Vec<f64>>,
+    y_scale: Option<f32>,
+    y_zero: f64,
+}
+
+impl Constants {
+    /// Zero points all 0: the sums of the stored integers are the layer's.
+    fn symmetric(&self) -> bool {
+        self.x_zero == 0.0 && self.w_zero.as_ref().is_none_or(|z| z.iter().all(|&v| v == 0.0))
+    }
+}
+
+pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize], out_dtype: DataType) -> KResult<DeviceTensor> {
+    let value = |slot: usize| inputs.get(slot).and_then(Option::as_ref);
+    let host = |slot: usize| -> KResult<Option<Vec<f64>>> { value(slot).map(|v| cx.host(v).map(|t| t.to_f64_vec())).transpose() };
+    let first = |slot: usize| -> KResult<Option<f64>> { Ok(host(slot)?.and_then(|v| v.first().copied())) };
+    let constants = Constants {
+        x_scale: first(Q::X_SCALE)?.ok_or_else(|| invalid!("the integer layer has no x scale"))? as f32,
+        x_zero: first(Q::X_ZERO)?.unwrap_or(0.0),
+        w_scale: host(Q::W_SCALE)?.ok_or_else(|| invalid!("the integer layer has no weight scale"))?.iter().map(|&s| s as f32).collect(),
+        w_zero: host(Q::W_ZERO)?,
+        y_scale: first(Q::Y_SCALE)?.map(|s| s as f32),
+        y_zero: first(Q::Y_ZERO)?.unwrap_or(0.0),
+    };
+    let x = cx.dev_any_layout(value(Q::X).ok_or_else(|| invalid!("input x is missing"))?)?;
+    let w = cx.dev(value(Q::W).ok_or_else(|| invalid!("input w is missing"))?)?;
+    for t in [&x, &w] {
+        if !matches!(t.dtype, DataType::I8 | DataType::U8) {
+            return Err(invalid!("an integer layer takes int8 or uint8 operands, not {}", t.dtype));
+        }
+    }
+    let bias = value(Q::BIAS).map(|v| cx.dev(v)).transpose()?;
+    let acc = match &p.anchor {
+        QuantizedAnchor::Convolution(c) => convolution_sums(cx, c, &x, &w, &constants, out_shape)?,
+        QuantizedAnchor::MatrixMultiply { op_a, op_b } => product_sums(cx, *op_a, *op_b, &x, &w, &constants, out_shape)?,
+    };
+    requantize(cx, p, &acc, bias.as_ref(), &constants, out_dtype)
+}
+
+/// The sums of a convolution: cuDNN's INT8 convolution (NHWC, f32 out) where it applies, else
+/// the float fallback.
+fn convolution_sums(cx: &Ctx, c: &kiln::ConvolutionParams, x: &DeviceTensor, w: &DeviceTensor, k: &Constants, out_shape: &[usize]) -> KResult<DeviceTensor> {
+    let integer = x.dtype == DataType::I8 && w.dtype == DataType::I8 && k.symmetric();
+    if let (true, Ok(dnn)) = (integer, cx.gpu.dnn()) {
+        let spec = crate::dnn::ConvSpec::integer(c, &x.shape, &w.shape, out_shape).and_then(|spec| dnn.algorithms(&spec).map(|_| spec));
+        if let Some(spec) = fast_path(spec, "convolution", &x.shape) {
+            let x = layout::to_channels_last(cx, x)?;
+            let w = cx.gpu.converted_weights(w, "krsc", |t| layout::to_channels_last(cx, t))?;
+            let out = super::empty_in_layout(cx, DataType::F32, out_shape, true)?;
+            if !out.is_empty() {
+                dnn.convolution(cx.gpu, &spec, None, &x, &w, crate::dnn::ConvEpilogue::default(), &out)?;
+            }
+            return Ok(out);
+        }
+    }
+    let exact = Ctx::new(cx.gpu, false);
+    let (xf, wf) = float_operands(&exact, x, w, k, 0)?;
+    Ok(conv::convolution(&exact, c, &xf, &wf, None, conv::ConvTail::default(), out_shape)?.0)
+}
+
+/// The sums of a product by constant weights: cuBLASLt IMMA (int32 out) where it applies, else
+/// the float fallback.
+fn product_sums(cx: &Ctx, op_a: MatrixOp, op_b: MatrixOp, x: &DeviceTensor, w: &DeviceTensor, k: &Constants, out_shape: &[usize]) -> KResult<DeviceTensor> {
+    let x = layout::to_row_major(cx, x)?;
+    let (kk, n) = match (op_b, w.shape.as_slice()) {
+        (MatrixOp::None, [k, n]) => (*k, *n),
+        (MatrixOp::Transpose, [n, k]) => (*k, *n),
+        _ => (0, 0),
+    };
+    let integer = x.dtype == DataType::I8 && w.dtype == DataType::I8 && k.symmetric() && op_a == MatrixOp::None;
+    if integer && x.shape.len() >= 2 && x.shape.last() == Some(&kk) && kk > 0 {
+        let m: usize = x.shape[..x.shape.len() - 1].iter().product();
+        let g = crate::blas::Gemm {
+            dtype: DataType::I8,
+            tf32: false,
+            m: m as u64,
+            n: n as u64,
+            k: kk as u64,
+            batch: 1,
+            trans_a: false,
+            trans_b: true,
+            stride_a: 0,
+            stride_b: 0,
+            stride_c: 0,
+            alpha: 1.0,
+            epilogue: crate::blas::Epilogue::None,
+        };
+        if let Some(g) = fast_path(cx.gpu.blas.ready(&g).map(|()| g), "product", &x.shape) {
+            return int8_product(cx, &g, &x, w, op_b, out_shape);
+        }
+    }
+    let exact = Ctx::new(cx.gpu, false);
+    let axis = match op_b {
+        MatrixOp::Transpose => w.shape.len().saturating_sub(2),
+        _ => w.shape.len().saturating_sub(1),
+    };
+    let (xf, wf) = float_operands(&exact, &x, w, k, axis)?;
+    Ok(compute::matmul_epilogue(&exact, 0, &xf, op_a, &wf, op_b, 1.0, out_shape, None, None)?.0)
+}
+
+/// A symmetric int8 layer's tensor-core plan, or None (said once per reason) when the library
+/// refuses it: the layer then runs on the exact f32 fallback.
+fn fast_path<T>(plan: Result<T, crate::error::GpuError>, what: &str, x_shape: &[usize]) -> Option<T> {
+    static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    match plan {
+        Ok(plan) => Some(plan),
+        Err(e) => {
+            let message = format!("an int8 {what} on {x_shape:?} runs in f32 (exact, slower): no INT8 tensor-core path: {e}");
+            let mut said = SAID.lock().unwrap_or_else(|p| p.into_inner());
+            if !said.contains(&message) {
+                tracing::info!(target: "kiln::int8", "{message}");
+                said.push(message);
+            }
+            None
+        }
+    }
+}
+
+/// `x[m, k] · B` on cuBLASLt IMMA into the int32 sums, B as `[n, k]` (converted once for
+/// weights stored `[k, n]`).
+fn int8_product(cx: &Ctx, g: &crate::blas::Gemm, x: &DeviceTensor, w: &DeviceTensor, op_b: MatrixOp, out_shape: &[usize]) -> KResult<DeviceTensor> {
+    let b = match op_b {
+        MatrixOp::Transpose => w.clone(),
+        _ => cx.gpu.converted_weights(w, "int8_nk", |t| movement::transpose(cx, t, &[1, 0]))?,
+    };
+    let out = cx.gpu.empty(DataType::I32, out_shape.to_vec()).map_err(KernelError::from)?;
+    if out.len() as u64 != g.m * g.n || b.len() as u64 != g.n * g.k {
+        return Err(invalid!("an INT8 product of {:?} by {:?} into {out_shape:?}", x.shape, w.shape));
+    }
+    if !out.is_empty() {
+        cx.gpu.blas.matmul(g, 0, &x.buf, &b.buf, &out.buf).map_err(KernelError::from)?;
+    }
+    Ok(out)
+}
+
+/// `x − x_zero` and `w − w_zero` (per channel along `w_axis`) as f32: integers f32 holds exactly.
+fn float_operands(cx: &Ctx, x: &DeviceTensor, w: &DeviceTensor, k: &Constants, w_axis: usize) -> KResult<(DeviceTensor, DeviceTensor)> {
+    let shifted = |t: &DeviceTensor, zero: &[f64], axis: usize| -> KResult<DeviceTensor> {
+        let t = pointwise::cast(cx, &layout::to_row_major(cx, t)?, DataType::F32)?;
+        if zero.iter().all(|&z| z == 0.0) {
+            return Ok(t);
+        }
+        let shape: Vec<usize> = match zero.len() {
+            1 => vec![1],
+            len => (0..t.shape.len()).map(|d| if d == axis { len } else { 1 }).collect(),
+        };
+        let zero = kiln::HostTensor::from_f32(shape, zero.iter().map(|&z| z as f32).collect()).map_err(KernelError::from)?;
+        let zero = cx.gpu.upload(&zero).map_err(KernelError::from)?;
+        pointwise::binary(cx, ElementwiseOp::Sub, &t, &zero, DataType::F32, &t.shape.clone())
+    };
+    Ok((shifted(x, &[k.x_zero], 0)?, shifted(w, k.w_zero.as_deref().unwrap_or(&[0.0]), w_axis)?))
+}
+
+/// The epilogue: an int32 bias added to the sums, the channel's scale, a float bias, then the
+/// float output or the requantized level. The output keeps the sums' layout.
+fn requantize(cx: &Ctx, p: &Q, acc: &DeviceTensor, bias: Option<&DeviceTensor>, k: &Constants, out_dtype: DataType) -> KResult<DeviceTensor> {
+    let rank = acc.shape.len();
+    let axis = p.anchor.output_channel_axis(rank);
+    let channels = acc.shape.get(axis).copied().unwrap_or(1).max(1);
+    // Elements between two channels in memory: 1 channels-last, the trailing dims row-major.
+    let inner = if acc.channels_last() || axis + 1 >= rank { 1 } else { acc.shape[axis + 1..].iter().product::<usize>().max(1) };
+    let int_bias = bias.filter(|b| b.dtype == DataType::I32);
+    let float_bias = bias.filter(|b| b.dtype != DataType::I32).map(|b| pointwise::cast(cx, b, DataType::F32)).transpose()?;
+    let quantized = p.quantized_output();
+    if quantized && !matches!(out_dtype, DataType::I8 | DataType::U8) {
+        return Err(invalid!("a quantized output must be int8 or uint8, not {out_dtype}"));
+    }
+    let scale = p.channel_scales(k.x_scale, &k.w_scale, k.y_scale, float_bias.is_some());
+    for (what, len) in [("scales", scale.len()), ("float bias values", float_bias.as_ref().map_or(1, |b| b.len())), ("int32 bias values", int_bias.map_or(1, |b| b.len()))] {
+        if len != 1 && len != channels {
+            return Err(invalid!("{len} {what} for {channels} output channels"));
+        }
+    }
+    let scale_len = scale.len();
+    let scale = cx.gpu.upload(&kiln::HostTensor::from_f32(vec![scale_len], scale).map_err(KernelError::from)?).map_err(KernelError::from)?;
+    let (lo, hi) = if out_dtype == DataType::U8 { (0.0f32, 255.0f32) } else { (-128.0, 127.0) };
+    let mut out = cx.gpu.empty(out_dtype, acc.shape.clone()).map_err(KernelError::from)?;
+    out.strides = acc.strides.clone();
+    let n = out.len();
+    if n == 0 {
+        return Ok(out);
+    }
+    let args = [
+        Arg::I32(typed::type_code(acc.dtype)),
+        Arg::I32(typed::type_code(out_dtype)),
+        Arg::I64(inner as i64),
+        Arg::I64(channels as i64),
+        Arg::I64(n as i64),
+        cx.arg(acc),
+        int_bias.map_or(Arg::NULL, |b| cx.arg(b)),
+        cx.arg(&scale),
+        Arg::I64(scale_len as i64),
+        float_bias.as_ref().map_or(Arg::NULL, |b| cx.arg(b)),
+        Arg::I64(float_bias.as_ref().map_or(1, |b| b.len()) as i64),
+        Arg::F32(k.y_scale.unwrap_or(1.0)),
+        Arg::F32(k.y_zero as f32),
+        Arg::F32(lo),
+        Arg::F32(hi),
+        Arg::I32(i32::from(p.relu)),
+        cx.arg(&out),
+    ];
+    cx.launch_elements(Source::Typed.kernel("quant_requantize"), n, &args)?;
+    Ok(out)
+}
