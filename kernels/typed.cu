@@ -282,13 +282,20 @@ __device__ __forceinline__ void raise_flag(int* flag) { if (flag) atomicExch(fla
 
 // ---- Quantize / Dequantize ----
 // The parameter index of element i: (i / inner) % len (per tensor: len 1; per element: inner 1).
+// Without 64-bit divisions where it can: they are emulated in software, and two of them per
+// element made these memory-bound kernels several times slower than their traffic.
+__device__ __forceinline__ i64 param_index(i64 i, i64 inner, i64 len) {
+    if (len == 1) return 0;
+    if (i <= 0x7fffffff && inner <= 0x7fffffff && len <= 0x7fffffff) return (i64)(((u32)i / (u32)inner) % (u32)len);
+    return (i / inner) % len;
+}
 // Quantize: saturate(round_half_even(x / scale) + zp) into `to` (narrow floats: x / scale + zp
 // rounded and saturated; 4/2-bit integers clamp). The ratio is computed in the input's compute
 // type (f32 for f32/f16/bf16, f64 for f64), as kiln-cpu does.
 extern "C" __global__ void quant_quantize_any(int x_type, int scale_type, int zp_type, int to, i64 inner, i64 len, i64 n,
                                               const void* x, const void* scale, const void* zp, void* y) {
     KILN_GRID_LOOP(i, n) {
-        i64 p = (i / inner) % len;
+        i64 p = param_index(i, inner, len);
         double sc = scalar_f64(load_any(scale_type, scale, p));
         double xv = scalar_f64(load_any(x_type, x, i));
         double ratio = x_type == T_F64 ? xv / sc : (double)((float)xv / (float)sc);
@@ -313,7 +320,7 @@ extern "C" __global__ void quant_quantize_any(int x_type, int scale_type, int zp
 extern "C" __global__ void quant_dequantize_any(int x_type, int scale_type, int out_type, i64 inner, i64 len, i64 n,
                                                 const void* x, const void* scale, const void* zp, void* y) {
     KILN_GRID_LOOP(i, n) {
-        i64 p = (i / inner) % len;
+        i64 p = param_index(i, inner, len);
         Scalar xs = load_any(x_type, x, i);
         double shifted;
         if (xs.is_float) {
@@ -348,7 +355,7 @@ extern "C" __global__ void quant_requantize(int acc_type, int out_type, i64 inne
                                             const float* float_bias, i64 float_bias_len, float y_scale, float y_zero,
                                             float lo, float hi, int relu, void* y) {
     KILN_GRID_LOOP(i, n) {
-        i64 k = (i / inner) % channels;
+        i64 k = param_index(i, inner, channels);
         double exact = acc_type == T_I32 ? (double)((const int*)acc)[i] : (double)((const float*)acc)[i];
         if (int_bias) exact += (double)int_bias[k];
         float v = __fmul_rn(__double2float_rn(exact), scale[scale_len == 1 ? 0 : k]);

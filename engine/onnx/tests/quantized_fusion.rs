@@ -194,3 +194,55 @@ fn an_fp16_build_still_makes_the_integer_layers() {
         assert_eq!(got[name].data(), want[name].data(), "{name}");
     }
 }
+
+/// `Conv → Q → DQ → Relu → Q`, the second QuantizeLinear with the first one's scale and zero
+/// point (onnxruntime's form of Conv + Relu): the DequantizeLinear, ReLU and QuantizeLinear are
+/// the integer layer's ReLU (`max(q, zero)`), exactly. Power-of-two scales keep the float
+/// graph's sums exact, so the fused engine must give its values.
+#[test]
+fn a_requantized_relu_after_an_integer_layer_becomes_its_relu() {
+    use kiln::{ConvolutionParams, HostTensor, Shape, TensorData};
+    let mut net = Network::new("conv q dq relu q");
+    let x = net.add_input("x", DataType::F32, Shape::fixed(&[1, 4, 5, 5])).expect("input");
+    let constant = |net: &mut Network, name: &str, t: HostTensor| {
+        let w = net.add_weights(t);
+        let layer = net.add_layer(name, LayerKind::Constant { weights: w }, vec![]).expect("constant");
+        net.output(layer, 0)
+    };
+    let scalar = |v: f32| HostTensor::from_f32(vec![], vec![v]).expect("scalar");
+    let s_in = constant(&mut net, "s_in", scalar(0.5));
+    let s_out = constant(&mut net, "s_out", scalar(1.0));
+    let zero = constant(&mut net, "zero", HostTensor::new(vec![], TensorData::I8(vec![0])).expect("zero"));
+    let w_q = constant(&mut net, "w_q", HostTensor::new(vec![2, 4, 3, 3], TensorData::I8((0..72).map(|i| (i * 29 % 31 - 15) as i8).collect())).expect("w"));
+    let w_s = constant(&mut net, "w_s", HostTensor::from_f32(vec![2], vec![0.25, 0.125]).expect("w scale"));
+    let chain = |net: &mut Network, name: &str, kind: LayerKind, inputs: Vec<Option<kiln::TensorId>>| {
+        let l = net.add_layer(name, kind, inputs).expect(name);
+        net.output(l, 0)
+    };
+    let q = chain(&mut net, "q_in", LayerKind::Quantize { axis: None, to: DataType::I8 }, vec![Some(x), Some(s_in), Some(zero)]);
+    let dq = chain(&mut net, "dq_in", LayerKind::Dequantize { axis: None }, vec![Some(q), Some(s_in), Some(zero)]);
+    let dw = chain(&mut net, "dq_w", LayerKind::Dequantize { axis: Some(0) }, vec![Some(w_q), Some(w_s), None]);
+    let p = ConvolutionParams { groups: 1, strides: vec![1, 1], dilations: vec![1, 1], pre_padding: vec![1, 1], post_padding: vec![1, 1] };
+    let conv = chain(&mut net, "conv", LayerKind::Convolution(p), vec![Some(dq), Some(dw), None]);
+    let q1 = chain(&mut net, "q_conv", LayerKind::Quantize { axis: None, to: DataType::I8 }, vec![Some(conv), Some(s_out), Some(zero)]);
+    let dq1 = chain(&mut net, "dq_conv", LayerKind::Dequantize { axis: None }, vec![Some(q1), Some(s_out), Some(zero)]);
+    let relu = chain(&mut net, "relu", LayerKind::Activation { kind: kiln::ActivationKind::Relu }, vec![Some(dq1)]);
+    let q2 = chain(&mut net, "q_relu", LayerKind::Quantize { axis: None, to: DataType::I8 }, vec![Some(relu), Some(s_out), Some(zero)]);
+    let y = chain(&mut net, "dq_relu", LayerKind::Dequantize { axis: None }, vec![Some(q2), Some(s_out), Some(zero)]);
+    net.mark_output(y).expect("output");
+
+    let backend = kiln_cpu::CpuBackend::new();
+    let engine = Builder::new(&backend).build(&net, &BuilderConfig::default()).expect("build");
+    let fused = quantized_layers(engine.network());
+    assert_eq!(fused.len(), 1, "{}", engine.network().dump());
+    assert!(fused[0].1.relu && fused[0].1.output == DataType::I8, "{:?}", fused[0]);
+    assert!(fused[0].0.contains("relu") && fused[0].0.contains("q_relu"), "{}", fused[0].0);
+    assert!(!engine.network().layers().iter().any(|l| matches!(l.kind, LayerKind::Activation { .. })), "{}", engine.network().dump());
+
+    let input = HostTensor::from_f32(vec![1, 4, 5, 5], (0..100).map(|i| ((i * 13 % 41) as f32 - 20.0) * 0.5).collect()).expect("x");
+    let got = kiln::ExecutionContext::new(engine, &backend).expect("prepare").run(&std::collections::HashMap::from([("x".to_string(), input.clone())])).expect("run");
+    let want = kiln::Backend::prepare(&backend, &net).expect("prepare").execute(&[input]).expect("run").remove(0);
+    let got = got.values().next().expect("one output");
+    assert_eq!(got.to_f64_vec(), want.to_f64_vec());
+    assert!(want.to_f64_vec().iter().any(|&v| v == 0.0) && want.to_f64_vec().iter().any(|&v| v > 0.0), "the ReLU clamps some values");
+}

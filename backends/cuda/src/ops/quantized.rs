@@ -67,6 +67,22 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
 /// the float fallback.
 fn convolution_sums(cx: &Ctx, c: &kiln::ConvolutionParams, x: &DeviceTensor, w: &DeviceTensor, k: &Constants, out_shape: &[usize]) -> KResult<DeviceTensor> {
     let integer = x.dtype == DataType::I8 && w.dtype == DataType::I8 && k.symmetric();
+    if integer && pointwise_filter(c, &x.shape, &w.shape) {
+        // A 1×1 filter over NHWC pixels is one product: [n·h·w, c] by the filter [k, c].
+        let (rows, channels, filters) = (x.len() / x.shape[1], x.shape[1], w.shape[0]);
+        let g = crate::blas::Gemm { m: rows as u64, n: filters as u64, k: channels as u64, ..integer_gemm() };
+        if let Some(g) = fast_path(cx.gpu.blas.ready(&g).map(|()| g), "1x1 convolution", &x.shape) {
+            let x = layout::to_channels_last(cx, x)?;
+            let out = super::empty_in_layout(cx, DataType::I32, out_shape, true)?;
+            if out.len() != rows * filters {
+                return Err(invalid!("a 1x1 convolution of {:?} by {:?} into {out_shape:?}", x.shape, w.shape));
+            }
+            if !out.is_empty() {
+                cx.gpu.blas.matmul(&g, 0, &x.buf, &w.buf, &out.buf).map_err(KernelError::from)?;
+            }
+            return Ok(out);
+        }
+    }
     if let (true, Ok(dnn)) = (integer, cx.gpu.dnn()) {
         let spec = crate::dnn::ConvSpec::integer(c, &x.shape, &w.shape, out_shape).and_then(|spec| dnn.algorithms(&spec).map(|_| spec));
         if let Some(spec) = fast_path(spec, "convolution", &x.shape) {
@@ -96,21 +112,7 @@ fn product_sums(cx: &Ctx, op_a: MatrixOp, op_b: MatrixOp, x: &DeviceTensor, w: &
     let integer = x.dtype == DataType::I8 && w.dtype == DataType::I8 && k.symmetric() && op_a == MatrixOp::None;
     if integer && x.shape.len() >= 2 && x.shape.last() == Some(&kk) && kk > 0 {
         let m: usize = x.shape[..x.shape.len() - 1].iter().product();
-        let g = crate::blas::Gemm {
-            dtype: DataType::I8,
-            tf32: false,
-            m: m as u64,
-            n: n as u64,
-            k: kk as u64,
-            batch: 1,
-            trans_a: false,
-            trans_b: true,
-            stride_a: 0,
-            stride_b: 0,
-            stride_c: 0,
-            alpha: 1.0,
-            epilogue: crate::blas::Epilogue::None,
-        };
+        let g = crate::blas::Gemm { m: m as u64, n: n as u64, k: kk as u64, ..integer_gemm() };
         if let Some(g) = fast_path(cx.gpu.blas.ready(&g).map(|()| g), "product", &x.shape) {
             return int8_product(cx, &g, &x, w, op_b, out_shape);
         }
@@ -122,6 +124,37 @@ fn product_sums(cx: &Ctx, op_a: MatrixOp, op_b: MatrixOp, x: &DeviceTensor, w: &
     };
     let (xf, wf) = float_operands(&exact, &x, w, k, axis)?;
     Ok(compute::matmul_epilogue(&exact, 0, &xf, op_a, &wf, op_b, 1.0, out_shape, None, None)?.0)
+}
+
+/// An INT8 product `A[m, k] · B[n, k]ᵀ` (cuBLASLt's IMMA form) with its sizes still to set.
+fn integer_gemm() -> crate::blas::Gemm {
+    crate::blas::Gemm {
+        dtype: DataType::I8,
+        tf32: false,
+        m: 0,
+        n: 0,
+        k: 0,
+        batch: 1,
+        trans_a: false,
+        trans_b: true,
+        stride_a: 0,
+        stride_b: 0,
+        stride_c: 0,
+        alpha: 1.0,
+        epilogue: crate::blas::Epilogue::None,
+    }
+}
+
+/// A 2-D convolution that reads each pixel alone: a 1×1 filter, stride 1, no padding, one group.
+fn pointwise_filter(c: &kiln::ConvolutionParams, x: &[usize], w: &[usize]) -> bool {
+    x.len() == 4
+        && w.len() == 4
+        && w[2] == 1
+        && w[3] == 1
+        && c.groups <= 1
+        && c.strides.iter().all(|&s| s == 1)
+        && c.pre_padding.iter().chain(&c.post_padding).all(|&p| p == 0)
+        && x[1] == w[1]
 }
 
 /// A symmetric int8 layer's tensor-core plan, or None (said once per reason) when the library

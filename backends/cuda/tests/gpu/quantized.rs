@@ -1,6 +1,6 @@
 //! Integer layers (Q/DQ fusion, kiln::QuantizedParams) on cuda against the cpu oracle, value for
-//! value: symmetric int8 layers on the INT8 tensor-core paths (cuBLASLt IMMA, cuDNN's INT8
-//! convolution), the others (uint8 with zero points, grouped or 1-D convolutions) on the exact
+//! value: symmetric int8 layers on the INT8 tensor-core paths (cuBLASLt IMMA for products and
+//! 1x1 convolutions, cuDNN's INT8 convolution), the others (uint8 with zero points, grouped or 1-D convolutions) on the exact
 //! f32 fallback; multipliers near 1/2^k put many results at a rounding tie.
 
 use crate::common::{backend, check_network, one_layer, rng, In};
@@ -86,6 +86,8 @@ fn integer_layers_match_the_cpu_oracle_exactly() {
         ("int8 3x3 conv, int32 bias, ReLU, int8", layer(conv(1, &[1, 1], &[1, 1]), S, &[2, 16, 9, 7], &[8, 16, 3, 3], 8, Some(DataType::I32), true, DataType::I8)),
         ("int8 strided 1x1 conv, float bias, uint8", layer(conv(1, &[2, 2], &[0, 0]), S, &[3, 8, 8, 8], &[12, 8, 1, 1], 12, Some(DataType::F32), false, DataType::U8)),
         ("int8 3x3 conv, float output", layer(conv(1, &[1, 1], &[1, 1]), S, &[1, 32, 6, 6], &[4, 32, 3, 3], 4, None, true, DataType::F32)),
+        // 1x1 convolutions as cuBLASLt IMMA products over NHWC pixels.
+        ("int8 1x1 conv, int32 bias, ReLU, int8", layer(conv(1, &[1, 1], &[0, 0]), S, &[2, 32, 5, 7], &[16, 32, 1, 1], 16, Some(DataType::I32), true, DataType::I8)),
         // cuBLASLt IMMA products.
         ("int8 product, int32 bias, int8", layer(matmul.clone(), S, &[3, 5, 64], &[64, 24], 24, Some(DataType::I32), false, DataType::I8)),
         ("int8 product, B transposed, float", layer(matmul_t, S, &[7, 32], &[16, 32], 16, Some(DataType::F32), true, DataType::F32)),

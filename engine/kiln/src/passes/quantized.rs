@@ -219,11 +219,43 @@ fn find(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan
                 output = to;
                 layers.push(next);
                 running = q.outputs[0];
+                if let Some((more, end)) = requantized_relu(net, readers, running, scale, zero) {
+                    relu = true;
+                    layers.extend(more);
+                    running = end;
+                }
             }
         }
     }
     let narrowed = Some(net.tensor(running).dtype).filter(|&t| output == DataType::F32 && t != DataType::F32);
     Some(Plan { layers, x_layout, inputs, params: Q { anchor, relu, output }, output: running, narrowed })
+}
+
+/// `DequantizeLinear → ReLU → QuantizeLinear` after an integer output `q`, all with q's own
+/// scale and zero point (how onnxruntime's `quantize_static` quantizes a Conv → Relu pair):
+/// that is `max(q, zero)` exactly, the integer layer's ReLU. The layers absorbed and the
+/// last one's output.
+fn requantized_relu(net: &Network, readers: &[Vec<(usize, usize)>], q: TensorId, scale: Option<TensorId>, zero: Option<TensorId>) -> Option<(Vec<usize>, TensorId)> {
+    let values = |t: Option<TensorId>| t.map(|t| known_value(net, t).map(|v| v.to_f64_vec()));
+    let same = |s: Option<TensorId>, z: Option<TensorId>| {
+        let zero_of = |z: Option<TensorId>| values(z).map_or(Some(vec![0.0]), |v| v);
+        values(s).flatten().is_some() && values(s) == values(scale) && zero_of(z) == zero_of(zero)
+    };
+    let dq_at = only_reader(net, readers, q)?;
+    let dq = net.layer(crate::LayerId(dq_at));
+    let slot = |l: &crate::Layer, i: usize| l.inputs.get(i).copied().flatten();
+    if !matches!(dq.kind, LayerKind::Dequantize { .. }) || slot(dq, 0) != Some(q) || !same(slot(dq, 1), slot(dq, 2)) {
+        return None;
+    }
+    let relu_at = only_reader(net, readers, dq.outputs[0])?;
+    let relu = net.layer(crate::LayerId(relu_at));
+    if relu.kind != (LayerKind::Activation { kind: ActivationKind::Relu }) {
+        return None;
+    }
+    let q2_at = only_reader(net, readers, relu.outputs[0])?;
+    let q2 = net.layer(crate::LayerId(q2_at));
+    let LayerKind::Quantize { to, .. } = q2.kind else { return None };
+    (to == net.tensor(q).dtype && same(slot(q2, 1), slot(q2, 2))).then(|| (vec![dq_at, relu_at, q2_at], q2.outputs[0]))
 }
 
 /// A per-tensor DequantizeLinear read through a Shuffle (a Flatten before a Gemm): moving the
