@@ -76,7 +76,8 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    /// f32 is computed exactly here: `math` (TF32) changes nothing.
+    /// f32 is computed exactly here: TF32 changes nothing; `math.sparse_weights` offers the 2:4
+    /// sparse product where a layer qualifies.
     fn tactics(&self, network: &Network, layer: LayerId, math: kiln::MathMode) -> Vec<kiln::TacticDesc> {
         tactics::tactics(network, layer, math)
     }

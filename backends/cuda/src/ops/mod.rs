@@ -24,7 +24,7 @@ pub mod one_hot;
 pub mod plugin;
 pub mod pointwise;
 pub mod pool;
-pub mod quantized;
+pub mod quant;
 pub mod resize;
 pub mod roi;
 pub mod signal;
@@ -528,7 +528,7 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
         | K::Shape
         | K::Assertion { .. }
         | kiln::control_boundary!() => Err(invalid!("{} has no device kernel: the layer driver runs it", kind.type_name())),
-        K::Quantized(p) => one(quantized::quantized(cx, p, inputs, &out_shape(0)?, out_dtype(0))?),
+        K::Quantized(p) => one(quant::quantized(cx, p, inputs, &out_shape(0)?, out_dtype(0))?),
         K::Reformat { .. } | K::Unique { .. } | K::Text(_) => {
             Err(KernelError::Unsupported(format!("{} has no CUDA kernel yet", kind.type_name())))
         }

@@ -25,5 +25,7 @@ mod pytorch_data;
 #[allow(dead_code)]
 #[path = "../../../../engine/onnx/tests/common/new_weights.rs"]
 mod new_weights;
+#[path = "../../../../engine/onnx/tests/common/integer_layers.rs"]
+mod integer_layers;
 #[path = "../../../../engine/onnx/tests/common/refit_check.rs"]
 mod refit_check;

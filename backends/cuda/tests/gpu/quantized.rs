@@ -3,78 +3,9 @@
 //! 1x1 convolutions, cuDNN's INT8 convolution), the others (uint8 with zero points, grouped or 1-D convolutions) on the exact
 //! f32 fallback; multipliers near 1/2^k put many results at a rounding tie.
 
-use crate::common::{backend, check_network, one_layer, rng, In};
-use kiln::{ConvolutionParams, DataType, HostTensor, LayerKind, MatrixOp, QuantizedAnchor, QuantizedParams as Q, TensorData};
-use rand::Rng;
-
-fn ints(shape: &[usize], dtype: DataType, lo: i32, hi: i32, seed: u64) -> HostTensor {
-    let mut r = rng(seed);
-    let values: Vec<i32> = (0..shape.iter().product::<usize>()).map(|_| r.gen_range(lo..hi)).collect();
-    let data = match dtype {
-        DataType::U8 => TensorData::U8(values.iter().map(|&v| v as u8).collect()),
-        DataType::I8 => TensorData::I8(values.iter().map(|&v| v as i8).collect()),
-        _ => TensorData::I32(values),
-    };
-    HostTensor::new(shape.to_vec(), data).expect("shape")
-}
-
-fn scalar(dtype: DataType, v: f64) -> HostTensor {
-    let data = match dtype {
-        DataType::U8 => TensorData::U8(vec![v as u8]),
-        DataType::I8 => TensorData::I8(vec![v as i8]),
-        _ => TensorData::F32(vec![v as f32]),
-    };
-    HostTensor::new(vec![], data).expect("scalar")
-}
-
-/// How a test layer's operands are quantized.
-#[derive(Clone, Copy)]
-enum Operands {
-    /// x uint8 with zero point 128, weights with per-channel zero points: the f32 fallback.
-    Asymmetric,
-    /// int8 with zero points 0 (absent for the weights): the tensor-core paths.
-    Symmetric,
-}
-
-fn layer(anchor: QuantizedAnchor, operands: Operands, x: &[usize], w: &[usize], channels: usize, bias: Option<DataType>, relu: bool, output: DataType) -> (kiln::Network, Vec<HostTensor>) {
-    let w_scale: Vec<f32> = (0..channels).map(|k| [0.05, 0.025, 0.1, 0.0125][k % 4]).collect();
-    let mut slots: Vec<In> = (0..Q::SLOTS).map(|_| In::Absent).collect();
-    let x_type = match operands {
-        Operands::Asymmetric => DataType::U8,
-        Operands::Symmetric => DataType::I8,
-    };
-    slots[Q::X] = In::Run(match operands {
-        Operands::Asymmetric => ints(x, DataType::U8, 0, 256, 1),
-        Operands::Symmetric => ints(x, DataType::I8, -128, 128, 1),
-    });
-    slots[Q::W] = In::Const(ints(w, DataType::I8, -127, 128, 2));
-    slots[Q::BIAS] = match bias {
-        Some(DataType::I32) => In::Const(ints(&[channels], DataType::I32, -3000, 3000, 3)),
-        Some(_) => In::Const(HostTensor::from_f32(vec![channels], (0..channels).map(|k| k as f32 * 0.37 - 1.0).collect()).expect("bias")),
-        None => In::Absent,
-    };
-    slots[Q::X_SCALE] = In::Const(scalar(DataType::F32, 0.1));
-    slots[Q::X_ZERO] = In::Const(scalar(x_type, if matches!(operands, Operands::Asymmetric) { 128.0 } else { 0.0 }));
-    slots[Q::W_SCALE] = In::Const(HostTensor::from_f32(vec![channels], w_scale).expect("scales"));
-    if matches!(operands, Operands::Asymmetric) {
-        slots[Q::W_ZERO] = In::Const(ints(&[channels], DataType::I8, -2, 3, 4));
-    }
-    if output != DataType::F32 {
-        slots[Q::Y_SCALE] = In::Const(scalar(DataType::F32, 16.0));
-        slots[Q::Y_ZERO] = In::Const(scalar(output, if output == DataType::U8 { 100.0 } else { -3.0 }));
-    }
-    one_layer(LayerKind::Quantized(Q { anchor, relu, output }), slots)
-}
-
-fn conv(groups: usize, strides: &[usize], pads: &[usize]) -> QuantizedAnchor {
-    QuantizedAnchor::Convolution(ConvolutionParams {
-        groups,
-        strides: strides.to_vec(),
-        dilations: vec![1; strides.len()],
-        pre_padding: pads.to_vec(),
-        post_padding: pads.to_vec(),
-    })
-}
+use crate::common::{backend, check_network};
+use crate::integer_layers::{conv, layer, Operands};
+use kiln::{DataType, HostTensor, LayerKind, MatrixOp, QuantizedAnchor};
 
 #[test]
 fn integer_layers_match_the_cpu_oracle_exactly() {

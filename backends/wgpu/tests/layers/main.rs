@@ -2,6 +2,8 @@
 //! Every test skips with a printed SKIPPED line where no wgpu adapter exists.
 
 mod common;
+#[path = "../../../../engine/onnx/tests/common/integer_layers.rs"]
+mod integer_layers;
 mod control;
 mod device;
 mod dtypes;

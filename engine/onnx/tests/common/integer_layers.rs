@@ -1,0 +1,90 @@
+//! One-layer networks of Q/DQ fusion's integer layer (kiln::QuantizedParams) for the GPU
+//! backends' tests against the cpu oracle (included by path from kiln-cuda's and kiln-wgpu's
+//! tests). Per-channel weight scales near 1/2^k put many results at a rounding tie.
+
+use kiln::{ConvolutionParams, DataType, HostTensor, LayerKind, Network, QuantizedAnchor, QuantizedParams as Q, Shape, TensorData};
+use rand::{Rng, SeedableRng};
+
+/// How a test layer's operands are quantized.
+#[derive(Clone, Copy, Debug)]
+pub enum Operands {
+    /// x uint8 with zero point 128, weights with per-channel zero points.
+    Asymmetric,
+    /// int8 with zero points 0 (absent for the weights): the form INT8 tensor cores take.
+    Symmetric,
+}
+
+/// Uniform integers in `lo..hi` stored as `dtype` (u8, i8 or i32).
+pub fn ints(shape: &[usize], dtype: DataType, lo: i32, hi: i32, seed: u64) -> HostTensor {
+    let mut r = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let values: Vec<i32> = (0..shape.iter().product::<usize>()).map(|_| r.gen_range(lo..hi)).collect();
+    let data = match dtype {
+        DataType::U8 => TensorData::U8(values.iter().map(|&v| v as u8).collect()),
+        DataType::I8 => TensorData::I8(values.iter().map(|&v| v as i8).collect()),
+        _ => TensorData::I32(values),
+    };
+    HostTensor::new(shape.to_vec(), data).expect("shape")
+}
+
+fn scalar(dtype: DataType, v: f64) -> HostTensor {
+    let data = match dtype {
+        DataType::U8 => TensorData::U8(vec![v as u8]),
+        DataType::I8 => TensorData::I8(vec![v as i8]),
+        _ => TensorData::F32(vec![v as f32]),
+    };
+    HostTensor::new(vec![], data).expect("scalar")
+}
+
+/// A convolution anchor with symmetric padding.
+pub fn conv(groups: usize, strides: &[usize], pads: &[usize]) -> QuantizedAnchor {
+    QuantizedAnchor::Convolution(ConvolutionParams {
+        groups,
+        strides: strides.to_vec(),
+        dilations: vec![1; strides.len()],
+        pre_padding: pads.to_vec(),
+        post_padding: pads.to_vec(),
+    })
+}
+
+/// One integer layer: x (a network input) by constant weights with per-channel scales, an
+/// int32 or float bias, a ReLU, into `output` (f32, or int8 / uint8 with its scale and zero
+/// point). Returns the network and its feed.
+#[allow(clippy::too_many_arguments)]
+pub fn layer(anchor: QuantizedAnchor, operands: Operands, x: &[usize], w: &[usize], channels: usize, bias: Option<DataType>, relu: bool, output: DataType) -> (Network, Vec<HostTensor>) {
+    let asymmetric = matches!(operands, Operands::Asymmetric);
+    let x_type = if asymmetric { DataType::U8 } else { DataType::I8 };
+    let mut slots: Vec<Option<HostTensor>> = vec![None; Q::SLOTS];
+    let feed = if asymmetric { ints(x, DataType::U8, 0, 256, 1) } else { ints(x, DataType::I8, -128, 128, 1) };
+    slots[Q::W] = Some(ints(w, DataType::I8, -127, 128, 2));
+    slots[Q::BIAS] = match bias {
+        Some(DataType::I32) => Some(ints(&[channels], DataType::I32, -3000, 3000, 3)),
+        Some(_) => Some(HostTensor::from_f32(vec![channels], (0..channels).map(|k| k as f32 * 0.37 - 1.0).collect()).expect("bias")),
+        None => None,
+    };
+    slots[Q::X_SCALE] = Some(scalar(DataType::F32, 0.1));
+    slots[Q::X_ZERO] = Some(scalar(x_type, if asymmetric { 128.0 } else { 0.0 }));
+    slots[Q::W_SCALE] = Some(HostTensor::from_f32(vec![channels], (0..channels).map(|k| [0.05, 0.025, 0.1, 0.0125][k % 4]).collect()).expect("scales"));
+    if asymmetric {
+        slots[Q::W_ZERO] = Some(ints(&[channels], DataType::I8, -2, 3, 4));
+    }
+    if output != DataType::F32 {
+        slots[Q::Y_SCALE] = Some(scalar(DataType::F32, 16.0));
+        slots[Q::Y_ZERO] = Some(scalar(output, if output == DataType::U8 { 100.0 } else { -3.0 }));
+    }
+    let mut net = Network::new("integer layer");
+    let mut inputs = Vec::new();
+    for (i, slot) in slots.into_iter().enumerate() {
+        inputs.push(match (i, slot) {
+            (Q::X, _) => Some(net.add_input("x", feed.dtype(), Shape::fixed(feed.shape())).expect("input")),
+            (_, Some(t)) => {
+                let w = net.add_weights(t);
+                let layer = net.add_layer(&format!("const{i}"), LayerKind::Constant { weights: w }, vec![]).expect("constant");
+                Some(net.output(layer, 0))
+            }
+            (_, None) => None,
+        });
+    }
+    let layer = net.add_layer("layer", LayerKind::Quantized(Q { anchor, relu, output }), inputs).expect("integer layer");
+    net.mark_output(net.output(layer, 0)).expect("output");
+    (net, vec![feed])
+}
