@@ -402,6 +402,14 @@ impl Run<'_> {
             })
     }
 
+    /// Device outputs kept in another order (channels-last, a view) packed row-major. Every
+    /// mode does it before its trace ends, so a capture allocates what the recording run did
+    /// (a channels-last output used to be packed after the recording's trace, and its graph
+    /// capture failed with "allocation … where the recorded trace has None").
+    fn packed(&self, outputs: Vec<Value>) -> KResult<Vec<Value>> {
+        outputs.into_iter().map(|v| Ok(if v.device.is_some() { Value::device(self.cx.dev(&v)?) } else { v })).collect()
+    }
+
     /// The outputs as `io` wants them: read back to the host, or copied (row-major) into the
     /// caller's device memory.
     fn deliver(&self, io: Io<'_>, outputs: &[Value]) -> KResult<Delivered> {
@@ -583,6 +591,7 @@ impl CudaExecutable {
             let values = run.input_values(io).map_err(boundary)?;
             mark(1)?;
             let outputs = interp::run_plan(&run, &self.plan, &self.frees, values)?;
+            let outputs = run.packed(outputs).map_err(|e| e.at_layer("cuda", "(network outputs)", ""))?;
             mark(2)?;
             Ok::<_, BackendError>(outputs)
         })();
@@ -648,11 +657,8 @@ impl CudaExecutable {
             slots.push((d.buf.ptr(), bytes, PinnedHost::new(&run.cx.gpu.ctx, bytes).map_err(KernelError::from)?));
         }
         run.cx.gpu.begin_capture(tracer).map_err(KernelError::from)?;
-        // Outputs kept in another order (channels-last) are made row-major inside the graph:
-        // replays copy the bytes out as they are.
-        let result = interp::run_plan(run, &self.plan, &self.frees, values).map_err(|e| invalid!("{e}")).and_then(|outputs| {
-            outputs.iter().map(|v| Ok(if v.device.is_some() { Value::device(run.cx.dev(v)?) } else { v.clone() })).collect::<KResult<Vec<_>>>()
-        });
+        // Replays copy the outputs' bytes out as they are: packed inside the graph.
+        let result = interp::run_plan(run, &self.plan, &self.frees, values).map_err(|e| invalid!("{e}")).and_then(|outputs| run.packed(outputs));
         let graph = run.cx.gpu.end_capture(tracer);
         let outputs = result?;
         let graph = graph.map_err(KernelError::from)?.ok_or("the driver captured no graph")?;
