@@ -315,6 +315,42 @@ extern "C" __global__ void quant_quantize_any(int x_type, int scale_type, int zp
     }
 }
 
+// The 8-bit fast paths of Quantize and Dequantize: f32 / f16 / bf16 values, int8 / uint8
+// levels. The same operations as the _any kernels (their ratio and product are f32 too; rint of
+// an f32 is exact in f32; levels, zero points and the saturation bounds are small integers)
+// and the same final store, without widening every element to a 64-bit Scalar.
+__device__ __forceinline__ float load_float(int type, const void* p, i64 i) {
+    switch (type) {
+    case T_F16: return half_to_float_exact(((const __half*)p)[i]);
+    case T_BF16: return __bfloat162float(((const __nv_bfloat16*)p)[i]);
+    default: return ((const float*)p)[i];
+    }
+}
+
+__device__ __forceinline__ int load_level(int type, const void* p, i64 i) {
+    return type == T_I8 ? (int)((const signed char*)p)[i] : (int)((const u8*)p)[i];
+}
+
+extern "C" __global__ void quant_quantize_8bit(int x_type, int scale_type, int zp_type, int to, i64 inner, i64 len, i64 n,
+                                               const void* x, const void* scale, const void* zp, void* y) {
+    KILN_GRID_LOOP(i, n) {
+        i64 p = param_index(i, inner, len);
+        float ratio = __fdiv_rn(load_float(x_type, x, i), load_float(scale_type, scale, p));
+        float level = __fadd_rn(rintf(ratio), zp ? (float)load_level(zp_type, zp, p) : 0.0f);
+        store_any(to, y, i, float_scalar((double)level), true, 0);
+    }
+}
+
+extern "C" __global__ void quant_dequantize_8bit(int x_type, int scale_type, int out_type, i64 inner, i64 len, i64 n,
+                                                 const void* x, const void* scale, const void* zp, void* y) {
+    KILN_GRID_LOOP(i, n) {
+        i64 p = param_index(i, inner, len);
+        int shifted = load_level(x_type, x, i) - (zp ? load_level(x_type, zp, p) : 0);
+        float v = __fmul_rn((float)shifted, load_float(scale_type, scale, p));
+        store_any(out_type, y, i, float_scalar((double)v), true, 0);
+    }
+}
+
 // Dequantize: (x - zp) * scale in the scale's compute type; x - zp is exact (integers through
 // 64-bit arithmetic, narrow floats in f64).
 extern "C" __global__ void quant_dequantize_any(int x_type, int scale_type, int out_type, i64 inner, i64 len, i64 n,

@@ -30,7 +30,17 @@ pub fn type_code(dtype: DataType) -> i32 {
 
 /// Every kernel of `typed.cu`, for the NVRTC test.
 pub fn kernel_names() -> Vec<String> {
-    let mut names: Vec<String> = ["typed_cast_any", "quant_quantize_any", "quant_dequantize_any", "typed_classify_any", "typed_not_bool", "typed_reduce_bool"]
+    let mut names: Vec<String> = [
+        "typed_cast_any",
+        "quant_quantize_any",
+        "quant_dequantize_any",
+        "quant_quantize_8bit",
+        "quant_dequantize_8bit",
+        "quant_requantize",
+        "typed_classify_any",
+        "typed_not_bool",
+        "typed_reduce_bool",
+    ]
         .iter()
         .map(|s| s.to_string())
         .collect();
@@ -124,8 +134,18 @@ pub fn quantize(
         zero_point.map_or(Arg::NULL, |z| cx.arg(z)),
         cx.arg(&out),
     ];
-    cx.launch_elements(Source::Typed.kernel("quant_quantize_any"), n, &args)?;
+    let eight_bit = matches!(to, DataType::I8 | DataType::U8) && short_float(x.dtype) && short_float(scale.dtype) && zero_point.is_none_or(|z| is_8bit(z.dtype));
+    cx.launch_elements(Source::Typed.kernel(if eight_bit { "quant_quantize_8bit" } else { "quant_quantize_any" }), n, &args)?;
     Ok(out)
+}
+
+/// f32, f16 or bf16: the types whose Q/DQ arithmetic is f32 (the 8-bit kernels' float side).
+fn short_float(t: DataType) -> bool {
+    matches!(t, DataType::F32 | DataType::F16 | DataType::BF16)
+}
+
+fn is_8bit(t: DataType) -> bool {
+    matches!(t, DataType::I8 | DataType::U8)
 }
 
 /// `(x - zero_point) * scale` in the scale's type.
@@ -163,7 +183,8 @@ pub fn dequantize(
         zero_point.map_or(Arg::NULL, |z| cx.arg(z)),
         cx.arg(&out),
     ];
-    cx.launch_elements(Source::Typed.kernel("quant_dequantize_any"), n, &args)?;
+    let eight_bit = is_8bit(x.dtype) && short_float(scale.dtype);
+    cx.launch_elements(Source::Typed.kernel(if eight_bit { "quant_dequantize_8bit" } else { "quant_dequantize_any" }), n, &args)?;
     Ok(out)
 }
 
