@@ -715,7 +715,12 @@ mod tests {
             &[2, 2, 3, 3],
             &[1, 2, 3, 3],
         );
-        assert!(int.unwrap_err().to_string().contains("f32, f16 and bf16"));
+        assert!(int.unwrap_err().to_string().contains("f32, f16, bf16 and int8"));
+        // INT8 runs 2-D, one group, channels in multiples of 4 (the 3-channel stem falls back).
+        let stem = ConvSpec::integer(&conv(&[2, 2], &[3, 3], &[3, 3]), &[1, 3, 16, 16], &[8, 3, 7, 7], &[1, 8, 8, 8]);
+        assert!(stem.unwrap_err().to_string().contains("multiples of 4"));
+        let int8 = ConvSpec::integer(&conv(&[1, 1], &[1, 1], &[1, 1]), &[1, 8, 6, 6], &[4, 8, 3, 3], &[1, 4, 6, 6]).expect("int8 spec");
+        assert!(int8.nhwc && int8.output_type() == DataType::F32);
         let four_d = ConvSpec::new(
             &conv(&[1; 4], &[0; 4], &[0; 4]),
             DataType::F32,
