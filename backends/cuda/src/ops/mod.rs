@@ -366,7 +366,7 @@ pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_ty
         K::Quantized(_) => input_types[..input_types.len().min(2)]
             .iter()
             .flatten()
-            .find(|t| !matches!(t, DataType::I8 | DataType::U8))
+            .find(|&&t| !typed::is_8bit(t))
             .map(|t| format!("an integer layer takes int8 or uint8 operands, not {t}")),
     }
 }

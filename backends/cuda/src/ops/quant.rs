@@ -30,9 +30,10 @@ struct Constants {
 }
 
 impl Constants {
-    /// Zero points all 0: the sums of the stored integers are the layer's.
-    fn symmetric(&self) -> bool {
-        self.x_zero == 0.0 && self.w_zero.as_ref().is_none_or(|z| z.iter().all(|&v| v == 0.0))
+    /// int8 operands with zero points all 0: the sums of the stored integers are the layer's,
+    /// the form INT8 tensor cores take.
+    fn tensor_core_form(&self, x: &DeviceTensor, w: &DeviceTensor) -> bool {
+        x.dtype == DataType::I8 && w.dtype == DataType::I8 && self.x_zero == 0.0 && self.w_zero.as_ref().is_none_or(|z| z.iter().all(|&v| v == 0.0))
     }
 }
 
@@ -51,7 +52,7 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
     let x = cx.dev_any_layout(value(Q::X).ok_or_else(|| invalid!("input x is missing"))?)?;
     let w = cx.dev(value(Q::W).ok_or_else(|| invalid!("input w is missing"))?)?;
     for t in [&x, &w] {
-        if !matches!(t.dtype, DataType::I8 | DataType::U8) {
+        if !typed::is_8bit(t.dtype) {
             return Err(invalid!("an integer layer takes int8 or uint8 operands, not {}", t.dtype));
         }
     }
@@ -66,7 +67,7 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
 /// The sums of a convolution: cuDNN's INT8 convolution (NHWC, f32 out) where it applies, else
 /// the float fallback.
 fn convolution_sums(cx: &Ctx, c: &kiln::ConvolutionParams, x: &DeviceTensor, w: &DeviceTensor, k: &Constants, out_shape: &[usize]) -> KResult<DeviceTensor> {
-    let integer = x.dtype == DataType::I8 && w.dtype == DataType::I8 && k.symmetric();
+    let integer = k.tensor_core_form(x, w);
     if integer && pointwise_filter(c, &x.shape, &w.shape) {
         // A 1×1 filter over NHWC pixels is one product: [n·h·w, c] by the filter [k, c].
         let (rows, channels, filters) = (x.len() / x.shape[1], x.shape[1], w.shape[0]);
@@ -109,7 +110,7 @@ fn product_sums(cx: &Ctx, op_a: MatrixOp, op_b: MatrixOp, x: &DeviceTensor, w: &
         (MatrixOp::Transpose, [n, k]) => (*k, *n),
         _ => (0, 0),
     };
-    let integer = x.dtype == DataType::I8 && w.dtype == DataType::I8 && k.symmetric() && op_a == MatrixOp::None;
+    let integer = k.tensor_core_form(&x, w) && op_a == MatrixOp::None;
     if integer && x.shape.len() >= 2 && x.shape.last() == Some(&kk) && kk > 0 {
         let m: usize = x.shape[..x.shape.len() - 1].iter().product();
         let g = crate::blas::Gemm { m: m as u64, n: n as u64, k: kk as u64, ..integer_gemm() };

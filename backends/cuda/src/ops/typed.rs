@@ -144,7 +144,7 @@ fn short_float(t: DataType) -> bool {
     matches!(t, DataType::F32 | DataType::F16 | DataType::BF16)
 }
 
-fn is_8bit(t: DataType) -> bool {
+pub(crate) fn is_8bit(t: DataType) -> bool {
     matches!(t, DataType::I8 | DataType::U8)
 }
 

@@ -2,6 +2,8 @@
 //! Every test skips with a printed SKIPPED line where no wgpu adapter exists.
 
 mod common;
+// wgpu has no tensor-core path: its cases are the asymmetric ones.
+#[allow(dead_code)]
 #[path = "../../../../engine/onnx/tests/common/integer_layers.rs"]
 mod integer_layers;
 mod control;

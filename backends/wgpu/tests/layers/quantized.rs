@@ -4,7 +4,7 @@
 
 use crate::common::{both, gpu, same_values};
 use crate::integer_layers::{conv, layer, Operands::Asymmetric as A};
-use kiln::{DataType, HostTensor, LayerKind, MatrixOp, QuantizedAnchor};
+use kiln::{DataType, MatrixOp, QuantizedAnchor};
 
 #[test]
 fn integer_layers_match_the_cpu_oracle_exactly() {
@@ -30,19 +30,5 @@ fn integer_layers_match_the_cpu_oracle_exactly() {
 #[test]
 fn the_qdq_fixture_runs_as_integer_layers_and_matches_the_cpu_backend() {
     let Some(gpu) = gpu() else { return };
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../engine/onnx/tests/data/qdq_conv_matmul_u8s8/model.onnx");
-    let net = kiln_onnx::import_file(&path).expect("import");
-    let engine = kiln::Builder::new(&gpu).build(&net, &kiln::BuilderConfig::default()).expect("wgpu build");
-    let integer = engine.network().layers().iter().filter(|l| matches!(l.kind, LayerKind::Quantized(_))).count();
-    assert_eq!(integer, 2, "{}", engine.network().dump());
-    let x = HostTensor::from_f32(vec![2, 3, 6, 6], (0..216).map(|i| ((i * 37 % 101) as f32 / 101.0 - 0.5) * 1.6).collect()).expect("x");
-    let feeds = std::collections::HashMap::from([("x".to_string(), x)]);
-    let run = |backend: &dyn kiln::Backend| {
-        let engine = kiln::Builder::new(backend).build(&net, &kiln::BuilderConfig::default()).expect("build");
-        kiln::ExecutionContext::new(engine, backend).expect("prepare").run(&feeds).expect("run")
-    };
-    let (got, want) = (run(&gpu), run(&kiln_cpu::CpuBackend::new()));
-    for name in ["y1", "y2"] {
-        assert_eq!(got[name].data(), want[name].data(), "{name}");
-    }
+    crate::integer_layers::check_qdq_fixture(&gpu);
 }

@@ -227,7 +227,9 @@ pub(crate) fn optimize_typed(
     let formatted = io_format::apply(typed, backend, flags.contains(BuilderFlag::DirectIo))?;
     let mut pruned = remove_dead_layers(&formatted);
     if optimization == Optimization::Full {
-        let context = PassContext { folding_backend: Some(folding), quantized_layers: backend.runs_quantized_layers() };
+        // Q/DQ fusion already ran in `typed_network`, before the precision pass: nothing is
+        // left for the pipeline's copy of it to find.
+        let context = PassContext { folding_backend: Some(folding), quantized_layers: false };
         pruned = Pipeline::standard().run(&pruned, &context)?;
     }
     Ok(pruned)

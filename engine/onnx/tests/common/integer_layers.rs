@@ -88,3 +88,23 @@ pub fn layer(anchor: QuantizedAnchor, operands: Operands, x: &[usize], w: &[usiz
     net.mark_output(net.output(layer, 0)).expect("output");
     (net, vec![feed])
 }
+
+/// onnxruntime's Q/DQ fixture (uint8 activations, as `quantize_static` writes them) built for
+/// `backend`: two integer layers, and the cpu backend's integers exactly. The checkout is
+/// `KILN_REPO` on the GPU machine, where this build's paths do not exist.
+pub fn check_qdq_fixture(backend: &dyn kiln::Backend) {
+    let repo = std::env::var_os("KILN_REPO").map_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."), std::path::PathBuf::from);
+    let net = kiln_onnx::import_file(&repo.join("engine/onnx/tests/data/qdq_conv_matmul_u8s8/model.onnx")).expect("import");
+    let x = HostTensor::from_f32(vec![2, 3, 6, 6], (0..216).map(|i| ((i * 37 % 101) as f32 / 101.0 - 0.5) * 1.6).collect()).expect("x");
+    let feeds = std::collections::HashMap::from([("x".to_string(), x)]);
+    let run = |backend: &dyn kiln::Backend| {
+        let engine = kiln::Builder::new(backend).build(&net, &kiln::BuilderConfig::default()).expect("build");
+        let integer = engine.network().layers().iter().filter(|l| matches!(l.kind, LayerKind::Quantized(_))).count();
+        assert_eq!(integer, 2, "{}: {}", backend.name(), engine.network().dump());
+        kiln::ExecutionContext::new(engine, backend).expect("prepare").run(&feeds).expect("run")
+    };
+    let (got, want) = (run(backend), run(&kiln_cpu::CpuBackend::new()));
+    for name in ["y1", "y2"] {
+        assert_eq!(got[name].data(), want[name].data(), "{name}");
+    }
+}
