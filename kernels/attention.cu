@@ -13,6 +13,7 @@
 //   stride[1][0..4) = the mask's outer, head, row, column,
 //   stride[2][0..4) = the row (sequence) stride of q, k, v and o; the innermost stride is 1.
 #include "common.cuh"
+#include "mma.cuh"
 
 #define FA_BQ 64
 #define FA_BK 64
@@ -48,25 +49,6 @@ template <> struct Mma<__nv_bfloat16> {
         return *reinterpret_cast<unsigned*>(&h);
     }
 };
-
-__device__ __forceinline__ void ldmatrix_x4(const void* p, unsigned* r) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(const void* p, unsigned* r) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
-}
-
-// A 16-byte copy from global to shared memory that does not pass through registers
-// (cp.async), zeros where `valid` is false; the tile is ready once its group is waited for.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Waits for every committed group but the `N` most recent.
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 // `rows` rows of `cols` elements (row stride `ld`) into a [FA_BQ or FA_BK][FA_LD] tile, zero
 // beyond them: 16-byte asynchronous copies where the host found every row aligned (all of a

@@ -29,6 +29,19 @@ struct Layout {
     int rank;
 };
 
+// A convolution or pooling window (kiln-cuda buffer::Window): NCHW sizes, whatever the layout.
+struct Window {
+    i64 n, c, h, w;        // input
+    i64 oc, oh, ow;        // output channels and spatial size
+    i64 kh, kw;            // window
+    i64 sh, sw, dh, dw;    // strides, dilations
+    i64 ph, pw;            // leading padding
+    i64 groups;
+    int kind;              // pooling: 0 max, 1 average; conv: has bias
+    int count_excludes_padding;
+    i64 pad_end_h, pad_end_w;  // trailing padding (average pooling's divisor counts it)
+};
+
 // The element offset of output element `i` in operand `which`.
 // Indices and dims that fit 32 bits divide in 32 bits (64-bit division is emulated: several
 // times slower, and it dominated the broadcasting kernels). The loop is unrolled over the

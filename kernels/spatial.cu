@@ -4,18 +4,6 @@
 #include "common.cuh"
 #include "unary.cuh"
 
-struct Window {
-    i64 n, c, h, w;        // input
-    i64 oc, oh, ow;        // output channels and spatial size
-    i64 kh, kw;            // window
-    i64 sh, sw, dh, dw;    // strides, dilations
-    i64 ph, pw;            // leading padding
-    i64 groups;
-    int kind;              // pooling: 0 max, 1 average; conv: has bias
-    int count_excludes_padding;
-    i64 pad_end_h, pad_end_w;  // trailing padding (average pooling's divisor counts it)
-};
-
 template <typename T>
 __device__ void conv2d(Window p, const T* x, const T* w, const T* bias, T* y) {
     i64 n = p.n * p.oc * p.oh * p.ow;

@@ -186,7 +186,7 @@ pub struct Layout {
 // SAFETY: plain `repr(C)` integers matching `struct Layout` in kernels/common.cuh field for field.
 unsafe impl DeviceRepr for Layout {}
 
-/// A convolution or pooling window (`Window` in kernels/spatial.cu).
+/// A convolution or pooling window (`Window` in kernels/common.cuh).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Window {
@@ -212,7 +212,7 @@ pub struct Window {
     pub pad_end_w: i64,
 }
 
-// SAFETY: plain `repr(C)` scalars matching `struct Window` in kernels/spatial.cu field for field.
+// SAFETY: plain `repr(C)` scalars matching `struct Window` in kernels/common.cuh field for field.
 unsafe impl DeviceRepr for Window {}
 
 /// Most steps, operands and dims (after coalescing) one generated chain takes

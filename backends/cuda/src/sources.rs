@@ -13,6 +13,7 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("unary.cuh", include_str!("../../../kernels/unary.cuh")),
     ("binary.cuh", include_str!("../../../kernels/binary.cuh")),
     ("chain.cuh", include_str!("../../../kernels/chain.cuh")),
+    ("mma.cuh", include_str!("../../../kernels/mma.cuh")),
 ];
 
 /// A kernel as its launcher names it: the source that defines it, and its symbol.
@@ -43,6 +44,8 @@ pub enum Source {
     /// Conversions between every kiln type, Quantize / Dequantize, and integer / f64 arithmetic.
     Typed,
     Attention,
+    /// kiln's INT8 implicit-GEMM convolution with the requantizing epilogue: `int8_conv.cu`.
+    Int8Conv,
     /// GridSample in double, as kiln-cpu samples: `grid_sample.cu`.
     GridSample,
     /// Max / average pooling over any number of spatial axes, any numeric type: `pool.cu`.
@@ -66,7 +69,7 @@ pub enum Source {
 }
 
 impl Source {
-    pub const ALL: [Source; 20] = [
+    pub const ALL: [Source; 21] = [
         Source::Elementwise,
         Source::Copy,
         Source::Reduce,
@@ -77,6 +80,7 @@ impl Source {
         Source::Resize,
         Source::Typed,
         Source::Attention,
+        Source::Int8Conv,
         Source::GridSample,
         Source::Pool,
         Source::Einsum,
@@ -109,6 +113,7 @@ impl Source {
             Source::Resize => "resize.cu",
             Source::Typed => "typed.cu",
             Source::Attention => "attention.cu",
+            Source::Int8Conv => "int8_conv.cu",
             Source::GridSample => "grid_sample.cu",
             Source::Pool => "pool.cu",
             Source::Einsum => "einsum.cu",
@@ -138,6 +143,7 @@ impl Source {
             Source::Resize => include_str!("../../../kernels/resize.cu"),
             Source::Typed => include_str!("../../../kernels/typed.cu"),
             Source::Attention => include_str!("../../../kernels/attention.cu"),
+            Source::Int8Conv => include_str!("../../../kernels/int8_conv.cu"),
             Source::GridSample => include_str!("../../../kernels/grid_sample.cu"),
             Source::Pool => include_str!("../../../kernels/pool.cu"),
             Source::Einsum => include_str!("../../../kernels/einsum.cu"),

@@ -7,7 +7,8 @@ use crate::blas::RANKED_ALGORITHMS;
 use crate::exec::CudaExecutable;
 use crate::ops::conv::{depthwise_rows, group_merges, is_depthwise, is_patchify, merged_group_counts, CONV_DEPTHWISE, CONV_DEPTHWISE_ROWS, CONV_DIRECT, CONV_MERGED_GROUPS, CONV_PATCH_GEMM};
 use kiln::tactics::{TacticDesc, TacticId};
-use kiln::{BackendError, ConvolutionParams, DataType, FusedAnchor, LayerId, LayerKind, MathMode, Network, Shape, TensorFormat};
+use crate::ops::quant::{INT8_CONV_KILN, INT8_CONV_LIBRARY};
+use kiln::{BackendError, ConvolutionParams, DataType, FusedAnchor, LayerId, LayerKind, MathMode, Network, QuantizedAnchor, QuantizedParams, Shape, TensorFormat};
 use std::time::Duration;
 
 /// What the tactic ids hash besides their names: the product path's source, so an edited
@@ -15,6 +16,39 @@ use std::time::Duration;
 const GEMM_SOURCE: &str = concat!(include_str!("blas.rs"), include_str!("ops/compute.rs"));
 /// Likewise for convolutions: cuDNN's path and the direct kernel.
 const CONV_SOURCE: &str = concat!(include_str!("dnn.rs"), include_str!("ops/conv.rs"), include_str!("blas.rs"), include_str!("../../../kernels/spatial.cu"));
+
+/// Likewise for integer convolutions: kiln's kernel and the libraries' sums with the epilogue.
+const INT8_CONV_SOURCE: &str = concat!(
+    include_str!("ops/quant.rs"),
+    include_str!("ops/int8_conv.rs"),
+    include_str!("../../../kernels/int8_conv.cu"),
+    include_str!("dnn.rs"),
+    include_str!("blas.rs")
+);
+
+fn int8_conv_tactic(choice: usize) -> TacticDesc {
+    let name = if choice == INT8_CONV_KILN { "int8_conv_implicit_gemm" } else { "int8_conv_library_sums" };
+    TacticDesc {
+        id: TacticId::new("cuda", name, INT8_CONV_SOURCE.as_bytes()),
+        workspace_bytes: 0,
+        formats: vec![TensorFormat::Linear],
+        dtypes: vec![DataType::I8],
+    }
+}
+
+/// The parameters of an integer convolution whose int8 operands kiln's kernel may take (its
+/// zero points are constants, checked when it runs).
+fn int8_conv(network: &Network, layer: LayerId) -> Option<ConvolutionParams> {
+    let l = network.layer(layer);
+    let LayerKind::Quantized(q) = &l.kind else { return None };
+    let QuantizedAnchor::Convolution(p) = &q.anchor else { return None };
+    let desc = |slot: usize| l.inputs.get(slot).copied().flatten().map(|t| network.tensor(t));
+    let fixed = |slot: usize| desc(slot)?.shape.dims().iter().map(|d| d.fixed()).collect::<Option<Vec<usize>>>();
+    let (x, w) = (desc(QuantizedParams::X)?, desc(QuantizedParams::W)?);
+    let out = network.tensor(*l.outputs.first()?).dtype;
+    let int8 = x.dtype == DataType::I8 && w.dtype == DataType::I8;
+    (int8 && crate::ops::int8_conv::applies(p, &fixed(QuantizedParams::X)?, &fixed(QuantizedParams::W)?, out)).then(|| p.clone())
+}
 
 fn conv_tactic_name(choice: usize) -> String {
     match choice {
@@ -126,6 +160,9 @@ pub fn tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId, 
     if let Some(conv) = conv_tactics(backend, network, layer, math) {
         return conv;
     }
+    if int8_conv(network, layer).is_some() {
+        return vec![int8_conv_tactic(INT8_CONV_KILN), int8_conv_tactic(INT8_CONV_LIBRARY)];
+    }
     if !is_gemm(network, layer) {
         return vec![TacticDesc::default_for("cuda")];
     }
@@ -141,9 +178,13 @@ pub fn tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId, 
 
 /// What a recorded tactic selects for the layer (carried as `Ctx::gemm_rank`): a cuBLASLt
 /// heuristic rank for products, a convolution choice (`ops::compute::CONV_DIRECT`, `1 + cuDNN
-/// algorithm`) for convolutions; unknown or absent ids run 0 (the heuristic's best). Layers
-/// with dynamic dims run the tactic timed at the profile's opt shapes, as TensorRT's do.
+/// algorithm`) for convolutions, `quant::INT8_CONV_*` for integer convolutions; unknown or
+/// absent ids run 0 (the heuristic's best, kiln's INT8 kernel). Layers with dynamic dims run
+/// the tactic timed at the profile's opt shapes, as TensorRT's do.
 pub fn rank_of(network: &Network, layer: LayerId, tactic: Option<&TacticId>) -> usize {
+    if let (Some(t), LayerKind::Quantized(_)) = (tactic, &network.layer(layer).kind) {
+        return [INT8_CONV_KILN, INT8_CONV_LIBRARY].into_iter().find(|&c| int8_conv_tactic(c).id == *t).unwrap_or(INT8_CONV_KILN);
+    }
     if let (Some(t), Some((p, _))) = (tactic, float_conv(network, layer)) {
         let choices = crate::dnn::ALGORITHMS.iter().map(|&(a, _)| a as usize + 1).chain([CONV_DIRECT, CONV_DEPTHWISE, CONV_DEPTHWISE_ROWS, CONV_PATCH_GEMM]);
         // The merges of its groups: the shapes may be dynamic here, the group count is not.
@@ -176,8 +217,24 @@ pub fn time_tactic(
     let mut alone = Network::new("tactic");
     let mut slots = Vec::new();
     let mut feeds = Vec::new();
+    // The feed each input slot receives (None: absent, or a constant).
+    let mut feed_of_slot = Vec::new();
     let mut seed = 0x2545_f491_4f6c_dd1d_u64;
     for (i, slot) in l.inputs.iter().enumerate() {
+        // Constants (weights, an integer layer's scales and zero points) keep their values:
+        // they decide the path a layer takes.
+        let constant = slot.and_then(|t| match network.tensor(t).producer.map(|(p, _)| &network.layer(p).kind) {
+            Some(LayerKind::Constant { weights }) => network.weights_blob(*weights).cloned(),
+            _ => None,
+        });
+        if let Some(value) = constant {
+            let weights = alone.add_weights(value);
+            let id = alone.add_layer(&format!("const{i}"), LayerKind::Constant { weights }, vec![]).map_err(|e| fail(e.to_string()))?;
+            slots.push(Some(alone.output(id, 0)));
+            feed_of_slot.push(None);
+            continue;
+        }
+        feed_of_slot.push(slot.map(|_| feeds.len()));
         slots.push(match slot {
             None => None,
             Some(t) => {
@@ -194,7 +251,10 @@ pub fn time_tactic(
     }
     let rank = rank_of(network, layer, Some(&tactic.id));
     let control = kiln::ir::control::lower(&alone, kiln::ir::control::DEFAULT_MAX_TRIP_COUNT).map_err(|e| fail(e.to_string()))?;
-    let exe = CudaExecutable::new(alone, control, backend.gpu()?, math.tf32)?.with_gemm_ranks(vec![rank]);
+    // Ranks are per layer: the constants come first.
+    let mut ranks = vec![0; id.0 + 1];
+    ranks[id.0] = rank;
+    let exe = CudaExecutable::new(alone, control, backend.gpu()?, math.tf32)?.with_gemm_ranks(ranks);
     let gpu = exe.gpu().clone();
     let mut inputs = feeds.iter().map(|t| gpu.upload(t)).collect::<Result<Vec<_>, _>>().map_err(|e| fail(e.to_string()))?;
     // A convolution that runs channels-last receives its input and residual channels-last from
@@ -209,7 +269,7 @@ pub fn time_tactic(
                 }),
                 _ => None,
             };
-            let feed_of = |slot: usize| l.inputs.get(slot).copied().flatten().map(|_| l.inputs[..slot].iter().flatten().count());
+            let feed_of = |slot: usize| feed_of_slot.get(slot).copied().flatten();
             let cx = crate::ops::Ctx::new(&gpu, math.tf32);
             for feed in [feed_of(0), residual.and_then(feed_of)].into_iter().flatten() {
                 if inputs[feed].shape.len() == 4 {
@@ -217,6 +277,11 @@ pub fn time_tactic(
                 }
             }
         }
+    }
+    // Likewise an integer convolution's int8 input, from the INT8 layer before it.
+    if let (Some(_), Some(feed)) = (int8_conv(network, layer), feed_of_slot.first().copied().flatten()) {
+        let cx = crate::ops::Ctx::new(&gpu, math.tf32);
+        inputs[feed] = crate::ops::layout::to_channels_last(&cx, &inputs[feed]).map_err(|e| fail(e.to_string()))?;
     }
     let times = gpu
         .device_time_ms(repetitions.max(1), || exe.execute_device(&inputs).map(drop).map_err(|e| e.to_string()))

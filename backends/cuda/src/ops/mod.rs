@@ -14,6 +14,7 @@ pub mod einsum;
 pub mod flash;
 pub mod sampling;
 pub mod indexing;
+pub mod int8_conv;
 pub mod kernel_names;
 pub mod scan;
 pub mod layout;

@@ -1,23 +1,32 @@
 //! The integer layer of explicit quantization ([`kiln::QuantizedParams`]) on CUDA: the exact
-//! sum of 8-bit products on INT8 tensor cores where the layer is in their form, then one
-//! requantizing epilogue per output channel (`quant_requantize` in kernels/typed.cu) in the
-//! f32 operations of kiln-cpu's oracle.
+//! sum of 8-bit products on INT8 tensor cores where the layer is in their form, and the
+//! requantizing epilogue per output channel in the f32 operations of kiln-cpu's oracle.
 //!
+//! - **Convolutions** (2-D, one group, channels in multiples of 16): kiln's implicit-GEMM
+//!   kernel (`ops::int8_conv`) with the epilogue fused, int8 NHWC in and out. The other tactic,
+//!   timed against it by the builder (`INT8_CONV_LIBRARY`), is the libraries' sums followed by
+//!   the epilogue kernel (`quant_requantize` in kernels/typed.cu): cuBLASLt IMMA for a 1×1
+//!   filter, cuDNN's INT8 NHWC convolution (INT8_EXT_CONFIG, f32 sums) otherwise; channels in
+//!   multiples of 4 take only that one.
 //! - **Products** (`A[…, k]` by constant `B`): cuBLASLt IMMA, int8 × int8 → int32. Its "TN"
 //!   form wants `B` stored `[n, k]`: constant weights stored `[k, n]` are transposed once.
-//! - **Convolutions** (2-D, one group, channels in multiples of 4): cuDNN's INT8 NHWC
-//!   convolution, int32 sums written as f32 (INT8_EXT_CONFIG); the output stays NHWC, so a
-//!   chain of INT8 convolutions never changes layout.
-//! - Both want int8 operands with zero points 0 (symmetric quantization, the form TensorRT and
+//! - The output stays NHWC, so a chain of INT8 convolutions never changes layout.
+//! - All want int8 operands with zero points 0 (symmetric quantization, the form TensorRT and
 //!   PyTorch export). Anything else (uint8 activations, weight zero points, grouped or 1-D
 //!   convolutions, odd channel counts) subtracts its zero points in f32 and runs the float
 //!   layer without TF32: exact while partial sums stay below 2^24, as f32 holds integers.
 
-use super::{compute, conv, layout, movement, pointwise, typed, Ctx, Value};
+use super::{compute, conv, int8_conv, layout, movement, pointwise, typed, Ctx, Value};
 use crate::buffer::{Arg, DeviceTensor};
 use crate::ops::KResult;
 use crate::sources::Source;
 use kiln::{invalid, DataType, ElementwiseOp, KernelError, MatrixOp, QuantizedAnchor, QuantizedParams as Q};
+
+/// The tactics of an integer convolution (`Ctx::gemm_rank`): kiln's implicit-GEMM kernel with
+/// the epilogue fused (the default), or the libraries' sums (cuBLASLt for 1×1 filters, cuDNN
+/// otherwise) followed by the epilogue kernel.
+pub const INT8_CONV_KILN: usize = 0;
+pub const INT8_CONV_LIBRARY: usize = 1;
 
 /// The layer's constants, read on the host (scales and zero points are initializers).
 struct Constants {
@@ -57,6 +66,15 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
         }
     }
     let bias = value(Q::BIAS).map(|v| cx.dev(v)).transpose()?;
+    if let QuantizedAnchor::Convolution(c) = &p.anchor {
+        let kiln_kernel = cx.gemm_rank.get() == INT8_CONV_KILN && constants.tensor_core_form(&x, &w) && int8_conv::applies(c, &x.shape, &w.shape, out_dtype);
+        if kiln_kernel {
+            let epilogue = Epilogue::new(cx, p, bias.as_ref(), &constants, out_dtype, out_shape.get(1).copied().unwrap_or(1))?;
+            if let Some(out) = int8_conv::convolution(cx, c, &x, &w, &epilogue, out_shape, out_dtype)? {
+                return Ok(out);
+            }
+        }
+    }
     let acc = match &p.anchor {
         QuantizedAnchor::Convolution(c) => convolution_sums(cx, c, &x, &w, &constants, out_shape)?,
         QuantizedAnchor::MatrixMultiply { op_a, op_b } => product_sums(cx, *op_a, *op_b, &x, &w, &constants, out_shape)?,
@@ -211,54 +229,73 @@ fn float_operands(cx: &Ctx, x: &DeviceTensor, w: &DeviceTensor, k: &Constants, w
     Ok((shifted(x, &[k.x_zero], 0)?, shifted(w, k.w_zero.as_deref().unwrap_or(&[0.0]), w_axis)?))
 }
 
-/// The epilogue: an int32 bias added to the sums, the channel's scale, a float bias, then the
-/// float output or the requantized level. The output keeps the sums' layout.
+/// The requantizing epilogue's operands on the device, from the int32 bias to the ReLU flag: the
+/// arguments `quant_requantize` and the INT8 convolution kernels share, in their order.
+#[derive(Debug)]
+pub struct Epilogue {
+    pub args: Vec<Arg>,
+    /// The uploads `args` point to, alive until the launch is queued.
+    _operands: Vec<DeviceTensor>,
+}
+
+impl Epilogue {
+    /// An int32 bias added to the sums, the channel's scale, a float bias, then the float output
+    /// or the requantized level, for `channels` output channels.
+    fn new(cx: &Ctx, p: &Q, bias: Option<&DeviceTensor>, k: &Constants, out_dtype: DataType, channels: usize) -> KResult<Epilogue> {
+        let int_bias = bias.filter(|b| b.dtype == DataType::I32);
+        let float_bias = bias.filter(|b| b.dtype != DataType::I32).map(|b| pointwise::cast(cx, b, DataType::F32)).transpose()?;
+        if p.quantized_output() && !matches!(out_dtype, DataType::I8 | DataType::U8) {
+            return Err(invalid!("a quantized output must be int8 or uint8, not {out_dtype}"));
+        }
+        let scale = p.channel_scales(k.x_scale, &k.w_scale, k.y_scale, float_bias.is_some());
+        for (what, len) in [("scales", scale.len()), ("float bias values", float_bias.as_ref().map_or(1, |b| b.len())), ("int32 bias values", int_bias.map_or(1, |b| b.len()))] {
+            if len != 1 && len != channels {
+                return Err(invalid!("{len} {what} for {channels} output channels"));
+            }
+        }
+        let scale_len = scale.len();
+        let scale = cx.gpu.upload(&kiln::HostTensor::from_f32(vec![scale_len], scale).map_err(KernelError::from)?).map_err(KernelError::from)?;
+        let (lo, hi) = if out_dtype == DataType::U8 { (0.0f32, 255.0f32) } else { (-128.0, 127.0) };
+        let args = vec![
+            int_bias.map_or(Arg::NULL, |b| cx.arg(b)),
+            cx.arg(&scale),
+            Arg::I64(scale_len as i64),
+            float_bias.as_ref().map_or(Arg::NULL, |b| cx.arg(b)),
+            Arg::I64(float_bias.as_ref().map_or(1, |b| b.len()) as i64),
+            Arg::F32(k.y_scale.unwrap_or(1.0)),
+            Arg::F32(k.y_zero as f32),
+            Arg::F32(lo),
+            Arg::F32(hi),
+            Arg::I32(i32::from(p.relu)),
+        ];
+        Ok(Epilogue { args, _operands: [Some(scale), float_bias].into_iter().flatten().collect() })
+    }
+}
+
+/// The epilogue over sums in memory (`acc`, int32 or f32). The output keeps the sums' layout.
 fn requantize(cx: &Ctx, p: &Q, acc: &DeviceTensor, bias: Option<&DeviceTensor>, k: &Constants, out_dtype: DataType) -> KResult<DeviceTensor> {
     let rank = acc.shape.len();
     let axis = p.anchor.output_channel_axis(rank);
     let channels = acc.shape.get(axis).copied().unwrap_or(1).max(1);
     // Elements between two channels in memory: 1 channels-last, the trailing dims row-major.
     let inner = if acc.channels_last() || axis + 1 >= rank { 1 } else { acc.shape[axis + 1..].iter().product::<usize>().max(1) };
-    let int_bias = bias.filter(|b| b.dtype == DataType::I32);
-    let float_bias = bias.filter(|b| b.dtype != DataType::I32).map(|b| pointwise::cast(cx, b, DataType::F32)).transpose()?;
-    let quantized = p.quantized_output();
-    if quantized && !matches!(out_dtype, DataType::I8 | DataType::U8) {
-        return Err(invalid!("a quantized output must be int8 or uint8, not {out_dtype}"));
-    }
-    let scale = p.channel_scales(k.x_scale, &k.w_scale, k.y_scale, float_bias.is_some());
-    for (what, len) in [("scales", scale.len()), ("float bias values", float_bias.as_ref().map_or(1, |b| b.len())), ("int32 bias values", int_bias.map_or(1, |b| b.len()))] {
-        if len != 1 && len != channels {
-            return Err(invalid!("{len} {what} for {channels} output channels"));
-        }
-    }
-    let scale_len = scale.len();
-    let scale = cx.gpu.upload(&kiln::HostTensor::from_f32(vec![scale_len], scale).map_err(KernelError::from)?).map_err(KernelError::from)?;
-    let (lo, hi) = if out_dtype == DataType::U8 { (0.0f32, 255.0f32) } else { (-128.0, 127.0) };
+    let epilogue = Epilogue::new(cx, p, bias, k, out_dtype, channels)?;
     let mut out = cx.gpu.empty(out_dtype, acc.shape.clone()).map_err(KernelError::from)?;
     out.strides = acc.strides.clone();
     let n = out.len();
     if n == 0 {
         return Ok(out);
     }
-    let args = [
+    let mut args = vec![
         Arg::I32(typed::type_code(acc.dtype)),
         Arg::I32(typed::type_code(out_dtype)),
         Arg::I64(inner as i64),
         Arg::I64(channels as i64),
         Arg::I64(n as i64),
         cx.arg(acc),
-        int_bias.map_or(Arg::NULL, |b| cx.arg(b)),
-        cx.arg(&scale),
-        Arg::I64(scale_len as i64),
-        float_bias.as_ref().map_or(Arg::NULL, |b| cx.arg(b)),
-        Arg::I64(float_bias.as_ref().map_or(1, |b| b.len()) as i64),
-        Arg::F32(k.y_scale.unwrap_or(1.0)),
-        Arg::F32(k.y_zero as f32),
-        Arg::F32(lo),
-        Arg::F32(hi),
-        Arg::I32(i32::from(p.relu)),
-        cx.arg(&out),
     ];
+    args.extend(epilogue.args.iter().cloned());
+    args.push(cx.arg(&out));
     cx.launch_elements(Source::Typed.kernel("quant_requantize"), n, &args)?;
     Ok(out)
 }

@@ -1,7 +1,7 @@
 //! Running one layer on cuda and on the cpu oracle, on random inputs, and comparing.
 
 use half::{bf16, f16};
-use kiln::{Backend, DataType, HostTensor, LayerKind, Network, Shape, TensorData};
+use kiln::{Backend, DataType, HostTensor, LayerId, LayerKind, MathMode, Network, Shape, TensorData};
 use kiln_cuda::CudaBackend;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -128,4 +128,17 @@ pub fn check_network(what: &str, net: &Network, feeds: &[HostTensor], tolerance:
 pub fn check(what: &str, kind: LayerKind, inputs: Vec<In>, tolerance: f64) {
     let (net, feeds) = one_layer(kind, inputs);
     check_network(what, &net, &feeds, tolerance);
+}
+
+/// The network's last layer: the one under test, which `one_layer` adds last.
+pub fn last_layer(net: &Network) -> LayerId {
+    LayerId(net.layers().len() - 1)
+}
+
+/// Runs `net` on cuda with `tactic` chosen for `layer` (the rest as untimed builds run).
+pub fn run_with_tactic(cuda: &CudaBackend, net: &Network, feeds: &[HostTensor], layer: LayerId, tactic: &kiln::TacticId, what: &str) -> Vec<HostTensor> {
+    let mut chosen = vec![None; net.layers().len()];
+    chosen[layer.0] = Some(tactic.clone());
+    let lowered = kiln::ir::control::lower(net, kiln::ir::control::DEFAULT_MAX_TRIP_COUNT).unwrap();
+    cuda.prepare_plan(net, &lowered, &chosen, MathMode::EXACT).unwrap().execute(feeds).unwrap_or_else(|e| panic!("{what} {tactic}: {e}"))
 }

@@ -2,7 +2,7 @@
 //! algorithm cuDNN offers (tactics), the fused bias + residual + ReLU epilogue, and the
 //! fallback to kiln's direct kernel without cuDNN.
 
-use crate::common::{backend, check_network, one_layer, random, rng, worst_error, In};
+use crate::common::{backend, check_network, last_layer, one_layer, random, run_with_tactic, rng, worst_error, In};
 use kiln::{
     ActivationKind, Backend, ConvolutionParams, DataType, ElementwiseOp, FusedAnchor, FusedParams, HostTensor, LayerId,
     LayerKind, MathMode, Network, PoolingKind, PoolingParams, PostOp,
@@ -89,11 +89,6 @@ fn fused_conv(
     one_layer(LayerKind::Fused(fused), inputs)
 }
 
-/// The layer under test is the last one `one_layer` adds.
-fn last_layer(net: &Network) -> LayerId {
-    LayerId(net.layers().len() - 1)
-}
-
 /// Runs `tactic` for `layer` and checks the first output against the cpu oracle's `want`: the
 /// dtype's tier, or 1e-2 for cuDNN's Winograd and FFT, which transform the operands (the rest,
 /// kiln's kernels and cuBLASLt included, are exact f32: TF32 is off by default).
@@ -107,12 +102,6 @@ fn assert_tactic_matches(cuda: &CudaBackend, net: &Network, feeds: &[HostTensor]
 }
 
 /// The network's outputs with `tactic` chosen for `layer` (the other layers on their defaults).
-fn run_with_tactic(cuda: &CudaBackend, net: &Network, feeds: &[HostTensor], layer: LayerId, tactic: &kiln::TacticId, what: &str) -> Vec<HostTensor> {
-    let mut chosen = vec![None; net.layers().len()];
-    chosen[layer.0] = Some(tactic.clone());
-    let lowered = kiln::ir::control::lower(net, kiln::ir::control::DEFAULT_MAX_TRIP_COUNT).unwrap();
-    cuda.prepare_plan(net, &lowered, &chosen, MathMode::EXACT).unwrap().execute(feeds).unwrap_or_else(|e| panic!("{what} {tactic}: {e}"))
-}
 
 #[test]
 fn every_tactic_of_a_fused_convolution_matches() {
