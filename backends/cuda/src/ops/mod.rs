@@ -403,17 +403,24 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
     let one = |t: DeviceTensor| Ok(vec![t]);
     match kind {
         K::Identity => one(dev(0)?),
-        K::Cast { to } => one(pointwise::cast(cx, &dev(0)?, *to)?),
+        // Elementwise in memory order: a channels-last input (an INT8 chain's Dequantize in an
+        // FP16 build) keeps its layout.
+        K::Cast { to } => {
+            let x = memory_order_input(cx, &raw(0)?, true)?;
+            one(pointwise::cast(cx, &x, *to)?.with_strides_of(&x))
+        }
         K::CastNarrow { to, saturate, e8m0_rounding } => one(typed::cast(cx, &dev(0)?, *to, *saturate, *e8m0_rounding)?),
         K::BitCast { to } => one(typed::bit_cast(cx, &dev(0)?, *to)?),
         // Per-tensor Q/DQ is elementwise: a channels-last input (an INT8 convolution's output)
         // keeps its layout, so the next convolution reads it without a reformat.
         K::Quantize { axis, to } => {
-            let (x, scale) = (per_tensor_input(cx, &raw(0)?, &dev(1)?)?, dev(1)?);
+            let scale = dev(1)?;
+            let x = memory_order_input(cx, &raw(0)?, scale.len() == 1)?;
             one(typed::quantize(cx, &x, &scale, opt_dev(2)?.as_ref(), *axis, *to)?.with_strides_of(&x))
         }
         K::Dequantize { axis } => {
-            let (x, scale) = (per_tensor_input(cx, &raw(0)?, &dev(1)?)?, dev(1)?);
+            let scale = dev(1)?;
+            let x = memory_order_input(cx, &raw(0)?, scale.len() == 1)?;
             one(typed::dequantize(cx, &x, &scale, opt_dev(2)?.as_ref(), *axis)?.with_strides_of(&x))
         }
         // Pointwise layers read any layout and write NHWC where an input of the output's shape is so (`keeps_channels_last`).
@@ -536,11 +543,11 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
     }
 }
 
-/// A Quantize / Dequantize input as its kernel may read it: as stored when packed channels-last
-/// and the scale is one value (the op is then the same on every element in memory order),
-/// row-major otherwise.
-fn per_tensor_input(cx: &Ctx, x: &DeviceTensor, scale: &DeviceTensor) -> KResult<DeviceTensor> {
-    match scale.len() == 1 && x.channels_last() {
+/// An input of a layer that is the same on every element (a Cast, a per-tensor Quantize /
+/// Dequantize) as its kernel may read it: as stored when packed channels-last, row-major
+/// otherwise; the output takes the same layout.
+fn memory_order_input(cx: &Ctx, x: &DeviceTensor, same_on_every_element: bool) -> KResult<DeviceTensor> {
+    match same_on_every_element && x.channels_last() {
         true => Ok(x.clone()),
         false => layout::to_row_major(cx, x),
     }

@@ -144,6 +144,30 @@ fn pointwise_layers_after_an_nhwc_convolution_keep_its_layout() {
 }
 
 #[test]
+fn casts_of_an_nhwc_convolution_output_keep_its_layout() {
+    // A Cast is elementwise in memory order: f16 convolution (channels-last) → f32 → a residual
+    // of a row-major input → f16 → a second convolution, and the f32 value as a network output
+    // (packed row-major at the end); both against the cpu oracle.
+    use kiln::{Network, Shape};
+    let mut r = rng(12);
+    let (n, c, k, hw) = (2, 8, 16, 7);
+    let mut net = Network::new("nhwc casts");
+    let x = net.add_input("x", DataType::F16, Shape::fixed(&[n, c, hw, hw])).unwrap();
+    let skip = net.add_input("skip", DataType::F32, Shape::fixed(&[n, k, hw - 2, hw - 2])).unwrap();
+    let w = random(&mut r, DataType::F16, &[k, c, 3, 3]).data().clone();
+    let conv = net.add_convolution(x, k, &[3, 3], w, None).unwrap();
+    let wide = net.add_layer("to f32", LayerKind::Cast { to: DataType::F32 }, vec![Some(net.output(conv, 0))]).unwrap();
+    let sum = net.add_elementwise(net.output(wide, 0), skip, ElementwiseOp::Sum).unwrap();
+    let narrow = net.add_layer("to f16", LayerKind::Cast { to: DataType::F16 }, vec![Some(net.output(sum, 0))]).unwrap();
+    let w2 = random(&mut r, DataType::F16, &[4, k, 1, 1]).data().clone();
+    let conv2 = net.add_convolution(net.output(narrow, 0), 4, &[1, 1], w2, None).unwrap();
+    net.mark_output(net.output(conv2, 0)).unwrap();
+    net.mark_output(net.output(wide, 0)).unwrap();
+    let feeds = [random(&mut r, DataType::F16, &[n, c, hw, hw]), random(&mut r, DataType::F32, &[n, k, hw - 2, hw - 2])];
+    crate::common::check_network("nhwc casts", &net, &feeds, 2e-2);
+}
+
+#[test]
 fn reductions_over_a_middle_axis_with_wide_rows_match() {
     // [outer, len, inner] with inner ≥ 32 runs column-wise (`reduce_columns_*`): a global
     // pooling of an NHWC activation, and a ragged last block of columns (inner 70).
