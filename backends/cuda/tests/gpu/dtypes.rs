@@ -316,6 +316,45 @@ fn quantize_and_dequantize_match_per_tensor_axis_and_element() {
     }
 }
 
+/// One scale for every element runs four elements per thread (`quant_*_8bit_x4`) where the
+/// length is a multiple of 4, and one at a time otherwise: both give the oracle's bytes, from
+/// f32, f16 and bf16 with a zero point, at rounding ties and past saturation.
+#[test]
+fn per_tensor_8bit_quantize_and_dequantize_match_with_and_without_vectors() {
+    let mut r = rng(78);
+    for len in [4096, 4099] {
+        for dtype in [DataType::F32, DataType::F16, DataType::BF16] {
+            // Multiples of scale / 2 land on ties; the range passes both saturation bounds.
+            let values: Vec<f32> = (0..len).map(|i| if i % 3 == 0 { (r.gen_range(-400i32..400) as f32) * 0.25 } else { r.gen_range(-90.0..90.0) }).collect();
+            let as_dtype = |v: Vec<f32>, shape: Vec<usize>| {
+                let data = match dtype {
+                    DataType::F16 => TensorData::F16(v.iter().map(|&x| half::f16::from_f32(x)).collect()),
+                    DataType::BF16 => TensorData::BF16(v.iter().map(|&x| half::bf16::from_f32(x)).collect()),
+                    _ => TensorData::F32(v),
+                };
+                HostTensor::new(shape, data).unwrap()
+            };
+            let x = as_dtype(values, vec![len]);
+            let scale = as_dtype(vec![0.5], vec![]);
+            for to in [DataType::I8, DataType::U8] {
+                let zero = HostTensor::new(vec![], if to == DataType::I8 { TensorData::I8(vec![-3]) } else { TensorData::U8(vec![100]) }).unwrap();
+                let layers = vec![(LayerKind::Quantize { axis: None, to }, vec![0, 1, 2]), (LayerKind::Quantize { axis: None, to }, vec![0, 1])];
+                let Some(outs) = run_both(&[x.clone(), scale.clone(), zero.clone()], &layers) else { return };
+                for ((got, want), (_, slots)) in outs.iter().zip(&layers) {
+                    assert_same(&format!("Quantize {dtype} -> {to}, {len} elements (inputs {slots:?})"), got, want);
+                }
+                let q = random_bytes(&mut r, to, len).into_data();
+                let q = HostTensor::new(vec![len], q).unwrap();
+                let layers = vec![(LayerKind::Dequantize { axis: None }, vec![0, 1, 2]), (LayerKind::Dequantize { axis: None }, vec![0, 1])];
+                let Some(outs) = run_both(&[q, scale.clone(), zero], &layers) else { return };
+                for ((got, want), (_, slots)) in outs.iter().zip(&layers) {
+                    assert_same(&format!("Dequantize {to} -> {dtype}, {len} elements (inputs {slots:?})"), got, want);
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn bit_cast_reinterprets_bytes() {
     let mut r = rng(77);
