@@ -1,7 +1,8 @@
 //! kiln's INT8 convolution (kernels/int8_conv.cu): an implicit GEMM on INT8 tensor cores that
 //! reads the NHWC input in place and writes the requantized (or float) NHWC output, the
-//! epilogue fused. It takes 2-D, one-group convolutions of symmetric int8 operands whose
-//! channels are a multiple of 16 (each 16-byte copy within one filter tap).
+//! epilogue fused. It takes 2-D, one-group convolutions of symmetric int8 operands; its 16-byte
+//! copies stay within one filter tap, so channels are zero-padded to a multiple of 16 where
+//! they are not (an RGB stem: zeros add nothing to the sums).
 
 use super::quant::Epilogue;
 use super::{layout, Ctx};
@@ -22,22 +23,25 @@ pub fn applies(c: &kiln::ConvolutionParams, x: &[usize], w: &[usize], out_dtype:
         && c.groups <= 1
         && c.strides.len() == 2
         && x[1] == w[1]
-        && x[1].is_multiple_of(16)
+        && x[1] > 0
         && matches!(out_dtype, DataType::I8 | DataType::U8 | DataType::F32)
 }
 
 /// The convolution with its epilogue, into a channels-last output of `out_shape`; None when an
 /// operand is not 16-byte aligned (the kernel's copies are).
 pub fn convolution(cx: &Ctx, c: &kiln::ConvolutionParams, x: &DeviceTensor, w: &DeviceTensor, epilogue: &Epilogue, out_shape: &[usize], out_dtype: DataType) -> KResult<Option<DeviceTensor>> {
-    let x = layout::to_channels_last(cx, x)?;
-    let w = cx.gpu.converted_weights(w, "krsc", |t| layout::to_channels_last(cx, t))?;
+    let x = channels_in_sixteens(cx, &layout::to_channels_last(cx, x)?)?;
+    let w = match w.shape[1] % 16 {
+        0 => cx.gpu.converted_weights(w, "krsc", |t| layout::to_channels_last(cx, t))?,
+        _ => cx.gpu.converted_weights(w, "krsc_c16", |t| channels_in_sixteens(cx, &layout::to_channels_last(cx, t)?))?,
+    };
     if !cx.gpu.ptr(&x.buf).is_multiple_of(16) || !cx.gpu.ptr(&w.buf).is_multiple_of(16) {
         return Ok(None);
     }
     let out = super::empty_in_layout(cx, out_dtype, out_shape, true)?;
     let [n, ch, h, wd] = <[usize; 4]>::try_from(x.shape.as_slice()).map_err(|_| invalid!("an INT8 convolution of a {}-D input", x.shape.len()))?;
     let (filters, taps) = (w.shape[0], w.shape[1] * w.shape[2] * w.shape[3]);
-    if out_shape.len() != 4 || out_shape[0] != n || out_shape[1] != filters || taps != ch * w.shape[2] * w.shape[3] {
+    if out_shape.len() != 4 || out_shape[0] != n || out_shape[1] != filters || w.shape[1] != ch {
         return Err(invalid!("an INT8 convolution of {:?} by {:?} into {out_shape:?}", x.shape, w.shape));
     }
     // Offsets into the tensors are 64-bit; the kernel's sizes and the filter's depth are 32-bit.
@@ -82,6 +86,29 @@ pub fn convolution(cx: &Ctx, c: &kiln::ConvolutionParams, x: &DeviceTensor, w: &
     args.push(cx.arg(&out));
     cx.gpu.launch_grid(&Source::Int8Conv.kernel(name), grid, (THREADS, 1, 1), &args).map_err(KernelError::from)?;
     Ok(Some(out))
+}
+
+/// A packed channels-last `[n, c, …]` tensor with its channels zero-padded to a multiple of 16
+/// (itself when they are one), still packed channels-last.
+fn channels_in_sixteens(cx: &Ctx, t: &DeviceTensor) -> KResult<DeviceTensor> {
+    let channels = t.shape[1];
+    if channels.is_multiple_of(16) {
+        return Ok(t.clone());
+    }
+    // The bytes as a row-major [n, …, c], padded at the end of the last axis.
+    let order = DeviceTensor::channels_last_order(t.shape.len());
+    let stored: Vec<usize> = order.iter().map(|&d| t.shape[d]).collect();
+    let padded_channels = channels.next_multiple_of(16);
+    let mut pads = vec![0i64; 2 * stored.len()];
+    pads[2 * stored.len() - 1] = (padded_channels - channels) as i64;
+    let pads = kiln::HostTensor::new(vec![pads.len()], kiln::TensorData::I64(pads)).map_err(KernelError::from)?;
+    let mut out_stored = stored.clone();
+    *out_stored.last_mut().expect("rank 4") = padded_channels;
+    let raw = DeviceTensor::new(std::sync::Arc::clone(&t.buf), t.dtype, stored);
+    let padded = super::resize::padding(cx, kiln::PaddingMode::Constant, &raw, &pads, None, &out_stored)?;
+    let mut shape = t.shape.clone();
+    shape[1] = padded_channels;
+    Ok(DeviceTensor { strides: Some(DeviceTensor::channels_last_strides(&shape)), ..padded.reshaped(shape) })
 }
 
 /// Every kernel of `int8_conv.cu`, for the NVRTC test.

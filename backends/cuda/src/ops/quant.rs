@@ -2,18 +2,18 @@
 //! sum of 8-bit products on INT8 tensor cores where the layer is in their form, and the
 //! requantizing epilogue per output channel in the f32 operations of kiln-cpu's oracle.
 //!
-//! - **Convolutions** (2-D, one group, channels in multiples of 16): kiln's implicit-GEMM
-//!   kernel (`ops::int8_conv`) with the epilogue fused, int8 NHWC in and out. The other tactic,
-//!   timed against it by the builder (`INT8_CONV_LIBRARY`), is the libraries' sums followed by
-//!   the epilogue kernel (`quant_requantize` in kernels/typed.cu): cuBLASLt IMMA for a 1×1
-//!   filter, cuDNN's INT8 NHWC convolution (INT8_EXT_CONFIG, f32 sums) otherwise; channels in
-//!   multiples of 4 take only that one.
+//! - **Convolutions** (2-D, one group): kiln's implicit-GEMM kernel (`ops::int8_conv`) with
+//!   the epilogue fused, int8 NHWC in and out, channels zero-padded to a multiple of 16. The
+//!   other tactic, timed against it by the builder (`INT8_CONV_LIBRARY`), is the libraries' sums
+//!   followed by the epilogue kernel (`quant_requantize` in kernels/typed.cu): cuBLASLt IMMA for
+//!   a 1×1 filter, cuDNN's INT8 NHWC convolution (INT8_EXT_CONFIG, f32 sums) for channels in
+//!   multiples of 4, the f32 fallback below otherwise.
 //! - **Products** (`A[…, k]` by constant `B`): cuBLASLt IMMA, int8 × int8 → int32. Its "TN"
 //!   form wants `B` stored `[n, k]`: constant weights stored `[k, n]` are transposed once.
 //! - The output stays NHWC, so a chain of INT8 convolutions never changes layout.
 //! - All want int8 operands with zero points 0 (symmetric quantization, the form TensorRT and
 //!   PyTorch export). Anything else (uint8 activations, weight zero points, grouped or 1-D
-//!   convolutions, odd channel counts) subtracts its zero points in f32 and runs the float
+//!   convolutions) subtracts its zero points in f32 and runs the float
 //!   layer without TF32: exact while partial sums stay below 2^24, as f32 holds integers.
 
 use super::{compute, conv, int8_conv, layout, movement, pointwise, typed, Ctx, Value};

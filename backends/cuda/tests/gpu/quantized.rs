@@ -16,8 +16,8 @@ fn conv_padded(strides: &[usize], pre: &[usize], post: &[usize], dilations: &[us
 /// Both tactics of symmetric int8 convolutions (kiln's kernel with the epilogue fused, and the
 /// libraries' sums with the epilogue kernel) give the cpu oracle's values, over the sizes the
 /// kernel's tiles meet: pixels and filters that do not fill a block, channel counts that are
-/// not a multiple of its 64-channel step (copies across filter taps), strides, dilations and
-/// uneven padding; each tactic can be timed with the layer's constants.
+/// not a multiple of its 64-channel step (copies across filter taps) or of 16 (padded),
+/// strides, dilations and uneven padding; each tactic can be timed with the layer's constants.
 #[test]
 fn both_int8_convolution_tactics_match_the_cpu_oracle_exactly() {
     let Some(cuda) = backend() else { return };
@@ -28,6 +28,9 @@ fn both_int8_convolution_tactics_match_the_cpu_oracle_exactly() {
         ("3x3 dilation 2, uneven padding, 32 channels, 64 filters, f32", layer(conv_padded(&[1, 1], &[0, 2], &[2, 1], &[2, 2]), S, &[2, 32, 12, 15], &[64, 32, 3, 3], 64, None, true, DataType::F32)),
         ("1x1, 64 channels, 256 filters, int32 bias, int8", layer(conv(1, &[1, 1], &[0, 0]), S, &[2, 64, 7, 7], &[256, 64, 1, 1], 256, Some(DataType::I32), false, DataType::I8)),
         ("5x2, 16 channels, 136 filters, 300 pixels, int32 bias, ReLU, int8", layer(conv(1, &[1, 1], &[2, 0]), S, &[3, 16, 10, 11], &[136, 16, 5, 2], 136, Some(DataType::I32), true, DataType::I8)),
+        // Channels zero-padded to 16 and 32 for kiln's kernel: an RGB stem, and 24 channels.
+        ("7x7 stride 2 stem, 3 channels, 64 filters, int32 bias, ReLU, int8", layer(conv(1, &[2, 2], &[3, 3]), S, &[2, 3, 23, 20], &[64, 3, 7, 7], 64, Some(DataType::I32), true, DataType::I8)),
+        ("3x3, 24 channels, 40 filters, f32", layer(conv(1, &[1, 1], &[1, 1]), S, &[2, 24, 9, 9], &[40, 24, 3, 3], 40, None, false, DataType::F32)),
     ];
     for (what, (net, feeds)) in cases {
         let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap();
