@@ -43,21 +43,33 @@ struct Requant {
     int relu, out_type;
 };
 
-__device__ __forceinline__ void requant_store(const Requant& e, int acc, int ch, i64 at, void* y) {
-    long long exact = acc;
-    if (e.int_bias) exact += e.int_bias[ch];
-    float v = __fmul_rn(__ll2float_rn(exact), e.scale[e.scale_len == 1 ? 0 : ch]);
-    if (e.float_bias) v = __fadd_rn(v, e.float_bias[e.float_bias_len == 1 ? 0 : ch]);
-    if (e.out_type == IC_F32) {
-        ((float*)y)[at] = e.relu ? fmaxf(v, 0.0f) : v;
-        return;
-    }
+// One output channel's epilogue operands, loaded once per thread.
+struct Channel {
+    float scale, float_bias;
+    int int_bias;
+};
+
+__device__ __forceinline__ Channel channel(const Requant& e, int ch) {
+    Channel c;
+    c.scale = e.scale[e.scale_len == 1 ? 0 : ch];
+    c.float_bias = e.float_bias ? e.float_bias[e.float_bias_len == 1 ? 0 : ch] : 0.0f;
+    c.int_bias = e.int_bias ? e.int_bias[ch] : 0;
+    return c;
+}
+
+// The sum scaled, with the float bias: the float output before its ReLU.
+__device__ __forceinline__ float scaled(const Requant& e, const Channel& c, int acc) {
+    float v = __fmul_rn(__ll2float_rn((long long)acc + c.int_bias), c.scale);
+    return e.float_bias ? __fadd_rn(v, c.float_bias) : v;
+}
+
+// The requantized level's byte (int8 or uint8).
+__device__ __forceinline__ unsigned char level_byte(const Requant& e, float v) {
     if (e.float_bias) v = __fdiv_rn(v, e.y_scale);
     float level = rintf(v);
     if (e.relu) level = fmaxf(level, 0.0f);
     level = fminf(fmaxf(level + e.y_zero, e.lo), e.hi);
-    if (e.out_type == IC_I8) ((signed char*)y)[at] = (signed char)(int)level;
-    else ((unsigned char*)y)[at] = (unsigned char)(int)level;
+    return e.out_type == IC_I8 ? (unsigned char)(signed char)(int)level : (unsigned char)(int)level;
 }
 
 // `win` gives the sizes (NCHW names; the tensors are NHWC, the filter [k][r][s][c]).
@@ -161,19 +173,59 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
     }
 
     // Accumulator (mt, nt): elements 0, 1 at row lane/4, channels 2·(lane%4) + {0, 1}; 2, 3 eight rows down.
+    if (e.out_type == IC_F32) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            const int ch = n0 + warp_n * WN + nt * 8 + (lane % 4) * 2;
+            const Channel c[2] = {channel(e, min(ch, k - 1)), channel(e, min(ch + 1, k - 1))};
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    const i64 m = m0 + warp_m * WM + mt * 16 + lane / 4 + half * 8;
+#pragma unroll
+                    for (int j = 0; j < 2; ++j) {
+                        if (m >= pixels || ch + j >= k) continue;
+                        const float v = scaled(e, c[j], acc[mt][nt][half * 2 + j]);
+                        ((float*)y)[m * k + ch + j] = e.relu ? fmaxf(v, 0.0f) : v;
+                    }
+                }
+        }
+        return;
+    }
+    // Levels: the block's [128 pixels][BN filters] bytes gather in shared memory (the operand
+    // tiles are free), then leave in 16-byte row pieces: scattered byte stores were most of the
+    // time of a convolution with few input channels.
+    typedef unsigned char OutRow[BN + 16];
+    static_assert(sizeof(OutRow) * IC_BM <= sizeof(as), "the output tile fits where A was");
+    OutRow* tile = reinterpret_cast<OutRow*>(&as[0][0][0]);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-        const int ch = n0 + warp_n * WN + nt * 8 + (lane % 4) * 2;
+        const int col = warp_n * WN + nt * 8 + (lane % 4) * 2, ch = n0 + col;
+        const Channel c[2] = {channel(e, min(ch, k - 1)), channel(e, min(ch + 1, k - 1))};
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
-                const i64 m = m0 + warp_m * WM + mt * 16 + lane / 4 + half * 8;
-                if (m >= pixels) continue;
-#pragma unroll
-                for (int j = 0; j < 2; ++j)
-                    if (ch + j < k) requant_store(e, acc[mt][nt][half * 2 + j], ch + j, m * k + ch + j, y);
+                const int row = warp_m * WM + mt * 16 + lane / 4 + half * 8;
+                const unsigned char b0 = level_byte(e, scaled(e, c[0], acc[mt][nt][half * 2]));
+                const unsigned char b1 = level_byte(e, scaled(e, c[1], acc[mt][nt][half * 2 + 1]));
+                *reinterpret_cast<uchar2*>(&tile[row][col]) = make_uchar2(b0, b1);
             }
+    }
+    __syncthreads();
+    unsigned char* out = (unsigned char*)y;
+    const bool vector = k % 16 == 0 && ((size_t)out % 16) == 0;
+#pragma unroll 1
+    for (int piece = tid; piece < IC_BM * (BN / 16); piece += IC_THREADS) {
+        const int row = piece / (BN / 16), col = (piece % (BN / 16)) * 16;
+        const i64 m = m0 + row;
+        if (m >= pixels || n0 + col >= k) continue;
+        if (vector) {
+            *reinterpret_cast<uint4*>(out + m * k + n0 + col) = *reinterpret_cast<const uint4*>(&tile[row][col]);
+        } else {
+            for (int j = 0; j < 16 && n0 + col + j < k; ++j) out[m * k + n0 + col + j] = tile[row][col + j];
+        }
     }
 }
 
