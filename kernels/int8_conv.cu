@@ -242,3 +242,23 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
 // (warps 4 × 2, each 32 × 32).
 INT8_CONV(int8_conv_bn128, 128, 2, 4)
 INT8_CONV(int8_conv_bn64, 64, 4, 2)
+
+// An 8-bit [n, c, h, w] tensor (element strides sn, sc, sh, sw: any layout) as packed NHWC with
+// its channels zero-padded to `padded`, a multiple of 16: one 16-byte piece per thread. How an
+// RGB stem, or any channel count short of 16s, reaches the convolution above.
+extern "C" __global__ void int8_pad_channels(i64 n, i64 c, i64 h, i64 w, i64 padded, i64 sn, i64 sc, i64 sh, i64 sw,
+                                             const unsigned char* x, unsigned char* y) {
+    const i64 per_pixel = padded / 16, total = n * h * w * per_pixel;
+    KILN_GRID_LOOP(i, total) {
+        i64 pixel = i / per_pixel;
+        const i64 first = (i % per_pixel) * 16, iw = pixel % w;
+        pixel /= w;
+        const i64 ih = pixel % h, in = pixel / h;
+        const unsigned char* src = x + in * sn + ih * sh + iw * sw;
+        uint4 piece;
+        unsigned char* bytes = reinterpret_cast<unsigned char*>(&piece);
+#pragma unroll
+        for (int j = 0; j < 16; ++j) bytes[j] = first + j < c ? src[(first + j) * sc] : 0;
+        reinterpret_cast<uint4*>(y)[i] = piece;
+    }
+}

@@ -30,10 +30,10 @@ pub fn applies(c: &kiln::ConvolutionParams, x: &[usize], w: &[usize], out_dtype:
 /// The convolution with its epilogue, into a channels-last output of `out_shape`; None when an
 /// operand is not 16-byte aligned (the kernel's copies are).
 pub fn convolution(cx: &Ctx, c: &kiln::ConvolutionParams, x: &DeviceTensor, w: &DeviceTensor, epilogue: &Epilogue, out_shape: &[usize], out_dtype: DataType) -> KResult<Option<DeviceTensor>> {
-    let x = channels_in_sixteens(cx, &layout::to_channels_last(cx, x)?)?;
+    let x = channels_in_sixteens(cx, x)?;
     let w = match w.shape[1] % 16 {
         0 => cx.gpu.converted_weights(w, "krsc", |t| layout::to_channels_last(cx, t))?,
-        _ => cx.gpu.converted_weights(w, "krsc_c16", |t| channels_in_sixteens(cx, &layout::to_channels_last(cx, t)?))?,
+        _ => cx.gpu.converted_weights(w, "krsc_c16", |t| channels_in_sixteens(cx, t))?,
     };
     if !cx.gpu.ptr(&x.buf).is_multiple_of(16) || !cx.gpu.ptr(&w.buf).is_multiple_of(16) {
         return Ok(None);
@@ -88,30 +88,25 @@ pub fn convolution(cx: &Ctx, c: &kiln::ConvolutionParams, x: &DeviceTensor, w: &
     Ok(Some(out))
 }
 
-/// A packed channels-last `[n, c, …]` tensor with its channels zero-padded to a multiple of 16
-/// (itself when they are one), still packed channels-last.
+/// A 4-D tensor in any layout as packed channels-last with its channels zero-padded to a
+/// multiple of 16 (`int8_pad_channels`), or in place when they are one already.
 fn channels_in_sixteens(cx: &Ctx, t: &DeviceTensor) -> KResult<DeviceTensor> {
-    let channels = t.shape[1];
-    if channels.is_multiple_of(16) {
-        return Ok(t.clone());
+    let [n, c, h, w] = <[usize; 4]>::try_from(t.shape.as_slice()).map_err(|_| invalid!("an INT8 convolution operand of rank {}", t.shape.len()))?;
+    if c.is_multiple_of(16) {
+        return layout::to_channels_last(cx, t);
     }
-    // The bytes as a row-major [n, …, c], padded at the end of the last axis.
-    let order = DeviceTensor::channels_last_order(t.shape.len());
-    let stored: Vec<usize> = order.iter().map(|&d| t.shape[d]).collect();
-    let padded_channels = channels.next_multiple_of(16);
-    let mut pads = vec![0i64; 2 * stored.len()];
-    pads[2 * stored.len() - 1] = (padded_channels - channels) as i64;
-    let pads = kiln::HostTensor::new(vec![pads.len()], kiln::TensorData::I64(pads)).map_err(KernelError::from)?;
-    let mut out_stored = stored.clone();
-    *out_stored.last_mut().expect("rank 4") = padded_channels;
-    let raw = DeviceTensor::new(std::sync::Arc::clone(&t.buf), t.dtype, stored);
-    let padded = super::resize::padding(cx, kiln::PaddingMode::Constant, &raw, &pads, None, &out_stored)?;
-    let mut shape = t.shape.clone();
-    shape[1] = padded_channels;
-    Ok(DeviceTensor { strides: Some(DeviceTensor::channels_last_strides(&shape)), ..padded.reshaped(shape) })
+    let padded = c.next_multiple_of(16);
+    let out = super::empty_in_layout(cx, t.dtype, &[n, padded, h, w], true)?;
+    let pieces = n * h * w * (padded / 16);
+    let strides = t.element_strides();
+    let mut args: Vec<Arg> = [n, c, h, w, padded].iter().map(|&d| Arg::I64(d as i64)).collect();
+    args.extend(strides.iter().map(|&s| Arg::I64(s)));
+    args.extend([cx.arg(t), cx.arg(&out)]);
+    cx.launch_elements(Source::Int8Conv.kernel("int8_pad_channels"), pieces, &args)?;
+    Ok(out)
 }
 
 /// Every kernel of `int8_conv.cu`, for the NVRTC test.
-pub fn kernel_names() -> [&'static str; 2] {
-    ["int8_conv_bn64", "int8_conv_bn128"]
+pub fn kernel_names() -> [&'static str; 3] {
+    ["int8_conv_bn64", "int8_conv_bn128", "int8_pad_channels"]
 }
