@@ -23,6 +23,7 @@ pub fn expected_kernels() -> Vec<Kernel> {
     add(Source::Typed, &mut super::typed::kernel_names().into_iter());
     add(Source::Copy, &mut each(&["strided_copy", "transpose_tiled", "gather", "resize_nearest"], &WIDTHS));
     add(Source::Copy, &mut ["strided_copy_u128".to_string()].into_iter());
+    add(Source::Copy, &mut super::pointwise::VECTOR_CASTS.iter().map(|c| format!("{c}_x4")));
     add(Source::Select, &mut each(&["select"], &WIDTHS));
     add(Source::Select, &mut each(&["prelu"], &FLOATS));
     add(Source::Indexing, &mut each(&["gather_elements", "gather_nd"], &WIDTHS));

@@ -221,9 +221,17 @@ pub fn cast(cx: &Ctx, x: &DeviceTensor, to: DataType) -> KResult<DeviceTensor> {
     };
     let out = cx.gpu.empty(to, x.shape.clone()).map_err(KernelError::from)?;
     let n = x.len();
+    let aligned = |t: &DeviceTensor| crate::buffer::storage_size(t.dtype).is_ok_and(|size| cx.gpu.ptr(&t.buf).is_multiple_of(4 * size as u64));
+    if VECTOR_CASTS.contains(&name.as_str()) && n.is_multiple_of(4) && aligned(x) && aligned(&out) {
+        cx.launch_elements(Source::Copy.kernel(format!("{name}_x4")), n / 4, &[Arg::I64((n / 4) as i64), cx.arg(x), cx.arg(&out)])?;
+        return Ok(out);
+    }
     cx.launch_elements(Source::Copy.kernel(name), n, &[Arg::I64(n as i64), cx.arg(x), cx.arg(&out)])?;
     Ok(out)
 }
+
+/// The casts with a four-elements-per-thread kernel (`{name}_x4` in kernels/copy.cu).
+pub const VECTOR_CASTS: [&str; 4] = ["cast_f32_f16", "cast_f16_f32", "cast_f32_bf16", "cast_bf16_f32"];
 
 /// `unary_*`'s code replacing NaN by zero (no ONNX op; attention's NaN guard).
 pub const NAN_TO_ZERO: (i32, f32, f32) = (54, 0.0, 0.0);
