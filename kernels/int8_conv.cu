@@ -5,8 +5,8 @@
 // read straight from the NHWC input (zeros in the padding), B is the filter stored [k][r][s][c].
 // A block of 8 warps owns 128 pixels × BN filters and walks r·s·c 64 channels at a time: both
 // tiles arrive by cp.async into one of two shared buffers while the other feeds mma.sync
-// m16n8k32 (s8 × s8 → s32) through ldmatrix. Channels are a multiple of 16, so each 16-byte copy
-// lies within one filter tap (the host checks).
+// m16n8k32 (s8 × s8 → s32) through ldmatrix. Channels are a multiple of 16 (the host pads them
+// with int8_pad_channels below), so each 16-byte copy lies within one filter tap.
 //
 // The epilogue is quant_requantize's (typed.cu) operation for operation: the exact sum plus the
 // int32 bias, rounded once to f32, times the channel's scale, plus a float bias, then the float
@@ -32,7 +32,7 @@ __device__ __forceinline__ void mma_s8(int* c, const unsigned* a, unsigned b0, u
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// The epilogue's operands (the host's `quant::EpilogueArgs`, in this order).
+// The epilogue's operands (the host's `quant::Epilogue` arguments, in this order).
 struct Requant {
     const int* int_bias;
     const float* scale;

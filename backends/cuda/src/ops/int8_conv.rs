@@ -35,17 +35,17 @@ pub fn convolution(cx: &Ctx, c: &kiln::ConvolutionParams, x: &DeviceTensor, w: &
         0 => cx.gpu.converted_weights(w, "krsc", |t| layout::to_channels_last(cx, t))?,
         _ => cx.gpu.converted_weights(w, "krsc_c16", |t| channels_in_sixteens(cx, t))?,
     };
-    if !cx.gpu.ptr(&x.buf).is_multiple_of(16) || !cx.gpu.ptr(&w.buf).is_multiple_of(16) {
+    if !super::lane_aligned(cx, &x, 16) || !super::lane_aligned(cx, &w, 16) {
         return Ok(None);
     }
     let out = super::empty_in_layout(cx, out_dtype, out_shape, true)?;
     let [n, ch, h, wd] = <[usize; 4]>::try_from(x.shape.as_slice()).map_err(|_| invalid!("an INT8 convolution of a {}-D input", x.shape.len()))?;
-    let (filters, taps) = (w.shape[0], w.shape[1] * w.shape[2] * w.shape[3]);
+    let (filters, depth) = (w.shape[0], w.shape[1] * w.shape[2] * w.shape[3]);
     if out_shape.len() != 4 || out_shape[0] != n || out_shape[1] != filters || w.shape[1] != ch {
         return Err(invalid!("an INT8 convolution of {:?} by {:?} into {out_shape:?}", x.shape, w.shape));
     }
     // Offsets into the tensors are 64-bit; the kernel's sizes and the filter's depth are 32-bit.
-    if [n, ch, h, wd, filters, taps, out_shape[2] * out_shape[3]].iter().any(|&d| d > i32::MAX as usize) {
+    if [n, ch, h, wd, filters, depth, out_shape[2] * out_shape[3]].iter().any(|&d| d > i32::MAX as usize) {
         return Err(invalid!("an INT8 convolution of {:?} is too large for the kernel's 32-bit sizes", x.shape));
     }
     if out.is_empty() {

@@ -543,6 +543,12 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
     }
 }
 
+/// Whether `t`'s buffer starts at a multiple of `lanes` elements: what a kernel reading or
+/// writing `lanes` elements per access needs.
+pub fn lane_aligned(cx: &Ctx, t: &DeviceTensor, lanes: usize) -> bool {
+    crate::buffer::storage_size(t.dtype).is_ok_and(|size| cx.gpu.ptr(&t.buf).is_multiple_of((lanes * size) as u64))
+}
+
 /// An input of a layer that is the same on every element (a Cast, a per-tensor Quantize /
 /// Dequantize) as its kernel may read it: as stored when packed channels-last, row-major
 /// otherwise; the output takes the same layout.

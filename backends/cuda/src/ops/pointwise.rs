@@ -221,8 +221,7 @@ pub fn cast(cx: &Ctx, x: &DeviceTensor, to: DataType) -> KResult<DeviceTensor> {
     };
     let out = cx.gpu.empty(to, x.shape.clone()).map_err(KernelError::from)?;
     let n = x.len();
-    let aligned = |t: &DeviceTensor| crate::buffer::storage_size(t.dtype).is_ok_and(|size| cx.gpu.ptr(&t.buf).is_multiple_of(4 * size as u64));
-    if VECTOR_CASTS.contains(&name.as_str()) && n.is_multiple_of(4) && aligned(x) && aligned(&out) {
+    if VECTOR_CASTS.contains(&name.as_str()) && n.is_multiple_of(4) && super::lane_aligned(cx, x, 4) && super::lane_aligned(cx, &out, 4) {
         cx.launch_elements(Source::Copy.kernel(format!("{name}_x4")), n / 4, &[Arg::I64((n / 4) as i64), cx.arg(x), cx.arg(&out)])?;
         return Ok(out);
     }

@@ -294,7 +294,7 @@ fn requantize(cx: &Ctx, p: &Q, acc: &DeviceTensor, bias: Option<&DeviceTensor>, 
         Arg::I64(n as i64),
         cx.arg(acc),
     ];
-    args.extend(epilogue.args.iter().cloned());
+    args.extend(epilogue.args.iter().copied());
     args.push(cx.arg(&out));
     cx.launch_elements(Source::Typed.kernel("quant_requantize"), n, &args)?;
     Ok(out)

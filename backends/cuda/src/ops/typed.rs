@@ -123,6 +123,22 @@ pub fn quantize(
     kiln::plan::quant::check_zero_point(scale.len(), zero_point.map(DeviceTensor::len))?;
     let out = cx.gpu.empty(to, x.shape.clone()).map_err(KernelError::from)?;
     let n = x.len();
+    let eight_bit = matches!(to, DataType::I8 | DataType::U8) && short_float(x.dtype) && short_float(scale.dtype) && zero_point.is_none_or(|z| is_8bit(z.dtype));
+    if eight_bit && per_tensor_x4(cx, scale, x, &out) {
+        let vector = [
+            Arg::I32(type_code(x.dtype)),
+            Arg::I32(type_code(scale.dtype)),
+            Arg::I32(zero_point.map_or(-1, |z| type_code(z.dtype))),
+            Arg::I32(type_code(to)),
+            Arg::I64((n / 4) as i64),
+            cx.arg(x),
+            cx.arg(scale),
+            zero_point.map_or(Arg::NULL, |z| cx.arg(z)),
+            cx.arg(&out),
+        ];
+        cx.launch_elements(Source::Typed.kernel("quant_quantize_8bit_x4"), n / 4, &vector)?;
+        return Ok(out);
+    }
     let args = [
         Arg::I32(type_code(x.dtype)),
         Arg::I32(type_code(scale.dtype)),
@@ -136,12 +152,6 @@ pub fn quantize(
         zero_point.map_or(Arg::NULL, |z| cx.arg(z)),
         cx.arg(&out),
     ];
-    let eight_bit = matches!(to, DataType::I8 | DataType::U8) && short_float(x.dtype) && short_float(scale.dtype) && zero_point.is_none_or(|z| is_8bit(z.dtype));
-    if eight_bit && per_tensor_x4(cx, scale, x, &out) {
-        let vector = [args[0], args[1], args[2], args[3], Arg::I64((n / 4) as i64), args[7], args[8], args[9], args[10]];
-        cx.launch_elements(Source::Typed.kernel("quant_quantize_8bit_x4"), n / 4, &vector)?;
-        return Ok(out);
-    }
     cx.launch_elements(Source::Typed.kernel(if eight_bit { "quant_quantize_8bit" } else { "quant_quantize_any" }), n, &args)?;
     Ok(out)
 }
@@ -149,8 +159,7 @@ pub fn quantize(
 /// Whether a Q/DQ with one scale for every element may run four elements per thread: a length
 /// divisible by 4 and both buffers aligned to four elements.
 fn per_tensor_x4(cx: &Ctx, scale: &DeviceTensor, x: &DeviceTensor, out: &DeviceTensor) -> bool {
-    let aligned = |t: &DeviceTensor| crate::buffer::storage_size(t.dtype).is_ok_and(|size| cx.gpu.ptr(&t.buf).is_multiple_of(4 * size as u64));
-    scale.len() == 1 && x.len().is_multiple_of(4) && aligned(x) && aligned(out)
+    scale.len() == 1 && x.len().is_multiple_of(4) && super::lane_aligned(cx, x, 4) && super::lane_aligned(cx, out, 4)
 }
 
 /// f32, f16 or bf16: the types whose Q/DQ arithmetic is f32 (the 8-bit kernels' float side).
@@ -185,6 +194,21 @@ pub fn dequantize(
     }
     let out = cx.gpu.empty(scale.dtype, x.shape.clone()).map_err(KernelError::from)?;
     let n = x.len();
+    let eight_bit = is_8bit(x.dtype) && short_float(scale.dtype);
+    if eight_bit && per_tensor_x4(cx, scale, x, &out) {
+        let vector = [
+            Arg::I32(type_code(x.dtype)),
+            Arg::I32(type_code(scale.dtype)),
+            Arg::I32(type_code(scale.dtype)),
+            Arg::I64((n / 4) as i64),
+            cx.arg(x),
+            cx.arg(scale),
+            zero_point.map_or(Arg::NULL, |z| cx.arg(z)),
+            cx.arg(&out),
+        ];
+        cx.launch_elements(Source::Typed.kernel("quant_dequantize_8bit_x4"), n / 4, &vector)?;
+        return Ok(out);
+    }
     let args = [
         Arg::I32(type_code(x.dtype)),
         Arg::I32(type_code(scale.dtype)),
@@ -197,12 +221,6 @@ pub fn dequantize(
         zero_point.map_or(Arg::NULL, |z| cx.arg(z)),
         cx.arg(&out),
     ];
-    let eight_bit = is_8bit(x.dtype) && short_float(scale.dtype);
-    if eight_bit && per_tensor_x4(cx, scale, x, &out) {
-        let vector = [args[0], args[1], args[2], Arg::I64((n / 4) as i64), args[6], args[7], args[8], args[9]];
-        cx.launch_elements(Source::Typed.kernel("quant_dequantize_8bit_x4"), n / 4, &vector)?;
-        return Ok(out);
-    }
     cx.launch_elements(Source::Typed.kernel(if eight_bit { "quant_dequantize_8bit" } else { "quant_dequantize_any" }), n, &args)?;
     Ok(out)
 }

@@ -1,6 +1,6 @@
 //! Inputs for timing a tactic: values in [-1, 1) from a xorshift stream (8-bit integers over
-//! their range), since kernels must be timed on realistic data, not zeros. Every backend draws the same stream, so a
-//! timing is reproducible from run to run.
+//! their range), since kernels must be timed on realistic data, not zeros. Every backend draws
+//! the same stream, so a timing is reproducible from run to run.
 
 use crate::ir::dtype::DataType;
 use crate::ir::tensor::{HostTensor, TensorData};
