@@ -15,11 +15,17 @@ typedef unsigned long long u64;
 __device__ __forceinline__ float to_f(float x) { return x; }
 __device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+// 8-bit integer levels (pointwise chains between quantized layers).
+__device__ __forceinline__ float to_f(signed char x) { return (float)x; }
+__device__ __forceinline__ float to_f(unsigned char x) { return (float)x; }
 
 template <typename T> __device__ __forceinline__ T from_f(float x);
 template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
 template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+// A level already rounded and saturated into the type's range (a chain's QuantizeLinear).
+template <> __device__ __forceinline__ signed char from_f<signed char>(float x) { return (signed char)(int)x; }
+template <> __device__ __forceinline__ unsigned char from_f<unsigned char>(float x) { return (unsigned char)(int)x; }
 
 // Output shape and, per operand, element strides (0 on broadcast axes); rank <= KILN_MAX_RANK.
 struct Layout {

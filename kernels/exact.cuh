@@ -23,6 +23,12 @@ template <> __device__ __forceinline__ float from_d<float>(double x) { return __
 template <> __device__ __forceinline__ double from_d<double>(double x) { return x; }
 template <> __device__ __forceinline__ __half from_d<__half>(double x) { return __float2half_rn(f32_round_to_odd(x)); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_d<__nv_bfloat16>(double x) { return __float2bfloat16_rn(f32_round_to_odd(x)); }
+// 8-bit levels (max pooling between quantized layers): exact in double; out of range saturates,
+// so a window of padding only (-inf) gives the type's minimum, as pool.cu's pool_int does.
+__device__ __forceinline__ double to_d(signed char x) { return (double)x; }
+__device__ __forceinline__ double to_d(unsigned char x) { return (double)x; }
+template <> __device__ __forceinline__ signed char from_d<signed char>(double x) { return (signed char)fmin(fmax(x, -128.0), 127.0); }
+template <> __device__ __forceinline__ unsigned char from_d<unsigned char>(double x) { return (unsigned char)fmin(fmax(x, 0.0), 255.0); }
 
 // An unfused product (never contracted into an FMA with the add that consumes it).
 __device__ __forceinline__ double mul_d(double a, double b) { return __dmul_rn(a, b); }

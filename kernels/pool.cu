@@ -113,7 +113,7 @@ __device__ void pool_int(i64 n, int spatial, const PoolAxis* axes, const T* x, T
     }
 }
 
-// 2-D float pooling on channels-last N×H×W×C, the layout 16-bit convolutions leave, with
+// 2-D float (and 8-bit max) pooling on channels-last N×H×W×C, the layout convolutions leave, with
 // ceil mode's overhang, asymmetric padding and dilation, and no conversion to N×C×H×W and
 // back. One thread per output pixel and V consecutive channels (the host picks
 // V dividing C, and keeps the thread count in int range), so neighbouring threads read
@@ -164,12 +164,11 @@ __device__ void pool2d_nhwc(int n, int c, int ih, int iw, int oh, int ow, int kh
             for (i64 ky = yf; ky < ye; ++ky) {
                 const T* row = plane + (ys + ky * dh) * iw * c;
                 for (i64 kx = xf; kx < xe; ++kx) {
-                    const T* cell = row + (xs + kx * dw) * c;
+                    // V channels in one access (the host checks the alignment).
+                    float a[V];
+                    load_run<V>(row + (xs + kx * dw) * c, a);
 #pragma unroll
-                    for (int v = 0; v < V; ++v) {
-                        const float a = to_f(cell[v]);
-                        acc[v] = acc[v] != acc[v] ? acc[v] : (a != a || a > acc[v] ? a : acc[v]);
-                    }
+                    for (int v = 0; v < V; ++v) acc[v] = acc[v] != acc[v] ? acc[v] : (a[v] != a[v] || a[v] > acc[v] ? a[v] : acc[v]);
                 }
             }
 #pragma unroll
@@ -190,6 +189,10 @@ POOL2D_NHWC(bf16, __nv_bfloat16, 1)
 POOL2D_NHWC(f32_x4, float, 4)
 POOL2D_NHWC(f16_x8, __half, 8)
 POOL2D_NHWC(bf16_x8, __nv_bfloat16, 8)
+POOL2D_NHWC(i8, signed char, 1)
+POOL2D_NHWC(u8, unsigned char, 1)
+POOL2D_NHWC(i8_x16, signed char, 16)
+POOL2D_NHWC(u8_x16, unsigned char, 16)
 
 #define POOL_FLOAT(suffix, T) \
     extern "C" __global__ void pool_##suffix(i64 n, int spatial, const PoolAxis* axes, int average, int excl, const T* x, T* y) { \

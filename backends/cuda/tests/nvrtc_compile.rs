@@ -80,19 +80,38 @@ fn a_compiled_kernel_is_kept_and_a_damaged_one_compiled_again() {
 fn generated_chains_compile_with_every_op_for_sm80_and_sm90() {
     // One program per type running every arithmetic op code and the activations models fuse,
     // over the most operands a chain takes: what ops/pointwise.rs generates at run time.
-    use kiln_cuda::ops::chain_source::{chain_source, Step};
+    use kiln::DataType as T;
+    use kiln_cuda::ops::chain_source::{chain_source, Program, Step};
     if !nvrtc_or_skip() {
         return;
     }
     let mut steps: Vec<Step> = [0, 1, 2, 3, 4, 5, 6, 15, 16, 17].iter().enumerate().map(|(k, &code)| Step::Binary { code, operand: k % 8, running_first: k % 2 == 0 }).collect();
     steps.extend([0, 1, 13, 17, 35].map(|code| Step::Unary { code, alpha: 0.5, beta: -1.0 }));
-    for dtype in [kiln::DataType::F32, kiln::DataType::F16, kiln::DataType::BF16] {
-        let text = chain_source(dtype, &steps, 8).expect("a float type");
+    let mut programs: Vec<Program> = [T::F32, T::F16, T::BF16].map(|dtype| Program::float(dtype, steps.clone(), 8)).to_vec();
+    // Between quantized layers: int8 and uint8 levels read dequantized beside an f32 operand,
+    // quantized, dequantized again, quantized to uint8.
+    programs.push(Program {
+        slots: vec![T::I8, T::U8, T::F32],
+        out: T::U8,
+        steps: vec![
+            Step::Binary { code: 0, operand: 0, running_first: true },
+            Step::Binary { code: 2, operand: 1, running_first: false },
+            Step::Quantize { param: 4, lo: -128, hi: 127 },
+            Step::Dequantize { param: 6 },
+            Step::Unary { code: 0, alpha: 0.0, beta: 0.0 },
+            Step::Quantize { param: 8, lo: 0, hi: 255 },
+        ],
+        dequantized: vec![Some(0), Some(2), None],
+        params: 10,
+    });
+    for program in &programs {
+        let what = format!("{:?} -> {}", program.slots, program.out);
+        let text = chain_source(program).expect("types the chains take");
         let source = Source::generated(text);
         for arch in ["sm_80", "sm_90"] {
-            let (image, _) = kernel_cache::cubin(source, arch, None).unwrap_or_else(|e| panic!("{dtype} {arch}: {e}"));
+            let (image, _) = kernel_cache::cubin(source, arch, None).unwrap_or_else(|e| panic!("{what} {arch}: {e}"));
             for name in ["chain", "chain_vec"] {
-                assert!(contains(&image, name), "{dtype} {arch}: `{name}` is not in the generated image");
+                assert!(contains(&image, name), "{what} {arch}: `{name}` is not in the generated image");
             }
         }
     }

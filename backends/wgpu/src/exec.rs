@@ -370,6 +370,19 @@ impl<'e> Run<'e> {
             }
             K::Fill { value } => one(pointwise::fill(rec, dtype, &shape, scalar_word(value, dtype)?)?),
             K::Fused(p) => {
+                // Inputs read dequantized: DequantizeLinear first, as the unfused graph did.
+                let mut ins = ins.to_vec();
+                let mut facts = facts.to_vec();
+                for d in &p.dequantized {
+                    let slot = |i: usize| ins.get(i).and_then(Option::as_ref).ok_or_else(|| kiln::invalid!("dequantized input {} is missing a slot", d.input));
+                    let scale = slot(d.scale)?;
+                    let zero = d.zero.map(slot).transpose()?;
+                    let x = quant::dequantize(rec, slot(d.input)?, scale, zero, None, scale.dtype)?;
+                    let shape = facts.get(d.input).copied().flatten().ok_or("a dequantized input has no fact")?.shape;
+                    facts[d.input] = Some(Fact::new(x.dtype, shape, None));
+                    ins[d.input] = Some(x);
+                }
+                let (ins, facts) = (&ins[..], &facts[..]);
                 let anchor = p.anchor.kind();
                 let anchor_facts = facts.get(..p.anchor_inputs).ok_or("fused layer inputs are missing")?;
                 let anchor_out = infer_layer(&anchor, anchor_facts, &|w| self.exe.network.weights_blob(w))

@@ -21,7 +21,8 @@
 //!
 //! Strongly typed networks skip the pass: their types are the ones the network states, and
 //! reduced-precision flags and constraints are refused. INT8 is a step before this pass
-//! ([`crate::quant::implicit`]: Q/DQ layers); FP8 is not implemented.
+//! ([`crate::quant::implicit`]: Q/DQ layers); FP8 is not implemented. Unconstrained float
+//! layers between Q/DQ pairs keep their type (`precision/islands.rs`).
 
 use crate::backend::{Backend, PrecisionSupport};
 use crate::config::{BuilderFlag, BuilderFlags};
@@ -33,6 +34,7 @@ use crate::ir::rewrite::Rewriter;
 use std::collections::HashMap;
 use thiserror::Error;
 
+mod islands;
 mod narrowing;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -117,6 +119,7 @@ pub fn apply(network: &Network, flags: BuilderFlags, backend: &dyn Backend) -> R
         Mode::Hint
     };
     let mut pass = Pass { rw: Rewriter::new(network), casts: HashMap::new(), report: PrecisionReport::default() };
+    let quantized_islands = islands::quantized_island_layers(network);
     for (i, layer) in network.layers().iter().enumerate() {
         let id = LayerId(i);
         let support = backend.precision_support(network, id);
@@ -124,6 +127,8 @@ pub fn apply(network: &Network, flags: BuilderFlags, backend: &dyn Backend) -> R
         let choice = Choice { flags, mode, support: &support, current, layer: &layer.name };
         let precision = match layer.precision {
             Some(requested) => choice.resolve("precision", requested, &mut pass.report)?,
+            // Between Q/DQ the integers decide: the layer keeps its type.
+            None if quantized_islands.contains(&i) => current,
             None => current.map(|c| choice.fastest(c)),
         };
         if let Some(p) = precision.filter(|&p| Some(p) != current) {

@@ -182,14 +182,10 @@ fn profiles_survive_the_engine_file() {
 }
 
 #[test]
-fn engine_files_of_older_formats_are_refused_but_version_6_loads() {
+fn engine_files_of_older_formats_are_refused() {
     let mut bytes = build_with(&chain_net(), vec![profile(1, 8, 64)]).unwrap().serialize();
-    assert_eq!((format::FORMAT_VERSION, format::OLDEST_READABLE_VERSION), (7, 6));
-    // Version 7 added the Refit section only: an engine without one is a version 6 file.
-    let mut version_6 = bytes.clone();
-    version_6[8..12].copy_from_slice(&6u32.to_le_bytes());
-    assert_eq!(Engine::deserialize(&version_6).unwrap().serialize(), bytes);
-    for previous in [1u32, 3, 4, 5, 8] {
+    assert_eq!((format::FORMAT_VERSION, format::OLDEST_READABLE_VERSION), (8, 8));
+    for previous in [1u32, 3, 4, 5, 6, 7, 9] {
         bytes[8..12].copy_from_slice(&previous.to_le_bytes());
         let err = Engine::deserialize(&bytes).unwrap_err();
         assert_eq!(

@@ -246,3 +246,145 @@ fn a_requantized_relu_after_an_integer_layer_becomes_its_relu() {
     assert_eq!(got.to_f64_vec(), want.to_f64_vec());
     assert!(want.to_f64_vec().iter().any(|&v| v == 0.0) && want.to_f64_vec().iter().any(|&v| v > 0.0), "the ReLU clamps some values");
 }
+
+/// `DequantizeLinear(a) + DequantizeLinear(b) → Relu → QuantizeLinear` between two 8-bit
+/// tensors (a residual join as onnxruntime writes it), then the form where the sum is
+/// quantized, dequantized again and the ReLU requantized: each is one fused layer over the
+/// integers, with no Cast even in an FP16 build, and gives the float graph's levels.
+fn residual_join(form_with_requantized_relu: bool, to: DataType, scale_a_is_an_input: bool) -> Network {
+    use kiln::{HostTensor, Shape, TensorData};
+    let mut net = Network::new("residual join");
+    let a = net.add_input("a", DataType::I8, Shape::fixed(&[2, 3, 4, 8])).expect("a");
+    let b = net.add_input("b", DataType::U8, Shape::fixed(&[2, 3, 4, 8])).expect("b");
+    let constant = |net: &mut Network, name: &str, t: HostTensor| {
+        let w = net.add_weights(t);
+        let layer = net.add_layer(name, LayerKind::Constant { weights: w }, vec![]).expect("constant");
+        net.output(layer, 0)
+    };
+    let scalar = |v: f32| HostTensor::from_f32(vec![], vec![v]).expect("scalar");
+    let sa = match scale_a_is_an_input {
+        true => net.add_input("sa", DataType::F32, Shape::fixed(&[])).expect("sa"),
+        false => constant(&mut net, "sa", scalar(0.5)),
+    };
+    let (sb, sy) = (constant(&mut net, "sb", scalar(0.25)), constant(&mut net, "sy", scalar(0.25)));
+    let zb = constant(&mut net, "zb", HostTensor::new(vec![], TensorData::U8(vec![128])).expect("zb"));
+    let zy = match to {
+        DataType::U8 => constant(&mut net, "zy", HostTensor::new(vec![], TensorData::U8(vec![60])).expect("zy")),
+        _ => constant(&mut net, "zy", HostTensor::new(vec![], TensorData::I8(vec![-3])).expect("zy")),
+    };
+    let mut chain = |name: &str, kind: LayerKind, inputs: Vec<Option<kiln::TensorId>>| {
+        let l = net.add_layer(name, kind, inputs).expect(name);
+        net.output(l, 0)
+    };
+    let da = chain("dq_a", LayerKind::Dequantize { axis: None }, vec![Some(a), Some(sa), None]);
+    let db = chain("dq_b", LayerKind::Dequantize { axis: None }, vec![Some(b), Some(sb), Some(zb)]);
+    let sum = chain("add", LayerKind::Elementwise { op: kiln::ElementwiseOp::Sum }, vec![Some(da), Some(db)]);
+    let relu_in = match form_with_requantized_relu {
+        true => {
+            let q = chain("q_add", LayerKind::Quantize { axis: None, to }, vec![Some(sum), Some(sy), Some(zy)]);
+            chain("dq_add", LayerKind::Dequantize { axis: None }, vec![Some(q), Some(sy), Some(zy)])
+        }
+        false => sum,
+    };
+    let relu = chain("relu", LayerKind::Activation { kind: kiln::ActivationKind::Relu }, vec![Some(relu_in)]);
+    let y = chain("q_relu", LayerKind::Quantize { axis: None, to }, vec![Some(relu), Some(sy), Some(zy)]);
+    net.mark_output(y).expect("output");
+    net
+}
+
+#[test]
+fn a_residual_join_between_integer_tensors_is_one_pass_over_the_integers() {
+    use kiln::{HostTensor, PostOp, TensorData};
+    let backend = HalfFirstCpu(kiln_cpu::CpuBackend::new());
+    let mut config = BuilderConfig::default();
+    config.set_flag(kiln::BuilderFlag::Fp16);
+    let n = 2 * 3 * 4 * 8;
+    let a = HostTensor::new(vec![2, 3, 4, 8], TensorData::I8((0..n).map(|i| (i as i32 * 53 % 256 - 128) as i8).collect())).expect("a");
+    let b = HostTensor::new(vec![2, 3, 4, 8], TensorData::U8((0..n).map(|i| (i * 97 % 256) as u8).collect())).expect("b");
+    let feeds = std::collections::HashMap::from([("a".to_string(), a.clone()), ("b".to_string(), b.clone())]);
+    for requantized in [false, true] {
+        for to in [DataType::I8, DataType::U8] {
+            let what = format!("requantized ReLU {requantized}, {to}");
+            let net = residual_join(requantized, to, false);
+            let engine = Builder::new(&backend).build(&net, &config).expect("fp16 build");
+            let built = engine.network();
+            let [layer] = built.layers().iter().filter(|l| !matches!(l.kind, LayerKind::Constant { .. })).collect::<Vec<_>>()[..] else {
+                panic!("{what}: one layer besides constants:\n{}", built.dump())
+            };
+            let LayerKind::Fused(p) = &layer.kind else { panic!("{what}: {}", built.dump()) };
+            assert_eq!(p.dequantized.len(), 2, "{what}: both inputs read as integers");
+            let steps: Vec<&str> = p.epilogue.iter().map(|s| match s {
+                PostOp::Quantize { .. } => "q",
+                PostOp::Dequantize { .. } => "dq",
+                PostOp::Activation(_) => "relu",
+                _ => "other",
+            }).collect();
+            let want_steps = if requantized { vec!["q", "dq", "relu", "q"] } else { vec!["relu", "q"] };
+            assert_eq!(steps, want_steps, "{what}");
+            assert!(layer.name.contains("dq_a") || layer.name.contains("add"), "{what}: {}", layer.name);
+            let got = kiln::ExecutionContext::new(engine, &backend).expect("prepare").run(&feeds).expect("run");
+            let want = kiln::Backend::prepare(&kiln_cpu::CpuBackend::new(), &net).expect("prepare").execute(&[a.clone(), b.clone()]).expect("run").remove(0);
+            let got = got.values().next().expect("one output");
+            assert_eq!((got.dtype(), got.data()), (to, want.data()), "{what}");
+            let levels = want.to_f64_vec();
+            let (lo, hi) = if to == DataType::I8 { (-128.0, 127.0) } else { (0.0, 255.0) };
+            assert!(levels.contains(&hi) && levels.iter().any(|&v| v > lo && v < hi), "{what}: saturates some values, not all: {levels:?}");
+        }
+    }
+}
+
+#[test]
+fn an_island_whose_scale_is_not_known_stays_as_written() {
+    let net = residual_join(false, DataType::I8, true);
+    let context = PassContext { folding_backend: None, quantized_layers: true };
+    let out = Pipeline::standard().run(&net, &context).expect("passes");
+    let fused = out.layers().iter().find_map(|l| match &l.kind {
+        LayerKind::Fused(p) => Some(p.clone()),
+        _ => None,
+    });
+    let fused = fused.expect("the known side still fuses");
+    assert_eq!(fused.dequantized.len(), 1, "{}", out.dump());
+    assert!(out.layers().iter().any(|l| l.name == "dq_a"), "{}", out.dump());
+}
+
+/// `DQ → MaxPool → Q` with one scale and zero point pools the levels themselves (and gives
+/// the float graph's levels); another output scale keeps the float pooling. With a ReLU before
+/// the pooling (Conv → ReLU → MaxPool) the levels are pooled and the ReLU requantizes them,
+/// whatever the output scale.
+#[test]
+fn a_max_pooling_between_quantizations_pools_the_integers() {
+    use kiln::{HostTensor, PoolingKind, PoolingParams, Shape, TensorData};
+    for (same_scale, relu) in [(true, false), (false, false), (true, true), (false, true)] {
+        let what = format!("same scale {same_scale}, ReLU {relu}");
+        let mut net = Network::new("pool island");
+        let x = net.add_input("x", DataType::U8, Shape::fixed(&[2, 3, 7, 6])).expect("x");
+        let constant = |net: &mut Network, name: &str, t: HostTensor| {
+            let w = net.add_weights(t);
+            let layer = net.add_layer(name, LayerKind::Constant { weights: w }, vec![]).expect("constant");
+            net.output(layer, 0)
+        };
+        let s = constant(&mut net, "s", HostTensor::from_f32(vec![], vec![0.3]).expect("s"));
+        let s_out = if same_scale { s } else { constant(&mut net, "s_out", HostTensor::from_f32(vec![], vec![0.2]).expect("s_out")) };
+        let z = constant(&mut net, "z", HostTensor::new(vec![], TensorData::U8(vec![100])).expect("z"));
+        let dq = net.add_layer("dq", LayerKind::Dequantize { axis: None }, vec![Some(x), Some(s), Some(z)]).expect("dq");
+        let mut pooled_input = net.output(dq, 0);
+        if relu {
+            let r = net.add_layer("relu", LayerKind::Activation { kind: kiln::ActivationKind::Relu }, vec![Some(pooled_input)]).expect("relu");
+            pooled_input = net.output(r, 0);
+        }
+        let p = PoolingParams { kind: PoolingKind::Max, window: vec![3, 3], strides: vec![2, 2], dilations: vec![1, 1], pre_padding: vec![1, 1], post_padding: vec![1, 1], ceil_mode: false, average_count_excludes_padding: false };
+        let pool = net.add_layer("pool", LayerKind::Pooling(p), vec![Some(pooled_input)]).expect("pool");
+        let q = net.add_layer("q", LayerKind::Quantize { axis: None, to: DataType::U8 }, vec![Some(net.output(pool, 0)), Some(s_out), Some(z)]).expect("q");
+        net.mark_output(net.output(q, 0)).expect("output");
+        let backend = kiln_cpu::CpuBackend::new();
+        let engine = Builder::new(&backend).build(&net, &BuilderConfig::default()).expect("build");
+        let built = engine.network();
+        let integer_pool = built.layers().iter().any(|l| matches!(l.kind, LayerKind::Pooling(_)) && built.tensor(l.outputs[0]).dtype == DataType::U8);
+        assert_eq!(integer_pool, same_scale || relu, "{what}: {}", built.dump());
+        assert_eq!(built.layers().iter().any(|l| matches!(l.kind, LayerKind::Dequantize { .. })), !(same_scale || relu), "{what}: {}", built.dump());
+        let input = HostTensor::new(vec![2, 3, 7, 6], TensorData::U8((0..252).map(|i| (i * 89 % 256) as u8).collect())).expect("x");
+        let got = kiln::ExecutionContext::new(engine, &backend).expect("prepare").run(&std::collections::HashMap::from([("x".to_string(), input.clone())])).expect("run");
+        let want = kiln::Backend::prepare(&backend, &net).expect("prepare").execute(&[input]).expect("run").remove(0);
+        assert_eq!(got.values().next().expect("one output").data(), want.data(), "{what}");
+    }
+}

@@ -35,10 +35,23 @@ fn step_with(kind: &LayerKind, inputs: &[Option<&HostTensor>], variant: Variant)
 }
 
 pub fn fused(p: &FusedParams, inputs: &[Option<&HostTensor>], variant: Variant) -> Result<HostTensor, String> {
+    // Inputs read dequantized: DequantizeLinear first, as the unfused graph did.
+    let mut dequantized = Vec::with_capacity(p.dequantized.len());
+    for d in &p.dequantized {
+        let slot = |i: usize| inputs.get(i).copied().flatten();
+        let x = slot(d.input).ok_or_else(|| format!("dequantized input {} is missing", d.input))?;
+        dequantized.push((d.input, step(&LayerKind::Dequantize { axis: None }, &[Some(x), slot(d.scale), d.zero.and_then(slot)])?));
+    }
+    let mut seen: Vec<Option<&HostTensor>> = inputs.to_vec();
+    for (input, value) in &dequantized {
+        seen[*input] = Some(value);
+    }
+    let inputs = &seen[..];
     let anchor_inputs = inputs
         .get(..p.anchor_inputs)
         .ok_or("fewer inputs than the anchor takes")?;
     let mut running = step_with(&p.anchor.kind(), anchor_inputs, variant)?;
+    let input = |i: usize| inputs.get(i).copied().flatten().ok_or_else(|| format!("input {i} is missing"));
     for post in &p.epilogue {
         running = match *post {
             PostOp::Activation(_) | PostOp::Unary(_) => step(&post.kind(), &[Some(&running)])?,
@@ -47,16 +60,16 @@ pub fn fused(p: &FusedParams, inputs: &[Option<&HostTensor>], variant: Variant) 
                 running_first,
                 ..
             } => {
-                let other = inputs
-                    .get(operand)
-                    .copied()
-                    .flatten()
-                    .ok_or_else(|| format!("operand {operand} is missing"))?;
+                let other = input(operand)?;
                 if running_first {
                     step(&post.kind(), &[Some(&running), Some(other)])?
                 } else {
                     step(&post.kind(), &[Some(other), Some(&running)])?
                 }
+            }
+            PostOp::Quantize { scale, zero, .. } | PostOp::Dequantize { scale, zero } => {
+                let zero = zero.map(input).transpose()?;
+                step(&post.kind(), &[Some(&running), Some(input(scale)?), zero])?
             }
         };
     }

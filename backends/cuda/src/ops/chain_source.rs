@@ -18,14 +18,47 @@ pub enum Step {
     /// `binary_float(code, running, operand)`, or `(operand, running)` when not
     /// `running_first` (kernels/binary.cuh's codes); `operand` numbers the chain's operands.
     Binary { code: i32, operand: usize, running_first: bool },
+    /// QuantizeLinear per tensor: `saturate(round_half_even(x / q[param]) + q[param + 1])`
+    /// into `[lo, hi]` (NaN to 0), as kernels/typed.cu's quant_quantize_8bit.
+    Quantize { param: usize, lo: i32, hi: i32 },
+    /// DequantizeLinear per tensor: `(x - q[param + 1]) * q[param]`.
+    Dequantize { param: usize },
 }
 
-/// The C type of a float storage type the chain kernels take.
-fn c_type(dtype: DataType) -> Option<&'static str> {
+/// A chain's kernel: the storage type of each slot (slot 0 the running input, then each
+/// operand), of the output, the steps, and per slot the float parameters (`q[p]` the scale,
+/// `q[p + 1]` the zero point) it is read dequantized with, if it is; `params` float
+/// parameters follow the output pointer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Program {
+    pub slots: Vec<DataType>,
+    pub out: DataType,
+    pub steps: Vec<Step>,
+    pub dequantized: Vec<Option<usize>>,
+    pub params: usize,
+}
+
+impl Program {
+    /// A chain of one float type throughout, nothing quantized.
+    pub fn float(dtype: DataType, steps: Vec<Step>, operands: usize) -> Program {
+        Program { slots: vec![dtype; operands + 1], out: dtype, steps, dequantized: vec![None; operands + 1], params: 0 }
+    }
+
+    /// Elements per vector access: 16 bytes of the widest type the chain reads or writes.
+    pub fn lanes(&self) -> Option<usize> {
+        let widest = self.slots.iter().chain([&self.out]).map(|&t| c_type(t).map(|(_, size)| size)).collect::<Option<Vec<_>>>()?;
+        Some(16 / widest.into_iter().max()?)
+    }
+}
+
+/// The C type and size of a storage type the chain kernels take.
+fn c_type(dtype: DataType) -> Option<(&'static str, usize)> {
     match dtype {
-        DataType::F32 => Some("float"),
-        DataType::F16 => Some("__half"),
-        DataType::BF16 => Some("__nv_bfloat16"),
+        DataType::F32 => Some(("float", 4)),
+        DataType::F16 => Some(("__half", 2)),
+        DataType::BF16 => Some(("__nv_bfloat16", 2)),
+        DataType::I8 => Some(("signed char", 1)),
+        DataType::U8 => Some(("unsigned char", 1)),
         _ => None,
     }
 }
@@ -35,35 +68,49 @@ fn float(v: f32) -> String {
     format!("__int_as_float(0x{:08x})", v.to_bits())
 }
 
-/// The source of `chain` (one element per thread step) and `chain_vec` (one 16-byte vector):
-/// `(unsigned runs, ChainLayout l, const T* s0 … s{operands}, T* out)`, slot 0 the running
-/// input; `None` for a type the kernels do not take.
-pub fn chain_source(dtype: DataType, steps: &[Step], operands: usize) -> Option<String> {
-    let t = c_type(dtype)?;
-    let slots = operands + 1;
+/// The source of `chain` (one element per thread step) and `chain_vec` (one vector of
+/// [`Program::lanes`]): `(unsigned runs, ChainLayout l, const T0* s0 … , TO* out, float q0 …)`;
+/// `None` for a type the kernels do not take.
+pub fn chain_source(program: &Program) -> Option<String> {
+    let types = program.slots.iter().map(|&t| c_type(t).map(|(c, _)| c)).collect::<Option<Vec<_>>>()?;
+    let (out, _) = c_type(program.out)?;
+    let lanes = program.lanes()?;
     let mut s = String::new();
-    let params: Vec<String> = (0..slots).map(|k| format!("const {t}* s{k}")).collect();
-    let args: Vec<String> = (0..slots).map(|k| format!("s{k}")).collect();
-    let _ = writeln!(s, "// A kiln pointwise chain: {} steps, {operands} operands, {t}.", steps.len());
+    let mut params: Vec<String> = types.iter().enumerate().map(|(k, t)| format!("const {t}* s{k}")).collect();
+    params.push(format!("{out}* out"));
+    params.extend((0..program.params).map(|j| format!("float q{j}")));
+    let mut args: Vec<String> = (0..types.len()).map(|k| format!("s{k}")).collect();
+    args.push("out".into());
+    args.extend((0..program.params).map(|j| format!("q{j}")));
+    let _ = writeln!(s, "// A kiln pointwise chain: {} steps, {} operands, {} -> {out}.", program.steps.len(), types.len() - 1, types.join(", "));
     let _ = writeln!(s, "#include \"chain.cuh\"\n");
     let _ = writeln!(s, "template <int V>");
-    let _ = writeln!(s, "__device__ __forceinline__ void body(unsigned runs, const ChainLayout& l, {}, {t}* out) {{", params.join(", "));
+    let _ = writeln!(s, "__device__ __forceinline__ void body(unsigned runs, const ChainLayout& l, {}) {{", params.join(", "));
     let _ = writeln!(s, "    for (unsigned r = blockIdx.x * blockDim.x + threadIdx.x; r < runs; r += gridDim.x * blockDim.x) {{");
     let _ = writeln!(s, "        const unsigned i = r * V;");
     let _ = writeln!(s, "        unsigned c[CHAIN_RANK];");
     let _ = writeln!(s, "        chain_coords(l, i, c);");
-    for k in 0..slots {
+    for k in 0..types.len() {
         let _ = writeln!(s, "        float v{k}[V];");
         let _ = writeln!(s, "        chain_load<V>(l, {k}, i, c, s{k}, v{k});");
+        if let Some(p) = program.dequantized.get(k).copied().flatten() {
+            let _ = writeln!(s, "#pragma unroll");
+            let _ = writeln!(s, "        for (int k = 0; k < V; ++k) v{k}[k] = __fmul_rn(__fsub_rn(v{k}[k], q{}), q{p});", p + 1);
+        }
     }
     let _ = writeln!(s, "#pragma unroll");
     let _ = writeln!(s, "        for (int k = 0; k < V; ++k) {{");
     let _ = writeln!(s, "            float f = v0[k];");
-    for step in steps {
+    for step in &program.steps {
         let line = match *step {
             Step::Unary { code, alpha, beta } => format!("f = unary_float({code}, f, {}, {});", float(alpha), float(beta)),
             Step::Binary { code, operand, running_first: true } => format!("f = binary_float({code}, f, v{}[k]);", operand + 1),
             Step::Binary { code, operand, running_first: false } => format!("f = binary_float({code}, v{}[k], f);", operand + 1),
+            Step::Quantize { param, lo, hi } => format!(
+                "f = __fadd_rn(rintf(__fdiv_rn(f, q{param})), q{}); f = f != f ? 0.0f : fminf(fmaxf(f, {lo}.0f), {hi}.0f);",
+                param + 1
+            ),
+            Step::Dequantize { param } => format!("f = __fmul_rn(__fsub_rn(f, q{}), q{param});", param + 1),
         };
         let _ = writeln!(s, "            {line}");
     }
@@ -72,36 +119,42 @@ pub fn chain_source(dtype: DataType, steps: &[Step], operands: usize) -> Option<
     let _ = writeln!(s, "        store_run<V>(out + i, v0);");
     let _ = writeln!(s, "    }}");
     let _ = writeln!(s, "}}\n");
-    for (name, width) in [("chain", "1".to_string()), ("chain_vec", format!("Vec16<{t}>::N"))] {
-        let _ = writeln!(s, "extern \"C\" __global__ void __launch_bounds__(256) {name}(unsigned runs, ChainLayout l, {}, {t}* out) {{", params.join(", "));
-        let _ = writeln!(s, "    body<{width}>(runs, l, {}, out);", args.join(", "));
+    for (name, width) in [("chain", 1), ("chain_vec", lanes)] {
+        let _ = writeln!(s, "extern \"C\" __global__ void __launch_bounds__(256) {name}(unsigned runs, ChainLayout l, {}) {{", params.join(", "));
+        let _ = writeln!(s, "    body<{width}>(runs, l, {});", args.join(", "));
         let _ = writeln!(s, "}}");
     }
     Some(s)
 }
 
-/// A step as plain bits, so that a program can key a map (f32 has no `Eq` or `Hash`).
-type StepBits = (bool, i32, u32, u32, usize, bool);
+/// A program as plain bits, so that it can key a map (f32 has no `Eq` or `Hash`).
+type ProgramBits = (Vec<DataType>, DataType, Vec<(u8, i32, u32, u32, usize, bool)>, Vec<Option<usize>>, usize);
 
-fn step_bits(step: &Step) -> StepBits {
-    match *step {
-        Step::Unary { code, alpha, beta } => (true, code, alpha.to_bits(), beta.to_bits(), 0, false),
-        Step::Binary { code, operand, running_first } => (false, code, 0, 0, operand, running_first),
-    }
+fn program_bits(p: &Program) -> ProgramBits {
+    let steps = p
+        .steps
+        .iter()
+        .map(|step| match *step {
+            Step::Unary { code, alpha, beta } => (0, code, alpha.to_bits(), beta.to_bits(), 0, false),
+            Step::Binary { code, operand, running_first } => (1, code, 0, 0, operand, running_first),
+            Step::Quantize { param, lo, hi } => (2, 0, lo as u32, hi as u32, param, false),
+            Step::Dequantize { param } => (3, 0, 0, 0, param, false),
+        })
+        .collect();
+    (p.slots.clone(), p.out, steps, p.dequantized.clone(), p.params)
 }
 
 /// The generated source of a chain program ([`chain_source`]), written, hashed and registered
 /// once per program and process: an interpreted run launches one chain per fused layer, and
 /// would otherwise write and hash a kernel's text at every launch.
-pub fn chain_kernel(dtype: DataType, steps: &[Step], operands: usize) -> Option<Source> {
-    type Key = (DataType, usize, Vec<StepBits>);
-    static KERNELS: OnceLock<Mutex<HashMap<Key, Source>>> = OnceLock::new();
-    let key: Key = (dtype, operands, steps.iter().map(step_bits).collect());
+pub fn chain_kernel(program: &Program) -> Option<Source> {
+    static KERNELS: OnceLock<Mutex<HashMap<ProgramBits, Source>>> = OnceLock::new();
+    let key = program_bits(program);
     let kernels = KERNELS.get_or_init(Default::default);
     if let Some(&source) = kernels.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
         return Some(source);
     }
-    let source = Source::generated(chain_source(dtype, steps, operands)?);
+    let source = Source::generated(chain_source(program)?);
     kernels.lock().unwrap_or_else(|p| p.into_inner()).insert(key, source);
     Some(source)
 }
@@ -117,24 +170,24 @@ mod tests {
             Step::Unary { code: 17, alpha: 0.0, beta: 1.5 },
             Step::Binary { code: 3, operand: 1, running_first: false },
         ];
-        let text = chain_source(DataType::F16, &steps, 2).expect("f16 chains");
+        let text = chain_source(&Program::float(DataType::F16, steps.to_vec(), 2)).expect("f16 chains");
         assert!(text.contains("f = binary_float(0, f, v1[k]);"), "{text}");
         assert!(text.contains("f = unary_float(17, f, __int_as_float(0x00000000), __int_as_float(0x3fc00000));"), "{text}");
         assert!(text.contains("f = binary_float(3, v2[k], f);"), "{text}");
         assert!(text.contains("const __half* s2") && !text.contains("s3"), "three slots: {text}");
-        assert!(text.contains("void __launch_bounds__(256) chain_vec(") && text.contains("body<Vec16<__half>::N>"), "{text}");
-        assert_eq!(chain_source(DataType::I32, &steps, 2), None);
-        assert_eq!(chain_source(DataType::F16, &steps, 2), Some(text), "the same program, the same text (one cached kernel)");
+        assert!(text.contains("void __launch_bounds__(256) chain_vec(") && text.contains("body<8>"), "{text}");
+        assert_eq!(chain_source(&Program::float(DataType::I32, steps.to_vec(), 2)), None);
+        assert_eq!(chain_source(&Program::float(DataType::F16, steps.to_vec(), 2)), Some(text), "the same program, the same text (one cached kernel)");
     }
 
     #[test]
     fn a_program_names_one_kernel_and_any_difference_another() {
         let steps = [Step::Binary { code: 2, operand: 0, running_first: true }, Step::Unary { code: 8, alpha: 0.0, beta: 6.0 }];
-        let source = chain_kernel(DataType::F32, &steps, 1).expect("f32 chains");
-        assert_eq!(chain_kernel(DataType::F32, &steps, 1), Some(source));
+        let source = chain_kernel(&Program::float(DataType::F32, steps.to_vec(), 1)).expect("f32 chains");
+        assert_eq!(chain_kernel(&Program::float(DataType::F32, steps.to_vec(), 1)), Some(source));
         let clip5 = [steps[0], Step::Unary { code: 8, alpha: 0.0, beta: 5.0 }];
-        assert_ne!(chain_kernel(DataType::F32, &clip5, 1), Some(source), "another bound");
-        assert_ne!(chain_kernel(DataType::BF16, &steps, 1), Some(source), "another type");
-        assert_eq!(chain_kernel(DataType::I32, &steps, 1), None);
+        assert_ne!(chain_kernel(&Program::float(DataType::F32, clip5.to_vec(), 1)), Some(source), "another bound");
+        assert_ne!(chain_kernel(&Program::float(DataType::BF16, steps.to_vec(), 1)), Some(source), "another type");
+        assert_eq!(chain_kernel(&Program::float(DataType::I32, steps.to_vec(), 1)), None);
     }
 }

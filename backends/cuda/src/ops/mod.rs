@@ -338,11 +338,22 @@ pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_ty
         K::Plugin(p) => crate::ops::plugin::unsupported(p),
         K::Fused(p) => {
             let anchor = p.anchor.kind();
-            unsupported(&anchor, &input_types[..p.anchor_inputs.min(input_types.len())], output_types).or_else(|| {
+            // Inputs read dequantized are f32 to the anchor, and so are the steps of a layer
+            // that reads or writes levels.
+            let mut seen = input_types[..p.anchor_inputs.min(input_types.len())].to_vec();
+            for d in &p.dequantized {
+                if let Some(t) = seen.get_mut(d.input) {
+                    *t = Some(DataType::F32);
+                }
+            }
+            let levels = !p.dequantized.is_empty() || p.epilogue.iter().any(|post| matches!(post, PostOp::Quantize { .. } | PostOp::Dequantize { .. }));
+            let float = if levels { DataType::F32 } else { output_types.first().copied().unwrap_or(DataType::F32) };
+            unsupported(&anchor, &seen, output_types).or_else(|| {
                 p.epilogue.iter().find_map(|post| match post {
-                    PostOp::Elementwise { op, .. } => pointwise::binary_kernel(*op, output_types.first().copied().unwrap_or(DataType::F32)).err().map(|e| e.to_string()),
+                    PostOp::Elementwise { op, .. } => pointwise::binary_kernel(*op, float).err().map(|e| e.to_string()),
                     PostOp::Unary(op) => pointwise::unary_code(*op).is_none().then(|| format!("Unary {op:?} has no CUDA kernel")),
-                    PostOp::Activation(_) => None,
+                    PostOp::Activation(_) | PostOp::Dequantize { .. } => None,
+                    PostOp::Quantize { to, .. } => (!matches!(to, DataType::I8 | DataType::U8)).then(|| format!("a fused QuantizeLinear to {to}")),
                 })
             })
         }
@@ -565,10 +576,13 @@ fn fused(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>], outs: &[OutF
     if let Some(first) = pointwise_anchor(p, inputs) {
         let x = cx.dev_any_layout(inputs.first().and_then(Option::as_ref).ok_or("the anchor's input is missing")?)?;
         let steps: Vec<PostOp> = std::iter::once(first).chain(p.epilogue.iter().copied()).collect();
-        if let Some(out) = fused_chain(cx, &steps, &x, inputs)? {
+        if let Some(out) = fused_chain(cx, &p.dequantized, &steps, &x, Some(0), inputs)? {
             return check_epilogue(out, outs);
         }
     }
+    // Elsewhere, inputs read dequantized are dequantized first, as the unfused graph did.
+    let dequantized = dequantize_inputs(cx, p, inputs)?;
+    let inputs = &dequantized[..];
     let anchor_inputs = inputs.get(..p.anchor_inputs).ok_or("fewer inputs than the anchor takes")?;
     let anchor_kind = p.anchor.kind();
     let anchor_outs = infer(&anchor_kind, anchor_inputs)?;
@@ -604,7 +618,8 @@ fn fused(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>], outs: &[OutF
         }
         _ => (run(cx, &anchor_kind, anchor_inputs, &anchor_outs)?.into_iter().next().ok_or("the anchor gave no output")?, 0),
     };
-    if let Some(out) = fused_chain(cx, &p.epilogue[consumed..], &running, inputs)? {
+    // (`inputs` are dequantized by now.)
+    if let Some(out) = fused_chain(cx, &[], &p.epilogue[consumed..], &running, None, inputs)? {
         running = out;
     } else {
         for post in &p.epilogue[consumed..] {
@@ -612,6 +627,32 @@ fn fused(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>], outs: &[OutF
         }
     }
     check_epilogue(running, outs)
+}
+
+/// The fused layer's inputs with those it reads dequantized replaced by DequantizeLinear's output.
+fn dequantize_inputs(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>]) -> KResult<Vec<Option<Value>>> {
+    let mut out = inputs.to_vec();
+    for d in &p.dequantized {
+        let slot = |i: usize| inputs.get(i).cloned().flatten().ok_or_else(|| invalid!("dequantized input {}: input {i} is missing", d.input));
+        let ins = [Some(slot(d.input)?), Some(slot(d.scale)?), d.zero.map(slot).transpose()?];
+        let kind = LayerKind::Dequantize { axis: None };
+        let facts = infer(&kind, &ins)?;
+        let x = run(cx, &kind, &ins, &facts)?.into_iter().next().ok_or("Dequantize gave no output")?;
+        out[d.input] = Some(Value::device(x));
+    }
+    Ok(out)
+}
+
+/// A per-tensor scale and zero point known on the host, as f32 (levels and zero points of
+/// 8-bit types are exact in f32); `None` where either is not.
+fn host_scale_and_zero(inputs: &[Option<Value>], scale: usize, zero: Option<usize>) -> Option<(f32, f32)> {
+    let host = |i: usize| inputs.get(i)?.as_ref()?.host.clone();
+    let one = |h: Arc<HostTensor>| {
+        let v = h.to_f64_vec();
+        (v.len() == 1).then(|| v[0] as f32)
+    };
+    let s = host(scale).filter(|h| h.dtype() == DataType::F32).and_then(one)?;
+    Some((s, zero.map_or(Some(0.0), |z| host(z).and_then(one))?))
 }
 
 /// The leading epilogue steps a convolution kernel may take in (see `conv::ConvTail`): an
@@ -667,12 +708,22 @@ fn pointwise_anchor(p: &kiln::FusedParams, inputs: &[Option<Value>]) -> Option<P
     Some(first)
 }
 
-/// Two or more pointwise steps as one `chain_*` pass, or `None` where the chain kernel does not
-/// apply (then each step runs on its own).
-fn fused_chain(cx: &Ctx, steps: &[PostOp], running: &DeviceTensor, inputs: &[Option<Value>]) -> KResult<Option<DeviceTensor>> {
-    if steps.len() < 2 {
+/// Two or more pointwise steps as one `chain_*` pass (one step is enough where the layer reads
+/// or writes 8-bit levels), or `None` where the chain kernel does not apply (then each step
+/// runs on its own). `running_input`: the layer input `running` is; `dequantized`: the inputs
+/// read dequantized.
+fn fused_chain(cx: &Ctx, dequantized: &[kiln::DequantizedInput], steps: &[PostOp], running: &DeviceTensor, running_input: Option<usize>, inputs: &[Option<Value>]) -> KResult<Option<DeviceTensor>> {
+    let quantized = |post: &PostOp| matches!(post, PostOp::Quantize { .. } | PostOp::Dequantize { .. });
+    if steps.len() < 2 && dequantized.is_empty() && !steps.iter().any(quantized) {
         return Ok(None);
     }
+    // Where a read is dequantized: `Some(None)` not, `Some(Some(..))` with host parameters,
+    // `None` with parameters not on the host (no chain).
+    let dequantize_of = |input: usize| match dequantized.iter().find(|d| d.input == input) {
+        None => Some(None),
+        Some(d) => host_scale_and_zero(inputs, d.scale, d.zero).map(Some),
+    };
+    let Some(x_dequantize) = running_input.map_or(Some(None), dequantize_of) else { return Ok(None) };
     let mut chain = Vec::with_capacity(steps.len());
     for post in steps {
         chain.push(match *post {
@@ -683,17 +734,33 @@ fn fused_chain(cx: &Ctx, steps: &[PostOp], running: &DeviceTensor, inputs: &[Opt
             },
             PostOp::Elementwise { op, operand, running_first } => {
                 let other = cx.dev_any_layout(operand_value(inputs, operand)?)?;
-                pointwise::ChainStep::Binary { op, operand: other, running_first }
+                let Some(dequantize) = dequantize_of(operand) else { return Ok(None) };
+                pointwise::ChainStep::Binary { op, operand: other, running_first, dequantize }
             }
+            PostOp::Quantize { to, scale, zero } => match host_scale_and_zero(inputs, scale, zero) {
+                Some((scale, zero)) => pointwise::ChainStep::Quantize { to, scale, zero },
+                None => return Ok(None),
+            },
+            PostOp::Dequantize { scale, zero } => match host_scale_and_zero(inputs, scale, zero) {
+                Some((scale, zero)) => pointwise::ChainStep::Dequantize { scale, zero },
+                None => return Ok(None),
+            },
         });
     }
-    pointwise::chain(cx, running, &chain)
+    pointwise::chain(cx, running, x_dequantize, &chain)
 }
 
 /// One epilogue step on its own kernel.
 fn step(cx: &Ctx, post: &PostOp, running: DeviceTensor, inputs: &[Option<Value>]) -> KResult<DeviceTensor> {
     Ok({
         match *post {
+            PostOp::Quantize { scale, zero, .. } | PostOp::Dequantize { scale, zero } => {
+                let slot = |i: usize| operand_value(inputs, i).cloned();
+                let ins = [Some(Value::device(running)), Some(slot(scale)?), zero.map(slot).transpose()?];
+                let kind = post.kind();
+                let facts = infer(&kind, &ins)?;
+                run(cx, &kind, &ins, &facts)?.into_iter().next().ok_or("a quantization step gave no output")?
+            }
             PostOp::Activation(kind) => pointwise::unary(cx, pointwise::activation_code(kind), &running, Some(&running))?,
             PostOp::Unary(op) => pointwise::unary(cx, pointwise::unary_code(op).ok_or("no kernel")?, &running, Some(&running))?,
             PostOp::Elementwise { op, operand, running_first } => {

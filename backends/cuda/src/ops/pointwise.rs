@@ -4,7 +4,7 @@ use kiln::{invalid, ActivationKind, DataType, ElementwiseOp, KernelError, UnaryO
 use crate::ops::KResult;
 use super::layout::to_row_major;
 use super::{broadcast_shape, coalesce, coalesce_joint, empty_in_layout, keeps_channels_last, strided_layout, Ctx};
-use super::chain_source::{chain_kernel, Step};
+use super::chain_source::{chain_kernel, Program, Step};
 use crate::buffer::{float_suffix, Arg, ChainLayout, DeviceTensor, Layout, CHAIN_OPERANDS, CHAIN_RANK, CHAIN_STEPS};
 use crate::sources::Source;
 
@@ -66,7 +66,7 @@ pub fn binary(cx: &Ctx, op: ElementwiseOp, a: &DeviceTensor, b: &DeviceTensor, o
     // 32 bits (Swin's rank-5 mask add over 49-wide rows took 10x its memory time here).
     let arithmetic = !op.is_comparison() && !op.is_logical() && out_dtype == a.dtype && b.dtype == a.dtype;
     if arithmetic {
-        if let Some(out) = chain(cx, a, &[ChainStep::Binary { op, operand: b.clone(), running_first: true }])?.filter(|o| o.shape == out_shape) {
+        if let Some(out) = chain(cx, a, None, &[ChainStep::Binary { op, operand: b.clone(), running_first: true, dequantize: None }])?.filter(|o| o.shape == out_shape) {
             return Ok(out);
         }
     }
@@ -94,17 +94,25 @@ pub fn binary(cx: &Ctx, op: ElementwiseOp, a: &DeviceTensor, b: &DeviceTensor, o
 /// is 16-byte aligned. The output is dense.
 pub fn vector_elements(dtype: DataType, layouts: &[(crate::buffer::Layout, usize)], args: &[Arg]) -> Option<usize> {
     let k = 16 / crate::buffer::storage_size(dtype).ok()?;
+    vector_lanes(k, layouts, args).then_some(k)
+}
+
+/// Whether a kernel may access `k` elements at a time: every pointer 16-byte aligned, and
+/// every slot's innermost dim a multiple of `k`, read contiguously (from a `k`-aligned offset)
+/// or broadcast.
+pub fn vector_lanes(k: usize, layouts: &[(crate::buffer::Layout, usize)], args: &[Arg]) -> bool {
+    let k = k as i64;
     let aligned = args.iter().all(|a| matches!(a, Arg::Ptr(p) if p.address() % 16 == 0));
     let fits = layouts.iter().all(|(l, used)| {
         let Some(inner) = (l.rank as usize).checked_sub(1) else { return false };
-        l.shape[inner] % k as i64 == 0
+        l.shape[inner] % k == 0
             && (0..*used).all(|w| match l.stride[w][inner] {
                 0 => true,
-                1 => l.offset[w] % k as i64 == 0 && (0..inner).all(|d| l.stride[w][d] % k as i64 == 0),
+                1 => l.offset[w] % k == 0 && (0..inner).all(|d| l.stride[w][d] % k == 0),
                 _ => false,
             })
     });
-    (aligned && fits).then_some(k)
+    aligned && fits
 }
 
 /// `(code, alpha, beta)` of an activation for `unary_*`.
@@ -240,54 +248,101 @@ pub const NAN_TO_ZERO: (i32, f32, f32) = (54, 0.0, 0.0);
 pub enum ChainStep {
     /// An activation or unary op: `(code, alpha, beta)` of `unary_*`.
     Unary((i32, f32, f32)),
-    /// `running op operand`, or `operand op running` when not `running_first`.
-    Binary { op: ElementwiseOp, operand: DeviceTensor, running_first: bool },
+    /// `running op operand`, or `operand op running` when not `running_first`; an integer
+    /// operand read dequantized with `(scale, zero point)` where `dequantize` says.
+    Binary { op: ElementwiseOp, operand: DeviceTensor, running_first: bool, dequantize: Option<(f32, f32)> },
+    /// QuantizeLinear per tensor to the 8-bit type `to`.
+    Quantize { to: DataType, scale: f32, zero: f32 },
+    /// DequantizeLinear per tensor of the (8-bit) running value.
+    Dequantize { scale: f32, zero: f32 },
 }
 
 /// Enough blocks of 256 threads to fill an H100/H200-class GPU several times over.
 const CHAIN_MAX_BLOCKS: usize = 2048;
 
-/// Runs `steps` on `x` in one pass of a kernel generated for the chain (ops/chain_source.rs),
-/// the running value in f32 between steps; `None` where a chain kernel does not apply (a
-/// non-float type, a comparison or logical op, mixed operand types, more than `CHAIN_STEPS`
-/// steps or `CHAIN_OPERANDS` distinct operands, more than `CHAIN_RANK` dims after coalescing
-/// or offsets past 32 bits): the steps then run one by one.
-pub fn chain(cx: &Ctx, x: &DeviceTensor, steps: &[ChainStep]) -> KResult<Option<DeviceTensor>> {
-    if float_suffix(x.dtype).is_err() || steps.len() > CHAIN_STEPS {
+/// The saturation bounds of an 8-bit level type.
+fn level_bounds(t: DataType) -> Option<(i32, i32)> {
+    match t {
+        DataType::I8 => Some((-128, 127)),
+        DataType::U8 => Some((0, 255)),
+        _ => None,
+    }
+}
+
+/// Runs `steps` on `x` (read dequantized with `(scale, zero point)` where `x_dequantize` says)
+/// in one pass of a kernel generated for the chain (ops/chain_source.rs), the running value in
+/// f32 between steps; `None` where a chain kernel does not apply (a type it does not take, a
+/// float op on integer levels, a comparison or logical op, operands of another type than the
+/// running value, more than `CHAIN_STEPS` steps or `CHAIN_OPERANDS` distinct operands, more than
+/// `CHAIN_RANK` dims after coalescing or offsets past 32 bits): the steps then run one by one.
+pub fn chain(cx: &Ctx, x: &DeviceTensor, x_dequantize: Option<(f32, f32)>, steps: &[ChainStep]) -> KResult<Option<DeviceTensor>> {
+    if steps.len() > CHAIN_STEPS {
         return Ok(None);
     }
+    // The type the running value has after each step: a float storage type, or an 8-bit one
+    // after a QuantizeLinear. Dequantized reads are f32.
+    let read_type = |t: &DeviceTensor, dequantize: Option<(f32, f32)>| match dequantize {
+        Some(_) if level_bounds(t.dtype).is_some() => Some(DataType::F32),
+        Some(_) => None,
+        None => Some(t.dtype),
+    };
+    let Some(mut running) = read_type(x, x_dequantize) else { return Ok(None) };
+    if float_suffix(running).is_err() {
+        return Ok(None);
+    }
+    let mut params: Vec<f32> = Vec::new();
+    let mut param = |scale: f32, zero: f32| {
+        params.push(scale);
+        params.push(zero);
+        params.len() - 2
+    };
+    let mut dequantized = vec![x_dequantize.map(|(s, z)| param(s, z))];
     let mut program = Vec::with_capacity(steps.len());
     // Distinct operands: a tensor read by several steps (GRN's `x * nx ... + x`) takes one slot.
-    let mut operands: Vec<&DeviceTensor> = Vec::new();
+    let mut operands: Vec<(&DeviceTensor, Option<(f32, f32)>)> = Vec::new();
     let mut shape = x.shape.clone();
     for step in steps {
+        let float_running = float_suffix(running).is_ok();
         match step {
-            ChainStep::Unary((code, alpha, beta)) => program.push(Step::Unary { code: *code, alpha: *alpha, beta: *beta }),
-            ChainStep::Binary { op, operand, running_first } => {
+            ChainStep::Unary((code, alpha, beta)) if float_running => program.push(Step::Unary { code: *code, alpha: *alpha, beta: *beta }),
+            ChainStep::Binary { op, operand, running_first, dequantize } if float_running => {
                 let code = match binary_code(*op) {
                     Some(code) if !op.is_comparison() && !op.is_logical() => code,
                     _ => return Ok(None),
                 };
-                if operand.dtype != x.dtype {
+                if read_type(operand, *dequantize) != Some(running) {
                     return Ok(None);
                 }
-                let slot = match operands.iter().position(|o| same_view(o, operand)) {
+                let same = |(o, d): &(&DeviceTensor, Option<(f32, f32)>)| same_view(o, operand) && d.map(|(s, z)| (s.to_bits(), z.to_bits())) == dequantize.map(|(s, z)| (s.to_bits(), z.to_bits()));
+                let slot = match operands.iter().position(same) {
                     Some(slot) => slot,
                     None if operands.len() == CHAIN_OPERANDS => return Ok(None),
                     None => {
-                        operands.push(operand);
+                        operands.push((operand, *dequantize));
+                        dequantized.push(dequantize.map(|(s, z)| param(s, z)));
                         operands.len() - 1
                     }
                 };
                 shape = broadcast_shape(&shape, &operand.shape)?;
                 program.push(Step::Binary { code, operand: slot, running_first: *running_first });
             }
+            ChainStep::Quantize { to, scale, zero } if running == DataType::F32 => {
+                let Some((lo, hi)) = level_bounds(*to) else { return Ok(None) };
+                program.push(Step::Quantize { param: param(*scale, *zero), lo, hi });
+                running = *to;
+            }
+            ChainStep::Dequantize { scale, zero } if level_bounds(running).is_some() => {
+                program.push(Step::Dequantize { param: param(*scale, *zero) });
+                running = DataType::F32;
+            }
+            _ => return Ok(None),
         }
     }
-    let Some(source) = chain_kernel(x.dtype, &program, operands.len()) else { return Ok(None) };
+    let all: Vec<&DeviceTensor> = std::iter::once(x).chain(operands.iter().map(|(o, _)| *o)).collect();
+    let program = Program { slots: all.iter().map(|t| t.dtype).collect(), out: running, steps: program, dequantized, params: params.len() };
+    let (Some(source), Some(lanes)) = (chain_kernel(&program), program.lanes()) else { return Ok(None) };
     // Every operand read through its own strides, the output channels-last where one is; slot
     // k (the running input, then each operand) is layout k / 3's stride row k % 3.
-    let all: Vec<&DeviceTensor> = std::iter::once(x).chain(operands.iter().copied()).collect();
     let nhwc = keeps_channels_last(&all, &shape);
     let order = nhwc.then(|| DeviceTensor::channels_last_order(shape.len()));
     let mut groups = Vec::with_capacity(3);
@@ -298,16 +353,17 @@ pub fn chain(cx: &Ctx, x: &DeviceTensor, steps: &[ChainStep]) -> KResult<Option<
     let layouts = coalesce_joint(&groups);
     let used: Vec<_> = layouts.iter().zip(&groups).map(|(l, (_, used))| (*l, *used)).collect();
     let Some(compact) = chain_layout(&used) else { return Ok(None) };
-    let out = empty_in_layout(cx, x.dtype, &shape, nhwc)?;
+    let out = empty_in_layout(cx, running, &shape, nhwc)?;
     let n = out.len();
     let mut pointers: Vec<Arg> = all.iter().map(|t| cx.arg(t)).collect();
     pointers.push(cx.arg(&out));
-    let (name, runs) = match vector_elements(x.dtype, &used, &pointers) {
-        Some(k) => ("chain_vec", n / k),
-        None => ("chain", n),
+    let (name, runs) = match vector_lanes(lanes, &used, &pointers) {
+        true => ("chain_vec", n / lanes),
+        false => ("chain", n),
     };
     let mut args = vec![Arg::I32(runs as i32), Arg::ChainLayout(compact)];
     args.extend(pointers);
+    args.extend(params.iter().map(|&q| Arg::F32(q)));
     let blocks = runs.div_ceil(256).clamp(1, CHAIN_MAX_BLOCKS) as u32;
     cx.gpu.launch(&source.kernel(name), blocks, 256, &args).map_err(KernelError::from)?;
     Ok(Some(out))

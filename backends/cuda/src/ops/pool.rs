@@ -78,7 +78,7 @@ pub fn axes(p: &PoolingParams, x: &[usize], out_shape: &[usize]) -> KResult<Vec<
     Ok(out)
 }
 
-/// Pools a channels-last 2-D float `x` onto `out_shape` with kiln's NHWC kernel; the output
+/// Pools a channels-last 2-D float (or, max only, 8-bit) `x` onto `out_shape` with kiln's NHWC kernel; the output
 /// is channels-last too. None where the kernel does not apply (another layout, rank or type).
 pub fn pooling_channels_last(cx: &Ctx, p: &PoolingParams, x: &DeviceTensor, out_shape: &[usize]) -> KResult<Option<DeviceTensor>> {
     // The kernel suffix and how many channels one thread takes where they divide C (16 bytes).
@@ -86,6 +86,8 @@ pub fn pooling_channels_last(cx: &Ctx, p: &PoolingParams, x: &DeviceTensor, out_
         DataType::F32 => ("f32", 4),
         DataType::F16 => ("f16", 8),
         DataType::BF16 => ("bf16", 8),
+        DataType::I8 if p.kind == PoolingKind::Max => ("i8", 16),
+        DataType::U8 if p.kind == PoolingKind::Max => ("u8", 16),
         _ => return Ok(None),
     };
     if !x.channels_last() || x.shape.len() != 4 {
@@ -94,7 +96,7 @@ pub fn pooling_channels_last(cx: &Ctx, p: &PoolingParams, x: &DeviceTensor, out_
     // [in, out, window, stride, dilation, pre, post] per axis, checked as the general kernel's.
     let axes = axes(p, &x.shape, out_shape)?;
     let c = x.shape[1];
-    let vector = if c % vector == 0 { vector } else { 1 };
+    let vector = if c % vector == 0 && super::lane_aligned(cx, x, vector) { vector } else { 1 };
     let mut out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
     out.strides = Some(DeviceTensor::channels_last_strides(out_shape));
     let threads = out.len() / vector;

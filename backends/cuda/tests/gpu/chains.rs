@@ -22,6 +22,7 @@ fn gelu_chain_from_an_elementwise_anchor() {
                 binary(ElementwiseOp::Prod, 3, false),
                 binary(ElementwiseOp::Prod, 4, true),
             ],
+            dequantized: Vec::new(),
         });
         let inputs = vec![
             In::Run(x.clone()),
@@ -47,6 +48,7 @@ fn product_epilogue_with_bias_residual_and_activation() {
                 PostOp::Activation(ActivationKind::Relu),
                 binary(ElementwiseOp::Sub, 4, false),
             ],
+            dequantized: Vec::new(),
         });
         let inputs = vec![
             In::Run(random(&mut r, dtype, &[2, 16, 32])),
@@ -67,6 +69,7 @@ fn a_chain_that_broadcasts_the_running_value() {
         anchor: FusedAnchor::Activation(ActivationKind::Sigmoid),
         anchor_inputs: 1,
         epilogue: vec![binary(ElementwiseOp::Prod, 1, true), binary(ElementwiseOp::Max, 2, false)],
+        dequantized: Vec::new(),
     });
     let inputs = vec![
         In::Run(random(&mut r, DataType::F32, &[24])),
@@ -109,7 +112,7 @@ fn a_grn_like_chain_of_eight_operands_one_read_twice() {
             epilogue.push(binary(ElementwiseOp::Sum, 9, true));
             inputs.push(In::Const(random(&mut r, dtype, &[h, w, 1])));
         }
-        let kind = LayerKind::Fused(FusedParams { anchor: FusedAnchor::Elementwise(ElementwiseOp::Sum), anchor_inputs: 2, epilogue });
+        let kind = LayerKind::Fused(FusedParams::new(FusedAnchor::Elementwise(ElementwiseOp::Sum), 2, epilogue));
         check(&format!("GRN-like chain {dtype}, ninth operand {ninth}"), kind, inputs, tolerance);
     }
 }

@@ -85,6 +85,7 @@ fn fused_conv(
         anchor: FusedAnchor::Convolution(conv(1, &[1, 1], &[1, 1], &[1, 1])),
         anchor_inputs: 3,
         epilogue,
+        dequantized: Vec::new(),
     };
     one_layer(LayerKind::Fused(fused), inputs)
 }
@@ -149,7 +150,7 @@ fn depthwise(r: &mut rand_chacha::ChaCha8Rng, dtype: DataType, c: usize, k: usiz
     if epilogue.is_empty() {
         return one_layer(LayerKind::Convolution(conv(c, &[s, s], &[1, 1], &[k / 2, k / 2])), inputs);
     }
-    one_layer(LayerKind::Fused(FusedParams { anchor, anchor_inputs: 3, epilogue }), inputs)
+    one_layer(LayerKind::Fused(FusedParams::new(anchor, 3, epilogue)), inputs)
 }
 
 #[test]
@@ -195,7 +196,7 @@ fn every_merge_of_a_grouped_convolutions_groups_matches() {
         inputs.push(In::Run(random(&mut r, dtype, &x)));
         let epilogue = vec![PostOp::Elementwise { op: ElementwiseOp::Sum, operand: 3, running_first: false }, PostOp::Activation(ActivationKind::Relu)];
         let anchor = FusedAnchor::Convolution(conv(6, &[1, 1], &[1, 1], &[1, 1]));
-        let (net, feeds) = one_layer(LayerKind::Fused(FusedParams { anchor, anchor_inputs: 3, epilogue }), inputs);
+        let (net, feeds) = one_layer(LayerKind::Fused(FusedParams::new(anchor, 3, epilogue)), inputs);
         let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap();
         let layer = last_layer(&net);
         let tactics = cuda.tactics(&net, layer, MathMode::EXACT);
@@ -387,7 +388,7 @@ fn patches(r: &mut rand_chacha::ChaCha8Rng, dtype: DataType, x: &[usize], w: &[u
         slots.push(Some(net.add_input("residual", dtype, kiln::Shape::fixed(&out)).unwrap()));
     }
     let p = conv(1, &[k, k], &[1, 1], &[0, 0]);
-    let kind = if epilogue.is_empty() { LayerKind::Convolution(p) } else { LayerKind::Fused(FusedParams { anchor: FusedAnchor::Convolution(p), anchor_inputs: 3, epilogue }) };
+    let kind = if epilogue.is_empty() { LayerKind::Convolution(p) } else { LayerKind::Fused(FusedParams::new(FusedAnchor::Convolution(p), 3, epilogue)) };
     let layer = net.add_layer("patches", kind, slots).unwrap();
     let y = net.output(layer, 0);
     net.mark_output(y).unwrap();

@@ -82,3 +82,88 @@ fn the_qdq_fixture_runs_as_integer_layers_and_matches_the_cpu_backend() {
     let Some(cuda) = backend() else { return };
     crate::integer_layers::check_qdq_fixture(cuda);
 }
+
+/// The float islands between 8-bit tensors: `DQ(a) + DQ(b) → ·scale → Relu → Q`, and the same
+/// with the sum quantized and dequantized again before the ReLU. The passes make each one
+/// fused layer reading the integers; cuda runs it as one chain kernel and gives the cpu
+/// oracle's levels exactly: all-8-bit (16 lanes), with an f32 per-channel operand (4 lanes),
+/// and at a shape no vector fits.
+#[test]
+fn quantized_pointwise_islands_match_the_cpu_oracle_exactly() {
+    use kiln::passes::{PassContext, Pipeline};
+    use kiln::{ElementwiseOp, HostTensor, LayerKind, Network, Shape, TensorData, TensorId};
+    use rand::Rng;
+    if backend().is_none() {
+        return;
+    }
+    let mut rng = crate::common::rng(21);
+    for (shape, per_channel, requantized, to) in [
+        ([2usize, 16, 8, 32], false, false, DataType::I8),
+        ([2, 16, 8, 32], true, true, DataType::U8),
+        ([3, 5, 7, 9], true, false, DataType::I8),
+        ([3, 5, 7, 9], false, true, DataType::U8),
+    ] {
+        let what = format!("{shape:?} per-channel {per_channel} requantized {requantized} {to}");
+        let mut net = Network::new("island");
+        let a = net.add_input("a", DataType::I8, Shape::fixed(&shape)).expect("a");
+        let b = net.add_input("b", DataType::U8, Shape::fixed(&shape)).expect("b");
+        let mut constant = |name: &str, t: HostTensor| {
+            let w = net.add_weights(t);
+            let l = net.add_layer(name, LayerKind::Constant { weights: w }, vec![]).expect(name);
+            net.output(l, 0)
+        };
+        let scalar = |v: f32| HostTensor::from_f32(vec![], vec![v]).expect("scalar");
+        let (sa, sb, sy) = (constant("sa", scalar(0.031)), constant("sb", scalar(0.017)), constant("sy", scalar(0.043)));
+        let zb = constant("zb", HostTensor::new(vec![], TensorData::U8(vec![121])).expect("zb"));
+        let zy = match to {
+            DataType::U8 => constant("zy", HostTensor::new(vec![], TensorData::U8(vec![7])).expect("zy")),
+            _ => constant("zy", HostTensor::new(vec![], TensorData::I8(vec![-5])).expect("zy")),
+        };
+        let gains = constant("gains", HostTensor::from_f32(vec![1, shape[1], 1, 1], (0..shape[1]).map(|c| 0.5 + c as f32 * 0.25).collect()).expect("gains"));
+        let mut layer = |name: &str, kind: LayerKind, inputs: Vec<Option<TensorId>>| {
+            let l = net.add_layer(name, kind, inputs).expect(name);
+            net.output(l, 0)
+        };
+        let da = layer("dq_a", LayerKind::Dequantize { axis: None }, vec![Some(a), Some(sa), None]);
+        let db = layer("dq_b", LayerKind::Dequantize { axis: None }, vec![Some(b), Some(sb), Some(zb)]);
+        let mut running = layer("add", LayerKind::Elementwise { op: ElementwiseOp::Sum }, vec![Some(da), Some(db)]);
+        if per_channel {
+            running = layer("gain", LayerKind::Elementwise { op: ElementwiseOp::Prod }, vec![Some(running), Some(gains)]);
+        }
+        if requantized {
+            let q = layer("q_add", LayerKind::Quantize { axis: None, to }, vec![Some(running), Some(sy), Some(zy)]);
+            running = layer("dq_add", LayerKind::Dequantize { axis: None }, vec![Some(q), Some(sy), Some(zy)]);
+        }
+        let relu = layer("relu", LayerKind::Activation { kind: kiln::ActivationKind::Relu }, vec![Some(running)]);
+        let y = layer("q_relu", LayerKind::Quantize { axis: None, to }, vec![Some(relu), Some(sy), Some(zy)]);
+        net.mark_output(y).expect("output");
+
+        let fused = Pipeline::standard().run(&net, &PassContext { folding_backend: None, quantized_layers: true }).expect("passes");
+        let islands = fused.layers().iter().filter(|l| matches!(&l.kind, LayerKind::Fused(p) if p.dequantized.len() == 2)).count();
+        assert_eq!(islands, 1, "{what}: one fused layer reads both integers\n{}", fused.dump());
+        let n: usize = shape.iter().product();
+        let feeds = [
+            HostTensor::new(shape.to_vec(), TensorData::I8((0..n).map(|_| rng.gen()).collect())).expect("a"),
+            HostTensor::new(shape.to_vec(), TensorData::U8((0..n).map(|_| rng.gen()).collect())).expect("b"),
+        ];
+        check_network(&what, &fused, &feeds, 0.0);
+    }
+}
+
+/// Max pooling of an int8 convolution's channels-last levels (the `DQ → MaxPool → Q` island
+/// after ResNet's stem, which the passes pool on the integers): kiln's NHWC kernel, 16
+/// channels a thread and one, against the cpu oracle.
+#[test]
+fn max_pooling_of_channels_last_8_bit_levels_matches_the_cpu_oracle() {
+    use kiln::{LayerKind, PoolingKind, PoolingParams};
+    use Operands::Symmetric as S;
+    for (filters, to) in [(64, DataType::I8), (24, DataType::U8)] {
+        let what = format!("3x3 stride 2 max pooling of {filters} {to} channels");
+        let (mut net, feeds) = layer(conv(1, &[1, 1], &[1, 1]), S, &[2, 16, 13, 11], &[filters, 16, 3, 3], filters, Some(DataType::I32), true, to);
+        let levels = net.outputs()[0];
+        let p = PoolingParams { kind: PoolingKind::Max, window: vec![3, 3], strides: vec![2, 2], dilations: vec![1, 1], pre_padding: vec![1, 1], post_padding: vec![1, 1], ceil_mode: false, average_count_excludes_padding: false };
+        let pool = net.add_layer("pool", LayerKind::Pooling(p), vec![Some(levels)]).expect("pool");
+        net.mark_output(net.output(pool, 0)).expect("output");
+        check_network(&what, &net, &feeds, 0.0);
+    }
+}

@@ -166,8 +166,16 @@ pub fn epilogue(
     shape: &[usize],
     dtype: DataType,
 ) -> KResult<DeviceTensor> {
+    let input = |i: usize| inputs.get(i).and_then(Option::as_ref).ok_or_else(|| kiln::invalid!("epilogue input {i} is missing"));
     for step in steps {
         running = match *step {
+            PostOp::Quantize { to, scale, zero } => {
+                super::quant::quantize(rec, &running, input(scale)?, zero.map(input).transpose()?, None, to)?
+            }
+            PostOp::Dequantize { scale, zero } => {
+                let scale = input(scale)?;
+                super::quant::dequantize(rec, &running, scale, zero.map(input).transpose()?, None, scale.dtype)?
+            }
             PostOp::Activation(kind) => activation(rec, &kind, &running)?,
             PostOp::Unary(op) => unary(rec, op, &running, running.dtype)?,
             PostOp::Elementwise { op, operand, running_first } => {

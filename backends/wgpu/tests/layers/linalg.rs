@@ -168,6 +168,7 @@ fn attention_and_fused() {
             PostOp::Activation(ActivationKind::Relu),
             PostOp::Elementwise { op: ElementwiseOp::Sub, operand: 3, running_first: false },
         ],
+        dequantized: Vec::new(),
     };
     let (x, w) = (rand_f32(&mut r, &[1, 2, 6, 6], -1.0, 1.0), rand_f32(&mut r, &[4, 2, 3, 3], -1.0, 1.0));
     let (bias, res) = (rand_f32(&mut r, &[1, 4, 1, 1], -1.0, 1.0), rand_f32(&mut r, &[1, 4, 4, 4], -1.0, 1.0));

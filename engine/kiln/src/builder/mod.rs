@@ -228,8 +228,9 @@ pub(crate) fn optimize_typed(
     let mut pruned = remove_dead_layers(&formatted);
     if optimization == Optimization::Full {
         // Q/DQ fusion already ran in `typed_network`, before the precision pass: nothing is
-        // left for the pipeline's copy of it to find.
-        let context = PassContext { folding_backend: Some(folding), quantized_layers: false };
+        // left for the pipeline's copy of it to find. The pointwise islands between integer
+        // tensors fuse here, after the float chains.
+        let context = PassContext { folding_backend: Some(folding), quantized_layers: backend.runs_quantized_layers() };
         pruned = Pipeline::standard().run(&pruned, &context)?;
     }
     Ok(pruned)

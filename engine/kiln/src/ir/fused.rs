@@ -5,6 +5,7 @@
 //! Both are plain data (serde) so an engine stores them like any other layer; a backend
 //! may run them as one kernel (cuda epilogues, flash attention) or step by step (cpu).
 
+use super::dtype::DataType;
 use super::layer::{
     ActivationKind, ConvolutionParams, DeconvolutionParams, ElementwiseOp, LayerKind, MatrixOp,
     UnaryOp,
@@ -15,12 +16,45 @@ use serde::{Deserialize, Serialize};
 ///
 /// Inputs: the anchor's inputs first (`anchor_inputs` slots), then the extra operands
 /// that [`PostOp::Elementwise`] steps read (bias, residual, scale…).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 pub struct FusedParams {
     /// The layer whose output the epilogue transforms.
     pub anchor: FusedAnchor,
     pub anchor_inputs: usize,
     pub epilogue: Vec<PostOp>,
+    /// Integer inputs the layer reads dequantized (per tensor), anchor inputs or operands
+    /// alike: the Q/DQ islands between integer layers run as one pass over the integers.
+    #[serde(default)]
+    pub dequantized: Vec<DequantizedInput>,
+}
+
+/// Input `input` is read as `DequantizeLinear(input, input[scale], input[zero])`, one scale
+/// and zero point for the whole tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DequantizedInput {
+    pub input: usize,
+    pub scale: usize,
+    pub zero: Option<usize>,
+}
+
+/// The derived form, without `dequantized` when no input is (IR dumps of float fusions read
+/// as they always have).
+impl std::fmt::Debug for FusedParams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("FusedParams");
+        d.field("anchor", &self.anchor).field("anchor_inputs", &self.anchor_inputs).field("epilogue", &self.epilogue);
+        if !self.dequantized.is_empty() {
+            d.field("dequantized", &self.dequantized);
+        }
+        d.finish()
+    }
+}
+
+impl FusedParams {
+    /// A fused layer whose inputs are all read as they are.
+    pub fn new(anchor: FusedAnchor, anchor_inputs: usize, epilogue: Vec<PostOp>) -> FusedParams {
+        FusedParams { anchor, anchor_inputs, epilogue, dequantized: Vec::new() }
+    }
 }
 
 /// The layers that can head a fused layer: a closed, non-recursive set, so a hostile
@@ -84,6 +118,11 @@ pub enum PostOp {
         operand: usize,
         running_first: bool,
     },
+    /// QuantizeLinear of the running value to the 8-bit integer type `to`, per tensor, with
+    /// the scale and zero point inputs `scale` and `zero`.
+    Quantize { to: DataType, scale: usize, zero: Option<usize> },
+    /// DequantizeLinear of the (integer) running value, per tensor.
+    Dequantize { scale: usize, zero: Option<usize> },
 }
 
 impl PostOp {
@@ -93,6 +132,18 @@ impl PostOp {
             PostOp::Activation(kind) => LayerKind::Activation { kind },
             PostOp::Unary(op) => LayerKind::Unary { op },
             PostOp::Elementwise { op, .. } => LayerKind::Elementwise { op },
+            PostOp::Quantize { to, .. } => LayerKind::Quantize { axis: None, to },
+            PostOp::Dequantize { .. } => LayerKind::Dequantize { axis: None },
+        }
+    }
+
+    /// The inputs a step reads besides the running value: an Elementwise operand, or a
+    /// Quantize / Dequantize step's scale and zero point.
+    pub fn operands(&self) -> Vec<Option<usize>> {
+        match *self {
+            PostOp::Activation(_) | PostOp::Unary(_) => Vec::new(),
+            PostOp::Elementwise { operand, .. } => vec![Some(operand)],
+            PostOp::Quantize { scale, zero, .. } | PostOp::Dequantize { scale, zero } => vec![Some(scale), zero],
         }
     }
 }

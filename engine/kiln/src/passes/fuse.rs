@@ -139,11 +139,7 @@ pub(crate) fn fuse_chains(
                         anchor.name
                     ))
                 })?;
-                LayerKind::Fused(FusedParams {
-                    anchor: head,
-                    anchor_inputs,
-                    epilogue,
-                })
+                LayerKind::Fused(FusedParams::new(head, anchor_inputs, epilogue))
             };
             rb.add(&plan.names.join(" + "), kind, inputs, &l.outputs)?;
         } else if !absorbed[i] {
@@ -193,11 +189,11 @@ pub(crate) fn next_step(
     })
 }
 
-fn float_unary(op: UnaryOp) -> bool {
+pub(crate) fn float_unary(op: UnaryOp) -> bool {
     !matches!(op, UnaryOp::Not | UnaryOp::IsNan | UnaryOp::IsInf { .. })
 }
 
-fn fusable_binary(op: ElementwiseOp) -> bool {
+pub(crate) fn fusable_binary(op: ElementwiseOp) -> bool {
     use ElementwiseOp as E;
     matches!(
         op,

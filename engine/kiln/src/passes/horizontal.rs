@@ -79,7 +79,8 @@ fn product(net: &Network, i: usize) -> Option<Product> {
             anchor: FusedAnchor::MatrixMultiply { op_a, op_b },
             anchor_inputs: 2,
             epilogue,
-        }) if *op_a == plain && *op_b == plain => match epilogue[..] {
+            dequantized,
+        }) if dequantized.is_empty() && *op_a == plain && *op_b == plain => match epilogue[..] {
             [PostOp::Elementwise { op: ElementwiseOp::Sum, operand: 2, running_first }] => {
                 Some((l.inputs.get(2).copied()??, running_first))
             }

@@ -20,6 +20,7 @@ mod noop;
 mod patterns;
 mod pointwise;
 mod quantized;
+mod quantized_chain;
 mod shape_tensors;
 pub(crate) mod graph;
 
@@ -34,6 +35,7 @@ pub use noop::NoOpRemoval;
 pub use patterns::{GeluFusion, NormalizationFusion, RmsNormalizationFusion, SoftMaxFusion, SwishFusion};
 pub use pointwise::PointwiseChainFusion;
 pub use quantized::QuantizedFusion;
+pub use quantized_chain::QuantizedChainFusion;
 pub use shape_tensors::ShapeTensorResolution;
 
 use crate::backend::Backend;
@@ -147,6 +149,8 @@ impl Pipeline {
                 Box::new(EpilogueFusion),
                 Box::new(HorizontalMatMulFusion),
                 Box::new(PointwiseChainFusion),
+                // After the float chains, which it extends to the integers around them.
+                Box::new(QuantizedChainFusion),
                 // Last, so no pattern above sees a value shared that the graph computed twice.
                 Box::new(CommonSubexpressionElimination),
                 Box::new(DeadLayerElimination),
@@ -223,6 +227,9 @@ fn log_changes(pass: &str, before: &Network, after: &Network) {
 /// `Convolution + [Activation(Relu)]` for a fused layer, else the kind's name.
 fn kind_text(kind: &crate::ir::layer::LayerKind) -> String {
     match kind {
+        crate::ir::layer::LayerKind::Fused(p) if !p.dequantized.is_empty() => {
+            format!("{} + {:?}, {} inputs read dequantized", p.anchor.kind().type_name(), p.epilogue, p.dequantized.len())
+        }
         crate::ir::layer::LayerKind::Fused(p) => format!("{} + {:?}", p.anchor.kind().type_name(), p.epilogue),
         crate::ir::layer::LayerKind::Quantized(p) => {
             format!("integer {}{} -> {}", p.anchor.kind().type_name(), if p.relu { " + Relu" } else { "" }, p.output)

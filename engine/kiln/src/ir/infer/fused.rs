@@ -20,6 +20,25 @@ pub(super) fn fused(
             ),
         );
     }
+    // Inputs read dequantized are seen by the anchor and the steps as DequantizeLinear's output.
+    let mut seen: Vec<Option<Fact>> = ins.0.to_vec();
+    let mut dequantized_shapes = Vec::with_capacity(p.dequantized.len());
+    for d in &p.dequantized {
+        let slot = |i: usize, what: &str| match i < n {
+            true => Ok(i),
+            false => rule(None, format!("dequantized input {}: its {what} is input {i}, the layer has {n}", d.input)),
+        };
+        let facts = [Some(ins.req(slot(d.input, "value")?)?), Some(one_element(ins, slot(d.scale, "scale")?)?), d.zero.map(|z| slot(z, "zero point").and_then(|z| one_element(ins, z))).transpose()?];
+        let out = infer_layer(&LayerKind::Dequantize { axis: None }, &facts, weights).map_err(|mut e| {
+            e.rule = format!("dequantized input {}: {}", d.input, e.rule);
+            e
+        })?;
+        dequantized_shapes.push((d.input, out.into_iter().next().expect("Dequantize has one output")));
+    }
+    for (input, out) in &dequantized_shapes {
+        seen[*input] = Some(Fact::new(out.dtype, &out.shape, None));
+    }
+    let ins = &Inputs(&seen);
     let anchor = infer_layer(&p.anchor.kind(), &ins.0[..p.anchor_inputs], weights)?;
     let [mut running] = <[OutFact; 1]>::try_from(anchor).map_err(|_| super::InferError {
         input: None,
@@ -27,6 +46,10 @@ pub(super) fn fused(
     })?;
     for (i, step) in p.epilogue.iter().enumerate() {
         let current = Fact::new(running.dtype, &running.shape, None);
+        let operand_slot = |operand: usize| match operand >= p.anchor_inputs && operand < n {
+            true => Ok(operand),
+            false => rule(None, format!("epilogue step {i} reads input {operand}, which is not an operand slot")),
+        };
         let facts: Vec<Option<Fact>> = match *step {
             PostOp::Activation(_) | PostOp::Unary(_) => vec![Some(current)],
             PostOp::Elementwise {
@@ -34,20 +57,16 @@ pub(super) fn fused(
                 running_first,
                 ..
             } => {
-                if operand < p.anchor_inputs || operand >= n {
-                    return rule(
-                        None,
-                        format!(
-                            "epilogue step {i} reads input {operand}, which is not an operand slot"
-                        ),
-                    );
-                }
-                let other = ins.req(operand)?;
+                let other = ins.req(operand_slot(operand)?)?;
                 if running_first {
                     vec![Some(current), Some(other)]
                 } else {
                     vec![Some(other), Some(current)]
                 }
+            }
+            PostOp::Quantize { scale, zero, .. } | PostOp::Dequantize { scale, zero } => {
+                let zero = zero.map(|z| operand_slot(z).and_then(|z| one_element(ins, z))).transpose()?;
+                vec![Some(current), Some(one_element(ins, operand_slot(scale)?)?), zero]
             }
         };
         let out = infer_layer(&step.kind(), &facts, weights).map_err(|mut e| {
@@ -61,6 +80,15 @@ pub(super) fn fused(
         running.value = None;
     }
     Ok(vec![running])
+}
+
+/// Input `i` of a per-tensor Quantize or Dequantize step: one element.
+fn one_element<'a>(ins: &Inputs<'_, 'a>, i: usize) -> InferResult<Fact<'a>> {
+    let f = ins.req(i)?;
+    match f.shape.dims().iter().all(|d| d.fixed() == Some(1)) {
+        true => Ok(f),
+        false => rule(Some(i), format!("a per-tensor scale or zero point has one element, input {i} is {}", f.shape)),
+    }
 }
 
 /// Checked as the layers it replaces: MatrixMultiply, the scale, the mask add, SoftMax and

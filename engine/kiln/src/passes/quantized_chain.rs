@@ -1,0 +1,277 @@
+//! Quantized pointwise islands (explicit quantization, seeds §6.5): the float layers between
+//! integer tensors, `DequantizeLinear → Add / ReLU / … → QuantizeLinear` (a residual join,
+//! an activation between two integer layers), become one [`LayerKind::Fused`] layer that
+//! reads the integers, computes in f32 and writes integers: one pass over 8-bit memory
+//! instead of a float tensor written and read per layer.
+//!
+//! A pointwise layer, or a pointwise chain fused before this pass, absorbs:
+//! - every input produced by a per-tensor DequantizeLinear of an 8-bit tensor with a known
+//!   f32 scale (read dequantized, [`FusedParams::dequantized`]; the DequantizeLinear stays
+//!   for any other reader and is dropped when unread);
+//! - after it, a per-tensor QuantizeLinear to 8 bits ([`PostOp::Quantize`]), and past that a
+//!   DequantizeLinear and more pointwise layers and quantizations, while each tensor between
+//!   has one reader and is not a network output.
+//!
+//! Each step computes what the unfused layer computed, in f32 (the island runs in f32: the
+//! precision pass keeps such islands wide), so every backend gives the unfused graph's
+//! values.
+//!
+//! A max pooling between a DequantizeLinear and a QuantizeLinear of the same type, scale
+//! (positive) and zero point pools the integers themselves: dequantization is increasing, so
+//! the maximum commutes with it, and requantizing a dequantized level gives the level back.
+//! With a ReLU between the DequantizeLinear and the pooling (Conv → ReLU → MaxPool), the
+//! integers are pooled first and the ReLU and QuantizeLinear follow as an island: the ReLU is
+//! non-decreasing too, so it commutes with the maximum wherever every window holds an input
+//! cell (no dilation, no ceil mode, padding narrower than the window).
+//!
+//! The pass runs for backends that run quantized layers ([`PassContext::quantized_layers`]).
+
+use super::fuse::next_step;
+use super::graph::{consumers, has_control_flow, known_value};
+use super::{Pass, PassContext, PassError};
+use crate::ir::dtype::DataType;
+use crate::ir::fused::{DequantizedInput, FusedAnchor, FusedParams, PostOp};
+use crate::ir::layer::LayerKind;
+use crate::ir::network::{LayerId, Network, TensorId};
+use crate::ir::rewrite::Rewriter;
+use std::collections::{HashMap, HashSet};
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct QuantizedChainFusion;
+
+impl Pass for QuantizedChainFusion {
+    fn name(&self) -> &'static str {
+        "quantized-chain-fusion"
+    }
+
+    fn run(&self, network: &Network, context: &PassContext<'_>) -> Result<Option<Network>, PassError> {
+        if !context.quantized_layers || has_control_flow(network) {
+            return Ok(None);
+        }
+        let readers = consumers(network);
+        let mut plans: HashMap<usize, Plan> = HashMap::new();
+        let mut absorbed: HashSet<usize> = HashSet::new();
+        // Poolings first: an island that starts after a ReLU must not take the ReLU a pooling
+        // moves past.
+        type Finder = fn(&Network, &[Vec<(usize, usize)>], usize) -> Option<Plan>;
+        for find in [integer_max_pool as Finder, pointwise_island] {
+            for i in 0..network.layers().len() {
+                if let Some(plan) = find(network, &readers, i).filter(|p| !p.layers.iter().any(|l| absorbed.contains(l))) {
+                    absorbed.extend(plan.layers.iter().copied());
+                    plans.insert(*plan.layers.last().expect("a plan has layers"), plan);
+                }
+            }
+        }
+        if plans.is_empty() {
+            return Ok(None);
+        }
+        let mut rb = Rewriter::new(network);
+        for i in 0..network.layers().len() {
+            if let Some(plan) = plans.remove(&i) {
+                let name = plan.layers.iter().map(|&j| network.layer(LayerId(j)).name.as_str()).collect::<Vec<_>>().join(" + ");
+                let mut inputs = rb.get_slots(&plan.inputs)?;
+                if let Some(pool) = plan.pool_first {
+                    let pooled = rb.out_mut().add_layer(&format!("{name} (integer pooling)"), LayerKind::Pooling(pool), vec![inputs[0]])?;
+                    inputs[0] = Some(rb.out().output(pooled, 0));
+                }
+                rb.add(&name, plan.kind, inputs, &[plan.output])?;
+            } else if !absorbed.contains(&i) {
+                rb.keep(i)?;
+            }
+        }
+        Ok(Some(rb.finish_as_source()?))
+    }
+}
+
+/// One island: the layers it replaces (head first, the layer it is emitted at last), the
+/// new layer and its input slots, and the tensor its output carries.
+struct Plan {
+    layers: Vec<usize>,
+    kind: LayerKind,
+    inputs: Vec<Option<TensorId>>,
+    output: TensorId,
+    /// A max pooling of input 0's integers, emitted before the layer (which reads its output).
+    pool_first: Option<crate::ir::layer::PoolingParams>,
+}
+
+fn eight_bit(t: DataType) -> bool {
+    matches!(t, DataType::I8 | DataType::U8)
+}
+
+/// A known one-element tensor of type `dtype`.
+fn scalar(net: &Network, t: Option<TensorId>, dtype: DataType) -> Option<TensorId> {
+    let t = t?;
+    known_value(net, t).is_some_and(|v| v.len() == 1 && v.dtype() == dtype).then_some(t)
+}
+
+/// A per-tensor DequantizeLinear layer's `(integer input, scale, zero point)`: an 8-bit input,
+/// an f32 scale and a zero point of the input's type, both known single values.
+fn per_tensor_dequantize(net: &Network, layer: usize) -> Option<(TensorId, TensorId, Option<TensorId>)> {
+    let l = net.layer(LayerId(layer));
+    if !matches!(l.kind, LayerKind::Dequantize { .. }) {
+        return None;
+    }
+    let slot = |i: usize| l.inputs.get(i).copied().flatten();
+    let x = slot(0).filter(|&x| eight_bit(net.tensor(x).dtype))?;
+    let scale = scalar(net, slot(1), DataType::F32)?;
+    let zero = match slot(2) {
+        None => None,
+        z => Some(scalar(net, z, net.tensor(x).dtype)?),
+    };
+    Some((x, scale, zero))
+}
+
+/// The single reader of `t`, unless `t` is a network output.
+fn only_reader(net: &Network, readers: &[Vec<(usize, usize)>], t: TensorId) -> Option<usize> {
+    match readers[t.0].as_slice() {
+        [(layer, _)] if !net.outputs().contains(&t) => Some(*layer),
+        _ => None,
+    }
+}
+
+/// The pointwise head at layer `i` as a fused layer (a chain fused before, or one plain
+/// pointwise layer), when it computes in f32.
+fn head(net: &Network, i: usize) -> Option<(FusedParams, Vec<Option<TensorId>>)> {
+    let l = net.layer(LayerId(i));
+    let out = *l.outputs.first()?;
+    if l.outputs.len() != 1 || net.tensor(out).dtype != DataType::F32 {
+        return None;
+    }
+    let params = match &l.kind {
+        LayerKind::Fused(p) if p.dequantized.is_empty() && matches!(p.anchor, FusedAnchor::Activation(_) | FusedAnchor::Unary(_) | FusedAnchor::Elementwise(_)) => p.clone(),
+        LayerKind::Activation { .. } => FusedParams::new(FusedAnchor::from_kind(&l.kind)?, l.inputs.len(), Vec::new()),
+        LayerKind::Unary { op } if super::fuse::float_unary(*op) => FusedParams::new(FusedAnchor::from_kind(&l.kind)?, l.inputs.len(), Vec::new()),
+        LayerKind::Elementwise { op } if super::fuse::fusable_binary(*op) && l.inputs.len() == 2 => {
+            FusedParams::new(FusedAnchor::from_kind(&l.kind)?, 2, Vec::new())
+        }
+        _ => return None,
+    };
+    Some((params, l.inputs.clone()))
+}
+
+/// `DequantizeLinear → MaxPool → QuantizeLinear` with one type, scale and zero point: the
+/// pooling on the integers; with a ReLU before the pooling, the pooling on the integers, then
+/// the ReLU and the QuantizeLinear as an island.
+fn integer_max_pool(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan> {
+    use crate::ir::layer::{ActivationKind, PoolingKind};
+    let l = net.layer(LayerId(i));
+    let LayerKind::Pooling(p) = &l.kind else { return None };
+    if p.kind != PoolingKind::Max || l.outputs.len() != 1 {
+        return None;
+    }
+    let input = l.inputs.first().copied().flatten()?;
+    let before = net.tensor(input).producer?.0 .0;
+    let relu = net.layer(LayerId(before)).kind == (LayerKind::Activation { kind: ActivationKind::Relu });
+    let dequantize_at = match relu {
+        true => {
+            let every_window_holds_a_cell = p.dilations.iter().all(|&d| d == 1)
+                && !p.ceil_mode
+                && p.window.iter().zip(&p.pre_padding).zip(&p.post_padding).all(|((&k, &pre), &post)| pre < k && post < k);
+            if !every_window_holds_a_cell || only_reader(net, readers, input) != Some(i) {
+                return None;
+            }
+            net.tensor(net.layer(LayerId(before)).inputs.first().copied().flatten()?).producer?.0 .0
+        }
+        false => before,
+    };
+    let (x, scale, zero) = per_tensor_dequantize(net, dequantize_at)?;
+    let q_at = only_reader(net, readers, l.outputs[0])?;
+    let q = net.layer(LayerId(q_at));
+    let slot = |k: usize| q.inputs.get(k).copied().flatten();
+    let LayerKind::Quantize { to, .. } = q.kind else { return None };
+    let value = |t: Option<TensorId>| t.map(|t| known_value(net, t).map(|v| v.to_f64_vec()));
+    let positive = value(Some(scale)).flatten().is_some_and(|s| s[0] > 0.0 && s[0].is_finite());
+    if !positive || slot(0) != Some(l.outputs[0]) {
+        return None;
+    }
+    if relu {
+        // Pool the integers, then dequantize, ReLU and quantize them as one island.
+        let q_scale = scalar(net, slot(1), DataType::F32)?;
+        let q_zero = match slot(2) {
+            None => None,
+            z => Some(scalar(net, z, to)?),
+        };
+        let mut inputs = vec![Some(x), Some(scale)];
+        inputs.extend(zero.map(Some));
+        let dequantized = vec![DequantizedInput { input: 0, scale: 1, zero: zero.map(|_| 2) }];
+        let quantize = PostOp::Quantize { to, scale: push(&mut inputs, q_scale), zero: q_zero.map(|z| push(&mut inputs, z)) };
+        let params = FusedParams { dequantized, ..FusedParams::new(FusedAnchor::Activation(ActivationKind::Relu), 1, vec![quantize]) };
+        return eight_bit(to).then(|| Plan { layers: vec![before, i, q_at], kind: LayerKind::Fused(params), inputs, output: q.outputs[0], pool_first: Some(p.clone()) });
+    }
+    let zero_of = |z: Option<TensorId>| value(z).unwrap_or(Some(vec![0.0]));
+    let same = to == net.tensor(x).dtype && value(slot(1)) == value(Some(scale)) && zero_of(slot(2)) == zero_of(zero) && zero_of(zero).is_some();
+    same.then(|| Plan { layers: vec![i, q_at], kind: l.kind.clone(), inputs: vec![Some(x)], output: q.outputs[0], pool_first: None })
+}
+
+/// A pointwise layer or chain with its dequantized inputs and the quantizations after it.
+fn pointwise_island(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan> {
+    let (mut params, mut inputs) = head(net, i)?;
+    let mut layers = vec![i];
+    // Inputs produced by a per-tensor DequantizeLinear are read as integers.
+    for slot in 0..inputs.len() {
+        let Some(t) = inputs[slot] else { continue };
+        let Some((producer, _)) = net.tensor(t).producer else { continue };
+        let Some((x, scale, zero)) = per_tensor_dequantize(net, producer.0) else { continue };
+        inputs[slot] = Some(x);
+        let scale_slot = push(&mut inputs, scale);
+        let zero_slot = zero.map(|z| push(&mut inputs, z));
+        params.dequantized.push(DequantizedInput { input: slot, scale: scale_slot, zero: zero_slot });
+    }
+    // Then the quantizations and pointwise layers after it.
+    let mut running = *net.layer(LayerId(i)).outputs.first()?;
+    while let Some(next) = only_reader(net, readers, running) {
+        let l = net.layer(LayerId(next));
+        let slot = |k: usize| l.inputs.get(k).copied().flatten();
+        let running_type = net.tensor(running).dtype;
+        match l.kind {
+            LayerKind::Quantize { to, .. } if eight_bit(to) && running_type == DataType::F32 && slot(0) == Some(running) => {
+                let Some(scale) = scalar(net, slot(1), DataType::F32) else { break };
+                let zero = match slot(2) {
+                    None => None,
+                    z => match scalar(net, z, to) {
+                        Some(z) => Some(push(&mut inputs, z)),
+                        None => break,
+                    },
+                };
+                let scale = push(&mut inputs, scale);
+                params.epilogue.push(PostOp::Quantize { to, scale, zero });
+            }
+            LayerKind::Dequantize { .. } if slot(0) == Some(running) => {
+                let Some((_, scale, zero)) = per_tensor_dequantize(net, next) else { break };
+                let scale = push(&mut inputs, scale);
+                let zero = zero.map(|z| push(&mut inputs, z));
+                params.epilogue.push(PostOp::Dequantize { scale, zero });
+            }
+            _ => {
+                let Some(step) = next_step(net, readers, running).filter(|_| running_type == DataType::F32) else { break };
+                if net.tensor(l.outputs[0]).dtype != DataType::F32 {
+                    break;
+                }
+                let mut post = step.post;
+                if let (PostOp::Elementwise { operand, .. }, Some(t)) = (&mut post, step.operand) {
+                    *operand = push(&mut inputs, t);
+                }
+                params.epilogue.push(post);
+            }
+        }
+        layers.push(next);
+        running = l.outputs[0];
+    }
+    // Worth a layer only when it reads or writes integers; a chain ending dequantized would
+    // write f32 where the integers were.
+    let quantizes = params.epilogue.iter().any(|p| matches!(p, PostOp::Quantize { .. }));
+    if matches!(params.epilogue.last(), Some(PostOp::Dequantize { .. })) {
+        params.epilogue.pop();
+        let scale_and_zero = 1 + usize::from(net.layer(LayerId(*layers.last()?)).inputs.get(2).copied().flatten().is_some());
+        inputs.truncate(inputs.len() - scale_and_zero);
+        layers.pop();
+        running = net.layer(LayerId(*layers.last()?)).outputs[0];
+    }
+    (quantizes || !params.dequantized.is_empty()).then_some(Plan { layers, kind: LayerKind::Fused(params), inputs, output: running, pool_first: None })
+}
+
+/// Appends `t` as an input slot and returns the slot.
+fn push(inputs: &mut Vec<Option<TensorId>>, t: TensorId) -> usize {
+    inputs.push(Some(t));
+    inputs.len() - 1
+}
