@@ -56,3 +56,25 @@ __device__ __forceinline__ void chain_load(const ChainLayout& l, int s, unsigned
         for (int k = 0; k < V; ++k) f[k] = v;
     }
 }
+
+// V stored bytes of an 8-bit slot `s`, addressed as chain_load does (the table kernels look
+// them up instead of converting them).
+template <int V>
+__device__ __forceinline__ void chain_load_bytes(const ChainLayout& l, int s, unsigned i, const unsigned* c, const unsigned char* p, unsigned char* b) {
+    unsigned off = i;
+    if (!(l.dense >> s & 1)) {
+        off = l.offset[s];
+#pragma unroll
+        for (int d = 0; d < CHAIN_RANK; ++d) {
+            if (d < l.rank) off += c[d] * l.stride[s][d];
+        }
+    }
+    if (V == 1 || (l.dense >> s & 1) || l.stride[s][l.rank - 1] == 1) {
+        const Run<unsigned char, V> r = *reinterpret_cast<const Run<unsigned char, V>*>(p + off);
+#pragma unroll
+        for (int k = 0; k < V; ++k) b[k] = r.v[k];
+    } else {
+#pragma unroll
+        for (int k = 0; k < V; ++k) b[k] = p[off];
+    }
+}

@@ -560,10 +560,26 @@ impl Gpu {
 
     /// [`Gpu::launch`] over a 3-D grid of 3-D blocks.
     pub fn launch_grid(&self, kernel: &Kernel, grid: (u32, u32, u32), block: (u32, u32, u32), args: &[Arg]) -> Result<(), GpuError> {
+        self.launch_with_shared(kernel, grid, block, 0, args)
+    }
+
+    /// The device's streaming multiprocessors (the grid a kernel with per-block set-up needs).
+    pub fn multiprocessors(&self) -> Result<u32, GpuError> {
+        let count = self.ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(driver("cuDeviceGetAttribute"))?;
+        Ok(count.max(1) as u32)
+    }
+
+    /// [`Gpu::launch_grid`] with `shared_bytes` of dynamic shared memory per block (past 48 KiB
+    /// the kernel is allowed that much first).
+    pub fn launch_with_shared(&self, kernel: &Kernel, grid: (u32, u32, u32), block: (u32, u32, u32), shared_bytes: u32, args: &[Arg]) -> Result<(), GpuError> {
         if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
             return Ok(());
         }
         let (f, params) = self.function(kernel)?;
+        if shared_bytes > 48 * 1024 {
+            use sys::CUfunction_attribute_enum as F;
+            f.set_attribute(F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_bytes as i32).map_err(driver("cuFuncSetAttribute"))?;
+        }
         // Compared without allocating: this runs on every launch.
         if args.len() != params.len() || args.iter().zip(params.iter()).any(|(a, &size)| a.size() != size) {
             let passed: Vec<usize> = args.iter().map(Arg::size).collect();
@@ -584,7 +600,7 @@ impl Gpu {
                 Arg::Ptr(v) => b.arg(v),
             };
         }
-        let cfg = LaunchConfig { grid_dim: grid, block_dim: block, shared_mem_bytes: 0 };
+        let cfg = LaunchConfig { grid_dim: grid, block_dim: block, shared_mem_bytes: shared_bytes };
         // A launch outside an execution waits out another thread's graph capture.
         let _access = self.sessions.access();
         // SAFETY: `args` match the compiled kernel's parameters in number and size (checked

@@ -104,13 +104,22 @@ fn generated_chains_compile_with_every_op_for_sm80_and_sm90() {
         dequantized: vec![Some(0), Some(2), None],
         params: 10,
     });
+    // A residual join between two 8-bit tensors: the table kernels too.
+    programs.push(Program {
+        slots: vec![T::I8, T::U8],
+        out: T::I8,
+        steps: vec![Step::Binary { code: 0, operand: 0, running_first: true }, Step::Unary { code: 0, alpha: 0.0, beta: 0.0 }, Step::Quantize { param: 4, lo: -128, hi: 127 }],
+        dequantized: vec![Some(0), Some(2)],
+        params: 6,
+    });
     for program in &programs {
         let what = format!("{:?} -> {}", program.slots, program.out);
         let text = chain_source(program).expect("types the chains take");
         let source = Source::generated(text);
+        let names: &[&str] = if program.table_entries().is_some() { &["chain", "chain_vec", "chain_table_fill", "chain_table", "chain_table_vec"] } else { &["chain", "chain_vec"] };
         for arch in ["sm_80", "sm_90"] {
             let (image, _) = kernel_cache::cubin(source, arch, None).unwrap_or_else(|e| panic!("{what} {arch}: {e}"));
-            for name in ["chain", "chain_vec"] {
+            for &name in names {
                 assert!(contains(&image, name), "{what} {arch}: `{name}` is not in the generated image");
             }
         }

@@ -68,8 +68,23 @@ fn float(v: f32) -> String {
     format!("__int_as_float(0x{:08x})", v.to_bits())
 }
 
+impl Program {
+    /// The table kernels apply: every slot an 8-bit level read dequantized, at most two of
+    /// them, and an 8-bit output, so the result is a function of at most 16 input bits.
+    pub fn table_entries(&self) -> Option<usize> {
+        let levels = |t: DataType| matches!(t, DataType::I8 | DataType::U8);
+        let all_dequantized = self.dequantized.iter().all(Option::is_some) && self.dequantized.len() == self.slots.len();
+        (self.slots.len() <= 2 && self.slots.iter().all(|&t| levels(t)) && levels(self.out) && all_dequantized).then(|| 1 << (8 * self.slots.len()))
+    }
+}
+
 /// The source of `chain` (one element per thread step) and `chain_vec` (one vector of
 /// [`Program::lanes`]): `(unsigned runs, ChainLayout l, const T0* s0 … , TO* out, float q0 …)`;
+/// where [`Program::table_entries`] says, also `chain_table_fill`, which computes the program's
+/// result for every input level (or pair of levels) into a table, and `chain_table` and
+/// `chain_table_vec`, which copy the table into shared memory (that many bytes, dynamic) and
+/// look every element up: a few instructions each where the conversions and the division took
+/// tens.
 /// `None` for a type the kernels do not take.
 pub fn chain_source(program: &Program) -> Option<String> {
     let types = program.slots.iter().map(|&t| c_type(t).map(|(c, _)| c)).collect::<Option<Vec<_>>>()?;
@@ -78,12 +93,44 @@ pub fn chain_source(program: &Program) -> Option<String> {
     let mut s = String::new();
     let mut params: Vec<String> = types.iter().enumerate().map(|(k, t)| format!("const {t}* s{k}")).collect();
     params.push(format!("{out}* out"));
-    params.extend((0..program.params).map(|j| format!("float q{j}")));
+    let q_params: Vec<String> = (0..program.params).map(|j| format!("float q{j}")).collect();
+    params.extend(q_params.iter().cloned());
     let mut args: Vec<String> = (0..types.len()).map(|k| format!("s{k}")).collect();
     args.push("out".into());
-    args.extend((0..program.params).map(|j| format!("q{j}")));
+    let q_args: Vec<String> = (0..program.params).map(|j| format!("q{j}")).collect();
+    args.extend(q_args.iter().cloned());
     let _ = writeln!(s, "// A kiln pointwise chain: {} steps, {} operands, {} -> {out}.", program.steps.len(), types.len() - 1, types.join(", "));
     let _ = writeln!(s, "#include \"chain.cuh\"\n");
+    // One element: the slots' values (as stored), dequantized where the program says, then the steps.
+    let mut element_params: Vec<String> = (0..types.len()).map(|k| format!("float x{k}")).collect();
+    element_params.extend(q_params.iter().cloned());
+    let _ = writeln!(s, "__device__ __forceinline__ float element({}) {{", element_params.join(", "));
+    for k in 0..types.len() {
+        if let Some(p) = program.dequantized.get(k).copied().flatten() {
+            let _ = writeln!(s, "    x{k} = __fmul_rn(__fsub_rn(x{k}, q{}), q{p});", p + 1);
+        }
+    }
+    let _ = writeln!(s, "    float f = x0;");
+    for step in &program.steps {
+        let line = match *step {
+            Step::Unary { code, alpha, beta } => format!("f = unary_float({code}, f, {}, {});", float(alpha), float(beta)),
+            Step::Binary { code, operand, running_first: true } => format!("f = binary_float({code}, f, x{});", operand + 1),
+            Step::Binary { code, operand, running_first: false } => format!("f = binary_float({code}, x{}, f);", operand + 1),
+            Step::Quantize { param, lo, hi } => format!(
+                "f = __fadd_rn(rintf(__fdiv_rn(f, q{param})), q{}); f = f != f ? 0.0f : fminf(fmaxf(f, {lo}.0f), {hi}.0f);",
+                param + 1
+            ),
+            Step::Dequantize { param } => format!("f = __fmul_rn(__fsub_rn(f, q{}), q{param});", param + 1),
+        };
+        let _ = writeln!(s, "    {line}");
+    }
+    let _ = writeln!(s, "    return f;");
+    let _ = writeln!(s, "}}\n");
+    let element_args = |value: &dyn Fn(usize) -> String| {
+        let mut a: Vec<String> = (0..types.len()).map(value).collect();
+        a.extend(q_args.iter().cloned());
+        a.join(", ")
+    };
     let _ = writeln!(s, "template <int V>");
     let _ = writeln!(s, "__device__ __forceinline__ void body(unsigned runs, const ChainLayout& l, {}) {{", params.join(", "));
     let _ = writeln!(s, "    for (unsigned r = blockIdx.x * blockDim.x + threadIdx.x; r < runs; r += gridDim.x * blockDim.x) {{");
@@ -93,29 +140,9 @@ pub fn chain_source(program: &Program) -> Option<String> {
     for k in 0..types.len() {
         let _ = writeln!(s, "        float v{k}[V];");
         let _ = writeln!(s, "        chain_load<V>(l, {k}, i, c, s{k}, v{k});");
-        if let Some(p) = program.dequantized.get(k).copied().flatten() {
-            let _ = writeln!(s, "#pragma unroll");
-            let _ = writeln!(s, "        for (int k = 0; k < V; ++k) v{k}[k] = __fmul_rn(__fsub_rn(v{k}[k], q{}), q{p});", p + 1);
-        }
     }
     let _ = writeln!(s, "#pragma unroll");
-    let _ = writeln!(s, "        for (int k = 0; k < V; ++k) {{");
-    let _ = writeln!(s, "            float f = v0[k];");
-    for step in &program.steps {
-        let line = match *step {
-            Step::Unary { code, alpha, beta } => format!("f = unary_float({code}, f, {}, {});", float(alpha), float(beta)),
-            Step::Binary { code, operand, running_first: true } => format!("f = binary_float({code}, f, v{}[k]);", operand + 1),
-            Step::Binary { code, operand, running_first: false } => format!("f = binary_float({code}, v{}[k], f);", operand + 1),
-            Step::Quantize { param, lo, hi } => format!(
-                "f = __fadd_rn(rintf(__fdiv_rn(f, q{param})), q{}); f = f != f ? 0.0f : fminf(fmaxf(f, {lo}.0f), {hi}.0f);",
-                param + 1
-            ),
-            Step::Dequantize { param } => format!("f = __fmul_rn(__fsub_rn(f, q{}), q{param});", param + 1),
-        };
-        let _ = writeln!(s, "            {line}");
-    }
-    let _ = writeln!(s, "            v0[k] = f;");
-    let _ = writeln!(s, "        }}");
+    let _ = writeln!(s, "        for (int k = 0; k < V; ++k) v0[k] = element({});", element_args(&|k| format!("v{k}[k]")));
     let _ = writeln!(s, "        store_run<V>(out + i, v0);");
     let _ = writeln!(s, "    }}");
     let _ = writeln!(s, "}}\n");
@@ -123,6 +150,49 @@ pub fn chain_source(program: &Program) -> Option<String> {
         let _ = writeln!(s, "extern \"C\" __global__ void __launch_bounds__(256) {name}(unsigned runs, ChainLayout l, {}) {{", params.join(", "));
         let _ = writeln!(s, "    body<{width}>(runs, l, {});", args.join(", "));
         let _ = writeln!(s, "}}");
+    }
+    if let Some(entries) = program.table_entries() {
+        // `chain_table_fill(unsigned char* levels, float q0 …)`: entry e, one per thread, is the
+        // result for slot k's stored byte (e >> 8k) & 255. The table kernels take `levels` in
+        // place of the float parameters, copy it into shared memory and look every element up.
+        let level = |k: usize| format!("to_f(({})(unsigned char)(e >> {}))", types[k], 8 * k);
+        let mut fill_params = vec!["unsigned char* levels".to_string()];
+        fill_params.extend(q_params.iter().cloned());
+        let _ = writeln!(s, "\nextern \"C\" __global__ void __launch_bounds__(256) chain_table_fill({}) {{", fill_params.join(", "));
+        let _ = writeln!(s, "    const int e = blockIdx.x * blockDim.x + threadIdx.x;");
+        let _ = writeln!(s, "    if (e < {entries}) levels[e] = (unsigned char)from_f<{out}>(element({}));", element_args(&level));
+        let _ = writeln!(s, "}}\n");
+        let mut table_params: Vec<String> = types.iter().enumerate().map(|(k, t)| format!("const {t}* s{k}")).collect();
+        table_params.push(format!("{out}* out"));
+        table_params.push("const unsigned char* levels".into());
+        let mut table_args: Vec<String> = (0..types.len()).map(|k| format!("s{k}")).collect();
+        table_args.extend(["out".to_string(), "levels".to_string()]);
+        let _ = writeln!(s, "template <int V>");
+        let _ = writeln!(s, "__device__ __forceinline__ void table_body(unsigned runs, const ChainLayout& l, {}) {{", table_params.join(", "));
+        let _ = writeln!(s, "    extern __shared__ uint4 table_words[];");
+        let _ = writeln!(s, "    for (int w = threadIdx.x; w < {}; w += blockDim.x) table_words[w] = reinterpret_cast<const uint4*>(levels)[w];", entries / 16);
+        let _ = writeln!(s, "    const unsigned char* table = reinterpret_cast<const unsigned char*>(table_words);");
+        let _ = writeln!(s, "    __syncthreads();");
+        let _ = writeln!(s, "    for (unsigned r = blockIdx.x * blockDim.x + threadIdx.x; r < runs; r += gridDim.x * blockDim.x) {{");
+        let _ = writeln!(s, "        const unsigned i = r * V;");
+        let _ = writeln!(s, "        unsigned c[CHAIN_RANK];");
+        let _ = writeln!(s, "        chain_coords(l, i, c);");
+        for k in 0..types.len() {
+            let _ = writeln!(s, "        unsigned char b{k}[V];");
+            let _ = writeln!(s, "        chain_load_bytes<V>(l, {k}, i, c, (const unsigned char*)s{k}, b{k});");
+        }
+        let index: Vec<String> = (0..types.len()).map(|k| if k == 0 { "b0[k]".to_string() } else { format!("b{k}[k] << {}", 8 * k) }).collect();
+        let _ = writeln!(s, "        Run<unsigned char, V> o;");
+        let _ = writeln!(s, "#pragma unroll");
+        let _ = writeln!(s, "        for (int k = 0; k < V; ++k) o.v[k] = table[{}];", index.join(" | "));
+        let _ = writeln!(s, "        *reinterpret_cast<Run<unsigned char, V>*>((unsigned char*)out + i) = o;");
+        let _ = writeln!(s, "    }}");
+        let _ = writeln!(s, "}}\n");
+        for (name, width) in [("chain_table", 1), ("chain_table_vec", lanes)] {
+            let _ = writeln!(s, "extern \"C\" __global__ void __launch_bounds__(256) {name}(unsigned runs, ChainLayout l, {}) {{", table_params.join(", "));
+            let _ = writeln!(s, "    table_body<{width}>(runs, l, {});", table_args.join(", "));
+            let _ = writeln!(s, "}}");
+        }
     }
     Some(s)
 }
@@ -171,13 +241,36 @@ mod tests {
             Step::Binary { code: 3, operand: 1, running_first: false },
         ];
         let text = chain_source(&Program::float(DataType::F16, steps.to_vec(), 2)).expect("f16 chains");
-        assert!(text.contains("f = binary_float(0, f, v1[k]);"), "{text}");
+        assert!(text.contains("f = binary_float(0, f, x1);"), "{text}");
         assert!(text.contains("f = unary_float(17, f, __int_as_float(0x00000000), __int_as_float(0x3fc00000));"), "{text}");
-        assert!(text.contains("f = binary_float(3, v2[k], f);"), "{text}");
+        assert!(text.contains("f = binary_float(3, x2, f);"), "{text}");
         assert!(text.contains("const __half* s2") && !text.contains("s3"), "three slots: {text}");
         assert!(text.contains("void __launch_bounds__(256) chain_vec(") && text.contains("body<8>"), "{text}");
         assert_eq!(chain_source(&Program::float(DataType::I32, steps.to_vec(), 2)), None);
         assert_eq!(chain_source(&Program::float(DataType::F16, steps.to_vec(), 2)), Some(text), "the same program, the same text (one cached kernel)");
+    }
+
+    #[test]
+    fn programs_of_at_most_two_dequantized_levels_get_table_kernels() {
+        let join = Program {
+            slots: vec![DataType::I8, DataType::U8],
+            out: DataType::U8,
+            steps: vec![Step::Binary { code: 0, operand: 0, running_first: true }, Step::Quantize { param: 4, lo: 0, hi: 255 }],
+            dequantized: vec![Some(0), Some(2)],
+            params: 6,
+        };
+        assert_eq!(join.table_entries(), Some(65536));
+        let text = chain_source(&join).expect("8-bit chains");
+        assert!(text.contains("void __launch_bounds__(256) chain_table_vec(") && text.contains("table[b0[k] | b1[k] << 8]"), "{text}");
+        assert!(text.contains("levels[e] = (unsigned char)from_f<unsigned char>(element(to_f((signed char)(unsigned char)(e >> 0)), to_f((unsigned char)(unsigned char)(e >> 8)), q0"), "{text}");
+        assert!(text.contains("chain_table_vec(unsigned runs, ChainLayout l, const signed char* s0, const unsigned char* s1, unsigned char* out, const unsigned char* levels)"), "{text}");
+        let unary = Program { slots: vec![DataType::I8], dequantized: vec![Some(0)], params: 4, steps: vec![Step::Quantize { param: 2, lo: 0, hi: 255 }], ..join.clone() };
+        assert_eq!(unary.table_entries(), Some(256));
+        let float_operand = Program { slots: vec![DataType::I8, DataType::F32], dequantized: vec![Some(0), None], ..join.clone() };
+        assert_eq!(float_operand.table_entries(), None, "an f32 operand has too many values");
+        assert!(!chain_source(&float_operand).expect("chains").contains("chain_table"));
+        let float_out = Program { out: DataType::F32, steps: vec![join.steps[0]], ..join.clone() };
+        assert_eq!(float_out.table_entries(), None);
     }
 
     #[test]

@@ -357,15 +357,31 @@ pub fn chain(cx: &Ctx, x: &DeviceTensor, x_dequantize: Option<(f32, f32)>, steps
     let n = out.len();
     let mut pointers: Vec<Arg> = all.iter().map(|t| cx.arg(t)).collect();
     pointers.push(cx.arg(&out));
-    let (name, runs) = match vector_lanes(lanes, &used, &pointers) {
-        true => ("chain_vec", n / lanes),
-        false => ("chain", n),
-    };
+    let vector = vector_lanes(lanes, &used, &pointers);
+    let runs = if vector { n / lanes } else { n };
     let mut args = vec![Arg::I32(runs as i32), Arg::ChainLayout(compact)];
     args.extend(pointers);
-    args.extend(params.iter().map(|&q| Arg::F32(q)));
     let blocks = runs.div_ceil(256).clamp(1, CHAIN_MAX_BLOCKS) as u32;
-    cx.gpu.launch(&source.kernel(name), blocks, 256, &args).map_err(KernelError::from)?;
+    let q_args = params.iter().map(|&q| Arg::F32(q));
+    match program.table_entries() {
+        // The program once per input level (pair), then a lookup per element; each block
+        // copies the table into shared memory, so a pair's 64 KiB is worth it per two blocks a
+        // multiprocessor.
+        Some(entries) => {
+            let levels = cx.gpu.empty(DataType::U8, vec![entries]).map_err(KernelError::from)?;
+            let fill: Vec<Arg> = std::iter::once(cx.arg(&levels)).chain(q_args).collect();
+            cx.gpu.launch(&source.kernel("chain_table_fill"), entries.div_ceil(256) as u32, 256, &fill).map_err(KernelError::from)?;
+            args.push(cx.arg(&levels));
+            let blocks = if entries > 256 { blocks.min(2 * cx.gpu.multiprocessors().map_err(KernelError::from)?) } else { blocks };
+            let name = if vector { "chain_table_vec" } else { "chain_table" };
+            cx.gpu.launch_with_shared(&source.kernel(name), (blocks, 1, 1), (256, 1, 1), entries as u32, &args).map_err(KernelError::from)?;
+        }
+        None => {
+            args.extend(q_args);
+            let name = if vector { "chain_vec" } else { "chain" };
+            cx.gpu.launch(&source.kernel(name), blocks, 256, &args).map_err(KernelError::from)?;
+        }
+    }
     Ok(Some(out))
 }
 

@@ -97,11 +97,13 @@ fn quantized_pointwise_islands_match_the_cpu_oracle_exactly() {
         return;
     }
     let mut rng = crate::common::rng(21);
+    // Without the f32 operand the island is a function of two levels: cuda's table kernels.
     for (shape, per_channel, requantized, to) in [
         ([2usize, 16, 8, 32], false, false, DataType::I8),
         ([2, 16, 8, 32], true, true, DataType::U8),
         ([3, 5, 7, 9], true, false, DataType::I8),
         ([3, 5, 7, 9], false, true, DataType::U8),
+        ([64, 64, 28, 28], false, true, DataType::I8),
     ] {
         let what = format!("{shape:?} per-channel {per_channel} requantized {requantized} {to}");
         let mut net = Network::new("island");
@@ -147,6 +149,32 @@ fn quantized_pointwise_islands_match_the_cpu_oracle_exactly() {
             HostTensor::new(shape.to_vec(), TensorData::U8((0..n).map(|_| rng.gen()).collect())).expect("b"),
         ];
         check_network(&what, &fused, &feeds, 0.0);
+    }
+    // One level in: `DQ → Relu → Q` to another scale (a ReLU between integer layers), a
+    // 256-entry table.
+    for shape in [[4usize, 32, 16, 16], [3, 5, 7, 9]] {
+        let mut net = Network::new("unary island");
+        let a = net.add_input("a", DataType::I8, Shape::fixed(&shape)).expect("a");
+        let mut constant = |name: &str, t: HostTensor| {
+            let w = net.add_weights(t);
+            let l = net.add_layer(name, LayerKind::Constant { weights: w }, vec![]).expect(name);
+            net.output(l, 0)
+        };
+        let (sa, sy) = (constant("sa", HostTensor::from_f32(vec![], vec![0.037]).expect("sa")), constant("sy", HostTensor::from_f32(vec![], vec![0.029]).expect("sy")));
+        let zy = constant("zy", HostTensor::new(vec![], TensorData::U8(vec![3])).expect("zy"));
+        let mut layer = |name: &str, kind: LayerKind, inputs: Vec<Option<TensorId>>| {
+            let l = net.add_layer(name, kind, inputs).expect(name);
+            net.output(l, 0)
+        };
+        let da = layer("dq_a", LayerKind::Dequantize { axis: None }, vec![Some(a), Some(sa), None]);
+        let relu = layer("relu", LayerKind::Activation { kind: kiln::ActivationKind::Relu }, vec![Some(da)]);
+        let y = layer("q", LayerKind::Quantize { axis: None, to: DataType::U8 }, vec![Some(relu), Some(sy), Some(zy)]);
+        net.mark_output(y).expect("output");
+        let fused = Pipeline::standard().run(&net, &PassContext { folding_backend: None, quantized_layers: true }).expect("passes");
+        assert!(fused.layers().iter().any(|l| matches!(&l.kind, LayerKind::Fused(p) if p.dequantized.len() == 1)), "{}", fused.dump());
+        let n: usize = shape.iter().product();
+        let feeds = [HostTensor::new(shape.to_vec(), TensorData::I8((0..n).map(|_| rng.gen()).collect())).expect("a")];
+        check_network(&format!("unary island {shape:?}"), &fused, &feeds, 0.0);
     }
 }
 
