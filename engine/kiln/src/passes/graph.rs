@@ -31,3 +31,29 @@ pub(crate) fn has_control_flow(net: &Network) -> bool {
 pub(crate) fn known_value(net: &Network, t: TensorId) -> Option<&HostTensor> {
     net.tensor(t).value.as_deref()
 }
+
+/// The plans `finders` make, each tried at every layer in turn, keeping only plans that share
+/// no layer with one kept before; keyed by the layer each is emitted at (the last of
+/// `layers(plan)`), with every layer some plan absorbs.
+pub(crate) fn disjoint_plans<P>(
+    layer_count: usize,
+    finders: &[&dyn Fn(usize) -> Option<P>],
+    layers: impl Fn(&P) -> &[usize],
+) -> (std::collections::HashMap<usize, P>, std::collections::HashSet<usize>) {
+    let mut plans = std::collections::HashMap::new();
+    let mut absorbed = std::collections::HashSet::new();
+    for find in finders {
+        for i in 0..layer_count {
+            if absorbed.contains(&i) {
+                continue;
+            }
+            if let Some(plan) = find(i).filter(|p| !layers(p).iter().any(|l| absorbed.contains(l))) {
+                absorbed.extend(layers(&plan).iter().copied());
+                if let Some(&last) = layers(&plan).last() {
+                    plans.insert(last, plan);
+                }
+            }
+        }
+    }
+    (plans, absorbed)
+}

@@ -13,14 +13,13 @@
 //! as QLinearConv's, else float), one ReLU, and the QuantizeLinear; without a QuantizeLinear
 //! the layer ends in float. Each tensor absorbed has one reader and is not a network output.
 
-use super::graph::{consumers, has_control_flow, known_value};
+use super::graph::{consumers, disjoint_plans, has_control_flow, known_value};
 use super::{Pass, PassContext, PassError};
 use crate::ir::dtype::DataType;
 use crate::ir::layer::{ActivationKind, ElementwiseOp, LayerKind, MatrixOp};
 use crate::ir::network::{Network, TensorId};
 use crate::ir::quantized::{QuantizedAnchor, QuantizedParams as Q};
 use crate::ir::rewrite::Rewriter;
-use std::collections::{HashMap, HashSet};
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct QuantizedFusion;
@@ -35,17 +34,7 @@ impl Pass for QuantizedFusion {
             return Ok(None);
         }
         let readers = consumers(network);
-        let mut plans: HashMap<usize, Plan> = HashMap::new();
-        let mut absorbed: HashSet<usize> = HashSet::new();
-        for i in 0..network.layers().len() {
-            if absorbed.contains(&i) {
-                continue;
-            }
-            if let Some(plan) = find(network, &readers, i) {
-                absorbed.extend(plan.layers.iter().copied());
-                plans.insert(*plan.layers.last().expect("a plan has layers"), plan);
-            }
-        }
+        let (plans, absorbed) = disjoint_plans(network.layers().len(), &[&|i| find(network, &readers, i)], |p: &Plan| &p.layers);
         if plans.is_empty() {
             return Ok(None);
         }

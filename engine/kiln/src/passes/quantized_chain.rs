@@ -27,14 +27,13 @@
 //! The pass runs for backends that run quantized layers ([`PassContext::quantized_layers`]).
 
 use super::fuse::next_step;
-use super::graph::{consumers, has_control_flow, known_value};
+use super::graph::{consumers, disjoint_plans, has_control_flow, known_value};
 use super::{Pass, PassContext, PassError};
 use crate::ir::dtype::DataType;
 use crate::ir::fused::{DequantizedInput, FusedAnchor, FusedParams, PostOp};
 use crate::ir::layer::LayerKind;
 use crate::ir::network::{LayerId, Network, TensorId};
 use crate::ir::rewrite::Rewriter;
-use std::collections::{HashMap, HashSet};
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct QuantizedChainFusion;
@@ -49,19 +48,11 @@ impl Pass for QuantizedChainFusion {
             return Ok(None);
         }
         let readers = consumers(network);
-        let mut plans: HashMap<usize, Plan> = HashMap::new();
-        let mut absorbed: HashSet<usize> = HashSet::new();
         // Poolings first: an island that starts after a ReLU must not take the ReLU a pooling
         // moves past.
-        type Finder = fn(&Network, &[Vec<(usize, usize)>], usize) -> Option<Plan>;
-        for find in [integer_max_pool as Finder, pointwise_island] {
-            for i in 0..network.layers().len() {
-                if let Some(plan) = find(network, &readers, i).filter(|p| !p.layers.iter().any(|l| absorbed.contains(l))) {
-                    absorbed.extend(plan.layers.iter().copied());
-                    plans.insert(*plan.layers.last().expect("a plan has layers"), plan);
-                }
-            }
-        }
+        let pools = |i: usize| integer_max_pool(network, &readers, i);
+        let islands = |i: usize| pointwise_island(network, &readers, i);
+        let (mut plans, absorbed) = disjoint_plans(network.layers().len(), &[&pools, &islands], |p: &Plan| &p.layers);
         if plans.is_empty() {
             return Ok(None);
         }
