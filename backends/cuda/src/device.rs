@@ -44,6 +44,8 @@ pub struct Gpu {
     /// Weights converted once for a kernel (see [`Gpu::converted_weights`]), shared by every
     /// lane: constants are the context's, whichever stream reads them.
     converted: Arc<Mutex<HashMap<(u64, String), Converted>>>,
+    /// The device's streaming multiprocessors, read once (see [`Gpu::multiprocessors`]).
+    multiprocessors: u32,
 }
 
 /// One converted copy of constant weights, and what it was made from. The original is held
@@ -98,7 +100,9 @@ impl Gpu {
             modules.insert(source, module);
         }
         let blas = crate::blas::Blas::new(stream.clone())?;
+        let multiprocessors = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(driver("cuDeviceGetAttribute"))?.max(1) as u32;
         Ok(Gpu {
+            multiprocessors,
             ctx,
             stream,
             arch,
@@ -128,6 +132,7 @@ impl Gpu {
             dnn: OnceLock::new(),
             sessions: Arc::default(),
             converted: self.converted.clone(),
+            multiprocessors: self.multiprocessors,
         })
     }
 
@@ -564,9 +569,8 @@ impl Gpu {
     }
 
     /// The device's streaming multiprocessors (the grid a kernel with per-block set-up needs).
-    pub fn multiprocessors(&self) -> Result<u32, GpuError> {
-        let count = self.ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(driver("cuDeviceGetAttribute"))?;
-        Ok(count.max(1) as u32)
+    pub fn multiprocessors(&self) -> u32 {
+        self.multiprocessors
     }
 
     /// [`Gpu::launch_grid`] with `shared_bytes` of dynamic shared memory per block (past 48 KiB

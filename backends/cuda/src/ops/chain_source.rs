@@ -133,10 +133,7 @@ pub fn chain_source(program: &Program) -> Option<String> {
     };
     let _ = writeln!(s, "template <int V>");
     let _ = writeln!(s, "__device__ __forceinline__ void body(unsigned runs, const ChainLayout& l, {}) {{", params.join(", "));
-    let _ = writeln!(s, "    for (unsigned r = blockIdx.x * blockDim.x + threadIdx.x; r < runs; r += gridDim.x * blockDim.x) {{");
-    let _ = writeln!(s, "        const unsigned i = r * V;");
-    let _ = writeln!(s, "        unsigned c[CHAIN_RANK];");
-    let _ = writeln!(s, "        chain_coords(l, i, c);");
+    s.push_str(RUN_LOOP);
     for k in 0..types.len() {
         let _ = writeln!(s, "        float v{k}[V];");
         let _ = writeln!(s, "        chain_load<V>(l, {k}, i, c, s{k}, v{k});");
@@ -146,11 +143,7 @@ pub fn chain_source(program: &Program) -> Option<String> {
     let _ = writeln!(s, "        store_run<V>(out + i, v0);");
     let _ = writeln!(s, "    }}");
     let _ = writeln!(s, "}}\n");
-    for (name, width) in [("chain", 1), ("chain_vec", lanes)] {
-        let _ = writeln!(s, "extern \"C\" __global__ void __launch_bounds__(256) {name}(unsigned runs, ChainLayout l, {}) {{", params.join(", "));
-        let _ = writeln!(s, "    body<{width}>(runs, l, {});", args.join(", "));
-        let _ = writeln!(s, "}}");
-    }
+    entry_points(&mut s, "body", [("chain", 1), ("chain_vec", lanes)], &params, &args);
     if let Some(entries) = program.table_entries() {
         // `chain_table_fill(unsigned char* levels, float q0 …)`: entry e, one per thread, is the
         // result for slot k's stored byte (e >> 8k) & 255. The table kernels take `levels` in
@@ -173,10 +166,7 @@ pub fn chain_source(program: &Program) -> Option<String> {
         let _ = writeln!(s, "    for (int w = threadIdx.x; w < {}; w += blockDim.x) table_words[w] = reinterpret_cast<const uint4*>(levels)[w];", entries / 16);
         let _ = writeln!(s, "    const unsigned char* table = reinterpret_cast<const unsigned char*>(table_words);");
         let _ = writeln!(s, "    __syncthreads();");
-        let _ = writeln!(s, "    for (unsigned r = blockIdx.x * blockDim.x + threadIdx.x; r < runs; r += gridDim.x * blockDim.x) {{");
-        let _ = writeln!(s, "        const unsigned i = r * V;");
-        let _ = writeln!(s, "        unsigned c[CHAIN_RANK];");
-        let _ = writeln!(s, "        chain_coords(l, i, c);");
+        s.push_str(RUN_LOOP);
         for k in 0..types.len() {
             let _ = writeln!(s, "        unsigned char b{k}[V];");
             let _ = writeln!(s, "        chain_load_bytes<V>(l, {k}, i, c, (const unsigned char*)s{k}, b{k});");
@@ -188,13 +178,26 @@ pub fn chain_source(program: &Program) -> Option<String> {
         let _ = writeln!(s, "        *reinterpret_cast<Run<unsigned char, V>*>((unsigned char*)out + i) = o;");
         let _ = writeln!(s, "    }}");
         let _ = writeln!(s, "}}\n");
-        for (name, width) in [("chain_table", 1), ("chain_table_vec", lanes)] {
-            let _ = writeln!(s, "extern \"C\" __global__ void __launch_bounds__(256) {name}(unsigned runs, ChainLayout l, {}) {{", table_params.join(", "));
-            let _ = writeln!(s, "    table_body<{width}>(runs, l, {});", table_args.join(", "));
-            let _ = writeln!(s, "}}");
-        }
+        entry_points(&mut s, "table_body", [("chain_table", 1), ("chain_table_vec", lanes)], &table_params, &table_args);
     }
     Some(s)
+}
+
+/// The start of a body's grid-stride loop over runs of `V` output elements: element `i` and
+/// its coordinates `c`.
+const RUN_LOOP: &str = "    for (unsigned r = blockIdx.x * blockDim.x + threadIdx.x; r < runs; r += gridDim.x * blockDim.x) {
+        const unsigned i = r * V;
+        unsigned c[CHAIN_RANK];
+        chain_coords(l, i, c);
+";
+
+/// The kernels `name(unsigned runs, ChainLayout l, params…)`, each running `body<width>`.
+fn entry_points(s: &mut String, body: &str, kernels: [(&str, usize); 2], params: &[String], args: &[String]) {
+    for (name, width) in kernels {
+        let _ = writeln!(s, "extern \"C\" __global__ void __launch_bounds__(256) {name}(unsigned runs, ChainLayout l, {}) {{", params.join(", "));
+        let _ = writeln!(s, "    {body}<{width}>(runs, l, {});", args.join(", "));
+        let _ = writeln!(s, "}}");
+    }
 }
 
 /// A program as plain bits, so that it can key a map (f32 has no `Eq` or `Hash`).

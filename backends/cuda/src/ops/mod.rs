@@ -378,7 +378,7 @@ pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_ty
         K::Quantized(_) => input_types[..input_types.len().min(2)]
             .iter()
             .flatten()
-            .find(|&&t| !typed::is_8bit(t))
+            .find(|&&t| !t.is_8bit_integer())
             .map(|t| format!("an integer layer takes int8 or uint8 operands, not {t}")),
     }
 }
@@ -633,14 +633,19 @@ fn fused(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>], outs: &[OutF
 fn dequantize_inputs(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>]) -> KResult<Vec<Option<Value>>> {
     let mut out = inputs.to_vec();
     for d in &p.dequantized {
-        let slot = |i: usize| inputs.get(i).cloned().flatten().ok_or_else(|| invalid!("dequantized input {}: input {i} is missing", d.input));
-        let ins = [Some(slot(d.input)?), Some(slot(d.scale)?), d.zero.map(slot).transpose()?];
-        let kind = LayerKind::Dequantize { axis: None };
-        let facts = infer(&kind, &ins)?;
-        let x = run(cx, &kind, &ins, &facts)?.into_iter().next().ok_or("Dequantize gave no output")?;
-        out[d.input] = Some(Value::device(x));
+        let x = inputs.get(d.input).cloned().flatten().ok_or_else(|| invalid!("dequantized input {} is missing", d.input))?;
+        out[d.input] = Some(Value::device(per_tensor_step(cx, &LayerKind::Dequantize { axis: None }, x, inputs, d.scale, d.zero)?));
     }
     Ok(out)
+}
+
+/// A per-tensor Quantize or Dequantize of `x` with the fused layer's inputs `scale` and `zero`,
+/// on its own kernel.
+fn per_tensor_step(cx: &Ctx, kind: &LayerKind, x: Value, inputs: &[Option<Value>], scale: usize, zero: Option<usize>) -> KResult<DeviceTensor> {
+    let slot = |i: usize| operand_value(inputs, i).cloned();
+    let ins = [Some(x), Some(slot(scale)?), zero.map(slot).transpose()?];
+    let facts = infer(kind, &ins)?;
+    run(cx, kind, &ins, &facts)?.into_iter().next().ok_or_else(|| invalid!("{} gave no output", kind.type_name()))
 }
 
 /// A per-tensor scale and zero point known on the host, as f32 (levels and zero points of
@@ -754,13 +759,7 @@ fn fused_chain(cx: &Ctx, dequantized: &[kiln::DequantizedInput], steps: &[PostOp
 fn step(cx: &Ctx, post: &PostOp, running: DeviceTensor, inputs: &[Option<Value>]) -> KResult<DeviceTensor> {
     Ok({
         match *post {
-            PostOp::Quantize { scale, zero, .. } | PostOp::Dequantize { scale, zero } => {
-                let slot = |i: usize| operand_value(inputs, i).cloned();
-                let ins = [Some(Value::device(running)), Some(slot(scale)?), zero.map(slot).transpose()?];
-                let kind = post.kind();
-                let facts = infer(&kind, &ins)?;
-                run(cx, &kind, &ins, &facts)?.into_iter().next().ok_or("a quantization step gave no output")?
-            }
+            PostOp::Quantize { scale, zero, .. } | PostOp::Dequantize { scale, zero } => per_tensor_step(cx, &post.kind(), Value::device(running), inputs, scale, zero)?,
             PostOp::Activation(kind) => pointwise::unary(cx, pointwise::activation_code(kind), &running, Some(&running))?,
             PostOp::Unary(op) => pointwise::unary(cx, pointwise::unary_code(op).ok_or("no kernel")?, &running, Some(&running))?,
             PostOp::Elementwise { op, operand, running_first } => {

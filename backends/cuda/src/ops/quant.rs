@@ -61,7 +61,7 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
     let x = cx.dev_any_layout(value(Q::X).ok_or_else(|| invalid!("input x is missing"))?)?;
     let w = cx.dev(value(Q::W).ok_or_else(|| invalid!("input w is missing"))?)?;
     for t in [&x, &w] {
-        if !typed::is_8bit(t.dtype) {
+        if !t.dtype.is_8bit_integer() {
             return Err(invalid!("an integer layer takes int8 or uint8 operands, not {}", t.dtype));
         }
     }

@@ -123,35 +123,16 @@ pub fn quantize(
     kiln::plan::quant::check_zero_point(scale.len(), zero_point.map(DeviceTensor::len))?;
     let out = cx.gpu.empty(to, x.shape.clone()).map_err(KernelError::from)?;
     let n = x.len();
-    let eight_bit = matches!(to, DataType::I8 | DataType::U8) && short_float(x.dtype) && short_float(scale.dtype) && zero_point.is_none_or(|z| is_8bit(z.dtype));
+    let eight_bit = to.is_8bit_integer() && short_float(x.dtype) && short_float(scale.dtype) && zero_point.is_none_or(|z| z.dtype.is_8bit_integer());
+    // The x4 kernel takes the same operands with one size where the general one takes three.
+    let codes = [type_code(x.dtype), type_code(scale.dtype), zero_point.map_or(-1, |z| type_code(z.dtype)), type_code(to)].map(Arg::I32);
+    let pointers = [cx.arg(x), cx.arg(scale), zero_point.map_or(Arg::NULL, |z| cx.arg(z)), cx.arg(&out)];
     if eight_bit && per_tensor_x4(cx, scale, x, &out) {
-        let vector = [
-            Arg::I32(type_code(x.dtype)),
-            Arg::I32(type_code(scale.dtype)),
-            Arg::I32(zero_point.map_or(-1, |z| type_code(z.dtype))),
-            Arg::I32(type_code(to)),
-            Arg::I64((n / 4) as i64),
-            cx.arg(x),
-            cx.arg(scale),
-            zero_point.map_or(Arg::NULL, |z| cx.arg(z)),
-            cx.arg(&out),
-        ];
+        let vector = [&codes[..], &[Arg::I64((n / 4) as i64)], &pointers].concat();
         cx.launch_elements(Source::Typed.kernel("quant_quantize_8bit_x4"), n / 4, &vector)?;
         return Ok(out);
     }
-    let args = [
-        Arg::I32(type_code(x.dtype)),
-        Arg::I32(type_code(scale.dtype)),
-        Arg::I32(zero_point.map_or(-1, |z| type_code(z.dtype))),
-        Arg::I32(type_code(to)),
-        Arg::I64(inner as i64),
-        Arg::I64(len as i64),
-        Arg::I64(n as i64),
-        cx.arg(x),
-        cx.arg(scale),
-        zero_point.map_or(Arg::NULL, |z| cx.arg(z)),
-        cx.arg(&out),
-    ];
+    let args = [&codes[..], &[inner, len, n].map(|d| Arg::I64(d as i64)), &pointers].concat();
     cx.launch_elements(Source::Typed.kernel(if eight_bit { "quant_quantize_8bit" } else { "quant_quantize_any" }), n, &args)?;
     Ok(out)
 }
@@ -165,10 +146,6 @@ fn per_tensor_x4(cx: &Ctx, scale: &DeviceTensor, x: &DeviceTensor, out: &DeviceT
 /// f32, f16 or bf16: the types whose Q/DQ arithmetic is f32 (the 8-bit kernels' float side).
 fn short_float(t: DataType) -> bool {
     matches!(t, DataType::F32 | DataType::F16 | DataType::BF16)
-}
-
-pub(crate) fn is_8bit(t: DataType) -> bool {
-    matches!(t, DataType::I8 | DataType::U8)
 }
 
 /// `(x - zero_point) * scale` in the scale's type.
@@ -194,33 +171,15 @@ pub fn dequantize(
     }
     let out = cx.gpu.empty(scale.dtype, x.shape.clone()).map_err(KernelError::from)?;
     let n = x.len();
-    let eight_bit = is_8bit(x.dtype) && short_float(scale.dtype);
+    let eight_bit = x.dtype.is_8bit_integer() && short_float(scale.dtype);
+    let codes = [type_code(x.dtype), type_code(scale.dtype), type_code(scale.dtype)].map(Arg::I32);
+    let pointers = [cx.arg(x), cx.arg(scale), zero_point.map_or(Arg::NULL, |z| cx.arg(z)), cx.arg(&out)];
     if eight_bit && per_tensor_x4(cx, scale, x, &out) {
-        let vector = [
-            Arg::I32(type_code(x.dtype)),
-            Arg::I32(type_code(scale.dtype)),
-            Arg::I32(type_code(scale.dtype)),
-            Arg::I64((n / 4) as i64),
-            cx.arg(x),
-            cx.arg(scale),
-            zero_point.map_or(Arg::NULL, |z| cx.arg(z)),
-            cx.arg(&out),
-        ];
+        let vector = [&codes[..], &[Arg::I64((n / 4) as i64)], &pointers].concat();
         cx.launch_elements(Source::Typed.kernel("quant_dequantize_8bit_x4"), n / 4, &vector)?;
         return Ok(out);
     }
-    let args = [
-        Arg::I32(type_code(x.dtype)),
-        Arg::I32(type_code(scale.dtype)),
-        Arg::I32(type_code(scale.dtype)),
-        Arg::I64(inner as i64),
-        Arg::I64(len as i64),
-        Arg::I64(n as i64),
-        cx.arg(x),
-        cx.arg(scale),
-        zero_point.map_or(Arg::NULL, |z| cx.arg(z)),
-        cx.arg(&out),
-    ];
+    let args = [&codes[..], &[inner, len, n].map(|d| Arg::I64(d as i64)), &pointers].concat();
     cx.launch_elements(Source::Typed.kernel(if eight_bit { "quant_dequantize_8bit" } else { "quant_dequantize_any" }), n, &args)?;
     Ok(out)
 }

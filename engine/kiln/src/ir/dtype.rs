@@ -121,6 +121,11 @@ impl DataType {
         )
     }
 
+    /// int8 and uint8: the levels of 8-bit quantization.
+    pub fn is_8bit_integer(self) -> bool {
+        matches!(self, DataType::I8 | DataType::U8)
+    }
+
     /// int4, uint4, int2, uint2.
     pub fn is_narrow_integer(self) -> bool {
         matches!(self, DataType::I4 | DataType::U4 | DataType::I2 | DataType::U2)

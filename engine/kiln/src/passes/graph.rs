@@ -27,6 +27,15 @@ pub(crate) fn has_control_flow(net: &Network) -> bool {
     net.layers().iter().any(|l| l.kind.is_control_boundary())
 }
 
+/// The single reader of `t` (a layer index), unless `t` is a network output: a tensor a
+/// fusion may absorb.
+pub(crate) fn only_reader(net: &Network, readers: &[Vec<(usize, usize)>], t: TensorId) -> Option<usize> {
+    match readers[t.0].as_slice() {
+        [(layer, _)] if !net.outputs().contains(&t) => Some(*layer),
+        _ => None,
+    }
+}
+
 /// The value of a tensor known at build time (constants and folded shapes).
 pub(crate) fn known_value(net: &Network, t: TensorId) -> Option<&HostTensor> {
     net.tensor(t).value.as_deref()

@@ -13,7 +13,7 @@
 //! as QLinearConv's, else float), one ReLU, and the QuantizeLinear; without a QuantizeLinear
 //! the layer ends in float. Each tensor absorbed has one reader and is not a network output.
 
-use super::graph::{consumers, disjoint_plans, has_control_flow, known_value};
+use super::graph::{consumers, disjoint_plans, has_control_flow, known_value, only_reader};
 use super::{Pass, PassContext, PassError};
 use crate::ir::dtype::DataType;
 use crate::ir::layer::{ActivationKind, ElementwiseOp, LayerKind, MatrixOp};
@@ -114,17 +114,7 @@ fn float(t: DataType) -> bool {
     matches!(t, DataType::F32 | DataType::F16 | DataType::BF16)
 }
 
-fn eight_bit(t: DataType) -> bool {
-    matches!(t, DataType::I8 | DataType::U8)
-}
 
-/// The single reader of `t` (a layer index), unless `t` is a network output.
-fn only_reader(net: &Network, readers: &[Vec<(usize, usize)>], t: TensorId) -> Option<usize> {
-    match readers[t.0].as_slice() {
-        [(layer, _)] if !net.outputs().contains(&t) => Some(*layer),
-        _ => None,
-    }
-}
 
 fn find(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan> {
     let l = net.layer(crate::LayerId(i));
@@ -150,7 +140,7 @@ fn find(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan
     let (x_type, w_type) = (net.tensor(x.q).dtype, net.tensor(w.q).dtype);
     let w_rank = net.tensor(w.q).shape.rank();
     let per_channel_ok = w.scales.len() == 1 || w.axis == Some(anchor.weight_channel_axis(w_rank));
-    if !eight_bit(x_type) || !eight_bit(w_type) || x.scales.len() != 1 || !per_channel_ok {
+    if !x_type.is_8bit_integer() || !w_type.is_8bit_integer() || x.scales.len() != 1 || !per_channel_ok {
         return None;
     }
     let mut layers = vec![i];
@@ -202,7 +192,7 @@ fn find(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan
             let scale = q.inputs.get(1).copied().flatten();
             let zero = q.inputs.get(2).copied().flatten();
             let one = |t: Option<TensorId>| t.and_then(|t| known_value(net, t)).is_some_and(|v| v.len() == 1);
-            if eight_bit(to) && one(scale) && (zero.is_none() || one(zero)) {
+            if to.is_8bit_integer() && one(scale) && (zero.is_none() || one(zero)) {
                 inputs[Q::Y_SCALE] = scale;
                 inputs[Q::Y_ZERO] = zero;
                 output = to;

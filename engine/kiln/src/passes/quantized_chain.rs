@@ -27,7 +27,7 @@
 //! The pass runs for backends that run quantized layers ([`PassContext::quantized_layers`]).
 
 use super::fuse::next_step;
-use super::graph::{consumers, disjoint_plans, has_control_flow, known_value};
+use super::graph::{consumers, disjoint_plans, has_control_flow, known_value, only_reader};
 use super::{Pass, PassContext, PassError};
 use crate::ir::dtype::DataType;
 use crate::ir::fused::{DequantizedInput, FusedAnchor, FusedParams, PostOp};
@@ -85,10 +85,6 @@ struct Plan {
     pool_first: Option<crate::ir::layer::PoolingParams>,
 }
 
-fn eight_bit(t: DataType) -> bool {
-    matches!(t, DataType::I8 | DataType::U8)
-}
-
 /// A known one-element tensor of type `dtype`.
 fn scalar(net: &Network, t: Option<TensorId>, dtype: DataType) -> Option<TensorId> {
     let t = t?;
@@ -103,7 +99,7 @@ fn per_tensor_dequantize(net: &Network, layer: usize) -> Option<(TensorId, Tenso
         return None;
     }
     let slot = |i: usize| l.inputs.get(i).copied().flatten();
-    let x = slot(0).filter(|&x| eight_bit(net.tensor(x).dtype))?;
+    let x = slot(0).filter(|&x| net.tensor(x).dtype.is_8bit_integer())?;
     let scale = scalar(net, slot(1), DataType::F32)?;
     let zero = match slot(2) {
         None => None,
@@ -112,12 +108,18 @@ fn per_tensor_dequantize(net: &Network, layer: usize) -> Option<(TensorId, Tenso
     Some((x, scale, zero))
 }
 
-/// The single reader of `t`, unless `t` is a network output.
-fn only_reader(net: &Network, readers: &[Vec<(usize, usize)>], t: TensorId) -> Option<usize> {
-    match readers[t.0].as_slice() {
-        [(layer, _)] if !net.outputs().contains(&t) => Some(*layer),
-        _ => None,
-    }
+/// A per-tensor QuantizeLinear layer's `(type, scale, zero point)`: to an 8-bit type, with an
+/// f32 scale and a zero point of that type, both known single values.
+fn per_tensor_quantize(net: &Network, layer: usize) -> Option<(DataType, TensorId, Option<TensorId>)> {
+    let l = net.layer(LayerId(layer));
+    let LayerKind::Quantize { to, .. } = l.kind else { return None };
+    let slot = |i: usize| l.inputs.get(i).copied().flatten();
+    let scale = scalar(net, slot(1), DataType::F32).filter(|_| to.is_8bit_integer())?;
+    let zero = match slot(2) {
+        None => None,
+        z => Some(scalar(net, z, to)?),
+    };
+    Some((to, scale, zero))
 }
 
 /// The pointwise head at layer `i` as a fused layer (a chain fused before, or one plain
@@ -177,17 +179,13 @@ fn integer_max_pool(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) ->
     }
     if relu {
         // Pool the integers, then dequantize, ReLU and quantize them as one island.
-        let q_scale = scalar(net, slot(1), DataType::F32)?;
-        let q_zero = match slot(2) {
-            None => None,
-            z => Some(scalar(net, z, to)?),
-        };
+        let (to, q_scale, q_zero) = per_tensor_quantize(net, q_at)?;
         let mut inputs = vec![Some(x), Some(scale)];
         inputs.extend(zero.map(Some));
         let dequantized = vec![DequantizedInput { input: 0, scale: 1, zero: zero.map(|_| 2) }];
         let quantize = PostOp::Quantize { to, scale: push(&mut inputs, q_scale), zero: q_zero.map(|z| push(&mut inputs, z)) };
         let params = FusedParams { dequantized, ..FusedParams::new(FusedAnchor::Activation(ActivationKind::Relu), 1, vec![quantize]) };
-        return eight_bit(to).then(|| Plan { layers: vec![before, i, q_at], kind: LayerKind::Fused(params), inputs, output: q.outputs[0], pool_first: Some(p.clone()) });
+        return Some(Plan { layers: vec![before, i, q_at], kind: LayerKind::Fused(params), inputs, output: q.outputs[0], pool_first: Some(p.clone()) });
     }
     let zero_of = |z: Option<TensorId>| value(z).unwrap_or(Some(vec![0.0]));
     let same = to == net.tensor(x).dtype && value(slot(1)) == value(Some(scale)) && zero_of(slot(2)) == zero_of(zero) && zero_of(zero).is_some();
@@ -215,15 +213,9 @@ fn pointwise_island(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) ->
         let slot = |k: usize| l.inputs.get(k).copied().flatten();
         let running_type = net.tensor(running).dtype;
         match l.kind {
-            LayerKind::Quantize { to, .. } if eight_bit(to) && running_type == DataType::F32 && slot(0) == Some(running) => {
-                let Some(scale) = scalar(net, slot(1), DataType::F32) else { break };
-                let zero = match slot(2) {
-                    None => None,
-                    z => match scalar(net, z, to) {
-                        Some(z) => Some(push(&mut inputs, z)),
-                        None => break,
-                    },
-                };
+            LayerKind::Quantize { .. } if running_type == DataType::F32 && slot(0) == Some(running) => {
+                let Some((to, scale, zero)) = per_tensor_quantize(net, next) else { break };
+                let zero = zero.map(|z| push(&mut inputs, z));
                 let scale = push(&mut inputs, scale);
                 params.epilogue.push(PostOp::Quantize { to, scale, zero });
             }

@@ -12,12 +12,7 @@ use std::collections::HashSet;
 /// The islands' layers (indices), the greatest set that satisfies the rule above.
 pub(super) fn quantized_island_layers(network: &Network) -> HashSet<usize> {
     let layers = network.layers();
-    let mut readers: Vec<Vec<usize>> = vec![Vec::new(); network.tensors().len()];
-    for (i, l) in layers.iter().enumerate() {
-        for t in l.inputs.iter().flatten() {
-            readers[t.0].push(i);
-        }
-    }
+    let readers = crate::passes::graph::consumers(network);
     let producer = |t: TensorId| network.tensor(t).producer.map(|(l, _)| l.0);
     let mut members: HashSet<usize> = (0..layers.len())
         .filter(|&i| matches!(layers[i].kind, LayerKind::Activation { .. } | LayerKind::Unary { .. } | LayerKind::Elementwise { .. } | LayerKind::Pooling(_)))
@@ -36,7 +31,7 @@ pub(super) fn quantized_island_layers(network: &Network) -> HashSet<usize> {
                 let outputs_ok = l.outputs.iter().all(|&t| {
                     !network.outputs().contains(&t)
                         && !readers[t.0].is_empty()
-                        && readers[t.0].iter().all(|&r| matches!(layers[r].kind, LayerKind::Quantize { .. }) || members.contains(&r))
+                        && readers[t.0].iter().all(|&(r, _)| matches!(layers[r].kind, LayerKind::Quantize { .. }) || members.contains(&r))
                 });
                 inputs_ok && any_dequantized && outputs_ok
             })

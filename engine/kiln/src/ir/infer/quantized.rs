@@ -7,11 +7,6 @@ use crate::ir::dtype::DataType;
 use crate::ir::quantized::QuantizedParams as Q;
 use crate::ir::shape::Dim;
 
-/// 8-bit integer types the accumulator takes.
-fn eight_bit(t: DataType) -> bool {
-    matches!(t, DataType::I8 | DataType::U8)
-}
-
 pub(super) fn quantized<'a>(p: &Q, ins: &Inputs<'_, 'a>, weights: &WeightsLookup<'_>) -> InferResult<Vec<OutFact>> {
     ins.arity(2, Q::SLOTS)?;
     if ins.0.len() != Q::SLOTS {
@@ -20,7 +15,7 @@ pub(super) fn quantized<'a>(p: &Q, ins: &Inputs<'_, 'a>, weights: &WeightsLookup
     let (x, w) = (ins.req(Q::X)?, ins.req(Q::W)?);
     let as_float = |f: Fact<'a>| Fact::new(DataType::F32, f.shape, None);
     for (slot, f) in [(Q::X, x), (Q::W, w)] {
-        if !eight_bit(f.dtype) {
+        if !f.dtype.is_8bit_integer() {
             return rule(Some(slot), format!("input {slot} must be int8 or uint8, not {}", f.dtype));
         }
     }
@@ -60,7 +55,7 @@ pub(super) fn quantized<'a>(p: &Q, ins: &Inputs<'_, 'a>, weights: &WeightsLookup
         }
     }
     if p.quantized_output() {
-        if !eight_bit(p.output) {
+        if !p.output.is_8bit_integer() {
             return rule(None, format!("a quantized output must be int8 or uint8, not {}", p.output));
         }
         per_channel(ins, Q::Y_SCALE, None, true)?;
