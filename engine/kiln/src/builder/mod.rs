@@ -195,9 +195,10 @@ fn sparsity_report(
     })
 }
 
-/// Q/DQ fusion, then the precision pass. The integer layers are made first, as TensorRT
-/// processes Q/DQ before choosing precisions: the Casts an FP16 build puts around the float
-/// layers of a Q/DQ region would hide its pattern from the fusion.
+/// Q/DQ propagation and fusion, then the precision pass. The integer layers are made first,
+/// as TensorRT processes Q/DQ before choosing precisions: the Casts an FP16 build puts around
+/// the float layers of a Q/DQ region (a reshape between two pairs included) would hide its
+/// pattern from the passes.
 pub(crate) fn typed_network(
     network: &Network,
     flags: crate::BuilderFlags,
@@ -206,8 +207,10 @@ pub(crate) fn typed_network(
 ) -> Result<(Network, precision::PrecisionReport), BuildError> {
     let fused = match optimization == Optimization::Full && backend.runs_quantized_layers() {
         true => {
-            use crate::passes::Pass;
-            crate::passes::QuantizedFusion.run(network, &PassContext { folding_backend: None, quantized_layers: true })?
+            use crate::passes::{Pass, QdqPropagation, QuantizedFusion};
+            let context = PassContext { folding_backend: None, quantized_layers: true };
+            let propagated = QdqPropagation.run(network, &context)?;
+            QuantizedFusion.run(propagated.as_ref().unwrap_or(network), &context)?.or(propagated)
         }
         false => None,
     };
@@ -227,8 +230,8 @@ pub(crate) fn optimize_typed(
     let formatted = io_format::apply(typed, backend, flags.contains(BuilderFlag::DirectIo))?;
     let mut pruned = remove_dead_layers(&formatted);
     if optimization == Optimization::Full {
-        // Q/DQ fusion already ran in `typed_network`, before the precision pass: nothing is
-        // left for the pipeline's copy of it to find. The pointwise islands between integer
+        // Q/DQ propagation and fusion already ran in `typed_network`, before the precision
+        // pass: nothing is left for the pipeline's copies of them to find. The pointwise islands between integer
         // tensors fuse here, after the float chains.
         let context = PassContext { folding_backend: Some(folding), quantized_layers: backend.runs_quantized_layers() };
         pruned = Pipeline::standard().run(&pruned, &context)?;

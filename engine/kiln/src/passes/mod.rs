@@ -19,6 +19,7 @@ mod horizontal;
 mod noop;
 mod patterns;
 mod pointwise;
+mod qdq_propagation;
 mod quantized;
 mod quantized_chain;
 mod shape_tensors;
@@ -34,6 +35,7 @@ pub use horizontal::HorizontalMatMulFusion;
 pub use noop::NoOpRemoval;
 pub use patterns::{GeluFusion, NormalizationFusion, RmsNormalizationFusion, SoftMaxFusion, SwishFusion};
 pub use pointwise::PointwiseChainFusion;
+pub use qdq_propagation::QdqPropagation;
 pub use quantized::QuantizedFusion;
 pub use quantized_chain::QuantizedChainFusion;
 pub use shape_tensors::ShapeTensorResolution;
@@ -129,6 +131,9 @@ impl Pipeline {
     pub fn standard() -> Pipeline {
         Pipeline {
             passes: vec![
+                // Layout layers onto the integers first, so the fusions below see the Q/DQ
+                // pairs around them meet.
+                Box::new(QdqPropagation),
                 // Before folding turns the weights' DequantizeLinear into float constants.
                 Box::new(QuantizedFusion),
                 Box::new(ConstantFolding),

@@ -1,0 +1,268 @@
+//! Q/DQ propagation (explicit quantization, TensorRT's "Q/DQ propagation"): onnxruntime's
+//! `quantize_static` wraps every reshape and transpose in its own QuantizeLinear /
+//! DequantizeLinear pair (`Q → DQ → Reshape → Q → DQ → Transpose → Q → DQ → MatMul`), which
+//! leaves float layout layers between integer tensors and stops the integer fusions at them.
+//! Three rewrites, repeated until none applies, move the layout layers onto the integers:
+//! - `DQ → layout` becomes `layout → DQ` (the DQ stays for any other reader);
+//! - `layout → Q` becomes `Q → layout` when the Q is the layout output's only reader;
+//! - `DQ → Q` is dropped when the Q gives back every level the DQ reads: the Q's readers read
+//!   the integers (the DQ stays for any other reader).
+//!
+//! Each is exact. A layout layer (Shuffle, Identity) moves elements without arithmetic and a
+//! per-tensor Q or DQ applies one scale and zero point to every element, so they commute. The
+//! cancellation is checked on all 256 levels with the cpu backend's arithmetic, and only where
+//! every quotient lies within a quarter level of its rounding, so backends whose division is a
+//! few ulps off (WGSL's) round it the same way.
+//!
+//! Only 8-bit integers with known one-element scales and zero points take part, and the pass
+//! runs for backends that run quantized layers ([`PassContext::quantized_layers`]): those run
+//! layout layers on 8-bit tensors.
+
+use super::dead::remove_dead_layers;
+use super::graph::{consumers, disjoint_plans, has_control_flow, known_value};
+use super::{Pass, PassContext, PassError};
+use crate::ir::dtype::DataType;
+use crate::ir::layer::LayerKind;
+use crate::ir::network::{LayerId, Network, TensorId};
+use crate::ir::rewrite::Rewriter;
+use crate::ir::tensor::{HostTensor, TensorData};
+use crate::error::NetworkError;
+use half::{bf16, f16};
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct QdqPropagation;
+
+impl Pass for QdqPropagation {
+    fn name(&self) -> &'static str {
+        "qdq-propagation"
+    }
+
+    fn run(&self, network: &Network, context: &PassContext<'_>) -> Result<Option<Network>, PassError> {
+        if !context.quantized_layers || has_control_flow(network) {
+            return Ok(None);
+        }
+        let mut current: Option<Network> = None;
+        // Each sweep moves a DQ down or a Q up past a layout layer, or drops a pair, so sweeps
+        // end; the bound only guards against a rule that would undo another.
+        for _ in 0..=network.layers().len() {
+            match sweep(current.as_ref().unwrap_or(network))? {
+                Some(next) => current = Some(remove_dead_layers(&next)),
+                None => break,
+            }
+        }
+        Ok(current)
+    }
+}
+
+/// One rewrite: the layers it replaces (the layer it is emitted at last).
+struct Plan {
+    layers: Vec<usize>,
+    rewrite: Rewrite,
+}
+
+enum Rewrite {
+    /// `DQ → layout` as `layout → DQ`; the DQ stays where it has other readers.
+    SinkDequantize { dequantize: usize, layout: usize, stays: bool },
+    /// `layout → Q` as `Q → layout`.
+    HoistQuantize { layout: usize, quantize: usize },
+    /// `DQ → Q` as the DQ's integer input.
+    Cancel { dequantize: usize, quantize: usize },
+}
+
+/// Applies every non-overlapping rewrite found once; `None` when there is none.
+fn sweep(net: &Network) -> Result<Option<Network>, PassError> {
+    let readers = consumers(net);
+    let cancel = |i: usize| cancellation(net, &readers, i);
+    let sink = |i: usize| sink_dequantize(net, &readers, i);
+    let hoist = |i: usize| hoist_quantize(net, &readers, i);
+    let (mut plans, absorbed) = disjoint_plans(net.layers().len(), &[&cancel, &sink, &hoist], |p: &Plan| &p.layers);
+    if plans.is_empty() {
+        return Ok(None);
+    }
+    let mut rb = Rewriter::new(net);
+    for i in 0..net.layers().len() {
+        match plans.remove(&i) {
+            Some(plan) => emit(&mut rb, net, &plan.rewrite)?,
+            None if !absorbed.contains(&i) => {
+                rb.keep(i)?;
+            }
+            None => {}
+        }
+    }
+    Ok(Some(rb.finish_as_source()?))
+}
+
+fn emit(rb: &mut Rewriter<'_>, net: &Network, rewrite: &Rewrite) -> Result<(), NetworkError> {
+    let layer = |i: usize| net.layer(LayerId(i));
+    match *rewrite {
+        Rewrite::SinkDequantize { dequantize, layout, stays } => {
+            let (dq, l) = (layer(dequantize), layer(layout));
+            let inputs = with_data(rb, &l.inputs, rb.get(data(dq).ok_or_else(|| missing(dq))?)?)?;
+            let moved = rb.out_mut().add_layer(&format!("{} (integer)", l.name), l.kind.clone(), inputs)?;
+            let inputs = with_data(rb, &dq.inputs, rb.out().output(moved, 0))?;
+            let name = if stays { format!("{} (after {})", dq.name, l.name) } else { dq.name.clone() };
+            rb.add(&name, per_tensor(&dq.kind), inputs, &l.outputs)?;
+        }
+        Rewrite::HoistQuantize { layout, quantize } => {
+            let (l, q) = (layer(layout), layer(quantize));
+            let inputs = with_data(rb, &q.inputs, rb.get(data(l).ok_or_else(|| missing(l))?)?)?;
+            let hoisted = rb.out_mut().add_layer(&q.name, per_tensor(&q.kind), inputs)?;
+            let inputs = with_data(rb, &l.inputs, rb.out().output(hoisted, 0))?;
+            rb.add(&format!("{} (integer)", l.name), l.kind.clone(), inputs, &q.outputs)?;
+        }
+        Rewrite::Cancel { dequantize, quantize } => {
+            let integers = rb.get(data(layer(dequantize)).ok_or_else(|| missing(layer(dequantize)))?)?;
+            for &t in &layer(quantize).outputs {
+                rb.alias(t, integers);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A per-tensor Q or DQ moved across a layout layer: its axis may not exist on the other side,
+/// and one scale needs none.
+fn per_tensor(kind: &LayerKind) -> LayerKind {
+    match kind {
+        LayerKind::Quantize { to, .. } => LayerKind::Quantize { axis: None, to: *to },
+        LayerKind::Dequantize { .. } => LayerKind::Dequantize { axis: None },
+        other => other.clone(),
+    }
+}
+
+/// A layer's input slots mapped into the new network, with `data` in slot 0.
+fn with_data(rb: &Rewriter<'_>, slots: &[Option<TensorId>], data: TensorId) -> Result<Vec<Option<TensorId>>, NetworkError> {
+    let mut mapped = vec![Some(data)];
+    mapped.extend(rb.get_slots(slots.get(1..).unwrap_or_default())?);
+    Ok(mapped)
+}
+
+fn data(l: &crate::Layer) -> Option<TensorId> {
+    l.inputs.first().copied().flatten()
+}
+
+fn missing(l: &crate::Layer) -> NetworkError {
+    NetworkError::Layer { layer: l.name.clone(), tensor: String::new(), rule: "has no data input".into() }
+}
+
+/// A layer that only moves elements: its output holds its input's values, rearranged.
+fn is_layout(l: &crate::Layer) -> bool {
+    matches!(l.kind, LayerKind::Shuffle(_) | LayerKind::Identity) && l.outputs.len() == 1
+}
+
+/// A per-tensor step's known scale and zero point, and its 8-bit integer type.
+struct PerTensor<'n> {
+    scale: &'n HostTensor,
+    zero: i64,
+    integers: DataType,
+}
+
+/// A known one-element tensor's value.
+fn single(net: &Network, t: Option<TensorId>) -> Option<&HostTensor> {
+    known_value(net, t?).filter(|v| v.len() == 1)
+}
+
+/// The zero point slot's value: absent is 0.
+fn zero_point(net: &Network, t: Option<TensorId>) -> Option<i64> {
+    match t {
+        None => Some(0),
+        t => single(net, t)?.to_i64_vec()?.first().copied(),
+    }
+}
+
+/// The DequantizeLinear at layer `i` of 8-bit integers, per tensor.
+fn per_tensor_dequantize(net: &Network, i: usize) -> Option<PerTensor<'_>> {
+    let l = net.layer(LayerId(i));
+    let slot = |k: usize| l.inputs.get(k).copied().flatten();
+    let integers = net.tensor(slot(0)?).dtype;
+    let dequantizes = matches!(l.kind, LayerKind::Dequantize { .. }) && l.outputs.len() == 1 && integers.is_8bit_integer();
+    dequantizes.then_some(())?;
+    Some(PerTensor { scale: single(net, slot(1))?, zero: zero_point(net, slot(2))?, integers })
+}
+
+/// The QuantizeLinear at layer `i` to 8-bit integers, per tensor.
+fn per_tensor_quantize(net: &Network, i: usize) -> Option<PerTensor<'_>> {
+    let l = net.layer(LayerId(i));
+    let slot = |k: usize| l.inputs.get(k).copied().flatten();
+    let LayerKind::Quantize { to, .. } = l.kind else { return None };
+    (to.is_8bit_integer() && l.outputs.len() == 1).then_some(())?;
+    Some(PerTensor { scale: single(net, slot(1))?, zero: zero_point(net, slot(2))?, integers: to })
+}
+
+/// Whether `t` is read by `layer`'s slot 0 alone and is no network output: a tensor a rewrite
+/// may stop computing.
+fn only_data_of(net: &Network, readers: &[Vec<(usize, usize)>], t: TensorId, layer: usize) -> bool {
+    readers[t.0] == [(layer, 0)] && !net.outputs().contains(&t)
+}
+
+/// The layer producing `l`'s data input, when `l` reads it in slot 0 only.
+fn data_producer(net: &Network, l: &crate::Layer) -> Option<(usize, TensorId)> {
+    let t = data(l)?;
+    let elsewhere = l.inputs.iter().skip(1).any(|&s| s == Some(t));
+    let (producer, _) = net.tensor(t).producer?;
+    (!elsewhere).then_some((producer.0, t))
+}
+
+/// Layout layer `i` reading a per-tensor DequantizeLinear.
+fn sink_dequantize(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan> {
+    let l = net.layer(LayerId(i));
+    if !is_layout(l) {
+        return None;
+    }
+    let (dequantize, t) = data_producer(net, l)?;
+    per_tensor_dequantize(net, dequantize)?;
+    let stays = !only_data_of(net, readers, t, i);
+    let layers = if stays { vec![i] } else { vec![dequantize, i] };
+    Some(Plan { layers, rewrite: Rewrite::SinkDequantize { dequantize, layout: i, stays } })
+}
+
+/// Per-tensor QuantizeLinear `i`, the only reader of a layout layer.
+fn hoist_quantize(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan> {
+    let q = net.layer(LayerId(i));
+    per_tensor_quantize(net, i)?;
+    let (layout, t) = data_producer(net, q)?;
+    let l = net.layer(LayerId(layout));
+    (is_layout(l) && only_data_of(net, readers, t, i)).then_some(())?;
+    Some(Plan { layers: vec![layout, i], rewrite: Rewrite::HoistQuantize { layout, quantize: i } })
+}
+
+/// Per-tensor QuantizeLinear `i` reading a DequantizeLinear whose every level it gives back.
+fn cancellation(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan> {
+    let q_layer = net.layer(LayerId(i));
+    let q = per_tensor_quantize(net, i)?;
+    let (dequantize, t) = data_producer(net, q_layer)?;
+    let dq = per_tensor_dequantize(net, dequantize)?;
+    // The Q's output keeps its name as a network output: the pair stays there.
+    let named = q_layer.outputs.iter().any(|o| net.outputs().contains(o));
+    if named || dq.integers != q.integers || !every_level_round_trips(&dq, &q) {
+        return None;
+    }
+    let layers = if only_data_of(net, readers, t, i) { vec![dequantize, i] } else { vec![i] };
+    Some(Plan { layers, rewrite: Rewrite::Cancel { dequantize, quantize: i } })
+}
+
+/// Whether `Q(DQ(level)) == level` for every level of the 8-bit type, computed as kiln-cpu's
+/// `kernels::misc` computes them: DQ `(level - zero) · scale` in the scale's type (f16 and
+/// bf16 multiply in f32 and round once), then Q `round_half_even(x / scale) + zero` in f32 (f64
+/// for f64), saturated. Each quotient must also lie within a quarter level of its rounding.
+fn every_level_round_trips(dq: &PerTensor<'_>, q: &PerTensor<'_>) -> bool {
+    let (lo, hi) = match dq.integers {
+        DataType::I8 => (i8::MIN as i64, i8::MAX as i64),
+        DataType::U8 => (u8::MIN as i64, u8::MAX as i64),
+        _ => return false,
+    };
+    let q_scale = q.scale.to_f64_vec()[0];
+    let quotient: &dyn Fn(i64) -> f64 = match dq.scale.data() {
+        TensorData::F32(s) => &|shifted| ((shifted as f32 * s[0]) / q_scale as f32) as f64,
+        TensorData::F16(s) => &|shifted| (f16::from_f32(shifted as f32 * s[0].to_f32()).to_f32() / q_scale as f32) as f64,
+        TensorData::BF16(s) => &|shifted| (bf16::from_f32(shifted as f32 * s[0].to_f32()).to_f32() / q_scale as f32) as f64,
+        TensorData::F64(s) => &|shifted| shifted as f64 * s[0] / q_scale,
+        _ => return false,
+    };
+    (lo..=hi).all(|level| {
+        let ratio = quotient(level - dq.zero);
+        let rounded = ratio.round_ties_even();
+        let requantized = (rounded + q.zero as f64).clamp(lo as f64, hi as f64);
+        (ratio - rounded).abs() <= 0.25 && requantized == level as f64
+    })
+}
