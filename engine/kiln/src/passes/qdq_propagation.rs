@@ -25,7 +25,7 @@ use crate::ir::dtype::DataType;
 use crate::ir::layer::LayerKind;
 use crate::ir::network::{LayerId, Network, TensorId};
 use crate::ir::rewrite::Rewriter;
-use crate::ir::tensor::{HostTensor, TensorData};
+use crate::ir::tensor::HostTensor;
 use crate::error::NetworkError;
 use half::{bf16, f16};
 
@@ -251,16 +251,20 @@ fn every_level_round_trips(dq: &PerTensor<'_>, q: &PerTensor<'_>) -> bool {
         DataType::U8 => (u8::MIN as i64, u8::MAX as i64),
         _ => return false,
     };
-    let q_scale = q.scale.to_f64_vec()[0];
-    let quotient: &dyn Fn(i64) -> f64 = match dq.scale.data() {
-        TensorData::F32(s) => &|shifted| ((shifted as f32 * s[0]) / q_scale as f32) as f64,
-        TensorData::F16(s) => &|shifted| (f16::from_f32(shifted as f32 * s[0].to_f32()).to_f32() / q_scale as f32) as f64,
-        TensorData::BF16(s) => &|shifted| (bf16::from_f32(shifted as f32 * s[0].to_f32()).to_f32() / q_scale as f32) as f64,
-        TensorData::F64(s) => &|shifted| shifted as f64 * s[0] / q_scale,
-        _ => return false,
+    let (Some(&dq_scale), Some(&q_scale)) = (dq.scale.to_f64_vec().first(), q.scale.to_f64_vec().first()) else {
+        return false;
+    };
+    // Both scales are exact in f64, and in f32 where their type is at most that wide.
+    let (dq_scale32, q_scale32) = (dq_scale as f32, q_scale as f32);
+    let quotient = |shifted: i64| match dq.scale.dtype() {
+        DataType::F32 => Some(((shifted as f32 * dq_scale32) / q_scale32) as f64),
+        DataType::F16 => Some((f16::from_f32(shifted as f32 * dq_scale32).to_f32() / q_scale32) as f64),
+        DataType::BF16 => Some((bf16::from_f32(shifted as f32 * dq_scale32).to_f32() / q_scale32) as f64),
+        DataType::F64 => Some(shifted as f64 * dq_scale / q_scale),
+        _ => None,
     };
     (lo..=hi).all(|level| {
-        let ratio = quotient(level - dq.zero);
+        let Some(ratio) = quotient(level - dq.zero) else { return false };
         let rounded = ratio.round_ties_even();
         let requantized = (rounded + q.zero as f64).clamp(lo as f64, hi as f64);
         (ratio - rounded).abs() <= 0.25 && requantized == level as f64
