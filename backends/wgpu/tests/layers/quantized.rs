@@ -32,3 +32,56 @@ fn the_qdq_fixture_runs_as_integer_layers_and_matches_the_cpu_backend() {
     let Some(gpu) = gpu() else { return };
     crate::integer_layers::check_qdq_fixture(&gpu);
 }
+
+/// Reshape and transpose between Q/DQ pairs, and a residual Add after a reshape (BERT as
+/// onnxruntime's quantize_static writes it): Q/DQ propagation moves the layout layers onto
+/// uint8, which wgpu moves as 32-bit words, and the engine gives the cpu backend's values and
+/// those of the network as written.
+#[test]
+fn layout_layers_between_qdq_pairs_run_on_the_integers() {
+    use kiln::{Backend, HostTensor, LayerKind, Network, ShuffleParams, TensorData, TensorId};
+    let Some(gpu) = gpu() else { return };
+    let mut net = Network::new("qdq layout");
+    let x = net.add_input("x", DataType::F32, &[2usize, 4, 6][..]).expect("x");
+    let b = net.add_input("b", DataType::U8, &[2usize, 4, 6][..]).expect("b");
+    let constant = |net: &mut Network, name: &str, t: HostTensor| {
+        let w = net.add_weights(t);
+        let layer = net.add_layer(name, LayerKind::Constant { weights: w }, vec![]).expect("constant");
+        net.output(layer, 0)
+    };
+    let s = constant(&mut net, "s", HostTensor::from_f32(vec![], vec![0.07]).expect("s"));
+    let z = constant(&mut net, "z", HostTensor::new(vec![], TensorData::U8(vec![120])).expect("z"));
+    let chain = |net: &mut Network, name: &str, kind: LayerKind, inputs: &[TensorId]| {
+        let inputs = inputs.iter().map(|&t| Some(t)).collect();
+        let layer = net.add_layer(name, kind, inputs).expect(name);
+        net.output(layer, 0)
+    };
+    let (q, dq) = (LayerKind::Quantize { axis: None, to: DataType::U8 }, LayerKind::Dequantize { axis: None });
+    let shuffle = |p: ShuffleParams| LayerKind::Shuffle(p);
+    let mut t = chain(&mut net, "q0", q.clone(), &[x, s, z]);
+    t = chain(&mut net, "dq0", dq.clone(), &[t, s, z]);
+    t = chain(&mut net, "reshape", shuffle(ShuffleParams { reshape: Some(vec![2, 4, 2, 3]), ..Default::default() }), &[t]);
+    t = chain(&mut net, "q1", q.clone(), &[t, s, z]);
+    t = chain(&mut net, "dq1", dq.clone(), &[t, s, z]);
+    t = chain(&mut net, "transpose", shuffle(ShuffleParams { first_transpose: vec![0, 2, 1, 3], ..Default::default() }), &[t]);
+    t = chain(&mut net, "q2", q.clone(), &[t, s, z]);
+    t = chain(&mut net, "dq2", dq.clone(), &[t, s, z]);
+    t = chain(&mut net, "merge", shuffle(ShuffleParams { reshape: Some(vec![2, 4, 6]), ..Default::default() }), &[t]);
+    let b = chain(&mut net, "dq_b", dq.clone(), &[b, s, z]);
+    t = chain(&mut net, "add", LayerKind::Elementwise { op: kiln::ElementwiseOp::Sum }, &[t, b]);
+    t = chain(&mut net, "q_y", q, &[t, s, z]);
+    let y = chain(&mut net, "dq_y", dq, &[t, s, z]);
+    net.mark_output(y).expect("y");
+
+    let x = HostTensor::from_f32(vec![2, 4, 6], (0..48).map(|i| ((i * 29 % 47) as f32 - 23.0) * 0.6).collect()).expect("x");
+    let b = HostTensor::new(vec![2, 4, 6], TensorData::U8((0..48).map(|i| (i * 83 % 256) as u8).collect())).expect("b");
+    let feeds = std::collections::HashMap::from([("x".to_string(), x.clone()), ("b".to_string(), b.clone())]);
+    let engine = kiln::Builder::new(&gpu).build(&net, &kiln::BuilderConfig::default()).expect("build");
+    let built = engine.network();
+    let float_shuffles = built.layers().iter().filter(|l| matches!(l.kind, LayerKind::Shuffle(_)) && built.tensor(l.outputs[0]).dtype.is_float()).count();
+    assert_eq!(float_shuffles, 0, "{}", built.dump());
+    assert!(built.layers().iter().any(|l| matches!(l.kind, LayerKind::Shuffle(_))), "{}", built.dump());
+    let got = kiln::ExecutionContext::new(engine, &gpu).expect("prepare").run(&feeds).expect("run");
+    let as_written = kiln_cpu::CpuBackend::new().prepare(&net).expect("cpu prepare").execute(&[x, b]).expect("cpu run");
+    assert!(same_values(&got["dq_y output"], &as_written[0]), "wgpu differs from the network as written");
+}
