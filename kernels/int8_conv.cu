@@ -3,10 +3,10 @@
 //
 // The product is [pixels, r·s·c] · [k, r·s·c]ᵀ: row m of A is output pixel m's receptive field
 // read straight from the NHWC input (zeros in the padding), B is the filter stored [k][r][s][c].
-// A block of 8 warps owns 128 pixels × BN filters and walks r·s·c 64 channels at a time: both
-// tiles arrive by cp.async into one of two shared buffers while the other feeds mma.sync
-// m16n8k32 (s8 × s8 → s32) through ldmatrix. Channels are a multiple of 16 (the host pads them
-// with int8_pad_channels below), so each 16-byte copy lies within one filter tap.
+// A block of 8 warps owns 128 pixels × BN filters and walks r·s·c 64 at a time: both tiles
+// arrive by cp.async into a ring of IC_STAGES shared buffers, three steps ahead of the one that
+// feeds mma.sync m16n8k32 (s8 × s8 → s32) through ldmatrix. Channels are a multiple of 16 (the
+// host pads them with int8_pad_channels below), so each 16-byte copy lies within one filter tap.
 //
 // The epilogue is quant_requantize's (typed.cu) operation for operation: the exact sum plus the
 // int32 bias, rounded once to f32, times the channel's scale, plus a float bias, then the float
@@ -16,10 +16,10 @@
 #include "mma.cuh"
 
 #define IC_BM 128
-#define IC_BK 64             // int8 channels per stage
+#define IC_BK 64             // int8 depth per stage
 #define IC_LD (IC_BK + 16)   // 80-byte rows: the 8 rows one ldmatrix reads fall in different banks
 #define IC_THREADS 256
-#define IC_CHUNKS (IC_BK / 16)
+#define IC_STAGES 4          // k-steps in flight: copies of three ahead while one feeds the MMAs
 
 // Output type codes: kiln-cuda's ops::typed::type_code.
 #define IC_F32 0
@@ -57,31 +57,62 @@ __device__ __forceinline__ Channel channel(const Requant& e, int ch) {
     return c;
 }
 
+// 1.5 · 2^23: a float whose unit in the last place is 1. Adding it to a float of magnitude at
+// most 2^22 rounds that float to an integer (to nearest, ties to even: the adder's rounding),
+// which then sits in the low mantissa bits; adding an integer of that magnitude to its bit
+// pattern makes the float of that integer. Both replace conversions, which issue at an eighth of
+// the float rate and were most of an epilogue's time.
+#define IC_MAGIC 12582912.0f
+#define IC_MAGIC_BITS 0x4B400000
+#define IC_EXACT_RANGE 4194304  // 2^22
+
+// f32(acc + bias), rounded once, as the oracle's f64 sum converted.
+__device__ __forceinline__ float sum_as_float(int acc, int bias) {
+    const long long s = (long long)acc + bias;
+    if (s > -IC_EXACT_RANGE && s < IC_EXACT_RANGE) return __fsub_rn(__int_as_float((int)s + IC_MAGIC_BITS), IC_MAGIC);
+    return __ll2float_rn(s);
+}
+
 // The sum scaled, with the float bias: the float output before its ReLU.
 __device__ __forceinline__ float scaled(const Requant& e, const Channel& c, int acc) {
-    float v = __fmul_rn(__ll2float_rn((long long)acc + c.int_bias), c.scale);
+    float v = __fmul_rn(sum_as_float(acc, c.int_bias), c.scale);
     return e.float_bias ? __fadd_rn(v, c.float_bias) : v;
 }
 
-// The requantized level's byte (int8 or uint8).
+// The requantized level's byte (int8 or uint8): round half to even, ReLU at the zero point,
+// saturation. Clamping to ±2^22 first changes no saturated level (NaN goes to the low end, as
+// the oracle's fmaxf sends it there too).
 __device__ __forceinline__ unsigned char level_byte(const Requant& e, float v) {
     if (e.float_bias) v = __fdiv_rn(v, e.y_scale);
-    float level = rintf(v);
-    if (e.relu) level = fmaxf(level, 0.0f);
-    level = fminf(fmaxf(level + e.y_zero, e.lo), e.hi);
-    return e.out_type == IC_I8 ? (unsigned char)(signed char)(int)level : (unsigned char)(int)level;
+    v = fminf(fmaxf(v, -(float)IC_EXACT_RANGE), (float)IC_EXACT_RANGE);
+    int level = __float_as_int(__fadd_rn(v, IC_MAGIC)) - IC_MAGIC_BITS;
+    if (e.relu) level = max(level, 0);
+    level = min(max(level + (int)e.y_zero, (int)e.lo), (int)e.hi);
+    return (unsigned char)level;
 }
 
-// `win` gives the sizes (NCHW names; the tensors are NHWC, the filter [k][r][s][c]).
-template <int BN, int WARPS_M, int WARPS_N>
+// Bytes of one pipeline stage: the A tile [IC_BM][IC_LD] then the B tile [BN][IC_LD].
+template <int BN> struct Stage {
+    static constexpr int A_BYTES = IC_BM * IC_LD, BYTES = (IC_BM + BN) * IC_LD;
+};
+
+// `win` gives the sizes (NCHW names; the tensors are NHWC, the filter [k][r][s][c]). The block
+// has min(IC_STAGES, steps) stages of dynamic shared memory (the host's `shared_bytes`).
+//
+// LEVELS is the common case's epilogue, which the host picks where it is exact: levels out, no
+// float bias, finite scales, and an int32 bias small enough to start the sums at (|bias| +
+// 128·128·depth < 2^31, so the int32 sum is the exact one). Its per-element work is a
+// conversion, a multiply, the rounding add and integer clamps; the general epilogue's branches
+// and 64-bit sums cost three times the instructions, and a 1×1 layer is bound by them.
+template <int BN, int WARPS_M, int WARPS_N, bool LEVELS>
 __device__ __forceinline__ void int8_conv(const Window& win, const signed char* __restrict__ x, const signed char* __restrict__ wt,
                                           const Requant& e, void* __restrict__ y) {
     constexpr int WM = IC_BM / WARPS_M, WN = BN / WARPS_N, MT = WM / 16, NT = WN / 8;
+    constexpr int CHUNK = 16, CHUNKS = IC_BK / CHUNK;  // bytes per copy, copies per tile row
     static_assert(WARPS_M * WARPS_N * 32 == IC_THREADS, "8 warps");
     static_assert(NT % 2 == 0, "B fragments load two n-tiles at a time");
-    constexpr int A_CHUNKS = IC_BM * IC_CHUNKS / IC_THREADS, B_CHUNKS = BN * IC_CHUNKS / IC_THREADS;
-    __shared__ __align__(16) signed char as[2][IC_BM][IC_LD];
-    __shared__ __align__(16) signed char bs[2][BN][IC_LD];
+    constexpr int A_CHUNKS = IC_BM * CHUNKS / IC_THREADS, B_CHUNKS = BN * CHUNKS / IC_THREADS;
+    extern __shared__ __align__(16) signed char smem[];
 
     const int n = (int)win.n, h = (int)win.h, w = (int)win.w, c = (int)win.c, k = (int)win.oc, r = (int)win.kh, s = (int)win.kw;
     const int p = (int)win.oh, q = (int)win.ow, stride_h = (int)win.sh, stride_w = (int)win.sw;
@@ -90,17 +121,19 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
     const int warp_m = warp % WARPS_M, warp_n = warp / WARPS_M;
     const i64 pixels = (i64)n * p * q;
     const int depth = r * s * c;
-    const i64 m0 = (i64)blockIdx.x * IC_BM;
-    const int n0 = blockIdx.y * BN;
+    // Filter blocks vary fastest: the blocks reading one pixel tile run together and share it in L2.
+    const int filter_blocks = (k + BN - 1) / BN;
+    const i64 m0 = (i64)(blockIdx.x / filter_blocks) * IC_BM;
+    const int n0 = (blockIdx.x % filter_blocks) * BN;
 
-    // This thread's copies: the same 16 channels of A_CHUNKS pixels and B_CHUNKS filters at
+    // This thread's copies: the same CHUNK bytes of A_CHUNKS pixels and B_CHUNKS filters at
     // every step, so each pixel's origin is found once.
-    const int col = (tid % IC_CHUNKS) * 16;
+    const int col = (tid % CHUNKS) * CHUNK;
     const signed char* a_image[A_CHUNKS];
     int a_ih[A_CHUNKS], a_iw[A_CHUNKS];
 #pragma unroll
     for (int i = 0; i < A_CHUNKS; ++i) {
-        const i64 m = m0 + (tid + i * IC_THREADS) / IC_CHUNKS;
+        const i64 m = m0 + (tid + i * IC_THREADS) / CHUNKS;
         const bool in = m < pixels;
         const i64 img = in ? m / ((i64)p * q) : 0;
         const int pq = in ? (int)(m - img * p * q) : 0;
@@ -109,56 +142,85 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
         a_iw[i] = (pq % q) * stride_w - pad_w;
     }
 
-    auto load = [&](int stage, int step) {
-        const int kg = step * IC_BK + col;
+    // Where this thread's column is in the filter at the next step to load: depth index kg,
+    // channel cc of tap (tr, ts). Steps load in order, so each advances IC_BK without dividing.
+    int kg = col, cc = col, tr = 0, ts = 0;
+    auto normalize = [&]() {
+        while (cc >= c) {
+            cc -= c;
+            if (++ts == s) {
+                ts = 0;
+                ++tr;
+            }
+        }
+    };
+    normalize();
+    auto load = [&](int stage) {
+        signed char* as = smem + stage * Stage<BN>::BYTES;
+        signed char* bs = as + Stage<BN>::A_BYTES;
         const bool k_in = kg < depth;
-        const int cc = kg % c, tap = kg / c, ih_off = (tap / s) * dil_h, iw_off = (tap % s) * dil_w;
+        const int ih_off = tr * dil_h, iw_off = ts * dil_w;
 #pragma unroll
         for (int i = 0; i < A_CHUNKS; ++i) {
-            const int row = (tid + i * IC_THREADS) / IC_CHUNKS;
+            const int row = (tid + i * IC_THREADS) / CHUNKS;
             const int ih = a_ih[i] + ih_off, iw = a_iw[i] + iw_off;
             const bool valid = k_in && ih >= 0 && ih < h && iw >= 0 && iw < w;
-            cp_async16(&as[stage][row][col], valid ? a_image[i] + ((i64)ih * w + iw) * c + cc : x, valid);
+            cp_async16(as + row * IC_LD + col, valid ? a_image[i] + ((i64)ih * w + iw) * c + cc : x, valid);
         }
 #pragma unroll
         for (int j = 0; j < B_CHUNKS; ++j) {
-            const int row = (tid + j * IC_THREADS) / IC_CHUNKS;
+            const int row = (tid + j * IC_THREADS) / CHUNKS;
             const bool valid = k_in && n0 + row < k;
-            cp_async16(&bs[stage][row][col], valid ? wt + (i64)(n0 + row) * depth + kg : wt, valid);
+            cp_async16(bs + row * IC_LD + col, valid ? wt + (i64)(n0 + row) * depth + kg : wt, valid);
         }
-        cp_async_commit();
+        kg += IC_BK;
+        cc += IC_BK;
+        normalize();
     };
 
+    // Accumulator (mt, nt): elements 0, 1 at row lane/4, channels 2·(lane%4) + {0, 1}; 2, 3 eight
+    // rows down. LEVELS sums start at the channel's int32 bias.
     int acc[MT][NT][4];
 #pragma unroll
-    for (int i = 0; i < MT; ++i)
+    for (int j = 0; j < NT; ++j) {
+        const int ch = n0 + warp_n * WN + j * 8 + (lane % 4) * 2;
+        const int b0 = LEVELS && e.int_bias ? e.int_bias[min(ch, k - 1)] : 0;
+        const int b1 = LEVELS && e.int_bias ? e.int_bias[min(ch + 1, k - 1)] : 0;
 #pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int v = 0; v < 4; ++v) acc[i][j][v] = 0;
+        for (int i = 0; i < MT; ++i) {
+            acc[i][j][0] = acc[i][j][2] = b0;
+            acc[i][j][1] = acc[i][j][3] = b1;
+        }
+    }
 
+    // Step t lives in stage t % IC_STAGES; with fewer steps than stages only the first `steps`
+    // stages exist. One group is committed per step slot (empty past the last), so waiting for
+    // all but IC_STAGES - 2 groups always means "step t has arrived".
     const int steps = (depth + IC_BK - 1) / IC_BK;
-    load(0, 0);
+#pragma unroll
+    for (int t = 0; t < IC_STAGES - 1; ++t) {
+        if (t < steps) load(t);
+        cp_async_commit();
+    }
 #pragma unroll 1
     for (int step = 0; step < steps; ++step) {
-        const int cur = step & 1;
-        if (step + 1 < steps) {
-            load(cur ^ 1, step + 1);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        cp_async_wait<IC_STAGES - 2>();
+        // Also: every warp is done with the stage the load below overwrites (step − 1's).
         __syncthreads();
+        if (step + IC_STAGES - 1 < steps) load((step + IC_STAGES - 1) % IC_STAGES);
+        cp_async_commit();
+        const signed char* as = smem + (step % IC_STAGES) * Stage<BN>::BYTES;
+        const signed char* bs = as + Stage<BN>::A_BYTES;
 #pragma unroll
         for (int ks = 0; ks < IC_BK; ks += 32) {
             unsigned af[MT][4], bf[NT][2];
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
-                ldmatrix_x4(&as[cur][warp_m * WM + mt * 16 + (lane % 8) + ((lane / 8) % 2) * 8][ks + (lane / 16) * 16], af[mt]);
+                ldmatrix_x4(as + (warp_m * WM + mt * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * IC_LD + ks + (lane / 16) * 16, af[mt]);
 #pragma unroll
             for (int nt = 0; nt < NT; nt += 2) {
                 unsigned b[4];
-                ldmatrix_x4(&bs[cur][warp_n * WN + nt * 8 + (lane % 8) + (lane / 16) * 8][ks + ((lane / 8) % 2) * 16], b);
+                ldmatrix_x4(bs + (warp_n * WN + nt * 8 + (lane % 8) + (lane / 16) * 8) * IC_LD + ks + ((lane / 8) % 2) * 16, b);
                 bf[nt][0] = b[0];
                 bf[nt][1] = b[1];
                 bf[nt + 1][0] = b[2];
@@ -169,11 +231,36 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) mma_s8(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
         }
-        __syncthreads();
     }
+    cp_async_wait<0>();
+    __syncthreads();  // the stages are free for the output tile
 
-    // Accumulator (mt, nt): elements 0, 1 at row lane/4, channels 2·(lane%4) + {0, 1}; 2, 3 eight rows down.
-    if (e.out_type == IC_F32) {
+    typedef unsigned char OutRow[BN + 16];
+    static_assert(sizeof(OutRow) * IC_BM <= Stage<BN>::BYTES, "the output tile fits in one stage");
+    OutRow* tile = reinterpret_cast<OutRow*>(smem);
+    if (LEVELS) {
+        // rint(v) + zero clamped to [low, hi], where the ReLU's floor (level 0, the zero point)
+        // joins the saturation's; the rounding add's bias and the zero point are one offset.
+        const int zero = (int)e.y_zero, high = (int)e.hi, low = e.relu ? max((int)e.lo, zero) : (int)e.lo;
+        const int offset = zero - IC_MAGIC_BITS;
+        const float range = (float)IC_EXACT_RANGE;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            const int col = warp_n * WN + nt * 8 + (lane % 4) * 2, ch = n0 + col;
+            const float s0 = e.scale[e.scale_len == 1 ? 0 : min(ch, k - 1)], s1 = e.scale[e.scale_len == 1 ? 0 : min(ch + 1, k - 1)];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    const int row = warp_m * WM + mt * 16 + lane / 4 + half * 8;
+                    const float v0 = fminf(fmaxf(__fmul_rn(__int2float_rn(acc[mt][nt][half * 2]), s0), -range), range);
+                    const float v1 = fminf(fmaxf(__fmul_rn(__int2float_rn(acc[mt][nt][half * 2 + 1]), s1), -range), range);
+                    const int l0 = min(max(__float_as_int(__fadd_rn(v0, IC_MAGIC)) + offset, low), high);
+                    const int l1 = min(max(__float_as_int(__fadd_rn(v1, IC_MAGIC)) + offset, low), high);
+                    *reinterpret_cast<unsigned short*>(&tile[row][col]) = (unsigned short)((l0 & 0xff) | ((l1 & 0xff) << 8));
+                }
+        }
+    } else if (e.out_type == IC_F32) {
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
             const int ch = n0 + warp_n * WN + nt * 8 + (lane % 4) * 2;
@@ -192,26 +279,24 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
                 }
         }
         return;
-    }
-    // Levels: the block's [128 pixels][BN filters] bytes gather in shared memory (the operand
-    // tiles are free), then leave in 16-byte row pieces: scattered byte stores were most of the
-    // time of a convolution with few input channels.
-    typedef unsigned char OutRow[BN + 16];
-    static_assert(sizeof(OutRow) * IC_BM <= sizeof(as), "the output tile fits where A was");
-    OutRow* tile = reinterpret_cast<OutRow*>(&as[0][0][0]);
+    } else {
+        // Levels: the block's [128 pixels][BN filters] bytes gather in shared memory (the
+        // operand tiles are free), then leave in 16-byte row pieces: scattered byte stores were
+        // most of the time of a convolution with few input channels.
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-        const int col = warp_n * WN + nt * 8 + (lane % 4) * 2, ch = n0 + col;
-        const Channel c[2] = {channel(e, min(ch, k - 1)), channel(e, min(ch + 1, k - 1))};
+        for (int nt = 0; nt < NT; ++nt) {
+            const int col = warp_n * WN + nt * 8 + (lane % 4) * 2, ch = n0 + col;
+            const Channel c[2] = {channel(e, min(ch, k - 1)), channel(e, min(ch + 1, k - 1))};
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
+            for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                const int row = warp_m * WM + mt * 16 + lane / 4 + half * 8;
-                const unsigned char b0 = level_byte(e, scaled(e, c[0], acc[mt][nt][half * 2]));
-                const unsigned char b1 = level_byte(e, scaled(e, c[1], acc[mt][nt][half * 2 + 1]));
-                *reinterpret_cast<uchar2*>(&tile[row][col]) = make_uchar2(b0, b1);
-            }
+                for (int half = 0; half < 2; ++half) {
+                    const int row = warp_m * WM + mt * 16 + lane / 4 + half * 8;
+                    const unsigned char b0 = level_byte(e, scaled(e, c[0], acc[mt][nt][half * 2]));
+                    const unsigned char b1 = level_byte(e, scaled(e, c[1], acc[mt][nt][half * 2 + 1]));
+                    *reinterpret_cast<uchar2*>(&tile[row][col]) = make_uchar2(b0, b1);
+                }
+        }
     }
     __syncthreads();
     unsigned char* out = (unsigned char*)y;
@@ -229,19 +314,21 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
     }
 }
 
-#define INT8_CONV(NAME, BN, WARPS_M, WARPS_N)                                                                              \
+#define INT8_CONV(NAME, BN, WARPS_M, WARPS_N, LEVELS)                                                                      \
     extern "C" __global__ void __launch_bounds__(IC_THREADS)                                                                \
         NAME(Window win, const signed char* x, const signed char* wt, const int* int_bias, const float* scale,             \
              i64 scale_len, const float* float_bias, i64 float_bias_len, float y_scale, float y_zero, float lo, float hi,   \
              int relu, int out_type, void* y) {                                                                             \
         const Requant e = {int_bias, scale, scale_len, float_bias, float_bias_len, y_scale, y_zero, lo, hi, relu, out_type}; \
-        int8_conv<BN, WARPS_M, WARPS_N>(win, x, wt, e, y);                                                                 \
+        int8_conv<BN, WARPS_M, WARPS_N, LEVELS>(win, x, wt, e, y);                                                         \
     }
 
 // 128 filters per block (warps 2 × 4, each 64 pixels × 32 filters), and 64 for narrow layers
-// (warps 4 × 2, each 32 × 32).
-INT8_CONV(int8_conv_bn128, 128, 2, 4)
-INT8_CONV(int8_conv_bn64, 64, 4, 2)
+// (warps 4 × 2, each 32 × 32); `_levels`: the LEVELS epilogue.
+INT8_CONV(int8_conv_bn128, 128, 2, 4, false)
+INT8_CONV(int8_conv_bn64, 64, 4, 2, false)
+INT8_CONV(int8_conv_bn128_levels, 128, 2, 4, true)
+INT8_CONV(int8_conv_bn64_levels, 64, 4, 2, true)
 
 // An 8-bit [n, c, h, w] tensor (element strides sn, sc, sh, sw: any layout) as packed NHWC with
 // its channels zero-padded to `padded`, a multiple of 16: one 16-byte piece per thread. How an
@@ -259,6 +346,29 @@ extern "C" __global__ void int8_pad_channels(i64 n, i64 c, i64 h, i64 w, i64 pad
         unsigned char* bytes = reinterpret_cast<unsigned char*>(&piece);
 #pragma unroll
         for (int j = 0; j < 16; ++j) bytes[j] = first + j < c ? src[(first + j) * sc] : 0;
+        reinterpret_cast<uint4*>(y)[i] = piece;
+    }
+}
+
+// Width taps folded into channels, for inputs of at most 8 channels (an RGB stem): `group`
+// neighbouring columns of `padded` (4 or 8) zero-padded channels make one 16-byte pixel of y
+// ([n][h][out_w][16]): y[.., f, j·padded + cc] = x[.., cc, .., f·step + j − shift], zeros outside
+// x. For the input (step 1, shift = the left padding) a filter of width kw then reads
+// ceil(kw / group) folded columns, `group` apart (the convolution's dilation); for the filter
+// itself (step = group, no shift) its taps fold the same way. A 7×7 filter over 3 channels sums
+// 7·2·16 products per pixel instead of the 7·7·16 of channels padded to 16.
+extern "C" __global__ void int8_fold_columns(i64 n, i64 c, i64 h, i64 w, i64 out_w, i64 padded, i64 step, i64 shift, i64 sn,
+                                             i64 sc, i64 sh, i64 sw, const unsigned char* x, unsigned char* y) {
+    KILN_GRID_LOOP(i, n * h * out_w) {
+        const i64 f = i % out_w, ih = (i / out_w) % h, in = i / (out_w * h);
+        const unsigned char* src = x + in * sn + ih * sh;
+        uint4 piece;
+        unsigned char* bytes = reinterpret_cast<unsigned char*>(&piece);
+#pragma unroll
+        for (int b = 0; b < 16; ++b) {
+            const i64 cc = b % padded, col = f * step + b / padded - shift;
+            bytes[b] = cc < c && col >= 0 && col < w ? src[cc * sc + col * sw] : 0;
+        }
         reinterpret_cast<uint4*>(y)[i] = piece;
     }
 }

@@ -14,6 +14,12 @@ use kiln::{invalid, DataType, KernelError};
 /// Pixels per block (`IC_BM`) and the kernel's block size.
 const PIXELS_PER_BLOCK: usize = 128;
 const THREADS: u32 = 256;
+/// The depth one pipeline stage holds (`IC_BK`), its shared rows' pitch (`IC_LD`) and the
+/// stages in the ring (`IC_STAGES`): a block's dynamic shared memory is
+/// `min(IC_STAGES, steps) · (IC_BM + BN) · IC_LD` bytes.
+const DEPTH_PER_STAGE: usize = 64;
+const ROW_PITCH: usize = DEPTH_PER_STAGE + 16;
+const STAGES: usize = 4;
 
 /// Whether the kernel takes the layer: shapes NCHW / KCRS as the layer sees them, int8 operands
 /// with zero points 0 already checked by the caller.
@@ -30,10 +36,19 @@ pub fn applies(c: &kiln::ConvolutionParams, x: &[usize], w: &[usize], out_dtype:
 /// The convolution with its epilogue, into a channels-last output of `out_shape`; None when an
 /// operand is not 16-byte aligned (the kernel's copies are).
 pub fn convolution(cx: &Ctx, c: &kiln::ConvolutionParams, x: &DeviceTensor, w: &DeviceTensor, epilogue: &Epilogue, out_shape: &[usize], out_dtype: DataType) -> KResult<Option<DeviceTensor>> {
-    let x = channels_in_sixteens(cx, x)?;
-    let w = match w.shape[1] % 16 {
-        0 => cx.gpu.converted_weights(w, "krsc", |t| layout::to_channels_last(cx, t))?,
-        _ => cx.gpu.converted_weights(w, "krsc_c16", |t| channels_in_sixteens(cx, t))?,
+    let pair = |v: &[usize], default: usize| (v.first().copied().unwrap_or(default) as i64, v.get(1).copied().unwrap_or(default) as i64);
+    let ((sh, sw), (dh, dw), (ph, pw)) = (pair(&c.strides, 1), pair(&c.dilations, 1), pair(&c.pre_padding, 0));
+    let fold = Fold::of(x.shape.get(1).copied().unwrap_or(0), w.shape.get(3).copied().unwrap_or(1), dw);
+    let (x, w, dw, pw) = match &fold {
+        Some(f) => (f.input(cx, x, pw as usize)?, cx.gpu.converted_weights(w, &format!("krsc_fold{}", f.group), |t| f.filter(cx, t))?, f.group as i64, 0),
+        None => {
+            let x = channels_in_sixteens(cx, x)?;
+            let w = match w.shape[1] % 16 {
+                0 => cx.gpu.converted_weights(w, "krsc", |t| layout::to_channels_last(cx, t))?,
+                _ => cx.gpu.converted_weights(w, "krsc_c16", |t| channels_in_sixteens(cx, t))?,
+            };
+            (x, w, dw, pw)
+        }
     };
     if !super::lane_aligned(cx, &x, 16) || !super::lane_aligned(cx, &w, 16) {
         return Ok(None);
@@ -51,8 +66,6 @@ pub fn convolution(cx: &Ctx, c: &kiln::ConvolutionParams, x: &DeviceTensor, w: &
     if out.is_empty() {
         return Ok(Some(out));
     }
-    let pair = |v: &[usize], default: usize| (v.first().copied().unwrap_or(default) as i64, v.get(1).copied().unwrap_or(default) as i64);
-    let ((sh, sw), (dh, dw), (ph, pw)) = (pair(&c.strides, 1), pair(&c.dilations, 1), pair(&c.pre_padding, 0));
     let win = Window {
         n: n as i64,
         c: ch as i64,
@@ -74,17 +87,18 @@ pub fn convolution(cx: &Ctx, c: &kiln::ConvolutionParams, x: &DeviceTensor, w: &
     };
     let pixels = n * out_shape[2] * out_shape[3];
     // A narrow layer (64 filters or fewer) wastes half of a 128-filter block.
-    let (name, filters_per_block) = if filters <= 64 { ("int8_conv_bn64", 64) } else { ("int8_conv_bn128", 128) };
-    let blocks = |len: usize, per: usize| u32::try_from(len.div_ceil(per)).map_err(|_| invalid!("an INT8 convolution over {len} rows is too many blocks"));
-    let grid = (blocks(pixels, PIXELS_PER_BLOCK)?, blocks(filters, filters_per_block)?, 1);
-    if grid.1 > 65_535 {
-        return Err(invalid!("an INT8 convolution with {filters} filters is too many blocks"));
-    }
+    let filters_per_block = if filters <= 64 { 64 } else { 128 };
+    let name = format!("int8_conv_bn{filters_per_block}{}", if epilogue.levels_exact(depth) { "_levels" } else { "" });
+    // One dimension: the kernel takes its filter block from the fastest-varying part.
+    let blocks = pixels.div_ceil(PIXELS_PER_BLOCK).checked_mul(filters.div_ceil(filters_per_block));
+    let grid = (blocks.and_then(|b| u32::try_from(b).ok()).filter(|&b| b <= i32::MAX as u32).ok_or_else(|| invalid!("an INT8 convolution of {:?} is too many blocks", x.shape))?, 1, 1);
+    let steps = depth.div_ceil(DEPTH_PER_STAGE);
+    let shared = (STAGES.min(steps) * (PIXELS_PER_BLOCK + filters_per_block) * ROW_PITCH) as u32;
     let mut args = vec![Arg::Window(win), cx.arg(&x), cx.arg(&w)];
     args.extend(epilogue.args.iter().copied());
     args.push(Arg::I32(super::typed::type_code(out_dtype)));
     args.push(cx.arg(&out));
-    cx.gpu.launch_grid(&Source::Int8Conv.kernel(name), grid, (THREADS, 1, 1), &args).map_err(KernelError::from)?;
+    cx.gpu.launch_with_shared(&Source::Int8Conv.kernel(&name), grid, (THREADS, 1, 1), shared, &args).map_err(KernelError::from)?;
     Ok(Some(out))
 }
 
@@ -106,7 +120,49 @@ fn channels_in_sixteens(cx: &Ctx, t: &DeviceTensor) -> KResult<DeviceTensor> {
     Ok(out)
 }
 
+/// Width taps folded into channels (`int8_fold_columns`) for an input of at most 8 channels and
+/// a filter at least 2 wide without dilation: `group` columns of `padded` channels are one
+/// 16-byte copy, and the filter reads every `group`-th folded column.
+struct Fold {
+    padded: usize,
+    group: usize,
+}
+
+impl Fold {
+    fn of(channels: usize, filter_width: usize, dilation_w: i64) -> Option<Fold> {
+        let padded = match channels {
+            1..=4 => 4,
+            5..=8 => 8,
+            _ => return None,
+        };
+        (filter_width >= 2 && dilation_w == 1).then_some(Fold { padded, group: 16 / padded })
+    }
+
+    /// The input `[n, c, h, w]` (any layout) as `[n, 16, h, w + pad]` channels-last, its folded
+    /// column f holding original columns `f − pad .. f − pad + group`.
+    fn input(&self, cx: &Ctx, x: &DeviceTensor, pad: usize) -> KResult<DeviceTensor> {
+        let w = x.shape.get(3).copied().unwrap_or(0);
+        self.columns(cx, x, w + pad, 1, pad)
+    }
+
+    /// The filter `[k, c, r, s]` as `[k, 16, r, ceil(s / group)]` channels-last (k r s' c').
+    fn filter(&self, cx: &Ctx, w: &DeviceTensor) -> KResult<DeviceTensor> {
+        let s = w.shape.get(3).copied().unwrap_or(0);
+        self.columns(cx, w, s.div_ceil(self.group), self.group, 0)
+    }
+
+    fn columns(&self, cx: &Ctx, t: &DeviceTensor, out_w: usize, step: usize, shift: usize) -> KResult<DeviceTensor> {
+        let [n, c, h, w] = <[usize; 4]>::try_from(t.shape.as_slice()).map_err(|_| invalid!("an INT8 convolution operand of rank {}", t.shape.len()))?;
+        let out = super::empty_in_layout(cx, t.dtype, &[n, 16, h, out_w], true)?;
+        let mut args: Vec<Arg> = [n, c, h, w, out_w, self.padded, step, shift].iter().map(|&d| Arg::I64(d as i64)).collect();
+        args.extend(t.element_strides().iter().map(|&s| Arg::I64(s)));
+        args.extend([cx.arg(t), cx.arg(&out)]);
+        cx.launch_elements(Source::Int8Conv.kernel("int8_fold_columns"), n * h * out_w, &args)?;
+        Ok(out)
+    }
+}
+
 /// Every kernel of `int8_conv.cu`, for the NVRTC test.
-pub fn kernel_names() -> [&'static str; 3] {
-    ["int8_conv_bn64", "int8_conv_bn128", "int8_pad_channels"]
+pub fn kernel_names() -> [&'static str; 6] {
+    ["int8_conv_bn64", "int8_conv_bn128", "int8_conv_bn64_levels", "int8_conv_bn128_levels", "int8_pad_channels", "int8_fold_columns"]
 }

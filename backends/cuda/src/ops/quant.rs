@@ -69,7 +69,13 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
     if let QuantizedAnchor::Convolution(c) = &p.anchor {
         let kiln_kernel = cx.gemm_rank.get() == INT8_CONV_KILN && constants.tensor_core_form(&x, &w) && int8_conv::applies(c, &x.shape, &w.shape, out_dtype);
         if kiln_kernel {
-            let epilogue = Epilogue::new(cx, p, bias.as_ref(), &constants, out_dtype, out_shape.get(1).copied().unwrap_or(1))?;
+            let mut epilogue = Epilogue::new(cx, p, bias.as_ref(), &constants, out_dtype, out_shape.get(1).copied().unwrap_or(1))?;
+            // The levels kernels start the sums at the int32 bias, so they need its values.
+            let bias_bound = match value(Q::BIAS) {
+                None => Some(0),
+                Some(v) => v.host.as_ref().map(|b| b.to_f64_vec().iter().fold(0u64, |m, &x| m.max(x.abs() as u64))),
+            };
+            epilogue.levels_bias_bound = epilogue.levels_bias_bound.and(bias_bound);
             if let Some(out) = int8_conv::convolution(cx, c, &x, &w, &epilogue, out_shape, out_dtype)? {
                 return Ok(out);
             }
@@ -119,19 +125,34 @@ fn convolution_sums(cx: &Ctx, c: &kiln::ConvolutionParams, x: &DeviceTensor, w: 
     Ok(conv::convolution(&exact, c, &xf, &wf, None, conv::ConvTail::default(), out_shape)?.0)
 }
 
-/// The sums of a product by constant weights: cuBLASLt IMMA (int32 out) where it applies, else
-/// the float fallback.
+/// The sums of a product: cuBLASLt IMMA (int32 out) where it applies, else the float fallback.
+/// `B` is constant weights `[k, n]` (or `[n, k]` transposed), or, batched, an activation of
+/// A's batch dims (attention's Q·Kᵀ and P·V): one strided-batch IMMA product.
 fn product_sums(cx: &Ctx, op_a: MatrixOp, op_b: MatrixOp, x: &DeviceTensor, w: &DeviceTensor, k: &Constants, out_shape: &[usize]) -> KResult<DeviceTensor> {
     let x = layout::to_row_major(cx, x)?;
-    let (kk, n) = match (op_b, w.shape.as_slice()) {
+    let rank = w.shape.len();
+    let batch_dims = &w.shape[..rank.saturating_sub(2)];
+    let (kk, n) = match (op_b, &w.shape[rank.saturating_sub(2)..]) {
         (MatrixOp::None, [k, n]) => (*k, *n),
         (MatrixOp::Transpose, [n, k]) => (*k, *n),
         _ => (0, 0),
     };
-    let integer = k.tensor_core_form(&x, w) && op_a == MatrixOp::None;
+    // A batched B goes with A's own batch dims (no broadcasting): x is [batch.., m, k].
+    let batched = rank > 2 && x.shape.len() == rank && x.shape[..rank - 2] == *batch_dims;
+    let integer = k.tensor_core_form(&x, w) && op_a == MatrixOp::None && (rank == 2 || batched);
     if integer && x.shape.len() >= 2 && x.shape.last() == Some(&kk) && kk > 0 {
-        let m: usize = x.shape[..x.shape.len() - 1].iter().product();
-        let g = crate::blas::Gemm { m: m as u64, n: n as u64, k: kk as u64, ..integer_gemm() };
+        let batch: usize = batch_dims.iter().product();
+        let m = x.len() / (batch.max(1) * kk);
+        let g = crate::blas::Gemm {
+            m: m as u64,
+            n: n as u64,
+            k: kk as u64,
+            batch: batch.max(1) as u64,
+            stride_a: (m * kk) as i64,
+            stride_b: (n * kk) as i64,
+            stride_c: (m * n) as i64,
+            ..integer_gemm()
+        };
         if let Some(g) = fast_path(cx.gpu.blas.ready(&g).map(|()| g), "product", &x.shape) {
             return int8_product(cx, &g, &x, w, op_b, out_shape);
         }
@@ -194,15 +215,17 @@ fn fast_path<T>(plan: Result<T, crate::error::GpuError>, what: &str, x_shape: &[
     }
 }
 
-/// `x[m, k] · B` on cuBLASLt IMMA into the int32 sums, B as `[n, k]` (converted once for
-/// weights stored `[k, n]`).
+/// `x[.., m, k] · B` on cuBLASLt IMMA into the int32 sums, B as `[.., n, k]`: constant weights
+/// stored `[k, n]` are converted once, a batched activation per run.
 fn int8_product(cx: &Ctx, g: &crate::blas::Gemm, x: &DeviceTensor, w: &DeviceTensor, op_b: MatrixOp, out_shape: &[usize]) -> KResult<DeviceTensor> {
+    let rank = w.shape.len();
+    let last_two_swapped: Vec<usize> = (0..rank).map(|d| if d + 2 == rank { rank - 1 } else if d + 1 == rank { rank - 2 } else { d }).collect();
     let b = match op_b {
-        MatrixOp::Transpose => w.clone(),
-        _ => cx.gpu.converted_weights(w, "int8_nk", |t| movement::transpose(cx, t, &[1, 0]))?,
+        MatrixOp::Transpose => layout::to_row_major(cx, w)?,
+        _ => cx.gpu.converted_weights(w, "int8_nk", |t| movement::transpose(cx, t, &last_two_swapped))?,
     };
     let out = cx.gpu.empty(DataType::I32, out_shape.to_vec()).map_err(KernelError::from)?;
-    if out.len() as u64 != g.m * g.n || b.len() as u64 != g.n * g.k {
+    if out.len() as u64 != g.m * g.n * g.batch || b.len() as u64 != g.n * g.k * g.batch {
         return Err(invalid!("an INT8 product of {:?} by {:?} into {out_shape:?}", x.shape, w.shape));
     }
     if !out.is_empty() {
@@ -234,6 +257,10 @@ fn float_operands(cx: &Ctx, x: &DeviceTensor, w: &DeviceTensor, k: &Constants, w
 #[derive(Debug)]
 pub struct Epilogue {
     pub args: Vec<Arg>,
+    /// Where the levels-only epilogue of the convolution kernel (`_levels`) is exact: levels
+    /// out, no float bias, finite scales; the largest |int32 bias| it starts the sums at, once
+    /// the caller knows the bias values (None: the general epilogue).
+    pub levels_bias_bound: Option<u64>,
     /// The uploads `args` point to, alive until the launch is queued.
     _operands: Vec<DeviceTensor>,
 }
@@ -253,6 +280,8 @@ impl Epilogue {
                 return Err(invalid!("{len} {what} for {channels} output channels"));
             }
         }
+        let finite = scale.iter().all(|s| s.is_finite());
+        let levels_bias_bound = (p.quantized_output() && float_bias.is_none() && finite).then_some(0);
         let scale_len = scale.len();
         let scale = cx.gpu.upload(&kiln::HostTensor::from_f32(vec![scale_len], scale).map_err(KernelError::from)?).map_err(KernelError::from)?;
         let (lo, hi) = if out_dtype == DataType::U8 { (0.0f32, 255.0f32) } else { (-128.0, 127.0) };
@@ -268,7 +297,13 @@ impl Epilogue {
             Arg::F32(hi),
             Arg::I32(i32::from(p.relu)),
         ];
-        Ok(Epilogue { args, _operands: [Some(scale), float_bias].into_iter().flatten().collect() })
+        Ok(Epilogue { args, levels_bias_bound, _operands: [Some(scale), float_bias].into_iter().flatten().collect() })
+    }
+
+    /// Whether the `_levels` kernels run this epilogue exactly over a sum of `depth` 8-bit
+    /// products: the bias plus the largest such sum (128·128 per product) stays in int32.
+    pub fn levels_exact(&self, depth: usize) -> bool {
+        self.levels_bias_bound.is_some_and(|b| b.saturating_add(16_384u64.saturating_mul(depth as u64)) <= i32::MAX as u64)
     }
 }
 

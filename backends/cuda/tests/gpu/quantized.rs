@@ -28,9 +28,17 @@ fn both_int8_convolution_tactics_match_the_cpu_oracle_exactly() {
         ("3x3 dilation 2, uneven padding, 32 channels, 64 filters, f32", layer(conv_padded(&[1, 1], &[0, 2], &[2, 1], &[2, 2]), S, &[2, 32, 12, 15], &[64, 32, 3, 3], 64, None, true, DataType::F32)),
         ("1x1, 64 channels, 256 filters, int32 bias, int8", layer(conv(1, &[1, 1], &[0, 0]), S, &[2, 64, 7, 7], &[256, 64, 1, 1], 256, Some(DataType::I32), false, DataType::I8)),
         ("5x2, 16 channels, 136 filters, 300 pixels, int32 bias, ReLU, int8", layer(conv(1, &[1, 1], &[2, 0]), S, &[3, 16, 10, 11], &[136, 16, 5, 2], 136, Some(DataType::I32), true, DataType::I8)),
-        // Channels zero-padded to 16 and 32 for kiln's kernel: an RGB stem, and 24 channels.
+        // An RGB stem (width taps folded into channels), and 24 channels zero-padded to 32.
         ("7x7 stride 2 stem, 3 channels, 64 filters, int32 bias, ReLU, int8", layer(conv(1, &[2, 2], &[3, 3]), S, &[2, 3, 23, 20], &[64, 3, 7, 7], 64, Some(DataType::I32), true, DataType::I8)),
         ("3x3, 24 channels, 40 filters, f32", layer(conv(1, &[1, 1], &[1, 1]), S, &[2, 24, 9, 9], &[40, 24, 3, 3], 40, None, false, DataType::F32)),
+        // The levels-only epilogue without a bias, into uint8 (ReLU's floor above the saturation's),
+        // and over 36 pipeline steps (the stage ring wraps nine times).
+        ("3x3 stride 2, 48 channels, 100 filters, no bias, ReLU, uint8", layer(conv(1, &[2, 2], &[1, 1]), S, &[3, 48, 21, 19], &[100, 48, 3, 3], 100, None, true, DataType::U8)),
+        ("3x3, 256 channels, 136 filters, int32 bias, int8", layer(conv(1, &[1, 1], &[1, 1]), S, &[1, 256, 6, 5], &[136, 256, 3, 3], 136, Some(DataType::I32), false, DataType::I8)),
+        // Width taps folded into 16 channels: two columns of 8 channels, and of 5 channels padded
+        // to 8 under a column stride of 2.
+        ("3x3, 8 channels, 24 filters, int32 bias, ReLU, int8", layer(conv(1, &[1, 1], &[1, 1]), S, &[2, 8, 9, 10], &[24, 8, 3, 3], 24, Some(DataType::I32), true, DataType::I8)),
+        ("5x2 stride (1, 2), 5 channels, 16 filters, f32", layer(conv(1, &[1, 2], &[2, 0]), S, &[2, 5, 8, 11], &[16, 5, 5, 2], 16, None, false, DataType::F32)),
     ];
     for (what, (net, feeds)) in cases {
         let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap();
@@ -61,9 +69,13 @@ fn integer_layers_match_the_cpu_oracle_exactly() {
         ("int8 1x1 conv, int32 bias, ReLU, int8", layer(conv(1, &[1, 1], &[0, 0]), S, &[2, 32, 5, 7], &[16, 32, 1, 1], 16, Some(DataType::I32), true, DataType::I8)),
         // cuBLASLt IMMA products.
         ("int8 product, int32 bias, int8", layer(matmul.clone(), S, &[3, 5, 64], &[64, 24], 24, Some(DataType::I32), false, DataType::I8)),
-        ("int8 product, B transposed, float", layer(matmul_t, S, &[7, 32], &[16, 32], 16, Some(DataType::F32), true, DataType::F32)),
-        // The exact f32 fallback.
+        ("int8 product, B transposed, float", layer(matmul_t.clone(), S, &[7, 32], &[16, 32], 16, Some(DataType::F32), true, DataType::F32)),
+        // Batched B of A's batch dims (attention's Q·Kᵀ and P·V): one strided-batch IMMA product.
+        ("int8 batched product, int8", layer(matmul.clone(), S, &[2, 3, 5, 32], &[2, 3, 32, 12], 12, None, false, DataType::I8)),
+        ("int8 batched product, B transposed, float", layer(matmul_t, S, &[4, 6, 64], &[4, 8, 64], 8, None, true, DataType::F32)),
+        // Width taps folded into channels (kiln's kernel).
         ("int8 conv, 3 input channels", layer(conv(1, &[2, 2], &[3, 3]), S, &[2, 3, 13, 13], &[8, 3, 7, 7], 8, Some(DataType::I32), true, DataType::I8)),
+        // The exact f32 fallback.
         ("uint8 3x3 conv, int32 bias, ReLU, uint8", layer(conv(1, &[1, 1], &[1, 1]), A, &[2, 3, 7, 6], &[4, 3, 3, 3], 4, Some(DataType::I32), true, DataType::U8)),
         ("uint8 grouped strided conv, int8", layer(conv(2, &[2, 2], &[1, 1]), A, &[1, 4, 9, 9], &[6, 2, 3, 3], 6, None, false, DataType::I8)),
         ("uint8 1-D conv, float output, ReLU", layer(conv(1, &[1], &[1]), A, &[2, 3, 11], &[5, 3, 3], 5, Some(DataType::F32), true, DataType::F32)),
