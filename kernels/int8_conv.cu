@@ -57,19 +57,15 @@ __device__ __forceinline__ Channel channel(const Requant& e, int ch) {
     return c;
 }
 
-// 1.5 · 2^23: a float whose unit in the last place is 1. Adding it to a float of magnitude at
-// most 2^22 rounds that float to an integer (to nearest, ties to even: the adder's rounding),
-// which then sits in the low mantissa bits; adding an integer of that magnitude to its bit
-// pattern makes the float of that integer. Both replace conversions, which issue at an eighth of
-// the float rate and were most of an epilogue's time.
-#define IC_MAGIC 12582912.0f
-#define IC_MAGIC_BITS 0x4B400000
+// The float of an int32 of magnitude below 2^22: added to the bit pattern of 1.5·2^23 (whose
+// unit in the last place is 1), then the 1.5·2^23 taken away; a conversion issues at an eighth
+// of the float rate.
 #define IC_EXACT_RANGE 4194304  // 2^22
 
 // f32(acc + bias), rounded once, as the oracle's f64 sum converted.
 __device__ __forceinline__ float sum_as_float(int acc, int bias) {
     const long long s = (long long)acc + bias;
-    if (s > -IC_EXACT_RANGE && s < IC_EXACT_RANGE) return __fsub_rn(__int_as_float((int)s + IC_MAGIC_BITS), IC_MAGIC);
+    if (s > -IC_EXACT_RANGE && s < IC_EXACT_RANGE) return __fsub_rn(__int_as_float((int)s + KILN_ROUNDING_MAGIC_BITS), KILN_ROUNDING_MAGIC);
     return __ll2float_rn(s);
 }
 
@@ -84,8 +80,7 @@ __device__ __forceinline__ float scaled(const Requant& e, const Channel& c, int 
 // the oracle's fmaxf sends it there too).
 __device__ __forceinline__ unsigned char level_byte(const Requant& e, float v) {
     if (e.float_bias) v = __fdiv_rn(v, e.y_scale);
-    v = fminf(fmaxf(v, -(float)IC_EXACT_RANGE), (float)IC_EXACT_RANGE);
-    int level = __float_as_int(__fadd_rn(v, IC_MAGIC)) - IC_MAGIC_BITS;
+    int level = round_half_even_small(fminf(fmaxf(v, -KILN_ROUNDING_RANGE), KILN_ROUNDING_RANGE));
     if (e.relu) level = max(level, 0);
     level = min(max(level + (int)e.y_zero, (int)e.lo), (int)e.hi);
     return (unsigned char)level;
@@ -240,10 +235,9 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
     OutRow* tile = reinterpret_cast<OutRow*>(smem);
     if (LEVELS) {
         // rint(v) + zero clamped to [low, hi], where the ReLU's floor (level 0, the zero point)
-        // joins the saturation's; the rounding add's bias and the zero point are one offset.
+        // joins the saturation's.
         const int zero = (int)e.y_zero, high = (int)e.hi, low = e.relu ? max((int)e.lo, zero) : (int)e.lo;
-        const int offset = zero - IC_MAGIC_BITS;
-        const float range = (float)IC_EXACT_RANGE;
+        const float range = KILN_ROUNDING_RANGE;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
             const int col = warp_n * WN + nt * 8 + (lane % 4) * 2, ch = n0 + col;
@@ -255,8 +249,8 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
                     const int row = warp_m * WM + mt * 16 + lane / 4 + half * 8;
                     const float v0 = fminf(fmaxf(__fmul_rn(__int2float_rn(acc[mt][nt][half * 2]), s0), -range), range);
                     const float v1 = fminf(fmaxf(__fmul_rn(__int2float_rn(acc[mt][nt][half * 2 + 1]), s1), -range), range);
-                    const int l0 = min(max(__float_as_int(__fadd_rn(v0, IC_MAGIC)) + offset, low), high);
-                    const int l1 = min(max(__float_as_int(__fadd_rn(v1, IC_MAGIC)) + offset, low), high);
+                    const int l0 = min(max(round_half_even_small(v0) + zero, low), high);
+                    const int l1 = min(max(round_half_even_small(v1) + zero, low), high);
                     *reinterpret_cast<unsigned short*>(&tile[row][col]) = (unsigned short)((l0 & 0xff) | ((l1 & 0xff) << 8));
                 }
         }

@@ -382,13 +382,17 @@ extern "C" __global__ void quant_quantize_8bit_x4(int x_type, int scale_type, in
                                                   const void* scale, const void* zp, void* y) {
     const float s = load_float(scale_type, scale, 0);
     const float z = zp ? (float)load_level(zp_type, zp, 0) : 0.0f;
+    // quant_quantize_8bit's result in f32 and int32 operations, without its f64 saturation (NaN
+    // saturates to 0, as store_any does).
+    const int zi = (int)z, lo = to == T_I8 ? -128 : 0, hi = to == T_I8 ? 127 : 255;
     KILN_GRID_LOOP(i, n4) {
         float v[4];
         load_float4(x_type, x, i, v);
         u8 q[4];
         for (int j = 0; j < 4; ++j) {
-            const double level = (double)__fadd_rn(rintf(__fdiv_rn(v[j], s)), z);
-            q[j] = to == T_I8 ? (u8)(signed char)sat_signed(level, -128.0, 127.0, -128, 127) : (u8)sat_unsigned(level, 255.0, 255);
+            const float ratio = __fdiv_rn(v[j], s);
+            const int level = min(max(round_half_even_small(fminf(fmaxf(ratio, -KILN_ROUNDING_RANGE), KILN_ROUNDING_RANGE)) + zi, lo), hi);
+            q[j] = ratio != ratio ? 0 : (u8)level;
         }
         ((uchar4*)y)[i] = make_uchar4(q[0], q[1], q[2], q[3]);
     }
