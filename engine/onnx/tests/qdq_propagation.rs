@@ -9,6 +9,9 @@ use common::*;
 use kiln::passes::{Pass, PassContext, Pipeline, QdqPropagation};
 use kiln::{Builder, BuilderConfig, DataType, HostTensor, LayerKind, Network, ShuffleParams, TensorData, TensorId};
 use kiln_onnx::proto::ModelProto;
+#[path = "common/half_first.rs"]
+mod half_first;
+use half_first::HalfFirstCpu;
 
 const ONNX_U8: i32 = 2;
 const ONNX_I8: i32 = 3;
@@ -186,40 +189,6 @@ fn a_bert_block_runs_its_reshapes_and_transposes_on_the_integers() {
     for seed in 1..=4 {
         let inputs = bert_inputs(seed);
         assert_bit_exact(&run(&optimized, &inputs), &run(&before, &inputs), &format!("pipeline, seed {seed}"));
-    }
-}
-
-/// The cpu backend reporting f16 as its faster type, as cuda does: an FP16 build narrows every
-/// float layer it can.
-#[derive(Debug)]
-struct HalfFirstCpu(kiln_cpu::CpuBackend);
-
-impl kiln::Backend for HalfFirstCpu {
-    fn name(&self) -> &str {
-        self.0.name()
-    }
-    fn device(&self) -> Result<kiln::DeviceFingerprint, kiln::BackendError> {
-        self.0.device()
-    }
-    fn check_support(&self, network: &Network) -> Result<(), kiln::BackendError> {
-        self.0.check_support(network)
-    }
-    fn prepare_plan(
-        &self,
-        network: &Network,
-        control: &kiln::ir::control::ControlFlow,
-        tactics: &[Option<kiln::TacticId>],
-        math: kiln::MathMode,
-    ) -> Result<Box<dyn kiln::Executable>, kiln::BackendError> {
-        self.0.prepare_plan(network, control, tactics, math)
-    }
-    fn precision_support(&self, network: &Network, layer: kiln::LayerId) -> kiln::PrecisionSupport {
-        let mut support = self.0.precision_support(network, layer);
-        support.faster = support.offered.iter().copied().filter(|&t| t == DataType::F16).collect();
-        support
-    }
-    fn runs_quantized_layers(&self) -> bool {
-        true
     }
 }
 

@@ -6,6 +6,9 @@
 use kiln::passes::{PassContext, Pipeline};
 use kiln::{Builder, BuilderConfig, DataType, LayerKind, Network, QuantizedAnchor};
 use std::path::Path;
+#[path = "common/half_first.rs"]
+mod half_first;
+use half_first::HalfFirstCpu;
 
 fn fixture() -> Network {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/qdq_conv_matmul_u8s8/model.onnx");
@@ -138,40 +141,6 @@ fn a_qdq_product_narrowed_to_f16_still_fuses_and_casts_its_result() {
     let (got, want) = (run(&fused).to_f64_vec(), run(&net).to_f64_vec());
     for (g, w) in got.iter().zip(&want) {
         assert!((g - w).abs() <= 2e-3 * (1.0 + w.abs()), "integer {g} vs float graph {w}");
-    }
-}
-
-/// The cpu backend reporting f16 as its faster type, as cuda does: an FP16 build narrows every
-/// float layer it can.
-#[derive(Debug)]
-struct HalfFirstCpu(kiln_cpu::CpuBackend);
-
-impl kiln::Backend for HalfFirstCpu {
-    fn name(&self) -> &str {
-        self.0.name()
-    }
-    fn device(&self) -> Result<kiln::DeviceFingerprint, kiln::BackendError> {
-        self.0.device()
-    }
-    fn check_support(&self, network: &Network) -> Result<(), kiln::BackendError> {
-        self.0.check_support(network)
-    }
-    fn prepare_plan(
-        &self,
-        network: &Network,
-        control: &kiln::ir::control::ControlFlow,
-        tactics: &[Option<kiln::TacticId>],
-        math: kiln::MathMode,
-    ) -> Result<Box<dyn kiln::Executable>, kiln::BackendError> {
-        self.0.prepare_plan(network, control, tactics, math)
-    }
-    fn precision_support(&self, network: &Network, layer: kiln::LayerId) -> kiln::PrecisionSupport {
-        let mut support = self.0.precision_support(network, layer);
-        support.faster = support.offered.iter().copied().filter(|&t| t == DataType::F16).collect();
-        support
-    }
-    fn runs_quantized_layers(&self) -> bool {
-        true
     }
 }
 
