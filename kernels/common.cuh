@@ -112,13 +112,14 @@ __device__ __forceinline__ void load_operand16(const Layout& l, int which, i64 i
     }
 }
 
-// x rounded half to even, as an int, for |x| ≤ KILN_ROUNDING_RANGE (2^22; callers clamp first,
-// which changes no 8-bit saturated result): adding 1.5·2^23, whose unit in the last place is 1,
-// rounds in the adder and leaves the integer in the low mantissa bits. It replaces rintf and a
+// x rounded half to even, as an int, after clamping to ±2^22 (which changes no 8-bit saturated
+// result; NaN goes to the low end): adding 1.5·2^23, whose unit in the last place is 1, rounds in
+// the adder and leaves the integer in the low mantissa bits. It replaces rintf and a
 // float-to-int conversion, which issue at an eighth of the float rate.
 #define KILN_ROUNDING_RANGE 4194304.0f
 #define KILN_ROUNDING_MAGIC 12582912.0f
 #define KILN_ROUNDING_MAGIC_BITS 0x4B400000
-__device__ __forceinline__ int round_half_even_small(float x) {
+__device__ __forceinline__ int round_half_even_clamped(float x) {
+    x = fminf(fmaxf(x, -KILN_ROUNDING_RANGE), KILN_ROUNDING_RANGE);
     return __float_as_int(__fadd_rn(x, KILN_ROUNDING_MAGIC)) - KILN_ROUNDING_MAGIC_BITS;
 }

@@ -19,6 +19,7 @@
 #define IC_BK 64             // int8 depth per stage
 #define IC_LD (IC_BK + 16)   // 80-byte rows: the 8 rows one ldmatrix reads fall in different banks
 #define IC_THREADS 256
+#define IC_CHUNKS (IC_BK / 16)
 #define IC_STAGES 4          // k-steps in flight: copies of three ahead while one feeds the MMAs
 
 // Output type codes: kiln-cuda's ops::typed::type_code.
@@ -57,15 +58,12 @@ __device__ __forceinline__ Channel channel(const Requant& e, int ch) {
     return c;
 }
 
-// The float of an int32 of magnitude below 2^22: added to the bit pattern of 1.5·2^23 (whose
-// unit in the last place is 1), then the 1.5·2^23 taken away; a conversion issues at an eighth
-// of the float rate.
-#define IC_EXACT_RANGE 4194304  // 2^22
-
-// f32(acc + bias), rounded once, as the oracle's f64 sum converted.
+// f32(acc + bias), rounded once, as the oracle's f64 sum converted. Below 2^22 in magnitude the
+// sum added to the bit pattern of 1.5·2^23 (whose unit in the last place is 1) is that float plus
+// the sum, exactly: no conversion, which issues at an eighth of the float rate.
 __device__ __forceinline__ float sum_as_float(int acc, int bias) {
-    const long long s = (long long)acc + bias;
-    if (s > -IC_EXACT_RANGE && s < IC_EXACT_RANGE) return __fsub_rn(__int_as_float((int)s + KILN_ROUNDING_MAGIC_BITS), KILN_ROUNDING_MAGIC);
+    const long long s = (long long)acc + bias, range = (long long)KILN_ROUNDING_RANGE;
+    if (s > -range && s < range) return __fsub_rn(__int_as_float((int)s + KILN_ROUNDING_MAGIC_BITS), KILN_ROUNDING_MAGIC);
     return __ll2float_rn(s);
 }
 
@@ -76,11 +74,10 @@ __device__ __forceinline__ float scaled(const Requant& e, const Channel& c, int 
 }
 
 // The requantized level's byte (int8 or uint8): round half to even, ReLU at the zero point,
-// saturation. Clamping to ±2^22 first changes no saturated level (NaN goes to the low end, as
-// the oracle's fmaxf sends it there too).
+// saturation (NaN goes to the low end, as the oracle's fmaxf sends it there too).
 __device__ __forceinline__ unsigned char level_byte(const Requant& e, float v) {
     if (e.float_bias) v = __fdiv_rn(v, e.y_scale);
-    int level = round_half_even_small(fminf(fmaxf(v, -KILN_ROUNDING_RANGE), KILN_ROUNDING_RANGE));
+    int level = round_half_even_clamped(v);
     if (e.relu) level = max(level, 0);
     level = min(max(level + (int)e.y_zero, (int)e.lo), (int)e.hi);
     return (unsigned char)level;
@@ -103,10 +100,9 @@ template <int BN, int WARPS_M, int WARPS_N, bool LEVELS>
 __device__ __forceinline__ void int8_conv(const Window& win, const signed char* __restrict__ x, const signed char* __restrict__ wt,
                                           const Requant& e, void* __restrict__ y) {
     constexpr int WM = IC_BM / WARPS_M, WN = BN / WARPS_N, MT = WM / 16, NT = WN / 8;
-    constexpr int CHUNK = 16, CHUNKS = IC_BK / CHUNK;  // bytes per copy, copies per tile row
     static_assert(WARPS_M * WARPS_N * 32 == IC_THREADS, "8 warps");
     static_assert(NT % 2 == 0, "B fragments load two n-tiles at a time");
-    constexpr int A_CHUNKS = IC_BM * CHUNKS / IC_THREADS, B_CHUNKS = BN * CHUNKS / IC_THREADS;
+    constexpr int A_CHUNKS = IC_BM * IC_CHUNKS / IC_THREADS, B_CHUNKS = BN * IC_CHUNKS / IC_THREADS;
     extern __shared__ __align__(16) signed char smem[];
 
     const int n = (int)win.n, h = (int)win.h, w = (int)win.w, c = (int)win.c, k = (int)win.oc, r = (int)win.kh, s = (int)win.kw;
@@ -121,14 +117,14 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
     const i64 m0 = (i64)(blockIdx.x / filter_blocks) * IC_BM;
     const int n0 = (blockIdx.x % filter_blocks) * BN;
 
-    // This thread's copies: the same CHUNK bytes of A_CHUNKS pixels and B_CHUNKS filters at
+    // This thread's copies: the same 16 channels of A_CHUNKS pixels and B_CHUNKS filters at
     // every step, so each pixel's origin is found once.
-    const int col = (tid % CHUNKS) * CHUNK;
+    const int col = (tid % IC_CHUNKS) * 16;
     const signed char* a_image[A_CHUNKS];
     int a_ih[A_CHUNKS], a_iw[A_CHUNKS];
 #pragma unroll
     for (int i = 0; i < A_CHUNKS; ++i) {
-        const i64 m = m0 + (tid + i * IC_THREADS) / CHUNKS;
+        const i64 m = m0 + (tid + i * IC_THREADS) / IC_CHUNKS;
         const bool in = m < pixels;
         const i64 img = in ? m / ((i64)p * q) : 0;
         const int pq = in ? (int)(m - img * p * q) : 0;
@@ -157,14 +153,14 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
         const int ih_off = tr * dil_h, iw_off = ts * dil_w;
 #pragma unroll
         for (int i = 0; i < A_CHUNKS; ++i) {
-            const int row = (tid + i * IC_THREADS) / CHUNKS;
+            const int row = (tid + i * IC_THREADS) / IC_CHUNKS;
             const int ih = a_ih[i] + ih_off, iw = a_iw[i] + iw_off;
             const bool valid = k_in && ih >= 0 && ih < h && iw >= 0 && iw < w;
             cp_async16(as + row * IC_LD + col, valid ? a_image[i] + ((i64)ih * w + iw) * c + cc : x, valid);
         }
 #pragma unroll
         for (int j = 0; j < B_CHUNKS; ++j) {
-            const int row = (tid + j * IC_THREADS) / CHUNKS;
+            const int row = (tid + j * IC_THREADS) / IC_CHUNKS;
             const bool valid = k_in && n0 + row < k;
             cp_async16(bs + row * IC_LD + col, valid ? wt + (i64)(n0 + row) * depth + kg : wt, valid);
         }
@@ -233,28 +229,7 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
     typedef unsigned char OutRow[BN + 16];
     static_assert(sizeof(OutRow) * IC_BM <= Stage<BN>::BYTES, "the output tile fits in one stage");
     OutRow* tile = reinterpret_cast<OutRow*>(smem);
-    if (LEVELS) {
-        // rint(v) + zero clamped to [low, hi], where the ReLU's floor (level 0, the zero point)
-        // joins the saturation's.
-        const int zero = (int)e.y_zero, high = (int)e.hi, low = e.relu ? max((int)e.lo, zero) : (int)e.lo;
-        const float range = KILN_ROUNDING_RANGE;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-            const int col = warp_n * WN + nt * 8 + (lane % 4) * 2, ch = n0 + col;
-            const float s0 = e.scale[e.scale_len == 1 ? 0 : min(ch, k - 1)], s1 = e.scale[e.scale_len == 1 ? 0 : min(ch + 1, k - 1)];
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int half = 0; half < 2; ++half) {
-                    const int row = warp_m * WM + mt * 16 + lane / 4 + half * 8;
-                    const float v0 = fminf(fmaxf(__fmul_rn(__int2float_rn(acc[mt][nt][half * 2]), s0), -range), range);
-                    const float v1 = fminf(fmaxf(__fmul_rn(__int2float_rn(acc[mt][nt][half * 2 + 1]), s1), -range), range);
-                    const int l0 = min(max(round_half_even_small(v0) + zero, low), high);
-                    const int l1 = min(max(round_half_even_small(v1) + zero, low), high);
-                    *reinterpret_cast<unsigned short*>(&tile[row][col]) = (unsigned short)((l0 & 0xff) | ((l1 & 0xff) << 8));
-                }
-        }
-    } else if (e.out_type == IC_F32) {
+    if (!LEVELS && e.out_type == IC_F32) {
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
             const int ch = n0 + warp_n * WN + nt * 8 + (lane % 4) * 2;
@@ -273,24 +248,27 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
                 }
         }
         return;
-    } else {
-        // Levels: the block's [128 pixels][BN filters] bytes gather in shared memory (the
-        // operand tiles are free), then leave in 16-byte row pieces: scattered byte stores were
-        // most of the time of a convolution with few input channels.
+    }
+    // Levels: the block's [128 pixels][BN filters] bytes gather in shared memory (the operand
+    // tiles are free), then leave in 16-byte row pieces: scattered byte stores were most of the
+    // time of a convolution with few input channels. LEVELS: rint(v) + zero clamped to [low, hi],
+    // where the ReLU's floor (level 0, the zero point) joins the saturation's.
+    const int zero = (int)e.y_zero, high = (int)e.hi, low = e.relu ? max((int)e.lo, zero) : (int)e.lo;
+    auto level = [&](const Channel& c, int acc) -> unsigned char {
+        if (!LEVELS) return level_byte(e, scaled(e, c, acc));
+        return (unsigned char)min(max(round_half_even_clamped(__fmul_rn(__int2float_rn(acc), c.scale)) + zero, low), high);
+    };
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-            const int col = warp_n * WN + nt * 8 + (lane % 4) * 2, ch = n0 + col;
-            const Channel c[2] = {channel(e, min(ch, k - 1)), channel(e, min(ch + 1, k - 1))};
+    for (int nt = 0; nt < NT; ++nt) {
+        const int col = warp_n * WN + nt * 8 + (lane % 4) * 2, ch = n0 + col;
+        const Channel c[2] = {channel(e, min(ch, k - 1)), channel(e, min(ch + 1, k - 1))};
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-                for (int half = 0; half < 2; ++half) {
-                    const int row = warp_m * WM + mt * 16 + lane / 4 + half * 8;
-                    const unsigned char b0 = level_byte(e, scaled(e, c[0], acc[mt][nt][half * 2]));
-                    const unsigned char b1 = level_byte(e, scaled(e, c[1], acc[mt][nt][half * 2 + 1]));
-                    *reinterpret_cast<uchar2*>(&tile[row][col]) = make_uchar2(b0, b1);
-                }
-        }
+            for (int half = 0; half < 2; ++half) {
+                const int row = warp_m * WM + mt * 16 + lane / 4 + half * 8;
+                *reinterpret_cast<uchar2*>(&tile[row][col]) = make_uchar2(level(c[0], acc[mt][nt][half * 2]), level(c[1], acc[mt][nt][half * 2 + 1]));
+            }
     }
     __syncthreads();
     unsigned char* out = (unsigned char*)y;

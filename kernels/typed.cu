@@ -391,7 +391,7 @@ extern "C" __global__ void quant_quantize_8bit_x4(int x_type, int scale_type, in
         u8 q[4];
         for (int j = 0; j < 4; ++j) {
             const float ratio = __fdiv_rn(v[j], s);
-            const int level = min(max(round_half_even_small(fminf(fmaxf(ratio, -KILN_ROUNDING_RANGE), KILN_ROUNDING_RANGE)) + zi, lo), hi);
+            const int level = min(max(round_half_even_clamped(ratio) + zi, lo), hi);
             q[j] = ratio != ratio ? 0 : (u8)level;
         }
         ((uchar4*)y)[i] = make_uchar4(q[0], q[1], q[2], q[3]);

@@ -36,6 +36,9 @@ struct Constants {
     w_zero: Option<Vec<f64>>,
     y_scale: Option<f32>,
     y_zero: f64,
+    /// The largest |int32 bias| where its values are on the host (0 without a bias), which the
+    /// levels-only convolution epilogue starts its sums at; None where they are not.
+    int_bias_bound: Option<u64>,
 }
 
 impl Constants {
@@ -57,6 +60,11 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
         w_zero: host(Q::W_ZERO)?,
         y_scale: first(Q::Y_SCALE)?.map(|s| s as f32),
         y_zero: first(Q::Y_ZERO)?.unwrap_or(0.0),
+        // Read from the constant's host copy only: a download here would sit on every run.
+        int_bias_bound: match value(Q::BIAS) {
+            None => Some(0),
+            Some(v) => v.host.as_ref().map(|b| b.to_f64_vec().iter().fold(0u64, |m, &x| m.max(x.abs() as u64))),
+        },
     };
     let x = cx.dev_any_layout(value(Q::X).ok_or_else(|| invalid!("input x is missing"))?)?;
     let w = cx.dev(value(Q::W).ok_or_else(|| invalid!("input w is missing"))?)?;
@@ -69,13 +77,7 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
     if let QuantizedAnchor::Convolution(c) = &p.anchor {
         let kiln_kernel = cx.gemm_rank.get() == INT8_CONV_KILN && constants.tensor_core_form(&x, &w) && int8_conv::applies(c, &x.shape, &w.shape, out_dtype);
         if kiln_kernel {
-            let mut epilogue = Epilogue::new(cx, p, bias.as_ref(), &constants, out_dtype, out_shape.get(1).copied().unwrap_or(1))?;
-            // The levels kernels start the sums at the int32 bias, so they need its values.
-            let bias_bound = match value(Q::BIAS) {
-                None => Some(0),
-                Some(v) => v.host.as_ref().map(|b| b.to_f64_vec().iter().fold(0u64, |m, &x| m.max(x.abs() as u64))),
-            };
-            epilogue.levels_bias_bound = epilogue.levels_bias_bound.and(bias_bound);
+            let epilogue = Epilogue::new(cx, p, bias.as_ref(), &constants, out_dtype, out_shape.get(1).copied().unwrap_or(1))?;
             if let Some(out) = int8_conv::convolution(cx, c, &x, &w, &epilogue, out_shape, out_dtype)? {
                 return Ok(out);
             }
@@ -257,10 +259,10 @@ fn float_operands(cx: &Ctx, x: &DeviceTensor, w: &DeviceTensor, k: &Constants, w
 #[derive(Debug)]
 pub struct Epilogue {
     pub args: Vec<Arg>,
-    /// Where the levels-only epilogue of the convolution kernel (`_levels`) is exact: levels
-    /// out, no float bias, finite scales; the largest |int32 bias| it starts the sums at, once
-    /// the caller knows the bias values (None: the general epilogue).
-    pub levels_bias_bound: Option<u64>,
+    /// Where the levels-only epilogue of the convolution kernel (`_levels`) may run: levels
+    /// out, no float bias, finite scales, and the largest |int32 bias| it starts the sums at
+    /// known (None: the general epilogue).
+    levels_bias_bound: Option<u64>,
     /// The uploads `args` point to, alive until the launch is queued.
     _operands: Vec<DeviceTensor>,
 }
@@ -281,7 +283,7 @@ impl Epilogue {
             }
         }
         let finite = scale.iter().all(|s| s.is_finite());
-        let levels_bias_bound = (p.quantized_output() && float_bias.is_none() && finite).then_some(0);
+        let levels_bias_bound = k.int_bias_bound.filter(|_| p.quantized_output() && float_bias.is_none() && finite);
         let scale_len = scale.len();
         let scale = cx.gpu.upload(&kiln::HostTensor::from_f32(vec![scale_len], scale).map_err(KernelError::from)?).map_err(KernelError::from)?;
         let (lo, hi) = if out_dtype == DataType::U8 { (0.0f32, 255.0f32) } else { (-128.0, 127.0) };
