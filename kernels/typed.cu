@@ -398,6 +398,47 @@ extern "C" __global__ void quant_quantize_8bit_x4(int x_type, int scale_type, in
     }
 }
 
+// The float8 fast path of Quantize with one scale, from f32 / f16 / bf16:
+// quant_quantize_any's operations (the f32 ratio, the zero point added in f64, the saturating
+// encode), four elements per thread.
+extern "C" __global__ void quant_quantize_narrow_x4(int x_type, int scale_type, int zp_type, int to, i64 n4, const void* x,
+                                                    const void* scale, const void* zp, void* y) {
+    const float s = load_float(scale_type, scale, 0);
+    const double z = zp ? scalar_f64(load_any(zp_type, zp, 0)) : 0.0;
+    const Format f = format_of(to);
+#if __CUDA_ARCH__ >= 890
+    // Ada and Hopper convert f32 to e4m3 / e5m2 in one instruction, rounding to nearest even
+    // and saturating to the largest finite value as fmt_encode does. Adding the zero point 0
+    // turns -0 into +0, and NaN keeps its sign here: both are set apart below.
+    const bool hardware = z == 0.0 && !signbit(z) && (to == T_E4M3FN || to == T_E5M2);
+#else
+    const bool hardware = false;
+#endif
+    KILN_GRID_LOOP(i, n4) {
+        float v[4];
+        load_float4(x_type, x, i, v);
+        u8 q[4];
+        for (int j = 0; j < 4; ++j) v[j] = __fdiv_rn(v[j], s);
+        if (hardware) {
+#if __CUDA_ARCH__ >= 890
+            unsigned short lo, hi;
+            if (to == T_E4M3FN) {
+                asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(v[1]), "f"(v[0]));
+                asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(v[3]), "f"(v[2]));
+            } else {
+                asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(v[1]), "f"(v[0]));
+                asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(v[3]), "f"(v[2]));
+            }
+            const u8 raw[4] = {(u8)(lo & 0xFF), (u8)(lo >> 8), (u8)(hi & 0xFF), (u8)(hi >> 8)};
+            for (int j = 0; j < 4; ++j) q[j] = v[j] != v[j] ? (u8)fmt_nan(f, signbit(v[j]) != 0) : v[j] == 0.0f ? 0 : raw[j];
+#endif
+        } else {
+            for (int j = 0; j < 4; ++j) q[j] = (u8)fmt_encode(f, (double)v[j] + z, true);
+        }
+        ((uchar4*)y)[i] = make_uchar4(q[0], q[1], q[2], q[3]);
+    }
+}
+
 extern "C" __global__ void quant_dequantize_8bit_x4(int x_type, int scale_type, int out_type, i64 n4, const void* x,
                                                     const void* scale, const void* zp, void* y) {
     const float s = load_float(scale_type, scale, 0);

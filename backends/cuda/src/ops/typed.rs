@@ -37,6 +37,7 @@ pub fn kernel_names() -> Vec<String> {
         "quant_quantize_8bit",
         "quant_dequantize_8bit",
         "quant_quantize_8bit_x4",
+        "quant_quantize_narrow_x4",
         "quant_dequantize_8bit_x4",
         "quant_requantize",
         "typed_classify_any",
@@ -127,9 +128,12 @@ pub fn quantize(
     // The x4 kernel takes the same operands with one size where the general one takes three.
     let codes = [type_code(x.dtype), type_code(scale.dtype), zero_point.map_or(-1, |z| type_code(z.dtype)), type_code(to)].map(Arg::I32);
     let pointers = [cx.arg(x), cx.arg(scale), zero_point.map_or(Arg::NULL, |z| cx.arg(z)), cx.arg(&out)];
-    if eight_bit && per_tensor_x4(cx, scale, x, &out) {
+    let float8 = matches!(to, DataType::F8E4M3FN | DataType::F8E4M3FNUZ | DataType::F8E5M2 | DataType::F8E5M2FNUZ);
+    let narrow_float = float8 && short_float(x.dtype) && short_float(scale.dtype);
+    if (eight_bit || narrow_float) && per_tensor_x4(cx, scale, x, &out) {
         let vector = [&codes[..], &[Arg::I64((n / 4) as i64)], &pointers].concat();
-        cx.launch_elements(Source::Typed.kernel("quant_quantize_8bit_x4"), n / 4, &vector)?;
+        let kernel = if eight_bit { "quant_quantize_8bit_x4" } else { "quant_quantize_narrow_x4" };
+        cx.launch_elements(Source::Typed.kernel(kernel), n / 4, &vector)?;
         return Ok(out);
     }
     let args = [&codes[..], &[inner, len, n].map(|d| Arg::I64(d as i64)), &pointers].concat();

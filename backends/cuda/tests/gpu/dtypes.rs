@@ -358,6 +358,39 @@ fn per_tensor_8bit_quantize_and_dequantize_match_with_and_without_vectors() {
     }
 }
 
+/// Quantize to float8 with one scale runs four elements per thread (`quant_quantize_narrow_x4`)
+/// where the length is a multiple of 4: the oracle's bytes from f32, f16 and bf16, with and
+/// without a zero point, at -0, in the subnormals, past saturation, NaN and the infinities.
+#[test]
+fn per_tensor_float8_quantize_matches_with_and_without_vectors() {
+    let mut r = rng(79);
+    for len in [4096, 4099] {
+        for dtype in [DataType::F32, DataType::F16, DataType::BF16] {
+            let mut values: Vec<f32> = (0..len).map(|i| match i % 4 { 0 => r.gen_range(-1e5..1e5), 1 => r.gen_range(-1e-2..1e-2), _ => r.gen_range(-500.0..500.0) }).collect();
+            values[5..10].copy_from_slice(&[f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0, 0.0]);
+            let as_dtype = |v: Vec<f32>, shape: Vec<usize>| {
+                let data = match dtype {
+                    DataType::F16 => TensorData::F16(v.iter().map(|&x| half::f16::from_f32(x)).collect()),
+                    DataType::BF16 => TensorData::BF16(v.iter().map(|&x| half::bf16::from_f32(x)).collect()),
+                    _ => TensorData::F32(v),
+                };
+                HostTensor::new(shape, data).unwrap()
+            };
+            let x = as_dtype(values, vec![len]);
+            let scale = as_dtype(vec![0.75], vec![]);
+            for to in [DataType::F8E4M3FN, DataType::F8E4M3FNUZ, DataType::F8E5M2, DataType::F8E5M2FNUZ] {
+                // float8's zero point can only be 0 (its +0 code).
+                let zero = HostTensor::zeros(to, vec![]);
+                let layers = vec![(LayerKind::Quantize { axis: None, to }, vec![0, 1, 2]), (LayerKind::Quantize { axis: None, to }, vec![0, 1])];
+                let Some(outs) = run_both(&[x.clone(), scale.clone(), zero], &layers) else { return };
+                for ((got, want), (_, slots)) in outs.iter().zip(&layers) {
+                    assert_same(&format!("Quantize {dtype} -> {to}, {len} elements (inputs {slots:?})"), got, want);
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn bit_cast_reinterprets_bytes() {
     let mut r = rng(77);
