@@ -35,6 +35,7 @@ pub struct Blas {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct Key {
     dtype: DataType,
+    scaled: Option<Scaled>,
     tf32: bool,
     dims: [u64; 4],
     trans: [bool; 2],
@@ -46,6 +47,7 @@ impl Key {
     fn of(g: &Gemm) -> Key {
         Key {
             dtype: g.dtype,
+            scaled: g.scaled,
             tf32: g.tf32,
             dims: [g.m, g.n, g.k, g.batch],
             trans: [g.trans_a, g.trans_b],
@@ -84,6 +86,9 @@ impl Drop for Blas {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Gemm {
     pub dtype: DataType,
+    /// An FP8 product's scales and output ([`Scaled`]); None elsewhere (an FP8 product without
+    /// it sums unscaled into f32).
+    pub scaled: Option<Scaled>,
     /// f32 products may use TF32 tensor cores.
     pub tf32: bool,
     pub m: u64,
@@ -99,6 +104,23 @@ pub struct Gemm {
     /// What cuBLASLt applies to the product before storing it.
     pub epilogue: Epilogue,
 }
+
+/// How an FP8 (e4m3) product scales its sums on Hopper's FP8 tensor cores, and what it stores:
+/// `C = (a_scale · op(A)) · (b_scale · op(B))` into `out` (f32, f16 or bf16). The scales are f32
+/// in device memory ([`Blas::matmul_scaled`]): A's one value, B's one value or, `b_per_column`,
+/// one per column of the output (cuBLASLt's outer-vector scaling of its first operand).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Scaled {
+    pub out: DataType,
+    pub b_per_column: bool,
+    /// A's scale as a vector too, one per output row (the same value repeated): cuBLASLt may
+    /// refuse a scalar beside an outer vector.
+    pub a_per_row: bool,
+}
+
+/// cuBLASLt's `cublasLtMatmulMatrixScale_t` values kiln uses.
+const SCALE_SCALAR_32F: u32 = 0;
+const SCALE_OUTER_VEC_32F: u32 = 3;
 
 /// A cuBLASLt epilogue: a bias over the output's columns (one value per `n`), then ReLU.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -147,6 +169,7 @@ fn data_type(dtype: DataType) -> Result<sys::cudaDataType, GpuError> {
         DataType::F16 => sys::cudaDataType::CUDA_R_16F,
         DataType::BF16 => sys::cudaDataType::CUDA_R_16BF,
         DataType::I8 => sys::cudaDataType::CUDA_R_8I,
+        DataType::F8E4M3FN => sys::cudaDataType::CUDA_R_8F_E4M3,
         other => return Err(GpuError::UnsupportedDtype(other)),
     })
 }
@@ -166,12 +189,34 @@ fn integer(g: &Gemm) -> Result<bool, GpuError> {
     Ok(true)
 }
 
+/// Whether `g` is an FP8 tensor-core product. Hopper runs those in cuBLASLt's "TN" form only,
+/// as IMMA: row-major `A[m, k]` and `B` stored `[n, k]`, k and n multiples of 16.
+fn fp8(g: &Gemm) -> Result<bool, GpuError> {
+    if g.dtype != DataType::F8E4M3FN {
+        return Ok(false);
+    }
+    if g.trans_a || !g.trans_b || !g.k.is_multiple_of(16) || !g.n.is_multiple_of(16) || g.epilogue != Epilogue::None || g.alpha != 1.0 {
+        return Err(GpuError::Unsupported(format!(
+            "an FP8 product needs A [m, k] and B [n, k] with k and n multiples of 16, no epilogue and alpha 1 (got {g:?})"
+        )));
+    }
+    Ok(true)
+}
+
 impl Plan {
     fn new(g: &Gemm) -> Result<Plan, GpuError> {
         let ty = data_type(g.dtype)?;
         let int8 = integer(g)?;
-        // INT8 products sum exactly in int32 and scale in int32 (alpha 1, beta 0).
-        let (out_ty, scale_ty) = if int8 { (sys::cudaDataType::CUDA_R_32I, sys::cudaDataType::CUDA_R_32I) } else { (ty, sys::cudaDataType::CUDA_R_32F) };
+        let float8 = fp8(g)?;
+        // INT8 products sum exactly in int32 and scale in int32 (alpha 1, beta 0); FP8 ones sum
+        // in f32 into their `scaled` output type (f32 without one).
+        let (out_ty, scale_ty) = if int8 {
+            (sys::cudaDataType::CUDA_R_32I, sys::cudaDataType::CUDA_R_32I)
+        } else if float8 {
+            (data_type(g.scaled.map_or(DataType::F32, |s| s.out))?, sys::cudaDataType::CUDA_R_32F)
+        } else {
+            (ty, sys::cudaDataType::CUDA_R_32F)
+        };
         let compute = if int8 {
             sys::cublasComputeType_t::CUBLAS_COMPUTE_32I
         } else if g.dtype == DataType::F32 && !g.tf32 {
@@ -191,6 +236,13 @@ impl Plan {
         };
         set(sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA, &first_t)?;
         set(sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSB, &second_t)?;
+        if let Some(s) = g.scaled.filter(|_| float8) {
+            // cuBLASLt's first operand is kiln's B (see the module comment): its outer vector
+            // runs along the output's columns.
+            let mode = |vector: bool| if vector { SCALE_OUTER_VEC_32F as i32 } else { SCALE_SCALAR_32F as i32 };
+            set(sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode(s.b_per_column))?;
+            set(sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode(s.a_per_row))?;
+        }
         if g.epilogue != Epilogue::None {
             let e = if g.epilogue == Epilogue::Bias { sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS } else { sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU_BIAS };
             // SAFETY: `desc` is live; `e` is the attribute's type (a 32-bit enum).
@@ -231,6 +283,16 @@ impl Plan {
     }
 }
 
+impl Plan {
+    /// Sets a device-pointer attribute of the descriptor (a bias or scale vector).
+    fn set_pointer(&self, attr: sys::cublasLtMatmulDescAttributes_t, ptr: u64) -> Result<(), GpuError> {
+        // SAFETY: `self.desc` is live and only used by the serialized calls of `Blas`; the
+        // attribute's value is a device address (u64) that the caller keeps valid for the runs
+        // that read it.
+        unsafe { lt::set_matmul_desc_attribute(self.desc, attr, &ptr as *const u64 as *const c_void, 8) }.map_err(blas_err("cublasLtMatmulDescSetAttribute"))
+    }
+}
+
 impl Blas {
     pub fn new(stream: Arc<CudaStream>) -> Result<Blas, GpuError> {
         let handle = lt::create_handle().map_err(blas_err("cublasLtCreate"))?;
@@ -247,6 +309,13 @@ impl Blas {
             return Ok(p.clone());
         }
         let plan = Plan::new(g)?;
+        if g.scaled.is_some() {
+            // The heuristic may want the scale pointers set: the workspace stands in until a run
+            // sets the real ones.
+            let (pw, _gw) = self.workspace.device_ptr(&self.stream);
+            plan.set_pointer(sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, pw)?;
+            plan.set_pointer(sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, pw)?;
+        }
         let ranked = self.heuristic(&plan, RANKED_ALGORITHMS)?;
         if ranked.is_empty() {
             return Err(GpuError::Driver { call: "cublasLtMatmulAlgoGetHeuristic", reason: format!("no algorithm for {g:?}") });
@@ -319,7 +388,17 @@ impl Blas {
     /// Enqueues `c = alpha · op(a)·op(b)` with the heuristic's algorithm of rank `rank` (0 is
     /// its best; a rank past the algorithms it offers for this shape runs its last).
     pub fn matmul(&self, g: &Gemm, rank: usize, a: &DeviceBuffer, b: &DeviceBuffer, c: &DeviceBuffer) -> Result<(), GpuError> {
-        self.matmul_bias(g, rank, a, b, None, None, c)
+        self.enqueue(g, rank, a, b, None, None, None, c)
+    }
+
+    /// An FP8 product `g` (with [`Scaled`]) scaled by `a_scale` and `b_scale`: f32 device
+    /// values, one or (per `g.scaled`) one per output row / column.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul_scaled(&self, g: &Gemm, rank: usize, a: &DeviceBuffer, b: &DeviceBuffer, a_scale: &DeviceBuffer, b_scale: &DeviceBuffer, c: &DeviceBuffer) -> Result<(), GpuError> {
+        if g.scaled.is_none() {
+            return Err(GpuError::Driver { call: "cublasLtMatmul", reason: "scales given to a product without Scaled".into() });
+        }
+        self.enqueue(g, rank, a, b, None, None, Some((a_scale, b_scale)), c)
     }
 
     /// [`Blas::matmul`] with the bias vector (`n` values of the product's type) that `g`'s
@@ -336,24 +415,37 @@ impl Blas {
         residual: Option<&DeviceBuffer>,
         c: &DeviceBuffer,
     ) -> Result<(), GpuError> {
+        self.enqueue(g, rank, a, b, bias, residual, None, c)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn enqueue(
+        &self,
+        g: &Gemm,
+        rank: usize,
+        a: &DeviceBuffer,
+        b: &DeviceBuffer,
+        bias: Option<&DeviceBuffer>,
+        residual: Option<&DeviceBuffer>,
+        scales: Option<(&DeviceBuffer, &DeviceBuffer)>,
+        c: &DeviceBuffer,
+    ) -> Result<(), GpuError> {
         let prepared = self.prepared(g)?;
         let plan = &prepared.plan;
+        if let Some((a_scale, b_scale)) = scales {
+            // cuBLASLt's A is kiln's B and the other way round (see the module comment).
+            let (pa, _ga) = a_scale.device_ptr(&self.stream);
+            let (pb, _gb) = b_scale.device_ptr(&self.stream);
+            plan.set_pointer(sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, pb)?;
+            plan.set_pointer(sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, pa)?;
+        }
         if (g.epilogue != Epilogue::None) != bias.is_some() {
             return Err(GpuError::Driver { call: "cublasLtMatmul", reason: "a bias epilogue needs exactly one bias vector".into() });
         }
         if let Some(bias) = bias {
+            // `n` values, which the caller checked.
             let (pbias, _g) = bias.device_ptr(&self.stream);
-            // SAFETY: `plan.desc` is live and only used by this serialized call; the attribute is a
-            // device pointer (u64) to `n` values, which the caller checked.
-            unsafe {
-                lt::set_matmul_desc_attribute(
-                    plan.desc,
-                    sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                    &pbias as *const u64 as *const c_void,
-                    8,
-                )
-            }
-            .map_err(blas_err("cublasLtMatmulDescSetAttribute"))?;
+            plan.set_pointer(sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER, pbias)?;
         }
         let algo = &prepared.ranked[rank.min(prepared.ranked.len() - 1)];
         // f32 scalars, or the int32 ones (1 and 0) of an INT8 product.

@@ -190,6 +190,21 @@ fn reads_views(kind: &LayerKind, slot: usize) -> bool {
     }
 }
 
+/// Per tensor, whether a layer reads it on the host whatever its size: an integer layer's
+/// scales, zero points and bias ([`kiln::QuantizedParams::HOST_READ`]; 8192 per-channel scales
+/// would otherwise be read back on every run, which also keeps the run out of a CUDA graph).
+fn read_on_host(network: &Network) -> Vec<bool> {
+    let mut read = vec![false; network.tensors().len()];
+    for layer in network.layers() {
+        if let LayerKind::Quantized(_) = layer.kind {
+            for t in kiln::QuantizedParams::HOST_READ.iter().filter_map(|&slot| layer.inputs.get(slot).copied().flatten()) {
+                read[t.0] = true;
+            }
+        }
+    }
+    read
+}
+
 /// Which layers run on the host: those whose every input is host-available (small
 /// constants, Shape outputs, other host layers' outputs) and that inference evaluates.
 fn place(network: &Network) -> Vec<Placement> {
@@ -277,6 +292,7 @@ impl CudaExecutable {
     pub fn new(network: Network, plan: ControlFlow, gpu: Arc<Gpu>, tf32: bool) -> Result<CudaExecutable, BackendError> {
         let frees = interp::top_level_frees(&network, &plan.body.steps);
         let placement = place(&network);
+        let read_on_host = read_on_host(&network);
         let mut constants = vec![None; network.layers().len()];
         for (i, layer) in network.layers().iter().enumerate() {
             if let LayerKind::Constant { weights } = &layer.kind {
@@ -285,7 +301,7 @@ impl CudaExecutable {
                     reason: format!("weights blob #{} is missing", weights.0),
                 })?;
                 let device = gpu.upload(w).map_err(|e| gpu_error(&layer.name, e))?;
-                let host = (w.len() <= HOST_CONSTANT_LIMIT).then(|| w.clone());
+                let host = (w.len() <= HOST_CONSTANT_LIMIT || layer.outputs.iter().any(|t| read_on_host[t.0])).then(|| w.clone());
                 constants[i] = Some(Value { device: Some(device), host });
             }
         }

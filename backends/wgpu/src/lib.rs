@@ -271,6 +271,9 @@ fn unsupported(network: &Network, layer: &Layer) -> Option<String> {
         K::Plugin(p) => plugin::unsupported(p),
         K::Reformat { .. } | K::Text(_) => Some(format!("no WGSL kernel for {} yet", layer.kind.type_name())),
         K::Quantized(p) => match &p.anchor {
+            _ if input_type(kiln::QuantizedParams::X).is_some_and(kiln::QuantizedParams::is_fp8) => {
+                Some("float8 (FP8) integer layers have no WGSL kernel yet: they run on cpu and cuda".into())
+            }
             kiln::QuantizedAnchor::Convolution(c) if c.strides.len() > 3 => {
                 Some("integer convolutions run over at most 3 spatial dims".into())
             }

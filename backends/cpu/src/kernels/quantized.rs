@@ -1,5 +1,5 @@
 //! The integer layer of explicit quantization ([`QuantizedParams`]): the sum of 8-bit
-//! products exactly, then one scale per output channel, in the f32 operations an integer
+//! (integer or float8) products exactly, then one scale per output channel, in the f32 operations an integer
 //! kernel (onnxruntime's QLinearConv, an INT8 tensor-core epilogue) requantizes with.
 
 use super::fused::step;
@@ -17,7 +17,8 @@ pub fn quantized(p: &Q, inputs: &[Option<&HostTensor>]) -> Result<HostTensor, St
     let (x, w) = (req(Q::X)?, req(Q::W)?);
     let x_zero = get(Q::X_ZERO).map_or(0.0, |z| z.to_f64_vec()[0]);
     // f64 holds every sum of 8-bit products exactly (each under 2^16, far fewer than 2^37 of
-    // them), so the float kernels compute the integer accumulator.
+    // them), so the float kernels compute the integer accumulator. float8 e4m3fn products are
+    // multiples of 2^-18 below 2^18: f64 sums of fewer than 2^17 of them are exact too.
     let xf = HostTensor::new(x.shape().to_vec(), TensorData::F64(x.to_f64_vec().iter().map(|v| v - x_zero).collect()))
         .map_err(|e| e.to_string())?;
     let mut wf = w.to_f64_vec();
@@ -56,7 +57,12 @@ pub fn quantized(p: &Q, inputs: &[Option<&HostTensor>]) -> Result<HostTensor, St
     });
     if !p.quantized_output() {
         let out: Vec<f32> = values.map(|v| if p.relu { v.max(0.0) } else { v }).collect();
-        return HostTensor::from_f32(shape, out).map_err(|e| e.to_string());
+        let out = HostTensor::from_f32(shape, out).map_err(|e| e.to_string())?;
+        // An f16 / bf16 output is the f32 value rounded once, as the Cast it stands for.
+        return match p.output {
+            DataType::F32 => Ok(out),
+            to => HostTensor::new(out.shape().to_vec(), super::misc::cast(&out, to)?).map_err(|e| e.to_string()),
+        };
     }
     let y_scale = y_scale.ok_or_else(|| format!("input {} is required", Q::Y_SCALE))?;
     let y_zero = get(Q::Y_ZERO).map_or(0.0, |z| z.to_f64_vec()[0]);

@@ -84,6 +84,7 @@ pub fn matmul_epilogue(
     let (b_dev, stride_b) = operand(b, batch_b, rb, cb)?;
     let mut g = Gemm {
         dtype: a.dtype,
+        scaled: None,
         tf32: cx.tf32,
         m: m as u64,
         n: n as u64,

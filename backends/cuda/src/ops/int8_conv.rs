@@ -22,7 +22,8 @@ const ROW_PITCH: usize = DEPTH_PER_STAGE + 16;
 const STAGES: usize = 4;
 
 /// Whether the kernel takes the layer: shapes NCHW / KCRS as the layer sees them, int8 operands
-/// with zero points 0 already checked by the caller.
+/// with zero points 0 already checked by the caller. It writes f32 or levels; the caller rounds
+/// an f16 / bf16 output from the f32.
 pub fn applies(c: &kiln::ConvolutionParams, x: &[usize], w: &[usize], out_dtype: DataType) -> bool {
     x.len() == 4
         && w.len() == 4
@@ -30,7 +31,7 @@ pub fn applies(c: &kiln::ConvolutionParams, x: &[usize], w: &[usize], out_dtype:
         && c.strides.len() == 2
         && x[1] == w[1]
         && x[1] > 0
-        && matches!(out_dtype, DataType::I8 | DataType::U8 | DataType::F32)
+        && matches!(out_dtype, DataType::I8 | DataType::U8 | DataType::F32 | DataType::F16 | DataType::BF16)
 }
 
 /// The convolution with its epilogue, into a channels-last output of `out_shape`; None when an

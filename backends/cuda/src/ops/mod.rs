@@ -378,8 +378,8 @@ pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_ty
         K::Quantized(_) => input_types[..input_types.len().min(2)]
             .iter()
             .flatten()
-            .find(|&&t| !t.is_8bit_integer())
-            .map(|t| format!("an integer layer takes int8 or uint8 operands, not {t}")),
+            .find(|&&t| !kiln::QuantizedParams::operand_type(t))
+            .map(|t| format!("an integer layer takes int8, uint8 or float8 e4m3fn operands, not {t}")),
     }
 }
 

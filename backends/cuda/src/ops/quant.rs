@@ -11,6 +11,9 @@
 //! - **Products** (`A[…, k]` by constant `B`): cuBLASLt IMMA, int8 × int8 → int32. Its "TN"
 //!   form wants `B` stored `[n, k]`: constant weights stored `[k, n]` are transposed once.
 //! - The output stays NHWC, so a chain of INT8 convolutions never changes layout.
+//! - **FP8** (float8 e4m3fn operands): products on cuBLASLt's FP8 tensor cores, x's and w's
+//!   scales applied by cuBLASLt and the float output stored directly where the layer has no bias
+//!   or ReLU; else f32 sums and the epilogue kernel. FP8 convolutions take the f32 fallback.
 //! - All want int8 operands with zero points 0 (symmetric quantization, the form TensorRT and
 //!   PyTorch export). Anything else (uint8 activations, weight zero points, grouped or 1-D
 //!   convolutions) subtracts its zero points in f32 and runs the float
@@ -69,19 +72,30 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
     let x = cx.dev_any_layout(value(Q::X).ok_or_else(|| invalid!("input x is missing"))?)?;
     let w = cx.dev(value(Q::W).ok_or_else(|| invalid!("input w is missing"))?)?;
     for t in [&x, &w] {
-        if !t.dtype.is_8bit_integer() {
-            return Err(invalid!("an integer layer takes int8 or uint8 operands, not {}", t.dtype));
+        if !Q::operand_type(t.dtype) {
+            return Err(invalid!("an integer layer takes int8, uint8 or float8 e4m3fn operands, not {}", t.dtype));
         }
     }
     let bias = value(Q::BIAS).map(|v| cx.dev(v)).transpose()?;
-    if let QuantizedAnchor::Convolution(c) = &p.anchor {
-        let kiln_kernel = cx.gemm_rank.get() == INT8_CONV_KILN && constants.tensor_core_form(&x, &w) && int8_conv::applies(c, &x.shape, &w.shape, out_dtype);
-        if kiln_kernel {
-            let epilogue = Epilogue::new(cx, p, bias.as_ref(), &constants, out_dtype, out_shape.get(1).copied().unwrap_or(1))?;
-            if let Some(out) = int8_conv::convolution(cx, c, &x, &w, &epilogue, out_shape, out_dtype)? {
+    match &p.anchor {
+        QuantizedAnchor::Convolution(c) => {
+            // The kernel writes f32 or levels: an f16 / bf16 output is its f32 rounded after.
+            let wide = if Q::float_output_type(out_dtype) { DataType::F32 } else { out_dtype };
+            let kiln_kernel = cx.gemm_rank.get() == INT8_CONV_KILN && constants.tensor_core_form(&x, &w) && int8_conv::applies(c, &x.shape, &w.shape, wide);
+            if kiln_kernel {
+                let epilogue = Epilogue::new(cx, p, bias.as_ref(), &constants, wide, out_shape.get(1).copied().unwrap_or(1))?;
+                if let Some(out) = int8_conv::convolution(cx, c, &x, &w, &epilogue, out_shape, wide)? {
+                    // An elementwise copy of the channels-last sums: the layout stays.
+                    return Ok(pointwise::cast(cx, &out, out_dtype)?.with_strides_of(&out));
+                }
+            }
+        }
+        QuantizedAnchor::MatrixMultiply { op_a, op_b } if Q::is_fp8(x.dtype) && bias.is_none() && !p.relu && *op_a == MatrixOp::None => {
+            if let Some(out) = fp8_product(cx, *op_b, &x, &w, &constants, out_shape, out_dtype)? {
                 return Ok(out);
             }
         }
+        QuantizedAnchor::MatrixMultiply { .. } => {}
     }
     let acc = match &p.anchor {
         QuantizedAnchor::Convolution(c) => convolution_sums(cx, c, &x, &w, &constants, out_shape)?,
@@ -141,7 +155,9 @@ fn product_sums(cx: &Ctx, op_a: MatrixOp, op_b: MatrixOp, x: &DeviceTensor, w: &
     };
     // A batched B goes with A's own batch dims (no broadcasting): x is [batch.., m, k].
     let batched = rank > 2 && x.shape.len() == rank && x.shape[..rank - 2] == *batch_dims;
-    let integer = k.tensor_core_form(&x, w) && op_a == MatrixOp::None && (rank == 2 || batched);
+    // INT8 (IMMA, exact int32 sums) or FP8 (f32 sums) tensor cores.
+    let fp8 = Q::is_fp8(x.dtype) && Q::is_fp8(w.dtype);
+    let integer = (k.tensor_core_form(&x, w) || fp8) && op_a == MatrixOp::None && (rank == 2 || batched);
     if integer && x.shape.len() >= 2 && x.shape.last() == Some(&kk) && kk > 0 {
         let batch: usize = batch_dims.iter().product();
         let m = x.len() / (batch.max(1) * kk);
@@ -153,6 +169,7 @@ fn product_sums(cx: &Ctx, op_a: MatrixOp, op_b: MatrixOp, x: &DeviceTensor, w: &
             stride_a: (m * kk) as i64,
             stride_b: (n * kk) as i64,
             stride_c: (m * n) as i64,
+            dtype: x.dtype,
             ..integer_gemm()
         };
         if let Some(g) = fast_path(cx.gpu.blas.ready(&g).map(|()| g), "product", &x.shape) {
@@ -172,6 +189,7 @@ fn product_sums(cx: &Ctx, op_a: MatrixOp, op_b: MatrixOp, x: &DeviceTensor, w: &
 fn integer_gemm() -> crate::blas::Gemm {
     crate::blas::Gemm {
         dtype: DataType::I8,
+        scaled: None,
         tf32: false,
         m: 0,
         n: 0,
@@ -202,31 +220,42 @@ fn pointwise_filter(c: &kiln::ConvolutionParams, x: &[usize], w: &[usize]) -> bo
 /// A symmetric int8 layer's tensor-core plan, or None (said once per reason) when the library
 /// refuses it: the layer then runs on the exact f32 fallback.
 fn fast_path<T>(plan: Result<T, crate::error::GpuError>, what: &str, x_shape: &[usize]) -> Option<T> {
-    static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
     match plan {
         Ok(plan) => Some(plan),
         Err(e) => {
-            let message = format!("an int8 {what} on {x_shape:?} runs in f32 (exact, slower): no INT8 tensor-core path: {e}");
-            let mut said = SAID.lock().unwrap_or_else(|p| p.into_inner());
-            if !said.contains(&message) {
-                tracing::info!(target: "kiln::int8", "{message}");
-                said.push(message);
-            }
+            say_once(format!("an 8-bit {what} on {x_shape:?} runs in f32 (exact, slower): no tensor-core path: {e}"));
             None
         }
     }
 }
 
-/// `x[.., m, k] · B` on cuBLASLt IMMA into the int32 sums, B as `[.., n, k]`: constant weights
-/// stored `[k, n]` are converted once, a batched activation per run.
-fn int8_product(cx: &Ctx, g: &crate::blas::Gemm, x: &DeviceTensor, w: &DeviceTensor, op_b: MatrixOp, out_shape: &[usize]) -> KResult<DeviceTensor> {
+/// Logs why a layer left the fast path, once per distinct reason.
+fn say_once(message: String) {
+    static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut said = SAID.lock().unwrap_or_else(|p| p.into_inner());
+    if !said.contains(&message) {
+        tracing::info!(target: "kiln::int8", "{message}");
+        said.push(message);
+    }
+}
+
+/// B of an 8-bit tensor-core product as `[.., n, k]`, the form cuBLASLt's INT8 and FP8 kernels
+/// take: constant weights stored `[k, n]` are converted once, a batched activation per run.
+fn b_as_nk(cx: &Ctx, w: &DeviceTensor, op_b: MatrixOp) -> KResult<DeviceTensor> {
     let rank = w.shape.len();
     let last_two_swapped: Vec<usize> = (0..rank).map(|d| if d + 2 == rank { rank - 1 } else if d + 1 == rank { rank - 2 } else { d }).collect();
-    let b = match op_b {
-        MatrixOp::Transpose => layout::to_row_major(cx, w)?,
-        _ => cx.gpu.converted_weights(w, "int8_nk", |t| movement::transpose(cx, t, &last_two_swapped))?,
-    };
-    let out = cx.gpu.empty(DataType::I32, out_shape.to_vec()).map_err(KernelError::from)?;
+    match op_b {
+        MatrixOp::Transpose => layout::to_row_major(cx, w),
+        _ => cx.gpu.converted_weights(w, "int8_nk", |t| movement::transpose(cx, t, &last_two_swapped)),
+    }
+}
+
+/// `x[.., m, k] · B` on cuBLASLt's 8-bit tensor cores into the sums: int32 (IMMA) or, for
+/// float8, f32.
+fn int8_product(cx: &Ctx, g: &crate::blas::Gemm, x: &DeviceTensor, w: &DeviceTensor, op_b: MatrixOp, out_shape: &[usize]) -> KResult<DeviceTensor> {
+    let b = b_as_nk(cx, w, op_b)?;
+    let sums = if g.dtype == DataType::I8 { DataType::I32 } else { DataType::F32 };
+    let out = cx.gpu.empty(sums, out_shape.to_vec()).map_err(KernelError::from)?;
     if out.len() as u64 != g.m * g.n * g.batch || b.len() as u64 != g.n * g.k * g.batch {
         return Err(invalid!("an INT8 product of {:?} by {:?} into {out_shape:?}", x.shape, w.shape));
     }
@@ -234,6 +263,57 @@ fn int8_product(cx: &Ctx, g: &crate::blas::Gemm, x: &DeviceTensor, w: &DeviceTen
         cx.gpu.blas.matmul(g, 0, &x.buf, &b.buf, &out.buf).map_err(KernelError::from)?;
     }
     Ok(out)
+}
+
+/// An FP8 product `x[m, k] · w` (w constant `[k, n]`, or `[n, k]` transposed) whose whole layer
+/// cuBLASLt runs: x's scale and w's (one, or one per output column) scale the sums on Hopper's
+/// FP8 tensor cores and the output is stored in its own type, with no sums in memory. None
+/// where cuBLASLt takes neither scale form (the sums and the epilogue kernel run it then).
+fn fp8_product(cx: &Ctx, op_b: MatrixOp, x: &DeviceTensor, w: &DeviceTensor, k: &Constants, out_shape: &[usize], out_dtype: DataType) -> KResult<Option<DeviceTensor>> {
+    let (kk, n) = match (op_b, w.shape.as_slice()) {
+        (MatrixOp::None, &[k, n]) | (MatrixOp::Transpose, &[n, k]) => (k, n),
+        _ => return Ok(None),
+    };
+    if !Q::is_fp8(w.dtype) || x.shape.last() != Some(&kk) || kk == 0 || !Q::float_output_type(out_dtype) || !k.x_scale.is_finite() {
+        return Ok(None);
+    }
+    let m = x.len() / kk;
+    let per_column = k.w_scale.len() > 1;
+    if per_column && k.w_scale.len() != n {
+        return Err(invalid!("{} weight scales for {n} output columns", k.w_scale.len()));
+    }
+    // A scalar x scale beside per-column w scales, else x's scale repeated per row.
+    let forms = [false, true].into_iter().filter(|&a_per_row| !a_per_row || per_column);
+    let mut refusal = None;
+    for a_per_row in forms {
+        let scaled = crate::blas::Scaled { out: out_dtype, b_per_column: per_column, a_per_row };
+        let g = crate::blas::Gemm { dtype: DataType::F8E4M3FN, scaled: Some(scaled), m: m as u64, n: n as u64, k: kk as u64, ..integer_gemm() };
+        if let Err(e) = cx.gpu.blas.ready(&g) {
+            refusal = Some(e);
+            continue;
+        }
+        say_once(format!("an FP8 product of {m}x{kk} by {kk}x{n} runs whole on cuBLASLt: {} scale for x, {} for w, {out_dtype} out", if a_per_row { "a row vector" } else { "one" }, if per_column { "one per column" } else { "one" }));
+        let x = layout::to_row_major(cx, x)?;
+        let b = b_as_nk(cx, w, op_b)?;
+        let upload = |v: Vec<f32>| -> KResult<DeviceTensor> {
+            let len = v.len();
+            cx.gpu.upload(&kiln::HostTensor::from_f32(vec![len], v).map_err(KernelError::from)?).map_err(KernelError::from)
+        };
+        let x_scale = upload(vec![k.x_scale; if a_per_row { m } else { 1 }])?;
+        let w_scale = upload(k.w_scale.clone())?;
+        let out = cx.gpu.empty(out_dtype, out_shape.to_vec()).map_err(KernelError::from)?;
+        if out.len() != m * n {
+            return Err(invalid!("an FP8 product of {:?} by {:?} into {out_shape:?}", x.shape, w.shape));
+        }
+        if !out.is_empty() {
+            cx.gpu.blas.matmul_scaled(&g, 0, &x.buf, &b.buf, &x_scale.buf, &w_scale.buf, &out.buf).map_err(KernelError::from)?;
+        }
+        return Ok(Some(out));
+    }
+    if let Some(e) = refusal {
+        say_once(format!("an FP8 product on {:?} sums into f32 before its epilogue kernel: cuBLASLt takes neither scale form: {e}", x.shape));
+    }
+    Ok(None)
 }
 
 /// `x − x_zero` and `w − w_zero` (per channel along `w_axis`) as f32: integers f32 holds exactly.

@@ -27,6 +27,7 @@ fn bench(dtype: DataType, tf32: bool, n: usize, reps: usize) -> (f32, f32) {
     let c = gpu.empty(dtype, vec![n, n]).unwrap();
     let g = Gemm {
         dtype,
+        scaled: None,
         tf32,
         m: n as u64,
         n: n as u64,

@@ -87,6 +87,55 @@ fn integer_layers_match_the_cpu_oracle_exactly() {
     }
 }
 
+/// Float outputs narrower than f32 (an FP16 build's integer layers round their f32 result
+/// once): value for value the cpu oracle's, through kiln's convolution kernel and IMMA.
+#[test]
+fn integer_layers_with_f16_and_bf16_outputs_match_the_cpu_oracle_exactly() {
+    use Operands::Symmetric as S;
+    let matmul = QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::None };
+    let cases = [
+        ("int8 3x3 conv, float bias, ReLU, f16", layer(conv(1, &[1, 1], &[1, 1]), S, &[2, 32, 6, 6], &[24, 32, 3, 3], 24, Some(DataType::F32), true, DataType::F16)),
+        ("int8 product, f16", layer(matmul.clone(), S, &[5, 64], &[64, 24], 24, None, false, DataType::F16)),
+        ("int8 product, int32 bias, bf16", layer(matmul, S, &[3, 4, 32], &[32, 16], 16, Some(DataType::I32), true, DataType::BF16)),
+    ];
+    for (what, (net, feeds)) in cases {
+        check_network(what, &net, &feeds, 0.0);
+    }
+}
+
+/// FP8 (float8 e4m3fn) layers against the cpu oracle's exact sums. Hopper's FP8 tensor cores
+/// keep fewer bits than f32 while they sum (cuBLASLt promotes the partial sums to f32 only
+/// between blocks of the depth), so an output that cancels to near 0 has a large error of its
+/// own: every output is held to `tolerance` of the largest one, not of itself. Products without bias or ReLU run whole on cuBLASLt (scales and the output type
+/// applied there, per-column scales as its outer vector); the others are its f32 sums and the
+/// epilogue kernel; a depth that is not a multiple of 16, and convolutions, the f32 fallback.
+#[test]
+fn fp8_layers_match_the_cpu_oracle_to_f32_summation() {
+    use Operands::Float8 as F;
+    let matmul = QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::None };
+    let matmul_t = QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::Transpose };
+    let cases = [
+        ("fp8 product, per-column scales, f16", layer(matmul.clone(), F, &[40, 64], &[64, 48], 48, None, false, DataType::F16), 2e-3),
+        ("fp8 product, one scale, f32", layer(matmul.clone(), F, &[3, 5, 96], &[96, 32], 1, None, false, DataType::F32), 2e-3),
+        ("fp8 product, B transposed, bf16", layer(matmul_t.clone(), F, &[17, 32], &[64, 32], 64, None, false, DataType::BF16), 8e-3),
+        ("fp8 product, float bias, ReLU, f32", layer(matmul.clone(), F, &[9, 128], &[128, 16], 16, Some(DataType::F32), true, DataType::F32), 2e-3),
+        ("fp8 batched product, f16", layer(matmul_t, F, &[2, 3, 16, 32], &[2, 3, 16, 32], 16, None, false, DataType::F16), 2e-3),
+        // The f32 fallback sums in f32: closer.
+        ("fp8 product, odd depth, f32", layer(matmul, F, &[4, 30], &[30, 16], 16, None, false, DataType::F32), 1e-5),
+        ("fp8 3x3 conv, float bias, f32", layer(conv(1, &[1, 1], &[1, 1]), F, &[2, 16, 6, 5], &[8, 16, 3, 3], 8, Some(DataType::F32), false, DataType::F32), 1e-5),
+    ];
+    for (what, (net, feeds), tolerance) in cases {
+        let Some(cuda) = backend() else { return };
+        let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap().remove(0);
+        let got = cuda.prepare(&net).unwrap_or_else(|e| panic!("{what}: {e}")).execute(&feeds).unwrap_or_else(|e| panic!("{what}: {e}")).remove(0);
+        assert_eq!((got.dtype(), got.shape()), (want.dtype(), want.shape()), "{what}");
+        let (got, want) = (got.to_f64_vec(), want.to_f64_vec());
+        let largest = want.iter().fold(0f64, |m, v| m.max(v.abs()));
+        let worst = got.iter().zip(&want).fold(0f64, |m, (g, w)| m.max((g - w).abs()));
+        assert!(worst <= tolerance * largest, "{what}: off by {worst}, {} of the largest output {largest} (tolerance {tolerance})", worst / largest);
+    }
+}
+
 /// onnxruntime's Q/DQ fixture (uint8 activations) builds into integer layers on cuda and gives
 /// the cpu backend's integers.
 #[test]

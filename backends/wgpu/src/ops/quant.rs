@@ -183,5 +183,9 @@ pub fn quantized(
     let bias_buffer = float_bias.as_ref().map_or(&scale_t.buffer, |b| &b.buffer);
     rec.dispatch_1d(&Instance::plain("requantize"), &params, &[&acc.buffer, &scale_t.buffer, bias_buffer, &out.buffer], out.len())
         .map_err(kiln::KernelError::from)?;
-    Ok(out)
+    // An f16 / bf16 output: the f32 value rounded once, as the Cast it stands for.
+    if quantized {
+        return Ok(out);
+    }
+    pointwise::narrow(rec, out)
 }

@@ -16,13 +16,28 @@ fn integer_layers_match_the_cpu_oracle_exactly() {
         ("grouped strided conv, int8", layer(conv(2, &[2, 2], &[1, 1]), A, &[1, 4, 9, 9], &[6, 2, 3, 3], 6, None, false, DataType::I8)),
         ("conv, float bias, uint8", layer(conv(1, &[1, 1], &[0, 0]), A, &[2, 5, 4, 4], &[3, 5, 1, 1], 3, Some(DataType::F32), false, DataType::U8)),
         ("1-D conv, float output, ReLU", layer(conv(1, &[1], &[1]), A, &[2, 3, 11], &[5, 3, 3], 5, Some(DataType::F32), true, DataType::F32)),
-        ("product, int32 bias, uint8", layer(matmul, A, &[3, 40], &[40, 8], 8, Some(DataType::I32), false, DataType::U8)),
+        ("product, int32 bias, uint8", layer(matmul.clone(), A, &[3, 40], &[40, 8], 8, Some(DataType::I32), false, DataType::U8)),
         ("batched product, B transposed, float", layer(matmul_t, A, &[2, 5, 24], &[6, 24], 6, None, true, DataType::F32)),
+        // An FP16 build's float output: the f32 value rounded once.
+        ("conv, float bias, ReLU, f16", layer(conv(1, &[1, 1], &[1, 1]), A, &[2, 3, 7, 6], &[4, 3, 3, 3], 4, Some(DataType::F32), true, DataType::F16)),
+        ("product, int32 bias, bf16", layer(matmul.clone(), A, &[3, 40], &[40, 8], 8, Some(DataType::I32), false, DataType::BF16)),
     ];
     for (what, (net, feeds)) in cases {
         let (got, want) = both(&gpu, &net, &feeds);
+        assert_eq!(got[0].dtype(), want[0].dtype(), "{what}");
         assert!(same_values(&got[0], &want[0]), "{what}: wgpu differs from the cpu oracle");
     }
+}
+
+/// An FP8 integer layer is refused with a reason (no WGSL kernel yet), never run wrong.
+#[test]
+fn an_fp8_integer_layer_is_refused_by_name() {
+    use crate::integer_layers::Operands::Float8;
+    let Some(gpu) = gpu() else { return };
+    let matmul = QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::None };
+    let (net, _) = layer(matmul, Float8, &[4, 32], &[32, 16], 16, None, false, DataType::F32);
+    let refused = kiln::Backend::prepare(&gpu, &net).err().expect("refused").to_string();
+    assert!(refused.contains("float8"), "{refused}");
 }
 
 /// The explicit-quantization fixture (as onnxruntime's quantize_static writes it) builds into

@@ -13,16 +13,18 @@ use serde::{Deserialize, Serialize};
 
 /// `[x, w, bias?, x_scale, x_zero?, w_scale, w_zero?, y_scale?, y_zero?] -> [y]`.
 ///
-/// - `x`, `w`: 8-bit integers (`x_scale`, `x_zero` one element; `w_scale`, `w_zero` one
-///   element or one per output channel: `w`'s axis 0 for a convolution, the N axis of a
-///   matrix product's B).
-/// - `acc = Σ (x − x_zero)·(w − w_zero)`, exact; an int32 `bias` (quantized with scale
-///   `x_scale·w_scale`, as ONNX QLinearConv's) is added to it.
+/// - `x`, `w`: 8-bit integers, or both float8 e4m3fn (FP8: no zero points, a float output,
+///   no int32 bias) (`x_scale`, `x_zero` one element; `w_scale`, `w_zero` one element or one
+///   per output channel: `w`'s axis 0 for a convolution, the N axis of a matrix product's B).
+/// - `acc = Σ (x − x_zero)·(w − w_zero)`, exact (FP8 products are exact too; hardware sums
+///   them in f32, so FP8 results agree to f32 summation, not bit for bit); an int32 `bias`
+///   (quantized with scale `x_scale·w_scale`, as ONNX QLinearConv's) is added to it.
 /// - `output` a quantized type (`y_scale` present): `y = saturate(round_even(acc·m[k]) +
 ///   y_zero)` with `m[k] = x_scale·w_scale[k] / y_scale` in f32, the form integer kernels
 ///   requantize with; a float `bias` instead makes it `round_even((acc·x_scale·w_scale[k] +
 ///   bias) / y_scale) + y_zero`. `relu` clamps below at `y_zero`.
-/// - `output` f32 (no `y_scale`): `acc·(x_scale·w_scale[k]) + bias`, then `relu`.
+/// - `output` a float (no `y_scale`): `acc·(x_scale·w_scale[k]) + bias`, then `relu`, in f32;
+///   an f16 or bf16 output is that value rounded once (an FP16 build's Cast, folded in).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct QuantizedParams {
     pub anchor: QuantizedAnchor,
@@ -49,6 +51,25 @@ impl QuantizedParams {
     pub const Y_ZERO: usize = 8;
     /// Input slots the layer has (absent ones are `None`).
     pub const SLOTS: usize = 9;
+    /// The slots a device backend reads on the host to set the layer up (its scales and zero
+    /// points, and the int32 bias's bound): constants there keep a host copy, so a run reads
+    /// nothing back.
+    pub const HOST_READ: [usize; 7] = [Self::BIAS, Self::X_SCALE, Self::X_ZERO, Self::W_SCALE, Self::W_ZERO, Self::Y_SCALE, Self::Y_ZERO];
+
+    /// The operand types the layer takes: 8-bit integers, or float8 e4m3fn (x and w alike).
+    pub fn operand_type(t: DataType) -> bool {
+        t.is_8bit_integer() || Self::is_fp8(t)
+    }
+
+    /// float8 e4m3fn, the FP8 operand type (the one FP8 tensor cores take for both operands).
+    pub fn is_fp8(t: DataType) -> bool {
+        t == DataType::F8E4M3FN
+    }
+
+    /// The float output types: f32, or f16 / bf16 rounded from it.
+    pub fn float_output_type(t: DataType) -> bool {
+        matches!(t, DataType::F32 | DataType::F16 | DataType::BF16)
+    }
 
     /// Whether the output is requantized (an integer type) rather than float.
     pub fn quantized_output(&self) -> bool {

@@ -11,7 +11,9 @@
 //! are dropped when unread), a bias (the convolution's third input, or a per-channel Add
 //! after a matrix product: int32 behind a DequantizeLinear whose scale is `x_scale·w_scale`,
 //! as QLinearConv's, else float), one ReLU, and the QuantizeLinear; without a QuantizeLinear
-//! the layer ends in float. Each tensor absorbed has one reader and is not a network output.
+//! the layer ends in the region's float type. Each tensor absorbed has one reader and is not a
+//! network output. FP8 (float8 e4m3fn x and w, zero points 0) fuses the same way, ending in
+//! float: its QuantizeLinear stays the next layer's.
 
 use super::graph::{consumers, disjoint_plans, has_control_flow, known_value, only_reader};
 use super::{Pass, PassContext, PassError};
@@ -52,18 +54,7 @@ impl Pass for QuantizedFusion {
                     inputs[Q::X] = Some(rb.out().output(id, 0));
                 }
                 let name = plan.layers.iter().map(|&j| network.layer(crate::LayerId(j)).name.as_str()).collect::<Vec<_>>().join(" + ");
-                match plan.narrowed {
-                    // The integer layer ends in f32; the region's narrower float type (an
-                    // FP16 build) follows as a Cast.
-                    Some(to) => {
-                        let id = rb.out_mut().add_layer(&name, LayerKind::Quantized(plan.params.clone()), inputs)?;
-                        let wide = rb.out().output(id, 0);
-                        rb.add(&format!("{name} (to {to})"), LayerKind::Cast { to }, vec![Some(wide)], &[plan.output])?;
-                    }
-                    None => {
-                        rb.add(&name, LayerKind::Quantized(plan.params.clone()), inputs, &[plan.output])?;
-                    }
-                }
+                rb.add(&name, LayerKind::Quantized(plan.params.clone()), inputs, &[plan.output])?;
             } else if !absorbed.contains(&i) {
                 rb.keep(i)?;
             }
@@ -82,9 +73,6 @@ struct Plan {
     inputs: Vec<Option<TensorId>>,
     params: Q,
     output: TensorId,
-    /// The float type of `output` when it is narrower than the layer's f32 (FP16 builds
-    /// narrow the Q/DQ region before this pass runs).
-    narrowed: Option<DataType>,
 }
 
 /// A DequantizeLinear's reading: its integer input and known scale and zero point.
@@ -109,9 +97,10 @@ fn dequantized(net: &Network, t: TensorId) -> Option<Dequantized> {
     Some(Dequantized { q, scale, zero, scales, axis })
 }
 
-/// The float types a Q/DQ region computes in: f32, or narrower where the build allows it.
+/// The float types a Q/DQ region computes in (f32, or narrower where the build allows it):
+/// the integer layer's float outputs.
 fn float(t: DataType) -> bool {
-    matches!(t, DataType::F32 | DataType::F16 | DataType::BF16)
+    Q::float_output_type(t)
 }
 
 
@@ -140,7 +129,11 @@ fn find(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan
     let (x_type, w_type) = (net.tensor(x.q).dtype, net.tensor(w.q).dtype);
     let w_rank = net.tensor(w.q).shape.rank();
     let per_channel_ok = w.scales.len() == 1 || w.axis == Some(anchor.weight_channel_axis(w_rank));
-    if !x_type.is_8bit_integer() || !w_type.is_8bit_integer() || x.scales.len() != 1 || !per_channel_ok {
+    // FP8 (e4m3fn x and w): no zero points (ONNX allows only 0 there), a float output.
+    let fp8 = Q::is_fp8(x_type) && Q::is_fp8(w_type);
+    let zero_free = |z: Option<TensorId>| z.is_none_or(|z| known_value(net, z).is_some_and(|v| v.to_f64_vec().iter().all(|&v| v == 0.0)));
+    let operands_ok = (x_type.is_8bit_integer() && w_type.is_8bit_integer()) || (fp8 && zero_free(x.zero) && zero_free(w.zero));
+    if !operands_ok || x.scales.len() != 1 || !per_channel_ok {
         return None;
     }
     let mut layers = vec![i];
@@ -148,15 +141,17 @@ fn find(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan
     inputs[Q::X] = Some(x.q);
     inputs[Q::W] = Some(w.q);
     inputs[Q::X_SCALE] = Some(x.scale);
-    inputs[Q::X_ZERO] = x.zero;
+    inputs[Q::X_ZERO] = x.zero.filter(|_| !fp8);
     inputs[Q::W_SCALE] = Some(w.scale);
-    inputs[Q::W_ZERO] = w.zero;
+    inputs[Q::W_ZERO] = w.zero.filter(|_| !fp8);
     let bias_scale = |k: usize| x.scales[0] as f32 * w.scales[if w.scales.len() == 1 { 0 } else { k }] as f32;
+    // An FP8 layer's bias stays float: its sums are not integers to add an int32 bias to.
+    let bias_slot = |b: TensorId| if fp8 { b } else { bias_input(net, b, w.scales.len(), &bias_scale) };
     let mut running = out;
     match anchor {
         QuantizedAnchor::Convolution(_) => {
             if let Some(b) = l.inputs.get(2).copied().flatten() {
-                inputs[Q::BIAS] = Some(bias_input(net, b, w.scales.len(), &bias_scale));
+                inputs[Q::BIAS] = Some(bias_slot(b));
             }
         }
         QuantizedAnchor::MatrixMultiply { .. } => {
@@ -168,7 +163,7 @@ fn find(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan
                     let bias_shape = net.tensor(bias).shape.clone();
                     let n = net.tensor(running).shape.dims().last().and_then(|d| d.fixed());
                     if bias_shape.rank() == 1 && bias_shape.dims()[0].fixed() == n && float(net.tensor(bias).dtype) {
-                        inputs[Q::BIAS] = Some(bias_input(net, bias, w.scales.len(), &bias_scale));
+                        inputs[Q::BIAS] = Some(bias_slot(bias));
                         layers.push(next);
                         running = add.outputs[0];
                     }
@@ -186,7 +181,7 @@ fn find(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan
         }
     }
     let mut output = DataType::F32;
-    if let Some(next) = only_reader(net, readers, running) {
+    if let Some(next) = only_reader(net, readers, running).filter(|_| !fp8) {
         let q = net.layer(crate::LayerId(next));
         if let LayerKind::Quantize { to, .. } = q.kind {
             let scale = q.inputs.get(1).copied().flatten();
@@ -206,8 +201,12 @@ fn find(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan
             }
         }
     }
-    let narrowed = Some(net.tensor(running).dtype).filter(|&t| output == DataType::F32 && t != DataType::F32);
-    Some(Plan { layers, x_layout, inputs, params: Q { anchor, relu, output }, output: running, narrowed })
+    // A float output takes the region's float type: an FP16 build narrowed the Q/DQ region
+    // before this pass ran, and the layer rounds its f32 result to f16 once, as a Cast would.
+    if output == DataType::F32 {
+        output = net.tensor(running).dtype;
+    }
+    Some(Plan { layers, x_layout, inputs, params: Q { anchor, relu, output }, output: running })
 }
 
 /// `DequantizeLinear → ReLU → QuantizeLinear` after an integer output `q`, all with q's own

@@ -12,6 +12,15 @@ pub enum Operands {
     Asymmetric,
     /// int8 with zero points 0 (absent for the weights): the form INT8 tensor cores take.
     Symmetric,
+    /// float8 e4m3fn x and weights, no zero points (FP8 tensor cores); float outputs only.
+    Float8,
+}
+
+/// float8 e4m3fn values drawn uniformly from ±`magnitude`, rounded to the type.
+pub fn fp8s(shape: &[usize], magnitude: f32, seed: u64) -> HostTensor {
+    let mut r = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let values = (0..shape.iter().product::<usize>()).map(|_| kiln::F8E4M3FN::from_f32(r.gen_range(-magnitude..magnitude), true)).collect();
+    HostTensor::new(shape.to_vec(), TensorData::F8E4M3FN(values)).expect("shape")
 }
 
 /// Uniform integers in `lo..hi` stored as `dtype` (u8, i8 or i32).
@@ -46,28 +55,33 @@ pub fn conv(groups: usize, strides: &[usize], pads: &[usize]) -> QuantizedAnchor
     })
 }
 
-/// One integer layer: x (a network input) by constant weights with per-channel scales, an
-/// int32 or float bias, a ReLU, into `output` (f32, or int8 / uint8 with its scale and zero
-/// point). Returns the network and its feed.
+/// One integer layer: x (a network input) by constant weights with per-channel scales (one
+/// scale where `channels` is 1), an int32 or float bias, a ReLU, into `output` (a float, or
+/// int8 / uint8 with its scale and zero point). Returns the network and its feed.
 #[allow(clippy::too_many_arguments)]
 pub fn layer(anchor: QuantizedAnchor, operands: Operands, x: &[usize], w: &[usize], channels: usize, bias: Option<DataType>, relu: bool, output: DataType) -> (Network, Vec<HostTensor>) {
     let asymmetric = matches!(operands, Operands::Asymmetric);
+    let float8 = matches!(operands, Operands::Float8);
     let x_type = if asymmetric { DataType::U8 } else { DataType::I8 };
     let mut slots: Vec<Option<HostTensor>> = vec![None; Q::SLOTS];
-    let feed = if asymmetric { ints(x, DataType::U8, 0, 256, 1) } else { ints(x, DataType::I8, -128, 128, 1) };
-    slots[Q::W] = Some(ints(w, DataType::I8, -127, 128, 2));
+    let feed = match operands {
+        Operands::Asymmetric => ints(x, DataType::U8, 0, 256, 1),
+        Operands::Symmetric => ints(x, DataType::I8, -128, 128, 1),
+        Operands::Float8 => fp8s(x, 300.0, 1),
+    };
+    slots[Q::W] = Some(if float8 { fp8s(w, 400.0, 2) } else { ints(w, DataType::I8, -127, 128, 2) });
     slots[Q::BIAS] = match bias {
         Some(DataType::I32) => Some(ints(&[channels], DataType::I32, -3000, 3000, 3)),
         Some(_) => Some(HostTensor::from_f32(vec![channels], (0..channels).map(|k| k as f32 * 0.37 - 1.0).collect()).expect("bias")),
         None => None,
     };
     slots[Q::X_SCALE] = Some(scalar(DataType::F32, 0.1));
-    slots[Q::X_ZERO] = Some(scalar(x_type, if asymmetric { 128.0 } else { 0.0 }));
+    slots[Q::X_ZERO] = (!float8).then(|| scalar(x_type, if asymmetric { 128.0 } else { 0.0 }));
     slots[Q::W_SCALE] = Some(HostTensor::from_f32(vec![channels], (0..channels).map(|k| [0.05, 0.025, 0.1, 0.0125][k % 4]).collect()).expect("scales"));
     if asymmetric {
         slots[Q::W_ZERO] = Some(ints(&[channels], DataType::I8, -2, 3, 4));
     }
-    if output != DataType::F32 {
+    if output.is_8bit_integer() {
         slots[Q::Y_SCALE] = Some(scalar(DataType::F32, 16.0));
         slots[Q::Y_ZERO] = Some(scalar(output, if output == DataType::U8 { 100.0 } else { -3.0 }));
     }

@@ -15,9 +15,15 @@ pub(super) fn quantized<'a>(p: &Q, ins: &Inputs<'_, 'a>, weights: &WeightsLookup
     let (x, w) = (ins.req(Q::X)?, ins.req(Q::W)?);
     let as_float = |f: Fact<'a>| Fact::new(DataType::F32, f.shape, None);
     for (slot, f) in [(Q::X, x), (Q::W, w)] {
-        if !f.dtype.is_8bit_integer() {
-            return rule(Some(slot), format!("input {slot} must be int8 or uint8, not {}", f.dtype));
+        if !Q::operand_type(f.dtype) {
+            return rule(Some(slot), format!("input {slot} must be int8, uint8 or float8 e4m3fn, not {}", f.dtype));
         }
+    }
+    if Q::is_fp8(x.dtype) != Q::is_fp8(w.dtype) {
+        return rule(Some(Q::W), format!("x ({}) and w ({}) must both be 8-bit integers or both float8", x.dtype, w.dtype));
+    }
+    if Q::is_fp8(x.dtype) && (p.quantized_output() || ins.get(Q::BIAS).is_some_and(|b| b.dtype == DataType::I32)) {
+        return rule(None, "a float8 layer has a float output and no int32 bias");
     }
     // The float layer's rules give the shape (and check the bias against it).
     let mut facts = vec![Some(as_float(x)), Some(as_float(w))];
@@ -63,8 +69,8 @@ pub(super) fn quantized<'a>(p: &Q, ins: &Inputs<'_, 'a>, weights: &WeightsLookup
         if ins.get(Q::Y_ZERO).is_some_and(|z| z.dtype != p.output) {
             return rule(Some(Q::Y_ZERO), format!("the output zero point must be {}", p.output));
         }
-    } else if p.output != DataType::F32 || ins.get(Q::Y_SCALE).is_some() || ins.get(Q::Y_ZERO).is_some() {
-        return rule(None, "a float output is f32 and has no output scale or zero point");
+    } else if !Q::float_output_type(p.output) || ins.get(Q::Y_SCALE).is_some() || ins.get(Q::Y_ZERO).is_some() {
+        return rule(None, format!("a float output is f32, f16 or bf16 (not {}) and has no output scale or zero point", p.output));
     }
     Ok(vec![OutFact::new(p.output, out.shape)])
 }
