@@ -226,10 +226,12 @@ impl<'e> Run<'e> {
             values.get(slot).cloned().flatten().map(|v| self.to_device(&v)).transpose()
         };
         let scalar = |slot: usize| -> KResult<Option<f64>> { Ok(host(slot)?.and_then(|v| v.first().copied())) };
+        // The int32 sums (ConvInteger, MatMulInteger) have no scales: 1 stands in, unused.
+        let unscaled = p.sums_output().then_some(1.0);
         let scales = crate::ops::quant::QuantizedScales {
-            x_scale: scalar(Q::X_SCALE)?.ok_or_else(|| invalid!("the integer layer has no x scale"))? as f32,
+            x_scale: scalar(Q::X_SCALE)?.or(unscaled).ok_or_else(|| invalid!("the integer layer has no x scale"))? as f32,
             x_zero: scalar(Q::X_ZERO)?.unwrap_or(0.0) as i64,
-            w_scale: host(Q::W_SCALE)?.ok_or_else(|| invalid!("the integer layer has no weight scale"))?.iter().map(|&s| s as f32).collect(),
+            w_scale: host(Q::W_SCALE)?.or(unscaled.map(|s| vec![s])).ok_or_else(|| invalid!("the integer layer has no weight scale"))?.iter().map(|&s| s as f32).collect(),
             y_scale: scalar(Q::Y_SCALE)?.map(|s| s as f32),
             y_zero: scalar(Q::Y_ZERO)?.unwrap_or(0.0) as i64,
         };

@@ -35,6 +35,11 @@ pub fn quantized(p: &Q, inputs: &[Option<&HostTensor>]) -> Result<HostTensor, St
         inner: shape.get(axis + 1..).map_or(1, |d| d.iter().product::<usize>()).max(1),
         len: shape.get(axis).copied().unwrap_or(1).max(1),
     };
+    if p.sums_output() {
+        // ConvInteger / MatMulInteger: the sums, wrapping as int32 arithmetic does.
+        let sums = acc.to_f64_vec().into_iter().map(|a| a as i64 as i32).collect();
+        return HostTensor::new(shape, TensorData::I32(sums)).map_err(|e| e.to_string());
+    }
     // An int32 bias is added to the accumulator, a float one after the scaling.
     let (int_bias, float_bias) = match get(Q::BIAS) {
         Some(b) if b.dtype() == DataType::I32 => (Some(b.to_f64_vec()), None),

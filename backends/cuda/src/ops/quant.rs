@@ -56,10 +56,12 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
     let value = |slot: usize| inputs.get(slot).and_then(Option::as_ref);
     let host = |slot: usize| -> KResult<Option<Vec<f64>>> { value(slot).map(|v| cx.host(v).map(|t| t.to_f64_vec())).transpose() };
     let first = |slot: usize| -> KResult<Option<f64>> { Ok(host(slot)?.and_then(|v| v.first().copied())) };
+    // The int32 sums (ConvInteger, MatMulInteger) have no scales: 1 stands in, unused.
+    let unscaled = p.sums_output().then_some(1.0);
     let constants = Constants {
-        x_scale: first(Q::X_SCALE)?.ok_or_else(|| invalid!("the integer layer has no x scale"))? as f32,
+        x_scale: first(Q::X_SCALE)?.or(unscaled).ok_or_else(|| invalid!("the integer layer has no x scale"))? as f32,
         x_zero: first(Q::X_ZERO)?.unwrap_or(0.0),
-        w_scale: host(Q::W_SCALE)?.ok_or_else(|| invalid!("the integer layer has no weight scale"))?.iter().map(|&s| s as f32).collect(),
+        w_scale: host(Q::W_SCALE)?.or(unscaled.map(|s| vec![s])).ok_or_else(|| invalid!("the integer layer has no weight scale"))?.iter().map(|&s| s as f32).collect(),
         w_zero: host(Q::W_ZERO)?,
         y_scale: first(Q::Y_SCALE)?.map(|s| s as f32),
         y_zero: first(Q::Y_ZERO)?.unwrap_or(0.0),
@@ -77,6 +79,14 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
         }
     }
     let bias = value(Q::BIAS).map(|v| cx.dev(v)).transpose()?;
+    if p.sums_output() {
+        let acc = sums(cx, p, &x, &w, &constants, out_shape)?;
+        return match acc.dtype {
+            DataType::I32 => Ok(acc),
+            // f32 sums of integers below 2^24: exact, and so is their conversion.
+            _ => Ok(pointwise::cast(cx, &acc, DataType::I32)?.with_strides_of(&acc)),
+        };
+    }
     match &p.anchor {
         QuantizedAnchor::Convolution(c) => {
             // The kernel writes f32 or levels: an f16 / bf16 output is its f32 rounded after.
@@ -97,11 +107,16 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
         }
         QuantizedAnchor::MatrixMultiply { .. } => {}
     }
-    let acc = match &p.anchor {
-        QuantizedAnchor::Convolution(c) => convolution_sums(cx, c, &x, &w, &constants, out_shape)?,
-        QuantizedAnchor::MatrixMultiply { op_a, op_b } => product_sums(cx, *op_a, *op_b, &x, &w, &constants, out_shape)?,
-    };
+    let acc = sums(cx, p, &x, &w, &constants, out_shape)?;
     requantize(cx, p, &acc, bias.as_ref(), &constants, out_dtype)
+}
+
+/// The layer's sums (int32 on the tensor-core paths, f32 on the others) in memory.
+fn sums(cx: &Ctx, p: &Q, x: &DeviceTensor, w: &DeviceTensor, k: &Constants, out_shape: &[usize]) -> KResult<DeviceTensor> {
+    match &p.anchor {
+        QuantizedAnchor::Convolution(c) => convolution_sums(cx, c, x, w, k, out_shape),
+        QuantizedAnchor::MatrixMultiply { op_a, op_b } => product_sums(cx, *op_a, *op_b, x, w, k, out_shape),
+    }
 }
 
 /// The sums of a convolution: cuDNN's INT8 convolution (NHWC, f32 out) where it applies, else

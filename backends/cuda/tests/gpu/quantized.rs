@@ -136,6 +136,37 @@ fn fp8_layers_match_the_cpu_oracle_to_f32_summation() {
     }
 }
 
+/// Integer layers ending in their int32 sums (ONNX ConvInteger and MatMulInteger): IMMA's int32
+/// sums for symmetric int8, the exact f32 fallback with zero points; the cpu oracle's integers.
+#[test]
+fn int32_sums_layers_match_the_cpu_oracle_exactly() {
+    use crate::integer_layers::ints;
+    use kiln::{HostTensor, LayerKind, Network, QuantizedParams as Q, Shape};
+    let matmul = QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::None };
+    // (what, anchor, x, w, zero points of x and w (per output channel) as (dtype, values))
+    let cases: [(&str, QuantizedAnchor, HostTensor, HostTensor, Option<HostTensor>, Option<HostTensor>); 4] = [
+        ("int8 1x1 conv", conv(1, &[1, 1], &[0, 0]), ints(&[2, 32, 5, 7], DataType::I8, -128, 128, 1), ints(&[16, 32, 1, 1], DataType::I8, -127, 128, 2), None, None),
+        ("int8 product", matmul.clone(), ints(&[3, 5, 64], DataType::I8, -128, 128, 3), ints(&[64, 24], DataType::I8, -127, 128, 4), None, None),
+        ("uint8 3x3 conv, zero points", conv(1, &[1, 1], &[1, 1]), ints(&[2, 3, 7, 6], DataType::U8, 0, 256, 5), ints(&[4, 3, 3, 3], DataType::U8, 0, 256, 6), Some(ints(&[], DataType::U8, 90, 91, 7)), Some(ints(&[4], DataType::U8, 0, 256, 8))),
+        ("uint8 by int8 product, zero points", matmul, ints(&[4, 40], DataType::U8, 0, 256, 9), ints(&[40, 8], DataType::I8, -128, 128, 10), Some(ints(&[], DataType::U8, 128, 129, 11)), Some(ints(&[8], DataType::I8, -3, 4, 12))),
+    ];
+    for (what, anchor, x, w, x_zero, w_zero) in cases {
+        let mut net = Network::new(what);
+        let mut slots = vec![None; Q::SLOTS];
+        slots[Q::X] = Some(net.add_input("x", x.dtype(), Shape::fixed(x.shape())).expect("x"));
+        for (slot, t) in [(Q::W, Some(w)), (Q::X_ZERO, x_zero), (Q::W_ZERO, w_zero)] {
+            if let Some(t) = t {
+                let weights = net.add_weights(t);
+                let layer = net.add_layer(&format!("const{slot}"), LayerKind::Constant { weights }, vec![]).expect("constant");
+                slots[slot] = Some(net.output(layer, 0));
+            }
+        }
+        let layer = net.add_layer("sums", LayerKind::Quantized(Q { anchor, relu: false, output: DataType::I32 }), slots).expect(what);
+        net.mark_output(net.output(layer, 0)).expect("output");
+        check_network(what, &net, &[x], 0.0);
+    }
+}
+
 /// onnxruntime's Q/DQ fixture (uint8 activations) builds into integer layers on cuda and gives
 /// the cpu backend's integers.
 #[test]

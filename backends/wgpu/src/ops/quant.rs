@@ -156,6 +156,9 @@ pub fn quantized(
             }
         }
     };
+    if p.sums_output() {
+        return Ok(acc);
+    }
     let channel_axis = p.anchor.output_channel_axis(shape.len());
     let channels = shape.get(channel_axis).copied().unwrap_or(1).max(1);
     let inner: usize = shape.get(channel_axis + 1..).map_or(1, |d| d.iter().product());

@@ -25,6 +25,8 @@ use serde::{Deserialize, Serialize};
 ///   bias) / y_scale) + y_zero`. `relu` clamps below at `y_zero`.
 /// - `output` a float (no `y_scale`): `acc·(x_scale·w_scale[k]) + bias`, then `relu`, in f32;
 ///   an f16 or bf16 output is that value rounded once (an FP16 build's Cast, folded in).
+/// - `output` i32: the sums `acc` themselves, wrapping as int32 does (ONNX ConvInteger and
+///   MatMulInteger): 8-bit integer operands, no scales, bias or ReLU.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct QuantizedParams {
     pub anchor: QuantizedAnchor,
@@ -71,9 +73,14 @@ impl QuantizedParams {
         matches!(t, DataType::F32 | DataType::F16 | DataType::BF16)
     }
 
-    /// Whether the output is requantized (an integer type) rather than float.
+    /// Whether the output is requantized (an 8-bit integer type) rather than float or sums.
     pub fn quantized_output(&self) -> bool {
-        self.output.is_integer()
+        self.output.is_8bit_integer()
+    }
+
+    /// Whether the output is the int32 sums themselves (ConvInteger, MatMulInteger).
+    pub fn sums_output(&self) -> bool {
+        self.output == DataType::I32
     }
 
     /// The f32 factor each output channel's `f32(acc)` is multiplied by, in the f32

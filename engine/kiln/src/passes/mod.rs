@@ -16,6 +16,7 @@ mod einsum;
 mod fold;
 mod fuse;
 mod horizontal;
+mod integer_sums;
 mod noop;
 mod patterns;
 mod pointwise;

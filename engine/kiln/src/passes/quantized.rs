@@ -13,7 +13,9 @@
 //! as QLinearConv's, else float), one ReLU, and the QuantizeLinear; without a QuantizeLinear
 //! the layer ends in the region's float type. Each tensor absorbed has one reader and is not a
 //! network output. FP8 (float8 e4m3fn x and w, zero points 0) fuses the same way, ending in
-//! float: its QuantizeLinear stays the next layer's.
+//! float: its QuantizeLinear stays the next layer's. The importer's expansion of ONNX
+//! ConvInteger / MatMulInteger becomes an integer layer ending in its int32 sums
+//! (`passes/integer_sums.rs`).
 
 use super::graph::{consumers, disjoint_plans, has_control_flow, known_value, only_reader};
 use super::{Pass, PassContext, PassError};
@@ -36,7 +38,9 @@ impl Pass for QuantizedFusion {
             return Ok(None);
         }
         let readers = consumers(network);
-        let (plans, absorbed) = disjoint_plans(network.layers().len(), &[&|i| find(network, &readers, i)], |p: &Plan| &p.layers);
+        let qdq = |i| find(network, &readers, i);
+        let sums = |i| super::integer_sums::find(network, &readers, i);
+        let (plans, absorbed) = disjoint_plans(network.layers().len(), &[&qdq, &sums], |p: &Plan| &p.layers);
         if plans.is_empty() {
             return Ok(None);
         }
@@ -65,14 +69,14 @@ impl Pass for QuantizedFusion {
 
 /// One fusion: the layers it replaces (anchor first, the layer it is emitted at last), the
 /// new layer's input slots and the tensor its output carries.
-struct Plan {
-    layers: Vec<usize>,
+pub(super) struct Plan {
+    pub(super) layers: Vec<usize>,
     /// A reshape or transpose between x's DequantizeLinear and the anchor (kept for any other
     /// reader; the fused layer reads a copy of it on the integers).
-    x_layout: Option<usize>,
-    inputs: Vec<Option<TensorId>>,
-    params: Q,
-    output: TensorId,
+    pub(super) x_layout: Option<usize>,
+    pub(super) inputs: Vec<Option<TensorId>>,
+    pub(super) params: Q,
+    pub(super) output: TensorId,
 }
 
 /// A DequantizeLinear's reading: its integer input and known scale and zero point.

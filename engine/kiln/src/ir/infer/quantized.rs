@@ -41,9 +41,11 @@ pub(super) fn quantized<'a>(p: &Q, ins: &Inputs<'_, 'a>, weights: &WeightsLookup
     let rank = out.shape.rank();
     let channels = out.shape.dims().get(p.anchor.output_channel_axis(rank)).cloned();
     let w_channels = w.shape.dims().get(p.anchor.weight_channel_axis(w.shape.rank())).cloned();
-    per_channel(ins, Q::W_SCALE, w_channels.as_ref(), true)?;
+    // The int32 sums take no scales.
+    let scaled = !p.sums_output();
+    per_channel(ins, Q::W_SCALE, w_channels.as_ref(), scaled)?;
     per_channel(ins, Q::W_ZERO, w_channels.as_ref(), false)?;
-    per_channel(ins, Q::X_SCALE, None, true)?;
+    per_channel(ins, Q::X_SCALE, None, scaled)?;
     per_channel(ins, Q::X_ZERO, None, false)?;
     if let Some(bias) = ins.get(Q::BIAS) {
         let len = bias.shape.volume();
@@ -60,7 +62,12 @@ pub(super) fn quantized<'a>(p: &Q, ins: &Inputs<'_, 'a>, weights: &WeightsLookup
             }
         }
     }
-    if p.quantized_output() {
+    if p.sums_output() {
+        let extra = [Q::BIAS, Q::X_SCALE, Q::W_SCALE, Q::Y_SCALE, Q::Y_ZERO].into_iter().find(|&s| ins.get(s).is_some());
+        if Q::is_fp8(x.dtype) || p.relu || extra.is_some() {
+            return rule(extra, "an int32 output is the sums of 8-bit integers: no scales, bias, ReLU or output zero point");
+        }
+    } else if p.quantized_output() {
         if !p.output.is_8bit_integer() {
             return rule(None, format!("a quantized output must be int8 or uint8, not {}", p.output));
         }
