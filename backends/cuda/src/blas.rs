@@ -118,6 +118,15 @@ pub struct Scaled {
     pub a_per_row: bool,
 }
 
+/// What a product reads besides its operands: the epilogue's bias, a residual added as C, an
+/// FP8 product's scales (A's, B's).
+#[derive(Clone, Copy, Default)]
+struct Extras<'a> {
+    bias: Option<&'a DeviceBuffer>,
+    residual: Option<&'a DeviceBuffer>,
+    scales: Option<(&'a DeviceBuffer, &'a DeviceBuffer)>,
+}
+
 /// cuBLASLt's `cublasLtMatmulMatrixScale_t` values kiln uses.
 const SCALE_SCALAR_32F: u32 = 0;
 const SCALE_OUTER_VEC_32F: u32 = 3;
@@ -174,30 +183,17 @@ fn data_type(dtype: DataType) -> Result<sys::cudaDataType, GpuError> {
     })
 }
 
-/// Whether `g` is an INT8 tensor-core (IMMA) product: int8 operands, the exact int32 sum out.
-/// cuBLASLt runs those in its "TN" form only: both operands K-contiguous (row-major `A[m, k]`
-/// and `B` stored `[n, k]`), leading dims multiples of 4, no epilogue, alpha 1.
-fn integer(g: &Gemm) -> Result<bool, GpuError> {
-    if g.dtype != DataType::I8 {
+/// Whether `g` is an 8-bit tensor-core product of `dtype` (INT8 IMMA: the exact int32 sums;
+/// FP8: f32 sums). cuBLASLt runs those in its "TN" form only: both operands K-contiguous
+/// (row-major `A[m, k]` and `B` stored `[n, k]`), k and n multiples of `multiple` (4 for INT8,
+/// 16 for FP8), no epilogue, alpha 1.
+fn eight_bit(g: &Gemm, dtype: DataType, multiple: u64) -> Result<bool, GpuError> {
+    if g.dtype != dtype {
         return Ok(false);
     }
-    if g.trans_a || !g.trans_b || !g.k.is_multiple_of(4) || !g.n.is_multiple_of(4) || g.epilogue != Epilogue::None || g.alpha != 1.0 {
+    if g.trans_a || !g.trans_b || !g.k.is_multiple_of(multiple) || !g.n.is_multiple_of(multiple) || g.epilogue != Epilogue::None || g.alpha != 1.0 {
         return Err(GpuError::Unsupported(format!(
-            "an INT8 product needs A [m, k] and B [n, k] with k and n multiples of 4, no epilogue and alpha 1 (got {g:?})"
-        )));
-    }
-    Ok(true)
-}
-
-/// Whether `g` is an FP8 tensor-core product. Hopper runs those in cuBLASLt's "TN" form only,
-/// as IMMA: row-major `A[m, k]` and `B` stored `[n, k]`, k and n multiples of 16.
-fn fp8(g: &Gemm) -> Result<bool, GpuError> {
-    if g.dtype != DataType::F8E4M3FN {
-        return Ok(false);
-    }
-    if g.trans_a || !g.trans_b || !g.k.is_multiple_of(16) || !g.n.is_multiple_of(16) || g.epilogue != Epilogue::None || g.alpha != 1.0 {
-        return Err(GpuError::Unsupported(format!(
-            "an FP8 product needs A [m, k] and B [n, k] with k and n multiples of 16, no epilogue and alpha 1 (got {g:?})"
+            "a {dtype} product needs A [m, k] and B [n, k] with k and n multiples of {multiple}, no epilogue and alpha 1 (got {g:?})"
         )));
     }
     Ok(true)
@@ -206,8 +202,8 @@ fn fp8(g: &Gemm) -> Result<bool, GpuError> {
 impl Plan {
     fn new(g: &Gemm) -> Result<Plan, GpuError> {
         let ty = data_type(g.dtype)?;
-        let int8 = integer(g)?;
-        let float8 = fp8(g)?;
+        let int8 = eight_bit(g, DataType::I8, 4)?;
+        let float8 = eight_bit(g, DataType::F8E4M3FN, 16)?;
         // INT8 products sum exactly in int32 and scale in int32 (alpha 1, beta 0); FP8 ones sum
         // in f32 into their `scaled` output type (f32 without one).
         let (out_ty, scale_ty) = if int8 {
@@ -388,7 +384,7 @@ impl Blas {
     /// Enqueues `c = alpha · op(a)·op(b)` with the heuristic's algorithm of rank `rank` (0 is
     /// its best; a rank past the algorithms it offers for this shape runs its last).
     pub fn matmul(&self, g: &Gemm, rank: usize, a: &DeviceBuffer, b: &DeviceBuffer, c: &DeviceBuffer) -> Result<(), GpuError> {
-        self.enqueue(g, rank, a, b, None, None, None, c)
+        self.enqueue(g, rank, a, b, Extras::default(), c)
     }
 
     /// An FP8 product `g` (with [`Scaled`]) scaled by `a_scale` and `b_scale`: f32 device
@@ -398,7 +394,7 @@ impl Blas {
         if g.scaled.is_none() {
             return Err(GpuError::Driver { call: "cublasLtMatmul", reason: "scales given to a product without Scaled".into() });
         }
-        self.enqueue(g, rank, a, b, None, None, Some((a_scale, b_scale)), c)
+        self.enqueue(g, rank, a, b, Extras { scales: Some((a_scale, b_scale)), ..Extras::default() }, c)
     }
 
     /// [`Blas::matmul`] with the bias vector (`n` values of the product's type) that `g`'s
@@ -415,21 +411,11 @@ impl Blas {
         residual: Option<&DeviceBuffer>,
         c: &DeviceBuffer,
     ) -> Result<(), GpuError> {
-        self.enqueue(g, rank, a, b, bias, residual, None, c)
+        self.enqueue(g, rank, a, b, Extras { bias, residual, scales: None }, c)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn enqueue(
-        &self,
-        g: &Gemm,
-        rank: usize,
-        a: &DeviceBuffer,
-        b: &DeviceBuffer,
-        bias: Option<&DeviceBuffer>,
-        residual: Option<&DeviceBuffer>,
-        scales: Option<(&DeviceBuffer, &DeviceBuffer)>,
-        c: &DeviceBuffer,
-    ) -> Result<(), GpuError> {
+    fn enqueue(&self, g: &Gemm, rank: usize, a: &DeviceBuffer, b: &DeviceBuffer, extras: Extras<'_>, c: &DeviceBuffer) -> Result<(), GpuError> {
+        let Extras { bias, residual, scales } = extras;
         let prepared = self.prepared(g)?;
         let plan = &prepared.plan;
         if let Some((a_scale, b_scale)) = scales {

@@ -316,6 +316,16 @@ fn quantize_and_dequantize_match_per_tensor_axis_and_element() {
     }
 }
 
+/// f32 values as an f32, f16 or bf16 tensor of `shape`.
+fn floats_as(dtype: DataType, v: Vec<f32>, shape: Vec<usize>) -> HostTensor {
+    let data = match dtype {
+        DataType::F16 => TensorData::F16(v.iter().map(|&x| half::f16::from_f32(x)).collect()),
+        DataType::BF16 => TensorData::BF16(v.iter().map(|&x| half::bf16::from_f32(x)).collect()),
+        _ => TensorData::F32(v),
+    };
+    HostTensor::new(shape, data).unwrap()
+}
+
 /// One scale for every element runs four elements per thread (`quant_*_8bit_x4`) where the
 /// length is a multiple of 4, and one at a time otherwise: both give the oracle's bytes, from
 /// f32, f16 and bf16 with a zero point, at rounding ties and past saturation.
@@ -329,14 +339,7 @@ fn per_tensor_8bit_quantize_and_dequantize_match_with_and_without_vectors() {
             // saturates to 0 and the infinities to the bounds.
             let mut values: Vec<f32> = (0..len).map(|i| if i % 3 == 0 { (r.gen_range(-400i32..400) as f32) * 0.25 } else { r.gen_range(-90.0..90.0) }).collect();
             values[5..8].copy_from_slice(&[f32::NAN, f32::INFINITY, f32::NEG_INFINITY]);
-            let as_dtype = |v: Vec<f32>, shape: Vec<usize>| {
-                let data = match dtype {
-                    DataType::F16 => TensorData::F16(v.iter().map(|&x| half::f16::from_f32(x)).collect()),
-                    DataType::BF16 => TensorData::BF16(v.iter().map(|&x| half::bf16::from_f32(x)).collect()),
-                    _ => TensorData::F32(v),
-                };
-                HostTensor::new(shape, data).unwrap()
-            };
+            let as_dtype = |v: Vec<f32>, shape: Vec<usize>| floats_as(dtype, v, shape);
             let x = as_dtype(values, vec![len]);
             let scale = as_dtype(vec![0.5], vec![]);
             for to in [DataType::I8, DataType::U8] {
@@ -368,14 +371,7 @@ fn per_tensor_float8_quantize_matches_with_and_without_vectors() {
         for dtype in [DataType::F32, DataType::F16, DataType::BF16] {
             let mut values: Vec<f32> = (0..len).map(|i| match i % 4 { 0 => r.gen_range(-1e5..1e5), 1 => r.gen_range(-1e-2..1e-2), _ => r.gen_range(-500.0..500.0) }).collect();
             values[5..10].copy_from_slice(&[f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0, 0.0]);
-            let as_dtype = |v: Vec<f32>, shape: Vec<usize>| {
-                let data = match dtype {
-                    DataType::F16 => TensorData::F16(v.iter().map(|&x| half::f16::from_f32(x)).collect()),
-                    DataType::BF16 => TensorData::BF16(v.iter().map(|&x| half::bf16::from_f32(x)).collect()),
-                    _ => TensorData::F32(v),
-                };
-                HostTensor::new(shape, data).unwrap()
-            };
+            let as_dtype = |v: Vec<f32>, shape: Vec<usize>| floats_as(dtype, v, shape);
             let x = as_dtype(values, vec![len]);
             let scale = as_dtype(vec![0.75], vec![]);
             for to in [DataType::F8E4M3FN, DataType::F8E4M3FNUZ, DataType::F8E5M2, DataType::F8E5M2FNUZ] {
