@@ -403,8 +403,17 @@ extern "C" __global__ void quant_quantize_8bit_x4(int x_type, int scale_type, in
 // encode), four elements per thread.
 extern "C" __global__ void quant_quantize_narrow_x4(int x_type, int scale_type, int zp_type, int to, i64 n4, const void* x,
                                                     const void* scale, const void* zp, void* y) {
-    const float s = load_float(scale_type, scale, 0);
-    const double z = zp ? scalar_f64(load_any(zp_type, zp, 0)) : 0.0;
+    // The scale and the decoded zero point once per block: decoding a float8 costs a thread
+    // more than its four conversions.
+    __shared__ float shared_scale;
+    __shared__ double shared_zero;
+    if (threadIdx.x == 0) {
+        shared_scale = load_float(scale_type, scale, 0);
+        shared_zero = zp ? scalar_f64(load_any(zp_type, zp, 0)) : 0.0;
+    }
+    __syncthreads();
+    const float s = shared_scale;
+    const double z = shared_zero;
     const Format f = format_of(to);
 #if __CUDA_ARCH__ >= 890
     // Ada and Hopper convert f32 to e4m3 / e5m2 in one instruction, rounding to nearest even

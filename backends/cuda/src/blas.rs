@@ -28,7 +28,7 @@ pub struct Blas {
     handle: sys::cublasLtHandle_t,
     workspace: CudaSlice<u8>,
     stream: Arc<CudaStream>,
-    prepared: Mutex<HashMap<Key, Arc<Prepared>>>,
+    prepared: Mutex<HashMap<Key, Result<Arc<Prepared>, String>>>,
 }
 
 /// A product's shape and types: everything but `alpha`.
@@ -298,12 +298,20 @@ impl Blas {
         Ok(Blas { handle, workspace, stream, prepared: Mutex::new(HashMap::new()) })
     }
 
-    /// The cached descriptors and best algorithm of `g`'s shape.
+    /// The cached descriptors and best algorithm of `g`'s shape, or why cuBLASLt refuses it
+    /// (also remembered: a refused form is not asked about again on every run).
     fn prepared(&self, g: &Gemm) -> Result<Arc<Prepared>, GpuError> {
         let key = Key::of(g);
-        if let Some(p) = self.prepared.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
-            return Ok(p.clone());
+        if let Some(known) = self.prepared.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+            return known.clone().map_err(GpuError::Unsupported);
         }
+        let made = self.prepare(g);
+        let remembered = made.as_ref().map(Arc::clone).map_err(ToString::to_string);
+        self.prepared.lock().unwrap_or_else(|p| p.into_inner()).insert(key, remembered);
+        made
+    }
+
+    fn prepare(&self, g: &Gemm) -> Result<Arc<Prepared>, GpuError> {
         let plan = Plan::new(g)?;
         if g.scaled.is_some() {
             // The heuristic may want the scale pointers set: the workspace stands in until a run
@@ -316,9 +324,7 @@ impl Blas {
         if ranked.is_empty() {
             return Err(GpuError::Driver { call: "cublasLtMatmulAlgoGetHeuristic", reason: format!("no algorithm for {g:?}") });
         }
-        let p = Arc::new(Prepared { plan, ranked });
-        self.prepared.lock().unwrap_or_else(|p| p.into_inner()).insert(key, p.clone());
-        Ok(p)
+        Ok(Arc::new(Prepared { plan, ranked }))
     }
 
     /// Whether cuBLASLt runs `g` (its descriptors and algorithms are then cached), or why not.
