@@ -277,9 +277,7 @@ impl Plan {
         }
         Ok(Plan { desc, layouts })
     }
-}
 
-impl Plan {
     /// Sets a device-pointer attribute of the descriptor (a bias or scale vector).
     fn set_pointer(&self, attr: sys::cublasLtMatmulDescAttributes_t, ptr: u64) -> Result<(), GpuError> {
         // SAFETY: `self.desc` is live and only used by the serialized calls of `Blas`; the

@@ -94,20 +94,12 @@ fn dequantized(net: &Network, t: TensorId) -> Option<Dequantized> {
     let LayerKind::Dequantize { axis } = l.kind else { return None };
     let (q, scale) = (l.inputs.first().copied().flatten()?, l.inputs.get(1).copied().flatten()?);
     let zero = l.inputs.get(2).copied().flatten();
-    if !float(net.tensor(t).dtype) || zero.is_some_and(|z| known_value(net, z).is_none()) {
+    if !Q::float_output_type(net.tensor(t).dtype) || zero.is_some_and(|z| known_value(net, z).is_none()) {
         return None;
     }
     let scales = known_value(net, scale)?.to_f64_vec();
     Some(Dequantized { q, scale, zero, scales, axis })
 }
-
-/// The float types a Q/DQ region computes in (f32, or narrower where the build allows it):
-/// the integer layer's float outputs.
-fn float(t: DataType) -> bool {
-    Q::float_output_type(t)
-}
-
-
 
 fn find(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan> {
     let l = net.layer(crate::LayerId(i));
@@ -121,7 +113,7 @@ fn find(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan
         _ => return None,
     };
     let out = *l.outputs.first()?;
-    if !float(net.tensor(out).dtype) {
+    if !Q::float_output_type(net.tensor(out).dtype) {
         return None;
     }
     let x_tensor = l.inputs.first().copied().flatten()?;
@@ -166,7 +158,7 @@ fn find(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan
                     let bias = if *a == running { *b } else { *a };
                     let bias_shape = net.tensor(bias).shape.clone();
                     let n = net.tensor(running).shape.dims().last().and_then(|d| d.fixed());
-                    if bias_shape.rank() == 1 && bias_shape.dims()[0].fixed() == n && float(net.tensor(bias).dtype) {
+                    if bias_shape.rank() == 1 && bias_shape.dims()[0].fixed() == n && Q::float_output_type(net.tensor(bias).dtype) {
                         inputs[Q::BIAS] = Some(bias_slot(bias));
                         layers.push(next);
                         running = add.outputs[0];

@@ -68,16 +68,15 @@ pub(super) fn quantized<'a>(p: &Q, ins: &Inputs<'_, 'a>, weights: &WeightsLookup
             return rule(extra, "an int32 output is the sums of 8-bit integers: no scales, bias, ReLU or output zero point");
         }
     } else if p.quantized_output() {
-        if !p.output.is_8bit_integer() {
-            return rule(None, format!("a quantized output must be int8 or uint8, not {}", p.output));
-        }
         per_channel(ins, Q::Y_SCALE, None, true)?;
         per_channel(ins, Q::Y_ZERO, None, false)?;
         if ins.get(Q::Y_ZERO).is_some_and(|z| z.dtype != p.output) {
             return rule(Some(Q::Y_ZERO), format!("the output zero point must be {}", p.output));
         }
-    } else if !Q::float_output_type(p.output) || ins.get(Q::Y_SCALE).is_some() || ins.get(Q::Y_ZERO).is_some() {
-        return rule(None, format!("a float output is f32, f16 or bf16 (not {}) and has no output scale or zero point", p.output));
+    } else if !Q::float_output_type(p.output) {
+        return rule(None, format!("the output must be int8 or uint8 (requantized), i32 (the sums) or f32, f16 or bf16, not {}", p.output));
+    } else if ins.get(Q::Y_SCALE).is_some() || ins.get(Q::Y_ZERO).is_some() {
+        return rule(None, "a float output has no output scale or zero point");
     }
     Ok(vec![OutFact::new(p.output, out.shape)])
 }
