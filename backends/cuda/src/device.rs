@@ -39,6 +39,9 @@ pub struct Gpu {
     /// cuDNN on this stream, opened on first use (Err: absent or failed; convolutions then
     /// run kiln's direct kernel).
     pub dnn: OnceLock<Result<crate::dnn::Dnn, GpuError>>,
+    /// cuSPARSELt on this stream, opened on first use (Err: absent or failed; 2:4 sparse
+    /// tactics are then not offered).
+    sparse: OnceLock<Result<crate::sparse::SparseLt, GpuError>>,
     /// The traced execution and the run lock.
     pub sessions: Arc<Sessions>,
     /// Weights converted once for a kernel (see [`Gpu::converted_weights`]), shared by every
@@ -110,6 +113,7 @@ impl Gpu {
             functions: Arc::default(),
             blas,
             dnn: OnceLock::new(),
+            sparse: OnceLock::new(),
             sessions: Arc::default(),
             converted: Arc::default(),
         })
@@ -130,6 +134,7 @@ impl Gpu {
             modules: self.modules.clone(),
             functions: self.functions.clone(),
             dnn: OnceLock::new(),
+            sparse: OnceLock::new(),
             sessions: Arc::default(),
             converted: self.converted.clone(),
             multiprocessors: self.multiprocessors,
@@ -519,6 +524,16 @@ impl Gpu {
     /// cuDNN on this device's stream, or why not.
     pub fn dnn(&self) -> Result<&crate::dnn::Dnn, GpuError> {
         self.dnn.get_or_init(|| crate::dnn::Dnn::new(self)).as_ref().map_err(Clone::clone)
+    }
+
+    /// cuSPARSELt on this lane's stream (see [`crate::sparse`]).
+    pub fn sparse(&self) -> Result<&crate::sparse::SparseLt, GpuError> {
+        self.sparse.get_or_init(|| crate::sparse::SparseLt::new(self.stream.clone())).as_ref().map_err(Clone::clone)
+    }
+
+    /// Whether a CUDA graph is being captured on this lane's stream now.
+    pub fn capturing(&self) -> bool {
+        self.outside_capture("").is_err()
     }
 
     pub fn synchronize(&self) -> Result<(), GpuError> {

@@ -22,6 +22,8 @@ pub mod probe;
 pub mod arena;
 #[allow(unsafe_code)] // FFI / device memory
 pub mod blas;
+#[allow(unsafe_code)] // FFI
+pub mod sparse;
 #[allow(unsafe_code)] // FFI / device memory
 pub mod buffer;
 #[allow(unsafe_code)] // FFI / device memory

@@ -5,7 +5,8 @@
 
 use crate::blas::RANKED_ALGORITHMS;
 use crate::exec::CudaExecutable;
-use crate::ops::conv::{depthwise_rows, group_merges, is_depthwise, is_patchify, merged_group_counts, CONV_DEPTHWISE, CONV_DEPTHWISE_ROWS, CONV_DIRECT, CONV_MERGED_GROUPS, CONV_PATCH_GEMM};
+use crate::ops::compute::SPARSE_GEMM;
+use crate::ops::conv::{depthwise_rows, group_merges, is_depthwise, is_patchify, merged_group_counts, CONV_DEPTHWISE, CONV_DEPTHWISE_ROWS, CONV_DIRECT, CONV_MERGED_GROUPS, CONV_PATCH_GEMM, CONV_SPARSE_PATCH_GEMM};
 use kiln::tactics::{TacticDesc, TacticId};
 use crate::ops::quant::{INT8_CONV_KILN, INT8_CONV_LIBRARY};
 use kiln::{BackendError, ConvolutionParams, DataType, FusedAnchor, LayerId, LayerKind, MathMode, Network, QuantizedAnchor, QuantizedParams, Shape, TensorFormat};
@@ -13,9 +14,9 @@ use std::time::Duration;
 
 /// What the tactic ids hash besides their names: the product path's source, so an edited
 /// path never reuses a stale timing.
-const GEMM_SOURCE: &str = concat!(include_str!("blas.rs"), include_str!("ops/compute.rs"));
+const GEMM_SOURCE: &str = concat!(include_str!("blas.rs"), include_str!("ops/compute.rs"), include_str!("sparse.rs"));
 /// Likewise for convolutions: cuDNN's path and the direct kernel.
-const CONV_SOURCE: &str = concat!(include_str!("dnn.rs"), include_str!("ops/conv.rs"), include_str!("blas.rs"), include_str!("../../../kernels/spatial.cu"));
+const CONV_SOURCE: &str = concat!(include_str!("dnn.rs"), include_str!("ops/conv.rs"), include_str!("blas.rs"), include_str!("sparse.rs"), include_str!("../../../kernels/spatial.cu"));
 
 /// Likewise for integer convolutions: kiln's kernel and the libraries' sums with the epilogue.
 const INT8_CONV_SOURCE: &str = concat!(
@@ -56,6 +57,7 @@ fn conv_tactic_name(choice: usize) -> String {
         CONV_DEPTHWISE => "conv_depthwise_nhwc".into(),
         CONV_DEPTHWISE_ROWS => "conv_depthwise_nhwc_rows".into(),
         CONV_PATCH_GEMM => "conv_patches_gemm".into(),
+        CONV_SPARSE_PATCH_GEMM => format!("{}conv_patches_gemm_cusparselt", kiln::sparsity::TACTIC_PREFIX),
         c if c > CONV_MERGED_GROUPS => format!("conv_cudnn_merged_to_{}_groups", c - CONV_MERGED_GROUPS),
         c => format!("conv_cudnn_{}", crate::dnn::algorithm_name(c.saturating_sub(1) as u32)),
     }
@@ -128,6 +130,11 @@ fn conv_tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId,
     }
     if is_patchify(&p, &x, &w) {
         out.push(conv_tactic(CONV_PATCH_GEMM));
+        // Sparse where the patch keeps a tap's channels together (see `patch_convolution`).
+        let grouped_channels = crate::ops::layout::prefers_channels_last(dtype, x.len()) || w[2..].iter().all(|&d| d == 1);
+        if grouped_channels && sparse_offered(backend, network, layer, math, dtype) {
+            out.push(conv_tactic(CONV_SPARSE_PATCH_GEMM));
+        }
     }
     if backend.gpu().is_ok_and(|gpu| gpu.dnn().is_ok()) {
         out.extend(merged_group_counts(&p, &x, &w).into_iter().map(|g| conv_tactic(CONV_MERGED_GROUPS + g)));
@@ -139,7 +146,27 @@ fn conv_tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId,
 }
 
 fn tactic_name(rank: usize) -> String {
-    format!("gemm_cublaslt_heuristic{rank}")
+    match rank {
+        SPARSE_GEMM => format!("{}gemm_cusparselt", kiln::sparsity::TACTIC_PREFIX),
+        rank => format!("gemm_cublaslt_heuristic{rank}"),
+    }
+}
+
+/// Whether a SPARSE_WEIGHTS build offers `layer` a cuSPARSELt tactic: its weights are 2:4
+/// ([`kiln::sparsity::is_eligible`]), it computes in f16 or bf16, and cuSPARSELt opens
+/// (when it does not, the build log says why once and the layers run dense).
+fn sparse_offered(backend: &crate::CudaBackend, network: &Network, layer: LayerId, math: MathMode, dtype: DataType) -> bool {
+    if !math.sparse_weights || !matches!(dtype, DataType::F16 | DataType::BF16) || !kiln::sparsity::is_eligible(network, layer) {
+        return false;
+    }
+    match backend.gpu().map_err(|e| e.to_string()).and_then(|gpu| gpu.sparse().map(drop).map_err(|e| e.to_string())) {
+        Ok(()) => true,
+        Err(e) => {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| tracing::warn!("SPARSE_WEIGHTS: no cuSPARSELt ({e}); 2:4 layers run dense"));
+            false
+        }
+    }
 }
 
 /// Whether `layer` is a float matrix product (plain or heading a fused layer).
@@ -166,7 +193,10 @@ pub fn tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId, 
     if !is_gemm(network, layer) {
         return vec![TacticDesc::default_for("cuda")];
     }
+    let dtype = network.tensor(network.layer(layer).inputs[0].expect("a product has an input")).dtype;
+    let sparse = sparse_offered(backend, network, layer, math, dtype).then_some(SPARSE_GEMM);
     (0..RANKED_ALGORITHMS)
+        .chain(sparse)
         .map(|rank| TacticDesc {
             id: TacticId::new("cuda", &tactic_name(rank), GEMM_SOURCE.as_bytes()),
             workspace_bytes: 32 << 20,
@@ -186,14 +216,14 @@ pub fn rank_of(network: &Network, layer: LayerId, tactic: Option<&TacticId>) -> 
         return [INT8_CONV_KILN, INT8_CONV_LIBRARY].into_iter().find(|&c| int8_conv_tactic(c).id == *t).unwrap_or(INT8_CONV_KILN);
     }
     if let (Some(t), Some((p, _))) = (tactic, float_conv(network, layer)) {
-        let choices = crate::dnn::ALGORITHMS.iter().map(|&(a, _)| a as usize + 1).chain([CONV_DIRECT, CONV_DEPTHWISE, CONV_DEPTHWISE_ROWS, CONV_PATCH_GEMM]);
+        let choices = crate::dnn::ALGORITHMS.iter().map(|&(a, _)| a as usize + 1).chain([CONV_DIRECT, CONV_DEPTHWISE, CONV_DEPTHWISE_ROWS, CONV_PATCH_GEMM, CONV_SPARSE_PATCH_GEMM]);
         // The merges of its groups: the shapes may be dynamic here, the group count is not.
         let merges = group_merges(p.groups.max(1)).map(|g| CONV_MERGED_GROUPS + g);
         return choices.chain(merges).find(|&c| conv_tactic(c).id == *t).unwrap_or(0);
     }
     match tactic {
         Some(t) if is_float_gemm(network, layer) => {
-            (0..RANKED_ALGORITHMS).find(|&r| TacticId::new("cuda", &tactic_name(r), GEMM_SOURCE.as_bytes()) == *t).unwrap_or(0)
+            (0..RANKED_ALGORITHMS).chain([SPARSE_GEMM]).find(|&r| TacticId::new("cuda", &tactic_name(r), GEMM_SOURCE.as_bytes()) == *t).unwrap_or(0)
         }
         _ => 0,
     }

@@ -13,9 +13,13 @@ pub fn matmul(cx: &Ctx, a: &DeviceTensor, op_a: MatrixOp, b: &DeviceTensor, op_b
     matmul_epilogue(cx, cx.gemm_rank.get(), a, op_a, b, op_b, alpha, out_shape, None, None).map(|(out, _)| out)
 }
 
-/// [`matmul`] with cuBLASLt's heuristic algorithm number `rank`, that also adds `bias` (`n`
-/// values) and applies ReLU when asked, in cuBLASLt's epilogue where the product's shape allows
-/// it; the flag says whether it did.
+/// The product tactic that runs 2:4 sparse weights on cuSPARSELt (see [`sparse_product`]);
+/// the cuBLASLt ones are heuristic ranks below it.
+pub const SPARSE_GEMM: usize = 100;
+
+/// [`matmul`] with cuBLASLt's heuristic algorithm number `rank` (or [`SPARSE_GEMM`]), that
+/// also adds `bias` (`n` values) and applies ReLU when asked, in the library's epilogue where
+/// the product's shape allows it; the flag says whether it did.
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_epilogue(
     cx: &Ctx,
@@ -62,6 +66,11 @@ pub fn matmul_epilogue(
     }
     if k == 0 {
         return Ok((super::zeros(cx, out)?, false));
+    }
+    if rank == SPARSE_GEMM && alpha == 1.0 {
+        if let Some(done) = sparse_product(cx, a, op_a, b, op_b, out.clone(), bias, residual)? {
+            return Ok(done);
+        }
     }
     // Each operand: broadcast over the batch (stride 0), already full (dense stride), or
     // expanded to the full batch first.
@@ -122,6 +131,50 @@ pub fn matmul_epilogue(
         .matmul_bias(&g, rank, &a_dev.buf, &b_dev.buf, bias.map(|(t, _)| &*t.buf), residual.map(|z| &*z.buf), &out.buf)
         .map_err(KernelError::from)?;
     Ok((out, bias.is_some()))
+}
+
+/// `a · op_b(b)` on cuSPARSELt with `b` the constant 2:4 weights (`[k, n]`, or `[n, k]`
+/// transposed), compressed once, with the bias, ReLU and residual in its epilogue; None where
+/// the product is not of that form or cuSPARSELt cannot take its shape (the caller runs it
+/// dense), an error where cuSPARSELt fails.
+#[allow(clippy::too_many_arguments)]
+fn sparse_product(
+    cx: &Ctx,
+    a: &DeviceTensor,
+    op_a: MatrixOp,
+    b: &DeviceTensor,
+    op_b: MatrixOp,
+    out: DeviceTensor,
+    bias: Option<(&DeviceTensor, bool)>,
+    residual: Option<&DeviceTensor>,
+) -> KResult<Option<(DeviceTensor, bool)>> {
+    let [rb, cb] = b.shape[..] else { return Ok(None) };
+    let w_transposed = match op_b {
+        MatrixOp::None => false,
+        MatrixOp::Transpose => true,
+        _ => return Ok(None),
+    };
+    let (k, n) = if w_transposed { (cb, rb) } else { (rb, cb) };
+    let row_major = a.strides.is_none() && b.strides.is_none();
+    if op_a != MatrixOp::None || !row_major || a.shape.last() != Some(&k) || out.len() != a.len() / k.max(1) * n {
+        return Ok(None);
+    }
+    let bias_ok = |t: &DeviceTensor| t.dtype == a.dtype && t.len() == n && t.strides.is_none();
+    if bias.is_some_and(|(t, _)| !bias_ok(t)) || residual.is_some_and(|z| z.dtype != a.dtype || z.len() != out.len() || z.strides.is_some()) {
+        return Ok(None);
+    }
+    let g = crate::sparse::SparseGemm { dtype: a.dtype, m: (a.len() / k) as u64, n: n as u64, k: k as u64, w_transposed, relu: bias.is_some_and(|(_, r)| r) };
+    let Ok(sparse) = cx.gpu.sparse() else { return Ok(None) };
+    if !g.supported() {
+        return Ok(None);
+    }
+    let conversion = format!("cusparselt_2_4_{}", if w_transposed { "nk" } else { "kn" });
+    let compressed = cx.gpu.converted_weights(b, &conversion, |w| sparse.compress(&g, &w.buf, |bytes| cx.gpu.empty(DataType::U8, vec![bytes])))?;
+    let residual = residual.filter(|_| bias.is_some());
+    sparse
+        .matmul(&g, &a.buf, &compressed.buf, bias.map(|(t, _)| &*t.buf), residual.map(|z| &*z.buf), &out.buf, !cx.gpu.capturing())
+        .map_err(KernelError::from)?;
+    Ok(Some((out, bias.is_some())))
 }
 
 pub fn pooling(cx: &Ctx, p: &PoolingParams, x: &DeviceTensor, out_shape: &[usize]) -> KResult<DeviceTensor> {

@@ -27,6 +27,8 @@ pub const CONV_DEPTHWISE_ROWS: usize = 1002;
 
 /// [`CONV_PATCH_GEMM`]: a convolution over non-overlapping patches as one cuBLASLt product.
 pub const CONV_PATCH_GEMM: usize = 1003;
+/// The same product on cuSPARSELt, for 2:4 sparse filters (see `compute::sparse_product`).
+pub const CONV_SPARSE_PATCH_GEMM: usize = 1004;
 
 /// `CONV_MERGED_GROUPS + g`: a grouped convolution run by cuDNN as `g` groups, each merging
 /// `groups / g` of the layer's with a block-diagonal filter (see [`merged_group_counts`]).
@@ -136,8 +138,8 @@ pub fn convolution(
     if (choice == CONV_DEPTHWISE || choice == CONV_DEPTHWISE_ROWS) && is_depthwise(p, &x.shape, &w.shape) && float_suffix(x.dtype).is_ok() {
         return depthwise_convolution(cx, p, x, w, bias, tail, out_shape, choice == CONV_DEPTHWISE_ROWS);
     }
-    if choice == CONV_PATCH_GEMM && is_patchify(p, &x.shape, &w.shape) && float_suffix(x.dtype).is_ok() {
-        return patch_convolution(cx, x, w, bias, tail, out_shape);
+    if (choice == CONV_PATCH_GEMM || choice == CONV_SPARSE_PATCH_GEMM) && is_patchify(p, &x.shape, &w.shape) && float_suffix(x.dtype).is_ok() {
+        return patch_convolution(cx, x, w, bias, tail, out_shape, choice == CONV_SPARSE_PATCH_GEMM);
     }
     if let Some(merged) = choice.checked_sub(CONV_MERGED_GROUPS).filter(|&g| merged_group_counts(p, &x.shape, &w.shape).contains(&g)) {
         if let Ok(dnn) = cx.gpu.dnn() {
@@ -217,7 +219,10 @@ fn cudnn_convolution(
 /// row-major input and filter, `[kh][kw][c]` for a channels-last one with the filter re-laid
 /// the same), times the filter's `[oc, c·kh·kw]` transposed, in cuBLASLt with bias, ReLU and
 /// residual in its epilogue. The product's rows are the output's pixels: it is channels-last.
-fn patch_convolution(cx: &Ctx, x: &DeviceTensor, w: &DeviceTensor, bias: Option<&DeviceTensor>, tail: ConvTail, out_shape: &[usize]) -> KResult<(DeviceTensor, usize)> {
+/// `sparse` runs it on cuSPARSELt where the patch keeps each group of four input channels of
+/// one tap together (channels-last, or a 1×1 filter), as 2:4 filters group them.
+#[allow(clippy::too_many_arguments)]
+fn patch_convolution(cx: &Ctx, x: &DeviceTensor, w: &DeviceTensor, bias: Option<&DeviceTensor>, tail: ConvTail, out_shape: &[usize], sparse: bool) -> KResult<(DeviceTensor, usize)> {
     let (n, c) = (x.shape[0], x.shape[1]);
     let (oc, kh, kw) = (w.shape[0], w.shape[2], w.shape[3]);
     if out_shape.len() != 4 || out_shape[0] != n || out_shape[1] != oc || w.shape[1] != c || w.dtype != x.dtype || bias.is_some_and(|b| b.dtype != x.dtype || b.len() != oc) {
@@ -244,8 +249,11 @@ fn patch_convolution(cx: &Ctx, x: &DeviceTensor, w: &DeviceTensor, bias: Option<
     let (residual, relu_last, consumed) =
         if bias.is_some() { tail.library_epilogue(|z| z.dtype == x.dtype && z.shape == out_shape) } else { (None, false, 0) };
     let residual = residual.map(|z| Ok::<_, KernelError>(layout::to_channels_last(cx, z)?.reshaped(vec![rows, oc]))).transpose()?;
-    // The layer's tactic number chose this path; the product itself runs cuBLASLt's first-ranked algorithm.
-    let (out, fused) = super::compute::matmul_epilogue(cx, 0, &patches, kiln::MatrixOp::None, &filter, kiln::MatrixOp::Transpose, 1.0, &[rows, oc], bias.map(|b| (b, relu_last)), residual.as_ref())?;
+    // The layer's tactic number chose this path; the product itself runs cuBLASLt's
+    // first-ranked algorithm, or cuSPARSELt.
+    let grouped_channels = channels_last || kh * kw == 1;
+    let rank = if sparse && grouped_channels { super::compute::SPARSE_GEMM } else { 0 };
+    let (out, fused) = super::compute::matmul_epilogue(cx, rank, &patches, kiln::MatrixOp::None, &filter, kiln::MatrixOp::Transpose, 1.0, &[rows, oc], bias.map(|b| (b, relu_last)), residual.as_ref())?;
     if bias.is_some() && !fused {
         return Err(invalid!("cuBLASLt took no bias epilogue for a patch convolution into {out_shape:?}"));
     }

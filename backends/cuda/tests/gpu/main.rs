@@ -18,6 +18,7 @@ mod models;
 mod quantized;
 mod refit;
 mod signal_detection;
+mod sparsity;
 mod spatial;
 #[allow(dead_code)]
 #[path = "../../../../engine/onnx/tests/common/pytorch_data.rs"]
