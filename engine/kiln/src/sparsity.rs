@@ -93,6 +93,16 @@ pub fn is_two_four(values: &[f64], grouping: WeightGrouping) -> bool {
     values.len() == grouping.len() && grouping.groups().all(|g| g.iter().filter(|&&i| values[i] == 0.0).count() >= GROUP - KEPT)
 }
 
+/// Whether every group of a float tensor stored as little-endian `bytes` (f64, f32, f16 or
+/// bf16 elements of `width` bytes: zero is every bit but the sign clear) holds at least two
+/// zeros. Read in place and stopped at the first group that does not: cheap on dense weights.
+pub fn is_two_four_bytes(bytes: &[u8], width: usize, grouping: WeightGrouping) -> bool {
+    let zero = |i: usize| bytes.get(i * width..(i + 1) * width).is_some_and(|e| e[..width - 1].iter().all(|&b| b == 0) && e[width - 1] & 0x7f == 0);
+    matches!(width, 2 | 4 | 8)
+        && bytes.len() == grouping.len() * width
+        && grouping.groups().all(|g| g.iter().filter(|&&i| zero(i)).count() >= GROUP - KEPT)
+}
+
 /// Whether `layer`'s weights satisfy 2:4 sparsity.
 pub fn is_eligible(network: &Network, layer: LayerId) -> bool {
     weights_of(network, layer).is_some_and(|(w, grouping)| {
@@ -240,6 +250,21 @@ mod tests {
         let g = WeightGrouping { outer: 2, reduction: 4, inner: 1 };
         assert!(is_two_four(&[1.0, 0.0, 0.0, 2.0, 0.0, 0.0, 0.0, 0.0], g));
         assert!(!is_two_four(&[1.0, 0.0, 3.0, 2.0, 0.0, 0.0, 0.0, 0.0], g));
+    }
+
+    #[test]
+    fn the_byte_check_agrees_with_the_value_check() {
+        let g = WeightGrouping { outer: 2, reduction: 4, inner: 1 };
+        for values in [[1.0, -0.0, 0.0, 2.0, 0.0, 0.0, 0.0, 0.0], [1.0, 0.0, 3.0, 2.0, 0.0, 0.0, 0.0, 0.0], [0.0; 8]] {
+            let f32s: Vec<u8> = values.iter().flat_map(|&v| (v as f32).to_le_bytes()).collect();
+            let f16s: Vec<u8> = values.iter().flat_map(|&v| half::f16::from_f64(v).to_le_bytes()).collect();
+            assert_eq!(is_two_four_bytes(&f32s, 4, g), is_two_four(&values, g), "{values:?}");
+            assert_eq!(is_two_four_bytes(&f16s, 2, g), is_two_four(&values, g), "{values:?}");
+        }
+        // -0 is a zero; a wrong length or an 8-bit width is not read.
+        assert!(is_two_four_bytes(&[0, 0x80, 0, 0, 1, 0, 1, 0], 2, WeightGrouping { outer: 1, reduction: 4, inner: 1 }));
+        assert!(!is_two_four_bytes(&[0; 6], 2, WeightGrouping { outer: 1, reduction: 4, inner: 1 }));
+        assert!(!is_two_four_bytes(&[0; 4], 1, WeightGrouping { outer: 1, reduction: 4, inner: 1 }));
     }
 
     #[test]

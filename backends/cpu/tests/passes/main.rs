@@ -538,3 +538,31 @@ fn transposes_of_size_one_axes_are_reshapes_and_merge() {
     assert_eq!(shuffles[0].1, kiln::ShuffleParams { reshape: Some(vec![2, 1, 16, 1]), ..Default::default() });
     check_equivalent(&net, 0.0);
 }
+
+#[test]
+fn horizontal_matmul_fusion_merges_2_4_weights_only_with_2_4_siblings() {
+    use kiln::{DataType, MatrixOp, TensorData};
+    let mut net = Network::new("sparse_siblings");
+    let x = net.add_input("x", DataType::F32, [3, 8]).unwrap();
+    // [8, 4] weights, element (r, c) at r·4 + c: rows 1 and 2 of every four zero (2:4 along depth).
+    let two_four = |seed: f32| TensorData::F32((0..32).map(|i| if matches!((i / 4) % 4, 1 | 2) { 0.0 } else { seed + i as f32 }).collect());
+    let dense = TensorData::F32((0..32).map(|i| 0.25 + i as f32).collect());
+    for (name, weights) in [("a", two_four(0.5)), ("b", two_four(1.5)), ("dense", dense)] {
+        let w = net.add_constant(&[8, 4], weights).unwrap();
+        let w = net.output(w, 0);
+        let y = net.add_matrix_multiply(x, MatrixOp::None, w, MatrixOp::None).unwrap();
+        net.set_layer_name(y, name);
+        let y = net.output(y, 0);
+        let relu = net.add_activation(y, ActivationKind::Relu).unwrap();
+        let out = net.output(relu, 0);
+        net.set_tensor_name(out, name).unwrap();
+        net.mark_output(out).unwrap();
+    }
+    let out = HorizontalMatMulFusion.run(&net, &PassContext::default()).expect("pass").expect("a merge");
+    let products: Vec<&str> = out.layers().iter().filter(|l| matches!(l.kind, LayerKind::MatrixMultiply { .. })).map(|l| l.name.as_str()).collect();
+    assert_eq!(products.len(), 2, "the two 2:4 products merge, the dense one stays: {products:?}");
+    let eligible: Vec<String> = kiln::sparsity::eligible_layers(&out).into_iter().map(|l| out.layer(l).name.clone()).collect();
+    assert_eq!(eligible.len(), 1, "the merged product is still 2:4: {eligible:?}");
+    assert!(eligible[0].contains('a') && eligible[0].contains('b'), "{eligible:?}");
+    check_equivalent(&net, 1e-6);
+}

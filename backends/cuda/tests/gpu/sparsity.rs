@@ -30,8 +30,8 @@ fn two_four(len: usize, reduction: usize, inner: usize, seed: u64) -> Vec<f32> {
 fn network() -> Network {
     let mut net = Network::new("sparsity");
     let x = net.add_input("x", DataType::F32, [64, 256]).unwrap();
-    // The dense product and the biased one read inputs of their own: products of one input
-    // merge into one (horizontal fusion), and a merged weight with a dense part is not 2:4.
+    // The dense product and the biased one read inputs of their own, so that no sibling
+    // products of one input merge (horizontal fusion) and each layer is checked by its name.
     let y = net.add_input("y", DataType::F32, [64, 256]).unwrap();
     let z = net.add_input("z", DataType::F32, [64, 256]).unwrap();
     let product = |net: &mut Network, name: &str, x: kiln::TensorId, dims: [usize; 2], data: Vec<f32>, op_b: MatrixOp| {

@@ -3,7 +3,8 @@
 //! become one product over the weights side by side, whose columns are sliced back apart.
 //! A transformer's query, key and value projections run as one wider GEMM (TensorRT fuses them
 //! the same way): fewer, fuller launches. Each slice reads the wide output in place where the
-//! backend allows (cuda keeps it a strided view).
+//! backend allows (cuda keeps it a strided view). 2:4 sparse weights merge only with 2:4
+//! siblings: a merged matrix with a dense part would lose its sparse kernels.
 
 use super::graph::{has_control_flow, known_value};
 use crate::ir::rewrite::Rewriter;
@@ -24,6 +25,8 @@ struct Product {
     input: TensorId,
     weights: TensorId,
     bias: Option<(TensorId, bool)>,
+    /// Whether W is 2:4 along its depth ([`crate::sparsity`]).
+    two_four: bool,
 }
 
 impl Pass for HorizontalMatMulFusion {
@@ -35,12 +38,12 @@ impl Pass for HorizontalMatMulFusion {
         if has_control_flow(network) {
             return Ok(None);
         }
-        // Siblings by (input, weights' type and depth, bias shape of the epilogue).
+        // Siblings by (input, weights' type and depth, bias shape of the epilogue, 2:4 or not).
         let mut groups: HashMap<(TensorId, String), Vec<Product>> = HashMap::new();
         for i in 0..network.layers().len() {
             if let Some(p) = product(network, i) {
                 let w = network.tensor(p.weights);
-                let key = format!("{} {:?} {:?}", w.dtype, w.shape.dims().first(), p.bias.map(|(_, first)| first));
+                let key = format!("{} {:?} {:?} {}", w.dtype, w.shape.dims().first(), p.bias.map(|(_, first)| first), p.two_four);
                 groups.entry((p.input, key)).or_default().push(p);
             }
         }
@@ -91,17 +94,20 @@ fn product(net: &Network, i: usize) -> Option<Product> {
     let (input, weights) = (l.inputs.first().copied()??, l.inputs.get(1).copied()??);
     let out = *l.outputs.first()?;
     let w = known_value(net, weights)?;
-    let [_, n] = w.shape()[..] else { return None };
-    if net.outputs().contains(&out) || !w.dtype().is_float() || w.data().as_le_bytes().is_none() {
+    let [k, n] = w.shape()[..] else { return None };
+    let bytes = w.data().as_le_bytes()?;
+    if net.outputs().contains(&out) || !w.dtype().is_float() {
         return None;
     }
+    let grouping = crate::sparsity::WeightGrouping { outer: 1, reduction: k, inner: n };
+    let two_four = k % crate::sparsity::GROUP == 0 && crate::sparsity::is_two_four_bytes(bytes, w.dtype().size_bytes()?, grouping);
     if let Some((b, _)) = bias {
         let b = known_value(net, b)?;
         if b.shape() != [n] || b.dtype() != w.dtype() {
             return None;
         }
     }
-    Some(Product { layer: i, input, weights, bias })
+    Some(Product { layer: i, input, weights, bias, two_four })
 }
 
 /// Rows of the [K, N_i] matrices side by side: one [K, ΣN] matrix (or [ΣN] vectors).
