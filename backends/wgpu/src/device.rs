@@ -42,6 +42,9 @@ pub struct Gpu {
     pub info: wgpu::AdapterInfo,
     pub limits: wgpu::Limits,
     pub features: wgpu::Features,
+    /// Whether WGSL's `dot4I8Packed` is there (naga emits the adapter's integer dot product
+    /// where it has one, shifts and multiplies elsewhere): INT8 products use it.
+    pub packed_dot: bool,
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
     lost: Arc<Mutex<Option<String>>>,
     /// Buffers created so far (tests check that steady-state executions create none).
@@ -64,25 +67,28 @@ pub fn shared() -> Result<&'static Gpu, DeviceError> {
     SHARED.get_or_init(open).as_ref().map_err(Clone::clone)
 }
 
-/// The first adapter of `backends` (WGPU_BACKEND in the environment overrides them).
-fn request_adapter(backends: wgpu::Backends) -> Result<wgpu::Adapter, DeviceError> {
+/// The first adapter of `backends` (WGPU_BACKEND in the environment overrides them), and
+/// the WGSL language features of its instance.
+fn request_adapter(backends: wgpu::Backends) -> Result<(wgpu::Adapter, wgpu::WgslLanguageFeatures), DeviceError> {
     let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
     if wgpu::Backends::from_env().is_none() {
         desc.backends = backends;
     }
     let instance = wgpu::Instance::new(desc);
+    let language = instance.wgsl_language_features();
     pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
         power_preference: wgpu::PowerPreference::HighPerformance,
         force_fallback_adapter: false,
         compatible_surface: None,
         apply_limit_buckets: false,
     }))
+    .map(|adapter| (adapter, language))
     .map_err(|e| DeviceError::NoAdapter { reason: e.to_string() })
 }
 
 fn open() -> Result<Gpu, DeviceError> {
     // Vulkan / Metal / DX12 first; GL only where none of them has an adapter.
-    let adapter = request_adapter(wgpu::Backends::PRIMARY).or_else(|_| request_adapter(wgpu::Backends::GL))?;
+    let (adapter, language) = request_adapter(wgpu::Backends::PRIMARY).or_else(|_| request_adapter(wgpu::Backends::GL))?;
     let info = adapter.get_info();
     let adapter_limits = adapter.limits();
     // Ask for everything the adapter offers that compute needs: bigger bindings and
@@ -125,6 +131,7 @@ fn open() -> Result<Gpu, DeviceError> {
         info,
         limits,
         features,
+        packed_dot: language.contains(wgpu::WgslLanguageFeatures::Packed4x8IntegerDotProduct),
         pipelines: Mutex::new(HashMap::new()),
         lost,
         buffers_created: AtomicU64::new(0),

@@ -238,6 +238,11 @@ impl<'e> Run<'e> {
         let inputs = self.words([Q::X, Q::W, Q::BIAS, Q::W_ZERO].iter().map(|&s| device(s)).collect::<KResult<Vec<_>>>()?)?;
         let [x, w, bias, w_zero] = <[Option<DeviceTensor>; 4]>::try_from(inputs).map_err(|_| invalid!("integer layer inputs"))?;
         let (x, w) = (x.ok_or_else(|| invalid!("input x is missing"))?, w.ok_or_else(|| invalid!("input w is missing"))?);
+        // Weight zero points that are all 0 subtract nothing: the product is symmetric.
+        let w_zero = match w_zero {
+            Some(_) if host(Q::W_ZERO)?.is_some_and(|v| v.iter().all(|&z| z == 0.0)) => None,
+            other => other,
+        };
         let shape = expected
             .first()
             .and_then(|o| o.shape.as_fixed())

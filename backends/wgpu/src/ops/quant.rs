@@ -4,8 +4,8 @@
 
 use super::{count_word, output, KResult};
 use crate::shaders::Instance;
-use crate::value::{DeviceTensor, Recorder};
-use kiln::DataType;
+use crate::value::{DeviceTensor, Packing, Recorder};
+use kiln::{DataType, MatrixOp};
 
 fn check_zero_point(scale: &DeviceTensor, zero_point: Option<&DeviceTensor>) -> KResult<()> {
     Ok(kiln::plan::quant::check_zero_point(scale.len(), zero_point.map(DeviceTensor::len))?)
@@ -100,6 +100,45 @@ pub fn dequantize(
     super::pointwise::narrow(rec, out)
 }
 
+/// Products run by [`packed_product`] in this process (what tests check the path ran by).
+static PACKED_PRODUCTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many int8 products this process ran with `dot4I8Packed`.
+pub fn packed_products() -> u64 {
+    PACKED_PRODUCTS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The int32 sums of a symmetric int8 product `x · op_b(w)` (x row-major `[.., m, k]`, w a
+/// `[k, n]` or transposed `[n, k]` matrix, k a multiple of 4) with `dot4I8Packed`: both
+/// operands packed four values to a word along k, then one pass of four-wide dot products.
+/// None where the product is not of that form or the adapter lacks the built-in.
+fn packed_product(rec: &Recorder, x: &DeviceTensor, op_a: MatrixOp, w: &DeviceTensor, op_b: MatrixOp, shape: &[usize], symmetric: bool) -> KResult<Option<DeviceTensor>> {
+    let int8 = x.dtype == DataType::I8 && w.dtype == DataType::I8 && x.packing == Packing::Word && w.packing == Packing::Word;
+    let (&[rows_w, cols_w], Some(&k)) = (&w.shape[..], x.shape.last()) else { return Ok(None) };
+    let (n, w_strides) = match op_b {
+        MatrixOp::None if rows_w == k => (cols_w, (1, cols_w)),
+        MatrixOp::Transpose if cols_w == k => (rows_w, (k, 1)),
+        _ => return Ok(None),
+    };
+    let m = x.len().checked_div(k).unwrap_or(0);
+    let fits = shape.iter().product::<usize>() == m * n && m * n > 0;
+    if !rec.gpu.packed_dot || !symmetric || !int8 || op_a != MatrixOp::None || !k.is_multiple_of(4) || !fits {
+        return Ok(None);
+    }
+    let pack = |t: &DeviceTensor, rows: usize, (row_stride, col_stride): (usize, usize)| -> KResult<DeviceTensor> {
+        let out = output(rec, DataType::I32, &[rows, k / 4])?;
+        let params = [count_word(out.len())?, count_word(k / 4)?, count_word(row_stride)?, count_word(col_stride)?];
+        rec.dispatch_1d(&Instance::plain("pack_i8x4"), &params, &[&t.buffer, &out.buffer], out.len()).map_err(kiln::KernelError::from)?;
+        Ok(out)
+    };
+    let (xp, wp) = (pack(x, m, (k, 1))?, pack(w, n, w_strides)?);
+    let out = output(rec, DataType::I32, shape)?;
+    let params = [count_word(m * n)?, count_word(n)?, count_word(k / 4)?];
+    rec.dispatch_1d(&Instance::plain("dot_i8x4"), &params, &[&xp.buffer, &wp.buffer, &out.buffer], m * n).map_err(kiln::KernelError::from)?;
+    PACKED_PRODUCTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Ok(Some(out))
+}
+
 /// The host-side values of an integer layer (kiln::QuantizedParams): its scales and the
 /// zero points of x and y.
 #[derive(Clone, Debug)]
@@ -149,7 +188,11 @@ pub fn quantized(
     let acc = match &p.anchor {
         QuantizedAnchor::Convolution(c) => super::linalg::convolution(rec, c, &xi, &wi, int_bias, shape)?,
         QuantizedAnchor::MatrixMultiply { op_a, op_b } => {
-            let product = super::linalg::matmul(rec, &xi, *op_a, &wi, *op_b, shape, DataType::I32)?;
+            let symmetric = scales.x_zero == 0 && w_zero.is_none();
+            let product = match packed_product(rec, x, *op_a, w, *op_b, shape, symmetric)? {
+                Some(sums) => sums,
+                None => super::linalg::matmul(rec, &xi, *op_a, &wi, *op_b, shape, DataType::I32)?,
+            };
             match int_bias {
                 Some(b) => pointwise::binary(rec, ElementwiseOp::Sum, &product, b, shape, DataType::I32)?,
                 None => product,

@@ -3,7 +3,7 @@
 //! 1/2^k, where many results sit at a rounding tie.
 
 use crate::common::{both, gpu, same_values};
-use crate::integer_layers::{conv, layer, Operands::Asymmetric as A};
+use crate::integer_layers::{conv, layer, Operands::Asymmetric as A, Operands::Symmetric as S};
 use kiln::{DataType, MatrixOp, QuantizedAnchor};
 
 #[test]
@@ -26,6 +26,31 @@ fn integer_layers_match_the_cpu_oracle_exactly() {
         let (got, want) = both(&gpu, &net, &feeds);
         assert_eq!(got[0].dtype(), want[0].dtype(), "{what}");
         assert!(same_values(&got[0], &want[0]), "{what}: wgpu differs from the cpu oracle");
+    }
+}
+
+/// Symmetric int8 products (zero points 0) run on `dot4I8Packed` where the adapter has it,
+/// exactly as the cpu oracle; a depth that is not a multiple of 4 takes the i32 product.
+#[test]
+fn symmetric_int8_products_use_packed_dot_products_exactly() {
+    let Some(gpu) = gpu() else { return };
+    let matmul = QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::None };
+    let matmul_t = QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::Transpose };
+    let packed = kiln_wgpu::device::shared().expect("device").packed_dot;
+    let cases = [
+        ("product, int32 bias, int8", true, layer(matmul.clone(), S, &[3, 40], &[40, 8], 8, Some(DataType::I32), false, DataType::I8)),
+        ("batched product, B transposed, ReLU, f32", true, layer(matmul_t, S, &[2, 5, 24], &[6, 24], 6, None, true, DataType::F32)),
+        ("product of depth 10, f16", false, layer(matmul, S, &[3, 10], &[10, 8], 8, Some(DataType::F32), false, DataType::F16)),
+    ];
+    for (what, packs, (net, feeds)) in cases {
+        let before = kiln_wgpu::ops::quant::packed_products();
+        let (got, want) = both(&gpu, &net, &feeds);
+        assert!(same_values(&got[0], &want[0]), "{what}: wgpu differs from the cpu oracle");
+        let ran_packed = kiln_wgpu::ops::quant::packed_products() > before;
+        assert_eq!(ran_packed, packs && packed, "{what}: dot4I8Packed {} (adapter has it: {packed})", if ran_packed { "ran" } else { "did not run" });
+    }
+    if !packed {
+        eprintln!("SKIPPED in part: this adapter's WGSL has no dot4I8Packed; the i32 product ran");
     }
 }
 
