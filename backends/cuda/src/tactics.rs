@@ -193,7 +193,8 @@ pub fn tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId, 
     if !is_gemm(network, layer) {
         return vec![TacticDesc::default_for("cuda")];
     }
-    let dtype = network.tensor(network.layer(layer).inputs[0].expect("a product has an input")).dtype;
+    // `is_gemm` found a float input 0.
+    let dtype = network.layer(layer).inputs.first().copied().flatten().map_or(DataType::F32, |t| network.tensor(t).dtype);
     let sparse = sparse_offered(backend, network, layer, math, dtype).then_some(SPARSE_GEMM);
     (0..RANKED_ALGORITHMS)
         .chain(sparse)
