@@ -4,14 +4,21 @@
 #include "common.cuh"
 #include "unary.cuh"
 
-template <typename T>
+// The accumulator's view of an element: f32 for the float types, the f64 itself for f64 (the
+// exact convolution of integers that ONNX's QLinearConv / ConvInteger expansions run).
+template <typename Acc, typename T> __device__ __forceinline__ Acc widen(T v) { return to_f(v); }
+template <> __device__ __forceinline__ double widen<double, double>(double v) { return v; }
+template <typename T> __device__ __forceinline__ T narrow_to(float v) { return from_f<T>(v); }
+template <typename T> __device__ __forceinline__ T narrow_to(double v) { return v; }
+
+template <typename T, typename Acc>
 __device__ void conv2d(Window p, const T* x, const T* w, const T* bias, T* y) {
     i64 n = p.n * p.oc * p.oh * p.ow;
     i64 cg = p.c / p.groups, ocg = p.oc / p.groups;
     KILN_GRID_LOOP(i, n) {
         i64 ox = i % p.ow, oy = (i / p.ow) % p.oh, co = (i / (p.ow * p.oh)) % p.oc, b = i / (p.ow * p.oh * p.oc);
         i64 g = co / ocg;
-        float acc = p.kind ? to_f(bias[co]) : 0.0f;
+        Acc acc = p.kind ? widen<Acc>(bias[co]) : Acc(0);
         for (i64 ci = 0; ci < cg; ++ci) {
             const T* xc = x + ((b * p.c) + g * cg + ci) * p.h * p.w;
             const T* wc = w + (co * cg + ci) * p.kh * p.kw;
@@ -21,11 +28,11 @@ __device__ void conv2d(Window p, const T* x, const T* w, const T* bias, T* y) {
                 for (i64 kx = 0; kx < p.kw; ++kx) {
                     i64 ix = ox * p.sw - p.pw + kx * p.dw;
                     if (ix < 0 || ix >= p.w) continue;
-                    acc += to_f(xc[iy * p.w + ix]) * to_f(wc[ky * p.kw + kx]);
+                    acc += widen<Acc>(xc[iy * p.w + ix]) * widen<Acc>(wc[ky * p.kw + kx]);
                 }
             }
         }
-        y[i] = from_f<T>(acc);
+        y[i] = narrow_to<T>(acc);
     }
 }
 
@@ -170,7 +177,7 @@ __device__ __forceinline__ void depthwise_nhwc_rows(Window p, int act1, float al
     DEPTHWISE_ROWS(suffix, T, 5, 2) DEPTHWISE_ROWS(suffix, T, 7, 1) DEPTHWISE_ROWS(suffix, T, 7, 2)
 
 #define SPATIAL_KERNELS(suffix, T) \
-    extern "C" __global__ void conv2d_##suffix(Window p, const T* x, const T* w, const T* b, T* y) { conv2d(p, x, w, b, y); } \
+    extern "C" __global__ void conv2d_##suffix(Window p, const T* x, const T* w, const T* b, T* y) { conv2d<T, float>(p, x, w, b, y); } \
     extern "C" __global__ void depthwise_nhwc_##suffix(Window p, int a1, float x1, float y1, int a2, float x2, float y2, \
                                                       const T* x, const T* w, const T* b, const T* z, T* y) { \
         depthwise_nhwc<T, Vec16<T>::N>(p, a1, x1, y1, a2, x2, y2, x, w, b, z, y); \
@@ -184,3 +191,4 @@ __device__ __forceinline__ void depthwise_nhwc_rows(Window p, int act1, float al
 SPATIAL_KERNELS(f32, float)
 SPATIAL_KERNELS(f16, __half)
 SPATIAL_KERNELS(bf16, __nv_bfloat16)
+extern "C" __global__ void conv2d_f64(Window p, const double* x, const double* w, const double* b, double* y) { conv2d<double, double>(p, x, w, b, y); }

@@ -519,6 +519,71 @@ extern "C" __global__ void quant_requantize(int acc_type, int out_type, i64 inne
     }
 }
 
+// quant_requantize where the channels are innermost (a product's row-major sums, a convolution's
+// NHWC ones) and their count is a multiple of 4: four sums per thread with vector loads and
+// stores, 32-bit indexing (n4 < 2^29). The same f32 operations: a sum plus its int32 bias is an
+// exact 64-bit integer, rounded once to f32 as the f64 pivot rounds it.
+template <typename T> struct VecOf;
+template <> struct VecOf<int> { typedef int4 T; };
+template <> struct VecOf<float> { typedef float4 T; };
+// The sum plus the int32 bias, rounded once to f32: exact in 64-bit integers (int32 sums) or
+// in f64 (f32 sums of integers, exact below 2^24).
+__device__ __forceinline__ float exact_sum(int s, int b) { return __ll2float_rn((i64)s + b); }
+__device__ __forceinline__ float exact_sum(float s, int b) { return __double2float_rn((double)s + b); }
+
+template <typename Acc>
+__device__ __forceinline__ void requantize_rows_x4(int out_type, int channels, int n4, const Acc* acc, const int* int_bias,
+                                                   const float* scale, int scale_len, const float* float_bias,
+                                                   int float_bias_len, float y_scale, float y_zero, float lo, float hi,
+                                                   int relu, void* y) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += gridDim.x * blockDim.x) {
+        const int c = (i * 4) % channels;
+        const typename VecOf<Acc>::T a = ((const typename VecOf<Acc>::T*)acc)[i];
+        const Acc sums[4] = {a.x, a.y, a.z, a.w};
+        float v[4];
+        for (int j = 0; j < 4; ++j) {
+            float f = exact_sum(sums[j], int_bias ? int_bias[c + j] : 0);
+            v[j] = __fmul_rn(f, scale[scale_len == 1 ? 0 : c + j]);
+            if (float_bias) v[j] = __fadd_rn(v[j], float_bias[float_bias_len == 1 ? 0 : c + j]);
+        }
+        if (out_type == T_I8 || out_type == T_U8) {
+            u8 q[4];
+            for (int j = 0; j < 4; ++j) {
+                float level = rintf(float_bias ? __fdiv_rn(v[j], y_scale) : v[j]);
+                if (relu) level = fmaxf(level, 0.0f);
+                level = fminf(fmaxf(level + y_zero, lo), hi);
+                q[j] = out_type == T_I8 ? (u8)(signed char)(int)level : (u8)(int)level;
+            }
+            ((uchar4*)y)[i] = make_uchar4(q[0], q[1], q[2], q[3]);
+            continue;
+        }
+        for (int j = 0; j < 4; ++j) v[j] = relu ? fmaxf(v[j], 0.0f) : v[j];
+        if (out_type == T_F32) {
+            ((float4*)y)[i] = make_float4(v[0], v[1], v[2], v[3]);
+        } else if (out_type == T_F16) {
+            __half2 h[2] = {__floats2half2_rn(v[0], v[1]), __floats2half2_rn(v[2], v[3])};
+            ((uint2*)y)[i] = *(uint2*)h;
+        } else {
+            __nv_bfloat162 h[2] = {__floats2bfloat162_rn(v[0], v[1]), __floats2bfloat162_rn(v[2], v[3])};
+            ((uint2*)y)[i] = *(uint2*)h;
+        }
+    }
+}
+
+// acc_type: T_I32 or T_F32; out_type: T_I8, T_U8, T_F32, T_F16 or T_BF16.
+extern "C" __global__ void quant_requantize_rows_x4(int acc_type, int out_type, int channels, int n4, const void* acc,
+                                                    const int* int_bias, const float* scale, i64 scale_len,
+                                                    const float* float_bias, i64 float_bias_len, float y_scale,
+                                                    float y_zero, float lo, float hi, int relu, void* y) {
+    if (acc_type == T_I32) {
+        requantize_rows_x4(out_type, channels, n4, (const int*)acc, int_bias, scale, (int)scale_len, float_bias,
+                           (int)float_bias_len, y_scale, y_zero, lo, hi, relu, y);
+    } else {
+        requantize_rows_x4(out_type, channels, n4, (const float*)acc, int_bias, scale, (int)scale_len, float_bias,
+                           (int)float_bias_len, y_scale, y_zero, lo, hi, relu, y);
+    }
+}
+
 // ---- elementwise on integer types and f64 ----
 // Op codes: kiln-cuda's pointwise::binary_code (OP_* of binary.cuh), plus the bitwise ops.
 #define OP_BITAND 18

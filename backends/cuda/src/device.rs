@@ -47,6 +47,8 @@ pub struct Gpu {
     /// Weights converted once for a kernel (see [`Gpu::converted_weights`]), shared by every
     /// lane: constants are the context's, whichever stream reads them.
     converted: Arc<Mutex<HashMap<(u64, String), Converted>>>,
+    /// Small tables derived from constants (see [`Gpu::constant_table`]), by content.
+    tables: Arc<Mutex<HashMap<(DataType, Vec<usize>, Vec<u8>), DeviceTensor>>>,
     /// The device's streaming multiprocessors, read once (see [`Gpu::multiprocessors`]).
     multiprocessors: u32,
 }
@@ -116,6 +118,7 @@ impl Gpu {
             sparse: OnceLock::new(),
             sessions: Arc::default(),
             converted: Arc::default(),
+            tables: Arc::default(),
         })
     }
 
@@ -137,6 +140,7 @@ impl Gpu {
             sparse: OnceLock::new(),
             sessions: Arc::default(),
             converted: self.converted.clone(),
+            tables: self.tables.clone(),
             multiprocessors: self.multiprocessors,
         })
     }
@@ -243,6 +247,24 @@ impl Gpu {
         }
         cache.insert(key, Converted { original: Arc::downgrade(&w.buf), dtype: w.dtype, shape: w.shape.clone(), copy: copy.clone() });
         Ok(copy)
+    }
+
+    /// `t`, a small table computed on the host from constants alone (an integer layer's
+    /// per-channel requantizing scales), on the device once and shared by content across runs
+    /// and lanes: uploading it every run put a host-to-device copy on each replay of the
+    /// run's CUDA graph. Entries live as long as the context (a few KB per distinct table).
+    pub fn constant_table(&self, t: &HostTensor) -> Result<DeviceTensor, GpuError> {
+        let key = (t.dtype(), t.shape().to_vec(), t.data().le_bytes().to_vec());
+        let mut tables = self.tables.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(table) = tables.get(&key) {
+            return Ok(table.clone());
+        }
+        let table = self.persistent(|| self.upload(t))?;
+        if self.has_lanes() {
+            self.synchronize()?;
+        }
+        tables.insert(key, table.clone());
+        Ok(table)
     }
 
     /// Device memory in use on this GPU, by every process (total less free, cuMemGetInfo):

@@ -347,7 +347,8 @@ fn depthwise_convolution(
 
 /// kiln's own direct kernel (1-D and 2-D): the correctness baseline and the fallback.
 fn direct_convolution(cx: &Ctx, p: &ConvolutionParams, x: &DeviceTensor, w: &DeviceTensor, bias: Option<&DeviceTensor>, out_shape: &[usize]) -> KResult<DeviceTensor> {
-    let suffix = float_suffix(x.dtype).map_err(KernelError::from)?;
+    // f64 too: the exact integer convolutions of ONNX's ConvInteger / QLinearConv expansions.
+    let suffix = super::float64_suffix(x.dtype, "convolution")?;
     let r = x.shape.len();
     if r < 3 || w.shape.len() != r || out_shape.len() != r {
         return Err(invalid!("convolution of {:?} by {:?}", x.shape, w.shape));

@@ -312,7 +312,9 @@ pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_ty
         }
         K::Reduce { .. } if t0.is_some_and(typed::reduce_supported) => None,
         K::Reduce { .. } => need_float("Reduce"),
-        K::Convolution(p) if p.strides.len() <= 2 || cudnn_convolves(p) => need_float("Convolution"),
+        // The direct kernel convolves f64 too (ConvInteger / QLinearConv's exact expansions).
+        K::Convolution(p) if p.strides.len() <= 2 => t0.and_then(|t| float64_suffix(t, "Convolution").err().map(|e| e.to_string())),
+        K::Convolution(p) if cudnn_convolves(p) => need_float("Convolution"),
         K::Convolution(p) => Some(format!("a {}-D convolution runs only through cuDNN (3-D, symmetric padding): no CUDA kernel for this one", p.strides.len())),
         K::Pooling(p) if p.window.len() > 8 => Some(format!("{}-D pooling has no CUDA kernel", p.window.len())),
         K::Pooling(p) => t0.and_then(|t| pool::suffix(p.kind, t).err().map(|e| e.to_string())),

@@ -312,7 +312,7 @@ fn fp8_product(cx: &Ctx, op_b: MatrixOp, x: &DeviceTensor, w: &DeviceTensor, k: 
         let b = b_as_nk(cx, w, op_b)?;
         let upload = |v: Vec<f32>| -> KResult<DeviceTensor> {
             let len = v.len();
-            cx.gpu.upload(&kiln::HostTensor::from_f32(vec![len], v).map_err(KernelError::from)?).map_err(KernelError::from)
+            cx.gpu.constant_table(&kiln::HostTensor::from_f32(vec![len], v).map_err(KernelError::from)?).map_err(KernelError::from)
         };
         let x_scale = upload(vec![k.x_scale; if a_per_row { m } else { 1 }])?;
         let w_scale = upload(k.w_scale.clone())?;
@@ -380,7 +380,7 @@ impl Epilogue {
         let finite = scale.iter().all(|s| s.is_finite());
         let levels_bias_bound = k.int_bias_bound.filter(|_| p.quantized_output() && float_bias.is_none() && finite);
         let scale_len = scale.len();
-        let scale = cx.gpu.upload(&kiln::HostTensor::from_f32(vec![scale_len], scale).map_err(KernelError::from)?).map_err(KernelError::from)?;
+        let scale = cx.gpu.constant_table(&kiln::HostTensor::from_f32(vec![scale_len], scale).map_err(KernelError::from)?).map_err(KernelError::from)?;
         let (lo, hi) = if out_dtype == DataType::U8 { (0.0f32, 255.0f32) } else { (-128.0, 127.0) };
         let args = vec![
             int_bias.map_or(Arg::NULL, |b| cx.arg(b)),
@@ -416,6 +416,25 @@ fn requantize(cx: &Ctx, p: &Q, acc: &DeviceTensor, bias: Option<&DeviceTensor>, 
     out.strides = acc.strides.clone();
     let n = out.len();
     if n == 0 {
+        return Ok(out);
+    }
+    // Four channels a thread where they are innermost and come in fours (products, NHWC sums).
+    let rows_x4 = inner == 1
+        && channels % 4 == 0
+        && n < 1 << 31
+        && matches!(acc.dtype, DataType::I32 | DataType::F32)
+        && matches!(out_dtype, DataType::I8 | DataType::U8 | DataType::F32 | DataType::F16 | DataType::BF16);
+    if rows_x4 {
+        let mut args = vec![
+            Arg::I32(typed::type_code(acc.dtype)),
+            Arg::I32(typed::type_code(out_dtype)),
+            Arg::I32(channels as i32),
+            Arg::I32((n / 4) as i32),
+            cx.arg(acc),
+        ];
+        args.extend(epilogue.args.iter().copied());
+        args.push(cx.arg(&out));
+        cx.launch_elements(Source::Typed.kernel("quant_requantize_rows_x4"), n / 4, &args)?;
         return Ok(out);
     }
     let mut args = vec![

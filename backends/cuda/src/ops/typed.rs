@@ -40,6 +40,7 @@ pub fn kernel_names() -> Vec<String> {
         "quant_quantize_narrow_x4",
         "quant_dequantize_8bit_x4",
         "quant_requantize",
+        "quant_requantize_rows_x4",
         "typed_classify_any",
         "typed_not_bool",
         "typed_reduce_bool",

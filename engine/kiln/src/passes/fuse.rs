@@ -155,7 +155,10 @@ pub(crate) fn next_step(
     readers: &[Vec<(usize, usize)>],
     running: TensorId,
 ) -> Option<ChainStep> {
-    if net.outputs().contains(&running) || !net.tensor(running).dtype.is_float() {
+    // f64 chains stay unfused: they are exact expansions (ConvInteger, QLinearConv) that
+    // backends run as plain f64 layers, where a fused layer would compute in f32.
+    let chain_type = |t: TensorId| net.tensor(t).dtype.is_float() && net.tensor(t).dtype != DataType::F64;
+    if net.outputs().contains(&running) || !chain_type(running) {
         return None;
     }
     let [(layer, slot)] = readers[running.0][..] else {
@@ -163,7 +166,7 @@ pub(crate) fn next_step(
     };
     let l = &net.layers()[layer];
     let out = *l.outputs.first()?;
-    if !net.tensor(out).dtype.is_float() {
+    if !chain_type(out) {
         return None;
     }
     let (post, operand) = match l.kind {

@@ -4,7 +4,7 @@ use super::build::{binary, with_scalar};
 use super::{one, Registry};
 use crate::context::NodeContext;
 use crate::error::ImportError;
-use kiln::{ActivationKind, ElementwiseOp, LayerKind, ShuffleParams, TensorId};
+use kiln::{ActivationKind, DataType, ElementwiseOp, LayerKind, ShuffleParams, TensorId};
 
 pub(super) fn register(r: &mut Registry) {
     r.add("Relu", &[1, 6, 13, 14], activation);
@@ -107,7 +107,9 @@ fn clip(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
         return one(ctx.add("", LayerKind::Activation { kind: ActivationKind::Clip { min, max } }, &[x])?);
     }
     let (min, max) = (ctx.opt_input(1), ctx.opt_input(2));
-    if ctx.dtype(x).is_float() {
+    // f32 bounds are exact for f32 and narrower; f64 (QLinearConv's exact expansion) takes
+    // Max / Min with its own bounds.
+    if ctx.dtype(x).is_float() && ctx.dtype(x) != DataType::F64 {
         let min_value = min.map(|t| constant_bound(ctx, t, "min")).transpose()?;
         let max_value = max.map(|t| constant_bound(ctx, t, "max")).transpose()?;
         if let (Some(lo), Some(hi)) =
