@@ -245,6 +245,8 @@ struct Config {
     api: &'static Api,
     selection: Box<Opaque>,
     plan: Box<Opaque>,
+    /// The workspace the plan asks for, read once (every run needs it).
+    workspace_bytes: usize,
 }
 
 impl Drop for Config {
@@ -270,8 +272,8 @@ impl Config {
         let mut selection = Opaque::boxed();
         // SAFETY (this block): handle and matmul descriptor initialized; the selection and
         // plan are writable, aligned objects of the header's size; attribute values point to
-        // i32 locals. A selection made is destroyed on every path (by `Config`'s drop once the
-        // plan exists).
+        // i32 locals and the workspace size to a usize field. A selection made is destroyed on
+        // every path (by `Config`'s drop once the plan exists).
         unsafe {
             check(api, "cusparseLtMatmulAlgSelectionInit", (api.alg_init)(handle, &mut *selection, matmul, ALG_DEFAULT))?;
             let mut max_id = 0i32;
@@ -287,7 +289,9 @@ impl Config {
                 let _ = (api.alg_destroy)(&*selection);
                 return Err(status_error(api, "cuSPARSELt configuration", status));
             }
-            Ok((Config { api, selection, plan }, max_id))
+            let mut config = Config { api, selection, plan, workspace_bytes: 0 };
+            check(api, "cusparseLtMatmulGetWorkspace", (api.workspace)(handle, &*config.plan, &mut config.workspace_bytes))?;
+            Ok((config, max_id))
         }
     }
 }
@@ -446,9 +450,7 @@ impl SparseLt {
 
     /// The plan's workspace, grown to what its configuration asks for.
     fn workspace(&self, config: &Config, workspace: &mut Option<CudaSlice<u8>>) -> Result<u64, GpuError> {
-        let mut bytes = 0usize;
-        // SAFETY: handle and plan initialized; `bytes` is a local.
-        check(self.api, "cusparseLtMatmulGetWorkspace", unsafe { (self.api.workspace)(&*self.handle, &*config.plan, &mut bytes) })?;
+        let bytes = config.workspace_bytes;
         if workspace.as_ref().is_none_or(|w| w.len() < bytes) {
             *workspace = Some(self.stream.alloc_zeros::<u8>(bytes.max(1)).map_err(crate::error::driver("cuMemAlloc"))?);
         }

@@ -106,7 +106,14 @@ pub fn is_two_four_bytes(bytes: &[u8], width: usize, grouping: WeightGrouping) -
 /// Whether `layer`'s weights satisfy 2:4 sparsity.
 pub fn is_eligible(network: &Network, layer: LayerId) -> bool {
     weights_of(network, layer).is_some_and(|(w, grouping)| {
-        network.tensor(w).value.as_ref().is_some_and(|v| is_two_four(&v.to_f64_vec(), grouping))
+        network.tensor(w).value.as_ref().is_some_and(|v| {
+            // Float weights in place (a build asks per layer, several times); others widened.
+            let in_place = v.dtype().is_float().then(|| v.data().as_le_bytes().zip(v.dtype().size_bytes())).flatten();
+            match in_place {
+                Some((bytes, width)) if matches!(width, 2 | 4 | 8) => is_two_four_bytes(bytes, width, grouping),
+                _ => is_two_four(&v.to_f64_vec(), grouping),
+            }
+        })
     })
 }
 

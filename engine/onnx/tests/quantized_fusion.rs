@@ -358,3 +358,42 @@ fn a_max_pooling_between_quantizations_pools_the_integers() {
         assert_eq!(got.values().next().expect("one output").data(), want.data(), "{what}");
     }
 }
+
+/// An FP16 build puts a Cast back to f32 between a narrowed float layer and its
+/// QuantizeLinear; the QuantizeLinear reads the f16 tensor itself (widening is exact), with the
+/// levels of the unoptimized FP16 build.
+#[test]
+fn a_quantize_after_an_f16_layer_reads_it_without_a_widening_cast() {
+    use kiln::{HostTensor, Shape};
+    let mut net = Network::new("relu q");
+    let x = net.add_input("x", DataType::F32, Shape::fixed(&[4, 16])).expect("x");
+    let relu = net.add_layer("relu", LayerKind::Activation { kind: kiln::ActivationKind::Relu }, vec![Some(x)]).expect("relu");
+    let scale = net.add_weights(HostTensor::from_f32(vec![], vec![0.037]).expect("scale"));
+    let scale = net.add_layer("scale", LayerKind::Constant { weights: scale }, vec![]).expect("scale");
+    let (relu, scale) = (net.output(relu, 0), net.output(scale, 0));
+    let q = net.add_layer("q", LayerKind::Quantize { axis: None, to: DataType::I8 }, vec![Some(relu), Some(scale), None]).expect("q");
+    let y = net.output(q, 0);
+    net.mark_output(y).expect("output");
+    let backend = HalfFirstCpu(kiln_cpu::CpuBackend::new());
+    let build = |optimization: kiln::Optimization| {
+        let mut config = BuilderConfig::default();
+        config.set_flag(kiln::BuilderFlag::Fp16);
+        config.optimization = optimization;
+        Builder::new(&backend).build(&net, &config).expect("fp16 build")
+    };
+    let (fused, plain) = (build(kiln::Optimization::Full), build(kiln::Optimization::None));
+    let kinds = |e: &kiln::Engine| e.network().layers().iter().map(|l| l.kind.type_name()).collect::<Vec<_>>();
+    assert!(kinds(&plain).contains(&"Cast"), "the FP16 build widens before quantizing: {}", plain.network().dump());
+    let quantize = fused.network().layers().iter().find(|l| matches!(l.kind, LayerKind::Quantize { .. })).expect("a QuantizeLinear");
+    let read = fused.network().tensor(quantize.inputs[0].expect("x"));
+    assert_eq!(read.dtype, DataType::F16, "{}", fused.network().dump());
+    assert!(fused.network().layers().iter().all(|l| l.kind != (LayerKind::Cast { to: DataType::F32 })), "no widening Cast left: {}", fused.network().dump());
+    let input = HostTensor::from_f32(vec![4, 16], (0..64).map(|i| (i as f32 * 0.731).sin() * 6.0).collect()).expect("x");
+    let feeds = std::collections::HashMap::from([("x".to_string(), input)]);
+    let run = |engine: kiln::Engine| kiln::ExecutionContext::new(engine, &backend).expect("prepare").run(&feeds).expect("run");
+    let (got, want) = (run(fused), run(plain));
+    let (got, want) = (got.values().next().expect("y"), want.values().next().expect("y"));
+    assert_eq!((got.dtype(), got.data()), (DataType::I8, want.data()));
+    let levels = want.to_f64_vec();
+    assert!(levels.contains(&127.0) && levels.iter().any(|&v| v > 0.0 && v < 127.0), "saturates some values, not all: {levels:?}");
+}

@@ -168,30 +168,41 @@ pub fn quantized(
     use kiln::{ElementwiseOp, QuantizedAnchor};
     let as_i32 = |t: &DeviceTensor| pointwise::cast(rec, t, DataType::I32, CastMode::default());
     let minus = |t: DeviceTensor, zero: DeviceTensor| pointwise::binary(rec, ElementwiseOp::Sub, &t, &zero, &t.shape.clone(), DataType::I32);
-    let mut xi = as_i32(x)?;
-    if scales.x_zero != 0 {
-        let zero = pointwise::fill(rec, DataType::I32, &[1], scales.x_zero as i32 as u32)?;
-        xi = minus(xi, zero)?;
-    }
-    let mut wi = as_i32(w)?;
-    if let Some(z) = w_zero {
-        // One zero point per output channel, broadcast along the weights' channel axis.
-        let axis = p.anchor.weight_channel_axis(w.shape.len());
-        let mut zero = as_i32(z)?;
-        if zero.len() > 1 {
-            zero.shape = (0..w.shape.len()).map(|d| if d == axis { zero.len() } else { 1 }).collect();
+    // x and w as int32 less their zero points: the operands of every path but the packed one,
+    // made only where it is needed.
+    let centered = || -> KResult<(DeviceTensor, DeviceTensor)> {
+        let mut xi = as_i32(x)?;
+        if scales.x_zero != 0 {
+            let zero = pointwise::fill(rec, DataType::I32, &[1], scales.x_zero as i32 as u32)?;
+            xi = minus(xi, zero)?;
         }
-        wi = minus(wi, zero)?;
-    }
+        let mut wi = as_i32(w)?;
+        if let Some(z) = w_zero {
+            // One zero point per output channel, broadcast along the weights' channel axis.
+            let axis = p.anchor.weight_channel_axis(w.shape.len());
+            let mut zero = as_i32(z)?;
+            if zero.len() > 1 {
+                zero.shape = (0..w.shape.len()).map(|d| if d == axis { zero.len() } else { 1 }).collect();
+            }
+            wi = minus(wi, zero)?;
+        }
+        Ok((xi, wi))
+    };
     let int_bias = bias.filter(|b| b.dtype == DataType::I32);
     let float_bias = bias.filter(|b| b.dtype != DataType::I32);
     let acc = match &p.anchor {
-        QuantizedAnchor::Convolution(c) => super::linalg::convolution(rec, c, &xi, &wi, int_bias, shape)?,
+        QuantizedAnchor::Convolution(c) => {
+            let (xi, wi) = centered()?;
+            super::linalg::convolution(rec, c, &xi, &wi, int_bias, shape)?
+        }
         QuantizedAnchor::MatrixMultiply { op_a, op_b } => {
             let symmetric = scales.x_zero == 0 && w_zero.is_none();
             let product = match packed_product(rec, x, *op_a, w, *op_b, shape, symmetric)? {
                 Some(sums) => sums,
-                None => super::linalg::matmul(rec, &xi, *op_a, &wi, *op_b, shape, DataType::I32)?,
+                None => {
+                    let (xi, wi) = centered()?;
+                    super::linalg::matmul(rec, &xi, *op_a, &wi, *op_b, shape, DataType::I32)?
+                }
             };
             match int_bias {
                 Some(b) => pointwise::binary(rec, ElementwiseOp::Sum, &product, b, shape, DataType::I32)?,

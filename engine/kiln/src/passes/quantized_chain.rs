@@ -24,6 +24,8 @@
 //! non-decreasing too, so it commutes with the maximum wherever every window holds an input
 //! cell (no dilation, no ceil mode, padding narrower than the window).
 //!
+//! A QuantizeLinear after a Cast that widens f16 / bf16 to f32 reads the narrow tensor.
+//!
 //! The pass runs for backends that run quantized layers ([`PassContext::quantized_layers`]).
 
 use super::fuse::next_step;
@@ -52,7 +54,8 @@ impl Pass for QuantizedChainFusion {
         // moves past.
         let pools = |i: usize| integer_max_pool(network, &readers, i);
         let islands = |i: usize| pointwise_island(network, &readers, i);
-        let (mut plans, absorbed) = disjoint_plans(network.layers().len(), &[&pools, &islands], |p: &Plan| &p.layers);
+        let widened = |i: usize| quantize_unwidened(network, &readers, i);
+        let (mut plans, absorbed) = disjoint_plans(network.layers().len(), &[&pools, &islands, &widened], |p: &Plan| &p.layers);
         if plans.is_empty() {
             return Ok(None);
         }
@@ -190,6 +193,28 @@ fn integer_max_pool(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) ->
     let zero_of = |z: Option<TensorId>| value(z).unwrap_or(Some(vec![0.0]));
     let same = to == net.tensor(x).dtype && value(slot(1)) == value(Some(scale)) && zero_of(slot(2)) == zero_of(zero) && zero_of(zero).is_some();
     same.then(|| Plan { layers: vec![i, q_at], kind: l.kind.clone(), inputs: vec![Some(x)], output: q.outputs[0], pool_first: None })
+}
+
+/// A QuantizeLinear reading a Cast that widens f16 / bf16 to f32 (what a reduced-precision
+/// build puts between a float layer and its quantization): the QuantizeLinear reads the narrow
+/// tensor itself. Widening is exact and every backend quantizes a value the same whatever its
+/// float type (the ratio to the scale in f32 or wider), so this drops a pass over the tensor.
+fn quantize_unwidened(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan> {
+    let q = net.layer(LayerId(i));
+    if !matches!(q.kind, LayerKind::Quantize { .. }) {
+        return None;
+    }
+    let widened = q.inputs.first().copied().flatten()?;
+    let cast_at = net.tensor(widened).producer?.0 .0;
+    let cast = net.layer(LayerId(cast_at));
+    let narrow = cast.inputs.first().copied().flatten()?;
+    let widening = cast.kind == (LayerKind::Cast { to: DataType::F32 }) && matches!(net.tensor(narrow).dtype, DataType::F16 | DataType::BF16);
+    if !widening || net.outputs().contains(&widened) || only_reader(net, readers, widened) != Some(i) {
+        return None;
+    }
+    let mut inputs = q.inputs.clone();
+    inputs[0] = Some(narrow);
+    Some(Plan { layers: vec![cast_at, i], kind: q.kind.clone(), inputs, output: q.outputs[0], pool_first: None })
 }
 
 /// A pointwise layer or chain with its dequantized inputs and the quantizations after it.
