@@ -8,7 +8,7 @@ use crate::exec::CudaExecutable;
 use crate::ops::compute::SPARSE_GEMM;
 use crate::ops::conv::{depthwise_rows, group_merges, is_depthwise, is_patchify, merged_group_counts, CONV_DEPTHWISE, CONV_DEPTHWISE_ROWS, CONV_DIRECT, CONV_MERGED_GROUPS, CONV_PATCH_GEMM, CONV_SPARSE_PATCH_GEMM};
 use kiln::tactics::{TacticDesc, TacticId};
-use crate::ops::quant::{INT8_CONV_KILN, INT8_CONV_LIBRARY};
+use crate::ops::quant::{INT8_CONV_KILN, INT8_CONV_LIBRARY, INT8_PRODUCT_KILN, INT8_PRODUCT_LIBRARY};
 use kiln::{BackendError, ConvolutionParams, DataType, FusedAnchor, LayerId, LayerKind, MathMode, Network, QuantizedAnchor, QuantizedParams, Shape, TensorFormat};
 use std::time::Duration;
 
@@ -35,6 +35,37 @@ fn int8_conv_tactic(choice: usize) -> TacticDesc {
         formats: vec![TensorFormat::Linear],
         dtypes: vec![DataType::I8],
     }
+}
+
+fn int8_product_tactic(choice: usize) -> TacticDesc {
+    let name = if choice == INT8_PRODUCT_KILN { "int8_product_as_1x1_implicit_gemm" } else { "int8_product_cublaslt_sums" };
+    TacticDesc {
+        id: TacticId::new("cuda", name, INT8_CONV_SOURCE.as_bytes()),
+        workspace_bytes: 0,
+        formats: vec![TensorFormat::Linear],
+        dtypes: vec![DataType::I8],
+    }
+}
+
+/// Whether an integer layer is a product of int8 x by constant 2-D int8 weights whose depth
+/// kiln's convolution kernel takes whole (a multiple of 16): it then has both product tactics.
+fn int8_product(network: &Network, layer: LayerId) -> bool {
+    let l = network.layer(layer);
+    let LayerKind::Quantized(q) = &l.kind else { return false };
+    let QuantizedAnchor::MatrixMultiply { op_a: kiln::MatrixOp::None, op_b } = q.anchor else { return false };
+    let desc = |slot: usize| l.inputs.get(slot).copied().flatten().map(|t| network.tensor(t));
+    let (Some(x), Some(w)) = (desc(QuantizedParams::X), desc(QuantizedParams::W)) else { return false };
+    let dims: Vec<Option<usize>> = w.shape.dims().iter().map(|d| d.fixed()).collect();
+    let depth = match (op_b, dims.as_slice()) {
+        (kiln::MatrixOp::None, &[Some(k), _]) | (kiln::MatrixOp::Transpose, &[_, Some(k)]) => k,
+        _ => return false,
+    };
+    let out = l.outputs.first().map(|&t| network.tensor(t).dtype);
+    x.dtype == DataType::I8
+        && w.dtype == DataType::I8
+        && w.value.is_some()
+        && depth % 16 == 0
+        && out.is_some_and(|t| matches!(t, DataType::I8 | DataType::U8 | DataType::F32 | DataType::F16 | DataType::BF16))
 }
 
 /// The parameters of an integer convolution whose int8 operands kiln's kernel may take (its
@@ -190,6 +221,9 @@ pub fn tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId, 
     if int8_conv(network, layer).is_some() {
         return vec![int8_conv_tactic(INT8_CONV_KILN), int8_conv_tactic(INT8_CONV_LIBRARY)];
     }
+    if int8_product(network, layer) {
+        return vec![int8_product_tactic(INT8_PRODUCT_LIBRARY), int8_product_tactic(INT8_PRODUCT_KILN)];
+    }
     if !is_gemm(network, layer) {
         return vec![TacticDesc::default_for("cuda")];
     }
@@ -209,11 +243,15 @@ pub fn tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId, 
 
 /// What a recorded tactic selects for the layer (carried as `Ctx::gemm_rank`): a cuBLASLt
 /// heuristic rank for products, a convolution choice (`ops::compute::CONV_DIRECT`, `1 + cuDNN
-/// algorithm`) for convolutions, `quant::INT8_CONV_*` for integer convolutions; unknown or
+/// algorithm`) for convolutions, `quant::INT8_CONV_*` for integer convolutions and
+/// `quant::INT8_PRODUCT_*` for integer products by constant weights; unknown or
 /// absent ids run 0 (the heuristic's best, kiln's INT8 kernel). Layers with dynamic dims run
 /// the tactic timed at the profile's opt shapes, as TensorRT's do.
 pub fn rank_of(network: &Network, layer: LayerId, tactic: Option<&TacticId>) -> usize {
     if let (Some(t), LayerKind::Quantized(_)) = (tactic, &network.layer(layer).kind) {
+        if int8_product(network, layer) {
+            return [INT8_PRODUCT_LIBRARY, INT8_PRODUCT_KILN].into_iter().find(|&c| int8_product_tactic(c).id == *t).unwrap_or(INT8_PRODUCT_LIBRARY);
+        }
         return [INT8_CONV_KILN, INT8_CONV_LIBRARY].into_iter().find(|&c| int8_conv_tactic(c).id == *t).unwrap_or(INT8_CONV_KILN);
     }
     if let (Some(t), Some((p, _))) = (tactic, float_conv(network, layer)) {

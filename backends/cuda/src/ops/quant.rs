@@ -30,6 +30,18 @@ use kiln::{invalid, DataType, ElementwiseOp, KernelError, MatrixOp, QuantizedAnc
 /// otherwise) followed by the epilogue kernel.
 pub const INT8_CONV_KILN: usize = 0;
 pub const INT8_CONV_LIBRARY: usize = 1;
+/// The tactics of an integer product by constant weights: cuBLASLt IMMA's int32 sums then the
+/// epilogue kernel (the default), or kiln's convolution kernel with the epilogue fused, the
+/// rows of x as the pixels of a 1×1 convolution (no int32 sums in memory).
+pub const INT8_PRODUCT_LIBRARY: usize = 0;
+pub const INT8_PRODUCT_KILN: usize = 1;
+
+static FUSED_PRODUCTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many integer products this process has run on kiln's kernel (`INT8_PRODUCT_KILN`).
+pub fn fused_products_enqueued() -> u64 {
+    FUSED_PRODUCTS.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 /// The layer's constants, read on the host (scales and zero points are initializers).
 struct Constants {
@@ -98,6 +110,11 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
                     // An elementwise copy of the channels-last sums: the layout stays.
                     return Ok(pointwise::cast(cx, &out, out_dtype)?.with_strides_of(&out));
                 }
+            }
+        }
+        QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b } if cx.gemm_rank.get() == INT8_PRODUCT_KILN && constants.tensor_core_form(&x, &w) => {
+            if let Some(out) = product_as_pointwise_convolution(cx, p, *op_b, &x, &w, bias.as_ref(), &constants, out_shape, out_dtype)? {
+                return Ok(out);
             }
         }
         QuantizedAnchor::MatrixMultiply { op_a, op_b } if Q::is_fp8(x.dtype) && bias.is_none() && !p.relu && *op_a == MatrixOp::None => {
@@ -198,6 +215,44 @@ fn product_sums(cx: &Ctx, op_a: MatrixOp, op_b: MatrixOp, x: &DeviceTensor, w: &
     };
     let (xf, wf) = float_operands(&exact, &x, w, k, axis)?;
     Ok(compute::matmul_epilogue(&exact, 0, &xf, op_a, &wf, op_b, 1.0, out_shape, None, None)?.0)
+}
+
+/// An int8 product `x[.., m, k] · w` (w constant `[k, n]`, or `[n, k]` transposed) on kiln's
+/// convolution kernel, the epilogue fused: row-major `[m, k]` is the NHWC image `[1, 1, m, k]`
+/// of a 1×1 convolution by `[n, k, 1, 1]`, whose NHWC output is row-major `[m, n]`. None where
+/// the kernel does not take it (the caller runs the library's sums).
+#[allow(clippy::too_many_arguments)]
+fn product_as_pointwise_convolution(
+    cx: &Ctx,
+    p: &Q,
+    op_b: MatrixOp,
+    x: &DeviceTensor,
+    w: &DeviceTensor,
+    bias: Option<&DeviceTensor>,
+    k: &Constants,
+    out_shape: &[usize],
+    out_dtype: DataType,
+) -> KResult<Option<DeviceTensor>> {
+    let (depth, n) = match (op_b, w.shape.as_slice()) {
+        (MatrixOp::None, &[k, n]) | (MatrixOp::Transpose, &[n, k]) => (k, n),
+        _ => return Ok(None),
+    };
+    if x.shape.last() != Some(&depth) || depth == 0 || out_shape.iter().product::<usize>() != x.len() / depth * n {
+        return Ok(None);
+    }
+    let rows = x.len() / depth;
+    let wide = if Q::float_output_type(out_dtype) { DataType::F32 } else { out_dtype };
+    let conv = kiln::ConvolutionParams { groups: 1, strides: vec![1, 1], dilations: vec![1, 1], pre_padding: vec![0, 0], post_padding: vec![0, 0] };
+    let image = [1, depth, 1, rows];
+    let pixels = DeviceTensor { strides: Some(DeviceTensor::channels_last_strides(&image)), ..layout::to_row_major(cx, x)?.reshaped(image.to_vec()) };
+    let filters = b_as_nk(cx, w, op_b)?.reshaped(vec![n, depth, 1, 1]);
+    if !int8_conv::applies(&conv, &pixels.shape, &filters.shape, wide) {
+        return Ok(None);
+    }
+    let epilogue = Epilogue::new(cx, p, bias, k, wide, n)?;
+    let Some(out) = int8_conv::convolution(cx, &conv, &pixels, &filters, &epilogue, &[1, n, 1, rows], wide)? else { return Ok(None) };
+    FUSED_PRODUCTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Ok(Some(pointwise::cast(cx, &out.reshaped(out_shape.to_vec()), out_dtype)?))
 }
 
 /// An INT8 product `A[m, k] · B[n, k]ᵀ` (cuBLASLt's IMMA form) with its sizes still to set.

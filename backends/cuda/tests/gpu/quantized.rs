@@ -55,6 +55,43 @@ fn both_int8_convolution_tactics_match_the_cpu_oracle_exactly() {
     }
 }
 
+/// Both tactics of symmetric int8 products by constant weights (cuBLASLt IMMA's sums with the
+/// epilogue kernel, and kiln's convolution kernel over the rows as a 1×1 convolution, the
+/// epilogue fused) give the cpu oracle's values: batched rows, transposed weights, rows and
+/// columns that do not fill a block, depths that are not a multiple of the kernel's 64-deep
+/// step, every output type; each tactic can be timed with the layer's constants.
+#[test]
+fn both_int8_product_tactics_match_the_cpu_oracle_exactly() {
+    let Some(cuda) = backend() else { return };
+    use Operands::Symmetric as S;
+    let matmul = QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::None };
+    let matmul_t = QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::Transpose };
+    let cases = [
+        ("batched rows, int32 bias, int8", layer(matmul.clone(), S, &[3, 5, 64], &[64, 24], 24, Some(DataType::I32), false, DataType::I8)),
+        ("B transposed, float bias, ReLU, f32", layer(matmul_t.clone(), S, &[7, 32], &[16, 32], 16, Some(DataType::F32), true, DataType::F32)),
+        ("300 rows, 136 columns, depth 128, int32 bias, ReLU, uint8", layer(matmul.clone(), S, &[300, 128], &[128, 136], 136, Some(DataType::I32), true, DataType::U8)),
+        ("depth 48, f16", layer(matmul.clone(), S, &[130, 48], &[48, 40], 40, None, false, DataType::F16)),
+        ("B transposed, int32 bias, ReLU, bf16", layer(matmul_t, S, &[3, 4, 32], &[16, 32], 16, Some(DataType::I32), true, DataType::BF16)),
+        ("no bias, int8", layer(matmul, S, &[2, 9, 96], &[96, 72], 72, None, false, DataType::I8)),
+    ];
+    for (what, (net, feeds)) in cases {
+        let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap();
+        let layer = last_layer(&net);
+        let tactics = cuda.tactics(&net, layer, MathMode::EXACT);
+        let names: Vec<String> = tactics.iter().map(|t| t.id.name.clone()).collect();
+        assert_eq!(names, ["int8_product_cublaslt_sums", "int8_product_as_1x1_implicit_gemm"], "{what}");
+        for t in &tactics {
+            let before = kiln_cuda::ops::quant::fused_products_enqueued();
+            let got = run_with_tactic(cuda, &net, &feeds, layer, &t.id, what);
+            let fused = kiln_cuda::ops::quant::fused_products_enqueued() > before;
+            assert!(fused || !t.id.name.contains("implicit_gemm"), "{what}: {} did not run kiln's kernel", t.id.name);
+            assert_eq!((got[0].dtype(), got[0].data()), (want[0].dtype(), want[0].data()), "{what} with {}", t.id.name);
+            let time = cuda.time_tactic(&net, layer, t, MathMode::EXACT, 3).unwrap_or_else(|e| panic!("{what}: timing {}: {e}", t.id.name));
+            assert!(time.as_nanos() > 0, "{what}: {} timed at 0", t.id.name);
+        }
+    }
+}
+
 #[test]
 fn integer_layers_match_the_cpu_oracle_exactly() {
     use Operands::{Asymmetric as A, Symmetric as S};
