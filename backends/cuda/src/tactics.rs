@@ -27,8 +27,8 @@ const INT8_CONV_SOURCE: &str = concat!(
     include_str!("blas.rs")
 );
 
-fn int8_conv_tactic(choice: usize) -> TacticDesc {
-    let name = if choice == INT8_CONV_KILN { "int8_conv_implicit_gemm" } else { "int8_conv_library_sums" };
+/// An integer layer's tactic `name` (its id hashes the integer paths' source).
+fn int8_tactic(name: &str) -> TacticDesc {
     TacticDesc {
         id: TacticId::new("cuda", name, INT8_CONV_SOURCE.as_bytes()),
         workspace_bytes: 0,
@@ -37,14 +37,12 @@ fn int8_conv_tactic(choice: usize) -> TacticDesc {
     }
 }
 
+fn int8_conv_tactic(choice: usize) -> TacticDesc {
+    int8_tactic(if choice == INT8_CONV_KILN { "int8_conv_implicit_gemm" } else { "int8_conv_library_sums" })
+}
+
 fn int8_product_tactic(choice: usize) -> TacticDesc {
-    let name = if choice == INT8_PRODUCT_KILN { "int8_product_as_1x1_implicit_gemm" } else { "int8_product_cublaslt_sums" };
-    TacticDesc {
-        id: TacticId::new("cuda", name, INT8_CONV_SOURCE.as_bytes()),
-        workspace_bytes: 0,
-        formats: vec![TensorFormat::Linear],
-        dtypes: vec![DataType::I8],
-    }
+    int8_tactic(if choice == INT8_PRODUCT_KILN { "int8_product_as_1x1_implicit_gemm" } else { "int8_product_cublaslt_sums" })
 }
 
 /// Whether an integer layer is a product of int8 x by constant 2-D int8 weights whose depth
