@@ -455,7 +455,8 @@ impl<'e> Run<'e> {
             K::Quantize { axis, to } => {
                 one(quant::quantize(rec, req(0)?, req(1)?, ins.get(2).and_then(Option::as_ref), *axis, *to)?)
             }
-            K::Dequantize { axis } => {
+            // `to` is the layer's output type, which the kernel rounds its f32 value to.
+            K::Dequantize { axis, .. } => {
                 one(quant::dequantize(rec, req(0)?, req(1)?, ins.get(2).and_then(Option::as_ref), *axis, dtype)?)
             }
             K::Dft { inverse, onesided } => {

@@ -30,9 +30,9 @@ fn product(zero: f32, tail: impl Fn(&mut Network, TensorId) -> TensorId) -> Netw
     let w_scale = constant(&mut net, "w_scale", HostTensor::from_f32(vec![N], (0..N).map(|j| 0.001 * (1.0 + j as f32)).collect()).expect("scales"));
     let q = net.add_layer("q", LayerKind::Quantize { axis: None, to: DataType::F8E4M3FN }, vec![Some(x), Some(x_scale), Some(zero)]).expect("q");
     let q = net.output(q, 0);
-    let dq = net.add_layer("dq", LayerKind::Dequantize { axis: None }, vec![Some(q), Some(x_scale), Some(zero)]).expect("dq");
+    let dq = net.add_layer("dq", LayerKind::Dequantize { axis: None, to: None }, vec![Some(q), Some(x_scale), Some(zero)]).expect("dq");
     let dq = net.output(dq, 0);
-    let dw = net.add_layer("dw", LayerKind::Dequantize { axis: Some(1) }, vec![Some(w_q), Some(w_scale), None]).expect("dw");
+    let dw = net.add_layer("dw", LayerKind::Dequantize { axis: Some(1), to: None }, vec![Some(w_q), Some(w_scale), None]).expect("dw");
     let dw = net.output(dw, 0);
     let mm = net.add_layer("mm", LayerKind::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::None }, vec![Some(dq), Some(dw)]).expect("mm");
     let mm = net.output(mm, 0);
@@ -86,7 +86,7 @@ fn an_fp8_bias_stays_float_and_a_following_quantize_stays_a_layer() {
         let add = net.add_layer("bias add", LayerKind::Elementwise { op: ElementwiseOp::Sum }, vec![Some(y), Some(bias)]).expect("add");
         let scale = constant(net, "y_scale", HostTensor::from_f32(vec![], vec![0.05]).expect("scale"));
         let q = net.add_layer("q out", LayerKind::Quantize { axis: None, to: DataType::F8E4M3FN }, vec![Some(net.output(add, 0)), Some(scale), None]).expect("q");
-        let dq = net.add_layer("dq out", LayerKind::Dequantize { axis: None }, vec![Some(net.output(q, 0)), Some(scale), None]).expect("dq");
+        let dq = net.add_layer("dq out", LayerKind::Dequantize { axis: None, to: None }, vec![Some(net.output(q, 0)), Some(scale), None]).expect("dq");
         net.output(dq, 0)
     });
     let out = fused(&net);

@@ -232,7 +232,7 @@ impl Qdq {
         self.layer(name, LayerKind::Quantize { axis: None, to }, &[Some(x), Some(s), z])
     }
     fn dq(&mut self, name: &str, x: TensorId, s: TensorId, z: Option<TensorId>) -> TensorId {
-        self.layer(name, LayerKind::Dequantize { axis: None }, &[Some(x), Some(s), z])
+        self.layer(name, LayerKind::Dequantize { axis: None, to: None }, &[Some(x), Some(s), z])
     }
     fn reshape(&mut self, name: &str, x: TensorId, dims: &[i64]) -> TensorId {
         self.layer(name, LayerKind::Shuffle(ShuffleParams { reshape: Some(dims.to_vec()), ..Default::default() }), &[Some(x)])
@@ -328,7 +328,7 @@ fn per_channel_steps_stay_as_written() {
     let a = b.net.add_input("a", DataType::U8, &[2usize, 3, 4][..]).expect("a");
     let s = b.constant("s", HostTensor::from_f32(vec![3], vec![0.1, 0.2, 0.3]).expect("s"));
     let s1 = b.constant("s1", HostTensor::from_f32(vec![], vec![0.1]).expect("s1"));
-    let d = b.layer("dq", LayerKind::Dequantize { axis: Some(1) }, &[Some(a), Some(s), None]);
+    let d = b.layer("dq", LayerKind::Dequantize { axis: Some(1), to: None }, &[Some(a), Some(s), None]);
     let r = b.reshape("reshape", d, &[6, 4]);
     let q = b.q("q", r, s1, None, DataType::U8);
     let y = b.dq("dq_y", q, s1, None);

@@ -118,9 +118,9 @@ fn a_qdq_product_narrowed_to_f16_fuses_with_an_f16_output() {
     let w_scale = constant(&mut net, "w_scale", HostTensor::new(vec![n], halves(vec![0.01, 0.02, 0.005, 0.04])).expect("scales"));
     let q = net.add_layer("q", LayerKind::Quantize { axis: None, to: DataType::I8 }, vec![Some(x), Some(x_scale), None]).expect("q");
     let q = net.output(q, 0);
-    let dq = net.add_layer("dq", LayerKind::Dequantize { axis: None }, vec![Some(q), Some(x_scale), None]).expect("dq");
+    let dq = net.add_layer("dq", LayerKind::Dequantize { axis: None, to: None }, vec![Some(q), Some(x_scale), None]).expect("dq");
     let dq = net.output(dq, 0);
-    let dw = net.add_layer("dw", LayerKind::Dequantize { axis: Some(1) }, vec![Some(w_q), Some(w_scale), None]).expect("dw");
+    let dw = net.add_layer("dw", LayerKind::Dequantize { axis: Some(1), to: None }, vec![Some(w_q), Some(w_scale), None]).expect("dw");
     let dw = net.output(dw, 0);
     let mm = net.add_layer("mm", LayerKind::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::None }, vec![Some(dq), Some(dw)]).expect("mm");
     net.mark_output(net.output(mm, 0)).expect("output");
@@ -190,15 +190,15 @@ fn a_requantized_relu_after_an_integer_layer_becomes_its_relu() {
         net.output(l, 0)
     };
     let q = chain(&mut net, "q_in", LayerKind::Quantize { axis: None, to: DataType::I8 }, vec![Some(x), Some(s_in), Some(zero)]);
-    let dq = chain(&mut net, "dq_in", LayerKind::Dequantize { axis: None }, vec![Some(q), Some(s_in), Some(zero)]);
-    let dw = chain(&mut net, "dq_w", LayerKind::Dequantize { axis: Some(0) }, vec![Some(w_q), Some(w_s), None]);
+    let dq = chain(&mut net, "dq_in", LayerKind::Dequantize { axis: None, to: None }, vec![Some(q), Some(s_in), Some(zero)]);
+    let dw = chain(&mut net, "dq_w", LayerKind::Dequantize { axis: Some(0), to: None }, vec![Some(w_q), Some(w_s), None]);
     let p = ConvolutionParams { groups: 1, strides: vec![1, 1], dilations: vec![1, 1], pre_padding: vec![1, 1], post_padding: vec![1, 1] };
     let conv = chain(&mut net, "conv", LayerKind::Convolution(p), vec![Some(dq), Some(dw), None]);
     let q1 = chain(&mut net, "q_conv", LayerKind::Quantize { axis: None, to: DataType::I8 }, vec![Some(conv), Some(s_out), Some(zero)]);
-    let dq1 = chain(&mut net, "dq_conv", LayerKind::Dequantize { axis: None }, vec![Some(q1), Some(s_out), Some(zero)]);
+    let dq1 = chain(&mut net, "dq_conv", LayerKind::Dequantize { axis: None, to: None }, vec![Some(q1), Some(s_out), Some(zero)]);
     let relu = chain(&mut net, "relu", LayerKind::Activation { kind: kiln::ActivationKind::Relu }, vec![Some(dq1)]);
     let q2 = chain(&mut net, "q_relu", LayerKind::Quantize { axis: None, to: DataType::I8 }, vec![Some(relu), Some(s_out), Some(zero)]);
-    let y = chain(&mut net, "dq_relu", LayerKind::Dequantize { axis: None }, vec![Some(q2), Some(s_out), Some(zero)]);
+    let y = chain(&mut net, "dq_relu", LayerKind::Dequantize { axis: None, to: None }, vec![Some(q2), Some(s_out), Some(zero)]);
     net.mark_output(y).expect("output");
 
     let backend = kiln_cpu::CpuBackend::new();
@@ -246,13 +246,13 @@ fn residual_join(form_with_requantized_relu: bool, to: DataType, scale_a_is_an_i
         let l = net.add_layer(name, kind, inputs).expect(name);
         net.output(l, 0)
     };
-    let da = chain("dq_a", LayerKind::Dequantize { axis: None }, vec![Some(a), Some(sa), None]);
-    let db = chain("dq_b", LayerKind::Dequantize { axis: None }, vec![Some(b), Some(sb), Some(zb)]);
+    let da = chain("dq_a", LayerKind::Dequantize { axis: None, to: None }, vec![Some(a), Some(sa), None]);
+    let db = chain("dq_b", LayerKind::Dequantize { axis: None, to: None }, vec![Some(b), Some(sb), Some(zb)]);
     let sum = chain("add", LayerKind::Elementwise { op: kiln::ElementwiseOp::Sum }, vec![Some(da), Some(db)]);
     let relu_in = match form_with_requantized_relu {
         true => {
             let q = chain("q_add", LayerKind::Quantize { axis: None, to }, vec![Some(sum), Some(sy), Some(zy)]);
-            chain("dq_add", LayerKind::Dequantize { axis: None }, vec![Some(q), Some(sy), Some(zy)])
+            chain("dq_add", LayerKind::Dequantize { axis: None, to: None }, vec![Some(q), Some(sy), Some(zy)])
         }
         false => sum,
     };
@@ -336,7 +336,7 @@ fn a_max_pooling_between_quantizations_pools_the_integers() {
         let s = constant(&mut net, "s", HostTensor::from_f32(vec![], vec![0.3]).expect("s"));
         let s_out = if same_scale { s } else { constant(&mut net, "s_out", HostTensor::from_f32(vec![], vec![0.2]).expect("s_out")) };
         let z = constant(&mut net, "z", HostTensor::new(vec![], TensorData::U8(vec![100])).expect("z"));
-        let dq = net.add_layer("dq", LayerKind::Dequantize { axis: None }, vec![Some(x), Some(s), Some(z)]).expect("dq");
+        let dq = net.add_layer("dq", LayerKind::Dequantize { axis: None, to: None }, vec![Some(x), Some(s), Some(z)]).expect("dq");
         let mut pooled_input = net.output(dq, 0);
         if relu {
             let r = net.add_layer("relu", LayerKind::Activation { kind: kiln::ActivationKind::Relu }, vec![Some(pooled_input)]).expect("relu");
@@ -396,4 +396,44 @@ fn a_quantize_after_an_f16_layer_reads_it_without_a_widening_cast() {
     assert_eq!((got.dtype(), got.data()), (DataType::I8, want.data()));
     let levels = want.to_f64_vec();
     assert!(levels.contains(&127.0) && levels.iter().any(|&v| v > 0.0 && v < 127.0), "saturates some values, not all: {levels:?}");
+}
+
+/// The other side: an FP16 build casts a DequantizeLinear's f32 to f16 for the narrowed layer
+/// reading it; the DequantizeLinear writes f16 itself (its f32 value rounded once, as the Cast
+/// rounded it), with the unoptimized FP16 build's values.
+#[test]
+fn a_dequantize_before_an_f16_layer_writes_f16_without_a_cast() {
+    use kiln::{HostTensor, Shape, TensorData};
+    let mut net = Network::new("dq relu");
+    let x = net.add_input("x", DataType::I8, Shape::fixed(&[4, 16])).expect("x");
+    let scale = net.add_weights(HostTensor::from_f32(vec![], vec![0.0371]).expect("scale"));
+    let scale = net.add_layer("scale", LayerKind::Constant { weights: scale }, vec![]).expect("scale");
+    let scale = net.output(scale, 0);
+    let dq = net.add_layer("dq", LayerKind::Dequantize { axis: None, to: None }, vec![Some(x), Some(scale), None]).expect("dq");
+    let dq = net.output(dq, 0);
+    let relu = net.add_layer("relu", LayerKind::Activation { kind: kiln::ActivationKind::Relu }, vec![Some(dq)]).expect("relu");
+    let y = net.output(relu, 0);
+    net.mark_output(y).expect("output");
+    let backend = HalfFirstCpu(kiln_cpu::CpuBackend::new());
+    let build = |optimization: kiln::Optimization| {
+        let mut config = BuilderConfig::default();
+        config.set_flag(kiln::BuilderFlag::Fp16);
+        config.optimization = optimization;
+        Builder::new(&backend).build(&net, &config).expect("fp16 build")
+    };
+    let (fused, plain) = (build(kiln::Optimization::Full), build(kiln::Optimization::None));
+    let narrowing = |e: &kiln::Engine| e.network().layers().iter().filter(|l| l.kind == (LayerKind::Cast { to: DataType::F16 })).count();
+    assert_eq!(narrowing(&plain), 1, "the FP16 build narrows the f32: {}", plain.network().dump());
+    assert_eq!(narrowing(&fused), 0, "{}", fused.network().dump());
+    let dq = fused.network().layers().iter().find(|l| matches!(l.kind, LayerKind::Dequantize { .. })).expect("a DequantizeLinear");
+    assert_eq!(dq.kind, LayerKind::Dequantize { axis: None, to: Some(DataType::F16) }, "{}", fused.network().dump());
+    let levels = HostTensor::new(vec![4, 16], TensorData::I8((0..64).map(|i| (i * 37 % 256 - 128) as i8).collect())).expect("x");
+    let feeds = std::collections::HashMap::from([("x".to_string(), levels)]);
+    let run = |engine: kiln::Engine| kiln::ExecutionContext::new(engine, &backend).expect("prepare").run(&feeds).expect("run");
+    let (got, want) = (run(fused), run(plain));
+    let (got, want) = (got.values().next().expect("y"), want.values().next().expect("y"));
+    assert_eq!((got.dtype(), got.data()), (want.dtype(), want.data()));
+    // 0.0371 is not an f16 step: some f32 values round, so the comparison can tell.
+    let rounded = want.to_f64_vec().iter().zip(0..).filter(|&(&v, i)| v != f64::from(((i * 37 % 256 - 128) as f32 * 0.0371f32).max(0.0))).count();
+    assert!(rounded > 0, "the f16 output rounds some values");
 }

@@ -40,7 +40,7 @@ pub fn fused(p: &FusedParams, inputs: &[Option<&HostTensor>], variant: Variant) 
     for d in &p.dequantized {
         let slot = |i: usize| inputs.get(i).copied().flatten();
         let x = slot(d.input).ok_or_else(|| format!("dequantized input {} is missing", d.input))?;
-        dequantized.push((d.input, step(&LayerKind::Dequantize { axis: None }, &[Some(x), slot(d.scale), d.zero.and_then(slot)])?));
+        dequantized.push((d.input, step(&LayerKind::Dequantize { axis: None, to: None }, &[Some(x), slot(d.scale), d.zero.and_then(slot)])?));
     }
     let mut seen: Vec<Option<&HostTensor>> = inputs.to_vec();
     for (input, value) in &dequantized {

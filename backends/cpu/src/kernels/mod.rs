@@ -121,7 +121,14 @@ pub(crate) fn run(
         K::Padding { mode } => one(movement::padding(*mode, ins.req(0)?, ins.req(1)?, ins.opt(2), &shape()?)?),
         K::ParametricRelu => one(elementwise::parametric_relu(ins.req(0)?, ins.req(1)?)?),
         K::Quantize { axis, to } => one(misc::quantize(ins.req(0)?, ins.req(1)?, ins.opt(2), *axis, *to)?),
-        K::Dequantize { axis } => one(misc::dequantize(ins.req(0)?, ins.req(1)?, ins.opt(2), *axis)?),
+        K::Dequantize { axis, to } => {
+            let values = misc::dequantize(ins.req(0)?, ins.req(1)?, ins.opt(2), *axis)?;
+            match to {
+                // In the scale's type, then rounded as a Cast rounds: the unfused graph's values.
+                Some(t) if *t != values.dtype() => one(misc::cast(&tensor(shape()?, values)?, *t)?),
+                _ => one(values),
+            }
+        }
         K::Lrn { window, alpha, beta, k } => one(norm::lrn(ins.req(0)?, *window, *alpha, *beta, *k)?),
         K::NonZero => Ok(vec![kiln::plan::dynamic::non_zero(ins.req(0)?)?]),
         K::CumulativeSum { exclusive, reverse } => {

@@ -49,7 +49,7 @@ fn check_support_rejects_type_combinations_without_meaning() {
         "Quantize",
     );
     assert_unsupported(
-        LayerKind::Dequantize { axis: None },
+        LayerKind::Dequantize { axis: None, to: None },
         vec![In::Run(f32s(&[2], &[1.0, 2.0])), In::Const(f32s(&[], &[1.0]))],
         "Dequantize",
     );

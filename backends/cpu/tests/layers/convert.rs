@@ -84,11 +84,11 @@ fn quantize_and_dequantize_per_axis() {
         vec![In::Run(x), In::Const(scales.clone()), In::Const(zps.clone())],
     );
     assert_exact(&q, &i8s(&[2, 3], &[1, 5, 11, -1, -3, -13]));
-    let d = run1(LayerKind::Dequantize { axis: Some(1) }, vec![In::Run(q), In::Const(scales), In::Const(zps)]);
+    let d = run1(LayerKind::Dequantize { axis: Some(1), to: None }, vec![In::Run(q), In::Const(scales), In::Const(zps)]);
     assert_close(&d, DataType::F32, &[2, 3], &[1.0, 2.0, 3.0, -1.0, -2.0, -3.0], 0.0);
     // Per-axis over axis 0 with an f16 scale gives f16.
     let d = run1(
-        LayerKind::Dequantize { axis: Some(0) },
+        LayerKind::Dequantize { axis: Some(0), to: None },
         vec![In::Run(u8s(&[2, 2], &[10, 20, 30, 40])), In::Const(f16s(&[2], &[0.5, 2.0]))],
     );
     assert_close(&d, DataType::F16, &[2, 2], &[5.0, 10.0, 60.0, 80.0], 0.0);

@@ -56,7 +56,7 @@ fn quantize_to_float8_and_back() {
     );
     // 0.5, 500 → 448 (saturated), -0.375.
     assert_exact(&q, &e4m3fn(&[3], &[0x30, 0x7E, 0xAC]));
-    let d = run1(LayerKind::Dequantize { axis: None }, vec![In::Run(q), In::Const(f32s(&[], &[2.0]))]);
+    let d = run1(LayerKind::Dequantize { axis: None, to: None }, vec![In::Run(q), In::Const(f32s(&[], &[2.0]))]);
     assert_close(&d, DataType::F32, &[3], &[1.0, 896.0, -0.75], 0.0);
 }
 
@@ -69,7 +69,7 @@ fn quantize_to_int4_rounds_half_even_adds_the_zero_point_and_clamps() {
     );
     assert_exact(&q, &int4(&[4], &[-8, 5, 7, 3]));
     let d = run1(
-        LayerKind::Dequantize { axis: None },
+        LayerKind::Dequantize { axis: None, to: None },
         vec![In::Run(q), In::Const(f32s(&[], &[0.5])), In::Const(int4(&[], &[1]))],
     );
     assert_close(&d, DataType::F32, &[4], &[-4.5, 2.0, 3.0, 1.0], 0.0);

@@ -431,10 +431,10 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
             let x = memory_order_input(cx, &raw(0)?, scale.len() == 1)?;
             one(typed::quantize(cx, &x, &scale, opt_dev(2)?.as_ref(), *axis, *to)?.with_strides_of(&x))
         }
-        K::Dequantize { axis } => {
+        K::Dequantize { axis, to } => {
             let scale = dev(1)?;
             let x = memory_order_input(cx, &raw(0)?, scale.len() == 1)?;
-            one(typed::dequantize(cx, &x, &scale, opt_dev(2)?.as_ref(), *axis)?.with_strides_of(&x))
+            one(typed::dequantize(cx, &x, &scale, opt_dev(2)?.as_ref(), *axis, *to)?.with_strides_of(&x))
         }
         // Pointwise layers read any layout and write NHWC where an input of the output's shape is so (`keeps_channels_last`).
         K::Elementwise { op } => one(pointwise::binary(cx, *op, &raw(0)?, &raw(1)?, out_dtype(0), &out_shape(0)?)?),
@@ -636,7 +636,7 @@ fn dequantize_inputs(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>]) 
     let mut out = inputs.to_vec();
     for d in &p.dequantized {
         let x = inputs.get(d.input).cloned().flatten().ok_or_else(|| invalid!("dequantized input {} is missing", d.input))?;
-        out[d.input] = Some(Value::device(per_tensor_step(cx, &LayerKind::Dequantize { axis: None }, x, inputs, d.scale, d.zero)?));
+        out[d.input] = Some(Value::device(per_tensor_step(cx, &LayerKind::Dequantize { axis: None, to: None }, x, inputs, d.scale, d.zero)?));
     }
     Ok(out)
 }

@@ -160,6 +160,7 @@ pub fn dequantize(
     scale: &DeviceTensor,
     zero_point: Option<&DeviceTensor>,
     axis: Option<usize>,
+    to: Option<DataType>,
 ) -> KResult<DeviceTensor> {
     if !stores(x.dtype) || x.dtype.is_float() || x.dtype == DataType::Bool {
         return Err(invalid!("Dequantize takes an integer or narrow float input, not {}", x.dtype));
@@ -174,10 +175,19 @@ pub fn dequantize(
             return Err(invalid!("zero point must be {} like the input, not {}", x.dtype, z.dtype));
         }
     }
-    let out = cx.gpu.empty(scale.dtype, x.shape.clone()).map_err(KernelError::from)?;
-    let n = x.len();
     let eight_bit = x.dtype.is_8bit_integer() && short_float(scale.dtype);
-    let codes = [type_code(x.dtype), type_code(scale.dtype), type_code(scale.dtype)].map(Arg::I32);
+    // Another output type: the 8-bit kernels store their f32 value in it, one rounding as a
+    // Cast of the f32 output would make; elsewhere the scale's type is cast after.
+    let out_type = match to {
+        Some(t) if t != scale.dtype && !(eight_bit && scale.dtype == DataType::F32) => {
+            let wide = dequantize(cx, x, scale, zero_point, axis, None)?;
+            return super::pointwise::cast(cx, &wide, t);
+        }
+        t => t.unwrap_or(scale.dtype),
+    };
+    let out = cx.gpu.empty(out_type, x.shape.clone()).map_err(KernelError::from)?;
+    let n = x.len();
+    let codes = [type_code(x.dtype), type_code(scale.dtype), type_code(out_type)].map(Arg::I32);
     let pointers = [cx.arg(x), cx.arg(scale), zero_point.map_or(Arg::NULL, |z| cx.arg(z)), cx.arg(&out)];
     if eight_bit && per_tensor_x4(cx, scale, x, &out) {
         let vector = [&codes[..], &[Arg::I64((n / 4) as i64)], &pointers].concat();

@@ -304,10 +304,16 @@ fn quantize_and_dequantize_match_per_tensor_axis_and_element() {
         let zp = random_bytes(&mut r, from, 3).into_data();
         let zp = HostTensor::new(vec![3], zp).unwrap();
         let mut inputs = vec![q, scale_axis.clone(), scale_tensor.clone()];
-        let mut layers = vec![(LayerKind::Dequantize { axis: Some(1) }, vec![0, 1]), (LayerKind::Dequantize { axis: None }, vec![0, 2])];
+        // `to`: the value in the scale's type, then rounded as a Cast rounds it.
+        let mut layers = vec![
+            (LayerKind::Dequantize { axis: Some(1), to: None }, vec![0, 1]),
+            (LayerKind::Dequantize { axis: None, to: None }, vec![0, 2]),
+            (LayerKind::Dequantize { axis: Some(1), to: Some(DataType::F16) }, vec![0, 1]),
+            (LayerKind::Dequantize { axis: None, to: Some(DataType::BF16) }, vec![0, 2]),
+        ];
         if !from.is_narrow_float() {
             inputs.push(zp);
-            layers.push((LayerKind::Dequantize { axis: Some(1) }, vec![0, 1, 3]));
+            layers.push((LayerKind::Dequantize { axis: Some(1), to: None }, vec![0, 1, 3]));
         }
         let Some(outs) = run_both(&inputs, &layers) else { return };
         for ((got, want), (kind, slots)) in outs.iter().zip(&layers) {
@@ -351,7 +357,12 @@ fn per_tensor_8bit_quantize_and_dequantize_match_with_and_without_vectors() {
                 }
                 let q = random_bytes(&mut r, to, len).into_data();
                 let q = HostTensor::new(vec![len], q).unwrap();
-                let layers = vec![(LayerKind::Dequantize { axis: None }, vec![0, 1, 2]), (LayerKind::Dequantize { axis: None }, vec![0, 1])];
+                let mut layers = vec![(LayerKind::Dequantize { axis: None, to: None }, vec![0, 1, 2]), (LayerKind::Dequantize { axis: None, to: None }, vec![0, 1])];
+                if dtype == DataType::F32 {
+                    // Written narrower than the scale: the four-a-thread kernel stores f16 / bf16.
+                    layers.push((LayerKind::Dequantize { axis: None, to: Some(DataType::F16) }, vec![0, 1, 2]));
+                    layers.push((LayerKind::Dequantize { axis: None, to: Some(DataType::BF16) }, vec![0, 1]));
+                }
                 let Some(outs) = run_both(&[q, scale.clone(), zero], &layers) else { return };
                 for ((got, want), (_, slots)) in outs.iter().zip(&layers) {
                     assert_same(&format!("Dequantize {to} -> {dtype}, {len} elements (inputs {slots:?})"), got, want);

@@ -251,15 +251,15 @@ fn quantized_pointwise_islands_match_the_cpu_oracle_exactly() {
             let l = net.add_layer(name, kind, inputs).expect(name);
             net.output(l, 0)
         };
-        let da = layer("dq_a", LayerKind::Dequantize { axis: None }, vec![Some(a), Some(sa), None]);
-        let db = layer("dq_b", LayerKind::Dequantize { axis: None }, vec![Some(b), Some(sb), Some(zb)]);
+        let da = layer("dq_a", LayerKind::Dequantize { axis: None, to: None }, vec![Some(a), Some(sa), None]);
+        let db = layer("dq_b", LayerKind::Dequantize { axis: None, to: None }, vec![Some(b), Some(sb), Some(zb)]);
         let mut running = layer("add", LayerKind::Elementwise { op: ElementwiseOp::Sum }, vec![Some(da), Some(db)]);
         if per_channel {
             running = layer("gain", LayerKind::Elementwise { op: ElementwiseOp::Prod }, vec![Some(running), Some(gains)]);
         }
         if requantized {
             let q = layer("q_add", LayerKind::Quantize { axis: None, to }, vec![Some(running), Some(sy), Some(zy)]);
-            running = layer("dq_add", LayerKind::Dequantize { axis: None }, vec![Some(q), Some(sy), Some(zy)]);
+            running = layer("dq_add", LayerKind::Dequantize { axis: None, to: None }, vec![Some(q), Some(sy), Some(zy)]);
         }
         let relu = layer("relu", LayerKind::Activation { kind: kiln::ActivationKind::Relu }, vec![Some(running)]);
         let y = layer("q_relu", LayerKind::Quantize { axis: None, to }, vec![Some(relu), Some(sy), Some(zy)]);
@@ -291,7 +291,7 @@ fn quantized_pointwise_islands_match_the_cpu_oracle_exactly() {
             let l = net.add_layer(name, kind, inputs).expect(name);
             net.output(l, 0)
         };
-        let da = layer("dq_a", LayerKind::Dequantize { axis: None }, vec![Some(a), Some(sa), None]);
+        let da = layer("dq_a", LayerKind::Dequantize { axis: None, to: None }, vec![Some(a), Some(sa), None]);
         let relu = layer("relu", LayerKind::Activation { kind: kiln::ActivationKind::Relu }, vec![Some(da)]);
         let y = layer("q", LayerKind::Quantize { axis: None, to: DataType::U8 }, vec![Some(relu), Some(sy), Some(zy)]);
         net.mark_output(y).expect("output");

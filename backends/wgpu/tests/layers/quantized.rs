@@ -96,7 +96,7 @@ fn layout_layers_between_qdq_pairs_run_on_the_integers() {
         let layer = net.add_layer(name, kind, inputs).expect(name);
         net.output(layer, 0)
     };
-    let (q, dq) = (LayerKind::Quantize { axis: None, to: DataType::U8 }, LayerKind::Dequantize { axis: None });
+    let (q, dq) = (LayerKind::Quantize { axis: None, to: DataType::U8 }, LayerKind::Dequantize { axis: None, to: None });
     let shuffle = |p: ShuffleParams| LayerKind::Shuffle(p);
     let mut t = chain(&mut net, "q0", q.clone(), &[x, s, z]);
     t = chain(&mut net, "dq0", dq.clone(), &[t, s, z]);

@@ -184,15 +184,18 @@ fn dequantize_integers_per_tensor_and_per_axis() {
         let zp1 = ints(dtype, &[], vec![(lo + hi) / 3]);
         let scale1 = In::Const(HostTensor::from_f32(vec![], vec![0.37]).expect("s"));
         let ins = vec![In::Run(x.clone()), scale1, In::Const(zp1)];
-        check(&gpu, LayerKind::Dequantize { axis: None }, ins, &format!("{what} per tensor"));
+        check(&gpu, LayerKind::Dequantize { axis: None, to: None }, ins, &format!("{what} per tensor"));
         let zp4 = ints(dtype, &[4], vec![lo, hi, 0, (lo + hi) / 2]);
         let ins = vec![In::Run(x.clone()), In::Const(f32s(&[0.5, 2.0, 0.25, 1.5])), In::Const(zp4)];
-        check(&gpu, LayerKind::Dequantize { axis: Some(2) }, ins, &format!("{what} per axis"));
+        check(&gpu, LayerKind::Dequantize { axis: Some(2), to: None }, ins, &format!("{what} per axis"));
         let ins = vec![In::Run(x), In::Const(f32s(&[0.1, 0.2, 0.3]))];
-        check(&gpu, LayerKind::Dequantize { axis: Some(1) }, ins, &format!("{what} without zero point"));
+        check(&gpu, LayerKind::Dequantize { axis: Some(1), to: None }, ins, &format!("{what} without zero point"));
     }
     // An f16 scale gives an f16 output.
     let x = ints(DataType::I8, &[5], vec![-128, -3, 0, 7, 127]);
     let scale = cast(&HostTensor::from_f32(vec![], vec![0.3]).expect("s"), DataType::F16);
-    check(&gpu, LayerKind::Dequantize { axis: None }, vec![In::Run(x), In::Const(scale)], "dequantize to f16");
+    check(&gpu, LayerKind::Dequantize { axis: None, to: None }, vec![In::Run(x.clone()), In::Const(scale)], "dequantize to f16");
+    // An f32 scale written as f16 (`to`): the f32 value rounded once, as a Cast rounds it.
+    let scale = HostTensor::from_f32(vec![], vec![0.0371]).expect("s");
+    check(&gpu, LayerKind::Dequantize { axis: None, to: Some(DataType::F16) }, vec![In::Run(x), In::Const(scale)], "dequantize f32 values into f16");
 }

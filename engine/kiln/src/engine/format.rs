@@ -23,10 +23,11 @@ pub const MAGIC: &[u8; 8] = b"KILNENG\0";
 /// beside the network, not inside it; 5: the plan records the tactic candidates timed per layer; 6: the control flow
 /// records the memory budget (`BuilderConfig::max_memory_bytes`); 7: a refittable engine's
 /// Refit section (the source network and its weights, some possibly stripped); 8: fused
-/// layers record the inputs they read dequantized, and their steps may quantize.
-pub const FORMAT_VERSION: u32 = 8;
-/// The oldest layout this kiln still reads (a version 7 fused layer lacks what 8 added).
-pub const OLDEST_READABLE_VERSION: u32 = 8;
+/// layers record the inputs they read dequantized, and their steps may quantize; 9: a
+/// Dequantize layer records the type it writes.
+pub const FORMAT_VERSION: u32 = 9;
+/// The oldest layout this kiln still reads (a version 8 Dequantize lacks what 9 added).
+pub const OLDEST_READABLE_VERSION: u32 = 9;
 /// Upper bound on the header, far above any real one.
 const MAX_HEADER_BYTES: u32 = 1 << 20;
 

@@ -133,7 +133,7 @@ impl PostOp {
             PostOp::Unary(op) => LayerKind::Unary { op },
             PostOp::Elementwise { op, .. } => LayerKind::Elementwise { op },
             PostOp::Quantize { to, .. } => LayerKind::Quantize { axis: None, to },
-            PostOp::Dequantize { .. } => LayerKind::Dequantize { axis: None },
+            PostOp::Dequantize { .. } => LayerKind::Dequantize { axis: None, to: None },
         }
     }
 

@@ -102,7 +102,10 @@ pub enum LayerKind {
     /// one per element of x.
     Quantize { axis: Option<usize>, to: DataType },
     /// `[x (int or narrow float), scale, zero_point?] -> [y]`: `(x - zp) * scale`.
-    Dequantize { axis: Option<usize> },
+    /// `to`: the float type written (TensorRT's `IDequantizeLayer::setToType`): the value is
+    /// computed in the scale's type, then rounded to `to` as a Cast would; None writes the
+    /// scale's type (ONNX's rule).
+    Dequantize { axis: Option<usize>, to: Option<DataType> },
     /// `[x] -> [y]`: cross-channel local response normalization.
     Lrn { window: usize, alpha: f32, beta: f32, k: f32 },
     /// `[x] -> [indices (i64, rank × count)]`.

@@ -125,7 +125,7 @@ fn emit(rb: &mut Rewriter<'_>, net: &Network, rewrite: &Rewrite) -> Result<(), N
 fn per_tensor(kind: &LayerKind) -> LayerKind {
     match kind {
         LayerKind::Quantize { to, .. } => LayerKind::Quantize { axis: None, to: *to },
-        LayerKind::Dequantize { .. } => LayerKind::Dequantize { axis: None },
+        LayerKind::Dequantize { to, .. } => LayerKind::Dequantize { axis: None, to: *to },
         other => other.clone(),
     }
 }

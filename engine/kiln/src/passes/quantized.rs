@@ -91,7 +91,7 @@ struct Dequantized {
 fn dequantized(net: &Network, t: TensorId) -> Option<Dequantized> {
     let (producer, _) = net.tensor(t).producer?;
     let l = net.layer(producer);
-    let LayerKind::Dequantize { axis } = l.kind else { return None };
+    let LayerKind::Dequantize { axis, to: None } = l.kind else { return None };
     let (q, scale) = (l.inputs.first().copied().flatten()?, l.inputs.get(1).copied().flatten()?);
     let zero = l.inputs.get(2).copied().flatten();
     if !Q::float_output_type(net.tensor(t).dtype) || zero.is_some_and(|z| known_value(net, z).is_none()) {
@@ -218,7 +218,7 @@ fn requantized_relu(net: &Network, readers: &[Vec<(usize, usize)>], q: TensorId,
     let dq_at = only_reader(net, readers, q)?;
     let dq = net.layer(crate::LayerId(dq_at));
     let slot = |l: &crate::Layer, i: usize| l.inputs.get(i).copied().flatten();
-    if !matches!(dq.kind, LayerKind::Dequantize { .. }) || slot(dq, 0) != Some(q) || !same(slot(dq, 1), slot(dq, 2)) {
+    if !matches!(dq.kind, LayerKind::Dequantize { to: None, .. }) || slot(dq, 0) != Some(q) || !same(slot(dq, 1), slot(dq, 2)) {
         return None;
     }
     let relu_at = only_reader(net, readers, dq.outputs[0])?;

@@ -24,7 +24,8 @@
 //! non-decreasing too, so it commutes with the maximum wherever every window holds an input
 //! cell (no dilation, no ceil mode, padding narrower than the window).
 //!
-//! A QuantizeLinear after a Cast that widens f16 / bf16 to f32 reads the narrow tensor.
+//! A QuantizeLinear after a Cast that widens f16 / bf16 to f32 reads the narrow tensor, and a
+//! DequantizeLinear before a Cast to f16 / bf16 writes the narrow type itself.
 //!
 //! The pass runs for backends that run quantized layers ([`PassContext::quantized_layers`]).
 
@@ -55,7 +56,8 @@ impl Pass for QuantizedChainFusion {
         let pools = |i: usize| integer_max_pool(network, &readers, i);
         let islands = |i: usize| pointwise_island(network, &readers, i);
         let widened = |i: usize| quantize_unwidened(network, &readers, i);
-        let (mut plans, absorbed) = disjoint_plans(network.layers().len(), &[&pools, &islands, &widened], |p: &Plan| &p.layers);
+        let narrowed = |i: usize| dequantize_narrowed(network, &readers, i);
+        let (mut plans, absorbed) = disjoint_plans(network.layers().len(), &[&pools, &islands, &widened, &narrowed], |p: &Plan| &p.layers);
         if plans.is_empty() {
             return Ok(None);
         }
@@ -98,7 +100,8 @@ fn scalar(net: &Network, t: Option<TensorId>, dtype: DataType) -> Option<TensorI
 /// an f32 scale and a zero point of the input's type, both known single values.
 fn per_tensor_dequantize(net: &Network, layer: usize) -> Option<(TensorId, TensorId, Option<TensorId>)> {
     let l = net.layer(LayerId(layer));
-    if !matches!(l.kind, LayerKind::Dequantize { .. }) {
+    // One that writes another type than its scale's rounds its values: not the island's f32.
+    if !matches!(l.kind, LayerKind::Dequantize { to: None, .. }) {
         return None;
     }
     let slot = |i: usize| l.inputs.get(i).copied().flatten();
@@ -215,6 +218,22 @@ fn quantize_unwidened(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) 
     let mut inputs = q.inputs.clone();
     inputs[0] = Some(narrow);
     Some(Plan { layers: vec![cast_at, i], kind: q.kind.clone(), inputs, output: q.outputs[0], pool_first: None })
+}
+
+/// A Cast to f16 / bf16 reading a DequantizeLinear's f32 (what a reduced-precision build puts
+/// between it and a narrowed float layer): one DequantizeLinear writing the narrow type, the
+/// f32 value rounded once as the Cast rounded it (TensorRT's `IDequantizeLayer::setToType`).
+fn dequantize_narrowed(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan> {
+    let cast = net.layer(LayerId(i));
+    let LayerKind::Cast { to: to @ (DataType::F16 | DataType::BF16) } = cast.kind else { return None };
+    let wide = cast.inputs.first().copied().flatten()?;
+    let dq_at = net.tensor(wide).producer?.0 .0;
+    let dq = net.layer(LayerId(dq_at));
+    let LayerKind::Dequantize { axis, to: None } = dq.kind else { return None };
+    if net.tensor(wide).dtype != DataType::F32 || net.outputs().contains(&wide) || only_reader(net, readers, wide) != Some(i) {
+        return None;
+    }
+    Some(Plan { layers: vec![dq_at, i], kind: LayerKind::Dequantize { axis, to: Some(to) }, inputs: dq.inputs.clone(), output: cast.outputs[0], pool_first: None })
 }
 
 /// A pointwise layer or chain with its dequantized inputs and the quantizations after it.

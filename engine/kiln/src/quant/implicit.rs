@@ -146,7 +146,7 @@ fn quantize_activation(rb: &mut Rewriter<'_>, name: &str, x: TensorId, amax: f32
     let scale = rb.constant(&format!("{name} scale"), scale)?;
     let q = rb.out_mut().add_layer(&format!("{name} (quantize)"), LayerKind::Quantize { axis: None, to: DataType::I8 }, vec![Some(x), Some(scale)])?;
     let q = rb.out().output(q, 0);
-    let dq = rb.out_mut().add_layer(&format!("{name} (dequantize)"), LayerKind::Dequantize { axis: None }, vec![Some(q), Some(scale)])?;
+    let dq = rb.out_mut().add_layer(&format!("{name} (dequantize)"), LayerKind::Dequantize { axis: None, to: None }, vec![Some(q), Some(scale)])?;
     Ok(rb.out().output(dq, 0))
 }
 
@@ -159,7 +159,7 @@ fn quantize_weights(rb: &mut Rewriter<'_>, name: &str, value: &HostTensor, axis:
     let scales = HostTensor::from_f32(scale_shape, scales).map_err(|e| bad(name, e.to_string()))?;
     let q = rb.constant(&format!("{name} (int8)"), q)?;
     let scales = rb.constant(&format!("{name} scales"), scales)?;
-    let dq = rb.out_mut().add_layer(&format!("{name} (dequantize)"), LayerKind::Dequantize { axis }, vec![Some(q), Some(scales)])?;
+    let dq = rb.out_mut().add_layer(&format!("{name} (dequantize)"), LayerKind::Dequantize { axis, to: None }, vec![Some(q), Some(scales)])?;
     Ok(rb.out().output(dq, 0))
 }
 

@@ -28,7 +28,7 @@ fn qlinear_matmul(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError> {
         let per_tensor = ctx.rank(scale) == 0 || ctx.dims(scale)[0].fixed() == Some(1);
         let axis = (!per_tensor).then(|| ctx.rank(x) - matrix_axis);
         let scale = ctx.cast(&format!("{operand} scale f32"), scale, DataType::F32)?;
-        let kind = LayerKind::Dequantize { axis };
+        let kind = LayerKind::Dequantize { axis, to: None };
         dequantized.push(ctx.add(&format!("{operand} dequantized"), kind, &[x, scale, zero_point])?);
     }
     let product = ctx.add("product", LayerKind::MatrixMultiply { op_a: kiln::MatrixOp::None, op_b: kiln::MatrixOp::None }, &dequantized)?;
@@ -118,7 +118,7 @@ fn dequantize_linear(ctx: &mut NodeContext) -> Result<Vec<TensorId>, ImportError
         return Err(ctx.unsupported(format!("dequantizing {}", ctx.dtype(x))));
     }
     let (axis, scale, zero_point) = quantization_params(ctx, x, scale, ctx.opt_input(2))?;
-    let y = ctx.add_opt("", LayerKind::Dequantize { axis }, vec![Some(x), Some(scale), zero_point])?;
+    let y = ctx.add_opt("", LayerKind::Dequantize { axis, to: None }, vec![Some(x), Some(scale), zero_point])?;
     match ctx.attrs.opt_int("output_dtype")?.filter(|&c| c != 0 && ctx.version >= 23) {
         Some(code) => {
             let to = dtype_from_onnx(code as i32).map_err(|e| ctx.unsupported(e))?;

@@ -29,7 +29,7 @@ pub(super) fn fused(
             false => rule(None, format!("dequantized input {}: its {what} is input {i}, the layer has {n}", d.input)),
         };
         let facts = [Some(ins.req(slot(d.input, "value")?)?), Some(one_element(ins, slot(d.scale, "scale")?)?), d.zero.map(|z| slot(z, "zero point").and_then(|z| one_element(ins, z))).transpose()?];
-        let out = infer_layer(&LayerKind::Dequantize { axis: None }, &facts, weights).map_err(|mut e| {
+        let out = infer_layer(&LayerKind::Dequantize { axis: None, to: None }, &facts, weights).map_err(|mut e| {
             e.rule = format!("dequantized input {}: {}", d.input, e.rule);
             e
         })?;

@@ -265,14 +265,17 @@ fn infer_kind(
             }
             Ok(vec![OutFact::new(*to, x.shape.clone())])
         }
-        K::Dequantize { axis } => {
+        K::Dequantize { axis, to } => {
             ins.arity(2, 3)?;
             let x = ins.req(0)?;
             let scale = ins.float(1)?;
             if let Some(a) = axis {
                 check_axis(*a, x.shape.rank(), Some(0))?;
             }
-            Ok(vec![OutFact::new(scale.dtype, x.shape.clone())])
+            if let Some(t) = to.filter(|t| !matches!(t, DataType::F32 | DataType::F16 | DataType::BF16 | DataType::F64)) {
+                return rule(None, format!("a Dequantize writes f32, f16, bf16 or f64, not {t}"));
+            }
+            Ok(vec![OutFact::new(to.unwrap_or(scale.dtype), x.shape.clone())])
         }
         K::Lrn { window, .. } => {
             ins.arity(1, 1)?;
