@@ -359,6 +359,17 @@ fn a_max_pooling_between_quantizations_pools_the_integers() {
     }
 }
 
+/// `net`'s FP16 builds on `backend`: optimized, and as given.
+fn fp16_builds(backend: &HalfFirstCpu, net: &Network) -> (kiln::Engine, kiln::Engine) {
+    let build = |optimization: kiln::Optimization| {
+        let mut config = BuilderConfig::default();
+        config.set_flag(kiln::BuilderFlag::Fp16);
+        config.optimization = optimization;
+        Builder::new(backend).build(net, &config).expect("fp16 build")
+    };
+    (build(kiln::Optimization::Full), build(kiln::Optimization::None))
+}
+
 /// An FP16 build puts a Cast back to f32 between a narrowed float layer and its
 /// QuantizeLinear; the QuantizeLinear reads the f16 tensor itself (widening is exact), with the
 /// levels of the unoptimized FP16 build.
@@ -375,13 +386,7 @@ fn a_quantize_after_an_f16_layer_reads_it_without_a_widening_cast() {
     let y = net.output(q, 0);
     net.mark_output(y).expect("output");
     let backend = HalfFirstCpu(kiln_cpu::CpuBackend::new());
-    let build = |optimization: kiln::Optimization| {
-        let mut config = BuilderConfig::default();
-        config.set_flag(kiln::BuilderFlag::Fp16);
-        config.optimization = optimization;
-        Builder::new(&backend).build(&net, &config).expect("fp16 build")
-    };
-    let (fused, plain) = (build(kiln::Optimization::Full), build(kiln::Optimization::None));
+    let (fused, plain) = fp16_builds(&backend, &net);
     let kinds = |e: &kiln::Engine| e.network().layers().iter().map(|l| l.kind.type_name()).collect::<Vec<_>>();
     assert!(kinds(&plain).contains(&"Cast"), "the FP16 build widens before quantizing: {}", plain.network().dump());
     let quantize = fused.network().layers().iter().find(|l| matches!(l.kind, LayerKind::Quantize { .. })).expect("a QuantizeLinear");
@@ -415,13 +420,7 @@ fn a_dequantize_before_an_f16_layer_writes_f16_without_a_cast() {
     let y = net.output(relu, 0);
     net.mark_output(y).expect("output");
     let backend = HalfFirstCpu(kiln_cpu::CpuBackend::new());
-    let build = |optimization: kiln::Optimization| {
-        let mut config = BuilderConfig::default();
-        config.set_flag(kiln::BuilderFlag::Fp16);
-        config.optimization = optimization;
-        Builder::new(&backend).build(&net, &config).expect("fp16 build")
-    };
-    let (fused, plain) = (build(kiln::Optimization::Full), build(kiln::Optimization::None));
+    let (fused, plain) = fp16_builds(&backend, &net);
     let narrowing = |e: &kiln::Engine| e.network().layers().iter().filter(|l| l.kind == (LayerKind::Cast { to: DataType::F16 })).count();
     assert_eq!(narrowing(&plain), 1, "the FP16 build narrows the f32: {}", plain.network().dump());
     assert_eq!(narrowing(&fused), 0, "{}", fused.network().dump());
