@@ -180,11 +180,7 @@ fn product_sums(cx: &Ctx, op_a: MatrixOp, op_b: MatrixOp, x: &DeviceTensor, w: &
     let x = layout::to_row_major(cx, x)?;
     let rank = w.shape.len();
     let batch_dims = &w.shape[..rank.saturating_sub(2)];
-    let (kk, n) = match (op_b, &w.shape[rank.saturating_sub(2)..]) {
-        (MatrixOp::None, [k, n]) => (*k, *n),
-        (MatrixOp::Transpose, [n, k]) => (*k, *n),
-        _ => (0, 0),
-    };
+    let (kk, n) = depth_and_columns(op_b, &w.shape[rank.saturating_sub(2)..]).unwrap_or((0, 0));
     // A batched B goes with A's own batch dims (no broadcasting): x is [batch.., m, k].
     let batched = rank > 2 && x.shape.len() == rank && x.shape[..rank - 2] == *batch_dims;
     // INT8 (IMMA, exact int32 sums) or FP8 (f32 sums) tensor cores.
@@ -217,6 +213,14 @@ fn product_sums(cx: &Ctx, op_a: MatrixOp, op_b: MatrixOp, x: &DeviceTensor, w: &
     Ok(compute::matmul_epilogue(&exact, 0, &xf, op_a, &wf, op_b, 1.0, out_shape, None, None)?.0)
 }
 
+/// The depth `k` and columns `n` of a product's B: `[k, n]`, or `[n, k]` transposed.
+fn depth_and_columns(op_b: MatrixOp, b_shape: &[usize]) -> Option<(usize, usize)> {
+    match (op_b, b_shape) {
+        (MatrixOp::None, &[k, n]) | (MatrixOp::Transpose, &[n, k]) => Some((k, n)),
+        _ => None,
+    }
+}
+
 /// An int8 product `x[.., m, k] · w` (w constant `[k, n]`, or `[n, k]` transposed) on kiln's
 /// convolution kernel, the epilogue fused: row-major `[m, k]` is the NHWC image `[1, 1, m, k]`
 /// of a 1×1 convolution by `[n, k, 1, 1]`, whose NHWC output is row-major `[m, n]`. None where
@@ -233,10 +237,7 @@ fn product_as_pointwise_convolution(
     out_shape: &[usize],
     out_dtype: DataType,
 ) -> KResult<Option<DeviceTensor>> {
-    let (depth, n) = match (op_b, w.shape.as_slice()) {
-        (MatrixOp::None, &[k, n]) | (MatrixOp::Transpose, &[n, k]) => (k, n),
-        _ => return Ok(None),
-    };
+    let Some((depth, n)) = depth_and_columns(op_b, &w.shape) else { return Ok(None) };
     if x.shape.last() != Some(&depth) || depth == 0 || out_shape.iter().product::<usize>() != x.len() / depth * n {
         return Ok(None);
     }
@@ -340,10 +341,7 @@ fn int8_product(cx: &Ctx, g: &crate::blas::Gemm, x: &DeviceTensor, w: &DeviceTen
 /// FP8 tensor cores and the output is stored in its own type, with no sums in memory. None
 /// where cuBLASLt takes neither scale form (the sums and the epilogue kernel run it then).
 fn fp8_product(cx: &Ctx, op_b: MatrixOp, x: &DeviceTensor, w: &DeviceTensor, k: &Constants, out_shape: &[usize], out_dtype: DataType) -> KResult<Option<DeviceTensor>> {
-    let (kk, n) = match (op_b, w.shape.as_slice()) {
-        (MatrixOp::None, &[k, n]) | (MatrixOp::Transpose, &[n, k]) => (k, n),
-        _ => return Ok(None),
-    };
+    let Some((kk, n)) = depth_and_columns(op_b, &w.shape) else { return Ok(None) };
     if !Q::is_fp8(w.dtype) || x.shape.last() != Some(&kk) || kk == 0 || !Q::float_output_type(out_dtype) || !k.x_scale.is_finite() {
         return Ok(None);
     }
@@ -365,12 +363,12 @@ fn fp8_product(cx: &Ctx, op_b: MatrixOp, x: &DeviceTensor, w: &DeviceTensor, k: 
         say_once(format!("an FP8 product of {m}x{kk} by {kk}x{n} runs whole on cuBLASLt: {} scale for x, {} for w, {out_dtype} out", if a_per_row { "a row vector" } else { "one" }, if per_column { "one per column" } else { "one" }));
         let x = layout::to_row_major(cx, x)?;
         let b = b_as_nk(cx, w, op_b)?;
-        let upload = |v: Vec<f32>| -> KResult<DeviceTensor> {
+        let table = |v: Vec<f32>| -> KResult<DeviceTensor> {
             let len = v.len();
             cx.gpu.constant_table(&kiln::HostTensor::from_f32(vec![len], v).map_err(KernelError::from)?).map_err(KernelError::from)
         };
-        let x_scale = upload(vec![k.x_scale; if a_per_row { m } else { 1 }])?;
-        let w_scale = upload(k.w_scale.clone())?;
+        let x_scale = table(vec![k.x_scale; if a_per_row { m } else { 1 }])?;
+        let w_scale = table(k.w_scale.clone())?;
         let out = cx.gpu.empty(out_dtype, out_shape.to_vec()).map_err(KernelError::from)?;
         if out.len() != m * n {
             return Err(invalid!("an FP8 product of {:?} by {:?} into {out_shape:?}", x.shape, w.shape));
@@ -479,29 +477,13 @@ fn requantize(cx: &Ctx, p: &Q, acc: &DeviceTensor, bias: Option<&DeviceTensor>, 
         && n < 1 << 31
         && matches!(acc.dtype, DataType::I32 | DataType::F32)
         && matches!(out_dtype, DataType::I8 | DataType::U8 | DataType::F32 | DataType::F16 | DataType::BF16);
-    if rows_x4 {
-        let mut args = vec![
-            Arg::I32(typed::type_code(acc.dtype)),
-            Arg::I32(typed::type_code(out_dtype)),
-            Arg::I32(channels as i32),
-            Arg::I32((n / 4) as i32),
-            cx.arg(acc),
-        ];
-        args.extend(epilogue.args.iter().copied());
-        args.push(cx.arg(&out));
-        cx.launch_elements(Source::Typed.kernel("quant_requantize_rows_x4"), n / 4, &args)?;
-        return Ok(out);
-    }
-    let mut args = vec![
-        Arg::I32(typed::type_code(acc.dtype)),
-        Arg::I32(typed::type_code(out_dtype)),
-        Arg::I64(inner as i64),
-        Arg::I64(channels as i64),
-        Arg::I64(n as i64),
-        cx.arg(acc),
-    ];
-    args.extend(epilogue.args.iter().copied());
+    let codes = [acc.dtype, out_dtype].map(|t| Arg::I32(typed::type_code(t)));
+    let (kernel, threads, sizes) = match rows_x4 {
+        true => ("quant_requantize_rows_x4", n / 4, vec![Arg::I32(channels as i32), Arg::I32((n / 4) as i32)]),
+        false => ("quant_requantize", n, [inner, channels, n].map(|d| Arg::I64(d as i64)).to_vec()),
+    };
+    let mut args = [&codes[..], &sizes, &[cx.arg(acc)], &epilogue.args].concat();
     args.push(cx.arg(&out));
-    cx.launch_elements(Source::Typed.kernel("quant_requantize"), n, &args)?;
+    cx.launch_elements(Source::Typed.kernel(kernel), threads, &args)?;
     Ok(out)
 }
