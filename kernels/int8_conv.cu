@@ -12,6 +12,12 @@
 // int32 bias, rounded once to f32, times the channel's scale, plus a float bias, then the float
 // output or the level (round half to even, ReLU at the zero point, saturation). kiln-cpu's
 // integer layer is the oracle.
+//
+// On Hopper (compiled for sm_90a) the same kernel has a second main loop, `WG`: the tiles sit in
+// shared memory as wgmma's 8-row × 16-byte core matrices and each warpgroup (4 warps) multiplies
+// its 64 pixels by the block's BN filters with one wgmma m64nBNk32 per 32 of depth: no ldmatrix,
+// and the tensor cores' full Hopper rate. Its accumulators are laid out as mma.sync's, so the
+// epilogue is shared.
 #include "common.cuh"
 #include "mma.cuh"
 
@@ -20,7 +26,9 @@
 #define IC_LD (IC_BK + 16)   // 80-byte rows: the 8 rows one ldmatrix reads fall in different banks
 #define IC_THREADS 256
 #define IC_CHUNKS (IC_BK / 16)
-#define IC_STAGES 4          // k-steps in flight: copies of three ahead while one feeds the MMAs
+#define IC_AHEAD 3           // steps whose copies are in flight while one feeds the MMAs
+#define IC_STAGES 4          // mma.sync's ring: the steps ahead and the one computing
+#define IC_WG_STAGES 5       // wgmma's: also the step whose MMAs still run while the next issue
 
 // Output type codes: kiln-cuda's ops::typed::type_code.
 #define IC_F32 0
@@ -83,27 +91,95 @@ __device__ __forceinline__ unsigned char level_byte(const Requant& e, float v) {
     return (unsigned char)level;
 }
 
-// Bytes of one pipeline stage: the A tile [IC_BM][IC_LD] then the B tile [BN][IC_LD].
-template <int BN> struct Stage {
-    static constexpr int A_BYTES = IC_BM * IC_LD, BYTES = (IC_BM + BN) * IC_LD;
+// Bytes of one pipeline stage: the A tile (IC_BM rows) then the B tile (BN rows). mma.sync's
+// ldmatrix reads rows padded to IC_LD bytes; wgmma's core matrices need no padding.
+template <int BN, bool WG> struct Stage {
+    static constexpr int PITCH = WG ? IC_BK : IC_LD;
+    static constexpr int A_BYTES = IC_BM * PITCH, BYTES = (IC_BM + BN) * PITCH;
 };
 
+// Where depth bytes [col, col + 16) of a tile's row live in its stage. wgmma's rows are IC_BK
+// (64) bytes in its 64-byte swizzle: the 16-byte pieces of row r are permuted by (r / 2) % 4,
+// so the 8 rows of a core matrix (and 8 threads copying one piece of 8 rows) hit every bank.
+template <bool WG> __device__ __forceinline__ int tile_offset(int row, int col) {
+    return WG ? row * IC_BK + (((col / 16) ^ ((row / 2) % 4)) * 16) : row * IC_LD + col;
+}
+
+// The alignment wgmma's 64-byte swizzle wants of a tile (its pattern repeats every 8 rows).
+#define IC_WG_ALIGN 512
+
+// wgmma's shared-memory matrix descriptor of a K-major tile in the 64-byte swizzle: start
+// address >> 4, leading byte offset 1 (unused by swizzled K-major layouts), stride byte offset
+// (between 8-row groups: 8 · IC_BK bytes) >> 4, swizzle mode 2 (64 bytes) in bits 62-63.
+__device__ __forceinline__ unsigned long long wgmma_descriptor(const void* p) {
+    const unsigned long long address = (unsigned)__cvta_generic_to_shared(p);
+    return ((address & 0x3FFFF) >> 4) | (1ull << 16) | ((unsigned long long)((IC_BK * 8) >> 4) << 32) | (2ull << 62);
+}
+
+// One warpgroup's D[64][BN] += A[64][32] · B[BN][32]ᵀ (int8 × int8 → int32), both operands in
+// shared memory. d is the warpgroup's accumulator fragment: mma.sync's m16n8 layout per 8
+// columns over the warp's 16 rows. A template, so only the sm_90a kernels assemble it.
+template <int BN> __device__ __forceinline__ void wgmma_s8(int* d, unsigned long long a, unsigned long long b) {
+    if constexpr (BN == 64) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 {"
+            "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+            "}, %32, %33, p;\n}\n"
+            : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
+              "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]),
+              "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
+              "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
+            : "l"(a), "l"(b), "r"(1));
+    } else {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 {"
+            "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+            "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+            "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+            "}, %64, %65, p;\n}\n"
+            : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
+              "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]),
+              "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
+              "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]),
+              "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]),
+              "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]),
+              "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]),
+              "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
+            : "l"(a), "l"(b), "r"(1));
+    }
+}
+
+// Keeps the compiler from reading the accumulators before wgmma.wait_group has returned.
+template <int N> __device__ __forceinline__ void wgmma_fence_operands(int* d) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+r"(d[i])::"memory");
+}
+
 // `win` gives the sizes (NCHW names; the tensors are NHWC, the filter [k][r][s][c]). The block
-// has min(IC_STAGES, steps) stages of dynamic shared memory (the host's `shared_bytes`).
+// has min(STAGES, steps) stages of dynamic shared memory (the host's `shared_bytes`).
 //
 // LEVELS is the common case's epilogue, which the host picks where it is exact: levels out, no
 // float bias, finite scales, and an int32 bias small enough to start the sums at (|bias| +
 // 128·128·depth < 2^31, so the int32 sum is the exact one). Its per-element work is a
 // conversion, a multiply, the rounding add and integer clamps; the general epilogue's branches
 // and 64-bit sums cost three times the instructions, and a 1×1 layer is bound by them.
-template <int BN, int WARPS_M, int WARPS_N, bool LEVELS>
+template <int BN, int WARPS_M, int WARPS_N, bool LEVELS, bool WG>
 __device__ __forceinline__ void int8_conv(const Window& win, const signed char* __restrict__ x, const signed char* __restrict__ wt,
                                           const Requant& e, void* __restrict__ y) {
     constexpr int WM = IC_BM / WARPS_M, WN = BN / WARPS_N, MT = WM / 16, NT = WN / 8;
     static_assert(WARPS_M * WARPS_N * 32 == IC_THREADS, "8 warps");
     static_assert(NT % 2 == 0, "B fragments load two n-tiles at a time");
+    static_assert(!WG || (WARPS_M == 8 && WARPS_N == 1), "a warpgroup's fragment: 4 warps of 16 rows over all BN columns");
+    typedef Stage<BN, WG> St;
     constexpr int A_CHUNKS = IC_BM * IC_CHUNKS / IC_THREADS, B_CHUNKS = BN * IC_CHUNKS / IC_THREADS;
-    extern __shared__ __align__(16) signed char smem[];
+    extern __shared__ __align__(16) signed char dynamic_smem[];
+    // wgmma's tiles start on its swizzle's alignment (the host adds the slack).
+    signed char* smem = dynamic_smem;
+    if (WG) smem += (IC_WG_ALIGN - ((unsigned)__cvta_generic_to_shared(dynamic_smem) % IC_WG_ALIGN)) % IC_WG_ALIGN;
 
     const int n = (int)win.n, h = (int)win.h, w = (int)win.w, c = (int)win.c, k = (int)win.oc, r = (int)win.kh, s = (int)win.kw;
     const int p = (int)win.oh, q = (int)win.ow, stride_h = (int)win.sh, stride_w = (int)win.sw;
@@ -118,13 +194,15 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
     const int n0 = (blockIdx.x % filter_blocks) * BN;
 
     // This thread's copies: the same 16 channels of A_CHUNKS pixels and B_CHUNKS filters at
-    // every step, so each pixel's origin is found once.
-    const int col = (tid % IC_CHUNKS) * 16;
+    // every step, so each pixel's origin is found once. For wgmma eight neighbouring threads
+    // copy one core matrix (8 rows of one 16-byte column): 128 contiguous bytes, no bank conflict.
+    const int col = (WG ? (tid / 8) % IC_CHUNKS : tid % IC_CHUNKS) * 16;
+    auto row_of = [&](int i) { return WG ? tid % 8 + 8 * (tid / 32) + 64 * i : (tid + i * IC_THREADS) / IC_CHUNKS; };
     const signed char* a_image[A_CHUNKS];
     int a_ih[A_CHUNKS], a_iw[A_CHUNKS];
 #pragma unroll
     for (int i = 0; i < A_CHUNKS; ++i) {
-        const i64 m = m0 + (tid + i * IC_THREADS) / IC_CHUNKS;
+        const i64 m = m0 + row_of(i);
         const bool in = m < pixels;
         const i64 img = in ? m / ((i64)p * q) : 0;
         const int pq = in ? (int)(m - img * p * q) : 0;
@@ -147,22 +225,21 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
     };
     normalize();
     auto load = [&](int stage) {
-        signed char* as = smem + stage * Stage<BN>::BYTES;
-        signed char* bs = as + Stage<BN>::A_BYTES;
+        signed char* as = smem + stage * St::BYTES;
+        signed char* bs = as + St::A_BYTES;
         const bool k_in = kg < depth;
         const int ih_off = tr * dil_h, iw_off = ts * dil_w;
 #pragma unroll
         for (int i = 0; i < A_CHUNKS; ++i) {
-            const int row = (tid + i * IC_THREADS) / IC_CHUNKS;
             const int ih = a_ih[i] + ih_off, iw = a_iw[i] + iw_off;
             const bool valid = k_in && ih >= 0 && ih < h && iw >= 0 && iw < w;
-            cp_async16(as + row * IC_LD + col, valid ? a_image[i] + ((i64)ih * w + iw) * c + cc : x, valid);
+            cp_async16(as + tile_offset<WG>(row_of(i), col), valid ? a_image[i] + ((i64)ih * w + iw) * c + cc : x, valid);
         }
 #pragma unroll
         for (int j = 0; j < B_CHUNKS; ++j) {
-            const int row = (tid + j * IC_THREADS) / IC_CHUNKS;
+            const int row = row_of(j);
             const bool valid = k_in && n0 + row < k;
-            cp_async16(bs + row * IC_LD + col, valid ? wt + (i64)(n0 + row) * depth + kg : wt, valid);
+            cp_async16(bs + tile_offset<WG>(row, col), valid ? wt + (i64)(n0 + row) * depth + kg : wt, valid);
         }
         kg += IC_BK;
         cc += IC_BK;
@@ -170,13 +247,15 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
     };
 
     // Accumulator (mt, nt): elements 0, 1 at row lane/4, channels 2·(lane%4) + {0, 1}; 2, 3 eight
-    // rows down. LEVELS sums start at the channel's int32 bias.
+    // rows down. mma.sync's LEVELS sums start at the channel's int32 bias; wgmma's start at 0
+    // and the epilogue adds it (ptxas serializes wgmma pipelines over accumulators set by loads).
+    constexpr bool BIAS_FIRST = LEVELS && !WG;
     int acc[MT][NT][4];
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
         const int ch = n0 + warp_n * WN + j * 8 + (lane % 4) * 2;
-        const int b0 = LEVELS && e.int_bias ? e.int_bias[min(ch, k - 1)] : 0;
-        const int b1 = LEVELS && e.int_bias ? e.int_bias[min(ch + 1, k - 1)] : 0;
+        const int b0 = BIAS_FIRST && e.int_bias ? e.int_bias[min(ch, k - 1)] : 0;
+        const int b1 = BIAS_FIRST && e.int_bias ? e.int_bias[min(ch + 1, k - 1)] : 0;
 #pragma unroll
         for (int i = 0; i < MT; ++i) {
             acc[i][j][0] = acc[i][j][2] = b0;
@@ -184,50 +263,73 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
         }
     }
 
-    // Step t lives in stage t % IC_STAGES; with fewer steps than stages only the first `steps`
+    // Step t lives in stage t % STAGES; with fewer steps than stages only the first `steps`
     // stages exist. One group is committed per step slot (empty past the last), so waiting for
-    // all but IC_STAGES - 2 groups always means "step t has arrived".
+    // all but IC_AHEAD - 1 groups always means "step t has arrived". The load at step t fills
+    // step t + IC_AHEAD's stage, last read by step t + IC_AHEAD - STAGES: t − 1 for mma.sync,
+    // finished by every warp at the barrier; t − 2 for wgmma, which each warpgroup waited for
+    // at step t − 1 while step t − 1's MMAs were left running.
+    constexpr int STAGES = WG ? IC_WG_STAGES : IC_STAGES;
     const int steps = (depth + IC_BK - 1) / IC_BK;
 #pragma unroll
-    for (int t = 0; t < IC_STAGES - 1; ++t) {
+    for (int t = 0; t < IC_AHEAD; ++t) {
         if (t < steps) load(t);
         cp_async_commit();
     }
 #pragma unroll 1
     for (int step = 0; step < steps; ++step) {
-        cp_async_wait<IC_STAGES - 2>();
-        // Also: every warp is done with the stage the load below overwrites (step − 1's).
+        cp_async_wait<IC_AHEAD - 1>();
+        // wgmma reads shared memory through the async proxy: this thread's copies must be
+        // visible to it, not just to the other threads.
+        if (WG) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        // Also: every warp is done with the stage the load below overwrites.
         __syncthreads();
-        if (step + IC_STAGES - 1 < steps) load((step + IC_STAGES - 1) % IC_STAGES);
+        if (step + IC_AHEAD < steps) load((step + IC_AHEAD) % STAGES);
         cp_async_commit();
-        const signed char* as = smem + (step % IC_STAGES) * Stage<BN>::BYTES;
-        const signed char* bs = as + Stage<BN>::A_BYTES;
+        const signed char* as = smem + (step % STAGES) * St::BYTES;
+        const signed char* bs = as + St::A_BYTES;
+        if constexpr (WG) {
+            // Warpgroup warp / 4 owns pixels [64 · (warp / 4), + 64). The second 32 of depth starts
+            // 32 bytes into each row, before the swizzle (which the hardware applies).
+            const signed char* a_rows = as + (warp / 4) * 64 * IC_BK;
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-        for (int ks = 0; ks < IC_BK; ks += 32) {
-            unsigned af[MT][4], bf[NT][2];
+            for (int ks = 0; ks < IC_BK; ks += 32) wgmma_s8<BN>(&acc[0][0][0], wgmma_descriptor(a_rows + ks), wgmma_descriptor(bs + ks));
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            // The previous step's MMAs are done (this step's run on): its stage is free.
+            asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+        } else {
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-                ldmatrix_x4(as + (warp_m * WM + mt * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * IC_LD + ks + (lane / 16) * 16, af[mt]);
+            for (int ks = 0; ks < IC_BK; ks += 32) {
+                unsigned af[MT][4], bf[NT][2];
 #pragma unroll
-            for (int nt = 0; nt < NT; nt += 2) {
-                unsigned b[4];
-                ldmatrix_x4(bs + (warp_n * WN + nt * 8 + (lane % 8) + (lane / 16) * 8) * IC_LD + ks + ((lane / 8) % 2) * 16, b);
-                bf[nt][0] = b[0];
-                bf[nt][1] = b[1];
-                bf[nt + 1][0] = b[2];
-                bf[nt + 1][1] = b[3];
+                for (int mt = 0; mt < MT; ++mt)
+                    ldmatrix_x4(as + (warp_m * WM + mt * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * IC_LD + ks + (lane / 16) * 16, af[mt]);
+#pragma unroll
+                for (int nt = 0; nt < NT; nt += 2) {
+                    unsigned b[4];
+                    ldmatrix_x4(bs + (warp_n * WN + nt * 8 + (lane % 8) + (lane / 16) * 8) * IC_LD + ks + ((lane / 8) % 2) * 16, b);
+                    bf[nt][0] = b[0];
+                    bf[nt][1] = b[1];
+                    bf[nt + 1][0] = b[2];
+                    bf[nt + 1][1] = b[3];
+                }
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int nt = 0; nt < NT; ++nt) mma_s8(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
             }
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt) mma_s8(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
         }
+    }
+    if constexpr (WG) {
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        wgmma_fence_operands<MT * NT * 4>(&acc[0][0][0]);
     }
     cp_async_wait<0>();
     __syncthreads();  // the stages are free for the output tile
 
     typedef unsigned char OutRow[BN + 16];
-    static_assert(sizeof(OutRow) * IC_BM <= Stage<BN>::BYTES, "the output tile fits in one stage");
+    // The host gives the block room for it (`shared_bytes`) where the stages are smaller.
     OutRow* tile = reinterpret_cast<OutRow*>(smem);
     if (!LEVELS && e.out_type == IC_F32) {
 #pragma unroll
@@ -256,7 +358,8 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
     const int zero = (int)e.y_zero, high = (int)e.hi, low = e.relu ? max((int)e.lo, zero) : (int)e.lo;
     auto level = [&](const Channel& c, int acc) -> unsigned char {
         if (!LEVELS) return level_byte(e, scaled(e, c, acc));
-        return (unsigned char)min(max(round_half_even_clamped(__fmul_rn(__int2float_rn(acc), c.scale)) + zero, low), high);
+        const int sum = BIAS_FIRST ? acc : acc + c.int_bias;  // exact: the host's bound
+        return (unsigned char)min(max(round_half_even_clamped(__fmul_rn(__int2float_rn(sum), c.scale)) + zero, low), high);
     };
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
@@ -286,21 +389,29 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
     }
 }
 
-#define INT8_CONV(NAME, BN, WARPS_M, WARPS_N, LEVELS)                                                                      \
+#define INT8_CONV(NAME, BN, WARPS_M, WARPS_N, LEVELS, WG)                                                                    \
     extern "C" __global__ void __launch_bounds__(IC_THREADS)                                                                \
         NAME(Window win, const signed char* x, const signed char* wt, const int* int_bias, const float* scale,             \
              i64 scale_len, const float* float_bias, i64 float_bias_len, float y_scale, float y_zero, float lo, float hi,   \
              int relu, int out_type, void* y) {                                                                             \
         const Requant e = {int_bias, scale, scale_len, float_bias, float_bias_len, y_scale, y_zero, lo, hi, relu, out_type}; \
-        int8_conv<BN, WARPS_M, WARPS_N, LEVELS>(win, x, wt, e, y);                                                         \
+        int8_conv<BN, WARPS_M, WARPS_N, LEVELS, WG>(win, x, wt, e, y);                                                       \
     }
 
 // 128 filters per block (warps 2 × 4, each 64 pixels × 32 filters), and 64 for narrow layers
 // (warps 4 × 2, each 32 × 32); `_levels`: the LEVELS epilogue.
-INT8_CONV(int8_conv_bn128, 128, 2, 4, false)
-INT8_CONV(int8_conv_bn64, 64, 4, 2, false)
-INT8_CONV(int8_conv_bn128_levels, 128, 2, 4, true)
-INT8_CONV(int8_conv_bn64_levels, 64, 4, 2, true)
+INT8_CONV(int8_conv_bn128, 128, 2, 4, false, false)
+INT8_CONV(int8_conv_bn64, 64, 4, 2, false, false)
+INT8_CONV(int8_conv_bn128_levels, 128, 2, 4, true, false)
+INT8_CONV(int8_conv_bn64_levels, 64, 4, 2, true, false)
+
+// The wgmma main loop (`wg`), where the architecture has it: each warpgroup 64 pixels × BN.
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+INT8_CONV(int8_conv_wg_bn128, 128, 8, 1, false, true)
+INT8_CONV(int8_conv_wg_bn64, 64, 8, 1, false, true)
+INT8_CONV(int8_conv_wg_bn128_levels, 128, 8, 1, true, true)
+INT8_CONV(int8_conv_wg_bn64_levels, 64, 8, 1, true, true)
+#endif
 
 // An 8-bit [n, c, h, w] tensor (element strides sn, sc, sh, sw: any layout) as packed NHWC with
 // its channels zero-padded to `padded`, a multiple of 16: one 16-byte piece per thread. How an

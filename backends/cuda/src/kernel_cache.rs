@@ -40,7 +40,7 @@ pub fn file_name(source: Source, arch: &str) -> String {
         bytes.extend_from_slice(part);
     };
     put(format!("{:?}", nvrtc::version()).as_bytes());
-    nvrtc::options(arch).iter().for_each(|o| put(o.as_bytes()));
+    nvrtc::options(&source.target(arch)).iter().for_each(|o| put(o.as_bytes()));
     put(source.file_name().as_bytes());
     put(source.text().as_bytes());
     for (name, text) in HEADERS {

@@ -163,9 +163,19 @@ impl Source {
         Kernel { source: self, name: name.into() }
     }
 
-    /// Compiles this source to CUBIN for `arch` ("sm_90").
+    /// The target this source compiles for on a device of `arch`: `int8_conv.cu` takes Hopper's
+    /// arch-specific features (wgmma) on sm_90, whose `sm_90a` images load on any sm_90 device;
+    /// every other source compiles for `arch` itself.
+    pub fn target(self, arch: &str) -> String {
+        match (self, arch) {
+            (Source::Int8Conv, "sm_90") => "sm_90a".to_string(),
+            _ => arch.to_string(),
+        }
+    }
+
+    /// Compiles this source to CUBIN for a device of `arch` ("sm_90"), as [`Source::target`] says.
     pub fn compile(self, arch: &str) -> Result<Vec<u8>, CompileError> {
-        compile_cubin(self.file_name(), &self.text(), HEADERS, arch)
+        compile_cubin(self.file_name(), &self.text(), HEADERS, &self.target(arch))
     }
 }
 

@@ -8,7 +8,8 @@ use crate::exec::CudaExecutable;
 use crate::ops::compute::SPARSE_GEMM;
 use crate::ops::conv::{depthwise_rows, group_merges, is_depthwise, is_patchify, merged_group_counts, CONV_DEPTHWISE, CONV_DEPTHWISE_ROWS, CONV_DIRECT, CONV_MERGED_GROUPS, CONV_PATCH_GEMM, CONV_SPARSE_PATCH_GEMM};
 use kiln::tactics::{TacticDesc, TacticId};
-use crate::ops::quant::{INT8_CONV_KILN, INT8_CONV_LIBRARY, INT8_PRODUCT_KILN, INT8_PRODUCT_LIBRARY};
+use crate::ops::int8_conv::MainLoop;
+use crate::ops::quant::{INT8_CONV_KILN, INT8_CONV_KILN_WGMMA, INT8_CONV_LIBRARY, INT8_PRODUCT_KILN, INT8_PRODUCT_KILN_WGMMA, INT8_PRODUCT_LIBRARY};
 use kiln::{BackendError, ConvolutionParams, DataType, FusedAnchor, LayerId, LayerKind, MathMode, Network, QuantizedAnchor, QuantizedParams, Shape, TensorFormat};
 use std::time::Duration;
 
@@ -38,12 +39,30 @@ fn int8_tactic(name: &str) -> TacticDesc {
 }
 
 fn int8_conv_tactic(choice: usize) -> TacticDesc {
-    int8_tactic(if choice == INT8_CONV_KILN { "int8_conv_implicit_gemm" } else { "int8_conv_library_sums" })
+    int8_tactic(match choice {
+        INT8_CONV_KILN => "int8_conv_implicit_gemm",
+        INT8_CONV_KILN_WGMMA => "int8_conv_implicit_gemm_wgmma",
+        _ => "int8_conv_library_sums",
+    })
 }
 
 fn int8_product_tactic(choice: usize) -> TacticDesc {
-    int8_tactic(if choice == INT8_PRODUCT_KILN { "int8_product_as_1x1_implicit_gemm" } else { "int8_product_cublaslt_sums" })
+    int8_tactic(match choice {
+        INT8_PRODUCT_KILN => "int8_product_as_1x1_implicit_gemm",
+        INT8_PRODUCT_KILN_WGMMA => "int8_product_as_1x1_implicit_gemm_wgmma",
+        _ => "int8_product_cublaslt_sums",
+    })
 }
+
+/// The integer tactics of `choices` the device runs: the wgmma ones on sm_90 only.
+fn int8_tactics(backend: &crate::CudaBackend, choices: &[usize], wgmma: usize, tactic: fn(usize) -> TacticDesc) -> Vec<TacticDesc> {
+    let hopper = backend.gpu().is_ok_and(|gpu| MainLoop::Wgmma.available(&gpu));
+    choices.iter().filter(|&&c| c != wgmma || hopper).map(|&c| tactic(c)).collect()
+}
+
+/// An integer convolution's tactics, the default first; likewise a product's.
+const INT8_CONV_CHOICES: [usize; 3] = [INT8_CONV_KILN, INT8_CONV_LIBRARY, INT8_CONV_KILN_WGMMA];
+const INT8_PRODUCT_CHOICES: [usize; 3] = [INT8_PRODUCT_LIBRARY, INT8_PRODUCT_KILN, INT8_PRODUCT_KILN_WGMMA];
 
 /// Whether an integer layer is a product of int8 x by constant 2-D int8 weights whose depth
 /// kiln's convolution kernel takes whole (a multiple of 16): it then has both product tactics.
@@ -217,10 +236,10 @@ pub fn tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId, 
         return conv;
     }
     if int8_conv(network, layer).is_some() {
-        return vec![int8_conv_tactic(INT8_CONV_KILN), int8_conv_tactic(INT8_CONV_LIBRARY)];
+        return int8_tactics(backend, &INT8_CONV_CHOICES, INT8_CONV_KILN_WGMMA, int8_conv_tactic);
     }
     if int8_product(network, layer) {
-        return vec![int8_product_tactic(INT8_PRODUCT_LIBRARY), int8_product_tactic(INT8_PRODUCT_KILN)];
+        return int8_tactics(backend, &INT8_PRODUCT_CHOICES, INT8_PRODUCT_KILN_WGMMA, int8_product_tactic);
     }
     if !is_gemm(network, layer) {
         return vec![TacticDesc::default_for("cuda")];
@@ -248,9 +267,9 @@ pub fn tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId, 
 pub fn rank_of(network: &Network, layer: LayerId, tactic: Option<&TacticId>) -> usize {
     if let (Some(t), LayerKind::Quantized(_)) = (tactic, &network.layer(layer).kind) {
         if int8_product(network, layer) {
-            return [INT8_PRODUCT_LIBRARY, INT8_PRODUCT_KILN].into_iter().find(|&c| int8_product_tactic(c).id == *t).unwrap_or(INT8_PRODUCT_LIBRARY);
+            return INT8_PRODUCT_CHOICES.into_iter().find(|&c| int8_product_tactic(c).id == *t).unwrap_or(INT8_PRODUCT_LIBRARY);
         }
-        return [INT8_CONV_KILN, INT8_CONV_LIBRARY].into_iter().find(|&c| int8_conv_tactic(c).id == *t).unwrap_or(INT8_CONV_KILN);
+        return INT8_CONV_CHOICES.into_iter().find(|&c| int8_conv_tactic(c).id == *t).unwrap_or(INT8_CONV_KILN);
     }
     if let (Some(t), Some((p, _))) = (tactic, float_conv(network, layer)) {
         let choices = crate::dnn::ALGORITHMS.iter().map(|&(a, _)| a as usize + 1).chain([CONV_DIRECT, CONV_DEPTHWISE, CONV_DEPTHWISE_ROWS, CONV_PATCH_GEMM, CONV_SPARSE_PATCH_GEMM]);

@@ -2,7 +2,8 @@
 //! reads the NHWC input in place and writes the requantized (or float) NHWC output, the
 //! epilogue fused. It takes 2-D, one-group convolutions of symmetric int8 operands; its 16-byte
 //! copies stay within one filter tap, so channels are zero-padded to a multiple of 16 where
-//! they are not (an RGB stem: zeros add nothing to the sums).
+//! they are not (an RGB stem: zeros add nothing to the sums). Its main loop is mma.sync on any
+//! tensor-core GPU, or Hopper's wgmma ([`MainLoop`]).
 
 use super::quant::Epilogue;
 use super::{layout, Ctx};
@@ -15,11 +16,47 @@ use kiln::{invalid, DataType, KernelError};
 const PIXELS_PER_BLOCK: usize = 128;
 const THREADS: u32 = 256;
 /// The depth one pipeline stage holds (`IC_BK`), its shared rows' pitch (`IC_LD`) and the
-/// stages in the ring (`IC_STAGES`): a block's dynamic shared memory is
-/// `min(IC_STAGES, steps) · (IC_BM + BN) · IC_LD` bytes.
+/// stages in the ring (`IC_STAGES`, `IC_WG_STAGES`): a block's dynamic shared memory is
+/// `min(stages, steps) · (IC_BM + BN) · pitch` bytes.
 const DEPTH_PER_STAGE: usize = 64;
 const ROW_PITCH: usize = DEPTH_PER_STAGE + 16;
 const STAGES: usize = 4;
+const WGMMA_STAGES: usize = 5;
+/// The alignment of wgmma's tiles (`IC_WG_ALIGN`: its 64-byte swizzle repeats every 8 rows).
+const WGMMA_ALIGN: usize = 512;
+
+/// How the kernel multiplies its tiles: warp-level mma.sync (sm_80 on), or warpgroup wgmma
+/// from shared memory (sm_90's arch-specific image, `Source::target`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MainLoop {
+    MmaSync,
+    Wgmma,
+}
+
+static WGMMA_CONVOLUTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many convolutions this process has enqueued on the wgmma main loop (tests prove with it
+/// that a wgmma tactic ran its kernel, not a fallback).
+pub fn wgmma_convolutions_enqueued() -> u64 {
+    WGMMA_CONVOLUTIONS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+impl MainLoop {
+    /// Whether the device runs this main loop.
+    pub fn available(self, gpu: &crate::device::Gpu) -> bool {
+        self == MainLoop::MmaSync || gpu.arch == "sm_90"
+    }
+
+    /// The stages of its ring and the depth pitch of a tile row in shared memory: ldmatrix's
+    /// rows are padded against bank conflicts, wgmma's core matrices are not, and wgmma keeps
+    /// one more stage for the step whose MMAs still run.
+    fn ring(self) -> (usize, usize) {
+        match self {
+            MainLoop::MmaSync => (STAGES, ROW_PITCH),
+            MainLoop::Wgmma => (WGMMA_STAGES, DEPTH_PER_STAGE),
+        }
+    }
+}
 
 /// Whether the kernel takes the layer: shapes NCHW / KCRS as the layer sees them, int8 operands
 /// with zero points 0 already checked by the caller. It writes f32 or levels; the caller rounds
@@ -36,7 +73,11 @@ pub fn applies(c: &kiln::ConvolutionParams, x: &[usize], w: &[usize], out_dtype:
 
 /// The convolution with its epilogue, into a channels-last output of `out_shape`; None when an
 /// operand is not 16-byte aligned (the kernel's copies are).
-pub fn convolution(cx: &Ctx, c: &kiln::ConvolutionParams, x: &DeviceTensor, w: &DeviceTensor, epilogue: &Epilogue, out_shape: &[usize], out_dtype: DataType) -> KResult<Option<DeviceTensor>> {
+#[allow(clippy::too_many_arguments)]
+pub fn convolution(cx: &Ctx, main_loop: MainLoop, c: &kiln::ConvolutionParams, x: &DeviceTensor, w: &DeviceTensor, epilogue: &Epilogue, out_shape: &[usize], out_dtype: DataType) -> KResult<Option<DeviceTensor>> {
+    if !main_loop.available(cx.gpu) {
+        return Ok(None);
+    }
     let pair = |v: &[usize], default: usize| (v.first().copied().unwrap_or(default) as i64, v.get(1).copied().unwrap_or(default) as i64);
     let ((sh, sw), (dh, dw), (ph, pw)) = (pair(&c.strides, 1), pair(&c.dilations, 1), pair(&c.pre_padding, 0));
     let fold = Fold::of(x.shape.get(1).copied().unwrap_or(0), w.shape.get(3).copied().unwrap_or(1), dw);
@@ -89,17 +130,26 @@ pub fn convolution(cx: &Ctx, c: &kiln::ConvolutionParams, x: &DeviceTensor, w: &
     let pixels = n * out_shape[2] * out_shape[3];
     // A narrow layer (64 filters or fewer) wastes half of a 128-filter block.
     let filters_per_block = if filters <= 64 { 64 } else { 128 };
-    let name = format!("int8_conv_bn{filters_per_block}{}", if epilogue.levels_exact(depth) { "_levels" } else { "" });
+    let main = if main_loop == MainLoop::Wgmma { "wg_" } else { "" };
+    let name = format!("int8_conv_{main}bn{filters_per_block}{}", if epilogue.levels_exact(depth) { "_levels" } else { "" });
     // One dimension: the kernel takes its filter block from the fastest-varying part.
     let blocks = pixels.div_ceil(PIXELS_PER_BLOCK).checked_mul(filters.div_ceil(filters_per_block));
     let grid = (blocks.and_then(|b| u32::try_from(b).ok()).filter(|&b| b <= i32::MAX as u32).ok_or_else(|| invalid!("an INT8 convolution of {:?} is too many blocks", x.shape))?, 1, 1);
     let steps = depth.div_ceil(DEPTH_PER_STAGE);
-    let shared = (STAGES.min(steps) * (PIXELS_PER_BLOCK + filters_per_block) * ROW_PITCH) as u32;
+    // The stages, or the output tile of levels ([pixels][filters + 16] bytes) where it is larger.
+    let (ring, pitch) = main_loop.ring();
+    let stages = ring.min(steps) * (PIXELS_PER_BLOCK + filters_per_block) * pitch;
+    // wgmma's tiles are aligned to its swizzle's 512 bytes within it.
+    let slack = if main_loop == MainLoop::Wgmma { WGMMA_ALIGN } else { 0 };
+    let shared = (stages.max(PIXELS_PER_BLOCK * (filters_per_block + 16)) + slack) as u32;
     let mut args = vec![Arg::Window(win), cx.arg(&x), cx.arg(&w)];
     args.extend(epilogue.args.iter().copied());
     args.push(Arg::I32(super::typed::type_code(out_dtype)));
     args.push(cx.arg(&out));
     cx.gpu.launch_with_shared(&Source::Int8Conv.kernel(&name), grid, (THREADS, 1, 1), shared, &args).map_err(KernelError::from)?;
+    if main_loop == MainLoop::Wgmma {
+        WGMMA_CONVOLUTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
     Ok(Some(out))
 }
 
@@ -163,7 +213,12 @@ impl Fold {
     }
 }
 
-/// Every kernel of `int8_conv.cu`, for the NVRTC test.
+/// Every kernel of `int8_conv.cu` on every architecture, for the NVRTC test.
 pub fn kernel_names() -> [&'static str; 6] {
     ["int8_conv_bn64", "int8_conv_bn128", "int8_conv_bn64_levels", "int8_conv_bn128_levels", "int8_pad_channels", "int8_fold_columns"]
+}
+
+/// The wgmma kernels, in sm_90's (`sm_90a`) image only.
+pub fn wgmma_kernel_names() -> [&'static str; 4] {
+    ["int8_conv_wg_bn64", "int8_conv_wg_bn128", "int8_conv_wg_bn64_levels", "int8_conv_wg_bn128_levels"]
 }

@@ -19,6 +19,7 @@
 //!   convolutions) subtracts its zero points in f32 and runs the float
 //!   layer without TF32: exact while partial sums stay below 2^24, as f32 holds integers.
 
+use super::int8_conv::MainLoop;
 use super::{compute, conv, int8_conv, layout, movement, pointwise, typed, Ctx, Value};
 use crate::buffer::{Arg, DeviceTensor};
 use crate::ops::KResult;
@@ -30,11 +31,15 @@ use kiln::{invalid, DataType, ElementwiseOp, KernelError, MatrixOp, QuantizedAnc
 /// otherwise) followed by the epilogue kernel.
 pub const INT8_CONV_KILN: usize = 0;
 pub const INT8_CONV_LIBRARY: usize = 1;
+/// kiln's kernel on Hopper's wgmma main loop (sm_90 only).
+pub const INT8_CONV_KILN_WGMMA: usize = 2;
 /// The tactics of an integer product by constant weights: cuBLASLt IMMA's int32 sums then the
 /// epilogue kernel (the default), or kiln's convolution kernel with the epilogue fused, the
 /// rows of x as the pixels of a 1×1 convolution (no int32 sums in memory).
 pub const INT8_PRODUCT_LIBRARY: usize = 0;
 pub const INT8_PRODUCT_KILN: usize = 1;
+/// kiln's kernel on Hopper's wgmma main loop (sm_90 only).
+pub const INT8_PRODUCT_KILN_WGMMA: usize = 2;
 
 static FUSED_PRODUCTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -103,17 +108,23 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
         QuantizedAnchor::Convolution(c) => {
             // The kernel writes f32 or levels: an f16 / bf16 output is its f32 rounded after.
             let wide = if Q::float_output_type(out_dtype) { DataType::F32 } else { out_dtype };
-            let kiln_kernel = cx.gemm_rank.get() == INT8_CONV_KILN && constants.tensor_core_form(&x, &w) && int8_conv::applies(c, &x.shape, &w.shape, wide);
-            if kiln_kernel {
+            let main_loop = match cx.gemm_rank.get() {
+                INT8_CONV_KILN => Some(MainLoop::MmaSync),
+                INT8_CONV_KILN_WGMMA => Some(MainLoop::Wgmma),
+                _ => None,
+            };
+            let kiln_kernel = main_loop.filter(|_| constants.tensor_core_form(&x, &w) && int8_conv::applies(c, &x.shape, &w.shape, wide));
+            if let Some(main_loop) = kiln_kernel {
                 let epilogue = Epilogue::new(cx, p, bias.as_ref(), &constants, wide, out_shape.get(1).copied().unwrap_or(1))?;
-                if let Some(out) = int8_conv::convolution(cx, c, &x, &w, &epilogue, out_shape, wide)? {
+                if let Some(out) = int8_conv::convolution(cx, main_loop, c, &x, &w, &epilogue, out_shape, wide)? {
                     // An elementwise copy of the channels-last sums: the layout stays.
                     return Ok(pointwise::cast(cx, &out, out_dtype)?.with_strides_of(&out));
                 }
             }
         }
-        QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b } if cx.gemm_rank.get() == INT8_PRODUCT_KILN && constants.tensor_core_form(&x, &w) => {
-            if let Some(out) = product_as_pointwise_convolution(cx, p, *op_b, &x, &w, bias.as_ref(), &constants, out_shape, out_dtype)? {
+        QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b } if matches!(cx.gemm_rank.get(), INT8_PRODUCT_KILN | INT8_PRODUCT_KILN_WGMMA) && constants.tensor_core_form(&x, &w) => {
+            let main_loop = if cx.gemm_rank.get() == INT8_PRODUCT_KILN_WGMMA { MainLoop::Wgmma } else { MainLoop::MmaSync };
+            if let Some(out) = product_as_pointwise_convolution(cx, p, main_loop, *op_b, &x, &w, bias.as_ref(), &constants, out_shape, out_dtype)? {
                 return Ok(out);
             }
         }
@@ -229,6 +240,7 @@ fn depth_and_columns(op_b: MatrixOp, b_shape: &[usize]) -> Option<(usize, usize)
 fn product_as_pointwise_convolution(
     cx: &Ctx,
     p: &Q,
+    main_loop: MainLoop,
     op_b: MatrixOp,
     x: &DeviceTensor,
     w: &DeviceTensor,
@@ -251,7 +263,7 @@ fn product_as_pointwise_convolution(
         return Ok(None);
     }
     let epilogue = Epilogue::new(cx, p, bias, k, wide, n)?;
-    let Some(out) = int8_conv::convolution(cx, &conv, &pixels, &filters, &epilogue, &[1, n, 1, rows], wide)? else { return Ok(None) };
+    let Some(out) = int8_conv::convolution(cx, main_loop, &conv, &pixels, &filters, &epilogue, &[1, n, 1, rows], wide)? else { return Ok(None) };
     FUSED_PRODUCTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok(Some(pointwise::cast(cx, &out.reshaped(out_shape.to_vec()), out_dtype)?))
 }

@@ -45,19 +45,24 @@ fn both_int8_convolution_tactics_match_the_cpu_oracle_exactly() {
     }
 }
 
-/// The layer's tactics are `names`, each gives the cpu oracle's values exactly and can be
+/// The layer's tactics are `names`, with the wgmma ones after them on Hopper, each gives the cpu oracle's values exactly and can be
 /// timed; the one named `*implicit_gemm` of a product ran kiln's kernel.
 fn check_every_tactic(cuda: &kiln_cuda::CudaBackend, what: &str, net: &kiln::Network, feeds: &[kiln::HostTensor], names: &[&str]) {
     let want = kiln_cpu::CpuBackend::new().prepare(net).unwrap().execute(feeds).unwrap();
     let layer = last_layer(net);
     let tactics = cuda.tactics(net, layer, MathMode::EXACT);
     let got_names: Vec<String> = tactics.iter().map(|t| t.id.name.clone()).collect();
-    assert_eq!(got_names, names, "{what}");
+    let hopper = kiln_cuda::ops::int8_conv::MainLoop::Wgmma.available(&cuda.gpu().expect("a GPU"));
+    let wgmma = names.iter().filter(|n| n.contains("implicit_gemm")).map(|n| format!("{n}_wgmma"));
+    let want_names: Vec<String> = names.iter().map(|n| n.to_string()).chain(wgmma.filter(|_| hopper)).collect();
+    assert_eq!(got_names, want_names, "{what}");
     for t in &tactics {
-        let before = kiln_cuda::ops::quant::fused_products_enqueued();
+        let (before, before_wgmma) = (kiln_cuda::ops::quant::fused_products_enqueued(), kiln_cuda::ops::int8_conv::wgmma_convolutions_enqueued());
         let got = run_with_tactic(cuda, net, feeds, layer, &t.id, what);
         let fused = kiln_cuda::ops::quant::fused_products_enqueued() > before;
         assert!(fused || !t.id.name.starts_with("int8_product_as"), "{what}: {} did not run kiln's kernel", t.id.name);
+        let on_wgmma = kiln_cuda::ops::int8_conv::wgmma_convolutions_enqueued() > before_wgmma;
+        assert!(on_wgmma || !t.id.name.ends_with("_wgmma"), "{what}: {} did not run the wgmma kernel", t.id.name);
         assert_eq!((got[0].dtype(), got[0].data()), (want[0].dtype(), want[0].data()), "{what} with {}", t.id.name);
         let time = cuda.time_tactic(net, layer, t, MathMode::EXACT, 3).unwrap_or_else(|e| panic!("{what}: timing {}: {e}", t.id.name));
         assert!(time.as_nanos() > 0, "{what}: {} timed at 0", t.id.name);
