@@ -416,14 +416,14 @@ INT8_CONV(int8_conv_wg_bn64_levels, 64, 8, 1, true, true)
 // An 8-bit [n, c, h, w] tensor (element strides sn, sc, sh, sw: any layout) as packed NHWC with
 // its channels zero-padded to `padded`, a multiple of 16: one 16-byte piece per thread. How an
 // RGB stem, or any channel count short of 16s, reaches the convolution above.
-extern "C" __global__ void int8_pad_channels(i64 n, i64 c, i64 h, i64 w, i64 padded, i64 sn, i64 sc, i64 sh, i64 sw,
-                                             const unsigned char* x, unsigned char* y) {
-    const i64 per_pixel = padded / 16, total = n * h * w * per_pixel;
-    KILN_GRID_LOOP(i, total) {
-        i64 pixel = i / per_pixel;
-        const i64 first = (i % per_pixel) * 16, iw = pixel % w;
+template <typename I>
+__device__ __forceinline__ void pad_channels(I n, I c, I h, I w, I padded, i64 sn, i64 sc, i64 sh, i64 sw, const unsigned char* x, unsigned char* y) {
+    const I per_pixel = padded / 16, total = n * h * w * per_pixel;
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
+        I pixel = i / per_pixel;
+        const I first = (i % per_pixel) * 16, iw = pixel % w;
         pixel /= w;
-        const i64 ih = pixel % h, in = pixel / h;
+        const I ih = pixel % h, in = pixel / h;
         const unsigned char* src = x + in * sn + ih * sh + iw * sw;
         uint4 piece;
         unsigned char* bytes = reinterpret_cast<unsigned char*>(&piece);
@@ -433,6 +433,18 @@ extern "C" __global__ void int8_pad_channels(i64 n, i64 c, i64 h, i64 w, i64 pad
     }
 }
 
+// Index arithmetic in 32 bits where the pieces fit (64-bit divisions were most of these
+// kernels' time), in 64 otherwise.
+#define KILN_FITS_32(total) ((total) < (1ll << 31))
+
+extern "C" __global__ void int8_pad_channels(i64 n, i64 c, i64 h, i64 w, i64 padded, i64 sn, i64 sc, i64 sh, i64 sw,
+                                             const unsigned char* x, unsigned char* y) {
+    if (KILN_FITS_32(n * h * w * (padded / 16)))
+        pad_channels<unsigned>((unsigned)n, (unsigned)c, (unsigned)h, (unsigned)w, (unsigned)padded, sn, sc, sh, sw, x, y);
+    else
+        pad_channels<i64>(n, c, h, w, padded, sn, sc, sh, sw, x, y);
+}
+
 // Width taps folded into channels, for inputs of at most 8 channels (an RGB stem): `group`
 // neighbouring columns of `padded` (4 or 8) zero-padded channels make one 16-byte pixel of y
 // ([n][h][out_w][16]): y[.., f, j·padded + cc] = x[.., cc, .., f·step + j − shift], zeros outside
@@ -440,18 +452,34 @@ extern "C" __global__ void int8_pad_channels(i64 n, i64 c, i64 h, i64 w, i64 pad
 // ceil(kw / group) folded columns, `group` apart (the convolution's dilation); for the filter
 // itself (step = group, no shift) its taps fold the same way. A 7×7 filter over 3 channels sums
 // 7·2·16 products per pixel instead of the 7·7·16 of channels padded to 16.
-extern "C" __global__ void int8_fold_columns(i64 n, i64 c, i64 h, i64 w, i64 out_w, i64 padded, i64 step, i64 shift, i64 sn,
-                                             i64 sc, i64 sh, i64 sw, const unsigned char* x, unsigned char* y) {
-    KILN_GRID_LOOP(i, n * h * out_w) {
-        const i64 f = i % out_w, ih = (i / out_w) % h, in = i / (out_w * h);
+template <int PADDED, typename I>
+__device__ __forceinline__ void fold_columns(I n, i64 c, I h, i64 w, I out_w, i64 step, i64 shift, i64 sn, i64 sc, i64 sh, i64 sw,
+                                             const unsigned char* x, unsigned char* y) {
+    const I total = n * h * out_w;
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
+        const I f = i % out_w, row = i / out_w, ih = row % h, in = row / h;
         const unsigned char* src = x + in * sn + ih * sh;
         uint4 piece;
         unsigned char* bytes = reinterpret_cast<unsigned char*>(&piece);
 #pragma unroll
         for (int b = 0; b < 16; ++b) {
-            const i64 cc = b % padded, col = f * step + b / padded - shift;
+            const int cc = b % PADDED;
+            const i64 col = (i64)f * step + b / PADDED - shift;
             bytes[b] = cc < c && col >= 0 && col < w ? src[cc * sc + col * sw] : 0;
         }
         reinterpret_cast<uint4*>(y)[i] = piece;
     }
+}
+
+extern "C" __global__ void int8_fold_columns(i64 n, i64 c, i64 h, i64 w, i64 out_w, i64 padded, i64 step, i64 shift, i64 sn,
+                                             i64 sc, i64 sh, i64 sw, const unsigned char* x, unsigned char* y) {
+    const bool fits = KILN_FITS_32(n * h * out_w);
+    if (padded == 4 && fits)
+        fold_columns<4, unsigned>((unsigned)n, c, (unsigned)h, w, (unsigned)out_w, step, shift, sn, sc, sh, sw, x, y);
+    else if (padded == 4)
+        fold_columns<4, i64>(n, c, h, w, out_w, step, shift, sn, sc, sh, sw, x, y);
+    else if (fits)
+        fold_columns<8, unsigned>((unsigned)n, c, (unsigned)h, w, (unsigned)out_w, step, shift, sn, sc, sh, sw, x, y);
+    else
+        fold_columns<8, i64>(n, c, h, w, out_w, step, shift, sn, sc, sh, sw, x, y);
 }

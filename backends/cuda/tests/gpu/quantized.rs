@@ -45,6 +45,28 @@ fn both_int8_convolution_tactics_match_the_cpu_oracle_exactly() {
     }
 }
 
+/// int32 biases near ±2^31, as per-channel weights with near-zero scales give some channels
+/// (a BatchNorm-folded channel of dead weights): every tactic adds them to the sums exactly (in
+/// 64 bits), so a sum past int32 saturates the right way instead of wrapping.
+#[test]
+fn int8_convolutions_with_int32_biases_near_the_limit_match_the_cpu_oracle() {
+    let Some(cuda) = backend() else { return };
+    let cases = [
+        ("1x1, 64 channels, 96 filters", &[2usize, 64, 9, 7], &[96usize, 64, 1, 1], &[0usize, 0]),
+        ("3x3, 32 channels, 136 filters", &[2, 32, 8, 8], &[136, 32, 3, 3], &[1, 1]),
+    ];
+    for (what, x, w, pad) in cases {
+        let (mut net, feeds) = layer(conv(1, &[1, 1], pad), Operands::Symmetric, x, w, w[0], Some(DataType::I32), false, DataType::I8);
+        let bias_layer = net.layers().iter().find(|l| l.name == format!("const{}", kiln::QuantizedParams::BIAS)).expect("bias constant");
+        let kiln::LayerKind::Constant { weights } = bias_layer.kind else { panic!("the bias is a constant") };
+        let big: Vec<i32> = (0..w[0]).map(|k| match k % 4 { 0 => i32::MAX - 1000, 1 => i32::MIN + 1000, 2 => i32::MAX, _ => (k as i32) * 37 - 900 }).collect();
+        let bytes: Vec<u8> = big.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let bias = kiln::HostTensor::from_le_bytes(DataType::I32, vec![w[0]], &bytes).expect("bias");
+        net.replace_weights(&[(weights, std::sync::Arc::new(bias))]).expect("replace the bias");
+        check_every_tactic(cuda, what, &net, &feeds, &["int8_conv_implicit_gemm", "int8_conv_library_sums"]);
+    }
+}
+
 /// The layer's tactics are `names`, with the wgmma ones after them on Hopper, each gives the cpu oracle's values exactly and can be
 /// timed; the one named `*implicit_gemm` of a product ran kiln's kernel.
 fn check_every_tactic(cuda: &kiln_cuda::CudaBackend, what: &str, net: &kiln::Network, feeds: &[kiln::HostTensor], names: &[&str]) {
