@@ -123,3 +123,15 @@ __device__ __forceinline__ int round_half_even_clamped(float x) {
     x = fminf(fmaxf(x, -KILN_ROUNDING_RANGE), KILN_ROUNDING_RANGE);
     return __float_as_int(__fadd_rn(x, KILN_ROUNDING_MAGIC)) - KILN_ROUNDING_MAGIC_BITS;
 }
+
+// An integer layer's residual (kiln::QuantizedParams: a skip connection's operand, added in the
+// epilogue) at element i: a float widened to f32 (exact), or an 8-bit level dequantized as
+// DequantizeLinear does, f32(level − zero)·scale. `type` is ops::typed::type_code's: 0 f32,
+// 1 f16, 2 bf16, 4 int8, 8 uint8.
+__device__ __forceinline__ float residual_at(const void* residual, int type, float scale, float zero, long long i) {
+    if (type == 0) return ((const float*)residual)[i];
+    if (type == 1) return __half2float(((const __half*)residual)[i]);
+    if (type == 2) return __bfloat162float(((const __nv_bfloat16*)residual)[i]);
+    const float level = type == 4 ? (float)((const signed char*)residual)[i] : (float)((const unsigned char*)residual)[i];
+    return __fmul_rn(__fsub_rn(level, zero), scale);
+}

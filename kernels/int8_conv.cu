@@ -20,6 +20,7 @@
 // epilogue is shared.
 #include "common.cuh"
 #include "mma.cuh"
+#include "wgmma.cuh"
 
 #define IC_BM 128
 #define IC_BK 64             // int8 depth per stage
@@ -49,7 +50,11 @@ struct Requant {
     const float* float_bias;
     i64 float_bias_len;
     float y_scale, y_zero, lo, hi;
-    int relu, out_type;
+    int relu;
+    const void* residual;  // in the output's NHWC order (residual_at)
+    int residual_type;
+    float residual_scale, residual_zero;
+    int out_type;
 };
 
 // One output channel's epilogue operands, loaded once per thread.
@@ -75,16 +80,18 @@ __device__ __forceinline__ float sum_as_float(int acc, int bias) {
     return __ll2float_rn(s);
 }
 
-// The sum scaled, with the float bias: the float output before its ReLU.
-__device__ __forceinline__ float scaled(const Requant& e, const Channel& c, int acc) {
+// The sum scaled, with the float bias and the residual at output element `at`: the float
+// output before its ReLU.
+__device__ __forceinline__ float scaled(const Requant& e, const Channel& c, int acc, i64 at) {
     float v = __fmul_rn(sum_as_float(acc, c.int_bias), c.scale);
-    return e.float_bias ? __fadd_rn(v, c.float_bias) : v;
+    if (e.float_bias) v = __fadd_rn(v, c.float_bias);
+    return e.residual ? __fadd_rn(v, residual_at(e.residual, e.residual_type, e.residual_scale, e.residual_zero, at)) : v;
 }
 
 // The requantized level's byte (int8 or uint8): round half to even, ReLU at the zero point,
 // saturation (NaN goes to the low end, as the oracle's fmaxf sends it there too).
 __device__ __forceinline__ unsigned char level_byte(const Requant& e, float v) {
-    if (e.float_bias) v = __fdiv_rn(v, e.y_scale);
+    if (e.float_bias || e.residual) v = __fdiv_rn(v, e.y_scale);
     int level = round_half_even_clamped(v);
     if (e.relu) level = max(level, 0);
     level = min(max(level + (int)e.y_zero, (int)e.lo), (int)e.hi);
@@ -107,57 +114,6 @@ template <bool WG> __device__ __forceinline__ int tile_offset(int row, int col) 
 
 // The alignment wgmma's 64-byte swizzle wants of a tile (its pattern repeats every 8 rows).
 #define IC_WG_ALIGN 512
-
-// wgmma's shared-memory matrix descriptor of a K-major tile in the 64-byte swizzle: start
-// address >> 4, leading byte offset 1 (unused by swizzled K-major layouts), stride byte offset
-// (between 8-row groups: 8 · IC_BK bytes) >> 4, swizzle mode 2 (64 bytes) in bits 62-63.
-__device__ __forceinline__ unsigned long long wgmma_descriptor(const void* p) {
-    const unsigned long long address = (unsigned)__cvta_generic_to_shared(p);
-    return ((address & 0x3FFFF) >> 4) | (1ull << 16) | ((unsigned long long)((IC_BK * 8) >> 4) << 32) | (2ull << 62);
-}
-
-// One warpgroup's D[64][BN] += A[64][32] · B[BN][32]ᵀ (int8 × int8 → int32), both operands in
-// shared memory. d is the warpgroup's accumulator fragment: mma.sync's m16n8 layout per 8
-// columns over the warp's 16 rows. A template, so only the sm_90a kernels assemble it.
-template <int BN> __device__ __forceinline__ void wgmma_s8(int* d, unsigned long long a, unsigned long long b) {
-    if constexpr (BN == 64) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 {"
-            "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-            "}, %32, %33, p;\n}\n"
-            : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
-              "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]),
-              "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
-              "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
-            : "l"(a), "l"(b), "r"(1));
-    } else {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 {"
-            "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-            "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-            "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-            "}, %64, %65, p;\n}\n"
-            : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
-              "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]),
-              "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
-              "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]),
-              "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]),
-              "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]),
-              "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]),
-              "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
-            : "l"(a), "l"(b), "r"(1));
-    }
-}
-
-// Keeps the compiler from reading the accumulators before wgmma.wait_group has returned.
-template <int N> __device__ __forceinline__ void wgmma_fence_operands(int* d) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) asm volatile("" : "+r"(d[i])::"memory");
-}
 
 // `win` gives the sizes (NCHW names; the tensors are NHWC, the filter [k][r][s][c]). The block
 // has min(STAGES, steps) stages of dynamic shared memory (the host's `shared_bytes`).
@@ -294,7 +250,7 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
             const signed char* a_rows = as + (warp / 4) * 64 * IC_BK;
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-            for (int ks = 0; ks < IC_BK; ks += 32) wgmma_s8<BN>(&acc[0][0][0], wgmma_descriptor(a_rows + ks), wgmma_descriptor(bs + ks));
+            for (int ks = 0; ks < IC_BK; ks += 32) wgmma_s8<BN>(&acc[0][0][0], wgmma_descriptor_sw64(a_rows + ks, IC_BK * 8), wgmma_descriptor_sw64(bs + ks, IC_BK * 8));
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
             // The previous step's MMAs are done (this step's run on): its stage is free.
             asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
@@ -344,7 +300,7 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
 #pragma unroll
                     for (int j = 0; j < 2; ++j) {
                         if (m >= pixels || ch + j >= k) continue;
-                        const float v = scaled(e, c[j], acc[mt][nt][half * 2 + j]);
+                        const float v = scaled(e, c[j], acc[mt][nt][half * 2 + j], m * k + ch + j);
                         ((float*)y)[m * k + ch + j] = e.relu ? fmaxf(v, 0.0f) : v;
                     }
                 }
@@ -356,8 +312,9 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
     // time of a convolution with few input channels. LEVELS: rint(v) + zero clamped to [low, hi],
     // where the ReLU's floor (level 0, the zero point) joins the saturation's.
     const int zero = (int)e.y_zero, high = (int)e.hi, low = e.relu ? max((int)e.lo, zero) : (int)e.lo;
-    auto level = [&](const Channel& c, int acc) -> unsigned char {
-        if (!LEVELS) return level_byte(e, scaled(e, c, acc));
+    // `at`: the output element (in range: the residual is read there).
+    auto level = [&](const Channel& c, int acc, i64 at) -> unsigned char {
+        if (!LEVELS) return level_byte(e, scaled(e, c, acc, at));
         const int sum = BIAS_FIRST ? acc : acc + c.int_bias;  // exact: the host's bound
         return (unsigned char)min(max(round_half_even_clamped(__fmul_rn(__int2float_rn(sum), c.scale)) + zero, low), high);
     };
@@ -370,7 +327,12 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
                 const int row = warp_m * WM + mt * 16 + lane / 4 + half * 8;
-                *reinterpret_cast<uchar2*>(&tile[row][col]) = make_uchar2(level(c[0], acc[mt][nt][half * 2]), level(c[1], acc[mt][nt][half * 2 + 1]));
+                // Rows and filters past the output are computed but never stored: their
+                // residual reads go to element 0.
+                const i64 m = m0 + row, at = m < pixels ? m * k + ch : 0;
+                const i64 at1 = m < pixels && ch + 1 < k ? at + 1 : 0;
+                *reinterpret_cast<uchar2*>(&tile[row][col]) =
+                    make_uchar2(level(c[0], acc[mt][nt][half * 2], ch < k ? at : 0), level(c[1], acc[mt][nt][half * 2 + 1], at1));
             }
     }
     __syncthreads();
@@ -390,16 +352,20 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
 }
 
 #define INT8_CONV(NAME, BN, WARPS_M, WARPS_N, LEVELS, WG)                                                                    \
-    extern "C" __global__ void __launch_bounds__(IC_THREADS)                                                                \
+    extern "C" __global__ void __launch_bounds__(IC_THREADS, 128 / BN + 1)                                                  \
         NAME(Window win, const signed char* x, const signed char* wt, const int* int_bias, const float* scale,             \
              i64 scale_len, const float* float_bias, i64 float_bias_len, float y_scale, float y_zero, float lo, float hi,   \
-             int relu, int out_type, void* y) {                                                                             \
-        const Requant e = {int_bias, scale, scale_len, float_bias, float_bias_len, y_scale, y_zero, lo, hi, relu, out_type}; \
+             int relu, const void* residual, int residual_type, float residual_scale, float residual_zero, int out_type,  \
+             void* y) {                                                                                                      \
+        const Requant e = {int_bias,  scale,         scale_len,      float_bias,     float_bias_len,                        \
+                           y_scale,   y_zero,        lo,             hi,             relu,                                  \
+                           residual,  residual_type, residual_scale, residual_zero,  out_type};                             \
         int8_conv<BN, WARPS_M, WARPS_N, LEVELS, WG>(win, x, wt, e, y);                                                       \
     }
 
 // 128 filters per block (warps 2 × 4, each 64 pixels × 32 filters), and 64 for narrow layers
-// (warps 4 × 2, each 32 × 32); `_levels`: the LEVELS epilogue.
+// (warps 4 × 2, each 32 × 32); `_levels`: the LEVELS epilogue. The launch bounds keep two blocks
+// of 128 filters resident per multiprocessor and three of 64 (ptxas spills nothing for them).
 INT8_CONV(int8_conv_bn128, 128, 2, 4, false, false)
 INT8_CONV(int8_conv_bn64, 64, 4, 2, false, false)
 INT8_CONV(int8_conv_bn128_levels, 128, 2, 4, true, false)

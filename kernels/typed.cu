@@ -492,25 +492,28 @@ extern "C" __global__ void quant_dequantize_any(int x_type, int scale_type, int 
 // ---- the integer layer's epilogue (kiln::QuantizedParams) ----
 // acc: the exact sum of 8-bit products, as i32 (cuBLASLt) or as the f32 that holds it (cuDNN's
 // float-output INT8 convolution, or the float fallback). Per element, with k its output channel
-// ((i / inner) % channels): a = f32(acc + int_bias[k]); v = a * scale[k] (+ float_bias[k]); then
-// either the float output (ReLU clamps at 0) or the level round_half_even(v [/ y_scale]) (ReLU
-// clamps at 0) + y_zero, saturated to [lo, hi]. Every f32 step is rounded on its own (no fused
+// ((i / inner) % channels): a = f32(acc + int_bias[k]); v = a * scale[k] (+ float_bias[k])
+// (+ residual[i], in the sums' layout); then either the float output (ReLU clamps at 0) or the
+// level round_half_even(v [/ y_scale, with a float term]) (ReLU clamps at 0) + y_zero,
+// saturated to [lo, hi]. Every f32 step is rounded on its own (no fused
 // multiply-add), the operations kiln-cpu's oracle performs.
 extern "C" __global__ void quant_requantize(int acc_type, int out_type, i64 inner, i64 channels, i64 n, const void* acc,
                                             const int* int_bias, const float* scale, i64 scale_len,
                                             const float* float_bias, i64 float_bias_len, float y_scale, float y_zero,
-                                            float lo, float hi, int relu, void* y) {
+                                            float lo, float hi, int relu, const void* residual, int residual_type,
+                                            float residual_scale, float residual_zero, void* y) {
     KILN_GRID_LOOP(i, n) {
         i64 k = param_index(i, inner, channels);
         double exact = acc_type == T_I32 ? (double)((const int*)acc)[i] : (double)((const float*)acc)[i];
         if (int_bias) exact += (double)int_bias[k];
         float v = __fmul_rn(__double2float_rn(exact), scale[scale_len == 1 ? 0 : k]);
         if (float_bias) v = __fadd_rn(v, float_bias[float_bias_len == 1 ? 0 : k]);
+        if (residual) v = __fadd_rn(v, residual_at(residual, residual_type, residual_scale, residual_zero, i));
         if (out_type != T_I8 && out_type != T_U8) {
             store_any(out_type, y, i, float_scalar(relu ? fmaxf(v, 0.0f) : v), false, 0);
             continue;
         }
-        if (float_bias) v = __fdiv_rn(v, y_scale);
+        if (float_bias || residual) v = __fdiv_rn(v, y_scale);
         float level = rintf(v);
         if (relu) level = fmaxf(level, 0.0f);
         level = fminf(fmaxf(level + y_zero, lo), hi);
@@ -535,7 +538,8 @@ template <typename Acc>
 __device__ __forceinline__ void requantize_rows_x4(int out_type, int channels, int n4, const Acc* acc, const int* int_bias,
                                                    const float* scale, int scale_len, const float* float_bias,
                                                    int float_bias_len, float y_scale, float y_zero, float lo, float hi,
-                                                   int relu, void* y) {
+                                                   int relu, const void* residual, int residual_type, float residual_scale,
+                                                   float residual_zero, void* y) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += gridDim.x * blockDim.x) {
         const int c = (i * 4) % channels;
         const typename VecOf<Acc>::T a = ((const typename VecOf<Acc>::T*)acc)[i];
@@ -545,11 +549,12 @@ __device__ __forceinline__ void requantize_rows_x4(int out_type, int channels, i
             float f = exact_sum(sums[j], int_bias ? int_bias[c + j] : 0);
             v[j] = __fmul_rn(f, scale[scale_len == 1 ? 0 : c + j]);
             if (float_bias) v[j] = __fadd_rn(v[j], float_bias[float_bias_len == 1 ? 0 : c + j]);
+            if (residual) v[j] = __fadd_rn(v[j], residual_at(residual, residual_type, residual_scale, residual_zero, (i64)i * 4 + j));
         }
         if (out_type == T_I8 || out_type == T_U8) {
             u8 q[4];
             for (int j = 0; j < 4; ++j) {
-                float level = rintf(float_bias ? __fdiv_rn(v[j], y_scale) : v[j]);
+                float level = rintf(float_bias || residual ? __fdiv_rn(v[j], y_scale) : v[j]);
                 if (relu) level = fmaxf(level, 0.0f);
                 level = fminf(fmaxf(level + y_zero, lo), hi);
                 q[j] = out_type == T_I8 ? (u8)(signed char)(int)level : (u8)(int)level;
@@ -574,13 +579,16 @@ __device__ __forceinline__ void requantize_rows_x4(int out_type, int channels, i
 extern "C" __global__ void quant_requantize_rows_x4(int acc_type, int out_type, int channels, int n4, const void* acc,
                                                     const int* int_bias, const float* scale, i64 scale_len,
                                                     const float* float_bias, i64 float_bias_len, float y_scale,
-                                                    float y_zero, float lo, float hi, int relu, void* y) {
+                                                    float y_zero, float lo, float hi, int relu, const void* residual,
+                                                    int residual_type, float residual_scale, float residual_zero, void* y) {
     if (acc_type == T_I32) {
         requantize_rows_x4(out_type, channels, n4, (const int*)acc, int_bias, scale, (int)scale_len, float_bias,
-                           (int)float_bias_len, y_scale, y_zero, lo, hi, relu, y);
+                           (int)float_bias_len, y_scale, y_zero, lo, hi, relu, residual, residual_type, residual_scale,
+                           residual_zero, y);
     } else {
         requantize_rows_x4(out_type, channels, n4, (const float*)acc, int_bias, scale, (int)scale_len, float_bias,
-                           (int)float_bias_len, y_scale, y_zero, lo, hi, relu, y);
+                           (int)float_bias_len, y_scale, y_zero, lo, hi, relu, residual, residual_type, residual_scale,
+                           residual_zero, y);
     }
 }
 

@@ -3,14 +3,16 @@
 // x_scale·w_scale[k], or for a quantized output without a float bias the whole multiplier
 // x_scale·w_scale[k] / y_scale, both computed on the host in f32.
 //   quantized: q = clamp(round_half_even(v) (max 0 with ReLU) + y_zero, qmin, qmax), with
-//              v = f32(acc)·scale[k], or (f32(acc)·scale[k] + bias[k]) / y_scale
-//   float:     v = f32(acc)·scale[k] (+ bias[k]), max 0 with ReLU, as f32 bits
+//              v = f32(acc)·scale[k], or with float terms
+//              (f32(acc)·scale[k] (+ bias[k]) (+ residual[i])) / y_scale
+//   float:     v = f32(acc)·scale[k] (+ bias[k]) (+ residual[i]), max 0 with ReLU, as f32 bits
 // params: [count, inner, channels, quantized, relu, has float bias, y_zero (i32), qmin (i32),
-//          qmax (i32), y_scale (f32), per-channel scale, per-channel bias]
+//          qmax (i32), y_scale (f32), per-channel scale, per-channel bias, has residual]
 @group(0) @binding(1) var<storage, read> acc: array<i32>;
 @group(0) @binding(2) var<storage, read> scale: array<f32>;
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read_write> out: array<u32>;
+@group(0) @binding(4) var<storage, read> residual: array<f32>;
+@group(0) @binding(5) var<storage, read_write> out: array<u32>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -24,6 +26,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (params[5] != 0u) {
         v = v + bias[select(0u, k, params[11] != 0u)];
     }
+    if (params[12] != 0u) {
+        v = v + residual[i];
+    }
     if (params[3] == 0u) {
         if (params[4] != 0u) {
             v = max(v, 0.0);
@@ -31,7 +36,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         out[i] = bitcast<u32>(v);
         return;
     }
-    if (params[5] != 0u) {
+    if (params[5] != 0u || params[12] != 0u) {
         v = v / param_f(9u);
     }
     var r = round(v);

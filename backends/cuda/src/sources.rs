@@ -14,6 +14,7 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("binary.cuh", include_str!("../../../kernels/binary.cuh")),
     ("chain.cuh", include_str!("../../../kernels/chain.cuh")),
     ("mma.cuh", include_str!("../../../kernels/mma.cuh")),
+    ("wgmma.cuh", include_str!("../../../kernels/wgmma.cuh")),
 ];
 
 /// A kernel as its launcher names it: the source that defines it, and its symbol.

@@ -247,7 +247,16 @@ impl<'e> Run<'e> {
             .first()
             .and_then(|o| o.shape.as_fixed())
             .ok_or_else(|| invalid!("the integer layer's output shape is not resolved"))?;
-        let out = crate::ops::quant::quantized(&self.rec, p, &x, &w, bias.as_ref(), w_zero.as_ref(), &scales, &shape)?;
+        // The residual as f32: an 8-bit one dequantized as DequantizeLinear does.
+        let residual = match device(Q::RESIDUAL)? {
+            Some(r) if r.dtype.is_8bit_integer() => {
+                let scale = device(Q::RESIDUAL_SCALE)?.ok_or_else(|| invalid!("the 8-bit residual has no scale"))?;
+                Some(crate::ops::quant::dequantize(&self.rec, &r, &scale, device(Q::RESIDUAL_ZERO)?.as_ref(), None, DataType::F32)?)
+            }
+            Some(r) => Some(crate::ops::pointwise::cast(&self.rec, &half::widen(&self.rec, &r)?, DataType::F32, crate::wgsl::CastMode::default())?),
+            None => None,
+        };
+        let out = crate::ops::quant::quantized(&self.rec, p, &x, &w, bias.as_ref(), w_zero.as_ref(), residual.as_ref(), &scales, &shape)?;
         Ok(self.stored(vec![out])?.into_iter().map(Value::Device).collect())
     }
 

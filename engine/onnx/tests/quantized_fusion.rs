@@ -15,6 +15,19 @@ fn fixture() -> Network {
     kiln_onnx::import_file(&path).expect("import")
 }
 
+/// A Constant layer holding `t`: its output.
+fn constant(net: &mut Network, name: &str, t: kiln::HostTensor) -> kiln::TensorId {
+    let w = net.add_weights(t);
+    let layer = net.add_layer(name, LayerKind::Constant { weights: w }, vec![]).expect("constant");
+    net.output(layer, 0)
+}
+
+/// A layer of `kind` reading `inputs`: its first output.
+fn chain(net: &mut Network, name: &str, kind: LayerKind, inputs: Vec<Option<kiln::TensorId>>) -> kiln::TensorId {
+    let l = net.add_layer(name, kind, inputs).expect(name);
+    net.output(l, 0)
+}
+
 fn quantized_layers(net: &Network) -> Vec<(String, kiln::QuantizedParams)> {
     net.layers()
         .iter()
@@ -108,11 +121,6 @@ fn a_qdq_product_narrowed_to_f16_fuses_with_an_f16_output() {
     let halves = |v: Vec<f32>| TensorData::F16(v.into_iter().map(f16::from_f32).collect());
     let mut net = Network::new("f16 qdq product");
     let x = net.add_input("x", DataType::F16, Shape::fixed(&[m, k])).expect("input");
-    let constant = |net: &mut Network, name: &str, t: HostTensor| {
-        let w = net.add_weights(t);
-        let layer = net.add_layer(name, LayerKind::Constant { weights: w }, vec![]).expect("constant");
-        net.output(layer, 0)
-    };
     let x_scale = constant(&mut net, "x_scale", HostTensor::new(vec![], halves(vec![0.0625])).expect("scale"));
     let w_q = constant(&mut net, "w_q", HostTensor::new(vec![k, n], TensorData::I8((0..k * n).map(|i| (i as i32 * 37 % 255 - 127) as i8).collect())).expect("w"));
     let w_scale = constant(&mut net, "w_scale", HostTensor::new(vec![n], halves(vec![0.01, 0.02, 0.005, 0.04])).expect("scales"));
@@ -174,21 +182,12 @@ fn a_requantized_relu_after_an_integer_layer_becomes_its_relu() {
     use kiln::{ConvolutionParams, HostTensor, Shape, TensorData};
     let mut net = Network::new("conv q dq relu q");
     let x = net.add_input("x", DataType::F32, Shape::fixed(&[1, 4, 5, 5])).expect("input");
-    let constant = |net: &mut Network, name: &str, t: HostTensor| {
-        let w = net.add_weights(t);
-        let layer = net.add_layer(name, LayerKind::Constant { weights: w }, vec![]).expect("constant");
-        net.output(layer, 0)
-    };
     let scalar = |v: f32| HostTensor::from_f32(vec![], vec![v]).expect("scalar");
     let s_in = constant(&mut net, "s_in", scalar(0.5));
     let s_out = constant(&mut net, "s_out", scalar(1.0));
     let zero = constant(&mut net, "zero", HostTensor::new(vec![], TensorData::I8(vec![0])).expect("zero"));
     let w_q = constant(&mut net, "w_q", HostTensor::new(vec![2, 4, 3, 3], TensorData::I8((0..72).map(|i| (i * 29 % 31 - 15) as i8).collect())).expect("w"));
     let w_s = constant(&mut net, "w_s", HostTensor::from_f32(vec![2], vec![0.25, 0.125]).expect("w scale"));
-    let chain = |net: &mut Network, name: &str, kind: LayerKind, inputs: Vec<Option<kiln::TensorId>>| {
-        let l = net.add_layer(name, kind, inputs).expect(name);
-        net.output(l, 0)
-    };
     let q = chain(&mut net, "q_in", LayerKind::Quantize { axis: None, to: DataType::I8 }, vec![Some(x), Some(s_in), Some(zero)]);
     let dq = chain(&mut net, "dq_in", LayerKind::Dequantize { axis: None, to: None }, vec![Some(q), Some(s_in), Some(zero)]);
     let dw = chain(&mut net, "dq_w", LayerKind::Dequantize { axis: Some(0), to: None }, vec![Some(w_q), Some(w_s), None]);
@@ -214,7 +213,7 @@ fn a_requantized_relu_after_an_integer_layer_becomes_its_relu() {
     let want = kiln::Backend::prepare(&backend, &net).expect("prepare").execute(&[input]).expect("run").remove(0);
     let got = got.values().next().expect("one output");
     assert_eq!(got.to_f64_vec(), want.to_f64_vec());
-    assert!(want.to_f64_vec().iter().any(|&v| v == 0.0) && want.to_f64_vec().iter().any(|&v| v > 0.0), "the ReLU clamps some values");
+    assert!(want.to_f64_vec().contains(&0.0) && want.to_f64_vec().iter().any(|&v| v > 0.0), "the ReLU clamps some values");
 }
 
 /// `DequantizeLinear(a) + DequantizeLinear(b) → Relu → QuantizeLinear` between two 8-bit
@@ -226,11 +225,6 @@ fn residual_join(form_with_requantized_relu: bool, to: DataType, scale_a_is_an_i
     let mut net = Network::new("residual join");
     let a = net.add_input("a", DataType::I8, Shape::fixed(&[2, 3, 4, 8])).expect("a");
     let b = net.add_input("b", DataType::U8, Shape::fixed(&[2, 3, 4, 8])).expect("b");
-    let constant = |net: &mut Network, name: &str, t: HostTensor| {
-        let w = net.add_weights(t);
-        let layer = net.add_layer(name, LayerKind::Constant { weights: w }, vec![]).expect("constant");
-        net.output(layer, 0)
-    };
     let scalar = |v: f32| HostTensor::from_f32(vec![], vec![v]).expect("scalar");
     let sa = match scale_a_is_an_input {
         true => net.add_input("sa", DataType::F32, Shape::fixed(&[])).expect("sa"),
@@ -269,7 +263,7 @@ fn a_residual_join_between_integer_tensors_is_one_pass_over_the_integers() {
     let mut config = BuilderConfig::default();
     config.set_flag(kiln::BuilderFlag::Fp16);
     let n = 2 * 3 * 4 * 8;
-    let a = HostTensor::new(vec![2, 3, 4, 8], TensorData::I8((0..n).map(|i| (i as i32 * 53 % 256 - 128) as i8).collect())).expect("a");
+    let a = HostTensor::new(vec![2, 3, 4, 8], TensorData::I8((0..n).map(|i| (i * 53 % 256 - 128) as i8).collect())).expect("a");
     let b = HostTensor::new(vec![2, 3, 4, 8], TensorData::U8((0..n).map(|i| (i * 97 % 256) as u8).collect())).expect("b");
     let feeds = std::collections::HashMap::from([("a".to_string(), a.clone()), ("b".to_string(), b.clone())]);
     for requantized in [false, true] {
@@ -328,11 +322,6 @@ fn a_max_pooling_between_quantizations_pools_the_integers() {
         let what = format!("same scale {same_scale}, ReLU {relu}");
         let mut net = Network::new("pool island");
         let x = net.add_input("x", DataType::U8, Shape::fixed(&[2, 3, 7, 6])).expect("x");
-        let constant = |net: &mut Network, name: &str, t: HostTensor| {
-            let w = net.add_weights(t);
-            let layer = net.add_layer(name, LayerKind::Constant { weights: w }, vec![]).expect("constant");
-            net.output(layer, 0)
-        };
         let s = constant(&mut net, "s", HostTensor::from_f32(vec![], vec![0.3]).expect("s"));
         let s_out = if same_scale { s } else { constant(&mut net, "s_out", HostTensor::from_f32(vec![], vec![0.2]).expect("s_out")) };
         let z = constant(&mut net, "z", HostTensor::new(vec![], TensorData::U8(vec![100])).expect("z"));
@@ -435,4 +424,149 @@ fn a_dequantize_before_an_f16_layer_writes_f16_without_a_cast() {
     // 0.0371 is not an f16 step: some f32 values round, so the comparison can tell.
     let rounded = want.to_f64_vec().iter().zip(0..).filter(|&(&v, i)| v != f64::from(((i * 37 % 256 - 128) as f32 * 0.0371f32).max(0.0))).count();
     assert!(rounded > 0, "the f16 output rounds some values");
+}
+
+/// Two Q/DQ convolutions from one int8 input meeting at a skip connection's Add, as a network
+/// quantized at the convolutions' inputs only writes them (TensorRT's placement): `Add(conv_a,
+/// DequantizeLinear(r))` or `Add(conv_a, conv_b)`, then ReLU and QuantizeLinear. `exposed`
+/// makes the later convolution's output a network output too, which keeps the Add out of it.
+fn skip_connection(residual_is_a_convolution: bool, exposed: bool) -> Network {
+    use kiln::{ConvolutionParams, ElementwiseOp, HostTensor, Shape, TensorData};
+    // Integers spread over lo..hi by a multiplicative hash of their index.
+    let ints = |shape: &[usize], dtype: DataType, lo: i32, hi: i32| {
+        let spread = |i: usize| ((i as u64 * 2_654_435_761 + 12_345) >> 7) % (hi - lo) as u64;
+        let v: Vec<i32> = (0..shape.iter().product::<usize>()).map(|i| lo + spread(i) as i32).collect();
+        let data = match dtype {
+            DataType::I8 => TensorData::I8(v.iter().map(|&x| x as i8).collect()),
+            _ => TensorData::I32(v),
+        };
+        HostTensor::new(shape.to_vec(), data).expect("ints")
+    };
+    let mut net = Network::new("skip connection");
+    let x = net.add_input("x", DataType::I8, Shape::fixed(&[2, 16, 6, 5])).expect("x");
+    let r = net.add_input("r", DataType::I8, Shape::fixed(&[2, 32, 6, 5])).expect("r");
+    let scalar = |v: f32| HostTensor::from_f32(vec![], vec![v]).expect("scalar");
+    let x_scale = 0.05f32;
+    let w_scales: Vec<f32> = (0..32).map(|k| [0.02, 0.01, 0.04, 0.005][k % 4]).collect();
+    let bias_scales: Vec<f32> = w_scales.iter().map(|w| x_scale * w).collect();
+    let sx = constant(&mut net, "sx", scalar(x_scale));
+    let sr = constant(&mut net, "sr", scalar(0.75));
+    let zr = constant(&mut net, "zr", HostTensor::new(vec![], TensorData::I8(vec![-5])).expect("zr"));
+    let sy = constant(&mut net, "sy", scalar(0.5));
+    let zy = constant(&mut net, "zy", HostTensor::new(vec![], TensorData::I8(vec![3])).expect("zy"));
+    let dq = |axis| LayerKind::Dequantize { axis, to: None };
+    let dx = chain(&mut net, "dq_x", dq(None), vec![Some(x), Some(sx), None]);
+    let convolution = |net: &mut Network, name: &str, kernel: usize| {
+        let w = constant(net, &format!("{name}_w"), ints(&[32, 16, kernel, kernel], DataType::I8, -127, 128));
+        let sw = constant(net, &format!("{name}_sw"), HostTensor::from_f32(vec![32], w_scales.clone()).expect("sw"));
+        let b = constant(net, &format!("{name}_b"), ints(&[32], DataType::I32, -4000, 4000));
+        let sb = constant(net, &format!("{name}_sb"), HostTensor::from_f32(vec![32], bias_scales.clone()).expect("sb"));
+        let dw = chain(net, &format!("{name}_dq_w"), dq(Some(0)), vec![Some(w), Some(sw), None]);
+        let db = chain(net, &format!("{name}_dq_b"), dq(Some(0)), vec![Some(b), Some(sb), None]);
+        let pad = kernel / 2;
+        let params = ConvolutionParams { groups: 1, strides: vec![1, 1], dilations: vec![1, 1], pre_padding: vec![pad, pad], post_padding: vec![pad, pad] };
+        chain(net, name, LayerKind::Convolution(params), vec![Some(dx), Some(dw), Some(db)])
+    };
+    let a = convolution(&mut net, "conv_a", 3);
+    let other = match residual_is_a_convolution {
+        true => convolution(&mut net, "conv_b", 1),
+        false => chain(&mut net, "dq_r", dq(None), vec![Some(r), Some(sr), Some(zr)]),
+    };
+    let sum = chain(&mut net, "add", LayerKind::Elementwise { op: ElementwiseOp::Sum }, vec![Some(a), Some(other)]);
+    let relu = chain(&mut net, "relu", LayerKind::Activation { kind: kiln::ActivationKind::Relu }, vec![Some(sum)]);
+    let y = chain(&mut net, "q_y", LayerKind::Quantize { axis: None, to: DataType::I8 }, vec![Some(relu), Some(sy), Some(zy)]);
+    net.mark_output(y).expect("output");
+    if exposed {
+        net.mark_output(if residual_is_a_convolution { other } else { a }).expect("output");
+    }
+    net
+}
+
+#[test]
+fn a_skip_connection_add_becomes_the_residual_of_an_integer_layer_exactly() {
+    use kiln::{HostTensor, QuantizedParams as Q, TensorData};
+    let backend = kiln_cpu::CpuBackend::new();
+    let n = |shape: &[usize]| shape.iter().product::<usize>();
+    let x = HostTensor::new(vec![2, 16, 6, 5], TensorData::I8((0..n(&[2, 16, 6, 5])).map(|i| (i as i32 * 53 % 256 - 128) as i8).collect())).expect("x");
+    let r = HostTensor::new(vec![2, 32, 6, 5], TensorData::I8((0..n(&[2, 32, 6, 5])).map(|i| (i as i32 * 97 % 256 - 128) as i8).collect())).expect("r");
+    let feeds = std::collections::HashMap::from([("x".to_string(), x.clone()), ("r".to_string(), r.clone())]);
+    for residual_is_a_convolution in [false, true] {
+        let what = if residual_is_a_convolution { "two convolutions" } else { "a dequantized int8 input" };
+        let net = skip_connection(residual_is_a_convolution, false);
+        let engine = Builder::new(&backend).build(&net, &BuilderConfig::default()).expect("build");
+        let built = engine.network();
+        let fused = quantized_layers(built);
+        assert_eq!(fused.len(), 1 + usize::from(residual_is_a_convolution), "{what}:\n{}", built.dump());
+        // The layer that ends in int8 took the Add, the ReLU and the QuantizeLinear.
+        let (name, params) = fused.last().expect("a layer");
+        assert!(params.relu && params.output == DataType::I8 && name.contains("add"), "{what}: {name} {params:?}");
+        let layer = built.layers().iter().find(|l| &l.name == name).expect("layer");
+        let residual = layer.inputs[Q::RESIDUAL].expect("a residual");
+        // A dequantized residual is read as its int8 levels with their scale and zero point;
+        // the other convolution's output (computed first, in f32) as it is.
+        let (want_type, want_scale) = if residual_is_a_convolution { (DataType::F32, false) } else { (DataType::I8, true) };
+        assert_eq!((built.tensor(residual).dtype, layer.inputs[Q::RESIDUAL_SCALE].is_some()), (want_type, want_scale), "{what}");
+        assert!(name.contains(if residual_is_a_convolution { "conv_b" } else { "conv_a" }), "{what}: the later convolution takes the Add: {name}");
+        // The same layers with the Add run as written after the integer layer's f32 output.
+        let unfused = Builder::new(&backend).build(&skip_connection(residual_is_a_convolution, true), &BuilderConfig::default()).expect("build");
+        assert!(quantized_layers(unfused.network()).iter().all(|(_, p)| p.output == DataType::F32), "{what}: {}", unfused.network().dump());
+        let y = net.tensor(net.outputs()[0]).name.clone();
+        let run = |engine| kiln::ExecutionContext::new(engine, &backend).expect("prepare").run(&feeds).expect("run").remove(&y).expect("y");
+        let (got, want) = (run(engine), run(unfused));
+        assert_eq!((got.dtype(), got.data()), (DataType::I8, want.data()), "{what}: the unfused layers' levels");
+        let levels = want.to_f64_vec();
+        assert!(levels.contains(&127.0) && levels.iter().filter(|&&v| v == 3.0).count() > 4 && levels.iter().any(|&v| v > 3.0 && v < 127.0), "{what}: ReLU, saturation and values between: {levels:?}");
+    }
+}
+
+/// A convolution whose bias is int32 zeros behind another layer's DequantizeLinear (its scale
+/// not x_scale·w_scale: how onnxruntime quantizes the one zero bias the PyTorch exporter shares
+/// among an untrained model's convolutions) has no bias: the same levels as without one. Both
+/// forms onnxruntime writes are covered: the DequantizeLinear read directly, and read through
+/// an Identity with a per-channel int32 zero point of zeros (ResNet-50's, as exported by the
+/// legacy exporter and quantized by `quantize_static`).
+#[test]
+fn a_zero_bias_with_a_foreign_scale_is_dropped() {
+    use kiln::{ConvolutionParams, HostTensor, QuantizedParams as Q, Shape, TensorData};
+    let build = |with_bias: bool, through_identity: bool| {
+        let mut net = Network::new("zero bias");
+        let x = net.add_input("x", DataType::I8, Shape::fixed(&[1, 8, 5, 5])).expect("x");
+        let sx = constant(&mut net, "sx", HostTensor::from_f32(vec![], vec![0.1]).expect("sx"));
+        let w = constant(&mut net, "w", HostTensor::new(vec![4, 8, 3, 3], TensorData::I8((0..288).map(|i| (i * 37 % 255) as i8).collect())).expect("w"));
+        let sw = constant(&mut net, "sw", HostTensor::from_f32(vec![4], vec![0.02, 0.03, 0.05, 0.07]).expect("sw"));
+        let dq = |axis| LayerKind::Dequantize { axis, to: None };
+        let dx = chain(&mut net, "dq_x", dq(None), vec![Some(x), Some(sx), None]);
+        let dw = chain(&mut net, "dq_w", dq(Some(0)), vec![Some(w), Some(sw), None]);
+        let bias = with_bias.then(|| {
+            let b = constant(&mut net, "b", HostTensor::new(vec![4], TensorData::I32(vec![0; 4])).expect("b"));
+            let sb = constant(&mut net, "sb", HostTensor::from_f32(vec![4], vec![0.123, 0.5, 0.25, 1.0]).expect("sb"));
+            if !through_identity {
+                return chain(&mut net, "dq_b", dq(Some(0)), vec![Some(b), Some(sb), None]);
+            }
+            let zb = constant(&mut net, "zb", HostTensor::new(vec![4], TensorData::I32(vec![0; 4])).expect("zb"));
+            let shared = chain(&mut net, "dq_b", dq(Some(0)), vec![Some(b), Some(sb), Some(zb)]);
+            chain(&mut net, "identity", LayerKind::Identity, vec![Some(shared)])
+        });
+        let params = ConvolutionParams { groups: 1, strides: vec![1, 1], dilations: vec![1, 1], pre_padding: vec![1, 1], post_padding: vec![1, 1] };
+        let conv = chain(&mut net, "conv", LayerKind::Convolution(params), vec![Some(dx), Some(dw), bias]);
+        let sy = constant(&mut net, "sy", HostTensor::from_f32(vec![], vec![0.7]).expect("sy"));
+        let y = chain(&mut net, "q", LayerKind::Quantize { axis: None, to: DataType::I8 }, vec![Some(conv), Some(sy), None]);
+        net.mark_output(y).expect("output");
+        net
+    };
+    let backend = kiln_cpu::CpuBackend::new();
+    let x = HostTensor::new(vec![1, 8, 5, 5], TensorData::I8((0..200).map(|i| (i * 53 % 256) as u8 as i8).collect())).expect("x");
+    let run = |net: &Network| {
+        let engine = Builder::new(&backend).build(net, &BuilderConfig::default()).expect("build");
+        let fused = quantized_layers(engine.network());
+        assert_eq!(fused.len(), 1, "{}", engine.network().dump());
+        let layer = engine.network().layers().iter().find(|l| l.name == fused[0].0).expect("layer");
+        assert!(layer.inputs[Q::BIAS].is_none(), "the zero bias is dropped: {}", engine.network().dump());
+        let feeds = std::collections::HashMap::from([("x".to_string(), x.clone())]);
+        kiln::ExecutionContext::new(engine, &backend).expect("prepare").run(&feeds).expect("run").into_values().next().expect("y")
+    };
+    let without = run(&build(false, false));
+    for through_identity in [false, true] {
+        assert_eq!(run(&build(true, through_identity)).data(), without.data(), "through an Identity: {through_identity}");
+    }
 }

@@ -49,8 +49,15 @@ pub fn quantized(p: &Q, inputs: &[Option<&HostTensor>]) -> Result<HostTensor, St
     let x_scale = req(Q::X_SCALE)?.to_f64_vec()[0] as f32;
     let w_scale: Vec<f32> = req(Q::W_SCALE)?.to_f64_vec().iter().map(|&s| s as f32).collect();
     let y_scale = get(Q::Y_SCALE).map(|s| s.to_f64_vec()[0] as f32);
-    let scale = p.channel_scales(x_scale, &w_scale, y_scale, float_bias.is_some());
-    // f32(acc)·scale[k] (+ float bias[k]): the float output, or the value to requantize.
+    let residual = residual(get)?;
+    if residual.as_ref().is_some_and(|r| r.len() != acc.len()) {
+        return Err(format!("the residual's shape is not the output's, {shape:?}"));
+    }
+    // With a float term the division by y_scale is not folded into the scale.
+    let float_terms = float_bias.is_some() || residual.is_some();
+    let scale = p.channel_scales(x_scale, &w_scale, y_scale, float_terms);
+    // f32(acc)·scale[k] (+ float bias[k]) (+ residual[i]): the float output, or the value to
+    // requantize.
     let values = acc.to_f64_vec().into_iter().enumerate().map(|(i, a)| {
         let k = channel.at(i);
         let a = match int_bias.as_deref() {
@@ -58,7 +65,8 @@ pub fn quantized(p: &Q, inputs: &[Option<&HostTensor>]) -> Result<HostTensor, St
             None => a,
         };
         let v = a as f32 * pick(&scale, k);
-        float_bias.as_deref().map_or(v, |b| v + pick(b, k))
+        let v = float_bias.as_deref().map_or(v, |b| v + pick(b, k));
+        residual.as_deref().map_or(v, |r| v + r[i])
     });
     if !p.quantized_output() {
         let out: Vec<f32> = values.map(|v| if p.relu { v.max(0.0) } else { v }).collect();
@@ -77,8 +85,7 @@ pub fn quantized(p: &Q, inputs: &[Option<&HostTensor>]) -> Result<HostTensor, St
         other => return Err(format!("a quantized output must be int8 or uint8, not {other}")),
     };
     let levels = values.map(|v| {
-        // With a float bias the division by y_scale was not folded into the scale.
-        let v = if float_bias.is_some() { v / y_scale } else { v };
+        let v = if float_terms { v / y_scale } else { v };
         let mut level = f64::from(v.round_ties_even());
         if p.relu {
             level = level.max(0.0);
@@ -90,4 +97,16 @@ pub fn quantized(p: &Q, inputs: &[Option<&HostTensor>]) -> Result<HostTensor, St
         _ => TensorData::U8(levels.map(|v| v as u8).collect()),
     };
     HostTensor::new(shape, data).map_err(|e| e.to_string())
+}
+
+/// The residual as f32, in the output's element order: a float one widened, an 8-bit one
+/// dequantized as DequantizeLinear does, `f32(r − zero)·scale`.
+fn residual<'a>(get: impl Fn(usize) -> Option<&'a HostTensor>) -> Result<Option<Vec<f32>>, String> {
+    let Some(r) = get(Q::RESIDUAL) else { return Ok(None) };
+    if !r.dtype().is_8bit_integer() {
+        return Ok(Some(r.to_f64_vec().iter().map(|&v| v as f32).collect()));
+    }
+    let scale = get(Q::RESIDUAL_SCALE).ok_or_else(|| format!("input {} is required", Q::RESIDUAL_SCALE))?.to_f64_vec()[0] as f32;
+    let zero = get(Q::RESIDUAL_ZERO).map_or(0.0, |z| z.to_f64_vec()[0]);
+    Ok(Some(r.to_f64_vec().iter().map(|&v| (v - zero) as f32 * scale).collect()))
 }

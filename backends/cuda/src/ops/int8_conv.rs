@@ -43,8 +43,10 @@ pub fn wgmma_convolutions_enqueued() -> u64 {
 
 impl MainLoop {
     /// Whether the device runs this main loop.
+    /// wgmma needs an arch-specific (`…a`) image, which [`crate::sources::Source::target`]
+    /// alone decides.
     pub fn available(self, gpu: &crate::device::Gpu) -> bool {
-        self == MainLoop::MmaSync || gpu.arch == "sm_90"
+        self == MainLoop::MmaSync || crate::sources::Source::Int8Conv.target(&gpu.arch).ends_with('a')
     }
 
     /// The stages of its ring and the depth pitch of a tile row in shared memory: ldmatrix's
@@ -131,7 +133,12 @@ pub fn convolution(cx: &Ctx, main_loop: MainLoop, c: &kiln::ConvolutionParams, x
     // A narrow layer (64 filters or fewer) wastes half of a 128-filter block.
     let filters_per_block = if filters <= 64 { 64 } else { 128 };
     let main = if main_loop == MainLoop::Wgmma { "wg_" } else { "" };
-    let name = format!("int8_conv_{main}bn{filters_per_block}{}", if epilogue.levels_exact(depth) { "_levels" } else { "" });
+    let general = epilogue.general_reason(depth);
+    let name = format!("int8_conv_{main}bn{filters_per_block}{}", if general.is_none() { "_levels" } else { "" });
+    // Formatted only where the log shows it: this runs on every enqueue.
+    if let Some(why) = general.filter(|_| tracing::enabled!(target: "kiln::int8", tracing::Level::INFO)) {
+        super::quant::say_once(format!("{name} over {:?} by {:?}: the general epilogue, for {why}", x.shape, w.shape));
+    }
     // One dimension: the kernel takes its filter block from the fastest-varying part.
     let blocks = pixels.div_ceil(PIXELS_PER_BLOCK).checked_mul(filters.div_ceil(filters_per_block));
     let grid = (blocks.and_then(|b| u32::try_from(b).ok()).filter(|&b| b <= i32::MAX as u32).ok_or_else(|| invalid!("an INT8 convolution of {:?} is too many blocks", x.shape))?, 1, 1);

@@ -96,6 +96,15 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
         }
     }
     let bias = value(Q::BIAS).map(|v| cx.dev(v)).transpose()?;
+    let residual = match value(Q::RESIDUAL) {
+        Some(v) => Some(Residual {
+            tensor: cx.dev_any_layout(v)?,
+            scale: first(Q::RESIDUAL_SCALE)?.unwrap_or(1.0) as f32,
+            zero: first(Q::RESIDUAL_ZERO)?.unwrap_or(0.0) as f32,
+        }),
+        None => None,
+    };
+    let residual = residual.as_ref();
     if p.sums_output() {
         let acc = sums(cx, p, &x, &w, &constants, out_shape)?;
         return match acc.dtype {
@@ -104,31 +113,29 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
             _ => Ok(pointwise::cast(cx, &acc, DataType::I32)?.with_strides_of(&acc)),
         };
     }
+    let product_loop = kiln_main_loop(cx.gemm_rank.get(), INT8_PRODUCT_KILN, INT8_PRODUCT_KILN_WGMMA);
     match &p.anchor {
         QuantizedAnchor::Convolution(c) => {
             // The kernel writes f32 or levels: an f16 / bf16 output is its f32 rounded after.
             let wide = if Q::float_output_type(out_dtype) { DataType::F32 } else { out_dtype };
-            let main_loop = match cx.gemm_rank.get() {
-                INT8_CONV_KILN => Some(MainLoop::MmaSync),
-                INT8_CONV_KILN_WGMMA => Some(MainLoop::Wgmma),
-                _ => None,
-            };
-            let kiln_kernel = main_loop.filter(|_| constants.tensor_core_form(&x, &w) && int8_conv::applies(c, &x.shape, &w.shape, wide));
+            let kiln_kernel = kiln_main_loop(cx.gemm_rank.get(), INT8_CONV_KILN, INT8_CONV_KILN_WGMMA).filter(|_| constants.tensor_core_form(&x, &w) && int8_conv::applies(c, &x.shape, &w.shape, wide));
             if let Some(main_loop) = kiln_kernel {
-                let epilogue = Epilogue::new(cx, p, bias.as_ref(), &constants, wide, out_shape.get(1).copied().unwrap_or(1))?;
+                let channels = out_shape.get(1).copied().unwrap_or(1);
+                let epilogue = Epilogue::new(cx, p, bias.as_ref(), residual, true, &constants, wide, channels)?;
                 if let Some(out) = int8_conv::convolution(cx, main_loop, c, &x, &w, &epilogue, out_shape, wide)? {
                     // An elementwise copy of the channels-last sums: the layout stays.
                     return Ok(pointwise::cast(cx, &out, out_dtype)?.with_strides_of(&out));
                 }
             }
         }
-        QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b } if matches!(cx.gemm_rank.get(), INT8_PRODUCT_KILN | INT8_PRODUCT_KILN_WGMMA) && constants.tensor_core_form(&x, &w) => {
-            let main_loop = if cx.gemm_rank.get() == INT8_PRODUCT_KILN_WGMMA { MainLoop::Wgmma } else { MainLoop::MmaSync };
-            if let Some(out) = product_as_pointwise_convolution(cx, p, main_loop, *op_b, &x, &w, bias.as_ref(), &constants, out_shape, out_dtype)? {
-                return Ok(out);
+        QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b } if product_loop.is_some() && constants.tensor_core_form(&x, &w) => {
+            if let Some(main_loop) = product_loop {
+                if let Some(out) = product_as_pointwise_convolution(cx, p, main_loop, *op_b, &x, &w, bias.as_ref(), residual, &constants, out_shape, out_dtype)? {
+                    return Ok(out);
+                }
             }
         }
-        QuantizedAnchor::MatrixMultiply { op_a, op_b } if Q::is_fp8(x.dtype) && bias.is_none() && !p.relu && *op_a == MatrixOp::None => {
+        QuantizedAnchor::MatrixMultiply { op_a, op_b } if Q::is_fp8(x.dtype) && bias.is_none() && residual.is_none() && !p.relu && *op_a == MatrixOp::None => {
             if let Some(out) = fp8_product(cx, *op_b, &x, &w, &constants, out_shape, out_dtype)? {
                 return Ok(out);
             }
@@ -136,7 +143,17 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
         QuantizedAnchor::MatrixMultiply { .. } => {}
     }
     let acc = sums(cx, p, &x, &w, &constants, out_shape)?;
-    requantize(cx, p, &acc, bias.as_ref(), &constants, out_dtype)
+    requantize(cx, p, &acc, bias.as_ref(), residual, &constants, out_dtype)
+}
+
+/// The main loop of kiln's kernel that tactic `rank` names, given the ranks of its mma.sync and
+/// wgmma tactics; `None` for the libraries' tactics.
+fn kiln_main_loop(rank: usize, mma_sync: usize, wgmma: usize) -> Option<MainLoop> {
+    match rank {
+        r if r == mma_sync => Some(MainLoop::MmaSync),
+        r if r == wgmma => Some(MainLoop::Wgmma),
+        _ => None,
+    }
 }
 
 /// The layer's sums (int32 on the tensor-core paths, f32 on the others) in memory.
@@ -245,6 +262,7 @@ fn product_as_pointwise_convolution(
     x: &DeviceTensor,
     w: &DeviceTensor,
     bias: Option<&DeviceTensor>,
+    residual: Option<&Residual>,
     k: &Constants,
     out_shape: &[usize],
     out_dtype: DataType,
@@ -262,7 +280,8 @@ fn product_as_pointwise_convolution(
     if !int8_conv::applies(&conv, &pixels.shape, &filters.shape, wide) {
         return Ok(None);
     }
-    let epilogue = Epilogue::new(cx, p, bias, k, wide, n)?;
+    // The output is row-major [rows, n]: so is the residual read beside it.
+    let epilogue = Epilogue::new(cx, p, bias, residual, false, k, wide, n)?;
     let Some(out) = int8_conv::convolution(cx, main_loop, &conv, &pixels, &filters, &epilogue, &[1, n, 1, rows], wide)? else { return Ok(None) };
     FUSED_PRODUCTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok(Some(pointwise::cast(cx, &out.reshaped(out_shape.to_vec()), out_dtype)?))
@@ -313,7 +332,7 @@ fn fast_path<T>(plan: Result<T, crate::error::GpuError>, what: &str, x_shape: &[
 }
 
 /// Logs why a layer left the fast path, once per distinct reason.
-fn say_once(message: String) {
+pub(super) fn say_once(message: String) {
     static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
     let mut said = SAID.lock().unwrap_or_else(|p| p.into_inner());
     if !said.contains(&message) {
@@ -414,8 +433,17 @@ fn float_operands(cx: &Ctx, x: &DeviceTensor, w: &DeviceTensor, k: &Constants, w
     Ok((shifted(x, &[k.x_zero], 0)?, shifted(w, k.w_zero.as_deref().unwrap_or(&[0.0]), w_axis)?))
 }
 
-/// The requantizing epilogue's operands on the device, from the int32 bias to the ReLU flag: the
-/// arguments `quant_requantize` and the INT8 convolution kernels share, in their order.
+/// A skip connection's operand added in the epilogue: f32, or 8-bit with its dequantization.
+#[derive(Debug)]
+pub struct Residual {
+    tensor: DeviceTensor,
+    scale: f32,
+    zero: f32,
+}
+
+/// The requantizing epilogue's operands on the device, from the int32 bias to the residual's
+/// zero point: the arguments `quant_requantize` and the INT8 convolution kernels share, in
+/// their order.
 #[derive(Debug)]
 pub struct Epilogue {
     pub args: Vec<Arg>,
@@ -423,27 +451,51 @@ pub struct Epilogue {
     /// out, no float bias, finite scales, and the largest |int32 bias| it starts the sums at
     /// known (None: the general epilogue).
     levels_bias_bound: Option<u64>,
+    /// Why the general epilogue runs where it does (the builder's log says so once).
+    general: Option<&'static str>,
     /// The uploads `args` point to, alive until the launch is queued.
     _operands: Vec<DeviceTensor>,
 }
 
 impl Epilogue {
-    /// An int32 bias added to the sums, the channel's scale, a float bias, then the float output
-    /// or the requantized level, for `channels` output channels.
-    fn new(cx: &Ctx, p: &Q, bias: Option<&DeviceTensor>, k: &Constants, out_dtype: DataType, channels: usize) -> KResult<Epilogue> {
+    /// An int32 bias added to the sums, the channel's scale, a float bias, a residual (read in
+    /// the output's layout, channels-last or row-major), then the float output or the
+    /// requantized level, for `channels` output channels.
+    #[allow(clippy::too_many_arguments)]
+    fn new(cx: &Ctx, p: &Q, bias: Option<&DeviceTensor>, residual: Option<&Residual>, channels_last: bool, k: &Constants, out_dtype: DataType, channels: usize) -> KResult<Epilogue> {
         let int_bias = bias.filter(|b| b.dtype == DataType::I32);
         let float_bias = bias.filter(|b| b.dtype != DataType::I32).map(|b| pointwise::cast(cx, b, DataType::F32)).transpose()?;
+        let residual_values = match residual {
+            Some(r) => {
+                // The kernels read these types in place (residual_at); an FP16 build's f16
+                // skip connection then costs no cast per run.
+                let t = match r.tensor.dtype {
+                    DataType::F32 | DataType::F16 | DataType::BF16 | DataType::I8 | DataType::U8 => r.tensor.clone(),
+                    _ => pointwise::cast(cx, &r.tensor, DataType::F32)?.with_strides_of(&r.tensor),
+                };
+                Some(layout::in_layout(cx, &t, channels_last)?)
+            }
+            None => None,
+        };
         if p.quantized_output() && !matches!(out_dtype, DataType::I8 | DataType::U8) {
             return Err(invalid!("a quantized output must be int8 or uint8, not {out_dtype}"));
         }
-        let scale = p.channel_scales(k.x_scale, &k.w_scale, k.y_scale, float_bias.is_some());
+        let scale = p.channel_scales(k.x_scale, &k.w_scale, k.y_scale, float_bias.is_some() || residual.is_some());
         for (what, len) in [("scales", scale.len()), ("float bias values", float_bias.as_ref().map_or(1, |b| b.len())), ("int32 bias values", int_bias.map_or(1, |b| b.len()))] {
             if len != 1 && len != channels {
                 return Err(invalid!("{len} {what} for {channels} output channels"));
             }
         }
         let finite = scale.iter().all(|s| s.is_finite());
-        let levels_bias_bound = k.int_bias_bound.filter(|_| p.quantized_output() && float_bias.is_none() && finite);
+        let general = match () {
+            _ if !p.quantized_output() => Some("a float output"),
+            _ if float_bias.is_some() => Some("a float bias"),
+            _ if residual.is_some() => Some("a residual"),
+            _ if !finite => Some("a scale that is not finite"),
+            _ if k.int_bias_bound.is_none() => Some("an int32 bias with no host copy to bound"),
+            _ => None,
+        };
+        let levels_bias_bound = k.int_bias_bound.filter(|_| general.is_none());
         let scale_len = scale.len();
         let scale = cx.gpu.constant_table(&kiln::HostTensor::from_f32(vec![scale_len], scale).map_err(KernelError::from)?).map_err(KernelError::from)?;
         let (lo, hi) = if out_dtype == DataType::U8 { (0.0f32, 255.0f32) } else { (-128.0, 127.0) };
@@ -458,25 +510,44 @@ impl Epilogue {
             Arg::F32(lo),
             Arg::F32(hi),
             Arg::I32(i32::from(p.relu)),
+            residual_values.as_ref().map_or(Arg::NULL, |r| cx.arg(r)),
+            Arg::I32(residual_values.as_ref().map_or(0, |r| typed::type_code(r.dtype))),
+            Arg::F32(residual.map_or(1.0, |r| r.scale)),
+            Arg::F32(residual.map_or(0.0, |r| r.zero)),
         ];
-        Ok(Epilogue { args, levels_bias_bound, _operands: [Some(scale), float_bias].into_iter().flatten().collect() })
+        let operands = [Some(scale), float_bias, residual_values].into_iter().flatten().collect();
+        Ok(Epilogue { args, levels_bias_bound, general, _operands: operands })
     }
 
     /// Whether the `_levels` kernels run this epilogue exactly over a sum of `depth` 8-bit
     /// products: the bias plus the largest such sum (128·128 per product) stays in int32.
     pub fn levels_exact(&self, depth: usize) -> bool {
-        self.levels_bias_bound.is_some_and(|b| b.saturating_add(16_384u64.saturating_mul(depth as u64)) <= i32::MAX as u64)
+        self.general_reason(depth).is_none()
+    }
+
+    /// Why the `_levels` kernels do not run this epilogue over sums of `depth` products.
+    pub fn general_reason(&self, depth: usize) -> Option<String> {
+        match (self.general, self.levels_bias_bound) {
+            (Some(why), _) => Some(why.to_string()),
+            (None, Some(b)) if b.saturating_add(16_384u64.saturating_mul(depth as u64)) <= i32::MAX as u64 => None,
+            (None, b) => Some(format!("an int32 bias up to {b:?} over a depth of {depth} may leave int32")),
+        }
     }
 }
 
 /// The epilogue over sums in memory (`acc`, int32 or f32). The output keeps the sums' layout.
-fn requantize(cx: &Ctx, p: &Q, acc: &DeviceTensor, bias: Option<&DeviceTensor>, k: &Constants, out_dtype: DataType) -> KResult<DeviceTensor> {
+fn requantize(cx: &Ctx, p: &Q, acc: &DeviceTensor, bias: Option<&DeviceTensor>, residual: Option<&Residual>, k: &Constants, out_dtype: DataType) -> KResult<DeviceTensor> {
+    // The residual is read at the sums' own indices: channels-last or row-major sums.
+    let acc = &match residual {
+        Some(_) if acc.strides.is_some() && !acc.channels_last() => layout::to_row_major(cx, acc)?,
+        _ => acc.clone(),
+    };
     let rank = acc.shape.len();
     let axis = p.anchor.output_channel_axis(rank);
     let channels = acc.shape.get(axis).copied().unwrap_or(1).max(1);
     // Elements between two channels in memory: 1 channels-last, the trailing dims row-major.
     let inner = if acc.channels_last() || axis + 1 >= rank { 1 } else { acc.shape[axis + 1..].iter().product::<usize>().max(1) };
-    let epilogue = Epilogue::new(cx, p, bias, k, out_dtype, channels)?;
+    let epilogue = Epilogue::new(cx, p, bias, residual, acc.channels_last(), k, out_dtype, channels)?;
     let mut out = cx.gpu.empty(out_dtype, acc.shape.clone()).map_err(KernelError::from)?;
     out.strides = acc.strides.clone();
     let n = out.len();

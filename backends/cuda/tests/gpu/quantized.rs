@@ -67,8 +67,9 @@ fn int8_convolutions_with_int32_biases_near_the_limit_match_the_cpu_oracle() {
     }
 }
 
-/// The layer's tactics are `names`, with the wgmma ones after them on Hopper, each gives the cpu oracle's values exactly and can be
-/// timed; the one named `*implicit_gemm` of a product ran kiln's kernel.
+/// The layer's tactics are `names`, with the wgmma ones after them on Hopper; each gives the cpu
+/// oracle's values exactly and can be timed; the one named `*implicit_gemm` of a product ran
+/// kiln's kernel.
 fn check_every_tactic(cuda: &kiln_cuda::CudaBackend, what: &str, net: &kiln::Network, feeds: &[kiln::HostTensor], names: &[&str]) {
     let want = kiln_cpu::CpuBackend::new().prepare(net).unwrap().execute(feeds).unwrap();
     let layer = last_layer(net);
@@ -112,6 +113,35 @@ fn both_int8_product_tactics_match_the_cpu_oracle_exactly() {
     ];
     for (what, (net, feeds)) in cases {
         check_every_tactic(cuda, what, &net, &feeds, &["int8_product_cublaslt_sums", "int8_product_as_1x1_implicit_gemm"]);
+    }
+}
+
+/// A skip connection's Add folded into the integer layer (the residual slot): every convolution
+/// and product tactic reads it in its output's layout (NHWC sums, a network input's NCHW
+/// converted; rows) and gives the cpu oracle's values, for int8 / uint8 residuals (dequantized in
+/// the epilogue) and f32 ones, into levels and floats.
+#[test]
+fn integer_layers_with_a_residual_match_the_cpu_oracle_exactly() {
+    let Some(cuda) = backend() else { return };
+    use crate::integer_layers::layer_with_residual as with;
+    use DataType::{F16, F32, I32, I8, U8};
+    use Operands::Symmetric as S;
+    let matmul = QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::None };
+    let matmul_t = QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::Transpose };
+    let convs: &[&str] = &["int8_conv_implicit_gemm", "int8_conv_library_sums"];
+    let products: &[&str] = &["int8_product_cublaslt_sums", "int8_product_as_1x1_implicit_gemm"];
+    let cases = [
+        ("1x1, 64 channels, 256 filters, int32 bias, int8 residual, ReLU, int8", with(conv(1, &[1, 1], &[0, 0]), S, &[2, 64, 7, 7], &[256, 64, 1, 1], 256, Some(I32), true, I8, Some((I8, &[2, 256, 7, 7]))), convs),
+        ("3x3 stride 2, 48 channels, 100 filters, float bias, uint8 residual, uint8", with(conv(1, &[2, 2], &[1, 1]), S, &[3, 48, 21, 19], &[100, 48, 3, 3], 100, Some(F32), false, U8, Some((U8, &[3, 100, 11, 10]))), convs),
+        ("3x3, 32 channels, 64 filters, f32 residual, ReLU, f32", with(conv(1, &[1, 1], &[1, 1]), S, &[2, 32, 12, 15], &[64, 32, 3, 3], 64, None, true, F32, Some((F32, &[2, 64, 12, 15]))), convs),
+        // An FP16 build's skip connection: the f16 residual read in place.
+        ("3x3, 32 channels, 64 filters, f16 residual, ReLU, int8", with(conv(1, &[1, 1], &[1, 1]), S, &[2, 32, 12, 15], &[64, 32, 3, 3], 64, Some(I32), true, I8, Some((F16, &[2, 64, 12, 15]))), convs),
+        ("product, f16 residual, f16", with(matmul.clone(), S, &[3, 5, 64], &[64, 24], 24, Some(I32), false, F16, Some((F16, &[3, 5, 24]))), products),
+        ("product, int32 bias, f32 residual, f32", with(matmul.clone(), S, &[3, 5, 64], &[64, 24], 24, Some(I32), false, F32, Some((F32, &[3, 5, 24]))), products),
+        ("product, B transposed, int8 residual, ReLU, int8", with(matmul_t, S, &[300, 128], &[136, 128], 136, None, true, I8, Some((I8, &[300, 136]))), products),
+    ];
+    for (what, (net, feeds), names) in cases {
+        check_every_tactic(cuda, what, &net, &feeds, names);
     }
 }
 

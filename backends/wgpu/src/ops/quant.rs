@@ -152,7 +152,9 @@ pub struct QuantizedScales {
 
 /// An integer layer: `x − x_zero` and `w − w_zero` as i32, their exact sum by the i32
 /// convolution or product (an int32 bias added to it), then the f32 requantization of the
-/// cpu backend (kiln's oracle), per output channel.
+/// cpu backend (kiln's oracle), per output channel, with the f32 residual added where there is
+/// one.
+#[allow(clippy::too_many_arguments)]
 pub fn quantized(
     rec: &Recorder,
     p: &kiln::QuantizedParams,
@@ -160,6 +162,7 @@ pub fn quantized(
     w: &DeviceTensor,
     bias: Option<&DeviceTensor>,
     w_zero: Option<&DeviceTensor>,
+    residual: Option<&DeviceTensor>,
     scales: &QuantizedScales,
     shape: &[usize],
 ) -> KResult<DeviceTensor> {
@@ -218,7 +221,10 @@ pub fn quantized(
     let inner: usize = shape.get(channel_axis + 1..).map_or(1, |d| d.iter().product());
     let quantized = p.quantized_output();
     // The same f32 operations as the cpu backend.
-    let scale = p.channel_scales(scales.x_scale, &scales.w_scale, scales.y_scale, float_bias.is_some());
+    let scale = p.channel_scales(scales.x_scale, &scales.w_scale, scales.y_scale, float_bias.is_some() || residual.is_some());
+    if let Some(r) = residual.filter(|r| r.dtype != DataType::F32 || r.len() != shape.iter().product::<usize>()) {
+        return Err(kiln::invalid!("the residual must be f32 of the output's {shape:?}, not {} of {:?}", r.dtype, r.shape));
+    }
     let (qmin, qmax) = if quantized { range(p.output)? } else { (0, 0) };
     let scale_t = rec.upload(&kiln::HostTensor::from_f32(vec![scale.len()], scale.to_vec()).map_err(kiln::KernelError::from)?)?;
     let float_bias = float_bias.map(|b| pointwise::cast(rec, b, DataType::F32, CastMode::default())).transpose()?;
@@ -236,9 +242,13 @@ pub fn quantized(
         scales.y_scale.unwrap_or(1.0).to_bits(),
         u32::from(scale.len() > 1),
         u32::from(float_bias.as_ref().is_some_and(|b| b.len() > 1)),
+        u32::from(residual.is_some()),
     ];
+    // Absent operands bind the scale buffer, never read.
     let bias_buffer = float_bias.as_ref().map_or(&scale_t.buffer, |b| &b.buffer);
-    rec.dispatch_1d(&Instance::plain("requantize"), &params, &[&acc.buffer, &scale_t.buffer, bias_buffer, &out.buffer], out.len())
+    let residual_buffer = residual.map_or(&scale_t.buffer, |r| &r.buffer);
+    let buffers: [&crate::arena::Block; 5] = [&acc.buffer, &scale_t.buffer, bias_buffer, residual_buffer, &out.buffer];
+    rec.dispatch_1d(&Instance::plain("requantize"), &params, &buffers, out.len())
         .map_err(kiln::KernelError::from)?;
     // An f16 / bf16 output: the f32 value rounded once, as the Cast it stands for.
     if quantized {

@@ -24,8 +24,9 @@ pub const MAGIC: &[u8; 8] = b"KILNENG\0";
 /// records the memory budget (`BuilderConfig::max_memory_bytes`); 7: a refittable engine's
 /// Refit section (the source network and its weights, some possibly stripped); 8: fused
 /// layers record the inputs they read dequantized, and their steps may quantize; 9: a
-/// Dequantize layer records the type it writes.
-pub const FORMAT_VERSION: u32 = 9;
+/// Dequantize layer records the type it writes; 10: an integer layer may read a residual (three
+/// more input slots; a version 9 layer's nine read as absent ones).
+pub const FORMAT_VERSION: u32 = 10;
 /// The oldest layout this kiln still reads (a version 8 Dequantize lacks what 9 added).
 pub const OLDEST_READABLE_VERSION: u32 = 9;
 /// Upper bound on the header, far above any real one.

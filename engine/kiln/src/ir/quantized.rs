@@ -11,7 +11,8 @@ use super::layer::{ConvolutionParams, LayerKind, MatrixOp};
 use super::dtype::DataType;
 use serde::{Deserialize, Serialize};
 
-/// `[x, w, bias?, x_scale, x_zero?, w_scale, w_zero?, y_scale?, y_zero?] -> [y]`.
+/// `[x, w, bias?, x_scale, x_zero?, w_scale, w_zero?, y_scale?, y_zero?, residual?,
+/// residual_scale?, residual_zero?] -> [y]`.
 ///
 /// - `x`, `w`: 8-bit integers, or both float8 e4m3fn (FP8: no zero points, a float output,
 ///   no int32 bias) (`x_scale`, `x_zero` one element; `w_scale`, `w_zero` one element or one
@@ -25,6 +26,10 @@ use serde::{Deserialize, Serialize};
 ///   bias) / y_scale) + y_zero`. `relu` clamps below at `y_zero`.
 /// - `output` a float (no `y_scale`): `acc·(x_scale·w_scale[k]) + bias`, then `relu`, in f32;
 ///   an f16 or bf16 output is that value rounded once (an FP16 build's Cast, folded in).
+/// - `residual` (a skip connection's Add, folded in; the output's shape): added in f32 after
+///   the bias and before the ReLU and the division by `y_scale` (which is then not folded
+///   into `m[k]`), as the Add it stands for. A float residual is read as f32; an 8-bit one is
+///   dequantized first, `f32(residual − residual_zero)·residual_scale` (one scale and zero).
 /// - `output` i32: the sums `acc` themselves, wrapping as int32 does (ONNX ConvInteger and
 ///   MatMulInteger): 8-bit integer operands, no scales, bias or ReLU.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -51,12 +56,27 @@ impl QuantizedParams {
     pub const W_ZERO: usize = 6;
     pub const Y_SCALE: usize = 7;
     pub const Y_ZERO: usize = 8;
+    pub const RESIDUAL: usize = 9;
+    pub const RESIDUAL_SCALE: usize = 10;
+    pub const RESIDUAL_ZERO: usize = 11;
     /// Input slots the layer has (absent ones are `None`).
-    pub const SLOTS: usize = 9;
+    pub const SLOTS: usize = 12;
+    /// The slots of engines written before the residual slots: they read as absent.
+    pub const SLOTS_WITHOUT_RESIDUAL: usize = 9;
     /// The slots a device backend reads on the host to set the layer up (its scales and zero
     /// points, and the int32 bias's bound): constants there keep a host copy, so a run reads
     /// nothing back.
-    pub const HOST_READ: [usize; 7] = [Self::BIAS, Self::X_SCALE, Self::X_ZERO, Self::W_SCALE, Self::W_ZERO, Self::Y_SCALE, Self::Y_ZERO];
+    pub const HOST_READ: [usize; 9] = [
+        Self::BIAS,
+        Self::X_SCALE,
+        Self::X_ZERO,
+        Self::W_SCALE,
+        Self::W_ZERO,
+        Self::Y_SCALE,
+        Self::Y_ZERO,
+        Self::RESIDUAL_SCALE,
+        Self::RESIDUAL_ZERO,
+    ];
 
     /// The operand types the layer takes: 8-bit integers, or float8 e4m3fn (x and w alike).
     pub fn operand_type(t: DataType) -> bool {
@@ -85,10 +105,11 @@ impl QuantizedParams {
 
     /// The f32 factor each output channel's `f32(acc)` is multiplied by, in the f32
     /// operations every backend uses: `x_scale·w_scale[k]`, divided by `y_scale` where the
-    /// output is quantized and the bias is not float (the multiplier integer kernels fold; a
-    /// float bias is added before the division instead). One factor per weight scale.
-    pub fn channel_scales(&self, x_scale: f32, w_scale: &[f32], y_scale: Option<f32>, float_bias: bool) -> Vec<f32> {
-        let fold = self.quantized_output() && !float_bias;
+    /// output is quantized and no float term (a float bias, a residual) is added (the
+    /// multiplier integer kernels fold; float terms are added before the division instead).
+    /// One factor per weight scale.
+    pub fn channel_scales(&self, x_scale: f32, w_scale: &[f32], y_scale: Option<f32>, float_terms: bool) -> Vec<f32> {
+        let fold = self.quantized_output() && !float_terms;
         w_scale
             .iter()
             .map(|&w| match (fold, y_scale) {

@@ -10,12 +10,14 @@
 //! What is absorbed: the two DequantizeLinear reads (their layers stay for other readers and
 //! are dropped when unread), a bias (the convolution's third input, or a per-channel Add
 //! after a matrix product: int32 behind a DequantizeLinear whose scale is `x_scale·w_scale`,
-//! as QLinearConv's, else float), one ReLU, and the QuantizeLinear; without a QuantizeLinear
-//! the layer ends in the region's float type. Each tensor absorbed has one reader and is not a
-//! network output. FP8 (float8 e4m3fn x and w, zero points 0) fuses the same way, ending in
-//! float: its QuantizeLinear stays the next layer's. The importer's expansion of ONNX
-//! ConvInteger / MatMulInteger becomes an integer layer ending in its int32 sums
-//! (`passes/integer_sums.rs`).
+//! as QLinearConv's, else float; a bias of zeros is dropped), a skip connection's Add (its
+//! other operand read as the residual: the 8-bit tensor behind a per-tensor
+//! DequantizeLinear, else the float operand), one ReLU, and the QuantizeLinear; without a
+//! QuantizeLinear the layer ends in the region's float type. Each tensor absorbed has one
+//! reader and is not a network output. FP8 (float8 e4m3fn x and w, zero points 0) fuses the
+//! same way, ending in float: its QuantizeLinear stays the next layer's. The importer's
+//! expansion of ONNX ConvInteger / MatMulInteger becomes an integer layer ending in its int32
+//! sums (`passes/integer_sums.rs`).
 
 use super::graph::{consumers, disjoint_plans, has_control_flow, known_value, only_reader};
 use super::{Pass, PassContext, PassError};
@@ -142,12 +144,16 @@ fn find(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan
     inputs[Q::W_ZERO] = w.zero.filter(|_| !fp8);
     let bias_scale = |k: usize| x.scales[0] as f32 * w.scales[if w.scales.len() == 1 { 0 } else { k }] as f32;
     // An FP8 layer's bias stays float: its sums are not integers to add an int32 bias to.
-    let bias_slot = |b: TensorId| if fp8 { b } else { bias_input(net, b, w.scales.len(), &bias_scale) };
+    let bias_slot = |b: TensorId| match fp8 {
+        _ if zero_bias(net, b) => None,
+        true => Some(b),
+        false => Some(bias_input(net, b, w.scales.len(), &bias_scale)),
+    };
     let mut running = out;
     match anchor {
         QuantizedAnchor::Convolution(_) => {
             if let Some(b) = l.inputs.get(2).copied().flatten() {
-                inputs[Q::BIAS] = Some(bias_slot(b));
+                inputs[Q::BIAS] = bias_slot(b);
             }
         }
         QuantizedAnchor::MatrixMultiply { .. } => {
@@ -159,13 +165,18 @@ fn find(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan
                     let bias_shape = net.tensor(bias).shape.clone();
                     let n = net.tensor(running).shape.dims().last().and_then(|d| d.fixed());
                     if bias_shape.rank() == 1 && bias_shape.dims()[0].fixed() == n && Q::float_output_type(net.tensor(bias).dtype) {
-                        inputs[Q::BIAS] = Some(bias_slot(bias));
+                        inputs[Q::BIAS] = bias_slot(bias);
                         layers.push(next);
                         running = add.outputs[0];
                     }
                 }
             }
         }
+    }
+    if let Some((add, sum, slots)) = residual_add(net, readers, i, running) {
+        [inputs[Q::RESIDUAL], inputs[Q::RESIDUAL_SCALE], inputs[Q::RESIDUAL_ZERO]] = slots;
+        layers.push(add);
+        running = sum;
     }
     let mut relu = false;
     if let Some(next) = only_reader(net, readers, running) {
@@ -232,6 +243,33 @@ fn requantized_relu(net: &Network, readers: &[Vec<(usize, usize)>], q: TensorId,
     (to == net.tensor(q).dtype && same(slot(q2, 1), slot(q2, 2))).then(|| (vec![dq_at, relu_at, q2_at], q2.outputs[0]))
 }
 
+/// A skip connection's Add after the anchor `anchor` (and its bias) at `running`: its other
+/// operand has the same shape and is not a later convolution's or product's, so where two
+/// such layers meet at an Add the later one takes it. The Add, its output and the residual's slots: the
+/// 8-bit tensor behind a per-tensor DequantizeLinear with its scale and zero point, else the
+/// float operand itself.
+fn residual_add(net: &Network, readers: &[Vec<(usize, usize)>], anchor: usize, running: TensorId) -> Option<(usize, TensorId, [Option<TensorId>; 3])> {
+    let at = only_reader(net, readers, running)?;
+    let add = net.layer(crate::LayerId(at));
+    let (LayerKind::Elementwise { op: ElementwiseOp::Sum }, [Some(a), Some(b)]) = (&add.kind, add.inputs.as_slice()) else { return None };
+    let other = if *a == running { *b } else { *a };
+    let (r, sum) = (net.tensor(other), net.tensor(add.outputs[0]));
+    let same_shape = r.shape == net.tensor(running).shape && sum.shape == r.shape;
+    let later_anchor = |p: crate::LayerId| p.0 > anchor && matches!(net.layer(p).kind, LayerKind::Convolution(_) | LayerKind::MatrixMultiply { .. });
+    if other == running || !same_shape || r.dtype != sum.dtype || r.producer.is_some_and(|(p, _)| later_anchor(p)) {
+        return None;
+    }
+    let per_tensor = |d: &Dequantized| d.scales.len() == 1 && d.zero.is_none_or(|z| known_value(net, z).is_some_and(|v| v.len() == 1));
+    let slots = match dequantized(net, other) {
+        // An f32 DequantizeLinear: the residual's f32 dequantization is then its own.
+        Some(d) if r.dtype == DataType::F32 && net.tensor(d.scale).dtype == DataType::F32 && net.tensor(d.q).dtype.is_8bit_integer() && per_tensor(&d) => {
+            [Some(d.q), Some(d.scale), d.zero]
+        }
+        _ => [Some(other), None, None],
+    };
+    Some((at, add.outputs[0], slots))
+}
+
 /// A per-tensor DequantizeLinear read through a Shuffle (a Flatten before a Gemm): moving the
 /// DequantizeLinear after it is exact, since one scale applies to every element.
 fn through_layout(net: &Network, t: TensorId) -> Option<(Dequantized, Option<usize>)> {
@@ -243,6 +281,37 @@ fn through_layout(net: &Network, t: TensorId) -> Option<(Dequantized, Option<usi
     let d = dequantized(net, layout.inputs.first().copied().flatten()?)?;
     (d.scales.len() == 1 && d.zero.is_none_or(|z| known_value(net, z).is_some_and(|v| v.len() == 1)))
         .then_some((d, Some(producer.0)))
+}
+
+/// Whether a bias is all zeros: it adds nothing, so the layer has none, whatever its scale. An
+/// untrained model's BatchNorm-folded convolutions all have zero biases, which the PyTorch
+/// exporter shares among them (through Identity nodes), and onnxruntime's quantizer reads
+/// through another layer's DequantizeLinear (whose scale is not theirs) or leaves float; an
+/// FP16 build may read them through a Cast. [`zeros`] sees through all of these.
+fn zero_bias(net: &Network, bias: TensorId) -> bool {
+    zeros(net, bias, 8)
+}
+
+/// Whether `t` is provably all zeros: a constant of zeros, or zeros passed through a Cast or
+/// an Identity, dequantized with a zero point of zeros (or none), or quantized by a known
+/// nonzero scale with such a zero point; at most `depth` layers up.
+fn zeros(net: &Network, t: TensorId, depth: usize) -> bool {
+    if let Some(v) = known_value(net, t) {
+        return v.to_f64_vec().iter().all(|&x| x == 0.0);
+    }
+    let Some((producer, _)) = net.tensor(t).producer.filter(|_| depth > 0) else { return false };
+    let l = net.layer(producer);
+    let input = |i: usize| l.inputs.get(i).copied().flatten();
+    let zero_point_zeros = || input(2).is_none_or(|z| zeros(net, z, depth - 1));
+    match l.kind {
+        LayerKind::Cast { .. } | LayerKind::Identity => input(0).is_some_and(|x| zeros(net, x, depth - 1)),
+        LayerKind::Dequantize { .. } => input(0).is_some_and(|x| zeros(net, x, depth - 1)) && zero_point_zeros(),
+        LayerKind::Quantize { .. } => {
+            let scale_nonzero = input(1).and_then(|s| known_value(net, s)).is_some_and(|s| s.to_f64_vec().iter().all(|&v| v != 0.0 && v.is_finite()));
+            scale_nonzero && input(0).is_some_and(|x| zeros(net, x, depth - 1)) && zero_point_zeros()
+        }
+        _ => false,
+    }
 }
 
 /// The bias slot's tensor: the int32 behind a DequantizeLinear whose scale is `x_scale·w_scale`
@@ -259,5 +328,54 @@ fn bias_input(net: &Network, bias: TensorId, channels: usize, bias_scale: &dyn F
         d.q
     } else {
         bias
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::tensor::HostTensor;
+
+    /// A float constant read through `steps` (an FP16 build's Casts, the exporter's Identity,
+    /// a quantizer's QuantizeLinear / DequantizeLinear with scale 0.5 and no zero point).
+    fn bias_through(values: Vec<f32>, steps: &[LayerKind]) -> (Network, TensorId) {
+        let mut net = Network::new("bias");
+        let constant = |net: &mut Network, t: HostTensor| {
+            let w = net.add_weights(t);
+            let l = net.add_layer("c", LayerKind::Constant { weights: w }, vec![]).unwrap();
+            net.output(l, 0)
+        };
+        let mut t = constant(&mut net, HostTensor::from_f32(vec![values.len()], values).unwrap());
+        let half = constant(&mut net, HostTensor::from_f32(vec![], vec![0.5]).unwrap());
+        for (i, kind) in steps.iter().enumerate() {
+            let inputs = match kind {
+                LayerKind::Quantize { .. } | LayerKind::Dequantize { .. } => vec![Some(t), Some(half), None],
+                _ => vec![Some(t)],
+            };
+            let l = net.add_layer(&format!("step{i}"), kind.clone(), inputs).unwrap();
+            t = net.output(l, 0);
+        }
+        (net, t)
+    }
+
+    #[test]
+    fn a_zero_bias_is_seen_through_casts_identities_and_quantization_and_a_nonzero_one_is_kept() {
+        let cast = |to| LayerKind::Cast { to };
+        let chains = [
+            vec![],
+            vec![cast(DataType::F16)],
+            vec![cast(DataType::F16), cast(DataType::F32)],
+            vec![LayerKind::Identity, cast(DataType::F16)],
+            vec![LayerKind::Quantize { axis: None, to: DataType::I8 }, LayerKind::Dequantize { axis: None, to: None }, LayerKind::Identity],
+        ];
+        for steps in &chains {
+            let (net, t) = bias_through(vec![0.0, -0.0, 0.0], steps);
+            assert!(zero_bias(&net, t), "{steps:?}");
+            let (net, t) = bias_through(vec![0.0, 1e-3, 0.0], steps);
+            assert!(!zero_bias(&net, t), "{steps:?}");
+        }
+        // A layer that is not value-preserving for zeros stops the walk.
+        let (net, t) = bias_through(vec![0.0; 3], &[LayerKind::Activation { kind: ActivationKind::Sigmoid }]);
+        assert!(!zero_bias(&net, t));
     }
 }

@@ -60,6 +60,23 @@ pub fn conv(groups: usize, strides: &[usize], pads: &[usize]) -> QuantizedAnchor
 /// int8 / uint8 with its scale and zero point). Returns the network and its feed.
 #[allow(clippy::too_many_arguments)]
 pub fn layer(anchor: QuantizedAnchor, operands: Operands, x: &[usize], w: &[usize], channels: usize, bias: Option<DataType>, relu: bool, output: DataType) -> (Network, Vec<HostTensor>) {
+    layer_with_residual(anchor, operands, x, w, channels, bias, relu, output, None)
+}
+
+/// [`layer`] with a residual of the output's `shape` (a second network input, fed after x):
+/// f32 or f16, or int8 / uint8 with its scale and zero point (a dequantized skip connection).
+#[allow(clippy::too_many_arguments)]
+pub fn layer_with_residual(
+    anchor: QuantizedAnchor,
+    operands: Operands,
+    x: &[usize],
+    w: &[usize],
+    channels: usize,
+    bias: Option<DataType>,
+    relu: bool,
+    output: DataType,
+    residual: Option<(DataType, &[usize])>,
+) -> (Network, Vec<HostTensor>) {
     let asymmetric = matches!(operands, Operands::Asymmetric);
     let float8 = matches!(operands, Operands::Float8);
     let x_type = if asymmetric { DataType::U8 } else { DataType::I8 };
@@ -85,11 +102,32 @@ pub fn layer(anchor: QuantizedAnchor, operands: Operands, x: &[usize], w: &[usiz
         slots[Q::Y_SCALE] = Some(scalar(DataType::F32, 16.0));
         slots[Q::Y_ZERO] = Some(scalar(output, if output == DataType::U8 { 100.0 } else { -3.0 }));
     }
+    let mut feeds = vec![feed];
+    if let Some((dtype, shape)) = residual {
+        feeds.push(match dtype {
+            DataType::I8 => ints(shape, dtype, -128, 128, 5),
+            DataType::U8 => ints(shape, dtype, 0, 256, 5),
+            // Multiples of 0.75 up to 38: exact in f16 as in f32 (an FP16 build's skip connection).
+            _ => {
+                let values = (0..shape.iter().product::<usize>()).map(|i| (i * 37 % 101) as f32 * 0.75 - 37.0);
+                let data = match dtype {
+                    DataType::F16 => TensorData::F16(values.map(half::f16::from_f32).collect()),
+                    _ => TensorData::F32(values.collect()),
+                };
+                HostTensor::new(shape.to_vec(), data).expect("residual")
+            }
+        });
+        if dtype.is_8bit_integer() {
+            slots[Q::RESIDUAL_SCALE] = Some(scalar(DataType::F32, 1.5));
+            slots[Q::RESIDUAL_ZERO] = Some(scalar(dtype, if dtype == DataType::U8 { 120.0 } else { -7.0 }));
+        }
+    }
     let mut net = Network::new("integer layer");
     let mut inputs = Vec::new();
     for (i, slot) in slots.into_iter().enumerate() {
         inputs.push(match (i, slot) {
-            (Q::X, _) => Some(net.add_input("x", feed.dtype(), Shape::fixed(feed.shape())).expect("input")),
+            (Q::X, _) => Some(net.add_input("x", feeds[0].dtype(), Shape::fixed(feeds[0].shape())).expect("input")),
+            (Q::RESIDUAL, _) if feeds.len() > 1 => Some(net.add_input("r", feeds[1].dtype(), Shape::fixed(feeds[1].shape())).expect("residual")),
             (_, Some(t)) => {
                 let w = net.add_weights(t);
                 let layer = net.add_layer(&format!("const{i}"), LayerKind::Constant { weights: w }, vec![]).expect("constant");
@@ -100,7 +138,7 @@ pub fn layer(anchor: QuantizedAnchor, operands: Operands, x: &[usize], w: &[usiz
     }
     let layer = net.add_layer("layer", LayerKind::Quantized(Q { anchor, relu, output }), inputs).expect("integer layer");
     net.mark_output(net.output(layer, 0)).expect("output");
-    (net, vec![feed])
+    (net, feeds)
 }
 
 /// onnxruntime's Q/DQ fixture (uint8 activations, as `quantize_static` writes them) built for

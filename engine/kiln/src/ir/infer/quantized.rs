@@ -9,7 +9,7 @@ use crate::ir::shape::Dim;
 
 pub(super) fn quantized<'a>(p: &Q, ins: &Inputs<'_, 'a>, weights: &WeightsLookup<'_>) -> InferResult<Vec<OutFact>> {
     ins.arity(2, Q::SLOTS)?;
-    if ins.0.len() != Q::SLOTS {
+    if ins.0.len() != Q::SLOTS && ins.0.len() != Q::SLOTS_WITHOUT_RESIDUAL {
         return rule(None, format!("has {} input slots, not {}", ins.0.len(), Q::SLOTS));
     }
     let (x, w) = (ins.req(Q::X)?, ins.req(Q::W)?);
@@ -62,8 +62,9 @@ pub(super) fn quantized<'a>(p: &Q, ins: &Inputs<'_, 'a>, weights: &WeightsLookup
             }
         }
     }
+    residual(ins, &out.shape)?;
     if p.sums_output() {
-        let extra = [Q::BIAS, Q::X_SCALE, Q::W_SCALE, Q::Y_SCALE, Q::Y_ZERO].into_iter().find(|&s| ins.get(s).is_some());
+        let extra = [Q::BIAS, Q::X_SCALE, Q::W_SCALE, Q::Y_SCALE, Q::Y_ZERO, Q::RESIDUAL].into_iter().find(|&s| ins.get(s).is_some());
         if Q::is_fp8(x.dtype) || p.relu || extra.is_some() {
             return rule(extra, "an int32 output is the sums of 8-bit integers: no scales, bias, ReLU or output zero point");
         }
@@ -79,6 +80,34 @@ pub(super) fn quantized<'a>(p: &Q, ins: &Inputs<'_, 'a>, weights: &WeightsLookup
         return rule(None, "a float output has no output scale or zero point");
     }
     Ok(vec![OutFact::new(p.output, out.shape)])
+}
+
+/// The residual: the output's shape, float, or 8-bit with its one scale (and zero point).
+fn residual(ins: &Inputs, out: &crate::ir::shape::Shape) -> InferResult<()> {
+    let Some(r) = ins.get(Q::RESIDUAL) else {
+        return match [Q::RESIDUAL_SCALE, Q::RESIDUAL_ZERO].into_iter().find(|&s| ins.get(s).is_some()) {
+            Some(s) => rule(Some(s), "a residual scale or zero point without a residual"),
+            None => Ok(()),
+        };
+    };
+    if r.shape != out {
+        return rule(Some(Q::RESIDUAL), format!("the residual's shape {} must be the output's, {out}", r.shape));
+    }
+    if r.dtype.is_8bit_integer() {
+        per_channel(ins, Q::RESIDUAL_SCALE, None, true)?;
+        per_channel(ins, Q::RESIDUAL_ZERO, None, false)?;
+        if ins.get(Q::RESIDUAL_ZERO).is_some_and(|z| z.dtype != r.dtype) {
+            return rule(Some(Q::RESIDUAL_ZERO), format!("the residual's zero point must be {}", r.dtype));
+        }
+        return Ok(());
+    }
+    if !Q::float_output_type(r.dtype) {
+        return rule(Some(Q::RESIDUAL), format!("the residual must be f32, f16, bf16, int8 or uint8, not {}", r.dtype));
+    }
+    match [Q::RESIDUAL_SCALE, Q::RESIDUAL_ZERO].into_iter().find(|&s| ins.get(s).is_some()) {
+        Some(s) => rule(Some(s), "a float residual has no scale or zero point"),
+        None => Ok(()),
+    }
 }
 
 /// A scale (float, `required`) or zero point slot: one element, or one per `channels`.
