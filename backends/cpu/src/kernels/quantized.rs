@@ -100,13 +100,16 @@ pub fn quantized(p: &Q, inputs: &[Option<&HostTensor>]) -> Result<HostTensor, St
 }
 
 /// The residual as f32, in the output's element order: a float one widened, an 8-bit one
-/// dequantized as DequantizeLinear does, `f32(r − zero)·scale`.
+/// the oracle's DequantizeLinear of it (`f32(r − zero)·scale`).
 fn residual<'a>(get: impl Fn(usize) -> Option<&'a HostTensor>) -> Result<Option<Vec<f32>>, String> {
     let Some(r) = get(Q::RESIDUAL) else { return Ok(None) };
-    if !r.dtype().is_8bit_integer() {
-        return Ok(Some(r.to_f64_vec().iter().map(|&v| v as f32).collect()));
-    }
-    let scale = get(Q::RESIDUAL_SCALE).ok_or_else(|| format!("input {} is required", Q::RESIDUAL_SCALE))?.to_f64_vec()[0] as f32;
-    let zero = get(Q::RESIDUAL_ZERO).map_or(0.0, |z| z.to_f64_vec()[0]);
-    Ok(Some(r.to_f64_vec().iter().map(|&v| (v - zero) as f32 * scale).collect()))
+    let values = match r.dtype().is_8bit_integer() {
+        true => {
+            let scale = get(Q::RESIDUAL_SCALE).ok_or_else(|| format!("input {} is required", Q::RESIDUAL_SCALE))?;
+            let data = super::misc::dequantize(r, scale, get(Q::RESIDUAL_ZERO), None)?;
+            HostTensor::new(r.shape().to_vec(), data).map_err(|e| e.to_string())?.to_f64_vec()
+        }
+        false => r.to_f64_vec(),
+    };
+    Ok(Some(values.iter().map(|&v| v as f32).collect()))
 }

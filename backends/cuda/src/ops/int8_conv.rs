@@ -133,10 +133,11 @@ pub fn convolution(cx: &Ctx, main_loop: MainLoop, c: &kiln::ConvolutionParams, x
     // A narrow layer (64 filters or fewer) wastes half of a 128-filter block.
     let filters_per_block = if filters <= 64 { 64 } else { 128 };
     let main = if main_loop == MainLoop::Wgmma { "wg_" } else { "" };
-    let general = epilogue.general_reason(depth);
-    let name = format!("int8_conv_{main}bn{filters_per_block}{}", if general.is_none() { "_levels" } else { "" });
-    // Formatted only where the log shows it: this runs on every enqueue.
-    if let Some(why) = general.filter(|_| tracing::enabled!(target: "kiln::int8", tracing::Level::INFO)) {
+    let levels = epilogue.levels_exact(depth);
+    let name = format!("int8_conv_{main}bn{filters_per_block}{}", if levels { "_levels" } else { "" });
+    // The reason is formatted only where the log shows it: this runs on every enqueue.
+    if !levels && tracing::enabled!(target: "kiln::int8", tracing::Level::INFO) {
+        let why = epilogue.general_reason(depth).unwrap_or_default();
         super::quant::say_once(format!("{name} over {:?} by {:?}: the general epilogue, for {why}", x.shape, w.shape));
     }
     // One dimension: the kernel takes its filter block from the fastest-varying part.

@@ -113,9 +113,9 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
             _ => Ok(pointwise::cast(cx, &acc, DataType::I32)?.with_strides_of(&acc)),
         };
     }
-    let product_loop = kiln_main_loop(cx.gemm_rank.get(), INT8_PRODUCT_KILN, INT8_PRODUCT_KILN_WGMMA);
-    match &p.anchor {
-        QuantizedAnchor::Convolution(c) => {
+    let product_loop = kiln_main_loop(cx.gemm_rank.get(), INT8_PRODUCT_KILN, INT8_PRODUCT_KILN_WGMMA).filter(|_| constants.tensor_core_form(&x, &w));
+    match (&p.anchor, product_loop) {
+        (QuantizedAnchor::Convolution(c), _) => {
             // The kernel writes f32 or levels: an f16 / bf16 output is its f32 rounded after.
             let wide = if Q::float_output_type(out_dtype) { DataType::F32 } else { out_dtype };
             let kiln_kernel = kiln_main_loop(cx.gemm_rank.get(), INT8_CONV_KILN, INT8_CONV_KILN_WGMMA).filter(|_| constants.tensor_core_form(&x, &w) && int8_conv::applies(c, &x.shape, &w.shape, wide));
@@ -128,19 +128,17 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
                 }
             }
         }
-        QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b } if product_loop.is_some() && constants.tensor_core_form(&x, &w) => {
-            if let Some(main_loop) = product_loop {
-                if let Some(out) = product_as_pointwise_convolution(cx, p, main_loop, *op_b, &x, &w, bias.as_ref(), residual, &constants, out_shape, out_dtype)? {
-                    return Ok(out);
-                }
+        (QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b }, Some(main_loop)) => {
+            if let Some(out) = product_as_pointwise_convolution(cx, p, main_loop, *op_b, &x, &w, bias.as_ref(), residual, &constants, out_shape, out_dtype)? {
+                return Ok(out);
             }
         }
-        QuantizedAnchor::MatrixMultiply { op_a, op_b } if Q::is_fp8(x.dtype) && bias.is_none() && residual.is_none() && !p.relu && *op_a == MatrixOp::None => {
+        (QuantizedAnchor::MatrixMultiply { op_a, op_b }, _) if Q::is_fp8(x.dtype) && bias.is_none() && residual.is_none() && !p.relu && *op_a == MatrixOp::None => {
             if let Some(out) = fp8_product(cx, *op_b, &x, &w, &constants, out_shape, out_dtype)? {
                 return Ok(out);
             }
         }
-        QuantizedAnchor::MatrixMultiply { .. } => {}
+        (QuantizedAnchor::MatrixMultiply { .. }, _) => {}
     }
     let acc = sums(cx, p, &x, &w, &constants, out_shape)?;
     requantize(cx, p, &acc, bias.as_ref(), residual, &constants, out_dtype)
@@ -447,12 +445,10 @@ pub struct Residual {
 #[derive(Debug)]
 pub struct Epilogue {
     pub args: Vec<Arg>,
-    /// Where the levels-only epilogue of the convolution kernel (`_levels`) may run: levels
-    /// out, no float bias, finite scales, and the largest |int32 bias| it starts the sums at
-    /// known (None: the general epilogue).
-    levels_bias_bound: Option<u64>,
-    /// Why the general epilogue runs where it does (the builder's log says so once).
-    general: Option<&'static str>,
+    /// Where the levels-only epilogue of the convolution kernel (`_levels`) may run (levels
+    /// out, no float term, finite scales), the largest |int32 bias| it starts the sums at;
+    /// elsewhere why the general epilogue runs (the builder's log says so once).
+    levels: Result<u64, &'static str>,
     /// The uploads `args` point to, alive until the launch is queued.
     _operands: Vec<DeviceTensor>,
 }
@@ -487,15 +483,14 @@ impl Epilogue {
             }
         }
         let finite = scale.iter().all(|s| s.is_finite());
-        let general = match () {
-            _ if !p.quantized_output() => Some("a float output"),
-            _ if float_bias.is_some() => Some("a float bias"),
-            _ if residual.is_some() => Some("a residual"),
-            _ if !finite => Some("a scale that is not finite"),
-            _ if k.int_bias_bound.is_none() => Some("an int32 bias with no host copy to bound"),
-            _ => None,
+        let levels = match k.int_bias_bound {
+            _ if !p.quantized_output() => Err("a float output"),
+            _ if float_bias.is_some() => Err("a float bias"),
+            _ if residual.is_some() => Err("a residual"),
+            _ if !finite => Err("a scale that is not finite"),
+            None => Err("an int32 bias with no host copy to bound"),
+            Some(bound) => Ok(bound),
         };
-        let levels_bias_bound = k.int_bias_bound.filter(|_| general.is_none());
         let scale_len = scale.len();
         let scale = cx.gpu.constant_table(&kiln::HostTensor::from_f32(vec![scale_len], scale).map_err(KernelError::from)?).map_err(KernelError::from)?;
         let (lo, hi) = if out_dtype == DataType::U8 { (0.0f32, 255.0f32) } else { (-128.0, 127.0) };
@@ -516,21 +511,22 @@ impl Epilogue {
             Arg::F32(residual.map_or(0.0, |r| r.zero)),
         ];
         let operands = [Some(scale), float_bias, residual_values].into_iter().flatten().collect();
-        Ok(Epilogue { args, levels_bias_bound, general, _operands: operands })
+        Ok(Epilogue { args, levels, _operands: operands })
     }
 
     /// Whether the `_levels` kernels run this epilogue exactly over a sum of `depth` 8-bit
     /// products: the bias plus the largest such sum (128·128 per product) stays in int32.
     pub fn levels_exact(&self, depth: usize) -> bool {
-        self.general_reason(depth).is_none()
+        self.levels.is_ok_and(|bound| bound.saturating_add(16_384u64.saturating_mul(depth as u64)) <= i32::MAX as u64)
     }
 
-    /// Why the `_levels` kernels do not run this epilogue over sums of `depth` products.
+    /// Why the `_levels` kernels do not run this epilogue over sums of `depth` products (for
+    /// the log: it formats).
     pub fn general_reason(&self, depth: usize) -> Option<String> {
-        match (self.general, self.levels_bias_bound) {
-            (Some(why), _) => Some(why.to_string()),
-            (None, Some(b)) if b.saturating_add(16_384u64.saturating_mul(depth as u64)) <= i32::MAX as u64 => None,
-            (None, b) => Some(format!("an int32 bias up to {b:?} over a depth of {depth} may leave int32")),
+        match self.levels {
+            Err(why) => Some(why.to_string()),
+            Ok(_) if self.levels_exact(depth) => None,
+            Ok(bound) => Some(format!("an int32 bias up to {bound} over a depth of {depth} may leave int32")),
         }
     }
 }
