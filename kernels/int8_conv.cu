@@ -54,7 +54,8 @@ struct Requant {
     const void* residual;  // in the output's NHWC order (residual_at)
     int residual_type;
     float residual_scale, residual_zero;
-    int out_type;
+    int out_type;                // the levels' (IC_I8 / IC_U8) or IC_F32
+    const unsigned char* then;  // a second quantization's table of levels (common.cuh), or NULL
 };
 
 // One output channel's epilogue operands, loaded once per thread.
@@ -341,12 +342,17 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
 #pragma unroll 1
     for (int piece = tid; piece < IC_BM * (BN / 16); piece += IC_THREADS) {
         const int row = piece / (BN / 16), col = (piece % (BN / 16)) * 16;
-        const i64 m = m0 + row;
+        const i64 m = m0 + row, at = m * k + n0 + col;
         if (m >= pixels || n0 + col >= k) continue;
         if (vector) {
-            *reinterpret_cast<uint4*>(out + m * k + n0 + col) = *reinterpret_cast<const uint4*>(&tile[row][col]);
+            uint4 bytes = *reinterpret_cast<const uint4*>(&tile[row][col]);
+            if (e.then) bytes = requantized16(e.then, bytes);
+            *reinterpret_cast<uint4*>(out + at) = bytes;
         } else {
-            for (int j = 0; j < 16 && n0 + col + j < k; ++j) out[m * k + n0 + col + j] = tile[row][col + j];
+            for (int j = 0; j < 16 && n0 + col + j < k; ++j) {
+                const unsigned char b = tile[row][col + j];
+                out[at + j] = e.then ? __ldg(e.then + b) : b;
+            }
         }
     }
 }
@@ -355,11 +361,11 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
     extern "C" __global__ void __launch_bounds__(IC_THREADS, 128 / BN + 1)                                                  \
         NAME(Window win, const signed char* x, const signed char* wt, const int* int_bias, const float* scale,             \
              i64 scale_len, const float* float_bias, i64 float_bias_len, float y_scale, float y_zero, float lo, float hi,   \
-             int relu, const void* residual, int residual_type, float residual_scale, float residual_zero, int out_type,  \
-             void* y) {                                                                                                      \
+             int relu, const void* residual, int residual_type, float residual_scale, float residual_zero,                 \
+             const unsigned char* then, int out_type, void* y) {                                                            \
         const Requant e = {int_bias,  scale,         scale_len,      float_bias,     float_bias_len,                        \
                            y_scale,   y_zero,        lo,             hi,             relu,                                  \
-                           residual,  residual_type, residual_scale, residual_zero,  out_type};                             \
+                           residual,  residual_type, residual_scale, residual_zero,  out_type, then};                       \
         int8_conv<BN, WARPS_M, WARPS_N, LEVELS, WG>(win, x, wt, e, y);                                                       \
     }
 

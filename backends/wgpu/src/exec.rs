@@ -257,7 +257,24 @@ impl<'e> Run<'e> {
             None => None,
         };
         let out = crate::ops::quant::quantized(&self.rec, p, &x, &w, bias.as_ref(), w_zero.as_ref(), residual.as_ref(), &scales, &shape)?;
+        let out = match p.then {
+            Some(then) => self.requantized(&out, then, &device)?,
+            None => out,
+        };
         Ok(self.stored(vec![out])?.into_iter().map(Value::Device).collect())
+    }
+
+    /// An integer layer's second quantization of its levels `y`, as the layers it stands for:
+    /// DequantizeLinear, Relu and QuantizeLinear.
+    fn requantized(&self, y: &DeviceTensor, then: kiln::Requantization, device: &dyn Fn(usize) -> KResult<Option<DeviceTensor>>) -> KResult<DeviceTensor> {
+        use crate::ops::{pointwise, quant};
+        use kiln::QuantizedParams as Q;
+        let required = |slot: usize| device(slot)?.ok_or_else(|| invalid!("the second quantization has no input {slot}"));
+        let mut u = quant::dequantize(&self.rec, y, &required(Q::Y_SCALE)?, device(Q::Y_ZERO)?.as_ref(), None, DataType::F32)?;
+        if then.relu {
+            u = pointwise::activation(&self.rec, &kiln::ActivationKind::Relu, &u)?;
+        }
+        quant::quantize(&self.rec, &u, &required(Q::THEN_SCALE)?, device(Q::THEN_ZERO)?.as_ref(), None, then.to)
     }
 
     /// Device inputs as the word kernels read them (f16 halves widened).

@@ -184,12 +184,8 @@ fn profiles_survive_the_engine_file() {
 #[test]
 fn engine_files_of_older_formats_are_refused() {
     let mut bytes = build_with(&chain_net(), vec![profile(1, 8, 64)]).unwrap().serialize();
-    assert_eq!((format::FORMAT_VERSION, format::OLDEST_READABLE_VERSION), (10, 9));
-    // Version 9 differs only in the integer layer's slots, which it reads as absent residuals.
-    let mut nine = bytes.clone();
-    nine[8..12].copy_from_slice(&9u32.to_le_bytes());
-    assert!(Engine::deserialize(&nine).is_ok());
-    for previous in [1u32, 3, 4, 5, 6, 7, 8, 11] {
+    assert_eq!((format::FORMAT_VERSION, format::OLDEST_READABLE_VERSION), (11, 11));
+    for previous in [1u32, 3, 4, 5, 6, 7, 8, 9, 10, 12] {
         bytes[8..12].copy_from_slice(&previous.to_le_bytes());
         let err = Engine::deserialize(&bytes).unwrap_err();
         assert_eq!(

@@ -96,7 +96,25 @@ pub fn quantized(p: &Q, inputs: &[Option<&HostTensor>]) -> Result<HostTensor, St
         DataType::I8 => TensorData::I8(levels.map(|v| v as i8).collect()),
         _ => TensorData::U8(levels.map(|v| v as u8).collect()),
     };
-    HostTensor::new(shape, data).map_err(|e| e.to_string())
+    let levels = HostTensor::new(shape, data).map_err(|e| e.to_string())?;
+    match p.then {
+        Some(then) => requantized(&levels, then, get),
+        None => Ok(levels),
+    }
+}
+
+/// The second quantization of the levels `y`, as the layers it stands for compute it: the
+/// oracle's DequantizeLinear of `y`, its ReLU and its QuantizeLinear.
+fn requantized<'a>(y: &HostTensor, then: kiln::Requantization, get: impl Fn(usize) -> Option<&'a HostTensor>) -> Result<HostTensor, String> {
+    let required = |slot: usize| get(slot).ok_or_else(|| format!("input {slot} is required"));
+    let dequantized = HostTensor::new(y.shape().to_vec(), super::misc::dequantize(y, required(Q::Y_SCALE)?, get(Q::Y_ZERO), None)?).map_err(|e| e.to_string())?;
+    let mut u: Vec<f32> = dequantized.to_f64_vec().into_iter().map(|v| v as f32).collect();
+    if then.relu {
+        u.iter_mut().for_each(|u| *u = u.max(0.0));
+    }
+    let u = HostTensor::from_f32(y.shape().to_vec(), u).map_err(|e| e.to_string())?;
+    let data = super::misc::quantize(&u, required(Q::THEN_SCALE)?, get(Q::THEN_ZERO), None, then.to)?;
+    HostTensor::new(y.shape().to_vec(), data).map_err(|e| e.to_string())
 }
 
 /// The residual as f32, in the output's element order: a float one widened, an 8-bit one

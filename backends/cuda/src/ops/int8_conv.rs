@@ -152,7 +152,7 @@ pub fn convolution(cx: &Ctx, main_loop: MainLoop, c: &kiln::ConvolutionParams, x
     let shared = (stages.max(PIXELS_PER_BLOCK * (filters_per_block + 16)) + slack) as u32;
     let mut args = vec![Arg::Window(win), cx.arg(&x), cx.arg(&w)];
     args.extend(epilogue.args.iter().copied());
-    args.push(Arg::I32(super::typed::type_code(out_dtype)));
+    args.push(Arg::I32(super::typed::type_code(epilogue.computed)));
     args.push(cx.arg(&out));
     cx.gpu.launch_with_shared(&Source::Int8Conv.kernel(&name), grid, (THREADS, 1, 1), shared, &args).map_err(KernelError::from)?;
     if main_loop == MainLoop::Wgmma {

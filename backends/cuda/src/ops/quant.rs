@@ -96,15 +96,20 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
         }
     }
     let bias = value(Q::BIAS).map(|v| cx.dev(v)).transpose()?;
-    let residual = match value(Q::RESIDUAL) {
-        Some(v) => Some(Residual {
-            tensor: cx.dev_any_layout(v)?,
-            scale: first(Q::RESIDUAL_SCALE)?.unwrap_or(1.0) as f32,
-            zero: first(Q::RESIDUAL_ZERO)?.unwrap_or(0.0) as f32,
+    let read = |slot: usize, scale: usize, zero: usize| -> KResult<Option<Residual>> {
+        let Some(v) = value(slot) else { return Ok(None) };
+        Ok(Some(Residual { tensor: cx.dev_any_layout(v)?, scale: first(scale)?.unwrap_or(1.0) as f32, zero: first(zero)?.unwrap_or(0.0) as f32 }))
+    };
+    let residual = read(Q::RESIDUAL, Q::RESIDUAL_SCALE, Q::RESIDUAL_ZERO)?;
+    let then = match p.then {
+        Some(then) => Some(SecondQuantization {
+            then,
+            scale: first(Q::THEN_SCALE)?.ok_or_else(|| invalid!("the second quantization has no scale"))? as f32,
+            zero: first(Q::THEN_ZERO)?.unwrap_or(0.0) as f32,
         }),
         None => None,
     };
-    let residual = residual.as_ref();
+    let terms = Terms { bias: bias.as_ref(), residual: residual.as_ref(), then: then.as_ref() };
     if p.sums_output() {
         let acc = sums(cx, p, &x, &w, &constants, out_shape)?;
         return match acc.dtype {
@@ -121,7 +126,7 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
             let kiln_kernel = kiln_main_loop(cx.gemm_rank.get(), INT8_CONV_KILN, INT8_CONV_KILN_WGMMA).filter(|_| constants.tensor_core_form(&x, &w) && int8_conv::applies(c, &x.shape, &w.shape, wide));
             if let Some(main_loop) = kiln_kernel {
                 let channels = out_shape.get(1).copied().unwrap_or(1);
-                let epilogue = Epilogue::new(cx, p, bias.as_ref(), residual, true, &constants, wide, channels)?;
+                let epilogue = Epilogue::new(cx, p, &terms, true, &constants, wide, channels)?;
                 if let Some(out) = int8_conv::convolution(cx, main_loop, c, &x, &w, &epilogue, out_shape, wide)? {
                     // An elementwise copy of the channels-last sums: the layout stays.
                     return Ok(pointwise::cast(cx, &out, out_dtype)?.with_strides_of(&out));
@@ -129,11 +134,11 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
             }
         }
         (QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b }, Some(main_loop)) => {
-            if let Some(out) = product_as_pointwise_convolution(cx, p, main_loop, *op_b, &x, &w, bias.as_ref(), residual, &constants, out_shape, out_dtype)? {
+            if let Some(out) = product_as_pointwise_convolution(cx, p, main_loop, *op_b, &x, &w, &terms, &constants, out_shape, out_dtype)? {
                 return Ok(out);
             }
         }
-        (QuantizedAnchor::MatrixMultiply { op_a, op_b }, _) if Q::is_fp8(x.dtype) && bias.is_none() && residual.is_none() && !p.relu && *op_a == MatrixOp::None => {
+        (QuantizedAnchor::MatrixMultiply { op_a, op_b }, _) if Q::is_fp8(x.dtype) && bias.is_none() && residual.is_none() && then.is_none() && !p.relu && *op_a == MatrixOp::None => {
             if let Some(out) = fp8_product(cx, *op_b, &x, &w, &constants, out_shape, out_dtype)? {
                 return Ok(out);
             }
@@ -141,7 +146,7 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
         (QuantizedAnchor::MatrixMultiply { .. }, _) => {}
     }
     let acc = sums(cx, p, &x, &w, &constants, out_shape)?;
-    requantize(cx, p, &acc, bias.as_ref(), residual, &constants, out_dtype)
+    requantize(cx, p, &acc, &terms, &constants, out_dtype)
 }
 
 /// The main loop of kiln's kernel that tactic `rank` names, given the ranks of its mma.sync and
@@ -259,8 +264,7 @@ fn product_as_pointwise_convolution(
     op_b: MatrixOp,
     x: &DeviceTensor,
     w: &DeviceTensor,
-    bias: Option<&DeviceTensor>,
-    residual: Option<&Residual>,
+    terms: &Terms,
     k: &Constants,
     out_shape: &[usize],
     out_dtype: DataType,
@@ -279,7 +283,7 @@ fn product_as_pointwise_convolution(
         return Ok(None);
     }
     // The output is row-major [rows, n]: so is the residual read beside it.
-    let epilogue = Epilogue::new(cx, p, bias, residual, false, k, wide, n)?;
+    let epilogue = Epilogue::new(cx, p, terms, false, k, wide, n)?;
     let Some(out) = int8_conv::convolution(cx, main_loop, &conv, &pixels, &filters, &epilogue, &[1, n, 1, rows], wide)? else { return Ok(None) };
     FUSED_PRODUCTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok(Some(pointwise::cast(cx, &out.reshaped(out_shape.to_vec()), out_dtype)?))
@@ -431,12 +435,41 @@ fn float_operands(cx: &Ctx, x: &DeviceTensor, w: &DeviceTensor, k: &Constants, w
     Ok((shifted(x, &[k.x_zero], 0)?, shifted(w, k.w_zero.as_deref().unwrap_or(&[0.0]), w_axis)?))
 }
 
-/// A skip connection's operand added in the epilogue: f32, or 8-bit with its dequantization.
+/// A skip connection's operand added in the epilogue: f32, f16 or bf16, or 8-bit with its
+/// dequantization.
 #[derive(Debug)]
 pub struct Residual {
     tensor: DeviceTensor,
     scale: f32,
     zero: f32,
+}
+
+/// The layer's second quantization ([`kiln::Requantization`]): its scale and zero point.
+#[derive(Debug)]
+pub struct SecondQuantization {
+    then: kiln::Requantization,
+    scale: f32,
+    zero: f32,
+}
+
+impl SecondQuantization {
+    /// The second level of each first level's byte on the device (one copy per content), after
+    /// the levels of `p` (`k`'s scale and zero point): the kernels look it up.
+    fn levels(&self, cx: &Ctx, p: &Q, k: &Constants) -> KResult<DeviceTensor> {
+        use kiln::plan::requantization::{second_levels, Dequantization};
+        let first = Dequantization { dtype: p.output, scale: k.y_scale.ok_or_else(|| invalid!("the levels have no scale"))?, zero: k.y_zero as f32 };
+        let levels = second_levels(self.then, first, self.scale, self.zero).map_err(|e| invalid!("{e}"))?;
+        let table = kiln::HostTensor::new(vec![levels.len()], kiln::TensorData::U8(levels)).map_err(KernelError::from)?;
+        cx.gpu.constant_table(&table).map_err(KernelError::from)
+    }
+}
+
+/// What the epilogue adds to the scaled sums and does after them, besides the scales.
+#[derive(Debug)]
+pub struct Terms<'a> {
+    bias: Option<&'a DeviceTensor>,
+    residual: Option<&'a Residual>,
+    then: Option<&'a SecondQuantization>,
 }
 
 /// The requantizing epilogue's operands on the device, from the int32 bias to the residual's
@@ -445,6 +478,8 @@ pub struct Residual {
 #[derive(Debug)]
 pub struct Epilogue {
     pub args: Vec<Arg>,
+    /// The type the epilogue computes: the output's, or the levels' before a second quantization.
+    pub computed: DataType,
     /// Where the levels-only epilogue of the convolution kernel (`_levels`) may run (levels
     /// out, no float term, finite scales), the largest |int32 bias| it starts the sums at;
     /// elsewhere why the general epilogue runs (the builder's log says so once).
@@ -458,23 +493,27 @@ impl Epilogue {
     /// the output's layout, channels-last or row-major), then the float output or the
     /// requantized level, for `channels` output channels.
     #[allow(clippy::too_many_arguments)]
-    fn new(cx: &Ctx, p: &Q, bias: Option<&DeviceTensor>, residual: Option<&Residual>, channels_last: bool, k: &Constants, out_dtype: DataType, channels: usize) -> KResult<Epilogue> {
+    fn new(cx: &Ctx, p: &Q, terms: &Terms, channels_last: bool, k: &Constants, out_dtype: DataType, channels: usize) -> KResult<Epilogue> {
+        let (bias, residual) = (terms.bias, terms.residual);
         let int_bias = bias.filter(|b| b.dtype == DataType::I32);
         let float_bias = bias.filter(|b| b.dtype != DataType::I32).map(|b| pointwise::cast(cx, b, DataType::F32)).transpose()?;
-        let residual_values = match residual {
-            Some(r) => {
-                // The kernels read these types in place (residual_at); an FP16 build's f16
-                // skip connection then costs no cast per run.
-                let t = match r.tensor.dtype {
-                    DataType::F32 | DataType::F16 | DataType::BF16 | DataType::I8 | DataType::U8 => r.tensor.clone(),
-                    _ => pointwise::cast(cx, &r.tensor, DataType::F32)?.with_strides_of(&r.tensor),
-                };
-                Some(layout::in_layout(cx, &t, channels_last)?)
-            }
-            None => None,
+        // The kernels read these types in place (residual_at); an FP16 build's f16 skip
+        // connection then costs no cast per run.
+        let in_place = |r: &Residual| -> KResult<DeviceTensor> {
+            let t = match r.tensor.dtype {
+                DataType::F32 | DataType::F16 | DataType::BF16 | DataType::I8 | DataType::U8 => r.tensor.clone(),
+                _ => pointwise::cast(cx, &r.tensor, DataType::F32)?.with_strides_of(&r.tensor),
+            };
+            layout::in_layout(cx, &t, channels_last)
         };
-        if p.quantized_output() && !matches!(out_dtype, DataType::I8 | DataType::U8) {
-            return Err(invalid!("a quantized output must be int8 or uint8, not {out_dtype}"));
+        let residual_values = residual.map(in_place).transpose()?;
+        let second_levels = terms.then.map(|t| t.levels(cx, p, k)).transpose()?;
+        let computed = if terms.then.is_some() { p.output } else { out_dtype };
+        if p.quantized_output() && !matches!(computed, DataType::I8 | DataType::U8) {
+            return Err(invalid!("a quantized output must be int8 or uint8, not {computed}"));
+        }
+        if let Some(t) = terms.then.filter(|t| !matches!(t.then.to, DataType::I8 | DataType::U8) || out_dtype != t.then.to || !p.quantized_output()) {
+            return Err(invalid!("a second quantization takes {} levels to int8 or uint8, not {} into {out_dtype}", p.output, t.then.to));
         }
         let scale = p.channel_scales(k.x_scale, &k.w_scale, k.y_scale, float_bias.is_some() || residual.is_some());
         for (what, len) in [("scales", scale.len()), ("float bias values", float_bias.as_ref().map_or(1, |b| b.len())), ("int32 bias values", int_bias.map_or(1, |b| b.len()))] {
@@ -493,7 +532,7 @@ impl Epilogue {
         };
         let scale_len = scale.len();
         let scale = cx.gpu.constant_table(&kiln::HostTensor::from_f32(vec![scale_len], scale).map_err(KernelError::from)?).map_err(KernelError::from)?;
-        let (lo, hi) = if out_dtype == DataType::U8 { (0.0f32, 255.0f32) } else { (-128.0, 127.0) };
+        let (lo, hi) = if computed == DataType::U8 { (0.0f32, 255.0f32) } else { (-128.0, 127.0) };
         let args = vec![
             int_bias.map_or(Arg::NULL, |b| cx.arg(b)),
             cx.arg(&scale),
@@ -509,9 +548,11 @@ impl Epilogue {
             Arg::I32(residual_values.as_ref().map_or(0, |r| typed::type_code(r.dtype))),
             Arg::F32(residual.map_or(1.0, |r| r.scale)),
             Arg::F32(residual.map_or(0.0, |r| r.zero)),
+            // The second quantization's table of levels (NULL: none).
+            second_levels.as_ref().map_or(Arg::NULL, |l| cx.arg(l)),
         ];
-        let operands = [Some(scale), float_bias, residual_values].into_iter().flatten().collect();
-        Ok(Epilogue { args, levels, _operands: operands })
+        let operands = [Some(scale), float_bias, residual_values, second_levels].into_iter().flatten().collect();
+        Ok(Epilogue { args, computed, levels, _operands: operands })
     }
 
     /// Whether the `_levels` kernels run this epilogue exactly over a sum of `depth` 8-bit
@@ -532,9 +573,9 @@ impl Epilogue {
 }
 
 /// The epilogue over sums in memory (`acc`, int32 or f32). The output keeps the sums' layout.
-fn requantize(cx: &Ctx, p: &Q, acc: &DeviceTensor, bias: Option<&DeviceTensor>, residual: Option<&Residual>, k: &Constants, out_dtype: DataType) -> KResult<DeviceTensor> {
+fn requantize(cx: &Ctx, p: &Q, acc: &DeviceTensor, terms: &Terms, k: &Constants, out_dtype: DataType) -> KResult<DeviceTensor> {
     // The residual is read at the sums' own indices: channels-last or row-major sums.
-    let acc = &match residual {
+    let acc = &match terms.residual {
         Some(_) if acc.strides.is_some() && !acc.channels_last() => layout::to_row_major(cx, acc)?,
         _ => acc.clone(),
     };
@@ -543,7 +584,7 @@ fn requantize(cx: &Ctx, p: &Q, acc: &DeviceTensor, bias: Option<&DeviceTensor>, 
     let channels = acc.shape.get(axis).copied().unwrap_or(1).max(1);
     // Elements between two channels in memory: 1 channels-last, the trailing dims row-major.
     let inner = if acc.channels_last() || axis + 1 >= rank { 1 } else { acc.shape[axis + 1..].iter().product::<usize>().max(1) };
-    let epilogue = Epilogue::new(cx, p, bias, residual, acc.channels_last(), k, out_dtype, channels)?;
+    let epilogue = Epilogue::new(cx, p, terms, acc.channels_last(), k, out_dtype, channels)?;
     let mut out = cx.gpu.empty(out_dtype, acc.shape.clone()).map_err(KernelError::from)?;
     out.strides = acc.strides.clone();
     let n = out.len();
@@ -556,7 +597,7 @@ fn requantize(cx: &Ctx, p: &Q, acc: &DeviceTensor, bias: Option<&DeviceTensor>, 
         && n < 1 << 31
         && matches!(acc.dtype, DataType::I32 | DataType::F32)
         && matches!(out_dtype, DataType::I8 | DataType::U8 | DataType::F32 | DataType::F16 | DataType::BF16);
-    let codes = [acc.dtype, out_dtype].map(|t| Arg::I32(typed::type_code(t)));
+    let codes = [acc.dtype, epilogue.computed].map(|t| Arg::I32(typed::type_code(t)));
     let (kernel, threads, sizes) = match rows_x4 {
         true => ("quant_requantize_rows_x4", n / 4, vec![Arg::I32(channels as i32), Arg::I32((n / 4) as i32)]),
         false => ("quant_requantize", n, [inner, channels, n].map(|d| Arg::I64(d as i64)).to_vec()),

@@ -123,7 +123,7 @@ fn both_int8_product_tactics_match_the_cpu_oracle_exactly() {
 #[test]
 fn integer_layers_with_a_residual_match_the_cpu_oracle_exactly() {
     let Some(cuda) = backend() else { return };
-    use crate::integer_layers::layer_with_residual as with;
+    use crate::integer_layers::{layer_with as with, residual};
     use DataType::{F16, F32, I32, I8, U8};
     use Operands::Symmetric as S;
     let matmul = QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::None };
@@ -131,14 +131,40 @@ fn integer_layers_with_a_residual_match_the_cpu_oracle_exactly() {
     let convs: &[&str] = &["int8_conv_implicit_gemm", "int8_conv_library_sums"];
     let products: &[&str] = &["int8_product_cublaslt_sums", "int8_product_as_1x1_implicit_gemm"];
     let cases = [
-        ("1x1, 64 channels, 256 filters, int32 bias, int8 residual, ReLU, int8", with(conv(1, &[1, 1], &[0, 0]), S, &[2, 64, 7, 7], &[256, 64, 1, 1], 256, Some(I32), true, I8, Some((I8, &[2, 256, 7, 7]))), convs),
-        ("3x3 stride 2, 48 channels, 100 filters, float bias, uint8 residual, uint8", with(conv(1, &[2, 2], &[1, 1]), S, &[3, 48, 21, 19], &[100, 48, 3, 3], 100, Some(F32), false, U8, Some((U8, &[3, 100, 11, 10]))), convs),
-        ("3x3, 32 channels, 64 filters, f32 residual, ReLU, f32", with(conv(1, &[1, 1], &[1, 1]), S, &[2, 32, 12, 15], &[64, 32, 3, 3], 64, None, true, F32, Some((F32, &[2, 64, 12, 15]))), convs),
+        ("1x1, 64 channels, 256 filters, int32 bias, int8 residual, ReLU, int8", with(conv(1, &[1, 1], &[0, 0]), S, &[2, 64, 7, 7], &[256, 64, 1, 1], 256, Some(I32), true, I8, residual(I8, &[2, 256, 7, 7])), convs),
+        ("3x3 stride 2, 48 channels, 100 filters, float bias, uint8 residual, uint8", with(conv(1, &[2, 2], &[1, 1]), S, &[3, 48, 21, 19], &[100, 48, 3, 3], 100, Some(F32), false, U8, residual(U8, &[3, 100, 11, 10])), convs),
+        ("3x3, 32 channels, 64 filters, f32 residual, ReLU, f32", with(conv(1, &[1, 1], &[1, 1]), S, &[2, 32, 12, 15], &[64, 32, 3, 3], 64, None, true, F32, residual(F32, &[2, 64, 12, 15])), convs),
         // An FP16 build's skip connection: the f16 residual read in place.
-        ("3x3, 32 channels, 64 filters, f16 residual, ReLU, int8", with(conv(1, &[1, 1], &[1, 1]), S, &[2, 32, 12, 15], &[64, 32, 3, 3], 64, Some(I32), true, I8, Some((F16, &[2, 64, 12, 15]))), convs),
-        ("product, f16 residual, f16", with(matmul.clone(), S, &[3, 5, 64], &[64, 24], 24, Some(I32), false, F16, Some((F16, &[3, 5, 24]))), products),
-        ("product, int32 bias, f32 residual, f32", with(matmul.clone(), S, &[3, 5, 64], &[64, 24], 24, Some(I32), false, F32, Some((F32, &[3, 5, 24]))), products),
-        ("product, B transposed, int8 residual, ReLU, int8", with(matmul_t, S, &[300, 128], &[136, 128], 136, None, true, I8, Some((I8, &[300, 136]))), products),
+        ("3x3, 32 channels, 64 filters, f16 residual, ReLU, int8", with(conv(1, &[1, 1], &[1, 1]), S, &[2, 32, 12, 15], &[64, 32, 3, 3], 64, Some(I32), true, I8, residual(F16, &[2, 64, 12, 15])), convs),
+        ("product, f16 residual, f16", with(matmul.clone(), S, &[3, 5, 64], &[64, 24], 24, Some(I32), false, F16, residual(F16, &[3, 5, 24])), products),
+        ("product, int32 bias, f32 residual, f32", with(matmul.clone(), S, &[3, 5, 64], &[64, 24], 24, Some(I32), false, F32, residual(F32, &[3, 5, 24])), products),
+        ("product, B transposed, int8 residual, ReLU, int8", with(matmul_t, S, &[300, 128], &[136, 128], 136, None, true, I8, residual(I8, &[300, 136])), products),
+    ];
+    for (what, (net, feeds), names) in cases {
+        check_every_tactic(cuda, what, &net, &feeds, names);
+    }
+}
+
+/// onnxruntime's island after a layer's levels (`DequantizeLinear → [Relu →] QuantizeLinear`)
+/// folded in as its second quantization: every convolution and product tactic, both epilogues
+/// (levels, and the general one a float bias takes), int8 and uint8 levels and results, give
+/// the cpu oracle's levels.
+#[test]
+fn integer_layers_with_a_second_quantization_match_the_cpu_oracle_exactly() {
+    let Some(cuda) = backend() else { return };
+    use crate::integer_layers::{layer_with as with, Extra};
+    use DataType::{F32, I32, I8, U8};
+    use Operands::Symmetric as S;
+    let then = |relu: bool, to: DataType| Extra { residual: None, then: Some((relu, to)) };
+    let matmul = QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::None };
+    let convs: &[&str] = &["int8_conv_implicit_gemm", "int8_conv_library_sums"];
+    let products: &[&str] = &["int8_product_cublaslt_sums", "int8_product_as_1x1_implicit_gemm"];
+    let cases = [
+        ("1x1, 64 channels, 256 filters, int32 bias, ReLU, int8", with(conv(1, &[1, 1], &[0, 0]), S, &[2, 64, 7, 7], &[256, 64, 1, 1], 256, Some(I32), false, I8, then(true, I8)), convs),
+        ("3x3 stride 2, 48 channels, 100 filters, float bias, ReLU, uint8", with(conv(1, &[2, 2], &[1, 1]), S, &[3, 48, 21, 19], &[100, 48, 3, 3], 100, Some(F32), true, I8, then(true, U8)), convs),
+        ("3x3, 20 filters, uint8 levels, int8", with(conv(1, &[1, 1], &[1, 1]), S, &[2, 32, 12, 15], &[20, 32, 3, 3], 20, Some(I32), false, U8, then(false, I8)), convs),
+        ("product, int32 bias, ReLU, int8", with(matmul.clone(), S, &[300, 128], &[128, 136], 136, Some(I32), false, I8, then(true, I8)), products),
+        ("product, ReLU, uint8", with(matmul, S, &[3, 5, 64], &[64, 24], 24, None, true, I8, then(true, U8)), products),
     ];
     for (what, (net, feeds), names) in cases {
         check_every_tactic(cuda, what, &net, &feeds, names);
@@ -251,7 +277,7 @@ fn int32_sums_layers_match_the_cpu_oracle_exactly() {
                 slots[slot] = Some(net.output(layer, 0));
             }
         }
-        let layer = net.add_layer("sums", LayerKind::Quantized(Q { anchor, relu: false, output: DataType::I32 }), slots).expect(what);
+        let layer = net.add_layer("sums", LayerKind::Quantized(Q { anchor, relu: false, output: DataType::I32, then: None }), slots).expect(what);
         net.mark_output(net.output(layer, 0)).expect("output");
         check_network(what, &net, &[x], 0.0);
     }

@@ -3,7 +3,7 @@
 //! 1/2^k, where many results sit at a rounding tie.
 
 use crate::common::{both, gpu, same_values};
-use crate::integer_layers::{conv, layer, layer_with_residual as residual, Operands::Asymmetric as A, Operands::Symmetric as S};
+use crate::integer_layers::{conv, layer, layer_with, residual, Extra, Operands::Asymmetric as A, Operands::Symmetric as S};
 use kiln::{DataType, MatrixOp, QuantizedAnchor};
 
 #[test]
@@ -22,9 +22,12 @@ fn integer_layers_match_the_cpu_oracle_exactly() {
         ("conv, float bias, ReLU, f16", layer(conv(1, &[1, 1], &[1, 1]), A, &[2, 3, 7, 6], &[4, 3, 3, 3], 4, Some(DataType::F32), true, DataType::F16)),
         ("product, int32 bias, bf16", layer(matmul.clone(), A, &[3, 40], &[40, 8], 8, Some(DataType::I32), false, DataType::BF16)),
         // A skip connection's Add folded in: int8 / uint8 residuals dequantized, f32 ones as they are.
-        ("conv, int32 bias, int8 residual, ReLU, int8", residual(conv(1, &[1, 1], &[1, 1]), A, &[2, 3, 7, 6], &[4, 3, 3, 3], 4, Some(DataType::I32), true, DataType::I8, Some((DataType::I8, &[2, 4, 7, 6])))),
-        ("conv, float bias, uint8 residual, uint8", residual(conv(1, &[1, 1], &[0, 0]), A, &[2, 5, 4, 4], &[3, 5, 1, 1], 3, Some(DataType::F32), false, DataType::U8, Some((DataType::U8, &[2, 3, 4, 4])))),
-        ("product, f32 residual, ReLU, f32", residual(matmul.clone(), A, &[3, 40], &[40, 8], 8, None, true, DataType::F32, Some((DataType::F32, &[3, 8])))),
+        ("conv, int32 bias, int8 residual, ReLU, int8", layer_with(conv(1, &[1, 1], &[1, 1]), A, &[2, 3, 7, 6], &[4, 3, 3, 3], 4, Some(DataType::I32), true, DataType::I8, residual(DataType::I8, &[2, 4, 7, 6]))),
+        ("conv, float bias, uint8 residual, uint8", layer_with(conv(1, &[1, 1], &[0, 0]), A, &[2, 5, 4, 4], &[3, 5, 1, 1], 3, Some(DataType::F32), false, DataType::U8, residual(DataType::U8, &[2, 3, 4, 4]))),
+        ("product, f32 residual, ReLU, f32", layer_with(matmul.clone(), A, &[3, 40], &[40, 8], 8, None, true, DataType::F32, residual(DataType::F32, &[3, 8]))),
+        // onnxruntime's island after the levels folded in: a second quantization.
+        ("conv, ReLU, uint8", layer_with(conv(1, &[1, 1], &[1, 1]), A, &[2, 3, 7, 6], &[4, 3, 3, 3], 4, Some(DataType::I32), false, DataType::I8, Extra { residual: None, then: Some((true, DataType::U8)) })),
+        ("product, int8", layer_with(matmul.clone(), A, &[3, 40], &[40, 8], 8, None, false, DataType::U8, Extra { residual: None, then: Some((false, DataType::I8)) })),
     ];
     for (what, (net, feeds)) in cases {
         let (got, want) = both(&gpu, &net, &feeds);

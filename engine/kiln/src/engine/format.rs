@@ -25,10 +25,11 @@ pub const MAGIC: &[u8; 8] = b"KILNENG\0";
 /// Refit section (the source network and its weights, some possibly stripped); 8: fused
 /// layers record the inputs they read dequantized, and their steps may quantize; 9: a
 /// Dequantize layer records the type it writes; 10: an integer layer may read a residual (three
-/// more input slots; a version 9 layer's nine read as absent ones).
-pub const FORMAT_VERSION: u32 = 10;
-/// The oldest layout this kiln still reads (a version 8 Dequantize lacks what 9 added).
-pub const OLDEST_READABLE_VERSION: u32 = 9;
+/// more input slots); 11: an integer layer may requantize its levels once more
+/// (`QuantizedParams::then`, two more slots).
+pub const FORMAT_VERSION: u32 = 11;
+/// The oldest layout this kiln still reads (a version 10 integer layer lacks what 11 added).
+pub const OLDEST_READABLE_VERSION: u32 = 11;
 /// Upper bound on the header, far above any real one.
 const MAX_HEADER_BYTES: u32 = 1 << 20;
 

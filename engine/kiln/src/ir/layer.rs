@@ -9,7 +9,7 @@
 use super::dtype::DataType;
 pub use super::fused::{AttentionParams, DequantizedInput, FusedAnchor, FusedParams, PostOp};
 pub use super::plugin::{PluginField, PluginParams};
-pub use super::quantized::{QuantizedAnchor, QuantizedParams};
+pub use super::quantized::{QuantizedAnchor, QuantizedParams, Requantization};
 use super::format::TensorFormat;
 use super::shape::Shape;
 use super::tensor::HostTensor;

@@ -12,7 +12,7 @@ use super::dtype::DataType;
 use serde::{Deserialize, Serialize};
 
 /// `[x, w, bias?, x_scale, x_zero?, w_scale, w_zero?, y_scale?, y_zero?, residual?,
-/// residual_scale?, residual_zero?] -> [y]`.
+/// residual_scale?, residual_zero?, then_scale?, then_zero?] -> [y]`.
 ///
 /// - `x`, `w`: 8-bit integers, or both float8 e4m3fn (FP8: no zero points, a float output,
 ///   no int32 bias) (`x_scale`, `x_zero` one element; `w_scale`, `w_zero` one element or one
@@ -32,11 +32,29 @@ use serde::{Deserialize, Serialize};
 ///   dequantized first, `f32(residual − residual_zero)·residual_scale` (one scale and zero).
 /// - `output` i32: the sums `acc` themselves, wrapping as int32 does (ONNX ConvInteger and
 ///   MatMulInteger): 8-bit integer operands, no scales, bias or ReLU.
+/// - `then` ([`Requantization`]): the levels `y` are requantized once more, as the layers
+///   after them compute it, and the layer's output is that second quantization.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct QuantizedParams {
     pub anchor: QuantizedAnchor,
     pub relu: bool,
+    /// The type of the layer's own result: its levels, its float value or its sums.
     pub output: DataType,
+    pub then: Option<Requantization>,
+}
+
+/// A second quantization of a requantized layer's levels. onnxruntime's `quantize_static`
+/// quantizes every convolution's and product's output, then dequantizes it again for the
+/// ReLU after it (`Q → DQ → [ReLU →] Q`); folded into the layer, the 8-bit tensor between is
+/// never written. `u = f32(y − y_zero)·y_scale`, `max(u, 0)` with `relu`, then
+/// `saturate(round_even(u / then_scale) + then_zero)` into `to`: the f32 operations of the
+/// DequantizeLinear, Relu and QuantizeLinear it stands for. (A skip connection's
+/// `DQ + DQ → Add` island is not folded: its second byte makes the level a per-element
+/// computation, which cost a memory-bound convolution more than the island's pass.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Requantization {
+    pub relu: bool,
+    pub to: DataType,
 }
 
 /// What a [`QuantizedParams`] layer computes on the integers.
@@ -59,14 +77,14 @@ impl QuantizedParams {
     pub const RESIDUAL: usize = 9;
     pub const RESIDUAL_SCALE: usize = 10;
     pub const RESIDUAL_ZERO: usize = 11;
+    pub const THEN_SCALE: usize = 12;
+    pub const THEN_ZERO: usize = 13;
     /// Input slots the layer has (absent ones are `None`).
-    pub const SLOTS: usize = 12;
-    /// The slots of engines written before the residual slots: they read as absent.
-    pub const SLOTS_WITHOUT_RESIDUAL: usize = 9;
+    pub const SLOTS: usize = 14;
     /// The slots a device backend reads on the host to set the layer up (its scales and zero
     /// points, and the int32 bias's bound): constants there keep a host copy, so a run reads
     /// nothing back.
-    pub const HOST_READ: [usize; 9] = [
+    pub const HOST_READ: [usize; 11] = [
         Self::BIAS,
         Self::X_SCALE,
         Self::X_ZERO,
@@ -76,6 +94,8 @@ impl QuantizedParams {
         Self::Y_ZERO,
         Self::RESIDUAL_SCALE,
         Self::RESIDUAL_ZERO,
+        Self::THEN_SCALE,
+        Self::THEN_ZERO,
     ];
 
     /// The operand types the layer takes: 8-bit integers, or float8 e4m3fn (x and w alike).
@@ -101,6 +121,11 @@ impl QuantizedParams {
     /// Whether the output is the int32 sums themselves (ConvInteger, MatMulInteger).
     pub fn sums_output(&self) -> bool {
         self.output == DataType::I32
+    }
+
+    /// The layer's output type: the second quantization's where it has one.
+    pub fn output_type(&self) -> DataType {
+        self.then.map_or(self.output, |t| t.to)
     }
 
     /// The f32 factor each output channel's `f32(acc)` is multiplied by, in the f32

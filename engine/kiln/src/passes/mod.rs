@@ -238,7 +238,11 @@ fn kind_text(kind: &crate::ir::layer::LayerKind) -> String {
         }
         crate::ir::layer::LayerKind::Fused(p) => format!("{} + {:?}", p.anchor.kind().type_name(), p.epilogue),
         crate::ir::layer::LayerKind::Quantized(p) => {
-            format!("integer {}{} -> {}", p.anchor.kind().type_name(), if p.relu { " + Relu" } else { "" }, p.output)
+            let then = match p.then {
+                Some(t) => format!(" -> requantized{} -> {}", if t.relu { " + Relu" } else { "" }, t.to),
+                None => String::new(),
+            };
+            format!("integer {}{} -> {}{then}", p.anchor.kind().type_name(), if p.relu { " + Relu" } else { "" }, p.output)
         }
         other => other.type_name().to_string(),
     }

@@ -13,7 +13,10 @@
 //! as QLinearConv's, else float; a bias of zeros is dropped), a skip connection's Add (its
 //! other operand read as the residual: the 8-bit tensor behind a per-tensor
 //! DequantizeLinear, else the float operand), one ReLU, and the QuantizeLinear; without a
-//! QuantizeLinear the layer ends in the region's float type. Each tensor absorbed has one
+//! QuantizeLinear the layer ends in the region's float type. After the QuantizeLinear, the
+//! island onnxruntime writes there for a ReLU (`DequantizeLinear → [Relu →] QuantizeLinear`)
+//! becomes the layer's second quantization ([`crate::ir::quantized::Requantization`]), so the
+//! levels between are never written. Each tensor absorbed has one
 //! reader and is not a network output. FP8 (float8 e4m3fn x and w, zero points 0) fuses the
 //! same way, ending in float: its QuantizeLinear stays the next layer's. The importer's
 //! expansion of ONNX ConvInteger / MatMulInteger becomes an integer layer ending in its int32
@@ -24,7 +27,7 @@ use super::{Pass, PassContext, PassError};
 use crate::ir::dtype::DataType;
 use crate::ir::layer::{ActivationKind, ElementwiseOp, LayerKind, MatrixOp};
 use crate::ir::network::{Network, TensorId};
-use crate::ir::quantized::{QuantizedAnchor, QuantizedParams as Q};
+use crate::ir::quantized::{QuantizedAnchor, QuantizedParams as Q, Requantization};
 use crate::ir::rewrite::Rewriter;
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -188,6 +191,7 @@ fn find(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan
         }
     }
     let mut output = DataType::F32;
+    let mut then = None;
     if let Some(next) = only_reader(net, readers, running).filter(|_| !fp8) {
         let q = net.layer(crate::LayerId(next));
         if let LayerKind::Quantize { to, .. } = q.kind {
@@ -205,6 +209,12 @@ fn find(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan
                     layers.extend(more);
                     running = end;
                 }
+                if let Some(r) = requantization(net, readers, running, scale, zero) {
+                    [inputs[Q::THEN_SCALE], inputs[Q::THEN_ZERO]] = [r.scale, r.zero];
+                    then = Some(r.then);
+                    layers.extend(r.layers);
+                    running = r.output;
+                }
             }
         }
     }
@@ -213,7 +223,7 @@ fn find(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan
     if output == DataType::F32 {
         output = net.tensor(running).dtype;
     }
-    Some(Plan { layers, x_layout, inputs, params: Q { anchor, relu, output }, output: running })
+    Some(Plan { layers, x_layout, inputs, params: Q { anchor, relu, output, then }, output: running })
 }
 
 /// `DequantizeLinear → ReLU → QuantizeLinear` after an integer output `q`, all with q's own
@@ -241,6 +251,51 @@ fn requantized_relu(net: &Network, readers: &[Vec<(usize, usize)>], q: TensorId,
     let q2 = net.layer(crate::LayerId(q2_at));
     let LayerKind::Quantize { to, .. } = q2.kind else { return None };
     (to == net.tensor(q).dtype && same(slot(q2, 1), slot(q2, 2))).then(|| (vec![dq_at, relu_at, q2_at], q2.outputs[0]))
+}
+
+/// A second quantization after the levels `q` (scale `scale`, zero point `zero`): the layers
+/// absorbed, the [`Requantization`], its scale and zero point and the tensor it writes.
+struct SecondQuantization {
+    layers: Vec<usize>,
+    then: Requantization,
+    scale: Option<TensorId>,
+    zero: Option<TensorId>,
+    output: TensorId,
+}
+
+/// `DequantizeLinear(q) → [Relu →] QuantizeLinear` after the levels `q`, the DequantizeLinear
+/// with q's own scale and zero point and the QuantizeLinear's a known single value (how
+/// onnxruntime's `quantize_static` writes a ReLU after a convolution: the convolution's output
+/// quantized, then dequantized).
+fn requantization(net: &Network, readers: &[Vec<(usize, usize)>], q: TensorId, scale: Option<TensorId>, zero: Option<TensorId>) -> Option<SecondQuantization> {
+    let values = |t: Option<TensorId>| t.map(|t| known_value(net, t).map(|v| v.to_f64_vec()));
+    let zero_of = |z: Option<TensorId>| values(z).map_or(Some(vec![0.0]), |v| v);
+    let dq_at = only_reader(net, readers, q)?;
+    let dq = net.layer(crate::LayerId(dq_at));
+    let slot = |l: &crate::Layer, i: usize| l.inputs.get(i).copied().flatten();
+    let own_scale = values(slot(dq, 1)).flatten().is_some() && values(slot(dq, 1)) == values(scale) && zero_of(slot(dq, 2)) == zero_of(zero);
+    if !matches!(dq.kind, LayerKind::Dequantize { to: None, .. }) || slot(dq, 0) != Some(q) || !own_scale || net.tensor(dq.outputs[0]).dtype != DataType::F32 {
+        return None;
+    }
+    let mut layers = vec![dq_at];
+    let mut running = dq.outputs[0];
+    let mut next = only_reader(net, readers, running)?;
+    let relu = net.layer(crate::LayerId(next)).kind == (LayerKind::Activation { kind: ActivationKind::Relu });
+    if relu {
+        layers.push(next);
+        running = net.layer(crate::LayerId(next)).outputs[0];
+        next = only_reader(net, readers, running)?;
+    }
+    let q2 = net.layer(crate::LayerId(next));
+    let LayerKind::Quantize { to, .. } = q2.kind else { return None };
+    let (scale2, zero2) = (slot(q2, 1), slot(q2, 2));
+    let one_f32 = scale2.is_some_and(|s| net.tensor(s).dtype == DataType::F32) && values(scale2).flatten().is_some_and(|v| v.len() == 1);
+    let zero_ok = zero2.is_none() || values(zero2).flatten().is_some_and(|v| v.len() == 1);
+    if !to.is_8bit_integer() || slot(q2, 0) != Some(running) || !one_f32 || !zero_ok {
+        return None;
+    }
+    layers.push(next);
+    Some(SecondQuantization { layers, then: Requantization { relu, to }, scale: scale2, zero: zero2, output: q2.outputs[0] })
 }
 
 /// A skip connection's Add after the anchor `anchor` (and its bias) at `running`: its other

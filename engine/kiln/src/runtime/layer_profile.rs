@@ -121,7 +121,7 @@ impl LayerProfile {
             let average = times.iter().sum::<Duration>() / times.len() as u32;
             let kind = match &layer.kind {
                 crate::ir::layer::LayerKind::Fused(p) => format!("Fused({})", p.anchor.kind().type_name()),
-                crate::ir::layer::LayerKind::Quantized(p) => format!("Quantized({} -> {})", p.anchor.kind().type_name(), p.output),
+                crate::ir::layer::LayerKind::Quantized(p) => format!("Quantized({} -> {})", p.anchor.kind().type_name(), p.output_type()),
                 k => k.type_name().to_string(),
             };
             let tactic = engine.tactic_name(i);

@@ -60,13 +60,27 @@ pub fn conv(groups: usize, strides: &[usize], pads: &[usize]) -> QuantizedAnchor
 /// int8 / uint8 with its scale and zero point). Returns the network and its feed.
 #[allow(clippy::too_many_arguments)]
 pub fn layer(anchor: QuantizedAnchor, operands: Operands, x: &[usize], w: &[usize], channels: usize, bias: Option<DataType>, relu: bool, output: DataType) -> (Network, Vec<HostTensor>) {
-    layer_with_residual(anchor, operands, x, w, channels, bias, relu, output, None)
+    layer_with(anchor, operands, x, w, channels, bias, relu, output, Extra::default())
 }
 
-/// [`layer`] with a residual of the output's `shape` (a second network input, fed after x):
-/// f32 or f16, or int8 / uint8 with its scale and zero point (a dequantized skip connection).
+/// What a test layer has beyond [`layer`]'s: a residual, a second quantization.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Extra<'a> {
+    /// A residual of the output's shape (a network input, fed after x): f32 or f16, or int8 /
+    /// uint8 with its scale and zero point (a dequantized skip connection).
+    pub residual: Option<(DataType, &'a [usize])>,
+    /// A second quantization of the levels (`QuantizedParams::then`): its ReLU and its type.
+    pub then: Option<(bool, DataType)>,
+}
+
+/// A residual of `dtype` and the output's `shape`.
+pub fn residual(dtype: DataType, shape: &[usize]) -> Extra<'_> {
+    Extra { residual: Some((dtype, shape)), then: None }
+}
+
+/// [`layer`] with what `extra` adds (a residual, a second quantization).
 #[allow(clippy::too_many_arguments)]
-pub fn layer_with_residual(
+pub fn layer_with(
     anchor: QuantizedAnchor,
     operands: Operands,
     x: &[usize],
@@ -75,8 +89,9 @@ pub fn layer_with_residual(
     bias: Option<DataType>,
     relu: bool,
     output: DataType,
-    residual: Option<(DataType, &[usize])>,
+    extra: Extra,
 ) -> (Network, Vec<HostTensor>) {
+    let residual = extra.residual;
     let asymmetric = matches!(operands, Operands::Asymmetric);
     let float8 = matches!(operands, Operands::Float8);
     let x_type = if asymmetric { DataType::U8 } else { DataType::I8 };
@@ -122,12 +137,19 @@ pub fn layer_with_residual(
             slots[Q::RESIDUAL_ZERO] = Some(scalar(dtype, if dtype == DataType::U8 { 120.0 } else { -7.0 }));
         }
     }
+    let then = extra.then.map(|(relu, to)| {
+        // Levels of scale 16 at scale 32: every odd one at a rounding tie; a zero point off 0.
+        slots[Q::THEN_SCALE] = Some(scalar(DataType::F32, 32.0));
+        slots[Q::THEN_ZERO] = Some(scalar(to, if to == DataType::U8 { 30.0 } else { -9.0 }));
+        kiln::Requantization { relu, to }
+    });
     let mut net = Network::new("integer layer");
     let mut inputs = Vec::new();
+    let input = |net: &mut Network, name: &str, feed: &HostTensor| Some(net.add_input(name, feed.dtype(), Shape::fixed(feed.shape())).expect(name));
     for (i, slot) in slots.into_iter().enumerate() {
         inputs.push(match (i, slot) {
-            (Q::X, _) => Some(net.add_input("x", feeds[0].dtype(), Shape::fixed(feeds[0].shape())).expect("input")),
-            (Q::RESIDUAL, _) if feeds.len() > 1 => Some(net.add_input("r", feeds[1].dtype(), Shape::fixed(feeds[1].shape())).expect("residual")),
+            (Q::X, _) => input(&mut net, "x", &feeds[0]),
+            (Q::RESIDUAL, _) if feeds.len() > 1 => input(&mut net, "r", &feeds[1]),
             (_, Some(t)) => {
                 let w = net.add_weights(t);
                 let layer = net.add_layer(&format!("const{i}"), LayerKind::Constant { weights: w }, vec![]).expect("constant");
@@ -136,7 +158,7 @@ pub fn layer_with_residual(
             (_, None) => None,
         });
     }
-    let layer = net.add_layer("layer", LayerKind::Quantized(Q { anchor, relu, output }), inputs).expect("integer layer");
+    let layer = net.add_layer("layer", LayerKind::Quantized(Q { anchor, relu, output, then }), inputs).expect("integer layer");
     net.mark_output(net.output(layer, 0)).expect("output");
     (net, feeds)
 }

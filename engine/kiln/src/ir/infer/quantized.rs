@@ -9,7 +9,7 @@ use crate::ir::shape::Dim;
 
 pub(super) fn quantized<'a>(p: &Q, ins: &Inputs<'_, 'a>, weights: &WeightsLookup<'_>) -> InferResult<Vec<OutFact>> {
     ins.arity(2, Q::SLOTS)?;
-    if ins.0.len() != Q::SLOTS && ins.0.len() != Q::SLOTS_WITHOUT_RESIDUAL {
+    if ins.0.len() != Q::SLOTS {
         return rule(None, format!("has {} input slots, not {}", ins.0.len(), Q::SLOTS));
     }
     let (x, w) = (ins.req(Q::X)?, ins.req(Q::W)?);
@@ -64,7 +64,7 @@ pub(super) fn quantized<'a>(p: &Q, ins: &Inputs<'_, 'a>, weights: &WeightsLookup
     }
     residual(ins, &out.shape)?;
     if p.sums_output() {
-        let extra = [Q::BIAS, Q::X_SCALE, Q::W_SCALE, Q::Y_SCALE, Q::Y_ZERO, Q::RESIDUAL].into_iter().find(|&s| ins.get(s).is_some());
+        let extra = [Q::BIAS, Q::X_SCALE, Q::W_SCALE, Q::Y_SCALE, Q::Y_ZERO, Q::RESIDUAL, Q::THEN_SCALE].into_iter().find(|&s| ins.get(s).is_some());
         if Q::is_fp8(x.dtype) || p.relu || extra.is_some() {
             return rule(extra, "an int32 output is the sums of 8-bit integers: no scales, bias, ReLU or output zero point");
         }
@@ -79,7 +79,28 @@ pub(super) fn quantized<'a>(p: &Q, ins: &Inputs<'_, 'a>, weights: &WeightsLookup
     } else if ins.get(Q::Y_SCALE).is_some() || ins.get(Q::Y_ZERO).is_some() {
         return rule(None, "a float output has no output scale or zero point");
     }
-    Ok(vec![OutFact::new(p.output, out.shape)])
+    requantization(p, ins)?;
+    Ok(vec![OutFact::new(p.output_type(), out.shape)])
+}
+
+/// The second quantization: after levels only, to an 8-bit type with one scale (and a zero
+/// point of that type).
+fn requantization(p: &Q, ins: &Inputs) -> InferResult<()> {
+    let Some(then) = p.then else {
+        return match [Q::THEN_SCALE, Q::THEN_ZERO].into_iter().find(|&s| ins.get(s).is_some()) {
+            Some(s) => rule(Some(s), "a second quantization's scale or zero point without a second quantization"),
+            None => Ok(()),
+        };
+    };
+    if !p.quantized_output() || !then.to.is_8bit_integer() {
+        return rule(None, format!("a second quantization takes levels to int8 or uint8, not {} to {}", p.output, then.to));
+    }
+    per_channel(ins, Q::THEN_SCALE, None, true)?;
+    per_channel(ins, Q::THEN_ZERO, None, false)?;
+    if ins.get(Q::THEN_ZERO).is_some_and(|z| z.dtype != then.to) {
+        return rule(Some(Q::THEN_ZERO), format!("the second quantization's zero point must be {}", then.to));
+    }
+    Ok(())
 }
 
 /// The residual: the output's shape, float, or 8-bit with its one scale (and zero point).

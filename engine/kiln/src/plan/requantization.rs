@@ -1,0 +1,64 @@
+//! An integer layer's second quantization ([`Requantization`]) without a join as a table: the
+//! island it stands for is then a function of one byte, so a device kernel looks the second
+//! level up instead of dequantizing, dividing and rounding per element. Each entry is computed
+//! in the f32 operations of the DequantizeLinear, Relu and QuantizeLinear the layer stands for.
+
+use crate::ir::dtype::DataType;
+use crate::ir::quantized::Requantization;
+
+/// An 8-bit tensor's per-tensor dequantization: its type, scale and zero point.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Dequantization {
+    pub dtype: DataType,
+    pub scale: f32,
+    pub zero: f32,
+}
+
+impl Dequantization {
+    /// `f32(level − zero)·scale` of a byte read as `dtype`, as DequantizeLinear computes it.
+    pub fn value(&self, byte: u8) -> f32 {
+        let level = if self.dtype == DataType::I8 { f64::from(byte as i8) } else { f64::from(byte) };
+        ((level - f64::from(self.zero)) as f32) * self.scale
+    }
+}
+
+/// The second level's byte of each first level's byte: `then` after levels dequantized by
+/// `first`, with no join, into `scale` and `zero`.
+pub fn second_levels(then: Requantization, first: Dequantization, scale: f32, zero: f32) -> Result<Vec<u8>, String> {
+    let (lo, hi) = match then.to {
+        DataType::I8 => (-128.0, 127.0),
+        DataType::U8 => (0.0, 255.0),
+        other => return Err(format!("a second quantization writes int8 or uint8, not {other}")),
+    };
+    let level = |byte: u8| {
+        let mut u = first.value(byte);
+        if then.relu {
+            u = u.max(0.0);
+        }
+        // QuantizeLinear: the f32 quotient rounded half to even, plus the zero point, saturated.
+        let q = (f64::from((u / scale).round_ties_even()) + f64::from(zero)).clamp(lo, hi);
+        if then.to == DataType::I8 { q as i8 as u8 } else { q as u8 }
+    };
+    Ok((0..=255u8).map(level).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_holds_each_bytes_second_level() {
+        let first = Dequantization { dtype: DataType::I8, scale: 16.0, zero: 3.0 };
+        let relu = Requantization { relu: true, to: DataType::U8 };
+        let levels = second_levels(relu, first, 12.0, 30.0).expect("table");
+        // Byte 0xff is level −1: (−1 − 3)·16 = −64, clamped at 0 by the ReLU: level 30.
+        assert_eq!(levels[0xff], 30);
+        // Level 6: (6 − 3)·16 / 12 = 4 exactly; level 5: 32 / 12 = 2.67 → 3; level 0 after the
+        // ReLU; level 127: 1984 / 12 = 165.3 → 165 + 30 saturates at 195 → 195 fits in u8.
+        assert_eq!([levels[6], levels[5], levels[0], levels[127]], [34, 33, 30, 195]);
+        // A tie: levels of 1.5 and 2.5 round to 2 (half to even).
+        let ties = second_levels(Requantization { relu: false, to: DataType::I8 }, Dequantization { dtype: DataType::U8, scale: 1.0, zero: 0.0 }, 2.0, 0.0).expect("table");
+        assert_eq!([ties[3], ties[5], ties[1], ties[255]], [2, 2, 0, 127]);
+        assert!(second_levels(Requantization { relu: false, to: DataType::F32 }, first, 1.0, 0.0).is_err());
+    }
+}
