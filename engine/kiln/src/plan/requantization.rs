@@ -1,6 +1,6 @@
-//! An integer layer's second quantization ([`Requantization`]) without a join as a table: the
-//! island it stands for is then a function of one byte, so a device kernel looks the second
-//! level up instead of dequantizing, dividing and rounding per element. Each entry is computed
+//! An integer layer's second quantization ([`Requantization`]) as a table: the island it
+//! stands for is a function of one byte, so a device kernel looks the second level up instead
+//! of dequantizing, dividing and rounding per element. Each entry is computed
 //! in the f32 operations of the DequantizeLinear, Relu and QuantizeLinear the layer stands for.
 
 use crate::ir::dtype::DataType;
@@ -23,7 +23,7 @@ impl Dequantization {
 }
 
 /// The second level's byte of each first level's byte: `then` after levels dequantized by
-/// `first`, with no join, into `scale` and `zero`.
+/// `first`, into `scale` and `zero`.
 pub fn second_levels(then: Requantization, first: Dequantization, scale: f32, zero: f32) -> Result<Vec<u8>, String> {
     let (lo, hi) = match then.to {
         DataType::I8 => (-128.0, 127.0),
@@ -53,8 +53,8 @@ mod tests {
         let levels = second_levels(relu, first, 12.0, 30.0).expect("table");
         // Byte 0xff is level −1: (−1 − 3)·16 = −64, clamped at 0 by the ReLU: level 30.
         assert_eq!(levels[0xff], 30);
-        // Level 6: (6 − 3)·16 / 12 = 4 exactly; level 5: 32 / 12 = 2.67 → 3; level 0 after the
-        // ReLU; level 127: 1984 / 12 = 165.3 → 165 + 30 saturates at 195 → 195 fits in u8.
+        // Level 6: (6 − 3)·16 / 12 = 4 exactly, + 30; level 5: 32 / 12 = 2.67 → 3; level 0:
+        // −48 clamped at 0 by the ReLU; level 127: 1984 / 12 = 165.3 → 165, + 30 = 195.
         assert_eq!([levels[6], levels[5], levels[0], levels[127]], [34, 33, 30, 195]);
         // A tie: levels of 1.5 and 2.5 round to 2 (half to even).
         let ties = second_levels(Requantization { relu: false, to: DataType::I8 }, Dequantization { dtype: DataType::U8, scale: 1.0, zero: 0.0 }, 2.0, 0.0).expect("table");
