@@ -135,18 +135,3 @@ __device__ __forceinline__ float residual_at(const void* residual, int type, flo
     const float level = type == 4 ? (float)((const signed char*)residual)[i] : (float)((const unsigned char*)residual)[i];
     return __fmul_rn(__fsub_rn(level, zero), scale);
 }
-
-// An integer layer's second quantization (kiln::Requantization) of the 16 levels in `bytes`:
-// `levels`, the second level of each first level's byte (the host's table, kiln's
-// plan::requantization, in the f32 operations of the island it stands for).
-__device__ __forceinline__ uint4 requantized16(const unsigned char* levels, uint4 bytes) {
-    const unsigned in[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
-    unsigned out[4];
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-        out[w] = 0;
-#pragma unroll
-        for (int s = 0; s < 4; ++s) out[w] |= (unsigned)__ldg(levels + ((in[w] >> (8 * s)) & 0xff)) << (8 * s);
-    }
-    return make_uint4(out[0], out[1], out[2], out[3]);
-}

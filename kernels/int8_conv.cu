@@ -81,6 +81,14 @@ __device__ __forceinline__ float sum_as_float(int acc, int bias) {
     return __ll2float_rn(s);
 }
 
+// An int32 as the nearest f32. Below 2^22 in magnitude (a sum of few products: every 1×1 layer
+// of a CNN's early stages) by the rounding constant's bits, an integer add and a float subtract;
+// the conversion instruction issues at an eighth of the float rate.
+__device__ __forceinline__ float int_as_float(int s) {
+    if (s > -(int)KILN_ROUNDING_RANGE && s < (int)KILN_ROUNDING_RANGE) return __fsub_rn(__int_as_float(s + KILN_ROUNDING_MAGIC_BITS), KILN_ROUNDING_MAGIC);
+    return __int2float_rn(s);
+}
+
 // The sum scaled, with the float bias and the residual at output element `at`: the float
 // output before its ReLU.
 __device__ __forceinline__ float scaled(const Requant& e, const Channel& c, int acc, i64 at) {
@@ -150,23 +158,63 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
     const i64 m0 = (i64)(blockIdx.x / filter_blocks) * IC_BM;
     const int n0 = (blockIdx.x % filter_blocks) * BN;
 
+    // The second quantization's table of levels (and, for wgmma, the per-channel operands) read
+    // into shared memory now: their loads wait out the main loop (the first __syncthreads
+    // publishes them), and the epilogue's lookups of scattered bytes are not divergent global
+    // loads. mma.sync's epilogue measured faster reading its channels straight from global memory.
+    constexpr bool STAGED_CHANNELS = WG;
+    __shared__ Channel channels[STAGED_CHANNELS ? BN : 1];
+    __shared__ unsigned char then_levels[256];
+    if (STAGED_CHANNELS)
+        for (int i = tid; i < BN; i += IC_THREADS) channels[i] = channel(e, min(n0 + i, k - 1));
+    if (e.then)
+        for (int i = tid; i < 256; i += IC_THREADS) then_levels[i] = e.then[i];
+    // Output channel `col` of the block's (in range: clamped to the last) epilogue operands.
+    auto channel_at = [&](int col) { return STAGED_CHANNELS ? channels[col] : channel(e, min(n0 + col, k - 1)); };
+
     // This thread's copies: the same 16 channels of A_CHUNKS pixels and B_CHUNKS filters at
     // every step, so each pixel's origin is found once. For wgmma eight neighbouring threads
     // copy one core matrix (8 rows of one 16-byte column): 128 contiguous bytes, no bank conflict.
     const int col = (WG ? (tid / 8) % IC_CHUNKS : tid % IC_CHUNKS) * 16;
     auto row_of = [&](int i) { return WG ? tid % 8 + 8 * (tid / 32) + 64 * i : (tid + i * IC_THREADS) / IC_CHUNKS; };
-    const signed char* a_image[A_CHUNKS];
+    // Each A chunk's pixel: where its receptive field starts in x (the tap (0, 0), formed only
+    // for pixels of the output), and that tap's input row and column for the padding test.
+    // A 1×1 filter with unit strides and no padding (most of a CNN's layers) needs no division.
+    const bool pointwise = r == 1 && s == 1 && stride_h == 1 && stride_w == 1 && pad_h == 0 && pad_w == 0;
+    const signed char* a_origin[A_CHUNKS];
     int a_ih[A_CHUNKS], a_iw[A_CHUNKS];
 #pragma unroll
     for (int i = 0; i < A_CHUNKS; ++i) {
         const i64 m = m0 + row_of(i);
         const bool in = m < pixels;
-        const i64 img = in ? m / ((i64)p * q) : 0;
+        if (pointwise) {  // output pixel m reads input pixel m
+            a_ih[i] = in ? 0 : -(1 << 30);
+            a_iw[i] = 0;
+            a_origin[i] = in ? x + m * c : x;
+            continue;
+        }
+        // p·q fits 32 bits (the host's check); m does where the output has under 2^31 pixels.
+        const i64 img = !in ? 0 : pixels <= 0x7fffffff ? (i64)((unsigned)m / (unsigned)(p * q)) : m / ((i64)p * q);
         const int pq = in ? (int)(m - img * p * q) : 0;
-        a_image[i] = x + img * h * w * c;
         a_ih[i] = in ? (pq / q) * stride_h - pad_h : -(1 << 30);
         a_iw[i] = (pq % q) * stride_w - pad_w;
+        a_origin[i] = in ? x + ((img * h + a_ih[i]) * w + a_iw[i]) * c : x;
     }
+    // Each B chunk's filter row, from depth 0; a row past the last filter is never read.
+    const signed char* b_origin[B_CHUNKS];
+    bool b_in[B_CHUNKS];
+#pragma unroll
+    for (int j = 0; j < B_CHUNKS; ++j) {
+        b_in[j] = n0 + row_of(j) < k;
+        b_origin[j] = wt + (i64)(b_in[j] ? n0 + row_of(j) : 0) * depth;
+    }
+    // The chunks' places in a stage, as shared-space addresses.
+    const unsigned stage0 = (unsigned)__cvta_generic_to_shared(smem);
+    unsigned a_to[A_CHUNKS], b_to[B_CHUNKS];
+#pragma unroll
+    for (int i = 0; i < A_CHUNKS; ++i) a_to[i] = tile_offset<WG>(row_of(i), col);
+#pragma unroll
+    for (int j = 0; j < B_CHUNKS; ++j) b_to[j] = St::A_BYTES + tile_offset<WG>(row_of(j), col);
 
     // Where this thread's column is in the filter at the next step to load: depth index kg,
     // channel cc of tap (tr, ts). Steps load in order, so each advances IC_BK without dividing.
@@ -181,22 +229,23 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
         }
     };
     normalize();
+    // Per step, one offset from every chunk's origin (the tap and channel), and two additions
+    // and an unsigned compare per chunk for the padding: the index arithmetic, not the MMAs,
+    // was most of a step's instructions.
     auto load = [&](int stage) {
-        signed char* as = smem + stage * St::BYTES;
-        signed char* bs = as + St::A_BYTES;
+        const unsigned at = stage0 + stage * St::BYTES;
         const bool k_in = kg < depth;
         const int ih_off = tr * dil_h, iw_off = ts * dil_w;
+        const i64 tap = ((i64)ih_off * w + iw_off) * c + cc;
 #pragma unroll
         for (int i = 0; i < A_CHUNKS; ++i) {
-            const int ih = a_ih[i] + ih_off, iw = a_iw[i] + iw_off;
-            const bool valid = k_in && ih >= 0 && ih < h && iw >= 0 && iw < w;
-            cp_async16(as + tile_offset<WG>(row_of(i), col), valid ? a_image[i] + ((i64)ih * w + iw) * c + cc : x, valid);
+            const bool valid = k_in && (unsigned)(a_ih[i] + ih_off) < (unsigned)h && (unsigned)(a_iw[i] + iw_off) < (unsigned)w;
+            cp_async16_to(at + a_to[i], valid ? a_origin[i] + tap : x, valid);
         }
 #pragma unroll
         for (int j = 0; j < B_CHUNKS; ++j) {
-            const int row = row_of(j);
-            const bool valid = k_in && n0 + row < k;
-            cp_async16(bs + tile_offset<WG>(row, col), valid ? wt + (i64)(n0 + row) * depth + kg : wt, valid);
+            const bool valid = k_in && b_in[j];
+            cp_async16_to(at + b_to[j], valid ? b_origin[j] + kg : wt, valid);
         }
         kg += IC_BK;
         cc += IC_BK;
@@ -291,8 +340,8 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
     if (!LEVELS && e.out_type == IC_F32) {
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-            const int ch = n0 + warp_n * WN + nt * 8 + (lane % 4) * 2;
-            const Channel c[2] = {channel(e, min(ch, k - 1)), channel(e, min(ch + 1, k - 1))};
+            const int col = warp_n * WN + nt * 8 + (lane % 4) * 2, ch = n0 + col;
+            const Channel c[2] = {channel_at(col), channel_at(col + 1)};
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -310,19 +359,31 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
     }
     // Levels: the block's [128 pixels][BN filters] bytes gather in shared memory (the operand
     // tiles are free), then leave in 16-byte row pieces: scattered byte stores were most of the
-    // time of a convolution with few input channels. LEVELS: rint(v) + zero clamped to [low, hi],
+    // time of a convolution with few input channels. LEVELS: rint(v) + zero within [low, hi],
     // where the ReLU's floor (level 0, the zero point) joins the saturation's.
     const int zero = (int)e.y_zero, high = (int)e.hi, low = e.relu ? max((int)e.lo, zero) : (int)e.lo;
+    const float low_f = (float)(low - zero), high_f = (float)(high - zero);
     // `at`: the output element (in range: the residual is read there).
+    // The level's byte, then its second level where the layer has one.
     auto level = [&](const Channel& c, int acc, i64 at) -> unsigned char {
-        if (!LEVELS) return level_byte(e, scaled(e, c, acc, at));
-        const int sum = BIAS_FIRST ? acc : acc + c.int_bias;  // exact: the host's bound
-        return (unsigned char)min(max(round_half_even_clamped(__fmul_rn(__int2float_rn(sum), c.scale)) + zero, low), high);
+        unsigned char b;
+        if (!LEVELS) {
+            b = level_byte(e, scaled(e, c, acc, at));
+        } else {
+            const int sum = BIAS_FIRST ? acc : acc + c.int_bias;  // exact: the host's bound
+            // Clamped to the levels' range (less the zero point) before rounding, which gives the
+            // same integer as clamping after (the bounds are integers, the rounding monotone); NaN
+            // goes to the low end. The rounding add leaves level − zero in the low bits, and the
+            // constant's low byte is 0, so the byte is theirs plus the zero point's.
+            const float v = fminf(fmaxf(__fmul_rn(int_as_float(sum), c.scale), low_f), high_f);
+            b = (unsigned char)(__float_as_int(__fadd_rn(v, KILN_ROUNDING_MAGIC)) + zero);
+        }
+        return e.then ? then_levels[b] : b;
     };
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
         const int col = warp_n * WN + nt * 8 + (lane % 4) * 2, ch = n0 + col;
-        const Channel c[2] = {channel(e, min(ch, k - 1)), channel(e, min(ch + 1, k - 1))};
+        const Channel c[2] = {channel_at(col), channel_at(col + 1)};
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -345,14 +406,9 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
         const i64 m = m0 + row, at = m * k + n0 + col;
         if (m >= pixels || n0 + col >= k) continue;
         if (vector) {
-            uint4 bytes = *reinterpret_cast<const uint4*>(&tile[row][col]);
-            if (e.then) bytes = requantized16(e.then, bytes);
-            *reinterpret_cast<uint4*>(out + at) = bytes;
+            *reinterpret_cast<uint4*>(out + at) = *reinterpret_cast<const uint4*>(&tile[row][col]);
         } else {
-            for (int j = 0; j < 16 && n0 + col + j < k; ++j) {
-                const unsigned char b = tile[row][col + j];
-                out[at + j] = e.then ? __ldg(e.then + b) : b;
-            }
+            for (int j = 0; j < 16 && n0 + col + j < k; ++j) out[at + j] = tile[row][col + j];
         }
     }
 }

@@ -285,7 +285,8 @@ def qdq_kiln(args, kiln, tag, fp32_path, qdq_path, inputs, output, check_rows, r
         case["bench"] = kiln.bench(engine, npz, args.seconds)
         return case
 
-    guarded(result, "kiln_fp16", fp16_case)
+    if not args.qdq_only:
+        guarded(result, "kiln_fp16", fp16_case)
     guarded(result, "kiln_qdq", qdq_case)
     return result
 
@@ -346,10 +347,11 @@ def qdq_part(args, kiln, name):
             times = harness.cuda_times_ms(lambda: compiled(*low_in), 1.0, args.iterations)
             return {"compile_s": compile_s, **harness.summary(times)}
 
-    guarded(part, "torch_compile_fp16", compile_case)
-    fp16_ms = (part["kiln_fp16"].get("bench") or {}).get("ms")
+    if not args.qdq_only:
+        guarded(part, "torch_compile_fp16", compile_case)
+    fp16_ms = (part.get("kiln_fp16", {}).get("bench") or {}).get("ms")
     qdq_ms = (part["kiln_qdq"].get("bench") or {}).get("ms")
-    compile_ms = part["torch_compile_fp16"].get("median_ms")
+    compile_ms = part.get("torch_compile_fp16", {}).get("median_ms")
     part["ratios"] = {"kiln_qdq_over_kiln_fp16": ratio(qdq_ms, fp16_ms),
                       "kiln_qdq_over_torch_compile_fp16": ratio(qdq_ms, compile_ms),
                       "kiln_fp16_over_torch_compile_fp16": ratio(fp16_ms, compile_ms)}
@@ -817,6 +819,9 @@ def main():
     p.add_argument("--gemm-size", type=int, default=8192)
     p.add_argument("--gemm-input-dtype", default="f16", choices=["f16", "f32"])
     p.add_argument("--check-rows-gemm", type=int, default=256, help="rows of each product checked against f32")
+    p.add_argument("--qdq-only", action="store_true",
+                   help="resnet50 / bert: the Q/DQ engine only, no kiln fp16 or torch.compile peer (for kernel_ab.sh;"
+                        " no ratio is reported)")
     p.add_argument("--deadline-s", type=float, default=570,
                    help="skip a part that would not end before this many seconds (0: no limit)")
     args = p.parse_args()

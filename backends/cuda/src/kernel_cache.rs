@@ -9,7 +9,7 @@
 //! `$XDG_CACHE_HOME/kiln/kernels`, else `$HOME/.cache/kiln/kernels`.
 
 use crate::nvrtc::{self, CompileError};
-use crate::sources::{Source, HEADERS};
+use crate::sources::{headers, Source};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -43,7 +43,7 @@ pub fn file_name(source: Source, arch: &str) -> String {
     nvrtc::options(&source.target(arch)).iter().for_each(|o| put(o.as_bytes()));
     put(source.file_name().as_bytes());
     put(source.text().as_bytes());
-    for (name, text) in HEADERS {
+    for (name, text) in headers() {
         put(name.as_bytes());
         put(text.as_bytes());
     }

@@ -6,7 +6,8 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-/// Headers every source may include, by the name it includes them as.
+/// Headers every source may include, by the name it includes them as (the embedded texts;
+/// [`headers`] gives the ones compiled).
 pub const HEADERS: &[(&str, &str)] = &[
     ("common.cuh", include_str!("../../../kernels/common.cuh")),
     ("exact.cuh", include_str!("../../../kernels/exact.cuh")),
@@ -128,7 +129,7 @@ impl Source {
         }
     }
 
-    pub fn text(self) -> Cow<'static, str> {
+    fn embedded_text(self) -> Cow<'static, str> {
         let text = match self {
             Source::Generated(hash) => {
                 let texts = generated_texts().lock().unwrap_or_else(|p| p.into_inner());
@@ -159,6 +160,15 @@ impl Source {
         Cow::Borrowed(text)
     }
 
+    /// The text compiled: the embedded one, or the file of the same name in
+    /// [`KERNEL_DIR_ENV`]'s folder where that is set.
+    pub fn text(self) -> Cow<'static, str> {
+        match self {
+            Source::Generated(_) => self.embedded_text(),
+            _ => from_kernel_dir(self.file_name()).map_or_else(|| self.embedded_text(), Cow::Owned),
+        }
+    }
+
     /// Kernel `name` of this source.
     pub fn kernel(self, name: impl Into<String>) -> Kernel {
         Kernel { source: self, name: name.into() }
@@ -176,8 +186,38 @@ impl Source {
 
     /// Compiles this source to CUBIN for a device of `arch` ("sm_90"), as [`Source::target`] says.
     pub fn compile(self, arch: &str) -> Result<Vec<u8>, CompileError> {
-        compile_cubin(self.file_name(), &self.text(), HEADERS, &self.target(arch))
+        let headers = headers();
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(n, t)| (*n, t.as_ref())).collect();
+        compile_cubin(self.file_name(), &self.text(), &headers, &self.target(arch))
     }
+}
+
+/// Names a folder whose `.cu` / `.cuh` files replace the embedded ones of the same name, for
+/// trying a kernel change on a GPU machine without rebuilding kiln (`benches/gpu/kernel_ab.sh`
+/// times variants side by side). The kernel cache keys images by the texts compiled, so
+/// variants never share an image. A file the folder lacks stays embedded.
+pub const KERNEL_DIR_ENV: &str = "KILN_CUDA_KERNEL_DIR";
+
+/// The headers compiled with every source: [`HEADERS`], each replaced by its file in
+/// [`KERNEL_DIR_ENV`]'s folder where that is set.
+pub fn headers() -> Vec<(&'static str, Cow<'static, str>)> {
+    HEADERS.iter().map(|&(name, text)| (name, from_kernel_dir(name).map_or(Cow::Borrowed(text), Cow::Owned))).collect()
+}
+
+/// `name`'s text from [`KERNEL_DIR_ENV`]'s folder, read once per process (every compile and
+/// cache key sees the same text), or None where the variable is unset or the file absent.
+fn from_kernel_dir(name: &'static str) -> Option<String> {
+    static DIR: OnceLock<Option<std::path::PathBuf>> = OnceLock::new();
+    static TEXTS: OnceLock<Mutex<HashMap<&'static str, Option<String>>>> = OnceLock::new();
+    let dir = DIR
+        .get_or_init(|| {
+            let dir = std::env::var_os(KERNEL_DIR_ENV).filter(|v| !v.is_empty()).map(std::path::PathBuf::from)?;
+            tracing::warn!("{KERNEL_DIR_ENV}: CUDA kernel sources from {} where a file of the same name is there", dir.display());
+            Some(dir)
+        })
+        .as_ref()?;
+    let mut texts = TEXTS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    texts.entry(name).or_insert_with(|| std::fs::read_to_string(dir.join(name)).ok()).clone()
 }
 
 /// The text of every generated source this process made, by hash (a few kB each, one per

@@ -143,7 +143,7 @@ pub fn chain_source(program: &Program) -> Option<String> {
     let _ = writeln!(s, "        store_run<V>(out + i, v0);");
     let _ = writeln!(s, "    }}");
     let _ = writeln!(s, "}}\n");
-    entry_points(&mut s, "body", [("chain", 1), ("chain_vec", lanes)], &params, &args);
+    entry_points(&mut s, "body", [("chain", 1), ("chain_vec", lanes)], 256, &params, &args);
     if let Some(entries) = program.table_entries() {
         // `chain_table_fill(unsigned char* levels, float q0 …)`: entry e, one per thread, is the
         // result for slot k's stored byte (e >> 8k) & 255. The table kernels take `levels` in
@@ -178,7 +178,7 @@ pub fn chain_source(program: &Program) -> Option<String> {
         let _ = writeln!(s, "        *reinterpret_cast<Run<unsigned char, V>*>((unsigned char*)out + i) = o;");
         let _ = writeln!(s, "    }}");
         let _ = writeln!(s, "}}\n");
-        entry_points(&mut s, "table_body", [("chain_table", 1), ("chain_table_vec", lanes)], &table_params, &table_args);
+        entry_points(&mut s, "table_body", [("chain_table", 1), ("chain_table_vec", lanes)], TABLE_THREADS, &table_params, &table_args);
     }
     Some(s)
 }
@@ -191,10 +191,16 @@ const RUN_LOOP: &str = "    for (unsigned r = blockIdx.x * blockDim.x + threadId
         chain_coords(l, i, c);
 ";
 
-/// The kernels `name(unsigned runs, ChainLayout l, params…)`, each running `body<width>`.
-fn entry_points(s: &mut String, body: &str, kernels: [(&str, usize); 2], params: &[String], args: &[String]) {
+/// The block size of `chain_table` and `chain_table_vec`. A pair's 64 KiB table lets two blocks
+/// share a multiprocessor; at 256 threads their 16 warps kept too few loads in flight to stream
+/// the operands (ResNet-50's skip connections ran at half the memory's rate).
+pub const TABLE_THREADS: u32 = 512;
+
+/// The kernels `name(unsigned runs, ChainLayout l, params…)`, each running `body<width>` in
+/// blocks of `threads`.
+fn entry_points(s: &mut String, body: &str, kernels: [(&str, usize); 2], threads: u32, params: &[String], args: &[String]) {
     for (name, width) in kernels {
-        let _ = writeln!(s, "extern \"C\" __global__ void __launch_bounds__(256) {name}(unsigned runs, ChainLayout l, {}) {{", params.join(", "));
+        let _ = writeln!(s, "extern \"C\" __global__ void __launch_bounds__({threads}) {name}(unsigned runs, ChainLayout l, {}) {{", params.join(", "));
         let _ = writeln!(s, "    {body}<{width}>(runs, l, {});", args.join(", "));
         let _ = writeln!(s, "}}");
     }
@@ -264,7 +270,7 @@ mod tests {
         };
         assert_eq!(join.table_entries(), Some(65536));
         let text = chain_source(&join).expect("8-bit chains");
-        assert!(text.contains("void __launch_bounds__(256) chain_table_vec(") && text.contains("table[b0[k] | b1[k] << 8]"), "{text}");
+        assert!(text.contains("void __launch_bounds__(512) chain_table_vec(") && text.contains("table[b0[k] | b1[k] << 8]"), "{text}");
         assert!(text.contains("levels[e] = (unsigned char)from_f<unsigned char>(element(to_f((signed char)(unsigned char)(e >> 0)), to_f((unsigned char)(unsigned char)(e >> 8)), q0"), "{text}");
         assert!(text.contains("chain_table_vec(unsigned runs, ChainLayout l, const signed char* s0, const unsigned char* s1, unsigned char* out, const unsigned char* levels)"), "{text}");
         let unary = Program { slots: vec![DataType::I8], dequantized: vec![Some(0)], params: 4, steps: vec![Step::Quantize { param: 2, lo: 0, hi: 255 }], ..join.clone() };

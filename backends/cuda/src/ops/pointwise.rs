@@ -372,9 +372,11 @@ pub fn chain(cx: &Ctx, x: &DeviceTensor, x_dequantize: Option<(f32, f32)>, steps
             let fill: Vec<Arg> = std::iter::once(cx.arg(&levels)).chain(q_args).collect();
             cx.gpu.launch(&source.kernel("chain_table_fill"), entries.div_ceil(256) as u32, 256, &fill).map_err(KernelError::from)?;
             args.push(cx.arg(&levels));
+            let threads = super::chain_source::TABLE_THREADS;
+            let blocks = runs.div_ceil(threads as usize).clamp(1, CHAIN_MAX_BLOCKS) as u32;
             let blocks = if entries > 256 { blocks.min(2 * cx.gpu.multiprocessors()) } else { blocks };
             let name = if vector { "chain_table_vec" } else { "chain_table" };
-            cx.gpu.launch_with_shared(&source.kernel(name), (blocks, 1, 1), (256, 1, 1), entries as u32, &args).map_err(KernelError::from)?;
+            cx.gpu.launch_with_shared(&source.kernel(name), (blocks, 1, 1), (threads, 1, 1), entries as u32, &args).map_err(KernelError::from)?;
         }
         None => {
             args.extend(q_args);

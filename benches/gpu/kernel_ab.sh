@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# On the GPU machine: one engine run with kiln's embedded CUDA kernels and with each variant folder
+# of kernel sources (KILN_CUDA_KERNEL_DIR: files there replace the embedded ones of the same name),
+# in the same process tree and on the same card. A kernel change is tried without rebuilding kiln:
+#   bash benches/gpu/kernel_ab.sh ENGINE INPUTS.npz DIR [DIR ...]
+# (no DIR: the embedded kernels alone). For each folder: the outputs must equal the first one's byte
+# for byte (the variants change speed, not values), then ROUNDS rounds of `kiln bench` interleave all of them (the median GPU
+# compute time of each bench, every round printed; noise shows as the rounds' spread). With
+# PROFILE=1 each also prints its per-layer profile's slowest layers (`kiln bench --dump-profile`).
+set -u
+engine=$1 inputs=$2; shift 2
+V=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
+export LD_LIBRARY_PATH="/usr/local/nvidia/lib64:$V/cu13/lib:$V/cudnn/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export KILN_CUDA_INCLUDE=${KILN_CUDA_INCLUDE:-/usr/local/cuda/include} KILN_REPO="$PWD"
+py=/opt/torch/.venv/bin/python kiln=.gpu/bin/kiln out=${OUT:-/tmp}/kernel_ab
+mkdir -p "$out"
+names=() dirs=()
+for d in "$@"; do names+=("$(basename "$d")"); dirs+=("$(cd "$d" && pwd)"); done
+[ ${#names[@]} -gt 0 ] || { names=(embedded); dirs=(""); }
+with_dir() { KILN_CUDA_KERNEL_DIR="$1" "${@:2}"; }
+
+ok=()
+for i in "${!names[@]}"; do
+  if with_dir "${dirs[$i]}" $kiln run "$engine" --inputs "$inputs" --save-outputs "$out/${names[$i]}.npz" -q 2> "$out/${names[$i]}.run.err"; then
+    if [ "$i" = 0 ]; then ok+=(1); continue; fi
+    if $py -c 'import numpy as np, sys
+a, b = np.load(sys.argv[1]), np.load(sys.argv[2])
+sys.exit(0 if a.files == b.files and all(a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k], equal_nan=True) for k in a.files) else 1)' \
+       "$out/${names[0]}.npz" "$out/${names[$i]}.npz"; then ok+=(1); else echo "${names[$i]}: OUTPUTS DIFFER from ${names[0]}'s"; ok+=(0); fi
+  else
+    echo "${names[$i]}: run failed: $(tail -3 "$out/${names[$i]}.run.err")"; ok+=(0)
+  fi
+done
+
+for r in $(seq 1 "${ROUNDS:-3}"); do
+  for i in "${!names[@]}"; do
+    [ "${ok[$i]}" = 1 ] || continue
+    json="$out/${names[$i]}.r$r.json"
+    with_dir "${dirs[$i]}" $kiln bench "$engine" --inputs "$inputs" --warmup-ms 500 --duration-s "${SECONDS_EACH:-2}" --json "$json" -q > /dev/null 2>&1
+    $py - "$json" "$r" "${names[$i]}" <<'EOF' || echo "round $r  ${names[$i]}: bench failed"
+import json, sys
+r = json.load(open(sys.argv[1]))
+g = r.get("gpu_compute_ms") or {}
+print(f"round {sys.argv[2]}  {sys.argv[3]:<24} {g.get('median', r['latency_ms']['median']):8.3f} ms")
+EOF
+  done
+done
+
+if [ "${PROFILE:-0}" = 1 ]; then
+  for i in "${!names[@]}"; do
+    [ "${ok[$i]}" = 1 ] || continue
+    echo "== profile: ${names[$i]}"
+    with_dir "${dirs[$i]}" $kiln bench "$engine" --inputs "$inputs" --duration-s 1 --dump-profile -q > "$out/${names[$i]}.profile.txt" 2>&1
+    grep -i 'int8\|conv\|total' "$out/${names[$i]}.profile.txt" | head -"${TOP:-70}"
+  done
+fi
+# Few files travel back from the device tool: the folder as one archive.
+tar -C "$out" -czf "$out.tgz" . && rm -rf "$out"
