@@ -81,11 +81,13 @@ __device__ __forceinline__ float sum_as_float(int acc, int bias) {
     return __ll2float_rn(s);
 }
 
-// An int32 as the nearest f32. Below 2^22 in magnitude (a sum of few products: every 1×1 layer
-// of a CNN's early stages) by the rounding constant's bits, an integer add and a float subtract;
-// the conversion instruction issues at an eighth of the float rate.
+// An int32 as the nearest f32. Hopper converts at the float rate (I2FP); before it, the
+// conversion issued at an eighth of it, so below 2^22 in magnitude (a sum of few products) the
+// rounding constant's bits, an integer add and a float subtract, do it there.
 __device__ __forceinline__ float int_as_float(int s) {
+#if __CUDA_ARCH__ < 900
     if (s > -(int)KILN_ROUNDING_RANGE && s < (int)KILN_ROUNDING_RANGE) return __fsub_rn(__int_as_float(s + KILN_ROUNDING_MAGIC_BITS), KILN_ROUNDING_MAGIC);
+#endif
     return __int2float_rn(s);
 }
 
@@ -154,9 +156,9 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
     const i64 pixels = (i64)n * p * q;
     const int depth = r * s * c;
     // Filter blocks vary fastest: the blocks reading one pixel tile run together and share it in L2.
-    const int filter_blocks = (k + BN - 1) / BN;
+    const unsigned filter_blocks = (k + BN - 1) / BN;
     const i64 m0 = (i64)(blockIdx.x / filter_blocks) * IC_BM;
-    const int n0 = (blockIdx.x % filter_blocks) * BN;
+    const int n0 = (int)(blockIdx.x % filter_blocks) * BN;
 
     // The second quantization's table of levels (and, for wgmma, the per-channel operands) read
     // into shared memory now: their loads wait out the main loop (the first __syncthreads
@@ -195,9 +197,10 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
         }
         // p·q fits 32 bits (the host's check); m does where the output has under 2^31 pixels.
         const i64 img = !in ? 0 : pixels <= 0x7fffffff ? (i64)((unsigned)m / (unsigned)(p * q)) : m / ((i64)p * q);
-        const int pq = in ? (int)(m - img * p * q) : 0;
-        a_ih[i] = in ? (pq / q) * stride_h - pad_h : -(1 << 30);
-        a_iw[i] = (pq % q) * stride_w - pad_w;
+        // Unsigned: the signed division's sign fix-ups were a tenth of a block's instructions.
+        const unsigned pq = in ? (unsigned)(m - img * p * q) : 0;
+        a_ih[i] = in ? (int)(pq / (unsigned)q) * stride_h - pad_h : -(1 << 30);
+        a_iw[i] = (int)(pq % (unsigned)q) * stride_w - pad_w;
         a_origin[i] = in ? x + ((img * h + a_ih[i]) * w + a_iw[i]) * c : x;
     }
     // Each B chunk's filter row, from depth 0; a row past the last filter is never read.

@@ -157,6 +157,22 @@ __device__ void pool2d_nhwc(int n, int c, int ih, int iw, int oh, int ow, int kh
             const double count = count_excludes_padding ? (double)((ye - yf) * (xe - xf)) : (double)((pye - pyf) * (pxe - pxf));
 #pragma unroll
             for (int v = 0; v < V; ++v) out[v] = from_d<T>(acc[v] / count);
+        } else if constexpr (sizeof(T) == 1 && V == 16) {
+            // 8-bit levels: the byte-wise max of 16 channels, four in a word (exact: integers have
+            // no NaN). Converting each byte to float and back made this pass instruction-bound.
+            const bool is_signed = (T)(-1) < (T)0;
+            const unsigned lowest = is_signed ? 0x80808080u : 0u;
+            unsigned acc[4] = {lowest, lowest, lowest, lowest};
+            for (i64 ky = yf; ky < ye; ++ky) {
+                const T* row = plane + (ys + ky * dh) * iw * c;
+                for (i64 kx = xf; kx < xe; ++kx) {
+                    const uint4 a = *reinterpret_cast<const uint4*>(row + (xs + kx * dw) * c);
+                    const unsigned w[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) acc[j] = is_signed ? __vmaxs4(acc[j], w[j]) : __vmaxu4(acc[j], w[j]);
+                }
+            }
+            *reinterpret_cast<uint4*>(out) = make_uint4(acc[0], acc[1], acc[2], acc[3]);
         } else {
             float acc[V];
 #pragma unroll
