@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# On the GPU machine: one engine run with kiln's embedded CUDA kernels and with each variant folder
-# of kernel sources (KILN_CUDA_KERNEL_DIR: files there replace the embedded ones of the same name),
-# in the same process tree and on the same card. A kernel change is tried without rebuilding kiln:
+# On the GPU machine: one engine run with each variant folder of CUDA kernel sources
+# (KILN_CUDA_KERNEL_DIR: files there replace the embedded ones of the same name), on the same card,
+# so a kernel change is tried without rebuilding kiln:
 #   bash benches/gpu/kernel_ab.sh ENGINE INPUTS.npz DIR [DIR ...]
-# (no DIR: the embedded kernels alone). For each folder: the outputs must equal the first one's byte
-# for byte (the variants change speed, not values), then ROUNDS rounds of `kiln bench` interleave all of them (the median GPU
-# compute time of each bench, every round printed; noise shows as the rounds' spread). With
-# PROFILE=1 each also prints its per-layer profile's slowest layers (`kiln bench --dump-profile`).
+# (no DIR: the embedded kernels alone). Each folder's outputs must equal the first one's byte for
+# byte (the variants change speed, not values); then ROUNDS rounds of `kiln bench` interleave them
+# (each bench's median GPU compute time, every round printed: noise shows as the rounds' spread).
+# With PROFILE=1 each also writes its per-layer profile (`kiln bench --dump-profile`). Everything
+# lands in $OUT/kernel_ab.tgz.
 set -u
 engine=$1 inputs=$2; shift 2
 V=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
