@@ -11,15 +11,15 @@ __device__ __forceinline__ void ldmatrix_x4_trans(const void* p, unsigned* r) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
 
-// A 16-byte copy from global to shared memory that does not pass through registers
-// (cp.async), zeros where `valid` is false; the tile is ready once its group is waited for.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
-}
-// The same, to a shared-space address (`__cvta_generic_to_shared`'s), computed once by the caller.
+// A 16-byte copy from global memory to a shared-space address (`__cvta_generic_to_shared`'s)
+// that does not pass through registers (cp.async), zeros where `valid` is false; the tile is
+// ready once its group is waited for.
 __device__ __forceinline__ void cp_async16_to(unsigned dst, const void* src, bool valid) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+// The same, to a generic pointer into shared memory.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+    cp_async16_to((unsigned)__cvta_generic_to_shared(dst), src, valid);
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Waits for every committed group but the `N` most recent.

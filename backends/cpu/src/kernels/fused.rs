@@ -5,7 +5,7 @@
 use super::{misc, run, Variant};
 use kiln::ir::infer::{infer_layer, Fact, OutFact};
 use kiln::{
-    AttentionParams, DataType, ElementwiseOp, FusedParams, HostTensor, LayerKind, MatrixOp, PostOp,
+    AttentionParams, DataType, ElementwiseOp, FusedParams, HostTensor, LayerKind, LevelGrid, MatrixOp, PostOp,
     Shape, UnaryOp,
 };
 
@@ -100,6 +100,9 @@ pub fn attention(
         },
         &[Some(q), Some(k)],
     )?;
+    if let Some(grid) = &p.product_levels {
+        scores = through_levels(&scores, grid)?;
+    }
     let scale = scalar(p.scale, scores.dtype())?;
     let op = if p.scale_multiplies {
         ElementwiseOp::Prod
@@ -110,6 +113,9 @@ pub fn attention(
         &LayerKind::Elementwise { op },
         &[Some(&scores), Some(&scale)],
     )?;
+    if let Some(grid) = &p.scores_levels {
+        scores = through_levels(&scores, grid)?;
+    }
     if let Some(mask) = inputs.get(3).copied().flatten() {
         scores = step(
             &LayerKind::Elementwise {
@@ -130,6 +136,9 @@ pub fn attention(
         let zero = scalar(0.0, probs.dtype())?;
         probs = step(&LayerKind::Select, &[Some(&is_nan), Some(&zero), Some(&probs)])?;
     }
+    if let Some(grid) = &p.probs_levels {
+        probs = through_levels(&probs, grid)?;
+    }
     step(
         &LayerKind::MatrixMultiply {
             op_a: MatrixOp::None,
@@ -137,6 +146,13 @@ pub fn attention(
         },
         &[Some(&probs), Some(v)],
     )
+}
+
+/// `DequantizeLinear(QuantizeLinear(x))` on `grid`, back in x's type.
+fn through_levels(x: &HostTensor, grid: &LevelGrid) -> Result<HostTensor, String> {
+    let (scale, zero) = grid.operands()?;
+    let levels = step(&LayerKind::Quantize { axis: None, to: grid.levels }, &[Some(x), Some(&scale), Some(&zero)])?;
+    step(&LayerKind::Dequantize { axis: None, to: Some(x.dtype()) }, &[Some(&levels), Some(&scale), Some(&zero)])
 }
 
 /// `x / sqrt(mean(x²) + epsilon) * scale`, step by step as the recognized graph computed it.

@@ -447,25 +447,47 @@ pub fn attention(cx: &Ctx, p: &AttentionParams, q: &DeviceTensor, k: &DeviceTens
     let sk = if p.key_transposed { ks[ks.len() - 1] } else { ks[ks.len() - 2] };
     let mut score_shape = broadcast_shape(&qs[..qs.len() - 2], &ks[..ks.len() - 2])?;
     score_shape.extend([qs[qs.len() - 2], sk]);
-    let scores = matmul(cx, q, MatrixOp::None, k, op_k, scale, &score_shape)?;
-    if let Some(m) = mask {
-        if m.dtype == DataType::Bool {
-            return Err("boolean attention masks are not supported on CUDA yet".into());
-        }
+    // The product's levels come before the scale: the product then takes none.
+    let mut scores = matmul(cx, q, MatrixOp::None, k, op_k, if p.product_levels.is_some() { 1.0 } else { scale }, &score_shape)?;
+    if let Some(grid) = &p.product_levels {
+        // Dequantized straight to the scaled scores (one rounding where the graph had two).
+        scores = through_levels(cx, &scores, grid, scale)?;
+    }
+    if let Some(grid) = &p.scores_levels {
+        scores = through_levels(cx, &scores, grid, 1.0)?;
+    }
+    let probs = match mask {
+        Some(m) if m.dtype == DataType::Bool => return Err("boolean attention masks are not supported on CUDA yet".into()),
         // A mask that broadcasts onto the scores: one masked softmax pass.
-        if m.dtype == scores.dtype && broadcast_shape(&score_shape, &m.shape)? == score_shape {
-            let probs = masked_softmax(cx, &scores, m, p.zero_nan_rows)?;
-            return matmul(cx, &probs, MatrixOp::None, v, MatrixOp::None, 1.0, out_shape);
+        Some(m) if m.dtype == scores.dtype && broadcast_shape(&score_shape, &m.shape)? == score_shape => {
+            masked_softmax(cx, &scores, m, p.zero_nan_rows)?
         }
-    }
-    let scores = match mask {
-        Some(m) => pointwise::binary(cx, ElementwiseOp::Sum, &scores, m, scores.dtype, &broadcast_shape(&score_shape, &m.shape)?)?,
-        None => scores,
+        _ => {
+            let scores = match mask {
+                Some(m) => pointwise::binary(cx, ElementwiseOp::Sum, &scores, m, scores.dtype, &broadcast_shape(&score_shape, &m.shape)?)?,
+                None => scores,
+            };
+            let last = scores.shape.len() - 1;
+            let probs = softmax(cx, &scores, last, 1.0)?;
+            match p.zero_nan_rows {
+                true => pointwise::unary(cx, pointwise::NAN_TO_ZERO, &probs, Some(&probs))?,
+                false => probs,
+            }
+        }
     };
-    let last = scores.shape.len() - 1;
-    let mut probs = softmax(cx, &scores, last, 1.0)?;
-    if p.zero_nan_rows {
-        probs = pointwise::unary(cx, pointwise::NAN_TO_ZERO, &probs, Some(&probs))?;
-    }
+    let probs = match &p.probs_levels {
+        Some(grid) => through_levels(cx, &probs, grid, 1.0)?,
+        None => probs,
+    };
     matmul(cx, &probs, MatrixOp::None, v, MatrixOp::None, 1.0, out_shape)
+}
+
+/// `DequantizeLinear(QuantizeLinear(x))` on `grid`, times `factor`, back in x's type.
+fn through_levels(cx: &Ctx, x: &DeviceTensor, grid: &kiln::LevelGrid, factor: f32) -> KResult<DeviceTensor> {
+    let (scale, zero) = grid.operands()?;
+    let scaled = kiln::LevelGrid { scale: grid.scale * factor, ..*grid }.operands()?.0;
+    let table = |t: &kiln::HostTensor| cx.gpu.constant_table(t).map_err(KernelError::from);
+    let (scale, scaled, zero) = (table(&scale)?, table(&scaled)?, table(&zero)?);
+    let levels = super::typed::quantize(cx, x, &scale, Some(&zero), None, grid.levels)?;
+    super::typed::dequantize(cx, &levels, &scaled, Some(&zero), None, Some(x.dtype))
 }

@@ -6,6 +6,12 @@
 //! sequence, heads, dim] order the head merge wants when the executor allows. Elsewhere
 //! attention runs as two cuBLASLt products around a softmax (`compute::attention`).
 //!
+//! A Q/DQ network's attention (levels on its product, scores or probabilities) runs unfused
+//! (`compute::attention`): a form of this kernel that applied the levels itself, step for step
+//! as the unfused graph does, measured slower on the H200 than the products around separate
+//! level passes (BERT-base b32 Q/DQ 4.57 against 4.38 ms, ViT-B/16 b32 8.74 against 8.14 ms;
+//! benches/gpu/QUANT.md, session 25).
+//!
 //! On by default; `KILN_CUDA_FLASH_ATTENTION=0` turns it off, for A/B timing.
 
 use kiln::{invalid, AttentionParams, DataType, KernelError};
@@ -103,7 +109,8 @@ pub fn attention(
         DataType::BF16 => "bf16",
         _ => return Ok(None),
     };
-    if !enabled() || k.dtype != dtype || v.dtype != dtype || mask.is_some_and(|m| m.dtype != dtype) {
+    let levels = p.product_levels.is_some() || p.scores_levels.is_some() || p.probs_levels.is_some();
+    if !enabled() || levels || k.dtype != dtype || v.dtype != dtype || mask.is_some_and(|m| m.dtype != dtype) {
         return Ok(None);
     }
     let (qs, ks, vs) = (&q.shape, &k.shape, &v.shape);

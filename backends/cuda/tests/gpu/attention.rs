@@ -2,7 +2,7 @@
 //! the unfused path against the cpu oracle on the same cases; BERT's head split and merge around
 //! it (transposes left pending, read through strides).
 
-use crate::common::{backend, check, random, rng, worst_error, In};
+use crate::common::{backend, check, one_layer, random, rng, worst_error, In};
 use kiln::{AttentionParams, Backend, DataType, LayerKind, Network, Shape, ShuffleParams};
 
 struct Case {
@@ -53,8 +53,88 @@ fn run_cases(dtype: DataType, tolerance: f64, label: &str) {
             key_transposed: c.key_transposed,
             scale_multiplies: false,
             zero_nan_rows: false,
+            product_levels: None,
+            scores_levels: None,
+            probs_levels: None,
         });
         check(&format!("attention {label} {dtype} case {i}"), kind, inputs, tolerance);
+    }
+}
+
+/// `levels` values spaced `step` apart (the 8-bit levels a DequantizeLinear gives): exact in
+/// 16 bits, their products exact in f32, so both backends see the same scores.
+fn on_levels(r: &mut rand_chacha::ChaCha8Rng, dtype: DataType, shape: &[usize], levels: f32, step: f32) -> kiln::HostTensor {
+    let t = random(r, DataType::F32, shape);
+    let v: Vec<f32> = t.to_f64_vec().iter().map(|&x| (x as f32 * levels).round() * step).collect();
+    let data = match dtype {
+        DataType::F16 => kiln::TensorData::F16(v.iter().map(|&x| half::f16::from_f32(x)).collect()),
+        _ => kiln::TensorData::BF16(v.iter().map(|&x| half::bf16::from_f32(x)).collect()),
+    };
+    kiln::HostTensor::new(shape.to_vec(), data).unwrap()
+}
+
+/// Attention in a Q/DQ network: levels on the product before its scale (onnxruntime's
+/// `quantize_static` of `Q·Kᵀ / sqrt(d)`) or on the scaled scores (scale folded into Q and K),
+/// and on the probabilities (int8 or uint8), under a padding mask.
+///
+/// The exponential differs between the backends in its last bits, so where f16 rounding puts a
+/// probability on the edge of two levels the backends may pick different ones: each such
+/// probability moves its row's outputs by the level's step times a value (under 1 here). A few
+/// hundred such among case 0's 6.3 M probabilities make a relative L2 error of a few 1e-3:
+/// `tolerance` bounds it at a few times that, far below what a wrong step gives, and no output
+/// may be off by more than `flips` levels' worth.
+fn run_level_cases(dtype: DataType, tolerance: f64, flips: f64) {
+    let step = 1.0 / 127.0;
+    use kiln::LevelGrid;
+    let grid = |scale: f32, levels| Some(LevelGrid { scale, zero: 0, levels });
+    for (i, (q, k, key_transposed, product, scores, probs)) in [
+        ([2usize, 12, 128, 64], [2usize, 12, 64, 128], true, grid(0.37, DataType::I8), None, grid(1.0 / 127.0, DataType::I8)),
+        ([1, 3, 100, 40], [1, 3, 100, 40], false, None, grid(0.043, DataType::I8), grid(1.0 / 255.0, DataType::U8)),
+        ([2, 2, 20, 16], [2, 2, 300, 16], false, grid(0.21, DataType::I8), None, None),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut r = rng(70 + i as u64);
+        let sk = if key_transposed { k[3] } else { k[2] };
+        let v = [q[0], q[1], sk, q[3]];
+        // The last tenth of the keys are padding, as BERT's extended mask writes them.
+        let mut mask = vec![0.0f32; q[0] * sk];
+        for (j, m) in mask.iter_mut().enumerate() {
+            if j % sk >= sk * 9 / 10 {
+                *m = -10000.0;
+            }
+        }
+        let mask = kiln::HostTensor::new(vec![q[0], 1, 1, sk], match dtype {
+            DataType::F16 => kiln::TensorData::F16(mask.iter().map(|&x| half::f16::from_f32(x)).collect()),
+            _ => kiln::TensorData::BF16(mask.iter().map(|&x| half::bf16::from_f32(x)).collect()),
+        })
+        .unwrap();
+        let inputs = vec![
+            In::Run(on_levels(&mut r, dtype, &q, 12.0, 0.25)),
+            In::Run(on_levels(&mut r, dtype, &k, 12.0, 0.25)),
+            In::Run(on_levels(&mut r, dtype, &v, 60.0, 1.0 / 64.0)),
+            In::Run(mask),
+        ];
+        let kind = LayerKind::Attention(AttentionParams {
+            scale: (q[3] as f32).sqrt(),
+            key_transposed,
+            scale_multiplies: false,
+            zero_nan_rows: true,
+            product_levels: product,
+            scores_levels: scores,
+            probs_levels: probs,
+        });
+        let what = format!("attention on levels {dtype} case {i}");
+        let Some(cuda) = backend() else { return };
+        let (net, feeds) = one_layer(kind, inputs);
+        let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap();
+        let got = cuda.prepare(&net).unwrap_or_else(|e| panic!("{what}: cuda prepare: {e}")).execute(&feeds);
+        let (got, want) = (got.unwrap_or_else(|e| panic!("{what}: cuda run: {e}")), want);
+        let (g, w) = (got[0].to_f64_vec(), want[0].to_f64_vec());
+        let l2 = (g.iter().zip(&w).map(|(a, b)| (a - b).powi(2)).sum::<f64>() / w.iter().map(|b| b * b).sum::<f64>()).sqrt();
+        let worst = worst_error(&got[0], &want[0]);
+        assert!(l2 <= tolerance && worst <= flips * step, "{what}: relative L2 {l2} (tolerance {tolerance}), worst {worst} (at most {flips} levels of P)");
     }
 }
 
@@ -68,6 +148,8 @@ fn fused_and_unfused_attention_match_cpu_in_16_bits() {
     std::env::set_var("KILN_CUDA_FLASH_ATTENTION", "0");
     run_cases(DataType::F16, 4e-3, "unfused");
     std::env::remove_var("KILN_CUDA_FLASH_ATTENTION");
+    // Attention on levels runs unfused whatever the switch says (ops/flash.rs).
+    run_level_cases(DataType::F16, 1e-2, 6.0);
 }
 
 #[test]
@@ -96,6 +178,9 @@ fn fully_masked_rows_are_nan_or_zero_as_the_graph_says() {
                 key_transposed: false,
                 scale_multiplies: true,
                 zero_nan_rows,
+                product_levels: None,
+                scores_levels: None,
+                probs_levels: None,
             });
             check(&format!("masked rows {dtype} zero_nan_rows={zero_nan_rows}"), kind, inputs, tolerance);
         }
@@ -139,7 +224,15 @@ fn head_split_and_merge_around_attention_match_cpu_across_replays() {
         let q = reshape_transpose(&mut net, q, "q", &split, &[0, 2, 1, 3]);
         let k = reshape_transpose(&mut net, k, "k", &split, &[0, 2, 3, 1]);
         let v = reshape_transpose(&mut net, v, "v", &split, &[0, 2, 1, 3]);
-        let params = AttentionParams { scale: 1.0 / (d as f32).sqrt(), key_transposed: true, scale_multiplies: true, zero_nan_rows: true };
+        let params = AttentionParams {
+            scale: 1.0 / (d as f32).sqrt(),
+            key_transposed: true,
+            scale_multiplies: true,
+            zero_nan_rows: true,
+            product_levels: None,
+            scores_levels: None,
+            probs_levels: None,
+        };
         let a = net.add_layer("attention", LayerKind::Attention(params), vec![Some(q), Some(k), Some(v), Some(mask)]).unwrap();
         let merged = ShuffleParams { first_transpose: vec![0, 2, 1, 3], ..Default::default() };
         let m = net.add_layer("merge transpose", LayerKind::Shuffle(merged), vec![Some(net.output(a, 0))]).unwrap();

@@ -236,10 +236,16 @@ pub fn attention(
     let (pq, pk) = (MatrixOperand::new(&q.shape, MatrixOp::None, true)?, MatrixOperand::new(&k.shape, op_k, false)?);
     let mut scores_shape = kiln_broadcast(&pq.batch, &pk.batch)?;
     scores_shape.extend([pq.rows, pk.cols]);
-    let scores = matmul(rec, q, MatrixOp::None, k, op_k, &scores_shape, q.dtype)?;
+    let mut scores = matmul(rec, q, MatrixOp::None, k, op_k, &scores_shape, q.dtype)?;
+    if let Some(grid) = &p.product_levels {
+        scores = through_levels(rec, &scores, grid)?;
+    }
     let scale = pointwise::fill(rec, q.dtype, &[], p.scale.to_bits())?;
     let op = if p.scale_multiplies { ElementwiseOp::Prod } else { ElementwiseOp::Div };
     let mut scores = pointwise::binary(rec, op, &scores, &scale, &scores_shape, q.dtype)?;
+    if let Some(grid) = &p.scores_levels {
+        scores = through_levels(rec, &scores, grid)?;
+    }
     if let Some(mask) = mask {
         let masked_shape = kiln_broadcast(&scores_shape, &mask.shape)?;
         scores = pointwise::binary(rec, ElementwiseOp::Sum, &scores, mask, &masked_shape, q.dtype)?;
@@ -252,5 +258,16 @@ pub fn attention(
         let zero = pointwise::fill(rec, probs.dtype, &[], 0f32.to_bits())?;
         probs = pointwise::select(rec, &is_nan, &zero, &probs, &probs.shape)?;
     }
+    if let Some(grid) = &p.probs_levels {
+        probs = through_levels(rec, &probs, grid)?;
+    }
     matmul(rec, &probs, MatrixOp::None, v, MatrixOp::None, shape, dtype)
+}
+
+/// `DequantizeLinear(QuantizeLinear(x))` on `grid`, back in x's type.
+fn through_levels(rec: &Recorder, x: &DeviceTensor, grid: &kiln::LevelGrid) -> KResult<DeviceTensor> {
+    let (scale, zero) = grid.operands().map_err(|e| kiln::invalid!("attention's levels: {e}"))?;
+    let (scale, zero) = (rec.upload(&scale)?, rec.upload(&zero)?);
+    let levels = super::quant::quantize(rec, x, &scale, Some(&zero), None, grid.levels)?;
+    super::quant::dequantize(rec, &levels, &scale, Some(&zero), None, x.dtype)
 }

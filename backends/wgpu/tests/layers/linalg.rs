@@ -144,7 +144,15 @@ fn attention_and_fused() {
         rand_f32(&mut r, &[2, 3, 7, 4], -1.0, 1.0),
     );
     let mask = rand_f32(&mut r, &[1, 1, 5, 7], -2.0, 0.0);
-    let p = AttentionParams { scale: 0.35, key_transposed: false, scale_multiplies: true, zero_nan_rows: false };
+    let p = AttentionParams {
+        scale: 0.35,
+        key_transposed: false,
+        scale_multiplies: true,
+        zero_nan_rows: false,
+        product_levels: None,
+        scores_levels: None,
+        probs_levels: None,
+    };
     check(
         &gpu,
         LayerKind::Attention(p),
@@ -152,13 +160,29 @@ fn attention_and_fused() {
         "attention",
     );
     let kt = rand_f32(&mut r, &[2, 3, 8, 7], -1.0, 1.0);
-    let p = AttentionParams { scale: 2.0, key_transposed: true, scale_multiplies: false, zero_nan_rows: false };
+    let p = AttentionParams { scale: 2.0, key_transposed: true, scale_multiplies: false, ..p };
     check(
         &gpu,
         LayerKind::Attention(p),
         vec![In::Run(q), In::Run(kt), In::Run(v), In::Absent],
         "attention, K transposed",
     );
+    // A Q/DQ network's attention: levels on the product and on the probabilities. Operands on
+    // quarter steps keep the products exact, so both backends put each score on one level.
+    let quarters = |t: kiln::HostTensor| kiln::HostTensor::from_f32(t.shape().to_vec(), t.to_f64_vec().iter().map(|&x| (x as f32 * 8.0).round() / 4.0).collect()).expect("shape");
+    let (q, k, v) = (
+        quarters(rand_f32(&mut r, &[2, 3, 5, 8], -1.0, 1.0)),
+        quarters(rand_f32(&mut r, &[2, 3, 7, 8], -1.0, 1.0)),
+        quarters(rand_f32(&mut r, &[2, 3, 7, 4], -1.0, 1.0)),
+    );
+    let grid = |scale, levels| Some(kiln::LevelGrid { scale, zero: 0, levels });
+    let p = AttentionParams {
+        key_transposed: false,
+        product_levels: grid(0.37, kiln::DataType::I8),
+        probs_levels: grid(1.0 / 255.0, kiln::DataType::U8),
+        ..p
+    };
+    check(&gpu, LayerKind::Attention(p), vec![In::Run(q), In::Run(k), In::Run(v), In::Absent], "attention on levels");
     // conv + bias-add + relu + residual.
     let fused = FusedParams {
         anchor: FusedAnchor::Convolution(conv_params(2)),

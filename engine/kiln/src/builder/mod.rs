@@ -207,10 +207,16 @@ pub(crate) fn typed_network(
 ) -> Result<(Network, precision::PrecisionReport), BuildError> {
     let fused = match optimization == Optimization::Full && backend.runs_quantized_layers() {
         true => {
-            use crate::passes::{Pass, QdqPropagation, QuantizedFusion};
+            use crate::passes::{DeadLayerElimination, Pass, QdqPropagation, QuantizedAttentionFusion, QuantizedFusion};
             let context = PassContext { folding_backend: None, quantized_layers: true };
-            let propagated = QdqPropagation.run(network, &context)?;
-            QuantizedFusion.run(propagated.as_ref().unwrap_or(network), &context)?.or(propagated)
+            let mut current = QdqPropagation.run(network, &context)?;
+            // Attention first: the Q/DQ fusion would take its two products as integer layers.
+            if let Some(fused) = QuantizedAttentionFusion.run(current.as_ref().unwrap_or(network), &context)? {
+                let count = fused.layers().iter().filter(|l| matches!(l.kind, LayerKind::Attention(_))).count();
+                tracing::info!(target: "kiln::builder", "Q/DQ attention: {count} fused with the levels of their scores and probabilities (kiln inspect shows each grid)");
+                current = Some(DeadLayerElimination.run(&fused, &context)?.unwrap_or(fused));
+            }
+            QuantizedFusion.run(current.as_ref().unwrap_or(network), &context)?.or(current)
         }
         false => None,
     };

@@ -6,6 +6,7 @@
 //! may run them as one kernel (cuda epilogues, flash attention) or step by step (cpu).
 
 use super::dtype::DataType;
+use super::tensor::{HostTensor, TensorData};
 use super::layer::{
     ActivationKind, ConvolutionParams, DeconvolutionParams, ElementwiseOp, LayerKind, MatrixOp,
     UnaryOp,
@@ -164,6 +165,49 @@ pub struct AttentionParams {
     /// PyTorch's scaled_dot_product_attention export guards it: `Where(IsNaN(p), 0, p)`.
     #[serde(default)]
     pub zero_nan_rows: bool,
+    /// The product `Q·Kᵀ`, before its scale, passes through a quantization's levels and back,
+    /// as a Q/DQ network writes `DequantizeLinear(QuantizeLinear(Q·Kᵀ)) / scale`.
+    #[serde(default)]
+    pub product_levels: Option<LevelGrid>,
+    /// The scaled scores likewise, before the mask (`DequantizeLinear(QuantizeLinear(scale ·
+    /// Q·Kᵀ))`, where the scale multiplied Q and K).
+    #[serde(default)]
+    pub scores_levels: Option<LevelGrid>,
+    /// The probabilities (after the softmax and its NaN guard) likewise, before `· V`.
+    #[serde(default)]
+    pub probs_levels: Option<LevelGrid>,
+}
+
+/// A per-tensor quantization applied and undone (`DequantizeLinear(QuantizeLinear(x))`):
+/// `(clamp(round_half_even(x / scale) + zero, levels' range) - zero) · scale`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LevelGrid {
+    pub scale: f32,
+    pub zero: i32,
+    /// The levels' integer type (int8 or uint8): its range is the saturation's.
+    pub levels: DataType,
+}
+
+impl LevelGrid {
+    /// The lowest and highest level.
+    pub fn range(&self) -> (i32, i32) {
+        match self.levels {
+            DataType::U8 => (0, 255),
+            _ => (-128, 127),
+        }
+    }
+
+    /// The QuantizeLinear / DequantizeLinear operands that apply the grid step by step: the
+    /// scale (f32) and the zero point (in the levels' type).
+    pub fn operands(&self) -> Result<(HostTensor, HostTensor), String> {
+        let scale = HostTensor::scalar(TensorData::F32(vec![self.scale])).map_err(|e| e.to_string())?;
+        let zero = HostTensor::scalar(match self.levels {
+            DataType::U8 => TensorData::U8(vec![self.zero as u8]),
+            _ => TensorData::I8(vec![self.zero as i8]),
+        })
+        .map_err(|e| e.to_string())?;
+        Ok((scale, zero))
+    }
 }
 
 impl AttentionParams {

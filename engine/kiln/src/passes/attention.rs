@@ -3,13 +3,17 @@
 
 use super::patterns::{names, rewrite, NewInput, Replacement};
 use super::{Pass, PassContext, PassError};
-use crate::ir::fused::AttentionParams;
+use crate::ir::dtype::DataType;
+use crate::ir::fused::{AttentionParams, LevelGrid};
 use crate::ir::layer::{ElementwiseOp, LayerKind, MatrixOp};
 use crate::ir::network::{Layer, Network, TensorId};
 
 /// `softmax(scale · Q·Kᵀ [+ mask]) · V` → Attention. K may arrive transposed by the
 /// product (`op_b = Transpose`), already transposed, or through Shuffles that together swap
 /// its last two dims (one transpose, or the dynamo exporter's reshape → transpose → reshape).
+/// The scores (before the mask) and the probabilities may each pass through a quantization
+/// and back (`DequantizeLinear(QuantizeLinear(·))`, as onnxruntime's and ModelOpt's Q/DQ
+/// networks write attention): the fused layer applies those levels itself.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct AttentionFusion;
 
@@ -19,142 +23,224 @@ impl Pass for AttentionFusion {
     }
 
     fn run(&self, network: &Network, _: &PassContext<'_>) -> Result<Option<Network>, PassError> {
+        rewrite(network, |v, _, pv| attention(v, pv))
+    }
+}
+
+/// The attentions of a Q/DQ network only (those with levels on their scores or
+/// probabilities), found before the Q/DQ fusion: it would otherwise take their two products
+/// as integer layers, leaving the scores, mask and softmax between them as separate passes
+/// over memory where the fused attention keeps them on chip.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct QuantizedAttentionFusion;
+
+impl Pass for QuantizedAttentionFusion {
+    fn name(&self) -> &'static str {
+        "quantized-attention-fusion"
+    }
+
+    fn run(&self, network: &Network, _: &PassContext<'_>) -> Result<Option<Network>, PassError> {
         rewrite(network, |v, _, pv| {
-            let LayerKind::MatrixMultiply {
-                op_a: MatrixOp::None,
-                op_b: MatrixOp::None,
-            } = pv.kind
-            else {
-                return None;
-            };
-            let (p, value) = (pv.inputs[0]?, pv.inputs[1]?);
-            let mut matched = vec![pv];
-            // PyTorch's SDPA export zeroes NaN probabilities: Where(IsNaN(p), 0, p).
-            let (p, zero_nan_rows) = match nan_guard(v, p) {
-                Some((probs, guard)) => {
-                    matched.extend(guard);
-                    (probs, true)
-                }
-                None => (p, false),
-            };
-            let softmax = if zero_nan_rows { v.producer(p)? } else { v.inner(p)? };
-            let LayerKind::SoftMax { axis } = softmax.kind else {
-                return None;
-            };
-            let scores_rank = v.net.tensor(p).shape.rank();
-            if axis + 1 != scores_rank || !v.float(p) {
-                return None;
-            }
-            matched.push(softmax);
-            let mut s = softmax.inputs[0]?;
-            let mut mask = None;
-            let mut scale = 1.0f64;
-            let mut scale_multiplies = true;
-            if let Some((add, a, b)) = v.binary(s, ElementwiseOp::Sum) {
-                // The mask is whichever side is not the (scaled) score product.
-                let is_scores = |t: TensorId| {
-                    v.inner(t).is_some_and(|l| {
-                        matches!(
-                            l.kind,
-                            LayerKind::MatrixMultiply { .. }
-                                | LayerKind::Elementwise {
-                                    op: ElementwiseOp::Prod | ElementwiseOp::Div
-                                }
-                        )
-                    })
-                };
-                let (scores, m) = if is_scores(a) {
-                    (a, b)
-                } else if is_scores(b) {
-                    (b, a)
-                } else {
-                    return None;
-                };
-                matched.push(add);
-                mask = Some(m);
-                s = scores;
-            }
-            if let Some(l) = v.inner(s) {
-                if let LayerKind::Elementwise {
-                    op: op @ (ElementwiseOp::Prod | ElementwiseOp::Div),
-                } = l.kind
-                {
-                    let (a, b) = (l.inputs[0]?, l.inputs[1]?);
-                    let (scores, c) = match (v.scalar(a), v.scalar(b)) {
-                        (_, Some(c)) => (a, c),
-                        (Some(c), None) if op == ElementwiseOp::Prod => (b, c),
-                        _ => return None,
-                    };
-                    scale = c;
-                    scale_multiplies = op == ElementwiseOp::Prod;
-                    matched.push(l);
-                    s = scores;
-                }
-            }
-            let qk = v.inner(s)?;
-            let LayerKind::MatrixMultiply {
-                op_a: MatrixOp::None,
-                op_b,
-            } = qk.kind
-            else {
-                return None;
-            };
-            let (mut q, mut k) = (qk.inputs[0]?, qk.inputs[1]?);
-            matched.push(qk);
-            // Q and K each scaled by a constant before the product (SDPA exports scale both by
-            // the square root of the scale): one multiplier.
-            let mut pre_scale = 1.0f64;
-            for x in [&mut q, &mut k] {
-                if let Some((l, a, b)) = v.binary(*x, ElementwiseOp::Prod) {
-                    let (rest, c) = match (v.scalar(a), v.scalar(b)) {
-                        (_, Some(c)) => (a, c),
-                        (Some(c), None) => (b, c),
-                        _ => continue,
-                    };
-                    pre_scale *= c;
-                    matched.push(l);
-                    *x = rest;
-                }
-            }
-            if pre_scale != 1.0 {
-                scale = if scale_multiplies { scale * pre_scale } else { pre_scale / scale };
-                scale_multiplies = true;
-            }
-            let (key, key_transposed) = match op_b {
-                MatrixOp::Transpose => (k, false),
-                MatrixOp::None => match untransposed_key(v, k) {
-                    Some((source, chain)) => {
-                        matched.extend(chain);
-                        (source, false)
-                    }
-                    None => (k, true),
-                },
-                MatrixOp::Vector => return None,
-            };
-            if let Some(m) = mask {
-                if v.net.tensor(m).dtype != v.net.tensor(q).dtype {
-                    return None;
-                }
-            }
-            matched.reverse();
-            let params = AttentionParams {
-                scale: scale as f32,
-                key_transposed,
-                scale_multiplies,
-                zero_nan_rows,
-            };
-            Some(Replacement {
-                names: names(&matched),
-                kind: LayerKind::Attention(params),
-                inputs: vec![
-                    Some(NewInput::Tensor(q)),
-                    Some(NewInput::Tensor(key)),
-                    Some(NewInput::Tensor(value)),
-                    mask.map(NewInput::Tensor),
-                ],
+            attention(v, pv).filter(|r| {
+                matches!(r.kind, LayerKind::Attention(p) if p.product_levels.is_some() || p.scores_levels.is_some() || p.probs_levels.is_some())
             })
         })
     }
+}
+
+/// The Attention layer that replaces the pattern ending at `pv`, the product by V.
+fn attention(v: &super::patterns::View<'_>, pv: &Layer) -> Option<Replacement> {
+    let LayerKind::MatrixMultiply {
+        op_a: MatrixOp::None,
+        op_b: MatrixOp::None,
+    } = pv.kind
+    else {
+        return None;
+    };
+    let (p, value) = (pv.inputs[0]?, pv.inputs[1]?);
+    let mut matched = vec![pv];
+    let (p, probs_levels) = match fake_quant(v, p) {
+        Some((x, grid, layers)) => {
+            matched.extend(layers);
+            (x, Some(grid))
+        }
+        None => (p, None),
+    };
+    // PyTorch's SDPA export zeroes NaN probabilities: Where(IsNaN(p), 0, p).
+    let (p, zero_nan_rows) = match nan_guard(v, p) {
+        Some((probs, guard)) => {
+            matched.extend(guard);
+            (probs, true)
+        }
+        None => (p, false),
+    };
+    let softmax = if zero_nan_rows { v.producer(p)? } else { v.inner(p)? };
+    let LayerKind::SoftMax { axis } = softmax.kind else {
+        return None;
+    };
+    let scores_rank = v.net.tensor(p).shape.rank();
+    if axis + 1 != scores_rank || !v.float(p) {
+        return None;
+    }
+    matched.push(softmax);
+    let mut s = softmax.inputs[0]?;
+    let mut mask = None;
+    let mut scale = 1.0f64;
+    let mut scale_multiplies = true;
+    if let Some((add, a, b)) = v.binary(s, ElementwiseOp::Sum) {
+        // The mask is whichever side is not the (scaled) score product.
+        let is_scores = |t: TensorId| {
+            let t = fake_quant(v, t).map_or(t, |(x, _, _)| x);
+            v.inner(t).is_some_and(|l| {
+                matches!(
+                    l.kind,
+                    LayerKind::MatrixMultiply { .. }
+                        | LayerKind::Elementwise {
+                            op: ElementwiseOp::Prod | ElementwiseOp::Div
+                        }
+                )
+            })
+        };
+        let (scores, m) = if is_scores(a) {
+            (a, b)
+        } else if is_scores(b) {
+            (b, a)
+        } else {
+            return None;
+        };
+        matched.push(add);
+        mask = Some(m);
+        s = scores;
+    }
+    let mut scores_levels = None;
+    if let Some((x, grid, layers)) = fake_quant(v, s) {
+        matched.extend(layers);
+        scores_levels = Some(grid);
+        s = x;
+    }
+    if let Some(l) = v.inner(s) {
+        if let LayerKind::Elementwise {
+            op: op @ (ElementwiseOp::Prod | ElementwiseOp::Div),
+        } = l.kind
+        {
+            let (a, b) = (l.inputs[0]?, l.inputs[1]?);
+            let (scores, c) = match (v.scalar(a), v.scalar(b)) {
+                (_, Some(c)) => (a, c),
+                (Some(c), None) if op == ElementwiseOp::Prod => (b, c),
+                _ => return None,
+            };
+            scale = c;
+            scale_multiplies = op == ElementwiseOp::Prod;
+            matched.push(l);
+            s = scores;
+        }
+    }
+    let mut product_levels = None;
+    if scores_levels.is_none() {
+        if let Some((x, grid, layers)) = fake_quant(v, s) {
+            matched.extend(layers);
+            product_levels = Some(grid);
+            s = x;
+        }
+    }
+    let qk = v.inner(s)?;
+    let LayerKind::MatrixMultiply {
+        op_a: MatrixOp::None,
+        op_b,
+    } = qk.kind
+    else {
+        return None;
+    };
+    let (mut q, mut k) = (qk.inputs[0]?, qk.inputs[1]?);
+    matched.push(qk);
+    // Q and K each scaled by a constant before the product (SDPA exports scale both by
+    // the square root of the scale): one multiplier. Not past the product's levels, which
+    // see the product of the scaled operands.
+    let mut pre_scale = 1.0f64;
+    let operands = if product_levels.is_none() { vec![&mut q, &mut k] } else { vec![] };
+    for x in operands {
+        if let Some((l, a, b)) = v.binary(*x, ElementwiseOp::Prod) {
+            let (rest, c) = match (v.scalar(a), v.scalar(b)) {
+                (_, Some(c)) => (a, c),
+                (Some(c), None) => (b, c),
+                _ => continue,
+            };
+            pre_scale *= c;
+            matched.push(l);
+            *x = rest;
+        }
+    }
+    if pre_scale != 1.0 {
+        scale = if scale_multiplies { scale * pre_scale } else { pre_scale / scale };
+        scale_multiplies = true;
+    }
+    let (key, key_transposed) = match op_b {
+        MatrixOp::Transpose => (k, false),
+        MatrixOp::None => match untransposed_key(v, k) {
+            Some((source, chain)) => {
+                matched.extend(chain);
+                (source, false)
+            }
+            None => (k, true),
+        },
+        MatrixOp::Vector => return None,
+    };
+    if let Some(m) = mask {
+        if v.net.tensor(m).dtype != v.net.tensor(q).dtype {
+            return None;
+        }
+    }
+    matched.reverse();
+    let params = AttentionParams {
+        scale: scale as f32,
+        key_transposed,
+        scale_multiplies,
+        zero_nan_rows,
+        product_levels,
+        scores_levels,
+        probs_levels,
+    };
+    Some(Replacement {
+        names: names(&matched),
+        kind: LayerKind::Attention(params),
+        inputs: vec![
+            Some(NewInput::Tensor(q)),
+            Some(NewInput::Tensor(key)),
+            Some(NewInput::Tensor(value)),
+            mask.map(NewInput::Tensor),
+        ],
+    })
+}
+
+/// `(x, grid, [DequantizeLinear, QuantizeLinear])` when `t` is `DequantizeLinear(
+/// QuantizeLinear(x))` with one constant scale and zero point, the same in both, 8-bit
+/// levels, and each tensor between read only there: x through the levels and back.
+fn fake_quant<'n>(v: &super::patterns::View<'n>, t: TensorId) -> Option<(TensorId, LevelGrid, [&'n Layer; 2])> {
+    let dq = v.inner(t)?;
+    let LayerKind::Dequantize { .. } = dq.kind else {
+        return None;
+    };
+    let q = v.inner(dq.inputs[0]?)?;
+    let LayerKind::Quantize { to: levels @ (DataType::I8 | DataType::U8), .. } = q.kind else {
+        return None;
+    };
+    let x = q.inputs[0]?;
+    let scale_and_zero = |l: &Layer| -> Option<(f64, f64)> {
+        let zero = match l.inputs.get(2).copied().flatten() {
+            Some(z) => v.scalar(z)?,
+            None => 0.0,
+        };
+        Some((v.scalar(l.inputs[1]?)?, zero))
+    };
+    let (scale, zero) = scale_and_zero(q)?;
+    if scale_and_zero(dq)? != (scale, zero)
+        || !(scale.is_finite() && scale > 0.0)
+        || v.net.tensor(t).dtype != v.net.tensor(x).dtype
+        || !v.float(x)
+    {
+        return None;
+    }
+    Some((x, LevelGrid { scale: scale as f32, zero: zero as i32, levels }, [dq, q]))
 }
 
 /// `(p, [Where, IsNaN])` when `t` is `Where(IsNaN(p), 0, p)` and nothing else reads `p`.

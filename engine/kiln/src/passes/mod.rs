@@ -26,7 +26,7 @@ mod quantized_chain;
 mod shape_tensors;
 pub(crate) mod graph;
 
-pub use attention::AttentionFusion;
+pub use attention::{AttentionFusion, QuantizedAttentionFusion};
 pub use cse::CommonSubexpressionElimination;
 pub use dead::{remove_dead_layers, DeadLayerElimination};
 pub use einsum::EinsumLowering;
