@@ -109,8 +109,7 @@ pub fn attention(
         DataType::BF16 => "bf16",
         _ => return Ok(None),
     };
-    let levels = p.product_levels.is_some() || p.scores_levels.is_some() || p.probs_levels.is_some();
-    if !enabled() || levels || k.dtype != dtype || v.dtype != dtype || mask.is_some_and(|m| m.dtype != dtype) {
+    if !enabled() || p.has_levels() || k.dtype != dtype || v.dtype != dtype || mask.is_some_and(|m| m.dtype != dtype) {
         return Ok(None);
     }
     let (qs, ks, vs) = (&q.shape, &k.shape, &v.shape);

@@ -212,7 +212,7 @@ pub(crate) fn typed_network(
             let mut current = QdqPropagation.run(network, &context)?;
             // Attention first: the Q/DQ fusion would take its two products as integer layers.
             if let Some(fused) = QuantizedAttentionFusion.run(current.as_ref().unwrap_or(network), &context)? {
-                let count = fused.layers().iter().filter(|l| matches!(l.kind, LayerKind::Attention(_))).count();
+                let count = fused.layers().iter().filter(|l| matches!(&l.kind, LayerKind::Attention(p) if p.has_levels())).count();
                 tracing::info!(target: "kiln::builder", "Q/DQ attention: {count} fused with the levels of their scores and probabilities (kiln inspect shows each grid)");
                 current = Some(DeadLayerElimination.run(&fused, &context)?.unwrap_or(fused));
             }

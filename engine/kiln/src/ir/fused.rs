@@ -211,6 +211,11 @@ impl LevelGrid {
 }
 
 impl AttentionParams {
+    /// Whether a quantization's levels sit anywhere inside it (a Q/DQ network's attention).
+    pub fn has_levels(&self) -> bool {
+        self.product_levels.is_some() || self.scores_levels.is_some() || self.probs_levels.is_some()
+    }
+
     /// The factor the scores are multiplied by (`scale`, or `1 / scale` when it divides).
     pub fn multiplier(&self) -> f32 {
         if self.scale_multiplies {

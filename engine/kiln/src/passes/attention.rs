@@ -27,10 +27,11 @@ impl Pass for AttentionFusion {
     }
 }
 
-/// The attentions of a Q/DQ network only (those with levels on their scores or
+/// The attentions of a Q/DQ network only (those with levels on their product, scores or
 /// probabilities), found before the Q/DQ fusion: it would otherwise take their two products
-/// as integer layers, leaving the scores, mask and softmax between them as separate passes
-/// over memory where the fused attention keeps them on chip.
+/// as integer layers with about twenty passes over the scores between them (int8 out,
+/// dequantize, mask, softmax, NaN guard, quantize, transpose), where the fused layer needs
+/// the products, one masked softmax and the level passes.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct QuantizedAttentionFusion;
 
@@ -42,7 +43,7 @@ impl Pass for QuantizedAttentionFusion {
     fn run(&self, network: &Network, _: &PassContext<'_>) -> Result<Option<Network>, PassError> {
         rewrite(network, |v, _, pv| {
             attention(v, pv).filter(|r| {
-                matches!(r.kind, LayerKind::Attention(p) if p.product_levels.is_some() || p.scores_levels.is_some() || p.probs_levels.is_some())
+                matches!(r.kind, LayerKind::Attention(p) if p.has_levels())
             })
         })
     }
