@@ -35,9 +35,31 @@ __device__ void softmax(i64 outer, i64 len, i64 inner, float scale, const T* x, 
 // written in runs of RUN elements per lane: x, the mask (mask_stride 1, or 0 broadcasting one
 // value along the row) and y at RUN-aligned offsets when RUN > 1.
 #define SOFTMAX_REGS 8
-template <typename T, int RUN>
+
+// The level grids of attention in a Q/DQ network (kiln::AttentionParams' product, scores and
+// probabilities grids): bit g of `on` set where grid g applies. Grid g maps a value through
+// DequantizeLinear(QuantizeLinear(.)) with `scale[g]`, zero point `zero[g]` and levels
+// [lo[g], hi[g]], the dequantized level multiplied by `scaled[g]` (the scale times any factor
+// after it, as the host folds it).
+struct SoftmaxLevels {
+    int on;
+    float scale[3], scaled[3];
+    int zero[3], lo[3], hi[3];
+};
+
+// Grid g on x, as kernels/typed.cu's quant_quantize_8bit_x4 then quant_dequantize_8bit_x4
+// compute it (the f32 ratio, round half to even, NaN to level 0), the result rounded to T as
+// the unfused graph stores it.
+template <typename T>
+__device__ __forceinline__ float through_levels(const SoftmaxLevels& l, int g, float x) {
+    const float ratio = __fdiv_rn(x, l.scale[g]);
+    const int level = ratio != ratio ? 0 : min(max(round_half_even_clamped(ratio) + l.zero[g], l.lo[g]), l.hi[g]);
+    return to_f(from_f<T>(__fmul_rn((float)(level - l.zero[g]), l.scaled[g])));
+}
+
+template <typename T, int RUN, bool LEVELS>
 __device__ __forceinline__ void softmax_masked_row(i64 base, i64 mbase, i64 len, int lane, i64 mask_stride, int zero_nan,
-                                                   const T* x, const T* mask, T* y) {
+                                                   const T* x, const T* mask, T* y, const SoftmaxLevels& lv) {
     float v[SOFTMAX_REGS];
     float m = -INFINITY;
 #pragma unroll
@@ -46,7 +68,17 @@ __device__ __forceinline__ void softmax_masked_row(i64 base, i64 mbase, i64 len,
         float xs[RUN], ms[RUN];
         if (k < len) {
             load_run<RUN>(x + base + k, xs);
-            if (mask_stride == 0) {
+            if (LEVELS) {
+#pragma unroll
+                for (int e = 0; e < RUN; ++e) {
+                    if (lv.on & 1) xs[e] = through_levels<T>(lv, 0, xs[e]);
+                    if (lv.on & 2) xs[e] = through_levels<T>(lv, 1, xs[e]);
+                }
+            }
+            if (!mask) {
+#pragma unroll
+                for (int e = 0; e < RUN; ++e) ms[e] = 0.0f;
+            } else if (mask_stride == 0) {
 #pragma unroll
                 for (int e = 0; e < RUN; ++e) ms[e] = to_f(mask[mbase]);
             } else {
@@ -75,6 +107,8 @@ __device__ __forceinline__ void softmax_masked_row(i64 base, i64 mbase, i64 len,
         for (int e = 0; e < RUN; ++e) {
             p[e] = v[RUN * j + e] * inv;
             if (zero_nan && p[e] != p[e]) p[e] = 0.0f;
+            // The probabilities' grid reads them as stored (rounded to T).
+            if (LEVELS && (lv.on & 4)) p[e] = through_levels<T>(lv, 2, to_f(from_f<T>(p[e])));
         }
         if (k < len) store_run<RUN>(y + base + k, p);
     }
@@ -84,34 +118,44 @@ __device__ __forceinline__ void softmax_masked_row(i64 base, i64 mbase, i64 len,
 // (broadcast: row r's mask starts at ml's operand-0 offset of r, stride mask_stride along the
 // row) and, when zero_nan is set, NaN probabilities (fully masked rows) written as 0: one pass
 // instead of a mask add, a softmax and a NaN guard.
-template <typename T>
-__device__ void softmax_masked(i64 rows, i64 len, Layout ml, i64 mask_stride, int zero_nan, const T* x, const T* mask, T* y) {
+// With LEVELS, the level grids `lv` apply and the mask may be null (none).
+template <typename T, bool LEVELS>
+__device__ void softmax_masked(i64 rows, i64 len, Layout ml, i64 mask_stride, int zero_nan, const T* x, const T* mask, T* y,
+                               const SoftmaxLevels& lv) {
     const i64 row = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     const int lane = threadIdx.x % 32;
     if (row >= rows) return;
     const i64 base = row * len;
-    const i64 mbase = operand_offset(ml, 0, row);
+    const i64 mbase = mask ? operand_offset(ml, 0, row) : 0;
     if (len <= 32 * SOFTMAX_REGS) {
         // Short rows (attention's usual case) stay in registers: one read of x and the mask, in
         // runs of 4 (8- or 16-byte accesses) where rows, mask and addresses align.
         const unsigned long long addresses = (unsigned long long)x | (unsigned long long)y | (mask_stride ? (unsigned long long)mask : 0ull);
         if (len % 4 == 0 && (mask_stride == 0 || mbase % 4 == 0) && addresses % sizeof(Run<T, 4>) == 0) {
-            softmax_masked_row<T, 4>(base, mbase, len, lane, mask_stride, zero_nan, x, mask, y);
+            softmax_masked_row<T, 4, LEVELS>(base, mbase, len, lane, mask_stride, zero_nan, x, mask, y, lv);
         } else {
-            softmax_masked_row<T, 1>(base, mbase, len, lane, mask_stride, zero_nan, x, mask, y);
+            softmax_masked_row<T, 1, LEVELS>(base, mbase, len, lane, mask_stride, zero_nan, x, mask, y, lv);
         }
         return;
     }
+    // Longer rows: three passes over x.
+    auto score = [&](i64 k) {
+        float v = to_f(x[base + k]);
+        if (LEVELS && (lv.on & 1)) v = through_levels<T>(lv, 0, v);
+        if (LEVELS && (lv.on & 2)) v = through_levels<T>(lv, 1, v);
+        return mask ? v + to_f(mask[mbase + k * mask_stride]) : v;
+    };
     float m = -INFINITY;
-    for (i64 k = lane; k < len; k += 32) m = fmaxf(m, to_f(x[base + k]) + to_f(mask[mbase + k * mask_stride]));
+    for (i64 k = lane; k < len; k += 32) m = fmaxf(m, score(k));
     m = warp_max(m);
     float s = 0.0f;
-    for (i64 k = lane; k < len; k += 32) s += expf(to_f(x[base + k]) + to_f(mask[mbase + k * mask_stride]) - m);
+    for (i64 k = lane; k < len; k += 32) s += expf(score(k) - m);
     s = warp_sum(s);
     const float inv = 1.0f / s;
     for (i64 k = lane; k < len; k += 32) {
-        float p = expf(to_f(x[base + k]) + to_f(mask[mbase + k * mask_stride]) - m) * inv;
+        float p = expf(score(k) - m) * inv;
         if (zero_nan && p != p) p = 0.0f;
+        if (LEVELS && (lv.on & 4)) p = through_levels<T>(lv, 2, to_f(from_f<T>(p)));
         y[base + k] = from_f<T>(p);
     }
 }
@@ -420,7 +464,15 @@ __device__ void normalize_chunks(i64 len, i64 chunk, float eps, int rms, const T
     extern "C" __global__ void normalize_affine_short_##suffix(i64 outer, i64 len, float eps, int rms, int rpw, const T* x, const T* s, const T* b, T* y) { \
         normalize_affine_short(outer, len, eps, rms, rpw, x, s, b, y); \
     } \
-    extern "C" __global__ void softmax_masked_##suffix(i64 rows, i64 len, Layout ml, i64 ms, int zn, const T* x, const T* m, T* y) { softmax_masked(rows, len, ml, ms, zn, x, m, y); } \
+    extern "C" __global__ void softmax_masked_##suffix(i64 rows, i64 len, Layout ml, i64 ms, int zn, const T* x, const T* m, T* y) { \
+        softmax_masked<T, false>(rows, len, ml, ms, zn, x, m, y, SoftmaxLevels{}); \
+    } \
+    extern "C" __global__ void softmax_masked_levels_##suffix(i64 rows, i64 len, Layout ml, i64 ms, int zn, int on, float s0, float c0, int z0, int lo0, \
+                                                              int hi0, float s1, float c1, int z1, int lo1, int hi1, float s2, float c2, int z2, \
+                                                              int lo2, int hi2, const T* x, const T* m, T* y) { \
+        const SoftmaxLevels lv{on, {s0, s1, s2}, {c0, c1, c2}, {z0, z1, z2}, {lo0, lo1, lo2}, {hi0, hi1, hi2}}; \
+        softmax_masked<T, true>(rows, len, ml, ms, zn, x, m, y, lv); \
+    } \
     extern "C" __global__ void softmax_##suffix(i64 outer, i64 len, i64 inner, float scale, const T* x, T* y) { softmax(outer, len, inner, scale, x, y); } \
     extern "C" __global__ void reduce_##suffix(int op, i64 outer, i64 len, i64 inner, const T* x, T* y) { reduce(op, outer, len, inner, x, y); } \
     extern "C" __global__ void reduce_columns_##suffix(int op, i64 outer, i64 len, i64 inner, const T* x, T* y) { reduce_columns(op, outer, len, inner, x, y); } \

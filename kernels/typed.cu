@@ -351,9 +351,7 @@ extern "C" __global__ void quant_dequantize_8bit(int x_type, int scale_type, int
     }
 }
 
-// The same with one scale (and zero point) for every element, four elements per thread:
-// vector loads and stores (the host checks n % 4 == 0 and the buffers' alignment). The usual
-// form of activations, whose Q/DQ layers are bandwidth-bound.
+// Four f32 / f16 / bf16 values in one access (float8's quantization below).
 __device__ __forceinline__ void load_float4(int type, const void* p, i64 i, float* v) {
     if (type == T_F32) {
         const float4 f = ((const float4*)p)[i];
@@ -365,37 +363,46 @@ __device__ __forceinline__ void load_float4(int type, const void* p, i64 i, floa
         v[j] = type == T_F16 ? half_to_float_exact(((const __half*)&raw)[j]) : __bfloat162float(((const __nv_bfloat16*)&raw)[j]);
 }
 
-__device__ __forceinline__ void store_float4(int type, void* p, i64 i, const float* v) {
-    if (type == T_F32) {
-        ((float4*)p)[i] = make_float4(v[0], v[1], v[2], v[3]);
-        return;
-    }
-    uint2 raw;
-    for (int j = 0; j < 4; ++j) {
-        if (type == T_F16) ((__half*)&raw)[j] = __float2half_rn(v[j]);
-        else ((__nv_bfloat16*)&raw)[j] = __float2bfloat16_rn(v[j]);
-    }
-    ((uint2*)p)[i] = raw;
-}
-
-extern "C" __global__ void quant_quantize_8bit_x4(int x_type, int scale_type, int zp_type, int to, i64 n4, const void* x,
-                                                  const void* scale, const void* zp, void* y) {
-    const float s = load_float(scale_type, scale, 0);
-    const float z = zp ? (float)load_level(zp_type, zp, 0) : 0.0f;
-    // quant_quantize_8bit's result in f32 and int32 operations, without its f64 saturation (NaN
-    // saturates to 0, as store_any does).
-    const int zi = (int)z, lo = to == T_I8 ? -128 : 0, hi = to == T_I8 ? 127 : 255;
-    KILN_GRID_LOOP(i, n4) {
-        float v[4];
-        load_float4(x_type, x, i, v);
-        u8 q[4];
-        for (int j = 0; j < 4; ++j) {
+// quant_quantize_8bit's result in f32 and int32 operations, without its f64 saturation (NaN
+// saturates to 0, as store_any does), L elements a thread: one L-element run of x and of y.
+template <int L, typename T>
+__device__ __forceinline__ void quantize_levels(i64 runs, const T* x, float s, int zi, int lo, int hi, u8* y) {
+    KILN_GRID_LOOP(i, runs) {
+        float v[L];
+        load_run<L>(x + i * L, v);
+        Run<u8, L> q;
+#pragma unroll
+        for (int j = 0; j < L; ++j) {
             const float ratio = __fdiv_rn(v[j], s);
             const int level = min(max(round_half_even_clamped(ratio) + zi, lo), hi);
-            q[j] = ratio != ratio ? 0 : (u8)level;
+            q.v[j] = ratio != ratio ? 0 : (u8)level;
         }
-        ((uchar4*)y)[i] = make_uchar4(q[0], q[1], q[2], q[3]);
+        *reinterpret_cast<Run<u8, L>*>(y + i * L) = q;
     }
+}
+
+template <int L>
+__device__ __forceinline__ void quantize_8bit_runs(int x_type, int scale_type, int zp_type, int to, i64 runs, const void* x,
+                                                   const void* scale, const void* zp, void* y) {
+    const float s = load_float(scale_type, scale, 0);
+    const int zi = zp ? load_level(zp_type, zp, 0) : 0, lo = to == T_I8 ? -128 : 0, hi = to == T_I8 ? 127 : 255;
+    switch (x_type) {
+    case T_F16: quantize_levels<L>(runs, (const __half*)x, s, zi, lo, hi, (u8*)y); break;
+    case T_BF16: quantize_levels<L>(runs, (const __nv_bfloat16*)x, s, zi, lo, hi, (u8*)y); break;
+    default: quantize_levels<L>(runs, (const float*)x, s, zi, lo, hi, (u8*)y); break;
+    }
+}
+
+// One scale (and zero point) for every element, 4 or 16 elements per thread: vector loads and
+// stores (the host checks the length and the buffers' alignment). The usual form of
+// activations, whose Q/DQ layers are bandwidth-bound: 16 levels make one 16-byte access.
+extern "C" __global__ void quant_quantize_8bit_x4(int x_type, int scale_type, int zp_type, int to, i64 n4, const void* x,
+                                                  const void* scale, const void* zp, void* y) {
+    quantize_8bit_runs<4>(x_type, scale_type, zp_type, to, n4, x, scale, zp, y);
+}
+extern "C" __global__ void quant_quantize_8bit_x16(int x_type, int scale_type, int zp_type, int to, i64 n16, const void* x,
+                                                   const void* scale, const void* zp, void* y) {
+    quantize_8bit_runs<16>(x_type, scale_type, zp_type, to, n16, x, scale, zp, y);
 }
 
 // The float8 fast path of Quantize with one scale, from f32 / f16 / bf16:
@@ -448,17 +455,43 @@ extern "C" __global__ void quant_quantize_narrow_x4(int x_type, int scale_type, 
     }
 }
 
-extern "C" __global__ void quant_dequantize_8bit_x4(int x_type, int scale_type, int out_type, i64 n4, const void* x,
-                                                    const void* scale, const void* zp, void* y) {
+// (level - zero) * scale in f32, L elements a thread, stored in T (one rounding).
+template <int L, typename L8, typename T>
+__device__ __forceinline__ void dequantize_levels(i64 runs, const L8* x, float s, int z, T* y) {
+    KILN_GRID_LOOP(i, runs) {
+        const Run<L8, L> r = *reinterpret_cast<const Run<L8, L>*>(x + i * L);
+        float v[L];
+#pragma unroll
+        for (int j = 0; j < L; ++j) v[j] = __fmul_rn((float)((int)r.v[j] - z), s);
+        store_run<L>(y + i * L, v);
+    }
+}
+
+template <int L, typename L8>
+__device__ __forceinline__ void dequantize_8bit_runs(int out_type, i64 runs, const L8* x, float s, int z, void* y) {
+    switch (out_type) {
+    case T_F16: dequantize_levels<L>(runs, x, s, z, (__half*)y); break;
+    case T_BF16: dequantize_levels<L>(runs, x, s, z, (__nv_bfloat16*)y); break;
+    default: dequantize_levels<L>(runs, x, s, z, (float*)y); break;
+    }
+}
+
+template <int L>
+__device__ __forceinline__ void dequantize_8bit(int x_type, int scale_type, int out_type, i64 runs, const void* x, const void* scale,
+                                                const void* zp, void* y) {
     const float s = load_float(scale_type, scale, 0);
     const int z = zp ? load_level(x_type, zp, 0) : 0;
-    KILN_GRID_LOOP(i, n4) {
-        const uchar4 r = ((const uchar4*)x)[i];
-        const u8 raw[4] = {r.x, r.y, r.z, r.w};
-        float v[4];
-        for (int j = 0; j < 4; ++j) v[j] = __fmul_rn((float)((x_type == T_I8 ? (int)(signed char)raw[j] : (int)raw[j]) - z), s);
-        store_float4(out_type, y, i, v);
-    }
+    if (x_type == T_I8) dequantize_8bit_runs<L>(out_type, runs, (const signed char*)x, s, z, y);
+    else dequantize_8bit_runs<L>(out_type, runs, (const u8*)x, s, z, y);
+}
+
+extern "C" __global__ void quant_dequantize_8bit_x4(int x_type, int scale_type, int out_type, i64 n4, const void* x,
+                                                    const void* scale, const void* zp, void* y) {
+    dequantize_8bit<4>(x_type, scale_type, out_type, n4, x, scale, zp, y);
+}
+extern "C" __global__ void quant_dequantize_8bit_x16(int x_type, int scale_type, int out_type, i64 n16, const void* x,
+                                                     const void* scale, const void* zp, void* y) {
+    dequantize_8bit<16>(x_type, scale_type, out_type, n16, x, scale, zp, y);
 }
 
 // Dequantize: (x - zp) * scale in the scale's compute type; x - zp is exact (integers through

@@ -156,6 +156,17 @@ impl DeviceTensor {
         self.shape.len() >= 3 && self.strides.as_deref() == Some(&Self::channels_last_strides(&self.shape)[..])
     }
 
+    /// Whether the bytes are every element of `shape` packed in some order of its axes (a
+    /// transposed view of a whole tensor): elementwise work may then run in memory order.
+    pub fn packed_permutation(&self) -> bool {
+        let Some(strides) = &self.strides else { return false };
+        let mut order: Vec<usize> = (0..self.shape.len()).collect();
+        // Outermost first; an axis of one element may sit anywhere.
+        order.sort_by_key(|&a| (std::cmp::Reverse(strides[a]), self.shape[a] != 1));
+        let packed = strides_in_order(&self.shape, &order);
+        order.iter().all(|&a| self.shape[a] == 1 || packed[a] == strides[a])
+    }
+
     /// Per axis, its element stride.
     pub fn element_strides(&self) -> Vec<i64> {
         self.strides.clone().unwrap_or_else(|| strides_in_order(&self.shape, &(0..self.shape.len()).collect::<Vec<_>>()))

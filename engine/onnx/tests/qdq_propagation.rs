@@ -403,6 +403,53 @@ fn a_quantize_after_a_transpose_moves_before_it() {
     }
 }
 
+/// `DQ → Add → Reshape → Transpose → Mul(scalar) → Q` (BERT's exported attention scales its
+/// heads after splitting them): the Mul moves above both layout layers, the Q then moves onto
+/// the integers, and the bias, the scale and the Q are one island before the layout layers.
+#[test]
+fn a_scalar_step_between_a_layout_layer_and_a_quantize_moves_before_the_layout() {
+    let mut b = Qdq::new("scaled heads");
+    let a = b.net.add_input("a", DataType::U8, &[2usize, 4, 6][..]).expect("a");
+    let s = b.constant("s", HostTensor::from_f32(vec![], vec![0.3]).expect("s"));
+    let z = b.constant("z", HostTensor::new(vec![], TensorData::U8(vec![100])).expect("z"));
+    let bias = b.constant("bias", HostTensor::from_f32(vec![6], noise(5, 6, 2.0)).expect("bias"));
+    let factor = b.constant("factor", HostTensor::from_f32(vec![], vec![0.59460354]).expect("factor"));
+    let d = b.dq("dq", a, s, Some(z));
+    let biased = b.layer("bias", LayerKind::Elementwise { op: kiln::ElementwiseOp::Sum }, &[Some(d), Some(bias)]);
+    let split = b.reshape("split", biased, &[2, 4, 2, 3]);
+    let heads = b.transpose("heads", split, &[0, 2, 3, 1]);
+    let scaled = b.layer("scale", LayerKind::Elementwise { op: kiln::ElementwiseOp::Prod }, &[Some(factor), Some(heads)]);
+    let q = b.q("q", scaled, s, Some(z), DataType::U8);
+    let y = b.dq("dq_y", q, s, Some(z));
+    b.net.mark_output(y).expect("y");
+    let moved = propagated(&b.net);
+    let want = vec![
+        ("Dequantize", DataType::F32),
+        ("ElementWise", DataType::F32),
+        ("ElementWise", DataType::F32),
+        ("Quantize", DataType::U8),
+        ("Shuffle", DataType::U8),
+        ("Shuffle", DataType::U8),
+        ("Dequantize", DataType::F32),
+    ];
+    assert_eq!(kinds(&moved), want, "{}", moved.dump());
+    for seed in 1..=3 {
+        let a = u8_input(&[2, 4, 6], seed);
+        assert_bit_exact(&run(&moved, std::slice::from_ref(&a)), &run(&b.net, &[a]), &format!("seed {seed}"));
+    }
+    // A per-element operand does not apply one value to every element: the Mul stays after
+    // the layout layers.
+    let mut b = Qdq::new("per-element scale");
+    let x = b.net.add_input("x", DataType::F32, &[2usize, 6][..]).expect("x");
+    let per_element = b.constant("factors", HostTensor::from_f32(vec![6, 2], noise(6, 12, 1.0)).expect("factors"));
+    let s = b.constant("s", HostTensor::from_f32(vec![], vec![0.05]).expect("s"));
+    let t = b.transpose("transpose", x, &[1, 0]);
+    let scaled = b.layer("scale", LayerKind::Elementwise { op: kiln::ElementwiseOp::Prod }, &[Some(t), Some(per_element)]);
+    let q = b.q("q", scaled, s, None, DataType::I8);
+    b.net.mark_output(q).expect("q");
+    assert!(QdqPropagation.run(&b.net, &context()).expect("pass").is_none(), "per-element operand moved:\n{}", b.net.dump());
+}
+
 #[test]
 fn without_integer_layers_nothing_moves() {
     let net = import(&bert_like_block());

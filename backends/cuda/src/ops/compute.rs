@@ -211,15 +211,7 @@ fn launch_rows(cx: &Ctx, kernel: Kernel, rows: usize, args: &[Arg]) -> KResult<(
 fn masked_softmax(cx: &Ctx, scores: &DeviceTensor, mask: &DeviceTensor, zero_nan: bool) -> KResult<DeviceTensor> {
     let suffix = float_suffix(scores.dtype).map_err(KernelError::from)?;
     let (rank, len) = (scores.shape.len(), *scores.shape.last().ok_or("scores of rank 0")?);
-    let strides = super::broadcast_strides(&scores.shape, &[&mask.shape])?;
-    let mask_stride = strides.stride[0][rank - 1];
-    // The row dims (all but the last), each with the mask's stride.
-    let mut rows_layout = Layout { rank: rank as i32 - 1, ..Layout::default() };
-    for d in 0..rank - 1 {
-        rows_layout.shape[d] = strides.shape[d];
-        rows_layout.stride[0][d] = strides.stride[0][d];
-    }
-    let rows_layout = super::coalesce(rows_layout, 1);
+    let (rows_layout, mask_stride) = mask_rows(&scores.shape, mask)?;
     let rows: usize = scores.shape[..rank - 1].iter().product();
     let out = cx.gpu.empty(scores.dtype, scores.shape.clone()).map_err(KernelError::from)?;
     let args = [
@@ -234,6 +226,19 @@ fn masked_softmax(cx: &Ctx, scores: &DeviceTensor, mask: &DeviceTensor, zero_nan
     ];
     launch_rows(cx, Source::Reduce.kernel(format!("softmax_masked_{suffix}")), rows, &args)?;
     Ok(out)
+}
+
+/// How the masked softmax kernels find a row's mask: the row dims (all but the last), each with
+/// the mask's stride, and the mask's stride along the row (0 where it broadcasts one value).
+fn mask_rows(scores: &[usize], mask: &DeviceTensor) -> KResult<(Layout, i64)> {
+    let rank = scores.len();
+    let strides = super::broadcast_strides(scores, &[&mask.shape])?;
+    let mut rows_layout = Layout { rank: rank as i32 - 1, ..Layout::default() };
+    for d in 0..rank - 1 {
+        rows_layout.shape[d] = strides.shape[d];
+        rows_layout.stride[0][d] = strides.stride[0][d];
+    }
+    Ok((super::coalesce(rows_layout, 1), strides.stride[0][rank - 1]))
 }
 
 /// `(outer, len, inner)` around `axis`.
@@ -436,19 +441,25 @@ pub fn attention(cx: &Ctx, p: &AttentionParams, q: &DeviceTensor, k: &DeviceTens
     if let Some(out) = super::flash::attention(cx, p, q, k, v, mask, out_shape)? {
         return Ok(out);
     }
-    let (q, k, v) = (&layout::to_row_major(cx, q)?, &layout::to_row_major(cx, k)?, &layout::to_row_major(cx, v)?);
+    let (k, key_transposed) = keys_by_rows(k, p.key_transposed);
+    let (q, k, v) = (&layout::to_row_major(cx, q)?, &layout::to_row_major(cx, &k)?, &layout::to_row_major(cx, v)?);
     let scale = p.multiplier();
-    let op_k = if p.key_transposed { MatrixOp::None } else { MatrixOp::Transpose };
+    let op_k = if key_transposed { MatrixOp::None } else { MatrixOp::Transpose };
     let qs = &q.shape;
     let ks = &k.shape;
     if qs.len() < 2 || ks.len() < 2 {
         return Err(invalid!("attention on {qs:?} and {ks:?}"));
     }
-    let sk = if p.key_transposed { ks[ks.len() - 1] } else { ks[ks.len() - 2] };
+    let sk = if key_transposed { ks[ks.len() - 1] } else { ks[ks.len() - 2] };
     let mut score_shape = broadcast_shape(&qs[..qs.len() - 2], &ks[..ks.len() - 2])?;
     score_shape.extend([qs[qs.len() - 2], sk]);
     // The product's levels come before the scale: the product then takes none.
     let mut scores = matmul(cx, q, MatrixOp::None, k, op_k, if p.product_levels.is_some() { 1.0 } else { scale }, &score_shape)?;
+    if p.has_levels() {
+        if let Some(probs) = softmax_on_levels(cx, p, &scores, mask, scale)? {
+            return matmul(cx, &probs, MatrixOp::None, v, MatrixOp::None, 1.0, out_shape);
+        }
+    }
     if let Some(grid) = &p.product_levels {
         // Dequantized straight to the scaled scores (one rounding where the graph had two).
         scores = through_levels(cx, &scores, grid, scale)?;
@@ -480,6 +491,57 @@ pub fn attention(cx: &Ctx, p: &AttentionParams, q: &DeviceTensor, k: &DeviceTens
         None => probs,
     };
     matmul(cx, &probs, MatrixOp::None, v, MatrixOp::None, 1.0, out_shape)
+}
+
+/// Transposed keys `(…, D, Sk)` that are a view of keys stored by rows (D innermost, as a
+/// transpose of the projection's heads leaves them): the view of those rows `(…, Sk, D)`, which
+/// the product reads transposed, so making it row-major copies runs of D elements instead of
+/// transposing. Other keys as they are. Also whether the keys returned are transposed.
+fn keys_by_rows(k: &DeviceTensor, key_transposed: bool) -> (DeviceTensor, bool) {
+    let r = k.shape.len();
+    match &k.strides {
+        Some(st) if key_transposed && r >= 2 && st[r - 2] == 1 && st[r - 1] != 1 && k.shape[r - 2] > 1 => {
+            let (mut shape, mut strides) = (k.shape.clone(), st.clone());
+            shape.swap(r - 2, r - 1);
+            strides.swap(r - 2, r - 1);
+            (DeviceTensor { shape, strides: Some(strides), ..k.clone() }, false)
+        }
+        _ => (k.clone(), key_transposed),
+    }
+}
+
+/// The probabilities of attention on levels in one pass over the scores (the product, unscaled
+/// where the product has levels): its grids, the mask and the softmax (`softmax_masked_levels`,
+/// the values the step-by-step passes below give). `None` where the mask is not one the masked
+/// softmax takes (then those passes run).
+fn softmax_on_levels(cx: &Ctx, p: &AttentionParams, scores: &DeviceTensor, mask: Option<&DeviceTensor>, scale: f32) -> KResult<Option<DeviceTensor>> {
+    let suffix = float_suffix(scores.dtype).map_err(KernelError::from)?;
+    let (rank, len) = (scores.shape.len(), *scores.shape.last().ok_or("scores of rank 0")?);
+    let (rows_layout, mask_stride) = match mask {
+        Some(m) if m.dtype != scores.dtype || broadcast_shape(&scores.shape, &m.shape)? != scores.shape => return Ok(None),
+        Some(m) => mask_rows(&scores.shape, m)?,
+        None => (Layout::default(), 0),
+    };
+    // Grid g's (scale, scale times the factor after it, zero point, lowest and highest level).
+    let grids = [(&p.product_levels, scale), (&p.scores_levels, 1.0), (&p.probs_levels, 1.0)];
+    let mut on = 0;
+    let mut args = vec![Arg::I64(0), Arg::I64(len as i64), Arg::Layout(rows_layout), Arg::I64(mask_stride), Arg::I32(i32::from(p.zero_nan_rows)), Arg::I32(0)];
+    for (g, (grid, factor)) in grids.into_iter().enumerate() {
+        let Some(grid) = grid else {
+            args.extend([Arg::F32(1.0), Arg::F32(1.0), Arg::I32(0), Arg::I32(0), Arg::I32(0)]);
+            continue;
+        };
+        let (lo, hi) = grid.range();
+        on |= 1 << g;
+        args.extend([Arg::F32(grid.scale), Arg::F32(grid.scale * factor), Arg::I32(grid.zero), Arg::I32(lo), Arg::I32(hi)]);
+    }
+    let rows: usize = scores.shape[..rank - 1].iter().product();
+    args[0] = Arg::I64(rows as i64);
+    args[5] = Arg::I32(on);
+    let out = cx.gpu.empty(scores.dtype, scores.shape.clone()).map_err(KernelError::from)?;
+    args.extend([cx.arg(scores), mask.map_or(Arg::NULL, |m| cx.arg(m)), cx.arg(&out)]);
+    launch_rows(cx, Source::Reduce.kernel(format!("softmax_masked_levels_{suffix}")), rows, &args)?;
+    Ok(Some(out))
 }
 
 /// `DequantizeLinear(QuantizeLinear(x))` on `grid`, times `factor`, back in x's type.

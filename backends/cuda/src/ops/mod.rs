@@ -419,7 +419,7 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
         // Elementwise in memory order: a channels-last input (an INT8 chain's Dequantize in an
         // FP16 build) keeps its layout.
         K::Cast { to } => {
-            let x = memory_order_input(cx, &raw(0)?, true)?;
+            let x = memory_order_input(cx, &raw(0)?, true, Permuted::Never)?;
             one(pointwise::cast(cx, &x, *to)?.with_strides_of(&x))
         }
         K::CastNarrow { to, saturate, e8m0_rounding } => one(typed::cast(cx, &dev(0)?, *to, *saturate, *e8m0_rounding)?),
@@ -428,12 +428,12 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
         // keeps its layout, so the next convolution reads it without a reformat.
         K::Quantize { axis, to } => {
             let scale = dev(1)?;
-            let x = memory_order_input(cx, &raw(0)?, scale.len() == 1)?;
+            let x = memory_order_input(cx, &raw(0)?, scale.len() == 1, Permuted::Always)?;
             one(typed::quantize(cx, &x, &scale, opt_dev(2)?.as_ref(), *axis, *to)?.with_strides_of(&x))
         }
         K::Dequantize { axis, to } => {
             let scale = dev(1)?;
-            let x = memory_order_input(cx, &raw(0)?, scale.len() == 1)?;
+            let x = memory_order_input(cx, &raw(0)?, scale.len() == 1, Permuted::LastAxisStrided)?;
             one(typed::dequantize(cx, &x, &scale, opt_dev(2)?.as_ref(), *axis, *to)?.with_strides_of(&x))
         }
         // Pointwise layers read any layout and write NHWC where an input of the output's shape is so (`keeps_channels_last`).
@@ -562,11 +562,28 @@ pub fn lane_aligned(cx: &Ctx, t: &DeviceTensor, lanes: usize) -> bool {
     crate::buffer::storage_size(t.dtype).is_ok_and(|size| cx.gpu.ptr(&t.buf).is_multiple_of((lanes * size) as u64))
 }
 
+/// Which transposed views [`memory_order_input`] keeps.
+#[derive(Clone, Copy)]
+enum Permuted {
+    Never,
+    Always,
+    LastAxisStrided,
+}
+
 /// An input of a layer that is the same on every element (a Cast, a per-tensor Quantize /
-/// Dequantize) as its kernel may read it: as stored when packed channels-last, row-major
-/// otherwise; the output takes the same layout.
-fn memory_order_input(cx: &Ctx, x: &DeviceTensor, same_on_every_element: bool) -> KResult<DeviceTensor> {
-    match same_on_every_element && x.channels_last() {
+/// Dequantize) as its kernel may read it: as stored when packed channels-last, or in another
+/// order of its axes where `permuted` allows; row-major otherwise. The output takes the same
+/// layout, so a reader that wants rows copies them after the layer instead of before.
+fn memory_order_input(cx: &Ctx, x: &DeviceTensor, same_on_every_element: bool, permuted: Permuted) -> KResult<DeviceTensor> {
+    let keep_permuted = match permuted {
+        Permuted::Never => false,
+        // A QuantizeLinear's output is narrower than its input: its rows copy for less after.
+        Permuted::Always => x.packed_permutation(),
+        // A DequantizeLinear's output is wider: only a view whose last axis is not contiguous
+        // (attention's transposed keys) costs more to copy before, as a transpose of bytes.
+        Permuted::LastAxisStrided => x.packed_permutation() && x.strides.as_ref().and_then(|s| s.last()).is_some_and(|&s| s != 1),
+    };
+    match same_on_every_element && (x.channels_last() || keep_permuted) {
         true => Ok(x.clone()),
         false => layout::to_row_major(cx, x),
     }

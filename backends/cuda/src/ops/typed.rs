@@ -37,8 +37,10 @@ pub fn kernel_names() -> Vec<String> {
         "quant_quantize_8bit",
         "quant_dequantize_8bit",
         "quant_quantize_8bit_x4",
+        "quant_quantize_8bit_x16",
         "quant_quantize_narrow_x4",
         "quant_dequantize_8bit_x4",
+        "quant_dequantize_8bit_x16",
         "quant_requantize",
         "quant_requantize_rows_x4",
         "typed_classify_any",
@@ -131,10 +133,16 @@ pub fn quantize(
     let pointers = [cx.arg(x), cx.arg(scale), zero_point.map_or(Arg::NULL, |z| cx.arg(z)), cx.arg(&out)];
     let float8 = matches!(to, DataType::F8E4M3FN | DataType::F8E4M3FNUZ | DataType::F8E5M2 | DataType::F8E5M2FNUZ);
     let narrow_float = float8 && short_float(x.dtype) && short_float(scale.dtype);
-    if (eight_bit || narrow_float) && per_tensor_x4(cx, scale, x, &out) {
-        let vector = [&codes[..], &[Arg::I64((n / 4) as i64)], &pointers].concat();
-        let kernel = if eight_bit { "quant_quantize_8bit_x4" } else { "quant_quantize_narrow_x4" };
-        cx.launch_elements(Source::Typed.kernel(kernel), n / 4, &vector)?;
+    // float8 runs four elements a thread (16 fit wherever 4 do).
+    let lanes = per_tensor_lanes(cx, scale, x, &out).filter(|_| eight_bit || narrow_float).map(|l| if eight_bit { l } else { 4 });
+    if let Some(lanes) = lanes {
+        let vector = [&codes[..], &[Arg::I64((n / lanes) as i64)], &pointers].concat();
+        let kernel = match (eight_bit, lanes) {
+            (true, 16) => "quant_quantize_8bit_x16",
+            (true, _) => "quant_quantize_8bit_x4",
+            (false, _) => "quant_quantize_narrow_x4",
+        };
+        cx.launch_elements(Source::Typed.kernel(kernel), n / lanes, &vector)?;
         return Ok(out);
     }
     let args = [&codes[..], &[inner, len, n].map(|d| Arg::I64(d as i64)), &pointers].concat();
@@ -142,10 +150,12 @@ pub fn quantize(
     Ok(out)
 }
 
-/// Whether a Q/DQ with one scale for every element may run four elements per thread: a length
-/// divisible by 4 and both buffers aligned to four elements.
-fn per_tensor_x4(cx: &Ctx, scale: &DeviceTensor, x: &DeviceTensor, out: &DeviceTensor) -> bool {
-    scale.len() == 1 && x.len().is_multiple_of(4) && super::lane_aligned(cx, x, 4) && super::lane_aligned(cx, out, 4)
+/// How many elements per thread a Q/DQ with one scale for every element may run (16, else 4):
+/// a length divisible by that many and both buffers aligned to that many elements; `None` where
+/// neither fits.
+fn per_tensor_lanes(cx: &Ctx, scale: &DeviceTensor, x: &DeviceTensor, out: &DeviceTensor) -> Option<usize> {
+    let fits = |lanes: usize| x.len().is_multiple_of(lanes) && super::lane_aligned(cx, x, lanes) && super::lane_aligned(cx, out, lanes);
+    (scale.len() == 1).then(|| [16, 4].into_iter().find(|&l| fits(l))).flatten()
 }
 
 /// f32, f16 or bf16: the types whose Q/DQ arithmetic is f32 (the 8-bit kernels' float side).
@@ -189,9 +199,10 @@ pub fn dequantize(
     let n = x.len();
     let codes = [type_code(x.dtype), type_code(scale.dtype), type_code(out_type)].map(Arg::I32);
     let pointers = [cx.arg(x), cx.arg(scale), zero_point.map_or(Arg::NULL, |z| cx.arg(z)), cx.arg(&out)];
-    if eight_bit && per_tensor_x4(cx, scale, x, &out) {
-        let vector = [&codes[..], &[Arg::I64((n / 4) as i64)], &pointers].concat();
-        cx.launch_elements(Source::Typed.kernel("quant_dequantize_8bit_x4"), n / 4, &vector)?;
+    if let Some(lanes) = per_tensor_lanes(cx, scale, x, &out).filter(|_| eight_bit) {
+        let vector = [&codes[..], &[Arg::I64((n / lanes) as i64)], &pointers].concat();
+        let kernel = if lanes == 16 { "quant_dequantize_8bit_x16" } else { "quant_dequantize_8bit_x4" };
+        cx.launch_elements(Source::Typed.kernel(kernel), n / lanes, &vector)?;
         return Ok(out);
     }
     let args = [&codes[..], &[inner, len, n].map(|d| Arg::I64(d as i64)), &pointers].concat();

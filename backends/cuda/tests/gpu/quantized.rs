@@ -403,3 +403,72 @@ fn max_pooling_of_channels_last_8_bit_levels_matches_the_cpu_oracle() {
         check_network(&what, &net, &feeds, 0.0);
     }
 }
+
+/// Per-tensor Q/DQ of transposed views (the head splits of a Q/DQ BERT after Q/DQ propagation
+/// moves them onto the integers) run in the view's memory order and keep its strides, and
+/// attention reads the dequantized heads (its keys transposed, as BERT's export writes them)
+/// through those strides: every output against the cpu oracle, the Q/DQ exactly.
+#[test]
+fn qdq_of_transposed_views_and_attention_on_them_match_the_cpu_oracle() {
+    use kiln::{AttentionParams, HostTensor, LayerKind, Network, Shape, ShuffleParams, TensorData, TensorId};
+    use rand::Rng;
+    if backend().is_none() {
+        return;
+    }
+    let mut rng = crate::common::rng(31);
+    let (batch, seq, heads, dim) = (2usize, 40, 3, 16);
+    let shape = [batch, seq, heads, dim];
+    let n: usize = shape.iter().product();
+    let mut net = Network::new("views");
+    let mut feeds = Vec::new();
+    let mut inputs = Vec::new();
+    for name in ["q", "k", "v"] {
+        inputs.push(net.add_input(name, DataType::I8, Shape::fixed(&shape)).expect(name));
+        feeds.push(HostTensor::new(shape.to_vec(), TensorData::I8((0..n).map(|_| rng.gen()).collect())).expect(name));
+    }
+    let x = net.add_input("x", DataType::F32, Shape::fixed(&shape)).expect("x");
+    feeds.push(HostTensor::from_f32(shape.to_vec(), (0..n).map(|_| rng.gen_range(-4.0f32..4.0)).collect()).expect("x"));
+    let mut constant = |name: &str, t: HostTensor| {
+        let w = net.add_weights(t);
+        let l = net.add_layer(name, LayerKind::Constant { weights: w }, vec![]).expect(name);
+        net.output(l, 0)
+    };
+    let scale = constant("scale", HostTensor::from_f32(vec![], vec![0.023]).expect("scale"));
+    let zero = constant("zero", HostTensor::new(vec![], TensorData::I8(vec![3])).expect("zero"));
+    let mut layer = |name: &str, kind: LayerKind, inputs: Vec<Option<TensorId>>| {
+        let l = net.add_layer(name, kind, inputs).expect(name);
+        net.output(l, 0)
+    };
+    let transpose = |perm: &[usize]| LayerKind::Shuffle(ShuffleParams { first_transpose: perm.to_vec(), ..Default::default() });
+    // Queries and values [b, h, s, d], keys [b, h, d, s]: views of [b, s, h, d] on cuda.
+    let perms: [&[usize]; 3] = [&[0, 2, 1, 3], &[0, 2, 3, 1], &[0, 2, 1, 3]];
+    let mut heads_f16 = Vec::new();
+    for (i, (&t, perm)) in inputs.iter().zip(perms).enumerate() {
+        let view = layer(&format!("heads{i}"), transpose(perm), vec![Some(t)]);
+        heads_f16.push(layer(&format!("dq{i}"), LayerKind::Dequantize { axis: None, to: Some(DataType::F16) }, vec![Some(view), Some(scale), Some(zero)]));
+    }
+    let attention = AttentionParams {
+        scale: (dim as f32).sqrt(),
+        key_transposed: true,
+        scale_multiplies: false,
+        zero_nan_rows: false,
+        product_levels: Some(kiln::LevelGrid { scale: 0.05, zero: 0, levels: DataType::I8 }),
+        scores_levels: None,
+        probs_levels: Some(kiln::LevelGrid { scale: 1.0 / 127.0, zero: 0, levels: DataType::I8 }),
+    };
+    let context = layer("attention", LayerKind::Attention(attention), heads_f16.iter().map(|&t| Some(t)).collect());
+    // A f32 Dequantize of the keys' view, and a Quantize of a transposed f32 view.
+    let keys = layer("keys", transpose(&[0, 2, 3, 1]), vec![Some(inputs[1])]);
+    let keys_f32 = layer("dq_keys", LayerKind::Dequantize { axis: None, to: None }, vec![Some(keys), Some(scale), Some(zero)]);
+    let x_view = layer("x_heads", transpose(&[0, 2, 3, 1]), vec![Some(x)]);
+    let levels = layer("q_x", LayerKind::Quantize { axis: None, to: DataType::I8 }, vec![Some(x_view), Some(scale), Some(zero)]);
+    for t in [heads_f16[1], keys_f32, levels] {
+        net.mark_output(t).expect("output");
+    }
+    check_network("Q/DQ of transposed views", &net, &feeds, 0.0);
+    net.mark_output(context).expect("context");
+    // The product's levels match exactly; a probability on the edge of two levels may round
+    // to either (the exponentials differ in their last bits), which moves an output by a value
+    // (at most 3 here) over 127: a couple of such steps at most.
+    check_network("attention on dequantized views", &net, &feeds, 0.05);
+}

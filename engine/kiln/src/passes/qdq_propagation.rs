@@ -6,10 +6,15 @@
 //! - `DQ → layout` becomes `layout → DQ` (the DQ stays for any other reader);
 //! - `layout → Q` becomes `Q → layout` when the Q is the layout output's only reader;
 //! - `DQ → Q` is dropped when the Q gives back every level the DQ reads: the Q's readers read
-//!   the integers (the DQ stays for any other reader).
+//!   the integers (the DQ stays for any other reader);
+//! - `layout → pointwise → Q` becomes `pointwise → layout → Q` when the pointwise layer applies
+//!   one value to every element (an activation, a float unary op, or a binary op with a known
+//!   one-element operand): BERT's exported attention scales Q and K after their head split,
+//!   and this lets the Q move onto the integers above, so the bias, the scale and the Q fuse
+//!   into one pass over the projection's levels.
 //!
 //! Each is exact. A layout layer (Shuffle, Identity) moves elements without arithmetic and a
-//! per-tensor Q or DQ applies one scale and zero point to every element, so they commute. The
+//! per-tensor Q or DQ, like such a pointwise layer, does the same to every element, so they commute. The
 //! cancellation is checked on all 256 levels with the cpu backend's arithmetic, and only where
 //! every quotient lies within a quarter level of its rounding, so backends whose division is a
 //! few ulps off (WGSL's) round it the same way.
@@ -67,6 +72,8 @@ enum Rewrite {
     HoistQuantize { layout: usize, quantize: usize },
     /// `DQ → Q` as the DQ's integer input.
     Cancel { dequantize: usize, quantize: usize },
+    /// `layout → pointwise` (the pointwise layer read only by a Q) as `pointwise → layout`.
+    PointwiseFirst { layout: usize, pointwise: usize },
 }
 
 /// Applies every non-overlapping rewrite found once; `None` when there is none.
@@ -75,7 +82,8 @@ fn sweep(net: &Network) -> Result<Option<Network>, PassError> {
     let cancel = |i: usize| cancellation(net, &readers, i);
     let sink = |i: usize| sink_dequantize(net, &readers, i);
     let hoist = |i: usize| hoist_quantize(net, &readers, i);
-    let (mut plans, absorbed) = disjoint_plans(net.layers().len(), &[&cancel, &sink, &hoist], |p: &Plan| &p.layers);
+    let pointwise = |i: usize| pointwise_first(net, &readers, i);
+    let (mut plans, absorbed) = disjoint_plans(net.layers().len(), &[&cancel, &sink, &hoist, &pointwise], |p: &Plan| &p.layers);
     if plans.is_empty() {
         return Ok(None);
     }
@@ -109,6 +117,23 @@ fn emit(rb: &mut Rewriter<'_>, net: &Network, rewrite: &Rewrite) -> Result<(), N
             let hoisted = rb.out_mut().add_layer(&q.name, per_tensor(&q.kind), inputs)?;
             let inputs = with_data(rb, &l.inputs, rb.out().output(hoisted, 0))?;
             rb.add(&format!("{} (integer)", l.name), l.kind.clone(), inputs, &q.outputs)?;
+        }
+        Rewrite::PointwiseFirst { layout, pointwise } => {
+            let (l, p) = (layer(layout), layer(pointwise));
+            let data_in = rb.get(data(l).ok_or_else(|| missing(l))?)?;
+            let moved_input = l.outputs[0];
+            let inputs = p
+                .inputs
+                .iter()
+                .map(|&t| match t {
+                    Some(t) if t == moved_input => Ok(Some(data_in)),
+                    Some(t) => rb.get(t).map(Some),
+                    None => Ok(None),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let first = rb.out_mut().add_layer(&p.name, p.kind.clone(), inputs)?;
+            let inputs = with_data(rb, &l.inputs, rb.out().output(first, 0))?;
+            rb.add(&format!("{} (after {})", l.name, p.name), l.kind.clone(), inputs, &p.outputs)?;
         }
         Rewrite::Cancel { dequantize, quantize } => {
             let integers = rb.get(data(layer(dequantize)).ok_or_else(|| missing(layer(dequantize)))?)?;
@@ -224,6 +249,40 @@ fn hoist_quantize(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> O
     let l = net.layer(LayerId(layout));
     (is_layout(l) && only_data_of(net, readers, t, i)).then_some(())?;
     Some(Plan { layers: vec![layout, i], rewrite: Rewrite::HoistQuantize { layout, quantize: i } })
+}
+
+/// Pointwise layer `i` that does one thing to every element of a layout layer's output (its
+/// only reader) and is read only by a per-tensor QuantizeLinear. A binary layer's other operand
+/// is a known one-element tensor of rank at most the layout input's, so the layer keeps the
+/// layout input's shape.
+fn pointwise_first(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan> {
+    let p = net.layer(LayerId(i));
+    let out = *p.outputs.first().filter(|_| p.outputs.len() == 1)?;
+    let [(quantize, 0)] = readers[out.0][..] else { return None };
+    per_tensor_quantize(net, quantize)?;
+    if net.outputs().contains(&out) {
+        return None;
+    }
+    let moved = p.inputs.iter().flatten().copied().find(|&t| {
+        net.tensor(t).producer.is_some_and(|(l, _)| is_layout(net.layer(l)))
+    })?;
+    let layout = net.tensor(moved).producer?.0 .0;
+    let l = net.layer(LayerId(layout));
+    let layout_input = data(l)?;
+    if !readers[moved.0].iter().all(|&(r, _)| r == i) || net.outputs().contains(&moved) {
+        return None;
+    }
+    let same_type = |t: TensorId| net.tensor(t).dtype == net.tensor(out).dtype;
+    let one_value = match &p.kind {
+        LayerKind::Activation { .. } => p.inputs.len() == 1,
+        LayerKind::Unary { op } => super::fuse::float_unary(*op),
+        LayerKind::Elementwise { op } if super::fuse::fusable_binary(*op) && p.inputs.len() == 2 => p.inputs.iter().flatten().all(|&t| {
+            t == moved || known_value(net, t).is_some_and(|v| v.len() == 1) && net.tensor(t).shape.rank() <= net.tensor(layout_input).shape.rank()
+        }) && p.inputs.iter().flatten().filter(|&&t| t == moved).count() == 1,
+        _ => false,
+    };
+    (one_value && same_type(moved) && same_type(layout_input)).then_some(())?;
+    Some(Plan { layers: vec![layout, i], rewrite: Rewrite::PointwiseFirst { layout, pointwise: i } })
 }
 
 /// Per-tensor QuantizeLinear `i` reading a DequantizeLinear whose every level it gives back.
