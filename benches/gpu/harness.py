@@ -63,11 +63,19 @@ def make_inputs(name, batch, rng):
     return [ids, mask]
 
 
-def export(model, input_names, output_names, sample, path):
-    dynamic = {n: {0: "batch"} for n in input_names + output_names}
+def export(model, input_names, output_names, sample, path, exporter="legacy"):
+    """ONNX with a dynamic batch: the legacy TorchScript exporter (opset 17), or the dynamo one
+    (PyTorch's default since 2.9; its own opset, weights in `path`.data)."""
+    args = tuple(torch.from_numpy(x) for x in sample)
     with torch.no_grad():
-        torch.onnx.export(model, tuple(torch.from_numpy(x) for x in sample), path, input_names=input_names,
-                          output_names=output_names, dynamic_axes=dynamic, opset_version=17, dynamo=False)
+        if exporter == "dynamo":
+            batch = torch.export.Dim("batch", min=1, max=1024)
+            torch.onnx.export(model, args, path, input_names=input_names, output_names=output_names, dynamo=True,
+                              external_data=True, dynamic_shapes=tuple({0: batch} for _ in input_names))
+            return
+        dynamic = {n: {0: "batch"} for n in input_names + output_names}
+        torch.onnx.export(model, args, path, input_names=input_names, output_names=output_names,
+                          dynamic_axes=dynamic, opset_version=17, dynamo=False)
 
 
 def cuda_times_ms(fn, warmup_s, iterations):

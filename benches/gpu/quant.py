@@ -17,14 +17,15 @@ compute median) and adds its figures to `$OUT/quant.json` as soon as it ends:
             and fp16 `torch.matmul` in TOP/s, against kiln on the Q/DQ pattern of an INT8 and an
             FP8 matrix product (ONNX models made here with the onnx helper API).
 
-kiln emulates Q/DQ in float today (its INT8 kernels do not exist yet): this records where it
-starts. A case kiln cannot build or run is recorded with kiln's error text; the others go on.
+`--exporter dynamo` exports resnet50 and bert with PyTorch's default exporter instead of the
+legacy one. A case kiln cannot build or run is recorded with kiln's error text; the others go on.
 Parts that need torch say so when it is missing; `--backend cpu --only gemm,digits` smoke-tests
 the kiln side on a machine without a GPU (small `--gemm-size`; digits falls back to a
 scikit-learn MLP when torch is absent).
 
     python benches/gpu/quant.py --kiln .gpu/bin/kiln --out $OUT [--only resnet50,bert,digits,gemm]
         [--batch-resnet 256] [--batch-bert 32] [--seconds 3] [--gemm-size 8192] [--backend cuda]
+        [--exporter legacy|dynamo]
 """
 
 import argparse
@@ -305,9 +306,11 @@ def qdq_part(args, kiln, name):
 
     fp32_path = os.path.join(args.work, f"{name}.onnx")
     qdq_path = os.path.join(args.work, f"{name}.qdq.onnx")
-    say(f"{name}: export to ONNX (opset 17, dynamic batch)")
+    say(f"{name}: export to ONNX ({args.exporter} exporter, dynamic batch)")
+    part["exporter"] = args.exporter
     t0 = time.perf_counter()
-    harness.export(model, input_names, output_names, harness.make_inputs(name, 2, np.random.default_rng(2)), fp32_path)
+    harness.export(model, input_names, output_names, harness.make_inputs(name, 2, np.random.default_rng(2)), fp32_path,
+                   args.exporter)
     part["export_s"] = time.perf_counter() - t0
 
     say(f"{name}: quantize_static Q/DQ over {args.calib_batches} random batches of {args.calib_batch}")
@@ -814,6 +817,8 @@ def main():
     p.add_argument("--calib-batches", type=int, default=8, help="quantize_static's random calibration batches")
     p.add_argument("--calib-batch", type=int, default=8)
     p.add_argument("--qdq-ops", default="Conv,MatMul,Gemm", help="op types quantize_static quantizes")
+    p.add_argument("--exporter", default="legacy", choices=["legacy", "dynamo"],
+                   help="resnet50 / bert: PyTorch's ONNX exporter (dynamo: the default since PyTorch 2.9)")
     p.add_argument("--digits-epochs", type=int, default=30)
     p.add_argument("--digits-calib-batch", type=int, default=64)
     p.add_argument("--gemm-size", type=int, default=8192)
