@@ -163,3 +163,36 @@ fn dump_lists_inputs_layers_and_outputs() {
                     output `y`: f16[N,4] LINEAR\n";
     assert_eq!(dump, expected);
 }
+
+/// An attention layer's level grids are a QuantizeLinear's: int8 or uint8 levels, a zero point
+/// among them and a positive scale. Anything else (an engine file may say anything) is refused
+/// with what is wrong.
+#[test]
+fn attention_level_grids_must_be_8_bit_quantizations() {
+    let attention = |grid: LevelGrid| {
+        let mut net = Network::new("t");
+        let inputs: Vec<_> = ["q", "k", "v"].iter().map(|n| Some(net.add_input(n, DataType::F32, [1, 2, 4, 8]).unwrap())).collect();
+        let params = AttentionParams {
+            scale: 8f32.sqrt(),
+            key_transposed: false,
+            scale_multiplies: false,
+            zero_nan_rows: false,
+            product_levels: None,
+            scores_levels: None,
+            probs_levels: Some(grid),
+        };
+        net.add_layer("attention", LayerKind::Attention(params), inputs).map(|_| ()).map_err(|e| e.to_string())
+    };
+    assert_eq!(attention(LevelGrid { scale: 1.0 / 127.0, zero: 0, levels: DataType::I8 }), Ok(()));
+    assert_eq!(attention(LevelGrid { scale: 1.0 / 255.0, zero: 0, levels: DataType::U8 }), Ok(()));
+    for (grid, says) in [
+        (LevelGrid { scale: 0.1, zero: 0, levels: DataType::F32 }, "f32"),
+        (LevelGrid { scale: 0.1, zero: 300, levels: DataType::U8 }, "zero point 300"),
+        (LevelGrid { scale: 0.1, zero: -1, levels: DataType::U8 }, "zero point -1"),
+        (LevelGrid { scale: 0.0, zero: 0, levels: DataType::I8 }, "scale 0"),
+        (LevelGrid { scale: f32::NAN, zero: 0, levels: DataType::I8 }, "scale NaN"),
+    ] {
+        let err = attention(grid).expect_err(says);
+        assert!(err.contains("probabilities levels") && err.contains(says), "{says}: {err}");
+    }
+}

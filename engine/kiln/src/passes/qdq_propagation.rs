@@ -68,11 +68,12 @@ struct Plan {
 enum Rewrite {
     /// `DQ → layout` as `layout → DQ`; the DQ stays where it has other readers.
     SinkDequantize { dequantize: usize, layout: usize, stays: bool },
-    /// `layout → Q` as `Q → layout`.
+    /// `layout → Q` as `Q → layout` (the float layout stays where Shape layers read it).
     HoistQuantize { layout: usize, quantize: usize },
     /// `DQ → Q` as the DQ's integer input.
     Cancel { dequantize: usize, quantize: usize },
-    /// `layout → pointwise` (the pointwise layer read only by a Q) as `pointwise → layout`.
+    /// `layout → pointwise` (the pointwise layer read only by a Q) as `pointwise → layout`
+    /// (the layout stays as it was where Shape layers read it).
     PointwiseFirst { layout: usize, pointwise: usize },
 }
 
@@ -241,14 +242,32 @@ fn sink_dequantize(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> 
     Some(Plan { layers, rewrite: Rewrite::SinkDequantize { dequantize, layout: i, stays } })
 }
 
-/// Per-tensor QuantizeLinear `i`, the only reader of a layout layer.
+/// Whether `t` is read by `layer`'s slot 0 and otherwise only by Shape layers (which read its
+/// dims, the same before and after a rewrite that moves values), and is no network output.
+/// `Some(true)` where Shape layers read it too: the layer producing `t` then stays for them.
+fn data_of_and_shapes(net: &Network, readers: &[Vec<(usize, usize)>], t: TensorId, layer: usize) -> Option<bool> {
+    let (mut data, mut shapes) = (0, 0);
+    for &(r, slot) in &readers[t.0] {
+        match (r == layer && slot == 0, &net.layer(LayerId(r)).kind) {
+            (true, _) => data += 1,
+            (false, LayerKind::Shape) => shapes += 1,
+            _ => return None,
+        }
+    }
+    (data == 1 && !net.outputs().contains(&t)).then_some(shapes > 0)
+}
+
+/// Per-tensor QuantizeLinear `i`, the only reader of a layout layer besides Shape layers (a
+/// dynamic-shape export reads the heads' shape where it transposes the keys).
 fn hoist_quantize(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan> {
     let q = net.layer(LayerId(i));
     per_tensor_quantize(net, i)?;
     let (layout, t) = data_producer(net, q)?;
     let l = net.layer(LayerId(layout));
-    (is_layout(l) && only_data_of(net, readers, t, i)).then_some(())?;
-    Some(Plan { layers: vec![layout, i], rewrite: Rewrite::HoistQuantize { layout, quantize: i } })
+    is_layout(l).then_some(())?;
+    let stays = data_of_and_shapes(net, readers, t, i)?;
+    let layers = if stays { vec![i] } else { vec![layout, i] };
+    Some(Plan { layers, rewrite: Rewrite::HoistQuantize { layout, quantize: i } })
 }
 
 /// Pointwise layer `i` that does one thing to every element of a layout layer's output (its
@@ -269,9 +288,12 @@ fn pointwise_first(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> 
     let layout = net.tensor(moved).producer?.0 .0;
     let l = net.layer(LayerId(layout));
     let layout_input = data(l)?;
-    if !readers[moved.0].iter().all(|&(r, _)| r == i) || net.outputs().contains(&moved) {
+    // Read by the pointwise layer (once, checked below) and maybe by Shape layers.
+    let shapes = readers[moved.0].iter().filter(|&&(r, _)| r != i).map(|&(r, _)| &net.layer(LayerId(r)).kind).collect::<Vec<_>>();
+    if !shapes.iter().all(|k| matches!(k, LayerKind::Shape)) || net.outputs().contains(&moved) {
         return None;
     }
+    let stays = !shapes.is_empty();
     let same_type = |t: TensorId| net.tensor(t).dtype == net.tensor(out).dtype;
     let one_value = match &p.kind {
         LayerKind::Activation { .. } => p.inputs.len() == 1,
@@ -282,7 +304,8 @@ fn pointwise_first(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> 
         _ => false,
     };
     (one_value && same_type(moved) && same_type(layout_input)).then_some(())?;
-    Some(Plan { layers: vec![layout, i], rewrite: Rewrite::PointwiseFirst { layout, pointwise: i } })
+    let layers = if stays { vec![i] } else { vec![layout, i] };
+    Some(Plan { layers, rewrite: Rewrite::PointwiseFirst { layout, pointwise: i } })
 }
 
 /// Per-tensor QuantizeLinear `i` reading a DequantizeLinear whose every level it gives back.

@@ -99,6 +99,16 @@ pub(super) fn attention(
     weights: &WeightsLookup<'_>,
 ) -> InferResult<Vec<OutFact>> {
     ins.arity(3, 4)?;
+    // A grid's levels are int8 or uint8 with a zero point among them and a positive finite
+    // scale, as the QuantizeLinear it stands for has (an engine file may say otherwise).
+    for (what, grid) in [("product", &p.product_levels), ("scores", &p.scores_levels), ("probabilities", &p.probs_levels)] {
+        let Some(g) = grid else { continue };
+        let range = matches!(g.levels, crate::DataType::I8 | crate::DataType::U8).then(|| g.range());
+        let ok = range.is_some_and(|(lo, hi)| (lo..=hi).contains(&g.zero)) && g.scale.is_finite() && g.scale > 0.0;
+        if !ok {
+            return rule(None, format!("the {what} levels are {} with zero point {} and scale {}: they must be int8 or uint8, the zero point one of their levels and the scale positive", g.levels, g.zero, g.scale));
+        }
+    }
     let q = ins.float(0)?;
     let op_b = if p.key_transposed {
         MatrixOp::None
