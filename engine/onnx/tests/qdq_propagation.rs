@@ -450,17 +450,20 @@ fn a_scalar_step_between_a_layout_layer_and_a_quantize_moves_before_the_layout()
     assert!(QdqPropagation.run(&b.net, &context()).expect("pass").is_none(), "per-element operand moved:\n{}", b.net.dump());
 }
 
-/// The dynamo exporter's attention reads the keys' shape where it transposes them
-/// (`Shape(k)`, then `k` reshaped and transposed by the computed shape): a Shape reader does not
-/// stop the scale and the Q moving above the layout layers, whose float copy stays for it.
+/// The dynamo exporter's attention reads the keys' shape where it transposes them (`Shape(k)`,
+/// then `k` reshaped and transposed by the computed shape): a Shape reader does not stop the
+/// scale and the Q moving above the layout layers, and reads the moved layouts' output, so the
+/// bias, the scale and the Q meet on the projection's rows.
 #[test]
 fn a_shape_reader_does_not_stop_the_moves() {
     let mut b = Qdq::new("keys with a shape reader");
     let a = b.net.add_input("a", DataType::I8, &[2usize, 4, 6][..]).expect("a");
     let s = b.constant("s", HostTensor::from_f32(vec![], vec![0.3]).expect("s"));
     let factor = b.constant("factor", HostTensor::from_f32(vec![], vec![0.59460354]).expect("factor"));
+    let bias = b.constant("bias", HostTensor::from_f32(vec![6], noise(5, 6, 2.0)).expect("bias"));
     let d = b.dq("dq", a, s, None);
-    let split = b.reshape("split", d, &[2, 4, 2, 3]);
+    let biased = b.layer("bias", LayerKind::Elementwise { op: kiln::ElementwiseOp::Sum }, &[Some(d), Some(bias)]);
+    let split = b.reshape("split", biased, &[2, 4, 2, 3]);
     let keys = b.transpose("keys", split, &[0, 2, 1, 3]);
     let shape = b.layer("keys_shape", LayerKind::Shape, &[Some(keys)]);
     let swapped = b.transpose("swapped", keys, &[0, 1, 3, 2]);
@@ -470,13 +473,18 @@ fn a_shape_reader_does_not_stop_the_moves() {
     b.net.mark_output(y).expect("y");
     b.net.mark_output(shape).expect("shape");
     let moved = propagated(&b.net);
-    // The scale and the Q run on the projection's rows; the layout layers move integers; the
-    // float head split stays for the Shape layer.
-    let producer_kind = |t: TensorId| moved.tensor(t).producer.map(|(l, _)| moved.layer(l).kind.type_name());
-    let q_layer = moved.layers().iter().find(|l| matches!(l.kind, LayerKind::Quantize { .. })).expect("q");
-    assert_eq!(producer_kind(q_layer.inputs[0].expect("q input")), Some("ElementWise"), "{}", moved.dump());
-    let integer_shuffles = moved.layers().iter().filter(|l| matches!(l.kind, LayerKind::Shuffle(_)) && moved.tensor(l.outputs[0]).dtype == DataType::I8).count();
-    assert_eq!(integer_shuffles, 3, "{}", moved.dump());
+    let want = vec![
+        ("Dequantize", DataType::F32),
+        ("ElementWise", DataType::F32),
+        ("ElementWise", DataType::F32),
+        ("Quantize", DataType::I8),
+        ("Shuffle", DataType::I8),
+        ("Shuffle", DataType::I8),
+        ("Shape", DataType::I64),
+        ("Shuffle", DataType::I8),
+        ("Dequantize", DataType::F32),
+    ];
+    assert_eq!(kinds(&moved), want, "{}", moved.dump());
     for seed in 1..=3 {
         let a = HostTensor::new(vec![2, 4, 6], TensorData::I8(noise(seed, 48, 128.0).into_iter().map(|v| v as i8).collect())).expect("a");
         assert_bit_exact(&run(&moved, std::slice::from_ref(&a)), &run(&b.net, &[a]), &format!("seed {seed}"));

@@ -13,6 +13,10 @@
 //!   and this lets the Q move onto the integers above, so the bias, the scale and the Q fuse
 //!   into one pass over the projection's levels.
 //!
+//! A layout layer's output may also be read by Shape layers (the dynamo exporter's attention
+//! reads the keys' shape where it transposes them): they read the moved layout's output, whose
+//! dims are the same, and the rewrite is emitted where the layout was, before they read it.
+//!
 //! Each is exact. A layout layer (Shuffle, Identity) moves elements without arithmetic and a
 //! per-tensor Q or DQ, like such a pointwise layer, does the same to every element, so they commute. The
 //! cancellation is checked on all 256 levels with the cpu backend's arithmetic, and only where
@@ -68,13 +72,14 @@ struct Plan {
 enum Rewrite {
     /// `DQ → layout` as `layout → DQ`; the DQ stays where it has other readers.
     SinkDequantize { dequantize: usize, layout: usize, stays: bool },
-    /// `layout → Q` as `Q → layout` (the float layout stays where Shape layers read it).
-    HoistQuantize { layout: usize, quantize: usize },
+    /// `layout → Q` as `Q → layout`; `shapes`: Shape layers read the layout's output, which
+    /// the new layout's output stands for (emitted where the layout was).
+    HoistQuantize { layout: usize, quantize: usize, shapes: bool },
     /// `DQ → Q` as the DQ's integer input.
     Cancel { dequantize: usize, quantize: usize },
-    /// `layout → pointwise` (the pointwise layer read only by a Q) as `pointwise → layout`
-    /// (the layout stays as it was where Shape layers read it).
-    PointwiseFirst { layout: usize, pointwise: usize },
+    /// `layout → pointwise` (the pointwise layer read only by a Q) as `pointwise → layout`;
+    /// `shapes` as for [`Rewrite::HoistQuantize`].
+    PointwiseFirst { layout: usize, pointwise: usize, shapes: bool },
 }
 
 /// Applies every non-overlapping rewrite found once; `None` when there is none.
@@ -112,14 +117,17 @@ fn emit(rb: &mut Rewriter<'_>, net: &Network, rewrite: &Rewrite) -> Result<(), N
             let name = if stays { format!("{} (after {})", dq.name, l.name) } else { dq.name.clone() };
             rb.add(&name, per_tensor(&dq.kind), inputs, &l.outputs)?;
         }
-        Rewrite::HoistQuantize { layout, quantize } => {
+        Rewrite::HoistQuantize { layout, quantize, shapes } => {
             let (l, q) = (layer(layout), layer(quantize));
             let inputs = with_data(rb, &q.inputs, rb.get(data(l).ok_or_else(|| missing(l))?)?)?;
             let hoisted = rb.out_mut().add_layer(&q.name, per_tensor(&q.kind), inputs)?;
             let inputs = with_data(rb, &l.inputs, rb.out().output(hoisted, 0))?;
             rb.add(&format!("{} (integer)", l.name), l.kind.clone(), inputs, &q.outputs)?;
+            if shapes {
+                rb.alias(l.outputs[0], rb.get(q.outputs[0])?);
+            }
         }
-        Rewrite::PointwiseFirst { layout, pointwise } => {
+        Rewrite::PointwiseFirst { layout, pointwise, shapes } => {
             let (l, p) = (layer(layout), layer(pointwise));
             let data_in = rb.get(data(l).ok_or_else(|| missing(l))?)?;
             let moved_input = l.outputs[0];
@@ -135,6 +143,9 @@ fn emit(rb: &mut Rewriter<'_>, net: &Network, rewrite: &Rewrite) -> Result<(), N
             let first = rb.out_mut().add_layer(&p.name, p.kind.clone(), inputs)?;
             let inputs = with_data(rb, &l.inputs, rb.out().output(first, 0))?;
             rb.add(&format!("{} (after {})", l.name, p.name), l.kind.clone(), inputs, &p.outputs)?;
+            if shapes {
+                rb.alias(l.outputs[0], rb.get(p.outputs[0])?);
+            }
         }
         Rewrite::Cancel { dequantize, quantize } => {
             let integers = rb.get(data(layer(dequantize)).ok_or_else(|| missing(layer(dequantize)))?)?;
@@ -244,7 +255,7 @@ fn sink_dequantize(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> 
 
 /// Whether `t` is read by `layer`'s slot 0 and otherwise only by Shape layers (which read its
 /// dims, the same before and after a rewrite that moves values), and is no network output.
-/// `Some(true)` where Shape layers read it too: the layer producing `t` then stays for them.
+/// `Some(true)` where Shape layers read it too.
 fn data_of_and_shapes(net: &Network, readers: &[Vec<(usize, usize)>], t: TensorId, layer: usize) -> Option<bool> {
     let (mut data, mut shapes) = (0, 0);
     for &(r, slot) in &readers[t.0] {
@@ -257,6 +268,20 @@ fn data_of_and_shapes(net: &Network, readers: &[Vec<(usize, usize)>], t: TensorI
     (data == 1 && !net.outputs().contains(&t)).then_some(shapes > 0)
 }
 
+/// The layers a move of layer `moved` above `layout` replaces, in the order whose last is where
+/// the rewrite is emitted: at the moved layer, or with Shape layers reading the layout's output
+/// at the layout, so that output is made (by the new layout) before they read it; that takes
+/// the moved layer's other inputs made before the layout.
+fn move_plan(net: &Network, layout: usize, moved: usize, shapes: bool) -> Option<Vec<usize>> {
+    if !shapes {
+        return Some(vec![layout, moved]);
+    }
+    let before = |t: TensorId| net.tensor(t).producer.is_none_or(|(p, _)| p.0 < layout);
+    let l = net.layer(LayerId(layout));
+    let others = net.layer(LayerId(moved)).inputs.iter().flatten().filter(|&&t| Some(t) != l.outputs.first().copied());
+    others.copied().all(before).then(|| vec![moved, layout])
+}
+
 /// Per-tensor QuantizeLinear `i`, the only reader of a layout layer besides Shape layers (a
 /// dynamic-shape export reads the heads' shape where it transposes the keys).
 fn hoist_quantize(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan> {
@@ -265,9 +290,8 @@ fn hoist_quantize(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> O
     let (layout, t) = data_producer(net, q)?;
     let l = net.layer(LayerId(layout));
     is_layout(l).then_some(())?;
-    let stays = data_of_and_shapes(net, readers, t, i)?;
-    let layers = if stays { vec![i] } else { vec![layout, i] };
-    Some(Plan { layers, rewrite: Rewrite::HoistQuantize { layout, quantize: i } })
+    let shapes = data_of_and_shapes(net, readers, t, i)?;
+    Some(Plan { layers: move_plan(net, layout, i, shapes)?, rewrite: Rewrite::HoistQuantize { layout, quantize: i, shapes } })
 }
 
 /// Pointwise layer `i` that does one thing to every element of a layout layer's output (its
@@ -293,7 +317,7 @@ fn pointwise_first(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> 
     if !shapes.iter().all(|k| matches!(k, LayerKind::Shape)) || net.outputs().contains(&moved) {
         return None;
     }
-    let stays = !shapes.is_empty();
+    let shapes = !shapes.is_empty();
     let same_type = |t: TensorId| net.tensor(t).dtype == net.tensor(out).dtype;
     let one_value = match &p.kind {
         LayerKind::Activation { .. } => p.inputs.len() == 1,
@@ -304,8 +328,7 @@ fn pointwise_first(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> 
         _ => false,
     };
     (one_value && same_type(moved) && same_type(layout_input)).then_some(())?;
-    let layers = if stays { vec![i] } else { vec![layout, i] };
-    Some(Plan { layers, rewrite: Rewrite::PointwiseFirst { layout, pointwise: i } })
+    Some(Plan { layers: move_plan(net, layout, i, shapes)?, rewrite: Rewrite::PointwiseFirst { layout, pointwise: i, shapes } })
 }
 
 /// Per-tensor QuantizeLinear `i` reading a DequantizeLinear whose every level it gives back.
