@@ -229,7 +229,7 @@ fn per_tensor_quantize(net: &Network, i: usize) -> Option<PerTensor<'_>> {
 /// Whether `t` is read by `layer`'s slot 0 alone and is no network output: a tensor a rewrite
 /// may stop computing.
 fn only_data_of(net: &Network, readers: &[Vec<(usize, usize)>], t: TensorId, layer: usize) -> bool {
-    readers[t.0] == [(layer, 0)] && !net.outputs().contains(&t)
+    read_by_and_shapes(net, readers, t, (layer, 0)) == Some(false)
 }
 
 /// The layer producing `l`'s data input, when `l` reads it in slot 0 only.
@@ -253,19 +253,19 @@ fn sink_dequantize(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> 
     Some(Plan { layers, rewrite: Rewrite::SinkDequantize { dequantize, layout: i, stays } })
 }
 
-/// Whether `t` is read by `layer`'s slot 0 and otherwise only by Shape layers (which read its
-/// dims, the same before and after a rewrite that moves values), and is no network output.
-/// `Some(true)` where Shape layers read it too.
-fn data_of_and_shapes(net: &Network, readers: &[Vec<(usize, usize)>], t: TensorId, layer: usize) -> Option<bool> {
-    let (mut data, mut shapes) = (0, 0);
+/// Whether `t` is read by `reader` (a layer and its slot) and otherwise only by Shape layers
+/// (which read its dims, the same before and after a rewrite that moves values), and is no
+/// network output. `Some(true)` where Shape layers read it too.
+fn read_by_and_shapes(net: &Network, readers: &[Vec<(usize, usize)>], t: TensorId, reader: (usize, usize)) -> Option<bool> {
+    let (mut read, mut shapes) = (0, 0);
     for &(r, slot) in &readers[t.0] {
-        match (r == layer && slot == 0, &net.layer(LayerId(r)).kind) {
-            (true, _) => data += 1,
+        match ((r, slot) == reader, &net.layer(LayerId(r)).kind) {
+            (true, _) => read += 1,
             (false, LayerKind::Shape) => shapes += 1,
             _ => return None,
         }
     }
-    (data == 1 && !net.outputs().contains(&t)).then_some(shapes > 0)
+    (read == 1 && !net.outputs().contains(&t)).then_some(shapes > 0)
 }
 
 /// The layers a move of layer `moved` above `layout` replaces, in the order whose last is where
@@ -290,7 +290,7 @@ fn hoist_quantize(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> O
     let (layout, t) = data_producer(net, q)?;
     let l = net.layer(LayerId(layout));
     is_layout(l).then_some(())?;
-    let shapes = data_of_and_shapes(net, readers, t, i)?;
+    let shapes = read_by_and_shapes(net, readers, t, (i, 0))?;
     Some(Plan { layers: move_plan(net, layout, i, shapes)?, rewrite: Rewrite::HoistQuantize { layout, quantize: i, shapes } })
 }
 
@@ -312,19 +312,17 @@ fn pointwise_first(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> 
     let layout = net.tensor(moved).producer?.0 .0;
     let l = net.layer(LayerId(layout));
     let layout_input = data(l)?;
-    // Read by the pointwise layer (once, checked below) and maybe by Shape layers.
-    let shapes = readers[moved.0].iter().filter(|&&(r, _)| r != i).map(|&(r, _)| &net.layer(LayerId(r)).kind).collect::<Vec<_>>();
-    if !shapes.iter().all(|k| matches!(k, LayerKind::Shape)) || net.outputs().contains(&moved) {
-        return None;
-    }
-    let shapes = !shapes.is_empty();
+    // Read by the pointwise layer in one slot (so its other operand is not the same tensor) and
+    // maybe by Shape layers.
+    let slot = p.inputs.iter().position(|&t| t == Some(moved))?;
+    let shapes = read_by_and_shapes(net, readers, moved, (i, slot))?;
     let same_type = |t: TensorId| net.tensor(t).dtype == net.tensor(out).dtype;
     let one_value = match &p.kind {
         LayerKind::Activation { .. } => p.inputs.len() == 1,
         LayerKind::Unary { op } => super::fuse::float_unary(*op),
         LayerKind::Elementwise { op } if super::fuse::fusable_binary(*op) && p.inputs.len() == 2 => p.inputs.iter().flatten().all(|&t| {
             t == moved || known_value(net, t).is_some_and(|v| v.len() == 1) && net.tensor(t).shape.rank() <= net.tensor(layout_input).shape.rank()
-        }) && p.inputs.iter().flatten().filter(|&&t| t == moved).count() == 1,
+        }),
         _ => false,
     };
     (one_value && same_type(moved) && same_type(layout_input)).then_some(())?;
