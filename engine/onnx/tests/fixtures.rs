@@ -2,28 +2,15 @@
 //! `tests/data/generate.py` with onnxruntime (or the ONNX reference evaluator) as the
 //! oracle: each model is imported, run on the cpu backend and compared output by output.
 
+mod common;
+
+use common::pb_tensors as tensors;
 use kiln::{DataType, HostTensor};
-use kiln_onnx::proto::TensorProto;
-use prost::Message;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 fn case_dir(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
-}
-
-/// The named tensors in `prefix_0.pb`, `prefix_1.pb`, … of a case.
-fn tensors(dir: &Path, prefix: &str) -> Vec<(String, HostTensor)> {
-    (0..)
-        .map(|i| dir.join(format!("{prefix}_{i}.pb")))
-        .take_while(|p| p.exists())
-        .map(|p| {
-            let bytes = std::fs::read(&p).expect("read tensor file");
-            let proto = TensorProto::decode(bytes.as_slice()).expect("decode tensor file");
-            let tensor = kiln_onnx::tensor_from_proto(&proto, None).expect("convert tensor");
-            (proto.name().to_string(), tensor)
-        })
-        .collect()
 }
 
 fn run_case(name: &str) {

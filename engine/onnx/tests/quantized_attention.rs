@@ -4,22 +4,9 @@
 //! those levels before the Q/DQ fusion takes its products, and the network keeps giving
 //! onnxruntime's values.
 
-use kiln::{Builder, BuilderConfig, HostTensor, LayerKind, Network};
-use std::collections::HashMap;
-use std::path::Path;
+mod common;
 
-/// The model, its inputs and onnxruntime's output for them.
-fn fixture() -> (Network, HashMap<String, HostTensor>, HostTensor) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/qdq_models/mini_attention_s8");
-    let net = kiln_onnx::import_file(&dir.join("model.onnx")).expect("import");
-    let tensor = |file: &str| {
-        let bytes = std::fs::read(dir.join(file)).expect(file);
-        let proto = <kiln_onnx::proto::TensorProto as prost::Message>::decode(bytes.as_slice()).expect("decode");
-        kiln_onnx::tensor_from_proto(&proto, None).expect("tensor")
-    };
-    let feeds = HashMap::from([("x".to_string(), tensor("input_0.pb")), ("mask".to_string(), tensor("input_1.pb"))]);
-    (net, feeds, tensor("output_0.pb"))
-}
+use kiln::{Builder, BuilderConfig, HostTensor, LayerKind};
 
 fn relative_l2(got: &HostTensor, want: &HostTensor) -> f64 {
     let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
@@ -30,7 +17,7 @@ fn relative_l2(got: &HostTensor, want: &HostTensor) -> f64 {
 #[test]
 fn a_quantized_attention_fuses_with_its_levels_and_keeps_onnxruntimes_values() {
     let backend = kiln_cpu::CpuBackend::new();
-    let (net, feeds, onnxruntime) = fixture();
+    let (net, feeds, onnxruntime) = common::qdq_fixture("mini_attention_s8");
     let engine = Builder::new(&backend).build(&net, &BuilderConfig::default()).expect("build");
     let built = engine.network();
     let attention: Vec<_> = built.layers().iter().filter_map(|l| match &l.kind {

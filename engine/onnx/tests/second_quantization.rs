@@ -4,26 +4,14 @@
 //! connection's Add): the ReLU islands after the convolutions become part of them, and the
 //! network gives the values it gives with the islands run as written, exactly.
 
-use kiln::{Builder, BuilderConfig, HostTensor, LayerKind, Network, QuantizedParams as Q};
-use std::collections::HashMap;
-use std::path::Path;
+mod common;
 
-/// The model, its input and onnxruntime's output for it.
-fn fixture() -> (Network, HashMap<String, HostTensor>, HostTensor) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/qdq_models/mini_resnet_s8");
-    let net = kiln_onnx::import_file(&dir.join("model.onnx")).expect("import");
-    let tensor = |file: &str| {
-        let bytes = std::fs::read(dir.join(file)).expect(file);
-        let proto = <kiln_onnx::proto::TensorProto as prost::Message>::decode(bytes.as_slice()).expect("decode");
-        kiln_onnx::tensor_from_proto(&proto, None).expect("tensor")
-    };
-    (net, HashMap::from([("x".to_string(), tensor("input_0.pb"))]), tensor("output_0.pb"))
-}
+use kiln::{Builder, BuilderConfig, LayerKind, Network, QuantizedParams as Q};
 
 #[test]
 fn onnxruntime_islands_after_convolutions_become_their_second_quantization_exactly() {
     let backend = kiln_cpu::CpuBackend::new();
-    let (net, feeds, onnxruntime) = fixture();
+    let (net, feeds, onnxruntime) = common::qdq_fixture("mini_resnet_s8");
     let engine = Builder::new(&backend).build(&net, &BuilderConfig::default()).expect("build");
     let built = engine.network();
     // Every convolution and the classifier's product are integer layers.

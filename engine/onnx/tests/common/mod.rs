@@ -237,3 +237,27 @@ pub fn assert_bool(actual: &HostTensor, shape: &[usize], expected: &[bool]) {
         other => panic!("expected bool, got {other:?}"),
     }
 }
+
+/// The named tensors in `prefix_0.pb`, `prefix_1.pb`, … of a folder (ONNX test-data layout).
+pub fn pb_tensors(dir: &std::path::Path, prefix: &str) -> Vec<(String, HostTensor)> {
+    (0..)
+        .map(|i| dir.join(format!("{prefix}_{i}.pb")))
+        .take_while(|p| p.exists())
+        .map(|p| {
+            let bytes = std::fs::read(&p).expect("read tensor file");
+            let proto = TensorProto::decode(bytes.as_slice()).expect("decode tensor file");
+            let tensor = kiln_onnx::tensor_from_proto(&proto, None).expect("convert tensor");
+            (proto.name().to_string(), tensor)
+        })
+        .collect()
+}
+
+/// A Q/DQ model of `tests/qdq_models/<name>`: the network, its inputs by name and the (one)
+/// output onnxruntime gave for them.
+pub fn qdq_fixture(name: &str) -> (Network, HashMap<String, HostTensor>, HostTensor) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/qdq_models").join(name);
+    let net = kiln_onnx::import_file(&dir.join("model.onnx")).expect("import");
+    let mut outputs = pb_tensors(&dir, "output");
+    assert_eq!(outputs.len(), 1, "{name}: one output");
+    (net, pb_tensors(&dir, "input").into_iter().collect(), outputs.remove(0).1)
+}
