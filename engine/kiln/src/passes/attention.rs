@@ -11,9 +11,10 @@ use crate::ir::network::{Layer, Network, TensorId};
 /// `softmax(scale · Q·Kᵀ [+ mask]) · V` → Attention. K may arrive transposed by the
 /// product (`op_b = Transpose`), already transposed, or through Shuffles that together swap
 /// its last two dims (one transpose, or the dynamo exporter's reshape → transpose → reshape).
-/// The scores (before the mask) and the probabilities may each pass through a quantization
-/// and back (`DequantizeLinear(QuantizeLinear(·))`, as onnxruntime's and ModelOpt's Q/DQ
-/// networks write attention): the fused layer applies those levels itself.
+/// The product (before its scale), the scores (before the mask) and the probabilities may each
+/// pass through a quantization and back (`DequantizeLinear(QuantizeLinear(·))`, as
+/// onnxruntime's and ModelOpt's Q/DQ networks write attention): the fused layer applies those
+/// levels itself.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct AttentionFusion;
 
