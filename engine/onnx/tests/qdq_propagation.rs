@@ -497,3 +497,36 @@ fn without_integer_layers_nothing_moves() {
     let context = PassContext { folding_backend: None, quantized_layers: false };
     assert!(QdqPropagation.run(&net, &context).expect("pass").is_none());
 }
+
+/// A one-layer BERT from PyTorch's dynamo exporter, Q/DQ-quantized as benches/gpu/quant.py
+/// quantizes BERT-base (`qdq_models/tiny_bert_dynamo_s8`). Its attention reads the keys' shape
+/// where it transposes them and scales the keys after their head split by a constant the graph
+/// makes after that transpose; the moves still take every layout layer onto the integers (no
+/// float Shuffle is left), with the unoptimized build's values bit for bit.
+#[test]
+fn the_dynamo_exporters_bert_has_every_layout_on_the_integers() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/qdq_models/tiny_bert_dynamo_s8/model.onnx");
+    let net = kiln_onnx::import_file(&path).expect("import");
+    let backend = kiln_cpu::CpuBackend::new();
+    let build = |optimization: kiln::Optimization| {
+        let config = BuilderConfig { optimization, ..BuilderConfig::default() };
+        Builder::new(&backend).build(&net, &config).expect("build")
+    };
+    let (fused, plain) = (build(kiln::Optimization::Full), build(kiln::Optimization::None));
+    let built = fused.network();
+    let float_layouts: Vec<&str> = built
+        .layers()
+        .iter()
+        .filter(|l| matches!(l.kind, LayerKind::Shuffle(_)) && l.outputs.iter().any(|&t| built.tensor(t).dtype.is_float()))
+        .map(|l| l.name.as_str())
+        .collect();
+    assert!(float_layouts.is_empty(), "float layout layers left: {float_layouts:?}\n{}", built.dump());
+    assert_eq!(built.layers().iter().filter(|l| matches!(l.kind, LayerKind::Attention(_))).count(), 1, "{}", built.dump());
+    let ids = HostTensor::new(vec![2, 16], TensorData::I64((0..32).map(|i| (i * 37 + 5) % 64).collect())).expect("ids");
+    let mask = HostTensor::new(vec![2, 16], TensorData::I64(vec![1; 32])).expect("mask");
+    let feeds = std::collections::HashMap::from([("input_ids".to_string(), ids), ("attention_mask".to_string(), mask)]);
+    let run = |engine: kiln::Engine| kiln::ExecutionContext::new(engine, &backend).expect("prepare").run(&feeds).expect("run").remove("hidden").expect("hidden");
+    let (got, want) = (run(fused), run(plain));
+    assert_eq!(got.shape(), &[2, 16, 64]);
+    assert_eq!(got.data(), want.data());
+}

@@ -126,7 +126,7 @@ impl<'s> Rewriter<'s> {
     }
 
     /// `kind` with a Constant's weights carried into the new network.
-    fn carried_kind(&mut self, kind: &LayerKind, layer: &str) -> Result<LayerKind, NetworkError> {
+    pub fn carried_kind(&mut self, kind: &LayerKind, layer: &str) -> Result<LayerKind, NetworkError> {
         let LayerKind::Constant { weights } = kind else { return Ok(kind.clone()) };
         if let Some(id) = self.weights.get(weights.0).copied().flatten() {
             return Ok(LayerKind::Constant { weights: id });

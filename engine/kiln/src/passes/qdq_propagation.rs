@@ -111,17 +111,21 @@ fn emit(rb: &mut Rewriter<'_>, net: &Network, rewrite: &Rewrite) -> Result<(), N
     match *rewrite {
         Rewrite::SinkDequantize { dequantize, layout, stays } => {
             let (dq, l) = (layer(dequantize), layer(layout));
-            let inputs = with_data(rb, &l.inputs, rb.get(data(dq).ok_or_else(|| missing(dq))?)?)?;
+            let data_in = rb.get(data(dq).ok_or_else(|| missing(dq))?)?;
+            let inputs = with_data(rb, net, &l.inputs, data_in)?;
             let moved = rb.out_mut().add_layer(&format!("{} (integer)", l.name), l.kind.clone(), inputs)?;
-            let inputs = with_data(rb, &dq.inputs, rb.out().output(moved, 0))?;
+            let moved_out = rb.out().output(moved, 0);
+            let inputs = with_data(rb, net, &dq.inputs, moved_out)?;
             let name = if stays { format!("{} (after {})", dq.name, l.name) } else { dq.name.clone() };
             rb.add(&name, per_tensor(&dq.kind), inputs, &l.outputs)?;
         }
         Rewrite::HoistQuantize { layout, quantize, shapes } => {
             let (l, q) = (layer(layout), layer(quantize));
-            let inputs = with_data(rb, &q.inputs, rb.get(data(l).ok_or_else(|| missing(l))?)?)?;
+            let data_in = rb.get(data(l).ok_or_else(|| missing(l))?)?;
+            let inputs = with_data(rb, net, &q.inputs, data_in)?;
             let hoisted = rb.out_mut().add_layer(&q.name, per_tensor(&q.kind), inputs)?;
-            let inputs = with_data(rb, &l.inputs, rb.out().output(hoisted, 0))?;
+            let hoisted_out = rb.out().output(hoisted, 0);
+            let inputs = with_data(rb, net, &l.inputs, hoisted_out)?;
             rb.add(&format!("{} (integer)", l.name), l.kind.clone(), inputs, &q.outputs)?;
             if shapes {
                 rb.alias(l.outputs[0], rb.get(q.outputs[0])?);
@@ -136,12 +140,13 @@ fn emit(rb: &mut Rewriter<'_>, net: &Network, rewrite: &Rewrite) -> Result<(), N
                 .iter()
                 .map(|&t| match t {
                     Some(t) if t == moved_input => Ok(Some(data_in)),
-                    Some(t) => rb.get(t).map(Some),
+                    Some(t) => mapped(rb, net, t).map(Some),
                     None => Ok(None),
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let first = rb.out_mut().add_layer(&p.name, p.kind.clone(), inputs)?;
-            let inputs = with_data(rb, &l.inputs, rb.out().output(first, 0))?;
+            let first_out = rb.out().output(first, 0);
+            let inputs = with_data(rb, net, &l.inputs, first_out)?;
             rb.add(&format!("{} (after {})", l.name, p.name), l.kind.clone(), inputs, &p.outputs)?;
             if shapes {
                 rb.alias(l.outputs[0], rb.get(p.outputs[0])?);
@@ -168,10 +173,29 @@ fn per_tensor(kind: &LayerKind) -> LayerKind {
 }
 
 /// A layer's input slots mapped into the new network, with `data` in slot 0.
-fn with_data(rb: &Rewriter<'_>, slots: &[Option<TensorId>], data: TensorId) -> Result<Vec<Option<TensorId>>, NetworkError> {
-    let mut mapped = vec![Some(data)];
-    mapped.extend(rb.get_slots(slots.get(1..).unwrap_or_default())?);
-    Ok(mapped)
+fn with_data(rb: &mut Rewriter<'_>, net: &Network, slots: &[Option<TensorId>], data: TensorId) -> Result<Vec<Option<TensorId>>, NetworkError> {
+    let mut out = vec![Some(data)];
+    for &t in slots.get(1..).unwrap_or_default() {
+        out.push(t.map(|t| mapped(rb, net, t)).transpose()?);
+    }
+    Ok(out)
+}
+
+/// `t` in the new network. A rewrite emitted where a layout was (Shape layers read its output)
+/// may read a Constant the source network makes only later (the dynamo exporter's attention
+/// scale): a copy of it is emitted here, and the original, if no longer read, is dropped.
+fn mapped(rb: &mut Rewriter<'_>, net: &Network, t: TensorId) -> Result<TensorId, NetworkError> {
+    if let Ok(m) = rb.get(t) {
+        return Ok(m);
+    }
+    match net.tensor(t).producer.map(|(p, _)| net.layer(p)) {
+        Some(l) if matches!(l.kind, LayerKind::Constant { .. }) => {
+            let kind = rb.carried_kind(&l.kind, &l.name)?;
+            let copy = rb.out_mut().add_layer(&format!("{} (early)", l.name), kind, vec![])?;
+            Ok(rb.out().output(copy, 0))
+        }
+        _ => rb.get(t),
+    }
 }
 
 fn data(l: &crate::Layer) -> Option<TensorId> {
@@ -276,7 +300,8 @@ fn move_plan(net: &Network, layout: usize, moved: usize, shapes: bool) -> Option
     if !shapes {
         return Some(vec![layout, moved]);
     }
-    let before = |t: TensorId| net.tensor(t).producer.is_none_or(|(p, _)| p.0 < layout);
+    // (A Constant made later is emitted early: `mapped`.)
+    let before = |t: TensorId| net.tensor(t).producer.is_none_or(|(p, _)| p.0 < layout || matches!(net.layer(p).kind, LayerKind::Constant { .. }));
     let l = net.layer(LayerId(layout));
     let others = net.layer(LayerId(moved)).inputs.iter().flatten().filter(|&&t| Some(t) != l.outputs.first().copied());
     others.copied().all(before).then(|| vec![moved, layout])
