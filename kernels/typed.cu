@@ -494,6 +494,86 @@ extern "C" __global__ void quant_dequantize_8bit_x16(int x_type, int scale_type,
     dequantize_8bit<16>(x_type, scale_type, out_type, n16, x, scale, zp, y);
 }
 
+// Per-tensor 8-bit Q/DQ of a strided view into a packed output (a head split's or head merge's
+// transpose carried out by the layer itself instead of a copy before or after it): run r of L
+// elements starts at operand_offset(l, 0, r) in x (l.shape counts the last axis in runs, whose
+// elements are contiguous and L-aligned) and at r * L in y. The arithmetic is the packed
+// kernels' above, element for element.
+template <int L, typename T, typename L8>
+__device__ __forceinline__ void dequantize_view_runs(i64 runs, const Layout& l, const L8* x, float s, int z, T* y) {
+    KILN_GRID_LOOP(r, runs) {
+        const Run<L8, L> b = *reinterpret_cast<const Run<L8, L>*>(x + operand_offset(l, 0, r));
+        float v[L];
+#pragma unroll
+        for (int j = 0; j < L; ++j) v[j] = __fmul_rn((float)((int)b.v[j] - z), s);
+        store_run<L>(y + r * L, v);
+    }
+}
+
+template <int L, typename L8>
+__device__ __forceinline__ void dequantize_view_typed(int out_type, i64 runs, const Layout& l, const L8* x, float s, int z, void* y) {
+    switch (out_type) {
+    case T_F16: dequantize_view_runs<L>(runs, l, x, s, z, (__half*)y); break;
+    case T_BF16: dequantize_view_runs<L>(runs, l, x, s, z, (__nv_bfloat16*)y); break;
+    default: dequantize_view_runs<L>(runs, l, x, s, z, (float*)y); break;
+    }
+}
+
+template <int L>
+__device__ __forceinline__ void dequantize_view(int x_type, int scale_type, int out_type, i64 runs, const Layout& l, const void* x,
+                                                const void* scale, const void* zp, void* y) {
+    const float s = load_float(scale_type, scale, 0);
+    const int z = zp ? load_level(x_type, zp, 0) : 0;
+    if (x_type == T_I8) dequantize_view_typed<L>(out_type, runs, l, (const signed char*)x, s, z, y);
+    else dequantize_view_typed<L>(out_type, runs, l, (const u8*)x, s, z, y);
+}
+
+extern "C" __global__ void quant_dequantize_8bit_view_x8(int x_type, int scale_type, int out_type, i64 runs, Layout l, const void* x,
+                                                         const void* scale, const void* zp, void* y) {
+    dequantize_view<8>(x_type, scale_type, out_type, runs, l, x, scale, zp, y);
+}
+extern "C" __global__ void quant_dequantize_8bit_view_x16(int x_type, int scale_type, int out_type, i64 runs, Layout l, const void* x,
+                                                          const void* scale, const void* zp, void* y) {
+    dequantize_view<16>(x_type, scale_type, out_type, runs, l, x, scale, zp, y);
+}
+
+template <int L, typename T>
+__device__ __forceinline__ void quantize_view_runs(i64 runs, const Layout& l, const T* x, float s, int zi, int lo, int hi, u8* y) {
+    KILN_GRID_LOOP(r, runs) {
+        float v[L];
+        load_run<L>(x + operand_offset(l, 0, r), v);
+        Run<u8, L> q;
+#pragma unroll
+        for (int j = 0; j < L; ++j) {
+            const float ratio = __fdiv_rn(v[j], s);
+            const int level = min(max(round_half_even_clamped(ratio) + zi, lo), hi);
+            q.v[j] = ratio != ratio ? 0 : (u8)level;
+        }
+        *reinterpret_cast<Run<u8, L>*>(y + r * L) = q;
+    }
+}
+
+template <int L>
+__device__ __forceinline__ void quantize_view(int x_type, int scale_type, int zp_type, int to, i64 runs, const Layout& l, const void* x,
+                                              const void* scale, const void* zp, void* y) {
+    const float s = load_float(scale_type, scale, 0);
+    const int zi = zp ? load_level(zp_type, zp, 0) : 0, lo = to == T_I8 ? -128 : 0, hi = to == T_I8 ? 127 : 255;
+    switch (x_type) {
+    case T_F16: quantize_view_runs<L>(runs, l, (const __half*)x, s, zi, lo, hi, (u8*)y); break;
+    case T_BF16: quantize_view_runs<L>(runs, l, (const __nv_bfloat16*)x, s, zi, lo, hi, (u8*)y); break;
+    default: quantize_view_runs<L>(runs, l, (const float*)x, s, zi, lo, hi, (u8*)y); break;
+    }
+}
+
+extern "C" __global__ void quant_quantize_8bit_view_x8(int x_type, int scale_type, int zp_type, int to, i64 runs, Layout l, const void* x,
+                                                       const void* scale, const void* zp, void* y) {
+    quantize_view<8>(x_type, scale_type, zp_type, to, runs, l, x, scale, zp, y);
+}
+extern "C" __global__ void quant_quantize_8bit_view_x16(int x_type, int scale_type, int zp_type, int to, i64 runs, Layout l, const void* x,
+                                                        const void* scale, const void* zp, void* y) {
+    quantize_view<16>(x_type, scale_type, zp_type, to, runs, l, x, scale, zp, y);
+}
+
 // Dequantize: (x - zp) * scale in the scale's compute type; x - zp is exact (integers through
 // 64-bit arithmetic, narrow floats in f64).
 extern "C" __global__ void quant_dequantize_any(int x_type, int scale_type, int out_type, i64 inner, i64 len, i64 n,

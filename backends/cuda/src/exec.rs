@@ -55,6 +55,8 @@ pub struct CudaExecutable {
     gemm_ranks: Vec<usize>,
     /// Per layer, whether its output may be a view (see [`view_outputs`]).
     view_output: Vec<bool>,
+    /// Per layer, the order it writes its output packed in (see [`write_orders`]).
+    write_orders: Vec<Option<Vec<usize>>>,
     /// Why executions of this network are never captured as a graph (None: they can be).
     graph_blocker: Option<String>,
     graphs_enabled: AtomicBool,
@@ -173,6 +175,32 @@ fn view_outputs(network: &Network) -> Vec<bool> {
         .map(|l| {
             matches!(l.kind, LayerKind::Shuffle(_) | LayerKind::Slice | LayerKind::Attention(_))
                 && l.outputs.iter().all(|t| may_view[t.0] && (in_place[t.0] || reads[t.0] <= 1))
+        })
+        .collect()
+}
+
+/// Per layer, the axis order (outermost first) a QuantizeLinear writes its output packed in
+/// where that output's one reader is a Shuffle that first transposes it: the transpose's own
+/// order, so the transposed levels are row-major and the Shuffle and the reshape after it copy
+/// nothing (a Q/DQ attention's context, quantized into the head merge's order).
+fn write_orders(network: &Network) -> Vec<Option<Vec<usize>>> {
+    let mut readers: Vec<Vec<usize>> = vec![Vec::new(); network.tensors().len()];
+    for (i, layer) in network.layers().iter().enumerate() {
+        for t in layer.inputs.iter().flatten() {
+            readers[t.0].push(i);
+        }
+    }
+    let outputs: Vec<usize> = network.outputs().iter().map(|t| t.0).collect();
+    network
+        .layers()
+        .iter()
+        .map(|l| {
+            let (LayerKind::Quantize { .. }, [out]) = (&l.kind, &l.outputs[..]) else { return None };
+            let [reader] = readers[out.0][..] else { return None };
+            match &network.layers()[reader].kind {
+                LayerKind::Shuffle(p) if !outputs.contains(&out.0) && p.first_transpose.iter().enumerate().any(|(i, &a)| i != a) => Some(p.first_transpose.clone()),
+                _ => None,
+            }
         })
         .collect()
 }
@@ -307,6 +335,7 @@ impl CudaExecutable {
         }
         let graph_blocker = graph_blocker(&network, &plan);
         let view_output = view_outputs(&network);
+        let write_orders = write_orders(&network);
         let graphs_enabled = AtomicBool::new(std::env::var(CUDA_GRAPHS_VAR).map_or(true, |v| v != "0"));
         Ok(CudaExecutable {
             network,
@@ -317,6 +346,7 @@ impl CudaExecutable {
             tf32,
             gemm_ranks: Vec::new(),
             view_output,
+            write_orders,
             graph_blocker,
             lanes: Lanes::new(gpu.clone()),
             gpu,
@@ -498,6 +528,7 @@ impl Machine for Run<'_> {
         // overflow, a division by zero): its device kernel decides.
         self.cx.gemm_rank.set(self.exe.gemm_ranks.get(id.0).copied().unwrap_or(0));
         self.cx.view_output.set(self.exe.view_output.get(id.0).copied().unwrap_or(false));
+        *self.cx.write_order.borrow_mut() = self.exe.write_orders.get(id.0).cloned().flatten();
         Ok(ops::run(&self.cx, kind, inputs, expected)?.into_iter().map(Value::device).collect())
     }
 

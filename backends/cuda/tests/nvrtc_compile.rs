@@ -117,11 +117,28 @@ fn generated_chains_compile_with_every_op_for_sm80_and_sm90() {
         dequantized: vec![Some(0), Some(2)],
         params: 6,
     });
+    // A Q/DQ transformer's residual join, layer norm and quantization: a warp per row.
+    programs.push(Program {
+        slots: vec![T::I8, T::F32, T::I8, T::F32, T::F32],
+        out: T::I8,
+        steps: vec![
+            Step::Binary { code: 0, operand: 0, running_first: true },
+            Step::Binary { code: 0, operand: 1, running_first: true },
+            Step::Normalize { scale: 2, bias: 3, epsilon: 1e-12 },
+            Step::Quantize { param: 4, lo: -128, hi: 127 },
+        ],
+        dequantized: vec![Some(0), None, Some(2), None, None],
+        params: 6,
+    });
     for program in &programs {
         let what = format!("{:?} -> {}", program.slots, program.out);
         let text = chain_source(program).expect("types the chains take");
         let source = Source::generated(text);
-        let names: &[&str] = if program.table_entries().is_some() { &["chain", "chain_vec", "chain_table_fill", "chain_table", "chain_table_vec"] } else { &["chain", "chain_vec"] };
+        let names: &[&str] = match (program.normalizes(), program.table_entries()) {
+            (true, _) => &["chain_rows"],
+            (false, Some(_)) => &["chain", "chain_vec", "chain_table_fill", "chain_table", "chain_table_vec"],
+            (false, None) => &["chain", "chain_vec"],
+        };
         for arch in ["sm_80", "sm_90"] {
             let (image, _) = kernel_cache::cubin(source, arch, None).unwrap_or_else(|e| panic!("{what} {arch}: {e}"));
             for &name in names {

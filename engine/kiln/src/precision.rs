@@ -35,6 +35,7 @@ use std::collections::HashMap;
 use thiserror::Error;
 
 mod islands;
+pub(crate) use islands::last_axis_layer_norm;
 mod narrowing;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]

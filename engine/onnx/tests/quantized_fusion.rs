@@ -570,3 +570,46 @@ fn a_zero_bias_with_a_foreign_scale_is_dropped() {
         assert_eq!(run(&build(true, through_identity)).data(), without.data(), "through an Identity: {through_identity}");
     }
 }
+
+/// A Q/DQ transformer's `DequantizeLinear → + bias → + DequantizeLinear(residual) → LayerNorm →
+/// QuantizeLinear`: an island with a layer norm in it. An FP16 build keeps it f32 (the integers
+/// around it fix its precision) and fuses it into one layer that reads both 8-bit tensors and
+/// writes the levels, with the unoptimized f32 graph's levels bit for bit.
+#[test]
+fn a_layer_norm_between_quantizations_is_one_pass_over_the_rows() {
+    use kiln::{HostTensor, PostOp, Shape, TensorData};
+    let shape = [4usize, 6, 32];
+    let n: usize = shape.iter().product();
+    let mut net = Network::new("layer norm block");
+    let a = net.add_input("a", DataType::I8, Shape::fixed(&shape)).expect("a");
+    let r = net.add_input("r", DataType::I8, Shape::fixed(&shape)).expect("r");
+    let scalar = |v: f32| HostTensor::from_f32(vec![], vec![v]).expect("scalar");
+    let row = |seed: usize, base: f32| HostTensor::from_f32(vec![32], (0..32).map(|i| base + ((i * 7 + seed) % 13) as f32 * 0.05).collect()).expect("row");
+    let (sa, sr, sy) = (constant(&mut net, "sa", scalar(0.031)), constant(&mut net, "sr", scalar(0.047)), constant(&mut net, "sy", scalar(0.021)));
+    let (bias, gamma, beta) = (constant(&mut net, "bias", row(1, -0.3)), constant(&mut net, "gamma", row(2, 0.7)), constant(&mut net, "beta", row(3, -0.2)));
+    let da = chain(&mut net, "dq_a", LayerKind::Dequantize { axis: None, to: None }, vec![Some(a), Some(sa), None]);
+    let biased = chain(&mut net, "bias_add", LayerKind::Elementwise { op: kiln::ElementwiseOp::Sum }, vec![Some(da), Some(bias)]);
+    let dr = chain(&mut net, "dq_r", LayerKind::Dequantize { axis: None, to: None }, vec![Some(r), Some(sr), None]);
+    let joined = chain(&mut net, "residual", LayerKind::Elementwise { op: kiln::ElementwiseOp::Sum }, vec![Some(biased), Some(dr)]);
+    let norm = chain(&mut net, "norm", LayerKind::Normalization { axes: vec![2], epsilon: 1e-5, num_groups: 1 }, vec![Some(joined), Some(gamma), Some(beta)]);
+    let y = chain(&mut net, "q_norm", LayerKind::Quantize { axis: None, to: DataType::I8 }, vec![Some(norm), Some(sy), None]);
+    net.mark_output(y).expect("output");
+    let backend = HalfFirstCpu(kiln_cpu::CpuBackend::new());
+    let (fused, _) = fp16_builds(&backend, &net);
+    let built = fused.network();
+    let [layer] = built.layers().iter().filter(|l| !matches!(l.kind, LayerKind::Constant { .. })).collect::<Vec<_>>()[..] else {
+        panic!("one layer besides constants:\n{}", built.dump())
+    };
+    let LayerKind::Fused(p) = &layer.kind else { panic!("{}", built.dump()) };
+    assert_eq!(p.dequantized.len(), 2, "both 8-bit tensors read as integers: {p:?}");
+    assert!(matches!(p.epilogue[..], [PostOp::Elementwise { .. }, PostOp::Normalization { axis: 2, .. }, PostOp::Quantize { .. }]), "{p:?}");
+    let levels = |seed: usize| HostTensor::new(shape.to_vec(), TensorData::I8((0..n).map(|i| ((i * (31 + seed) + seed * 7) % 256) as u8 as i8).collect())).expect("levels");
+    let (a, r) = (levels(0), levels(5));
+    let feeds = std::collections::HashMap::from([("a".to_string(), a.clone()), ("r".to_string(), r.clone())]);
+    let got = kiln::ExecutionContext::new(fused, &backend).expect("prepare").run(&feeds).expect("run");
+    let want = kiln::Backend::prepare(&kiln_cpu::CpuBackend::new(), &net).expect("prepare").execute(&[a, r]).expect("run").remove(0);
+    let got = got.values().next().expect("one output");
+    assert_eq!((got.dtype(), got.data()), (DataType::I8, want.data()));
+    let values = want.to_f64_vec();
+    assert!(values.iter().any(|&v| v > 20.0) && values.iter().any(|&v| v < -20.0), "the norm spreads the levels: {values:?}");
+}

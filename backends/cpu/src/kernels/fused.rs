@@ -71,6 +71,7 @@ pub fn fused(p: &FusedParams, inputs: &[Option<&HostTensor>], variant: Variant) 
                 let zero = zero.map(input).transpose()?;
                 step(&post.kind(), &[Some(&running), Some(input(scale)?), zero])?
             }
+            PostOp::Normalization { scale, bias, .. } => step(&post.kind(), &[Some(&running), Some(input(scale)?), Some(input(bias)?)])?,
         };
     }
     Ok(running)

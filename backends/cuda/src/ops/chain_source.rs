@@ -23,6 +23,9 @@ pub enum Step {
     Quantize { param: usize, lo: i32, hi: i32 },
     /// DequantizeLinear per tensor: `(x - q[param + 1]) * q[param]`.
     Dequantize { param: usize },
+    /// Layer normalization over the row (the last axis), then `· operand scale + operand bias`:
+    /// a program with one runs a warp per row (`chain_rows`) and has no per-element kernels.
+    Normalize { scale: usize, bias: usize, epsilon: f32 },
 }
 
 /// A chain's kernel: the storage type of each slot (slot 0 the running input, then each
@@ -63,6 +66,17 @@ fn c_type(dtype: DataType) -> Option<(&'static str, usize)> {
     }
 }
 
+impl Program {
+    /// Whether a step normalizes the rows: the program then runs as `chain_rows`.
+    pub fn normalizes(&self) -> bool {
+        self.steps.iter().any(|s| matches!(s, Step::Normalize { .. }))
+    }
+}
+
+/// The most elements a row of `chain_rows` holds: runs of 4 per lane, `CHAIN_ROW_RUNS` (8) runs
+/// (BERT-base's 768 and every hidden size to 1024).
+pub const CHAIN_ROW_MAX: usize = 32 * 4 * 8;
+
 /// An f32 as a bit-exact C expression.
 fn float(v: f32) -> String {
     format!("__int_as_float(0x{:08x})", v.to_bits())
@@ -72,6 +86,9 @@ impl Program {
     /// The table kernels apply: every slot an 8-bit level read dequantized, at most two of
     /// them, and an 8-bit output, so the result is a function of at most 16 input bits.
     pub fn table_entries(&self) -> Option<usize> {
+        if self.normalizes() {
+            return None;
+        }
         let levels = |t: DataType| matches!(t, DataType::I8 | DataType::U8);
         let all_dequantized = self.dequantized.iter().all(Option::is_some) && self.dequantized.len() == self.slots.len();
         (self.slots.len() <= 2 && self.slots.iter().all(|&t| levels(t)) && levels(self.out) && all_dequantized).then(|| 1 << (8 * self.slots.len()))
@@ -101,36 +118,39 @@ pub fn chain_source(program: &Program) -> Option<String> {
     args.extend(q_args.iter().cloned());
     let _ = writeln!(s, "// A kiln pointwise chain: {} steps, {} operands, {} -> {out}.", program.steps.len(), types.len() - 1, types.join(", "));
     let _ = writeln!(s, "#include \"chain.cuh\"\n");
-    // One element: the slots' values (as stored), dequantized where the program says, then the steps.
+    // One element: the slots' values (as stored), dequantized where the program says, then the
+    // steps (those before a row normalization, and those after it in `after`).
     let mut element_params: Vec<String> = (0..types.len()).map(|k| format!("float x{k}")).collect();
     element_params.extend(q_params.iter().cloned());
-    let _ = writeln!(s, "__device__ __forceinline__ float element({}) {{", element_params.join(", "));
-    for k in 0..types.len() {
-        if let Some(p) = program.dequantized.get(k).copied().flatten() {
-            let _ = writeln!(s, "    x{k} = __fmul_rn(__fsub_rn(x{k}, q{}), q{p});", p + 1);
-        }
+    let split = program.steps.iter().position(|s| matches!(s, Step::Normalize { .. }));
+    let (before, after) = program.steps.split_at(split.unwrap_or(program.steps.len()));
+    step_function(&mut s, "element", "float f = x0;", &element_params, program, before);
+    if split.is_some() {
+        let mut after_params = vec!["float f".to_string()];
+        after_params.extend(element_params.iter().cloned());
+        step_function(&mut s, "after", "", &after_params, program, &after[1..]);
     }
-    let _ = writeln!(s, "    float f = x0;");
-    for step in &program.steps {
-        let line = match *step {
-            Step::Unary { code, alpha, beta } => format!("f = unary_float({code}, f, {}, {});", float(alpha), float(beta)),
-            Step::Binary { code, operand, running_first: true } => format!("f = binary_float({code}, f, x{});", operand + 1),
-            Step::Binary { code, operand, running_first: false } => format!("f = binary_float({code}, x{}, f);", operand + 1),
-            Step::Quantize { param, lo, hi } => format!(
-                "f = __fadd_rn(rintf(__fdiv_rn(f, q{param})), q{}); f = f != f ? 0.0f : fminf(fmaxf(f, {lo}.0f), {hi}.0f);",
-                param + 1
-            ),
-            Step::Dequantize { param } => format!("f = __fmul_rn(__fsub_rn(f, q{}), q{param});", param + 1),
-        };
-        let _ = writeln!(s, "    {line}");
-    }
-    let _ = writeln!(s, "    return f;");
-    let _ = writeln!(s, "}}\n");
     let element_args = |value: &dyn Fn(usize) -> String| {
         let mut a: Vec<String> = (0..types.len()).map(value).collect();
         a.extend(q_args.iter().cloned());
         a.join(", ")
     };
+    if let Some(Step::Normalize { scale, bias, epsilon }) = split.map(|k| program.steps[k]) {
+        // Each pass loads the slots its steps read (the others' values are dead: zeros).
+        let k = split.unwrap_or(0);
+        let read = |steps: &[Step], extra: &[usize]| {
+            let mut slots: Vec<usize> = steps.iter().filter_map(|s| match *s {
+                Step::Binary { operand, .. } => Some(operand + 1),
+                _ => None,
+            }).chain(extra.iter().copied()).collect();
+            slots.sort_unstable();
+            slots.dedup();
+            slots
+        };
+        let passes = [read(&program.steps[..k], &[0]), read(&program.steps[k + 1..], &[scale + 1, bias + 1])];
+        rows_kernel(&mut s, &types, &params, &element_args, &passes, (scale + 1, bias + 1, epsilon));
+        return Some(s);
+    }
     let _ = writeln!(s, "template <int V>");
     let _ = writeln!(s, "__device__ __forceinline__ void body(unsigned runs, const ChainLayout& l, {}) {{", params.join(", "));
     s.push_str(RUN_LOOP);
@@ -183,6 +203,115 @@ pub fn chain_source(program: &Program) -> Option<String> {
     Some(s)
 }
 
+/// `__device__ float name(params)`: `start`, every slot read dequantized where the program
+/// says, then `steps` on the running value `f`.
+fn step_function(s: &mut String, name: &str, start: &str, params: &[String], program: &Program, steps: &[Step]) {
+    let _ = writeln!(s, "__device__ __forceinline__ float {name}({}) {{", params.join(", "));
+    for k in 0..program.slots.len() {
+        if let Some(p) = program.dequantized.get(k).copied().flatten() {
+            let _ = writeln!(s, "    x{k} = __fmul_rn(__fsub_rn(x{k}, q{}), q{p});", p + 1);
+        }
+    }
+    if !start.is_empty() {
+        let _ = writeln!(s, "    {start}");
+    }
+    for step in steps {
+        let line = match *step {
+            Step::Unary { code, alpha, beta } => format!("f = unary_float({code}, f, {}, {});", float(alpha), float(beta)),
+            Step::Binary { code, operand, running_first: true } => format!("f = binary_float({code}, f, x{});", operand + 1),
+            Step::Binary { code, operand, running_first: false } => format!("f = binary_float({code}, x{}, f);", operand + 1),
+            Step::Quantize { param, lo, hi } => format!(
+                "f = __fadd_rn(rintf(__fdiv_rn(f, q{param})), q{}); f = f != f ? 0.0f : fminf(fmaxf(f, {lo}.0f), {hi}.0f);",
+                param + 1
+            ),
+            Step::Dequantize { param } => format!("f = __fmul_rn(__fsub_rn(f, q{}), q{param});", param + 1),
+            Step::Normalize { .. } => unreachable!("a row normalization splits the steps"),
+        };
+        let _ = writeln!(s, "    {line}");
+    }
+    let _ = writeln!(s, "    return f;");
+    let _ = writeln!(s, "}}\n");
+}
+
+/// `chain_rows(unsigned rows, unsigned len, ChainLayout l, slots…, out, q…)`: a warp per row of
+/// `len` (at most [`CHAIN_ROW_MAX`], a multiple of 4) held in registers: `element` on each
+/// value, the row's mean and variance (two passes over the registers, as kernels/reduce.cu's
+/// normalize_affine), `(v − mean) · rstd · x{scale} + x{bias}`, then `after`. `passes`: the
+/// slots the first pass and the second read.
+fn rows_kernel(
+    s: &mut String,
+    types: &[&str],
+    params: &[String],
+    element_args: &dyn Fn(&dyn Fn(usize) -> String) -> String,
+    passes: &[Vec<usize>; 2],
+    (scale, bias, epsilon): (usize, usize, f32),
+) {
+    let loads = |s: &mut String, pass: usize| {
+        for k in 0..types.len() {
+            let _ = writeln!(s, "            float v{k}[4] = {{0.0f, 0.0f, 0.0f, 0.0f}};");
+            if passes[pass].contains(&k) {
+                let _ = writeln!(s, "            chain_load<4>(l, {k}, i, c, s{k}, v{k});");
+            }
+        }
+    };
+    let _ = writeln!(s, "extern \"C\" __global__ void __launch_bounds__(256) chain_rows(unsigned rows, unsigned len, ChainLayout l, {}) {{", params.join(", "));
+    s.push_str(
+        "    const unsigned row = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    float r[4 * CHAIN_ROW_RUNS];
+#pragma unroll
+    for (int j = 0; j < CHAIN_ROW_RUNS; ++j) {
+        const unsigned k = 4 * (lane + 32 * j);
+        if (k < len) {
+            const unsigned i = row * len + k;
+            unsigned c[CHAIN_RANK];
+            chain_coords(l, i, c);
+",
+    );
+    loads(s, 0);
+    let _ = writeln!(s, "#pragma unroll");
+    let _ = writeln!(s, "            for (int e = 0; e < 4; ++e) r[4 * j + e] = element({});", element_args(&|k| format!("v{k}[e]")));
+    s.push_str(
+        "        } else {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) r[4 * j + e] = 0.0f;
+        }
+    }
+    float sum = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 4 * CHAIN_ROW_RUNS; ++e) sum += r[e];
+    const float mean = chain_warp_sum(sum) / (float)len;
+    float squares = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 4 * CHAIN_ROW_RUNS; ++e) {
+        const float d = 4 * (lane + 32 * (e / 4)) < len ? r[e] - mean : 0.0f;
+        squares += d * d;
+    }
+",
+    );
+    let _ = writeln!(s, "    const float rstd = rsqrtf(chain_warp_sum(squares) / (float)len + {});", float(epsilon));
+    s.push_str(
+        "#pragma unroll
+    for (int j = 0; j < CHAIN_ROW_RUNS; ++j) {
+        const unsigned k = 4 * (lane + 32 * j);
+        if (k < len) {
+            const unsigned i = row * len + k;
+            unsigned c[CHAIN_RANK];
+            chain_coords(l, i, c);
+",
+    );
+    loads(s, 1);
+    let _ = writeln!(s, "            float o[4];");
+    let _ = writeln!(s, "#pragma unroll");
+    let _ = writeln!(
+        s,
+        "            for (int e = 0; e < 4; ++e) o[e] = after((r[4 * j + e] - mean) * rstd * v{scale}[e] + v{bias}[e], {});",
+        element_args(&|k| format!("v{k}[e]"))
+    );
+    let _ = writeln!(s, "            store_run<4>(out + i, o);");
+    s.push_str("        }\n    }\n}\n");
+}
+
 /// The start of a body's grid-stride loop over runs of `V` output elements: element `i` and
 /// its coordinates `c`.
 const RUN_LOOP: &str = "    for (unsigned r = blockIdx.x * blockDim.x + threadIdx.x; r < runs; r += gridDim.x * blockDim.x) {
@@ -218,6 +347,7 @@ fn program_bits(p: &Program) -> ProgramBits {
             Step::Binary { code, operand, running_first } => (1, code, 0, 0, operand, running_first),
             Step::Quantize { param, lo, hi } => (2, 0, lo as u32, hi as u32, param, false),
             Step::Dequantize { param } => (3, 0, 0, 0, param, false),
+            Step::Normalize { scale, bias, epsilon } => (4, bias as i32, epsilon.to_bits(), 0, scale, false),
         })
         .collect();
     (p.slots.clone(), p.out, steps, p.dequantized.clone(), p.params)
@@ -280,6 +410,36 @@ mod tests {
         assert!(!chain_source(&float_operand).expect("chains").contains("chain_table"));
         let float_out = Program { out: DataType::F32, steps: vec![join.steps[0]], ..join.clone() };
         assert_eq!(float_out.table_entries(), None);
+    }
+
+    /// A Q/DQ transformer's `DequantizeLinear ×2 → + bias → + residual → LayerNorm →
+    /// QuantizeLinear`: a warp per row, the norm's affine operands read as slots.
+    pub(crate) fn layer_norm_block() -> Program {
+        Program {
+            slots: vec![DataType::I8, DataType::F32, DataType::I8, DataType::F32, DataType::F32],
+            out: DataType::I8,
+            steps: vec![
+                Step::Binary { code: 0, operand: 0, running_first: true },
+                Step::Binary { code: 0, operand: 1, running_first: true },
+                Step::Normalize { scale: 2, bias: 3, epsilon: 1e-12 },
+                Step::Quantize { param: 4, lo: -128, hi: 127 },
+            ],
+            dequantized: vec![Some(0), None, Some(2), None, None],
+            params: 6,
+        }
+    }
+
+    #[test]
+    fn a_program_that_normalizes_rows_runs_a_warp_per_row() {
+        let block = layer_norm_block();
+        assert!(block.normalizes() && block.table_entries().is_none());
+        let text = chain_source(&block).expect("8-bit chains");
+        assert!(text.contains("chain_rows(unsigned rows, unsigned len, ChainLayout l, const signed char* s0, const float* s1, const signed char* s2"), "{text}");
+        assert!(!text.contains("chain_vec"), "no per-element kernel: {text}");
+        assert!(text.contains("o[e] = after((r[4 * j + e] - mean) * rstd * v3[e] + v4[e], v0[e]"), "the norm's operands are slots 3 and 4: {text}");
+        assert!(text.contains("__fdiv_rn(f, q4)") && text.contains("x2 = __fmul_rn(__fsub_rn(x2, q3), q2);"), "{text}");
+        let other = Program { steps: vec![block.steps[0], block.steps[1], Step::Normalize { scale: 2, bias: 3, epsilon: 1e-5 }, block.steps[3]], ..block.clone() };
+        assert_ne!(chain_kernel(&other), chain_kernel(&block), "another epsilon, another kernel");
     }
 
     #[test]

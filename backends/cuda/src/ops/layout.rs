@@ -36,8 +36,17 @@ pub fn to_channels_last(cx: &Ctx, t: &DeviceTensor) -> KResult<DeviceTensor> {
 pub fn to_row_major(cx: &Ctx, t: &DeviceTensor) -> KResult<DeviceTensor> {
     match &t.strides {
         None => Ok(t.clone()),
+        // A view whose strides are the packed row-major ones (attention's keys read as the rows
+        // they are stored as) is already row-major: no copy.
+        Some(strides) if row_major_strides(&t.shape, strides) => Ok(DeviceTensor { strides: None, ..t.clone() }),
         Some(strides) => movement::gather_strided(cx, t, &t.shape, strides, 0),
     }
+}
+
+/// Whether `strides` are `shape`'s packed row-major strides (a size-1 axis's never matters).
+pub fn row_major_strides(shape: &[usize], strides: &[i64]) -> bool {
+    let packed = super::contiguous_strides(shape);
+    shape.iter().zip(strides.iter().zip(&packed)).all(|(&n, (s, p))| n == 1 || s == p)
 }
 
 /// `t` in the layout asked for: channels-last or row-major.

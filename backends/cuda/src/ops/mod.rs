@@ -78,12 +78,15 @@ pub struct Ctx<'a> {
     /// Whether the layer being run may return a view (a transpose or slice not carried out:
     /// its readers take strides): see `exec::view_outputs`.
     pub view_output: Cell<bool>,
+    /// The axis order the layer being run writes its output packed in, where its reader
+    /// transposes it (see `exec::write_orders`); `None`: as the layer's kernels choose.
+    pub write_order: RefCell<Option<Vec<usize>>>,
     pub pending_checks: RefCell<Vec<(DeviceTensor, String)>>,
 }
 
 impl<'a> Ctx<'a> {
     pub fn new(gpu: &'a Gpu, tf32: bool) -> Ctx<'a> {
-        Ctx { gpu, tf32, gemm_rank: Cell::new(0), view_output: Cell::new(false), pending_checks: RefCell::new(Vec::new()) }
+        Ctx { gpu, tf32, gemm_rank: Cell::new(0), view_output: Cell::new(false), write_order: RefCell::new(None), pending_checks: RefCell::new(Vec::new()) }
     }
 
     pub fn arg(&self, t: &DeviceTensor) -> Arg {
@@ -354,7 +357,7 @@ pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_ty
                 p.epilogue.iter().find_map(|post| match post {
                     PostOp::Elementwise { op, .. } => pointwise::binary_kernel(*op, float).err().map(|e| e.to_string()),
                     PostOp::Unary(op) => pointwise::unary_code(*op).is_none().then(|| format!("Unary {op:?} has no CUDA kernel")),
-                    PostOp::Activation(_) | PostOp::Dequantize { .. } => None,
+                    PostOp::Activation(_) | PostOp::Dequantize { .. } | PostOp::Normalization { .. } => None,
                     PostOp::Quantize { to, .. } => (!matches!(to, DataType::I8 | DataType::U8)).then(|| format!("a fused QuantizeLinear to {to}")),
                 })
             })
@@ -427,13 +430,29 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
         // Per-tensor Q/DQ is elementwise: a channels-last input (an INT8 convolution's output)
         // keeps its layout, so the next convolution reads it without a reformat.
         K::Quantize { axis, to } => {
-            let scale = dev(1)?;
-            let x = memory_order_input(cx, &raw(0)?, scale.len() == 1, Permuted::Always)?;
+            let (x, scale) = (raw(0)?, dev(1)?);
+            // Written in the order its reader transposes it to (attention's context into the
+            // head merge's order): the transpose then copies nothing.
+            let order = cx.write_order.borrow().clone();
+            if let Some(order) = order.filter(|_| axis.is_none()) {
+                if let Some(out) = typed::quantize_view(cx, &x, &scale, opt_dev(2)?.as_ref(), *to, &order)? {
+                    return one(out);
+                }
+            }
+            let x = memory_order_input(cx, &x, scale.len() == 1, Permuted::Always)?;
             one(typed::quantize(cx, &x, &scale, opt_dev(2)?.as_ref(), *axis, *to)?.with_strides_of(&x))
         }
         K::Dequantize { axis, to } => {
-            let scale = dev(1)?;
-            let x = memory_order_input(cx, &raw(0)?, scale.len() == 1, Permuted::LastAxisStrided)?;
+            let (x, scale) = (raw(0)?, dev(1)?);
+            // A view that is not channels-last (a head split's transpose) is read through its
+            // strides and written packed, its contiguous axis innermost: no copy before, and
+            // attention's keys come out as the rows its product reads.
+            if let Some(order) = x.strides.as_deref().and_then(|st| typed::inner_contiguous_order(&x.shape, st)).filter(|_| !x.channels_last() && axis.is_none()) {
+                if let Some(out) = typed::dequantize_view(cx, &x, &scale, opt_dev(2)?.as_ref(), *to, &order)? {
+                    return one(out);
+                }
+            }
+            let x = memory_order_input(cx, &x, scale.len() == 1, Permuted::LastAxisStrided)?;
             one(typed::dequantize(cx, &x, &scale, opt_dev(2)?.as_ref(), *axis, *to)?.with_strides_of(&x))
         }
         // Pointwise layers read any layout and write NHWC where an input of the output's shape is so (`keeps_channels_last`).
@@ -769,6 +788,10 @@ fn fused_chain(cx: &Ctx, dequantized: &[kiln::DequantizedInput], steps: &[PostOp
                 Some((scale, zero)) => pointwise::ChainStep::Dequantize { scale, zero },
                 None => return Ok(None),
             },
+            PostOp::Normalization { epsilon, scale, bias, .. } => {
+                let (scale, bias) = (cx.dev_any_layout(operand_value(inputs, scale)?)?, cx.dev_any_layout(operand_value(inputs, bias)?)?);
+                pointwise::ChainStep::Normalize { scale, bias, epsilon }
+            }
         });
     }
     pointwise::chain(cx, running, x_dequantize, &chain)
@@ -779,6 +802,10 @@ fn step(cx: &Ctx, post: &PostOp, running: DeviceTensor, inputs: &[Option<Value>]
     Ok({
         match *post {
             PostOp::Quantize { scale, zero, .. } | PostOp::Dequantize { scale, zero } => per_tensor_step(cx, &post.kind(), Value::device(running), inputs, scale, zero)?,
+            PostOp::Normalization { axis, epsilon, scale, bias } => {
+                let (scale, bias) = (cx.dev(operand_value(inputs, scale)?)?, cx.dev(operand_value(inputs, bias)?)?);
+                compute::normalization(cx, &layout::to_row_major(cx, &running)?, Some(&scale), Some(&bias), &[axis], epsilon, 1, false)?
+            }
             PostOp::Activation(kind) => pointwise::unary(cx, pointwise::activation_code(kind), &running, Some(&running))?,
             PostOp::Unary(op) => pointwise::unary(cx, pointwise::unary_code(op).ok_or("no kernel")?, &running, Some(&running))?,
             PostOp::Elementwise { op, operand, running_first } => {

@@ -128,9 +128,7 @@ fn permuted_strides(shape: &[usize], strides: &[i64], perm: &[usize]) -> KResult
 /// `strides` as a view's: `None` where they are `shape`'s packed row-major strides (size-1 axes'
 /// strides never matter).
 fn view_strides(shape: &[usize], strides: Vec<i64>) -> Option<Vec<i64>> {
-    let packed = contiguous_strides(shape);
-    let row_major = shape.iter().zip(strides.iter().zip(&packed)).all(|(&n, (s, p))| n == 1 || s == p);
-    (!row_major).then_some(strides)
+    (!super::layout::row_major_strides(shape, &strides)).then_some(strides)
 }
 
 /// `x` (packed or a view) read under `shape`: a view where the strides allow, otherwise packed

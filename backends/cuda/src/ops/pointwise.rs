@@ -4,7 +4,7 @@ use kiln::{invalid, ActivationKind, DataType, ElementwiseOp, KernelError, UnaryO
 use crate::ops::KResult;
 use super::layout::to_row_major;
 use super::{broadcast_shape, coalesce, coalesce_joint, empty_in_layout, keeps_channels_last, strided_layout, Ctx};
-use super::chain_source::{chain_kernel, Program, Step};
+use super::chain_source::{chain_kernel, Program, Step, CHAIN_ROW_MAX};
 use crate::buffer::{float_suffix, Arg, ChainLayout, DeviceTensor, Layout, CHAIN_OPERANDS, CHAIN_RANK, CHAIN_STEPS};
 use crate::sources::Source;
 
@@ -255,6 +255,9 @@ pub enum ChainStep {
     Quantize { to: DataType, scale: f32, zero: f32 },
     /// DequantizeLinear per tensor of the (8-bit) running value.
     Dequantize { scale: f32, zero: f32 },
+    /// Layer normalization of the (f32) running value over the last axis, then `· scale + bias`
+    /// (both along that axis): the chain then runs a warp per row (`chain_rows`).
+    Normalize { scale: DeviceTensor, bias: DeviceTensor, epsilon: f32 },
 }
 
 /// Enough blocks of 256 threads to fill an H100/H200-class GPU several times over.
@@ -335,6 +338,25 @@ pub fn chain(cx: &Ctx, x: &DeviceTensor, x_dequantize: Option<(f32, f32)>, steps
                 program.push(Step::Dequantize { param: param(*scale, *zero) });
                 running = DataType::F32;
             }
+            ChainStep::Normalize { scale, bias, epsilon } if running == DataType::F32 && !program.iter().any(|s| matches!(s, Step::Normalize { .. })) => {
+                let mut slots = [0usize; 2];
+                for (slot, t) in slots.iter_mut().zip([scale, bias]) {
+                    if t.dtype != DataType::F32 {
+                        return Ok(None);
+                    }
+                    *slot = match operands.iter().position(|(o, d)| same_view(o, t) && d.is_none()) {
+                        Some(slot) => slot,
+                        None if operands.len() == CHAIN_OPERANDS => return Ok(None),
+                        None => {
+                            operands.push((t, None));
+                            dequantized.push(None);
+                            operands.len() - 1
+                        }
+                    };
+                }
+                let [scale, bias] = slots;
+                program.push(Step::Normalize { scale, bias, epsilon: *epsilon });
+            }
             _ => return Ok(None),
         }
     }
@@ -344,6 +366,10 @@ pub fn chain(cx: &Ctx, x: &DeviceTensor, x_dequantize: Option<(f32, f32)>, steps
     // Every operand read through its own strides, the output channels-last where one is; slot
     // k (the running input, then each operand) is layout k / 3's stride row k % 3.
     let nhwc = keeps_channels_last(&all, &shape);
+    // A row normalization's rows are the output's last axis, in row-major memory.
+    if program.normalizes() && nhwc {
+        return Ok(None);
+    }
     let order = nhwc.then(|| DeviceTensor::channels_last_order(shape.len()));
     let mut groups = Vec::with_capacity(3);
     for k in 0..3 {
@@ -357,6 +383,23 @@ pub fn chain(cx: &Ctx, x: &DeviceTensor, x_dequantize: Option<(f32, f32)>, steps
     let n = out.len();
     let mut pointers: Vec<Arg> = all.iter().map(|t| cx.arg(t)).collect();
     pointers.push(cx.arg(&out));
+    if program.normalizes() {
+        // A warp per row, its values in registers: rows of runs of 4 that every slot reads
+        // as runs (or broadcasts).
+        let len = shape.last().copied().unwrap_or(0);
+        if len == 0 || len % 4 != 0 || len > CHAIN_ROW_MAX || !vector_lanes(4, &used, &pointers) {
+            return Ok(None);
+        }
+        let rows = n / len;
+        // The kernel's `unsigned` counts, which chain_layout's 32-bit offsets already bound.
+        let (Ok(rows_arg), Ok(len_arg)) = (i32::try_from(rows), i32::try_from(len)) else { return Ok(None) };
+        let mut args = vec![Arg::I32(rows_arg), Arg::I32(len_arg), Arg::ChainLayout(compact)];
+        args.extend(pointers);
+        args.extend(params.iter().map(|&q| Arg::F32(q)));
+        let blocks = u32::try_from(rows.div_ceil(8)).map_err(|_| kiln::invalid!("{rows} rows are too many for one launch"))?;
+        cx.gpu.launch(&source.kernel("chain_rows"), blocks, 256, &args).map_err(KernelError::from)?;
+        return Ok(Some(out));
+    }
     let vector = vector_lanes(lanes, &used, &pointers);
     let runs = if vector { n / lanes } else { n };
     let mut args = vec![Arg::I32(runs as i32), Arg::ChainLayout(compact)];

@@ -6,7 +6,7 @@
 use kiln::{invalid, DataType, E8M0Rounding, ElementwiseOp, KernelError, ReduceOp, UnaryOp};
 use crate::ops::KResult;
 use super::{broadcast_layout, Ctx};
-use crate::buffer::{Arg, DeviceTensor};
+use crate::buffer::{strides_in_order, Arg, DeviceTensor, Layout};
 use std::sync::Arc;
 use crate::sources::Source;
 
@@ -41,6 +41,10 @@ pub fn kernel_names() -> Vec<String> {
         "quant_quantize_narrow_x4",
         "quant_dequantize_8bit_x4",
         "quant_dequantize_8bit_x16",
+        "quant_dequantize_8bit_view_x8",
+        "quant_dequantize_8bit_view_x16",
+        "quant_quantize_8bit_view_x8",
+        "quant_quantize_8bit_view_x16",
         "quant_requantize",
         "quant_requantize_rows_x4",
         "typed_classify_any",
@@ -156,6 +160,102 @@ pub fn quantize(
 fn per_tensor_lanes(cx: &Ctx, scale: &DeviceTensor, x: &DeviceTensor, out: &DeviceTensor) -> Option<usize> {
     let fits = |lanes: usize| x.len().is_multiple_of(lanes) && super::lane_aligned(cx, x, lanes) && super::lane_aligned(cx, out, lanes);
     (scale.len() == 1).then(|| [16, 4].into_iter().find(|&l| fits(l))).flatten()
+}
+
+/// The order (outermost axis first) a per-element layer writes a view of `shape` packed in where
+/// it reads the view through `strides`: the view's own axis order, except that the axis stored
+/// contiguously becomes the innermost (a transposed key's head dim), so each run of the output
+/// reads a contiguous run of the input.
+pub fn inner_contiguous_order(shape: &[usize], strides: &[i64]) -> Option<Vec<usize>> {
+    let inner = (0..shape.len()).rev().find(|&a| strides.get(a) == Some(&1) && shape[a] > 1)?;
+    Some((0..shape.len()).filter(|&a| a != inner).chain([inner]).collect())
+}
+
+/// The view kernels' layout of `x` read in `order` (its last axis counted in runs of 16
+/// elements a thread, else 8: `quant_*_8bit_view_x16` / `_x8`), and that run: `None` where they
+/// do not apply (that axis not contiguous or not a multiple of the run, a run not aligned, a
+/// negative stride, more dims than a Layout holds).
+fn view_runs(cx: &Ctx, x: &DeviceTensor, order: &[usize]) -> Option<(Layout, usize)> {
+    let strides = x.element_strides();
+    let r = x.shape.len();
+    let &inner = order.last()?;
+    if strides[inner] != 1 || r > 8 || order.len() != r || x.is_empty() {
+        return None;
+    }
+    let fits = |lanes: usize| {
+        x.shape[inner].is_multiple_of(lanes)
+            && order.iter().all(|&a| x.shape[a] == 1 || (strides[a] >= 0 && (a == inner || strides[a] % lanes as i64 == 0)))
+            && super::lane_aligned(cx, x, lanes)
+    };
+    let lanes = [16, 8].into_iter().find(|&l| fits(l))?;
+    let mut l = Layout { rank: r as i32, ..Layout::default() };
+    for (d, &a) in order.iter().enumerate() {
+        (l.shape[d], l.stride[0][d]) = (x.shape[a] as i64, strides[a]);
+    }
+    (l.shape[r - 1], l.stride[0][r - 1]) = (l.shape[r - 1] / lanes as i64, lanes as i64);
+    Some((l, lanes))
+}
+
+/// A packed output of `x`'s shape in `order`, seen in `x`'s axis order.
+fn empty_in_order(cx: &Ctx, dtype: DataType, x: &DeviceTensor, order: &[usize]) -> KResult<DeviceTensor> {
+    let out = cx.gpu.empty(dtype, x.shape.clone()).map_err(KernelError::from)?;
+    let row_major = order.iter().enumerate().all(|(i, &a)| i == a);
+    Ok(DeviceTensor { strides: (!row_major).then(|| strides_in_order(&x.shape, order)), ..out })
+}
+
+/// Per-tensor 8-bit DequantizeLinear of the view `x`, read through its strides and written
+/// packed in `order` ([`inner_contiguous_order`]): one pass where packing the bytes first
+/// took two. `None` where the view kernel does not apply (the caller dequantizes as before).
+pub fn dequantize_view(cx: &Ctx, x: &DeviceTensor, scale: &DeviceTensor, zero_point: Option<&DeviceTensor>, to: Option<DataType>, order: &[usize]) -> KResult<Option<DeviceTensor>> {
+    let out_type = to.unwrap_or(scale.dtype);
+    let applies = x.dtype.is_8bit_integer()
+        && scale.len() == 1
+        && scale.dtype == DataType::F32
+        && short_float(out_type)
+        && zero_point.is_none_or(|z| z.dtype == x.dtype && z.len() == 1);
+    let Some((l, lanes)) = view_runs(cx, x, order).filter(|_| applies) else { return Ok(None) };
+    let out = empty_in_order(cx, out_type, x, order)?;
+    let runs = x.len() / lanes;
+    let args = [
+        Arg::I32(type_code(x.dtype)),
+        Arg::I32(type_code(scale.dtype)),
+        Arg::I32(type_code(out_type)),
+        Arg::I64(runs as i64),
+        Arg::Layout(l),
+        cx.arg(x),
+        cx.arg(scale),
+        zero_point.map_or(Arg::NULL, |z| cx.arg(z)),
+        cx.arg(&out),
+    ];
+    cx.launch_elements(Source::Typed.kernel(format!("quant_dequantize_8bit_view_x{lanes}")), runs, &args)?;
+    Ok(Some(out))
+}
+
+/// Per-tensor 8-bit QuantizeLinear of the view `x` (f32, f16 or bf16), read through its strides
+/// and written packed in `order`; `None` where the view kernel does not apply.
+pub fn quantize_view(cx: &Ctx, x: &DeviceTensor, scale: &DeviceTensor, zero_point: Option<&DeviceTensor>, to: DataType, order: &[usize]) -> KResult<Option<DeviceTensor>> {
+    let applies = to.is_8bit_integer()
+        && short_float(x.dtype)
+        && scale.len() == 1
+        && short_float(scale.dtype)
+        && zero_point.is_none_or(|z| z.dtype.is_8bit_integer() && z.len() == 1);
+    let Some((l, lanes)) = view_runs(cx, x, order).filter(|_| applies) else { return Ok(None) };
+    let out = empty_in_order(cx, to, x, order)?;
+    let runs = x.len() / lanes;
+    let args = [
+        Arg::I32(type_code(x.dtype)),
+        Arg::I32(type_code(scale.dtype)),
+        Arg::I32(zero_point.map_or(-1, |z| type_code(z.dtype))),
+        Arg::I32(type_code(to)),
+        Arg::I64(runs as i64),
+        Arg::Layout(l),
+        cx.arg(x),
+        cx.arg(scale),
+        zero_point.map_or(Arg::NULL, |z| cx.arg(z)),
+        cx.arg(&out),
+    ];
+    cx.launch_elements(Source::Typed.kernel(format!("quant_quantize_8bit_view_x{lanes}")), runs, &args)?;
+    Ok(Some(out))
 }
 
 /// f32, f16 or bf16: the types whose Q/DQ arithmetic is f32 (the 8-bit kernels' float side).
@@ -344,4 +444,21 @@ pub fn reduce_rows(cx: &Ctx, code: i32, op: ReduceOp, src: &DeviceTensor, (outer
     let args = [Arg::I32(code), Arg::I64(outer as i64), Arg::I64(len as i64), Arg::I64(inner as i64), cx.arg(src), cx.arg(&out)];
     cx.launch_elements(Source::Typed.kernel(format!("typed_reduce_{}", src.dtype.name())), rows, &args)?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::inner_contiguous_order;
+
+    #[test]
+    fn a_view_is_written_in_its_own_order_with_its_contiguous_axis_innermost() {
+        // Queries [b, h, s, d] viewed in a [b, s, h, d] projection: their own order.
+        assert_eq!(inner_contiguous_order(&[2, 3, 40, 16], &[1920, 16, 48, 1]), Some(vec![0, 1, 2, 3]));
+        // Transposed keys [b, h, d, s] of the same projection: the head dim moves innermost, so
+        // the keys come out as rows [b, h, s, d].
+        assert_eq!(inner_contiguous_order(&[2, 3, 16, 40], &[1920, 16, 1, 48]), Some(vec![0, 1, 3, 2]));
+        // An axis of one element is never the contiguous one; no contiguous axis, no order.
+        assert_eq!(inner_contiguous_order(&[4, 1], &[2, 1]), None);
+        assert_eq!(inner_contiguous_order(&[4, 6], &[12, 2]), None);
+    }
 }

@@ -386,6 +386,60 @@ fn quantized_pointwise_islands_match_the_cpu_oracle_exactly() {
     }
 }
 
+/// A Q/DQ transformer's `DQ → + bias → + DQ(residual) → LayerNorm → Q` fused by the passes:
+/// `chain_rows` (a warp per row) where rows are runs of 4 up to 1024, the steps one by one
+/// elsewhere (a row of 30, a row of 1100), against the cpu oracle. The row statistics sum in
+/// another order and `rsqrtf` rounds its own way, which may move a value across a level's
+/// edge: at most one level.
+#[test]
+fn layer_norm_islands_match_the_cpu_oracle_to_a_level() {
+    use kiln::passes::{PassContext, Pipeline};
+    use kiln::{ElementwiseOp, HostTensor, LayerKind, Network, PostOp, Shape, TensorData, TensorId};
+    use rand::Rng;
+    if backend().is_none() {
+        return;
+    }
+    let mut rng = crate::common::rng(41);
+    for shape in [[4usize, 6, 32], [2, 128, 768], [3, 5, 30], [2, 3, 1100]] {
+        let what = format!("layer norm island {shape:?}");
+        let len = shape[2];
+        let mut net = Network::new("layer norm island");
+        let a = net.add_input("a", DataType::I8, Shape::fixed(&shape)).expect("a");
+        let r = net.add_input("r", DataType::I8, Shape::fixed(&shape)).expect("r");
+        let mut constant = |name: &str, t: HostTensor| {
+            let w = net.add_weights(t);
+            let l = net.add_layer(name, LayerKind::Constant { weights: w }, vec![]).expect(name);
+            net.output(l, 0)
+        };
+        let scalar = |v: f32| HostTensor::from_f32(vec![], vec![v]).expect("scalar");
+        let row = |base: f32, spread: f32, rng: &mut rand_chacha::ChaCha8Rng| HostTensor::from_f32(vec![len], (0..len).map(|_| base + rng.gen_range(-spread..spread)).collect()).expect("row");
+        let (sa, sr, sy) = (constant("sa", scalar(0.031)), constant("sr", scalar(0.047)), constant("sy", scalar(0.023)));
+        let bias = constant("bias", row(0.0, 0.5, &mut rng));
+        let gamma = constant("gamma", row(1.0, 0.3, &mut rng));
+        let beta = constant("beta", row(0.0, 0.2, &mut rng));
+        let mut layer = |name: &str, kind: LayerKind, inputs: Vec<Option<TensorId>>| {
+            let l = net.add_layer(name, kind, inputs).expect(name);
+            net.output(l, 0)
+        };
+        let da = layer("dq_a", LayerKind::Dequantize { axis: None, to: None }, vec![Some(a), Some(sa), None]);
+        let biased = layer("bias_add", LayerKind::Elementwise { op: ElementwiseOp::Sum }, vec![Some(da), Some(bias)]);
+        let dr = layer("dq_r", LayerKind::Dequantize { axis: None, to: None }, vec![Some(r), Some(sr), None]);
+        let joined = layer("residual", LayerKind::Elementwise { op: ElementwiseOp::Sum }, vec![Some(biased), Some(dr)]);
+        let norm = layer("norm", LayerKind::Normalization { axes: vec![2], epsilon: 1e-12, num_groups: 1 }, vec![Some(joined), Some(gamma), Some(beta)]);
+        let y = layer("q_norm", LayerKind::Quantize { axis: None, to: DataType::I8 }, vec![Some(norm), Some(sy), None]);
+        net.mark_output(y).expect("output");
+        let fused = Pipeline::standard().run(&net, &PassContext { folding_backend: None, quantized_layers: true }).expect("passes");
+        let normalizing = |p: &kiln::FusedParams| p.epilogue.iter().any(|s| matches!(s, PostOp::Normalization { .. }));
+        assert!(fused.layers().iter().any(|l| matches!(&l.kind, LayerKind::Fused(p) if p.dequantized.len() == 2 && normalizing(p))), "{what}\n{}", fused.dump());
+        let n: usize = shape.iter().product();
+        let feeds = [
+            HostTensor::new(shape.to_vec(), TensorData::I8((0..n).map(|_| rng.gen()).collect())).expect("a"),
+            HostTensor::new(shape.to_vec(), TensorData::I8((0..n).map(|_| rng.gen()).collect())).expect("r"),
+        ];
+        check_network(&what, &fused, &feeds, 1.0);
+    }
+}
+
 /// Max pooling of an int8 convolution's channels-last levels (the `DQ → MaxPool → Q` island
 /// after ResNet's stem, which the passes pool on the integers): kiln's NHWC kernel, 16
 /// channels a thread and one, against the cpu oracle.
@@ -462,7 +516,14 @@ fn qdq_of_transposed_views_and_attention_on_them_match_the_cpu_oracle() {
     let keys_f32 = layer("dq_keys", LayerKind::Dequantize { axis: None, to: None }, vec![Some(keys), Some(scale), Some(zero)]);
     let x_view = layer("x_heads", transpose(&[0, 2, 3, 1]), vec![Some(x)]);
     let levels = layer("q_x", LayerKind::Quantize { axis: None, to: DataType::I8 }, vec![Some(x_view), Some(scale), Some(zero)]);
-    for t in [heads_f16[1], keys_f32, levels] {
+    // A Quantize whose one reader transposes it (a head merge) writes its levels in that
+    // order (exec::write_orders), read on through a reshape.
+    let merge_levels = layer("q_merge", LayerKind::Quantize { axis: None, to: DataType::I8 }, vec![Some(x), Some(scale), Some(zero)]);
+    let merged = layer("merge", transpose(&[0, 2, 1, 3]), vec![Some(merge_levels)]);
+    let rows = LayerKind::Shuffle(ShuffleParams { reshape: Some(vec![batch as i64, heads as i64, (seq * dim) as i64]), ..Default::default() });
+    let merged_rows = layer("merge_rows", rows, vec![Some(merged)]);
+    let merged_f32 = layer("dq_merge", LayerKind::Dequantize { axis: None, to: None }, vec![Some(merged_rows), Some(scale), Some(zero)]);
+    for t in [heads_f16[1], keys_f32, levels, merged_f32] {
         net.mark_output(t).expect("output");
     }
     check_network("Q/DQ of transposed views", &net, &feeds, 0.0);

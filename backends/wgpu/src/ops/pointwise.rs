@@ -176,6 +176,9 @@ pub fn epilogue(
                 let scale = input(scale)?;
                 super::quant::dequantize(rec, &running, scale, zero.map(input).transpose()?, None, scale.dtype)?
             }
+            PostOp::Normalization { axis, epsilon, scale, bias } => {
+                super::reduce::normalization(rec, &running, input(scale)?, Some(input(bias)?), &[axis], epsilon, 1)?
+            }
             PostOp::Activation(kind) => activation(rec, &kind, &running)?,
             PostOp::Unary(op) => unary(rec, op, &running, running.dtype)?,
             PostOp::Elementwise { op, operand, running_first } => {

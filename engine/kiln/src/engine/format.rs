@@ -28,8 +28,9 @@ pub const MAGIC: &[u8; 8] = b"KILNENG\0";
 /// more input slots); 11: an integer layer may requantize its levels once more
 /// (`QuantizedParams::then`, two more slots); 12: attention may pass its scores and
 /// probabilities through a quantization's levels (`AttentionParams::product_levels`,
-/// `scores_levels`, `probs_levels`; absent in an 11, which still reads).
-pub const FORMAT_VERSION: u32 = 12;
+/// `scores_levels`, `probs_levels`; absent in an 11, which still reads); 13: a fused layer's
+/// steps may normalize its rows (`PostOp::Normalization`; a 12 has none, and still reads).
+pub const FORMAT_VERSION: u32 = 13;
 /// The oldest layout this kiln still reads (a version 10 integer layer lacks what 11 added).
 pub const OLDEST_READABLE_VERSION: u32 = 11;
 /// Upper bound on the header, far above any real one.

@@ -124,6 +124,10 @@ pub enum PostOp {
     Quantize { to: DataType, scale: usize, zero: Option<usize> },
     /// DequantizeLinear of the (integer) running value, per tensor.
     Dequantize { scale: usize, zero: Option<usize> },
+    /// Layer normalization of the running value over its last axis, `axis` (one group), with
+    /// the affine inputs `scale` and `bias`: a Q/DQ transformer's `residual + x → LayerNorm →
+    /// QuantizeLinear` as one pass over each row ([`LayerKind::Normalization`]'s arithmetic).
+    Normalization { axis: usize, epsilon: f32, scale: usize, bias: usize },
 }
 
 impl PostOp {
@@ -135,6 +139,7 @@ impl PostOp {
             PostOp::Elementwise { op, .. } => LayerKind::Elementwise { op },
             PostOp::Quantize { to, .. } => LayerKind::Quantize { axis: None, to },
             PostOp::Dequantize { .. } => LayerKind::Dequantize { axis: None, to: None },
+            PostOp::Normalization { axis, epsilon, .. } => LayerKind::Normalization { axes: vec![axis], epsilon, num_groups: 1 },
         }
     }
 
@@ -145,6 +150,7 @@ impl PostOp {
             PostOp::Activation(_) | PostOp::Unary(_) => Vec::new(),
             PostOp::Elementwise { operand, .. } => vec![Some(operand)],
             PostOp::Quantize { scale, zero, .. } | PostOp::Dequantize { scale, zero } => vec![Some(scale), zero],
+            PostOp::Normalization { scale, bias, .. } => vec![Some(scale), Some(bias)],
         }
     }
 }

@@ -10,7 +10,10 @@
 //!   for any other reader and is dropped when unread);
 //! - after it, a per-tensor QuantizeLinear to 8 bits ([`PostOp::Quantize`]), and past that a
 //!   DequantizeLinear and more pointwise layers and quantizations, while each tensor between
-//!   has one reader and is not a network output.
+//!   has one reader and is not a network output;
+//! - one layer normalization over the last axis among those steps ([`PostOp::Normalization`]):
+//!   a Q/DQ transformer's `DequantizeLinear ×2 → bias + residual → LayerNorm → QuantizeLinear`
+//!   is one pass over the integers, a row at a time.
 //!
 //! Each step computes what the unfused layer computed, in f32 (the island runs in f32: the
 //! precision pass keeps such islands wide), so every backend gives the unfused graph's
@@ -268,6 +271,18 @@ fn pointwise_island(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) ->
                 let scale = push(&mut inputs, scale);
                 let zero = zero.map(|z| push(&mut inputs, z));
                 params.epilogue.push(PostOp::Dequantize { scale, zero });
+            }
+            // A layer norm of the island's rows (one per chain: each is a pass of its own).
+            LayerKind::Normalization { ref axes, epsilon, .. }
+                if running_type == DataType::F32
+                    && slot(0) == Some(running)
+                    && crate::precision::last_axis_layer_norm(net, next)
+                    && net.tensor(l.outputs[0]).dtype == DataType::F32
+                    && !params.epilogue.iter().any(|p| matches!(p, PostOp::Normalization { .. })) =>
+            {
+                let (Some(scale), Some(bias)) = (slot(1), slot(2)) else { break };
+                let (scale, bias) = (push(&mut inputs, scale), push(&mut inputs, bias));
+                params.epilogue.push(PostOp::Normalization { axis: axes[0], epsilon, scale, bias });
             }
             _ => {
                 let Some(step) = next_step(net, readers, running).filter(|_| running_type == DataType::F32) else { break };

@@ -1,5 +1,6 @@
-//! The float layers of explicit quantization's islands: pointwise and pooling layers that
-//! read only DequantizeLinear outputs (and constants) and feed only QuantizeLinear, directly
+//! The float layers of explicit quantization's islands: pointwise and pooling layers, and
+//! layer normalizations over the last axis (a Q/DQ transformer's `residual + x → LayerNorm`),
+//! that read only DequantizeLinear outputs (and constants) and feed only QuantizeLinear, directly
 //! or through one another. The integer tensors around them fix their precision, as
 //! TensorRT's Q/DQ placement does: they stay in the type the network gives them (f32), so a
 //! reduced-precision flag adds no Casts between the 8-bit tensors, and the island fuses into
@@ -15,7 +16,7 @@ pub(super) fn quantized_island_layers(network: &Network) -> HashSet<usize> {
     let readers = crate::passes::graph::consumers(network);
     let producer = |t: TensorId| network.tensor(t).producer.map(|(l, _)| l.0);
     let mut members: HashSet<usize> = (0..layers.len())
-        .filter(|&i| matches!(layers[i].kind, LayerKind::Activation { .. } | LayerKind::Unary { .. } | LayerKind::Elementwise { .. } | LayerKind::Pooling(_)))
+        .filter(|&i| matches!(layers[i].kind, LayerKind::Activation { .. } | LayerKind::Unary { .. } | LayerKind::Elementwise { .. } | LayerKind::Pooling(_)) || last_axis_layer_norm(network, i))
         .collect();
     loop {
         let kept: HashSet<usize> = members
@@ -41,4 +42,13 @@ pub(super) fn quantized_island_layers(network: &Network) -> HashSet<usize> {
         }
         members = kept;
     }
+}
+
+/// Layer `i` is a layer normalization over its input's last axis, one group: a step an island
+/// can take (`PostOp::Normalization`).
+pub(crate) fn last_axis_layer_norm(network: &Network, i: usize) -> bool {
+    let l = &network.layers()[i];
+    let LayerKind::Normalization { axes, num_groups: 1, .. } = &l.kind else { return false };
+    let rank = l.inputs.first().copied().flatten().map(|x| network.tensor(x).shape.rank());
+    l.inputs.len() == 3 && l.inputs.iter().all(Option::is_some) && rank.is_some_and(|r| r >= 1 && axes[..] == [r - 1])
 }

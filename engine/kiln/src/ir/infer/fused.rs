@@ -68,6 +68,12 @@ pub(super) fn fused(
                 let zero = zero.map(|z| operand_slot(z).and_then(|z| one_element(ins, z))).transpose()?;
                 vec![Some(current), Some(one_element(ins, operand_slot(scale)?)?), zero]
             }
+            PostOp::Normalization { axis, scale, bias, .. } => {
+                if axis + 1 != current.shape.rank() {
+                    return rule(None, format!("epilogue step {i} normalizes axis {axis}, which is not the last of {}", current.shape));
+                }
+                vec![Some(current), Some(ins.req(operand_slot(scale)?)?), Some(ins.req(operand_slot(bias)?)?)]
+            }
         };
         let out = infer_layer(&step.kind(), &facts, weights).map_err(|mut e| {
             e.rule = format!("epilogue step {i} ({:?}): {}", step, e.rule);
