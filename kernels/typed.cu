@@ -364,20 +364,33 @@ __device__ __forceinline__ void load_float4(int type, const void* p, i64 i, floa
 }
 
 // quant_quantize_8bit's result in f32 and int32 operations, without its f64 saturation (NaN
-// saturates to 0, as store_any does), L elements a thread: one L-element run of x and of y.
+// saturates to 0, as store_any does): the levels of one run of L values.
+template <int L>
+__device__ __forceinline__ Run<u8, L> quantized_run(const float* v, float s, int zi, int lo, int hi) {
+    Run<u8, L> q;
+#pragma unroll
+    for (int j = 0; j < L; ++j) {
+        const float ratio = __fdiv_rn(v[j], s);
+        const int level = min(max(round_half_even_clamped(ratio) + zi, lo), hi);
+        q.v[j] = ratio != ratio ? 0 : (u8)level;
+    }
+    return q;
+}
+
+// (level - zero) * scale in f32: the values of one run of L levels.
+template <int L, typename L8>
+__device__ __forceinline__ void dequantized_run(const Run<L8, L>& r, float s, int z, float* v) {
+#pragma unroll
+    for (int j = 0; j < L; ++j) v[j] = __fmul_rn((float)((int)r.v[j] - z), s);
+}
+
+// L elements a thread: one L-element run of x and of y.
 template <int L, typename T>
 __device__ __forceinline__ void quantize_levels(i64 runs, const T* x, float s, int zi, int lo, int hi, u8* y) {
     KILN_GRID_LOOP(i, runs) {
         float v[L];
         load_run<L>(x + i * L, v);
-        Run<u8, L> q;
-#pragma unroll
-        for (int j = 0; j < L; ++j) {
-            const float ratio = __fdiv_rn(v[j], s);
-            const int level = min(max(round_half_even_clamped(ratio) + zi, lo), hi);
-            q.v[j] = ratio != ratio ? 0 : (u8)level;
-        }
-        *reinterpret_cast<Run<u8, L>*>(y + i * L) = q;
+        *reinterpret_cast<Run<u8, L>*>(y + i * L) = quantized_run<L>(v, s, zi, lo, hi);
     }
 }
 
@@ -459,10 +472,8 @@ extern "C" __global__ void quant_quantize_narrow_x4(int x_type, int scale_type, 
 template <int L, typename L8, typename T>
 __device__ __forceinline__ void dequantize_levels(i64 runs, const L8* x, float s, int z, T* y) {
     KILN_GRID_LOOP(i, runs) {
-        const Run<L8, L> r = *reinterpret_cast<const Run<L8, L>*>(x + i * L);
         float v[L];
-#pragma unroll
-        for (int j = 0; j < L; ++j) v[j] = __fmul_rn((float)((int)r.v[j] - z), s);
+        dequantized_run<L>(*reinterpret_cast<const Run<L8, L>*>(x + i * L), s, z, v);
         store_run<L>(y + i * L, v);
     }
 }
@@ -497,15 +508,12 @@ extern "C" __global__ void quant_dequantize_8bit_x16(int x_type, int scale_type,
 // Per-tensor 8-bit Q/DQ of a strided view into a packed output (a head split's or head merge's
 // transpose carried out by the layer itself instead of a copy before or after it): run r of L
 // elements starts at operand_offset(l, 0, r) in x (l.shape counts the last axis in runs, whose
-// elements are contiguous and L-aligned) and at r * L in y. The arithmetic is the packed
-// kernels' above, element for element.
+// elements are contiguous and L-aligned) and at r * L in y, with the packed kernels' runs.
 template <int L, typename T, typename L8>
 __device__ __forceinline__ void dequantize_view_runs(i64 runs, const Layout& l, const L8* x, float s, int z, T* y) {
     KILN_GRID_LOOP(r, runs) {
-        const Run<L8, L> b = *reinterpret_cast<const Run<L8, L>*>(x + operand_offset(l, 0, r));
         float v[L];
-#pragma unroll
-        for (int j = 0; j < L; ++j) v[j] = __fmul_rn((float)((int)b.v[j] - z), s);
+        dequantized_run<L>(*reinterpret_cast<const Run<L8, L>*>(x + operand_offset(l, 0, r)), s, z, v);
         store_run<L>(y + r * L, v);
     }
 }
@@ -542,14 +550,7 @@ __device__ __forceinline__ void quantize_view_runs(i64 runs, const Layout& l, co
     KILN_GRID_LOOP(r, runs) {
         float v[L];
         load_run<L>(x + operand_offset(l, 0, r), v);
-        Run<u8, L> q;
-#pragma unroll
-        for (int j = 0; j < L; ++j) {
-            const float ratio = __fdiv_rn(v[j], s);
-            const int level = min(max(round_half_even_clamped(ratio) + zi, lo), hi);
-            q.v[j] = ratio != ratio ? 0 : (u8)level;
-        }
-        *reinterpret_cast<Run<u8, L>*>(y + r * L) = q;
+        *reinterpret_cast<Run<u8, L>*>(y + r * L) = quantized_run<L>(v, s, zi, lo, hi);
     }
 }
 

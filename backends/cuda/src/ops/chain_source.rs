@@ -259,15 +259,9 @@ fn rows_kernel(
         "    const unsigned row = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
     if (row >= rows) return;
     float r[4 * CHAIN_ROW_RUNS];
-#pragma unroll
-    for (int j = 0; j < CHAIN_ROW_RUNS; ++j) {
-        const unsigned k = 4 * (lane + 32 * j);
-        if (k < len) {
-            const unsigned i = row * len + k;
-            unsigned c[CHAIN_RANK];
-            chain_coords(l, i, c);
 ",
     );
+    s.push_str(ROW_RUN);
     loads(s, 0);
     let _ = writeln!(s, "#pragma unroll");
     let _ = writeln!(s, "            for (int e = 0; e < 4; ++e) r[4 * j + e] = element({});", element_args(&|k| format!("v{k}[e]")));
@@ -290,16 +284,7 @@ fn rows_kernel(
 ",
     );
     let _ = writeln!(s, "    const float rstd = rsqrtf(chain_warp_sum(squares) / (float)len + {});", float(epsilon));
-    s.push_str(
-        "#pragma unroll
-    for (int j = 0; j < CHAIN_ROW_RUNS; ++j) {
-        const unsigned k = 4 * (lane + 32 * j);
-        if (k < len) {
-            const unsigned i = row * len + k;
-            unsigned c[CHAIN_RANK];
-            chain_coords(l, i, c);
-",
-    );
+    s.push_str(ROW_RUN);
     loads(s, 1);
     let _ = writeln!(s, "            float o[4];");
     let _ = writeln!(s, "#pragma unroll");
@@ -311,6 +296,17 @@ fn rows_kernel(
     let _ = writeln!(s, "            store_run<4>(out + i, o);");
     s.push_str("        }\n    }\n}\n");
 }
+
+/// The start of a `chain_rows` pass over its row: run `j` of 4 at `k`, element `i`, its
+/// coordinates `c`.
+const ROW_RUN: &str = "#pragma unroll
+    for (int j = 0; j < CHAIN_ROW_RUNS; ++j) {
+        const unsigned k = 4 * (lane + 32 * j);
+        if (k < len) {
+            const unsigned i = row * len + k;
+            unsigned c[CHAIN_RANK];
+            chain_coords(l, i, c);
+";
 
 /// The start of a body's grid-stride loop over runs of `V` output elements: element `i` and
 /// its coordinates `c`.

@@ -213,22 +213,11 @@ pub fn dequantize_view(cx: &Ctx, x: &DeviceTensor, scale: &DeviceTensor, zero_po
         && scale.dtype == DataType::F32
         && short_float(out_type)
         && zero_point.is_none_or(|z| z.dtype == x.dtype && z.len() == 1);
-    let Some((l, lanes)) = view_runs(cx, x, order).filter(|_| applies) else { return Ok(None) };
-    let out = empty_in_order(cx, out_type, x, order)?;
-    let runs = x.len() / lanes;
-    let args = [
-        Arg::I32(type_code(x.dtype)),
-        Arg::I32(type_code(scale.dtype)),
-        Arg::I32(type_code(out_type)),
-        Arg::I64(runs as i64),
-        Arg::Layout(l),
-        cx.arg(x),
-        cx.arg(scale),
-        zero_point.map_or(Arg::NULL, |z| cx.arg(z)),
-        cx.arg(&out),
-    ];
-    cx.launch_elements(Source::Typed.kernel(format!("quant_dequantize_8bit_view_x{lanes}")), runs, &args)?;
-    Ok(Some(out))
+    let codes = [x.dtype, scale.dtype, out_type].map(type_code);
+    match applies {
+        true => view_pass(cx, "quant_dequantize_8bit_view", &codes, (x, scale, zero_point), out_type, order),
+        false => Ok(None),
+    }
 }
 
 /// Per-tensor 8-bit QuantizeLinear of the view `x` (f32, f16 or bf16), read through its strides
@@ -239,22 +228,29 @@ pub fn quantize_view(cx: &Ctx, x: &DeviceTensor, scale: &DeviceTensor, zero_poin
         && scale.len() == 1
         && short_float(scale.dtype)
         && zero_point.is_none_or(|z| z.dtype.is_8bit_integer() && z.len() == 1);
-    let Some((l, lanes)) = view_runs(cx, x, order).filter(|_| applies) else { return Ok(None) };
-    let out = empty_in_order(cx, to, x, order)?;
+    let codes = [type_code(x.dtype), type_code(scale.dtype), zero_point.map_or(-1, |z| type_code(z.dtype)), type_code(to)];
+    match applies {
+        true => view_pass(cx, "quant_quantize_8bit_view", &codes, (x, scale, zero_point), to, order),
+        false => Ok(None),
+    }
+}
+
+/// `{kernel}_x{lanes}(codes…, runs, layout, x, scale, zero point, out)` over the view `x`,
+/// written packed in `order` as `out_type`; `None` where the view kernels do not apply.
+fn view_pass(
+    cx: &Ctx,
+    kernel: &str,
+    codes: &[i32],
+    (x, scale, zero_point): (&DeviceTensor, &DeviceTensor, Option<&DeviceTensor>),
+    out_type: DataType,
+    order: &[usize],
+) -> KResult<Option<DeviceTensor>> {
+    let Some((l, lanes)) = view_runs(cx, x, order) else { return Ok(None) };
+    let out = empty_in_order(cx, out_type, x, order)?;
     let runs = x.len() / lanes;
-    let args = [
-        Arg::I32(type_code(x.dtype)),
-        Arg::I32(type_code(scale.dtype)),
-        Arg::I32(zero_point.map_or(-1, |z| type_code(z.dtype))),
-        Arg::I32(type_code(to)),
-        Arg::I64(runs as i64),
-        Arg::Layout(l),
-        cx.arg(x),
-        cx.arg(scale),
-        zero_point.map_or(Arg::NULL, |z| cx.arg(z)),
-        cx.arg(&out),
-    ];
-    cx.launch_elements(Source::Typed.kernel(format!("quant_quantize_8bit_view_x{lanes}")), runs, &args)?;
+    let mut args: Vec<Arg> = codes.iter().map(|&c| Arg::I32(c)).collect();
+    args.extend([Arg::I64(runs as i64), Arg::Layout(l), cx.arg(x), cx.arg(scale), zero_point.map_or(Arg::NULL, |z| cx.arg(z)), cx.arg(&out)]);
+    cx.launch_elements(Source::Typed.kernel(format!("{kernel}_x{lanes}")), runs, &args)?;
     Ok(Some(out))
 }
 
