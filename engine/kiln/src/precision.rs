@@ -35,7 +35,6 @@ use std::collections::HashMap;
 use thiserror::Error;
 
 mod islands;
-pub(crate) use islands::last_axis_layer_norm;
 mod narrowing;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]

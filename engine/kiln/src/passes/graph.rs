@@ -4,6 +4,7 @@
 //! folded shape makes the reshapes after it static, and tensors keep their names, which
 //! run time and golden dumps rely on.)
 
+use crate::ir::layer::LayerKind;
 use crate::ir::network::{Network, TensorId};
 use crate::ir::tensor::HostTensor;
 
@@ -65,4 +66,13 @@ pub(crate) fn disjoint_plans<P>(
         }
     }
     (plans, absorbed)
+}
+
+/// Layer `i` is a layer normalization over its input's last axis, one group: a step an island
+/// can take (`PostOp::Normalization`; the precision pass keeps one between quantizations f32).
+pub(crate) fn last_axis_layer_norm(network: &Network, i: usize) -> bool {
+    let l = &network.layers()[i];
+    let LayerKind::Normalization { axes, num_groups: 1, .. } = &l.kind else { return false };
+    let rank = l.inputs.first().copied().flatten().map(|x| network.tensor(x).shape.rank());
+    l.inputs.len() == 3 && l.inputs.iter().all(Option::is_some) && rank.is_some_and(|r| r >= 1 && axes[..] == [r - 1])
 }

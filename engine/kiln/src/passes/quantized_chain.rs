@@ -276,7 +276,7 @@ fn pointwise_island(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) ->
             LayerKind::Normalization { ref axes, epsilon, .. }
                 if running_type == DataType::F32
                     && slot(0) == Some(running)
-                    && crate::precision::last_axis_layer_norm(net, next)
+                    && super::graph::last_axis_layer_norm(net, next)
                     && net.tensor(l.outputs[0]).dtype == DataType::F32
                     && !params.epilogue.iter().any(|p| matches!(p, PostOp::Normalization { .. })) =>
             {

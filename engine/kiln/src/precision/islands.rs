@@ -16,7 +16,7 @@ pub(super) fn quantized_island_layers(network: &Network) -> HashSet<usize> {
     let readers = crate::passes::graph::consumers(network);
     let producer = |t: TensorId| network.tensor(t).producer.map(|(l, _)| l.0);
     let mut members: HashSet<usize> = (0..layers.len())
-        .filter(|&i| matches!(layers[i].kind, LayerKind::Activation { .. } | LayerKind::Unary { .. } | LayerKind::Elementwise { .. } | LayerKind::Pooling(_)) || last_axis_layer_norm(network, i))
+        .filter(|&i| matches!(layers[i].kind, LayerKind::Activation { .. } | LayerKind::Unary { .. } | LayerKind::Elementwise { .. } | LayerKind::Pooling(_)) || crate::passes::graph::last_axis_layer_norm(network, i))
         .collect();
     loop {
         let kept: HashSet<usize> = members
@@ -44,11 +44,3 @@ pub(super) fn quantized_island_layers(network: &Network) -> HashSet<usize> {
     }
 }
 
-/// Layer `i` is a layer normalization over its input's last axis, one group: a step an island
-/// can take (`PostOp::Normalization`).
-pub(crate) fn last_axis_layer_norm(network: &Network, i: usize) -> bool {
-    let l = &network.layers()[i];
-    let LayerKind::Normalization { axes, num_groups: 1, .. } = &l.kind else { return false };
-    let rank = l.inputs.first().copied().flatten().map(|x| network.tensor(x).shape.rank());
-    l.inputs.len() == 3 && l.inputs.iter().all(Option::is_some) && rank.is_some_and(|r| r >= 1 && axes[..] == [r - 1])
-}
