@@ -14,10 +14,6 @@
 // Runs of 4 a lane holds of a `chain_rows` row: rows of up to 1024 (kiln-cuda's CHAIN_ROW_MAX).
 #define CHAIN_ROW_RUNS 8
 
-__device__ __forceinline__ float chain_warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 struct ChainLayout {
     int rank;

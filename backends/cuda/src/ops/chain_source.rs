@@ -274,7 +274,7 @@ fn rows_kernel(
     float sum = 0.0f;
 #pragma unroll
     for (int e = 0; e < 4 * CHAIN_ROW_RUNS; ++e) sum += r[e];
-    const float mean = chain_warp_sum(sum) / (float)len;
+    const float mean = warp_sum(sum) / (float)len;
     float squares = 0.0f;
 #pragma unroll
     for (int e = 0; e < 4 * CHAIN_ROW_RUNS; ++e) {
@@ -283,7 +283,7 @@ fn rows_kernel(
     }
 ",
     );
-    let _ = writeln!(s, "    const float rstd = rsqrtf(chain_warp_sum(squares) / (float)len + {});", float(epsilon));
+    let _ = writeln!(s, "    const float rstd = rsqrtf(warp_sum(squares) / (float)len + {});", float(epsilon));
     s.push_str(ROW_RUN);
     loads(s, 1);
     let _ = writeln!(s, "            float o[4];");

@@ -433,12 +433,13 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
             let (x, scale) = (raw(0)?, dev(1)?);
             // Written in the order its reader transposes it to (attention's context into the
             // head merge's order): the transpose then copies nothing.
-            let order = cx.write_order.borrow().clone();
-            if let Some(order) = order.filter(|_| axis.is_none()) {
-                if let Some(out) = typed::quantize_view(cx, &x, &scale, opt_dev(2)?.as_ref(), *to, &order)? {
+            let order = cx.write_order.borrow();
+            if let Some(order) = order.as_deref().filter(|_| axis.is_none()) {
+                if let Some(out) = typed::quantize_view(cx, &x, &scale, opt_dev(2)?.as_ref(), *to, order)? {
                     return one(out);
                 }
             }
+            drop(order);
             let x = memory_order_input(cx, &x, scale.len() == 1, Permuted::Always)?;
             one(typed::quantize(cx, &x, &scale, opt_dev(2)?.as_ref(), *axis, *to)?.with_strides_of(&x))
         }

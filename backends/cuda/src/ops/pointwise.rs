@@ -272,6 +272,21 @@ fn level_bounds(t: DataType) -> Option<(i32, i32)> {
     }
 }
 
+/// The chain slot (operand index) reading `t`, dequantized by `dequantize`: the one a step
+/// already reads it through (a tensor read by several steps, as GRN's `x * nx ... + x`, takes
+/// one slot), else a new one (`true`); `None` past `CHAIN_OPERANDS` operands.
+fn operand_slot<'t>(operands: &mut Vec<(&'t DeviceTensor, Option<(f32, f32)>)>, t: &'t DeviceTensor, dequantize: Option<(f32, f32)>) -> Option<(usize, bool)> {
+    let bits = |d: Option<(f32, f32)>| d.map(|(s, z)| (s.to_bits(), z.to_bits()));
+    if let Some(slot) = operands.iter().position(|(o, d)| same_view(o, t) && bits(*d) == bits(dequantize)) {
+        return Some((slot, false));
+    }
+    if operands.len() == CHAIN_OPERANDS {
+        return None;
+    }
+    operands.push((t, dequantize));
+    Some((operands.len() - 1, true))
+}
+
 /// Runs `steps` on `x` (read dequantized with `(scale, zero point)` where `x_dequantize` says)
 /// in one pass of a kernel generated for the chain (ops/chain_source.rs), the running value in
 /// f32 between steps; `None` where a chain kernel does not apply (a type it does not take, a
@@ -301,7 +316,7 @@ pub fn chain(cx: &Ctx, x: &DeviceTensor, x_dequantize: Option<(f32, f32)>, steps
     };
     let mut dequantized = vec![x_dequantize.map(|(s, z)| param(s, z))];
     let mut program = Vec::with_capacity(steps.len());
-    // Distinct operands: a tensor read by several steps (GRN's `x * nx ... + x`) takes one slot.
+    // Distinct operands (`operand_slot`).
     let mut operands: Vec<(&DeviceTensor, Option<(f32, f32)>)> = Vec::new();
     let mut shape = x.shape.clone();
     for step in steps {
@@ -316,16 +331,10 @@ pub fn chain(cx: &Ctx, x: &DeviceTensor, x_dequantize: Option<(f32, f32)>, steps
                 if read_type(operand, *dequantize) != Some(running) {
                     return Ok(None);
                 }
-                let same = |(o, d): &(&DeviceTensor, Option<(f32, f32)>)| same_view(o, operand) && d.map(|(s, z)| (s.to_bits(), z.to_bits())) == dequantize.map(|(s, z)| (s.to_bits(), z.to_bits()));
-                let slot = match operands.iter().position(same) {
-                    Some(slot) => slot,
-                    None if operands.len() == CHAIN_OPERANDS => return Ok(None),
-                    None => {
-                        operands.push((operand, *dequantize));
-                        dequantized.push(dequantize.map(|(s, z)| param(s, z)));
-                        operands.len() - 1
-                    }
-                };
+                let Some((slot, new)) = operand_slot(&mut operands, operand, *dequantize) else { return Ok(None) };
+                if new {
+                    dequantized.push(dequantize.map(|(s, z)| param(s, z)));
+                }
                 shape = broadcast_shape(&shape, &operand.shape)?;
                 program.push(Step::Binary { code, operand: slot, running_first: *running_first });
             }
@@ -341,18 +350,11 @@ pub fn chain(cx: &Ctx, x: &DeviceTensor, x_dequantize: Option<(f32, f32)>, steps
             ChainStep::Normalize { scale, bias, epsilon } if running == DataType::F32 && !program.iter().any(|s| matches!(s, Step::Normalize { .. })) => {
                 let mut slots = [0usize; 2];
                 for (slot, t) in slots.iter_mut().zip([scale, bias]) {
-                    if t.dtype != DataType::F32 {
-                        return Ok(None);
+                    let Some((read, new)) = operand_slot(&mut operands, t, None).filter(|_| t.dtype == DataType::F32) else { return Ok(None) };
+                    if new {
+                        dequantized.push(None);
                     }
-                    *slot = match operands.iter().position(|(o, d)| same_view(o, t) && d.is_none()) {
-                        Some(slot) => slot,
-                        None if operands.len() == CHAIN_OPERANDS => return Ok(None),
-                        None => {
-                            operands.push((t, None));
-                            dequantized.push(None);
-                            operands.len() - 1
-                        }
-                    };
+                    *slot = read;
                 }
                 let [scale, bias] = slots;
                 program.push(Step::Normalize { scale, bias, epsilon: *epsilon });
