@@ -131,6 +131,35 @@ __device__ __forceinline__ int round_half_even_clamped(float x) {
     return __float_as_int(__fadd_rn(x, KILN_ROUNDING_MAGIC)) - KILN_ROUNDING_MAGIC_BITS;
 }
 
+// What rounded_ratio multiplies by for a grid of scale s: RN(1/s) where s and it are normal
+// floats, else NaN (every ratio then takes the division).
+__device__ __forceinline__ float level_reciprocal(float s) {
+    const float inv = __frcp_rn(s);
+    const bool normal = fabsf(s) >= 1.17549435e-38f && fabsf(inv) >= 1.17549435e-38f && fabsf(inv) <= 3.40282347e38f;
+    return normal ? inv : __int_as_float(0x7fc00000);
+}
+
+// round_half_even_clamped(__fdiv_rn(x, s)), and whether that ratio is NaN, where `inv` is
+// level_reciprocal(s), without the division's dozen instructions but where it decides.
+// q = RN(x·inv) is within 1.5·2^-23·|q| of RN(x / s) (two roundings of 2^-24 in the product,
+// one in the quotient), so where q is farther than |q|·2^-21 from a half-integer both round to
+// the same integer. Near a half-integer, and where q is not finite or beyond the clamp, the
+// division decides.
+__device__ __forceinline__ int rounded_ratio(float x, float s, float inv, bool& nan) {
+    const float q = __fmul_rn(x, inv);
+    const float c = fminf(fmaxf(q, -KILN_ROUNDING_RANGE), KILN_ROUNDING_RANGE);
+    const float t = __fadd_rn(c, KILN_ROUNDING_MAGIC);
+    // |c - round(c)| <= 0.5, exact (Sterbenz).
+    const float off = fabsf(__fsub_rn(c, __fsub_rn(t, KILN_ROUNDING_MAGIC)));
+    if (__fsub_rn(0.5f, off) > __fmul_rn(fabsf(q), 0x1p-21f)) {
+        nan = false;
+        return __float_as_int(t) - KILN_ROUNDING_MAGIC_BITS;
+    }
+    const float ratio = __fdiv_rn(x, s);
+    nan = ratio != ratio;
+    return round_half_even_clamped(ratio);
+}
+
 // An integer layer's residual (kiln::QuantizedParams: a skip connection's operand, added in the
 // epilogue) at element i: a float widened to f32 (exact), or an 8-bit level dequantized as
 // DequantizeLinear does, f32(level − zero)·scale. `type` is ops::typed::type_code's: 0 f32,

@@ -50,6 +50,7 @@ struct Requant {
     const float* float_bias;
     i64 float_bias_len;
     float y_scale, y_zero, lo, hi;
+    float y_inv;  // level_reciprocal(y_scale)
     int relu;
     const void* residual;  // in the output's NHWC order (residual_at)
     int residual_type;
@@ -102,8 +103,8 @@ __device__ __forceinline__ float scaled(const Requant& e, const Channel& c, int 
 // The requantized level's byte (int8 or uint8): round half to even, ReLU at the zero point,
 // saturation (NaN goes to the low end, as the oracle's fmaxf sends it there too).
 __device__ __forceinline__ unsigned char level_byte(const Requant& e, float v) {
-    if (e.float_bias || e.residual) v = __fdiv_rn(v, e.y_scale);
-    int level = round_half_even_clamped(v);
+    bool nan;
+    int level = e.float_bias || e.residual ? rounded_ratio(v, e.y_scale, e.y_inv, nan) : round_half_even_clamped(v);
     if (e.relu) level = max(level, 0);
     level = min(max(level + (int)e.y_zero, (int)e.lo), (int)e.hi);
     return (unsigned char)level;
@@ -423,7 +424,7 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
              int relu, const void* residual, int residual_type, float residual_scale, float residual_zero,                 \
              const unsigned char* then, int out_type, void* y) {                                                            \
         const Requant e = {int_bias,  scale,         scale_len,      float_bias,     float_bias_len,                        \
-                           y_scale,   y_zero,        lo,             hi,             relu,                                  \
+                           y_scale,   y_zero,        lo,             hi,             level_reciprocal(y_scale), relu,       \
                            residual,  residual_type, residual_scale, residual_zero,  out_type, then};                       \
         int8_conv<BN, WARPS_M, WARPS_N, LEVELS, WG>(win, x, wt, e, y);                                                       \
     }

@@ -27,9 +27,9 @@ __device__ void softmax(i64 outer, i64 len, i64 inner, float scale, const T* x, 
     for (i64 k = lane; k < len; k += 32) y[base + k * inner] = from_f<T>(expf(to_f(x[base + k * inner]) * scale - m) * inv);
 }
 
-// One row of attention's masked softmax held in registers (len <= 32 * SOFTMAX_REGS), read and
-// written in runs of RUN elements per lane: x, the mask (mask_stride 1, or 0 broadcasting one
-// value along the row) and y at RUN-aligned offsets when RUN > 1.
+// One row of attention's masked softmax held in registers (len <= 32 * REGS), read and written
+// in runs of RUN elements per lane: x, the mask (mask_stride 1, or 0 broadcasting one value
+// along the row) and y at RUN-aligned offsets when RUN > 1.
 #define SOFTMAX_REGS 8
 
 // The level grids of attention in a Q/DQ network (kiln::AttentionParams' product, scores and
@@ -53,23 +53,72 @@ __device__ __forceinline__ float through_levels(const SoftmaxLevels& l, int g, f
     return to_f(from_f<T>(__fmul_rn((float)(level - l.zero[g]), l.scaled[g])));
 }
 
-template <typename T, int RUN, bool LEVELS>
+// One grid that quantizes, read through a table of its levels' values (8-bit levels: 256):
+// a value then costs one quantization and a lookup where through_levels costs a division and
+// a rounding per grid.
+struct Quantizer {
+    float scale, inv;  // inv: level_reciprocal(scale)
+    int zero, lo, hi;
+    const float* table;  // the value level lo + i stands for, in shared memory
+
+    // through_levels' result (with every grid the table folds in), exactly.
+    __device__ __forceinline__ float operator()(float x) const {
+        bool nan;
+        const int level = min(max(rounded_ratio(x, scale, inv, nan) + zero, lo), hi);
+        return table[(nan ? 0 : level) - lo];
+    }
+};
+
+// The grids of a leveled softmax as quantizers: `scores` quantizes a score as loaded with the
+// product's grid (else the scores'), its table giving the value after both; `probs` quantizes
+// a probability rounded to T. `on` as SoftmaxLevels'.
+struct LeveledSoftmax {
+    int on;
+    Quantizer scores, probs;
+};
+
+// The tables a block builds once for every row it takes (256 entries each, in `scores` and
+// `probs`), and the quantizers reading them.
+template <typename T>
+__device__ LeveledSoftmax level_tables(const SoftmaxLevels& l, float* scores, float* probs) {
+    const bool product = l.on & 1;
+    const Quantizer first{product ? l.scale[0] : l.scale[1], 0.0f, product ? l.zero[0] : l.zero[1], product ? l.lo[0] : l.lo[1],
+                          product ? l.hi[0] : l.hi[1], scores};
+    const float first_scaled = product ? l.scaled[0] : l.scaled[1];
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) {
+        float v = to_f(from_f<T>(__fmul_rn((float)(first.lo + i - first.zero), first_scaled)));
+        if (product && (l.on & 2)) v = through_levels<T>(l, 1, v);
+        scores[i] = v;
+        probs[i] = to_f(from_f<T>(__fmul_rn((float)(l.lo[2] + i - l.zero[2]), l.scaled[2])));
+    }
+    __syncthreads();
+    LeveledSoftmax out{l.on, first, {l.scale[2], level_reciprocal(l.scale[2]), l.zero[2], l.lo[2], l.hi[2], probs}};
+    out.scores.inv = level_reciprocal(first.scale);
+    return out;
+}
+
+// A score as loaded (T, widened) after the scores grids.
+__device__ __forceinline__ float leveled_score(const LeveledSoftmax& q, float x) { return (q.on & 3) ? q.scores(x) : x; }
+// A probability after the probabilities' grid, which reads it as stored (rounded to T).
+template <typename T>
+__device__ __forceinline__ float leveled_probability(const LeveledSoftmax& q, float p) {
+    return (q.on & 4) ? q.probs(to_f(from_f<T>(p))) : p;
+}
+
+template <typename T, int RUN, int REGS, bool LEVELS>
 __device__ __forceinline__ void softmax_masked_row(i64 base, i64 mbase, i64 len, int lane, i64 mask_stride, int zero_nan,
-                                                   const T* x, const T* mask, T* y, const SoftmaxLevels& lv) {
-    float v[SOFTMAX_REGS];
+                                                   const T* x, const T* mask, T* y, const LeveledSoftmax& lv) {
+    float v[REGS];
     float m = -INFINITY;
 #pragma unroll
-    for (int j = 0; j < SOFTMAX_REGS / RUN; ++j) {
+    for (int j = 0; j < REGS / RUN; ++j) {
         const i64 k = RUN * (lane + 32 * j);
         float xs[RUN], ms[RUN];
         if (k < len) {
             load_run<RUN>(x + base + k, xs);
             if (LEVELS) {
 #pragma unroll
-                for (int e = 0; e < RUN; ++e) {
-                    if (lv.on & 1) xs[e] = through_levels<T>(lv, 0, xs[e]);
-                    if (lv.on & 2) xs[e] = through_levels<T>(lv, 1, xs[e]);
-                }
+                for (int e = 0; e < RUN; ++e) xs[e] = leveled_score(lv, xs[e]);
             }
             if (!mask) {
 #pragma unroll
@@ -90,13 +139,13 @@ __device__ __forceinline__ void softmax_masked_row(i64 base, i64 mbase, i64 len,
     m = warp_max(m);
     float s = 0.0f;
 #pragma unroll
-    for (int j = 0; j < SOFTMAX_REGS; ++j) {
+    for (int j = 0; j < REGS; ++j) {
         v[j] = RUN * (lane + 32 * (j / RUN)) < len ? expf(v[j] - m) : 0.0f;
         s += v[j];
     }
     const float inv = 1.0f / warp_sum(s);
 #pragma unroll
-    for (int j = 0; j < SOFTMAX_REGS / RUN; ++j) {
+    for (int j = 0; j < REGS / RUN; ++j) {
         const i64 k = RUN * (lane + 32 * j);
         float p[RUN];
 #pragma unroll
@@ -104,7 +153,7 @@ __device__ __forceinline__ void softmax_masked_row(i64 base, i64 mbase, i64 len,
             p[e] = v[RUN * j + e] * inv;
             if (zero_nan && p[e] != p[e]) p[e] = 0.0f;
             // The probabilities' grid reads them as stored (rounded to T).
-            if (LEVELS && (lv.on & 4)) p[e] = through_levels<T>(lv, 2, to_f(from_f<T>(p[e])));
+            if (LEVELS) p[e] = leveled_probability<T>(lv, p[e]);
         }
         if (k < len) store_run<RUN>(y + base + k, p);
     }
@@ -113,46 +162,49 @@ __device__ __forceinline__ void softmax_masked_row(i64 base, i64 mbase, i64 len,
 // Attention's softmax over the last axis of dense scores [rows, len], with the additive mask
 // (broadcast: row r's mask starts at ml's operand-0 offset of r, stride mask_stride along the
 // row) and, when zero_nan is set, NaN probabilities (fully masked rows) written as 0: one pass
-// instead of a mask add, a softmax and a NaN guard.
-// With LEVELS, the level grids `lv` apply and the mask may be null (none).
+// instead of a mask add, a softmax and a NaN guard. A warp per row, the grid's warps striding
+// over the rows.
+// With LEVELS, the level grids `lv` apply and the mask may be null.
 template <typename T, bool LEVELS>
 __device__ void softmax_masked(i64 rows, i64 len, Layout ml, i64 mask_stride, int zero_nan, const T* x, const T* mask, T* y,
-                               const SoftmaxLevels& lv) {
-    const i64 row = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+                               const LeveledSoftmax& lv) {
     const int lane = threadIdx.x % 32;
-    if (row >= rows) return;
-    const i64 base = row * len;
-    const i64 mbase = mask ? operand_offset(ml, 0, row) : 0;
-    if (len <= 32 * SOFTMAX_REGS) {
-        // Short rows (attention's usual case) stay in registers: one read of x and the mask, in
-        // runs of 4 (8- or 16-byte accesses) where rows, mask and addresses align.
-        const unsigned long long addresses = (unsigned long long)x | (unsigned long long)y | (mask_stride ? (unsigned long long)mask : 0ull);
-        if (len % 4 == 0 && (mask_stride == 0 || mbase % 4 == 0) && addresses % sizeof(Run<T, 4>) == 0) {
-            softmax_masked_row<T, 4, LEVELS>(base, mbase, len, lane, mask_stride, zero_nan, x, mask, y, lv);
-        } else {
-            softmax_masked_row<T, 1, LEVELS>(base, mbase, len, lane, mask_stride, zero_nan, x, mask, y, lv);
+    const i64 warps = (i64)gridDim.x * blockDim.x / 32;
+    // Short rows (attention's usual case) stay in registers: one read of x and the mask, in
+    // runs of 4 (8- or 16-byte accesses) where rows, mask and addresses align.
+    const unsigned long long addresses = (unsigned long long)x | (unsigned long long)y | (mask_stride ? (unsigned long long)mask : 0ull);
+    const bool runs = len % 4 == 0 && addresses % sizeof(Run<T, 4>) == 0;
+    for (i64 row = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32; row < rows; row += warps) {
+        const i64 base = row * len;
+        const i64 mbase = mask ? operand_offset(ml, 0, row) : 0;
+        if (len <= 32 * SOFTMAX_REGS) {
+            if (runs && (mask_stride == 0 || mbase % 4 == 0)) {
+                if (len <= 32 * 4) softmax_masked_row<T, 4, 4, LEVELS>(base, mbase, len, lane, mask_stride, zero_nan, x, mask, y, lv);
+                else softmax_masked_row<T, 4, SOFTMAX_REGS, LEVELS>(base, mbase, len, lane, mask_stride, zero_nan, x, mask, y, lv);
+            } else {
+                softmax_masked_row<T, 1, SOFTMAX_REGS, LEVELS>(base, mbase, len, lane, mask_stride, zero_nan, x, mask, y, lv);
+            }
+            continue;
         }
-        return;
-    }
-    // Longer rows: three passes over x.
-    auto score = [&](i64 k) {
-        float v = to_f(x[base + k]);
-        if (LEVELS && (lv.on & 1)) v = through_levels<T>(lv, 0, v);
-        if (LEVELS && (lv.on & 2)) v = through_levels<T>(lv, 1, v);
-        return mask ? v + to_f(mask[mbase + k * mask_stride]) : v;
-    };
-    float m = -INFINITY;
-    for (i64 k = lane; k < len; k += 32) m = fmaxf(m, score(k));
-    m = warp_max(m);
-    float s = 0.0f;
-    for (i64 k = lane; k < len; k += 32) s += expf(score(k) - m);
-    s = warp_sum(s);
-    const float inv = 1.0f / s;
-    for (i64 k = lane; k < len; k += 32) {
-        float p = expf(score(k) - m) * inv;
-        if (zero_nan && p != p) p = 0.0f;
-        if (LEVELS && (lv.on & 4)) p = through_levels<T>(lv, 2, to_f(from_f<T>(p)));
-        y[base + k] = from_f<T>(p);
+        // Longer rows: three passes over x.
+        auto score = [&](i64 k) {
+            float v = to_f(x[base + k]);
+            if (LEVELS) v = leveled_score(lv, v);
+            return mask ? v + to_f(mask[mbase + k * mask_stride]) : v;
+        };
+        float m = -INFINITY;
+        for (i64 k = lane; k < len; k += 32) m = fmaxf(m, score(k));
+        m = warp_max(m);
+        float s = 0.0f;
+        for (i64 k = lane; k < len; k += 32) s += expf(score(k) - m);
+        s = warp_sum(s);
+        const float inv = 1.0f / s;
+        for (i64 k = lane; k < len; k += 32) {
+            float p = expf(score(k) - m) * inv;
+            if (zero_nan && p != p) p = 0.0f;
+            if (LEVELS) p = leveled_probability<T>(lv, p);
+            y[base + k] = from_f<T>(p);
+        }
     }
 }
 
@@ -461,13 +513,14 @@ __device__ void normalize_chunks(i64 len, i64 chunk, float eps, int rms, const T
         normalize_affine_short(outer, len, eps, rms, rpw, x, s, b, y); \
     } \
     extern "C" __global__ void softmax_masked_##suffix(i64 rows, i64 len, Layout ml, i64 ms, int zn, const T* x, const T* m, T* y) { \
-        softmax_masked<T, false>(rows, len, ml, ms, zn, x, m, y, SoftmaxLevels{}); \
+        softmax_masked<T, false>(rows, len, ml, ms, zn, x, m, y, LeveledSoftmax{}); \
     } \
-    extern "C" __global__ void softmax_masked_levels_##suffix(i64 rows, i64 len, Layout ml, i64 ms, int zn, int on, float s0, float c0, int z0, int lo0, \
+    extern "C" __global__ void __launch_bounds__(256, 4) softmax_masked_levels_##suffix(i64 rows, i64 len, Layout ml, i64 ms, int zn, int on, float s0, float c0, int z0, int lo0, \
                                                               int hi0, float s1, float c1, int z1, int lo1, int hi1, float s2, float c2, int z2, \
                                                               int lo2, int hi2, const T* x, const T* m, T* y) { \
         const SoftmaxLevels lv{on, {s0, s1, s2}, {c0, c1, c2}, {z0, z1, z2}, {lo0, lo1, lo2}, {hi0, hi1, hi2}}; \
-        softmax_masked<T, true>(rows, len, ml, ms, zn, x, m, y, lv); \
+        __shared__ float scores[256], probs[256]; \
+        softmax_masked<T, true>(rows, len, ml, ms, zn, x, m, y, level_tables<T>(lv, scores, probs)); \
     } \
     extern "C" __global__ void softmax_##suffix(i64 outer, i64 len, i64 inner, float scale, const T* x, T* y) { softmax(outer, len, inner, scale, x, y); } \
     extern "C" __global__ void reduce_##suffix(int op, i64 outer, i64 len, i64 inner, const T* x, T* y) { reduce(op, outer, len, inner, x, y); } \

@@ -365,14 +365,15 @@ __device__ __forceinline__ void load_float4(int type, const void* p, i64 i, floa
 
 // quant_quantize_8bit's result in f32 and int32 operations, without its f64 saturation (NaN
 // saturates to 0, as store_any does): the levels of one run of L values.
+// `inv` is level_reciprocal(s).
 template <int L>
-__device__ __forceinline__ Run<u8, L> quantized_run(const float* v, float s, int zi, int lo, int hi) {
+__device__ __forceinline__ Run<u8, L> quantized_run(const float* v, float s, float inv, int zi, int lo, int hi) {
     Run<u8, L> q;
 #pragma unroll
     for (int j = 0; j < L; ++j) {
-        const float ratio = __fdiv_rn(v[j], s);
-        const int level = min(max(round_half_even_clamped(ratio) + zi, lo), hi);
-        q.v[j] = ratio != ratio ? 0 : (u8)level;
+        bool nan;
+        const int level = min(max(rounded_ratio(v[j], s, inv, nan) + zi, lo), hi);
+        q.v[j] = nan ? 0 : (u8)level;
     }
     return q;
 }
@@ -386,23 +387,23 @@ __device__ __forceinline__ void dequantized_run(const Run<L8, L>& r, float s, in
 
 // L elements a thread: one L-element run of x and of y.
 template <int L, typename T>
-__device__ __forceinline__ void quantize_levels(i64 runs, const T* x, float s, int zi, int lo, int hi, u8* y) {
+__device__ __forceinline__ void quantize_levels(i64 runs, const T* x, float s, float inv, int zi, int lo, int hi, u8* y) {
     KILN_GRID_LOOP(i, runs) {
         float v[L];
         load_run<L>(x + i * L, v);
-        *reinterpret_cast<Run<u8, L>*>(y + i * L) = quantized_run<L>(v, s, zi, lo, hi);
+        *reinterpret_cast<Run<u8, L>*>(y + i * L) = quantized_run<L>(v, s, inv, zi, lo, hi);
     }
 }
 
 template <int L>
 __device__ __forceinline__ void quantize_8bit_runs(int x_type, int scale_type, int zp_type, int to, i64 runs, const void* x,
                                                    const void* scale, const void* zp, void* y) {
-    const float s = load_float(scale_type, scale, 0);
+    const float s = load_float(scale_type, scale, 0), inv = level_reciprocal(s);
     const int zi = zp ? load_level(zp_type, zp, 0) : 0, lo = to == T_I8 ? -128 : 0, hi = to == T_I8 ? 127 : 255;
     switch (x_type) {
-    case T_F16: quantize_levels<L>(runs, (const __half*)x, s, zi, lo, hi, (u8*)y); break;
-    case T_BF16: quantize_levels<L>(runs, (const __nv_bfloat16*)x, s, zi, lo, hi, (u8*)y); break;
-    default: quantize_levels<L>(runs, (const float*)x, s, zi, lo, hi, (u8*)y); break;
+    case T_F16: quantize_levels<L>(runs, (const __half*)x, s, inv, zi, lo, hi, (u8*)y); break;
+    case T_BF16: quantize_levels<L>(runs, (const __nv_bfloat16*)x, s, inv, zi, lo, hi, (u8*)y); break;
+    default: quantize_levels<L>(runs, (const float*)x, s, inv, zi, lo, hi, (u8*)y); break;
     }
 }
 
@@ -546,23 +547,23 @@ extern "C" __global__ void quant_dequantize_8bit_view_x16(int x_type, int scale_
 }
 
 template <int L, typename T>
-__device__ __forceinline__ void quantize_view_runs(i64 runs, const Layout& l, const T* x, float s, int zi, int lo, int hi, u8* y) {
+__device__ __forceinline__ void quantize_view_runs(i64 runs, const Layout& l, const T* x, float s, float inv, int zi, int lo, int hi, u8* y) {
     KILN_GRID_LOOP(r, runs) {
         float v[L];
         load_run<L>(x + operand_offset(l, 0, r), v);
-        *reinterpret_cast<Run<u8, L>*>(y + r * L) = quantized_run<L>(v, s, zi, lo, hi);
+        *reinterpret_cast<Run<u8, L>*>(y + r * L) = quantized_run<L>(v, s, inv, zi, lo, hi);
     }
 }
 
 template <int L>
 __device__ __forceinline__ void quantize_view(int x_type, int scale_type, int zp_type, int to, i64 runs, const Layout& l, const void* x,
                                               const void* scale, const void* zp, void* y) {
-    const float s = load_float(scale_type, scale, 0);
+    const float s = load_float(scale_type, scale, 0), inv = level_reciprocal(s);
     const int zi = zp ? load_level(zp_type, zp, 0) : 0, lo = to == T_I8 ? -128 : 0, hi = to == T_I8 ? 127 : 255;
     switch (x_type) {
-    case T_F16: quantize_view_runs<L>(runs, l, (const __half*)x, s, zi, lo, hi, (u8*)y); break;
-    case T_BF16: quantize_view_runs<L>(runs, l, (const __nv_bfloat16*)x, s, zi, lo, hi, (u8*)y); break;
-    default: quantize_view_runs<L>(runs, l, (const float*)x, s, zi, lo, hi, (u8*)y); break;
+    case T_F16: quantize_view_runs<L>(runs, l, (const __half*)x, s, inv, zi, lo, hi, (u8*)y); break;
+    case T_BF16: quantize_view_runs<L>(runs, l, (const __nv_bfloat16*)x, s, inv, zi, lo, hi, (u8*)y); break;
+    default: quantize_view_runs<L>(runs, l, (const float*)x, s, inv, zi, lo, hi, (u8*)y); break;
     }
 }
 
@@ -618,6 +619,7 @@ extern "C" __global__ void quant_requantize(int acc_type, int out_type, i64 inne
                                             const float* float_bias, i64 float_bias_len, float y_scale, float y_zero,
                                             float lo, float hi, int relu, const void* residual, int residual_type,
                                             float residual_scale, float residual_zero, const u8* then, void* y) {
+    const float y_inv = level_reciprocal(y_scale);
     KILN_GRID_LOOP(i, n) {
         i64 k = param_index(i, inner, channels);
         double exact = acc_type == T_I32 ? (double)((const int*)acc)[i] : (double)((const float*)acc)[i];
@@ -629,8 +631,8 @@ extern "C" __global__ void quant_requantize(int acc_type, int out_type, i64 inne
             store_any(out_type, y, i, float_scalar(relu ? fmaxf(v, 0.0f) : v), false, 0);
             continue;
         }
-        if (float_bias || residual) v = __fdiv_rn(v, y_scale);
-        float level = rintf(v);
+        bool nan;
+        float level = float_bias || residual ? (float)rounded_ratio(v, y_scale, y_inv, nan) : rintf(v);
         if (relu) level = fmaxf(level, 0.0f);
         level = fminf(fmaxf(level + y_zero, lo), hi);
         const u8 byte = out_type == T_I8 ? (u8)(signed char)(int)level : (u8)(int)level;
@@ -656,6 +658,7 @@ __device__ __forceinline__ void requantize_rows_x4(int out_type, int channels, i
                                                    int float_bias_len, float y_scale, float y_zero, float lo, float hi,
                                                    int relu, const void* residual, int residual_type, float residual_scale,
                                                    float residual_zero, const u8* then, void* y) {
+    const float y_inv = level_reciprocal(y_scale);
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += gridDim.x * blockDim.x) {
         const int c = (i * 4) % channels;
         const typename VecOf<Acc>::T a = ((const typename VecOf<Acc>::T*)acc)[i];
@@ -670,7 +673,8 @@ __device__ __forceinline__ void requantize_rows_x4(int out_type, int channels, i
         if (out_type == T_I8 || out_type == T_U8) {
             u8 q[4];
             for (int j = 0; j < 4; ++j) {
-                float level = rintf(float_bias || residual ? __fdiv_rn(v[j], y_scale) : v[j]);
+                bool nan;
+                float level = float_bias || residual ? (float)rounded_ratio(v[j], y_scale, y_inv, nan) : rintf(v[j]);
                 if (relu) level = fmaxf(level, 0.0f);
                 level = fminf(fmaxf(level + y_zero, lo), hi);
                 q[j] = out_type == T_I8 ? (u8)(signed char)(int)level : (u8)(int)level;

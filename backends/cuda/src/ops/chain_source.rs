@@ -220,8 +220,9 @@ fn step_function(s: &mut String, name: &str, start: &str, params: &[String], pro
             Step::Unary { code, alpha, beta } => format!("f = unary_float({code}, f, {}, {});", float(alpha), float(beta)),
             Step::Binary { code, operand, running_first: true } => format!("f = binary_float({code}, f, x{});", operand + 1),
             Step::Binary { code, operand, running_first: false } => format!("f = binary_float({code}, x{}, f);", operand + 1),
+            // rounded_ratio clamps to ±2^22 where rintf would not: no saturated level changes.
             Step::Quantize { param, lo, hi } => format!(
-                "f = __fadd_rn(rintf(__fdiv_rn(f, q{param})), q{}); f = f != f ? 0.0f : fminf(fmaxf(f, {lo}.0f), {hi}.0f);",
+                "{{ bool nan; f = __fadd_rn((float)rounded_ratio(f, q{param}, level_reciprocal(q{param}), nan), q{}); f = nan ? 0.0f : fminf(fmaxf(f, {lo}.0f), {hi}.0f); }}",
                 param + 1
             ),
             Step::Dequantize { param } => format!("f = __fmul_rn(__fsub_rn(f, q{}), q{param});", param + 1),
@@ -433,7 +434,7 @@ mod tests {
         assert!(text.contains("chain_rows(unsigned rows, unsigned len, ChainLayout l, const signed char* s0, const float* s1, const signed char* s2"), "{text}");
         assert!(!text.contains("chain_vec"), "no per-element kernel: {text}");
         assert!(text.contains("o[e] = after((r[4 * j + e] - mean) * rstd * v3[e] + v4[e], v0[e]"), "the norm's operands are slots 3 and 4: {text}");
-        assert!(text.contains("__fdiv_rn(f, q4)") && text.contains("x2 = __fmul_rn(__fsub_rn(x2, q3), q2);"), "{text}");
+        assert!(text.contains("rounded_ratio(f, q4, level_reciprocal(q4), nan)") && text.contains("x2 = __fmul_rn(__fsub_rn(x2, q3), q2);"), "{text}");
         let other = Program { steps: vec![block.steps[0], block.steps[1], Step::Normalize { scale: 2, bias: 3, epsilon: 1e-5 }, block.steps[3]], ..block.clone() };
         assert_ne!(chain_kernel(&other), chain_kernel(&block), "another epsilon, another kernel");
     }

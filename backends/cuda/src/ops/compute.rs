@@ -510,6 +510,9 @@ fn keys_by_rows(k: &DeviceTensor, key_transposed: bool) -> (DeviceTensor, bool) 
     }
 }
 
+/// The entries of each level grid's table in `softmax_masked_levels` (8-bit levels).
+const LEVEL_TABLE_ENTRIES: i32 = 256;
+
 /// The probabilities of attention on levels in one pass over the scores (the product, unscaled
 /// where the product has levels): its grids, the mask and the softmax (`softmax_masked_levels`,
 /// the values the step-by-step passes below give). `None` where the mask is not one the masked
@@ -532,6 +535,9 @@ fn softmax_on_levels(cx: &Ctx, p: &AttentionParams, scores: &DeviceTensor, mask:
             continue;
         };
         let (lo, hi) = grid.range();
+        if hi - lo >= LEVEL_TABLE_ENTRIES {
+            return Ok(None);
+        }
         on |= 1 << g;
         args.extend([Arg::F32(grid.scale), Arg::F32(grid.scale * factor), Arg::I32(grid.zero), Arg::I32(lo), Arg::I32(hi)]);
     }
@@ -540,7 +546,10 @@ fn softmax_on_levels(cx: &Ctx, p: &AttentionParams, scores: &DeviceTensor, mask:
     args[5] = Arg::I32(on);
     let out = cx.gpu.empty(scores.dtype, scores.shape.clone()).map_err(KernelError::from)?;
     args.extend([cx.arg(scores), mask.map_or(Arg::NULL, |m| cx.arg(m)), cx.arg(&out)]);
-    launch_rows(cx, Source::Reduce.kernel(format!("softmax_masked_levels_{suffix}")), rows, &args)?;
+    // The grids' tables are built once per block: as many blocks as stay resident (the kernel's
+    // launch bounds: 4 of 256 threads a multiprocessor), their warps striding over the rows.
+    let blocks = rows.div_ceil(8).min(4 * cx.gpu.multiprocessors() as usize).max(1);
+    cx.gpu.launch(&Source::Reduce.kernel(format!("softmax_masked_levels_{suffix}")), blocks as u32, 256, &args).map_err(KernelError::from)?;
     Ok(Some(out))
 }
 

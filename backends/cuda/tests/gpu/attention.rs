@@ -91,6 +91,8 @@ fn run_level_cases(dtype: DataType, tolerance: f64, flips: f64) {
         ([2usize, 12, 128, 64], [2usize, 12, 64, 128], true, grid(0.37, DataType::I8), None, grid(1.0 / 127.0, DataType::I8)),
         ([1, 3, 100, 40], [1, 3, 100, 40], false, None, grid(0.043, DataType::I8), grid(1.0 / 255.0, DataType::U8)),
         ([2, 2, 20, 16], [2, 2, 300, 16], false, grid(0.21, DataType::I8), None, None),
+        // Rows of 200 keys: 8 registers a lane.
+        ([1, 2, 48, 32], [1, 2, 200, 32], false, grid(0.3, DataType::I8), None, grid(1.0 / 127.0, DataType::I8)),
     ]
     .into_iter()
     .enumerate()

@@ -372,6 +372,36 @@ fn per_tensor_8bit_quantize_and_dequantize_match_with_and_without_vectors() {
     }
 }
 
+/// The 8-bit per-tensor Quantize multiplies by the scale's reciprocal and divides only near a
+/// rounding tie (common.cuh's rounded_ratio): every f16 value, and f32 values a few units in
+/// the last place around every tie, give the oracle's (dividing) bytes for scales whose
+/// reciprocal is inexact, including one whose significand is all ones.
+#[test]
+fn per_tensor_8bit_quantize_matches_the_dividing_oracle_at_every_f16_value_and_around_every_tie() {
+    let every_f16: Vec<f32> = (0..=u16::MAX).map(|b| half::f16::from_bits(b).to_f32()).collect();
+    for s in [0.023f32, 1.0 / 127.0, 0.1, 3.0, f32::from_bits(0x3f7f_ffff), f32::from_bits(0x3c23_d70b)] {
+        let mut near_ties = Vec::new();
+        for k in -140i32..140 {
+            let tie = (k as f32 + 0.5) * s;
+            for d in -3i32..=3 {
+                near_ties.push(f32::from_bits((tie.to_bits() as i32 + d) as u32));
+            }
+        }
+        near_ties.resize(near_ties.len().next_multiple_of(16), 0.0);
+        for (dtype, values) in [(DataType::F16, every_f16.clone()), (DataType::F32, near_ties)] {
+            let len = values.len();
+            let x = floats_as(dtype, values, vec![len]);
+            let scale = floats_as(dtype, vec![s], vec![]);
+            for (to, zero) in [(DataType::I8, TensorData::I8(vec![-3])), (DataType::U8, TensorData::U8(vec![128]))] {
+                let zero = HostTensor::new(vec![], zero).unwrap();
+                let layers = vec![(LayerKind::Quantize { axis: None, to }, vec![0, 1, 2])];
+                let Some(outs) = run_both(&[x.clone(), scale.clone(), zero], &layers) else { return };
+                assert_same(&format!("Quantize {len} {dtype} values -> {to}, scale {s:e}"), &outs[0].0, &outs[0].1);
+            }
+        }
+    }
+}
+
 /// Quantize to float8 with one scale runs four elements per thread (`quant_quantize_narrow_x4`)
 /// where the length is a multiple of 4: the oracle's bytes from f32, f16 and bf16, with and
 /// without a zero point, at -0, in the subnormals, past saturation, NaN and the infinities.
