@@ -81,3 +81,33 @@ __device__ __forceinline__ void chain_load_bytes(const ChainLayout& l, int s, un
         for (int k = 0; k < V; ++k) b[k] = p[off];
     }
 }
+
+// The lookup of a column table (kiln-cuda's chain_columns): block b takes columns
+// [TILE·(b % tiles), +TILE) of rows [rows_per_block·(b / tiles), +rows_per_block) of the
+// row-major [rows, columns] levels `x` (columns a multiple of 16, 16-byte aligned rows), copies
+// those columns' tables (256 bytes each, column-major in `table`) into shared memory and
+// writes out[i] = table[column][x[i]], 16 bytes a thread.
+template <int TILE>
+__device__ __forceinline__ void chain_column_lookup(unsigned rows, unsigned columns, unsigned rows_per_block, const unsigned char* x,
+                                                    unsigned char* out, const unsigned char* table) {
+    __shared__ uint4 words[TILE * 256 / 16];
+    const unsigned tiles = (columns + TILE - 1) / TILE, tile = blockIdx.x % tiles;
+    const unsigned c0 = tile * TILE, width = min((unsigned)TILE, columns - c0);
+    const uint4* src = reinterpret_cast<const uint4*>(table + (size_t)c0 * 256);
+    for (unsigned w = threadIdx.x; w < width * 16; w += blockDim.x) words[w] = src[w];
+    __syncthreads();
+    const unsigned char* t = reinterpret_cast<const unsigned char*>(words);
+    constexpr unsigned GROUPS = TILE / 16;
+    const unsigned col = (threadIdx.x % GROUPS) * 16;
+    if (col >= width) return;
+    const unsigned first = (blockIdx.x / tiles) * rows_per_block, end = min(rows, first + rows_per_block);
+#pragma unroll 4
+    for (unsigned r = first + threadIdx.x / GROUPS; r < end; r += blockDim.x / GROUPS) {
+        const unsigned i = r * columns + c0 + col;
+        const Run<unsigned char, 16> b = *reinterpret_cast<const Run<unsigned char, 16>*>(x + i);
+        Run<unsigned char, 16> o;
+#pragma unroll
+        for (int k = 0; k < 16; ++k) o.v[k] = t[(col + k) * 256 + b.v[k]];
+        *reinterpret_cast<Run<unsigned char, 16>*>(out + i) = o;
+    }
+}

@@ -73,12 +73,15 @@ __device__ __forceinline__ i64 operand_offset(const Layout& l, int which, i64 i)
     return off;
 }
 
-// The sum of `v` over a warp's 32 lanes, in every lane (row reductions: kernels/reduce.cu,
-// the generated `chain_rows`).
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+// The sum of `v` over each group of G aligned lanes (G a power of two up to 32), in every lane
+// of the group (row reductions: kernels/reduce.cu, the generated `chain_rows`).
+template <int G = 32>
+__device__ __forceinline__ float lanes_sum(float v) {
+#pragma unroll
+    for (int o = G / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
+__device__ __forceinline__ float warp_sum(float v) { return lanes_sum<32>(v); }
 
 #define KILN_GRID_LOOP(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
 

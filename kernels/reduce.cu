@@ -2,10 +2,14 @@
 // [outer, len, inner]; one warp handles one (outer, inner) row of `len` elements, stride `inner`.
 #include "common.cuh"
 
-__device__ __forceinline__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+// The maximum over each group of G aligned lanes, as lanes_sum.
+template <int G = 32>
+__device__ __forceinline__ float lanes_max(float v) {
+#pragma unroll
+    for (int o = G / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
+__device__ __forceinline__ float warp_max(float v) { return lanes_max<32>(v); }
 
 #define ROW_SETUP \
     i64 warp = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32; \
@@ -105,16 +109,16 @@ __device__ __forceinline__ float leveled_probability(const LeveledSoftmax& q, fl
     return (q.on & 4) ? q.probs(to_f(from_f<T>(p))) : p;
 }
 
-template <typename T, int RUN, int REGS, bool LEVELS>
-__device__ __forceinline__ void softmax_masked_row(i64 base, i64 mbase, i64 len, int lane, i64 mask_stride, int zero_nan,
+template <typename T, int RUN, int REGS, int G, bool LEVELS>
+__device__ __forceinline__ void softmax_masked_row(i64 base, i64 mbase, i64 len, int lane, bool active, i64 mask_stride, int zero_nan,
                                                    const T* x, const T* mask, T* y, const LeveledSoftmax& lv) {
     float v[REGS];
     float m = -INFINITY;
 #pragma unroll
     for (int j = 0; j < REGS / RUN; ++j) {
-        const i64 k = RUN * (lane + 32 * j);
+        const i64 k = RUN * (lane + G * j);
         float xs[RUN], ms[RUN];
-        if (k < len) {
+        if (active && k < len) {
             load_run<RUN>(x + base + k, xs);
             if (LEVELS) {
 #pragma unroll
@@ -132,21 +136,22 @@ __device__ __forceinline__ void softmax_masked_row(i64 base, i64 mbase, i64 len,
         }
 #pragma unroll
         for (int e = 0; e < RUN; ++e) {
-            v[RUN * j + e] = k < len ? xs[e] + ms[e] : -INFINITY;
+            v[RUN * j + e] = active && k < len ? xs[e] + ms[e] : -INFINITY;
             m = fmaxf(m, v[RUN * j + e]);
         }
     }
-    m = warp_max(m);
+    m = lanes_max<G>(m);
     float s = 0.0f;
 #pragma unroll
     for (int j = 0; j < REGS; ++j) {
-        v[j] = RUN * (lane + 32 * (j / RUN)) < len ? expf(v[j] - m) : 0.0f;
+        v[j] = RUN * (lane + G * (j / RUN)) < len ? expf(v[j] - m) : 0.0f;
         s += v[j];
     }
-    const float inv = 1.0f / warp_sum(s);
+    const float inv = 1.0f / lanes_sum<G>(s);
 #pragma unroll
     for (int j = 0; j < REGS / RUN; ++j) {
-        const i64 k = RUN * (lane + 32 * j);
+        const i64 k = RUN * (lane + G * j);
+        if (!active || k >= len) continue;
         float p[RUN];
 #pragma unroll
         for (int e = 0; e < RUN; ++e) {
@@ -155,38 +160,44 @@ __device__ __forceinline__ void softmax_masked_row(i64 base, i64 mbase, i64 len,
             // The probabilities' grid reads them as stored (rounded to T).
             if (LEVELS) p[e] = leveled_probability<T>(lv, p[e]);
         }
-        if (k < len) store_run<RUN>(y + base + k, p);
+        store_run<RUN>(y + base + k, p);
     }
 }
 
-// Attention's softmax over the last axis of dense scores [rows, len], with the additive mask
-// (broadcast: row r's mask starts at ml's operand-0 offset of r, stride mask_stride along the
-// row) and, when zero_nan is set, NaN probabilities (fully masked rows) written as 0: one pass
-// instead of a mask add, a softmax and a NaN guard. A warp per row, the grid's warps striding
-// over the rows.
-// With LEVELS, the level grids `lv` apply and the mask may be null.
+// Every row with G lanes a row (32 / G rows a warp), the grid's warps striding over them. A
+// lane past the last row computes on its warp's first row and stores nothing: the group
+// reductions need every lane of the warp.
+template <typename T, int RUN, int REGS, int G, bool LEVELS>
+__device__ void softmax_masked_rows(i64 rows, i64 len, const Layout& ml, i64 mask_stride, int zero_nan, const T* x, const T* mask, T* y,
+                                    const LeveledSoftmax& lv) {
+    constexpr int PER_WARP = 32 / G;
+    const i64 warp = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32, warps = (i64)gridDim.x * blockDim.x / 32;
+    for (i64 first = warp * PER_WARP; first < rows; first += warps * PER_WARP) {
+        const i64 own = first + (threadIdx.x % 32) / G;
+        const bool active = own < rows;
+        const i64 row = active ? own : first;
+        const i64 mbase = mask ? operand_offset(ml, 0, row) : 0;
+        softmax_masked_row<T, RUN, REGS, G, LEVELS>(row * len, mbase, len, threadIdx.x % G, active, mask_stride, zero_nan, x, mask, y, lv);
+    }
+}
+
+// Whether every row's mask offset (ml's operand 0) is a multiple of n elements.
+__device__ __forceinline__ bool mask_rows_aligned(const Layout& ml, int n) {
+    bool aligned = ml.offset[0] % n == 0;
+#pragma unroll
+    for (int d = 0; d < KILN_MAX_RANK; ++d) aligned &= d >= ml.rank || ml.stride[0][d] % n == 0;
+    return aligned;
+}
+
+// Longer rows: a warp a row, three passes over x.
 template <typename T, bool LEVELS>
-__device__ void softmax_masked(i64 rows, i64 len, Layout ml, i64 mask_stride, int zero_nan, const T* x, const T* mask, T* y,
-                               const LeveledSoftmax& lv) {
+__device__ void softmax_masked_long(i64 rows, i64 len, const Layout& ml, i64 mask_stride, int zero_nan, const T* x, const T* mask, T* y,
+                                    const LeveledSoftmax& lv) {
     const int lane = threadIdx.x % 32;
     const i64 warps = (i64)gridDim.x * blockDim.x / 32;
-    // Short rows (attention's usual case) stay in registers: one read of x and the mask, in
-    // runs of 4 (8- or 16-byte accesses) where rows, mask and addresses align.
-    const unsigned long long addresses = (unsigned long long)x | (unsigned long long)y | (mask_stride ? (unsigned long long)mask : 0ull);
-    const bool runs = len % 4 == 0 && addresses % sizeof(Run<T, 4>) == 0;
     for (i64 row = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32; row < rows; row += warps) {
         const i64 base = row * len;
         const i64 mbase = mask ? operand_offset(ml, 0, row) : 0;
-        if (len <= 32 * SOFTMAX_REGS) {
-            if (runs && (mask_stride == 0 || mbase % 4 == 0)) {
-                if (len <= 32 * 4) softmax_masked_row<T, 4, 4, LEVELS>(base, mbase, len, lane, mask_stride, zero_nan, x, mask, y, lv);
-                else softmax_masked_row<T, 4, SOFTMAX_REGS, LEVELS>(base, mbase, len, lane, mask_stride, zero_nan, x, mask, y, lv);
-            } else {
-                softmax_masked_row<T, 1, SOFTMAX_REGS, LEVELS>(base, mbase, len, lane, mask_stride, zero_nan, x, mask, y, lv);
-            }
-            continue;
-        }
-        // Longer rows: three passes over x.
         auto score = [&](i64 k) {
             float v = to_f(x[base + k]);
             if (LEVELS) v = leveled_score(lv, v);
@@ -205,6 +216,34 @@ __device__ void softmax_masked(i64 rows, i64 len, Layout ml, i64 mask_stride, in
             if (LEVELS) p = leveled_probability<T>(lv, p);
             y[base + k] = from_f<T>(p);
         }
+    }
+}
+
+// Attention's softmax over the last axis of dense scores [rows, len], with the additive mask
+// (broadcast: row r's mask starts at ml's operand-0 offset of r, stride mask_stride along the
+// row) and, when zero_nan is set, NaN probabilities (fully masked rows) written as 0: one pass
+// instead of a mask add, a softmax and a NaN guard.
+// With LEVELS, the level grids `lv` apply and the mask may be null.
+template <typename T, bool LEVELS>
+__device__ void softmax_masked(i64 rows, i64 len, Layout ml, i64 mask_stride, int zero_nan, const T* x, const T* mask, T* y,
+                               const LeveledSoftmax& lv) {
+    // Short rows (attention's usual case) stay in registers: one read of x and the mask, in runs
+    // of 8 or 4 (up to 16-byte accesses) where rows, mask and addresses align; rows of up to 64
+    // or 128 elements in runs of 8 share a warp (8 or 16 lanes a row).
+    const unsigned long long addresses = (unsigned long long)x | (unsigned long long)y | (mask_stride ? (unsigned long long)mask : 0ull);
+    const auto runs = [&](int n, unsigned long long bytes) {
+        return len % n == 0 && addresses % bytes == 0 && (mask_stride == 0 || !mask || mask_rows_aligned(ml, n));
+    };
+    if (len <= 64 && runs(8, sizeof(Run<T, 8>))) {
+        softmax_masked_rows<T, 8, 8, 8, LEVELS>(rows, len, ml, mask_stride, zero_nan, x, mask, y, lv);
+    } else if (len <= 128 && runs(8, sizeof(Run<T, 8>))) {
+        softmax_masked_rows<T, 8, 8, 16, LEVELS>(rows, len, ml, mask_stride, zero_nan, x, mask, y, lv);
+    } else if (len <= 32 * SOFTMAX_REGS && runs(4, sizeof(Run<T, 4>))) {
+        softmax_masked_rows<T, 4, SOFTMAX_REGS, 32, LEVELS>(rows, len, ml, mask_stride, zero_nan, x, mask, y, lv);
+    } else if (len <= 32 * SOFTMAX_REGS) {
+        softmax_masked_rows<T, 1, SOFTMAX_REGS, 32, LEVELS>(rows, len, ml, mask_stride, zero_nan, x, mask, y, lv);
+    } else {
+        softmax_masked_long<T, LEVELS>(rows, len, ml, mask_stride, zero_nan, x, mask, y, lv);
     }
 }
 
@@ -512,7 +551,7 @@ __device__ void normalize_chunks(i64 len, i64 chunk, float eps, int rms, const T
     extern "C" __global__ void normalize_affine_short_##suffix(i64 outer, i64 len, float eps, int rms, int rpw, const T* x, const T* s, const T* b, T* y) { \
         normalize_affine_short(outer, len, eps, rms, rpw, x, s, b, y); \
     } \
-    extern "C" __global__ void softmax_masked_##suffix(i64 rows, i64 len, Layout ml, i64 ms, int zn, const T* x, const T* m, T* y) { \
+    extern "C" __global__ void __launch_bounds__(256, 4) softmax_masked_##suffix(i64 rows, i64 len, Layout ml, i64 ms, int zn, const T* x, const T* m, T* y) { \
         softmax_masked<T, false>(rows, len, ml, ms, zn, x, m, y, LeveledSoftmax{}); \
     } \
     extern "C" __global__ void __launch_bounds__(256, 4) softmax_masked_levels_##suffix(i64 rows, i64 len, Layout ml, i64 ms, int zn, int on, float s0, float c0, int z0, int lo0, \

@@ -94,7 +94,7 @@ fn generated_chains_compile_with_every_op_for_sm80_and_sm90() {
     steps.extend([0, 1, 13, 17, 35].map(|code| Step::Unary { code, alpha: 0.5, beta: -1.0 }));
     let mut programs: Vec<Program> = [T::F32, T::F16, T::BF16].map(|dtype| Program::float(dtype, steps.clone(), 8)).to_vec();
     // Between quantized layers: int8 and uint8 levels read dequantized beside an f32 operand,
-    // quantized, dequantized again, quantized to uint8.
+    // quantized, dequantized again, quantized to uint8 (the column table kernels too).
     programs.push(Program {
         slots: vec![T::I8, T::U8, T::F32],
         out: T::U8,
@@ -137,6 +137,7 @@ fn generated_chains_compile_with_every_op_for_sm80_and_sm90() {
         let names: &[&str] = match (program.normalizes(), program.table_entries()) {
             (true, _) => &["chain_rows"],
             (false, Some(_)) => &["chain", "chain_vec", "chain_table_fill", "chain_table", "chain_table_vec"],
+            (false, None) if program.column_table().is_some() => &["chain", "chain_vec", "chain_column_fill", "chain_columns"],
             (false, None) => &["chain", "chain_vec"],
         };
         for arch in ["sm_80", "sm_90"] {

@@ -95,6 +95,27 @@ impl Program {
     }
 }
 
+impl Program {
+    /// The slot whose level the column table kernels look up, where they apply: the result is a
+    /// function of one 8-bit level (read dequantized, every other slot a float, which the host
+    /// checks varies along the columns only) and the column, the output 8-bit, no row
+    /// normalization. The level may be any slot (a legacy export's `Add(bias, product)`
+    /// runs on the bias).
+    pub fn column_table(&self) -> Option<usize> {
+        let levels = |t: DataType| matches!(t, DataType::I8 | DataType::U8);
+        if self.normalizes() || self.slots.len() < 2 || !levels(self.out) || self.table_entries().is_some() {
+            return None;
+        }
+        let mut level_slots = (0..self.slots.len()).filter(|&k| levels(self.slots[k]));
+        let slot = level_slots.next()?;
+        (level_slots.next().is_none() && self.dequantized.get(slot).copied().flatten().is_some()).then_some(slot)
+    }
+}
+
+/// The columns a block of `chain_columns` looks up (their tables in 8 KiB of shared memory),
+/// 16 per thread: two threads read a row's 32-byte sector.
+pub const COLUMN_TILE: usize = 32;
+
 /// The source of `chain` (one element per thread step) and `chain_vec` (one vector of
 /// [`Program::lanes`]): `(unsigned runs, ChainLayout l, const T0* s0 … , TO* out, float q0 …)`;
 /// where [`Program::table_entries`] says, also `chain_table_fill`, which computes the program's
@@ -200,7 +221,37 @@ pub fn chain_source(program: &Program) -> Option<String> {
         let _ = writeln!(s, "}}\n");
         entry_points(&mut s, "table_body", [("chain_table", 1), ("chain_table_vec", lanes)], TABLE_THREADS, &table_params, &table_args);
     }
+    if let Some(level) = program.column_table() {
+        column_kernels(&mut s, &types, level, out, &q_params, &element_args);
+    }
     Some(s)
+}
+
+/// `chain_column_fill(unsigned columns, ChainLayout l, unsigned char* table, other slots…, q…)`:
+/// entry c·256 + b, one per thread, is the result for slot `level`'s stored byte b at column c
+/// (each other slot read at l's offset plus c times its innermost stride). `chain_columns(unsigned
+/// rows, unsigned columns, unsigned rows_per_block, const T* levels, out, const unsigned char*
+/// table)`: a block copies the tables of COLUMN_TILE columns into shared memory and looks up
+/// those columns of `rows_per_block` rows of the row-major levels, 16 bytes a thread.
+fn column_kernels(s: &mut String, types: &[&str], level: usize, out: &str, q_params: &[String], element_args: &dyn Fn(&dyn Fn(usize) -> String) -> String) {
+    let mut fill_params = vec!["unsigned columns".to_string(), "ChainLayout l".to_string(), "unsigned char* table".to_string()];
+    fill_params.extend(types.iter().enumerate().filter(|&(k, _)| k != level).map(|(k, t)| format!("const {t}* s{k}")));
+    fill_params.extend(q_params.iter().cloned());
+    let value = |k: usize| match k {
+        k if k == level => format!("to_f(({})(unsigned char)(e & 255))", types[k]),
+        _ => format!("to_f(s{k}[l.offset[{k}] + c * l.stride[{k}][l.rank - 1]])"),
+    };
+    let _ = writeln!(s, "extern \"C\" __global__ void __launch_bounds__(256) chain_column_fill({}) {{", fill_params.join(", "));
+    let _ = writeln!(s, "    const unsigned e = blockIdx.x * blockDim.x + threadIdx.x, c = e >> 8;");
+    let _ = writeln!(s, "    if (c < columns) table[e] = (unsigned char)from_f<{out}>(element({}));", element_args(&value));
+    let _ = writeln!(s, "}}\n");
+    let _ = writeln!(
+        s,
+        "extern \"C\" __global__ void __launch_bounds__(256) chain_columns(unsigned rows, unsigned columns, unsigned rows_per_block, const {}* levels, {out}* out, const unsigned char* table) {{",
+        types[level]
+    );
+    let _ = writeln!(s, "    chain_column_lookup<{COLUMN_TILE}>(rows, columns, rows_per_block, (const unsigned char*)levels, (unsigned char*)out, table);");
+    let _ = writeln!(s, "}}");
 }
 
 /// `__device__ float name(params)`: `start`, every slot read dequantized where the program
@@ -424,6 +475,32 @@ mod tests {
             dequantized: vec![Some(0), None, Some(2), None, None],
             params: 6,
         }
+    }
+
+    #[test]
+    fn one_level_and_column_operands_get_column_table_kernels() {
+        let island = |slots: Vec<DataType>, out: DataType, dequantized: Vec<Option<usize>>| Program {
+            slots,
+            out,
+            steps: vec![Step::Binary { code: 0, operand: 0, running_first: true }, Step::Quantize { param: 2, lo: -128, hi: 127 }],
+            dequantized,
+            params: 4,
+        };
+        let bias = island(vec![DataType::I8, DataType::F32], DataType::I8, vec![Some(0), None]);
+        assert_eq!(bias.column_table(), Some(0));
+        let text = chain_source(&bias).expect("8-bit chains");
+        assert!(text.contains("chain_column_fill(unsigned columns, ChainLayout l, unsigned char* table, const float* s1, float q0, float q1, float q2, float q3)"), "{text}");
+        assert!(text.contains("element(to_f((signed char)(unsigned char)(e & 255)), to_f(s1[l.offset[1] + c * l.stride[1][l.rank - 1]])"), "{text}");
+        assert!(text.contains("chain_columns(unsigned rows, unsigned columns, unsigned rows_per_block, const signed char* levels, signed char* out, const unsigned char* table)"), "{text}");
+        // `Add(bias, product)`: the level is the operand.
+        let bias_first = island(vec![DataType::F32, DataType::U8], DataType::I8, vec![None, Some(0)]);
+        assert_eq!(bias_first.column_table(), Some(1));
+        let text = chain_source(&bias_first).expect("8-bit chains");
+        assert!(text.contains("element(to_f(s0[l.offset[0] + c * l.stride[0][l.rank - 1]]), to_f((unsigned char)(unsigned char)(e & 255))"), "{text}");
+        assert_eq!(island(vec![DataType::F16, DataType::F32], DataType::I8, vec![None, None]).column_table(), None, "no level");
+        assert_eq!(island(vec![DataType::I8, DataType::F32], DataType::F16, vec![Some(0), None]).column_table(), None, "a float output");
+        assert_eq!(island(vec![DataType::I8, DataType::U8], DataType::I8, vec![Some(0), Some(2)]).column_table(), None, "two levels: the table kernels");
+        assert_eq!(island(vec![DataType::I8, DataType::U8, DataType::F32], DataType::I8, vec![Some(0), Some(2), None]).column_table(), None, "two levels and a float");
     }
 
     #[test]

@@ -224,8 +224,16 @@ fn masked_softmax(cx: &Ctx, scores: &DeviceTensor, mask: &DeviceTensor, zero_nan
         cx.arg(mask),
         cx.arg(&out),
     ];
-    launch_rows(cx, Source::Reduce.kernel(format!("softmax_masked_{suffix}")), rows, &args)?;
+    launch_softmax_rows(cx, Source::Reduce.kernel(format!("softmax_masked_{suffix}")), rows, &args)?;
     Ok(out)
+}
+
+/// The masked softmax kernels (with and without levels): blocks of 256 threads, as many as stay
+/// resident (4 a multiprocessor: the levels kernel's launch bounds), whose warps stride over the
+/// rows, one row or more a warp. The levels kernel builds its grids' tables once a block.
+fn launch_softmax_rows(cx: &Ctx, kernel: Kernel, rows: usize, args: &[Arg]) -> KResult<()> {
+    let blocks = rows.div_ceil(8).min(4 * cx.gpu.multiprocessors() as usize).max(1);
+    cx.gpu.launch(&kernel, blocks as u32, 256, args).map_err(KernelError::from)
 }
 
 /// How the masked softmax kernels find a row's mask: the row dims (all but the last), each with
@@ -546,10 +554,7 @@ fn softmax_on_levels(cx: &Ctx, p: &AttentionParams, scores: &DeviceTensor, mask:
     args[5] = Arg::I32(on);
     let out = cx.gpu.empty(scores.dtype, scores.shape.clone()).map_err(KernelError::from)?;
     args.extend([cx.arg(scores), mask.map_or(Arg::NULL, |m| cx.arg(m)), cx.arg(&out)]);
-    // The grids' tables are built once per block: as many blocks as stay resident (the kernel's
-    // launch bounds: 4 of 256 threads a multiprocessor), their warps striding over the rows.
-    let blocks = rows.div_ceil(8).min(4 * cx.gpu.multiprocessors() as usize).max(1);
-    cx.gpu.launch(&Source::Reduce.kernel(format!("softmax_masked_levels_{suffix}")), blocks as u32, 256, &args).map_err(KernelError::from)?;
+    launch_softmax_rows(cx, Source::Reduce.kernel(format!("softmax_masked_levels_{suffix}")), rows, &args)?;
     Ok(Some(out))
 }
 

@@ -408,6 +408,11 @@ pub fn chain(cx: &Ctx, x: &DeviceTensor, x_dequantize: Option<(f32, f32)>, steps
     args.extend(pointers);
     let blocks = runs.div_ceil(256).clamp(1, CHAIN_MAX_BLOCKS) as u32;
     let q_args = params.iter().map(|&q| Arg::F32(q));
+    // One level and column operands: a table per column where it applies.
+    let by_column = match (program.table_entries(), program.column_table()) {
+        (None, Some(level)) => by_columns(cx, &source, &compact, (&all, level), &out, &params)?,
+        _ => false,
+    };
     match program.table_entries() {
         // The program once per input level (pair), then a lookup per element; each block
         // copies the table into shared memory, so a pair's 64 KiB is worth it per two blocks a
@@ -423,6 +428,7 @@ pub fn chain(cx: &Ctx, x: &DeviceTensor, x_dequantize: Option<(f32, f32)>, steps
             let name = if vector { "chain_table_vec" } else { "chain_table" };
             cx.gpu.launch_with_shared(&source.kernel(name), (blocks, 1, 1), (threads, 1, 1), entries as u32, &args).map_err(KernelError::from)?;
         }
+        None if by_column => {}
         None => {
             args.extend(q_args);
             let name = if vector { "chain_vec" } else { "chain" };
@@ -430,6 +436,44 @@ pub fn chain(cx: &Ctx, x: &DeviceTensor, x_dequantize: Option<(f32, f32)>, steps
         }
     }
     Ok(Some(out))
+}
+
+/// The fewest rows for which a column table (256 entries a column) is worth filling.
+const COLUMN_TABLE_ROWS: usize = 512;
+
+/// A chain whose result is a function of slot 0's level and the column (`Program::column_table`)
+/// as a table of every (column, level) pair filled once (`chain_column_fill`), then looked up
+/// (`chain_columns`): a few instructions an element where the dequantization, the operands'
+/// steps and the quantization took tens (a Q/DQ BERT's bias-and-GELU island: 80 an element).
+/// It applies where the level slot is stored as the output, rows are 16-byte multiples, and
+/// every other slot varies along the innermost axis only; false (nothing launched) elsewhere.
+fn by_columns(cx: &Ctx, source: &Source, l: &ChainLayout, (slots, level): (&[&DeviceTensor], usize), out: &DeviceTensor, params: &[f32]) -> KResult<bool> {
+    let Some(inner) = usize::try_from(l.rank).ok().and_then(|r| r.checked_sub(1)) else { return Ok(false) };
+    let columns = l.shape[inner] as usize;
+    let rows = out.len() / columns.max(1);
+    let per_column = (0..slots.len()).filter(|&k| k != level).all(|k| (0..inner).all(|d| l.stride[k][d] == 0) && matches!(l.stride[k][inner], 0 | 1));
+    let (x, y) = (cx.arg(slots[level]), cx.arg(out));
+    let aligned = [&x, &y].iter().all(|a| matches!(a, Arg::Ptr(p) if p.address() % 16 == 0));
+    if l.dense >> level & 1 == 0 || columns == 0 || columns % 16 != 0 || rows < COLUMN_TABLE_ROWS || !per_column || !aligned {
+        return Ok(false);
+    }
+    let entries = columns * 256;
+    let table = cx.gpu.empty(DataType::U8, vec![entries]).map_err(KernelError::from)?;
+    let mut fill = vec![Arg::I32(columns as i32), Arg::ChainLayout(*l), cx.arg(&table)];
+    fill.extend(slots.iter().enumerate().filter(|&(k, _)| k != level).map(|(_, t)| cx.arg(t)));
+    fill.extend(params.iter().map(|&q| Arg::F32(q)));
+    cx.gpu.launch(&source.kernel("chain_column_fill"), entries.div_ceil(256) as u32, 256, &fill).map_err(KernelError::from)?;
+    // Each block a tile of columns and a share of the rows: a block copies its tables (256
+    // bytes a column) where its rows carry 2 bytes a column each, so shares of 512 rows keep
+    // the copies at a quarter of the traffic, fewer where that leaves too few blocks to fill
+    // the multiprocessors.
+    let tiles = columns.div_ceil(super::chain_source::COLUMN_TILE);
+    let shares = rows.div_ceil(512).max((2 * cx.gpu.multiprocessors() as usize).div_ceil(tiles)).clamp(1, rows);
+    let rows_per_block = rows.div_ceil(shares);
+    let blocks = tiles * rows.div_ceil(rows_per_block);
+    let args = [Arg::I32(rows as i32), Arg::I32(columns as i32), Arg::I32(rows_per_block as i32), x, y, cx.arg(&table)];
+    cx.gpu.launch(&source.kernel("chain_columns"), blocks as u32, 256, &args).map_err(KernelError::from)?;
+    Ok(true)
 }
 
 /// The chain kernel's compact layout of the coalesced `layouts` (three slots each, the counts

@@ -13,7 +13,7 @@ struct Case {
     key_transposed: bool,
 }
 
-const CASES: [Case; 7] = [
+const CASES: [Case; 8] = [
     // BERT-base's heads: 12 × 64, 128 tokens.
     Case { q: &[2, 12, 128, 64], k: &[2, 12, 128, 64], v: &[2, 12, 128, 64], mask: None, key_transposed: false },
     // A padding mask per batch over the keys, K transposed, rows and keys not multiples of the tiles.
@@ -32,6 +32,8 @@ const CASES: [Case; 7] = [
     Case { q: &[9, 8], k: &[65, 8], v: &[65, 8], mask: Some(&[9, 65]), key_transposed: false },
     // A mask broadcast along the keys (one value per query row).
     Case { q: &[1, 2, 20, 16], k: &[1, 2, 64, 16], v: &[1, 2, 64, 16], mask: Some(&[1, 1, 20, 1]), key_transposed: false },
+    // Rows of 128 keys (two a warp in the masked softmax), an odd count of them.
+    Case { q: &[1, 3, 37, 32], k: &[1, 3, 128, 32], v: &[1, 3, 128, 32], mask: Some(&[1, 1, 1, 128]), key_transposed: false },
     // Rows longer than the masked softmax keeps in registers (256).
     Case { q: &[1, 2, 20, 16], k: &[1, 2, 300, 16], v: &[1, 2, 300, 16], mask: Some(&[1, 1, 1, 300]), key_transposed: false },
 ];
@@ -91,6 +93,8 @@ fn run_level_cases(dtype: DataType, tolerance: f64, flips: f64) {
         ([2usize, 12, 128, 64], [2usize, 12, 64, 128], true, grid(0.37, DataType::I8), None, grid(1.0 / 127.0, DataType::I8)),
         ([1, 3, 100, 40], [1, 3, 100, 40], false, None, grid(0.043, DataType::I8), grid(1.0 / 255.0, DataType::U8)),
         ([2, 2, 20, 16], [2, 2, 300, 16], false, grid(0.21, DataType::I8), None, None),
+        // Rows of 64 keys, four a warp, 198 of them (the last warp's last lanes have none).
+        ([3, 2, 33, 16], [3, 2, 64, 16], false, grid(0.21, DataType::I8), None, grid(1.0 / 127.0, DataType::I8)),
         // Rows of 200 keys: 8 registers a lane.
         ([1, 2, 48, 32], [1, 2, 200, 32], false, grid(0.3, DataType::I8), None, grid(1.0 / 127.0, DataType::I8)),
     ]

@@ -386,6 +386,59 @@ fn quantized_pointwise_islands_match_the_cpu_oracle_exactly() {
     }
 }
 
+/// A Q/DQ transformer's `DQ → + bias → activation → · gain → Q` after a product, whose bias and
+/// gain vary along the columns: cuda fills a table of every (column, level) pair and looks the
+/// levels up (`chain_columns`) where there are 512 rows or more and the columns are a multiple
+/// of 16 (a partial tile of 32 here), with the level first or second, and runs the chain
+/// kernel elsewhere: the cpu oracle's levels exactly either way.
+#[test]
+fn islands_with_per_column_operands_match_the_cpu_oracle_exactly() {
+    use kiln::passes::{PassContext, Pipeline};
+    use kiln::{ActivationKind, ElementwiseOp, HostTensor, LayerKind, Network, Shape, TensorData, TensorId};
+    use rand::Rng;
+    if backend().is_none() {
+        return;
+    }
+    let mut rng = crate::common::rng(22);
+    for (shape, to) in [(vec![4usize, 256, 80], DataType::I8), (vec![2, 300, 160], DataType::U8), (vec![3, 20, 96], DataType::I8), (vec![600, 24], DataType::I8)] {
+        let columns = shape[shape.len() - 1];
+        let what = format!("{shape:?} to {to}");
+        let mut net = Network::new("column island");
+        let a = net.add_input("a", DataType::I8, Shape::fixed(&shape)).expect("a");
+        let mut constant = |name: &str, t: HostTensor| {
+            let w = net.add_weights(t);
+            let l = net.add_layer(name, LayerKind::Constant { weights: w }, vec![]).expect(name);
+            net.output(l, 0)
+        };
+        let (sa, sy) = (constant("sa", HostTensor::from_f32(vec![], vec![0.047]).expect("sa")), constant("sy", HostTensor::from_f32(vec![], vec![0.0213]).expect("sy")));
+        let zy = match to {
+            DataType::U8 => constant("zy", HostTensor::new(vec![], TensorData::U8(vec![9])).expect("zy")),
+            _ => constant("zy", HostTensor::new(vec![], TensorData::I8(vec![-4])).expect("zy")),
+        };
+        let bias = constant("bias", HostTensor::from_f32(vec![columns], (0..columns).map(|_| rng.gen_range(-2.0f32..2.0)).collect()).expect("bias"));
+        let gain = constant("gain", HostTensor::from_f32(vec![columns], (0..columns).map(|_| rng.gen_range(0.25f32..1.5)).collect()).expect("gain"));
+        let mut layer = |name: &str, kind: LayerKind, inputs: Vec<Option<TensorId>>| {
+            let l = net.add_layer(name, kind, inputs).expect(name);
+            net.output(l, 0)
+        };
+        let da = layer("dq_a", LayerKind::Dequantize { axis: None, to: None }, vec![Some(a), Some(sa), None]);
+        // A legacy export adds the product to the bias: the level is then the chain's operand.
+        let bias_first = to == DataType::U8;
+        let added = if bias_first { vec![Some(bias), Some(da)] } else { vec![Some(da), Some(bias)] };
+        let biased = layer("bias_add", LayerKind::Elementwise { op: ElementwiseOp::Sum }, added);
+        let active = layer("sigmoid", LayerKind::Activation { kind: ActivationKind::Sigmoid }, vec![Some(biased)]);
+        let gained = layer("gain_mul", LayerKind::Elementwise { op: ElementwiseOp::Prod }, vec![Some(active), Some(gain)]);
+        let y = layer("q", LayerKind::Quantize { axis: None, to }, vec![Some(gained), Some(sy), Some(zy)]);
+        net.mark_output(y).expect("output");
+        let fused = Pipeline::standard().run(&net, &PassContext { folding_backend: None, quantized_layers: true }).expect("passes");
+        let islands = fused.layers().iter().filter(|l| matches!(&l.kind, LayerKind::Fused(p) if p.dequantized.len() == 1)).count();
+        assert_eq!(islands, 1, "{what}: one fused layer reads the integers\n{}", fused.dump());
+        let n: usize = shape.iter().product();
+        let feeds = [HostTensor::new(shape.clone(), TensorData::I8((0..n).map(|_| rng.gen()).collect())).expect("a")];
+        check_network(&what, &fused, &feeds, 0.0);
+    }
+}
+
 /// A Q/DQ transformer's `DQ → + bias → + DQ(residual) → LayerNorm → Q` fused by the passes:
 /// `chain_rows` (a warp per row) where rows are runs of 4 up to 1024, the steps one by one
 /// elsewhere (a row of 30, a row of 1100), against the cpu oracle. The row statistics sum in
