@@ -14,7 +14,6 @@
 // Runs of 4 a lane holds of a `chain_rows` row: rows of up to 1024 (kiln-cuda's CHAIN_ROW_MAX).
 #define CHAIN_ROW_RUNS 8
 
-
 struct ChainLayout {
     int rank;
     int dense;  // bit s: slot s is stored as the output (offset 0, the output's strides)

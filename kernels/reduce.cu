@@ -86,7 +86,8 @@ struct LeveledSoftmax {
 template <typename T>
 __device__ LeveledSoftmax level_tables(const SoftmaxLevels& l, float* scores, float* probs) {
     const bool product = l.on & 1;
-    const Quantizer first{product ? l.scale[0] : l.scale[1], 0.0f, product ? l.zero[0] : l.zero[1], product ? l.lo[0] : l.lo[1],
+    const float first_scale = product ? l.scale[0] : l.scale[1];
+    const Quantizer first{first_scale, level_reciprocal(first_scale), product ? l.zero[0] : l.zero[1], product ? l.lo[0] : l.lo[1],
                           product ? l.hi[0] : l.hi[1], scores};
     const float first_scaled = product ? l.scaled[0] : l.scaled[1];
     for (int i = threadIdx.x; i < 256; i += blockDim.x) {
@@ -96,9 +97,7 @@ __device__ LeveledSoftmax level_tables(const SoftmaxLevels& l, float* scores, fl
         probs[i] = to_f(from_f<T>(__fmul_rn((float)(l.lo[2] + i - l.zero[2]), l.scaled[2])));
     }
     __syncthreads();
-    LeveledSoftmax out{l.on, first, {l.scale[2], level_reciprocal(l.scale[2]), l.zero[2], l.lo[2], l.hi[2], probs}};
-    out.scores.inv = level_reciprocal(first.scale);
-    return out;
+    return LeveledSoftmax{l.on, first, {l.scale[2], level_reciprocal(l.scale[2]), l.zero[2], l.lo[2], l.hi[2], probs}};
 }
 
 // A score as loaded (T, widened) after the scores grids.

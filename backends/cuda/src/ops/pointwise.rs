@@ -409,9 +409,9 @@ pub fn chain(cx: &Ctx, x: &DeviceTensor, x_dequantize: Option<(f32, f32)>, steps
     let blocks = runs.div_ceil(256).clamp(1, CHAIN_MAX_BLOCKS) as u32;
     let q_args = params.iter().map(|&q| Arg::F32(q));
     // One level and column operands: a table per column where it applies.
-    let by_column = match (program.table_entries(), program.column_table()) {
-        (None, Some(level)) => by_columns(cx, &source, &compact, (&all, level), &out, &params)?,
-        _ => false,
+    let by_column = match program.column_table() {
+        Some(level) => by_columns(cx, &source, &compact, (&all, level), &out, &params)?,
+        None => false,
     };
     match program.table_entries() {
         // The program once per input level (pair), then a lookup per element; each block
@@ -440,8 +440,11 @@ pub fn chain(cx: &Ctx, x: &DeviceTensor, x_dequantize: Option<(f32, f32)>, steps
 
 /// The fewest rows for which a column table (256 entries a column) is worth filling.
 const COLUMN_TABLE_ROWS: usize = 512;
+/// The rows a block of `chain_columns` looks up where there are blocks enough: its copy of the
+/// tables (256 bytes a column) stays a quarter of its traffic (2 bytes a column a row).
+const COLUMN_SHARE_ROWS: usize = 512;
 
-/// A chain whose result is a function of slot 0's level and the column (`Program::column_table`)
+/// A chain whose result is a function of one slot's level and the column (`Program::column_table`)
 /// as a table of every (column, level) pair filled once (`chain_column_fill`), then looked up
 /// (`chain_columns`): a few instructions an element where the dequantization, the operands'
 /// steps and the quantization took tens (a Q/DQ BERT's bias-and-GELU island: 80 an element).
@@ -463,12 +466,10 @@ fn by_columns(cx: &Ctx, source: &Source, l: &ChainLayout, (slots, level): (&[&De
     fill.extend(slots.iter().enumerate().filter(|&(k, _)| k != level).map(|(_, t)| cx.arg(t)));
     fill.extend(params.iter().map(|&q| Arg::F32(q)));
     cx.gpu.launch(&source.kernel("chain_column_fill"), entries.div_ceil(256) as u32, 256, &fill).map_err(KernelError::from)?;
-    // Each block a tile of columns and a share of the rows: a block copies its tables (256
-    // bytes a column) where its rows carry 2 bytes a column each, so shares of 512 rows keep
-    // the copies at a quarter of the traffic, fewer where that leaves too few blocks to fill
-    // the multiprocessors.
+    // Each block a tile of columns and a share of the rows: shares of COLUMN_SHARE_ROWS, fewer
+    // rows where that leaves too few blocks to fill the multiprocessors.
     let tiles = columns.div_ceil(super::chain_source::COLUMN_TILE);
-    let shares = rows.div_ceil(512).max((2 * cx.gpu.multiprocessors() as usize).div_ceil(tiles)).clamp(1, rows);
+    let shares = rows.div_ceil(COLUMN_SHARE_ROWS).max((2 * cx.gpu.multiprocessors() as usize).div_ceil(tiles)).clamp(1, rows);
     let rows_per_block = rows.div_ceil(shares);
     let blocks = tiles * rows.div_ceil(rows_per_block);
     let args = [Arg::I32(rows as i32), Arg::I32(columns as i32), Arg::I32(rows_per_block as i32), x, y, cx.arg(&table)];
