@@ -135,7 +135,7 @@ template <bool WG> __device__ __forceinline__ int tile_offset(int row, int col) 
 // 128·128·depth < 2^31, so the int32 sum is the exact one). Its per-element work is a
 // conversion, a multiply, the rounding add and integer clamps; the general epilogue's branches
 // and 64-bit sums cost three times the instructions, and a 1×1 layer is bound by them.
-template <int BN, int WARPS_M, int WARPS_N, bool LEVELS, bool WG>
+template <int BN, int WARPS_M, int WARPS_N, bool LEVELS, bool WG, bool POINTWISE>
 __device__ __forceinline__ void int8_conv(const Window& win, const signed char* __restrict__ x, const signed char* __restrict__ wt,
                                           const Requant& e, void* __restrict__ y) {
     constexpr int WM = IC_BM / WARPS_M, WN = BN / WARPS_N, MT = WM / 16, NT = WN / 8;
@@ -182,17 +182,18 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
     auto row_of = [&](int i) { return WG ? tid % 8 + 8 * (tid / 32) + 64 * i : (tid + i * IC_THREADS) / IC_CHUNKS; };
     // Each A chunk's pixel: where its receptive field starts in x (the tap (0, 0), formed only
     // for pixels of the output), and that tap's input row and column for the padding test.
-    // A 1×1 filter with unit strides and no padding (most of a CNN's layers) needs no division.
-    const bool pointwise = r == 1 && s == 1 && stride_h == 1 && stride_w == 1 && pad_h == 0 && pad_w == 0;
+    // A POINTWISE layer (a 1×1 filter, unit strides, no padding: most of a CNN's layers and
+    // every matrix product) reads input pixel m for output pixel m: no division, no taps.
     const signed char* a_origin[A_CHUNKS];
     int a_ih[A_CHUNKS], a_iw[A_CHUNKS];
+    bool a_in[A_CHUNKS];
 #pragma unroll
     for (int i = 0; i < A_CHUNKS; ++i) {
         const i64 m = m0 + row_of(i);
         const bool in = m < pixels;
-        if (pointwise) {  // output pixel m reads input pixel m
-            a_ih[i] = in ? 0 : -(1 << 30);
-            a_iw[i] = 0;
+        a_in[i] = in;
+        if (POINTWISE) {
+            a_ih[i] = a_iw[i] = 0;
             a_origin[i] = in ? x + m * c : x;
             continue;
         }
@@ -239,6 +240,17 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
     auto load = [&](int stage) {
         const unsigned at = stage0 + stage * St::BYTES;
         const bool k_in = kg < depth;
+        if constexpr (POINTWISE) {
+            // Depth is the channels: one offset for every chunk, kept inside the rows where the
+            // last step's chunks past the depth copy nothing.
+            const int from = min(kg, depth - 16);
+#pragma unroll
+            for (int i = 0; i < A_CHUNKS; ++i) cp_async16_to(at + a_to[i], a_origin[i] + from, k_in && a_in[i]);
+#pragma unroll
+            for (int j = 0; j < B_CHUNKS; ++j) cp_async16_to(at + b_to[j], b_origin[j] + from, k_in && b_in[j]);
+            kg += IC_BK;
+            return;
+        }
         const int ih_off = tr * dil_h, iw_off = ts * dil_w;
         const i64 tap = ((i64)ih_off * w + iw_off) * c + cc;
 #pragma unroll
@@ -286,6 +298,12 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
         if (t < steps) load(t);
         cp_async_commit();
     }
+    // The stages read and written, counted round the ring (a division per step was a tenth of
+    // a step's instructions). wgmma's descriptors are stage 0's plus the stage's offset >> 4:
+    // shared addresses stay below 2^18, so the offset never carries out of the address field.
+    int read_stage = 0, write_stage = IC_AHEAD % STAGES;
+    const unsigned long long a_desc0 = WG ? wgmma_descriptor_sw64(smem + (warp / 4) * 64 * IC_BK, IC_BK * 8) : 0;
+    const unsigned long long b_desc0 = WG ? wgmma_descriptor_sw64(smem + St::A_BYTES, IC_BK * 8) : 0;
 #pragma unroll 1
     for (int step = 0; step < steps; ++step) {
         cp_async_wait<IC_AHEAD - 1>();
@@ -294,17 +312,18 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
         if (WG) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         // Also: every warp is done with the stage the load below overwrites.
         __syncthreads();
-        if (step + IC_AHEAD < steps) load((step + IC_AHEAD) % STAGES);
+        if (step + IC_AHEAD < steps) load(write_stage);
+        write_stage = write_stage + 1 == STAGES ? 0 : write_stage + 1;
         cp_async_commit();
-        const signed char* as = smem + (step % STAGES) * St::BYTES;
+        const signed char* as = smem + read_stage * St::BYTES;
         const signed char* bs = as + St::A_BYTES;
         if constexpr (WG) {
             // Warpgroup warp / 4 owns pixels [64 · (warp / 4), + 64). The second 32 of depth starts
             // 32 bytes into each row, before the swizzle (which the hardware applies).
-            const signed char* a_rows = as + (warp / 4) * 64 * IC_BK;
+            const unsigned stage_offset = (unsigned)(read_stage * St::BYTES) >> 4;
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-            for (int ks = 0; ks < IC_BK; ks += 32) wgmma_s8<BN>(&acc[0][0][0], wgmma_descriptor_sw64(a_rows + ks, IC_BK * 8), wgmma_descriptor_sw64(bs + ks, IC_BK * 8));
+            for (int ks = 0; ks < IC_BK; ks += 32) wgmma_s8<BN>(&acc[0][0][0], a_desc0 + stage_offset + ks / 16, b_desc0 + stage_offset + ks / 16);
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
             // The previous step's MMAs are done (this step's run on): its stage is free.
             asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
@@ -330,6 +349,7 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
                     for (int nt = 0; nt < NT; ++nt) mma_s8(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
             }
         }
+        read_stage = read_stage + 1 == STAGES ? 0 : read_stage + 1;
     }
     if constexpr (WG) {
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
@@ -426,7 +446,12 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
         const Requant e = {int_bias,  scale,         scale_len,      float_bias,     float_bias_len,                        \
                            y_scale,   y_zero,        lo,             hi,             level_reciprocal(y_scale), relu,       \
                            residual,  residual_type, residual_scale, residual_zero,  out_type, then};                       \
-        int8_conv<BN, WARPS_M, WARPS_N, LEVELS, WG>(win, x, wt, e, y);                                                       \
+        const bool pointwise = win.kh == 1 && win.kw == 1 && win.sh == 1 && win.sw == 1 && win.ph == 0 && win.pw == 0 &&     \
+                               win.oh == win.h && win.ow == win.w; /* no trailing padding either */                          \
+        if (LEVELS && pointwise)                                                                                             \
+            int8_conv<BN, WARPS_M, WARPS_N, LEVELS, WG, LEVELS>(win, x, wt, e, y);                                           \
+        else                                                                                                                 \
+            int8_conv<BN, WARPS_M, WARPS_N, LEVELS, WG, false>(win, x, wt, e, y);                                            \
     }
 
 // 128 filters per block (warps 2 × 4, each 64 pixels × 32 filters), and 64 for narrow layers

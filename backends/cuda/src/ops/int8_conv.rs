@@ -83,15 +83,29 @@ pub fn convolution(cx: &Ctx, main_loop: MainLoop, c: &kiln::ConvolutionParams, x
     let pair = |v: &[usize], default: usize| (v.first().copied().unwrap_or(default) as i64, v.get(1).copied().unwrap_or(default) as i64);
     let ((sh, sw), (dh, dw), (ph, pw)) = (pair(&c.strides, 1), pair(&c.dilations, 1), pair(&c.pre_padding, 0));
     let fold = Fold::of(x.shape.get(1).copied().unwrap_or(0), w.shape.get(3).copied().unwrap_or(1), dw);
-    let (x, w, dw, pw) = match &fold {
-        Some(f) => (f.input(cx, x, pw as usize)?, cx.gpu.converted_weights(w, &format!("krsc_fold{}", f.group), |t| f.filter(cx, t))?, f.group as i64, 0),
+    let (x, w, sw, dw, pw) = match &fold {
+        Some(f) => {
+            // Where the column stride divides the group, folded column f starts at original
+            // column f·sw − pw and output column q reads folded columns q, q + group / sw, …
+            // (stride 1): a stride-2 stem's folded input is half the size, its reads neighbours.
+            let step = if sw > 0 && f.group as i64 % sw == 0 { sw as usize } else { 1 };
+            let taps = w.shape[3].div_ceil(f.group);
+            let width = match step {
+                1 => x.shape[3] + pw as usize,
+                _ => out_shape.get(3).copied().unwrap_or(1).max(1) + (taps - 1) * (f.group / step),
+            };
+            let filter = cx.gpu.converted_weights(w, &format!("krsc_fold{}", f.group), |t| f.filter(cx, t))?;
+            // The input [n, c, h, w] as [n, 16, h, width]: folded column f holds original columns
+            // f·step − pw .. f·step − pw + group.
+            (f.columns(cx, x, width, step, pw as usize)?, filter, sw / step as i64, (f.group / step) as i64, 0)
+        }
         None => {
             let x = channels_in_sixteens(cx, x)?;
             let w = match w.shape[1] % 16 {
                 0 => cx.gpu.converted_weights(w, "krsc", |t| layout::to_channels_last(cx, t))?,
                 _ => cx.gpu.converted_weights(w, "krsc_c16", |t| channels_in_sixteens(cx, t))?,
             };
-            (x, w, dw, pw)
+            (x, w, sw, dw, pw)
         }
     };
     if !super::lane_aligned(cx, &x, 16) || !super::lane_aligned(cx, &w, 16) {
@@ -181,7 +195,8 @@ fn channels_in_sixteens(cx: &Ctx, t: &DeviceTensor) -> KResult<DeviceTensor> {
 
 /// Width taps folded into channels (`int8_fold_columns`) for an input of at most 8 channels and
 /// a filter at least 2 wide without dilation: `group` columns of `padded` channels are one
-/// 16-byte copy, and the filter reads every `group`-th folded column.
+/// 16-byte copy, and the filter reads every `group`-th folded column (every `group / stride`-th
+/// where the input's columns are folded `stride` apart).
 struct Fold {
     padded: usize,
     group: usize,
@@ -197,19 +212,14 @@ impl Fold {
         (filter_width >= 2 && dilation_w == 1).then_some(Fold { padded, group: 16 / padded })
     }
 
-    /// The input `[n, c, h, w]` (any layout) as `[n, 16, h, w + pad]` channels-last, its folded
-    /// column f holding original columns `f − pad .. f − pad + group`.
-    fn input(&self, cx: &Ctx, x: &DeviceTensor, pad: usize) -> KResult<DeviceTensor> {
-        let w = x.shape.get(3).copied().unwrap_or(0);
-        self.columns(cx, x, w + pad, 1, pad)
-    }
-
     /// The filter `[k, c, r, s]` as `[k, 16, r, ceil(s / group)]` channels-last (k r s' c').
     fn filter(&self, cx: &Ctx, w: &DeviceTensor) -> KResult<DeviceTensor> {
         let s = w.shape.get(3).copied().unwrap_or(0);
         self.columns(cx, w, s.div_ceil(self.group), self.group, 0)
     }
 
+    /// `t` as `[n, 16, h, out_w]` channels-last: column f holds columns `f·step − shift + j`,
+    /// j < group, of t's (zeros outside it).
     fn columns(&self, cx: &Ctx, t: &DeviceTensor, out_w: usize, step: usize, shift: usize) -> KResult<DeviceTensor> {
         let [n, c, h, w] = <[usize; 4]>::try_from(t.shape.as_slice()).map_err(|_| invalid!("an INT8 convolution operand of rank {}", t.shape.len()))?;
         let out = super::empty_in_layout(cx, t.dtype, &[n, 16, h, out_w], true)?;

@@ -27,6 +27,9 @@ fn both_int8_convolution_tactics_match_the_cpu_oracle_exactly() {
         ("3x3 stride 2, 48 channels, 100 filters, float bias, uint8", layer(conv(1, &[2, 2], &[1, 1]), S, &[3, 48, 21, 19], &[100, 48, 3, 3], 100, Some(DataType::F32), false, DataType::U8)),
         ("3x3 dilation 2, uneven padding, 32 channels, 64 filters, f32", layer(conv_padded(&[1, 1], &[0, 2], &[2, 1], &[2, 2]), S, &[2, 32, 12, 15], &[64, 32, 3, 3], 64, None, true, DataType::F32)),
         ("1x1, 64 channels, 256 filters, int32 bias, int8", layer(conv(1, &[1, 1], &[0, 0]), S, &[2, 64, 7, 7], &[256, 64, 1, 1], 256, Some(DataType::I32), false, DataType::I8)),
+        // The pointwise main loop (one offset for every copy): 208 channels end in a step of one
+        // 16-channel piece, 330 pixels and 72 filters fill no block.
+        ("1x1, 208 channels, 72 filters, 330 pixels, no bias, ReLU, uint8", layer(conv(1, &[1, 1], &[0, 0]), S, &[3, 208, 10, 11], &[72, 208, 1, 1], 72, None, true, DataType::U8)),
         ("5x2, 16 channels, 136 filters, 300 pixels, int32 bias, ReLU, int8", layer(conv(1, &[1, 1], &[2, 0]), S, &[3, 16, 10, 11], &[136, 16, 5, 2], 136, Some(DataType::I32), true, DataType::I8)),
         // An RGB stem (width taps folded into channels), and 24 channels zero-padded to 32.
         ("7x7 stride 2 stem, 3 channels, 64 filters, int32 bias, ReLU, int8", layer(conv(1, &[2, 2], &[3, 3]), S, &[2, 3, 23, 20], &[64, 3, 7, 7], 64, Some(DataType::I32), true, DataType::I8)),
@@ -39,6 +42,10 @@ fn both_int8_convolution_tactics_match_the_cpu_oracle_exactly() {
         // to 8 under a column stride of 2.
         ("3x3, 8 channels, 24 filters, int32 bias, ReLU, int8", layer(conv(1, &[1, 1], &[1, 1]), S, &[2, 8, 9, 10], &[24, 8, 3, 3], 24, Some(DataType::I32), true, DataType::I8)),
         ("5x2 stride (1, 2), 5 channels, 16 filters, f32", layer(conv(1, &[1, 2], &[2, 0]), S, &[2, 5, 8, 11], &[16, 5, 5, 2], 16, None, false, DataType::F32)),
+        // Folded with the column stride (step 2): a 1×3 filter becomes a pointwise one over the
+        // folded columns; and a 1×1 filter with trailing padding alone, which is not pointwise.
+        ("1x3 stride (1, 2), 3 channels, 16 filters, int8", layer(conv(1, &[1, 2], &[0, 1]), S, &[2, 3, 6, 11], &[16, 3, 1, 3], 16, None, false, DataType::I8)),
+        ("1x1, trailing padding, 32 channels, 24 filters, int8", layer(conv_padded(&[1, 1], &[0, 0], &[1, 2], &[1, 1]), S, &[2, 32, 5, 6], &[24, 32, 1, 1], 24, None, false, DataType::I8)),
     ];
     for (what, (net, feeds)) in cases {
         check_every_tactic(cuda, what, &net, &feeds, &["int8_conv_implicit_gemm", "int8_conv_library_sums"]);
