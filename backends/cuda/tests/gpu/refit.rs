@@ -1,7 +1,7 @@
 //! Refitting prepared cuda engines in place (seed §6.2): the PyTorch CNN and mini-BERT built
 //! with weights A and run (constants uploaded, cuDNN filters converted, CUDA graphs captured)
-//! then refitted to weights B give what an engine built from B gives; a hundred refits of
-//! one engine leave device memory where it was.
+//! then refitted to weights B give what an engine built from B gives; a hundred and fifty
+//! refits of one engine leave device memory where it was.
 
 use crate::common::backend;
 use crate::new_weights::{changed_weights, with_weights};
@@ -30,7 +30,7 @@ fn refitted_bert_matches_the_rebuild() {
 }
 
 #[test]
-fn a_hundred_refits_leave_device_memory_where_it_was() {
+fn refits_leave_device_memory_where_it_was() {
     let Some(cuda) = backend() else { return };
     let gpu = cuda.gpu().expect("gpu");
     let (net, inputs, _) = reference_model("cnn_torchscript");
@@ -51,14 +51,21 @@ fn a_hundred_refits_leave_device_memory_where_it_was() {
     for i in 0..10 {
         refit_to(if i % 2 == 0 { &a } else { &b }, &mut prepared);
     }
-    let settled = gpu.memory_in_use().expect("memory");
+    // The device's memory in use is every test's: the tests running beside this one allocate
+    // too. A leak grows every window of refits; their allocations rarely land in all of them,
+    // so the least growth of three windows of 50 is the refits' own (a leak of 40 KB a refit
+    // grows each by 2 MiB).
     let start = Instant::now();
-    for i in 0..100 {
-        refit_to(if i % 2 == 0 { &a } else { &b }, &mut prepared);
+    let mut growths = Vec::new();
+    for _ in 0..3 {
+        let settled = gpu.memory_in_use().expect("memory");
+        for i in 0..50 {
+            refit_to(if i % 2 == 0 { &a } else { &b }, &mut prepared);
+        }
+        growths.push(gpu.memory_in_use().expect("memory") as i64 - settled as i64);
     }
-    let per_refit = start.elapsed().as_secs_f64() * 1e3 / 100.0;
-    let after = gpu.memory_in_use().expect("memory");
-    let growth = after as i64 - settled as i64;
-    eprintln!("100 refits (each with two runs): {per_refit:.2} ms per refit and runs; device memory in use {settled} -> {after} bytes ({growth:+})");
-    assert!(growth < 8 << 20, "device memory grew by {growth} bytes over 100 refits");
+    let per_refit = start.elapsed().as_secs_f64() * 1e3 / 150.0;
+    let least = *growths.iter().min().expect("three windows");
+    eprintln!("150 refits (each with two runs): {per_refit:.2} ms per refit and runs; device memory growth per window of 50: {growths:?} bytes");
+    assert!(least < 2 << 20, "device memory grew by at least {least} bytes in every window of 50 refits ({growths:?})");
 }
