@@ -227,13 +227,16 @@ pub fn chain_source(program: &Program) -> Option<String> {
     Some(s)
 }
 
+/// The generated element function's arguments, given each slot's value expression.
+type ElementArgs<'a> = &'a dyn Fn(&dyn Fn(usize) -> String) -> String;
+
 /// `chain_column_fill(unsigned columns, ChainLayout l, unsigned char* table, other slots…, q…)`:
 /// entry c·256 + b, one per thread, is the result for slot `level`'s stored byte b at column c
 /// (each other slot read at l's offset plus c times its innermost stride). `chain_columns(unsigned
 /// rows, unsigned columns, unsigned rows_per_block, const T* levels, out, const unsigned char*
 /// table)`: a block copies the tables of COLUMN_TILE columns into shared memory and looks up
 /// those columns of `rows_per_block` rows of the row-major levels, 16 bytes a thread.
-fn column_kernels(s: &mut String, types: &[&str], level: usize, out: &str, q_params: &[String], element_args: &dyn Fn(&dyn Fn(usize) -> String) -> String) {
+fn column_kernels(s: &mut String, types: &[&str], level: usize, out: &str, q_params: &[String], element_args: ElementArgs) {
     let mut fill_params = vec!["unsigned columns".to_string(), "ChainLayout l".to_string(), "unsigned char* table".to_string()];
     fill_params.extend(types.iter().enumerate().filter(|&(k, _)| k != level).map(|(k, t)| format!("const {t}* s{k}")));
     fill_params.extend(q_params.iter().cloned());
@@ -294,7 +297,7 @@ fn rows_kernel(
     s: &mut String,
     types: &[&str],
     params: &[String],
-    element_args: &dyn Fn(&dyn Fn(usize) -> String) -> String,
+    element_args: ElementArgs,
     passes: &[Vec<usize>; 2],
     (scale, bias, epsilon): (usize, usize, f32),
 ) {
