@@ -182,8 +182,9 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
     auto row_of = [&](int i) { return WG ? tid % 8 + 8 * (tid / 32) + 64 * i : (tid + i * IC_THREADS) / IC_CHUNKS; };
     // Each A chunk's pixel: where its receptive field starts in x (the tap (0, 0), formed only
     // for pixels of the output), and that tap's input row and column for the padding test.
-    // A POINTWISE layer (a 1×1 filter, unit strides, no padding: most of a CNN's layers and
-    // every matrix product) reads input pixel m for output pixel m: no division, no taps.
+    // A POINTWISE layer (a 1×1 filter, unit strides, no padding, an output of the input's
+    // size: most of a CNN's layers and every matrix product) reads input pixel m for output
+    // pixel m: no division, no taps (its a_ih / a_iw are never read).
     const signed char* a_origin[A_CHUNKS];
     int a_ih[A_CHUNKS], a_iw[A_CHUNKS];
     bool a_in[A_CHUNKS];
@@ -192,8 +193,7 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
         const i64 m = m0 + row_of(i);
         const bool in = m < pixels;
         a_in[i] = in;
-        if (POINTWISE) {
-            a_ih[i] = a_iw[i] = 0;
+        if constexpr (POINTWISE) {
             a_origin[i] = in ? x + m * c : x;
             continue;
         }
@@ -299,8 +299,9 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
         cp_async_commit();
     }
     // The stages read and written, counted round the ring (a division per step was a tenth of
-    // a step's instructions). wgmma's descriptors are stage 0's plus the stage's offset >> 4:
-    // shared addresses stay below 2^18, so the offset never carries out of the address field.
+    // a step's instructions; write_stage is always (read_stage + IC_AHEAD) % STAGES). wgmma's
+    // descriptors are stage 0's plus the stage's offset >> 4: shared addresses stay below
+    // 2^18, so the offset never carries out of the address field.
     int read_stage = 0, write_stage = IC_AHEAD % STAGES;
     const unsigned long long a_desc0 = WG ? wgmma_descriptor_sw64(smem + (warp / 4) * 64 * IC_BK, IC_BK * 8) : 0;
     const unsigned long long b_desc0 = WG ? wgmma_descriptor_sw64(smem + St::A_BYTES, IC_BK * 8) : 0;
@@ -448,6 +449,8 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
                            residual,  residual_type, residual_scale, residual_zero,  out_type, then};                       \
         const bool pointwise = win.kh == 1 && win.kw == 1 && win.sh == 1 && win.sw == 1 && win.ph == 0 && win.pw == 0 &&     \
                                win.oh == win.h && win.ow == win.w; /* no trailing padding either */                          \
+        /* POINTWISE is instantiated for the LEVELS kernels alone (LEVELS stands for true in the first */                  \
+        /* call): a second instance of the general epilogue's kernels doubled NVRTC's compile time. */                     \
         if (LEVELS && pointwise)                                                                                             \
             int8_conv<BN, WARPS_M, WARPS_N, LEVELS, WG, LEVELS>(win, x, wt, e, y);                                           \
         else                                                                                                                 \

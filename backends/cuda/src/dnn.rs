@@ -394,6 +394,9 @@ pub struct ConvEpilogue<'t> {
     /// A residual of the output's shape and layout.
     pub residual: Option<&'t DeviceTensor>,
     pub relu: bool,
+    /// Zeros of the output's channels, the bias of a layer without one where that lets cuDNN
+    /// fuse the residual or ReLU into the convolution's call.
+    pub zeros: Option<&'t DeviceTensor>,
 }
 
 #[derive(Debug)]
@@ -523,8 +526,13 @@ impl Dnn {
         let workspace = gpu.alloc(ws_bytes)?;
         let (px, pw, py, pws) = (x.buf.ptr(), w.buf.ptr(), y.buf.ptr(), workspace.ptr());
         let (one, zero) = (1.0f32, 0.0f32);
-        let fused_call = epilogue.bias.is_some() && (epilogue.relu || code == PRECOMP_GEMM);
-        if let (true, Some(bias)) = (fused_call, epilogue.bias) {
+        // The fused call takes ReLU after any algorithm, the identity only after
+        // IMPLICIT_PRECOMP_GEMM; it needs a bias, so a layer without one gives zeros where
+        // that saves a pass (not for a residual the fused call cannot take).
+        let takes_all = epilogue.relu || code == PRECOMP_GEMM;
+        let needs_zeros = epilogue.relu || epilogue.residual.is_some();
+        let bias = epilogue.bias.or(epilogue.zeros.filter(|_| takes_all && needs_zeros));
+        if let (true, Some(bias)) = (takes_all, bias) {
             let pb = bias.buf.ptr();
             // z = y with alpha2 = 0 when there is no residual (cuDNN allows z to alias y).
             let (pz, alpha2) = epilogue.residual.map_or((py, 0.0f32), |z| (z.buf.ptr(), 1.0));

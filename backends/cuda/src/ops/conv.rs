@@ -209,7 +209,11 @@ fn cudnn_convolution(
     if out.is_empty() {
         return Ok((out, consumed));
     }
-    let epilogue = crate::dnn::ConvEpilogue { bias: bias_ok, residual: residual.as_ref(), relu: relu_last };
+    let zeros = match bias_ok.is_none() && (relu_last || residual.is_some()) {
+        true => Some(super::zero_bias(cx, x.dtype, out_shape[1])?),
+        false => None,
+    };
+    let epilogue = crate::dnn::ConvEpilogue { bias: bias_ok, residual: residual.as_ref(), relu: relu_last, zeros: zeros.as_ref() };
     dnn.convolution(cx.gpu, &spec, algo, x, w, epilogue, &out)?;
     Ok((out, consumed))
 }
@@ -228,7 +232,14 @@ fn patch_convolution(cx: &Ctx, x: &DeviceTensor, w: &DeviceTensor, bias: Option<
     if out_shape.len() != 4 || out_shape[0] != n || out_shape[1] != oc || w.shape[1] != c || w.dtype != x.dtype || bias.is_some_and(|b| b.dtype != x.dtype || b.len() != oc) {
         return Err(invalid!("a patch convolution of {:?} by {:?} into {out_shape:?}", x.shape, w.shape));
     }
-    let bias = bias.map(|b| b.reshaped(vec![oc]));
+    // cuBLASLt takes the tail only after a bias (its residual is the product's C): a layer
+    // without one adds zeros where that takes a step in.
+    let takes_tail = tail.library_epilogue(|z| z.dtype == x.dtype && z.shape == out_shape).2 > 0;
+    let bias = match bias {
+        Some(b) => Some(b.reshaped(vec![oc])),
+        None if takes_tail => Some(super::zero_bias(cx, x.dtype, oc)?),
+        None => None,
+    };
     let bias = bias.as_ref();
     let (oh, ow) = (out_shape[2], out_shape[3]);
     let [sn, sc, sh, sw] = <[i64; 4]>::try_from(x.element_strides()).map_err(|_| invalid!("a rank-4 input"))?;
@@ -245,7 +256,6 @@ fn patch_convolution(cx: &Ctx, x: &DeviceTensor, w: &DeviceTensor, bias: Option<
     let patches = if patch_strides[..] == super::contiguous_strides(&patch_shape)[..] { x.clone() } else { movement::gather_strided(cx, x, &patch_shape, &patch_strides, 0)? };
     let patches = patches.reshaped(vec![rows, c * kh * kw]);
     let filter = filter.reshaped(vec![oc, c * kh * kw]);
-    // cuBLASLt takes the tail only with a bias (its residual is the product's C).
     let (residual, relu_last, consumed) =
         if bias.is_some() { tail.library_epilogue(|z| z.dtype == x.dtype && z.shape == out_shape) } else { (None, false, 0) };
     let residual = residual.map(|z| Ok::<_, KernelError>(layout::to_channels_last(cx, z)?.reshaped(vec![rows, oc]))).transpose()?;

@@ -62,6 +62,29 @@ fn product_epilogue_with_bias_residual_and_activation() {
 }
 
 #[test]
+fn product_epilogues_without_a_bias() {
+    // cuBLASLt's epilogue needs a bias: these run on a table of zeros (a shared weight), or
+    // as kiln's chain (a batched product, a column operand that is neither bias nor residual).
+    let relu = PostOp::Activation(ActivationKind::Relu);
+    let cases: [(&str, &[usize], &[usize], Vec<PostOp>, &[usize]); 5] = [
+        ("ReLU", &[2, 16, 32], &[32, 24], vec![relu, binary(ElementwiseOp::Sub, 2, false)], &[2, 1, 1]),
+        ("residual + ReLU", &[2, 16, 32], &[32, 24], vec![binary(ElementwiseOp::Sum, 2, true), relu], &[2, 16, 24]),
+        ("residual", &[16, 32], &[32, 24], vec![binary(ElementwiseOp::Sum, 2, false)], &[16, 24]),
+        ("batched, residual + ReLU", &[2, 16, 32], &[2, 32, 24], vec![binary(ElementwiseOp::Sum, 2, false), relu], &[2, 16, 24]),
+        ("a column operand, then ReLU", &[16, 32], &[32, 24], vec![binary(ElementwiseOp::Sum, 2, false), relu], &[16, 1]),
+    ];
+    for (dtype, tolerance) in [(DataType::F32, 1e-4), (DataType::F16, 1e-2)] {
+        let mut r = rng(18);
+        for (name, a, b, epilogue, operand) in &cases {
+            let kind = LayerKind::Fused(FusedParams::new(FusedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::None }, 2, epilogue.clone()));
+            let weights = if b.len() == 2 { In::Const(random(&mut r, dtype, b)) } else { In::Run(random(&mut r, dtype, b)) };
+            let inputs = vec![In::Run(random(&mut r, dtype, a)), weights, In::Run(random(&mut r, dtype, operand))];
+            check(&format!("product, no bias, {name} {dtype}"), kind, inputs, tolerance);
+        }
+    }
+}
+
+#[test]
 fn a_chain_that_broadcasts_the_running_value() {
     // The running value [24] grows to [5, 24] through its first operand.
     let mut r = rng(9);

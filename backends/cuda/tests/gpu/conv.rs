@@ -64,16 +64,17 @@ fn cudnn_convolutions_match_in_each_precision() {
     }
 }
 
-/// conv + bias, then `+ residual`, then ReLU, as the builder's fusion pass leaves them.
+/// conv (+ bias), then `+ residual`, then ReLU, as the builder's fusion pass leaves them.
 fn fused_conv(
     r: &mut rand_chacha::ChaCha8Rng,
     dtype: DataType,
+    bias: bool,
     residual: bool,
     relu: bool,
 ) -> (Network, Vec<HostTensor>) {
     let (x, w) = ([2, 16, 10, 10], [16, 16, 3, 3]);
     let mut epilogue = Vec::new();
-    let mut inputs = conv_inputs(r, dtype, &x, &w, true);
+    let mut inputs = conv_inputs(r, dtype, &x, &w, bias);
     if residual {
         epilogue.push(PostOp::Elementwise { op: ElementwiseOp::Sum, operand: 3, running_first: false });
         inputs.push(In::Run(random(r, dtype, &[2, 16, 10, 10])));
@@ -109,9 +110,10 @@ fn every_tactic_of_a_fused_convolution_matches() {
     let Some(cuda) = backend() else { return };
     let mut r = rng(71);
     for dtype in [DataType::F32, DataType::F16, DataType::BF16] {
-        for (residual, relu) in [(false, false), (false, true), (true, false), (true, true)] {
-            let (net, feeds) = fused_conv(&mut r, dtype, residual, relu);
-            let what = format!("fused conv {dtype} residual={residual} relu={relu}");
+        // Without a bias, cuDNN's fused call runs on a table of zeros.
+        for (bias, residual, relu) in [(true, false, false), (true, false, true), (true, true, false), (true, true, true), (false, false, true), (false, true, false), (false, true, true)] {
+            let (net, feeds) = fused_conv(&mut r, dtype, bias, residual, relu);
+            let what = format!("fused conv {dtype} bias={bias} residual={residual} relu={relu}");
             let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap();
             let layer = last_layer(&net);
             let tactics = cuda.tactics(&net, layer, MathMode::EXACT);
@@ -216,12 +218,12 @@ fn exact_f32_convolutions_offer_no_transform_algorithms() {
     let Some(cuda) = backend() else { return };
     let mut r = rng(74);
     let transformed = |t: &kiln::TacticDesc| t.id.name.contains("fft") || t.id.name.contains("winograd");
-    let (net, _) = fused_conv(&mut r, DataType::F32, false, true);
+    let (net, _) = fused_conv(&mut r, DataType::F32, true, false, true);
     let exact = cuda.tactics(&net, last_layer(&net), MathMode::EXACT);
     assert!(!exact.is_empty());
     assert!(!exact.iter().any(transformed), "exact f32 offers a transform algorithm: {exact:?}");
     let tf32 = cuda.tactics(&net, last_layer(&net), MathMode { tf32: true, ..MathMode::EXACT });
-    let (half, _) = fused_conv(&mut r, DataType::F16, false, true);
+    let (half, _) = fused_conv(&mut r, DataType::F16, true, false, true);
     let f16 = cuda.tactics(&half, last_layer(&half), MathMode::EXACT);
     eprintln!(
         "transform algorithms offered: exact f32 0 of {}, tf32 {} of {}, f16 {} of {}",
@@ -237,7 +239,7 @@ fn exact_f32_convolutions_offer_no_transform_algorithms() {
 fn convolution_tactics_are_timed() {
     let Some(cuda) = backend() else { return };
     let mut r = rng(72);
-    let (net, _) = fused_conv(&mut r, DataType::F16, true, true);
+    let (net, _) = fused_conv(&mut r, DataType::F16, true, true, true);
     let layer = last_layer(&net);
     let tactics = cuda.tactics(&net, layer, MathMode::EXACT);
     assert!(tactics.len() >= 2, "expected cuDNN algorithms and the direct kernel, got {tactics:?}");
@@ -272,7 +274,7 @@ fn without_cudnn_convolutions_fall_back_to_the_direct_kernel() {
     }
     let plain = CudaBackend::new().without_cudnn();
     let mut r = rng(73);
-    let (net, feeds) = fused_conv(&mut r, DataType::F32, true, true);
+    let (net, feeds) = fused_conv(&mut r, DataType::F32, true, true, true);
     let tactics = plain.tactics(&net, last_layer(&net), MathMode::EXACT);
     let names: Vec<String> = tactics.iter().map(|t| t.id.to_string()).collect();
     assert!(
@@ -330,7 +332,7 @@ fn without_a_device_a_convolution_offers_the_direct_kernel_alone() {
         return;
     }
     let mut r = rng(75);
-    let (net, _) = fused_conv(&mut r, DataType::F32, true, true);
+    let (net, _) = fused_conv(&mut r, DataType::F32, true, true, true);
     let names: Vec<String> =
         CudaBackend::new().tactics(&net, last_layer(&net), MathMode::EXACT).iter().map(|t| t.id.to_string()).collect();
     assert!(names.len() == 1 && names[0].contains("conv_direct_kernel"), "{names:?}");
@@ -364,7 +366,7 @@ fn a_channels_last_value_reduced_over_space_matches() {
 /// A patch convolution (`w`: `[oc, c, k, k]`, stride k, no padding) of `x`, with `epilogue`
 /// (operand 3 is a residual of the output's shape). With `lead_in`, a 1×1 convolution makes
 /// `x` first, so in 16-bit types the patch convolution reads a channels-last value.
-fn patches(r: &mut rand_chacha::ChaCha8Rng, dtype: DataType, x: &[usize], w: &[usize], lead_in: bool, epilogue: Vec<PostOp>) -> (Network, Vec<HostTensor>) {
+fn patches(r: &mut rand_chacha::ChaCha8Rng, dtype: DataType, x: &[usize], w: &[usize], lead_in: bool, bias: bool, epilogue: Vec<PostOp>) -> (Network, Vec<HostTensor>) {
     let k = w[2];
     let out = [x[0], w[0], x[2] / k, x[3] / k];
     let mut net = Network::new("patches");
@@ -381,8 +383,8 @@ fn patches(r: &mut rand_chacha::ChaCha8Rng, dtype: DataType, x: &[usize], w: &[u
         value = net.output(lead, 0);
     }
     let weights = constant(&mut net, random(r, dtype, w));
-    let bias = constant(&mut net, random(r, dtype, &[w[0]]));
-    let mut slots = vec![Some(value), Some(weights), Some(bias)];
+    let bias = bias.then(|| constant(&mut net, random(r, dtype, &[w[0]])));
+    let mut slots = vec![Some(value), Some(weights), bias];
     if epilogue.iter().any(|p| matches!(p, PostOp::Elementwise { .. })) {
         feeds.push(random(r, dtype, &out));
         slots.push(Some(net.add_input("residual", dtype, kiln::Shape::fixed(&out)).unwrap()));
@@ -401,16 +403,21 @@ fn every_tactic_of_a_patch_convolution_matches() {
     let mut r = rng(74);
     let residual = PostOp::Elementwise { op: ElementwiseOp::Sum, operand: 3, running_first: false };
     let relu = PostOp::Activation(ActivationKind::Relu);
-    let cases: [(&str, &[usize], &[usize], bool, Vec<PostOp>); 5] = [
-        ("ViT's 4x4 patches", &[2, 3, 16, 16], &[32, 3, 4, 4], false, vec![]),
-        ("edges no patch covers, + ReLU", &[2, 4, 18, 17], &[16, 4, 4, 4], false, vec![relu]),
-        ("2x2 downsampling after a convolution, + residual + ReLU", &[2, 16, 8, 6], &[24, 16, 2, 2], true, vec![residual, relu]),
-        ("1x1 after a convolution, + GELU", &[2, 16, 5, 5], &[8, 16, 1, 1], true, vec![PostOp::Activation(ActivationKind::GeluErf)]),
-        ("1x1 on the input", &[1, 8, 3, 7], &[16, 8, 1, 1], false, vec![residual]),
+    // (name, input, filter, a convolution before it, a bias, epilogue); without a bias,
+    // cuBLASLt's epilogue runs on a table of zeros.
+    let cases: [(&str, &[usize], &[usize], bool, bool, Vec<PostOp>); 8] = [
+        ("ViT's 4x4 patches", &[2, 3, 16, 16], &[32, 3, 4, 4], false, true, vec![]),
+        ("edges no patch covers, + ReLU", &[2, 4, 18, 17], &[16, 4, 4, 4], false, true, vec![relu]),
+        ("2x2 downsampling after a convolution, + residual + ReLU", &[2, 16, 8, 6], &[24, 16, 2, 2], true, true, vec![residual, relu]),
+        ("1x1 after a convolution, + GELU", &[2, 16, 5, 5], &[8, 16, 1, 1], true, true, vec![PostOp::Activation(ActivationKind::GeluErf)]),
+        ("1x1 on the input", &[1, 8, 3, 7], &[16, 8, 1, 1], false, true, vec![residual]),
+        ("no bias, + ReLU", &[2, 4, 18, 17], &[16, 4, 4, 4], false, false, vec![relu]),
+        ("no bias, 1x1 after a convolution, + residual + ReLU", &[2, 16, 8, 6], &[24, 16, 1, 1], true, false, vec![residual, relu]),
+        ("no bias, 2x2, + residual", &[2, 16, 8, 6], &[24, 16, 2, 2], false, false, vec![residual]),
     ];
     for dtype in [DataType::F32, DataType::F16, DataType::BF16] {
-        for (name, x, w, lead_in, epilogue) in &cases {
-            let (net, feeds) = patches(&mut r, dtype, x, w, *lead_in, epilogue.clone());
+        for (name, x, w, lead_in, bias, epilogue) in &cases {
+            let (net, feeds) = patches(&mut r, dtype, x, w, *lead_in, *bias, epilogue.clone());
             let what = format!("{name} in {dtype}");
             let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap();
             let layer = last_layer(&net);
