@@ -429,3 +429,45 @@ fn every_tactic_of_a_patch_convolution_matches() {
         }
     }
 }
+
+#[test]
+fn every_tactic_of_a_stride_2_stem_matches() {
+    // Stems over 1 to 4 channels, with and without a bias, and asymmetric padding (which cuDNN
+    // cannot take: the direct kernel runs it).
+    let Some(cuda) = backend() else { return };
+    let mut r = rng(75);
+    let residual = PostOp::Elementwise { op: ElementwiseOp::Sum, operand: 3, running_first: false };
+    let relu = PostOp::Activation(ActivationKind::Relu);
+    let padded = |pre: usize, post: usize| ConvolutionParams { pre_padding: vec![pre, pre], post_padding: vec![post, post], ..conv(1, &[2, 2], &[1, 1], &[0, 0]) };
+    // (name, params, input, filter, bias, epilogue)
+    let cases: [(&str, ConvolutionParams, [usize; 4], [usize; 4], bool, Vec<PostOp>); 5] = [
+        ("ResNet's 7x7 over RGB, + ReLU", padded(3, 3), [2, 3, 21, 22], [16, 3, 7, 7], true, vec![relu]),
+        ("3x3 over RGB without a bias, + residual + ReLU", padded(1, 1), [2, 3, 16, 17], [8, 3, 3, 3], false, vec![residual, relu]),
+        ("5x5 over one channel", padded(2, 2), [1, 1, 15, 15], [4, 1, 5, 5], true, vec![]),
+        ("4x4 over 4 channels", padded(1, 1), [2, 4, 10, 10], [8, 4, 4, 4], true, vec![relu]),
+        ("3x3 padded after only", padded(0, 1), [2, 3, 16, 16], [8, 3, 3, 3], true, vec![]),
+    ];
+    for dtype in [DataType::F32, DataType::F16, DataType::BF16] {
+        for (name, p, x, w, bias, epilogue) in &cases {
+            let out = |i: usize| (x[i] + p.pre_padding[i - 2] + p.post_padding[i - 2] - w[i]) / 2 + 1;
+            let mut inputs = conv_inputs(&mut r, dtype, x, w, *bias);
+            if epilogue.contains(&residual) {
+                inputs.push(In::Run(random(&mut r, dtype, &[x[0], w[0], out(2), out(3)])));
+            }
+            let kind = match epilogue.is_empty() {
+                true => LayerKind::Convolution(p.clone()),
+                false => LayerKind::Fused(FusedParams::new(FusedAnchor::Convolution(p.clone()), 3, epilogue.clone())),
+            };
+            let (net, feeds) = one_layer(kind, inputs);
+            let what = format!("{name} in {dtype}");
+            let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap();
+            let layer = last_layer(&net);
+            let tactics = cuda.tactics(&net, layer, MathMode::EXACT);
+            let symmetric = p.pre_padding == p.post_padding;
+            assert_eq!(tactics.iter().any(|t| t.id.name.starts_with("conv_cudnn_")), symmetric, "{what}: cuDNN among {tactics:?}");
+            for t in &tactics {
+                assert_tactic_matches(cuda, &net, &feeds, layer, &t.id, dtype, &want[0], &what);
+            }
+        }
+    }
+}
