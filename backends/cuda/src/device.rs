@@ -53,15 +53,32 @@ pub struct Gpu {
     multiprocessors: u32,
 }
 
-/// One converted copy of constant weights, and what it was made from. The original is held
-/// weakly: while it lives its address names it (an address is not reused while it lives);
-/// once it is dropped the entry is too.
+/// One converted copy of constant weights, and what it was made from. The originals are held
+/// weakly: while one lives its address names it (an address is not reused while it lives);
+/// once one is dropped the entry is too, and a refit of one forgets it.
 #[derive(Debug)]
 struct Converted {
-    original: Weak<DeviceBuffer>,
+    originals: Vec<Original>,
+    copy: DeviceTensor,
+}
+
+#[derive(Debug)]
+struct Original {
+    ptr: u64,
+    buf: Weak<DeviceBuffer>,
     dtype: DataType,
     shape: Vec<usize>,
-    copy: DeviceTensor,
+}
+
+impl Original {
+    fn of(w: &DeviceTensor) -> Original {
+        Original { ptr: w.buf.ptr(), buf: Arc::downgrade(&w.buf), dtype: w.dtype, shape: w.shape.clone() }
+    }
+
+    /// Whether `w` is the tensor this was (the same live buffer, type and shape).
+    fn is(&self, w: &DeviceTensor) -> bool {
+        self.buf.upgrade().is_some_and(|o| Arc::ptr_eq(&o, &w.buf)) && self.shape == w.shape && self.dtype == w.dtype
+    }
 }
 
 /// The CUBIN image of each source.
@@ -230,22 +247,38 @@ impl Gpu {
         conversion: &str,
         convert: impl FnOnce(&DeviceTensor) -> Result<DeviceTensor, E>,
     ) -> Result<DeviceTensor, E> {
-        if !w.buf.outside_runs() {
-            return convert(w);
+        match w.buf.outside_runs() {
+            true => self.derived_from_weights(&[w], conversion, || convert(w)),
+            false => convert(w),
         }
-        let key = (w.buf.ptr(), conversion.to_string());
+    }
+
+    /// What `make` computes from the constant weights `from` alone (none: from what `what`
+    /// names alone, such as a generated kernel and its parameters), made on first use and
+    /// cached across runs as [`Gpu::converted_weights`] caches: dropped with any of the weights,
+    /// forgotten when one is refitted. The caller checks that every one of `from` lives
+    /// outside runs.
+    pub fn derived_from_weights<E: From<GpuError>>(
+        &self,
+        from: &[&DeviceTensor],
+        what: &str,
+        make: impl FnOnce() -> Result<DeviceTensor, E>,
+    ) -> Result<DeviceTensor, E> {
+        // The first weight's address and the others' name the entry.
+        let others: String = from.iter().skip(1).map(|w| format!(" {:#x}", w.buf.ptr())).collect();
+        let key = (from.first().map_or(0, |w| w.buf.ptr()), format!("{what}{others}"));
         let mut cache = self.converted.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(c) = cache.get(&key) {
-            if c.original.upgrade().is_some_and(|o| Arc::ptr_eq(&o, &w.buf)) && c.shape == w.shape && c.dtype == w.dtype {
+            if c.originals.len() == from.len() && c.originals.iter().zip(from).all(|(o, w)| o.is(w)) {
                 return Ok(c.copy.clone());
             }
         }
-        cache.retain(|_, c| c.original.strong_count() > 0);
-        let copy = self.persistent(|| convert(w))?;
+        cache.retain(|_, c| c.originals.iter().all(|o| o.buf.strong_count() > 0));
+        let copy = self.persistent(make)?;
         if self.has_lanes() {
             self.synchronize()?;
         }
-        cache.insert(key, Converted { original: Arc::downgrade(&w.buf), dtype: w.dtype, shape: w.shape.clone(), copy: copy.clone() });
+        cache.insert(key, Converted { originals: from.iter().map(|w| Original::of(w)).collect(), copy: copy.clone() });
         Ok(copy)
     }
 
@@ -279,7 +312,7 @@ impl Gpu {
     /// overwritten by a refit): the next use converts them again.
     pub fn forget_converted(&self, buffers: &[u64]) {
         let mut cache = self.converted.lock().unwrap_or_else(|p| p.into_inner());
-        cache.retain(|(ptr, _), _| !buffers.contains(ptr));
+        cache.retain(|_, c| !c.originals.iter().any(|o| buffers.contains(&o.ptr)));
     }
 
     fn plain_alloc(&self, bytes: usize, traced: Option<(Weak<Mutex<Tracer>>, usize)>) -> Result<DeviceBuffer, GpuError> {

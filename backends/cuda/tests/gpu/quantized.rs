@@ -6,7 +6,8 @@
 
 use crate::common::{backend, check_network, last_layer, run_with_tactic};
 use crate::integer_layers::{conv, layer, Operands};
-use kiln::{Backend, ConvolutionParams, DataType, MathMode, MatrixOp, QuantizedAnchor};
+use kiln::{Backend, ConvolutionParams, DataType, HostTensor, MathMode, MatrixOp, QuantizedAnchor, TensorData};
+use std::sync::Arc;
 
 /// A convolution anchor with its own padding at each end and dilation.
 fn conv_padded(strides: &[usize], pre: &[usize], post: &[usize], dilations: &[usize]) -> QuantizedAnchor {
@@ -400,49 +401,91 @@ fn quantized_pointwise_islands_match_the_cpu_oracle_exactly() {
 /// kernel elsewhere: the cpu oracle's levels exactly either way.
 #[test]
 fn islands_with_per_column_operands_match_the_cpu_oracle_exactly() {
-    use kiln::passes::{PassContext, Pipeline};
-    use kiln::{ActivationKind, ElementwiseOp, HostTensor, LayerKind, Network, Shape, TensorData, TensorId};
     use rand::Rng;
     if backend().is_none() {
         return;
     }
     let mut rng = crate::common::rng(22);
     for (shape, to) in [(vec![4usize, 256, 80], DataType::I8), (vec![2, 300, 160], DataType::U8), (vec![3, 20, 96], DataType::I8), (vec![600, 24], DataType::I8)] {
-        let columns = shape[shape.len() - 1];
         let what = format!("{shape:?} to {to}");
-        let mut net = Network::new("column island");
-        let a = net.add_input("a", DataType::I8, Shape::fixed(&shape)).expect("a");
-        let mut constant = |name: &str, t: HostTensor| {
-            let w = net.add_weights(t);
-            let l = net.add_layer(name, LayerKind::Constant { weights: w }, vec![]).expect(name);
-            net.output(l, 0)
-        };
-        let (sa, sy) = (constant("sa", HostTensor::from_f32(vec![], vec![0.047]).expect("sa")), constant("sy", HostTensor::from_f32(vec![], vec![0.0213]).expect("sy")));
-        let zy = match to {
-            DataType::U8 => constant("zy", HostTensor::new(vec![], TensorData::U8(vec![9])).expect("zy")),
-            _ => constant("zy", HostTensor::new(vec![], TensorData::I8(vec![-4])).expect("zy")),
-        };
-        let bias = constant("bias", HostTensor::from_f32(vec![columns], (0..columns).map(|_| rng.gen_range(-2.0f32..2.0)).collect()).expect("bias"));
-        let gain = constant("gain", HostTensor::from_f32(vec![columns], (0..columns).map(|_| rng.gen_range(0.25f32..1.5)).collect()).expect("gain"));
-        let mut layer = |name: &str, kind: LayerKind, inputs: Vec<Option<TensorId>>| {
-            let l = net.add_layer(name, kind, inputs).expect(name);
-            net.output(l, 0)
-        };
-        let da = layer("dq_a", LayerKind::Dequantize { axis: None, to: None }, vec![Some(a), Some(sa), None]);
-        // A legacy export adds the product to the bias: the level is then the chain's operand.
-        let bias_first = to == DataType::U8;
-        let added = if bias_first { vec![Some(bias), Some(da)] } else { vec![Some(da), Some(bias)] };
-        let biased = layer("bias_add", LayerKind::Elementwise { op: ElementwiseOp::Sum }, added);
-        let active = layer("sigmoid", LayerKind::Activation { kind: ActivationKind::Sigmoid }, vec![Some(biased)]);
-        let gained = layer("gain_mul", LayerKind::Elementwise { op: ElementwiseOp::Prod }, vec![Some(active), Some(gain)]);
-        let y = layer("q", LayerKind::Quantize { axis: None, to }, vec![Some(gained), Some(sy), Some(zy)]);
-        net.mark_output(y).expect("output");
-        let fused = Pipeline::standard().run(&net, &PassContext { folding_backend: None, quantized_layers: true }).expect("passes");
-        let islands = fused.layers().iter().filter(|l| matches!(&l.kind, LayerKind::Fused(p) if p.dequantized.len() == 1)).count();
-        assert_eq!(islands, 1, "{what}: one fused layer reads the integers\n{}", fused.dump());
+        let (fused, _) = column_island(&mut rng, &shape, to, &what);
         let n: usize = shape.iter().product();
         let feeds = [HostTensor::new(shape.clone(), TensorData::I8((0..n).map(|_| rng.gen()).collect())).expect("a")];
         check_network(&what, &fused, &feeds, 0.0);
+    }
+}
+
+/// `DQ(a) + bias → Sigmoid → · gain → Q` (the legacy export's `bias + DQ(a)` for a uint8
+/// output), fused by the passes into one island reading the integers: a table per column
+/// where there are rows enough. Also the gain's weights id.
+fn column_island(rng: &mut rand_chacha::ChaCha8Rng, shape: &[usize], to: DataType, what: &str) -> (kiln::Network, kiln::WeightsId) {
+    use kiln::passes::{PassContext, Pipeline};
+    use kiln::{ActivationKind, ElementwiseOp, LayerKind, Network, Shape, TensorId};
+    use rand::Rng;
+    let columns = shape[shape.len() - 1];
+    let mut net = Network::new("column island");
+    let a = net.add_input("a", DataType::I8, Shape::fixed(shape)).expect("a");
+    let mut gain_id = None;
+    let mut constant = |name: &str, t: HostTensor| {
+        let w = net.add_weights(t);
+        if name == "gain" {
+            gain_id = Some(w);
+        }
+        let l = net.add_layer(name, LayerKind::Constant { weights: w }, vec![]).expect(name);
+        net.output(l, 0)
+    };
+    let (sa, sy) = (constant("sa", HostTensor::from_f32(vec![], vec![0.047]).expect("sa")), constant("sy", HostTensor::from_f32(vec![], vec![0.0213]).expect("sy")));
+    let zy = match to {
+        DataType::U8 => constant("zy", HostTensor::new(vec![], TensorData::U8(vec![9])).expect("zy")),
+        _ => constant("zy", HostTensor::new(vec![], TensorData::I8(vec![-4])).expect("zy")),
+    };
+    let bias = constant("bias", HostTensor::from_f32(vec![columns], (0..columns).map(|_| rng.gen_range(-2.0f32..2.0)).collect()).expect("bias"));
+    let gain = constant("gain", HostTensor::from_f32(vec![columns], (0..columns).map(|_| rng.gen_range(0.25f32..1.5)).collect()).expect("gain"));
+    let mut layer = |name: &str, kind: LayerKind, inputs: Vec<Option<TensorId>>| {
+        let l = net.add_layer(name, kind, inputs).expect(name);
+        net.output(l, 0)
+    };
+    let da = layer("dq_a", LayerKind::Dequantize { axis: None, to: None }, vec![Some(a), Some(sa), None]);
+    // A legacy export adds the product to the bias: the level is then the chain's operand.
+    let bias_first = to == DataType::U8;
+    let added = if bias_first { vec![Some(bias), Some(da)] } else { vec![Some(da), Some(bias)] };
+    let biased = layer("bias_add", LayerKind::Elementwise { op: ElementwiseOp::Sum }, added);
+    let active = layer("sigmoid", LayerKind::Activation { kind: ActivationKind::Sigmoid }, vec![Some(biased)]);
+    let gained = layer("gain_mul", LayerKind::Elementwise { op: ElementwiseOp::Prod }, vec![Some(active), Some(gain)]);
+    let y = layer("q", LayerKind::Quantize { axis: None, to }, vec![Some(gained), Some(sy), Some(zy)]);
+    net.mark_output(y).expect("output");
+    let fused = Pipeline::standard().run(&net, &PassContext { folding_backend: None, quantized_layers: true }).expect("passes");
+    let islands = fused.layers().iter().filter(|l| matches!(&l.kind, LayerKind::Fused(p) if p.dequantized.len() == 1)).count();
+    assert_eq!(islands, 1, "{what}: one fused layer reads the integers\n{}", fused.dump());
+    (fused, gain_id.expect("the gain's weights"))
+}
+
+/// A column island's tables are filled once and kept across runs; refitting one of its
+/// operands (the gain, not the first) fills them again. Each run against the cpu oracle.
+#[test]
+fn column_tables_are_kept_across_runs_and_filled_again_after_a_refit() {
+    use rand::Rng;
+    let Some(cuda) = backend() else { return };
+    let mut rng = crate::common::rng(23);
+    let shape = [4usize, 256, 80];
+    let (mut net, gain) = column_island(&mut rng, &shape, DataType::I8, "refit island");
+    let mut prepared = cuda.prepare(&net).expect("prepare");
+    let n: usize = shape.iter().product();
+    let mut feed = || [HostTensor::new(shape.to_vec(), TensorData::I8((0..n).map(|_| rng.gen()).collect())).expect("a")];
+    let expect = |net: &kiln::Network, prepared: &dyn kiln::Executable, feeds: &[HostTensor], what: &str| {
+        let want = kiln_cpu::CpuBackend::new().prepare(net).expect("cpu").execute(feeds).expect("cpu run");
+        let got = prepared.execute(feeds).expect("cuda run");
+        assert_eq!(crate::common::worst_error(&got[0], &want[0]), 0.0, "{what}: differs from the cpu oracle");
+    };
+    for run in 0..3 {
+        expect(&net, prepared.as_ref(), &feed(), &format!("run {run}"));
+    }
+    let new_gain = Arc::new(HostTensor::from_f32(vec![shape[2]], (0..shape[2]).map(|i| if i % 2 == 0 { -0.75 } else { 1.25 }).collect()).expect("gain"));
+    let changes = [(gain, new_gain)];
+    prepared.refit(&changes).expect("refit");
+    net.replace_weights(&changes).expect("replace");
+    for run in 0..2 {
+        expect(&net, prepared.as_ref(), &feed(), &format!("run {run} after the refit"));
     }
 }
 
