@@ -66,7 +66,9 @@ fn product_epilogues_without_a_bias() {
     // cuBLASLt's epilogue needs a bias: these run on a table of zeros (a shared weight), or
     // as kiln's chain (a batched product, a column operand that is neither bias nor residual).
     let relu = PostOp::Activation(ActivationKind::Relu);
-    let cases: [(&str, &[usize], &[usize], Vec<PostOp>, &[usize]); 5] = [
+    // (name, a, b, epilogue, the epilogue's operand)
+    type Case = (&'static str, &'static [usize], &'static [usize], Vec<PostOp>, &'static [usize]);
+    let cases: [Case; 5] = [
         ("ReLU", &[2, 16, 32], &[32, 24], vec![relu, binary(ElementwiseOp::Sub, 2, false)], &[2, 1, 1]),
         ("residual + ReLU", &[2, 16, 32], &[32, 24], vec![binary(ElementwiseOp::Sum, 2, true), relu], &[2, 16, 24]),
         ("residual", &[16, 32], &[32, 24], vec![binary(ElementwiseOp::Sum, 2, false)], &[16, 24]),

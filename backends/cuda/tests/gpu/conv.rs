@@ -405,7 +405,8 @@ fn every_tactic_of_a_patch_convolution_matches() {
     let relu = PostOp::Activation(ActivationKind::Relu);
     // (name, input, filter, a convolution before it, a bias, epilogue); without a bias,
     // cuBLASLt's epilogue runs on a table of zeros.
-    let cases: [(&str, &[usize], &[usize], bool, bool, Vec<PostOp>); 8] = [
+    type Case = (&'static str, &'static [usize], &'static [usize], bool, bool, Vec<PostOp>);
+    let cases: [Case; 8] = [
         ("ViT's 4x4 patches", &[2, 3, 16, 16], &[32, 3, 4, 4], false, true, vec![]),
         ("edges no patch covers, + ReLU", &[2, 4, 18, 17], &[16, 4, 4, 4], false, true, vec![relu]),
         ("2x2 downsampling after a convolution, + residual + ReLU", &[2, 16, 8, 6], &[24, 16, 2, 2], true, true, vec![residual, relu]),
@@ -440,7 +441,8 @@ fn every_tactic_of_a_stride_2_stem_matches() {
     let relu = PostOp::Activation(ActivationKind::Relu);
     let padded = |pre: usize, post: usize| ConvolutionParams { pre_padding: vec![pre, pre], post_padding: vec![post, post], ..conv(1, &[2, 2], &[1, 1], &[0, 0]) };
     // (name, params, input, filter, bias, epilogue)
-    let cases: [(&str, ConvolutionParams, [usize; 4], [usize; 4], bool, Vec<PostOp>); 5] = [
+    type Case = (&'static str, ConvolutionParams, [usize; 4], [usize; 4], bool, Vec<PostOp>);
+    let cases: [Case; 5] = [
         ("ResNet's 7x7 over RGB, + ReLU", padded(3, 3), [2, 3, 21, 22], [16, 3, 7, 7], true, vec![relu]),
         ("3x3 over RGB without a bias, + residual + ReLU", padded(1, 1), [2, 3, 16, 17], [8, 3, 3, 3], false, vec![residual, relu]),
         ("5x5 over one channel", padded(2, 2), [1, 1, 15, 15], [4, 1, 5, 5], true, vec![]),
