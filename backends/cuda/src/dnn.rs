@@ -394,8 +394,8 @@ pub struct ConvEpilogue<'t> {
     /// A residual of the output's shape and layout.
     pub residual: Option<&'t DeviceTensor>,
     pub relu: bool,
-    /// Zeros of the output's channels, the bias of a layer without one where that lets cuDNN
-    /// fuse the residual or ReLU into the convolution's call.
+    /// Zeros of the output's channels, for a layer without a bias that has a residual or ReLU:
+    /// its bias where that lets cuDNN fuse them into the convolution's call.
     pub zeros: Option<&'t DeviceTensor>,
 }
 
@@ -528,10 +528,9 @@ impl Dnn {
         let (one, zero) = (1.0f32, 0.0f32);
         // The fused call takes ReLU after any algorithm, the identity only after
         // IMPLICIT_PRECOMP_GEMM; it needs a bias, so a layer without one gives zeros where
-        // that saves a pass (not for a residual the fused call cannot take).
+        // the call takes its epilogue (not for a residual the fused call cannot take).
         let takes_all = epilogue.relu || code == PRECOMP_GEMM;
-        let needs_zeros = epilogue.relu || epilogue.residual.is_some();
-        let bias = epilogue.bias.or(epilogue.zeros.filter(|_| takes_all && needs_zeros));
+        let bias = epilogue.bias.or(epilogue.zeros.filter(|_| takes_all));
         if let (true, Some(bias)) = (takes_all, bias) {
             let pb = bias.buf.ptr();
             // z = y with alpha2 = 0 when there is no residual (cuDNN allows z to alias y).

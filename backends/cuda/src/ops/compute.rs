@@ -13,6 +13,12 @@ pub fn matmul(cx: &Ctx, a: &DeviceTensor, op_a: MatrixOp, b: &DeviceTensor, op_b
     matmul_epilogue(cx, cx.gemm_rank.get(), a, op_a, b, op_b, alpha, out_shape, None, None).map(|(out, _)| out)
 }
 
+/// Whether `t` is one row of `n` values (every axis but the last of length 1): a bias
+/// cuBLASLt's epilogue adds along the product's columns.
+pub fn is_one_row(t: &DeviceTensor, n: usize) -> bool {
+    t.len() == n && t.shape.iter().rev().skip(1).all(|&d| d == 1)
+}
+
 /// The product tactic that runs 2:4 sparse weights on cuSPARSELt (see [`sparse_product`]);
 /// the cuBLASLt ones are heuristic ranks below it.
 pub const SPARSE_GEMM: usize = 100;
@@ -116,7 +122,7 @@ pub fn matmul_epilogue(
         g.stride_c = 0;
     }
     // The epilogue's bias runs along the output's last axis, once per row: one product only.
-    let bias = bias.filter(|(t, _)| g.batch == 1 && t.shape.len() <= out_shape.len() && t.dtype == a.dtype && t.len() == n && t.shape.iter().rev().skip(1).all(|&d| d == 1));
+    let bias = bias.filter(|(t, _)| g.batch == 1 && t.shape.len() <= out_shape.len() && t.dtype == a.dtype && is_one_row(t, n));
     if let Some((_, relu)) = bias {
         g.epilogue = if relu { Epilogue::ReluBias } else { Epilogue::Bias };
     }

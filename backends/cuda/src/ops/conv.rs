@@ -234,10 +234,10 @@ fn patch_convolution(cx: &Ctx, x: &DeviceTensor, w: &DeviceTensor, bias: Option<
     }
     // cuBLASLt takes the tail only after a bias (its residual is the product's C): a layer
     // without one adds zeros where that takes a step in.
-    let takes_tail = tail.library_epilogue(|z| z.dtype == x.dtype && z.shape == out_shape).2 > 0;
+    let (residual, relu_last, consumed) = tail.library_epilogue(|z| z.dtype == x.dtype && z.shape == out_shape);
     let bias = match bias {
         Some(b) => Some(b.reshaped(vec![oc])),
-        None if takes_tail => Some(super::zero_bias(cx, x.dtype, oc)?),
+        None if consumed > 0 => Some(super::zero_bias(cx, x.dtype, oc)?),
         None => None,
     };
     let bias = bias.as_ref();
@@ -256,8 +256,6 @@ fn patch_convolution(cx: &Ctx, x: &DeviceTensor, w: &DeviceTensor, bias: Option<
     let patches = if patch_strides[..] == super::contiguous_strides(&patch_shape)[..] { x.clone() } else { movement::gather_strided(cx, x, &patch_shape, &patch_strides, 0)? };
     let patches = patches.reshaped(vec![rows, c * kh * kw]);
     let filter = filter.reshaped(vec![oc, c * kh * kw]);
-    let (residual, relu_last, consumed) =
-        if bias.is_some() { tail.library_epilogue(|z| z.dtype == x.dtype && z.shape == out_shape) } else { (None, false, 0) };
     let residual = residual.map(|z| Ok::<_, KernelError>(layout::to_channels_last(cx, z)?.reshaped(vec![rows, oc]))).transpose()?;
     // The layer's tactic number chose this path; the product itself runs cuBLASLt's
     // first-ranked algorithm, or cuSPARSELt.

@@ -645,10 +645,9 @@ fn fused(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>], outs: &[OutF
                 _ => Ok::<_, KernelError>(None),
             };
             let columns = shape.last().copied().unwrap_or(0);
-            let is_row = |t: &DeviceTensor| t.len() == columns && t.shape.iter().rev().skip(1).all(|&d| d == 1);
             let is_residual = |t: &DeviceTensor| t.shape == shape && t.dtype == a.dtype;
             let (bias, residual) = match sum_operand(0)? {
-                Some(t) if is_residual(&t) && !is_row(&t) => (None, Some(t)),
+                Some(t) if is_residual(&t) && !compute::is_one_row(&t, columns) => (None, Some(t)),
                 Some(t) => (Some(t), sum_operand(1)?.filter(is_residual)),
                 None => (None, None),
             };

@@ -416,8 +416,8 @@ pub fn chain(cx: &Ctx, x: &DeviceTensor, x_dequantize: Option<(f32, f32)>, steps
     match program.table_entries() {
         // The program once per input level (pair), then a lookup per element; each block
         // copies the table into shared memory, so a pair's 64 KiB is worth it per two blocks a
-        // multiprocessor.
-        // The table is a function of the program and its parameters alone: filled once.
+        // multiprocessor. The table is a function of the program and its parameters alone:
+        // filled once.
         Some(entries) => {
             let levels = cx.gpu.derived_from_weights(&[], &format!("chain_table {source:?}{}", parameter_bits(&params)), || {
                 let levels = cx.gpu.empty(DataType::U8, vec![entries]).map_err(KernelError::from)?;
@@ -470,7 +470,8 @@ fn by_columns(cx: &Ctx, source: &Source, l: &ChainLayout, (slots, level): (&[&De
         return Ok(false);
     }
     let entries = columns * 256;
-    let others: Vec<&DeviceTensor> = slots.iter().enumerate().filter(|&(k, _)| k != level).map(|(_, t)| *t).collect();
+    let other_slots: Vec<usize> = (0..slots.len()).filter(|&k| k != level).collect();
+    let others: Vec<&DeviceTensor> = other_slots.iter().map(|&k| slots[k]).collect();
     let fill_table = || {
         let table = cx.gpu.empty(DataType::U8, vec![entries]).map_err(KernelError::from)?;
         let mut fill = vec![Arg::I32(columns as i32), Arg::ChainLayout(*l), cx.arg(&table)];
@@ -485,7 +486,7 @@ fn by_columns(cx: &Ctx, source: &Source, l: &ChainLayout, (slots, level): (&[&De
     let table = match others.iter().all(|t| t.buf.outside_runs()) {
         true => {
             // The fill reads each operand at its offset plus the column times its innermost stride.
-            let reads: String = (0..slots.len()).filter(|&k| k != level).map(|k| format!(" {}:{}", l.offset[k], l.stride[k][inner])).collect();
+            let reads: String = other_slots.iter().map(|&k| format!(" {}:{}", l.offset[k], l.stride[k][inner])).collect();
             let what = format!("chain_columns {source:?} {columns}{reads}{}", parameter_bits(params));
             cx.gpu.derived_from_weights(&others, &what, fill_table)?
         }

@@ -103,6 +103,18 @@ fn assert_tactic_matches(cuda: &CudaBackend, net: &Network, feeds: &[HostTensor]
     assert!(err <= allowed, "{what} with {tactic}: differs from the cpu oracle by {err} (tolerance {allowed})");
 }
 
+/// The tactics offered for `net`'s last layer, each run and checked against the cpu oracle
+/// (see [`assert_tactic_matches`]).
+fn every_tactic_matches(cuda: &CudaBackend, net: &Network, feeds: &[HostTensor], dtype: DataType, what: &str) -> Vec<kiln::TacticDesc> {
+    let want = kiln_cpu::CpuBackend::new().prepare(net).unwrap().execute(feeds).unwrap();
+    let layer = last_layer(net);
+    let tactics = cuda.tactics(net, layer, MathMode::EXACT);
+    for t in &tactics {
+        assert_tactic_matches(cuda, net, feeds, layer, &t.id, dtype, &want[0], what);
+    }
+    tactics
+}
+
 /// The network's outputs with `tactic` chosen for `layer` (the other layers on their defaults).
 
 #[test]
@@ -172,16 +184,11 @@ fn every_tactic_of_a_depthwise_convolution_matches() {
         for (c, k, s, e) in [(32, 3, 1, 0), (32, 3, 2, 1), (12, 5, 1, 2), (32, 7, 1, 3), (12, 7, 2, 4), (32, 5, 2, 2)] {
             let (net, feeds) = depthwise(&mut r, dtype, c, k, s, epilogues[e].clone());
             let what = format!("depthwise {dtype} c{c} {k}x{k} stride {s} epilogue {:?}", epilogues[e]);
-            let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap();
-            let layer = last_layer(&net);
-            let tactics = cuda.tactics(&net, layer, MathMode::EXACT);
+            let tactics = every_tactic_matches(cuda, &net, &feeds, dtype, &what);
             assert!(tactics.iter().any(|t| t.id.name == "conv_depthwise_nhwc"), "{what}: no depthwise tactic among {tactics:?}");
             // The row kernel covers whole 16-byte runs of channels: 32 in every type, 12 in f32.
             let rows = c == 32 || dtype == DataType::F32;
             assert_eq!(tactics.iter().any(|t| t.id.name == "conv_depthwise_nhwc_rows"), rows, "{what}: the row kernel among {tactics:?}");
-            for t in &tactics {
-                assert_tactic_matches(cuda, &net, &feeds, layer, &t.id, dtype, &want[0], &what);
-            }
         }
     }
 }
@@ -420,13 +427,8 @@ fn every_tactic_of_a_patch_convolution_matches() {
         for (name, x, w, lead_in, bias, epilogue) in &cases {
             let (net, feeds) = patches(&mut r, dtype, x, w, *lead_in, *bias, epilogue.clone());
             let what = format!("{name} in {dtype}");
-            let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap();
-            let layer = last_layer(&net);
-            let tactics = cuda.tactics(&net, layer, MathMode::EXACT);
+            let tactics = every_tactic_matches(cuda, &net, &feeds, dtype, &what);
             assert!(tactics.iter().any(|t| t.id.name == "conv_patches_gemm"), "{what}: no patch product among {tactics:?}");
-            for t in &tactics {
-                assert_tactic_matches(cuda, &net, &feeds, layer, &t.id, dtype, &want[0], &what);
-            }
         }
     }
 }
@@ -462,14 +464,9 @@ fn every_tactic_of_a_stride_2_stem_matches() {
             };
             let (net, feeds) = one_layer(kind, inputs);
             let what = format!("{name} in {dtype}");
-            let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap();
-            let layer = last_layer(&net);
-            let tactics = cuda.tactics(&net, layer, MathMode::EXACT);
+            let tactics = every_tactic_matches(cuda, &net, &feeds, dtype, &what);
             let symmetric = p.pre_padding == p.post_padding;
             assert_eq!(tactics.iter().any(|t| t.id.name.starts_with("conv_cudnn_")), symmetric, "{what}: cuDNN among {tactics:?}");
-            for t in &tactics {
-                assert_tactic_matches(cuda, &net, &feeds, layer, &t.id, dtype, &want[0], &what);
-            }
         }
     }
 }
