@@ -174,3 +174,46 @@ __device__ __forceinline__ float residual_at(const void* residual, int type, flo
     const float level = type == 4 ? (float)((const signed char*)residual)[i] : (float)((const unsigned char*)residual)[i];
     return __fmul_rn(__fsub_rn(level, zero), scale);
 }
+
+// A skip connection joined at an integer layer's second quantization (kiln::QuantizedParams'
+// join): `u = DQ(level) + DQ(join)`, its ReLU and QuantizeLinear. kiln-cuda's
+// quant::Epilogue writes `params`: the join's type code (4 int8, 8 uint8), scale and zero
+// point, then the second quantization's scale, zero point, bounds and ReLU (0 or 1).
+struct Join {
+    const void* bytes;  // NULL: the layer has no join
+    int type;
+    float scale, zero, then_scale, then_inv, then_zero, then_lo, then_hi;
+    bool relu;
+};
+
+__device__ __forceinline__ Join join_of(const void* bytes, const float* params) {
+    Join j = {bytes, 0, 1.0f, 0.0f, 1.0f, 1.0f, 0.0f, 0.0f, 0.0f, false};
+    if (!bytes) return j;
+    j.type = (int)params[0];
+    j.scale = params[1];
+    j.zero = params[2];
+    j.then_scale = params[3];
+    j.then_inv = level_reciprocal(params[3]);
+    j.then_zero = params[4];
+    j.then_lo = params[5];
+    j.then_hi = params[6];
+    j.relu = params[7] != 0.0f;
+    return j;
+}
+
+// The second level's byte of the joined value `u` (the f32 Add's result): ReLU, then
+// QuantizeLinear's rounding of the quotient, zero point and saturation.
+__device__ __forceinline__ unsigned char second_level(const Join& j, float u) {
+    if (j.relu) u = fmaxf(u, 0.0f);
+    bool nan;
+    float level = (float)rounded_ratio(u, j.then_scale, j.then_inv, nan);
+    level = fminf(fmaxf(level + j.then_zero, j.then_lo), j.then_hi);
+    return j.then_lo < 0.0f ? (unsigned char)(signed char)(int)level : (unsigned char)(int)level;
+}
+
+// The second level of first level `level` (its integer, zero point included, of scale and
+// zero point `y_scale`, `y_zero`) joined with the join's element i.
+__device__ __forceinline__ unsigned char joined_level(const Join& j, float level, float y_scale, float y_zero, long long i) {
+    const float y = __fmul_rn(__fsub_rn(level, y_zero), y_scale);
+    return second_level(j, __fadd_rn(y, residual_at(j.bytes, j.type, j.scale, j.zero, i)));
+}

@@ -10,8 +10,9 @@
 //
 // The epilogue is quant_requantize's (typed.cu) operation for operation: the exact sum plus the
 // int32 bias, rounded once to f32, times the channel's scale, plus a float bias, then the float
-// output or the level (round half to even, ReLU at the zero point, saturation). kiln-cpu's
-// integer layer is the oracle.
+// output or the level (round half to even, ReLU at the zero point, saturation), then a second
+// quantization where the layer has one (a table of levels, or a skip connection's join computed
+// per byte as the levels leave: JoinFast below). kiln-cpu's integer layer is the oracle.
 //
 // On Hopper (compiled for sm_90a) the same kernel has a second main loop, `WG`: the tiles sit in
 // shared memory as wgmma's 8-row × 16-byte core matrices and each warpgroup (4 warps) multiplies
@@ -57,6 +58,8 @@ struct Requant {
     float residual_scale, residual_zero;
     int out_type;                // the levels' (IC_I8 / IC_U8) or IC_F32
     const unsigned char* then;  // a second quantization's table of levels (common.cuh), or NULL
+    const void* join;            // a join's bytes (common.cuh's Join), or NULL
+    const float* join_params;
 };
 
 // One output channel's epilogue operands, loaded once per thread.
@@ -108,6 +111,80 @@ __device__ __forceinline__ unsigned char level_byte(const Requant& e, float v) {
     if (e.relu) level = max(level, 0);
     level = min(max(level + (int)e.y_zero, (int)e.lo), (int)e.hi);
     return (unsigned char)level;
+}
+
+// A join (common.cuh) over a 16-byte row piece of the output tile: `levels` the first levels,
+// `joins` the join's bytes, both as four words. Each byte becomes its f32 integer through the
+// bits of 2^23 plus the byte (int8 bytes flipped to byte + 128 first) less an offset that holds
+// the zero point, exactly; the sum is the layers' f32 Add. The quotient by the second scale is
+// its product by RN(1/scale), within 2^-14 of the division's below 256 in magnitude (beyond,
+// both saturate); clamped to the second levels' bounds less the zero point (ReLU's floor
+// included, for a positive scale) and rounded by the rounding add. A quotient within 2^-12 of
+// a half-integer, or a scale without a usable reciprocal, takes the exact path (second_level).
+struct JoinFast {
+    unsigned y_flip, j_flip;  // 0x80808080 for int8 bytes
+    float y_off, y_scale, j_off, j_scale, inv, low, high;
+    int zero;
+    bool fast;
+};
+
+__device__ __forceinline__ JoinFast join_fast(const Join& j, const Requant& e) {
+    const bool y_signed = e.out_type == IC_I8, j_signed = j.type == 4;
+    JoinFast f;
+    f.y_flip = y_signed ? 0x80808080u : 0u;
+    f.j_flip = j_signed ? 0x80808080u : 0u;
+    f.y_off = 8388608.0f + (y_signed ? 128.0f : 0.0f) + e.y_zero;
+    f.j_off = 8388608.0f + (j_signed ? 128.0f : 0.0f) + j.zero;
+    f.y_scale = e.y_scale;
+    f.j_scale = j.scale;
+    f.inv = j.then_inv;
+    f.low = (j.relu ? fmaxf(j.then_lo, j.then_zero) : j.then_lo) - j.then_zero;
+    f.high = j.then_hi - j.then_zero;
+    f.zero = (int)j.then_zero;
+    f.fast = j.then_scale > 0.0f && j.then_inv == j.then_inv;
+    return f;
+}
+
+// Byte `sel` of the words `levels` and `joins` (flipped): the joined value u and its second
+// level by the fast path (in the low byte); `tie` where the exact path must decide.
+__device__ __forceinline__ unsigned joined_fast(const JoinFast& f, unsigned levels, unsigned joins, int sel, float& u, bool& tie) {
+    const float y = __fsub_rn(__uint_as_float(__byte_perm(levels, 0x4B000000u, 0x7540 | sel)), f.y_off);
+    const float v = __fsub_rn(__uint_as_float(__byte_perm(joins, 0x4B000000u, 0x7540 | sel)), f.j_off);
+    u = __fadd_rn(__fmul_rn(y, f.y_scale), __fmul_rn(v, f.j_scale));
+    const float c = fminf(fmaxf(__fmul_rn(u, f.inv), f.low), f.high);
+    const float t = __fadd_rn(c, KILN_ROUNDING_MAGIC);
+    tie = !(fabsf(__fsub_rn(c, __fsub_rn(t, KILN_ROUNDING_MAGIC))) < 0.5f - 0x1p-12f);
+    return (unsigned)(__float_as_int(t) + f.zero);
+}
+
+// The exact path, out of line: ties are rare, and 16 inlined copies of a division kept the
+// fast path's 16 independent chains from interleaving.
+__device__ __noinline__ unsigned joined_exact(const Join& j, float u) { return second_level(j, u); }
+
+// 16 bytes at once: every fast path first (independent, so they interleave), then the exact
+// path for the ties.
+__device__ __forceinline__ uint4 joined16(const JoinFast& f, const Join& j, uint4 levels, uint4 joins) {
+    const unsigned l[4] = {levels.x ^ f.y_flip, levels.y ^ f.y_flip, levels.z ^ f.y_flip, levels.w ^ f.y_flip};
+    const unsigned v[4] = {joins.x ^ f.j_flip, joins.y ^ f.j_flip, joins.z ^ f.j_flip, joins.w ^ f.j_flip};
+    unsigned b[16];
+    float u[16];
+    unsigned ties = 0;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+        bool tie;
+        b[i] = joined_fast(f, l[i / 4], v[i / 4], i % 4, u[i], tie);
+        ties |= (unsigned)tie << i;
+    }
+    if (!f.fast) ties = 0xffff;
+    if (ties) {
+#pragma unroll
+        for (int i = 0; i < 16; ++i)
+            if (ties >> i & 1) b[i] = joined_exact(j, u[i]);
+    }
+    unsigned out[4];
+#pragma unroll
+    for (int w = 0; w < 4; ++w) out[w] = __byte_perm(__byte_perm(b[4 * w], b[4 * w + 1], 0x0040), __byte_perm(b[4 * w + 2], b[4 * w + 3], 0x0040), 0x5410);
+    return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
 // Bytes of one pipeline stage: the A tile (IC_BM rows) then the B tile (BN rows). mma.sync's
@@ -360,8 +437,26 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
     __syncthreads();  // the stages are free for the output tile
 
     typedef unsigned char OutRow[BN + 16];
-    // The host gives the block room for it (`shared_bytes`) where the stages are smaller.
+    // The host gives the block room for it (`shared_bytes`) where the stages are smaller, and
+    // for the join's bytes after it where the layer has a join.
     OutRow* tile = reinterpret_cast<OutRow*>(smem);
+    OutRow* join_tile = tile + IC_BM;
+    unsigned char* out = (unsigned char*)y;
+    const bool vector = k % 16 == 0 && ((size_t)out % 16) == 0;
+    // The join's bytes of this thread's row pieces, copied in while the levels are computed.
+    const bool join_vector = e.join && vector && ((size_t)e.join % 16) == 0;
+    if (join_vector) {
+        const unsigned char* join = (const unsigned char*)e.join;
+        const unsigned to = (unsigned)__cvta_generic_to_shared(join_tile);
+#pragma unroll 1
+        for (int piece = tid; piece < IC_BM * (BN / 16); piece += IC_THREADS) {
+            const int row = piece / (BN / 16), col = (piece % (BN / 16)) * 16;
+            const i64 m = m0 + row;
+            const bool in = m < pixels && n0 + col < k;
+            cp_async16_to(to + row * (BN + 16) + col, in ? join + m * k + n0 + col : join, in);
+        }
+        cp_async_commit();
+    }
     if (!LEVELS && e.out_type == IC_F32) {
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
@@ -422,18 +517,26 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
                     make_uchar2(level(c[0], acc[mt][nt][half * 2], ch < k ? at : 0), level(c[1], acc[mt][nt][half * 2 + 1], at1));
             }
     }
+    cp_async_wait<0>();
     __syncthreads();
-    unsigned char* out = (unsigned char*)y;
-    const bool vector = k % 16 == 0 && ((size_t)out % 16) == 0;
+    const Join join = join_of(e.join, e.join_params);
+    const JoinFast fast = join_fast(join, e);
 #pragma unroll 1
     for (int piece = tid; piece < IC_BM * (BN / 16); piece += IC_THREADS) {
         const int row = piece / (BN / 16), col = (piece % (BN / 16)) * 16;
         const i64 m = m0 + row, at = m * k + n0 + col;
         if (m >= pixels || n0 + col >= k) continue;
-        if (vector) {
-            *reinterpret_cast<uint4*>(out + at) = *reinterpret_cast<const uint4*>(&tile[row][col]);
+        const uint4 levels = *reinterpret_cast<const uint4*>(&tile[row][col]);
+        if (join_vector) {
+            *reinterpret_cast<uint4*>(out + at) = joined16(fast, join, levels, *reinterpret_cast<const uint4*>(&join_tile[row][col]));
+        } else if (vector && !e.join) {
+            *reinterpret_cast<uint4*>(out + at) = levels;
         } else {
-            for (int j = 0; j < 16 && n0 + col + j < k; ++j) out[at + j] = tile[row][col + j];
+            for (int j = 0; j < 16 && n0 + col + j < k; ++j) {
+                const unsigned char b = tile[row][col + j];
+                const float level = e.out_type == IC_I8 ? (float)(signed char)b : (float)b;
+                out[at + j] = e.join ? joined_level(join, level, e.y_scale, e.y_zero, at + j) : b;
+            }
         }
     }
 }
@@ -443,10 +546,10 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
         NAME(Window win, const signed char* x, const signed char* wt, const int* int_bias, const float* scale,             \
              i64 scale_len, const float* float_bias, i64 float_bias_len, float y_scale, float y_zero, float lo, float hi,   \
              int relu, const void* residual, int residual_type, float residual_scale, float residual_zero,                 \
-             const unsigned char* then, int out_type, void* y) {                                                            \
+             const unsigned char* then, const void* join, const float* join_params, int out_type, void* y) {                \
         const Requant e = {int_bias,  scale,         scale_len,      float_bias,     float_bias_len,                        \
                            y_scale,   y_zero,        lo,             hi,             level_reciprocal(y_scale), relu,       \
-                           residual,  residual_type, residual_scale, residual_zero,  out_type, then};                       \
+                           residual,  residual_type, residual_scale, residual_zero,  out_type, then, join, join_params};    \
         const bool pointwise = win.kh == 1 && win.kw == 1 && win.sh == 1 && win.sw == 1 && win.ph == 0 && win.pw == 0 &&     \
                                win.oh == win.h && win.ow == win.w; /* no trailing padding either */                          \
         /* POINTWISE is instantiated for the LEVELS kernels alone (LEVELS stands for true in the first */                  \

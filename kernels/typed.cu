@@ -611,15 +611,18 @@ extern "C" __global__ void quant_dequantize_any(int x_type, int scale_type, int 
 // (+ residual[i], in the sums' layout); then either the float output (ReLU clamps at 0) or the
 // level round_half_even(v [/ y_scale, with a float term]) (ReLU clamps at 0) + y_zero,
 // saturated to [lo, hi], then its second level where the layer has a second quantization (`then`:
-// its table of levels by the first level's byte, common.cuh). Every f32 step is rounded on its
+// its table of levels by the first level's byte; or, with a join, the level dequantized, the
+// join's element added, common.cuh's Join). Every f32 step is rounded on its
 // own (no fused multiply-add), the operations kiln-cpu's oracle performs. out_type is the levels'
 // type (a second quantization's is a byte too).
 extern "C" __global__ void quant_requantize(int acc_type, int out_type, i64 inner, i64 channels, i64 n, const void* acc,
                                             const int* int_bias, const float* scale, i64 scale_len,
                                             const float* float_bias, i64 float_bias_len, float y_scale, float y_zero,
                                             float lo, float hi, int relu, const void* residual, int residual_type,
-                                            float residual_scale, float residual_zero, const u8* then, void* y) {
+                                            float residual_scale, float residual_zero, const u8* then, const void* join_bytes,
+                                            const float* join_params, void* y) {
     const float y_inv = level_reciprocal(y_scale);
+    const Join join = join_of(join_bytes, join_params);
     KILN_GRID_LOOP(i, n) {
         i64 k = param_index(i, inner, channels);
         double exact = acc_type == T_I32 ? (double)((const int*)acc)[i] : (double)((const float*)acc)[i];
@@ -636,7 +639,7 @@ extern "C" __global__ void quant_requantize(int acc_type, int out_type, i64 inne
         if (relu) level = fmaxf(level, 0.0f);
         level = fminf(fmaxf(level + y_zero, lo), hi);
         const u8 byte = out_type == T_I8 ? (u8)(signed char)(int)level : (u8)(int)level;
-        ((u8*)y)[i] = then ? __ldg(then + byte) : byte;
+        ((u8*)y)[i] = join.bytes ? joined_level(join, level, y_scale, y_zero, i) : then ? __ldg(then + byte) : byte;
     }
 }
 
@@ -657,7 +660,7 @@ __device__ __forceinline__ void requantize_rows_x4(int out_type, int channels, i
                                                    const float* scale, int scale_len, const float* float_bias,
                                                    int float_bias_len, float y_scale, float y_zero, float lo, float hi,
                                                    int relu, const void* residual, int residual_type, float residual_scale,
-                                                   float residual_zero, const u8* then, void* y) {
+                                                   float residual_zero, const u8* then, const Join& join, void* y) {
     const float y_inv = level_reciprocal(y_scale);
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += gridDim.x * blockDim.x) {
         const int c = (i * 4) % channels;
@@ -678,7 +681,8 @@ __device__ __forceinline__ void requantize_rows_x4(int out_type, int channels, i
                 if (relu) level = fmaxf(level, 0.0f);
                 level = fminf(fmaxf(level + y_zero, lo), hi);
                 q[j] = out_type == T_I8 ? (u8)(signed char)(int)level : (u8)(int)level;
-                if (then) q[j] = __ldg(then + q[j]);
+                if (join.bytes) q[j] = joined_level(join, level, y_scale, y_zero, (i64)i * 4 + j);
+                else if (then) q[j] = __ldg(then + q[j]);
             }
             ((uchar4*)y)[i] = make_uchar4(q[0], q[1], q[2], q[3]);
             continue;
@@ -702,15 +706,16 @@ extern "C" __global__ void quant_requantize_rows_x4(int acc_type, int out_type, 
                                                     const float* float_bias, i64 float_bias_len, float y_scale,
                                                     float y_zero, float lo, float hi, int relu, const void* residual,
                                                     int residual_type, float residual_scale, float residual_zero,
-                                                    const u8* then, void* y) {
+                                                    const u8* then, const void* join_bytes, const float* join_params, void* y) {
+    const Join join = join_of(join_bytes, join_params);
     if (acc_type == T_I32) {
         requantize_rows_x4(out_type, channels, n4, (const int*)acc, int_bias, scale, (int)scale_len, float_bias,
                            (int)float_bias_len, y_scale, y_zero, lo, hi, relu, residual, residual_type, residual_scale,
-                           residual_zero, then, y);
+                           residual_zero, then, join, y);
     } else {
         requantize_rows_x4(out_type, channels, n4, (const float*)acc, int_bias, scale, (int)scale_len, float_bias,
                            (int)float_bias_len, y_scale, y_zero, lo, hi, relu, residual, residual_type, residual_scale,
-                           residual_zero, then, y);
+                           residual_zero, then, join, y);
     }
 }
 

@@ -265,12 +265,20 @@ impl<'e> Run<'e> {
     }
 
     /// An integer layer's second quantization of its levels `y`, as the layers it stands for:
-    /// DequantizeLinear, Relu and QuantizeLinear.
+    /// DequantizeLinear, the join's DequantizeLinear and Add where it has one, Relu and
+    /// QuantizeLinear.
     fn requantized(&self, y: &DeviceTensor, then: kiln::Requantization, device: &dyn Fn(usize) -> KResult<Option<DeviceTensor>>) -> KResult<DeviceTensor> {
         use crate::ops::{pointwise, quant};
         use kiln::QuantizedParams as Q;
         let required = |slot: usize| device(slot)?.ok_or_else(|| invalid!("the second quantization has no input {slot}"));
         let mut u = quant::dequantize(&self.rec, y, &required(Q::Y_SCALE)?, device(Q::Y_ZERO)?.as_ref(), None, DataType::F32)?;
+        if let Some(join) = device(Q::JOIN)? {
+            let j = quant::dequantize(&self.rec, &join, &required(Q::JOIN_SCALE)?, device(Q::JOIN_ZERO)?.as_ref(), None, DataType::F32)?;
+            if j.shape != u.shape {
+                return Err(invalid!("the join's shape {:?} is not the output's {:?}", j.shape, u.shape));
+            }
+            u = pointwise::binary(&self.rec, kiln::ElementwiseOp::Sum, &u, &j, &u.shape.clone(), DataType::F32)?;
+        }
         if then.relu {
             u = pointwise::activation(&self.rec, &kiln::ActivationKind::Relu, &u)?;
         }

@@ -280,6 +280,10 @@ fn parameters(net: &Network, index: usize, m: &mut Map<String, Value>) {
                 _ => Value::Null,
             };
             m.insert("Parameters".into(), params);
+            // A join is an input slot, not a field: say whether the skip connection is folded in.
+            if matches!(other, LayerKind::Quantized(_)) {
+                m.insert("JoinsSkipConnection".into(), json!(l.inputs.get(crate::QuantizedParams::JOIN).copied().flatten().is_some()));
+            }
         }
     }
 }

@@ -104,11 +104,21 @@ pub fn quantized(p: &Q, inputs: &[Option<&HostTensor>]) -> Result<HostTensor, St
 }
 
 /// The second quantization of the levels `y`, as the layers it stands for compute it: the
-/// oracle's DequantizeLinear of `y`, its ReLU and its QuantizeLinear.
+/// oracle's DequantizeLinear of `y`, the join's DequantizeLinear added in f32 where the layer
+/// has one, the ReLU and the QuantizeLinear.
 fn requantized<'a>(y: &HostTensor, then: kiln::Requantization, get: impl Fn(usize) -> Option<&'a HostTensor>) -> Result<HostTensor, String> {
     let required = |slot: usize| get(slot).ok_or_else(|| format!("input {slot} is required"));
-    let dequantized = HostTensor::new(y.shape().to_vec(), super::misc::dequantize(y, required(Q::Y_SCALE)?, get(Q::Y_ZERO), None)?).map_err(|e| e.to_string())?;
-    let mut u: Vec<f32> = dequantized.to_f64_vec().into_iter().map(|v| v as f32).collect();
+    let dequantized = |t: &HostTensor, scale: usize, zero: usize| -> Result<Vec<f32>, String> {
+        let data = super::misc::dequantize(t, required(scale)?, get(zero), None)?;
+        Ok(HostTensor::new(t.shape().to_vec(), data).map_err(|e| e.to_string())?.to_f64_vec().into_iter().map(|v| v as f32).collect())
+    };
+    let mut u = dequantized(y, Q::Y_SCALE, Q::Y_ZERO)?;
+    if let Some(join) = get(Q::JOIN) {
+        if join.shape() != y.shape() {
+            return Err(format!("the join's shape {:?} is not the output's {:?}", join.shape(), y.shape()));
+        }
+        u.iter_mut().zip(dequantized(join, Q::JOIN_SCALE, Q::JOIN_ZERO)?).for_each(|(u, j)| *u += j);
+    }
     if then.relu {
         u.iter_mut().for_each(|u| *u = u.max(0.0));
     }

@@ -163,7 +163,9 @@ pub fn convolution(cx: &Ctx, main_loop: MainLoop, c: &kiln::ConvolutionParams, x
     let stages = ring.min(steps) * (PIXELS_PER_BLOCK + filters_per_block) * pitch;
     // wgmma's tiles are aligned to its swizzle's 512 bytes within it.
     let slack = if main_loop == MainLoop::Wgmma { WGMMA_ALIGN } else { 0 };
-    let shared = (stages.max(PIXELS_PER_BLOCK * (filters_per_block + 16)) + slack) as u32;
+    // A join's bytes are staged beside the output tile.
+    let tiles = if epilogue.joins { 2 } else { 1 };
+    let shared = (stages.max(tiles * PIXELS_PER_BLOCK * (filters_per_block + 16)) + slack) as u32;
     let mut args = vec![Arg::Window(win), cx.arg(&x), cx.arg(&w)];
     args.extend(epilogue.args.iter().copied());
     args.push(Arg::I32(super::typed::type_code(epilogue.computed)));

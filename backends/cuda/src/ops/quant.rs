@@ -106,6 +106,7 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
             then,
             scale: first(Q::THEN_SCALE)?.ok_or_else(|| invalid!("the second quantization has no scale"))? as f32,
             zero: first(Q::THEN_ZERO)?.unwrap_or(0.0) as f32,
+            join: read(Q::JOIN, Q::JOIN_SCALE, Q::JOIN_ZERO)?,
         }),
         None => None,
     };
@@ -396,12 +397,8 @@ fn fp8_product(cx: &Ctx, op_b: MatrixOp, x: &DeviceTensor, w: &DeviceTensor, k: 
         say_once(format!("an FP8 product of {m}x{kk} by {kk}x{n} runs whole on cuBLASLt: {} scale for x, {} for w, {out_dtype} out", if a_per_row { "a row vector" } else { "one" }, if per_column { "one per column" } else { "one" }));
         let x = layout::to_row_major(cx, x)?;
         let b = b_as_nk(cx, w, op_b)?;
-        let table = |v: Vec<f32>| -> KResult<DeviceTensor> {
-            let len = v.len();
-            cx.gpu.constant_table(&kiln::HostTensor::from_f32(vec![len], v).map_err(KernelError::from)?).map_err(KernelError::from)
-        };
-        let x_scale = table(vec![k.x_scale; if a_per_row { m } else { 1 }])?;
-        let w_scale = table(k.w_scale.clone())?;
+        let x_scale = f32_table(cx, vec![k.x_scale; if a_per_row { m } else { 1 }])?;
+        let w_scale = f32_table(cx, k.w_scale.clone())?;
         let out = cx.gpu.empty(out_dtype, out_shape.to_vec()).map_err(KernelError::from)?;
         if out.len() != m * n {
             return Err(invalid!("an FP8 product of {:?} by {:?} into {out_shape:?}", x.shape, w.shape));
@@ -415,6 +412,12 @@ fn fp8_product(cx: &Ctx, op_b: MatrixOp, x: &DeviceTensor, w: &DeviceTensor, k: 
         say_once(format!("an FP8 product on {:?} sums into f32 before its epilogue kernel: cuBLASLt takes neither scale form: {e}", x.shape));
     }
     Ok(None)
+}
+
+/// `values` on the device, one copy per content (the context's constant tables).
+fn f32_table(cx: &Ctx, values: Vec<f32>) -> KResult<DeviceTensor> {
+    let len = values.len();
+    cx.gpu.constant_table(&kiln::HostTensor::from_f32(vec![len], values).map_err(KernelError::from)?).map_err(KernelError::from)
 }
 
 /// `x − x_zero` and `w − w_zero` (per channel along `w_axis`) as f32: integers f32 holds exactly.
@@ -444,15 +447,25 @@ pub struct Residual {
     zero: f32,
 }
 
-/// The layer's second quantization ([`kiln::Requantization`]): its scale and zero point.
+/// The layer's second quantization ([`kiln::Requantization`]): its scale and zero point, and
+/// the skip connection it joins.
 #[derive(Debug)]
 pub struct SecondQuantization {
     then: kiln::Requantization,
     scale: f32,
     zero: f32,
+    join: Option<Residual>,
 }
 
 impl SecondQuantization {
+    /// What the kernels read of a join (common.cuh's `Join`): its type code, scale and zero
+    /// point, then the second quantization's scale, zero point, bounds and ReLU.
+    fn join_params(&self, join: &Residual) -> Vec<f32> {
+        let (lo, hi) = if self.then.to == DataType::U8 { (0.0, 255.0) } else { (-128.0, 127.0) };
+        let code = typed::type_code(join.tensor.dtype) as f32;
+        vec![code, join.scale, join.zero, self.scale, self.zero, lo, hi, f32::from(u8::from(self.then.relu))]
+    }
+
     /// The second level of each first level's byte on the device (one copy per content), after
     /// the levels of `p` (`k`'s scale and zero point): the kernels look it up.
     fn levels(&self, cx: &Ctx, p: &Q, k: &Constants) -> KResult<DeviceTensor> {
@@ -484,6 +497,9 @@ pub struct Epilogue {
     /// out, no float term, finite scales), the largest |int32 bias| it starts the sums at;
     /// elsewhere why the general epilogue runs (the builder's log says so once).
     levels: Result<u64, &'static str>,
+    /// Whether a join is added at the second quantization (the convolution kernel stages its
+    /// bytes beside the output tile).
+    pub joins: bool,
     /// The uploads `args` point to, alive until the launch is queued.
     _operands: Vec<DeviceTensor>,
 }
@@ -507,7 +523,11 @@ impl Epilogue {
             layout::in_layout(cx, &t, channels_last)
         };
         let residual_values = residual.map(in_place).transpose()?;
-        let second_levels = terms.then.map(|t| t.levels(cx, p, k)).transpose()?;
+        let join = terms.then.and_then(|t| t.join.as_ref().map(|j| (t, j)));
+        let join_values = join.map(|(_, j)| in_place(j)).transpose()?;
+        let join_params = join.map(|(t, j)| f32_table(cx, t.join_params(j))).transpose()?;
+        // A join's second level depends on both bytes: no table of levels.
+        let second_levels = terms.then.filter(|_| join.is_none()).map(|t| t.levels(cx, p, k)).transpose()?;
         let computed = if terms.then.is_some() { p.output } else { out_dtype };
         if p.quantized_output() && !matches!(computed, DataType::I8 | DataType::U8) {
             return Err(invalid!("a quantized output must be int8 or uint8, not {computed}"));
@@ -531,7 +551,7 @@ impl Epilogue {
             Some(bound) => Ok(bound),
         };
         let scale_len = scale.len();
-        let scale = cx.gpu.constant_table(&kiln::HostTensor::from_f32(vec![scale_len], scale).map_err(KernelError::from)?).map_err(KernelError::from)?;
+        let scale = f32_table(cx, scale)?;
         let (lo, hi) = if computed == DataType::U8 { (0.0f32, 255.0f32) } else { (-128.0, 127.0) };
         let args = vec![
             int_bias.map_or(Arg::NULL, |b| cx.arg(b)),
@@ -548,11 +568,14 @@ impl Epilogue {
             Arg::I32(residual_values.as_ref().map_or(0, |r| typed::type_code(r.dtype))),
             Arg::F32(residual.map_or(1.0, |r| r.scale)),
             Arg::F32(residual.map_or(0.0, |r| r.zero)),
-            // The second quantization's table of levels (NULL: none).
+            // The second quantization's table of levels (NULL: none, or a join).
             second_levels.as_ref().map_or(Arg::NULL, |l| cx.arg(l)),
+            join_values.as_ref().map_or(Arg::NULL, |j| cx.arg(j)),
+            join_params.as_ref().map_or(Arg::NULL, |j| cx.arg(j)),
         ];
-        let operands = [Some(scale), float_bias, residual_values, second_levels].into_iter().flatten().collect();
-        Ok(Epilogue { args, computed, levels, _operands: operands })
+        let joins = join_values.is_some();
+        let operands = [Some(scale), float_bias, residual_values, second_levels, join_values, join_params].into_iter().flatten().collect();
+        Ok(Epilogue { args, computed, levels, joins, _operands: operands })
     }
 
     /// Whether the `_levels` kernels run this epilogue exactly over a sum of `depth` 8-bit
@@ -574,9 +597,10 @@ impl Epilogue {
 
 /// The epilogue over sums in memory (`acc`, int32 or f32). The output keeps the sums' layout.
 fn requantize(cx: &Ctx, p: &Q, acc: &DeviceTensor, terms: &Terms, k: &Constants, out_dtype: DataType) -> KResult<DeviceTensor> {
-    // The residual is read at the sums' own indices: channels-last or row-major sums.
-    let acc = &match terms.residual {
-        Some(_) if acc.strides.is_some() && !acc.channels_last() => layout::to_row_major(cx, acc)?,
+    // The residual and the join are read at the sums' own indices: channels-last or row-major sums.
+    let per_element = terms.residual.is_some() || terms.then.is_some_and(|t| t.join.is_some());
+    let acc = &match per_element {
+        true if acc.strides.is_some() && !acc.channels_last() => layout::to_row_major(cx, acc)?,
         _ => acc.clone(),
     };
     let rank = acc.shape.len();

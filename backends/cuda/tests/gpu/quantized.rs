@@ -163,7 +163,7 @@ fn integer_layers_with_a_second_quantization_match_the_cpu_oracle_exactly() {
     use crate::integer_layers::{layer_with as with, Extra};
     use DataType::{F32, I32, I8, U8};
     use Operands::Symmetric as S;
-    let then = |relu: bool, to: DataType| Extra { residual: None, then: Some((relu, to)) };
+    let then = |relu: bool, to: DataType| Extra { then: Some((relu, to)), ..Extra::default() };
     let matmul = QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::None };
     let convs: &[&str] = &["int8_conv_implicit_gemm", "int8_conv_library_sums"];
     let products: &[&str] = &["int8_product_cublaslt_sums", "int8_product_as_1x1_implicit_gemm"];
@@ -173,6 +173,34 @@ fn integer_layers_with_a_second_quantization_match_the_cpu_oracle_exactly() {
         ("3x3, 20 filters, uint8 levels, int8", with(conv(1, &[1, 1], &[1, 1]), S, &[2, 32, 12, 15], &[20, 32, 3, 3], 20, Some(I32), false, U8, then(false, I8)), convs),
         ("product, int32 bias, ReLU, int8", with(matmul.clone(), S, &[300, 128], &[128, 136], 136, Some(I32), false, I8, then(true, I8)), products),
         ("product, ReLU, uint8", with(matmul, S, &[3, 5, 64], &[64, 24], 24, None, true, I8, then(true, U8)), products),
+    ];
+    for (what, (net, feeds), names) in cases {
+        check_every_tactic(cuda, what, &net, &feeds, names);
+    }
+}
+
+/// A skip connection joined at the second quantization (`DQ(y) + DQ(join) → Add → [Relu] →
+/// QuantizeLinear`): every convolution and product tactic, both epilogues, the 16-byte store
+/// (filters in sixteens, the join staged beside the output tile) and the byte-wise one, int8
+/// and uint8 levels, joins and results give the cpu oracle's levels. A join scale of 8 beside
+/// levels of scale 16 at scale 32 puts every other result at a rounding tie (the exact path);
+/// 5.3 puts few there (the fast one).
+#[test]
+fn integer_layers_joining_a_skip_connection_match_the_cpu_oracle_exactly() {
+    let Some(cuda) = backend() else { return };
+    use crate::integer_layers::{join, layer_with as with};
+    use DataType::{F32, I32, I8, U8};
+    use Operands::Symmetric as S;
+    let matmul = QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::None };
+    let convs: &[&str] = &["int8_conv_implicit_gemm", "int8_conv_library_sums"];
+    let products: &[&str] = &["int8_product_cublaslt_sums", "int8_product_as_1x1_implicit_gemm"];
+    let cases = [
+        ("1x1, 64 channels, 256 filters, int32 bias, int8 join at ties, ReLU, int8", with(conv(1, &[1, 1], &[0, 0]), S, &[2, 64, 7, 7], &[256, 64, 1, 1], 256, Some(I32), false, I8, join(true, I8, I8, &[2, 256, 7, 7], 8.0)), convs),
+        ("1x1, 64 channels, 128 filters, 330 pixels, int8 join, uint8", with(conv(1, &[1, 1], &[0, 0]), S, &[3, 64, 10, 11], &[128, 64, 1, 1], 128, None, false, I8, join(false, U8, I8, &[3, 128, 10, 11], 5.3)), convs),
+        ("3x3, 32 channels, 64 filters, uint8 levels, uint8 join, ReLU, uint8", with(conv(1, &[1, 1], &[1, 1]), S, &[2, 32, 12, 15], &[64, 32, 3, 3], 64, Some(I32), false, U8, join(true, U8, U8, &[2, 64, 12, 15], 5.3)), convs),
+        ("3x3 stride 2, 48 channels, 100 filters, float bias, uint8 join, ReLU, int8", with(conv(1, &[2, 2], &[1, 1]), S, &[3, 48, 21, 19], &[100, 48, 3, 3], 100, Some(F32), false, I8, join(true, I8, U8, &[3, 100, 11, 10], 8.0)), convs),
+        ("product, 64 columns, int8 join, uint8", with(matmul.clone(), S, &[3, 5, 64], &[64, 64], 64, Some(I32), false, I8, join(false, U8, I8, &[3, 5, 64], 8.0)), products),
+        ("product, 136 columns, uint8 join, ReLU, int8", with(matmul, S, &[300, 128], &[128, 136], 136, None, true, I8, join(true, I8, U8, &[300, 136], 5.3)), products),
     ];
     for (what, (net, feeds), names) in cases {
         check_every_tactic(cuda, what, &net, &feeds, names);

@@ -3,7 +3,7 @@
 //! 1/2^k, where many results sit at a rounding tie.
 
 use crate::common::{both, gpu, same_values};
-use crate::integer_layers::{conv, layer, layer_with, residual, Extra, Operands::Asymmetric as A, Operands::Symmetric as S};
+use crate::integer_layers::{conv, join, layer, layer_with, residual, Extra, Operands::Asymmetric as A, Operands::Symmetric as S};
 use kiln::{DataType, MatrixOp, QuantizedAnchor};
 
 #[test]
@@ -26,8 +26,11 @@ fn integer_layers_match_the_cpu_oracle_exactly() {
         ("conv, float bias, uint8 residual, uint8", layer_with(conv(1, &[1, 1], &[0, 0]), A, &[2, 5, 4, 4], &[3, 5, 1, 1], 3, Some(DataType::F32), false, DataType::U8, residual(DataType::U8, &[2, 3, 4, 4]))),
         ("product, f32 residual, ReLU, f32", layer_with(matmul.clone(), A, &[3, 40], &[40, 8], 8, None, true, DataType::F32, residual(DataType::F32, &[3, 8]))),
         // onnxruntime's island after the levels folded in: a second quantization.
-        ("conv, ReLU, uint8", layer_with(conv(1, &[1, 1], &[1, 1]), A, &[2, 3, 7, 6], &[4, 3, 3, 3], 4, Some(DataType::I32), false, DataType::I8, Extra { residual: None, then: Some((true, DataType::U8)) })),
-        ("product, int8", layer_with(matmul.clone(), A, &[3, 40], &[40, 8], 8, None, false, DataType::U8, Extra { residual: None, then: Some((false, DataType::I8)) })),
+        ("conv, ReLU, uint8", layer_with(conv(1, &[1, 1], &[1, 1]), A, &[2, 3, 7, 6], &[4, 3, 3, 3], 4, Some(DataType::I32), false, DataType::I8, Extra { then: Some((true, DataType::U8)), ..Extra::default() })),
+        ("product, int8", layer_with(matmul.clone(), A, &[3, 40], &[40, 8], 8, None, false, DataType::U8, Extra { then: Some((false, DataType::I8)), ..Extra::default() })),
+        // A skip connection joined at the second quantization.
+        ("conv, join, ReLU, uint8", layer_with(conv(1, &[1, 1], &[1, 1]), A, &[2, 3, 7, 6], &[4, 3, 3, 3], 4, Some(DataType::I32), false, DataType::I8, join(true, DataType::U8, DataType::I8, &[2, 4, 7, 6], 8.0))),
+        ("product, uint8 join, int8", layer_with(matmul.clone(), A, &[3, 40], &[40, 8], 8, None, false, DataType::U8, join(false, DataType::I8, DataType::U8, &[3, 8], 5.3))),
     ];
     for (what, (net, feeds)) in cases {
         let (got, want) = both(&gpu, &net, &feeds);

@@ -29,10 +29,12 @@ pub const MAGIC: &[u8; 8] = b"KILNENG\0";
 /// (`QuantizedParams::then`, two more slots); 12: attention may pass its scores and
 /// probabilities through a quantization's levels (`AttentionParams::product_levels`,
 /// `scores_levels`, `probs_levels`; absent in an 11, which still reads); 13: a fused layer's
-/// steps may normalize its rows (`PostOp::Normalization`; a 12 has none, and still reads).
-pub const FORMAT_VERSION: u32 = 13;
-/// The oldest layout this kiln still reads (a version 10 integer layer lacks what 11 added).
-pub const OLDEST_READABLE_VERSION: u32 = 11;
+/// steps may normalize its rows (`PostOp::Normalization`; a 12 has none, and still reads); 14:
+/// an integer layer may join a skip connection at its second quantization (three more slots).
+pub const FORMAT_VERSION: u32 = 14;
+/// The oldest layout this kiln still reads (a version 13 integer layer lacks the slots 14
+/// added).
+pub const OLDEST_READABLE_VERSION: u32 = 14;
 /// Upper bound on the header, far above any real one.
 const MAX_HEADER_BYTES: u32 = 1 << 20;
 

@@ -12,7 +12,8 @@ use super::dtype::DataType;
 use serde::{Deserialize, Serialize};
 
 /// `[x, w, bias?, x_scale, x_zero?, w_scale, w_zero?, y_scale?, y_zero?, residual?,
-/// residual_scale?, residual_zero?, then_scale?, then_zero?] -> [y]`.
+/// residual_scale?, residual_zero?, then_scale?, then_zero?, join?, join_scale?, join_zero?]
+/// -> [y]`.
 ///
 /// - `x`, `w`: 8-bit integers, or both float8 e4m3fn (FP8: no zero points, a float output,
 ///   no int32 bias) (`x_scale`, `x_zero` one element; `w_scale`, `w_zero` one element or one
@@ -34,6 +35,9 @@ use serde::{Deserialize, Serialize};
 ///   MatMulInteger): 8-bit integer operands, no scales, bias or ReLU.
 /// - `then` ([`Requantization`]): the levels `y` are requantized once more, as the layers
 ///   after them compute it, and the layer's output is that second quantization.
+/// - `join` (with `then` only: a skip connection's `DQ(y) + DQ(join) → Add`, folded in): an
+///   8-bit tensor of the output's shape, dequantized with its one scale and zero point and
+///   added to the dequantized levels before the second quantization's ReLU.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct QuantizedParams {
     pub anchor: QuantizedAnchor,
@@ -46,11 +50,10 @@ pub struct QuantizedParams {
 /// A second quantization of a requantized layer's levels. onnxruntime's `quantize_static`
 /// quantizes every convolution's and product's output, then dequantizes it again for the
 /// ReLU after it (`Q → DQ → [ReLU →] Q`); folded into the layer, the 8-bit tensor between is
-/// never written. `u = f32(y − y_zero)·y_scale`, `max(u, 0)` with `relu`, then
-/// `saturate(round_even(u / then_scale) + then_zero)` into `to`: the f32 operations of the
-/// DequantizeLinear, Relu and QuantizeLinear it stands for. (A skip connection's
-/// `DQ + DQ → Add` island is not folded: its second byte makes the level a per-element
-/// computation, which cost a memory-bound convolution more than the island's pass.)
+/// never written. `u = f32(y − y_zero)·y_scale`, plus `f32(join − join_zero)·join_scale`
+/// where the layer has a join (a skip connection: `DQ(y) + DQ(join) → Add`), `max(u, 0)` with
+/// `relu`, then `saturate(round_even(u / then_scale) + then_zero)` into `to`: the f32
+/// operations of the DequantizeLinear(s), Add, Relu and QuantizeLinear it stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Requantization {
     pub relu: bool,
@@ -79,12 +82,15 @@ impl QuantizedParams {
     pub const RESIDUAL_ZERO: usize = 11;
     pub const THEN_SCALE: usize = 12;
     pub const THEN_ZERO: usize = 13;
+    pub const JOIN: usize = 14;
+    pub const JOIN_SCALE: usize = 15;
+    pub const JOIN_ZERO: usize = 16;
     /// Input slots the layer has (absent ones are `None`).
-    pub const SLOTS: usize = 14;
+    pub const SLOTS: usize = 17;
     /// The slots a device backend reads on the host to set the layer up (its scales and zero
     /// points, and the int32 bias's bound): constants there keep a host copy, so a run reads
     /// nothing back.
-    pub const HOST_READ: [usize; 11] = [
+    pub const HOST_READ: [usize; 13] = [
         Self::BIAS,
         Self::X_SCALE,
         Self::X_ZERO,
@@ -96,6 +102,8 @@ impl QuantizedParams {
         Self::RESIDUAL_ZERO,
         Self::THEN_SCALE,
         Self::THEN_ZERO,
+        Self::JOIN_SCALE,
+        Self::JOIN_ZERO,
     ];
 
     /// The operand types the layer takes: 8-bit integers, or float8 e4m3fn (x and w alike).

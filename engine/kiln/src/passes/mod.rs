@@ -226,20 +226,23 @@ fn log_changes(pass: &str, before: &Network, after: &Network) {
     let old: std::collections::HashSet<&str> = before.layers().iter().map(|l| l.name.as_str()).collect();
     tracing::debug!(target: "kiln::passes", "{pass}: {} layers -> {}", before.layers().len(), after.layers().len());
     for layer in after.layers().iter().filter(|l| !old.contains(l.name.as_str())) {
-        tracing::debug!(target: "kiln::passes", "{pass}: made `{}` [{}]", layer.name, kind_text(&layer.kind));
+        tracing::debug!(target: "kiln::passes", "{pass}: made `{}` [{}]", layer.name, kind_text(layer));
     }
 }
 
 /// `Convolution + [Activation(Relu)]` for a fused layer, else the kind's name.
-fn kind_text(kind: &crate::ir::layer::LayerKind) -> String {
-    match kind {
+fn kind_text(layer: &crate::ir::network::Layer) -> String {
+    match &layer.kind {
         crate::ir::layer::LayerKind::Fused(p) if !p.dequantized.is_empty() => {
             format!("{} + {:?}, {} inputs read dequantized", p.anchor.kind().type_name(), p.epilogue, p.dequantized.len())
         }
         crate::ir::layer::LayerKind::Fused(p) => format!("{} + {:?}", p.anchor.kind().type_name(), p.epilogue),
         crate::ir::layer::LayerKind::Quantized(p) => {
             let then = match p.then {
-                Some(t) => format!(" -> requantized{} -> {}", if t.relu { " + Relu" } else { "" }, t.to),
+                Some(t) => {
+                    let join = layer.inputs.get(crate::QuantizedParams::JOIN).copied().flatten().is_some();
+                    format!(" -> requantized{}{} -> {}", if join { " + join" } else { "" }, if t.relu { " + Relu" } else { "" }, t.to)
+                }
                 None => String::new(),
             };
             format!("integer {}{} -> {}{then}", p.anchor.kind().type_name(), if p.relu { " + Relu" } else { "" }, p.output)

@@ -209,8 +209,9 @@ fn find(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan
                     layers.extend(more);
                     running = end;
                 }
-                if let Some(r) = requantization(net, readers, running, scale, zero) {
+                if let Some(r) = requantization(net, readers, i, running, scale, zero) {
                     [inputs[Q::THEN_SCALE], inputs[Q::THEN_ZERO]] = [r.scale, r.zero];
+                    [inputs[Q::JOIN], inputs[Q::JOIN_SCALE], inputs[Q::JOIN_ZERO]] = r.join;
                     then = Some(r.then);
                     layers.extend(r.layers);
                     running = r.output;
@@ -254,20 +255,23 @@ fn requantized_relu(net: &Network, readers: &[Vec<(usize, usize)>], q: TensorId,
 }
 
 /// A second quantization after the levels `q` (scale `scale`, zero point `zero`): the layers
-/// absorbed, the [`Requantization`], its scale and zero point and the tensor it writes.
+/// absorbed, the [`Requantization`], its scale and zero point, its join's slots (all `None`
+/// without one) and the tensor it writes.
 struct SecondQuantization {
     layers: Vec<usize>,
     then: Requantization,
     scale: Option<TensorId>,
     zero: Option<TensorId>,
+    join: [Option<TensorId>; 3],
     output: TensorId,
 }
 
-/// `DequantizeLinear(q) → [Relu →] QuantizeLinear` after the levels `q`, the DequantizeLinear
-/// with q's own scale and zero point and the QuantizeLinear's a known single value (how
-/// onnxruntime's `quantize_static` writes a ReLU after a convolution: the convolution's output
-/// quantized, then dequantized).
-fn requantization(net: &Network, readers: &[Vec<(usize, usize)>], q: TensorId, scale: Option<TensorId>, zero: Option<TensorId>) -> Option<SecondQuantization> {
+/// `DequantizeLinear(q) → [Add(DequantizeLinear(j)) →] [Relu →] QuantizeLinear` after the
+/// levels `q` of the integer layer `anchor`, the DequantizeLinear with q's own scale and zero
+/// point and the QuantizeLinear's a known single value (how onnxruntime's `quantize_static`
+/// writes a ReLU or a skip connection after a convolution: the convolution's output quantized,
+/// then dequantized).
+fn requantization(net: &Network, readers: &[Vec<(usize, usize)>], anchor: usize, q: TensorId, scale: Option<TensorId>, zero: Option<TensorId>) -> Option<SecondQuantization> {
     let values = |t: Option<TensorId>| t.map(|t| known_value(net, t).map(|v| v.to_f64_vec()));
     let zero_of = |z: Option<TensorId>| values(z).map_or(Some(vec![0.0]), |v| v);
     let dq_at = only_reader(net, readers, q)?;
@@ -280,6 +284,13 @@ fn requantization(net: &Network, readers: &[Vec<(usize, usize)>], q: TensorId, s
     let mut layers = vec![dq_at];
     let mut running = dq.outputs[0];
     let mut next = only_reader(net, readers, running)?;
+    let mut join = [None; 3];
+    if let Some((add, sum, slots)) = joined(net, anchor, next, running) {
+        join = slots;
+        layers.push(add);
+        running = sum;
+        next = only_reader(net, readers, running)?;
+    }
     let relu = net.layer(crate::LayerId(next)).kind == (LayerKind::Activation { kind: ActivationKind::Relu });
     if relu {
         layers.push(next);
@@ -295,7 +306,51 @@ fn requantization(net: &Network, readers: &[Vec<(usize, usize)>], q: TensorId, s
         return None;
     }
     layers.push(next);
-    Some(SecondQuantization { layers, then: Requantization { relu, to }, scale: scale2, zero: zero2, output: q2.outputs[0] })
+    Some(SecondQuantization { layers, then: Requantization { relu, to }, scale: scale2, zero: zero2, join, output: q2.outputs[0] })
+}
+
+/// A skip connection's Add (layer `at`) of the dequantized levels `running` and an f32
+/// per-tensor DequantizeLinear of another 8-bit tensor of the same shape: the Add, its output
+/// and the join's slots (that tensor, its scale and zero point). Where the other tensor is the
+/// levels of a later convolution or product, that layer takes the Add instead, so of two
+/// layers meeting at a join exactly one folds it.
+fn joined(net: &Network, anchor: usize, at: usize, running: TensorId) -> Option<(usize, TensorId, [Option<TensorId>; 3])> {
+    let add = net.layer(crate::LayerId(at));
+    let (LayerKind::Elementwise { op: ElementwiseOp::Sum }, [Some(a), Some(b)]) = (&add.kind, add.inputs.as_slice()) else { return None };
+    let other = if *a == running { *b } else { *a };
+    let sum = add.outputs[0];
+    let same_shape = net.tensor(other).shape == net.tensor(running).shape && net.tensor(sum).shape == net.tensor(running).shape;
+    if other == running || !same_shape || net.tensor(other).dtype != DataType::F32 || net.tensor(sum).dtype != DataType::F32 {
+        return None;
+    }
+    let d = dequantized(net, other)?;
+    let one = |t: Option<TensorId>| t.is_none_or(|t| known_value(net, t).is_some_and(|v| v.len() == 1));
+    let per_tensor = d.scales.len() == 1 && one(d.zero) && net.tensor(d.scale).dtype == DataType::F32;
+    if !per_tensor || !net.tensor(d.q).dtype.is_8bit_integer() || levels_of_later_anchor(net, anchor, d.q) {
+        return None;
+    }
+    Some((at, sum, [Some(d.q), Some(d.scale), d.zero]))
+}
+
+/// Whether `t` is the QuantizeLinear of a convolution's or product's output (through its bias
+/// Add or ReLU) that comes after layer `anchor`.
+fn levels_of_later_anchor(net: &Network, anchor: usize, t: TensorId) -> bool {
+    let Some((q, _)) = net.tensor(t).producer.filter(|(q, _)| matches!(net.layer(*q).kind, LayerKind::Quantize { .. })) else { return false };
+    net.layer(q).inputs.first().copied().flatten().is_some_and(|x| later_anchor_behind(net, anchor, x, 3))
+}
+
+/// Whether `t` is a convolution's or product's output after layer `anchor`, seen through at
+/// most `depth` Adds and ReLUs.
+fn later_anchor_behind(net: &Network, anchor: usize, t: TensorId, depth: usize) -> bool {
+    let Some((p, _)) = net.tensor(t).producer.filter(|_| depth > 0) else { return false };
+    let l = net.layer(p);
+    match l.kind {
+        LayerKind::Convolution(_) | LayerKind::MatrixMultiply { .. } => p.0 > anchor,
+        LayerKind::Elementwise { op: ElementwiseOp::Sum } | LayerKind::Activation { kind: ActivationKind::Relu } => {
+            l.inputs.iter().flatten().any(|&i| later_anchor_behind(net, anchor, i, depth - 1))
+        }
+        _ => false,
+    }
 }
 
 /// A skip connection's Add after the anchor `anchor` (and its bias) at `running`: its other

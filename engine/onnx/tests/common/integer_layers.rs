@@ -63,7 +63,7 @@ pub fn layer(anchor: QuantizedAnchor, operands: Operands, x: &[usize], w: &[usiz
     layer_with(anchor, operands, x, w, channels, bias, relu, output, Extra::default())
 }
 
-/// What a test layer has beyond [`layer`]'s: a residual, a second quantization.
+/// What a test layer has beyond [`layer`]'s: a residual, a second quantization, a join.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Extra<'a> {
     /// A residual of the output's shape (a network input, fed after x): f32 or f16, or int8 /
@@ -71,14 +71,23 @@ pub struct Extra<'a> {
     pub residual: Option<(DataType, &'a [usize])>,
     /// A second quantization of the levels (`QuantizedParams::then`): its ReLU and its type.
     pub then: Option<(bool, DataType)>,
+    /// A join at the second quantization (a network input of the output's shape, fed last):
+    /// its type, shape and scale.
+    pub join: Option<(DataType, &'a [usize], f32)>,
 }
 
 /// A residual of `dtype` and the output's `shape`.
 pub fn residual(dtype: DataType, shape: &[usize]) -> Extra<'_> {
-    Extra { residual: Some((dtype, shape)), then: None }
+    Extra { residual: Some((dtype, shape)), ..Extra::default() }
 }
 
-/// [`layer`] with what `extra` adds (a residual, a second quantization).
+/// A second quantization (its ReLU and type) joining an 8-bit `dtype` tensor of the output's
+/// `shape` and scale `scale`.
+pub fn join(relu: bool, to: DataType, dtype: DataType, shape: &[usize], scale: f32) -> Extra<'_> {
+    Extra { then: Some((relu, to)), join: Some((dtype, shape, scale)), ..Extra::default() }
+}
+
+/// [`layer`] with what `extra` adds (a residual, a second quantization, a join).
 #[allow(clippy::too_many_arguments)]
 pub fn layer_with(
     anchor: QuantizedAnchor,
@@ -137,6 +146,13 @@ pub fn layer_with(
             slots[Q::RESIDUAL_ZERO] = Some(scalar(dtype, if dtype == DataType::U8 { 120.0 } else { -7.0 }));
         }
     }
+    let residual_feed = residual.map(|_| 1);
+    if let Some((dtype, shape, scale)) = extra.join {
+        feeds.push(ints(shape, dtype, if dtype == DataType::U8 { 0 } else { -128 }, if dtype == DataType::U8 { 256 } else { 128 }, 6));
+        slots[Q::JOIN_SCALE] = Some(scalar(DataType::F32, f64::from(scale)));
+        slots[Q::JOIN_ZERO] = Some(scalar(dtype, if dtype == DataType::U8 { 90.0 } else { 5.0 }));
+    }
+    let join_feed = extra.join.map(|_| feeds.len() - 1);
     let then = extra.then.map(|(relu, to)| {
         // Levels of scale 16 at scale 32: every odd one at a rounding tie; a zero point off 0.
         slots[Q::THEN_SCALE] = Some(scalar(DataType::F32, 32.0));
@@ -149,7 +165,8 @@ pub fn layer_with(
     for (i, slot) in slots.into_iter().enumerate() {
         inputs.push(match (i, slot) {
             (Q::X, _) => input(&mut net, "x", &feeds[0]),
-            (Q::RESIDUAL, _) if feeds.len() > 1 => input(&mut net, "r", &feeds[1]),
+            (Q::RESIDUAL, _) if residual_feed.is_some() => input(&mut net, "r", &feeds[1]),
+            (Q::JOIN, _) if join_feed.is_some() => input(&mut net, "j", &feeds[feeds.len() - 1]),
             (_, Some(t)) => {
                 let w = net.add_weights(t);
                 let layer = net.add_layer(&format!("const{i}"), LayerKind::Constant { weights: w }, vec![]).expect("constant");

@@ -80,6 +80,7 @@ pub(super) fn quantized<'a>(p: &Q, ins: &Inputs<'_, 'a>, weights: &WeightsLookup
         return rule(None, "a float output has no output scale or zero point");
     }
     requantization(p, ins)?;
+    join(p, ins, &out.shape)?;
     Ok(vec![OutFact::new(p.output_type(), out.shape)])
 }
 
@@ -99,6 +100,32 @@ fn requantization(p: &Q, ins: &Inputs) -> InferResult<()> {
     per_channel(ins, Q::THEN_ZERO, None, false)?;
     if ins.get(Q::THEN_ZERO).is_some_and(|z| z.dtype != then.to) {
         return rule(Some(Q::THEN_ZERO), format!("the second quantization's zero point must be {}", then.to));
+    }
+    Ok(())
+}
+
+/// The join: with a second quantization only, 8-bit, the output's shape, one scale (and a zero
+/// point of its type).
+fn join(p: &Q, ins: &Inputs, out: &crate::ir::shape::Shape) -> InferResult<()> {
+    let Some(j) = ins.get(Q::JOIN) else {
+        return match [Q::JOIN_SCALE, Q::JOIN_ZERO].into_iter().find(|&s| ins.get(s).is_some()) {
+            Some(s) => rule(Some(s), "a join's scale or zero point without a join"),
+            None => Ok(()),
+        };
+    };
+    if p.then.is_none() {
+        return rule(Some(Q::JOIN), "a join is added at the second quantization: the layer has none");
+    }
+    if j.shape != out {
+        return rule(Some(Q::JOIN), format!("the join's shape {} must be the output's, {out}", j.shape));
+    }
+    if !j.dtype.is_8bit_integer() {
+        return rule(Some(Q::JOIN), format!("the join must be int8 or uint8, not {}", j.dtype));
+    }
+    per_channel(ins, Q::JOIN_SCALE, None, true)?;
+    per_channel(ins, Q::JOIN_ZERO, None, false)?;
+    if ins.get(Q::JOIN_ZERO).is_some_and(|z| z.dtype != j.dtype) {
+        return rule(Some(Q::JOIN_ZERO), format!("the join's zero point must be {}", j.dtype));
     }
     Ok(())
 }
