@@ -414,6 +414,11 @@ fn fp8_product(cx: &Ctx, op_b: MatrixOp, x: &DeviceTensor, w: &DeviceTensor, k: 
     Ok(None)
 }
 
+/// The saturation bounds of 8-bit levels: uint8's, else int8's.
+fn level_bounds(t: DataType) -> (f32, f32) {
+    if t == DataType::U8 { (0.0, 255.0) } else { (-128.0, 127.0) }
+}
+
 /// `values` on the device, one copy per content (the context's constant tables).
 fn f32_table(cx: &Ctx, values: Vec<f32>) -> KResult<DeviceTensor> {
     let len = values.len();
@@ -461,7 +466,7 @@ impl SecondQuantization {
     /// What the kernels read of a join (common.cuh's `Join`): its type code, scale and zero
     /// point, then the second quantization's scale, zero point, bounds and ReLU.
     fn join_params(&self, join: &Residual) -> Vec<f32> {
-        let (lo, hi) = if self.then.to == DataType::U8 { (0.0, 255.0) } else { (-128.0, 127.0) };
+        let (lo, hi) = level_bounds(self.then.to);
         let code = typed::type_code(join.tensor.dtype) as f32;
         vec![code, join.scale, join.zero, self.scale, self.zero, lo, hi, f32::from(u8::from(self.then.relu))]
     }
@@ -552,7 +557,7 @@ impl Epilogue {
         };
         let scale_len = scale.len();
         let scale = f32_table(cx, scale)?;
-        let (lo, hi) = if computed == DataType::U8 { (0.0f32, 255.0f32) } else { (-128.0, 127.0) };
+        let (lo, hi) = level_bounds(computed);
         let args = vec![
             int_bias.map_or(Arg::NULL, |b| cx.arg(b)),
             cx.arg(&scale),

@@ -93,6 +93,13 @@ struct Dequantized {
     axis: Option<usize>,
 }
 
+impl Dequantized {
+    /// One scale, and one zero point or none.
+    fn per_tensor(&self, net: &Network) -> bool {
+        self.scales.len() == 1 && self.zero.is_none_or(|z| known_value(net, z).is_some_and(|v| v.len() == 1))
+    }
+}
+
 fn dequantized(net: &Network, t: TensorId) -> Option<Dequantized> {
     let (producer, _) = net.tensor(t).producer?;
     let l = net.layer(producer);
@@ -315,21 +322,30 @@ fn requantization(net: &Network, readers: &[Vec<(usize, usize)>], anchor: usize,
 /// levels of a later convolution or product, that layer takes the Add instead, so of two
 /// layers meeting at a join exactly one folds it.
 fn joined(net: &Network, anchor: usize, at: usize, running: TensorId) -> Option<(usize, TensorId, [Option<TensorId>; 3])> {
-    let add = net.layer(crate::LayerId(at));
-    let (LayerKind::Elementwise { op: ElementwiseOp::Sum }, [Some(a), Some(b)]) = (&add.kind, add.inputs.as_slice()) else { return None };
-    let other = if *a == running { *b } else { *a };
-    let sum = add.outputs[0];
-    let same_shape = net.tensor(other).shape == net.tensor(running).shape && net.tensor(sum).shape == net.tensor(running).shape;
-    if other == running || !same_shape || net.tensor(other).dtype != DataType::F32 || net.tensor(sum).dtype != DataType::F32 {
-        return None;
-    }
-    let d = dequantized(net, other)?;
-    let one = |t: Option<TensorId>| t.is_none_or(|t| known_value(net, t).is_some_and(|v| v.len() == 1));
-    let per_tensor = d.scales.len() == 1 && one(d.zero) && net.tensor(d.scale).dtype == DataType::F32;
-    if !per_tensor || !net.tensor(d.q).dtype.is_8bit_integer() || levels_of_later_anchor(net, anchor, d.q) {
+    let (other, sum) = skip_add(net, at, running)?;
+    let d = dequantized_levels(net, other)?;
+    if net.tensor(sum).dtype != DataType::F32 || levels_of_later_anchor(net, anchor, d.q) {
         return None;
     }
     Some((at, sum, [Some(d.q), Some(d.scale), d.zero]))
+}
+
+/// Layer `at` as a skip connection's Add of `running` and another operand of its shape (the
+/// Add's output has it too): that operand and the Add's output.
+fn skip_add(net: &Network, at: usize, running: TensorId) -> Option<(TensorId, TensorId)> {
+    let add = net.layer(crate::LayerId(at));
+    let (LayerKind::Elementwise { op: ElementwiseOp::Sum }, [Some(a), Some(b)]) = (&add.kind, add.inputs.as_slice()) else { return None };
+    let other = if *a == running { *b } else { *a };
+    let (sum, shape) = (add.outputs[0], &net.tensor(running).shape);
+    (other != running && net.tensor(other).shape == *shape && net.tensor(sum).shape == *shape).then_some((other, sum))
+}
+
+/// `t` as an f32 per-tensor DequantizeLinear (one f32 scale, one zero point or none) of an
+/// 8-bit tensor: what an integer layer's epilogue dequantizes itself.
+fn dequantized_levels(net: &Network, t: TensorId) -> Option<Dequantized> {
+    let d = dequantized(net, t)?;
+    let f32_scale = net.tensor(d.scale).dtype == DataType::F32;
+    (net.tensor(t).dtype == DataType::F32 && f32_scale && net.tensor(d.q).dtype.is_8bit_integer() && d.per_tensor(net)).then_some(d)
 }
 
 /// Whether `t` is the QuantizeLinear of a convolution's or product's output (through its bias
@@ -360,24 +376,18 @@ fn later_anchor_behind(net: &Network, anchor: usize, t: TensorId, depth: usize) 
 /// float operand itself.
 fn residual_add(net: &Network, readers: &[Vec<(usize, usize)>], anchor: usize, running: TensorId) -> Option<(usize, TensorId, [Option<TensorId>; 3])> {
     let at = only_reader(net, readers, running)?;
-    let add = net.layer(crate::LayerId(at));
-    let (LayerKind::Elementwise { op: ElementwiseOp::Sum }, [Some(a), Some(b)]) = (&add.kind, add.inputs.as_slice()) else { return None };
-    let other = if *a == running { *b } else { *a };
-    let (r, sum) = (net.tensor(other), net.tensor(add.outputs[0]));
-    let same_shape = r.shape == net.tensor(running).shape && sum.shape == r.shape;
+    let (other, sum) = skip_add(net, at, running)?;
+    let r = net.tensor(other);
     let later_anchor = |p: crate::LayerId| p.0 > anchor && matches!(net.layer(p).kind, LayerKind::Convolution(_) | LayerKind::MatrixMultiply { .. });
-    if other == running || !same_shape || r.dtype != sum.dtype || r.producer.is_some_and(|(p, _)| later_anchor(p)) {
+    if r.dtype != net.tensor(sum).dtype || r.producer.is_some_and(|(p, _)| later_anchor(p)) {
         return None;
     }
-    let per_tensor = |d: &Dequantized| d.scales.len() == 1 && d.zero.is_none_or(|z| known_value(net, z).is_some_and(|v| v.len() == 1));
-    let slots = match dequantized(net, other) {
+    let slots = match dequantized_levels(net, other) {
         // An f32 DequantizeLinear: the residual's f32 dequantization is then its own.
-        Some(d) if r.dtype == DataType::F32 && net.tensor(d.scale).dtype == DataType::F32 && net.tensor(d.q).dtype.is_8bit_integer() && per_tensor(&d) => {
-            [Some(d.q), Some(d.scale), d.zero]
-        }
-        _ => [Some(other), None, None],
+        Some(d) => [Some(d.q), Some(d.scale), d.zero],
+        None => [Some(other), None, None],
     };
-    Some((at, add.outputs[0], slots))
+    Some((at, sum, slots))
 }
 
 /// A per-tensor DequantizeLinear read through a Shuffle (a Flatten before a Gemm): moving the
@@ -389,8 +399,7 @@ fn through_layout(net: &Network, t: TensorId) -> Option<(Dequantized, Option<usi
         return None;
     }
     let d = dequantized(net, layout.inputs.first().copied().flatten()?)?;
-    (d.scales.len() == 1 && d.zero.is_none_or(|z| known_value(net, z).is_some_and(|v| v.len() == 1)))
-        .then_some((d, Some(producer.0)))
+    d.per_tensor(net).then_some((d, Some(producer.0)))
 }
 
 /// Whether a bias is all zeros: it adds nothing, so the layer has none, whatever its scale. An
