@@ -148,15 +148,24 @@ __device__ __forceinline__ float level_reciprocal(float s) {
 // one in the quotient), so where q is farther than |q|·2^-21 from a half-integer both round to
 // the same integer. Near a half-integer, and where q is not finite or beyond the clamp, the
 // division decides.
-__device__ __forceinline__ int rounded_ratio(float x, float s, float inv, bool& nan) {
+// rounded_ratio's fast path: RN(x·inv) rounded half to even, and whether that is the quotient's
+// level (`decided`: false near a half-integer, and where the product is not finite).
+__device__ __forceinline__ int rounded_product(float x, float inv, bool& decided) {
     const float q = __fmul_rn(x, inv);
     const float c = fminf(fmaxf(q, -KILN_ROUNDING_RANGE), KILN_ROUNDING_RANGE);
     const float t = __fadd_rn(c, KILN_ROUNDING_MAGIC);
     // |c - round(c)| <= 0.5, exact (Sterbenz).
     const float off = fabsf(__fsub_rn(c, __fsub_rn(t, KILN_ROUNDING_MAGIC)));
-    if (__fsub_rn(0.5f, off) > __fmul_rn(fabsf(q), 0x1p-21f)) {
+    decided = __fsub_rn(0.5f, off) > __fmul_rn(fabsf(q), 0x1p-21f);
+    return __float_as_int(t) - KILN_ROUNDING_MAGIC_BITS;
+}
+
+__device__ __forceinline__ int rounded_ratio(float x, float s, float inv, bool& nan) {
+    bool decided;
+    const int level = rounded_product(x, inv, decided);
+    if (decided) {
         nan = false;
-        return __float_as_int(t) - KILN_ROUNDING_MAGIC_BITS;
+        return level;
     }
     const float ratio = __fdiv_rn(x, s);
     nan = ratio != ratio;

@@ -16,6 +16,7 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("chain.cuh", include_str!("../../../kernels/chain.cuh")),
     ("mma.cuh", include_str!("../../../kernels/mma.cuh")),
     ("wgmma.cuh", include_str!("../../../kernels/wgmma.cuh")),
+    ("levels.cuh", include_str!("../../../kernels/levels.cuh")),
 ];
 
 /// A kernel as its launcher names it: the source that defines it, and its symbol.

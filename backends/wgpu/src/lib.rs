@@ -209,6 +209,8 @@ fn unsupported(network: &Network, layer: &Layer) -> Option<String> {
         | K::Fused(_) => None,
         // The interpreter runs loop and conditional boundaries.
         kiln::control_boundary!() => None,
+        // Levels it dequantizes itself (to a float type, shape inference checks).
+        K::Attention(p) if p.input_levels.is_some() => None,
         K::Convolution(_)
         | K::Deconvolution(_)
         | K::Pooling(_)

@@ -180,6 +180,7 @@ fn attention_level_grids_must_be_8_bit_quantizations() {
             product_levels: None,
             scores_levels: None,
             probs_levels: Some(grid),
+            input_levels: None,
         };
         net.add_layer("attention", LayerKind::Attention(params), inputs).map(|_| ()).map_err(|e| e.to_string())
     };
@@ -194,5 +195,41 @@ fn attention_level_grids_must_be_8_bit_quantizations() {
     ] {
         let err = attention(grid).expect_err(says);
         assert!(err.contains("probabilities levels") && err.contains(says), "{says}: {err}");
+    }
+}
+
+/// Q, K and V given as levels (a folded per-tensor DequantizeLinear each): each must be the
+/// levels its grid names, the others of the float type they dequantize to, and the grids
+/// QuantizeLinear's; the output is that float type.
+#[test]
+fn attention_input_levels_must_match_their_grids_and_dequantize_to_a_float() {
+    let grid = |levels| Some(LevelGrid { scale: 0.05, zero: 0, levels });
+    let attention = |types: [DataType; 3], grids: [Option<LevelGrid>; 3], to: DataType| {
+        let mut net = Network::new("t");
+        let inputs: Vec<_> = ["q", "k", "v"].iter().zip(types).map(|(n, t)| Some(net.add_input(n, t, [1, 2, 4, 8]).unwrap())).collect();
+        let params = AttentionParams {
+            scale: 8f32.sqrt(),
+            key_transposed: false,
+            scale_multiplies: false,
+            zero_nan_rows: false,
+            product_levels: None,
+            scores_levels: None,
+            probs_levels: None,
+            input_levels: Some(InputLevels { grids, to }),
+        };
+        let layer = net.add_layer("attention", LayerKind::Attention(params), inputs).map_err(|e| e.to_string())?;
+        Ok::<_, String>(net.tensor(net.output(layer, 0)).dtype)
+    };
+    use DataType::{F16, F32, I32, I8, U8};
+    assert_eq!(attention([I8, I8, U8], [grid(I8), grid(I8), grid(U8)], F16), Ok(F16));
+    assert_eq!(attention([I8, F32, I8], [grid(I8), None, grid(I8)], F32), Ok(F32));
+    for (types, grids, to, says) in [
+        ([U8, I8, I8], [grid(I8), grid(I8), grid(I8)], F32, "input 0 must be the i8 levels"),
+        ([I8, F16, I8], [grid(I8), None, grid(I8)], F32, "input 1 must be f32"),
+        ([I8, I8, I8], [grid(I8), grid(I8), grid(I8)], I32, "not a floating-point type"),
+        ([I8, I8, U8], [grid(I8), grid(I8), Some(LevelGrid { scale: 0.05, zero: 300, levels: U8 })], F32, "the V input's levels"),
+    ] {
+        let err = attention(types, grids, to).expect_err(says);
+        assert!(err.contains(says), "{says}: {err}");
     }
 }

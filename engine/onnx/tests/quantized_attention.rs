@@ -1,8 +1,8 @@
 //! Attention in a Q/DQ network, on `qdq_models/mini_attention_s8`: one BERT-style self-attention
 //! block as onnxruntime's `quantize_static` writes it (the product `Q·Kᵀ` and the
 //! probabilities each quantized and dequantized again). The builder fuses the attention with
-//! those levels before the Q/DQ fusion takes its products, and the network keeps giving
-//! onnxruntime's values.
+//! those levels before the Q/DQ fusion takes its products, folds the DequantizeLinear of Q, K
+//! and V into it, and the network keeps giving onnxruntime's values.
 
 mod common;
 
@@ -29,6 +29,10 @@ fn a_quantized_attention_fuses_with_its_levels_and_keeps_onnxruntimes_values() {
     // onnxruntime quantizes the product before the division by sqrt(d), and the softmax's output.
     assert!(p.product_levels.is_some() && p.scores_levels.is_none() && p.probs_levels.is_some(), "{p:?}");
     assert!(!p.scale_multiplies && (p.scale - 4.0).abs() < 1e-6, "{p:?}");
+    // Q, K and V are the projections' levels: their DequantizeLinear folded into the layer.
+    let levels = p.input_levels.expect("Q, K and V read as levels");
+    assert!(levels.grids.iter().all(Option::is_some) && levels.to == kiln::DataType::F32, "{p:?}");
+    assert!(!built.layers().iter().any(|l| matches!(l.kind, LayerKind::Dequantize { .. })), "{}", built.dump());
     // The projections around it are still integer layers.
     let integer = built.layers().iter().filter(|l| matches!(l.kind, LayerKind::Quantized(_))).count();
     assert_eq!(integer, 4, "{}", built.dump());

@@ -87,8 +87,20 @@ pub fn attention(
     p: &AttentionParams,
     inputs: &[Option<&HostTensor>],
 ) -> Result<HostTensor, String> {
-    let get = |i: usize| required(inputs, i);
+    // Inputs given as levels, dequantized as the DequantizeLinear they stand for did.
+    let get = |i: usize| -> Result<std::borrow::Cow<'_, HostTensor>, String> {
+        let x = required(inputs, i)?;
+        match (p.input_grid(i), p.input_levels) {
+            (Some(grid), Some(levels)) => {
+                let (scale, zero) = grid.operands()?;
+                let kind = LayerKind::Dequantize { axis: None, to: Some(levels.to) };
+                Ok(std::borrow::Cow::Owned(step(&kind, &[Some(x), Some(&scale), Some(&zero)])?))
+            }
+            _ => Ok(std::borrow::Cow::Borrowed(x)),
+        }
+    };
     let (q, k, v) = (get(0)?, get(1)?, get(2)?);
+    let (q, k, v) = (q.as_ref(), k.as_ref(), v.as_ref());
     let op_b = if p.key_transposed {
         MatrixOp::None
     } else {

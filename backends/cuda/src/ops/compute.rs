@@ -455,6 +455,8 @@ pub fn attention(cx: &Ctx, p: &AttentionParams, q: &DeviceTensor, k: &DeviceTens
     if let Some(out) = super::flash::attention(cx, p, q, k, v, mask, out_shape)? {
         return Ok(out);
     }
+    let [q, k, v] = [(0, q), (1, k), (2, v)].map(|(slot, x)| dequantized_input(cx, p, slot, x));
+    let (q, k, v) = (&q?, &k?, &v?);
     let (k, key_transposed) = keys_by_rows(k, p.key_transposed);
     let (q, k, v) = (&layout::to_row_major(cx, q)?, &layout::to_row_major(cx, &k)?, &layout::to_row_major(cx, v)?);
     let scale = p.multiplier();
@@ -507,6 +509,15 @@ pub fn attention(cx: &Ctx, p: &AttentionParams, q: &DeviceTensor, k: &DeviceTens
     matmul(cx, &probs, MatrixOp::None, v, MatrixOp::None, 1.0, out_shape)
 }
 
+/// Input `slot` of an attention, dequantized where it is given as levels (as the
+/// DequantizeLinear it stands for).
+fn dequantized_input(cx: &Ctx, p: &AttentionParams, slot: usize, x: &DeviceTensor) -> KResult<DeviceTensor> {
+    let (Some(grid), Some(levels)) = (p.input_grid(slot), p.input_levels) else { return Ok(x.clone()) };
+    let (scale, zero) = grid.operands()?;
+    let table = |t: &kiln::HostTensor| cx.gpu.constant_table(t).map_err(KernelError::from);
+    super::dequantize(cx, x, &table(&scale)?, Some(&table(&zero)?), None, Some(levels.to))
+}
+
 /// Transposed keys `(…, D, Sk)` that are a view of keys stored by rows (D innermost, as a
 /// transpose of the projection's heads leaves them): the view of those rows `(…, Sk, D)`, which
 /// the product reads transposed, so making it row-major copies runs of D elements instead of
@@ -539,10 +550,24 @@ fn softmax_on_levels(cx: &Ctx, p: &AttentionParams, scores: &DeviceTensor, mask:
         Some(m) => mask_rows(&scores.shape, m)?,
         None => (Layout::default(), 0),
     };
-    // Grid g's (scale, scale times the factor after it, zero point, lowest and highest level).
+    let Some(grids) = softmax_level_args(p, scale) else { return Ok(None) };
+    let rows: usize = scores.shape[..rank - 1].iter().product();
+    let mut args = vec![Arg::I64(rows as i64), Arg::I64(len as i64), Arg::Layout(rows_layout), Arg::I64(mask_stride), Arg::I32(i32::from(p.zero_nan_rows))];
+    args.extend(grids);
+    let out = cx.gpu.empty(scores.dtype, scores.shape.clone()).map_err(KernelError::from)?;
+    args.extend([cx.arg(scores), mask.map_or(Arg::NULL, |m| cx.arg(m)), cx.arg(&out)]);
+    launch_softmax_rows(cx, Source::Reduce.kernel(format!("softmax_masked_levels_{suffix}")), rows, &args)?;
+    Ok(Some(out))
+}
+
+/// The `SoftmaxLevels` of attention's grids as kernel arguments (kernels/levels.cuh): the bits
+/// of the grids that apply, then grid g's scale, scale times the factor after it (`scale` for
+/// the product's), zero point, lowest and highest level. `None` where a grid has more levels
+/// than a table holds.
+pub(super) fn softmax_level_args(p: &AttentionParams, scale: f32) -> Option<Vec<Arg>> {
     let grids = [(&p.product_levels, scale), (&p.scores_levels, 1.0), (&p.probs_levels, 1.0)];
     let mut on = 0;
-    let mut args = vec![Arg::I64(0), Arg::I64(len as i64), Arg::Layout(rows_layout), Arg::I64(mask_stride), Arg::I32(i32::from(p.zero_nan_rows)), Arg::I32(0)];
+    let mut args = vec![Arg::I32(0)];
     for (g, (grid, factor)) in grids.into_iter().enumerate() {
         let Some(grid) = grid else {
             args.extend([Arg::F32(1.0), Arg::F32(1.0), Arg::I32(0), Arg::I32(0), Arg::I32(0)]);
@@ -550,18 +575,13 @@ fn softmax_on_levels(cx: &Ctx, p: &AttentionParams, scores: &DeviceTensor, mask:
         };
         let (lo, hi) = grid.range();
         if hi - lo >= LEVEL_TABLE_ENTRIES {
-            return Ok(None);
+            return None;
         }
         on |= 1 << g;
         args.extend([Arg::F32(grid.scale), Arg::F32(grid.scale * factor), Arg::I32(grid.zero), Arg::I32(lo), Arg::I32(hi)]);
     }
-    let rows: usize = scores.shape[..rank - 1].iter().product();
-    args[0] = Arg::I64(rows as i64);
-    args[5] = Arg::I32(on);
-    let out = cx.gpu.empty(scores.dtype, scores.shape.clone()).map_err(KernelError::from)?;
-    args.extend([cx.arg(scores), mask.map_or(Arg::NULL, |m| cx.arg(m)), cx.arg(&out)]);
-    launch_softmax_rows(cx, Source::Reduce.kernel(format!("softmax_masked_levels_{suffix}")), rows, &args)?;
-    Ok(Some(out))
+    args[0] = Arg::I32(on);
+    Some(args)
 }
 
 /// `DequantizeLinear(QuantizeLinear(x))` on `grid`, times `factor`, back in x's type.

@@ -6,11 +6,14 @@
 //! sequence, heads, dim] order the head merge wants when the executor allows. Elsewhere
 //! attention runs as two cuBLASLt products around a softmax (`compute::attention`).
 //!
-//! A Q/DQ network's attention (levels on its product, scores or probabilities) runs unfused
-//! (`compute::attention`): a form of this kernel that applied the levels itself, step for step
-//! as the unfused graph does, measured slower on the H200 than the products around separate
-//! level passes (BERT-base b32 Q/DQ 4.57 against 4.38 ms, ViT-B/16 b32 8.74 against 8.14 ms;
-//! benches/gpu/QUANT.md, session 25).
+//! A Q/DQ network's attention (levels on its product, scores or probabilities; Q, K and V given
+//! as levels) has a form of its own, `flash_attention_levels`: the scores of up to 128 keys kept
+//! in registers (else two passes over the keys: the probabilities' grid needs each row's sum
+//! first), the grids through tables as the unfused masked softmax reads them, the levels
+//! dequantized as they load. It is off unless `KILN_CUDA_FLASH_ATTENTION_LEVELS=1`: on an H100
+//! it ran BERT-base b32 Q/DQ at 3.00-3.03 ms against 2.96-2.97 ms for the unfused path (the
+//! products around `softmax_masked_levels`), at 95-98 µs a layer in Nsight Compute, held to
+//! three blocks a multiprocessor by its 168 registers (benches/gpu/QUANT.md, session 32).
 //!
 //! On by default; `KILN_CUDA_FLASH_ATTENTION=0` turns it off, for A/B timing.
 
@@ -26,6 +29,10 @@ const HAS_MASK: i32 = 1;
 const ZERO_NAN_ROWS: i32 = 2;
 const VECTOR_LOADS: i32 = 4;
 const VECTOR_MASK: i32 = 8;
+/// Where `flash_attention_levels` reads Q, K or V from (kernels/attention.cu's FA_SOURCE_*).
+const SOURCE_FLOAT: i32 = 0;
+const SOURCE_I8: i32 = 1;
+const SOURCE_U8: i32 = 2;
 
 /// Per leading dim (`shape` padded on the left to `lead.len()`), the operand's element stride
 /// (`strides` are its own, one per axis): 0 where it broadcasts. `None` when it does not
@@ -59,6 +66,11 @@ fn two_level(strides: &[i64]) -> (i64, i64) {
 
 pub fn enabled() -> bool {
     std::env::var("KILN_CUDA_FLASH_ATTENTION").as_deref() != Ok("0")
+}
+
+/// Whether attention on levels runs fused too (off by default: slower than unfused so far).
+pub fn levels_enabled() -> bool {
+    std::env::var("KILN_CUDA_FLASH_ATTENTION_LEVELS").as_deref() == Ok("1")
 }
 
 /// `t` with its last axis contiguous (row-major bytes unless it already is).
@@ -103,15 +115,28 @@ pub fn attention(
     mask: Option<&DeviceTensor>,
     out_shape: &[usize],
 ) -> KResult<Option<DeviceTensor>> {
-    let dtype = q.dtype;
+    let leveled = p.has_levels() || p.input_levels.is_some();
+    if leveled && !levels_enabled() {
+        return Ok(None);
+    }
+    let dtype = p.input_levels.map_or(q.dtype, |l| l.to);
     let suffix = match dtype {
         DataType::F16 => "f16",
         DataType::BF16 => "bf16",
         _ => return Ok(None),
     };
-    if !enabled() || p.has_levels() || k.dtype != dtype || v.dtype != dtype || mask.is_some_and(|m| m.dtype != dtype) {
+    // Each of Q, K and V is the float type, or the levels its grid reads.
+    let given = |slot: usize, t: &DeviceTensor| p.input_grid(slot).map_or(t.dtype == dtype, |g| t.dtype == g.levels);
+    if !enabled() || ![q, k, v].into_iter().enumerate().all(|(slot, t)| given(slot, t)) || mask.is_some_and(|m| m.dtype != dtype) {
         return Ok(None);
     }
+    let levels = match leveled {
+        true => match super::compute::softmax_level_args(p, p.multiplier()) {
+            Some(args) => Some(args),
+            None => return Ok(None),
+        },
+        false => None,
+    };
     let (qs, ks, vs) = (&q.shape, &k.shape, &v.shape);
     if qs.len() < 2 || ks.len() < 2 || vs.len() < 2 || out_shape.len() < 2 || out_shape.len() > 4 {
         return Ok(None);
@@ -187,19 +212,19 @@ pub fn attention(
             flags |= VECTOR_MASK;
         }
     }
-    // 16-byte row loads need every row start 16-byte aligned: 8-element multiples of 16-bit
-    // elements from aligned buffers.
-    let aligned = [&q, &k, &v, &out].iter().all(|t| cx.gpu.ptr(&t.buf) % 16 == 0)
-        && d % 8 == 0
-        && dv % 8 == 0
-        && rows.iter().chain(&l.stride[0][..8]).all(|s| s % 8 == 0);
+    // 16-byte row loads need every row start 16-byte aligned and whole 16-byte pieces: multiples
+    // of 8 16-bit elements (of 16 levels) from aligned buffers.
+    let aligned = [(&q, d), (&k, d), (&v, dv), (&out, dv)].into_iter().enumerate().all(|(i, (t, cols))| {
+        let piece = if t.dtype.is_8bit_integer() { 16 } else { 8 };
+        cx.gpu.ptr(&t.buf).is_multiple_of(16) && cols.is_multiple_of(piece) && [rows[i], l.stride[0][2 * i], l.stride[0][2 * i + 1]].iter().all(|s| s % piece as i64 == 0)
+    });
     if aligned {
         flags |= VECTOR_LOADS;
     }
     let blocks =
         u32::try_from(blocks).map_err(|_| invalid!("attention over {blocks} blocks is too many for one launch"))?;
     let mask_arg = mask.map_or(Arg::NULL, |m| cx.arg(m));
-    let args = [
+    let mut args = vec![
         Arg::I64(sq as i64),
         Arg::I64(sk as i64),
         Arg::I32(d as i32),
@@ -207,15 +232,28 @@ pub fn attention(
         Arg::I64(heads as i64),
         Arg::I64(q_tiles as i64),
         Arg::Layout(l),
-        Arg::F32(p.multiplier()),
-        Arg::I32(flags),
-        cx.arg(&q),
-        cx.arg(&k),
-        cx.arg(&v),
-        mask_arg,
-        cx.arg(&out),
     ];
-    cx.gpu.launch(&Source::Attention.kernel(format!("flash_attention_{suffix}")), blocks, 128, &args).map_err(KernelError::from)?;
+    let name = match levels {
+        None => {
+            args.extend([Arg::F32(p.multiplier()), Arg::I32(flags)]);
+            format!("flash_attention_{suffix}")
+        }
+        Some(grids) => {
+            // The product as stored before its grid: unscaled where the product has levels.
+            let alpha = if p.product_levels.is_some() { 1.0 } else { p.multiplier() };
+            args.extend([Arg::F32(alpha), Arg::I32(flags)]);
+            for slot in 0..3 {
+                args.extend(match p.input_grid(slot) {
+                    Some(g) => [Arg::I32(if g.levels == DataType::U8 { SOURCE_U8 } else { SOURCE_I8 }), Arg::F32(g.scale), Arg::I32(g.zero)],
+                    None => [Arg::I32(SOURCE_FLOAT), Arg::F32(1.0), Arg::I32(0)],
+                });
+            }
+            args.extend(grids);
+            format!("flash_attention_levels_{suffix}")
+        }
+    };
+    args.extend([cx.arg(&q), cx.arg(&k), cx.arg(&v), mask_arg, cx.arg(&out)]);
+    cx.gpu.launch(&Source::Attention.kernel(name), blocks, 128, &args).map_err(KernelError::from)?;
     Ok(Some(out))
 }
 

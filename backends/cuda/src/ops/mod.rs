@@ -297,6 +297,19 @@ fn cudnn_convolves(p: &kiln::ConvolutionParams) -> bool {
     crate::probe::libraries().cudnn.is_ok() && p.strides.len() == 3 && p.pre_padding == p.post_padding
 }
 
+/// DequantizeLinear of `x`, which may be a view. A view that is not channels-last (a head
+/// split's transpose) is read through its strides and written packed, its contiguous axis
+/// innermost: no copy before, and attention's keys come out as the rows its product reads.
+pub(crate) fn dequantize(cx: &Ctx, x: &DeviceTensor, scale: &DeviceTensor, zero: Option<&DeviceTensor>, axis: Option<usize>, to: Option<DataType>) -> KResult<DeviceTensor> {
+    if let Some(order) = x.strides.as_deref().and_then(|st| typed::inner_contiguous_order(&x.shape, st)).filter(|_| !x.channels_last() && axis.is_none()) {
+        if let Some(out) = typed::dequantize_view(cx, x, scale, zero, to, &order)? {
+            return Ok(out);
+        }
+    }
+    let x = memory_order_input(cx, x, scale.len() == 1, Permuted::LastAxisStrided)?;
+    Ok(typed::dequantize(cx, &x, scale, zero, axis, to)?.with_strides_of(&x))
+}
+
 /// Why `kind` with inputs of `input_types` has no device implementation, if it has none.
 pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_types: &[DataType]) -> Option<String> {
     use LayerKind as K;
@@ -315,6 +328,8 @@ pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_ty
         K::Activation { .. } => need_float("Activation"),
         K::Unary { op } if t0.is_some_and(|t| typed::unary_supported(*op, t)) => None,
         K::Unary { op } => pointwise::unary_code(*op).is_none().then(|| format!("Unary {op:?} has no CUDA kernel")).or_else(|| need_float("Unary")),
+        // Levels it dequantizes itself, to a float type (shape inference checks).
+        K::Attention(p) if p.input_levels.is_some() => None,
         K::MatrixMultiply { .. } | K::SoftMax { .. } | K::Normalization { .. } | K::RmsNormalization { .. } | K::Attention(_) => {
             need_float(kind.type_name())
         }
@@ -451,19 +466,7 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
             let x = memory_order_input(cx, &x, scale.len() == 1, Permuted::Always)?;
             one(typed::quantize(cx, &x, &scale, opt_dev(2)?.as_ref(), *axis, *to)?.with_strides_of(&x))
         }
-        K::Dequantize { axis, to } => {
-            let (x, scale) = (raw(0)?, dev(1)?);
-            // A view that is not channels-last (a head split's transpose) is read through its
-            // strides and written packed, its contiguous axis innermost: no copy before, and
-            // attention's keys come out as the rows its product reads.
-            if let Some(order) = x.strides.as_deref().and_then(|st| typed::inner_contiguous_order(&x.shape, st)).filter(|_| !x.channels_last() && axis.is_none()) {
-                if let Some(out) = typed::dequantize_view(cx, &x, &scale, opt_dev(2)?.as_ref(), *to, &order)? {
-                    return one(out);
-                }
-            }
-            let x = memory_order_input(cx, &x, scale.len() == 1, Permuted::LastAxisStrided)?;
-            one(typed::dequantize(cx, &x, &scale, opt_dev(2)?.as_ref(), *axis, *to)?.with_strides_of(&x))
-        }
+        K::Dequantize { axis, to } => one(dequantize(cx, &raw(0)?, &dev(1)?, opt_dev(2)?.as_ref(), *axis, *to)?),
         // Pointwise layers read any layout and write NHWC where an input of the output's shape is so (`keeps_channels_last`).
         K::Elementwise { op } => one(pointwise::binary(cx, *op, &raw(0)?, &raw(1)?, out_dtype(0), &out_shape(0)?)?),
         K::Activation { kind } => one(pointwise::unary(cx, pointwise::activation_code(*kind), &raw(0)?, None)?),

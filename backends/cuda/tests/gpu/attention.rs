@@ -58,6 +58,7 @@ fn run_cases(dtype: DataType, tolerance: f64, label: &str) {
             product_levels: None,
             scores_levels: None,
             probs_levels: None,
+            input_levels: None,
         });
         check(&format!("attention {label} {dtype} case {i}"), kind, inputs, tolerance);
     }
@@ -104,18 +105,7 @@ fn run_level_cases(dtype: DataType, tolerance: f64, flips: f64) {
         let mut r = rng(70 + i as u64);
         let sk = if key_transposed { k[3] } else { k[2] };
         let v = [q[0], q[1], sk, q[3]];
-        // The last tenth of the keys are padding, as BERT's extended mask writes them.
-        let mut mask = vec![0.0f32; q[0] * sk];
-        for (j, m) in mask.iter_mut().enumerate() {
-            if j % sk >= sk * 9 / 10 {
-                *m = -10000.0;
-            }
-        }
-        let mask = kiln::HostTensor::new(vec![q[0], 1, 1, sk], match dtype {
-            DataType::F16 => kiln::TensorData::F16(mask.iter().map(|&x| half::f16::from_f32(x)).collect()),
-            _ => kiln::TensorData::BF16(mask.iter().map(|&x| half::bf16::from_f32(x)).collect()),
-        })
-        .unwrap();
+        let mask = padding_mask(dtype, q[0], sk);
         let inputs = vec![
             In::Run(on_levels(&mut r, dtype, &q, 12.0, 0.25)),
             In::Run(on_levels(&mut r, dtype, &k, 12.0, 0.25)),
@@ -130,32 +120,119 @@ fn run_level_cases(dtype: DataType, tolerance: f64, flips: f64) {
             product_levels: product,
             scores_levels: scores,
             probs_levels: probs,
+            input_levels: None,
         });
-        let what = format!("attention on levels {dtype} case {i}");
-        let Some(cuda) = backend() else { return };
-        let (net, feeds) = one_layer(kind, inputs);
-        let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap();
-        let got = cuda.prepare(&net).unwrap_or_else(|e| panic!("{what}: cuda prepare: {e}")).execute(&feeds);
-        let (got, want) = (got.unwrap_or_else(|e| panic!("{what}: cuda run: {e}")), want);
-        let (g, w) = (got[0].to_f64_vec(), want[0].to_f64_vec());
-        let l2 = (g.iter().zip(&w).map(|(a, b)| (a - b).powi(2)).sum::<f64>() / w.iter().map(|b| b * b).sum::<f64>()).sqrt();
-        let worst = worst_error(&got[0], &want[0]);
-        assert!(l2 <= tolerance && worst <= flips * step, "{what}: relative L2 {l2} (tolerance {tolerance}), worst {worst} (at most {flips} levels of P)");
+        compare_on_levels(&format!("attention on levels {dtype} case {i}"), kind, inputs, tolerance, flips * step);
+    }
+}
+
+/// An additive [batch, 1, 1, sk] mask whose last tenth of the keys are padding, as BERT's
+/// extended mask writes them.
+fn padding_mask(dtype: DataType, batch: usize, sk: usize) -> kiln::HostTensor {
+    let mask: Vec<f32> = (0..batch * sk).map(|j| if j % sk >= sk * 9 / 10 { -10000.0 } else { 0.0 }).collect();
+    let data = match dtype {
+        DataType::F16 => kiln::TensorData::F16(mask.iter().map(|&x| half::f16::from_f32(x)).collect()),
+        _ => kiln::TensorData::BF16(mask.iter().map(|&x| half::bf16::from_f32(x)).collect()),
+    };
+    kiln::HostTensor::new(vec![batch, 1, 1, sk], data).unwrap()
+}
+
+/// The layer on cuda against the cpu oracle: relative L2 within `tolerance`, no output off by
+/// more than `worst`.
+fn compare_on_levels(what: &str, kind: LayerKind, inputs: Vec<In>, tolerance: f64, worst: f64) {
+    let Some(cuda) = backend() else { return };
+    let (net, feeds) = one_layer(kind, inputs);
+    let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap();
+    let got = cuda.prepare(&net).unwrap_or_else(|e| panic!("{what}: cuda prepare: {e}")).execute(&feeds);
+    let got = got.unwrap_or_else(|e| panic!("{what}: cuda run: {e}"));
+    let (g, w) = (got[0].to_f64_vec(), want[0].to_f64_vec());
+    let l2 = (g.iter().zip(&w).map(|(a, b)| (a - b).powi(2)).sum::<f64>() / w.iter().map(|b| b * b).sum::<f64>()).sqrt();
+    let off = worst_error(&got[0], &want[0]);
+    assert!(l2 <= tolerance && off <= worst, "{what}: relative L2 {l2} (tolerance {tolerance}), worst {off} (at most {worst})");
+}
+
+/// 8-bit levels of `dtype` (int8 or uint8 about `zero`), `spread` levels either side.
+fn levels(r: &mut rand_chacha::ChaCha8Rng, dtype: DataType, shape: &[usize], zero: i32, spread: f32) -> kiln::HostTensor {
+    let v: Vec<i32> = random(r, DataType::F32, shape).to_f64_vec().iter().map(|&x| zero + (x as f32 * spread).round() as i32).collect();
+    let data = match dtype {
+        DataType::U8 => kiln::TensorData::U8(v.iter().map(|&x| x as u8).collect()),
+        _ => kiln::TensorData::I8(v.iter().map(|&x| x as i8).collect()),
+    };
+    kiln::HostTensor::new(shape.to_vec(), data).unwrap()
+}
+
+/// Q, K and V given as levels (`AttentionParams::input_levels`, the DequantizeLinear of each
+/// folded in) with the product's or scores' grid and the probabilities', under a padding mask:
+/// head dims that take 16-byte loads of levels and one that does not (40), keys over several
+/// tiles, K transposed, uint8 V about a zero point, and one float input beside levels.
+fn run_input_level_cases(tolerance: f64) {
+    use kiln::{InputLevels, LevelGrid};
+    use DataType::{F16, I8, U8};
+    let grid = |scale: f32, zero: i32, levels| Some(LevelGrid { scale, zero, levels });
+    let cases = [
+        // BERT-base's heads: all three int8, product and probabilities grids.
+        ([2usize, 12, 128, 64], 128usize, false, [Some(I8), Some(I8), Some(I8)], grid(0.37, 0, I8), None, grid(1.0 / 127.0, 0, I8)),
+        // Head dim 40 (byte loads), K transposed, uint8 V about 128, the scores' grid.
+        ([1, 3, 100, 40], 100, true, [Some(I8), Some(I8), Some(U8)], None, grid(0.043, 0, I8), grid(1.0 / 255.0, 0, U8)),
+        // 300 keys (five tiles), no probabilities grid, K as f16 beside levels.
+        ([2, 2, 20, 16], 300, false, [Some(I8), None, Some(I8)], grid(0.21, 0, I8), None, None),
+        // Levels and no grid inside: the inputs' dequantization only.
+        ([1, 2, 70, 32], 64, false, [Some(I8), Some(I8), Some(I8)], None, None, None),
+    ];
+    for (i, (q, sk, key_transposed, types, product, scores, probs)) in cases.into_iter().enumerate() {
+        let mut r = rng(90 + i as u64);
+        let d = q[3];
+        let k = if key_transposed { [q[0], q[1], d, sk] } else { [q[0], q[1], sk, d] };
+        let v = [q[0], q[1], sk, d];
+        let mut grids = [None; 3];
+        let mut inputs = Vec::new();
+        for (slot, (shape, ty)) in [q, k, v].into_iter().zip(types).enumerate() {
+            inputs.push(In::Run(match ty {
+                Some(U8) => {
+                    grids[slot] = grid(1.0 / 32.0, 128, U8);
+                    levels(&mut r, U8, &shape, 128, 100.0)
+                }
+                Some(_) => {
+                    grids[slot] = grid(0.05, 0, I8);
+                    levels(&mut r, I8, &shape, 0, 20.0)
+                }
+                None => random(&mut r, F16, &shape),
+            }));
+        }
+        inputs.push(In::Run(padding_mask(F16, q[0], sk)));
+        let kind = LayerKind::Attention(AttentionParams {
+            scale: (d as f32).sqrt(),
+            key_transposed,
+            scale_multiplies: false,
+            zero_nan_rows: true,
+            product_levels: product,
+            scores_levels: scores,
+            probs_levels: probs,
+            input_levels: Some(InputLevels { grids, to: F16 }),
+        });
+        // A probability flipped to the next level moves an output by a step of 1/127 times V
+        // (under 4 here): no output may be off by more than a few such steps.
+        compare_on_levels(&format!("attention with input levels case {i}"), kind, inputs, tolerance, 6.0 * 4.0 / 127.0);
     }
 }
 
 #[test]
 fn fused_and_unfused_attention_match_cpu_in_16_bits() {
-    // Only this test sets the switch (one test, so the two settings never race each other); the
+    // Only this test sets the switches (one test, so the settings never race each other); the
     // other attention tests pass on either path.
     std::env::set_var("KILN_CUDA_FLASH_ATTENTION", "1");
     run_cases(DataType::F16, 4e-3, "fused");
     run_cases(DataType::BF16, 3e-2, "fused");
+    // Attention on levels, fused (`flash_attention_levels`, off by default) then unfused.
+    std::env::set_var("KILN_CUDA_FLASH_ATTENTION_LEVELS", "1");
+    run_level_cases(DataType::F16, 1e-2, 6.0);
+    run_input_level_cases(1e-2);
+    std::env::remove_var("KILN_CUDA_FLASH_ATTENTION_LEVELS");
+    run_level_cases(DataType::F16, 1e-2, 6.0);
+    run_input_level_cases(1e-2);
     std::env::set_var("KILN_CUDA_FLASH_ATTENTION", "0");
     run_cases(DataType::F16, 4e-3, "unfused");
     std::env::remove_var("KILN_CUDA_FLASH_ATTENTION");
-    // Attention on levels runs unfused whatever the switch says (ops/flash.rs).
-    run_level_cases(DataType::F16, 1e-2, 6.0);
 }
 
 #[test]
@@ -187,6 +264,7 @@ fn fully_masked_rows_are_nan_or_zero_as_the_graph_says() {
                 product_levels: None,
                 scores_levels: None,
                 probs_levels: None,
+                input_levels: None,
             });
             check(&format!("masked rows {dtype} zero_nan_rows={zero_nan_rows}"), kind, inputs, tolerance);
         }
@@ -238,6 +316,7 @@ fn head_split_and_merge_around_attention_match_cpu_across_replays() {
             product_levels: None,
             scores_levels: None,
             probs_levels: None,
+            input_levels: None,
         };
         let a = net.add_layer("attention", LayerKind::Attention(params), vec![Some(q), Some(k), Some(v), Some(mask)]).unwrap();
         let merged = ShuffleParams { first_transpose: vec![0, 2, 1, 3], ..Default::default() };

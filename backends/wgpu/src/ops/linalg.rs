@@ -232,6 +232,15 @@ pub fn attention(
     shape: &[usize],
     dtype: DataType,
 ) -> KResult<DeviceTensor> {
+    // Inputs given as levels, dequantized as the DequantizeLinear they stand for did.
+    let dequantized = |slot: usize, x: &DeviceTensor| -> KResult<Option<DeviceTensor>> {
+        let (Some(grid), Some(levels)) = (p.input_grid(slot), p.input_levels) else { return Ok(None) };
+        let (scale, zero) = grid.operands().map_err(|e| kiln::invalid!("attention's input levels: {e}"))?;
+        let (scale, zero) = (rec.upload(&scale)?, rec.upload(&zero)?);
+        Ok(Some(super::quant::dequantize(rec, x, &scale, Some(&zero), None, levels.to)?))
+    };
+    let (dq, dk, dv) = (dequantized(0, q)?, dequantized(1, k)?, dequantized(2, v)?);
+    let (q, k, v) = (dq.as_ref().unwrap_or(q), dk.as_ref().unwrap_or(k), dv.as_ref().unwrap_or(v));
     let op_k = if p.key_transposed { MatrixOp::None } else { MatrixOp::Transpose };
     let (pq, pk) = (MatrixOperand::new(&q.shape, MatrixOp::None, true)?, MatrixOperand::new(&k.shape, op_k, false)?);
     let mut scores_shape = kiln_broadcast(&pq.batch, &pk.batch)?;

@@ -152,6 +152,7 @@ fn attention_and_fused() {
         product_levels: None,
         scores_levels: None,
         probs_levels: None,
+        input_levels: None,
     };
     check(
         &gpu,
@@ -180,9 +181,27 @@ fn attention_and_fused() {
         key_transposed: false,
         product_levels: grid(0.37, kiln::DataType::I8),
         probs_levels: grid(1.0 / 255.0, kiln::DataType::U8),
+        input_levels: None,
         ..p
     };
     check(&gpu, LayerKind::Attention(p), vec![In::Run(q), In::Run(k), In::Run(v), In::Absent], "attention on levels");
+    // Q and V given as levels (their DequantizeLinear folded in), K as floats: quarter steps again.
+    let as_levels = |t: kiln::HostTensor, zero: i32, dtype| {
+        let levels: Vec<i32> = t.to_f64_vec().iter().map(|&x| zero + (x * 8.0).round() as i32).collect();
+        let data = match dtype {
+            kiln::DataType::U8 => kiln::TensorData::U8(levels.iter().map(|&l| l as u8).collect()),
+            _ => kiln::TensorData::I8(levels.iter().map(|&l| l as i8).collect()),
+        };
+        kiln::HostTensor::new(t.shape().to_vec(), data).expect("shape")
+    };
+    let (q, k, v) = (
+        as_levels(rand_f32(&mut r, &[2, 3, 5, 8], -1.0, 1.0), 0, kiln::DataType::I8),
+        quarters(rand_f32(&mut r, &[2, 3, 7, 8], -1.0, 1.0)),
+        as_levels(rand_f32(&mut r, &[2, 3, 7, 4], -1.0, 1.0), 128, kiln::DataType::U8),
+    );
+    let grids = [Some(kiln::LevelGrid { scale: 0.25, zero: 0, levels: kiln::DataType::I8 }), None, Some(kiln::LevelGrid { scale: 0.25, zero: 128, levels: kiln::DataType::U8 })];
+    let p = AttentionParams { input_levels: Some(kiln::InputLevels { grids, to: kiln::DataType::F32 }), ..p };
+    check(&gpu, LayerKind::Attention(p), vec![In::Run(q), In::Run(k), In::Run(v), In::Absent], "attention on levels, Q and V given as levels");
     // conv + bias-add + relu + residual.
     let fused = FusedParams {
         anchor: FusedAnchor::Convolution(conv_params(2)),

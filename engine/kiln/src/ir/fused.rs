@@ -182,6 +182,20 @@ pub struct AttentionParams {
     /// The probabilities (after the softmax and its NaN guard) likewise, before `· V`.
     #[serde(default)]
     pub probs_levels: Option<LevelGrid>,
+    /// Q, K or V given as 8-bit levels: the per-tensor DequantizeLinear each came through,
+    /// folded into the layer.
+    #[serde(default)]
+    pub input_levels: Option<InputLevels>,
+}
+
+/// Attention inputs read as 8-bit levels (a Q/DQ network's Q, K and V): the layer dequantizes
+/// input `i` where `grids[i]` is set, `(level - zero) · scale` in f32 rounded once to `to`, as
+/// the per-tensor DequantizeLinear writing `to` it stands for did. Inputs without a grid are
+/// floats of type `to`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InputLevels {
+    pub grids: [Option<LevelGrid>; 3],
+    pub to: DataType,
 }
 
 /// A per-tensor quantization applied and undone (`DequantizeLinear(QuantizeLinear(x))`):
@@ -220,6 +234,11 @@ impl AttentionParams {
     /// Whether a quantization's levels sit anywhere inside it (a Q/DQ network's attention).
     pub fn has_levels(&self) -> bool {
         self.product_levels.is_some() || self.scores_levels.is_some() || self.probs_levels.is_some()
+    }
+
+    /// The grid input `slot` (Q 0, K 1, V 2) is read through, where it is given as levels.
+    pub fn input_grid(&self, slot: usize) -> Option<LevelGrid> {
+        self.input_levels.and_then(|l| l.grids.get(slot).copied().flatten())
     }
 
     /// The factor the scores are multiplied by (`scale`, or `1 / scale` when it divides).

@@ -4,7 +4,7 @@
 use super::patterns::{names, rewrite, NewInput, Replacement};
 use super::{Pass, PassContext, PassError};
 use crate::ir::dtype::DataType;
-use crate::ir::fused::{AttentionParams, LevelGrid};
+use crate::ir::fused::{AttentionParams, InputLevels, LevelGrid};
 use crate::ir::layer::{ElementwiseOp, LayerKind, MatrixOp};
 use crate::ir::network::{Layer, Network, TensorId};
 
@@ -48,6 +48,71 @@ impl Pass for QuantizedAttentionFusion {
             })
         })
     }
+}
+
+/// An attention whose Q, K or V comes straight from a per-tensor DequantizeLinear of 8-bit
+/// levels (one constant f32 scale, a constant zero point or none) that nothing else reads
+/// takes the levels and dequantizes them itself (`AttentionParams::input_levels`): a backend
+/// that fuses attention then reads a quarter of the bytes (half of f16's) and writes nothing
+/// between. Runs after the precision pass, so the DequantizeLinear already writes the
+/// attention's float type.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AttentionInputLevels;
+
+impl Pass for AttentionInputLevels {
+    fn name(&self) -> &'static str {
+        "attention-input-levels"
+    }
+
+    fn run(&self, network: &Network, _: &PassContext<'_>) -> Result<Option<Network>, PassError> {
+        rewrite(network, |v, _, l| input_levels(v, l))
+    }
+}
+
+fn input_levels(v: &super::patterns::View<'_>, l: &Layer) -> Option<Replacement> {
+    let LayerKind::Attention(p) = l.kind else { return None };
+    if p.input_levels.is_some() {
+        return None;
+    }
+    let to = v.net.tensor(l.inputs[0]?).dtype;
+    let mut grids = [None; 3];
+    let mut inputs: Vec<Option<NewInput>> = l.inputs.iter().map(|t| t.map(NewInput::Tensor)).collect();
+    let mut matched = Vec::new();
+    for slot in 0..3 {
+        let Some((dq, levels, grid)) = l.inputs.get(slot).copied().flatten().and_then(|t| dequantized_levels(v, t)) else { continue };
+        if v.net.tensor(dq.outputs[0]).dtype != to {
+            continue;
+        }
+        grids[slot] = Some(grid);
+        inputs[slot] = Some(NewInput::Tensor(levels));
+        matched.push(dq);
+    }
+    if matched.is_empty() {
+        return None;
+    }
+    matched.push(l);
+    let kind = LayerKind::Attention(AttentionParams { input_levels: Some(InputLevels { grids, to }), ..p });
+    Some(Replacement { names: names(&matched), kind, inputs })
+}
+
+/// `(DequantizeLinear, levels, grid)` where `t`, read only once, is a per-tensor
+/// DequantizeLinear of 8-bit levels with one constant f32 scale and a constant zero point or
+/// none.
+fn dequantized_levels<'n>(v: &super::patterns::View<'n>, t: TensorId) -> Option<(&'n Layer, TensorId, LevelGrid)> {
+    let dq = v.inner(t)?;
+    let LayerKind::Dequantize { .. } = dq.kind else { return None };
+    let (levels, scale) = (dq.inputs[0]?, dq.inputs[1]?);
+    let level_type = v.net.tensor(levels).dtype;
+    if !matches!(level_type, DataType::I8 | DataType::U8) || v.net.tensor(scale).dtype != DataType::F32 || v.net.tensor(scale).shape.volume() != Some(1) {
+        return None;
+    }
+    let zero = match dq.inputs.get(2).copied().flatten() {
+        Some(z) if v.net.tensor(z).dtype == level_type && v.net.tensor(z).shape.volume() == Some(1) => v.scalar(z)?,
+        Some(_) => return None,
+        None => 0.0,
+    };
+    let scale = v.scalar(scale)?;
+    (scale.is_finite() && scale > 0.0).then_some((dq, levels, LevelGrid { scale: scale as f32, zero: zero as i32, levels: level_type }))
 }
 
 /// The Attention layer that replaces the pattern ending at `pv`, the product by V.
@@ -201,6 +266,7 @@ fn attention(v: &super::patterns::View<'_>, pv: &Layer) -> Option<Replacement> {
         product_levels,
         scores_levels,
         probs_levels,
+        input_levels: None,
     };
     Some(Replacement {
         names: names(&matched),

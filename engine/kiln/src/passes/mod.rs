@@ -26,7 +26,7 @@ mod quantized_chain;
 mod shape_tensors;
 pub(crate) mod graph;
 
-pub use attention::{AttentionFusion, QuantizedAttentionFusion};
+pub use attention::{AttentionFusion, AttentionInputLevels, QuantizedAttentionFusion};
 pub use cse::CommonSubexpressionElimination;
 pub use dead::{remove_dead_layers, DeadLayerElimination};
 pub use einsum::EinsumLowering;
@@ -157,6 +157,8 @@ impl Pipeline {
                 Box::new(PointwiseChainFusion),
                 // After the float chains, which it extends to the integers around them.
                 Box::new(QuantizedChainFusion),
+                // After the chains fold a DequantizeLinear's Cast into the type it writes.
+                Box::new(AttentionInputLevels),
                 // Last, so no pattern above sees a value shared that the graph computed twice.
                 Box::new(CommonSubexpressionElimination),
                 Box::new(DeadLayerElimination),

@@ -107,14 +107,39 @@ pub(super) fn attention(
     ins.arity(3, 4)?;
     // A grid's levels are int8 or uint8 with a zero point among them and a positive finite
     // scale, as the QuantizeLinear it stands for has (an engine file may say otherwise).
-    for (what, grid) in [("product", &p.product_levels), ("scores", &p.scores_levels), ("probabilities", &p.probs_levels)] {
+    let inputs = ["Q", "K", "V"].map(|n| format!("the {n} input's"));
+    let grids = [("the product", p.product_levels), ("the scores", p.scores_levels), ("the probabilities", p.probs_levels)]
+        .into_iter()
+        .chain(inputs.iter().enumerate().map(|(i, what)| (what.as_str(), p.input_grid(i))));
+    for (what, grid) in grids {
         let Some(g) = grid else { continue };
         let range = matches!(g.levels, crate::DataType::I8 | crate::DataType::U8).then(|| g.range());
         let ok = range.is_some_and(|(lo, hi)| (lo..=hi).contains(&g.zero)) && g.scale.is_finite() && g.scale > 0.0;
         if !ok {
-            return rule(None, format!("the {what} levels are {} with zero point {} and scale {}: they must be int8 or uint8, the zero point one of their levels and the scale positive", g.levels, g.zero, g.scale));
+            return rule(None, format!("{what} levels are {} with zero point {} and scale {}: they must be int8 or uint8, the zero point one of their levels and the scale positive", g.levels, g.zero, g.scale));
         }
     }
+    // Inputs given as levels read as the floats they dequantize to.
+    let mut facts: Vec<Option<Fact<'_>>> = ins.0.to_vec();
+    if let Some(levels) = p.input_levels {
+        if !levels.to.is_float() {
+            return rule(None, format!("attention's inputs dequantize to {}, which is not a floating-point type", levels.to));
+        }
+        for (slot, grid) in levels.grids.iter().enumerate() {
+            let Some(f) = facts[slot].as_mut() else { continue };
+            match grid {
+                Some(g) if f.dtype != g.levels => {
+                    return rule(Some(slot), format!("input {slot} must be the {} levels its grid reads, not {}", g.levels, f.dtype));
+                }
+                Some(_) => *f = Fact::new(levels.to, f.shape, None),
+                None if f.dtype != levels.to => {
+                    return rule(Some(slot), format!("input {slot} must be {} as the dequantized inputs are, not {}", levels.to, f.dtype));
+                }
+                None => {}
+            }
+        }
+    }
+    let ins = &Inputs(&facts);
     let q = ins.float(0)?;
     let op_b = if p.key_transposed {
         MatrixOp::None
