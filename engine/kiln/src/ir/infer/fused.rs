@@ -107,10 +107,10 @@ pub(super) fn attention(
     ins.arity(3, 4)?;
     // A grid's levels are int8 or uint8 with a zero point among them and a positive finite
     // scale, as the QuantizeLinear it stands for has (an engine file may say otherwise).
-    let inputs = ["Q", "K", "V"].map(|n| format!("the {n} input's"));
+    let inputs = ["the Q input's", "the K input's", "the V input's"];
     let grids = [("the product", p.product_levels), ("the scores", p.scores_levels), ("the probabilities", p.probs_levels)]
         .into_iter()
-        .chain(inputs.iter().enumerate().map(|(i, what)| (what.as_str(), p.input_grid(i))));
+        .chain(inputs.into_iter().enumerate().map(|(i, what)| (what, p.input_grid(i))));
     for (what, grid) in grids {
         let Some(g) = grid else { continue };
         let range = matches!(g.levels, crate::DataType::I8 | crate::DataType::U8).then(|| g.range());
