@@ -213,12 +213,17 @@ __device__ __forceinline__ void stage_join(const unsigned char* join, unsigned c
 // Apart from the plain store loop, which a layer without a join runs as it did before (with
 // the two loops in one, BERT-base's products were 2% slower).
 template <int BN>
-__device__ __forceinline__ void store_joined(const Requant& e, const unsigned char* tile, unsigned char* out, bool staged, i64 m0, int n0, i64 pixels, int k, int tid) {
+__device__ __forceinline__ void store_joined(const Requant& e, const unsigned char* tile, unsigned char* out, bool staged, i64 m0, int n0, i64 pixels, int k, int tid,
+                                             bool prefetched) {
     constexpr int PITCH = BN + 16;
     const unsigned char* join_tile = tile + IC_BM * PITCH;
     const Join join = join_of(e.join, e.join_params);
     const JoinFast fast = join_fast(join, e);
-    cp_async_wait<0>();
+    // The join's group, committed before the next tile's IC_AHEAD steps (left in flight).
+    if (prefetched)
+        cp_async_wait<IC_AHEAD>();
+    else
+        cp_async_wait<0>();
 #pragma unroll 1
     for (int piece = tid; piece < IC_BM * (BN / 16); piece += IC_THREADS) {
         const int row = piece / (BN / 16), col = (piece % (BN / 16)) * 16;
@@ -285,8 +290,16 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
     const int depth = r * s * c;
     // Filter blocks vary fastest: the blocks reading one pixel tile run together and share it in L2.
     const unsigned filter_blocks = (k + BN - 1) / BN;
-    const i64 m0 = (i64)(blockIdx.x / filter_blocks) * IC_BM;
     const int n0 = (int)(blockIdx.x % filter_blocks) * BN;
+    // A persistent launch (fewer blocks than tiles, in a multiple of filter_blocks: the host's
+    // `launch`) keeps each block on its filter block and strides it over the pixel tiles, its
+    // output tile in shared memory of its own: the next tile's first steps load while this
+    // one's epilogue stores, where each block otherwise waited out its loads alone. POINTWISE
+    // layers alone (short main loops, the memory-bound ones): in the others the state carried
+    // across tiles cost registers the main loop needs.
+    const bool persistent = POINTWISE && (i64)gridDim.x < (pixels + IC_BM - 1) / IC_BM * filter_blocks;
+    const i64 tile_stride = (i64)(gridDim.x / filter_blocks) * IC_BM;
+    i64 m0 = (i64)(blockIdx.x / filter_blocks) * IC_BM;
 
     // The second quantization's table of levels (and, for wgmma, the per-channel operands) read
     // into shared memory now: their loads wait out the main loop (the first __syncthreads
@@ -315,23 +328,26 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
     const signed char* a_origin[A_CHUNKS];
     int a_ih[A_CHUNKS], a_iw[A_CHUNKS];
     bool a_in[A_CHUNKS];
+    // The A chunks' pixels for the tile at pixel `tile_m0`.
+    auto aim = [&](i64 tile_m0) {
 #pragma unroll
-    for (int i = 0; i < A_CHUNKS; ++i) {
-        const i64 m = m0 + row_of(i);
-        const bool in = m < pixels;
-        a_in[i] = in;
-        if constexpr (POINTWISE) {
-            a_origin[i] = in ? x + m * c : x;
-            continue;
+        for (int i = 0; i < A_CHUNKS; ++i) {
+            const i64 m = tile_m0 + row_of(i);
+            const bool in = m < pixels;
+            a_in[i] = in;
+            if constexpr (POINTWISE) {
+                a_origin[i] = in ? x + m * c : x;
+                continue;
+            }
+            // p·q fits 32 bits (the host's check); m does where the output has under 2^31 pixels.
+            const i64 img = !in ? 0 : pixels <= 0x7fffffff ? (i64)((unsigned)m / (unsigned)(p * q)) : m / ((i64)p * q);
+            // Unsigned: the signed division's sign fix-ups were a tenth of a block's instructions.
+            const unsigned pq = in ? (unsigned)(m - img * p * q) : 0;
+            a_ih[i] = in ? (int)(pq / (unsigned)q) * stride_h - pad_h : -(1 << 30);
+            a_iw[i] = (int)(pq % (unsigned)q) * stride_w - pad_w;
+            a_origin[i] = in ? x + ((img * h + a_ih[i]) * w + a_iw[i]) * c : x;
         }
-        // p·q fits 32 bits (the host's check); m does where the output has under 2^31 pixels.
-        const i64 img = !in ? 0 : pixels <= 0x7fffffff ? (i64)((unsigned)m / (unsigned)(p * q)) : m / ((i64)p * q);
-        // Unsigned: the signed division's sign fix-ups were a tenth of a block's instructions.
-        const unsigned pq = in ? (unsigned)(m - img * p * q) : 0;
-        a_ih[i] = in ? (int)(pq / (unsigned)q) * stride_h - pad_h : -(1 << 30);
-        a_iw[i] = (int)(pq % (unsigned)q) * stride_w - pad_w;
-        a_origin[i] = in ? x + ((img * h + a_ih[i]) * w + a_iw[i]) * c : x;
-    }
+    };
     // Each B chunk's filter row, from depth 0; a row past the last filter is never read.
     const signed char* b_origin[B_CHUNKS];
     bool b_in[B_CHUNKS];
@@ -350,7 +366,7 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
 
     // Where this thread's column is in the filter at the next step to load: depth index kg,
     // channel cc of tap (tr, ts). Steps load in order, so each advances IC_BK without dividing.
-    int kg = col, cc = col, tr = 0, ts = 0;
+    int kg, cc, tr, ts;
     auto normalize = [&]() {
         while (cc >= c) {
             cc -= c;
@@ -360,7 +376,6 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
             }
         }
     };
-    normalize();
     // Per step, one offset from every chunk's origin (the tap and channel), and two additions
     // and an unsigned compare per chunk for the padding: the index arithmetic, not the MMAs,
     // was most of a step's instructions.
@@ -400,17 +415,19 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
     // and the epilogue adds it (ptxas serializes wgmma pipelines over accumulators set by loads).
     constexpr bool BIAS_FIRST = LEVELS && !WG;
     int acc[MT][NT][4];
+    auto start_sums = [&]() {
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
-        const int ch = n0 + warp_n * WN + j * 8 + (lane % 4) * 2;
-        const int b0 = BIAS_FIRST && e.int_bias ? e.int_bias[min(ch, k - 1)] : 0;
-        const int b1 = BIAS_FIRST && e.int_bias ? e.int_bias[min(ch + 1, k - 1)] : 0;
+        for (int j = 0; j < NT; ++j) {
+            const int ch = n0 + warp_n * WN + j * 8 + (lane % 4) * 2;
+            const int b0 = BIAS_FIRST && e.int_bias ? e.int_bias[min(ch, k - 1)] : 0;
+            const int b1 = BIAS_FIRST && e.int_bias ? e.int_bias[min(ch + 1, k - 1)] : 0;
 #pragma unroll
-        for (int i = 0; i < MT; ++i) {
-            acc[i][j][0] = acc[i][j][2] = b0;
-            acc[i][j][1] = acc[i][j][3] = b1;
+            for (int i = 0; i < MT; ++i) {
+                acc[i][j][0] = acc[i][j][2] = b0;
+                acc[i][j][1] = acc[i][j][3] = b1;
+            }
         }
-    }
+    };
 
     // Step t lives in stage t % STAGES; with fewer steps than stages only the first `steps`
     // stages exist. One group is committed per step slot (empty past the last), so waiting for
@@ -420,80 +437,139 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
     // at step t − 1 while step t − 1's MMAs were left running.
     constexpr int STAGES = WG ? IC_WG_STAGES : IC_STAGES;
     const int steps = (depth + IC_BK - 1) / IC_BK;
+    // A tile's first IC_AHEAD steps (one group each), from stage 0: every stage is free.
+    auto start_tile = [&](i64 tile_m0) {
+        aim(tile_m0);
+        kg = cc = col;
+        tr = ts = 0;
+        normalize();
 #pragma unroll
-    for (int t = 0; t < IC_AHEAD; ++t) {
-        if (t < steps) load(t);
-        cp_async_commit();
-    }
+        for (int t = 0; t < IC_AHEAD; ++t) {
+            if (t < steps) load(t);
+            cp_async_commit();
+        }
+    };
+    start_tile(m0);
     // The stages read and written, counted round the ring (a division per step was a tenth of
     // a step's instructions; write_stage is always (read_stage + IC_AHEAD) % STAGES). wgmma's
     // descriptors are stage 0's plus the stage's offset >> 4: shared addresses stay below
     // 2^18, so the offset never carries out of the address field.
-    int read_stage = 0, write_stage = IC_AHEAD % STAGES;
     const unsigned long long a_desc0 = WG ? wgmma_descriptor_sw64(smem + (warp / 4) * 64 * IC_BK, IC_BK * 8) : 0;
     const unsigned long long b_desc0 = WG ? wgmma_descriptor_sw64(smem + St::A_BYTES, IC_BK * 8) : 0;
 #pragma unroll 1
-    for (int step = 0; step < steps; ++step) {
-        cp_async_wait<IC_AHEAD - 1>();
-        // wgmma reads shared memory through the async proxy: this thread's copies must be
-        // visible to it, not just to the other threads.
-        if (WG) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        // Also: every warp is done with the stage the load below overwrites.
-        __syncthreads();
-        if (step + IC_AHEAD < steps) load(write_stage);
-        write_stage = write_stage + 1 == STAGES ? 0 : write_stage + 1;
-        cp_async_commit();
-        const signed char* as = smem + read_stage * St::BYTES;
-        const signed char* bs = as + St::A_BYTES;
-        if constexpr (WG) {
-            // Warpgroup warp / 4 owns pixels [64 · (warp / 4), + 64). The second 32 of depth starts
-            // 32 bytes into each row, before the swizzle (which the hardware applies).
-            const unsigned stage_offset = (unsigned)(read_stage * St::BYTES) >> 4;
-            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    for (;; m0 += tile_stride) {
+        start_sums();
+        int read_stage = 0, write_stage = IC_AHEAD % STAGES;
+#pragma unroll 1
+        for (int step = 0; step < steps; ++step) {
+            cp_async_wait<IC_AHEAD - 1>();
+            // wgmma reads shared memory through the async proxy: this thread's copies must be
+            // visible to it, not just to the other threads.
+            if (WG) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            // Also: every warp is done with the stage the load below overwrites.
+            __syncthreads();
+            if (step + IC_AHEAD < steps) load(write_stage);
+            write_stage = write_stage + 1 == STAGES ? 0 : write_stage + 1;
+            cp_async_commit();
+            const signed char* as = smem + read_stage * St::BYTES;
+            const signed char* bs = as + St::A_BYTES;
+            if constexpr (WG) {
+                // Warpgroup warp / 4 owns pixels [64 · (warp / 4), + 64). The second 32 of depth starts
+                // 32 bytes into each row, before the swizzle (which the hardware applies).
+                const unsigned stage_offset = (unsigned)(read_stage * St::BYTES) >> 4;
+                asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-            for (int ks = 0; ks < IC_BK; ks += 32) wgmma_s8<BN>(&acc[0][0][0], a_desc0 + stage_offset + ks / 16, b_desc0 + stage_offset + ks / 16);
-            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-            // The previous step's MMAs are done (this step's run on): its stage is free.
-            asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-        } else {
+                for (int ks = 0; ks < IC_BK; ks += 32) wgmma_s8<BN>(&acc[0][0][0], a_desc0 + stage_offset + ks / 16, b_desc0 + stage_offset + ks / 16);
+                asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+                // The previous step's MMAs are done (this step's run on): its stage is free.
+                asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+            } else {
 #pragma unroll
-            for (int ks = 0; ks < IC_BK; ks += 32) {
-                unsigned af[MT][4], bf[NT][2];
+                for (int ks = 0; ks < IC_BK; ks += 32) {
+                    unsigned af[MT][4], bf[NT][2];
 #pragma unroll
-                for (int mt = 0; mt < MT; ++mt)
-                    ldmatrix_x4(as + (warp_m * WM + mt * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * IC_LD + ks + (lane / 16) * 16, af[mt]);
+                    for (int mt = 0; mt < MT; ++mt)
+                        ldmatrix_x4(as + (warp_m * WM + mt * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * IC_LD + ks + (lane / 16) * 16, af[mt]);
 #pragma unroll
-                for (int nt = 0; nt < NT; nt += 2) {
-                    unsigned b[4];
-                    ldmatrix_x4(bs + (warp_n * WN + nt * 8 + (lane % 8) + (lane / 16) * 8) * IC_LD + ks + ((lane / 8) % 2) * 16, b);
-                    bf[nt][0] = b[0];
-                    bf[nt][1] = b[1];
-                    bf[nt + 1][0] = b[2];
-                    bf[nt + 1][1] = b[3];
+                    for (int nt = 0; nt < NT; nt += 2) {
+                        unsigned b[4];
+                        ldmatrix_x4(bs + (warp_n * WN + nt * 8 + (lane % 8) + (lane / 16) * 8) * IC_LD + ks + ((lane / 8) % 2) * 16, b);
+                        bf[nt][0] = b[0];
+                        bf[nt][1] = b[1];
+                        bf[nt + 1][0] = b[2];
+                        bf[nt + 1][1] = b[3];
+                    }
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                        for (int nt = 0; nt < NT; ++nt) mma_s8(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
                 }
+            }
+            read_stage = read_stage + 1 == STAGES ? 0 : read_stage + 1;
+        }
+        if constexpr (WG) {
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+            wgmma_fence_operands<MT * NT * 4>(&acc[0][0][0]);
+        }
+        cp_async_wait<0>();
+        __syncthreads();  // the stages are free: for the output tile, or the next tile's steps
+
+        typedef unsigned char OutRow[BN + 16];
+        // The host gives the block room for it (`shared_bytes`): over the stages (where they are
+        // smaller) or, when persistent, after them; the join's bytes after it where the layer has
+        // a join.
+        OutRow* tile = reinterpret_cast<OutRow*>(persistent ? smem + min(STAGES, steps) * St::BYTES : smem);
+        // A join's bytes of this thread's row pieces, copied in beside the tile while the levels
+        // are computed (committed before the next tile's steps, so waiting for it leaves those).
+        if (e.join && join_staged(e, k, y)) stage_join<BN>((const unsigned char*)e.join, (unsigned char*)(tile + IC_BM), m0, n0, pixels, k, tid);
+        // The next tile's first steps start loading once the sums are spent (the pixels' origins
+        // and the sums are not live at once: more registers spilled).
+        const bool prefetched = persistent && m0 + tile_stride < pixels;
+        if (!LEVELS && e.out_type == IC_F32) {
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                const int col = warp_n * WN + nt * 8 + (lane % 4) * 2, ch = n0 + col;
+                const Channel c[2] = {channel_at(col), channel_at(col + 1)};
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-                    for (int nt = 0; nt < NT; ++nt) mma_s8(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
+                    for (int half = 0; half < 2; ++half) {
+                        const i64 m = m0 + warp_m * WM + mt * 16 + lane / 4 + half * 8;
+#pragma unroll
+                        for (int j = 0; j < 2; ++j) {
+                            if (m >= pixels || ch + j >= k) continue;
+                            const float v = scaled(e, c[j], acc[mt][nt][half * 2 + j], m * k + ch + j);
+                            ((float*)y)[m * k + ch + j] = e.relu ? fmaxf(v, 0.0f) : v;
+                        }
+                    }
             }
+            if (!prefetched) return;
+            start_tile(m0 + tile_stride);
+            continue;
         }
-        read_stage = read_stage + 1 == STAGES ? 0 : read_stage + 1;
-    }
-    if constexpr (WG) {
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        wgmma_fence_operands<MT * NT * 4>(&acc[0][0][0]);
-    }
-    cp_async_wait<0>();
-    __syncthreads();  // the stages are free for the output tile
-
-    typedef unsigned char OutRow[BN + 16];
-    // The host gives the block room for it (`shared_bytes`) where the stages are smaller, and
-    // for the join's bytes after it where the layer has a join.
-    OutRow* tile = reinterpret_cast<OutRow*>(smem);
-    // A join's bytes of this thread's row pieces, copied in beside the tile while the levels
-    // are computed.
-    if (e.join && join_staged(e, k, y)) stage_join<BN>((const unsigned char*)e.join, (unsigned char*)(tile + IC_BM), m0, n0, pixels, k, tid);
-    if (!LEVELS && e.out_type == IC_F32) {
+        // Levels: the block's [128 pixels][BN filters] bytes gather in shared memory (the operand
+        // tiles are free), then leave in 16-byte row pieces: scattered byte stores were most of the
+        // time of a convolution with few input channels. LEVELS: rint(v) + zero within [low, hi],
+        // where the ReLU's floor (level 0, the zero point) joins the saturation's.
+        const int zero = (int)e.y_zero, high = (int)e.hi, low = e.relu ? max((int)e.lo, zero) : (int)e.lo;
+        const float low_f = (float)(low - zero), high_f = (float)(high - zero);
+        // `at`: the output element (in range: the residual is read there).
+        // The level's byte, then its second level where the layer has one.
+        auto level = [&](const Channel& c, int acc, i64 at) -> unsigned char {
+            unsigned char b;
+            if (!LEVELS) {
+                b = level_byte(e, scaled(e, c, acc, at));
+            } else {
+                const int sum = BIAS_FIRST ? acc : acc + c.int_bias;  // exact: the host's bound
+                // Clamped to the levels' range (less the zero point) before rounding, which gives the
+                // same integer as clamping after (the bounds are integers, the rounding monotone); NaN
+                // goes to the low end. The rounding add leaves level − zero in the low bits, and the
+                // constant's low byte is 0, so the byte is theirs plus the zero point's.
+                const float v = fminf(fmaxf(__fmul_rn(int_as_float(sum), c.scale), low_f), high_f);
+                b = (unsigned char)(__float_as_int(__fadd_rn(v, KILN_ROUNDING_MAGIC)) + zero);
+            }
+            return e.then ? then_levels[b] : b;
+        };
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
             const int col = warp_n * WN + nt * 8 + (lane % 4) * 2, ch = n0 + col;
@@ -502,74 +578,36 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
             for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
                 for (int half = 0; half < 2; ++half) {
-                    const i64 m = m0 + warp_m * WM + mt * 16 + lane / 4 + half * 8;
-#pragma unroll
-                    for (int j = 0; j < 2; ++j) {
-                        if (m >= pixels || ch + j >= k) continue;
-                        const float v = scaled(e, c[j], acc[mt][nt][half * 2 + j], m * k + ch + j);
-                        ((float*)y)[m * k + ch + j] = e.relu ? fmaxf(v, 0.0f) : v;
-                    }
+                    const int row = warp_m * WM + mt * 16 + lane / 4 + half * 8;
+                    // Rows and filters past the output are computed but never stored: their
+                    // residual reads go to element 0.
+                    const i64 m = m0 + row, at = m < pixels ? m * k + ch : 0;
+                    const i64 at1 = m < pixels && ch + 1 < k ? at + 1 : 0;
+                    *reinterpret_cast<uchar2*>(&tile[row][col]) =
+                        make_uchar2(level(c[0], acc[mt][nt][half * 2], ch < k ? at : 0), level(c[1], acc[mt][nt][half * 2 + 1], at1));
                 }
         }
-        return;
-    }
-    // Levels: the block's [128 pixels][BN filters] bytes gather in shared memory (the operand
-    // tiles are free), then leave in 16-byte row pieces: scattered byte stores were most of the
-    // time of a convolution with few input channels. LEVELS: rint(v) + zero within [low, hi],
-    // where the ReLU's floor (level 0, the zero point) joins the saturation's.
-    const int zero = (int)e.y_zero, high = (int)e.hi, low = e.relu ? max((int)e.lo, zero) : (int)e.lo;
-    const float low_f = (float)(low - zero), high_f = (float)(high - zero);
-    // `at`: the output element (in range: the residual is read there).
-    // The level's byte, then its second level where the layer has one.
-    auto level = [&](const Channel& c, int acc, i64 at) -> unsigned char {
-        unsigned char b;
-        if (!LEVELS) {
-            b = level_byte(e, scaled(e, c, acc, at));
-        } else {
-            const int sum = BIAS_FIRST ? acc : acc + c.int_bias;  // exact: the host's bound
-            // Clamped to the levels' range (less the zero point) before rounding, which gives the
-            // same integer as clamping after (the bounds are integers, the rounding monotone); NaN
-            // goes to the low end. The rounding add leaves level − zero in the low bits, and the
-            // constant's low byte is 0, so the byte is theirs plus the zero point's.
-            const float v = fminf(fmaxf(__fmul_rn(int_as_float(sum), c.scale), low_f), high_f);
-            b = (unsigned char)(__float_as_int(__fadd_rn(v, KILN_ROUNDING_MAGIC)) + zero);
+        if (prefetched) start_tile(m0 + tile_stride);
+        __syncthreads();
+        unsigned char* out = (unsigned char*)y;
+        const bool vector = k % 16 == 0 && ((size_t)out % 16) == 0;
+        if (e.join) {
+            store_joined<BN>(e, (const unsigned char*)tile, out, join_staged(e, k, y), m0, n0, pixels, k, tid, prefetched);
+            if (!prefetched) return;
+            continue;
         }
-        return e.then ? then_levels[b] : b;
-    };
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-        const int col = warp_n * WN + nt * 8 + (lane % 4) * 2, ch = n0 + col;
-        const Channel c[2] = {channel_at(col), channel_at(col + 1)};
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                const int row = warp_m * WM + mt * 16 + lane / 4 + half * 8;
-                // Rows and filters past the output are computed but never stored: their
-                // residual reads go to element 0.
-                const i64 m = m0 + row, at = m < pixels ? m * k + ch : 0;
-                const i64 at1 = m < pixels && ch + 1 < k ? at + 1 : 0;
-                *reinterpret_cast<uchar2*>(&tile[row][col]) =
-                    make_uchar2(level(c[0], acc[mt][nt][half * 2], ch < k ? at : 0), level(c[1], acc[mt][nt][half * 2 + 1], at1));
-            }
-    }
-    __syncthreads();
-    unsigned char* out = (unsigned char*)y;
-    const bool vector = k % 16 == 0 && ((size_t)out % 16) == 0;
-    if (e.join) {
-        store_joined<BN>(e, (const unsigned char*)tile, out, join_staged(e, k, y), m0, n0, pixels, k, tid);
-        return;
-    }
 #pragma unroll 1
-    for (int piece = tid; piece < IC_BM * (BN / 16); piece += IC_THREADS) {
-        const int row = piece / (BN / 16), col = (piece % (BN / 16)) * 16;
-        const i64 m = m0 + row, at = m * k + n0 + col;
-        if (m >= pixels || n0 + col >= k) continue;
-        if (vector) {
-            *reinterpret_cast<uint4*>(out + at) = *reinterpret_cast<const uint4*>(&tile[row][col]);
-        } else {
-            for (int j = 0; j < 16 && n0 + col + j < k; ++j) out[at + j] = tile[row][col + j];
+        for (int piece = tid; piece < IC_BM * (BN / 16); piece += IC_THREADS) {
+            const int row = piece / (BN / 16), col = (piece % (BN / 16)) * 16;
+            const i64 m = m0 + row, at = m * k + n0 + col;
+            if (m >= pixels || n0 + col >= k) continue;
+            if (vector) {
+                *reinterpret_cast<uint4*>(out + at) = *reinterpret_cast<const uint4*>(&tile[row][col]);
+            } else {
+                for (int j = 0; j < 16 && n0 + col + j < k; ++j) out[at + j] = tile[row][col + j];
+            }
         }
+        if (!prefetched) return;
     }
 }
 

@@ -2,8 +2,9 @@
 # On the GPU machine: one engine run with each variant folder of CUDA kernel sources
 # (KILN_CUDA_KERNEL_DIR: files there replace the embedded ones of the same name), on the same card,
 # so a kernel change is tried without rebuilding kiln:
-#   bash benches/gpu/kernel_ab.sh ENGINE INPUTS.npz DIR [DIR ...]
-# (no DIR: the embedded kernels alone). Each folder's outputs must equal the first one's byte for
+#   bash benches/gpu/kernel_ab.sh ENGINE INPUTS.npz VARIANT [VARIANT ...]
+# where a VARIANT is a DIR, or `env:NAME=VALUE` (the embedded kernels with that variable set, for a
+# launcher's switch); no VARIANT: the embedded kernels alone. Each folder's outputs must equal the first one's byte for
 # byte (the variants change speed, not values); then ROUNDS rounds of `kiln bench` interleave them
 # (each bench's median GPU compute time, every round printed: noise shows as the rounds' spread).
 # With PROFILE=1 each also writes its per-layer profile (`kiln bench --dump-profile`). Everything
@@ -16,9 +17,19 @@ export KILN_CUDA_INCLUDE=${KILN_CUDA_INCLUDE:-/usr/local/cuda/include} KILN_REPO
 py=/opt/torch/.venv/bin/python kiln=.gpu/bin/kiln out=${OUT:-/tmp}/kernel_ab
 mkdir -p "$out"
 names=() dirs=()
-for d in "$@"; do names+=("$(basename "$d")"); dirs+=("$(cd "$d" && pwd)"); done
+for d in "$@"; do
+  case "$d" in
+    env:*) names+=("${d#env:}"); dirs+=("$d") ;;
+    *) names+=("$(basename "$d")"); dirs+=("$(cd "$d" && pwd)") ;;
+  esac
+done
 [ ${#names[@]} -gt 0 ] || { names=(embedded); dirs=(""); }
-with_dir() { KILN_CUDA_KERNEL_DIR="$1" "${@:2}"; }
+with_dir() {
+  case "$1" in
+    env:*) env "${1#env:}" "${@:2}" ;;
+    *) KILN_CUDA_KERNEL_DIR="$1" "${@:2}" ;;
+  esac
+}
 
 ok=()
 for i in "${!names[@]}"; do

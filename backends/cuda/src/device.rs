@@ -25,6 +25,8 @@ thread_local! {
 
 /// Each loaded kernel and the byte size of each of its parameters.
 type Functions = HashMap<Kernel, (CudaFunction, Arc<[usize]>)>;
+/// Blocks resident on one multiprocessor, by kernel, block size and dynamic shared bytes.
+type Residency = HashMap<(Kernel, u32, u32), u32>;
 
 /// One context, stream, kernel set and cuBLASLt handle.
 #[derive(Debug)]
@@ -35,6 +37,7 @@ pub struct Gpu {
     /// Shared by every lane of the context (see [`Gpu::lane`]).
     modules: Arc<HashMap<Source, Arc<CudaModule>>>,
     functions: Arc<Mutex<Functions>>,
+    residency: Arc<Mutex<Residency>>,
     pub blas: crate::blas::Blas,
     /// cuDNN on this stream, opened on first use (Err: absent or failed; convolutions then
     /// run kiln's direct kernel).
@@ -130,6 +133,7 @@ impl Gpu {
             arch,
             modules: Arc::new(modules),
             functions: Arc::default(),
+            residency: Arc::default(),
             blas,
             dnn: OnceLock::new(),
             sparse: OnceLock::new(),
@@ -153,6 +157,7 @@ impl Gpu {
             arch: self.arch.clone(),
             modules: self.modules.clone(),
             functions: self.functions.clone(),
+            residency: self.residency.clone(),
             dnn: OnceLock::new(),
             sparse: OnceLock::new(),
             sessions: Arc::default(),
@@ -636,6 +641,25 @@ impl Gpu {
     /// [`Gpu::launch`] over a 3-D grid of 3-D blocks.
     pub fn launch_grid(&self, kernel: &Kernel, grid: (u32, u32, u32), block: (u32, u32, u32), args: &[Arg]) -> Result<(), GpuError> {
         self.launch_with_shared(kernel, grid, block, 0, args)
+    }
+
+    /// How many blocks of `kernel` (of `threads` threads, `shared_bytes` of dynamic shared
+    /// memory) one multiprocessor holds at once: the driver's occupancy calculator, asked once
+    /// per shape (launchers ask on every enqueue).
+    pub fn resident_blocks(&self, kernel: &Kernel, threads: u32, shared_bytes: u32) -> Result<u32, GpuError> {
+        let key = (kernel.clone(), threads, shared_bytes);
+        if let Some(&n) = lock(&self.residency).get(&key) {
+            return Ok(n);
+        }
+        let (f, _) = self.function(kernel)?;
+        // The calculator counts no more dynamic shared memory than the function is allowed.
+        if shared_bytes > 48 * 1024 {
+            use sys::CUfunction_attribute_enum as F;
+            f.set_attribute(F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_bytes as i32).map_err(driver("cuFuncSetAttribute"))?;
+        }
+        let n = f.occupancy_max_active_blocks_per_multiprocessor(threads, shared_bytes as usize, None).map_err(driver("cuOccupancyMaxActiveBlocksPerMultiprocessor"))?;
+        lock(&self.residency).insert(key, n);
+        Ok(n)
     }
 
     /// The device's streaming multiprocessors (the grid a kernel with per-block set-up needs).

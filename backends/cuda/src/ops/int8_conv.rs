@@ -35,10 +35,17 @@ pub enum MainLoop {
 
 static WGMMA_CONVOLUTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+static PERSISTENT_CONVOLUTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// How many convolutions this process has enqueued on the wgmma main loop (tests prove with it
 /// that a wgmma tactic ran its kernel, not a fallback).
 pub fn wgmma_convolutions_enqueued() -> u64 {
     WGMMA_CONVOLUTIONS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// How many convolutions this process has enqueued as a persistent launch (see [`launch`]).
+pub fn persistent_convolutions_enqueued() -> u64 {
+    PERSISTENT_CONVOLUTIONS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 impl MainLoop {
@@ -154,27 +161,58 @@ pub fn convolution(cx: &Ctx, main_loop: MainLoop, c: &kiln::ConvolutionParams, x
         let why = epilogue.general_reason(depth).unwrap_or_default();
         super::quant::say_once(format!("{name} over {:?} by {:?}: the general epilogue, for {why}", x.shape, w.shape));
     }
-    // One dimension: the kernel takes its filter block from the fastest-varying part.
-    let blocks = pixels.div_ceil(PIXELS_PER_BLOCK).checked_mul(filters.div_ceil(filters_per_block));
-    let grid = (blocks.and_then(|b| u32::try_from(b).ok()).filter(|&b| b <= i32::MAX as u32).ok_or_else(|| invalid!("an INT8 convolution of {:?} is too many blocks", x.shape))?, 1, 1);
-    let steps = depth.div_ceil(DEPTH_PER_STAGE);
-    // The stages, or the output tile of levels ([pixels][filters + 16] bytes) where it is larger.
-    let (ring, pitch) = main_loop.ring();
-    let stages = ring.min(steps) * (PIXELS_PER_BLOCK + filters_per_block) * pitch;
-    // wgmma's tiles are aligned to its swizzle's 512 bytes within it.
-    let slack = if main_loop == MainLoop::Wgmma { WGMMA_ALIGN } else { 0 };
-    // A join's bytes are staged beside the output tile.
-    let tiles = if epilogue.joins { 2 } else { 1 };
-    let shared = (stages.max(tiles * PIXELS_PER_BLOCK * (filters_per_block + 16)) + slack) as u32;
+    let kernel = Source::Int8Conv.kernel(&name);
+    // The kernel's pointwise main loop (its `POINTWISE`) is the one that can run persistent.
+    let pointwise = levels && win.kh == 1 && win.kw == 1 && win.sh == 1 && win.sw == 1 && win.ph == 0 && win.pw == 0 && win.oh == win.h && win.ow == win.w;
+    let (grid, shared) = launch(cx, &kernel, main_loop, pixels, filters, filters_per_block, depth, epilogue.joins, pointwise)?;
     let mut args = vec![Arg::Window(win), cx.arg(&x), cx.arg(&w)];
     args.extend(epilogue.args.iter().copied());
     args.push(Arg::I32(super::typed::type_code(epilogue.computed)));
     args.push(cx.arg(&out));
-    cx.gpu.launch_with_shared(&Source::Int8Conv.kernel(&name), grid, (THREADS, 1, 1), shared, &args).map_err(KernelError::from)?;
+    cx.gpu.launch_with_shared(&kernel, (grid, 1, 1), (THREADS, 1, 1), shared, &args).map_err(KernelError::from)?;
     if main_loop == MainLoop::Wgmma {
         WGMMA_CONVOLUTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
     Ok(Some(out))
+}
+
+/// The grid (one dimension: the kernel takes its filter block from the fastest-varying part)
+/// and dynamic shared bytes of a launch. A block's shared memory holds its stages and the
+/// output tile of levels (`[pixels][filters + 16]` bytes, and as much again for a join's
+/// bytes): over the stages, one tile a block, or after them for a persistent launch, whose
+/// blocks (as many as fit at once, in a multiple of the filter blocks) each keep one filter
+/// block and stride over the pixel tiles, loading the next tile while storing this one. It is
+/// persistent where that costs no residency and there is more than one wave of tiles
+/// (`KILN_CUDA_INT8_CONV_ONE_TILE=1` turns it off, for comparisons). Only a `pointwise` layer's
+/// kernel can.
+#[allow(clippy::too_many_arguments)]
+fn launch(cx: &Ctx, kernel: &crate::sources::Kernel, main_loop: MainLoop, pixels: usize, filters: usize, filters_per_block: usize, depth: usize, joins: bool, pointwise: bool) -> KResult<(u32, u32)> {
+    let (pixel_tiles, filter_blocks) = (pixels.div_ceil(PIXELS_PER_BLOCK), filters.div_ceil(filters_per_block));
+    let (ring, pitch) = main_loop.ring();
+    let stages = ring.min(depth.div_ceil(DEPTH_PER_STAGE)) * (PIXELS_PER_BLOCK + filters_per_block) * pitch;
+    // wgmma's tiles are aligned to its swizzle's 512 bytes within it.
+    let slack = if main_loop == MainLoop::Wgmma { WGMMA_ALIGN } else { 0 };
+    let tiles = if joins { 2 } else { 1 } * PIXELS_PER_BLOCK * (filters_per_block + 16);
+    let (one_tile, own_tile) = ((stages.max(tiles) + slack) as u32, (stages + tiles + slack) as u32);
+    let blocks = pixel_tiles.checked_mul(filter_blocks).and_then(|b| u32::try_from(b).ok()).filter(|&b| b <= i32::MAX as u32);
+    let blocks = blocks.ok_or_else(|| invalid!("an INT8 convolution of {pixels} pixels by {filters} filters is too many blocks"))?;
+    if pointwise && !one_tile_only() {
+        let resident = cx.gpu.resident_blocks(kernel, THREADS, own_tile)?;
+        if resident > 0 && resident >= cx.gpu.resident_blocks(kernel, THREADS, one_tile)? {
+            let lanes = (resident * cx.gpu.multiprocessors()) as usize / filter_blocks;
+            if lanes > 0 && lanes < pixel_tiles {
+                PERSISTENT_CONVOLUTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return Ok(((lanes * filter_blocks) as u32, own_tile));
+            }
+        }
+    }
+    Ok((blocks, one_tile))
+}
+
+/// `KILN_CUDA_INT8_CONV_ONE_TILE=1`: every INT8 convolution one tile a block (read once).
+fn one_tile_only() -> bool {
+    static ONE_TILE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ONE_TILE.get_or_init(|| std::env::var("KILN_CUDA_INT8_CONV_ONE_TILE").is_ok_and(|v| v == "1"))
 }
 
 /// A 4-D tensor in any layout as packed channels-last with its channels zero-padded to a

@@ -207,6 +207,41 @@ fn integer_layers_joining_a_skip_connection_match_the_cpu_oracle_exactly() {
     }
 }
 
+/// Pointwise layers (the kernel's levels epilogue) with more pixel tiles than a wave of blocks
+/// run persistent (each block strides over the pixel tiles of one filter block, the next
+/// tile's steps loading while this one's levels are stored, its output tile after the
+/// stages): every kernel tactic gives the cpu oracle's values through the plain and joined
+/// stores, with a last tile that is not full, lanes that take unequal numbers of tiles, and
+/// main loops of one step and of four (the last a 16-channel piece).
+#[test]
+fn pointwise_int8_layers_over_more_tiles_than_a_wave_run_persistent_and_match_the_cpu_oracle() {
+    let Some(cuda) = backend() else { return };
+    use crate::integer_layers::{join, layer_with as with, Extra};
+    use DataType::{I32, I8, U8};
+    use Operands::Symmetric as S;
+    let matmul = QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::None };
+    // 40,000 and 60,000 pixels: 313 and 469 tiles of 128, over two or three blocks of 132 or
+    // so multiprocessors.
+    let cases = [
+        ("1x1, 64 channels, 128 filters, 40,000 pixels, int8 join, ReLU, int8", with(conv(1, &[1, 1], &[0, 0]), S, &[4, 64, 100, 100], &[128, 64, 1, 1], 128, Some(I32), false, I8, join(true, I8, I8, &[4, 128, 100, 100], 5.3))),
+        ("1x1, 64 channels, 256 filters, 40,000 pixels, int32 bias, ReLU, uint8", with(conv(1, &[1, 1], &[0, 0]), S, &[4, 64, 100, 100], &[256, 64, 1, 1], 256, Some(I32), true, U8, Extra::default())),
+        ("1x1, 208 channels, 40 filters, 60,000 pixels, no bias, int8", with(conv(1, &[1, 1], &[0, 0]), S, &[6, 208, 100, 100], &[40, 208, 1, 1], 40, None, false, I8, Extra::default())),
+        ("product, 60,000 rows, 136 columns, uint8 join, ReLU, int8", with(matmul, S, &[60_000, 128], &[128, 136], 136, None, true, I8, join(true, I8, U8, &[60_000, 136], 8.0))),
+    ];
+    for (what, (net, feeds)) in cases {
+        let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap();
+        let layer = last_layer(&net);
+        let kernels: Vec<_> = cuda.tactics(&net, layer, MathMode::EXACT).into_iter().filter(|t| t.id.name.contains("implicit_gemm")).collect();
+        assert!(!kernels.is_empty(), "{what}: no kernel tactic");
+        for t in &kernels {
+            let before = kiln_cuda::ops::int8_conv::persistent_convolutions_enqueued();
+            let got = run_with_tactic(cuda, &net, &feeds, layer, &t.id, what);
+            assert!(kiln_cuda::ops::int8_conv::persistent_convolutions_enqueued() > before, "{what}: {} did not run persistent", t.id.name);
+            assert_eq!((got[0].dtype(), got[0].data()), (want[0].dtype(), want[0].data()), "{what} with {}", t.id.name);
+        }
+    }
+}
+
 #[test]
 fn integer_layers_match_the_cpu_oracle_exactly() {
     use Operands::{Asymmetric as A, Symmetric as S};
