@@ -163,14 +163,29 @@ __device__ void pool2d_nhwc(int n, int c, int ih, int iw, int oh, int ow, int kh
             const bool is_signed = (T)(-1) < (T)0;
             const unsigned lowest = is_signed ? 0x80808080u : 0u;
             unsigned acc[4] = {lowest, lowest, lowest, lowest};
-            for (i64 ky = yf; ky < ye; ++ky) {
-                const T* row = plane + (ys + ky * dh) * iw * c;
-                for (i64 kx = xf; kx < xe; ++kx) {
-                    const uint4 a = *reinterpret_cast<const uint4*>(row + (xs + kx * dw) * c);
-                    const unsigned w[4] = {a.x, a.y, a.z, a.w};
+            auto take = [&](const uint4 a) {
+                const unsigned w[4] = {a.x, a.y, a.z, a.w};
 #pragma unroll
-                    for (int j = 0; j < 4; ++j) acc[j] = is_signed ? __vmaxs4(acc[j], w[j]) : __vmaxu4(acc[j], w[j]);
-                }
+                for (int j = 0; j < 4; ++j) acc[j] = is_signed ? __vmaxs4(acc[j], w[j]) : __vmaxu4(acc[j], w[j]);
+            };
+            auto cell = [&](i64 ky, i64 kx) { return *reinterpret_cast<const uint4*>(plane + ((ys + ky * dh) * iw + xs + kx * dw) * c); };
+            if (kh <= 3 && kw <= 3) {
+                // Windows of up to 3×3 (a CNN's max pooling): every cell's load issued before
+                // the first max, where the loop waited out each load in turn (2.5 times the
+                // memory's time for ResNet-50's).
+                const uint4 none = make_uint4(lowest, lowest, lowest, lowest);
+                uint4 cells[3][3];
+#pragma unroll
+                for (int a = 0; a < 3; ++a)
+#pragma unroll
+                    for (int b = 0; b < 3; ++b) cells[a][b] = yf + a < ye && xf + b < xe ? cell(yf + a, xf + b) : none;
+#pragma unroll
+                for (int a = 0; a < 3; ++a)
+#pragma unroll
+                    for (int b = 0; b < 3; ++b) take(cells[a][b]);
+            } else {
+                for (i64 ky = yf; ky < ye; ++ky)
+                    for (i64 kx = xf; kx < xe; ++kx) take(cell(ky, kx));
             }
             *reinterpret_cast<uint4*>(out) = make_uint4(acc[0], acc[1], acc[2], acc[3]);
         } else {

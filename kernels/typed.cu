@@ -378,11 +378,19 @@ __device__ __forceinline__ Run<u8, L> quantized_run(const float* v, float s, flo
     return q;
 }
 
-// (level - zero) * scale in f32: the values of one run of L levels.
+// (level - zero) * scale in f32: the values of the run of L levels at p (L-aligned), read as
+// words. Read as a Run through a reference, it compiled to L byte loads: the Dequantize views
+// of a BERT's heads waited out 16 loads a thread (12 µs for 3 MB).
 template <int L, typename L8>
-__device__ __forceinline__ void dequantized_run(const Run<L8, L>& r, float s, int z, float* v) {
+__device__ __forceinline__ void dequantized_run(const L8* p, float s, int z, float* v) {
+    static_assert(L % 4 == 0, "runs of whole words");
+    const Run<unsigned, L / 4> w = *reinterpret_cast<const Run<unsigned, L / 4>*>(p);
+    constexpr bool is_signed = (L8)(-1) < (L8)0;
 #pragma unroll
-    for (int j = 0; j < L; ++j) v[j] = __fmul_rn((float)((int)r.v[j] - z), s);
+    for (int j = 0; j < L; ++j) {
+        const unsigned b = w.v[j / 4] >> (8 * (j % 4)) & 0xffu;
+        v[j] = __fmul_rn((float)((is_signed ? (int)(signed char)b : (int)b) - z), s);
+    }
 }
 
 // L elements a thread: one L-element run of x and of y.
@@ -474,7 +482,7 @@ template <int L, typename L8, typename T>
 __device__ __forceinline__ void dequantize_levels(i64 runs, const L8* x, float s, int z, T* y) {
     KILN_GRID_LOOP(i, runs) {
         float v[L];
-        dequantized_run<L>(*reinterpret_cast<const Run<L8, L>*>(x + i * L), s, z, v);
+        dequantized_run<L>(x + i * L, s, z, v);
         store_run<L>(y + i * L, v);
     }
 }
@@ -514,7 +522,7 @@ template <int L, typename T, typename L8>
 __device__ __forceinline__ void dequantize_view_runs(i64 runs, const Layout& l, const L8* x, float s, int z, T* y) {
     KILN_GRID_LOOP(r, runs) {
         float v[L];
-        dequantized_run<L>(*reinterpret_cast<const Run<L8, L>*>(x + operand_offset(l, 0, r)), s, z, v);
+        dequantized_run<L>(x + operand_offset(l, 0, r), s, z, v);
         store_run<L>(y + r * L, v);
     }
 }

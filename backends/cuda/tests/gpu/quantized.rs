@@ -613,11 +613,23 @@ fn layer_norm_islands_match_the_cpu_oracle_to_a_level() {
 fn max_pooling_of_channels_last_8_bit_levels_matches_the_cpu_oracle() {
     use kiln::{LayerKind, PoolingKind, PoolingParams};
     use Operands::Symmetric as S;
-    for (filters, to) in [(64, DataType::I8), (24, DataType::U8)] {
-        let what = format!("3x3 stride 2 max pooling of {filters} {to} channels");
+    // 16 channels a thread (the 64 int8 channels): windows of up to 3×3 take every cell's load
+    // at once (padding and a window's overhang masked), larger ones the loop over the cells.
+    let cases = [(64, DataType::I8, 3, 2, 1), (24, DataType::U8, 3, 2, 1), (64, DataType::I8, 2, 2, 0), (64, DataType::I8, 5, 1, 2), (64, DataType::U8, 3, 1, 1)];
+    for (filters, to, window, stride, pad) in cases {
+        let what = format!("{window}x{window} stride {stride} max pooling of {filters} {to} channels");
         let (mut net, feeds) = layer(conv(1, &[1, 1], &[1, 1]), S, &[2, 16, 13, 11], &[filters, 16, 3, 3], filters, Some(DataType::I32), true, to);
         let levels = net.outputs()[0];
-        let p = PoolingParams { kind: PoolingKind::Max, window: vec![3, 3], strides: vec![2, 2], dilations: vec![1, 1], pre_padding: vec![1, 1], post_padding: vec![1, 1], ceil_mode: false, average_count_excludes_padding: false };
+        let p = PoolingParams {
+            kind: PoolingKind::Max,
+            window: vec![window; 2],
+            strides: vec![stride; 2],
+            dilations: vec![1, 1],
+            pre_padding: vec![pad; 2],
+            post_padding: vec![pad; 2],
+            ceil_mode: window == 2,
+            average_count_excludes_padding: false,
+        };
         let pool = net.add_layer("pool", LayerKind::Pooling(p), vec![Some(levels)]).expect("pool");
         net.mark_output(net.output(pool, 0)).expect("output");
         check_network(&what, &net, &feeds, 0.0);
