@@ -25,8 +25,9 @@ thread_local! {
 
 /// Each loaded kernel and the byte size of each of its parameters.
 type Functions = HashMap<Kernel, (CudaFunction, Arc<[usize]>)>;
-/// Blocks resident on one multiprocessor, by kernel, block size and dynamic shared bytes.
-type Residency = HashMap<(Kernel, u32, u32), u32>;
+/// Blocks resident on one multiprocessor, by kernel, then block size and dynamic shared bytes
+/// (looked up by reference: launchers ask on every enqueue).
+type Residency = HashMap<Kernel, HashMap<(u32, u32), u32>>;
 
 /// One context, stream, kernel set and cuBLASLt handle.
 #[derive(Debug)]
@@ -647,18 +648,14 @@ impl Gpu {
     /// memory) one multiprocessor holds at once: the driver's occupancy calculator, asked once
     /// per shape (launchers ask on every enqueue).
     pub fn resident_blocks(&self, kernel: &Kernel, threads: u32, shared_bytes: u32) -> Result<u32, GpuError> {
-        let key = (kernel.clone(), threads, shared_bytes);
-        if let Some(&n) = lock(&self.residency).get(&key) {
+        if let Some(&n) = lock(&self.residency).get(kernel).and_then(|m| m.get(&(threads, shared_bytes))) {
             return Ok(n);
         }
         let (f, _) = self.function(kernel)?;
         // The calculator counts no more dynamic shared memory than the function is allowed.
-        if shared_bytes > 48 * 1024 {
-            use sys::CUfunction_attribute_enum as F;
-            f.set_attribute(F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_bytes as i32).map_err(driver("cuFuncSetAttribute"))?;
-        }
+        allow_dynamic_shared(&f, shared_bytes)?;
         let n = f.occupancy_max_active_blocks_per_multiprocessor(threads, shared_bytes as usize, None).map_err(driver("cuOccupancyMaxActiveBlocksPerMultiprocessor"))?;
-        lock(&self.residency).insert(key, n);
+        lock(&self.residency).entry(kernel.clone()).or_default().insert((threads, shared_bytes), n);
         Ok(n)
     }
 
@@ -674,10 +671,7 @@ impl Gpu {
             return Ok(());
         }
         let (f, params) = self.function(kernel)?;
-        if shared_bytes > 48 * 1024 {
-            use sys::CUfunction_attribute_enum as F;
-            f.set_attribute(F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_bytes as i32).map_err(driver("cuFuncSetAttribute"))?;
-        }
+        allow_dynamic_shared(&f, shared_bytes)?;
         // Compared without allocating: this runs on every launch.
         if args.len() != params.len() || args.iter().zip(params.iter()).any(|(a, &size)| a.size() != size) {
             let passed: Vec<usize> = args.iter().map(Arg::size).collect();
@@ -715,6 +709,15 @@ impl Gpu {
         let grid = n.div_ceil(block as usize).min(65_535 * 8) as u32;
         self.launch(kernel, grid, block, args)
     }
+}
+
+/// Lets `f` take `bytes` of dynamic shared memory: beyond the default 48 KiB a function must opt in.
+fn allow_dynamic_shared(f: &CudaFunction, bytes: u32) -> Result<(), GpuError> {
+    if bytes > 48 * 1024 {
+        use sys::CUfunction_attribute_enum as F;
+        f.set_attribute(F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes as i32).map_err(driver("cuFuncSetAttribute"))?;
+    }
+    Ok(())
 }
 
 /// The device time from `start` to `end`, two recorded events (once `end` has completed).
