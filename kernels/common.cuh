@@ -134,6 +134,27 @@ __device__ __forceinline__ int round_half_even_clamped(float x) {
     return __float_as_int(__fadd_rn(x, KILN_ROUNDING_MAGIC)) - KILN_ROUNDING_MAGIC_BITS;
 }
 
+// An int32 as the nearest f32. Hopper converts at the float rate (I2FP); before it, the
+// conversion issued at an eighth of it, so below 2^22 in magnitude (a sum of few products) the
+// rounding constant's bits, an integer add and a float subtract, do it there.
+__device__ __forceinline__ float int_as_float(int s) {
+#if __CUDA_ARCH__ < 900
+    if (s > -(int)KILN_ROUNDING_RANGE && s < (int)KILN_ROUNDING_RANGE) return __fsub_rn(__int_as_float(s + KILN_ROUNDING_MAGIC_BITS), KILN_ROUNDING_MAGIC);
+#endif
+    return __int2float_rn(s);
+}
+
+// An integer layer's level byte from its exact int32 sum (the int32 bias included): the sum in
+// f32 times the channel's scale, clamped to [low, high] (the levels' bounds less the zero point,
+// ReLU's floor included) before rounding, which gives the same integer as clamping after (the
+// bounds are integers, the rounding monotone; NaN goes to the low end). The rounding add leaves
+// level − zero in the low bits and the constant's low byte is 0, so the byte is theirs plus the
+// zero point's. The INT8 convolutions' levels-only epilogue (int8_conv.cu, int8_few_channels.cu).
+__device__ __forceinline__ unsigned char level_of_sum(int sum, float scale, float low, float high, int zero) {
+    const float v = fminf(fmaxf(__fmul_rn(int_as_float(sum), scale), low), high);
+    return (unsigned char)(__float_as_int(__fadd_rn(v, KILN_ROUNDING_MAGIC)) + zero);
+}
+
 // What rounded_ratio multiplies by for a grid of scale s: RN(1/s) where s and it are normal
 // floats, else NaN (every ratio then takes the division).
 __device__ __forceinline__ float level_reciprocal(float s) {

@@ -37,12 +37,6 @@
 #define IC_I8 4
 #define IC_U8 8
 
-__device__ __forceinline__ void mma_s8(int* c, const unsigned* a, unsigned b0, unsigned b1) {
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // The epilogue's operands (the host's `quant::Epilogue` arguments, in this order).
 struct Requant {
     const int* int_bias;
@@ -83,16 +77,6 @@ __device__ __forceinline__ float sum_as_float(int acc, int bias) {
     const long long s = (long long)acc + bias, range = (long long)KILN_ROUNDING_RANGE;
     if (s > -range && s < range) return __fsub_rn(__int_as_float((int)s + KILN_ROUNDING_MAGIC_BITS), KILN_ROUNDING_MAGIC);
     return __ll2float_rn(s);
-}
-
-// An int32 as the nearest f32. Hopper converts at the float rate (I2FP); before it, the
-// conversion issued at an eighth of it, so below 2^22 in magnitude (a sum of few products) the
-// rounding constant's bits, an integer add and a float subtract, do it there.
-__device__ __forceinline__ float int_as_float(int s) {
-#if __CUDA_ARCH__ < 900
-    if (s > -(int)KILN_ROUNDING_RANGE && s < (int)KILN_ROUNDING_RANGE) return __fsub_rn(__int_as_float(s + KILN_ROUNDING_MAGIC_BITS), KILN_ROUNDING_MAGIC);
-#endif
-    return __int2float_rn(s);
 }
 
 // The sum scaled, with the float bias and the residual at output element `at`: the float
@@ -560,13 +544,7 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
             if (!LEVELS) {
                 b = level_byte(e, scaled(e, c, acc, at));
             } else {
-                const int sum = BIAS_FIRST ? acc : acc + c.int_bias;  // exact: the host's bound
-                // Clamped to the levels' range (less the zero point) before rounding, which gives the
-                // same integer as clamping after (the bounds are integers, the rounding monotone); NaN
-                // goes to the low end. The rounding add leaves level − zero in the low bits, and the
-                // constant's low byte is 0, so the byte is theirs plus the zero point's.
-                const float v = fminf(fmaxf(__fmul_rn(int_as_float(sum), c.scale), low_f), high_f);
-                b = (unsigned char)(__float_as_int(__fadd_rn(v, KILN_ROUNDING_MAGIC)) + zero);
+                b = level_of_sum(BIAS_FIRST ? acc : acc + c.int_bias, c.scale, low_f, high_f, zero);  // exact: the host's bound
             }
             return e.then ? then_levels[b] : b;
         };

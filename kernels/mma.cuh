@@ -1,6 +1,15 @@
-// Tensor-core plumbing shared by kiln's mma.sync kernels (attention.cu, int8_conv.cu): ldmatrix
-// operand loads and cp.async copies from global to shared memory.
+// Tensor-core plumbing shared by kiln's mma.sync kernels (attention.cu, int8_conv.cu,
+// int8_few_channels.cu): the int8 MMA, ldmatrix operand loads and cp.async copies from global
+// to shared memory.
 #pragma once
+
+// c += a · b over 16 rows × 8 columns × 32 of depth, s8 × s8 → s32 (a: 4 words of the row-major
+// A fragment, b0 / b1: the column-major B fragment's two words).
+__device__ __forceinline__ void mma_s8(int* c, const unsigned* a, unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
 
 __device__ __forceinline__ void ldmatrix_x4(const void* p, unsigned* r) {
     const unsigned a = (unsigned)__cvta_generic_to_shared(p);

@@ -49,6 +49,8 @@ pub enum Source {
     Attention,
     /// kiln's INT8 implicit-GEMM convolution with the requantizing epilogue: `int8_conv.cu`.
     Int8Conv,
+    /// kiln's INT8 convolution of inputs of at most 4 channels (stems): `int8_few_channels.cu`.
+    Int8FewChannels,
     /// GridSample in double, as kiln-cpu samples: `grid_sample.cu`.
     GridSample,
     /// Max / average pooling over any number of spatial axes, any numeric type: `pool.cu`.
@@ -72,7 +74,7 @@ pub enum Source {
 }
 
 impl Source {
-    pub const ALL: [Source; 21] = [
+    pub const ALL: [Source; 22] = [
         Source::Elementwise,
         Source::Copy,
         Source::Reduce,
@@ -84,6 +86,7 @@ impl Source {
         Source::Typed,
         Source::Attention,
         Source::Int8Conv,
+        Source::Int8FewChannels,
         Source::GridSample,
         Source::Pool,
         Source::Einsum,
@@ -117,6 +120,7 @@ impl Source {
             Source::Typed => "typed.cu",
             Source::Attention => "attention.cu",
             Source::Int8Conv => "int8_conv.cu",
+            Source::Int8FewChannels => "int8_few_channels.cu",
             Source::GridSample => "grid_sample.cu",
             Source::Pool => "pool.cu",
             Source::Einsum => "einsum.cu",
@@ -147,6 +151,7 @@ impl Source {
             Source::Typed => include_str!("../../../kernels/typed.cu"),
             Source::Attention => include_str!("../../../kernels/attention.cu"),
             Source::Int8Conv => include_str!("../../../kernels/int8_conv.cu"),
+            Source::Int8FewChannels => include_str!("../../../kernels/int8_few_channels.cu"),
             Source::GridSample => include_str!("../../../kernels/grid_sample.cu"),
             Source::Pool => include_str!("../../../kernels/pool.cu"),
             Source::Einsum => include_str!("../../../kernels/einsum.cu"),

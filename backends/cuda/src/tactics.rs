@@ -9,7 +9,7 @@ use crate::ops::compute::SPARSE_GEMM;
 use crate::ops::conv::{depthwise_rows, group_merges, is_depthwise, is_patchify, merged_group_counts, CONV_DEPTHWISE, CONV_DEPTHWISE_ROWS, CONV_DIRECT, CONV_MERGED_GROUPS, CONV_PATCH_GEMM, CONV_SPARSE_PATCH_GEMM};
 use kiln::tactics::{TacticDesc, TacticId};
 use crate::ops::int8_conv::MainLoop;
-use crate::ops::quant::{INT8_CONV_KILN, INT8_CONV_KILN_WGMMA, INT8_CONV_LIBRARY, INT8_PRODUCT_KILN, INT8_PRODUCT_KILN_WGMMA, INT8_PRODUCT_LIBRARY};
+use crate::ops::quant::{INT8_CONV_KILN, INT8_CONV_KILN_FEW_CHANNELS, INT8_CONV_KILN_WGMMA, INT8_CONV_LIBRARY, INT8_PRODUCT_KILN, INT8_PRODUCT_KILN_WGMMA, INT8_PRODUCT_LIBRARY};
 use kiln::{BackendError, ConvolutionParams, DataType, FusedAnchor, LayerId, LayerKind, MathMode, Network, QuantizedAnchor, QuantizedParams, Shape, TensorFormat};
 use std::time::Duration;
 
@@ -24,6 +24,8 @@ const INT8_CONV_SOURCE: &str = concat!(
     include_str!("ops/quant.rs"),
     include_str!("ops/int8_conv.rs"),
     include_str!("../../../kernels/int8_conv.cu"),
+    include_str!("ops/int8_few_channels.rs"),
+    include_str!("../../../kernels/int8_few_channels.cu"),
     include_str!("dnn.rs"),
     include_str!("blas.rs")
 );
@@ -42,6 +44,7 @@ fn int8_conv_tactic(choice: usize) -> TacticDesc {
     int8_tactic(match choice {
         INT8_CONV_KILN => "int8_conv_implicit_gemm",
         INT8_CONV_KILN_WGMMA => "int8_conv_implicit_gemm_wgmma",
+        INT8_CONV_KILN_FEW_CHANNELS => "int8_conv_few_channels",
         _ => "int8_conv_library_sums",
     })
 }
@@ -61,7 +64,7 @@ fn int8_tactics(backend: &crate::CudaBackend, choices: &[usize], wgmma: usize, t
 }
 
 /// An integer convolution's tactics, the default first; likewise a product's.
-const INT8_CONV_CHOICES: [usize; 3] = [INT8_CONV_KILN, INT8_CONV_LIBRARY, INT8_CONV_KILN_WGMMA];
+const INT8_CONV_CHOICES: [usize; 4] = [INT8_CONV_KILN, INT8_CONV_LIBRARY, INT8_CONV_KILN_WGMMA, INT8_CONV_KILN_FEW_CHANNELS];
 const INT8_PRODUCT_CHOICES: [usize; 3] = [INT8_PRODUCT_LIBRARY, INT8_PRODUCT_KILN, INT8_PRODUCT_KILN_WGMMA];
 
 /// Whether an integer layer is a product of int8 x by constant 2-D int8 weights whose depth
@@ -97,6 +100,23 @@ fn int8_conv(network: &Network, layer: LayerId) -> Option<ConvolutionParams> {
     let out = network.tensor(*l.outputs.first()?).dtype;
     let int8 = x.dtype == DataType::I8 && w.dtype == DataType::I8;
     (int8 && crate::ops::int8_conv::applies(p, &fixed(QuantizedParams::X)?, &fixed(QuantizedParams::W)?, out)).then(|| p.clone())
+}
+
+/// Whether an integer convolution (`int8_conv`'s) is one the few-channel kernel takes: 1 to 4
+/// input channels, and the levels-only epilogue as far as the network shows (levels out, no
+/// float bias, residual or join; the bias's bound and the scales are checked when it runs).
+fn few_channels(network: &Network, layer: LayerId) -> bool {
+    let Some(p) = int8_conv(network, layer) else { return false };
+    let l = network.layer(layer);
+    let LayerKind::Quantized(q) = &l.kind else { return false };
+    let slot = |i: usize| l.inputs.get(i).copied().flatten().map(|t| network.tensor(t));
+    let fixed = |i: usize| slot(i).and_then(|t| t.shape.dims().iter().map(|d| d.fixed()).collect::<Option<Vec<usize>>>());
+    let (Some(x), Some(w)) = (fixed(QuantizedParams::X), fixed(QuantizedParams::W)) else { return false };
+    q.quantized_output()
+        && slot(QuantizedParams::BIAS).is_none_or(|b| b.dtype == DataType::I32)
+        && slot(QuantizedParams::RESIDUAL).is_none()
+        && slot(QuantizedParams::JOIN).is_none()
+        && crate::ops::int8_few_channels::applies(&p, &x, &w)
 }
 
 fn conv_tactic_name(choice: usize) -> String {
@@ -236,7 +256,10 @@ pub fn tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId, 
         return conv;
     }
     if int8_conv(network, layer).is_some() {
-        return int8_tactics(backend, &INT8_CONV_CHOICES, INT8_CONV_KILN_WGMMA, int8_conv_tactic);
+        let few = few_channels(network, layer);
+        let mut choices = int8_tactics(backend, &INT8_CONV_CHOICES, INT8_CONV_KILN_WGMMA, int8_conv_tactic);
+        choices.retain(|t| few || t.id != int8_conv_tactic(INT8_CONV_KILN_FEW_CHANNELS).id);
+        return choices;
     }
     if int8_product(network, layer) {
         return int8_tactics(backend, &INT8_PRODUCT_CHOICES, INT8_PRODUCT_KILN_WGMMA, int8_product_tactic);

@@ -32,6 +32,7 @@ pub fn expected_kernels() -> Vec<Kernel> {
     add(Source::Resize, &mut each(&["resize_interp"], &FLOATS));
     add(Source::Attention, &mut each(&["flash_attention", "flash_attention_levels"], &["f16", "bf16"]));
     add(Source::Int8Conv, &mut super::int8_conv::kernel_names().into_iter().map(String::from));
+    add(Source::Int8FewChannels, &mut super::int8_few_channels::kernel_names().into_iter().map(String::from));
     for t in super::indexing::TYPED_SUFFIXES {
         add(Source::Indexing, &mut ["scatter_elements", "scatter_nd"].iter().map(|op| format!("{op}_{t}")));
         if t != "bool" {

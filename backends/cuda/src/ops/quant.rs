@@ -20,7 +20,7 @@
 //!   layer without TF32: exact while partial sums stay below 2^24, as f32 holds integers.
 
 use super::int8_conv::MainLoop;
-use super::{compute, conv, int8_conv, layout, movement, pointwise, typed, Ctx, Value};
+use super::{compute, conv, int8_conv, int8_few_channels, layout, movement, pointwise, typed, Ctx, Value};
 use crate::buffer::{Arg, DeviceTensor};
 use crate::ops::KResult;
 use crate::sources::Source;
@@ -33,6 +33,9 @@ pub const INT8_CONV_KILN: usize = 0;
 pub const INT8_CONV_LIBRARY: usize = 1;
 /// kiln's kernel on Hopper's wgmma main loop (sm_90 only).
 pub const INT8_CONV_KILN_WGMMA: usize = 2;
+/// kiln's kernel for inputs of at most 4 channels (`ops::int8_few_channels`: stems), offered
+/// where its levels-only epilogue may run; elsewhere it runs the implicit GEMM's best main loop.
+pub const INT8_CONV_KILN_FEW_CHANNELS: usize = 3;
 /// The tactics of an integer product by constant weights: cuBLASLt IMMA's int32 sums then the
 /// epilogue kernel (the default), or kiln's convolution kernel with the epilogue fused, the
 /// rows of x as the pixels of a 1×1 convolution (no int32 sums in memory).
@@ -124,10 +127,23 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
         (QuantizedAnchor::Convolution(c), _) => {
             // The kernel writes f32 or levels: an f16 / bf16 output is its f32 rounded after.
             let wide = if Q::float_output_type(out_dtype) { DataType::F32 } else { out_dtype };
-            let kiln_kernel = kiln_main_loop(cx.gemm_rank.get(), INT8_CONV_KILN, INT8_CONV_KILN_WGMMA).filter(|_| constants.tensor_core_form(&x, &w) && int8_conv::applies(c, &x.shape, &w.shape, wide));
+            let few_channels = cx.gemm_rank.get() == INT8_CONV_KILN_FEW_CHANNELS;
+            // The few-channel kernel's fallback, for an epilogue it does not run: the implicit
+            // GEMM on the device's best main loop.
+            let rank = match few_channels {
+                true if MainLoop::Wgmma.available(cx.gpu) => INT8_CONV_KILN_WGMMA,
+                true => INT8_CONV_KILN,
+                false => cx.gemm_rank.get(),
+            };
+            let kiln_kernel = kiln_main_loop(rank, INT8_CONV_KILN, INT8_CONV_KILN_WGMMA).filter(|_| constants.tensor_core_form(&x, &w) && int8_conv::applies(c, &x.shape, &w.shape, wide));
             if let Some(main_loop) = kiln_kernel {
                 let channels = out_shape.get(1).copied().unwrap_or(1);
                 let epilogue = Epilogue::new(cx, p, &terms, true, &constants, wide, channels)?;
+                if few_channels {
+                    if let Some(out) = int8_few_channels::convolution(cx, c, &x, &w, &epilogue, out_shape, wide)? {
+                        return Ok(out);
+                    }
+                }
                 if let Some(out) = int8_conv::convolution(cx, main_loop, c, &x, &w, &epilogue, out_shape, wide)? {
                     // An elementwise copy of the channels-last sums: the layout stays.
                     return Ok(pointwise::cast(cx, &out, out_dtype)?.with_strides_of(&out));

@@ -32,8 +32,9 @@ fn both_int8_convolution_tactics_match_the_cpu_oracle_exactly() {
         // 16-channel piece, 330 pixels and 72 filters fill no block.
         ("1x1, 208 channels, 72 filters, 330 pixels, no bias, ReLU, uint8", layer(conv(1, &[1, 1], &[0, 0]), S, &[3, 208, 10, 11], &[72, 208, 1, 1], 72, None, true, DataType::U8)),
         ("5x2, 16 channels, 136 filters, 300 pixels, int32 bias, ReLU, int8", layer(conv(1, &[1, 1], &[2, 0]), S, &[3, 16, 10, 11], &[136, 16, 5, 2], 136, Some(DataType::I32), true, DataType::I8)),
-        // An RGB stem (width taps folded into channels), and 24 channels zero-padded to 32.
-        ("7x7 stride 2 stem, 3 channels, 64 filters, int32 bias, ReLU, int8", layer(conv(1, &[2, 2], &[3, 3]), S, &[2, 3, 23, 20], &[64, 3, 7, 7], 64, Some(DataType::I32), true, DataType::I8)),
+        // An RGB stem into floats (width taps folded into channels; no few-channel tactic: a
+        // float output), and 24 channels zero-padded to 32.
+        ("7x7 stride 2 stem, 3 channels, 64 filters, int32 bias, ReLU, f32", layer(conv(1, &[2, 2], &[3, 3]), S, &[2, 3, 23, 20], &[64, 3, 7, 7], 64, Some(DataType::I32), true, DataType::F32)),
         ("3x3, 24 channels, 40 filters, f32", layer(conv(1, &[1, 1], &[1, 1]), S, &[2, 24, 9, 9], &[40, 24, 3, 3], 40, None, false, DataType::F32)),
         // The levels-only epilogue without a bias, into uint8 (ReLU's floor above the saturation's),
         // and over 36 pipeline steps (the stage ring wraps nine times).
@@ -44,13 +45,63 @@ fn both_int8_convolution_tactics_match_the_cpu_oracle_exactly() {
         ("3x3, 8 channels, 24 filters, int32 bias, ReLU, int8", layer(conv(1, &[1, 1], &[1, 1]), S, &[2, 8, 9, 10], &[24, 8, 3, 3], 24, Some(DataType::I32), true, DataType::I8)),
         ("5x2 stride (1, 2), 5 channels, 16 filters, f32", layer(conv(1, &[1, 2], &[2, 0]), S, &[2, 5, 8, 11], &[16, 5, 5, 2], 16, None, false, DataType::F32)),
         // Folded with the column stride (step 2): a 1×3 filter becomes a pointwise one over the
-        // folded columns; and a 1×1 filter with trailing padding alone, which is not pointwise.
-        ("1x3 stride (1, 2), 3 channels, 16 filters, int8", layer(conv(1, &[1, 2], &[0, 1]), S, &[2, 3, 6, 11], &[16, 3, 1, 3], 16, None, false, DataType::I8)),
+        // folded columns (a float bias: no few-channel tactic); and a 1×1 filter with trailing
+        // padding alone, which is not pointwise.
+        ("1x3 stride (1, 2), 3 channels, 16 filters, float bias, int8", layer(conv(1, &[1, 2], &[0, 1]), S, &[2, 3, 6, 11], &[16, 3, 1, 3], 16, Some(DataType::F32), false, DataType::I8)),
         ("1x1, trailing padding, 32 channels, 24 filters, int8", layer(conv_padded(&[1, 1], &[0, 0], &[1, 2], &[1, 1]), S, &[2, 32, 5, 6], &[24, 32, 1, 1], 24, None, false, DataType::I8)),
     ];
     for (what, (net, feeds)) in cases {
         check_every_tactic(cuda, what, &net, &feeds, &["int8_conv_implicit_gemm", "int8_conv_library_sums"]);
     }
+}
+
+/// Convolutions of 1 to 4 input channels with the levels-only epilogue (stems) have a third
+/// tactic, kiln's few-channel kernel, which gives the cpu oracle's levels like the others: a
+/// 7×7 stride-2 RGB stem over tiles that the output does not fill (input rows read by words and
+/// by bytes), 1, 2 and 4 channels, dilation and uneven padding, filters in two blocks (the second
+/// short), a 4×4 stride-4 patchify stem (a window loaded in passes), a second quantization's
+/// table of levels. An int32 bias the levels-only epilogue cannot start
+/// its sums at takes the implicit GEMM instead, with the same values.
+#[test]
+fn few_channel_int8_convolutions_match_the_cpu_oracle_exactly() {
+    let Some(cuda) = backend() else { return };
+    use crate::integer_layers::{layer_with as with, Extra};
+    use DataType::{I32, I8, U8};
+    use Operands::Symmetric as S;
+    let then = |relu: bool, to: DataType| Extra { then: Some((relu, to)), ..Extra::default() };
+    let cases = [
+        // NCHW rows in fours (word loads, the next tile's window loaded during this one's), then
+        // rows that are not (byte loads).
+        ("7x7 stride 2 stem, 3 channels, 64 filters, int32 bias, ReLU, int8", with(conv(1, &[2, 2], &[3, 3]), S, &[3, 3, 36, 44], &[64, 3, 7, 7], 64, Some(I32), true, I8, Extra::default())),
+        ("7x7 stride 2 stem, 3 channels, width 45, int32 bias, ReLU, int8", with(conv(1, &[2, 2], &[3, 3]), S, &[2, 3, 37, 45], &[64, 3, 7, 7], 64, Some(I32), true, I8, Extra::default())),
+        ("3x3 stride 2, 1 channel, 32 filters, no bias, uint8", with(conv(1, &[2, 2], &[1, 1]), S, &[3, 1, 20, 33], &[32, 1, 3, 3], 32, None, false, U8, Extra::default())),
+        ("5x3 dilation 2, uneven padding, 4 channels, 100 filters, int32 bias, int8", with(conv_padded(&[1, 1], &[2, 0], &[1, 3], &[2, 2]), S, &[2, 4, 13, 18], &[100, 4, 5, 3], 100, Some(I32), false, I8, Extra::default())),
+        ("4x4 stride 4 patchify, 3 channels, 96 filters, int32 bias, int8", with(conv(1, &[4, 4], &[0, 0]), S, &[2, 3, 32, 36], &[96, 3, 4, 4], 96, Some(I32), false, I8, Extra::default())),
+        ("1x3 stride (1, 2), 2 channels, 16 filters, second quantization, ReLU, uint8", with(conv(1, &[1, 2], &[0, 1]), S, &[2, 2, 6, 11], &[16, 2, 1, 3], 16, None, false, I8, then(true, U8))),
+    ];
+    for (what, (net, feeds)) in cases {
+        check_every_tactic(cuda, what, &net, &feeds, &["int8_conv_implicit_gemm", "int8_conv_library_sums", "int8_conv_few_channels"]);
+    }
+    let what = "7x7 stride 2, 3 channels, int32 biases near the limit";
+    let (mut net, feeds) = with(conv(1, &[2, 2], &[3, 3]), S, &[1, 3, 20, 20], &[8, 3, 7, 7], 8, Some(I32), true, I8, Extra::default());
+    let big: Vec<i32> = (0..8).map(|k| [i32::MAX - 1000, i32::MIN + 1000, 5, -7][k % 4]).collect();
+    replace_bias(&mut net, &big);
+    let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap();
+    let layer = last_layer(&net);
+    let few = cuda.tactics(&net, layer, MathMode::EXACT).into_iter().find(|t| t.id.name == "int8_conv_few_channels").expect("the few-channel tactic is offered");
+    let before = kiln_cuda::ops::int8_few_channels::few_channel_convolutions_enqueued();
+    let got = run_with_tactic(cuda, &net, &feeds, layer, &few.id, what);
+    assert_eq!(kiln_cuda::ops::int8_few_channels::few_channel_convolutions_enqueued(), before, "{what}: the few-channel kernel ran");
+    assert_eq!((got[0].dtype(), got[0].data()), (want[0].dtype(), want[0].data()), "{what}");
+}
+
+/// The test layer's int32 bias constant replaced by `values`.
+fn replace_bias(net: &mut kiln::Network, values: &[i32]) {
+    let bias_layer = net.layers().iter().find(|l| l.name == format!("const{}", kiln::QuantizedParams::BIAS)).expect("bias constant");
+    let kiln::LayerKind::Constant { weights } = bias_layer.kind else { panic!("the bias is a constant") };
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let bias = kiln::HostTensor::from_le_bytes(DataType::I32, vec![values.len()], &bytes).expect("bias");
+    net.replace_weights(&[(weights, std::sync::Arc::new(bias))]).expect("replace the bias");
 }
 
 /// int32 biases near ±2^31, as per-channel weights with near-zero scales give some channels
@@ -65,12 +116,8 @@ fn int8_convolutions_with_int32_biases_near_the_limit_match_the_cpu_oracle() {
     ];
     for (what, x, w, pad) in cases {
         let (mut net, feeds) = layer(conv(1, &[1, 1], pad), Operands::Symmetric, x, w, w[0], Some(DataType::I32), false, DataType::I8);
-        let bias_layer = net.layers().iter().find(|l| l.name == format!("const{}", kiln::QuantizedParams::BIAS)).expect("bias constant");
-        let kiln::LayerKind::Constant { weights } = bias_layer.kind else { panic!("the bias is a constant") };
         let big: Vec<i32> = (0..w[0]).map(|k| match k % 4 { 0 => i32::MAX - 1000, 1 => i32::MIN + 1000, 2 => i32::MAX, _ => (k as i32) * 37 - 900 }).collect();
-        let bytes: Vec<u8> = big.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let bias = kiln::HostTensor::from_le_bytes(DataType::I32, vec![w[0]], &bytes).expect("bias");
-        net.replace_weights(&[(weights, std::sync::Arc::new(bias))]).expect("replace the bias");
+        replace_bias(&mut net, &big);
         check_every_tactic(cuda, what, &net, &feeds, &["int8_conv_implicit_gemm", "int8_conv_library_sums"]);
     }
 }
@@ -85,15 +132,20 @@ fn check_every_tactic(cuda: &kiln_cuda::CudaBackend, what: &str, net: &kiln::Net
     let got_names: Vec<String> = tactics.iter().map(|t| t.id.name.clone()).collect();
     let hopper = kiln_cuda::ops::int8_conv::MainLoop::Wgmma.available(&cuda.gpu().expect("a GPU"));
     let wgmma = names.iter().filter(|n| n.contains("implicit_gemm")).map(|n| format!("{n}_wgmma"));
-    let want_names: Vec<String> = names.iter().map(|n| n.to_string()).chain(wgmma.filter(|_| hopper)).collect();
+    // The few-channel tactic comes after the wgmma ones.
+    let (few, others): (Vec<&str>, Vec<&str>) = names.iter().partition(|n| n.ends_with("_few_channels"));
+    let want_names: Vec<String> = others.iter().map(|n| n.to_string()).chain(wgmma.filter(|_| hopper)).chain(few.iter().map(|n| n.to_string())).collect();
     assert_eq!(got_names, want_names, "{what}");
     for t in &tactics {
         let (before, before_wgmma) = (kiln_cuda::ops::quant::fused_products_enqueued(), kiln_cuda::ops::int8_conv::wgmma_convolutions_enqueued());
+        let before_few = kiln_cuda::ops::int8_few_channels::few_channel_convolutions_enqueued();
         let got = run_with_tactic(cuda, net, feeds, layer, &t.id, what);
         let fused = kiln_cuda::ops::quant::fused_products_enqueued() > before;
         assert!(fused || !t.id.name.starts_with("int8_product_as"), "{what}: {} did not run kiln's kernel", t.id.name);
         let on_wgmma = kiln_cuda::ops::int8_conv::wgmma_convolutions_enqueued() > before_wgmma;
         assert!(on_wgmma || !t.id.name.ends_with("_wgmma"), "{what}: {} did not run the wgmma kernel", t.id.name);
+        let on_few = kiln_cuda::ops::int8_few_channels::few_channel_convolutions_enqueued() > before_few;
+        assert!(on_few || !t.id.name.ends_with("_few_channels"), "{what}: {} did not run the few-channel kernel", t.id.name);
         assert_eq!((got[0].dtype(), got[0].data()), (want[0].dtype(), want[0].data()), "{what} with {}", t.id.name);
         let time = cuda.time_tactic(net, layer, t, MathMode::EXACT, 3).unwrap_or_else(|e| panic!("{what}: timing {}: {e}", t.id.name));
         assert!(time.as_nanos() > 0, "{what}: {} timed at 0", t.id.name);

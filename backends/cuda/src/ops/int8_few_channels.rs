@@ -1,0 +1,154 @@
+//! kiln's INT8 convolution of inputs of at most 4 channels (kernels/int8_few_channels.cu): an
+//! RGB or grayscale stem. Each block reads its tile's input window once into shared memory, one
+//! word a pixel, where the implicit GEMM (`ops::int8_conv`) pads 3 channels to 16 or folds width
+//! taps into a copy of the input first and re-reads every pixel once per tap that covers it.
+//! It runs the levels-only epilogue alone; the caller falls back to the implicit GEMM elsewhere.
+
+use super::quant::Epilogue;
+use super::Ctx;
+use crate::buffer::{Arg, DeviceTensor, Window};
+use crate::ops::KResult;
+use crate::sources::Source;
+use kiln::{invalid, DataType, KernelError};
+
+/// Output rows and columns of a block's tile (`FC_TH`, `FC_TW`), filters a block (`FC_BN`),
+/// the block size and the output tile's row pitch (`FC_OUT_PITCH`).
+const TILE_ROWS: usize = 8;
+const TILE_COLUMNS: usize = 16;
+const FILTERS_PER_BLOCK: usize = 64;
+const THREADS: u32 = 256;
+const OUT_PITCH: usize = FILTERS_PER_BLOCK + 16;
+/// The most input channels a pixel's word holds.
+pub const MAX_CHANNELS: usize = 4;
+/// Taps come 8 to an MMA step (32 of depth at 4 channels a tap).
+const TAPS_PER_STEP: usize = 8;
+/// The most dynamic shared memory a block takes (every sm_80+ device grants it).
+const MAX_SHARED_BYTES: usize = 96 << 10;
+
+static FEW_CHANNEL_CONVOLUTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many convolutions this process has enqueued on this kernel (tests prove with it that the
+/// tactic ran it, not its fallback).
+pub fn few_channel_convolutions_enqueued() -> u64 {
+    FEW_CHANNEL_CONVOLUTIONS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The filter's taps padded to a whole number of MMA steps.
+fn padded_taps(w: &[usize]) -> usize {
+    (w[2] * w[3]).next_multiple_of(TAPS_PER_STEP)
+}
+
+/// A block's dynamic shared bytes: the input window (a word a pixel, rows of whole groups of 4
+/// with 3 more columns for its start rounded down to a multiple of 4), the filter block (rows of
+/// taps + 4 words), each tap's offset and the output tile.
+fn shared_bytes(c: &kiln::ConvolutionParams, w: &[usize]) -> usize {
+    let pair = |v: &[usize], default: usize| (v.first().copied().unwrap_or(default), v.get(1).copied().unwrap_or(default));
+    let ((sh, sw), (dh, dw)) = (pair(&c.strides, 1), pair(&c.dilations, 1));
+    let rows = (TILE_ROWS - 1) * sh + (w[2].max(1) - 1) * dh + 1;
+    let columns = (TILE_COLUMNS - 1) * sw + (w[3].max(1) - 1) * dw + 1;
+    let taps = padded_taps(w);
+    4 * rows * (columns + 3).next_multiple_of(4) + 4 * FILTERS_PER_BLOCK * (taps + 4) + 4 * taps + TILE_ROWS * TILE_COLUMNS * OUT_PITCH
+}
+
+/// Whether the kernel takes the layer's shapes (NCHW / KCRS as the layer sees them): a 2-D,
+/// one-group convolution of 1 to 4 channels whose window fits the block's shared memory. The
+/// caller checks the operands' form (int8, zero points 0) and the epilogue.
+pub fn applies(c: &kiln::ConvolutionParams, x: &[usize], w: &[usize]) -> bool {
+    x.len() == 4
+        && w.len() == 4
+        && c.groups <= 1
+        && c.strides.len() == 2
+        && x[1] == w[1]
+        && (1..=MAX_CHANNELS).contains(&x[1])
+        && w[2] * w[3] > 0
+        && shared_bytes(c, w) <= MAX_SHARED_BYTES
+}
+
+/// The convolution into int8 / uint8 levels, channels-last, of `out_shape`; None where the
+/// epilogue is not the levels-only one (the log says why once), which the caller then runs.
+pub fn convolution(cx: &Ctx, c: &kiln::ConvolutionParams, x: &DeviceTensor, w: &DeviceTensor, epilogue: &Epilogue, out_shape: &[usize], out_dtype: DataType) -> KResult<Option<DeviceTensor>> {
+    let depth = MAX_CHANNELS * padded_taps(&w.shape);
+    if !applies(c, &x.shape, &w.shape) || !epilogue.levels_exact(depth) || epilogue.joins || !matches!(out_dtype, DataType::I8 | DataType::U8) {
+        if tracing::enabled!(target: "kiln::int8", tracing::Level::INFO) {
+            let why = epilogue.general_reason(depth).unwrap_or_else(|| "a join or a float output".into());
+            super::quant::say_once(format!("int8_conv_few_channels over {:?} by {:?}: the implicit GEMM instead, for {why}", x.shape, w.shape));
+        }
+        return Ok(None);
+    }
+    let [n, ch, h, wd] = <[usize; 4]>::try_from(x.shape.as_slice()).map_err(|_| invalid!("an INT8 convolution of a {}-D input", x.shape.len()))?;
+    let (filters, taps) = (w.shape[0], padded_taps(&w.shape));
+    if out_shape.len() != 4 || out_shape[0] != n || out_shape[1] != filters {
+        return Err(invalid!("an INT8 convolution of {:?} by {:?} into {out_shape:?}", x.shape, w.shape));
+    }
+    if [n, ch, h, wd, filters, out_shape[2], out_shape[3]].iter().any(|&d| d > i32::MAX as usize) || h * wd > i32::MAX as usize {
+        return Err(invalid!("an INT8 convolution of {:?} is too large for the kernel's 32-bit sizes", x.shape));
+    }
+    // The kernel counts tiles in 32 bits.
+    let tiles = n * out_shape[2].div_ceil(TILE_ROWS) * out_shape[3].div_ceil(TILE_COLUMNS);
+    if tiles > i32::MAX as usize {
+        return Ok(None);
+    }
+    let out = super::empty_in_layout(cx, out_dtype, out_shape, true)?;
+    if out.is_empty() {
+        return Ok(Some(out));
+    }
+    let filter_blocks = filters.div_ceil(FILTERS_PER_BLOCK);
+    let filter = cx.gpu.converted_weights(w, "few_channels_taps", |t| arranged_filter(cx, t, filter_blocks * FILTERS_PER_BLOCK, taps))?;
+    let pair = |v: &[usize], default: usize| (v.first().copied().unwrap_or(default) as i64, v.get(1).copied().unwrap_or(default) as i64);
+    let ((sh, sw), (dh, dw), (ph, pw)) = (pair(&c.strides, 1), pair(&c.dilations, 1), pair(&c.pre_padding, 0));
+    let win = Window {
+        n: n as i64,
+        c: ch as i64,
+        h: h as i64,
+        w: wd as i64,
+        oc: filters as i64,
+        oh: out_shape[2] as i64,
+        ow: out_shape[3] as i64,
+        kh: w.shape[2] as i64,
+        kw: w.shape[3] as i64,
+        sh,
+        sw,
+        dh,
+        dw,
+        ph,
+        pw,
+        groups: 1,
+        ..Window::default()
+    };
+    let kernel = Source::Int8FewChannels.kernel("int8_conv_few_channels");
+    let shared = shared_bytes(c, &w.shape) as u32;
+    // As many blocks as are resident at once, in a multiple of the filter blocks: each keeps its
+    // filters in shared memory over the tiles it strides across.
+    let resident = (cx.gpu.resident_blocks(&kernel, THREADS, shared)? * cx.gpu.multiprocessors()) as usize;
+    let lanes = (resident / filter_blocks).clamp(1, tiles);
+    let grid = u32::try_from(lanes * filter_blocks).map_err(|_| invalid!("an INT8 convolution of {filter_blocks} filter blocks is too many blocks"))?;
+    // Rows of unit column stride, 4-byte aligned with their planes (NCHW of widths in fours):
+    // the kernel reads 4 columns of a channel in one load.
+    let strides = x.element_strides();
+    let words = strides[3] == 1 && strides[..3].iter().all(|s| s % 4 == 0) && super::lane_aligned(cx, x, 4);
+    let mut args = vec![Arg::Window(win)];
+    args.extend(strides.iter().map(|&s| Arg::I64(s)));
+    args.extend([Arg::I32(i32::from(words)), cx.arg(x), cx.arg(&filter), Arg::I32(taps as i32)]);
+    args.extend(epilogue.args.iter().copied());
+    args.push(Arg::I32(super::typed::type_code(epilogue.computed)));
+    args.push(cx.arg(&out));
+    cx.gpu.launch_with_shared(&kernel, (grid, 1, 1), (THREADS, 1, 1), shared, &args).map_err(KernelError::from)?;
+    FEW_CHANNEL_CONVOLUTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Ok(Some(out))
+}
+
+/// The filter `[k, c, r, s]` (any layout) as `[rows, taps, 4]` int8: tap `r·s_len + s`'s channels
+/// in one word, zeros past the filters, channels and taps.
+fn arranged_filter(cx: &Ctx, w: &DeviceTensor, rows: usize, taps: usize) -> KResult<DeviceTensor> {
+    let out = cx.gpu.empty(DataType::I8, vec![rows, taps, MAX_CHANNELS]).map_err(KernelError::from)?;
+    let mut args: Vec<Arg> = [w.shape[0], w.shape[1], w.shape[2], w.shape[3], rows, taps].iter().map(|&d| Arg::I64(d as i64)).collect();
+    args.extend(w.element_strides().iter().map(|&s| Arg::I64(s)));
+    args.extend([cx.arg(w), cx.arg(&out)]);
+    cx.launch_elements(Source::Int8FewChannels.kernel("int8_few_channels_filter"), rows * taps, &args)?;
+    Ok(out)
+}
+
+/// Every kernel of `int8_few_channels.cu`, for the NVRTC test.
+pub fn kernel_names() -> [&'static str; 2] {
+    ["int8_conv_few_channels", "int8_few_channels_filter"]
+}
