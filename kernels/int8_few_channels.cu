@@ -10,9 +10,11 @@
 // mma.sync's A fragment is one input pixel's word, read from the window at the pixel's offset
 // plus the tap's (taps come 8 to a step of m16n8k32). The filter, arranged once as
 // [filters][taps padded to 8][4], stays in shared memory while the block strides over the tiles,
-// and the next tile's window is loaded while this one computes: with a window's loads waited out
-// one channel at a time, the first form of this kernel took 0.54 ms for ResNet-50's stem at batch
-// 256 (H100), where its instructions issue in about a fifth of that.
+// the B fragments read by ldmatrix, and the next tile's window is loaded while this one
+// computes. ResNet-50's 7×7/2 stem at batch 256 on an H100 (benches/gpu/QUANT.md, session 34):
+// 0.54 ms with each window's loads waited out a channel at a time, 0.41 with these loads, 0.36
+// with ldmatrix and byte offsets in the main loop; issue-bound (69% of issue slots busy), the
+// MMAs a fifth of the instructions.
 //
 // The epilogue is int8_conv.cu's levels-only one (level_of_sum): the host takes this kernel only
 // where that is exact (levels out, no float bias, residual or join, an int32 bias the sums can
@@ -115,6 +117,9 @@ __device__ __forceinline__ void few_channels(const Window& win, i64 xs_n, i64 xs
     unsigned* filter = window + wd.rows * wd.pitch;
     int* tap_offset = reinterpret_cast<int*>(filter + FC_BN * filter_pitch);
     unsigned char* out_tile = reinterpret_cast<unsigned char*>(tap_offset + taps);
+    // The block's channels' int32 biases and scales (the last channel's past the filters).
+    __shared__ int2 bias_pairs[FC_BN / 2];
+    __shared__ float2 scale_pairs[FC_BN / 2];
 
     const unsigned filter_blocks = (k + FC_BN - 1) / FC_BN;
     const int n0 = (int)(blockIdx.x % filter_blocks) * FC_BN;
@@ -126,15 +131,25 @@ __device__ __forceinline__ void few_channels(const Window& win, i64 xs_n, i64 xs
     // The block's filters and each tap's offset in the window, once.
     const unsigned* filter_words = reinterpret_cast<const unsigned*>(wt) + (i64)n0 * taps;
     for (int i = tid; i < FC_BN * taps; i += FC_THREADS) filter[(i / taps) * filter_pitch + i % taps] = filter_words[i];
-    for (int i = tid; i < taps; i += FC_THREADS) tap_offset[i] = i < (int)(win.kh * kw) ? (i / kw) * dh * wd.pitch + (i % kw) * dw : 0;
+    // In bytes: the main loop adds them to shared-space addresses.
+    for (int i = tid; i < taps; i += FC_THREADS) tap_offset[i] = 4 * (i < (int)(win.kh * kw) ? (i / kw) * dh * wd.pitch + (i % kw) * dw : 0);
+    for (int i = tid; i < FC_BN; i += FC_THREADS) {
+        const int ch = min(n0 + i, k - 1);
+        reinterpret_cast<int*>(bias_pairs)[i] = e.int_bias ? e.int_bias[ch] : 0;
+        reinterpret_cast<float*>(scale_pairs)[i] = e.scale[e.scale_len == 1 ? 0 : ch];
+    }
     if (e.then)
         for (int i = tid; i < 256; i += FC_THREADS) then_levels[i] = e.then[i];
     const int zero = (int)e.y_zero, high = (int)e.hi, low = e.relu ? max((int)e.lo, zero) : (int)e.lo;
     const float low_f = (float)(low - zero), high_f = (float)(high - zero);
-    // This thread's output channel j of n-tile nt (clamped to the last: the others are never
-    // stored). Its bias and scale are read where used, from L1: held across the main loop they
-    // cost 16 registers and spills.
-    auto channel = [&](int nt, int j) { return min(n0 + warp_n * 32 + nt * 8 + 2 * t + j, k - 1); };
+    // This thread's channel pair of n-tile nt in the block (its bias and scale are read where
+    // used: held across the main loop they cost 16 registers and spills).
+    auto pair_of = [&](int nt) { return warp_n * 16 + nt * 4 + t; };
+    // ldmatrix's rows of the B fragments, n-tiles nt and nt + 1 from one x4 load (as int8_conv.cu
+    // reads them): filter (lane % 8) + 8·(lane / 16), depth bytes 16·((lane / 8) % 2) on.
+    const unsigned b_base = (unsigned)__cvta_generic_to_shared(filter) + (warp_n * 32 + lane % 8 + (lane / 16) * 8) * filter_pitch * 4 + ((lane / 8) % 2) * 16;
+    const unsigned char* window_bytes = reinterpret_cast<const unsigned char*>(window);
+    auto window_word = [&](int at) { return *reinterpret_cast<const unsigned*>(window_bytes + at); };
 
     // A tile's image, first output row and column, and its window's first input row and column.
     struct Origin {
@@ -186,33 +201,38 @@ __device__ __forceinline__ void few_channels(const Window& win, i64 xs_n, i64 xs
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
-                acc[mt][nt][0] = acc[mt][nt][2] = e.int_bias ? e.int_bias[channel(nt, 0)] : 0;
-                acc[mt][nt][1] = acc[mt][nt][3] = e.int_bias ? e.int_bias[channel(nt, 1)] : 0;
+                const int2 b = bias_pairs[pair_of(nt)];
+                acc[mt][nt][0] = acc[mt][nt][2] = b.x;
+                acc[mt][nt][1] = acc[mt][nt][3] = b.y;
             }
         // A fragment rows g and g + 8 of m-tile mt are output row warp_m·MT + mt, columns g and
-        // g + 8; its words t and 4 + t of a step are taps 8·step + t and 8·step + 4 + t.
+        // g + 8 (their byte offsets in the window); its words t and 4 + t of a step are taps
+        // 8·step + t and 8·step + 4 + t.
         int pixel[MT][2];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int half = 0; half < 2; ++half) pixel[mt][half] = (warp_m * MT + mt) * sh * wd.pitch + (g + 8 * half) * sw + o.shift;
-        const unsigned* b_row = filter + (warp_n * 32 + g) * filter_pitch + t;
+            for (int half = 0; half < 2; ++half) pixel[mt][half] = 4 * ((warp_m * MT + mt) * sh * wd.pitch + (g + 8 * half) * sw + o.shift);
 #pragma unroll 2
         for (int tap = 0; tap < taps; tap += 8) {
             const int lo_tap = tap_offset[tap + t], hi_tap = tap_offset[tap + 4 + t];
             unsigned a[MT][4];
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
-                a[mt][0] = window[pixel[mt][0] + lo_tap];
-                a[mt][1] = window[pixel[mt][1] + lo_tap];
-                a[mt][2] = window[pixel[mt][0] + hi_tap];
-                a[mt][3] = window[pixel[mt][1] + hi_tap];
+                a[mt][0] = window_word(pixel[mt][0] + lo_tap);
+                a[mt][1] = window_word(pixel[mt][1] + lo_tap);
+                a[mt][2] = window_word(pixel[mt][0] + hi_tap);
+                a[mt][3] = window_word(pixel[mt][1] + hi_tap);
             }
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-                const unsigned b0 = b_row[nt * 8 * filter_pitch + tap], b1 = b_row[nt * 8 * filter_pitch + tap + 4];
+            for (int nt = 0; nt < NT; nt += 2) {
+                unsigned b[4];
+                ldmatrix_x4_to(b_base + nt * 8 * filter_pitch * 4 + tap * 4, b);
 #pragma unroll
-                for (int mt = 0; mt < MT; ++mt) mma_s8(acc[mt][nt], a[mt], b0, b1);
+                for (int mt = 0; mt < MT; ++mt) {
+                    mma_s8(acc[mt][nt], a[mt], b[0], b[1]);
+                    mma_s8(acc[mt][nt + 1], a[mt], b[2], b[3]);
+                }
             }
         }
 
@@ -220,14 +240,14 @@ __device__ __forceinline__ void few_channels(const Window& win, i64 xs_n, i64 xs
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
             const int col = warp_n * 32 + nt * 8 + 2 * t;
-            const float scale0 = e.scale[e.scale_len == 1 ? 0 : channel(nt, 0)], scale1 = e.scale[e.scale_len == 1 ? 0 : channel(nt, 1)];
+            const float2 scale = scale_pairs[pair_of(nt)];
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
                 for (int half = 0; half < 2; ++half) {
                     const int row = (warp_m * MT + mt) * FC_TW + g + 8 * half;
-                    unsigned char b0 = level_of_sum(acc[mt][nt][2 * half], scale0, low_f, high_f, zero);
-                    unsigned char b1 = level_of_sum(acc[mt][nt][2 * half + 1], scale1, low_f, high_f, zero);
+                    unsigned char b0 = level_of_sum(acc[mt][nt][2 * half], scale.x, low_f, high_f, zero);
+                    unsigned char b1 = level_of_sum(acc[mt][nt][2 * half + 1], scale.y, low_f, high_f, zero);
                     if (e.then) {
                         b0 = then_levels[b0];
                         b1 = then_levels[b1];
@@ -237,11 +257,14 @@ __device__ __forceinline__ void few_channels(const Window& win, i64 xs_n, i64 xs
         }
         __syncthreads();
         const bool vector = k % 16 == 0 && ((size_t)y % 16) == 0;
+        // The tile's first output pixel; a row of the tile is q pixels on (under 2^31 bytes apart:
+        // the host's check).
+        unsigned char* tile_out = y + (((i64)o.img * p + o.oh0) * q + o.ow0) * k + n0;
         for (int piece = tid; piece < FC_TH * FC_TW * (FC_BN / 16); piece += FC_THREADS) {
             const int row = piece / (FC_BN / 16), col = (piece % (FC_BN / 16)) * 16;
-            const int oh = o.oh0 + row / FC_TW, ow = o.ow0 + row % FC_TW;
-            if (oh >= p || ow >= q || n0 + col >= k) continue;
-            unsigned char* to = y + (((i64)o.img * p + oh) * q + ow) * k + n0 + col;
+            const int r = row / FC_TW, cl = row % FC_TW;
+            if (o.oh0 + r >= p || o.ow0 + cl >= q || n0 + col >= k) continue;
+            unsigned char* to = tile_out + (r * q + cl) * k + col;
             const unsigned char* from = out_tile + row * FC_OUT_PITCH + col;
             if (vector) {
                 *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(from);

@@ -83,9 +83,9 @@ pub fn convolution(cx: &Ctx, c: &kiln::ConvolutionParams, x: &DeviceTensor, w: &
     if [n, ch, h, wd, filters, out_shape[2], out_shape[3]].iter().any(|&d| d > i32::MAX as usize) || h * wd > i32::MAX as usize {
         return Err(invalid!("an INT8 convolution of {:?} is too large for the kernel's 32-bit sizes", x.shape));
     }
-    // The kernel counts tiles in 32 bits.
+    // The kernel counts tiles, and bytes within a tile's output rows, in 32 bits.
     let tiles = n * out_shape[2].div_ceil(TILE_ROWS) * out_shape[3].div_ceil(TILE_COLUMNS);
-    if tiles > i32::MAX as usize {
+    if tiles > i32::MAX as usize || TILE_ROWS * out_shape[3] * filters > i32::MAX as usize {
         return Ok(None);
     }
     let out = super::empty_in_layout(cx, out_dtype, out_shape, true)?;
