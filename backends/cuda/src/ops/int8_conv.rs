@@ -87,8 +87,7 @@ pub fn convolution(cx: &Ctx, main_loop: MainLoop, c: &kiln::ConvolutionParams, x
     if !main_loop.available(cx.gpu) {
         return Ok(None);
     }
-    let pair = |v: &[usize], default: usize| (v.first().copied().unwrap_or(default) as i64, v.get(1).copied().unwrap_or(default) as i64);
-    let ((sh, sw), (dh, dw), (ph, pw)) = (pair(&c.strides, 1), pair(&c.dilations, 1), pair(&c.pre_padding, 0));
+    let Geometry { strides: (sh, sw), dilations: (dh, dw), padding: (ph, pw) } = Geometry::of(c);
     let fold = Fold::of(x.shape.get(1).copied().unwrap_or(0), w.shape.get(3).copied().unwrap_or(1), dw);
     let (x, w, sw, dw, pw) = match &fold {
         Some(f) => {
@@ -131,25 +130,7 @@ pub fn convolution(cx: &Ctx, main_loop: MainLoop, c: &kiln::ConvolutionParams, x
     if out.is_empty() {
         return Ok(Some(out));
     }
-    let win = Window {
-        n: n as i64,
-        c: ch as i64,
-        h: h as i64,
-        w: wd as i64,
-        oc: filters as i64,
-        oh: out_shape[2] as i64,
-        ow: out_shape[3] as i64,
-        kh: w.shape[2] as i64,
-        kw: w.shape[3] as i64,
-        sh,
-        sw,
-        dh,
-        dw,
-        ph,
-        pw,
-        groups: 1,
-        ..Window::default()
-    };
+    let win = Geometry { strides: (sh, sw), dilations: (dh, dw), padding: (ph, pw) }.window(&x.shape, &w.shape, out_shape);
     let pixels = n * out_shape[2] * out_shape[3];
     // A narrow layer (64 filters or fewer) wastes half of a 128-filter block.
     let filters_per_block = if filters <= 64 { 64 } else { 128 };
@@ -174,6 +155,29 @@ pub fn convolution(cx: &Ctx, main_loop: MainLoop, c: &kiln::ConvolutionParams, x
         WGMMA_CONVOLUTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
     Ok(Some(out))
+}
+
+/// A 2-D convolution's strides, dilations and leading padding, each (height, width).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Geometry {
+    pub strides: (i64, i64),
+    pub dilations: (i64, i64),
+    pub padding: (i64, i64),
+}
+
+impl Geometry {
+    pub fn of(c: &kiln::ConvolutionParams) -> Geometry {
+        let pair = |v: &[usize], default: usize| (v.first().copied().unwrap_or(default) as i64, v.get(1).copied().unwrap_or(default) as i64);
+        Geometry { strides: pair(&c.strides, 1), dilations: pair(&c.dilations, 1), padding: pair(&c.pre_padding, 0) }
+    }
+
+    /// The kernels' window of a one-group convolution of `x` `[n, c, h, w]` by `w` `[k, c, r, s]`
+    /// into `out` `[n, k, oh, ow]` (4-D each: the caller checked).
+    pub fn window(&self, x: &[usize], w: &[usize], out: &[usize]) -> Window {
+        let ((sh, sw), (dh, dw), (ph, pw)) = (self.strides, self.dilations, self.padding);
+        let d = |v: usize| v as i64;
+        Window { n: d(x[0]), c: d(x[1]), h: d(x[2]), w: d(x[3]), oc: d(w[0]), oh: d(out[2]), ow: d(out[3]), kh: d(w[2]), kw: d(w[3]), sh, sw, dh, dw, ph, pw, groups: 1, ..Window::default() }
+    }
 }
 
 /// The grid (one dimension: the kernel takes its filter block from the fastest-varying part)

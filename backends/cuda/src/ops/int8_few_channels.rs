@@ -6,7 +6,8 @@
 
 use super::quant::Epilogue;
 use super::Ctx;
-use crate::buffer::{Arg, DeviceTensor, Window};
+use super::int8_conv::Geometry;
+use crate::buffer::{Arg, DeviceTensor};
 use crate::ops::KResult;
 use crate::sources::Source;
 use kiln::{invalid, DataType, KernelError};
@@ -42,10 +43,9 @@ fn padded_taps(w: &[usize]) -> usize {
 /// with 3 more columns for its start rounded down to a multiple of 4), the filter block (rows of
 /// taps + 4 words), each tap's offset and the output tile.
 fn shared_bytes(c: &kiln::ConvolutionParams, w: &[usize]) -> usize {
-    let pair = |v: &[usize], default: usize| (v.first().copied().unwrap_or(default), v.get(1).copied().unwrap_or(default));
-    let ((sh, sw), (dh, dw)) = (pair(&c.strides, 1), pair(&c.dilations, 1));
-    let rows = (TILE_ROWS - 1) * sh + (w[2].max(1) - 1) * dh + 1;
-    let columns = (TILE_COLUMNS - 1) * sw + (w[3].max(1) - 1) * dw + 1;
+    let Geometry { strides: (sh, sw), dilations: (dh, dw), .. } = Geometry::of(c);
+    let rows = (TILE_ROWS - 1) * sh.max(0) as usize + (w[2].max(1) - 1) * dh.max(0) as usize + 1;
+    let columns = (TILE_COLUMNS - 1) * sw.max(0) as usize + (w[3].max(1) - 1) * dw.max(0) as usize + 1;
     let taps = padded_taps(w);
     4 * rows * (columns + 3).next_multiple_of(4) + 4 * FILTERS_PER_BLOCK * (taps + 4) + 4 * taps + TILE_ROWS * TILE_COLUMNS * OUT_PITCH
 }
@@ -94,27 +94,7 @@ pub fn convolution(cx: &Ctx, c: &kiln::ConvolutionParams, x: &DeviceTensor, w: &
     }
     let filter_blocks = filters.div_ceil(FILTERS_PER_BLOCK);
     let filter = cx.gpu.converted_weights(w, "few_channels_taps", |t| arranged_filter(cx, t, filter_blocks * FILTERS_PER_BLOCK, taps))?;
-    let pair = |v: &[usize], default: usize| (v.first().copied().unwrap_or(default) as i64, v.get(1).copied().unwrap_or(default) as i64);
-    let ((sh, sw), (dh, dw), (ph, pw)) = (pair(&c.strides, 1), pair(&c.dilations, 1), pair(&c.pre_padding, 0));
-    let win = Window {
-        n: n as i64,
-        c: ch as i64,
-        h: h as i64,
-        w: wd as i64,
-        oc: filters as i64,
-        oh: out_shape[2] as i64,
-        ow: out_shape[3] as i64,
-        kh: w.shape[2] as i64,
-        kw: w.shape[3] as i64,
-        sh,
-        sw,
-        dh,
-        dw,
-        ph,
-        pw,
-        groups: 1,
-        ..Window::default()
-    };
+    let win = Geometry::of(c).window(&x.shape, &w.shape, out_shape);
     let kernel = Source::Int8FewChannels.kernel("int8_conv_few_channels");
     let shared = shared_bytes(c, &w.shape) as u32;
     // As many blocks as are resident at once, in a multiple of the filter blocks: each keeps its
