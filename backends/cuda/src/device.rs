@@ -39,6 +39,8 @@ pub struct Gpu {
     modules: Arc<HashMap<Source, Arc<CudaModule>>>,
     functions: Arc<Mutex<Functions>>,
     residency: Arc<Mutex<Residency>>,
+    /// The dynamic shared bytes each kernel has opted into beyond the default 48 KiB.
+    shared_opt_in: Arc<Mutex<HashMap<Kernel, u32>>>,
     pub blas: crate::blas::Blas,
     /// cuDNN on this stream, opened on first use (Err: absent or failed; convolutions then
     /// run kiln's direct kernel).
@@ -135,6 +137,7 @@ impl Gpu {
             modules: Arc::new(modules),
             functions: Arc::default(),
             residency: Arc::default(),
+            shared_opt_in: Arc::default(),
             blas,
             dnn: OnceLock::new(),
             sparse: OnceLock::new(),
@@ -159,6 +162,7 @@ impl Gpu {
             modules: self.modules.clone(),
             functions: self.functions.clone(),
             residency: self.residency.clone(),
+            shared_opt_in: self.shared_opt_in.clone(),
             dnn: OnceLock::new(),
             sparse: OnceLock::new(),
             sessions: Arc::default(),
@@ -653,10 +657,27 @@ impl Gpu {
         }
         let (f, _) = self.function(kernel)?;
         // The calculator counts no more dynamic shared memory than the function is allowed.
-        allow_dynamic_shared(&f, shared_bytes)?;
+        self.allow_dynamic_shared(kernel, &f, shared_bytes)?;
         let n = f.occupancy_max_active_blocks_per_multiprocessor(threads, shared_bytes as usize, None).map_err(driver("cuOccupancyMaxActiveBlocksPerMultiprocessor"))?;
         lock(&self.residency).entry(kernel.clone()).or_default().insert((threads, shared_bytes), n);
         Ok(n)
+    }
+
+    /// Lets `kernel`'s function `f` take `bytes` of dynamic shared memory: beyond the default
+    /// 48 KiB a function must opt in. The limit only rises: every lane launches the same
+    /// function, and lowering it for one launch could fail another lane's larger one set up
+    /// between that lane's opt-in and its launch.
+    fn allow_dynamic_shared(&self, kernel: &Kernel, f: &CudaFunction, bytes: u32) -> Result<(), GpuError> {
+        if bytes <= 48 * 1024 {
+            return Ok(());
+        }
+        let mut allowed = lock(&self.shared_opt_in);
+        if allowed.get(kernel).is_none_or(|&b| b < bytes) {
+            use sys::CUfunction_attribute_enum as F;
+            f.set_attribute(F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes as i32).map_err(driver("cuFuncSetAttribute"))?;
+            allowed.insert(kernel.clone(), bytes);
+        }
+        Ok(())
     }
 
     /// The device's streaming multiprocessors (the grid a kernel with per-block set-up needs).
@@ -671,7 +692,7 @@ impl Gpu {
             return Ok(());
         }
         let (f, params) = self.function(kernel)?;
-        allow_dynamic_shared(&f, shared_bytes)?;
+        self.allow_dynamic_shared(kernel, &f, shared_bytes)?;
         // Compared without allocating: this runs on every launch.
         if args.len() != params.len() || args.iter().zip(params.iter()).any(|(a, &size)| a.size() != size) {
             let passed: Vec<usize> = args.iter().map(Arg::size).collect();
@@ -711,14 +732,6 @@ impl Gpu {
     }
 }
 
-/// Lets `f` take `bytes` of dynamic shared memory: beyond the default 48 KiB a function must opt in.
-fn allow_dynamic_shared(f: &CudaFunction, bytes: u32) -> Result<(), GpuError> {
-    if bytes > 48 * 1024 {
-        use sys::CUfunction_attribute_enum as F;
-        f.set_attribute(F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes as i32).map_err(driver("cuFuncSetAttribute"))?;
-    }
-    Ok(())
-}
 
 /// The device time from `start` to `end`, two recorded events (once `end` has completed).
 pub fn event_span(start: &cudarc::driver::CudaEvent, end: &cudarc::driver::CudaEvent) -> Result<std::time::Duration, GpuError> {
