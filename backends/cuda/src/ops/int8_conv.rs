@@ -206,6 +206,12 @@ fn launch(cx: &Ctx, kernel: &crate::sources::Kernel, main_loop: MainLoop, pixels
             let lanes = (resident * cx.gpu.multiprocessors()) as usize / filter_blocks;
             if lanes > 0 && lanes < pixel_tiles {
                 PERSISTENT_CONVOLUTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                // A launch choice, not the builder's: the log shows it (formatted only where shown,
+                // as this runs on every enqueue).
+                if tracing::enabled!(target: "kiln::int8", tracing::Level::INFO) {
+                    let blocks = lanes * filter_blocks;
+                    super::quant::say_once(format!("{} over {pixels} pixels by {filters} filters: persistent, {blocks} blocks over {pixel_tiles} pixel tiles", kernel.name));
+                }
                 return Ok(((lanes * filter_blocks) as u32, own_tile));
             }
         }
