@@ -167,7 +167,9 @@ pub(super) struct Geometry {
 
 impl Geometry {
     pub fn of(c: &kiln::ConvolutionParams) -> Geometry {
-        let pair = |v: &[usize], default: usize| (v.first().copied().unwrap_or(default) as i64, v.get(1).copied().unwrap_or(default) as i64);
+        // Saturating, not wrapping: an attribute past i64 stays the largest, never negative.
+        let at = |v: &[usize], i: usize, default: usize| i64::try_from(v.get(i).copied().unwrap_or(default)).unwrap_or(i64::MAX);
+        let pair = |v: &[usize], default: usize| (at(v, 0, default), at(v, 1, default));
         Geometry { strides: pair(&c.strides, 1), dilations: pair(&c.dilations, 1), padding: pair(&c.pre_padding, 0) }
     }
 

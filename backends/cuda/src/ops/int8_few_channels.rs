@@ -36,7 +36,7 @@ pub fn few_channel_convolutions_enqueued() -> u64 {
 
 /// The filter's taps padded to a whole number of MMA steps.
 fn padded_taps(w: &[usize]) -> usize {
-    (w[2] * w[3]).next_multiple_of(TAPS_PER_STEP)
+    w[2].saturating_mul(w[3]).saturating_add(TAPS_PER_STEP - 1) / TAPS_PER_STEP * TAPS_PER_STEP
 }
 
 /// A block's dynamic shared bytes: the input window (a word a pixel, rows of whole groups of 4
@@ -44,10 +44,17 @@ fn padded_taps(w: &[usize]) -> usize {
 /// taps + 4 words), each tap's offset and the output tile.
 fn shared_bytes(c: &kiln::ConvolutionParams, w: &[usize]) -> usize {
     let Geometry { strides: (sh, sw), dilations: (dh, dw), .. } = Geometry::of(c);
-    let rows = (TILE_ROWS - 1) * sh.max(0) as usize + (w[2].max(1) - 1) * dh.max(0) as usize + 1;
-    let columns = (TILE_COLUMNS - 1) * sw.max(0) as usize + (w[3].max(1) - 1) * dw.max(0) as usize + 1;
+    // Saturating: a model's strides and dilations are unbounded attributes (the sum then fails
+    // `applies`' bound instead of overflowing).
+    let span = |tiles: usize, stride: i64, taps: usize, dilation: i64| {
+        let (stride, dilation) = (stride.max(0) as usize, dilation.max(0) as usize);
+        (tiles - 1).saturating_mul(stride).saturating_add((taps.max(1) - 1).saturating_mul(dilation)).saturating_add(1)
+    };
+    let (rows, columns) = (span(TILE_ROWS, sh, w[2], dh), span(TILE_COLUMNS, sw, w[3], dw));
     let taps = padded_taps(w);
-    4 * rows * (columns + 3).next_multiple_of(4) + 4 * FILTERS_PER_BLOCK * (taps + 4) + 4 * taps + TILE_ROWS * TILE_COLUMNS * OUT_PITCH
+    let window = rows.saturating_mul(columns.saturating_add(6) / 4 * 4).saturating_mul(4);
+    let filter = taps.saturating_add(4).saturating_mul(4 * FILTERS_PER_BLOCK).saturating_add(taps.saturating_mul(4));
+    window.saturating_add(filter).saturating_add(TILE_ROWS * TILE_COLUMNS * OUT_PITCH)
 }
 
 /// Whether the kernel takes the layer's shapes (NCHW / KCRS as the layer sees them): a 2-D,
@@ -60,14 +67,15 @@ pub fn applies(c: &kiln::ConvolutionParams, x: &[usize], w: &[usize]) -> bool {
         && c.strides.len() == 2
         && x[1] == w[1]
         && (1..=MAX_CHANNELS).contains(&x[1])
-        && w[2] * w[3] > 0
+        && w[2] > 0
+        && w[3] > 0
         && shared_bytes(c, w) <= MAX_SHARED_BYTES
 }
 
 /// The convolution into int8 / uint8 levels, channels-last, of `out_shape`; None where the
 /// epilogue is not the levels-only one (the log says why once), which the caller then runs.
 pub fn convolution(cx: &Ctx, c: &kiln::ConvolutionParams, x: &DeviceTensor, w: &DeviceTensor, epilogue: &Epilogue, out_shape: &[usize], out_dtype: DataType) -> KResult<Option<DeviceTensor>> {
-    let depth = MAX_CHANNELS * padded_taps(&w.shape);
+    let depth = MAX_CHANNELS.saturating_mul(padded_taps(&w.shape));
     if !applies(c, &x.shape, &w.shape) || !epilogue.levels_exact(depth) || epilogue.joins || !matches!(out_dtype, DataType::I8 | DataType::U8) {
         if tracing::enabled!(target: "kiln::int8", tracing::Level::INFO) {
             let why = epilogue.general_reason(depth).unwrap_or_else(|| "a join or a float output".into());
@@ -131,4 +139,35 @@ fn arranged_filter(cx: &Ctx, w: &DeviceTensor, rows: usize, taps: usize) -> KRes
 /// Every kernel of `int8_few_channels.cu`, for the NVRTC test.
 pub fn kernel_names() -> [&'static str; 2] {
     ["int8_conv_few_channels", "int8_few_channels_filter"]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conv(strides: [usize; 2], dilations: [usize; 2]) -> kiln::ConvolutionParams {
+        kiln::ConvolutionParams { groups: 1, strides: strides.to_vec(), dilations: dilations.to_vec(), pre_padding: vec![3, 3], post_padding: vec![3, 3] }
+    }
+
+    #[test]
+    fn a_resnet_stem_fits_and_its_shared_memory_is_counted_as_the_kernel_lays_it_out() {
+        let (x, w) = ([256, 3, 224, 224], [64, 3, 7, 7]);
+        assert!(applies(&conv([2, 2], [1, 1]), &x, &w));
+        // Window 21 rows × 40 words (37 columns + 3, in fours), 64 filters × (56 + 4) words,
+        // 56 tap offsets, 128 pixels × 80 bytes.
+        assert_eq!(shared_bytes(&conv([2, 2], [1, 1]), &w), 4 * 21 * 40 + 4 * 64 * 60 + 4 * 56 + 128 * 80);
+    }
+
+    #[test]
+    fn other_channel_counts_groups_and_windows_past_shared_memory_are_refused_without_overflow() {
+        let x = [1, 3, 224, 224];
+        assert!(!applies(&conv([2, 2], [1, 1]), &[1, 5, 224, 224], &[64, 5, 7, 7]));
+        assert!(!applies(&kiln::ConvolutionParams { groups: 3, ..conv([1, 1], [1, 1]) }, &x, &[3, 1, 3, 3]));
+        for (strides, dilations) in [([usize::MAX, 1], [1, 1]), ([1, 1], [1, usize::MAX / 3]), ([1 << 40, 1 << 40], [1 << 40, 1 << 40])] {
+            assert!(!applies(&conv(strides, dilations), &x, &[64, 3, 7, 7]), "{strides:?} {dilations:?}");
+        }
+        assert!(!applies(&conv([1, 1], [1, 1]), &x, &[64, 3, usize::MAX / 2, 3]));
+        // A filter too wide for the block's filter rows in shared memory.
+        assert!(!applies(&conv([1, 1], [1, 1]), &x, &[64, 3, 31, 31]));
+    }
 }
