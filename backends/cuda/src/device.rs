@@ -732,7 +732,6 @@ impl Gpu {
     }
 }
 
-
 /// The device time from `start` to `end`, two recorded events (once `end` has completed).
 pub fn event_span(start: &cudarc::driver::CudaEvent, end: &cudarc::driver::CudaEvent) -> Result<std::time::Duration, GpuError> {
     let ms = start.elapsed_ms(end).map_err(driver("cuEventElapsedTime"))?;

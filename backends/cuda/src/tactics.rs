@@ -94,29 +94,35 @@ fn int8_conv(network: &Network, layer: LayerId) -> Option<ConvolutionParams> {
     let l = network.layer(layer);
     let LayerKind::Quantized(q) = &l.kind else { return None };
     let QuantizedAnchor::Convolution(p) = &q.anchor else { return None };
-    let desc = |slot: usize| l.inputs.get(slot).copied().flatten().map(|t| network.tensor(t));
-    let fixed = |slot: usize| desc(slot)?.shape.dims().iter().map(|d| d.fixed()).collect::<Option<Vec<usize>>>();
-    let (x, w) = (desc(QuantizedParams::X)?, desc(QuantizedParams::W)?);
+    let (x, w) = (input(network, layer, QuantizedParams::X)?, input(network, layer, QuantizedParams::W)?);
     let out = network.tensor(*l.outputs.first()?).dtype;
     let int8 = x.dtype == DataType::I8 && w.dtype == DataType::I8;
-    (int8 && crate::ops::int8_conv::applies(p, &fixed(QuantizedParams::X)?, &fixed(QuantizedParams::W)?, out)).then(|| p.clone())
+    (int8 && crate::ops::int8_conv::applies(p, &fixed_dims(x)?, &fixed_dims(w)?, out)).then(|| p.clone())
 }
 
-/// Whether an integer convolution (`int8_conv`'s) is one the few-channel kernel takes: 1 to 4
-/// input channels, and the levels-only epilogue as far as the network shows (levels out, no
-/// float bias, residual or join; the bias's bound and the scales are checked when it runs).
-fn few_channels(network: &Network, layer: LayerId) -> bool {
-    let Some(p) = int8_conv(network, layer) else { return false };
-    let l = network.layer(layer);
-    let LayerKind::Quantized(q) = &l.kind else { return false };
-    let slot = |i: usize| l.inputs.get(i).copied().flatten().map(|t| network.tensor(t));
-    let fixed = |i: usize| slot(i).and_then(|t| t.shape.dims().iter().map(|d| d.fixed()).collect::<Option<Vec<usize>>>());
-    let (Some(x), Some(w)) = (fixed(QuantizedParams::X), fixed(QuantizedParams::W)) else { return false };
+/// The tensor in input `slot` of `layer`, where it has one.
+fn input(network: &Network, layer: LayerId, slot: usize) -> Option<&kiln::TensorDesc> {
+    network.layer(layer).inputs.get(slot).copied().flatten().map(|t| network.tensor(t))
+}
+
+/// A tensor's dims where all are fixed.
+fn fixed_dims(t: &kiln::TensorDesc) -> Option<Vec<usize>> {
+    t.shape.dims().iter().map(|d| d.fixed()).collect()
+}
+
+/// Whether an integer convolution of parameters `p` (`int8_conv`'s) is one the few-channel
+/// kernel takes: 1 to 4 input channels, and the levels-only epilogue as far as the network
+/// shows (levels out, no float bias, residual or join; the bias's bound and the scales are
+/// checked when it runs).
+fn few_channels(network: &Network, layer: LayerId, p: &ConvolutionParams) -> bool {
+    let LayerKind::Quantized(q) = &network.layer(layer).kind else { return false };
+    let slot = |i: usize| input(network, layer, i);
+    let (Some(x), Some(w)) = (slot(QuantizedParams::X).and_then(fixed_dims), slot(QuantizedParams::W).and_then(fixed_dims)) else { return false };
     q.quantized_output()
         && slot(QuantizedParams::BIAS).is_none_or(|b| b.dtype == DataType::I32)
         && slot(QuantizedParams::RESIDUAL).is_none()
         && slot(QuantizedParams::JOIN).is_none()
-        && crate::ops::int8_few_channels::applies(&p, &x, &w)
+        && crate::ops::int8_few_channels::applies(p, &x, &w)
 }
 
 fn conv_tactic_name(choice: usize) -> String {
@@ -255,11 +261,10 @@ pub fn tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId, 
     if let Some(conv) = conv_tactics(backend, network, layer, math) {
         return conv;
     }
-    if int8_conv(network, layer).is_some() {
-        let few = few_channels(network, layer);
-        let mut choices = int8_tactics(backend, &INT8_CONV_CHOICES, INT8_CONV_KILN_WGMMA, int8_conv_tactic);
-        choices.retain(|t| few || t.id != int8_conv_tactic(INT8_CONV_KILN_FEW_CHANNELS).id);
-        return choices;
+    if let Some(p) = int8_conv(network, layer) {
+        let few = few_channels(network, layer, &p);
+        let choices: Vec<usize> = INT8_CONV_CHOICES.into_iter().filter(|&c| few || c != INT8_CONV_KILN_FEW_CHANNELS).collect();
+        return int8_tactics(backend, &choices, INT8_CONV_KILN_WGMMA, int8_conv_tactic);
     }
     if int8_product(network, layer) {
         return int8_tactics(backend, &INT8_PRODUCT_CHOICES, INT8_PRODUCT_KILN_WGMMA, int8_product_tactic);

@@ -76,12 +76,21 @@ pub fn applies(c: &kiln::ConvolutionParams, x: &[usize], w: &[usize]) -> bool {
 /// epilogue is not the levels-only one (the log says why once), which the caller then runs.
 pub fn convolution(cx: &Ctx, c: &kiln::ConvolutionParams, x: &DeviceTensor, w: &DeviceTensor, epilogue: &Epilogue, out_shape: &[usize], out_dtype: DataType) -> KResult<Option<DeviceTensor>> {
     let depth = MAX_CHANNELS.saturating_mul(padded_taps(&w.shape));
-    if !applies(c, &x.shape, &w.shape) || !epilogue.levels_exact(depth) || epilogue.joins || !matches!(out_dtype, DataType::I8 | DataType::U8) {
+    // Why the implicit GEMM runs instead, if it does (the log says so once).
+    let instead = |why: String| {
         if tracing::enabled!(target: "kiln::int8", tracing::Level::INFO) {
-            let why = epilogue.general_reason(depth).unwrap_or_else(|| "a join or a float output".into());
             super::quant::say_once(format!("int8_conv_few_channels over {:?} by {:?}: the implicit GEMM instead, for {why}", x.shape, w.shape));
         }
-        return Ok(None);
+        Ok(None)
+    };
+    if !applies(c, &x.shape, &w.shape) {
+        return instead("shapes it does not take".into());
+    }
+    if let Some(why) = epilogue.general_reason(depth) {
+        return instead(why);
+    }
+    if epilogue.joins || !matches!(out_dtype, DataType::I8 | DataType::U8) {
+        return instead("a join or a float output".into());
     }
     let [n, ch, h, wd] = <[usize; 4]>::try_from(x.shape.as_slice()).map_err(|_| invalid!("an INT8 convolution of a {}-D input", x.shape.len()))?;
     let (filters, taps) = (w.shape[0], padded_taps(&w.shape));
@@ -94,7 +103,7 @@ pub fn convolution(cx: &Ctx, c: &kiln::ConvolutionParams, x: &DeviceTensor, w: &
     // The kernel counts tiles, and bytes within a tile's output rows, in 32 bits.
     let tiles = n * out_shape[2].div_ceil(TILE_ROWS) * out_shape[3].div_ceil(TILE_COLUMNS);
     if tiles > i32::MAX as usize || TILE_ROWS * out_shape[3] * filters > i32::MAX as usize {
-        return Ok(None);
+        return instead("more tiles or output bytes a tile row than 32 bits count".into());
     }
     let out = super::empty_in_layout(cx, out_dtype, out_shape, true)?;
     if out.is_empty() {
