@@ -102,13 +102,17 @@ __device__ __forceinline__ unsigned char level_byte(const Requant& e, float v) {
 // bits of 2^23 plus the byte (int8 bytes flipped to byte + 128 first) less an offset that holds
 // the zero point, exactly; the sum is the layers' f32 Add. The quotient by the second scale is
 // its product by RN(1/scale), within 2^-14 of the division's below 256 in magnitude (beyond,
-// both saturate); clamped to the second levels' bounds less the zero point (ReLU's floor
-// included, for a positive scale) and rounded by the rounding add. A quotient within 2^-12 of
-// a half-integer, or a scale without a usable reciprocal, takes the exact path (second_level).
+// both saturate); the zero point is added in the same rounding (an FMA), the sum clamped to the
+// second levels' bounds (ReLU's floor included, for a positive scale) and rounded by the
+// rounding add, which leaves the level in the low byte. Where any of 16 such sums is within
+// 2^-12 of a half-integer, or the scale has no usable reciprocal, each of the 16 is tested and
+// the exact path (second_level) decides those near one.
 struct JoinFast {
     unsigned y_flip, j_flip;  // 0x80808080 for int8 bytes
-    float y_off, y_scale, j_off, j_scale, inv, low, high;
-    int zero;
+    float y_off, y_scale, j_off, j_scale, inv, low, high, zero;
+    // The bits of 2^23 in a register the compiler cannot see through: as a constant it took the
+    // byte permutes' one immediate, and each permute's selector then cost a move.
+    unsigned exponent;
     bool fast;
 };
 
@@ -122,23 +126,30 @@ __device__ __forceinline__ JoinFast join_fast(const Join& j, const Requant& e) {
     f.y_scale = e.y_scale;
     f.j_scale = j.scale;
     f.inv = j.then_inv;
-    f.low = (j.relu ? fmaxf(j.then_lo, j.then_zero) : j.then_lo) - j.then_zero;
-    f.high = j.then_hi - j.then_zero;
-    f.zero = (int)j.then_zero;
+    f.low = j.relu ? fmaxf(j.then_lo, j.then_zero) : j.then_lo;
+    f.high = j.then_hi;
+    f.zero = j.then_zero;
+    f.exponent = __float_as_uint(f.y_off) & 0xff800000u;
     f.fast = j.then_scale > 0.0f && j.then_inv == j.then_inv;
     return f;
 }
 
+// The joined value u's quotient by the second scale plus the zero point, in one rounding
+// (within 2^-16 of the sum below 512: the margin to a half-integer covers it), clamped to the
+// bounds; and its distance from the integer the rounding add gives it.
+__device__ __forceinline__ float joined_quotient(const JoinFast& f, float u) { return fminf(fmaxf(__fmaf_rn(u, f.inv, f.zero), f.low), f.high); }
+__device__ __forceinline__ float off_integer(float c) { return __fsub_rn(c, __fsub_rn(__fadd_rn(c, KILN_ROUNDING_MAGIC), KILN_ROUNDING_MAGIC)); }
+
 // Byte `sel` of the words `levels` and `joins` (flipped): the joined value u and its second
-// level by the fast path (in the low byte); `tie` where the exact path must decide.
-__device__ __forceinline__ unsigned joined_fast(const JoinFast& f, unsigned levels, unsigned joins, int sel, float& u, bool& tie) {
-    const float y = __fsub_rn(__uint_as_float(__byte_perm(levels, 0x4B000000u, 0x7540 | sel)), f.y_off);
-    const float v = __fsub_rn(__uint_as_float(__byte_perm(joins, 0x4B000000u, 0x7540 | sel)), f.j_off);
+// level by the fast path (the level itself in the low byte of the rounding add's bits); `off`,
+// the quotient's distance from that level (the exact path decides within 2^-12 of a half).
+__device__ __forceinline__ unsigned joined_fast(const JoinFast& f, unsigned levels, unsigned joins, int sel, float& u, float& off) {
+    const float y = __fsub_rn(__uint_as_float(__byte_perm(levels, f.exponent, 0x7540 | sel)), f.y_off);
+    const float v = __fsub_rn(__uint_as_float(__byte_perm(joins, f.exponent, 0x7540 | sel)), f.j_off);
     u = __fadd_rn(__fmul_rn(y, f.y_scale), __fmul_rn(v, f.j_scale));
-    const float c = fminf(fmaxf(__fmul_rn(u, f.inv), f.low), f.high);
-    const float t = __fadd_rn(c, KILN_ROUNDING_MAGIC);
-    tie = !(fabsf(__fsub_rn(c, __fsub_rn(t, KILN_ROUNDING_MAGIC))) < 0.5f - 0x1p-12f);
-    return (unsigned)(__float_as_int(t) + f.zero);
+    const float c = joined_quotient(f, u);
+    off = off_integer(c);
+    return (unsigned)__float_as_int(__fadd_rn(c, KILN_ROUNDING_MAGIC));
 }
 
 // The exact path, out of line: ties are rare, and 16 inlined copies of a division kept the
@@ -152,18 +163,19 @@ __device__ __forceinline__ uint4 joined16(const JoinFast& f, const Join& j, uint
     const unsigned v[4] = {joins.x ^ f.j_flip, joins.y ^ f.j_flip, joins.z ^ f.j_flip, joins.w ^ f.j_flip};
     unsigned b[16];
     float u[16];
-    unsigned ties = 0;
+    // The 16 distances' largest, one compare for all (a tie is rare): each byte's own test only
+    // where some byte may be one.
+    float worst = 0.0f;
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
-        bool tie;
-        b[i] = joined_fast(f, l[i / 4], v[i / 4], i % 4, u[i], tie);
-        ties |= (unsigned)tie << i;
+        float off;
+        b[i] = joined_fast(f, l[i / 4], v[i / 4], i % 4, u[i], off);
+        worst = fmaxf(worst, fabsf(off));
     }
-    if (!f.fast) ties = 0xffff;
-    if (ties) {
+    if (!(worst < 0.5f - 0x1p-12f) || !f.fast) {
 #pragma unroll
         for (int i = 0; i < 16; ++i)
-            if (ties >> i & 1) b[i] = joined_exact(j, u[i]);
+            if (!(fabsf(off_integer(joined_quotient(f, u[i]))) < 0.5f - 0x1p-12f) || !f.fast) b[i] = joined_exact(j, u[i]);
     }
     unsigned out[4];
 #pragma unroll
