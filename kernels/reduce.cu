@@ -215,36 +215,53 @@ __device__ void reduce(int op, i64 outer, i64 len, i64 inner, const T* x, T* y) 
 }
 
 // `reduce` over a middle axis with a wide inner extent (an NHWC global pooling: [n, h·w, c]
-// over h·w): a block of 32 columns × COLUMN_ROWS row-strided partial sums, so each warp reads
-// 32 neighbouring elements (a row-per-warp walk would read one element per sector), then the
-// partials meet in shared memory. Grid: (ceil(inner / 32), outer). The sum family, max, min.
+// over h·w): a block of 32 × V columns × ROWS row-strided partial sums, so each warp reads
+// 32 neighbouring runs of V elements (a row-per-warp walk would read one element per sector),
+// then the partials meet in shared memory. Grid: (ceil(inner / (32·V)), outer). The sum family,
+// max, min. V = 1 (32 rows) reads any inner extent; the runs (V = 16 bytes of elements, 8 rows:
+// a 7×7 pooling's 49 rows is a few loads a thread) need inner % V == 0 and aligned tensors
+// (the host's check): one element a thread read 64 bytes a warp, half a DRAM burst.
 #define COLUMN_ROWS 32
-template <typename T>
-__device__ void reduce_columns(int op, i64 outer, i64 len, i64 inner, const T* x, T* y) {
-    __shared__ float part[COLUMN_ROWS][33];
-    const int tx = threadIdx.x, ty = threadIdx.y;
-    const i64 c = (i64)blockIdx.x * 32 + tx, o = blockIdx.y;
-    const bool live = c < inner && o < outer;
-    const float start = op == 2 ? -INFINITY : op == 3 ? INFINITY : 0.0f;
-    float acc = start;
-    if (live) {
-        const T* col = x + o * len * inner + c;
-        for (i64 k = ty; k < len; k += COLUMN_ROWS) {
-            const float v = to_f(col[k * inner]);
-            acc = op == 2 ? fmaxf(acc, v) : op == 3 ? fminf(acc, v) : acc + ((op == 5) ? fabsf(v) : (op == 6 || op == 9) ? v * v : v);
-        }
-    }
-    part[ty][tx] = acc;
-    __syncthreads();
-    if (ty != 0 || !live) return;
-    for (int r = 1; r < COLUMN_ROWS; ++r) {
-        const float v = part[r][tx];
-        acc = op == 2 ? fmaxf(acc, v) : op == 3 ? fminf(acc, v) : acc + v;
-    }
+#define COLUMN_RUN_ROWS 8
+__device__ __forceinline__ float column_term(int op, float acc, float v) {
+    return op == 2 ? fmaxf(acc, v) : op == 3 ? fminf(acc, v) : acc + ((op == 5) ? fabsf(v) : (op == 6 || op == 9) ? v * v : v);
+}
+__device__ __forceinline__ float column_partials(int op, float acc, float v) { return op == 2 ? fmaxf(acc, v) : op == 3 ? fminf(acc, v) : acc + v; }
+__device__ __forceinline__ float column_result(int op, float acc, i64 len) {
     if (op == 4) acc /= (float)len;
     if (op == 6) acc = sqrtf(acc);
     if (op == 7) acc = logf(acc);
-    y[o * inner + c] = from_f<T>(acc);
+    return acc;
+}
+
+template <typename T, int V, int ROWS>
+__device__ void reduce_columns(int op, i64 outer, i64 len, i64 inner, const T* x, T* y) {
+    __shared__ float part[ROWS][V][33];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const i64 c = ((i64)blockIdx.x * 32 + tx) * V, o = blockIdx.y;
+    const bool live = c < inner && o < outer;
+    float acc[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) acc[e] = op == 2 ? -INFINITY : op == 3 ? INFINITY : 0.0f;
+    if (live) {
+        const T* col = x + o * len * inner + c;
+        for (i64 k = ty; k < len; k += ROWS) {
+            float v[V];
+            load_run<V>(col + k * inner, v);
+#pragma unroll
+            for (int e = 0; e < V; ++e) acc[e] = column_term(op, acc[e], v[e]);
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < V; ++e) part[ty][e][tx] = acc[e];
+    __syncthreads();
+    if (ty != 0 || !live) return;
+    for (int r = 1; r < ROWS; ++r)
+#pragma unroll
+        for (int e = 0; e < V; ++e) acc[e] = column_partials(op, acc[e], part[r][e][tx]);
+#pragma unroll
+    for (int e = 0; e < V; ++e) acc[e] = column_result(op, acc[e], len);
+    store_run<V>(y + o * inner + c, acc);
 }
 
 // (x - mean) / sqrt(var + eps) per row (inner = 1); scale and bias are applied after, as
@@ -491,7 +508,10 @@ __device__ void normalize_chunks(i64 len, i64 chunk, float eps, int rms, const T
     } \
     extern "C" __global__ void softmax_##suffix(i64 outer, i64 len, i64 inner, float scale, const T* x, T* y) { softmax(outer, len, inner, scale, x, y); } \
     extern "C" __global__ void reduce_##suffix(int op, i64 outer, i64 len, i64 inner, const T* x, T* y) { reduce(op, outer, len, inner, x, y); } \
-    extern "C" __global__ void reduce_columns_##suffix(int op, i64 outer, i64 len, i64 inner, const T* x, T* y) { reduce_columns(op, outer, len, inner, x, y); } \
+    extern "C" __global__ void reduce_columns_##suffix(int op, i64 outer, i64 len, i64 inner, const T* x, T* y) { reduce_columns<T, 1, COLUMN_ROWS>(op, outer, len, inner, x, y); } \
+    extern "C" __global__ void reduce_column_runs_##suffix(int op, i64 outer, i64 len, i64 inner, const T* x, T* y) { \
+        reduce_columns<T, Vec16<T>::N, COLUMN_RUN_ROWS>(op, outer, len, inner, x, y); \
+    } \
     extern "C" __global__ void normalize_##suffix(i64 outer, i64 len, float eps, const T* x, T* y) { normalize(outer, len, eps, x, y); } \
     extern "C" __global__ void rms_normalize_##suffix(i64 outer, i64 len, float eps, const T* x, T* y) { rms_normalize(outer, len, eps, x, y); }
 

@@ -343,8 +343,13 @@ pub fn reduce(cx: &Ctx, op: ReduceOp, x: &DeviceTensor, axes: &[usize], out_shap
     // would read one element per memory sector.
     let columns = inner >= COLUMNS_FROM && outer <= MAX_GRID_Y && !matches!(op, ReduceOp::Prod | ReduceOp::LogSumExp);
     if columns {
-        let grid = (inner.div_ceil(32) as u32, outer as u32, 1);
-        cx.gpu.launch_grid(&Source::Reduce.kernel(format!("reduce_columns_{suffix}")), grid, (32, 32, 1), &args).map_err(KernelError::from)?;
+        // Runs of 16 bytes a thread (`reduce_column_runs_*`: 32 runs × 8 partial rows a block)
+        // where every row starts aligned; else one element a thread (32 × 32).
+        let run = 16 / crate::buffer::storage_size(x.dtype).map_err(KernelError::from)?;
+        let runs = inner.is_multiple_of(run) && super::lane_aligned(cx, &src, run) && super::lane_aligned(cx, &out, run);
+        let (name, per_block, block) = if runs { ("reduce_column_runs", 32 * run, (32, 8, 1)) } else { ("reduce_columns", 32, (32, 32, 1)) };
+        let grid = (inner.div_ceil(per_block) as u32, outer as u32, 1);
+        cx.gpu.launch_grid(&Source::Reduce.kernel(format!("{name}_{suffix}")), grid, block, &args).map_err(KernelError::from)?;
         return Ok(out);
     }
     launch_rows(cx, Source::Reduce.kernel(format!("reduce_{suffix}")), outer * inner, &args)?;

@@ -15,7 +15,7 @@ pub fn expected_kernels() -> Vec<Kernel> {
     add(Source::Elementwise, &mut each(&["binary", "binary_vec", "compare", "unary", "unary_vec"], &FLOATS));
     add(Source::Elementwise, &mut each(&["binary", "compare"], &["i32", "i64"]));
     add(Source::Elementwise, &mut ["logic_bool".to_string()].into_iter());
-    add(Source::Reduce, &mut each(&["softmax", "softmax_masked", "softmax_masked_levels", "reduce", "reduce_columns", "normalize", "rms_normalize", "normalize_affine", "normalize_affine_short", "row_chunk_stats", "normalize_chunks"], &FLOATS));
+    add(Source::Reduce, &mut each(&["softmax", "softmax_masked", "softmax_masked_levels", "reduce", "reduce_columns", "reduce_column_runs", "normalize", "rms_normalize", "normalize_affine", "normalize_affine_short", "row_chunk_stats", "normalize_chunks"], &FLOATS));
     add(Source::Spatial, &mut each(&["depthwise_nhwc", "depthwise_nhwc1"], &FLOATS));
     add(Source::Spatial, &mut each(&["conv2d"], &super::FLOAT64_SUFFIXES));
     for (k, s) in super::conv::ROW_KERNEL_SIZES.iter().flat_map(|k| super::conv::ROW_KERNEL_STRIDES.iter().map(move |s| (k, s))) {

@@ -197,16 +197,20 @@ fn casts_of_an_nhwc_convolution_output_keep_its_layout() {
 
 #[test]
 fn reductions_over_a_middle_axis_with_wide_rows_match() {
-    // [outer, len, inner] with inner ≥ 32 runs column-wise (`reduce_columns_*`): a global
-    // pooling of an NHWC activation, and a ragged last block of columns (inner 70).
+    // [outer, len, inner] with inner ≥ 32 runs column-wise: a global pooling of an NHWC
+    // activation. Inner 70 reads one element a thread (`reduce_columns_*`), with a ragged last
+    // block of columns; inner 264 over 49 rows (a 7×7 pooling) reads 16-byte runs
+    // (`reduce_column_runs_*`), its last block ragged for every type's run.
     use kiln::ReduceOp;
     for (dtype, tolerance) in [(DataType::F32, 1e-5), (DataType::F16, 4e-3), (DataType::BF16, 3e-2)] {
         let mut r = rng(13);
-        let x = random(&mut r, dtype, &[3, 61, 70]);
-        for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min, ReduceOp::L1, ReduceOp::L2, ReduceOp::SumSquare] {
-            let x = x.clone();
-            let kind = LayerKind::Reduce { op, axes: vec![1], keep_dims: false };
-            check(&format!("{op:?} over a middle axis in {dtype}"), kind, vec![In::Run(x)], tolerance);
+        for shape in [[3, 61, 70], [3, 49, 264]] {
+            let x = random(&mut r, dtype, &shape);
+            for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min, ReduceOp::L1, ReduceOp::L2, ReduceOp::SumSquare] {
+                let x = x.clone();
+                let kind = LayerKind::Reduce { op, axes: vec![1], keep_dims: false };
+                check(&format!("{op:?} over a middle axis of {shape:?} in {dtype}"), kind, vec![In::Run(x)], tolerance);
+            }
         }
     }
 }
