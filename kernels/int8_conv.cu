@@ -107,13 +107,23 @@ __device__ __forceinline__ unsigned char level_byte(const Requant& e, float v) {
 // rounding add, which leaves the level in the low byte. Where any of 16 such sums is within
 // 2^-12 of a half-integer, or the scale has no usable reciprocal, each of the 16 is tested and
 // the exact path (second_level) decides those near one.
+//
+// The `ratio` form skips the sum: with the scales' ratios ry = RN(y_scale / s), rv =
+// RN(j_scale / s) (s the second scale, R = |ry| + |rv| ≤ 16), the level plus the zero point is
+// approximated by fma(y, ry, fma(v, rv, zero)), two instructions for five. For |y|, |v| ≤ 255
+// that is within 2^-24·(765R + 510) of the exact real (y·y_scale + v·j_scale) / s + zero, and
+// the oracle's quotient within 2^-24·765R of it (four roundings of at most 2^-24 relative, each
+// of a value below 255R + 255), so a value farther than `tie_edge` (a quarter more than both)
+// from a half-integer rounds as the oracle's does, and one beyond the bounds saturates as it
+// does. The exact path takes the others.
 struct JoinFast {
     unsigned y_flip, j_flip;  // 0x80808080 for int8 bytes
     float y_off, y_scale, j_off, j_scale, inv, low, high, zero;
+    float ry, rv, tie_edge;
     // The bits of 2^23 in a register the compiler cannot see through: as a constant it took the
     // byte permutes' one immediate, and each permute's selector then cost a move.
     unsigned exponent;
-    bool fast;
+    bool fast, ratio;
 };
 
 __device__ __forceinline__ JoinFast join_fast(const Join& j, const Requant& e) {
@@ -131,6 +141,11 @@ __device__ __forceinline__ JoinFast join_fast(const Join& j, const Requant& e) {
     f.zero = j.then_zero;
     f.exponent = __float_as_uint(f.y_off) & 0xff800000u;
     f.fast = j.then_scale > 0.0f && j.then_inv == j.then_inv;
+    f.ry = __fdiv_rn(e.y_scale, j.then_scale);
+    f.rv = __fdiv_rn(j.scale, j.then_scale);
+    const float r = fabsf(f.ry) + fabsf(f.rv);
+    f.ratio = f.fast && r <= 16.0f;  // false for NaN and infinite ratios
+    f.tie_edge = 0.5f - 1.25f * (1530.0f * fminf(r, 16.0f) + 510.0f) * 0x1p-24f;
     return f;
 }
 
@@ -140,13 +155,25 @@ __device__ __forceinline__ JoinFast join_fast(const Join& j, const Requant& e) {
 __device__ __forceinline__ float joined_quotient(const JoinFast& f, float u) { return fminf(fmaxf(__fmaf_rn(u, f.inv, f.zero), f.low), f.high); }
 __device__ __forceinline__ float off_integer(float c) { return __fsub_rn(c, __fsub_rn(__fadd_rn(c, KILN_ROUNDING_MAGIC), KILN_ROUNDING_MAGIC)); }
 
+// The ratio form's level plus zero point of byte `sel` (JoinFast), clamped to the bounds.
+__device__ __forceinline__ float ratio_quotient(const JoinFast& f, unsigned levels, unsigned joins, int sel) {
+    const float y = __fsub_rn(__uint_as_float(__byte_perm(levels, f.exponent, 0x7540 | sel)), f.y_off);
+    const float v = __fsub_rn(__uint_as_float(__byte_perm(joins, f.exponent, 0x7540 | sel)), f.j_off);
+    return fminf(fmaxf(__fmaf_rn(y, f.ry, __fmaf_rn(v, f.rv, f.zero)), f.low), f.high);
+}
+
+// The joined value u of byte `sel`, as the layers' f32 Add computes it.
+__device__ __forceinline__ float joined_sum(const JoinFast& f, unsigned levels, unsigned joins, int sel) {
+    const float y = __fsub_rn(__uint_as_float(__byte_perm(levels, f.exponent, 0x7540 | sel)), f.y_off);
+    const float v = __fsub_rn(__uint_as_float(__byte_perm(joins, f.exponent, 0x7540 | sel)), f.j_off);
+    return __fadd_rn(__fmul_rn(y, f.y_scale), __fmul_rn(v, f.j_scale));
+}
+
 // Byte `sel` of the words `levels` and `joins` (flipped): the joined value u and its second
 // level by the fast path (the level itself in the low byte of the rounding add's bits); `off`,
 // the quotient's distance from that level (the exact path decides within 2^-12 of a half).
 __device__ __forceinline__ unsigned joined_fast(const JoinFast& f, unsigned levels, unsigned joins, int sel, float& u, float& off) {
-    const float y = __fsub_rn(__uint_as_float(__byte_perm(levels, f.exponent, 0x7540 | sel)), f.y_off);
-    const float v = __fsub_rn(__uint_as_float(__byte_perm(joins, f.exponent, 0x7540 | sel)), f.j_off);
-    u = __fadd_rn(__fmul_rn(y, f.y_scale), __fmul_rn(v, f.j_scale));
+    u = joined_sum(f, levels, joins, sel);
     const float c = joined_quotient(f, u);
     off = off_integer(c);
     return (unsigned)__float_as_int(__fadd_rn(c, KILN_ROUNDING_MAGIC));
@@ -157,29 +184,48 @@ __device__ __forceinline__ unsigned joined_fast(const JoinFast& f, unsigned leve
 __device__ __noinline__ unsigned joined_exact(const Join& j, float u) { return second_level(j, u); }
 
 // 16 bytes at once: every fast path first (independent, so they interleave), then the exact
-// path for the ties.
+// path for the ties. RATIO: the ratio form (JoinFast), which keeps no sums for the ties.
+template <bool RATIO>
 __device__ __forceinline__ uint4 joined16(const JoinFast& f, const Join& j, uint4 levels, uint4 joins) {
     const unsigned l[4] = {levels.x ^ f.y_flip, levels.y ^ f.y_flip, levels.z ^ f.y_flip, levels.w ^ f.y_flip};
     const unsigned v[4] = {joins.x ^ f.j_flip, joins.y ^ f.j_flip, joins.z ^ f.j_flip, joins.w ^ f.j_flip};
-    unsigned b[16];
-    float u[16];
+    unsigned out[4];
+    float u[RATIO ? 1 : 16];
     // The 16 distances' largest, one compare for all (a tie is rare): each byte's own test only
     // where some byte may be one.
     float worst = 0.0f;
+    const float edge = RATIO ? f.tie_edge : 0.5f - 0x1p-12f;
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-        float off;
-        b[i] = joined_fast(f, l[i / 4], v[i / 4], i % 4, u[i], off);
-        worst = fmaxf(worst, fabsf(off));
+    for (int w = 0; w < 4; ++w) {
+        unsigned b[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            float off;
+            if constexpr (RATIO) {
+                const float c = ratio_quotient(f, l[w], v[w], i);
+                off = off_integer(c);
+                b[i] = (unsigned)__float_as_int(__fadd_rn(c, KILN_ROUNDING_MAGIC));
+            } else {
+                b[i] = joined_fast(f, l[w], v[w], i, u[4 * w + i], off);
+            }
+            worst = fmaxf(worst, fabsf(off));
+        }
+        // Packed as they come: four words live, not sixteen bytes (fewer spills at 80 registers).
+        out[w] = __byte_perm(__byte_perm(b[0], b[1], 0x0040), __byte_perm(b[2], b[3], 0x0040), 0x5410);
     }
-    if (!(worst < 0.5f - 0x1p-12f) || !f.fast) {
+    if (!(worst < edge) || !f.fast) {
+        // Byte i of its word replaced by the exact path's level.
+        const unsigned into[4] = {0x3214, 0x3240, 0x3410, 0x4210};
 #pragma unroll
-        for (int i = 0; i < 16; ++i)
-            if (!(fabsf(off_integer(joined_quotient(f, u[i]))) < 0.5f - 0x1p-12f) || !f.fast) b[i] = joined_exact(j, u[i]);
+        for (int i = 0; i < 16; ++i) {
+            if constexpr (RATIO) {
+                if (!(fabsf(off_integer(ratio_quotient(f, l[i / 4], v[i / 4], i % 4))) < edge))
+                    out[i / 4] = __byte_perm(out[i / 4], joined_exact(j, joined_sum(f, l[i / 4], v[i / 4], i % 4)), into[i % 4]);
+            } else if (!(fabsf(off_integer(joined_quotient(f, u[i]))) < edge) || !f.fast) {
+                out[i / 4] = __byte_perm(out[i / 4], joined_exact(j, u[i]), into[i % 4]);
+            }
+        }
     }
-    unsigned out[4];
-#pragma unroll
-    for (int w = 0; w < 4; ++w) out[w] = __byte_perm(__byte_perm(b[4 * w], b[4 * w + 1], 0x0040), __byte_perm(b[4 * w + 2], b[4 * w + 3], 0x0040), 0x5410);
     return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
@@ -204,6 +250,8 @@ __device__ __forceinline__ void stage_join(const unsigned char* join, unsigned c
     cp_async_commit();
 }
 
+template <bool B> struct Bool { static constexpr bool value = B; };
+
 // The store loop of a layer with a join: each row piece of first levels (`tile`) joined with
 // the staged join bytes after it (16 at a time), or byte by byte where they are not staged.
 // Apart from the plain store loop, which a layer without a join runs as it did before (with
@@ -220,22 +268,30 @@ __device__ __forceinline__ void store_joined(const Requant& e, const unsigned ch
         cp_async_wait<IC_AHEAD>();
     else
         cp_async_wait<0>();
+    // The ratio form or not, decided once: each loop keeps only its own operands live.
+    auto pieces = [&](auto ratio) {
 #pragma unroll 1
-    for (int piece = tid; piece < IC_BM * (BN / 16); piece += IC_THREADS) {
-        const int row = piece / (BN / 16), col = (piece % (BN / 16)) * 16;
-        const i64 m = m0 + row, at = m * k + n0 + col;
-        if (m >= pixels || n0 + col >= k) continue;
-        if (staged) {
-            const uint4 levels = *reinterpret_cast<const uint4*>(tile + row * PITCH + col);
-            *reinterpret_cast<uint4*>(out + at) = joined16(fast, join, levels, *reinterpret_cast<const uint4*>(join_tile + row * PITCH + col));
-        } else {
-            for (int j = 0; j < 16 && n0 + col + j < k; ++j) {
-                const unsigned char b = tile[row * PITCH + col + j];
-                const float level = e.out_type == IC_I8 ? (float)(signed char)b : (float)b;
-                out[at + j] = joined_level(join, level, e.y_scale, e.y_zero, at + j);
+        for (int piece = tid; piece < IC_BM * (BN / 16); piece += IC_THREADS) {
+            const int row = piece / (BN / 16), col = (piece % (BN / 16)) * 16;
+            const i64 m = m0 + row, at = m * k + n0 + col;
+            if (m >= pixels || n0 + col >= k) continue;
+            if (staged) {
+                const uint4 levels = *reinterpret_cast<const uint4*>(tile + row * PITCH + col);
+                const uint4 joins = *reinterpret_cast<const uint4*>(join_tile + row * PITCH + col);
+                *reinterpret_cast<uint4*>(out + at) = joined16<decltype(ratio)::value>(fast, join, levels, joins);
+            } else {
+                for (int j = 0; j < 16 && n0 + col + j < k; ++j) {
+                    const unsigned char b = tile[row * PITCH + col + j];
+                    const float level = e.out_type == IC_I8 ? (float)(signed char)b : (float)b;
+                    out[at + j] = joined_level(join, level, e.y_scale, e.y_zero, at + j);
+                }
             }
         }
-    }
+    };
+    if (fast.ratio)
+        pieces(Bool<true>{});
+    else
+        pieces(Bool<false>{});
 }
 
 // Bytes of one pipeline stage: the A tile (IC_BM rows) then the B tile (BN rows). mma.sync's

@@ -236,7 +236,9 @@ fn integer_layers_with_a_second_quantization_match_the_cpu_oracle_exactly() {
 /// (filters in sixteens, the join staged beside the output tile) and the byte-wise one, int8
 /// and uint8 levels, joins and results give the cpu oracle's levels. A join scale of 8 beside
 /// levels of scale 16 at scale 32 puts every other result at a rounding tie (the exact path);
-/// 5.3 puts few there (the fast one).
+/// 5.3 puts few there (the fast one). The fast path's ratio form takes scale ratios summing to
+/// at most 16: 480 (15.5) is near its limit, and 600 (19.25) takes the form that adds the
+/// dequantized values first.
 #[test]
 fn integer_layers_joining_a_skip_connection_match_the_cpu_oracle_exactly() {
     let Some(cuda) = backend() else { return };
@@ -249,6 +251,8 @@ fn integer_layers_joining_a_skip_connection_match_the_cpu_oracle_exactly() {
     let cases = [
         ("1x1, 64 channels, 256 filters, int32 bias, int8 join at ties, ReLU, int8", with(conv(1, &[1, 1], &[0, 0]), S, &[2, 64, 7, 7], &[256, 64, 1, 1], 256, Some(I32), false, I8, join(true, I8, I8, &[2, 256, 7, 7], 8.0)), convs),
         ("1x1, 64 channels, 128 filters, 330 pixels, int8 join, uint8", with(conv(1, &[1, 1], &[0, 0]), S, &[3, 64, 10, 11], &[128, 64, 1, 1], 128, None, false, I8, join(false, U8, I8, &[3, 128, 10, 11], 5.3)), convs),
+        ("1x1, 64 channels, 128 filters, 330 pixels, int8 join of scale 480, uint8", with(conv(1, &[1, 1], &[0, 0]), S, &[3, 64, 10, 11], &[128, 64, 1, 1], 128, None, false, I8, join(false, U8, I8, &[3, 128, 10, 11], 480.0)), convs),
+        ("1x1, 64 channels, 128 filters, 330 pixels, uint8 join of scale 600, ReLU, int8", with(conv(1, &[1, 1], &[0, 0]), S, &[3, 64, 10, 11], &[128, 64, 1, 1], 128, None, false, I8, join(true, I8, U8, &[3, 128, 10, 11], 600.0)), convs),
         ("3x3, 32 channels, 64 filters, uint8 levels, uint8 join, ReLU, uint8", with(conv(1, &[1, 1], &[1, 1]), S, &[2, 32, 12, 15], &[64, 32, 3, 3], 64, Some(I32), false, U8, join(true, U8, U8, &[2, 64, 12, 15], 5.3)), convs),
         ("3x3 stride 2, 48 channels, 100 filters, float bias, uint8 join, ReLU, int8", with(conv(1, &[2, 2], &[1, 1]), S, &[3, 48, 21, 19], &[100, 48, 3, 3], 100, Some(F32), false, I8, join(true, I8, U8, &[3, 100, 11, 10], 8.0)), convs),
         ("product, 64 columns, int8 join, uint8", with(matmul.clone(), S, &[3, 5, 64], &[64, 64], 64, Some(I32), false, I8, join(false, U8, I8, &[3, 5, 64], 8.0)), products),
