@@ -235,13 +235,28 @@ __device__ __forceinline__ bool join_staged(const Requant& e, int k, const void*
     return k % 16 == 0 && ((size_t)y % 16) == 0 && ((size_t)e.join % 16) == 0;
 }
 
-// The block's join row pieces (the output tile's shape, [IC_BM][BN + 16]) into shared memory
-// at `to`, each thread the pieces it later stores.
-template <int BN>
+// The 16-byte row pieces of the output tile ([IC_BM][BN + 16]) each thread stores: PIECES a
+// thread, piece `i` of thread `tid` numbered row-major (BN / 16 to a row). With wgmma a warp's
+// accumulators hold 16 whole rows, so each warp stores those rows and its levels need only the
+// warp's own sync before they leave (a block barrier there was time every warp waited for the
+// slowest); with mma.sync a row's filters are spread over warps, and the block's pieces go to
+// its threads in turn.
+template <int BN> struct Pieces {
+    static constexpr int PER_THREAD = IC_BM * (BN / 16) / IC_THREADS;
+};
+template <int BN, bool WG> __device__ __forceinline__ int piece_of(int tid, int i) {
+    static_assert(IC_BM == 16 * (IC_THREADS / 32), "a warp's wgmma fragment: 16 rows");
+    return WG ? (tid / 32) * BN + tid % 32 + 32 * i : tid + IC_THREADS * i;
+}
+
+// The block's join row pieces (the output tile's shape) into shared memory at `to`, each thread
+// the pieces it later stores.
+template <int BN, bool WG>
 __device__ __forceinline__ void stage_join(const unsigned char* join, unsigned char* to, i64 m0, int n0, i64 pixels, int k, int tid) {
     const unsigned at = (unsigned)__cvta_generic_to_shared(to);
 #pragma unroll 1
-    for (int piece = tid; piece < IC_BM * (BN / 16); piece += IC_THREADS) {
+    for (int i = 0; i < Pieces<BN>::PER_THREAD; ++i) {
+        const int piece = piece_of<BN, WG>(tid, i);
         const int row = piece / (BN / 16), col = (piece % (BN / 16)) * 16;
         const i64 m = m0 + row;
         const bool in = m < pixels && n0 + col < k;
@@ -256,7 +271,7 @@ template <bool B> struct Bool { static constexpr bool value = B; };
 // the staged join bytes after it (16 at a time), or byte by byte where they are not staged.
 // Apart from the plain store loop, which a layer without a join runs as it did before (with
 // the two loops in one, BERT-base's products were 2% slower).
-template <int BN>
+template <int BN, bool WG>
 __device__ __forceinline__ void store_joined(const Requant& e, const unsigned char* tile, unsigned char* out, bool staged, i64 m0, int n0, i64 pixels, int k, int tid,
                                              bool prefetched) {
     constexpr int PITCH = BN + 16;
@@ -271,7 +286,8 @@ __device__ __forceinline__ void store_joined(const Requant& e, const unsigned ch
     // The ratio form or not, decided once: each loop keeps only its own operands live.
     auto pieces = [&](auto ratio) {
 #pragma unroll 1
-        for (int piece = tid; piece < IC_BM * (BN / 16); piece += IC_THREADS) {
+        for (int i = 0; i < Pieces<BN>::PER_THREAD; ++i) {
+            const int piece = piece_of<BN, WG>(tid, i);
             const int row = piece / (BN / 16), col = (piece % (BN / 16)) * 16;
             const i64 m = m0 + row, at = m * k + n0 + col;
             if (m >= pixels || n0 + col >= k) continue;
@@ -573,7 +589,7 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
         OutRow* tile = reinterpret_cast<OutRow*>(persistent ? smem + min(STAGES, steps) * St::BYTES : smem);
         // A join's bytes of this thread's row pieces, copied in beside the tile while the levels
         // are computed (committed before the next tile's steps, so waiting for it leaves those).
-        if (e.join && join_staged(e, k, y)) stage_join<BN>((const unsigned char*)e.join, (unsigned char*)(tile + IC_BM), m0, n0, pixels, k, tid);
+        if (e.join && join_staged(e, k, y)) stage_join<BN, WG>((const unsigned char*)e.join, (unsigned char*)(tile + IC_BM), m0, n0, pixels, k, tid);
         // The next tile's first steps start loading once the sums are spent (the pixels' origins
         // and the sums are not live at once: more registers spilled).
         const bool prefetched = persistent && m0 + tile_stride < pixels;
@@ -634,16 +650,21 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
                 }
         }
         if (prefetched) start_tile(m0 + tile_stride);
-        __syncthreads();
+        // Each warp stores the rows it computed (piece_of) with wgmma.
+        if (WG)
+            __syncwarp();
+        else
+            __syncthreads();
         unsigned char* out = (unsigned char*)y;
         const bool vector = k % 16 == 0 && ((size_t)out % 16) == 0;
         if (e.join) {
-            store_joined<BN>(e, (const unsigned char*)tile, out, join_staged(e, k, y), m0, n0, pixels, k, tid, prefetched);
+            store_joined<BN, WG>(e, (const unsigned char*)tile, out, join_staged(e, k, y), m0, n0, pixels, k, tid, prefetched);
             if (!prefetched) return;
             continue;
         }
 #pragma unroll 1
-        for (int piece = tid; piece < IC_BM * (BN / 16); piece += IC_THREADS) {
+        for (int i = 0; i < Pieces<BN>::PER_THREAD; ++i) {
+            const int piece = piece_of<BN, WG>(tid, i);
             const int row = piece / (BN / 16), col = (piece % (BN / 16)) * 16;
             const i64 m = m0 + row, at = m * k + n0 + col;
             if (m >= pixels || n0 + col >= k) continue;
