@@ -155,18 +155,23 @@ __device__ __forceinline__ JoinFast join_fast(const Join& j, const Requant& e) {
 __device__ __forceinline__ float joined_quotient(const JoinFast& f, float u) { return fminf(fmaxf(__fmaf_rn(u, f.inv, f.zero), f.low), f.high); }
 __device__ __forceinline__ float off_integer(float c) { return __fsub_rn(c, __fsub_rn(__fadd_rn(c, KILN_ROUNDING_MAGIC), KILN_ROUNDING_MAGIC)); }
 
+// Byte `sel` of the words `levels` and `joins` (flipped) as the integers y and v: level and
+// join less their zero points, exactly.
+__device__ __forceinline__ float2 joined_integers(const JoinFast& f, unsigned levels, unsigned joins, int sel) {
+    return make_float2(__fsub_rn(__uint_as_float(__byte_perm(levels, f.exponent, 0x7540 | sel)), f.y_off),
+                       __fsub_rn(__uint_as_float(__byte_perm(joins, f.exponent, 0x7540 | sel)), f.j_off));
+}
+
 // The ratio form's level plus zero point of byte `sel` (JoinFast), clamped to the bounds.
 __device__ __forceinline__ float ratio_quotient(const JoinFast& f, unsigned levels, unsigned joins, int sel) {
-    const float y = __fsub_rn(__uint_as_float(__byte_perm(levels, f.exponent, 0x7540 | sel)), f.y_off);
-    const float v = __fsub_rn(__uint_as_float(__byte_perm(joins, f.exponent, 0x7540 | sel)), f.j_off);
-    return fminf(fmaxf(__fmaf_rn(y, f.ry, __fmaf_rn(v, f.rv, f.zero)), f.low), f.high);
+    const float2 yv = joined_integers(f, levels, joins, sel);
+    return fminf(fmaxf(__fmaf_rn(yv.x, f.ry, __fmaf_rn(yv.y, f.rv, f.zero)), f.low), f.high);
 }
 
 // The joined value u of byte `sel`, as the layers' f32 Add computes it.
 __device__ __forceinline__ float joined_sum(const JoinFast& f, unsigned levels, unsigned joins, int sel) {
-    const float y = __fsub_rn(__uint_as_float(__byte_perm(levels, f.exponent, 0x7540 | sel)), f.y_off);
-    const float v = __fsub_rn(__uint_as_float(__byte_perm(joins, f.exponent, 0x7540 | sel)), f.j_off);
-    return __fadd_rn(__fmul_rn(y, f.y_scale), __fmul_rn(v, f.j_scale));
+    const float2 yv = joined_integers(f, levels, joins, sel);
+    return __fadd_rn(__fmul_rn(yv.x, f.y_scale), __fmul_rn(yv.y, f.j_scale));
 }
 
 // Byte `sel` of the words `levels` and `joins` (flipped): the joined value u and its second
