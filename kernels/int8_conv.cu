@@ -245,7 +245,9 @@ __device__ __forceinline__ bool join_staged(const Requant& e, int k, const void*
 // accumulators hold 16 whole rows, so each warp stores those rows and its levels need only the
 // warp's own sync before they leave (a block barrier there was time every warp waited for the
 // slowest); with mma.sync a row's filters are spread over warps, and the block's pieces go to
-// its threads in turn.
+// its threads in turn. The three walks over a thread's pieces (stage_join, store_joined, the
+// plain store loop) each find the piece's row, column and output element themselves: one
+// helper returning them made the joined layers 3% slower (benches/gpu/QUANT.md, session 37).
 template <int BN> struct Pieces {
     static constexpr int PER_THREAD = IC_BM * (BN / 16) / IC_THREADS;
 };

@@ -40,6 +40,8 @@ fn both_int8_convolution_tactics_match_the_cpu_oracle_exactly() {
         // and over 36 pipeline steps (the stage ring wraps nine times).
         ("3x3 stride 2, 48 channels, 100 filters, no bias, ReLU, uint8", layer(conv(1, &[2, 2], &[1, 1]), S, &[3, 48, 21, 19], &[100, 48, 3, 3], 100, None, true, DataType::U8)),
         ("3x3, 256 channels, 136 filters, int32 bias, int8", layer(conv(1, &[1, 1], &[1, 1]), S, &[1, 256, 6, 5], &[136, 256, 3, 3], 136, Some(DataType::I32), false, DataType::I8)),
+        // 80 channels: a step's 64 channels cross into the next tap from some columns only.
+        ("3x3 dilation (1, 2), 80 channels, 72 filters, int32 bias, ReLU, int8", layer(conv_padded(&[1, 1], &[1, 2], &[1, 2], &[1, 2]), S, &[2, 80, 9, 10], &[72, 80, 3, 3], 72, Some(DataType::I32), true, DataType::I8)),
         // Width taps folded into 16 channels: two columns of 8 channels, and of 5 channels padded
         // to 8 under a column stride of 2.
         ("3x3, 8 channels, 24 filters, int32 bias, ReLU, int8", layer(conv(1, &[1, 1], &[1, 1]), S, &[2, 8, 9, 10], &[24, 8, 3, 3], 24, Some(DataType::I32), true, DataType::I8)),
