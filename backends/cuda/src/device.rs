@@ -55,6 +55,8 @@ pub struct Gpu {
     converted: Arc<Mutex<HashMap<(u64, String), Converted>>>,
     /// Small tables derived from constants (see [`Gpu::constant_table`]), by content.
     tables: Arc<Mutex<HashMap<(DataType, Vec<usize>, Vec<u8>), DeviceTensor>>>,
+    /// Tables derived from parameters too large to key by content (see [`Gpu::named_table`]).
+    named_tables: Arc<Mutex<HashMap<Vec<u8>, DeviceTensor>>>,
     /// The device's streaming multiprocessors, read once (see [`Gpu::multiprocessors`]).
     multiprocessors: u32,
 }
@@ -144,6 +146,7 @@ impl Gpu {
             sessions: Arc::default(),
             converted: Arc::default(),
             tables: Arc::default(),
+            named_tables: Arc::default(),
         })
     }
 
@@ -168,6 +171,7 @@ impl Gpu {
             sessions: Arc::default(),
             converted: self.converted.clone(),
             tables: self.tables.clone(),
+            named_tables: self.named_tables.clone(),
             multiprocessors: self.multiprocessors,
         })
     }
@@ -307,6 +311,24 @@ impl Gpu {
             self.synchronize()?;
         }
         tables.insert(key, table.clone());
+        Ok(table)
+    }
+
+    /// A table computed on the host by `make` from the parameters `name` spells out (all of
+    /// them: the name is its key), on the device once and shared across runs and lanes as
+    /// [`Gpu::constant_table`]'s are, for tables too large to key by their content (a level for
+    /// each of 65,536 values).
+    pub fn named_table(&self, name: Vec<u8>, make: impl FnOnce() -> Result<HostTensor, String>) -> Result<DeviceTensor, GpuError> {
+        let mut tables = self.named_tables.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(table) = tables.get(&name) {
+            return Ok(table.clone());
+        }
+        let host = make().map_err(GpuError::Unsupported)?;
+        let table = self.persistent(|| self.upload(&host))?;
+        if self.has_lanes() {
+            self.synchronize()?;
+        }
+        tables.insert(name, table.clone());
         Ok(table)
     }
 

@@ -17,6 +17,7 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("mma.cuh", include_str!("../../../kernels/mma.cuh")),
     ("wgmma.cuh", include_str!("../../../kernels/wgmma.cuh")),
     ("levels.cuh", include_str!("../../../kernels/levels.cuh")),
+    ("attention.cuh", include_str!("../../../kernels/attention.cuh")),
 ];
 
 /// A kernel as its launcher names it: the source that defines it, and its symbol.
@@ -47,6 +48,8 @@ pub enum Source {
     /// Conversions between every kiln type, Quantize / Dequantize, and integer / f64 arithmetic.
     Typed,
     Attention,
+    /// Attention on int8 levels, its products on the integer tensor cores: `attention_int8.cu`.
+    AttentionInt8,
     /// kiln's INT8 implicit-GEMM convolution with the requantizing epilogue: `int8_conv.cu`.
     Int8Conv,
     /// kiln's INT8 convolution of inputs of at most 4 channels (stems): `int8_few_channels.cu`.
@@ -74,7 +77,7 @@ pub enum Source {
 }
 
 impl Source {
-    pub const ALL: [Source; 22] = [
+    pub const ALL: [Source; 23] = [
         Source::Elementwise,
         Source::Copy,
         Source::Reduce,
@@ -85,6 +88,7 @@ impl Source {
         Source::Resize,
         Source::Typed,
         Source::Attention,
+        Source::AttentionInt8,
         Source::Int8Conv,
         Source::Int8FewChannels,
         Source::GridSample,
@@ -119,6 +123,7 @@ impl Source {
             Source::Resize => "resize.cu",
             Source::Typed => "typed.cu",
             Source::Attention => "attention.cu",
+            Source::AttentionInt8 => "attention_int8.cu",
             Source::Int8Conv => "int8_conv.cu",
             Source::Int8FewChannels => "int8_few_channels.cu",
             Source::GridSample => "grid_sample.cu",
@@ -150,6 +155,7 @@ impl Source {
             Source::Resize => include_str!("../../../kernels/resize.cu"),
             Source::Typed => include_str!("../../../kernels/typed.cu"),
             Source::Attention => include_str!("../../../kernels/attention.cu"),
+            Source::AttentionInt8 => include_str!("../../../kernels/attention_int8.cu"),
             Source::Int8Conv => include_str!("../../../kernels/int8_conv.cu"),
             Source::Int8FewChannels => include_str!("../../../kernels/int8_few_channels.cu"),
             Source::GridSample => include_str!("../../../kernels/grid_sample.cu"),

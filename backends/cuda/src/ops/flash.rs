@@ -15,9 +15,15 @@
 //! products around `softmax_masked_levels`), at 95-98 µs a layer in Nsight Compute, held to
 //! three blocks a multiprocessor by its 168 registers (benches/gpu/QUANT.md, session 32).
 //!
+//! Where Q, K and V are int8 levels about zero and the probabilities have an int8 grid about
+//! zero (onnxruntime's symmetric `quantize_static`), attention on levels runs
+//! `attention_int8` (kernels/attention_int8.cu) instead: both products on the integer tensor
+//! cores, exact int32 sums, no dequantized copy of Q, K or V. `KILN_CUDA_INT8_ATTENTION=0` turns
+//! it off, for A/B timing.
+//!
 //! On by default; `KILN_CUDA_FLASH_ATTENTION=0` turns it off, for A/B timing.
 
-use kiln::{invalid, AttentionParams, DataType, KernelError};
+use kiln::{invalid, AttentionParams, DataType, KernelError, LevelGrid};
 use crate::ops::KResult;
 use super::{layout, movement, Ctx};
 use crate::buffer::{Arg, DeviceTensor, Layout};
@@ -25,6 +31,8 @@ use crate::sources::Source;
 
 const MAX_HEAD_DIM: usize = 64;
 const QUERY_ROWS_PER_BLOCK: usize = 64;
+/// Keys up to which `attention_int8` keeps every score in registers (else `attention_int8_long`).
+const INTEGER_KEYS_IN_REGISTERS: usize = 128;
 const HAS_MASK: i32 = 1;
 const ZERO_NAN_ROWS: i32 = 2;
 const VECTOR_LOADS: i32 = 4;
@@ -73,6 +81,48 @@ pub fn levels_enabled() -> bool {
     std::env::var("KILN_CUDA_FLASH_ATTENTION_LEVELS").as_deref() == Ok("1")
 }
 
+static INTEGER_ATTENTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many attention layers this process has run on `attention_int8`.
+pub fn integer_attentions_enqueued() -> u64 {
+    INTEGER_ATTENTIONS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Whether attention on int8 levels may run on the integer tensor cores (on by default).
+fn integer_enabled() -> bool {
+    std::env::var("KILN_CUDA_INT8_ATTENTION").as_deref() != Ok("0")
+}
+
+/// For attention that `attention_int8` computes (Q, K, V and the probabilities on int8 grids
+/// about zero): the factor that turns Q·Kᵀ's integer sums into the products the graph stores
+/// before its grids, and the one that turns P·V's into its output. `None` elsewhere.
+fn integer_factors(p: &AttentionParams, q: &DeviceTensor, k: &DeviceTensor, v: &DeviceTensor) -> Option<(f32, f32)> {
+    let about_zero = |g: Option<LevelGrid>| g.filter(|g| g.levels == DataType::I8 && g.zero == 0);
+    let (gq, gk, gv, gp) =
+        (about_zero(p.input_grid(0))?, about_zero(p.input_grid(1))?, about_zero(p.input_grid(2))?, about_zero(p.probs_levels)?);
+    if !integer_enabled() || [q, k, v].iter().any(|t| t.dtype != DataType::I8) {
+        return None;
+    }
+    // The product as stored before its grid: unscaled where the product has levels.
+    let alpha = if p.product_levels.is_some() { 1.0 } else { p.multiplier() };
+    Some((gq.scale * gk.scale * alpha, gp.scale * gv.scale))
+}
+
+/// `grid`'s level of every `dtype` (f16 or bf16) value, by the value's bits, on the device once
+/// per grid: the level less the grid's lowest where `offset` (an index into a table of the
+/// levels' values), else the level's byte.
+fn level_table(cx: &Ctx, dtype: DataType, grid: &LevelGrid, offset: bool) -> KResult<DeviceTensor> {
+    let name = format!("levels of {dtype:?} values on {:08x}/{}/{:?}/{offset}", grid.scale.to_bits(), grid.zero, grid.levels);
+    let table = cx.gpu.named_table(name.into_bytes(), || {
+        let levels = kiln::plan::requantization::levels_of_16bit_floats(dtype, grid.scale, grid.zero, grid.levels)?;
+        let lowest = if offset { grid.range().0 } else { 0 };
+        // A level's byte: its two's complement for int8 (`as u8` keeps the low byte).
+        let bytes = levels.iter().map(|&l| (l - lowest) as u8).collect();
+        kiln::HostTensor::new(vec![levels.len()], kiln::TensorData::U8(bytes)).map_err(|e| e.to_string())
+    })?;
+    Ok(table)
+}
+
 /// `t` with its last axis contiguous (row-major bytes unless it already is).
 fn with_unit_inner(cx: &Ctx, t: &DeviceTensor) -> KResult<DeviceTensor> {
     if t.element_strides().last() == Some(&1) {
@@ -116,7 +166,8 @@ pub fn attention(
     out_shape: &[usize],
 ) -> KResult<Option<DeviceTensor>> {
     let leveled = p.has_levels() || p.input_levels.is_some();
-    if leveled && !levels_enabled() {
+    let integer = integer_factors(p, q, k, v);
+    if leveled && integer.is_none() && !levels_enabled() {
         return Ok(None);
     }
     let dtype = p.input_levels.map_or(q.dtype, |l| l.to);
@@ -221,6 +272,11 @@ pub fn attention(
     if aligned {
         flags |= VECTOR_LOADS;
     }
+    // The integer kernel copies whole 16-byte pieces of levels.
+    let integer = integer.filter(|_| aligned);
+    if leveled && integer.is_none() && !levels_enabled() {
+        return Ok(None);
+    }
     let blocks =
         u32::try_from(blocks).map_err(|_| invalid!("attention over {blocks} blocks is too many for one launch"))?;
     let mask_arg = mask.map_or(Arg::NULL, |m| cx.arg(m));
@@ -233,12 +289,31 @@ pub fn attention(
         Arg::I64(q_tiles as i64),
         Arg::Layout(l),
     ];
-    let name = match levels {
-        None => {
+    let kernel = match (levels, integer) {
+        (None, _) => {
             args.extend([Arg::F32(p.multiplier()), Arg::I32(flags)]);
-            format!("flash_attention_{suffix}")
+            Source::Attention.kernel(format!("flash_attention_{suffix}"))
         }
-        Some(grids) => {
+        (Some(grids), Some((product_factor, output_factor))) => {
+            args.extend([Arg::F32(product_factor), Arg::F32(output_factor), Arg::I32(flags)]);
+            args.extend(grids);
+            // The first grid the scores meet, and the probabilities', as tables by value.
+            let first = p.product_levels.or(p.scores_levels).map(|g| level_table(cx, dtype, &g, true)).transpose()?;
+            let probs = p.probs_levels.ok_or("attention_int8 needs the probabilities' grid")?;
+            args.extend([first.as_ref().map_or(Arg::NULL, |t| cx.arg(t)), cx.arg(&level_table(cx, dtype, &probs, false)?)]);
+            let (name, form) = match sk <= INTEGER_KEYS_IN_REGISTERS {
+                true => ("attention_int8", "every score in registers"),
+                false => ("attention_int8_long", "two passes over the keys"),
+            };
+            if tracing::enabled!(target: "kiln::int8", tracing::Level::INFO) {
+                super::quant::say_once(format!(
+                    "attention on int8 levels ({sq} queries × {sk} keys, head dim {d}) runs on the integer tensor cores ({name}: {form})"
+                ));
+            }
+            INTEGER_ATTENTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Source::AttentionInt8.kernel(format!("{name}_{suffix}"))
+        }
+        (Some(grids), None) => {
             // The product as stored before its grid: unscaled where the product has levels.
             let alpha = if p.product_levels.is_some() { 1.0 } else { p.multiplier() };
             args.extend([Arg::F32(alpha), Arg::I32(flags)]);
@@ -249,11 +324,11 @@ pub fn attention(
                 });
             }
             args.extend(grids);
-            format!("flash_attention_levels_{suffix}")
+            Source::Attention.kernel(format!("flash_attention_levels_{suffix}"))
         }
     };
     args.extend([cx.arg(&q), cx.arg(&k), cx.arg(&v), mask_arg, cx.arg(&out)]);
-    cx.gpu.launch(&Source::Attention.kernel(name), blocks, 128, &args).map_err(KernelError::from)?;
+    cx.gpu.launch(&kernel, blocks, 128, &args).map_err(KernelError::from)?;
     Ok(Some(out))
 }
 

@@ -31,6 +31,7 @@ pub fn expected_kernels() -> Vec<Kernel> {
     add(Source::Resize, &mut each(&["resize_gather"], &WIDTHS));
     add(Source::Resize, &mut each(&["resize_interp"], &FLOATS));
     add(Source::Attention, &mut each(&["flash_attention", "flash_attention_levels"], &["f16", "bf16"]));
+    add(Source::AttentionInt8, &mut each(&["attention_int8", "attention_int8_long"], &["f16", "bf16"]));
     add(Source::Int8Conv, &mut super::int8_conv::kernel_names().into_iter().map(String::from));
     add(Source::Int8FewChannels, &mut super::int8_few_channels::kernel_names().into_iter().map(String::from));
     for t in super::indexing::TYPED_SUFFIXES {

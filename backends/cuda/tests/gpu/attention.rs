@@ -216,6 +216,68 @@ fn run_input_level_cases(tolerance: f64) {
     }
 }
 
+/// Attention that `attention_int8` computes on the integer tensor cores (Q, K, V and the
+/// probabilities on int8 grids about zero): 128 keys in registers (BERT-base's heads), fewer
+/// than a tile, a ragged second tile with K transposed and a mask over every row (one row all
+/// -inf, no NaN guard: its probabilities' level is 0), and 300 keys in two passes. Each case
+/// must run on that kernel where `integer` says so, and match the cpu oracle as the other paths
+/// do (probabilities on a level's edge may flip).
+///
+/// Q's and K's scales are powers of two, so the oracle's f16 dequantization is exact and its
+/// products are the kernel's exact integer sums scaled: with a scale f16 rounds (0.05 is
+/// 0.0500031 in f16) every product the oracle forms is off by that factor, and those within it
+/// of an edge of the product's grid (step 0.37 here) land on the other level, a difference of
+/// the oracle's rounding, not the kernel's.
+fn run_integer_cases(integer: bool) {
+    use kiln::{InputLevels, LevelGrid};
+    use DataType::{F16, I8};
+    let grid = |scale: f32| Some(LevelGrid { scale, zero: 0, levels: I8 });
+    // (q, sk, dv, key_transposed, product grid, scores grid, full mask)
+    let cases = [
+        ([2usize, 12, 128, 64], 128usize, 64usize, false, grid(0.37), None, false),
+        ([1, 2, 70, 16], 48, 64, false, None, None, false),
+        ([2, 3, 100, 32], 100, 32, true, None, grid(0.043), true),
+        ([1, 2, 70, 64], 300, 16, false, grid(0.21), None, false),
+    ];
+    for (i, (q, sk, dv, key_transposed, product, scores, full_mask)) in cases.into_iter().enumerate() {
+        let mut r = rng(110 + i as u64);
+        let d = q[3];
+        let k = if key_transposed { [q[0], q[1], d, sk] } else { [q[0], q[1], sk, d] };
+        let v = [q[0], q[1], sk, dv];
+        let mut inputs = vec![
+            In::Run(levels(&mut r, I8, &q, 0, 20.0)),
+            In::Run(levels(&mut r, I8, &k, 0, 20.0)),
+            In::Run(levels(&mut r, I8, &v, 0, 60.0)),
+        ];
+        let mask = match (full_mask, i) {
+            (true, _) => {
+                let (sq, n) = (q[2], q[2] * sk);
+                let m: Vec<half::f16> = (0..n)
+                    .map(|j| half::f16::from_f32(if j < sk { f32::NEG_INFINITY } else if (j * 7) % 11 == 0 { -10000.0 } else { 0.0 }))
+                    .collect();
+                Some(kiln::HostTensor::new(vec![sq, sk], kiln::TensorData::F16(m)).unwrap())
+            }
+            (false, 1) => None,
+            (false, _) => Some(padding_mask(F16, q[0], sk)),
+        };
+        inputs.extend(mask.map(In::Run));
+        let kind = LayerKind::Attention(AttentionParams {
+            scale: (d as f32).sqrt(),
+            key_transposed,
+            scale_multiplies: false,
+            zero_nan_rows: !full_mask,
+            product_levels: product,
+            scores_levels: scores,
+            probs_levels: grid(1.0 / 127.0),
+            input_levels: Some(InputLevels { grids: [grid(1.0 / 16.0), grid(1.0 / 16.0), grid(1.0 / 32.0)], to: F16 }),
+        });
+        let before = kiln_cuda::ops::flash::integer_attentions_enqueued();
+        compare_on_levels(&format!("attention on int8 levels case {i} (integer kernel {integer})"), kind, inputs, 1e-2, 6.0 * 2.0 / 127.0);
+        let ran = kiln_cuda::ops::flash::integer_attentions_enqueued() > before;
+        assert_eq!(ran, integer && backend().is_some(), "case {i}: the integer kernel ran: {ran}");
+    }
+}
+
 #[test]
 fn fused_and_unfused_attention_match_cpu_in_16_bits() {
     // Only this test sets the switches (one test, so the settings never race each other); the
@@ -230,6 +292,11 @@ fn fused_and_unfused_attention_match_cpu_in_16_bits() {
     std::env::remove_var("KILN_CUDA_FLASH_ATTENTION_LEVELS");
     run_level_cases(DataType::F16, 1e-2, 6.0);
     run_input_level_cases(1e-2);
+    // Int8 levels on the integer kernel, then (KILN_CUDA_INT8_ATTENTION=0) on the unfused path.
+    run_integer_cases(true);
+    std::env::set_var("KILN_CUDA_INT8_ATTENTION", "0");
+    run_integer_cases(false);
+    std::env::remove_var("KILN_CUDA_INT8_ATTENTION");
     std::env::set_var("KILN_CUDA_FLASH_ATTENTION", "0");
     run_cases(DataType::F16, 4e-3, "unfused");
     std::env::remove_var("KILN_CUDA_FLASH_ATTENTION");

@@ -42,9 +42,47 @@ pub fn second_levels(then: Requantization, first: Dequantization, scale: f32, ze
     Ok((0..=255u8).map(level).collect())
 }
 
+/// QuantizeLinear's level of every value of a 16-bit float type (`from`: f16 or bf16), indexed
+/// by the value's bits: the f32 quotient by `scale` rounded half to even, plus `zero`, saturated
+/// to `to`'s range (int8 or uint8), NaN at level 0, as the cpu oracle quantizes. A kernel that
+/// rounds a value to `from` before its grid (attention's scores and probabilities) looks its
+/// level up where a division would decide the ties.
+pub fn levels_of_16bit_floats(from: DataType, scale: f32, zero: i32, to: DataType) -> Result<Vec<i32>, String> {
+    let (lo, hi) = match to {
+        DataType::I8 => (-128.0, 127.0),
+        DataType::U8 => (0.0, 255.0),
+        other => return Err(format!("a level table holds int8 or uint8 levels, not {other}")),
+    };
+    let value: fn(u16) -> f32 = match from {
+        DataType::F16 => |bits| half::f16::from_bits(bits).to_f32(),
+        DataType::BF16 => |bits| half::bf16::from_bits(bits).to_f32(),
+        other => return Err(format!("a level table is indexed by f16 or bf16 bits, not {other}")),
+    };
+    let level = |bits: u16| {
+        let q = f64::from((value(bits) / scale).round_ties_even()) + f64::from(zero);
+        if q.is_nan() { 0 } else { q.clamp(lo, hi) as i32 }
+    };
+    Ok((0..=u16::MAX).map(level).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_16bit_value_has_its_quantized_level() {
+        let f16 = |x: f32| usize::from(half::f16::from_f32(x).to_bits());
+        let levels = levels_of_16bit_floats(DataType::F16, 0.5, 3, DataType::I8).expect("table");
+        assert_eq!(levels.len(), 65536);
+        // 1.25 / 0.5 = 2.5: half to even, 2 + 3; -0.75 / 0.5 = -1.5 → -2 + 3; 1000 saturates.
+        assert_eq!([levels[f16(1.25)], levels[f16(-0.75)], levels[f16(1000.0)], levels[f16(-1000.0)]], [5, 1, 127, -128]);
+        // NaN at level 0, infinities saturated.
+        assert_eq!([levels[0x7e00], levels[f16(f32::INFINITY)], levels[f16(f32::NEG_INFINITY)]], [0, 127, -128]);
+        let bf16 = levels_of_16bit_floats(DataType::BF16, 1.0 / 127.0, 0, DataType::U8).expect("table");
+        assert_eq!(bf16[usize::from(half::bf16::from_f32(1.0).to_bits())], 127);
+        assert!(levels_of_16bit_floats(DataType::F32, 1.0, 0, DataType::I8).is_err());
+        assert!(levels_of_16bit_floats(DataType::F16, 1.0, 0, DataType::I16).is_err());
+    }
 
     #[test]
     fn the_table_holds_each_bytes_second_level() {
