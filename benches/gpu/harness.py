@@ -52,11 +52,23 @@ def bert_base():
     return Encoder().eval(), ["input_ids", "attention_mask"], ["hidden"]
 
 
-MODELS = {"resnet50": resnet50, "bert": bert_base}
+def vit_b16():
+    """torchvision's ViT-B/16 (197 tokens, 12 heads of 64). Its classification head starts at zero
+    (every output 0): drawn at random like the rest. Its attention's fused fast path does not
+    export with the legacy exporter: off."""
+    import torchvision
+
+    torch.backends.mha.set_fastpath_enabled(False)
+    model = torchvision.models.vit_b_16(weights=None).eval()
+    torch.nn.init.normal_(model.heads.head.weight, std=0.02)
+    return model, ["input"], ["logits"]
+
+
+MODELS = {"resnet50": resnet50, "bert": bert_base, "vit": vit_b16}
 
 
 def make_inputs(name, batch, rng):
-    if name == "resnet50":
+    if name in ("resnet50", "vit"):
         return [rng.standard_normal((batch, 3, 224, 224), dtype=np.float32)]
     ids = rng.integers(0, 30522, size=(batch, SEQUENCE), dtype=np.int64)
     mask = np.ones((batch, SEQUENCE), dtype=np.int64)

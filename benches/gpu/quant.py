@@ -10,6 +10,8 @@ compute median) and adds its figures to `$OUT/quant.json` as soon as it ends:
             fp16` on the Q/DQ model and torch.compile fp16 (channels_last), batch 256; kiln's Q/DQ
             outputs against onnxruntime's CPU run of the same Q/DQ graph and PyTorch fp32.
   bert      the same for BERT-base (last_hidden_state, sequence 128), batch 32.
+  vit       the same for torchvision's ViT-B/16 (197 tokens: attention over more keys than
+            BERT's), batch 32: a transformer no kernel was tuned on.
   digits    a small CNN trained on scikit-learn's digits; kiln f32 against kiln implicit INT8
             (`--calib`, entropy / minmax / percentile) on the test split's accuracy, and a rebuild
             from the calibration cache alone giving identical outputs.
@@ -17,13 +19,13 @@ compute median) and adds its figures to `$OUT/quant.json` as soon as it ends:
             and fp16 `torch.matmul` in TOP/s, against kiln on the Q/DQ pattern of an INT8 and an
             FP8 matrix product (ONNX models made here with the onnx helper API).
 
-`--exporter dynamo` exports resnet50 and bert with PyTorch's default exporter instead of the
+`--exporter dynamo` exports resnet50, bert and vit with PyTorch's default exporter instead of the
 legacy one. A case kiln cannot build or run is recorded with kiln's error text; the others go on.
 Parts that need torch say so when it is missing; `--backend cpu --only gemm,digits` smoke-tests
 the kiln side on a machine without a GPU (small `--gemm-size`; digits falls back to a
 scikit-learn MLP when torch is absent).
 
-    python benches/gpu/quant.py --kiln .gpu/bin/kiln --out $OUT [--only resnet50,bert,digits,gemm]
+    python benches/gpu/quant.py --kiln .gpu/bin/kiln --out $OUT [--only resnet50,bert,vit,digits,gemm]
         [--batch-resnet 256] [--batch-bert 32] [--seconds 3] [--gemm-size 8192] [--backend cuda]
         [--exporter legacy|dynamo]
 """
@@ -46,10 +48,10 @@ try:
 except ImportError:  # the kiln-only smoke test on a machine without torch
     torch = None
 
-PARTS = ("resnet50", "bert", "digits", "gemm")
+PARTS = ("resnet50", "bert", "vit", "digits", "gemm")
 # Rough wall time of each part on an H100 (export, quantize, kiln builds, torch.compile, timing):
 # a part is skipped, and says so, when fewer seconds than this are left before --deadline-s.
-PART_ESTIMATE_S = {"resnet50": 240, "bert": 240, "digits": 60, "gemm": 120}
+PART_ESTIMATE_S = {"resnet50": 240, "bert": 240, "vit": 240, "digits": 60, "gemm": 120}
 START = time.perf_counter()
 
 
@@ -293,11 +295,11 @@ def qdq_kiln(args, kiln, tag, fp32_path, qdq_path, inputs, output, check_rows, r
 
 
 def qdq_part(args, kiln, name):
-    """Parts resnet50 and bert: export, Q/DQ-quantize, check and time kiln and torch.compile."""
+    """Parts resnet50, bert and vit: export, Q/DQ-quantize, check and time kiln and torch.compile."""
     need_cuda()
     import harness  # beside this file: the models, their inputs and the exporter harness.py uses
 
-    batch = args.batch_resnet if name == "resnet50" else args.batch_bert
+    batch = {"resnet50": args.batch_resnet, "bert": args.batch_bert, "vit": args.batch_vit}[name]
     check_rows = min(args.check_rows, batch)
     torch.manual_seed(0)
     model, input_names, output_names = harness.MODELS[name]()
@@ -752,7 +754,7 @@ def fmt(value, spec=".3f", none="-"):
 def print_table(results):
     parts = results["parts"]
     print("\n== kiln INT8 / FP8 baseline (issue #21); times are medians in ms, ratios are time ratios ==")
-    for name in ("resnet50", "bert"):
+    for name in ("resnet50", "bert", "vit"):
         p = parts.get(name)
         if not p:
             continue
@@ -813,19 +815,20 @@ def main():
     p.add_argument("--iterations", type=int, default=100, help="timed PyTorch iterations")
     p.add_argument("--batch-resnet", type=int, default=256)
     p.add_argument("--batch-bert", type=int, default=32)
+    p.add_argument("--batch-vit", type=int, default=32)
     p.add_argument("--check-rows", type=int, default=8, help="rows checked against onnxruntime's CPU run")
     p.add_argument("--calib-batches", type=int, default=8, help="quantize_static's random calibration batches")
     p.add_argument("--calib-batch", type=int, default=8)
     p.add_argument("--qdq-ops", default="Conv,MatMul,Gemm", help="op types quantize_static quantizes")
     p.add_argument("--exporter", default="legacy", choices=["legacy", "dynamo"],
-                   help="resnet50 / bert: PyTorch's ONNX exporter (dynamo: the default since PyTorch 2.9)")
+                   help="resnet50 / bert / vit: PyTorch's ONNX exporter (dynamo: the default since PyTorch 2.9)")
     p.add_argument("--digits-epochs", type=int, default=30)
     p.add_argument("--digits-calib-batch", type=int, default=64)
     p.add_argument("--gemm-size", type=int, default=8192)
     p.add_argument("--gemm-input-dtype", default="f16", choices=["f16", "f32"])
     p.add_argument("--check-rows-gemm", type=int, default=256, help="rows of each product checked against f32")
     p.add_argument("--qdq-only", action="store_true",
-                   help="resnet50 / bert: the Q/DQ engine only, no kiln fp16 or torch.compile peer (for kernel_ab.sh;"
+                   help="resnet50 / bert / vit: the Q/DQ engine only, no kiln fp16 or torch.compile peer (for kernel_ab.sh;"
                         " no ratio is reported)")
     p.add_argument("--deadline-s", type=float, default=570,
                    help="skip a part that would not end before this many seconds (0: no limit)")
@@ -844,6 +847,7 @@ def main():
                "args": vars(args), "versions": versions(args.kiln), "parts": {}}
     say(f"parts {','.join(parts)} on {results['versions'].get('device', args.backend)}; figures -> {out_json}")
     runners = {"resnet50": lambda: qdq_part(args, kiln, "resnet50"), "bert": lambda: qdq_part(args, kiln, "bert"),
+               "vit": lambda: qdq_part(args, kiln, "vit"),
                "digits": lambda: digits_part(args, kiln), "gemm": lambda: gemm_part(args, kiln)}
     for name in parts:
         left = args.deadline_s - elapsed_s()
