@@ -42,23 +42,13 @@ struct Quantizer {
     // operator()'s result where the product by the reciprocal decides the level (`decided`);
     // elsewhere the caller asks `exactly`, out of line, so the common path stays branch-free
     // across a thread's many values.
-    __device__ __forceinline__ float fast(float x, bool& decided) const { return table[fast_level(x, decided) - lo]; }
-
-    // The level of x (zero point included) where the product by the reciprocal decides it.
-    __device__ __forceinline__ int fast_level(float x, bool& decided) const {
-        return min(max(rounded_product(x, inv, decided) + zero, lo), hi);
+    __device__ __forceinline__ float fast(float x, bool& decided) const {
+        const int level = min(max(rounded_product(x, inv, decided) + zero, lo), hi);
+        return table[level - lo];
     }
 };
 
 __device__ __noinline__ float exactly(Quantizer q, float x) { return q(x); }
-
-// The level operator() reads x's value at, exactly (NaN at level 0): out of line, for the
-// values fast_level leaves undecided.
-__device__ __noinline__ int exact_level(Quantizer q, float x) {
-    bool nan;
-    const int level = min(max(rounded_ratio(x, q.scale, q.inv, nan) + q.zero, q.lo), q.hi);
-    return nan ? 0 : level;
-}
 
 // The grids of a leveled softmax as quantizers: `scores` quantizes a score as loaded with the
 // product's grid (else the scores'), its table giving the value after both; `probs` quantizes
