@@ -302,16 +302,7 @@ impl Gpu {
     /// run's CUDA graph. Entries live as long as the context (a few KB per distinct table).
     pub fn constant_table(&self, t: &HostTensor) -> Result<DeviceTensor, GpuError> {
         let key = (t.dtype(), t.shape().to_vec(), t.data().le_bytes().to_vec());
-        let mut tables = self.tables.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(table) = tables.get(&key) {
-            return Ok(table.clone());
-        }
-        let table = self.persistent(|| self.upload(t))?;
-        if self.has_lanes() {
-            self.synchronize()?;
-        }
-        tables.insert(key, table.clone());
-        Ok(table)
+        self.kept_table(&self.tables, key, || self.upload(t))
     }
 
     /// A table computed on the host by `make` from the parameters `name` spells out (all of
@@ -319,16 +310,26 @@ impl Gpu {
     /// [`Gpu::constant_table`]'s are, for tables too large to key by their content (a level for
     /// each of 65,536 values).
     pub fn named_table(&self, name: Vec<u8>, make: impl FnOnce() -> Result<HostTensor, String>) -> Result<DeviceTensor, GpuError> {
-        let mut tables = self.named_tables.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(table) = tables.get(&name) {
+        self.kept_table(&self.named_tables, name, || self.upload(&make().map_err(GpuError::Unsupported)?))
+    }
+
+    /// The table `tables` holds under `key`, or the one `upload` puts on the device, kept there
+    /// outside every run (and complete before another lane can read it).
+    fn kept_table<K: std::hash::Hash + Eq>(
+        &self,
+        tables: &Mutex<HashMap<K, DeviceTensor>>,
+        key: K,
+        upload: impl FnOnce() -> Result<DeviceTensor, GpuError>,
+    ) -> Result<DeviceTensor, GpuError> {
+        let mut tables = tables.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(table) = tables.get(&key) {
             return Ok(table.clone());
         }
-        let host = make().map_err(GpuError::Unsupported)?;
-        let table = self.persistent(|| self.upload(&host))?;
+        let table = self.persistent(upload)?;
         if self.has_lanes() {
             self.synchronize()?;
         }
-        tables.insert(name, table.clone());
+        tables.insert(key, table.clone());
         Ok(table)
     }
 

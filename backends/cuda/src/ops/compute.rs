@@ -474,8 +474,7 @@ pub fn attention(cx: &Ctx, p: &AttentionParams, q: &DeviceTensor, k: &DeviceTens
     let sk = if key_transposed { ks[ks.len() - 1] } else { ks[ks.len() - 2] };
     let mut score_shape = broadcast_shape(&qs[..qs.len() - 2], &ks[..ks.len() - 2])?;
     score_shape.extend([qs[qs.len() - 2], sk]);
-    // The product's levels come before the scale: the product then takes none.
-    let mut scores = matmul(cx, q, MatrixOp::None, k, op_k, if p.product_levels.is_some() { 1.0 } else { scale }, &score_shape)?;
+    let mut scores = matmul(cx, q, MatrixOp::None, k, op_k, p.stored_product_factor(), &score_shape)?;
     if p.has_levels() {
         if let Some(probs) = softmax_on_levels(cx, p, &scores, mask, scale)? {
             return matmul(cx, &probs, MatrixOp::None, v, MatrixOp::None, 1.0, out_shape);

@@ -93,19 +93,26 @@ fn integer_enabled() -> bool {
     std::env::var("KILN_CUDA_INT8_ATTENTION").as_deref() != Ok("0")
 }
 
-/// For attention that `attention_int8` computes (Q, K, V and the probabilities on int8 grids
-/// about zero): the factor that turns Q·Kᵀ's integer sums into the products the graph stores
-/// before its grids, and the one that turns P·V's into its output. `None` elsewhere.
-fn integer_factors(p: &AttentionParams, q: &DeviceTensor, k: &DeviceTensor, v: &DeviceTensor) -> Option<(f32, f32)> {
+/// Attention that `attention_int8` computes: Q, K, V and the probabilities on int8 grids about
+/// zero.
+struct IntegerForm {
+    /// Turns Q·Kᵀ's integer sums into the products the graph stores before its grids.
+    product_factor: f32,
+    /// Turns P·V's integer sums into the output.
+    output_factor: f32,
+    /// The probabilities' grid.
+    probs: LevelGrid,
+}
+
+/// The integer form of this attention, `None` where `attention_int8` does not compute it.
+fn integer_form(p: &AttentionParams, q: &DeviceTensor, k: &DeviceTensor, v: &DeviceTensor) -> Option<IntegerForm> {
     let about_zero = |g: Option<LevelGrid>| g.filter(|g| g.levels == DataType::I8 && g.zero == 0);
-    let (gq, gk, gv, gp) =
+    let (gq, gk, gv, probs) =
         (about_zero(p.input_grid(0))?, about_zero(p.input_grid(1))?, about_zero(p.input_grid(2))?, about_zero(p.probs_levels)?);
     if !integer_enabled() || [q, k, v].iter().any(|t| t.dtype != DataType::I8) {
         return None;
     }
-    // The product as stored before its grid: unscaled where the product has levels.
-    let alpha = if p.product_levels.is_some() { 1.0 } else { p.multiplier() };
-    Some((gq.scale * gk.scale * alpha, gp.scale * gv.scale))
+    Some(IntegerForm { product_factor: gq.scale * gk.scale * p.stored_product_factor(), output_factor: probs.scale * gv.scale, probs })
 }
 
 /// `grid`'s level of every `dtype` (f16 or bf16) value, by the value's bits, on the device once
@@ -166,7 +173,7 @@ pub fn attention(
     out_shape: &[usize],
 ) -> KResult<Option<DeviceTensor>> {
     let leveled = p.has_levels() || p.input_levels.is_some();
-    let integer = integer_factors(p, q, k, v);
+    let integer = integer_form(p, q, k, v);
     if leveled && integer.is_none() && !levels_enabled() {
         return Ok(None);
     }
@@ -294,13 +301,12 @@ pub fn attention(
             args.extend([Arg::F32(p.multiplier()), Arg::I32(flags)]);
             Source::Attention.kernel(format!("flash_attention_{suffix}"))
         }
-        (Some(grids), Some((product_factor, output_factor))) => {
-            args.extend([Arg::F32(product_factor), Arg::F32(output_factor), Arg::I32(flags)]);
+        (Some(grids), Some(form)) => {
+            args.extend([Arg::F32(form.product_factor), Arg::F32(form.output_factor), Arg::I32(flags)]);
             args.extend(grids);
             // The first grid the scores meet, and the probabilities', as tables by value.
             let first = p.product_levels.or(p.scores_levels).map(|g| level_table(cx, dtype, &g, true)).transpose()?;
-            let probs = p.probs_levels.ok_or("attention_int8 needs the probabilities' grid")?;
-            args.extend([first.as_ref().map_or(Arg::NULL, |t| cx.arg(t)), cx.arg(&level_table(cx, dtype, &probs, false)?)]);
+            args.extend([first.as_ref().map_or(Arg::NULL, |t| cx.arg(t)), cx.arg(&level_table(cx, dtype, &form.probs, false)?)]);
             let (name, form) = match sk <= INTEGER_KEYS_IN_REGISTERS {
                 true => ("attention_int8", "every score in registers"),
                 false => ("attention_int8_long", "two passes over the keys"),
@@ -314,9 +320,7 @@ pub fn attention(
             Source::AttentionInt8.kernel(format!("{name}_{suffix}"))
         }
         (Some(grids), None) => {
-            // The product as stored before its grid: unscaled where the product has levels.
-            let alpha = if p.product_levels.is_some() { 1.0 } else { p.multiplier() };
-            args.extend([Arg::F32(alpha), Arg::I32(flags)]);
+            args.extend([Arg::F32(p.stored_product_factor()), Arg::I32(flags)]);
             for slot in 0..3 {
                 args.extend(match p.input_grid(slot) {
                     Some(g) => [Arg::I32(if g.levels == DataType::U8 { SOURCE_U8 } else { SOURCE_I8 }), Arg::F32(g.scale), Arg::I32(g.zero)],

@@ -249,4 +249,14 @@ impl AttentionParams {
             1.0 / self.scale
         }
     }
+
+    /// The factor `Q·Kᵀ` is multiplied by before it is stored: 1 where the product has a grid of
+    /// its own (the scale then applies after it), else [`Self::multiplier`].
+    pub fn stored_product_factor(&self) -> f32 {
+        if self.product_levels.is_some() {
+            1.0
+        } else {
+            self.multiplier()
+        }
+    }
 }

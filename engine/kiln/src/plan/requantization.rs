@@ -25,21 +25,31 @@ impl Dequantization {
 /// The second level's byte of each first level's byte: `then` after levels dequantized by
 /// `first`, into `scale` and `zero`.
 pub fn second_levels(then: Requantization, first: Dequantization, scale: f32, zero: f32) -> Result<Vec<u8>, String> {
-    let (lo, hi) = match then.to {
-        DataType::I8 => (-128.0, 127.0),
-        DataType::U8 => (0.0, 255.0),
-        other => return Err(format!("a second quantization writes int8 or uint8, not {other}")),
-    };
+    let range = level_range(then.to).ok_or_else(|| format!("a second quantization writes int8 or uint8, not {}", then.to))?;
     let level = |byte: u8| {
         let mut u = first.value(byte);
         if then.relu {
             u = u.max(0.0);
         }
-        // QuantizeLinear: the f32 quotient rounded half to even, plus the zero point, saturated.
-        let q = (f64::from((u / scale).round_ties_even()) + f64::from(zero)).clamp(lo, hi);
+        let q = quantized(u, scale, f64::from(zero), range);
         if then.to == DataType::I8 { q as i8 as u8 } else { q as u8 }
     };
     Ok((0..=255u8).map(level).collect())
+}
+
+/// The lowest and highest level of an 8-bit integer type; `None` for another type.
+fn level_range(to: DataType) -> Option<(f64, f64)> {
+    match to {
+        DataType::I8 => Some((-128.0, 127.0)),
+        DataType::U8 => Some((0.0, 255.0)),
+        _ => None,
+    }
+}
+
+/// QuantizeLinear of `u`: the f32 quotient by `scale` rounded half to even, plus `zero`,
+/// saturated to `(lo, hi)`. A NaN stays NaN, and its `as` cast to an integer is level 0.
+fn quantized(u: f32, scale: f32, zero: f64, (lo, hi): (f64, f64)) -> f64 {
+    (f64::from((u / scale).round_ties_even()) + zero).clamp(lo, hi)
 }
 
 /// QuantizeLinear's level of every value of a 16-bit float type (`from`: f16 or bf16), indexed
@@ -48,21 +58,13 @@ pub fn second_levels(then: Requantization, first: Dequantization, scale: f32, ze
 /// rounds a value to `from` before its grid (attention's scores and probabilities) looks its
 /// level up where a division would decide the ties.
 pub fn levels_of_16bit_floats(from: DataType, scale: f32, zero: i32, to: DataType) -> Result<Vec<i32>, String> {
-    let (lo, hi) = match to {
-        DataType::I8 => (-128.0, 127.0),
-        DataType::U8 => (0.0, 255.0),
-        other => return Err(format!("a level table holds int8 or uint8 levels, not {other}")),
-    };
+    let range = level_range(to).ok_or_else(|| format!("a level table holds int8 or uint8 levels, not {to}"))?;
     let value: fn(u16) -> f32 = match from {
         DataType::F16 => |bits| half::f16::from_bits(bits).to_f32(),
         DataType::BF16 => |bits| half::bf16::from_bits(bits).to_f32(),
         other => return Err(format!("a level table is indexed by f16 or bf16 bits, not {other}")),
     };
-    let level = |bits: u16| {
-        let q = f64::from((value(bits) / scale).round_ties_even()) + f64::from(zero);
-        if q.is_nan() { 0 } else { q.clamp(lo, hi) as i32 }
-    };
-    Ok((0..=u16::MAX).map(level).collect())
+    Ok((0..=u16::MAX).map(|bits| quantized(value(bits), scale, f64::from(zero), range) as i32).collect())
 }
 
 #[cfg(test)]
