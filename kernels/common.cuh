@@ -247,3 +247,19 @@ __device__ __forceinline__ unsigned char joined_level(const Join& j, float level
     const float y = __fmul_rn(__fsub_rn(level, y_zero), y_scale);
     return second_level(j, __fadd_rn(y, residual_at(j.bytes, j.type, j.scale, j.zero, i)));
 }
+
+// An integer layer's levels looked up in their output channel's row of `lookup`
+// (kiln::QuantizedParams::lookup: 256 entries a channel, by the level's byte; global or shared
+// memory). Applied where the levels are stored, after the sums are spent: the accumulating loops
+// keep their registers.
+__device__ __forceinline__ unsigned char looked_up(const unsigned char* lookup, long long channel, unsigned char level) {
+    return lookup[channel * 256 + level];
+}
+
+// looked_up for the 16 bytes of `piece`, channels c0 to c0 + 15.
+__device__ __forceinline__ uint4 looked_up16(const unsigned char* lookup, long long c0, uint4 piece) {
+    unsigned char* b = reinterpret_cast<unsigned char*>(&piece);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) b[j] = looked_up(lookup, c0 + j, b[j]);
+    return piece;
+}

@@ -52,6 +52,7 @@ struct Requant {
     float residual_scale, residual_zero;
     int out_type;                // the levels' (IC_I8 / IC_U8) or IC_F32
     const unsigned char* then;  // a second quantization's table of levels (common.cuh), or NULL
+    const unsigned char* lookup;  // the levels' per-channel table (common.cuh's looked_up), or NULL
     const void* join;            // a join's bytes (common.cuh's Join), or NULL
     const float* join_params;
 };
@@ -657,8 +658,26 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
                 }
         }
         if (prefetched) start_tile(m0 + tile_stride);
-        // Each warp stores the rows it computed (piece_of) with wgmma.
-        if (WG)
+        // A lookup (kiln::QuantizedParams::lookup): the block's filters' rows of the table (256
+        // bytes each) are staged beside the tile (the host launches such layers one tile a block,
+        // with room for them), then the tile's levels are replaced by their entries, four bytes a
+        // step. Scattered global lookups measured slower than the island they replace, and lookups
+        // in the store loop below took registers the persistent kernels' next tile needs.
+        if (e.lookup) {
+            unsigned char* lookup_rows = reinterpret_cast<unsigned char*>(tile + IC_BM);
+            for (int i = tid; i < min(BN, k - n0) * 16; i += IC_THREADS)
+                reinterpret_cast<uint4*>(lookup_rows)[i] = __ldg(reinterpret_cast<const uint4*>(e.lookup + (i64)n0 * 256) + i);
+            __syncthreads();
+#pragma unroll 1
+            for (int i = tid; i < IC_BM * BN / 4; i += IC_THREADS) {
+                const int row = i / (BN / 4), col = (i % (BN / 4)) * 4;
+                uchar4 b = *reinterpret_cast<const uchar4*>(&tile[row][col]);
+                b = make_uchar4(lookup_rows[col * 256 + b.x], lookup_rows[(col + 1) * 256 + b.y], lookup_rows[(col + 2) * 256 + b.z], lookup_rows[(col + 3) * 256 + b.w]);
+                *reinterpret_cast<uchar4*>(&tile[row][col]) = b;
+            }
+        }
+        // Each warp stores the rows it computed (piece_of) with wgmma; a lookup's are every warp's.
+        if (WG && !e.lookup)
             __syncwarp();
         else
             __syncthreads();
@@ -690,10 +709,12 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
         NAME(Window win, const signed char* x, const signed char* wt, const int* int_bias, const float* scale,             \
              i64 scale_len, const float* float_bias, i64 float_bias_len, float y_scale, float y_zero, float lo, float hi,   \
              int relu, const void* residual, int residual_type, float residual_scale, float residual_zero,                 \
-             const unsigned char* then, const void* join, const float* join_params, int out_type, void* y) {                \
+             const unsigned char* then, const unsigned char* lookup, const void* join, const float* join_params,           \
+             int out_type, void* y) {                                                                                     \
         const Requant e = {int_bias,  scale,         scale_len,      float_bias,     float_bias_len,                        \
                            y_scale,   y_zero,        lo,             hi,             level_reciprocal(y_scale), relu,       \
-                           residual,  residual_type, residual_scale, residual_zero,  out_type, then, join, join_params};    \
+                           residual,  residual_type, residual_scale, residual_zero,  out_type, then, lookup, join,         \
+                           join_params};                                                                            \
         const bool pointwise = win.kh == 1 && win.kw == 1 && win.sh == 1 && win.sw == 1 && win.ph == 0 && win.pw == 0 &&     \
                                win.oh == win.h && win.ow == win.w; /* no trailing padding either */                          \
         /* POINTWISE is instantiated for the LEVELS kernels alone (LEVELS stands for true in the first */                  \

@@ -37,6 +37,7 @@ struct FewRequant {
     float y_zero, lo, hi;
     int relu;
     const unsigned char* then;  // a second quantization's table of levels, or NULL
+    const unsigned char* lookup;  // the levels' per-channel table (common.cuh's looked_up), or NULL
 };
 
 // n / d for n < 2^31 by a multiply-high and a shift (a 32-bit division is about 20 instructions,
@@ -267,9 +268,10 @@ __device__ __forceinline__ void few_channels(const Window& win, i64 xs_n, i64 xs
             unsigned char* to = tile_out + (r * q + cl) * k + col;
             const unsigned char* from = out_tile + row * FC_OUT_PITCH + col;
             if (vector) {
-                *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(from);
+                const uint4 piece = *reinterpret_cast<const uint4*>(from);
+                *reinterpret_cast<uint4*>(to) = e.lookup ? looked_up16(e.lookup, n0 + col, piece) : piece;
             } else {
-                for (int j = 0; j < 16 && n0 + col + j < k; ++j) to[j] = from[j];
+                for (int j = 0; j < 16 && n0 + col + j < k; ++j) to[j] = e.lookup ? looked_up(e.lookup, n0 + col + j, from[j]) : from[j];
             }
         }
         // The window and the tile are rewritten only after the next tile's first barrier, which
@@ -282,8 +284,9 @@ extern "C" __global__ void __launch_bounds__(FC_THREADS, 3)
     int8_conv_few_channels(Window win, i64 xs_n, i64 xs_c, i64 xs_h, i64 xs_w, int words, const signed char* x, const signed char* wt, int taps,
                            const int* int_bias, const float* scale, i64 scale_len, const float* float_bias, i64 float_bias_len, float y_scale,
                            float y_zero, float lo, float hi, int relu, const void* residual, int residual_type, float residual_scale,
-                           float residual_zero, const unsigned char* then, const void* join, const float* join_params, int out_type, void* y) {
-    const FewRequant e = {int_bias, scale, scale_len, y_zero, lo, hi, relu, then};
+                           float residual_zero, const unsigned char* then, const unsigned char* lookup, const void* join,
+                           const float* join_params, int out_type, void* y) {
+    const FewRequant e = {int_bias, scale, scale_len, y_zero, lo, hi, relu, then, lookup};
     few_channels(win, xs_n, xs_c, xs_h, xs_w, words != 0, x, wt, taps, e, (unsigned char*)y);
 }
 

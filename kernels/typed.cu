@@ -627,8 +627,8 @@ extern "C" __global__ void quant_requantize(int acc_type, int out_type, i64 inne
                                             const int* int_bias, const float* scale, i64 scale_len,
                                             const float* float_bias, i64 float_bias_len, float y_scale, float y_zero,
                                             float lo, float hi, int relu, const void* residual, int residual_type,
-                                            float residual_scale, float residual_zero, const u8* then, const void* join_bytes,
-                                            const float* join_params, void* y) {
+                                            float residual_scale, float residual_zero, const u8* then, const u8* lookup,
+                                            const void* join_bytes, const float* join_params, void* y) {
     const float y_inv = level_reciprocal(y_scale);
     const Join join = join_of(join_bytes, join_params);
     KILN_GRID_LOOP(i, n) {
@@ -647,7 +647,7 @@ extern "C" __global__ void quant_requantize(int acc_type, int out_type, i64 inne
         if (relu) level = fmaxf(level, 0.0f);
         level = fminf(fmaxf(level + y_zero, lo), hi);
         const u8 byte = out_type == T_I8 ? (u8)(signed char)(int)level : (u8)(int)level;
-        ((u8*)y)[i] = join.bytes ? joined_level(join, level, y_scale, y_zero, i) : then ? __ldg(then + byte) : byte;
+        ((u8*)y)[i] = join.bytes ? joined_level(join, level, y_scale, y_zero, i) : then ? __ldg(then + byte) : lookup ? looked_up(lookup, k, byte) : byte;
     }
 }
 
@@ -668,7 +668,7 @@ __device__ __forceinline__ void requantize_rows_x4(int out_type, int channels, i
                                                    const float* scale, int scale_len, const float* float_bias,
                                                    int float_bias_len, float y_scale, float y_zero, float lo, float hi,
                                                    int relu, const void* residual, int residual_type, float residual_scale,
-                                                   float residual_zero, const u8* then, const Join& join, void* y) {
+                                                   float residual_zero, const u8* then, const u8* lookup, const Join& join, void* y) {
     const float y_inv = level_reciprocal(y_scale);
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += gridDim.x * blockDim.x) {
         const int c = (i * 4) % channels;
@@ -691,6 +691,7 @@ __device__ __forceinline__ void requantize_rows_x4(int out_type, int channels, i
                 q[j] = out_type == T_I8 ? (u8)(signed char)(int)level : (u8)(int)level;
                 if (join.bytes) q[j] = joined_level(join, level, y_scale, y_zero, (i64)i * 4 + j);
                 else if (then) q[j] = __ldg(then + q[j]);
+                else if (lookup) q[j] = looked_up(lookup, c + j, q[j]);
             }
             ((uchar4*)y)[i] = make_uchar4(q[0], q[1], q[2], q[3]);
             continue;
@@ -714,16 +715,17 @@ extern "C" __global__ void quant_requantize_rows_x4(int acc_type, int out_type, 
                                                     const float* float_bias, i64 float_bias_len, float y_scale,
                                                     float y_zero, float lo, float hi, int relu, const void* residual,
                                                     int residual_type, float residual_scale, float residual_zero,
-                                                    const u8* then, const void* join_bytes, const float* join_params, void* y) {
+                                                    const u8* then, const u8* lookup, const void* join_bytes, const float* join_params,
+                                                    void* y) {
     const Join join = join_of(join_bytes, join_params);
     if (acc_type == T_I32) {
         requantize_rows_x4(out_type, channels, n4, (const int*)acc, int_bias, scale, (int)scale_len, float_bias,
                            (int)float_bias_len, y_scale, y_zero, lo, hi, relu, residual, residual_type, residual_scale,
-                           residual_zero, then, join, y);
+                           residual_zero, then, lookup, join, y);
     } else {
         requantize_rows_x4(out_type, channels, n4, (const float*)acc, int_bias, scale, (int)scale_len, float_bias,
                            (int)float_bias_len, y_scale, y_zero, lo, hi, relu, residual, residual_type, residual_scale,
-                           residual_zero, then, join, y);
+                           residual_zero, then, lookup, join, y);
     }
 }
 

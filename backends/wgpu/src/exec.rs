@@ -261,6 +261,13 @@ impl<'e> Run<'e> {
             Some(then) => self.requantized(&out, then, &device)?,
             None => out,
         };
+        let out = match p.lookup {
+            Some(to) => {
+                let table = device(Q::LOOKUP)?.ok_or_else(|| invalid!("the layer's lookup has no table"))?;
+                crate::ops::quant::looked_up(&self.rec, p, &out, &table, to)?
+            }
+            None => out,
+        };
         Ok(self.stored(vec![out])?.into_iter().map(Value::Device).collect())
     }
 

@@ -86,7 +86,7 @@ fn an_integer_layer_with_float_data_or_missing_scales_is_refused() {
         pre_padding: vec![0, 0],
         post_padding: vec![0, 0],
     });
-    let params = Q { anchor: conv, relu: false, output: DataType::F32, then: None };
+    let params = Q { anchor: conv, relu: false, output: DataType::F32, then: None, lookup: None };
     let attempt = |x_type: DataType, with_scales: bool| {
         let mut net = Network::new("hand-made");
         let x = net.add_input("x", x_type, &[1usize, 2, 4, 4][..]).expect("input");

@@ -77,7 +77,7 @@ fn a_second_quantization_without_levels_or_a_scale_is_refused() {
         if then_scale {
             slots[Q::THEN_SCALE] = Some(s);
         }
-        let params = Q { anchor: anchor.clone(), relu: false, output, then: Some(Requantization { relu: true, to: DataType::U8 }) };
+        let params = Q { anchor: anchor.clone(), relu: false, output, then: Some(Requantization { relu: true, to: DataType::U8 }), lookup: None };
         net.add_layer("q", LayerKind::Quantized(params), slots).map(|l| net.tensor(net.output(l, 0)).dtype).map_err(|e| e.to_string())
     };
     assert_eq!(attempt(DataType::I8, true, DataType::U8), Ok(DataType::U8), "the second quantization's type");

@@ -97,10 +97,34 @@ pub fn quantized(p: &Q, inputs: &[Option<&HostTensor>]) -> Result<HostTensor, St
         _ => TensorData::U8(levels.map(|v| v as u8).collect()),
     };
     let levels = HostTensor::new(shape, data).map_err(|e| e.to_string())?;
-    match p.then {
-        Some(then) => requantized(&levels, then, get),
+    let levels = match p.then {
+        Some(then) => requantized(&levels, then, get)?,
+        None => levels,
+    };
+    match p.lookup {
+        Some(_) => looked_up(&levels, req(Q::LOOKUP)?, channel),
         None => Ok(levels),
     }
+}
+
+/// Each level's byte looked up in its output channel's row of `table` (`[channels, 256]`).
+fn looked_up(levels: &HostTensor, table: &HostTensor, channel: ParamIndex) -> Result<HostTensor, String> {
+    let row = Q::LOOKUP_ROW;
+    if table.len() != channel.len * row {
+        return Err(format!("the lookup table holds {} entries, not {} channels of {row}", table.len(), channel.len));
+    }
+    let bytes: Vec<u8> = match levels.data() {
+        TensorData::I8(v) => v.iter().map(|&b| b as u8).collect(),
+        TensorData::U8(v) => v.clone(),
+        _ => return Err(format!("a lookup maps 8-bit levels, not {}", levels.dtype())),
+    };
+    let at = |i: usize| channel.at(i) * row + usize::from(bytes[i]);
+    let data = match table.data() {
+        TensorData::I8(t) => TensorData::I8((0..bytes.len()).map(|i| t[at(i)]).collect()),
+        TensorData::U8(t) => TensorData::U8((0..bytes.len()).map(|i| t[at(i)]).collect()),
+        _ => return Err(format!("a lookup table is int8 or uint8, not {}", table.dtype())),
+    };
+    HostTensor::new(levels.shape().to_vec(), data).map_err(|e| e.to_string())
 }
 
 /// The second quantization of the levels `y`, as the layers it stands for compute it: the

@@ -145,7 +145,7 @@ pub fn convolution(cx: &Ctx, main_loop: MainLoop, c: &kiln::ConvolutionParams, x
     let kernel = Source::Int8Conv.kernel(&name);
     // The kernel's pointwise main loop (its `POINTWISE`) is the one that can run persistent.
     let pointwise = levels && win.kh == 1 && win.kw == 1 && win.sh == 1 && win.sw == 1 && win.ph == 0 && win.pw == 0 && win.oh == win.h && win.ow == win.w;
-    let (grid, shared) = launch(cx, &kernel, main_loop, pixels, filters, filters_per_block, depth, epilogue.joins, pointwise)?;
+    let (grid, shared) = launch(cx, &kernel, main_loop, pixels, filters, filters_per_block, depth, epilogue.joins, pointwise, epilogue.looks_up)?;
     let mut args = vec![Arg::Window(win), cx.arg(&x), cx.arg(&w)];
     args.extend(epilogue.args.iter().copied());
     args.push(Arg::I32(super::typed::type_code(epilogue.computed)));
@@ -192,17 +192,20 @@ impl Geometry {
 /// (`KILN_CUDA_INT8_CONV_ONE_TILE=1` turns it off, for comparisons). Only a `pointwise` layer's
 /// kernel can.
 #[allow(clippy::too_many_arguments)]
-fn launch(cx: &Ctx, kernel: &crate::sources::Kernel, main_loop: MainLoop, pixels: usize, filters: usize, filters_per_block: usize, depth: usize, joins: bool, pointwise: bool) -> KResult<(u32, u32)> {
+/// A layer with a lookup (`looks_up`) runs one tile a block, its filters' rows of the table
+/// staged beside the output tile in the ring's room.
+#[allow(clippy::too_many_arguments)]
+fn launch(cx: &Ctx, kernel: &crate::sources::Kernel, main_loop: MainLoop, pixels: usize, filters: usize, filters_per_block: usize, depth: usize, joins: bool, pointwise: bool, looks_up: bool) -> KResult<(u32, u32)> {
     let (pixel_tiles, filter_blocks) = (pixels.div_ceil(PIXELS_PER_BLOCK), filters.div_ceil(filters_per_block));
     let (ring, pitch) = main_loop.ring();
     let stages = ring.min(depth.div_ceil(DEPTH_PER_STAGE)) * (PIXELS_PER_BLOCK + filters_per_block) * pitch;
     // wgmma's tiles are aligned to its swizzle's 512 bytes within it.
     let slack = if main_loop == MainLoop::Wgmma { WGMMA_ALIGN } else { 0 };
-    let tiles = if joins { 2 } else { 1 } * PIXELS_PER_BLOCK * (filters_per_block + 16);
+    let tiles = if joins { 2 } else { 1 } * PIXELS_PER_BLOCK * (filters_per_block + 16) + if looks_up { filters_per_block * kiln::QuantizedParams::LOOKUP_ROW } else { 0 };
     let (one_tile, own_tile) = ((stages.max(tiles) + slack) as u32, (stages + tiles + slack) as u32);
     let blocks = pixel_tiles.checked_mul(filter_blocks).and_then(|b| u32::try_from(b).ok()).filter(|&b| b <= i32::MAX as u32);
     let blocks = blocks.ok_or_else(|| invalid!("an INT8 convolution of {pixels} pixels by {filters} filters is too many blocks"))?;
-    if pointwise && !one_tile_only() {
+    if pointwise && !looks_up && !one_tile_only() {
         let resident = cx.gpu.resident_blocks(kernel, THREADS, own_tile)?;
         if resident > 0 && resident >= cx.gpu.resident_blocks(kernel, THREADS, one_tile)? {
             let lanes = (resident * cx.gpu.multiprocessors()) as usize / filter_blocks;

@@ -113,7 +113,14 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
         }),
         None => None,
     };
-    let terms = Terms { bias: bias.as_ref(), residual: residual.as_ref(), then: then.as_ref() };
+    let lookup = match p.lookup {
+        Some(to) => Some(cx.dev(value(Q::LOOKUP).ok_or_else(|| invalid!("the layer's lookup has no table"))?)?).filter(|t| t.dtype == to),
+        None => None,
+    };
+    if p.lookup.is_some() && (lookup.is_none() || then.is_some()) {
+        return Err(invalid!("the lookup table must be {} of [columns, 256], after levels with no second quantization", p.output_type()));
+    }
+    let terms = Terms { bias: bias.as_ref(), residual: residual.as_ref(), then: then.as_ref(), lookup: lookup.as_ref() };
     if p.sums_output() {
         let acc = sums(cx, p, &x, &w, &constants, out_shape)?;
         return match acc.dtype {
@@ -504,6 +511,8 @@ pub struct Terms<'a> {
     bias: Option<&'a DeviceTensor>,
     residual: Option<&'a Residual>,
     then: Option<&'a SecondQuantization>,
+    /// The levels' per-channel table ([`kiln::QuantizedParams::lookup`]), `[channels, 256]`.
+    lookup: Option<&'a DeviceTensor>,
 }
 
 /// The requantizing epilogue's operands on the device, from the int32 bias to the residual's
@@ -521,6 +530,9 @@ pub struct Epilogue {
     /// Whether a join is added at the second quantization (the convolution kernel stages its
     /// bytes beside the output tile).
     pub joins: bool,
+    /// Whether the levels are looked up in a per-channel table (the convolution kernel stages
+    /// its block's rows beside the output tile).
+    pub looks_up: bool,
     /// The uploads `args` point to, alive until the launch is queued.
     _operands: Vec<DeviceTensor>,
 }
@@ -549,12 +561,15 @@ impl Epilogue {
         let join_params = join.map(|(t, j)| f32_table(cx, t.join_params(j))).transpose()?;
         // A join's second level depends on both bytes: no table of levels.
         let second_levels = terms.then.filter(|_| join.is_none()).map(|t| t.levels(cx, p, k)).transpose()?;
-        let computed = if terms.then.is_some() { p.output } else { out_dtype };
+        let computed = if terms.then.is_some() || terms.lookup.is_some() { p.output } else { out_dtype };
         if p.quantized_output() && !matches!(computed, DataType::I8 | DataType::U8) {
             return Err(invalid!("a quantized output must be int8 or uint8, not {computed}"));
         }
         if let Some(t) = terms.then.filter(|t| !matches!(t.then.to, DataType::I8 | DataType::U8) || out_dtype != t.then.to || !p.quantized_output()) {
             return Err(invalid!("a second quantization takes {} levels to int8 or uint8, not {} into {out_dtype}", p.output, t.then.to));
+        }
+        if let Some(t) = terms.lookup.filter(|t| t.dtype != out_dtype || t.len() != channels * Q::LOOKUP_ROW || terms.then.is_some()) {
+            return Err(invalid!("a lookup of {channels} channels wants a [{channels}, 256] {out_dtype} table after the levels, not {} of {:?}", t.dtype, t.shape));
         }
         let scale = p.channel_scales(k.x_scale, &k.w_scale, k.y_scale, float_bias.is_some() || residual.is_some());
         for (what, len) in [("scales", scale.len()), ("float bias values", float_bias.as_ref().map_or(1, |b| b.len())), ("int32 bias values", int_bias.map_or(1, |b| b.len()))] {
@@ -591,12 +606,19 @@ impl Epilogue {
             Arg::F32(residual.map_or(0.0, |r| r.zero)),
             // The second quantization's table of levels (NULL: none, or a join).
             second_levels.as_ref().map_or(Arg::NULL, |l| cx.arg(l)),
+            // The levels' per-channel table (NULL: none).
+            terms.lookup.map_or(Arg::NULL, |t| cx.arg(t)),
             join_values.as_ref().map_or(Arg::NULL, |j| cx.arg(j)),
             join_params.as_ref().map_or(Arg::NULL, |j| cx.arg(j)),
         ];
         let joins = join_values.is_some();
+        let looks_up = terms.lookup.is_some();
+        // The convolution kernel copies a block's rows 16 bytes at a time.
+        if terms.lookup.is_some_and(|t| !super::lane_aligned(cx, t, 16)) {
+            return Err(invalid!("the lookup table is not 16-byte aligned"));
+        }
         let operands = [Some(scale), float_bias, residual_values, second_levels, join_values, join_params].into_iter().flatten().collect();
-        Ok(Epilogue { args, computed, levels, joins, _operands: operands })
+        Ok(Epilogue { args, computed, levels, joins, looks_up, _operands: operands })
     }
 
     /// Whether the `_levels` kernels run this epilogue exactly over a sum of `depth` 8-bit

@@ -233,6 +233,30 @@ fn integer_layers_with_a_second_quantization_match_the_cpu_oracle_exactly() {
     }
 }
 
+/// The levels looked up in a per-column table (`QuantizedParams::lookup`, the island after a
+/// Q/DQ transformer's product folded in): both product tactics and both epilogues (levels, and
+/// the general one a float bias takes), int8 and uint8 levels and tables, columns in sixteens
+/// (16-byte stores) and not, give the cpu oracle's bytes.
+#[test]
+fn integer_products_looking_their_levels_up_match_the_cpu_oracle_exactly() {
+    let Some(cuda) = backend() else { return };
+    use crate::integer_layers::{layer_with as with, lookup};
+    use DataType::{F32, I32, I8, U8};
+    use Operands::Symmetric as S;
+    let matmul = QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::None };
+    let matmul_t = QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::Transpose };
+    let products: &[&str] = &["int8_product_cublaslt_sums", "int8_product_as_1x1_implicit_gemm"];
+    let cases = [
+        ("product, 768 columns, int8 table", with(matmul.clone(), S, &[2, 300, 128], &[128, 768], 768, None, false, I8, lookup(I8))),
+        ("product, int32 bias, 136 columns, uint8 levels, int8 table", with(matmul.clone(), S, &[300, 128], &[128, 136], 136, Some(I32), false, U8, lookup(I8))),
+        ("product, float bias, ReLU, 24 columns, uint8 table", with(matmul, S, &[3, 5, 64], &[64, 24], 24, Some(F32), true, I8, lookup(U8))),
+        ("product, B transposed, 200 columns, int8 table", with(matmul_t, S, &[130, 64], &[200, 64], 200, None, false, I8, lookup(I8))),
+    ];
+    for (what, (net, feeds)) in cases {
+        check_every_tactic(cuda, what, &net, &feeds, products);
+    }
+}
+
 /// A skip connection joined at the second quantization (`DQ(y) + DQ(join) → Add → [Relu] →
 /// QuantizeLinear`): every convolution and product tactic, both epilogues, the 16-byte store
 /// (filters in sixteens, the join staged beside the output tile) and the byte-wise one, int8
@@ -406,7 +430,7 @@ fn int32_sums_layers_match_the_cpu_oracle_exactly() {
                 slots[slot] = Some(net.output(layer, 0));
             }
         }
-        let layer = net.add_layer("sums", LayerKind::Quantized(Q { anchor, relu: false, output: DataType::I32, then: None }), slots).expect(what);
+        let layer = net.add_layer("sums", LayerKind::Quantized(Q { anchor, relu: false, output: DataType::I32, then: None, lookup: None }), slots).expect(what);
         net.mark_output(net.output(layer, 0)).expect("output");
         check_network(what, &net, &[x], 0.0);
     }

@@ -256,3 +256,18 @@ pub fn quantized(
     }
     pointwise::narrow(rec, out)
 }
+
+/// The levels `y` looked up in their output channel's row of `table` (`[channels, 256]` of
+/// `to`), as kiln::QuantizedParams::lookup defines.
+pub fn looked_up(rec: &Recorder, p: &kiln::QuantizedParams, y: &DeviceTensor, table: &DeviceTensor, to: DataType) -> KResult<DeviceTensor> {
+    let axis = p.anchor.output_channel_axis(y.shape.len());
+    let channels = y.shape.get(axis).copied().unwrap_or(1).max(1);
+    let inner: usize = y.shape.get(axis + 1..).map_or(1, |d| d.iter().product::<usize>()).max(1);
+    if table.dtype != to || table.len() != channels * kiln::QuantizedParams::LOOKUP_ROW {
+        return Err(kiln::invalid!("the lookup table is {}{:?}, not {to} of [{channels}, 256]", table.dtype, table.shape));
+    }
+    let out = output(rec, to, &y.shape)?;
+    let params = [count_word(out.len())?, count_word(inner)?, count_word(channels)?];
+    rec.dispatch_1d(&Instance::plain("lookup_levels"), &params, &[&y.buffer, &table.buffer, &out.buffer], out.len()).map_err(kiln::KernelError::from)?;
+    Ok(out)
+}

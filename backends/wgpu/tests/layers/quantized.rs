@@ -3,7 +3,7 @@
 //! 1/2^k, where many results sit at a rounding tie.
 
 use crate::common::{both, gpu, same_values};
-use crate::integer_layers::{conv, join, layer, layer_with, residual, Extra, Operands::Asymmetric as A, Operands::Symmetric as S};
+use crate::integer_layers::{conv, join, layer, layer_with, lookup, residual, Extra, Operands::Asymmetric as A, Operands::Symmetric as S};
 use kiln::{DataType, MatrixOp, QuantizedAnchor};
 
 #[test]
@@ -31,6 +31,9 @@ fn integer_layers_match_the_cpu_oracle_exactly() {
         // A skip connection joined at the second quantization.
         ("conv, join, ReLU, uint8", layer_with(conv(1, &[1, 1], &[1, 1]), A, &[2, 3, 7, 6], &[4, 3, 3, 3], 4, Some(DataType::I32), false, DataType::I8, join(true, DataType::U8, DataType::I8, &[2, 4, 7, 6], 8.0))),
         ("product, uint8 join, int8", layer_with(matmul.clone(), A, &[3, 40], &[40, 8], 8, None, false, DataType::U8, join(false, DataType::I8, DataType::U8, &[3, 8], 5.3))),
+        // The island after a transformer's product folded in: its levels looked up per column.
+        ("product, int8 levels, int8 table", layer_with(matmul.clone(), A, &[2, 3, 40], &[40, 8], 8, Some(DataType::I32), false, DataType::I8, lookup(DataType::I8))),
+        ("product, uint8 levels, uint8 table", layer_with(matmul.clone(), A, &[3, 40], &[40, 8], 8, None, false, DataType::U8, lookup(DataType::U8))),
     ];
     for (what, (net, feeds)) in cases {
         let (got, want) = both(&gpu, &net, &feeds);

@@ -31,11 +31,13 @@ pub const MAGIC: &[u8; 8] = b"KILNENG\0";
 /// `scores_levels`, `probs_levels`; absent in an 11, which still reads); 13: a fused layer's
 /// steps may normalize its rows (`PostOp::Normalization`; a 12 has none, and still reads); 14:
 /// an integer layer may join a skip connection at its second quantization (three more slots);
-/// 15: attention may read Q, K and V as levels (`AttentionParams::input_levels`).
-pub const FORMAT_VERSION: u32 = 15;
-/// The oldest layout this kiln still reads (a version 14 attention lacks the field 15 added,
-/// which the plan's encoding does not skip).
-pub const OLDEST_READABLE_VERSION: u32 = 15;
+/// 15: attention may read Q, K and V as levels (`AttentionParams::input_levels`); 16: an
+/// integer layer may map its levels through a per-channel table (`QuantizedParams::lookup`,
+/// one more slot).
+pub const FORMAT_VERSION: u32 = 16;
+/// The oldest layout this kiln still reads (a version 15 integer layer lacks the field 16
+/// added, which the plan's encoding does not skip).
+pub const OLDEST_READABLE_VERSION: u32 = 16;
 /// Upper bound on the header, far above any real one.
 const MAX_HEADER_BYTES: u32 = 1 << 20;
 

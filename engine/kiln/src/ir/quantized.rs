@@ -12,8 +12,8 @@ use super::dtype::DataType;
 use serde::{Deserialize, Serialize};
 
 /// `[x, w, bias?, x_scale, x_zero?, w_scale, w_zero?, y_scale?, y_zero?, residual?,
-/// residual_scale?, residual_zero?, then_scale?, then_zero?, join?, join_scale?, join_zero?]
-/// -> [y]`.
+/// residual_scale?, residual_zero?, then_scale?, then_zero?, join?, join_scale?, join_zero?,
+/// lookup?] -> [y]`.
 ///
 /// - `x`, `w`: 8-bit integers, or both float8 e4m3fn (FP8: no zero points, a float output,
 ///   no int32 bias) (`x_scale`, `x_zero` one element; `w_scale`, `w_zero` one element or one
@@ -38,6 +38,11 @@ use serde::{Deserialize, Serialize};
 /// - `join` (with `then` only: a skip connection's `DQ(y) + DQ(join) → Add`, folded in): an
 ///   8-bit tensor of the output's shape, dequantized with its one scale and zero point and
 ///   added to the dequantized levels before the second quantization's ReLU.
+/// - `lookup` (a `[channels, 256]` 8-bit table of the type [`QuantizedParams::lookup`] names;
+///   not with `then`): the output is `lookup[k][byte(y)]`, the level's byte looked up in its
+///   output channel's row. It stands for a pointwise island after the levels whose result
+///   depends on the level and the channel alone (a bias Add, a GELU between two quantizations),
+///   which the builder evaluated at every (channel, level) ([`crate::passes`]' level tables).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct QuantizedParams {
     pub anchor: QuantizedAnchor,
@@ -45,6 +50,8 @@ pub struct QuantizedParams {
     /// The type of the layer's own result: its levels, its float value or its sums.
     pub output: DataType,
     pub then: Option<Requantization>,
+    /// The type of the `lookup` table the levels are mapped through, where the layer has one.
+    pub lookup: Option<DataType>,
 }
 
 /// A second quantization of a requantized layer's levels. onnxruntime's `quantize_static`
@@ -85,8 +92,11 @@ impl QuantizedParams {
     pub const JOIN: usize = 14;
     pub const JOIN_SCALE: usize = 15;
     pub const JOIN_ZERO: usize = 16;
+    pub const LOOKUP: usize = 17;
     /// Input slots the layer has (absent ones are `None`).
-    pub const SLOTS: usize = 17;
+    pub const SLOTS: usize = 18;
+    /// Entries of a lookup table's row: one per byte of a level.
+    pub const LOOKUP_ROW: usize = 256;
     /// The slots a device backend reads on the host to set the layer up (its scales and zero
     /// points, and the int32 bias's bound): constants there keep a host copy, so a run reads
     /// nothing back.
@@ -131,9 +141,9 @@ impl QuantizedParams {
         self.output == DataType::I32
     }
 
-    /// The layer's output type: the second quantization's where it has one.
+    /// The layer's output type: the lookup table's or the second quantization's where it has one.
     pub fn output_type(&self) -> DataType {
-        self.then.map_or(self.output, |t| t.to)
+        self.lookup.unwrap_or(self.then.map_or(self.output, |t| t.to))
     }
 
     /// The f32 factor each output channel's `f32(acc)` is multiplied by, in the f32

@@ -173,7 +173,7 @@ fn evaluate(
 }
 
 /// Runs one layer on constant inputs through the backend; `None` on any failure.
-fn run_on_backend(
+pub(super) fn run_on_backend(
     backend: &dyn Backend,
     l: &Layer,
     values: &[Option<Arc<HostTensor>>],

@@ -55,7 +55,7 @@ pub(super) fn find(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> 
     inputs[Q::W] = Some(w);
     inputs[Q::X_ZERO] = x_zero.map(|(z, _)| z);
     inputs[Q::W_ZERO] = w_zero.map(|(z, _)| z);
-    Some(Plan { layers: vec![i, cast_at], x_layout: None, inputs, params: Q { anchor, relu: false, output: DataType::I32, then: None }, output: cast.outputs[0] })
+    Some(Plan { layers: vec![i, cast_at], x_layout: None, inputs, params: Q { anchor, relu: false, output: DataType::I32, then: None, lookup: None }, output: cast.outputs[0] })
 }
 
 /// The 8-bit tensor behind `Cast(t → f64)`, and the 8-bit zero point behind

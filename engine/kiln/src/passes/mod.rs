@@ -17,6 +17,7 @@ mod fold;
 mod fuse;
 mod horizontal;
 mod integer_sums;
+mod level_tables;
 mod noop;
 mod patterns;
 mod pointwise;
@@ -33,6 +34,7 @@ pub use einsum::EinsumLowering;
 pub use fold::{ConstantFolding, MAX_FOLDED_ELEMENTS};
 pub use fuse::EpilogueFusion;
 pub use horizontal::HorizontalMatMulFusion;
+pub use level_tables::LevelTables;
 pub use noop::NoOpRemoval;
 pub use patterns::{GeluFusion, NormalizationFusion, RmsNormalizationFusion, SoftMaxFusion, SwishFusion};
 pub use pointwise::PointwiseChainFusion;
@@ -157,6 +159,11 @@ impl Pipeline {
                 Box::new(PointwiseChainFusion),
                 // After the float chains, which it extends to the integers around them.
                 Box::new(QuantizedChainFusion),
+                // After the islands form and the layers they replaced are gone (a DequantizeLinear
+                // left unread still reads a product's levels): islands after a product's levels
+                // become its tables.
+                Box::new(DeadLayerElimination),
+                Box::new(LevelTables),
                 // After the chains fold a DequantizeLinear's Cast into the type it writes.
                 Box::new(AttentionInputLevels),
                 // Last, so no pattern above sees a value shared that the graph computed twice.
@@ -247,7 +254,8 @@ fn kind_text(layer: &crate::ir::network::Layer) -> String {
                 }
                 None => String::new(),
             };
-            format!("integer {}{} -> {}{then}", p.anchor.kind().type_name(), if p.relu { " + Relu" } else { "" }, p.output)
+            let lookup = p.lookup.map_or(String::new(), |to| format!(" -> level table -> {to}"));
+            format!("integer {}{} -> {}{then}{lookup}", p.anchor.kind().type_name(), if p.relu { " + Relu" } else { "" }, p.output)
         }
         other => other.type_name().to_string(),
     }

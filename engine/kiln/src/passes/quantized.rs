@@ -231,7 +231,7 @@ fn find(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan
     if output == DataType::F32 {
         output = net.tensor(running).dtype;
     }
-    Some(Plan { layers, x_layout, inputs, params: Q { anchor, relu, output, then }, output: running })
+    Some(Plan { layers, x_layout, inputs, params: Q { anchor, relu, output, then, lookup: None }, output: running })
 }
 
 /// `DequantizeLinear → ReLU → QuantizeLinear` after an integer output `q`, all with q's own

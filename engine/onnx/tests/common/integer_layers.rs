@@ -74,6 +74,13 @@ pub struct Extra<'a> {
     /// A join at the second quantization (a network input of the output's shape, fed last):
     /// its type, shape and scale.
     pub join: Option<(DataType, &'a [usize], f32)>,
+    /// A per-channel table the levels are looked up in (`QuantizedParams::lookup`): its type.
+    pub lookup: Option<DataType>,
+}
+
+/// Levels looked up in a `[channels, 256]` table of `to` (random entries).
+pub fn lookup(to: DataType) -> Extra<'static> {
+    Extra { lookup: Some(to), ..Extra::default() }
 }
 
 /// A residual of `dtype` and the output's `shape`.
@@ -159,6 +166,10 @@ pub fn layer_with(
         slots[Q::THEN_ZERO] = Some(scalar(to, if to == DataType::U8 { 30.0 } else { -9.0 }));
         kiln::Requantization { relu, to }
     });
+    if let Some(to) = extra.lookup {
+        let (lo, hi) = if to == DataType::U8 { (0, 256) } else { (-128, 128) };
+        slots[Q::LOOKUP] = Some(ints(&[channels, Q::LOOKUP_ROW], to, lo, hi, 7));
+    }
     let mut net = Network::new("integer layer");
     let mut inputs = Vec::new();
     let input = |net: &mut Network, name: &str, feed: &HostTensor| Some(net.add_input(name, feed.dtype(), Shape::fixed(feed.shape())).expect(name));
@@ -175,7 +186,7 @@ pub fn layer_with(
             (_, None) => None,
         });
     }
-    let layer = net.add_layer("layer", LayerKind::Quantized(Q { anchor, relu, output, then }), inputs).expect("integer layer");
+    let layer = net.add_layer("layer", LayerKind::Quantized(Q { anchor, relu, output, then, lookup: extra.lookup }), inputs).expect("integer layer");
     net.mark_output(net.output(layer, 0)).expect("output");
     (net, feeds)
 }

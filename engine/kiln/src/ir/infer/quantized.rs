@@ -81,6 +81,7 @@ pub(super) fn quantized<'a>(p: &Q, ins: &Inputs<'_, 'a>, weights: &WeightsLookup
     }
     requantization(p, ins)?;
     join(p, ins, &out.shape)?;
+    lookup(p, ins, channels.as_ref())?;
     Ok(vec![OutFact::new(p.output_type(), out.shape)])
 }
 
@@ -100,6 +101,28 @@ fn requantization(p: &Q, ins: &Inputs) -> InferResult<()> {
     per_channel(ins, Q::THEN_ZERO, None, false)?;
     if ins.get(Q::THEN_ZERO).is_some_and(|z| z.dtype != then.to) {
         return rule(Some(Q::THEN_ZERO), format!("the second quantization's zero point must be {}", then.to));
+    }
+    Ok(())
+}
+
+/// The lookup table: after levels (no second quantization), 8-bit, `[channels, 256]`.
+fn lookup(p: &Q, ins: &Inputs, channels: Option<&Dim>) -> InferResult<()> {
+    let Some(to) = p.lookup else {
+        return match ins.get(Q::LOOKUP) {
+            Some(_) => rule(Some(Q::LOOKUP), "a lookup table without the layer's lookup type"),
+            None => Ok(()),
+        };
+    };
+    let Some(table) = ins.get(Q::LOOKUP) else { return rule(None, "the layer's lookup has no table") };
+    if !p.quantized_output() || p.then.is_some() || !to.is_8bit_integer() {
+        return rule(Some(Q::LOOKUP), format!("a lookup maps levels (with no second quantization) to int8 or uint8, not {} to {to}", p.output));
+    }
+    if table.dtype != to {
+        return rule(Some(Q::LOOKUP), format!("the lookup table must be {to}, not {}", table.dtype));
+    }
+    let rows = channels.and_then(Dim::fixed);
+    if table.shape.rank() != 2 || table.shape.dims().get(1).and_then(Dim::fixed) != Some(Q::LOOKUP_ROW) || rows.is_none() || table.shape.dims().first().and_then(Dim::fixed) != rows {
+        return rule(Some(Q::LOOKUP), format!("the lookup table must be [{}, {}], not {}", rows.map_or("channels".to_string(), |r| r.to_string()), Q::LOOKUP_ROW, table.shape));
     }
     Ok(())
 }
