@@ -111,7 +111,7 @@ fn a_join_without_a_second_quantization_or_of_another_shape_or_type_is_refused()
         if join_scale {
             slots[Q::JOIN_SCALE] = Some(s);
         }
-        let params = Q { anchor: anchor.clone(), relu: false, output: DataType::I8, then: then.then_some(Requantization { relu: true, to: DataType::U8 }) };
+        let params = Q { anchor: anchor.clone(), relu: false, output: DataType::I8, then: then.then_some(Requantization { relu: true, to: DataType::U8 }), lookup: None };
         net.add_layer("q", LayerKind::Quantized(params), slots).map(|l| net.tensor(net.output(l, 0)).dtype).map_err(|e| e.to_string())
     };
     assert_eq!(attempt(true, DataType::I8, &[4, 3], true), Ok(DataType::U8), "a join at the second quantization");
