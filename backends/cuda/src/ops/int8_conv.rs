@@ -190,10 +190,8 @@ impl Geometry {
 /// block and stride over the pixel tiles, loading the next tile while storing this one. It is
 /// persistent where that costs no residency and there is more than one wave of tiles
 /// (`KILN_CUDA_INT8_CONV_ONE_TILE=1` turns it off, for comparisons). Only a `pointwise` layer's
-/// kernel can.
-#[allow(clippy::too_many_arguments)]
-/// A layer with a lookup (`looks_up`) runs one tile a block, its filters' rows of the table
-/// staged beside the output tile in the ring's room.
+/// kernel can. A layer with a lookup (`looks_up`) runs one tile a block, its filters' rows of
+/// the table staged beside the output tile in the ring's room.
 #[allow(clippy::too_many_arguments)]
 fn launch(cx: &Ctx, kernel: &crate::sources::Kernel, main_loop: MainLoop, pixels: usize, filters: usize, filters_per_block: usize, depth: usize, joins: bool, pointwise: bool, looks_up: bool) -> KResult<(u32, u32)> {
     let (pixel_tiles, filter_blocks) = (pixels.div_ceil(PIXELS_PER_BLOCK), filters.div_ceil(filters_per_block));

@@ -113,13 +113,8 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
         }),
         None => None,
     };
-    let lookup = match p.lookup {
-        Some(to) => Some(cx.dev(value(Q::LOOKUP).ok_or_else(|| invalid!("the layer's lookup has no table"))?)?).filter(|t| t.dtype == to),
-        None => None,
-    };
-    if p.lookup.is_some() && (lookup.is_none() || then.is_some()) {
-        return Err(invalid!("the lookup table must be {} of [columns, 256], after levels with no second quantization", p.output_type()));
-    }
+    // Epilogue::new checks the table against the output: its type, [channels, 256], no `then`.
+    let lookup = p.lookup.map(|_| cx.dev(value(Q::LOOKUP).ok_or_else(|| invalid!("the layer's lookup has no table"))?)).transpose()?;
     let terms = Terms { bias: bias.as_ref(), residual: residual.as_ref(), then: then.as_ref(), lookup: lookup.as_ref() };
     if p.sums_output() {
         let acc = sums(cx, p, &x, &w, &constants, out_shape)?;

@@ -70,13 +70,11 @@ impl Pass for LevelTables {
             };
             let product = network.layer(LayerId(fold.product));
             let island = network.layer(LayerId(i));
-            let LayerKind::Quantized(p) = &product.kind else { unreachable!("folds start at integer layers") };
             let name = format!("{} + {}", product.name, island.name);
             let mut inputs = rb.get_slots(&product.inputs)?;
             inputs.resize(Q::SLOTS, None);
             inputs[Q::LOOKUP] = Some(rb.constant(&format!("{name} (level table)"), fold.table)?);
-            let kind = LayerKind::Quantized(Q { lookup: Some(fold.to), ..p.clone() });
-            rb.add(&name, kind, inputs, &island.outputs)?;
+            rb.add(&name, LayerKind::Quantized(fold.params), inputs, &island.outputs)?;
         }
         Ok(Some(rb.finish_as_source()?))
     }
@@ -86,7 +84,8 @@ impl Pass for LevelTables {
 struct Fold {
     product: usize,
     island: usize,
-    to: DataType,
+    /// The product's parameters with the lookup.
+    params: Q,
     table: HostTensor,
 }
 
@@ -138,7 +137,7 @@ fn table_fold(net: &Network, readers: &[Vec<(usize, usize)>], i: usize, backend:
     if looked.dtype() != to || looked.len() != bytes * columns {
         return None;
     }
-    Some(Fold { product: i, island: at, to, table: by_column(&looked, columns)? })
+    Some(Fold { product: i, island: at, params: Q { lookup: Some(to), ..p.clone() }, table: by_column(&looked, columns)? })
 }
 
 /// The known value of `t` where it varies along the last of `rank` axes only (one value, or
