@@ -17,6 +17,7 @@
 struct ChainLayout {
     int rank;
     int dense;  // bit s: slot s is stored as the output (offset 0, the output's strides)
+    int row;    // bit s: slot s repeats one run of the innermost dim (stride 1 there, 0 elsewhere)
     int shape[CHAIN_RANK];
     int offset[CHAIN_OPERANDS + 1];
     int stride[CHAIN_OPERANDS + 1][CHAIN_RANK];
@@ -57,6 +58,24 @@ __device__ __forceinline__ void chain_load(const ChainLayout& l, int s, unsigned
 #pragma unroll
         for (int k = 0; k < V; ++k) f[k] = v;
     }
+}
+
+// V lanes of slot `s` for element `i`, at `k` in its row (`chain_rows`, whose host sets `row`
+// bits only where the row is the innermost dim). Dense and repeated-row slots need no element
+// coordinates `c` (three divisions, more instructions than the row's arithmetic): the kernel
+// finds them only where a slot it reads is neither (`chain_rows_need_coords`).
+template <int V, typename T>
+__device__ __forceinline__ void chain_row_load(const ChainLayout& l, int s, unsigned i, unsigned k, const unsigned* c, const T* p, float* f) {
+    if (l.row >> s & 1) {
+        load_run<V>(p + l.offset[s] + k, f);
+        return;
+    }
+    chain_load<V>(l, s, i, c, p, f);
+}
+
+// Whether any of the slots in `mask` needs an element's coordinates.
+__device__ __forceinline__ bool chain_rows_need_coords(const ChainLayout& l, int mask) {
+    return ((l.dense | l.row) & mask) != mask;
 }
 
 // V stored bytes of an 8-bit slot `s`, addressed as chain_load does (the table kernels look

@@ -240,6 +240,9 @@ pub struct ChainLayout {
     pub rank: i32,
     /// Bit `s`: slot `s` is stored as the output (read at the element's own index).
     pub dense: i32,
+    /// Bit `s`: slot `s` is one run of the innermost dim, repeated (stride 1 there, 0 in every
+    /// other dim): read at its offset plus the element's place in that dim, no coordinates.
+    pub row: i32,
     pub shape: [i32; CHAIN_RANK],
     pub offset: [i32; CHAIN_OPERANDS + 1],
     pub stride: [[i32; CHAIN_RANK]; CHAIN_OPERANDS + 1],

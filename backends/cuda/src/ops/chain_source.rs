@@ -302,10 +302,12 @@ fn rows_kernel(
     (scale, bias, epsilon): (usize, usize, f32),
 ) {
     let loads = |s: &mut String, pass: usize| {
+        let _ = writeln!(s, "            unsigned c[CHAIN_RANK];");
+        let _ = writeln!(s, "            if (coords{pass}) chain_coords(l, i, c);");
         for k in 0..types.len() {
             let _ = writeln!(s, "            float v{k}[4] = {{0.0f, 0.0f, 0.0f, 0.0f}};");
             if passes[pass].contains(&k) {
-                let _ = writeln!(s, "            chain_load<4>(l, {k}, i, c, s{k}, v{k});");
+                let _ = writeln!(s, "            chain_row_load<4>(l, {k}, i, k, c, s{k}, v{k});");
             }
         }
     };
@@ -316,6 +318,10 @@ fn rows_kernel(
     float r[4 * CHAIN_ROW_RUNS];
 ",
     );
+    for (pass, slots) in passes.iter().enumerate() {
+        let mask: u32 = slots.iter().map(|&k| 1u32 << k).sum();
+        let _ = writeln!(s, "    const bool coords{pass} = chain_rows_need_coords(l, {mask:#x});");
+    }
     s.push_str(ROW_RUN);
     loads(s, 0);
     let _ = writeln!(s, "#pragma unroll");
@@ -352,15 +358,13 @@ fn rows_kernel(
     s.push_str("        }\n    }\n}\n");
 }
 
-/// The start of a `chain_rows` pass over its row: run `j` of 4 at `k`, element `i`, its
-/// coordinates `c`.
+/// The start of a `chain_rows` pass over its row: run `j` of 4 at `k`, element `i` (slots are
+/// read by `chain_row_load`, which finds an element's coordinates only where a slot needs them).
 const ROW_RUN: &str = "#pragma unroll
     for (int j = 0; j < CHAIN_ROW_RUNS; ++j) {
         const unsigned k = 4 * (lane + 32 * j);
         if (k < len) {
             const unsigned i = row * len + k;
-            unsigned c[CHAIN_RANK];
-            chain_coords(l, i, c);
 ";
 
 /// The start of a body's grid-stride loop over runs of `V` output elements: element `i` and
@@ -513,6 +517,8 @@ mod tests {
         let text = chain_source(&block).expect("8-bit chains");
         assert!(text.contains("chain_rows(unsigned rows, unsigned len, ChainLayout l, const signed char* s0, const float* s1, const signed char* s2"), "{text}");
         assert!(!text.contains("chain_vec"), "no per-element kernel: {text}");
+        assert!(text.contains("const bool coords0 = chain_rows_need_coords(l, 0x7);") && text.contains("if (coords0) chain_coords(l, i, c);"), "coordinates where a slot needs them: {text}");
+        assert!(text.contains("chain_row_load<4>(l, 2, i, k, c, s2, v2);") && text.contains("chain_row_load<4>(l, 4, i, k, c, s4, v4);"), "{text}");
         assert!(text.contains("o[e] = after((r[4 * j + e] - mean) * rstd * v3[e] + v4[e], v0[e]"), "the norm's operands are slots 3 and 4: {text}");
         assert!(text.contains("rounded_ratio(f, q4, level_reciprocal(q4), nan)") && text.contains("x2 = __fmul_rn(__fsub_rn(x2, q3), q2);"), "{text}");
         let other = Program { steps: vec![block.steps[0], block.steps[1], Step::Normalize { scale: 2, bias: 3, epsilon: 1e-5 }, block.steps[3]], ..block.clone() };

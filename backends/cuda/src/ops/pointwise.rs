@@ -395,6 +395,12 @@ pub fn chain(cx: &Ctx, x: &DeviceTensor, x_dequantize: Option<(f32, f32)>, steps
         let rows = n / len;
         // The kernel's `unsigned` counts, which chain_layout's 32-bit offsets already bound.
         let (Ok(rows_arg), Ok(len_arg)) = (i32::try_from(rows), i32::try_from(len)) else { return Ok(None) };
+        // A repeated-row slot is read at the element's place in its row where the row is the
+        // innermost dim (coalescing may have split or merged it: then through coordinates).
+        let mut compact = compact;
+        if compact.shape[compact.rank as usize - 1] != len_arg {
+            compact.row = 0;
+        }
         let mut args = vec![Arg::I32(rows_arg), Arg::I32(len_arg), Arg::ChainLayout(compact)];
         args.extend(pointers);
         args.extend(params.iter().map(|&q| Arg::F32(q)));
@@ -536,6 +542,11 @@ fn chain_layout(layouts: &[(Layout, usize)]) -> Option<ChainLayout> {
             if l.offset[w] == 0 && strides == &dense[..] {
                 out.dense |= 1 << slot;
             }
+            if let Some((&inner, outer)) = strides.split_last() {
+                if inner == 1 && outer.iter().all(|&st| st == 0) {
+                    out.row |= 1 << slot;
+                }
+            }
         }
     }
     Some(out)
@@ -572,6 +583,7 @@ mod tests {
         let l = chain_layout(&layouts(&[64, 3136, 384], &[&[1, 0, 0], &[1_204_224, 384, 1], &[0, 0, 1], &[384, 0, 1]])).expect("fits");
         assert_eq!((l.rank, &l.shape[..3]), (3, &[64, 3136, 384][..]));
         assert_eq!(l.dense, 0b0010, "only slot 1 is stored as the output");
+        assert_eq!(l.row, 0b0100, "only slot 2 repeats one run of the innermost dim");
         assert_eq!(l.stride[3][..3], [384, 0, 1]);
     }
 

@@ -648,12 +648,15 @@ fn layer_norm_islands_match_the_cpu_oracle_to_a_level() {
         return;
     }
     let mut rng = crate::common::rng(41);
-    for shape in [[4usize, 6, 32], [2, 128, 768], [3, 5, 30], [2, 3, 1100]] {
-        let what = format!("layer norm island {shape:?}");
+    // The residual as broadcast over a middle or the first dim: chain_rows reads it through the
+    // element's coordinates, where the other slots are dense or repeated rows.
+    let cases = [([4usize, 6, 32], [4usize, 6, 32]), ([2, 128, 768], [2, 128, 768]), ([3, 5, 30], [3, 5, 30]), ([2, 3, 1100], [2, 3, 1100]), ([4, 6, 32], [4, 1, 32]), ([2, 8, 64], [1, 8, 64])];
+    for (shape, r_shape) in cases {
+        let what = format!("layer norm island {shape:?}, residual {r_shape:?}");
         let len = shape[2];
         let mut net = Network::new("layer norm island");
         let a = net.add_input("a", DataType::I8, Shape::fixed(&shape)).expect("a");
-        let r = net.add_input("r", DataType::I8, Shape::fixed(&shape)).expect("r");
+        let r = net.add_input("r", DataType::I8, Shape::fixed(&r_shape)).expect("r");
         let mut constant = |name: &str, t: HostTensor| {
             let w = net.add_weights(t);
             let l = net.add_layer(name, LayerKind::Constant { weights: w }, vec![]).expect(name);
@@ -682,7 +685,7 @@ fn layer_norm_islands_match_the_cpu_oracle_to_a_level() {
         let n: usize = shape.iter().product();
         let feeds = [
             HostTensor::new(shape.to_vec(), TensorData::I8((0..n).map(|_| rng.gen()).collect())).expect("a"),
-            HostTensor::new(shape.to_vec(), TensorData::I8((0..n).map(|_| rng.gen()).collect())).expect("r"),
+            HostTensor::new(r_shape.to_vec(), TensorData::I8((0..r_shape.iter().product::<usize>()).map(|_| rng.gen()).collect())).expect("r"),
         ];
         check_network(&what, &fused, &feeds, 1.0);
     }
