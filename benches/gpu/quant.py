@@ -18,6 +18,11 @@ compute median) and adds its figures to `$OUT/quant.json` as soon as it ends:
   gemm      8192^3 references: cuBLASLt INT8 (`torch._int_mm`), FP8 E4M3 (`torch._scaled_mm`)
             and fp16 `torch.matmul` in TOP/s, against kiln on the Q/DQ pattern of an INT8 and an
             FP8 matrix product (ONNX models made here with the onnx helper API).
+  products  a transformer's INT8 products one at a time (default BERT-base b32's: 4096 rows by
+            768 -> 768, 768 -> 3072, 3072 -> 768): kiln on a Q/DQ product quantizing its output
+            (the integer layer's levels out, as in a Q/DQ transformer) and on its fp16 MatMul,
+            cuBLASLt INT8 (`torch._int_mm`, int32 sums) and fp16 `torch.matmul`. Seconds a call,
+            where a model part spends minutes exporting: the loop for the integer kernels.
 
 `--exporter dynamo` exports resnet50, bert and vit with PyTorch's default exporter instead of the
 legacy one. A case kiln cannot build or run is recorded with kiln's error text; the others go on.
@@ -25,8 +30,9 @@ Parts that need torch say so when it is missing; `--backend cpu --only gemm,digi
 the kiln side on a machine without a GPU (small `--gemm-size`; digits falls back to a
 scikit-learn MLP when torch is absent).
 
-    python benches/gpu/quant.py --kiln .gpu/bin/kiln --out $OUT [--only resnet50,bert,vit,digits,gemm]
+    python benches/gpu/quant.py --kiln .gpu/bin/kiln --out $OUT [--only resnet50,bert,vit,digits,gemm,products]
         [--batch-resnet 256] [--batch-bert 32] [--seconds 3] [--gemm-size 8192] [--backend cuda]
+        [--products 4096x768x768,4096x768x3072,4096x3072x768]
         [--exporter legacy|dynamo]
 """
 
@@ -48,10 +54,10 @@ try:
 except ImportError:  # the kiln-only smoke test on a machine without torch
     torch = None
 
-PARTS = ("resnet50", "bert", "vit", "digits", "gemm")
+PARTS = ("resnet50", "bert", "vit", "digits", "gemm", "products")
 # Rough wall time of each part on an H100 (export, quantize, kiln builds, torch.compile, timing):
 # a part is skipped, and says so, when fewer seconds than this are left before --deadline-s.
-PART_ESTIMATE_S = {"resnet50": 240, "bert": 240, "vit": 240, "digits": 60, "gemm": 120}
+PART_ESTIMATE_S = {"resnet50": 240, "bert": 240, "vit": 240, "digits": 60, "gemm": 120, "products": 60}
 START = time.perf_counter()
 
 
@@ -715,6 +721,136 @@ def gemm_part(args, kiln):
 
 
 # ---------------------------------------------------------------------------------------------
+# A transformer's INT8 products one at a time (part products)
+
+
+def product_qdq_model(m, k, n, data):
+    """`Q(A) -> DQ -> MatMul(DQ(Bq, per-column sb)) -> Q(sy)`: an f16 input, int8 levels out."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    f16, i8 = TensorProto.FLOAT16, TensorProto.INT8
+    init = [helper.make_tensor("sa", f16, [], [float(data["sa"])]), helper.make_tensor("z", i8, [], [0]),
+            helper.make_tensor("Bq", i8, [k, n], data["bq"].tobytes(), raw=True),
+            helper.make_tensor("sb", f16, [n], data["sb"].astype(np.float16).tobytes(), raw=True),
+            helper.make_tensor("sy", f16, [], [float(data["sy"])])]
+    nodes = [helper.make_node("QuantizeLinear", ["A", "sa", "z"], ["Aq"]),
+             helper.make_node("DequantizeLinear", ["Aq", "sa", "z"], ["A_deq"]),
+             helper.make_node("DequantizeLinear", ["Bq", "sb"], ["B_deq"], axis=1),
+             helper.make_node("MatMul", ["A_deq", "B_deq"], ["Y"]),
+             helper.make_node("QuantizeLinear", ["Y", "sy", "z"], ["Yq"])]
+    graph = helper.make_graph(nodes, "qdq_product", [helper.make_tensor_value_info("A", f16, [m, k])],
+                              [helper.make_tensor_value_info("Yq", i8, [m, n])], init)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+    onnx.checker.check_model(model)
+    return model
+
+
+def product_fp16_model(m, k, n, b):
+    """The same product in fp16: `A · B`, B the dequantized weights."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    f16 = TensorProto.FLOAT16
+    init = [helper.make_tensor("B", f16, [k, n], b.astype(np.float16).tobytes(), raw=True)]
+    graph = helper.make_graph([helper.make_node("MatMul", ["A", "B"], ["Y"])], "fp16_product",
+                              [helper.make_tensor_value_info("A", f16, [m, k])], [helper.make_tensor_value_info("Y", f16, [m, n])], init)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+    onnx.checker.check_model(model)
+    return model
+
+
+def products_part(args, kiln):
+    """Each `MxKxN` of --products: kiln's INT8 product (levels out) and fp16 MatMul, cuBLASLt's INT8
+    and fp16 on the same operands; kiln's levels checked against the f64 reference's first."""
+    work = os.path.join(args.work, "products")
+    os.makedirs(work, exist_ok=True)
+    rng = np.random.default_rng(0)
+    part = {"shapes": {}}
+    for shape in [x for x in args.products.split(",") if x]:
+        m, k, n = (int(d) for d in shape.split("x"))
+        tag, rows = f"{m}x{k}x{n}", min(args.check_rows_gemm, m)
+        a = rng.standard_normal((m, k), dtype=np.float32).astype(np.float16)
+        sa = np.float16(np.abs(a).max() / 127)
+        aq = np.clip(np.rint(a.astype(np.float32) / np.float32(sa)), -128, 127).astype(np.int8)
+        bq = rng.integers(-127, 128, size=(k, n), dtype=np.int8)
+        sb = ((0.5 + rng.random(n)) / 127).astype(np.float16)
+        exact = aq[:rows].astype(np.float64) @ bq.astype(np.float64) * float(sa) * sb.astype(np.float64)
+        # The output's grid: its first rows' range over 127, so the levels spread over int8.
+        sy = np.float16(np.abs(exact).max() / 127)
+        want = np.clip(np.rint(exact / float(sy)), -128, 127)
+        data = {"sa": sa, "bq": bq, "sb": sb, "sy": sy}
+        npz = save_npz(os.path.join(work, f"a_{tag}.npz"), {"A": a})
+        case = {"tops_per_ms": 2.0 * m * k * n / 1e9}
+
+        def kiln_int8():
+            model = os.path.join(work, f"int8_{tag}.onnx")
+            import onnx
+            onnx.save(product_qdq_model(m, k, n, data), model)
+            engine = os.path.join(work, f"int8_{tag}.kiln")
+            say(f"products {tag}: kiln Q/DQ")
+            result = {"build": kiln.build(model, engine, ["--flag", "int8", "--flag", "fp16"])}
+            got = kiln.run(engine, npz)["Yq"][:rows].astype(np.float64)
+            # A level apart where the f64 reference lies within rounding of a half (f32 scales).
+            result["levels_off_by_more_than_one"] = int((np.abs(got - want) > 1).sum())
+            result["correct"] = result["levels_off_by_more_than_one"] == 0
+            result["bench"] = kiln.bench(engine, npz, args.seconds)
+            return result
+
+        def kiln_fp16():
+            model = os.path.join(work, f"fp16_{tag}.onnx")
+            import onnx
+            onnx.save(product_fp16_model(m, k, n, bq.astype(np.float32) * sb.astype(np.float32)), model)
+            engine = os.path.join(work, f"fp16_{tag}.kiln")
+            say(f"products {tag}: kiln fp16")
+            result = {"build": kiln.build(model, engine, ["--flag", "fp16"])}
+            got = kiln.run(engine, npz)["Y"][:rows]
+            reference = a[:rows].astype(np.float64) @ (bq.astype(np.float64) * sb.astype(np.float64))
+            result["vs_reference"] = compare(got, reference)
+            result["correct"] = result["vs_reference"]["rel_l2"] <= 1e-2
+            result["bench"] = kiln.bench(engine, npz, args.seconds)
+            return result
+
+        def torch_refs():
+            import harness
+
+            dev = torch.device("cuda")
+            time_it = lambda fn: harness.summary(harness.cuda_times_ms(fn, 0.5, args.iterations))
+            ta, tb = torch.from_numpy(aq).to(dev), torch.from_numpy(bq).to(dev).t().contiguous().t()
+            got = torch._int_mm(ta[:rows], tb).double().cpu().numpy()
+            refs = {"cublaslt_int8_int_mm": {"exact": bool(np.array_equal(got, aq[:rows].astype(np.float64) @ bq.astype(np.float64))),
+                                             **time_it(lambda: torch._int_mm(ta, tb))}}
+            ha, hb = torch.from_numpy(a).to(dev), torch.from_numpy((bq.astype(np.float32) * sb.astype(np.float32)).astype(np.float16)).to(dev)
+            refs["cublas_fp16_matmul"] = time_it(lambda: torch.matmul(ha, hb))
+            return refs
+
+        guarded(case, "kiln_int8", kiln_int8)
+        guarded(case, "kiln_fp16", kiln_fp16)
+        if torch is not None and torch.cuda.is_available():
+            say(f"products {tag}: torch._int_mm, torch.matmul fp16")
+            guarded(case, "torch", torch_refs)
+        part["shapes"][tag] = case
+    return part
+
+
+def print_products(part):
+    for tag, case in part.get("shapes", {}).items():
+        ms = lambda c: (c.get("bench") or {}).get("ms") if isinstance(c, dict) else None
+        t = case.get("torch", {})
+        figures = {"kiln int8": ms(case.get("kiln_int8")), "kiln fp16": ms(case.get("kiln_fp16")),
+                   "cuBLASLt int8": (t.get("cublaslt_int8_int_mm") or {}).get("median_ms"),
+                   "cuBLAS fp16": (t.get("cublas_fp16_matmul") or {}).get("median_ms")}
+        text = "  ".join(f"{k} {1e3 * v:.1f} us ({case['tops_per_ms'] / v:.0f} TOP/s)" if v else f"{k} -"
+                         for k, v in figures.items())
+        checks = [f"{k} {'ok' if case[k].get('correct') else 'WRONG'}" for k in ("kiln_int8", "kiln_fp16")
+                  if isinstance(case.get(k), dict) and "error" not in case[k]]
+        errors = [f"{k}: {case[k]['error'][:150]}" for k in ("kiln_int8", "kiln_fp16", "torch")
+                  if isinstance(case.get(k), dict) and "error" in case[k]]
+        print(f"product {tag:<15} {text}  kiln int8/fp16 {fmt(ratio(figures['kiln int8'], figures['kiln fp16']), '.2f')}x"
+              f"  [{', '.join(checks)}]" + "".join(f"\n          {e}" for e in errors))
+
+
+# ---------------------------------------------------------------------------------------------
 # Driver
 
 
@@ -802,6 +938,8 @@ def print_table(results):
                   f"{fmt(g['ratios'][f'kiln_{kind}_over_cublaslt_{kind}'], '.2f')}x")
     elif g:
         print(f"gemm      {g.get('error') or g.get('skipped')}"[:300])
+    if parts.get("products"):
+        print_products(parts["products"])
 
 
 def main():
@@ -827,6 +965,8 @@ def main():
     p.add_argument("--gemm-size", type=int, default=8192)
     p.add_argument("--gemm-input-dtype", default="f16", choices=["f16", "f32"])
     p.add_argument("--check-rows-gemm", type=int, default=256, help="rows of each product checked against f32")
+    p.add_argument("--products", default="4096x768x768,4096x768x3072,4096x3072x768",
+                   help="part products: MxKxN of each INT8 product (default BERT-base b32's)")
     p.add_argument("--qdq-only", action="store_true",
                    help="resnet50 / bert / vit: the Q/DQ engine only, no kiln fp16 or torch.compile peer (for kernel_ab.sh;"
                         " no ratio is reported)")
@@ -848,7 +988,8 @@ def main():
     say(f"parts {','.join(parts)} on {results['versions'].get('device', args.backend)}; figures -> {out_json}")
     runners = {"resnet50": lambda: qdq_part(args, kiln, "resnet50"), "bert": lambda: qdq_part(args, kiln, "bert"),
                "vit": lambda: qdq_part(args, kiln, "vit"),
-               "digits": lambda: digits_part(args, kiln), "gemm": lambda: gemm_part(args, kiln)}
+               "digits": lambda: digits_part(args, kiln), "gemm": lambda: gemm_part(args, kiln),
+               "products": lambda: products_part(args, kiln)}
     for name in parts:
         left = args.deadline_s - elapsed_s()
         if args.deadline_s and left < PART_ESTIMATE_S[name]:
