@@ -18,11 +18,13 @@ compute median) and adds its figures to `$OUT/quant.json` as soon as it ends:
   gemm      8192^3 references: cuBLASLt INT8 (`torch._int_mm`), FP8 E4M3 (`torch._scaled_mm`)
             and fp16 `torch.matmul` in TOP/s, against kiln on the Q/DQ pattern of an INT8 and an
             FP8 matrix product (ONNX models made here with the onnx helper API).
-  products  a transformer's INT8 products one at a time (default BERT-base b32's: 4096 rows by
-            768 -> 768, 768 -> 3072, 3072 -> 768): kiln on a Q/DQ product quantizing its output
-            (the integer layer's levels out, as in a Q/DQ transformer) and on its fp16 MatMul,
-            cuBLASLt INT8 (`torch._int_mm`, int32 sums) and fp16 `torch.matmul`. Seconds a call,
-            where a model part spends minutes exporting: the loop for the integer kernels.
+  layers    a Q/DQ transformer's layers one at a time, at BERT-base b32's shapes by default:
+            its INT8 products (`--products`: 4096 rows by 768 -> 768, 768 -> 3072, 3072 -> 768)
+            as kiln's Q/DQ product with int8 levels out against its fp16 MatMul, cuBLASLt INT8
+            (`torch._int_mm`, int32 sums) and fp16 `torch.matmul`; its LayerNorm islands
+            (`--norm-rows`: levels and bias, a residual's levels, LayerNorm, QuantizeLinear)
+            against kiln's and PyTorch's fp16 LayerNorm. Seconds a call, where a model part spends
+            minutes exporting: the loop for the integer kernels.
 
 `--exporter dynamo` exports resnet50, bert and vit with PyTorch's default exporter instead of the
 legacy one. A case kiln cannot build or run is recorded with kiln's error text; the others go on.
@@ -30,9 +32,9 @@ Parts that need torch say so when it is missing; `--backend cpu --only gemm,digi
 the kiln side on a machine without a GPU (small `--gemm-size`; digits falls back to a
 scikit-learn MLP when torch is absent).
 
-    python benches/gpu/quant.py --kiln .gpu/bin/kiln --out $OUT [--only resnet50,bert,vit,digits,gemm,products]
+    python benches/gpu/quant.py --kiln .gpu/bin/kiln --out $OUT [--only resnet50,bert,vit,digits,gemm,layers]
         [--batch-resnet 256] [--batch-bert 32] [--seconds 3] [--gemm-size 8192] [--backend cuda]
-        [--products 4096x768x768,4096x768x3072,4096x3072x768]
+        [--products 4096x768x768,4096x768x3072,4096x3072x768] [--norm-rows 4096x768]
         [--exporter legacy|dynamo]
 """
 
@@ -54,10 +56,10 @@ try:
 except ImportError:  # the kiln-only smoke test on a machine without torch
     torch = None
 
-PARTS = ("resnet50", "bert", "vit", "digits", "gemm", "products")
+PARTS = ("resnet50", "bert", "vit", "digits", "gemm", "layers")
 # Rough wall time of each part on an H100 (export, quantize, kiln builds, torch.compile, timing):
 # a part is skipped, and says so, when fewer seconds than this are left before --deadline-s.
-PART_ESTIMATE_S = {"resnet50": 240, "bert": 240, "vit": 240, "digits": 60, "gemm": 120, "products": 60}
+PART_ESTIMATE_S = {"resnet50": 240, "bert": 240, "vit": 240, "digits": 60, "gemm": 120, "layers": 60}
 START = time.perf_counter()
 
 
@@ -721,7 +723,7 @@ def gemm_part(args, kiln):
 
 
 # ---------------------------------------------------------------------------------------------
-# A transformer's INT8 products one at a time (part products)
+# A Q/DQ transformer's layers one at a time (part layers)
 
 
 def product_qdq_model(m, k, n, data):
@@ -760,13 +762,13 @@ def product_fp16_model(m, k, n, b):
     return model
 
 
-def products_part(args, kiln):
+def products(args, kiln, part):
     """Each `MxKxN` of --products: kiln's INT8 product (levels out) and fp16 MatMul, cuBLASLt's INT8
     and fp16 on the same operands; kiln's levels checked against the f64 reference's first."""
-    work = os.path.join(args.work, "products")
+    work = os.path.join(args.work, "layers")
     os.makedirs(work, exist_ok=True)
     rng = np.random.default_rng(0)
-    part = {"shapes": {}}
+    part["products"] = {}
     for shape in [x for x in args.products.split(",") if x]:
         m, k, n = (int(d) for d in shape.split("x"))
         tag, rows = f"{m}x{k}x{n}", min(args.check_rows_gemm, m)
@@ -829,12 +831,129 @@ def products_part(args, kiln):
         if torch is not None and torch.cuda.is_available():
             say(f"products {tag}: torch._int_mm, torch.matmul fp16")
             guarded(case, "torch", torch_refs)
-        part["shapes"][tag] = case
+        part["products"][tag] = case
+
+
+def norm_island_model(rows, length, data):
+    """BERT's `DQ(a) + bias + DQ(r) -> LayerNormalization -> Q` on int8 inputs, int8 levels out."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    f32, i8 = TensorProto.FLOAT, TensorProto.INT8
+    vec = lambda name: helper.make_tensor(name, f32, [length], data[name].astype(np.float32).tobytes(), raw=True)
+    init = [helper.make_tensor(n, f32, [], [float(data[n])]) for n in ("sa", "sr", "sy")]
+    init += [helper.make_tensor("z", i8, [], [0]), vec("bias"), vec("gamma"), vec("beta")]
+    nodes = [helper.make_node("DequantizeLinear", ["a", "sa", "z"], ["A"]), helper.make_node("Add", ["A", "bias"], ["B"]),
+             helper.make_node("DequantizeLinear", ["r", "sr", "z"], ["R"]), helper.make_node("Add", ["B", "R"], ["S"]),
+             helper.make_node("LayerNormalization", ["S", "gamma", "beta"], ["N"], axis=-1, epsilon=1e-12),
+             helper.make_node("QuantizeLinear", ["N", "sy", "z"], ["Y"])]
+    io = lambda name: helper.make_tensor_value_info(name, i8, [rows, length])
+    graph = helper.make_graph(nodes, "norm_island", [io("a"), io("r")], [io("Y")], init)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+    onnx.checker.check_model(model)
+    return model
+
+
+def norm_fp16_model(rows, length, gamma, beta):
+    """An fp16 LayerNormalization of the same shape: the fp16 engine's layer."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    f16 = TensorProto.FLOAT16
+    init = [helper.make_tensor(n, f16, [length], v.astype(np.float16).tobytes(), raw=True) for n, v in (("gamma", gamma), ("beta", beta))]
+    io = lambda name: helper.make_tensor_value_info(name, f16, [rows, length])
+    graph = helper.make_graph([helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["y"], axis=-1, epsilon=1e-12)],
+                              "fp16_norm", [io("x")], [io("y")], init)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+    onnx.checker.check_model(model)
+    return model
+
+
+def islands(args, kiln, part):
+    """Each `ROWSxLEN` of --norm-rows: kiln's LayerNorm island against kiln's and PyTorch's fp16
+    LayerNorm; the island's levels checked against the f64 reference's first."""
+    import onnx
+
+    work = os.path.join(args.work, "layers")
+    os.makedirs(work, exist_ok=True)
+    rng = np.random.default_rng(1)
+    part["norms"] = {}
+    for shape in [x for x in args.norm_rows.split(",") if x]:
+        rows, length = (int(d) for d in shape.split("x"))
+        check = min(args.check_rows_gemm, rows)
+        a, r = (rng.integers(-127, 128, size=(rows, length), dtype=np.int8) for _ in range(2))
+        data = {"sa": np.float32(0.05), "sr": np.float32(0.04), "bias": rng.uniform(-0.5, 0.5, length),
+                "gamma": rng.uniform(0.7, 1.3, length), "beta": rng.uniform(-0.2, 0.2, length)}
+        total = a[:check] * float(data["sa"]) + data["bias"] + r[:check] * float(data["sr"])
+        normed = (total - total.mean(1, keepdims=True)) / np.sqrt(total.var(1, keepdims=True) + 1e-12) * data["gamma"] + data["beta"]
+        data["sy"] = np.float32(np.abs(normed).max() / 127)
+        want = np.clip(np.rint(normed / float(data["sy"])), -128, 127)
+        case = {}
+
+        def island():
+            model, engine = os.path.join(work, f"norm_{shape}.onnx"), os.path.join(work, f"norm_{shape}.kiln")
+            onnx.save(norm_island_model(rows, length, data), model)
+            npz = save_npz(os.path.join(work, f"norm_{shape}.npz"), {"a": a, "r": r})
+            say(f"layers norm {shape}: kiln Q/DQ island")
+            result = {"build": kiln.build(model, engine, ["--flag", "int8", "--flag", "fp16"])}
+            got = kiln.run(engine, npz)["Y"][:check].astype(np.float64)
+            result["levels_off_by_more_than_one"] = int((np.abs(got - want) > 1).sum())
+            result["correct"] = result["levels_off_by_more_than_one"] == 0
+            result["bench"] = kiln.bench(engine, npz, args.seconds)
+            return result
+
+        x = rng.standard_normal((rows, length), dtype=np.float32).astype(np.float16)
+
+        def fp16():
+            model, engine = os.path.join(work, f"norm16_{shape}.onnx"), os.path.join(work, f"norm16_{shape}.kiln")
+            onnx.save(norm_fp16_model(rows, length, data["gamma"], data["beta"]), model)
+            npz = save_npz(os.path.join(work, f"norm16_{shape}.npz"), {"x": x})
+            say(f"layers norm {shape}: kiln fp16 LayerNorm")
+            result = {"build": kiln.build(model, engine, ["--flag", "fp16"])}
+            got = kiln.run(engine, npz)["y"][:check]
+            xs = x[:check].astype(np.float64)
+            ref = (xs - xs.mean(1, keepdims=True)) / np.sqrt(xs.var(1, keepdims=True) + 1e-12) * data["gamma"] + data["beta"]
+            result["vs_reference"] = compare(got, ref)
+            result["correct"] = result["vs_reference"]["rel_l2"] <= 1e-2
+            result["bench"] = kiln.bench(engine, npz, args.seconds)
+            return result
+
+        def torch_ref():
+            import harness
+
+            dev = torch.device("cuda")
+            tx = torch.from_numpy(x).to(dev)
+            g, b = (torch.from_numpy(data[n].astype(np.float16)).to(dev) for n in ("gamma", "beta"))
+            fn = lambda: torch.nn.functional.layer_norm(tx, (length,), g, b, 1e-12)
+            return {"torch_fp16_layer_norm": harness.summary(harness.cuda_times_ms(fn, 0.5, args.iterations))}
+
+        guarded(case, "kiln_int8", island)
+        guarded(case, "kiln_fp16", fp16)
+        if torch is not None and torch.cuda.is_available():
+            guarded(case, "torch", torch_ref)
+        part["norms"][shape] = case
+
+
+def layers_part(args, kiln):
+    part = {}
+    products(args, kiln, part)
+    islands(args, kiln, part)
     return part
 
 
-def print_products(part):
-    for tag, case in part.get("shapes", {}).items():
+def print_layers(part):
+    for tag, case in part.get("norms", {}).items():
+        ms = lambda c: (c.get("bench") or {}).get("ms") if isinstance(c, dict) else None
+        t = (case.get("torch") or {}).get("torch_fp16_layer_norm") or {}
+        figures = {"kiln island": ms(case.get("kiln_int8")), "kiln fp16 LayerNorm": ms(case.get("kiln_fp16")), "torch fp16": t.get("median_ms")}
+        text = "  ".join(f"{k} {1e3 * v:.1f} us" if v else f"{k} -" for k, v in figures.items())
+        checks = [f"{k} {'ok' if case[k].get('correct') else 'WRONG'}" for k in ("kiln_int8", "kiln_fp16")
+                  if isinstance(case.get(k), dict) and "error" not in case[k]]
+        errors = [f"{k}: {case[k]['error'][:150]}" for k in ("kiln_int8", "kiln_fp16", "torch")
+                  if isinstance(case.get(k), dict) and "error" in case[k]]
+        print(f"norm    {tag:<15} {text}  [{', '.join(checks)}]" + "".join(f"\n          {e}" for e in errors))
+
+    for tag, case in part.get("products", {}).items():
         ms = lambda c: (c.get("bench") or {}).get("ms") if isinstance(c, dict) else None
         t = case.get("torch", {})
         figures = {"kiln int8": ms(case.get("kiln_int8")), "kiln fp16": ms(case.get("kiln_fp16")),
@@ -938,8 +1057,8 @@ def print_table(results):
                   f"{fmt(g['ratios'][f'kiln_{kind}_over_cublaslt_{kind}'], '.2f')}x")
     elif g:
         print(f"gemm      {g.get('error') or g.get('skipped')}"[:300])
-    if parts.get("products"):
-        print_products(parts["products"])
+    if parts.get("layers"):
+        print_layers(parts["layers"])
 
 
 def main():
@@ -966,7 +1085,8 @@ def main():
     p.add_argument("--gemm-input-dtype", default="f16", choices=["f16", "f32"])
     p.add_argument("--check-rows-gemm", type=int, default=256, help="rows of each product checked against f32")
     p.add_argument("--products", default="4096x768x768,4096x768x3072,4096x3072x768",
-                   help="part products: MxKxN of each INT8 product (default BERT-base b32's)")
+                   help="part layers: MxKxN of each INT8 product (default BERT-base b32's)")
+    p.add_argument("--norm-rows", default="4096x768", help="part layers: ROWSxLEN of each LayerNorm island")
     p.add_argument("--qdq-only", action="store_true",
                    help="resnet50 / bert / vit: the Q/DQ engine only, no kiln fp16 or torch.compile peer (for kernel_ab.sh;"
                         " no ratio is reported)")
@@ -989,7 +1109,7 @@ def main():
     runners = {"resnet50": lambda: qdq_part(args, kiln, "resnet50"), "bert": lambda: qdq_part(args, kiln, "bert"),
                "vit": lambda: qdq_part(args, kiln, "vit"),
                "digits": lambda: digits_part(args, kiln), "gemm": lambda: gemm_part(args, kiln),
-               "products": lambda: products_part(args, kiln)}
+               "layers": lambda: layers_part(args, kiln)}
     for name in parts:
         left = args.deadline_s - elapsed_s()
         if args.deadline_s and left < PART_ESTIMATE_S[name]:
