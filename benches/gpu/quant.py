@@ -762,76 +762,79 @@ def product_fp16_model(m, k, n, b):
     return model
 
 
+def layer_case(kiln, args, name, model, inputs, flags, check):
+    """Writes `model`, builds it with `flags`, runs it on `inputs` (checked by `check`, which gives
+    the case's accuracy figures and `correct`) and benches it."""
+    import onnx
+
+    work = os.path.join(args.work, "layers")
+    os.makedirs(work, exist_ok=True)
+    path, engine = os.path.join(work, f"{name}.onnx"), os.path.join(work, f"{name}.kiln")
+    onnx.save(model, path)
+    npz = save_npz(os.path.join(work, f"{name}.npz"), inputs)
+    say(f"layers {name}: kiln {' '.join(flags)}")
+    result = {"build": kiln.build(path, engine, flags)}
+    result.update(check(kiln.run(engine, npz)))
+    result["bench"] = kiln.bench(engine, npz, args.seconds)
+    return result
+
+
+def levels_check(got, want):
+    """Levels a step apart where the f64 reference lies within rounding of a half (f32 scales)."""
+    off = int((np.abs(np.asarray(got, np.float64)[: len(want)] - want) > 1).sum())
+    return {"levels_off_by_more_than_one": off, "correct": off == 0}
+
+
+def float_check(got, reference):
+    figures = compare(np.asarray(got)[: len(reference)], reference)
+    return {"vs_reference": figures, "correct": figures["rel_l2"] <= 1e-2}
+
+
+def torch_time(args, fn):
+    import harness
+
+    return harness.summary(harness.cuda_times_ms(fn, 0.5, args.iterations))
+
+
 def products(args, kiln, part):
     """Each `MxKxN` of --products: kiln's INT8 product (levels out) and fp16 MatMul, cuBLASLt's INT8
     and fp16 on the same operands; kiln's levels checked against the f64 reference's first."""
-    work = os.path.join(args.work, "layers")
-    os.makedirs(work, exist_ok=True)
     rng = np.random.default_rng(0)
     part["products"] = {}
     for shape in [x for x in args.products.split(",") if x]:
         m, k, n = (int(d) for d in shape.split("x"))
-        tag, rows = f"{m}x{k}x{n}", min(args.check_rows_gemm, m)
+        rows = min(args.check_rows_gemm, m)
         a = rng.standard_normal((m, k), dtype=np.float32).astype(np.float16)
         sa = np.float16(np.abs(a).max() / 127)
         aq = np.clip(np.rint(a.astype(np.float32) / np.float32(sa)), -128, 127).astype(np.int8)
         bq = rng.integers(-127, 128, size=(k, n), dtype=np.int8)
         sb = ((0.5 + rng.random(n)) / 127).astype(np.float16)
+        b = bq.astype(np.float64) * sb.astype(np.float64)
         exact = aq[:rows].astype(np.float64) @ bq.astype(np.float64) * float(sa) * sb.astype(np.float64)
         # The output's grid: its first rows' range over 127, so the levels spread over int8.
         sy = np.float16(np.abs(exact).max() / 127)
         want = np.clip(np.rint(exact / float(sy)), -128, 127)
-        data = {"sa": sa, "bq": bq, "sb": sb, "sy": sy}
-        npz = save_npz(os.path.join(work, f"a_{tag}.npz"), {"A": a})
         case = {"tops_per_ms": 2.0 * m * k * n / 1e9}
-
-        def kiln_int8():
-            model = os.path.join(work, f"int8_{tag}.onnx")
-            import onnx
-            onnx.save(product_qdq_model(m, k, n, data), model)
-            engine = os.path.join(work, f"int8_{tag}.kiln")
-            say(f"products {tag}: kiln Q/DQ")
-            result = {"build": kiln.build(model, engine, ["--flag", "int8", "--flag", "fp16"])}
-            got = kiln.run(engine, npz)["Yq"][:rows].astype(np.float64)
-            # A level apart where the f64 reference lies within rounding of a half (f32 scales).
-            result["levels_off_by_more_than_one"] = int((np.abs(got - want) > 1).sum())
-            result["correct"] = result["levels_off_by_more_than_one"] == 0
-            result["bench"] = kiln.bench(engine, npz, args.seconds)
-            return result
-
-        def kiln_fp16():
-            model = os.path.join(work, f"fp16_{tag}.onnx")
-            import onnx
-            onnx.save(product_fp16_model(m, k, n, bq.astype(np.float32) * sb.astype(np.float32)), model)
-            engine = os.path.join(work, f"fp16_{tag}.kiln")
-            say(f"products {tag}: kiln fp16")
-            result = {"build": kiln.build(model, engine, ["--flag", "fp16"])}
-            got = kiln.run(engine, npz)["Y"][:rows]
-            reference = a[:rows].astype(np.float64) @ (bq.astype(np.float64) * sb.astype(np.float64))
-            result["vs_reference"] = compare(got, reference)
-            result["correct"] = result["vs_reference"]["rel_l2"] <= 1e-2
-            result["bench"] = kiln.bench(engine, npz, args.seconds)
-            return result
+        guarded(case, "kiln_int8", lambda: layer_case(
+            kiln, args, f"int8_{shape}", product_qdq_model(m, k, n, {"sa": sa, "bq": bq, "sb": sb, "sy": sy}), {"A": a},
+            ["--flag", "int8", "--flag", "fp16"], lambda out: levels_check(out["Yq"], want)))
+        guarded(case, "kiln_fp16", lambda: layer_case(
+            kiln, args, f"fp16_{shape}", product_fp16_model(m, k, n, b), {"A": a}, ["--flag", "fp16"],
+            lambda out: float_check(out["Y"], a[:rows].astype(np.float64) @ b)))
 
         def torch_refs():
-            import harness
-
             dev = torch.device("cuda")
-            time_it = lambda fn: harness.summary(harness.cuda_times_ms(fn, 0.5, args.iterations))
             ta, tb = torch.from_numpy(aq).to(dev), torch.from_numpy(bq).to(dev).t().contiguous().t()
             got = torch._int_mm(ta[:rows], tb).double().cpu().numpy()
-            refs = {"cublaslt_int8_int_mm": {"exact": bool(np.array_equal(got, aq[:rows].astype(np.float64) @ bq.astype(np.float64))),
-                                             **time_it(lambda: torch._int_mm(ta, tb))}}
-            ha, hb = torch.from_numpy(a).to(dev), torch.from_numpy((bq.astype(np.float32) * sb.astype(np.float32)).astype(np.float16)).to(dev)
-            refs["cublas_fp16_matmul"] = time_it(lambda: torch.matmul(ha, hb))
-            return refs
+            exact_sums = aq[:rows].astype(np.float64) @ bq.astype(np.float64)
+            ha, hb = torch.from_numpy(a).to(dev), torch.from_numpy(b.astype(np.float16)).to(dev)
+            return {"cublaslt_int8_int_mm": {"exact": bool(np.array_equal(got, exact_sums)), **torch_time(args, lambda: torch._int_mm(ta, tb))},
+                    "cublas_fp16_matmul": torch_time(args, lambda: torch.matmul(ha, hb))}
 
-        guarded(case, "kiln_int8", kiln_int8)
-        guarded(case, "kiln_fp16", kiln_fp16)
         if torch is not None and torch.cuda.is_available():
-            say(f"products {tag}: torch._int_mm, torch.matmul fp16")
+            say(f"layers {shape}: torch._int_mm, torch.matmul fp16")
             guarded(case, "torch", torch_refs)
-        part["products"][tag] = case
+        part["products"][shape] = case
 
 
 def norm_island_model(rows, length, data):
@@ -872,63 +875,33 @@ def norm_fp16_model(rows, length, gamma, beta):
 def islands(args, kiln, part):
     """Each `ROWSxLEN` of --norm-rows: kiln's LayerNorm island against kiln's and PyTorch's fp16
     LayerNorm; the island's levels checked against the f64 reference's first."""
-    import onnx
-
-    work = os.path.join(args.work, "layers")
-    os.makedirs(work, exist_ok=True)
     rng = np.random.default_rng(1)
     part["norms"] = {}
+    normalized = lambda t, g, b: (t - t.mean(1, keepdims=True)) / np.sqrt(t.var(1, keepdims=True) + 1e-12) * g + b
     for shape in [x for x in args.norm_rows.split(",") if x]:
         rows, length = (int(d) for d in shape.split("x"))
         check = min(args.check_rows_gemm, rows)
         a, r = (rng.integers(-127, 128, size=(rows, length), dtype=np.int8) for _ in range(2))
         data = {"sa": np.float32(0.05), "sr": np.float32(0.04), "bias": rng.uniform(-0.5, 0.5, length),
                 "gamma": rng.uniform(0.7, 1.3, length), "beta": rng.uniform(-0.2, 0.2, length)}
-        total = a[:check] * float(data["sa"]) + data["bias"] + r[:check] * float(data["sr"])
-        normed = (total - total.mean(1, keepdims=True)) / np.sqrt(total.var(1, keepdims=True) + 1e-12) * data["gamma"] + data["beta"]
+        normed = normalized(a[:check] * float(data["sa"]) + data["bias"] + r[:check] * float(data["sr"]), data["gamma"], data["beta"])
         data["sy"] = np.float32(np.abs(normed).max() / 127)
         want = np.clip(np.rint(normed / float(data["sy"])), -128, 127)
-        case = {}
-
-        def island():
-            model, engine = os.path.join(work, f"norm_{shape}.onnx"), os.path.join(work, f"norm_{shape}.kiln")
-            onnx.save(norm_island_model(rows, length, data), model)
-            npz = save_npz(os.path.join(work, f"norm_{shape}.npz"), {"a": a, "r": r})
-            say(f"layers norm {shape}: kiln Q/DQ island")
-            result = {"build": kiln.build(model, engine, ["--flag", "int8", "--flag", "fp16"])}
-            got = kiln.run(engine, npz)["Y"][:check].astype(np.float64)
-            result["levels_off_by_more_than_one"] = int((np.abs(got - want) > 1).sum())
-            result["correct"] = result["levels_off_by_more_than_one"] == 0
-            result["bench"] = kiln.bench(engine, npz, args.seconds)
-            return result
-
         x = rng.standard_normal((rows, length), dtype=np.float32).astype(np.float16)
-
-        def fp16():
-            model, engine = os.path.join(work, f"norm16_{shape}.onnx"), os.path.join(work, f"norm16_{shape}.kiln")
-            onnx.save(norm_fp16_model(rows, length, data["gamma"], data["beta"]), model)
-            npz = save_npz(os.path.join(work, f"norm16_{shape}.npz"), {"x": x})
-            say(f"layers norm {shape}: kiln fp16 LayerNorm")
-            result = {"build": kiln.build(model, engine, ["--flag", "fp16"])}
-            got = kiln.run(engine, npz)["y"][:check]
-            xs = x[:check].astype(np.float64)
-            ref = (xs - xs.mean(1, keepdims=True)) / np.sqrt(xs.var(1, keepdims=True) + 1e-12) * data["gamma"] + data["beta"]
-            result["vs_reference"] = compare(got, ref)
-            result["correct"] = result["vs_reference"]["rel_l2"] <= 1e-2
-            result["bench"] = kiln.bench(engine, npz, args.seconds)
-            return result
+        case = {}
+        guarded(case, "kiln_int8", lambda: layer_case(
+            kiln, args, f"norm_{shape}", norm_island_model(rows, length, data), {"a": a, "r": r},
+            ["--flag", "int8", "--flag", "fp16"], lambda out: levels_check(out["Y"], want)))
+        guarded(case, "kiln_fp16", lambda: layer_case(
+            kiln, args, f"norm16_{shape}", norm_fp16_model(rows, length, data["gamma"], data["beta"]), {"x": x}, ["--flag", "fp16"],
+            lambda out: float_check(out["y"], normalized(x[:check].astype(np.float64), data["gamma"], data["beta"]))))
 
         def torch_ref():
-            import harness
-
             dev = torch.device("cuda")
             tx = torch.from_numpy(x).to(dev)
             g, b = (torch.from_numpy(data[n].astype(np.float16)).to(dev) for n in ("gamma", "beta"))
-            fn = lambda: torch.nn.functional.layer_norm(tx, (length,), g, b, 1e-12)
-            return {"torch_fp16_layer_norm": harness.summary(harness.cuda_times_ms(fn, 0.5, args.iterations))}
+            return {"torch_fp16_layer_norm": torch_time(args, lambda: torch.nn.functional.layer_norm(tx, (length,), g, b, 1e-12))}
 
-        guarded(case, "kiln_int8", island)
-        guarded(case, "kiln_fp16", fp16)
         if torch is not None and torch.cuda.is_available():
             guarded(case, "torch", torch_ref)
         part["norms"][shape] = case
@@ -942,31 +915,26 @@ def layers_part(args, kiln):
 
 
 def print_layers(part):
-    for tag, case in part.get("norms", {}).items():
-        ms = lambda c: (c.get("bench") or {}).get("ms") if isinstance(c, dict) else None
-        t = (case.get("torch") or {}).get("torch_fp16_layer_norm") or {}
-        figures = {"kiln island": ms(case.get("kiln_int8")), "kiln fp16 LayerNorm": ms(case.get("kiln_fp16")), "torch fp16": t.get("median_ms")}
-        text = "  ".join(f"{k} {1e3 * v:.1f} us" if v else f"{k} -" for k, v in figures.items())
+    """A line per case: each figure in µs (and TOP/s for products), kiln's checks, then errors."""
+    ms = lambda c: (c.get("bench") or {}).get("ms") if isinstance(c, dict) else None
+    torch_ms = lambda case, key: ((case.get("torch") or {}).get(key) or {}).get("median_ms")
+
+    def line(kind, tag, case, figures, rate=None):
+        text = "  ".join(f"{k} {1e3 * v:.1f} us" + (f" ({rate / v:.0f} TOP/s)" if rate else "") if v else f"{k} -" for k, v in figures.items())
         checks = [f"{k} {'ok' if case[k].get('correct') else 'WRONG'}" for k in ("kiln_int8", "kiln_fp16")
                   if isinstance(case.get(k), dict) and "error" not in case[k]]
         errors = [f"{k}: {case[k]['error'][:150]}" for k in ("kiln_int8", "kiln_fp16", "torch")
                   if isinstance(case.get(k), dict) and "error" in case[k]]
-        print(f"norm    {tag:<15} {text}  [{', '.join(checks)}]" + "".join(f"\n          {e}" for e in errors))
+        kiln_ratio = fmt(ratio(ms(case.get("kiln_int8")), ms(case.get("kiln_fp16"))), ".2f")
+        print(f"{kind:<7} {tag:<15} {text}  kiln int8/fp16 {kiln_ratio}x  [{', '.join(checks)}]" + "".join(f"\n          {e}" for e in errors))
 
     for tag, case in part.get("products", {}).items():
-        ms = lambda c: (c.get("bench") or {}).get("ms") if isinstance(c, dict) else None
-        t = case.get("torch", {})
-        figures = {"kiln int8": ms(case.get("kiln_int8")), "kiln fp16": ms(case.get("kiln_fp16")),
-                   "cuBLASLt int8": (t.get("cublaslt_int8_int_mm") or {}).get("median_ms"),
-                   "cuBLAS fp16": (t.get("cublas_fp16_matmul") or {}).get("median_ms")}
-        text = "  ".join(f"{k} {1e3 * v:.1f} us ({case['tops_per_ms'] / v:.0f} TOP/s)" if v else f"{k} -"
-                         for k, v in figures.items())
-        checks = [f"{k} {'ok' if case[k].get('correct') else 'WRONG'}" for k in ("kiln_int8", "kiln_fp16")
-                  if isinstance(case.get(k), dict) and "error" not in case[k]]
-        errors = [f"{k}: {case[k]['error'][:150]}" for k in ("kiln_int8", "kiln_fp16", "torch")
-                  if isinstance(case.get(k), dict) and "error" in case[k]]
-        print(f"product {tag:<15} {text}  kiln int8/fp16 {fmt(ratio(figures['kiln int8'], figures['kiln fp16']), '.2f')}x"
-              f"  [{', '.join(checks)}]" + "".join(f"\n          {e}" for e in errors))
+        line("product", tag, case, {"kiln int8": ms(case.get("kiln_int8")), "kiln fp16": ms(case.get("kiln_fp16")),
+                                     "cuBLASLt int8": torch_ms(case, "cublaslt_int8_int_mm"), "cuBLAS fp16": torch_ms(case, "cublas_fp16_matmul")},
+             case["tops_per_ms"])
+    for tag, case in part.get("norms", {}).items():
+        line("norm", tag, case, {"kiln island": ms(case.get("kiln_int8")), "kiln fp16 LayerNorm": ms(case.get("kiln_fp16")),
+                                 "torch fp16": torch_ms(case, "torch_fp16_layer_norm")})
 
 
 # ---------------------------------------------------------------------------------------------
