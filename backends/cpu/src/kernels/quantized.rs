@@ -30,11 +30,7 @@ pub fn quantized(p: &Q, inputs: &[Option<&HostTensor>]) -> Result<HostTensor, St
     let wf = HostTensor::new(w.shape().to_vec(), TensorData::F64(wf)).map_err(|e| e.to_string())?;
     let acc = step(&p.anchor.kind(), &[Some(&xf), Some(&wf)])?;
     let shape = acc.shape().to_vec();
-    let axis = p.anchor.output_channel_axis(shape.len());
-    let channel = ParamIndex {
-        inner: shape.get(axis + 1..).map_or(1, |d| d.iter().product::<usize>()).max(1),
-        len: shape.get(axis).copied().unwrap_or(1).max(1),
-    };
+    let channel = ParamIndex::output_channels(p, &shape);
     if p.sums_output() {
         // ConvInteger / MatMulInteger: the sums, wrapping as int32 arithmetic does.
         let sums = acc.to_f64_vec().into_iter().map(|a| a as i64 as i32).collect();

@@ -216,9 +216,7 @@ pub fn quantized(
     if p.sums_output() {
         return Ok(acc);
     }
-    let channel_axis = p.anchor.output_channel_axis(shape.len());
-    let channels = shape.get(channel_axis).copied().unwrap_or(1).max(1);
-    let inner: usize = shape.get(channel_axis + 1..).map_or(1, |d| d.iter().product());
+    let kiln::plan::quant::ParamIndex { inner, len: channels } = kiln::plan::quant::ParamIndex::output_channels(p, shape);
     let quantized = p.quantized_output();
     // The same f32 operations as the cpu backend.
     let scale = p.channel_scales(scales.x_scale, &scales.w_scale, scales.y_scale, float_bias.is_some() || residual.is_some());
@@ -260,9 +258,7 @@ pub fn quantized(
 /// The levels `y` looked up in their output channel's row of `table` (`[channels, 256]` of
 /// `to`), as kiln::QuantizedParams::lookup defines.
 pub fn looked_up(rec: &Recorder, p: &kiln::QuantizedParams, y: &DeviceTensor, table: &DeviceTensor, to: DataType) -> KResult<DeviceTensor> {
-    let axis = p.anchor.output_channel_axis(y.shape.len());
-    let channels = y.shape.get(axis).copied().unwrap_or(1).max(1);
-    let inner: usize = y.shape.get(axis + 1..).map_or(1, |d| d.iter().product::<usize>()).max(1);
+    let kiln::plan::quant::ParamIndex { inner, len: channels } = kiln::plan::quant::ParamIndex::output_channels(p, &y.shape);
     if table.dtype != to || table.len() != channels * kiln::QuantizedParams::LOOKUP_ROW {
         return Err(kiln::invalid!("the lookup table is {}{:?}, not {to} of [{channels}, 256]", table.dtype, table.shape));
     }

@@ -27,7 +27,7 @@ use crate::ir::network::{LayerId, Network, TensorId};
 use crate::ir::quantized::{QuantizedAnchor, QuantizedParams as Q};
 use crate::ir::rewrite::Rewriter;
 use crate::ir::tensor::{HostTensor, TensorData};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -58,7 +58,7 @@ impl Pass for LevelTables {
         }
         let bytes: usize = folds.values().map(|f| f.table.len()).sum();
         tracing::info!(target: "kiln::builder", "level tables: {} islands after integer products folded into them as per-column tables ({bytes} bytes)", folds.len());
-        let products: Vec<usize> = folds.values().map(|f| f.product).collect();
+        let products: HashSet<usize> = folds.values().map(|f| f.product).collect();
         let mut rb = Rewriter::new(network);
         for i in 0..network.layers().len() {
             if products.contains(&i) {

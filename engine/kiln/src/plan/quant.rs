@@ -35,6 +35,16 @@ impl ParamIndex {
         }
     }
 
+    /// The output channel of each element of an integer layer's row-major output of `shape`
+    /// (its per-channel scales, bias and level tables).
+    pub fn output_channels(p: &crate::ir::quantized::QuantizedParams, shape: &[usize]) -> ParamIndex {
+        let axis = p.anchor.output_channel_axis(shape.len());
+        ParamIndex {
+            inner: shape.get(axis + 1..).map_or(1, |d| d.iter().product::<usize>()).max(1),
+            len: shape.get(axis).copied().unwrap_or(1).max(1),
+        }
+    }
+
     /// The parameter of element `i`.
     #[inline]
     pub fn at(&self, i: usize) -> usize {
