@@ -1,4 +1,4 @@
-// Hopper's warpgroup MMA (wgmma) plumbing for kiln's sm_90a kernels (int8_conv.cu): shared-memory
+// Hopper's warpgroup MMA (wgmma) plumbing for kiln's sm_90a kernels (int8_conv.cu, int8_gemm.cu): shared-memory
 // matrix descriptors and the asynchronous INT8 multiply. Every function is a template or inline,
 // so only the kernels that use them assemble wgmma (it exists in sm_90a images only).
 #pragma once
@@ -9,6 +9,13 @@
 __device__ __forceinline__ unsigned long long wgmma_descriptor_sw64(const void* p, unsigned group_stride_bytes) {
     const unsigned long long address = (unsigned)__cvta_generic_to_shared(p);
     return ((address & 0x3FFFF) >> 4) | (1ull << 16) | ((unsigned long long)(group_stride_bytes >> 4) << 32) | (2ull << 62);
+}
+
+// The same in the 128-byte swizzle (mode 1), the TMA's SWIZZLE_128B: rows of 128 bytes whose
+// 16-byte pieces are permuted by row % 8, 8-row groups `group_stride_bytes` apart (1024 packed).
+__device__ __forceinline__ unsigned long long wgmma_descriptor_sw128(const void* p, unsigned group_stride_bytes) {
+    const unsigned long long address = (unsigned)__cvta_generic_to_shared(p);
+    return ((address & 0x3FFFF) >> 4) | (1ull << 16) | ((unsigned long long)(group_stride_bytes >> 4) << 32) | (1ull << 62);
 }
 
 // One warpgroup's D[64][BN] += A[64][32] · B[BN][32]ᵀ (int8 × int8 → int32), both operands in

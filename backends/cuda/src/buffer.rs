@@ -251,6 +251,16 @@ pub struct ChainLayout {
 // SAFETY: plain `repr(C)` 32-bit integers matching `struct ChainLayout` in kernels/chain.cuh field for field.
 unsafe impl DeviceRepr for ChainLayout {}
 
+/// A TMA tensor map (CUtensorMap): 128 opaque bytes the driver encodes ([`crate::device::Gpu::tensor_map_2d_u8`])
+/// and a kernel takes by value as a `const __grid_constant__ TensorMap` (kernels/tma.cuh).
+#[derive(Clone, Copy, Debug)]
+#[repr(C, align(64))]
+pub struct TensorMap(pub(crate) [u64; 16]);
+
+// SAFETY: 128 plain bytes, 64-byte aligned, as `struct TensorMap` in kernels/tma.cuh and the
+// driver's CUtensorMap.
+unsafe impl DeviceRepr for TensorMap {}
+
 /// One kernel argument.
 #[derive(Clone, Copy, Debug)]
 pub enum Arg {
@@ -260,6 +270,7 @@ pub enum Arg {
     Layout(Layout),
     Window(Window),
     ChainLayout(ChainLayout),
+    TensorMap(TensorMap),
     /// The address of a live device buffer, or null for an absent optional input.
     Ptr(KernelPtr),
 }
@@ -281,6 +292,7 @@ impl Arg {
             Arg::Layout(_) => std::mem::size_of::<Layout>(),
             Arg::Window(_) => std::mem::size_of::<Window>(),
             Arg::ChainLayout(_) => std::mem::size_of::<ChainLayout>(),
+            Arg::TensorMap(_) => std::mem::size_of::<TensorMap>(),
         }
     }
 }

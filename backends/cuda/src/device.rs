@@ -5,7 +5,7 @@
 //! [`DeviceTensor`]s and [`Arg`] lists and never touches a raw pointer.
 
 use crate::arena::{lock, Access, Arena, ArenaPlan, PinnedHost, Served, Session, Sessions, Tracer};
-use crate::buffer::{storage_size, Arg, DeviceBuffer, DeviceTensor, Graph};
+use crate::buffer::{storage_size, Arg, DeviceBuffer, DeviceTensor, Graph, TensorMap};
 use crate::error::{driver, GpuError};
 use crate::probe;
 use crate::sources::{Kernel, Source};
@@ -704,6 +704,44 @@ impl Gpu {
     }
 
     /// The device's streaming multiprocessors (the grid a kernel with per-block set-up needs).
+    /// The TMA map of a row-major byte matrix `t` (`rows` rows of `inner` bytes, `row_stride`
+    /// bytes apart from its buffer's start) read in boxes of `box_rows` rows × `box_inner` bytes
+    /// into shared memory in the 128-byte swizzle (`box_inner` ≤ 128), zeros past its edges.
+    /// The driver wants the buffer 16-byte aligned and the stride a multiple of 16.
+    pub fn tensor_map_2d_u8(&self, t: &DeviceTensor, inner: usize, rows: usize, row_stride: usize, box_inner: u32, box_rows: u32) -> Result<TensorMap, GpuError> {
+        use sys::{CUtensorMapDataType as D, CUtensorMapFloatOOBfill as F, CUtensorMapInterleave as I, CUtensorMapL2promotion as L, CUtensorMapSwizzle as S};
+        let end = rows.saturating_sub(1).saturating_mul(row_stride).saturating_add(inner);
+        if !t.buf.ptr.is_multiple_of(16) || !row_stride.is_multiple_of(16) || end > t.buf.len || !(1..=128).contains(&box_inner) || !(1..=256).contains(&box_rows) {
+            return Err(GpuError::Launch(format!("no TMA map for {rows} rows of {inner} bytes, {row_stride} apart, in a buffer of {} bytes", t.buf.len)));
+        }
+        let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::uninit();
+        let (dims, strides, boxes, steps) = ([inner as u64, rows as u64], [row_stride as u64], [box_inner, box_rows], [1u32, 1]);
+        // SAFETY: `map` is written by the driver; the dims, strides and box arrays live across
+        // the call and have the rank's (2) and rank − 1's entries; the address is the live
+        // buffer's (checked above to cover every row), which the caller keeps alive until the
+        // kernel that reads through the map is ordered before the buffer's reuse.
+        unsafe {
+            sys::cuTensorMapEncodeTiled(
+                map.as_mut_ptr(),
+                D::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                2,
+                t.buf.ptr as *mut std::ffi::c_void,
+                dims.as_ptr(),
+                strides.as_ptr(),
+                boxes.as_ptr(),
+                steps.as_ptr(),
+                I::CU_TENSOR_MAP_INTERLEAVE_NONE,
+                S::CU_TENSOR_MAP_SWIZZLE_128B,
+                L::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                F::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+            )
+        }
+        .result()
+        .map_err(driver("cuTensorMapEncodeTiled"))?;
+        // SAFETY: the driver initialized the map on success.
+        Ok(TensorMap(unsafe { map.assume_init() }.opaque))
+    }
+
     pub fn multiprocessors(&self) -> u32 {
         self.multiprocessors
     }
@@ -733,6 +771,7 @@ impl Gpu {
                 Arg::Layout(v) => b.arg(v),
                 Arg::Window(v) => b.arg(v),
                 Arg::ChainLayout(v) => b.arg(v),
+                Arg::TensorMap(v) => b.arg(v),
                 Arg::Ptr(v) => b.arg(v),
             };
         }

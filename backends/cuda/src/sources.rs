@@ -16,6 +16,7 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("chain.cuh", include_str!("../../../kernels/chain.cuh")),
     ("mma.cuh", include_str!("../../../kernels/mma.cuh")),
     ("wgmma.cuh", include_str!("../../../kernels/wgmma.cuh")),
+    ("tma.cuh", include_str!("../../../kernels/tma.cuh")),
     ("levels.cuh", include_str!("../../../kernels/levels.cuh")),
     ("attention.cuh", include_str!("../../../kernels/attention.cuh")),
 ];
@@ -52,6 +53,8 @@ pub enum Source {
     AttentionInt8,
     /// kiln's INT8 implicit-GEMM convolution with the requantizing epilogue: `int8_conv.cu`.
     Int8Conv,
+    /// kiln's warp-specialized INT8 matrix product (TMA, wgmma; sm_90a only): `int8_gemm.cu`.
+    Int8Gemm,
     /// kiln's INT8 convolution of inputs of at most 4 channels (stems): `int8_few_channels.cu`.
     Int8FewChannels,
     /// GridSample in double, as kiln-cpu samples: `grid_sample.cu`.
@@ -77,7 +80,7 @@ pub enum Source {
 }
 
 impl Source {
-    pub const ALL: [Source; 23] = [
+    pub const ALL: [Source; 24] = [
         Source::Elementwise,
         Source::Copy,
         Source::Reduce,
@@ -90,6 +93,7 @@ impl Source {
         Source::Attention,
         Source::AttentionInt8,
         Source::Int8Conv,
+        Source::Int8Gemm,
         Source::Int8FewChannels,
         Source::GridSample,
         Source::Pool,
@@ -125,6 +129,7 @@ impl Source {
             Source::Attention => "attention.cu",
             Source::AttentionInt8 => "attention_int8.cu",
             Source::Int8Conv => "int8_conv.cu",
+            Source::Int8Gemm => "int8_gemm.cu",
             Source::Int8FewChannels => "int8_few_channels.cu",
             Source::GridSample => "grid_sample.cu",
             Source::Pool => "pool.cu",
@@ -157,6 +162,7 @@ impl Source {
             Source::Attention => include_str!("../../../kernels/attention.cu"),
             Source::AttentionInt8 => include_str!("../../../kernels/attention_int8.cu"),
             Source::Int8Conv => include_str!("../../../kernels/int8_conv.cu"),
+            Source::Int8Gemm => include_str!("../../../kernels/int8_gemm.cu"),
             Source::Int8FewChannels => include_str!("../../../kernels/int8_few_channels.cu"),
             Source::GridSample => include_str!("../../../kernels/grid_sample.cu"),
             Source::Pool => include_str!("../../../kernels/pool.cu"),
@@ -186,12 +192,12 @@ impl Source {
         Kernel { source: self, name: name.into() }
     }
 
-    /// The target this source compiles for on a device of `arch`: `int8_conv.cu` takes Hopper's
-    /// arch-specific features (wgmma) on sm_90, whose `sm_90a` images load on any sm_90 device;
+    /// The target this source compiles for on a device of `arch`: `int8_conv.cu` and
+    /// `int8_gemm.cu` take Hopper's arch-specific features (wgmma) on sm_90, whose `sm_90a` images load on any sm_90 device;
     /// every other source compiles for `arch` itself.
     pub fn target(self, arch: &str) -> String {
         match (self, arch) {
-            (Source::Int8Conv, "sm_90") => "sm_90a".to_string(),
+            (Source::Int8Conv | Source::Int8Gemm, "sm_90") => "sm_90a".to_string(),
             _ => arch.to_string(),
         }
     }

@@ -9,7 +9,10 @@ use crate::ops::compute::SPARSE_GEMM;
 use crate::ops::conv::{depthwise_rows, group_merges, is_depthwise, is_patchify, merged_group_counts, CONV_DEPTHWISE, CONV_DEPTHWISE_ROWS, CONV_DIRECT, CONV_MERGED_GROUPS, CONV_PATCH_GEMM, CONV_SPARSE_PATCH_GEMM};
 use kiln::tactics::{TacticDesc, TacticId};
 use crate::ops::int8_conv::MainLoop;
-use crate::ops::quant::{INT8_CONV_KILN, INT8_CONV_KILN_FEW_CHANNELS, INT8_CONV_KILN_WGMMA, INT8_CONV_LIBRARY, INT8_PRODUCT_KILN, INT8_PRODUCT_KILN_WGMMA, INT8_PRODUCT_LIBRARY};
+use crate::ops::quant::{
+    INT8_CONV_KILN, INT8_CONV_KILN_FEW_CHANNELS, INT8_CONV_KILN_WARP_SPECIALIZED, INT8_CONV_KILN_WGMMA, INT8_CONV_LIBRARY, INT8_PRODUCT_KILN, INT8_PRODUCT_KILN_WARP_SPECIALIZED,
+    INT8_PRODUCT_KILN_WGMMA, INT8_PRODUCT_LIBRARY,
+};
 use kiln::{BackendError, ConvolutionParams, DataType, FusedAnchor, LayerId, LayerKind, MathMode, Network, QuantizedAnchor, QuantizedParams, Shape, TensorFormat};
 use std::time::Duration;
 
@@ -26,6 +29,9 @@ const INT8_CONV_SOURCE: &str = concat!(
     include_str!("../../../kernels/int8_conv.cu"),
     include_str!("ops/int8_few_channels.rs"),
     include_str!("../../../kernels/int8_few_channels.cu"),
+    include_str!("ops/int8_gemm.rs"),
+    include_str!("../../../kernels/int8_gemm.cu"),
+    include_str!("../../../kernels/tma.cuh"),
     include_str!("dnn.rs"),
     include_str!("blas.rs")
 );
@@ -45,6 +51,7 @@ fn int8_conv_tactic(choice: usize) -> TacticDesc {
         INT8_CONV_KILN => "int8_conv_implicit_gemm",
         INT8_CONV_KILN_WGMMA => "int8_conv_implicit_gemm_wgmma",
         INT8_CONV_KILN_FEW_CHANNELS => "int8_conv_few_channels",
+        INT8_CONV_KILN_WARP_SPECIALIZED => "int8_conv_implicit_gemm_tma",
         _ => "int8_conv_library_sums",
     })
 }
@@ -53,19 +60,27 @@ fn int8_product_tactic(choice: usize) -> TacticDesc {
     int8_tactic(match choice {
         INT8_PRODUCT_KILN => "int8_product_as_1x1_implicit_gemm",
         INT8_PRODUCT_KILN_WGMMA => "int8_product_as_1x1_implicit_gemm_wgmma",
+        INT8_PRODUCT_KILN_WARP_SPECIALIZED => "int8_product_as_1x1_implicit_gemm_tma",
         _ => "int8_product_cublaslt_sums",
     })
 }
 
-/// The integer tactics of `choices` the device runs: the wgmma ones on sm_90 only.
-fn int8_tactics(backend: &crate::CudaBackend, choices: &[usize], wgmma: usize, tactic: fn(usize) -> TacticDesc) -> Vec<TacticDesc> {
+/// The integer tactics of `choices` the device runs: the Hopper ones (wgmma, warp-specialized)
+/// on sm_90 only.
+fn int8_tactics(backend: &crate::CudaBackend, choices: &[usize], hopper_only: [usize; 2], tactic: fn(usize) -> TacticDesc) -> Vec<TacticDesc> {
     let hopper = backend.gpu().is_ok_and(|gpu| MainLoop::Wgmma.available(&gpu));
-    choices.iter().filter(|&&c| c != wgmma || hopper).map(|&c| tactic(c)).collect()
+    choices.iter().filter(|&c| !hopper_only.contains(c) || hopper).map(|&c| tactic(c)).collect()
 }
 
 /// An integer convolution's tactics, the default first; likewise a product's.
-const INT8_CONV_CHOICES: [usize; 4] = [INT8_CONV_KILN, INT8_CONV_LIBRARY, INT8_CONV_KILN_WGMMA, INT8_CONV_KILN_FEW_CHANNELS];
-const INT8_PRODUCT_CHOICES: [usize; 3] = [INT8_PRODUCT_LIBRARY, INT8_PRODUCT_KILN, INT8_PRODUCT_KILN_WGMMA];
+const INT8_CONV_CHOICES: [usize; 5] = [INT8_CONV_KILN, INT8_CONV_LIBRARY, INT8_CONV_KILN_WGMMA, INT8_CONV_KILN_WARP_SPECIALIZED, INT8_CONV_KILN_FEW_CHANNELS];
+const INT8_PRODUCT_CHOICES: [usize; 4] = [INT8_PRODUCT_LIBRARY, INT8_PRODUCT_KILN, INT8_PRODUCT_KILN_WGMMA, INT8_PRODUCT_KILN_WARP_SPECIALIZED];
+
+/// Whether a convolution is one product over its pixels: a 1×1 filter, unit strides, no
+/// padding (the warp-specialized product's layers).
+fn pointwise_conv(p: &ConvolutionParams, w: &[usize]) -> bool {
+    w.len() == 4 && w[2] == 1 && w[3] == 1 && p.strides.iter().all(|&s| s == 1) && p.pre_padding.iter().chain(&p.post_padding).all(|&v| v == 0)
+}
 
 /// Whether an integer layer is a product of int8 x by constant 2-D int8 weights whose depth
 /// kiln's convolution kernel takes whole (a multiple of 16): it then has both product tactics.
@@ -263,11 +278,13 @@ pub fn tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId, 
     }
     if let Some(p) = int8_conv(network, layer) {
         let few = few_channels(network, layer, &p);
-        let choices: Vec<usize> = INT8_CONV_CHOICES.into_iter().filter(|&c| few || c != INT8_CONV_KILN_FEW_CHANNELS).collect();
-        return int8_tactics(backend, &choices, INT8_CONV_KILN_WGMMA, int8_conv_tactic);
+        let pointwise = input(network, layer, QuantizedParams::W).and_then(fixed_dims).is_some_and(|w| pointwise_conv(&p, &w));
+        let offered = |c: &usize| (few || *c != INT8_CONV_KILN_FEW_CHANNELS) && (pointwise || *c != INT8_CONV_KILN_WARP_SPECIALIZED);
+        let choices: Vec<usize> = INT8_CONV_CHOICES.into_iter().filter(offered).collect();
+        return int8_tactics(backend, &choices, [INT8_CONV_KILN_WGMMA, INT8_CONV_KILN_WARP_SPECIALIZED], int8_conv_tactic);
     }
     if int8_product(network, layer) {
-        return int8_tactics(backend, &INT8_PRODUCT_CHOICES, INT8_PRODUCT_KILN_WGMMA, int8_product_tactic);
+        return int8_tactics(backend, &INT8_PRODUCT_CHOICES, [INT8_PRODUCT_KILN_WGMMA, INT8_PRODUCT_KILN_WARP_SPECIALIZED], int8_product_tactic);
     }
     if !is_gemm(network, layer) {
         return vec![TacticDesc::default_for("cuda")];

@@ -48,6 +48,10 @@ fn every_kernel_compiles_to_cubin_for_sm80_and_sm90() {
         for name in kiln_cuda::ops::int8_conv::wgmma_kernel_names() {
             assert_eq!(contains(int8, name), arch == "sm_90", "{arch}: `{name}` in int8_conv.cu's image");
         }
+        let gemm = &images.iter().find(|(s, _)| *s == Source::Int8Gemm).expect("compiled above").1;
+        for name in kiln_cuda::ops::int8_gemm::kernel_names() {
+            assert_eq!(contains(gemm, name), arch == "sm_90", "{arch}: `{name}` in int8_gemm.cu's image");
+        }
     }
 }
 

@@ -26,11 +26,13 @@ const WGMMA_STAGES: usize = 5;
 const WGMMA_ALIGN: usize = 512;
 
 /// How the kernel multiplies its tiles: warp-level mma.sync (sm_80 on), or warpgroup wgmma
-/// from shared memory (sm_90's arch-specific image, `Source::target`).
+/// from shared memory (sm_90's arch-specific image, `Source::target`); `WarpSpecialized` hands
+/// a pointwise layer to [`super::int8_gemm`]'s kernel where it takes it, wgmma otherwise.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MainLoop {
     MmaSync,
     Wgmma,
+    WarpSpecialized,
 }
 
 static WGMMA_CONVOLUTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -62,8 +64,12 @@ impl MainLoop {
     fn ring(self) -> (usize, usize) {
         match self {
             MainLoop::MmaSync => (STAGES, ROW_PITCH),
-            MainLoop::Wgmma => (WGMMA_STAGES, DEPTH_PER_STAGE),
+            MainLoop::Wgmma | MainLoop::WarpSpecialized => (WGMMA_STAGES, DEPTH_PER_STAGE),
         }
+    }
+
+    fn wgmma(self) -> bool {
+        self != MainLoop::MmaSync
     }
 }
 
@@ -134,7 +140,7 @@ pub fn convolution(cx: &Ctx, main_loop: MainLoop, c: &kiln::ConvolutionParams, x
     let pixels = n * out_shape[2] * out_shape[3];
     // A narrow layer (64 filters or fewer) wastes half of a 128-filter block.
     let filters_per_block = if filters <= 64 { 64 } else { 128 };
-    let main = if main_loop == MainLoop::Wgmma { "wg_" } else { "" };
+    let main = if main_loop.wgmma() { "wg_" } else { "" };
     let levels = epilogue.levels_exact(depth);
     let name = format!("int8_conv_{main}bn{filters_per_block}{}", if levels { "_levels" } else { "" });
     // The reason is formatted only where the log shows it: this runs on every enqueue.
@@ -145,13 +151,18 @@ pub fn convolution(cx: &Ctx, main_loop: MainLoop, c: &kiln::ConvolutionParams, x
     let kernel = Source::Int8Conv.kernel(&name);
     // The kernel's pointwise main loop (its `POINTWISE`) is the one that can run persistent.
     let pointwise = levels && win.kh == 1 && win.kw == 1 && win.sh == 1 && win.sw == 1 && win.ph == 0 && win.pw == 0 && win.oh == win.h && win.ow == win.w;
+    // A pointwise layer is a matrix product: the warp-specialized kernel's, where it takes it.
+    if main_loop == MainLoop::WarpSpecialized && pointwise && super::lane_aligned(cx, &out, 16) && super::int8_gemm::applies(epilogue, pixels, filters, depth) {
+        super::int8_gemm::product(cx, &x, &w, epilogue, &out, pixels, filters, depth)?;
+        return Ok(Some(out));
+    }
     let (grid, shared) = launch(cx, &kernel, main_loop, pixels, filters, filters_per_block, depth, epilogue.joins, pointwise, epilogue.looks_up)?;
     let mut args = vec![Arg::Window(win), cx.arg(&x), cx.arg(&w)];
     args.extend(epilogue.args.iter().copied());
     args.push(Arg::I32(super::typed::type_code(epilogue.computed)));
     args.push(cx.arg(&out));
     cx.gpu.launch_with_shared(&kernel, (grid, 1, 1), (THREADS, 1, 1), shared, &args).map_err(KernelError::from)?;
-    if main_loop == MainLoop::Wgmma {
+    if main_loop.wgmma() {
         WGMMA_CONVOLUTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
     Ok(Some(out))
@@ -198,7 +209,7 @@ fn launch(cx: &Ctx, kernel: &crate::sources::Kernel, main_loop: MainLoop, pixels
     let (ring, pitch) = main_loop.ring();
     let stages = ring.min(depth.div_ceil(DEPTH_PER_STAGE)) * (PIXELS_PER_BLOCK + filters_per_block) * pitch;
     // wgmma's tiles are aligned to its swizzle's 512 bytes within it.
-    let slack = if main_loop == MainLoop::Wgmma { WGMMA_ALIGN } else { 0 };
+    let slack = if main_loop.wgmma() { WGMMA_ALIGN } else { 0 };
     let tiles = if joins { 2 } else { 1 } * PIXELS_PER_BLOCK * (filters_per_block + 16) + if looks_up { filters_per_block * kiln::QuantizedParams::LOOKUP_ROW } else { 0 };
     let (one_tile, own_tile) = ((stages.max(tiles) + slack) as u32, (stages + tiles + slack) as u32);
     let blocks = pixel_tiles.checked_mul(filter_blocks).and_then(|b| u32::try_from(b).ok()).filter(|&b| b <= i32::MAX as u32);

@@ -15,6 +15,7 @@ pub mod flash;
 pub mod sampling;
 pub mod indexing;
 pub mod int8_conv;
+pub mod int8_gemm;
 pub mod int8_few_channels;
 pub mod kernel_names;
 pub mod scan;

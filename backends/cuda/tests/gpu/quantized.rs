@@ -133,24 +133,91 @@ fn check_every_tactic(cuda: &kiln_cuda::CudaBackend, what: &str, net: &kiln::Net
     let tactics = cuda.tactics(net, layer, MathMode::EXACT);
     let got_names: Vec<String> = tactics.iter().map(|t| t.id.name.clone()).collect();
     let hopper = kiln_cuda::ops::int8_conv::MainLoop::Wgmma.available(&cuda.gpu().expect("a GPU"));
-    let wgmma = names.iter().filter(|n| n.contains("implicit_gemm")).map(|n| format!("{n}_wgmma"));
+    // wgmma's main loop, then the warp-specialized product's where the layer is pointwise.
+    let suffixes: &[&str] = if pointwise_layer(net, layer) { &["_wgmma", "_tma"] } else { &["_wgmma"] };
+    let wgmma = names.iter().filter(|n| n.contains("implicit_gemm")).flat_map(|n| suffixes.iter().map(move |s| format!("{n}{s}")));
     // The few-channel tactic comes after the wgmma ones.
     let (few, others): (Vec<&str>, Vec<&str>) = names.iter().partition(|n| n.ends_with("_few_channels"));
     let want_names: Vec<String> = others.iter().map(|n| n.to_string()).chain(wgmma.filter(|_| hopper)).chain(few.iter().map(|n| n.to_string())).collect();
     assert_eq!(got_names, want_names, "{what}");
     for t in &tactics {
-        let (before, before_wgmma) = (kiln_cuda::ops::quant::fused_products_enqueued(), kiln_cuda::ops::int8_conv::wgmma_convolutions_enqueued());
+        let (before, before_wgmma) = (kiln_cuda::ops::quant::fused_products_enqueued(), wgmma_layers_enqueued());
         let before_few = kiln_cuda::ops::int8_few_channels::few_channel_convolutions_enqueued();
         let got = run_with_tactic(cuda, net, feeds, layer, &t.id, what);
         let fused = kiln_cuda::ops::quant::fused_products_enqueued() > before;
         assert!(fused || !t.id.name.starts_with("int8_product_as"), "{what}: {} did not run kiln's kernel", t.id.name);
-        let on_wgmma = kiln_cuda::ops::int8_conv::wgmma_convolutions_enqueued() > before_wgmma;
-        assert!(on_wgmma || !t.id.name.ends_with("_wgmma"), "{what}: {} did not run the wgmma kernel", t.id.name);
+        let on_wgmma = wgmma_layers_enqueued() > before_wgmma;
+        assert!(on_wgmma || !(t.id.name.ends_with("_wgmma") || t.id.name.ends_with("_tma")), "{what}: {} did not run a wgmma kernel", t.id.name);
         let on_few = kiln_cuda::ops::int8_few_channels::few_channel_convolutions_enqueued() > before_few;
         assert!(on_few || !t.id.name.ends_with("_few_channels"), "{what}: {} did not run the few-channel kernel", t.id.name);
         assert_eq!((got[0].dtype(), got[0].data()), (want[0].dtype(), want[0].data()), "{what} with {}", t.id.name);
         let time = cuda.time_tactic(net, layer, t, MathMode::EXACT, 3).unwrap_or_else(|e| panic!("{what}: timing {}: {e}", t.id.name));
         assert!(time.as_nanos() > 0, "{what}: {} timed at 0", t.id.name);
+    }
+}
+
+/// Whether the test layer is one product over its rows or pixels (a product, or a 1×1
+/// convolution of unit strides without padding): the layers with a warp-specialized tactic.
+fn pointwise_layer(net: &kiln::Network, layer: kiln::LayerId) -> bool {
+    let l = net.layer(layer);
+    let kiln::LayerKind::Quantized(q) = &l.kind else { return false };
+    match &q.anchor {
+        QuantizedAnchor::MatrixMultiply { .. } => true,
+        QuantizedAnchor::Convolution(c) => {
+            let w = l.inputs[kiln::QuantizedParams::W].map(|t| net.tensor(t).shape.dims().iter().filter_map(|d| d.fixed()).collect::<Vec<usize>>());
+            w.is_some_and(|w| w.len() == 4 && w[2] == 1 && w[3] == 1) && c.strides.iter().all(|&s| s == 1) && c.pre_padding.iter().chain(&c.post_padding).all(|&p| p == 0)
+        }
+    }
+}
+
+/// Layers enqueued on a wgmma kernel: the convolution kernel's wgmma main loop, or the
+/// warp-specialized product it hands pointwise layers to.
+fn wgmma_layers_enqueued() -> u64 {
+    kiln_cuda::ops::int8_conv::wgmma_convolutions_enqueued() + kiln_cuda::ops::int8_gemm::products_enqueued()
+}
+
+/// Layers enqueued as a persistent launch: the convolution kernel's, or the warp-specialized
+/// product (persistent by construction).
+fn persistent_layers_enqueued() -> u64 {
+    kiln_cuda::ops::int8_conv::persistent_convolutions_enqueued() + kiln_cuda::ops::int8_gemm::products_enqueued()
+}
+
+/// Pointwise layers on Hopper's warp-specialized product (int8_gemm.cu: a TMA producer, two
+/// consumer warpgroups on alternate tiles) give the cpu oracle's values: rows, columns and
+/// depths that fill no tile or stage (zeros from the TMA past the edges), depths of more steps
+/// than the ring has stages, more tiles than two a block (each consumer loops, the ring wraps
+/// many times), a per-tensor scale, a second quantization, ReLU, both level types. Skips (and
+/// says so) off Hopper.
+#[test]
+fn pointwise_int8_layers_on_the_warp_specialized_product_match_the_cpu_oracle() {
+    let Some(cuda) = backend() else { return };
+    if !kiln_cuda::ops::int8_conv::MainLoop::WarpSpecialized.available(&cuda.gpu().expect("a GPU")) {
+        eprintln!("SKIPPED: the warp-specialized INT8 product needs sm_90 (wgmma, TMA)");
+        return;
+    }
+    use crate::integer_layers::{layer_with as with, Extra};
+    use DataType::{I32, I8, U8};
+    use Operands::Symmetric as S;
+    let matmul = QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::None };
+    let matmul_t = QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::Transpose };
+    let then = |relu: bool, to: DataType| Extra { then: Some((relu, to)), ..Extra::default() };
+    let cases = [
+        ("product, 300 rows, 144 columns, depth 208, int32 bias, ReLU, uint8", with(matmul.clone(), S, &[300, 208], &[208, 144], 144, Some(I32), true, U8, Extra::default())),
+        ("product, 9,000 rows, 256 columns, depth 1,024 (8 steps, 7 stages; 282 tiles), int32 bias, int8", with(matmul.clone(), S, &[9_000, 1024], &[1024, 256], 256, Some(I32), false, I8, Extra::default())),
+        ("product, 20,000 rows, 256 columns, depth 64 (626 one-step tiles), per-tensor scale, no bias, int8", with(matmul.clone(), S, &[20_000, 64], &[64, 256], 1, None, false, I8, Extra::default())),
+        ("B transposed, batched rows [3, 50, 128], 16 columns, second quantization, ReLU, int8", with(matmul_t, S, &[3, 50, 128], &[16, 128], 16, Some(I32), false, I8, then(true, I8))),
+        ("product, 520 rows, 256 columns, depth 768, second quantization, uint8 levels, int8", with(matmul, S, &[520, 768], &[768, 256], 256, Some(I32), false, U8, then(false, I8))),
+        ("1x1 conv, 40,000 pixels, 64 channels, 256 filters, int32 bias, ReLU, uint8", with(conv(1, &[1, 1], &[0, 0]), S, &[4, 64, 100, 100], &[256, 64, 1, 1], 256, Some(I32), true, U8, Extra::default())),
+    ];
+    for (what, (net, feeds)) in cases {
+        let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap();
+        let layer = last_layer(&net);
+        let tactics: Vec<_> = cuda.tactics(&net, layer, MathMode::EXACT).into_iter().filter(|t| t.id.name.ends_with("implicit_gemm_tma")).collect();
+        assert_eq!(tactics.len(), 1, "{what}: the warp-specialized tactic");
+        let before = kiln_cuda::ops::int8_gemm::products_enqueued();
+        let got = run_with_tactic(cuda, &net, &feeds, layer, &tactics[0].id, what);
+        assert!(kiln_cuda::ops::int8_gemm::products_enqueued() > before, "{what}: not on the warp-specialized product");
+        assert_eq!((got[0].dtype(), got[0].data()), (want[0].dtype(), want[0].data()), "{what}");
     }
 }
 
@@ -316,9 +383,9 @@ fn pointwise_int8_layers_over_more_tiles_than_a_wave_run_persistent_and_match_th
         let kernels: Vec<_> = cuda.tactics(&net, layer, MathMode::EXACT).into_iter().filter(|t| t.id.name.contains("implicit_gemm")).collect();
         assert!(!kernels.is_empty(), "{what}: no kernel tactic");
         for t in &kernels {
-            let before = kiln_cuda::ops::int8_conv::persistent_convolutions_enqueued();
+            let before = persistent_layers_enqueued();
             let got = run_with_tactic(cuda, &net, &feeds, layer, &t.id, what);
-            assert!(kiln_cuda::ops::int8_conv::persistent_convolutions_enqueued() > before, "{what}: {} did not run persistent", t.id.name);
+            assert!(persistent_layers_enqueued() > before, "{what}: {} did not run persistent", t.id.name);
             assert_eq!((got[0].dtype(), got[0].data()), (want[0].dtype(), want[0].data()), "{what} with {}", t.id.name);
         }
     }
