@@ -24,9 +24,15 @@ pub fn include_dir() -> String {
     std::env::var("KILN_CUDA_INCLUDE").unwrap_or_else(|_| "/usr/local/cuda/include".into())
 }
 
-/// The options every kiln source compiles with for `arch`.
+/// The options every kiln source compiles with for `arch`; with `KILN_CUDA_LINEINFO=1` also
+/// `-lineinfo`, so Nsight Compute's source view maps stalls to kernel lines (no change to the
+/// code generated; the kernel cache keys on the options).
 pub fn options(arch: &str) -> Vec<String> {
-    vec![format!("--gpu-architecture={arch}"), format!("--include-path={}", include_dir()), "--std=c++17".to_string(), "-default-device".to_string()]
+    let mut options = vec![format!("--gpu-architecture={arch}"), format!("--include-path={}", include_dir()), "--std=c++17".to_string(), "-default-device".to_string()];
+    if std::env::var("KILN_CUDA_LINEINFO").is_ok_and(|v| v == "1") {
+        options.push("-lineinfo".to_string());
+    }
+    options
 }
 
 /// NVRTC's `(major, minor)` version, or `None` where NVRTC is missing.
