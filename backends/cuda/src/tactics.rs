@@ -76,11 +76,6 @@ fn int8_tactics(backend: &crate::CudaBackend, choices: &[usize], hopper_only: [u
 const INT8_CONV_CHOICES: [usize; 5] = [INT8_CONV_KILN, INT8_CONV_LIBRARY, INT8_CONV_KILN_WGMMA, INT8_CONV_KILN_WARP_SPECIALIZED, INT8_CONV_KILN_FEW_CHANNELS];
 const INT8_PRODUCT_CHOICES: [usize; 4] = [INT8_PRODUCT_LIBRARY, INT8_PRODUCT_KILN, INT8_PRODUCT_KILN_WGMMA, INT8_PRODUCT_KILN_WARP_SPECIALIZED];
 
-/// Whether a convolution is one product over its pixels: a 1×1 filter, unit strides, no
-/// padding (the warp-specialized product's layers).
-fn pointwise_conv(p: &ConvolutionParams, w: &[usize]) -> bool {
-    w.len() == 4 && w[2] == 1 && w[3] == 1 && p.strides.iter().all(|&s| s == 1) && p.pre_padding.iter().chain(&p.post_padding).all(|&v| v == 0)
-}
 
 /// Whether an integer layer is a product of int8 x by constant 2-D int8 weights whose depth
 /// kiln's convolution kernel takes whole (a multiple of 16): it then has both product tactics.
@@ -278,7 +273,9 @@ pub fn tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId, 
     }
     if let Some(p) = int8_conv(network, layer) {
         let few = few_channels(network, layer, &p);
-        let pointwise = input(network, layer, QuantizedParams::W).and_then(fixed_dims).is_some_and(|w| pointwise_conv(&p, &w));
+        // The warp-specialized product's layers: one product over the pixels.
+        let dims = |slot: usize| input(network, layer, slot).and_then(fixed_dims);
+        let pointwise = dims(QuantizedParams::X).zip(dims(QuantizedParams::W)).is_some_and(|(x, w)| crate::ops::quant::pointwise_filter(&p, &x, &w));
         let offered = |c: &usize| (few || *c != INT8_CONV_KILN_FEW_CHANNELS) && (pointwise || *c != INT8_CONV_KILN_WARP_SPECIALIZED);
         let choices: Vec<usize> = INT8_CONV_CHOICES.into_iter().filter(offered).collect();
         return int8_tactics(backend, &choices, [INT8_CONV_KILN_WGMMA, INT8_CONV_KILN_WARP_SPECIALIZED], int8_conv_tactic);

@@ -138,17 +138,7 @@ pub fn convolution(cx: &Ctx, main_loop: MainLoop, c: &kiln::ConvolutionParams, x
     }
     let win = Geometry { strides: (sh, sw), dilations: (dh, dw), padding: (ph, pw) }.window(&x.shape, &w.shape, out_shape);
     let pixels = n * out_shape[2] * out_shape[3];
-    // A narrow layer (64 filters or fewer) wastes half of a 128-filter block.
-    let filters_per_block = if filters <= 64 { 64 } else { 128 };
-    let main = if main_loop.wgmma() { "wg_" } else { "" };
     let levels = epilogue.levels_exact(depth);
-    let name = format!("int8_conv_{main}bn{filters_per_block}{}", if levels { "_levels" } else { "" });
-    // The reason is formatted only where the log shows it: this runs on every enqueue.
-    if !levels && tracing::enabled!(target: "kiln::int8", tracing::Level::INFO) {
-        let why = epilogue.general_reason(depth).unwrap_or_default();
-        super::quant::say_once(format!("{name} over {:?} by {:?}: the general epilogue, for {why}", x.shape, w.shape));
-    }
-    let kernel = Source::Int8Conv.kernel(&name);
     // The kernel's pointwise main loop (its `POINTWISE`) is the one that can run persistent.
     let pointwise = levels && win.kh == 1 && win.kw == 1 && win.sh == 1 && win.sw == 1 && win.ph == 0 && win.pw == 0 && win.oh == win.h && win.ow == win.w;
     // A pointwise layer is a matrix product: the warp-specialized kernel's, where it takes it.
@@ -156,6 +146,16 @@ pub fn convolution(cx: &Ctx, main_loop: MainLoop, c: &kiln::ConvolutionParams, x
         super::int8_gemm::product(cx, &x, &w, epilogue, &out, pixels, filters, depth)?;
         return Ok(Some(out));
     }
+    // A narrow layer (64 filters or fewer) wastes half of a 128-filter block.
+    let filters_per_block = if filters <= 64 { 64 } else { 128 };
+    let main = if main_loop.wgmma() { "wg_" } else { "" };
+    let name = format!("int8_conv_{main}bn{filters_per_block}{}", if levels { "_levels" } else { "" });
+    // The reason is formatted only where the log shows it: this runs on every enqueue.
+    if !levels && tracing::enabled!(target: "kiln::int8", tracing::Level::INFO) {
+        let why = epilogue.general_reason(depth).unwrap_or_default();
+        super::quant::say_once(format!("{name} over {:?} by {:?}: the general epilogue, for {why}", x.shape, w.shape));
+    }
+    let kernel = Source::Int8Conv.kernel(&name);
     let (grid, shared) = launch(cx, &kernel, main_loop, pixels, filters, filters_per_block, depth, epilogue.joins, pointwise, epilogue.looks_up)?;
     let mut args = vec![Arg::Window(win), cx.arg(&x), cx.arg(&w)];
     args.extend(epilogue.args.iter().copied());

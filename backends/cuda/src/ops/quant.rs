@@ -335,7 +335,7 @@ fn integer_gemm() -> crate::blas::Gemm {
 }
 
 /// A 2-D convolution that reads each pixel alone: a 1×1 filter, stride 1, no padding, one group.
-fn pointwise_filter(c: &kiln::ConvolutionParams, x: &[usize], w: &[usize]) -> bool {
+pub(crate) fn pointwise_filter(c: &kiln::ConvolutionParams, x: &[usize], w: &[usize]) -> bool {
     x.len() == 4
         && w.len() == 4
         && w[2] == 1
