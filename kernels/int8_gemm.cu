@@ -1,9 +1,10 @@
 // INT8 matrix products on Hopper, warp-specialized: y[rows][cols] = levels of x[rows][depth] ·
 // w[cols][depth]ᵀ, the requantizing levels-only epilogue fused (int8_conv.cu's LEVELS: the exact
 // int32 sum plus the int32 bias, times the channel's scale, rounded, clamped, then a second
-// quantization's table where the layer has one). The host sends it a pointwise layer (a 1×1
-// convolution over NHWC, or a matrix product) whose epilogue has no lookup and no join; every
-// other INT8 layer runs int8_conv.cu. kiln-cpu's integer layer is the oracle.
+// quantization's table where the layer has one, or the levels looked up in their column's row of
+// a per-column table). The host sends it a pointwise layer (a 1×1 convolution over NHWC, or a
+// matrix product) whose epilogue has no join; every other INT8 layer runs int8_conv.cu.
+// kiln-cpu's integer layer is the oracle.
 //
 // Why another kernel: int8_conv.cu's wgmma loop has every thread copy (cp.async) and every step
 // wait at a block barrier, so its epilogue and prologue, more than half of a block's
@@ -14,6 +15,11 @@
 //   the copies complete and an "empty" barrier its consumer releases;
 // - warpgroups 1 and 2 are consumers, taking alternate tiles of 64 rows × 128 columns: while
 //   one runs its epilogue the other's MMAs keep the tensor cores busy.
+// A lookup (`int8_gemm_tma_lookup`) needs its tile's 128 rows of the table (32 KB) at the store:
+// the producer copies them into the consumer's table buffer in one bulk copy, only where the
+// consumer's tile changes columns, guarded by a full / empty barrier pair of its own; the ring
+// then holds 5 stages, not 7, to fit both consumers' tables. (Scattered global lookups measured
+// slower than the island they replace: int8_conv.cu stages its rows the same way.)
 #include "common.cuh"
 #include "wgmma.cuh"
 #include "tma.cuh"
@@ -21,7 +27,6 @@
 #define IG_BM 64                        // rows of a consumer's tile (one wgmma m64)
 #define IG_BN 128                       // columns (filters) of a tile
 #define IG_BK 128                       // depth bytes a stage holds: one 128-byte swizzled row
-#define IG_STAGES 7
 #define IG_CONSUMERS 2
 #define IG_THREADS (128 * (1 + IG_CONSUMERS))
 #define IG_A_BYTES (IG_BM * IG_BK)
@@ -29,40 +34,78 @@
 #define IG_OUT_PITCH (IG_BN + 16)       // a consumer's output tile's rows: 16-byte pieces, spread banks
 #define IG_OUT_BYTES (IG_BM * IG_OUT_PITCH)
 #define IG_ALIGN 1024                   // the 128-byte swizzle's pattern repeats every 8 rows
+#define IG_TABLE_BYTES (IG_BN * 256)    // a tile's rows of a lookup table
 
-// The dynamic shared memory: the ring's stages (1024-aligned), the consumers' output tiles, the
-// barriers and the second quantization's table. The host's `SHARED_BYTES` is this plus IG_ALIGN.
+// The dynamic shared memory: the ring's stages (1024-aligned), the consumers' output tiles and
+// lookup tables (16 bytes where the kernel has none), the barriers and the second quantization's
+// table. The host's `shared_bytes` is this plus IG_ALIGN.
+template <int STAGES, int TABLE_BYTES>
 struct GemmShared {
-    unsigned char stages[IG_STAGES][IG_STAGE_BYTES];
+    unsigned char stages[STAGES][IG_STAGE_BYTES];
     unsigned char out[IG_CONSUMERS][IG_OUT_BYTES];
-    unsigned long long full[IG_STAGES], empty[IG_STAGES];
+    unsigned char tables[IG_CONSUMERS][TABLE_BYTES];
+    unsigned long long full[STAGES], empty[STAGES];
     unsigned long long mainloop_done[IG_CONSUMERS];  // a phase per tile whose stages its consumer has all waited for
+    unsigned long long table_full[IG_CONSUMERS], table_empty[IG_CONSUMERS];
     unsigned char then_levels[256];
 };
 
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
-// Tile t covers rows [64 · (t / column_blocks), + 64) and columns [128 · (t % column_blocks),
-// + 128): column blocks vary fastest, so the blocks running together share their rows in L2.
-// Block b's tiles are b, b + gridDim.x, …; its consumer c takes the c-th of every two. Stage
-// slot `pos` (counted over the block's tiles in order, `depth_steps` each) is stage pos % STAGES,
-// on its barriers' phase pos / STAGES.
-extern "C" __global__ void __launch_bounds__(IG_THREADS, 1)
-    int8_gemm_tma_levels(const __grid_constant__ TensorMap x_map, const __grid_constant__ TensorMap w_map, int rows, int cols, int depth,
-                         const int* int_bias, const float* scale, i64 scale_len, const float* float_bias, i64 float_bias_len, float y_scale,
-                         float y_zero, float lo, float hi, int relu, const void* residual, int residual_type, float residual_scale,
-                         float residual_zero, const unsigned char* then, const unsigned char* lookup, const void* join,
-                         const float* join_params, int out_type, unsigned char* y) {
+// Which tiles block b runs, in order: its `j`-th is tile `tile(j)` of `count`, the tile of rows
+// [64 · m, + 64) and columns [128 · n, + 128); its consumer c takes every j ≡ c (mod 2).
+// - Levels: tiles b, b + gridDim.x, … with columns fastest, so the blocks running together share
+//   their rows in L2.
+// - A lookup: one contiguous run of tiles, rows fastest, so a consumer's next tile mostly keeps
+//   its columns and its table (round robin would change them at nearly every tile where the
+//   column blocks do not divide 2 · gridDim.x: a 32 KB copy, and the producer waiting for the
+//   release, a tile).
+template <bool LOOKUP>
+struct Schedule {
+    int row_blocks, column_blocks, first, count;
+    __device__ Schedule(int rows, int cols) {
+        row_blocks = (rows + IG_BM - 1) / IG_BM;
+        column_blocks = (cols + IG_BN - 1) / IG_BN;
+        const long long tiles = (long long)row_blocks * column_blocks;
+        if (LOOKUP) {
+            first = (int)(tiles * blockIdx.x / gridDim.x);
+            count = (int)(tiles * (blockIdx.x + 1) / gridDim.x) - first;
+        } else {
+            first = blockIdx.x;
+            count = (int)((tiles - blockIdx.x + gridDim.x - 1) / gridDim.x);
+        }
+    }
+    __device__ int tile(int j) const { return LOOKUP ? first + j : first + j * (int)gridDim.x; }
+    __device__ int m(int j) const { return LOOKUP ? tile(j) % row_blocks : tile(j) / column_blocks; }
+    __device__ int n(int j) const { return LOOKUP ? tile(j) / row_blocks : tile(j) % column_blocks; }
+    // Whether the consumer's tile j needs its rows of the lookup table copied: its first, or
+    // columns other than its previous tile's. The producer and the consumer ask alike.
+    __device__ bool new_table(int j) const { return j < IG_CONSUMERS || n(j) != n(j - IG_CONSUMERS); }
+};
+
+// Stage slot `pos` (counted over the block's tiles in order, `depth_steps` each) is stage
+// pos % STAGES, on its barriers' phase pos / STAGES. A consumer's `loads`-th table copy
+// completes phase `loads` of its table_full barrier; it releases the table (table_empty) after
+// the last tile that reads it.
+template <int STAGES, bool LOOKUP>
+__device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const TensorMap& w_map, int rows, int cols, int depth, const int* int_bias,
+                                              const float* scale, i64 scale_len, float y_zero, float lo, float hi, int relu,
+                                              const unsigned char* then, const unsigned char* lookup, unsigned char* y) {
+    using Shared = GemmShared<STAGES, LOOKUP ? IG_TABLE_BYTES : 16>;
     extern __shared__ __align__(16) unsigned char dynamic_smem[];
-    GemmShared& sm = *reinterpret_cast<GemmShared*>(dynamic_smem + (IG_ALIGN - shared_address(dynamic_smem) % IG_ALIGN) % IG_ALIGN);
+    Shared& sm = *reinterpret_cast<Shared*>(dynamic_smem + (IG_ALIGN - shared_address(dynamic_smem) % IG_ALIGN) % IG_ALIGN);
     const int tid = threadIdx.x, warpgroup = tid / 128;
-    const int column_blocks = (cols + IG_BN - 1) / IG_BN, tiles = (rows + IG_BM - 1) / IG_BM * column_blocks;
+    const Schedule<LOOKUP> schedule(rows, cols);
     const int depth_steps = (depth + IG_BK - 1) / IG_BK;
     if (tid == 0) {
-        for (int s = 0; s < IG_STAGES; ++s) {
+        for (int s = 0; s < STAGES; ++s) {
             barrier_init(&sm.full[s], 1);  // the producer's arrival; the copies' bytes complete it
             barrier_init(&sm.empty[s], 4);  // one lane of each of the consumer's four warps
         }
-        for (int c = 0; c < IG_CONSUMERS; ++c) barrier_init(&sm.mainloop_done[c], 4);
+        for (int c = 0; c < IG_CONSUMERS; ++c) {
+            barrier_init(&sm.mainloop_done[c], 4);
+            barrier_init(&sm.table_full[c], 1);
+            barrier_init(&sm.table_empty[c], 4);
+        }
         barrier_init_fence();
     }
     if (then)
@@ -71,12 +114,21 @@ extern "C" __global__ void __launch_bounds__(IG_THREADS, 1)
 
     if (warpgroup == 0) {
         if (tid != 0) return;
-        int pos = 0;
-        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-            const int m0 = t / column_blocks * IG_BM, n0 = t % column_blocks * IG_BN;
+        int pos = 0, loads[IG_CONSUMERS] = {0, 0};
+        for (int seq = 0; seq < schedule.count; ++seq) {
+            const int m0 = schedule.m(seq) * IG_BM, n0 = schedule.n(seq) * IG_BN;
+            const int c = seq % IG_CONSUMERS;
+            if (LOOKUP && schedule.new_table(seq)) {
+                // The consumer's previous table is released (a fresh barrier passes parity 1).
+                barrier_wait(&sm.table_empty[c], (loads[c] + 1) & 1);
+                const unsigned bytes = (unsigned)min(IG_BN, cols - n0) * 256;
+                barrier_expect_bytes(&sm.table_full[c], bytes);
+                bulk_load(sm.tables[c], lookup + (i64)n0 * 256, bytes, &sm.table_full[c]);
+                ++loads[c];
+            }
             for (int step = 0; step < depth_steps; ++step, ++pos) {
-                const int s = pos % IG_STAGES;
-                barrier_wait(&sm.empty[s], (pos / IG_STAGES + 1) & 1);
+                const int s = pos % STAGES;
+                barrier_wait(&sm.empty[s], (pos / STAGES + 1) & 1);
                 barrier_expect_bytes(&sm.full[s], IG_STAGE_BYTES);
                 tma_load_2d(sm.stages[s], &x_map, step * IG_BK, m0, &sm.full[s]);
                 tma_load_2d(sm.stages[s] + IG_A_BYTES, &w_map, step * IG_BK, n0, &sm.full[s]);
@@ -91,9 +143,10 @@ extern "C" __global__ void __launch_bounds__(IG_THREADS, 1)
     const float low_f = (float)(low - zero), high_f = (float)(high - zero);
     const bool per_channel = scale_len != 1;
     unsigned char* out_tile = sm.out[consumer];
-    int acc[IG_BN / 2];
-    for (int t = blockIdx.x + consumer * gridDim.x, seq = consumer; t < tiles; t += IG_CONSUMERS * gridDim.x, seq += IG_CONSUMERS) {
-        const int m0 = t / column_blocks * IG_BM, n0 = t % column_blocks * IG_BN;
+    const unsigned char* table = sm.tables[consumer];
+    int acc[IG_BN / 2], loads = 0;
+    for (int seq = consumer; seq < schedule.count; seq += IG_CONSUMERS) {
+        const int m0 = schedule.m(seq) * IG_BM, n0 = schedule.n(seq) * IG_BN;
 #pragma unroll
         for (int i = 0; i < IG_BN / 2; ++i) acc[i] = 0;
         // Main loops take turns: this tile's starts once the other consumer's previous one has
@@ -103,8 +156,8 @@ extern "C" __global__ void __launch_bounds__(IG_THREADS, 1)
         if (seq > 0) barrier_wait(&sm.mainloop_done[1 - consumer], ((seq - 1) / 2) & 1);
         int pos = seq * depth_steps;
         for (int step = 0; step < depth_steps; ++step, ++pos) {
-            const int s = pos % IG_STAGES;
-            barrier_wait(&sm.full[s], (pos / IG_STAGES) & 1);
+            const int s = pos % STAGES;
+            barrier_wait(&sm.full[s], (pos / STAGES) & 1);
             const unsigned long long a = wgmma_descriptor_sw128(sm.stages[s], 8 * IG_BK);
             const unsigned long long b = wgmma_descriptor_sw128(sm.stages[s] + IG_A_BYTES, 8 * IG_BK);
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -114,12 +167,12 @@ extern "C" __global__ void __launch_bounds__(IG_THREADS, 1)
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
             // The previous step's MMAs are done (this one's run on): release its stage.
             asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-            if (step > 0 && lane == 0) barrier_arrive(&sm.empty[(pos - 1) % IG_STAGES]);
+            if (step > 0 && lane == 0) barrier_arrive(&sm.empty[(pos - 1) % STAGES]);
         }
         if (lane == 0) barrier_arrive(&sm.mainloop_done[consumer]);
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         wgmma_fence_operands<IG_BN / 2>(acc);
-        if (lane == 0) barrier_arrive(&sm.empty[(pos - 1) % IG_STAGES]);
+        if (lane == 0) barrier_arrive(&sm.empty[(pos - 1) % STAGES]);
 
         // Accumulator 4·j + i: row 16·warp + lane / 4 (+ 8 for i ≥ 2), column 8·j + 2·(lane % 4)
         // + i % 2. Each warp gathers its 16 rows' levels in its rows of the output tile.
@@ -142,15 +195,45 @@ extern "C" __global__ void __launch_bounds__(IG_THREADS, 1)
             }
         }
         __syncwarp();
-        // The warp's 16 rows leave in 16-byte pieces (cols is a multiple of 16: the host's check).
+        if (LOOKUP && schedule.new_table(seq)) barrier_wait(&sm.table_full[consumer], loads++ & 1);
+        // The warp's 16 rows leave in 16-byte pieces (cols is a multiple of 16: the host's check),
+        // each level looked up in its column's row of the table where the layer has one.
 #pragma unroll
         for (int i = 0; i < 16 * IG_BN / 16 / 32; ++i) {
             const int piece = lane + 32 * i, row = 16 * warp + piece / (IG_BN / 16), col = piece % (IG_BN / 16) * 16;
             const i64 m = (i64)m0 + row;
-            if (m < rows && n0 + col < cols)
-                *reinterpret_cast<uint4*>(y + m * cols + n0 + col) = *reinterpret_cast<const uint4*>(out_tile + row * IG_OUT_PITCH + col);
+            if (m < rows && n0 + col < cols) {
+                uint4 v = *reinterpret_cast<const uint4*>(out_tile + row * IG_OUT_PITCH + col);
+                if (LOOKUP) {
+                    unsigned char* b = reinterpret_cast<unsigned char*>(&v);
+#pragma unroll
+                    for (int k = 0; k < 16; ++k) b[k] = table[(col + k) * 256 + b[k]];
+                }
+                *reinterpret_cast<uint4*>(y + m * cols + n0 + col) = v;
+            }
         }
         __syncwarp();
+        // Done with the table: release it where this consumer's next tile needs other rows.
+        const int next = seq + IG_CONSUMERS;
+        if (LOOKUP && next < schedule.count && schedule.new_table(next) && lane == 0)
+            barrier_arrive(&sm.table_empty[consumer]);
     }
+}
+
+#define INT8_GEMM_PARAMS                                                                                                          \
+    const __grid_constant__ TensorMap x_map, const __grid_constant__ TensorMap w_map, int rows, int cols, int depth,             \
+        const int *int_bias, const float *scale, i64 scale_len, const float *float_bias, i64 float_bias_len, float y_scale,      \
+        float y_zero, float lo, float hi, int relu, const void *residual, int residual_type, float residual_scale,               \
+        float residual_zero, const unsigned char *then, const unsigned char *lookup, const void *join, const float *join_params, \
+        int out_type, unsigned char *y
+
+// Levels, or a second quantization's levels: 7 stages.
+extern "C" __global__ void __launch_bounds__(IG_THREADS, 1) int8_gemm_tma_levels(INT8_GEMM_PARAMS) {
+    int8_gemm_tma<7, false>(x_map, w_map, rows, cols, depth, int_bias, scale, scale_len, y_zero, lo, hi, relu, then, nullptr, y);
+}
+
+// Levels looked up in a per-column table: 5 stages beside the consumers' 32 KB tables.
+extern "C" __global__ void __launch_bounds__(IG_THREADS, 1) int8_gemm_tma_lookup(INT8_GEMM_PARAMS) {
+    int8_gemm_tma<5, true>(x_map, w_map, rows, cols, depth, int_bias, scale, scale_len, y_zero, lo, hi, relu, nullptr, lookup, y);
 }
 #endif

@@ -53,3 +53,11 @@ __device__ __forceinline__ void tma_load_2d(void* to, const TensorMap* map, int 
                  "l"((unsigned long long)map), "r"(x), "r"(y), "r"(shared_address(bar))
                  : "memory");
 }
+
+// `bytes` (a multiple of 16) from global `from` into shared memory at `to` (both 16-byte
+// aligned) in one bulk copy, completing `bytes` of `bar`'s phase.
+__device__ __forceinline__ void bulk_load(void* to, const void* from, unsigned bytes, unsigned long long* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(shared_address(to)),
+                 "l"((unsigned long long)from), "r"(bytes), "r"(shared_address(bar))
+                 : "memory");
+}

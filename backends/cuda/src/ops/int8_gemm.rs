@@ -4,7 +4,8 @@
 //! requantizing epilogue running beside the other's MMAs. Its tactic (`…_implicit_gemm_tma`) is
 //! offered for pointwise layers (1×1 convolutions over NHWC, matrix products) beside the
 //! convolution kernel's; [`super::int8_conv`] runs a layer here where its epilogue is
-//! levels-only with no lookup and no join, and on wgmma's main loop otherwise.
+//! levels-only with no join (`int8_gemm_tma_lookup` where the levels are looked up in a
+//! per-column table), and on wgmma's main loop otherwise.
 
 use super::quant::Epilogue;
 use super::Ctx;
@@ -14,18 +15,36 @@ use crate::sources::Source;
 use kiln::KernelError;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// `IG_BM`, `IG_BN`, `IG_BK`, `IG_STAGES`, `IG_CONSUMERS` and the block size of int8_gemm.cu.
+/// `IG_BM`, `IG_BN`, `IG_BK`, `IG_CONSUMERS` and the block size of int8_gemm.cu.
 const ROWS_PER_TILE: usize = 64;
 const COLUMNS_PER_TILE: usize = 128;
 const DEPTH_PER_STAGE: usize = 128;
-const STAGES: usize = 7;
 const CONSUMERS: usize = 2;
 const THREADS: u32 = 128 * (1 + CONSUMERS as u32);
-/// `GemmShared`'s bytes (the stages, the consumers' output tiles with 16 bytes of row padding,
-/// the barriers, the second quantization's table) plus the slack that aligns it to 1024.
-const SHARED_BYTES: usize = STAGES * (ROWS_PER_TILE + COLUMNS_PER_TILE) * DEPTH_PER_STAGE + CONSUMERS * ROWS_PER_TILE * (COLUMNS_PER_TILE + 16) + (2 * STAGES + CONSUMERS) * 8 + 256 + 1024;
 
-const KERNEL: &str = "int8_gemm_tma_levels";
+/// A kernel of int8_gemm.cu: its name, its ring's stages and each consumer's table bytes.
+struct Variant {
+    name: &'static str,
+    stages: usize,
+    table_bytes: usize,
+}
+
+const LEVELS: Variant = Variant { name: "int8_gemm_tma_levels", stages: 7, table_bytes: 16 };
+/// Levels looked up in a per-column table: the tile's 128 rows of 256 bytes.
+const LOOKUP: Variant = Variant { name: "int8_gemm_tma_lookup", stages: 5, table_bytes: COLUMNS_PER_TILE * 256 };
+
+impl Variant {
+    /// `GemmShared`'s bytes (the stages, the consumers' output tiles with 16 bytes of row padding
+    /// and tables, the barriers, the second quantization's table) plus the slack that aligns it
+    /// to 1024.
+    const fn shared_bytes(&self) -> usize {
+        self.stages * (ROWS_PER_TILE + COLUMNS_PER_TILE) * DEPTH_PER_STAGE
+            + CONSUMERS * (ROWS_PER_TILE * (COLUMNS_PER_TILE + 16) + self.table_bytes)
+            + (2 * self.stages + 3 * CONSUMERS) * 8
+            + 256
+            + 1024
+    }
+}
 
 static PRODUCTS: AtomicU64 = AtomicU64::new(0);
 
@@ -36,16 +55,16 @@ pub fn products_enqueued() -> u64 {
 }
 
 /// Every kernel of int8_gemm.cu: in sm_90's arch-specific (`sm_90a`) image only.
-pub fn kernel_names() -> [&'static str; 1] {
-    [KERNEL]
+pub fn kernel_names() -> [&'static str; 2] {
+    [LEVELS.name, LOOKUP.name]
 }
 
 /// Whether the kernel takes a pointwise layer of `filters` output channels over `depth` (the
-/// caller checked that the epilogue is levels-only): no lookup or join, rows of 16-byte pieces
-/// in and out, 32-bit tile counts.
+/// caller checked that the epilogue is levels-only): no join, rows of 16-byte pieces in and out,
+/// 32-bit tile counts.
 pub fn applies(epilogue: &Epilogue, pixels: usize, filters: usize, depth: usize) -> bool {
     let tiles = pixels.div_ceil(ROWS_PER_TILE).saturating_mul(filters.div_ceil(COLUMNS_PER_TILE));
-    !epilogue.looks_up && !epilogue.joins && filters.is_multiple_of(16) && depth.is_multiple_of(16) && depth > 0 && tiles <= i32::MAX as usize && pixels <= i32::MAX as usize
+    !epilogue.joins && filters.is_multiple_of(16) && depth.is_multiple_of(16) && depth > 0 && tiles <= i32::MAX as usize && pixels <= i32::MAX as usize
 }
 
 /// `out[pixels][filters]` = the epilogue's levels of `x[pixels][depth]` · `w[filters][depth]`ᵀ,
@@ -56,15 +75,29 @@ pub fn product(cx: &Ctx, x: &DeviceTensor, w: &DeviceTensor, epilogue: &Epilogue
     let w_map = cx.gpu.tensor_map_2d_u8(w, depth, filters, depth, DEPTH_PER_STAGE as u32, COLUMNS_PER_TILE as u32)?;
     let tiles = pixels.div_ceil(ROWS_PER_TILE) * filters.div_ceil(COLUMNS_PER_TILE);
     let grid = tiles.min(cx.gpu.multiprocessors() as usize) as u32;
-    let kernel = Source::Int8Gemm.kernel(KERNEL);
+    let variant = if epilogue.looks_up { LOOKUP } else { LEVELS };
+    let kernel = Source::Int8Gemm.kernel(variant.name);
     if tracing::enabled!(target: "kiln::int8", tracing::Level::INFO) {
-        super::quant::say_once(format!("{KERNEL} over {pixels} rows by {filters} filters, depth {depth}: {tiles} tiles on {grid} blocks"));
+        super::quant::say_once(format!("{} over {pixels} rows by {filters} filters, depth {depth}: {tiles} tiles on {grid} blocks", variant.name));
     }
     let mut args = vec![Arg::TensorMap(x_map), Arg::TensorMap(w_map), Arg::I32(pixels as i32), Arg::I32(filters as i32), Arg::I32(depth as i32)];
     args.extend(epilogue.args.iter().copied());
     args.push(Arg::I32(super::typed::type_code(epilogue.computed)));
     args.push(cx.arg(out));
-    cx.gpu.launch_with_shared(&kernel, (grid, 1, 1), (THREADS, 1, 1), SHARED_BYTES as u32, &args).map_err(KernelError::from)?;
+    cx.gpu.launch_with_shared(&kernel, (grid, 1, 1), (THREADS, 1, 1), variant.shared_bytes() as u32, &args).map_err(KernelError::from)?;
     PRODUCTS.fetch_add(1, Ordering::Relaxed);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{LEVELS, LOOKUP};
+
+    /// Both kernels' shared memory fits a Hopper multiprocessor's 227 KB of dynamic shared memory.
+    #[test]
+    fn both_variants_fit_in_shared_memory() {
+        for v in [LEVELS, LOOKUP] {
+            assert!(v.shared_bytes() <= 232_448, "{}: {} bytes", v.name, v.shared_bytes());
+        }
+    }
 }

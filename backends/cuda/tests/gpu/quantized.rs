@@ -186,7 +186,8 @@ fn persistent_layers_enqueued() -> u64 {
 /// consumer warpgroups on alternate tiles) give the cpu oracle's values: rows, columns and
 /// depths that fill no tile or stage (zeros from the TMA past the edges), depths of more steps
 /// than the ring has stages, more tiles than two a block (each consumer loops, the ring wraps
-/// many times), a per-tensor scale, a second quantization, ReLU, both level types. Skips (and
+/// many times), a per-tensor scale, a second quantization, ReLU, both level types, levels looked
+/// up in per-column tables (copied once, or again where a consumer's columns change). Skips (and
 /// says so) off Hopper.
 #[test]
 fn pointwise_int8_layers_on_the_warp_specialized_product_match_the_cpu_oracle() {
@@ -195,7 +196,7 @@ fn pointwise_int8_layers_on_the_warp_specialized_product_match_the_cpu_oracle() 
         eprintln!("SKIPPED: the warp-specialized INT8 product needs sm_90 (wgmma, TMA)");
         return;
     }
-    use crate::integer_layers::{layer_with as with, Extra};
+    use crate::integer_layers::{layer_with as with, lookup, Extra};
     use DataType::{I32, I8, U8};
     use Operands::Symmetric as S;
     let matmul = QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::None };
@@ -206,8 +207,14 @@ fn pointwise_int8_layers_on_the_warp_specialized_product_match_the_cpu_oracle() 
         ("product, 9,000 rows, 256 columns, depth 1,024 (8 steps, 7 stages; 282 tiles), int32 bias, int8", with(matmul.clone(), S, &[9_000, 1024], &[1024, 256], 256, Some(I32), false, I8, Extra::default())),
         ("product, 20,000 rows, 256 columns, depth 64 (626 one-step tiles), per-tensor scale, no bias, int8", with(matmul.clone(), S, &[20_000, 64], &[64, 256], 1, None, false, I8, Extra::default())),
         ("B transposed, batched rows [3, 50, 128], 16 columns, second quantization, ReLU, int8", with(matmul_t, S, &[3, 50, 128], &[16, 128], 16, Some(I32), false, I8, then(true, I8))),
-        ("product, 520 rows, 256 columns, depth 768, second quantization, uint8 levels, int8", with(matmul, S, &[520, 768], &[768, 256], 256, Some(I32), false, U8, then(false, I8))),
+        ("product, 520 rows, 256 columns, depth 768, second quantization, uint8 levels, int8", with(matmul.clone(), S, &[520, 768], &[768, 256], 256, Some(I32), false, U8, then(false, I8))),
         ("1x1 conv, 40,000 pixels, 64 channels, 256 filters, int32 bias, ReLU, uint8", with(conv(1, &[1, 1], &[0, 0]), S, &[4, 64, 100, 100], &[256, 64, 1, 1], 256, Some(I32), true, U8, Extra::default())),
+        // Five column blocks, the last of 112 columns: a consumer's next tile is in other columns,
+        // so its table is released and copied again (a partial copy for the last block).
+        ("product, 9,000 rows, 624 columns, depth 768, levels looked up in an int8 table", with(matmul.clone(), S, &[9_000, 768], &[768, 624], 624, Some(I32), false, I8, lookup(I8))),
+        // Three column blocks: every consumer keeps its columns (its table copied once).
+        ("product, 9,000 rows, 384 columns, depth 256, ReLU, levels looked up in a uint8 table", with(matmul.clone(), S, &[9_000, 256], &[256, 384], 384, None, true, I8, lookup(U8))),
+        ("product, 100 rows, 48 columns, depth 80, levels looked up in an int8 table", with(matmul, S, &[100, 80], &[80, 48], 48, Some(I32), false, U8, lookup(I8))),
     ];
     for (what, (net, feeds)) in cases {
         let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap();
