@@ -232,7 +232,7 @@ impl<'e> Run<'e> {
             x_scale: scalar(Q::X_SCALE)?.or(unscaled).ok_or_else(|| invalid!("the integer layer has no x scale"))? as f32,
             x_zero: scalar(Q::X_ZERO)?.unwrap_or(0.0) as i64,
             w_scale: host(Q::W_SCALE)?.or(unscaled.map(|s| vec![s])).ok_or_else(|| invalid!("the integer layer has no weight scale"))?.iter().map(|&s| s as f32).collect(),
-            y_scale: scalar(Q::Y_SCALE)?.map(|s| s as f32),
+            y_scale: host(Q::Y_SCALE)?.unwrap_or_default().iter().map(|&s| s as f32).collect(),
             y_zero: scalar(Q::Y_ZERO)?.unwrap_or(0.0) as i64,
         };
         let inputs = self.words([Q::X, Q::W, Q::BIAS, Q::W_ZERO].iter().map(|&s| device(s)).collect::<KResult<Vec<_>>>()?)?;

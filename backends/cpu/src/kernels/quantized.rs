@@ -44,14 +44,14 @@ pub fn quantized(p: &Q, inputs: &[Option<&HostTensor>]) -> Result<HostTensor, St
     };
     let x_scale = req(Q::X_SCALE)?.to_f64_vec()[0] as f32;
     let w_scale: Vec<f32> = req(Q::W_SCALE)?.to_f64_vec().iter().map(|&s| s as f32).collect();
-    let y_scale = get(Q::Y_SCALE).map(|s| s.to_f64_vec()[0] as f32);
+    let y_scales: Vec<f32> = get(Q::Y_SCALE).map_or_else(Vec::new, |s| s.to_f64_vec().iter().map(|&v| v as f32).collect());
     let residual = residual(get)?;
     if residual.as_ref().is_some_and(|r| r.len() != acc.len()) {
         return Err(format!("the residual's shape is not the output's, {shape:?}"));
     }
     // With a float term the division by y_scale is not folded into the scale.
     let float_terms = float_bias.is_some() || residual.is_some();
-    let scale = p.channel_scales(x_scale, &w_scale, y_scale, float_terms);
+    let scale = p.channel_scales(x_scale, &w_scale, &y_scales, float_terms)?;
     // f32(acc)·scale[k] (+ float bias[k]) (+ residual[i]): the float output, or the value to
     // requantize.
     let values = acc.to_f64_vec().into_iter().enumerate().map(|(i, a)| {
@@ -73,7 +73,8 @@ pub fn quantized(p: &Q, inputs: &[Option<&HostTensor>]) -> Result<HostTensor, St
             to => HostTensor::new(out.shape().to_vec(), super::misc::cast(&out, to)?).map_err(|e| e.to_string()),
         };
     }
-    let y_scale = y_scale.ok_or_else(|| format!("input {} is required", Q::Y_SCALE))?;
+    // Divided by only with float terms, where the output has one scale (channel_scales).
+    let y_scale = *y_scales.first().ok_or_else(|| format!("input {} is required", Q::Y_SCALE))?;
     let y_zero = get(Q::Y_ZERO).map_or(0.0, |z| z.to_f64_vec()[0]);
     let (low, high) = match p.output {
         DataType::I8 => (-128.0, 127.0),

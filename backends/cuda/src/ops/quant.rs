@@ -62,7 +62,8 @@ struct Constants {
     x_zero: f64,
     w_scale: Vec<f32>,
     w_zero: Option<Vec<f64>>,
-    y_scale: Option<f32>,
+    /// One output scale, or one per channel (sibling products side by side); empty: none.
+    y_scale: Vec<f32>,
     y_zero: f64,
     /// The largest |int32 bias| where its values are on the host (0 without a bias), which the
     /// levels-only convolution epilogue starts its sums at; None where they are not.
@@ -72,6 +73,15 @@ struct Constants {
 impl Constants {
     /// int8 operands with zero points all 0: the sums of the stored integers are the layer's,
     /// the form INT8 tensor cores take.
+    /// The output scale where the arithmetic divides by it: one value (None: no scale).
+    fn one_y_scale(&self) -> KResult<Option<f32>> {
+        match self.y_scale[..] {
+            [] => Ok(None),
+            [s] => Ok(Some(s)),
+            _ => Err(invalid!("{} output scales where the levels are dequantized with one", self.y_scale.len())),
+        }
+    }
+
     fn tensor_core_form(&self, x: &DeviceTensor, w: &DeviceTensor) -> bool {
         x.dtype == DataType::I8 && w.dtype == DataType::I8 && self.x_zero == 0.0 && self.w_zero.as_ref().is_none_or(|z| z.iter().all(|&v| v == 0.0))
     }
@@ -88,7 +98,7 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
         x_zero: first(Q::X_ZERO)?.unwrap_or(0.0),
         w_scale: host(Q::W_SCALE)?.or(unscaled.map(|s| vec![s])).ok_or_else(|| invalid!("the integer layer has no weight scale"))?.iter().map(|&s| s as f32).collect(),
         w_zero: host(Q::W_ZERO)?,
-        y_scale: first(Q::Y_SCALE)?.map(|s| s as f32),
+        y_scale: host(Q::Y_SCALE)?.unwrap_or_default().iter().map(|&s| s as f32).collect(),
         y_zero: first(Q::Y_ZERO)?.unwrap_or(0.0),
         // Read from the constant's host copy only: a download here would sit on every run.
         int_bias_bound: match value(Q::BIAS) {
@@ -499,7 +509,7 @@ impl SecondQuantization {
     /// the levels of `p` (`k`'s scale and zero point): the kernels look it up.
     fn levels(&self, cx: &Ctx, p: &Q, k: &Constants) -> KResult<DeviceTensor> {
         use kiln::plan::requantization::{second_levels, Dequantization};
-        let first = Dequantization { dtype: p.output, scale: k.y_scale.ok_or_else(|| invalid!("the levels have no scale"))?, zero: k.y_zero as f32 };
+        let first = Dequantization { dtype: p.output, scale: k.one_y_scale()?.ok_or_else(|| invalid!("the levels have no scale"))?, zero: k.y_zero as f32 };
         let levels = second_levels(self.then, first, self.scale, self.zero).map_err(|e| invalid!("{e}"))?;
         let table = kiln::HostTensor::new(vec![levels.len()], kiln::TensorData::U8(levels)).map_err(KernelError::from)?;
         cx.gpu.constant_table(&table).map_err(KernelError::from)
@@ -572,7 +582,7 @@ impl Epilogue {
         if let Some(t) = terms.lookup.filter(|t| t.dtype != out_dtype || t.len() != channels * Q::LOOKUP_ROW || terms.then.is_some()) {
             return Err(invalid!("a lookup of {channels} channels wants a [{channels}, 256] {out_dtype} table after the levels, not {} of {:?}", t.dtype, t.shape));
         }
-        let scale = p.channel_scales(k.x_scale, &k.w_scale, k.y_scale, float_bias.is_some() || residual.is_some());
+        let scale = p.channel_scales(k.x_scale, &k.w_scale, &k.y_scale, float_bias.is_some() || residual.is_some()).map_err(|e| invalid!("{e}"))?;
         for (what, len) in [("scales", scale.len()), ("float bias values", float_bias.as_ref().map_or(1, |b| b.len())), ("int32 bias values", int_bias.map_or(1, |b| b.len()))] {
             if len != 1 && len != channels {
                 return Err(invalid!("{len} {what} for {channels} output channels"));
@@ -596,7 +606,9 @@ impl Epilogue {
             Arg::I64(scale_len as i64),
             float_bias.as_ref().map_or(Arg::NULL, |b| cx.arg(b)),
             Arg::I64(float_bias.as_ref().map_or(1, |b| b.len()) as i64),
-            Arg::F32(k.y_scale.unwrap_or(1.0)),
+            // Divided by only with float terms or a join, where the layer has one output scale
+            // (channel_scales refuses more); per-channel ones are folded into `scale`.
+            Arg::F32(match k.y_scale[..] { [s] => s, _ => 1.0 }),
             Arg::F32(k.y_zero as f32),
             Arg::F32(lo),
             Arg::F32(hi),

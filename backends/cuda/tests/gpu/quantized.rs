@@ -518,6 +518,20 @@ fn the_qdq_fixture_runs_as_integer_layers_and_matches_the_cpu_backend() {
     crate::integer_layers::check_qdq_fixture(cuda);
 }
 
+/// onnxruntime's Q/DQ attention fixture: Q, K and V as one integer product with per-column
+/// output scales and level tables, its slices read by the attention, in f32 and in an FP16 build
+/// (where the attention runs on the integer tensor cores), each against the cpu backend.
+#[test]
+fn the_qdq_attention_fixture_merges_its_projections_and_matches_the_cpu_backend() {
+    let Some(cuda) = backend() else { return };
+    crate::integer_layers::check_qdq_attention_fixture(cuda, &kiln::BuilderConfig::default(), 1e-3);
+    let mut fp16 = kiln::BuilderConfig::default();
+    fp16.set_flag(kiln::BuilderFlag::Fp16);
+    let before = kiln_cuda::ops::flash::integer_attentions_enqueued();
+    crate::integer_layers::check_qdq_attention_fixture(cuda, &fp16, 2e-2);
+    assert!(kiln_cuda::ops::flash::integer_attentions_enqueued() > before, "the FP16 build's attention ran on attention_int8");
+}
+
 /// The float islands between 8-bit tensors: `DQ(a) + DQ(b) → ·scale → Relu → Q`, and the same
 /// with the sum quantized and dequantized again before the ReLU. The passes make each one
 /// fused layer reading the integers; cuda runs it as one chain kernel and gives the cpu

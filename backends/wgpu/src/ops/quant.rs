@@ -146,7 +146,8 @@ pub struct QuantizedScales {
     pub x_scale: f32,
     pub x_zero: i64,
     pub w_scale: Vec<f32>,
-    pub y_scale: Option<f32>,
+    /// One output scale, or one per channel (sibling products side by side); empty: none.
+    pub y_scale: Vec<f32>,
     pub y_zero: i64,
 }
 
@@ -219,7 +220,7 @@ pub fn quantized(
     let kiln::plan::quant::ParamIndex { inner, len: channels } = kiln::plan::quant::ParamIndex::output_channels(p, shape);
     let quantized = p.quantized_output();
     // The same f32 operations as the cpu backend.
-    let scale = p.channel_scales(scales.x_scale, &scales.w_scale, scales.y_scale, float_bias.is_some() || residual.is_some());
+    let scale = p.channel_scales(scales.x_scale, &scales.w_scale, &scales.y_scale, float_bias.is_some() || residual.is_some()).map_err(|e| kiln::invalid!("{e}"))?;
     if let Some(r) = residual.filter(|r| r.dtype != DataType::F32 || r.len() != shape.iter().product::<usize>()) {
         return Err(kiln::invalid!("the residual must be f32 of the output's {shape:?}, not {} of {:?}", r.dtype, r.shape));
     }
@@ -237,7 +238,9 @@ pub fn quantized(
         scales.y_zero as i32 as u32,
         qmin as u32,
         qmax as u32,
-        scales.y_scale.unwrap_or(1.0).to_bits(),
+        // Divided by only with float terms, where the layer has one output scale
+        // (channel_scales refuses more); per-channel ones are folded into `scale`.
+        match scales.y_scale[..] { [s] => s, _ => 1.0 }.to_bits(),
         u32::from(scale.len() > 1),
         u32::from(float_bias.as_ref().is_some_and(|b| b.len() > 1)),
         u32::from(residual.is_some()),

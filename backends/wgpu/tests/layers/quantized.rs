@@ -86,6 +86,14 @@ fn the_qdq_fixture_runs_as_integer_layers_and_matches_the_cpu_backend() {
     crate::integer_layers::check_qdq_fixture(&gpu);
 }
 
+/// onnxruntime's Q/DQ attention fixture: Q, K and V as one integer product with per-column
+/// output scales and level tables, its slices read by the attention, against the cpu backend.
+#[test]
+fn the_qdq_attention_fixture_merges_its_projections_and_matches_the_cpu_backend() {
+    let Some(gpu) = gpu() else { return };
+    crate::integer_layers::check_qdq_attention_fixture(&gpu, &kiln::BuilderConfig::default(), 1e-3);
+}
+
 /// Reshape and transpose between Q/DQ pairs, and a residual Add after a reshape (BERT as
 /// onnxruntime's quantize_static writes it): Q/DQ propagation moves the layout layers onto
 /// uint8, which wgpu moves as 32-bit words, and the engine gives the cpu backend's values and

@@ -22,9 +22,10 @@ use serde::{Deserialize, Serialize};
 ///   them in f32, so FP8 results agree to f32 summation, not bit for bit); an int32 `bias`
 ///   (quantized with scale `x_scale·w_scale`, as ONNX QLinearConv's) is added to it.
 /// - `output` a quantized type (`y_scale` present): `y = saturate(round_even(acc·m[k]) +
-///   y_zero)` with `m[k] = x_scale·w_scale[k] / y_scale` in f32, the form integer kernels
-///   requantize with; a float `bias` instead makes it `round_even((acc·x_scale·w_scale[k] +
-///   bias) / y_scale) + y_zero`. `relu` clamps below at `y_zero`.
+///   y_zero)` with `m[k] = x_scale·w_scale[k] / y_scale[k]` in f32, the form integer kernels
+///   requantize with (`y_scale` one value, or one per output channel where the layer is
+///   sibling products side by side and nothing else divides by it); a float `bias` instead
+///   makes it `round_even((acc·x_scale·w_scale[k] + bias) / y_scale) + y_zero`. `relu` clamps below at `y_zero`.
 /// - `output` a float (no `y_scale`): `acc·(x_scale·w_scale[k]) + bias`, then `relu`, in f32;
 ///   an f16 or bf16 output is that value rounded once (an FP16 build's Cast, folded in).
 /// - `residual` (a skip connection's Add, folded in; the output's shape): added in f32 after
@@ -147,19 +148,24 @@ impl QuantizedParams {
     }
 
     /// The f32 factor each output channel's `f32(acc)` is multiplied by, in the f32
-    /// operations every backend uses: `x_scale·w_scale[k]`, divided by `y_scale` where the
+    /// operations every backend uses: `x_scale·w_scale[k]`, divided by `y_scale[k]` where the
     /// output is quantized and no float term (a float bias, a residual) is added (the
     /// multiplier integer kernels fold; float terms are added before the division instead).
-    /// One factor per weight scale.
-    pub fn channel_scales(&self, x_scale: f32, w_scale: &[f32], y_scale: Option<f32>, float_terms: bool) -> Vec<f32> {
-        let fold = self.quantized_output() && !float_terms;
-        w_scale
-            .iter()
-            .map(|&w| match (fold, y_scale) {
-                (true, Some(y)) => x_scale * w / y,
-                _ => x_scale * w,
-            })
-            .collect()
+    /// `w_scale` and `y_scale` hold one value or one per channel (`y_scale` empty: none); the
+    /// result holds one factor per channel where either does. A per-channel `y_scale` only
+    /// folds: with a float term it is an error.
+    pub fn channel_scales(&self, x_scale: f32, w_scale: &[f32], y_scale: &[f32], float_terms: bool) -> Result<Vec<f32>, String> {
+        let fold = self.quantized_output() && !float_terms && !y_scale.is_empty();
+        if !fold && y_scale.len() > 1 {
+            return Err(format!("{} output scales, one per channel, with a float term added before the division", y_scale.len()));
+        }
+        let lens = if fold { [w_scale.len(), y_scale.len()] } else { [w_scale.len(), 1] };
+        let channels = lens.iter().copied().max().unwrap_or(1);
+        if lens.iter().any(|&n| n != 1 && n != channels) {
+            return Err(format!("{} weight scales and {} output scales for one layer", w_scale.len(), y_scale.len()));
+        }
+        let at = |v: &[f32], k: usize| v[if v.len() == 1 { 0 } else { k }];
+        Ok((0..channels).map(|k| if fold { x_scale * at(w_scale, k) / at(y_scale, k) } else { x_scale * at(w_scale, k) }).collect())
     }
 }
 

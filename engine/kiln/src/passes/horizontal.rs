@@ -111,7 +111,7 @@ fn product(net: &Network, i: usize) -> Option<Product> {
 }
 
 /// Rows of the [K, N_i] matrices side by side: one [K, ΣN] matrix (or [ΣN] vectors).
-fn side_by_side(parts: &[&HostTensor]) -> Result<HostTensor, PassError> {
+pub(super) fn side_by_side(parts: &[&HostTensor]) -> Result<HostTensor, PassError> {
     let dtype = parts[0].dtype();
     let size = dtype.size_bytes().ok_or_else(|| PassError::Internal(format!("{dtype} has no element size")))?;
     let rows = if parts[0].shape().len() == 2 { parts[0].shape()[0] } else { 1 };
@@ -151,14 +151,21 @@ fn merge(net: &Network, rb: &mut Rewriter<'_>, group: &[Product]) -> Result<(), 
     }
     let wide = rb.out_mut().add_layer(&name, first.kind.clone(), inputs)?;
     let wide = rb.out().output(wide, 0);
-    let rank = net.tensor(first.outputs[0]).shape.rank();
+    let members: Vec<(usize, usize)> = group.iter().zip(&weights).map(|(p, w)| (p.layer, w.shape()[1])).collect();
+    slice_apart(net, rb, wide, &members)
+}
+
+/// A Slice of `wide`'s last axis per member `(layer, columns)`, in order, each carrying the
+/// member's output.
+pub(super) fn slice_apart(net: &Network, rb: &mut Rewriter<'_>, wide: TensorId, members: &[(usize, usize)]) -> Result<(), PassError> {
+    let rank = net.tensor(net.layers()[members[0].0].outputs[0]).shape.rank();
     let ints = |rb: &mut Rewriter<'_>, what: &str, v: i64| -> Result<TensorId, PassError> {
         Ok(rb.constant(what, HostTensor::from_i64(vec![1], vec![v]).map_err(|e| PassError::Internal(e.to_string()))?)?)
     };
     let mut at = 0i64;
-    for (p, w) in group.iter().zip(&weights) {
-        let l = &net.layers()[p.layer];
-        let n = w.shape()[1] as i64;
+    for &(layer, n) in members {
+        let l = &net.layers()[layer];
+        let n = n as i64;
         let starts = ints(rb, &format!("{} columns from", l.name), at)?;
         let ends = ints(rb, &format!("{} columns to", l.name), at + n)?;
         let axes = ints(rb, &format!("{} columns axis", l.name), rank as i64 - 1)?;

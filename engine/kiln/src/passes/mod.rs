@@ -16,6 +16,7 @@ mod einsum;
 mod fold;
 mod fuse;
 mod horizontal;
+mod horizontal_quantized;
 mod integer_sums;
 mod level_tables;
 mod noop;
@@ -34,6 +35,7 @@ pub use einsum::EinsumLowering;
 pub use fold::{ConstantFolding, MAX_FOLDED_ELEMENTS};
 pub use fuse::EpilogueFusion;
 pub use horizontal::HorizontalMatMulFusion;
+pub use horizontal_quantized::QuantizedHorizontalFusion;
 pub use level_tables::LevelTables;
 pub use noop::NoOpRemoval;
 pub use patterns::{GeluFusion, NormalizationFusion, RmsNormalizationFusion, SoftMaxFusion, SwishFusion};
@@ -168,6 +170,8 @@ impl Pipeline {
                 Box::new(AttentionInputLevels),
                 // Last, so no pattern above sees a value shared that the graph computed twice.
                 Box::new(CommonSubexpressionElimination),
+                // After CSE, so products of one input quantized twice alike read one tensor.
+                Box::new(QuantizedHorizontalFusion),
                 Box::new(DeadLayerElimination),
             ],
         }

@@ -210,3 +210,35 @@ pub fn check_qdq_fixture(backend: &dyn kiln::Backend) {
         assert_eq!(got[name].data(), want[name].data(), "{name}");
     }
 }
+
+/// onnxruntime's Q/DQ attention fixture (`qdq_models/mini_attention_s8`: int8 projections, bias
+/// islands after their levels, attention on levels) built for `backend` with `config`: Q, K and
+/// V merge into one integer product (each column its own output scale and level table) whose
+/// slices the attention reads, and the output is the cpu backend's within `tolerance` (relative
+/// L2: the attention's float arithmetic may sum in another order).
+pub fn check_qdq_attention_fixture(backend: &dyn kiln::Backend, config: &kiln::BuilderConfig, tolerance: f64) {
+    let repo = std::env::var_os("KILN_REPO").map_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."), std::path::PathBuf::from);
+    let net = kiln_onnx::import_file(&repo.join("engine/onnx/tests/qdq_models/mini_attention_s8/model.onnx")).expect("import");
+    let (batch, seq, hidden) = (2, 16, 32);
+    let x = HostTensor::from_f32(vec![batch, seq, hidden], (0..batch * seq * hidden).map(|i| ((i * 37 % 101) as f32 / 101.0 - 0.5) * 3.2).collect()).expect("x");
+    // The last three keys are padding, as BERT's extended mask.
+    let mask = HostTensor::from_f32(vec![batch, 1, 1, seq], (0..batch * seq).map(|i| if i % seq >= seq - 3 { -10000.0 } else { 0.0 }).collect()).expect("mask");
+    let feeds = std::collections::HashMap::from([("x".to_string(), x), ("mask".to_string(), mask)]);
+    // The batch is dynamic: a profile pins it (a device backend times its tactics at it).
+    let mut config = config.clone();
+    let mut profile = kiln::OptimizationProfile::new();
+    profile.set_dimensions("x", &[batch, seq, hidden], &[batch, seq, hidden], &[batch, seq, hidden]);
+    profile.set_dimensions("mask", &[batch, 1, 1, seq], &[batch, 1, 1, seq], &[batch, 1, 1, seq]);
+    config.profiles.push(profile);
+    let run = |backend: &dyn kiln::Backend| {
+        let engine = kiln::Builder::new(backend).build(&net, &config).unwrap_or_else(|e| panic!("{}: build: {e}", backend.name()));
+        let merged = engine.network().layers().iter().filter(|l| matches!(l.kind, LayerKind::Quantized(_)) && l.name.contains(" | ")).count();
+        assert_eq!(merged, 1, "{}: Q, K and V as one product: {}", backend.name(), engine.network().dump());
+        kiln::ExecutionContext::new(engine, backend).expect("prepare").run(&feeds).expect("run").remove("y").expect("y").to_f64_vec()
+    };
+    let (got, want) = (run(backend), run(&kiln_cpu::CpuBackend::new()));
+    let num: f64 = got.iter().zip(&want).map(|(a, b)| (a - b) * (a - b)).sum();
+    let den: f64 = want.iter().map(|b| b * b).sum();
+    let error = (num / den).sqrt();
+    assert!(error <= tolerance, "{}: relative L2 {error} against the cpu backend", backend.name());
+}

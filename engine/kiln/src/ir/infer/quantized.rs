@@ -69,7 +69,12 @@ pub(super) fn quantized<'a>(p: &Q, ins: &Inputs<'_, 'a>, weights: &WeightsLookup
             return rule(extra, "an int32 output is the sums of 8-bit integers: no scales, bias, ReLU or output zero point");
         }
     } else if p.quantized_output() {
-        per_channel(ins, Q::Y_SCALE, None, true)?;
+        // One output scale per channel (sibling products merged side by side) only where it
+        // folds into the channel's multiplier: no float term divided by it, no second
+        // quantization dequantizing the levels with it.
+        let float_bias = ins.get(Q::BIAS).is_some_and(|b| b.dtype.is_float());
+        let one_scale = float_bias || ins.get(Q::RESIDUAL).is_some() || p.then.is_some();
+        per_channel(ins, Q::Y_SCALE, if one_scale { None } else { channels.as_ref() }, true)?;
         per_channel(ins, Q::Y_ZERO, None, false)?;
         if ins.get(Q::Y_ZERO).is_some_and(|z| z.dtype != p.output) {
             return rule(Some(Q::Y_ZERO), format!("the output zero point must be {}", p.output));

@@ -1,0 +1,258 @@
+//! Horizontal fusion of sibling integer products: [`QuantizedParams`] matrix products of one
+//! input's levels by constant 8-bit weights of the same depth become one product over the
+//! weights side by side, whose columns are sliced back apart (as [`super::HorizontalMatMulFusion`]
+//! does for float products). A Q/DQ transformer's query, key and value projections then run as
+//! one integer GEMM three times as wide: one launch, fuller waves, the input read once.
+//!
+//! Exact: each column keeps its own arithmetic. The members' weight scales, int32 biases and
+//! level tables go side by side; their output scales too (one per channel of the merged layer,
+//! so each column's multiplier is `x_scale·w_scale[k] / y_scale[k]`, the f32 operations it had).
+//! Members merge only where the rest is equal: the input's scale and zero point, the output's
+//! type, zero point, ReLU and table type, and no float term, residual or second quantization
+//! (those divide by one output scale).
+
+use super::graph::{has_control_flow, known_value};
+use super::horizontal::slice_apart;
+use super::{Pass, PassContext, PassError};
+use crate::ir::layer::{LayerKind, MatrixOp};
+use crate::ir::network::{Network, TensorId};
+use crate::ir::quantized::{QuantizedAnchor, QuantizedParams as Q};
+use crate::ir::tensor::{HostTensor, TensorData};
+use crate::ir::dtype::DataType;
+use std::collections::HashMap;
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct QuantizedHorizontalFusion;
+
+/// A product this pass can merge.
+struct Member {
+    layer: usize,
+    /// Output channels (columns).
+    columns: usize,
+    /// Whether its weights are stored transposed (`[N, K]`).
+    transposed: bool,
+}
+
+impl Pass for QuantizedHorizontalFusion {
+    fn name(&self) -> &'static str {
+        "quantized-horizontal-fusion"
+    }
+
+    fn run(&self, network: &Network, _: &PassContext<'_>) -> Result<Option<Network>, PassError> {
+        // KILN_QUANTIZED_HORIZONTAL=0 leaves the siblings apart (A/B measurements).
+        let off = std::env::var("KILN_QUANTIZED_HORIZONTAL").is_ok_and(|v| v == "0");
+        if off || has_control_flow(network) {
+            return Ok(None);
+        }
+        let mut groups: HashMap<(TensorId, String), Vec<Member>> = HashMap::new();
+        for i in 0..network.layers().len() {
+            if let Some((x, key, m)) = member(network, i) {
+                groups.entry((x, key)).or_default().push(m);
+            }
+        }
+        let mut groups: Vec<Vec<Member>> = groups.into_values().filter(|g| g.len() >= 2).collect();
+        if groups.is_empty() {
+            return Ok(None);
+        }
+        groups.sort_by_key(|g| g[0].layer);
+        let widths: Vec<String> =
+            groups.iter().map(|g| g.iter().map(|m| m.columns.to_string()).collect::<Vec<_>>().join("+")).collect();
+        tracing::info!(
+            target: "kiln::builder",
+            "horizontal fusion: {} groups of integer products reading one input's levels merged side by side ({} columns)",
+            groups.len(),
+            widths.join(", ")
+        );
+        let mut first_of: HashMap<usize, usize> = HashMap::new();
+        let mut merged = vec![false; network.layers().len()];
+        for (g, members) in groups.iter().enumerate() {
+            first_of.insert(members[0].layer, g);
+            members.iter().for_each(|m| merged[m.layer] = true);
+        }
+        let mut rb = crate::ir::rewrite::Rewriter::new(network);
+        for i in 0..network.layers().len() {
+            if let Some(&g) = first_of.get(&i) {
+                merge(network, &mut rb, &groups[g])?;
+            } else if !merged[i] {
+                rb.keep(i)?;
+            }
+        }
+        Ok(Some(rb.finish_as_source()?))
+    }
+}
+
+/// The constant value in slot `s` of layer `l`'s inputs (None: the slot is empty; Err: it is
+/// not constant).
+fn slot_value<'a>(net: &'a Network, inputs: &[Option<TensorId>], s: usize) -> Result<Option<&'a HostTensor>, ()> {
+    match inputs.get(s).copied().flatten() {
+        None => Ok(None),
+        Some(t) => known_value(net, t).map(Some).ok_or(()),
+    }
+}
+
+/// Layer `i` as a mergeable integer product: its input, the key siblings must share, and its
+/// columns.
+fn member(net: &Network, i: usize) -> Option<(TensorId, String, Member)> {
+    let l = &net.layers()[i];
+    let LayerKind::Quantized(p) = &l.kind else { return None };
+    let QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b } = p.anchor else { return None };
+    let transposed = match op_b {
+        MatrixOp::None => false,
+        MatrixOp::Transpose => true,
+        _ => return None,
+    };
+    if !p.quantized_output() || p.then.is_some() || net.outputs().contains(l.outputs.first()?) {
+        return None;
+    }
+    let value = |s: usize| slot_value(net, &l.inputs, s).ok();
+    // Float terms and skip connections divide by one output scale: not merged.
+    if [Q::RESIDUAL, Q::JOIN, Q::THEN_SCALE].iter().any(|&s| l.inputs.get(s).copied().flatten().is_some()) {
+        return None;
+    }
+    let w = value(Q::W)??;
+    let [a, b] = w.shape()[..] else { return None };
+    let (depth, columns) = if transposed { (b, a) } else { (a, b) };
+    if !w.dtype().is_8bit_integer() {
+        return None;
+    }
+    let one = |t: Option<&HostTensor>| t.map(|t| t.to_f64_vec()).filter(|v| v.len() == 1).map(|v| v[0]);
+    let per_column = |t: &HostTensor| t.len() == 1 || t.len() == columns;
+    let x_scale = one(value(Q::X_SCALE)?)?;
+    let x_zero = match value(Q::X_ZERO)? {
+        None => 0.0,
+        z => one(z)?,
+    };
+    let y_zero = match value(Q::Y_ZERO)? {
+        None => 0.0,
+        z => one(z)?,
+    };
+    let y_scale = value(Q::Y_SCALE)??;
+    let w_scale = value(Q::W_SCALE)??;
+    let bias = value(Q::BIAS)?;
+    if !per_column(y_scale) || !per_column(w_scale) || bias.is_some_and(|b| b.dtype() != DataType::I32 || !per_column(b)) {
+        return None;
+    }
+    // Zero weight zero points only: the merged layer has none.
+    if value(Q::W_ZERO)?.is_some_and(|z| z.to_f64_vec().iter().any(|&v| v != 0.0)) {
+        return None;
+    }
+    let lookup = value(Q::LOOKUP)?;
+    if p.lookup.is_some() != lookup.is_some() {
+        return None;
+    }
+    // 2:4 sparse weights merge only with 2:4 siblings (a dense part would lose sparse kernels).
+    let two_four = crate::sparsity::is_eligible(net, crate::ir::network::LayerId(i));
+    let x = l.inputs[Q::X]?;
+    let key = format!(
+        "{:?} {:?} {} {} {} {} {} {} {} {two_four}",
+        p.output,
+        p.lookup,
+        p.relu,
+        w.dtype(),
+        depth,
+        transposed,
+        x_scale.to_bits(),
+        x_zero,
+        y_zero
+    );
+    Some((x, key, Member { layer: i, columns, transposed }))
+}
+
+/// The members' values in `slot`, each widened to one f32 per column, side by side (`None`
+/// where every member has the same one value: the first member's tensor is kept).
+fn per_column_f32(net: &Network, group: &[Member], slot: usize) -> Result<Option<HostTensor>, PassError> {
+    let mut values = Vec::new();
+    for m in group {
+        let t = slot_value(net, &net.layers()[m.layer].inputs, slot)
+            .ok()
+            .flatten()
+            .ok_or_else(|| PassError::Internal(format!("slot {slot} of a merged product is not constant")))?;
+        values.push(t.to_f64_vec());
+    }
+    if values.iter().all(|v| v.len() == 1 && v[0].to_bits() == values[0][0].to_bits()) {
+        return Ok(None);
+    }
+    let wide: Vec<f32> = group.iter().zip(&values).flat_map(|(m, v)| (0..m.columns).map(move |k| v[if v.len() == 1 { 0 } else { k }] as f32)).collect();
+    let len = wide.len();
+    HostTensor::from_f32(vec![len], wide).map(Some).map_err(|e| PassError::Internal(e.to_string()))
+}
+
+/// The members' weights side by side: `[K, ΣN]`, or `[ΣN, K]` stored transposed.
+fn weights_side_by_side(net: &Network, group: &[Member]) -> Result<HostTensor, PassError> {
+    let parts: Vec<&HostTensor> = group
+        .iter()
+        .map(|m| slot_value(net, &net.layers()[m.layer].inputs, Q::W).ok().flatten().ok_or_else(|| PassError::Internal("a member's weights are not constant".into())))
+        .collect::<Result<_, _>>()?;
+    if group[0].transposed {
+        // Rows are the columns: one after another.
+        let mut bytes = Vec::new();
+        for p in &parts {
+            bytes.extend_from_slice(p.data().as_le_bytes().ok_or_else(|| PassError::Internal("weights bytes".into()))?);
+        }
+        let rows: usize = group.iter().map(|m| m.columns).sum();
+        let depth = parts[0].shape()[1];
+        let data = TensorData::from_le_bytes(parts[0].dtype(), &bytes).ok_or_else(|| PassError::Internal("weights bytes".into()))?;
+        return HostTensor::new(vec![rows, depth], data).map_err(|e| PassError::Internal(e.to_string()));
+    }
+    super::horizontal::side_by_side(&parts)
+}
+
+/// The members' int32 biases side by side (zeros for a member without one), `None` where none
+/// has one.
+fn biases_side_by_side(net: &Network, group: &[Member]) -> Result<Option<HostTensor>, PassError> {
+    let biases: Vec<Option<&HostTensor>> = group.iter().map(|m| slot_value(net, &net.layers()[m.layer].inputs, Q::BIAS).ok().flatten()).collect();
+    if biases.iter().all(Option::is_none) {
+        return Ok(None);
+    }
+    let mut wide = Vec::new();
+    for (m, b) in group.iter().zip(&biases) {
+        let v = b.map(|b| b.to_f64_vec()).unwrap_or_else(|| vec![0.0]);
+        wide.extend((0..m.columns).map(|k| v[if v.len() == 1 { 0 } else { k }] as i32));
+    }
+    let len = wide.len();
+    HostTensor::new(vec![len], TensorData::I32(wide)).map(Some).map_err(|e| PassError::Internal(e.to_string()))
+}
+
+/// The members' `[N_i, 256]` level tables one after another.
+fn tables_one_after_another(net: &Network, group: &[Member]) -> Result<HostTensor, PassError> {
+    let mut bytes = Vec::new();
+    let mut dtype = None;
+    for m in group {
+        let t = slot_value(net, &net.layers()[m.layer].inputs, Q::LOOKUP).ok().flatten().ok_or_else(|| PassError::Internal("a member's table".into()))?;
+        bytes.extend_from_slice(t.data().as_le_bytes().ok_or_else(|| PassError::Internal("table bytes".into()))?);
+        dtype = Some(t.dtype());
+    }
+    let dtype = dtype.ok_or_else(|| PassError::Internal("no members".into()))?;
+    let rows: usize = group.iter().map(|m| m.columns).sum();
+    let data = TensorData::from_le_bytes(dtype, &bytes).ok_or_else(|| PassError::Internal("table bytes".into()))?;
+    HostTensor::new(vec![rows, Q::LOOKUP_ROW], data).map_err(|e| PassError::Internal(e.to_string()))
+}
+
+/// One integer product over the group's weights side by side, then a Slice per member carrying
+/// its output.
+fn merge(net: &Network, rb: &mut crate::ir::rewrite::Rewriter<'_>, group: &[Member]) -> Result<(), PassError> {
+    let first = &net.layers()[group[0].layer];
+    let name = group.iter().map(|m| net.layers()[m.layer].name.as_str()).collect::<Vec<_>>().join(" | ");
+    let mut inputs = vec![None; Q::SLOTS];
+    // Shared by every member (the key): the input, its scale and zero point, the output's zero point.
+    for s in [Q::X, Q::X_SCALE, Q::X_ZERO, Q::Y_ZERO] {
+        inputs[s] = first.inputs[s].map(|t| rb.get(t)).transpose()?;
+    }
+    inputs[Q::W] = Some(rb.constant(&format!("{name} weights"), weights_side_by_side(net, group)?)?);
+    if let Some(b) = biases_side_by_side(net, group)? {
+        inputs[Q::BIAS] = Some(rb.constant(&format!("{name} bias"), b)?);
+    }
+    for (slot, what) in [(Q::W_SCALE, "weight scales"), (Q::Y_SCALE, "output scales")] {
+        inputs[slot] = Some(match per_column_f32(net, group, slot)? {
+            Some(wide) => rb.constant(&format!("{name} {what}"), wide)?,
+            None => rb.get(first.inputs[slot].ok_or_else(|| PassError::Internal(format!("no {what}")))?)?,
+        });
+    }
+    if first.inputs[Q::LOOKUP].is_some() {
+        inputs[Q::LOOKUP] = Some(rb.constant(&format!("{name} level tables"), tables_one_after_another(net, group)?)?);
+    }
+    let wide = rb.out_mut().add_layer(&name, first.kind.clone(), inputs)?;
+    let wide = rb.out().output(wide, 0);
+    let members: Vec<(usize, usize)> = group.iter().map(|m| (m.layer, m.columns)).collect();
+    slice_apart(net, rb, wide, &members)
+}
