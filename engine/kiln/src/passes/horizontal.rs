@@ -51,24 +51,33 @@ impl Pass for HorizontalMatMulFusion {
         if groups.is_empty() {
             return Ok(None);
         }
-        let mut first_of: HashMap<usize, usize> = HashMap::new();
-        let mut merged = vec![false; network.layers().len()];
-        for (g, members) in groups.iter().enumerate() {
-            first_of.insert(members[0].layer, g);
-            for m in members {
-                merged[m.layer] = true;
-            }
-        }
-        let mut rb = Rewriter::new(network);
-        for i in 0..network.layers().len() {
-            if let Some(&g) = first_of.get(&i) {
-                merge(network, &mut rb, &groups[g])?;
-            } else if !merged[i] {
-                rb.keep(i)?;
-            }
-        }
-        Ok(Some(rb.finish_as_source()?))
+        let layers: Vec<Vec<usize>> = groups.iter().map(|g| g.iter().map(|p| p.layer).collect()).collect();
+        rewrite_groups(network, &layers, |rb, g| merge(network, rb, &groups[g])).map(Some)
     }
+}
+
+/// `network` with each group of layers (`groups[g]`, in network order) replaced by what `merge`
+/// adds for group `g` at its first member's place; every other layer kept.
+pub(super) fn rewrite_groups(
+    network: &Network,
+    groups: &[Vec<usize>],
+    mut merge: impl FnMut(&mut Rewriter<'_>, usize) -> Result<(), PassError>,
+) -> Result<Network, PassError> {
+    let mut first_of: HashMap<usize, usize> = HashMap::new();
+    let mut merged = vec![false; network.layers().len()];
+    for (g, members) in groups.iter().enumerate() {
+        first_of.insert(members[0], g);
+        members.iter().for_each(|&m| merged[m] = true);
+    }
+    let mut rb = Rewriter::new(network);
+    for i in 0..network.layers().len() {
+        if let Some(&g) = first_of.get(&i) {
+            merge(&mut rb, g)?;
+        } else if !merged[i] {
+            rb.keep(i)?;
+        }
+    }
+    Ok(rb.finish_as_source()?)
 }
 
 /// Layer `i` as a mergeable product: `input · W (+ bias)` with W a constant [K, N] and the bias

@@ -12,7 +12,7 @@
 //! (those divide by one output scale).
 
 use super::graph::{has_control_flow, known_value};
-use super::horizontal::slice_apart;
+use super::horizontal::{rewrite_groups, slice_apart};
 use super::{Pass, PassContext, PassError};
 use crate::ir::layer::{LayerKind, MatrixOp};
 use crate::ir::network::{Network, TensorId};
@@ -63,21 +63,8 @@ impl Pass for QuantizedHorizontalFusion {
             groups.len(),
             widths.join(", ")
         );
-        let mut first_of: HashMap<usize, usize> = HashMap::new();
-        let mut merged = vec![false; network.layers().len()];
-        for (g, members) in groups.iter().enumerate() {
-            first_of.insert(members[0].layer, g);
-            members.iter().for_each(|m| merged[m.layer] = true);
-        }
-        let mut rb = crate::ir::rewrite::Rewriter::new(network);
-        for i in 0..network.layers().len() {
-            if let Some(&g) = first_of.get(&i) {
-                merge(network, &mut rb, &groups[g])?;
-            } else if !merged[i] {
-                rb.keep(i)?;
-            }
-        }
-        Ok(Some(rb.finish_as_source()?))
+        let layers: Vec<Vec<usize>> = groups.iter().map(|g| g.iter().map(|m| m.layer).collect()).collect();
+        rewrite_groups(network, &layers, |rb, g| merge(network, rb, &groups[g])).map(Some)
     }
 }
 
