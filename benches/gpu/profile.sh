@@ -10,7 +10,10 @@ export LD_LIBRARY_PATH="/usr/local/nvidia/lib64:$V/cu13/lib:$V/cudnn/lib:/usr/lo
 export KILN_CUDA_INCLUDE=${KILN_CUDA_INCLUDE:-/usr/local/cuda/include} KILN_REPO="$PWD"
 out=${OUT:-/tmp}; name=$(basename "$engine" .kiln)
 .gpu/bin/kiln inspect "$engine" --verbosity detailed > "$out/$name.inspect.txt" 2>&1
-# One `kiln run` is one execution (no CUDA graph: the first run is interpreted).
+# One `kiln run` is one execution (no CUDA graph: the first run is interpreted). Being the
+# first, it also converts constant weights once (an INT8 product's [K, N] weights transposed
+# to [N, K]: `transpose_tiled_u8` before each product), which later runs reuse: leave those out
+# of a steady-state figure.
 /usr/local/cuda/bin/ncu --metrics gpu__time_duration.sum --csv --print-units base \
   .gpu/bin/kiln run "$engine" --inputs "$inputs" > "$out/$name.ncu.csv" 2> "$out/$name.ncu.err"
 /opt/torch/.venv/bin/python - "$out/$name.ncu.csv" "$top" <<'EOF'
