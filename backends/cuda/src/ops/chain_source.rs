@@ -276,7 +276,8 @@ fn step_function(s: &mut String, name: &str, start: &str, params: &[String], pro
             Step::Binary { code, operand, running_first: false } => format!("f = binary_float({code}, x{}, f);", operand + 1),
             // rounded_ratio clamps to ±2^22 where rintf would not: no saturated level changes.
             Step::Quantize { param, lo, hi } => format!(
-                "{{ bool nan; f = __fadd_rn((float)rounded_ratio(f, q{param}, level_reciprocal(q{param}), nan), q{}); f = nan ? 0.0f : fminf(fmaxf(f, {lo}.0f), {hi}.0f); }}",
+                "{{ bool nan; f = __fadd_rn((float){}(f, q{param}, level_reciprocal(q{param}), nan), q{}); f = nan ? 0.0f : fminf(fmaxf(f, {lo}.0f), {hi}.0f); }}",
+                if compact_chains() { "chain_rounded_ratio" } else { "rounded_ratio" },
                 param + 1
             ),
             Step::Dequantize { param } => format!("f = __fmul_rn(__fsub_rn(f, q{}), q{param});", param + 1),
@@ -293,6 +294,15 @@ fn step_function(s: &mut String, name: &str, start: &str, params: &[String], pro
 /// value, the row's mean and variance (two passes over the registers, as kernels/reduce.cu's
 /// normalize_affine), `(v − mean) · rstd · x{scale} + x{bias}`, then `after`. `passes`: the
 /// slots the first pass and the second read.
+///
+/// The body is generated once and instantiated twice: `DIRECT` where every slot read is stored as
+/// the output or repeats a row (a LayerNorm island's levels, residual, bias, gamma and beta), each
+/// run's loads then a select of two addresses; else through `chain_row_load`'s branches and,
+/// where a slot needs them, an element's coordinates. Measured on an H200 (BERT's islands, one
+/// instantiation for all): 1,775 instructions a warp, most stalls waiting for instructions to be
+/// fetched, the kernel's code 6,912 instructions with every layout's path inlined in every run.
+/// At most 64 registers (`__launch_bounds__(256, 4)`): BERT's 4,096 rows are then one wave of
+/// four blocks a multiprocessor, where the direct body alone would take 74 and three.
 fn rows_kernel(
     s: &mut String,
     types: &[&str],
@@ -303,21 +313,18 @@ fn rows_kernel(
 ) {
     let loads = |s: &mut String, pass: usize| {
         let _ = writeln!(s, "            unsigned c[CHAIN_RANK];");
-        let _ = writeln!(s, "            if (coords{pass}) chain_coords(l, i, c);");
+        let _ = writeln!(s, "            if (!DIRECT && coords{pass}) chain_coords(l, i, c);");
         for k in 0..types.len() {
             let _ = writeln!(s, "            float v{k}[4] = {{0.0f, 0.0f, 0.0f, 0.0f}};");
             if passes[pass].contains(&k) {
-                let _ = writeln!(s, "            chain_row_load<4>(l, {k}, i, k, c, s{k}, v{k});");
+                let _ = writeln!(s, "            if (DIRECT) load_run<4>(s{k} + ((l.row >> {k} & 1) ? l.offset[{k}] + k : i), v{k});");
+                let _ = writeln!(s, "            else chain_row_load<4>(l, {k}, i, k, c, s{k}, v{k});");
             }
         }
     };
-    let _ = writeln!(s, "extern \"C\" __global__ void __launch_bounds__(256) chain_rows(unsigned rows, unsigned len, ChainLayout l, {}) {{", params.join(", "));
-    s.push_str(
-        "    const unsigned row = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
-    if (row >= rows) return;
-    float r[4 * CHAIN_ROW_RUNS];
-",
-    );
+    let _ = writeln!(s, "template <bool DIRECT>");
+    let _ = writeln!(s, "__device__ __forceinline__ void chain_rows_body(unsigned row, unsigned lane, unsigned len, const ChainLayout& l, {}) {{", params.join(", "));
+    s.push_str("    float r[4 * CHAIN_ROW_RUNS];\n");
     for (pass, slots) in passes.iter().enumerate() {
         let mask: u32 = slots.iter().map(|&k| 1u32 << k).sum();
         let _ = writeln!(s, "    const bool coords{pass} = chain_rows_need_coords(l, {mask:#x});");
@@ -355,7 +362,24 @@ fn rows_kernel(
         element_args(&|k| format!("v{k}[e]"))
     );
     let _ = writeln!(s, "            store_run<4>(out + i, o);");
-    s.push_str("        }\n    }\n}\n");
+    s.push_str("        }\n    }\n}\n\n");
+    // Each parameter's name: the last word of its declaration.
+    let names: Vec<&str> = params.iter().map(|p| p.rsplit([' ', '*']).next().unwrap_or(p)).collect();
+    let read: u32 = passes.iter().flatten().map(|&k| 1u32 << k).sum();
+    let _ = writeln!(s, "extern \"C\" __global__ void __launch_bounds__(256, 4) chain_rows(unsigned rows, unsigned len, ChainLayout l, {}) {{", params.join(", "));
+    s.push_str("    const unsigned row = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;\n    if (row >= rows) return;\n");
+    let direct = if compact_chains() { format!("!chain_rows_need_coords(l, {read:#x})") } else { "false".to_string() };
+    let _ = writeln!(s, "    if ({direct}) chain_rows_body<true>(row, lane, len, l, {});", names.join(", "));
+    let _ = writeln!(s, "    else chain_rows_body<false>(row, lane, len, l, {});", names.join(", "));
+    s.push_str("}\n");
+}
+
+/// Whether chains are generated compact: `chain_rows` with its direct body where every slot
+/// allows, quantization's rare division out of line (`chain_rounded_ratio`). On unless
+/// `KILN_CUDA_COMPACT_CHAINS=0`, for A/B timing (read once a process, like the sources it shapes).
+fn compact_chains() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("KILN_CUDA_COMPACT_CHAINS").as_deref() != Ok("0"))
 }
 
 /// The start of a `chain_rows` pass over its row: run `j` of 4 at `k`, element `i` (slots are
@@ -517,10 +541,12 @@ mod tests {
         let text = chain_source(&block).expect("8-bit chains");
         assert!(text.contains("chain_rows(unsigned rows, unsigned len, ChainLayout l, const signed char* s0, const float* s1, const signed char* s2"), "{text}");
         assert!(!text.contains("chain_vec"), "no per-element kernel: {text}");
-        assert!(text.contains("const bool coords0 = chain_rows_need_coords(l, 0x7);") && text.contains("if (coords0) chain_coords(l, i, c);"), "coordinates where a slot needs them: {text}");
+        assert!(text.contains("const bool coords0 = chain_rows_need_coords(l, 0x7);") && text.contains("if (!DIRECT && coords0) chain_coords(l, i, c);"), "coordinates where a slot needs them: {text}");
         assert!(text.contains("chain_row_load<4>(l, 2, i, k, c, s2, v2);") && text.contains("chain_row_load<4>(l, 4, i, k, c, s4, v4);"), "{text}");
+        assert!(text.contains("if (DIRECT) load_run<4>(s2 + ((l.row >> 2 & 1) ? l.offset[2] + k : i), v2);"), "the direct body's loads: {text}");
+        assert!(text.contains("if (!chain_rows_need_coords(l, 0x1f)) chain_rows_body<true>(row, lane, len, l, s0, s1, s2, s3, s4, out, q0, q1, q2, q3, q4, q5);"), "{text}");
         assert!(text.contains("o[e] = after((r[4 * j + e] - mean) * rstd * v3[e] + v4[e], v0[e]"), "the norm's operands are slots 3 and 4: {text}");
-        assert!(text.contains("rounded_ratio(f, q4, level_reciprocal(q4), nan)") && text.contains("x2 = __fmul_rn(__fsub_rn(x2, q3), q2);"), "{text}");
+        assert!(text.contains("chain_rounded_ratio(f, q4, level_reciprocal(q4), nan)") && text.contains("x2 = __fmul_rn(__fsub_rn(x2, q3), q2);"), "{text}");
         let other = Program { steps: vec![block.steps[0], block.steps[1], Step::Normalize { scale: 2, bias: 3, epsilon: 1e-5 }, block.steps[3]], ..block.clone() };
         assert_ne!(chain_kernel(&other), chain_kernel(&block), "another epsilon, another kernel");
     }
