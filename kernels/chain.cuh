@@ -73,28 +73,6 @@ __device__ __forceinline__ void chain_row_load(const ChainLayout& l, int s, unsi
     chain_load<V>(l, s, i, c, p, f);
 }
 
-// rounded_ratio with its division out of line. A chain quantizes every value a thread holds,
-// unrolled (a `chain_rows` lane 24 of a row of 768 in each pass), and the division that decides
-// the rare values near a half-integer, inlined at each, made most of the kernel's code: its
-// instructions, not its memory, then bounded it (Nsight: fetch stalls first).
-#define CHAIN_NAN_LEVEL (-2147483647 - 1)  // beyond round_half_even_clamped's ±2^22: a NaN ratio
-__device__ __noinline__ int chain_divided_level(float x, float s) {
-    const float ratio = __fdiv_rn(x, s);
-    return ratio != ratio ? CHAIN_NAN_LEVEL : round_half_even_clamped(ratio);
-}
-
-__device__ __forceinline__ int chain_rounded_ratio(float x, float s, float inv, bool& nan) {
-    bool decided;
-    const int level = rounded_product(x, inv, decided);
-    if (decided) {
-        nan = false;
-        return level;
-    }
-    const int divided = chain_divided_level(x, s);
-    nan = divided == CHAIN_NAN_LEVEL;
-    return nan ? 0 : divided;
-}
-
 // Whether any of the slots in `mask` needs an element's coordinates.
 __device__ __forceinline__ bool chain_rows_need_coords(const ChainLayout& l, int mask) {
     return ((l.dense | l.row) & mask) != mask;

@@ -181,12 +181,29 @@ __device__ __forceinline__ int rounded_product(float x, float inv, bool& decided
     return __float_as_int(t) - KILN_ROUNDING_MAGIC_BITS;
 }
 
+#define NAN_LEVEL (-2147483647 - 1)  // beyond round_half_even_clamped's ±2^22: a NaN ratio
+
+// rounded_ratio's division, out of line: NAN_LEVEL where the ratio is NaN.
+__device__ __noinline__ int divided_level(float x, float s) {
+    const float ratio = __fdiv_rn(x, s);
+    return ratio != ratio ? NAN_LEVEL : round_half_even_clamped(ratio);
+}
+
+// OUTLINED calls the division (divided_level) rather than inlining it: for kernels that quantize
+// many values a thread, unrolled, where an inlined division at each made most of their code
+// (chain.cuh's chains).
+template <bool OUTLINED = false>
 __device__ __forceinline__ int rounded_ratio(float x, float s, float inv, bool& nan) {
     bool decided;
     const int level = rounded_product(x, inv, decided);
     if (decided) {
         nan = false;
         return level;
+    }
+    if (OUTLINED) {
+        const int divided = divided_level(x, s);
+        nan = divided == NAN_LEVEL;
+        return nan ? 0 : divided;
     }
     const float ratio = __fdiv_rn(x, s);
     nan = ratio != ratio;

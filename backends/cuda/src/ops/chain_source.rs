@@ -277,7 +277,7 @@ fn step_function(s: &mut String, name: &str, start: &str, params: &[String], pro
             // rounded_ratio clamps to ±2^22 where rintf would not: no saturated level changes.
             Step::Quantize { param, lo, hi } => format!(
                 "{{ bool nan; f = __fadd_rn((float){}(f, q{param}, level_reciprocal(q{param}), nan), q{}); f = nan ? 0.0f : fminf(fmaxf(f, {lo}.0f), {hi}.0f); }}",
-                if compact_chains() { "chain_rounded_ratio" } else { "rounded_ratio" },
+                if compact_chains() { "rounded_ratio<true>" } else { "rounded_ratio" },
                 param + 1
             ),
             Step::Dequantize { param } => format!("f = __fmul_rn(__fsub_rn(f, q{}), q{param});", param + 1),
@@ -375,7 +375,9 @@ fn rows_kernel(
 }
 
 /// Whether chains are generated compact: `chain_rows` with its direct body where every slot
-/// allows, quantization's rare division out of line (`chain_rounded_ratio`). On unless
+/// allows, quantization's rare division out of line (`rounded_ratio<true>`: a chain quantizes
+/// every value a thread holds, unrolled, and the division inlined at each made most of its
+/// code; Nsight found `chain_rows` waiting for instructions to be fetched). On unless
 /// `KILN_CUDA_COMPACT_CHAINS=0`, for A/B timing (read once a process, like the sources it shapes).
 fn compact_chains() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
@@ -546,7 +548,7 @@ mod tests {
         assert!(text.contains("if (DIRECT) load_run<4>(s2 + ((l.row >> 2 & 1) ? l.offset[2] + k : i), v2);"), "the direct body's loads: {text}");
         assert!(text.contains("if (!chain_rows_need_coords(l, 0x1f)) chain_rows_body<true>(row, lane, len, l, s0, s1, s2, s3, s4, out, q0, q1, q2, q3, q4, q5);"), "{text}");
         assert!(text.contains("o[e] = after((r[4 * j + e] - mean) * rstd * v3[e] + v4[e], v0[e]"), "the norm's operands are slots 3 and 4: {text}");
-        assert!(text.contains("chain_rounded_ratio(f, q4, level_reciprocal(q4), nan)") && text.contains("x2 = __fmul_rn(__fsub_rn(x2, q3), q2);"), "{text}");
+        assert!(text.contains("rounded_ratio<true>(f, q4, level_reciprocal(q4), nan)") && text.contains("x2 = __fmul_rn(__fsub_rn(x2, q3), q2);"), "{text}");
         let other = Program { steps: vec![block.steps[0], block.steps[1], Step::Normalize { scale: 2, bias: 3, epsilon: 1e-5 }, block.steps[3]], ..block.clone() };
         assert_ne!(chain_kernel(&other), chain_kernel(&block), "another epsilon, another kernel");
     }
