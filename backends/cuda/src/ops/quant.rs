@@ -71,8 +71,6 @@ struct Constants {
 }
 
 impl Constants {
-    /// int8 operands with zero points all 0: the sums of the stored integers are the layer's,
-    /// the form INT8 tensor cores take.
     /// The output scale where the arithmetic divides by it: one value (None: no scale).
     fn one_y_scale(&self) -> KResult<Option<f32>> {
         match self.y_scale[..] {
@@ -82,6 +80,8 @@ impl Constants {
         }
     }
 
+    /// int8 operands with zero points all 0: the sums of the stored integers are the layer's,
+    /// the form INT8 tensor cores take.
     fn tensor_core_form(&self, x: &DeviceTensor, w: &DeviceTensor) -> bool {
         x.dtype == DataType::I8 && w.dtype == DataType::I8 && self.x_zero == 0.0 && self.w_zero.as_ref().is_none_or(|z| z.iter().all(|&v| v == 0.0))
     }
@@ -606,9 +606,7 @@ impl Epilogue {
             Arg::I64(scale_len as i64),
             float_bias.as_ref().map_or(Arg::NULL, |b| cx.arg(b)),
             Arg::I64(float_bias.as_ref().map_or(1, |b| b.len()) as i64),
-            // Divided by only with float terms or a join, where the layer has one output scale
-            // (channel_scales refuses more); per-channel ones are folded into `scale`.
-            Arg::F32(match k.y_scale[..] { [s] => s, _ => 1.0 }),
+            Arg::F32(Q::divided_output_scale(&k.y_scale)),
             Arg::F32(k.y_zero as f32),
             Arg::F32(lo),
             Arg::F32(hi),

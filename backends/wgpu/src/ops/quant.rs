@@ -238,9 +238,7 @@ pub fn quantized(
         scales.y_zero as i32 as u32,
         qmin as u32,
         qmax as u32,
-        // Divided by only with float terms, where the layer has one output scale
-        // (channel_scales refuses more); per-channel ones are folded into `scale`.
-        match scales.y_scale[..] { [s] => s, _ => 1.0 }.to_bits(),
+        kiln::QuantizedParams::divided_output_scale(&scales.y_scale).to_bits(),
         u32::from(scale.len() > 1),
         u32::from(float_bias.as_ref().is_some_and(|b| b.len() > 1)),
         u32::from(residual.is_some()),

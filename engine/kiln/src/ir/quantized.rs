@@ -167,6 +167,17 @@ impl QuantizedParams {
         let at = |v: &[f32], k: usize| v[if v.len() == 1 { 0 } else { k }];
         Ok((0..channels).map(|k| if fold { x_scale * at(w_scale, k) / at(y_scale, k) } else { x_scale * at(w_scale, k) }).collect())
     }
+
+    /// The output scale a kernel divides by where float terms are added before the division (or
+    /// a join dequantizes the levels): `y_scale`'s one value. 1 where it has none or one per
+    /// channel, which only fold into [`QuantizedParams::channel_scales`] (it refuses them with a
+    /// float term), so nothing divides by it.
+    pub fn divided_output_scale(y_scale: &[f32]) -> f32 {
+        match y_scale {
+            [s] => *s,
+            _ => 1.0,
+        }
+    }
 }
 
 impl QuantizedAnchor {

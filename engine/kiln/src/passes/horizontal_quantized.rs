@@ -103,7 +103,7 @@ fn member(net: &Network, i: usize) -> Option<(TensorId, String, Member)> {
         return None;
     }
     let one = |t: Option<&HostTensor>| t.map(|t| t.to_f64_vec()).filter(|v| v.len() == 1).map(|v| v[0]);
-    let per_column = |t: &HostTensor| t.len() == 1 || t.len() == columns;
+    let fits_columns = |t: &HostTensor| t.len() == 1 || t.len() == columns;
     let x_scale = one(value(Q::X_SCALE)?)?;
     let x_zero = match value(Q::X_ZERO)? {
         None => 0.0,
@@ -116,7 +116,7 @@ fn member(net: &Network, i: usize) -> Option<(TensorId, String, Member)> {
     let y_scale = value(Q::Y_SCALE)??;
     let w_scale = value(Q::W_SCALE)??;
     let bias = value(Q::BIAS)?;
-    if !per_column(y_scale) || !per_column(w_scale) || bias.is_some_and(|b| b.dtype() != DataType::I32 || !per_column(b)) {
+    if !fits_columns(y_scale) || !fits_columns(w_scale) || bias.is_some_and(|b| b.dtype() != DataType::I32 || !fits_columns(b)) {
         return None;
     }
     // Zero weight zero points only: the merged layer has none.
@@ -145,74 +145,68 @@ fn member(net: &Network, i: usize) -> Option<(TensorId, String, Member)> {
     Some((x, key, Member { layer: i, columns, transposed }))
 }
 
+/// Member `m`'s constant in `slot` (None where the slot is empty; `member` admitted only
+/// constants).
+fn member_value<'a>(net: &'a Network, m: &Member, slot: usize) -> Option<&'a HostTensor> {
+    slot_value(net, &net.layers()[m.layer].inputs, slot).ok().flatten()
+}
+
+/// `values` (one, or one per column) as one per each of `columns`.
+fn per_column(values: &[f64], columns: usize) -> impl Iterator<Item = f64> + '_ {
+    (0..columns).map(move |k| values[if values.len() == 1 { 0 } else { k }])
+}
+
 /// The members' values in `slot`, each widened to one f32 per column, side by side (`None`
 /// where every member has the same one value: the first member's tensor is kept).
 fn per_column_f32(net: &Network, group: &[Member], slot: usize) -> Result<Option<HostTensor>, PassError> {
-    let mut values = Vec::new();
-    for m in group {
-        let t = slot_value(net, &net.layers()[m.layer].inputs, slot)
-            .ok()
-            .flatten()
-            .ok_or_else(|| PassError::Internal(format!("slot {slot} of a merged product is not constant")))?;
-        values.push(t.to_f64_vec());
-    }
+    let values = group
+        .iter()
+        .map(|m| member_value(net, m, slot).map(HostTensor::to_f64_vec).ok_or_else(|| PassError::Internal(format!("slot {slot} of a merged product is not constant"))))
+        .collect::<Result<Vec<_>, _>>()?;
     if values.iter().all(|v| v.len() == 1 && v[0].to_bits() == values[0][0].to_bits()) {
         return Ok(None);
     }
-    let wide: Vec<f32> = group.iter().zip(&values).flat_map(|(m, v)| (0..m.columns).map(move |k| v[if v.len() == 1 { 0 } else { k }] as f32)).collect();
+    let wide: Vec<f32> = group.iter().zip(&values).flat_map(|(m, v)| per_column(v, m.columns).map(|v| v as f32)).collect();
     let len = wide.len();
     HostTensor::from_f32(vec![len], wide).map(Some).map_err(|e| PassError::Internal(e.to_string()))
 }
 
+/// The members' `[N_i, width]` constants in `slot` one after another: `[ΣN, width]` (transposed
+/// weights, level tables).
+fn rows_one_after_another(net: &Network, group: &[Member], slot: usize) -> Result<HostTensor, PassError> {
+    let parts = group.iter().map(|m| member_value(net, m, slot).ok_or_else(|| PassError::Internal(format!("slot {slot} of a merged product is not constant")))).collect::<Result<Vec<_>, _>>()?;
+    let mut bytes = Vec::new();
+    for p in &parts {
+        bytes.extend_from_slice(p.data().as_le_bytes().ok_or_else(|| PassError::Internal(format!("slot {slot}'s bytes")))?);
+    }
+    let rows: usize = parts.iter().map(|p| p.shape()[0]).sum();
+    let data = TensorData::from_le_bytes(parts[0].dtype(), &bytes).ok_or_else(|| PassError::Internal(format!("slot {slot}'s bytes")))?;
+    HostTensor::new(vec![rows, parts[0].shape()[1]], data).map_err(|e| PassError::Internal(e.to_string()))
+}
+
 /// The members' weights side by side: `[K, ΣN]`, or `[ΣN, K]` stored transposed.
 fn weights_side_by_side(net: &Network, group: &[Member]) -> Result<HostTensor, PassError> {
-    let parts: Vec<&HostTensor> = group
-        .iter()
-        .map(|m| slot_value(net, &net.layers()[m.layer].inputs, Q::W).ok().flatten().ok_or_else(|| PassError::Internal("a member's weights are not constant".into())))
-        .collect::<Result<_, _>>()?;
     if group[0].transposed {
-        // Rows are the columns: one after another.
-        let mut bytes = Vec::new();
-        for p in &parts {
-            bytes.extend_from_slice(p.data().as_le_bytes().ok_or_else(|| PassError::Internal("weights bytes".into()))?);
-        }
-        let rows: usize = group.iter().map(|m| m.columns).sum();
-        let depth = parts[0].shape()[1];
-        let data = TensorData::from_le_bytes(parts[0].dtype(), &bytes).ok_or_else(|| PassError::Internal("weights bytes".into()))?;
-        return HostTensor::new(vec![rows, depth], data).map_err(|e| PassError::Internal(e.to_string()));
+        return rows_one_after_another(net, group, Q::W);
     }
+    let parts = group.iter().map(|m| member_value(net, m, Q::W).ok_or_else(|| PassError::Internal("a member's weights are not constant".into()))).collect::<Result<Vec<_>, _>>()?;
     super::horizontal::side_by_side(&parts)
 }
 
 /// The members' int32 biases side by side (zeros for a member without one), `None` where none
 /// has one.
 fn biases_side_by_side(net: &Network, group: &[Member]) -> Result<Option<HostTensor>, PassError> {
-    let biases: Vec<Option<&HostTensor>> = group.iter().map(|m| slot_value(net, &net.layers()[m.layer].inputs, Q::BIAS).ok().flatten()).collect();
+    let biases: Vec<Option<&HostTensor>> = group.iter().map(|m| member_value(net, m, Q::BIAS)).collect();
     if biases.iter().all(Option::is_none) {
         return Ok(None);
     }
     let mut wide = Vec::new();
     for (m, b) in group.iter().zip(&biases) {
-        let v = b.map(|b| b.to_f64_vec()).unwrap_or_else(|| vec![0.0]);
-        wide.extend((0..m.columns).map(|k| v[if v.len() == 1 { 0 } else { k }] as i32));
+        let v = b.map_or_else(|| vec![0.0], |b| b.to_f64_vec());
+        wide.extend(per_column(&v, m.columns).map(|v| v as i32));
     }
     let len = wide.len();
     HostTensor::new(vec![len], TensorData::I32(wide)).map(Some).map_err(|e| PassError::Internal(e.to_string()))
-}
-
-/// The members' `[N_i, 256]` level tables one after another.
-fn tables_one_after_another(net: &Network, group: &[Member]) -> Result<HostTensor, PassError> {
-    let mut bytes = Vec::new();
-    let mut dtype = None;
-    for m in group {
-        let t = slot_value(net, &net.layers()[m.layer].inputs, Q::LOOKUP).ok().flatten().ok_or_else(|| PassError::Internal("a member's table".into()))?;
-        bytes.extend_from_slice(t.data().as_le_bytes().ok_or_else(|| PassError::Internal("table bytes".into()))?);
-        dtype = Some(t.dtype());
-    }
-    let dtype = dtype.ok_or_else(|| PassError::Internal("no members".into()))?;
-    let rows: usize = group.iter().map(|m| m.columns).sum();
-    let data = TensorData::from_le_bytes(dtype, &bytes).ok_or_else(|| PassError::Internal("table bytes".into()))?;
-    HostTensor::new(vec![rows, Q::LOOKUP_ROW], data).map_err(|e| PassError::Internal(e.to_string()))
 }
 
 /// One integer product over the group's weights side by side, then a Slice per member carrying
@@ -236,7 +230,7 @@ fn merge(net: &Network, rb: &mut crate::ir::rewrite::Rewriter<'_>, group: &[Memb
         });
     }
     if first.inputs[Q::LOOKUP].is_some() {
-        inputs[Q::LOOKUP] = Some(rb.constant(&format!("{name} level tables"), tables_one_after_another(net, group)?)?);
+        inputs[Q::LOOKUP] = Some(rb.constant(&format!("{name} level tables"), rows_one_after_another(net, group, Q::LOOKUP)?)?);
     }
     let wide = rb.out_mut().add_layer(&name, first.kind.clone(), inputs)?;
     let wide = rb.out().output(wide, 0);
