@@ -13,8 +13,12 @@
 // - warpgroup 0 is the producer: one thread has the TMA copy each stage's tiles (swizzled as
 //   wgmma reads them, zeros past the edges) into a ring, each stage guarded by a "full" barrier
 //   the copies complete and an "empty" barrier its consumer releases;
-// - warpgroups 1 and 2 are consumers, taking alternate tiles of 64 rows × 128 columns: while
-//   one runs its epilogue the other's MMAs keep the tensor cores busy.
+// - warpgroups 1 and 2 are consumers, taking alternate tiles of 64 · HALVES rows × 128 columns
+//   (HALVES wgmma m64 row blocks sharing each stage's filters: 128 rows read half the filter
+//   bytes from L2 a product that 64 do, for half the tiles): while one runs its epilogue the
+//   other's MMAs keep the tensor cores busy.
+// A consumer's scales and int32 biases for its tile's columns are read from global memory before
+// its main loop and staged in shared memory after it, so the epilogue does not wait on them.
 // A lookup (`int8_gemm_tma_lookup`) needs its tile's 128 rows of the table (32 KB) at the store:
 // the producer copies them into the consumer's table buffer in one bulk copy, only where the
 // consumer's tile changes columns, guarded by a full / empty barrier pair of its own; the ring
@@ -24,26 +28,29 @@
 #include "wgmma.cuh"
 #include "tma.cuh"
 
-#define IG_BM 64                        // rows of a consumer's tile (one wgmma m64)
+#define IG_BM 64                        // rows of one wgmma m64; a consumer's tile has HALVES of them
 #define IG_BN 128                       // columns (filters) of a tile
 #define IG_BK 128                       // depth bytes a stage holds: one 128-byte swizzled row
 #define IG_CONSUMERS 2
 #define IG_THREADS (128 * (1 + IG_CONSUMERS))
-#define IG_A_BYTES (IG_BM * IG_BK)
-#define IG_STAGE_BYTES ((IG_BM + IG_BN) * IG_BK)
-#define IG_OUT_PITCH (IG_BN + 16)       // a consumer's output tile's rows: 16-byte pieces, spread banks
-#define IG_OUT_BYTES (IG_BM * IG_OUT_PITCH)
+#define IG_A_BYTES(HALVES) (IG_BM * (HALVES) * IG_BK)
+#define IG_STAGE_BYTES(HALVES) ((IG_BM * (HALVES) + IG_BN) * IG_BK)
+#define IG_OUT_PITCH (IG_BN + 16)       // a consumer's output rows: 16-byte pieces, spread banks
+#define IG_OUT_BYTES (IG_BM * IG_OUT_PITCH)  // one m64 block's levels: the halves leave in turn
 #define IG_ALIGN 1024                   // the 128-byte swizzle's pattern repeats every 8 rows
 #define IG_TABLE_BYTES (IG_BN * 256)    // a tile's rows of a lookup table
 
 // The dynamic shared memory: the ring's stages (1024-aligned), the consumers' output tiles and
-// lookup tables (16 bytes where the kernel has none), the barriers and the second quantization's
-// table. The host's `shared_bytes` is this plus IG_ALIGN.
-template <int STAGES, int TABLE_BYTES>
+// lookup tables (16 bytes where the kernel has none), their columns' scales and int32 biases (two
+// tiles' worth, alternating), the barriers and the second quantization's table. The host's
+// `shared_bytes` is this plus IG_ALIGN.
+template <int STAGES, int TABLE_BYTES, int HALVES>
 struct GemmShared {
-    unsigned char stages[STAGES][IG_STAGE_BYTES];
+    unsigned char stages[STAGES][IG_STAGE_BYTES(HALVES)];
     unsigned char out[IG_CONSUMERS][IG_OUT_BYTES];
     unsigned char tables[IG_CONSUMERS][TABLE_BYTES];
+    float column_scale[IG_CONSUMERS][2][IG_BN];
+    int column_bias[IG_CONSUMERS][2][IG_BN];
     unsigned long long full[STAGES], empty[STAGES];
     unsigned long long mainloop_done[IG_CONSUMERS];  // a phase per tile whose stages its consumer has all waited for
     unsigned long long table_full[IG_CONSUMERS], table_empty[IG_CONSUMERS];
@@ -52,18 +59,18 @@ struct GemmShared {
 
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
 // Which tiles block b runs, in order: its `j`-th is tile `tile(j)` of `count`, the tile of rows
-// [64 · m, + 64) and columns [128 · n, + 128); its consumer c takes every j ≡ c (mod 2).
+// [ROWS · m, + ROWS) and columns [128 · n, + 128); its consumer c takes every j ≡ c (mod 2).
 // - Levels: tiles b, b + gridDim.x, … with columns fastest, so the blocks running together share
 //   their rows in L2.
 // - A lookup: one contiguous run of tiles, rows fastest, so a consumer's next tile mostly keeps
 //   its columns and its table (round robin would change them at nearly every tile where the
 //   column blocks do not divide 2 · gridDim.x: a 32 KB copy, and the producer waiting for the
 //   release, a tile).
-template <bool LOOKUP>
+template <bool LOOKUP, int ROWS>
 struct Schedule {
     int row_blocks, column_blocks, first, count;
     __device__ Schedule(int rows, int cols) {
-        row_blocks = (rows + IG_BM - 1) / IG_BM;
+        row_blocks = (rows + ROWS - 1) / ROWS;
         column_blocks = (cols + IG_BN - 1) / IG_BN;
         const long long tiles = (long long)row_blocks * column_blocks;
         if (LOOKUP) {
@@ -86,15 +93,16 @@ struct Schedule {
 // pos % STAGES, on its barriers' phase pos / STAGES. A consumer's `loads`-th table copy
 // completes phase `loads` of its table_full barrier; it releases the table (table_empty) after
 // the last tile that reads it.
-template <int STAGES, bool LOOKUP>
+template <int STAGES, bool LOOKUP, int HALVES>
 __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const TensorMap& w_map, int rows, int cols, int depth, const int* int_bias,
                                               const float* scale, i64 scale_len, float y_zero, float lo, float hi, int relu,
                                               const unsigned char* then, const unsigned char* lookup, unsigned char* y) {
-    using Shared = GemmShared<STAGES, LOOKUP ? IG_TABLE_BYTES : 16>;
+    using Shared = GemmShared<STAGES, LOOKUP ? IG_TABLE_BYTES : 16, HALVES>;
+    constexpr int ROWS = IG_BM * HALVES;
     extern __shared__ __align__(16) unsigned char dynamic_smem[];
     Shared& sm = *reinterpret_cast<Shared*>(dynamic_smem + (IG_ALIGN - shared_address(dynamic_smem) % IG_ALIGN) % IG_ALIGN);
     const int tid = threadIdx.x, warpgroup = tid / 128;
-    const Schedule<LOOKUP> schedule(rows, cols);
+    const Schedule<LOOKUP, ROWS> schedule(rows, cols);
     const int depth_steps = (depth + IG_BK - 1) / IG_BK;
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
@@ -116,7 +124,7 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
         if (tid != 0) return;
         int pos = 0, loads[IG_CONSUMERS] = {0, 0};
         for (int seq = 0; seq < schedule.count; ++seq) {
-            const int m0 = schedule.m(seq) * IG_BM, n0 = schedule.n(seq) * IG_BN;
+            const int m0 = schedule.m(seq) * ROWS, n0 = schedule.n(seq) * IG_BN;
             const int c = seq % IG_CONSUMERS;
             if (LOOKUP && schedule.new_table(seq)) {
                 // The consumer's previous table is released (a fresh barrier passes parity 1).
@@ -129,26 +137,32 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
             for (int step = 0; step < depth_steps; ++step, ++pos) {
                 const int s = pos % STAGES;
                 barrier_wait(&sm.empty[s], (pos / STAGES + 1) & 1);
-                barrier_expect_bytes(&sm.full[s], IG_STAGE_BYTES);
+                barrier_expect_bytes(&sm.full[s], IG_STAGE_BYTES(HALVES));
                 tma_load_2d(sm.stages[s], &x_map, step * IG_BK, m0, &sm.full[s]);
-                tma_load_2d(sm.stages[s] + IG_A_BYTES, &w_map, step * IG_BK, n0, &sm.full[s]);
+                tma_load_2d(sm.stages[s] + IG_A_BYTES(HALVES), &w_map, step * IG_BK, n0, &sm.full[s]);
             }
         }
         return;
     }
 
-    const int consumer = warpgroup - 1, warp = (tid / 32) % 4, lane = tid % 32;
+    const int consumer = warpgroup - 1, thread = tid % 128, warp = thread / 32, lane = tid % 32;
     // The levels' bounds less the zero point (ReLU's floor included): level_of_sum's.
     const int zero = (int)y_zero, high = (int)hi, low = relu ? max((int)lo, zero) : (int)lo;
     const float low_f = (float)(low - zero), high_f = (float)(high - zero);
     const bool per_channel = scale_len != 1;
     unsigned char* out_tile = sm.out[consumer];
     const unsigned char* table = sm.tables[consumer];
-    int acc[IG_BN / 2], loads = 0;
-    for (int seq = consumer; seq < schedule.count; seq += IG_CONSUMERS) {
-        const int m0 = schedule.m(seq) * IG_BM, n0 = schedule.n(seq) * IG_BN;
+    int acc[HALVES][IG_BN / 2], loads = 0;
+    for (int seq = consumer, tiles = 0; seq < schedule.count; seq += IG_CONSUMERS, ++tiles) {
+        const int m0 = schedule.m(seq) * ROWS, n0 = schedule.n(seq) * IG_BN;
+        // This thread's column of the tile: its scale and bias, read now, staged after the main loop.
+        const int column = min(n0 + thread, cols - 1);
+        const float column_scale = scale[per_channel ? column : 0];
+        const int column_bias = int_bias ? int_bias[column] : 0;
 #pragma unroll
-        for (int i = 0; i < IG_BN / 2; ++i) acc[i] = 0;
+        for (int h = 0; h < HALVES; ++h)
+#pragma unroll
+            for (int i = 0; i < IG_BN / 2; ++i) acc[h][i] = 0;
         // Main loops take turns: this tile's starts once the other consumer's previous one has
         // waited for all its stages (its k-th tile, k = (seq - 1) / 2, completes that phase). So
         // every slot before this tile's is filled and no wait below can mistake a stage's phase
@@ -159,11 +173,14 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
             const int s = pos % STAGES;
             barrier_wait(&sm.full[s], (pos / STAGES) & 1);
             const unsigned long long a = wgmma_descriptor_sw128(sm.stages[s], 8 * IG_BK);
-            const unsigned long long b = wgmma_descriptor_sw128(sm.stages[s] + IG_A_BYTES, 8 * IG_BK);
+            const unsigned long long b = wgmma_descriptor_sw128(sm.stages[s] + IG_A_BYTES(HALVES), 8 * IG_BK);
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-            // 32 bytes of depth a wgmma: 2 in the descriptors' 16-byte units, before the swizzle.
+            // 32 bytes of depth a wgmma: 2 in the descriptors' 16-byte units, before the swizzle;
+            // the next m64 block of rows IG_BM · IG_BK bytes on.
 #pragma unroll
-            for (int k = 0; k < IG_BK / 32; ++k) wgmma_s8<IG_BN>(acc, a + 2 * k, b + 2 * k);
+            for (int k = 0; k < IG_BK / 32; ++k)
+#pragma unroll
+                for (int h = 0; h < HALVES; ++h) wgmma_s8<IG_BN>(acc[h], a + h * (IG_BM * IG_BK / 16) + 2 * k, b + 2 * k);
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
             // The previous step's MMAs are done (this one's run on): release its stage.
             asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
@@ -171,48 +188,58 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
         }
         if (lane == 0) barrier_arrive(&sm.mainloop_done[consumer]);
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        wgmma_fence_operands<IG_BN / 2>(acc);
+#pragma unroll
+        for (int h = 0; h < HALVES; ++h) wgmma_fence_operands<IG_BN / 2>(acc[h]);
         if (lane == 0) barrier_arrive(&sm.empty[(pos - 1) % STAGES]);
+        // Alternate buffers: a warp writes this tile's after every warp of the consumer has passed
+        // the previous tile's barrier, so after every warp's epilogue of two tiles back.
+        const float* scales = sm.column_scale[consumer][tiles & 1];
+        const int* biases = sm.column_bias[consumer][tiles & 1];
+        sm.column_scale[consumer][tiles & 1][thread] = column_scale;
+        sm.column_bias[consumer][tiles & 1][thread] = column_bias;
+        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + consumer) : "memory");
 
-        // Accumulator 4·j + i: row 16·warp + lane / 4 (+ 8 for i ≥ 2), column 8·j + 2·(lane % 4)
-        // + i % 2. Each warp gathers its 16 rows' levels in its rows of the output tile.
 #pragma unroll
-        for (int j = 0; j < IG_BN / 8; ++j) {
-            const int col = 8 * j + 2 * (lane % 4);
-            const int c0 = min(n0 + col, cols - 1), c1 = min(n0 + col + 1, cols - 1);
-            const float s0 = scale[per_channel ? c0 : 0], s1 = scale[per_channel ? c1 : 0];
-            const int b0 = int_bias ? int_bias[c0] : 0, b1 = int_bias ? int_bias[c1] : 0;
+        for (int h = 0; h < HALVES; ++h) {
+            // Accumulator 4·j + i: row 16·warp + lane / 4 (+ 8 for i ≥ 2), column 8·j + 2·(lane % 4)
+            // + i % 2. Each warp gathers its 16 rows' levels in its rows of the output tile.
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                const int row = 16 * warp + lane / 4 + 8 * half;
-                unsigned char l0 = level_of_sum(acc[4 * j + 2 * half] + b0, s0, low_f, high_f, zero);
-                unsigned char l1 = level_of_sum(acc[4 * j + 2 * half + 1] + b1, s1, low_f, high_f, zero);
-                if (then) {
-                    l0 = sm.then_levels[l0];
-                    l1 = sm.then_levels[l1];
+            for (int j = 0; j < IG_BN / 8; ++j) {
+                const int col = 8 * j + 2 * (lane % 4);
+                const float s0 = scales[col], s1 = scales[col + 1];
+                const int b0 = biases[col], b1 = biases[col + 1];
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    const int row = 16 * warp + lane / 4 + 8 * half;
+                    unsigned char l0 = level_of_sum(acc[h][4 * j + 2 * half] + b0, s0, low_f, high_f, zero);
+                    unsigned char l1 = level_of_sum(acc[h][4 * j + 2 * half + 1] + b1, s1, low_f, high_f, zero);
+                    if (then) {
+                        l0 = sm.then_levels[l0];
+                        l1 = sm.then_levels[l1];
+                    }
+                    *reinterpret_cast<uchar2*>(out_tile + row * IG_OUT_PITCH + col) = make_uchar2(l0, l1);
                 }
-                *reinterpret_cast<uchar2*>(out_tile + row * IG_OUT_PITCH + col) = make_uchar2(l0, l1);
             }
-        }
-        __syncwarp();
-        if (LOOKUP && schedule.new_table(seq)) barrier_wait(&sm.table_full[consumer], loads++ & 1);
-        // The warp's 16 rows leave in 16-byte pieces (cols is a multiple of 16: the host's check),
-        // each level looked up in its column's row of the table where the layer has one.
+            __syncwarp();
+            if (LOOKUP && h == 0 && schedule.new_table(seq)) barrier_wait(&sm.table_full[consumer], loads++ & 1);
+            // The warp's 16 rows leave in 16-byte pieces (cols is a multiple of 16: the host's
+            // check), each level looked up in its column's row of the table where the layer has one.
 #pragma unroll
-        for (int i = 0; i < 16 * IG_BN / 16 / 32; ++i) {
-            const int piece = lane + 32 * i, row = 16 * warp + piece / (IG_BN / 16), col = piece % (IG_BN / 16) * 16;
-            const i64 m = (i64)m0 + row;
-            if (m < rows && n0 + col < cols) {
-                uint4 v = *reinterpret_cast<const uint4*>(out_tile + row * IG_OUT_PITCH + col);
-                if (LOOKUP) {
-                    unsigned char* b = reinterpret_cast<unsigned char*>(&v);
+            for (int i = 0; i < 16 * IG_BN / 16 / 32; ++i) {
+                const int piece = lane + 32 * i, row = 16 * warp + piece / (IG_BN / 16), col = piece % (IG_BN / 16) * 16;
+                const i64 m = (i64)m0 + IG_BM * h + row;
+                if (m < rows && n0 + col < cols) {
+                    uint4 v = *reinterpret_cast<const uint4*>(out_tile + row * IG_OUT_PITCH + col);
+                    if (LOOKUP) {
+                        unsigned char* b = reinterpret_cast<unsigned char*>(&v);
 #pragma unroll
-                    for (int k = 0; k < 16; ++k) b[k] = table[(col + k) * 256 + b[k]];
+                        for (int k = 0; k < 16; ++k) b[k] = table[(col + k) * 256 + b[k]];
+                    }
+                    *reinterpret_cast<uint4*>(y + m * cols + n0 + col) = v;
                 }
-                *reinterpret_cast<uint4*>(y + m * cols + n0 + col) = v;
             }
+            __syncwarp();
         }
-        __syncwarp();
         // Done with the table: release it where this consumer's next tile needs other rows.
         const int next = seq + IG_CONSUMERS;
         if (LOOKUP && next < schedule.count && schedule.new_table(next) && lane == 0)
@@ -227,13 +254,22 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
         float residual_zero, const unsigned char *then, const unsigned char *lookup, const void *join, const float *join_params, \
         int out_type, unsigned char *y
 
-// Levels, or a second quantization's levels: 7 stages.
+// Levels, or a second quantization's levels: 7 stages of 64-row tiles, or 6 of 128.
 extern "C" __global__ void __launch_bounds__(IG_THREADS, 1) int8_gemm_tma_levels(INT8_GEMM_PARAMS) {
-    int8_gemm_tma<7, false>(x_map, w_map, rows, cols, depth, int_bias, scale, scale_len, y_zero, lo, hi, relu, then, nullptr, y);
+    int8_gemm_tma<7, false, 1>(x_map, w_map, rows, cols, depth, int_bias, scale, scale_len, y_zero, lo, hi, relu, then, nullptr, y);
 }
 
-// Levels looked up in a per-column table: 5 stages beside the consumers' 32 KB tables.
+extern "C" __global__ void __launch_bounds__(IG_THREADS, 1) int8_gemm_tma_levels_m128(INT8_GEMM_PARAMS) {
+    int8_gemm_tma<6, false, 2>(x_map, w_map, rows, cols, depth, int_bias, scale, scale_len, y_zero, lo, hi, relu, then, nullptr, y);
+}
+
+// Levels looked up in a per-column table: 5 stages (4 of 128-row tiles) beside the consumers'
+// 32 KB tables.
 extern "C" __global__ void __launch_bounds__(IG_THREADS, 1) int8_gemm_tma_lookup(INT8_GEMM_PARAMS) {
-    int8_gemm_tma<5, true>(x_map, w_map, rows, cols, depth, int_bias, scale, scale_len, y_zero, lo, hi, relu, nullptr, lookup, y);
+    int8_gemm_tma<5, true, 1>(x_map, w_map, rows, cols, depth, int_bias, scale, scale_len, y_zero, lo, hi, relu, nullptr, lookup, y);
+}
+
+extern "C" __global__ void __launch_bounds__(IG_THREADS, 1) int8_gemm_tma_lookup_m128(INT8_GEMM_PARAMS) {
+    int8_gemm_tma<4, true, 2>(x_map, w_map, rows, cols, depth, int_bias, scale, scale_len, y_zero, lo, hi, relu, nullptr, lookup, y);
 }
 #endif

@@ -10,8 +10,8 @@ use crate::ops::conv::{depthwise_rows, group_merges, is_depthwise, is_patchify, 
 use kiln::tactics::{TacticDesc, TacticId};
 use crate::ops::int8_conv::MainLoop;
 use crate::ops::quant::{
-    INT8_CONV_KILN, INT8_CONV_KILN_FEW_CHANNELS, INT8_CONV_KILN_WARP_SPECIALIZED, INT8_CONV_KILN_WGMMA, INT8_CONV_LIBRARY, INT8_PRODUCT_KILN, INT8_PRODUCT_KILN_WARP_SPECIALIZED,
-    INT8_PRODUCT_KILN_WGMMA, INT8_PRODUCT_LIBRARY,
+    INT8_CONV_KILN, INT8_CONV_KILN_FEW_CHANNELS, INT8_CONV_KILN_WARP_SPECIALIZED, INT8_CONV_KILN_WARP_SPECIALIZED_M128, INT8_CONV_KILN_WGMMA, INT8_CONV_LIBRARY, INT8_PRODUCT_KILN,
+    INT8_PRODUCT_KILN_WARP_SPECIALIZED, INT8_PRODUCT_KILN_WARP_SPECIALIZED_M128, INT8_PRODUCT_KILN_WGMMA, INT8_PRODUCT_LIBRARY,
 };
 use kiln::{BackendError, ConvolutionParams, DataType, FusedAnchor, LayerId, LayerKind, MathMode, Network, QuantizedAnchor, QuantizedParams, Shape, TensorFormat};
 use std::time::Duration;
@@ -52,6 +52,7 @@ fn int8_conv_tactic(choice: usize) -> TacticDesc {
         INT8_CONV_KILN_WGMMA => "int8_conv_implicit_gemm_wgmma",
         INT8_CONV_KILN_FEW_CHANNELS => "int8_conv_few_channels",
         INT8_CONV_KILN_WARP_SPECIALIZED => "int8_conv_implicit_gemm_tma",
+        INT8_CONV_KILN_WARP_SPECIALIZED_M128 => "int8_conv_implicit_gemm_tma_m128",
         _ => "int8_conv_library_sums",
     })
 }
@@ -61,20 +62,24 @@ fn int8_product_tactic(choice: usize) -> TacticDesc {
         INT8_PRODUCT_KILN => "int8_product_as_1x1_implicit_gemm",
         INT8_PRODUCT_KILN_WGMMA => "int8_product_as_1x1_implicit_gemm_wgmma",
         INT8_PRODUCT_KILN_WARP_SPECIALIZED => "int8_product_as_1x1_implicit_gemm_tma",
+        INT8_PRODUCT_KILN_WARP_SPECIALIZED_M128 => "int8_product_as_1x1_implicit_gemm_tma_m128",
         _ => "int8_product_cublaslt_sums",
     })
 }
 
 /// The integer tactics of `choices` the device runs: the Hopper ones (wgmma, warp-specialized)
 /// on sm_90 only.
-fn int8_tactics(backend: &crate::CudaBackend, choices: &[usize], hopper_only: [usize; 2], tactic: fn(usize) -> TacticDesc) -> Vec<TacticDesc> {
+fn int8_tactics(backend: &crate::CudaBackend, choices: &[usize], hopper_only: [usize; 3], tactic: fn(usize) -> TacticDesc) -> Vec<TacticDesc> {
     let hopper = backend.gpu().is_ok_and(|gpu| MainLoop::Wgmma.available(&gpu));
     choices.iter().filter(|&c| !hopper_only.contains(c) || hopper).map(|&c| tactic(c)).collect()
 }
 
 /// An integer convolution's tactics, the default first; likewise a product's.
-const INT8_CONV_CHOICES: [usize; 5] = [INT8_CONV_KILN, INT8_CONV_LIBRARY, INT8_CONV_KILN_WGMMA, INT8_CONV_KILN_WARP_SPECIALIZED, INT8_CONV_KILN_FEW_CHANNELS];
-const INT8_PRODUCT_CHOICES: [usize; 4] = [INT8_PRODUCT_LIBRARY, INT8_PRODUCT_KILN, INT8_PRODUCT_KILN_WGMMA, INT8_PRODUCT_KILN_WARP_SPECIALIZED];
+const INT8_CONV_CHOICES: [usize; 6] =
+    [INT8_CONV_KILN, INT8_CONV_LIBRARY, INT8_CONV_KILN_WGMMA, INT8_CONV_KILN_WARP_SPECIALIZED, INT8_CONV_KILN_WARP_SPECIALIZED_M128, INT8_CONV_KILN_FEW_CHANNELS];
+const INT8_PRODUCT_CHOICES: [usize; 5] = [INT8_PRODUCT_LIBRARY, INT8_PRODUCT_KILN, INT8_PRODUCT_KILN_WGMMA, INT8_PRODUCT_KILN_WARP_SPECIALIZED, INT8_PRODUCT_KILN_WARP_SPECIALIZED_M128];
+const INT8_CONV_HOPPER_ONLY: [usize; 3] = [INT8_CONV_KILN_WGMMA, INT8_CONV_KILN_WARP_SPECIALIZED, INT8_CONV_KILN_WARP_SPECIALIZED_M128];
+const INT8_PRODUCT_HOPPER_ONLY: [usize; 3] = [INT8_PRODUCT_KILN_WGMMA, INT8_PRODUCT_KILN_WARP_SPECIALIZED, INT8_PRODUCT_KILN_WARP_SPECIALIZED_M128];
 
 
 /// Whether an integer layer is a product of int8 x by constant 2-D int8 weights whose depth
@@ -276,12 +281,13 @@ pub fn tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId, 
         // The warp-specialized product's layers: one product over the pixels.
         let dims = |slot: usize| input(network, layer, slot).and_then(fixed_dims);
         let pointwise = dims(QuantizedParams::X).zip(dims(QuantizedParams::W)).is_some_and(|(x, w)| crate::ops::quant::pointwise_filter(&p, &x, &w));
-        let offered = |c: &usize| (few || *c != INT8_CONV_KILN_FEW_CHANNELS) && (pointwise || *c != INT8_CONV_KILN_WARP_SPECIALIZED);
+        let warp_specialized = |c: &usize| matches!(*c, INT8_CONV_KILN_WARP_SPECIALIZED | INT8_CONV_KILN_WARP_SPECIALIZED_M128);
+        let offered = |c: &usize| (few || *c != INT8_CONV_KILN_FEW_CHANNELS) && (pointwise || !warp_specialized(c));
         let choices: Vec<usize> = INT8_CONV_CHOICES.into_iter().filter(offered).collect();
-        return int8_tactics(backend, &choices, [INT8_CONV_KILN_WGMMA, INT8_CONV_KILN_WARP_SPECIALIZED], int8_conv_tactic);
+        return int8_tactics(backend, &choices, INT8_CONV_HOPPER_ONLY, int8_conv_tactic);
     }
     if int8_product(network, layer) {
-        return int8_tactics(backend, &INT8_PRODUCT_CHOICES, [INT8_PRODUCT_KILN_WGMMA, INT8_PRODUCT_KILN_WARP_SPECIALIZED], int8_product_tactic);
+        return int8_tactics(backend, &INT8_PRODUCT_CHOICES, INT8_PRODUCT_HOPPER_ONLY, int8_product_tactic);
     }
     if !is_gemm(network, layer) {
         return vec![TacticDesc::default_for("cuda")];

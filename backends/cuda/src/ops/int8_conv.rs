@@ -27,12 +27,13 @@ const WGMMA_ALIGN: usize = 512;
 
 /// How the kernel multiplies its tiles: warp-level mma.sync (sm_80 on), or warpgroup wgmma
 /// from shared memory (sm_90's arch-specific image, `Source::target`); `WarpSpecialized` hands
-/// a pointwise layer to [`super::int8_gemm`]'s kernel where it takes it, wgmma otherwise.
+/// a pointwise layer to [`super::int8_gemm`]'s kernel (in tiles of its rows) where it takes it,
+/// wgmma otherwise.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MainLoop {
     MmaSync,
     Wgmma,
-    WarpSpecialized,
+    WarpSpecialized(super::int8_gemm::TileRows),
 }
 
 static WGMMA_CONVOLUTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -64,7 +65,7 @@ impl MainLoop {
     fn ring(self) -> (usize, usize) {
         match self {
             MainLoop::MmaSync => (STAGES, ROW_PITCH),
-            MainLoop::Wgmma | MainLoop::WarpSpecialized => (WGMMA_STAGES, DEPTH_PER_STAGE),
+            MainLoop::Wgmma | MainLoop::WarpSpecialized(_) => (WGMMA_STAGES, DEPTH_PER_STAGE),
         }
     }
 
@@ -142,9 +143,11 @@ pub fn convolution(cx: &Ctx, main_loop: MainLoop, c: &kiln::ConvolutionParams, x
     // The kernel's pointwise main loop (its `POINTWISE`) is the one that can run persistent.
     let pointwise = levels && win.kh == 1 && win.kw == 1 && win.sh == 1 && win.sw == 1 && win.ph == 0 && win.pw == 0 && win.oh == win.h && win.ow == win.w;
     // A pointwise layer is a matrix product: the warp-specialized kernel's, where it takes it.
-    if main_loop == MainLoop::WarpSpecialized && pointwise && super::lane_aligned(cx, &out, 16) && super::int8_gemm::applies(epilogue, pixels, filters, depth) {
-        super::int8_gemm::product(cx, &x, &w, epilogue, &out, pixels, filters, depth)?;
-        return Ok(Some(out));
+    if let MainLoop::WarpSpecialized(rows) = main_loop {
+        if pointwise && super::lane_aligned(cx, &out, 16) && super::int8_gemm::applies(epilogue, pixels, filters, depth) {
+            super::int8_gemm::product(cx, rows, &x, &w, epilogue, &out, pixels, filters, depth)?;
+            return Ok(Some(out));
+        }
     }
     // A narrow layer (64 filters or fewer) wastes half of a 128-filter block.
     let filters_per_block = if filters <= 64 { 64 } else { 128 };

@@ -192,7 +192,7 @@ fn persistent_layers_enqueued() -> u64 {
 #[test]
 fn pointwise_int8_layers_on_the_warp_specialized_product_match_the_cpu_oracle() {
     let Some(cuda) = backend() else { return };
-    if !kiln_cuda::ops::int8_conv::MainLoop::WarpSpecialized.available(&cuda.gpu().expect("a GPU")) {
+    if !kiln_cuda::ops::int8_conv::MainLoop::Wgmma.available(&cuda.gpu().expect("a GPU")) {
         eprintln!("SKIPPED: the warp-specialized INT8 product needs sm_90 (wgmma, TMA)");
         return;
     }
@@ -219,12 +219,16 @@ fn pointwise_int8_layers_on_the_warp_specialized_product_match_the_cpu_oracle() 
     for (what, (net, feeds)) in cases {
         let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap();
         let layer = last_layer(&net);
-        let tactics: Vec<_> = cuda.tactics(&net, layer, MathMode::EXACT).into_iter().filter(|t| t.id.name.ends_with("implicit_gemm_tma")).collect();
-        assert_eq!(tactics.len(), 1, "{what}: the warp-specialized tactic");
-        let before = kiln_cuda::ops::int8_gemm::products_enqueued();
-        let got = run_with_tactic(cuda, &net, &feeds, layer, &tactics[0].id, what);
-        assert!(kiln_cuda::ops::int8_gemm::products_enqueued() > before, "{what}: not on the warp-specialized product");
-        assert_eq!((got[0].dtype(), got[0].data()), (want[0].dtype(), want[0].data()), "{what}");
+        // Both tile shapes: 64 rows (`…_tma`) and 128 (`…_tma_m128`).
+        let tactics: Vec<_> = cuda.tactics(&net, layer, MathMode::EXACT).into_iter().filter(|t| t.id.name.contains("implicit_gemm_tma")).collect();
+        assert_eq!(tactics.len(), 2, "{what}: the warp-specialized tactics");
+        for tactic in &tactics {
+            let what = format!("{what}, {}", tactic.id.name);
+            let before = kiln_cuda::ops::int8_gemm::products_enqueued();
+            let got = run_with_tactic(cuda, &net, &feeds, layer, &tactic.id, &what);
+            assert!(kiln_cuda::ops::int8_gemm::products_enqueued() > before, "{what}: not on the warp-specialized product");
+            assert_eq!((got[0].dtype(), got[0].data()), (want[0].dtype(), want[0].data()), "{what}");
+        }
     }
 }
 
