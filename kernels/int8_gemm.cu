@@ -15,8 +15,9 @@
 //   the copies complete and an "empty" barrier its consumer releases;
 // - warpgroups 1 and 2 are consumers, taking alternate tiles of 64 · HALVES rows × 128 columns
 //   (HALVES wgmma m64 row blocks sharing each stage's filters: 128 rows read half the filter
-//   bytes from L2 a product that 64 do, for half the tiles): while one runs its epilogue the
-//   other's MMAs keep the tensor cores busy.
+//   bytes from L2 a product that 64 do, for half the tiles), or of 64 × 192 (768 columns in four
+//   blocks: BERT's 4,096-row products then two tiles a multiprocessor): while one runs its
+//   epilogue the other's MMAs keep the tensor cores busy.
 // A consumer's scales and int32 biases for its tile's columns are read from global memory before
 // its main loop and staged in shared memory after it, so the epilogue does not wait on them.
 // A lookup (`int8_gemm_tma_lookup`) needs its tile's 128 rows of the table (32 KB) at the store:
@@ -29,14 +30,14 @@
 #include "tma.cuh"
 
 #define IG_BM 64                        // rows of one wgmma m64; a consumer's tile has HALVES of them
-#define IG_BN 128                       // columns (filters) of a tile
+#define IG_BN 128                       // columns (filters) of a tile, unless the kernel says COLS
 #define IG_BK 128                       // depth bytes a stage holds: one 128-byte swizzled row
 #define IG_CONSUMERS 2
 #define IG_THREADS (128 * (1 + IG_CONSUMERS))
 #define IG_A_BYTES(HALVES) (IG_BM * (HALVES) * IG_BK)
-#define IG_STAGE_BYTES(HALVES) ((IG_BM * (HALVES) + IG_BN) * IG_BK)
-#define IG_OUT_PITCH (IG_BN + 16)       // a consumer's output rows: 16-byte pieces, spread banks
-#define IG_OUT_BYTES (IG_BM * IG_OUT_PITCH)  // one m64 block's levels: the halves leave in turn
+#define IG_STAGE_BYTES(HALVES, COLS) ((IG_BM * (HALVES) + (COLS)) * IG_BK)
+#define IG_OUT_PITCH(COLS) ((COLS) + 16)  // a consumer's output rows: 16-byte pieces, spread banks
+#define IG_OUT_BYTES(COLS) (IG_BM * IG_OUT_PITCH(COLS))  // one m64 block's levels: the halves leave in turn
 #define IG_ALIGN 1024                   // the 128-byte swizzle's pattern repeats every 8 rows
 #define IG_TABLE_BYTES (IG_BN * 256)    // a tile's rows of a lookup table
 
@@ -44,13 +45,13 @@
 // lookup tables (16 bytes where the kernel has none), their columns' scales and int32 biases (two
 // tiles' worth, alternating), the barriers and the second quantization's table. The host's
 // `shared_bytes` is this plus IG_ALIGN.
-template <int STAGES, int TABLE_BYTES, int HALVES>
+template <int STAGES, int TABLE_BYTES, int HALVES, int COLS>
 struct GemmShared {
-    unsigned char stages[STAGES][IG_STAGE_BYTES(HALVES)];
-    unsigned char out[IG_CONSUMERS][IG_OUT_BYTES];
+    unsigned char stages[STAGES][IG_STAGE_BYTES(HALVES, COLS)];
+    unsigned char out[IG_CONSUMERS][IG_OUT_BYTES(COLS)];
     unsigned char tables[IG_CONSUMERS][TABLE_BYTES];
-    float column_scale[IG_CONSUMERS][2][IG_BN];
-    int column_bias[IG_CONSUMERS][2][IG_BN];
+    float column_scale[IG_CONSUMERS][2][COLS];
+    int column_bias[IG_CONSUMERS][2][COLS];
     unsigned long long full[STAGES], empty[STAGES];
     unsigned long long mainloop_done[IG_CONSUMERS];  // a phase per tile whose stages its consumer has all waited for
     unsigned long long table_full[IG_CONSUMERS], table_empty[IG_CONSUMERS];
@@ -59,19 +60,19 @@ struct GemmShared {
 
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
 // Which tiles block b runs, in order: its `j`-th is tile `tile(j)` of `count`, the tile of rows
-// [ROWS · m, + ROWS) and columns [128 · n, + 128); its consumer c takes every j ≡ c (mod 2).
+// [ROWS · m, + ROWS) and columns [COLS · n, + COLS); its consumer c takes every j ≡ c (mod 2).
 // - Levels: tiles b, b + gridDim.x, … with columns fastest, so the blocks running together share
 //   their rows in L2.
 // - A lookup: one contiguous run of tiles, rows fastest, so a consumer's next tile mostly keeps
 //   its columns and its table (round robin would change them at nearly every tile where the
 //   column blocks do not divide 2 · gridDim.x: a 32 KB copy, and the producer waiting for the
 //   release, a tile).
-template <bool LOOKUP, int ROWS>
+template <bool LOOKUP, int ROWS, int COLS>
 struct Schedule {
     int row_blocks, column_blocks, first, count;
     __device__ Schedule(int rows, int cols) {
         row_blocks = (rows + ROWS - 1) / ROWS;
-        column_blocks = (cols + IG_BN - 1) / IG_BN;
+        column_blocks = (cols + COLS - 1) / COLS;
         const long long tiles = (long long)row_blocks * column_blocks;
         if (LOOKUP) {
             first = (int)(tiles * blockIdx.x / gridDim.x);
@@ -93,16 +94,17 @@ struct Schedule {
 // pos % STAGES, on its barriers' phase pos / STAGES. A consumer's `loads`-th table copy
 // completes phase `loads` of its table_full barrier; it releases the table (table_empty) after
 // the last tile that reads it.
-template <int STAGES, bool LOOKUP, int HALVES>
+template <int STAGES, bool LOOKUP, int HALVES, int COLS = IG_BN>
 __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const TensorMap& w_map, int rows, int cols, int depth, const int* int_bias,
                                               const float* scale, i64 scale_len, float y_zero, float lo, float hi, int relu,
                                               const unsigned char* then, const unsigned char* lookup, unsigned char* y) {
-    using Shared = GemmShared<STAGES, LOOKUP ? IG_TABLE_BYTES : 16, HALVES>;
+    static_assert(!LOOKUP || COLS == IG_BN, "a lookup's table is a 128-column tile's");
+    using Shared = GemmShared<STAGES, LOOKUP ? IG_TABLE_BYTES : 16, HALVES, COLS>;
     constexpr int ROWS = IG_BM * HALVES;
     extern __shared__ __align__(16) unsigned char dynamic_smem[];
     Shared& sm = *reinterpret_cast<Shared*>(dynamic_smem + (IG_ALIGN - shared_address(dynamic_smem) % IG_ALIGN) % IG_ALIGN);
     const int tid = threadIdx.x, warpgroup = tid / 128;
-    const Schedule<LOOKUP, ROWS> schedule(rows, cols);
+    const Schedule<LOOKUP, ROWS, COLS> schedule(rows, cols);
     const int depth_steps = (depth + IG_BK - 1) / IG_BK;
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
@@ -124,7 +126,7 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
         if (tid != 0) return;
         int pos = 0, loads[IG_CONSUMERS] = {0, 0};
         for (int seq = 0; seq < schedule.count; ++seq) {
-            const int m0 = schedule.m(seq) * ROWS, n0 = schedule.n(seq) * IG_BN;
+            const int m0 = schedule.m(seq) * ROWS, n0 = schedule.n(seq) * COLS;
             const int c = seq % IG_CONSUMERS;
             if (LOOKUP && schedule.new_table(seq)) {
                 // The consumer's previous table is released (a fresh barrier passes parity 1).
@@ -137,7 +139,7 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
             for (int step = 0; step < depth_steps; ++step, ++pos) {
                 const int s = pos % STAGES;
                 barrier_wait(&sm.empty[s], (pos / STAGES + 1) & 1);
-                barrier_expect_bytes(&sm.full[s], IG_STAGE_BYTES(HALVES));
+                barrier_expect_bytes(&sm.full[s], IG_STAGE_BYTES(HALVES, COLS));
                 tma_load_2d(sm.stages[s], &x_map, step * IG_BK, m0, &sm.full[s]);
                 tma_load_2d(sm.stages[s] + IG_A_BYTES(HALVES), &w_map, step * IG_BK, n0, &sm.full[s]);
             }
@@ -152,17 +154,24 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
     const bool per_channel = scale_len != 1;
     unsigned char* out_tile = sm.out[consumer];
     const unsigned char* table = sm.tables[consumer];
-    int acc[HALVES][IG_BN / 2], loads = 0;
+    constexpr int COLUMNS_A_THREAD = (COLS + 127) / 128;
+    int acc[HALVES][COLS / 2], loads = 0;
     for (int seq = consumer, tiles = 0; seq < schedule.count; seq += IG_CONSUMERS, ++tiles) {
-        const int m0 = schedule.m(seq) * ROWS, n0 = schedule.n(seq) * IG_BN;
-        // This thread's column of the tile: its scale and bias, read now, staged after the main loop.
-        const int column = min(n0 + thread, cols - 1);
-        const float column_scale = scale[per_channel ? column : 0];
-        const int column_bias = int_bias ? int_bias[column] : 0;
+        const int m0 = schedule.m(seq) * ROWS, n0 = schedule.n(seq) * COLS;
+        // This thread's columns of the tile: their scales and biases, read now, staged after the
+        // main loop.
+        float column_scale[COLUMNS_A_THREAD];
+        int column_bias[COLUMNS_A_THREAD];
+#pragma unroll
+        for (int t = 0; t < COLUMNS_A_THREAD; ++t) {
+            const int column = min(n0 + thread + 128 * t, cols - 1);
+            column_scale[t] = scale[per_channel ? column : 0];
+            column_bias[t] = int_bias ? int_bias[column] : 0;
+        }
 #pragma unroll
         for (int h = 0; h < HALVES; ++h)
 #pragma unroll
-            for (int i = 0; i < IG_BN / 2; ++i) acc[h][i] = 0;
+            for (int i = 0; i < COLS / 2; ++i) acc[h][i] = 0;
         // Main loops take turns: this tile's starts once the other consumer's previous one has
         // waited for all its stages (its k-th tile, k = (seq - 1) / 2, completes that phase). So
         // every slot before this tile's is filled and no wait below can mistake a stage's phase
@@ -180,7 +189,7 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
 #pragma unroll
             for (int k = 0; k < IG_BK / 32; ++k)
 #pragma unroll
-                for (int h = 0; h < HALVES; ++h) wgmma_s8<IG_BN>(acc[h], a + h * (IG_BM * IG_BK / 16) + 2 * k, b + 2 * k);
+                for (int h = 0; h < HALVES; ++h) wgmma_s8<COLS>(acc[h], a + h * (IG_BM * IG_BK / 16) + 2 * k, b + 2 * k);
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
             // The previous step's MMAs are done (this one's run on): release its stage.
             asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
@@ -189,14 +198,19 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
         if (lane == 0) barrier_arrive(&sm.mainloop_done[consumer]);
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #pragma unroll
-        for (int h = 0; h < HALVES; ++h) wgmma_fence_operands<IG_BN / 2>(acc[h]);
+        for (int h = 0; h < HALVES; ++h) wgmma_fence_operands<COLS / 2>(acc[h]);
         if (lane == 0) barrier_arrive(&sm.empty[(pos - 1) % STAGES]);
         // Alternate buffers: a warp writes this tile's after every warp of the consumer has passed
         // the previous tile's barrier, so after every warp's epilogue of two tiles back.
         const float* scales = sm.column_scale[consumer][tiles & 1];
         const int* biases = sm.column_bias[consumer][tiles & 1];
-        sm.column_scale[consumer][tiles & 1][thread] = column_scale;
-        sm.column_bias[consumer][tiles & 1][thread] = column_bias;
+#pragma unroll
+        for (int t = 0; t < COLUMNS_A_THREAD; ++t) {
+            if (thread + 128 * t < COLS) {
+                sm.column_scale[consumer][tiles & 1][thread + 128 * t] = column_scale[t];
+                sm.column_bias[consumer][tiles & 1][thread + 128 * t] = column_bias[t];
+            }
+        }
         asm volatile("bar.sync %0, 128;\n" ::"r"(1 + consumer) : "memory");
 
 #pragma unroll
@@ -204,7 +218,7 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
             // Accumulator 4·j + i: row 16·warp + lane / 4 (+ 8 for i ≥ 2), column 8·j + 2·(lane % 4)
             // + i % 2. Each warp gathers its 16 rows' levels in its rows of the output tile.
 #pragma unroll
-            for (int j = 0; j < IG_BN / 8; ++j) {
+            for (int j = 0; j < COLS / 8; ++j) {
                 const int col = 8 * j + 2 * (lane % 4);
                 const float s0 = scales[col], s1 = scales[col + 1];
                 const int b0 = biases[col], b1 = biases[col + 1];
@@ -217,7 +231,7 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
                         l0 = sm.then_levels[l0];
                         l1 = sm.then_levels[l1];
                     }
-                    *reinterpret_cast<uchar2*>(out_tile + row * IG_OUT_PITCH + col) = make_uchar2(l0, l1);
+                    *reinterpret_cast<uchar2*>(out_tile + row * IG_OUT_PITCH(COLS) + col) = make_uchar2(l0, l1);
                 }
             }
             __syncwarp();
@@ -225,11 +239,11 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
             // The warp's 16 rows leave in 16-byte pieces (cols is a multiple of 16: the host's
             // check), each level looked up in its column's row of the table where the layer has one.
 #pragma unroll
-            for (int i = 0; i < 16 * IG_BN / 16 / 32; ++i) {
-                const int piece = lane + 32 * i, row = 16 * warp + piece / (IG_BN / 16), col = piece % (IG_BN / 16) * 16;
+            for (int i = 0; i < 16 * COLS / 16 / 32; ++i) {
+                const int piece = lane + 32 * i, row = 16 * warp + piece / (COLS / 16), col = piece % (COLS / 16) * 16;
                 const i64 m = (i64)m0 + IG_BM * h + row;
                 if (m < rows && n0 + col < cols) {
-                    uint4 v = *reinterpret_cast<const uint4*>(out_tile + row * IG_OUT_PITCH + col);
+                    uint4 v = *reinterpret_cast<const uint4*>(out_tile + row * IG_OUT_PITCH(COLS) + col);
                     if (LOOKUP) {
                         unsigned char* b = reinterpret_cast<unsigned char*>(&v);
 #pragma unroll
@@ -254,13 +268,17 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
         float residual_zero, const unsigned char *then, const unsigned char *lookup, const void *join, const float *join_params, \
         int out_type, unsigned char *y
 
-// Levels, or a second quantization's levels: 7 stages of 64-row tiles, or 6 of 128.
+// Levels, or a second quantization's levels: 7 stages of 64 × 128 tiles, or 6 of 128 × 128 or 64 × 192.
 extern "C" __global__ void __launch_bounds__(IG_THREADS, 1) int8_gemm_tma_levels(INT8_GEMM_PARAMS) {
     int8_gemm_tma<7, false, 1>(x_map, w_map, rows, cols, depth, int_bias, scale, scale_len, y_zero, lo, hi, relu, then, nullptr, y);
 }
 
 extern "C" __global__ void __launch_bounds__(IG_THREADS, 1) int8_gemm_tma_levels_m128(INT8_GEMM_PARAMS) {
     int8_gemm_tma<6, false, 2>(x_map, w_map, rows, cols, depth, int_bias, scale, scale_len, y_zero, lo, hi, relu, then, nullptr, y);
+}
+
+extern "C" __global__ void __launch_bounds__(IG_THREADS, 1) int8_gemm_tma_levels_n192(INT8_GEMM_PARAMS) {
+    int8_gemm_tma<6, false, 1, 192>(x_map, w_map, rows, cols, depth, int_bias, scale, scale_len, y_zero, lo, hi, relu, then, nullptr, y);
 }
 
 // Levels looked up in a per-column table: 5 stages (4 of 128-row tiles) beside the consumers'

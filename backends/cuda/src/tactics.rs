@@ -10,8 +10,8 @@ use crate::ops::conv::{depthwise_rows, group_merges, is_depthwise, is_patchify, 
 use kiln::tactics::{TacticDesc, TacticId};
 use crate::ops::int8_conv::MainLoop;
 use crate::ops::quant::{
-    INT8_CONV_KILN, INT8_CONV_KILN_FEW_CHANNELS, INT8_CONV_KILN_WARP_SPECIALIZED, INT8_CONV_KILN_WARP_SPECIALIZED_M128, INT8_CONV_KILN_WGMMA, INT8_CONV_LIBRARY, INT8_PRODUCT_KILN,
-    INT8_PRODUCT_KILN_WARP_SPECIALIZED, INT8_PRODUCT_KILN_WARP_SPECIALIZED_M128, INT8_PRODUCT_KILN_WGMMA, INT8_PRODUCT_LIBRARY,
+    INT8_CONV_KILN, INT8_CONV_KILN_FEW_CHANNELS, INT8_CONV_KILN_WARP_SPECIALIZED, INT8_CONV_KILN_WARP_SPECIALIZED_M128, INT8_CONV_KILN_WARP_SPECIALIZED_N192, INT8_CONV_KILN_WGMMA, INT8_CONV_LIBRARY, INT8_PRODUCT_KILN,
+    INT8_PRODUCT_KILN_WARP_SPECIALIZED, INT8_PRODUCT_KILN_WARP_SPECIALIZED_M128, INT8_PRODUCT_KILN_WARP_SPECIALIZED_N192, INT8_PRODUCT_KILN_WGMMA, INT8_PRODUCT_LIBRARY,
 };
 use kiln::{BackendError, ConvolutionParams, DataType, FusedAnchor, LayerId, LayerKind, MathMode, Network, QuantizedAnchor, QuantizedParams, Shape, TensorFormat};
 use std::time::Duration;
@@ -53,6 +53,7 @@ fn int8_conv_tactic(choice: usize) -> TacticDesc {
         INT8_CONV_KILN_FEW_CHANNELS => "int8_conv_few_channels",
         INT8_CONV_KILN_WARP_SPECIALIZED => "int8_conv_implicit_gemm_tma",
         INT8_CONV_KILN_WARP_SPECIALIZED_M128 => "int8_conv_implicit_gemm_tma_m128",
+        INT8_CONV_KILN_WARP_SPECIALIZED_N192 => "int8_conv_implicit_gemm_tma_n192",
         _ => "int8_conv_library_sums",
     })
 }
@@ -63,23 +64,40 @@ fn int8_product_tactic(choice: usize) -> TacticDesc {
         INT8_PRODUCT_KILN_WGMMA => "int8_product_as_1x1_implicit_gemm_wgmma",
         INT8_PRODUCT_KILN_WARP_SPECIALIZED => "int8_product_as_1x1_implicit_gemm_tma",
         INT8_PRODUCT_KILN_WARP_SPECIALIZED_M128 => "int8_product_as_1x1_implicit_gemm_tma_m128",
+        INT8_PRODUCT_KILN_WARP_SPECIALIZED_N192 => "int8_product_as_1x1_implicit_gemm_tma_n192",
         _ => "int8_product_cublaslt_sums",
     })
 }
 
 /// The integer tactics of `choices` the device runs: the Hopper ones (wgmma, warp-specialized)
 /// on sm_90 only.
-fn int8_tactics(backend: &crate::CudaBackend, choices: &[usize], hopper_only: [usize; 3], tactic: fn(usize) -> TacticDesc) -> Vec<TacticDesc> {
+fn int8_tactics(backend: &crate::CudaBackend, choices: &[usize], hopper_only: [usize; 4], tactic: fn(usize) -> TacticDesc) -> Vec<TacticDesc> {
     let hopper = backend.gpu().is_ok_and(|gpu| MainLoop::Wgmma.available(&gpu));
     choices.iter().filter(|&c| !hopper_only.contains(c) || hopper).map(|&c| tactic(c)).collect()
 }
 
 /// An integer convolution's tactics, the default first; likewise a product's.
-const INT8_CONV_CHOICES: [usize; 6] =
-    [INT8_CONV_KILN, INT8_CONV_LIBRARY, INT8_CONV_KILN_WGMMA, INT8_CONV_KILN_WARP_SPECIALIZED, INT8_CONV_KILN_WARP_SPECIALIZED_M128, INT8_CONV_KILN_FEW_CHANNELS];
-const INT8_PRODUCT_CHOICES: [usize; 5] = [INT8_PRODUCT_LIBRARY, INT8_PRODUCT_KILN, INT8_PRODUCT_KILN_WGMMA, INT8_PRODUCT_KILN_WARP_SPECIALIZED, INT8_PRODUCT_KILN_WARP_SPECIALIZED_M128];
-const INT8_CONV_HOPPER_ONLY: [usize; 3] = [INT8_CONV_KILN_WGMMA, INT8_CONV_KILN_WARP_SPECIALIZED, INT8_CONV_KILN_WARP_SPECIALIZED_M128];
-const INT8_PRODUCT_HOPPER_ONLY: [usize; 3] = [INT8_PRODUCT_KILN_WGMMA, INT8_PRODUCT_KILN_WARP_SPECIALIZED, INT8_PRODUCT_KILN_WARP_SPECIALIZED_M128];
+const INT8_CONV_WARP_SPECIALIZED: [usize; 3] = [INT8_CONV_KILN_WARP_SPECIALIZED, INT8_CONV_KILN_WARP_SPECIALIZED_M128, INT8_CONV_KILN_WARP_SPECIALIZED_N192];
+const INT8_CONV_CHOICES: [usize; 7] = [
+    INT8_CONV_KILN,
+    INT8_CONV_LIBRARY,
+    INT8_CONV_KILN_WGMMA,
+    INT8_CONV_KILN_WARP_SPECIALIZED,
+    INT8_CONV_KILN_WARP_SPECIALIZED_M128,
+    INT8_CONV_KILN_WARP_SPECIALIZED_N192,
+    INT8_CONV_KILN_FEW_CHANNELS,
+];
+const INT8_PRODUCT_CHOICES: [usize; 6] = [
+    INT8_PRODUCT_LIBRARY,
+    INT8_PRODUCT_KILN,
+    INT8_PRODUCT_KILN_WGMMA,
+    INT8_PRODUCT_KILN_WARP_SPECIALIZED,
+    INT8_PRODUCT_KILN_WARP_SPECIALIZED_M128,
+    INT8_PRODUCT_KILN_WARP_SPECIALIZED_N192,
+];
+const INT8_CONV_HOPPER_ONLY: [usize; 4] = [INT8_CONV_KILN_WGMMA, INT8_CONV_KILN_WARP_SPECIALIZED, INT8_CONV_KILN_WARP_SPECIALIZED_M128, INT8_CONV_KILN_WARP_SPECIALIZED_N192];
+const INT8_PRODUCT_HOPPER_ONLY: [usize; 4] =
+    [INT8_PRODUCT_KILN_WGMMA, INT8_PRODUCT_KILN_WARP_SPECIALIZED, INT8_PRODUCT_KILN_WARP_SPECIALIZED_M128, INT8_PRODUCT_KILN_WARP_SPECIALIZED_N192];
 
 
 /// Whether an integer layer is a product of int8 x by constant 2-D int8 weights whose depth
@@ -113,6 +131,13 @@ fn int8_conv(network: &Network, layer: LayerId) -> Option<ConvolutionParams> {
     let out = network.tensor(*l.outputs.first()?).dtype;
     let int8 = x.dtype == DataType::I8 && w.dtype == DataType::I8;
     (int8 && crate::ops::int8_conv::applies(p, &fixed_dims(x)?, &fixed_dims(w)?, out)).then(|| p.clone())
+}
+
+/// Whether an integer layer's levels are looked up in a per-column table: the warp-specialized
+/// product has no 192-column kernel for it (that tactic would time the wgmma kernel it falls
+/// back to under another name).
+fn looks_up(network: &Network, layer: LayerId) -> bool {
+    matches!(&network.layer(layer).kind, LayerKind::Quantized(q) if q.lookup.is_some())
 }
 
 /// The tensor in input `slot` of `layer`, where it has one.
@@ -281,13 +306,17 @@ pub fn tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId, 
         // The warp-specialized product's layers: one product over the pixels.
         let dims = |slot: usize| input(network, layer, slot).and_then(fixed_dims);
         let pointwise = dims(QuantizedParams::X).zip(dims(QuantizedParams::W)).is_some_and(|(x, w)| crate::ops::quant::pointwise_filter(&p, &x, &w));
-        let warp_specialized = |c: &usize| matches!(*c, INT8_CONV_KILN_WARP_SPECIALIZED | INT8_CONV_KILN_WARP_SPECIALIZED_M128);
-        let offered = |c: &usize| (few || *c != INT8_CONV_KILN_FEW_CHANNELS) && (pointwise || !warp_specialized(c));
+        let looks_up = looks_up(network, layer);
+        let offered = |c: &usize| {
+            (few || *c != INT8_CONV_KILN_FEW_CHANNELS) && (pointwise || !INT8_CONV_WARP_SPECIALIZED.contains(c)) && !(looks_up && *c == INT8_CONV_KILN_WARP_SPECIALIZED_N192)
+        };
         let choices: Vec<usize> = INT8_CONV_CHOICES.into_iter().filter(offered).collect();
         return int8_tactics(backend, &choices, INT8_CONV_HOPPER_ONLY, int8_conv_tactic);
     }
     if int8_product(network, layer) {
-        return int8_tactics(backend, &INT8_PRODUCT_CHOICES, INT8_PRODUCT_HOPPER_ONLY, int8_product_tactic);
+        let looks_up = looks_up(network, layer);
+        let choices: Vec<usize> = INT8_PRODUCT_CHOICES.into_iter().filter(|&c| !(looks_up && c == INT8_PRODUCT_KILN_WARP_SPECIALIZED_N192)).collect();
+        return int8_tactics(backend, &choices, INT8_PRODUCT_HOPPER_ONLY, int8_product_tactic);
     }
     if !is_gemm(network, layer) {
         return vec![TacticDesc::default_for("cuda")];

@@ -27,13 +27,13 @@ const WGMMA_ALIGN: usize = 512;
 
 /// How the kernel multiplies its tiles: warp-level mma.sync (sm_80 on), or warpgroup wgmma
 /// from shared memory (sm_90's arch-specific image, `Source::target`); `WarpSpecialized` hands
-/// a pointwise layer to [`super::int8_gemm`]'s kernel (in tiles of its rows) where it takes it,
-/// wgmma otherwise.
+/// a pointwise layer to [`super::int8_gemm`]'s kernel (in its tiles) where it takes it, wgmma
+/// otherwise.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MainLoop {
     MmaSync,
     Wgmma,
-    WarpSpecialized(super::int8_gemm::TileRows),
+    WarpSpecialized(super::int8_gemm::Tile),
 }
 
 static WGMMA_CONVOLUTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -143,9 +143,9 @@ pub fn convolution(cx: &Ctx, main_loop: MainLoop, c: &kiln::ConvolutionParams, x
     // The kernel's pointwise main loop (its `POINTWISE`) is the one that can run persistent.
     let pointwise = levels && win.kh == 1 && win.kw == 1 && win.sh == 1 && win.sw == 1 && win.ph == 0 && win.pw == 0 && win.oh == win.h && win.ow == win.w;
     // A pointwise layer is a matrix product: the warp-specialized kernel's, where it takes it.
-    if let MainLoop::WarpSpecialized(rows) = main_loop {
-        if pointwise && super::lane_aligned(cx, &out, 16) && super::int8_gemm::applies(epilogue, pixels, filters, depth) {
-            super::int8_gemm::product(cx, rows, &x, &w, epilogue, &out, pixels, filters, depth)?;
+    if let MainLoop::WarpSpecialized(tile) = main_loop {
+        if pointwise && super::lane_aligned(cx, &out, 16) && super::int8_gemm::applies(tile, epilogue, pixels, filters, depth) {
+            super::int8_gemm::product(cx, tile, &x, &w, epilogue, &out, pixels, filters, depth)?;
             return Ok(Some(out));
         }
     }

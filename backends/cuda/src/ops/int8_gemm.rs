@@ -1,8 +1,8 @@
 //! kiln's warp-specialized INT8 matrix product on Hopper (kernels/int8_gemm.cu): a persistent
 //! kernel, one block a multiprocessor, whose producer warpgroup has the TMA copy operand tiles
-//! into a ring while two consumer warpgroups take alternate 64 × 128 (or 128 × 128) output tiles
-//! on wgmma, one's requantizing epilogue running beside the other's MMAs. Its tactics
-//! (`…_implicit_gemm_tma`, `…_implicit_gemm_tma_m128`: one per [`TileRows`]) are offered for
+//! into a ring while two consumer warpgroups take alternate 64 × 128 (or 128 × 128, or 64 × 192)
+//! output tiles on wgmma, one's requantizing epilogue running beside the other's MMAs. Its tactics
+//! (`…_implicit_gemm_tma`, `…_tma_m128`, `…_tma_n192`: one per [`Tile`]) are offered for
 //! pointwise layers (1×1 convolutions over NHWC, matrix products) beside the convolution
 //! kernel's; [`super::int8_conv`] runs a layer here where its epilogue is levels-only with no
 //! join (`int8_gemm_tma_lookup…` where the levels are looked up in a per-column table), and on
@@ -23,54 +23,67 @@ const DEPTH_PER_STAGE: usize = 128;
 const CONSUMERS: usize = 2;
 const THREADS: u32 = 128 * (1 + CONSUMERS as u32);
 
-/// The rows of a consumer's tile: one wgmma m64 block, or two sharing each stage's filters (half
-/// the filter bytes from L2 a product, half the tiles). Each is a tactic: which is faster
-/// depends on the shape (tiles to spread over the multiprocessors, depth).
+/// A consumer's tile, rows × columns: one wgmma m64 block by 128 columns; two m64 blocks sharing
+/// each stage's filters (half the filter bytes from L2 a product, half the tiles); or one by 192
+/// columns (a 768-column product in four column blocks: two tiles a multiprocessor at BERT's
+/// 4,096 rows, where 128-column tiles leave three to some and two to others). Each is a tactic:
+/// which is faster depends on the shape (tiles to spread over the multiprocessors, depth).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TileRows {
-    R64,
-    R128,
+pub enum Tile {
+    M64N128,
+    M128N128,
+    M64N192,
 }
 
-impl TileRows {
+impl Tile {
     const fn rows(self) -> usize {
         match self {
-            TileRows::R64 => ROWS_PER_MMA,
-            TileRows::R128 => 2 * ROWS_PER_MMA,
+            Tile::M64N128 | Tile::M64N192 => ROWS_PER_MMA,
+            Tile::M128N128 => 2 * ROWS_PER_MMA,
+        }
+    }
+
+    const fn columns(self) -> usize {
+        match self {
+            Tile::M64N128 | Tile::M128N128 => COLUMNS_PER_TILE,
+            Tile::M64N192 => 192,
         }
     }
 }
 
-/// A kernel of int8_gemm.cu: its name, its tile's rows, its ring's stages and each consumer's
-/// table bytes.
+/// A kernel of int8_gemm.cu: its name, its tile, its ring's stages and each consumer's table
+/// bytes.
 struct Variant {
     name: &'static str,
-    rows: TileRows,
+    tile: Tile,
     stages: usize,
     table_bytes: usize,
 }
 
-/// Levels looked up in a per-column table take the tile's 128 rows of 256 bytes a consumer.
+/// Levels looked up in a per-column table take the tile's 128 rows of 256 bytes a consumer (no
+/// 192-column kernel looks up: its tables would leave too little room for the ring).
 const TABLE_BYTES: usize = COLUMNS_PER_TILE * 256;
-const VARIANTS: [Variant; 4] = [
-    Variant { name: "int8_gemm_tma_levels", rows: TileRows::R64, stages: 7, table_bytes: 16 },
-    Variant { name: "int8_gemm_tma_lookup", rows: TileRows::R64, stages: 5, table_bytes: TABLE_BYTES },
-    Variant { name: "int8_gemm_tma_levels_m128", rows: TileRows::R128, stages: 6, table_bytes: 16 },
-    Variant { name: "int8_gemm_tma_lookup_m128", rows: TileRows::R128, stages: 4, table_bytes: TABLE_BYTES },
+const VARIANTS: [Variant; 5] = [
+    Variant { name: "int8_gemm_tma_levels", tile: Tile::M64N128, stages: 7, table_bytes: 16 },
+    Variant { name: "int8_gemm_tma_lookup", tile: Tile::M64N128, stages: 5, table_bytes: TABLE_BYTES },
+    Variant { name: "int8_gemm_tma_levels_m128", tile: Tile::M128N128, stages: 6, table_bytes: 16 },
+    Variant { name: "int8_gemm_tma_lookup_m128", tile: Tile::M128N128, stages: 4, table_bytes: TABLE_BYTES },
+    Variant { name: "int8_gemm_tma_levels_n192", tile: Tile::M64N192, stages: 6, table_bytes: 16 },
 ];
 
 impl Variant {
-    fn of(rows: TileRows, looks_up: bool) -> &'static Variant {
-        let found = VARIANTS.iter().find(|v| v.rows == rows && (v.table_bytes == TABLE_BYTES) == looks_up);
-        found.expect("a variant for every tile and epilogue")
+    /// The kernel for `tile` and the epilogue, if there is one.
+    fn of(tile: Tile, looks_up: bool) -> Option<&'static Variant> {
+        VARIANTS.iter().find(|v| v.tile == tile && (v.table_bytes == TABLE_BYTES) == looks_up)
     }
 
     /// `GemmShared`'s bytes (the stages, the consumers' one-m64 output tiles with 16 bytes of row
     /// padding, tables and two tiles' column scales and biases, the barriers, the second
     /// quantization's table) plus the slack that aligns it to 1024.
     const fn shared_bytes(&self) -> usize {
-        self.stages * (self.rows.rows() + COLUMNS_PER_TILE) * DEPTH_PER_STAGE
-            + CONSUMERS * (ROWS_PER_MMA * (COLUMNS_PER_TILE + 16) + self.table_bytes + 2 * COLUMNS_PER_TILE * 8)
+        let columns = self.tile.columns();
+        self.stages * (self.tile.rows() + columns) * DEPTH_PER_STAGE
+            + CONSUMERS * (ROWS_PER_MMA * (columns + 16) + self.table_bytes + 2 * columns * 8)
             + (2 * self.stages + 3 * CONSUMERS) * 8
             + 256
             + 1024
@@ -86,27 +99,29 @@ pub fn products_enqueued() -> u64 {
 }
 
 /// Every kernel of int8_gemm.cu: in sm_90's arch-specific (`sm_90a`) image only.
-pub fn kernel_names() -> [&'static str; 4] {
+pub fn kernel_names() -> [&'static str; 5] {
     VARIANTS.map(|v| v.name)
 }
 
-/// Whether the kernel takes a pointwise layer of `filters` output channels over `depth` (the
-/// caller checked that the epilogue is levels-only): no join, rows of 16-byte pieces in and out,
-/// 32-bit tile counts.
-pub fn applies(epilogue: &Epilogue, pixels: usize, filters: usize, depth: usize) -> bool {
+/// Whether the kernel takes a pointwise layer of `filters` output channels over `depth` in
+/// `tile`s (the caller checked that the epilogue is levels-only): a kernel for the tile and
+/// epilogue, no join, rows of 16-byte pieces in and out, 32-bit tile counts.
+pub fn applies(tile: Tile, epilogue: &Epilogue, pixels: usize, filters: usize, depth: usize) -> bool {
     let tiles = pixels.div_ceil(ROWS_PER_MMA).saturating_mul(filters.div_ceil(COLUMNS_PER_TILE));
-    !epilogue.joins && filters.is_multiple_of(16) && depth.is_multiple_of(16) && depth > 0 && tiles <= i32::MAX as usize && pixels <= i32::MAX as usize
+    Variant::of(tile, epilogue.looks_up).is_some()
+        && !epilogue.joins
+        && filters.is_multiple_of(16) && depth.is_multiple_of(16) && depth > 0 && tiles <= i32::MAX as usize && pixels <= i32::MAX as usize
 }
 
 /// `out[pixels][filters]` = the epilogue's levels of `x[pixels][depth]` · `w[filters][depth]`ᵀ
-/// in tiles of `rows`, each operand packed row-major from its buffer's start and 16-byte aligned
-/// (the caller's).
+/// in `tile`s (where [`applies`]), each operand packed row-major from its buffer's start and
+/// 16-byte aligned (the caller's).
 #[allow(clippy::too_many_arguments)]
-pub fn product(cx: &Ctx, rows: TileRows, x: &DeviceTensor, w: &DeviceTensor, epilogue: &Epilogue, out: &DeviceTensor, pixels: usize, filters: usize, depth: usize) -> KResult<()> {
-    let variant = Variant::of(rows, epilogue.looks_up);
-    let x_map = cx.gpu.tensor_map_2d_u8(x, depth, pixels, depth, DEPTH_PER_STAGE as u32, rows.rows() as u32)?;
-    let w_map = cx.gpu.tensor_map_2d_u8(w, depth, filters, depth, DEPTH_PER_STAGE as u32, COLUMNS_PER_TILE as u32)?;
-    let tiles = pixels.div_ceil(rows.rows()) * filters.div_ceil(COLUMNS_PER_TILE);
+pub fn product(cx: &Ctx, tile: Tile, x: &DeviceTensor, w: &DeviceTensor, epilogue: &Epilogue, out: &DeviceTensor, pixels: usize, filters: usize, depth: usize) -> KResult<()> {
+    let variant = Variant::of(tile, epilogue.looks_up).ok_or_else(|| KernelError::from(format!("no warp-specialized kernel for {tile:?} with this epilogue")))?;
+    let x_map = cx.gpu.tensor_map_2d_u8(x, depth, pixels, depth, DEPTH_PER_STAGE as u32, tile.rows() as u32)?;
+    let w_map = cx.gpu.tensor_map_2d_u8(w, depth, filters, depth, DEPTH_PER_STAGE as u32, tile.columns() as u32)?;
+    let tiles = pixels.div_ceil(tile.rows()) * filters.div_ceil(tile.columns());
     let grid = tiles.min(cx.gpu.multiprocessors() as usize) as u32;
     let kernel = Source::Int8Gemm.kernel(variant.name);
     if tracing::enabled!(target: "kiln::int8", tracing::Level::INFO) {
@@ -123,7 +138,7 @@ pub fn product(cx: &Ctx, rows: TileRows, x: &DeviceTensor, w: &DeviceTensor, epi
 
 #[cfg(test)]
 mod tests {
-    use super::{TileRows, Variant, VARIANTS};
+    use super::{Tile, Variant, VARIANTS};
 
     /// Every kernel's shared memory fits a Hopper multiprocessor's 227 KB of dynamic shared memory.
     #[test]
@@ -133,12 +148,15 @@ mod tests {
         }
     }
 
-    /// Each tile and epilogue has its kernel.
+    /// Each tile and epilogue has its kernel, but a lookup on 192 columns.
     #[test]
     fn each_tile_and_epilogue_has_its_kernel() {
-        assert_eq!(Variant::of(TileRows::R64, false).name, "int8_gemm_tma_levels");
-        assert_eq!(Variant::of(TileRows::R64, true).name, "int8_gemm_tma_lookup");
-        assert_eq!(Variant::of(TileRows::R128, false).name, "int8_gemm_tma_levels_m128");
-        assert_eq!(Variant::of(TileRows::R128, true).name, "int8_gemm_tma_lookup_m128");
+        let name = |tile, looks_up| Variant::of(tile, looks_up).map(|v| v.name);
+        assert_eq!(name(Tile::M64N128, false), Some("int8_gemm_tma_levels"));
+        assert_eq!(name(Tile::M64N128, true), Some("int8_gemm_tma_lookup"));
+        assert_eq!(name(Tile::M128N128, false), Some("int8_gemm_tma_levels_m128"));
+        assert_eq!(name(Tile::M128N128, true), Some("int8_gemm_tma_lookup_m128"));
+        assert_eq!(name(Tile::M64N192, false), Some("int8_gemm_tma_levels_n192"));
+        assert_eq!(name(Tile::M64N192, true), None);
     }
 }

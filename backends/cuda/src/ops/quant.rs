@@ -38,9 +38,10 @@ pub const INT8_CONV_KILN_WGMMA: usize = 2;
 pub const INT8_CONV_KILN_FEW_CHANNELS: usize = 3;
 /// A pointwise convolution on Hopper's warp-specialized product (`ops::int8_gemm`; sm_90 only,
 /// offered for 1×1 filters of unit stride without padding, where it takes the layer), in tiles
-/// of 64 rows; likewise in tiles of 128.
+/// of 64 × 128; likewise in tiles of 128 × 128 and of 64 × 192.
 pub const INT8_CONV_KILN_WARP_SPECIALIZED: usize = 4;
 pub const INT8_CONV_KILN_WARP_SPECIALIZED_M128: usize = 5;
+pub const INT8_CONV_KILN_WARP_SPECIALIZED_N192: usize = 6;
 /// The tactics of an integer product by constant weights: cuBLASLt IMMA's int32 sums then the
 /// epilogue kernel (the default), or kiln's convolution kernel with the epilogue fused, the
 /// rows of x as the pixels of a 1×1 convolution (no int32 sums in memory).
@@ -49,9 +50,10 @@ pub const INT8_PRODUCT_KILN: usize = 1;
 /// kiln's kernel on Hopper's wgmma main loop (sm_90 only).
 pub const INT8_PRODUCT_KILN_WGMMA: usize = 2;
 /// The product on Hopper's warp-specialized kernel (`ops::int8_gemm`; sm_90 only), in tiles of
-/// 64 rows; likewise in tiles of 128.
+/// 64 × 128; likewise in tiles of 128 × 128 and of 64 × 192.
 pub const INT8_PRODUCT_KILN_WARP_SPECIALIZED: usize = 3;
 pub const INT8_PRODUCT_KILN_WARP_SPECIALIZED_M128: usize = 4;
+pub const INT8_PRODUCT_KILN_WARP_SPECIALIZED_N192: usize = 5;
 
 static FUSED_PRODUCTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -143,7 +145,7 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
             _ => Ok(pointwise::cast(cx, &acc, DataType::I32)?.with_strides_of(&acc)),
         };
     }
-    let product_loops = [INT8_PRODUCT_KILN, INT8_PRODUCT_KILN_WGMMA, INT8_PRODUCT_KILN_WARP_SPECIALIZED, INT8_PRODUCT_KILN_WARP_SPECIALIZED_M128];
+    let product_loops = [INT8_PRODUCT_KILN, INT8_PRODUCT_KILN_WGMMA, INT8_PRODUCT_KILN_WARP_SPECIALIZED, INT8_PRODUCT_KILN_WARP_SPECIALIZED_M128, INT8_PRODUCT_KILN_WARP_SPECIALIZED_N192];
     let product_loop = kiln_main_loop(cx.gemm_rank.get(), product_loops).filter(|_| constants.tensor_core_form(&x, &w));
     match (&p.anchor, product_loop) {
         (QuantizedAnchor::Convolution(c), _) => {
@@ -157,7 +159,7 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
                 true => INT8_CONV_KILN,
                 false => cx.gemm_rank.get(),
             };
-            let conv_loops = [INT8_CONV_KILN, INT8_CONV_KILN_WGMMA, INT8_CONV_KILN_WARP_SPECIALIZED, INT8_CONV_KILN_WARP_SPECIALIZED_M128];
+            let conv_loops = [INT8_CONV_KILN, INT8_CONV_KILN_WGMMA, INT8_CONV_KILN_WARP_SPECIALIZED, INT8_CONV_KILN_WARP_SPECIALIZED_M128, INT8_CONV_KILN_WARP_SPECIALIZED_N192];
             let kiln_kernel = kiln_main_loop(rank, conv_loops).filter(|_| constants.tensor_core_form(&x, &w) && int8_conv::applies(c, &x.shape, &w.shape, wide));
             if let Some(main_loop) = kiln_kernel {
                 let channels = out_shape.get(1).copied().unwrap_or(1);
@@ -190,14 +192,15 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
 }
 
 /// The main loop of kiln's kernel that tactic `rank` names, given the ranks of its mma.sync,
-/// wgmma and warp-specialized (64- and 128-row tiles) tactics; `None` for the libraries' tactics.
-fn kiln_main_loop(rank: usize, [mma_sync, wgmma, warp_specialized, warp_specialized_m128]: [usize; 4]) -> Option<MainLoop> {
-    use super::int8_gemm::TileRows;
+/// wgmma and warp-specialized (one a tile) tactics; `None` for the libraries' tactics.
+fn kiln_main_loop(rank: usize, [mma_sync, wgmma, m64n128, m128n128, m64n192]: [usize; 5]) -> Option<MainLoop> {
+    use super::int8_gemm::Tile;
     match rank {
         r if r == mma_sync => Some(MainLoop::MmaSync),
         r if r == wgmma => Some(MainLoop::Wgmma),
-        r if r == warp_specialized => Some(MainLoop::WarpSpecialized(TileRows::R64)),
-        r if r == warp_specialized_m128 => Some(MainLoop::WarpSpecialized(TileRows::R128)),
+        r if r == m64n128 => Some(MainLoop::WarpSpecialized(Tile::M64N128)),
+        r if r == m128n128 => Some(MainLoop::WarpSpecialized(Tile::M128N128)),
+        r if r == m64n192 => Some(MainLoop::WarpSpecialized(Tile::M64N192)),
         _ => None,
     }
 }
