@@ -11,8 +11,6 @@
 
 #define CHAIN_OPERANDS 8
 #define CHAIN_RANK 4
-// Runs of 4 a lane holds of a `chain_rows` row: rows of up to 1024 (kiln-cuda's CHAIN_ROW_MAX).
-#define CHAIN_ROW_RUNS 8
 
 struct ChainLayout {
     int rank;

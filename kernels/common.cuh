@@ -181,18 +181,6 @@ __device__ __forceinline__ int rounded_product(float x, float inv, bool& decided
     return __float_as_int(t) - KILN_ROUNDING_MAGIC_BITS;
 }
 
-#define NAN_LEVEL (-2147483647 - 1)  // beyond round_half_even_clamped's ±2^22: a NaN ratio
-
-// rounded_ratio's division, out of line: NAN_LEVEL where the ratio is NaN.
-__device__ __noinline__ int divided_level(float x, float s) {
-    const float ratio = __fdiv_rn(x, s);
-    return ratio != ratio ? NAN_LEVEL : round_half_even_clamped(ratio);
-}
-
-// OUTLINED calls the division (divided_level) rather than inlining it: for kernels that quantize
-// many values a thread, unrolled, where an inlined division at each made most of their code
-// (chain.cuh's chains).
-template <bool OUTLINED = false>
 __device__ __forceinline__ int rounded_ratio(float x, float s, float inv, bool& nan) {
     bool decided;
     const int level = rounded_product(x, inv, decided);
@@ -200,14 +188,71 @@ __device__ __forceinline__ int rounded_ratio(float x, float s, float inv, bool& 
         nan = false;
         return level;
     }
-    if (OUTLINED) {
-        const int divided = divided_level(x, s);
-        nan = divided == NAN_LEVEL;
-        return nan ? 0 : divided;
-    }
     const float ratio = __fdiv_rn(x, s);
     nan = ratio != ratio;
     return round_half_even_clamped(ratio);
+}
+
+// x clamped to [a, b], a NaN kept (FMNMX.NAN from sm_80, where fminf and fmaxf drop it).
+__device__ __forceinline__ float clamp_keeping_nan(float x, float a, float b) {
+#if __CUDA_ARCH__ >= 800
+    float y;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(y) : "f"(x), "f"(a));
+    asm("min.NaN.f32 %0, %0, %1;" : "+f"(y) : "f"(b));
+    return y;
+#else
+    return x != x ? x : fminf(fmaxf(x, a), b);
+#endif
+}
+
+// QuantizeLinear onto one grid: scale s, zero point z and levels [lo, hi] (integers in f32).
+// Its levels are saturated before rounding, at low = lo − z and high = hi − z (the same level as
+// clamping after: the bounds are integers, the rounding monotone), so a level costs a product,
+// a clamp and the rounding add, with no zero point or bounds after it. `tolerance` is how far
+// from a half-integer a clamped product must be for it to round as the quotient does.
+struct Grid {
+    float s, inv, z, low, high, tolerance;
+};
+
+// q = RN(x·inv) is within 1.5·2^-23·|q| of RN(x / s) (rounded_product's argument), and within
+// the bounds |q| ≤ m = max(|low|, |high|): where the clamped q is farther than m·2^-21 from a
+// half-integer both round alike. Beyond a bound the quotient is too (within m·2^-21 < 0.5 of
+// it, m < 2^20), and the clamp leaves an integer. From m = 2^20, and where s or its reciprocal
+// is not a normal float, the tolerance is not positive: every level is divided. (A NaN
+// reciprocal, as level_reciprocal gives, let the compiler copy every unrolled use into a
+// version for it.)
+__device__ __forceinline__ Grid grid_of(float s, float z, float lo, float hi) {
+    const float low = __fsub_rn(lo, z), high = __fsub_rn(hi, z), m = fmaxf(fabsf(low), fabsf(high));
+    const float inv = __frcp_rn(s);
+    // `&`, not `&&`: a short circuit is a branch, which the compiler copied each use into.
+    const bool normal = (fabsf(s) >= 1.17549435e-38f) & (fabsf(inv) >= 1.17549435e-38f) & (fabsf(inv) <= 3.40282347e38f);
+    const float tolerance = __fsub_rn(0.5f, __fmul_rn(m, 0x1p-21f)) - (normal ? 0.0f : 1.0f);
+    return Grid{s, inv, z, low, high, tolerance};
+}
+
+// The level's rounding add: t = clamp(RN(x·inv)) + KILN_ROUNDING_MAGIC (level − z in its low
+// bits), and whether it is the quotient's level (false near a half-integer, for a NaN and for
+// an abnormal scale, whose reciprocal is NaN: the NaN survives the clamp).
+__device__ __forceinline__ bool grid_rounds(const Grid& g, float x, float& t) {
+    const float c = clamp_keeping_nan(__fmul_rn(x, g.inv), g.low, g.high);
+    t = __fadd_rn(c, KILN_ROUNDING_MAGIC);
+    return fabsf(__fsub_rn(c, __fsub_rn(t, KILN_ROUNDING_MAGIC))) < g.tolerance;
+}
+
+// The division's level, out of line (kernels quantize many values a thread, unrolled: an
+// inlined division at each made most of their code): clamp(rne(x / s) + z) into [lo, hi] as
+// a float, NaN to 0.
+__device__ __noinline__ float divided_level_of(Grid g, float x) {
+    const float ratio = __fdiv_rn(x, g.s);
+    if (ratio != ratio) return 0.0f;
+    return __fadd_rn((float)round_half_even_clamped(fminf(fmaxf(ratio, g.low), g.high)), g.z);
+}
+
+// QuantizeLinear's level of x on grid g as a float: clamp(rne(x / s) + z, lo, hi), NaN to 0.
+__device__ __forceinline__ float level_on(const Grid& g, float x) {
+    float t;
+    if (grid_rounds(g, x, t)) return __fadd_rn(__fsub_rn(t, KILN_ROUNDING_MAGIC), g.z);
+    return divided_level_of(g, x);
 }
 
 // An integer layer's residual (kiln::QuantizedParams: a skip connection's operand, added in the

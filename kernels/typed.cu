@@ -365,15 +365,14 @@ __device__ __forceinline__ void load_float4(int type, const void* p, i64 i, floa
 
 // quant_quantize_8bit's result in f32 and int32 operations, without its f64 saturation (NaN
 // saturates to 0, as store_any does): the levels of one run of L values.
-// `inv` is level_reciprocal(s).
+// `g` is the grid of the zero point `zi`.
 template <int L>
-__device__ __forceinline__ Run<u8, L> quantized_run(const float* v, float s, float inv, int zi, int lo, int hi) {
+__device__ __forceinline__ Run<u8, L> quantized_run(const float* v, const Grid& g, int zi) {
     Run<u8, L> q;
 #pragma unroll
     for (int j = 0; j < L; ++j) {
-        bool nan;
-        const int level = min(max(rounded_ratio(v[j], s, inv, nan) + zi, lo), hi);
-        q.v[j] = nan ? 0 : (u8)level;
+        float t;
+        q.v[j] = grid_rounds(g, v[j], t) ? (u8)(__float_as_int(t) - KILN_ROUNDING_MAGIC_BITS + zi) : (u8)(int)divided_level_of(g, v[j]);
     }
     return q;
 }
@@ -395,23 +394,24 @@ __device__ __forceinline__ void dequantized_run(const L8* p, float s, int z, flo
 
 // L elements a thread: one L-element run of x and of y.
 template <int L, typename T>
-__device__ __forceinline__ void quantize_levels(i64 runs, const T* x, float s, float inv, int zi, int lo, int hi, u8* y) {
+__device__ __forceinline__ void quantize_levels(i64 runs, const T* x, const Grid& g, int zi, u8* y) {
     KILN_GRID_LOOP(i, runs) {
         float v[L];
         load_run<L>(x + i * L, v);
-        *reinterpret_cast<Run<u8, L>*>(y + i * L) = quantized_run<L>(v, s, inv, zi, lo, hi);
+        *reinterpret_cast<Run<u8, L>*>(y + i * L) = quantized_run<L>(v, g, zi);
     }
 }
 
 template <int L>
 __device__ __forceinline__ void quantize_8bit_runs(int x_type, int scale_type, int zp_type, int to, i64 runs, const void* x,
                                                    const void* scale, const void* zp, void* y) {
-    const float s = load_float(scale_type, scale, 0), inv = level_reciprocal(s);
+    const float s = load_float(scale_type, scale, 0);
     const int zi = zp ? load_level(zp_type, zp, 0) : 0, lo = to == T_I8 ? -128 : 0, hi = to == T_I8 ? 127 : 255;
+    const Grid g = grid_of(s, (float)zi, (float)lo, (float)hi);
     switch (x_type) {
-    case T_F16: quantize_levels<L>(runs, (const __half*)x, s, inv, zi, lo, hi, (u8*)y); break;
-    case T_BF16: quantize_levels<L>(runs, (const __nv_bfloat16*)x, s, inv, zi, lo, hi, (u8*)y); break;
-    default: quantize_levels<L>(runs, (const float*)x, s, inv, zi, lo, hi, (u8*)y); break;
+    case T_F16: quantize_levels<L>(runs, (const __half*)x, g, zi, (u8*)y); break;
+    case T_BF16: quantize_levels<L>(runs, (const __nv_bfloat16*)x, g, zi, (u8*)y); break;
+    default: quantize_levels<L>(runs, (const float*)x, g, zi, (u8*)y); break;
     }
 }
 
@@ -555,23 +555,24 @@ extern "C" __global__ void quant_dequantize_8bit_view_x16(int x_type, int scale_
 }
 
 template <int L, typename T>
-__device__ __forceinline__ void quantize_view_runs(i64 runs, const Layout& l, const T* x, float s, float inv, int zi, int lo, int hi, u8* y) {
+__device__ __forceinline__ void quantize_view_runs(i64 runs, const Layout& l, const T* x, const Grid& g, int zi, u8* y) {
     KILN_GRID_LOOP(r, runs) {
         float v[L];
         load_run<L>(x + operand_offset(l, 0, r), v);
-        *reinterpret_cast<Run<u8, L>*>(y + r * L) = quantized_run<L>(v, s, inv, zi, lo, hi);
+        *reinterpret_cast<Run<u8, L>*>(y + r * L) = quantized_run<L>(v, g, zi);
     }
 }
 
 template <int L>
 __device__ __forceinline__ void quantize_view(int x_type, int scale_type, int zp_type, int to, i64 runs, const Layout& l, const void* x,
                                               const void* scale, const void* zp, void* y) {
-    const float s = load_float(scale_type, scale, 0), inv = level_reciprocal(s);
+    const float s = load_float(scale_type, scale, 0);
     const int zi = zp ? load_level(zp_type, zp, 0) : 0, lo = to == T_I8 ? -128 : 0, hi = to == T_I8 ? 127 : 255;
+    const Grid g = grid_of(s, (float)zi, (float)lo, (float)hi);
     switch (x_type) {
-    case T_F16: quantize_view_runs<L>(runs, l, (const __half*)x, s, inv, zi, lo, hi, (u8*)y); break;
-    case T_BF16: quantize_view_runs<L>(runs, l, (const __nv_bfloat16*)x, s, inv, zi, lo, hi, (u8*)y); break;
-    default: quantize_view_runs<L>(runs, l, (const float*)x, s, inv, zi, lo, hi, (u8*)y); break;
+    case T_F16: quantize_view_runs<L>(runs, l, (const __half*)x, g, zi, (u8*)y); break;
+    case T_BF16: quantize_view_runs<L>(runs, l, (const __nv_bfloat16*)x, g, zi, (u8*)y); break;
+    default: quantize_view_runs<L>(runs, l, (const float*)x, g, zi, (u8*)y); break;
     }
 }
 

@@ -128,7 +128,7 @@ fn generated_chains_compile_with_every_op_for_sm80_and_sm90() {
         steps: vec![
             Step::Binary { code: 0, operand: 0, running_first: true },
             Step::Binary { code: 0, operand: 1, running_first: true },
-            Step::Normalize { scale: 2, bias: 3, epsilon: 1e-12 },
+            Step::Normalize { scale: 2, bias: 3, epsilon: 1e-12, len: 768 },
             Step::Quantize { param: 4, lo: -128, hi: 127 },
         ],
         dequantized: vec![Some(0), None, Some(2), None, None],

@@ -25,7 +25,8 @@ pub enum Step {
     Dequantize { param: usize },
     /// Layer normalization over the row (the last axis), then `· operand scale + operand bias`:
     /// a program with one runs a warp per row (`chain_rows`) and has no per-element kernels.
-    Normalize { scale: usize, bias: usize, epsilon: f32 },
+    /// `len`, the row's length, is fixed in the kernel: its runs unroll with no bounds checks.
+    Normalize { scale: usize, bias: usize, epsilon: f32, len: u32 },
 }
 
 /// A chain's kernel: the storage type of each slot (slot 0 the running input, then each
@@ -73,7 +74,7 @@ impl Program {
     }
 }
 
-/// The most elements a row of `chain_rows` holds: runs of 4 per lane, `CHAIN_ROW_RUNS` (8) runs
+/// The most elements a row of `chain_rows` holds: runs of 4 per lane, at most 8 runs
 /// (BERT-base's 768 and every hidden size to 1024).
 pub const CHAIN_ROW_MAX: usize = 32 * 4 * 8;
 
@@ -156,7 +157,7 @@ pub fn chain_source(program: &Program) -> Option<String> {
         a.extend(q_args.iter().cloned());
         a.join(", ")
     };
-    if let Some(Step::Normalize { scale, bias, epsilon }) = split.map(|k| program.steps[k]) {
+    if let Some(Step::Normalize { scale, bias, epsilon, len }) = split.map(|k| program.steps[k]) {
         // Each pass loads the slots its steps read (the others' values are dead: zeros).
         let k = split.unwrap_or(0);
         let read = |steps: &[Step], extra: &[usize]| {
@@ -169,7 +170,7 @@ pub fn chain_source(program: &Program) -> Option<String> {
             slots
         };
         let passes = [read(&program.steps[..k], &[0]), read(&program.steps[k + 1..], &[scale + 1, bias + 1])];
-        rows_kernel(&mut s, &types, &params, &element_args, &passes, (scale + 1, bias + 1, epsilon));
+        rows_kernel(&mut s, &types, &params, &element_args, &passes, (scale + 1, bias + 1, epsilon, len));
         return Some(s);
     }
     let _ = writeln!(s, "template <int V>");
@@ -274,12 +275,8 @@ fn step_function(s: &mut String, name: &str, start: &str, params: &[String], pro
             Step::Unary { code, alpha, beta } => format!("f = unary_float({code}, f, {}, {});", float(alpha), float(beta)),
             Step::Binary { code, operand, running_first: true } => format!("f = binary_float({code}, f, x{});", operand + 1),
             Step::Binary { code, operand, running_first: false } => format!("f = binary_float({code}, x{}, f);", operand + 1),
-            // rounded_ratio clamps to ±2^22 where rintf would not: no saturated level changes.
-            Step::Quantize { param, lo, hi } => format!(
-                "{{ bool nan; f = __fadd_rn((float){}(f, q{param}, level_reciprocal(q{param}), nan), q{}); f = nan ? 0.0f : fminf(fmaxf(f, {lo}.0f), {hi}.0f); }}",
-                if compact_chains() { "rounded_ratio<true>" } else { "rounded_ratio" },
-                param + 1
-            ),
+            // The grid's invariants are the kernel's parameters: the compiler computes them once.
+            Step::Quantize { param, lo, hi } => format!("f = level_on(grid_of(q{param}, q{}, {lo}.0f, {hi}.0f), f);", param + 1),
             Step::Dequantize { param } => format!("f = __fmul_rn(__fsub_rn(f, q{}), q{param});", param + 1),
             Step::Normalize { .. } => unreachable!("a row normalization splits the steps"),
         };
@@ -289,8 +286,8 @@ fn step_function(s: &mut String, name: &str, start: &str, params: &[String], pro
     let _ = writeln!(s, "}}\n");
 }
 
-/// `chain_rows(unsigned rows, unsigned len, ChainLayout l, slots…, out, q…)`: a warp per row of
-/// `len` (at most [`CHAIN_ROW_MAX`], a multiple of 4) held in registers: `element` on each
+/// `chain_rows(unsigned rows, ChainLayout l, slots…, out, q…)`: a warp per row of `len` (at
+/// most [`CHAIN_ROW_MAX`], a multiple of 4, fixed in the source) held in registers: `element` on each
 /// value, the row's mean and variance (two passes over the registers, as kernels/reduce.cu's
 /// normalize_affine), `(v − mean) · rstd · x{scale} + x{bias}`, then `after`. `passes`: the
 /// slots the first pass and the second read.
@@ -309,7 +306,7 @@ fn rows_kernel(
     params: &[String],
     element_args: ElementArgs,
     passes: &[Vec<usize>; 2],
-    (scale, bias, epsilon): (usize, usize, f32),
+    (scale, bias, epsilon, len): (usize, usize, f32, u32),
 ) {
     let loads = |s: &mut String, pass: usize| {
         let _ = writeln!(s, "            unsigned c[CHAIN_RANK];");
@@ -323,8 +320,8 @@ fn rows_kernel(
         }
     };
     let _ = writeln!(s, "template <bool DIRECT>");
-    let _ = writeln!(s, "__device__ __forceinline__ void chain_rows_body(unsigned row, unsigned lane, unsigned len, const ChainLayout& l, {}) {{", params.join(", "));
-    s.push_str("    float r[4 * CHAIN_ROW_RUNS];\n");
+    let _ = writeln!(s, "__device__ __forceinline__ void chain_rows_body(unsigned row, unsigned lane, const ChainLayout& l, {}) {{", params.join(", "));
+    let _ = writeln!(s, "    constexpr unsigned len = {len};\n    constexpr int RUNS = {};\n    float r[4 * RUNS];", len.div_ceil(128));
     for (pass, slots) in passes.iter().enumerate() {
         let mask: u32 = slots.iter().map(|&k| 1u32 << k).sum();
         let _ = writeln!(s, "    const bool coords{pass} = chain_rows_need_coords(l, {mask:#x});");
@@ -341,11 +338,11 @@ fn rows_kernel(
     }
     float sum = 0.0f;
 #pragma unroll
-    for (int e = 0; e < 4 * CHAIN_ROW_RUNS; ++e) sum += r[e];
+    for (int e = 0; e < 4 * RUNS; ++e) sum += r[e];
     const float mean = warp_sum(sum) / (float)len;
     float squares = 0.0f;
 #pragma unroll
-    for (int e = 0; e < 4 * CHAIN_ROW_RUNS; ++e) {
+    for (int e = 0; e < 4 * RUNS; ++e) {
         const float d = 4 * (lane + 32 * (e / 4)) < len ? r[e] - mean : 0.0f;
         squares += d * d;
     }
@@ -366,18 +363,16 @@ fn rows_kernel(
     // Each parameter's name: the last word of its declaration.
     let names: Vec<&str> = params.iter().map(|p| p.rsplit([' ', '*']).next().unwrap_or(p)).collect();
     let read: u32 = passes.iter().flatten().map(|&k| 1u32 << k).sum();
-    let _ = writeln!(s, "extern \"C\" __global__ void __launch_bounds__(256, 4) chain_rows(unsigned rows, unsigned len, ChainLayout l, {}) {{", params.join(", "));
+    let _ = writeln!(s, "extern \"C\" __global__ void __launch_bounds__(256, 4) chain_rows(unsigned rows, ChainLayout l, {}) {{", params.join(", "));
     s.push_str("    const unsigned row = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;\n    if (row >= rows) return;\n");
     let direct = if compact_chains() { format!("!chain_rows_need_coords(l, {read:#x})") } else { "false".to_string() };
-    let _ = writeln!(s, "    if ({direct}) chain_rows_body<true>(row, lane, len, l, {});", names.join(", "));
-    let _ = writeln!(s, "    else chain_rows_body<false>(row, lane, len, l, {});", names.join(", "));
+    let _ = writeln!(s, "    if ({direct}) chain_rows_body<true>(row, lane, l, {});", names.join(", "));
+    let _ = writeln!(s, "    else chain_rows_body<false>(row, lane, l, {});", names.join(", "));
     s.push_str("}\n");
 }
 
 /// Whether chains are generated compact: `chain_rows` with its direct body where every slot
-/// allows, quantization's rare division out of line (`rounded_ratio<true>`: a chain quantizes
-/// every value a thread holds, unrolled, and the division inlined at each made most of its
-/// code; Nsight found `chain_rows` waiting for instructions to be fetched). On unless
+/// allows (Nsight found `chain_rows` waiting for instructions to be fetched). On unless
 /// `KILN_CUDA_COMPACT_CHAINS=0`, for A/B timing (read once a process, like the sources it shapes).
 fn compact_chains() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
@@ -387,7 +382,7 @@ fn compact_chains() -> bool {
 /// The start of a `chain_rows` pass over its row: run `j` of 4 at `k`, element `i` (slots are
 /// read by `chain_row_load`, which finds an element's coordinates only where a slot needs them).
 const ROW_RUN: &str = "#pragma unroll
-    for (int j = 0; j < CHAIN_ROW_RUNS; ++j) {
+    for (int j = 0; j < RUNS; ++j) {
         const unsigned k = 4 * (lane + 32 * j);
         if (k < len) {
             const unsigned i = row * len + k;
@@ -428,7 +423,7 @@ fn program_bits(p: &Program) -> ProgramBits {
             Step::Binary { code, operand, running_first } => (1, code, 0, 0, operand, running_first),
             Step::Quantize { param, lo, hi } => (2, 0, lo as u32, hi as u32, param, false),
             Step::Dequantize { param } => (3, 0, 0, 0, param, false),
-            Step::Normalize { scale, bias, epsilon } => (4, bias as i32, epsilon.to_bits(), 0, scale, false),
+            Step::Normalize { scale, bias, epsilon, len } => (4, bias as i32, epsilon.to_bits(), len, scale, false),
         })
         .collect();
     (p.slots.clone(), p.out, steps, p.dequantized.clone(), p.params)
@@ -502,7 +497,7 @@ mod tests {
             steps: vec![
                 Step::Binary { code: 0, operand: 0, running_first: true },
                 Step::Binary { code: 0, operand: 1, running_first: true },
-                Step::Normalize { scale: 2, bias: 3, epsilon: 1e-12 },
+                Step::Normalize { scale: 2, bias: 3, epsilon: 1e-12, len: 768 },
                 Step::Quantize { param: 4, lo: -128, hi: 127 },
             ],
             dequantized: vec![Some(0), None, Some(2), None, None],
@@ -541,15 +536,16 @@ mod tests {
         let block = layer_norm_block();
         assert!(block.normalizes() && block.table_entries().is_none());
         let text = chain_source(&block).expect("8-bit chains");
-        assert!(text.contains("chain_rows(unsigned rows, unsigned len, ChainLayout l, const signed char* s0, const float* s1, const signed char* s2"), "{text}");
+        assert!(text.contains("chain_rows(unsigned rows, ChainLayout l, const signed char* s0, const float* s1, const signed char* s2"), "{text}");
         assert!(!text.contains("chain_vec"), "no per-element kernel: {text}");
         assert!(text.contains("const bool coords0 = chain_rows_need_coords(l, 0x7);") && text.contains("if (!DIRECT && coords0) chain_coords(l, i, c);"), "coordinates where a slot needs them: {text}");
         assert!(text.contains("chain_row_load<4>(l, 2, i, k, c, s2, v2);") && text.contains("chain_row_load<4>(l, 4, i, k, c, s4, v4);"), "{text}");
         assert!(text.contains("if (DIRECT) load_run<4>(s2 + ((l.row >> 2 & 1) ? l.offset[2] + k : i), v2);"), "the direct body's loads: {text}");
-        assert!(text.contains("if (!chain_rows_need_coords(l, 0x1f)) chain_rows_body<true>(row, lane, len, l, s0, s1, s2, s3, s4, out, q0, q1, q2, q3, q4, q5);"), "{text}");
+        assert!(text.contains("if (!chain_rows_need_coords(l, 0x1f)) chain_rows_body<true>(row, lane, l, s0, s1, s2, s3, s4, out, q0, q1, q2, q3, q4, q5);"), "{text}");
+        assert!(text.contains("constexpr unsigned len = 768;") && text.contains("constexpr int RUNS = 6;"), "the row's length fixed: {text}");
         assert!(text.contains("o[e] = after((r[4 * j + e] - mean) * rstd * v3[e] + v4[e], v0[e]"), "the norm's operands are slots 3 and 4: {text}");
-        assert!(text.contains("rounded_ratio<true>(f, q4, level_reciprocal(q4), nan)") && text.contains("x2 = __fmul_rn(__fsub_rn(x2, q3), q2);"), "{text}");
-        let other = Program { steps: vec![block.steps[0], block.steps[1], Step::Normalize { scale: 2, bias: 3, epsilon: 1e-5 }, block.steps[3]], ..block.clone() };
+        assert!(text.contains("f = level_on(grid_of(q4, q5, -128.0f, 127.0f), f);") && text.contains("x2 = __fmul_rn(__fsub_rn(x2, q3), q2);"), "{text}");
+        let other = Program { steps: vec![block.steps[0], block.steps[1], Step::Normalize { scale: 2, bias: 3, epsilon: 1e-5, len: 768 }, block.steps[3]], ..block.clone() };
         assert_ne!(chain_kernel(&other), chain_kernel(&block), "another epsilon, another kernel");
     }
 

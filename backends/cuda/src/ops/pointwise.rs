@@ -357,7 +357,9 @@ pub fn chain(cx: &Ctx, x: &DeviceTensor, x_dequantize: Option<(f32, f32)>, steps
                     *slot = read;
                 }
                 let [scale, bias] = slots;
-                program.push(Step::Normalize { scale, bias, epsilon: *epsilon });
+                // The row as it is here; the kernel's launch checks it is the output's.
+                let len = u32::try_from(shape.last().copied().unwrap_or(0)).unwrap_or(u32::MAX);
+                program.push(Step::Normalize { scale, bias, epsilon: *epsilon, len });
             }
             _ => return Ok(None),
         }
@@ -389,7 +391,8 @@ pub fn chain(cx: &Ctx, x: &DeviceTensor, x_dequantize: Option<(f32, f32)>, steps
         // A warp per row, its values in registers: rows of runs of 4 that every slot reads
         // as runs (or broadcasts).
         let len = shape.last().copied().unwrap_or(0);
-        if len == 0 || len % 4 != 0 || len > CHAIN_ROW_MAX || !vector_lanes(4, &used, &pointers) {
+        let fixed = program.steps.iter().any(|s| matches!(*s, Step::Normalize { len: l, .. } if l as usize == len));
+        if len == 0 || len % 4 != 0 || len > CHAIN_ROW_MAX || !fixed || !vector_lanes(4, &used, &pointers) {
             return Ok(None);
         }
         let rows = n / len;
@@ -401,7 +404,7 @@ pub fn chain(cx: &Ctx, x: &DeviceTensor, x_dequantize: Option<(f32, f32)>, steps
         if compact.shape[compact.rank as usize - 1] != len_arg {
             compact.row = 0;
         }
-        let mut args = vec![Arg::I32(rows_arg), Arg::I32(len_arg), Arg::ChainLayout(compact)];
+        let mut args = vec![Arg::I32(rows_arg), Arg::ChainLayout(compact)];
         args.extend(pointers);
         args.extend(params.iter().map(|&q| Arg::F32(q)));
         let blocks = u32::try_from(rows.div_ceil(8)).map_err(|_| kiln::invalid!("{rows} rows are too many for one launch"))?;
