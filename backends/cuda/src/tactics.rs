@@ -10,8 +10,9 @@ use crate::ops::conv::{depthwise_rows, group_merges, is_depthwise, is_patchify, 
 use kiln::tactics::{TacticDesc, TacticId};
 use crate::ops::int8_conv::MainLoop;
 use crate::ops::quant::{
-    INT8_CONV_KILN, INT8_CONV_KILN_FEW_CHANNELS, INT8_CONV_KILN_WARP_SPECIALIZED, INT8_CONV_KILN_WARP_SPECIALIZED_M128, INT8_CONV_KILN_WARP_SPECIALIZED_N192, INT8_CONV_KILN_WGMMA, INT8_CONV_LIBRARY, INT8_PRODUCT_KILN,
-    INT8_PRODUCT_KILN_WARP_SPECIALIZED, INT8_PRODUCT_KILN_WARP_SPECIALIZED_M128, INT8_PRODUCT_KILN_WARP_SPECIALIZED_N192, INT8_PRODUCT_KILN_WGMMA, INT8_PRODUCT_LIBRARY,
+    kiln_main_loop, INT8_CONV_KILN, INT8_CONV_KILN_FEW_CHANNELS, INT8_CONV_KILN_WARP_SPECIALIZED, INT8_CONV_KILN_WARP_SPECIALIZED_M128, INT8_CONV_KILN_WARP_SPECIALIZED_N192, INT8_CONV_KILN_WGMMA, INT8_CONV_LIBRARY,
+    INT8_CONV_MAIN_LOOPS, INT8_PRODUCT_KILN, INT8_PRODUCT_KILN_WARP_SPECIALIZED, INT8_PRODUCT_KILN_WARP_SPECIALIZED_M128, INT8_PRODUCT_KILN_WARP_SPECIALIZED_N192, INT8_PRODUCT_KILN_WGMMA, INT8_PRODUCT_LIBRARY,
+    INT8_PRODUCT_MAIN_LOOPS,
 };
 use kiln::{BackendError, ConvolutionParams, DataType, FusedAnchor, LayerId, LayerKind, MathMode, Network, QuantizedAnchor, QuantizedParams, Shape, TensorFormat};
 use std::time::Duration;
@@ -69,15 +70,21 @@ fn int8_product_tactic(choice: usize) -> TacticDesc {
     })
 }
 
-/// The integer tactics of `choices` the device runs: the Hopper ones (wgmma, warp-specialized)
-/// on sm_90 only.
-fn int8_tactics(backend: &crate::CudaBackend, choices: &[usize], hopper_only: [usize; 4], tactic: fn(usize) -> TacticDesc) -> Vec<TacticDesc> {
-    let hopper = backend.gpu().is_ok_and(|gpu| MainLoop::Wgmma.available(&gpu));
-    choices.iter().filter(|&c| !hopper_only.contains(c) || hopper).map(|&c| tactic(c)).collect()
+/// Whether an integer layer may run tactic `choice`, a rank among `main_loops` (kiln's kernel:
+/// [`kiln_main_loop`]) or not (the libraries' and the few-channel kernel's): kiln's where the
+/// device runs its main loop (wgmma and the warp-specialized product on sm_90 only), the
+/// warp-specialized product's tiles on a pointwise layer where int8_gemm.cu has a kernel for the
+/// tile and the epilogue's lookup (elsewhere the tactic would time the kernel it falls back to
+/// under another name).
+fn runs_main_loop(gpu: Option<&crate::device::Gpu>, choice: usize, main_loops: [usize; 5], pointwise: bool, looks_up: bool) -> bool {
+    match kiln_main_loop(choice, main_loops) {
+        Some(MainLoop::WarpSpecialized(tile)) if !pointwise || !crate::ops::int8_gemm::has_kernel(tile, looks_up) => false,
+        Some(main_loop) => gpu.map_or(main_loop == MainLoop::MmaSync, |g| main_loop.available(g)),
+        None => true,
+    }
 }
 
 /// An integer convolution's tactics, the default first; likewise a product's.
-const INT8_CONV_WARP_SPECIALIZED: [usize; 3] = [INT8_CONV_KILN_WARP_SPECIALIZED, INT8_CONV_KILN_WARP_SPECIALIZED_M128, INT8_CONV_KILN_WARP_SPECIALIZED_N192];
 const INT8_CONV_CHOICES: [usize; 7] = [
     INT8_CONV_KILN,
     INT8_CONV_LIBRARY,
@@ -95,9 +102,6 @@ const INT8_PRODUCT_CHOICES: [usize; 6] = [
     INT8_PRODUCT_KILN_WARP_SPECIALIZED_M128,
     INT8_PRODUCT_KILN_WARP_SPECIALIZED_N192,
 ];
-const INT8_CONV_HOPPER_ONLY: [usize; 4] = [INT8_CONV_KILN_WGMMA, INT8_CONV_KILN_WARP_SPECIALIZED, INT8_CONV_KILN_WARP_SPECIALIZED_M128, INT8_CONV_KILN_WARP_SPECIALIZED_N192];
-const INT8_PRODUCT_HOPPER_ONLY: [usize; 4] =
-    [INT8_PRODUCT_KILN_WGMMA, INT8_PRODUCT_KILN_WARP_SPECIALIZED, INT8_PRODUCT_KILN_WARP_SPECIALIZED_M128, INT8_PRODUCT_KILN_WARP_SPECIALIZED_N192];
 
 
 /// Whether an integer layer is a product of int8 x by constant 2-D int8 weights whose depth
@@ -133,9 +137,7 @@ fn int8_conv(network: &Network, layer: LayerId) -> Option<ConvolutionParams> {
     (int8 && crate::ops::int8_conv::applies(p, &fixed_dims(x)?, &fixed_dims(w)?, out)).then(|| p.clone())
 }
 
-/// Whether an integer layer's levels are looked up in a per-column table: the warp-specialized
-/// product has no 192-column kernel for it (that tactic would time the wgmma kernel it falls
-/// back to under another name).
+/// Whether an integer layer's levels are looked up in a per-column table.
 fn looks_up(network: &Network, layer: LayerId) -> bool {
     matches!(&network.layer(layer).kind, LayerKind::Quantized(q) if q.lookup.is_some())
 }
@@ -306,17 +308,14 @@ pub fn tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId, 
         // The warp-specialized product's layers: one product over the pixels.
         let dims = |slot: usize| input(network, layer, slot).and_then(fixed_dims);
         let pointwise = dims(QuantizedParams::X).zip(dims(QuantizedParams::W)).is_some_and(|(x, w)| crate::ops::quant::pointwise_filter(&p, &x, &w));
-        let looks_up = looks_up(network, layer);
-        let offered = |c: &usize| {
-            (few || *c != INT8_CONV_KILN_FEW_CHANNELS) && (pointwise || !INT8_CONV_WARP_SPECIALIZED.contains(c)) && !(looks_up && *c == INT8_CONV_KILN_WARP_SPECIALIZED_N192)
-        };
-        let choices: Vec<usize> = INT8_CONV_CHOICES.into_iter().filter(offered).collect();
-        return int8_tactics(backend, &choices, INT8_CONV_HOPPER_ONLY, int8_conv_tactic);
+        let (gpu, looks_up) = (backend.gpu().ok(), looks_up(network, layer));
+        let offered = |&c: &usize| (few || c != INT8_CONV_KILN_FEW_CHANNELS) && runs_main_loop(gpu.as_deref(), c, INT8_CONV_MAIN_LOOPS, pointwise, looks_up);
+        return INT8_CONV_CHOICES.into_iter().filter(offered).map(int8_conv_tactic).collect();
     }
     if int8_product(network, layer) {
-        let looks_up = looks_up(network, layer);
-        let choices: Vec<usize> = INT8_PRODUCT_CHOICES.into_iter().filter(|&c| !(looks_up && c == INT8_PRODUCT_KILN_WARP_SPECIALIZED_N192)).collect();
-        return int8_tactics(backend, &choices, INT8_PRODUCT_HOPPER_ONLY, int8_product_tactic);
+        let (gpu, looks_up) = (backend.gpu().ok(), looks_up(network, layer));
+        let offered = |&c: &usize| runs_main_loop(gpu.as_deref(), c, INT8_PRODUCT_MAIN_LOOPS, true, looks_up);
+        return INT8_PRODUCT_CHOICES.into_iter().filter(offered).map(int8_product_tactic).collect();
     }
     if !is_gemm(network, layer) {
         return vec![TacticDesc::default_for("cuda")];

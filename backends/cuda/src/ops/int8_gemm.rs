@@ -103,12 +103,17 @@ pub fn kernel_names() -> [&'static str; 5] {
     VARIANTS.map(|v| v.name)
 }
 
+/// Whether int8_gemm.cu has a kernel for `tile` with (or without) a per-column lookup.
+pub fn has_kernel(tile: Tile, looks_up: bool) -> bool {
+    Variant::of(tile, looks_up).is_some()
+}
+
 /// Whether the kernel takes a pointwise layer of `filters` output channels over `depth` in
 /// `tile`s (the caller checked that the epilogue is levels-only): a kernel for the tile and
 /// epilogue, no join, rows of 16-byte pieces in and out, 32-bit tile counts.
 pub fn applies(tile: Tile, epilogue: &Epilogue, pixels: usize, filters: usize, depth: usize) -> bool {
     let tiles = pixels.div_ceil(ROWS_PER_MMA).saturating_mul(filters.div_ceil(COLUMNS_PER_TILE));
-    Variant::of(tile, epilogue.looks_up).is_some()
+    has_kernel(tile, epilogue.looks_up)
         && !epilogue.joins
         && filters.is_multiple_of(16) && depth.is_multiple_of(16) && depth > 0 && tiles <= i32::MAX as usize && pixels <= i32::MAX as usize
 }

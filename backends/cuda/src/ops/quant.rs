@@ -54,6 +54,10 @@ pub const INT8_PRODUCT_KILN_WGMMA: usize = 2;
 pub const INT8_PRODUCT_KILN_WARP_SPECIALIZED: usize = 3;
 pub const INT8_PRODUCT_KILN_WARP_SPECIALIZED_M128: usize = 4;
 pub const INT8_PRODUCT_KILN_WARP_SPECIALIZED_N192: usize = 5;
+/// The ranks of kiln's main loops ([`kiln_main_loop`]'s order) among each kind's tactics.
+pub const INT8_CONV_MAIN_LOOPS: [usize; 5] = [INT8_CONV_KILN, INT8_CONV_KILN_WGMMA, INT8_CONV_KILN_WARP_SPECIALIZED, INT8_CONV_KILN_WARP_SPECIALIZED_M128, INT8_CONV_KILN_WARP_SPECIALIZED_N192];
+pub const INT8_PRODUCT_MAIN_LOOPS: [usize; 5] =
+    [INT8_PRODUCT_KILN, INT8_PRODUCT_KILN_WGMMA, INT8_PRODUCT_KILN_WARP_SPECIALIZED, INT8_PRODUCT_KILN_WARP_SPECIALIZED_M128, INT8_PRODUCT_KILN_WARP_SPECIALIZED_N192];
 
 static FUSED_PRODUCTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -145,8 +149,7 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
             _ => Ok(pointwise::cast(cx, &acc, DataType::I32)?.with_strides_of(&acc)),
         };
     }
-    let product_loops = [INT8_PRODUCT_KILN, INT8_PRODUCT_KILN_WGMMA, INT8_PRODUCT_KILN_WARP_SPECIALIZED, INT8_PRODUCT_KILN_WARP_SPECIALIZED_M128, INT8_PRODUCT_KILN_WARP_SPECIALIZED_N192];
-    let product_loop = kiln_main_loop(cx.gemm_rank.get(), product_loops).filter(|_| constants.tensor_core_form(&x, &w));
+    let product_loop = kiln_main_loop(cx.gemm_rank.get(), INT8_PRODUCT_MAIN_LOOPS).filter(|_| constants.tensor_core_form(&x, &w));
     match (&p.anchor, product_loop) {
         (QuantizedAnchor::Convolution(c), _) => {
             // The kernel writes f32 or levels: an f16 / bf16 output is its f32 rounded after.
@@ -159,8 +162,7 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
                 true => INT8_CONV_KILN,
                 false => cx.gemm_rank.get(),
             };
-            let conv_loops = [INT8_CONV_KILN, INT8_CONV_KILN_WGMMA, INT8_CONV_KILN_WARP_SPECIALIZED, INT8_CONV_KILN_WARP_SPECIALIZED_M128, INT8_CONV_KILN_WARP_SPECIALIZED_N192];
-            let kiln_kernel = kiln_main_loop(rank, conv_loops).filter(|_| constants.tensor_core_form(&x, &w) && int8_conv::applies(c, &x.shape, &w.shape, wide));
+            let kiln_kernel = kiln_main_loop(rank, INT8_CONV_MAIN_LOOPS).filter(|_| constants.tensor_core_form(&x, &w) && int8_conv::applies(c, &x.shape, &w.shape, wide));
             if let Some(main_loop) = kiln_kernel {
                 let channels = out_shape.get(1).copied().unwrap_or(1);
                 let epilogue = Epilogue::new(cx, p, &terms, true, &constants, wide, channels)?;
@@ -193,7 +195,7 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
 
 /// The main loop of kiln's kernel that tactic `rank` names, given the ranks of its mma.sync,
 /// wgmma and warp-specialized (one a tile) tactics; `None` for the libraries' tactics.
-fn kiln_main_loop(rank: usize, [mma_sync, wgmma, m64n128, m128n128, m64n192]: [usize; 5]) -> Option<MainLoop> {
+pub fn kiln_main_loop(rank: usize, [mma_sync, wgmma, m64n128, m128n128, m64n192]: [usize; 5]) -> Option<MainLoop> {
     use super::int8_gemm::Tile;
     match rank {
         r if r == mma_sync => Some(MainLoop::MmaSync),
