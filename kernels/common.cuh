@@ -155,12 +155,18 @@ __device__ __forceinline__ unsigned char level_of_sum(int sum, float scale, floa
     return (unsigned char)(__float_as_int(__fadd_rn(v, KILN_ROUNDING_MAGIC)) + zero);
 }
 
+// Whether a scale s and its reciprocal inv = RN(1/s) are both normal floats: the product by inv
+// then stands in for the division (rounded_product's and grid_rounds' argument). `&`, not `&&`:
+// a short circuit is a branch, which the compiler copied each unrolled use of a Grid into.
+__device__ __forceinline__ bool normal_reciprocal(float s, float inv) {
+    return (fabsf(s) >= 1.17549435e-38f) & (fabsf(inv) >= 1.17549435e-38f) & (fabsf(inv) <= 3.40282347e38f);
+}
+
 // What rounded_ratio multiplies by for a grid of scale s: RN(1/s) where s and it are normal
 // floats, else NaN (every ratio then takes the division).
 __device__ __forceinline__ float level_reciprocal(float s) {
     const float inv = __frcp_rn(s);
-    const bool normal = fabsf(s) >= 1.17549435e-38f && fabsf(inv) >= 1.17549435e-38f && fabsf(inv) <= 3.40282347e38f;
-    return normal ? inv : __int_as_float(0x7fc00000);
+    return normal_reciprocal(s, inv) ? inv : __int_as_float(0x7fc00000);
 }
 
 // round_half_even_clamped(__fdiv_rn(x, s)), and whether that ratio is NaN, where `inv` is
@@ -224,15 +230,13 @@ struct Grid {
 __device__ __forceinline__ Grid grid_of(float s, float z, float lo, float hi) {
     const float low = __fsub_rn(lo, z), high = __fsub_rn(hi, z), m = fmaxf(fabsf(low), fabsf(high));
     const float inv = __frcp_rn(s);
-    // `&`, not `&&`: a short circuit is a branch, which the compiler copied each use into.
-    const bool normal = (fabsf(s) >= 1.17549435e-38f) & (fabsf(inv) >= 1.17549435e-38f) & (fabsf(inv) <= 3.40282347e38f);
-    const float tolerance = __fsub_rn(0.5f, __fmul_rn(m, 0x1p-21f)) - (normal ? 0.0f : 1.0f);
+    const float tolerance = __fsub_rn(0.5f, __fmul_rn(m, 0x1p-21f)) - (normal_reciprocal(s, inv) ? 0.0f : 1.0f);
     return Grid{s, inv, z, low, high, tolerance};
 }
 
 // The level's rounding add: t = clamp(RN(x·inv)) + KILN_ROUNDING_MAGIC (level − z in its low
-// bits), and whether it is the quotient's level (false near a half-integer, for a NaN and for
-// an abnormal scale, whose reciprocal is NaN: the NaN survives the clamp).
+// bits), and whether it is the quotient's level (false near a half-integer, for a NaN, which
+// survives the clamp, and for every value of an abnormal scale, whose tolerance is negative).
 __device__ __forceinline__ bool grid_rounds(const Grid& g, float x, float& t) {
     const float c = clamp_keeping_nan(__fmul_rn(x, g.inv), g.low, g.high);
     t = __fadd_rn(c, KILN_ROUNDING_MAGIC);

@@ -136,7 +136,7 @@ fn check_every_tactic(cuda: &kiln_cuda::CudaBackend, what: &str, net: &kiln::Net
     // wgmma's main loop, then the warp-specialized product's tiles where the layer is pointwise
     // and int8_gemm.cu has the tile's kernel for its epilogue (no 64 × 192 lookup).
     use kiln_cuda::ops::int8_gemm::{has_kernel, Tile};
-    let looks_up = matches!(&net.layer(layer).kind, kiln::LayerKind::Quantized(q) if q.lookup.is_some());
+    let looks_up = looks_up(net, layer);
     let tiles = [("_tma", Tile::M64N128), ("_tma_m128", Tile::M128N128), ("_tma_n192", Tile::M64N192)];
     let warp_specialized = tiles.into_iter().filter(|&(_, tile)| pointwise_layer(net, layer) && has_kernel(tile, looks_up)).map(|(s, _)| s);
     let suffixes: Vec<&str> = std::iter::once("_wgmma").chain(warp_specialized).collect();
@@ -163,6 +163,11 @@ fn check_every_tactic(cuda: &kiln_cuda::CudaBackend, what: &str, net: &kiln::Net
 
 /// Whether the test layer is one product over its rows or pixels (a product, or a 1×1
 /// convolution of unit strides without padding): the layers with a warp-specialized tactic.
+/// Whether the integer layer's levels are looked up in a per-column table.
+fn looks_up(net: &kiln::Network, layer: kiln::LayerId) -> bool {
+    matches!(&net.layer(layer).kind, kiln::LayerKind::Quantized(q) if q.lookup.is_some())
+}
+
 fn pointwise_layer(net: &kiln::Network, layer: kiln::LayerId) -> bool {
     let l = net.layer(layer);
     let kiln::LayerKind::Quantized(q) = &l.kind else { return false };
@@ -226,7 +231,7 @@ fn pointwise_int8_layers_on_the_warp_specialized_product_match_the_cpu_oracle() 
         let layer = last_layer(&net);
         // Every tile: 64 × 128 (`…_tma`), 128 × 128 (`…_tma_m128`) and, but for a lookup,
         // 64 × 192 (`…_tma_n192`).
-        let looks_up = matches!(&net.layer(layer).kind, kiln::LayerKind::Quantized(q) if q.lookup.is_some());
+        let looks_up = looks_up(&net, layer);
         let tactics: Vec<_> = cuda.tactics(&net, layer, MathMode::EXACT).into_iter().filter(|t| t.id.name.contains("implicit_gemm_tma")).collect();
         assert_eq!(tactics.len(), if looks_up { 2 } else { 3 }, "{what}: the warp-specialized tactics");
         for tactic in &tactics {
