@@ -5,9 +5,11 @@
 #   bash benches/gpu/kernel_ab.sh ENGINE INPUTS.npz VARIANT [VARIANT ...]
 # where a VARIANT is a DIR, or `env:NAME=VALUE` (the embedded kernels with that variable set, for a
 # launcher's switch); no VARIANT: the embedded kernels alone. Each folder's outputs must equal the first one's byte for
-# byte (the variants change speed, not values); then ROUNDS rounds of `kiln bench` interleave them
+# byte (the variants change speed, not values; TIME_ANYWAY=1 still times one that differs, for a
+# variant wrong on purpose that bounds what a change could gain); then ROUNDS rounds of `kiln bench` interleave them
 # (each bench's median GPU compute time, every round printed: noise shows as the rounds' spread).
-# With PROFILE=1 each also writes its per-layer profile (`kiln bench --dump-profile`). Everything
+# With PROFILE=1 each also writes its per-layer profile (`kiln bench --export-profile`) and the
+# layer time by tactic is printed, variant beside variant. Everything
 # lands in $OUT/kernel_ab.tgz.
 set -u
 engine=$1 inputs=$2; shift 2
@@ -38,7 +40,7 @@ for i in "${!names[@]}"; do
     if $py -c 'import numpy as np, sys
 a, b = np.load(sys.argv[1]), np.load(sys.argv[2])
 sys.exit(0 if a.files == b.files and all(a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k], equal_nan=True) for k in a.files) else 1)' \
-       "$out/${names[0]}.npz" "$out/${names[$i]}.npz"; then ok+=(1); else echo "${names[$i]}: OUTPUTS DIFFER from ${names[0]}'s"; ok+=(0); fi
+       "$out/${names[0]}.npz" "$out/${names[$i]}.npz"; then ok+=(1); else echo "${names[$i]}: OUTPUTS DIFFER from ${names[0]}'s"; ok+=("${TIME_ANYWAY:-0}"); fi
   else
     echo "${names[$i]}: run failed: $(tail -3 "$out/${names[$i]}.run.err")"; ok+=(0)
   fi
@@ -61,10 +63,28 @@ done
 if [ "${PROFILE:-0}" = 1 ]; then
   for i in "${!names[@]}"; do
     [ "${ok[$i]}" = 1 ] || continue
-    echo "== profile: ${names[$i]}"
-    with_dir "${dirs[$i]}" $kiln bench "$engine" --inputs "$inputs" --duration-s 1 --dump-profile -q > "$out/${names[$i]}.profile.txt" 2>&1
-    grep -i 'int8\|conv\|total' "$out/${names[$i]}.profile.txt" | head -"${TOP:-70}"
+    with_dir "${dirs[$i]}" $kiln bench "$engine" --inputs "$inputs" --duration-s 1 --export-profile "$out/${names[$i]}.profile.json" -q > /dev/null 2>&1
   done
+  # Each variant's layer time by tactic (the profile runs' medians, summed), beside the others'.
+  $py - "$out" "${names[@]}" <<'EOF'
+import collections, json, os, sys
+out, names = sys.argv[1], sys.argv[2:]
+by = {}
+for n in names:
+    p = os.path.join(out, f"{n}.profile.json")
+    if os.path.exists(p):
+        t = collections.Counter()
+        for l in json.load(open(p))["layers"]:
+            t[l["tactic"].split(" ")[0][:48]] += l["median_ms"]
+        by[n] = t
+if by:
+    first = next(iter(by.values()))
+    print(f"{'tactic (ms, summed)':<50}" + "".join(f"{n[:14]:>15}" for n in by))
+    for tactic, _ in first.most_common(int(os.environ.get("TOP", "12"))):
+        print(f"{tactic:<50}" + "".join(f"{t.get(tactic, 0):15.3f}" for t in by.values()))
+    print(f"{'all layers':<50}" + "".join(f"{sum(t.values()):15.3f}" for t in by.values()))
+EOF
 fi
-# Few files travel back from the device tool: the folder as one archive.
+# Few files travel back from the device tool: the folder as one archive, without the outputs.
+rm -f "$out"/*.npz
 tar -C "$out" -czf "$out.tgz" . && rm -rf "$out"
