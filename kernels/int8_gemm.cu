@@ -13,17 +13,20 @@
 // - warpgroup 0 is the producer: one thread has the TMA copy each stage's tiles (swizzled as
 //   wgmma reads them, zeros past the edges) into a ring, each stage guarded by a "full" barrier
 //   the copies complete and an "empty" barrier its consumer releases;
-// - warpgroups 1 and 2 are consumers, taking alternate tiles of 64 · HALVES rows × 128 columns
-//   (HALVES wgmma m64 row blocks sharing each stage's filters: 128 rows read half the filter
-//   bytes from L2 a product that 64 do, for half the tiles), or of 64 × 192 (768 columns in four
-//   blocks: BERT's 4,096-row products then two tiles a multiprocessor): while one runs its
-//   epilogue the other's MMAs keep the tensor cores busy.
+// - the other CONSUMERS warpgroups are consumers, taking tiles in turn, of 64 · HALVES rows ×
+//   128 columns (HALVES wgmma m64 row blocks sharing each stage's filters: 128 rows read half
+//   the filter bytes from L2 a product that 64 do, for half the tiles), or of 64 × 192 (768
+//   columns in four blocks: BERT's 4,096-row products then two tiles a multiprocessor): while
+//   one runs its epilogue the others' MMAs keep the tensor cores busy. The 64 × 128 kernels have
+//   three consumers: at BERT's depth of 768 a tile's epilogue takes about twice its main loop
+//   (with none, BERT b32 ran 1.27 ms, not 1.65), so two others' main loops cover it; 128-row
+//   tiles' accumulators leave registers for two.
 // A consumer's scales and int32 biases for its tile's columns are read from global memory before
 // its main loop and staged in shared memory after it, so the epilogue does not wait on them.
 // A lookup (`int8_gemm_tma_lookup`) needs its tile's 128 rows of the table (32 KB) at the store:
 // the producer copies them into the consumer's table buffer in one bulk copy, only where the
 // consumer's tile changes columns, guarded by a full / empty barrier pair of its own; the ring
-// then holds 5 stages, not 7, to fit both consumers' tables. (Scattered global lookups measured
+// then holds 4 stages, not 6 or 7, to fit the consumers' tables. (Scattered global lookups measured
 // slower than the island they replace: int8_conv.cu stages its rows the same way.)
 #include "common.cuh"
 #include "wgmma.cuh"
@@ -32,8 +35,7 @@
 #define IG_BM 64                        // rows of one wgmma m64; a consumer's tile has HALVES of them
 #define IG_BN 128                       // columns (filters) of a tile, unless the kernel says COLS
 #define IG_BK 128                       // depth bytes a stage holds: one 128-byte swizzled row
-#define IG_CONSUMERS 2
-#define IG_THREADS (128 * (1 + IG_CONSUMERS))
+#define IG_THREADS(CONSUMERS) (128 * (1 + (CONSUMERS)))
 #define IG_A_BYTES(HALVES) (IG_BM * (HALVES) * IG_BK)
 #define IG_STAGE_BYTES(HALVES, COLS) ((IG_BM * (HALVES) + (COLS)) * IG_BK)
 #define IG_OUT_PITCH(COLS) ((COLS) + 16)  // a consumer's output rows: 16-byte pieces, spread banks
@@ -45,29 +47,29 @@
 // lookup tables (16 bytes where the kernel has none), their columns' scales and int32 biases (two
 // tiles' worth, alternating), the barriers and the second quantization's table. The host's
 // `shared_bytes` is this plus IG_ALIGN.
-template <int STAGES, int TABLE_BYTES, int HALVES, int COLS>
+template <int STAGES, int TABLE_BYTES, int HALVES, int COLS, int CONSUMERS>
 struct GemmShared {
     unsigned char stages[STAGES][IG_STAGE_BYTES(HALVES, COLS)];
-    unsigned char out[IG_CONSUMERS][IG_OUT_BYTES(COLS)];
-    unsigned char tables[IG_CONSUMERS][TABLE_BYTES];
-    float column_scale[IG_CONSUMERS][2][COLS];
-    int column_bias[IG_CONSUMERS][2][COLS];
+    unsigned char out[CONSUMERS][IG_OUT_BYTES(COLS)];
+    unsigned char tables[CONSUMERS][TABLE_BYTES];
+    float column_scale[CONSUMERS][2][COLS];
+    int column_bias[CONSUMERS][2][COLS];
     unsigned long long full[STAGES], empty[STAGES];
-    unsigned long long mainloop_done[IG_CONSUMERS];  // a phase per tile whose stages its consumer has all waited for
-    unsigned long long table_full[IG_CONSUMERS], table_empty[IG_CONSUMERS];
+    unsigned long long mainloop_done[CONSUMERS];  // a phase per tile whose stages its consumer has all waited for
+    unsigned long long table_full[CONSUMERS], table_empty[CONSUMERS];
     unsigned char then_levels[256];
 };
 
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
 // Which tiles block b runs, in order: its `j`-th is tile `tile(j)` of `count`, the tile of rows
-// [ROWS · m, + ROWS) and columns [COLS · n, + COLS); its consumer c takes every j ≡ c (mod 2).
+// [ROWS · m, + ROWS) and columns [COLS · n, + COLS); its consumer c takes every j ≡ c (mod CONSUMERS).
 // - Levels: tiles b, b + gridDim.x, … with columns fastest, so the blocks running together share
 //   their rows in L2.
 // - A lookup: one contiguous run of tiles, rows fastest, so a consumer's next tile mostly keeps
 //   its columns and its table (round robin would change them at nearly every tile where the
 //   column blocks do not divide 2 · gridDim.x: a 32 KB copy, and the producer waiting for the
 //   release, a tile).
-template <bool LOOKUP, int ROWS, int COLS>
+template <bool LOOKUP, int ROWS, int COLS, int CONSUMERS>
 struct Schedule {
     int row_blocks, column_blocks, first, count;
     __device__ Schedule(int rows, int cols) {
@@ -87,31 +89,31 @@ struct Schedule {
     __device__ int n(int j) const { return LOOKUP ? tile(j) / row_blocks : tile(j) % column_blocks; }
     // Whether the consumer's tile j needs its rows of the lookup table copied: its first, or
     // columns other than its previous tile's. The producer and the consumer ask alike.
-    __device__ bool new_table(int j) const { return j < IG_CONSUMERS || n(j) != n(j - IG_CONSUMERS); }
+    __device__ bool new_table(int j) const { return j < CONSUMERS || n(j) != n(j - CONSUMERS); }
 };
 
 // Stage slot `pos` (counted over the block's tiles in order, `depth_steps` each) is stage
 // pos % STAGES, on its barriers' phase pos / STAGES. A consumer's `loads`-th table copy
 // completes phase `loads` of its table_full barrier; it releases the table (table_empty) after
 // the last tile that reads it.
-template <int STAGES, bool LOOKUP, int HALVES, int COLS = IG_BN>
+template <int STAGES, bool LOOKUP, int HALVES, int COLS = IG_BN, int CONSUMERS = 2>
 __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const TensorMap& w_map, int rows, int cols, int depth, const int* int_bias,
                                               const float* scale, i64 scale_len, float y_zero, float lo, float hi, int relu,
                                               const unsigned char* then, const unsigned char* lookup, unsigned char* y) {
     static_assert(!LOOKUP || COLS == IG_BN, "a lookup's table is a 128-column tile's");
-    using Shared = GemmShared<STAGES, LOOKUP ? IG_TABLE_BYTES : 16, HALVES, COLS>;
+    using Shared = GemmShared<STAGES, LOOKUP ? IG_TABLE_BYTES : 16, HALVES, COLS, CONSUMERS>;
     constexpr int ROWS = IG_BM * HALVES;
     extern __shared__ __align__(16) unsigned char dynamic_smem[];
     Shared& sm = *reinterpret_cast<Shared*>(dynamic_smem + (IG_ALIGN - shared_address(dynamic_smem) % IG_ALIGN) % IG_ALIGN);
     const int tid = threadIdx.x, warpgroup = tid / 128;
-    const Schedule<LOOKUP, ROWS, COLS> schedule(rows, cols);
+    const Schedule<LOOKUP, ROWS, COLS, CONSUMERS> schedule(rows, cols);
     const int depth_steps = (depth + IG_BK - 1) / IG_BK;
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
             barrier_init(&sm.full[s], 1);  // the producer's arrival; the copies' bytes complete it
             barrier_init(&sm.empty[s], 4);  // one lane of each of the consumer's four warps
         }
-        for (int c = 0; c < IG_CONSUMERS; ++c) {
+        for (int c = 0; c < CONSUMERS; ++c) {
             barrier_init(&sm.mainloop_done[c], 4);
             barrier_init(&sm.table_full[c], 1);
             barrier_init(&sm.table_empty[c], 4);
@@ -119,15 +121,15 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
         barrier_init_fence();
     }
     if (then)
-        for (int i = tid; i < 256; i += IG_THREADS) sm.then_levels[i] = then[i];
+        for (int i = tid; i < 256; i += IG_THREADS(CONSUMERS)) sm.then_levels[i] = then[i];
     __syncthreads();
 
     if (warpgroup == 0) {
         if (tid != 0) return;
-        int pos = 0, loads[IG_CONSUMERS] = {0, 0};
+        int pos = 0, loads[CONSUMERS] = {};
         for (int seq = 0; seq < schedule.count; ++seq) {
             const int m0 = schedule.m(seq) * ROWS, n0 = schedule.n(seq) * COLS;
-            const int c = seq % IG_CONSUMERS;
+            const int c = seq % CONSUMERS;
             if (LOOKUP && schedule.new_table(seq)) {
                 // The consumer's previous table is released (a fresh barrier passes parity 1).
                 barrier_wait(&sm.table_empty[c], (loads[c] + 1) & 1);
@@ -156,7 +158,7 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
     const unsigned char* table = sm.tables[consumer];
     constexpr int COLUMNS_A_THREAD = (COLS + 127) / 128;
     int acc[HALVES][COLS / 2], loads = 0;
-    for (int seq = consumer, tiles = 0; seq < schedule.count; seq += IG_CONSUMERS, ++tiles) {
+    for (int seq = consumer, tiles = 0; seq < schedule.count; seq += CONSUMERS, ++tiles) {
         const int m0 = schedule.m(seq) * ROWS, n0 = schedule.n(seq) * COLS;
         // This thread's columns of the tile: their scales and biases, read now, staged after the
         // main loop.
@@ -172,11 +174,11 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
         for (int h = 0; h < HALVES; ++h)
 #pragma unroll
             for (int i = 0; i < COLS / 2; ++i) acc[h][i] = 0;
-        // Main loops take turns: this tile's starts once the other consumer's previous one has
-        // waited for all its stages (its k-th tile, k = (seq - 1) / 2, completes that phase). So
+        // Main loops take turns: this tile's starts once the previous tile's consumer has waited
+        // for all its stages (its k-th tile, k = (seq - 1) / CONSUMERS, completes that phase). So
         // every slot before this tile's is filled and no wait below can mistake a stage's phase
-        // two rounds back for its own; and one consumer's epilogue runs beside the other's MMAs.
-        if (seq > 0) barrier_wait(&sm.mainloop_done[1 - consumer], ((seq - 1) / 2) & 1);
+        // two rounds back for its own; and one consumer's epilogue runs beside the others' MMAs.
+        if (seq > 0) barrier_wait(&sm.mainloop_done[consumer == 0 ? CONSUMERS - 1 : consumer - 1], ((seq - 1) / CONSUMERS) & 1);
         int pos = seq * depth_steps;
         for (int step = 0; step < depth_steps; ++step, ++pos) {
             const int s = pos % STAGES;
@@ -255,7 +257,7 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
             __syncwarp();
         }
         // Done with the table: release it where this consumer's next tile needs other rows.
-        const int next = seq + IG_CONSUMERS;
+        const int next = seq + CONSUMERS;
         if (LOOKUP && next < schedule.count && schedule.new_table(next) && lane == 0)
             barrier_arrive(&sm.table_empty[consumer]);
     }
@@ -269,25 +271,24 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
         int out_type, unsigned char *y
 
 // Levels, or a second quantization's levels: 7 stages of 64 × 128 tiles, or 6 of 128 × 128 or 64 × 192.
-extern "C" __global__ void __launch_bounds__(IG_THREADS, 1) int8_gemm_tma_levels(INT8_GEMM_PARAMS) {
-    int8_gemm_tma<7, false, 1>(x_map, w_map, rows, cols, depth, int_bias, scale, scale_len, y_zero, lo, hi, relu, then, nullptr, y);
+extern "C" __global__ void __launch_bounds__(IG_THREADS(3), 1) int8_gemm_tma_levels(INT8_GEMM_PARAMS) {
+    int8_gemm_tma<7, false, 1, IG_BN, 3>(x_map, w_map, rows, cols, depth, int_bias, scale, scale_len, y_zero, lo, hi, relu, then, nullptr, y);
 }
 
-extern "C" __global__ void __launch_bounds__(IG_THREADS, 1) int8_gemm_tma_levels_m128(INT8_GEMM_PARAMS) {
+extern "C" __global__ void __launch_bounds__(IG_THREADS(2), 1) int8_gemm_tma_levels_m128(INT8_GEMM_PARAMS) {
     int8_gemm_tma<6, false, 2>(x_map, w_map, rows, cols, depth, int_bias, scale, scale_len, y_zero, lo, hi, relu, then, nullptr, y);
 }
 
-extern "C" __global__ void __launch_bounds__(IG_THREADS, 1) int8_gemm_tma_levels_n192(INT8_GEMM_PARAMS) {
+extern "C" __global__ void __launch_bounds__(IG_THREADS(2), 1) int8_gemm_tma_levels_n192(INT8_GEMM_PARAMS) {
     int8_gemm_tma<6, false, 1, 192>(x_map, w_map, rows, cols, depth, int_bias, scale, scale_len, y_zero, lo, hi, relu, then, nullptr, y);
 }
 
-// Levels looked up in a per-column table: 5 stages (4 of 128-row tiles) beside the consumers'
-// 32 KB tables.
-extern "C" __global__ void __launch_bounds__(IG_THREADS, 1) int8_gemm_tma_lookup(INT8_GEMM_PARAMS) {
-    int8_gemm_tma<5, true, 1>(x_map, w_map, rows, cols, depth, int_bias, scale, scale_len, y_zero, lo, hi, relu, nullptr, lookup, y);
+// Levels looked up in a per-column table: 4 stages beside the consumers' 32 KB tables.
+extern "C" __global__ void __launch_bounds__(IG_THREADS(3), 1) int8_gemm_tma_lookup(INT8_GEMM_PARAMS) {
+    int8_gemm_tma<4, true, 1, IG_BN, 3>(x_map, w_map, rows, cols, depth, int_bias, scale, scale_len, y_zero, lo, hi, relu, nullptr, lookup, y);
 }
 
-extern "C" __global__ void __launch_bounds__(IG_THREADS, 1) int8_gemm_tma_lookup_m128(INT8_GEMM_PARAMS) {
+extern "C" __global__ void __launch_bounds__(IG_THREADS(2), 1) int8_gemm_tma_lookup_m128(INT8_GEMM_PARAMS) {
     int8_gemm_tma<4, true, 2>(x_map, w_map, rows, cols, depth, int_bias, scale, scale_len, y_zero, lo, hi, relu, nullptr, lookup, y);
 }
 #endif

@@ -1,7 +1,7 @@
 //! kiln's warp-specialized INT8 matrix product on Hopper (kernels/int8_gemm.cu): a persistent
 //! kernel, one block a multiprocessor, whose producer warpgroup has the TMA copy operand tiles
-//! into a ring while two consumer warpgroups take alternate 64 × 128 (or 128 × 128, or 64 × 192)
-//! output tiles on wgmma, one's requantizing epilogue running beside the other's MMAs. Its tactics
+//! into a ring while consumer warpgroups take output tiles in turn on wgmma (three of 64 × 128,
+//! or two of 128 × 128 or 64 × 192), one's requantizing epilogue running beside the others' MMAs. Its tactics
 //! (`…_implicit_gemm_tma`, `…_tma_m128`, `…_tma_n192`: one per [`Tile`]) are offered for
 //! pointwise layers (1×1 convolutions over NHWC, matrix products) beside the convolution
 //! kernel's; [`super::int8_conv`] runs a layer here where its epilogue is levels-only with no
@@ -16,12 +16,10 @@ use crate::sources::Source;
 use kiln::KernelError;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// `IG_BM`, `IG_BN`, `IG_BK`, `IG_CONSUMERS` and the block size of int8_gemm.cu.
+/// `IG_BM`, `IG_BN` and `IG_BK` of int8_gemm.cu.
 const ROWS_PER_MMA: usize = 64;
 const COLUMNS_PER_TILE: usize = 128;
 const DEPTH_PER_STAGE: usize = 128;
-const CONSUMERS: usize = 2;
-const THREADS: u32 = 128 * (1 + CONSUMERS as u32);
 
 /// A consumer's tile, rows × columns: one wgmma m64 block by 128 columns; two m64 blocks sharing
 /// each stage's filters (half the filter bytes from L2 a product, half the tiles); or one by 192
@@ -51,12 +49,13 @@ impl Tile {
     }
 }
 
-/// A kernel of int8_gemm.cu: its name, its tile, its ring's stages and each consumer's table
-/// bytes.
+/// A kernel of int8_gemm.cu: its name, its tile, its ring's stages, its consumer warpgroups
+/// (`CONSUMERS`) and each consumer's table bytes.
 struct Variant {
     name: &'static str,
     tile: Tile,
     stages: usize,
+    consumers: usize,
     table_bytes: usize,
 }
 
@@ -64,11 +63,11 @@ struct Variant {
 /// 192-column kernel looks up: its tables would leave too little room for the ring).
 const TABLE_BYTES: usize = COLUMNS_PER_TILE * 256;
 const VARIANTS: [Variant; 5] = [
-    Variant { name: "int8_gemm_tma_levels", tile: Tile::M64N128, stages: 7, table_bytes: 16 },
-    Variant { name: "int8_gemm_tma_lookup", tile: Tile::M64N128, stages: 5, table_bytes: TABLE_BYTES },
-    Variant { name: "int8_gemm_tma_levels_m128", tile: Tile::M128N128, stages: 6, table_bytes: 16 },
-    Variant { name: "int8_gemm_tma_lookup_m128", tile: Tile::M128N128, stages: 4, table_bytes: TABLE_BYTES },
-    Variant { name: "int8_gemm_tma_levels_n192", tile: Tile::M64N192, stages: 6, table_bytes: 16 },
+    Variant { name: "int8_gemm_tma_levels", tile: Tile::M64N128, stages: 7, consumers: 3, table_bytes: 16 },
+    Variant { name: "int8_gemm_tma_lookup", tile: Tile::M64N128, stages: 4, consumers: 3, table_bytes: TABLE_BYTES },
+    Variant { name: "int8_gemm_tma_levels_m128", tile: Tile::M128N128, stages: 6, consumers: 2, table_bytes: 16 },
+    Variant { name: "int8_gemm_tma_lookup_m128", tile: Tile::M128N128, stages: 4, consumers: 2, table_bytes: TABLE_BYTES },
+    Variant { name: "int8_gemm_tma_levels_n192", tile: Tile::M64N192, stages: 6, consumers: 2, table_bytes: 16 },
 ];
 
 impl Variant {
@@ -83,10 +82,15 @@ impl Variant {
     const fn shared_bytes(&self) -> usize {
         let columns = self.tile.columns();
         self.stages * (self.tile.rows() + columns) * DEPTH_PER_STAGE
-            + CONSUMERS * (ROWS_PER_MMA * (columns + 16) + self.table_bytes + 2 * columns * 8)
-            + (2 * self.stages + 3 * CONSUMERS) * 8
+            + self.consumers * (ROWS_PER_MMA * (columns + 16) + self.table_bytes + 2 * columns * 8)
+            + (2 * self.stages + 3 * self.consumers) * 8
             + 256
             + 1024
+    }
+
+    /// The block: the producer warpgroup and the consumers'.
+    const fn threads(&self) -> u32 {
+        128 * (1 + self.consumers as u32)
     }
 }
 
@@ -136,7 +140,7 @@ pub fn product(cx: &Ctx, tile: Tile, x: &DeviceTensor, w: &DeviceTensor, epilogu
     args.extend(epilogue.args.iter().copied());
     args.push(Arg::I32(super::typed::type_code(epilogue.computed)));
     args.push(cx.arg(out));
-    cx.gpu.launch_with_shared(&kernel, (grid, 1, 1), (THREADS, 1, 1), variant.shared_bytes() as u32, &args).map_err(KernelError::from)?;
+    cx.gpu.launch_with_shared(&kernel, (grid, 1, 1), (variant.threads(), 1, 1), variant.shared_bytes() as u32, &args).map_err(KernelError::from)?;
     PRODUCTS.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
