@@ -144,15 +144,22 @@ __device__ __forceinline__ float int_as_float(int s) {
     return __int2float_rn(s);
 }
 
-// An integer layer's level byte from its exact int32 sum (the int32 bias included): the sum in
+// An integer layer's level from its exact int32 sum (the int32 bias included): the sum in
 // f32 times the channel's scale, clamped to [low, high] (the levels' bounds less the zero point,
 // ReLU's floor included) before rounding, which gives the same integer as clamping after (the
 // bounds are integers, the rounding monotone; NaN goes to the low end). The rounding add leaves
 // level − zero in the low bits and the constant's low byte is 0, so the byte is theirs plus the
-// zero point's. The INT8 convolutions' levels-only epilogue (int8_conv.cu, int8_few_channels.cu).
-__device__ __forceinline__ unsigned char level_of_sum(int sum, float scale, float low, float high, int zero) {
+// zero point's: the level is the low byte of the word returned, whose other bits are not the
+// level's (levels packed by byte permutes need no mask). The INT8 layers' levels-only epilogue
+// (int8_conv.cu, int8_few_channels.cu, int8_gemm.cu).
+__device__ __forceinline__ unsigned level_word_of_sum(int sum, float scale, float low, float high, int zero) {
     const float v = fminf(fmaxf(__fmul_rn(int_as_float(sum), scale), low), high);
-    return (unsigned char)(__float_as_int(__fadd_rn(v, KILN_ROUNDING_MAGIC)) + zero);
+    return (unsigned)(__float_as_int(__fadd_rn(v, KILN_ROUNDING_MAGIC)) + zero);
+}
+
+// level_word_of_sum's level byte.
+__device__ __forceinline__ unsigned char level_of_sum(int sum, float scale, float low, float high, int zero) {
+    return (unsigned char)level_word_of_sum(sum, scale, low, high, zero);
 }
 
 // Whether a scale s and its reciprocal inv = RN(1/s) are both normal floats: the product by inv
@@ -322,10 +329,19 @@ __device__ __forceinline__ unsigned char looked_up(const unsigned char* lookup, 
     return lookup[channel * 256 + level];
 }
 
-// looked_up for the 16 bytes of `piece`, channels c0 to c0 + 15.
+// looked_up for the 16 bytes of `piece`, channels c0 to c0 + 15: each byte taken out of its
+// word by one permute (zero-extended) as the offset into its channel's row, which is a constant
+// 256 · j past the first; four loaded bytes packed back by three.
 __device__ __forceinline__ uint4 looked_up16(const unsigned char* lookup, long long c0, uint4 piece) {
-    unsigned char* b = reinterpret_cast<unsigned char*>(&piece);
+    const unsigned char* rows = lookup + c0 * 256;
+    const unsigned in[4] = {piece.x, piece.y, piece.z, piece.w};
+    unsigned out[4];
 #pragma unroll
-    for (int j = 0; j < 16; ++j) b[j] = looked_up(lookup, c0 + j, b[j]);
-    return piece;
+    for (int w = 0; w < 4; ++w) {
+        unsigned b[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) b[i] = rows[256 * (4 * w + i) + __byte_perm(in[w], 0, 0x4440 + i)];
+        out[w] = __byte_perm(__byte_perm(b[0], b[1], 0x0040), __byte_perm(b[2], b[3], 0x0040), 0x5410);
+    }
+    return make_uint4(out[0], out[1], out[2], out[3]);
 }

@@ -92,6 +92,62 @@ struct Schedule {
     __device__ bool new_table(int j) const { return j < CONSUMERS || n(j) != n(j - CONSUMERS); }
 };
 
+// A warp's levels of one m64 block of accumulators into its 16 rows of the output tile.
+// Accumulator 4·j + i: row 16·warp + lane / 4 (+ 8 for i ≥ 2), column 8·j + 2·(lane % 4) + i % 2.
+template <int COLS>
+__device__ __forceinline__ void store_levels(const int (&acc)[COLS / 2], const float* scales, const int* biases, const unsigned char* then_levels,
+                                             unsigned char* out_tile, int warp, int lane, float low_f, float high_f, int zero) {
+    // Each pair's scales and biases are read a pair ahead: read where used, the compiler kept
+    // each pair's loads after the previous pair's store, and the shared memory's latency in
+    // every pair's arithmetic (SASS, session 45).
+    float2 scale = *reinterpret_cast<const float2*>(scales + 2 * (lane % 4));
+    int2 bias = *reinterpret_cast<const int2*>(biases + 2 * (lane % 4));
+#pragma unroll
+    for (int j = 0; j < COLS / 8; ++j) {
+        const int col = 8 * j + 2 * (lane % 4), next = j + 1 < COLS / 8 ? col + 8 : col;
+        const float s0 = scale.x, s1 = scale.y;
+        const int b0 = bias.x, b1 = bias.y;
+        scale = *reinterpret_cast<const float2*>(scales + next);
+        bias = *reinterpret_cast<const int2*>(biases + next);
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int row = 16 * warp + lane / 4 + 8 * half;
+            unsigned l0 = level_word_of_sum(acc[4 * j + 2 * half] + b0, s0, low_f, high_f, zero);
+            unsigned l1 = level_word_of_sum(acc[4 * j + 2 * half + 1] + b1, s1, low_f, high_f, zero);
+            if (then_levels) {
+                l0 = then_levels[l0 & 0xff];
+                l1 = then_levels[l1 & 0xff];
+            }
+            *reinterpret_cast<unsigned short*>(out_tile + row * IG_OUT_PITCH(COLS) + col) = (unsigned short)__byte_perm(l0, l1, 0x0040);
+        }
+    }
+}
+
+// The byte at shared address `at` + OFFSET.
+template <int OFFSET>
+__device__ __forceinline__ unsigned shared_byte(unsigned at) {
+    unsigned v;
+    asm volatile("ld.shared.u8 %0, [%1+%2];\n" : "=r"(v) : "r"(at), "n"(OFFSET));
+    return v;
+}
+
+// common.cuh's looked_up16 for a tile's table in shared memory (`rows`: the shared address of
+// the piece's first column's row, a multiple of 256): a byte's address is one permute (the row's
+// upper bytes, the level as the low byte), the next columns' rows 256 · j on as the load's
+// immediate offset.
+template <int W>
+__device__ __forceinline__ unsigned looked_up_word(unsigned rows, unsigned levels) {
+    const unsigned b0 = shared_byte<1024 * W>(__byte_perm(levels, rows, 0x7650));
+    const unsigned b1 = shared_byte<1024 * W + 256>(__byte_perm(levels, rows, 0x7651));
+    const unsigned b2 = shared_byte<1024 * W + 512>(__byte_perm(levels, rows, 0x7652));
+    const unsigned b3 = shared_byte<1024 * W + 768>(__byte_perm(levels, rows, 0x7653));
+    return __byte_perm(__byte_perm(b0, b1, 0x0040), __byte_perm(b2, b3, 0x0040), 0x5410);
+}
+
+__device__ __forceinline__ uint4 looked_up_in_tile(unsigned rows, uint4 piece) {
+    return make_uint4(looked_up_word<0>(rows, piece.x), looked_up_word<1>(rows, piece.y), looked_up_word<2>(rows, piece.z), looked_up_word<3>(rows, piece.w));
+}
+
 // Stage slot `pos` (counted over the block's tiles in order, `depth_steps` each) is stage
 // pos % STAGES, on its barriers' phase pos / STAGES. A consumer's `loads`-th table copy
 // completes phase `loads` of its table_full barrier; it releases the table (table_empty) after
@@ -101,6 +157,7 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
                                               const float* scale, i64 scale_len, float y_zero, float lo, float hi, int relu,
                                               const unsigned char* then, const unsigned char* lookup, unsigned char* y) {
     static_assert(!LOOKUP || COLS == IG_BN, "a lookup's table is a 128-column tile's");
+    static_assert((STAGES * IG_STAGE_BYTES(HALVES, COLS) + CONSUMERS * IG_OUT_BYTES(COLS)) % 256 == 0, "tables start 256-aligned (looked_up_in_tile)");
     using Shared = GemmShared<STAGES, LOOKUP ? IG_TABLE_BYTES : 16, HALVES, COLS, CONSUMERS>;
     constexpr int ROWS = IG_BM * HALVES;
     extern __shared__ __align__(16) unsigned char dynamic_smem[];
@@ -155,7 +212,7 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
     const float low_f = (float)(low - zero), high_f = (float)(high - zero);
     const bool per_channel = scale_len != 1;
     unsigned char* out_tile = sm.out[consumer];
-    const unsigned char* table = sm.tables[consumer];
+    const unsigned table_rows = shared_address(sm.tables[consumer]);
     constexpr int COLUMNS_A_THREAD = (COLS + 127) / 128;
     int acc[HALVES][COLS / 2], loads = 0;
     for (int seq = consumer, tiles = 0; seq < schedule.count; seq += CONSUMERS, ++tiles) {
@@ -217,42 +274,27 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
 
 #pragma unroll
         for (int h = 0; h < HALVES; ++h) {
-            // Accumulator 4·j + i: row 16·warp + lane / 4 (+ 8 for i ≥ 2), column 8·j + 2·(lane % 4)
-            // + i % 2. Each warp gathers its 16 rows' levels in its rows of the output tile.
-#pragma unroll
-            for (int j = 0; j < COLS / 8; ++j) {
-                const int col = 8 * j + 2 * (lane % 4);
-                const float s0 = scales[col], s1 = scales[col + 1];
-                const int b0 = biases[col], b1 = biases[col + 1];
-#pragma unroll
-                for (int half = 0; half < 2; ++half) {
-                    const int row = 16 * warp + lane / 4 + 8 * half;
-                    unsigned char l0 = level_of_sum(acc[h][4 * j + 2 * half] + b0, s0, low_f, high_f, zero);
-                    unsigned char l1 = level_of_sum(acc[h][4 * j + 2 * half + 1] + b1, s1, low_f, high_f, zero);
-                    if (then) {
-                        l0 = sm.then_levels[l0];
-                        l1 = sm.then_levels[l1];
-                    }
-                    *reinterpret_cast<uchar2*>(out_tile + row * IG_OUT_PITCH(COLS) + col) = make_uchar2(l0, l1);
-                }
-            }
+            // Each warp gathers its 16 rows' levels in its rows of the output tile.
+            store_levels<COLS>(acc[h], scales, biases, then ? sm.then_levels : nullptr, out_tile, warp, lane, low_f, high_f, zero);
             __syncwarp();
             if (LOOKUP && h == 0 && schedule.new_table(seq)) barrier_wait(&sm.table_full[consumer], loads++ & 1);
             // The warp's 16 rows leave in 16-byte pieces (cols is a multiple of 16: the host's
             // check), each level looked up in its column's row of the table where the layer has one.
+            // Every piece is read (and looked up) before any is stored, so the pieces' shared
+            // memory latencies overlap; only the stores check the tile's edges.
+            constexpr int PIECES = 16 * COLS / 16 / 32;
+            uint4 pieces[PIECES];
 #pragma unroll
-            for (int i = 0; i < 16 * COLS / 16 / 32; ++i) {
+            for (int i = 0; i < PIECES; ++i) {
+                const int piece = lane + 32 * i, row = 16 * warp + piece / (COLS / 16), col = piece % (COLS / 16) * 16;
+                pieces[i] = *reinterpret_cast<const uint4*>(out_tile + row * IG_OUT_PITCH(COLS) + col);
+                if (LOOKUP) pieces[i] = looked_up_in_tile(table_rows + col * 256, pieces[i]);
+            }
+#pragma unroll
+            for (int i = 0; i < PIECES; ++i) {
                 const int piece = lane + 32 * i, row = 16 * warp + piece / (COLS / 16), col = piece % (COLS / 16) * 16;
                 const i64 m = (i64)m0 + IG_BM * h + row;
-                if (m < rows && n0 + col < cols) {
-                    uint4 v = *reinterpret_cast<const uint4*>(out_tile + row * IG_OUT_PITCH(COLS) + col);
-                    if (LOOKUP) {
-                        unsigned char* b = reinterpret_cast<unsigned char*>(&v);
-#pragma unroll
-                        for (int k = 0; k < 16; ++k) b[k] = table[(col + k) * 256 + b[k]];
-                    }
-                    *reinterpret_cast<uint4*>(y + m * cols + n0 + col) = v;
-                }
+                if (m < rows && n0 + col < cols) *reinterpret_cast<uint4*>(y + m * cols + n0 + col) = pieces[i];
             }
             __syncwarp();
         }
