@@ -9,7 +9,8 @@
 # variant wrong on purpose that bounds what a change could gain); then ROUNDS rounds of `kiln bench` interleave them
 # (each bench's median GPU compute time, every round printed: noise shows as the rounds' spread).
 # With PROFILE=1 each also writes its per-layer profile (`kiln bench --export-profile`) and the
-# layer time by tactic is printed, variant beside variant. Everything
+# layer time by tactic is printed, variant beside variant. A variant holding a header (common.cuh)
+# recompiles every kernel on its first run (about 100 s on the H200): give it the time. Everything
 # lands in $OUT/kernel_ab.tgz.
 set -u
 engine=$1 inputs=$2; shift 2
