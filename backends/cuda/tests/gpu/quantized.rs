@@ -62,12 +62,13 @@ fn both_int8_convolution_tactics_match_the_cpu_oracle_exactly() {
 /// 7×7 stride-2 RGB stem over tiles that the output does not fill (input rows read by words and
 /// by bytes), 1, 2 and 4 channels, dilation and uneven padding, filters in two blocks (the second
 /// short), a 4×4 stride-4 patchify stem (a window loaded in passes), a second quantization's
-/// table of levels. An int32 bias the levels-only epilogue cannot start
+/// table of levels, levels looked up in a per-channel table (16 at a time: common.cuh's
+/// `looked_up16`). An int32 bias the levels-only epilogue cannot start
 /// its sums at takes the implicit GEMM instead, with the same values.
 #[test]
 fn few_channel_int8_convolutions_match_the_cpu_oracle_exactly() {
     let Some(cuda) = backend() else { return };
-    use crate::integer_layers::{layer_with as with, Extra};
+    use crate::integer_layers::{layer_with as with, lookup, Extra};
     use DataType::{I32, I8, U8};
     use Operands::Symmetric as S;
     let then = |relu: bool, to: DataType| Extra { then: Some((relu, to)), ..Extra::default() };
@@ -80,6 +81,7 @@ fn few_channel_int8_convolutions_match_the_cpu_oracle_exactly() {
         ("5x3 dilation 2, uneven padding, 4 channels, 100 filters, int32 bias, int8", with(conv_padded(&[1, 1], &[2, 0], &[1, 3], &[2, 2]), S, &[2, 4, 13, 18], &[100, 4, 5, 3], 100, Some(I32), false, I8, Extra::default())),
         ("4x4 stride 4 patchify, 3 channels, 96 filters, int32 bias, int8", with(conv(1, &[4, 4], &[0, 0]), S, &[2, 3, 32, 36], &[96, 3, 4, 4], 96, Some(I32), false, I8, Extra::default())),
         ("1x3 stride (1, 2), 2 channels, 16 filters, second quantization, ReLU, uint8", with(conv(1, &[1, 2], &[0, 1]), S, &[2, 2, 6, 11], &[16, 2, 1, 3], 16, None, false, I8, then(true, U8))),
+        ("4x4 stride 4 patchify, 3 channels, 96 filters, int32 bias, uint8 levels looked up in an int8 table", with(conv(1, &[4, 4], &[0, 0]), S, &[2, 3, 32, 36], &[96, 3, 4, 4], 96, Some(I32), false, U8, lookup(I8))),
     ];
     for (what, (net, feeds)) in cases {
         check_every_tactic(cuda, what, &net, &feeds, &["int8_conv_implicit_gemm", "int8_conv_library_sums", "int8_conv_few_channels"]);
