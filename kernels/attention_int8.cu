@@ -133,11 +133,6 @@ __device__ __forceinline__ void exponentials(float (*s)[4], const float* ml, flo
     }
 }
 
-// Four levels' bytes as one word, the first lowest.
-__device__ __forceinline__ unsigned packed_bytes(unsigned a, unsigned b, unsigned c, unsigned d) {
-    return __byte_perm(__byte_perm(a, b, 0x0040), __byte_perm(c, d, 0x0040), 0x5410);
-}
-
 // The probabilities' levels of 64 keys from their exponentials `ex` (rows g and g + 8 of the
 // warp's 16) as the A fragments of P·V's two steps of 32 keys: ex · inv rounded to T, its level
 // looked up by its bits in `levels` (a NaN, a fully masked row's, is level 0 as a zero is).

@@ -329,6 +329,11 @@ __device__ __forceinline__ unsigned char looked_up(const unsigned char* lookup, 
     return lookup[channel * 256 + level];
 }
 
+// The low bytes of four words as one word, a's lowest.
+__device__ __forceinline__ unsigned packed_bytes(unsigned a, unsigned b, unsigned c, unsigned d) {
+    return __byte_perm(__byte_perm(a, b, 0x0040), __byte_perm(c, d, 0x0040), 0x5410);
+}
+
 // looked_up for the 16 bytes of `piece`, channels c0 to c0 + 15: each byte taken out of its
 // word by one permute (zero-extended) as the offset into its channel's row, which is a constant
 // 256 · j past the first; four loaded bytes packed back by three.
@@ -341,7 +346,7 @@ __device__ __forceinline__ uint4 looked_up16(const unsigned char* lookup, long l
         unsigned b[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) b[i] = rows[256 * (4 * w + i) + __byte_perm(in[w], 0, 0x4440 + i)];
-        out[w] = __byte_perm(__byte_perm(b[0], b[1], 0x0040), __byte_perm(b[2], b[3], 0x0040), 0x5410);
+        out[w] = packed_bytes(b[0], b[1], b[2], b[3]);
     }
     return make_uint4(out[0], out[1], out[2], out[3]);
 }

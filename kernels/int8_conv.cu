@@ -217,7 +217,7 @@ __device__ __forceinline__ uint4 joined16(const JoinFast& f, const Join& j, uint
             worst = fmaxf(worst, fabsf(off));
         }
         // Packed as they come: four words live, not sixteen bytes (fewer spills at 80 registers).
-        out[w] = __byte_perm(__byte_perm(b[0], b[1], 0x0040), __byte_perm(b[2], b[3], 0x0040), 0x5410);
+        out[w] = packed_bytes(b[0], b[1], b[2], b[3]);
     }
     if (!(worst < edge) || !f.fast) {
         // Byte i of its word replaced by the exact path's level.

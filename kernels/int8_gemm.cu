@@ -141,7 +141,7 @@ __device__ __forceinline__ unsigned looked_up_word(unsigned rows, unsigned level
     const unsigned b1 = shared_byte<1024 * W + 256>(__byte_perm(levels, rows, 0x7651));
     const unsigned b2 = shared_byte<1024 * W + 512>(__byte_perm(levels, rows, 0x7652));
     const unsigned b3 = shared_byte<1024 * W + 768>(__byte_perm(levels, rows, 0x7653));
-    return __byte_perm(__byte_perm(b0, b1, 0x0040), __byte_perm(b2, b3, 0x0040), 0x5410);
+    return packed_bytes(b0, b1, b2, b3);
 }
 
 __device__ __forceinline__ uint4 looked_up_in_tile(unsigned rows, uint4 piece) {
