@@ -3,8 +3,9 @@
 // int32 sum plus the int32 bias, times the channel's scale, rounded, clamped, then a second
 // quantization's table where the layer has one, or the levels looked up in their column's row of
 // a per-column table). The host sends it a pointwise layer (a 1×1 convolution over NHWC, or a
-// matrix product) whose epilogue has no join; every other INT8 layer runs int8_conv.cu.
-// kiln-cpu's integer layer is the oracle.
+// matrix product) whose epilogue has no join but in 64 × 128 tiles (`int8_gemm_tma_join`: the
+// second levels of a skip connection's join looked up in a table of every pair of bytes);
+// every other INT8 layer runs int8_conv.cu. kiln-cpu's integer layer is the oracle.
 //
 // Why another kernel: int8_conv.cu's wgmma loop has every thread copy (cp.async) and every step
 // wait at a block barrier, so its epilogue and prologue, more than half of a block's
@@ -28,6 +29,13 @@
 // consumer's tile changes columns, guarded by a full / empty barrier pair of its own; the ring
 // then holds 4 stages, not 6 or 7, to fit the consumers' tables. (Scattered global lookups measured
 // slower than the island they replace: int8_conv.cu stages its rows the same way.)
+// A join (`int8_gemm_tma_join`: `DQ(level) + DQ(join) → Add → [Relu] → QuantizeLinear`, a
+// ResNet block's end) looks each second level up in a 64 KiB table of every (join byte, level
+// byte) pair, which the host computes as the oracle does (kiln::plan::requantization's
+// joined_levels) and the block copies into shared memory once: three permutes and a load a
+// byte, where int8_conv.cu's arithmetic join takes about 14 instructions and a tie test. The
+// consumers read their tiles' join bytes from global memory into registers before their main
+// loops, so the loads wait beside the MMAs.
 #include "common.cuh"
 #include "wgmma.cuh"
 #include "tma.cuh"
@@ -59,6 +67,40 @@ struct GemmShared {
     unsigned long long table_full[CONSUMERS], table_empty[CONSUMERS];
     unsigned char then_levels[256];
 };
+
+// A join kernel's shared memory: GemmShared's parts, the join table at shared address 64 KiB
+// (IG_JOIN_TABLE_AT: an entry's address is then one permute of the table's upper half-word
+// and the two bytes) and the stages after it, 1024-aligned at 128 KiB. The block's dynamic
+// shared memory starts at its 1 KiB of reserved shared memory on Hopper, well below the
+// table's offset in the struct: the struct starts at 64 KiB less that offset.
+#define IG_JOIN_TABLE_AT 65536
+#define IG_JOIN_TABLE_BYTES 65536
+template <int STAGES, int CONSUMERS>
+struct JoinFront {
+    unsigned char out[CONSUMERS][IG_OUT_BYTES(IG_BN)];
+    unsigned char tables[CONSUMERS][16];
+    float column_scale[CONSUMERS][2][IG_BN];
+    int column_bias[CONSUMERS][2][IG_BN];
+    unsigned long long full[STAGES], empty[STAGES];
+    unsigned long long mainloop_done[CONSUMERS];
+    unsigned long long table_full[CONSUMERS], table_empty[CONSUMERS];
+    unsigned char then_levels[256];
+};
+template <int STAGES, int CONSUMERS>
+struct JoinShared : JoinFront<STAGES, CONSUMERS> {
+    // The table's offset in the struct: the front rounded up to its alignment.
+    static constexpr unsigned TABLE_OFFSET = (sizeof(JoinFront<STAGES, CONSUMERS>) + 1023) / 1024 * 1024;
+    alignas(1024) unsigned char join_table[IG_JOIN_TABLE_BYTES];
+    unsigned char stages[STAGES][IG_STAGE_BYTES(1, IG_BN)];
+};
+
+template <bool C, typename A, typename B> struct Either { typedef A type; };
+template <typename A, typename B> struct Either<false, A, B> { typedef B type; };
+
+// Whether the join table's rows are swizzled: byte y of row v (join byte v) at word
+// (y / 4) ^ (v % 32), so that lanes reading one level beside different join bytes spread over
+// the banks (a row's 64 words cover the 32 banks twice: unswizzled, equal levels meet in one).
+#define IG_JOIN_SWIZZLE 1
 
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
 // Which tiles block b runs, in order: its `j`-th is tile `tile(j)` of `count`, the tile of rows
@@ -148,20 +190,71 @@ __device__ __forceinline__ uint4 looked_up_in_tile(unsigned rows, uint4 piece) {
     return make_uint4(looked_up_word<0>(rows, piece.x), looked_up_word<1>(rows, piece.y), looked_up_word<2>(rows, piece.z), looked_up_word<3>(rows, piece.w));
 }
 
+// The second levels of four first levels (`levels`) joined with four join bytes (`joins`),
+// looked up in the join table at shared address `table` (IG_JOIN_TABLE_AT): two permutes pair
+// each level with its join byte as a half-word (the entry's offset, join byte high), a third
+// puts the table's upper half-word above it.
+__device__ __forceinline__ unsigned joined_word(unsigned table, unsigned levels, unsigned joins) {
+    unsigned low = __byte_perm(levels, joins, 0x5140), high = __byte_perm(levels, joins, 0x7362);
+    if (IG_JOIN_SWIZZLE) {
+        // The level's word index (bits 2-6 of each half) XOR the join byte's low 5 bits.
+        low ^= (low >> 6) & 0x007C007Cu;
+        high ^= (high >> 6) & 0x007C007Cu;
+    }
+    const unsigned b0 = shared_byte<0>(__byte_perm(low, table, 0x7610));
+    const unsigned b1 = shared_byte<0>(__byte_perm(low, table, 0x7632));
+    const unsigned b2 = shared_byte<0>(__byte_perm(high, table, 0x7610));
+    const unsigned b3 = shared_byte<0>(__byte_perm(high, table, 0x7632));
+    return packed_bytes(b0, b1, b2, b3);
+}
+
+__device__ __forceinline__ uint4 joined_in_table(unsigned table, uint4 levels, uint4 joins) {
+    return make_uint4(joined_word(table, levels.x, joins.x), joined_word(table, levels.y, joins.y), joined_word(table, levels.z, joins.z),
+                      joined_word(table, levels.w, joins.w));
+}
+
+// The join table (kiln's [join byte][level byte] order, in global memory) into shared memory,
+// its rows swizzled as joined_word reads them, by every thread of the block.
+__device__ __forceinline__ void copy_join_table(const unsigned char* from, unsigned char* table, int tid, int threads) {
+#pragma unroll 4
+    for (int i = tid; i < IG_JOIN_TABLE_BYTES / 16; i += threads) {
+        const uint4 words = __ldg(reinterpret_cast<const uint4*>(from) + i);
+        const int row = i / 16, word = (i % 16) * 4, swizzle = IG_JOIN_SWIZZLE ? row % 32 : 0;
+        unsigned* to = reinterpret_cast<unsigned*>(table + row * 256);
+        to[word ^ swizzle] = words.x;
+        to[(word + 1) ^ swizzle] = words.y;
+        to[(word + 2) ^ swizzle] = words.z;
+        to[(word + 3) ^ swizzle] = words.w;
+    }
+}
+
 // Stage slot `pos` (counted over the block's tiles in order, `depth_steps` each) is stage
 // pos % STAGES, on its barriers' phase pos / STAGES. A consumer's `loads`-th table copy
 // completes phase `loads` of its table_full barrier; it releases the table (table_empty) after
 // the last tile that reads it.
-template <int STAGES, bool LOOKUP, int HALVES, int COLS = IG_BN, int CONSUMERS = 2>
+// JOIN: `then` is the join table (IG_JOIN_TABLE_BYTES), `join` the join's bytes (the output's
+// shape, rows of 16-byte pieces).
+template <int STAGES, bool LOOKUP, int HALVES, int COLS = IG_BN, int CONSUMERS = 2, bool JOIN = false>
 __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const TensorMap& w_map, int rows, int cols, int depth, const int* int_bias,
                                               const float* scale, i64 scale_len, float y_zero, float lo, float hi, int relu,
-                                              const unsigned char* then, const unsigned char* lookup, unsigned char* y) {
+                                              const unsigned char* then, const unsigned char* lookup, unsigned char* y,
+                                              const unsigned char* join = nullptr) {
     static_assert(!LOOKUP || COLS == IG_BN, "a lookup's table is a 128-column tile's");
+    static_assert(!JOIN || (!LOOKUP && HALVES == 1 && COLS == IG_BN), "a join's kernel: 64 × 128 tiles, no lookup");
     static_assert((STAGES * IG_STAGE_BYTES(HALVES, COLS) + CONSUMERS * IG_OUT_BYTES(COLS)) % 256 == 0, "tables start 256-aligned (looked_up_in_tile)");
-    using Shared = GemmShared<STAGES, LOOKUP ? IG_TABLE_BYTES : 16, HALVES, COLS, CONSUMERS>;
+    using Shared = typename Either<JOIN, JoinShared<STAGES, CONSUMERS>, GemmShared<STAGES, LOOKUP ? IG_TABLE_BYTES : 16, HALVES, COLS, CONSUMERS>>::type;
     constexpr int ROWS = IG_BM * HALVES;
     extern __shared__ __align__(16) unsigned char dynamic_smem[];
-    Shared& sm = *reinterpret_cast<Shared*>(dynamic_smem + (IG_ALIGN - shared_address(dynamic_smem) % IG_ALIGN) % IG_ALIGN);
+    unsigned char* base = dynamic_smem + (IG_ALIGN - shared_address(dynamic_smem) % IG_ALIGN) % IG_ALIGN;
+    if constexpr (JOIN) {
+        constexpr unsigned at = IG_JOIN_TABLE_AT - Shared::TABLE_OFFSET;
+        if (shared_address(dynamic_smem) <= at) base = dynamic_smem + (at - shared_address(dynamic_smem));
+    }
+    Shared& sm = *reinterpret_cast<Shared*>(base);
+    // Cannot happen on Hopper (1 KiB reserved below the dynamic shared memory): a table
+    // elsewhere would be read at the wrong addresses, so the launch fails instead.
+    if constexpr (JOIN)
+        if (shared_address(sm.join_table) != IG_JOIN_TABLE_AT) __trap();
     const int tid = threadIdx.x, warpgroup = tid / 128;
     const Schedule<LOOKUP, ROWS, COLS, CONSUMERS> schedule(rows, cols);
     const int depth_steps = (depth + IG_BK - 1) / IG_BK;
@@ -177,7 +270,9 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
         }
         barrier_init_fence();
     }
-    if (then)
+    if constexpr (JOIN)
+        copy_join_table(then, sm.join_table, tid, IG_THREADS(CONSUMERS));
+    else if (then)
         for (int i = tid; i < 256; i += IG_THREADS(CONSUMERS)) sm.then_levels[i] = then[i];
     __syncthreads();
 
@@ -213,7 +308,12 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
     const bool per_channel = scale_len != 1;
     unsigned char* out_tile = sm.out[consumer];
     const unsigned table_rows = shared_address(sm.tables[consumer]);
+    unsigned join_table = 0;
+    if constexpr (JOIN) join_table = shared_address(sm.join_table);
     constexpr int COLUMNS_A_THREAD = (COLS + 127) / 128;
+    // A warp's 16 rows of an m64 block leave in PIECES 16-byte pieces a lane: piece `lane + 32 i`
+    // of the rows, row-major.
+    constexpr int PIECES = 16 * COLS / 16 / 32;
     int acc[HALVES][COLS / 2], loads = 0;
     for (int seq = consumer, tiles = 0; seq < schedule.count; seq += CONSUMERS, ++tiles) {
         const int m0 = schedule.m(seq) * ROWS, n0 = schedule.n(seq) * COLS;
@@ -231,6 +331,16 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
         for (int h = 0; h < HALVES; ++h)
 #pragma unroll
             for (int i = 0; i < COLS / 2; ++i) acc[h][i] = 0;
+        // The join bytes of this lane's pieces, loading while the main loop runs.
+        uint4 joins[JOIN ? PIECES : 1];
+        if constexpr (JOIN) {
+#pragma unroll
+            for (int i = 0; i < PIECES; ++i) {
+                const int piece = lane + 32 * i, row = 16 * warp + piece / (COLS / 16), col = piece % (COLS / 16) * 16;
+                const i64 m = (i64)m0 + row;
+                joins[i] = m < rows && n0 + col < cols ? __ldg(reinterpret_cast<const uint4*>(join + m * cols + n0 + col)) : make_uint4(0, 0, 0, 0);
+            }
+        }
         // Main loops take turns: this tile's starts once the previous tile's consumer has waited
         // for all its stages (its k-th tile, k = (seq - 1) / CONSUMERS, completes that phase). So
         // every slot before this tile's is filled and no wait below can mistake a stage's phase
@@ -275,20 +385,20 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
 #pragma unroll
         for (int h = 0; h < HALVES; ++h) {
             // Each warp gathers its 16 rows' levels in its rows of the output tile.
-            store_levels<COLS>(acc[h], scales, biases, then ? sm.then_levels : nullptr, out_tile, warp, lane, low_f, high_f, zero);
+            store_levels<COLS>(acc[h], scales, biases, then && !JOIN ? sm.then_levels : nullptr, out_tile, warp, lane, low_f, high_f, zero);
             __syncwarp();
             if (LOOKUP && h == 0 && schedule.new_table(seq)) barrier_wait(&sm.table_full[consumer], loads++ & 1);
             // The warp's 16 rows leave in 16-byte pieces (cols is a multiple of 16: the host's
             // check), each level looked up in its column's row of the table where the layer has one.
             // Every piece is read (and looked up) before any is stored, so the pieces' shared
             // memory latencies overlap; only the stores check the tile's edges.
-            constexpr int PIECES = 16 * COLS / 16 / 32;
             uint4 pieces[PIECES];
 #pragma unroll
             for (int i = 0; i < PIECES; ++i) {
                 const int piece = lane + 32 * i, row = 16 * warp + piece / (COLS / 16), col = piece % (COLS / 16) * 16;
                 pieces[i] = *reinterpret_cast<const uint4*>(out_tile + row * IG_OUT_PITCH(COLS) + col);
                 if (LOOKUP) pieces[i] = looked_up_in_tile(table_rows + col * 256, pieces[i]);
+                if constexpr (JOIN) pieces[i] = joined_in_table(join_table, pieces[i], joins[i]);
             }
 #pragma unroll
             for (int i = 0; i < PIECES; ++i) {
@@ -332,5 +442,12 @@ extern "C" __global__ void __launch_bounds__(IG_THREADS(3), 1) int8_gemm_tma_loo
 
 extern "C" __global__ void __launch_bounds__(IG_THREADS(2), 1) int8_gemm_tma_lookup_m128(INT8_GEMM_PARAMS) {
     int8_gemm_tma<4, true, 2>(x_map, w_map, rows, cols, depth, int_bias, scale, scale_len, y_zero, lo, hi, relu, nullptr, lookup, y);
+}
+
+// A join's second levels looked up in the table the host passes in `then`'s place: 4 stages
+// of 64 × 128 tiles beside it.
+extern "C" __global__ void __launch_bounds__(IG_THREADS(3), 1) int8_gemm_tma_join(INT8_GEMM_PARAMS) {
+    int8_gemm_tma<4, false, 1, IG_BN, 3, true>(x_map, w_map, rows, cols, depth, int_bias, scale, scale_len, y_zero, lo, hi, relu, then, nullptr, y,
+                                               static_cast<const unsigned char*>(join));
 }
 #endif

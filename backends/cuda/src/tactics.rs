@@ -74,11 +74,11 @@ fn int8_product_tactic(choice: usize) -> TacticDesc {
 /// [`kiln_main_loop`]) or not (the libraries' and the few-channel kernel's): kiln's where the
 /// device runs its main loop (wgmma and the warp-specialized product on sm_90 only), the
 /// warp-specialized product's tiles on a pointwise layer where int8_gemm.cu has a kernel for the
-/// tile and the epilogue's lookup (elsewhere the tactic would time the kernel it falls back to
+/// tile and the epilogue's lookup and join (elsewhere the tactic would time the kernel it falls back to
 /// under another name).
-fn runs_main_loop(gpu: Option<&crate::device::Gpu>, choice: usize, main_loops: [usize; 5], pointwise: bool, looks_up: bool) -> bool {
+fn runs_main_loop(gpu: Option<&crate::device::Gpu>, choice: usize, main_loops: [usize; 5], pointwise: bool, (looks_up, joins): (bool, bool)) -> bool {
     match kiln_main_loop(choice, main_loops) {
-        Some(MainLoop::WarpSpecialized(tile)) if !pointwise || !crate::ops::int8_gemm::has_kernel(tile, looks_up) => false,
+        Some(MainLoop::WarpSpecialized(tile)) if !pointwise || !crate::ops::int8_gemm::has_kernel(tile, looks_up, joins) => false,
         Some(main_loop) => gpu.map_or(main_loop == MainLoop::MmaSync, |g| main_loop.available(g)),
         None => true,
     }
@@ -137,9 +137,11 @@ fn int8_conv(network: &Network, layer: LayerId) -> Option<ConvolutionParams> {
     (int8 && crate::ops::int8_conv::applies(p, &fixed_dims(x)?, &fixed_dims(w)?, out)).then(|| p.clone())
 }
 
-/// Whether an integer layer's levels are looked up in a per-column table.
-fn looks_up(network: &Network, layer: LayerId) -> bool {
-    matches!(&network.layer(layer).kind, LayerKind::Quantized(q) if q.lookup.is_some())
+/// Whether an integer layer's levels are looked up in a per-column table, and whether it joins
+/// a skip connection at its second quantization.
+fn epilogue_tables(network: &Network, layer: LayerId) -> (bool, bool) {
+    let looks_up = matches!(&network.layer(layer).kind, LayerKind::Quantized(q) if q.lookup.is_some());
+    (looks_up, input(network, layer, QuantizedParams::JOIN).is_some())
 }
 
 /// The tensor in input `slot` of `layer`, where it has one.
@@ -308,13 +310,13 @@ pub fn tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId, 
         // The warp-specialized product's layers: one product over the pixels.
         let dims = |slot: usize| input(network, layer, slot).and_then(fixed_dims);
         let pointwise = dims(QuantizedParams::X).zip(dims(QuantizedParams::W)).is_some_and(|(x, w)| crate::ops::quant::pointwise_filter(&p, &x, &w));
-        let (gpu, looks_up) = (backend.gpu().ok(), looks_up(network, layer));
-        let offered = |&c: &usize| (few || c != INT8_CONV_KILN_FEW_CHANNELS) && runs_main_loop(gpu.as_deref(), c, INT8_CONV_MAIN_LOOPS, pointwise, looks_up);
+        let (gpu, tables) = (backend.gpu().ok(), epilogue_tables(network, layer));
+        let offered = |&c: &usize| (few || c != INT8_CONV_KILN_FEW_CHANNELS) && runs_main_loop(gpu.as_deref(), c, INT8_CONV_MAIN_LOOPS, pointwise, tables);
         return INT8_CONV_CHOICES.into_iter().filter(offered).map(int8_conv_tactic).collect();
     }
     if int8_product(network, layer) {
-        let (gpu, looks_up) = (backend.gpu().ok(), looks_up(network, layer));
-        let offered = |&c: &usize| runs_main_loop(gpu.as_deref(), c, INT8_PRODUCT_MAIN_LOOPS, true, looks_up);
+        let (gpu, tables) = (backend.gpu().ok(), epilogue_tables(network, layer));
+        let offered = |&c: &usize| runs_main_loop(gpu.as_deref(), c, INT8_PRODUCT_MAIN_LOOPS, true, tables);
         return INT8_PRODUCT_CHOICES.into_iter().filter(offered).map(int8_product_tactic).collect();
     }
     if !is_gemm(network, layer) {

@@ -4,9 +4,10 @@
 //! or two of 128 × 128 or 64 × 192), one's requantizing epilogue running beside the others' MMAs. Its tactics
 //! (`…_implicit_gemm_tma`, `…_tma_m128`, `…_tma_n192`: one per [`Tile`]) are offered for
 //! pointwise layers (1×1 convolutions over NHWC, matrix products) beside the convolution
-//! kernel's; [`super::int8_conv`] runs a layer here where its epilogue is levels-only with no
-//! join (`int8_gemm_tma_lookup…` where the levels are looked up in a per-column table), and on
-//! wgmma's main loop otherwise.
+//! kernel's; [`super::int8_conv`] runs a layer here where its epilogue is levels-only
+//! (`int8_gemm_tma_lookup…` where the levels are looked up in a per-column table,
+//! `int8_gemm_tma_join` where a skip connection joins at the second quantization: 64 × 128 tiles
+//! only), and on wgmma's main loop otherwise.
 
 use super::quant::Epilogue;
 use super::Ctx;
@@ -50,38 +51,51 @@ impl Tile {
 }
 
 /// A kernel of int8_gemm.cu: its name, its tile, its ring's stages, its consumer warpgroups
-/// (`CONSUMERS`) and each consumer's table bytes.
+/// (`CONSUMERS`), each consumer's table bytes and whether it joins a skip connection.
 struct Variant {
     name: &'static str,
     tile: Tile,
     stages: usize,
     consumers: usize,
     table_bytes: usize,
+    joins: bool,
 }
 
 /// Levels looked up in a per-column table take the tile's 128 rows of 256 bytes a consumer (no
 /// 192-column kernel looks up: its tables would leave too little room for the ring).
 const TABLE_BYTES: usize = COLUMNS_PER_TILE * 256;
-const VARIANTS: [Variant; 5] = [
-    Variant { name: "int8_gemm_tma_levels", tile: Tile::M64N128, stages: 7, consumers: 3, table_bytes: 16 },
-    Variant { name: "int8_gemm_tma_lookup", tile: Tile::M64N128, stages: 4, consumers: 3, table_bytes: TABLE_BYTES },
-    Variant { name: "int8_gemm_tma_levels_m128", tile: Tile::M128N128, stages: 6, consumers: 2, table_bytes: 16 },
-    Variant { name: "int8_gemm_tma_lookup_m128", tile: Tile::M128N128, stages: 4, consumers: 2, table_bytes: TABLE_BYTES },
-    Variant { name: "int8_gemm_tma_levels_n192", tile: Tile::M64N192, stages: 6, consumers: 2, table_bytes: 16 },
+const VARIANTS: [Variant; 6] = [
+    Variant { name: "int8_gemm_tma_levels", tile: Tile::M64N128, stages: 7, consumers: 3, table_bytes: 16, joins: false },
+    Variant { name: "int8_gemm_tma_lookup", tile: Tile::M64N128, stages: 4, consumers: 3, table_bytes: TABLE_BYTES, joins: false },
+    Variant { name: "int8_gemm_tma_levels_m128", tile: Tile::M128N128, stages: 6, consumers: 2, table_bytes: 16, joins: false },
+    Variant { name: "int8_gemm_tma_lookup_m128", tile: Tile::M128N128, stages: 4, consumers: 2, table_bytes: TABLE_BYTES, joins: false },
+    Variant { name: "int8_gemm_tma_levels_n192", tile: Tile::M64N192, stages: 6, consumers: 2, table_bytes: 16, joins: false },
+    Variant { name: "int8_gemm_tma_join", tile: Tile::M64N128, stages: 4, consumers: 3, table_bytes: 16, joins: true },
 ];
+
+/// `IG_JOIN_TABLE_AT` of int8_gemm.cu: the shared address of a join kernel's 64 KiB table, the
+/// stages 64 KiB after it.
+const JOIN_TABLE_AT: usize = 65_536;
+const JOIN_TABLE_BYTES: usize = 65_536;
 
 impl Variant {
     /// The kernel for `tile` and the epilogue, if there is one.
-    fn of(tile: Tile, looks_up: bool) -> Option<&'static Variant> {
-        VARIANTS.iter().find(|v| v.tile == tile && (v.table_bytes == TABLE_BYTES) == looks_up)
+    fn of(tile: Tile, looks_up: bool, joins: bool) -> Option<&'static Variant> {
+        VARIANTS.iter().find(|v| v.tile == tile && (v.table_bytes == TABLE_BYTES) == looks_up && v.joins == joins)
     }
 
     /// `GemmShared`'s bytes (the stages, the consumers' one-m64 output tiles with 16 bytes of row
     /// padding, tables and two tiles' column scales and biases, the barriers, the second
-    /// quantization's table) plus the slack that aligns it to 1024.
+    /// quantization's table) plus the slack that aligns it to 1024. A join kernel's
+    /// (`JoinShared`) ends with its stages after the table: its shared memory reaches that far
+    /// from any start below the table.
     const fn shared_bytes(&self) -> usize {
         let columns = self.tile.columns();
-        self.stages * (self.tile.rows() + columns) * DEPTH_PER_STAGE
+        let stages = self.stages * (self.tile.rows() + columns) * DEPTH_PER_STAGE;
+        if self.joins {
+            return JOIN_TABLE_AT + JOIN_TABLE_BYTES + stages;
+        }
+        stages
             + self.consumers * (ROWS_PER_MMA * (columns + 16) + self.table_bytes + 2 * columns * 8)
             + (2 * self.stages + 3 * self.consumers) * 8
             + 256
@@ -103,22 +117,24 @@ pub fn products_enqueued() -> u64 {
 }
 
 /// Every kernel of int8_gemm.cu: in sm_90's arch-specific (`sm_90a`) image only.
-pub fn kernel_names() -> [&'static str; 5] {
+pub fn kernel_names() -> [&'static str; 6] {
     VARIANTS.map(|v| v.name)
 }
 
-/// Whether int8_gemm.cu has a kernel for `tile` with (or without) a per-column lookup.
-pub fn has_kernel(tile: Tile, looks_up: bool) -> bool {
-    Variant::of(tile, looks_up).is_some()
+/// Whether int8_gemm.cu has a kernel for `tile` with (or without) a per-column lookup and a
+/// join.
+pub fn has_kernel(tile: Tile, looks_up: bool, joins: bool) -> bool {
+    Variant::of(tile, looks_up, joins).is_some()
 }
 
 /// Whether the kernel takes a pointwise layer of `filters` output channels over `depth` in
 /// `tile`s (the caller checked that the epilogue is levels-only): a kernel for the tile and
-/// epilogue, no join, rows of 16-byte pieces in and out, 32-bit tile counts.
+/// epilogue (a join with its table of levels), rows of 16-byte pieces in and out, 32-bit
+/// tile counts.
 pub fn applies(tile: Tile, epilogue: &Epilogue, pixels: usize, filters: usize, depth: usize) -> bool {
     let tiles = pixels.div_ceil(ROWS_PER_MMA).saturating_mul(filters.div_ceil(COLUMNS_PER_TILE));
-    has_kernel(tile, epilogue.looks_up)
-        && !epilogue.joins
+    has_kernel(tile, epilogue.looks_up, epilogue.joins)
+        && (!epilogue.joins || epilogue.join_table.is_some())
         && filters.is_multiple_of(16) && depth.is_multiple_of(16) && depth > 0 && tiles <= i32::MAX as usize && pixels <= i32::MAX as usize
 }
 
@@ -127,7 +143,7 @@ pub fn applies(tile: Tile, epilogue: &Epilogue, pixels: usize, filters: usize, d
 /// 16-byte aligned (the caller's).
 #[allow(clippy::too_many_arguments)]
 pub fn product(cx: &Ctx, tile: Tile, x: &DeviceTensor, w: &DeviceTensor, epilogue: &Epilogue, out: &DeviceTensor, pixels: usize, filters: usize, depth: usize) -> KResult<()> {
-    let variant = Variant::of(tile, epilogue.looks_up).ok_or_else(|| KernelError::from(format!("no warp-specialized kernel for {tile:?} with this epilogue")))?;
+    let variant = Variant::of(tile, epilogue.looks_up, epilogue.joins).ok_or_else(|| KernelError::from(format!("no warp-specialized kernel for {tile:?} with this epilogue")))?;
     let x_map = cx.gpu.tensor_map_2d_u8(x, depth, pixels, depth, DEPTH_PER_STAGE as u32, tile.rows() as u32)?;
     let w_map = cx.gpu.tensor_map_2d_u8(w, depth, filters, depth, DEPTH_PER_STAGE as u32, tile.columns() as u32)?;
     let tiles = pixels.div_ceil(tile.rows()) * filters.div_ceil(tile.columns());
@@ -137,7 +153,10 @@ pub fn product(cx: &Ctx, tile: Tile, x: &DeviceTensor, w: &DeviceTensor, epilogu
         super::quant::say_once(format!("{} over {pixels} rows by {filters} filters, depth {depth}: {tiles} tiles on {grid} blocks", variant.name));
     }
     let mut args = vec![Arg::TensorMap(x_map), Arg::TensorMap(w_map), Arg::I32(pixels as i32), Arg::I32(filters as i32), Arg::I32(depth as i32)];
-    args.extend(epilogue.args.iter().copied());
+    match variant.joins {
+        true => args.extend(epilogue.args_with_join_table(cx).ok_or_else(|| KernelError::from("a join without its table of levels"))?),
+        false => args.extend(epilogue.args.iter().copied()),
+    }
     args.push(Arg::I32(super::typed::type_code(epilogue.computed)));
     args.push(cx.arg(out));
     cx.gpu.launch_with_shared(&kernel, (grid, 1, 1), (variant.threads(), 1, 1), variant.shared_bytes() as u32, &args).map_err(KernelError::from)?;
@@ -157,15 +176,18 @@ mod tests {
         }
     }
 
-    /// Each tile and epilogue has its kernel, but a lookup on 192 columns.
+    /// Each tile and epilogue has its kernel, but a lookup on 192 columns and a join on other
+    /// tiles than 64 × 128.
     #[test]
     fn each_tile_and_epilogue_has_its_kernel() {
-        let name = |tile, looks_up| Variant::of(tile, looks_up).map(|v| v.name);
-        assert_eq!(name(Tile::M64N128, false), Some("int8_gemm_tma_levels"));
-        assert_eq!(name(Tile::M64N128, true), Some("int8_gemm_tma_lookup"));
-        assert_eq!(name(Tile::M128N128, false), Some("int8_gemm_tma_levels_m128"));
-        assert_eq!(name(Tile::M128N128, true), Some("int8_gemm_tma_lookup_m128"));
-        assert_eq!(name(Tile::M64N192, false), Some("int8_gemm_tma_levels_n192"));
-        assert_eq!(name(Tile::M64N192, true), None);
+        let name = |tile, looks_up, joins| Variant::of(tile, looks_up, joins).map(|v| v.name);
+        assert_eq!(name(Tile::M64N128, false, false), Some("int8_gemm_tma_levels"));
+        assert_eq!(name(Tile::M64N128, true, false), Some("int8_gemm_tma_lookup"));
+        assert_eq!(name(Tile::M128N128, false, false), Some("int8_gemm_tma_levels_m128"));
+        assert_eq!(name(Tile::M128N128, true, false), Some("int8_gemm_tma_lookup_m128"));
+        assert_eq!(name(Tile::M64N192, false, false), Some("int8_gemm_tma_levels_n192"));
+        assert_eq!(name(Tile::M64N192, true, false), None);
+        assert_eq!(name(Tile::M64N128, false, true), Some("int8_gemm_tma_join"));
+        assert_eq!([name(Tile::M128N128, false, true), name(Tile::M64N192, false, true), name(Tile::M64N128, true, true)], [None; 3]);
     }
 }

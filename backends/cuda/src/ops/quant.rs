@@ -527,6 +527,27 @@ impl SecondQuantization {
         let table = kiln::HostTensor::new(vec![levels.len()], kiln::TensorData::U8(levels)).map_err(KernelError::from)?;
         cx.gpu.constant_table(&table).map_err(KernelError::from)
     }
+
+    /// The second level of every pair of a join byte and a first level's byte (65,536 entries,
+    /// `[join][level]`) on the device, one copy per set of parameters: the warp-specialized
+    /// product looks a join up in it. None where the levels have no one scale or the join is
+    /// not 8-bit.
+    fn joined_levels(&self, cx: &Ctx, p: &Q, k: &Constants, join: &Residual) -> KResult<Option<DeviceTensor>> {
+        use kiln::plan::requantization::{joined_levels, Dequantization};
+        let Ok(Some(y_scale)) = k.one_y_scale() else { return Ok(None) };
+        if !join.tensor.dtype.is_8bit_integer() || !p.output.is_8bit_integer() {
+            return Ok(None);
+        }
+        let first = Dequantization { dtype: p.output, scale: y_scale, zero: k.y_zero as f32 };
+        let second = Dequantization { dtype: join.tensor.dtype, scale: join.scale, zero: join.zero };
+        let then = self.then;
+        let name = format!("joined levels {first:?} {second:?} into {then:?} {:08x}/{:08x}", self.scale.to_bits(), self.zero.to_bits());
+        let table = cx.gpu.named_table(name.into_bytes(), || {
+            let levels = joined_levels(then, first, second, self.scale, self.zero)?;
+            kiln::HostTensor::new(vec![levels.len()], kiln::TensorData::U8(levels)).map_err(|e| e.to_string())
+        });
+        Ok(Some(table.map_err(KernelError::from)?))
+    }
 }
 
 /// What the epilogue adds to the scaled sums and does after them, besides the scales.
@@ -557,6 +578,9 @@ pub struct Epilogue {
     /// Whether the levels are looked up in a per-channel table (the convolution kernel stages
     /// its block's rows beside the output tile).
     pub looks_up: bool,
+    /// A join's second levels for every pair of bytes (`SecondQuantization::joined_levels`),
+    /// where its bytes are 16-byte aligned: the warp-specialized product's join.
+    pub join_table: Option<DeviceTensor>,
     /// The uploads `args` point to, alive until the launch is queued.
     _operands: Vec<DeviceTensor>,
 }
@@ -583,6 +607,11 @@ impl Epilogue {
         let join = terms.then.and_then(|t| t.join.as_ref().map(|j| (t, j)));
         let join_values = join.map(|(_, j)| in_place(j)).transpose()?;
         let join_params = join.map(|(t, j)| f32_table(cx, t.join_params(j))).transpose()?;
+        let aligned = join_values.as_ref().is_some_and(|j| super::lane_aligned(cx, j, 16));
+        let join_table = match join.filter(|_| aligned) {
+            Some((t, j)) => t.joined_levels(cx, p, k, j)?,
+            None => None,
+        };
         // A join's second level depends on both bytes: no table of levels.
         let second_levels = terms.then.filter(|_| join.is_none()).map(|t| t.levels(cx, p, k)).transpose()?;
         let computed = if terms.then.is_some() || terms.lookup.is_some() { p.output } else { out_dtype };
@@ -628,7 +657,8 @@ impl Epilogue {
             Arg::I32(residual_values.as_ref().map_or(0, |r| typed::type_code(r.dtype))),
             Arg::F32(residual.map_or(1.0, |r| r.scale)),
             Arg::F32(residual.map_or(0.0, |r| r.zero)),
-            // The second quantization's table of levels (NULL: none, or a join).
+            // The second quantization's table of levels (NULL: none, or a join), at
+            // SECOND_LEVELS_ARG.
             second_levels.as_ref().map_or(Arg::NULL, |l| cx.arg(l)),
             // The levels' per-channel table (NULL: none).
             terms.lookup.map_or(Arg::NULL, |t| cx.arg(t)),
@@ -642,8 +672,20 @@ impl Epilogue {
             return Err(invalid!("the lookup table is not 16-byte aligned"));
         }
         let operands = [Some(scale), float_bias, residual_values, second_levels, join_values, join_params].into_iter().flatten().collect();
-        Ok(Epilogue { args, computed, levels, joins, looks_up, _operands: operands })
+        Ok(Epilogue { args, computed, levels, joins, looks_up, join_table, _operands: operands })
     }
+
+    /// `args` with the join table in the second quantization's place (a join has no table of
+    /// levels there): the warp-specialized product's join kernel reads it so.
+    pub fn args_with_join_table(&self, cx: &Ctx) -> Option<Vec<Arg>> {
+        let table = self.join_table.as_ref()?;
+        let mut args = self.args.clone();
+        args[Self::SECOND_LEVELS_ARG] = cx.arg(table);
+        Some(args)
+    }
+
+    /// Where `args` holds the second quantization's table of levels.
+    const SECOND_LEVELS_ARG: usize = 14;
 
     /// Whether the `_levels` kernels run this epilogue exactly over a sum of `depth` 8-bit
     /// products: the bias plus the largest such sum (128·128 per product) stays in int32.

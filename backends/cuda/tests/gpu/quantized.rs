@@ -136,11 +136,12 @@ fn check_every_tactic(cuda: &kiln_cuda::CudaBackend, what: &str, net: &kiln::Net
     let got_names: Vec<String> = tactics.iter().map(|t| t.id.name.clone()).collect();
     let hopper = kiln_cuda::ops::int8_conv::MainLoop::Wgmma.available(&cuda.gpu().expect("a GPU"));
     // wgmma's main loop, then the warp-specialized product's tiles where the layer is pointwise
-    // and int8_gemm.cu has the tile's kernel for its epilogue (no 64 × 192 lookup).
+    // and int8_gemm.cu has the tile's kernel for its epilogue (no 64 × 192 lookup, a join on
+    // 64 × 128 alone).
     use kiln_cuda::ops::int8_gemm::{has_kernel, Tile};
-    let looks_up = looks_up(net, layer);
+    let (looks_up, joins) = (looks_up(net, layer), joins(net, layer));
     let tiles = [("_tma", Tile::M64N128), ("_tma_m128", Tile::M128N128), ("_tma_n192", Tile::M64N192)];
-    let warp_specialized = tiles.into_iter().filter(|&(_, tile)| pointwise_layer(net, layer) && has_kernel(tile, looks_up)).map(|(s, _)| s);
+    let warp_specialized = tiles.into_iter().filter(|&(_, tile)| pointwise_layer(net, layer) && has_kernel(tile, looks_up, joins)).map(|(s, _)| s);
     let suffixes: Vec<&str> = std::iter::once("_wgmma").chain(warp_specialized).collect();
     let wgmma = names.iter().filter(|n| n.contains("implicit_gemm")).flat_map(|n| suffixes.iter().map(move |s| format!("{n}{s}")));
     // The few-channel tactic comes after the wgmma ones.
@@ -168,6 +169,11 @@ fn check_every_tactic(cuda: &kiln_cuda::CudaBackend, what: &str, net: &kiln::Net
 /// Whether the integer layer's levels are looked up in a per-column table.
 fn looks_up(net: &kiln::Network, layer: kiln::LayerId) -> bool {
     matches!(&net.layer(layer).kind, kiln::LayerKind::Quantized(q) if q.lookup.is_some())
+}
+
+/// Whether the integer layer joins a skip connection at its second quantization.
+fn joins(net: &kiln::Network, layer: kiln::LayerId) -> bool {
+    net.layer(layer).inputs.get(kiln::QuantizedParams::JOIN).copied().flatten().is_some()
 }
 
 fn pointwise_layer(net: &kiln::Network, layer: kiln::LayerId) -> bool {
@@ -199,8 +205,10 @@ fn persistent_layers_enqueued() -> u64 {
 /// depths that fill no tile or stage (zeros from the TMA past the edges), depths of more steps
 /// than the ring has stages, more tiles than two a block (each consumer loops, the ring wraps
 /// many times), a per-tensor scale, a second quantization, ReLU, both level types, levels looked
-/// up in per-column tables (copied once, or again where a consumer's columns change). Skips (and
-/// says so) off Hopper.
+/// up in per-column tables (copied once, or again where a consumer's columns change), skip
+/// connections joined at the second quantization (64 × 128 tiles alone: the join table's
+/// second levels, every other result at a tie for the join of scale 8). Skips (and says so) off
+/// Hopper.
 #[test]
 fn pointwise_int8_layers_on_the_warp_specialized_product_match_the_cpu_oracle() {
     let Some(cuda) = backend() else { return };
@@ -208,7 +216,7 @@ fn pointwise_int8_layers_on_the_warp_specialized_product_match_the_cpu_oracle() 
         eprintln!("SKIPPED: the warp-specialized INT8 product needs sm_90 (wgmma, TMA)");
         return;
     }
-    use crate::integer_layers::{layer_with as with, lookup, Extra};
+    use crate::integer_layers::{join, layer_with as with, lookup, Extra};
     use DataType::{I32, I8, U8};
     use Operands::Symmetric as S;
     let matmul = QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::None };
@@ -226,16 +234,23 @@ fn pointwise_int8_layers_on_the_warp_specialized_product_match_the_cpu_oracle() 
         ("product, 9,000 rows, 624 columns, depth 768, levels looked up in an int8 table", with(matmul.clone(), S, &[9_000, 768], &[768, 624], 624, Some(I32), false, I8, lookup(I8))),
         // Three column blocks: every consumer keeps its columns (its table copied once).
         ("product, 9,000 rows, 384 columns, depth 256, ReLU, levels looked up in a uint8 table", with(matmul.clone(), S, &[9_000, 256], &[256, 384], 384, None, true, I8, lookup(U8))),
-        ("product, 100 rows, 48 columns, depth 80, levels looked up in an int8 table", with(matmul, S, &[100, 80], &[80, 48], 48, Some(I32), false, U8, lookup(I8))),
+        ("product, 100 rows, 48 columns, depth 80, levels looked up in an int8 table", with(matmul.clone(), S, &[100, 80], &[80, 48], 48, Some(I32), false, U8, lookup(I8))),
+        ("product, 9,000 rows, 256 columns, depth 768, int8 join at ties, ReLU, int8", with(matmul.clone(), S, &[9_000, 768], &[768, 256], 256, Some(I32), false, I8, join(true, I8, I8, &[9_000, 256], 8.0))),
+        ("1x1 conv, 40,000 pixels, 64 channels, 256 filters, uint8 join, ReLU, uint8 levels, int8", with(conv(1, &[1, 1], &[0, 0]), S, &[4, 64, 100, 100], &[256, 64, 1, 1], 256, Some(I32), false, U8, join(true, I8, U8, &[4, 256, 100, 100], 5.3))),
+        ("product, 100 rows, 48 columns, depth 80, int8 join of scale 480, uint8", with(matmul, S, &[100, 80], &[80, 48], 48, None, false, I8, join(false, U8, I8, &[100, 48], 480.0))),
     ];
     for (what, (net, feeds)) in cases {
         let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap();
         let layer = last_layer(&net);
         // Every tile: 64 × 128 (`…_tma`), 128 × 128 (`…_tma_m128`) and, but for a lookup,
-        // 64 × 192 (`…_tma_n192`).
-        let looks_up = looks_up(&net, layer);
+        // 64 × 192 (`…_tma_n192`); a join's 64 × 128 alone.
+        let tiles = match (looks_up(&net, layer), joins(&net, layer)) {
+            (_, true) => 1,
+            (true, false) => 2,
+            (false, false) => 3,
+        };
         let tactics: Vec<_> = cuda.tactics(&net, layer, MathMode::EXACT).into_iter().filter(|t| t.id.name.contains("implicit_gemm_tma")).collect();
-        assert_eq!(tactics.len(), if looks_up { 2 } else { 3 }, "{what}: the warp-specialized tactics");
+        assert_eq!(tactics.len(), tiles, "{what}: the warp-specialized tactics");
         for tactic in &tactics {
             let what = format!("{what}, {}", tactic.id.name);
             let before = kiln_cuda::ops::int8_gemm::products_enqueued();

@@ -25,16 +25,34 @@ impl Dequantization {
 /// The second level's byte of each first level's byte: `then` after levels dequantized by
 /// `first`, into `scale` and `zero`.
 pub fn second_levels(then: Requantization, first: Dequantization, scale: f32, zero: f32) -> Result<Vec<u8>, String> {
+    let level = second_level(then, scale, zero)?;
+    Ok((0..=255u8).map(|byte| level(first.value(byte))).collect())
+}
+
+/// The second level's byte of each pair of a first level's byte and a skip connection's (the
+/// join: `DQ(first) + DQ(join)`, added in f32 as the Add does, then `then`), at entry
+/// `join_byte · 256 + first_byte`: 65,536 entries, a kernel's lookup in place of the join's
+/// arithmetic and its ties.
+pub fn joined_levels(then: Requantization, first: Dequantization, join: Dequantization, scale: f32, zero: f32) -> Result<Vec<u8>, String> {
+    let level = second_level(then, scale, zero)?;
+    let firsts: Vec<f32> = (0..=255u8).map(|byte| first.value(byte)).collect();
+    Ok((0..=255u8).flat_map(|j| {
+        let joined = join.value(j);
+        firsts.iter().map(move |&y| y + joined)
+    }).map(level).collect())
+}
+
+/// `then`'s level byte of a joined or dequantized value: its ReLU, then QuantizeLinear into
+/// `scale` and `zero`.
+fn second_level(then: Requantization, scale: f32, zero: f32) -> Result<impl Fn(f32) -> u8, String> {
     let range = level_range(then.to).ok_or_else(|| format!("a second quantization writes int8 or uint8, not {}", then.to))?;
-    let level = |byte: u8| {
-        let mut u = first.value(byte);
+    Ok(move |mut u: f32| {
         if then.relu {
             u = u.max(0.0);
         }
         let q = quantized(u, scale, f64::from(zero), range);
         if then.to == DataType::I8 { q as i8 as u8 } else { q as u8 }
-    };
-    Ok((0..=255u8).map(level).collect())
+    })
 }
 
 /// The lowest and highest level of an 8-bit integer type; `None` for another type.
@@ -100,5 +118,25 @@ mod tests {
         let ties = second_levels(Requantization { relu: false, to: DataType::I8 }, Dequantization { dtype: DataType::U8, scale: 1.0, zero: 0.0 }, 2.0, 0.0).expect("table");
         assert_eq!([ties[3], ties[5], ties[1], ties[255]], [2, 2, 0, 127]);
         assert!(second_levels(Requantization { relu: false, to: DataType::F32 }, first, 1.0, 0.0).is_err());
+    }
+
+    #[test]
+    fn the_join_table_holds_each_pairs_second_level() {
+        let first = Dequantization { dtype: DataType::I8, scale: 16.0, zero: 3.0 };
+        let join = Dequantization { dtype: DataType::U8, scale: 8.0, zero: 10.0 };
+        let relu = Requantization { relu: true, to: DataType::I8 };
+        let table = joined_levels(relu, first, join, 32.0, -5.0).expect("table");
+        assert_eq!(table.len(), 65536);
+        let at = |join: u8, first: u8| table[usize::from(join) * 256 + usize::from(first)];
+        // (7 − 3)·16 + (12 − 10)·8 = 80, / 32 = 2.5: half to even 2, − 5 = −3.
+        assert_eq!(at(12, 7), (-3i8) as u8);
+        // (8 − 3)·16 + (12 − 10)·8 = 96 / 32 = 3, − 5 = −2; the ReLU floors −64 + 0 at 0: −5.
+        assert_eq!([at(12, 8), at(10, (-1i8) as u8)], [(-2i8) as u8, (-5i8) as u8]);
+        // The largest pair: (124·16 + 245·8) / 32 = 123.25 → 123, − 5 = 118.
+        assert_eq!(at(255, 127), 118);
+        // With a join of zero (its zero point) each row is the second levels' table.
+        let plain = second_levels(relu, first, 32.0, -5.0).expect("table");
+        assert_eq!(&table[10 * 256..11 * 256], plain.as_slice());
+        assert!(joined_levels(Requantization { relu: false, to: DataType::F32 }, first, join, 1.0, 0.0).is_err());
     }
 }
