@@ -4,8 +4,10 @@
 // quantization's table where the layer has one, or the levels looked up in their column's row of
 // a per-column table). The host sends it a pointwise layer (a 1×1 convolution over NHWC, or a
 // matrix product) whose epilogue has no join but in 64 × 128 tiles (`int8_gemm_tma_join`: the
-// second levels of a skip connection's join looked up in a table of every pair of bytes);
-// every other INT8 layer runs int8_conv.cu. kiln-cpu's integer layer is the oracle.
+// second levels of a skip connection's join looked up in a table of every pair of bytes), and
+// any other convolution with the levels-only epilogue (`int8_gemm_tma_conv…`: implicit GEMM,
+// the activations gathered by the producer warpgroup); every other INT8 layer runs
+// int8_conv.cu. kiln-cpu's integer layer is the oracle.
 //
 // Why another kernel: int8_conv.cu's wgmma loop has every thread copy (cp.async) and every step
 // wait at a block barrier, so its epilogue and prologue, more than half of a block's
@@ -37,6 +39,17 @@
 // consumers copy their next tile's join bytes (cp.async) while this tile's are looked up:
 // the copy waits beside the stores and the next main loop (0.3% faster on ResNet-50 than
 // loading them into registers before each main loop, and 9 registers fewer).
+// A convolution (`int8_gemm_tma_conv…`): the product is [pixels, r·s·c] · [k, r·s·c]ᵀ as in
+// int8_conv.cu (NHWC input, channels a multiple of 16, KRSC filter). The filter tiles still come
+// by TMA; the activation tiles are gathered by the producer warpgroup's 128 threads, each a
+// 16-byte piece of depth (one tap's channels) of every 16th row, by cp.async into the stage's
+// 128-byte swizzle (zeros for padding taps and past the edges). Each thread waits for its copies
+// IG_GATHER_LAG stages later, makes them visible to wgmma's async proxy, and its warp arrives on
+// the stage's full barrier (count: the TMA's arrival and the four warps'). The consumers and
+// their epilogue are the product's: a convolution's fixed costs (its pixels' coordinates, the
+// taps' validity) move to the producer, beside the MMAs, where int8_conv.cu's wgmma loop pays
+// them in every warp between a block barrier and its MMAs.
+#define IG_GATHER_LAG 2
 #include "common.cuh"
 #include "wgmma.cuh"
 #include "tma.cuh"
@@ -232,17 +245,81 @@ __device__ __forceinline__ void copy_join_table(const unsigned char* from, unsig
     }
 }
 
+// A convolution's producer warpgroup (CONV above): per stage, thread 0 has the TMA copy the
+// filter tile and all 128 threads gather the activation tile.
+template <int STAGES, int ROWS, int COLS, int CONSUMERS, typename Shared, typename Sched>
+__device__ __forceinline__ void gather_activations(Shared& sm, const Sched& schedule, const Window& win, const signed char* x, const TensorMap& w_map,
+                                                   int rows, int depth_steps, int depth) {
+    constexpr int ROWS_A_THREAD = ROWS / 16;
+    const int tid = threadIdx.x, piece = tid % 8, lane = tid % 32;
+    const int h = (int)win.h, w = (int)win.w, c = (int)win.c, s_taps = (int)win.kw, ow = (int)win.ow, plane = (int)(win.oh * win.ow);
+    // This thread's rows of the tile (tid / 8 + 16 j): per row, the byte offset of its window's
+    // top left corner (padding included) and that corner's row and column (past the pixels: a
+    // row no tap is in).
+    i64 corner[ROWS_A_THREAD];
+    int top[ROWS_A_THREAD], left[ROWS_A_THREAD];
+    int pos = 0;
+    auto arrive = [&](int at) {
+        // This thread's copies of slot `at` are done and visible to wgmma; its warp's arrival.
+        cp_async_wait<IG_GATHER_LAG>();
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncwarp();
+        if (lane == 0) barrier_arrive(&sm.full[at % STAGES]);
+    };
+    for (int seq = 0; seq < schedule.count; ++seq) {
+        const int m0 = schedule.m(seq) * ROWS, n0 = schedule.n(seq) * COLS;
+#pragma unroll
+        for (int j = 0; j < ROWS_A_THREAD; ++j) {
+            const int m = m0 + tid / 8 + 16 * j;
+            const int img = m / plane, at = m - img * plane, oy = at / ow, ox = at - oy * ow;
+            top[j] = m < rows ? oy * (int)win.sh - (int)win.ph : -(1 << 29);
+            left[j] = ox * (int)win.sw - (int)win.pw;
+            corner[j] = (((i64)img * h + top[j]) * w + left[j]) * c;
+        }
+        for (int step = 0; step < depth_steps; ++step, ++pos) {
+            const int s = pos % STAGES;
+            barrier_wait(&sm.empty[s], (pos / STAGES + 1) & 1);
+            if (tid == 0) {
+                barrier_expect_bytes(&sm.full[s], COLS * IG_BK);
+                tma_load_2d(sm.stages[s] + IG_A_BYTES(ROWS / IG_BM), &w_map, step * IG_BK, n0, &sm.full[s]);
+            }
+            // The piece's tap and channels (one tap's: channels are a multiple of 16), and their
+            // offset from a window's corner, the same for every row.
+            const int d = step * IG_BK + piece * 16, tap = d / c, channel = d - tap * c;
+            const int r = tap / s_taps, dy = r * (int)win.dh, dx = (tap - r * s_taps) * (int)win.dw;
+            const i64 offset = ((i64)dy * w + dx) * c + channel;
+            const unsigned stage = shared_address(sm.stages[s]);
+#pragma unroll
+            for (int j = 0; j < ROWS_A_THREAD; ++j) {
+                const int row = tid / 8 + 16 * j;
+                const bool valid = d < depth && (unsigned)(top[j] + dy) < (unsigned)h && (unsigned)(left[j] + dx) < (unsigned)w;
+                cp_async16_to(stage + row * IG_BK + ((piece ^ (row % 8)) * 16), valid ? x + corner[j] + offset : x, valid);
+            }
+            cp_async_commit();
+            if (pos >= IG_GATHER_LAG) arrive(pos - IG_GATHER_LAG);
+        }
+    }
+    // The last slots' arrivals.
+    cp_async_wait<0>();
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncwarp();
+    for (int at = max(pos - IG_GATHER_LAG, 0); at < pos; ++at)
+        if (lane == 0) barrier_arrive(&sm.full[at % STAGES]);
+}
+
 // Stage slot `pos` (counted over the block's tiles in order, `depth_steps` each) is stage
 // pos % STAGES, on its barriers' phase pos / STAGES. A consumer's `loads`-th table copy
 // completes phase `loads` of its table_full barrier; it releases the table (table_empty) after
 // the last tile that reads it.
 // JOIN: `then` is the join table (IG_JOIN_TABLE_BYTES), `join` the join's bytes (the output's
 // shape, rows of 16-byte pieces).
-template <int STAGES, bool LOOKUP, int HALVES, int COLS = IG_BN, int CONSUMERS = 2, bool JOIN = false>
+// CONV: a convolution of `win`'s geometry over the NHWC input `x` (rows: its output pixels,
+// cols: filters, depth: r·s·c), `x_map` unused.
+template <int STAGES, bool LOOKUP, int HALVES, int COLS = IG_BN, int CONSUMERS = 2, bool JOIN = false, bool CONV = false>
 __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const TensorMap& w_map, int rows, int cols, int depth, const int* int_bias,
                                               const float* scale, i64 scale_len, float y_zero, float lo, float hi, int relu,
                                               const unsigned char* then, const unsigned char* lookup, unsigned char* y,
-                                              const unsigned char* join = nullptr) {
+                                              const unsigned char* join = nullptr, const Window* win = nullptr, const signed char* x = nullptr) {
     static_assert(!LOOKUP || COLS == IG_BN, "a lookup's table is a 128-column tile's");
     static_assert(!JOIN || (!LOOKUP && HALVES == 1 && COLS == IG_BN), "a join's kernel: 64 × 128 tiles, no lookup");
     static_assert((STAGES * IG_STAGE_BYTES(HALVES, COLS) + CONSUMERS * IG_OUT_BYTES(COLS)) % 256 == 0, "tables start 256-aligned (looked_up_in_tile)");
@@ -264,7 +341,9 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
     const int depth_steps = (depth + IG_BK - 1) / IG_BK;
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
-            barrier_init(&sm.full[s], 1);  // the producer's arrival; the copies' bytes complete it
+            // The producer's arrival (and a gathering convolution's four warps'); the copies'
+            // bytes complete it.
+            barrier_init(&sm.full[s], CONV ? 5 : 1);
             barrier_init(&sm.empty[s], 4);  // one lane of each of the consumer's four warps
         }
         for (int c = 0; c < CONSUMERS; ++c) {
@@ -281,6 +360,10 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
     __syncthreads();
 
     if (warpgroup == 0) {
+        if constexpr (CONV) {
+            gather_activations<STAGES, ROWS, COLS, CONSUMERS>(sm, schedule, *win, x, w_map, rows, depth_steps, depth);
+            return;
+        }
         if (tid != 0) return;
         int pos = 0, loads[CONSUMERS] = {};
         for (int seq = 0; seq < schedule.count; ++seq) {
@@ -468,6 +551,18 @@ extern "C" __global__ void __launch_bounds__(IG_THREADS(3), 1) int8_gemm_tma_loo
 
 extern "C" __global__ void __launch_bounds__(IG_THREADS(2), 1) int8_gemm_tma_lookup_m128(INT8_GEMM_PARAMS) {
     int8_gemm_tma<4, true, 2>(x_map, w_map, rows, cols, depth, int_bias, scale, scale_len, y_zero, lo, hi, relu, nullptr, lookup, y);
+}
+
+// Convolutions: the levels of 64 × 128 tiles (7 stages) or 128 × 128 (6); `win` and `x` after
+// the product's parameters.
+extern "C" __global__ void __launch_bounds__(IG_THREADS(3), 1) int8_gemm_tma_conv(INT8_GEMM_PARAMS, const Window win, const signed char* x) {
+    int8_gemm_tma<7, false, 1, IG_BN, 3, false, true>(x_map, w_map, rows, cols, depth, int_bias, scale, scale_len, y_zero, lo, hi, relu, then, nullptr, y,
+                                                      nullptr, &win, x);
+}
+
+extern "C" __global__ void __launch_bounds__(IG_THREADS(2), 1) int8_gemm_tma_conv_m128(INT8_GEMM_PARAMS, const Window win, const signed char* x) {
+    int8_gemm_tma<6, false, 2, IG_BN, 2, false, true>(x_map, w_map, rows, cols, depth, int_bias, scale, scale_len, y_zero, lo, hi, relu, then, nullptr, y,
+                                                      nullptr, &win, x);
 }
 
 // A join's second levels looked up in the table the host passes in `then`'s place: 4 stages

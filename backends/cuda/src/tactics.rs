@@ -73,12 +73,12 @@ fn int8_product_tactic(choice: usize) -> TacticDesc {
 /// Whether an integer layer may run tactic `choice`, a rank among `main_loops` (kiln's kernel:
 /// [`kiln_main_loop`]) or not (the libraries' and the few-channel kernel's): kiln's where the
 /// device runs its main loop (wgmma and the warp-specialized product on sm_90 only), the
-/// warp-specialized product's tiles on a pointwise layer where int8_gemm.cu has a kernel for the
-/// tile and the epilogue's lookup and join (elsewhere the tactic would time the kernel it falls back to
-/// under another name).
+/// warp-specialized product's tiles where int8_gemm.cu has a kernel for the tile, the layer
+/// (pointwise, or another convolution) and the epilogue's lookup and join (elsewhere the tactic
+/// would time the kernel it falls back to under another name).
 fn runs_main_loop(gpu: Option<&crate::device::Gpu>, choice: usize, main_loops: [usize; 5], pointwise: bool, (looks_up, joins): (bool, bool)) -> bool {
     match kiln_main_loop(choice, main_loops) {
-        Some(MainLoop::WarpSpecialized(tile)) if !pointwise || !crate::ops::int8_gemm::has_kernel(tile, looks_up, joins) => false,
+        Some(MainLoop::WarpSpecialized(tile)) if !crate::ops::int8_gemm::has_kernel(tile, looks_up, joins, !pointwise) => false,
         Some(main_loop) => gpu.map_or(main_loop == MainLoop::MmaSync, |g| main_loop.available(g)),
         None => true,
     }

@@ -144,8 +144,13 @@ pub fn convolution(cx: &Ctx, main_loop: MainLoop, c: &kiln::ConvolutionParams, x
     let pointwise = levels && win.kh == 1 && win.kw == 1 && win.sh == 1 && win.sw == 1 && win.ph == 0 && win.pw == 0 && win.oh == win.h && win.ow == win.w;
     // A pointwise layer is a matrix product: the warp-specialized kernel's, where it takes it.
     if let MainLoop::WarpSpecialized(tile) = main_loop {
-        if pointwise && super::lane_aligned(cx, &out, 16) && super::int8_gemm::applies(tile, epilogue, pixels, filters, depth) {
+        if pointwise && super::lane_aligned(cx, &out, 16) && super::int8_gemm::applies(tile, epilogue, pixels, filters, depth, false) {
             super::int8_gemm::product(cx, tile, &x, &w, epilogue, &out, pixels, filters, depth)?;
+            return Ok(Some(out));
+        }
+        // Any other convolution with the levels-only epilogue: its activations gathered there.
+        if levels && !pointwise && super::lane_aligned(cx, &out, 16) && super::int8_gemm::applies(tile, epilogue, pixels, filters, depth, true) {
+            super::int8_gemm::convolution(cx, tile, &x, &w, win, epilogue, &out, pixels, filters, depth)?;
             return Ok(Some(out));
         }
     }

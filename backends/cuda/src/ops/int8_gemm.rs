@@ -7,7 +7,9 @@
 //! kernel's; [`super::int8_conv`] runs a layer here where its epilogue is levels-only
 //! (`int8_gemm_tma_lookup…` where the levels are looked up in a per-column table,
 //! `int8_gemm_tma_join` where a skip connection joins at the second quantization: 64 × 128 tiles
-//! only), and on wgmma's main loop otherwise.
+//! only), and on wgmma's main loop otherwise. Other convolutions with the levels-only epilogue
+//! (no lookup or join) run here too (`int8_gemm_tma_conv…`, 64 × 128 and 128 × 128 tiles): the
+//! producer warpgroup gathers the activations' taps, the filter tiles still come by TMA.
 
 use super::quant::Epilogue;
 use super::Ctx;
@@ -51,7 +53,8 @@ impl Tile {
 }
 
 /// A kernel of int8_gemm.cu: its name, its tile, its ring's stages, its consumer warpgroups
-/// (`CONSUMERS`), each consumer's table bytes and whether it joins a skip connection.
+/// (`CONSUMERS`), each consumer's table bytes, whether it joins a skip connection and whether
+/// it is a convolution's (gathering its activations).
 struct Variant {
     name: &'static str,
     tile: Tile,
@@ -59,18 +62,21 @@ struct Variant {
     consumers: usize,
     table_bytes: usize,
     joins: bool,
+    conv: bool,
 }
 
 /// Levels looked up in a per-column table take the tile's 128 rows of 256 bytes a consumer (no
 /// 192-column kernel looks up: its tables would leave too little room for the ring).
 const TABLE_BYTES: usize = COLUMNS_PER_TILE * 256;
-const VARIANTS: [Variant; 6] = [
-    Variant { name: "int8_gemm_tma_levels", tile: Tile::M64N128, stages: 7, consumers: 3, table_bytes: 16, joins: false },
-    Variant { name: "int8_gemm_tma_lookup", tile: Tile::M64N128, stages: 4, consumers: 3, table_bytes: TABLE_BYTES, joins: false },
-    Variant { name: "int8_gemm_tma_levels_m128", tile: Tile::M128N128, stages: 6, consumers: 2, table_bytes: 16, joins: false },
-    Variant { name: "int8_gemm_tma_lookup_m128", tile: Tile::M128N128, stages: 4, consumers: 2, table_bytes: TABLE_BYTES, joins: false },
-    Variant { name: "int8_gemm_tma_levels_n192", tile: Tile::M64N192, stages: 6, consumers: 2, table_bytes: 16, joins: false },
-    Variant { name: "int8_gemm_tma_join", tile: Tile::M64N128, stages: 4, consumers: 3, table_bytes: 16, joins: true },
+const VARIANTS: [Variant; 8] = [
+    Variant { name: "int8_gemm_tma_levels", tile: Tile::M64N128, stages: 7, consumers: 3, table_bytes: 16, joins: false, conv: false },
+    Variant { name: "int8_gemm_tma_lookup", tile: Tile::M64N128, stages: 4, consumers: 3, table_bytes: TABLE_BYTES, joins: false, conv: false },
+    Variant { name: "int8_gemm_tma_levels_m128", tile: Tile::M128N128, stages: 6, consumers: 2, table_bytes: 16, joins: false, conv: false },
+    Variant { name: "int8_gemm_tma_lookup_m128", tile: Tile::M128N128, stages: 4, consumers: 2, table_bytes: TABLE_BYTES, joins: false, conv: false },
+    Variant { name: "int8_gemm_tma_levels_n192", tile: Tile::M64N192, stages: 6, consumers: 2, table_bytes: 16, joins: false, conv: false },
+    Variant { name: "int8_gemm_tma_join", tile: Tile::M64N128, stages: 4, consumers: 3, table_bytes: 16, joins: true, conv: false },
+    Variant { name: "int8_gemm_tma_conv", tile: Tile::M64N128, stages: 7, consumers: 3, table_bytes: 16, joins: false, conv: true },
+    Variant { name: "int8_gemm_tma_conv_m128", tile: Tile::M128N128, stages: 6, consumers: 2, table_bytes: 16, joins: false, conv: true },
 ];
 
 /// `IG_JOIN_TABLE_AT` of int8_gemm.cu: the shared address of a join kernel's 64 KiB table, the
@@ -79,9 +85,10 @@ const JOIN_TABLE_AT: usize = 65_536;
 const JOIN_TABLE_BYTES: usize = 65_536;
 
 impl Variant {
-    /// The kernel for `tile` and the epilogue, if there is one.
-    fn of(tile: Tile, looks_up: bool, joins: bool) -> Option<&'static Variant> {
-        VARIANTS.iter().find(|v| v.tile == tile && (v.table_bytes == TABLE_BYTES) == looks_up && v.joins == joins)
+    /// The kernel for `tile` and the epilogue, a product's or a convolution's (`conv`), if there
+    /// is one.
+    fn of(tile: Tile, looks_up: bool, joins: bool, conv: bool) -> Option<&'static Variant> {
+        VARIANTS.iter().find(|v| v.tile == tile && (v.table_bytes == TABLE_BYTES) == looks_up && v.joins == joins && v.conv == conv)
     }
 
     /// `GemmShared`'s bytes (the stages, the consumers' one-m64 output tiles with 16 bytes of row
@@ -110,30 +117,30 @@ impl Variant {
 
 static PRODUCTS: AtomicU64 = AtomicU64::new(0);
 
-/// How many products this process has enqueued on this kernel (tests prove with it that a layer
-/// ran here, not on the convolution kernel).
+/// How many products and convolutions this process has enqueued on this kernel (tests prove
+/// with it that a layer ran here, not on the convolution kernel).
 pub fn products_enqueued() -> u64 {
     PRODUCTS.load(Ordering::Relaxed)
 }
 
 /// Every kernel of int8_gemm.cu: in sm_90's arch-specific (`sm_90a`) image only.
-pub fn kernel_names() -> [&'static str; 6] {
+pub fn kernel_names() -> [&'static str; 8] {
     VARIANTS.map(|v| v.name)
 }
 
 /// Whether int8_gemm.cu has a kernel for `tile` with (or without) a per-column lookup and a
-/// join.
-pub fn has_kernel(tile: Tile, looks_up: bool, joins: bool) -> bool {
-    Variant::of(tile, looks_up, joins).is_some()
+/// join, for a pointwise layer or (`conv`) any other convolution.
+pub fn has_kernel(tile: Tile, looks_up: bool, joins: bool, conv: bool) -> bool {
+    Variant::of(tile, looks_up, joins, conv).is_some()
 }
 
 /// Whether the kernel takes a pointwise layer of `filters` output channels over `depth` in
 /// `tile`s (the caller checked that the epilogue is levels-only): a kernel for the tile and
 /// epilogue (a join with its table of levels), rows of 16-byte pieces in and out, 32-bit
 /// tile counts.
-pub fn applies(tile: Tile, epilogue: &Epilogue, pixels: usize, filters: usize, depth: usize) -> bool {
+pub fn applies(tile: Tile, epilogue: &Epilogue, pixels: usize, filters: usize, depth: usize, conv: bool) -> bool {
     let tiles = pixels.div_ceil(ROWS_PER_MMA).saturating_mul(filters.div_ceil(COLUMNS_PER_TILE));
-    has_kernel(tile, epilogue.looks_up, epilogue.joins)
+    has_kernel(tile, epilogue.looks_up, epilogue.joins, conv)
         && (!epilogue.joins || epilogue.join_table.is_some())
         && filters.is_multiple_of(16) && depth.is_multiple_of(16) && depth > 0 && tiles <= i32::MAX as usize && pixels <= i32::MAX as usize
 }
@@ -143,8 +150,24 @@ pub fn applies(tile: Tile, epilogue: &Epilogue, pixels: usize, filters: usize, d
 /// 16-byte aligned (the caller's).
 #[allow(clippy::too_many_arguments)]
 pub fn product(cx: &Ctx, tile: Tile, x: &DeviceTensor, w: &DeviceTensor, epilogue: &Epilogue, out: &DeviceTensor, pixels: usize, filters: usize, depth: usize) -> KResult<()> {
-    let variant = Variant::of(tile, epilogue.looks_up, epilogue.joins).ok_or_else(|| KernelError::from(format!("no warp-specialized kernel for {tile:?} with this epilogue")))?;
     let x_map = cx.gpu.tensor_map_2d_u8(x, depth, pixels, depth, DEPTH_PER_STAGE as u32, tile.rows() as u32)?;
+    launch(cx, tile, Arg::TensorMap(x_map), w, epilogue, out, pixels, filters, depth, None)
+}
+
+/// `out[pixels][filters]` = the epilogue's levels of the convolution of the NHWC `x` (channels a
+/// multiple of 16) by the KRSC filter `w` (`[filters][depth]`, depth r·s·c) of `win`'s geometry,
+/// in `tile`s (where [`applies`] to a convolution); the operands 16-byte aligned (the caller's).
+#[allow(clippy::too_many_arguments)]
+pub fn convolution(cx: &Ctx, tile: Tile, x: &DeviceTensor, w: &DeviceTensor, win: crate::buffer::Window, epilogue: &Epilogue, out: &DeviceTensor, pixels: usize, filters: usize, depth: usize) -> KResult<()> {
+    // The kernel gathers the activations itself: its x_map slot takes the filter's map, unread.
+    let w_map = cx.gpu.tensor_map_2d_u8(w, depth, filters, depth, DEPTH_PER_STAGE as u32, tile.columns() as u32)?;
+    launch(cx, tile, Arg::TensorMap(w_map), w, epilogue, out, pixels, filters, depth, Some((win, cx.arg(x))))
+}
+
+/// The launch of a product (`conv` None) or a convolution (its window and input).
+#[allow(clippy::too_many_arguments)]
+fn launch(cx: &Ctx, tile: Tile, x_map: Arg, w: &DeviceTensor, epilogue: &Epilogue, out: &DeviceTensor, pixels: usize, filters: usize, depth: usize, conv: Option<(crate::buffer::Window, Arg)>) -> KResult<()> {
+    let variant = Variant::of(tile, epilogue.looks_up, epilogue.joins, conv.is_some()).ok_or_else(|| KernelError::from(format!("no warp-specialized kernel for {tile:?} with this epilogue")))?;
     let w_map = cx.gpu.tensor_map_2d_u8(w, depth, filters, depth, DEPTH_PER_STAGE as u32, tile.columns() as u32)?;
     let tiles = pixels.div_ceil(tile.rows()) * filters.div_ceil(tile.columns());
     let grid = tiles.min(cx.gpu.multiprocessors() as usize) as u32;
@@ -152,13 +175,16 @@ pub fn product(cx: &Ctx, tile: Tile, x: &DeviceTensor, w: &DeviceTensor, epilogu
     if tracing::enabled!(target: "kiln::int8", tracing::Level::INFO) {
         super::quant::say_once(format!("{} over {pixels} rows by {filters} filters, depth {depth}: {tiles} tiles on {grid} blocks", variant.name));
     }
-    let mut args = vec![Arg::TensorMap(x_map), Arg::TensorMap(w_map), Arg::I32(pixels as i32), Arg::I32(filters as i32), Arg::I32(depth as i32)];
+    let mut args = vec![x_map, Arg::TensorMap(w_map), Arg::I32(pixels as i32), Arg::I32(filters as i32), Arg::I32(depth as i32)];
     match variant.joins {
         true => args.extend(epilogue.args_with_join_table(cx).ok_or_else(|| KernelError::from("a join without its table of levels"))?),
         false => args.extend(epilogue.args.iter().copied()),
     }
     args.push(Arg::I32(super::typed::type_code(epilogue.computed)));
     args.push(cx.arg(out));
+    if let Some((win, x)) = conv {
+        args.extend([Arg::Window(win), x]);
+    }
     cx.gpu.launch_with_shared(&kernel, (grid, 1, 1), (variant.threads(), 1, 1), variant.shared_bytes() as u32, &args).map_err(KernelError::from)?;
     PRODUCTS.fetch_add(1, Ordering::Relaxed);
     Ok(())
@@ -180,7 +206,7 @@ mod tests {
     /// tiles than 64 × 128.
     #[test]
     fn each_tile_and_epilogue_has_its_kernel() {
-        let name = |tile, looks_up, joins| Variant::of(tile, looks_up, joins).map(|v| v.name);
+        let name = |tile, looks_up, joins| Variant::of(tile, looks_up, joins, false).map(|v| v.name);
         assert_eq!(name(Tile::M64N128, false, false), Some("int8_gemm_tma_levels"));
         assert_eq!(name(Tile::M64N128, true, false), Some("int8_gemm_tma_lookup"));
         assert_eq!(name(Tile::M128N128, false, false), Some("int8_gemm_tma_levels_m128"));
@@ -189,5 +215,9 @@ mod tests {
         assert_eq!(name(Tile::M64N192, true, false), None);
         assert_eq!(name(Tile::M64N128, false, true), Some("int8_gemm_tma_join"));
         assert_eq!([name(Tile::M128N128, false, true), name(Tile::M64N192, false, true), name(Tile::M64N128, true, true)], [None; 3]);
+        // Convolutions: levels (or a second quantization) in 64 × 128 and 128 × 128 tiles.
+        let conv = |tile, looks_up, joins| Variant::of(tile, looks_up, joins, true).map(|v| v.name);
+        assert_eq!([conv(Tile::M64N128, false, false), conv(Tile::M128N128, false, false)], [Some("int8_gemm_tma_conv"), Some("int8_gemm_tma_conv_m128")]);
+        assert_eq!([conv(Tile::M64N192, false, false), conv(Tile::M64N128, true, false), conv(Tile::M64N128, false, true)], [None; 3]);
     }
 }

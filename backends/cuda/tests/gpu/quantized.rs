@@ -135,13 +135,14 @@ fn check_every_tactic(cuda: &kiln_cuda::CudaBackend, what: &str, net: &kiln::Net
     let tactics = cuda.tactics(net, layer, MathMode::EXACT);
     let got_names: Vec<String> = tactics.iter().map(|t| t.id.name.clone()).collect();
     let hopper = kiln_cuda::ops::int8_conv::MainLoop::Wgmma.available(&cuda.gpu().expect("a GPU"));
-    // wgmma's main loop, then the warp-specialized product's tiles where the layer is pointwise
-    // and int8_gemm.cu has the tile's kernel for its epilogue (no 64 × 192 lookup, a join on
-    // 64 × 128 alone).
+    // wgmma's main loop, then the warp-specialized product's tiles where int8_gemm.cu has the
+    // tile's kernel for the layer and its epilogue (a pointwise layer: no 64 × 192 lookup, a join
+    // on 64 × 128 alone; another convolution: 64 × 128 and 128 × 128, no lookup or join).
     use kiln_cuda::ops::int8_gemm::{has_kernel, Tile};
     let (looks_up, joins) = (looks_up(net, layer), joins(net, layer));
     let tiles = [("_tma", Tile::M64N128), ("_tma_m128", Tile::M128N128), ("_tma_n192", Tile::M64N192)];
-    let warp_specialized = tiles.into_iter().filter(|&(_, tile)| pointwise_layer(net, layer) && has_kernel(tile, looks_up, joins)).map(|(s, _)| s);
+    let conv = !pointwise_layer(net, layer);
+    let warp_specialized = tiles.into_iter().filter(|&(_, tile)| has_kernel(tile, looks_up, joins, conv)).map(|(s, _)| s);
     let suffixes: Vec<&str> = std::iter::once("_wgmma").chain(warp_specialized).collect();
     let wgmma = names.iter().filter(|n| n.contains("implicit_gemm")).flat_map(|n| suffixes.iter().map(move |s| format!("{n}{s}")));
     // The few-channel tactic comes after the wgmma ones.
@@ -240,24 +241,62 @@ fn pointwise_int8_layers_on_the_warp_specialized_product_match_the_cpu_oracle() 
         ("product, 100 rows, 48 columns, depth 80, int8 join of scale 480, uint8", with(matmul, S, &[100, 80], &[80, 48], 48, None, false, I8, join(false, U8, I8, &[100, 48], 480.0))),
     ];
     for (what, (net, feeds)) in cases {
-        let want = kiln_cpu::CpuBackend::new().prepare(&net).unwrap().execute(&feeds).unwrap();
-        let layer = last_layer(&net);
         // Every tile: 64 × 128 (`…_tma`), 128 × 128 (`…_tma_m128`) and, but for a lookup,
         // 64 × 192 (`…_tma_n192`); a join's 64 × 128 alone.
+        let layer = last_layer(&net);
         let tiles = match (looks_up(&net, layer), joins(&net, layer)) {
             (_, true) => 1,
             (true, false) => 2,
             (false, false) => 3,
         };
-        let tactics: Vec<_> = cuda.tactics(&net, layer, MathMode::EXACT).into_iter().filter(|t| t.id.name.contains("implicit_gemm_tma")).collect();
-        assert_eq!(tactics.len(), tiles, "{what}: the warp-specialized tactics");
-        for tactic in &tactics {
-            let what = format!("{what}, {}", tactic.id.name);
-            let before = kiln_cuda::ops::int8_gemm::products_enqueued();
-            let got = run_with_tactic(cuda, &net, &feeds, layer, &tactic.id, &what);
-            assert!(kiln_cuda::ops::int8_gemm::products_enqueued() > before, "{what}: not on the warp-specialized product");
-            assert_eq!((got[0].dtype(), got[0].data()), (want[0].dtype(), want[0].data()), "{what}");
-        }
+        check_warp_specialized_tactics(cuda, what, &net, &feeds, tiles);
+    }
+}
+
+/// The layer's `tiles` warp-specialized tactics (`…implicit_gemm_tma…`) each run on int8_gemm.cu
+/// and give the cpu oracle's values.
+fn check_warp_specialized_tactics(cuda: &kiln_cuda::CudaBackend, what: &str, net: &kiln::Network, feeds: &[kiln::HostTensor], tiles: usize) {
+    let want = kiln_cpu::CpuBackend::new().prepare(net).unwrap().execute(feeds).unwrap();
+    let layer = last_layer(net);
+    let tactics: Vec<_> = cuda.tactics(net, layer, MathMode::EXACT).into_iter().filter(|t| t.id.name.contains("implicit_gemm_tma")).collect();
+    assert_eq!(tactics.len(), tiles, "{what}: the warp-specialized tactics");
+    for tactic in &tactics {
+        let what = format!("{what}, {}", tactic.id.name);
+        let before = kiln_cuda::ops::int8_gemm::products_enqueued();
+        let got = run_with_tactic(cuda, net, feeds, layer, &tactic.id, &what);
+        assert!(kiln_cuda::ops::int8_gemm::products_enqueued() > before, "{what}: not on the warp-specialized kernel");
+        assert_eq!((got[0].dtype(), got[0].data()), (want[0].dtype(), want[0].data()), "{what}");
+    }
+}
+
+/// Convolutions that are not pointwise, with the levels-only epilogue, on the warp-specialized
+/// kernel (`int8_gemm_tma_conv…`: the producer warpgroup gathers each stage's activation taps,
+/// zeros for the padding) give the cpu oracle's levels in both tiles: 3×3 over more tiles than
+/// a wave (the ring wraps, each consumer loops), strides, dilation with uneven padding (a stage's
+/// 128 bytes of depth cross taps), a depth that ends inside a stage, a strided 1×1 downsample,
+/// column blocks of which the last is short, a second quantization. Skips (and says so) off
+/// Hopper.
+#[test]
+fn convolutions_on_the_warp_specialized_kernel_match_the_cpu_oracle() {
+    let Some(cuda) = backend() else { return };
+    if !kiln_cuda::ops::int8_conv::MainLoop::Wgmma.available(&cuda.gpu().expect("a GPU")) {
+        eprintln!("SKIPPED: the warp-specialized INT8 convolution needs sm_90 (wgmma, TMA)");
+        return;
+    }
+    use crate::integer_layers::{layer_with as with, Extra};
+    use DataType::{I32, I8, U8};
+    use Operands::Symmetric as S;
+    let then = |relu: bool, to: DataType| Extra { then: Some((relu, to)), ..Extra::default() };
+    let cases = [
+        ("3x3, 64 channels, 128 filters, 25,088 pixels, int32 bias, ReLU, uint8", with(conv(1, &[1, 1], &[1, 1]), S, &[8, 64, 56, 56], &[128, 64, 3, 3], 128, Some(I32), true, U8, Extra::default())),
+        ("3x3 stride 2, 48 channels, 128 filters, no bias, int8", with(conv(1, &[2, 2], &[1, 1]), S, &[3, 48, 21, 19], &[128, 48, 3, 3], 128, None, false, I8, Extra::default())),
+        ("3x3 dilation (1, 2), uneven padding, 80 channels, 144 filters, int32 bias, ReLU, int8", with(conv_padded(&[1, 1], &[1, 2], &[1, 2], &[1, 2]), S, &[2, 80, 9, 10], &[144, 80, 3, 3], 144, Some(I32), true, I8, Extra::default())),
+        ("1x1 stride 2, 256 channels, 512 filters, int32 bias, int8", with(conv(1, &[2, 2], &[0, 0]), S, &[2, 256, 14, 14], &[512, 256, 1, 1], 512, Some(I32), false, I8, Extra::default())),
+        ("5x2, 16 channels, 64 filters, 300 pixels, second quantization, ReLU, uint8", with(conv(1, &[1, 1], &[2, 0]), S, &[3, 16, 10, 11], &[64, 16, 5, 2], 64, Some(I32), false, I8, then(true, U8))),
+    ];
+    for (what, (net, feeds)) in cases {
+        // 64 × 128 (`…_tma`) and 128 × 128 (`…_tma_m128`).
+        check_warp_specialized_tactics(cuda, what, &net, &feeds, 2);
     }
 }
 
