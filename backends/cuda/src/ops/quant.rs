@@ -36,9 +36,11 @@ pub const INT8_CONV_KILN_WGMMA: usize = 2;
 /// kiln's kernel for inputs of at most 4 channels (`ops::int8_few_channels`: stems), offered
 /// where its levels-only epilogue may run; elsewhere it runs the implicit GEMM's best main loop.
 pub const INT8_CONV_KILN_FEW_CHANNELS: usize = 3;
-/// A pointwise convolution on Hopper's warp-specialized product (`ops::int8_gemm`; sm_90 only,
-/// offered for 1×1 filters of unit stride without padding, where it takes the layer), in tiles
-/// of 64 × 128; likewise in tiles of 128 × 128 and of 64 × 192.
+/// A convolution on Hopper's warp-specialized kernel (`ops::int8_gemm`; sm_90 only): a pointwise
+/// one (1×1 filters of unit stride without padding) as a product, any other without a lookup or
+/// join with its activations gathered by the producer, in tiles of 64 × 128; likewise in tiles
+/// of 128 × 128 and (pointwise only) of 64 × 192. Offered where int8_gemm.cu has the kernel; a
+/// layer whose epilogue it cannot run falls back to the convolution kernel's wgmma loop.
 pub const INT8_CONV_KILN_WARP_SPECIALIZED: usize = 4;
 pub const INT8_CONV_KILN_WARP_SPECIALIZED_M128: usize = 5;
 pub const INT8_CONV_KILN_WARP_SPECIALIZED_N192: usize = 6;
