@@ -565,6 +565,17 @@ extern "C" __global__ void __launch_bounds__(IG_THREADS(2), 1) int8_gemm_tma_con
                                                       nullptr, &win, x);
 }
 
+// 128 × 64 tiles (two m64 blocks by 64 filters, three consumers): layers of 64 filters, which a
+// 128-column tile computes twice over; a product's and a convolution's.
+extern "C" __global__ void __launch_bounds__(IG_THREADS(3), 1) int8_gemm_tma_levels_n64(INT8_GEMM_PARAMS) {
+    int8_gemm_tma<7, false, 2, 64, 3>(x_map, w_map, rows, cols, depth, int_bias, scale, scale_len, y_zero, lo, hi, relu, then, nullptr, y);
+}
+
+extern "C" __global__ void __launch_bounds__(IG_THREADS(3), 1) int8_gemm_tma_conv_n64(INT8_GEMM_PARAMS, const Window win, const signed char* x) {
+    int8_gemm_tma<7, false, 2, 64, 3, false, true>(x_map, w_map, rows, cols, depth, int_bias, scale, scale_len, y_zero, lo, hi, relu, then, nullptr, y,
+                                                   nullptr, &win, x);
+}
+
 // A join's second levels looked up in the table the host passes in `then`'s place: 4 stages
 // of 64 × 128 tiles beside it.
 extern "C" __global__ void __launch_bounds__(IG_THREADS(3), 1) int8_gemm_tma_join(INT8_GEMM_PARAMS) {

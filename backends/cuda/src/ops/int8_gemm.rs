@@ -2,7 +2,7 @@
 //! kernel, one block a multiprocessor, whose producer warpgroup has the TMA copy operand tiles
 //! into a ring while consumer warpgroups take output tiles in turn on wgmma (three of 64 × 128,
 //! or two of 128 × 128 or 64 × 192), one's requantizing epilogue running beside the others' MMAs. Its tactics
-//! (`…_implicit_gemm_tma`, `…_tma_m128`, `…_tma_n192`: one per [`Tile`]) are offered for
+//! (`…_implicit_gemm_tma`, `…_tma_m128`, `…_tma_n192`, `…_tma_n64`: one per [`Tile`]) are offered for
 //! pointwise layers (1×1 convolutions over NHWC, matrix products) beside the convolution
 //! kernel's; [`super::int8_conv`] runs a layer here where its epilogue is levels-only
 //! (`int8_gemm_tma_lookup…` where the levels are looked up in a per-column table,
@@ -25,22 +25,24 @@ const COLUMNS_PER_TILE: usize = 128;
 const DEPTH_PER_STAGE: usize = 128;
 
 /// A consumer's tile, rows × columns: one wgmma m64 block by 128 columns; two m64 blocks sharing
-/// each stage's filters (half the filter bytes from L2 a product, half the tiles); or one by 192
+/// each stage's filters (half the filter bytes from L2 a product, half the tiles); one by 192
 /// columns (a 768-column product in four column blocks: two tiles a multiprocessor at BERT's
-/// 4,096 rows, where 128-column tiles leave three to some and two to others). Each is a tactic:
+/// 4,096 rows, where 128-column tiles leave three to some and two to others); or two m64 blocks
+/// by 64 columns (a 64-filter layer, which 128-column tiles compute twice over). Each is a tactic:
 /// which is faster depends on the shape (tiles to spread over the multiprocessors, depth).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tile {
     M64N128,
     M128N128,
     M64N192,
+    M128N64,
 }
 
 impl Tile {
     const fn rows(self) -> usize {
         match self {
             Tile::M64N128 | Tile::M64N192 => ROWS_PER_MMA,
-            Tile::M128N128 => 2 * ROWS_PER_MMA,
+            Tile::M128N128 | Tile::M128N64 => 2 * ROWS_PER_MMA,
         }
     }
 
@@ -48,6 +50,7 @@ impl Tile {
         match self {
             Tile::M64N128 | Tile::M128N128 => COLUMNS_PER_TILE,
             Tile::M64N192 => 192,
+            Tile::M128N64 => 64,
         }
     }
 }
@@ -68,7 +71,7 @@ struct Variant {
 /// Levels looked up in a per-column table take the tile's 128 rows of 256 bytes a consumer (no
 /// 192-column kernel looks up: its tables would leave too little room for the ring).
 const TABLE_BYTES: usize = COLUMNS_PER_TILE * 256;
-const VARIANTS: [Variant; 8] = [
+const VARIANTS: [Variant; 10] = [
     Variant { name: "int8_gemm_tma_levels", tile: Tile::M64N128, stages: 7, consumers: 3, table_bytes: 16, joins: false, conv: false },
     Variant { name: "int8_gemm_tma_lookup", tile: Tile::M64N128, stages: 4, consumers: 3, table_bytes: TABLE_BYTES, joins: false, conv: false },
     Variant { name: "int8_gemm_tma_levels_m128", tile: Tile::M128N128, stages: 6, consumers: 2, table_bytes: 16, joins: false, conv: false },
@@ -77,6 +80,8 @@ const VARIANTS: [Variant; 8] = [
     Variant { name: "int8_gemm_tma_join", tile: Tile::M64N128, stages: 4, consumers: 3, table_bytes: 16, joins: true, conv: false },
     Variant { name: "int8_gemm_tma_conv", tile: Tile::M64N128, stages: 7, consumers: 3, table_bytes: 16, joins: false, conv: true },
     Variant { name: "int8_gemm_tma_conv_m128", tile: Tile::M128N128, stages: 6, consumers: 2, table_bytes: 16, joins: false, conv: true },
+    Variant { name: "int8_gemm_tma_levels_n64", tile: Tile::M128N64, stages: 7, consumers: 3, table_bytes: 16, joins: false, conv: false },
+    Variant { name: "int8_gemm_tma_conv_n64", tile: Tile::M128N64, stages: 7, consumers: 3, table_bytes: 16, joins: false, conv: true },
 ];
 
 /// `IG_JOIN_TABLE_AT` of int8_gemm.cu: the shared address of a join kernel's 64 KiB table, the
@@ -124,7 +129,7 @@ pub fn products_enqueued() -> u64 {
 }
 
 /// Every kernel of int8_gemm.cu: in sm_90's arch-specific (`sm_90a`) image only.
-pub fn kernel_names() -> [&'static str; 8] {
+pub fn kernel_names() -> [&'static str; 10] {
     VARIANTS.map(|v| v.name)
 }
 
@@ -219,5 +224,8 @@ mod tests {
         let conv = |tile, looks_up, joins| Variant::of(tile, looks_up, joins, true).map(|v| v.name);
         assert_eq!([conv(Tile::M64N128, false, false), conv(Tile::M128N128, false, false)], [Some("int8_gemm_tma_conv"), Some("int8_gemm_tma_conv_m128")]);
         assert_eq!([conv(Tile::M64N192, false, false), conv(Tile::M64N128, true, false), conv(Tile::M64N128, false, true)], [None; 3]);
+        // 64 columns: levels, a product's and a convolution's.
+        assert_eq!([name(Tile::M128N64, false, false), conv(Tile::M128N64, false, false)], [Some("int8_gemm_tma_levels_n64"), Some("int8_gemm_tma_conv_n64")]);
+        assert_eq!([name(Tile::M128N64, true, false), name(Tile::M128N64, false, true)], [None; 2]);
     }
 }
