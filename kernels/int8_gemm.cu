@@ -43,13 +43,14 @@
 // int8_conv.cu (NHWC input, channels a multiple of 16, KRSC filter). The filter tiles still come
 // by TMA; the activation tiles are gathered by the producer warpgroup's 128 threads, each a
 // 16-byte piece of depth (one tap's channels) of every 16th row, by cp.async into the stage's
-// 128-byte swizzle (zeros for padding taps and past the edges). Each thread waits for its copies
-// IG_GATHER_LAG stages later, makes them visible to wgmma's async proxy, and its warp arrives on
-// the stage's full barrier (count: the TMA's arrival and the four warps'). The consumers and
-// their epilogue are the product's: a convolution's fixed costs (its pixels' coordinates, the
-// taps' validity) move to the producer, beside the MMAs, where int8_conv.cu's wgmma loop pays
-// them in every warp between a block barrier and its MMAs.
-#define IG_GATHER_LAG 2
+// 128-byte swizzle (zeros for padding taps and past the edges). Each thread's copies arrive on
+// the stage's full barrier as they complete (`cp.async.mbarrier.arrive.noinc`: the count is the
+// TMA's arrival and the 128 threads'), so the producer never waits for its own copies and as
+// many stages load at once as the ring holds; a consumer makes them visible to wgmma's async
+// proxy (`fence.proxy.async`) after its wait. The consumers and their epilogue are the
+// product's: a convolution's fixed costs (its pixels' coordinates, the taps' validity) move to
+// the producer, beside the MMAs, where int8_conv.cu's wgmma loop pays them in every warp between
+// a block barrier and its MMAs.
 #include "common.cuh"
 #include "wgmma.cuh"
 #include "tma.cuh"
@@ -251,7 +252,7 @@ template <int STAGES, int ROWS, int COLS, int CONSUMERS, typename Shared, typena
 __device__ __forceinline__ void gather_activations(Shared& sm, const Sched& schedule, const Window& win, const signed char* x, const TensorMap& w_map,
                                                    int rows, int depth_steps, int depth) {
     constexpr int ROWS_A_THREAD = ROWS / 16;
-    const int tid = threadIdx.x, piece = tid % 8, lane = tid % 32;
+    const int tid = threadIdx.x, piece = tid % 8;
     const int h = (int)win.h, w = (int)win.w, c = (int)win.c, s_taps = (int)win.kw, ow = (int)win.ow, plane = (int)(win.oh * win.ow);
     // This thread's rows of the tile (tid / 8 + 16 j): per row, the byte offset of its window's
     // top left corner (padding included) and that corner's row and column (past the pixels: a
@@ -259,13 +260,6 @@ __device__ __forceinline__ void gather_activations(Shared& sm, const Sched& sche
     i64 corner[ROWS_A_THREAD];
     int top[ROWS_A_THREAD], left[ROWS_A_THREAD];
     int pos = 0;
-    auto arrive = [&](int at) {
-        // This thread's copies of slot `at` are done and visible to wgmma; its warp's arrival.
-        cp_async_wait<IG_GATHER_LAG>();
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncwarp();
-        if (lane == 0) barrier_arrive(&sm.full[at % STAGES]);
-    };
     for (int seq = 0; seq < schedule.count; ++seq) {
         const int m0 = schedule.m(seq) * ROWS, n0 = schedule.n(seq) * COLS;
 #pragma unroll
@@ -276,6 +270,14 @@ __device__ __forceinline__ void gather_activations(Shared& sm, const Sched& sche
             left[j] = ox * (int)win.sw - (int)win.pw;
             corner[j] = (((i64)img * h + top[j]) * w + left[j]) * c;
         }
+        // The piece's tap (its row r and column q of the filter) and channel, walked 128 bytes of
+        // depth a step without a division: channels are a multiple of 16, so a piece stays in
+        // one tap.
+        int d = piece * 16, channel = d, r = 0, q = 0;
+        while (channel >= c) {
+            channel -= c;
+            if (++q == s_taps) q = 0, ++r;
+        }
         for (int step = 0; step < depth_steps; ++step, ++pos) {
             const int s = pos % STAGES;
             barrier_wait(&sm.empty[s], (pos / STAGES + 1) & 1);
@@ -283,10 +285,8 @@ __device__ __forceinline__ void gather_activations(Shared& sm, const Sched& sche
                 barrier_expect_bytes(&sm.full[s], COLS * IG_BK);
                 tma_load_2d(sm.stages[s] + IG_A_BYTES(ROWS / IG_BM), &w_map, step * IG_BK, n0, &sm.full[s]);
             }
-            // The piece's tap and channels (one tap's: channels are a multiple of 16), and their
-            // offset from a window's corner, the same for every row.
-            const int d = step * IG_BK + piece * 16, tap = d / c, channel = d - tap * c;
-            const int r = tap / s_taps, dy = r * (int)win.dh, dx = (tap - r * s_taps) * (int)win.dw;
+            // The tap's offset from a window's corner, the same for every row.
+            const int dy = r * (int)win.dh, dx = q * (int)win.dw;
             const i64 offset = ((i64)dy * w + dx) * c + channel;
             const unsigned stage = shared_address(sm.stages[s]);
 #pragma unroll
@@ -295,16 +295,15 @@ __device__ __forceinline__ void gather_activations(Shared& sm, const Sched& sche
                 const bool valid = d < depth && (unsigned)(top[j] + dy) < (unsigned)h && (unsigned)(left[j] + dx) < (unsigned)w;
                 cp_async16_to(stage + row * IG_BK + ((piece ^ (row % 8)) * 16), valid ? x + corner[j] + offset : x, valid);
             }
-            cp_async_commit();
-            if (pos >= IG_GATHER_LAG) arrive(pos - IG_GATHER_LAG);
+            asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(shared_address(&sm.full[s])) : "memory");
+            d += IG_BK;
+            channel += IG_BK;
+            while (channel >= c) {
+                channel -= c;
+                if (++q == s_taps) q = 0, ++r;
+            }
         }
     }
-    // The last slots' arrivals.
-    cp_async_wait<0>();
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    __syncwarp();
-    for (int at = max(pos - IG_GATHER_LAG, 0); at < pos; ++at)
-        if (lane == 0) barrier_arrive(&sm.full[at % STAGES]);
 }
 
 // Stage slot `pos` (counted over the block's tiles in order, `depth_steps` each) is stage
@@ -341,9 +340,9 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
     const int depth_steps = (depth + IG_BK - 1) / IG_BK;
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
-            // The producer's arrival (and a gathering convolution's four warps'); the copies'
-            // bytes complete it.
-            barrier_init(&sm.full[s], CONV ? 5 : 1);
+            // The producer's arrival (and a gathering convolution's 128 threads' copies'); the
+            // TMA's bytes complete it.
+            barrier_init(&sm.full[s], CONV ? 129 : 1);
             barrier_init(&sm.empty[s], 4);  // one lane of each of the consumer's four warps
         }
         for (int c = 0; c < CONSUMERS; ++c) {
@@ -448,6 +447,9 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
         for (int step = 0; step < depth_steps; ++step, ++pos) {
             const int s = pos % STAGES;
             barrier_wait(&sm.full[s], (pos / STAGES) & 1);
+            // A gathering convolution's activations were written by cp.async: visible to wgmma's
+            // async proxy once the barrier has passed and this fence.
+            if (CONV) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
             const unsigned long long a = wgmma_descriptor_sw128(sm.stages[s], 8 * IG_BK);
             const unsigned long long b = wgmma_descriptor_sw128(sm.stages[s] + IG_A_BYTES(HALVES), 8 * IG_BK);
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
