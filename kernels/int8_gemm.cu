@@ -24,8 +24,9 @@
 //   three consumers: at BERT's depth of 768 a tile's epilogue takes about twice its main loop
 //   (with none, BERT b32 ran 1.27 ms, not 1.65), so two others' main loops cover it; 128-row
 //   tiles' accumulators leave registers for two.
-// A consumer's scales and int32 biases for its tile's columns are read from global memory before
-// its main loop and staged in shared memory after it, so the epilogue does not wait on them.
+// A consumer's scales for its tile's columns are read from global memory before its main loop
+// and staged in shared memory after it, so the epilogue does not wait on them; its sums start
+// at their columns' int32 biases.
 // A lookup (`int8_gemm_tma_lookup`) needs its tile's 128 rows of the table (32 KB) at the store:
 // the producer copies them into the consumer's table buffer in one bulk copy, only where the
 // consumer's tile changes columns, guarded by a full / empty barrier pair of its own; the ring
@@ -68,16 +69,15 @@
 #define IG_TABLE_BYTES (IG_BN * 256)    // a tile's rows of a lookup table
 
 // The dynamic shared memory: the ring's stages (1024-aligned), the consumers' output tiles and
-// lookup tables (16 bytes where the kernel has none), their columns' scales and int32 biases (two
-// tiles' worth, alternating), the barriers and the second quantization's table. The host's
-// `shared_bytes` is this plus IG_ALIGN.
+// lookup tables (16 bytes where the kernel has none), their columns' scales (two tiles' worth,
+// alternating), the barriers and the second quantization's table. The host's `shared_bytes`
+// (which still counts two tiles' int32 biases) is this plus IG_ALIGN.
 template <int STAGES, int TABLE_BYTES, int HALVES, int COLS, int CONSUMERS>
 struct GemmShared {
     unsigned char stages[STAGES][IG_STAGE_BYTES(HALVES, COLS)];
     unsigned char out[CONSUMERS][IG_OUT_BYTES(COLS)];
     unsigned char tables[CONSUMERS][TABLE_BYTES];
     float column_scale[CONSUMERS][2][COLS];
-    int column_bias[CONSUMERS][2][COLS];
     unsigned long long full[STAGES], empty[STAGES];
     unsigned long long mainloop_done[CONSUMERS];  // a phase per tile whose stages its consumer has all waited for
     unsigned long long table_full[CONSUMERS], table_empty[CONSUMERS];
@@ -96,7 +96,6 @@ struct JoinFront {
     unsigned char out[CONSUMERS][IG_OUT_BYTES(IG_BN)];
     unsigned char tables[CONSUMERS][16];
     float column_scale[CONSUMERS][2][IG_BN];
-    int column_bias[CONSUMERS][2][IG_BN];
     unsigned long long full[STAGES], empty[STAGES];
     unsigned long long mainloop_done[CONSUMERS];
     unsigned long long table_full[CONSUMERS], table_empty[CONSUMERS];
@@ -155,25 +154,23 @@ struct Schedule {
 // A warp's levels of one m64 block of accumulators into its 16 rows of the output tile.
 // Accumulator 4·j + i: row 16·warp + lane / 4 (+ 8 for i ≥ 2), column 8·j + 2·(lane % 4) + i % 2.
 template <int COLS>
-__device__ __forceinline__ void store_levels(const int (&acc)[COLS / 2], const float* scales, const int* biases, const unsigned char* then_levels,
+// The sums start at their columns' int32 biases (bias_first), so none is added here.
+__device__ __forceinline__ void store_levels(const int (&acc)[COLS / 2], const float* scales, const unsigned char* then_levels,
                                              unsigned char* out_tile, int warp, int lane, float low_f, float high_f, int zero) {
-    // Each pair's scales and biases are read a pair ahead: read where used, the compiler kept
-    // each pair's loads after the previous pair's store, and the shared memory's latency in
-    // every pair's arithmetic (SASS, session 45).
+    // Each pair's scales are read a pair ahead: read where used, the compiler kept each pair's
+    // loads after the previous pair's store, and the shared memory's latency in every pair's
+    // arithmetic (SASS, session 45).
     float2 scale = *reinterpret_cast<const float2*>(scales + 2 * (lane % 4));
-    int2 bias = *reinterpret_cast<const int2*>(biases + 2 * (lane % 4));
 #pragma unroll
     for (int j = 0; j < COLS / 8; ++j) {
         const int col = 8 * j + 2 * (lane % 4), next = j + 1 < COLS / 8 ? col + 8 : col;
         const float s0 = scale.x, s1 = scale.y;
-        const int b0 = bias.x, b1 = bias.y;
         scale = *reinterpret_cast<const float2*>(scales + next);
-        bias = *reinterpret_cast<const int2*>(biases + next);
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             const int row = 16 * warp + lane / 4 + 8 * half;
-            unsigned l0 = level_word_of_sum(acc[4 * j + 2 * half] + b0, s0, low_f, high_f, zero);
-            unsigned l1 = level_word_of_sum(acc[4 * j + 2 * half + 1] + b1, s1, low_f, high_f, zero);
+            unsigned l0 = level_word_of_sum(acc[4 * j + 2 * half], s0, low_f, high_f, zero);
+            unsigned l1 = level_word_of_sum(acc[4 * j + 2 * half + 1], s1, low_f, high_f, zero);
             if (then_levels) {
                 l0 = then_levels[l0 & 0xff];
                 l1 = then_levels[l1 & 0xff];
@@ -424,20 +421,26 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
     int acc[HALVES][COLS / 2], loads = 0;
     for (int seq = consumer, tiles = 0; seq < schedule.count; seq += CONSUMERS, ++tiles) {
         const int m0 = schedule.m(seq) * ROWS, n0 = schedule.n(seq) * COLS;
-        // This thread's columns of the tile: their scales and biases, read now, staged after the
-        // main loop.
+        // This thread's columns of the tile: their scales, read now, staged after the main loop.
         float column_scale[COLUMNS_A_THREAD];
-        int column_bias[COLUMNS_A_THREAD];
 #pragma unroll
         for (int t = 0; t < COLUMNS_A_THREAD; ++t) {
             const int column = min(n0 + thread + 128 * t, cols - 1);
             column_scale[t] = scale[per_channel ? column : 0];
-            column_bias[t] = int_bias ? int_bias[column] : 0;
         }
+        // The sums start at their columns' int32 biases (exact: the host's bound keeps bias plus
+        // sum in int32): the epilogue adds none. Accumulator 4·j + i's column is
+        // 8·j + 2·(lane % 4) + i % 2; columns come in even pairs (cols is a multiple of 16).
 #pragma unroll
-        for (int h = 0; h < HALVES; ++h)
+        for (int j = 0; j < COLS / 8; ++j) {
+            const int column = min(n0 + 8 * j + 2 * (lane % 4), cols - 2);
+            const int2 b = int_bias ? __ldg(reinterpret_cast<const int2*>(int_bias + column)) : make_int2(0, 0);
 #pragma unroll
-            for (int i = 0; i < COLS / 2; ++i) acc[h][i] = 0;
+            for (int h = 0; h < HALVES; ++h) {
+                acc[h][4 * j] = acc[h][4 * j + 2] = b.x;
+                acc[h][4 * j + 1] = acc[h][4 * j + 3] = b.y;
+            }
+        }
         // Main loops take turns: this tile's starts once the previous tile's consumer has waited
         // for all its stages (its k-th tile, k = (seq - 1) / CONSUMERS, completes that phase). So
         // every slot before this tile's is filled and no wait below can mistake a stage's phase
@@ -472,12 +475,10 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
         // Alternate buffers: a warp writes this tile's after every warp of the consumer has passed
         // the previous tile's barrier, so after every warp's epilogue of two tiles back.
         const float* scales = sm.column_scale[consumer][tiles & 1];
-        const int* biases = sm.column_bias[consumer][tiles & 1];
 #pragma unroll
         for (int t = 0; t < COLUMNS_A_THREAD; ++t) {
             if (thread + 128 * t < COLS) {
                 sm.column_scale[consumer][tiles & 1][thread + 128 * t] = column_scale[t];
-                sm.column_bias[consumer][tiles & 1][thread + 128 * t] = column_bias[t];
             }
         }
         asm volatile("bar.sync %0, 128;\n" ::"r"(1 + consumer) : "memory");
@@ -485,7 +486,7 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
 #pragma unroll
         for (int h = 0; h < HALVES; ++h) {
             // Each warp gathers its 16 rows' levels in its rows of the output tile.
-            store_levels<COLS>(acc[h], scales, biases, then && !JOIN ? sm.then_levels : nullptr, out_tile, warp, lane, low_f, high_f, zero);
+            store_levels<COLS>(acc[h], scales, then && !JOIN ? sm.then_levels : nullptr, out_tile, warp, lane, low_f, high_f, zero);
             __syncwarp();
             if (LOOKUP && h == 0 && schedule.new_table(seq)) barrier_wait(&sm.table_full[consumer], loads++ & 1);
             // The warp's 16 rows leave in 16-byte pieces (cols is a multiple of 16: the host's
