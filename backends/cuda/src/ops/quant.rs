@@ -626,11 +626,6 @@ impl Epilogue {
         let join = terms.then.and_then(|t| t.join.as_ref().map(|j| (t, j)));
         let join_values = join.map(|(_, j)| in_place(j)).transpose()?;
         let join_params = join.map(|(t, j)| f32_table(cx, t.join_params(j))).transpose()?;
-        let aligned = join_values.as_ref().is_some_and(|j| super::lane_aligned(cx, j, 16));
-        let join_table = match join.filter(|_| aligned) {
-            Some((t, j)) => t.joined_levels(cx, p, k, j)?,
-            None => None,
-        };
         // A join's second level depends on both bytes: no table of levels.
         let second_levels = terms.then.filter(|_| join.is_none()).map(|t| t.levels(cx, p, k)).transpose()?;
         let computed = if terms.then.is_some() || terms.lookup.is_some() { p.output } else { out_dtype };
@@ -643,6 +638,12 @@ impl Epilogue {
         if let Some(t) = terms.lookup.filter(|t| t.dtype != out_dtype || t.len() != channels * Q::LOOKUP_ROW || terms.then.is_some()) {
             return Err(invalid!("a lookup of {channels} channels wants a [{channels}, 256] {out_dtype} table after the levels, not {} of {:?}", t.dtype, t.shape));
         }
+        // After the checks above: the table of a join whose second quantization they accept.
+        let aligned = join_values.as_ref().is_some_and(|j| super::lane_aligned(cx, j, 16));
+        let join_table = match join.filter(|_| aligned) {
+            Some((t, j)) => t.joined_levels(cx, p, k, j)?,
+            None => None,
+        };
         let scale = p.channel_scales(k.x_scale, &k.w_scale, &k.y_scale, float_bias.is_some() || residual.is_some()).map_err(|e| invalid!("{e}"))?;
         for (what, len) in [("scales", scale.len()), ("float bias values", float_bias.as_ref().map_or(1, |b| b.len())), ("int32 bias values", int_bias.map_or(1, |b| b.len()))] {
             if len != 1 && len != channels {
