@@ -68,38 +68,37 @@
 #define IG_ALIGN 1024                   // the 128-byte swizzle's pattern repeats every 8 rows
 #define IG_TABLE_BYTES (IG_BN * 256)    // a tile's rows of a lookup table
 
-// The dynamic shared memory: the ring's stages (1024-aligned), the consumers' output tiles and
-// lookup tables (16 bytes where the kernel has none), their columns' scales (two tiles' worth,
-// alternating), the barriers and the second quantization's table. The host's `shared_bytes`
-// (which still counts two tiles' int32 biases) is this plus IG_ALIGN.
+// The consumers' and barriers' part of the shared memory, every kernel's (fields, so that each
+// kernel's shared memory stays one flat struct): the output tiles and lookup tables (16 bytes
+// where the kernel has none), the columns' scales (two tiles' worth, alternating; the sums start
+// at their int32 biases), the barriers and the second quantization's table.
+#define IG_GEMM_PARTS(STAGES, TABLE_BYTES, COLS, CONSUMERS)                                                          \
+    unsigned char out[CONSUMERS][IG_OUT_BYTES(COLS)];                                                                 \
+    unsigned char tables[CONSUMERS][TABLE_BYTES];                                                                     \
+    float column_scale[CONSUMERS][2][COLS];                                                                           \
+    unsigned long long full[STAGES], empty[STAGES];                                                                   \
+    unsigned long long mainloop_done[CONSUMERS]; /* a phase per tile whose stages its consumer has all waited for */ \
+    unsigned long long table_full[CONSUMERS], table_empty[CONSUMERS];                                                 \
+    unsigned char then_levels[256];
+
+// The dynamic shared memory: the ring's stages (1024-aligned), then IG_GEMM_PARTS. The host's
+// `shared_bytes` (which still counts two tiles' int32 biases) is this plus IG_ALIGN.
 template <int STAGES, int TABLE_BYTES, int HALVES, int COLS, int CONSUMERS>
 struct GemmShared {
     unsigned char stages[STAGES][IG_STAGE_BYTES(HALVES, COLS)];
-    unsigned char out[CONSUMERS][IG_OUT_BYTES(COLS)];
-    unsigned char tables[CONSUMERS][TABLE_BYTES];
-    float column_scale[CONSUMERS][2][COLS];
-    unsigned long long full[STAGES], empty[STAGES];
-    unsigned long long mainloop_done[CONSUMERS];  // a phase per tile whose stages its consumer has all waited for
-    unsigned long long table_full[CONSUMERS], table_empty[CONSUMERS];
-    unsigned char then_levels[256];
+    IG_GEMM_PARTS(STAGES, TABLE_BYTES, COLS, CONSUMERS)
 };
 
-// A join kernel's shared memory: GemmShared's parts, the join table at shared address 64 KiB
-// (IG_JOIN_TABLE_AT: an entry's address is then one permute of the table's upper half-word
-// and the two bytes) and the stages after it, 1024-aligned at 128 KiB. The block's dynamic
-// shared memory starts at its 1 KiB of reserved shared memory on Hopper, well below the
-// table's offset in the struct: the struct starts at 64 KiB less that offset.
+// A join kernel's shared memory: IG_GEMM_PARTS and the consumers' join tiles, the join table at
+// shared address 64 KiB (IG_JOIN_TABLE_AT: an entry's address is then one permute of the
+// table's upper half-word and the two bytes) and the stages after it, 1024-aligned at 128 KiB.
+// The block's dynamic shared memory starts at its 1 KiB of reserved shared memory on Hopper,
+// well below the table's offset in the struct: the struct starts at 64 KiB less that offset.
 #define IG_JOIN_TABLE_AT 65536
 #define IG_JOIN_TABLE_BYTES 65536
 template <int STAGES, int CONSUMERS>
 struct JoinFront {
-    unsigned char out[CONSUMERS][IG_OUT_BYTES(IG_BN)];
-    unsigned char tables[CONSUMERS][16];
-    float column_scale[CONSUMERS][2][IG_BN];
-    unsigned long long full[STAGES], empty[STAGES];
-    unsigned long long mainloop_done[CONSUMERS];
-    unsigned long long table_full[CONSUMERS], table_empty[CONSUMERS];
-    unsigned char then_levels[256];
+    IG_GEMM_PARTS(STAGES, 16, IG_BN, CONSUMERS)
     // Each consumer's next tile of join bytes (cp.async), a warp's 16 rows 2 KiB apart.
     alignas(16) unsigned char join_tiles[CONSUMERS][IG_BM * IG_BN];
 };
@@ -245,7 +244,7 @@ __device__ __forceinline__ void copy_join_table(const unsigned char* from, unsig
 
 // A convolution's producer warpgroup (CONV above): per stage, thread 0 has the TMA copy the
 // filter tile and all 128 threads gather the activation tile.
-template <int STAGES, int ROWS, int COLS, int CONSUMERS, typename Shared, typename Sched>
+template <int STAGES, int ROWS, int COLS, typename Shared, typename Sched>
 __device__ __forceinline__ void gather_activations(Shared& sm, const Sched& schedule, const Window& win, const signed char* x, const TensorMap& w_map,
                                                    int rows, int depth_steps, int depth) {
     constexpr int ROWS_A_THREAD = ROWS / 16;
@@ -357,7 +356,7 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
 
     if (warpgroup == 0) {
         if constexpr (CONV) {
-            gather_activations<STAGES, ROWS, COLS, CONSUMERS>(sm, schedule, *win, x, w_map, rows, depth_steps, depth);
+            gather_activations<STAGES, ROWS, COLS>(sm, schedule, *win, x, w_map, rows, depth_steps, depth);
             return;
         }
         if (tid != 0) return;

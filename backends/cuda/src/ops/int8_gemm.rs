@@ -156,7 +156,7 @@ pub fn applies(tile: Tile, epilogue: &Epilogue, pixels: usize, filters: usize, d
 #[allow(clippy::too_many_arguments)]
 pub fn product(cx: &Ctx, tile: Tile, x: &DeviceTensor, w: &DeviceTensor, epilogue: &Epilogue, out: &DeviceTensor, pixels: usize, filters: usize, depth: usize) -> KResult<()> {
     let x_map = cx.gpu.tensor_map_2d_u8(x, depth, pixels, depth, DEPTH_PER_STAGE as u32, tile.rows() as u32)?;
-    launch(cx, tile, Arg::TensorMap(x_map), w, epilogue, out, pixels, filters, depth, None)
+    launch(cx, tile, Some(x_map), w, epilogue, out, pixels, filters, depth, None)
 }
 
 /// `out[pixels][filters]` = the epilogue's levels of the convolution of the NHWC `x` (channels a
@@ -164,23 +164,24 @@ pub fn product(cx: &Ctx, tile: Tile, x: &DeviceTensor, w: &DeviceTensor, epilogu
 /// in `tile`s (where [`applies`] to a convolution); the operands 16-byte aligned (the caller's).
 #[allow(clippy::too_many_arguments)]
 pub fn convolution(cx: &Ctx, tile: Tile, x: &DeviceTensor, w: &DeviceTensor, win: crate::buffer::Window, epilogue: &Epilogue, out: &DeviceTensor, pixels: usize, filters: usize, depth: usize) -> KResult<()> {
-    // The kernel gathers the activations itself: its x_map slot takes the filter's map, unread.
-    let w_map = cx.gpu.tensor_map_2d_u8(w, depth, filters, depth, DEPTH_PER_STAGE as u32, tile.columns() as u32)?;
-    launch(cx, tile, Arg::TensorMap(w_map), w, epilogue, out, pixels, filters, depth, Some((win, cx.arg(x))))
+    launch(cx, tile, None, w, epilogue, out, pixels, filters, depth, Some((win, cx.arg(x))))
 }
 
-/// The launch of a product (`conv` None) or a convolution (its window and input).
+/// The launch of a product (`x_map`, `conv` None) or a convolution (no `x_map`: the kernel
+/// gathers the activations itself, and the slot takes the filter's map, unread; `conv` its
+/// window and input).
 #[allow(clippy::too_many_arguments)]
-fn launch(cx: &Ctx, tile: Tile, x_map: Arg, w: &DeviceTensor, epilogue: &Epilogue, out: &DeviceTensor, pixels: usize, filters: usize, depth: usize, conv: Option<(crate::buffer::Window, Arg)>) -> KResult<()> {
+fn launch(cx: &Ctx, tile: Tile, x_map: Option<crate::buffer::TensorMap>, w: &DeviceTensor, epilogue: &Epilogue, out: &DeviceTensor, pixels: usize, filters: usize, depth: usize, conv: Option<(crate::buffer::Window, Arg)>) -> KResult<()> {
     let variant = Variant::of(tile, epilogue.looks_up, epilogue.joins, conv.is_some()).ok_or_else(|| KernelError::from(format!("no warp-specialized kernel for {tile:?} with this epilogue")))?;
     let w_map = cx.gpu.tensor_map_2d_u8(w, depth, filters, depth, DEPTH_PER_STAGE as u32, tile.columns() as u32)?;
+    let x_map = x_map.unwrap_or(w_map);
     let tiles = pixels.div_ceil(tile.rows()) * filters.div_ceil(tile.columns());
     let grid = tiles.min(cx.gpu.multiprocessors() as usize) as u32;
     let kernel = Source::Int8Gemm.kernel(variant.name);
     if tracing::enabled!(target: "kiln::int8", tracing::Level::INFO) {
         super::quant::say_once(format!("{} over {pixels} rows by {filters} filters, depth {depth}: {tiles} tiles on {grid} blocks", variant.name));
     }
-    let mut args = vec![x_map, Arg::TensorMap(w_map), Arg::I32(pixels as i32), Arg::I32(filters as i32), Arg::I32(depth as i32)];
+    let mut args = vec![Arg::TensorMap(x_map), Arg::TensorMap(w_map), Arg::I32(pixels as i32), Arg::I32(filters as i32), Arg::I32(depth as i32)];
     match variant.joins {
         true => args.extend(epilogue.args_with_join_table(cx).ok_or_else(|| KernelError::from("a join without its table of levels"))?),
         false => args.extend(epilogue.args.iter().copied()),

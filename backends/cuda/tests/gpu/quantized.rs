@@ -213,11 +213,7 @@ fn persistent_layers_enqueued() -> u64 {
 /// Hopper.
 #[test]
 fn pointwise_int8_layers_on_the_warp_specialized_product_match_the_cpu_oracle() {
-    let Some(cuda) = backend() else { return };
-    if !kiln_cuda::ops::int8_conv::MainLoop::Wgmma.available(&cuda.gpu().expect("a GPU")) {
-        eprintln!("SKIPPED: the warp-specialized INT8 product needs sm_90 (wgmma, TMA)");
-        return;
-    }
+    let Some(cuda) = hopper_backend("the warp-specialized INT8 product") else { return };
     use crate::integer_layers::{join, layer_with as with, lookup, Extra};
     use DataType::{I32, I8, U8};
     use Operands::Symmetric as S;
@@ -254,6 +250,17 @@ fn pointwise_int8_layers_on_the_warp_specialized_product_match_the_cpu_oracle() 
     }
 }
 
+/// The cuda backend where its GPU runs Hopper's wgmma and TMA; elsewhere None, saying that
+/// `what` is skipped.
+fn hopper_backend(what: &str) -> Option<&'static kiln_cuda::CudaBackend> {
+    let cuda = backend()?;
+    if !kiln_cuda::ops::int8_conv::MainLoop::Wgmma.available(&cuda.gpu().expect("a GPU")) {
+        eprintln!("SKIPPED: {what} needs sm_90 (wgmma, TMA)");
+        return None;
+    }
+    Some(cuda)
+}
+
 /// The layer's `tiles` warp-specialized tactics (`…implicit_gemm_tma…`) each run on int8_gemm.cu
 /// and give the cpu oracle's values.
 fn check_warp_specialized_tactics(cuda: &kiln_cuda::CudaBackend, what: &str, net: &kiln::Network, feeds: &[kiln::HostTensor], tiles: usize) {
@@ -279,11 +286,7 @@ fn check_warp_specialized_tactics(cuda: &kiln_cuda::CudaBackend, what: &str, net
 /// Hopper.
 #[test]
 fn convolutions_on_the_warp_specialized_kernel_match_the_cpu_oracle() {
-    let Some(cuda) = backend() else { return };
-    if !kiln_cuda::ops::int8_conv::MainLoop::Wgmma.available(&cuda.gpu().expect("a GPU")) {
-        eprintln!("SKIPPED: the warp-specialized INT8 convolution needs sm_90 (wgmma, TMA)");
-        return;
-    }
+    let Some(cuda) = hopper_backend("the warp-specialized INT8 convolution") else { return };
     use crate::integer_layers::{layer_with as with, Extra};
     use DataType::{I32, I8, U8};
     use Operands::Symmetric as S;
