@@ -251,10 +251,11 @@ __device__ __forceinline__ void gather_activations(Shared& sm, const Sched& sche
     const int tid = threadIdx.x, piece = tid % 8;
     const int h = (int)win.h, w = (int)win.w, c = (int)win.c, s_taps = (int)win.kw, ow = (int)win.ow, plane = (int)(win.oh * win.ow);
     // This thread's rows of the tile (tid / 8 + 16 j): per row, the byte offset of its window's
-    // top left corner (padding included) and that corner's row and column (past the pixels: a
-    // row no tap is in).
+    // top left corner (padding included) and that corner's row and column as one word's signed
+    // half-words (past the pixels: a row no tap is in; the host keeps sizes below 2^15), which
+    // leaves 256-row tiles' producer without spills.
     i64 corner[ROWS_A_THREAD];
-    int top[ROWS_A_THREAD], left[ROWS_A_THREAD];
+    int corner_at[ROWS_A_THREAD];
     int pos = 0;
     for (int seq = 0; seq < schedule.count; ++seq) {
         const int m0 = schedule.m(seq) * ROWS, n0 = schedule.n(seq) * COLS;
@@ -262,9 +263,9 @@ __device__ __forceinline__ void gather_activations(Shared& sm, const Sched& sche
         for (int j = 0; j < ROWS_A_THREAD; ++j) {
             const int m = m0 + tid / 8 + 16 * j;
             const int img = m / plane, at = m - img * plane, oy = at / ow, ox = at - oy * ow;
-            top[j] = m < rows ? oy * (int)win.sh - (int)win.ph : -(1 << 29);
-            left[j] = ox * (int)win.sw - (int)win.pw;
-            corner[j] = (((i64)img * h + top[j]) * w + left[j]) * c;
+            const int top = oy * (int)win.sh - (int)win.ph, left = ox * (int)win.sw - (int)win.pw;
+            corner_at[j] = (int)(((unsigned)(m < rows ? top : -(1 << 14)) << 16) | ((unsigned)left & 0xffffu));
+            corner[j] = (((i64)img * h + top) * w + left) * c;
         }
         // The piece's tap (its row r and column q of the filter) and channel, walked 128 bytes of
         // depth a step without a division: channels are a multiple of 16, so a piece stays in
@@ -288,7 +289,8 @@ __device__ __forceinline__ void gather_activations(Shared& sm, const Sched& sche
 #pragma unroll
             for (int j = 0; j < ROWS_A_THREAD; ++j) {
                 const int row = tid / 8 + 16 * j;
-                const bool valid = d < depth && (unsigned)(top[j] + dy) < (unsigned)h && (unsigned)(left[j] + dx) < (unsigned)w;
+                const int top = corner_at[j] >> 16, left = (short)(corner_at[j] & 0xffff);
+                const bool valid = d < depth && (unsigned)(top + dy) < (unsigned)h && (unsigned)(left + dx) < (unsigned)w;
                 cp_async16_to(stage + row * IG_BK + ((piece ^ (row % 8)) * 16), valid ? x + corner[j] + offset : x, valid);
             }
             asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(shared_address(&sm.full[s])) : "memory");
@@ -310,16 +312,19 @@ __device__ __forceinline__ void gather_activations(Shared& sm, const Sched& sche
 // shape, rows of 16-byte pieces).
 // CONV: a convolution of `win`'s geometry over the NHWC input `x` (rows: its output pixels,
 // cols: filters, depth: r·s·c), `x_map` unused.
-template <int STAGES, bool LOOKUP, int HALVES, int COLS = IG_BN, int CONSUMERS = 2, bool JOIN = false, bool CONV = false>
+template <int STAGES, bool LOOKUP, int HALVES, int COLS = IG_BN, int CONSUMERS = 2, bool JOIN = false, bool CONV = false, bool COOP = false>
 __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const TensorMap& w_map, int rows, int cols, int depth, const int* int_bias,
                                               const float* scale, i64 scale_len, float y_zero, float lo, float hi, int relu,
                                               const unsigned char* then, const unsigned char* lookup, unsigned char* y,
                                               const unsigned char* join = nullptr, const Window* win = nullptr, const signed char* x = nullptr) {
     static_assert(!LOOKUP || COLS == IG_BN, "a lookup's table is a 128-column tile's");
     static_assert(!JOIN || (!LOOKUP && HALVES == 1 && COLS == IG_BN), "a join's kernel: 64 × 128 tiles, no lookup");
-    static_assert((STAGES * IG_STAGE_BYTES(HALVES, COLS) + CONSUMERS * IG_OUT_BYTES(COLS)) % 256 == 0, "tables start 256-aligned (looked_up_in_tile)");
-    using Shared = typename Either<JOIN, JoinShared<STAGES, CONSUMERS>, GemmShared<STAGES, LOOKUP ? IG_TABLE_BYTES : 16, HALVES, COLS, CONSUMERS>>::type;
-    constexpr int ROWS = IG_BM * HALVES;
+    static_assert(!COOP || (!LOOKUP && !JOIN), "cooperative tiles: levels only");
+    // A stage's m64 blocks of rows: a consumer's HALVES, or every consumer's (COOP).
+    constexpr int STAGE_HALVES = COOP ? HALVES * CONSUMERS : HALVES;
+    static_assert((STAGES * IG_STAGE_BYTES(STAGE_HALVES, COLS) + CONSUMERS * IG_OUT_BYTES(COLS)) % 256 == 0, "tables start 256-aligned (looked_up_in_tile)");
+    using Shared = typename Either<JOIN, JoinShared<STAGES, CONSUMERS>, GemmShared<STAGES, LOOKUP ? IG_TABLE_BYTES : 16, STAGE_HALVES, COLS, CONSUMERS>>::type;
+    constexpr int ROWS = IG_BM * STAGE_HALVES;
     extern __shared__ __align__(16) unsigned char dynamic_smem[];
     unsigned char* base = dynamic_smem + (IG_ALIGN - shared_address(dynamic_smem) % IG_ALIGN) % IG_ALIGN;
     if constexpr (JOIN) {
@@ -339,7 +344,7 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
             // The producer's arrival (and a gathering convolution's 128 threads' copies'); the
             // TMA's bytes complete it.
             barrier_init(&sm.full[s], CONV ? 129 : 1);
-            barrier_init(&sm.empty[s], 4);  // one lane of each of the consumer's four warps
+            barrier_init(&sm.empty[s], COOP ? 4 * CONSUMERS : 4);  // one lane of each of its consumers' four warps
         }
         for (int c = 0; c < CONSUMERS; ++c) {
             barrier_init(&sm.mainloop_done[c], 4);
@@ -375,9 +380,9 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
             for (int step = 0; step < depth_steps; ++step, ++pos) {
                 const int s = pos % STAGES;
                 barrier_wait(&sm.empty[s], (pos / STAGES + 1) & 1);
-                barrier_expect_bytes(&sm.full[s], IG_STAGE_BYTES(HALVES, COLS));
+                barrier_expect_bytes(&sm.full[s], IG_STAGE_BYTES(STAGE_HALVES, COLS));
                 tma_load_2d(sm.stages[s], &x_map, step * IG_BK, m0, &sm.full[s]);
-                tma_load_2d(sm.stages[s] + IG_A_BYTES(HALVES), &w_map, step * IG_BK, n0, &sm.full[s]);
+                tma_load_2d(sm.stages[s] + IG_A_BYTES(STAGE_HALVES), &w_map, step * IG_BK, n0, &sm.full[s]);
             }
         }
         return;
@@ -418,7 +423,10 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
         if (consumer < schedule.count) copy_joins(consumer);
     }
     int acc[HALVES][COLS / 2], loads = 0;
-    for (int seq = consumer, tiles = 0; seq < schedule.count; seq += CONSUMERS, ++tiles) {
+    // COOP: every consumer takes every tile, its rows HALVES m64 blocks after the previous one's.
+    constexpr int TILE_STRIDE = COOP ? 1 : CONSUMERS;
+    const int first_half = COOP ? HALVES * consumer : 0;
+    for (int seq = COOP ? 0 : consumer, tiles = 0; seq < schedule.count; seq += TILE_STRIDE, ++tiles) {
         const int m0 = schedule.m(seq) * ROWS, n0 = schedule.n(seq) * COLS;
         // This thread's columns of the tile: their scales, read now, staged after the main loop.
         float column_scale[COLUMNS_A_THREAD];
@@ -444,7 +452,8 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
         // for all its stages (its k-th tile, k = (seq - 1) / CONSUMERS, completes that phase). So
         // every slot before this tile's is filled and no wait below can mistake a stage's phase
         // two rounds back for its own; and one consumer's epilogue runs beside the others' MMAs.
-        if (seq > 0) barrier_wait(&sm.mainloop_done[consumer == 0 ? CONSUMERS - 1 : consumer - 1], ((seq - 1) / CONSUMERS) & 1);
+        // Cooperating consumers read the same stages: no turns.
+        if (!COOP && seq > 0) barrier_wait(&sm.mainloop_done[consumer == 0 ? CONSUMERS - 1 : consumer - 1], ((seq - 1) / CONSUMERS) & 1);
         int pos = seq * depth_steps;
         for (int step = 0; step < depth_steps; ++step, ++pos) {
             const int s = pos % STAGES;
@@ -453,20 +462,20 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
             // async proxy once the barrier has passed and this fence.
             if (CONV) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
             const unsigned long long a = wgmma_descriptor_sw128(sm.stages[s], 8 * IG_BK);
-            const unsigned long long b = wgmma_descriptor_sw128(sm.stages[s] + IG_A_BYTES(HALVES), 8 * IG_BK);
+            const unsigned long long b = wgmma_descriptor_sw128(sm.stages[s] + IG_A_BYTES(STAGE_HALVES), 8 * IG_BK);
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
             // 32 bytes of depth a wgmma: 2 in the descriptors' 16-byte units, before the swizzle;
             // the next m64 block of rows IG_BM · IG_BK bytes on.
 #pragma unroll
             for (int k = 0; k < IG_BK / 32; ++k)
 #pragma unroll
-                for (int h = 0; h < HALVES; ++h) wgmma_s8<COLS>(acc[h], a + h * (IG_BM * IG_BK / 16) + 2 * k, b + 2 * k);
+                for (int h = 0; h < HALVES; ++h) wgmma_s8<COLS>(acc[h], a + (first_half + h) * (IG_BM * IG_BK / 16) + 2 * k, b + 2 * k);
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
             // The previous step's MMAs are done (this one's run on): release its stage.
             asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
             if (step > 0 && lane == 0) barrier_arrive(&sm.empty[(pos - 1) % STAGES]);
         }
-        if (lane == 0) barrier_arrive(&sm.mainloop_done[consumer]);
+        if (!COOP && lane == 0) barrier_arrive(&sm.mainloop_done[consumer]);
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #pragma unroll
         for (int h = 0; h < HALVES; ++h) wgmma_fence_operands<COLS / 2>(acc[h]);
@@ -514,13 +523,13 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
 #pragma unroll
             for (int i = 0; i < PIECES; ++i) {
                 const int piece = lane + 32 * i, row = 16 * warp + piece / (COLS / 16), col = piece % (COLS / 16) * 16;
-                const i64 m = (i64)m0 + IG_BM * h + row;
+                const i64 m = (i64)m0 + IG_BM * (first_half + h) + row;
                 if (m < rows && n0 + col < cols) *reinterpret_cast<uint4*>(y + m * cols + n0 + col) = pieces[i];
             }
             __syncwarp();
         }
         // Done with the table: release it where this consumer's next tile needs other rows.
-        const int next = seq + CONSUMERS;
+        const int next = seq + TILE_STRIDE;
         if (LOOKUP && next < schedule.count && schedule.new_table(next) && lane == 0)
             barrier_arrive(&sm.table_empty[consumer]);
     }
@@ -576,6 +585,19 @@ extern "C" __global__ void __launch_bounds__(IG_THREADS(3), 1) int8_gemm_tma_lev
 extern "C" __global__ void __launch_bounds__(IG_THREADS(3), 1) int8_gemm_tma_conv_n64(INT8_GEMM_PARAMS, const Window win, const signed char* x) {
     int8_gemm_tma<7, false, 2, 64, 3, false, true>(x_map, w_map, rows, cols, depth, int_bias, scale, scale_len, y_zero, lo, hi, relu, then, nullptr, y,
                                                    nullptr, &win, x);
+}
+
+// 256 × 128 tiles, both consumers on each (128 rows apiece, every stage's filter tile shared
+// by 256 rows: a third fewer bytes from L2 a product than 128 × 128 tiles, whose consumers
+// each load their own): a product's and a convolution's, 4 stages.
+extern "C" __global__ void __launch_bounds__(IG_THREADS(2), 1) int8_gemm_tma_levels_m256(INT8_GEMM_PARAMS) {
+    int8_gemm_tma<4, false, 2, IG_BN, 2, false, false, true>(x_map, w_map, rows, cols, depth, int_bias, scale, scale_len, y_zero, lo, hi, relu, then, nullptr,
+                                                             y);
+}
+
+extern "C" __global__ void __launch_bounds__(IG_THREADS(2), 1) int8_gemm_tma_conv_m256(INT8_GEMM_PARAMS, const Window win, const signed char* x) {
+    int8_gemm_tma<4, false, 2, IG_BN, 2, false, true, true>(x_map, w_map, rows, cols, depth, int_bias, scale, scale_len, y_zero, lo, hi, relu, then, nullptr, y,
+                                                            nullptr, &win, x);
 }
 
 // A join's second levels looked up in the table the host passes in `then`'s place: 4 stages

@@ -10,8 +10,8 @@ use crate::ops::conv::{depthwise_rows, group_merges, is_depthwise, is_patchify, 
 use kiln::tactics::{TacticDesc, TacticId};
 use crate::ops::int8_conv::MainLoop;
 use crate::ops::quant::{
-    kiln_main_loop, INT8_CONV_KILN, INT8_CONV_KILN_FEW_CHANNELS, INT8_CONV_KILN_WARP_SPECIALIZED, INT8_CONV_KILN_WARP_SPECIALIZED_M128, INT8_CONV_KILN_WARP_SPECIALIZED_N192, INT8_CONV_KILN_WARP_SPECIALIZED_N64, INT8_CONV_KILN_WGMMA, INT8_CONV_LIBRARY,
-    INT8_CONV_MAIN_LOOPS, INT8_PRODUCT_KILN, INT8_PRODUCT_KILN_WARP_SPECIALIZED, INT8_PRODUCT_KILN_WARP_SPECIALIZED_M128, INT8_PRODUCT_KILN_WARP_SPECIALIZED_N192, INT8_PRODUCT_KILN_WARP_SPECIALIZED_N64, INT8_PRODUCT_KILN_WGMMA, INT8_PRODUCT_LIBRARY,
+    kiln_main_loop, INT8_CONV_KILN, INT8_CONV_KILN_FEW_CHANNELS, INT8_CONV_KILN_WARP_SPECIALIZED, INT8_CONV_KILN_WARP_SPECIALIZED_M128, INT8_CONV_KILN_WARP_SPECIALIZED_M256, INT8_CONV_KILN_WARP_SPECIALIZED_N192, INT8_CONV_KILN_WARP_SPECIALIZED_N64, INT8_CONV_KILN_WGMMA, INT8_CONV_LIBRARY,
+    INT8_CONV_MAIN_LOOPS, INT8_PRODUCT_KILN, INT8_PRODUCT_KILN_WARP_SPECIALIZED, INT8_PRODUCT_KILN_WARP_SPECIALIZED_M128, INT8_PRODUCT_KILN_WARP_SPECIALIZED_M256, INT8_PRODUCT_KILN_WARP_SPECIALIZED_N192, INT8_PRODUCT_KILN_WARP_SPECIALIZED_N64, INT8_PRODUCT_KILN_WGMMA, INT8_PRODUCT_LIBRARY,
     INT8_PRODUCT_MAIN_LOOPS,
 };
 use kiln::{BackendError, ConvolutionParams, DataType, FusedAnchor, LayerId, LayerKind, MathMode, Network, QuantizedAnchor, QuantizedParams, Shape, TensorFormat};
@@ -56,6 +56,7 @@ fn int8_conv_tactic(choice: usize) -> TacticDesc {
         INT8_CONV_KILN_WARP_SPECIALIZED_M128 => "int8_conv_implicit_gemm_tma_m128",
         INT8_CONV_KILN_WARP_SPECIALIZED_N192 => "int8_conv_implicit_gemm_tma_n192",
         INT8_CONV_KILN_WARP_SPECIALIZED_N64 => "int8_conv_implicit_gemm_tma_n64",
+        INT8_CONV_KILN_WARP_SPECIALIZED_M256 => "int8_conv_implicit_gemm_tma_m256",
         _ => "int8_conv_library_sums",
     })
 }
@@ -68,6 +69,7 @@ fn int8_product_tactic(choice: usize) -> TacticDesc {
         INT8_PRODUCT_KILN_WARP_SPECIALIZED_M128 => "int8_product_as_1x1_implicit_gemm_tma_m128",
         INT8_PRODUCT_KILN_WARP_SPECIALIZED_N192 => "int8_product_as_1x1_implicit_gemm_tma_n192",
         INT8_PRODUCT_KILN_WARP_SPECIALIZED_N64 => "int8_product_as_1x1_implicit_gemm_tma_n64",
+        INT8_PRODUCT_KILN_WARP_SPECIALIZED_M256 => "int8_product_as_1x1_implicit_gemm_tma_m256",
         _ => "int8_product_cublaslt_sums",
     })
 }
@@ -78,7 +80,7 @@ fn int8_product_tactic(choice: usize) -> TacticDesc {
 /// warp-specialized product's tiles where int8_gemm.cu has a kernel for the tile, the layer
 /// (pointwise, or another convolution) and the epilogue's lookup and join (elsewhere the tactic
 /// would time the kernel it falls back to under another name).
-fn runs_main_loop(gpu: Option<&crate::device::Gpu>, choice: usize, main_loops: [usize; 6], pointwise: bool, (looks_up, joins): (bool, bool)) -> bool {
+fn runs_main_loop(gpu: Option<&crate::device::Gpu>, choice: usize, main_loops: [usize; 7], pointwise: bool, (looks_up, joins): (bool, bool)) -> bool {
     match kiln_main_loop(choice, main_loops) {
         Some(MainLoop::WarpSpecialized(tile)) if !crate::ops::int8_gemm::has_kernel(tile, looks_up, joins, !pointwise) => false,
         Some(main_loop) => gpu.map_or(main_loop == MainLoop::MmaSync, |g| main_loop.available(g)),
@@ -87,7 +89,7 @@ fn runs_main_loop(gpu: Option<&crate::device::Gpu>, choice: usize, main_loops: [
 }
 
 /// An integer convolution's tactics, the default first; likewise a product's.
-const INT8_CONV_CHOICES: [usize; 8] = [
+const INT8_CONV_CHOICES: [usize; 9] = [
     INT8_CONV_KILN,
     INT8_CONV_LIBRARY,
     INT8_CONV_KILN_WGMMA,
@@ -95,9 +97,10 @@ const INT8_CONV_CHOICES: [usize; 8] = [
     INT8_CONV_KILN_WARP_SPECIALIZED_M128,
     INT8_CONV_KILN_WARP_SPECIALIZED_N192,
     INT8_CONV_KILN_WARP_SPECIALIZED_N64,
+    INT8_CONV_KILN_WARP_SPECIALIZED_M256,
     INT8_CONV_KILN_FEW_CHANNELS,
 ];
-const INT8_PRODUCT_CHOICES: [usize; 7] = [
+const INT8_PRODUCT_CHOICES: [usize; 8] = [
     INT8_PRODUCT_LIBRARY,
     INT8_PRODUCT_KILN,
     INT8_PRODUCT_KILN_WGMMA,
@@ -105,6 +108,7 @@ const INT8_PRODUCT_CHOICES: [usize; 7] = [
     INT8_PRODUCT_KILN_WARP_SPECIALIZED_M128,
     INT8_PRODUCT_KILN_WARP_SPECIALIZED_N192,
     INT8_PRODUCT_KILN_WARP_SPECIALIZED_N64,
+    INT8_PRODUCT_KILN_WARP_SPECIALIZED_M256,
 ];
 
 

@@ -149,7 +149,7 @@ pub fn convolution(cx: &Ctx, main_loop: MainLoop, c: &kiln::ConvolutionParams, x
             return Ok(Some(out));
         }
         // Any other convolution with the levels-only epilogue: its activations gathered there.
-        if levels && !pointwise && super::lane_aligned(cx, &out, 16) && super::int8_gemm::applies(tile, epilogue, pixels, filters, depth, true) {
+        if levels && !pointwise && super::int8_gemm::gathers(&win) && super::lane_aligned(cx, &out, 16) && super::int8_gemm::applies(tile, epilogue, pixels, filters, depth, true) {
             super::int8_gemm::convolution(cx, tile, &x, &w, win, epilogue, &out, pixels, filters, depth)?;
             return Ok(Some(out));
         }

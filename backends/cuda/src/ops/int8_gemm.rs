@@ -28,7 +28,11 @@ const DEPTH_PER_STAGE: usize = 128;
 /// each stage's filters (half the filter bytes from L2 a product, half the tiles); one by 192
 /// columns (a 768-column product in four column blocks: two tiles a multiprocessor at BERT's
 /// 4,096 rows, where 128-column tiles leave three to some and two to others); or two m64 blocks
-/// by 64 columns (a 64-filter layer, which 128-column tiles compute twice over). Each is a tactic:
+/// by 64 columns (a 64-filter layer, which 128-column tiles compute twice over); or 256 × 128,
+/// both consumers on each tile, 128 rows apiece (each stage's filter tile serves 256 rows: a
+/// third fewer bytes from L2 a product than 128 × 128, where L2's bandwidth, not the tensor
+/// cores, bounds the INT8 main loop; no turns, so the epilogues overlap only the producer's
+/// next loads). Each is a tactic:
 /// which is faster depends on the shape (tiles to spread over the multiprocessors, depth).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tile {
@@ -36,6 +40,7 @@ pub enum Tile {
     M128N128,
     M64N192,
     M128N64,
+    M256N128,
 }
 
 impl Tile {
@@ -43,12 +48,13 @@ impl Tile {
         match self {
             Tile::M64N128 | Tile::M64N192 => ROWS_PER_MMA,
             Tile::M128N128 | Tile::M128N64 => 2 * ROWS_PER_MMA,
+            Tile::M256N128 => 4 * ROWS_PER_MMA,
         }
     }
 
     const fn columns(self) -> usize {
         match self {
-            Tile::M64N128 | Tile::M128N128 => COLUMNS_PER_TILE,
+            Tile::M64N128 | Tile::M128N128 | Tile::M256N128 => COLUMNS_PER_TILE,
             Tile::M64N192 => 192,
             Tile::M128N64 => 64,
         }
@@ -71,7 +77,7 @@ struct Variant {
 /// Levels looked up in a per-column table take the tile's 128 rows of 256 bytes a consumer (no
 /// 192-column kernel looks up: its tables would leave too little room for the ring).
 const TABLE_BYTES: usize = COLUMNS_PER_TILE * 256;
-const VARIANTS: [Variant; 10] = [
+const VARIANTS: [Variant; 12] = [
     Variant { name: "int8_gemm_tma_levels", tile: Tile::M64N128, stages: 7, consumers: 3, table_bytes: 16, joins: false, conv: false },
     Variant { name: "int8_gemm_tma_lookup", tile: Tile::M64N128, stages: 4, consumers: 3, table_bytes: TABLE_BYTES, joins: false, conv: false },
     Variant { name: "int8_gemm_tma_levels_m128", tile: Tile::M128N128, stages: 6, consumers: 2, table_bytes: 16, joins: false, conv: false },
@@ -82,6 +88,8 @@ const VARIANTS: [Variant; 10] = [
     Variant { name: "int8_gemm_tma_conv_m128", tile: Tile::M128N128, stages: 6, consumers: 2, table_bytes: 16, joins: false, conv: true },
     Variant { name: "int8_gemm_tma_levels_n64", tile: Tile::M128N64, stages: 7, consumers: 3, table_bytes: 16, joins: false, conv: false },
     Variant { name: "int8_gemm_tma_conv_n64", tile: Tile::M128N64, stages: 7, consumers: 3, table_bytes: 16, joins: false, conv: true },
+    Variant { name: "int8_gemm_tma_levels_m256", tile: Tile::M256N128, stages: 4, consumers: 2, table_bytes: 16, joins: false, conv: false },
+    Variant { name: "int8_gemm_tma_conv_m256", tile: Tile::M256N128, stages: 4, consumers: 2, table_bytes: 16, joins: false, conv: true },
 ];
 
 /// `IG_JOIN_TABLE_AT` of int8_gemm.cu: the shared address of a join kernel's 64 KiB table, the
@@ -129,7 +137,7 @@ pub fn products_enqueued() -> u64 {
 }
 
 /// Every kernel of int8_gemm.cu: in sm_90's arch-specific (`sm_90a`) image only.
-pub fn kernel_names() -> [&'static str; 10] {
+pub fn kernel_names() -> [&'static str; 12] {
     VARIANTS.map(|v| v.name)
 }
 
@@ -148,6 +156,14 @@ pub fn applies(tile: Tile, epilogue: &Epilogue, pixels: usize, filters: usize, d
     has_kernel(tile, epilogue.looks_up, epilogue.joins, conv)
         && (!epilogue.joins || epilogue.join_table.is_some())
         && filters.is_multiple_of(16) && depth.is_multiple_of(16) && depth > 0 && tiles <= i32::MAX as usize && pixels <= i32::MAX as usize
+}
+
+/// Whether the producer's gather takes a convolution of `win`'s geometry: it keeps each row's
+/// window corner (its top row and left column, padding included) as two signed 16-bit halves
+/// and marks rows past the pixels with a top row of -2^14, which no tap reaches from there.
+pub fn gathers(win: &crate::buffer::Window) -> bool {
+    const BOUND: i64 = 1 << 13;
+    [win.h + win.ph, win.w + win.pw, (win.kh - 1) * win.dh, (win.kw - 1) * win.dw].iter().all(|&v| v < BOUND)
 }
 
 /// `out[pixels][filters]` = the epilogue's levels of `x[pixels][depth]` · `w[filters][depth]`ᵀ
@@ -228,5 +244,8 @@ mod tests {
         // 64 columns: levels, a product's and a convolution's.
         assert_eq!([name(Tile::M128N64, false, false), conv(Tile::M128N64, false, false)], [Some("int8_gemm_tma_levels_n64"), Some("int8_gemm_tma_conv_n64")]);
         assert_eq!([name(Tile::M128N64, true, false), name(Tile::M128N64, false, true)], [None; 2]);
+        // 256 rows, both consumers on a tile: levels, a product's and a convolution's.
+        assert_eq!([name(Tile::M256N128, false, false), conv(Tile::M256N128, false, false)], [Some("int8_gemm_tma_levels_m256"), Some("int8_gemm_tma_conv_m256")]);
+        assert_eq!([name(Tile::M256N128, true, false), name(Tile::M256N128, false, true)], [None; 2]);
     }
 }

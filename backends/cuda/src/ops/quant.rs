@@ -39,13 +39,14 @@ pub const INT8_CONV_KILN_FEW_CHANNELS: usize = 3;
 /// A convolution on Hopper's warp-specialized kernel (`ops::int8_gemm`; sm_90 only): a pointwise
 /// one (1×1 filters of unit stride without padding) as a product, any other without a lookup or
 /// join with its activations gathered by the producer, in tiles of 64 × 128; likewise in tiles
-/// of 128 × 128, (pointwise only) of 64 × 192 and of 128 × 64. Offered where int8_gemm.cu has
+/// of 128 × 128, (pointwise only) of 64 × 192, of 128 × 64 and of 256 × 128. Offered where int8_gemm.cu has
 /// the kernel; a layer whose epilogue it cannot run falls back to the convolution kernel's wgmma
 /// loop.
 pub const INT8_CONV_KILN_WARP_SPECIALIZED: usize = 4;
 pub const INT8_CONV_KILN_WARP_SPECIALIZED_M128: usize = 5;
 pub const INT8_CONV_KILN_WARP_SPECIALIZED_N192: usize = 6;
 pub const INT8_CONV_KILN_WARP_SPECIALIZED_N64: usize = 7;
+pub const INT8_CONV_KILN_WARP_SPECIALIZED_M256: usize = 8;
 /// The tactics of an integer product by constant weights: cuBLASLt IMMA's int32 sums then the
 /// epilogue kernel (the default), or kiln's convolution kernel with the epilogue fused, the
 /// rows of x as the pixels of a 1×1 convolution (no int32 sums in memory).
@@ -54,27 +55,30 @@ pub const INT8_PRODUCT_KILN: usize = 1;
 /// kiln's kernel on Hopper's wgmma main loop (sm_90 only).
 pub const INT8_PRODUCT_KILN_WGMMA: usize = 2;
 /// The product on Hopper's warp-specialized kernel (`ops::int8_gemm`; sm_90 only), in tiles of
-/// 64 × 128; likewise in tiles of 128 × 128, 64 × 192 and 128 × 64.
+/// 64 × 128; likewise in tiles of 128 × 128, 64 × 192, 128 × 64 and 256 × 128.
 pub const INT8_PRODUCT_KILN_WARP_SPECIALIZED: usize = 3;
 pub const INT8_PRODUCT_KILN_WARP_SPECIALIZED_M128: usize = 4;
 pub const INT8_PRODUCT_KILN_WARP_SPECIALIZED_N192: usize = 5;
 pub const INT8_PRODUCT_KILN_WARP_SPECIALIZED_N64: usize = 6;
+pub const INT8_PRODUCT_KILN_WARP_SPECIALIZED_M256: usize = 7;
 /// The ranks of kiln's main loops ([`kiln_main_loop`]'s order) among each kind's tactics.
-pub const INT8_CONV_MAIN_LOOPS: [usize; 6] = [
+pub const INT8_CONV_MAIN_LOOPS: [usize; 7] = [
     INT8_CONV_KILN,
     INT8_CONV_KILN_WGMMA,
     INT8_CONV_KILN_WARP_SPECIALIZED,
     INT8_CONV_KILN_WARP_SPECIALIZED_M128,
     INT8_CONV_KILN_WARP_SPECIALIZED_N192,
     INT8_CONV_KILN_WARP_SPECIALIZED_N64,
+    INT8_CONV_KILN_WARP_SPECIALIZED_M256,
 ];
-pub const INT8_PRODUCT_MAIN_LOOPS: [usize; 6] = [
+pub const INT8_PRODUCT_MAIN_LOOPS: [usize; 7] = [
     INT8_PRODUCT_KILN,
     INT8_PRODUCT_KILN_WGMMA,
     INT8_PRODUCT_KILN_WARP_SPECIALIZED,
     INT8_PRODUCT_KILN_WARP_SPECIALIZED_M128,
     INT8_PRODUCT_KILN_WARP_SPECIALIZED_N192,
     INT8_PRODUCT_KILN_WARP_SPECIALIZED_N64,
+    INT8_PRODUCT_KILN_WARP_SPECIALIZED_M256,
 ];
 
 static FUSED_PRODUCTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -213,7 +217,7 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
 
 /// The main loop of kiln's kernel that tactic `rank` names, given the ranks of its mma.sync,
 /// wgmma and warp-specialized (one a tile) tactics; `None` for the libraries' tactics.
-pub fn kiln_main_loop(rank: usize, [mma_sync, wgmma, m64n128, m128n128, m64n192, m128n64]: [usize; 6]) -> Option<MainLoop> {
+pub fn kiln_main_loop(rank: usize, [mma_sync, wgmma, m64n128, m128n128, m64n192, m128n64, m256n128]: [usize; 7]) -> Option<MainLoop> {
     use super::int8_gemm::Tile;
     match rank {
         r if r == mma_sync => Some(MainLoop::MmaSync),
@@ -222,6 +226,7 @@ pub fn kiln_main_loop(rank: usize, [mma_sync, wgmma, m64n128, m128n128, m64n192,
         r if r == m128n128 => Some(MainLoop::WarpSpecialized(Tile::M128N128)),
         r if r == m64n192 => Some(MainLoop::WarpSpecialized(Tile::M64N192)),
         r if r == m128n64 => Some(MainLoop::WarpSpecialized(Tile::M128N64)),
+        r if r == m256n128 => Some(MainLoop::WarpSpecialized(Tile::M256N128)),
         _ => None,
     }
 }

@@ -137,11 +137,11 @@ fn check_every_tactic(cuda: &kiln_cuda::CudaBackend, what: &str, net: &kiln::Net
     let hopper = kiln_cuda::ops::int8_conv::MainLoop::Wgmma.available(&cuda.gpu().expect("a GPU"));
     // wgmma's main loop, then the warp-specialized product's tiles where int8_gemm.cu has the
     // tile's kernel for the layer and its epilogue (a pointwise layer: no 64 × 192 or 128 × 64
-    // lookup, a join on 64 × 128 alone; another convolution: 64 × 128, 128 × 128 and 128 × 64,
-    // no lookup or join).
+    // lookup, a join on 64 × 128 alone; another convolution: 64 × 128, 128 × 128, 128 × 64 and
+    // 256 × 128, no lookup or join).
     use kiln_cuda::ops::int8_gemm::{has_kernel, Tile};
     let (looks_up, joins) = (looks_up(net, layer), joins(net, layer));
-    let tiles = [("_tma", Tile::M64N128), ("_tma_m128", Tile::M128N128), ("_tma_n192", Tile::M64N192), ("_tma_n64", Tile::M128N64)];
+    let tiles = [("_tma", Tile::M64N128), ("_tma_m128", Tile::M128N128), ("_tma_n192", Tile::M64N192), ("_tma_n64", Tile::M128N64), ("_tma_m256", Tile::M256N128)];
     let conv = !pointwise_layer(net, layer);
     let warp_specialized = tiles.into_iter().filter(|&(_, tile)| has_kernel(tile, looks_up, joins, conv)).map(|(s, _)| s);
     let suffixes: Vec<&str> = std::iter::once("_wgmma").chain(warp_specialized).collect();
@@ -239,12 +239,13 @@ fn pointwise_int8_layers_on_the_warp_specialized_product_match_the_cpu_oracle() 
     ];
     for (what, (net, feeds)) in cases {
         // Every tile: 64 × 128 (`…_tma`), 128 × 128 (`…_tma_m128`) and, but for a lookup,
-        // 64 × 192 (`…_tma_n192`) and 128 × 64 (`…_tma_n64`); a join's 64 × 128 alone.
+        // 64 × 192 (`…_tma_n192`), 128 × 64 (`…_tma_n64`) and 256 × 128 (`…_tma_m256`); a join's
+        // 64 × 128 alone.
         let layer = last_layer(&net);
         let tiles = match (looks_up(&net, layer), joins(&net, layer)) {
             (_, true) => 1,
             (true, false) => 2,
-            (false, false) => 4,
+            (false, false) => 5,
         };
         check_warp_specialized_tactics(cuda, what, &net, &feeds, tiles);
     }
@@ -299,8 +300,9 @@ fn convolutions_on_the_warp_specialized_kernel_match_the_cpu_oracle() {
         ("5x2, 16 channels, 64 filters, 300 pixels, second quantization, ReLU, uint8", with(conv(1, &[1, 1], &[2, 0]), S, &[3, 16, 10, 11], &[64, 16, 5, 2], 64, Some(I32), false, I8, then(true, U8))),
     ];
     for (what, (net, feeds)) in cases {
-        // 64 × 128 (`…_tma`), 128 × 128 (`…_tma_m128`) and 128 × 64 (`…_tma_n64`).
-        check_warp_specialized_tactics(cuda, what, &net, &feeds, 3);
+        // 64 × 128 (`…_tma`), 128 × 128 (`…_tma_m128`), 128 × 64 (`…_tma_n64`) and 256 × 128
+        // (`…_tma_m256`: both consumers on a tile).
+        check_warp_specialized_tactics(cuda, what, &net, &feeds, 4);
     }
 }
 
