@@ -613,3 +613,48 @@ fn a_layer_norm_between_quantizations_is_one_pass_over_the_rows() {
     let values = want.to_f64_vec();
     assert!(values.iter().any(|&v| v > 20.0) && values.iter().any(|&v| v < -20.0), "the norm spreads the levels: {values:?}");
 }
+
+/// A Q/DQ CNN's head, `DequantizeLinear ×2 → Add → Relu → GlobalAveragePool → QuantizeLinear`:
+/// an FP16 build keeps the reduction f32 with the pointwise layers before it (the integers
+/// around them fix their precision), so the Add and ReLU read both 8-bit tensors as one island
+/// with no Cast between, the pooling averages its f32 output, and the levels are the
+/// unoptimized f32 graph's bit for bit.
+#[test]
+fn a_cnn_head_between_quantizations_reads_the_integers_in_an_fp16_build() {
+    use kiln::{HostTensor, Shape, TensorData};
+    let shape = [2usize, 8, 5, 5];
+    let n: usize = shape.iter().product();
+    let mut net = Network::new("cnn head");
+    let a = net.add_input("a", DataType::I8, Shape::fixed(&shape)).expect("a");
+    let r = net.add_input("r", DataType::U8, Shape::fixed(&shape)).expect("r");
+    let scalar = |v: f32| HostTensor::from_f32(vec![], vec![v]).expect("scalar");
+    let (sa, sr, sy) = (constant(&mut net, "sa", scalar(0.031)), constant(&mut net, "sr", scalar(0.047)), constant(&mut net, "sy", scalar(0.05)));
+    let da = chain(&mut net, "dq_a", LayerKind::Dequantize { axis: None, to: None }, vec![Some(a), Some(sa), None]);
+    let dr = chain(&mut net, "dq_r", LayerKind::Dequantize { axis: None, to: None }, vec![Some(r), Some(sr), None]);
+    let joined = chain(&mut net, "join", LayerKind::Elementwise { op: kiln::ElementwiseOp::Sum }, vec![Some(da), Some(dr)]);
+    let relu = chain(&mut net, "relu", LayerKind::Activation { kind: kiln::ActivationKind::Relu }, vec![Some(joined)]);
+    let mean = chain(&mut net, "pool", LayerKind::Reduce { op: kiln::ReduceOp::Mean, axes: vec![2, 3], keep_dims: true }, vec![Some(relu)]);
+    let y = chain(&mut net, "q_pool", LayerKind::Quantize { axis: None, to: DataType::U8 }, vec![Some(mean), Some(sy), None]);
+    net.mark_output(y).expect("output");
+    let backend = HalfFirstCpu(kiln_cpu::CpuBackend::new());
+    let (fused, _) = fp16_builds(&backend, &net);
+    let built = fused.network();
+    assert!(built.layers().iter().all(|l| !matches!(l.kind, LayerKind::Cast { .. })), "no Cast: {}", built.dump());
+    let island = built.layers().iter().find_map(|l| match &l.kind {
+        LayerKind::Fused(p) => Some(p),
+        _ => None,
+    });
+    assert_eq!(island.map(|p| p.dequantized.len()), Some(2), "both 8-bit tensors read as integers: {}", built.dump());
+    let pool = built.layers().iter().find(|l| matches!(l.kind, LayerKind::Reduce { .. })).expect("the pooling");
+    assert_eq!(built.tensor(pool.inputs[0].expect("x")).dtype, DataType::F32, "{}", built.dump());
+    let levels = |seed: usize, data: fn(Vec<usize>) -> TensorData| HostTensor::new(shape.to_vec(), data((0..n).map(|i| (i * (31 + seed) + seed * 7) % 256).collect())).expect("levels");
+    let a = levels(0, |v| TensorData::I8(v.into_iter().map(|b| b as u8 as i8).collect()));
+    let r = levels(5, |v| TensorData::U8(v.into_iter().map(|b| b as u8).collect()));
+    let feeds = std::collections::HashMap::from([("a".to_string(), a.clone()), ("r".to_string(), r.clone())]);
+    let got = kiln::ExecutionContext::new(fused, &backend).expect("prepare").run(&feeds).expect("run");
+    let want = kiln::Backend::prepare(&kiln_cpu::CpuBackend::new(), &net).expect("prepare").execute(&[a, r]).expect("run").remove(0);
+    let got = got.values().next().expect("one output");
+    assert_eq!((got.dtype(), got.data()), (DataType::U8, want.data()));
+    let values = want.to_f64_vec();
+    assert!(values.iter().any(|&v| v > 50.0) && values.iter().map(|&v| v as i64).collect::<std::collections::HashSet<_>>().len() > 4, "the levels spread: {values:?}");
+}

@@ -1,4 +1,5 @@
-//! The float layers of explicit quantization's islands: pointwise and pooling layers, and
+//! The float layers of explicit quantization's islands: pointwise, pooling and reduction
+//! layers (a Q/DQ CNN's `DQ + DQ → Add → Relu → GlobalAveragePool → QuantizeLinear` head), and
 //! layer normalizations over the last axis (a Q/DQ transformer's `residual + x → LayerNorm`),
 //! that read only DequantizeLinear outputs (and constants) and feed only QuantizeLinear, directly
 //! or through one another. The integer tensors around them fix their precision, as
@@ -16,7 +17,7 @@ pub(super) fn quantized_island_layers(network: &Network) -> HashSet<usize> {
     let readers = crate::passes::graph::consumers(network);
     let producer = |t: TensorId| network.tensor(t).producer.map(|(l, _)| l.0);
     let mut members: HashSet<usize> = (0..layers.len())
-        .filter(|&i| matches!(layers[i].kind, LayerKind::Activation { .. } | LayerKind::Unary { .. } | LayerKind::Elementwise { .. } | LayerKind::Pooling(_)) || crate::passes::graph::last_axis_layer_norm(network, i))
+        .filter(|&i| matches!(layers[i].kind, LayerKind::Activation { .. } | LayerKind::Unary { .. } | LayerKind::Elementwise { .. } | LayerKind::Pooling(_) | LayerKind::Reduce { .. }) || crate::passes::graph::last_axis_layer_norm(network, i))
         .collect();
     loop {
         let kept: HashSet<usize> = members
