@@ -88,28 +88,17 @@ fn runs_main_loop(gpu: Option<&crate::device::Gpu>, choice: usize, main_loops: [
     }
 }
 
-/// An integer convolution's tactics, the default first; likewise a product's.
-const INT8_CONV_CHOICES: [usize; 9] = [
-    INT8_CONV_KILN,
-    INT8_CONV_LIBRARY,
-    INT8_CONV_KILN_WGMMA,
-    INT8_CONV_KILN_WARP_SPECIALIZED,
-    INT8_CONV_KILN_WARP_SPECIALIZED_M128,
-    INT8_CONV_KILN_WARP_SPECIALIZED_N192,
-    INT8_CONV_KILN_WARP_SPECIALIZED_N64,
-    INT8_CONV_KILN_WARP_SPECIALIZED_M256,
-    INT8_CONV_KILN_FEW_CHANNELS,
-];
-const INT8_PRODUCT_CHOICES: [usize; 8] = [
-    INT8_PRODUCT_LIBRARY,
-    INT8_PRODUCT_KILN,
-    INT8_PRODUCT_KILN_WGMMA,
-    INT8_PRODUCT_KILN_WARP_SPECIALIZED,
-    INT8_PRODUCT_KILN_WARP_SPECIALIZED_M128,
-    INT8_PRODUCT_KILN_WARP_SPECIALIZED_N192,
-    INT8_PRODUCT_KILN_WARP_SPECIALIZED_N64,
-    INT8_PRODUCT_KILN_WARP_SPECIALIZED_M256,
-];
+/// An integer convolution's tactics, the default first: kiln's mma.sync kernel, the libraries',
+/// kiln's other main loops ([`INT8_CONV_MAIN_LOOPS`]' order), the few-channel kernel.
+fn int8_conv_choices() -> impl Iterator<Item = usize> {
+    let [first, others @ ..] = INT8_CONV_MAIN_LOOPS;
+    std::iter::once(first).chain([INT8_CONV_LIBRARY]).chain(others).chain([INT8_CONV_KILN_FEW_CHANNELS])
+}
+
+/// An integer product's tactics, the default first: the libraries', then kiln's main loops.
+fn int8_product_choices() -> impl Iterator<Item = usize> {
+    std::iter::once(INT8_PRODUCT_LIBRARY).chain(INT8_PRODUCT_MAIN_LOOPS)
+}
 
 
 /// Whether an integer layer is a product of int8 x by constant 2-D int8 weights whose depth
@@ -320,12 +309,12 @@ pub fn tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId, 
         let pointwise = dims(QuantizedParams::X).zip(dims(QuantizedParams::W)).is_some_and(|(x, w)| crate::ops::quant::pointwise_filter(&p, &x, &w));
         let (gpu, tables) = (backend.gpu().ok(), epilogue_tables(network, layer));
         let offered = |&c: &usize| (few || c != INT8_CONV_KILN_FEW_CHANNELS) && runs_main_loop(gpu.as_deref(), c, INT8_CONV_MAIN_LOOPS, pointwise, tables);
-        return INT8_CONV_CHOICES.into_iter().filter(offered).map(int8_conv_tactic).collect();
+        return int8_conv_choices().filter(offered).map(int8_conv_tactic).collect();
     }
     if int8_product(network, layer) {
         let (gpu, tables) = (backend.gpu().ok(), epilogue_tables(network, layer));
         let offered = |&c: &usize| runs_main_loop(gpu.as_deref(), c, INT8_PRODUCT_MAIN_LOOPS, true, tables);
-        return INT8_PRODUCT_CHOICES.into_iter().filter(offered).map(int8_product_tactic).collect();
+        return int8_product_choices().filter(offered).map(int8_product_tactic).collect();
     }
     if !is_gemm(network, layer) {
         return vec![TacticDesc::default_for("cuda")];
@@ -353,9 +342,9 @@ pub fn tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId, 
 pub fn rank_of(network: &Network, layer: LayerId, tactic: Option<&TacticId>) -> usize {
     if let (Some(t), LayerKind::Quantized(_)) = (tactic, &network.layer(layer).kind) {
         if int8_product(network, layer) {
-            return INT8_PRODUCT_CHOICES.into_iter().find(|&c| int8_product_tactic(c).id == *t).unwrap_or(INT8_PRODUCT_LIBRARY);
+            return int8_product_choices().find(|&c| int8_product_tactic(c).id == *t).unwrap_or(INT8_PRODUCT_LIBRARY);
         }
-        return INT8_CONV_CHOICES.into_iter().find(|&c| int8_conv_tactic(c).id == *t).unwrap_or(INT8_CONV_KILN);
+        return int8_conv_choices().find(|&c| int8_conv_tactic(c).id == *t).unwrap_or(INT8_CONV_KILN);
     }
     if let (Some(t), Some((p, _))) = (tactic, float_conv(network, layer)) {
         let choices = crate::dnn::ALGORITHMS.iter().map(|&(a, _)| a as usize + 1).chain([CONV_DIRECT, CONV_DEPTHWISE, CONV_DEPTHWISE_ROWS, CONV_PATCH_GEMM, CONV_SPARSE_PATCH_GEMM]);
