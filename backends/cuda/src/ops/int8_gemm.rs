@@ -224,6 +224,15 @@ mod tests {
         }
     }
 
+    /// The gather takes ResNet-50's and a large image's 3×3 windows, not one whose rows or
+    /// padding reach 2^13 (its corners are 16-bit halves).
+    #[test]
+    fn the_gather_takes_windows_its_corners_hold() {
+        let window = |h: i64, ph: i64, dilation: i64| crate::buffer::Window { h, w: h, ph, pw: ph, kh: 3, kw: 3, dh: dilation, dw: dilation, ..Default::default() };
+        assert!(super::gathers(&window(56, 1, 1)) && super::gathers(&window(4000, 1, 2)));
+        assert!(!super::gathers(&window(8191, 1, 1)) && !super::gathers(&window(100, 8192, 1)) && !super::gathers(&window(100, 1, 4096)));
+    }
+
     /// Each tile and epilogue has its kernel, but a lookup on 192 columns and a join on other
     /// tiles than 64 × 128.
     #[test]
