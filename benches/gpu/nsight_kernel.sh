@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# On the GPU machine: Nsight Compute's detailed sections for one launch of one kernel in an
+# engine's execution (a `kiln run`: interpreted, so every layer is its own launch), to see what
+# bounds it: throughput by unit, warp stall reasons (sampled), shared-memory wavefronts and bank
+# conflicts per instruction kind. Nsight locks the SM clock at base (1.35 GHz on the H200), so
+# durations are about 1.35x the boost clock's.
+#   bash benches/gpu/nsight_kernel.sh ENGINE INPUTS.npz KERNEL_REGEX [SKIP] [NAME]
+# SKIP: matching launches to pass over first (0: the first). Output: $OUT/nsight_NAME.txt.
+set -u
+engine=$1 inputs=$2 kernel=$3 skip=${4:-0} name=${5:-kernel}
+V=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
+export LD_LIBRARY_PATH="/usr/local/nvidia/lib64:$V/cu13/lib:$V/cudnn/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export KILN_CUDA_INCLUDE=${KILN_CUDA_INCLUDE:-/usr/local/cuda/include} KILN_REPO="$PWD"
+sections=(SpeedOfLight ComputeWorkloadAnalysis MemoryWorkloadAnalysis MemoryWorkloadAnalysis_Tables SchedulerStats WarpStateStats SourceCounters Occupancy LaunchStats)
+args=()
+for s in "${sections[@]}"; do args+=(--section "$s"); done
+/usr/local/cuda/bin/ncu "${args[@]}" --print-details all -k "regex:$kernel" --launch-skip "$skip" --launch-count 1 \
+  .gpu/bin/kiln run "$engine" --inputs "$inputs" > "${OUT:-/tmp}/nsight_$name.txt" 2>&1
+echo "nsight $name: exit $?, $(wc -l < "${OUT:-/tmp}/nsight_$name.txt") lines in ${OUT:-/tmp}/nsight_$name.txt"
