@@ -23,7 +23,9 @@
 //   one runs its epilogue the others' MMAs keep the tensor cores busy. The 64 × 128 kernels have
 //   three consumers: at BERT's depth of 768 a tile's epilogue takes about twice its main loop
 //   (with none, BERT b32 ran 1.27 ms, not 1.65), so two others' main loops cover it; 128-row
-//   tiles' accumulators leave registers for two.
+//   tiles' accumulators leave registers for two. COOP kernels (`…_m256`) put both consumers
+//   on each 256-row tile instead, 128 rows apiece over one stage's filters: no turns, so their
+//   epilogues overlap only the producer's next loads.
 // A consumer's scales for its tile's columns are read from global memory before its main loop
 // and staged in shared memory after it, so the epilogue does not wait on them; its sums start
 // at their columns' int32 biases.

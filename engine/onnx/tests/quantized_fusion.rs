@@ -571,6 +571,15 @@ fn a_zero_bias_with_a_foreign_scale_is_dropped() {
     }
 }
 
+/// The fused engine's one output and the cpu backend's of `net` as written, both fed the two
+/// named inputs (given in the network's input order).
+fn fused_and_graph_outputs(fused: kiln::Engine, backend: &dyn kiln::Backend, net: &Network, [(a_name, a), (r_name, r)]: [(&str, kiln::HostTensor); 2]) -> (kiln::HostTensor, kiln::HostTensor) {
+    let feeds = std::collections::HashMap::from([(a_name.to_string(), a.clone()), (r_name.to_string(), r.clone())]);
+    let got = kiln::ExecutionContext::new(fused, backend).expect("prepare").run(&feeds).expect("run").into_values().next().expect("one output");
+    let want = kiln::Backend::prepare(&kiln_cpu::CpuBackend::new(), net).expect("prepare").execute(&[a, r]).expect("run").remove(0);
+    (got, want)
+}
+
 /// A Q/DQ transformer's `DequantizeLinear → + bias → + DequantizeLinear(residual) → LayerNorm →
 /// QuantizeLinear`: an island with a layer norm in it. An FP16 build keeps it f32 (the integers
 /// around it fix its precision) and fuses it into one layer that reads both 8-bit tensors and
@@ -605,10 +614,7 @@ fn a_layer_norm_between_quantizations_is_one_pass_over_the_rows() {
     assert!(matches!(p.epilogue[..], [PostOp::Elementwise { .. }, PostOp::Normalization { axis: 2, .. }, PostOp::Quantize { .. }]), "{p:?}");
     let levels = |seed: usize| HostTensor::new(shape.to_vec(), TensorData::I8((0..n).map(|i| ((i * (31 + seed) + seed * 7) % 256) as u8 as i8).collect())).expect("levels");
     let (a, r) = (levels(0), levels(5));
-    let feeds = std::collections::HashMap::from([("a".to_string(), a.clone()), ("r".to_string(), r.clone())]);
-    let got = kiln::ExecutionContext::new(fused, &backend).expect("prepare").run(&feeds).expect("run");
-    let want = kiln::Backend::prepare(&kiln_cpu::CpuBackend::new(), &net).expect("prepare").execute(&[a, r]).expect("run").remove(0);
-    let got = got.values().next().expect("one output");
+    let (got, want) = fused_and_graph_outputs(fused, &backend, &net, [("a", a), ("r", r)]);
     assert_eq!((got.dtype(), got.data()), (DataType::I8, want.data()));
     let values = want.to_f64_vec();
     assert!(values.iter().any(|&v| v > 20.0) && values.iter().any(|&v| v < -20.0), "the norm spreads the levels: {values:?}");
@@ -650,10 +656,7 @@ fn a_cnn_head_between_quantizations_reads_the_integers_in_an_fp16_build() {
     let levels = |seed: usize, data: fn(Vec<usize>) -> TensorData| HostTensor::new(shape.to_vec(), data((0..n).map(|i| (i * (31 + seed) + seed * 7) % 256).collect())).expect("levels");
     let a = levels(0, |v| TensorData::I8(v.into_iter().map(|b| b as u8 as i8).collect()));
     let r = levels(5, |v| TensorData::U8(v.into_iter().map(|b| b as u8).collect()));
-    let feeds = std::collections::HashMap::from([("a".to_string(), a.clone()), ("r".to_string(), r.clone())]);
-    let got = kiln::ExecutionContext::new(fused, &backend).expect("prepare").run(&feeds).expect("run");
-    let want = kiln::Backend::prepare(&kiln_cpu::CpuBackend::new(), &net).expect("prepare").execute(&[a, r]).expect("run").remove(0);
-    let got = got.values().next().expect("one output");
+    let (got, want) = fused_and_graph_outputs(fused, &backend, &net, [("a", a), ("r", r)]);
     assert_eq!((got.dtype(), got.data()), (DataType::U8, want.data()));
     let values = want.to_f64_vec();
     assert!(values.iter().any(|&v| v > 50.0) && values.iter().map(|&v| v as i64).collect::<std::collections::HashSet<_>>().len() > 4, "the levels spread: {values:?}");

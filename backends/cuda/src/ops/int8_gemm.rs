@@ -1,14 +1,15 @@
 //! kiln's warp-specialized INT8 matrix product on Hopper (kernels/int8_gemm.cu): a persistent
 //! kernel, one block a multiprocessor, whose producer warpgroup has the TMA copy operand tiles
-//! into a ring while consumer warpgroups take output tiles in turn on wgmma (three of 64 × 128,
-//! or two of 128 × 128 or 64 × 192), one's requantizing epilogue running beside the others' MMAs. Its tactics
-//! (`…_implicit_gemm_tma`, `…_tma_m128`, `…_tma_n192`, `…_tma_n64`: one per [`Tile`]) are offered for
+//! into a ring while consumer warpgroups take output tiles in turn on wgmma (three of 64 × 128 or
+//! 128 × 64, or two of 128 × 128 or 64 × 192), one's requantizing epilogue running beside the
+//! others' MMAs, or both share each 256 × 128 tile. Its tactics (`…_implicit_gemm_tma`,
+//! `…_tma_m128`, `…_tma_n192`, `…_tma_n64`, `…_tma_m256`: one per [`Tile`]) are offered for
 //! pointwise layers (1×1 convolutions over NHWC, matrix products) beside the convolution
 //! kernel's; [`super::int8_conv`] runs a layer here where its epilogue is levels-only
 //! (`int8_gemm_tma_lookup…` where the levels are looked up in a per-column table,
 //! `int8_gemm_tma_join` where a skip connection joins at the second quantization: 64 × 128 tiles
 //! only), and on wgmma's main loop otherwise. Other convolutions with the levels-only epilogue
-//! (no lookup or join) run here too (`int8_gemm_tma_conv…`, 64 × 128 and 128 × 128 tiles): the
+//! (no lookup or join) run here too (`int8_gemm_tma_conv…`, every tile but 64 × 192): the
 //! producer warpgroup gathers the activations' taps, the filter tiles still come by TMA.
 
 use super::quant::Epilogue;
