@@ -14,7 +14,9 @@
 // computes. ResNet-50's 7×7/2 stem at batch 256 on an H100 (benches/gpu/QUANT.md, session 34):
 // 0.54 ms with each window's loads waited out a channel at a time, 0.41 with these loads, 0.36
 // with ldmatrix and byte offsets in the main loop; issue-bound (69% of issue slots busy), the
-// MMAs a fifth of the instructions.
+// MMAs a fifth of the instructions. Four warps of 2 output rows × 64 filters (not eight of 2 ×
+// 32) read each step's A fragments once for 16 MMAs: the main loop takes 2.84 instructions an
+// MMA (SASS, sm_90a), where it took 4.12 (branch stem-warp-tile: not yet timed on a GPU).
 //
 // The epilogue is int8_conv.cu's levels-only one (level_of_sum): the host takes this kernel only
 // where that is exact (levels out, no float bias, residual or join, an int32 bias the sums can
@@ -25,7 +27,8 @@
 #define FC_TH 8           // output rows a tile
 #define FC_TW 16          // output columns a tile: one m16 row block of the MMA
 #define FC_BN 64          // filters a block
-#define FC_THREADS 256
+#define FC_THREADS 128
+#define FC_PREFETCH 2    // window groups a thread loads while the tile before computes
 #define FC_OUT_PITCH (FC_BN + 16)  // the output tile's rows in shared memory, 16-byte aligned
 
 // The epilogue's operands (the host's `quant::Epilogue` arguments, in that order); this kernel
@@ -101,7 +104,9 @@ __device__ __forceinline__ void put_group(unsigned* window, const Window4& wd, i
 // b % blocks and strides over the pixel tiles.
 __device__ __forceinline__ void few_channels(const Window& win, i64 xs_n, i64 xs_c, i64 xs_h, i64 xs_w, bool words, const signed char* __restrict__ x,
                                              const signed char* __restrict__ wt, int taps, const FewRequant& e, unsigned char* __restrict__ y) {
-    constexpr int WARPS_M = 4, MT = 2, NT = 4;  // 8 warps: 4 × 2, each 2 output rows × 32 filters
+    // 4 warps, each 2 output rows × all 64 filters: a step's A fragments (one word load each)
+    // serve 16 MMAs, where 2 rows × 32 filters gave them 8.
+    constexpr int WARPS_M = 4, MT = 2, NT = 8;
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ unsigned char then_levels[256];
     const int k = (int)win.oc, p = (int)win.oh, q = (int)win.ow;
@@ -145,10 +150,10 @@ __device__ __forceinline__ void few_channels(const Window& win, i64 xs_n, i64 xs
     const float low_f = (float)(low - zero), high_f = (float)(high - zero);
     // This thread's channel pair of n-tile nt in the block (its bias and scale are read where
     // used: held across the main loop they cost 16 registers and spills).
-    auto pair_of = [&](int nt) { return warp_n * 16 + nt * 4 + t; };
+    auto pair_of = [&](int nt) { return warp_n * NT * 4 + nt * 4 + t; };
     // ldmatrix's rows of the B fragments, n-tiles nt and nt + 1 from one x4 load (as int8_conv.cu
     // reads them): filter (lane % 8) + 8·(lane / 16), depth bytes 16·((lane / 8) % 2) on.
-    const unsigned b_base = (unsigned)__cvta_generic_to_shared(filter) + (warp_n * 32 + lane % 8 + (lane / 16) * 8) * filter_pitch * 4 + ((lane / 8) % 2) * 16;
+    const unsigned b_base = (unsigned)__cvta_generic_to_shared(filter) + (warp_n * NT * 8 + lane % 8 + (lane / 16) * 8) * filter_pitch * 4 + ((lane / 8) % 2) * 16;
     const unsigned char* window_bytes = reinterpret_cast<const unsigned char*>(window);
     auto window_word = [&](int at) { return *reinterpret_cast<const unsigned*>(window_bytes + at); };
 
@@ -168,34 +173,39 @@ __device__ __forceinline__ void few_channels(const Window& win, i64 xs_n, i64 xs
         o.shift = iw0 - o.col0;
         return o;
     };
-    // A window of one pass (a group a thread) is loaded while the tile before it computes: the
-    // loads of the next tile's group are issued before the main loop and stored after the tile's
-    // output. Larger windows (long strides or dilations) load in passes, between tiles.
-    const bool prefetch = wd.groups <= FC_THREADS;
-    const int groups_per_row = wd.pitch / 4, my_row = tid / groups_per_row, my_group = tid % groups_per_row;
-    unsigned pre[4];
+    // A window of one pass (FC_PREFETCH groups a thread) is loaded while the tile before it
+    // computes: the loads of the next tile's groups are issued before the main loop and stored
+    // after the tile's output. Larger windows (long strides or dilations) load in passes,
+    // between tiles.
+    const bool prefetch = wd.groups <= FC_PREFETCH * FC_THREADS;
+    const int groups_per_row = wd.pitch / 4;
+    unsigned pre[FC_PREFETCH][4];
+    auto fetch_mine = [&](unsigned at) {
+        const Origin o = origin(at);
+#pragma unroll
+        for (int k = 0; k < FC_PREFETCH; ++k) {
+            const int gi = tid + k * FC_THREADS;
+            if (gi < wd.groups) fetch_group(win, xs_c, xs_h, xs_w, words, x + o.img * xs_n, o.ih0, o.col0, gi / groups_per_row, gi % groups_per_row, pre[k]);
+        }
+    };
     unsigned tile = blockIdx.x / filter_blocks;
-    if (prefetch && tile < tiles && tid < wd.groups) {
-        const Origin o = origin(tile);
-        fetch_group(win, xs_c, xs_h, xs_w, words, x + o.img * xs_n, o.ih0, o.col0, my_row, my_group, pre);
-    }
+    if (prefetch && tile < tiles) fetch_mine(tile);
 
 #pragma unroll 1
     for (; tile < tiles; tile += tile_stride) {
         const Origin o = origin(tile);
         if (prefetch) {
-            if (tid < wd.groups) put_group(window, wd, tid, pre);
+#pragma unroll
+            for (int k = 0; k < FC_PREFETCH; ++k)
+                if (tid + k * FC_THREADS < wd.groups) put_group(window, wd, tid + k * FC_THREADS, pre[k]);
         } else {
             for (int gi = tid; gi < wd.groups; gi += FC_THREADS) {
-                fetch_group(win, xs_c, xs_h, xs_w, words, x + o.img * xs_n, o.ih0, o.col0, gi / groups_per_row, gi % groups_per_row, pre);
-                put_group(window, wd, gi, pre);
+                fetch_group(win, xs_c, xs_h, xs_w, words, x + o.img * xs_n, o.ih0, o.col0, gi / groups_per_row, gi % groups_per_row, pre[0]);
+                put_group(window, wd, gi, pre[0]);
             }
         }
         __syncthreads();
-        if (prefetch && tile + tile_stride < tiles && tid < wd.groups) {
-            const Origin next = origin(tile + tile_stride);
-            fetch_group(win, xs_c, xs_h, xs_w, words, x + next.img * xs_n, next.ih0, next.col0, my_row, my_group, pre);
-        }
+        if (prefetch && tile + tile_stride < tiles) fetch_mine(tile + tile_stride);
 
         int acc[MT][NT][4];
 #pragma unroll
@@ -240,7 +250,7 @@ __device__ __forceinline__ void few_channels(const Window& win, i64 xs_n, i64 xs
         // Levels into the output tile ([pixel][filter], 16-byte rows), then out in 16-byte pieces.
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-            const int col = warp_n * 32 + nt * 8 + 2 * t;
+            const int col = warp_n * NT * 8 + nt * 8 + 2 * t;
             const float2 scale = scale_pairs[pair_of(nt)];
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
@@ -280,7 +290,7 @@ __device__ __forceinline__ void few_channels(const Window& win, i64 xs_n, i64 xs
 }
 
 // The epilogue's arguments are the INT8 convolution's (int8_conv.cu), the general ones unread.
-extern "C" __global__ void __launch_bounds__(FC_THREADS, 3)
+extern "C" __global__ void __launch_bounds__(FC_THREADS, 4)
     int8_conv_few_channels(Window win, i64 xs_n, i64 xs_c, i64 xs_h, i64 xs_w, int words, const signed char* x, const signed char* wt, int taps,
                            const int* int_bias, const float* scale, i64 scale_len, const float* float_bias, i64 float_bias_len, float y_scale,
                            float y_zero, float lo, float hi, int relu, const void* residual, int residual_type, float residual_scale,

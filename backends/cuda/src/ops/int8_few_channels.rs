@@ -17,7 +17,7 @@ use kiln::{invalid, DataType, KernelError};
 const TILE_ROWS: usize = 8;
 const TILE_COLUMNS: usize = 16;
 const FILTERS_PER_BLOCK: usize = 64;
-const THREADS: u32 = 256;
+const THREADS: u32 = 128;
 const OUT_PITCH: usize = FILTERS_PER_BLOCK + 16;
 /// The most input channels a pixel's word holds.
 pub const MAX_CHANNELS: usize = 4;
