@@ -251,7 +251,7 @@ __device__ __forceinline__ void gather_activations(Shared& sm, const Sched& sche
                                                    int rows, int depth_steps, int depth) {
     constexpr int ROWS_A_THREAD = ROWS / 16;
     const int tid = threadIdx.x, piece = tid % 8;
-    const int h = (int)win.h, w = (int)win.w, c = (int)win.c, s_taps = (int)win.kw, ow = (int)win.ow, plane = (int)(win.oh * win.ow);
+    const int h = (int)win.h, w = (int)win.w, c = (int)win.c, s_taps = (int)win.kw, ow = (int)win.ow, oh = (int)win.oh, plane = (int)(win.oh * win.ow);
     // This thread's rows of the tile (tid / 8 + 16 j): per row, the byte offset of its window's
     // top left corner (padding included) and that corner's row and column as one word's signed
     // half-words (past the pixels: a row no tap is in; the host keeps sizes below 2^15), which
@@ -261,10 +261,17 @@ __device__ __forceinline__ void gather_activations(Shared& sm, const Sched& sche
     int pos = 0;
     for (int seq = 0; seq < schedule.count; ++seq) {
         const int m0 = schedule.m(seq) * ROWS, n0 = schedule.n(seq) * COLS;
+        // The first row's pixel by two divisions, each next one 16 pixels on by a walk (a row of
+        // at least 16 pixels wraps at most once): two divisions a row were most of a tile's setup,
+        // which delays the tile's first stages.
+        int m = m0 + tid / 8, img = m / plane, oy = (m - img * plane) / ow, ox = m - img * plane - oy * ow;
 #pragma unroll
         for (int j = 0; j < ROWS_A_THREAD; ++j) {
-            const int m = m0 + tid / 8 + 16 * j;
-            const int img = m / plane, at = m - img * plane, oy = at / ow, ox = at - oy * ow;
+            if (j > 0) {
+                m += 16;
+                for (ox += 16; ox >= ow; ox -= ow)
+                    if (++oy == oh) oy = 0, ++img;
+            }
             const int top = oy * (int)win.sh - (int)win.ph, left = ox * (int)win.sw - (int)win.pw;
             corner_at[j] = (int)(((unsigned)(m < rows ? top : -(1 << 14)) << 16) | ((unsigned)left & 0xffffu));
             corner[j] = (((i64)img * h + top) * w + left) * c;
