@@ -19,6 +19,7 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("tma.cuh", include_str!("../../../kernels/tma.cuh")),
     ("levels.cuh", include_str!("../../../kernels/levels.cuh")),
     ("attention.cuh", include_str!("../../../kernels/attention.cuh")),
+    ("int8_conv.cuh", include_str!("../../../kernels/int8_conv.cuh")),
 ];
 
 /// A kernel as its launcher names it: the source that defines it, and its symbol.
@@ -51,8 +52,13 @@ pub enum Source {
     Attention,
     /// Attention on int8 levels, its products on the integer tensor cores: `attention_int8.cu`.
     AttentionInt8,
-    /// kiln's INT8 implicit-GEMM convolution with the requantizing epilogue: `int8_conv.cu`.
+    /// kiln's INT8 implicit-GEMM convolution with the requantizing epilogue (int8_conv.cuh): its
+    /// levels-only kernels, and the channel padding and folding, `int8_conv.cu`.
     Int8Conv,
+    /// Its general epilogue's kernels on mma.sync: `int8_conv_general.cu`.
+    Int8ConvGeneral,
+    /// Its general epilogue's kernels on wgmma (sm_90a only): `int8_conv_wg_general.cu`.
+    Int8ConvWgGeneral,
     /// kiln's warp-specialized INT8 matrix product (TMA, wgmma; sm_90a only): `int8_gemm.cu`.
     Int8Gemm,
     /// kiln's INT8 convolution of inputs of at most 4 channels (stems): `int8_few_channels.cu`.
@@ -80,7 +86,7 @@ pub enum Source {
 }
 
 impl Source {
-    pub const ALL: [Source; 24] = [
+    pub const ALL: [Source; 26] = [
         Source::Elementwise,
         Source::Copy,
         Source::Reduce,
@@ -93,6 +99,8 @@ impl Source {
         Source::Attention,
         Source::AttentionInt8,
         Source::Int8Conv,
+        Source::Int8ConvGeneral,
+        Source::Int8ConvWgGeneral,
         Source::Int8Gemm,
         Source::Int8FewChannels,
         Source::GridSample,
@@ -129,6 +137,8 @@ impl Source {
             Source::Attention => "attention.cu",
             Source::AttentionInt8 => "attention_int8.cu",
             Source::Int8Conv => "int8_conv.cu",
+            Source::Int8ConvGeneral => "int8_conv_general.cu",
+            Source::Int8ConvWgGeneral => "int8_conv_wg_general.cu",
             Source::Int8Gemm => "int8_gemm.cu",
             Source::Int8FewChannels => "int8_few_channels.cu",
             Source::GridSample => "grid_sample.cu",
@@ -162,6 +172,8 @@ impl Source {
             Source::Attention => include_str!("../../../kernels/attention.cu"),
             Source::AttentionInt8 => include_str!("../../../kernels/attention_int8.cu"),
             Source::Int8Conv => include_str!("../../../kernels/int8_conv.cu"),
+            Source::Int8ConvGeneral => include_str!("../../../kernels/int8_conv_general.cu"),
+            Source::Int8ConvWgGeneral => include_str!("../../../kernels/int8_conv_wg_general.cu"),
             Source::Int8Gemm => include_str!("../../../kernels/int8_gemm.cu"),
             Source::Int8FewChannels => include_str!("../../../kernels/int8_few_channels.cu"),
             Source::GridSample => include_str!("../../../kernels/grid_sample.cu"),
@@ -192,12 +204,12 @@ impl Source {
         Kernel { source: self, name: name.into() }
     }
 
-    /// The target this source compiles for on a device of `arch`: `int8_conv.cu` and
-    /// `int8_gemm.cu` take Hopper's arch-specific features (wgmma) on sm_90, whose `sm_90a` images load on any sm_90 device;
-    /// every other source compiles for `arch` itself.
+    /// The target this source compiles for on a device of `arch`: the INT8 convolution's sources
+    /// and `int8_gemm.cu` take Hopper's arch-specific features (wgmma) on sm_90, whose `sm_90a`
+    /// images load on any sm_90 device; every other source compiles for `arch` itself.
     pub fn target(self, arch: &str) -> String {
         match (self, arch) {
-            (Source::Int8Conv | Source::Int8Gemm, "sm_90") => "sm_90a".to_string(),
+            (Source::Int8Conv | Source::Int8ConvGeneral | Source::Int8ConvWgGeneral | Source::Int8Gemm, "sm_90") => "sm_90a".to_string(),
             _ => arch.to_string(),
         }
     }

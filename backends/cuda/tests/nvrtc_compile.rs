@@ -43,10 +43,10 @@ fn every_kernel_compiles_to_cubin_for_sm80_and_sm90() {
             let image = &images.iter().find(|(s, _)| *s == kernel.source).expect("compiled above").1;
             assert!(contains(image, &kernel.name), "{arch}: kernel `{}` is not in {}", kernel.name, kernel.source.file_name());
         }
-        // The wgmma convolutions exist in sm_90's arch-specific image only.
-        let int8 = &images.iter().find(|(s, _)| *s == Source::Int8Conv).expect("compiled above").1;
-        for name in kiln_cuda::ops::int8_conv::wgmma_kernel_names() {
-            assert_eq!(contains(int8, name), arch == "sm_90", "{arch}: `{name}` in int8_conv.cu's image");
+        // The wgmma convolutions exist in sm_90's arch-specific images only.
+        for kernel in kiln_cuda::ops::int8_conv::wgmma_kernels() {
+            let image = &images.iter().find(|(s, _)| *s == kernel.source).expect("compiled above").1;
+            assert_eq!(contains(image, &kernel.name), arch == "sm_90", "{arch}: `{}` in {}'s image", kernel.name, kernel.source.file_name());
         }
         let gemm = &images.iter().find(|(s, _)| *s == Source::Int8Gemm).expect("compiled above").1;
         for name in kiln_cuda::ops::int8_gemm::kernel_names() {

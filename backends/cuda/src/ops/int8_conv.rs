@@ -9,7 +9,7 @@ use super::quant::Epilogue;
 use super::{layout, Ctx};
 use crate::buffer::{Arg, DeviceTensor, Window};
 use crate::ops::KResult;
-use crate::sources::Source;
+use crate::sources::{Kernel, Source};
 use kiln::{invalid, DataType, KernelError};
 
 /// Pixels per block (`IC_BM`) and the kernel's block size.
@@ -156,14 +156,12 @@ pub fn convolution(cx: &Ctx, main_loop: MainLoop, c: &kiln::ConvolutionParams, x
     }
     // A narrow layer (64 filters or fewer) wastes half of a 128-filter block.
     let filters_per_block = if filters <= 64 { 64 } else { 128 };
-    let main = if main_loop.wgmma() { "wg_" } else { "" };
-    let name = format!("int8_conv_{main}bn{filters_per_block}{}", if levels { "_levels" } else { "" });
+    let kernel = conv_kernel(filters_per_block, levels, main_loop.wgmma());
     // The reason is formatted only where the log shows it: this runs on every enqueue.
     if !levels && tracing::enabled!(target: "kiln::int8", tracing::Level::INFO) {
         let why = epilogue.general_reason(depth).unwrap_or_default();
-        super::quant::say_once(format!("{name} over {:?} by {:?}: the general epilogue, for {why}", x.shape, w.shape));
+        super::quant::say_once(format!("{} over {:?} by {:?}: the general epilogue, for {why}", kernel.name, x.shape, w.shape));
     }
-    let kernel = Source::Int8Conv.kernel(&name);
     let (grid, shared) = launch(cx, &kernel, main_loop, pixels, filters, filters_per_block, depth, epilogue.joins, pointwise, epilogue.looks_up)?;
     let mut args = vec![Arg::Window(win), cx.arg(&x), cx.arg(&w)];
     args.extend(epilogue.args.iter().copied());
@@ -303,12 +301,27 @@ impl Fold {
     }
 }
 
-/// Every kernel of `int8_conv.cu` on every architecture, for the NVRTC test.
-pub fn kernel_names() -> [&'static str; 6] {
-    ["int8_conv_bn64", "int8_conv_bn128", "int8_conv_bn64_levels", "int8_conv_bn128_levels", "int8_pad_channels", "int8_fold_columns"]
+/// The convolution kernel of `filters_per_block` filters (64 or 128) with the levels-only or the
+/// general epilogue, on wgmma or mma.sync, in the source that defines it (int8_conv.cuh's
+/// kernels are instantiated in three, compiled in parallel).
+fn conv_kernel(filters_per_block: usize, levels: bool, wgmma: bool) -> Kernel {
+    let source = match (levels, wgmma) {
+        (true, _) => Source::Int8Conv,
+        (false, false) => Source::Int8ConvGeneral,
+        (false, true) => Source::Int8ConvWgGeneral,
+    };
+    let main = if wgmma { "wg_" } else { "" };
+    source.kernel(format!("int8_conv_{main}bn{filters_per_block}{}", if levels { "_levels" } else { "" }))
 }
 
-/// The wgmma kernels, in sm_90's (`sm_90a`) image only.
-pub fn wgmma_kernel_names() -> [&'static str; 4] {
-    ["int8_conv_wg_bn64", "int8_conv_wg_bn128", "int8_conv_wg_bn64_levels", "int8_conv_wg_bn128_levels"]
+/// The kernels on mma.sync (every architecture's image), and the channel padding and folding,
+/// each in its source: for the NVRTC test.
+pub fn kernels() -> Vec<Kernel> {
+    let convolutions = [64, 128].into_iter().flat_map(|f| [false, true].map(|levels| conv_kernel(f, levels, false)));
+    convolutions.chain(["int8_pad_channels", "int8_fold_columns"].map(|n| Source::Int8Conv.kernel(n))).collect()
+}
+
+/// The wgmma kernels, in sm_90's (`sm_90a`) images only.
+pub fn wgmma_kernels() -> Vec<Kernel> {
+    [64, 128].into_iter().flat_map(|f| [false, true].map(|levels| conv_kernel(f, levels, true))).collect()
 }

@@ -32,7 +32,6 @@ pub fn expected_kernels() -> Vec<Kernel> {
     add(Source::Resize, &mut each(&["resize_interp"], &FLOATS));
     add(Source::Attention, &mut each(&["flash_attention", "flash_attention_levels"], &["f16", "bf16"]));
     add(Source::AttentionInt8, &mut each(&["attention_int8", "attention_int8_long"], &["f16", "bf16"]));
-    add(Source::Int8Conv, &mut super::int8_conv::kernel_names().into_iter().map(String::from));
     add(Source::Int8FewChannels, &mut super::int8_few_channels::kernel_names().into_iter().map(String::from));
     for t in super::indexing::TYPED_SUFFIXES {
         add(Source::Indexing, &mut ["scatter_elements", "scatter_nd"].iter().map(|op| format!("{op}_{t}")));
@@ -51,6 +50,7 @@ pub fn expected_kernels() -> Vec<Kernel> {
     add(Source::OneHot, &mut each(&["one_hot"], &super::one_hot::WIDTHS));
     add(Source::NonZero, &mut each(&["nonzero_count", "nonzero_fill"], &super::data_dependent::WIDTHS));
     add(Source::Timing, &mut ["spin_cycles".to_string()].into_iter());
+    kernels.extend(super::int8_conv::kernels());
     kernels
 }
 
