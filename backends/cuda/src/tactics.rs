@@ -27,7 +27,10 @@ const CONV_SOURCE: &str = concat!(include_str!("dnn.rs"), include_str!("ops/conv
 const INT8_CONV_SOURCE: &str = concat!(
     include_str!("ops/quant.rs"),
     include_str!("ops/int8_conv.rs"),
+    include_str!("../../../kernels/int8_conv.cuh"),
     include_str!("../../../kernels/int8_conv.cu"),
+    include_str!("../../../kernels/int8_conv_general.cu"),
+    include_str!("../../../kernels/int8_conv_wg_general.cu"),
     include_str!("ops/int8_few_channels.rs"),
     include_str!("../../../kernels/int8_few_channels.cu"),
     include_str!("ops/int8_gemm.rs"),

@@ -1,4 +1,4 @@
-//! kiln's INT8 convolution (kernels/int8_conv.cu): an implicit GEMM on INT8 tensor cores that
+//! kiln's INT8 convolution (kernels/int8_conv.cuh): an implicit GEMM on INT8 tensor cores that
 //! reads the NHWC input in place and writes the requantized (or float) NHWC output, the
 //! epilogue fused. It takes 2-D, one-group convolutions of symmetric int8 operands; its 16-byte
 //! copies stay within one filter tap, so channels are zero-padded to a multiple of 16 where
