@@ -314,14 +314,18 @@ fn conv_kernel(filters_per_block: usize, levels: bool, wgmma: bool) -> Kernel {
     source.kernel(format!("int8_conv_{main}bn{filters_per_block}{}", if levels { "_levels" } else { "" }))
 }
 
+/// Every convolution kernel of one main loop: both block widths, both epilogues.
+fn conv_kernels(wgmma: bool) -> impl Iterator<Item = Kernel> {
+    [64, 128].into_iter().flat_map(move |f| [false, true].map(|levels| conv_kernel(f, levels, wgmma)))
+}
+
 /// The kernels on mma.sync (every architecture's image), and the channel padding and folding,
 /// each in its source: for the NVRTC test.
 pub fn kernels() -> Vec<Kernel> {
-    let convolutions = [64, 128].into_iter().flat_map(|f| [false, true].map(|levels| conv_kernel(f, levels, false)));
-    convolutions.chain(["int8_pad_channels", "int8_fold_columns"].map(|n| Source::Int8Conv.kernel(n))).collect()
+    conv_kernels(false).chain(["int8_pad_channels", "int8_fold_columns"].map(|n| Source::Int8Conv.kernel(n))).collect()
 }
 
 /// The wgmma kernels, in sm_90's (`sm_90a`) images only.
 pub fn wgmma_kernels() -> Vec<Kernel> {
-    [64, 128].into_iter().flat_map(|f| [false, true].map(|levels| conv_kernel(f, levels, true))).collect()
+    conv_kernels(true).collect()
 }
