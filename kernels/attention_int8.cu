@@ -5,7 +5,8 @@
 // the product's (or scores') grid, the value after the scores' grids, the mask, the exponential
 // against the row's maximum, the probability (times the reciprocal of the row's sum) rounded to
 // T, and its level; the output is each integer sum times the probabilities' and V's scales,
-// rounded to T. A level is looked up by the T value's bits in a table the host fills with the
+// rounded to T, and its level where the output's QuantizeLinear is folded in (the layer then
+// writes levels, a quarter of f32's bytes). A level is looked up by the T value's bits in a table the host fills with the
 // cpu oracle's quotient (kiln::plan::requantization::levels_of_16bit_floats), so each is the
 // oracle's level of that value, ties included. Where this differs from the unfused graph is
 // rounding: its products read Q, K, V and P dequantized to T, and its exponential is expf where
@@ -183,13 +184,58 @@ struct IntegerGrids {
     const unsigned char* first;
     const unsigned char* probs;
     float product_factor, output_factor;
+    // The output's level byte of every T value by its bits, where a QuantizeLinear of the output
+    // is folded in (the layer then writes levels); null: the layer writes T.
+    const unsigned char* out_levels;
 };
+
+// The output at element `at` of `o`: each value rounded to T as the unfused graph stored it,
+// written as T or, where `table` is set (IntegerGrids::out_levels), as its level looked up by its
+// bits. Every lookup is issued before the first store: a store between them (the table and the
+// output may alias, for all the compiler knows) made each wait for the previous one's latency.
+// One path for both forms: a second store loop beside store_output's cost the two-pass kernel
+// registers its key loop spilled for.
+template <typename T>
+__device__ __forceinline__ void store_values_or_levels(void* o, i64 at, const float (*acc)[4], float scale, const i64* qi, i64 sq, int dv, i64 ors,
+                                                       const unsigned char* __restrict__ table, bool vector) {
+    const int t4 = threadIdx.x % 4, bytes = table ? 1 : (int)sizeof(T);
+    unsigned words[FA_D / 8][2];
+#pragma unroll
+    for (int j = 0; j < FA_D / 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            words[j][h] = Mma<T>::pack(acc[j][2 * h] * scale, acc[j][2 * h + 1] * scale);
+            if (table) words[j][h] = __ldg(table + (words[j][h] & 0xFFFFu)) | (unsigned)__ldg(table + (words[j][h] >> 16)) << 8;
+        }
+#pragma unroll
+    for (int j = 0; j < FA_D / 8; ++j) {
+        const int col = j * 8 + 2 * t4;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            if (qi[h] >= sq || col >= dv) continue;
+            unsigned char* dst = static_cast<unsigned char*>(o) + (at + qi[h] * ors + col) * bytes;
+            const unsigned word = words[j][h];
+            const bool pair = col + 1 < dv;
+            if (vector && table) {
+                *reinterpret_cast<unsigned short*>(dst) = (unsigned short)word;
+            } else if (vector) {
+                *reinterpret_cast<unsigned*>(dst) = word;
+            } else if (table) {
+                dst[0] = (unsigned char)word;
+                if (pair) dst[1] = (unsigned char)(word >> 8);
+            } else {
+                reinterpret_cast<unsigned short*>(dst)[0] = (unsigned short)word;
+                if (pair) reinterpret_cast<unsigned short*>(dst)[1] = (unsigned short)(word >> 16);
+            }
+        }
+    }
+}
 
 // LONG: more than 128 keys, in two passes; else every score in registers.
 template <typename T, bool LONG>
 __device__ void attention_int8(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_tiles, const Layout& st, int flags, const IntegerGrids& grids,
                                const SoftmaxLevels& levels, const signed char* q, const signed char* k, const signed char* v, const T* mask,
-                               T* o) {
+                               void* o) {
     __shared__ __align__(16) unsigned char qs[FA_BQ][IA_PITCH];
     __shared__ __align__(16) unsigned char ks[2][FA_BK][IA_PITCH];
     __shared__ __align__(16) unsigned char vt[2][FA_D][IA_PITCH];
@@ -202,7 +248,8 @@ __device__ void attention_int8(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_t
     const signed char* qb = q + outer * st.stride[0][0] + head * st.stride[0][1];
     const signed char* kb = k + outer * st.stride[0][2] + head * st.stride[0][3];
     const signed char* vb = v + outer * st.stride[0][4] + head * st.stride[0][5];
-    T* ob = o + outer * st.stride[0][6] + head * st.stride[0][7];
+    // The output's element offset (T values, or level bytes where grids.out_levels is set).
+    const i64 o_at = outer * st.stride[0][6] + head * st.stride[0][7];
     const i64 qrs = st.stride[2][0], krs = st.stride[2][1], vrs = st.stride[2][2], ors = st.stride[2][3];
     const bool has_mask = flags & FA_HAS_MASK, vector_mask = flags & FA_VECTOR_MASK;
     const T* mb = has_mask ? mask + outer * st.stride[1][0] + head * st.stride[1][1] : mask;
@@ -304,17 +351,17 @@ __device__ void attention_int8(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_t
         for (int e = 0; e < 4; ++e) out[j][e] = int_as_float(acc[j][e]);
     }
     const i64 qi[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
-    const float scale[2] = {grids.output_factor, grids.output_factor};
-    store_output(ob, out, scale, qi, sq, dv, ors, flags & FA_VECTOR_LOADS);
+    store_values_or_levels<T>(o, o_at, out, grids.output_factor, qi, sq, dv, ors, grids.out_levels, flags & FA_VECTOR_LOADS);
 }
 
 #define IA_KERNEL(name, suffix, T, LONG) \
     extern "C" __global__ void __launch_bounds__(FA_THREADS, IA_BLOCKS) name##_##suffix(i64 sq, i64 sk, int d, int dv, i64 heads, \
         i64 q_tiles, Layout st, float product_factor, float output_factor, int flags, int on, float s0, float c0, int z0, int lo0, int hi0, \
         float s1, float c1, int z1, int lo1, int hi1, float s2, float c2, int z2, int lo2, int hi2, const unsigned char* first, \
-        const unsigned char* probs, const signed char* q, const signed char* k, const signed char* v, const T* mask, T* o) { \
+        const unsigned char* probs, const unsigned char* out_levels, const signed char* q, const signed char* k, const signed char* v, \
+        const T* mask, void* o) { \
         const SoftmaxLevels lv{on, {s0, s1, s2}, {c0, c1, c2}, {z0, z1, z2}, {lo0, lo1, lo2}, {hi0, hi1, hi2}}; \
-        const IntegerGrids grids{first, probs, product_factor, output_factor}; \
+        const IntegerGrids grids{first, probs, product_factor, output_factor, out_levels}; \
         attention_int8<T, LONG>(sq, sk, d, dv, heads, q_tiles, st, flags, grids, lv, q, k, v, mask, o); \
     }
 

@@ -181,6 +181,7 @@ fn attention_level_grids_must_be_8_bit_quantizations() {
             scores_levels: None,
             probs_levels: Some(grid),
             input_levels: None,
+            output_levels: None,
         };
         net.add_layer("attention", LayerKind::Attention(params), inputs).map(|_| ()).map_err(|e| e.to_string())
     };
@@ -196,6 +197,33 @@ fn attention_level_grids_must_be_8_bit_quantizations() {
         let err = attention(grid).expect_err(says);
         assert!(err.contains("probabilities levels") && err.contains(says), "{says}: {err}");
     }
+}
+
+/// An attention writing its output's levels (a folded per-tensor QuantizeLinear) outputs the
+/// grid's integer type, and its grid is refused as the others are.
+#[test]
+fn attention_output_levels_make_the_output_their_integers() {
+    let attention = |grid: LevelGrid| {
+        let mut net = Network::new("t");
+        let inputs: Vec<_> = ["q", "k", "v"].iter().map(|n| Some(net.add_input(n, DataType::F16, [1, 2, 4, 8]).unwrap())).collect();
+        let params = AttentionParams {
+            scale: 8f32.sqrt(),
+            key_transposed: false,
+            scale_multiplies: false,
+            zero_nan_rows: false,
+            product_levels: None,
+            scores_levels: None,
+            probs_levels: None,
+            input_levels: None,
+            output_levels: Some(grid),
+        };
+        let layer = net.add_layer("attention", LayerKind::Attention(params), inputs).map_err(|e| e.to_string())?;
+        Ok::<_, String>(net.tensor(net.output(layer, 0)).dtype)
+    };
+    assert_eq!(attention(LevelGrid { scale: 0.05, zero: 0, levels: DataType::I8 }), Ok(DataType::I8));
+    assert_eq!(attention(LevelGrid { scale: 0.05, zero: 128, levels: DataType::U8 }), Ok(DataType::U8));
+    let err = attention(LevelGrid { scale: -1.0, zero: 0, levels: DataType::I8 }).expect_err("a negative scale");
+    assert!(err.contains("the output levels") && err.contains("scale -1"), "{err}");
 }
 
 /// Q, K and V given as levels (a folded per-tensor DequantizeLinear each): each must be the
@@ -216,6 +244,7 @@ fn attention_input_levels_must_match_their_grids_and_dequantize_to_a_float() {
             scores_levels: None,
             probs_levels: None,
             input_levels: Some(InputLevels { grids, to }),
+            output_levels: None,
         };
         let layer = net.add_layer("attention", LayerKind::Attention(params), inputs).map_err(|e| e.to_string())?;
         Ok::<_, String>(net.tensor(net.output(layer, 0)).dtype)

@@ -2,7 +2,8 @@
 //! block as onnxruntime's `quantize_static` writes it (the product `Q·Kᵀ` and the
 //! probabilities each quantized and dequantized again). The builder fuses the attention with
 //! those levels before the Q/DQ fusion takes its products, folds the DequantizeLinear of Q, K
-//! and V into it, and the network keeps giving onnxruntime's values.
+//! and V and the QuantizeLinear of its output into it, and the network keeps giving
+//! onnxruntime's values.
 
 mod common;
 
@@ -33,6 +34,11 @@ fn a_quantized_attention_fuses_with_its_levels_and_keeps_onnxruntimes_values() {
     let levels = p.input_levels.expect("Q, K and V read as levels");
     assert!(levels.grids.iter().all(Option::is_some) && levels.to == kiln::DataType::F32, "{p:?}");
     assert!(!built.layers().iter().any(|l| matches!(l.kind, LayerKind::Dequantize { .. })), "{}", built.dump());
+    // The context's QuantizeLinear folded in too: the layer writes the levels the output
+    // projection reads, and the only QuantizeLinear left is the network input's.
+    let out = p.output_levels.expect("the output written as levels");
+    assert_eq!(out.levels, kiln::DataType::I8, "{p:?}");
+    assert_eq!(built.layers().iter().filter(|l| matches!(l.kind, LayerKind::Quantize { .. })).count(), 1, "{}", built.dump());
     // The projections around it are still integer layers: Q, K and V side by side as one
     // (passes/horizontal_quantized.rs), and the output projection.
     let integer = built.layers().iter().filter(|l| matches!(l.kind, LayerKind::Quantized(_))).count();

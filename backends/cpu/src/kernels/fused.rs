@@ -152,13 +152,20 @@ pub fn attention(
     if let Some(grid) = &p.probs_levels {
         probs = through_levels(&probs, grid)?;
     }
-    step(
+    let out = step(
         &LayerKind::MatrixMultiply {
             op_a: MatrixOp::None,
             op_b: MatrixOp::None,
         },
         &[Some(&probs), Some(v)],
-    )
+    )?;
+    match &p.output_levels {
+        Some(grid) => {
+            let (scale, zero) = grid.operands()?;
+            step(&LayerKind::Quantize { axis: None, to: grid.levels }, &[Some(&out), Some(&scale), Some(&zero)])
+        }
+        None => Ok(out),
+    }
 }
 
 /// `DequantizeLinear(QuantizeLinear(x))` on `grid`, back in x's type.

@@ -455,8 +455,22 @@ fn trailing(shape: &[usize]) -> &[usize] {
 }
 
 /// `softmax(scale · Q·Kᵀ + mask) · V`: the fused kernel, or two cuBLASLt products around a
-/// softmax. Q, K and V may have transposes pending.
+/// softmax. Q, K and V may have transposes pending. With output levels, the values' levels: the
+/// integer kernel writes them, the other paths quantize their float output.
 pub fn attention(cx: &Ctx, p: &AttentionParams, q: &DeviceTensor, k: &DeviceTensor, v: &DeviceTensor, mask: Option<&DeviceTensor>, out_shape: &[usize]) -> KResult<DeviceTensor> {
+    let out = attention_values(cx, p, q, k, v, mask, out_shape)?;
+    match &p.output_levels {
+        Some(grid) if out.dtype.is_float() => {
+            let (scale, zero) = grid.operands()?;
+            let table = |t: &kiln::HostTensor| cx.gpu.constant_table(t).map_err(KernelError::from);
+            super::typed::quantize(cx, &out, &table(&scale)?, Some(&table(&zero)?), None, grid.levels)
+        }
+        _ => Ok(out),
+    }
+}
+
+/// [`attention`] before its output levels (unless the integer kernel wrote them).
+fn attention_values(cx: &Ctx, p: &AttentionParams, q: &DeviceTensor, k: &DeviceTensor, v: &DeviceTensor, mask: Option<&DeviceTensor>, out_shape: &[usize]) -> KResult<DeviceTensor> {
     if let Some(out) = super::flash::attention(cx, p, q, k, v, mask, out_shape)? {
         return Ok(out);
     }

@@ -235,7 +235,10 @@ pub fn attention(
     if blocks == 0 || sk == 0 {
         return Ok(None);
     }
-    let mut out = cx.gpu.empty(dtype, out_shape.to_vec()).map_err(KernelError::from)?;
+    // The integer kernel writes the output's levels where its QuantizeLinear is folded in; the
+    // other kernels write floats, which compute::attention then quantizes.
+    let out_levels = p.output_levels.filter(|_| integer.is_some());
+    let mut out = cx.gpu.empty(out_levels.map_or(dtype, |g| g.levels), out_shape.to_vec()).map_err(KernelError::from)?;
     if cx.view_output.get() {
         out.strides = merged_heads_strides(out_shape);
     }
@@ -281,7 +284,7 @@ pub fn attention(
     }
     // The integer kernel copies whole 16-byte pieces of levels.
     let integer = integer.filter(|_| aligned);
-    if leveled && integer.is_none() && !levels_enabled() {
+    if (leveled && integer.is_none() && !levels_enabled()) || (out_levels.is_some() && integer.is_none()) {
         return Ok(None);
     }
     let blocks =
@@ -307,13 +310,16 @@ pub fn attention(
             // The first grid the scores meet, and the probabilities', as tables by value.
             let first = p.product_levels.or(p.scores_levels).map(|g| level_table(cx, dtype, &g, true)).transpose()?;
             args.extend([first.as_ref().map_or(Arg::NULL, |t| cx.arg(t)), cx.arg(&level_table(cx, dtype, &form.probs, false)?)]);
+            let out_table = out_levels.map(|g| level_table(cx, dtype, &g, false)).transpose()?;
+            args.push(out_table.as_ref().map_or(Arg::NULL, |t| cx.arg(t)));
             let (name, form) = match sk <= INTEGER_KEYS_IN_REGISTERS {
                 true => ("attention_int8", "every score in registers"),
                 false => ("attention_int8_long", "two passes over the keys"),
             };
             if tracing::enabled!(target: "kiln::int8", tracing::Level::INFO) {
+                let writes = out_levels.map_or(String::new(), |g| format!(", writing its output's {} levels", g.levels));
                 super::quant::say_once(format!(
-                    "attention on int8 levels ({sq} queries × {sk} keys, head dim {d}) runs on the integer tensor cores ({name}: {form})"
+                    "attention on int8 levels ({sq} queries × {sk} keys, head dim {d}) runs on the integer tensor cores ({name}: {form}{writes})"
                 ));
             }
             INTEGER_ATTENTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -59,6 +59,7 @@ fn run_cases(dtype: DataType, tolerance: f64, label: &str) {
             scores_levels: None,
             probs_levels: None,
             input_levels: None,
+            output_levels: None,
         });
         check(&format!("attention {label} {dtype} case {i}"), kind, inputs, tolerance);
     }
@@ -121,6 +122,7 @@ fn run_level_cases(dtype: DataType, tolerance: f64, flips: f64) {
             scores_levels: scores,
             probs_levels: probs,
             input_levels: None,
+            output_levels: None,
         });
         compare_on_levels(&format!("attention on levels {dtype} case {i}"), kind, inputs, tolerance, flips * step);
     }
@@ -209,6 +211,7 @@ fn run_input_level_cases(tolerance: f64) {
             scores_levels: scores,
             probs_levels: probs,
             input_levels: Some(InputLevels { grids, to: F16 }),
+            output_levels: None,
         });
         // A probability flipped to the next level moves an output by a step of 1/127 times V
         // (under 4 here): no output may be off by more than a few such steps.
@@ -261,20 +264,28 @@ fn run_integer_cases(integer: bool) {
             (false, _) => Some(padding_mask(F16, q[0], sk)),
         };
         inputs.extend(mask.map(In::Run));
-        let kind = LayerKind::Attention(AttentionParams {
-            scale: (d as f32).sqrt(),
-            key_transposed,
-            scale_multiplies: false,
-            zero_nan_rows: !full_mask,
-            product_levels: product,
-            scores_levels: scores,
-            probs_levels: grid(1.0 / 127.0),
-            input_levels: Some(InputLevels { grids: [grid(1.0 / 16.0), grid(1.0 / 16.0), grid(1.0 / 32.0)], to: F16 }),
-        });
-        let before = kiln_cuda::ops::flash::integer_attentions_enqueued();
-        compare_on_levels(&format!("attention on int8 levels case {i} (integer kernel {integer})"), kind, inputs, 1e-2, 6.0 * 2.0 / 127.0);
-        let ran = kiln_cuda::ops::flash::integer_attentions_enqueued() > before;
-        assert_eq!(ran, integer && backend().is_some(), "case {i}: the integer kernel ran: {ran}");
+        // Each case writes floats, then its output's int8 levels (a QuantizeLinear folded in,
+        // steps of 1/128: a flipped probability's 6·2/127 is at most 13 levels, and one more
+        // where that crosses a rounding edge; at 1/32 case 2's small outputs, a few levels each,
+        // put the oracle's one-level roundings of f16 probabilities above the relative L2 bound).
+        for (output_levels, worst) in [(None, 6.0 * 2.0 / 127.0), (grid(1.0 / 128.0), 6.0 * 2.0 / 127.0 * 128.0 + 1.0)] {
+            let kind = LayerKind::Attention(AttentionParams {
+                scale: (d as f32).sqrt(),
+                key_transposed,
+                scale_multiplies: false,
+                zero_nan_rows: !full_mask,
+                product_levels: product,
+                scores_levels: scores,
+                probs_levels: grid(1.0 / 127.0),
+                input_levels: Some(InputLevels { grids: [grid(1.0 / 16.0), grid(1.0 / 16.0), grid(1.0 / 32.0)], to: F16 }),
+                output_levels,
+            });
+            let what = format!("attention on int8 levels case {i} (integer kernel {integer}, output levels {})", output_levels.is_some());
+            let before = kiln_cuda::ops::flash::integer_attentions_enqueued();
+            compare_on_levels(&what, kind, inputs.clone(), 1e-2, worst);
+            let ran = kiln_cuda::ops::flash::integer_attentions_enqueued() > before;
+            assert_eq!(ran, integer && backend().is_some(), "{what}: the integer kernel ran: {ran}");
+        }
     }
 }
 
@@ -332,6 +343,7 @@ fn fully_masked_rows_are_nan_or_zero_as_the_graph_says() {
                 scores_levels: None,
                 probs_levels: None,
                 input_levels: None,
+                output_levels: None,
             });
             check(&format!("masked rows {dtype} zero_nan_rows={zero_nan_rows}"), kind, inputs, tolerance);
         }
@@ -384,6 +396,7 @@ fn head_split_and_merge_around_attention_match_cpu_across_replays() {
             scores_levels: None,
             probs_levels: None,
             input_levels: None,
+            output_levels: None,
         };
         let a = net.add_layer("attention", LayerKind::Attention(params), vec![Some(q), Some(k), Some(v), Some(mask)]).unwrap();
         let merged = ShuffleParams { first_transpose: vec![0, 2, 1, 3], ..Default::default() };

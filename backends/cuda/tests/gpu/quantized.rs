@@ -939,6 +939,7 @@ fn qdq_of_transposed_views_and_attention_on_them_match_the_cpu_oracle() {
         scores_levels: None,
         probs_levels: Some(kiln::LevelGrid { scale: 1.0 / 127.0, zero: 0, levels: DataType::I8 }),
         input_levels: None,
+        output_levels: None,
     };
     let context = layer("attention", LayerKind::Attention(attention), heads_f16.iter().map(|&t| Some(t)).collect());
     // A f32 Dequantize of the keys' view, and a Quantize of a transposed f32 view.

@@ -270,7 +270,12 @@ pub fn attention(
     if let Some(grid) = &p.probs_levels {
         probs = through_levels(rec, &probs, grid)?;
     }
-    matmul(rec, &probs, MatrixOp::None, v, MatrixOp::None, shape, dtype)
+    let Some(grid) = &p.output_levels else { return matmul(rec, &probs, MatrixOp::None, v, MatrixOp::None, shape, dtype) };
+    // The float the unfused graph stored (q's type), then its levels.
+    let out = matmul(rec, &probs, MatrixOp::None, v, MatrixOp::None, shape, q.dtype)?;
+    let (scale, zero) = grid.operands().map_err(|e| kiln::invalid!("attention's output levels: {e}"))?;
+    let (scale, zero) = (rec.upload(&scale)?, rec.upload(&zero)?);
+    super::quant::quantize(rec, &out, &scale, Some(&zero), None, grid.levels)
 }
 
 /// `DequantizeLinear(QuantizeLinear(x))` on `grid`, back in x's type.

@@ -153,6 +153,7 @@ fn attention_and_fused() {
         scores_levels: None,
         probs_levels: None,
         input_levels: None,
+        output_levels: None,
     };
     check(
         &gpu,
@@ -182,6 +183,7 @@ fn attention_and_fused() {
         product_levels: grid(0.37, kiln::DataType::I8),
         probs_levels: grid(1.0 / 255.0, kiln::DataType::U8),
         input_levels: None,
+        output_levels: None,
         ..p
     };
     check(&gpu, LayerKind::Attention(p), vec![In::Run(q), In::Run(k), In::Run(v), In::Absent], "attention on levels");
@@ -201,7 +203,11 @@ fn attention_and_fused() {
     );
     let grids = [Some(kiln::LevelGrid { scale: 0.25, zero: 0, levels: kiln::DataType::I8 }), None, Some(kiln::LevelGrid { scale: 0.25, zero: 128, levels: kiln::DataType::U8 })];
     let p = AttentionParams { input_levels: Some(kiln::InputLevels { grids, to: kiln::DataType::F32 }), ..p };
-    check(&gpu, LayerKind::Attention(p), vec![In::Run(q), In::Run(k), In::Run(v), In::Absent], "attention on levels, Q and V given as levels");
+    check(&gpu, LayerKind::Attention(p), vec![In::Run(q.clone()), In::Run(k.clone()), In::Run(v.clone()), In::Absent], "attention on levels, Q and V given as levels");
+    // The output's QuantizeLinear folded in: int8 levels, within one of the oracle's (a sum in
+    // another order may cross a rounding edge).
+    let p = AttentionParams { output_levels: Some(kiln::LevelGrid { scale: 0.02, zero: 3, levels: kiln::DataType::I8 }), ..p };
+    check_tol(&gpu, LayerKind::Attention(p), vec![In::Run(q), In::Run(k), In::Run(v), In::Absent], 0.0, 1.0, "attention writing its output's levels");
     // conv + bias-add + relu + residual.
     let fused = FusedParams {
         anchor: FusedAnchor::Convolution(conv_params(2)),

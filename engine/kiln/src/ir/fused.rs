@@ -186,6 +186,11 @@ pub struct AttentionParams {
     /// folded into the layer.
     #[serde(default)]
     pub input_levels: Option<InputLevels>,
+    /// The output quantized by a per-tensor QuantizeLinear folded into the layer: each value,
+    /// rounded to the layer's float type as the unfused graph stored it, becomes its level on
+    /// this grid, and the layer writes the levels (`grid.levels`).
+    #[serde(default)]
+    pub output_levels: Option<LevelGrid>,
 }
 
 /// Attention inputs read as 8-bit levels (a Q/DQ network's Q, K and V): the layer dequantizes

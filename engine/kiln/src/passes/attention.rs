@@ -101,18 +101,55 @@ fn input_levels(v: &super::patterns::View<'_>, l: &Layer) -> Option<Replacement>
 fn dequantized_levels<'n>(v: &super::patterns::View<'n>, t: TensorId) -> Option<(&'n Layer, TensorId, LevelGrid)> {
     let dq = v.inner(t)?;
     let LayerKind::Dequantize { .. } = dq.kind else { return None };
-    let (levels, scale) = (dq.inputs[0]?, dq.inputs[1]?);
-    let level_type = v.net.tensor(levels).dtype;
+    let levels = dq.inputs[0]?;
+    Some((dq, levels, per_tensor_grid(v, dq, v.net.tensor(levels).dtype)?))
+}
+
+/// The grid of a per-tensor QuantizeLinear or DequantizeLinear `l` of `level_type` levels
+/// (8-bit): one constant f32 scale, positive and finite, and a constant zero point or none.
+fn per_tensor_grid(v: &super::patterns::View<'_>, l: &Layer, level_type: DataType) -> Option<LevelGrid> {
+    let scale = l.inputs.get(1).copied().flatten()?;
     if !matches!(level_type, DataType::I8 | DataType::U8) || v.net.tensor(scale).dtype != DataType::F32 || v.net.tensor(scale).shape.volume() != Some(1) {
         return None;
     }
-    let zero = match dq.inputs.get(2).copied().flatten() {
+    let zero = match l.inputs.get(2).copied().flatten() {
         Some(z) if v.net.tensor(z).dtype == level_type && v.net.tensor(z).shape.volume() == Some(1) => v.scalar(z)?,
         Some(_) => return None,
         None => 0.0,
     };
     let scale = v.scalar(scale)?;
-    (scale.is_finite() && scale > 0.0).then_some((dq, levels, LevelGrid { scale: scale as f32, zero: zero as i32, levels: level_type }))
+    (scale.is_finite() && scale > 0.0).then_some(LevelGrid { scale: scale as f32, zero: zero as i32, levels: level_type })
+}
+
+/// An attention whose output only a per-tensor QuantizeLinear reads (one constant f32 scale, a
+/// constant zero point or none, 8-bit levels) writes the levels itself
+/// (`AttentionParams::output_levels`): a Q/DQ network's context, which its output projection
+/// reads as levels. A backend that fuses attention then writes a quarter of the bytes (half of
+/// f16's) and skips a pass over them. Runs after the precision pass, so the QuantizeLinear reads
+/// the attention's float type, the type the layer rounds to before it quantizes.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AttentionOutputLevels;
+
+impl Pass for AttentionOutputLevels {
+    fn name(&self) -> &'static str {
+        "attention-output-levels"
+    }
+
+    fn run(&self, network: &Network, _: &PassContext<'_>) -> Result<Option<Network>, PassError> {
+        rewrite(network, |v, _, l| output_levels(v, l))
+    }
+}
+
+fn output_levels(v: &super::patterns::View<'_>, q: &Layer) -> Option<Replacement> {
+    let LayerKind::Quantize { to, .. } = q.kind else { return None };
+    let attention = v.inner(q.inputs[0]?)?;
+    let LayerKind::Attention(p) = attention.kind else { return None };
+    if p.output_levels.is_some() || !v.net.tensor(attention.outputs[0]).dtype.is_float() {
+        return None;
+    }
+    let grid = per_tensor_grid(v, q, to)?;
+    let kind = LayerKind::Attention(AttentionParams { output_levels: Some(grid), ..p });
+    Some(Replacement { names: names(&[attention, q]), kind, inputs: attention.inputs.iter().map(|t| t.map(NewInput::Tensor)).collect() })
 }
 
 /// The Attention layer that replaces the pattern ending at `pv`, the product by V.
@@ -267,6 +304,7 @@ fn attention(v: &super::patterns::View<'_>, pv: &Layer) -> Option<Replacement> {
         scores_levels,
         probs_levels,
         input_levels: None,
+        output_levels: None,
     };
     Some(Replacement {
         names: names(&matched),

@@ -28,7 +28,7 @@ mod quantized_chain;
 mod shape_tensors;
 pub(crate) mod graph;
 
-pub use attention::{AttentionFusion, AttentionInputLevels, QuantizedAttentionFusion};
+pub use attention::{AttentionFusion, AttentionInputLevels, AttentionOutputLevels, QuantizedAttentionFusion};
 pub use cse::CommonSubexpressionElimination;
 pub use dead::{remove_dead_layers, DeadLayerElimination};
 pub use einsum::EinsumLowering;
@@ -168,6 +168,7 @@ impl Pipeline {
                 Box::new(LevelTables),
                 // After the chains fold a DequantizeLinear's Cast into the type it writes.
                 Box::new(AttentionInputLevels),
+                Box::new(AttentionOutputLevels),
                 // Last, so no pattern above sees a value shared that the graph computed twice.
                 Box::new(CommonSubexpressionElimination),
                 // After CSE, so products of one input quantized twice alike read one tensor.

@@ -108,7 +108,7 @@ pub(super) fn attention(
     // A grid's levels are int8 or uint8 with a zero point among them and a positive finite
     // scale, as the QuantizeLinear it stands for has (an engine file may say otherwise).
     let inputs = ["the Q input's", "the K input's", "the V input's"];
-    let grids = [("the product", p.product_levels), ("the scores", p.scores_levels), ("the probabilities", p.probs_levels)]
+    let grids = [("the product", p.product_levels), ("the scores", p.scores_levels), ("the probabilities", p.probs_levels), ("the output", p.output_levels)]
         .into_iter()
         .chain(inputs.into_iter().enumerate().map(|(i, what)| (what, p.input_grid(i))));
     for (what, grid) in grids {
@@ -173,5 +173,8 @@ pub(super) fn attention(
     };
     let mut out = infer_layer(&pv, &[Some(s), ins.get(2)], weights)?;
     out[0].value = None;
+    if let Some(grid) = p.output_levels {
+        out[0].dtype = grid.levels;
+    }
     Ok(out)
 }
