@@ -164,6 +164,21 @@ fn dump_lists_inputs_layers_and_outputs() {
     assert_eq!(dump, expected);
 }
 
+/// `softmax(Q·Kᵀ / √8) · V` with no levels: the attention tests' starting point.
+fn attention_over_8_dims() -> AttentionParams {
+    AttentionParams {
+        scale: 8f32.sqrt(),
+        key_transposed: false,
+        scale_multiplies: false,
+        zero_nan_rows: false,
+        product_levels: None,
+        scores_levels: None,
+        probs_levels: None,
+        input_levels: None,
+        output_levels: None,
+    }
+}
+
 /// An attention layer's level grids are a QuantizeLinear's: int8 or uint8 levels, a zero point
 /// among them and a positive scale. Anything else (an engine file may say anything) is refused
 /// with what is wrong.
@@ -172,17 +187,7 @@ fn attention_level_grids_must_be_8_bit_quantizations() {
     let attention = |grid: LevelGrid| {
         let mut net = Network::new("t");
         let inputs: Vec<_> = ["q", "k", "v"].iter().map(|n| Some(net.add_input(n, DataType::F32, [1, 2, 4, 8]).unwrap())).collect();
-        let params = AttentionParams {
-            scale: 8f32.sqrt(),
-            key_transposed: false,
-            scale_multiplies: false,
-            zero_nan_rows: false,
-            product_levels: None,
-            scores_levels: None,
-            probs_levels: Some(grid),
-            input_levels: None,
-            output_levels: None,
-        };
+        let params = AttentionParams { probs_levels: Some(grid), ..attention_over_8_dims() };
         net.add_layer("attention", LayerKind::Attention(params), inputs).map(|_| ()).map_err(|e| e.to_string())
     };
     assert_eq!(attention(LevelGrid { scale: 1.0 / 127.0, zero: 0, levels: DataType::I8 }), Ok(()));
@@ -206,17 +211,7 @@ fn attention_output_levels_make_the_output_their_integers() {
     let attention = |grid: LevelGrid| {
         let mut net = Network::new("t");
         let inputs: Vec<_> = ["q", "k", "v"].iter().map(|n| Some(net.add_input(n, DataType::F16, [1, 2, 4, 8]).unwrap())).collect();
-        let params = AttentionParams {
-            scale: 8f32.sqrt(),
-            key_transposed: false,
-            scale_multiplies: false,
-            zero_nan_rows: false,
-            product_levels: None,
-            scores_levels: None,
-            probs_levels: None,
-            input_levels: None,
-            output_levels: Some(grid),
-        };
+        let params = AttentionParams { output_levels: Some(grid), ..attention_over_8_dims() };
         let layer = net.add_layer("attention", LayerKind::Attention(params), inputs).map_err(|e| e.to_string())?;
         Ok::<_, String>(net.tensor(net.output(layer, 0)).dtype)
     };
@@ -235,17 +230,7 @@ fn attention_input_levels_must_match_their_grids_and_dequantize_to_a_float() {
     let attention = |types: [DataType; 3], grids: [Option<LevelGrid>; 3], to: DataType| {
         let mut net = Network::new("t");
         let inputs: Vec<_> = ["q", "k", "v"].iter().zip(types).map(|(n, t)| Some(net.add_input(n, t, [1, 2, 4, 8]).unwrap())).collect();
-        let params = AttentionParams {
-            scale: 8f32.sqrt(),
-            key_transposed: false,
-            scale_multiplies: false,
-            zero_nan_rows: false,
-            product_levels: None,
-            scores_levels: None,
-            probs_levels: None,
-            input_levels: Some(InputLevels { grids, to }),
-            output_levels: None,
-        };
+        let params = AttentionParams { input_levels: Some(InputLevels { grids, to }), ..attention_over_8_dims() };
         let layer = net.add_layer("attention", LayerKind::Attention(params), inputs).map_err(|e| e.to_string())?;
         Ok::<_, String>(net.tensor(net.output(layer, 0)).dtype)
     };
