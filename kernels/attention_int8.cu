@@ -231,8 +231,11 @@ __device__ __forceinline__ void store_values_or_levels(void* o, i64 at, const fl
     }
 }
 
-// LONG: more than 128 keys, in two passes; else every score in registers.
-template <typename T, bool LONG>
+// LONG: more than 128 keys, in two passes; else every score in registers. LEVELS_OUT: the
+// kernel writes the output's levels (grids.out_levels), instantiated apart so the float
+// kernels keep their registers (the two-pass one is at the 128 limit, and the levels' store
+// made it spill 32 bytes in its key loops).
+template <typename T, bool LONG, bool LEVELS_OUT>
 __device__ void attention_int8(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_tiles, const Layout& st, int flags, const IntegerGrids& grids,
                                const SoftmaxLevels& levels, const signed char* q, const signed char* k, const signed char* v, const T* mask,
                                void* o) {
@@ -351,10 +354,10 @@ __device__ void attention_int8(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_t
         for (int e = 0; e < 4; ++e) out[j][e] = int_as_float(acc[j][e]);
     }
     const i64 qi[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
-    store_values_or_levels<T>(o, o_at, out, grids.output_factor, qi, sq, dv, ors, grids.out_levels, flags & FA_VECTOR_LOADS);
+    store_values_or_levels<T>(o, o_at, out, grids.output_factor, qi, sq, dv, ors, LEVELS_OUT ? grids.out_levels : nullptr, flags & FA_VECTOR_LOADS);
 }
 
-#define IA_KERNEL(name, suffix, T, LONG) \
+#define IA_KERNEL(name, suffix, T, LONG, LEVELS_OUT) \
     extern "C" __global__ void __launch_bounds__(FA_THREADS, IA_BLOCKS) name##_##suffix(i64 sq, i64 sk, int d, int dv, i64 heads, \
         i64 q_tiles, Layout st, float product_factor, float output_factor, int flags, int on, float s0, float c0, int z0, int lo0, int hi0, \
         float s1, float c1, int z1, int lo1, int hi1, float s2, float c2, int z2, int lo2, int hi2, const unsigned char* first, \
@@ -362,10 +365,14 @@ __device__ void attention_int8(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_t
         const T* mask, void* o) { \
         const SoftmaxLevels lv{on, {s0, s1, s2}, {c0, c1, c2}, {z0, z1, z2}, {lo0, lo1, lo2}, {hi0, hi1, hi2}}; \
         const IntegerGrids grids{first, probs, product_factor, output_factor, out_levels}; \
-        attention_int8<T, LONG>(sq, sk, d, dv, heads, q_tiles, st, flags, grids, lv, q, k, v, mask, o); \
+        attention_int8<T, LONG, LEVELS_OUT>(sq, sk, d, dv, heads, q_tiles, st, flags, grids, lv, q, k, v, mask, o); \
     }
 
-IA_KERNEL(attention_int8, f16, __half, false)
-IA_KERNEL(attention_int8, bf16, __nv_bfloat16, false)
-IA_KERNEL(attention_int8_long, f16, __half, true)
-IA_KERNEL(attention_int8_long, bf16, __nv_bfloat16, true)
+IA_KERNEL(attention_int8, f16, __half, false, false)
+IA_KERNEL(attention_int8, bf16, __nv_bfloat16, false, false)
+IA_KERNEL(attention_int8_long, f16, __half, true, false)
+IA_KERNEL(attention_int8_long, bf16, __nv_bfloat16, true, false)
+IA_KERNEL(attention_int8_levels, f16, __half, false, true)
+IA_KERNEL(attention_int8_levels, bf16, __nv_bfloat16, false, true)
+IA_KERNEL(attention_int8_long_levels, f16, __half, true, true)
+IA_KERNEL(attention_int8_long_levels, bf16, __nv_bfloat16, true, true)

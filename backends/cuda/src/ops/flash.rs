@@ -88,6 +88,15 @@ pub fn integer_attentions_enqueued() -> u64 {
     INTEGER_ATTENTIONS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Whether the two-pass integer kernel writes the output's levels itself
+/// (`KILN_CUDA_INT8_ATTENTION_LONG_LEVELS=1`); by default it writes floats, which
+/// compute::attention quantizes in their layout. Its registers are at the 128 limit, and the
+/// levels' store made it spill in its key loops: ViT-B/16 b32 Q/DQ ran 4.50 ms with it against
+/// 4.44-4.45 without (H200, same tactics).
+fn long_levels_enabled() -> bool {
+    std::env::var("KILN_CUDA_INT8_ATTENTION_LONG_LEVELS").as_deref() == Ok("1")
+}
+
 /// Whether attention on int8 levels may run on the integer tensor cores (on by default).
 fn integer_enabled() -> bool {
     std::env::var("KILN_CUDA_INT8_ATTENTION").as_deref() != Ok("0")
@@ -237,7 +246,7 @@ pub fn attention(
     }
     // The integer kernel writes the output's levels where its QuantizeLinear is folded in; the
     // other kernels write floats, which compute::attention then quantizes.
-    let out_levels = p.output_levels.filter(|_| integer.is_some());
+    let out_levels = p.output_levels.filter(|_| integer.is_some() && (sk <= INTEGER_KEYS_IN_REGISTERS || long_levels_enabled()));
     let mut out = cx.gpu.empty(out_levels.map_or(dtype, |g| g.levels), out_shape.to_vec()).map_err(KernelError::from)?;
     if cx.view_output.get() {
         out.strides = merged_heads_strides(out_shape);
@@ -323,7 +332,8 @@ pub fn attention(
                 ));
             }
             INTEGER_ATTENTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            Source::AttentionInt8.kernel(format!("{name}_{suffix}"))
+            let levels = if out_levels.is_some() { "_levels" } else { "" };
+            Source::AttentionInt8.kernel(format!("{name}{levels}_{suffix}"))
         }
         (Some(grids), None) => {
             args.extend([Arg::F32(p.stored_product_factor()), Arg::I32(flags)]);

@@ -303,8 +303,13 @@ fn fused_and_unfused_attention_match_cpu_in_16_bits() {
     std::env::remove_var("KILN_CUDA_FLASH_ATTENTION_LEVELS");
     run_level_cases(DataType::F16, 1e-2, 6.0);
     run_input_level_cases(1e-2);
-    // Int8 levels on the integer kernel, then (KILN_CUDA_INT8_ATTENTION=0) on the unfused path.
+    // Int8 levels on the integer kernel (the two-pass kernel writing floats where the output's
+    // levels are asked for, quantized after), again with it writing the levels itself, then
+    // (KILN_CUDA_INT8_ATTENTION=0) on the unfused path.
     run_integer_cases(true);
+    std::env::set_var("KILN_CUDA_INT8_ATTENTION_LONG_LEVELS", "1");
+    run_integer_cases(true);
+    std::env::remove_var("KILN_CUDA_INT8_ATTENTION_LONG_LEVELS");
     std::env::set_var("KILN_CUDA_INT8_ATTENTION", "0");
     run_integer_cases(false);
     std::env::remove_var("KILN_CUDA_INT8_ATTENTION");
