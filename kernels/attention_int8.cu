@@ -193,8 +193,7 @@ struct IntegerGrids {
 // written as T or, where `table` is set (IntegerGrids::out_levels), as its level looked up by its
 // bits. Every lookup is issued before the first store: a store between them (the table and the
 // output may alias, for all the compiler knows) made each wait for the previous one's latency.
-// One path for both forms: a second store loop beside store_output's cost the two-pass kernel
-// registers its key loop spilled for.
+// The float kernels pass a null table at compile time and keep the T stores alone.
 template <typename T>
 __device__ __forceinline__ void store_values_or_levels(void* o, i64 at, const float (*acc)[4], float scale, const i64* qi, i64 sq, int dv, i64 ors,
                                                        const unsigned char* __restrict__ table, bool vector) {
