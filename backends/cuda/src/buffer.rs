@@ -159,18 +159,23 @@ impl DeviceTensor {
     /// Whether the bytes are every element of `shape` packed in some order of its axes (a
     /// transposed view of a whole tensor): elementwise work may then run in memory order.
     pub fn packed_permutation(&self) -> bool {
-        let Some(strides) = &self.strides else { return false };
-        let mut order: Vec<usize> = (0..self.shape.len()).collect();
-        // Outermost first; an axis of one element may sit anywhere.
-        order.sort_by_key(|&a| (std::cmp::Reverse(strides[a]), self.shape[a] != 1));
-        let packed = strides_in_order(&self.shape, &order);
-        order.iter().all(|&a| self.shape[a] == 1 || packed[a] == strides[a])
+        self.strides.as_deref().is_some_and(|strides| packs_in_some_order(&self.shape, strides))
     }
 
     /// Per axis, its element stride.
     pub fn element_strides(&self) -> Vec<i64> {
         self.strides.clone().unwrap_or_else(|| strides_in_order(&self.shape, &(0..self.shape.len()).collect::<Vec<_>>()))
     }
+}
+
+/// Whether `strides` place every element of `shape` one after another from the buffer's start in
+/// some order of its axes (a transpose of a row-major tensor): no gaps, no overlap.
+pub fn packs_in_some_order(shape: &[usize], strides: &[i64]) -> bool {
+    let mut order: Vec<usize> = (0..shape.len()).collect();
+    // Outermost first; an axis of one element may sit anywhere.
+    order.sort_by_key(|&a| (std::cmp::Reverse(strides[a]), shape[a] != 1));
+    let packed = strides_in_order(shape, &order);
+    order.iter().all(|&a| shape[a] == 1 || packed[a] == strides[a])
 }
 
 /// Per axis of `shape`, its element stride when the axes are packed in `order` (outermost first).
@@ -365,5 +370,22 @@ pub fn unit_suffix(bytes: usize) -> &'static str {
         4 => "u32",
         8 => "u64",
         _ => "u128",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{packs_in_some_order, strides_in_order};
+
+    #[test]
+    fn a_transpose_of_a_packed_tensor_fills_its_buffer_and_a_slice_or_broadcast_does_not() {
+        let merged = strides_in_order(&[2, 12, 128, 64], &[0, 2, 1, 3]);
+        assert!(packs_in_some_order(&[2, 12, 128, 64], &merged));
+        assert!(packs_in_some_order(&[2, 12, 128, 64], &[12 * 128 * 64, 128 * 64, 64, 1]));
+        // Axes of one element may have any stride.
+        assert!(packs_in_some_order(&[1, 3, 4], &[999, 4, 1]));
+        // Every other column of a wider row, and a broadcast row.
+        assert!(!packs_in_some_order(&[4, 8], &[16, 1]));
+        assert!(!packs_in_some_order(&[4, 8], &[0, 1]));
     }
 }

@@ -465,38 +465,21 @@ pub fn attention(cx: &Ctx, p: &AttentionParams, q: &DeviceTensor, k: &DeviceTens
     }
 }
 
-/// `x`'s levels on `grid` (a per-tensor QuantizeLinear), laid out as `x` is: a view whose
-/// elements fill its buffer in some axis order (the fused kernel's output in its head merge's
-/// order) is quantized as the flat run it is and keeps its strides, so the Shuffle that merges
-/// the heads stays a view of the levels, as it was of the floats.
+/// `x`'s levels on `grid` (a per-tensor QuantizeLinear), laid out as `x` is where that is a
+/// packed order of its axes, as the QuantizeLinear layer does (`memory_order_input`): the fused
+/// kernel's output in its head merge's order keeps it, so the Shuffle that merges the heads
+/// stays a view of the levels, as it was of the floats.
 fn levels_in_place_order(cx: &Ctx, x: &DeviceTensor, grid: &kiln::LevelGrid) -> KResult<DeviceTensor> {
-    let (scale, zero) = grid.operands()?;
-    let table = |t: &kiln::HostTensor| cx.gpu.constant_table(t).map_err(KernelError::from);
-    let (scale, zero) = (table(&scale)?, table(&zero)?);
-    let volume: usize = x.shape.iter().product();
-    match &x.strides {
-        Some(strides) if fills_in_some_order(&x.shape, strides) => {
-            let flat = DeviceTensor::new(x.buf.clone(), x.dtype, vec![volume]);
-            let levels = super::typed::quantize(cx, &flat, &scale, Some(&zero), None, grid.levels)?;
-            Ok(DeviceTensor { buf: levels.buf, dtype: grid.levels, shape: x.shape.clone(), strides: Some(strides.clone()) })
-        }
-        _ => super::typed::quantize(cx, x, &scale, Some(&zero), None, grid.levels),
-    }
+    let (scale, zero) = grid_operands(cx, grid)?;
+    let x = super::memory_order_input(cx, x, true, super::Permuted::Always)?;
+    Ok(super::typed::quantize(cx, &x, &scale, Some(&zero), None, grid.levels)?.with_strides_of(&x))
 }
 
-/// Whether `strides` place the elements of `shape` one after another in some order of its axes
-/// (a transpose of a row-major tensor), from the buffer's start: no gaps, no overlap.
-fn fills_in_some_order(shape: &[usize], strides: &[i64]) -> bool {
-    let mut axes: Vec<usize> = (0..shape.len()).filter(|&a| shape[a] > 1).collect();
-    axes.sort_by_key(|&a| strides[a]);
-    let mut next = 1i64;
-    for a in axes {
-        if strides[a] != next {
-            return false;
-        }
-        next *= shape[a] as i64;
-    }
-    true
+/// `grid`'s scale and zero point as the device operands of a QuantizeLinear / DequantizeLinear.
+fn grid_operands(cx: &Ctx, grid: &kiln::LevelGrid) -> KResult<(DeviceTensor, DeviceTensor)> {
+    let (scale, zero) = grid.operands()?;
+    let table = |t: &kiln::HostTensor| cx.gpu.constant_table(t).map_err(KernelError::from);
+    Ok((table(&scale)?, table(&zero)?))
 }
 
 /// [`attention`] before its output levels (unless the integer kernel wrote them).
@@ -561,9 +544,8 @@ fn attention_values(cx: &Ctx, p: &AttentionParams, q: &DeviceTensor, k: &DeviceT
 /// DequantizeLinear it stands for).
 fn dequantized_input(cx: &Ctx, p: &AttentionParams, slot: usize, x: &DeviceTensor) -> KResult<DeviceTensor> {
     let (Some(grid), Some(levels)) = (p.input_grid(slot), p.input_levels) else { return Ok(x.clone()) };
-    let (scale, zero) = grid.operands()?;
-    let table = |t: &kiln::HostTensor| cx.gpu.constant_table(t).map_err(KernelError::from);
-    super::dequantize(cx, x, &table(&scale)?, Some(&table(&zero)?), None, Some(levels.to))
+    let (scale, zero) = grid_operands(cx, &grid)?;
+    super::dequantize(cx, x, &scale, Some(&zero), None, Some(levels.to))
 }
 
 /// Transposed keys `(…, D, Sk)` that are a view of keys stored by rows (D innermost, as a
@@ -634,27 +616,9 @@ pub(super) fn softmax_level_args(p: &AttentionParams, scale: f32) -> Option<Vec<
 
 /// `DequantizeLinear(QuantizeLinear(x))` on `grid`, times `factor`, back in x's type.
 fn through_levels(cx: &Ctx, x: &DeviceTensor, grid: &kiln::LevelGrid, factor: f32) -> KResult<DeviceTensor> {
-    let (scale, zero) = grid.operands()?;
-    let scaled = kiln::LevelGrid { scale: grid.scale * factor, ..*grid }.operands()?.0;
-    let table = |t: &kiln::HostTensor| cx.gpu.constant_table(t).map_err(KernelError::from);
-    let (scale, scaled, zero) = (table(&scale)?, table(&scaled)?, table(&zero)?);
+    let (scale, zero) = grid_operands(cx, grid)?;
+    let scaled = grid_operands(cx, &kiln::LevelGrid { scale: grid.scale * factor, ..*grid })?.0;
     let levels = super::typed::quantize(cx, x, &scale, Some(&zero), None, grid.levels)?;
     super::typed::dequantize(cx, &levels, &scaled, Some(&zero), None, Some(x.dtype))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::fills_in_some_order;
-
-    #[test]
-    fn a_transpose_of_a_packed_tensor_fills_its_buffer_and_a_slice_or_broadcast_does_not() {
-        let merged = crate::buffer::strides_in_order(&[2, 12, 128, 64], &[0, 2, 1, 3]);
-        assert!(fills_in_some_order(&[2, 12, 128, 64], &merged));
-        assert!(fills_in_some_order(&[2, 12, 128, 64], &[12 * 128 * 64, 128 * 64, 64, 1]));
-        // Axes of one element may have any stride.
-        assert!(fills_in_some_order(&[1, 3, 4], &[999, 4, 1]));
-        // Every other column of a wider row, and a broadcast row.
-        assert!(!fills_in_some_order(&[4, 8], &[16, 1]));
-        assert!(!fills_in_some_order(&[4, 8], &[0, 1]));
-    }
-}
