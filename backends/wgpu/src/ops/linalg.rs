@@ -235,8 +235,7 @@ pub fn attention(
     // Inputs given as levels, dequantized as the DequantizeLinear they stand for did.
     let dequantized = |slot: usize, x: &DeviceTensor| -> KResult<Option<DeviceTensor>> {
         let (Some(grid), Some(levels)) = (p.input_grid(slot), p.input_levels) else { return Ok(None) };
-        let (scale, zero) = grid.operands().map_err(|e| kiln::invalid!("attention's input levels: {e}"))?;
-        let (scale, zero) = (rec.upload(&scale)?, rec.upload(&zero)?);
+        let (scale, zero) = grid_operands(rec, &grid)?;
         Ok(Some(super::quant::dequantize(rec, x, &scale, Some(&zero), None, levels.to)?))
     };
     let (dq, dk, dv) = (dequantized(0, q)?, dequantized(1, k)?, dequantized(2, v)?);
@@ -270,18 +269,26 @@ pub fn attention(
     if let Some(grid) = &p.probs_levels {
         probs = through_levels(rec, &probs, grid)?;
     }
-    let Some(grid) = &p.output_levels else { return matmul(rec, &probs, MatrixOp::None, v, MatrixOp::None, shape, dtype) };
-    // The float the unfused graph stored (q's type), then its levels.
-    let out = matmul(rec, &probs, MatrixOp::None, v, MatrixOp::None, shape, q.dtype)?;
-    let (scale, zero) = grid.operands().map_err(|e| kiln::invalid!("attention's output levels: {e}"))?;
-    let (scale, zero) = (rec.upload(&scale)?, rec.upload(&zero)?);
-    super::quant::quantize(rec, &out, &scale, Some(&zero), None, grid.levels)
+    // With output levels, the float the unfused graph stored (q's type), then its levels.
+    let out = matmul(rec, &probs, MatrixOp::None, v, MatrixOp::None, shape, if p.output_levels.is_some() { q.dtype } else { dtype })?;
+    match &p.output_levels {
+        Some(grid) => {
+            let (scale, zero) = grid_operands(rec, grid)?;
+            super::quant::quantize(rec, &out, &scale, Some(&zero), None, grid.levels)
+        }
+        None => Ok(out),
+    }
+}
+
+/// `grid`'s scale and zero point, uploaded as the operands of a QuantizeLinear / DequantizeLinear.
+fn grid_operands(rec: &Recorder, grid: &kiln::LevelGrid) -> KResult<(DeviceTensor, DeviceTensor)> {
+    let (scale, zero) = grid.operands().map_err(|e| kiln::invalid!("attention's levels: {e}"))?;
+    Ok((rec.upload(&scale)?, rec.upload(&zero)?))
 }
 
 /// `DequantizeLinear(QuantizeLinear(x))` on `grid`, back in x's type.
 fn through_levels(rec: &Recorder, x: &DeviceTensor, grid: &kiln::LevelGrid) -> KResult<DeviceTensor> {
-    let (scale, zero) = grid.operands().map_err(|e| kiln::invalid!("attention's levels: {e}"))?;
-    let (scale, zero) = (rec.upload(&scale)?, rec.upload(&zero)?);
+    let (scale, zero) = grid_operands(rec, grid)?;
     let levels = super::quant::quantize(rec, x, &scale, Some(&zero), None, grid.levels)?;
     super::quant::dequantize(rec, &levels, &scale, Some(&zero), None, x.dtype)
 }
