@@ -6,9 +6,10 @@
 // against the row's maximum, the probability (times the reciprocal of the row's sum) rounded to
 // T, and its level; the output is each integer sum times the probabilities' and V's scales,
 // rounded to T, and its level where the output's QuantizeLinear is folded in (the layer then
-// writes levels, a quarter of f32's bytes). A level is looked up by the T value's bits in a table the host fills with the
-// cpu oracle's quotient (kiln::plan::requantization::levels_of_16bit_floats), so each is the
-// oracle's level of that value, ties included. Where this differs from the unfused graph is
+// writes levels, a quarter of f32's bytes). A level is looked up by the T value's bits in a
+// table the host fills with the cpu oracle's quotient
+// (kiln::plan::requantization::levels_of_16bit_floats), so each is the oracle's level of that
+// value, ties included. Where this differs from the unfused graph is
 // rounding: its products read Q, K, V and P dequantized to T, and its exponential is expf where
 // this one's is MUFU.EX2 (as flash attention's), so a probability on a level's edge may flip.
 //
@@ -189,22 +190,21 @@ struct IntegerGrids {
     const unsigned char* out_levels;
 };
 
-// The output at element `at` of `o`: each value rounded to T as the unfused graph stored it,
-// written as T or, where `table` is set (IntegerGrids::out_levels), as its level looked up by its
-// bits. Every lookup is issued before the first store: a store between them (the table and the
-// output may alias, for all the compiler knows) made each wait for the previous one's latency.
-// The float kernels pass a null table at compile time and keep the T stores alone.
+// The output's levels (`table`: IntegerGrids::out_levels): each value rounded to T as the
+// unfused graph stored it (as store_output rounds it), then its level looked up by its bits.
+// Every lookup is issued before the first store: a store between them (the table and the output
+// may alias, for all the compiler knows) made each wait for the previous one's latency.
 template <typename T>
-__device__ __forceinline__ void store_values_or_levels(void* o, i64 at, const float (*acc)[4], float scale, const i64* qi, i64 sq, int dv, i64 ors,
-                                                       const unsigned char* __restrict__ table, bool vector) {
-    const int t4 = threadIdx.x % 4, bytes = table ? 1 : (int)sizeof(T);
+__device__ __forceinline__ void store_output_levels(unsigned char* ob, const float (*acc)[4], float scale, const i64* qi, i64 sq, int dv, i64 ors,
+                                                    const unsigned char* __restrict__ table, bool vector) {
+    const int t4 = threadIdx.x % 4;
     unsigned words[FA_D / 8][2];
 #pragma unroll
     for (int j = 0; j < FA_D / 8; ++j)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            words[j][h] = Mma<T>::pack(acc[j][2 * h] * scale, acc[j][2 * h + 1] * scale);
-            if (table) words[j][h] = __ldg(table + (words[j][h] & 0xFFFFu)) | (unsigned)__ldg(table + (words[j][h] >> 16)) << 8;
+            const unsigned bits = Mma<T>::pack(acc[j][2 * h] * scale, acc[j][2 * h + 1] * scale);
+            words[j][h] = __ldg(table + (bits & 0xFFFFu)) | (unsigned)__ldg(table + (bits >> 16)) << 8;
         }
 #pragma unroll
     for (int j = 0; j < FA_D / 8; ++j) {
@@ -212,19 +212,12 @@ __device__ __forceinline__ void store_values_or_levels(void* o, i64 at, const fl
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             if (qi[h] >= sq || col >= dv) continue;
-            unsigned char* dst = static_cast<unsigned char*>(o) + (at + qi[h] * ors + col) * bytes;
-            const unsigned word = words[j][h];
-            const bool pair = col + 1 < dv;
-            if (vector && table) {
-                *reinterpret_cast<unsigned short*>(dst) = (unsigned short)word;
-            } else if (vector) {
-                *reinterpret_cast<unsigned*>(dst) = word;
-            } else if (table) {
-                dst[0] = (unsigned char)word;
-                if (pair) dst[1] = (unsigned char)(word >> 8);
+            unsigned char* dst = ob + qi[h] * ors + col;
+            if (vector) {
+                *reinterpret_cast<unsigned short*>(dst) = (unsigned short)words[j][h];
             } else {
-                reinterpret_cast<unsigned short*>(dst)[0] = (unsigned short)word;
-                if (pair) reinterpret_cast<unsigned short*>(dst)[1] = (unsigned short)(word >> 16);
+                dst[0] = (unsigned char)words[j][h];
+                if (col + 1 < dv) dst[1] = (unsigned char)(words[j][h] >> 8);
             }
         }
     }
@@ -353,7 +346,12 @@ __device__ void attention_int8(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_t
         for (int e = 0; e < 4; ++e) out[j][e] = int_as_float(acc[j][e]);
     }
     const i64 qi[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
-    store_values_or_levels<T>(o, o_at, out, grids.output_factor, qi, sq, dv, ors, LEVELS_OUT ? grids.out_levels : nullptr, flags & FA_VECTOR_LOADS);
+    if constexpr (LEVELS_OUT) {
+        store_output_levels<T>(static_cast<unsigned char*>(o) + o_at, out, grids.output_factor, qi, sq, dv, ors, grids.out_levels, flags & FA_VECTOR_LOADS);
+    } else {
+        const float scale[2] = {grids.output_factor, grids.output_factor};
+        store_output(static_cast<T*>(o) + o_at, out, scale, qi, sq, dv, ors, flags & FA_VECTOR_LOADS);
+    }
 }
 
 #define IA_KERNEL(name, suffix, T, LONG, LEVELS_OUT) \
