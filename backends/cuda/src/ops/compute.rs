@@ -465,14 +465,12 @@ pub fn attention(cx: &Ctx, p: &AttentionParams, q: &DeviceTensor, k: &DeviceTens
     }
 }
 
-/// `x`'s levels on `grid` (a per-tensor QuantizeLinear), laid out as `x` is where that is a
-/// packed order of its axes, as the QuantizeLinear layer does (`memory_order_input`): the fused
-/// kernel's output in its head merge's order keeps it, so the Shuffle that merges the heads
-/// stays a view of the levels, as it was of the floats.
+/// `x`'s levels on `grid`, laid out as the QuantizeLinear layer lays them out
+/// (`quantize_laid_out`): the fused kernel's output in its head merge's order keeps it, so the
+/// Shuffle that merges the heads stays a view of the levels, as it was of the floats.
 fn levels_in_place_order(cx: &Ctx, x: &DeviceTensor, grid: &kiln::LevelGrid) -> KResult<DeviceTensor> {
     let (scale, zero) = grid_operands(cx, grid)?;
-    let x = super::memory_order_input(cx, x, true, super::Permuted::Always)?;
-    Ok(super::typed::quantize(cx, &x, &scale, Some(&zero), None, grid.levels)?.with_strides_of(&x))
+    super::quantize_laid_out(cx, x, &scale, Some(&zero), None, grid.levels)
 }
 
 /// `grid`'s scale and zero point as the device operands of a QuantizeLinear / DequantizeLinear.

@@ -454,20 +454,7 @@ pub fn run(cx: &Ctx, kind: &LayerKind, inputs: &[Option<Value>], outs: &[OutFact
         K::BitCast { to } => one(typed::bit_cast(cx, &dev(0)?, *to)?),
         // Per-tensor Q/DQ is elementwise: a channels-last input (an INT8 convolution's output)
         // keeps its layout, so the next convolution reads it without a reformat.
-        K::Quantize { axis, to } => {
-            let (x, scale) = (raw(0)?, dev(1)?);
-            // Written in the order its reader transposes it to (attention's context into the
-            // head merge's order): the transpose then copies nothing.
-            let order = cx.write_order.borrow();
-            if let Some(order) = order.as_deref().filter(|_| axis.is_none()) {
-                if let Some(out) = typed::quantize_view(cx, &x, &scale, opt_dev(2)?.as_ref(), *to, order)? {
-                    return one(out);
-                }
-            }
-            drop(order);
-            let x = memory_order_input(cx, &x, scale.len() == 1, Permuted::Always)?;
-            one(typed::quantize(cx, &x, &scale, opt_dev(2)?.as_ref(), *axis, *to)?.with_strides_of(&x))
-        }
+        K::Quantize { axis, to } => one(quantize_laid_out(cx, &raw(0)?, &dev(1)?, opt_dev(2)?.as_ref(), *axis, *to)?),
         K::Dequantize { axis, to } => one(dequantize(cx, &raw(0)?, &dev(1)?, opt_dev(2)?.as_ref(), *axis, *to)?),
         // Pointwise layers read any layout and write NHWC where an input of the output's shape is so (`keeps_channels_last`).
         K::Elementwise { op } => one(pointwise::binary(cx, *op, &raw(0)?, &raw(1)?, out_dtype(0), &out_shape(0)?)?),
@@ -601,6 +588,20 @@ enum Permuted {
     Never,
     Always,
     LastAxisStrided,
+}
+
+/// A QuantizeLinear as the layer runs it: written in the order its reader transposes it to
+/// where the executor set one (attention's context into the head merge's order: the transpose
+/// then copies nothing), else, per tensor, in `x`'s own packed layout (`memory_order_input`).
+fn quantize_laid_out(cx: &Ctx, x: &DeviceTensor, scale: &DeviceTensor, zero_point: Option<&DeviceTensor>, axis: Option<usize>, to: DataType) -> KResult<DeviceTensor> {
+    let order = cx.write_order.borrow().clone();
+    if let Some(order) = order.filter(|_| axis.is_none()) {
+        if let Some(out) = typed::quantize_view(cx, x, scale, zero_point, to, &order)? {
+            return Ok(out);
+        }
+    }
+    let x = memory_order_input(cx, x, scale.len() == 1, Permuted::Always)?;
+    Ok(typed::quantize(cx, &x, scale, zero_point, axis, to)?.with_strides_of(&x))
 }
 
 /// An input of a layer that is the same on every element (a Cast, a per-tensor Quantize /
