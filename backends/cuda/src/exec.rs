@@ -179,10 +179,11 @@ fn view_outputs(network: &Network) -> Vec<bool> {
         .collect()
 }
 
-/// Per layer, the axis order (outermost first) a QuantizeLinear writes its output packed in
-/// where that output's one reader is a Shuffle that first transposes it: the transpose's own
-/// order, so the transposed levels are row-major and the Shuffle and the reshape after it copy
-/// nothing (a Q/DQ attention's context, quantized into the head merge's order).
+/// Per layer, the axis order (outermost first) a QuantizeLinear, or an attention writing its
+/// output's levels, writes its output packed in where that output's one reader is a Shuffle
+/// that first transposes it: the transpose's own order, so the transposed levels are row-major
+/// and the Shuffle and the reshape after it copy nothing (a Q/DQ attention's context, quantized
+/// into the head merge's order, whatever order the exporter merges the heads in).
 fn write_orders(network: &Network) -> Vec<Option<Vec<usize>>> {
     let mut readers: Vec<Vec<usize>> = vec![Vec::new(); network.tensors().len()];
     for (i, layer) in network.layers().iter().enumerate() {
@@ -195,7 +196,8 @@ fn write_orders(network: &Network) -> Vec<Option<Vec<usize>>> {
         .layers()
         .iter()
         .map(|l| {
-            let (LayerKind::Quantize { .. }, [out]) = (&l.kind, &l.outputs[..]) else { return None };
+            let quantizes = matches!(&l.kind, LayerKind::Quantize { .. }) || matches!(&l.kind, LayerKind::Attention(p) if p.output_levels.is_some());
+            let ([out], true) = (&l.outputs[..], quantizes) else { return None };
             let [reader] = readers[out.0][..] else { return None };
             match &network.layers()[reader].kind {
                 LayerKind::Shuffle(p) if !outputs.contains(&out.0) && p.first_transpose.iter().enumerate().any(|(i, &a)| i != a) => Some(p.first_transpose.clone()),

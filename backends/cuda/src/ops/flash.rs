@@ -250,7 +250,10 @@ pub fn attention(
     let out_levels = p.output_levels.filter(|_| integer.is_some() && (sk <= INTEGER_KEYS_IN_REGISTERS || long_levels_enabled()));
     let mut out = cx.gpu.empty(out_levels.map_or(dtype, |g| g.levels), out_shape.to_vec()).map_err(KernelError::from)?;
     if cx.view_output.get() {
-        out.strides = merged_heads_strides(out_shape);
+        // The order its reader transposes it to where the executor knows it (the head dim stays
+        // innermost: the kernel stores rows of it), else the usual head merge's.
+        let order = cx.write_order.borrow().clone().filter(|o| o.len() == out_shape.len() && o.last() == Some(&(out_shape.len() - 1)));
+        out.strides = order.map_or_else(|| merged_heads_strides(out_shape), |o| Some(crate::buffer::strides_in_order(out_shape, &o)));
     }
     let o_st = out.element_strides();
     let o_lead = lead_strides(out_shape, &o_st, lead).ok_or("the output does not fit its own shape")?;
