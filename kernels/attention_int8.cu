@@ -40,10 +40,19 @@ __device__ __forceinline__ void load_levels(unsigned char (*tile)[IA_PITCH], con
     }
 }
 
+// The byte offset in row `column` of `vt` of the 16-byte piece `piece` of its positions: the
+// pieces swizzled by bits 3 and 4 of the column. Unswizzled, a warp's transposing stores (16
+// columns 4 apart, one piece) met in 2 of each 16 banks (8-way conflicts: the pitch is 20 words, so
+// rows 4 apart are 80 words apart); swizzled, 2-way, and ldmatrix's 8 consecutive rows still read
+// distinct banks.
+__device__ __forceinline__ int vt_piece(int column, int piece) {
+    return 16 * (piece ^ (((column >> 4) & 1) | (((column >> 3) & 1) << 1)));
+}
+
 // V's keys from `src` (`rows` of them, `cols` levels each, row stride `ld` bytes) into `vt` as
 // [column][key position], the position of key 16G + 8h + 2t + e being 16G + 4t + 2h + e (zero
-// beyond them): a thread reads four keys' words of 4 columns and stores, per column, the word
-// of those keys' levels (a 4 × 4 byte transpose).
+// beyond them; piece G of a row at vt_piece): a thread reads four keys' words of 4 columns and
+// stores, per column, the word of those keys' levels (a 4 × 4 byte transpose).
 __device__ __forceinline__ void load_values_transposed(unsigned char (*vt)[IA_PITCH], const signed char* src, i64 ld, i64 rows, int cols) {
 #pragma unroll
     for (int u = threadIdx.x; u < FA_BK * (FA_D / 4) / 4; u += FA_THREADS) {
@@ -56,7 +65,8 @@ __device__ __forceinline__ void load_values_transposed(unsigned char (*vt)[IA_PI
         }
         const unsigned lo01 = __byte_perm(w[0], w[1], 0x5140), hi01 = __byte_perm(w[0], w[1], 0x7362);
         const unsigned lo23 = __byte_perm(w[2], w[3], 0x5140), hi23 = __byte_perm(w[2], w[3], 0x7362);
-        const int pos = group * 16 + 4 * t;
+        // Columns 4c to 4c + 3 share bits 3 and 4, so their piece's offset too.
+        const int pos = vt_piece(c * 4, group) + 4 * t;
         *reinterpret_cast<unsigned*>(&vt[c * 4][pos]) = __byte_perm(lo01, lo23, 0x5410);
         *reinterpret_cast<unsigned*>(&vt[c * 4 + 1][pos]) = __byte_perm(lo01, lo23, 0x7632);
         *reinterpret_cast<unsigned*>(&vt[c * 4 + 2][pos]) = __byte_perm(hi01, hi23, 0x5410);
@@ -171,7 +181,8 @@ __device__ __forceinline__ void pv_int8(int (*o)[4], const unsigned (*pf)[4], un
 #pragma unroll
         for (int n = 0; n < FA_D / 16; ++n) {
             unsigned b[4];
-            ldmatrix_x4(&vt[n * 16 + (lane % 8) + (lane / 16) * 8][c * 32 + ((lane / 8) % 2) * 16], b);
+            const int column = n * 16 + (lane % 8) + (lane / 16) * 8;
+            ldmatrix_x4(&vt[column][vt_piece(column, c * 2 + (lane / 8) % 2)], b);
             mma_s8(o[2 * n], pf[c], b[0], b[1]);
             mma_s8(o[2 * n + 1], pf[c], b[2], b[3]);
         }
