@@ -12,9 +12,7 @@
 # Everything lands in $OUT/binary_ab (the build logs list every timed candidate).
 set -u
 a=$1 b=$2 model=$3 inputs=$4; shift 4
-V=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH="/usr/local/nvidia/lib64:$V/cu13/lib:$V/cudnn/lib:$V/cusparselt/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export KILN_CUDA_INCLUDE=${KILN_CUDA_INCLUDE:-/usr/local/cuda/include} KILN_REPO="$PWD"
+source "$(dirname "$0")/env.sh"
 py=${PYTHON:-/opt/torch/.venv/bin/python} out=${OUT:-/tmp}/binary_ab
 mkdir -p "$out"
 for side in a b; do

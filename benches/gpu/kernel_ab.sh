@@ -14,9 +14,7 @@
 # lands in $OUT/kernel_ab.tgz.
 set -u
 engine=$1 inputs=$2; shift 2
-V=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH="/usr/local/nvidia/lib64:$V/cu13/lib:$V/cudnn/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export KILN_CUDA_INCLUDE=${KILN_CUDA_INCLUDE:-/usr/local/cuda/include} KILN_REPO="$PWD"
+source "$(dirname "$0")/env.sh"
 py=/opt/torch/.venv/bin/python kiln=.gpu/bin/kiln out=${OUT:-/tmp}/kernel_ab
 mkdir -p "$out"
 names=() dirs=()

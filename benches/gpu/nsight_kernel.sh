@@ -8,9 +8,7 @@
 # SKIP: matching launches to pass over first (0: the first). Output: $OUT/nsight_NAME.txt.
 set -u
 engine=$1 inputs=$2 kernel=$3 skip=${4:-0} name=${5:-kernel}
-V=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH="/usr/local/nvidia/lib64:$V/cu13/lib:$V/cudnn/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export KILN_CUDA_INCLUDE=${KILN_CUDA_INCLUDE:-/usr/local/cuda/include} KILN_REPO="$PWD"
+source "$(dirname "$0")/env.sh"
 sections=(SpeedOfLight ComputeWorkloadAnalysis MemoryWorkloadAnalysis MemoryWorkloadAnalysis_Tables SchedulerStats WarpStateStats SourceCounters Occupancy LaunchStats)
 args=()
 for s in "${sections[@]}"; do args+=(--section "$s"); done

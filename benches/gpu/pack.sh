@@ -7,7 +7,10 @@ set -euo pipefail
 profile=release; dir=release
 if [ "${1:-}" = "--dev" ]; then profile=dev; dir=debug; fi
 root=$(git rev-parse --show-toplevel); cd "$root"
+# A kernel cache carried from an earlier call (kcache.sh, env.sh) stays.
+kcache=$(mktemp); [ -f .gpu/kcache.tgz ] && cp .gpu/kcache.tgz "$kcache"
 rm -rf .gpu; mkdir -p .gpu/bin
+[ -s "$kcache" ] && cp "$kcache" .gpu/kcache.tgz; rm -f "$kcache"
 cargo build --profile $profile -p kiln-cli
 cp target/$dir/kiln .gpu/bin/kiln
 exe=$(cargo test --profile $profile -p kiln-cuda --test gpu --no-run --message-format=json 2>/dev/null | python3 -c '

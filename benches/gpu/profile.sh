@@ -5,9 +5,7 @@
 #   bash benches/gpu/profile.sh /tmp/kiln-bench/bert_b32_fp16.kiln /tmp/kiln-bench/bert_b32_in.npz [top]
 set -u
 engine=$1 inputs=$2 top=${3:-25}
-V=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH="/usr/local/nvidia/lib64:$V/cu13/lib:$V/cudnn/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export KILN_CUDA_INCLUDE=${KILN_CUDA_INCLUDE:-/usr/local/cuda/include} KILN_REPO="$PWD"
+source "$(dirname "$0")/env.sh"
 out=${OUT:-/tmp}; name=$(basename "$engine" .kiln)
 .gpu/bin/kiln inspect "$engine" --verbosity detailed > "$out/$name.inspect.txt" 2>&1
 # One `kiln run` is one execution (no CUDA graph: the first run is interpreted). Being the

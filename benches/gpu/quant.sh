@@ -5,9 +5,7 @@
 # PYTHON overrides the interpreter (a local smoke test: PYTHON=python3 ... --backend cpu --kiln K).
 # Figures and logs go to $OUT (quant.json, quant.txt: the printed table, quant.log: every kiln call).
 set -u
-V=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH="/usr/local/nvidia/lib64:$V/cu13/lib:$V/cudnn/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export KILN_CUDA_INCLUDE=${KILN_CUDA_INCLUDE:-/usr/local/cuda/include} KILN_REPO="$PWD"
+source "$(dirname "$0")/env.sh"
 out=${OUT:-/tmp}; mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used --format=csv,noheader
 "${PYTHON:-/opt/torch/.venv/bin/python}" benches/gpu/quant.py --kiln .gpu/bin/kiln --out "$out" "$@" 2>&1 | tee "$out/quant.txt"

@@ -3,9 +3,7 @@
 #   bash benches/gpu/run.sh [harness args, e.g. --models resnet50 --batches 128]
 # Figures and logs go to $OUT (bench.json, harness.log).
 set -u
-V=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH="/usr/local/nvidia/lib64:$V/cu13/lib:$V/cudnn/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export KILN_CUDA_INCLUDE=${KILN_CUDA_INCLUDE:-/usr/local/cuda/include} KILN_REPO="$PWD"
+source "$(dirname "$0")/env.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used --format=csv,noheader
 /opt/torch/.venv/bin/python benches/gpu/harness.py --kiln .gpu/bin/kiln --out "${OUT:-/tmp}" \
   --gpu-tests "$(ls .gpu/bin/test-gpu 2>/dev/null)" "$@"

@@ -8,9 +8,7 @@
 # Everything lands in $OUT/tactic_ab (both engines' `-v` build logs list every timed candidate).
 set -u
 model=$1 inputs=$2 cache=$3 name=$4 other=$5; shift 5
-V=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH="/usr/local/nvidia/lib64:$V/cu13/lib:$V/cudnn/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export KILN_CUDA_INCLUDE=${KILN_CUDA_INCLUDE:-/usr/local/cuda/include} KILN_REPO="$PWD"
+source "$(dirname "$0")/env.sh"
 py=/opt/torch/.venv/bin/python kiln=.gpu/bin/kiln out=${OUT:-/tmp}/tactic_ab
 mkdir -p "$out"
 $kiln build "$model" -o "$out/a.kiln" --timing-cache "$cache" -v "$@" > "$out/a.build.log" 2>&1 || { echo "build A failed: $(tail -3 "$out/a.build.log")"; exit 1; }
