@@ -196,8 +196,15 @@ fn write_orders(network: &Network) -> Vec<Option<Vec<usize>>> {
         .layers()
         .iter()
         .map(|l| {
-            let quantizes = matches!(&l.kind, LayerKind::Quantize { .. }) || matches!(&l.kind, LayerKind::Attention(p) if p.output_levels.is_some());
-            let ([out], true) = (&l.outputs[..], quantizes) else { return None };
+            let writes_levels = match &l.kind {
+                LayerKind::Quantize { .. } => true,
+                LayerKind::Attention(p) => p.output_levels.is_some(),
+                _ => false,
+            };
+            let [out] = &l.outputs[..] else { return None };
+            if !writes_levels {
+                return None;
+            }
             let [reader] = readers[out.0][..] else { return None };
             match &network.layers()[reader].kind {
                 LayerKind::Shuffle(p) if !outputs.contains(&out.0) && p.first_transpose.iter().enumerate().any(|(i, &a)| i != a) => Some(p.first_transpose.clone()),

@@ -619,4 +619,3 @@ fn through_levels(cx: &Ctx, x: &DeviceTensor, grid: &kiln::LevelGrid, factor: f3
     let levels = super::typed::quantize(cx, x, &scale, Some(&zero), None, grid.levels)?;
     super::typed::dequantize(cx, &levels, &scaled, Some(&zero), None, Some(x.dtype))
 }
-
