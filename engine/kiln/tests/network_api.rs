@@ -179,16 +179,23 @@ fn attention_over_8_dims() -> AttentionParams {
     }
 }
 
+/// The output type of an attention layer with `params` over Q, K and V `[1, 2, 4, 8]` of
+/// `types`, or the network's refusal.
+fn attention_output_type(types: [DataType; 3], params: AttentionParams) -> Result<DataType, String> {
+    let mut net = Network::new("t");
+    let inputs: Vec<_> = ["q", "k", "v"].iter().zip(types).map(|(n, t)| Some(net.add_input(n, t, [1, 2, 4, 8]).unwrap())).collect();
+    let layer = net.add_layer("attention", LayerKind::Attention(params), inputs).map_err(|e| e.to_string())?;
+    Ok(net.tensor(net.output(layer, 0)).dtype)
+}
+
 /// An attention layer's level grids are a QuantizeLinear's: int8 or uint8 levels, a zero point
 /// among them and a positive scale. Anything else (an engine file may say anything) is refused
 /// with what is wrong.
 #[test]
 fn attention_level_grids_must_be_8_bit_quantizations() {
     let attention = |grid: LevelGrid| {
-        let mut net = Network::new("t");
-        let inputs: Vec<_> = ["q", "k", "v"].iter().map(|n| Some(net.add_input(n, DataType::F32, [1, 2, 4, 8]).unwrap())).collect();
         let params = AttentionParams { probs_levels: Some(grid), ..attention_over_8_dims() };
-        net.add_layer("attention", LayerKind::Attention(params), inputs).map(|_| ()).map_err(|e| e.to_string())
+        attention_output_type([DataType::F32; 3], params).map(|_| ())
     };
     assert_eq!(attention(LevelGrid { scale: 1.0 / 127.0, zero: 0, levels: DataType::I8 }), Ok(()));
     assert_eq!(attention(LevelGrid { scale: 1.0 / 255.0, zero: 0, levels: DataType::U8 }), Ok(()));
@@ -208,13 +215,7 @@ fn attention_level_grids_must_be_8_bit_quantizations() {
 /// grid's integer type, and its grid is refused as the others are.
 #[test]
 fn attention_output_levels_make_the_output_their_integers() {
-    let attention = |grid: LevelGrid| {
-        let mut net = Network::new("t");
-        let inputs: Vec<_> = ["q", "k", "v"].iter().map(|n| Some(net.add_input(n, DataType::F16, [1, 2, 4, 8]).unwrap())).collect();
-        let params = AttentionParams { output_levels: Some(grid), ..attention_over_8_dims() };
-        let layer = net.add_layer("attention", LayerKind::Attention(params), inputs).map_err(|e| e.to_string())?;
-        Ok::<_, String>(net.tensor(net.output(layer, 0)).dtype)
-    };
+    let attention = |grid: LevelGrid| attention_output_type([DataType::F16; 3], AttentionParams { output_levels: Some(grid), ..attention_over_8_dims() });
     assert_eq!(attention(LevelGrid { scale: 0.05, zero: 0, levels: DataType::I8 }), Ok(DataType::I8));
     assert_eq!(attention(LevelGrid { scale: 0.05, zero: 128, levels: DataType::U8 }), Ok(DataType::U8));
     let err = attention(LevelGrid { scale: -1.0, zero: 0, levels: DataType::I8 }).expect_err("a negative scale");
@@ -228,11 +229,7 @@ fn attention_output_levels_make_the_output_their_integers() {
 fn attention_input_levels_must_match_their_grids_and_dequantize_to_a_float() {
     let grid = |levels| Some(LevelGrid { scale: 0.05, zero: 0, levels });
     let attention = |types: [DataType; 3], grids: [Option<LevelGrid>; 3], to: DataType| {
-        let mut net = Network::new("t");
-        let inputs: Vec<_> = ["q", "k", "v"].iter().zip(types).map(|(n, t)| Some(net.add_input(n, t, [1, 2, 4, 8]).unwrap())).collect();
-        let params = AttentionParams { input_levels: Some(InputLevels { grids, to }), ..attention_over_8_dims() };
-        let layer = net.add_layer("attention", LayerKind::Attention(params), inputs).map_err(|e| e.to_string())?;
-        Ok::<_, String>(net.tensor(net.output(layer, 0)).dtype)
+        attention_output_type(types, AttentionParams { input_levels: Some(InputLevels { grids, to }), ..attention_over_8_dims() })
     };
     use DataType::{F16, F32, I32, I8, U8};
     assert_eq!(attention([I8, I8, U8], [grid(I8), grid(I8), grid(U8)], F16), Ok(F16));
