@@ -49,29 +49,45 @@ __device__ __forceinline__ int vt_piece(int column, int piece) {
     return 16 * (piece ^ (((column >> 4) & 1) | (((column >> 3) & 1) << 1)));
 }
 
-// V's keys from `src` (`rows` of them, `cols` levels each, row stride `ld` bytes) into `vt` as
-// [column][key position], the position of key 16G + 8h + 2t + e being 16G + 4t + 2h + e (zero
-// beyond them; piece G of a row at vt_piece): a thread reads four keys' words of 4 columns and
-// stores, per column, the word of those keys' levels (a 4 × 4 byte transpose).
-__device__ __forceinline__ void load_values_transposed(unsigned char (*vt)[IA_PITCH], const signed char* src, i64 ld, i64 rows, int cols) {
+// V's keys from `src` (`rows` of them, `cols` levels each, row stride `ld` bytes) into TILES
+// tiles of FA_BK keys, `vt[i]` as [column][key position], the position of key 16G + 8h + 2t + e
+// of its tile being 16G + 4t + 2h + e (zero beyond them; piece G of a row at vt_piece): a thread
+// reads four keys' words of 4 columns and stores, per column, the word of those keys' levels (a
+// 4 × 4 byte transpose). Every word is read before the first is transposed, so the tiles' reads
+// wait out one global latency, not one each.
+template <int TILES>
+__device__ __forceinline__ void load_values_transposed(unsigned char (*vt)[FA_D][IA_PITCH], const signed char* src, i64 ld, i64 rows, int cols) {
+    constexpr int UNITS = FA_BK * (FA_D / 4) / 4 / FA_THREADS;  // a thread's 4 × 4 transposes a tile
+    static_assert(UNITS * FA_THREADS == FA_BK * (FA_D / 4) / 4, "whole transposes a thread");
+    unsigned w[TILES][UNITS][4];
 #pragma unroll
-    for (int u = threadIdx.x; u < FA_BK * (FA_D / 4) / 4; u += FA_THREADS) {
-        const int c = u % (FA_D / 4), t = (u / (FA_D / 4)) % 4, group = u / (FA_D / 4) / 4;
-        unsigned w[4];
+    for (int i = 0; i < TILES; ++i)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int key = group * 16 + (e >> 1) * 8 + 2 * t + (e & 1);
-            w[e] = key < rows && c * 4 < cols ? *reinterpret_cast<const unsigned*>(src + key * ld + c * 4) : 0u;
+        for (int n = 0; n < UNITS; ++n) {
+            const int u = threadIdx.x + n * FA_THREADS;
+            const int c = u % (FA_D / 4), t = (u / (FA_D / 4)) % 4, group = u / (FA_D / 4) / 4;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int key = i * FA_BK + group * 16 + (e >> 1) * 8 + 2 * t + (e & 1);
+                w[i][n][e] = key < rows && c * 4 < cols ? *reinterpret_cast<const unsigned*>(src + key * ld + c * 4) : 0u;
+            }
         }
-        const unsigned lo01 = __byte_perm(w[0], w[1], 0x5140), hi01 = __byte_perm(w[0], w[1], 0x7362);
-        const unsigned lo23 = __byte_perm(w[2], w[3], 0x5140), hi23 = __byte_perm(w[2], w[3], 0x7362);
-        // Columns 4c to 4c + 3 share bits 3 and 4, so their piece's offset too.
-        const int pos = vt_piece(c * 4, group) + 4 * t;
-        *reinterpret_cast<unsigned*>(&vt[c * 4][pos]) = __byte_perm(lo01, lo23, 0x5410);
-        *reinterpret_cast<unsigned*>(&vt[c * 4 + 1][pos]) = __byte_perm(lo01, lo23, 0x7632);
-        *reinterpret_cast<unsigned*>(&vt[c * 4 + 2][pos]) = __byte_perm(hi01, hi23, 0x5410);
-        *reinterpret_cast<unsigned*>(&vt[c * 4 + 3][pos]) = __byte_perm(hi01, hi23, 0x7632);
-    }
+#pragma unroll
+    for (int i = 0; i < TILES; ++i)
+#pragma unroll
+        for (int n = 0; n < UNITS; ++n) {
+            const int u = threadIdx.x + n * FA_THREADS;
+            const int c = u % (FA_D / 4), t = (u / (FA_D / 4)) % 4, group = u / (FA_D / 4) / 4;
+            const unsigned* x = w[i][n];
+            const unsigned lo01 = __byte_perm(x[0], x[1], 0x5140), hi01 = __byte_perm(x[0], x[1], 0x7362);
+            const unsigned lo23 = __byte_perm(x[2], x[3], 0x5140), hi23 = __byte_perm(x[2], x[3], 0x7362);
+            // Columns 4c to 4c + 3 share bits 3 and 4, so their piece's offset too.
+            const int pos = vt_piece(c * 4, group) + 4 * t;
+            *reinterpret_cast<unsigned*>(&vt[i][c * 4][pos]) = __byte_perm(lo01, lo23, 0x5410);
+            *reinterpret_cast<unsigned*>(&vt[i][c * 4 + 1][pos]) = __byte_perm(lo01, lo23, 0x7632);
+            *reinterpret_cast<unsigned*>(&vt[i][c * 4 + 2][pos]) = __byte_perm(hi01, hi23, 0x5410);
+            *reinterpret_cast<unsigned*>(&vt[i][c * 4 + 3][pos]) = __byte_perm(hi01, hi23, 0x7632);
+        }
 }
 
 // This warp's 16 rows of Q·Kᵀ against the 64 keys of `kt` (8 key tiles of the accumulator), Q
@@ -104,7 +120,7 @@ __device__ __forceinline__ float ex2(float x) {
 // grid's level looked up by the T value's bits in `first` (level − lowest level, by the host's
 // exact quantization), the value after every grid from `values`; then the mask, and -inf for
 // keys at or beyond `keys`. Without a grid (`first` null), the T value itself.
-template <typename T>
+template <typename T, bool ROW_MASK>
 __device__ __forceinline__ void scores_of_sums(float (*s)[4], const int (*acc)[4], T (*mt)[FA_LD], int keys, float factor, bool has_mask,
                                                const unsigned char* first, const float* values) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
@@ -124,7 +140,7 @@ __device__ __forceinline__ void scores_of_sums(float (*s)[4], const int (*acc)[4
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int col = j * 8 + 2 * t4 + e;
-                if (has_mask) x[e] += to_f(mt[warp * 16 + g + h * 8][col]);
+                if (has_mask) x[e] += to_f(mt[ROW_MASK ? 0 : warp * 16 + g + h * 8][col]);
                 s[j][2 * h + e] = col < keys ? x[e] : -INFINITY;
             }
         }
@@ -237,15 +253,16 @@ __device__ __forceinline__ void store_output_levels(unsigned char* ob, const flo
 // LONG: more than 128 keys, in two passes; else every score in registers. LEVELS_OUT: the
 // kernel writes the output's levels (grids.out_levels), instantiated apart so the float
 // kernels keep their registers (the two-pass one is at the 128 limit, and the levels' store
-// made it spill 32 bytes in its key loops).
-template <typename T, bool LONG, bool LEVELS_OUT>
+// made it spill 32 bytes in its key loops). ROW_MASK: no mask, or one mask row for every query
+// (the host's row stride 0), kept as one row a key tile, not FA_BQ copies of it.
+template <typename T, bool LONG, bool LEVELS_OUT, bool ROW_MASK>
 __device__ void attention_int8(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_tiles, const Layout& st, int flags, const IntegerGrids& grids,
                                const SoftmaxLevels& levels, const signed char* q, const signed char* k, const signed char* v, const T* mask,
                                void* o) {
     __shared__ __align__(16) unsigned char qs[FA_BQ][IA_PITCH];
     __shared__ __align__(16) unsigned char ks[2][FA_BK][IA_PITCH];
     __shared__ __align__(16) unsigned char vt[2][FA_D][IA_PITCH];
-    __shared__ __align__(16) T ms[2][FA_BQ][FA_LD];
+    __shared__ __align__(16) T ms[2][ROW_MASK ? 1 : FA_BQ][FA_LD];
     __shared__ float score_table[256], prob_table[256];
     level_tables<T>(levels, score_table, prob_table);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
@@ -264,19 +281,20 @@ __device__ void attention_int8(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_t
     const auto scores = [&](float (*s)[4], const unsigned (*qf)[4], int b, i64 k0) {
         int acc[FA_BK / 8][4];
         qk_int8(acc, qf, ks[b]);
-        scores_of_sums(s, acc, ms[b], (int)min(sk - k0, (i64)FA_BK), grids.product_factor, has_mask, grids.first, score_table);
+        scores_of_sums<T, ROW_MASK>(s, acc, ms[b], (int)min(sk - k0, (i64)FA_BK), grids.product_factor, has_mask, grids.first, score_table);
     };
-    // K (and the mask) of the keys from k0 into buffer `b`, V too where `with_values`.
-    const auto load_keys = [&](int b, i64 k0, bool with_values) {
+    // K (and the mask) of the keys from k0 into buffer `b`.
+    const auto load_keys = [&](int b, i64 k0) {
         load_levels(ks[b], kb + k0 * krs, krs, sk - k0, d);
-        if (has_mask) load_mask_tile(ms[b], mb + q0 * mrs + k0 * mcs, mrs, mcs, sq - q0, sk - k0, vector_mask);
+        if (has_mask && ROW_MASK) load_mask_row(ms[b][0], mb + k0 * mcs, mcs, sk - k0, vector_mask);
+        if (has_mask && !ROW_MASK) load_mask_tile(ms[b], mb + q0 * mrs + k0 * mcs, mrs, mcs, sq - q0, sk - k0, vector_mask);
         cp_async_commit();
-        if (with_values) load_values_transposed(vt[b], vb + k0 * vrs, vrs, sk - k0, dv);
     };
 
     load_levels(qs, qb + q0 * qrs, qrs, sq - q0, d);
-    load_keys(0, 0, !LONG);
-    if (!LONG && sk > FA_BK) load_keys(1, FA_BK, true);
+    load_keys(0, 0);
+    if (!LONG && sk > FA_BK) load_keys(1, FA_BK);
+    if (!LONG) load_values_transposed<2>(vt, vb, vrs, sk, dv);
     cp_async_wait<0>();
     __syncthreads();
     // This warp's 16 query rows as A fragments, one per 32 levels of the head dim.
@@ -317,7 +335,7 @@ __device__ void attention_int8(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_t
         for (i64 k0 = 0; k0 < sk; k0 += FA_BK) {
             if (k0 > 0) {
                 __syncthreads();  // every warp is done with the previous keys
-                load_keys(0, k0, false);
+                load_keys(0, k0);
                 cp_async_wait<0>();
                 __syncthreads();
             }
@@ -340,7 +358,8 @@ __device__ void attention_int8(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_t
         // Pass 2: the scores again, their probabilities' levels and P·V.
         for (i64 k0 = 0; k0 < sk; k0 += FA_BK) {
             __syncthreads();
-            load_keys(0, k0, true);
+            load_keys(0, k0);
+            load_values_transposed<1>(vt, vb + k0 * vrs, vrs, sk - k0, dv);
             cp_async_wait<0>();
             __syncthreads();
             scores(s, qf, 0, k0);
@@ -365,7 +384,7 @@ __device__ void attention_int8(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_t
     }
 }
 
-#define IA_KERNEL(name, suffix, T, LONG, LEVELS_OUT) \
+#define IA_KERNEL(name, suffix, T, LONG, LEVELS_OUT, ROW_MASK) \
     extern "C" __global__ void __launch_bounds__(FA_THREADS, IA_BLOCKS) name##_##suffix(i64 sq, i64 sk, int d, int dv, i64 heads, \
         i64 q_tiles, Layout st, float product_factor, float output_factor, int flags, int on, float s0, float c0, int z0, int lo0, int hi0, \
         float s1, float c1, int z1, int lo1, int hi1, float s2, float c2, int z2, int lo2, int hi2, const unsigned char* first, \
@@ -373,14 +392,17 @@ __device__ void attention_int8(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_t
         const T* mask, void* o) { \
         const SoftmaxLevels lv{on, {s0, s1, s2}, {c0, c1, c2}, {z0, z1, z2}, {lo0, lo1, lo2}, {hi0, hi1, hi2}}; \
         const IntegerGrids grids{first, probs, product_factor, output_factor, out_levels}; \
-        attention_int8<T, LONG, LEVELS_OUT>(sq, sk, d, dv, heads, q_tiles, st, flags, grids, lv, q, k, v, mask, o); \
+        attention_int8<T, LONG, LEVELS_OUT, ROW_MASK>(sq, sk, d, dv, heads, q_tiles, st, flags, grids, lv, q, k, v, mask, o); \
     }
 
-IA_KERNEL(attention_int8, f16, __half, false, false)
-IA_KERNEL(attention_int8, bf16, __nv_bfloat16, false, false)
-IA_KERNEL(attention_int8_long, f16, __half, true, false)
-IA_KERNEL(attention_int8_long, bf16, __nv_bfloat16, true, false)
-IA_KERNEL(attention_int8_levels, f16, __half, false, true)
-IA_KERNEL(attention_int8_levels, bf16, __nv_bfloat16, false, true)
-IA_KERNEL(attention_int8_long_levels, f16, __half, true, true)
-IA_KERNEL(attention_int8_long_levels, bf16, __nv_bfloat16, true, true)
+// `_rows`: no mask or a row mask (ROW_MASK); without it, a mask of its own for every query.
+#define IA_KERNELS(name, LONG, LEVELS_OUT) \
+    IA_KERNEL(name, f16, __half, LONG, LEVELS_OUT, false) \
+    IA_KERNEL(name, bf16, __nv_bfloat16, LONG, LEVELS_OUT, false) \
+    IA_KERNEL(name##_rows, f16, __half, LONG, LEVELS_OUT, true) \
+    IA_KERNEL(name##_rows, bf16, __nv_bfloat16, LONG, LEVELS_OUT, true)
+
+IA_KERNELS(attention_int8, false, false)
+IA_KERNELS(attention_int8_long, true, false)
+IA_KERNELS(attention_int8_levels, false, true)
+IA_KERNELS(attention_int8_long_levels, true, true)

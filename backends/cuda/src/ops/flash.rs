@@ -337,7 +337,9 @@ pub fn attention(
             }
             INTEGER_ATTENTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let levels = if out_levels.is_some() { "_levels" } else { "" };
-            Source::AttentionInt8.kernel(format!("{name}{levels}_{suffix}"))
+            // No mask, or one mask row for every query: the kernel keeps one row a key tile.
+            let rows = if mask.is_none() || l.stride[1][2] == 0 { "_rows" } else { "" };
+            Source::AttentionInt8.kernel(format!("{name}{levels}{rows}_{suffix}"))
         }
         (Some(grids), None) => {
             args.extend([Arg::F32(p.stored_product_factor()), Arg::I32(flags)]);

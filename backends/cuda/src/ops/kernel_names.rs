@@ -31,7 +31,7 @@ pub fn expected_kernels() -> Vec<Kernel> {
     add(Source::Resize, &mut each(&["resize_gather"], &WIDTHS));
     add(Source::Resize, &mut each(&["resize_interp"], &FLOATS));
     add(Source::Attention, &mut each(&["flash_attention", "flash_attention_levels"], &["f16", "bf16"]));
-    add(Source::AttentionInt8, &mut each(&["attention_int8", "attention_int8_long", "attention_int8_levels", "attention_int8_long_levels"], &["f16", "bf16"]));
+    add(Source::AttentionInt8, &mut each(&["attention_int8", "attention_int8_long", "attention_int8_levels", "attention_int8_long_levels", "attention_int8_rows", "attention_int8_long_rows", "attention_int8_levels_rows", "attention_int8_long_levels_rows"], &["f16", "bf16"]));
     add(Source::Int8FewChannels, &mut super::int8_few_channels::kernel_names().into_iter().map(String::from));
     for t in super::indexing::TYPED_SUFFIXES {
         add(Source::Indexing, &mut ["scatter_elements", "scatter_nd"].iter().map(|op| format!("{op}_{t}")));
