@@ -259,6 +259,7 @@ template <typename T, bool LONG, bool LEVELS_OUT, bool ROW_MASK>
 __device__ void attention_int8(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_tiles, const Layout& st, int flags, const IntegerGrids& grids,
                                const SoftmaxLevels& levels, const signed char* q, const signed char* k, const signed char* v, const T* mask,
                                void* o) {
+    grid_dependency_wait();  // launched programmatically (Source::programmatic)
     __shared__ __align__(16) unsigned char qs[FA_BQ][IA_PITCH];
     __shared__ __align__(16) unsigned char ks[2][FA_BK][IA_PITCH];
     __shared__ __align__(16) unsigned char vt[2][FA_D][IA_PITCH];

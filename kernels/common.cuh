@@ -83,6 +83,21 @@ __device__ __forceinline__ float lanes_sum(float v) {
 }
 __device__ __forceinline__ float warp_sum(float v) { return lanes_sum<32>(v); }
 
+// Programmatic dependent launch (sm_90 and later). The host launches the kernels of some
+// sources (kiln-cuda's Source::programmatic) so that they may be scheduled before the kernel
+// before them in the stream has finished: such a kernel calls this before it reads or writes
+// global memory, and it returns once the kernels it depends on have completed, their memory
+// visible. Every such kernel waits before touching memory, so each one's completion implies its
+// predecessors'. No kernel triggers its dependents early (griddepcontrol.launch_dependents):
+// they launch as its blocks exit. Triggering at every kernel's entry measured 3.4% slower on a
+// Q/DQ BERT (H200) than plain launches, waiting alone 0.6% faster. After a plain launch this
+// returns at once.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 #define KILN_GRID_LOOP(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
 
 // Runs of N elements of a storage type at N-element-aligned addresses (the host or the kernel

@@ -326,6 +326,7 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
                                               const float* scale, i64 scale_len, float y_zero, float lo, float hi, int relu,
                                               const unsigned char* then, const unsigned char* lookup, unsigned char* y,
                                               const unsigned char* join = nullptr, const Window* win = nullptr, const signed char* x = nullptr) {
+    grid_dependency_wait();  // launched programmatically (Source::programmatic)
     static_assert(!LOOKUP || COLS == IG_BN, "a lookup's table is a 128-column tile's");
     static_assert(!JOIN || (!LOOKUP && HALVES == 1 && COLS == IG_BN), "a join's kernel: 64 × 128 tiles, no lookup");
     static_assert(!COOP || (!LOOKUP && !JOIN), "cooperative tiles: levels only");

@@ -300,6 +300,21 @@ impl Arg {
             Arg::TensorMap(_) => std::mem::size_of::<TensorMap>(),
         }
     }
+
+    /// The address of the value, as a launch's parameter array holds it (valid while `self` is).
+    pub fn value_address(&self) -> *mut std::ffi::c_void {
+        let at: *const std::ffi::c_void = match self {
+            Arg::I32(v) => (v as *const i32).cast(),
+            Arg::I64(v) => (v as *const i64).cast(),
+            Arg::F32(v) => (v as *const f32).cast(),
+            Arg::Layout(v) => (v as *const Layout).cast(),
+            Arg::Window(v) => (v as *const Window).cast(),
+            Arg::ChainLayout(v) => (v as *const ChainLayout).cast(),
+            Arg::TensorMap(v) => (v as *const TensorMap).cast(),
+            Arg::Ptr(v) => (v as *const KernelPtr).cast(),
+        };
+        at.cast_mut()
+    }
 }
 
 /// A device address a kernel may dereference: made only from a [`DeviceBuffer`] (or null),

@@ -59,6 +59,9 @@ pub struct Gpu {
     named_tables: Arc<Mutex<HashMap<Vec<u8>, DeviceTensor>>>,
     /// The device's streaming multiprocessors, read once (see [`Gpu::multiprocessors`]).
     multiprocessors: u32,
+    /// Whether kernels of [`Source::programmatic`] sources launch programmatically: sm_90 and
+    /// later, unless `KILN_CUDA_PROGRAMMATIC_LAUNCH=0` (for A/B timing).
+    programmatic_launch: bool,
 }
 
 /// One converted copy of constant weights, and what it was made from. The originals are held
@@ -131,8 +134,10 @@ impl Gpu {
         }
         let blas = crate::blas::Blas::new(stream.clone())?;
         let multiprocessors = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(driver("cuDeviceGetAttribute"))?.max(1) as u32;
+        let programmatic_launch = major >= 9 && std::env::var("KILN_CUDA_PROGRAMMATIC_LAUNCH").as_deref() != Ok("0");
         Ok(Gpu {
             multiprocessors,
+            programmatic_launch,
             ctx,
             stream,
             arch,
@@ -173,6 +178,7 @@ impl Gpu {
             tables: self.tables.clone(),
             named_tables: self.named_tables.clone(),
             multiprocessors: self.multiprocessors,
+            programmatic_launch: self.programmatic_launch,
         })
     }
 
@@ -762,6 +768,10 @@ impl Gpu {
                 kernel.name, &params[..]
             )));
         }
+        if self.programmatic_launch && kernel.source.programmatic() {
+            let _access = self.sessions.access();
+            return self.launch_programmatic(&f, grid, block, shared_bytes, args);
+        }
         let mut b = self.stream.launch_builder(&f);
         for a in args {
             match a {
@@ -784,6 +794,43 @@ impl Gpu {
         // the other arguments: the contract each op keeps with its kernel.
         unsafe { b.launch(cfg) }.map_err(driver("cuLaunchKernel"))?;
         Ok(())
+    }
+
+    /// A launch that may be scheduled before the stream's previous kernel has finished
+    /// (programmatic dependent launch, [`Source::programmatic`]): the kernel waits for it on
+    /// the device (kernels/common.cuh's `grid_dependency_wait`), where a plain launch is held
+    /// back until that kernel has completed. Captured into a CUDA graph as a programmatic edge.
+    fn launch_programmatic(&self, f: &CudaFunction, grid: (u32, u32, u32), block: (u32, u32, u32), shared_bytes: u32, args: &[Arg]) -> Result<(), GpuError> {
+        let mut values: Vec<*mut std::ffi::c_void> = args.iter().map(Arg::value_address).collect();
+        // SAFETY: the attribute value is a union of plain integers and structs of them, for which
+        // all-zero bytes are valid; the one field this attribute reads is set below.
+        let mut value: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
+        value.programmaticStreamSerializationAllowed = 1;
+        let mut attribute = sys::CUlaunchAttribute {
+            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            pad: [0; 4],
+            value,
+        };
+        let config = sys::CUlaunchConfig {
+            gridDimX: grid.0,
+            gridDimY: grid.1,
+            gridDimZ: grid.2,
+            blockDimX: block.0,
+            blockDimY: block.1,
+            blockDimZ: block.2,
+            sharedMemBytes: shared_bytes,
+            hStream: self.stream.cu_stream(),
+            attrs: &mut attribute,
+            numAttrs: 1,
+        };
+        self.ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
+        // SAFETY: `values` holds one address per kernel parameter, each of a value `args` keeps
+        // alive through the call, matching the compiled kernel's parameters in number and size
+        // (checked by the caller); the pointers among them are live buffers of this context, as
+        // for a plain launch; `config` and its one attribute outlive the call.
+        unsafe { sys::cuLaunchKernelEx(&config, f.cu_function(), values.as_mut_ptr(), std::ptr::null_mut()) }
+            .result()
+            .map_err(driver("cuLaunchKernelEx"))
     }
 
     /// A one-thread-per-element launch over `n` elements (grid-stride loops cap the grid).

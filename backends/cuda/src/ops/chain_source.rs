@@ -194,6 +194,7 @@ pub fn chain_source(program: &Program) -> Option<String> {
         let mut fill_params = vec!["unsigned char* levels".to_string()];
         fill_params.extend(q_params.iter().cloned());
         let _ = writeln!(s, "\nextern \"C\" __global__ void __launch_bounds__(256) chain_table_fill({}) {{", fill_params.join(", "));
+        s.push_str(PROGRAMMATIC_ENTRY);
         let _ = writeln!(s, "    const int e = blockIdx.x * blockDim.x + threadIdx.x;");
         let _ = writeln!(s, "    if (e < {entries}) levels[e] = (unsigned char)from_f<{out}>(element({}));", element_args(&level));
         let _ = writeln!(s, "}}\n");
@@ -246,6 +247,7 @@ fn column_kernels(s: &mut String, types: &[&str], level: usize, out: &str, q_par
         _ => format!("to_f(s{k}[l.offset[{k}] + c * l.stride[{k}][l.rank - 1]])"),
     };
     let _ = writeln!(s, "extern \"C\" __global__ void __launch_bounds__(256) chain_column_fill({}) {{", fill_params.join(", "));
+    s.push_str(PROGRAMMATIC_ENTRY);
     let _ = writeln!(s, "    const unsigned e = blockIdx.x * blockDim.x + threadIdx.x, c = e >> 8;");
     let _ = writeln!(s, "    if (c < columns) table[e] = (unsigned char)from_f<{out}>(element({}));", element_args(&value));
     let _ = writeln!(s, "}}\n");
@@ -254,6 +256,7 @@ fn column_kernels(s: &mut String, types: &[&str], level: usize, out: &str, q_par
         "extern \"C\" __global__ void __launch_bounds__(256) chain_columns(unsigned rows, unsigned columns, unsigned rows_per_block, const {}* levels, {out}* out, const unsigned char* table) {{",
         types[level]
     );
+    s.push_str(PROGRAMMATIC_ENTRY);
     let _ = writeln!(s, "    chain_column_lookup<{COLUMN_TILE}>(rows, columns, rows_per_block, (const unsigned char*)levels, (unsigned char*)out, table);");
     let _ = writeln!(s, "}}");
 }
@@ -364,6 +367,7 @@ fn rows_kernel(
     let names: Vec<&str> = params.iter().map(|p| p.rsplit([' ', '*']).next().unwrap_or(p)).collect();
     let read: u32 = passes.iter().flatten().map(|&k| 1u32 << k).sum();
     let _ = writeln!(s, "extern \"C\" __global__ void __launch_bounds__(256, 4) chain_rows(unsigned rows, ChainLayout l, {}) {{", params.join(", "));
+    s.push_str(PROGRAMMATIC_ENTRY);
     s.push_str("    const unsigned row = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;\n    if (row >= rows) return;\n");
     let direct = if compact_chains() { format!("!chain_rows_need_coords(l, {read:#x})") } else { "false".to_string() };
     let _ = writeln!(s, "    if ({direct}) chain_rows_body<true>(row, lane, l, {});", names.join(", "));
@@ -388,6 +392,10 @@ const ROW_RUN: &str = "#pragma unroll
             const unsigned i = row * len + k;
 ";
 
+/// Every generated kernel's first statement: the host launches generated sources
+/// programmatically (`Source::programmatic`), so each waits for the kernels before it here.
+const PROGRAMMATIC_ENTRY: &str = "    grid_dependency_wait();\n";
+
 /// The start of a body's grid-stride loop over runs of `V` output elements: element `i` and
 /// its coordinates `c`.
 const RUN_LOOP: &str = "    for (unsigned r = blockIdx.x * blockDim.x + threadIdx.x; r < runs; r += gridDim.x * blockDim.x) {
@@ -406,6 +414,7 @@ pub const TABLE_THREADS: u32 = 512;
 fn entry_points(s: &mut String, body: &str, kernels: [(&str, usize); 2], threads: u32, params: &[String], args: &[String]) {
     for (name, width) in kernels {
         let _ = writeln!(s, "extern \"C\" __global__ void __launch_bounds__({threads}) {name}(unsigned runs, ChainLayout l, {}) {{", params.join(", "));
+        s.push_str(PROGRAMMATIC_ENTRY);
         let _ = writeln!(s, "    {body}<{width}>(runs, l, {});", args.join(", "));
         let _ = writeln!(s, "}}");
     }
@@ -486,6 +495,32 @@ mod tests {
         assert!(!chain_source(&float_operand).expect("chains").contains("chain_table"));
         let float_out = Program { out: DataType::F32, steps: vec![join.steps[0]], ..join.clone() };
         assert_eq!(float_out.table_entries(), None);
+    }
+
+    /// Generated sources are launched programmatically: each kernel's first statement waits
+    /// for the kernels before it (elementwise, table, column table and row kernels alike).
+    #[test]
+    fn every_generated_kernel_waits_for_the_kernels_before_it() {
+        assert!(Source::Generated(0).programmatic());
+        let float = Program::float(DataType::F16, vec![Step::Binary { code: 0, operand: 0, running_first: true }], 1);
+        let join = Program {
+            slots: vec![DataType::I8, DataType::U8],
+            out: DataType::U8,
+            steps: vec![Step::Binary { code: 0, operand: 0, running_first: true }, Step::Quantize { param: 4, lo: 0, hi: 255 }],
+            dequantized: vec![Some(0), Some(2)],
+            params: 6,
+        };
+        let column = Program { slots: vec![DataType::I8, DataType::F32], out: DataType::I8, dequantized: vec![Some(0), None], params: 4, steps: vec![join.steps[0], Step::Quantize { param: 2, lo: -128, hi: 127 }] };
+        let mut kernels = 0;
+        for program in [float, join, column, layer_norm_block()] {
+            let text = chain_source(&program).expect("chains");
+            let lines: Vec<&str> = text.lines().collect();
+            for (i, line) in lines.iter().enumerate().filter(|(_, l)| l.contains("__global__")) {
+                assert_eq!(lines.get(i + 1).map(|l| l.trim()), Some("grid_dependency_wait();"), "{line}");
+                kernels += 1;
+            }
+        }
+        assert!(kernels >= 9, "{kernels} kernels");
     }
 
     /// A Q/DQ transformer's `DequantizeLinear ×2 → + bias → + residual → LayerNorm →
