@@ -59,16 +59,20 @@ template <int TILES>
 __device__ __forceinline__ void load_values_transposed(unsigned char (*vt)[FA_D][IA_PITCH], const signed char* src, i64 ld, i64 rows, int cols) {
     constexpr int UNITS = FA_BK * (FA_D / 4) / 4 / FA_THREADS;  // a thread's 4 × 4 transposes a tile
     static_assert(UNITS * FA_THREADS == FA_BK * (FA_D / 4) / 4, "whole transposes a thread");
+    // A thread's transpose n: 4 columns from 4c, keys of lane t in group G of 16.
+    const auto unit = [](int n) -> int { return threadIdx.x + n * FA_THREADS; };
+    const auto column = [&](int n) { return unit(n) % (FA_D / 4); };
+    const auto lane = [&](int n) { return (unit(n) / (FA_D / 4)) % 4; };
+    const auto group = [&](int n) { return unit(n) / (FA_D / 4) / 4; };
     unsigned w[TILES][UNITS][4];
 #pragma unroll
     for (int i = 0; i < TILES; ++i)
 #pragma unroll
         for (int n = 0; n < UNITS; ++n) {
-            const int u = threadIdx.x + n * FA_THREADS;
-            const int c = u % (FA_D / 4), t = (u / (FA_D / 4)) % 4, group = u / (FA_D / 4) / 4;
+            const int c = column(n), t = lane(n);
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int key = i * FA_BK + group * 16 + (e >> 1) * 8 + 2 * t + (e & 1);
+                const int key = i * FA_BK + group(n) * 16 + (e >> 1) * 8 + 2 * t + (e & 1);
                 w[i][n][e] = key < rows && c * 4 < cols ? *reinterpret_cast<const unsigned*>(src + key * ld + c * 4) : 0u;
             }
         }
@@ -76,13 +80,12 @@ __device__ __forceinline__ void load_values_transposed(unsigned char (*vt)[FA_D]
     for (int i = 0; i < TILES; ++i)
 #pragma unroll
         for (int n = 0; n < UNITS; ++n) {
-            const int u = threadIdx.x + n * FA_THREADS;
-            const int c = u % (FA_D / 4), t = (u / (FA_D / 4)) % 4, group = u / (FA_D / 4) / 4;
+            const int c = column(n), t = lane(n);
             const unsigned* x = w[i][n];
             const unsigned lo01 = __byte_perm(x[0], x[1], 0x5140), hi01 = __byte_perm(x[0], x[1], 0x7362);
             const unsigned lo23 = __byte_perm(x[2], x[3], 0x5140), hi23 = __byte_perm(x[2], x[3], 0x7362);
             // Columns 4c to 4c + 3 share bits 3 and 4, so their piece's offset too.
-            const int pos = vt_piece(c * 4, group) + 4 * t;
+            const int pos = vt_piece(c * 4, group(n)) + 4 * t;
             *reinterpret_cast<unsigned*>(&vt[i][c * 4][pos]) = __byte_perm(lo01, lo23, 0x5410);
             *reinterpret_cast<unsigned*>(&vt[i][c * 4 + 1][pos]) = __byte_perm(lo01, lo23, 0x7632);
             *reinterpret_cast<unsigned*>(&vt[i][c * 4 + 2][pos]) = __byte_perm(hi01, hi23, 0x5410);

@@ -476,13 +476,7 @@ mod tests {
 
     #[test]
     fn programs_of_at_most_two_dequantized_levels_get_table_kernels() {
-        let join = Program {
-            slots: vec![DataType::I8, DataType::U8],
-            out: DataType::U8,
-            steps: vec![Step::Binary { code: 0, operand: 0, running_first: true }, Step::Quantize { param: 4, lo: 0, hi: 255 }],
-            dequantized: vec![Some(0), Some(2)],
-            params: 6,
-        };
+        let join = two_level_join();
         assert_eq!(join.table_entries(), Some(65536));
         let text = chain_source(&join).expect("8-bit chains");
         assert!(text.contains("void __launch_bounds__(512) chain_table_vec(") && text.contains("table[b0[k] | b1[k] << 8]"), "{text}");
@@ -503,13 +497,7 @@ mod tests {
     fn every_generated_kernel_waits_for_the_kernels_before_it() {
         assert!(Source::Generated(0).programmatic());
         let float = Program::float(DataType::F16, vec![Step::Binary { code: 0, operand: 0, running_first: true }], 1);
-        let join = Program {
-            slots: vec![DataType::I8, DataType::U8],
-            out: DataType::U8,
-            steps: vec![Step::Binary { code: 0, operand: 0, running_first: true }, Step::Quantize { param: 4, lo: 0, hi: 255 }],
-            dequantized: vec![Some(0), Some(2)],
-            params: 6,
-        };
+        let join = two_level_join();
         let column = Program { slots: vec![DataType::I8, DataType::F32], out: DataType::I8, dequantized: vec![Some(0), None], params: 4, steps: vec![join.steps[0], Step::Quantize { param: 2, lo: -128, hi: 127 }] };
         let mut kernels = 0;
         for program in [float, join, column, layer_norm_block()] {
@@ -521,6 +509,17 @@ mod tests {
             }
         }
         assert!(kernels >= 9, "{kernels} kernels");
+    }
+
+    /// A skip connection's `DequantizeLinear ×2 → Add → QuantizeLinear`: two 8-bit levels.
+    fn two_level_join() -> Program {
+        Program {
+            slots: vec![DataType::I8, DataType::U8],
+            out: DataType::U8,
+            steps: vec![Step::Binary { code: 0, operand: 0, running_first: true }, Step::Quantize { param: 4, lo: 0, hi: 255 }],
+            dequantized: vec![Some(0), Some(2)],
+            params: 6,
+        }
     }
 
     /// A Q/DQ transformer's `DequantizeLinear ×2 → + bias → + residual → LayerNorm →
