@@ -135,6 +135,11 @@ impl Gpu {
         let blas = crate::blas::Blas::new(stream.clone())?;
         let multiprocessors = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(driver("cuDeviceGetAttribute"))?.max(1) as u32;
         let programmatic_launch = major >= 9 && std::env::var("KILN_CUDA_PROGRAMMATIC_LAUNCH").as_deref() != Ok("0");
+        if tracing::enabled!(tracing::Level::INFO) {
+            let sources: Vec<&str> = Source::ALL.into_iter().filter(|s| s.programmatic()).map(Source::file_name).collect();
+            let state = if programmatic_launch { "on" } else if major >= 9 { "off (KILN_CUDA_PROGRAMMATIC_LAUNCH=0)" } else { "off (before sm_90)" };
+            tracing::info!("programmatic dependent launch {state} on {arch}: the kernels of {} and the generated chains", sources.join(", "));
+        }
         Ok(Gpu {
             multiprocessors,
             programmatic_launch,
