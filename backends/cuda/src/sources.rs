@@ -267,7 +267,6 @@ fn generated_texts() -> &'static Mutex<HashMap<u64, Arc<str>>> {
     TEXTS.get_or_init(Default::default)
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::Source;

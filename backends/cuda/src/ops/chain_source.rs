@@ -498,7 +498,7 @@ mod tests {
         assert!(Source::Generated(0).programmatic());
         let float = Program::float(DataType::F16, vec![Step::Binary { code: 0, operand: 0, running_first: true }], 1);
         let join = two_level_join();
-        let column = Program { slots: vec![DataType::I8, DataType::F32], out: DataType::I8, dequantized: vec![Some(0), None], params: 4, steps: vec![join.steps[0], Step::Quantize { param: 2, lo: -128, hi: 127 }] };
+        let column = island(vec![DataType::I8, DataType::F32], DataType::I8, vec![Some(0), None]);
         let mut kernels = 0;
         for program in [float, join, column, layer_norm_block()] {
             let text = chain_source(&program).expect("chains");
@@ -509,6 +509,18 @@ mod tests {
             }
         }
         assert!(kernels >= 9, "{kernels} kernels");
+    }
+
+    /// `Add(slot 0, slot 1) → QuantizeLinear` onto int8, the slots read dequantized as given: a
+    /// product's bias island where one slot is a level and the other a float column.
+    fn island(slots: Vec<DataType>, out: DataType, dequantized: Vec<Option<usize>>) -> Program {
+        Program {
+            slots,
+            out,
+            steps: vec![Step::Binary { code: 0, operand: 0, running_first: true }, Step::Quantize { param: 2, lo: -128, hi: 127 }],
+            dequantized,
+            params: 4,
+        }
     }
 
     /// A skip connection's `DequantizeLinear ×2 → Add → QuantizeLinear`: two 8-bit levels.
@@ -541,13 +553,6 @@ mod tests {
 
     #[test]
     fn one_level_and_column_operands_get_column_table_kernels() {
-        let island = |slots: Vec<DataType>, out: DataType, dequantized: Vec<Option<usize>>| Program {
-            slots,
-            out,
-            steps: vec![Step::Binary { code: 0, operand: 0, running_first: true }, Step::Quantize { param: 2, lo: -128, hi: 127 }],
-            dequantized,
-            params: 4,
-        };
         let bias = island(vec![DataType::I8, DataType::F32], DataType::I8, vec![Some(0), None]);
         assert_eq!(bias.column_table(), Some(0));
         let text = chain_source(&bias).expect("8-bit chains");
