@@ -78,20 +78,28 @@ __device__ __forceinline__ void load_mask_tile(T (*tile)[FA_LD], const T* src, i
     }
 }
 
-// The mask's keys [k0, k0 + FA_BK) where every query row reads one mask row (its row stride is
-// 0: a padding mask over the keys), as row 0 of a tile (column stride `cs`), zero beyond `cols`:
-// 16-byte copies where the host found them aligned. A whole tile would repeat this row FA_BQ
-// times in shared memory, which the tables' lookups then lack as L1 cache.
+// The keys [k0, k0 + FA_BK) of one mask row that every query row reads (its row stride is 0: a
+// padding mask over the keys; `src` null: no mask, zeros), as row 0 of a tile (column stride
+// `cs`), -inf beyond `cols`: a score plus its key's entry is then the masked score, -inf past
+// the last key, with no bound check a score. 16-byte copies where the host found them aligned
+// (whole pieces of keys: the host checked sk a multiple of 8). A whole tile would repeat this
+// row FA_BQ times in shared memory, which the tables' lookups then lack as L1 cache.
 template <typename T>
 __device__ __forceinline__ void load_mask_row(T* row, const T* src, i64 cs, i64 cols, bool vector) {
-    if (vector) {
+    const T beyond = from_f<T>(-INFINITY), zero = from_f<T>(0.0f);
+    if (src && vector) {
         if (threadIdx.x < FA_BK / 8) {
             const int c = threadIdx.x * 8;
-            cp_async16(&row[c], c < cols ? src + c : src, c < cols);
+            if (c < cols) {
+                cp_async16(&row[c], src + c, true);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 8; ++e) row[c + e] = beyond;
+            }
         }
         return;
     }
-    for (int c = threadIdx.x; c < FA_BK; c += FA_THREADS) row[c] = c < cols ? src[c * cs] : from_f<T>(0.0f);
+    for (int c = threadIdx.x; c < FA_BK; c += FA_THREADS) row[c] = c >= cols ? beyond : src ? src[c * cs] : zero;
 }
 
 // The warp's rows qi[0] and qi[1] of O (row stride `ors`, `dv` columns) from the accumulator,

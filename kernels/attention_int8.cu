@@ -122,8 +122,8 @@ __device__ __forceinline__ float ex2(float x) {
 // each sum times `factor` (the grids' scales and the product's scale) rounded to T, its first
 // grid's level looked up by the T value's bits in `first` (level − lowest level, by the host's
 // exact quantization), the value after every grid from `values`; then the mask, and -inf for
-// keys at or beyond `keys`. Without a grid (`first` null), the T value itself.
-template <typename T, bool ROW_MASK>
+// keys at or beyond `keys`. Without a grid (GRID false: `first` null), the T value itself.
+template <typename T, bool ROW_MASK, bool GRID>
 __device__ __forceinline__ void scores_of_sums(float (*s)[4], const int (*acc)[4], T (*mt)[FA_LD], int keys, float factor, bool has_mask,
                                                const unsigned char* first, const float* values) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
@@ -133,7 +133,7 @@ __device__ __forceinline__ void scores_of_sums(float (*s)[4], const int (*acc)[4
         for (int h = 0; h < 2; ++h) {
             const unsigned bits = Mma<T>::pack((float)acc[j][2 * h] * factor, (float)acc[j][2 * h + 1] * factor);
             float x[2];
-            if (first) {
+            if (GRID) {
                 x[0] = values[__ldg(first + (bits & 0xffffu))];
                 x[1] = values[__ldg(first + (bits >> 16))];
             } else {
@@ -143,8 +143,12 @@ __device__ __forceinline__ void scores_of_sums(float (*s)[4], const int (*acc)[4
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int col = j * 8 + 2 * t4 + e;
-                if (has_mask) x[e] += to_f(mt[ROW_MASK ? 0 : warp * 16 + g + h * 8][col]);
-                s[j][2 * h + e] = col < keys ? x[e] : -INFINITY;
+                if (ROW_MASK) {
+                    s[j][2 * h + e] = x[e] + to_f(mt[0][col]);  // the row: the mask's entry, -inf past the keys
+                } else {
+                    if (has_mask) x[e] += to_f(mt[warp * 16 + g + h * 8][col]);
+                    s[j][2 * h + e] = col < keys ? x[e] : -INFINITY;
+                }
             }
         }
     }
@@ -285,12 +289,18 @@ __device__ void attention_int8(i64 sq, i64 sk, int d, int dv, i64 heads, i64 q_t
     const auto scores = [&](float (*s)[4], const unsigned (*qf)[4], int b, i64 k0) {
         int acc[FA_BK / 8][4];
         qk_int8(acc, qf, ks[b]);
-        scores_of_sums<T, ROW_MASK>(s, acc, ms[b], (int)min(sk - k0, (i64)FA_BK), grids.product_factor, has_mask, grids.first, score_table);
+        // Whether there is a grid is the block's, so one form runs: the other's instructions
+        // are not issued predicated off beside it.
+        const int keys = (int)min(sk - k0, (i64)FA_BK);
+        if (grids.first)
+            scores_of_sums<T, ROW_MASK, true>(s, acc, ms[b], keys, grids.product_factor, has_mask, grids.first, score_table);
+        else
+            scores_of_sums<T, ROW_MASK, false>(s, acc, ms[b], keys, grids.product_factor, has_mask, grids.first, score_table);
     };
     // K (and the mask) of the keys from k0 into buffer `b`.
     const auto load_keys = [&](int b, i64 k0) {
         load_levels(ks[b], kb + k0 * krs, krs, sk - k0, d);
-        if (has_mask && ROW_MASK) load_mask_row(ms[b][0], mb + k0 * mcs, mcs, sk - k0, vector_mask);
+        if (ROW_MASK) load_mask_row(ms[b][0], has_mask ? mb + k0 * mcs : nullptr, mcs, sk - k0, vector_mask);
         if (has_mask && !ROW_MASK) load_mask_tile(ms[b], mb + q0 * mrs + k0 * mcs, mrs, mcs, sq - q0, sk - k0, vector_mask);
         cp_async_commit();
     };
