@@ -41,6 +41,7 @@ __device__ __forceinline__ void pad_channels(I n, I c, I h, I w, I padded, i64 s
 
 extern "C" __global__ void int8_pad_channels(i64 n, i64 c, i64 h, i64 w, i64 padded, i64 sn, i64 sc, i64 sh, i64 sw,
                                              const unsigned char* x, unsigned char* y) {
+    grid_dependency_wait();  // launched programmatically (Source::programmatic)
     if (KILN_FITS_32(n * h * w * (padded / 16)))
         pad_channels<unsigned>((unsigned)n, (unsigned)c, (unsigned)h, (unsigned)w, (unsigned)padded, sn, sc, sh, sw, x, y);
     else
@@ -75,6 +76,7 @@ __device__ __forceinline__ void fold_columns(I n, i64 c, I h, i64 w, I out_w, i6
 
 extern "C" __global__ void int8_fold_columns(i64 n, i64 c, i64 h, i64 w, i64 out_w, i64 padded, i64 step, i64 shift, i64 sn,
                                              i64 sc, i64 sh, i64 sw, const unsigned char* x, unsigned char* y) {
+    grid_dependency_wait();  // launched programmatically (Source::programmatic)
     const bool fits = KILN_FITS_32(n * h * out_w);
     if (padded == 4 && fits)
         fold_columns<4, unsigned>((unsigned)n, c, (unsigned)h, w, (unsigned)out_w, step, shift, sn, sc, sh, sw, x, y);

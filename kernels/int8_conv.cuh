@@ -717,6 +717,7 @@ __device__ __forceinline__ void int8_conv(const Window& win, const signed char* 
              int relu, const void* residual, int residual_type, float residual_scale, float residual_zero,                 \
              const unsigned char* then, const unsigned char* lookup, const void* join, const float* join_params,           \
              int out_type, void* y) {                                                                                     \
+        grid_dependency_wait(); /* launched programmatically (Source::programmatic) */                                       \
         const Requant e = {int_bias,  scale,         scale_len,      float_bias,     float_bias_len,                        \
                            y_scale,   y_zero,        lo,             hi,             level_reciprocal(y_scale), relu,       \
                            residual,  residual_type, residual_scale, residual_zero,  out_type, then, lookup, join,         \

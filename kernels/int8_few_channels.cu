@@ -296,6 +296,7 @@ extern "C" __global__ void __launch_bounds__(FC_THREADS, 4)
                            float y_zero, float lo, float hi, int relu, const void* residual, int residual_type, float residual_scale,
                            float residual_zero, const unsigned char* then, const unsigned char* lookup, const void* join,
                            const float* join_params, int out_type, void* y) {
+    grid_dependency_wait();  // launched programmatically (Source::programmatic)
     const FewRequant e = {int_bias, scale, scale_len, y_zero, lo, hi, relu, then, lookup};
     few_channels(win, xs_n, xs_c, xs_h, xs_w, words != 0, x, wt, taps, e, (unsigned char*)y);
 }
@@ -304,6 +305,7 @@ extern "C" __global__ void __launch_bounds__(FC_THREADS, 4)
 // channels, zeros past k, c and r·s_len (one thread a word).
 extern "C" __global__ void int8_few_channels_filter(i64 k, i64 c, i64 r_len, i64 s_len, i64 kp, i64 taps, i64 sk, i64 sc, i64 sr, i64 ss,
                                                     const signed char* w, unsigned* y) {
+    grid_dependency_wait();  // launched programmatically (Source::programmatic)
     KILN_GRID_LOOP(i, kp * taps) {
         const i64 f = i / taps, tap = i % taps;
         unsigned word = 0;

@@ -211,6 +211,7 @@ __device__ void pool2d_nhwc(int n, int c, int ih, int iw, int oh, int ow, int kh
 #define POOL2D_NHWC(suffix, T, V) \
     extern "C" __global__ void pool2d_nhwc_##suffix(int n, int c, int ih, int iw, int oh, int ow, int kh, int kw, int sh, int sw, \
                                                     int dh, int dw, int pt, int pl, int pb, int pr, int average, int excl, const T* x, T* y) { \
+        grid_dependency_wait(); \
         pool2d_nhwc<T, V>(n, c, ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, average, excl, x, y); \
     }
 
@@ -227,10 +228,12 @@ POOL2D_NHWC(u8_x16, unsigned char, 16)
 
 #define POOL_FLOAT(suffix, T) \
     extern "C" __global__ void pool_##suffix(i64 n, int spatial, const PoolAxis* axes, int average, int excl, const T* x, T* y) { \
+        grid_dependency_wait(); \
         pool_float(n, spatial, axes, average, excl, x, y); \
     }
 #define POOL_INT(suffix, T) \
     extern "C" __global__ void pool_##suffix(i64 n, int spatial, const PoolAxis* axes, int average, int excl, const T* x, T* y) { \
+        grid_dependency_wait(); \
         pool_int(n, spatial, axes, x, y); \
     }
 

@@ -195,9 +195,20 @@ impl Source {
     /// has finished, so each calls kernels/common.cuh's `grid_dependency_wait` before it touches
     /// global memory (a test checks every kernel of these sources). The INT8 products, the
     /// integer attention and the generated chains: a Q/DQ transformer runs almost only these, a
-    /// few microseconds a launch (BERT-base b32 Q/DQ on an H200: 1.507 -> 1.499 ms).
+    /// few microseconds a launch (BERT-base b32 Q/DQ on an H200: 1.507 -> 1.499 ms); the INT8
+    /// convolutions and the pooling: a Q/DQ CNN's other layers.
     pub fn programmatic(self) -> bool {
-        matches!(self, Source::Int8Gemm | Source::AttentionInt8 | Source::Generated(_))
+        matches!(
+            self,
+            Source::Int8Gemm
+                | Source::AttentionInt8
+                | Source::Int8Conv
+                | Source::Int8ConvGeneral
+                | Source::Int8ConvWgGeneral
+                | Source::Int8FewChannels
+                | Source::Pool
+                | Source::Generated(_)
+        )
     }
 
     /// The text compiled: the embedded one, or the file of the same name in
@@ -295,22 +306,40 @@ mod tests {
         bodies
     }
 
-    /// Every kernel of a programmatically launched source waits for the kernels before it
-    /// first: directly, or as the first statement of the template every kernel there runs.
+    /// Every kernel of a programmatically launched source (its own text and the headers it
+    /// includes that define kernels) waits for the kernels before it first: directly, or as the
+    /// first statement of a template it runs.
     #[test]
     fn programmatic_sources_wait_before_touching_memory() {
-        for (source, template) in [(Source::Int8Gemm, "int8_gemm_tma"), (Source::AttentionInt8, "attention_int8")] {
-            assert!(source.programmatic());
-            let text = source.embedded_text();
-            let definition = text.find(&format!(" {template}(")).unwrap_or_else(|| panic!("{template} is not defined in {source:?}"));
-            let first_statement = text[definition..].split_once('{').map(|(_, body)| body.trim_start()).unwrap_or("");
-            assert!(first_statement.starts_with("grid_dependency_wait();"), "{template} does not wait first");
+        const TEMPLATES: [&str; 2] = ["int8_gemm_tma", "attention_int8"];
+        let mut checked = 0;
+        for source in Source::ALL.into_iter().filter(|s| s.programmatic()) {
+            let own = source.embedded_text();
+            let mut texts = vec![own.to_string()];
+            for (name, text) in super::HEADERS {
+                if own.contains(&format!("#include \"{name}\"")) && text.contains("__global__") {
+                    texts.push(text.to_string());
+                }
+            }
+            let text = texts.concat();
+            let waiting: Vec<&str> = TEMPLATES
+                .into_iter()
+                .filter(|t| {
+                    let Some(at) = text.find(&format!(" {t}(")) else { return false };
+                    let first = text[at..].split_once('{').map(|(_, body)| body.trim_start()).unwrap_or("");
+                    assert!(first.starts_with("grid_dependency_wait();"), "{t} does not wait first");
+                    true
+                })
+                .collect();
             let bodies = kernel_bodies(&text);
-            assert!(!bodies.is_empty());
+            assert!(!bodies.is_empty(), "{source:?} has no kernels");
             for body in bodies {
-                assert!(body.contains(&format!("{template}<")) || body.contains("grid_dependency_wait();"), "a kernel of {source:?} does not wait: {body}");
+                let runs_waiting = waiting.iter().any(|t| body.contains(&format!("{t}<")));
+                assert!(runs_waiting || body.contains("grid_dependency_wait();"), "a kernel of {source:?} does not wait: {body}");
+                checked += 1;
             }
         }
+        assert!(checked >= 20, "{checked} kernels (a macro's count once)");
         assert!(!Source::Attention.programmatic() && !Source::Copy.programmatic());
     }
 }
