@@ -147,6 +147,13 @@ pub fn chain_source(program: &Program) -> Option<String> {
     let split = program.steps.iter().position(|s| matches!(s, Step::Normalize { .. }));
     let (before, after) = program.steps.split_at(split.unwrap_or(program.steps.len()));
     step_function(&mut s, "element", "float f = x0;", &element_params, program, before);
+    // A row program's last QuantizeLinear into 8 bits is the store's (`store_row_levels`).
+    let (after, row_levels) = match after.split_last() {
+        Some((&Step::Quantize { param, lo, hi }, rest)) if split.is_some() && matches!(program.out, DataType::I8 | DataType::U8) => {
+            (rest, Some((param, lo, hi)))
+        }
+        _ => (after, None),
+    };
     if split.is_some() {
         let mut after_params = vec!["float f".to_string()];
         after_params.extend(element_params.iter().cloned());
@@ -170,7 +177,7 @@ pub fn chain_source(program: &Program) -> Option<String> {
             slots
         };
         let passes = [read(&program.steps[..k], &[0]), read(&program.steps[k + 1..], &[scale + 1, bias + 1])];
-        rows_kernel(&mut s, &types, &params, &element_args, &passes, (scale + 1, bias + 1, epsilon, len));
+        rows_kernel(&mut s, &types, &params, &element_args, &passes, (scale + 1, bias + 1, epsilon, len), row_levels);
         return Some(s);
     }
     let _ = writeln!(s, "template <int V>");
@@ -310,14 +317,21 @@ fn rows_kernel(
     element_args: ElementArgs,
     passes: &[Vec<usize>; 2],
     (scale, bias, epsilon, len): (usize, usize, f32, u32),
+    levels: Option<(usize, i32, i32)>,
 ) {
+    // The direct body's row of each slot a pass reads (a run then adds its place, an immediate).
+    let rows = |s: &mut String, pass: usize| {
+        for &k in &passes[pass] {
+            let _ = writeln!(s, "    const unsigned d{k} = (l.row >> {k} & 1) ? l.offset[{k}] : row * len;");
+        }
+    };
     let loads = |s: &mut String, pass: usize| {
         let _ = writeln!(s, "            unsigned c[CHAIN_RANK];");
         let _ = writeln!(s, "            if (!DIRECT && coords{pass}) chain_coords(l, i, c);");
         for k in 0..types.len() {
             let _ = writeln!(s, "            float v{k}[4] = {{0.0f, 0.0f, 0.0f, 0.0f}};");
             if passes[pass].contains(&k) {
-                let _ = writeln!(s, "            if (DIRECT) load_run<4>(s{k} + ((l.row >> {k} & 1) ? l.offset[{k}] + k : i), v{k});");
+                let _ = writeln!(s, "            if (DIRECT) load_run<4>(s{k} + d{k} + k, v{k});");
                 let _ = writeln!(s, "            else chain_row_load<4>(l, {k}, i, k, c, s{k}, v{k});");
             }
         }
@@ -329,6 +343,7 @@ fn rows_kernel(
         let mask: u32 = slots.iter().map(|&k| 1u32 << k).sum();
         let _ = writeln!(s, "    const bool coords{pass} = chain_rows_need_coords(l, {mask:#x});");
     }
+    rows(s, 0);
     s.push_str(ROW_RUN);
     loads(s, 0);
     let _ = writeln!(s, "#pragma unroll");
@@ -352,17 +367,27 @@ fn rows_kernel(
 ",
     );
     let _ = writeln!(s, "    const float rstd = rsqrtf(warp_sum(squares) / (float)len + {});", float(epsilon));
+    rows(s, 1);
     s.push_str(ROW_RUN);
     loads(s, 1);
-    let _ = writeln!(s, "            float o[4];");
-    let _ = writeln!(s, "#pragma unroll");
-    let _ = writeln!(
-        s,
-        "            for (int e = 0; e < 4; ++e) o[e] = after((r[4 * j + e] - mean) * rstd * v{scale}[e] + v{bias}[e], {});",
-        element_args(&|k| format!("v{k}[e]"))
-    );
-    let _ = writeln!(s, "            store_run<4>(out + i, o);");
-    s.push_str("        }\n    }\n}\n\n");
+    let value = format!("after((r[4 * j + e] - mean) * rstd * v{scale}[e] + v{bias}[e], {})", element_args(&|k| format!("v{k}[e]")));
+    match levels {
+        // The values before their level stay in `r`; the row's levels are stored at once.
+        Some((param, lo, hi)) => {
+            let _ = writeln!(s, "#pragma unroll");
+            let _ = writeln!(s, "            for (int e = 0; e < 4; ++e) r[4 * j + e] = {value};");
+            s.push_str("        }\n    }\n");
+            let _ = writeln!(s, "    store_row_levels<RUNS>(out + row * len, lane, len, r, grid_of(q{param}, q{}, {lo}.0f, {hi}.0f));", param + 1);
+            s.push_str("}\n\n");
+        }
+        None => {
+            let _ = writeln!(s, "            float o[4];");
+            let _ = writeln!(s, "#pragma unroll");
+            let _ = writeln!(s, "            for (int e = 0; e < 4; ++e) o[e] = {value};");
+            let _ = writeln!(s, "            store_run<4>(out + i, o);");
+            s.push_str("        }\n    }\n}\n\n");
+        }
+    }
     // Each parameter's name: the last word of its declaration.
     let names: Vec<&str> = params.iter().map(|p| p.rsplit([' ', '*']).next().unwrap_or(p)).collect();
     let read: u32 = passes.iter().flatten().map(|&k| 1u32 << k).sum();
@@ -579,11 +604,16 @@ mod tests {
         assert!(!text.contains("chain_vec"), "no per-element kernel: {text}");
         assert!(text.contains("const bool coords0 = chain_rows_need_coords(l, 0x7);") && text.contains("if (!DIRECT && coords0) chain_coords(l, i, c);"), "coordinates where a slot needs them: {text}");
         assert!(text.contains("chain_row_load<4>(l, 2, i, k, c, s2, v2);") && text.contains("chain_row_load<4>(l, 4, i, k, c, s4, v4);"), "{text}");
-        assert!(text.contains("if (DIRECT) load_run<4>(s2 + ((l.row >> 2 & 1) ? l.offset[2] + k : i), v2);"), "the direct body's loads: {text}");
+        assert!(text.contains("const unsigned d2 = (l.row >> 2 & 1) ? l.offset[2] : row * len;") && text.contains("if (DIRECT) load_run<4>(s2 + d2 + k, v2);"), "the direct body's loads: {text}");
         assert!(text.contains("if (!chain_rows_need_coords(l, 0x1f)) chain_rows_body<true>(row, lane, l, s0, s1, s2, s3, s4, out, q0, q1, q2, q3, q4, q5);"), "{text}");
         assert!(text.contains("constexpr unsigned len = 768;") && text.contains("constexpr int RUNS = 6;"), "the row's length fixed: {text}");
-        assert!(text.contains("o[e] = after((r[4 * j + e] - mean) * rstd * v3[e] + v4[e], v0[e]"), "the norm's operands are slots 3 and 4: {text}");
-        assert!(text.contains("f = level_on(grid_of(q4, q5, -128.0f, 127.0f), f);") && text.contains("x2 = __fmul_rn(__fsub_rn(x2, q3), q2);"), "{text}");
+        assert!(text.contains("r[4 * j + e] = after((r[4 * j + e] - mean) * rstd * v3[e] + v4[e], v0[e]"), "the norm's operands are slots 3 and 4: {text}");
+        assert!(text.contains("x2 = __fmul_rn(__fsub_rn(x2, q3), q2);"), "{text}");
+        // The last QuantizeLinear is the store's: no level_on in `after`, the row stored at once.
+        assert!(!text.contains("level_on") && text.contains("store_row_levels<RUNS>(out + row * len, lane, len, r, grid_of(q4, q5, -128.0f, 127.0f));"), "{text}");
+        let float_out = Program { out: DataType::F32, steps: block.steps[..3].to_vec(), ..block.clone() };
+        let text = chain_source(&float_out).expect("f32 output");
+        assert!(!text.contains("store_row_levels") && text.contains("store_run<4>(out + i, o);"), "a float row is stored by runs: {text}");
         let other = Program { steps: vec![block.steps[0], block.steps[1], Step::Normalize { scale: 2, bias: 3, epsilon: 1e-5, len: 768 }, block.steps[3]], ..block.clone() };
         assert_ne!(chain_kernel(&other), chain_kernel(&block), "another epsilon, another kernel");
     }

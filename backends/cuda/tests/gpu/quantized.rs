@@ -817,8 +817,11 @@ fn layer_norm_islands_match_the_cpu_oracle_to_a_level() {
     // The residual as broadcast over a middle or the first dim: chain_rows reads it through the
     // element's coordinates, where the other slots are dense or repeated rows.
     let cases = [([4usize, 6, 32], [4usize, 6, 32]), ([2, 128, 768], [2, 128, 768]), ([3, 5, 30], [3, 5, 30]), ([2, 3, 1100], [2, 3, 1100]), ([4, 6, 32], [4, 1, 32]), ([2, 8, 64], [1, 8, 64])];
-    for (shape, r_shape) in cases {
-        let what = format!("layer norm island {shape:?}, residual {r_shape:?}");
+    // Every other case stores uint8 levels about 128 (onnxruntime's activations), the others
+    // int8 levels about -3: the zero point is in each stored byte.
+    for (case, (shape, r_shape)) in cases.into_iter().enumerate() {
+        let (to, zero) = if case % 2 == 1 { (DataType::U8, TensorData::U8(vec![128])) } else { (DataType::I8, TensorData::I8(vec![-3])) };
+        let what = format!("layer norm island {shape:?}, residual {r_shape:?}, {to:?} levels");
         let len = shape[2];
         let mut net = Network::new("layer norm island");
         let a = net.add_input("a", DataType::I8, Shape::fixed(&shape)).expect("a");
@@ -834,6 +837,7 @@ fn layer_norm_islands_match_the_cpu_oracle_to_a_level() {
         let bias = constant("bias", row(0.0, 0.5, &mut rng));
         let gamma = constant("gamma", row(1.0, 0.3, &mut rng));
         let beta = constant("beta", row(0.0, 0.2, &mut rng));
+        let zy = constant("zy", HostTensor::new(vec![], zero).expect("zero point"));
         let mut layer = |name: &str, kind: LayerKind, inputs: Vec<Option<TensorId>>| {
             let l = net.add_layer(name, kind, inputs).expect(name);
             net.output(l, 0)
@@ -843,7 +847,7 @@ fn layer_norm_islands_match_the_cpu_oracle_to_a_level() {
         let dr = layer("dq_r", LayerKind::Dequantize { axis: None, to: None }, vec![Some(r), Some(sr), None]);
         let joined = layer("residual", LayerKind::Elementwise { op: ElementwiseOp::Sum }, vec![Some(biased), Some(dr)]);
         let norm = layer("norm", LayerKind::Normalization { axes: vec![2], epsilon: 1e-12, num_groups: 1 }, vec![Some(joined), Some(gamma), Some(beta)]);
-        let y = layer("q_norm", LayerKind::Quantize { axis: None, to: DataType::I8 }, vec![Some(norm), Some(sy), None]);
+        let y = layer("q_norm", LayerKind::Quantize { axis: None, to }, vec![Some(norm), Some(sy), Some(zy)]);
         net.mark_output(y).expect("output");
         let fused = Pipeline::standard().run(&net, &PassContext { folding_backend: None, quantized_layers: true }).expect("passes");
         let normalizing = |p: &kiln::FusedParams| p.epilogue.iter().any(|s| matches!(s, PostOp::Normalization { .. }));
