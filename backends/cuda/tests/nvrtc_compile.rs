@@ -134,6 +134,22 @@ fn generated_chains_compile_with_every_op_for_sm80_and_sm90() {
         dequantized: vec![Some(0), None, Some(2), None, None],
         params: 6,
     });
+    // A row program reading one slot in both passes (an operand before the norm and after it),
+    // its float input, its uint8 levels stored by the row (a dynamo-exported BERT's islands read
+    // one slot twice).
+    programs.push(Program {
+        slots: vec![T::F16, T::F32, T::I8, T::F32, T::F32],
+        out: T::U8,
+        steps: vec![
+            Step::Binary { code: 0, operand: 0, running_first: true },
+            Step::Binary { code: 0, operand: 1, running_first: true },
+            Step::Normalize { scale: 2, bias: 3, epsilon: 1e-5, len: 384 },
+            Step::Binary { code: 2, operand: 0, running_first: true },
+            Step::Quantize { param: 2, lo: 0, hi: 255 },
+        ],
+        dequantized: vec![None, None, Some(0), None, None],
+        params: 4,
+    });
     for program in &programs {
         let what = format!("{:?} -> {}", program.slots, program.out);
         let text = chain_source(program).expect("types the chains take");

@@ -322,7 +322,7 @@ fn rows_kernel(
     // The direct body's row of each slot a pass reads (a run then adds its place, an immediate).
     let rows = |s: &mut String, pass: usize| {
         for &k in &passes[pass] {
-            let _ = writeln!(s, "    const unsigned d{k} = (l.row >> {k} & 1) ? l.offset[{k}] : row * len;");
+            let _ = writeln!(s, "    const unsigned d{k}_{pass} = (l.row >> {k} & 1) ? l.offset[{k}] : row * len;");
         }
     };
     let loads = |s: &mut String, pass: usize| {
@@ -331,7 +331,7 @@ fn rows_kernel(
         for k in 0..types.len() {
             let _ = writeln!(s, "            float v{k}[4] = {{0.0f, 0.0f, 0.0f, 0.0f}};");
             if passes[pass].contains(&k) {
-                let _ = writeln!(s, "            if (DIRECT) load_run<4>(s{k} + d{k} + k, v{k});");
+                let _ = writeln!(s, "            if (DIRECT) load_run<4>(s{k} + d{k}_{pass} + k, v{k});");
                 let _ = writeln!(s, "            else chain_row_load<4>(l, {k}, i, k, c, s{k}, v{k});");
             }
         }
@@ -604,7 +604,7 @@ mod tests {
         assert!(!text.contains("chain_vec"), "no per-element kernel: {text}");
         assert!(text.contains("const bool coords0 = chain_rows_need_coords(l, 0x7);") && text.contains("if (!DIRECT && coords0) chain_coords(l, i, c);"), "coordinates where a slot needs them: {text}");
         assert!(text.contains("chain_row_load<4>(l, 2, i, k, c, s2, v2);") && text.contains("chain_row_load<4>(l, 4, i, k, c, s4, v4);"), "{text}");
-        assert!(text.contains("const unsigned d2 = (l.row >> 2 & 1) ? l.offset[2] : row * len;") && text.contains("if (DIRECT) load_run<4>(s2 + d2 + k, v2);"), "the direct body's loads: {text}");
+        assert!(text.contains("const unsigned d2_0 = (l.row >> 2 & 1) ? l.offset[2] : row * len;") && text.contains("if (DIRECT) load_run<4>(s2 + d2_0 + k, v2);"), "the direct body's loads: {text}");
         assert!(text.contains("if (!chain_rows_need_coords(l, 0x1f)) chain_rows_body<true>(row, lane, l, s0, s1, s2, s3, s4, out, q0, q1, q2, q3, q4, q5);"), "{text}");
         assert!(text.contains("constexpr unsigned len = 768;") && text.contains("constexpr int RUNS = 6;"), "the row's length fixed: {text}");
         assert!(text.contains("r[4 * j + e] = after((r[4 * j + e] - mean) * rstd * v3[e] + v4[e], v0[e]"), "the norm's operands are slots 3 and 4: {text}");
@@ -614,6 +614,10 @@ mod tests {
         let float_out = Program { out: DataType::F32, steps: block.steps[..3].to_vec(), ..block.clone() };
         let text = chain_source(&float_out).expect("f32 output");
         assert!(!text.contains("store_row_levels") && text.contains("store_run<4>(out + i, o);"), "a float row is stored by runs: {text}");
+        // A slot read before the norm and after it is addressed in each pass.
+        let twice = Program { steps: vec![block.steps[0], block.steps[1], block.steps[2], Step::Binary { code: 2, operand: 0, running_first: true }, block.steps[3]], ..block.clone() };
+        let text = chain_source(&twice).expect("8-bit chains");
+        assert!(text.contains("const unsigned d1_0 = ") && text.contains("const unsigned d1_1 = ") && text.contains("load_run<4>(s1 + d1_1 + k, v1);"), "{text}");
         let other = Program { steps: vec![block.steps[0], block.steps[1], Step::Normalize { scale: 2, bias: 3, epsilon: 1e-5, len: 768 }, block.steps[3]], ..block.clone() };
         assert_ne!(chain_kernel(&other), chain_kernel(&block), "another epsilon, another kernel");
     }
