@@ -519,6 +519,41 @@ fn batch_norm_folds_into_reduced_precision_convolution_weights() {
     }
 }
 
+/// Shuffle chains compose into one transpose of their factors (a reshape after it where the
+/// output merges them), and give the same elements as the chain.
+#[test]
+fn shuffle_chains_compose_into_one_transpose_of_their_factors() {
+    let shuffles = |net: &Network| net.layers().iter().filter(|l| matches!(l.kind, LayerKind::Shuffle(_))).count();
+    // The dynamo exporter's key transpose: [b, s, h·d] → [b, h, d, s] through [b·h, s, d].
+    let key = networks::shuffle_chain(
+        "key transpose",
+        &[2, 8, 12],
+        &[
+            (vec![], Some(vec![-1, 8, 3, 4]), vec![]),
+            (vec![0, 2, 1, 3], None, vec![]),
+            (vec![], Some(vec![-1, 8, 4]), vec![]),
+            (vec![0, 2, 1], None, vec![]),
+            (vec![], Some(vec![2, 3, 4, 8]), vec![]),
+        ],
+    );
+    // Split, transpose, merge across the transpose, transpose, merge: the factors transposed once, then merged.
+    let merged = networks::shuffle_chain(
+        "merged",
+        &[2, 4, 6],
+        &[
+            (vec![], Some(vec![2, 4, 2, 3]), vec![]),
+            (vec![0, 2, 1, 3], None, vec![]),
+            (vec![], Some(vec![4, 4, 3]), vec![]),
+            (vec![1, 0, 2], None, vec![]),
+            (vec![], Some(vec![4, 12]), vec![]),
+        ],
+    );
+    for (net, want) in [(key, 1), (merged, 2)] {
+        let optimized = check_equivalent(&net, 0.0);
+        assert_eq!(shuffles(&optimized), want, "{}", optimized.dump());
+    }
+}
+
 #[test]
 fn transposes_of_size_one_axes_are_reshapes_and_merge() {
     let net = networks::unsqueezes();

@@ -26,6 +26,7 @@ mod qdq_propagation;
 mod quantized;
 mod quantized_chain;
 mod shape_tensors;
+mod shuffle_chains;
 pub(crate) mod graph;
 
 pub use attention::{AttentionFusion, AttentionInputLevels, AttentionOutputLevels, QuantizedAttentionFusion};
@@ -38,6 +39,7 @@ pub use horizontal::HorizontalMatMulFusion;
 pub use horizontal_quantized::QuantizedHorizontalFusion;
 pub use level_tables::LevelTables;
 pub use noop::NoOpRemoval;
+pub use shuffle_chains::ShuffleChainComposition;
 pub use patterns::{GeluFusion, NormalizationFusion, RmsNormalizationFusion, SoftMaxFusion, SwishFusion};
 pub use pointwise::PointwiseChainFusion;
 pub use qdq_propagation::QdqPropagation;
@@ -144,6 +146,8 @@ impl Pipeline {
                 Box::new(ConstantFolding),
                 Box::new(ShapeTensorResolution),
                 Box::new(NoOpRemoval),
+                // After reshapes of reshapes merge: what is left of a chain is transposes between them.
+                Box::new(ShuffleChainComposition),
                 Box::new(EinsumLowering),
                 Box::new(DeadLayerElimination),
                 Box::new(SoftMaxFusion),
