@@ -182,6 +182,25 @@ class Kiln:
                 "cuda_graph": report.get("cuda_graph"), "iterations": report.get("iterations")}
 
 
+    def layer_profile(self, engine, inputs_npz, top=8):
+        """`kiln bench --export-profile`: each layer timed alone (interpreted, so a layer's launch
+        overhead is in its figure: compare engines by their end-to-end medians, and layers by
+        this), summed per tactic; the `top` largest, and every layer with its time."""
+        path = engine + ".profile.json"
+        self.call("bench", engine, "--inputs", inputs_npz, "--warmup-ms", 200, "--duration-s", 1,
+                  "--export-profile", path)
+        with open(path) as f:
+            layers = json.load(f)["layers"]
+        by_tactic = {}
+        for layer in layers:
+            total = by_tactic.setdefault(layer["tactic"], {"us": 0.0, "layers": 0})
+            total["us"] += 1e3 * layer["median_ms"]
+            total["layers"] += 1
+        ranked = sorted(by_tactic.items(), key=lambda kv: -kv[1]["us"])[:top]
+        return {"by_tactic": [{"tactic": t, **v} for t, v in ranked],
+                "layers": [{"name": l["name"][:120], "tactic": l["tactic"], "us": 1e3 * l["median_ms"]} for l in layers]}
+
+
 def save_npz(path, arrays):
     np.savez(path, **arrays)
     return path
@@ -272,6 +291,8 @@ def qdq_kiln(args, kiln, tag, fp32_path, qdq_path, inputs, output, check_rows, r
         case["correct"] = err["finite"] and err["rel_l2"] <= case["tolerance_rel_l2"]
         say(f"{tag}: kiln bench fp16")
         case["bench"] = kiln.bench(engine, npz, args.seconds)
+        if args.layer_profile:
+            guarded(case, "profile", lambda: kiln.layer_profile(engine, npz))
         return case
 
     def qdq_case():
@@ -294,6 +315,8 @@ def qdq_kiln(args, kiln, tag, fp32_path, qdq_path, inputs, output, check_rows, r
             return case
         say(f"{tag}: kiln bench qdq")
         case["bench"] = kiln.bench(engine, npz, args.seconds)
+        if args.layer_profile:
+            guarded(case, "profile", lambda: kiln.layer_profile(engine, npz))
         return case
 
     if not args.qdq_only:
@@ -993,6 +1016,8 @@ def print_table(results):
         for label, case in (("kiln fp16", fp16), ("kiln Q/DQ", qdq)):
             if "error" in case:
                 print(f"          {label}: {case['error'][:200]}")
+            for t in (case.get("profile") or {}).get("by_tactic", []):
+                print(f"          {label} layers: {t['us']:8.1f} us in {t['layers']:3d}  {t['tactic']}")
         if "vs_ort_qdq" in qdq:
             print(f"          Q/DQ rel L2: kiln vs onnxruntime {qdq['vs_ort_qdq']['rel_l2']:.2e} "
                   f"(max abs {qdq['vs_ort_qdq']['max_abs']:.2e}), kiln vs fp32 {qdq['vs_torch_fp32']['rel_l2']:.2e}, "
@@ -1055,6 +1080,8 @@ def main():
     p.add_argument("--products", default="4096x768x768,4096x768x3072,4096x3072x768",
                    help="part layers: MxKxN of each INT8 product (default BERT-base b32's)")
     p.add_argument("--norm-rows", default="4096x768", help="part layers: ROWSxLEN of each LayerNorm island")
+    p.add_argument("--layer-profile", action="store_true",
+                   help="after each kiln bench, each layer timed alone (kiln bench --export-profile): the largest tactics printed, every layer in quant.json")
     p.add_argument("--qdq-only", action="store_true",
                    help="resnet50 / bert / vit: the Q/DQ engine only, no kiln fp16 or torch.compile peer (for kernel_ab.sh;"
                         " no ratio is reported)")
