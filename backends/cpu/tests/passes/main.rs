@@ -519,6 +519,10 @@ fn batch_norm_folds_into_reduced_precision_convolution_weights() {
     }
 }
 
+fn fixed(dims: &[usize]) -> Vec<Dim> {
+    dims.iter().map(|&d| Dim::Fixed(d)).collect()
+}
+
 /// Shuffle chains compose into one transpose of their factors (a reshape after it where the
 /// output merges them), and give the same elements as the chain.
 #[test]
@@ -527,7 +531,7 @@ fn shuffle_chains_compose_into_one_transpose_of_their_factors() {
     // The dynamo exporter's key transpose: [b, s, h·d] → [b, h, d, s] through [b·h, s, d].
     let key = networks::shuffle_chain(
         "key transpose",
-        &[2, 8, 12],
+        fixed(&[2, 8, 12]),
         &[
             (vec![], Some(vec![-1, 8, 3, 4]), vec![]),
             (vec![0, 2, 1, 3], None, vec![]),
@@ -539,7 +543,7 @@ fn shuffle_chains_compose_into_one_transpose_of_their_factors() {
     // Split, transpose, merge across the transpose, transpose, merge: the factors transposed once, then merged.
     let merged = networks::shuffle_chain(
         "merged",
-        &[2, 4, 6],
+        fixed(&[2, 4, 6]),
         &[
             (vec![], Some(vec![2, 4, 2, 3]), vec![]),
             (vec![0, 2, 1, 3], None, vec![]),
@@ -548,7 +552,31 @@ fn shuffle_chains_compose_into_one_transpose_of_their_factors() {
             (vec![], Some(vec![4, 12]), vec![]),
         ],
     );
-    for (net, want) in [(key, 1), (merged, 2)] {
+    // The same key transpose with a dynamic batch: `0` keeps it, the merge of batch and heads
+    // is an unknown dim, and `-1` splits it back.
+    let dynamic_key = networks::shuffle_chain(
+        "dynamic key transpose",
+        vec![Dim::Named("batch".into()), Dim::Fixed(8), Dim::Fixed(12)],
+        &[
+            (vec![], Some(vec![0, 8, 3, 4]), vec![]),
+            (vec![0, 2, 1, 3], None, vec![]),
+            (vec![], Some(vec![-1, 8, 4]), vec![]),
+            (vec![0, 2, 1], None, vec![]),
+            (vec![], Some(vec![-1, 3, 4, 8]), vec![]),
+        ],
+    );
+    // A `-1` standing for batch · 6 (an unknown dim): the dims after it split off the back.
+    let from_the_back = networks::shuffle_chain(
+        "split from the back",
+        vec![Dim::Named("batch".into()), Dim::Fixed(6), Dim::Fixed(20)],
+        &[
+            (vec![], Some(vec![-1, 20]), vec![]),
+            (vec![], Some(vec![-1, 4, 5]), vec![]),
+            (vec![0, 2, 1], None, vec![]),
+            (vec![], Some(vec![-1, 6, 5, 4]), vec![]),
+        ],
+    );
+    for (net, want) in [(key, 1), (merged, 2), (dynamic_key, 1), (from_the_back, 1)] {
         let optimized = check_equivalent(&net, 0.0);
         assert_eq!(shuffles(&optimized), want, "{}", optimized.dump());
     }

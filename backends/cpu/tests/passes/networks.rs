@@ -698,9 +698,9 @@ pub fn einsums() -> Network {
 /// PyTorch's `mask.unsqueeze(1).unsqueeze(2)` as the legacy exporter writes it (a reshape
 /// adding a trailing 1, then a transpose moving it), then a real transpose that must stay.
 /// A chain of Shuffles from `shape` (each step's transposes and reshape dims), then a ReLU.
-pub fn shuffle_chain(name: &str, shape: &[usize], steps: &[(Vec<usize>, Option<Vec<i64>>, Vec<usize>)]) -> Network {
+pub fn shuffle_chain(name: &str, shape: Vec<Dim>, steps: &[(Vec<usize>, Option<Vec<i64>>, Vec<usize>)]) -> Network {
     let mut g = G::new(name);
-    let mut t = g.fixed_input("x", shape);
+    let mut t = g.input("x", shape);
     for (k, (first, dims, second)) in steps.iter().enumerate() {
         let p = ShuffleParams { first_transpose: first.clone(), reshape: dims.clone(), second_transpose: second.clone(), zero_is_placeholder: true };
         t = g.layer(&format!("step {k}"), LayerKind::Shuffle(p), &[t]);

@@ -1,7 +1,9 @@
-//! Shuffle chains composed (the numbers are checked on the cpu backend: kiln-cpu's pass tests): consecutive Shuffles, each the only reader of the one before, with
-//! fixed shapes, become one Shuffle (and a reshape after it where the output needs one). The
-//! composed layer splits its input's dims into the finest factors any step of the chain splits
-//! them into, transposes those factors once, and merges only at the end.
+//! Shuffle chains composed (the numbers are checked on the cpu backend: kiln-cpu's pass tests):
+//! consecutive Shuffles, each the only reader of the one before, become one Shuffle (and a
+//! reshape after it where the output needs one). The composed layer splits its input's dims
+//! into the finest factors any step of the chain splits them into, transposes those factors
+//! once, and merges only at the end. A dynamic dim is one factor no step may split; reshapes
+//! name it by a `0` placeholder or the `-1`, as the exporters' do.
 //!
 //! A step that merges dims which an earlier transpose moved apart cannot be a view: a backend
 //! that keeps views (cuda) copies there. The dynamo exporter writes a transformer's key
@@ -13,8 +15,9 @@ use super::graph::{consumers, has_control_flow, known_value};
 use super::{Pass, PassContext, PassError};
 use crate::ir::layer::{LayerKind, ShuffleParams};
 use crate::ir::network::{Network, TensorId};
+use crate::ir::shape::Dim;
 use crate::ir::rewrite::Rewriter;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ShuffleChainComposition;
@@ -53,7 +56,7 @@ impl Pass for ShuffleChainComposition {
                 Some(dims) => {
                     let factors_name = format!("{name} (factors)");
                     let factors = rb.add_layer(&factors_name, LayerKind::Shuffle(chain.composed.clone()), vec![Some(source)], std::slice::from_ref(&factors_name))?;
-                    rb.add(&format!("{name} (merged)"), LayerKind::Shuffle(reshape(dims)), vec![Some(factors[0])], &[out])?;
+                    rb.add(&format!("{name} (merged)"), LayerKind::Shuffle(reshape(dims.clone())), vec![Some(factors[0])], &[out])?;
                 }
             }
         }
@@ -66,26 +69,28 @@ struct Chain {
     layers: Vec<usize>,
     source: TensorId,
     composed: ShuffleParams,
-    reshape_after: Option<Vec<usize>>,
+    reshape_after: Option<Vec<i64>>,
 }
 
-fn reshape(dims: &[usize]) -> ShuffleParams {
-    ShuffleParams { first_transpose: vec![], reshape: Some(dims.iter().map(|&d| d as i64).collect()), second_transpose: vec![], zero_is_placeholder: false }
+fn reshape(dims: Vec<i64>) -> ShuffleParams {
+    ShuffleParams { first_transpose: vec![], reshape: Some(dims), second_transpose: vec![], zero_is_placeholder: true }
 }
 
 /// Every chain of two or more Shuffles that composes into fewer layers, keyed by its last layer.
 fn composable_chains(net: &Network) -> HashMap<usize, Chain> {
     let readers = consumers(net);
-    let fixed = |t: TensorId| net.tensor(t).shape.dims().iter().map(|d| d.fixed()).collect::<Option<Vec<usize>>>();
-    // A Shuffle with fixed input and output shapes and no run-time dims.
+    // A Shuffle with one output and its reshape dims known at build time: its input and dims.
     let plain = |i: usize| {
         let l = &net.layers()[i];
         let LayerKind::Shuffle(p) = &l.kind else { return None };
-        let dims_known = l.inputs.get(1).copied().flatten().is_none_or(|t| known_value(net, t).is_some());
+        let dims = match l.inputs.get(1).copied().flatten() {
+            Some(t) => Some(known_value(net, t)?.to_i64_vec()?),
+            None => p.reshape.clone(),
+        };
         let input = (*l.inputs.first()?)?;
-        (dims_known && l.outputs.len() == 1 && fixed(input).is_some() && fixed(l.outputs[0]).is_some()).then_some((p, input))
+        (l.outputs.len() == 1).then_some((p, input, dims))
     };
-    // The Shuffle producing `t`, when it is `t`'s only reader's only source of it.
+    // The Shuffle producing `t`, when `t` has no other reader and is not an output.
     let chained_producer = |t: TensorId| {
         if readers[t.0].len() != 1 || net.outputs().contains(&t) {
             return None;
@@ -95,7 +100,7 @@ fn composable_chains(net: &Network) -> HashMap<usize, Chain> {
     };
     let mut chains = HashMap::new();
     for i in 0..net.layers().len() {
-        let Some((_, input)) = plain(i) else { continue };
+        let Some((_, input, _)) = plain(i) else { continue };
         // Only a chain's last layer starts the walk back.
         let out = net.layers()[i].outputs[0];
         let extends = readers[out.0].len() == 1 && !net.outputs().contains(&out) && plain(readers[out.0][0].0).is_some();
@@ -106,23 +111,25 @@ fn composable_chains(net: &Network) -> HashMap<usize, Chain> {
         let mut source = input;
         while let Some(p) = chained_producer(source) {
             layers.push(p);
-            source = plain(p).map(|(_, t)| t).expect("a plain Shuffle");
+            source = plain(p).map(|(_, t, _)| t).expect("a plain Shuffle");
         }
         layers.reverse();
         if layers.len() < 2 {
             continue;
         }
-        let (Some(input_shape), Some(output_shape)) = (fixed(source), fixed(out)) else { continue };
-        let mut factors = Factors::new(&input_shape);
-        let steps_fit = layers.iter().all(|&k| {
-            let l = &net.layers()[k];
-            let (p, _) = plain(k).expect("a plain Shuffle");
-            factors.shuffle(p, &fixed(l.outputs[0]).expect("fixed"))
-        });
-        if !steps_fit {
+        let source_dims = net.tensor(source).shape.dims();
+        // An empty tensor has nothing to move (and its zero-length dims no factors).
+        if source_dims.contains(&Dim::Fixed(0)) {
             continue;
         }
-        let (composed, reshape_after) = factors.composed(&output_shape);
+        let mut factors = Factors::new(source_dims);
+        let steps_fit = layers.iter().all(|&k| {
+            let (p, _, dims) = plain(k).expect("a plain Shuffle");
+            factors.shuffle(p, dims.as_deref(), net.tensor(net.layers()[k].outputs[0]).shape.dims())
+        });
+        let Some((composed, reshape_after)) = steps_fit.then(|| factors.composed(net.tensor(out).shape.dims())).flatten() else {
+            continue;
+        };
         if 1 + reshape_after.is_some() as usize >= layers.len() {
             continue;
         }
@@ -131,24 +138,48 @@ fn composable_chains(net: &Network) -> HashMap<usize, Chain> {
     chains
 }
 
+/// A factor's extent: fixed, or one dynamic dim of the source (named, or unknown), which no
+/// step may split.
+#[derive(Clone, Debug, PartialEq)]
+enum Extent {
+    Fixed(usize),
+    Dynamic(Dim),
+}
+
+/// What a reshape makes one dim of.
+enum Target {
+    Fixed(usize),
+    /// The named dynamic dim itself.
+    Named(String),
+    /// The current dim at the same place (a `0` placeholder).
+    Copy(usize),
+    /// What the other dims leave (the `-1`).
+    Rest,
+}
+
 /// A tensor's dims as groups of factors of its source's dims: `sizes[f]` is factor f's
 /// extent, `input[d]` the factors source dim d splits into (outermost first), `groups[d]` the
 /// factors the current dim d merges (outermost first). Size-1 dims have no factors.
 struct Factors {
-    sizes: Vec<usize>,
+    sizes: Vec<Extent>,
     input: Vec<Vec<usize>>,
     groups: Vec<Vec<usize>>,
 }
 
 impl Factors {
-    fn new(shape: &[usize]) -> Factors {
+    fn new(shape: &[Dim]) -> Factors {
         let mut f = Factors { sizes: vec![], input: vec![], groups: vec![] };
-        for &d in shape {
-            let ids = if d > 1 {
-                f.sizes.push(d);
-                vec![f.sizes.len() - 1]
-            } else {
-                vec![]
+        for d in shape {
+            let ids = match d {
+                Dim::Fixed(n) if *n <= 1 => vec![],
+                Dim::Fixed(n) => {
+                    f.sizes.push(Extent::Fixed(*n));
+                    vec![f.sizes.len() - 1]
+                }
+                d => {
+                    f.sizes.push(Extent::Dynamic(d.clone()));
+                    vec![f.sizes.len() - 1]
+                }
             };
             f.input.push(ids.clone());
             f.groups.push(ids);
@@ -156,31 +187,47 @@ impl Factors {
         f
     }
 
-    /// Applies one Shuffle ending at `out` (its resolved shape); false where a step splits a
-    /// factor other than into whole parts of it (no composition then).
-    fn shuffle(&mut self, p: &ShuffleParams, out: &[usize]) -> bool {
+    /// Applies one Shuffle with reshape dims `dims` (its parameter or its dims input), ending
+    /// at `out` (inferred); false where a step splits a factor other than into whole parts, or
+    /// a dynamic one at all (no composition then).
+    fn shuffle(&mut self, p: &ShuffleParams, dims: Option<&[i64]>, out: &[Dim]) -> bool {
         if !p.first_transpose.is_empty() && !self.permute(&p.first_transpose) {
             return false;
         }
-        if p.reshape.is_some() {
+        if let Some(dims) = dims {
             // The shape between the reshape and the second transpose: out[i] = mid[perm[i]].
             let mut mid = out.to_vec();
             if !p.second_transpose.is_empty() {
-                if p.second_transpose.len() != out.len() {
+                if p.second_transpose.len() != out.len() || dims.len() != out.len() {
                     return false;
                 }
                 for (i, &q) in p.second_transpose.iter().enumerate() {
-                    mid[q] = out[i];
+                    mid[q] = out[i].clone();
                 }
             }
-            if !self.regroup(&mid) {
+            if dims.len() != mid.len() {
+                return false;
+            }
+            let targets: Option<Vec<Target>> = mid
+                .iter()
+                .zip(dims)
+                .enumerate()
+                .map(|(i, (d, &raw))| match d {
+                    Dim::Fixed(n) => Some(Target::Fixed(*n)),
+                    Dim::Named(s) => Some(Target::Named(s.clone())),
+                    Dim::Unknown if raw == -1 => Some(Target::Rest),
+                    Dim::Unknown if raw == 0 && p.zero_is_placeholder => Some(Target::Copy(i)),
+                    Dim::Unknown => None,
+                })
+                .collect();
+            if !targets.is_some_and(|t| self.regroup(&t)) {
                 return false;
             }
         }
         if !p.second_transpose.is_empty() && !self.permute(&p.second_transpose) {
             return false;
         }
-        self.extents() == out
+        self.groups.len() == out.len() && self.groups.iter().zip(out).all(|(g, d)| self.is_dim(g, d))
     }
 
     fn permute(&mut self, perm: &[usize]) -> bool {
@@ -191,66 +238,148 @@ impl Factors {
         true
     }
 
-    /// The current factors, in row-major order, grouped into `dims`: a dim takes whole factors
-    /// while they divide what it still needs, and splits the next one where what it needs
-    /// divides it (the outer part its own, the inner part the next dim's).
-    fn regroup(&mut self, dims: &[usize]) -> bool {
-        let mut queue: std::collections::VecDeque<usize> = self.groups.concat().into();
-        let mut groups = Vec::with_capacity(dims.len());
-        for &d in dims {
-            let (mut group, mut need) = (vec![], d);
-            while need > 1 {
-                let Some(f) = queue.pop_front() else { return false };
-                let size = self.sizes[f];
-                if need.is_multiple_of(size) {
-                    group.push(f);
-                    need /= size;
-                } else if size.is_multiple_of(need) {
-                    let inner = self.split(f, need);
-                    group.push(f);
-                    queue.push_front(inner);
-                    need = 1;
-                } else {
-                    return false;
-                }
-            }
+    /// Whether factors `group` make dim `d`: the same fixed length, or the one dynamic factor
+    /// of that name (an unknown dim: any).
+    fn is_dim(&self, group: &[usize], d: &Dim) -> bool {
+        match d {
+            Dim::Fixed(n) => self.fixed_product(group) == Some(*n),
+            Dim::Named(_) => matches!(group, [f] if self.sizes[*f] == Extent::Dynamic(d.clone())),
+            Dim::Unknown => true,
+        }
+    }
+
+    fn fixed_product(&self, group: &[usize]) -> Option<usize> {
+        group.iter().map(|&f| match self.sizes[f] {
+            Extent::Fixed(n) => Some(n),
+            Extent::Dynamic(_) => None,
+        }).product()
+    }
+
+    /// The current factors, in row-major order, grouped into `targets`: from the left up to the
+    /// `-1`, then from the right back to it, the `-1` taking what is between. A fixed dim takes
+    /// whole factors while they divide what it still needs, and splits the next one where what
+    /// it needs divides it (a factor split from the left gives its outer part, from the right
+    /// its inner part).
+    fn regroup(&mut self, targets: &[Target]) -> bool {
+        let mut queue: VecDeque<usize> = self.groups.concat().into();
+        let rest = targets.iter().position(|t| matches!(t, Target::Rest));
+        let (left, right) = targets.split_at(rest.unwrap_or(targets.len()));
+        let mut groups = Vec::with_capacity(targets.len());
+        let mut taken = 0;
+        for target in left {
+            let Some(group) = self.take(&mut queue, target, taken, true) else { return false };
+            taken += group.len();
             groups.push(group);
         }
+        let mut tail = Vec::new();
+        for target in right.iter().skip(1).rev() {
+            let Some(group) = self.take(&mut queue, target, usize::MAX, false) else { return false };
+            tail.push(group);
+        }
+        if rest.is_some() {
+            groups.push(queue.drain(..).collect());
+        }
+        groups.extend(tail.into_iter().rev());
         self.groups = groups;
         queue.is_empty()
     }
 
-    /// Splits factor `f` into `f` of extent `outer` and a new factor after it; returns the new one.
-    fn split(&mut self, f: usize, outer: usize) -> usize {
+    /// One dim's factors off the front (or the back) of `queue`; `taken`: how many factors the
+    /// dims before it took (a `0` placeholder copies the current dim only where they took whole
+    /// current dims).
+    fn take(&mut self, queue: &mut VecDeque<usize>, target: &Target, taken: usize, front: bool) -> Option<Vec<usize>> {
+        let pop = |q: &mut VecDeque<usize>| if front { q.pop_front() } else { q.pop_back() };
+        match target {
+            Target::Rest => None,
+            Target::Named(name) => {
+                let f = pop(queue)?;
+                (self.sizes[f] == Extent::Dynamic(Dim::Named(name.clone()))).then(|| vec![f])
+            }
+            Target::Copy(i) => {
+                let before: usize = self.groups.get(..*i)?.iter().map(Vec::len).sum();
+                if !front || before != taken {
+                    return None;
+                }
+                let group = self.groups.get(*i)?.clone();
+                (queue.len() >= group.len() && queue.iter().take(group.len()).eq(group.iter())).then(|| {
+                    queue.drain(..group.len());
+                    group
+                })
+            }
+            Target::Fixed(d) => {
+                let (mut group, mut need) = (VecDeque::new(), *d);
+                while need > 1 {
+                    let f = pop(queue)?;
+                    let Extent::Fixed(size) = self.sizes[f] else { return None };
+                    let mine = if need.is_multiple_of(size) {
+                        need /= size;
+                        f
+                    } else if size.is_multiple_of(need) {
+                        // The part this dim needs; the rest goes back for the next dim.
+                        let (outer, inner) = self.split(f, if front { need } else { size / need });
+                        let (mine, back) = if front { (outer, inner) } else { (inner, outer) };
+                        if front { queue.push_front(back) } else { queue.push_back(back) }
+                        need = 1;
+                        mine
+                    } else {
+                        return None;
+                    };
+                    if front { group.push_back(mine) } else { group.push_front(mine) }
+                }
+                Some(group.into())
+            }
+        }
+    }
+
+    /// Splits fixed factor `f` into `f` of extent `outer` and a new factor after it; returns
+    /// both (outer, inner).
+    fn split(&mut self, f: usize, outer: usize) -> (usize, usize) {
+        let Extent::Fixed(size) = self.sizes[f] else { unreachable!("only fixed factors split") };
         let inner = self.sizes.len();
-        self.sizes.push(self.sizes[f] / outer);
-        self.sizes[f] = outer;
+        self.sizes.push(Extent::Fixed(size / outer));
+        self.sizes[f] = Extent::Fixed(outer);
         for ids in self.input.iter_mut().chain(self.groups.iter_mut()) {
             if let Some(k) = ids.iter().position(|&x| x == f) {
                 ids.insert(k + 1, inner);
             }
         }
-        inner
+        (f, inner)
     }
 
-    fn extents(&self) -> Vec<usize> {
-        self.groups.iter().map(|g| g.iter().map(|&f| self.sizes[f]).product()).collect()
+    /// Reshape dims making `groups` (each a run of `order`, the factors of a tensor of dims
+    /// `dims`, in its order): a fixed group's length; a lone dynamic factor that is the same
+    /// place's dim of that tensor, `0`; one other dynamic group, `-1`. `None` where two need the `-1`.
+    fn dims_of(&self, groups: &[Vec<usize>], order: &[Vec<usize>]) -> Option<Vec<i64>> {
+        let mut free = true;
+        groups
+            .iter()
+            .enumerate()
+            .map(|(i, g)| match self.fixed_product(g) {
+                Some(n) => Some(n as i64),
+                None if order.get(i) == Some(g) => Some(0),
+                None if std::mem::replace(&mut free, false) => Some(-1),
+                None => None,
+            })
+            .collect()
     }
 
     /// One Shuffle: the source reshaped into its factors and transposed into the output's order;
     /// then, where that is not `output` itself, the dims of the reshape after it.
-    fn composed(&self, output: &[usize]) -> (ShuffleParams, Option<Vec<usize>>) {
+    fn composed(&self, output: &[Dim]) -> Option<(ShuffleParams, Option<Vec<i64>>)> {
         let source_order = self.input.concat();
         let output_order = self.groups.concat();
-        let perm: Vec<usize> = output_order.iter().map(|f| source_order.iter().position(|x| x == f).expect("every factor is the source's")).collect();
-        let identity = perm.iter().enumerate().all(|(i, &q)| i == q);
-        if identity {
-            return (reshape(output), None);
+        let perm: Vec<usize> = output_order.iter().map(|f| source_order.iter().position(|x| x == f)).collect::<Option<_>>()?;
+        if perm.iter().enumerate().all(|(i, &q)| i == q) {
+            return Some((reshape(self.dims_of(&self.groups, &self.input)?), None));
         }
-        let factor_dims: Vec<usize> = source_order.iter().map(|&f| self.sizes[f]).collect();
-        let transposed: Vec<usize> = output_order.iter().map(|&f| self.sizes[f]).collect();
-        let shuffle = ShuffleParams { second_transpose: perm, ..reshape(&factor_dims) };
-        (shuffle, (transposed != output).then(|| output.to_vec()))
+        // Each factor a dim of its own, in the source's order, then in the output's.
+        let singles = |order: &[usize]| order.iter().map(|&f| vec![f]).collect::<Vec<_>>();
+        let factor_dims = self.dims_of(&singles(&source_order), &self.input)?;
+        let shuffle = ShuffleParams { second_transpose: perm, ..reshape(factor_dims) };
+        let transposed = singles(&output_order);
+        let same = transposed.len() == output.len() && transposed.iter().zip(&self.groups).all(|(t, g)| t == g);
+        let after = if same { None } else { Some(self.dims_of(&self.groups, &transposed)?) };
+        Some((shuffle, after))
     }
 }
 
