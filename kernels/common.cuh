@@ -112,8 +112,8 @@ __device__ __forceinline__ void load_run(const T* p, float* f) {
 
 // 1.5·2^23, whose unit in the last place is 1: a float below 2^22 in magnitude added to it is
 // rounded half to even by the adder, the integer left in the low mantissa bits. It replaces
-// rintf and conversions between floats and 8-bit or 32-bit integers, which issue at an eighth
-// of the float rate (I2F.S8, F2I).
+// rintf, conversions of floats to integers (F2I) and of 8-bit integers to floats (I2F.S8),
+// which issue at an eighth of the float rate.
 #define KILN_ROUNDING_RANGE 4194304.0f
 #define KILN_ROUNDING_MAGIC 12582912.0f
 #define KILN_ROUNDING_MAGIC_BITS 0x4B400000
@@ -142,6 +142,7 @@ template <int N>
 __device__ __forceinline__ void load_run(const signed char* p, float* f) { load_byte_run<N, true>(p, f); }
 template <int N>
 __device__ __forceinline__ void load_run(const unsigned char* p, float* f) { load_byte_run<N, false>(p, f); }
+
 template <int N, typename T>
 __device__ __forceinline__ void store_run(T* p, const float* f) {
     Run<T, N> r;
