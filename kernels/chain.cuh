@@ -74,7 +74,7 @@ __device__ __forceinline__ void chain_row_load(const ChainLayout& l, int s, unsi
 // A `chain_rows` row's 8-bit levels on grid g (the program's last step, a QuantizeLinear), from
 // `r`, the values before it: run j of 4 at 4·(lane + 32j). Where a run's four values round as
 // the quotient does (grid_rounds), each level's byte is the low byte of its rounding add's bits
-// plus the zero point, packed by byte permutes; else each value takes level_on, the division
+// plus the zero point, packed by byte permutes (packed_bytes); else each value takes level_on, the division
 // out of line. Per value, the branch around each division and the conversion to an integer (at
 // an eighth of the float rate) were a third of the row's instructions.
 template <int RUNS, typename T>
@@ -93,7 +93,7 @@ __device__ __forceinline__ void store_row_levels(T* out, unsigned lane, unsigned
             b[e] = __float_as_uint(t) + zero;
         }
         if (exact) {
-            *reinterpret_cast<unsigned*>(out + k) = __byte_perm(__byte_perm(b[0], b[1], 0x0040), __byte_perm(b[2], b[3], 0x0040), 0x5410);
+            *reinterpret_cast<unsigned*>(out + k) = packed_bytes(b[0], b[1], b[2], b[3]);
         } else {
             float o[4];
 #pragma unroll

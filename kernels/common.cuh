@@ -124,18 +124,18 @@ __device__ __forceinline__ void load_run(const T* p, float* f) {
 // offset by 128 first, one XOR a word. The floats are exact, as the conversion's.
 template <int N, bool SIGNED>
 __device__ __forceinline__ void load_byte_run(const void* p, float* f) {
-    if (N % 4 != 0) {
+    if constexpr (N % 4 != 0) {
 #pragma unroll
         for (int e = 0; e < N; ++e) f[e] = SIGNED ? (float)((const signed char*)p)[e] : (float)((const unsigned char*)p)[e];
-        return;
-    }
-    const Run<unsigned, (N + 3) / 4> r = *reinterpret_cast<const Run<unsigned, (N + 3) / 4>*>(p);
-    const float base = SIGNED ? KILN_ROUNDING_MAGIC + 128.0f : KILN_ROUNDING_MAGIC;
+    } else {
+        const Run<unsigned, N / 4> r = *reinterpret_cast<const Run<unsigned, N / 4>*>(p);
+        const float base = SIGNED ? KILN_ROUNDING_MAGIC + 128.0f : KILN_ROUNDING_MAGIC;
 #pragma unroll
-    for (int w = 0; w < N / 4; ++w) {
-        const unsigned word = SIGNED ? r.v[w] ^ 0x80808080u : r.v[w];
+        for (int w = 0; w < N / 4; ++w) {
+            const unsigned word = SIGNED ? r.v[w] ^ 0x80808080u : r.v[w];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) f[4 * w + e] = __fsub_rn(__int_as_float(__byte_perm(word, KILN_ROUNDING_MAGIC_BITS, 0x7650 | e)), base);
+            for (int e = 0; e < 4; ++e) f[4 * w + e] = __fsub_rn(__int_as_float(__byte_perm(word, KILN_ROUNDING_MAGIC_BITS, 0x7650 | e)), base);
+        }
     }
 }
 template <int N>

@@ -181,7 +181,6 @@ class Kiln:
                 "gpu_compute_median_ms": gpu, "latency_median_ms": report["latency_ms"]["median"],
                 "cuda_graph": report.get("cuda_graph"), "iterations": report.get("iterations")}
 
-
     def layer_profile(self, engine, inputs_npz, top=8):
         """`kiln bench --export-profile`: each layer timed alone (interpreted, so a layer's launch
         overhead is in its figure: compare engines by their end-to-end medians, and layers by
@@ -283,16 +282,19 @@ def qdq_kiln(args, kiln, tag, fp32_path, qdq_path, inputs, output, check_rows, r
         case["vs_torch_fp32"] = compare(out, reference)
         return case, engine, out
 
+    def timed(case, engine, name):
+        say(f"{tag}: kiln bench {name}")
+        case["bench"] = kiln.bench(engine, npz, args.seconds)
+        if args.layer_profile:
+            guarded(case, "profile", lambda: kiln.layer_profile(engine, npz))
+
     def fp16_case():
         case, engine, _ = engine_case("fp16", fp32_path, ["--flag", "fp16"])
         # harness.py's tier: within 3x PyTorch's own fp16 error, or 1e-2.
         case["tolerance_rel_l2"] = max(3 * low_err, 1e-2) if low_err is not None else 1e-2
         err = case["vs_torch_fp32"]
         case["correct"] = err["finite"] and err["rel_l2"] <= case["tolerance_rel_l2"]
-        say(f"{tag}: kiln bench fp16")
-        case["bench"] = kiln.bench(engine, npz, args.seconds)
-        if args.layer_profile:
-            guarded(case, "profile", lambda: kiln.layer_profile(engine, npz))
+        timed(case, engine, "fp16")
         return case
 
     def qdq_case():
@@ -313,10 +315,7 @@ def qdq_kiln(args, kiln, tag, fp32_path, qdq_path, inputs, output, check_rows, r
         if not case["vs_ort_qdq"]["finite"]:
             case["error"] = "kiln's Q/DQ outputs are not finite; not timed"
             return case
-        say(f"{tag}: kiln bench qdq")
-        case["bench"] = kiln.bench(engine, npz, args.seconds)
-        if args.layer_profile:
-            guarded(case, "profile", lambda: kiln.layer_profile(engine, npz))
+        timed(case, engine, "qdq")
         return case
 
     if not args.qdq_only:

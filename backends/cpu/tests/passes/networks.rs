@@ -695,8 +695,6 @@ pub fn einsums() -> Network {
     g.output(projected, "out")
 }
 
-/// PyTorch's `mask.unsqueeze(1).unsqueeze(2)` as the legacy exporter writes it (a reshape
-/// adding a trailing 1, then a transpose moving it), then a real transpose that must stay.
 /// A chain of Shuffles from `shape` (each step's transposes and reshape dims), then a ReLU.
 pub fn shuffle_chain(name: &str, shape: Vec<Dim>, steps: &[(Vec<usize>, Option<Vec<i64>>, Vec<usize>)]) -> Network {
     let mut g = G::new(name);
@@ -709,6 +707,8 @@ pub fn shuffle_chain(name: &str, shape: Vec<Dim>, steps: &[(Vec<usize>, Option<V
     g.output(y, "y")
 }
 
+/// PyTorch's `mask.unsqueeze(1).unsqueeze(2)` as the legacy exporter writes it (a reshape
+/// adding a trailing 1, then a transpose moving it), then a real transpose that must stay.
 pub fn unsqueezes() -> Network {
     let mut g = G::new("unsqueezes");
     let x = g.fixed_input("x", &[2, 16]);

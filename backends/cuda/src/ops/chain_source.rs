@@ -319,13 +319,13 @@ fn rows_kernel(
     (scale, bias, epsilon, len): (usize, usize, f32, u32),
     levels: Option<(usize, i32, i32)>,
 ) {
-    // The direct body's row of each slot a pass reads (a run then adds its place, an immediate).
-    let rows = |s: &mut String, pass: usize| {
+    // A pass's runs and their loads: first the direct body's row of each slot the pass reads (a
+    // run then adds its place, an immediate).
+    let loads = |s: &mut String, pass: usize| {
         for &k in &passes[pass] {
             let _ = writeln!(s, "    const unsigned d{k}_{pass} = (l.row >> {k} & 1) ? l.offset[{k}] : row * len;");
         }
-    };
-    let loads = |s: &mut String, pass: usize| {
+        s.push_str(ROW_RUN);
         let _ = writeln!(s, "            unsigned c[CHAIN_RANK];");
         let _ = writeln!(s, "            if (!DIRECT && coords{pass}) chain_coords(l, i, c);");
         for k in 0..types.len() {
@@ -343,8 +343,6 @@ fn rows_kernel(
         let mask: u32 = slots.iter().map(|&k| 1u32 << k).sum();
         let _ = writeln!(s, "    const bool coords{pass} = chain_rows_need_coords(l, {mask:#x});");
     }
-    rows(s, 0);
-    s.push_str(ROW_RUN);
     loads(s, 0);
     let _ = writeln!(s, "#pragma unroll");
     let _ = writeln!(s, "            for (int e = 0; e < 4; ++e) r[4 * j + e] = element({});", element_args(&|k| format!("v{k}[e]")));
@@ -367,8 +365,6 @@ fn rows_kernel(
 ",
     );
     let _ = writeln!(s, "    const float rstd = rsqrtf(warp_sum(squares) / (float)len + {});", float(epsilon));
-    rows(s, 1);
-    s.push_str(ROW_RUN);
     loads(s, 1);
     let value = format!("after((r[4 * j + e] - mean) * rstd * v{scale}[e] + v{bias}[e], {})", element_args(&|k| format!("v{k}[e]")));
     match levels {

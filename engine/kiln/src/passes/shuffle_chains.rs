@@ -17,7 +17,7 @@ use crate::ir::layer::{LayerKind, ShuffleParams};
 use crate::ir::network::{Network, TensorId};
 use crate::ir::shape::Dim;
 use crate::ir::rewrite::Rewriter;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ShuffleChainComposition;
@@ -35,7 +35,7 @@ impl Pass for ShuffleChainComposition {
         if chains.is_empty() {
             return Ok(None);
         }
-        let skipped: std::collections::HashSet<usize> = chains.values().flat_map(|c| c.layers[..c.layers.len() - 1].iter().copied()).collect();
+        let skipped: HashSet<usize> = chains.values().flat_map(|c| c.layers[..c.layers.len() - 1].iter().copied()).collect();
         let mut rb = Rewriter::new(network);
         for (i, l) in network.layers().iter().enumerate() {
             if skipped.contains(&i) {
@@ -90,28 +90,28 @@ fn composable_chains(net: &Network) -> HashMap<usize, Chain> {
         let input = (*l.inputs.first()?)?;
         (l.outputs.len() == 1).then_some((p, input, dims))
     };
-    // The Shuffle producing `t`, when `t` has no other reader and is not an output.
+    // The Shuffle producing `t` and its input, when `t` has no other reader and is not an output.
     let chained_producer = |t: TensorId| {
         if readers[t.0].len() != 1 || net.outputs().contains(&t) {
             return None;
         }
         let (producer, _) = net.tensor(t).producer?;
-        plain(producer.0).map(|_| producer.0)
+        plain(producer.0).map(|(_, input, _)| (producer.0, input))
     };
     let mut chains = HashMap::new();
     for i in 0..net.layers().len() {
         let Some((_, input, _)) = plain(i) else { continue };
         // Only a chain's last layer starts the walk back.
         let out = net.layers()[i].outputs[0];
-        let extends = readers[out.0].len() == 1 && !net.outputs().contains(&out) && plain(readers[out.0][0].0).is_some();
+        let extends = !net.outputs().contains(&out) && matches!(readers[out.0][..], [(reader, 0)] if plain(reader).is_some());
         if extends {
             continue;
         }
         let mut layers = vec![i];
         let mut source = input;
-        while let Some(p) = chained_producer(source) {
+        while let Some((p, input)) = chained_producer(source) {
             layers.push(p);
-            source = plain(p).map(|(_, t, _)| t).expect("a plain Shuffle");
+            source = input;
         }
         layers.reverse();
         if layers.len() < 2 {
