@@ -51,6 +51,28 @@ __device__ void gather(i64 outer, i64 axis_len, i64 n_idx, i64 inner, const T* d
     }
 }
 
+// Gather of whole rows of 16-byte words (the host checks a row of `inner` elements is a whole
+// number of words and the pointers 16-byte aligned): a warp a row, each lane copying words, where
+// `gather` divided its element index three times per element (an embedding lookup of BERT-base
+// at b32 took 41 µs on an H200 for 6.3 MB). Out-of-range indices write zeros and set `error`, as
+// `gather` does.
+extern "C" __global__ void gather_rows_v16(i64 rows, i64 n_idx, i64 axis_len, i64 words, const uint4* data, const i64* idx, uint4* out, int* error) {
+    const unsigned lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    for (i64 r = (i64)blockIdx.x * warps + threadIdx.x / 32; r < rows; r += (i64)gridDim.x * warps) {
+        const i64 outer = r / n_idx;
+        i64 k = idx[r - outer * n_idx];
+        if (k < 0) k += axis_len;
+        uint4* dst = out + r * words;
+        if (k < 0 || k >= axis_len) {
+            for (i64 c = lane; c < words; c += 32) dst[c] = make_uint4(0, 0, 0, 0);
+            if (lane == 0) atomicExch(error, 1);
+            continue;
+        }
+        const uint4* src = data + (outer * axis_len + k) * words;
+        for (i64 c = lane; c < words; c += 32) dst[c] = src[c];
+    }
+}
+
 // Nearest resize, asymmetric coordinates, floor rounding: in_d = min(floor(out_d / scale_d), in_len_d - 1).
 // Layout: shape = output shape, stride[0] = input strides, stride[1][d] = input dim length.
 template <typename T>

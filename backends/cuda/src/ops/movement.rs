@@ -231,13 +231,29 @@ pub fn concatenation(cx: &Ctx, parts: &[&DeviceTensor], axis: usize, out_shape: 
     Ok(out)
 }
 
-/// ONNX Gather on `axis`; `indices` are uploaded (as i64) when they live on the host.
+/// Warps a block of `gather_rows_v16`.
+const GATHER_ROWS_WARPS: usize = 8;
+
+/// ONNX Gather on `axis`; `indices` are uploaded (as i64) when they live on the host. Rows of
+/// whole 16-byte words (an embedding table's) are copied a warp a row.
 pub fn gather(cx: &Ctx, data: &DeviceTensor, indices: &DeviceTensor, axis: usize, out_shape: &[usize]) -> KResult<DeviceTensor> {
     let idx = super::pointwise::cast(cx, indices, kiln::DataType::I64)?;
     let outer: usize = data.shape[..axis].iter().product();
     let inner: usize = data.shape[axis + 1..].iter().product();
     let out = cx.gpu.empty(data.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
     let flag = cx.gpu.upload(&HostTensor::new(vec![1], kiln::TensorData::I32(vec![0])).map_err(KernelError::from)?).map_err(KernelError::from)?;
+    let row_bytes = crate::buffer::storage_size(data.dtype).map_or(0, |size| size * inner);
+    let (data_arg, out_arg) = (cx.arg(data), cx.arg(&out));
+    let aligned = [&data_arg, &out_arg].iter().all(|a| matches!(a, Arg::Ptr(p) if p.address() % 16 == 0));
+    if row_bytes % 16 == 0 && row_bytes > 0 && aligned {
+        // Whole rows of 16-byte words, a warp a row.
+        let rows = outer * idx.len();
+        let args = [Arg::I64(rows as i64), Arg::I64(idx.len() as i64), Arg::I64(data.shape[axis] as i64), Arg::I64((row_bytes / 16) as i64), data_arg, cx.arg(&idx), out_arg, cx.arg(&flag)];
+        let blocks = rows.div_ceil(GATHER_ROWS_WARPS).clamp(1, 65_535 * 8) as u32;
+        cx.gpu.launch(&Source::Copy.kernel("gather_rows_v16"), blocks, 32 * GATHER_ROWS_WARPS as u32, &args).map_err(KernelError::from)?;
+        cx.defer_check(flag, format!("a Gather index is out of range for axis {axis} of length {}", data.shape[axis]));
+        return Ok(out);
+    }
     let name = format!("gather_{}", width_suffix(data.dtype).map_err(KernelError::from)?);
     let n = out.len();
     cx.launch_elements(

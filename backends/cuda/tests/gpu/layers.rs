@@ -136,6 +136,16 @@ fn data_movement_matches() {
     }
 }
 
+/// Gathers of rows of whole 16-byte words (`gather_rows_v16`, a warp a row): an f16 embedding
+/// table with negative indices, and rows of a middle axis under an outer dim.
+#[test]
+fn gathers_of_whole_rows_match() {
+    let mut r = rng(15);
+    let tokens = (0..12).map(|k| [3, -1, 9, 0][k % 4] - (k as i64 % 3)).collect();
+    check("embedding rows", LayerKind::Gather { mode: GatherMode::Default { axis: 0 } }, vec![In::Run(random(&mut r, DataType::F16, &[10, 64])), In::Run(i64s(&[3, 4], tokens))], 0.0);
+    check("rows of axis 1", LayerKind::Gather { mode: GatherMode::Default { axis: 1 } }, vec![In::Run(random(&mut r, DataType::F32, &[3, 5, 8])), In::Run(i64s(&[2], vec![4, -5]))], 0.0);
+}
+
 /// Copies whose innermost run is contiguous move 16-, 8- or 4-byte units; offsets or lengths
 /// that are not multiples of the unit fall back to narrower ones.
 #[test]
@@ -182,6 +192,13 @@ fn gather_out_of_range_is_an_error_not_garbage() {
         vec![In::Run(f32s(&[3], vec![1.0, 2.0, 3.0])), In::Run(i64s(&[1], vec![7]))],
     );
     let err = cuda.prepare(&net).unwrap().execute(&feeds).expect_err("index 7 of 3 must fail");
+    assert!(err.to_string().contains("out of range"), "{err}");
+    // Rows of 16-byte words take the row kernel, which checks its indices too.
+    let (net, feeds) = crate::common::one_layer(
+        LayerKind::Gather { mode: GatherMode::Default { axis: 0 } },
+        vec![In::Run(f32s(&[3, 8], (0..24).map(|v| v as f32).collect())), In::Run(i64s(&[2], vec![1, 7]))],
+    );
+    let err = cuda.prepare(&net).unwrap().execute(&feeds).expect_err("row 7 of 3 must fail");
     assert!(err.to_string().contains("out of range"), "{err}");
 }
 
