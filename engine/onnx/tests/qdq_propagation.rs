@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use kiln::passes::{Pass, PassContext, Pipeline, QdqPropagation};
+use kiln::passes::{Pass, PassContext, Pipeline, QdqPropagation, QuantizedFusion};
 use kiln::{Builder, BuilderConfig, DataType, HostTensor, LayerKind, Network, ShuffleParams, TensorData, TensorId};
 use kiln_onnx::proto::ModelProto;
 #[path = "common/half_first.rs"]
@@ -450,6 +450,168 @@ fn a_scalar_step_between_a_layout_layer_and_a_quantize_moves_before_the_layout()
     assert!(QdqPropagation.run(&b.net, &context()).expect("pass").is_none(), "per-element operand moved:\n{}", b.net.dump());
 }
 
+/// A packed in-projection (`nn.MultiheadAttention`, as torchvision's ViT exports it): one
+/// product's levels dequantized, its bias added, split into Q, K and V by reshape, transpose and
+/// one-index slices, Q and K scaled, each quantized on its own grid. The bias moves through the
+/// split (each of Q, K and V gets its part), every layout layer and slice then runs on the
+/// levels, and each branch is `DQ → Add → [Mul] → Q`, bit-exact.
+#[test]
+fn a_packed_projections_split_moves_onto_its_levels() {
+    let (seq, batch, heads, head_dim) = (3usize, 2usize, 2usize, 2usize);
+    let embed = heads * head_dim;
+    let mut b = Qdq::new("packed in-projection");
+    let a = b.net.add_input("a", DataType::U8, &[seq, batch, 3 * embed][..]).expect("a");
+    let s = b.constant("s", HostTensor::from_f32(vec![], vec![0.05]).expect("s"));
+    let z = b.constant("z", HostTensor::new(vec![], TensorData::U8(vec![120])).expect("z"));
+    let bias = b.constant("bias", HostTensor::from_f32(vec![3 * embed], noise(9, 3 * embed, 2.0)).expect("bias"));
+    let d = b.dq("dq", a, s, Some(z));
+    let biased = b.layer("bias", LayerKind::Elementwise { op: kiln::ElementwiseOp::Sum }, &[Some(d), Some(bias)]);
+    // unflatten(-1, (3, E)).unsqueeze(0).transpose(0, -2).squeeze(-2): [3, S, B, E].
+    let unflat = b.reshape("unflatten", biased, &[1, seq as i64, batch as i64, 3, embed as i64]);
+    let moved = b.transpose("transpose", unflat, &[3, 1, 2, 0, 4]);
+    let split = b.reshape("squeeze", moved, &[3, seq as i64, batch as i64, embed as i64]);
+    let int = |b: &mut Qdq, name: &str, v: i64| b.constant(name, HostTensor::from_i64(vec![1], vec![v]).expect(name));
+    let (axes, factor) = (int(&mut b, "axes", 0), b.constant("factor", HostTensor::from_f32(vec![], vec![0.70710677]).expect("factor")));
+    let grids = [0.04f32, 0.045, 0.06];
+    for (k, name) in ["q", "k", "v"].into_iter().enumerate() {
+        let (start, end) = (int(&mut b, &format!("{name} start"), k as i64), int(&mut b, &format!("{name} end"), k as i64 + 1));
+        let part = b.layer(&format!("{name} slice"), LayerKind::Slice, &[Some(split), Some(start), Some(end), Some(axes)]);
+        let heads_first = b.reshape(&format!("{name} heads"), part, &[seq as i64, (batch * heads) as i64, head_dim as i64]);
+        let mut x = b.transpose(&format!("{name} batch first"), heads_first, &[1, 0, 2]);
+        if name != "v" {
+            x = b.layer(&format!("{name} scale"), LayerKind::Elementwise { op: kiln::ElementwiseOp::Prod }, &[Some(x), Some(factor)]);
+        }
+        let grid = b.constant(&format!("{name} grid"), HostTensor::from_f32(vec![], vec![grids[k]]).expect("grid"));
+        let q = b.q(&format!("{name} q"), x, grid, None, DataType::I8);
+        b.net.mark_output(q).expect("output");
+    }
+    let moved = propagated(&b.net);
+    let float_moves = |n: &Network| {
+        n.layers().iter().filter(|l| matches!(l.kind, LayerKind::Shuffle(_) | LayerKind::Slice) && n.tensor(l.outputs[0]).dtype.is_float()).count()
+    };
+    assert_eq!(float_moves(&b.net), 12);
+    assert_eq!(float_moves(&moved), 0, "{}", moved.dump());
+    // Three branches of DQ → Add → [Mul] → Q, each Add with its third of the bias.
+    let adds: Vec<_> = moved.layers().iter().filter(|l| matches!(l.kind, LayerKind::Elementwise { op: kiln::ElementwiseOp::Sum })).collect();
+    assert_eq!(adds.len(), 3, "{}", moved.dump());
+    for add in &adds {
+        let operand = add.inputs.iter().flatten().find_map(|&t| moved.tensor(t).value.clone()).expect("the moved bias");
+        assert_eq!(operand.len(), embed, "{}", add.name);
+    }
+    for seed in 1..=4 {
+        let a = u8_input(&[seq, batch, 3 * embed], seed);
+        assert_bit_exact(&run(&moved, std::slice::from_ref(&a)), &run(&b.net, &[a]), &format!("seed {seed}"));
+    }
+    // A bias read by a layer that only moves elements and by one that computes stays put.
+    let mut b = Qdq::new("bias read twice");
+    let a = b.net.add_input("a", DataType::U8, &[2usize, 6][..]).expect("a");
+    let s = b.constant("s", HostTensor::from_f32(vec![], vec![0.05]).expect("s"));
+    let bias = b.constant("bias", HostTensor::from_f32(vec![6], noise(3, 6, 1.0)).expect("bias"));
+    let d = b.dq("dq", a, s, None);
+    let biased = b.layer("bias", LayerKind::Elementwise { op: kiln::ElementwiseOp::Sum }, &[Some(d), Some(bias)]);
+    let t = b.transpose("transpose", biased, &[1, 0]);
+    let doubled = b.layer("double", LayerKind::Elementwise { op: kiln::ElementwiseOp::Sum }, &[Some(biased), Some(biased)]);
+    b.net.mark_output(t).expect("t");
+    b.net.mark_output(doubled).expect("doubled");
+    assert!(QdqPropagation.run(&b.net, &context()).expect("pass").is_none(), "{}", b.net.dump());
+}
+
+/// The packed in-projection as the legacy exporter writes it: `unflatten` (a Reshape by dims
+/// computed from the tensor's shape), then Unsqueeze → Transpose → Squeeze and one-index
+/// Gathers; Q and K scaled after their head split.
+fn packed_projection_model() -> ModelProto {
+    let scale = |name: &str, v: f32| tensor_f32(name, &[], &[v]);
+    let zero = |name: &str, v: u8| tensor_raw(name, &[], ONNX_U8, vec![v]);
+    let weights: Vec<u8> = (0..8 * 24).map(|i| ((i * 53 % 251) as i64 - 125) as i8 as u8).collect();
+    let q = |x: &str, s: &str, z: &str, y: &str| node("QuantizeLinear", &[x, s, z], &[y]);
+    let dq = |x: &str, s: &str, z: &str, y: &str| node("DequantizeLinear", &[x, s, z], &[y]);
+    let mut g = Graph::new()
+        .input("x", F32, "3,2,8")
+        .init(scale("s_x", 0.05))
+        .init(zero("z_x", 128))
+        .init(tensor_raw("w", &[8, 24], ONNX_I8, weights))
+        .init(scale("s_w", 0.02))
+        .init(tensor_raw("z_w", &[], ONNX_I8, vec![0]))
+        .init(tensor_f32("bias", &[24], &noise(11, 24, 0.5)))
+        .init(scale("s_p", 0.03))
+        .init(zero("z_p", 125))
+        .init(tensor_i64("from0", &[1], &[0]))
+        .init(tensor_i64("to2", &[1], &[2]))
+        .init(tensor_i64("parts", &[2], &[3, 8]))
+        .init(tensor_i64("axis0", &[1], &[0]))
+        .init(tensor_i64("axis3", &[1], &[3]))
+        .init(tensor_i64("heads", &[3], &[3, 4, 4]))
+        .init(tensor_f32("factor", &[], &[0.70710677]))
+        .node(q("x", "s_x", "z_x", "x_q"))
+        .node(dq("x_q", "s_x", "z_x", "x_dq"))
+        .node(dq("w", "s_w", "z_w", "w_dq"))
+        .node(node("MatMul", &["x_dq", "w_dq"], &["proj"]))
+        .node(q("proj", "s_p", "z_p", "proj_q"))
+        .node(dq("proj_q", "s_p", "z_p", "proj_dq"))
+        .node(node("Add", &["bias", "proj_dq"], &["proj_b"]))
+        // The legacy exporter computes unflatten's dims from the tensor's shape.
+        .node(node("Shape", &["proj_b"], &["proj_shape"]))
+        .node(node("Slice", &["proj_shape", "from0", "to2"], &["leading"]))
+        .node(node("Concat", &["leading", "parts"], &["unflat"]).int("axis", 0))
+        .node(node("Reshape", &["proj_b", "unflat"], &["unflattened"]))
+        .node(node("Unsqueeze", &["unflattened", "axis0"], &["unsqueezed"]))
+        .node(node("Transpose", &["unsqueezed"], &["transposed"]).ints("perm", &[3, 1, 2, 0, 4]))
+        .node(node("Squeeze", &["transposed", "axis3"], &["split"]));
+    for (k, name) in ["q", "k", "v"].into_iter().enumerate() {
+        let (index, part, heads, batch_first, scaled) =
+            (format!("{name}_index"), format!("{name}_part"), format!("{name}_heads"), format!("{name}_bf"), format!("{name}_scaled"));
+        g = g
+            .init(tensor_i64(&index, &[], &[k as i64]))
+            .init(scale(&format!("s_{name}"), [0.04, 0.045, 0.03][k]))
+            .init(zero(&format!("z_{name}"), 128))
+            .node(node("Gather", &["split", &index], &[&part]).int("axis", 0))
+            .node(node("Reshape", &[&part, "heads"], &[&heads]))
+            .node(node("Transpose", &[&heads], &[&batch_first]).ints("perm", &[1, 0, 2]));
+        let before_q = if name == "v" {
+            batch_first.clone()
+        } else {
+            g = g.node(node("Mul", &[&batch_first, "factor"], &[&scaled]));
+            scaled.clone()
+        };
+        let (s, z) = (format!("s_{name}"), format!("z_{name}"));
+        g = g.node(q(&before_q, &s, &z, &format!("{name}_q"))).node(dq(&format!("{name}_q"), &s, &z, name)).output(name);
+    }
+    g.model(13)
+}
+
+/// A build of the legacy export's packed in-projection: the split runs on the projection's
+/// levels (no float layout layer or slice is left) in an FP16 build too, and its outputs are
+/// the network's with the same integer product.
+#[test]
+fn a_build_runs_a_packed_projections_split_on_its_levels() {
+    let net = import(&packed_projection_model());
+    let float_moves = |n: &Network| {
+        n.layers().iter().filter(|l| matches!(l.kind, LayerKind::Shuffle(_) | LayerKind::Slice | LayerKind::Gather { .. }) && n.tensor(l.outputs[0]).dtype.is_float()).count()
+    };
+    assert!(float_moves(&net) >= 9, "{}", net.dump());
+    let backend = HalfFirstCpu(kiln_cpu::CpuBackend::new());
+    let plain = Builder::new(&backend).build(&net, &BuilderConfig::default()).expect("build");
+    let mut config = BuilderConfig::default();
+    config.set_flag(kiln::BuilderFlag::Fp16);
+    let half = Builder::new(&backend).build(&net, &config).expect("fp16 build");
+    for engine in [&plain, &half] {
+        assert_eq!(float_moves(engine.network()), 0, "{}", engine.network().dump());
+    }
+    // The projection's integer sums are exact where the float graph rounds each partial sum:
+    // the reference is the network with only its product made an integer layer.
+    let integer = QuantizedFusion.run(&net, &context()).expect("pass").expect("an integer product");
+    let x = HostTensor::from_f32(vec![3, 2, 8], noise(4, 48, 6.0)).expect("x");
+    let want = run(&integer, std::slice::from_ref(&x));
+    let feeds = std::collections::HashMap::from([("x".to_string(), x)]);
+    let outputs = |engine: kiln::Engine| kiln::ExecutionContext::new(engine, &backend).expect("prepare").run(&feeds).expect("run");
+    for (what, engine) in [("plain", plain), ("fp16", half)] {
+        let got = outputs(engine);
+        for (k, name) in ["q", "k", "v"].into_iter().enumerate() {
+            assert_bit_exact(std::slice::from_ref(&got[name]), std::slice::from_ref(&want[k]), &format!("{what} build, {name}"));
+        }
+    }
+}
+
 /// The dynamo exporter's attention reads the keys' shape where it transposes them (`Shape(k)`,
 /// then `k` reshaped and transposed by the computed shape): a Shape reader does not stop the
 /// scale and the Q moving above the layout layers, and reads the moved layouts' output, so the
@@ -530,3 +692,4 @@ fn the_dynamo_exporters_bert_has_every_layout_on_the_integers() {
     assert_eq!(got.shape(), &[2, 16, 64]);
     assert_eq!(got.data(), want.data());
 }
+

@@ -207,9 +207,20 @@ pub(crate) fn typed_network(
 ) -> Result<(Network, precision::PrecisionReport), BuildError> {
     let fused = match optimization == Optimization::Full && backend.runs_quantized_layers() {
         true => {
-            use crate::passes::{DeadLayerElimination, Pass, QdqPropagation, QuantizedAttentionFusion, QuantizedFusion};
+            use crate::passes::{DeadLayerElimination, NoOpRemoval, Pass, QdqPropagation, QuantizedAttentionFusion, QuantizedFusion, ShapeTensorResolution};
             let context = PassContext { folding_backend: None, quantized_layers: true };
-            let mut current = QdqPropagation.run(network, &context)?;
+            // Reshapes whose dims the graph computes made static, one-index Gathers Slices: a
+            // packed in-projection's split (reshape, transpose, slices) is then layout layers
+            // the propagation moves onto the levels. (No constant folding here: it would fold
+            // the casts of an integer layer's expansion that the Q/DQ fusion looks for.)
+            // Only Q/DQ networks: the rewrite does not carry layers' precision constraints.
+            let tidy: [&dyn Pass; 3] = [&ShapeTensorResolution, &NoOpRemoval, &DeadLayerElimination];
+            let mut current: Option<Network> = None;
+            let dequantizes = network.layers().iter().any(|l| matches!(l.kind, LayerKind::Dequantize { .. }));
+            for pass in tidy.into_iter().filter(|_| dequantizes) {
+                current = pass.run(current.as_ref().unwrap_or(network), &context)?.or(current);
+            }
+            let mut current = QdqPropagation.run(current.as_ref().unwrap_or(network), &context)?.or(current);
             // Attention first: the Q/DQ fusion would take its two products as integer layers.
             if let Some(fused) = QuantizedAttentionFusion.run(current.as_ref().unwrap_or(network), &context)? {
                 let count = fused.layers().iter().filter(|l| matches!(&l.kind, LayerKind::Attention(p) if p.has_levels())).count();

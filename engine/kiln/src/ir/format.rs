@@ -368,7 +368,8 @@ fn offsets(format: TensorFormat, logical: &[usize], physical: &[usize]) -> Vec<u
     out
 }
 
-fn row_major_strides(dims: &[usize]) -> Vec<usize> {
+/// Element strides of a row-major tensor of `dims`.
+pub(crate) fn row_major_strides(dims: &[usize]) -> Vec<usize> {
     let mut strides = vec![1; dims.len()];
     for i in (0..dims.len().saturating_sub(1)).rev() {
         strides[i] = strides[i + 1] * dims[i + 1];

@@ -246,6 +246,8 @@ fn log_changes(pass: &str, before: &Network, after: &Network) {
     for layer in after.layers().iter().filter(|l| !old.contains(l.name.as_str())) {
         tracing::debug!(target: "kiln::passes", "{pass}: made `{}` [{}]", layer.name, kind_text(layer));
     }
+    // `-vvv`: the whole network after each pass that changed it, to see why a rewrite did not apply.
+    tracing::trace!(target: "kiln::passes", "{pass}: the network after it:\n{}", after.dump());
 }
 
 /// `Convolution + [Activation(Relu)]` for a fused layer, else the kind's name.

@@ -11,7 +11,13 @@
 //!   one value to every element (an activation, a float unary op, or a binary op with a known
 //!   one-element operand): BERT's exported attention scales Q and K after their head split,
 //!   and this lets the Q move onto the integers above, so the bias, the scale and the Q fuse
-//!   into one pass over the projection's levels.
+//!   into one pass over the projection's levels;
+//! - `DQ → pointwise → layout` becomes `DQ → layout → pointwise` when the pointwise layer's
+//!   other operand is a known constant of more than one element (a bias), only layout layers
+//!   (slices too) read its output, and the layout splits it (a Slice, or a layout read only by
+//!   Slices): the constant moves through the layout, and the DQ then moves onto the integers. A packed in-projection (`nn.MultiheadAttention`: one product, its bias,
+//!   then the split into Q, K and V by reshape, transpose and slices) then slices its levels,
+//!   and each of Q, K and V adds its part of the bias, scales and quantizes in one island.
 //!
 //! A layout layer's output may also be read by Shape layers (the dynamo exporter's attention
 //! reads the keys' shape where it transposes them): they read the moved layout's output, whose
@@ -80,6 +86,10 @@ enum Rewrite {
     /// `layout → pointwise` (the pointwise layer read only by a Q) as `pointwise → layout`;
     /// `shapes` as for [`Rewrite::HoistQuantize`].
     PointwiseFirst { layout: usize, pointwise: usize, shapes: bool },
+    /// `pointwise → layout` as `layout → pointwise`, the pointwise layer's data in `data_slot`
+    /// and `constant` its other operand moved through the layout; the pointwise layer stays
+    /// where other layout layers read it.
+    LayoutFirst { pointwise: usize, layout: usize, data_slot: usize, constant: HostTensor },
 }
 
 /// Applies every non-overlapping rewrite found once; `None` when there is none.
@@ -89,7 +99,8 @@ fn sweep(net: &Network) -> Result<Option<Network>, PassError> {
     let sink = |i: usize| sink_dequantize(net, &readers, i);
     let hoist = |i: usize| hoist_quantize(net, &readers, i);
     let pointwise = |i: usize| pointwise_first(net, &readers, i);
-    let (mut plans, absorbed) = disjoint_plans(net.layers().len(), &[&cancel, &sink, &hoist, &pointwise], |p: &Plan| &p.layers);
+    let layout = |i: usize| layout_first(net, &readers, i);
+    let (mut plans, absorbed) = disjoint_plans(net.layers().len(), &[&cancel, &sink, &hoist, &pointwise, &layout], |p: &Plan| &p.layers);
     if plans.is_empty() {
         return Ok(None);
     }
@@ -152,6 +163,17 @@ fn emit(rb: &mut Rewriter<'_>, net: &Network, rewrite: &Rewrite) -> Result<(), N
                 rb.alias(l.outputs[0], rb.get(p.outputs[0])?);
             }
         }
+        Rewrite::LayoutFirst { pointwise, layout, data_slot, ref constant } => {
+            let (p, l) = (layer(pointwise), layer(layout));
+            let data_in = rb.get(p.inputs[data_slot].ok_or_else(|| missing(p))?)?;
+            let inputs = with_data(rb, net, &l.inputs, data_in)?;
+            let first = rb.out_mut().add_layer(&format!("{} (before {})", l.name, p.name), l.kind.clone(), inputs)?;
+            let first_out = rb.out().output(first, 0);
+            let moved = rb.constant(&format!("{} operand (through {})", p.name, l.name), constant.clone())?;
+            let mut inputs = vec![Some(moved); 2];
+            inputs[data_slot] = Some(first_out);
+            rb.add(&format!("{} (after {})", p.name, l.name), p.kind.clone(), inputs, &l.outputs)?;
+        }
         Rewrite::Cancel { dequantize, quantize } => {
             let integers = rb.get(data(layer(dequantize)).ok_or_else(|| missing(layer(dequantize)))?)?;
             for &t in &layer(quantize).outputs {
@@ -211,6 +233,11 @@ fn is_layout(l: &crate::Layer) -> bool {
     matches!(l.kind, LayerKind::Shuffle(_) | LayerKind::Identity) && l.outputs.len() == 1
 }
 
+/// A layout layer, or a Slice: its output holds some of its input's values, rearranged.
+fn moves_elements(l: &crate::Layer) -> bool {
+    is_layout(l) || matches!(l.kind, LayerKind::Slice) && l.outputs.len() == 1
+}
+
 /// A per-tensor step's known scale and zero point, and its 8-bit integer type.
 struct PerTensor<'n> {
     scale: &'n HostTensor,
@@ -264,10 +291,10 @@ fn data_producer(net: &Network, l: &crate::Layer) -> Option<(usize, TensorId)> {
     (!elsewhere).then_some((producer.0, t))
 }
 
-/// Layout layer `i` reading a per-tensor DequantizeLinear.
+/// Layout layer (or Slice) `i` reading a per-tensor DequantizeLinear.
 fn sink_dequantize(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan> {
     let l = net.layer(LayerId(i));
-    if !is_layout(l) {
+    if !moves_elements(l) {
         return None;
     }
     let (dequantize, t) = data_producer(net, l)?;
@@ -352,6 +379,99 @@ fn pointwise_first(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> 
     };
     (one_value && same_type(moved) && same_type(layout_input)).then_some(())?;
     Some(Plan { layers: move_plan(net, layout, i, shapes)?, rewrite: Rewrite::PointwiseFirst { layout, pointwise: i, shapes } })
+}
+
+/// Layout layer (or Slice) `i` reading a binary pointwise layer whose data is a per-tensor
+/// DequantizeLinear's output and whose other operand is a known constant of more than one
+/// element broadcasting onto it (a bias: a one-element operand is `pointwise_first`'s, which
+/// moves the other way), where only such layers read the pointwise layer's output.
+fn layout_first(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Option<Plan> {
+    let l = net.layer(LayerId(i));
+    if !moves_elements(l) || !splits(net, readers, l) {
+        return None;
+    }
+    let (pointwise, t) = data_producer(net, l)?;
+    let p = net.layer(LayerId(pointwise));
+    let LayerKind::Elementwise { op } = p.kind else { return None };
+    if !super::fuse::fusable_binary(op) || p.inputs.len() != 2 || p.outputs.len() != 1 || net.outputs().contains(&t) {
+        return None;
+    }
+    if !readers[t.0].iter().all(|&(r, slot)| slot == 0 && moves_elements(net.layer(LayerId(r))) && data_producer(net, net.layer(LayerId(r))).is_some()) {
+        return None;
+    }
+    let from_dequantize = |s: &Option<TensorId>| s.and_then(|s| net.tensor(s).producer).is_some_and(|(q, _)| per_tensor_dequantize(net, q.0).is_some());
+    let data_slot = p.inputs.iter().position(from_dequantize)?;
+    let (x, other) = (p.inputs[data_slot]?, p.inputs[1 - data_slot]?);
+    let c = known_value(net, other).filter(|v| v.len() > 1 && other != x)?;
+    let x_shape = &net.tensor(x).shape;
+    if net.tensor(t).shape != *x_shape || net.tensor(t).dtype != net.tensor(x).dtype || c.shape().len() > x_shape.rank() {
+        return None;
+    }
+    let mut dims = vec![1; x_shape.rank() - c.shape().len()];
+    dims.extend_from_slice(c.shape());
+    let (moved_dims, indices) = match l.kind {
+        LayerKind::Shuffle(_) => super::shuffle_chains::broadcast_through(net, i, &dims)?,
+        LayerKind::Slice => sliced_broadcast(net, l, &dims)?,
+        _ => (dims.clone(), (0..c.len()).collect()),
+    };
+    let constant = HostTensor::new(moved_dims, c.data().gather(&indices)).ok()?;
+    let stays = readers[t.0].len() > 1;
+    let layers = if stays { vec![i] } else { vec![pointwise, i] };
+    Some(Plan { layers, rewrite: Rewrite::LayoutFirst { pointwise, layout: i, data_slot, constant } })
+}
+
+/// Whether `l` is a Slice, or a layout layer read only by such layers: the tensor is split,
+/// and the bias is best added after the split. Elsewhere it stays where it is: a product's
+/// levels read by its bias's island alone become the product's table (LevelTables), which a
+/// layout layer between them would stop.
+fn splits(net: &Network, readers: &[Vec<(usize, usize)>], l: &crate::Layer) -> bool {
+    match l.kind {
+        LayerKind::Slice => true,
+        _ => {
+            let out = l.outputs[0];
+            is_layout(l) && !readers[out.0].is_empty() && !net.outputs().contains(&out)
+                && readers[out.0].iter().all(|&(r, slot)| slot == 0 && splits(net, readers, net.layer(LayerId(r))))
+        }
+    }
+}
+
+/// A constant of `dims` (padded to the rank of Slice `l`'s input, each 1 or the input's)
+/// through the Slice, as `broadcast_through` gives a Shuffle's: it is sliced along the axes
+/// it varies along and keeps its ones.
+fn sliced_broadcast(net: &Network, l: &crate::Layer, dims: &[usize]) -> Option<(Vec<usize>, Vec<usize>)> {
+    let ints = |k: usize| -> Option<Option<Vec<i64>>> {
+        match l.inputs.get(k).copied().flatten() {
+            Some(t) => Some(Some(known_value(net, t)?.to_i64_vec()?)),
+            None => Some(None),
+        }
+    };
+    let (starts, ends, axes, steps) = (ints(1)??, ints(2)??, ints(3)?, ints(4)?);
+    let input = net.tensor(data(l)?).shape.dims();
+    if dims.iter().zip(input).any(|(&c, d)| c != 1 && d.fixed() != Some(c)) {
+        return None;
+    }
+    // Where the constant varies its dims are the input's, so the plan is the layer's there.
+    let plan = crate::ir::infer::resolve_slice(dims, &starts, &ends, axes.as_deref(), steps.as_deref()).ok()?;
+    let out: Vec<usize> = dims.iter().zip(&plan).map(|(&c, a)| if c == 1 { 1 } else { a.len }).collect();
+    if out.contains(&0) {
+        return None;
+    }
+    let stride = crate::ir::format::row_major_strides(dims);
+    let count: usize = out.iter().product();
+    let indices = (0..count)
+        .map(|mut at| {
+            let mut index = 0i64;
+            for d in (0..dims.len()).rev() {
+                let i = (at % out[d]) as i64;
+                at /= out[d];
+                if dims[d] != 1 {
+                    index += (plan[d].start + i * plan[d].step) * stride[d] as i64;
+                }
+            }
+            index as usize
+        })
+        .collect();
+    Some((out, indices))
 }
 
 /// Per-tensor QuantizeLinear `i` reading a DequantizeLinear whose every level it gives back.

@@ -79,17 +79,7 @@ fn reshape(dims: Vec<i64>) -> ShuffleParams {
 /// Every chain of two or more Shuffles that composes into fewer layers, keyed by its last layer.
 fn composable_chains(net: &Network) -> HashMap<usize, Chain> {
     let readers = consumers(net);
-    // A Shuffle with one output and its reshape dims known at build time: its input and dims.
-    let plain = |i: usize| {
-        let l = &net.layers()[i];
-        let LayerKind::Shuffle(p) = &l.kind else { return None };
-        let dims = match l.inputs.get(1).copied().flatten() {
-            Some(t) => Some(known_value(net, t)?.to_i64_vec()?),
-            None => p.reshape.clone(),
-        };
-        let input = (*l.inputs.first()?)?;
-        (l.outputs.len() == 1).then_some((p, input, dims))
-    };
+    let plain = |i: usize| plain_shuffle(net, i);
     // The Shuffle producing `t` and its input, when `t` has no other reader and is not an output.
     let chained_producer = |t: TensorId| {
         if readers[t.0].len() != 1 || net.outputs().contains(&t) {
@@ -136,6 +126,79 @@ fn composable_chains(net: &Network) -> HashMap<usize, Chain> {
         chains.insert(i, Chain { layers, source, composed, reshape_after });
     }
     chains
+}
+
+/// A Shuffle with one output and its reshape dims known at build time: its parameters, input
+/// and dims.
+fn plain_shuffle(net: &Network, i: usize) -> Option<(&ShuffleParams, TensorId, Option<Vec<i64>>)> {
+    let l = &net.layers()[i];
+    let LayerKind::Shuffle(p) = &l.kind else { return None };
+    let dims = match l.inputs.get(1).copied().flatten() {
+        Some(t) => Some(known_value(net, t)?.to_i64_vec()?),
+        None => p.reshape.clone(),
+    };
+    let input = (*l.inputs.first()?)?;
+    (l.outputs.len() == 1).then_some((p, input, dims))
+}
+
+/// A constant that broadcasts onto Shuffle `layer`'s input, moved through the Shuffle: `dims`
+/// are its dims padded on the left to the input's rank, each 1 or the input's. Returns its dims
+/// on the output's side (each 1 or the output's) and, for each of its elements there in
+/// row-major order, the row-major index of the constant's element it holds. `None` where an
+/// output dim merges dims the constant broadcasts along with dims it does not.
+pub(super) fn broadcast_through(net: &Network, layer: usize, dims: &[usize]) -> Option<(Vec<usize>, Vec<usize>)> {
+    let (p, input, reshape) = plain_shuffle(net, layer)?;
+    let source = net.tensor(input).shape.dims();
+    if source.len() != dims.len() || source.contains(&Dim::Fixed(0)) {
+        return None;
+    }
+    // A dim the constant varies along is a fixed dim of the input of that length.
+    let full: Vec<bool> = dims.iter().map(|&c| c != 1).collect();
+    if dims.iter().zip(source).any(|(&c, d)| c != 1 && d.fixed() != Some(c)) {
+        return None;
+    }
+    let mut factors = Factors::new(source);
+    if !factors.shuffle(p, reshape.as_deref(), net.tensor(net.layers()[layer].outputs[0]).shape.dims()) {
+        return None;
+    }
+    let owner: HashMap<usize, usize> = factors.input.iter().enumerate().flat_map(|(d, fs)| fs.iter().map(move |&f| (f, d))).collect();
+    let size = |f: usize| match factors.sizes[f] {
+        Extent::Fixed(n) => n,
+        Extent::Dynamic(_) => 1,
+    };
+    let mut out_dims = Vec::with_capacity(factors.groups.len());
+    for group in &factors.groups {
+        let varying = group.iter().filter(|f| full[owner[f]]).count();
+        match varying {
+            0 => out_dims.push(1),
+            n if n == group.len() => out_dims.push(group.iter().map(|&f| size(f)).product()),
+            _ => return None,
+        }
+    }
+    // Each factor's index into the constant: its stride within its source dim, times that dim's.
+    let dim_stride = crate::ir::format::row_major_strides(dims);
+    let mut factor_stride = HashMap::new();
+    for (d, fs) in factors.input.iter().enumerate() {
+        let mut inner = 1;
+        for &f in fs.iter().rev() {
+            factor_stride.insert(f, if full[d] { inner * dim_stride[d] } else { 0 });
+            inner *= size(f);
+        }
+    }
+    // The output's varying factors, outermost first, and the constant's elements they walk.
+    let walked: Vec<usize> = factors.groups.iter().filter(|g| g.iter().all(|f| full[owner[f]])).flatten().copied().collect();
+    let count: usize = out_dims.iter().product();
+    let indices = (0..count)
+        .map(|mut at| {
+            let mut index = 0;
+            for &f in walked.iter().rev() {
+                index += (at % size(f)) * factor_stride[&f];
+                at /= size(f);
+            }
+            index
+        })
+        .collect();
+    Some((out_dims, indices))
 }
 
 /// A factor's extent: fixed, or one dynamic dim of the source (named, or unknown), which no
