@@ -693,3 +693,32 @@ fn the_dynamo_exporters_bert_has_every_layout_on_the_integers() {
     assert_eq!(got.data(), want.data());
 }
 
+
+/// A layer the rewrites before the precision pass keep keeps its precision constraint: a
+/// Sigmoid constrained to f32 after a Q/DQ region the propagation changes still computes in
+/// f32 in an FP16 build that obeys constraints.
+#[test]
+fn a_kept_layer_keeps_its_precision_constraint() {
+    let mut b = Qdq::new("constrained sigmoid");
+    let a = b.net.add_input("a", DataType::U8, &[2usize, 4, 6][..]).expect("a");
+    let s = b.constant("s", HostTensor::from_f32(vec![], vec![0.05]).expect("s"));
+    let z = b.constant("z", HostTensor::new(vec![], TensorData::U8(vec![100])).expect("z"));
+    let d = b.dq("dq", a, s, Some(z));
+    let r = b.reshape("reshape", d, &[8, 6]);
+    let q = b.q("q", r, s, Some(z), DataType::U8);
+    let d2 = b.dq("dq2", q, s, Some(z));
+    let y = b.layer("sigmoid", LayerKind::Activation { kind: kiln::ActivationKind::Sigmoid }, &[Some(d2)]);
+    b.net.mark_output(y).expect("y");
+    let sigmoid = b.net.layers().iter().position(|l| l.name == "sigmoid").expect("sigmoid");
+    b.net.set_layer_precision(kiln::LayerId(sigmoid), DataType::F32).expect("constraint");
+    assert!(propagated(&b.net).layers().iter().any(|l| l.name == "sigmoid" && l.precision == Some(DataType::F32)));
+    let backend = HalfFirstCpu(kiln_cpu::CpuBackend::new());
+    let mut config = BuilderConfig::default();
+    config.set_flag(kiln::BuilderFlag::Fp16);
+    config.set_flag(kiln::BuilderFlag::ObeyPrecisionConstraints);
+    let out = Builder::new(&backend).build_with_report(&b.net, &config).expect("fp16 build");
+    assert!(!out.log.iter().any(|l| l.contains("`sigmoid` computes in f16")), "{:?}", out.log);
+    // No f16 sigmoid between casts: it reads the levels and writes f32.
+    let built = out.engine.network();
+    assert!(!built.layers().iter().any(|l| matches!(l.kind, LayerKind::Cast { .. })), "{}", built.dump());
+}

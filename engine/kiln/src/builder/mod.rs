@@ -213,7 +213,8 @@ pub(crate) fn typed_network(
             // packed in-projection's split (reshape, transpose, slices) is then layout layers
             // the propagation moves onto the levels. (No constant folding here: it would fold
             // the casts of an integer layer's expansion that the Q/DQ fusion looks for.)
-            // Only Q/DQ networks: the rewrite does not carry layers' precision constraints.
+            // Only Q/DQ networks, which the propagation serves (a layer a rewrite replaces
+            // loses its precision constraints; one it keeps keeps them).
             let tidy: [&dyn Pass; 3] = [&ShapeTensorResolution, &NoOpRemoval, &DeadLayerElimination];
             let mut current: Option<Network> = None;
             let dequantizes = network.layers().iter().any(|l| matches!(l.kind, LayerKind::Dequantize { .. }));

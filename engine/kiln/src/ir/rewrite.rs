@@ -147,7 +147,13 @@ impl<'s> Rewriter<'s> {
         let l = &self.src.layers()[index];
         let kind = self.carried_kind(&l.kind, &l.name)?;
         let inputs = self.get_slots(&l.inputs)?;
-        self.add(&l.name, kind, inputs, &l.outputs)
+        let id = self.add(&l.name, kind, inputs, &l.outputs)?;
+        // The same layer keeps the user's precision constraints: the Q/DQ rewrites run before
+        // the precision pass reads them.
+        let kept = &mut self.out.parts_mut().layers[id.0];
+        kept.precision = l.precision;
+        kept.output_types = l.output_types.clone();
+        Ok(id)
     }
 
     /// Adds a layer whose outputs carry the source tensors `carries` (and take their names).
