@@ -10,6 +10,10 @@
 //! transpose as reshape → transpose → reshape (batch and heads merged) → transpose → reshape
 //! (split back), so every layer copied K; composed, it is the legacy exporter's reshape and
 //! transpose, a strided view of the projection's output.
+//!
+//! The same factors move a constant that broadcasts onto a Shuffle's input through it
+//! ([`broadcast_through`]): Q/DQ propagation moves a bias below the split of a packed
+//! in-projection that way.
 
 use super::graph::{consumers, has_control_flow, known_value};
 use super::{Pass, PassContext, PassError};
