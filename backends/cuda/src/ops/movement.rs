@@ -245,31 +245,17 @@ pub fn gather(cx: &Ctx, data: &DeviceTensor, indices: &DeviceTensor, axis: usize
     let row_bytes = crate::buffer::storage_size(data.dtype).map_or(0, |size| size * inner);
     let (data_arg, out_arg) = (cx.arg(data), cx.arg(&out));
     let aligned = [&data_arg, &out_arg].iter().all(|a| matches!(a, Arg::Ptr(p) if p.address() % 16 == 0));
-    if row_bytes % 16 == 0 && row_bytes > 0 && aligned {
+    if row_bytes.is_multiple_of(16) && row_bytes > 0 && aligned {
         // Whole rows of 16-byte words, a warp a row.
         let rows = outer * idx.len();
         let args = [Arg::I64(rows as i64), Arg::I64(idx.len() as i64), Arg::I64(data.shape[axis] as i64), Arg::I64((row_bytes / 16) as i64), data_arg, cx.arg(&idx), out_arg, cx.arg(&flag)];
         let blocks = rows.div_ceil(GATHER_ROWS_WARPS).clamp(1, 65_535 * 8) as u32;
         cx.gpu.launch(&Source::Copy.kernel("gather_rows_v16"), blocks, 32 * GATHER_ROWS_WARPS as u32, &args).map_err(KernelError::from)?;
-        cx.defer_check(flag, format!("a Gather index is out of range for axis {axis} of length {}", data.shape[axis]));
-        return Ok(out);
+    } else {
+        let name = format!("gather_{}", width_suffix(data.dtype).map_err(KernelError::from)?);
+        let args = [Arg::I64(outer as i64), Arg::I64(data.shape[axis] as i64), Arg::I64(idx.len() as i64), Arg::I64(inner as i64), data_arg, cx.arg(&idx), out_arg, cx.arg(&flag)];
+        cx.launch_elements(Source::Copy.kernel(name), out.len(), &args)?;
     }
-    let name = format!("gather_{}", width_suffix(data.dtype).map_err(KernelError::from)?);
-    let n = out.len();
-    cx.launch_elements(
-        Source::Copy.kernel(name),
-        n,
-        &[
-            Arg::I64(outer as i64),
-            Arg::I64(data.shape[axis] as i64),
-            Arg::I64(idx.len() as i64),
-            Arg::I64(inner as i64),
-            cx.arg(data),
-            cx.arg(&idx),
-            cx.arg(&out),
-            cx.arg(&flag),
-        ],
-    )?;
     cx.defer_check(flag, format!("a Gather index is out of range for axis {axis} of length {}", data.shape[axis]));
     Ok(out)
 }

@@ -217,9 +217,10 @@ pub(crate) fn typed_network(
             // loses its precision constraints; one it keeps keeps them).
             let tidy: [&dyn Pass; 3] = [&ShapeTensorResolution, &NoOpRemoval, &DeadLayerElimination];
             let mut current: Option<Network> = None;
-            let dequantizes = network.layers().iter().any(|l| matches!(l.kind, LayerKind::Dequantize { .. }));
-            for pass in tidy.into_iter().filter(|_| dequantizes) {
-                current = pass.run(current.as_ref().unwrap_or(network), &context)?.or(current);
+            if network.layers().iter().any(|l| matches!(l.kind, LayerKind::Dequantize { .. })) {
+                for pass in tidy {
+                    current = pass.run(current.as_ref().unwrap_or(network), &context)?.or(current);
+                }
             }
             let mut current = QdqPropagation.run(current.as_ref().unwrap_or(network), &context)?.or(current);
             // Attention first: the Q/DQ fusion would take its two products as integer layers.

@@ -15,9 +15,10 @@
 //! - `DQ → pointwise → layout` becomes `DQ → layout → pointwise` when the pointwise layer's
 //!   other operand is a known constant of more than one element (a bias), only layout layers
 //!   (slices too) read its output, and the layout splits it (a Slice, or a layout read only by
-//!   Slices): the constant moves through the layout, and the DQ then moves onto the integers. A packed in-projection (`nn.MultiheadAttention`: one product, its bias,
-//!   then the split into Q, K and V by reshape, transpose and slices) then slices its levels,
-//!   and each of Q, K and V adds its part of the bias, scales and quantizes in one island.
+//!   Slices): the constant moves through the layout, and the DQ then moves onto the
+//!   integers. A packed in-projection (`nn.MultiheadAttention`: one product, its bias, then
+//!   the split into Q, K and V by reshape, transpose and slices) then slices its levels, and
+//!   each of Q, K and V adds its part of the bias, scales and quantizes in one island.
 //!
 //! A layout layer's output may also be read by Shape layers (the dynamo exporter's attention
 //! reads the keys' shape where it transposes them): they read the moved layout's output, whose
