@@ -595,7 +595,12 @@ fn a_build_runs_a_packed_projections_split_on_its_levels() {
     config.set_flag(kiln::BuilderFlag::Fp16);
     let half = Builder::new(&backend).build(&net, &config).expect("fp16 build");
     for engine in [&plain, &half] {
-        assert_eq!(float_moves(engine.network()), 0, "{}", engine.network().dump());
+        let built = engine.network();
+        assert_eq!(float_moves(built), 0, "{}", built.dump());
+        // Q's, K's and V's islands fold into the product as one table of its 24 columns.
+        let tables: Vec<_> = built.layers().iter().filter(|l| matches!(&l.kind, LayerKind::Quantized(p) if p.lookup.is_some())).collect();
+        assert_eq!(tables.len(), 1, "{}", built.dump());
+        assert!(!built.layers().iter().any(|l| matches!(l.kind, LayerKind::Fused(_))), "{}", built.dump());
     }
     // The projection's integer sums are exact where the float graph rounds each partial sum:
     // the reference is the network with only its product made an integer layer.

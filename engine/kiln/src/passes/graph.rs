@@ -5,7 +5,7 @@
 //! run time and golden dumps rely on.)
 
 use crate::ir::layer::LayerKind;
-use crate::ir::network::{Network, TensorId};
+use crate::ir::network::{Layer, Network, TensorId};
 use crate::ir::tensor::HostTensor;
 
 /// Per tensor, the (layer, slot) pairs that read it.
@@ -35,6 +35,16 @@ pub(crate) fn only_reader(net: &Network, readers: &[Vec<(usize, usize)>], t: Ten
         [(layer, _)] if !net.outputs().contains(&t) => Some(*layer),
         _ => None,
     }
+}
+
+/// A layer that only moves elements: its output holds its input's values, rearranged.
+pub(crate) fn is_layout(l: &Layer) -> bool {
+    matches!(l.kind, LayerKind::Shuffle(_) | LayerKind::Identity) && l.outputs.len() == 1
+}
+
+/// A layout layer, or a Slice: its output holds some of its input's values, rearranged.
+pub(crate) fn moves_elements(l: &Layer) -> bool {
+    is_layout(l) || matches!(l.kind, LayerKind::Slice) && l.outputs.len() == 1
 }
 
 /// The value of a tensor known at build time (constants and folded shapes).

@@ -35,7 +35,7 @@
 //! layout layers on 8-bit tensors.
 
 use super::dead::remove_dead_layers;
-use super::graph::{consumers, disjoint_plans, has_control_flow, known_value};
+use super::graph::{consumers, disjoint_plans, has_control_flow, is_layout, known_value, moves_elements};
 use super::{Pass, PassContext, PassError};
 use crate::ir::dtype::DataType;
 use crate::ir::layer::LayerKind;
@@ -229,16 +229,6 @@ fn missing(l: &crate::Layer) -> NetworkError {
     NetworkError::Layer { layer: l.name.clone(), tensor: String::new(), rule: "has no data input".into() }
 }
 
-/// A layer that only moves elements: its output holds its input's values, rearranged.
-fn is_layout(l: &crate::Layer) -> bool {
-    matches!(l.kind, LayerKind::Shuffle(_) | LayerKind::Identity) && l.outputs.len() == 1
-}
-
-/// A layout layer, or a Slice: its output holds some of its input's values, rearranged.
-fn moves_elements(l: &crate::Layer) -> bool {
-    is_layout(l) || matches!(l.kind, LayerKind::Slice) && l.outputs.len() == 1
-}
-
 /// A per-tensor step's known scale and zero point, and its 8-bit integer type.
 struct PerTensor<'n> {
     scale: &'n HostTensor,
@@ -410,11 +400,7 @@ fn layout_first(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) -> Opt
     }
     let mut dims = vec![1; x_shape.rank() - c.shape().len()];
     dims.extend_from_slice(c.shape());
-    let (moved_dims, indices) = match l.kind {
-        LayerKind::Shuffle(_) => super::shuffle_chains::broadcast_through(net, i, &dims)?,
-        LayerKind::Slice => sliced_broadcast(net, l, &dims)?,
-        _ => (dims.clone(), (0..c.len()).collect()),
-    };
+    let (moved_dims, indices) = broadcast_through_layout(net, i, &dims)?;
     let constant = HostTensor::new(moved_dims, c.data().gather(&indices)).ok()?;
     let stays = readers[t.0].len() > 1;
     let layers = if stays { vec![i] } else { vec![pointwise, i] };
@@ -433,6 +419,18 @@ fn splits(net: &Network, readers: &[Vec<(usize, usize)>], l: &crate::Layer) -> b
             is_layout(l) && !readers[out.0].is_empty() && !net.outputs().contains(&out)
                 && readers[out.0].iter().all(|&(r, slot)| slot == 0 && splits(net, readers, net.layer(LayerId(r))))
         }
+    }
+}
+
+/// A constant that broadcasts onto the input of layer `i` (a layout layer or a Slice) moved
+/// through it: its dims there and the indices of its elements (`broadcast_through`'s form).
+pub(super) fn broadcast_through_layout(net: &Network, i: usize, dims: &[usize]) -> Option<(Vec<usize>, Vec<usize>)> {
+    let l = net.layer(LayerId(i));
+    match l.kind {
+        LayerKind::Shuffle(_) => super::shuffle_chains::broadcast_through(net, i, dims),
+        LayerKind::Slice => sliced_broadcast(net, l, dims),
+        LayerKind::Identity => Some((dims.to_vec(), (0..dims.iter().product()).collect())),
+        _ => None,
     }
 }
 
