@@ -699,6 +699,63 @@ fn the_dynamo_exporters_bert_has_every_layout_on_the_integers() {
 }
 
 
+/// A one-layer torchvision ViT (`nn.MultiheadAttention`'s packed in-projection) from each
+/// PyTorch exporter, Q/DQ-quantized as benches/gpu/quant.py quantizes ViT-B/16
+/// (`qdq_models/tiny_vit_{legacy,dynamo}_s8`). The exported attention scales Q by a factor it
+/// computes from Q's own shape after the head split, which only folding makes known: the
+/// propagation after folding still moves that split onto the levels. Every layout layer then
+/// runs on the integers, Q's, K's and V's islands fold into the in-projection as one table, and
+/// the outputs are the unoptimized build's bit for bit (an FP16 build's within f16's rounding).
+#[test]
+fn the_torchvision_vits_in_projection_splits_its_levels_from_either_exporter() {
+    for exporter in ["legacy", "dynamo"] {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/qdq_models/tiny_vit_{exporter}_s8/model.onnx"));
+        let net = kiln_onnx::import_file(&path).expect("import");
+        let backend = HalfFirstCpu(kiln_cpu::CpuBackend::new());
+        let build = |optimization: kiln::Optimization, fp16: bool| {
+            let mut config = BuilderConfig { optimization, ..BuilderConfig::default() };
+            if fp16 {
+                config.set_flag(kiln::BuilderFlag::Fp16);
+            }
+            Builder::new(&backend).build(&net, &config).expect("build")
+        };
+        let x = HostTensor::from_f32(vec![2, 3, 32, 32], noise(9, 2 * 3 * 32 * 32, 2.0)).expect("x");
+        let feeds = std::collections::HashMap::from([("input".to_string(), x)]);
+        let run = |engine: kiln::Engine| kiln::ExecutionContext::new(engine, &backend).expect("prepare").run(&feeds).expect("run").remove("logits").expect("logits");
+        let want = run(build(kiln::Optimization::None, false));
+        let relative_l2 = |got: &HostTensor| {
+            let (g, w) = (got.as_f32().expect("f32"), want.as_f32().expect("f32"));
+            g.iter().zip(w).map(|(a, b)| (a - b) * (a - b)).sum::<f32>().sqrt() / w.iter().map(|b| b * b).sum::<f32>().sqrt()
+        };
+        // An FP16 build rounds its float layers (the norms, the residual adds) to f16: no
+        // further from the f32 build than the unoptimized FP16 build is.
+        let unfused_fp16_error = relative_l2(&run(build(kiln::Optimization::None, true)));
+        for fp16 in [false, true] {
+            let fused = build(kiln::Optimization::Full, fp16);
+            let built = fused.network();
+            let float_moves: Vec<&str> = built
+                .layers()
+                .iter()
+                .filter(|l| matches!(l.kind, LayerKind::Shuffle(_) | LayerKind::Slice | LayerKind::Gather { .. }))
+                .filter(|l| l.outputs.iter().any(|&t| built.tensor(t).dtype.is_float()))
+                .map(|l| l.name.as_str())
+                .collect();
+            // Only the class token's slice (`x[:, 0]`, before the head's QuantizeLinear) is float.
+            assert_eq!(float_moves.len(), 1, "{exporter}: float layout layers: {float_moves:?}\n{}", built.dump());
+            let split = built.layers().iter().filter(|l| matches!(&l.kind, LayerKind::Quantized(p) if p.lookup.is_some()) && l.name.contains("the islands after its split"));
+            assert_eq!(split.count(), 1, "{exporter}: the in-projection with Q's, K's and V's islands as its table\n{}", built.dump());
+            let got = run(fused);
+            assert_eq!(got.shape(), &[2, 10]);
+            if fp16 {
+                let err = relative_l2(&got);
+                assert!(err <= 1.25 * unfused_fp16_error, "{exporter}, fp16: relative L2 {err} against the f32 build, the unfused FP16 build's {unfused_fp16_error}");
+            } else {
+                assert_eq!(got.data(), want.data(), "{exporter}");
+            }
+        }
+    }
+}
+
 /// A layer the rewrites before the precision pass keep keeps its precision constraint: a
 /// Sigmoid constrained to f32 after a Q/DQ region the propagation changes still computes in
 /// f32 in an FP16 build that obeys constraints.

@@ -207,15 +207,16 @@ pub(crate) fn typed_network(
 ) -> Result<(Network, precision::PrecisionReport), BuildError> {
     let fused = match optimization == Optimization::Full && backend.runs_quantized_layers() {
         true => {
-            use crate::passes::{DeadLayerElimination, NoOpRemoval, Pass, QdqPropagation, QuantizedAttentionFusion, QuantizedFusion, ShapeTensorResolution};
+            use crate::passes::{DeadLayerElimination, NoOpRemoval, Pass, QdqPropagation, QuantizedAttentionFusion, QuantizedFusion, ShapeTensorResolution, ShapeValueFolding};
             let context = PassContext { folding_backend: None, quantized_layers: true };
-            // Reshapes whose dims the graph computes made static, one-index Gathers Slices: a
-            // packed in-projection's split (reshape, transpose, slices) is then layout layers
-            // the propagation moves onto the levels. (No constant folding here: it would fold
-            // the casts of an integer layer's expansion that the Q/DQ fusion looks for.)
+            // Values computed from shapes folded (the exported attention's scale of Q), reshapes
+            // whose dims the graph computes made static, one-index Gathers Slices: a packed
+            // in-projection's split (reshape, transpose, slices) is then layout layers the
+            // propagation moves onto the levels, past a known scale. (No other folding here: it
+            // would fold the casts of an integer layer's expansion that the Q/DQ fusion looks for.)
             // Only Q/DQ networks, which the propagation serves (a layer a rewrite replaces
             // loses its precision constraints; one it keeps keeps them).
-            let tidy: [&dyn Pass; 3] = [&ShapeTensorResolution, &NoOpRemoval, &DeadLayerElimination];
+            let tidy: [&dyn Pass; 4] = [&ShapeValueFolding, &ShapeTensorResolution, &NoOpRemoval, &DeadLayerElimination];
             let mut current: Option<Network> = None;
             if network.layers().iter().any(|l| matches!(l.kind, LayerKind::Dequantize { .. })) {
                 for pass in tidy {

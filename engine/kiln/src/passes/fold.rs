@@ -12,11 +12,12 @@ use super::graph::{has_control_flow};
 use crate::ir::rewrite::Rewriter;
 use super::{Pass, PassContext, PassError};
 use crate::backend::Backend;
-use crate::ir::infer::{infer_layer, Fact, OutFact};
+use crate::ir::infer::{infer_layer, resolve_slice, Fact, OutFact, SliceAxis};
 use crate::ir::layer::{GatherMode, LayerKind};
 use crate::ir::network::{Layer, Network, TensorId};
 use crate::ir::shape::normalize_axis;
 use crate::ir::tensor::HostTensor;
+use std::collections::HashSet;
 use std::sync::Arc;
 
 /// Most elements a folded output may have.
@@ -30,100 +31,128 @@ impl Pass for ConstantFolding {
         "constant-folding"
     }
 
-    fn run(
-        &self,
-        network: &Network,
-        context: &PassContext<'_>,
-    ) -> Result<Option<Network>, PassError> {
-        if has_control_flow(network) {
-            return Ok(None);
-        }
-        let mut rb = Rewriter::new(network);
-        let mut changed = false;
-        for (i, l) in network.layers().iter().enumerate() {
-            if !foldable(&l.kind) {
-                rb.keep(i)?;
-                continue;
-            }
-            let inputs = rb.get_slots(&l.inputs)?;
-            if let Some(dims) = fixed_dims_of_shape(rb.out(), &l.kind, &inputs) {
-                let weights = rb.out_mut().add_shared_weights(Arc::new(dims));
-                rb.add(&l.name, LayerKind::Constant { weights }, vec![], &l.outputs)?;
-                changed = true;
-                continue;
-            }
-            let values: Option<Vec<Option<Arc<HostTensor>>>> = inputs
-                .iter()
-                .map(|t| match t {
-                    None => Some(None),
-                    Some(t) => rb.out().tensor(*t).value.clone().map(Some),
-                })
-                .collect();
-            let Some(values) = values else {
-                rb.keep(i)?;
-                continue;
-            };
-            match evaluate(rb.out(), l, &inputs, &values, context.folding_backend)? {
-                Some(outputs) => {
-                    for (k, (value, &old)) in outputs.into_iter().zip(&l.outputs).enumerate() {
-                        let name = if k == 0 {
-                            l.name.clone()
-                        } else {
-                            format!("{} [{k}]", l.name)
-                        };
-                        let weights = rb.out_mut().add_shared_weights(Arc::new(value));
-                        rb.add(&name, LayerKind::Constant { weights }, vec![], &[old])?;
-                    }
-                    changed = true;
-                }
-                None => {
-                    rb.keep(i)?;
-                }
-            }
-        }
-        if !changed {
-            return Ok(None);
-        }
-        Ok(Some(rb.finish_as_source()?))
+    fn run(&self, network: &Network, context: &PassContext<'_>) -> Result<Option<Network>, PassError> {
+        fold(network, context, false)
     }
 }
 
-/// `Gather(Shape(x), indices)` picking only dims of `x` that are fixed: the constant
-/// dims, even while other dims of `x` (the batch) are dynamic.
-fn fixed_dims_of_shape(
-    dst: &Network,
-    kind: &LayerKind,
-    inputs: &[Option<TensorId>],
-) -> Option<HostTensor> {
-    let LayerKind::Gather {
-        mode: GatherMode::Default { axis: 0 },
-    } = kind
-    else {
-        return None;
-    };
-    let (shape, indices) = (
-        inputs.first().copied().flatten()?,
-        inputs.get(1).copied().flatten()?,
-    );
+/// Folding of the values a graph computes from tensors' shapes alone (`Shape` and the layers
+/// reading only such values and constants), such as an attention's scale `1/√d` taken from
+/// Q's shape. The builder runs it before Q/DQ propagation, which moves a layout layer past a
+/// scale only once the scale is known; folding everything there would fold the casts of an
+/// integer layer's expansion the Q/DQ fusion looks for.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ShapeValueFolding;
+
+impl Pass for ShapeValueFolding {
+    fn name(&self) -> &'static str {
+        "shape-value-folding"
+    }
+
+    fn run(&self, network: &Network, context: &PassContext<'_>) -> Result<Option<Network>, PassError> {
+        fold(network, context, true)
+    }
+}
+
+fn fold(network: &Network, context: &PassContext<'_>, shape_values_only: bool) -> Result<Option<Network>, PassError> {
+    if has_control_flow(network) {
+        return Ok(None);
+    }
+    let mut rb = Rewriter::new(network);
+    let mut changed = false;
+    // The source tensors computed from shapes alone (shape_values_only).
+    let mut from_shapes: HashSet<TensorId> = HashSet::new();
+    for (i, l) in network.layers().iter().enumerate() {
+        if shape_values_only {
+            let present = || l.inputs.iter().flatten();
+            // Beside shape values, only small constants (a divisor, a slice's bounds): not a
+            // reshape of weights.
+            let small_constant = |t: TensorId| network.tensor(t).value.as_deref().is_some_and(|v| v.len() <= 64);
+            let shaped = matches!(l.kind, LayerKind::Shape)
+                || (present().any(|t| from_shapes.contains(t)) && present().all(|&t| from_shapes.contains(&t) || small_constant(t)));
+            if shaped {
+                from_shapes.extend(l.outputs.iter().copied());
+            }
+            if !shaped || matches!(l.kind, LayerKind::Shape) {
+                rb.keep(i)?;
+                continue;
+            }
+        }
+        if !foldable(&l.kind) {
+            rb.keep(i)?;
+            continue;
+        }
+        let inputs = rb.get_slots(&l.inputs)?;
+        if let Some(dims) = fixed_dims_of_shape(rb.out(), &l.kind, &inputs) {
+            let weights = rb.out_mut().add_shared_weights(Arc::new(dims));
+            rb.add(&l.name, LayerKind::Constant { weights }, vec![], &l.outputs)?;
+            changed = true;
+            continue;
+        }
+        let values: Option<Vec<Option<Arc<HostTensor>>>> = inputs
+            .iter()
+            .map(|t| match t {
+                None => Some(None),
+                Some(t) => rb.out().tensor(*t).value.clone().map(Some),
+            })
+            .collect();
+        let Some(values) = values else {
+            rb.keep(i)?;
+            continue;
+        };
+        match evaluate(rb.out(), l, &inputs, &values, context.folding_backend)? {
+            Some(outputs) => {
+                for (k, (value, &old)) in outputs.into_iter().zip(&l.outputs).enumerate() {
+                    let name = if k == 0 { l.name.clone() } else { format!("{} [{k}]", l.name) };
+                    let weights = rb.out_mut().add_shared_weights(Arc::new(value));
+                    rb.add(&name, LayerKind::Constant { weights }, vec![], &[old])?;
+                }
+                changed = true;
+            }
+            None => {
+                rb.keep(i)?;
+            }
+        }
+    }
+    if !changed {
+        return Ok(None);
+    }
+    Ok(Some(rb.finish_as_source()?))
+}
+
+/// `Gather(Shape(x), indices)` or `Slice(Shape(x), …)` picking only dims of `x` that are
+/// fixed: the constant dims, even while other dims of `x` (the batch) are dynamic. The legacy
+/// exporter's attention takes its scale from `Slice(Shape(q), -1)`.
+fn fixed_dims_of_shape(dst: &Network, kind: &LayerKind, inputs: &[Option<TensorId>]) -> Option<HostTensor> {
+    let shape = inputs.first().copied().flatten()?;
     let (producer, _) = dst.tensor(shape).producer?;
     let shape_layer = dst.layer(producer);
     if !matches!(shape_layer.kind, LayerKind::Shape) {
         return None;
     }
-    let dims = dst
-        .tensor(shape_layer.inputs.first().copied().flatten()?)
-        .shape
-        .dims();
-    let picked = dst.tensor(indices).value.as_deref()?.to_i64_vec()?;
-    let values = picked
-        .iter()
-        .map(|&i| {
-            normalize_axis(i, dims.len())
-                .and_then(|i| dims[i].fixed())
-                .and_then(|d| i64::try_from(d).ok())
-        })
-        .collect::<Option<Vec<i64>>>()?;
-    let index_shape = dst.tensor(indices).shape.as_fixed()?;
+    let dims = dst.tensor(shape_layer.inputs.first().copied().flatten()?).shape.dims();
+    let known = |slot: usize| -> Option<Option<Vec<i64>>> {
+        match inputs.get(slot).copied().flatten() {
+            None => Some(None),
+            Some(t) => Some(Some(dst.tensor(t).value.as_deref()?.to_i64_vec()?)),
+        }
+    };
+    let (picked, index_shape) = match kind {
+        LayerKind::Gather { mode: GatherMode::Default { axis: 0 } } => {
+            let indices = inputs.get(1).copied().flatten()?;
+            let picked = known(1)??.iter().map(|&i| normalize_axis(i, dims.len())).collect::<Option<Vec<usize>>>()?;
+            (picked, dst.tensor(indices).shape.as_fixed()?)
+        }
+        LayerKind::Slice => {
+            let (starts, ends, axes, steps) = (known(1)??, known(2)??, known(3)?, known(4)?);
+            let plan = resolve_slice(&[dims.len()], &starts, &ends, axes.as_deref(), steps.as_deref()).ok()?;
+            let SliceAxis { start, len, step } = *plan.first()?;
+            let picked = (0..len as i64).map(|k| usize::try_from(start + k * step).ok()).collect::<Option<Vec<usize>>>()?;
+            (picked, vec![len])
+        }
+        _ => return None,
+    };
+    let values = picked.iter().map(|&i| dims[i].fixed().and_then(|d| i64::try_from(d).ok())).collect::<Option<Vec<i64>>>()?;
     HostTensor::from_i64(index_shape, values).ok()
 }
 

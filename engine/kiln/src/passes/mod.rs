@@ -33,7 +33,7 @@ pub use attention::{AttentionFusion, AttentionInputLevels, AttentionOutputLevels
 pub use cse::CommonSubexpressionElimination;
 pub use dead::{remove_dead_layers, DeadLayerElimination};
 pub use einsum::EinsumLowering;
-pub use fold::{ConstantFolding, MAX_FOLDED_ELEMENTS};
+pub use fold::{ConstantFolding, ShapeValueFolding, MAX_FOLDED_ELEMENTS};
 pub use fuse::EpilogueFusion;
 pub use horizontal::HorizontalMatMulFusion;
 pub use horizontal_quantized::QuantizedHorizontalFusion;
