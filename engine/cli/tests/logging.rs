@@ -34,6 +34,25 @@ fn rust_log_debug_shows_fusions_and_tactic_decisions() {
     assert!(stderr.contains("info kiln::builder: passes:"), "{stderr}");
 }
 
+/// The Q/DQ passes the builder runs before the precision pass are logged as the pipeline's are:
+/// on a torchvision ViT's Q/DQ export, the attention's scale folded from Q's shape and the
+/// split moved onto the levels.
+#[test]
+fn the_passes_before_the_precision_pass_are_logged() {
+    let dir = TempDir::new().unwrap();
+    let engine = dir.path().join("vit.engine");
+    let model = repo_path("engine/onnx/tests/qdq_models/tiny_vit_legacy_s8/model.onnx");
+    let args = ["build", model.to_str().unwrap(), "-o", path_arg(&engine), "--backend", "cpu", "-vv"];
+    let out = kiln_env(&args, &[]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("debug kiln::passes: shape-value-folding: "), "{stderr}");
+    let attention = "/encoder/layers/encoder_layer_0/self_attention";
+    let moved = format!("debug kiln::passes: qdq-propagation: made `{attention}/Reshape_3 (after {attention}/Mul_1) (integer)` [Shuffle]");
+    assert!(stderr.contains(&moved), "{stderr}");
+    assert!(stderr.contains("debug kiln::passes: quantized-fusion: made `"), "{stderr}");
+}
+
 #[test]
 fn vv_is_debug_and_v_is_info_and_the_default_is_warnings_only() {
     let (_, debug) = build(&["-vv"], &[]);

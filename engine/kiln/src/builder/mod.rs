@@ -207,7 +207,7 @@ pub(crate) fn typed_network(
 ) -> Result<(Network, precision::PrecisionReport), BuildError> {
     let fused = match optimization == Optimization::Full && backend.runs_quantized_layers() {
         true => {
-            use crate::passes::{DeadLayerElimination, NoOpRemoval, Pass, QdqPropagation, QuantizedAttentionFusion, QuantizedFusion, ShapeTensorResolution, ShapeValueFolding};
+            use crate::passes::{run_logged, DeadLayerElimination, NoOpRemoval, Pass, QdqPropagation, QuantizedAttentionFusion, QuantizedFusion, ShapeTensorResolution, ShapeValueFolding};
             let context = PassContext { folding_backend: None, quantized_layers: true };
             // Values computed from shapes folded (the exported attention's scale of Q), reshapes
             // whose dims the graph computes made static, one-index Gathers Slices: a packed
@@ -220,17 +220,17 @@ pub(crate) fn typed_network(
             let mut current: Option<Network> = None;
             if network.layers().iter().any(|l| matches!(l.kind, LayerKind::Dequantize { .. })) {
                 for pass in tidy {
-                    current = pass.run(current.as_ref().unwrap_or(network), &context)?.or(current);
+                    current = run_logged(pass, current.as_ref().unwrap_or(network), &context)?.or(current);
                 }
             }
-            let mut current = QdqPropagation.run(current.as_ref().unwrap_or(network), &context)?.or(current);
+            let mut current = run_logged(&QdqPropagation, current.as_ref().unwrap_or(network), &context)?.or(current);
             // Attention first: the Q/DQ fusion would take its two products as integer layers.
-            if let Some(fused) = QuantizedAttentionFusion.run(current.as_ref().unwrap_or(network), &context)? {
+            if let Some(fused) = run_logged(&QuantizedAttentionFusion, current.as_ref().unwrap_or(network), &context)? {
                 let count = fused.layers().iter().filter(|l| matches!(&l.kind, LayerKind::Attention(p) if p.has_levels())).count();
                 tracing::info!(target: "kiln::builder", "Q/DQ attention: {count} fused with the levels of their scores and probabilities (kiln inspect shows each grid)");
-                current = Some(DeadLayerElimination.run(&fused, &context)?.unwrap_or(fused));
+                current = Some(run_logged(&DeadLayerElimination, &fused, &context)?.unwrap_or(fused));
             }
-            QuantizedFusion.run(current.as_ref().unwrap_or(network), &context)?.or(current)
+            run_logged(&QuantizedFusion, current.as_ref().unwrap_or(network), &context)?.or(current)
         }
         false => None,
     };

@@ -235,6 +235,16 @@ impl Pipeline {
     }
 }
 
+/// `pass` on `network`, logged as the pipeline's passes are (`-vv`: what it made; `-vvv`: the
+/// network after it): for the passes the builder runs before the precision pass.
+pub(crate) fn run_logged(pass: &dyn Pass, network: &Network, context: &PassContext<'_>) -> Result<Option<Network>, PassError> {
+    let next = pass.run(network, context)?;
+    if let Some(next) = &next {
+        log_changes(pass.name(), network, next);
+    }
+    Ok(next)
+}
+
 /// Debug events naming what a pass made: its layer counts, and each layer whose name is new
 /// (a fused layer is named after what it replaced, so this says what fused into what).
 fn log_changes(pass: &str, before: &Network, after: &Network) {
