@@ -8,7 +8,7 @@ use kiln::passes::{
     AttentionFusion, CommonSubexpressionElimination, ConstantFolding, DeadLayerElimination, EinsumLowering,
     EpilogueFusion, GeluFusion, HorizontalMatMulFusion, NoOpRemoval, NormalizationFusion, Pass,
     PassContext, Pipeline, PointwiseChainFusion, RmsNormalizationFusion, ShapeTensorResolution,
-    SoftMaxFusion, SwishFusion,
+    ShapeValueFolding, SoftMaxFusion, SwishFusion,
 };
 use kiln::{
     ActivationKind, Builder, BuilderConfig, Dim, ExecutionContext, LayerKind, Network,
@@ -114,6 +114,17 @@ fn shape_folding_makes_reshapes_static_without_a_backend() {
         l.kind,
         LayerKind::Shape | LayerKind::Gather { .. } | LayerKind::Concatenation { .. }
     )));
+    check_equivalent(&net, 0.0);
+}
+
+/// The builder's fold before Q/DQ propagation takes the values computed from shapes (a scale
+/// from a dynamic-batch input's fixed last dim) and leaves the rest to full folding: the Neg of
+/// a constant stays, as would the casts of an integer layer's expansion.
+#[test]
+fn shape_value_folding_folds_values_from_shapes_alone() {
+    let net = networks::shape_scale();
+    let out = check_golden("shape_value_folding", &net, Box::new(ShapeValueFolding), None);
+    assert_eq!(kinds(&out), ["ElementWise", "Unary", "ElementWise"]);
     check_equivalent(&net, 0.0);
 }
 

@@ -224,6 +224,26 @@ pub fn shape_chain() -> Network {
     g.output(both, "out")
 }
 
+/// An exported attention's scale taken from its input's shape with a dynamic batch
+/// (`1/sqrt(x.size(-1))`: Shape, Slice of the last dim, Cast, Sqrt, Div), and a bias computed
+/// from a constant alone (a Neg of it), which only full constant folding takes.
+pub fn shape_scale() -> Network {
+    let mut g = G::new("shape_scale");
+    let x = g.input("x", vec![Dim::Named("batch".into()), Dim::Fixed(4), Dim::Fixed(16)]);
+    let shape = g.layer("shape", LayerKind::Shape, &[x]);
+    let (from, to) = (g.ints("from", &[-1]), g.ints("to", &[i64::MAX]));
+    let last = g.layer("last dim", LayerKind::Slice, &[shape, from, to]);
+    let d = g.layer("cast", LayerKind::Cast { to: DataType::F32 }, &[last]);
+    let root = g.unary("sqrt", UnaryOp::Sqrt, d);
+    let one = g.scalar("one", 1.0);
+    let scale = g.binary("div", E::Div, one, root);
+    let scaled = g.binary("scale", E::Prod, x, scale);
+    let bias = g.constant("bias", &[16], 0.5);
+    let negated = g.unary("neg", UnaryOp::Neg, bias);
+    let biased = g.binary("add", E::Sum, scaled, negated);
+    g.output(biased, "y")
+}
+
 /// A constant weight transposed at run time: the cpu backend folds the transpose.
 pub fn constant_transpose() -> Network {
     let mut g = G::new("constant_transpose");
