@@ -197,14 +197,8 @@ fn split_table_fold(net: &Network, readers: &[Vec<(usize, usize)>], i: usize, ba
     }
     // The layers after the product keep their type: the islands write the levels' type.
     let to = to.filter(|&to| to == dtype)?;
-    let identity = |_| {
-        let bytes: Vec<usize> = (0..row).collect();
-        match dtype {
-            DataType::I8 => HostTensor::new(vec![row], TensorData::I8(bytes.iter().map(|&b| b as u8 as i8).collect())).ok(),
-            _ => HostTensor::new(vec![row], TensorData::U8(bytes.iter().map(|&b| b as u8).collect())).ok(),
-        }
-    };
-    let rows: Vec<HostTensor> = rows.into_iter().map(|r| r.or_else(|| identity(()))).collect::<Option<_>>()?;
+    let identity = HostTensor::new(vec![row], every_level(dtype, 1)?).ok()?;
+    let rows: Vec<HostTensor> = rows.into_iter().map(|r| r.unwrap_or_else(|| identity.clone())).collect();
     let data = TensorData::concat(&rows.iter().map(HostTensor::data).collect::<Vec<_>>())?;
     let table = HostTensor::new(vec![columns, row], data).ok()?;
     Some(SplitFold { islands: islands.into_iter().map(|(island, t, _)| (island, t)).collect(), params: Q { lookup: Some(to), ..p.clone() }, table })
@@ -225,14 +219,8 @@ fn island_table(net: &Network, at: usize, levels: TensorId, backend: &dyn crate:
     if !pointwise || by_rows || island.outputs.len() != 1 || !to.is_8bit_integer() || net.tensor(out).shape != *shape {
         return None;
     }
-    // The levels at every (level, column): row b holds byte b in every column.
     let bytes = Q::LOOKUP_ROW;
-    let probe = match net.tensor(levels).dtype {
-        DataType::I8 => TensorData::I8((0..bytes * columns).map(|j| (j / columns) as u8 as i8).collect()),
-        DataType::U8 => TensorData::U8((0..bytes * columns).map(|j| (j / columns) as u8).collect()),
-        _ => return None,
-    };
-    let probe = Arc::new(HostTensor::new(vec![bytes, columns], probe).ok()?);
+    let probe = Arc::new(HostTensor::new(vec![bytes, columns], every_level(net.tensor(levels).dtype, columns)?).ok()?);
     let mut values = Vec::with_capacity(island.inputs.len());
     let mut reads_levels = false;
     for slot in &island.inputs {
@@ -253,6 +241,17 @@ fn island_table(net: &Network, at: usize, levels: TensorId, backend: &dyn crate:
         return None;
     }
     Some((to, by_column(&looked, columns)?))
+}
+
+/// Every 8-bit level of `dtype` in `columns` columns, `[256, columns]` data: row b holds byte b
+/// in every column (an island's probe; with one column, the table row that keeps each level).
+fn every_level(dtype: DataType, columns: usize) -> Option<TensorData> {
+    let n = Q::LOOKUP_ROW * columns;
+    match dtype {
+        DataType::I8 => Some(TensorData::I8((0..n).map(|j| (j / columns) as u8 as i8).collect())),
+        DataType::U8 => Some(TensorData::U8((0..n).map(|j| (j / columns) as u8).collect())),
+        _ => None,
+    }
 }
 
 /// The known value of `t` where it varies along the last of `rank` axes only (one value, or

@@ -210,7 +210,7 @@ impl Pipeline {
     ) -> Result<Network, PassError> {
         let mut current = network.clone();
         for pass in &self.passes {
-            let next = pass.run(&current, context)?;
+            let next = run_logged(pass.as_ref(), &current, context)?;
             if let Some(traces) = traces.as_deref_mut() {
                 let before = current.dump();
                 let after = next.as_ref().map_or_else(|| before.clone(), Network::dump);
@@ -227,7 +227,6 @@ impl Pipeline {
                 });
             }
             if let Some(next) = next {
-                log_changes(pass.name(), &current, &next);
                 current = next;
             }
         }
