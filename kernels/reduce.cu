@@ -217,10 +217,16 @@ __device__ void reduce(int op, i64 outer, i64 len, i64 inner, const T* x, T* y) 
 // `reduce` over a middle axis with a wide inner extent (an NHWC global pooling: [n, h·w, c]
 // over h·w): a block of 32 × V columns × ROWS row-strided partial sums, so each warp reads
 // 32 neighbouring runs of V elements (a row-per-warp walk would read one element per sector),
-// then the partials meet in shared memory. Grid: (ceil(inner / (32·V)), outer). The sum family,
-// max, min. V = 1 (32 rows) reads any inner extent; the runs (V = 16 bytes of elements, 8 rows:
-// a 7×7 pooling's 49 rows is a few loads a thread) need inner % V == 0 and aligned tensors
-// (the host's check): one element a thread read 64 bytes a warp, half a DRAM burst.
+// then the partials meet in shared memory. Grid: (ceil(inner / (32·V)), outer, splits). The sum
+// family, max, min. V = 1 (32 rows) reads any inner extent; the runs (V = 16 bytes of elements,
+// 8 rows: a 7×7 pooling's 49 rows is a few loads a thread) need inner % V == 0 and aligned
+// tensors (the host's check): one element a thread read 64 bytes a warp, half a DRAM burst.
+//
+// A long reduction over few columns (an early squeeze-excitation pooling: 32 images × 32
+// channels over 112·112 pixels made 32 blocks for 51 MB) splits its rows: block z of the grid's
+// `splits` reduces rows [z·chunk, (z+1)·chunk) into f32 partials [outer, splits, inner]
+// (`PARTIAL`: no result step), and a second pass over them (`FROM_PARTIALS`: combined as
+// partials, not terms) takes the result with the whole length's `result_len`.
 #define COLUMN_ROWS 32
 #define COLUMN_RUN_ROWS 8
 __device__ __forceinline__ float column_term(int op, float acc, float v) {
@@ -234,8 +240,8 @@ __device__ __forceinline__ float column_result(int op, float acc, i64 len) {
     return acc;
 }
 
-template <typename T, int V, int ROWS>
-__device__ void reduce_columns(int op, i64 outer, i64 len, i64 inner, const T* x, T* y) {
+template <typename T, typename O, int V, int ROWS, bool PARTIAL, bool FROM_PARTIALS>
+__device__ void reduce_columns(int op, i64 outer, i64 len, i64 inner, i64 chunk, i64 result_len, const T* x, O* y) {
     __shared__ float part[ROWS][V][33];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const i64 c = ((i64)blockIdx.x * 32 + tx) * V, o = blockIdx.y;
@@ -245,11 +251,12 @@ __device__ void reduce_columns(int op, i64 outer, i64 len, i64 inner, const T* x
     for (int e = 0; e < V; ++e) acc[e] = op == 2 ? -INFINITY : op == 3 ? INFINITY : 0.0f;
     if (live) {
         const T* col = x + o * len * inner + c;
-        for (i64 k = ty; k < len; k += ROWS) {
+        const i64 end = min(len, ((i64)blockIdx.z + 1) * chunk);
+        for (i64 k = (i64)blockIdx.z * chunk + ty; k < end; k += ROWS) {
             float v[V];
             load_run<V>(col + k * inner, v);
 #pragma unroll
-            for (int e = 0; e < V; ++e) acc[e] = column_term(op, acc[e], v[e]);
+            for (int e = 0; e < V; ++e) acc[e] = FROM_PARTIALS ? column_partials(op, acc[e], v[e]) : column_term(op, acc[e], v[e]);
         }
     }
 #pragma unroll
@@ -259,10 +266,18 @@ __device__ void reduce_columns(int op, i64 outer, i64 len, i64 inner, const T* x
     for (int r = 1; r < ROWS; ++r)
 #pragma unroll
         for (int e = 0; e < V; ++e) acc[e] = column_partials(op, acc[e], part[r][e][tx]);
+    if (!PARTIAL) {
 #pragma unroll
-    for (int e = 0; e < V; ++e) acc[e] = column_result(op, acc[e], len);
-    store_run<V>(y + o * inner + c, acc);
+        for (int e = 0; e < V; ++e) acc[e] = column_result(op, acc[e], result_len);
+    }
+    store_run<V>(y + (o * gridDim.z + blockIdx.z) * inner + c, acc);
 }
+
+// The column kernels over T, into O: `PARTIAL` writes f32 partials of rows in chunks.
+#define COLUMN_KERNEL(name, suffix, T, O, V, ROWS, PARTIAL) \
+    extern "C" __global__ void name##_##suffix(int op, i64 outer, i64 len, i64 inner, i64 chunk, const T* x, O* y) { \
+        reduce_columns<T, O, V, ROWS, PARTIAL, false>(op, outer, len, inner, chunk, len, x, y); \
+    }
 
 // (x - mean) / sqrt(var + eps) per row (inner = 1); scale and bias are applied after, as
 // broadcast elementwise products. Two-pass statistics in float.
@@ -508,9 +523,12 @@ __device__ void normalize_chunks(i64 len, i64 chunk, float eps, int rms, const T
     } \
     extern "C" __global__ void softmax_##suffix(i64 outer, i64 len, i64 inner, float scale, const T* x, T* y) { softmax(outer, len, inner, scale, x, y); } \
     extern "C" __global__ void reduce_##suffix(int op, i64 outer, i64 len, i64 inner, const T* x, T* y) { reduce(op, outer, len, inner, x, y); } \
-    extern "C" __global__ void reduce_columns_##suffix(int op, i64 outer, i64 len, i64 inner, const T* x, T* y) { reduce_columns<T, 1, COLUMN_ROWS>(op, outer, len, inner, x, y); } \
-    extern "C" __global__ void reduce_column_runs_##suffix(int op, i64 outer, i64 len, i64 inner, const T* x, T* y) { \
-        reduce_columns<T, Vec16<T>::N, COLUMN_RUN_ROWS>(op, outer, len, inner, x, y); \
+    COLUMN_KERNEL(reduce_columns, suffix, T, T, 1, COLUMN_ROWS, false) \
+    COLUMN_KERNEL(reduce_column_runs, suffix, T, T, Vec16<T>::N, COLUMN_RUN_ROWS, false) \
+    COLUMN_KERNEL(reduce_column_partials, suffix, T, float, 1, COLUMN_ROWS, true) \
+    COLUMN_KERNEL(reduce_column_run_partials, suffix, T, float, Vec16<T>::N, COLUMN_RUN_ROWS, true) \
+    extern "C" __global__ void reduce_column_partials_finish_##suffix(int op, i64 outer, i64 splits, i64 inner, i64 result_len, const float* x, T* y) { \
+        reduce_columns<float, T, 1, COLUMN_ROWS, false, true>(op, outer, splits, inner, splits, result_len, x, y); \
     } \
     extern "C" __global__ void normalize_##suffix(i64 outer, i64 len, float eps, const T* x, T* y) { normalize(outer, len, eps, x, y); } \
     extern "C" __global__ void rms_normalize_##suffix(i64 outer, i64 len, float eps, const T* x, T* y) { rms_normalize(outer, len, eps, x, y); }

@@ -3,6 +3,7 @@
 // Plain direct loops in float: the correct baseline that GEMM/cuDNN tactics are checked against.
 #include "common.cuh"
 #include "unary.cuh"
+#include "depthwise.cuh"
 
 // The accumulator's view of an element: f32 for the float types, the f64 itself for f64 (the
 // exact convolution of integers that ONNX's QLinearConv / ConvInteger expansions run).
@@ -92,77 +93,21 @@ __device__ void depthwise_nhwc(Window p, int act1, float alpha1, float beta1, in
 }
 
 // Depthwise NHWC with a square K×K filter, stride S and dilation 1 fixed at compile time:
-// each thread makes R neighbouring output pixels of a row for one 16-byte run of channels, so
-// an input vector loaded once serves every tap that reads it ((R-1)·S + K loads per filter
-// row instead of R·K), and the unrolled loops let the loads of a row issue together. Lean by
-// construction, as the kernel is issue-bound rather than memory-bound (Nsight Compute on
-// H100: 2,600 instructions per thread for 288 FMAs, 25% occupancy at 90 registers): 32-bit
-// indices (the host checks every offset fits), the filter pre-converted to f32 ([kh][kw][C],
-// kiln-cuda's `depthwise_rsc_f32`), the activations' switch once per run. Same layouts and
-// epilogue as depthwise_nhwc.
+// depthwise.cuh's row loop over the filter pre-converted to f32, with the same layouts and
+// epilogue as depthwise_nhwc (the activations' switch once per run).
 template <typename T, int V, int K, int S, int R>
 __device__ __forceinline__ void depthwise_nhwc_rows(Window p, int act1, float alpha1, float beta1, int act2, float alpha2, float beta2,
                                                     const T* x, const float* w, const T* bias, const T* z, T* y) {
-    const int c = (int)p.c, h = (int)p.h, wd = (int)p.w, oh = (int)p.oh, ow = (int)p.ow;
-    const int runs = c / V, strips = (ow + R - 1) / R;
-    const unsigned n = (unsigned)p.n * oh * strips * runs;
-    constexpr int COLUMNS = (R - 1) * S + K;
-    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-        const int c0 = (int)(i % runs) * V;
-        const unsigned rest = i / runs;
-        const int ox0 = (int)(rest % strips) * R;
-        const unsigned row = rest / strips;
-        const int oy = (int)(row % oh), b = (int)(row / oh);
-        float acc[R][V];
-        float init[V];
+    auto start = [&](int c0, float* init) {
         if (p.kind) {
             load_run<V>(bias + c0, init);
         } else {
 #pragma unroll
             for (int k = 0; k < V; ++k) init[k] = 0.0f;
         }
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-#pragma unroll
-            for (int k = 0; k < V; ++k) acc[r][k] = init[k];
-        }
-        const int ix0 = ox0 * S - (int)p.pw;
-#pragma unroll 1
-        for (int ky = 0; ky < K; ++ky) {
-            const int iy = oy * S - (int)p.ph + ky;
-            if (iy < 0 || iy >= h) continue;
-            const T* xrow = x + ((unsigned)(b * h + iy) * wd) * c + c0;
-            float wf[K][V];
-#pragma unroll
-            for (int kx = 0; kx < K; ++kx) load_run<V>(w + (ky * K + kx) * c + c0, wf[kx]);
-#pragma unroll
-            for (int j = 0; j < COLUMNS; ++j) {
-                const int ix = ix0 + j;
-                if (ix < 0 || ix >= wd) continue;
-                float xv[V];
-                load_run<V>(xrow + (unsigned)ix * c, xv);
-#pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    const int kx = j - r * S;
-                    if (kx < 0 || kx >= K) continue;
-#pragma unroll
-                    for (int k = 0; k < V; ++k) acc[r][k] = fmaf(xv[k], wf[kx][k], acc[r][k]);
-                }
-            }
-        }
-        // One epilogue for the R pixels, not R inlined copies (NVRTC took 6x longer over the
-        // file): store acc[0], then shift the others down a place.
-        const unsigned out0 = (row * ow + ox0) * c + c0;
-#pragma unroll 1
-        for (int r = 0; r < R && ox0 + r < ow; ++r) {
-            depthwise_store<T, V>(acc[0], out0 + (unsigned)r * c, act1, alpha1, beta1, act2, alpha2, beta2, z, y);
-#pragma unroll
-            for (int q = 0; q + 1 < R; ++q) {
-#pragma unroll
-                for (int k = 0; k < V; ++k) acc[q][k] = acc[q + 1][k];
-            }
-        }
-    }
+    };
+    auto finish = [&](float* acc, unsigned at, int) { depthwise_store<T, V>(acc, at, act1, alpha1, beta1, act2, alpha2, beta2, z, y); };
+    depthwise_rows<T, V, K, S, R>(p, x, w, start, finish);
 }
 
 // The row kernels kiln-cuda launches: `depthwise_nhwc_k{K}s{S}_{suffix}`.

@@ -20,6 +20,7 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("levels.cuh", include_str!("../../../kernels/levels.cuh")),
     ("attention.cuh", include_str!("../../../kernels/attention.cuh")),
     ("int8_conv.cuh", include_str!("../../../kernels/int8_conv.cuh")),
+    ("depthwise.cuh", include_str!("../../../kernels/depthwise.cuh")),
 ];
 
 /// A kernel as its launcher names it: the source that defines it, and its symbol.
@@ -63,6 +64,8 @@ pub enum Source {
     Int8Gemm,
     /// kiln's INT8 convolution of inputs of at most 4 channels (stems): `int8_few_channels.cu`.
     Int8FewChannels,
+    /// kiln's INT8 depthwise convolution: `int8_depthwise.cu`.
+    Int8Depthwise,
     /// GridSample in double, as kiln-cpu samples: `grid_sample.cu`.
     GridSample,
     /// Max / average pooling over any number of spatial axes, any numeric type: `pool.cu`.
@@ -86,7 +89,7 @@ pub enum Source {
 }
 
 impl Source {
-    pub const ALL: [Source; 26] = [
+    pub const ALL: [Source; 27] = [
         Source::Elementwise,
         Source::Copy,
         Source::Reduce,
@@ -103,6 +106,7 @@ impl Source {
         Source::Int8ConvWgGeneral,
         Source::Int8Gemm,
         Source::Int8FewChannels,
+        Source::Int8Depthwise,
         Source::GridSample,
         Source::Pool,
         Source::Einsum,
@@ -141,6 +145,7 @@ impl Source {
             Source::Int8ConvWgGeneral => "int8_conv_wg_general.cu",
             Source::Int8Gemm => "int8_gemm.cu",
             Source::Int8FewChannels => "int8_few_channels.cu",
+            Source::Int8Depthwise => "int8_depthwise.cu",
             Source::GridSample => "grid_sample.cu",
             Source::Pool => "pool.cu",
             Source::Einsum => "einsum.cu",
@@ -176,6 +181,7 @@ impl Source {
             Source::Int8ConvWgGeneral => include_str!("../../../kernels/int8_conv_wg_general.cu"),
             Source::Int8Gemm => include_str!("../../../kernels/int8_gemm.cu"),
             Source::Int8FewChannels => include_str!("../../../kernels/int8_few_channels.cu"),
+            Source::Int8Depthwise => include_str!("../../../kernels/int8_depthwise.cu"),
             Source::GridSample => include_str!("../../../kernels/grid_sample.cu"),
             Source::Pool => include_str!("../../../kernels/pool.cu"),
             Source::Einsum => include_str!("../../../kernels/einsum.cu"),
@@ -196,7 +202,7 @@ impl Source {
     /// global memory (a test checks every kernel of these sources). The INT8 products, the
     /// integer attention and the generated chains: a Q/DQ transformer runs almost only these, a
     /// few microseconds a launch (BERT-base b32 Q/DQ on an H200: 1.507 -> 1.499 ms); the INT8
-    /// convolutions and the pooling: a Q/DQ CNN's other layers.
+    /// convolutions (the depthwise one too) and the pooling: a Q/DQ CNN's other layers.
     pub fn programmatic(self) -> bool {
         matches!(
             self,
@@ -206,6 +212,7 @@ impl Source {
                 | Source::Int8ConvGeneral
                 | Source::Int8ConvWgGeneral
                 | Source::Int8FewChannels
+                | Source::Int8Depthwise
                 | Source::Pool
                 | Source::Generated(_)
         )

@@ -10,7 +10,7 @@ use crate::ops::conv::{depthwise_rows, group_merges, is_depthwise, is_patchify, 
 use kiln::tactics::{TacticDesc, TacticId};
 use crate::ops::int8_conv::MainLoop;
 use crate::ops::quant::{
-    kiln_main_loop, INT8_CONV_KILN, INT8_CONV_KILN_FEW_CHANNELS, INT8_CONV_KILN_WARP_SPECIALIZED, INT8_CONV_KILN_WARP_SPECIALIZED_M128, INT8_CONV_KILN_WARP_SPECIALIZED_M256, INT8_CONV_KILN_WARP_SPECIALIZED_N192, INT8_CONV_KILN_WARP_SPECIALIZED_N64, INT8_CONV_KILN_WGMMA, INT8_CONV_LIBRARY,
+    kiln_main_loop, INT8_CONV_KILN, INT8_CONV_KILN_DEPTHWISE, INT8_CONV_KILN_FEW_CHANNELS, INT8_CONV_KILN_WARP_SPECIALIZED, INT8_CONV_KILN_WARP_SPECIALIZED_M128, INT8_CONV_KILN_WARP_SPECIALIZED_M256, INT8_CONV_KILN_WARP_SPECIALIZED_N192, INT8_CONV_KILN_WARP_SPECIALIZED_N64, INT8_CONV_KILN_WGMMA, INT8_CONV_LIBRARY,
     INT8_CONV_MAIN_LOOPS, INT8_PRODUCT_KILN, INT8_PRODUCT_KILN_WARP_SPECIALIZED, INT8_PRODUCT_KILN_WARP_SPECIALIZED_M128, INT8_PRODUCT_KILN_WARP_SPECIALIZED_M256, INT8_PRODUCT_KILN_WARP_SPECIALIZED_N192, INT8_PRODUCT_KILN_WARP_SPECIALIZED_N64, INT8_PRODUCT_KILN_WGMMA, INT8_PRODUCT_LIBRARY,
     INT8_PRODUCT_MAIN_LOOPS,
 };
@@ -33,6 +33,9 @@ const INT8_CONV_SOURCE: &str = concat!(
     include_str!("../../../kernels/int8_conv_wg_general.cu"),
     include_str!("ops/int8_few_channels.rs"),
     include_str!("../../../kernels/int8_few_channels.cu"),
+    include_str!("ops/int8_depthwise.rs"),
+    include_str!("../../../kernels/int8_depthwise.cu"),
+    include_str!("../../../kernels/depthwise.cuh"),
     include_str!("ops/int8_gemm.rs"),
     include_str!("../../../kernels/int8_gemm.cu"),
     include_str!("../../../kernels/tma.cuh"),
@@ -55,6 +58,7 @@ fn int8_conv_tactic(choice: usize) -> TacticDesc {
         INT8_CONV_KILN => "int8_conv_implicit_gemm",
         INT8_CONV_KILN_WGMMA => "int8_conv_implicit_gemm_wgmma",
         INT8_CONV_KILN_FEW_CHANNELS => "int8_conv_few_channels",
+        INT8_CONV_KILN_DEPTHWISE => "int8_conv_depthwise",
         INT8_CONV_KILN_WARP_SPECIALIZED => "int8_conv_implicit_gemm_tma",
         INT8_CONV_KILN_WARP_SPECIALIZED_M128 => "int8_conv_implicit_gemm_tma_m128",
         INT8_CONV_KILN_WARP_SPECIALIZED_N192 => "int8_conv_implicit_gemm_tma_n192",
@@ -92,10 +96,11 @@ fn runs_main_loop(gpu: Option<&crate::device::Gpu>, choice: usize, main_loops: [
 }
 
 /// An integer convolution's tactics, the default first: kiln's mma.sync kernel, the libraries',
-/// kiln's other main loops ([`INT8_CONV_MAIN_LOOPS`]' order), the few-channel kernel.
+/// kiln's other main loops ([`INT8_CONV_MAIN_LOOPS`]' order), the few-channel kernel, the
+/// depthwise kernel (a depthwise layer's only tactic).
 fn int8_conv_choices() -> impl Iterator<Item = usize> {
     let [first, others @ ..] = INT8_CONV_MAIN_LOOPS;
-    std::iter::once(first).chain([INT8_CONV_LIBRARY]).chain(others).chain([INT8_CONV_KILN_FEW_CHANNELS])
+    std::iter::once(first).chain([INT8_CONV_LIBRARY]).chain(others).chain([INT8_CONV_KILN_FEW_CHANNELS, INT8_CONV_KILN_DEPTHWISE])
 }
 
 /// An integer product's tactics, the default first: the libraries', then kiln's main loops.
@@ -125,16 +130,29 @@ fn int8_product(network: &Network, layer: LayerId) -> bool {
         && out.is_some_and(|t| matches!(t, DataType::I8 | DataType::U8 | DataType::F32 | DataType::F16 | DataType::BF16))
 }
 
-/// The parameters of an integer convolution whose int8 operands kiln's kernel may take (its
-/// zero points are constants, checked when it runs).
-fn int8_conv(network: &Network, layer: LayerId) -> Option<ConvolutionParams> {
+/// An integer convolution whose int8 operands kiln's kernel may take (its zero points are
+/// constants, checked when it runs): its parameters and filter shape as the kernel runs it, a
+/// grouped layer's groups merged into one (`int8_conv::merged`).
+fn int8_conv(network: &Network, layer: LayerId) -> Option<(ConvolutionParams, Vec<usize>)> {
     let l = network.layer(layer);
     let LayerKind::Quantized(q) = &l.kind else { return None };
     let QuantizedAnchor::Convolution(p) = &q.anchor else { return None };
     let (x, w) = (input(network, layer, QuantizedParams::X)?, input(network, layer, QuantizedParams::W)?);
     let out = network.tensor(*l.outputs.first()?).dtype;
     let int8 = x.dtype == DataType::I8 && w.dtype == DataType::I8;
-    (int8 && crate::ops::int8_conv::applies(p, &fixed_dims(x)?, &fixed_dims(w)?, out)).then(|| p.clone())
+    let (x, w) = (fixed_dims(x)?, fixed_dims(w)?);
+    let (p, w) = crate::ops::int8_conv::merged(p, &x, &w).unwrap_or_else(|| (p.clone(), w));
+    (int8 && crate::ops::int8_conv::applies(&p, &x, &w, out)).then_some((p, w))
+}
+
+/// Whether an integer convolution of int8 operands is one kiln's depthwise kernel takes (its
+/// zero points are constants, checked when it runs).
+fn int8_depthwise(network: &Network, layer: LayerId) -> bool {
+    let LayerKind::Quantized(q) = &network.layer(layer).kind else { return false };
+    let QuantizedAnchor::Convolution(p) = &q.anchor else { return false };
+    let (Some(x), Some(w)) = (input(network, layer, QuantizedParams::X), input(network, layer, QuantizedParams::W)) else { return false };
+    let int8 = x.dtype == DataType::I8 && w.dtype == DataType::I8;
+    int8 && fixed_dims(x).zip(fixed_dims(w)).is_some_and(|(xd, wd)| crate::ops::int8_depthwise::applies(p, &xd, &wd).is_some())
 }
 
 /// Whether an integer layer's levels are looked up in a per-column table, and whether it joins
@@ -242,7 +260,7 @@ fn conv_tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId,
     }
     if is_depthwise(&p, &x, &w) {
         out.push(conv_tactic(CONV_DEPTHWISE));
-        if dtype.size_bytes().is_some_and(|b| depthwise_rows(&p, &x, &w, b).is_some()) {
+        if dtype.size_bytes().is_some_and(|b| b > 0 && depthwise_rows(&p, &x, &w, 16 / b).is_some()) {
             out.push(conv_tactic(CONV_DEPTHWISE_ROWS));
         }
     }
@@ -305,14 +323,17 @@ pub fn tactics(backend: &crate::CudaBackend, network: &Network, layer: LayerId, 
     if let Some(conv) = conv_tactics(backend, network, layer, math) {
         return conv;
     }
-    if let Some(p) = int8_conv(network, layer) {
+    if let Some((p, w)) = int8_conv(network, layer) {
         let few = few_channels(network, layer, &p);
         // The warp-specialized product's layers: one product over the pixels.
-        let dims = |slot: usize| input(network, layer, slot).and_then(fixed_dims);
-        let pointwise = dims(QuantizedParams::X).zip(dims(QuantizedParams::W)).is_some_and(|(x, w)| crate::ops::quant::pointwise_filter(&p, &x, &w));
+        let x = input(network, layer, QuantizedParams::X).and_then(fixed_dims);
+        let pointwise = x.is_some_and(|x| crate::ops::quant::pointwise_filter(&p, &x, &w));
         let (gpu, tables) = (backend.gpu().ok(), epilogue_tables(network, layer));
-        let offered = |&c: &usize| (few || c != INT8_CONV_KILN_FEW_CHANNELS) && runs_main_loop(gpu.as_deref(), c, INT8_CONV_MAIN_LOOPS, pointwise, tables);
+        let offered = |&c: &usize| (few || c != INT8_CONV_KILN_FEW_CHANNELS) && c != INT8_CONV_KILN_DEPTHWISE && runs_main_loop(gpu.as_deref(), c, INT8_CONV_MAIN_LOOPS, pointwise, tables);
         return int8_conv_choices().filter(offered).map(int8_conv_tactic).collect();
+    }
+    if int8_depthwise(network, layer) {
+        return vec![int8_conv_tactic(INT8_CONV_KILN_DEPTHWISE)];
     }
     if int8_product(network, layer) {
         let (gpu, tables) = (backend.gpu().ok(), epilogue_tables(network, layer));

@@ -292,6 +292,19 @@ const COLUMNS_FROM: usize = 32;
 /// The most blocks a grid's second dimension takes.
 const MAX_GRID_Y: usize = 65_535;
 
+/// How many slices a column reduction's rows split into (`reduce_column_partials_*`): 1 where its
+/// `blocks` already make 8 a multiprocessor (the loads in flight a memory-bound pass wants), else
+/// enough for that, each slice at least 16 rows a thread of the block's `rows_per_block` (a 7×7
+/// pooling's 49 rows never splits).
+fn column_splits(blocks: usize, len: usize, rows_per_block: usize, multiprocessors: usize) -> usize {
+    let wanted = (8 * multiprocessors).div_ceil(blocks.max(1));
+    let most = len / (16 * rows_per_block).max(1);
+    wanted.min(most).clamp(1, MAX_GRID_Z)
+}
+
+/// The most blocks a grid's third dimension takes.
+const MAX_GRID_Z: usize = 65_535;
+
 /// ONNX Reduce over `axes` of `x`, which may be stored in another order.
 pub fn reduce(cx: &Ctx, op: ReduceOp, x: &DeviceTensor, axes: &[usize], out_shape: &[usize]) -> KResult<DeviceTensor> {
     if x.strides.is_some() {
@@ -338,7 +351,7 @@ pub fn reduce(cx: &Ctx, op: ReduceOp, x: &DeviceTensor, axes: &[usize], out_shap
         return super::typed::reduce_rows(cx, reduce_code(op), op, &src, (outer, len, inner), out_shape);
     }
     let out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
-    let args = [Arg::I32(reduce_code(op)), Arg::I64(outer as i64), Arg::I64(len as i64), Arg::I64(inner as i64), cx.arg(&src), cx.arg(&out)];
+    let code = Arg::I32(reduce_code(op));
     // A wide inner extent reads along rows in columns (`reduce_columns_*`): a warp per output
     // would read one element per memory sector.
     let columns = inner >= COLUMNS_FROM && outer <= MAX_GRID_Y && !matches!(op, ReduceOp::Prod | ReduceOp::LogSumExp);
@@ -347,11 +360,28 @@ pub fn reduce(cx: &Ctx, op: ReduceOp, x: &DeviceTensor, axes: &[usize], out_shap
         // where every row starts aligned; else one element a thread (32 × 32).
         let run = 16 / crate::buffer::storage_size(x.dtype).map_err(KernelError::from)?;
         let runs = inner.is_multiple_of(run) && super::lane_aligned(cx, &src, run) && super::lane_aligned(cx, &out, run);
-        let (name, per_block, block) = if runs { ("reduce_column_runs", 32 * run, (32, 8, 1)) } else { ("reduce_columns", 32, (32, 32, 1)) };
-        let grid = (inner.div_ceil(per_block) as u32, outer as u32, 1);
-        cx.gpu.launch_grid(&Source::Reduce.kernel(format!("{name}_{suffix}")), grid, block, &args).map_err(KernelError::from)?;
+        let (per_block, block) = if runs { (32 * run, (32, 8, 1)) } else { (32, (32, 32, 1)) };
+        let blocks = inner.div_ceil(per_block) * outer;
+        let splits = column_splits(blocks, len, block.1 as usize, cx.gpu.multiprocessors() as usize);
+        let chunk = len.div_ceil(splits);
+        let dims = [outer, len, inner, chunk].map(|d| Arg::I64(d as i64));
+        let grid = |splits: usize| (inner.div_ceil(per_block) as u32, outer as u32, splits as u32);
+        if splits == 1 {
+            let name = if runs { "reduce_column_runs" } else { "reduce_columns" };
+            let args = [&[code], &dims[..], &[cx.arg(&src), cx.arg(&out)]].concat();
+            cx.gpu.launch_grid(&Source::Reduce.kernel(format!("{name}_{suffix}")), grid(1), block, &args).map_err(KernelError::from)?;
+            return Ok(out);
+        }
+        // Each split's f32 partials, then their result.
+        let partials = cx.gpu.empty(DataType::F32, vec![outer, splits, inner]).map_err(KernelError::from)?;
+        let name = if runs { "reduce_column_run_partials" } else { "reduce_column_partials" };
+        let args = [&[code], &dims[..], &[cx.arg(&src), cx.arg(&partials)]].concat();
+        cx.gpu.launch_grid(&Source::Reduce.kernel(format!("{name}_{suffix}")), grid(splits), block, &args).map_err(KernelError::from)?;
+        let finish = [code, Arg::I64(outer as i64), Arg::I64(splits as i64), Arg::I64(inner as i64), Arg::I64(len as i64), cx.arg(&partials), cx.arg(&out)];
+        cx.gpu.launch_grid(&Source::Reduce.kernel(format!("reduce_column_partials_finish_{suffix}")), (inner.div_ceil(32) as u32, outer as u32, 1), (32, 32, 1), &finish).map_err(KernelError::from)?;
         return Ok(out);
     }
+    let args = [code, Arg::I64(outer as i64), Arg::I64(len as i64), Arg::I64(inner as i64), cx.arg(&src), cx.arg(&out)];
     launch_rows(cx, Source::Reduce.kernel(format!("reduce_{suffix}")), outer * inner, &args)?;
     Ok(out)
 }
@@ -618,4 +648,21 @@ fn through_levels(cx: &Ctx, x: &DeviceTensor, grid: &kiln::LevelGrid, factor: f3
     let scaled = grid_operands(cx, &kiln::LevelGrid { scale: grid.scale * factor, ..*grid })?.0;
     let levels = super::typed::quantize(cx, x, &scale, Some(&zero), None, grid.levels)?;
     super::typed::dequantize(cx, &levels, &scaled, Some(&zero), None, Some(x.dtype))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::column_splits;
+
+    #[test]
+    fn long_column_reductions_over_few_blocks_split_their_rows() {
+        // EfficientNet-B0's first squeeze-excitation pooling at batch 32 on 132 multiprocessors:
+        // one block of runs per image over 112·112 rows splits 33 ways.
+        assert_eq!(column_splits(32, 112 * 112, 8, 132), 33);
+        // A 7×7 pooling's 49 rows, and a grid that already fills the device, stay whole.
+        assert_eq!(column_splits(32, 49, 8, 132), 1);
+        assert_eq!(column_splits(4096, 112 * 112, 8, 132), 1);
+        // No slice shorter than 16 rows a thread.
+        assert_eq!(column_splits(1, 1024, 32, 132), 2);
+    }
 }

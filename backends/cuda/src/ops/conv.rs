@@ -73,11 +73,11 @@ pub fn is_depthwise(p: &ConvolutionParams, x_shape: &[usize], w_shape: &[usize])
     x_shape.len() == 4 && w_shape.len() == 4 && p.strides.len() == 2 && p.groups > 1 && p.groups == x_shape[1] && w_shape[0] == x_shape[1] && w_shape[1] == 1
 }
 
-/// The row kernel's `(K, S)` for a depthwise convolution it covers: a square K×K filter, equal
-/// strides S, dilation 1, whole 16-byte runs of channels, and an input and output whose
-/// offsets fit its 32-bit indices.
-pub fn depthwise_rows(p: &ConvolutionParams, x_shape: &[usize], w_shape: &[usize], element_bytes: usize) -> Option<(usize, usize)> {
-    if !is_depthwise(p, x_shape, w_shape) || p.dilations.iter().any(|&d| d != 1) || element_bytes == 0 || x_shape[1] % (16 / element_bytes) != 0 {
+/// The row kernels' `(K, S)` for a depthwise convolution they cover (kernels/depthwise.cuh: the
+/// float ones and INT8's): a square K×K filter, equal strides S, dilation 1, whole runs of
+/// `run` channels (a thread's), and an input and output whose offsets fit 32-bit indices.
+pub fn depthwise_rows(p: &ConvolutionParams, x_shape: &[usize], w_shape: &[usize], run: usize) -> Option<(usize, usize)> {
+    if !is_depthwise(p, x_shape, w_shape) || p.dilations.iter().any(|&d| d != 1) || run == 0 || x_shape[1] % run != 0 {
         return None;
     }
     // The output is no larger than the input plus its padding: bounding both by the padded
@@ -163,7 +163,7 @@ pub fn convolution(
 /// The filter `[K, C / groups, kh, kw]` of a grouped convolution as that of `merged` groups
 /// `[K, C / merged, kh, kw]`: each merged group's filter block-diagonal, the original
 /// group's taps on its own input channels and zeros on the others it now reads.
-fn merge_groups(cx: &Ctx, w: &DeviceTensor, groups: usize, merged: usize) -> KResult<DeviceTensor> {
+pub(super) fn merge_groups(cx: &Ctx, w: &DeviceTensor, groups: usize, merged: usize) -> KResult<DeviceTensor> {
     let (k, cin, taps) = (w.shape[0], w.shape[1], w.shape[2] * w.shape[3]);
     let (factor, k_per_group) = (groups / merged, k / groups);
     let row = (factor * cin * taps) as i64;
@@ -288,7 +288,7 @@ fn depthwise_convolution(
         return Err(invalid!("a depthwise convolution of {:?} by {:?} into {out_shape:?}", x.shape, w.shape));
     }
     let element_bytes = storage_size(x.dtype).map_err(KernelError::from)?;
-    let row_kernel = depthwise_rows(p, &x.shape, &w.shape, element_bytes).filter(|_| rows);
+    let row_kernel = depthwise_rows(p, &x.shape, &w.shape, 16 / element_bytes).filter(|_| rows);
     let x = layout::to_channels_last(cx, x)?;
     // [C, 1, kh, kw] → [1, kh, kw, C]: each tap's channels contiguous; in f32 for the row
     // kernel, which would otherwise convert every tap in every thread.
@@ -309,29 +309,7 @@ fn depthwise_convolution(
         None if channels % vector == 0 => ("depthwise_nhwc".into(), pixels * (channels / vector)),
         None => ("depthwise_nhwc1".into(), pixels * channels),
     };
-    let (sh, sw) = two_d(&p.strides, 1)?;
-    let (dh, dw) = two_d(&p.dilations, 1)?;
-    let (ph, pw) = two_d(&p.pre_padding, 0)?;
-    let win = Window {
-        n: x.shape[0] as i64,
-        c: channels as i64,
-        h: x.shape[2] as i64,
-        w: x.shape[3] as i64,
-        oc: channels as i64,
-        oh: out_shape[2] as i64,
-        ow: out_shape[3] as i64,
-        kh: w.shape[1] as i64,
-        kw: w.shape[2] as i64,
-        sh: sh as i64,
-        sw: sw as i64,
-        dh: dh as i64,
-        dw: dw as i64,
-        ph: ph as i64,
-        pw: pw as i64,
-        groups: channels as i64,
-        kind: bias.is_some() as i32,
-        ..Window::default()
-    };
+    let win = depthwise_window(p, &x.shape, (w.shape[1], w.shape[2]), out_shape, bias.is_some())?;
     let code = |a: Option<ActivationKind>| a.map_or((-1, 0.0, 0.0), pointwise::activation_code);
     let ((c1, a1, b1), (c2, a2, b2)) = (code(tail.before), code(tail.after));
     let args = [
@@ -351,6 +329,38 @@ fn depthwise_convolution(
     cx.launch_elements(Source::Spatial.kernel(format!("{name}_{suffix}")), threads, &args)?;
     let consumed = usize::from(tail.before.is_some()) + usize::from(tail.residual.is_some()) + usize::from(tail.after.is_some());
     Ok((out, consumed))
+}
+
+/// The depthwise kernels' window: x `[n, c, h, w]`, the filter's `(kh, kw)`, out
+/// `[n, c, oh, ow]`, and whether a bias is added.
+pub(super) fn depthwise_window(p: &ConvolutionParams, x: &[usize], (kh, kw): (usize, usize), out: &[usize], bias: bool) -> KResult<Window> {
+    let (sh, sw) = two_d(&p.strides, 1)?;
+    let (dh, dw) = two_d(&p.dilations, 1)?;
+    let (ph, pw) = two_d(&p.pre_padding, 0)?;
+    if x.len() != 4 || out.len() != 4 {
+        return Err(invalid!("a depthwise convolution of {x:?} into {out:?}"));
+    }
+    let d = |v: usize| v as i64;
+    Ok(Window {
+        n: d(x[0]),
+        c: d(x[1]),
+        h: d(x[2]),
+        w: d(x[3]),
+        oc: d(x[1]),
+        oh: d(out[2]),
+        ow: d(out[3]),
+        kh: d(kh),
+        kw: d(kw),
+        sh: d(sh),
+        sw: d(sw),
+        dh: d(dh),
+        dw: d(dw),
+        ph: d(ph),
+        pw: d(pw),
+        groups: d(x[1]),
+        kind: i32::from(bias),
+        ..Window::default()
+    })
 }
 
 /// kiln's own direct kernel (1-D and 2-D): the correctness baseline and the fallback.

@@ -87,6 +87,22 @@ pub fn applies(c: &kiln::ConvolutionParams, x: &[usize], w: &[usize], out_dtype:
         && matches!(out_dtype, DataType::I8 | DataType::U8 | DataType::F32 | DataType::F16 | DataType::BF16)
 }
 
+/// The most groups a grouped convolution merges into one for the kernel (its filter then
+/// block-diagonal, the arithmetic multiplied by the group count): RegNetY-800MF's widest stage
+/// has 49 groups of 16. Twice the float merges' bound (`conv::MERGE_MAX_FACTOR`): INT8 tensor
+/// cores run at twice the fp16 rate.
+pub const MERGE_MAX_GROUPS: usize = 64;
+
+/// A grouped 2-D convolution as the kernel runs it, its groups merged into one: the parameters
+/// with one group and the filter's shape over every input channel, `[k, c, r, s]`. None for one
+/// group, more than [`MERGE_MAX_GROUPS`], filters that do not split evenly, and depthwise layers
+/// kiln's depthwise kernel takes.
+pub fn merged(c: &kiln::ConvolutionParams, x: &[usize], w: &[usize]) -> Option<(kiln::ConvolutionParams, Vec<usize>)> {
+    let groups = c.groups;
+    let fits = groups > 1 && groups <= MERGE_MAX_GROUPS && x.len() == 4 && w.len() == 4 && w[0].is_multiple_of(groups) && x[1] == w[1] * groups;
+    (fits && super::int8_depthwise::applies(c, x, w).is_none()).then(|| (kiln::ConvolutionParams { groups: 1, ..c.clone() }, vec![w[0], x[1], w[2], w[3]]))
+}
+
 /// The convolution with its epilogue, into a channels-last output of `out_shape`; None when an
 /// operand is not 16-byte aligned (the kernel's copies are).
 #[allow(clippy::too_many_arguments)]

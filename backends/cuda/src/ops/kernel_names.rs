@@ -15,7 +15,7 @@ pub fn expected_kernels() -> Vec<Kernel> {
     add(Source::Elementwise, &mut each(&["binary", "binary_vec", "compare", "unary", "unary_vec"], &FLOATS));
     add(Source::Elementwise, &mut each(&["binary", "compare"], &["i32", "i64"]));
     add(Source::Elementwise, &mut ["logic_bool".to_string()].into_iter());
-    add(Source::Reduce, &mut each(&["softmax", "softmax_masked", "softmax_masked_levels", "reduce", "reduce_columns", "reduce_column_runs", "normalize", "rms_normalize", "normalize_affine", "normalize_affine_short", "row_chunk_stats", "normalize_chunks"], &FLOATS));
+    add(Source::Reduce, &mut each(&["softmax", "softmax_masked", "softmax_masked_levels", "reduce", "reduce_columns", "reduce_column_runs", "reduce_column_partials", "reduce_column_run_partials", "reduce_column_partials_finish", "normalize", "rms_normalize", "normalize_affine", "normalize_affine_short", "row_chunk_stats", "normalize_chunks"], &FLOATS));
     add(Source::Spatial, &mut each(&["depthwise_nhwc", "depthwise_nhwc1"], &FLOATS));
     add(Source::Spatial, &mut each(&["conv2d"], &super::FLOAT64_SUFFIXES));
     for (k, s) in super::conv::ROW_KERNEL_SIZES.iter().flat_map(|k| super::conv::ROW_KERNEL_STRIDES.iter().map(move |s| (k, s))) {
@@ -33,6 +33,7 @@ pub fn expected_kernels() -> Vec<Kernel> {
     add(Source::Attention, &mut each(&["flash_attention", "flash_attention_levels"], &["f16", "bf16"]));
     add(Source::AttentionInt8, &mut each(&["attention_int8", "attention_int8_long", "attention_int8_levels", "attention_int8_long_levels", "attention_int8_rows", "attention_int8_long_rows", "attention_int8_levels_rows", "attention_int8_long_levels_rows"], &["f16", "bf16"]));
     add(Source::Int8FewChannels, &mut super::int8_few_channels::kernel_names().into_iter().map(String::from));
+    add(Source::Int8Depthwise, &mut super::int8_depthwise::kernel_names().into_iter());
     for t in super::indexing::TYPED_SUFFIXES {
         add(Source::Indexing, &mut ["scatter_elements", "scatter_nd"].iter().map(|op| format!("{op}_{t}")));
         if t != "bool" {

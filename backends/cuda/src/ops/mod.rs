@@ -17,6 +17,7 @@ pub mod indexing;
 pub mod int8_conv;
 pub mod int8_gemm;
 pub mod int8_few_channels;
+pub mod int8_depthwise;
 pub mod kernel_names;
 pub mod scan;
 pub mod layout;

@@ -8,6 +8,9 @@
 //!   followed by the epilogue kernel (`quant_requantize` in kernels/typed.cu): cuBLASLt IMMA for
 //!   a 1×1 filter, cuDNN's INT8 NHWC convolution (INT8_EXT_CONFIG, f32 sums) for channels in
 //!   multiples of 4, the f32 fallback below otherwise.
+//! - **Depthwise convolutions** (K×K filters of 3, 5 or 7, stride 1 or 2, channels in 8s):
+//!   kiln's depthwise kernel (`ops::int8_depthwise`), the levels-only epilogue fused, or its
+//!   int32 sums and the epilogue kernel.
 //! - **Products** (`A[…, k]` by constant `B`): cuBLASLt IMMA, int8 × int8 → int32. Its "TN"
 //!   form wants `B` stored `[n, k]`: constant weights stored `[k, n]` are transposed once.
 //! - The output stays NHWC, so a chain of INT8 convolutions never changes layout.
@@ -15,12 +18,12 @@
 //!   scales applied by cuBLASLt and the float output stored directly where the layer has no bias
 //!   or ReLU; else f32 sums and the epilogue kernel. FP8 convolutions take the f32 fallback.
 //! - All want int8 operands with zero points 0 (symmetric quantization, the form TensorRT and
-//!   PyTorch export). Anything else (uint8 activations, weight zero points, grouped or 1-D
-//!   convolutions) subtracts its zero points in f32 and runs the float
+//!   PyTorch export). Anything else (uint8 activations, weight zero points, grouped, 1-D or
+//!   other depthwise convolutions) subtracts its zero points in f32 and runs the float
 //!   layer without TF32: exact while partial sums stay below 2^24, as f32 holds integers.
 
 use super::int8_conv::MainLoop;
-use super::{compute, conv, int8_conv, int8_few_channels, layout, movement, pointwise, typed, Ctx, Value};
+use super::{compute, conv, int8_conv, int8_depthwise, int8_few_channels, layout, movement, pointwise, typed, Ctx, Value};
 use crate::buffer::{Arg, DeviceTensor};
 use crate::ops::KResult;
 use crate::sources::Source;
@@ -47,6 +50,10 @@ pub const INT8_CONV_KILN_WARP_SPECIALIZED_M128: usize = 5;
 pub const INT8_CONV_KILN_WARP_SPECIALIZED_N192: usize = 6;
 pub const INT8_CONV_KILN_WARP_SPECIALIZED_N64: usize = 7;
 pub const INT8_CONV_KILN_WARP_SPECIALIZED_M256: usize = 8;
+/// kiln's depthwise kernel (`ops::int8_depthwise`), a depthwise layer's one tactic: the levels-only
+/// epilogue fused where it runs, its int32 sums and the epilogue kernel elsewhere. Depthwise
+/// layers run it whatever the rank (nothing else takes them but the f32 fallback).
+pub const INT8_CONV_KILN_DEPTHWISE: usize = 9;
 /// The tactics of an integer product by constant weights: cuBLASLt IMMA's int32 sums then the
 /// epilogue kernel (the default), or kiln's convolution kernel with the epilogue fused, the
 /// rows of x as the pixels of a 1×1 convolution (no int32 sums in memory).
@@ -176,6 +183,14 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
         (QuantizedAnchor::Convolution(c), _) => {
             // The kernel writes f32 or levels: an f16 / bf16 output is its f32 rounded after.
             let wide = if Q::float_output_type(out_dtype) { DataType::F32 } else { out_dtype };
+            // A depthwise layer's levels from kiln's depthwise kernel where its epilogue is the
+            // levels-only one (else its sums below, then the epilogue kernel).
+            if constants.tensor_core_form(&x, &w) && int8_depthwise::applies(c, &x.shape, &w.shape).is_some() {
+                let epilogue = Epilogue::new(cx, p, &terms, true, &constants, wide, out_shape.get(1).copied().unwrap_or(1))?;
+                if let Some(out) = int8_depthwise::levels(cx, c, &x, &w, &epilogue, out_shape, wide)? {
+                    return Ok(out);
+                }
+            }
             let few_channels = cx.gemm_rank.get() == INT8_CONV_KILN_FEW_CHANNELS;
             // The few-channel kernel's fallback, for an epilogue it does not run: the implicit
             // GEMM on the device's best main loop.
@@ -183,6 +198,14 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
                 true if MainLoop::Wgmma.available(cx.gpu) => INT8_CONV_KILN_WGMMA,
                 true => INT8_CONV_KILN,
                 false => cx.gemm_rank.get(),
+            };
+            // A grouped layer on kiln's kernel: its groups merged into one, the filter
+            // block-diagonal (converted once).
+            let merged = int8_conv::merged(c, &x.shape, &w.shape).filter(|_| kiln_main_loop(rank, INT8_CONV_MAIN_LOOPS).is_some());
+            let merged_w = merged.as_ref().map(|_| cx.gpu.converted_weights(&w, "merged_groups_1", |t| conv::merge_groups(cx, t, c.groups, 1))).transpose()?;
+            let (c, w) = match (&merged, merged_w) {
+                (Some((one_group, _)), Some(block_diagonal)) => (one_group, block_diagonal),
+                _ => (c, w.clone()),
             };
             let kiln_kernel = kiln_main_loop(rank, INT8_CONV_MAIN_LOOPS).filter(|_| constants.tensor_core_form(&x, &w) && int8_conv::applies(c, &x.shape, &w.shape, wide));
             if let Some(main_loop) = kiln_kernel {
@@ -239,8 +262,8 @@ fn sums(cx: &Ctx, p: &Q, x: &DeviceTensor, w: &DeviceTensor, k: &Constants, out_
     }
 }
 
-/// The sums of a convolution: cuDNN's INT8 convolution (NHWC, f32 out) where it applies, else
-/// the float fallback.
+/// The sums of a convolution: cuBLASLt's IMMA for a 1×1 filter, kiln's depthwise kernel, cuDNN's
+/// INT8 convolution (NHWC, f32 out) where each applies, else the float fallback.
 fn convolution_sums(cx: &Ctx, c: &kiln::ConvolutionParams, x: &DeviceTensor, w: &DeviceTensor, k: &Constants, out_shape: &[usize]) -> KResult<DeviceTensor> {
     let integer = k.tensor_core_form(x, w);
     if integer && pointwise_filter(c, &x.shape, &w.shape) {
@@ -256,6 +279,11 @@ fn convolution_sums(cx: &Ctx, c: &kiln::ConvolutionParams, x: &DeviceTensor, w: 
             if !out.is_empty() {
                 cx.gpu.blas.matmul(&g, 0, &x.buf, &w.buf, &out.buf).map_err(KernelError::from)?;
             }
+            return Ok(out);
+        }
+    }
+    if integer {
+        if let Some(out) = int8_depthwise::sums(cx, c, x, w, out_shape)? {
             return Ok(out);
         }
     }

@@ -200,11 +200,14 @@ fn reductions_over_a_middle_axis_with_wide_rows_match() {
     // [outer, len, inner] with inner ≥ 32 runs column-wise: a global pooling of an NHWC
     // activation. Inner 70 reads one element a thread (`reduce_columns_*`), with a ragged last
     // block of columns; inner 264 over 49 rows (a 7×7 pooling) reads 16-byte runs
-    // (`reduce_column_runs_*`), its last block ragged for every type's run.
+    // (`reduce_column_runs_*`), its last block ragged for every type's run. Long rows over few
+    // blocks split into f32 partials and a second pass (`reduce_column_partials_*`): 112·112
+    // rows of 32 columns in runs (an early squeeze-excitation pooling), 3,001 rows of 70 one
+    // element a thread, the last slice short.
     use kiln::ReduceOp;
     for (dtype, tolerance) in [(DataType::F32, 1e-5), (DataType::F16, 4e-3), (DataType::BF16, 3e-2)] {
         let mut r = rng(13);
-        for shape in [[3, 61, 70], [3, 49, 264]] {
+        for shape in [[3, 61, 70], [3, 49, 264], [2, 112 * 112, 32], [3, 3001, 70]] {
             let x = random(&mut r, dtype, &shape);
             for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min, ReduceOp::L1, ReduceOp::L2, ReduceOp::SumSquare] {
                 let x = x.clone();

@@ -99,6 +99,89 @@ fn few_channel_int8_convolutions_match_the_cpu_oracle_exactly() {
     assert_eq!((got[0].dtype(), got[0].data()), (want[0].dtype(), want[0].data()), "{what}");
 }
 
+/// Grouped int8 convolutions (not depthwise) run kiln's kernels with their groups merged into one
+/// (the filter block-diagonal), beside the libraries' sums, and every tactic gives the cpu
+/// oracle's values: RegNet's groups of 16 at each stride, a grouped 1×1 filter (pointwise once
+/// merged), 49 groups (RegNetY-800MF's widest stage), the general epilogue of a float bias.
+/// Past 64 groups a layer keeps the f32 fallback alone.
+#[test]
+fn grouped_int8_convolutions_match_the_cpu_oracle_exactly() {
+    let Some(cuda) = backend() else { return };
+    use DataType::{F32, I32, I8, U8};
+    use Operands::Symmetric as S;
+    let names: &[&str] = &["int8_conv_implicit_gemm", "int8_conv_library_sums"];
+    let cases = [
+        ("3x3, 4 groups of 16, int32 bias, ReLU, int8", layer(conv(4, &[1, 1], &[1, 1]), S, &[2, 64, 9, 10], &[64, 16, 3, 3], 64, Some(I32), true, I8)),
+        ("3x3 stride 2, 9 groups of 16, no bias, uint8", layer(conv(9, &[2, 2], &[1, 1]), S, &[2, 144, 11, 12], &[144, 16, 3, 3], 144, None, false, U8)),
+        ("1x1, 8 groups of 4 into 8 filters each, int32 bias, int8", layer(conv(8, &[1, 1], &[0, 0]), S, &[2, 32, 6, 7], &[64, 4, 1, 1], 64, Some(I32), false, I8)),
+        ("3x3, 49 groups of 16, int32 bias, ReLU, int8", layer(conv(49, &[1, 1], &[1, 1]), S, &[2, 784, 7, 7], &[784, 16, 3, 3], 784, Some(I32), true, I8)),
+        ("3x3, 3 groups of 16, float bias, f32", layer(conv(3, &[1, 1], &[1, 1]), S, &[2, 48, 8, 9], &[48, 16, 3, 3], 48, Some(F32), false, F32)),
+    ];
+    for (what, (net, feeds)) in cases {
+        check_every_tactic(cuda, what, &net, &feeds, names);
+    }
+    let (net, feeds) = layer(conv(72, &[1, 1], &[1, 1]), S, &[1, 144, 5, 5], &[144, 2, 3, 3], 144, Some(I32), false, I8);
+    let tactics = cuda.tactics(&net, last_layer(&net), MathMode::EXACT);
+    assert!(tactics.iter().all(|t| !t.id.name.starts_with("int8_conv_implicit")), "72 groups: {:?}", tactics.iter().map(|t| &t.id.name).collect::<Vec<_>>());
+    crate::common::check_network("3x3, 72 groups of 2 (the f32 fallback)", &net, &feeds, 0.0);
+}
+
+/// Depthwise int8 convolutions (groups = channels) have one tactic, kiln's depthwise kernel, which
+/// gives the cpu oracle's values: each filter size and stride it takes, rows whose width is not
+/// a multiple of its 4 pixels, channels in 8s that are not in 16s; the levels-only epilogue
+/// fused (an int32 bias, none, a second quantization, a per-channel lookup), and its int32 sums
+/// before the epilogue kernel for the others (a float bias, a float output, a residual, int32
+/// biases the fused epilogue cannot start at). A layer it does not take (dilation 2) runs the
+/// f32 fallback, with the same values.
+#[test]
+fn depthwise_int8_convolutions_match_the_cpu_oracle_exactly() {
+    let Some(cuda) = backend() else { return };
+    use crate::integer_layers::{layer_with as with, lookup, residual, Extra};
+    use DataType::{F32, I32, I8, U8};
+    use Operands::Symmetric as S;
+    let then = |relu: bool, to: DataType| Extra { then: Some((relu, to)), ..Extra::default() };
+    let none = Extra::default;
+    let dw = |c: usize, k: usize, s: usize| conv(c, &[s, s], &[k / 2, k / 2]);
+    let cases = [
+        ("3x3, 32 channels, width 11, int32 bias, ReLU, int8", with(dw(32, 3, 1), S, &[2, 32, 9, 11], &[32, 1, 3, 3], 32, Some(I32), true, I8, none())),
+        ("3x3 stride 2, 48 channels, no bias, uint8", with(dw(48, 3, 2), S, &[3, 48, 13, 14], &[48, 1, 3, 3], 48, None, false, U8, none())),
+        ("5x5, 200 channels, int32 bias, second quantization, int8", with(dw(200, 5, 1), S, &[2, 200, 7, 9], &[200, 1, 5, 5], 200, Some(I32), false, I8, then(true, I8))),
+        ("5x5 stride 2, 24 channels, uint8 levels looked up in an int8 table", with(dw(24, 5, 2), S, &[2, 24, 15, 10], &[24, 1, 5, 5], 24, Some(I32), false, U8, lookup(I8))),
+        ("7x7, 96 channels, int32 bias, int8", with(dw(96, 7, 1), S, &[2, 96, 8, 13], &[96, 1, 7, 7], 96, Some(I32), false, I8, none())),
+        ("7x7 stride 2, 16 channels, float bias, ReLU, int8", with(dw(16, 7, 2), S, &[2, 16, 17, 9], &[16, 1, 7, 7], 16, Some(F32), true, I8, none())),
+        ("3x3, 64 channels, int32 bias, f32", with(dw(64, 3, 1), S, &[2, 64, 6, 7], &[64, 1, 3, 3], 64, Some(I32), false, F32, none())),
+        ("3x3, 40 channels, int8 residual, int8", with(dw(40, 3, 1), S, &[2, 40, 5, 6], &[40, 1, 3, 3], 40, None, false, I8, residual(I8, &[2, 40, 5, 6]))),
+    ];
+    for (what, (net, feeds)) in cases {
+        check_depthwise(cuda, what, &net, &feeds, true);
+    }
+    let what = "3x3, 32 channels, int32 biases near the limit";
+    let (mut net, feeds) = with(dw(32, 3, 1), S, &[2, 32, 6, 6], &[32, 1, 3, 3], 32, Some(I32), true, I8, none());
+    replace_bias(&mut net, &(0..32).map(|k| [i32::MAX - 1000, i32::MIN + 1000, 5, -7][k % 4]).collect::<Vec<_>>());
+    check_depthwise(cuda, what, &net, &feeds, true);
+    let dilated = QuantizedAnchor::Convolution(ConvolutionParams { groups: 32, strides: vec![1, 1], dilations: vec![2, 2], pre_padding: vec![2, 2], post_padding: vec![2, 2] });
+    let (net, feeds) = with(dilated, S, &[2, 32, 9, 9], &[32, 1, 3, 3], 32, Some(I32), false, I8, none());
+    check_depthwise(cuda, "3x3 dilation 2, 32 channels (the f32 fallback)", &net, &feeds, false);
+}
+
+/// The depthwise layer gives the cpu oracle's values; `taken`: its one tactic is kiln's depthwise
+/// kernel, which ran and can be timed, else the kernel did not run.
+fn check_depthwise(cuda: &kiln_cuda::CudaBackend, what: &str, net: &kiln::Network, feeds: &[kiln::HostTensor], taken: bool) {
+    let want = kiln_cpu::CpuBackend::new().prepare(net).unwrap().execute(feeds).unwrap();
+    let layer = last_layer(net);
+    let tactics = cuda.tactics(net, layer, MathMode::EXACT);
+    let names: Vec<&str> = tactics.iter().map(|t| t.id.name.as_str()).collect();
+    assert_eq!(names == ["int8_conv_depthwise"], taken, "{what}: tactics {names:?}");
+    let before = kiln_cuda::ops::int8_depthwise::depthwise_convolutions_enqueued();
+    let got = run_with_tactic(cuda, net, feeds, layer, &tactics[0].id, what);
+    assert_eq!(kiln_cuda::ops::int8_depthwise::depthwise_convolutions_enqueued() > before, taken, "{what}: whether the depthwise kernel ran");
+    assert_eq!((got[0].dtype(), got[0].data()), (want[0].dtype(), want[0].data()), "{what}");
+    if taken {
+        let time = cuda.time_tactic(net, layer, &tactics[0], MathMode::EXACT, 3).unwrap_or_else(|e| panic!("{what}: timing: {e}"));
+        assert!(time.as_nanos() > 0, "{what}: timed at 0");
+    }
+}
+
 /// The test layer's int32 bias constant replaced by `values`.
 fn replace_bias(net: &mut kiln::Network, values: &[i32]) {
     let bias_layer = net.layers().iter().find(|l| l.name == format!("const{}", kiln::QuantizedParams::BIAS)).expect("bias constant");
@@ -558,15 +641,17 @@ fn fp8_layers_match_the_cpu_oracle_to_f32_summation() {
 }
 
 /// Integer layers ending in their int32 sums (ONNX ConvInteger and MatMulInteger): IMMA's int32
-/// sums for symmetric int8, the exact f32 fallback with zero points; the cpu oracle's integers.
+/// sums for symmetric int8, kiln's depthwise kernel's, the exact f32 fallback with zero points;
+/// the cpu oracle's integers.
 #[test]
 fn int32_sums_layers_match_the_cpu_oracle_exactly() {
     use crate::integer_layers::ints;
     use kiln::{HostTensor, LayerKind, Network, QuantizedParams as Q, Shape};
     let matmul = QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::None };
     // (what, anchor, x, w, zero points of x and w (per output channel) as (dtype, values))
-    let cases: [(&str, QuantizedAnchor, HostTensor, HostTensor, Option<HostTensor>, Option<HostTensor>); 4] = [
+    let cases: [(&str, QuantizedAnchor, HostTensor, HostTensor, Option<HostTensor>, Option<HostTensor>); 5] = [
         ("int8 1x1 conv", conv(1, &[1, 1], &[0, 0]), ints(&[2, 32, 5, 7], DataType::I8, -128, 128, 1), ints(&[16, 32, 1, 1], DataType::I8, -127, 128, 2), None, None),
+        ("int8 3x3 depthwise conv", conv(24, &[1, 1], &[1, 1]), ints(&[2, 24, 6, 9], DataType::I8, -128, 128, 13), ints(&[24, 1, 3, 3], DataType::I8, -128, 128, 14), None, None),
         ("int8 product", matmul.clone(), ints(&[3, 5, 64], DataType::I8, -128, 128, 3), ints(&[64, 24], DataType::I8, -127, 128, 4), None, None),
         ("uint8 3x3 conv, zero points", conv(1, &[1, 1], &[1, 1]), ints(&[2, 3, 7, 6], DataType::U8, 0, 256, 5), ints(&[4, 3, 3, 3], DataType::U8, 0, 256, 6), Some(ints(&[], DataType::U8, 90, 91, 7)), Some(ints(&[4], DataType::U8, 0, 256, 8))),
         ("uint8 by int8 product, zero points", matmul, ints(&[4, 40], DataType::U8, 0, 256, 9), ints(&[40, 8], DataType::I8, -128, 128, 10), Some(ints(&[], DataType::U8, 128, 129, 11)), Some(ints(&[8], DataType::I8, -3, 4, 12))),
