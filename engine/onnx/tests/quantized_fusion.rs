@@ -661,3 +661,43 @@ fn a_cnn_head_between_quantizations_reads_the_integers_in_an_fp16_build() {
     let values = want.to_f64_vec();
     assert!(values.iter().any(|&v| v > 50.0) && values.iter().map(|&v| v as i64).collect::<std::collections::HashSet<_>>().len() > 4, "the levels spread: {values:?}");
 }
+
+/// ConvNeXt's `Q → DQ → LayerNorm → Q` (a depthwise convolution's levels normalized per pixel
+/// across channels): the layer norm reading the dequantized levels heads an island of its own
+/// (the identity anchor, the normalization and the quantization its steps), one pass over the
+/// integers in an FP16 build, with the unfused f32 graph's levels.
+#[test]
+fn a_layer_norm_of_dequantized_levels_is_an_island() {
+    use kiln::{FusedAnchor, HostTensor, PostOp, Shape, TensorData};
+    let backend = HalfFirstCpu(kiln_cpu::CpuBackend::new());
+    let mut config = BuilderConfig::default();
+    config.set_flag(kiln::BuilderFlag::Fp16);
+    let (shape, channels) = (vec![2usize, 3, 5, 24], 24usize);
+    let mut net = Network::new("dq layer norm q");
+    let x = net.add_input("x", DataType::I8, Shape::fixed(&shape)).expect("x");
+    let scalar = |v: f32| HostTensor::from_f32(vec![], vec![v]).expect("scalar");
+    let sx = constant(&mut net, "sx", scalar(0.041));
+    let sy = constant(&mut net, "sy", scalar(0.027));
+    let zy = constant(&mut net, "zy", HostTensor::new(vec![], TensorData::U8(vec![120])).expect("zero point"));
+    let gamma = constant(&mut net, "gamma", HostTensor::from_f32(vec![channels], (0..channels).map(|k| 0.7 + 0.05 * k as f32).collect()).expect("gamma"));
+    let beta = constant(&mut net, "beta", HostTensor::from_f32(vec![channels], (0..channels).map(|k| 0.1 * k as f32 - 1.0).collect()).expect("beta"));
+    let dx = chain(&mut net, "dq_x", LayerKind::Dequantize { axis: None, to: None }, vec![Some(x), Some(sx), None]);
+    let norm = chain(&mut net, "norm", LayerKind::Normalization { axes: vec![3], epsilon: 1e-6, num_groups: 1 }, vec![Some(dx), Some(gamma), Some(beta)]);
+    let y = chain(&mut net, "q_y", LayerKind::Quantize { axis: None, to: DataType::U8 }, vec![Some(norm), Some(sy), Some(zy)]);
+    net.mark_output(y).expect("output");
+    let engine = Builder::new(&backend).build(&net, &config).expect("fp16 build");
+    let built = engine.network();
+    let [layer] = built.layers().iter().filter(|l| !matches!(l.kind, LayerKind::Constant { .. })).collect::<Vec<_>>()[..] else {
+        panic!("one layer besides constants:\n{}", built.dump())
+    };
+    let LayerKind::Fused(p) = &layer.kind else { panic!("{}", built.dump()) };
+    assert_eq!(p.anchor, FusedAnchor::Identity, "{}", built.dump());
+    assert_eq!(p.dequantized.len(), 1, "the levels read as integers");
+    assert!(matches!(p.epilogue[..], [PostOp::Normalization { axis: 3, .. }, PostOp::Quantize { to: DataType::U8, .. }]), "{:?}", p.epilogue);
+    let n = shape.iter().product::<usize>();
+    let feed = HostTensor::new(shape.clone(), TensorData::I8((0..n).map(|i| (i * 53 % 256) as u8 as i8).collect())).expect("x");
+    let got = kiln::ExecutionContext::new(engine, &backend).expect("prepare").run(&std::collections::HashMap::from([("x".to_string(), feed.clone())])).expect("run");
+    let want = kiln::Backend::prepare(&kiln_cpu::CpuBackend::new(), &net).expect("prepare").execute(&[feed]).expect("run").remove(0);
+    let got = got.values().next().expect("one output");
+    assert_eq!((got.dtype(), got.data()), (DataType::U8, want.data()));
+}

@@ -626,10 +626,14 @@ fn memory_order_input(cx: &Ctx, x: &DeviceTensor, same_on_every_element: bool, p
 
 /// The anchor, then each epilogue step on the running value (unary steps in place).
 fn fused(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>], outs: &[OutFact]) -> KResult<DeviceTensor> {
-    // A pointwise anchor is the chain's first step: the whole layer is one pass.
-    if let Some(first) = pointwise_anchor(p, inputs) {
+    // A pointwise anchor is the chain's first step (an identity none): the whole layer is one pass.
+    let first = match p.anchor {
+        kiln::FusedAnchor::Identity => Some(None),
+        _ => pointwise_anchor(p, inputs).map(Some),
+    };
+    if let Some(first) = first {
         let x = cx.dev_any_layout(inputs.first().and_then(Option::as_ref).ok_or("the anchor's input is missing")?)?;
-        let steps: Vec<PostOp> = std::iter::once(first).chain(p.epilogue.iter().copied()).collect();
+        let steps: Vec<PostOp> = first.into_iter().chain(p.epilogue.iter().copied()).collect();
         if let Some(out) = fused_chain(cx, &p.dequantized, &steps, &x, Some(0), inputs)? {
             return check_epilogue(out, outs);
         }

@@ -887,7 +887,8 @@ fn column_tables_are_kept_across_runs_and_filled_again_after_a_refit() {
 
 /// A Q/DQ transformer's `DQ → + bias → + DQ(residual) → LayerNorm → Q` fused by the passes:
 /// `chain_rows` (a warp per row) where rows are runs of 4 up to 1024, the steps one by one
-/// elsewhere (a row of 30, a row of 1100), against the cpu oracle. The row statistics sum in
+/// elsewhere (a row of 30, a row of 1100), against the cpu oracle; likewise a layer norm of
+/// dequantized levels alone (ConvNeXt's). The row statistics sum in
 /// another order and `rsqrtf` rounds its own way, which may move a value across a level's
 /// edge: at most one level.
 #[test]
@@ -942,6 +943,34 @@ fn layer_norm_islands_match_the_cpu_oracle_to_a_level() {
             HostTensor::new(shape.to_vec(), TensorData::I8((0..n).map(|_| rng.gen()).collect())).expect("a"),
             HostTensor::new(r_shape.to_vec(), TensorData::I8((0..r_shape.iter().product::<usize>()).map(|_| rng.gen()).collect())).expect("r"),
         ];
+        check_network(&what, &fused, &feeds, 1.0);
+    }
+    // ConvNeXt's `DQ → LayerNorm → Q` (no bias or residual): the layer norm heads the island.
+    for shape in [[2usize, 28, 28, 96], [3, 5, 1, 1100]] {
+        let what = format!("layer norm island of dequantized levels {shape:?}");
+        let len = shape[3];
+        let mut net = Network::new("dq layer norm q");
+        let a = net.add_input("a", DataType::I8, Shape::fixed(&shape)).expect("a");
+        let mut constant = |name: &str, t: HostTensor| {
+            let w = net.add_weights(t);
+            let l = net.add_layer(name, LayerKind::Constant { weights: w }, vec![]).expect(name);
+            net.output(l, 0)
+        };
+        let (sa, sy) = (constant("sa", HostTensor::from_f32(vec![], vec![0.031]).expect("sa")), constant("sy", HostTensor::from_f32(vec![], vec![0.023]).expect("sy")));
+        let gamma = constant("gamma", HostTensor::from_f32(vec![len], (0..len).map(|_| 1.0 + rng.gen_range(-0.3..0.3)).collect()).expect("gamma"));
+        let beta = constant("beta", HostTensor::from_f32(vec![len], (0..len).map(|_| rng.gen_range(-0.2..0.2)).collect()).expect("beta"));
+        let mut layer = |name: &str, kind: LayerKind, inputs: Vec<Option<TensorId>>| {
+            let l = net.add_layer(name, kind, inputs).expect(name);
+            net.output(l, 0)
+        };
+        let da = layer("dq_a", LayerKind::Dequantize { axis: None, to: None }, vec![Some(a), Some(sa), None]);
+        let norm = layer("norm", LayerKind::Normalization { axes: vec![3], epsilon: 1e-6, num_groups: 1 }, vec![Some(da), Some(gamma), Some(beta)]);
+        let y = layer("q_norm", LayerKind::Quantize { axis: None, to: DataType::I8 }, vec![Some(norm), Some(sy), None]);
+        net.mark_output(y).expect("output");
+        let fused = Pipeline::standard().run(&net, &PassContext { folding_backend: None, quantized_layers: true }).expect("passes");
+        assert!(fused.layers().iter().any(|l| matches!(&l.kind, LayerKind::Fused(p) if p.anchor == kiln::FusedAnchor::Identity && p.dequantized.len() == 1)), "{what}\n{}", fused.dump());
+        let n: usize = shape.iter().product();
+        let feeds = [HostTensor::new(shape.to_vec(), TensorData::I8((0..n).map(|_| rng.gen()).collect())).expect("a")];
         check_network(&what, &fused, &feeds, 1.0);
     }
 }

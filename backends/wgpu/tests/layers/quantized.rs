@@ -146,3 +146,43 @@ fn layout_layers_between_qdq_pairs_run_on_the_integers() {
     let as_written = kiln_cpu::CpuBackend::new().prepare(&net).expect("cpu prepare").execute(&[x, b]).expect("cpu run");
     assert!(same_values(&got["dq_y output"], &as_written[0]), "wgpu differs from the network as written");
 }
+
+/// ConvNeXt's `DQ → LayerNorm → Q`, which the builder makes one island headed by the layer norm
+/// (the identity anchor): wgpu runs it within a level of the cpu oracle (its row statistics
+/// sum in another order).
+#[test]
+fn a_layer_norm_island_of_dequantized_levels_matches_the_cpu_oracle() {
+    use kiln::{Backend, FusedAnchor, HostTensor, LayerKind, Network, TensorData};
+    let Some(gpu) = gpu() else { return };
+    let (shape, channels) = ([2usize, 3, 4, 32], 32usize);
+    let mut net = Network::new("dq layer norm q");
+    let x = net.add_input("x", DataType::I8, &shape[..]).expect("x");
+    let mut constant = |name: &str, t: HostTensor| {
+        let w = net.add_weights(t);
+        let layer = net.add_layer(name, LayerKind::Constant { weights: w }, vec![]).expect("constant");
+        net.output(layer, 0)
+    };
+    let sx = constant("sx", HostTensor::from_f32(vec![], vec![0.041]).expect("sx"));
+    let sy = constant("sy", HostTensor::from_f32(vec![], vec![0.027]).expect("sy"));
+    let gamma = constant("gamma", HostTensor::from_f32(vec![channels], (0..channels).map(|k| 0.7 + 0.05 * k as f32).collect()).expect("gamma"));
+    let beta = constant("beta", HostTensor::from_f32(vec![channels], (0..channels).map(|k| 0.1 * k as f32 - 1.0).collect()).expect("beta"));
+    let mut layer = |name: &str, kind: LayerKind, inputs: Vec<Option<kiln::TensorId>>| {
+        let l = net.add_layer(name, kind, inputs).expect(name);
+        net.output(l, 0)
+    };
+    let dx = layer("dq_x", LayerKind::Dequantize { axis: None, to: None }, vec![Some(x), Some(sx), None]);
+    let norm = layer("norm", LayerKind::Normalization { axes: vec![3], epsilon: 1e-6, num_groups: 1 }, vec![Some(dx), Some(gamma), Some(beta)]);
+    let y = layer("q_y", LayerKind::Quantize { axis: None, to: DataType::I8 }, vec![Some(norm), Some(sy), None]);
+    net.mark_output(y).expect("y");
+    let engine = kiln::Builder::new(&gpu).build(&net, &kiln::BuilderConfig::default()).expect("build");
+    let island = engine.network().layers().iter().any(|l| matches!(&l.kind, LayerKind::Fused(p) if p.anchor == FusedAnchor::Identity && p.dequantized.len() == 1));
+    assert!(island, "{}", engine.network().dump());
+    let n = shape.iter().product::<usize>();
+    let feed = HostTensor::new(shape.to_vec(), TensorData::I8((0..n).map(|i| (i * 53 % 256) as u8 as i8).collect())).expect("x");
+    let got = kiln::ExecutionContext::new(engine, &gpu).expect("prepare").run(&std::collections::HashMap::from([("x".to_string(), feed.clone())])).expect("run");
+    let want = kiln_cpu::CpuBackend::new().prepare(&net).expect("cpu prepare").execute(&[feed]).expect("cpu run").remove(0);
+    let got = got.values().next().expect("one output");
+    assert_eq!(got.dtype(), DataType::I8);
+    let most = got.to_f64_vec().iter().zip(want.to_f64_vec()).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+    assert!(most <= 1.0, "wgpu is {most} levels from the cpu oracle");
+}

@@ -72,6 +72,9 @@ pub enum FusedAnchor {
     Activation(ActivationKind),
     Unary(UnaryOp),
     Elementwise(ElementwiseOp),
+    /// The input itself: the head of a quantized island whose first step is its epilogue's (a
+    /// layer normalization of dequantized levels, `passes::quantized_chain`).
+    Identity,
 }
 
 impl FusedAnchor {
@@ -103,6 +106,7 @@ impl FusedAnchor {
             FusedAnchor::Activation(kind) => LayerKind::Activation { kind: *kind },
             FusedAnchor::Unary(op) => LayerKind::Unary { op: *op },
             FusedAnchor::Elementwise(op) => LayerKind::Elementwise { op: *op },
+            FusedAnchor::Identity => LayerKind::Identity,
         }
     }
 }

@@ -13,7 +13,9 @@
 //!   has one reader and is not a network output;
 //! - one layer normalization over the last axis among those steps ([`PostOp::Normalization`]):
 //!   a Q/DQ transformer's `DequantizeLinear ×2 → bias + residual → LayerNorm → QuantizeLinear`
-//!   is one pass over the integers, a row at a time.
+//!   is one pass over the integers, a row at a time. A layer normalization reading a
+//!   DequantizeLinear heads an island of its own ([`FusedAnchor::Identity`], the normalization
+//!   its first step): ConvNeXt's `depthwise conv → Q → DQ → LayerNorm → Q`.
 //!
 //! Each step computes what the unfused layer computed, in f32 (the island runs in f32: the
 //! precision pass keeps such islands wide), so every backend gives the unfused graph's
@@ -145,6 +147,15 @@ fn head(net: &Network, i: usize) -> Option<(FusedParams, Vec<Option<TensorId>>)>
         LayerKind::Unary { op } if super::fuse::float_unary(*op) => FusedParams::new(FusedAnchor::from_kind(&l.kind)?, l.inputs.len(), Vec::new()),
         LayerKind::Elementwise { op } if super::fuse::fusable_binary(*op) && l.inputs.len() == 2 => {
             FusedParams::new(FusedAnchor::from_kind(&l.kind)?, 2, Vec::new())
+        }
+        // A layer norm of dequantized levels: the island's first step.
+        LayerKind::Normalization { ref axes, epsilon, .. } if super::graph::last_axis_layer_norm(net, i) => {
+            let x = l.inputs.first().copied().flatten()?;
+            let read_dequantized = net.tensor(x).dtype == DataType::F32 && per_tensor_dequantize(net, net.tensor(x).producer?.0 .0).is_some();
+            if !read_dequantized {
+                return None;
+            }
+            FusedParams::new(FusedAnchor::Identity, 1, vec![PostOp::Normalization { axis: axes[0], epsilon: *epsilon, scale: 1, bias: 2 }])
         }
         _ => return None,
     };
