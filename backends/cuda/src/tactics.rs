@@ -130,29 +130,29 @@ fn int8_product(network: &Network, layer: LayerId) -> bool {
         && out.is_some_and(|t| matches!(t, DataType::I8 | DataType::U8 | DataType::F32 | DataType::F16 | DataType::BF16))
 }
 
-/// An integer convolution whose int8 operands kiln's kernel may take (its zero points are
-/// constants, checked when it runs): its parameters and filter shape as the kernel runs it, a
-/// grouped layer's groups merged into one (`int8_conv::merged`).
-fn int8_conv(network: &Network, layer: LayerId) -> Option<(ConvolutionParams, Vec<usize>)> {
+/// An integer convolution of int8 operands with fixed shapes (its zero points are constants,
+/// checked when it runs): its parameters, x's and w's dims and its output type.
+fn int8_conv_layer(network: &Network, layer: LayerId) -> Option<(&ConvolutionParams, Vec<usize>, Vec<usize>, DataType)> {
     let l = network.layer(layer);
     let LayerKind::Quantized(q) = &l.kind else { return None };
     let QuantizedAnchor::Convolution(p) = &q.anchor else { return None };
     let (x, w) = (input(network, layer, QuantizedParams::X)?, input(network, layer, QuantizedParams::W)?);
     let out = network.tensor(*l.outputs.first()?).dtype;
-    let int8 = x.dtype == DataType::I8 && w.dtype == DataType::I8;
-    let (x, w) = (fixed_dims(x)?, fixed_dims(w)?);
-    let (p, w) = crate::ops::int8_conv::merged(p, &x, &w).unwrap_or_else(|| (p.clone(), w));
-    (int8 && crate::ops::int8_conv::applies(&p, &x, &w, out)).then_some((p, w))
+    (x.dtype == DataType::I8 && w.dtype == DataType::I8).then_some(())?;
+    Some((p, fixed_dims(x)?, fixed_dims(w)?, out))
 }
 
-/// Whether an integer convolution of int8 operands is one kiln's depthwise kernel takes (its
-/// zero points are constants, checked when it runs).
+/// An integer convolution kiln's kernel may take: its parameters and filter shape as the kernel
+/// runs it, a grouped layer's groups merged into one (`int8_conv::merged`).
+fn int8_conv(network: &Network, layer: LayerId) -> Option<(ConvolutionParams, Vec<usize>)> {
+    let (p, x, w, out) = int8_conv_layer(network, layer)?;
+    let (p, w) = crate::ops::int8_conv::merged(p, &x, &w).unwrap_or_else(|| (p.clone(), w));
+    crate::ops::int8_conv::applies(&p, &x, &w, out).then_some((p, w))
+}
+
+/// Whether an integer convolution is one kiln's depthwise kernel takes.
 fn int8_depthwise(network: &Network, layer: LayerId) -> bool {
-    let LayerKind::Quantized(q) = &network.layer(layer).kind else { return false };
-    let QuantizedAnchor::Convolution(p) = &q.anchor else { return false };
-    let (Some(x), Some(w)) = (input(network, layer, QuantizedParams::X), input(network, layer, QuantizedParams::W)) else { return false };
-    let int8 = x.dtype == DataType::I8 && w.dtype == DataType::I8;
-    int8 && fixed_dims(x).zip(fixed_dims(w)).is_some_and(|(xd, wd)| crate::ops::int8_depthwise::applies(p, &xd, &wd).is_some())
+    int8_conv_layer(network, layer).is_some_and(|(p, x, w, _)| crate::ops::int8_depthwise::applies(p, &x, &w).is_some())
 }
 
 /// Whether an integer layer's levels are looked up in a per-column table, and whether it joins

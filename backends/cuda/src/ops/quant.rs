@@ -184,8 +184,9 @@ pub fn quantized(cx: &Ctx, p: &Q, inputs: &[Option<Value>], out_shape: &[usize],
             // The kernel writes f32 or levels: an f16 / bf16 output is its f32 rounded after.
             let wide = if Q::float_output_type(out_dtype) { DataType::F32 } else { out_dtype };
             // A depthwise layer's levels from kiln's depthwise kernel where its epilogue is the
-            // levels-only one (else its sums below, then the epilogue kernel).
-            if constants.tensor_core_form(&x, &w) && int8_depthwise::applies(c, &x.shape, &w.shape).is_some() {
+            // levels-only one (else its sums below, then the epilogue kernel, which builds its
+            // own epilogue: a float output never takes the levels, so builds none here).
+            if wide.is_8bit_integer() && constants.tensor_core_form(&x, &w) && int8_depthwise::applies(c, &x.shape, &w.shape).is_some() {
                 let epilogue = Epilogue::new(cx, p, &terms, true, &constants, wide, out_shape.get(1).copied().unwrap_or(1))?;
                 if let Some(out) = int8_depthwise::levels(cx, c, &x, &w, &epilogue, out_shape, wide)? {
                     return Ok(out);
