@@ -415,6 +415,40 @@ fn sdpa_export_attention_recognition() {
 }
 
 #[test]
+fn windowed_attention_with_a_mask_per_window_is_regrouped_and_fused() {
+    let net = networks::windowed_attention(false);
+    let optimized = check_equivalent(&net, 1e-5);
+    let attention: Vec<_> = optimized.layers().iter().filter(|l| matches!(l.kind, LayerKind::Attention(_))).collect();
+    assert_eq!(attention.len(), 1, "{}", optimized.dump());
+    assert!(!kinds(&optimized).contains(&"SoftMax"), "{}", optimized.dump());
+    // The windows became heads: the mask broadcasts over the images only.
+    let mask = attention[0].inputs[3].expect("a mask");
+    assert_eq!(optimized.tensor(mask).shape, kiln::Shape::fixed(&[1, 6, 4, 4]), "{}", optimized.dump());
+}
+
+#[test]
+fn quantized_windowed_attention_is_regrouped_and_fused_with_its_levels() {
+    let net = networks::windowed_attention(true);
+    let backend = CpuBackend::new();
+    let inputs = networks::inputs(&net);
+    let build = |optimization| Builder::new(&backend).build(&net, &BuilderConfig { optimization, ..BuilderConfig::default() }).expect("build");
+    let fused = build(Optimization::Full);
+    let levels = fused.network().layers().iter().find_map(|l| match &l.kind {
+        LayerKind::Attention(p) => Some(*p),
+        _ => None,
+    });
+    let p = levels.unwrap_or_else(|| panic!("no Attention layer: {}", fused.network().dump()));
+    assert!(p.scores_levels.is_some() && p.probs_levels.is_some() && p.input_levels.is_some(), "{p:?}");
+    let run = |engine| ExecutionContext::new(engine, &backend).expect("prepare").run(&inputs).expect("run").remove("out").expect("out");
+    let (got, want) = (run(fused).to_f64_vec(), run(build(Optimization::None)).to_f64_vec());
+    // A probability may land on the other side of a rounding of its levels: one level of 1/127
+    // at most, in a few places.
+    let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+    let l2 = (got.iter().zip(&want).map(|(a, b)| (a - b).powi(2)).sum::<f64>() / want.iter().map(|b| b * b).sum::<f64>()).sqrt();
+    assert!(l2 < 1e-2 && worst < 0.1, "relative L2 {l2}, worst {worst}");
+}
+
+#[test]
 fn fused_layers_only_absorb_single_reader_intermediates() {
     // The conv output is also a network output: nothing may be fused into it.
     let mut net = networks::conv_block();

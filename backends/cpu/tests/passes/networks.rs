@@ -653,6 +653,57 @@ pub fn sdpa_attention() -> Network {
     g.output(o, "out")
 }
 
+/// Swin's shifted-window attention: `G = 2 images × 3 windows` of 2 heads over 4 positions, a
+/// bias per head, and a mask per window (0 or -100) added through a view that splits the
+/// windows from the images. `quantized`: Q, K, V, the product and the probabilities each pass
+/// through 8-bit levels and back, as onnxruntime's `quantize_static` writes them.
+pub fn windowed_attention(quantized: bool) -> Network {
+    let mut g = G::new(if quantized { "windowed attention q/dq" } else { "windowed attention" });
+    let [images, windows, heads, n, d] = [2usize, 3, 2, 4, 8];
+    let lead = images * windows;
+    let mut levels = |g: &mut G, name: &str, x: TensorId, scale: f32| -> TensorId {
+        if !quantized {
+            return x;
+        }
+        let s = g.scalar(&format!("{name} scale"), scale);
+        let zero = g.constant_tensor(&format!("{name} zero point"), HostTensor::scalar(TensorData::I8(vec![0])).expect("scalar"));
+        let q = g.layer(&format!("{name} quantize"), LayerKind::Quantize { axis: None, to: DataType::I8 }, &[x, s, zero]);
+        g.layer(&format!("{name} dequantize"), LayerKind::Dequantize { axis: None, to: None }, &[q, s, zero])
+    };
+    let q = g.fixed_input("q", &[lead, heads, n, d]);
+    let k = g.fixed_input("k", &[lead, heads, n, d]);
+    let v = g.fixed_input("v", &[lead, heads, n, d]);
+    let (q, k, v) = (levels(&mut g, "q", q, 0.02), levels(&mut g, "k", k, 0.02), levels(&mut g, "v", v, 0.02));
+    let swap = ShuffleParams { first_transpose: vec![0, 1, 3, 2], ..Default::default() };
+    let kt = g.layer("k transpose", LayerKind::Shuffle(swap), &[k]);
+    let mm = LayerKind::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::None };
+    let s = g.layer("qk", mm.clone(), &[q, kt]);
+    let s = levels(&mut g, "qk", s, 0.1);
+    let bias = g.constant("bias", &[1, heads, n, n], 0.5);
+    let biased = g.binary("bias add", E::Sum, s, bias);
+    let split = g.layer("split windows", reshape(&[images as i64, windows as i64, heads as i64, n as i64, n as i64]), &[biased]);
+    let cells = windows * n * n;
+    // The mask is computed from constants, as Swin's is from the window geometry: the builder
+    // evaluates it before the Q/DQ fusion to regroup the attention.
+    let masked_out: Vec<f32> = (0..cells).map(|i| if (i * 5 + i / 7) % 3 == 0 { 1.0 } else { 0.0 }).collect();
+    let masked_out = g.constant_tensor("masked out", HostTensor::from_f32(vec![n, n, windows], masked_out).expect("shape"));
+    let windows_first = ShuffleParams { first_transpose: vec![2, 0, 1], ..Default::default() };
+    let masked_out = g.layer("windows first", LayerKind::Shuffle(windows_first), &[masked_out]);
+    let large = g.scalar("large negative", -100.0);
+    let mask = g.binary("mask values", E::Prod, masked_out, large);
+    let mask = g.layer("mask", reshape(&[1, windows as i64, 1, n as i64, n as i64]), &[mask]);
+    let masked = g.binary("mask add", E::Sum, split, mask);
+    let merged = g.layer("merge windows", reshape(&[-1, heads as i64, n as i64, n as i64]), &[masked]);
+    let p = g.layer("softmax", LayerKind::SoftMax { axis: 3 }, &[merged]);
+    let p = levels(&mut g, "probs", p, 1.0 / 127.0);
+    let o = g.layer("pv", mm, &[p, v]);
+    g.output(o, "out")
+}
+
+fn reshape(dims: &[i64]) -> LayerKind {
+    LayerKind::Shuffle(ShuffleParams { reshape: Some(dims.to_vec()), ..Default::default() })
+}
+
 /// Deterministic input values for every network input.
 pub fn inputs(net: &Network) -> std::collections::HashMap<String, HostTensor> {
     net.inputs()

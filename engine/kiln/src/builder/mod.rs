@@ -118,7 +118,8 @@ impl<'b> Builder<'b> {
         };
         let quantized = int8_step(network, flags, config, &mut log)?;
         let network = quantized.as_ref().unwrap_or(network);
-        let (typed, mut report) = typed_network(network, flags, config.optimization, self.backend)?;
+        let folding = self.folding_backend.unwrap_or(self.backend);
+        let (typed, mut report) = typed_network(network, flags, config.optimization, self.backend, folding)?;
         for (layer, t) in &report.changed {
             tracing::debug!(target: "kiln::precision", "layer `{layer}` computes in {t}");
             log.push(format!("layer `{layer}` computes in {t}"));
@@ -127,7 +128,6 @@ impl<'b> Builder<'b> {
         log.push(precision_line(&counts));
         log.extend(tf32_line(&typed, flags));
         report.warnings.extend(unhonoured_precisions(&typed, flags, &counts, self.backend.name()));
-        let folding = self.folding_backend.unwrap_or(self.backend);
         let mut pruned = optimize_typed(&typed, flags, config.optimization, self.backend, folding)?;
         if pinned.is_some() {
             restore_declared_dims(&mut pruned, declared);
@@ -204,10 +204,11 @@ pub(crate) fn typed_network(
     flags: crate::BuilderFlags,
     optimization: Optimization,
     backend: &dyn Backend,
+    folding: &dyn Backend,
 ) -> Result<(Network, precision::PrecisionReport), BuildError> {
     let fused = match optimization == Optimization::Full && backend.runs_quantized_layers() {
         true => {
-            use crate::passes::{run_logged, DeadLayerElimination, NoOpRemoval, Pass, QdqPropagation, QuantizedAttentionFusion, QuantizedFusion, ShapeTensorResolution, ShapeValueFolding};
+            use crate::passes::{run_logged, DeadLayerElimination, NoOpRemoval, Pass, QdqPropagation, QuantizedAttentionFusion, QuantizedFusion, ShapeTensorResolution, ShapeValueFolding, WindowedAttentionRegrouping};
             let context = PassContext { folding_backend: None, quantized_layers: true };
             // Values computed from shapes folded (the exported attention's scale of Q), reshapes
             // whose dims the graph computes made static, one-index Gathers Slices: a packed
@@ -223,6 +224,10 @@ pub(crate) fn typed_network(
                     current = run_logged(pass, current.as_ref().unwrap_or(network), &context)?.or(current);
                 }
             }
+            // Before the propagation, which then moves the regrouping reshapes onto the levels.
+            // Its mask may still be computed from constants: the folding backend evaluates it.
+            let evaluating = PassContext { folding_backend: Some(folding), ..context };
+            current = run_logged(&WindowedAttentionRegrouping, current.as_ref().unwrap_or(network), &evaluating)?.or(current);
             let mut current = run_logged(&QdqPropagation, current.as_ref().unwrap_or(network), &context)?.or(current);
             // Attention first: the Q/DQ fusion would take its two products as integer layers.
             if let Some(fused) = run_logged(&QuantizedAttentionFusion, current.as_ref().unwrap_or(network), &context)? {

@@ -201,6 +201,60 @@ fn evaluate(
     Ok(run_on_backend(backend, l, values))
 }
 
+/// Most layers [`evaluate_constant`] evaluates for one value.
+const MAX_CONE_LAYERS: usize = 512;
+
+/// The value of `t` when every layer it is computed from reads constants alone: its cone
+/// evaluated layer by layer as the folding would (each output at most
+/// [`MAX_FOLDED_ELEMENTS`]), for a pass that needs one value before the folding runs (the
+/// builder folds everything only after the Q/DQ fusion). Nothing is evaluated unless the whole
+/// cone (at most [`MAX_CONE_LAYERS`] layers) reads no network input.
+pub(crate) fn evaluate_constant(net: &Network, t: TensorId, backend: &dyn Backend) -> Option<Arc<HostTensor>> {
+    // The cone's layers, walked back without evaluating anything.
+    let mut cone = std::collections::BTreeSet::new();
+    let mut pending = vec![t];
+    while let Some(t) = pending.pop() {
+        if net.tensor(t).value.is_some() {
+            continue;
+        }
+        let (producer, _) = net.tensor(t).producer?;
+        let l = net.layer(producer);
+        let constant = matches!(l.kind, LayerKind::Constant { .. });
+        if !constant && !foldable(&l.kind) {
+            return None;
+        }
+        // A Shape of a fixed tensor is known without its input.
+        let shape = matches!(l.kind, LayerKind::Shape);
+        if shape && !l.inputs.iter().flatten().all(|&i| net.tensor(i).shape.as_fixed().is_some()) {
+            return None;
+        }
+        if cone.insert(producer.0) && !constant && !shape {
+            if cone.len() > MAX_CONE_LAYERS {
+                return None;
+            }
+            pending.extend(l.inputs.iter().flatten());
+        }
+    }
+    // In source order, each layer's inputs known before it.
+    let mut known: std::collections::HashMap<TensorId, Arc<HostTensor>> = std::collections::HashMap::new();
+    let value = |known: &std::collections::HashMap<TensorId, Arc<HostTensor>>, t: TensorId| net.tensor(t).value.clone().or_else(|| known.get(&t).cloned());
+    for i in cone {
+        let l = &net.layers()[i];
+        let outputs = match &l.kind {
+            LayerKind::Constant { weights } => vec![(*net.weights_blob(*weights)?).clone()],
+            LayerKind::Shape => evaluate(net, l, &l.inputs, &vec![None; l.inputs.len()], None).ok()??,
+            _ => {
+                let values = l.inputs.iter().map(|i| i.map(|i| value(&known, i)).map_or(Some(None), |v| v.map(Some))).collect::<Option<Vec<_>>>()?;
+                evaluate(net, l, &l.inputs, &values, Some(backend)).ok()??
+            }
+        };
+        for (&o, v) in l.outputs.iter().zip(outputs) {
+            known.insert(o, Arc::new(v));
+        }
+    }
+    value(&known, t)
+}
+
 /// Runs one layer on constant inputs through the backend; `None` on any failure.
 pub(super) fn run_on_backend(
     backend: &dyn Backend,

@@ -27,6 +27,7 @@ mod quantized;
 mod quantized_chain;
 mod shape_tensors;
 mod shuffle_chains;
+mod windowed_attention;
 pub(crate) mod graph;
 
 pub use attention::{AttentionFusion, AttentionInputLevels, AttentionOutputLevels, QuantizedAttentionFusion};
@@ -40,6 +41,7 @@ pub use horizontal_quantized::QuantizedHorizontalFusion;
 pub use level_tables::LevelTables;
 pub use noop::NoOpRemoval;
 pub use shuffle_chains::ShuffleChainComposition;
+pub use windowed_attention::WindowedAttentionRegrouping;
 pub use patterns::{GeluFusion, NormalizationFusion, RmsNormalizationFusion, SoftMaxFusion, SwishFusion};
 pub use pointwise::PointwiseChainFusion;
 pub use qdq_propagation::QdqPropagation;
@@ -158,6 +160,8 @@ impl Pipeline {
                 Box::new(RmsNormalizationFusion),
                 Box::new(GeluFusion),
                 Box::new(SwishFusion),
+                // A mask that differs from window to window broadcasts once windows are heads.
+                Box::new(WindowedAttentionRegrouping),
                 Box::new(AttentionFusion),
                 Box::new(DeadLayerElimination),
                 Box::new(EpilogueFusion),

@@ -23,7 +23,7 @@ pub(crate) fn replay(engine: &Engine, source: &Network, backend: &dyn Backend, c
     let flags = engine.build_flags().builder_flags;
     let optimization = engine.refit_source().map(|s| s.optimization).unwrap_or_default();
     let fail = |reason: String| RefitError::Replay(reason);
-    let (typed, _) = crate::builder::typed_network(source, flags, optimization, backend).map_err(|e| fail(e.to_string()))?;
+    let (typed, _) = crate::builder::typed_network(source, flags, optimization, backend, backend).map_err(|e| fail(e.to_string()))?;
     let rebuilt =
         crate::builder::optimize_typed(&typed, flags, optimization, backend, backend).map_err(|e| fail(e.to_string()))?;
     let built = engine.network();

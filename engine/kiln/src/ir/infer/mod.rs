@@ -15,7 +15,7 @@ mod signal;
 mod spatial;
 mod movement;
 mod text;
-mod values;
+pub(crate) mod values;
 
 pub use einsum::EinsumSpec;
 pub use values::evaluates as evaluates_on_host;

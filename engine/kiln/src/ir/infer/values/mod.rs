@@ -5,10 +5,10 @@
 //! evaluates these small tensors whenever their inputs are known (at import, in the
 //! builder's folding and at run time), so reshape dims and the like become static as soon as
 //! the shapes they derive from are, and backends need no kernel for them. Anything else
-//! (large tensors, transposes, ops not exact in f64, layers not listed) is left to the
+//! (large tensors, ops not exact in f64, layers not listed) is left to the
 //! backend. [`evaluates`] says statically which layers these are.
 
-mod numbers;
+pub(crate) mod numbers;
 
 use super::{resolve_slice, Fact};
 use crate::ir::dtype::DataType;
@@ -42,6 +42,13 @@ pub(crate) fn fold(
     let values: Numbers = match kind {
         LayerKind::Identity => nums(0)?,
         LayerKind::Shuffle(p) if is_identity(&p.first_transpose) && is_identity(&p.second_transpose) => nums(0)?,
+        // PyTorch's exporters spell a padding's begins and ends through a transpose of its
+        // pairs (`F.pad`): the padded shape is then known. Integers only: a transpose of float
+        // values is the backend's (the constant folding's) work.
+        LayerKind::Shuffle(p) => match nums(0)? {
+            ints @ Numbers::Int(_) => ints.pick(&shuffle_positions(input(0)?.shape(), &p.first_transpose, &p.second_transpose, &out_dims)?)?,
+            Numbers::Float(_) => return None,
+        },
         LayerKind::Cast { to } => nums(0)?.cast(*to)?,
         LayerKind::Concatenation { .. } => {
             if !rank_at_most_1() {
@@ -57,18 +64,15 @@ pub(crate) fn fold(
             let at: Vec<usize> = (0..data.len()).collect();
             data.pick(&gather_1d(&at, &ints(1)?)?)?
         }
+        // Any rank: F.pad's pairs are flipped by a Slice of a [n, 2] tensor.
         LayerKind::Slice => {
-            let data = nums(0)?;
-            if input(0)?.shape().len() != 1 {
-                return None;
-            }
             let optional = |slot: usize| match input(slot) {
                 None => Some(None),
                 Some(_) => ints(slot).map(Some),
             };
             let (axes, steps) = (optional(3)?, optional(4)?);
-            let at: Vec<usize> = (0..data.len()).collect();
-            data.pick(&slice_1d(&at, &ints(1)?, &ints(2)?, axes.as_deref(), steps.as_deref())?)?
+            let plan = resolve_slice(input(0)?.shape(), &ints(1)?, &ints(2)?, axes.as_deref(), steps.as_deref()).ok()?;
+            nums(0)?.pick(&slice_positions(input(0)?.shape(), &plan)?)?
         }
         LayerKind::Unary { op: UnaryOp::Not } if out_dtype == DataType::Bool => {
             Numbers::Int(ints(0)?.into_iter().map(|v| i64::from(v == 0)).collect())
@@ -136,11 +140,12 @@ pub fn evaluates(kind: &LayerKind, inputs: &[Option<(DataType, usize)>], out_dty
     let data_float = data.is_some_and(|(t, _)| t.is_float());
     match kind {
         LayerKind::Identity | LayerKind::Cast { .. } => true,
-        LayerKind::Shuffle(p) => is_identity(&p.first_transpose) && is_identity(&p.second_transpose),
+        LayerKind::Shuffle(p) => !data_float || (is_identity(&p.first_transpose) && is_identity(&p.second_transpose)),
         LayerKind::Concatenation { .. } => rank_at_most_1(),
         LayerKind::Select | LayerKind::Expand => true,
         LayerKind::CumulativeSum { .. } => data.is_some_and(|(t, _)| t.is_integer()),
-        LayerKind::Gather { mode: GatherMode::Default { axis: 0 } } | LayerKind::Slice => data.is_some_and(|(_, rank)| rank == 1),
+        LayerKind::Gather { mode: GatherMode::Default { axis: 0 } } => data.is_some_and(|(_, rank)| rank == 1),
+        LayerKind::Slice => true,
         LayerKind::Unary { op: UnaryOp::Not } => out_dtype == DataType::Bool,
         LayerKind::Unary { op } if data_float => numbers::float_unary(*op, 1.0).is_some(),
         LayerKind::Unary { op } => numbers::int_unary(*op, 1).is_some(),
@@ -149,6 +154,49 @@ pub fn evaluates(kind: &LayerKind, inputs: &[Option<(DataType, usize)>], out_dty
         LayerKind::Elementwise { op } => elementwise(*op, 1, 1).is_some(),
         _ => false,
     }
+}
+
+/// For each element of a Shuffle's output (`out`, row-major), the position in its input (`x`)
+/// it holds: the first transpose, the reshape (row-major: positions kept) and the second
+/// transpose. An empty permutation is the identity.
+fn shuffle_positions(x: &[usize], first: &[usize], second: &[usize], out: &[usize]) -> Option<Vec<usize>> {
+    let identity = |n: usize| (0..n).collect::<Vec<_>>();
+    let (first, second) = (if first.is_empty() { identity(x.len()) } else { first.to_vec() }, if second.is_empty() { identity(out.len()) } else { second.to_vec() });
+    if first.len() != x.len() || second.len() != out.len() {
+        return None;
+    }
+    // The transposed input's dims, and the reshaped dims the second transpose reads.
+    let moved: Vec<usize> = first.iter().map(|&d| x.get(d).copied()).collect::<Option<_>>()?;
+    let mut reshaped = vec![0; out.len()];
+    for (i, &d) in second.iter().enumerate() {
+        *reshaped.get_mut(d)? = out[i];
+    }
+    let strides = |dims: &[usize]| {
+        let mut s = vec![1; dims.len()];
+        for d in (0..dims.len().saturating_sub(1)).rev() {
+            s[d] = s[d + 1] * dims[d + 1];
+        }
+        s
+    };
+    let (x_strides, reshaped_strides) = (strides(x), strides(&reshaped));
+    let count: usize = out.iter().product();
+    (0..count)
+        .map(|mut rest| {
+            // The output index, then the reshaped linear position it reads.
+            let mut linear = 0;
+            for d in (0..out.len()).rev() {
+                linear += rest % out[d] * reshaped_strides[second[d]];
+                rest /= out[d];
+            }
+            // That linear position in the transposed input, then the input position.
+            let mut at = 0;
+            for d in (0..moved.len()).rev() {
+                at += linear % moved[d] * x_strides[first[d]];
+                linear /= moved[d];
+            }
+            Some(at)
+        })
+        .collect()
 }
 
 /// `f` over the pairs of two operands of one shape (`None` if `f` declines one).
@@ -328,6 +376,22 @@ fn gather_1d<T: Clone>(data: &[T], indices: &[i64]) -> Option<Vec<T>> {
 }
 
 /// A 1-D list sliced as ONNX Slice does.
+/// For each element of a slice (row-major), the position in its input of `dims` it holds.
+fn slice_positions(dims: &[usize], plan: &[super::SliceAxis]) -> Option<Vec<usize>> {
+    let mut positions = vec![0usize];
+    let mut stride = 1;
+    let mut strides = vec![0; dims.len()];
+    for d in (0..dims.len()).rev() {
+        strides[d] = stride;
+        stride *= dims[d];
+    }
+    for (axis, p) in plan.iter().enumerate() {
+        let offsets: Vec<usize> = (0..p.len).map(|k| usize::try_from(p.start + k as i64 * p.step).ok().map(|i| i * strides[axis])).collect::<Option<_>>()?;
+        positions = positions.iter().flat_map(|&base| offsets.iter().map(move |&o| base + o)).collect();
+    }
+    Some(positions)
+}
+
 fn slice_1d<T: Clone>(data: &[T], starts: &[i64], ends: &[i64], axes: Option<&[i64]>, steps: Option<&[i64]>) -> Option<Vec<T>> {
     let plan = resolve_slice(&[data.len()], starts, ends, axes, steps).ok()?;
     let axis = plan.first()?;
@@ -373,6 +437,32 @@ mod tests {
 
     fn i64s(dims: &[usize], v: &[i64]) -> HostTensor {
         HostTensor::from_i64(dims.to_vec(), v.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn transposes_of_small_values_fold() {
+        let shuffle = |first: Vec<usize>, reshape: Option<Vec<i64>>, second: Vec<usize>| LayerKind::Shuffle(crate::ir::layer::ShuffleParams { first_transpose: first, reshape, second_transpose: second, zero_is_placeholder: false });
+        let x = i64s(&[2, 3], &[0, 1, 2, 3, 4, 5]);
+        let t = fold(&shuffle(vec![1, 0], None, vec![]), &[Some(&x)], DataType::I64, &Shape::fixed(&[3, 2]));
+        assert_eq!(t, Some(i64s(&[3, 2], &[0, 3, 1, 4, 2, 5])));
+        // F.pad's pairs: [2, 4] → transpose → [4, 2] → reshape [8]; then a second transpose.
+        let pads = i64s(&[2, 4], &[0, 1, 2, 3, 10, 11, 12, 13]);
+        let flat = fold(&shuffle(vec![1, 0], Some(vec![8]), vec![]), &[Some(&pads)], DataType::I64, &Shape::fixed(&[8]));
+        assert_eq!(flat, Some(i64s(&[8], &[0, 10, 1, 11, 2, 12, 3, 13])));
+        let both = fold(&shuffle(vec![1, 0], Some(vec![2, 4]), vec![1, 0]), &[Some(&pads)], DataType::I64, &Shape::fixed(&[4, 2]));
+        assert_eq!(both, Some(i64s(&[4, 2], &[0, 2, 10, 12, 1, 3, 11, 13])));
+    }
+
+    #[test]
+    fn slices_of_any_rank_fold() {
+        // F.pad's [n, 2] pairs flipped along the first axis: Slice(start -1, end -∞, step -1).
+        let pairs = i64s(&[3, 2], &[0, 1, 2, 3, 4, 5]);
+        let (start, end, axis, step) = (i64s(&[1], &[-1]), i64s(&[1], &[-i64::MAX]), i64s(&[1], &[0]), i64s(&[1], &[-1]));
+        let flipped = fold(&LayerKind::Slice, &[Some(&pairs), Some(&start), Some(&end), Some(&axis), Some(&step)], DataType::I64, &Shape::fixed(&[3, 2]));
+        assert_eq!(flipped, Some(i64s(&[3, 2], &[4, 5, 2, 3, 0, 1])));
+        let (start, end, axis) = (i64s(&[1], &[1]), i64s(&[1], &[2]), i64s(&[1], &[1]));
+        let column = fold(&LayerKind::Slice, &[Some(&pairs), Some(&start), Some(&end), Some(&axis), None], DataType::I64, &Shape::fixed(&[3, 1]));
+        assert_eq!(column, Some(i64s(&[3, 1], &[1, 3, 5])));
     }
 
     #[test]

@@ -95,7 +95,7 @@ fn truncate(x: f64) -> Option<i64> {
 }
 
 /// A float tensor of a fixed shape: each element rounded once to `dtype` (nearest even).
-fn float_tensor(dtype: DataType, shape: &Shape, values: Vec<f64>) -> Option<HostTensor> {
+pub(crate) fn float_tensor(dtype: DataType, shape: &Shape, values: Vec<f64>) -> Option<HostTensor> {
     let dims = shape.as_fixed()?;
     let data = match dtype {
         DataType::F64 => TensorData::F64(values),
