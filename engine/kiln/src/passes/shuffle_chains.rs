@@ -76,7 +76,8 @@ struct Chain {
     reshape_after: Option<Vec<i64>>,
 }
 
-fn reshape(dims: Vec<i64>) -> ShuffleParams {
+/// A Shuffle that only reshapes, to `dims` (`0` copies the input's dim, `-1` takes the rest).
+pub(super) fn reshape(dims: Vec<i64>) -> ShuffleParams {
     ShuffleParams { first_transpose: vec![], reshape: Some(dims), second_transpose: vec![], zero_is_placeholder: true }
 }
 

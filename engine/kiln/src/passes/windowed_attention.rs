@@ -20,6 +20,7 @@
 
 use super::fold::evaluate_constant;
 use super::graph::{consumers, has_control_flow, known_value, only_reader};
+use super::shuffle_chains::reshape;
 use super::{Pass, PassContext, PassError};
 use crate::ir::broadcast::positions;
 use crate::ir::layer::{ElementwiseOp, LayerKind, MatrixOp, ShuffleParams};
@@ -64,9 +65,9 @@ impl Pass for WindowedAttentionRegrouping {
     }
 }
 
-/// One windowed attention: the layers it replaces (the product by V last) and what the
-/// regrouped chain is made of.
+/// One windowed attention: what the regrouped chain is made of.
 struct Plan {
+    /// The layers it replaces before the product by V (which the chain takes the place of).
     replaced: Vec<usize>,
     /// The Q·Kᵀ product and the product by V.
     qk: usize,
@@ -136,7 +137,7 @@ fn plan(values: &Values<'_>, readers: &[Vec<(usize, usize)>], pv: usize) -> Opti
     let grid = [windows, heads, rows, cols];
     let mask = per_window(&mask, 5, &grid)?;
     // x: (+ bias) ← pointwise steps ← Q·Kᵀ.
-    let mut replaced = vec![pv, softmax, merge, add, split];
+    let mut replaced = vec![softmax, merge, add, split];
     let mut t = x;
     let mut bias = None;
     let first = inner(t)?;
@@ -181,7 +182,6 @@ fn plan(values: &Values<'_>, readers: &[Vec<(usize, usize)>], pv: usize) -> Opti
         None => mask,
     };
     let mask = float_tensor(dtype, &crate::ir::shape::Shape::fixed(&[1, windows * heads, rows, cols]), values)?;
-    replaced.retain(|&i| i != pv);
     Some(Plan { replaced, qk, pv, scores_steps, probs_steps, softmax, mask, groups: windows * heads, heads })
 }
 
@@ -261,7 +261,7 @@ fn emit(rb: &mut Rewriter<'_>, net: &Network, p: &Plan) -> Result<(), PassError>
         let dims = vec![-1, groups as i64, d[2].fixed().unwrap_or(0) as i64, d[3].fixed().unwrap_or(0) as i64];
         let name = format!("{} (windows as heads: {what})", layer(p.qk).name);
         let source = rb.get(t)?;
-        Ok(rb.add_layer(&name, reshape(dims), vec![Some(source)], std::slice::from_ref(&name))?[0])
+        Ok(rb.add_layer(&name, LayerKind::Shuffle(reshape(dims)), vec![Some(source)], std::slice::from_ref(&name))?[0])
     };
     let qk = layer(p.qk);
     let q = regroup(rb, qk.inputs[0].expect("matched"), "Q", p.groups)?;
@@ -291,10 +291,6 @@ fn emit(rb: &mut Rewriter<'_>, net: &Network, p: &Plan) -> Result<(), PassError>
     let o = rb.add_layer(&name, pv.kind.clone(), vec![Some(t), Some(v)], std::slice::from_ref(&name))?[0];
     let d = net.tensor(pv.outputs[0]).shape.dims();
     let back = vec![-1, p.heads as i64, d[2].fixed().unwrap_or(0) as i64, d[3].fixed().unwrap_or(0) as i64];
-    rb.add(&format!("{} (windows back)", pv.name), reshape(back), vec![Some(o)], &pv.outputs)?;
+    rb.add(&format!("{} (windows back)", pv.name), LayerKind::Shuffle(reshape(back)), vec![Some(o)], &pv.outputs)?;
     Ok(())
-}
-
-fn reshape(dims: Vec<i64>) -> LayerKind {
-    LayerKind::Shuffle(ShuffleParams { first_transpose: vec![], reshape: Some(dims), second_transpose: vec![], zero_is_placeholder: false })
 }

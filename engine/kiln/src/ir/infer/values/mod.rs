@@ -12,6 +12,7 @@ pub(crate) mod numbers;
 
 use super::{resolve_slice, Fact};
 use crate::ir::dtype::DataType;
+use crate::ir::format::row_major_strides;
 use crate::ir::layer::{ElementwiseOp, GatherMode, LayerKind, UnaryOp};
 use crate::ir::shape::{Shape, SymInt};
 use crate::ir::tensor::{HostTensor, TensorData};
@@ -171,14 +172,7 @@ fn shuffle_positions(x: &[usize], first: &[usize], second: &[usize], out: &[usiz
     for (i, &d) in second.iter().enumerate() {
         *reshaped.get_mut(d)? = out[i];
     }
-    let strides = |dims: &[usize]| {
-        let mut s = vec![1; dims.len()];
-        for d in (0..dims.len().saturating_sub(1)).rev() {
-            s[d] = s[d + 1] * dims[d + 1];
-        }
-        s
-    };
-    let (x_strides, reshaped_strides) = (strides(x), strides(&reshaped));
+    let (x_strides, reshaped_strides) = (row_major_strides(x), row_major_strides(&reshaped));
     let count: usize = out.iter().product();
     (0..count)
         .map(|mut rest| {
@@ -375,16 +369,10 @@ fn gather_1d<T: Clone>(data: &[T], indices: &[i64]) -> Option<Vec<T>> {
         .collect()
 }
 
-/// A 1-D list sliced as ONNX Slice does.
 /// For each element of a slice (row-major), the position in its input of `dims` it holds.
 fn slice_positions(dims: &[usize], plan: &[super::SliceAxis]) -> Option<Vec<usize>> {
     let mut positions = vec![0usize];
-    let mut stride = 1;
-    let mut strides = vec![0; dims.len()];
-    for d in (0..dims.len()).rev() {
-        strides[d] = stride;
-        stride *= dims[d];
-    }
+    let strides = row_major_strides(dims);
     for (axis, p) in plan.iter().enumerate() {
         let offsets: Vec<usize> = (0..p.len).map(|k| usize::try_from(p.start + k as i64 * p.step).ok().map(|i| i * strides[axis])).collect::<Option<_>>()?;
         positions = positions.iter().flat_map(|&base| offsets.iter().map(move |&o| base + o)).collect();
@@ -392,6 +380,7 @@ fn slice_positions(dims: &[usize], plan: &[super::SliceAxis]) -> Option<Vec<usiz
     Some(positions)
 }
 
+/// A 1-D list sliced as ONNX Slice does.
 fn slice_1d<T: Clone>(data: &[T], starts: &[i64], ends: &[i64], axes: Option<&[i64]>, steps: Option<&[i64]>) -> Option<Vec<T>> {
     let plan = resolve_slice(&[data.len()], starts, ends, axes, steps).ok()?;
     let axis = plan.first()?;
