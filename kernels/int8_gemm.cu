@@ -42,6 +42,12 @@
 // consumers copy their next tile's join bytes (cp.async) while this tile's are looked up:
 // the copy waits beside the stores and the next main loop (0.3% faster on ResNet-50 than
 // loading them into registers before each main loop, and 9 registers fewer).
+// A join on a line (`int8_gemm_tma_join_line`, where the host found one that gives the table's
+// level for every pair: kiln::plan::join_line) computes each second level from the first
+// level's rounding word and the join byte with two integer multiply-adds, a shift, a floor and a
+// saturating pack: no table, and none of the table's scattered byte loads, which bound the table kernel's shared
+// memory. The join bytes are read in the accumulators' layout, so only second levels reach the
+// output tile.
 // A convolution (`int8_gemm_tma_conv…`): the product is [pixels, r·s·c] · [k, r·s·c]ᵀ as in
 // int8_conv.cu (NHWC input, channels a multiple of 16, KRSC filter). The filter tiles still come
 // by TMA; the activation tiles are gathered by the producer warpgroup's 128 threads, each a
@@ -112,6 +118,17 @@ struct JoinShared : JoinFront<STAGES, CONSUMERS> {
     unsigned char stages[STAGES][IG_STAGE_BYTES(1, IG_BN)];
 };
 
+// A line join's shared memory (`int8_gemm_tma_join_line`): no table, so the stages first as
+// GemmShared's; the consumers' join tiles with rows IG_LINE_PITCH apart, so that a warp's 2-byte
+// reads in the accumulators' layout (8 rows, each 4 lanes' pairs) fall in distinct banks.
+#define IG_LINE_PITCH (IG_BN + 16)
+template <int STAGES, int CONSUMERS>
+struct JoinLineShared {
+    unsigned char stages[STAGES][IG_STAGE_BYTES(1, IG_BN)];
+    IG_GEMM_PARTS(STAGES, 16, IG_BN, CONSUMERS)
+    alignas(16) unsigned char join_tiles[CONSUMERS][IG_BM * IG_LINE_PITCH];
+};
+
 template <bool C, typename A, typename B> struct Either { typedef A type; };
 template <typename A, typename B> struct Either<false, A, B> { typedef B type; };
 
@@ -179,6 +196,90 @@ __device__ __forceinline__ void store_levels(const int (&acc)[COLS / 2], const f
             *reinterpret_cast<unsigned short*>(out_tile + row * IG_OUT_PITCH(COLS) + col) = (unsigned short)__byte_perm(l0, l1, 0x0040);
         }
     }
+}
+
+// A join's line (kiln::plan::join_line::JoinLine, exact for every pair by the host's check):
+// the second level of a first level's rounding word x and a join byte's value j (int8 or uint8
+// as the join's type) is max((x·alpha + j·beta + gamma) >> shift, lo) in wrapping 32-bit
+// arithmetic, saturated to int8 by the pack; a uint8 output's levels are offset by -128 there
+// and their bytes flipped back (`flip`).
+struct JoinLine {
+    int alpha, beta, gamma, shift, lo;
+    unsigned flip;  // 0x8080 for uint8 outputs, else 0
+    bool signed_join;
+};
+
+__device__ __forceinline__ JoinLine join_line_of(const int* words) {
+    return JoinLine{__ldg(words), __ldg(words + 1), __ldg(words + 2), __ldg(words + 3), __ldg(words + 4), (unsigned)__ldg(words + 5), __ldg(words + 6) != 0};
+}
+
+__device__ __forceinline__ int joined_on_line(const JoinLine& l, int sum, float scale, float low, float high, int j) {
+    const float v = fminf(fmaxf(__fmul_rn(int_as_float(sum), scale), low), high);
+    const int x = __float_as_int(__fadd_rn(v, KILN_ROUNDING_MAGIC));
+    return max((x * l.alpha + (j * l.beta + l.gamma)) >> l.shift, l.lo);
+}
+
+// Two levels saturated to int8 and packed, `low` in the low byte (PTX's cvt.pack: a above b).
+__device__ __forceinline__ unsigned packed_int8_pair(int low, int high) {
+    unsigned d;
+    asm("cvt.pack.sat.s8.s32.b32 %0, %1, %2, 0;\n" : "=r"(d) : "r"(high), "r"(low));
+    return d;
+}
+
+// Shared loads and stores as volatile asm, which the compiler keeps in their written order:
+// store_joined_levels then decides how far ahead of the output tile's stores the join tile's
+// loads run. As plain accesses each load waited for the store before it (the compiler cannot
+// tell the two tiles apart); as free-moving asm, every load was hoisted above the arithmetic
+// and 16 registers spilled. A join byte loads as its value (sign-extended for int8), so no
+// instruction extracts it.
+template <bool SIGNED>
+__device__ __forceinline__ int shared_byte_value(unsigned at) {
+    int v;
+    if (SIGNED)
+        asm volatile("ld.shared.s8 %0, [%1];\n" : "=r"(v) : "r"(at));
+    else
+        asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(v) : "r"(at));
+    return v;
+}
+
+__device__ __forceinline__ void store_shared_u16(unsigned at, unsigned v) {
+    asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(at), "h"((unsigned short)v));
+}
+
+// store_levels with the join's line: each first level's rounding word and its join byte (the
+// warp's join tile at shared address `joins`, rows IG_LINE_PITCH apart, read in the
+// accumulators' layout, a column group ahead) give the second level, which alone reaches the
+// output tile (at shared address `out`).
+template <int COLS, bool SIGNED>
+__device__ __forceinline__ void store_joined_levels(const int (&acc)[COLS / 2], const float* scales, unsigned joins, const JoinLine& line, unsigned out,
+                                                    int warp, int lane, float low_f, float high_f) {
+    const int row = lane / 4;
+    const unsigned at = joins + row * IG_LINE_PITCH + 2 * (lane % 4);
+    float2 scale = *reinterpret_cast<const float2*>(scales + 2 * (lane % 4));
+    // The join values of group j: rows `row` and `row + 8`, two columns each.
+    const auto load = [&](int j, int (&b)[4]) {
+        b[0] = shared_byte_value<SIGNED>(at + 8 * j);
+        b[1] = shared_byte_value<SIGNED>(at + 8 * j + 1);
+        b[2] = shared_byte_value<SIGNED>(at + 8 * IG_LINE_PITCH + 8 * j);
+        b[3] = shared_byte_value<SIGNED>(at + 8 * IG_LINE_PITCH + 8 * j + 1);
+    };
+    int b[4];
+    load(0, b);
+#pragma unroll
+    for (int j = 0; j < COLS / 8; ++j) {
+        const int col = 8 * j + 2 * (lane % 4), next = j + 1 < COLS / 8 ? col + 8 : col;
+        const float s0 = scale.x, s1 = scale.y;
+        scale = *reinterpret_cast<const float2*>(scales + next);
+        const int here[4] = {b[0], b[1], b[2], b[3]};
+        if (j + 1 < COLS / 8) load(j + 1, b);
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int l0 = joined_on_line(line, acc[4 * j + 2 * half], s0, low_f, high_f, here[2 * half]);
+            const int l1 = joined_on_line(line, acc[4 * j + 2 * half + 1], s1, low_f, high_f, here[2 * half + 1]);
+            store_shared_u16(out + (16 * warp + row + 8 * half) * IG_OUT_PITCH(COLS) + col, packed_int8_pair(l0, l1) ^ line.flip);
+        }
+    }
+    asm volatile("" ::: "memory");  // the stores above precede every access after
 }
 
 // The byte at shared address `at` + OFFSET.
@@ -317,11 +418,12 @@ __device__ __forceinline__ void gather_activations(Shared& sm, const Sched& sche
 // pos % STAGES, on its barriers' phase pos / STAGES. A consumer's `loads`-th table copy
 // completes phase `loads` of its table_full barrier; it releases the table (table_empty) after
 // the last tile that reads it.
-// JOIN: `then` is the join table (IG_JOIN_TABLE_BYTES), `join` the join's bytes (the output's
-// shape, rows of 16-byte pieces).
+// JOIN: `then` is the join table (IG_JOIN_TABLE_BYTES), or with LINE the join's line (JoinLine's
+// 8 words), `join` the join's bytes (the output's shape, rows of 16-byte pieces).
 // CONV: a convolution of `win`'s geometry over the NHWC input `x` (rows: its output pixels,
 // cols: filters, depth: r·s·c), `x_map` unused.
-template <int STAGES, bool LOOKUP, int HALVES, int COLS = IG_BN, int CONSUMERS = 2, bool JOIN = false, bool CONV = false, bool COOP = false>
+template <int STAGES, bool LOOKUP, int HALVES, int COLS = IG_BN, int CONSUMERS = 2, bool JOIN = false, bool CONV = false, bool COOP = false,
+          bool LINE = false>
 __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const TensorMap& w_map, int rows, int cols, int depth, const int* int_bias,
                                               const float* scale, i64 scale_len, float y_zero, float lo, float hi, int relu,
                                               const unsigned char* then, const unsigned char* lookup, unsigned char* y,
@@ -330,21 +432,25 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
     static_assert(!LOOKUP || COLS == IG_BN, "a lookup's table is a 128-column tile's");
     static_assert(!JOIN || (!LOOKUP && HALVES == 1 && COLS == IG_BN), "a join's kernel: 64 × 128 tiles, no lookup");
     static_assert(!COOP || (!LOOKUP && !JOIN), "cooperative tiles: levels only");
+    static_assert(!LINE || JOIN, "a line is a join's");
+    // A join by table: the table at IG_JOIN_TABLE_AT; by line: no table.
+    constexpr bool TABLE = JOIN && !LINE;
     // A stage's m64 blocks of rows: a consumer's HALVES, or every consumer's (COOP).
     constexpr int STAGE_HALVES = COOP ? HALVES * CONSUMERS : HALVES;
     static_assert((STAGES * IG_STAGE_BYTES(STAGE_HALVES, COLS) + CONSUMERS * IG_OUT_BYTES(COLS)) % 256 == 0, "tables start 256-aligned (looked_up_in_tile)");
-    using Shared = typename Either<JOIN, JoinShared<STAGES, CONSUMERS>, GemmShared<STAGES, LOOKUP ? IG_TABLE_BYTES : 16, STAGE_HALVES, COLS, CONSUMERS>>::type;
+    using Plain = GemmShared<STAGES, LOOKUP ? IG_TABLE_BYTES : 16, STAGE_HALVES, COLS, CONSUMERS>;
+    using Shared = typename Either<TABLE, JoinShared<STAGES, CONSUMERS>, typename Either<LINE, JoinLineShared<STAGES, CONSUMERS>, Plain>::type>::type;
     constexpr int ROWS = IG_BM * STAGE_HALVES;
     extern __shared__ __align__(16) unsigned char dynamic_smem[];
     unsigned char* base = dynamic_smem + (IG_ALIGN - shared_address(dynamic_smem) % IG_ALIGN) % IG_ALIGN;
-    if constexpr (JOIN) {
+    if constexpr (TABLE) {
         constexpr unsigned at = IG_JOIN_TABLE_AT - Shared::TABLE_OFFSET;
         if (shared_address(dynamic_smem) <= at) base = dynamic_smem + (at - shared_address(dynamic_smem));
     }
     Shared& sm = *reinterpret_cast<Shared*>(base);
     // Cannot happen on Hopper (1 KiB reserved below the dynamic shared memory): a table
     // elsewhere would be read at the wrong addresses, so the launch fails instead.
-    if constexpr (JOIN)
+    if constexpr (TABLE)
         if (shared_address(sm.join_table) != IG_JOIN_TABLE_AT) __trap();
     const int tid = threadIdx.x, warpgroup = tid / 128;
     const Schedule<LOOKUP, ROWS, COLS, CONSUMERS> schedule(rows, cols);
@@ -363,9 +469,9 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
         }
         barrier_init_fence();
     }
-    if constexpr (JOIN)
+    if constexpr (TABLE)
         copy_join_table(then, sm.join_table, tid, IG_THREADS(CONSUMERS));
-    else if (then)
+    else if (!LINE && then)
         for (int i = tid; i < 256; i += IG_THREADS(CONSUMERS)) sm.then_levels[i] = then[i];
     __syncthreads();
 
@@ -406,7 +512,12 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
     unsigned char* out_tile = sm.out[consumer];
     const unsigned table_rows = shared_address(sm.tables[consumer]);
     unsigned join_table = 0;
-    if constexpr (JOIN) join_table = shared_address(sm.join_table);
+    if constexpr (TABLE) join_table = shared_address(sm.join_table);
+    JoinLine line{};
+    if constexpr (LINE) line = join_line_of(reinterpret_cast<const int*>(then));
+    // A warp's 16 rows of its consumer's join tile: 16-byte pieces (a table's), or rows
+    // IG_LINE_PITCH apart (a line's).
+    constexpr int JOIN_PITCH = LINE ? IG_LINE_PITCH : IG_BN;
     constexpr int COLUMNS_A_THREAD = (COLS + 127) / 128;
     // A warp's 16 rows of an m64 block leave in PIECES 16-byte pieces a lane: piece `lane + 32 i`
     // of the rows, row-major.
@@ -423,13 +534,13 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
                 const int piece = lane + 32 * i, row = 16 * warp + piece / (COLS / 16), col = piece % (COLS / 16) * 16;
                 const i64 m = (i64)m0 + row;
                 const bool in = m < rows && n0 + col < cols;
-                cp_async16_to(join_at + 16 * piece, in ? join + m * cols + n0 + col : join, in);
+                cp_async16_to(join_at + (piece / (COLS / 16)) * JOIN_PITCH + col, in ? join + m * cols + n0 + col : join, in);
             }
             cp_async_commit();
         }
     };
     if constexpr (JOIN) {
-        join_at = shared_address(sm.join_tiles[consumer]) + 2048 * warp;
+        join_at = shared_address(sm.join_tiles[consumer]) + 16 * JOIN_PITCH * warp;
         if (consumer < schedule.count) copy_joins(consumer);
     }
     int acc[HALVES][COLS / 2], loads = 0;
@@ -503,16 +614,26 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
 
 #pragma unroll
         for (int h = 0; h < HALVES; ++h) {
-            // Each warp gathers its 16 rows' levels in its rows of the output tile.
-            store_levels<COLS>(acc[h], scales, then && !JOIN ? sm.then_levels : nullptr, out_tile, warp, lane, low_f, high_f, zero);
+            // Each warp gathers its 16 rows' levels in its rows of the output tile; a line's
+            // second levels, from the join bytes its lanes copied (each lane reads others').
+            if constexpr (LINE) {
+                cp_async_wait<0>();
+                __syncwarp();
+                if (line.signed_join)
+                    store_joined_levels<COLS, true>(acc[h], scales, join_at, line, shared_address(out_tile), warp, lane, low_f, high_f);
+                else
+                    store_joined_levels<COLS, false>(acc[h], scales, join_at, line, shared_address(out_tile), warp, lane, low_f, high_f);
+            } else {
+                store_levels<COLS>(acc[h], scales, then && !JOIN ? sm.then_levels : nullptr, out_tile, warp, lane, low_f, high_f, zero);
+            }
             __syncwarp();
             if (LOOKUP && h == 0 && schedule.new_table(seq)) barrier_wait(&sm.table_full[consumer], loads++ & 1);
             // The warp's 16 rows leave in 16-byte pieces (cols is a multiple of 16: the host's
             // check), each level looked up in its column's row of the table where the layer has one.
             // Every piece is read (and looked up) before any is stored, so the pieces' shared
             // memory latencies overlap; only the stores check the tile's edges.
-            uint4 pieces[PIECES], joins[JOIN ? PIECES : 1];
-            if constexpr (JOIN) {
+            uint4 pieces[PIECES], joins[TABLE ? PIECES : 1];
+            if constexpr (TABLE) {
                 cp_async_wait<0>();
 #pragma unroll
                 for (int i = 0; i < PIECES; ++i) joins[i] = *reinterpret_cast<const uint4*>(sm.join_tiles[consumer] + 2048 * warp + 16 * (lane + 32 * i));
@@ -522,13 +643,14 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
                 const int piece = lane + 32 * i, row = 16 * warp + piece / (COLS / 16), col = piece % (COLS / 16) * 16;
                 pieces[i] = *reinterpret_cast<const uint4*>(out_tile + row * IG_OUT_PITCH(COLS) + col);
             }
-            // The join tile is free (each lane reads only the pieces it copied): the next one's copy.
+            // The join tile is free (a table's: each lane reads only the pieces it copied; a line's:
+            // read before the warp's barrier above): the next one's copy.
             if (JOIN && seq + CONSUMERS < schedule.count) copy_joins(seq + CONSUMERS);
 #pragma unroll
             for (int i = 0; i < PIECES; ++i) {
                 const int col = (lane + 32 * i) % (COLS / 16) * 16;
                 if (LOOKUP) pieces[i] = looked_up_in_tile(table_rows + col * 256, pieces[i]);
-                if constexpr (JOIN) pieces[i] = joined_in_table(join_table, pieces[i], joins[i]);
+                if constexpr (TABLE) pieces[i] = joined_in_table(join_table, pieces[i], joins[i]);
             }
 #pragma unroll
             for (int i = 0; i < PIECES; ++i) {
@@ -615,5 +737,12 @@ extern "C" __global__ void __launch_bounds__(IG_THREADS(2), 1) int8_gemm_tma_con
 extern "C" __global__ void __launch_bounds__(IG_THREADS(3), 1) int8_gemm_tma_join(INT8_GEMM_PARAMS) {
     int8_gemm_tma<4, false, 1, IG_BN, 3, true>(x_map, w_map, rows, cols, depth, int_bias, scale, scale_len, y_zero, lo, hi, relu, then, nullptr, y,
                                                static_cast<const unsigned char*>(join));
+}
+
+// A join's second levels on its line (the host's JoinLine words in `then`'s place): no table,
+// so 6 stages.
+extern "C" __global__ void __launch_bounds__(IG_THREADS(3), 1) int8_gemm_tma_join_line(INT8_GEMM_PARAMS) {
+    int8_gemm_tma<6, false, 1, IG_BN, 3, true, false, false, true>(x_map, w_map, rows, cols, depth, int_bias, scale, scale_len, y_zero, lo, hi, relu,
+                                                                   then, nullptr, y, static_cast<const unsigned char*>(join));
 }
 #endif

@@ -63,8 +63,9 @@ impl Tile {
 }
 
 /// A kernel of int8_gemm.cu: its name, its tile, its ring's stages, its consumer warpgroups
-/// (`CONSUMERS`), each consumer's table bytes, whether it joins a skip connection and whether
-/// it is a convolution's (gathering its activations).
+/// (`CONSUMERS`), each consumer's table bytes, whether it joins a skip connection (by its table
+/// of levels, or on its line: `line`) and whether it is a convolution's (gathering its
+/// activations).
 struct Variant {
     name: &'static str,
     tile: Tile,
@@ -72,25 +73,27 @@ struct Variant {
     consumers: usize,
     table_bytes: usize,
     joins: bool,
+    line: bool,
     conv: bool,
 }
 
 /// Levels looked up in a per-column table take the tile's 128 rows of 256 bytes a consumer (no
 /// 192-column kernel looks up: its tables would leave too little room for the ring).
 const TABLE_BYTES: usize = COLUMNS_PER_TILE * 256;
-const VARIANTS: [Variant; 12] = [
-    Variant { name: "int8_gemm_tma_levels", tile: Tile::M64N128, stages: 7, consumers: 3, table_bytes: 16, joins: false, conv: false },
-    Variant { name: "int8_gemm_tma_lookup", tile: Tile::M64N128, stages: 4, consumers: 3, table_bytes: TABLE_BYTES, joins: false, conv: false },
-    Variant { name: "int8_gemm_tma_levels_m128", tile: Tile::M128N128, stages: 6, consumers: 2, table_bytes: 16, joins: false, conv: false },
-    Variant { name: "int8_gemm_tma_lookup_m128", tile: Tile::M128N128, stages: 4, consumers: 2, table_bytes: TABLE_BYTES, joins: false, conv: false },
-    Variant { name: "int8_gemm_tma_levels_n192", tile: Tile::M64N192, stages: 6, consumers: 2, table_bytes: 16, joins: false, conv: false },
-    Variant { name: "int8_gemm_tma_join", tile: Tile::M64N128, stages: 4, consumers: 3, table_bytes: 16, joins: true, conv: false },
-    Variant { name: "int8_gemm_tma_conv", tile: Tile::M64N128, stages: 7, consumers: 3, table_bytes: 16, joins: false, conv: true },
-    Variant { name: "int8_gemm_tma_conv_m128", tile: Tile::M128N128, stages: 6, consumers: 2, table_bytes: 16, joins: false, conv: true },
-    Variant { name: "int8_gemm_tma_levels_n64", tile: Tile::M128N64, stages: 7, consumers: 3, table_bytes: 16, joins: false, conv: false },
-    Variant { name: "int8_gemm_tma_conv_n64", tile: Tile::M128N64, stages: 7, consumers: 3, table_bytes: 16, joins: false, conv: true },
-    Variant { name: "int8_gemm_tma_levels_m256", tile: Tile::M256N128, stages: 4, consumers: 2, table_bytes: 16, joins: false, conv: false },
-    Variant { name: "int8_gemm_tma_conv_m256", tile: Tile::M256N128, stages: 4, consumers: 2, table_bytes: 16, joins: false, conv: true },
+const VARIANTS: [Variant; 13] = [
+    Variant { name: "int8_gemm_tma_levels", tile: Tile::M64N128, stages: 7, consumers: 3, table_bytes: 16, joins: false, line: false, conv: false },
+    Variant { name: "int8_gemm_tma_lookup", tile: Tile::M64N128, stages: 4, consumers: 3, table_bytes: TABLE_BYTES, joins: false, line: false, conv: false },
+    Variant { name: "int8_gemm_tma_levels_m128", tile: Tile::M128N128, stages: 6, consumers: 2, table_bytes: 16, joins: false, line: false, conv: false },
+    Variant { name: "int8_gemm_tma_lookup_m128", tile: Tile::M128N128, stages: 4, consumers: 2, table_bytes: TABLE_BYTES, joins: false, line: false, conv: false },
+    Variant { name: "int8_gemm_tma_levels_n192", tile: Tile::M64N192, stages: 6, consumers: 2, table_bytes: 16, joins: false, line: false, conv: false },
+    Variant { name: "int8_gemm_tma_join", tile: Tile::M64N128, stages: 4, consumers: 3, table_bytes: 16, joins: true, line: false, conv: false },
+    Variant { name: "int8_gemm_tma_join_line", tile: Tile::M64N128, stages: 6, consumers: 3, table_bytes: 16, joins: true, line: true, conv: false },
+    Variant { name: "int8_gemm_tma_conv", tile: Tile::M64N128, stages: 7, consumers: 3, table_bytes: 16, joins: false, line: false, conv: true },
+    Variant { name: "int8_gemm_tma_conv_m128", tile: Tile::M128N128, stages: 6, consumers: 2, table_bytes: 16, joins: false, line: false, conv: true },
+    Variant { name: "int8_gemm_tma_levels_n64", tile: Tile::M128N64, stages: 7, consumers: 3, table_bytes: 16, joins: false, line: false, conv: false },
+    Variant { name: "int8_gemm_tma_conv_n64", tile: Tile::M128N64, stages: 7, consumers: 3, table_bytes: 16, joins: false, line: false, conv: true },
+    Variant { name: "int8_gemm_tma_levels_m256", tile: Tile::M256N128, stages: 4, consumers: 2, table_bytes: 16, joins: false, line: false, conv: false },
+    Variant { name: "int8_gemm_tma_conv_m256", tile: Tile::M256N128, stages: 4, consumers: 2, table_bytes: 16, joins: false, line: false, conv: true },
 ];
 
 /// `IG_JOIN_TABLE_AT` of int8_gemm.cu: the shared address of a join kernel's 64 KiB table, the
@@ -102,21 +105,30 @@ impl Variant {
     /// The kernel for `tile` and the epilogue, a product's or a convolution's (`conv`), if there
     /// is one.
     fn of(tile: Tile, looks_up: bool, joins: bool, conv: bool) -> Option<&'static Variant> {
-        VARIANTS.iter().find(|v| v.tile == tile && (v.table_bytes == TABLE_BYTES) == looks_up && v.joins == joins && v.conv == conv)
+        VARIANTS.iter().find(|v| v.tile == tile && (v.table_bytes == TABLE_BYTES) == looks_up && v.joins == joins && !v.line && v.conv == conv)
+    }
+
+    /// A join kernel's form on a line (for a join whose line is known); any other kernel itself.
+    fn on_line(&'static self) -> &'static Variant {
+        let line = |v: &&Variant| v.joins && v.line && v.tile == self.tile && v.conv == self.conv;
+        if self.joins { VARIANTS.iter().find(line).unwrap_or(self) } else { self }
     }
 
     /// `GemmShared`'s bytes (the stages, the consumers' one-m64 output tiles with 16 bytes of row
     /// padding, tables and two tiles' column scales and biases, the barriers, the second
     /// quantization's table) plus the slack that aligns it to 1024. A join kernel's
     /// (`JoinShared`) ends with its stages after the table: its shared memory reaches that far
-    /// from any start below the table.
+    /// from any start below the table. A line's (`JoinLineShared`) is GemmShared's and the
+    /// consumers' join tiles (rows of `columns + 16`).
     const fn shared_bytes(&self) -> usize {
         let columns = self.tile.columns();
         let stages = self.stages * (self.tile.rows() + columns) * DEPTH_PER_STAGE;
-        if self.joins {
+        if self.joins && !self.line {
             return JOIN_TABLE_AT + JOIN_TABLE_BYTES + stages;
         }
-        stages
+        let join_tiles = if self.line { self.consumers * ROWS_PER_MMA * (columns + 16) } else { 0 };
+        join_tiles
+            + stages
             + self.consumers * (ROWS_PER_MMA * (columns + 16) + self.table_bytes + 2 * columns * 8)
             + (2 * self.stages + 3 * self.consumers) * 8
             + 256
@@ -137,8 +149,16 @@ pub fn products_enqueued() -> u64 {
     PRODUCTS.load(Ordering::Relaxed)
 }
 
+static JOIN_LINES: AtomicU64 = AtomicU64::new(0);
+
+/// How many joins this process has enqueued on their lines (`int8_gemm_tma_join_line`), not
+/// their tables: tests prove with it which form ran.
+pub fn join_lines_enqueued() -> u64 {
+    JOIN_LINES.load(Ordering::Relaxed)
+}
+
 /// Every kernel of int8_gemm.cu: in sm_90's arch-specific (`sm_90a`) image only.
-pub fn kernel_names() -> [&'static str; 12] {
+pub fn kernel_names() -> [&'static str; 13] {
     VARIANTS.map(|v| v.name)
 }
 
@@ -190,6 +210,10 @@ pub fn convolution(cx: &Ctx, tile: Tile, x: &DeviceTensor, w: &DeviceTensor, win
 #[allow(clippy::too_many_arguments)]
 fn launch(cx: &Ctx, tile: Tile, x_map: Option<crate::buffer::TensorMap>, w: &DeviceTensor, epilogue: &Epilogue, out: &DeviceTensor, pixels: usize, filters: usize, depth: usize, conv: Option<(crate::buffer::Window, Arg)>) -> KResult<()> {
     let variant = Variant::of(tile, epilogue.looks_up, epilogue.joins, conv.is_some()).ok_or_else(|| KernelError::from(format!("no warp-specialized kernel for {tile:?} with this epilogue")))?;
+    // A join whose line is known runs on it (the same bytes as the table's, by the host's check
+    // of every pair), unless KILN_CUDA_INT8_JOIN_LINE=0 (for A/B timing).
+    let line = epilogue.join_line.as_ref().filter(|_| variant.joins && lines_on());
+    let variant = if line.is_some() { variant.on_line() } else { variant };
     let w_map = cx.gpu.tensor_map_2d_u8(w, depth, filters, depth, DEPTH_PER_STAGE as u32, tile.columns() as u32)?;
     let x_map = x_map.unwrap_or(w_map);
     let tiles = pixels.div_ceil(tile.rows()) * filters.div_ceil(tile.columns());
@@ -199,9 +223,10 @@ fn launch(cx: &Ctx, tile: Tile, x_map: Option<crate::buffer::TensorMap>, w: &Dev
         super::quant::say_once(format!("{} over {pixels} rows by {filters} filters, depth {depth}: {tiles} tiles on {grid} blocks", variant.name));
     }
     let mut args = vec![Arg::TensorMap(x_map), Arg::TensorMap(w_map), Arg::I32(pixels as i32), Arg::I32(filters as i32), Arg::I32(depth as i32)];
-    match variant.joins {
-        true => args.extend(epilogue.args_with_join_table(cx).ok_or_else(|| KernelError::from("a join without its table of levels"))?),
-        false => args.extend(epilogue.args.iter().copied()),
+    match (variant.joins, line) {
+        (true, Some(line)) => args.extend(epilogue.args_with_second(cx, line)),
+        (true, None) => args.extend(epilogue.args_with_join_table(cx).ok_or_else(|| KernelError::from("a join without its table of levels"))?),
+        (false, _) => args.extend(epilogue.args.iter().copied()),
     }
     args.push(Arg::I32(super::typed::type_code(epilogue.computed)));
     args.push(cx.arg(out));
@@ -210,7 +235,17 @@ fn launch(cx: &Ctx, tile: Tile, x_map: Option<crate::buffer::TensorMap>, w: &Dev
     }
     cx.gpu.launch_with_shared(&kernel, (grid, 1, 1), (variant.threads(), 1, 1), variant.shared_bytes() as u32, &args).map_err(KernelError::from)?;
     PRODUCTS.fetch_add(1, Ordering::Relaxed);
+    if variant.line {
+        JOIN_LINES.fetch_add(1, Ordering::Relaxed);
+    }
     Ok(())
+}
+
+/// Whether joins run on their lines where known: unless `KILN_CUDA_INT8_JOIN_LINE=0` (read once a
+/// process).
+fn lines_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("KILN_CUDA_INT8_JOIN_LINE").as_deref() != Ok("0"))
 }
 
 #[cfg(test)]
@@ -246,6 +281,8 @@ mod tests {
         assert_eq!(name(Tile::M64N192, false, false), Some("int8_gemm_tma_levels_n192"));
         assert_eq!(name(Tile::M64N192, true, false), None);
         assert_eq!(name(Tile::M64N128, false, true), Some("int8_gemm_tma_join"));
+        assert_eq!(Variant::of(Tile::M64N128, false, true, false).map(|v| v.on_line().name), Some("int8_gemm_tma_join_line"));
+        assert_eq!(Variant::of(Tile::M64N128, false, false, false).map(|v| v.on_line().name), Some("int8_gemm_tma_levels"));
         assert_eq!([name(Tile::M128N128, false, true), name(Tile::M64N192, false, true), name(Tile::M64N128, true, true)], [None; 3]);
         // Convolutions: levels (or a second quantization) in 64 × 128 and 128 × 128 tiles.
         let conv = |tile, looks_up, joins| Variant::of(tile, looks_up, joins, true).map(|v| v.name);

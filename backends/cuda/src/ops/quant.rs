@@ -601,6 +601,38 @@ impl SecondQuantization {
         });
         Ok(Some(table.map_err(KernelError::from)?))
     }
+
+    /// A join's line ([`kiln::plan::join_line`]) over the first levels the kernel makes (`p`'s
+    /// clamp, its ReLU's floor included), where one gives the table's level for every pair:
+    /// its words on the device, one copy per set of parameters. The search runs once a process
+    /// for each (lines found or not are kept by name).
+    fn joined_line(&self, cx: &Ctx, p: &Q, k: &Constants, join: &Residual) -> KResult<Option<DeviceTensor>> {
+        use kiln::plan::join_line::joined_line;
+        use kiln::plan::requantization::{joined_levels, Dequantization};
+        use std::collections::HashMap;
+        use std::sync::{Mutex, OnceLock};
+        static LINES: OnceLock<Mutex<HashMap<String, Option<[i32; 8]>>>> = OnceLock::new();
+        let Ok(Some(y_scale)) = k.one_y_scale() else { return Ok(None) };
+        if !join.tensor.dtype.is_8bit_integer() || !p.output.is_8bit_integer() {
+            return Ok(None);
+        }
+        let first = Dequantization { dtype: p.output, scale: y_scale, zero: k.y_zero as f32 };
+        let second = Dequantization { dtype: join.tensor.dtype, scale: join.scale, zero: join.zero };
+        let (lo, hi) = level_bounds(p.output);
+        let first_levels = ((if p.relu { lo.max(k.y_zero as f32) } else { lo }) as i32, hi as i32);
+        let then = self.then;
+        let name = format!("joined line {first:?} {second:?} into {then:?} {:08x}/{:08x} over {first_levels:?}", self.scale.to_bits(), self.zero.to_bits());
+        let words = *LINES.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner()).entry(name.clone()).or_insert_with(|| {
+            let table = joined_levels(then, first, second, self.scale, self.zero).ok()?;
+            let line = joined_line(&table, then, first, first_levels, second, self.scale);
+            let form = line.map_or("keeps its table: no line gives every pair's level".to_string(), |l| format!("on its line {l:?}"));
+            say_once(format!("a join of {first:?} and {second:?} into scale {} zero {}: {form}", self.scale, self.zero));
+            line.map(|line| line.words())
+        });
+        let Some(words) = words else { return Ok(None) };
+        let table = cx.gpu.named_table(name.into_bytes(), || kiln::HostTensor::new(vec![words.len()], kiln::TensorData::I32(words.to_vec())).map_err(|e| e.to_string()));
+        Ok(Some(table.map_err(KernelError::from)?))
+    }
 }
 
 /// What the epilogue adds to the scaled sums and does after them, besides the scales.
@@ -634,6 +666,9 @@ pub struct Epilogue {
     /// A join's second levels for every pair of bytes (`SecondQuantization::joined_levels`),
     /// where its bytes are 16-byte aligned: the warp-specialized product's join.
     pub join_table: Option<DeviceTensor>,
+    /// The join's line where one holds every pair (`SecondQuantization::joined_line`): the
+    /// warp-specialized product's join computes its levels on it instead of the table.
+    pub join_line: Option<DeviceTensor>,
     /// The uploads `args` point to, alive until the launch is queued.
     _operands: Vec<DeviceTensor>,
 }
@@ -676,6 +711,10 @@ impl Epilogue {
         let aligned = join_values.as_ref().is_some_and(|j| super::lane_aligned(cx, j, 16));
         let join_table = match join.filter(|_| aligned) {
             Some((t, j)) => t.joined_levels(cx, p, k, j)?,
+            None => None,
+        };
+        let join_line = match join.filter(|_| join_table.is_some()) {
+            Some((t, j)) => t.joined_line(cx, p, k, j)?,
             None => None,
         };
         let scale = p.channel_scales(k.x_scale, &k.w_scale, &k.y_scale, float_bias.is_some() || residual.is_some()).map_err(|e| invalid!("{e}"))?;
@@ -726,16 +765,20 @@ impl Epilogue {
             return Err(invalid!("the lookup table is not 16-byte aligned"));
         }
         let operands = [Some(scale), float_bias, residual_values, second_levels, join_values, join_params].into_iter().flatten().collect();
-        Ok(Epilogue { args, computed, levels, joins, looks_up, join_table, _operands: operands })
+        Ok(Epilogue { args, computed, levels, joins, looks_up, join_table, join_line, _operands: operands })
     }
 
     /// `args` with the join table in the second quantization's place (a join has no table of
     /// levels there): the warp-specialized product's join kernel reads it so.
     pub fn args_with_join_table(&self, cx: &Ctx) -> Option<Vec<Arg>> {
-        let table = self.join_table.as_ref()?;
+        Some(self.args_with_second(cx, self.join_table.as_ref()?))
+    }
+
+    /// `args` with `table` in the second quantization's place: a join's table or its line.
+    pub fn args_with_second(&self, cx: &Ctx, table: &DeviceTensor) -> Vec<Arg> {
         let mut args = self.args.clone();
         args[Self::SECOND_LEVELS_ARG] = cx.arg(table);
-        Some(args)
+        args
     }
 
     /// Where `args` holds the second quantization's table of levels.

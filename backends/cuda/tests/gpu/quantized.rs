@@ -334,6 +334,38 @@ fn pointwise_int8_layers_on_the_warp_specialized_product_match_the_cpu_oracle() 
     }
 }
 
+/// Skip connections joined on their lines (`int8_gemm_tma_join_line`: two integer
+/// multiply-adds a level where the host found a line that gives every pair's level) give the
+/// cpu oracle's levels: int8 and uint8 joins and levels, with and without ReLU, over more tiles
+/// than a wave (each of the four has a line: the host's search finds one at once). A join at
+/// ties to even (scale 8 beside levels of 16 at 32) has no line and keeps its table. Skips (and
+/// says so) off Hopper.
+#[test]
+fn skip_connections_joined_on_their_lines_match_the_cpu_oracle_exactly() {
+    let Some(cuda) = hopper_backend("the warp-specialized INT8 join on a line") else { return };
+    use crate::integer_layers::{join, join_into, layer_with as with};
+    use DataType::{I32, I8, U8};
+    use Operands::Symmetric as S;
+    let matmul = QuantizedAnchor::MatrixMultiply { op_a: MatrixOp::None, op_b: MatrixOp::None };
+    let one_by_one = || conv(1, &[1, 1], &[0, 0]);
+    let cases = [
+        ("1x1 conv, 40,000 pixels, 64 to 256, uint8 join of 5.3 into 29.7, ReLU, uint8 levels, int8", with(one_by_one(), S, &[4, 64, 100, 100], &[256, 64, 1, 1], 256, Some(I32), false, U8, join_into(true, I8, U8, &[4, 256, 100, 100], 5.3, 29.7)), true),
+        ("1x1 conv, 40,000 pixels, 64 to 128, int8 join of 3.7 into 37.3, ReLU, int8", with(one_by_one(), S, &[4, 64, 100, 100], &[128, 64, 1, 1], 128, Some(I32), false, I8, join_into(true, I8, I8, &[4, 128, 100, 100], 3.7, 37.3)), true),
+        ("product, 9,000 rows, 256 columns, depth 768, int8 join of 11.9 into 41.1, uint8", with(matmul.clone(), S, &[9_000, 768], &[768, 256], 256, Some(I32), false, I8, join_into(false, U8, I8, &[9_000, 256], 11.9, 41.1)), true),
+        ("product, 300 rows, 144 columns, uint8 join of 23 into 23.9, ReLU, uint8", with(matmul.clone(), S, &[300, 128], &[128, 144], 144, None, false, U8, join_into(true, U8, U8, &[300, 144], 23.0, 23.9)), true),
+        ("product, 9,000 rows, 256 columns, int8 join at ties, ReLU, int8", with(matmul, S, &[9_000, 256], &[256, 256], 256, Some(I32), false, I8, join(true, I8, I8, &[9_000, 256], 8.0)), false),
+    ];
+    let mut lines = 0;
+    for (what, (net, feeds), may_line) in cases {
+        let before = kiln_cuda::ops::int8_gemm::join_lines_enqueued();
+        check_warp_specialized_tactics(cuda, what, &net, &feeds, 1);
+        let on_line = kiln_cuda::ops::int8_gemm::join_lines_enqueued() > before;
+        assert!(may_line || !on_line, "{what}: a join at ties ran on a line");
+        lines += usize::from(on_line);
+    }
+    assert_eq!(lines, 4, "joins that ran on their lines");
+}
+
 /// The cuda backend where its GPU runs Hopper's wgmma and TMA; elsewhere None, saying that
 /// `what` is skipped.
 fn hopper_backend(what: &str) -> Option<&'static kiln_cuda::CudaBackend> {

@@ -12,6 +12,7 @@ pub mod pad;
 pub mod pool;
 pub mod quant;
 pub mod reduce;
+pub mod join_line;
 pub mod requantization;
 pub mod resize;
 pub mod roi;

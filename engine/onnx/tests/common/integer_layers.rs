@@ -76,6 +76,9 @@ pub struct Extra<'a> {
     pub join: Option<(DataType, &'a [usize], f32)>,
     /// A per-channel table the levels are looked up in (`QuantizedParams::lookup`): its type.
     pub lookup: Option<DataType>,
+    /// The second quantization's scale (32 where None: beside levels of 16, odd levels joined
+    /// with a join at its zero point then fall on ties).
+    pub then_scale: Option<f32>,
 }
 
 /// Levels looked up in a `[channels, 256]` table of `to` (random entries).
@@ -92,6 +95,11 @@ pub fn residual(dtype: DataType, shape: &[usize]) -> Extra<'_> {
 /// `shape` and scale `scale`.
 pub fn join(relu: bool, to: DataType, dtype: DataType, shape: &[usize], scale: f32) -> Extra<'_> {
     Extra { then: Some((relu, to)), join: Some((dtype, shape, scale)), ..Extra::default() }
+}
+
+/// [`join`] into a second quantization of scale `then_scale`.
+pub fn join_into(relu: bool, to: DataType, dtype: DataType, shape: &[usize], scale: f32, then_scale: f32) -> Extra<'_> {
+    Extra { then_scale: Some(then_scale), ..join(relu, to, dtype, shape, scale) }
 }
 
 /// [`layer`] with what `extra` adds (a residual, a second quantization, a join).
@@ -162,7 +170,7 @@ pub fn layer_with(
     let join_feed = extra.join.map(|_| feeds.len() - 1);
     let then = extra.then.map(|(relu, to)| {
         // Levels of scale 16 at scale 32: every odd one at a rounding tie; a zero point off 0.
-        slots[Q::THEN_SCALE] = Some(scalar(DataType::F32, 32.0));
+        slots[Q::THEN_SCALE] = Some(scalar(DataType::F32, f64::from(extra.then_scale.unwrap_or(32.0))));
         slots[Q::THEN_ZERO] = Some(scalar(to, if to == DataType::U8 { 30.0 } else { -9.0 }));
         kiln::Requantization { relu, to }
     });
