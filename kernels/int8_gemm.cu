@@ -45,8 +45,8 @@
 // A join on a line (`int8_gemm_tma_join_line`, where the host found one that gives the table's
 // level for every pair: kiln::plan::join_line) computes each second level from the first
 // level's rounding word and the join byte with two integer multiply-adds, a shift, a floor and a
-// saturating pack: no table, and none of the table's scattered byte loads, which bound the table kernel's shared
-// memory. The join bytes are read in the accumulators' layout, so only second levels reach the
+// saturating pack: no table, and none of the scattered byte loads that bound the table kernel's
+// shared memory. The join bytes are read in the accumulators' layout, so only second levels reach the
 // output tile.
 // A convolution (`int8_gemm_tma_conv…`): the product is [pixels, r·s·c] · [k, r·s·c]ᵀ as in
 // int8_conv.cu (NHWC input, channels a multiple of 16, KRSC filter). The filter tiles still come
@@ -119,7 +119,7 @@ struct JoinShared : JoinFront<STAGES, CONSUMERS> {
 };
 
 // A line join's shared memory (`int8_gemm_tma_join_line`): no table, so the stages first as
-// GemmShared's; the consumers' join tiles with rows IG_LINE_PITCH apart, so that a warp's 2-byte
+// GemmShared's; the consumers' join tiles with rows IG_LINE_PITCH apart, so that a warp's byte
 // reads in the accumulators' layout (8 rows, each 4 lanes' pairs) fall in distinct banks.
 #define IG_LINE_PITCH (IG_BN + 16)
 template <int STAGES, int CONSUMERS>
@@ -213,9 +213,10 @@ __device__ __forceinline__ JoinLine join_line_of(const int* words) {
     return JoinLine{__ldg(words), __ldg(words + 1), __ldg(words + 2), __ldg(words + 3), __ldg(words + 4), (unsigned)__ldg(words + 5), __ldg(words + 6) != 0};
 }
 
+// The second level of a sum's first level (its rounding word: level_word_of_sum with no zero
+// point added) joined with the join value j.
 __device__ __forceinline__ int joined_on_line(const JoinLine& l, int sum, float scale, float low, float high, int j) {
-    const float v = fminf(fmaxf(__fmul_rn(int_as_float(sum), scale), low), high);
-    const int x = __float_as_int(__fadd_rn(v, KILN_ROUNDING_MAGIC));
+    const int x = (int)level_word_of_sum(sum, scale, low, high, 0);
     return max((x * l.alpha + (j * l.beta + l.gamma)) >> l.shift, l.lo);
 }
 

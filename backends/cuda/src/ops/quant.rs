@@ -586,13 +586,8 @@ impl SecondQuantization {
     /// product looks a join up in it. None where the levels have no one scale or the join is
     /// not 8-bit.
     fn joined_levels(&self, cx: &Ctx, p: &Q, k: &Constants, join: &Residual) -> KResult<Option<DeviceTensor>> {
-        use kiln::plan::requantization::{joined_levels, Dequantization};
-        let Ok(Some(y_scale)) = k.one_y_scale() else { return Ok(None) };
-        if !join.tensor.dtype.is_8bit_integer() || !p.output.is_8bit_integer() {
-            return Ok(None);
-        }
-        let first = Dequantization { dtype: p.output, scale: y_scale, zero: k.y_zero as f32 };
-        let second = Dequantization { dtype: join.tensor.dtype, scale: join.scale, zero: join.zero };
+        use kiln::plan::requantization::joined_levels;
+        let Some((first, second)) = join_dequantizations(p, k, join) else { return Ok(None) };
         let then = self.then;
         let name = format!("joined levels {first:?} {second:?} into {then:?} {:08x}/{:08x}", self.scale.to_bits(), self.zero.to_bits());
         let table = cx.gpu.named_table(name.into_bytes(), || {
@@ -608,16 +603,11 @@ impl SecondQuantization {
     /// for each (lines found or not are kept by name).
     fn joined_line(&self, cx: &Ctx, p: &Q, k: &Constants, join: &Residual) -> KResult<Option<DeviceTensor>> {
         use kiln::plan::join_line::joined_line;
-        use kiln::plan::requantization::{joined_levels, Dequantization};
+        use kiln::plan::requantization::joined_levels;
         use std::collections::HashMap;
         use std::sync::{Mutex, OnceLock};
         static LINES: OnceLock<Mutex<HashMap<String, Option<[i32; 8]>>>> = OnceLock::new();
-        let Ok(Some(y_scale)) = k.one_y_scale() else { return Ok(None) };
-        if !join.tensor.dtype.is_8bit_integer() || !p.output.is_8bit_integer() {
-            return Ok(None);
-        }
-        let first = Dequantization { dtype: p.output, scale: y_scale, zero: k.y_zero as f32 };
-        let second = Dequantization { dtype: join.tensor.dtype, scale: join.scale, zero: join.zero };
+        let Some((first, second)) = join_dequantizations(p, k, join) else { return Ok(None) };
         let (lo, hi) = level_bounds(p.output);
         let first_levels = ((if p.relu { lo.max(k.y_zero as f32) } else { lo }) as i32, hi as i32);
         let then = self.then;
@@ -633,6 +623,18 @@ impl SecondQuantization {
         let table = cx.gpu.named_table(name.into_bytes(), || kiln::HostTensor::new(vec![words.len()], kiln::TensorData::I32(words.to_vec())).map_err(|e| e.to_string()));
         Ok(Some(table.map_err(KernelError::from)?))
     }
+}
+
+/// A join's two dequantizations: the layer's levels (`p`'s output, `k`'s one scale and zero
+/// point) and the join's bytes. None where the levels have no one scale or either is not 8-bit:
+/// no table or line then.
+fn join_dequantizations(p: &Q, k: &Constants, join: &Residual) -> Option<(kiln::plan::requantization::Dequantization, kiln::plan::requantization::Dequantization)> {
+    use kiln::plan::requantization::Dequantization;
+    let Ok(Some(y_scale)) = k.one_y_scale() else { return None };
+    if !join.tensor.dtype.is_8bit_integer() || !p.output.is_8bit_integer() {
+        return None;
+    }
+    Some((Dequantization { dtype: p.output, scale: y_scale, zero: k.y_zero as f32 }, Dequantization { dtype: join.tensor.dtype, scale: join.scale, zero: join.zero }))
 }
 
 /// What the epilogue adds to the scaled sums and does after them, besides the scales.

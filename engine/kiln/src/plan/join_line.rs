@@ -11,7 +11,7 @@
 //! join with no such line (a level the f32 rounding flips against every nearby line) keeps the
 //! table.
 
-use super::requantization::Dequantization;
+use super::requantization::{level_range, Dequantization};
 use crate::ir::dtype::DataType;
 use crate::ir::quantized::Requantization;
 
@@ -55,25 +55,16 @@ impl JoinLine {
     }
 }
 
-/// The level bounds of an 8-bit type.
-fn bounds(dtype: DataType) -> Option<(i32, i32)> {
-    match dtype {
-        DataType::I8 => Some((-128, 127)),
-        DataType::U8 => Some((0, 255)),
-        _ => None,
-    }
-}
-
 /// The line of `table` (`joined_levels(then, first, join, scale, zero)`, `[join byte][first
 /// byte]`) over the first levels `first_levels` (inclusive: the kernel's clamp, ReLU's floor
 /// included), if one holds every pair; None otherwise, or for a join that is not 8-bit, scales
 /// that are not positive and finite, or a zero point that is not an integer.
 pub fn joined_line(table: &[u8], then: Requantization, first: Dequantization, first_levels: (i32, i32), join: Dequantization, scale: f32) -> Option<JoinLine> {
     let (first_lo, first_hi) = first_levels;
-    let (out_lo, out_hi) = bounds(then.to)?;
-    debug_assert_eq!(out_hi - out_lo, 255);
-    bounds(first.dtype)?;
-    bounds(join.dtype)?;
+    // Every type is 8-bit (the levels' order and the kernel's saturation assume it).
+    level_range(then.to)?;
+    level_range(first.dtype)?;
+    level_range(join.dtype)?;
     let positive = |s: f32| s.is_finite() && s > 0.0;
     if table.len() != 65_536 || !positive(first.scale) || !positive(join.scale) || !positive(scale) || first.zero.fract() != 0.0 || first_lo > first_hi {
         return None;
@@ -91,14 +82,14 @@ pub fn joined_line(table: &[u8], then: Requantization, first: Dequantization, fi
             pairs.push((i64::from(level - first_zero), i64::from(value(join.dtype, b)), i64::from(target)));
         }
     }
-    // The floor is the table's least level (ReLU's, or the saturation's); the saturation is the
-    // ceiling: pairs at either constrain the line from one side only.
+    // The floor is the table's least level (ReLU's, or the saturation's); the int8 saturation is
+    // the ceiling: pairs at either constrain the line from one side only.
     let lo = pairs.iter().map(|p| p.2).min()?;
-    let hi = i64::from(out_hi - out_lo) - 128;
+    let hi = 127;
     let (ra, rb) = (f64::from(first.scale) / f64::from(scale), f64::from(join.scale) / f64::from(scale));
     let u_max = pairs.iter().map(|p| p.0.abs()).max()? as f64;
     // The largest shift that keeps |t| below 2^30 with room for the offset.
-    let reach = u_max * ra + 256.0 * rb + 600.0 + 256.0 * rb;
+    let reach = u_max * ra + 512.0 * rb + 600.0;
     let shift = (30.0 - reach.log2()).floor().clamp(0.0, 30.0) as u32;
     let unit = (1i64 << shift) as f64;
     let (alpha0, beta0) = ((ra * unit).round() as i64, (rb * unit).round() as i64);

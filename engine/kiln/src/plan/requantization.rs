@@ -56,7 +56,7 @@ fn second_level(then: Requantization, scale: f32, zero: f32) -> Result<impl Fn(f
 }
 
 /// The lowest and highest level of an 8-bit integer type; `None` for another type.
-fn level_range(to: DataType) -> Option<(f64, f64)> {
+pub(super) fn level_range(to: DataType) -> Option<(f64, f64)> {
     match to {
         DataType::I8 => Some((-128.0, 127.0)),
         DataType::U8 => Some((0.0, 255.0)),
