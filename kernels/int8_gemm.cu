@@ -64,6 +64,7 @@
 #include "wgmma.cuh"
 #include "tma.cuh"
 #include "mma.cuh"
+#include "quotient.cuh"
 
 #define IG_BM 64                        // rows of one wgmma m64; a consumer's tile has HALVES of them
 #define IG_BN 128                       // columns (filters) of a tile, unless the kernel says COLS
@@ -149,7 +150,14 @@ template <typename A, typename B> struct Either<false, A, B> { typedef B type; }
 template <bool LOOKUP, int ROWS, int COLS, int CONSUMERS>
 struct Schedule {
     int row_blocks, column_blocks, first, count;
-    __device__ Schedule(int rows, int cols) {
+    // Tiles to blocks of the fastest dimension: a tile's m and n without a division where the
+    // tiles are small (3 consumers of 64-row tiles: a consumer asks for each tile's m and n three
+    // times, and each division was about 25 instructions of its ~1,500 a tile). The 2-consumer
+    // kernels, with more work a tile, keep the division: at their 168 registers the quotient's
+    // two spilled.
+    static constexpr bool BY_QUOTIENT = CONSUMERS >= 3;
+    Quotient fastest;
+    __device__ Schedule(int rows, int cols) : fastest(BY_QUOTIENT ? (LOOKUP ? (rows + ROWS - 1) / ROWS : (cols + COLS - 1) / COLS) : 1) {
         row_blocks = (rows + ROWS - 1) / ROWS;
         column_blocks = (cols + COLS - 1) / COLS;
         const long long tiles = (long long)row_blocks * column_blocks;
@@ -162,8 +170,19 @@ struct Schedule {
         }
     }
     __device__ int tile(int j) const { return LOOKUP ? first + j : first + j * (int)gridDim.x; }
-    __device__ int m(int j) const { return LOOKUP ? tile(j) % row_blocks : tile(j) / column_blocks; }
-    __device__ int n(int j) const { return LOOKUP ? tile(j) / row_blocks : tile(j) % column_blocks; }
+    // tile(j) divided by the fastest dimension's blocks.
+    __device__ int quotient(int t) const {
+        if constexpr (BY_QUOTIENT) return (int)fastest.of(t);
+        return LOOKUP ? t / row_blocks : t / column_blocks;
+    }
+    __device__ int m(int j) const {
+        const int t = tile(j), q = quotient(t);
+        return LOOKUP ? t - q * row_blocks : q;
+    }
+    __device__ int n(int j) const {
+        const int t = tile(j), q = quotient(t);
+        return LOOKUP ? q : t - q * column_blocks;
+    }
     // Whether the consumer's tile j needs its rows of the lookup table copied: its first, or
     // columns other than its previous tile's. The producer and the consumer ask alike.
     __device__ bool new_table(int j) const { return j < CONSUMERS || n(j) != n(j - CONSUMERS); }
@@ -530,12 +549,13 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
     auto copy_joins = [&](int seq) {
         if constexpr (JOIN) {
             const int m0 = schedule.m(seq) * ROWS, n0 = schedule.n(seq) * COLS;
+            // The tile's corner in 64 bits once; a row within it in 32 (64 rows of cols bytes).
+            const unsigned char* corner = join + (i64)m0 * cols + n0;
 #pragma unroll
             for (int i = 0; i < PIECES; ++i) {
                 const int piece = lane + 32 * i, row = 16 * warp + piece / (COLS / 16), col = piece % (COLS / 16) * 16;
-                const i64 m = (i64)m0 + row;
-                const bool in = m < rows && n0 + col < cols;
-                cp_async16_to(join_at + (piece / (COLS / 16)) * JOIN_PITCH + col, in ? join + m * cols + n0 + col : join, in);
+                const bool in = m0 + row < rows && n0 + col < cols;
+                cp_async16_to(join_at + (piece / (COLS / 16)) * JOIN_PITCH + col, in ? corner + row * cols + col : join, in);
             }
             cp_async_commit();
         }

@@ -171,12 +171,13 @@ pub fn has_kernel(tile: Tile, looks_up: bool, joins: bool, conv: bool) -> bool {
 /// Whether the kernel takes a pointwise layer of `filters` output channels over `depth` in
 /// `tile`s (the caller checked that the epilogue is levels-only): a kernel for the tile and
 /// epilogue (a join with its table of levels), rows of 16-byte pieces in and out, 32-bit
-/// tile counts.
+/// tile counts, and a tile's 256 rows of output within 32-bit offsets of its corner.
 pub fn applies(tile: Tile, epilogue: &Epilogue, pixels: usize, filters: usize, depth: usize, conv: bool) -> bool {
     let tiles = pixels.div_ceil(ROWS_PER_MMA).saturating_mul(filters.div_ceil(COLUMNS_PER_TILE));
     has_kernel(tile, epilogue.looks_up, epilogue.joins, conv)
         && (!epilogue.joins || epilogue.join_table.is_some())
         && filters.is_multiple_of(16) && depth.is_multiple_of(16) && depth > 0 && tiles <= i32::MAX as usize && pixels <= i32::MAX as usize
+        && filters.saturating_mul(256) <= i32::MAX as usize
 }
 
 /// Whether the producer's gather takes a convolution of `win`'s geometry: it keeps each row's
