@@ -673,11 +673,21 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
                 if (LOOKUP) pieces[i] = looked_up_in_tile(table_rows + col * 256, pieces[i]);
                 if constexpr (TABLE) pieces[i] = joined_in_table(join_table, pieces[i], joins[i]);
             }
+            // With registers to spare (3 consumers), rows within the tile are addressed in 32 bits
+            // from its corner (the host keeps 256 rows' bytes in int range): the 64-bit address
+            // arithmetic was a sixteenth of a join tile's instructions. At 168 registers (2
+            // consumers) the corner spilled.
 #pragma unroll
             for (int i = 0; i < PIECES; ++i) {
                 const int piece = lane + 32 * i, row = 16 * warp + piece / (COLS / 16), col = piece % (COLS / 16) * 16;
-                const i64 m = (i64)m0 + IG_BM * (first_half + h) + row;
-                if (m < rows && n0 + col < cols) *reinterpret_cast<uint4*>(y + m * cols + n0 + col) = pieces[i];
+                if constexpr (CONSUMERS >= 3) {
+                    const int tile_row = IG_BM * (first_half + h) + row;
+                    if (m0 + tile_row < rows && n0 + col < cols)
+                        *reinterpret_cast<uint4*>(y + ((i64)m0 * cols + n0) + (tile_row * cols + col)) = pieces[i];
+                } else {
+                    const i64 m = (i64)m0 + IG_BM * (first_half + h) + row;
+                    if (m < rows && n0 + col < cols) *reinterpret_cast<uint4*>(y + m * cols + n0 + col) = pieces[i];
+                }
             }
             __syncwarp();
         }

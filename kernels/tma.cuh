@@ -35,17 +35,13 @@ __device__ __forceinline__ void barrier_arrive(unsigned long long* bar) {
 
 // Waits until the barrier's phase of parity `parity` has completed. A fresh barrier is in phase
 // 0, so waiting on parity 1 returns at once: a producer's first pass over a ring of free stages.
-// The thread sleeps in each try until the phase completes or the hint's 10 ms pass (CUTLASS's
-// hint): with the default limit each try returned early and a waiting warp spun,
-// taking issue slots from its scheduler's other warps (ResNet-50's joined layers: the producer's
-// wait for a free stage retried 43 times a tile, 9% of the kernel's instructions).
 __device__ __forceinline__ void barrier_wait(unsigned long long* bar, unsigned parity) {
     asm volatile(
         "{\n.reg .pred done;\n"
         "WAIT:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1, %2;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
         "@!done bra WAIT;\n}\n" ::"r"(shared_address(bar)),
-        "r"(parity), "r"(10000000u)
+        "r"(parity)
         : "memory");
 }
 
