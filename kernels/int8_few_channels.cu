@@ -23,7 +23,6 @@
 // start at), as kiln-cpu's integer layer computes it.
 #include "common.cuh"
 #include "mma.cuh"
-#include "quotient.cuh"
 
 #define FC_TH 8           // output rows a tile
 #define FC_TW 16          // output columns a tile: one m16 row block of the MMA
@@ -42,6 +41,18 @@ struct FewRequant {
     int relu;
     const unsigned char* then;  // a second quantization's table of levels, or NULL
     const unsigned char* lookup;  // the levels' per-channel table (common.cuh's looked_up), or NULL
+};
+
+// n / d for n < 2^31 by a multiply-high and a shift (a 32-bit division is about 20 instructions,
+// a 64-bit one about 80: per tile they were most of this kernel's instructions). 0 < d < 2^31.
+struct Quotient {
+    unsigned magic, shift;
+    __device__ explicit Quotient(unsigned d) {
+        shift = 0;
+        while ((1u << shift) < d) ++shift;
+        magic = (unsigned)(((1ull << 32) * ((1ull << shift) - d)) / d + 1);
+    }
+    __device__ __forceinline__ unsigned of(unsigned n) const { return (__umulhi(n, magic) + n) >> shift; }
 };
 
 // A tile's input window: `rows` rows of `pitch` words (a multiple of 4), one word a pixel, whose

@@ -17,7 +17,6 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("mma.cuh", include_str!("../../../kernels/mma.cuh")),
     ("wgmma.cuh", include_str!("../../../kernels/wgmma.cuh")),
     ("tma.cuh", include_str!("../../../kernels/tma.cuh")),
-    ("quotient.cuh", include_str!("../../../kernels/quotient.cuh")),
     ("levels.cuh", include_str!("../../../kernels/levels.cuh")),
     ("attention.cuh", include_str!("../../../kernels/attention.cuh")),
     ("int8_conv.cuh", include_str!("../../../kernels/int8_conv.cuh")),

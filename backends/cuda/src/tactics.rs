@@ -39,7 +39,6 @@ const INT8_CONV_SOURCE: &str = concat!(
     include_str!("ops/int8_gemm.rs"),
     include_str!("../../../kernels/int8_gemm.cu"),
     include_str!("../../../kernels/tma.cuh"),
-    include_str!("../../../kernels/quotient.cuh"),
     include_str!("dnn.rs"),
     include_str!("blas.rs")
 );

@@ -171,12 +171,13 @@ pub fn has_kernel(tile: Tile, looks_up: bool, joins: bool, conv: bool) -> bool {
 /// Whether the kernel takes a pointwise layer of `filters` output channels over `depth` in
 /// `tile`s (the caller checked that the epilogue is levels-only): a kernel for the tile and
 /// epilogue (a join with its table of levels), rows of 16-byte pieces in and out, 32-bit
-/// tile counts, and a tile's 256 rows of output within 32-bit offsets of its corner.
+/// tile counts (under 2^22: the 3-consumer kernels divide tile numbers by a float reciprocal),
+/// and a tile's 256 rows of output within 32-bit offsets of its corner.
 pub fn applies(tile: Tile, epilogue: &Epilogue, pixels: usize, filters: usize, depth: usize, conv: bool) -> bool {
     let tiles = pixels.div_ceil(ROWS_PER_MMA).saturating_mul(filters.div_ceil(COLUMNS_PER_TILE));
     has_kernel(tile, epilogue.looks_up, epilogue.joins, conv)
         && (!epilogue.joins || epilogue.join_table.is_some())
-        && filters.is_multiple_of(16) && depth.is_multiple_of(16) && depth > 0 && tiles <= i32::MAX as usize && pixels <= i32::MAX as usize
+        && filters.is_multiple_of(16) && depth.is_multiple_of(16) && depth > 0 && tiles < 1 << 22 && pixels <= i32::MAX as usize
         && filters.saturating_mul(256) <= i32::MAX as usize
 }
 
@@ -252,6 +253,30 @@ fn lines_on() -> bool {
 #[cfg(test)]
 mod tests {
     use super::{Tile, Variant, VARIANTS};
+
+    /// int8_gemm.cu's `Schedule::quotient` in the 3-consumer kernels: t / blocks as the
+    /// truncated f32 product with the correctly rounded reciprocal (`__frcp_rn`), corrected by
+    /// one. It is exact for every tile number below the 2^22 tiles `applies` allows: tried on
+    /// every quotient boundary (k·d - 1, k·d) near the top of the range and near the bottom.
+    #[test]
+    fn tile_quotients_by_reciprocal_are_exact_below_the_tile_bound() {
+        let quotient = |t: i32, d: i32| {
+            let q = (t as f32 * (1.0f32 / d as f32)) as i32;
+            let r = t - q * d;
+            q + i32::from(r >= d) - i32::from(r < 0)
+        };
+        let bound = 1i32 << 22;
+        for d in (1..=300).chain([511, 512, 513, 1000, 4095, 4096, 4097, 65_535, 1 << 20, bound - 1]) {
+            let top = (bound - 1) / d;
+            for k in (0..=top.min(2_000)).chain(top.saturating_sub(2_000)..=top) {
+                for t in [k * d - 1, k * d, k * d + d - 1] {
+                    if (0..bound).contains(&t) {
+                        assert_eq!(quotient(t, d), t / d, "{t} / {d}");
+                    }
+                }
+            }
+        }
+    }
 
     /// Every kernel's shared memory fits a Hopper multiprocessor's 227 KB of dynamic shared memory.
     #[test]
