@@ -69,6 +69,11 @@
 #define IG_BN 128                       // columns (filters) of a tile, unless the kernel says COLS
 #define IG_BK 128                       // depth bytes a stage holds: one 128-byte swizzled row
 #define IG_THREADS(CONSUMERS) (128 * (1 + (CONSUMERS)))
+// Whether a kernel's consumers have registers to spare for cheaper tile bookkeeping (a tile's
+// m and n without a division, rows addressed in 32 bits from the tile's corner): the 3-consumer
+// kernels (64-row tiles, at most 126 of their 128 registers). The 2-consumer kernels sit at
+// their 168, and each of those forms spilled there.
+#define IG_SPARE_REGISTERS(CONSUMERS) ((CONSUMERS) >= 3)
 #define IG_A_BYTES(HALVES) (IG_BM * (HALVES) * IG_BK)
 #define IG_STAGE_BYTES(HALVES, COLS) ((IG_BM * (HALVES) + (COLS)) * IG_BK)
 #define IG_OUT_PITCH(COLS) ((COLS) + 16)  // a consumer's output rows: 16-byte pieces, spread banks
@@ -149,16 +154,14 @@ template <typename A, typename B> struct Either<false, A, B> { typedef B type; }
 template <bool LOOKUP, int ROWS, int COLS, int CONSUMERS>
 struct Schedule {
     int row_blocks, column_blocks, first, count;
-    // A tile's m and n without a division where the tiles are small (3 consumers of 64-row
-    // tiles: a consumer asks for each tile's m and n three times, and each division was about
-    // 25 instructions of its ~1,500 a tile): the quotient by the fastest dimension's blocks from
-    // their reciprocal, corrected once (exact below 2^22 tiles: the product's error is under one
-    // half; the host keeps the tiles below). The 2-consumer kernels, with more work a tile,
-    // keep the division: at their 168 registers, a multiply-high's two more registers spilled.
-    // (That multiply-high by a magic number also cost every thread a 64-bit division to set up,
-    // more than it saved where a consumer has one or two tiles: RegNetY-800MF at batch 32 ran
-    // 0.8% slower.)
-    static constexpr bool BY_RECIPROCAL = CONSUMERS >= 3;
+    // A tile's m and n without a division where registers allow (a consumer asks for each
+    // tile's m and n three times, and each division was about 25 instructions of a 64-row tile's
+    // ~1,500): the quotient by the fastest dimension's blocks from their reciprocal, corrected
+    // once (exact below 2^22 tiles: the product's error is under one half; the host keeps the
+    // tiles below). A multiply-high by a magic number cost every thread a 64-bit division to set
+    // up, more than it saved where a consumer has one or two tiles: RegNetY-800MF at batch 32
+    // ran 0.8% slower.
+    static constexpr bool BY_RECIPROCAL = IG_SPARE_REGISTERS(CONSUMERS);
     float reciprocal;
     __device__ Schedule(int rows, int cols) {
         row_blocks = (rows + ROWS - 1) / ROWS;
@@ -679,14 +682,13 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
                 if (LOOKUP) pieces[i] = looked_up_in_tile(table_rows + col * 256, pieces[i]);
                 if constexpr (TABLE) pieces[i] = joined_in_table(join_table, pieces[i], joins[i]);
             }
-            // With registers to spare (3 consumers), rows within the tile are addressed in 32 bits
-            // from its corner (the host keeps 256 rows' bytes in int range): the 64-bit address
-            // arithmetic was a sixteenth of a join tile's instructions. At 168 registers (2
-            // consumers) the corner spilled.
+            // Where registers allow, rows within the tile are addressed in 32 bits from its corner
+            // (the host keeps 256 rows' bytes in int range): the 64-bit address arithmetic was a
+            // sixteenth of a join tile's instructions.
 #pragma unroll
             for (int i = 0; i < PIECES; ++i) {
                 const int piece = lane + 32 * i, row = 16 * warp + piece / (COLS / 16), col = piece % (COLS / 16) * 16;
-                if constexpr (CONSUMERS >= 3) {
+                if constexpr (IG_SPARE_REGISTERS(CONSUMERS)) {
                     const int tile_row = IG_BM * (first_half + h) + row;
                     if (m0 + tile_row < rows && n0 + col < cols)
                         *reinterpret_cast<uint4*>(y + ((i64)m0 * cols + n0) + (tile_row * cols + col)) = pieces[i];

@@ -18,9 +18,10 @@ report=()
 [ "${SASS:-0}" = 1 ] && report=(-o "/tmp/nsight_$name" -f)
 /usr/local/cuda/bin/ncu "${args[@]}" "${report[@]}" --print-details all -k "regex:$kernel" --launch-skip "$skip" --launch-count 1 \
   .gpu/bin/kiln run "$engine" --inputs "$inputs" > "${OUT:-/tmp}/nsight_$name.txt" 2>&1
+rc=$?
 if [ "${SASS:-0}" = 1 ]; then
   /usr/local/cuda/bin/ncu -i "/tmp/nsight_$name.ncu-rep" --page source --print-source sass --csv > "${OUT:-/tmp}/nsight_$name.sass.csv" 2>&1
   # A run writing a report prints no sections: they come from the report.
   /usr/local/cuda/bin/ncu -i "/tmp/nsight_$name.ncu-rep" --print-details all >> "${OUT:-/tmp}/nsight_$name.txt" 2>&1
 fi
-echo "nsight $name: exit $?, $(wc -l < "${OUT:-/tmp}/nsight_$name.txt") lines in ${OUT:-/tmp}/nsight_$name.txt"
+echo "nsight $name: exit $rc, $(wc -l < "${OUT:-/tmp}/nsight_$name.txt") lines in ${OUT:-/tmp}/nsight_$name.txt"
