@@ -69,11 +69,17 @@
 #define IG_BN 128                       // columns (filters) of a tile, unless the kernel says COLS
 #define IG_BK 128                       // depth bytes a stage holds: one 128-byte swizzled row
 #define IG_THREADS(CONSUMERS) (128 * (1 + (CONSUMERS)))
-// Whether a kernel's consumers have registers to spare for cheaper tile bookkeeping (a tile's
-// m and n without a division, rows addressed in 32 bits from the tile's corner): the 3-consumer
-// kernels (64-row tiles, at most 126 of their 128 registers). The 2-consumer kernels sit at
-// their 168, and each of those forms spilled there.
-#define IG_SPARE_REGISTERS(CONSUMERS) ((CONSUMERS) >= 3)
+// Where slot `pos` of a ring of STAGES stages is (stage pos % STAGES, its barriers' phase
+// pos / STAGES), stepped a slot at a time: a signed slot's modulo and quotient were a dozen
+// instructions a stage in each main loop (SASS, session 59).
+template <int STAGES>
+struct RingSlot {
+    unsigned stage, phase;
+    __device__ explicit RingSlot(unsigned pos) : stage(pos % STAGES), phase((pos / STAGES) & 1) {}
+    __device__ void next() {
+        if (++stage == STAGES) stage = 0, phase ^= 1;
+    }
+};
 #define IG_A_BYTES(HALVES) (IG_BM * (HALVES) * IG_BK)
 #define IG_STAGE_BYTES(HALVES, COLS) ((IG_BM * (HALVES) + (COLS)) * IG_BK)
 #define IG_OUT_PITCH(COLS) ((COLS) + 16)  // a consumer's output rows: 16-byte pieces, spread banks
@@ -154,19 +160,17 @@ template <typename A, typename B> struct Either<false, A, B> { typedef B type; }
 template <bool LOOKUP, int ROWS, int COLS, int CONSUMERS>
 struct Schedule {
     int row_blocks, column_blocks, first, count;
-    // A tile's m and n without a division where registers allow (a consumer asks for each
-    // tile's m and n three times, and each division was about 25 instructions of a 64-row tile's
-    // ~1,500): the quotient by the fastest dimension's blocks from their reciprocal, corrected
-    // once (exact below 2^22 tiles: the product's error is under one half; the host keeps the
-    // tiles below). A multiply-high by a magic number cost every thread a 64-bit division to set
-    // up, more than it saved where a consumer has one or two tiles: RegNetY-800MF at batch 32
-    // ran 0.8% slower.
-    static constexpr bool BY_RECIPROCAL = IG_SPARE_REGISTERS(CONSUMERS);
+    // A tile's m and n without a division (a consumer asks for each tile's m and n three times,
+    // and each division was about 25 instructions of a 64-row tile's ~1,500): the quotient by the
+    // fastest dimension's blocks from their reciprocal, corrected once (exact below 2^22 tiles:
+    // the product's error is under one half; the host keeps the tiles below). A multiply-high by
+    // a magic number cost every thread a 64-bit division to set up, more than it saved where a
+    // consumer has one or two tiles: RegNetY-800MF at batch 32 ran 0.8% slower.
     float reciprocal;
     __device__ Schedule(int rows, int cols) {
         row_blocks = (rows + ROWS - 1) / ROWS;
         column_blocks = (cols + COLS - 1) / COLS;
-        reciprocal = BY_RECIPROCAL ? __frcp_rn((float)(LOOKUP ? row_blocks : column_blocks)) : 0.0f;
+        reciprocal = __frcp_rn((float)(LOOKUP ? row_blocks : column_blocks));
         const long long tiles = (long long)row_blocks * column_blocks;
         if (LOOKUP) {
             first = (int)(tiles * blockIdx.x / gridDim.x);
@@ -180,7 +184,6 @@ struct Schedule {
     // tile(j) divided by the fastest dimension's blocks.
     __device__ int quotient(int t) const {
         const int blocks = LOOKUP ? row_blocks : column_blocks;
-        if constexpr (!BY_RECIPROCAL) return t / blocks;
         const int q = __float2int_rz(__int2float_rn(t) * reciprocal), r = t - q * blocks;
         return q + (r >= blocks) - (r < 0);
     }
@@ -388,7 +391,7 @@ __device__ __forceinline__ void gather_activations(Shared& sm, const Sched& sche
     // leaves 256-row tiles' producer without spills.
     i64 corner[ROWS_A_THREAD];
     int corner_at[ROWS_A_THREAD];
-    int pos = 0;
+    RingSlot<STAGES> slot(0);
     for (int seq = 0; seq < schedule.count; ++seq) {
         const int m0 = schedule.m(seq) * ROWS, n0 = schedule.n(seq) * COLS;
         // The first row's pixel by two divisions, each next one 16 pixels on by a walk (a row of
@@ -414,9 +417,9 @@ __device__ __forceinline__ void gather_activations(Shared& sm, const Sched& sche
             channel -= c;
             if (++q == s_taps) q = 0, ++r;
         }
-        for (int step = 0; step < depth_steps; ++step, ++pos) {
-            const int s = pos % STAGES;
-            barrier_wait(&sm.empty[s], (pos / STAGES + 1) & 1);
+        for (int step = 0; step < depth_steps; ++step, slot.next()) {
+            const unsigned s = slot.stage;
+            barrier_wait(&sm.empty[s], slot.phase ^ 1);
             if (tid == 0) {
                 barrier_expect_bytes(&sm.full[s], COLS * IG_BK);
                 tma_load_2d(sm.stages[s] + IG_A_BYTES(ROWS / IG_BM), &w_map, step * IG_BK, n0, &sm.full[s]);
@@ -510,7 +513,8 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
             return;
         }
         if (tid != 0) return;
-        int pos = 0, loads[CONSUMERS] = {};
+        RingSlot<STAGES> slot(0);
+        int loads[CONSUMERS] = {};
         for (int seq = 0; seq < schedule.count; ++seq) {
             const int m0 = schedule.m(seq) * ROWS, n0 = schedule.n(seq) * COLS;
             const int c = seq % CONSUMERS;
@@ -522,9 +526,9 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
                 bulk_load(sm.tables[c], lookup + (i64)n0 * 256, bytes, &sm.table_full[c]);
                 ++loads[c];
             }
-            for (int step = 0; step < depth_steps; ++step, ++pos) {
-                const int s = pos % STAGES;
-                barrier_wait(&sm.empty[s], (pos / STAGES + 1) & 1);
+            for (int step = 0; step < depth_steps; ++step, slot.next()) {
+                const unsigned s = slot.stage;
+                barrier_wait(&sm.empty[s], slot.phase ^ 1);
                 barrier_expect_bytes(&sm.full[s], IG_STAGE_BYTES(STAGE_HALVES, COLS));
                 tma_load_2d(sm.stages[s], &x_map, step * IG_BK, m0, &sm.full[s]);
                 tma_load_2d(sm.stages[s] + IG_A_BYTES(STAGE_HALVES), &w_map, step * IG_BK, n0, &sm.full[s]);
@@ -533,7 +537,9 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
         return;
     }
 
-    const int consumer = warpgroup - 1, thread = tid % 128, warp = thread / 32, lane = tid % 32;
+    // Broadcast, so that the compiler knows it warp-uniform: the main loop's stage and descriptor
+    // arithmetic then stays in uniform registers.
+    const int consumer = __shfl_sync(0xffffffffu, warpgroup - 1, 0), thread = tid % 128, warp = thread / 32, lane = tid % 32;
     // The levels' bounds less the zero point (ReLU's floor included): level_of_sum's.
     const int zero = (int)y_zero, high = (int)hi, low = relu ? max((int)lo, zero) : (int)lo;
     const float low_f = (float)(low - zero), high_f = (float)(high - zero);
@@ -574,6 +580,7 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
         if (consumer < schedule.count) copy_joins(consumer);
     }
     int acc[HALVES][COLS / 2], loads = 0;
+    const unsigned ring_low = wgmma_sw128_low(sm.stages[0]);
     // COOP: every consumer takes every tile, its rows HALVES m64 blocks after the previous one's.
     constexpr int TILE_STRIDE = COOP ? 1 : CONSUMERS;
     const int first_half = COOP ? HALVES * consumer : 0;
@@ -605,32 +612,34 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
         // two rounds back for its own; and one consumer's epilogue runs beside the others' MMAs.
         // Cooperating consumers read the same stages: no turns.
         if (!COOP && seq > 0) barrier_wait(&sm.mainloop_done[consumer == 0 ? CONSUMERS - 1 : consumer - 1], ((seq - 1) / CONSUMERS) & 1);
-        int pos = seq * depth_steps;
-        for (int step = 0; step < depth_steps; ++step, ++pos) {
-            const int s = pos % STAGES;
-            barrier_wait(&sm.full[s], (pos / STAGES) & 1);
+        RingSlot<STAGES> slot((unsigned)(seq * depth_steps));
+        unsigned last = 0;  // the previous step's stage
+        for (int step = 0; step < depth_steps; ++step) {
+            barrier_wait(&sm.full[slot.stage], slot.phase);
             // A gathering convolution's activations were written by cp.async: visible to wgmma's
             // async proxy once the barrier has passed and this fence.
             if (CONV) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-            const unsigned long long a = wgmma_descriptor_sw128(sm.stages[s], 8 * IG_BK);
-            const unsigned long long b = wgmma_descriptor_sw128(sm.stages[s] + IG_A_BYTES(STAGE_HALVES), 8 * IG_BK);
+            const unsigned a = ring_low + slot.stage * (unsigned)(sizeof(sm.stages[0]) / 16), b = a + IG_A_BYTES(STAGE_HALVES) / 16;
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
             // 32 bytes of depth a wgmma: 2 in the descriptors' 16-byte units, before the swizzle;
             // the next m64 block of rows IG_BM · IG_BK bytes on.
 #pragma unroll
             for (int k = 0; k < IG_BK / 32; ++k)
 #pragma unroll
-                for (int h = 0; h < HALVES; ++h) wgmma_s8<COLS>(acc[h], a + (first_half + h) * (IG_BM * IG_BK / 16) + 2 * k, b + 2 * k);
+                for (int h = 0; h < HALVES; ++h)
+                    wgmma_s8<COLS>(acc[h], wgmma_sw128(a + (first_half + h) * (IG_BM * IG_BK / 16) + 2 * k, 8 * IG_BK), wgmma_sw128(b + 2 * k, 8 * IG_BK));
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
             // The previous step's MMAs are done (this one's run on): release its stage.
             asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-            if (step > 0 && lane == 0) barrier_arrive(&sm.empty[(pos - 1) % STAGES]);
+            if (step > 0 && lane == 0) barrier_arrive(&sm.empty[last]);
+            last = slot.stage;
+            slot.next();
         }
         if (!COOP && lane == 0) barrier_arrive(&sm.mainloop_done[consumer]);
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #pragma unroll
         for (int h = 0; h < HALVES; ++h) wgmma_fence_operands<COLS / 2>(acc[h]);
-        if (lane == 0) barrier_arrive(&sm.empty[(pos - 1) % STAGES]);
+        if (lane == 0) barrier_arrive(&sm.empty[last]);
         // Alternate buffers: a warp writes this tile's after every warp of the consumer has passed
         // the previous tile's barrier, so after every warp's epilogue of two tiles back.
         const float* scales = sm.column_scale[consumer][tiles & 1];
@@ -682,20 +691,14 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
                 if (LOOKUP) pieces[i] = looked_up_in_tile(table_rows + col * 256, pieces[i]);
                 if constexpr (TABLE) pieces[i] = joined_in_table(join_table, pieces[i], joins[i]);
             }
-            // Where registers allow, rows within the tile are addressed in 32 bits from its corner
-            // (the host keeps 256 rows' bytes in int range): the 64-bit address arithmetic was a
-            // sixteenth of a join tile's instructions.
+            // Rows within the tile are addressed in 32 bits from its corner (the host keeps 256
+            // rows' bytes in int range): the 64-bit address arithmetic was a sixteenth of a join
+            // tile's instructions.
 #pragma unroll
             for (int i = 0; i < PIECES; ++i) {
                 const int piece = lane + 32 * i, row = 16 * warp + piece / (COLS / 16), col = piece % (COLS / 16) * 16;
-                if constexpr (IG_SPARE_REGISTERS(CONSUMERS)) {
-                    const int tile_row = IG_BM * (first_half + h) + row;
-                    if (m0 + tile_row < rows && n0 + col < cols)
-                        *reinterpret_cast<uint4*>(y + ((i64)m0 * cols + n0) + (tile_row * cols + col)) = pieces[i];
-                } else {
-                    const i64 m = (i64)m0 + IG_BM * (first_half + h) + row;
-                    if (m < rows && n0 + col < cols) *reinterpret_cast<uint4*>(y + m * cols + n0 + col) = pieces[i];
-                }
+                const int tile_row = IG_BM * (first_half + h) + row;
+                if (m0 + tile_row < rows && n0 + col < cols) *reinterpret_cast<uint4*>(y + ((i64)m0 * cols + n0) + (tile_row * cols + col)) = pieces[i];
             }
             __syncwarp();
         }

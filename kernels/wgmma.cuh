@@ -12,10 +12,20 @@ __device__ __forceinline__ unsigned long long wgmma_descriptor_sw64(const void* 
 }
 
 // The same in the 128-byte swizzle (mode 1), the TMA's SWIZZLE_128B: rows of 128 bytes whose
-// 16-byte pieces are permuted by row % 8, 8-row groups `group_stride_bytes` apart (1024 packed).
+// 16-byte pieces are permuted by row % 8, 8-row groups `group_stride_bytes` apart (1024 packed),
+// as its two words. The low one (start address >> 4, leading byte offset 1) changes without a
+// carry out of its 14-bit address field for any move within shared memory (< 256 KiB), so a
+// main loop steps through a ring's stages and a stage's depth by 32-bit adds to it; the high one
+// is a constant. Whole 64-bit descriptors added and moved to uniform registers for each wgmma
+// were two thirds of a main loop's instructions (SASS, session 59).
+__device__ __forceinline__ unsigned wgmma_sw128_low(const void* p) {
+    return (((unsigned)__cvta_generic_to_shared(p) & 0x3FFFF) >> 4) | (1u << 16);
+}
+__device__ __forceinline__ unsigned long long wgmma_sw128(unsigned low, unsigned group_stride_bytes) {
+    return ((unsigned long long)((group_stride_bytes >> 4) | (1u << 30)) << 32) | low;
+}
 __device__ __forceinline__ unsigned long long wgmma_descriptor_sw128(const void* p, unsigned group_stride_bytes) {
-    const unsigned long long address = (unsigned)__cvta_generic_to_shared(p);
-    return ((address & 0x3FFFF) >> 4) | (1ull << 16) | ((unsigned long long)(group_stride_bytes >> 4) << 32) | (1ull << 62);
+    return wgmma_sw128(wgmma_sw128_low(p), group_stride_bytes);
 }
 
 // One warpgroup's D[64][BN] += A[64][32] · B[BN][32]ᵀ (int8 × int8 → int32), both operands in

@@ -171,7 +171,7 @@ pub fn has_kernel(tile: Tile, looks_up: bool, joins: bool, conv: bool) -> bool {
 /// Whether the kernel takes a pointwise layer of `filters` output channels over `depth` in
 /// `tile`s (the caller checked that the epilogue is levels-only): a kernel for the tile and
 /// epilogue (a join with its table of levels), rows of 16-byte pieces in and out, 32-bit
-/// tile counts (under 2^22: the 3-consumer kernels divide tile numbers by a float reciprocal),
+/// tile counts (under 2^22: the kernels divide tile numbers by a float reciprocal),
 /// and a tile's 256 rows of output within 32-bit offsets of its corner.
 pub fn applies(tile: Tile, epilogue: &Epilogue, pixels: usize, filters: usize, depth: usize, conv: bool) -> bool {
     let tiles = pixels.div_ceil(ROWS_PER_MMA).saturating_mul(filters.div_ceil(COLUMNS_PER_TILE));
@@ -254,7 +254,7 @@ fn lines_on() -> bool {
 mod tests {
     use super::{Tile, Variant, VARIANTS};
 
-    /// int8_gemm.cu's `Schedule::quotient` in the 3-consumer kernels: t / blocks as the
+    /// int8_gemm.cu's `Schedule::quotient`: t / blocks as the
     /// truncated f32 product with the correctly rounded reciprocal (`__frcp_rn`), corrected by
     /// one. It is exact for every tile number below the 2^22 tiles `applies` allows: tried on
     /// every quotient boundary (k·d - 1, k·d) near the top of the range and near the bottom.
