@@ -537,7 +537,7 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
         return;
     }
 
-    // Broadcast, so that the compiler knows it warp-uniform: the main loop's stage and descriptor
+    // Broadcast, so that the compiler knows it is warp-uniform: the main loop's stage and descriptor
     // arithmetic then stays in uniform registers.
     const int consumer = __shfl_sync(0xffffffffu, warpgroup - 1, 0), thread = tid % 128, warp = thread / 32, lane = tid % 32;
     // The levels' bounds less the zero point (ReLU's floor included): level_of_sum's.
@@ -580,7 +580,7 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
         if (consumer < schedule.count) copy_joins(consumer);
     }
     int acc[HALVES][COLS / 2], loads = 0;
-    const unsigned ring_low = wgmma_sw128_low(sm.stages[0]);
+    const unsigned ring_low = wgmma_descriptor_low(sm.stages[0]);
     // COOP: every consumer takes every tile, its rows HALVES m64 blocks after the previous one's.
     constexpr int TILE_STRIDE = COOP ? 1 : CONSUMERS;
     const int first_half = COOP ? HALVES * consumer : 0;

@@ -3,29 +3,26 @@
 // so only the kernels that use them assemble wgmma (it exists in sm_90a images only).
 #pragma once
 
-// The shared-memory matrix descriptor of a K-major tile in the 64-byte swizzle: start address
-// >> 4, leading byte offset 1 (unused by swizzled K-major layouts), the stride between 8-row
-// groups >> 4, swizzle mode 2 (64 bytes) in bits 62-63.
-__device__ __forceinline__ unsigned long long wgmma_descriptor_sw64(const void* p, unsigned group_stride_bytes) {
-    const unsigned long long address = (unsigned)__cvta_generic_to_shared(p);
-    return ((address & 0x3FFFF) >> 4) | (1ull << 16) | ((unsigned long long)(group_stride_bytes >> 4) << 32) | (2ull << 62);
-}
-
-// The same in the 128-byte swizzle (mode 1), the TMA's SWIZZLE_128B: rows of 128 bytes whose
-// 16-byte pieces are permuted by row % 8, 8-row groups `group_stride_bytes` apart (1024 packed),
-// as its two words. The low one (start address >> 4, leading byte offset 1) changes without a
-// carry out of its 14-bit address field for any move within shared memory (< 256 KiB), so a
-// main loop steps through a ring's stages and a stage's depth by 32-bit adds to it; the high one
-// is a constant. Whole 64-bit descriptors added and moved to uniform registers for each wgmma
-// were two thirds of a main loop's instructions (SASS, session 59).
-__device__ __forceinline__ unsigned wgmma_sw128_low(const void* p) {
+// The shared-memory matrix descriptor of a K-major tile, as its two words. The low one is the
+// start address >> 4 and the leading byte offset 1 (unused by swizzled K-major layouts); any move
+// within shared memory (< 256 KiB) changes it without a carry out of its 14-bit address field,
+// so a main loop steps through a ring's stages and a stage's depth by 32-bit adds to it. The high
+// one is a constant: the stride between 8-row groups >> 4 and the swizzle mode in bits 62-63.
+// Whole 64-bit descriptors added and moved to uniform registers for each wgmma were two thirds of
+// a main loop's instructions (SASS, session 59).
+__device__ __forceinline__ unsigned wgmma_descriptor_low(const void* p) {
     return (((unsigned)__cvta_generic_to_shared(p) & 0x3FFFF) >> 4) | (1u << 16);
 }
+
+// The 64-byte swizzle (mode 2).
+__device__ __forceinline__ unsigned long long wgmma_descriptor_sw64(const void* p, unsigned group_stride_bytes) {
+    return ((unsigned long long)((group_stride_bytes >> 4) | (2u << 30)) << 32) | wgmma_descriptor_low(p);
+}
+
+// The 128-byte swizzle (mode 1), the TMA's SWIZZLE_128B: rows of 128 bytes whose 16-byte pieces
+// are permuted by row % 8, 8-row groups `group_stride_bytes` apart (1024 packed), from the low word.
 __device__ __forceinline__ unsigned long long wgmma_sw128(unsigned low, unsigned group_stride_bytes) {
     return ((unsigned long long)((group_stride_bytes >> 4) | (1u << 30)) << 32) | low;
-}
-__device__ __forceinline__ unsigned long long wgmma_descriptor_sw128(const void* p, unsigned group_stride_bytes) {
-    return wgmma_sw128(wgmma_sw128_low(p), group_stride_bytes);
 }
 
 // One warpgroup's D[64][BN] += A[64][32] · B[BN][32]ᵀ (int8 × int8 → int32), both operands in
