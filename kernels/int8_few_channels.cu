@@ -17,12 +17,24 @@
 // MMAs a fifth of the instructions. Four warps of 2 output rows × 64 filters (not eight of 2 ×
 // 32) read each step's A fragments once for 16 MMAs: the main loop takes 2.84 instructions an
 // MMA (SASS, sm_90a), where it took 4.12; the H200's stem 0.370 → 0.32-0.33 ms (session 48).
+// On sm_90a the block is one warpgroup and a step is two wgmmas with A in registers (the same
+// window words) and the filter 128-byte swizzled: ResNet-50's stem 0.331 → 0.282 ms, 1,585 →
+// 1,455 instructions a warp's tile (session 60).
 //
 // The epilogue is int8_conv.cu's levels-only one (level_of_sum): the host takes this kernel only
 // where that is exact (levels out, no float bias, residual or join, an int32 bias the sums can
 // start at), as kiln-cpu's integer layer computes it.
 #include "common.cuh"
 #include "mma.cuh"
+#include "wgmma.cuh"
+
+// Where the architecture has wgmma (sm_90a), a step's 16 MMAs a warp are two warpgroup MMAs with
+// A in registers (the same window words) and the filter in shared memory, 128-byte swizzled.
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+#define FC_WGMMA 1
+#else
+#define FC_WGMMA 0
+#endif
 
 #define FC_TH 8           // output rows a tile
 #define FC_TW 16          // output columns a tile: one m16 row block of the MMA
@@ -63,6 +75,13 @@ struct Quotient {
 struct Window4 {
     int rows, pitch, groups;
 };
+
+// The filter's shared bytes (the host's `filter_bytes`): rows of taps + 4 words for mma.sync's
+// ldmatrix, or wgmma's K-blocks of 128 bytes a filter, whichever is larger, and 1024 bytes to
+// align the swizzled blocks.
+__device__ __forceinline__ int filter_region_bytes(int taps) {
+    return max(FC_BN * (taps + 4) * 4, (taps * 4 + 127) / 128 * FC_BN * 128) + 1024;
+}
 
 // The loads of the group at window row `row`, column 4·`group` for the tile whose window starts
 // at input row ih0, column col0 (a multiple of 4) of image `xi`: each channel's 4 bytes in one
@@ -118,10 +137,9 @@ __device__ __forceinline__ void few_channels(const Window& win, i64 xs_n, i64 xs
     wd.rows = (FC_TH - 1) * sh + ((int)win.kh - 1) * dh + 1;
     wd.pitch = ((FC_TW - 1) * sw + (kw - 1) * dw + 1 + 3 + 3) / 4 * 4;
     wd.groups = wd.rows * wd.pitch / 4;
-    const int filter_pitch = taps + 4;  // words: the 8 filters one B load reads fall in different banks
-    unsigned* window = reinterpret_cast<unsigned*>(smem);
-    unsigned* filter = window + wd.rows * wd.pitch;
-    int* tap_offset = reinterpret_cast<int*>(filter + FC_BN * filter_pitch);
+    unsigned char* filter_region = smem;
+    unsigned* window = reinterpret_cast<unsigned*>(smem + filter_region_bytes(taps));
+    int* tap_offset = reinterpret_cast<int*>(window + wd.rows * wd.pitch);
     unsigned char* out_tile = reinterpret_cast<unsigned char*>(tap_offset + taps);
     // The block's channels' int32 biases and scales (the last channel's past the filters).
     __shared__ int2 bias_pairs[FC_BN / 2];
@@ -136,7 +154,23 @@ __device__ __forceinline__ void few_channels(const Window& win, i64 xs_n, i64 xs
 
     // The block's filters and each tap's offset in the window, once.
     const unsigned* filter_words = reinterpret_cast<const unsigned*>(wt) + (i64)n0 * taps;
+#if FC_WGMMA
+    // K-major, 128-byte rows swizzled as the TMA's SWIZZLE_128B lays them (a row's 16-byte pieces
+    // permuted by row % 8), a K-block of 128 bytes a filter after another.
+    const unsigned region = (unsigned)__cvta_generic_to_shared(filter_region);
+    unsigned char* filter = filter_region + (1024 - region % 1024) % 1024;
+    for (int i = tid; i < FC_BN * taps; i += FC_THREADS) {
+        const int f = i / taps, depth = 4 * (i % taps), r = depth % 128;
+        *reinterpret_cast<unsigned*>(filter + (depth / 128) * (FC_BN * 128) + f * 128 + ((r / 16) ^ (f % 8)) * 16 + r % 16) = filter_words[i];
+    }
+    // wgmma reads shared memory through the async proxy (the tile loop's first barrier orders it).
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    const unsigned b_low = wgmma_descriptor_low(filter);
+#else
+    const int filter_pitch = taps + 4;  // words: the 8 filters one B load reads fall in different banks
+    unsigned* filter = reinterpret_cast<unsigned*>(filter_region);
     for (int i = tid; i < FC_BN * taps; i += FC_THREADS) filter[(i / taps) * filter_pitch + i % taps] = filter_words[i];
+#endif
     // In bytes: the main loop adds them to shared-space addresses.
     for (int i = tid; i < taps; i += FC_THREADS) tap_offset[i] = 4 * (i < (int)(win.kh * kw) ? (i / kw) * dh * wd.pitch + (i % kw) * dw : 0);
     for (int i = tid; i < FC_BN; i += FC_THREADS) {
@@ -151,9 +185,11 @@ __device__ __forceinline__ void few_channels(const Window& win, i64 xs_n, i64 xs
     // This thread's channel pair of n-tile nt in the block (its bias and scale are read where
     // used: held across the main loop they cost 16 registers and spills).
     auto pair_of = [&](int nt) { return warp_n * NT * 4 + nt * 4 + t; };
+#if !FC_WGMMA
     // ldmatrix's rows of the B fragments, n-tiles nt and nt + 1 from one x4 load (as int8_conv.cu
     // reads them): filter (lane % 8) + 8·(lane / 16), depth bytes 16·((lane / 8) % 2) on.
     const unsigned b_base = (unsigned)__cvta_generic_to_shared(filter) + (warp_n * NT * 8 + lane % 8 + (lane / 16) * 8) * filter_pitch * 4 + ((lane / 8) % 2) * 16;
+#endif
     const unsigned char* window_bytes = reinterpret_cast<const unsigned char*>(window);
     auto window_word = [&](int at) { return *reinterpret_cast<const unsigned*>(window_bytes + at); };
 
@@ -180,13 +216,18 @@ __device__ __forceinline__ void few_channels(const Window& win, i64 xs_n, i64 xs
     const bool prefetch = wd.groups <= FC_PREFETCH * FC_THREADS;
     const int groups_per_row = wd.pitch / 4;
     unsigned pre[FC_PREFETCH][4];
+    // A thread's groups are the same window rows and columns in every tile: divided once.
+    int my_row[FC_PREFETCH], my_group[FC_PREFETCH];
+#pragma unroll
+    for (int k = 0; k < FC_PREFETCH; ++k) {
+        my_row[k] = (tid + k * FC_THREADS) / groups_per_row;
+        my_group[k] = (tid + k * FC_THREADS) % groups_per_row;
+    }
     auto fetch_mine = [&](unsigned at) {
         const Origin o = origin(at);
 #pragma unroll
-        for (int k = 0; k < FC_PREFETCH; ++k) {
-            const int gi = tid + k * FC_THREADS;
-            if (gi < wd.groups) fetch_group(win, xs_c, xs_h, xs_w, words, x + o.img * xs_n, o.ih0, o.col0, gi / groups_per_row, gi % groups_per_row, pre[k]);
-        }
+        for (int k = 0; k < FC_PREFETCH; ++k)
+            if (tid + k * FC_THREADS < wd.groups) fetch_group(win, xs_c, xs_h, xs_w, words, x + o.img * xs_n, o.ih0, o.col0, my_row[k], my_group[k], pre[k]);
     };
     unsigned tile = blockIdx.x / filter_blocks;
     if (prefetch && tile < tiles) fetch_mine(tile);
@@ -207,15 +248,16 @@ __device__ __forceinline__ void few_channels(const Window& win, i64 xs_n, i64 xs
         __syncthreads();
         if (prefetch && tile + tile_stride < tiles) fetch_mine(tile + tile_stride);
 
+        // The sums start at 0 and take the bias in the epilogue: preset, the compiler copied the
+        // 64 accumulators into place for each entry of the unrolled loop (190 instructions a
+        // warp's tile, a tenth of them; SASS, session 60).
         int acc[MT][NT][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-                const int2 b = bias_pairs[pair_of(nt)];
-                acc[mt][nt][0] = acc[mt][nt][2] = b.x;
-                acc[mt][nt][1] = acc[mt][nt][3] = b.y;
-            }
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0;
         // A fragment rows g and g + 8 of m-tile mt are output row warp_m·MT + mt, columns g and
         // g + 8 (their byte offsets in the window); its words t and 4 + t of a step are taps
         // 8·step + t and 8·step + 4 + t.
@@ -224,10 +266,8 @@ __device__ __forceinline__ void few_channels(const Window& win, i64 xs_n, i64 xs
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int half = 0; half < 2; ++half) pixel[mt][half] = 4 * ((warp_m * MT + mt) * sh * wd.pitch + (g + 8 * half) * sw + o.shift);
-#pragma unroll 2
-        for (int tap = 0; tap < taps; tap += 8) {
+        auto load_a = [&](int tap, unsigned (&a)[MT][4]) {
             const int lo_tap = tap_offset[tap + t], hi_tap = tap_offset[tap + 4 + t];
-            unsigned a[MT][4];
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
                 a[mt][0] = window_word(pixel[mt][0] + lo_tap);
@@ -235,6 +275,43 @@ __device__ __forceinline__ void few_channels(const Window& win, i64 xs_n, i64 xs
                 a[mt][2] = window_word(pixel[mt][0] + hi_tap);
                 a[mt][3] = window_word(pixel[mt][1] + hi_tap);
             }
+        };
+#if FC_WGMMA
+        // The block is one warpgroup: its m-tile mt is warp w's rows of output row 2w + mt. A step
+        // issues both m-tiles' MMAs on the filter's 32 bytes of depth at 4·tap, and loads the next
+        // step's A words while they run (the registers alternate; each pair is kept live through
+        // the wait, as the MMAs read them asynchronously).
+        auto issue = [&](int tap, unsigned (&a)[MT][4]) {
+            const unsigned depth = 4 * tap;
+            const unsigned long long b = wgmma_sw128(b_low + (depth / 128) * (FC_BN * 128 / 16) + (depth % 128) / 16, 1024);
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) wgmma_s8_rs_n64(&acc[mt][0][0], a[mt], b, tap != 0);
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        };
+        auto retire = [&](unsigned (&a)[MT][4]) {
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+            wgmma_fence_operands<MT * 4>(&a[0][0]);
+        };
+        unsigned a0[MT][4], a1[MT][4];
+        load_a(0, a0);
+#pragma unroll 1
+        for (int tap = 0;;) {
+            issue(tap, a0);
+            if (tap + 8 < taps) load_a(tap + 8, a1);
+            retire(a0);
+            if ((tap += 8) >= taps) break;
+            issue(tap, a1);
+            if (tap + 8 < taps) load_a(tap + 8, a0);
+            retire(a1);
+            if ((tap += 8) >= taps) break;
+        }
+        wgmma_fence_operands<MT * NT * 4>(&acc[0][0][0]);
+#else
+#pragma unroll 2
+        for (int tap = 0; tap < taps; tap += 8) {
+            unsigned a[MT][4];
+            load_a(tap, a);
 #pragma unroll
             for (int nt = 0; nt < NT; nt += 2) {
                 unsigned b[4];
@@ -246,19 +323,21 @@ __device__ __forceinline__ void few_channels(const Window& win, i64 xs_n, i64 xs
                 }
             }
         }
+#endif
 
         // Levels into the output tile ([pixel][filter], 16-byte rows), then out in 16-byte pieces.
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
             const int col = warp_n * NT * 8 + nt * 8 + 2 * t;
             const float2 scale = scale_pairs[pair_of(nt)];
+            const int2 bias = bias_pairs[pair_of(nt)];
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
                 for (int half = 0; half < 2; ++half) {
                     const int row = (warp_m * MT + mt) * FC_TW + g + 8 * half;
-                    unsigned char b0 = level_of_sum(acc[mt][nt][2 * half], scale.x, low_f, high_f, zero);
-                    unsigned char b1 = level_of_sum(acc[mt][nt][2 * half + 1], scale.y, low_f, high_f, zero);
+                    unsigned char b0 = level_of_sum(acc[mt][nt][2 * half] + bias.x, scale.x, low_f, high_f, zero);
+                    unsigned char b1 = level_of_sum(acc[mt][nt][2 * half + 1] + bias.y, scale.y, low_f, high_f, zero);
                     if (e.then) {
                         b0 = then_levels[b0];
                         b1 = then_levels[b1];

@@ -25,6 +25,15 @@ __device__ __forceinline__ unsigned long long wgmma_sw128(unsigned low, unsigned
     return ((unsigned long long)((group_stride_bytes >> 4) | (1u << 30)) << 32) | low;
 }
 
+// The 32 accumulator operands d[o] … d[o + 31] of a wgmma's inline assembly, in order.
+#define KILN_WGMMA_D32(d, o)                                                                                         \
+    "+r"(d[o + 0]), "+r"(d[o + 1]), "+r"(d[o + 2]), "+r"(d[o + 3]), "+r"(d[o + 4]), "+r"(d[o + 5]), "+r"(d[o + 6]),   \
+        "+r"(d[o + 7]), "+r"(d[o + 8]), "+r"(d[o + 9]), "+r"(d[o + 10]), "+r"(d[o + 11]), "+r"(d[o + 12]),            \
+        "+r"(d[o + 13]), "+r"(d[o + 14]), "+r"(d[o + 15]), "+r"(d[o + 16]), "+r"(d[o + 17]), "+r"(d[o + 18]),         \
+        "+r"(d[o + 19]), "+r"(d[o + 20]), "+r"(d[o + 21]), "+r"(d[o + 22]), "+r"(d[o + 23]), "+r"(d[o + 24]),         \
+        "+r"(d[o + 25]), "+r"(d[o + 26]), "+r"(d[o + 27]), "+r"(d[o + 28]), "+r"(d[o + 29]), "+r"(d[o + 30]),         \
+        "+r"(d[o + 31])
+
 // One warpgroup's D[64][BN] += A[64][32] · B[BN][32]ᵀ (int8 × int8 → int32), both operands in
 // shared memory. d is the warpgroup's accumulator fragment: mma.sync's m16n8 layout per 8
 // columns over the warp's 16 rows.
@@ -37,10 +46,7 @@ template <int BN> __device__ __forceinline__ void wgmma_s8(int* d, unsigned long
             "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
             "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
             "}, %32, %33, p;\n}\n"
-            : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
-              "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]),
-              "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
-              "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
+            : KILN_WGMMA_D32(d, 0)
             : "l"(a), "l"(b), "r"(1));
     } else if constexpr (BN == 192) {
         asm volatile(
@@ -53,18 +59,7 @@ template <int BN> __device__ __forceinline__ void wgmma_s8(int* d, unsigned long
             "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
             "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
             "}, %96, %97, p;\n}\n"
-            : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
-              "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]),
-              "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
-              "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]),
-              "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]),
-              "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]),
-              "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]),
-              "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63]),
-              "+r"(d[64]), "+r"(d[65]), "+r"(d[66]), "+r"(d[67]), "+r"(d[68]), "+r"(d[69]), "+r"(d[70]), "+r"(d[71]),
-              "+r"(d[72]), "+r"(d[73]), "+r"(d[74]), "+r"(d[75]), "+r"(d[76]), "+r"(d[77]), "+r"(d[78]), "+r"(d[79]),
-              "+r"(d[80]), "+r"(d[81]), "+r"(d[82]), "+r"(d[83]), "+r"(d[84]), "+r"(d[85]), "+r"(d[86]), "+r"(d[87]),
-              "+r"(d[88]), "+r"(d[89]), "+r"(d[90]), "+r"(d[91]), "+r"(d[92]), "+r"(d[93]), "+r"(d[94]), "+r"(d[95])
+            : KILN_WGMMA_D32(d, 0), KILN_WGMMA_D32(d, 32), KILN_WGMMA_D32(d, 64)
             : "l"(a), "l"(b), "r"(1));
     } else {
         asm volatile(
@@ -75,20 +70,28 @@ template <int BN> __device__ __forceinline__ void wgmma_s8(int* d, unsigned long
             "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
             "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
             "}, %64, %65, p;\n}\n"
-            : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
-              "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]),
-              "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
-              "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]),
-              "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]),
-              "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]),
-              "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]),
-              "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
+            : KILN_WGMMA_D32(d, 0), KILN_WGMMA_D32(d, 32)
             : "l"(a), "l"(b), "r"(1));
     }
 }
 
-// Keeps the compiler from reading the accumulators before wgmma.wait_group has returned.
-template <int N> __device__ __forceinline__ void wgmma_fence_operands(int* d) {
+// One warpgroup's D[64][64] (+)= A[64][32] · B[64][32]ᵀ (int8 × int8 → int32) with A in registers:
+// each warp's 16 rows as mma.sync m16n8k32's A fragment (a[0..3]), B in shared memory. D is
+// overwritten where `accumulate` is 0 (the first depth step), so it needs no initial value.
+__device__ __forceinline__ void wgmma_s8_rs_n64(int* d, const unsigned* a, unsigned long long b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, {%32, %33, %34, %35}, %36, p;\n}\n"
+        : KILN_WGMMA_D32(d, 0)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+}
+
+// Keeps the compiler from reading the accumulators before wgmma.wait_group has returned, or from
+// reusing registers an MMA reads (its A fragment) before then.
+template <int N, typename T> __device__ __forceinline__ void wgmma_fence_operands(T* d) {
 #pragma unroll
     for (int i = 0; i < N; ++i) asm volatile("" : "+r"(d[i])::"memory");
 }

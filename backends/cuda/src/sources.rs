@@ -232,12 +232,12 @@ impl Source {
         Kernel { source: self, name: name.into() }
     }
 
-    /// The target this source compiles for on a device of `arch`: the INT8 convolution's sources
+    /// The target this source compiles for on a device of `arch`: the INT8 convolutions' sources
     /// and `int8_gemm.cu` take Hopper's arch-specific features (wgmma) on sm_90, whose `sm_90a`
     /// images load on any sm_90 device; every other source compiles for `arch` itself.
     pub fn target(self, arch: &str) -> String {
         match (self, arch) {
-            (Source::Int8Conv | Source::Int8ConvGeneral | Source::Int8ConvWgGeneral | Source::Int8Gemm, "sm_90") => "sm_90a".to_string(),
+            (Source::Int8Conv | Source::Int8ConvGeneral | Source::Int8ConvWgGeneral | Source::Int8FewChannels | Source::Int8Gemm, "sm_90") => "sm_90a".to_string(),
             _ => arch.to_string(),
         }
     }

@@ -39,9 +39,18 @@ fn padded_taps(w: &[usize]) -> usize {
     w[2].saturating_mul(w[3]).saturating_add(TAPS_PER_STEP - 1) / TAPS_PER_STEP * TAPS_PER_STEP
 }
 
-/// A block's dynamic shared bytes: the input window (a word a pixel, rows of whole groups of 4
-/// with 3 more columns for its start rounded down to a multiple of 4), the filter block (rows of
-/// taps + 4 words), each tap's offset and the output tile.
+/// The filter block's shared bytes (the kernel's `filter_region_bytes`): rows of taps + 4 words
+/// for mma.sync, or sm_90a's wgmma K-blocks of 128 bytes a filter, whichever is larger, and 1024
+/// bytes to align the blocks for their swizzle.
+fn filter_bytes(taps: usize) -> usize {
+    let rows = taps.saturating_add(4).saturating_mul(4 * FILTERS_PER_BLOCK);
+    let blocks = taps.saturating_mul(4).div_ceil(128).saturating_mul(128 * FILTERS_PER_BLOCK);
+    rows.max(blocks).saturating_add(1024)
+}
+
+/// A block's dynamic shared bytes: the filter block, the input window (a word a pixel, rows of
+/// whole groups of 4 with 3 more columns for its start rounded down to a multiple of 4), each
+/// tap's offset and the output tile.
 fn shared_bytes(c: &kiln::ConvolutionParams, w: &[usize]) -> usize {
     let Geometry { strides: (sh, sw), dilations: (dh, dw), .. } = Geometry::of(c);
     // Saturating: a model's strides and dilations are unbounded attributes (the sum then fails
@@ -53,7 +62,7 @@ fn shared_bytes(c: &kiln::ConvolutionParams, w: &[usize]) -> usize {
     let (rows, columns) = (span(TILE_ROWS, sh, w[2], dh), span(TILE_COLUMNS, sw, w[3], dw));
     let taps = padded_taps(w);
     let window = rows.saturating_mul(columns.saturating_add(6) / 4 * 4).saturating_mul(4);
-    let filter = taps.saturating_add(4).saturating_mul(4 * FILTERS_PER_BLOCK).saturating_add(taps.saturating_mul(4));
+    let filter = filter_bytes(taps).saturating_add(taps.saturating_mul(4));
     window.saturating_add(filter).saturating_add(TILE_ROWS * TILE_COLUMNS * OUT_PITCH)
 }
 
@@ -162,9 +171,14 @@ mod tests {
     fn a_resnet_stem_fits_and_its_shared_memory_is_counted_as_the_kernel_lays_it_out() {
         let (x, w) = ([256, 3, 224, 224], [64, 3, 7, 7]);
         assert!(applies(&conv([2, 2], [1, 1]), &x, &w));
-        // Window 21 rows × 40 words (37 columns + 3, in fours), 64 filters × (56 + 4) words,
-        // 56 tap offsets, 128 pixels × 80 bytes.
-        assert_eq!(shared_bytes(&conv([2, 2], [1, 1]), &w), 4 * 21 * 40 + 4 * 64 * 60 + 4 * 56 + 128 * 80);
+        // Window 21 rows × 40 words (37 columns + 3, in fours); the filter as wgmma's two K-blocks
+        // of 64 × 128 bytes (more than mma.sync's 64 × (56 + 4) words) and 1024 bytes of
+        // alignment; 56 tap offsets; 128 pixels × 80 bytes.
+        assert_eq!(shared_bytes(&conv([2, 2], [1, 1]), &w), 4 * 21 * 40 + 2 * 64 * 128 + 1024 + 4 * 56 + 128 * 80);
+        // A 5×5 filter (32 padded taps): mma.sync's rows are the larger; a 3×3 one (16) takes a
+        // whole 128-byte K-block a filter.
+        assert_eq!(filter_bytes(32), 4 * 64 * 36 + 1024);
+        assert_eq!(filter_bytes(16), 64 * 128 + 1024);
     }
 
     #[test]
