@@ -349,4 +349,27 @@ mod tests {
         assert!(checked >= 20, "{checked} kernels (a macro's count once)");
         assert!(!Source::Attention.programmatic() && !Source::Copy.programmatic());
     }
+
+    /// Whether `text` or a header it includes (transitively) takes Hopper's arch-specific
+    /// features: wgmma, or code behind `__CUDA_ARCH_FEAT_SM90_ALL`.
+    fn arch_specific(text: &str) -> bool {
+        text.contains("__CUDA_ARCH_FEAT_SM90_ALL")
+            || text.contains("wgmma.")
+            || super::HEADERS.iter().any(|(name, header)| text.contains(&format!("#include \"{name}\"")) && arch_specific(header))
+    }
+
+    /// A source with arch-specific code compiles for sm_90a on an sm_90 device, and only such a
+    /// source: compiled for plain sm_90 its wgmma path is silently left out (the few-channel
+    /// stem ran its mma.sync path so until session 60).
+    #[test]
+    fn sources_with_wgmma_compile_for_sm_90a() {
+        let mut specific = 0;
+        for source in Source::ALL {
+            let wants = arch_specific(&source.embedded_text());
+            specific += usize::from(wants);
+            assert_eq!(source.target("sm_90") == "sm_90a", wants, "{source:?}");
+            assert_eq!(source.target("sm_80"), "sm_80", "{source:?}");
+        }
+        assert!(specific >= 5, "{specific} sources with wgmma");
+    }
 }
