@@ -157,11 +157,10 @@ __device__ __forceinline__ void few_channels(const Window& win, i64 xs_n, i64 xs
 #if FC_WGMMA
     // K-major, 128-byte rows swizzled as the TMA's SWIZZLE_128B lays them (a row's 16-byte pieces
     // permuted by row % 8), a K-block of 128 bytes a filter after another.
-    const unsigned region = (unsigned)__cvta_generic_to_shared(filter_region);
-    unsigned char* filter = filter_region + (1024 - region % 1024) % 1024;
+    unsigned char* filter = filter_region + sw128_padding((unsigned)__cvta_generic_to_shared(filter_region));
     for (int i = tid; i < FC_BN * taps; i += FC_THREADS) {
         const int f = i / taps, depth = 4 * (i % taps), r = depth % 128;
-        *reinterpret_cast<unsigned*>(filter + (depth / 128) * (FC_BN * 128) + f * 128 + ((r / 16) ^ (f % 8)) * 16 + r % 16) = filter_words[i];
+        *reinterpret_cast<unsigned*>(filter + (depth / 128) * (FC_BN * 128) + sw128_offset(f, r / 16) + r % 16) = filter_words[i];
     }
     // wgmma reads shared memory through the async proxy (the tile loop's first barrier orders it).
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");

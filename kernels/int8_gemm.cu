@@ -84,7 +84,6 @@ struct RingSlot {
 #define IG_STAGE_BYTES(HALVES, COLS) ((IG_BM * (HALVES) + (COLS)) * IG_BK)
 #define IG_OUT_PITCH(COLS) ((COLS) + 16)  // a consumer's output rows: 16-byte pieces, spread banks
 #define IG_OUT_BYTES(COLS) (IG_BM * IG_OUT_PITCH(COLS))  // one m64 block's levels: the halves leave in turn
-#define IG_ALIGN 1024                   // the 128-byte swizzle's pattern repeats every 8 rows
 #define IG_TABLE_BYTES (IG_BN * 256)    // a tile's rows of a lookup table
 
 // The consumers' and barriers' part of the shared memory, every kernel's (fields, so that each
@@ -101,7 +100,7 @@ struct RingSlot {
     unsigned char then_levels[256];
 
 // The dynamic shared memory: the ring's stages (1024-aligned), then IG_GEMM_PARTS. The host's
-// `shared_bytes` (which still counts two tiles' int32 biases) is this plus IG_ALIGN.
+// `shared_bytes` (which still counts two tiles' int32 biases) is this plus 1024 (sw128_padding).
 template <int STAGES, int TABLE_BYTES, int HALVES, int COLS, int CONSUMERS>
 struct GemmShared {
     unsigned char stages[STAGES][IG_STAGE_BYTES(HALVES, COLS)];
@@ -433,7 +432,7 @@ __device__ __forceinline__ void gather_activations(Shared& sm, const Sched& sche
                 const int row = tid / 8 + 16 * j;
                 const int top = corner_at[j] >> 16, left = (short)(corner_at[j] & 0xffff);
                 const bool valid = d < depth && (unsigned)(top + dy) < (unsigned)h && (unsigned)(left + dx) < (unsigned)w;
-                cp_async16_to(stage + row * IG_BK + ((piece ^ (row % 8)) * 16), valid ? x + corner[j] + offset : x, valid);
+                cp_async16_to(stage + sw128_offset(row, piece), valid ? x + corner[j] + offset : x, valid);
             }
             asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(shared_address(&sm.full[s])) : "memory");
             d += IG_BK;
@@ -474,7 +473,7 @@ __device__ __forceinline__ void int8_gemm_tma(const TensorMap& x_map, const Tens
     using Shared = typename Either<TABLE, JoinShared<STAGES, CONSUMERS>, typename Either<LINE, JoinLineShared<STAGES, CONSUMERS>, Plain>::type>::type;
     constexpr int ROWS = IG_BM * STAGE_HALVES;
     extern __shared__ __align__(16) unsigned char dynamic_smem[];
-    unsigned char* base = dynamic_smem + (IG_ALIGN - shared_address(dynamic_smem) % IG_ALIGN) % IG_ALIGN;
+    unsigned char* base = dynamic_smem + sw128_padding(shared_address(dynamic_smem));
     if constexpr (TABLE) {
         constexpr unsigned at = IG_JOIN_TABLE_AT - Shared::TABLE_OFFSET;
         if (shared_address(dynamic_smem) <= at) base = dynamic_smem + (at - shared_address(dynamic_smem));

@@ -14,6 +14,14 @@ __device__ __forceinline__ unsigned wgmma_descriptor_low(const void* p) {
     return (((unsigned)__cvta_generic_to_shared(p) & 0x3FFFF) >> 4) | (1u << 16);
 }
 
+// Tiles of 128-byte rows with the 128-byte swizzle (wgmma_sw128's layout, the TMA's
+// SWIZZLE_128B): 16-byte piece `piece` of row `row` lies at this byte offset, the pieces permuted
+// by row % 8. The pattern repeats every 8 rows, so a tile starts 1024-aligned (sw128_padding).
+__device__ __forceinline__ int sw128_offset(int row, int piece) { return row * 128 + (piece ^ (row % 8)) * 16; }
+
+// The bytes from shared address `at` to the first where a 128-byte-swizzled tile may start.
+__device__ __forceinline__ unsigned sw128_padding(unsigned at) { return (1024 - at % 1024) % 1024; }
+
 // The 64-byte swizzle (mode 2).
 __device__ __forceinline__ unsigned long long wgmma_descriptor_sw64(const void* p, unsigned group_stride_bytes) {
     return ((unsigned long long)((group_stride_bytes >> 4) | (2u << 30)) << 32) | wgmma_descriptor_low(p);
