@@ -58,6 +58,21 @@ __device__ __forceinline__ void chain_load(const ChainLayout& l, int s, unsigned
     }
 }
 
+// V lanes of slot `s` at [o, k, c] of a reduction's [outer, len, inner] view (rank 3: the
+// generated `chain_reduce_*`): a V-wide load where the slot's inner stride is 1, its one element
+// broadcast where it is 0 (the host allows no other inner stride for V > 1).
+template <int V, typename T>
+__device__ __forceinline__ void chain_reduce_load(const ChainLayout& l, int s, i64 o, i64 k, i64 c, const T* p, float* f) {
+    const i64 off = l.offset[s] + o * l.stride[s][0] + k * l.stride[s][1] + c * l.stride[s][2];
+    if (V == 1 || l.stride[s][2] == 1) {
+        load_run<V>(p + off, f);
+    } else {
+        const float v = to_f(p[off]);
+#pragma unroll
+        for (int e = 0; e < V; ++e) f[e] = v;
+    }
+}
+
 // V lanes of slot `s` for element `i`, at `k` in its row (`chain_rows`, whose host sets `row`
 // bits only where the row is the innermost dim). Dense and repeated-row slots need no element
 // coordinates `c` (three divisions, more instructions than the row's arithmetic): the kernel

@@ -2,15 +2,7 @@
 // [outer, len, inner]; one warp handles one (outer, inner) row of `len` elements, stride `inner`.
 #include "common.cuh"
 #include "levels.cuh"
-
-// The maximum over each group of G aligned lanes, as lanes_sum.
-template <int G = 32>
-__device__ __forceinline__ float lanes_max(float v) {
-#pragma unroll
-    for (int o = G / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-__device__ __forceinline__ float warp_max(float v) { return lanes_max<32>(v); }
+#include "reduce.cuh"
 
 #define ROW_SETUP \
     i64 warp = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32; \
@@ -175,102 +167,24 @@ __device__ void softmax_masked(i64 rows, i64 len, Layout ml, i64 mask_stride, in
     }
 }
 
-// Reduce op codes: must match kiln-cuda's ReduceCode.
+// Reduce (reduce.cuh's op codes) of each (outer, inner) row, a warp a row.
 template <typename T>
 __device__ void reduce(int op, i64 outer, i64 len, i64 inner, const T* x, T* y) {
     ROW_SETUP
-    float acc;
-    if (op == 2) {  // max
-        acc = -INFINITY;
-        for (i64 k = lane; k < len; k += 32) acc = fmaxf(acc, to_f(x[base + k * inner]));
-        acc = warp_max(acc);
-    } else if (op == 3) {  // min
-        acc = INFINITY;
-        for (i64 k = lane; k < len; k += 32) acc = fminf(acc, to_f(x[base + k * inner]));
-        acc = -warp_max(-acc);
-    } else if (op == 1) {  // prod: shuffle-multiply
-        acc = 1.0f;
-        for (i64 k = lane; k < len; k += 32) acc *= to_f(x[base + k * inner]);
-        for (int o = 16; o > 0; o >>= 1) acc *= __shfl_xor_sync(0xffffffffu, acc, o);
-    } else if (op == 8) {  // log-sum-exp
-        float m = -INFINITY;
-        for (i64 k = lane; k < len; k += 32) m = fmaxf(m, to_f(x[base + k * inner]));
-        m = warp_max(m);
-        acc = 0.0f;
-        for (i64 k = lane; k < len; k += 32) acc += expf(to_f(x[base + k * inner]) - m);
-        acc = warp_sum(acc);
-        acc = (m == -INFINITY) ? m : m + logf(acc);
-    } else {  // sums: 0 sum, 4 mean, 5 L1, 6 L2, 7 log-sum, 9 sum of squares
-        acc = 0.0f;
-        for (i64 k = lane; k < len; k += 32) {
-            float v = to_f(x[base + k * inner]);
-            acc += (op == 5) ? fabsf(v) : (op == 6 || op == 9) ? v * v : v;
-        }
-        acc = warp_sum(acc);
-        if (op == 4) acc /= (float)len;
-        if (op == 6) acc = sqrtf(acc);
-        if (op == 7) acc = logf(acc);
-    }
+    const float acc = reduce_row(op, len, lane, [&](i64 k) { return to_f(x[base + k * inner]); });
     if (lane == 0) y[(warp / inner) * inner + (warp % inner)] = from_f<T>(acc);
 }
 
-// `reduce` over a middle axis with a wide inner extent (an NHWC global pooling: [n, h·w, c]
-// over h·w): a block of 32 × V columns × ROWS row-strided partial sums, so each warp reads
-// 32 neighbouring runs of V elements (a row-per-warp walk would read one element per sector),
-// then the partials meet in shared memory. Grid: (ceil(inner / (32·V)), outer, splits). The sum
-// family, max, min. V = 1 (32 rows) reads any inner extent; the runs (V = 16 bytes of elements,
-// 8 rows: a 7×7 pooling's 49 rows is a few loads a thread) need inner % V == 0 and aligned
-// tensors (the host's check): one element a thread read 64 bytes a warp, half a DRAM burst.
-//
-// A long reduction over few columns (an early squeeze-excitation pooling: 32 images × 32
-// channels over 112·112 pixels made 32 blocks for 51 MB) splits its rows: block z of the grid's
-// `splits` reduces rows [z·chunk, (z+1)·chunk) into f32 partials [outer, splits, inner]
-// (`PARTIAL`: no result step), and a second pass over them (`FROM_PARTIALS`: combined as
-// partials, not terms) takes the result with the whole length's `result_len`.
-#define COLUMN_ROWS 32
-#define COLUMN_RUN_ROWS 8
-__device__ __forceinline__ float column_term(int op, float acc, float v) {
-    return op == 2 ? fmaxf(acc, v) : op == 3 ? fminf(acc, v) : acc + ((op == 5) ? fabsf(v) : (op == 6 || op == 9) ? v * v : v);
-}
-__device__ __forceinline__ float column_partials(int op, float acc, float v) { return op == 2 ? fmaxf(acc, v) : op == 3 ? fminf(acc, v) : acc + v; }
-__device__ __forceinline__ float column_result(int op, float acc, i64 len) {
-    if (op == 4) acc /= (float)len;
-    if (op == 6) acc = sqrtf(acc);
-    if (op == 7) acc = logf(acc);
-    return acc;
-}
-
+// `reduce` over a middle axis with a wide inner extent (reduce.cuh's columns_reduce) of T into
+// O. A long reduction over few columns (an early squeeze-excitation pooling: 32 images × 32
+// channels over 112·112 pixels made 32 blocks for 51 MB) splits its rows into f32 partials
+// [outer, splits, inner] (`PARTIAL`), and a second pass over them (`FROM_PARTIALS`) takes the
+// result with the whole length's `result_len`.
 template <typename T, typename O, int V, int ROWS, bool PARTIAL, bool FROM_PARTIALS>
 __device__ void reduce_columns(int op, i64 outer, i64 len, i64 inner, i64 chunk, i64 result_len, const T* x, O* y) {
-    __shared__ float part[ROWS][V][33];
-    const int tx = threadIdx.x, ty = threadIdx.y;
-    const i64 c = ((i64)blockIdx.x * 32 + tx) * V, o = blockIdx.y;
-    const bool live = c < inner && o < outer;
-    float acc[V];
-#pragma unroll
-    for (int e = 0; e < V; ++e) acc[e] = op == 2 ? -INFINITY : op == 3 ? INFINITY : 0.0f;
-    if (live) {
-        const T* col = x + o * len * inner + c;
-        const i64 end = min(len, ((i64)blockIdx.z + 1) * chunk);
-        for (i64 k = (i64)blockIdx.z * chunk + ty; k < end; k += ROWS) {
-            float v[V];
-            load_run<V>(col + k * inner, v);
-#pragma unroll
-            for (int e = 0; e < V; ++e) acc[e] = FROM_PARTIALS ? column_partials(op, acc[e], v[e]) : column_term(op, acc[e], v[e]);
-        }
-    }
-#pragma unroll
-    for (int e = 0; e < V; ++e) part[ty][e][tx] = acc[e];
-    __syncthreads();
-    if (ty != 0 || !live) return;
-    for (int r = 1; r < ROWS; ++r)
-#pragma unroll
-        for (int e = 0; e < V; ++e) acc[e] = column_partials(op, acc[e], part[r][e][tx]);
-    if (!PARTIAL) {
-#pragma unroll
-        for (int e = 0; e < V; ++e) acc[e] = column_result(op, acc[e], result_len);
-    }
-    store_run<V>(y + (o * gridDim.z + blockIdx.z) * inner + c, acc);
+    columns_reduce<V, ROWS, PARTIAL, FROM_PARTIALS>(
+        op, outer, len, inner, chunk, result_len, [&](i64 o, i64 k, i64 c, float* v) { load_run<V>(x + o * len * inner + c + k * inner, v); },
+        [&](i64 at, const float* acc) { store_run<V>(y + at, acc); });
 }
 
 // The column kernels over T, into O: `PARTIAL` writes f32 partials of rows in chunks.

@@ -14,6 +14,7 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("unary.cuh", include_str!("../../../kernels/unary.cuh")),
     ("binary.cuh", include_str!("../../../kernels/binary.cuh")),
     ("chain.cuh", include_str!("../../../kernels/chain.cuh")),
+    ("reduce.cuh", include_str!("../../../kernels/reduce.cuh")),
     ("mma.cuh", include_str!("../../../kernels/mma.cuh")),
     ("wgmma.cuh", include_str!("../../../kernels/wgmma.cuh")),
     ("tma.cuh", include_str!("../../../kernels/tma.cuh")),

@@ -112,6 +112,7 @@ fn generated_chains_compile_with_every_op_for_sm80_and_sm90() {
         ],
         dequantized: vec![Some(0), Some(2), None],
         params: 10,
+        reduce: None,
     });
     // A residual join between two 8-bit tensors: the table kernels too.
     programs.push(Program {
@@ -120,6 +121,7 @@ fn generated_chains_compile_with_every_op_for_sm80_and_sm90() {
         steps: vec![Step::Binary { code: 0, operand: 0, running_first: true }, Step::Unary { code: 0, alpha: 0.0, beta: 0.0 }, Step::Quantize { param: 4, lo: -128, hi: 127 }],
         dequantized: vec![Some(0), Some(2)],
         params: 6,
+        reduce: None,
     });
     // A Q/DQ transformer's residual join, layer norm and quantization: a warp per row.
     programs.push(Program {
@@ -133,6 +135,7 @@ fn generated_chains_compile_with_every_op_for_sm80_and_sm90() {
         ],
         dequantized: vec![Some(0), None, Some(2), None, None],
         params: 6,
+        reduce: None,
     });
     // A row program reading one slot in both passes (an operand before the norm and after it),
     // its float input, its uint8 levels stored by the row (a dynamo-exported BERT's islands read
@@ -149,12 +152,27 @@ fn generated_chains_compile_with_every_op_for_sm80_and_sm90() {
         ],
         dequantized: vec![None, None, Some(0), None, None],
         params: 4,
+        reduce: None,
     });
+    // A Q/DQ CNN's head: two 8-bit tensors read dequantized, added, ReLU, averaged (an island
+    // that ends in a reduction: the `chain_reduce_*` kernels alone), and an f16 one with a
+    // float operand and no parameters.
+    programs.push(Program {
+        slots: vec![T::I8, T::U8],
+        out: T::F32,
+        steps: vec![Step::Binary { code: 0, operand: 0, running_first: true }, Step::Unary { code: 0, alpha: 0.0, beta: 0.0 }],
+        dequantized: vec![Some(0), Some(2)],
+        params: 4,
+        reduce: Some(4),
+    });
+    programs.push(Program { reduce: Some(2), ..Program::float(T::F16, vec![Step::Unary { code: 1, alpha: 0.0, beta: 0.0 }, Step::Binary { code: 2, operand: 0, running_first: true }], 1) });
     for program in &programs {
         let what = format!("{:?} -> {}", program.slots, program.out);
         let text = chain_source(program).expect("types the chains take");
         let source = Source::generated(text);
+        let reductions = ["chain_reduce_rows", "chain_reduce_columns", "chain_reduce_column_runs", "chain_reduce_column_partials", "chain_reduce_column_run_partials"];
         let names: &[&str] = match (program.normalizes(), program.table_entries()) {
+            _ if program.reduce.is_some() => &reductions,
             (true, _) => &["chain_rows"],
             (false, Some(_)) => &["chain", "chain_vec", "chain_table_fill", "chain_table", "chain_table_vec"],
             (false, None) if program.column_table().is_some() => &["chain", "chain_vec", "chain_column_fill", "chain_columns"],

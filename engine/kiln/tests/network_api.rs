@@ -244,3 +244,32 @@ fn attention_input_levels_must_match_their_grids_and_dequantize_to_a_float() {
         assert!(err.contains(says), "{says}: {err}");
     }
 }
+
+/// A fused layer's reduction ([`PostOp::Reduce`]) shapes its output as the Reduce layer it stands
+/// for, only as the last step of a pointwise island; elsewhere the rule is named.
+#[test]
+fn a_fused_reduction_ends_a_pointwise_island() {
+    let build = |anchor: FusedAnchor, anchor_inputs: usize, epilogue: Vec<PostOp>| {
+        let mut net = Network::new("island");
+        let a = net.add_input("a", DataType::F32, Shape::fixed(&[2, 8, 5, 5])).unwrap();
+        let b = net.add_input("b", DataType::F32, Shape::fixed(&[2, 8, 5, 5])).unwrap();
+        let inputs = if anchor_inputs == 2 { vec![Some(a), Some(b)] } else { vec![Some(a)] };
+        net.add_layer("island", LayerKind::Fused(FusedParams::new(anchor, anchor_inputs, epilogue)), inputs)
+            .map(|l| net.tensor(net.output(l, 0)).shape.to_string())
+            .map_err(|e| e.to_string())
+    };
+    let pool = |keep_dims| PostOp::Reduce { op: ReduceOp::Mean, axes: AxisMask::of(&[2, 3]).unwrap(), keep_dims };
+    let relu = PostOp::Activation(ActivationKind::Relu);
+    assert_eq!(build(FusedAnchor::Elementwise(ElementwiseOp::Sum), 2, vec![relu, pool(true)]).unwrap(), Shape::fixed(&[2, 8, 1, 1]).to_string());
+    assert_eq!(build(FusedAnchor::Activation(ActivationKind::Relu), 1, vec![pool(false)]).unwrap(), Shape::fixed(&[2, 8]).to_string());
+    let err = build(FusedAnchor::Elementwise(ElementwiseOp::Sum), 2, vec![pool(true), relu]).unwrap_err();
+    assert!(err.contains("only the last step may"), "{err}");
+    let conv = ConvolutionParams { groups: 1, strides: vec![1, 1], dilations: vec![1, 1], pre_padding: vec![0, 0], post_padding: vec![0, 0] };
+    let err = build(FusedAnchor::Convolution(conv), 2, vec![pool(true)]).unwrap_err();
+    assert!(err.contains("only a pointwise island's may"), "{err}");
+    let far = PostOp::Reduce { op: ReduceOp::Sum, axes: AxisMask(1 << 7), keep_dims: true };
+    assert!(build(FusedAnchor::Activation(ActivationKind::Relu), 1, vec![far]).is_err(), "an axis past the rank");
+    assert_eq!(AxisMask::of(&[2, 40]), None);
+    assert_eq!(AxisMask(0b1100).axes(), vec![2, 3]);
+    assert_eq!(format!("{:?}", pool(true)), "Reduce { op: Mean, axes: [2, 3], keep_dims: true }");
+}

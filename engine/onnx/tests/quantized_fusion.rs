@@ -623,8 +623,8 @@ fn a_layer_norm_between_quantizations_is_one_pass_over_the_rows() {
 /// A Q/DQ CNN's head, `DequantizeLinear ×2 → Add → Relu → GlobalAveragePool → QuantizeLinear`:
 /// an FP16 build keeps the reduction f32 with the pointwise layers before it (the integers
 /// around them fix their precision), so the Add and ReLU read both 8-bit tensors as one island
-/// with no Cast between, the pooling averages its f32 output, and the levels are the
-/// unoptimized f32 graph's bit for bit.
+/// with no Cast between, the pooling is the island's last step (averaging its f32 values: the
+/// island's result is never written), and the levels are the unoptimized f32 graph's bit for bit.
 #[test]
 fn a_cnn_head_between_quantizations_reads_the_integers_in_an_fp16_build() {
     use kiln::{HostTensor, Shape, TensorData};
@@ -651,8 +651,12 @@ fn a_cnn_head_between_quantizations_reads_the_integers_in_an_fp16_build() {
         _ => None,
     });
     assert_eq!(island.map(|p| p.dequantized.len()), Some(2), "both 8-bit tensors read as integers: {}", built.dump());
-    let pool = built.layers().iter().find(|l| matches!(l.kind, LayerKind::Reduce { .. })).expect("the pooling");
-    assert_eq!(built.tensor(pool.inputs[0].expect("x")).dtype, DataType::F32, "{}", built.dump());
+    let island = island.expect("the island");
+    let pool = kiln::PostOp::Reduce { op: kiln::ReduceOp::Mean, axes: kiln::AxisMask(0b1100), keep_dims: true };
+    assert_eq!(island.epilogue.last(), Some(&pool), "the pooling ends the island: {}", built.dump());
+    assert!(built.layers().iter().all(|l| !matches!(l.kind, LayerKind::Reduce { .. })), "{}", built.dump());
+    let pooled = built.layers().iter().find(|l| matches!(l.kind, LayerKind::Fused(_))).expect("the island");
+    assert_eq!(built.tensor(pooled.outputs[0]).dtype, DataType::F32, "{}", built.dump());
     let levels = |seed: usize, data: fn(Vec<usize>) -> TensorData| HostTensor::new(shape.to_vec(), data((0..n).map(|i| (i * (31 + seed) + seed * 7) % 256).collect())).expect("levels");
     let a = levels(0, |v| TensorData::I8(v.into_iter().map(|b| b as u8 as i8).collect()));
     let r = levels(5, |v| TensorData::U8(v.into_iter().map(|b| b as u8).collect()));

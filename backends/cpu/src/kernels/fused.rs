@@ -54,7 +54,7 @@ pub fn fused(p: &FusedParams, inputs: &[Option<&HostTensor>], variant: Variant) 
     let input = |i: usize| inputs.get(i).copied().flatten().ok_or_else(|| format!("input {i} is missing"));
     for post in &p.epilogue {
         running = match *post {
-            PostOp::Activation(_) | PostOp::Unary(_) => step(&post.kind(), &[Some(&running)])?,
+            PostOp::Activation(_) | PostOp::Unary(_) | PostOp::Reduce { .. } => step(&post.kind(), &[Some(&running)])?,
             PostOp::Elementwise {
                 operand,
                 running_first,

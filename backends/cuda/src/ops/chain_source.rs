@@ -32,7 +32,9 @@ pub enum Step {
 /// A chain's kernel: the storage type of each slot (slot 0 the running input, then each
 /// operand), of the output, the steps, and per slot the float parameters (`q[p]` the scale,
 /// `q[p + 1]` the zero point) it is read dequantized with, if it is; `params` float
-/// parameters follow the output pointer.
+/// parameters follow the output pointer. `reduce`: the Reduce op code (kernels/reduce.cuh) the
+/// program's values are reduced by, for a chain that ends in a reduction (its kernels are then
+/// the `chain_reduce_*` ones alone).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Program {
     pub slots: Vec<DataType>,
@@ -40,12 +42,13 @@ pub struct Program {
     pub steps: Vec<Step>,
     pub dequantized: Vec<Option<usize>>,
     pub params: usize,
+    pub reduce: Option<i32>,
 }
 
 impl Program {
     /// A chain of one float type throughout, nothing quantized.
     pub fn float(dtype: DataType, steps: Vec<Step>, operands: usize) -> Program {
-        Program { slots: vec![dtype; operands + 1], out: dtype, steps, dequantized: vec![None; operands + 1], params: 0 }
+        Program { slots: vec![dtype; operands + 1], out: dtype, steps, dequantized: vec![None; operands + 1], params: 0, reduce: None }
     }
 
     /// Elements per vector access: 16 bytes of the widest type the chain reads or writes.
@@ -87,7 +90,7 @@ impl Program {
     /// The table kernels apply: every slot an 8-bit level read dequantized, at most two of
     /// them, and an 8-bit output, so the result is a function of at most 16 input bits.
     pub fn table_entries(&self) -> Option<usize> {
-        if self.normalizes() {
+        if self.normalizes() || self.reduce.is_some() {
             return None;
         }
         let levels = |t: DataType| matches!(t, DataType::I8 | DataType::U8);
@@ -104,7 +107,7 @@ impl Program {
     /// runs on the bias).
     pub fn column_table(&self) -> Option<usize> {
         let levels = |t: DataType| matches!(t, DataType::I8 | DataType::U8);
-        if self.normalizes() || self.slots.len() < 2 || !levels(self.out) || self.table_entries().is_some() {
+        if self.normalizes() || self.reduce.is_some() || self.slots.len() < 2 || !levels(self.out) || self.table_entries().is_some() {
             return None;
         }
         let mut level_slots = (0..self.slots.len()).filter(|&k| levels(self.slots[k]));
@@ -139,7 +142,11 @@ pub fn chain_source(program: &Program) -> Option<String> {
     let q_args: Vec<String> = (0..program.params).map(|j| format!("q{j}")).collect();
     args.extend(q_args.iter().cloned());
     let _ = writeln!(s, "// A kiln pointwise chain: {} steps, {} operands, {} -> {out}.", program.steps.len(), types.len() - 1, types.join(", "));
-    let _ = writeln!(s, "#include \"chain.cuh\"\n");
+    let _ = writeln!(s, "#include \"chain.cuh\"");
+    if program.reduce.is_some() {
+        let _ = writeln!(s, "#include \"reduce.cuh\"");
+    }
+    s.push('\n');
     // One element: the slots' values (as stored), dequantized where the program says, then the
     // steps (those before a row normalization, and those after it in `after`).
     let mut element_params: Vec<String> = (0..types.len()).map(|k| format!("float x{k}")).collect();
@@ -147,6 +154,13 @@ pub fn chain_source(program: &Program) -> Option<String> {
     let split = program.steps.iter().position(|s| matches!(s, Step::Normalize { .. }));
     let (before, after) = program.steps.split_at(split.unwrap_or(program.steps.len()));
     step_function(&mut s, "element", "float f = x0;", &element_params, program, before);
+    if program.reduce.is_some() {
+        if split.is_some() {
+            return None;
+        }
+        reduce_kernels(&mut s, &types, out, lanes, &q_params);
+        return Some(s);
+    }
     // A row program's last QuantizeLinear into 8 bits is the store's (`store_row_levels`).
     let (after, row_levels) = match after.split_last() {
         Some((&Step::Quantize { param, lo, hi }, rest)) if split.is_some() && matches!(program.out, DataType::I8 | DataType::U8) => {
@@ -234,6 +248,54 @@ pub fn chain_source(program: &Program) -> Option<String> {
         column_kernels(&mut s, &types, level, out, &q_params, &element_args);
     }
     Some(s)
+}
+
+/// A chain that ends in a reduction (`Program::reduce`): its values at [o, k, c] of the
+/// reduction's [outer, len, inner] view (`terms<V>`, each slot through its strides in `l`:
+/// rank 3), reduced as kernels/reduce.cu reduces a stored tensor, never written:
+/// `chain_reduce_rows(int op, ChainLayout l, slots…, out, q…)`, a warp per (outer, inner) row
+/// (`reduce_row`), and `chain_reduce_column{s,_runs}{,_partials}(int op, i64 chunk, ChainLayout l,
+/// slots…, out, q…)`, blocks of 32 columns (runs of `lanes`) × row-strided partials
+/// (`columns_reduce`); the partials kernels write f32 partials of `chunk` rows each, which
+/// reduce.cu's `reduce_column_partials_finish_*` takes.
+fn reduce_kernels(s: &mut String, types: &[&str], out: &str, lanes: usize, q_params: &[String]) {
+    let slot_params: Vec<String> = types.iter().enumerate().map(|(k, t)| format!("const {t}* s{k}")).collect();
+    let slot_args: Vec<String> = (0..types.len()).map(|k| format!("s{k}")).collect();
+    let q_args: Vec<String> = (0..q_params.len()).map(|j| format!("q{j}")).collect();
+    let inputs = [slot_params.clone(), q_params.to_vec()].concat().join(", ");
+    let input_args = [slot_args.clone(), q_args.clone()].concat().join(", ");
+    let _ = writeln!(s, "template <int V>");
+    let _ = writeln!(s, "__device__ __forceinline__ void terms(const ChainLayout& l, i64 o, i64 k, i64 c, {inputs}, float* v) {{");
+    for k in 0..types.len() {
+        let _ = writeln!(s, "    float v{k}[V];");
+        let _ = writeln!(s, "    chain_reduce_load<V>(l, {k}, o, k, c, s{k}, v{k});");
+    }
+    let element_args: Vec<String> = (0..types.len()).map(|k| format!("v{k}[e]")).chain(q_args.iter().cloned()).collect();
+    let _ = writeln!(s, "#pragma unroll");
+    let _ = writeln!(s, "    for (int e = 0; e < V; ++e) v[e] = element({});", element_args.join(", "));
+    let _ = writeln!(s, "}}\n");
+    let signature = |result: &str| [slot_params.clone(), vec![format!("{result}* out")], q_params.to_vec()].concat().join(", ");
+    let _ = writeln!(s, "extern \"C\" __global__ void __launch_bounds__(256) chain_reduce_rows(int op, ChainLayout l, {}) {{", signature(out));
+    s.push_str(PROGRAMMATIC_ENTRY);
+    let _ = writeln!(s, "    const i64 len = l.shape[1], inner = l.shape[2];");
+    let _ = writeln!(s, "    const i64 warp = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32;");
+    let _ = writeln!(s, "    if (warp >= (i64)l.shape[0] * inner) return;");
+    let _ = writeln!(s, "    const i64 o = warp / inner, c = warp % inner;");
+    let _ = writeln!(s, "    const float acc = reduce_row(op, len, threadIdx.x % 32, [&](i64 k) {{ float v[1]; terms<1>(l, o, k, c, {input_args}, v); return v[0]; }});");
+    let _ = writeln!(s, "    if (threadIdx.x % 32 == 0) out[warp] = from_f<{out}>(acc);");
+    let _ = writeln!(s, "}}\n");
+    let _ = writeln!(s, "template <int V, int ROWS, bool PARTIAL, typename R>");
+    let _ = writeln!(s, "__device__ __forceinline__ void columns_body(int op, i64 chunk, const ChainLayout& l, {inputs}, R* out) {{");
+    let _ = writeln!(s, "    columns_reduce<V, ROWS, PARTIAL, false>(op, l.shape[0], l.shape[1], l.shape[2], chunk, l.shape[1],");
+    let _ = writeln!(s, "        [&](i64 o, i64 k, i64 c, float* v) {{ terms<V>(l, o, k, c, {input_args}, v); }}, [&](i64 at, const float* acc) {{ store_run<V>(out + at, acc); }});");
+    let _ = writeln!(s, "}}\n");
+    for (name, v, rows, partial) in [("chain_reduce_columns", 1, "COLUMN_ROWS", false), ("chain_reduce_column_runs", lanes, "COLUMN_RUN_ROWS", false), ("chain_reduce_column_partials", 1, "COLUMN_ROWS", true), ("chain_reduce_column_run_partials", lanes, "COLUMN_RUN_ROWS", true)] {
+        let result = if partial { "float" } else { out };
+        let _ = writeln!(s, "extern \"C\" __global__ void {name}(int op, i64 chunk, ChainLayout l, {}) {{", signature(result));
+        s.push_str(PROGRAMMATIC_ENTRY);
+        let _ = writeln!(s, "    columns_body<{v}, {rows}, {partial}>(op, chunk, l, {input_args}, out);");
+        let _ = writeln!(s, "}}");
+    }
 }
 
 /// The generated element function's arguments, given each slot's value expression.
@@ -442,7 +504,7 @@ fn entry_points(s: &mut String, body: &str, kernels: [(&str, usize); 2], threads
 }
 
 /// A program as plain bits, so that it can key a map (f32 has no `Eq` or `Hash`).
-type ProgramBits = (Vec<DataType>, DataType, Vec<(u8, i32, u32, u32, usize, bool)>, Vec<Option<usize>>, usize);
+type ProgramBits = (Vec<DataType>, DataType, Vec<(u8, i32, u32, u32, usize, bool)>, Vec<Option<usize>>, usize, Option<i32>);
 
 fn program_bits(p: &Program) -> ProgramBits {
     let steps = p
@@ -456,7 +518,7 @@ fn program_bits(p: &Program) -> ProgramBits {
             Step::Normalize { scale, bias, epsilon, len } => (4, bias as i32, epsilon.to_bits(), len, scale, false),
         })
         .collect();
-    (p.slots.clone(), p.out, steps, p.dequantized.clone(), p.params)
+    (p.slots.clone(), p.out, steps, p.dequantized.clone(), p.params, p.reduce)
 }
 
 /// The generated source of a chain program ([`chain_source`]), written, hashed and registered
@@ -521,7 +583,8 @@ mod tests {
         let join = two_level_join();
         let column = island(vec![DataType::I8, DataType::F32], DataType::I8, vec![Some(0), None]);
         let mut kernels = 0;
-        for program in [float, join, column, layer_norm_block()] {
+        let head = Program { out: DataType::F32, steps: vec![join.steps[0]], reduce: Some(4), ..join.clone() };
+        for program in [float, join, column, layer_norm_block(), head] {
             let text = chain_source(&program).expect("chains");
             let lines: Vec<&str> = text.lines().collect();
             for (i, line) in lines.iter().enumerate().filter(|(_, l)| l.contains("__global__")) {
@@ -529,7 +592,7 @@ mod tests {
                 kernels += 1;
             }
         }
-        assert!(kernels >= 9, "{kernels} kernels");
+        assert!(kernels >= 14, "{kernels} kernels");
     }
 
     /// `Add(slot 0, slot 1) → QuantizeLinear` onto int8, the slots read dequantized as given: a
@@ -541,6 +604,7 @@ mod tests {
             steps: vec![Step::Binary { code: 0, operand: 0, running_first: true }, Step::Quantize { param: 2, lo: -128, hi: 127 }],
             dequantized,
             params: 4,
+            reduce: None,
         }
     }
 
@@ -552,6 +616,7 @@ mod tests {
             steps: vec![Step::Binary { code: 0, operand: 0, running_first: true }, Step::Quantize { param: 4, lo: 0, hi: 255 }],
             dequantized: vec![Some(0), Some(2)],
             params: 6,
+            reduce: None,
         }
     }
 
@@ -569,7 +634,27 @@ mod tests {
             ],
             dequantized: vec![Some(0), None, Some(2), None, None],
             params: 6,
+            reduce: None,
         }
+    }
+
+    /// An island that ends in a reduction (a Q/DQ CNN's head: two levels dequantized, added,
+    /// averaged) gets the reduction kernels alone, its values through `terms`, never stored;
+    /// the table kernels do not apply to it though its slots are two levels.
+    #[test]
+    fn a_chain_ending_in_a_reduction_gets_the_reduction_kernels_alone() {
+        let join = two_level_join();
+        let head = Program { out: DataType::F32, steps: vec![join.steps[0]], reduce: Some(4), ..join.clone() };
+        assert_eq!(head.table_entries(), None);
+        let text = chain_source(&head).expect("reductions");
+        assert!(text.contains("#include \"reduce.cuh\""), "{text}");
+        assert!(text.contains("chain_reduce_rows(int op, ChainLayout l, const signed char* s0, const unsigned char* s1, float* out, float q0, float q1, float q2, float q3, float q4, float q5)"), "{text}");
+        assert!(text.contains("chain_reduce_column_run_partials(int op, i64 chunk, ChainLayout l, const signed char* s0, const unsigned char* s1, float* out, float q0"), "{text}");
+        assert!(text.contains("columns_body<4, COLUMN_RUN_ROWS, false>(op, chunk, l, s0, s1, q0, q1, q2, q3, q4, q5, out);"), "{text}");
+        assert!(text.contains("v[e] = element(v0[e], v1[e], q0, q1, q2, q3, q4, q5);"), "{text}");
+        assert!(!text.contains("chain_vec") && !text.contains("store_run<V>(out + i"), "{text}");
+        assert!(!chain_source(&join).expect("chains").contains("reduce.cuh"), "other chains do not include the reductions");
+        assert_ne!(program_bits(&head), program_bits(&Program { reduce: None, ..head.clone() }), "one kernel each");
     }
 
     #[test]

@@ -272,7 +272,7 @@ pub fn softmax(cx: &Ctx, x: &DeviceTensor, axis: usize, scale: f32) -> KResult<D
     Ok(out)
 }
 
-fn reduce_code(op: ReduceOp) -> i32 {
+pub(super) fn reduce_code(op: ReduceOp) -> i32 {
     match op {
         ReduceOp::Sum => 0,
         ReduceOp::Prod => 1,
@@ -288,15 +288,15 @@ fn reduce_code(op: ReduceOp) -> i32 {
 }
 
 /// The inner extent from which a reduction runs column-wise (`reduce_columns_*`).
-const COLUMNS_FROM: usize = 32;
+pub(super) const COLUMNS_FROM: usize = 32;
 /// The most blocks a grid's second dimension takes.
-const MAX_GRID_Y: usize = 65_535;
+pub(super) const MAX_GRID_Y: usize = 65_535;
 
 /// How many slices a column reduction's rows split into (`reduce_column_partials_*`): 1 where its
 /// `blocks` already make 8 a multiprocessor (the loads in flight a memory-bound pass wants), else
 /// enough for that, each slice at least 16 rows a thread of the block's `rows_per_block` (a 7×7
 /// pooling's 49 rows never splits).
-fn column_splits(blocks: usize, len: usize, rows_per_block: usize, multiprocessors: usize) -> usize {
+pub(super) fn column_splits(blocks: usize, len: usize, rows_per_block: usize, multiprocessors: usize) -> usize {
     let wanted = (8 * multiprocessors).div_ceil(blocks.max(1));
     let most = len / (16 * rows_per_block).max(1);
     wanted.min(most).clamp(1, MAX_GRID_Z)
@@ -304,6 +304,16 @@ fn column_splits(blocks: usize, len: usize, rows_per_block: usize, multiprocesso
 
 /// The most blocks a grid's third dimension takes.
 const MAX_GRID_Z: usize = 65_535;
+
+/// The results of a column reduction from its f32 partials [outer, splits, inner] (the rows of
+/// `len` split into `splits` slices), into `out` ([outer, inner], a float type).
+pub(super) fn finish_column_partials(cx: &Ctx, code: i32, (outer, splits, inner, len): (usize, usize, usize, usize), partials: &DeviceTensor, out: &DeviceTensor) -> KResult<()> {
+    let suffix = float_suffix(out.dtype).map_err(KernelError::from)?;
+    let finish = [Arg::I32(code), Arg::I64(outer as i64), Arg::I64(splits as i64), Arg::I64(inner as i64), Arg::I64(len as i64), cx.arg(partials), cx.arg(out)];
+    let kernel = Source::Reduce.kernel(format!("reduce_column_partials_finish_{suffix}"));
+    cx.gpu.launch_grid(&kernel, (inner.div_ceil(32) as u32, outer as u32, 1), (32, 32, 1), &finish).map_err(KernelError::from)?;
+    Ok(())
+}
 
 /// ONNX Reduce over `axes` of `x`, which may be stored in another order.
 pub fn reduce(cx: &Ctx, op: ReduceOp, x: &DeviceTensor, axes: &[usize], out_shape: &[usize]) -> KResult<DeviceTensor> {
@@ -377,8 +387,7 @@ pub fn reduce(cx: &Ctx, op: ReduceOp, x: &DeviceTensor, axes: &[usize], out_shap
         let name = if runs { "reduce_column_run_partials" } else { "reduce_column_partials" };
         let args = [&[code], &dims[..], &[cx.arg(&src), cx.arg(&partials)]].concat();
         cx.gpu.launch_grid(&Source::Reduce.kernel(format!("{name}_{suffix}")), grid(splits), block, &args).map_err(KernelError::from)?;
-        let finish = [code, Arg::I64(outer as i64), Arg::I64(splits as i64), Arg::I64(inner as i64), Arg::I64(len as i64), cx.arg(&partials), cx.arg(&out)];
-        cx.gpu.launch_grid(&Source::Reduce.kernel(format!("reduce_column_partials_finish_{suffix}")), (inner.div_ceil(32) as u32, outer as u32, 1), (32, 32, 1), &finish).map_err(KernelError::from)?;
+        finish_column_partials(cx, reduce_code(op), (outer, splits, inner, len), &partials, &out)?;
         return Ok(out);
     }
     let args = [code, Arg::I64(outer as i64), Arg::I64(len as i64), Arg::I64(inner as i64), cx.arg(&src), cx.arg(&out)];

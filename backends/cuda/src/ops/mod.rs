@@ -5,6 +5,7 @@ use kiln::{invalid, DataType, GatherMode, HostTensor, KernelError, LayerKind, Po
 
 /// What every op returns: device errors keep their kind (out of memory).
 pub type KResult<T> = Result<T, KernelError>;
+pub mod chain_reduce;
 pub mod chain_source;
 pub mod compute;
 pub mod conv;
@@ -243,7 +244,7 @@ pub fn strided_layout(out: &[usize], operands: &[&DeviceTensor], order: Option<&
 }
 
 /// [`strided_layout`] of operands given as (shape, element strides).
-fn strided_walk(out: &[usize], operands: &[(&[usize], &[i64])], order: Option<&[usize]>) -> KResult<Layout> {
+pub(crate) fn strided_walk(out: &[usize], operands: &[(&[usize], &[i64])], order: Option<&[usize]>) -> KResult<Layout> {
     if out.len() > 8 || operands.len() > 3 {
         return Err(invalid!("rank {} is over the CUDA kernels' limit of 8", out.len()));
     }
@@ -385,6 +386,10 @@ pub fn unsupported(kind: &LayerKind, input_types: &[Option<DataType>], output_ty
                     PostOp::Unary(op) => pointwise::unary_code(*op).is_none().then(|| format!("Unary {op:?} has no CUDA kernel")),
                     PostOp::Activation(_) | PostOp::Dequantize { .. } | PostOp::Normalization { .. } => None,
                     PostOp::Quantize { to, .. } => (!matches!(to, DataType::I8 | DataType::U8)).then(|| format!("a fused QuantizeLinear to {to}")),
+                    PostOp::Reduce { op, .. } => {
+                        let reduces = matches!(float, DataType::F32 | DataType::F16 | DataType::BF16 | DataType::F64) || typed::reduce_supported(float);
+                        (!reduces).then(|| format!("Reduce {op:?} on {float}"))
+                    }
                 })
             })
         }
@@ -626,10 +631,19 @@ fn memory_order_input(cx: &Ctx, x: &DeviceTensor, same_on_every_element: bool, p
 
 /// The anchor, then each epilogue step on the running value (unary steps in place).
 fn fused(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>], outs: &[OutFact]) -> KResult<DeviceTensor> {
-    // A pointwise anchor is the chain's first step (an identity none): the whole layer is one pass.
+    // A pointwise anchor is the chain's first step (an identity none): the whole layer is one
+    // pass, a reduction ending it included.
     let first = match p.anchor {
         kiln::FusedAnchor::Identity => Some(None),
         _ => pointwise_anchor(p, inputs).map(Some),
+    };
+    let reduction = match p.epilogue.last() {
+        Some(&PostOp::Reduce { op, axes, .. }) => {
+            let out = outs.first().ok_or("no output fact")?;
+            let shape = out.shape.dims().iter().map(|d| d.fixed()).collect::<Option<Vec<_>>>().ok_or("the reduction's shape is not concrete")?;
+            Some((op, axes.axes(), shape))
+        }
+        _ => None,
     };
     if let Some(first) = first {
         let x = cx.dev_any_layout(inputs.first().and_then(Option::as_ref).ok_or("the anchor's input is missing")?)?;
@@ -637,6 +651,13 @@ fn fused(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>], outs: &[OutF
         if let Some(out) = fused_chain(cx, &p.dequantized, &steps, &x, Some(0), inputs)? {
             return check_epilogue(out, outs);
         }
+    }
+    // Elsewhere an island ending in a reduction runs, then the reduction of its result.
+    if let Some((op, axes, shape)) = reduction {
+        let island = kiln::FusedParams { epilogue: p.epilogue[..p.epilogue.len() - 1].to_vec(), ..p.clone() };
+        let island_outs = infer(&LayerKind::Fused(island.clone()), inputs)?;
+        let running = fused(cx, &island, inputs, &island_outs)?;
+        return check_epilogue(compute::reduce(cx, op, &running, &axes, &shape)?, outs);
     }
     // Elsewhere, inputs read dequantized are dequantized first, as the unfused graph did.
     let dequantized = dequantize_inputs(cx, p, inputs)?;
@@ -789,8 +810,14 @@ fn pointwise_anchor(p: &kiln::FusedParams, inputs: &[Option<Value>]) -> Option<P
 /// runs on its own). `running_input`: the layer input `running` is; `dequantized`: the inputs
 /// read dequantized.
 fn fused_chain(cx: &Ctx, dequantized: &[kiln::DequantizedInput], steps: &[PostOp], running: &DeviceTensor, running_input: Option<usize>, inputs: &[Option<Value>]) -> KResult<Option<DeviceTensor>> {
+    // A reduction ends the chain (an island's last step): the island's values are reduced as
+    // they are computed (`chain_reduce`), never written.
+    let (steps, reduction) = match steps.split_last() {
+        Some((&PostOp::Reduce { op, axes, keep_dims }, island)) => (island, Some((op, axes, keep_dims))),
+        _ => (steps, None),
+    };
     let quantized = |post: &PostOp| matches!(post, PostOp::Quantize { .. } | PostOp::Dequantize { .. });
-    if steps.len() < 2 && dequantized.is_empty() && !steps.iter().any(quantized) {
+    if steps.len() < 2 && dequantized.is_empty() && !steps.iter().any(quantized) && reduction.is_none() {
         return Ok(None);
     }
     // Where a read is dequantized: `Some(None)` not, `Some(Some(..))` with host parameters,
@@ -825,9 +852,21 @@ fn fused_chain(cx: &Ctx, dequantized: &[kiln::DequantizedInput], steps: &[PostOp
                 let (scale, bias) = (cx.dev_any_layout(operand_value(inputs, scale)?)?, cx.dev_any_layout(operand_value(inputs, bias)?)?);
                 pointwise::ChainStep::Normalize { scale, bias, epsilon }
             }
+            // Only as the last step (split off above).
+            PostOp::Reduce { .. } => return Ok(None),
         });
     }
-    pointwise::chain(cx, running, x_dequantize, &chain)
+    let Some((op, axes, keep_dims)) = reduction else { return pointwise::chain(cx, running, x_dequantize, &chain) };
+    let axes = axes.axes();
+    let island = chain.iter().try_fold(running.shape.clone(), |shape, step| match step {
+        pointwise::ChainStep::Binary { operand, .. } => broadcast_shape(&shape, &operand.shape),
+        _ => Ok(shape),
+    })?;
+    let shape: Vec<usize> = island.iter().enumerate().filter_map(|(a, &n)| match axes.contains(&a) {
+        true => keep_dims.then_some(1),
+        false => Some(n),
+    }).collect();
+    chain_reduce::chain_reduce(cx, running, x_dequantize, &chain, &chain_reduce::Reduction { op, axes: &axes, shape: &shape })
 }
 
 /// One epilogue step on its own kernel.
@@ -841,6 +880,7 @@ fn step(cx: &Ctx, post: &PostOp, running: DeviceTensor, inputs: &[Option<Value>]
             }
             PostOp::Activation(kind) => pointwise::unary(cx, pointwise::activation_code(kind), &running, Some(&running))?,
             PostOp::Unary(op) => pointwise::unary(cx, pointwise::unary_code(op).ok_or("no kernel")?, &running, Some(&running))?,
+            PostOp::Reduce { .. } => return Err(invalid!("a reduction runs after its island, not as one step of it")),
             PostOp::Elementwise { op, operand, running_first } => {
                 let other = cx.dev_any_layout(operand_value(inputs, operand)?)?;
                 let shape = broadcast_shape(&running.shape, &other.shape)?;

@@ -294,6 +294,21 @@ fn operand_slot<'t>(operands: &mut Vec<(&'t DeviceTensor, Option<(f32, f32)>)>, 
 /// running value, more than `CHAIN_STEPS` steps or `CHAIN_OPERANDS` distinct operands, more than
 /// `CHAIN_RANK` dims after coalescing or offsets past 32 bits): the steps then run one by one.
 pub fn chain(cx: &Ctx, x: &DeviceTensor, x_dequantize: Option<(f32, f32)>, steps: &[ChainStep]) -> KResult<Option<DeviceTensor>> {
+    let Some(Built { program, slots: all, shape, params }) = build(x, x_dequantize, steps)? else { return Ok(None) };
+    launch_chain(cx, program, &all, &shape, &params)
+}
+
+/// A chain's program and what its kernels read: the slots (the running input, then each
+/// distinct operand), the shape they broadcast to, and the float parameters.
+pub(super) struct Built<'t> {
+    pub program: Program,
+    pub slots: Vec<&'t DeviceTensor>,
+    pub shape: Vec<usize>,
+    pub params: Vec<f32>,
+}
+
+/// The program of `steps` on `x`, or `None` where a chain kernel does not apply (see [`chain`]).
+pub(super) fn build<'t>(x: &'t DeviceTensor, x_dequantize: Option<(f32, f32)>, steps: &'t [ChainStep]) -> KResult<Option<Built<'t>>> {
     if steps.len() > CHAIN_STEPS {
         return Ok(None);
     }
@@ -365,7 +380,12 @@ pub fn chain(cx: &Ctx, x: &DeviceTensor, x_dequantize: Option<(f32, f32)>, steps
         }
     }
     let all: Vec<&DeviceTensor> = std::iter::once(x).chain(operands.iter().map(|(o, _)| *o)).collect();
-    let program = Program { slots: all.iter().map(|t| t.dtype).collect(), out: running, steps: program, dequantized, params: params.len() };
+    let program = Program { slots: all.iter().map(|t| t.dtype).collect(), out: running, steps: program, dequantized, params: params.len(), reduce: None };
+    Ok(Some(Built { program, slots: all, shape, params }))
+}
+
+/// Launches a built chain's kernels, writing its result.
+fn launch_chain(cx: &Ctx, program: Program, all: &[&DeviceTensor], shape: &[usize], params: &[f32]) -> KResult<Option<DeviceTensor>> {
     let (Some(source), Some(lanes)) = (chain_kernel(&program), program.lanes()) else { return Ok(None) };
     // Every operand read through its own strides, the output channels-last where one is; slot
     // k (the running input, then each operand) is layout k / 3's stride row k % 3.
@@ -383,7 +403,7 @@ pub fn chain(cx: &Ctx, x: &DeviceTensor, x_dequantize: Option<(f32, f32)>, steps
     let layouts = coalesce_joint(&groups);
     let used: Vec<_> = layouts.iter().zip(&groups).map(|(l, (_, used))| (*l, *used)).collect();
     let Some(compact) = chain_layout(&used) else { return Ok(None) };
-    let out = empty_in_layout(cx, running, &shape, nhwc)?;
+    let out = empty_in_layout(cx, program.out, shape, nhwc)?;
     let n = out.len();
     let mut pointers: Vec<Arg> = all.iter().map(|t| cx.arg(t)).collect();
     pointers.push(cx.arg(&out));

@@ -217,3 +217,59 @@ fn reductions_over_a_middle_axis_with_wide_rows_match() {
         }
     }
 }
+
+/// An island ending in a reduction ([`PostOp::Reduce`]): a Q/DQ CNN's head (two 8-bit tensors
+/// read dequantized, added, ReLU, averaged over H and W), and an f16 island summed over its
+/// last axis without keeping it, against the cpu oracle.
+#[test]
+fn an_island_ending_in_a_reduction_matches() {
+    use kiln::{DequantizedInput, HostTensor, ReduceOp, TensorData};
+    let mut r = rng(13);
+    let shape = [2usize, 16, 7, 7];
+    let scalar = |v: f32| HostTensor::from_f32(vec![], vec![v]).expect("scale");
+    let zero = |z: i8| HostTensor::new(vec![], TensorData::I8(vec![z])).expect("zero point");
+    let head = FusedParams {
+        anchor: FusedAnchor::Elementwise(ElementwiseOp::Sum),
+        anchor_inputs: 2,
+        epilogue: vec![PostOp::Activation(ActivationKind::Relu), PostOp::Reduce { op: ReduceOp::Mean, axes: kiln::AxisMask(0b1100), keep_dims: true }],
+        dequantized: vec![DequantizedInput { input: 0, scale: 2, zero: Some(3) }, DequantizedInput { input: 1, scale: 4, zero: Some(5) }],
+    };
+    let n: usize = shape.iter().product();
+    let levels = |seed: usize| HostTensor::new(shape.to_vec(), TensorData::I8((0..n).map(|i| ((i * (31 + seed) + seed * 7) % 256) as u8 as i8).collect())).expect("levels");
+    let inputs = vec![
+        In::Run(levels(0)),
+        In::Run(levels(5)),
+        In::Const(scalar(0.031)),
+        In::Const(zero(3)),
+        In::Const(scalar(0.047)),
+        In::Const(zero(-5)),
+    ];
+    check("a Q/DQ head's island and pooling", LayerKind::Fused(head), inputs, 1e-5);
+    let sum = FusedParams::new(
+        FusedAnchor::Activation(ActivationKind::Sigmoid),
+        1,
+        vec![PostOp::Reduce { op: ReduceOp::Sum, axes: kiln::AxisMask(0b1000), keep_dims: false }],
+    );
+    check("an f16 island summed over its last axis", LayerKind::Fused(sum), vec![In::Run(random(&mut r, DataType::F16, &shape))], 2e-2);
+    // A middle axis under wide rows: the column kernels, in runs (f32, 40 columns), one column a
+    // thread with an operand along the rows (f16, 33 columns, rows split into partials), and in
+    // runs split into partials (2,048 rows) with a result step after them (L2).
+    let wide = |dtype: DataType, shape: &[usize], op: ReduceOp, operand: Option<&[usize]>, r: &mut _| {
+        let mut epilogue = vec![PostOp::Activation(ActivationKind::Relu)];
+        let mut inputs = vec![In::Run(random(r, dtype, shape))];
+        if let Some(o) = operand {
+            epilogue.push(binary(ElementwiseOp::Sum, 1, true));
+            inputs.push(In::Const(random(r, dtype, o)));
+        }
+        epilogue.push(PostOp::Reduce { op, axes: kiln::AxisMask(0b10), keep_dims: true });
+        (LayerKind::Fused(FusedParams::new(FusedAnchor::Activation(ActivationKind::Sigmoid), 1, epilogue)), inputs)
+    };
+    for (what, dtype, shape, op, operand, tolerance) in [
+        ("runs of columns", DataType::F32, &[2usize, 64, 40][..], ReduceOp::Mean, None, 1e-5),
+        ("columns split into partials", DataType::F16, &[2, 1024, 33], ReduceOp::Max, Some(&[33usize][..]), 1e-3),
+        ("runs split into partials", DataType::F32, &[2, 2048, 64], ReduceOp::L2, None, 1e-4),
+    ] {
+        let (kind, inputs) = wide(dtype, shape, op, operand, &mut r);
+        check(&format!("an island reduced over a middle axis: {what}"), kind, inputs, tolerance);
+    }
+}

@@ -181,6 +181,8 @@ pub fn epilogue(
             }
             PostOp::Activation(kind) => activation(rec, &kind, &running)?,
             PostOp::Unary(op) => unary(rec, op, &running, running.dtype)?,
+            // The layer's last step (inference checks it): its output is the layer's.
+            PostOp::Reduce { op, axes, .. } => super::reduce::reduce(rec, op, &running, &axes.axes(), shape, running.dtype)?,
             PostOp::Elementwise { op, operand, running_first } => {
                 let other = inputs
                     .get(operand)

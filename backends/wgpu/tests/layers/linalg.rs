@@ -222,4 +222,12 @@ fn attention_and_fused() {
     let (x, w) = (rand_f32(&mut r, &[1, 2, 6, 6], -1.0, 1.0), rand_f32(&mut r, &[4, 2, 3, 3], -1.0, 1.0));
     let (bias, res) = (rand_f32(&mut r, &[1, 4, 1, 1], -1.0, 1.0), rand_f32(&mut r, &[1, 4, 4, 4], -1.0, 1.0));
     check(&gpu, LayerKind::Fused(fused), vec![In::Run(x), In::Const(w), In::Const(bias), In::Run(res)], "fused conv");
+    // An island ending in a reduction (a CNN's head: add, ReLU, global average pooling).
+    let head = FusedParams::new(
+        FusedAnchor::Elementwise(ElementwiseOp::Sum),
+        2,
+        vec![PostOp::Activation(ActivationKind::Relu), PostOp::Reduce { op: kiln::ReduceOp::Mean, axes: kiln::AxisMask(0b1100), keep_dims: true }],
+    );
+    let (a, b) = (rand_f32(&mut r, &[2, 4, 5, 5], -1.0, 1.0), rand_f32(&mut r, &[2, 4, 5, 5], -1.0, 1.0));
+    check(&gpu, LayerKind::Fused(head), vec![In::Run(a), In::Run(b)], "an island ending in a reduction");
 }

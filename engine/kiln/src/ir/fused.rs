@@ -9,7 +9,7 @@ use super::dtype::DataType;
 use super::tensor::{HostTensor, TensorData};
 use super::layer::{
     ActivationKind, ConvolutionParams, DeconvolutionParams, ElementwiseOp, LayerKind, MatrixOp,
-    UnaryOp,
+    ReduceOp, UnaryOp,
 };
 use serde::{Deserialize, Serialize};
 
@@ -94,6 +94,11 @@ impl FusedAnchor {
         })
     }
 
+    /// Whether the anchor is pointwise (the head of an island, which a reduction may end).
+    pub fn pointwise(&self) -> bool {
+        matches!(self, FusedAnchor::Activation(_) | FusedAnchor::Unary(_) | FusedAnchor::Elementwise(_) | FusedAnchor::Identity)
+    }
+
     /// The plain layer kind the anchor runs.
     pub fn kind(&self) -> LayerKind {
         match self {
@@ -132,6 +137,35 @@ pub enum PostOp {
     /// the affine inputs `scale` and `bias`: a Q/DQ transformer's `residual + x → LayerNorm →
     /// QuantizeLinear` as one pass over each row ([`LayerKind::Normalization`]'s arithmetic).
     Normalization { axis: usize, epsilon: f32, scale: usize, bias: usize },
+    /// A reduction of the running value over the axes whose bits `axes` sets (bit `a` for axis
+    /// `a`), the layer's last step: a pointwise island and the reduction after it as one pass,
+    /// which never writes the island's result (a Q/DQ CNN's `DQ + DQ → Add → Relu →
+    /// GlobalAveragePool` head, [`LayerKind::Reduce`]'s arithmetic).
+    Reduce { op: ReduceOp, axes: AxisMask, keep_dims: bool },
+}
+
+/// A set of axes as bits (bit `a` for axis `a`): a [`PostOp::Reduce`]'s, which keeps `PostOp`
+/// `Copy`. It reads as the list of its axes (`[2, 3]`) in dumps and the inspector.
+#[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct AxisMask(pub u32);
+
+impl AxisMask {
+    /// The mask of `axes`: `None` where one is past 31 (no rank reaches it).
+    pub fn of(axes: &[usize]) -> Option<AxisMask> {
+        axes.iter().try_fold(0u32, |mask, &a| (a < 32).then(|| mask | 1 << a)).map(AxisMask)
+    }
+
+    /// The axes, in increasing order.
+    pub fn axes(self) -> Vec<usize> {
+        (0..32).filter(|a| self.0 >> a & 1 == 1).collect()
+    }
+}
+
+impl std::fmt::Debug for AxisMask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.axes()).finish()
+    }
 }
 
 impl PostOp {
@@ -144,6 +178,7 @@ impl PostOp {
             PostOp::Quantize { to, .. } => LayerKind::Quantize { axis: None, to },
             PostOp::Dequantize { .. } => LayerKind::Dequantize { axis: None, to: None },
             PostOp::Normalization { axis, epsilon, .. } => LayerKind::Normalization { axes: vec![axis], epsilon, num_groups: 1 },
+            PostOp::Reduce { op, axes, keep_dims } => LayerKind::Reduce { op, axes: axes.axes(), keep_dims },
         }
     }
 
@@ -151,7 +186,7 @@ impl PostOp {
     /// Quantize / Dequantize step's scale and zero point.
     pub fn operands(&self) -> Vec<Option<usize>> {
         match *self {
-            PostOp::Activation(_) | PostOp::Unary(_) => Vec::new(),
+            PostOp::Activation(_) | PostOp::Unary(_) | PostOp::Reduce { .. } => Vec::new(),
             PostOp::Elementwise { operand, .. } => vec![Some(operand)],
             PostOp::Quantize { scale, zero, .. } | PostOp::Dequantize { scale, zero } => vec![Some(scale), zero],
             PostOp::Normalization { scale, bias, .. } => vec![Some(scale), Some(bias)],

@@ -7,7 +7,7 @@
 //! input slots; `None` in an optional slot means "absent".
 
 use super::dtype::DataType;
-pub use super::fused::{AttentionParams, DequantizedInput, FusedAnchor, FusedParams, InputLevels, LevelGrid, PostOp};
+pub use super::fused::{AttentionParams, AxisMask, DequantizedInput, FusedAnchor, FusedParams, InputLevels, LevelGrid, PostOp};
 pub use super::plugin::{PluginField, PluginParams};
 pub use super::quantized::{QuantizedAnchor, QuantizedParams, Requantization};
 use super::format::TensorFormat;

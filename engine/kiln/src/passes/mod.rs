@@ -18,6 +18,7 @@ mod fuse;
 mod horizontal;
 mod horizontal_quantized;
 mod integer_sums;
+mod island_reduction;
 mod level_tables;
 mod noop;
 mod patterns;
@@ -38,6 +39,7 @@ pub use fold::{ConstantFolding, ShapeValueFolding, MAX_FOLDED_ELEMENTS};
 pub use fuse::EpilogueFusion;
 pub use horizontal::HorizontalMatMulFusion;
 pub use horizontal_quantized::QuantizedHorizontalFusion;
+pub use island_reduction::IslandReduction;
 pub use level_tables::LevelTables;
 pub use noop::NoOpRemoval;
 pub use shuffle_chains::ShuffleChainComposition;
@@ -174,6 +176,8 @@ impl Pipeline {
                 // become its tables.
                 Box::new(DeadLayerElimination),
                 Box::new(LevelTables),
+                // After the islands are whole: a reduction reading one becomes its last step.
+                Box::new(IslandReduction),
                 // After the chains fold a DequantizeLinear's Cast into the type it writes.
                 Box::new(AttentionInputLevels),
                 Box::new(AttentionOutputLevels),

@@ -74,6 +74,15 @@ pub(super) fn fused(
                 }
                 vec![Some(current), Some(ins.req(operand_slot(scale)?)?), Some(ins.req(operand_slot(bias)?)?)]
             }
+            PostOp::Reduce { .. } => {
+                if i + 1 != p.epilogue.len() {
+                    return rule(None, format!("epilogue step {i} reduces, and only the last step may"));
+                }
+                if !p.anchor.pointwise() {
+                    return rule(None, format!("epilogue step {i} reduces after a {:?} anchor; only a pointwise island's may", p.anchor.kind().type_name()));
+                }
+                vec![Some(current)]
+            }
         };
         let out = infer_layer(&step.kind(), &facts, weights).map_err(|mut e| {
             e.rule = format!("epilogue step {i} ({:?}): {}", step, e.rule);
