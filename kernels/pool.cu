@@ -113,6 +113,23 @@ __device__ void pool_int(i64 n, int spatial, const PoolAxis* axes, const T* x, T
     }
 }
 
+#if __CUDA_ARCH__ >= 900
+// The lane-wise max of two pairs of 16-bit integers (Hopper's DPX: one instruction).
+__device__ __forceinline__ unsigned max_s16x2(unsigned a, unsigned b) {
+    unsigned d;
+    asm("max.s16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+#endif
+
+// Two bytes of `w` as a pair of 16-bit lanes, by `prmt` selector `s` (a nibble with its top bit
+// set replicates the sign of the byte it names: PTX's default mode, which __byte_perm leaves out).
+__device__ __forceinline__ unsigned widened_pair(unsigned w, unsigned s) {
+    unsigned d;
+    asm("prmt.b32 %0, %1, 0, %2;" : "=r"(d) : "r"(w), "r"(s));
+    return d;
+}
+
 // 2-D float (and 8-bit max) pooling on channels-last N×H×W×C, the layout convolutions leave, with
 // ceil mode's overhang, asymmetric padding and dilation, and no conversion to N×C×H×W and
 // back. One thread per output pixel and V consecutive channels (the host picks
@@ -161,6 +178,22 @@ __device__ void pool2d_nhwc(int n, int c, int ih, int iw, int oh, int ow, int kh
             // 8-bit levels: the byte-wise max of 16 channels, four in a word (exact: integers have
             // no NaN). Converting each byte to float and back made this pass instruction-bound.
             const bool is_signed = (T)(-1) < (T)0;
+#if __CUDA_ARCH__ >= 900
+            // Hopper's DPX max of 16-bit pairs: each word's even and odd bytes widened to two
+            // pairs (sign-extended for int8) by one permute each, maxed, then packed back; the
+            // byte-wise __vmaxs4 is emulated in about 7 instructions a word.
+            const unsigned lowest = is_signed ? 0xff80ff80u : 0u;
+            unsigned acc[8] = {lowest, lowest, lowest, lowest, lowest, lowest, lowest, lowest};
+            auto take = [&](const uint4 a) {
+                const unsigned w[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    acc[2 * j] = max_s16x2(acc[2 * j], widened_pair(w[j], is_signed ? 0xa280u : 0x4240u));
+                    acc[2 * j + 1] = max_s16x2(acc[2 * j + 1], widened_pair(w[j], is_signed ? 0xb391u : 0x4341u));
+                }
+            };
+            auto result = [&](int j) { return __byte_perm(acc[2 * j], acc[2 * j + 1], 0x6240); };
+#else
             const unsigned lowest = is_signed ? 0x80808080u : 0u;
             unsigned acc[4] = {lowest, lowest, lowest, lowest};
             auto take = [&](const uint4 a) {
@@ -168,12 +201,15 @@ __device__ void pool2d_nhwc(int n, int c, int ih, int iw, int oh, int ow, int kh
 #pragma unroll
                 for (int j = 0; j < 4; ++j) acc[j] = is_signed ? __vmaxs4(acc[j], w[j]) : __vmaxu4(acc[j], w[j]);
             };
+            auto result = [&](int j) { return acc[j]; };
+#endif
             auto cell = [&](i64 ky, i64 kx) { return *reinterpret_cast<const uint4*>(plane + ((ys + ky * dh) * iw + xs + kx * dw) * c); };
             if (kh <= 3 && kw <= 3) {
                 // Windows of up to 3×3 (a CNN's max pooling): every cell's load issued before
                 // the first max, where the loop waited out each load in turn (2.5 times the
                 // memory's time for ResNet-50's).
-                const uint4 none = make_uint4(lowest, lowest, lowest, lowest);
+                const unsigned lowest_bytes = is_signed ? 0x80808080u : 0u;
+                const uint4 none = make_uint4(lowest_bytes, lowest_bytes, lowest_bytes, lowest_bytes);
                 uint4 cells[3][3];
 #pragma unroll
                 for (int a = 0; a < 3; ++a)
@@ -187,7 +223,7 @@ __device__ void pool2d_nhwc(int n, int c, int ih, int iw, int oh, int ow, int kh
                 for (i64 ky = yf; ky < ye; ++ky)
                     for (i64 kx = xf; kx < xe; ++kx) take(cell(ky, kx));
             }
-            *reinterpret_cast<uint4*>(out) = make_uint4(acc[0], acc[1], acc[2], acc[3]);
+            *reinterpret_cast<uint4*>(out) = make_uint4(result(0), result(1), result(2), result(3));
         } else {
             float acc[V];
 #pragma unroll

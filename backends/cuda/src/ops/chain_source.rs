@@ -51,9 +51,12 @@ impl Program {
         Program { slots: vec![dtype; operands + 1], out: dtype, steps, dequantized: vec![None; operands + 1], params: 0, reduce: None }
     }
 
-    /// Elements per vector access: 16 bytes of the widest type the chain reads or writes.
+    /// Elements per vector access: 16 bytes of the widest type the chain reads or writes. A
+    /// reduction's runs count what it reads alone (its results are few): 16 levels a slot for
+    /// a Q/DQ head, not 4.
     pub fn lanes(&self) -> Option<usize> {
-        let widest = self.slots.iter().chain([&self.out]).map(|&t| c_type(t).map(|(_, size)| size)).collect::<Option<Vec<_>>>()?;
+        let written = if self.reduce.is_some() { None } else { Some(&self.out) };
+        let widest = self.slots.iter().chain(written).map(|&t| c_type(t).map(|(_, size)| size)).collect::<Option<Vec<_>>>()?;
         Some(16 / widest.into_iter().max()?)
     }
 }
@@ -650,7 +653,7 @@ mod tests {
         assert!(text.contains("#include \"reduce.cuh\""), "{text}");
         assert!(text.contains("chain_reduce_rows(int op, ChainLayout l, const signed char* s0, const unsigned char* s1, float* out, float q0, float q1, float q2, float q3, float q4, float q5)"), "{text}");
         assert!(text.contains("chain_reduce_column_run_partials(int op, i64 chunk, ChainLayout l, const signed char* s0, const unsigned char* s1, float* out, float q0"), "{text}");
-        assert!(text.contains("columns_body<4, COLUMN_RUN_ROWS, false>(op, chunk, l, s0, s1, q0, q1, q2, q3, q4, q5, out);"), "{text}");
+        assert!(text.contains("columns_body<16, COLUMN_RUN_ROWS, false>(op, chunk, l, s0, s1, q0, q1, q2, q3, q4, q5, out);"), "{text}");
         assert!(text.contains("v[e] = element(v0[e], v1[e], q0, q1, q2, q3, q4, q5);"), "{text}");
         assert!(!text.contains("chain_vec") && !text.contains("store_run<V>(out + i"), "{text}");
         assert!(!chain_source(&join).expect("chains").contains("reduce.cuh"), "other chains do not include the reductions");

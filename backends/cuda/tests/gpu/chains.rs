@@ -244,7 +244,15 @@ fn an_island_ending_in_a_reduction_matches() {
         In::Const(scalar(0.047)),
         In::Const(zero(-5)),
     ];
-    check("a Q/DQ head's island and pooling", LayerKind::Fused(head), inputs, 1e-5);
+    check("a Q/DQ head's island and pooling", LayerKind::Fused(head.clone()), inputs, 1e-5);
+    // The same head over [n, h·w, c] levels (an NHWC pooling's view): the column kernels in
+    // runs of 16 levels a slot.
+    let columns = [2usize, 49, 64];
+    let n: usize = columns.iter().product();
+    let levels = |seed: usize| HostTensor::new(columns.to_vec(), TensorData::I8((0..n).map(|i| ((i * (29 + seed) + seed * 11) % 256) as u8 as i8).collect())).expect("levels");
+    let over_pixels = FusedParams { epilogue: vec![PostOp::Activation(ActivationKind::Relu), PostOp::Reduce { op: ReduceOp::Mean, axes: kiln::AxisMask(0b10), keep_dims: false }], ..head };
+    let inputs = vec![In::Run(levels(1)), In::Run(levels(4)), In::Const(scalar(0.031)), In::Const(zero(3)), In::Const(scalar(0.047)), In::Const(zero(-5))];
+    check("a Q/DQ head over [n, h·w, c] levels", LayerKind::Fused(over_pixels), inputs, 1e-5);
     let sum = FusedParams::new(
         FusedAnchor::Activation(ActivationKind::Sigmoid),
         1,
