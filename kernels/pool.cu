@@ -137,10 +137,13 @@ __device__ __forceinline__ unsigned widened_pair(unsigned w, unsigned s) {
 // neighbouring channels and each thread's index arithmetic serves V outputs. Window, padding,
 // divisor and results as pool_float: max in float (exact for these types, NaN winning), the
 // average summed in double.
+// `map` (8-bit max pooling, 16 channels a thread; NULL elsewhere): a table of 256 bytes in
+// shared memory that each maximum's byte is looked up in before it is stored, a level map after
+// the pooling (the epilogue of a layer headed by it: dequantize, ReLU, quantize) in the same pass.
 template <typename T, int V>
 __device__ void pool2d_nhwc(int n, int c, int ih, int iw, int oh, int ow, int kh, int kw, int sh, int sw, int dh, int dw,
                             int pad_top, int pad_left, int pad_bottom, int pad_right, int average, int count_excludes_padding,
-                            const T* x, T* y) {
+                            const T* x, T* y, const unsigned char* map = nullptr) {
     const int groups = c / V;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         int rem = i;
@@ -223,7 +226,17 @@ __device__ void pool2d_nhwc(int n, int c, int ih, int iw, int oh, int ow, int kh
                 for (i64 ky = yf; ky < ye; ++ky)
                     for (i64 kx = xf; kx < xe; ++kx) take(cell(ky, kx));
             }
-            *reinterpret_cast<uint4*>(out) = make_uint4(result(0), result(1), result(2), result(3));
+            unsigned words[4] = {result(0), result(1), result(2), result(3)};
+            if (map) {
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const unsigned w = words[j];
+                    const unsigned lo = __byte_perm(map[w & 0xff], map[(w >> 8) & 0xff], 0x0040);
+                    const unsigned hi = __byte_perm(map[(w >> 16) & 0xff], map[w >> 24], 0x0040);
+                    words[j] = __byte_perm(lo, hi, 0x5410);
+                }
+            }
+            *reinterpret_cast<uint4*>(out) = make_uint4(words[0], words[1], words[2], words[3]);
         } else {
             float acc[V];
 #pragma unroll
@@ -261,6 +274,21 @@ POOL2D_NHWC(i8, signed char, 1)
 POOL2D_NHWC(u8, unsigned char, 1)
 POOL2D_NHWC(i8_x16, signed char, 16)
 POOL2D_NHWC(u8_x16, unsigned char, 16)
+
+// The 8-bit max pooling with its levels mapped through `map` (256 bytes) after the maximum.
+#define POOL2D_NHWC_MAPPED(suffix, T) \
+    extern "C" __global__ void pool2d_nhwc_##suffix##_x16_mapped(int n, int c, int ih, int iw, int oh, int ow, int kh, int kw, int sh, \
+                                                                 int sw, int dh, int dw, int pt, int pl, int pb, int pr, int average, int excl, \
+                                                                 const T* x, T* y, const unsigned char* map) { \
+        grid_dependency_wait(); \
+        __shared__ unsigned map_words[64]; \
+        if (threadIdx.x < 64) map_words[threadIdx.x] = reinterpret_cast<const unsigned*>(map)[threadIdx.x]; \
+        __syncthreads(); \
+        pool2d_nhwc<T, 16>(n, c, ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, 0, excl, x, y, reinterpret_cast<const unsigned char*>(map_words)); \
+    }
+
+POOL2D_NHWC_MAPPED(i8, signed char)
+POOL2D_NHWC_MAPPED(u8, unsigned char)
 
 #define POOL_FLOAT(suffix, T) \
     extern "C" __global__ void pool_##suffix(i64 n, int spatial, const PoolAxis* axes, int average, int excl, const T* x, T* y) { \

@@ -222,7 +222,12 @@ fn reads_views(kind: &LayerKind, slot: usize) -> bool {
         LayerKind::Elementwise { .. } => slot < 2,
         // A pointwise chain reads every operand through its own strides (ops::fused_chain; its
         // fallbacks pack what they cannot read).
-        LayerKind::Fused(p) => matches!(p.anchor, FusedAnchor::Elementwise(_) | FusedAnchor::Activation(_) | FusedAnchor::Unary(_)),
+        LayerKind::Fused(p) => match p.anchor {
+            FusedAnchor::Elementwise(_) | FusedAnchor::Activation(_) | FusedAnchor::Unary(_) => true,
+            // The channels-last kernel pools a view's levels (ops::pooled_levels).
+            FusedAnchor::Pooling(_) => slot == 0,
+            _ => false,
+        },
         _ => false,
     }
 }

@@ -184,8 +184,8 @@ fn profiles_survive_the_engine_file() {
 #[test]
 fn engine_files_of_older_formats_are_refused() {
     let mut bytes = build_with(&chain_net(), vec![profile(1, 8, 64)]).unwrap().serialize();
-    assert_eq!((format::FORMAT_VERSION, format::OLDEST_READABLE_VERSION), (18, 16));
-    for previous in [1u32, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 19] {
+    assert_eq!((format::FORMAT_VERSION, format::OLDEST_READABLE_VERSION), (19, 16));
+    for previous in [1u32, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 20] {
         bytes[8..12].copy_from_slice(&previous.to_le_bytes());
         let err = Engine::deserialize(&bytes).unwrap_err();
         assert_eq!(

@@ -338,8 +338,19 @@ fn a_max_pooling_between_quantizations_pools_the_integers() {
         let backend = kiln_cpu::CpuBackend::new();
         let engine = Builder::new(&backend).build(&net, &BuilderConfig::default()).expect("build");
         let built = engine.network();
-        let integer_pool = built.layers().iter().any(|l| matches!(l.kind, LayerKind::Pooling(_)) && built.tensor(l.outputs[0]).dtype == DataType::U8);
+        // With a ReLU the pooling heads the layer that maps its levels (dequantized, ReLU,
+        // quantized) after the maximum.
+        let integer_pool = built.layers().iter().any(|l| {
+            let pools = match &l.kind {
+                LayerKind::Pooling(_) => true,
+                LayerKind::Fused(f) => matches!(f.anchor, kiln::FusedAnchor::Pooling(_)) && built.tensor(l.inputs[0].expect("input")).dtype == DataType::U8,
+                _ => false,
+            };
+            pools && built.tensor(l.outputs[0]).dtype == DataType::U8
+        });
         assert_eq!(integer_pool, same_scale || relu, "{what}: {}", built.dump());
+        let pooling_anchor = built.layers().iter().any(|l| matches!(&l.kind, LayerKind::Fused(f) if matches!(f.anchor, kiln::FusedAnchor::Pooling(_))));
+        assert_eq!(pooling_anchor, relu, "{what}: {}", built.dump());
         assert_eq!(built.layers().iter().any(|l| matches!(l.kind, LayerKind::Dequantize { .. })), !(same_scale || relu), "{what}: {}", built.dump());
         let input = HostTensor::new(vec![2, 3, 7, 6], TensorData::U8((0..252).map(|i| (i * 89 % 256) as u8).collect())).expect("x");
         let got = kiln::ExecutionContext::new(engine, &backend).expect("prepare").run(&std::collections::HashMap::from([("x".to_string(), input.clone())])).expect("run");

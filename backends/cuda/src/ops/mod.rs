@@ -652,6 +652,11 @@ fn fused(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>], outs: &[OutF
             return check_epilogue(out, outs);
         }
     }
+    if let kiln::FusedAnchor::Pooling(pool) = &p.anchor {
+        if let Some(out) = pooled_levels(cx, pool, p, inputs, outs)? {
+            return check_epilogue(out, outs);
+        }
+    }
     // Elsewhere an island ending in a reduction runs, then the reduction of its result.
     if let Some((op, axes, shape)) = reduction {
         let island = kiln::FusedParams { epilogue: p.epilogue[..p.epilogue.len() - 1].to_vec(), ..p.clone() };
@@ -820,13 +825,41 @@ fn fused_chain(cx: &Ctx, dequantized: &[kiln::DequantizedInput], steps: &[PostOp
     if steps.len() < 2 && dequantized.is_empty() && !steps.iter().any(quantized) && reduction.is_none() {
         return Ok(None);
     }
+    let Some((x_dequantize, chain)) = chain_steps(cx, dequantized, steps, running, running_input, inputs)? else { return Ok(None) };
+    let Some((op, axes, keep_dims)) = reduction else { return pointwise::chain(cx, running, x_dequantize, &chain) };
+    let axes = axes.axes();
+    let island = chain.iter().try_fold(running.shape.clone(), |shape, step| match step {
+        pointwise::ChainStep::Binary { operand, .. } => broadcast_shape(&shape, &operand.shape),
+        _ => Ok(shape),
+    })?;
+    let shape: Vec<usize> = island.iter().enumerate().filter_map(|(a, &n)| match axes.contains(&a) {
+        true => keep_dims.then_some(1),
+        false => Some(n),
+    }).collect();
+    chain_reduce::chain_reduce(cx, running, x_dequantize, &chain, &chain_reduce::Reduction { op, axes: &axes, shape: &shape })
+}
+
+/// The chain kernel's form of pointwise `steps` on `running`: how the running value is read
+/// (dequantized, with host parameters, where the layer reads its input `running_input` so, or
+/// where the first step dequantizes 8-bit levels) and each step; `None` where a step has no
+/// chain form (parameters not on the host, a unary op without a code, a reduction).
+type ChainOf = (Option<(f32, f32)>, Vec<pointwise::ChainStep>);
+fn chain_steps(cx: &Ctx, dequantized: &[kiln::DequantizedInput], steps: &[PostOp], running: &DeviceTensor, running_input: Option<usize>, inputs: &[Option<Value>]) -> KResult<Option<ChainOf>> {
     // Where a read is dequantized: `Some(None)` not, `Some(Some(..))` with host parameters,
     // `None` with parameters not on the host (no chain).
     let dequantize_of = |input: usize| match dequantized.iter().find(|d| d.input == input) {
         None => Some(None),
         Some(d) => host_scale_and_zero(inputs, d.scale, d.zero).map(Some),
     };
-    let Some(x_dequantize) = running_input.map_or(Some(None), dequantize_of) else { return Ok(None) };
+    let Some(mut x_dequantize) = running_input.map_or(Some(None), dequantize_of) else { return Ok(None) };
+    let mut steps = steps;
+    if let (None, Some((&PostOp::Dequantize { scale, zero }, rest))) = (x_dequantize, steps.split_first()) {
+        if running.dtype.is_8bit_integer() {
+            if let Some(read) = host_scale_and_zero(inputs, scale, zero) {
+                (x_dequantize, steps) = (Some(read), rest);
+            }
+        }
+    }
     let mut chain = Vec::with_capacity(steps.len());
     for post in steps {
         chain.push(match *post {
@@ -852,21 +885,30 @@ fn fused_chain(cx: &Ctx, dequantized: &[kiln::DequantizedInput], steps: &[PostOp
                 let (scale, bias) = (cx.dev_any_layout(operand_value(inputs, scale)?)?, cx.dev_any_layout(operand_value(inputs, bias)?)?);
                 pointwise::ChainStep::Normalize { scale, bias, epsilon }
             }
-            // Only as the last step (split off above).
+            // Only as the last step (`fused_chain` splits it off).
             PostOp::Reduce { .. } => return Ok(None),
         });
     }
-    let Some((op, axes, keep_dims)) = reduction else { return pointwise::chain(cx, running, x_dequantize, &chain) };
-    let axes = axes.axes();
-    let island = chain.iter().try_fold(running.shape.clone(), |shape, step| match step {
-        pointwise::ChainStep::Binary { operand, .. } => broadcast_shape(&shape, &operand.shape),
-        _ => Ok(shape),
-    })?;
-    let shape: Vec<usize> = island.iter().enumerate().filter_map(|(a, &n)| match axes.contains(&a) {
-        true => keep_dims.then_some(1),
-        false => Some(n),
-    }).collect();
-    chain_reduce::chain_reduce(cx, running, x_dequantize, &chain, &chain_reduce::Reduction { op, axes: &axes, shape: &shape })
+    Ok(Some((x_dequantize, chain)))
+}
+
+/// A max pooling of 8-bit levels heading a fused layer ([`kiln::FusedAnchor::Pooling`]) whose
+/// epilogue maps each level to another (dequantize, ReLU, quantize: `passes::quantized_chain`):
+/// the map as a table of the 256 levels (the chain program's `chain_table_fill`), looked up in
+/// the pooling kernel after each maximum. `None` where the kernel or the table does not apply:
+/// the pooling runs, then the epilogue.
+fn pooled_levels(cx: &Ctx, pool: &kiln::PoolingParams, p: &kiln::FusedParams, inputs: &[Option<Value>], outs: &[OutFact]) -> KResult<Option<DeviceTensor>> {
+    let x = cx.dev_any_layout(inputs.first().and_then(Option::as_ref).ok_or("the pooling's input is missing")?)?;
+    if !p.dequantized.is_empty() || !x.channels_last() {
+        return Ok(None);
+    }
+    let Some((Some(read), steps)) = chain_steps(cx, &[], &p.epilogue, &x, None, inputs)? else { return Ok(None) };
+    let Some(built) = pointwise::build(&x, Some(read), &steps)? else { return Ok(None) };
+    let Some(source) = chain_source::chain_kernel(&built.program).filter(|_| built.program.table_entries() == Some(256)) else { return Ok(None) };
+    let table = pointwise::level_table(cx, &source, &built.params, 256)?;
+    let out = outs.first().ok_or("no output fact")?;
+    let shape = out.shape.dims().iter().map(|d| d.fixed()).collect::<Option<Vec<_>>>().ok_or("the pooling's shape is not concrete")?;
+    pool::max_pooling_mapped(cx, pool, &x, &shape, (&table, built.program.out))
 }
 
 /// One epilogue step on its own kernel.

@@ -448,12 +448,7 @@ fn launch_chain(cx: &Ctx, program: Program, all: &[&DeviceTensor], shape: &[usiz
         // multiprocessor. The table is a function of the program and its parameters alone:
         // filled once.
         Some(entries) => {
-            let levels = cx.gpu.derived_from_weights(&[], &format!("chain_table {source:?}{}", parameter_bits(&params)), || {
-                let levels = cx.gpu.empty(DataType::U8, vec![entries]).map_err(KernelError::from)?;
-                let fill: Vec<Arg> = std::iter::once(cx.arg(&levels)).chain(params.iter().map(|&q| Arg::F32(q))).collect();
-                cx.gpu.launch(&source.kernel("chain_table_fill"), entries.div_ceil(256) as u32, 256, &fill).map_err(KernelError::from)?;
-                Ok::<_, KernelError>(levels)
-            })?;
+            let levels = level_table(cx, &source, params, entries)?;
             args.push(cx.arg(&levels));
             let threads = super::chain_source::TABLE_THREADS;
             let blocks = runs.div_ceil(threads as usize).clamp(1, CHAIN_MAX_BLOCKS) as u32;
@@ -469,6 +464,17 @@ fn launch_chain(cx: &Ctx, program: Program, all: &[&DeviceTensor], shape: &[usiz
         }
     }
     Ok(Some(out))
+}
+
+/// A table program's result for every input level (or pair of levels): `entries` bytes filled
+/// once by `chain_table_fill`. The table is a function of the program and its parameters alone.
+pub(super) fn level_table(cx: &Ctx, source: &Source, params: &[f32], entries: usize) -> KResult<DeviceTensor> {
+    Ok(cx.gpu.derived_from_weights(&[], &format!("chain_table {source:?}{}", parameter_bits(params)), || {
+        let levels = cx.gpu.empty(DataType::U8, vec![entries]).map_err(KernelError::from)?;
+        let fill: Vec<Arg> = std::iter::once(cx.arg(&levels)).chain(params.iter().map(|&q| Arg::F32(q))).collect();
+        cx.gpu.launch(&source.kernel("chain_table_fill"), entries.div_ceil(256) as u32, 256, &fill).map_err(KernelError::from)?;
+        Ok::<_, KernelError>(levels)
+    })?)
 }
 
 /// Parameters as their bits, naming a table made with them.

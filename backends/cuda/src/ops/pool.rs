@@ -81,6 +81,21 @@ pub fn axes(p: &PoolingParams, x: &[usize], out_shape: &[usize]) -> KResult<Vec<
 /// Pools a channels-last 2-D float (or, max only, 8-bit) `x` onto `out_shape` with kiln's NHWC kernel; the output
 /// is channels-last too. None where the kernel does not apply (another layout, rank or type).
 pub fn pooling_channels_last(cx: &Ctx, p: &PoolingParams, x: &DeviceTensor, out_shape: &[usize]) -> KResult<Option<DeviceTensor>> {
+    pooling_nhwc(cx, p, x, out_shape, None)
+}
+
+/// An 8-bit max pooling of channels-last `x` whose maxima are then mapped through `map` (256
+/// bytes: the level each level becomes, of type `to`) in the same pass: a fused layer headed by
+/// the pooling ([`kiln::FusedAnchor::Pooling`]). None where the kernel does not apply (16
+/// channels a thread: C a multiple of 16, aligned).
+pub fn max_pooling_mapped(cx: &Ctx, p: &PoolingParams, x: &DeviceTensor, out_shape: &[usize], (map, to): (&DeviceTensor, DataType)) -> KResult<Option<DeviceTensor>> {
+    if p.kind != PoolingKind::Max || map.len() != 256 || !matches!(x.dtype, DataType::I8 | DataType::U8) || !matches!(to, DataType::I8 | DataType::U8) {
+        return Ok(None);
+    }
+    pooling_nhwc(cx, p, x, out_shape, Some((map, to)))
+}
+
+fn pooling_nhwc(cx: &Ctx, p: &PoolingParams, x: &DeviceTensor, out_shape: &[usize], map: Option<(&DeviceTensor, DataType)>) -> KResult<Option<DeviceTensor>> {
     // The kernel suffix and how many channels one thread takes where they divide C (16 bytes).
     let (suffix, vector) = match x.dtype {
         DataType::F32 => ("f32", 4),
@@ -97,7 +112,10 @@ pub fn pooling_channels_last(cx: &Ctx, p: &PoolingParams, x: &DeviceTensor, out_
     let axes = axes(p, &x.shape, out_shape)?;
     let c = x.shape[1];
     let vector = if c % vector == 0 && super::lane_aligned(cx, x, vector) { vector } else { 1 };
-    let mut out = cx.gpu.empty(x.dtype, out_shape.to_vec()).map_err(KernelError::from)?;
+    if map.is_some() && vector != 16 {
+        return Ok(None);
+    }
+    let mut out = cx.gpu.empty(map.map_or(x.dtype, |(_, to)| to), out_shape.to_vec()).map_err(KernelError::from)?;
     out.strides = Some(DeviceTensor::channels_last_strides(out_shape));
     let threads = out.len() / vector;
     // The kernel indexes threads and dims in int.
@@ -110,7 +128,12 @@ pub fn pooling_channels_last(cx: &Ctx, p: &PoolingParams, x: &DeviceTensor, out_
     }
     let mut args: Vec<Arg> = std::iter::once(n).chain(dims).map(Arg::I32).collect();
     args.extend([Arg::I32((p.kind == PoolingKind::Average) as i32), Arg::I32(p.average_count_excludes_padding as i32), cx.arg(x), cx.arg(&out)]);
-    let name = if vector == 1 { format!("pool2d_nhwc_{suffix}") } else { format!("pool2d_nhwc_{suffix}_x{vector}") };
+    args.extend(map.map(|(m, _)| cx.arg(m)));
+    let name = match (vector, map) {
+        (1, _) => format!("pool2d_nhwc_{suffix}"),
+        (_, None) => format!("pool2d_nhwc_{suffix}_x{vector}"),
+        (_, Some(_)) => format!("pool2d_nhwc_{suffix}_x{vector}_mapped"),
+    };
     cx.launch_elements(Source::Pool.kernel(name), threads, &args)?;
     Ok(Some(out))
 }

@@ -1037,6 +1037,53 @@ fn max_pooling_of_channels_last_8_bit_levels_matches_the_cpu_oracle() {
     }
 }
 
+/// A max pooling of a convolution's channels-last levels heading a fused layer that
+/// dequantizes, applies ReLU and quantizes onto another grid ([`kiln::FusedAnchor::Pooling`]:
+/// ResNet's `Conv → ReLU → MaxPool` between quantizations): the levels' map looked up in the
+/// pooling kernel after each maximum (int8 in, uint8 and int8 out), against the cpu oracle.
+#[test]
+fn a_max_pooling_with_its_levels_mapped_after_it_matches_the_cpu_oracle() {
+    use kiln::{ActivationKind, FusedAnchor, FusedParams, LayerKind, PoolingKind, PoolingParams, PostOp};
+    use Operands::Symmetric as S;
+    for (to, zero) in [(DataType::U8, 0i32), (DataType::I8, -3)] {
+        let what = format!("a 3x3 stride 2 max pooling mapped onto {to} levels");
+        let (mut net, feeds) = layer(conv(1, &[1, 1], &[1, 1]), S, &[2, 16, 13, 11], &[64, 16, 3, 3], 64, Some(DataType::I32), true, DataType::I8);
+        let levels = net.outputs()[0];
+        let mut constant = |name: &str, t: HostTensor| {
+            let w = net.add_weights(t);
+            let l = net.add_layer(name, LayerKind::Constant { weights: w }, vec![]).expect(name);
+            net.output(l, 0)
+        };
+        let scale = constant("s", HostTensor::from_f32(vec![], vec![0.037]).expect("s"));
+        let zero_in = constant("z", HostTensor::new(vec![], TensorData::I8(vec![5])).expect("z"));
+        let out_scale = constant("s2", HostTensor::from_f32(vec![], vec![0.021]).expect("s2"));
+        let out_zero = match to {
+            DataType::U8 => constant("z2", HostTensor::new(vec![], TensorData::U8(vec![zero as u8])).expect("z2")),
+            _ => constant("z2", HostTensor::new(vec![], TensorData::I8(vec![zero as i8])).expect("z2")),
+        };
+        let p = PoolingParams {
+            kind: PoolingKind::Max,
+            window: vec![3, 3],
+            strides: vec![2, 2],
+            dilations: vec![1, 1],
+            pre_padding: vec![1, 1],
+            post_padding: vec![1, 1],
+            ceil_mode: false,
+            average_count_excludes_padding: false,
+        };
+        let epilogue = vec![
+            PostOp::Dequantize { scale: 1, zero: Some(2) },
+            PostOp::Activation(ActivationKind::Relu),
+            PostOp::Quantize { to, scale: 3, zero: Some(4) },
+        ];
+        let kind = LayerKind::Fused(FusedParams::new(FusedAnchor::Pooling(p), 1, epilogue));
+        let inputs = vec![Some(levels), Some(scale), Some(zero_in), Some(out_scale), Some(out_zero)];
+        let pool = net.add_layer("pool", kind, inputs).expect("pool");
+        net.mark_output(net.output(pool, 0)).expect("output");
+        check_network(&what, &net, &feeds, 0.0);
+    }
+}
+
 /// Per-tensor Q/DQ of transposed views (the head splits of a Q/DQ BERT after Q/DQ propagation
 /// moves them onto the integers) run in the view's memory order and keep its strides, and
 /// attention reads the dequantized heads (its keys transposed, as BERT's export writes them)

@@ -35,8 +35,10 @@ pub const MAGIC: &[u8; 8] = b"KILNENG\0";
 /// integer layer may map its levels through a per-channel table (`QuantizedParams::lookup`,
 /// one more slot); 17: an integer layer's output scale may hold one value per channel
 /// (sibling products side by side), which a 16 reader would take as one (the layout is 16's);
-/// 18: a fused layer's last step may reduce (`PostOp::Reduce`; a 17 has none, and still reads).
-pub const FORMAT_VERSION: u32 = 18;
+/// 18: a fused layer's last step may reduce (`PostOp::Reduce`; a 17 has none, and still reads);
+/// 19: a fused layer may be headed by a max pooling of levels (`FusedAnchor::Pooling`; an 18 has
+/// none, and still reads).
+pub const FORMAT_VERSION: u32 = 19;
 /// The oldest layout this kiln still reads (a version 15 integer layer lacks the field 16
 /// added, which the plan's encoding does not skip).
 pub const OLDEST_READABLE_VERSION: u32 = 16;

@@ -9,7 +9,7 @@ use super::dtype::DataType;
 use super::tensor::{HostTensor, TensorData};
 use super::layer::{
     ActivationKind, ConvolutionParams, DeconvolutionParams, ElementwiseOp, LayerKind, MatrixOp,
-    ReduceOp, UnaryOp,
+    PoolingParams, ReduceOp, UnaryOp,
 };
 use serde::{Deserialize, Serialize};
 
@@ -75,6 +75,11 @@ pub enum FusedAnchor {
     /// The input itself: the head of a quantized island whose first step is its epilogue's (a
     /// layer normalization of dequantized levels, `passes::quantized_chain`).
     Identity,
+    /// A max pooling of 8-bit levels, then its epilogue: a Q/DQ CNN's `Conv → ReLU → MaxPool`
+    /// pooled on the integers with the ReLU and requantization after it
+    /// (`passes::quantized_chain`). Only that pass makes one: [`FusedAnchor::from_kind`] takes
+    /// no pooling.
+    Pooling(PoolingParams),
 }
 
 impl FusedAnchor {
@@ -112,6 +117,7 @@ impl FusedAnchor {
             FusedAnchor::Unary(op) => LayerKind::Unary { op: *op },
             FusedAnchor::Elementwise(op) => LayerKind::Elementwise { op: *op },
             FusedAnchor::Identity => LayerKind::Identity,
+            FusedAnchor::Pooling(p) => LayerKind::Pooling(p.clone()),
         }
     }
 }

@@ -25,9 +25,10 @@
 //! (positive) and zero point pools the integers themselves: dequantization is increasing, so
 //! the maximum commutes with it, and requantizing a dequantized level gives the level back.
 //! With a ReLU between the DequantizeLinear and the pooling (Conv → ReLU → MaxPool), the
-//! integers are pooled first and the ReLU and QuantizeLinear follow as an island: the ReLU is
-//! non-decreasing too, so it commutes with the maximum wherever every window holds an input
-//! cell (no dilation, no ceil mode, padding narrower than the window).
+//! integers are pooled first and the DequantizeLinear, ReLU and QuantizeLinear follow as the
+//! epilogue of one layer ([`FusedAnchor::Pooling`]): the ReLU is non-decreasing too, so it
+//! commutes with the maximum wherever every window holds an input cell (no dilation, no ceil
+//! mode, padding narrower than the window), and so does the whole level map.
 //!
 //! A QuantizeLinear after a Cast that widens f16 / bf16 to f32 reads the narrow tensor, and a
 //! DequantizeLinear before a Cast to f16 / bf16 writes the narrow type itself.
@@ -70,11 +71,7 @@ impl Pass for QuantizedChainFusion {
         for i in 0..network.layers().len() {
             if let Some(plan) = plans.remove(&i) {
                 let name = plan.layers.iter().map(|&j| network.layer(LayerId(j)).name.as_str()).collect::<Vec<_>>().join(" + ");
-                let mut inputs = rb.get_slots(&plan.inputs)?;
-                if let Some(pool) = plan.pool_first {
-                    let pooled = rb.out_mut().add_layer(&format!("{name} (integer pooling)"), LayerKind::Pooling(pool), vec![inputs[0]])?;
-                    inputs[0] = Some(rb.out().output(pooled, 0));
-                }
+                let inputs = rb.get_slots(&plan.inputs)?;
                 rb.add(&name, plan.kind, inputs, &[plan.output])?;
             } else if !absorbed.contains(&i) {
                 rb.keep(i)?;
@@ -91,8 +88,6 @@ struct Plan {
     kind: LayerKind,
     inputs: Vec<Option<TensorId>>,
     output: TensorId,
-    /// A max pooling of input 0's integers, emitted before the layer (which reads its output).
-    pool_first: Option<crate::ir::layer::PoolingParams>,
 }
 
 /// A known one-element tensor of type `dtype`.
@@ -198,18 +193,19 @@ fn integer_max_pool(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) ->
         return None;
     }
     if relu {
-        // Pool the integers, then dequantize, ReLU and quantize them as one island.
+        // Pool the integers, then dequantize, ReLU and quantize them: one layer, whose levels a
+        // backend may map through a table after the maximum (every step is non-decreasing).
         let (to, q_scale, q_zero) = per_tensor_quantize(net, q_at)?;
         let mut inputs = vec![Some(x), Some(scale)];
         inputs.extend(zero.map(Some));
-        let dequantized = vec![DequantizedInput { input: 0, scale: 1, zero: zero.map(|_| 2) }];
+        let dequantize = PostOp::Dequantize { scale: 1, zero: zero.map(|_| 2) };
         let quantize = PostOp::Quantize { to, scale: push(&mut inputs, q_scale), zero: q_zero.map(|z| push(&mut inputs, z)) };
-        let params = FusedParams { dequantized, ..FusedParams::new(FusedAnchor::Activation(ActivationKind::Relu), 1, vec![quantize]) };
-        return Some(Plan { layers: vec![before, i, q_at], kind: LayerKind::Fused(params), inputs, output: q.outputs[0], pool_first: Some(p.clone()) });
+        let params = FusedParams::new(FusedAnchor::Pooling(p.clone()), 1, vec![dequantize, PostOp::Activation(ActivationKind::Relu), quantize]);
+        return Some(Plan { layers: vec![before, i, q_at], kind: LayerKind::Fused(params), inputs, output: q.outputs[0] });
     }
     let zero_of = |z: Option<TensorId>| value(z).unwrap_or(Some(vec![0.0]));
     let same = to == net.tensor(x).dtype && value(slot(1)) == value(Some(scale)) && zero_of(slot(2)) == zero_of(zero) && zero_of(zero).is_some();
-    same.then(|| Plan { layers: vec![i, q_at], kind: l.kind.clone(), inputs: vec![Some(x)], output: q.outputs[0], pool_first: None })
+    same.then(|| Plan { layers: vec![i, q_at], kind: l.kind.clone(), inputs: vec![Some(x)], output: q.outputs[0] })
 }
 
 /// A QuantizeLinear reading a Cast that widens f16 / bf16 to f32 (what a reduced-precision
@@ -231,7 +227,7 @@ fn quantize_unwidened(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) 
     }
     let mut inputs = q.inputs.clone();
     inputs[0] = Some(narrow);
-    Some(Plan { layers: vec![cast_at, i], kind: q.kind.clone(), inputs, output: q.outputs[0], pool_first: None })
+    Some(Plan { layers: vec![cast_at, i], kind: q.kind.clone(), inputs, output: q.outputs[0] })
 }
 
 /// A Cast to f16 / bf16 reading a DequantizeLinear's f32 (what a reduced-precision build puts
@@ -247,7 +243,7 @@ fn dequantize_narrowed(net: &Network, readers: &[Vec<(usize, usize)>], i: usize)
     if net.tensor(wide).dtype != DataType::F32 || net.outputs().contains(&wide) || only_reader(net, readers, wide) != Some(i) {
         return None;
     }
-    Some(Plan { layers: vec![dq_at, i], kind: LayerKind::Dequantize { axis, to: Some(to) }, inputs: dq.inputs.clone(), output: cast.outputs[0], pool_first: None })
+    Some(Plan { layers: vec![dq_at, i], kind: LayerKind::Dequantize { axis, to: Some(to) }, inputs: dq.inputs.clone(), output: cast.outputs[0] })
 }
 
 /// A pointwise layer or chain with its dequantized inputs and the quantizations after it.
@@ -320,7 +316,7 @@ fn pointwise_island(net: &Network, readers: &[Vec<(usize, usize)>], i: usize) ->
         layers.pop();
         running = net.layer(LayerId(*layers.last()?)).outputs[0];
     }
-    (quantizes || !params.dequantized.is_empty()).then_some(Plan { layers, kind: LayerKind::Fused(params), inputs, output: running, pool_first: None })
+    (quantizes || !params.dequantized.is_empty()).then_some(Plan { layers, kind: LayerKind::Fused(params), inputs, output: running })
 }
 
 /// Appends `t` as an input slot and returns the slot.
