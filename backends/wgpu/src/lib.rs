@@ -185,6 +185,10 @@ fn unsupported(network: &Network, layer: &Layer) -> Option<String> {
     let input_type = |slot: usize| layer.inputs.get(slot).copied().flatten().map(|t| network.tensor(t).dtype);
     let float_input = || input_type(0).is_some_and(DataType::is_float);
     match &layer.kind {
+        // A fused layer headed by a pooling pools with the WGSL kernel first.
+        K::Fused(p) if matches!(p.anchor, kiln::FusedAnchor::Pooling(_)) && !float_input() => {
+            Some("the WGSL Pooling kernel computes floats only (a fused layer headed by a pooling of levels)".to_string())
+        }
         K::Constant { .. }
         | K::Identity
         | K::Cast { .. }
@@ -304,4 +308,35 @@ fn computes(kind: &LayerKind) -> bool {
             | K::Attention(_)
             | K::Fused(_)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln::{FusedAnchor, FusedParams, PoolingKind, PoolingParams, PostOp, Shape};
+
+    /// A fused layer headed by a pooling of levels (what the Q/DQ passes make of a CNN's
+    /// `ReLU → MaxPool`) is refused by name at the support check, not at its first run.
+    #[test]
+    fn a_fused_pooling_of_levels_is_refused_by_name() {
+        let pool = PoolingParams {
+            kind: PoolingKind::Max,
+            window: vec![2, 2],
+            strides: vec![2, 2],
+            dilations: vec![1, 1],
+            pre_padding: vec![0, 0],
+            post_padding: vec![0, 0],
+            ceil_mode: false,
+            average_count_excludes_padding: false,
+        };
+        for (dtype, refused) in [(DataType::I8, true), (DataType::F32, false)] {
+            let mut net = Network::new("pool");
+            let x = net.add_input("x", dtype, Shape::fixed(&[1, 4, 4, 4])).expect("x");
+            let kind = LayerKind::Fused(FusedParams::new(FusedAnchor::Pooling(pool.clone()), 1, vec![PostOp::Activation(kiln::ActivationKind::Relu)]));
+            let l = net.add_layer("pool", kind, vec![Some(x)]).expect("pool");
+            let reason = unsupported(&net, net.layer(l));
+            assert_eq!(reason.is_some(), refused, "{dtype}: {reason:?}");
+            assert!(reason.is_none_or(|r| r.contains("Pooling")), "names the pooling");
+        }
+    }
 }
