@@ -12,12 +12,12 @@
 use super::chain_source::chain_kernel;
 use super::compute::{column_splits, finish_column_partials, reduce_code, COLUMNS_FROM, MAX_GRID_Y};
 use super::pointwise::{build, Built, ChainStep};
-use super::{strided_walk, Ctx, KResult};
+use super::{lane_aligned, strided_walk, Ctx, KResult};
 use crate::buffer::{Arg, ChainLayout, DeviceTensor};
 use kiln::{DataType, KernelError, ReduceOp};
 
 /// The reduction a chain ends in: the op, the axes of the island's shape it reduces, and the
-/// output's shape (as inference gives it).
+/// output's shape (as inference gives it; checked against the view).
 #[derive(Debug)]
 pub struct Reduction<'a> {
     pub op: ReduceOp,
@@ -134,16 +134,15 @@ fn reduction_view(shape: &[usize], slots: &[(&[usize], &[i64])], axes: &[usize],
 
 /// Whether the column kernels may read runs of `lanes` values: the inner extent a multiple of
 /// them, each slot's inner stride 1 (runs aligned: its other strides multiples of `lanes`, its
-/// address of 16 bytes) or 0 (one value broadcast), the output aligned too.
+/// address of a run's bytes) or 0 (one value broadcast), the output's runs aligned too.
 fn runs_apply(cx: &Ctx, view: &ChainLayout, lanes: usize, slots: &[&DeviceTensor], out: &DeviceTensor) -> bool {
     let k = lanes as i32;
-    let aligned = |t: &DeviceTensor| matches!(cx.arg(t), Arg::Ptr(p) if p.address() % 16 == 0);
     let fits = slots.iter().enumerate().all(|(s, t)| match view.stride[s][2] {
         0 => true,
-        1 => view.stride[s][0] % k == 0 && view.stride[s][1] % k == 0 && aligned(t),
+        1 => view.stride[s][0] % k == 0 && view.stride[s][1] % k == 0 && lane_aligned(cx, t, lanes),
         _ => false,
     });
-    view.shape[2] % k == 0 && fits && aligned(out)
+    view.shape[2] % k == 0 && fits && lane_aligned(cx, out, lanes)
 }
 
 #[cfg(test)]

@@ -648,7 +648,8 @@ fn fused(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>], outs: &[OutF
     if let Some(first) = first {
         let x = cx.dev_any_layout(inputs.first().and_then(Option::as_ref).ok_or("the anchor's input is missing")?)?;
         let steps: Vec<PostOp> = first.into_iter().chain(p.epilogue.iter().copied()).collect();
-        if let Some(out) = fused_chain(cx, &p.dequantized, &steps, &x, Some(0), inputs)? {
+        let reduced_shape = reduction.as_ref().map(|(_, _, shape)| &shape[..]);
+        if let Some(out) = fused_chain(cx, &p.dequantized, &steps, &x, Some(0), inputs, reduced_shape)? {
             return check_epilogue(out, outs);
         }
     }
@@ -716,7 +717,7 @@ fn fused(cx: &Ctx, p: &kiln::FusedParams, inputs: &[Option<Value>], outs: &[OutF
         _ => (run(cx, &anchor_kind, anchor_inputs, &anchor_outs)?.into_iter().next().ok_or("the anchor gave no output")?, 0),
     };
     // (`inputs` are dequantized by now.)
-    if let Some(out) = fused_chain(cx, &[], &p.epilogue[consumed..], &running, None, inputs)? {
+    if let Some(out) = fused_chain(cx, &[], &p.epilogue[consumed..], &running, None, inputs, None)? {
         running = out;
     } else {
         for post in &p.epilogue[consumed..] {
@@ -813,12 +814,22 @@ fn pointwise_anchor(p: &kiln::FusedParams, inputs: &[Option<Value>]) -> Option<P
 /// Two or more pointwise steps as one `chain_*` pass (one step is enough where the layer reads
 /// or writes 8-bit levels), or `None` where the chain kernel does not apply (then each step
 /// runs on its own). `running_input`: the layer input `running` is; `dequantized`: the inputs
-/// read dequantized.
-fn fused_chain(cx: &Ctx, dequantized: &[kiln::DequantizedInput], steps: &[PostOp], running: &DeviceTensor, running_input: Option<usize>, inputs: &[Option<Value>]) -> KResult<Option<DeviceTensor>> {
+/// read dequantized; `reduced_shape`: the layer's output shape (inference's), where the steps
+/// end in a reduction.
+fn fused_chain(
+    cx: &Ctx,
+    dequantized: &[kiln::DequantizedInput],
+    steps: &[PostOp],
+    running: &DeviceTensor,
+    running_input: Option<usize>,
+    inputs: &[Option<Value>],
+    reduced_shape: Option<&[usize]>,
+) -> KResult<Option<DeviceTensor>> {
     // A reduction ends the chain (an island's last step): the island's values are reduced as
     // they are computed (`chain_reduce`), never written.
-    let (steps, reduction) = match steps.split_last() {
-        Some((&PostOp::Reduce { op, axes, keep_dims }, island)) => (island, Some((op, axes, keep_dims))),
+    let (steps, reduction) = match (steps.split_last(), reduced_shape) {
+        (Some((&PostOp::Reduce { op, axes, .. }, island)), Some(shape)) => (island, Some((op, axes, shape))),
+        (Some((PostOp::Reduce { .. }, _)), None) => return Ok(None),
         _ => (steps, None),
     };
     let quantized = |post: &PostOp| matches!(post, PostOp::Quantize { .. } | PostOp::Dequantize { .. });
@@ -826,17 +837,8 @@ fn fused_chain(cx: &Ctx, dequantized: &[kiln::DequantizedInput], steps: &[PostOp
         return Ok(None);
     }
     let Some((x_dequantize, chain)) = chain_steps(cx, dequantized, steps, running, running_input, inputs)? else { return Ok(None) };
-    let Some((op, axes, keep_dims)) = reduction else { return pointwise::chain(cx, running, x_dequantize, &chain) };
-    let axes = axes.axes();
-    let island = chain.iter().try_fold(running.shape.clone(), |shape, step| match step {
-        pointwise::ChainStep::Binary { operand, .. } => broadcast_shape(&shape, &operand.shape),
-        _ => Ok(shape),
-    })?;
-    let shape: Vec<usize> = island.iter().enumerate().filter_map(|(a, &n)| match axes.contains(&a) {
-        true => keep_dims.then_some(1),
-        false => Some(n),
-    }).collect();
-    chain_reduce::chain_reduce(cx, running, x_dequantize, &chain, &chain_reduce::Reduction { op, axes: &axes, shape: &shape })
+    let Some((op, axes, shape)) = reduction else { return pointwise::chain(cx, running, x_dequantize, &chain) };
+    chain_reduce::chain_reduce(cx, running, x_dequantize, &chain, &chain_reduce::Reduction { op, axes: &axes.axes(), shape })
 }
 
 /// The chain kernel's form of pointwise `steps` on `running`: how the running value is read
